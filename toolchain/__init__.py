@@ -1,0 +1,9 @@
+"""Kiln: an ahead-of-time deployment toolchain for machine-learning models.
+
+The package is organised one layer a folder (see ``docs/architecture.md``):
+``frontend`` (ONNX import), ``graph`` (graph IR, op registry, reference executor,
+passes), ``te``/``tir`` (tensor expressions, loop IR, schedules), ``codegen``,
+``bundle``, ``runtime``, ``autotune`` and ``cli``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from toolchain.cli import main
+
+sys.exit(main())

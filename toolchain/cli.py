@@ -1,0 +1,88 @@
+"""The ``kiln`` command line.
+
+Each subcommand lives in its own module under :mod:`toolchain.commands` and provides
+``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.  Modules are
+imported lazily so ``kiln --help`` stays fast and one broken command cannot break another.
+
+Exit status: 0 on success, 2 for a user error (:class:`toolchain.errors.KilnError`, a bad
+option), 1 only for a bug in Kiln.  ``--debug`` shows the traceback of any error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from collections.abc import Sequence
+
+from toolchain import __version__
+from toolchain.errors import KilnError
+
+#: subcommand name -> module under toolchain.commands
+COMMANDS: dict[str, str] = {
+    "inspect": "inspect_cmd",
+    "run": "run_cmd",
+    "sim": "sim_cmd",
+}
+
+
+def _load(name: str):
+    return importlib.import_module(f"toolchain.commands.{COMMANDS[name]}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser (every subcommand registered)."""
+    parser = argparse.ArgumentParser(
+        prog="kiln",
+        description="Kiln: compile ONNX models into self-contained C bundles.",
+    )
+    parser.add_argument("--version", action="version", version=f"kiln {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show full tracebacks for errors"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = _load(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("toolchain.commands"):
+                continue  # command not built yet in this checkout
+            raise
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show full tracebacks for errors")
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kiln`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except KilnError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"kiln {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("kiln: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # a bug in Kiln, not in the user's input
+        traceback.print_exc()
+        print(
+            "kiln: internal error (a bug in Kiln). Please report it with the traceback above.",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``kiln`` CLI, one module each (see :mod:`toolchain.cli`)."""

@@ -1,0 +1,51 @@
+"""User-facing errors.
+
+Every error a person can cause (a bad model, a bad option, a schedule that breaks a rule)
+is raised as a :class:`KilnError` subclass.  The CLI prints its message and exits with
+status 2; anything else escaping the CLI is a bug in Kiln and exits with status 1.
+
+A message says what was found, where (file, node, op, loop, key), and what to do::
+
+    raise ModelError("node 'conv1' (Conv): attribute 'auto_pad' = 'VALID_X' is not one of "
+                     "NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+"""
+
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base class for errors caused by the user's input; the CLI exits with status 2."""
+
+    exit_code = 2
+
+
+class ModelError(KilnError):
+    """The model file or graph is malformed, unsupported or inconsistent."""
+
+
+class UnsupportedError(ModelError):
+    """The model uses ops or attributes that Kiln does not support (all listed at once)."""
+
+
+class InputError(KilnError):
+    """Run-time inputs (an npz file, an array) do not match what the model expects."""
+
+
+class OptionError(KilnError):
+    """A command-line option or API argument is invalid."""
+
+
+class ScheduleError(KilnError):
+    """A schedule primitive's precondition does not hold."""
+
+
+class TargetError(KilnError):
+    """A target or board descriptor is invalid."""
+
+
+class BuildError(KilnError):
+    """Generated code failed to compile or link."""
+
+
+class SimulationError(KilnError):
+    """An accelerator program is invalid or deadlocks in simulation."""

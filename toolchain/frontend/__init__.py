@@ -1,0 +1,1 @@
+"""Frontends: model formats to Kiln's graph IR."""

@@ -1,0 +1,1 @@
+"""Graph layer: the graph IR, the op registry, the reference executor and graph passes."""

@@ -1,0 +1,276 @@
+"""The op registry: what Kiln knows about each operator.
+
+An :class:`OpDef` gives, for one op:
+
+* its attributes (:class:`Attr`) with kinds, defaults and validation,
+* its inputs (names; optional ones end in ``?``, a variadic tail in ``*``),
+* its shape/dtype rule ``infer(node) -> list[TensorType]``,
+* its **pattern kind** (:class:`PatternKind`, the four kinds of the TVM paper that
+  operator fusion works by),
+* a numpy reference ``reference(inputs, attrs) -> list[np.ndarray]`` with exact ONNX
+  semantics,
+* a FLOP count ``flops(node) -> int``.
+
+Canonical form.  Kiln's graph IR follows the *newest* ONNX form of each op: operands that
+older opsets gave as attributes (``Split.split``, ``ReduceSum.axes``, ``Pad.pads``,
+``Clip.min``/``max``, ``Squeeze.axes`` …) are inputs.  The ONNX frontend upgrades older
+forms.  Inputs that determine output shapes (a Reshape's ``shape``, a Slice's ``starts``)
+must be constants: ``infer`` reads their ``Value.data`` and raises a :class:`ModelError`
+suggesting ``--input-shape`` when they are not.
+
+Registering an op::
+
+    @register
+    def _relu() -> OpDef:
+        return OpDef(
+            "Relu", inputs=("X",), pattern=PatternKind.INJECTIVE,
+            infer=same_as_input(0),
+            reference=lambda ins, attrs: [np.maximum(ins[0], 0).astype(ins[0].dtype)],
+            flops=elementwise_flops,
+        )
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import ModelError
+from toolchain.graph.ir import Node, TensorType, Value
+
+
+class PatternKind(enum.Enum):
+    """How an op may fuse (TVM paper, section 3).
+
+    * ``INJECTIVE``: one-to-one map (add, relu, reshape, transpose) — fuses freely.
+    * ``REDUCTION``: reduces input dimensions (sum, max) — may take injective ops
+      on its input side.
+    * ``COMPLEX_OUT_FUSABLE``: complex op (conv2d, dense) whose output element-wise
+      ops may be fused onto.
+    * ``OPAQUE``: cannot be fused (sort, non-static data-dependent ops).
+    """
+
+    INJECTIVE = "injective"
+    REDUCTION = "reduction"
+    COMPLEX_OUT_FUSABLE = "complex-out-fusable"
+    OPAQUE = "opaque"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: default of an attribute that must be given
+REQUIRED: Any = _Required()
+
+_ATTR_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor", "graph")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op.
+
+    ``check`` returns an error text (what is wrong) or ``None``; ``choices`` restricts the
+    value to a set.
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple[Any, ...] | None = None
+    check: Callable[[Any], str | None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _ATTR_KINDS:
+            raise ValueError(f"attribute kind {self.kind!r} is not one of {_ATTR_KINDS}")
+
+    def coerce(self, value: Any) -> Any:
+        """Convert a parsed value to this attribute's canonical Python type."""
+        if self.kind == "int":
+            return int(value)
+        if self.kind == "float":
+            return float(value)
+        if self.kind == "string":
+            return value.decode() if isinstance(value, bytes) else str(value)
+        if self.kind == "ints":
+            return tuple(int(v) for v in value)
+        if self.kind == "floats":
+            return tuple(float(v) for v in value)
+        if self.kind == "strings":
+            return tuple(v.decode() if isinstance(v, bytes) else str(v) for v in value)
+        return value
+
+
+InferFn = Callable[[Node], Sequence[TensorType]]
+ReferenceFn = Callable[[list[Any], Mapping[str, Any]], Sequence[np.ndarray]]
+FlopsFn = Callable[[Node], int]
+
+
+@dataclass
+class OpDef:
+    """Everything Kiln knows about one operator (see the module docstring)."""
+
+    name: str
+    inputs: tuple[str, ...]
+    infer: InferFn
+    reference: ReferenceFn
+    pattern: PatternKind | Callable[[Node], PatternKind]
+    attrs: tuple[Attr, ...] = ()
+    num_outputs: int | tuple[int, int] = 1
+    flops: FlopsFn | None = None
+    #: ONNX opset versions of this op whose semantics are handled (after frontend upgrade)
+    min_opset: int = 1
+    doc: str = ""
+    _attr_map: dict[str, Attr] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._attr_map = {a.name: a for a in self.attrs}
+
+    # -- inputs --------------------------------------------------------------------------
+    @property
+    def min_inputs(self) -> int:
+        return sum(1 for i in self.inputs if not i.endswith(("?", "*")))
+
+    @property
+    def max_inputs(self) -> int | None:
+        return None if any(i.endswith("*") for i in self.inputs) else len(self.inputs)
+
+    # -- attributes ----------------------------------------------------------------------
+    def attr_errors(self, attrs: Mapping[str, Any]) -> list[str]:
+        """Problems with ``attrs`` (unknown names, bad values), one text each."""
+        errors = []
+        for key in attrs:
+            if key not in self._attr_map:
+                known = ", ".join(self._attr_map) or "none"
+                errors.append(f"attribute {key!r} is not supported (known: {known})")
+        for a in self.attrs:
+            if a.name not in attrs:
+                if a.default is REQUIRED:
+                    errors.append(f"attribute {a.name!r} is required")
+                continue
+            try:
+                value = a.coerce(attrs[a.name])
+            except (TypeError, ValueError):
+                errors.append(f"attribute {a.name!r} = {attrs[a.name]!r} is not a {a.kind}")
+                continue
+            if a.choices is not None and value not in a.choices:
+                errors.append(
+                    f"attribute {a.name!r} = {value!r} is not one of "
+                    + ", ".join(repr(c) for c in a.choices)
+                )
+            elif a.check is not None and (msg := a.check(value)):
+                errors.append(f"attribute {a.name!r} = {value!r}: {msg}")
+        return errors
+
+    def normalize_attrs(self, attrs: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+        """Attributes with defaults filled in and values coerced; raises on any problem."""
+        errors = self.attr_errors(attrs)
+        if errors:
+            prefix = f"{where}: " if where else f"{self.name}: "
+            raise ModelError(prefix + "; ".join(errors))
+        out = {}
+        for a in self.attrs:
+            if a.name in attrs:
+                out[a.name] = a.coerce(attrs[a.name])
+            elif a.default is not REQUIRED:
+                out[a.name] = a.default
+        return out
+
+    # -- queries -------------------------------------------------------------------------
+    def pattern_of(self, node: Node) -> PatternKind:
+        return self.pattern(node) if callable(self.pattern) else self.pattern
+
+    def flops_of(self, node: Node) -> int:
+        return int(self.flops(node)) if self.flops else 0
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(factory: Callable[[], OpDef] | OpDef) -> Any:
+    """Register an op (an ``OpDef`` or a zero-argument function returning one)."""
+    opdef = factory() if callable(factory) and not isinstance(factory, OpDef) else factory
+    if opdef.name in _REGISTRY:
+        raise ValueError(f"op {opdef.name!r} registered twice")
+    _REGISTRY[opdef.name] = opdef
+    return factory
+
+
+def get_op(name: str) -> OpDef:
+    """The ``OpDef`` of ``name``; raises :class:`ModelError` naming the op if unknown."""
+    _load_all()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ModelError(f"op {name!r} is not supported by Kiln") from None
+
+
+def has_op(name: str) -> bool:
+    _load_all()
+    return name in _REGISTRY
+
+
+def all_ops() -> dict[str, OpDef]:
+    """Every registered op, by name."""
+    _load_all()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def _load_all() -> None:
+    # Importing the package registers every op module (see ops/__init__.py).
+    import toolchain.graph.ops  # noqa: F401
+
+
+# -- helpers shared by op definitions --------------------------------------------------------
+
+def same_as_input(i: int = 0) -> InferFn:
+    """Shape rule: the output has the type of input ``i``."""
+
+    def infer(node: Node) -> list[TensorType]:
+        v = node.inputs[i]
+        assert v is not None
+        return [v.type]
+
+    return infer
+
+
+def elementwise_flops(node: Node) -> int:
+    """One operation per output element."""
+    return sum(o.size for o in node.outputs)
+
+
+def broadcast_shapes(node: Node, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Numpy/ONNX multidirectional broadcasting; raises naming the node on mismatch."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = " and ".join(str(list(s)) for s in shapes)
+        raise ModelError(
+            f"{node.describe()}: shapes {shown} cannot be broadcast together"
+        ) from None
+
+
+def const_input(node: Node, i: int, what: str) -> np.ndarray | None:
+    """The data of constant input ``i`` (``None`` when the optional input is absent).
+
+    Raises a :class:`ModelError` when the input is given but not constant, since Kiln needs
+    it at compile time to know shapes.
+    """
+    v: Value | None = node.input(i)
+    if v is None:
+        return None
+    if v.data is None:
+        raise ModelError(
+            f"{node.describe()}: input {i} ({what}, value {v.name!r}) must be known at compile "
+            "time to give static shapes, but it is computed at run time; fix it with "
+            "--input-shape NAME=D0,D1,... for the model inputs it depends on, or fold it"
+        )
+    return v.data
