@@ -1,0 +1,469 @@
+"""The whole-model zoo: deterministic ONNX builders for Kiln's end-to-end tests.
+
+Every builder returns a checked ``onnx.ModelProto`` whose weights come from a fixed seed,
+so the same call gives byte-identical models on every machine.  :data:`ZOO` lists them
+with their sample inputs; ``docs/models.md`` describes each one.
+
+Example::
+
+    >>> from tests.models.zoo import ZOO
+    >>> spec = ZOO["lenet5"]
+    >>> model = spec.build()
+    >>> sorted(spec.inputs(model))
+    ['input']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from tests.models.builder import (
+    Builder,
+    batchnorm,
+    conv,
+    linear,
+    matmul_add,
+    relu6,
+    tf_same_pads,
+)
+
+F32 = np.float32
+
+
+# -- small classic nets ------------------------------------------------------------------------
+def lenet5(seed: int = 5) -> onnx.ModelProto:
+    """LeNet-5 on 1x1x28x28 (MNIST): Conv/Relu/MaxPool twice, three Gemm layers, Softmax."""
+    b = Builder("lenet5", seed)
+    x = b.input("input", F32, [1, 1, 28, 28])
+    x = b.op("Relu", [conv(b, x, 1, 6, 5, pads=[2, 2, 2, 2], name="conv1")])
+    x = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.op("Relu", [conv(b, x, 6, 16, 5, pads=[0, 0, 0, 0], name="conv2")])
+    x = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.op("Flatten", [x], axis=1)
+    x = b.op("Relu", [linear(b, x, 400, 120, gain=2.0, name="fc1")])
+    x = b.op("Relu", [linear(b, x, 120, 84, gain=2.0, name="fc2")])
+    logits = linear(b, x, 84, 10, name="fc3")
+    probs = b.op("Softmax", [logits], axis=1)
+    b.output(logits, "logits", F32, [1, 10])
+    b.output(probs, "probs", F32, [1, 10])
+    return b.build(17, "LeNet-5 (LeCun et al. 1998) with ReLU and max pooling")
+
+
+def mlp(seed: int = 7) -> onnx.ModelProto:
+    """A 784-256-128-10 MLP at opset 13 with a symbolic batch dimension.
+
+    Mixes the TF idiom (MatMul + Add) and the PyTorch one (Gemm, transB=1); Dropout with a
+    ratio input (inference: identity); LogSoftmax and Softmax heads.
+    """
+    b = Builder("mlp", seed)
+    x = b.input("input", F32, ["batch", 1, 28, 28])
+    x = b.op("Flatten", [x], axis=1)
+    x = b.op("Relu", [matmul_add(b, x, 784, 256, gain=2.0, name="dense_1")])
+    x = b.op("Tanh", [linear(b, x, 256, 128, name="fc2")])
+    x = b.op("Dropout", [x, b.const(0.25, F32)], n_out=1)
+    logits = linear(b, x, 128, 10, name="fc3")
+    b.output(logits, "logits", F32, ["batch", 10])
+    b.output(b.op("LogSoftmax", [logits], axis=-1), "log_probs", F32, ["batch", 10])
+    return b.build(13, "MLP for MNIST, opset 13 (exercises the frontend's opset upgrade)")
+
+
+# -- MLPerf Tiny ------------------------------------------------------------------------------
+def ds_cnn(seed: int = 11) -> onnx.ModelProto:
+    """DS-CNN keyword spotting (MLPerf Tiny KWS), opset 13, as tf2onnx writes it.
+
+    NHWC input 1x49x10x1 (49 frames x 10 MFCC) transposed to NCHW; Conv 64 (10x4, stride 2,
+    TF "SAME" = asymmetric pads) + BN + Relu; four depthwise-separable blocks; AveragePool
+    over 25x5; Squeeze with an axes *input*; MatMul + Add to 12 classes; Softmax.
+    """
+    b = Builder("ds_cnn", seed)
+    x = b.input("input_1", F32, [1, 49, 10, 1])
+    x = b.op("Transpose", [x], perm=[0, 3, 1, 2])
+    pads = tf_same_pads((49, 10), (10, 4), 2)
+    x = conv(b, x, 1, 64, (10, 4), stride=2, pads=pads, name="conv_1")
+    x = b.op("Relu", [batchnorm(b, x, 64, name="bn_1")])
+    for i in range(1, 5):
+        with b.scope(f"ds_block_{i}"):
+            x = conv(b, x, 64, 64, 3, group=64, bias=False, name="depthwise")
+            x = b.op("Relu", [batchnorm(b, x, 64, name="dw_bn")])
+            x = conv(b, x, 64, 64, 1, bias=False, name="pointwise")
+            x = b.op("Relu", [batchnorm(b, x, 64, name="pw_bn")])
+    x = b.op("Dropout", [x])
+    x = b.op("AveragePool", [x], kernel_shape=[25, 5], strides=[25, 5])
+    x = b.op("Squeeze", [x, b.const([2, 3])])
+    logits = matmul_add(b, x, 64, 12, name="dense")
+    b.output(logits, "dense/BiasAdd:0", F32, [1, 12])
+    b.output(b.op("Softmax", [logits], axis=-1), "dense/Softmax:0", F32, [1, 12])
+    return b.build(13, "DS-CNN (Zhang et al. 2017), MLPerf Tiny keyword spotting shape")
+
+
+def _resnet8_block(b: Builder, x: str, cin: int, cout: int, stride: int, name: str) -> str:
+    with b.scope(name):
+        y = conv(b, x, cin, cout, 3, stride=stride, bias=False, name="conv1")
+        y = b.op("Relu", [batchnorm(b, y, cout, name="bn1")])
+        y = conv(b, y, cout, cout, 3, bias=False, name="conv2")
+        y = batchnorm(b, y, cout, gamma=(0.3, 0.7), name="bn2")
+        if stride != 1 or cin != cout:
+            x = conv(b, x, cin, cout, 1, stride=stride, pads=[0, 0, 0, 0], name="shortcut")
+        return b.op("Relu", [b.op("Add", [y, x])])
+
+
+def resnet8(seed: int = 8) -> onnx.ModelProto:
+    """ResNet-8 for CIFAR-10 (MLPerf Tiny image classification), 1x3x32x32.
+
+    Conv 16 + BN + Relu, three residual stacks (16, 32/2, 64/2; 1x1 projection shortcuts),
+    AveragePool 8x8, Flatten, Gemm to 10 classes, Softmax.
+    """
+    b = Builder("resnet8", seed)
+    x = b.input("input", F32, [1, 3, 32, 32])
+    x = conv(b, x, 3, 16, 3, bias=False, name="conv1")
+    x = b.op("Relu", [batchnorm(b, x, 16, name="bn1")])
+    x = _resnet8_block(b, x, 16, 16, 1, "stack1")
+    x = _resnet8_block(b, x, 16, 32, 2, "stack2")
+    x = _resnet8_block(b, x, 32, 64, 2, "stack3")
+    x = b.op("AveragePool", [x], kernel_shape=[8, 8], strides=[8, 8])
+    x = b.op("Flatten", [x], axis=1)
+    logits = linear(b, x, 64, 10, name="fc")
+    b.output(logits, "logits", F32, [1, 10])
+    b.output(b.op("Softmax", [logits], axis=1), "probs", F32, [1, 10])
+    return b.build(17, "ResNet-8 (MLPerf Tiny IC, CIFAR-10 shape)")
+
+
+def mobilenet_v1(seed: int = 25, width: float = 0.25, size: int = 96) -> onnx.ModelProto:
+    """MobileNetV1 width 0.25 on 96x96 (MLPerf Tiny visual wake words), TF style.
+
+    NHWC input transposed to NCHW; Conv/depthwise Conv + BN + Clip(0, 6) (ReLU6) with TF
+    "SAME" padding (asymmetric for stride 2); AveragePool 3x3; Reshape with a ``0`` / ``-1``
+    shape; Gemm to 2 classes; Softmax.
+    """
+    b = Builder("mobilenet_v1", seed)
+    x = b.input("input", F32, [1, size, size, 3])
+    x = b.op("Transpose", [x], perm=[0, 3, 1, 2])
+
+    def ch(c: int) -> int:
+        return max(8, int(c * width))
+
+    cin, hw = ch(32), size // 2
+    x = conv(b, x, 3, cin, 3, stride=2, bias=False, pads=tf_same_pads((size, size), (3, 3), 2),
+             name="conv1")
+    x = relu6(b, batchnorm(b, x, cin, name="conv1_bn"))
+    blocks = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)] + [(512, 1)] * 5 + \
+        [(1024, 2), (1024, 1)]
+    for i, (c, s) in enumerate(blocks, start=1):
+        cout = ch(c)
+        with b.scope(f"block_{i}"):
+            pads = tf_same_pads((hw, hw), (3, 3), s)
+            x = conv(b, x, cin, cin, 3, stride=s, group=cin, bias=False, pads=pads,
+                     name="conv_dw")
+            x = relu6(b, batchnorm(b, x, cin, name="conv_dw_bn"))
+            x = conv(b, x, cin, cout, 1, bias=False, name="conv_pw")
+            x = relu6(b, batchnorm(b, x, cout, name="conv_pw_bn"))
+        cin, hw = cout, -(-hw // s)
+    x = b.op("AveragePool", [x], kernel_shape=[hw, hw], strides=[hw, hw])
+    x = b.op("Reshape", [x, b.const([0, -1])])
+    logits = linear(b, x, cin, 2, name="predictions")
+    b.output(logits, "logits", F32, [1, 2])
+    b.output(b.op("Softmax", [logits], axis=-1), "probs", F32, [1, 2])
+    return b.build(17, f"MobileNetV1 width {width} on {size}x{size} (MLPerf Tiny VWW)")
+
+
+def autoencoder(seed: int = 640, batch: int = 8) -> onnx.ModelProto:
+    """Dense autoencoder for anomaly detection (MLPerf Tiny AD), opset 18.
+
+    640 -> 4 x (Gemm 128 + BatchNormalization on [N, C] + Relu) -> 8 -> 4 x 128 -> 640, and
+    the anomaly score ``ReduceMean((y - x)^2, axes=[1])`` with axes as an input (opset 18).
+    """
+    b = Builder("autoencoder", seed)
+    inp = b.input("input", F32, [batch, 640])
+    x, fin = inp, 640
+    for i, fout in enumerate([128] * 4 + [8] + [128] * 4, start=1):
+        x = linear(b, x, fin, fout, gain=2.0, name=f"dense_{i}")
+        x = b.op("Relu", [batchnorm(b, x, fout, name=f"bn_{i}")])
+        fin = fout
+    recon = linear(b, x, fin, 640, name="dense_out")
+    err = b.op("Pow", [b.op("Sub", [recon, inp]), b.const(2.0, F32)])
+    score = b.op("ReduceMean", [err, b.const([1])], keepdims=0)
+    b.output(recon, "reconstruction", F32, [batch, 640])
+    b.output(score, "anomaly_score", F32, [batch])
+    return b.build(18, "Dense autoencoder (MLPerf Tiny anomaly detection, ToyADMOS shape)")
+
+
+# -- ImageNet-size nets ------------------------------------------------------------------------
+def _basic_block(b: Builder, x: str, cin: int, cout: int, stride: int) -> str:
+    y = conv(b, x, cin, cout, 3, stride=stride, bias=False, name="conv1")
+    y = b.op("Relu", [batchnorm(b, y, cout, name="bn1")])
+    y = conv(b, y, cout, cout, 3, bias=False, name="conv2")
+    y = batchnorm(b, y, cout, gamma=(0.3, 0.7), name="bn2")
+    if stride != 1 or cin != cout:
+        with b.scope("downsample"):
+            x = conv(b, x, cin, cout, 1, stride=stride, pads=[0, 0, 0, 0], bias=False, name="0")
+            x = batchnorm(b, x, cout, gamma=(0.3, 0.7), name="1")
+    return b.op("Relu", [b.op("Add", [y, x])])
+
+
+def resnet18(seed: int = 18) -> onnx.ModelProto:
+    """ResNet-18 on 1x3x224x224 as torchvision exports it (about 1.82 GMACs, 11.7 M params).
+
+    Conv 7x7/2 + BN + Relu, MaxPool 3x3/2 (pads 1), four stages of two basic blocks
+    (projection shortcut = 1x1 Conv + BN), GlobalAveragePool, Flatten, Gemm to 1000.
+    """
+    b = Builder("resnet18", seed)
+    x = b.input("input", F32, [1, 3, 224, 224])
+    x = conv(b, x, 3, 64, 7, stride=2, bias=False, name="conv1")
+    x = b.op("Relu", [batchnorm(b, x, 64, name="bn1")])
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, cout in enumerate([64, 128, 256, 512], start=1):
+        for i in range(2):
+            with b.scope(f"layer{stage}"), b.scope(f"{i}"):
+                stride = 2 if (i == 0 and stage > 1) else 1
+                x = _basic_block(b, x, cin, cout, stride)
+            cin = cout
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.output(linear(b, x, 512, 1000, name="fc"), "logits", F32, [1, 1000])
+    return b.build(17, "ResNet-18 (He et al. 2016), torchvision layout and names")
+
+
+def _make_divisible(v: float, divisor: int = 8) -> int:
+    new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+def _conv_bn_relu6(b: Builder, x: str, cin: int, cout: int, k: int, stride: int, group: int,
+                   name: str) -> str:
+    with b.scope(name):
+        x = conv(b, x, cin, cout, k, stride=stride, group=group, bias=False, name="0")
+        return relu6(b, batchnorm(b, x, cout, name="1"))
+
+
+def mobilenet_v2(seed: int = 2, width: float = 0.35, size: int = 96) -> onnx.ModelProto:
+    """MobileNetV2 width 0.35 on 1x3x96x96, torchvision layout (Clip(0, 6) for ReLU6).
+
+    Inverted residual blocks (1x1 expand + ReLU6, 3x3 depthwise + ReLU6, 1x1 linear
+    projection, Add when shapes match), 1x1 Conv to 1280, GlobalAveragePool, Flatten, Gemm.
+    """
+    b = Builder("mobilenet_v2", seed)
+    x = b.input("input", F32, [1, 3, size, size])
+    settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1)]
+    cin = _make_divisible(32 * width)
+    with b.scope("features"):
+        x = _conv_bn_relu6(b, x, 3, cin, 3, 2, 1, "0")
+        idx = 1
+        for t, c, n, s in settings:
+            cout = _make_divisible(c * width)
+            for i in range(n):
+                stride, hidden = (s if i == 0 else 1), cin * t
+                with b.scope(str(idx)), b.scope("conv"):
+                    y, j = x, 0
+                    if t != 1:
+                        y, j = _conv_bn_relu6(b, y, cin, hidden, 1, 1, 1, "0"), 1
+                    y = _conv_bn_relu6(b, y, hidden, hidden, 3, stride, hidden, str(j))
+                    y = conv(b, y, hidden, cout, 1, bias=False, name=str(j + 1))
+                    y = batchnorm(b, y, cout, gamma=(0.3, 0.7) if cin == cout else (0.6, 1.4),
+                                  name=str(j + 2))
+                    x = b.op("Add", [x, y]) if (stride == 1 and cin == cout) else y
+                cin, idx = cout, idx + 1
+        x = _conv_bn_relu6(b, x, cin, 1280, 1, 1, 1, str(idx))
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.output(linear(b, x, 1280, 1000, name="classifier.1"), "logits", F32, [1, 1000])
+    return b.build(17, f"MobileNetV2 (Sandler et al. 2018) width {width} on {size}x{size}")
+
+
+# -- transformer -------------------------------------------------------------------------------
+def _split_heads(b: Builder, x: str, shape_src: str, heads: int, perm: list[int]) -> str:
+    """PyTorch-style ``x.view(B, T, H, D).permute(...)`` with the shape taken at run time."""
+    shape = b.op("Shape", [shape_src])
+    dims = [b.op("Unsqueeze", [b.op("Gather", [shape, b.const(i)], axis=0), b.const([0])])
+            for i in (0, 1)]
+    head_dim = b.const([-1])
+    new_shape = b.op("Concat", [*dims, b.const([heads]), head_dim], axis=0)
+    return b.op("Transpose", [b.op("Reshape", [x, new_shape])], perm=perm)
+
+
+def _gelu(b: Builder, x: str, kind: str) -> str:
+    if kind == "op":
+        return b.op("Gelu", [x])
+    # torch.nn.functional.gelu exported at opset < 20: x * 0.5 * (1 + erf(x / sqrt(2)))
+    erf = b.op("Erf", [b.op("Div", [x, b.const(math.sqrt(2.0), F32)])])
+    return b.op("Mul", [b.op("Mul", [x, b.op("Add", [erf, b.const(1.0, F32)])]),
+                        b.const(0.5, F32)])
+
+
+def _layer_norm(b: Builder, x: str, d: int, name: str) -> str:
+    with b.scope(name):
+        return b.op("LayerNormalization", [x, b.param("weight", b.uniform(0.8, 1.2, d)),
+                                           b.param("bias", b.normal(0.1, d))],
+                    axis=-1, epsilon=1e-5)
+
+
+def _encoder_layer(b: Builder, x: str, d: int, heads: int, ff: int, gelu: str) -> str:
+    """Post-norm ``nn.TransformerEncoderLayer`` (batch_first) as torch.onnx writes it."""
+    hd = d // heads
+    with b.scope("self_attn"):
+        qkv = matmul_add(b, x, d, 3 * d, name="in_proj")
+        q, k, v = b.op("Split", [qkv, b.const([d, d, d])], n_out=3, axis=-1)
+        q = _split_heads(b, q, x, heads, [0, 2, 1, 3])
+        k = _split_heads(b, k, x, heads, [0, 2, 3, 1])
+        v = _split_heads(b, v, x, heads, [0, 2, 1, 3])
+        scores = b.op("Div", [b.op("MatMul", [q, k]), b.const(math.sqrt(hd), F32)])
+        ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+        ctx = b.op("Transpose", [ctx], perm=[0, 2, 1, 3])
+        shape = b.op("Shape", [x])
+        dims = [b.op("Unsqueeze", [b.op("Gather", [shape, b.const(i)], axis=0), b.const([0])])
+                for i in (0, 1)]
+        ctx = b.op("Reshape", [ctx, b.op("Concat", [*dims, b.const([d])], axis=0)])
+        attn = matmul_add(b, ctx, d, d, name="out_proj")
+    x = _layer_norm(b, b.op("Add", [x, attn]), d, "norm1")
+    h = _gelu(b, matmul_add(b, x, d, ff, gain=2.0, name="linear1"), gelu)
+    h = matmul_add(b, h, ff, d, name="linear2")
+    return _layer_norm(b, b.op("Add", [x, h]), d, "norm2")
+
+
+def transformer_encoder(seed: int = 64, *, batch: int = 2, seq: int = 32, d: int = 64,
+                        heads: int = 4, layers: int = 2, vocab: int = 100, classes: int = 4,
+                        gelu: str = "erf", opset: int = 17) -> onnx.ModelProto:
+    """A 2-layer post-norm transformer encoder (d_model 64, 4 heads, FF 256, seq 32).
+
+    int64 token ids -> Gather from an embedding table + learned positions, then per layer:
+    fused QKV MatMul + Split, heads split by a PyTorch-style ``Shape -> Gather -> Unsqueeze
+    -> Concat -> Reshape`` chain, scaled-dot-product softmax attention, LayerNormalization,
+    GELU (``Erf`` form, or the ``Gelu`` op with ``gelu="op"`` at opset >= 20), residual Adds;
+    a mean-pooled (ReduceMean over the sequence) Gemm classifier head.
+    """
+    b = Builder(f"transformer_encoder_{gelu}", seed)
+    tokens = b.input("tokens", np.int64, [batch, seq])
+    x = b.op("Gather", [b.param("embed.weight", b.normal(1.0, (vocab, d))), tokens], axis=0)
+    x = b.op("Add", [x, b.param("pos_embed", b.normal(0.5, (1, seq, d)))])
+    for i in range(layers):
+        with b.scope("encoder"), b.scope("layers"), b.scope(str(i)):
+            x = _encoder_layer(b, x, d, heads, 4 * d, gelu)
+    if opset >= 18:
+        pooled = b.op("ReduceMean", [x, b.const([1])], keepdims=0)
+    else:
+        pooled = b.op("ReduceMean", [x], axes=[1], keepdims=0)
+    logits = linear(b, pooled, d, classes, name="head")
+    b.output(x, "hidden", F32, [batch, seq, d])
+    b.output(logits, "logits", F32, [batch, classes])
+    return b.build(opset, f"{layers}-layer transformer encoder, d_model {d}, {heads} heads")
+
+
+# -- the catalogue -----------------------------------------------------------------------------
+def _normal_inputs(model: onnx.ModelProto, seed: int, shapes: dict[str, tuple[int, ...]]
+                   ) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        shape = shapes.get(vi.name) or tuple(d.dim_value for d in dims)
+        out[vi.name] = rng.standard_normal(shape).astype(F32)
+    return out
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One zoo entry: how to build it, feed it and what to expect of it."""
+
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    #: shapes for symbolic input dimensions (passed to ``from_onnx(input_shapes=...)``)
+    input_shapes: dict[str, tuple[int, ...]] | None = None
+    #: multiply-accumulates of Conv/Gemm/MatMul, counted by hand from the architecture
+    macs: int = 0
+    vocab: int = 0
+    slow: bool = False
+
+    def inputs(self, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+        """Deterministic sample inputs (normal floats, token ids below ``vocab``)."""
+        if self.vocab:
+            rng = np.random.default_rng(seed)
+            return {vi.name: rng.integers(0, self.vocab, (2, 32), dtype=np.int64)
+                    for vi in model.graph.input}
+        return _normal_inputs(model, seed, self.input_shapes or {})
+
+
+def _transformer_macs(batch: int = 2, seq: int = 32, d: int = 64, layers: int = 2) -> int:
+    per_layer = seq * d * 3 * d + 2 * seq * seq * d + seq * d * d + 2 * seq * d * 4 * d
+    return batch * layers * per_layer + batch * d * 4
+
+
+def _mobilenet_v2_macs(width: float = 0.35, size: int = 96) -> int:
+    c = [_make_divisible(ch * width) for ch in (32, 16, 24, 32, 64, 96, 160, 320)]
+    hw = size // 2
+    macs = hw * hw * c[0] * 27
+    cin = c[0]
+    for (t, n, s), cout in zip([(1, 1, 1), (6, 2, 2), (6, 3, 2), (6, 4, 2), (6, 3, 1),
+                                (6, 3, 2), (6, 1, 1)], c[1:], strict=True):
+        for i in range(n):
+            hw_out = -(-hw // s) if i == 0 else hw
+            expand = hw * hw * cin * cin * t if t != 1 else 0
+            macs += expand + hw_out * hw_out * cin * t * (9 + cout)
+            cin, hw = cout, hw_out
+    return macs + hw * hw * cin * 1280 + 1280 * 1000
+
+
+#: every zoo model by name; ``macs`` are independent hand counts (see docs/models.md)
+ZOO: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("lenet5", lenet5,
+             macs=28 * 28 * 6 * 25 + 10 * 10 * 16 * 150 + 400 * 120 + 120 * 84 + 84 * 10),
+    ZooModel("mlp", mlp, input_shapes={"input": (4, 1, 28, 28)},
+             macs=4 * (784 * 256 + 256 * 128 + 128 * 10)),
+    ZooModel("ds_cnn", ds_cnn,
+             macs=25 * 5 * 64 * 40 + 4 * (25 * 5 * 64 * 9 + 25 * 5 * 64 * 64) + 64 * 12),
+    ZooModel("resnet8", resnet8,
+             macs=(32 * 32 * 16 * 27 + 2 * 32 * 32 * 16 * 144
+                   + 16 * 16 * 32 * (144 + 288 + 16) + 8 * 8 * 64 * (288 + 576 + 32) + 640)),
+    ZooModel("mobilenet_v1", mobilenet_v1, macs=7_489_664),
+    ZooModel("autoencoder", autoencoder,
+             macs=8 * (640 * 128 + 3 * 128 * 128 + 128 * 8 + 8 * 128 + 3 * 128 * 128
+                       + 128 * 640)),
+    ZooModel("resnet18", resnet18, macs=1_814_073_344, slow=True),
+    ZooModel("mobilenet_v2", mobilenet_v2, macs=_mobilenet_v2_macs()),
+    ZooModel("transformer_encoder", transformer_encoder, macs=_transformer_macs(), vocab=100),
+    ZooModel("transformer_encoder_gelu",
+             lambda: transformer_encoder(gelu="op", opset=20),
+             macs=_transformer_macs(), vocab=100),
+]}
+
+
+def parameter_count(model: onnx.ModelProto) -> int:
+    """Number of weight elements (all float initializers)."""
+    return sum(int(np.prod(t.dims)) for t in model.graph.initializer
+               if t.data_type == onnx.TensorProto.FLOAT)
+
+
+def count_macs(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+               ) -> int:
+    """Multiply-accumulates of every Conv, Gemm and MatMul, from ONNX shape inference.
+
+    An independent check of both Kiln's FLOP counts and the hand counts in :data:`ZOO`.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for vi in model.graph.input:
+        if input_shapes and vi.name in input_shapes:
+            for dim, n in zip(vi.type.tensor_type.shape.dim, input_shapes[vi.name],
+                              strict=True):
+                dim.Clear()
+                dim.dim_value = n
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+              for vi in [*inferred.graph.value_info, *inferred.graph.input,
+                         *inferred.graph.output]}
+    shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
+    total = 0
+    for node in inferred.graph.node:
+        out = shapes[node.output[0]]
+        if node.op_type == "Conv":
+            w = shapes[node.input[1]]
+            total += int(np.prod(out)) * int(np.prod(w[1:]))
+        elif node.op_type == "Gemm":
+            trans_a = next((a.i for a in node.attribute if a.name == "transA"), 0)
+            a = shapes[node.input[0]]
+            total += int(np.prod(out)) * (a[0] if trans_a else a[1])
+        elif node.op_type == "MatMul":
+            total += int(np.prod(out)) * shapes[node.input[0]][-1]
+    return total
