@@ -1,0 +1,132 @@
+"""Elementwise math for tensor expressions (TIR intrinsic calls, casts, conditionals).
+
+>>> from toolchain import te
+>>> x = te.var("x", "float32")
+>>> str(te.exp(x) + te.sigmoid(x))
+'T.exp(x) + T.sigmoid(x)'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolchain.tir import ir
+
+
+def _unary(op: str):  # noqa: ANN202 - returns a function
+    def f(x: Any) -> ir.PrimExpr:
+        x = ir.convert(x, "float32")
+        return ir.Call(x.dtype, op, (x,))
+
+    f.__name__ = op
+    f.__doc__ = f"``{op}(x)`` elementwise (a TIR intrinsic call)."
+    return f
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+tanh = _unary("tanh")
+erf = _unary("erf")
+sigmoid = _unary("sigmoid")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")  # noqa: A001
+sin = _unary("sin")
+cos = _unary("cos")
+exp2 = _unary("exp2")
+log2 = _unary("log2")
+trunc = _unary("trunc")
+
+
+def abs(x: Any) -> ir.PrimExpr:  # noqa: A001
+    """``|x|``: ``fabs`` for floats, ``Select`` for integers."""
+    x = ir.convert(x)
+    if ir.is_float(x.dtype):
+        return ir.Call(x.dtype, "fabs", (x,))
+    return ir.Select(x < 0, -x, x)
+
+
+def power(x: Any, y: Any) -> ir.PrimExpr:
+    """``x ** y`` for floats."""
+    a, b = ir._pair(x, y)
+    return ir.Call(a.dtype, "pow", (a, b))
+
+
+def cast(x: Any, dtype: str) -> ir.PrimExpr:
+    """Convert ``x`` to ``dtype``: ``te.cast(A[i], "int32")``."""
+    return ir.convert(x).astype(dtype)
+
+
+def if_then_else(cond: Any, t: Any, f: Any) -> ir.PrimExpr:
+    """``t if cond else f`` evaluating only the chosen side (safe for padding loads).
+
+    It is the intrinsic ``Call(dtype, "tir.if_then_else", [cond, t, f])``.
+    """
+    a, b = ir._pair(t, f)
+    if a.dtype != b.dtype:
+        dt = ir._binary_dtype(a, b)
+        a, b = a.astype(dt), b.astype(dt)
+    return ir.Call(a.dtype, "tir.if_then_else", (ir.convert(cond), a, b))
+
+
+def select(cond: Any, t: Any, f: Any) -> ir.PrimExpr:
+    """``t if cond else f`` where both sides may be evaluated (vectorizes well)."""
+    return ir.Select(ir.convert(cond), t, f)
+
+
+def equal(a: Any, b: Any) -> ir.PrimExpr:
+    """``a == b`` as an expression."""
+    return ir.EQ(*ir._pair(a, b))
+
+
+def not_equal(a: Any, b: Any) -> ir.PrimExpr:
+    """``a != b`` as an expression."""
+    return ir.NE(*ir._pair(a, b))
+
+
+def all(*conds: Any) -> ir.PrimExpr:  # noqa: A001
+    """Logical and of all conditions."""
+    out = ir.convert(conds[0])
+    for c in conds[1:]:
+        out = ir.And(out, ir.convert(c))
+    return out
+
+
+def any(*conds: Any) -> ir.PrimExpr:  # noqa: A001
+    """Logical or of all conditions."""
+    out = ir.convert(conds[0])
+    for c in conds[1:]:
+        out = ir.Or(out, ir.convert(c))
+    return out
+
+
+def maximum(a: Any, b: Any) -> ir.PrimExpr:
+    """Elementwise ``max(a, b)``."""
+    return ir.Max(*ir._pair(a, b))
+
+
+def minimum(a: Any, b: Any) -> ir.PrimExpr:
+    """Elementwise ``min(a, b)``."""
+    return ir.Min(*ir._pair(a, b))
+
+
+def floordiv(a: Any, b: Any) -> ir.PrimExpr:
+    """``a // b`` (rounds towards minus infinity)."""
+    return ir.FloorDiv(*ir._pair(a, b))
+
+
+def floormod(a: Any, b: Any) -> ir.PrimExpr:
+    """``a % b`` with the sign of ``b``."""
+    return ir.FloorMod(*ir._pair(a, b))
+
+
+def truncdiv(a: Any, b: Any) -> ir.PrimExpr:
+    """C-style ``a / b`` on integers."""
+    return ir.Div(*ir._pair(a, b))
+
+
+def truncmod(a: Any, b: Any) -> ir.PrimExpr:
+    """C-style ``a % b`` on integers."""
+    return ir.Mod(*ir._pair(a, b))

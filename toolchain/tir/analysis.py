@@ -1,0 +1,133 @@
+"""Analyses over TIR used by TE lowering and the schedule: access regions, block lookup.
+
+>>> from toolchain.tir import ir
+>>> A = ir.Buffer("A", (8,)); B = ir.Buffer("B", (8,)); i = ir.Var("vi")
+>>> body = B.store(A[i] + A[i + 1], [i])
+>>> reads, writes = access_regions(body, {i: ir.Range(0, 7)})
+>>> str(reads[0]), str(writes[0])
+('A[vi:vi + 2]', 'B[vi]')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprVisitor
+
+
+class _Collect(StmtExprVisitor):
+    def __init__(self) -> None:
+        self.loads: dict[ir.Buffer, list[tuple[ir.PrimExpr, ...]]] = {}
+        self.stores: dict[ir.Buffer, list[tuple[ir.PrimExpr, ...]]] = {}
+        self.loop_ranges: dict[ir.Var, ir.Range] = {}
+        self.opaque: set[ir.Buffer] = set()
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        self.loads.setdefault(e.buffer, []).append(e.indices)
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        self.stores.setdefault(s.buffer, []).append(s.indices)
+        super().visit_BufferStore(s)
+
+    def visit_For(self, s: ir.For) -> None:
+        self.loop_ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        super().visit_For(s)
+
+    def visit_Block(self, s: ir.Block) -> None:
+        # a nested block's regions are already summarised in its reads/writes
+        for r in s.reads:
+            self.loads.setdefault(r.buffer, []).extend(_region_corners(r))
+        for r in s.writes:
+            self.stores.setdefault(r.buffer, []).extend(_region_corners(r))
+        self.opaque.update(s.alloc_buffers)
+
+    def visit_BlockRealize(self, s: ir.BlockRealize) -> None:
+        vmap = dict(zip((iv.var for iv in s.block.iter_vars), s.iter_values, strict=False))
+        from toolchain.tir.functor import substitute
+
+        inner = _Collect()
+        inner.visit_Block(s.block)
+        for src, dst in ((inner.loads, self.loads), (inner.stores, self.stores)):
+            for buf, idx_list in src.items():
+                if buf in inner.opaque:
+                    continue
+                dst.setdefault(buf, []).extend(
+                    tuple(substitute(i, vmap) for i in idx) for idx in idx_list)
+        for iv in s.block.iter_vars:
+            self.loop_ranges[iv.var] = iv.dom
+
+
+def _region_corners(r: ir.BufferRegion) -> list[tuple[ir.PrimExpr, ...]]:
+    lo = tuple(x.min for x in r.region)
+    hi = tuple(arith.simplify(x.min + x.extent - 1) for x in r.region)
+    return [lo, hi]
+
+
+def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
+                 ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
+    """Smallest rectangular region covering every index tuple (over ``ranges``)."""
+    region = []
+    for d in range(buf.ndim):
+        exprs = [arith.simplify(idx[d], None) for idx in idx_list]
+        first = exprs[0]
+        offs = []
+        for e in exprs:
+            diff = arith.simplify(e - first)
+            offs.append(diff.value if isinstance(diff, ir.IntImm) else None)
+        if all(o is not None for o in offs):
+            lo, hi = min(offs), max(offs)
+            region.append(ir.Range(arith.simplify(first + lo), hi - lo + 1))
+            continue
+        los, his = [], []
+        for e in exprs:
+            lo_e, hi_e = arith.bound_exprs(e, ranges)
+            los.append(lo_e)
+            his.append(hi_e)
+        lo_x = _fold(los, ir.Min)
+        hi_x = _fold(his, ir.Max)
+        region.append(ir.Range(lo_x, arith.simplify(hi_x - lo_x + 1)))
+    return ir.BufferRegion(buf, tuple(region))
+
+
+def _fold(xs: list[ir.PrimExpr], op: type) -> ir.PrimExpr:
+    out = xs[0]
+    for x in xs[1:]:
+        out = arith.simplify(op(out, x))
+    return out
+
+
+def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
+                   exclude_reads: Any = ()) -> tuple[list[ir.BufferRegion],
+                                                     list[ir.BufferRegion]]:
+    """The read and write regions of ``body`` in terms of the Vars in ``ranges``.
+
+    Vars of loops inside ``body`` are relaxed over their ranges; accesses to buffers
+    allocated by nested blocks are skipped; buffers in ``exclude_reads`` are not reads.
+    """
+    c = _Collect()
+    c.visit_stmt(body)
+    allr = dict(ranges)
+    allr.update(c.loop_ranges)
+    inner_vars = set(c.loop_ranges)
+
+    def region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]]) -> ir.BufferRegion:
+        from toolchain.tir.functor import free_vars
+
+        if any(v in inner_vars for idx in idx_list for i in idx for v in free_vars(i)):
+            relaxed = []
+            for idx in idx_list:
+                lo = tuple(arith.bound_exprs(i, {v: allr[v] for v in inner_vars})[0]
+                           for i in idx)
+                hi = tuple(arith.bound_exprs(i, {v: allr[v] for v in inner_vars})[1]
+                           for i in idx)
+                relaxed.extend([lo, hi])
+            idx_list = relaxed
+        return union_region(buf, idx_list, allr)
+
+    reads = [region(b, v) for b, v in c.loads.items()
+             if b not in c.opaque and b not in exclude_reads]
+    writes = [region(b, v) for b, v in c.stores.items() if b not in c.opaque]
+    return reads, writes

@@ -1,0 +1,553 @@
+"""Integer arithmetic: constant folding, affine canonical form, div/mod rules, bounds.
+
+The workhorse is the *linear form*: an integer expression is written as
+``c0 + c1*t1 + c2*t2 + ...`` where each ``t`` is an atom (a Var, or a non-linear
+subexpression such as ``x // 4``). Sums are collected, constants folded, and
+``(x // c) * c + x % c`` recombined into ``x``. Bounds are computed on linear forms
+too, symbolically: a Var with a known range is replaced by its end points, a free Var is
+its own bound, so ``i - n`` with ``i`` in ``[0, n)`` is proven ``< 0``.
+
+Public API (used by the schedule and the lowering passes):
+
+* :func:`simplify` (``simplify(expr, ranges)``): an equal, simpler expression.
+* :func:`prove` (``prove(cond, ranges)``): True only if ``cond`` holds for every value.
+* :func:`const_bound` (``const_bound(expr, ranges)``): ``(lo, hi)`` inclusive ints, or
+  ``None`` for an unbounded side.
+
+``ranges`` maps Vars to ``Range(min, extent)`` (loop/block variable domains).
+
+>>> from toolchain.tir.ir import Var, Range
+>>> io, ii = Var("io"), Var("ii")
+>>> r = {io: Range(0, 4), ii: Range(0, 32)}
+>>> str(simplify((io * 32 + ii) // 32, r)), str(simplify((io * 32 + ii) % 32, r))
+('io', 'ii')
+>>> prove(io * 32 + ii < 128, r)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolchain.tir import ir
+from toolchain.tir.functor import ExprMutator
+
+Ranges = Mapping[ir.Var, ir.Range]
+_INT = ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
+
+
+# ----------------------------------------------------------------------- constant folding
+
+def _fdiv(a: int, b: int) -> int:
+    return a // b
+
+
+def _tdiv(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+_FOLD_INT = {
+    ir.Add: lambda a, b: a + b, ir.Sub: lambda a, b: a - b, ir.Mul: lambda a, b: a * b,
+    ir.FloorDiv: _fdiv, ir.FloorMod: lambda a, b: a % b, ir.Div: _tdiv,
+    ir.Mod: lambda a, b: a - b * _tdiv(a, b), ir.Min: min, ir.Max: max,
+}
+_FOLD_CMP = {
+    ir.EQ: lambda a, b: a == b, ir.NE: lambda a, b: a != b, ir.LT: lambda a, b: a < b,
+    ir.LE: lambda a, b: a <= b, ir.GT: lambda a, b: a > b, ir.GE: lambda a, b: a >= b,
+}
+_FOLD_FLOAT = {
+    ir.Add: lambda a, b: a + b, ir.Sub: lambda a, b: a - b, ir.Mul: lambda a, b: a * b,
+    ir.Min: min, ir.Max: max,
+}
+
+
+def _is_int(dtype: str) -> bool:
+    return dtype in _INT
+
+
+def _wrap(v: int, dtype: str) -> int:
+    bits = ir.bits_of(dtype)
+    if dtype.startswith("uint"):
+        return v & ((1 << bits) - 1)
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+
+# ----------------------------------------------------------------------- linear forms
+
+def _key(e: ir.PrimExpr) -> Any:
+    """Structural hash key of an expression (Vars/Buffers by identity)."""
+    if isinstance(e, ir.Var):
+        return ("v", id(e))
+    if isinstance(e, ir.IntImm):
+        return ("i", e.value, e.dtype)
+    if isinstance(e, ir.FloatImm):
+        return ("f", e.value, e.dtype)
+    if isinstance(e, ir._Binary):
+        return (type(e).__name__, _key(e.a), _key(e.b))
+    if isinstance(e, ir.BufferLoad):
+        return ("ld", id(e.buffer), tuple(_key(i) for i in e.indices))
+    if isinstance(e, ir.Cast):
+        return ("cast", e.dtype, _key(e.value))
+    if isinstance(e, ir.Call):
+        return ("call", e.op, tuple(_key(a) for a in e.args))
+    if isinstance(e, ir.Select):
+        return ("sel", _key(e.condition), _key(e.true_value), _key(e.false_value))
+    return ("id", id(e))
+
+
+class Lin:
+    """``const + sum(coeff * atom)`` over an integer dtype; atoms keyed structurally."""
+
+    __slots__ = ("terms", "const", "dtype")
+
+    def __init__(self, dtype: str, const: int = 0,
+                 terms: dict[Any, list[Any]] | None = None) -> None:
+        self.dtype = dtype
+        self.const = const
+        self.terms: dict[Any, list[Any]] = terms if terms is not None else {}
+
+    def copy(self) -> Lin:
+        return Lin(self.dtype, self.const, {k: [a, c] for k, (a, c) in self.terms.items()})
+
+    def add_term(self, atom: ir.PrimExpr, coeff: int) -> None:
+        k = _key(atom)
+        if k in self.terms:
+            self.terms[k][1] += coeff
+            if self.terms[k][1] == 0:
+                del self.terms[k]
+        elif coeff:
+            self.terms[k] = [atom, coeff]
+
+    def add(self, other: Lin, scale: int = 1) -> Lin:
+        out = self.copy()
+        out.const += other.const * scale
+        for a, c in other.terms.values():
+            out.add_term(a, c * scale)
+        return out
+
+    def scale(self, s: int) -> Lin:
+        if s == 0:
+            return Lin(self.dtype)
+        return Lin(self.dtype, self.const * s,
+                   {k: [a, c * s] for k, (a, c) in self.terms.items()})
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def to_expr(self) -> ir.PrimExpr:
+        _recombine_divmod(self)
+        dt = self.dtype
+        pos = [(a, c) for a, c in self.terms.values() if c > 0]
+        neg = [(a, -c) for a, c in self.terms.values() if c < 0]
+        out: ir.PrimExpr | None = None
+
+        def term(a: ir.PrimExpr, c: int) -> ir.PrimExpr:
+            return a if c == 1 else ir.Mul(a, ir.IntImm(c, dt))
+
+        for a, c in pos:
+            out = term(a, c) if out is None else ir.Add(out, term(a, c))
+        for a, c in neg:
+            out = ir.Sub(ir.IntImm(0, dt), term(a, c)) if out is None else ir.Sub(out, term(a, c))
+        if out is None:
+            return ir.IntImm(self.const, dt)
+        if self.const > 0:
+            out = ir.Add(out, ir.IntImm(self.const, dt))
+        elif self.const < 0:
+            out = ir.Sub(out, ir.IntImm(-self.const, dt))
+        return out
+
+
+def _recombine_divmod(lin: Lin) -> None:
+    """Rewrite ``(x // c) * (c*k) + (x % c) * k`` into ``x * k`` inside ``lin``."""
+    changed = True
+    while changed:
+        changed = False
+        for key, (atom, coeff) in list(lin.terms.items()):
+            if not (isinstance(atom, ir.FloorMod) and isinstance(atom.b, ir.IntImm)):
+                continue
+            c = atom.b.value
+            dkey = ("FloorDiv", _key(atom.a), _key(atom.b))
+            if dkey in lin.terms and lin.terms[dkey][1] == coeff * c:
+                del lin.terms[key]
+                del lin.terms[dkey]
+                inner = to_lin(atom.a)
+                if inner is None:
+                    lin.add_term(atom.a, coeff)
+                else:
+                    merged = lin.add(inner, coeff)
+                    lin.terms, lin.const = merged.terms, merged.const
+                changed = True
+                break
+
+
+def to_lin(e: ir.PrimExpr) -> Lin | None:
+    """Linear form of an (already simplified) integer expression, or None if not integer."""
+    if not _is_int(e.dtype):
+        return None
+    if isinstance(e, ir.IntImm):
+        return Lin(e.dtype, e.value)
+    if isinstance(e, (ir.Add, ir.Sub)):
+        a, b = to_lin(e.a), to_lin(e.b)
+        if a is not None and b is not None:
+            return a.add(b, 1 if isinstance(e, ir.Add) else -1)
+    if isinstance(e, ir.Mul):
+        a, b = to_lin(e.a), to_lin(e.b)
+        if a is not None and b is not None:
+            if b.is_const:
+                return a.scale(b.const)
+            if a.is_const:
+                return b.scale(a.const)
+    lin = Lin(e.dtype)
+    lin.add_term(e, 1)
+    return lin
+
+
+# ----------------------------------------------------------------------- bounds
+
+class _Bounds:
+    """Symbolic interval bounds: (lo, hi) as linear forms."""
+
+    def __init__(self, ranges: Ranges | None, depth: int = 6) -> None:
+        self.ranges = ranges or {}
+        self.depth = depth
+
+    def of(self, e: ir.PrimExpr, depth: int | None = None) -> tuple[Lin, Lin] | None:
+        depth = self.depth if depth is None else depth
+        lin = to_lin(e)
+        if lin is None:
+            return None
+        lo, hi = Lin(e.dtype, lin.const), Lin(e.dtype, lin.const)
+        for atom, c in lin.terms.values():
+            b = self.atom(atom, depth)
+            if c > 0:
+                lo, hi = lo.add(b[0], c), hi.add(b[1], c)
+            else:
+                lo, hi = lo.add(b[1], c), hi.add(b[0], c)
+        return lo, hi
+
+    def _self(self, atom: ir.PrimExpr) -> tuple[Lin, Lin]:
+        lin = Lin(atom.dtype)
+        lin.add_term(atom, 1)
+        return lin, lin
+
+    def atom(self, a: ir.PrimExpr, depth: int) -> tuple[Lin, Lin]:  # noqa: C901
+        if depth <= 0:
+            return self._self(a)
+        if isinstance(a, ir.Var) and a in self.ranges:
+            r = self.ranges[a]
+            lo = self.of(r.min, depth - 1)
+            hi = self.of(simplify(r.min + r.extent - 1), depth - 1)
+            if lo is None or hi is None:
+                return self._self(a)
+            return lo[0], hi[1]
+        if isinstance(a, (ir.FloorDiv, ir.FloorMod)) and isinstance(a.b, ir.IntImm):
+            c = a.b.value
+            b = self.of(a.a, depth - 1)
+            if c > 0 and b is not None:
+                lo, hi = b
+                if isinstance(a, ir.FloorDiv):
+                    if lo.is_const and hi.is_const:
+                        return Lin(a.dtype, lo.const // c), Lin(a.dtype, hi.const // c)
+                    return self._self(a)
+                if lo.is_const and hi.is_const and lo.const // c == hi.const // c:
+                    return Lin(a.dtype, lo.const % c), Lin(a.dtype, hi.const % c)
+                return Lin(a.dtype, 0), Lin(a.dtype, c - 1)
+            if c > 0 and isinstance(a, ir.FloorMod):
+                return Lin(a.dtype, 0), Lin(a.dtype, c - 1)
+        if isinstance(a, (ir.Min, ir.Max)):
+            ba, bb = self.of(a.a, depth - 1), self.of(a.b, depth - 1)
+            if ba and bb and all(x.is_const for x in (*ba, *bb)):
+                f = min if isinstance(a, ir.Min) else max
+                return (Lin(a.dtype, f(ba[0].const, bb[0].const)),
+                        Lin(a.dtype, f(ba[1].const, bb[1].const)))
+        if isinstance(a, ir.Mul):
+            ba, bb = self.of(a.a, depth - 1), self.of(a.b, depth - 1)
+            if ba and bb and all(x.is_const for x in (*ba, *bb)):
+                ps = [x.const * y.const for x in ba for y in bb]
+                return Lin(a.dtype, min(ps)), Lin(a.dtype, max(ps))
+        if isinstance(a, ir.Select):
+            bt, bf = self.of(a.true_value, depth - 1), self.of(a.false_value, depth - 1)
+            if bt and bf and all(x.is_const for x in (*bt, *bf)):
+                return (Lin(a.dtype, min(bt[0].const, bf[0].const)),
+                        Lin(a.dtype, max(bt[1].const, bf[1].const)))
+        if isinstance(a, ir.Cast) and _is_int(a.value.dtype):
+            b = self.of(a.value, depth - 1)
+            if b and b[0].is_const and b[1].is_const:
+                return Lin(a.dtype, b[0].const), Lin(a.dtype, b[1].const)
+        return self._self(a)
+
+
+def const_bound(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[int | None, int | None]:
+    """Inclusive integer bounds ``(lo, hi)`` of ``e``; ``None`` where not constant.
+
+    >>> from toolchain.tir.ir import Var, Range
+    >>> i = Var("i")
+    >>> const_bound(i * 4 + 3, {i: Range(0, 8)})
+    (3, 31)
+    """
+    e = simplify(e, ranges)
+    b = _Bounds(ranges).of(e)
+    if b is None:
+        return None, None
+    lo, hi = b
+    return (lo.const if lo.is_const else None, hi.const if hi.is_const else None)
+
+
+def bound_exprs(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[ir.PrimExpr,
+                                                                         ir.PrimExpr]:
+    """Symbolic inclusive bounds ``(lo, hi)`` of an integer expression as expressions."""
+    e = simplify(e, ranges)
+    b = _Bounds(ranges).of(e)
+    if b is None:
+        return e, e
+    return simplify(b[0].to_expr()), simplify(b[1].to_expr())
+
+
+# ----------------------------------------------------------------------- proving
+
+def _diff_bound(a: ir.PrimExpr, b: ir.PrimExpr, ranges: Ranges | None) -> tuple[Lin, Lin] | None:
+    if not (_is_int(a.dtype) and _is_int(b.dtype)):
+        return None
+    d = simplify(ir.Sub(a, b), ranges)
+    return _Bounds(ranges).of(d)
+
+
+def prove(cond: Any, ranges: Ranges | None = None) -> bool:
+    """True if ``cond`` is provably true for all values of the ranged Vars.
+
+    >>> from toolchain.tir.ir import Var, Range
+    >>> i, n = Var("i"), Var("n")
+    >>> prove(i < n, {i: Range(0, n)}), prove(i < 7, {i: Range(0, 8)})
+    (True, False)
+    """
+    cond = ir.convert(cond)
+    if isinstance(cond, ir.IntImm):
+        return bool(cond.value)
+    if isinstance(cond, ir.And):
+        return prove(cond.a, ranges) and prove(cond.b, ranges)
+    if isinstance(cond, ir.Or):
+        return prove(cond.a, ranges) or prove(cond.b, ranges)
+    if isinstance(cond, ir.Not):
+        return disprove(cond.a, ranges)
+    if isinstance(cond, (ir.LT, ir.LE, ir.GT, ir.GE, ir.EQ, ir.NE)):
+        b = _diff_bound(cond.a, cond.b, ranges)
+        if b is None:
+            return False
+        lo, hi = b
+        lo_c = lo.const if lo.is_const else None
+        hi_c = hi.const if hi.is_const else None
+        if isinstance(cond, ir.LT):
+            return hi_c is not None and hi_c < 0
+        if isinstance(cond, ir.LE):
+            return hi_c is not None and hi_c <= 0
+        if isinstance(cond, ir.GT):
+            return lo_c is not None and lo_c > 0
+        if isinstance(cond, ir.GE):
+            return lo_c is not None and lo_c >= 0
+        if isinstance(cond, ir.EQ):
+            return lo_c == 0 and hi_c == 0
+        return (hi_c is not None and hi_c < 0) or (lo_c is not None and lo_c > 0)
+    return False
+
+
+def disprove(cond: Any, ranges: Ranges | None = None) -> bool:
+    """True if ``cond`` is provably false for all values of the ranged Vars."""
+    cond = ir.convert(cond)
+    if isinstance(cond, ir.IntImm):
+        return not cond.value
+    neg = {ir.LT: ir.GE, ir.LE: ir.GT, ir.GT: ir.LE, ir.GE: ir.LT, ir.EQ: ir.NE, ir.NE: ir.EQ}
+    if type(cond) in neg:
+        return prove(neg[type(cond)](cond.a, cond.b), ranges)
+    if isinstance(cond, ir.And):
+        return disprove(cond.a, ranges) or disprove(cond.b, ranges)
+    if isinstance(cond, ir.Or):
+        return disprove(cond.a, ranges) and disprove(cond.b, ranges)
+    if isinstance(cond, ir.Not):
+        return prove(cond.a, ranges)
+    return False
+
+
+# ----------------------------------------------------------------------- simplifier
+
+class _Simplifier(ExprMutator):
+    def __init__(self, ranges: Ranges | None) -> None:
+        self.ranges = ranges or {}
+
+    def visit__Binary(self, e: ir._Binary) -> ir.PrimExpr:  # noqa: C901
+        a, b = self.visit_expr(e.a), self.visit_expr(e.b)
+        t = type(e)
+        if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
+            if t in _FOLD_CMP:
+                return ir.IntImm(int(_FOLD_CMP[t](a.value, b.value)), e.dtype)
+            if t in (ir.And, ir.Or):
+                v = (a.value and b.value) if t is ir.And else (a.value or b.value)
+                return ir.IntImm(int(bool(v)), e.dtype)
+            if t in _FOLD_INT and not (t in (ir.FloorDiv, ir.FloorMod, ir.Div, ir.Mod)
+                                       and b.value == 0):
+                return ir.IntImm(_wrap(_FOLD_INT[t](a.value, b.value), e.dtype), e.dtype)
+        if isinstance(a, ir.FloatImm) and isinstance(b, ir.FloatImm):
+            if t in _FOLD_FLOAT:
+                return ir.FloatImm(_FOLD_FLOAT[t](a.value, b.value), e.dtype)
+            if t in _FOLD_CMP:
+                return ir.IntImm(int(_FOLD_CMP[t](a.value, b.value)), e.dtype)
+        if t in (ir.And, ir.Or):
+            return self._logic(t, a, b, e)
+        if t in _FOLD_CMP:
+            return self._compare(t, a, b)
+        node = e if (a is e.a and b is e.b) else t(a, b)
+        if _is_int(e.dtype):
+            return self._int(node)
+        if ir.is_float(e.dtype):
+            return self._float(node)
+        return node
+
+    def _float(self, e: ir._Binary) -> ir.PrimExpr:
+        a, b = e.a, e.b
+        if isinstance(e, ir.Add):
+            if isinstance(b, ir.FloatImm) and b.value == 0:
+                return a
+            if isinstance(a, ir.FloatImm) and a.value == 0:
+                return b
+        if isinstance(e, ir.Mul):
+            if isinstance(b, ir.FloatImm) and b.value == 1:
+                return a
+            if isinstance(a, ir.FloatImm) and a.value == 1:
+                return b
+        return e
+
+    def _logic(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr, e: ir._Binary) -> ir.PrimExpr:
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, ir.IntImm):
+                if t is ir.And:
+                    return y if x.value else ir.IntImm(0, e.dtype)
+                return ir.IntImm(1, e.dtype) if x.value else y
+        return e if (a is e.a and b is e.b) else t(a, b)
+
+    def _compare(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr) -> ir.PrimExpr:
+        node = t(a, b)
+        if _is_int(a.dtype) and _is_int(b.dtype):
+            if prove(node, self.ranges):
+                return ir.IntImm(1, node.dtype)
+            if disprove(node, self.ranges):
+                return ir.IntImm(0, node.dtype)
+        return node
+
+    def _int(self, e: ir.PrimExpr) -> ir.PrimExpr:  # noqa: C901
+        if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
+            lin = to_lin(e)
+            return lin.to_expr() if lin is not None else e
+        if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
+            c = e.b.value
+            if c == 1:
+                return e.a if isinstance(e, ir.FloorDiv) else ir.IntImm(0, e.dtype)
+            if c > 0:
+                return self._divmod(e, c)
+        if isinstance(e, (ir.Min, ir.Max)):
+            a, b = e.a, e.b
+            if isinstance(e, ir.Min):
+                if prove(ir.LE(a, b), self.ranges):
+                    return a
+                if prove(ir.LE(b, a), self.ranges):
+                    return b
+            else:
+                if prove(ir.GE(a, b), self.ranges):
+                    return a
+                if prove(ir.GE(b, a), self.ranges):
+                    return b
+        return e
+
+    def _divmod(self, e: ir._Binary, c: int) -> ir.PrimExpr:
+        x = e.a
+        if isinstance(e, ir.FloorDiv) and isinstance(x, ir.FloorDiv) and isinstance(
+                x.b, ir.IntImm) and x.b.value > 0:
+            return self._divmod(ir.FloorDiv(x.a, ir.IntImm(x.b.value * c, e.dtype)),
+                                x.b.value * c)
+        if isinstance(e, ir.FloorMod) and isinstance(x, ir.FloorMod) and isinstance(
+                x.b, ir.IntImm) and x.b.value % c == 0:
+            return self._divmod(ir.FloorMod(x.a, e.b), c)
+        lin = to_lin(x)
+        if lin is None:
+            return e
+        q = Lin(e.dtype, lin.const // c)
+        r = Lin(e.dtype, lin.const % c)
+        for atom, coeff in lin.terms.values():
+            if coeff % c == 0:
+                q.add_term(atom, coeff // c)
+            else:
+                r.add_term(atom, coeff)
+        rexpr = r.to_expr()
+        bounds = _Bounds(self.ranges).of(rexpr)
+        if bounds and bounds[0].is_const and bounds[1].is_const:
+            lo, hi = bounds[0].const, bounds[1].const
+            if lo // c == hi // c:
+                if isinstance(e, ir.FloorDiv):
+                    q.const += lo // c
+                    return q.to_expr()
+                return simplify(ir.Sub(rexpr, ir.IntImm((lo // c) * c, e.dtype)), self.ranges)
+        if isinstance(e, ir.FloorMod):
+            return ir.FloorMod(rexpr, e.b) if not r.is_const else ir.IntImm(r.const % c,
+                                                                               e.dtype)
+        if q.is_const and q.const == 0:
+            return ir.FloorDiv(rexpr, e.b) if rexpr is not x else e
+        return ir.Add(q.to_expr(), ir.FloorDiv(rexpr, e.b)) if not r.is_const else q.to_expr()
+
+    def visit_Not(self, e: ir.Not) -> ir.PrimExpr:
+        a = self.visit_expr(e.a)
+        if isinstance(a, ir.IntImm):
+            return ir.IntImm(int(not a.value), e.dtype)
+        return e if a is e.a else ir.Not(a)
+
+    def visit_Select(self, e: ir.Select) -> ir.PrimExpr:
+        c = self.visit_expr(e.condition)
+        if isinstance(c, ir.IntImm):
+            return self.visit_expr(e.true_value if c.value else e.false_value)
+        t, f = self.visit_expr(e.true_value), self.visit_expr(e.false_value)
+        if c is e.condition and t is e.true_value and f is e.false_value:
+            return e
+        return ir.Select(c, t, f)
+
+    def visit_Cast(self, e: ir.Cast) -> ir.PrimExpr:
+        v = self.visit_expr(e.value)
+        if v.dtype == e.dtype:
+            return v
+        if isinstance(v, (ir.IntImm, ir.FloatImm)) and ir.lanes_of(e.dtype) == 1:
+            if ir.is_float(e.dtype):
+                return ir.FloatImm(float(v.value), e.dtype)
+            if _is_int(e.dtype):
+                return ir.IntImm(_wrap(int(v.value), e.dtype), e.dtype)
+        return e if v is e.value else ir.Cast(e.dtype, v)
+
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
+        if e.op == "tir.if_then_else":
+            c = self.visit_expr(e.args[0])
+            if isinstance(c, ir.IntImm):
+                return self.visit_expr(e.args[1] if c.value else e.args[2])
+        return super().visit_Call(e)
+
+
+def simplify(e: Any, ranges: Ranges | None = None) -> Any:
+    """Simplify an expression, or every expression inside a statement.
+
+    Folds constants, brings integer sums into canonical affine form, applies div/mod
+    rules using the ``ranges`` of Vars, and decides comparisons it can prove.
+
+    >>> from toolchain.tir.ir import Var
+    >>> i, j = Var("i"), Var("j")
+    >>> str(simplify(i * 2 + j - i + 3 - 3))
+    'i + j'
+    """
+    if isinstance(e, ir.PrimExpr):
+        return _Simplifier(ranges).visit_expr(e)
+    if isinstance(e, ir.Stmt):
+        from toolchain.tir.functor import StmtExprMutator
+
+        class _S(StmtExprMutator):
+            def visit_expr(self, x: ir.PrimExpr) -> ir.PrimExpr:
+                return _Simplifier(ranges).visit_expr(x)
+
+        return _S().visit_stmt(e)
+    return e

@@ -1,0 +1,406 @@
+"""Generic visitors and mutators over the TIR (one ``visit_<NodeClass>`` method per node).
+
+* :class:`ExprVisitor` / :class:`StmtExprVisitor` walk a tree (override what you need,
+  call ``super()`` to keep walking).
+* :class:`ExprMutator` / :class:`StmtExprMutator` rebuild a tree; a node whose children
+  did not change is returned as is (identity), so "did anything change?" is ``new is old``.
+* Buffers are not rewritten by default; override :meth:`StmtExprMutator.visit_buffer` to
+  swap buffers (it is called for every load, store, region and allocation).
+
+A pass is typically a small mutator::
+
+    class ZeroToOne(StmtExprMutator):
+        def visit_IntImm(self, e):
+            return IntImm(1, e.dtype) if e.value == 0 else e
+
+    new_body = ZeroToOne().visit_stmt(func.body)
+
+Helpers: :func:`substitute` (replace Vars by expressions), :func:`post_order_visit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from toolchain.tir import ir
+
+
+class _Dispatch:
+    """Dispatch ``visit(node)`` to ``visit_<ClassName>`` (cached per class)."""
+
+    _cache: dict[tuple[type, type], Callable[..., Any]]
+
+    def __init_subclass__(cls) -> None:
+        cls._cache = {}
+
+    def _method(self, node: Any) -> Callable[..., Any]:
+        key = (type(self), type(node))
+        m = self._cache.get(key)
+        if m is None:
+            for klass in type(node).__mro__:
+                fn = getattr(type(self), "visit_" + klass.__name__, None)
+                if fn is not None:
+                    m = fn
+                    break
+            else:
+                raise TypeError(f"{type(self).__name__} cannot visit {type(node).__name__}")
+            self._cache[key] = m
+        return m
+
+
+class ExprVisitor(_Dispatch):
+    """Walk an expression tree."""
+
+    def visit_expr(self, e: ir.PrimExpr) -> None:
+        """Visit ``e`` (dispatches on its class)."""
+        self._method(e)(self, e)
+
+    def visit_IntImm(self, e: ir.IntImm) -> None:
+        pass
+
+    def visit_FloatImm(self, e: ir.FloatImm) -> None:
+        pass
+
+    def visit_StringImm(self, e: ir.StringImm) -> None:
+        pass
+
+    def visit_Var(self, e: ir.Var) -> None:
+        pass
+
+    def visit__Binary(self, e: ir._Binary) -> None:
+        self.visit_expr(e.a)
+        self.visit_expr(e.b)
+
+    def visit_Not(self, e: ir.Not) -> None:
+        self.visit_expr(e.a)
+
+    def visit_Select(self, e: ir.Select) -> None:
+        self.visit_expr(e.condition)
+        self.visit_expr(e.true_value)
+        self.visit_expr(e.false_value)
+
+    def visit_Cast(self, e: ir.Cast) -> None:
+        self.visit_expr(e.value)
+
+    def visit_Let(self, e: ir.Let) -> None:
+        self.visit_expr(e.value)
+        self.visit_expr(e.body)
+
+    def visit_Call(self, e: ir.Call) -> None:
+        for a in e.args:
+            self.visit_expr(a)
+
+    def visit_Ramp(self, e: ir.Ramp) -> None:
+        self.visit_expr(e.base)
+        self.visit_expr(e.stride)
+
+    def visit_Broadcast(self, e: ir.Broadcast) -> None:
+        self.visit_expr(e.value)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        for i in e.indices:
+            self.visit_expr(i)
+
+
+class StmtExprVisitor(ExprVisitor):
+    """Walk statements and the expressions inside them."""
+
+    def visit_stmt(self, s: ir.Stmt) -> None:
+        """Visit ``s`` (dispatches on its class)."""
+        self._method(s)(self, s)
+
+    def visit(self, node: Any) -> None:
+        """Visit any statement, expression or PrimFunc."""
+        if isinstance(node, ir.PrimFunc):
+            self.visit_stmt(node.body)
+        elif isinstance(node, ir.Stmt):
+            self.visit_stmt(node)
+        else:
+            self.visit_expr(node)
+
+    def visit_region(self, r: ir.BufferRegion) -> None:
+        for rg in r.region:
+            self.visit_expr(rg.min)
+            self.visit_expr(rg.extent)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        self.visit_expr(s.value)
+        for i in s.indices:
+            self.visit_expr(i)
+
+    def visit_For(self, s: ir.For) -> None:
+        self.visit_expr(s.min)
+        self.visit_expr(s.extent)
+        self.visit_stmt(s.body)
+
+    def visit_IfThenElse(self, s: ir.IfThenElse) -> None:
+        self.visit_expr(s.condition)
+        self.visit_stmt(s.then_case)
+        if s.else_case is not None:
+            self.visit_stmt(s.else_case)
+
+    def visit_LetStmt(self, s: ir.LetStmt) -> None:
+        self.visit_expr(s.value)
+        self.visit_stmt(s.body)
+
+    def visit_AttrStmt(self, s: ir.AttrStmt) -> None:
+        self.visit_expr(s.value)
+        self.visit_stmt(s.body)
+
+    def visit_Allocate(self, s: ir.Allocate) -> None:
+        self.visit_stmt(s.body)
+
+    def visit_SeqStmt(self, s: ir.SeqStmt) -> None:
+        for x in s.seq:
+            self.visit_stmt(x)
+
+    def visit_Evaluate(self, s: ir.Evaluate) -> None:
+        self.visit_expr(s.value)
+
+    def visit_Block(self, s: ir.Block) -> None:
+        for iv in s.iter_vars:
+            self.visit_expr(iv.dom.min)
+            self.visit_expr(iv.dom.extent)
+        for r in s.reads + s.writes:
+            self.visit_region(r)
+        if s.init is not None:
+            self.visit_stmt(s.init)
+        self.visit_stmt(s.body)
+
+    def visit_BlockRealize(self, s: ir.BlockRealize) -> None:
+        for v in s.iter_values:
+            self.visit_expr(v)
+        self.visit_expr(s.predicate)
+        self.visit_stmt(s.block)
+
+
+class ExprMutator(_Dispatch):
+    """Rebuild an expression tree bottom-up; unchanged subtrees keep their identity."""
+
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        """Mutate ``e`` (dispatches on its class)."""
+        return self._method(e)(self, e)
+
+    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        """Hook to replace buffers (identity by default)."""
+        return b
+
+    def visit_IntImm(self, e: ir.IntImm) -> ir.PrimExpr:
+        return e
+
+    def visit_FloatImm(self, e: ir.FloatImm) -> ir.PrimExpr:
+        return e
+
+    def visit_StringImm(self, e: ir.StringImm) -> ir.PrimExpr:
+        return e
+
+    def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
+        return e
+
+    def visit__Binary(self, e: ir._Binary) -> ir.PrimExpr:
+        a, b = self.visit_expr(e.a), self.visit_expr(e.b)
+        if a is e.a and b is e.b:
+            return e
+        return type(e)(a, b)
+
+    def visit_Not(self, e: ir.Not) -> ir.PrimExpr:
+        a = self.visit_expr(e.a)
+        return e if a is e.a else ir.Not(a)
+
+    def visit_Select(self, e: ir.Select) -> ir.PrimExpr:
+        c, t, f = (self.visit_expr(x) for x in (e.condition, e.true_value, e.false_value))
+        if c is e.condition and t is e.true_value and f is e.false_value:
+            return e
+        return ir.Select(c, t, f)
+
+    def visit_Cast(self, e: ir.Cast) -> ir.PrimExpr:
+        v = self.visit_expr(e.value)
+        return e if v is e.value else ir.Cast(e.dtype, v)
+
+    def visit_Let(self, e: ir.Let) -> ir.PrimExpr:
+        v, b = self.visit_expr(e.value), self.visit_expr(e.body)
+        return e if v is e.value and b is e.body else ir.Let(e.var, v, b)
+
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
+        args = tuple(self.visit_expr(a) for a in e.args)
+        if all(x is y for x, y in zip(args, e.args, strict=False)):
+            return e
+        return ir.Call(e.dtype, e.op, args)
+
+    def visit_Ramp(self, e: ir.Ramp) -> ir.PrimExpr:
+        b, s = self.visit_expr(e.base), self.visit_expr(e.stride)
+        return e if b is e.base and s is e.stride else ir.Ramp(b, s, e.lanes)
+
+    def visit_Broadcast(self, e: ir.Broadcast) -> ir.PrimExpr:
+        v = self.visit_expr(e.value)
+        return e if v is e.value else ir.Broadcast(v, e.lanes)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        buf = self.visit_buffer(e.buffer)
+        idx = tuple(self.visit_expr(i) for i in e.indices)
+        if buf is e.buffer and all(x is y for x, y in zip(idx, e.indices, strict=False)):
+            return e
+        return ir.BufferLoad(buf, idx)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=False))
+
+
+class StmtExprMutator(ExprMutator):
+    """Rebuild statements and the expressions inside them."""
+
+    def visit_stmt(self, s: ir.Stmt) -> ir.Stmt:
+        """Mutate ``s`` (dispatches on its class)."""
+        return self._method(s)(self, s)
+
+    def visit(self, node: Any) -> Any:
+        """Mutate a statement, an expression, or a PrimFunc's body."""
+        if isinstance(node, ir.PrimFunc):
+            body = self.visit_stmt(node.body)
+            return node if body is node.body else node.with_body(body)
+        if isinstance(node, ir.Stmt):
+            return self.visit_stmt(node)
+        return self.visit_expr(node)
+
+    def visit_range(self, r: ir.Range) -> ir.Range:
+        mn, ext = self.visit_expr(r.min), self.visit_expr(r.extent)
+        return r if mn is r.min and ext is r.extent else ir.Range(mn, ext)
+
+    def visit_region(self, r: ir.BufferRegion) -> ir.BufferRegion:
+        buf = self.visit_buffer(r.buffer)
+        rg = tuple(self.visit_range(x) for x in r.region)
+        return r if buf is r.buffer and _same(rg, r.region) else ir.BufferRegion(buf, rg)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
+        buf = self.visit_buffer(s.buffer)
+        v = self.visit_expr(s.value)
+        idx = tuple(self.visit_expr(i) for i in s.indices)
+        if buf is s.buffer and v is s.value and _same(idx, s.indices):
+            return s
+        return ir.BufferStore(buf, v, idx)
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:
+        mn, ext = self.visit_expr(s.min), self.visit_expr(s.extent)
+        body = self.visit_stmt(s.body)
+        if mn is s.min and ext is s.extent and body is s.body:
+            return s
+        return replace(s, min=mn, extent=ext, body=body)
+
+    def visit_IfThenElse(self, s: ir.IfThenElse) -> ir.Stmt:
+        c = self.visit_expr(s.condition)
+        t = self.visit_stmt(s.then_case)
+        e = self.visit_stmt(s.else_case) if s.else_case is not None else None
+        if c is s.condition and t is s.then_case and e is s.else_case:
+            return s
+        return ir.IfThenElse(c, t, e)
+
+    def visit_LetStmt(self, s: ir.LetStmt) -> ir.Stmt:
+        v, b = self.visit_expr(s.value), self.visit_stmt(s.body)
+        return s if v is s.value and b is s.body else ir.LetStmt(s.var, v, b)
+
+    def visit_AttrStmt(self, s: ir.AttrStmt) -> ir.Stmt:
+        v, b = self.visit_expr(s.value), self.visit_stmt(s.body)
+        return s if v is s.value and b is s.body else ir.AttrStmt(s.node, s.key, v, b)
+
+    def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
+        buf, b = self.visit_buffer(s.buffer), self.visit_stmt(s.body)
+        return s if buf is s.buffer and b is s.body else ir.Allocate(buf, b)
+
+    def visit_SeqStmt(self, s: ir.SeqStmt) -> ir.Stmt:
+        new = tuple(self.visit_stmt(x) for x in s.seq)
+        return s if _same(new, s.seq) else ir.seq(*new)
+
+    def visit_Evaluate(self, s: ir.Evaluate) -> ir.Stmt:
+        v = self.visit_expr(s.value)
+        return s if v is s.value else ir.Evaluate(v)
+
+    def visit_IterVar(self, iv: ir.IterVar) -> ir.IterVar:
+        dom = self.visit_range(iv.dom)
+        return iv if dom is iv.dom else ir.IterVar(iv.var, dom, iv.iter_type)
+
+    def visit_Block(self, s: ir.Block) -> ir.Stmt:
+        ivs = tuple(self.visit_IterVar(iv) for iv in s.iter_vars)
+        reads = tuple(self.visit_region(r) for r in s.reads)
+        writes = tuple(self.visit_region(r) for r in s.writes)
+        init = self.visit_stmt(s.init) if s.init is not None else None
+        body = self.visit_stmt(s.body)
+        allocs = tuple(self.visit_buffer(b) for b in s.alloc_buffers)
+        if (_same(ivs, s.iter_vars) and _same(reads, s.reads) and _same(writes, s.writes)
+                and init is s.init and body is s.body and _same(allocs, s.alloc_buffers)):
+            return s
+        return replace(s, iter_vars=ivs, reads=reads, writes=writes, init=init, body=body,
+                       alloc_buffers=allocs)
+
+    def visit_BlockRealize(self, s: ir.BlockRealize) -> ir.Stmt:
+        vals = tuple(self.visit_expr(v) for v in s.iter_values)
+        pred = self.visit_expr(s.predicate)
+        blk = self.visit_stmt(s.block)
+        if _same(vals, s.iter_values) and pred is s.predicate and blk is s.block:
+            return s
+        return ir.BlockRealize(vals, pred, blk)
+
+
+class _Substitute(StmtExprMutator):
+    def __init__(self, vmap: Mapping[ir.Var, ir.PrimExpr],
+                 bmap: Mapping[ir.Buffer, ir.Buffer] | None = None) -> None:
+        self.vmap = vmap
+        self.bmap = bmap or {}
+
+    def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
+        return self.vmap.get(e, e)
+
+    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        return self.bmap.get(b, b)
+
+
+def substitute(node: Any, vmap: Mapping[ir.Var, Any],
+               bmap: Mapping[ir.Buffer, ir.Buffer] | None = None) -> Any:
+    """Replace Vars (and optionally Buffers) in a statement or expression.
+
+    >>> from toolchain.tir.ir import Var
+    >>> i, j = Var("i"), Var("j")
+    >>> str(substitute(i + 1, {i: j * 4}))
+    'j * 4 + 1'
+    """
+    if not vmap and not bmap:
+        return node
+    vm = {k: ir.convert(v) for k, v in vmap.items()}
+    return _Substitute(vm, bmap).visit(node)
+
+
+class _PostOrder(StmtExprVisitor):
+    def __init__(self, fn: Callable[[Any], None]) -> None:
+        self.fn = fn
+
+    def visit_expr(self, e: ir.PrimExpr) -> None:
+        super().visit_expr(e)
+        self.fn(e)
+
+    def visit_stmt(self, s: ir.Stmt) -> None:
+        super().visit_stmt(s)
+        self.fn(s)
+
+
+def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:
+    """Call ``fn`` on every statement and expression under ``node``, children first."""
+    _PostOrder(fn).visit(node)
+
+
+def free_vars(node: Any) -> list[ir.Var]:
+    """Vars used in ``node`` (in first-use order), including loop/block vars it binds."""
+    seen: dict[ir.Var, None] = {}
+
+    def f(x: Any) -> None:
+        if isinstance(x, ir.Var):
+            seen.setdefault(x, None)
+
+    post_order_visit(node, f)
+    return list(seen)
+
+
+def uses_var(node: Any, var: ir.Var) -> bool:
+    """True if ``var`` occurs in ``node``."""
+    return var in free_vars(node)
