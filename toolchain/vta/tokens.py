@@ -19,8 +19,8 @@ Example::
     >>> try:
     ...     schedule([Gemm(pop_prev=True), Finish()], cmd_depth=4, token_depth=2)
     ... except Deadlock as d:
-    ...     print(d)
-    load engine finished; compute engine blocked at instruction 0 (GEMM) waiting to pop l2c (queue empty); store engine finished
+    ...     print(d.blocked["compute"])
+    blocked at instruction 0 (GEMM) waiting to pop l2c (queue empty)
 """
 
 from __future__ import annotations
