@@ -20,6 +20,27 @@ from toolchain.graph.ops._common import KILN_TO_ONNX
 
 Arrays = Sequence[np.ndarray | None]
 
+_RNG = np.random.default_rng(0)
+
+
+def data(dtype: str, shape: Sequence[int] = (3, 4), *, positive: bool = False,
+         nonzero: bool = False, seed: int | None = None) -> np.ndarray:
+    """Random test data of a Kiln dtype: normal*3 for floats, small ints, random bools."""
+    rng = _RNG if seed is None else np.random.default_rng(seed)
+    shape = tuple(shape)
+    if dtype == "bool":
+        return rng.random(shape) > 0.5
+    if dtype.startswith("float"):
+        x = rng.standard_normal(shape) * 3
+        x = np.abs(x) + 0.1 if positive else x
+        return x.astype(dtype)
+    info = np.iinfo(dtype)
+    lo = 1 if positive else max(int(info.min), -50)
+    x = rng.integers(lo, min(int(info.max), 50), shape, endpoint=True).astype(dtype)
+    if nonzero:
+        x[x == 0] = 1
+    return x
+
 
 def make_node(
     op: str, inputs: Arrays | Sequence[Value | None], attrs: Mapping[str, Any] | None = None,
@@ -59,6 +80,8 @@ def ort(
 ) -> list[np.ndarray]:
     """Run a one-node ONNX model in onnxruntime (CPU).  Inputs in ``const`` are initializers.
 
+    Where onnxruntime has no CPU kernel for the dtypes, ``onnx.reference`` runs it instead.
+
     Output dtypes default to Kiln's inferred ones (ORT checks them against its own rule)."""
     if out_dtypes is None:
         out_dtypes = [t.dtype for t in infer(op, inputs, attrs, const=const,
@@ -86,8 +109,14 @@ def ort(
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
-    sess = onnxruntime.InferenceSession(model.SerializeToString(),
-                                        providers=["CPUExecutionProvider"])
+    try:
+        sess = onnxruntime.InferenceSession(model.SerializeToString(),
+                                            providers=["CPUExecutionProvider"])
+    except onnxruntime.capi.onnxruntime_pybind11_state.NotImplemented:
+        # No CPU kernel for this dtype: the ONNX reference evaluator is the second opinion.
+        from onnx.reference import ReferenceEvaluator
+
+        return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
     return [np.asarray(r) for r in sess.run(None, feeds)]
 
 

@@ -92,6 +92,9 @@ def tensor_attr(value: Any) -> np.ndarray:
 
 def check_tensor_attr(value: Any) -> str | None:
     """Attribute check: a tensor whose dtype Kiln supports."""
+    code = getattr(value, "data_type", None)
+    if code is not None and int(code) not in ONNX_TO_KILN:
+        return f"a tensor of ONNX data type {onnx_type_name(code)}, which Kiln does not support"
     try:
         arr = tensor_attr(value)
         dtype_of(arr)
