@@ -228,8 +228,9 @@ def split_sizes(where: str, dim: int, split: Sequence[int] | None, num_outputs: 
     if num_outputs is None and dim % n:
         raise ModelError(f"{where}: axis length {dim} cannot be split evenly into {n} outputs;"
                          " give a 'split' input")
-    if sizes[-1] < 0:
-        raise ModelError(f"{where}: axis length {dim} is too short for {n} chunks")
+    if sizes[-1] < 0 or (sizes[-1] == 0 and dim > 0):
+        raise ModelError(f"{where}: axis length {dim} is too short for {n} chunks of "
+                         f"{chunk} (the last would have {sizes[-1]} elements)")
     return sizes
 
 
