@@ -1,0 +1,117 @@
+"""``kiln run``: run a model on inputs from an ``.npz`` file with the numpy reference.
+
+The reference executor is Kiln's oracle: what compiled bundles are compared against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from toolchain.commands._model_args import add_model_arguments, load_graph
+from toolchain.errors import InputError, OptionError
+from toolchain.graph.reference import run_graph
+
+HELP = "run an ONNX model on inputs from an .npz file (numpy reference executor)"
+
+EPILOG = """\
+examples:
+  python -c "import numpy as np; np.savez('in.npz', input=np.zeros((1, 1, 28, 28), np.float32))"
+  kiln run model.onnx --inputs in.npz                  # print a summary of each output
+  kiln run model.onnx --inputs in.npz --outputs out.npz
+  kiln run model.onnx --inputs in.npz --input-shape input=1,3,96,96
+
+The .npz keys are the model's input names (see `kiln inspect MODEL.onnx`); the arrays must
+have exactly the dtype and shape the model expects (no implicit conversion).  --outputs
+writes the outputs keyed by the model's output names.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_model_arguments(parser)
+    parser.add_argument("--inputs", required=True, metavar="IN.npz",
+                        help="input arrays keyed by the model's input names (np.savez)")
+    parser.add_argument("--outputs", metavar="OUT.npz",
+                        help="write the outputs here, keyed by output name "
+                             "(default: print a summary)")
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file by key; clear errors for anything else."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"--inputs {path}: no such file")
+    try:
+        data = np.load(p, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(f"--inputs {path}: this is a single .npy array, not an .npz "
+                             "archive; write one with np.savez(path, NAME=array, ...)")
+        with data:
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"--inputs {path}: not a numpy .npz file ({exc}); write one with "
+                         "np.savez(path, NAME=array, ...)") from None
+
+
+def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` to ``path`` atomically (a temporary file, then ``os.replace``)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise OptionError(f"--outputs {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def summary(name: str, array: np.ndarray, first: int = 6) -> str:
+    """One line about an output: shape, dtype, min/max/mean and the first values.
+
+    Example::
+
+        >>> summary("y", np.arange(4, dtype=np.float32))
+        'y: float32[4]  min 0 max 3 mean 1.5  first [0, 1, 2, 3]'
+    """
+    text = f"{name}: {array.dtype}[{', '.join(map(str, array.shape))}]"
+    if array.size:
+        flat = array.reshape(-1)
+        stats = flat.astype(np.float64) if array.dtype != np.bool_ else flat.astype(np.int64)
+        text += (f"  min {_num(stats.min())} max {_num(stats.max())}"
+                 f" mean {_num(stats.mean())}")
+        values = ", ".join(_num(v) if isinstance(v, float) else str(v)
+                           for v in flat[:first].tolist())
+        text += f"  first [{values}" + (", ...]" if flat.size > first else "]")
+    return text
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def run(args: argparse.Namespace) -> int:
+    feeds = load_npz(args.inputs)
+    graph = load_graph(args)
+    try:
+        outputs = run_graph(graph, feeds)
+    except InputError as exc:
+        raise InputError(f"--inputs {args.inputs}: {exc}") from None
+    if args.outputs:
+        write_npz(args.outputs, outputs)
+        print(f"wrote {len(outputs)} output(s) to {args.outputs}: {', '.join(outputs)}")
+    else:
+        for name, array in outputs.items():
+            print(summary(name, array))
+    return 0

@@ -1,0 +1,594 @@
+"""ONNX -> Kiln :class:`~toolchain.graph.ir.Graph`.
+
+:func:`from_onnx` turns an ONNX model into a static-shape Kiln graph in canonical form::
+
+    from toolchain.frontend.onnx import from_onnx
+    g = from_onnx("model.onnx", input_shapes={"input": (1, 3, 224, 224)})
+    print(g)
+
+The steps, each with its own user-facing errors (all :class:`~toolchain.errors.ModelError`):
+
+1. **load** a path, ``bytes`` or ``ModelProto`` (not a file, not ONNX, truncated);
+2. **opset**: newer than the installed ``onnx`` knows is refused; older than 11 is raised
+   to 11 by ``onnx.version_converter`` or refused when that fails;
+3. **external data** is read only from files inside the model's own folder (after
+   resolving symlinks and ``..``);
+4. **structure**: cycles and dangling inputs are reported with node names (by
+   :class:`~toolchain.graph.ir.Graph`); nodes are put in topological order;
+5. ``onnx.checker.check_model``, with its message trimmed;
+6. ``input_shapes`` overrides (the CLI's ``--input-shape NAME=D,D,...``) and ``bind``
+   (graph inputs turned into constants), then ONNX shape inference;
+7. every node is parsed, upgraded to the newest op form
+   (:mod:`toolchain.frontend.onnx_upgrade`) and validated against the op registry; every
+   unsupported op, attribute and dtype is listed in **one**
+   :class:`~toolchain.errors.UnsupportedError`;
+8. the graph is built node by node with each op's ``infer`` (cross-checked against ONNX
+   shape inference), and nodes whose inputs are all constants — including ``Shape`` of a
+   static tensor — are folded with the numpy reference, so ``Shape -> Gather -> Concat ->
+   Reshape`` chains exported from PyTorch come out with constant shapes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from toolchain.errors import InputError, ModelError, OptionError, UnsupportedError
+from toolchain.frontend.onnx_build import build_graph
+from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.ops.registry import get_op, has_op
+
+#: Oldest opset whose semantics Kiln implements (older models are converted first).
+MIN_OPSET = 11
+
+#: ONNX TensorProto data type -> Kiln dtype
+ONNX_DTYPES: dict[int, str] = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT16: "int16",
+    onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.UINT32: "uint32", onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.BOOL: "bool",
+}
+
+_MAX_LISTED_PER_OP = 5
+
+
+def onnx_dtype_name(code: int) -> str:
+    """``1 -> 'FLOAT'`` (the ONNX spelling, for messages)."""
+    try:
+        return onnx.TensorProto.DataType.Name(code)
+    except ValueError:
+        return f"data type {code}"
+
+
+def from_onnx(
+    model: str | os.PathLike[str] | bytes | onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    bind: Mapping[str, np.ndarray] | None = None,
+) -> Graph:
+    """Import an ONNX model as a static-shape Kiln graph in canonical form.
+
+    ``input_shapes`` gives static shapes to inputs whose shapes are dynamic
+    (``{"input": (1, 3, 224, 224)}``); ``bind`` turns graph inputs into constants with the
+    given values (for operands such as a Reshape's shape that arrive as inputs).
+
+    Example::
+
+        >>> import onnx
+        >>> from onnx import helper, TensorProto
+        >>> node = helper.make_node("Relu", ["x"], ["y"])
+        >>> graph = helper.make_graph(
+        ...     [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+        >>> m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        >>> print(from_onnx(m, input_shapes={"x": (2, 4)}))  # doctest: +NORMALIZE_WHITESPACE
+        graph g(%x: float32[2, 4]) -> (%y: float32[2, 4]) {
+          %y: float32[2, 4] = Relu(%x)  # Relu_0
+        }
+    """
+    proto, label, base_dir = load_model(model)
+    proto, opset = _check_opset(proto, label)
+    _load_external_data(proto, label, base_dir)
+    _sort_nodes(proto, label)
+    _run_checker(proto, label)
+    _apply_input_shapes(proto, dict(input_shapes or {}), label)
+    _apply_bind(proto, dict(bind or {}), label)
+    onnx_types = _infer_onnx_types(proto, label)
+    constants = _read_initializers(proto, label)
+    raw_nodes = _parse_nodes(proto, opset, constants)
+    _validate(proto, raw_nodes, constants, label)
+    inputs = _graph_inputs(proto, constants, label)
+    name = proto.graph.name or (Path(label).stem if base_dir else "model")
+    return build_graph(
+        name, inputs, constants, raw_nodes, [o.name for o in proto.graph.output],
+        onnx_types, opset=opset, label=label,
+        metadata={"source": label, "producer": proto.producer_name,
+                  "producer_version": proto.producer_version, "ir_version": proto.ir_version},
+    )
+
+
+# -- 1. loading -----------------------------------------------------------------------------
+
+def load_model(model: Any) -> tuple[onnx.ModelProto, str, str | None]:
+    """``(a private copy of the ModelProto, label for messages, folder or None)``.
+
+    External data is *not* loaded here (see :func:`_load_external_data`).
+    """
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy, model.graph.name or "<model>", None
+    if isinstance(model, (bytes, bytearray)):
+        return _parse(bytes(model), "<model bytes>"), "<model bytes>", None
+    if not isinstance(model, (str, os.PathLike)):
+        raise OptionError(f"from_onnx expects a path, bytes or onnx.ModelProto, "
+                          f"not {type(model).__name__}")
+    path = Path(model)
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, not an ONNX model file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    return _parse(data, str(path)), str(path), str(path.resolve().parent)
+
+
+def _parse(data: bytes, label: str) -> onnx.ModelProto:
+    if not data:
+        raise ModelError(f"{label}: the file is empty, not an ONNX model")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as exc:  # google.protobuf.message.DecodeError and friends
+        # Every ONNX serialiser writes ir_version (field 1, varint: tag 0x08) first.
+        if data[:1] == b"\x08":
+            raise ModelError(
+                f"{label}: the file starts like an ONNX model but cannot be decoded; it is "
+                f"probably truncated or corrupted ({len(data)} bytes; protobuf says: {exc}). "
+                "Copy or export the model again."
+            ) from None
+        raise ModelError(
+            f"{label}: not an ONNX model (the file is not an ONNX protobuf: {exc}); "
+            "Kiln reads binary .onnx files"
+        ) from None
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise ModelError(
+            f"{label}: not an ONNX model (it has no ir_version or no graph); "
+            "Kiln reads binary .onnx files"
+        )
+    return proto
+
+
+# -- 2. opset -------------------------------------------------------------------------------
+
+def _check_opset(proto: onnx.ModelProto, label: str) -> tuple[onnx.ModelProto, int]:
+    newest = onnx.defs.onnx_opset_version()
+    versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        return proto, newest  # no default-domain ops at all
+    opset = versions[0]
+    if opset > newest:
+        raise ModelError(
+            f"{label}: the model uses ONNX opset {opset}, newer than the newest this "
+            f"installation supports ({newest}, onnx {onnx.__version__}); Kiln supports opsets "
+            f"{MIN_OPSET} to {newest}: re-export the model with opset {newest} or lower "
+            f"(e.g. torch.onnx.export(..., opset_version=17)) or upgrade the onnx package"
+        )
+    if opset < MIN_OPSET:
+        try:
+            from onnx import version_converter
+
+            proto = version_converter.convert_version(proto, MIN_OPSET)
+        except Exception as exc:
+            msg = _trim(str(exc))
+            raise ModelError(
+                f"{label}: the model uses ONNX opset {opset}, older than the oldest Kiln "
+                f"supports ({MIN_OPSET}), and onnx.version_converter could not upgrade it "
+                f"({msg}); re-export the model with an opset from {MIN_OPSET} to {newest}"
+            ) from None
+        opset = MIN_OPSET
+    return proto, opset
+
+
+# -- 3. external data -----------------------------------------------------------------------
+
+def _external_tensors(proto: onnx.ModelProto):
+    yield from proto.graph.initializer
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+
+
+def _load_external_data(proto: onnx.ModelProto, label: str, base_dir: str | None) -> None:
+    """Read external tensor data, refusing any file outside the model's folder."""
+    for tensor in _external_tensors(proto):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        if base_dir is None:
+            raise ModelError(
+                f"{label}: tensor {tensor.name!r} keeps its data in external file "
+                f"{location!r}, but the model was given in memory; pass the model's path "
+                "so that Kiln can find the file next to it"
+            )
+        base = os.path.realpath(base_dir)
+        resolved = os.path.realpath(os.path.join(base, location))
+        if not location or os.path.isabs(location) or os.path.commonpath(
+                [base, resolved]) != base:
+            raise ModelError(
+                f"{label}: tensor {tensor.name!r} keeps its data in external file "
+                f"{location!r}, which resolves to {resolved}, outside the model's folder "
+                f"{base}; Kiln reads external data only from inside the model's folder "
+                "(move the file next to the model and use a relative location)"
+            )
+        if not os.path.isfile(resolved):
+            raise ModelError(
+                f"{label}: external data file {location!r} of tensor {tensor.name!r} was "
+                f"not found (looked for {resolved})"
+            )
+        offset = int(info.get("offset", 0) or 0)
+        length = info.get("length")
+        size = os.path.getsize(resolved)
+        with open(resolved, "rb") as f:
+            f.seek(offset)
+            data = f.read(int(length) if length else -1)
+        if (length and len(data) != int(length)) or offset > size:
+            end = offset + int(length or 0)
+            raise ModelError(
+                f"{label}: external data file {location!r} of tensor {tensor.name!r} is too "
+                f"short ({size} bytes; the tensor needs bytes {offset}..{end})"
+            )
+        tensor.raw_data = data
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+
+# -- 4. structure ---------------------------------------------------------------------------
+
+def _sort_nodes(proto: onnx.ModelProto, label: str) -> None:
+    """Check for cycles, dangling inputs and doubly-produced tensors (messages from
+    :class:`Graph`) and put the nodes in topological order."""
+    placeholders: dict[str, Value] = {}
+
+    def value(name: str, const: bool = False) -> Value:
+        if name not in placeholders:
+            data = np.zeros((), np.float32) if const else None
+            placeholders[name] = Value(name, (), "float32", data)
+        return placeholders[name]
+
+    for init in proto.graph.initializer:
+        value(init.name, const=True)
+    inputs = [value(i.name) for i in proto.graph.input if i.name not in placeholders]
+    names = node_names(proto)
+    nodes = []
+    for name, node in zip(names, proto.graph.node, strict=True):
+        ins = [value(n) if n else None for n in node.input]
+        outs = [Value(n, (), "float32") for n in node.output if n]
+        for o in outs:
+            if o.name in placeholders and placeholders[o.name].is_constant:
+                raise ModelError(f"{label}: node {name!r} ({node.op_type}) writes "
+                                 f"{o.name!r}, which is an initializer (a constant)")
+            placeholders.setdefault(o.name, o)
+        nodes.append(Node(node.op_type, name, ins, [placeholders[o.name] for o in outs]))
+    outputs = [value(o.name) for o in proto.graph.output]
+    try:
+        skeleton = Graph(proto.graph.name, inputs, outputs, nodes)
+    except ModelError as exc:
+        raise ModelError(f"{label}: {exc}") from None
+    position = {id(n): i for i, n in enumerate(nodes)}
+    order = [position[id(n)] for n in skeleton.nodes]
+    if order != list(range(len(order))):
+        sorted_nodes = [onnx.NodeProto() for _ in order]
+        for dst, src in zip(sorted_nodes, order, strict=True):
+            dst.CopyFrom(proto.graph.node[src])
+            dst.name = names[src]  # keep the name it had by its original position
+        del proto.graph.node[:]
+        proto.graph.node.extend(sorted_nodes)
+
+
+def node_names(proto: onnx.ModelProto) -> list[str]:
+    """Unique node names: the model's own, ``<op>_<index>`` for unnamed nodes, and a
+    ``__<index>`` suffix for repeated ones."""
+    used: set[str] = set()
+    names = []
+    for index, node in enumerate(proto.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        if name in used:
+            name = f"{name}__{index}"
+        while name in used:
+            name += "_"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+# -- 5. checker -----------------------------------------------------------------------------
+
+def _trim(message: str, limit: int = 400) -> str:
+    text = re.sub(r"\s+", " ", message.replace("==> Context:", "; context:")).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _run_checker(proto: onnx.ModelProto, label: str) -> None:
+    try:
+        onnx.checker.check_model(proto)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise ModelError(f"{label}: the ONNX checker rejects the model: {_trim(str(exc))}") \
+            from None
+
+
+# -- 6. overrides and shape inference -------------------------------------------------------
+
+def _input_protos(proto: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    inits = {i.name for i in proto.graph.initializer}
+    return {i.name: i for i in proto.graph.input if i.name not in inits}
+
+
+def _dims(info: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """Dims of a tensor value info (int, symbolic name, or None); None for unknown rank."""
+    t = info.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in t.shape.dim]
+
+
+def _apply_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
+                        label: str) -> None:
+    inputs = _input_protos(proto)
+    for name, shape in shapes.items():
+        if name not in inputs:
+            raise OptionError(
+                f"--input-shape {name}=...: the model has no input {name!r}; its inputs are: "
+                + (", ".join(inputs) or "none")
+            )
+        shape = tuple(shape)
+        if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+            raise OptionError(f"--input-shape {name}: dimensions must be integers >= 0, "
+                              f"got {list(shape)}")
+        dims = _dims(inputs[name])
+        if dims is not None and len(dims) != len(shape):
+            raise OptionError(
+                f"--input-shape {name}={','.join(map(str, shape))}: the model declares "
+                f"input {name!r} with rank {len(dims)} ({_fmt_dims(dims)}), not {len(shape)}"
+            )
+        for i, (d, s) in enumerate(zip(dims or [], shape, strict=False)):
+            if isinstance(d, int) and d != s:
+                raise OptionError(
+                    f"--input-shape {name}={','.join(map(str, shape))}: dimension {i} of "
+                    f"input {name!r} is fixed to {d} in the model ({_fmt_dims(dims)})"
+                )
+        tensor_type = inputs[name].type.tensor_type
+        tensor_type.shape.Clear()
+        for s in shape:
+            tensor_type.shape.dim.add().dim_value = int(s)
+
+
+def _fmt_dims(dims: list[int | str | None] | None) -> str:
+    if dims is None:
+        return "unknown rank"
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _apply_bind(proto: onnx.ModelProto, bind: dict[str, np.ndarray], label: str) -> None:
+    inputs = _input_protos(proto)
+    for name, array in bind.items():
+        if name not in inputs:
+            raise OptionError(f"bind: the model has no input {name!r}; its inputs are: "
+                              + (", ".join(inputs) or "none"))
+        array = np.asarray(array)
+        elem = inputs[name].type.tensor_type.elem_type
+        want = ONNX_DTYPES.get(elem)
+        if want is None or array.dtype != np.dtype(want if want != "bool" else np.bool_):
+            raise InputError(f"bind: input {name!r} is {onnx_dtype_name(elem)} in the model, "
+                             f"but the bound array has dtype {array.dtype}")
+        dims = _dims(inputs[name])
+        if dims is not None and (len(dims) != array.ndim or any(
+                isinstance(d, int) and d != s for d, s in zip(dims, array.shape, strict=True))):
+            raise InputError(f"bind: input {name!r} has shape {_fmt_dims(dims)} in the model, "
+                             f"but the bound array has shape {list(array.shape)}")
+        proto.graph.initializer.append(numpy_helper.from_array(array, name))
+        kept = [i for i in proto.graph.input if i.name != name]
+        del proto.graph.input[:]
+        proto.graph.input.extend(kept)
+
+
+OnnxTypes = dict[str, tuple[int, list[int | str | None] | None]]
+
+
+def _infer_onnx_types(proto: onnx.ModelProto, label: str) -> OnnxTypes:
+    """ONNX's own shape inference: ``name -> (elem_type, dims)`` (used to cross-check)."""
+    del proto.graph.value_info[:]  # recompute: an exporter's stale value_info is no evidence
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False,
+                                                     strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise ModelError(f"{label}: ONNX shape inference fails on the model: "
+                         f"{_trim(str(exc))}") from None
+    types: OnnxTypes = {}
+    for info in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if info.type.HasField("tensor_type"):
+            types[info.name] = (info.type.tensor_type.elem_type, _dims(info))
+    return types
+
+
+# -- 7. nodes -------------------------------------------------------------------------------
+
+def _read_initializers(proto: onnx.ModelProto, label: str) -> dict[str, np.ndarray | str]:
+    """Initializer arrays by name; an unsupported dtype maps to its ONNX type name."""
+    result: dict[str, np.ndarray | str] = {}
+    for init in proto.graph.initializer:
+        if init.data_type not in ONNX_DTYPES:
+            result[init.name] = onnx_dtype_name(init.data_type)
+            continue
+        try:
+            result[init.name] = numpy_helper.to_array(init)
+        except Exception as exc:
+            raise ModelError(f"{label}: initializer {init.name!r} cannot be read: "
+                             f"{_trim(str(exc))}") from None
+    return result
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, onnx.TensorProto):
+        if value.data_type not in ONNX_DTYPES:
+            return _UnsupportedTensor(onnx_dtype_name(value.data_type))
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return tuple(v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v
+                     for v in value)
+    return value
+
+
+class _UnsupportedTensor:
+    """A tensor attribute whose dtype Kiln lacks (reported by :func:`_validate`)."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+    def __repr__(self) -> str:
+        return f"<{self.dtype} tensor>"
+
+
+def _parse_nodes(proto: onnx.ModelProto, opset: int,
+                 constants: dict[str, np.ndarray | str]) -> list[RawNode]:
+    versions = {o.domain or "": o.version for o in proto.opset_import}
+    versions.setdefault("", opset)
+    versions[""] = versions["ai.onnx"] = opset
+    used = {n for node in proto.graph.node for n in list(node.input) + list(node.output)}
+    used |= set(constants) | {i.name for i in proto.graph.input}
+
+    def new_const(hint: str, array: np.ndarray) -> str:
+        name = hint
+        while name in used:
+            name += "_"
+        used.add(name)
+        constants[name] = array
+        return name
+
+    raw_nodes = []
+    for index, (name, node) in enumerate(zip(node_names(proto), proto.graph.node,
+                                             strict=True)):
+        outputs = list(node.output)
+        while outputs and outputs[-1] == "":
+            outputs.pop()
+        inputs = list(node.input)
+        while inputs and inputs[-1] == "":
+            inputs.pop()
+        raw = RawNode(node.op_type, name, inputs, outputs,
+                      {a.name: _attr_value(a) for a in node.attribute},
+                      node.domain, versions.get(node.domain or "", opset), index)
+        raw_nodes.append(upgrade_node(raw, new_const))
+    return raw_nodes
+
+
+def _node_problems(raw: RawNode) -> list[str]:
+    if raw.domain not in ("", "ai.onnx"):
+        return [f"op domain {raw.domain!r} is not supported (Kiln supports the default "
+                "ONNX domain only)"]
+    if not has_op(raw.op):
+        return ["op not supported by Kiln"]
+    opdef = get_op(raw.op)
+    problems = []
+    if raw.opset < opdef.min_opset and not raw.upgraded:
+        problems.append(f"Kiln supports {raw.op} from opset {opdef.min_opset}")
+    for key, value in raw.attrs.items():
+        if isinstance(value, _UnsupportedTensor):
+            problems.append(f"attribute {key!r} is a {value.dtype} tensor, a dtype Kiln "
+                            "does not support")
+    problems += opdef.attr_errors({k: v for k, v in raw.attrs.items()
+                                   if not isinstance(v, _UnsupportedTensor)})
+    n_in = len(raw.inputs)
+    if n_in < opdef.min_inputs or (opdef.max_inputs is not None and n_in > opdef.max_inputs):
+        problems.append(f"{n_in} inputs given; {raw.op} takes "
+                        f"{opdef.min_inputs}..{opdef.max_inputs or 'any'} "
+                        f"({', '.join(opdef.inputs)})")
+    hi = opdef.num_outputs if isinstance(opdef.num_outputs, int) else opdef.num_outputs[1]
+    if hi is not None and len(raw.outputs) > hi:
+        problems.append(f"{len(raw.outputs)} outputs given; Kiln's {raw.op} produces at "
+                        f"most {hi}")
+    return problems
+
+
+def _validate(proto: onnx.ModelProto, raw_nodes: list[RawNode],
+              constants: dict[str, np.ndarray | str], label: str) -> None:
+    """Raise one UnsupportedError listing every unsupported op, attribute and dtype."""
+    lines: list[str] = []
+    for name, value in constants.items():
+        if isinstance(value, str):
+            lines.append(f"initializer {name!r}: dtype {value} is not supported by Kiln")
+    for info in _input_protos(proto).values():
+        elem = info.type.tensor_type.elem_type
+        if not info.type.HasField("tensor_type"):
+            lines.append(f"input {info.name!r}: only tensor inputs are supported")
+        elif elem not in ONNX_DTYPES:
+            lines.append(f"input {info.name!r}: dtype {onnx_dtype_name(elem)} is not "
+                         "supported by Kiln")
+    by_op: dict[tuple[str, str], list[str]] = {}
+    for raw in raw_nodes:
+        for problem in _node_problems(raw):
+            by_op.setdefault((raw.op, problem), []).append(
+                f"node {raw.name!r} (opset {raw.opset})")
+    for (op, problem), where in by_op.items():
+        shown = ", ".join(where[:_MAX_LISTED_PER_OP])
+        more = len(where) - _MAX_LISTED_PER_OP
+        lines.append(f"{op}: {problem} — at {shown}"
+                     + (f" and {more} more" if more > 0 else ""))
+    if lines:
+        supported = ", ".join(sorted(_supported_ops()))
+        raise UnsupportedError(
+            f"{label}: {len(lines)} unsupported feature(s):\n  - " + "\n  - ".join(lines)
+            + f"\nKiln supports these ops: {supported}"
+        )
+
+
+def _supported_ops() -> list[str]:
+    from toolchain.graph.ops.registry import all_ops
+
+    return list(all_ops())
+
+
+def _graph_inputs(proto: onnx.ModelProto, constants: Mapping[str, Any],
+                  label: str) -> list[Value]:
+    """Runtime inputs with static shapes; all dynamic ones are reported in one error."""
+    values, dynamic = [], []
+    for info in _input_protos(proto).values():
+        if info.name in constants:
+            continue
+        dims = _dims(info)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            dynamic.append((info.name, dims))
+            continue
+        values.append(Value(info.name, tuple(dims),
+                            ONNX_DTYPES[info.type.tensor_type.elem_type]))
+    if dynamic:
+        parts, flags = [], []
+        for name, dims in dynamic:
+            parts.append(f"input {name!r} has shape {_fmt_dims(dims)}")
+            shown = "D0,D1,..." if dims is None else ",".join(
+                str(d) if isinstance(d, int) else "1" for d in dims)
+            flags.append(f"--input-shape {name}={shown}")
+        raise ModelError(
+            f"{label}: Kiln compiles for static shapes, but " + "; ".join(parts)
+            + ". Give static shapes on the command line with " + " ".join(flags)
+            + " (from Python: from_onnx(..., input_shapes={...}))"
+        )
+    return values

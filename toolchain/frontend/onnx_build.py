@@ -1,0 +1,221 @@
+"""Build a Kiln :class:`~toolchain.graph.ir.Graph` from validated, upgraded ONNX nodes.
+
+This is the last step of :func:`toolchain.frontend.onnx.from_onnx`.  Nodes arrive as
+:class:`~toolchain.frontend.onnx_upgrade.RawNode` in topological order; each one
+
+1. gets its output types from its op's ``infer`` (so shapes are Kiln's own and static),
+   cross-checked against ONNX shape inference where that gave a static answer — a
+   mismatch is a Kiln bug and raised as :class:`~toolchain.graph.reference.InternalError`;
+2. is **folded** into constants when all its inputs are constants (or, for ``Shape`` and
+   ``Size``, when its input merely has a static shape), by running the op's numpy
+   reference.
+
+Before / after folding (a PyTorch-style flatten; ``x: float32[2, 3, 4]``)::
+
+    s = Shape(x); b = Gather(s, 0); c = Concat(Unsqueeze(b, [0]), [-1]); y = Reshape(x, c)
+    -> y = Reshape(x, const int64[2] [2, -1])
+
+Folding is skipped for ``QuantizeLinear``/``DequantizeLinear`` (quantized weights stay
+quantized, so the quantization passes can see Q/DQ pairs), and for nodes that would turn
+small constants into a large one (``ConstantOfShape``, ``Expand``, ``Tile`` … with more
+than :data:`FOLD_GROWTH_LIMIT` output elements beyond their inputs' size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import KilnError, ModelError
+from toolchain.frontend.onnx_upgrade import RawNode, drop_empty_operands
+from toolchain.graph.ir import Graph, Node, TensorType, Value, np_dtype
+from toolchain.graph.ops.registry import get_op
+from toolchain.graph.reference import InternalError, run_node
+
+#: ops that only read their input's (static) shape, never its values
+SHAPE_ONLY_OPS = ("Shape", "Size")
+#: ops never folded, so that quantization stays visible to the graph passes
+NO_FOLD_OPS = ("QuantizeLinear", "DequantizeLinear")
+#: a fold may create at most this many elements more than its constant inputs hold
+FOLD_GROWTH_LIMIT = 1 << 16
+
+#: ONNX TensorProto data type -> Kiln dtype (same table as toolchain.frontend.onnx)
+_ONNX_DTYPES = {1: "float32", 10: "float16", 11: "float64", 3: "int8", 2: "uint8",
+                5: "int16", 4: "uint16", 6: "int32", 12: "uint32", 7: "int64",
+                13: "uint64", 9: "bool"}
+
+
+class _Builder:
+    """Mutable state while building: values by name, emitted nodes, used names."""
+
+    def __init__(self, label: str, onnx_types: Mapping[str, Any], used: Iterable[str]):
+        self.label = label
+        self.onnx_types = onnx_types
+        self.values: dict[str, Value] = {}
+        self.nodes: list[Node] = []
+        self.used: set[str] = set(used)
+
+    def fresh(self, base: str) -> str:
+        name = base
+        while name in self.used or name in self.values:
+            name += "_"
+        self.used.add(name)
+        return name
+
+    def constant(self, base: str, array: np.ndarray) -> Value:
+        v = Value.constant(self.fresh(base), np.asarray(array))
+        self.values[v.name] = v
+        return v
+
+    # -- one node ---------------------------------------------------------------------------
+    def add(self, op: str, name: str, inputs: list[Value | None], out_names: list[str],
+            attrs: Mapping[str, Any]) -> list[Value]:
+        """Infer, cross-check and add (or fold) one node; return its output values."""
+        opdef = get_op(op)
+        known = {a.name: a for a in opdef.attrs}
+        attrs = {k: known[k].coerce(v) if k in known else v for k, v in attrs.items()}
+        outs = [n or self.fresh(f"{name}__unused{i}") for i, n in enumerate(out_names)]
+        node = Node(op, name, inputs, [Value(n, (), "float32") for n in outs], attrs)
+        try:
+            types = list(opdef.infer(node))
+        except KilnError as exc:
+            raise type(exc)(f"{self.label}: {exc}") from None
+        except Exception as exc:
+            raise InternalError(f"{self.label}: {node.describe()}: the shape rule of {op} "
+                                f"failed: {type(exc).__name__}: {exc}") from exc
+        if len(types) < len(outs):
+            raise InternalError(f"{self.label}: {node.describe()}: the shape rule of {op} "
+                                f"gave {len(types)} types for {len(outs)} outputs")
+        for out_name, t in zip(outs, types, strict=False):
+            self._cross_check(node, out_name, t)
+        node = node.replace(outputs=[Value(n, t.shape, t.dtype)
+                                     for n, t in zip(outs, types, strict=False)])
+        if self._foldable(node):
+            args = [self._fold_arg(node, v) for v in node.inputs]
+            try:
+                arrays = run_node(node, args)
+            except KilnError as exc:
+                raise type(exc)(f"{self.label}: {exc}") from None
+            results = [Value.constant(o.name, a) for o, a in zip(node.outputs, arrays,
+                                                                 strict=True)]
+        else:
+            self.nodes.append(node)
+            results = list(node.outputs)
+        for v in results:
+            self.values[v.name] = v
+        return results
+
+    def _cross_check(self, node: Node, name: str, t: TensorType) -> None:
+        info = self.onnx_types.get(name)
+        if info is None:
+            return
+        elem, dims = info
+        onnx_dtype = _ONNX_DTYPES.get(elem)
+        static = dims is not None and all(isinstance(d, int) for d in dims)
+        if (onnx_dtype is not None and onnx_dtype != t.dtype) or (
+                static and tuple(dims) != t.shape):
+            shown = f"{onnx_dtype or elem}" + (f"[{', '.join(map(str, dims))}]"
+                                               if dims is not None else "[unknown rank]")
+            raise InternalError(
+                f"{self.label}: {node.describe()}: output {name!r}: Kiln infers {t} but "
+                f"ONNX shape inference gives {shown}. This is a bug in Kiln's shape rule for "
+                f"{node.op} (or in ONNX shape inference); please report it with the model."
+            )
+
+    @staticmethod
+    def _foldable(node: Node) -> bool:
+        if node.op in NO_FOLD_OPS:
+            return False
+        if node.op in SHAPE_ONLY_OPS:
+            return all(v is not None for v in node.inputs[:1])
+        present = [v for v in node.inputs if v is not None]
+        if not all(v.is_constant for v in present):
+            return False
+        if not present:
+            return True  # Constant: its value is an attribute
+        grown = sum(o.size for o in node.outputs) - sum(v.size for v in present)
+        return grown <= FOLD_GROWTH_LIMIT
+
+    @staticmethod
+    def _fold_arg(node: Node, v: Value | None) -> np.ndarray | None:
+        if v is None:
+            return None
+        if v.data is not None:
+            return v.data
+        # Shape/Size read only the shape: a zero-strided array costs no memory.
+        return np.broadcast_to(np.zeros((), np_dtype(v.dtype)), v.shape)
+
+    # -- legacy 2-D Softmax -------------------------------------------------------------------
+    def add_legacy_2d(self, raw: RawNode, inputs: list[Value | None]) -> None:
+        """Softmax/LogSoftmax/Hardmax of opset < 13: normalise over the input flattened to
+        2-D at ``axis``; emitted as ``Reshape -> op(axis=-1) -> Reshape``.
+
+        Before: ``y = Softmax(x: [2, 3, 4], axis=1)`` (opset 11)
+        After:  ``t = Reshape(x, [2, 12]); u = Softmax(t, axis=-1); y = Reshape(u, [2, 3, 4])``
+        """
+        x = inputs[0]
+        assert x is not None  # validated: Softmax's input is required
+        attrs = dict(raw.attrs)
+        axis = int(attrs.pop("axis", 1))
+        rank = x.rank
+        if not -rank <= axis < max(rank, 1):
+            raise ModelError(
+                f"{self.label}: node {raw.name!r} ({raw.op}): axis {axis} is out of range "
+                f"for a rank-{rank} input")
+        axis = axis % rank if rank else 0
+        if axis >= rank - 1:
+            self.add(raw.op, raw.name, [x], raw.outputs, {**attrs, "axis": -1})
+            return
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        flat = self.add("Reshape", self.fresh(f"{raw.name}__flatten"),
+                        [x, self.constant(f"{raw.name}__shape2d",
+                                          np.array([rows, -1], np.int64))],
+                        [self.fresh(f"{x.name}__2d")], {})[0]
+        out2d = self.add(raw.op, raw.name, [flat], [self.fresh(f"{raw.outputs[0]}__2d")],
+                         {**attrs, "axis": -1})[0]
+        self.add("Reshape", self.fresh(f"{raw.name}__unflatten"),
+                 [out2d, self.constant(f"{raw.name}__shape", np.array(x.shape, np.int64))],
+                 raw.outputs[:1], {})
+
+
+def build_graph(
+    name: str,
+    inputs: list[Value],
+    constants: Mapping[str, np.ndarray],
+    raw_nodes: list[RawNode],
+    output_names: list[str],
+    onnx_types: Mapping[str, Any],
+    *,
+    opset: int,
+    label: str,
+    metadata: Mapping[str, Any],
+) -> Graph:
+    """Build the graph (see the module docstring); raises ModelError naming the node.
+
+    Example::
+
+        >>> from toolchain.graph.ir import Value
+        >>> x = Value("x", (2, 3), "float32")
+        >>> raw = RawNode("Shape", "s", ["x"], ["y"], {}, "", 17, 0)
+        >>> g = build_graph("g", [x], {}, [raw], ["y"], {}, opset=17, label="m",
+        ...                 metadata={})
+        >>> g.outputs[0].data
+        array([2, 3])
+    """
+    used = {n for raw in raw_nodes for n in raw.inputs + raw.outputs}
+    b = _Builder(label, onnx_types, used | set(constants) | {v.name for v in inputs})
+    for v in inputs:
+        b.values[v.name] = v
+    for cname, array in constants.items():
+        b.values[cname] = Value.constant(cname, array)
+    for raw in raw_nodes:
+        drop_empty_operands(raw, lambda n: b.values[n].data if n in b.values else None)
+        ins = [b.values[n] if n else None for n in raw.inputs]
+        if raw.legacy_2d:
+            b.add_legacy_2d(raw, ins)
+        else:
+            b.add(raw.op, raw.name, ins, raw.outputs, raw.attrs)
+    outputs = [b.values[n] for n in output_names]
+    return Graph(name, inputs, outputs, b.nodes, opset=opset, metadata=metadata)
