@@ -99,6 +99,15 @@ def test_pow_mixed_dtypes_match_onnxruntime(xt, yt):
                          np.array(0.5, np.float32)], rtol=2e-6)
 
 
+def test_pow_integer_base_negative_and_fractional_exponents():
+    x = np.array([2, -2, 1, -1, 3, 0], np.int32)
+    (z,) = check_vs_ort("Pow", [x, np.array([-1, -1, -2, -3, -2, 2], np.int32)])
+    assert z.tolist() == [0, 0, 1, -1, 0, 0]
+    x64 = np.array([2, 9, 1, 7, 3, 5], np.int64)
+    (w,) = check_vs_ort("Pow", [x64, np.array([0.5, 0.5, -2, 0.3, -2, 1.5], np.float32)])
+    assert w.tolist() == [1, 3, 1, 1, 0, 11]
+
+
 def test_pow_of_integers_is_exact_beyond_float_precision():
     x = np.array([3, -3], np.int64)
     y = np.array([39, 39], np.int64)

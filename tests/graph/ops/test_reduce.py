@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from tests.graph.ops.util import check_vs_ort, data, infer, make_node, ref
 from toolchain.errors import ModelError
@@ -152,3 +155,25 @@ def test_argmax_inference_and_errors():
     with pytest.raises(ModelError, match="axis 1 of length 0"):
         get_op("ArgMax").infer(node)
     assert get_op("ArgMax").pattern is PatternKind.REDUCTION
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=4),
+    op=st.sampled_from(REDUCE),
+    keepdims=st.sampled_from([0, 1]),
+    data_=st.data(),
+)
+def test_reductions_property_against_onnxruntime(shape, op, keepdims, data_):
+    rank = len(shape)
+    axes = data_.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank,
+                               unique_by=lambda a: a % rank))
+    x = data("float32", shape, seed=len(axes))
+    ins = [x, np.array(axes, np.int64)]
+    (t,) = infer(op, ins, {"keepdims": keepdims}, const=[1])
+    expect_all = not axes
+    reduced = set(range(rank)) if expect_all else {a % rank for a in axes}
+    want = tuple(1 if i in reduced else d for i, d in enumerate(shape)) if keepdims else \
+        tuple(d for i, d in enumerate(shape) if i not in reduced)
+    assert t.shape == want
+    check_vs_ort(op, ins, {"keepdims": keepdims}, const=[1], rtol=1e-5, atol=1e-5)
