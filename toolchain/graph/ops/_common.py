@@ -5,14 +5,24 @@ required inputs are present and hands the op's rule the *normalised* attributes 
 filled in, values validated, errors naming the node), and whose ``reference`` does the same
 for the numpy reference.  Op rules are therefore written against clean attributes::
 
-    @register
-    def _leaky_relu() -> OpDef:
-        return defop(
-            "LeakyRelu", ("X",), PatternKind.INJECTIVE,
-            attrs=(Attr("alpha", "float", 0.01),),
-            infer=unary_infer(FLOAT_TYPES),
-            reference=lambda ins, a: [np.where(ins[0] >= 0, ins[0], ins[0] * a["alpha"])],
-        )
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Node, Value
+    >>> def infer(node, attrs):
+    ...     return [node.inputs[0].type]
+    >>> def reference(ins, attrs):
+    ...     x = ins[0]
+    ...     return [np.where(x >= 0, x, x * np.float32(attrs["alpha"])).astype(x.dtype)]
+    >>> op = defop("MyLeakyRelu", ("X",), PatternKind.INJECTIVE, infer=infer,
+    ...            reference=reference, attrs=(Attr("alpha", "float", 0.01),))
+    >>> op.reference([np.array([-1.0, 2.0], np.float32)], {})  # alpha defaulted
+    [array([-0.01,  2.  ], dtype=float32)]
+    >>> x, y = Value("x", (2,), "float32"), Value("y", (2,), "float32")
+    >>> op.infer(Node("MyLeakyRelu", "lr", [x], [y], {"alpha": "big"}))
+    Traceback (most recent call last):
+    ...
+    toolchain.errors.ModelError: node 'lr' (MyLeakyRelu): attribute 'alpha' = 'big' is not a float
+
+(``register(op)`` would then add it to the registry.)
 
 Also here: dtype groups, the ONNX ``TensorProto`` data-type enum mapped to Kiln dtypes,
 dtype checks with user-facing messages, and axis normalisation.
