@@ -293,7 +293,8 @@ def _simulate(bdir: Path, spec: Path, tmp: Path) -> None:
     env_extra = {"KILN_RTL_SPEC": str(spec), "PATH": env["PATH"],
                  "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])}
     try:
-        runner.test(test_module="toolchain.vta.rtl", hdl_toplevel=TOP, build_dir=bdir,
+        runner.test(test_module="toolchain.vta.rtl", hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
+                    build_dir=bdir,
                     test_dir=tmp, extra_env=env_extra, results_xml=str(tmp / "results.xml"),
                     log_file=tmp / "sim.log", testcase="kiln_run_programs")
     except (SystemExit, subprocess.CalledProcessError, RuntimeError) as exc:
