@@ -75,12 +75,19 @@ def same_dtype(node: Node, *types: tuple[str, TensorType]) -> None:
                        " they must match")
 
 
-def norm_axis(node: Node, axis: int, rank: int, what: str = "axis", extra: int = 0) -> int:
-    """``axis`` in ``[-rank-extra, rank+extra)`` made non-negative; raises otherwise."""
-    lo, hi = -(rank + extra), rank + extra
-    if not lo <= axis < hi:
-        raise fail(node, f"{what} = {axis} is out of range [{lo}, {hi - 1}] for rank {rank}")
-    return axis + rank + extra if axis < 0 else axis
+def norm_axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
+    """``axis`` in ``[-rank, rank)`` made non-negative; raises naming the node otherwise."""
+    if not -rank <= axis < rank:
+        raise fail(node, f"{what} = {axis} is out of range [{-rank}, {rank - 1}] for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def broadcasts_to(src: Sequence[int], dst: Sequence[int]) -> bool:
+    """Whether ``src`` broadcasts (unidirectionally) to ``dst``."""
+    try:
+        return tuple(np.broadcast_shapes(tuple(src), tuple(dst))) == tuple(dst)
+    except ValueError:
+        return False
 
 
 def shape_str(shape: Sequence[int]) -> str:

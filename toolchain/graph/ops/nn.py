@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.errors import ModelError
+from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, TensorType
 from toolchain.graph.ops._nn_common import (
     AUTO_PAD,
     FLOAT_TYPES,
     attrs_of,
+    broadcasts_to,
     check_nonempty,
     conv_nd,
     conv_transpose_nd,
@@ -309,7 +310,7 @@ def _gemm_infer(node: Node) -> list[TensorType]:
         if c.dtype != a.dtype:
             raise fail(node, f"C has dtype {c.dtype} but A has {a.dtype}")
         cs = tuple(c.shape)
-        if len(cs) > 2 or broadcast_shapes(node, [cs, (m, n)]) != (m, n):
+        if len(cs) > 2 or not broadcasts_to(cs, (m, n)):
             raise fail(node, f"C {shape_str(cs)} cannot be broadcast to the output [{m}, {n}]")
     return [TensorType((m, n), a.dtype)]
 
@@ -519,8 +520,9 @@ def _param(node: Node, i: int, what: str, shape: tuple[int, ...], dtypes: Sequen
 def _bn_infer(node: Node) -> list[TensorType]:
     a = attrs_of(node)
     if a["training_mode"]:
-        raise fail(node, "training_mode = 1 is not supported: Kiln compiles inference graphs; "
-                   "export the model in eval mode (training_mode = 0)")
+        raise UnsupportedError(f"{node.describe()}: training_mode = 1 is not supported: Kiln "
+                               "compiles inference graphs; export the model in eval mode "
+                               "(training_mode = 0)")
     x = in_type(node, 0, "X", FLOAT_TYPES)
     if len(x.shape) < 2:
         raise fail(node, f"X {shape_str(x.shape)} must have rank >= 2 (batch, channels, ...)")
@@ -536,7 +538,7 @@ def _bn_infer(node: Node) -> list[TensorType]:
 def _bn_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     a = ref_attrs("BatchNormalization", attrs)
     if a["training_mode"]:
-        raise ModelError("BatchNormalization: training_mode = 1 is not supported; export "
+        raise UnsupportedError("BatchNormalization: training_mode = 1 is not supported; export "
                          "the model in eval mode")
     x, scale, bias, mean, var = ins[:5]
     acc = np.float64 if x.dtype == np.float64 else np.float32
@@ -572,7 +574,7 @@ def _ln_infer(node: Node) -> list[TensorType]:
         if v is None:
             continue
         t = in_type(node, i, what, FLOAT_TYPES)
-        if broadcast_shapes(node, [tuple(t.shape), x.shape]) != x.shape:
+        if not broadcasts_to(t.shape, x.shape):
             raise fail(node, f"{what} {shape_str(t.shape)} cannot be broadcast to X "
                        f"{shape_str(x.shape)} (normalised shape {shape_str(norm_shape)})")
     stat = TensorType(x.shape[:axis] + (1,) * (len(x.shape) - axis), _STASH_NAME[a["stash_type"]])

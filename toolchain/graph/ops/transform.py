@@ -136,8 +136,11 @@ register(_injective("Reshape", ("data", "shape"), _reshape_infer, _reshape_ref,
 def _flatten_infer(node: Node) -> list[TensorType]:
     a = attrs_of(node)
     x = in_type(node, 0, "input")
-    axis = norm_axis(node, a["axis"], len(x.shape), extra=0) if a["axis"] != len(x.shape) \
-        else len(x.shape)
+    rank = len(x.shape)
+    if not -rank <= a["axis"] <= rank:
+        raise fail(node, f"axis = {a['axis']} is out of range [{-rank}, {rank}] for input "
+                   f"{shape_str(x.shape)}")
+    axis = a["axis"] + rank if a["axis"] < 0 else a["axis"]
     return [TensorType((prod(x.shape[:axis]), prod(x.shape[axis:])), x.dtype)]
 
 
