@@ -1,0 +1,22 @@
+"""The examples in the docstrings of the frontend, executor and CLI modules still hold."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "toolchain.frontend.onnx", "toolchain.frontend.onnx_build",
+    "toolchain.frontend.onnx_upgrade", "toolchain.frontend.backend",
+    "toolchain.graph.reference", "toolchain.commands.inspect_cmd",
+    "toolchain.commands.run_cmd", "toolchain.commands._model_args",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
