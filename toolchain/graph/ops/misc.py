@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.errors import ModelError
+from toolchain.errors import ModelError, UnsupportedError
 from toolchain.graph.ir import Node, TensorType, dtype_of
 from toolchain.graph.ops._common import (
     ALL_TYPES,
@@ -220,7 +220,8 @@ def _check_inference_mode(node: Node) -> None:
             "false for inference; Kiln compiles inference graphs only"
         )
     if v.data.size != 1 or bool(v.data.reshape(-1)[0]):
-        raise ModelError(
+        # A feature Kiln lacks (not a malformed model): UnsupportedError.
+        raise UnsupportedError(
             f"{node.describe()}: training_mode is true, but Kiln compiles inference graphs "
             "only; export the model in eval mode (model.eval() in PyTorch) or set "
             "training_mode to false"
@@ -241,7 +242,7 @@ def _dropout() -> OpDef:
 
     def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         if ins[2] is not None and np.asarray(ins[2]).any():
-            raise ModelError("Dropout: training_mode is true; Kiln runs inference only")
+            raise UnsupportedError("Dropout: training_mode is true; Kiln runs inference only")
         x = np.asarray(ins[0])
         return [x.copy(), np.ones(x.shape, dtype=np.bool_)]
 
