@@ -390,14 +390,15 @@ def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:
 
 
 def free_vars(node: Any) -> list[ir.Var]:
-    """Vars used in ``node`` (in first-use order), including loop/block vars it binds."""
+    """Vars used in ``node`` (or a list of nodes), in first-use order, bound ones included."""
     seen: dict[ir.Var, None] = {}
 
     def f(x: Any) -> None:
         if isinstance(x, ir.Var):
             seen.setdefault(x, None)
 
-    post_order_visit(node, f)
+    for n in node if isinstance(node, (list, tuple)) else (node,):
+        post_order_visit(n, f)
     return list(seen)
 
 

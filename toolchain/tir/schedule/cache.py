@@ -1,0 +1,226 @@
+"""Memory primitives: cache_read, cache_write, set_scope, storage_align.
+
+Memory scopes: ``global``, ``shared``, ``local``, ``warp`` and any scope the schedule's
+target declares (``memory_scopes`` in its YAML, e.g. an accelerator's ``acc_buffer``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from toolchain.errors import ScheduleError
+from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.schedule import state as st
+
+if TYPE_CHECKING:
+    from toolchain.tir.schedule.schedule import BlockRV, Schedule
+
+BUILTIN_SCOPES = ("global", "shared", "shared.dyn", "local", "warp")
+
+
+def _check_scope(sch: Schedule, scope: str, prim: str) -> None:
+    extra = tuple(sch.target.memory_scopes) if sch.target is not None else ()
+    if scope not in BUILTIN_SCOPES + extra:
+        where = f" and target {sch.target.name!r} declares {list(extra)}" if extra else ""
+        raise ScheduleError(
+            f"{prim}: unknown memory scope {scope!r}; built-in scopes are "
+            f"{', '.join(BUILTIN_SCOPES)}{where} (a target declares more under "
+            "'memory_scopes' in its YAML; pass target=... to Schedule)")
+
+
+def _pick(regions: tuple[ir.BufferRegion, ...], index: Any, blk: ir.Block, what: str,
+          prim: str) -> ir.Buffer:
+    names = [r.buffer.name for r in regions]
+    if isinstance(index, str):
+        for r in regions:
+            if r.buffer.name == index:
+                return r.buffer
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} {what} no buffer {index!r}; it "
+                            f"{what} {names}")
+    if not isinstance(index, int) or not 0 <= index < len(regions):
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} {what} {len(regions)} buffers "
+                            f"{names}; index {index!r} is out of range")
+    return regions[index].buffer
+
+
+class _SwapBuffer(StmtExprMutator):
+    def __init__(self, old: ir.Buffer, new: ir.Buffer) -> None:
+        self.old, self.new = old, new
+
+    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        return self.new if b is self.old else b
+
+
+def _copy_block(name: str, src: ir.Buffer, dst: ir.Buffer) -> ir.Stmt:
+    vs = [ir.Var(f"v{k}") for k in range(src.ndim)]
+    loops = [ir.Var(f"ax{k}") for k in range(src.ndim)]
+    ivs = tuple(ir.IterVar(v, ir.Range(0, s)) for v, s in zip(vs, src.shape, strict=True))
+    point = tuple(ir.Range(v, 1) for v in vs)
+    blk = ir.Block(name, ivs, (ir.BufferRegion(src, point),), (ir.BufferRegion(dst, point),),
+                   ir.BufferStore(dst, ir.BufferLoad(src, tuple(vs)), tuple(vs)))
+    realize = ir.BlockRealize(tuple(loops), ir.IntImm(1, "bool"), blk)
+    return st.make_loop_nest(list(zip(loops, src.shape, strict=True)), realize)
+
+
+def _root_items(func: ir.PrimFunc) -> list[ir.Stmt]:
+    body = st.root_block(func).body
+    return list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
+
+
+def _top_of(func: ir.PrimFunc, target: ir.Stmt) -> int:
+    for k, item in enumerate(_root_items(func)):
+        if any(n is target for n, _ in st.walk(item)):
+            return k
+    raise ScheduleError("internal: statement not found under the root block")
+
+
+def _insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt, alloc: ir.Buffer) -> ir.PrimFunc:
+    root = st.root_block(func)
+    items = _root_items(func)
+    items.insert(pos, stmt)
+    new_root = replace(root, body=ir.seq(*items), alloc_buffers=root.alloc_buffers + (alloc,))
+    return st.replace_block(func, root, new_root)
+
+
+def _scoped_name(name: str, scope: str) -> str:
+    return f"{name}_{scope.replace('.', '_')}"
+
+
+def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
+               storage_scope: str, consumer_blocks: list[BlockRV] | None = None) -> BlockRV:
+    """Read a buffer through a copy in ``storage_scope``; returns the copy block.
+
+    All readers (or ``consumer_blocks``) read the copy. Move the copy with
+    ``compute_at`` so that it holds only a tile.
+
+    Before: ``C[vi, vj] = A[vi, vj] + T.float32(1.0)`` under ``T.grid(128, 128)``.
+    ``sch.cache_read(C, 0, "shared")``; after::
+
+        # with T.block("root"):
+        A_shared = T.alloc_buffer((128, 128), "float32", scope="shared")
+        for ax0, ax1 in T.grid(128, 128):
+            with T.block("A_shared"):
+                v0 = T.axis.spatial(128, ax0)
+                v1 = T.axis.spatial(128, ax1)
+                T.reads(A[v0, v1])
+                T.writes(A_shared[v0, v1])
+                A_shared[v0, v1] = A[v0, v1]
+        for i, j in T.grid(128, 128):
+            with T.block("C"):
+                ...
+                T.reads(A_shared[vi, vj])
+                C[vi, vj] = A_shared[vi, vj] + T.float32(1.0)
+    """
+    _check_scope(sch, storage_scope, "cache_read")
+    r, _ = sch._block(block)
+    buf = _pick(r.block.reads, read_buffer_index, r.block, "reads", "cache_read")
+    name = sch._fresh_block_name(_scoped_name(buf.name, storage_scope))
+    new = ir.Buffer(name, buf.shape, buf.dtype, storage_scope)
+    from toolchain.tir.schedule.compute_location import _readers
+
+    if consumer_blocks is None:
+        readers = [rr for rr, _ in _readers(sch._func, buf, ir.Block("", (), (), (),
+                                                                     ir.Evaluate(0)))]
+    else:
+        readers = [sch._block(b)[0] for b in consumer_blocks]
+    func = sch._func
+    order = st.program_order(func)
+    first = min(readers, key=lambda x: order[id(x)])
+    pos = _top_of(func, first)
+    swap = _SwapBuffer(buf, new)
+    func = st.replace_stmts(func, {id(rr.block): swap.visit_stmt(rr.block) for rr in readers})
+    sch._func = _insert_root(func, pos, _copy_block(name, buf, new), new)
+    from toolchain.tir.schedule.schedule import BlockRV as _B
+
+    _check_gpu(sch)
+    return _B(name)
+
+
+def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int | str,
+                storage_scope: str) -> BlockRV:
+    """Compute into a buffer in ``storage_scope`` and copy it out after; returns the copy.
+
+    Typical use: accumulate a tile in ``local``/``global`` scratch, then
+    ``reverse_compute_at`` the copy under the tile loop.
+
+    Before: matmul block ``C`` (reduction over ``k``). ``sch.cache_write(C, 0, "local")``;
+    after::
+
+        # with T.block("root"):
+        C_local = T.alloc_buffer((64, 64), "float32", scope="local")
+        for i, j, k in T.grid(64, 64, 64):
+            with T.block("C"):
+                ...
+                T.writes(C_local[vi, vj])
+                with T.init():
+                    C_local[vi, vj] = T.float32(0.0)
+                C_local[vi, vj] = C_local[vi, vj] + A[vi, vk] * B[vk, vj]
+        for ax0, ax1 in T.grid(64, 64):
+            with T.block("C_local"):
+                ...
+                C[v0, v1] = C_local[v0, v1]
+    """
+    _check_scope(sch, storage_scope, "cache_write")
+    r, _ = sch._block(block)
+    buf = _pick(r.block.writes, write_buffer_index, r.block, "writes", "cache_write")
+    name = sch._fresh_block_name(_scoped_name(buf.name, storage_scope))
+    new = ir.Buffer(name, buf.shape, buf.dtype, storage_scope)
+    func = sch._func
+    pos = _top_of(func, r) + 1
+    func = st.replace_stmts(func, {id(r.block): _SwapBuffer(buf, new).visit_stmt(r.block)})
+    sch._func = _insert_root(func, pos, _copy_block(name, new, buf), new)
+    from toolchain.tir.schedule.schedule import BlockRV as _B
+
+    _check_gpu(sch)
+    return _B(name)
+
+
+def set_scope(sch: Schedule, block: BlockRV, buffer_index: int | str, storage_scope: str) -> None:
+    """Change the memory scope of a buffer the block writes (an intermediate).
+
+    ``sch.set_scope(B, 0, "shared")`` turns ``B = T.alloc_buffer((128, 128), "float32")``
+    into ``B = T.alloc_buffer((128, 128), "float32", scope="shared")``.
+    """
+    _check_scope(sch, storage_scope, "set_scope")
+    r, _ = sch._block(block)
+    buf = _pick(r.block.writes, buffer_index, r.block, "writes", "set_scope")
+    if any(p is buf for p in sch._func.params):
+        raise ScheduleError(f"set_scope: {buf.name} is an argument of the function and must "
+                            "stay in global memory; use cache_write to stage it instead")
+    new = replace(buf, scope=storage_scope, data=None)
+    swap = _SwapBuffer(buf, new)
+    sch._func = sch._func.with_body(swap.visit_stmt(sch._func.body))
+    _check_gpu(sch)
+
+
+def storage_align(sch: Schedule, block: BlockRV, buffer_index: int | str, axis: int,
+                  factor: int, offset: int) -> None:
+    """Pad a buffer's stride on ``axis`` so ``stride % factor == offset`` (bank conflicts).
+
+    Recorded as the block annotation ``buffer_dim_align`` (a list of
+    ``[buffer name, axis, factor, offset]``); the buffer-flattening pass applies it.
+    ``sch.storage_align(A_shared, 0, axis=0, factor=32, offset=1)`` adds
+    ``T.block_attr({'buffer_dim_align': [['A_shared', 0, 32, 1]]})`` to the block.
+    """
+    r, _ = sch._block(block)
+    buf = _pick(r.block.writes, buffer_index, r.block, "writes", "storage_align")
+    if not 0 <= axis < buf.ndim:
+        raise ScheduleError(f"storage_align: axis {axis} is out of range for {buf.name} with "
+                            f"{buf.ndim} dimensions")
+    if factor <= 0 or not 0 <= offset < factor:
+        raise ScheduleError(f"storage_align: need factor > 0 and 0 <= offset < factor, got "
+                            f"factor={factor}, offset={offset}")
+    old = list(r.block.annotations.get("buffer_dim_align", []))
+    old = [x for x in old if not (x[0] == buf.name and x[1] == axis)]
+    old.append([buf.name, axis, factor, offset])
+    blk = replace(r.block, annotations={**r.block.annotations, "buffer_dim_align": old})
+    sch._func = st.replace_block(sch._func, r.block, blk)
+
+
+def _check_gpu(sch: Schedule) -> None:
+    if sch.target is not None:
+        from toolchain.tir.schedule.gpu import check_gpu_limits
+
+        check_gpu_limits(sch._func, sch.target)

@@ -1,0 +1,388 @@
+"""Compute-location primitives: compute_at, reverse_compute_at, compute_inline,
+reverse_compute_inline.
+
+``compute_at`` moves a producer block under a loop of its consumer and shrinks it to the
+region the consumer needs per iteration of that loop (computed by relaxing the consumer's
+read region over the loops inside); ``reverse_compute_at`` does the same for a consumer
+under a loop of its producer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from toolchain.errors import ScheduleError
+from toolchain.tir import arith, ir
+from toolchain.tir.analysis import access_regions
+from toolchain.tir.functor import StmtExprMutator, substitute
+from toolchain.tir.schedule import state as st
+
+if TYPE_CHECKING:
+    from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
+
+
+def _readers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block) -> list[tuple[
+        ir.BlockRealize, tuple[ir.Stmt, ...]]]:
+    out = []
+    for node, path in st.walk(func.body):
+        if (isinstance(node, ir.BlockRealize) and node.block is not skip
+                and node.block.name_hint != "root"
+                and any(rd.buffer is buf for rd in node.block.reads)):
+            out.append((node, path))
+    return out
+
+
+def _writers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block) -> list[tuple[
+        ir.BlockRealize, tuple[ir.Stmt, ...]]]:
+    out = []
+    for node, path in st.walk(func.body):
+        if (isinstance(node, ir.BlockRealize) and node.block is not skip
+                and node.block.name_hint != "root"
+                and any(w.buffer is buf for w in node.block.writes)):
+            out.append((node, path))
+    return out
+
+
+def _loops_str(path: tuple[ir.Stmt, ...]) -> str:
+    return st.fmt_loops(st.loops_of(path))
+
+
+def _relaxed_region(realize: ir.BlockRealize, rel_path: tuple[ir.Stmt, ...],
+                    regions: list[ir.BufferRegion]) -> list[tuple[ir.PrimExpr, ir.PrimExpr]]:
+    """(lo, hi) per dim of ``regions`` in outer loop vars, relaxing loops in ``rel_path``."""
+    vmap = {iv.var: v for iv, v in zip(realize.block.iter_vars, realize.iter_values,
+                                       strict=True)}
+    inner = {n.loop_var: ir.Range(n.min, n.extent) for n in rel_path[1:]
+             if isinstance(n, ir.For)}
+    out: list[tuple[ir.PrimExpr, ir.PrimExpr]] | None = None
+    for reg in regions:
+        cur = []
+        for rg in reg.region:
+            lo_e = substitute(rg.min, vmap)
+            hi_e = substitute(rg.min + rg.extent - 1, vmap)
+            cur.append((arith.bound_exprs(lo_e, inner)[0], arith.bound_exprs(hi_e, inner)[1]))
+        out = _union(out, cur)
+    assert out is not None
+    return out
+
+
+def _union(a: list[tuple[ir.PrimExpr, ir.PrimExpr]] | None,
+           b: list[tuple[ir.PrimExpr, ir.PrimExpr]]) -> list[tuple[ir.PrimExpr, ir.PrimExpr]]:
+    if a is None:
+        return b
+    return [(arith.simplify(ir.Min(x[0], y[0])), arith.simplify(ir.Max(x[1], y[1])))
+            for x, y in zip(a, b, strict=True)]
+
+
+def _dim_vars(blk: ir.Block, region: ir.BufferRegion, prim: str,
+              role: str) -> dict[ir.Var, int]:
+    """Map block var -> buffer dim for a region indexed by distinct spatial block vars."""
+    spatial = {iv.var: iv for iv in blk.iter_vars}
+    out: dict[ir.Var, int] = {}
+    for d, rg in enumerate(region.region):
+        v = rg.min
+        if not (isinstance(v, ir.Var) and v in spatial and ir.is_const_int(rg.extent, 1)
+                and spatial[v].iter_type == "spatial" and v not in out):
+            raise ScheduleError(
+                f"{prim}: block {blk.name_hint!r} {role} {region.buffer.name} at index "
+                f"{d} with {rg.min}; {prim} needs each index to be a distinct spatial block "
+                "var (like B[vi, vj]); inline or restructure the block first")
+        out[v] = d
+    return out
+
+
+def _regenerate(realize: ir.BlockRealize, dims: dict[ir.Var, int],
+                region: list[tuple[ir.PrimExpr, ir.PrimExpr]], outer_ranges: dict,
+                preserve_unit_loops: bool) -> ir.Stmt:
+    """A new loop nest running ``realize``'s block over ``region`` (other vars: full)."""
+    blk = realize.block
+    loops: list[tuple[ir.Var, ir.PrimExpr]] = []
+    values: list[ir.PrimExpr] = []
+    preds: list[ir.PrimExpr] = []
+    ranges = dict(outer_ranges)
+    for k, iv in enumerate(blk.iter_vars):
+        if iv.var in dims:
+            lo, hi = region[dims[iv.var]]
+            ext = arith.simplify(hi - lo + 1, outer_ranges)
+            start = lo
+        else:
+            start, ext = iv.dom.min, iv.dom.extent
+        if ir.is_const_int(ext, 1) and not preserve_unit_loops:
+            val = start
+        else:
+            ax = ir.Var(f"ax{k}")
+            loops.append((ax, ext))
+            ranges[ax] = ir.Range(0, ext)
+            val = arith.simplify(start + ax, ranges)
+        values.append(val)
+        if iv.var in dims:
+            lo_ok = arith.prove(val >= iv.dom.min, ranges)
+            hi_ok = arith.prove(val < iv.dom.min + iv.dom.extent, ranges)
+            if not lo_ok:
+                preds.append(val >= iv.dom.min)
+            if not hi_ok:
+                preds.append(val < iv.dom.min + iv.dom.extent)
+    pred: ir.PrimExpr = ir.IntImm(1, "bool")
+    for p in preds:
+        pred = p if ir.is_const_int(pred, 1) else ir.And(pred, p)
+    new_realize = ir.BlockRealize(tuple(values), arith.simplify(pred, ranges), blk)
+    return st.make_loop_nest(loops, new_realize)
+
+
+def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool,
+          reverse: bool) -> None:
+    prim = "reverse_compute_at" if reverse else "compute_at"
+    r, bpath = sch._block(block)
+    f, lpath = sch._loop(loop)
+    blk = r.block
+    if any(n is f for n in bpath):
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} is already under loop "
+                            f"{f.loop_var.name}")
+    if st.enclosing_block(bpath) is not st.enclosing_block(lpath):
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} and loop {f.loop_var.name} are "
+                            "in different blocks; move blocks within one block scope")
+    func = sch._func
+    top = st.exclusive_nest_top(r, bpath)
+    if any(n is top for n in lpath):
+        raise ScheduleError(f"{prim}: loop {f.loop_var.name} is inside the loops of block "
+                            f"{blk.name_hint!r} itself")
+    order = st.program_order(func)
+    under = st.blocks_under(f)
+    if not reverse:
+        if len(blk.writes) != 1:
+            raise ScheduleError(f"{prim}: block {blk.name_hint!r} writes {len(blk.writes)} "
+                                "buffers; compute_at needs a block with one output")
+        buf = blk.writes[0].buffer
+        partners = _readers(func, buf, blk)
+        role = "consumer"
+    else:
+        bufs = {rd.buffer for rd in blk.reads}
+        partners = [(w, p) for b in bufs for (w, p) in _writers(func, b, blk)]
+        role = "producer"
+    inside = [(p, pp) for p, pp in under if any(p is q for q, _ in partners)]
+    if not inside:
+        listing = "; ".join(f"{p.block.name_hint!r} under loops {_loops_str(pp)}"
+                            for p, pp in partners) or "none"
+        raise ScheduleError(
+            f"{prim}: loop {f.loop_var.name} is not an ancestor of any {role} of block "
+            f"{blk.name_hint!r} (its {role}s: {listing}); pick a loop from "
+            f"sch.get_loops(<{role} block>)")
+    outside = [p for p, _ in partners if all(p is not q for q, _ in inside)]
+    if outside and not reverse:
+        raise ScheduleError(
+            f"{prim}: block {blk.name_hint!r} output {buf.name} is also read by block "
+            f"{outside[0].block.name_hint!r} outside loop {f.loop_var.name}; after compute_at "
+            "it would no longer be fully computed for that reader (use cache_read to give "
+            "that reader its own copy, or compute_at the other reader too)")
+    if not reverse and order[id(top)] > order[id(f)]:
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} runs after loop "
+                            f"{f.loop_var.name}; a producer must come before the loop (use "
+                            "reverse_compute_at to move a consumer)")
+    if reverse and order[id(top)] < order[id(f)]:
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} runs before loop "
+                            f"{f.loop_var.name}; a consumer must come after the loop (use "
+                            "compute_at to move a producer)")
+    if reverse:
+        buf = next(w.buffer for p, _ in inside for w in p.block.writes
+                   if any(rd.buffer is w.buffer for rd in blk.reads))
+        outside_w = [p for p, _ in _writers(func, buf, blk) if all(p is not q for q, _ in
+                                                                  inside)]
+        if outside_w:
+            raise ScheduleError(f"{prim}: {buf.name} is also written by block "
+                                f"{outside_w[0].block.name_hint!r} outside loop "
+                                f"{f.loop_var.name}")
+    region = None
+    for p, pp in inside:
+        regs = [x for x in (p.block.reads if not reverse else p.block.writes)
+                if x.buffer is buf]
+        if regs:
+            region = _union(region, _relaxed_region(p, pp, regs))
+    own = next(x for x in (blk.writes if not reverse else blk.reads) if x.buffer is buf)
+    dims = _dim_vars(blk, own, prim, "writes" if not reverse else "reads")
+    outer = st.loop_ranges(lpath + (f,))
+    nest = _regenerate(r, dims, region, outer, preserve_unit_loops)
+    body = ir.seq(f.body, nest) if reverse else ir.seq(nest, f.body)
+    sch._func = st.replace_stmts(func, {id(top): None, id(f): replace(f, body=body)})
+
+
+def compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
+               preserve_unit_loops: bool = False) -> None:
+    """Move a producer block under a loop of its consumer, computing only what it needs.
+
+    Before (B feeds C)::
+
+        for i, j in T.grid(128, 128):
+            with T.block("B"): ... B[vi, vj] = A[vi, vj] * T.float32(2.0)
+        for i, j in T.grid(128, 128):
+            with T.block("C"): ... C[vi, vj] = B[vi, vj] + T.float32(1.0)
+
+    ``sch.compute_at(sch.get_block("B"), i)`` (``i`` = C's outer loop); after::
+
+        for i in range(128):
+            for ax1 in range(128):
+                with T.block("B"):
+                    vi = T.axis.spatial(128, i)
+                    vj = T.axis.spatial(128, ax1)
+                    ...
+            for j in range(128):
+                with T.block("C"): ...
+
+    Errors name the loop and the consumers when the loop is not an ancestor of one.
+    """
+    _move(sch, block, loop, preserve_unit_loops, reverse=False)
+
+
+def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
+                       preserve_unit_loops: bool = False) -> None:
+    """Move a consumer block under a loop of its producer (after the producer).
+
+    With B and C as in :func:`compute_at`, ``sch.reverse_compute_at(C, i)`` (``i`` = B's
+    outer loop) gives::
+
+        for i in range(128):
+            for j in range(128):
+                with T.block("B"): ...
+            for ax1 in range(128):
+                with T.block("C"):
+                    vi = T.axis.spatial(128, i)
+                    vj = T.axis.spatial(128, ax1)
+                    ...
+    """
+    _move(sch, block, loop, preserve_unit_loops, reverse=True)
+
+
+class _ReplaceLoad(StmtExprMutator):
+    def __init__(self, buf: ir.Buffer, vars_: list[ir.Var], value: ir.PrimExpr) -> None:
+        self.buf, self.vars, self.value = buf, vars_, value
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        e2 = super().visit_BufferLoad(e)
+        if isinstance(e2, ir.BufferLoad) and e2.buffer is self.buf:
+            return substitute(self.value, dict(zip(self.vars, e2.indices, strict=True)))
+        return e2
+
+
+def refresh_regions(blk: ir.Block) -> ir.Block:
+    """Recompute a block's reads/writes from its body."""
+    ranges = {iv.var: iv.dom for iv in blk.iter_vars}
+    stmt = blk.body
+    reads, writes = access_regions(stmt, ranges)
+    wbufs = {w.buffer for w in writes}
+    if blk.init is not None:
+        reads = [x for x in reads if x.buffer not in wbufs]
+    return replace(blk, reads=tuple(reads), writes=tuple(writes))
+
+
+def _single_store(blk: ir.Block, prim: str) -> ir.BufferStore:
+    if blk.init is not None or any(iv.iter_type != "spatial" for iv in blk.iter_vars):
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} is a reduction; only "
+                            "elementwise (all-spatial) blocks can be inlined")
+    if not isinstance(blk.body, ir.BufferStore):
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} body is not a single store "
+                            f"({type(blk.body).__name__})")
+    return blk.body
+
+
+def _check_intermediate(func: ir.PrimFunc, buf: ir.Buffer, blk: ir.Block, prim: str) -> None:
+    if any(p is buf for p in func.params):
+        raise ScheduleError(f"{prim}: block {blk.name_hint!r} writes {buf.name}, an "
+                            "argument of the function; inlining would drop that output")
+
+
+def compute_inline(sch: Schedule, block: BlockRV) -> None:
+    """Inline an elementwise block into every reader of its output; the block disappears.
+
+    Before: ``B[vi, vj] = A[vi, vj] * T.float32(2.0)`` and
+    ``C[vi, vj] = B[vi, vj] + T.float32(1.0)``. ``sch.compute_inline(B)``; after::
+
+        for i, j in T.grid(128, 128):
+            with T.block("C"):
+                ...
+                T.reads(A[vi, vj])
+                C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
+    """
+    r, path = sch._block(block)
+    blk = r.block
+    store = _single_store(blk, "compute_inline")
+    buf = store.buffer
+    _check_intermediate(sch._func, buf, blk, "compute_inline")
+    vars_ = []
+    for d, i in enumerate(store.indices):
+        if not (isinstance(i, ir.Var) and any(iv.var is i for iv in blk.iter_vars)
+                and i not in vars_):
+            raise ScheduleError(f"compute_inline: block {blk.name_hint!r} stores "
+                                f"{buf.name} at index {d} with {i}; it needs distinct block "
+                                "vars as indices (like B[vi, vj])")
+        vars_.append(i)
+    if any(rd.buffer is buf for rd in blk.reads):
+        raise ScheduleError(f"compute_inline: block {blk.name_hint!r} reads its own output")
+    mapping: dict[int, ir.Stmt | None] = {id(st.exclusive_nest_top(r, path)): None}
+    mut = _ReplaceLoad(buf, vars_, store.value)
+    for rr, _ in _readers(sch._func, buf, blk):
+        nb = rr.block
+        init = mut.visit_stmt(nb.init) if nb.init is not None else None
+        nb = refresh_regions(replace(nb, body=mut.visit_stmt(nb.body), init=init))
+        mapping[id(rr.block)] = nb
+    sch._func = st.replace_stmts(sch._func, mapping)
+    sch._func = st.with_root_allocs(sch._func, remove=(buf,))
+    sch._remove_block(blk.name_hint)
+
+
+def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
+    """Inline an elementwise consumer into its producer; the consumer disappears.
+
+    Before: ``B[vi, vj] = A[vi, vj] * T.float32(2.0)`` then
+    ``C[vi, vj] = B[vi, vj] + T.float32(1.0)``. ``sch.reverse_compute_inline(C)``; after::
+
+        for i, j in T.grid(128, 128):
+            with T.block("B"):
+                ...
+                T.writes(C[vi, vj])
+                C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
+    """
+    r, path = sch._block(block)
+    blk = r.block
+    store = _single_store(blk, "reverse_compute_inline")
+    func = sch._func
+    cands = [rd.buffer for rd in blk.reads if _writers(func, rd.buffer, blk)
+             and all(rd.buffer is not p for p in func.params)]
+    if len(cands) != 1:
+        raise ScheduleError(f"reverse_compute_inline: block {blk.name_hint!r} must read "
+                            f"exactly one intermediate produced by another block, found "
+                            f"{len(cands)} ({', '.join(b.name for b in cands) or 'none'})")
+    buf = cands[0]
+    writers = _writers(func, buf, blk)
+    if len(writers) != 1:
+        raise ScheduleError(f"reverse_compute_inline: {buf.name} has {len(writers)} writers")
+    pr, _ = writers[0]
+    pstore = _single_store(pr.block, "reverse_compute_inline")
+    loads: list[tuple[ir.PrimExpr, ...]] = []
+
+    def grab(x: object) -> None:
+        if isinstance(x, ir.BufferLoad) and x.buffer is buf:
+            loads.append(x.indices)
+
+    from toolchain.tir.functor import post_order_visit
+
+    post_order_visit(store.value, grab)
+    first = loads[0]
+    ok = all(isinstance(i, ir.Var) for i in first) and len(set(first)) == len(first)
+    ok = ok and all(ir.structural_equal(x, first) for x in loads)
+    cvars = {iv.var for iv in blk.iter_vars}
+    if not ok or set(first) != cvars:
+        raise ScheduleError(
+            f"reverse_compute_inline: block {blk.name_hint!r} must read {buf.name} at "
+            "one index tuple made of all its block vars (like B[vi, vj]), found "
+            + ", ".join("[" + ", ".join(str(i) for i in idx) + "]" for idx in loads))
+    vmap = dict(zip(first, pstore.indices, strict=True))
+    value = substitute(_ReplaceLoad(buf, list(first), pstore.value).visit_expr(store.value),
+                       vmap)
+    new_store = ir.BufferStore(store.buffer, value,
+                               tuple(substitute(i, vmap) for i in store.indices))
+    pblk = refresh_regions(replace(pr.block, body=new_store))
+    mapping: dict[int, ir.Stmt | None] = {id(st.exclusive_nest_top(r, path)): None,
+                                          id(pr.block): pblk}
+    sch._func = st.replace_stmts(func, mapping)
+    sch._func = st.with_root_allocs(sch._func, remove=(buf,))
+    sch._remove_block(blk.name_hint)

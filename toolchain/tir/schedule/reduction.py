@@ -1,0 +1,218 @@
+"""Reduction primitives: decompose_reduction and rfactor."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from toolchain.errors import ScheduleError
+from toolchain.tir import ir
+from toolchain.tir.functor import free_vars, substitute
+from toolchain.tir.schedule import state as st
+from toolchain.tir.schedule.compute_location import refresh_regions
+
+if TYPE_CHECKING:
+    from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
+
+
+def _conjuncts(e: ir.PrimExpr) -> list[ir.PrimExpr]:
+    if isinstance(e, ir.And):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [] if ir.is_const_int(e, 1) else [e]
+
+
+def _and(parts: list[ir.PrimExpr]) -> ir.PrimExpr:
+    out: ir.PrimExpr = ir.IntImm(1, "bool")
+    for p in parts:
+        out = p if ir.is_const_int(out, 1) else ir.And(out, p)
+    return out
+
+
+def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
+    """Move a reduction block's ``init`` into its own block, placed before ``loop``.
+
+    The init block gets copies of the loops between ``loop`` and the block that its
+    spatial vars need. Before (matmul, ``init`` inside block ``C`` under ``i, j, k``)::
+
+        for i, j, k in T.grid(64, 64, 64):
+            with T.block("C"):
+                ...
+                with T.init():
+                    C[vi, vj] = T.float32(0.0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+
+    ``sch.decompose_reduction(C, k)``; after::
+
+        for i, j in T.grid(64, 64):
+            with T.block("C_init"):
+                vi = T.axis.spatial(64, i)
+                vj = T.axis.spatial(64, j)
+                T.reads()
+                T.writes(C[vi, vj])
+                C[vi, vj] = T.float32(0.0)
+            for k in range(64):
+                with T.block("C"):
+                    ... (no init)
+                    C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+    """
+    r, bpath = sch._block(block)
+    blk = r.block
+    f, _ = sch._loop(loop)
+    if blk.init is None:
+        raise ScheduleError(f"decompose_reduction: block {blk.name_hint!r} has no init "
+                            "statement (it is not a reduction, or was already decomposed)")
+    pos = next((k for k, n in enumerate(bpath) if n is f), None)
+    if pos is None:
+        raise ScheduleError(f"decompose_reduction: loop {f.loop_var.name} is not an ancestor "
+                            f"of block {blk.name_hint!r} (its loops: "
+                            f"{st.fmt_loops(st.loops_of(bpath))})")
+    inner = [n for n in bpath[pos:] if isinstance(n, ir.For)]
+    spatial = [(iv, v) for iv, v in zip(blk.iter_vars, r.iter_values, strict=True)
+               if iv.iter_type == "spatial"]
+    used = set()
+    for _, v in spatial:
+        used.update(free_vars(v))
+    needed = [n for n in inner if n.loop_var in used]
+    lmap = {n.loop_var: ir.Var(f"{n.loop_var.name}_init") for n in needed}
+    bvmap = {iv.var: ir.Var(iv.var.name) for iv, _ in spatial}
+    inner_vars = {n.loop_var for n in inner}
+    preds = [substitute(p, lmap) for p in _conjuncts(r.predicate)
+             if not (set(free_vars(p)) & (inner_vars - set(lmap)))]
+    ivs = tuple(ir.IterVar(bvmap[iv.var], iv.dom, "spatial") for iv, _ in spatial)
+    vals = tuple(substitute(v, lmap) for _, v in spatial)
+    init_body = substitute(blk.init, bvmap)
+    name = sch._fresh_block_name(f"{blk.name_hint}_init")
+    init_blk = refresh_regions(ir.Block(name, ivs, (), (), init_body))
+    init_nest: ir.Stmt = ir.BlockRealize(vals, _and(preds), init_blk)
+    for n in reversed(needed):
+        init_nest = ir.For(lmap[n.loop_var], n.min, n.extent, "serial", init_nest)
+    upd = replace(blk, init=None)
+    f2 = st._Replace({id(blk): upd}).visit_stmt(f)
+    sch._func = st.replace_stmts(sch._func, {id(f): ir.seq(init_nest, f2)})
+    from toolchain.tir.schedule.schedule import BlockRV as _B
+
+    return _B(name)
+
+
+_COMBINERS = (ir.Add, ir.Mul, ir.Max, ir.Min)
+
+
+def _split_update(blk: ir.Block) -> tuple[type, ir.BufferStore, ir.PrimExpr]:
+    body = blk.body
+    if isinstance(body, ir.BufferStore) and type(body.value) in _COMBINERS:
+        v = body.value
+        for me, other in ((v.a, v.b), (v.b, v.a)):
+            if (isinstance(me, ir.BufferLoad) and me.buffer is body.buffer
+                    and ir.structural_equal(me.indices, body.indices)):
+                return type(v), body, other
+    raise ScheduleError(f"rfactor: block {blk.name_hint!r} is not a reduction of the form "
+                        "C[...] = C[...] (+|*|max|min) expr")
+
+
+def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
+    """Factor a reduction over ``loop`` into a partial-result buffer, then reduce it.
+
+    Makes the partial sums independent so ``loop`` can be parallelized/bound. Before
+    (``B[vi] += A[vi, vk]``, ``k`` split into ``k_0, k_1``)::
+
+        for i, k_0, k_1 in T.grid(8, 4, 16):
+            with T.block("B"):
+                vi = T.axis.spatial(8, i)
+                vk = T.axis.reduce(64, k_0 * 16 + k_1)
+                ...
+
+    ``sch.rfactor(k_1, 0)``; after::
+
+        # with T.block("root"):
+        B_rf = T.alloc_buffer((16, 8), "float32")
+        for i, k_0, k_1 in T.grid(8, 4, 16):
+            with T.block("B_rf"):
+                vi = T.axis.spatial(8, i)
+                vk_0 = T.axis.reduce(4, k_0)
+                vk_1 = T.axis.spatial(16, k_1)
+                ...
+                B_rf[vk_1, vi] = B_rf[vk_1, vi] + A[vi, vk_0 * 16 + vk_1]
+        for ax0, ax1 in T.grid(8, 16):
+            with T.block("B"):
+                vi = T.axis.spatial(8, ax0)
+                vk_1 = T.axis.reduce(16, ax1)
+                ...
+                B[vi] = B[vi] + B_rf[vk_1, vi]
+    """
+    f, _ = sch._loop(loop)
+    under = st.blocks_under(f)
+    if len(under) != 1:
+        raise ScheduleError(f"rfactor: loop {f.loop_var.name} must contain exactly one block, "
+                            f"found {len(under)}")
+    r = under[0][0]
+    found = st.find_block(sch._func, r.block.name_hint)
+    assert found is not None
+    _, bpath = found
+    blk = r.block
+    if blk.init is None:
+        raise ScheduleError(f"rfactor: block {blk.name_hint!r} has no init (not a reduction, "
+                            "or decompose_reduction was applied; rfactor before decomposing)")
+    comb, store, src = _split_update(blk)
+    red = [(iv, v) for iv, v in zip(blk.iter_vars, r.iter_values, strict=True)
+           if iv.iter_type == "reduce"]
+    spat = [(iv, v) for iv, v in zip(blk.iter_vars, r.iter_values, strict=True)
+            if iv.iter_type == "spatial"]
+    if any(f.loop_var in free_vars(v) for _, v in spat) or not any(
+            f.loop_var in free_vars(v) for _, v in red):
+        raise ScheduleError(f"rfactor: loop {f.loop_var.name} must feed only reduce vars of "
+                            f"block {blk.name_hint!r}; split the reduction loop and rfactor "
+                            "one of its parts")
+    out = store.buffer
+    if not 0 <= factor_axis <= out.ndim:
+        raise ScheduleError(f"rfactor: factor_axis {factor_axis} out of range 0..{out.ndim}")
+    red_vars = set()
+    for _, v in red:
+        red_vars.update(free_vars(v))
+    red_loops = [n for n in bpath if isinstance(n, ir.For) and n.loop_var in red_vars]
+    new_bv = {n.loop_var: ir.Var(f"v{n.loop_var.name}") for n in red_loops}
+    rf_ivs = [iv for iv, _ in spat] + [
+        ir.IterVar(new_bv[n.loop_var], ir.Range(n.min, n.extent),
+                   "spatial" if n is f else "reduce") for n in red_loops]
+    rf_vals = [v for _, v in spat] + [n.loop_var for n in red_loops]
+    red_sub = {iv.var: substitute(v, new_bv) for iv, v in red}
+    vrf = new_bv[f.loop_var]
+    rf_idx = list(store.indices)
+    rf_idx.insert(factor_axis, vrf - f.min if not ir.is_const_int(f.min, 0) else vrf)
+    shape = list(out.shape)
+    shape.insert(factor_axis, f.extent)
+    rf_buf = ir.Buffer(f"{out.name}_rf", tuple(shape), out.dtype)
+    rf_load = ir.BufferLoad(rf_buf, tuple(rf_idx))
+    rf_store = ir.BufferStore(rf_buf, comb(rf_load, substitute(src, red_sub)), tuple(rf_idx))
+    init_val = blk.init.value if isinstance(blk.init, ir.BufferStore) else None
+    if init_val is None:
+        raise ScheduleError(f"rfactor: the init of block {blk.name_hint!r} is not a store")
+    rf_name = sch._fresh_block_name(f"{blk.name_hint}_rf")
+    rf_blk = refresh_regions(ir.Block(rf_name, tuple(rf_ivs), (), (), rf_store,
+                                      ir.BufferStore(rf_buf, init_val, tuple(rf_idx))))
+    rf_realize = ir.BlockRealize(tuple(rf_vals), r.predicate, rf_blk)
+    # write-back block: reduce the partial results
+    wb_sp = {iv.var: ir.Var(iv.var.name) for iv, _ in spat}
+    vr = ir.Var(vrf.name)
+    wb_ivs = tuple(ir.IterVar(wb_sp[iv.var], iv.dom, "spatial") for iv, _ in spat) + (
+        ir.IterVar(vr, ir.Range(0, f.extent), "reduce"),)
+    out_idx = tuple(substitute(i, wb_sp) for i in store.indices)
+    wb_rf_idx = list(out_idx)
+    wb_rf_idx.insert(factor_axis, vr)
+    wb_store = ir.BufferStore(out, comb(ir.BufferLoad(out, out_idx),
+                                        ir.BufferLoad(rf_buf, tuple(wb_rf_idx))), out_idx)
+    wb_blk = refresh_regions(ir.Block(blk.name_hint, wb_ivs, (), (), wb_store,
+                                      substitute(blk.init, wb_sp)))
+    loops = [(ir.Var(f"ax{k}"), iv.dom.extent) for k, iv in enumerate(wb_ivs)]
+    wb_realize = ir.BlockRealize(tuple(lv + iv.dom.min if not ir.is_const_int(iv.dom.min, 0)
+                                       else lv for (lv, _), iv in zip(loops, wb_ivs,
+                                                                     strict=True)),
+                                 ir.IntImm(1, "bool"), wb_blk)
+    wb_nest = st.make_loop_nest(loops, wb_realize)
+    from toolchain.tir.schedule.cache import _insert_root, _top_of
+
+    pos = _top_of(sch._func, r) + 1
+    func = st.replace_stmts(sch._func, {id(r): rf_realize})
+    sch._func = _insert_root(func, pos, wb_nest, rf_buf)
+    from toolchain.tir.schedule.schedule import BlockRV as _B
+
+    return _B(rf_name)

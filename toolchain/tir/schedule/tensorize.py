@@ -1,0 +1,324 @@
+"""blockize, tensorize and the registry of tensor intrinsics.
+
+A tensor intrinsic is a pair of PrimFuncs with the same buffer parameters:
+
+* ``desc`` — the *behaviour*: a loop nest over one block, e.g. a 16x16x16 multiply-add
+  ``C[i, j] = C[i, j] + A[i, k] * B[k, j]`` (``te.create_prim_func`` of a small compute).
+* ``impl`` — the *implementation*: any statements over the same buffers (loads/stores, or
+  an extern call taking ``T.address_of(A[0, 0])``).
+
+``tensorize(loop, name)`` matches the nest under ``loop`` with ``desc`` (loop count and
+extents, the expression tree, dtypes, and every buffer index up to a constant offset per
+buffer dimension) and replaces it by ``impl`` with each intrinsic buffer rebased at the
+matched offset. A mismatch says which loop, index, or dtype differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from toolchain.errors import ScheduleError
+from toolchain.tir import arith, ir
+from toolchain.tir.analysis import access_regions
+from toolchain.tir.functor import StmtExprMutator, free_vars, substitute
+from toolchain.tir.schedule import state as st
+
+if TYPE_CHECKING:
+    from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
+
+
+@dataclass(frozen=True)
+class TensorIntrin:
+    """A registered tensor intrinsic (behaviour ``desc`` + implementation ``impl``)."""
+
+    name: str
+    desc: ir.PrimFunc
+    impl: ir.PrimFunc
+    _registry: ClassVar[dict[str, TensorIntrin]] = {}
+
+    @staticmethod
+    def register(name: str, desc: ir.PrimFunc, impl: ir.PrimFunc,
+                 override: bool = False) -> TensorIntrin:
+        """Register ``name``; ``desc`` and ``impl`` must take matching buffers."""
+        if name in TensorIntrin._registry and not override:
+            raise ScheduleError(f"tensor intrinsic {name!r} is already registered "
+                                "(pass override=True to replace it)")
+        db, ib = desc.buffers, impl.buffers
+        if len(db) != len(ib) or any(
+                a.dtype != b.dtype or not ir.structural_equal(a.shape, b.shape)
+                for a, b in zip(db, ib, strict=False)):
+            raise ScheduleError(
+                f"tensor intrinsic {name!r}: desc buffers "
+                f"{[(b.name, str(b.shape), b.dtype) for b in db]} and impl buffers "
+                f"{[(b.name, str(b.shape), b.dtype) for b in ib]} must match in order")
+        _desc_nest(desc, name)
+        intrin = TensorIntrin(name, desc, impl)
+        TensorIntrin._registry[name] = intrin
+        return intrin
+
+    @staticmethod
+    def get(name: str) -> TensorIntrin:
+        """The intrinsic registered as ``name``."""
+        if name not in TensorIntrin._registry:
+            raise ScheduleError(f"no tensor intrinsic {name!r}; registered: "
+                                f"{', '.join(sorted(TensorIntrin._registry)) or 'none'}")
+        return TensorIntrin._registry[name]
+
+
+def _strip_root(func: ir.PrimFunc) -> ir.Stmt:
+    body = func.body
+    if isinstance(body, ir.BlockRealize) and body.block.name_hint == "root":
+        return body.block.body
+    return body
+
+
+def _nest(s: ir.Stmt) -> tuple[list[ir.For], ir.BlockRealize | None]:
+    loops = []
+    while isinstance(s, ir.For):
+        loops.append(s)
+        s = s.body
+    return loops, s if isinstance(s, ir.BlockRealize) else None
+
+
+def _desc_nest(desc: ir.PrimFunc, name: str) -> tuple[list[ir.For], ir.BlockRealize]:
+    loops, r = _nest(_strip_root(desc))
+    if r is None:
+        raise ScheduleError(f"tensor intrinsic {name!r}: desc must be a loop nest over one "
+                            "block (as te.create_prim_func makes it)")
+    return loops, r
+
+
+class _Matcher:
+    def __init__(self, intrin: str, svars: dict[ir.Var, ir.Var], inner: set[ir.Var],
+                 dvars: set[ir.Var]) -> None:
+        self.intrin = intrin
+        self.svars = svars  # schedule loop var -> desc loop var
+        self.inner = inner
+        self.dvars = dvars
+        self.bufmap: dict[ir.Buffer, ir.Buffer] = {}  # desc buffer -> schedule buffer
+        self.offsets: dict[ir.Buffer, list[ir.PrimExpr]] = {}
+
+    def fail(self, msg: str) -> None:
+        raise ScheduleError(f"tensorize with {self.intrin!r}: {msg}")
+
+    def buffer(self, sb: ir.Buffer, sidx: tuple, db: ir.Buffer, didx: tuple) -> None:
+        if db in self.bufmap and self.bufmap[db] is not sb:
+            self.fail(f"intrinsic buffer {db.name} matches both {self.bufmap[db].name} and "
+                      f"{sb.name} in the schedule")
+        if sb.dtype != db.dtype:
+            self.fail(f"buffer {sb.name} has dtype {sb.dtype} but the intrinsic's {db.name} "
+                      f"is {db.dtype}")
+        if len(sidx) != len(didx):
+            self.fail(f"buffer {sb.name} has {len(sidx)} dimensions, intrinsic {db.name} "
+                      f"has {len(didx)}")
+        self.bufmap[db] = sb
+        offs = []
+        for d, (si, di) in enumerate(zip(sidx, didx, strict=True)):
+            mapped = substitute(si, self.svars)
+            off = arith.simplify(mapped - di)
+            if set(free_vars(off)) & self.dvars:
+                self.fail(f"index {d} of {sb.name} differs: the schedule has {si} where the "
+                          f"intrinsic has {di} for {db.name} (loop variables in nest order: "
+                          f"{', '.join(v.name for v in self.svars)}); reorder or re-tile the "
+                          "loops so the access patterns agree")
+            offs.append(off)
+        if db in self.offsets:
+            for d, (a, b) in enumerate(zip(self.offsets[db], offs, strict=True)):
+                if not ir.is_const_int(arith.simplify(a - b), 0):
+                    self.fail(f"buffer {sb.name} is accessed at two different offsets in "
+                              f"dimension {d} ({a} and {b})")
+        else:
+            self.offsets[db] = offs
+
+    def expr(self, s: ir.PrimExpr, d: ir.PrimExpr) -> None:
+        if type(s) is not type(d):
+            self.fail(f"the schedule computes {s} where the intrinsic computes {d} "
+                      f"({type(s).__name__} vs {type(d).__name__})")
+        if s.dtype != d.dtype:
+            self.fail(f"dtype of {s} is {s.dtype}, the intrinsic's {d} is {d.dtype}")
+        if isinstance(s, ir.BufferLoad):
+            self.buffer(s.buffer, s.indices, d.buffer, d.indices)
+        elif isinstance(s, (ir.IntImm, ir.FloatImm)):
+            if s.value != d.value:
+                self.fail(f"constant {s} differs from the intrinsic's {d}")
+        elif isinstance(s, ir._Binary):
+            self.expr(s.a, d.a)
+            self.expr(s.b, d.b)
+        elif isinstance(s, ir.Cast):
+            self.expr(s.value, d.value)
+        elif isinstance(s, ir.Call):
+            if s.op != d.op or len(s.args) != len(d.args):
+                self.fail(f"call {s.op} differs from the intrinsic's {d.op}")
+            for a, b in zip(s.args, d.args, strict=True):
+                self.expr(a, b)
+        elif isinstance(s, ir.Select):
+            for a, b in ((s.condition, d.condition), (s.true_value, d.true_value),
+                         (s.false_value, d.false_value)):
+                self.expr(a, b)
+        elif isinstance(s, ir.Var):
+            if self.svars.get(s, s) is not d:
+                self.fail(f"variable {s} differs from the intrinsic's {d}")
+
+    def store(self, s: ir.Stmt, d: ir.Stmt) -> None:
+        if not (isinstance(s, ir.BufferStore) and isinstance(d, ir.BufferStore)):
+            self.fail(f"the block body is a {type(s).__name__}, the intrinsic's a "
+                      f"{type(d).__name__}; both must be a single store")
+        self.buffer(s.buffer, s.indices, d.buffer, d.indices)
+        self.expr(s.value, d.value)
+
+
+class _Rebase(StmtExprMutator):
+    def __init__(self, bmap: dict[ir.Buffer, ir.Buffer],
+                 offsets: dict[ir.Buffer, list[ir.PrimExpr]]) -> None:
+        self.bmap, self.offsets = bmap, offsets
+
+    def _idx(self, b: ir.Buffer, idx: tuple) -> tuple:
+        return tuple(arith.simplify(o + i) for o, i in zip(self.offsets[b], idx, strict=True))
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        e = super().visit_BufferLoad(e)
+        if isinstance(e, ir.BufferLoad) and e.buffer in self.bmap:
+            return ir.BufferLoad(self.bmap[e.buffer], self._idx(e.buffer, e.indices))
+        return e
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
+        s = super().visit_BufferStore(s)
+        if isinstance(s, ir.BufferStore) and s.buffer in self.bmap:
+            return ir.BufferStore(self.bmap[s.buffer], s.value, self._idx(s.buffer, s.indices))
+        return s
+
+
+def _bound_body(r: ir.BlockRealize, stmt: ir.Stmt) -> ir.Stmt:
+    vmap = {iv.var: v for iv, v in zip(r.block.iter_vars, r.iter_values, strict=True)}
+    return substitute(stmt, vmap)
+
+
+def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
+    """Replace the loop nest under ``loop`` by a registered tensor intrinsic.
+
+    Before (a 16x16x16 tile of a matmul after ``tile`` and ``decompose_reduction``)::
+
+        for i_1, j_1, k_1 in T.grid(16, 16, 16):
+            with T.block("C"):
+                vi = T.axis.spatial(64, i_0 * 16 + i_1)
+                ...
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
+
+    ``sch.tensorize(i_1, "mma16")`` with ``mma16`` implemented by an extern call; after::
+
+        with T.block("C"):
+            T.reads(C[i_0 * 16:i_0 * 16 + 16, ...], A[...], B[...])
+            T.writes(C[i_0 * 16:i_0 * 16 + 16, j_0 * 16:j_0 * 16 + 16])
+            T.block_attr({'tensorized': 'mma16'})
+            T.call_extern("int32", "mma16", T.address_of(A[i_0 * 16, k_0 * 16]), ...)
+
+    A mismatch names the loop, index or dtype that differs.
+    """
+    from toolchain.tir.schedule.schedule import LoopRV as _L
+
+    it = TensorIntrin.get(intrin)
+    dloops, dr = _desc_nest(it.desc, intrin)
+    if isinstance(loop, _L):
+        f, path = sch._loop(loop)
+        sloops, sr = _nest(f)
+        top: ir.Stmt = f
+        if sr is None:
+            raise ScheduleError(f"tensorize: the body of loop {f.loop_var.name} is not a "
+                                "perfect loop nest over one block; tensorize the loop just "
+                                "above the block's inner tile")
+    else:
+        sr, path = sch._block(loop)
+        sloops, top = [], sr
+    sb = sr.block
+    if len(sloops) != len(dloops):
+        raise ScheduleError(
+            f"tensorize with {intrin!r}: the nest under the loop has {len(sloops)} loops "
+            f"({st.fmt_loops(sloops)}) but the intrinsic has {len(dloops)} "
+            f"({st.fmt_loops(dloops)}); split/reorder so the inner nest matches")
+    for k, (a, b) in enumerate(zip(sloops, dloops, strict=True)):
+        if not ir.structural_equal(arith.simplify(a.extent), arith.simplify(b.extent)):
+            raise ScheduleError(
+                f"tensorize with {intrin!r}: loop {k} ({a.loop_var.name}) has extent "
+                f"{a.extent}, the intrinsic's loop {b.loop_var.name} has {b.extent}; split "
+                f"{a.loop_var.name} by {b.extent}")
+    if (sb.init is None) != (dr.block.init is None):
+        fix = ("call decompose_reduction first so the intrinsic only accumulates"
+               if sb.init is not None else "the intrinsic initialises its output itself")
+        raise ScheduleError(f"tensorize with {intrin!r}: block {sb.name_hint!r} "
+                            f"{'has' if sb.init is not None else 'has no'} init statement, the "
+                            f"intrinsic {'has none' if sb.init is not None else 'has one'}; "
+                            f"{fix}")
+    svars = {a.loop_var: b.loop_var for a, b in zip(sloops, dloops, strict=True)}
+    m = _Matcher(intrin, svars, set(svars), {b.loop_var for b in dloops})
+    m.store(_bound_body(sr, sb.body), _bound_body(dr, dr.block.body))
+    if sb.init is not None:
+        m.store(_bound_body(sr, sb.init), _bound_body(dr, dr.block.init))
+    impl_map = dict(zip(it.impl.buffers, it.desc.buffers, strict=True))
+    bmap, offsets = {}, {}
+    for ib, db in impl_map.items():
+        if db in m.bufmap:
+            bmap[ib] = m.bufmap[db]
+            offsets[ib] = m.offsets[db]
+    body = _Rebase(bmap, offsets).visit_stmt(_strip_root(it.impl))
+    outer = st.loop_ranges(path)
+    reads, writes = access_regions(body, outer)
+    blk = ir.Block(sb.name_hint, (), tuple(reads), tuple(writes), body,
+                   annotations={**sb.annotations, "tensorized": intrin})
+    new = ir.BlockRealize((), ir.IntImm(1, "bool"), blk)
+    sch._func = st.replace_stmts(sch._func, {id(top): new})
+    for lp in sloops:
+        sch._consume_loop(lp.loop_var)
+
+
+def blockize(sch: Schedule, loop: LoopRV) -> BlockRV:
+    """Wrap the subtree under ``loop`` into a new outer block ``<block>_o``.
+
+    The outer block gets one iteration var per enclosing loop the subtree uses (reduce if
+    it feeds a reduce var inside). Before: ``for i_0, i_1 in T.grid(8, 16)`` over block
+    ``B``; ``sch.blockize(i_1)``; after::
+
+        for i_0 in range(8):
+            with T.block("B_o"):
+                vi_0 = T.axis.spatial(8, i_0)
+                T.reads(A[vi_0 * 16:vi_0 * 16 + 16])
+                T.writes(B[vi_0 * 16:vi_0 * 16 + 16])
+                for i_1 in range(16):
+                    with T.block("B"):
+                        vi = T.axis.spatial(128, vi_0 * 16 + i_1)
+                        ...
+    """
+    f, path = sch._loop(loop)
+    under = st.blocks_under(f)
+    if not under:
+        raise ScheduleError(f"blockize: loop {f.loop_var.name} contains no block")
+    outer_loops = st.loops_of(path)
+    used = set(free_vars(f))
+    red_used: set[ir.Var] = set()
+    for r, _ in under:
+        for iv, v in zip(r.block.iter_vars, r.iter_values, strict=True):
+            if iv.iter_type == "reduce":
+                red_used.update(free_vars(v))
+    vmap, ivs, vals = {}, [], []
+    for lp in outer_loops:
+        if lp.loop_var in used:
+            bv = ir.Var(f"v{lp.loop_var.name}")
+            vmap[lp.loop_var] = bv
+            kind = "reduce" if lp.loop_var in red_used else "spatial"
+            ivs.append(ir.IterVar(bv, ir.Range(lp.min, lp.extent), kind))
+            vals.append(lp.loop_var)
+    body = substitute(f, vmap)
+    reads, writes = access_regions(body, {iv.var: iv.dom for iv in ivs})
+    name = sch._fresh_block_name(f"{under[0][0].block.name_hint}_o")
+    blk = ir.Block(name, tuple(ivs), tuple(reads), tuple(writes), body)
+    sch._func = st.replace_stmts(sch._func,
+                                 {id(f): ir.BlockRealize(tuple(vals), ir.IntImm(1, "bool"),
+                                                         blk)})
+    from toolchain.tir.schedule.schedule import BlockRV as _B
+
+    return _B(name)
+
+
+def intrin_buffers(intrin: str) -> list[Any]:
+    """The buffer params of a registered intrinsic's description (for inspection)."""
+    return list(TensorIntrin.get(intrin).desc.buffers)
