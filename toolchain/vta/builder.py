@@ -173,6 +173,7 @@ class ProgramBuilder:
 
     def build(self) -> Program:
         """Return the program (instructions are validated by encoding them once)."""
-        prog = Program(list(self.insns), self.dram_image(), dict(self.regions), self.config)
+        regions = {n: Region(r.name, r.offset, r.shape, r.dtype) for n, r in self.regions.items()}
+        prog = Program(list(self.insns), self.dram_image(), regions, self.config)
         prog.insn_bytes  # noqa: B018 - encodes every instruction, raising on a bad field
         return prog

@@ -1,0 +1,120 @@
+"""``kiln sim``: listing, checking, running on fsim, DRAM in/out, exit statuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from toolchain.cli import main
+from toolchain.vta.builder import ProgramBuilder
+from toolchain.vta.isa import MEM_INP
+from toolchain.vta.workloads import gemm_workload
+
+
+@pytest.fixture()
+def workload(tmp_path):
+    wl = gemm_workload(32, 32, 32, tiling=(16, 1, 1), seed=5)
+    path = tmp_path / "prog.bin"
+    wl.vthread.save(path)
+    return wl, path
+
+
+def test_disasm_prints_listing(workload, capsys):
+    wl, path = workload
+    assert main(["sim", str(path), "--disasm"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == len(wl.vthread.insns)
+    assert out[-1] == f"{len(out) - 1:04d} FINISH"
+    assert any("push_next" in line for line in out)
+
+
+def test_fsim_run_writes_dram_and_prints_counters(workload, tmp_path, capsys):
+    wl, path = workload
+    out_path = tmp_path / "out.bin"
+    assert main(["sim", str(path), "--fsim", "--tokens", "--seed", "3",
+                 "--out-dram", str(out_path)]) == 0
+    captured = capsys.readouterr()
+    assert "fsim counters:" in captured.out
+    assert "  macs" in captured.out and str(wl.macs) in captured.out
+    dram = np.frombuffer(out_path.read_bytes(), np.uint8)
+    np.testing.assert_array_equal(wl.read_output(dram), wl.expected)
+
+
+def test_default_action_is_fsim_and_dram_override(workload, tmp_path, capsys):
+    wl, path = workload
+    image = tmp_path / "image.bin"
+    image.write_bytes(wl.vthread.dram.tobytes())
+    out_path = tmp_path / "out.bin"
+    assert main(["sim", str(path), "--dram", str(image), "--out-dram", str(out_path)]) == 0
+    assert "fsim counters:" in capsys.readouterr().out
+    dram = np.frombuffer(out_path.read_bytes(), np.uint8)
+    np.testing.assert_array_equal(wl.read_output(dram), wl.expected)
+
+
+def test_check_ok(workload, capsys):
+    _, path = workload
+    assert main(["sim", str(path), "--check"]) == 0
+    assert capsys.readouterr().out.startswith("check: ok (")
+
+
+def test_deadlocking_program_exits_2_with_report(tmp_path, capsys):
+    b = ProgramBuilder()
+    x = b.data("x", np.zeros((1, 1, 16), np.int8))
+    b.load(MEM_INP, 0, x, pop_next=True, push_next=True)
+    b.gemm(0, 0, pop_prev=True, push_prev=True)
+    b.finish()
+    path = tmp_path / "dead.bin"
+    b.build().save(path)
+    assert main(["sim", str(path), "--fsim"]) == 2
+    err = capsys.readouterr().err
+    assert "static check failed" in err
+    assert "certain deadlock: load engine blocked at instruction 0 (LOAD INP)" in err
+
+
+def test_user_errors_exit_2(tmp_path, workload, capsys):
+    _, path = workload
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"hello")
+    assert main(["sim", str(junk)]) == 2
+    assert "not a Kiln VTA program" in capsys.readouterr().err
+    assert main(["sim", str(tmp_path / "none.bin")]) == 2
+    assert "cannot read program" in capsys.readouterr().err
+    assert main(["sim", str(path), "--latency", "5"]) == 2
+    assert "--latency/--bandwidth apply to --rtl only" in capsys.readouterr().err
+    assert main(["sim", str(path), "--dram", str(tmp_path / "nope")]) == 2
+    assert "cannot read DRAM image" in capsys.readouterr().err
+
+
+def test_rtl_unavailable_is_a_clear_error(workload, monkeypatch, capsys):
+    _, path = workload
+    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", None)  # import fails
+    assert main(["sim", str(path), "--rtl"]) == 2
+    assert "the RTL runner is unavailable" in capsys.readouterr().err
+
+
+def test_rtl_runner_is_called_with_program_dram_and_settings(workload, monkeypatch, capsys):
+    wl, path = workload
+    import types
+
+    calls = {}
+
+    def fake_run_rtl(program, dram, config, latency, bandwidth):
+        calls.update(n=len(program.insns), size=len(dram), latency=latency, bw=bandwidth)
+        return dram, {"cycles": 1234}
+
+    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl",
+                        types.SimpleNamespace(run_rtl=fake_run_rtl))
+    assert main(["sim", str(path), "--rtl", "--latency", "99", "--bandwidth", "4"]) == 0
+    assert calls == dict(n=len(wl.vthread.insns), size=len(wl.vthread.dram), latency=99, bw=4)
+    assert "cycles  1234" in capsys.readouterr().out
+
+
+def test_console_entry_point(workload):
+    _, path = workload
+    proc = subprocess.run([sys.executable, "-m", "toolchain", "sim", str(path), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "check: ok" in proc.stdout
