@@ -46,6 +46,7 @@ from toolchain.graph.ops._nn_common import (
     windows,
 )
 from toolchain.graph.ops.registry import (
+    REQUIRED,
     Attr,
     OpDef,
     PatternKind,
@@ -54,18 +55,18 @@ from toolchain.graph.ops.registry import (
     register,
 )
 
-_POSITIVE = lambda v: None if v >= 1 else "must be >= 1"  # noqa: E731
+
+def _positive(v: int) -> str | None:
+    return None if v >= 1 else "must be >= 1"
 
 
-def _ints_at_least(lo: int):
+def _ints_at_least(lo: int) -> Any:
     def check(v: tuple[int, ...]) -> str | None:
         return None if all(x >= lo for x in v) else f"every value must be >= {lo}"
     return check
 
 
 def _window_attrs(*, kernel_required: bool) -> tuple[Attr, ...]:
-    from toolchain.graph.ops.registry import REQUIRED
-
     return (
         Attr("auto_pad", "string", "NOTSET", choices=AUTO_PAD),
         Attr("dilations", "ints", (), check=_ints_at_least(1)),
@@ -137,7 +138,7 @@ def _conv_flops(node: Node) -> int:
 def _conv() -> OpDef:
     return OpDef(
         "Conv", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
-        attrs=_window_attrs(kernel_required=False) + (Attr("group", "int", 1, check=_POSITIVE),),
+        attrs=_window_attrs(kernel_required=False) + (Attr("group", "int", 1, check=_positive),),
         infer=_conv_infer, reference=_conv_ref, flops=_conv_flops,
         doc="N-D grouped convolution (cross-correlation), NC* layout",
     )
@@ -238,7 +239,7 @@ def _conv_transpose() -> OpDef:
     return OpDef(
         "ConvTranspose", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
         attrs=_window_attrs(kernel_required=False) + (
-            Attr("group", "int", 1, check=_POSITIVE),
+            Attr("group", "int", 1, check=_positive),
             Attr("output_padding", "ints", (), check=_ints_at_least(0)),
             Attr("output_shape", "ints", (), check=_ints_at_least(1)),
         ),
@@ -672,7 +673,9 @@ def _softmax_op(name: str, log: bool) -> OpDef:
     return OpDef(
         name, inputs=("input",), pattern=PatternKind.OPAQUE, attrs=(Attr("axis", "int", -1),),
         infer=infer, reference=reference, flops=lambda n: 4 * elementwise_flops(n),
-        min_opset=13,
+        # opset < 13 (input coerced to 2-D at axis) is rewritten by the frontend into
+        # Reshape -> op(axis=-1) -> Reshape, so every opset is handled
+        min_opset=1,
         doc=f"{name} over one axis (opset-13 semantics; the frontend rewrites older opsets)",
     )
 

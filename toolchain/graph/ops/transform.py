@@ -583,6 +583,10 @@ def _resize_infer(node: Node) -> list[TensorType]:
     if a["mode"] != "nearest" and x.dtype not in ("float16", "float32", "float64", "int8",
                                                    "uint8", "int32"):
         raise fail(node, f"mode {a['mode']!r} needs a numeric input, got {x.dtype}")
+    for i, what, dtypes in ((1, "roi", ("float16", "float32", "float64")),
+                            (2, "scales", ("float32",)), (3, "sizes", ("int64",))):
+        if node.input(i) is not None:
+            in_type(node, i, what, dtypes)
     roi, scales, sizes = _resize_operands(lambda i, w: const_input(node, i, w))
     out, _ = resize_plan(node.describe(), x.shape, roi, scales, sizes, a)
     return [TensorType(out, x.dtype)]
