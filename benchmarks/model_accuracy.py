@@ -36,7 +36,10 @@ def _kiln_flops(model, input_shapes) -> int | None:
 
 def _shape(model) -> str:
     parts = []
+    defaults = {t.name for t in model.graph.initializer}
     for vi in model.graph.input:
+        if vi.name in defaults:
+            continue
         t = vi.type.tensor_type
         dims = "x".join(str(d.dim_value or d.dim_param) for d in t.shape.dim)
         parts.append(f"`{vi.name}` {dims}")

@@ -31,6 +31,8 @@ from onnx import helper, numpy_helper
 
 def _ir_version(opset: int) -> int:
     # The IR version a mainstream exporter writes for this opset (ORT accepts these).
+    if opset <= 11:
+        return 6
     return 8 if opset <= 18 else 9 if opset <= 20 else 10
 
 
@@ -39,10 +41,13 @@ class Builder:
 
     Names are scoped (``with b.scope("layer1.0"):``): parameters become
     ``layer1.0.<suffix>`` and nodes ``/layer1.0/<Op>`` with outputs ``<node>_output_0``.
+    With ``constant_nodes=True`` small constants (shapes, axes, indices) are ``Constant``
+    nodes, one per use, as ``torch.onnx`` writes them; otherwise shared initializers.
     """
 
-    def __init__(self, name: str, seed: int) -> None:
+    def __init__(self, name: str, seed: int, *, constant_nodes: bool = False) -> None:
         self.name = name
+        self.constant_nodes = constant_nodes
         self.rng = np.random.default_rng(seed)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
@@ -99,8 +104,10 @@ class Builder:
         return name
 
     def const(self, array: Sequence | np.ndarray, dtype: type = np.int64) -> str:
-        """A shared constant initializer (shapes, axes, clip bounds); deduplicated."""
+        """A constant (shapes, axes, clip bounds): a shared initializer or a Constant node."""
         arr = np.asarray(array, dtype)
+        if self.constant_nodes:
+            return self.op("Constant", [], value=numpy_helper.from_array(arr))
         key = (arr.dtype.str, arr.tobytes(), arr.shape)
         if key not in self._consts:
             name = self._unique(f"onnx::Constant_{len(self._consts)}")
@@ -128,9 +135,18 @@ class Builder:
         return self.rng.normal(0.0, std, shape)
 
     # -- the model -------------------------------------------------------------------------
-    def build(self, opset: int, doc: str = "") -> onnx.ModelProto:
-        """The finished, checked model (opset ``opset`` of the default domain)."""
-        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs,
+    def build(self, opset: int, doc: str = "", *,
+              initializers_as_inputs: bool = False) -> onnx.ModelProto:
+        """The finished, checked model (opset ``opset`` of the default domain).
+
+        ``initializers_as_inputs`` also lists every initializer among the graph inputs, as
+        exporters before IR version 4 did (an input with a default value).
+        """
+        inputs = list(self.inputs)
+        if initializers_as_inputs:
+            inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in self.initializers]
+        graph = helper.make_graph(self.nodes, self.name, inputs, self.outputs,
                                   initializer=self.initializers, doc_string=doc)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                                   producer_name="kiln-zoo", producer_version="1",

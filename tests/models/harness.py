@@ -38,6 +38,7 @@ def run_ort(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[st
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3  # no warnings about initializers listed as inputs
     sess = ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
@@ -49,7 +50,6 @@ def run_kiln(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray],
              ) -> dict[str, np.ndarray]:
     """Outputs of Kiln's frontend + numpy reference executor, keyed by name."""
     from toolchain.frontend.onnx import from_onnx
-
     from toolchain.graph.reference import run_graph
 
     graph = from_onnx(model, input_shapes=dict(input_shapes) if input_shapes else None)

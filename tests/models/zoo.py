@@ -324,7 +324,7 @@ def _encoder_layer(b: Builder, x: str, d: int, heads: int, ff: int, gelu: str) -
     return _layer_norm(b, b.op("Add", [x, h]), d, "norm2")
 
 
-def transformer_encoder(seed: int = 64, *, batch: int = 2, seq: int = 32, d: int = 64,
+def transformer_encoder(seed: int = 64, *, batch: int | str = 2, seq: int = 32, d: int = 64,
                         heads: int = 4, layers: int = 2, vocab: int = 100, classes: int = 4,
                         gelu: str = "erf", opset: int = 17) -> onnx.ModelProto:
     """A 2-layer post-norm transformer encoder (d_model 64, 4 heads, FF 256, seq 32).
@@ -333,9 +333,11 @@ def transformer_encoder(seed: int = 64, *, batch: int = 2, seq: int = 32, d: int
     fused QKV MatMul + Split, heads split by a PyTorch-style ``Shape -> Gather -> Unsqueeze
     -> Concat -> Reshape`` chain, scaled-dot-product softmax attention, LayerNormalization,
     GELU (``Erf`` form, or the ``Gelu`` op with ``gelu="op"`` at opset >= 20), residual Adds;
-    a mean-pooled (ReduceMean over the sequence) Gemm classifier head.
+    a mean-pooled (ReduceMean over the sequence) Gemm classifier head.  Small constants
+    are ``Constant`` nodes, as torch.onnx writes them.  ``batch="batch"`` makes the batch
+    dimension symbolic (an export with ``dynamic_axes``).
     """
-    b = Builder(f"transformer_encoder_{gelu}", seed)
+    b = Builder(f"transformer_encoder_{gelu}", seed, constant_nodes=True)
     tokens = b.input("tokens", np.int64, [batch, seq])
     x = b.op("Gather", [b.param("embed.weight", b.normal(1.0, (vocab, d))), tokens], axis=0)
     x = b.op("Add", [x, b.param("pos_embed", b.normal(0.5, (1, seq, d)))])
@@ -352,18 +354,55 @@ def transformer_encoder(seed: int = 64, *, batch: int = 2, seq: int = 32, d: int
     return b.build(opset, f"{layers}-layer transformer encoder, d_model {d}, {heads} heads")
 
 
+def transformer_encoder_gelu(seed: int = 64) -> onnx.ModelProto:
+    """The transformer at opset 20 with the ``Gelu`` op and a symbolic batch dimension."""
+    return transformer_encoder(seed, batch="batch", gelu="op", opset=20)
+
+
+# -- an old-style export ------------------------------------------------------------------------
+def fcn_opset11(seed: int = 11) -> onnx.ModelProto:
+    """A small U-Net-like segmentation net at opset 11, written like a 2019 exporter did.
+
+    Every initializer is also listed as a graph input (an input with a default value, the
+    pre-IR-4 habit).  Opset-11 forms the frontend must upgrade: ``Pad`` (reflect) with pads
+    as an input, ``ReduceMean``/``Squeeze``/``Unsqueeze`` with axes attributes, ``Split``
+    with a ``split`` attribute, ``Resize`` with ``roi``/``scales``/``sizes`` inputs (nearest
+    x2 with asymmetric/floor, then linear to a size with pytorch_half_pixel), and ``Softmax``
+    with ``axis=1`` on a 4-D tensor, which at opset < 13 means softmax over C*H*W flattened.
+    Also a squeeze-excitation gate (Sigmoid, broadcast Mul), a GLU gate, ArgMax.
+    """
+    b = Builder("fcn_opset11", seed)
+    x = b.input("image", F32, [1, 3, 32, 32])
+    e1 = b.op("Relu", [conv(b, x, 3, 16, 3, name="enc1")])                    # 16 x 32 x 32
+    e2 = b.op("Relu", [conv(b, e1, 16, 32, 3, stride=2, name="enc2")])        # 32 x 16 x 16
+    e3 = b.op("Pad", [e2, b.const([0, 0, 1, 1, 0, 0, 1, 1])], mode="reflect")  # 32 x 18 x 18
+    e3 = b.op("Relu", [conv(b, e3, 32, 32, 3, stride=2, pads=[0, 0, 0, 0], name="enc3")])
+    with b.scope("se"):
+        g = b.op("ReduceMean", [e3], axes=[2, 3], keepdims=0)                # 32
+        g = b.op("Relu", [linear(b, g, 32, 8, gain=2.0, name="fc1")])
+        g = b.op("Sigmoid", [linear(b, g, 8, 32, name="fc2")])
+        e3 = b.op("Mul", [e3, b.op("Unsqueeze", [g], axes=[2, 3])])
+    empty = b.const(np.zeros(0, F32), F32)
+    with b.scope("up1"):
+        u = b.op("Resize", [e3, empty, b.const([1.0, 1.0, 2.0, 2.0], F32)], mode="nearest",
+                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        u = conv(b, b.op("Concat", [u, e2], axis=1), 64, 64, 1, name="conv")
+        a, gate = b.op("Split", [u], n_out=2, axis=1, split=[32, 32])
+        u = b.op("Mul", [a, b.op("Sigmoid", [gate])])                         # 32 x 16 x 16
+    with b.scope("up2"):
+        u = b.op("Resize", [u, empty, empty, b.const([1, 32, 32, 32])], mode="linear",
+                 coordinate_transformation_mode="pytorch_half_pixel")
+        logits = conv(b, b.op("Concat", [u, e1], axis=1), 48, 5, 1, name="classifier")
+    mask = b.op("Squeeze", [b.op("ArgMax", [logits], axis=1, keepdims=1)], axes=[1])
+    probs = b.op("Softmax", [logits], axis=1)
+    b.output(logits, "logits", F32, [1, 5, 32, 32])
+    b.output(probs, "probs", F32, [1, 5, 32, 32])
+    b.output(mask, "mask", np.int64, [1, 32, 32])
+    return b.build(11, "U-Net-like segmentation net in opset-11 form",
+                   initializers_as_inputs=True)
+
+
 # -- the catalogue -----------------------------------------------------------------------------
-def _normal_inputs(model: onnx.ModelProto, seed: int, shapes: dict[str, tuple[int, ...]]
-                   ) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for vi in model.graph.input:
-        dims = vi.type.tensor_type.shape.dim
-        shape = shapes.get(vi.name) or tuple(d.dim_value for d in dims)
-        out[vi.name] = rng.standard_normal(shape).astype(F32)
-    return out
-
-
 @dataclass(frozen=True)
 class ZooModel:
     """One zoo entry: how to build it, feed it and what to expect of it."""
@@ -378,12 +417,21 @@ class ZooModel:
     slow: bool = False
 
     def inputs(self, model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-        """Deterministic sample inputs (normal floats, token ids below ``vocab``)."""
-        if self.vocab:
-            rng = np.random.default_rng(seed)
-            return {vi.name: rng.integers(0, self.vocab, (2, 32), dtype=np.int64)
-                    for vi in model.graph.input}
-        return _normal_inputs(model, seed, self.input_shapes or {})
+        """Deterministic sample inputs: normal floats, or integer ids below ``vocab``."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        defaults = {t.name for t in model.graph.initializer}
+        for vi in model.graph.input:
+            if vi.name in defaults:
+                continue  # an input with a default value (pre-IR-4 style): not fed
+            t = vi.type.tensor_type
+            shape = (self.input_shapes or {}).get(vi.name) or \
+                tuple(d.dim_value for d in t.shape.dim)
+            if t.elem_type == onnx.TensorProto.INT64:
+                out[vi.name] = rng.integers(0, self.vocab, shape, dtype=np.int64)
+            else:
+                out[vi.name] = rng.standard_normal(shape).astype(F32)
+        return out
 
 
 def _transformer_macs(batch: int = 2, seq: int = 32, d: int = 64, layers: int = 2) -> int:
@@ -424,9 +472,11 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("resnet18", resnet18, macs=1_814_073_344, slow=True),
     ZooModel("mobilenet_v2", mobilenet_v2, macs=_mobilenet_v2_macs()),
     ZooModel("transformer_encoder", transformer_encoder, macs=_transformer_macs(), vocab=100),
-    ZooModel("transformer_encoder_gelu",
-             lambda: transformer_encoder(gelu="op", opset=20),
-             macs=_transformer_macs(), vocab=100),
+    ZooModel("fcn_opset11", fcn_opset11,
+             macs=(32 * 32 * 16 * 27 + 16 * 16 * 32 * 144 + 8 * 8 * 32 * 288 + 2 * 32 * 8
+                   + 16 * 16 * 64 * 64 + 32 * 32 * 5 * 48)),
+    ZooModel("transformer_encoder_gelu", transformer_encoder_gelu,
+             input_shapes={"tokens": (2, 32)}, macs=_transformer_macs(), vocab=100),
 ]}
 
 
