@@ -146,3 +146,51 @@ def test_flops():
     gemm = make_node("Gemm", [rand(4, 3), rand(4, 5)], {"transA": 1})
     gemm = gemm.replace(outputs=(Value("y", (3, 5), "float32"),))
     assert get_op("Gemm").flops_of(gemm) == 2 * 3 * 5 * 4
+
+
+def _minimal_inputs(op: str, dt: str) -> tuple[list[np.ndarray], dict]:
+    def z(*shape: int) -> np.ndarray:
+        return np.zeros(shape, dtype=dt)
+
+    table = {
+        "Conv": ([z(1, 1, 3, 3), z(1, 1, 1, 1)], {}),
+        "ConvTranspose": ([z(1, 1, 3, 3), z(1, 1, 1, 1)], {}),
+        "MatMul": ([z(2, 2), z(2, 2)], {}),
+        "Gemm": ([z(2, 2), z(2, 2)], {}),
+        "MaxPool": ([z(1, 1, 2, 2)], {"kernel_shape": [1, 1]}),
+        "AveragePool": ([z(1, 1, 2, 2)], {"kernel_shape": [1, 1]}),
+        "GlobalAveragePool": ([z(1, 1, 2, 2)], {}),
+        "GlobalMaxPool": ([z(1, 1, 2, 2)], {}),
+        "Softmax": ([z(2, 2)], {}),
+        "LogSoftmax": ([z(2, 2)], {}),
+        "InstanceNormalization": ([z(1, 2, 2), z(2), z(2)], {}),
+        "LayerNormalization": ([z(2, 2), z(2)], {}),
+        "BatchNormalization": ([z(1, 2)] + [z(2)] * 4, {}),
+    }
+    return table[op]
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose", "MatMul", "Gemm", "MaxPool",
+                                "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax",
+                                "LogSoftmax", "InstanceNormalization", "LayerNormalization",
+                                "BatchNormalization"])
+def test_accepted_dtypes_match_the_onnx_schema(op):
+    import onnx.defs
+
+    from toolchain.errors import ModelError
+    from toolchain.graph.ir import DTYPES
+
+    schema = onnx.defs.get_schema(op, 28)
+    param = schema.inputs[0].type_str
+    allowed = next(t.allowed_type_strs for t in schema.type_constraints
+                   if t.type_param_str == param)
+    for dt in DTYPES:
+        onnx_name = {"float32": "float", "float64": "double"}.get(dt, dt)
+        inputs, attrs = _minimal_inputs(op, dt)
+        try:
+            get_op(op).infer(make_node(op, inputs, attrs))
+            accepted = True
+        except ModelError as err:
+            assert "dtype" in str(err)
+            accepted = False
+        assert accepted == (f"tensor({onnx_name})" in allowed), (op, dt)

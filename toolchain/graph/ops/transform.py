@@ -580,9 +580,8 @@ def _resize_operands(get: Any) -> tuple[Any, Any, Any]:
 def _resize_infer(node: Node) -> list[TensorType]:
     a = attrs_of(node)
     x = in_type(node, 0, "X")
-    if a["mode"] != "nearest" and x.dtype not in ("float16", "float32", "float64", "int8",
-                                                   "uint8", "int32"):
-        raise fail(node, f"mode {a['mode']!r} needs a numeric input, got {x.dtype}")
+    if a["mode"] != "nearest" and x.dtype == "bool":
+        raise fail(node, f"mode {a['mode']!r} needs a numeric input, got bool; use 'nearest'")
     for i, what, dtypes in ((1, "roi", ("float16", "float32", "float64")),
                             (2, "scales", ("float32",)), (3, "sizes", ("int64",))):
         if node.input(i) is not None:
