@@ -98,3 +98,12 @@ def test_illegal_flags_reported_by_index():
     errors = check_program(insns).errors
     assert errors[0].startswith("instruction 0: LOAD INP runs on the load engine")
     assert errors[1].startswith("instruction 1: STORE runs on the store engine")
+
+
+def test_alu_op_not_offered_by_target():
+    from toolchain.vta.isa import ALU_MUL, Alu
+
+    cfg = VTAConfig(alu_ops=("MIN", "MAX", "ADD", "SHR"))
+    report = check_program([Alu(alu_op=ALU_MUL, use_imm=True, imm=3), Finish()], cfg)
+    assert report.errors == ["instruction 0 (ALU MUL): target 'vta' does not offer this op "
+                             "(alu.ops: MIN, MAX, ADD, SHR)"]

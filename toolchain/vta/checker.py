@@ -25,7 +25,16 @@ from dataclasses import dataclass, field
 
 from toolchain.errors import SimulationError
 from toolchain.vta.config import VTAConfig
-from toolchain.vta.isa import Alu, Finish, Gemm, Instruction, Load, Store, check_flags
+from toolchain.vta.isa import (
+    ALU_NAMES,
+    Alu,
+    Finish,
+    Gemm,
+    Instruction,
+    Load,
+    Store,
+    check_flags,
+)
 from toolchain.vta.program import Program
 from toolchain.vta.tokens import QUEUE_NAMES, Deadlock, describe, schedule
 
@@ -73,7 +82,11 @@ def _structure(insns: Sequence[Instruction], cfg: VTAConfig) -> list[str]:
                 errors.append(f"instruction {i} ({describe(insn)}): buffer rows "
                               f"{insn.sram_base}..{insn.sram_base + rows - 1} exceed the "
                               f"buffer depth {depth}")
-        elif isinstance(insn, (Gemm, Alu)):
+        if isinstance(insn, Alu) and ALU_NAMES[insn.alu_op] not in cfg.alu_ops:
+            errors.append(f"instruction {i} (ALU {ALU_NAMES[insn.alu_op]}): target "
+                          f"'{cfg.name}' does not offer this op (alu.ops: "
+                          f"{', '.join(cfg.alu_ops)})")
+        if isinstance(insn, (Gemm, Alu)):
             if insn.uop_bgn > insn.uop_end or insn.uop_end > cfg.uop_depth:
                 errors.append(f"instruction {i} ({insn.name}): micro-op range "
                               f"[{insn.uop_bgn}, {insn.uop_end}) is not inside the UOP "

@@ -37,6 +37,7 @@ from toolchain.vta.isa import (
     ALU_MAX,
     ALU_MIN,
     ALU_MUL,
+    ALU_NAMES,
     MEM_ACC,
     MEM_INP,
     MEM_NAMES,
@@ -219,6 +220,9 @@ class Machine:
 
     def _alu(self, insn: Alu) -> None:
         c = self.cfg
+        if ALU_NAMES[insn.alu_op] not in c.alu_ops:
+            raise _Fault(f"target '{c.name}' does not offer ALU {ALU_NAMES[insn.alu_op]} "
+                         f"(alu.ops: {', '.join(c.alu_ops)})")
         a, s, _w, uw = self._indices(insn)
         if uw.size and uw.any():
             raise _Fault("ALU micro-ops must have wgt_idx = 0 (hw/ISA.md 2.3)")
