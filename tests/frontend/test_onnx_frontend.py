@@ -318,3 +318,32 @@ def test_shape_rule_disagreeing_with_onnx_is_an_internal_error(monkeypatch):
     with pytest.raises(InternalError, match=r"Kiln infers float32\[7\] but ONNX shape "
                                             r"inference gives float32\[2, 3\]"):
         from_onnx(relu_model())
+
+
+def test_model_local_functions_are_inlined():
+    body = [helper.make_node("Mul", ["a", "a"], ["sq"]),
+            helper.make_node("Add", ["sq", "a"], ["out"])]
+    fn = helper.make_function("custom", "SquarePlus", ["a"], ["out"], body,
+                              [helper.make_opsetid("", 17)])
+    model = make_model([helper.make_node("SquarePlus", ["x"], ["y"], domain="custom")],
+                       [("x", F, [4])], [("y", F, [4])])
+    model.opset_import.append(helper.make_opsetid("custom", 1))
+    model.functions.append(fn)
+    g = from_onnx(model)
+    assert [n.op for n in g.nodes] == ["Mul", "Add"]
+    _matches_ort(model, {"x": _rand(4)})
+
+
+def test_opset9_attribute_forms_of_clip_pad_slice_and_upsample_convert():
+    """Forms older than opset 11 (operands as attributes) reach Kiln's canonical form
+    through onnx.version_converter; the result must match onnxruntime on the original."""
+    nodes = [helper.make_node("Clip", ["x"], ["c"], min=-0.5, max=0.5),
+             helper.make_node("Pad", ["c"], ["p"], pads=[0, 0, 1, 1, 0, 0, 1, 1], value=0.25),
+             helper.make_node("Slice", ["p"], ["s"], starts=[1, 0], ends=[4, 3], axes=[2, 3]),
+             helper.make_node("Upsample", ["s", "scales"], ["y"], mode="nearest")]
+    model = make_model(nodes, [("x", F, [1, 2, 3, 3])], [("y", F, [1, 2, 6, 6])],
+                       {"scales": np.array([1, 1, 2, 2], np.float32)}, opset=9)
+    g = from_onnx(model)
+    assert g.opset == 11
+    assert [n.op for n in g.nodes] == ["Clip", "Pad", "Slice", "Resize"]
+    _matches_ort(model, {"x": _rand(1, 2, 3, 3, seed=9)})

@@ -72,24 +72,26 @@ class KilnBackendRep(BackendRep):
         inits = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
-        self._graphs: dict[bytes, tuple[Graph, set[str]]] = {}
+        self._graphs: dict[tuple, tuple[Graph, set[str]]] = {}
+        self._bind_all = False
 
     def graph_for(self, inputs: Mapping[str, np.ndarray]) -> tuple[Graph, set[str]]:
         """The imported graph for these input values, and the names that were bound."""
-        static = static_operand_inputs(self.model)
-        key = b"".join(np.ascontiguousarray(inputs[n]).tobytes() for n in sorted(static))
+        names = set(self.input_names) if self._bind_all else static_operand_inputs(self.model)
+        key = tuple((n, inputs[n].dtype.str, inputs[n].shape,
+                     np.ascontiguousarray(inputs[n]).tobytes()) for n in sorted(names))
         if key not in self._graphs:
             try:
-                bound = static
-                graph = from_onnx(self.model, bind={n: inputs[n] for n in bound})
+                graph = from_onnx(self.model, bind={n: inputs[n] for n in names})
             except UnsupportedError:
                 raise
             except ModelError as exc:
-                if "compile time" not in str(exc):
+                # A shape operand computed from inputs (not read directly): bind them all.
+                if self._bind_all or "compile time" not in str(exc):
                     raise
-                bound = set(self.input_names)
-                graph = from_onnx(self.model, bind=dict(inputs))
-            self._graphs[key] = (graph, bound)
+                self._bind_all = True
+                return self.graph_for(inputs)
+            self._graphs[key] = (graph, names)
         return self._graphs[key]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:

@@ -99,6 +99,7 @@ def from_onnx(
     proto, label, base_dir = load_model(model)
     proto, opset = _check_opset(proto, label)
     _load_external_data(proto, label, base_dir)
+    proto = _inline_functions(proto, label)
     _sort_nodes(proto, label)
     _run_checker(proto, label)
     _apply_input_shapes(proto, dict(input_shapes or {}), label)
@@ -200,6 +201,20 @@ def _check_opset(proto: onnx.ModelProto, label: str) -> tuple[onnx.ModelProto, i
             ) from None
         opset = MIN_OPSET
     return proto, opset
+
+
+def _inline_functions(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Replace calls of model-local functions (e.g. from the PyTorch dynamo exporter) by
+    their bodies, so that only ONNX ops remain."""
+    if not proto.functions:
+        return proto
+    try:
+        from onnx import inliner
+
+        return inliner.inline_local_functions(proto)
+    except Exception as exc:
+        raise ModelError(f"{label}: the model's local functions cannot be inlined: "
+                         f"{_trim(str(exc))}") from None
 
 
 # -- 3. external data -----------------------------------------------------------------------

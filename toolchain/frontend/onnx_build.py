@@ -218,4 +218,7 @@ def build_graph(
         else:
             b.add(raw.op, raw.name, ins, raw.outputs, raw.attrs)
     outputs = [b.values[n] for n in output_names]
-    return Graph(name, inputs, outputs, b.nodes, opset=opset, metadata=metadata)
+    try:
+        return Graph(name, inputs, outputs, b.nodes, opset=opset, metadata=metadata)
+    except ModelError as exc:
+        raise ModelError(f"{label}: {exc}") from None
