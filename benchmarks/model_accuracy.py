@@ -34,7 +34,7 @@ def _kiln_flops(model, input_shapes) -> int | None:
     return sum(get_op(node.op).flops_of(node) for node in graph.nodes)
 
 
-def _shape(model) -> str:
+def _shape(model, input_shapes) -> str:
     parts = []
     defaults = {t.name for t in model.graph.initializer}
     for vi in model.graph.input:
@@ -42,7 +42,9 @@ def _shape(model) -> str:
             continue
         t = vi.type.tensor_type
         dims = "x".join(str(d.dim_value or d.dim_param) for d in t.shape.dim)
-        parts.append(f"`{vi.name}` {dims}")
+        run_at = (input_shapes or {}).get(vi.name)
+        parts.append(f"`{vi.name}` {dims}" + (f" (run at {'x'.join(map(str, run_at))})"
+                                              if run_at else ""))
     return ", ".join(parts)
 
 
@@ -67,7 +69,7 @@ def table(names: list[str]) -> list[str]:
             flops, err, times = None, f"error: {type(exc).__name__}: {exc}"[:120], "- | -"
         ratio = f"{flops / (2 * macs):.3f}" if flops else "-"
         rows.append(
-            f"| {name} | {model.opset_import[0].version} | {_shape(model)} "
+            f"| {name} | {model.opset_import[0].version} | {_shape(model, spec.input_shapes)} "
             f"| {parameter_count(model):,} | {macs:,} | {flops or 0:,} | {ratio} "
             f"| {err} | {times} |")
         print(rows[-1], file=sys.stderr, flush=True)

@@ -59,3 +59,21 @@ def test_kiln_run_example_matches_onnxruntime(tmp_path):
         assert sorted(got) == ["logits", "probs"]
         errors = compare_outputs(dict(got), want)
     assert all(e.ok for e in errors), errors
+
+
+def test_readme_commands_in_a_fresh_process(tmp_path):
+    """The README's first command line, minus the install, as a user runs it."""
+    import subprocess
+    import sys
+
+    kiln = [sys.executable, "-m", "toolchain"]
+    inspect = subprocess.run([*kiln, "inspect", str(MODEL)], capture_output=True, text=True)
+    assert inspect.returncode == 0, inspect.stderr
+    assert "totals:" in inspect.stdout
+    out_path = tmp_path / "lenet5_out.npz"
+    run = subprocess.run([*kiln, "run", str(MODEL), "--inputs", str(INPUT),
+                          "--outputs", str(out_path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    with np.load(out_path) as got:
+        assert got["probs"].shape == (1, 10)
+        assert abs(float(got["probs"].sum()) - 1.0) < 1e-5

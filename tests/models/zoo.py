@@ -472,11 +472,11 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("resnet18", resnet18, macs=1_814_073_344, slow=True),
     ZooModel("mobilenet_v2", mobilenet_v2, macs=_mobilenet_v2_macs()),
     ZooModel("transformer_encoder", transformer_encoder, macs=_transformer_macs(), vocab=100),
+    ZooModel("transformer_encoder_gelu", transformer_encoder_gelu,
+             input_shapes={"tokens": (2, 32)}, macs=_transformer_macs(), vocab=100),
     ZooModel("fcn_opset11", fcn_opset11,
              macs=(32 * 32 * 16 * 27 + 16 * 16 * 32 * 144 + 8 * 8 * 32 * 288 + 2 * 32 * 8
                    + 16 * 16 * 64 * 64 + 32 * 32 * 5 * 48)),
-    ZooModel("transformer_encoder_gelu", transformer_encoder_gelu,
-             input_shapes={"tokens": (2, 32)}, macs=_transformer_macs(), vocab=100),
 ]}
 
 
