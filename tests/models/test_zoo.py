@@ -24,7 +24,7 @@ MISSING: dict[str, str] = {}
 
 #: Kiln's FLOP total may exceed 2 x MACs by the element-wise work (BN, activations,
 #: softmax, layer norm); more than this fraction would mean double counting.
-ELEMENTWISE_SLACK = 0.35
+ELEMENTWISE_SLACK = 0.2
 
 
 @functools.cache
