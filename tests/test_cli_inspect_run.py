@@ -125,3 +125,20 @@ def test_console_entry_point_runs(cnn):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("prob: float32[2, 10]")
+
+
+def test_run_takes_dynamic_dims_from_the_npz(cnn, tmp_path, capsys):
+    path, npz, x = cnn
+    out_path = tmp_path / "out.npz"
+    assert main(["run", str(path), "--inputs", str(npz), "--outputs", str(out_path)]) == 0
+    with np.load(out_path) as got:
+        want = run_onnxruntime(tiny_cnn(batch=2), {"x": x})["prob"]
+        np.testing.assert_allclose(got["prob"], want, rtol=1e-5, atol=1e-7)
+
+
+def test_run_checks_fixed_dims_of_a_dynamic_input(cnn, tmp_path, capsys):
+    path, _, _ = cnn
+    np.savez(tmp_path / "bad.npz", x=np.zeros((2, 4, 8, 8), np.float32))
+    assert main(["run", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "input 'x' has shape [2, 4, 8, 8], but the model expects [N, 3, 8, 8]" in err

@@ -315,9 +315,21 @@ def test_shape_rule_disagreeing_with_onnx_is_an_internal_error(monkeypatch):
     from toolchain.graph.ir import TensorType
 
     monkeypatch.setattr(get_op("Relu"), "infer", lambda node: [TensorType((7,), "float32")])
-    with pytest.raises(InternalError, match=r"Kiln infers float32\[7\] but ONNX shape "
-                                            r"inference gives float32\[2, 3\]"):
-        from_onnx(relu_model())
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Neg", ["r"], ["y"])]
+    model = make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])])
+    with pytest.raises(InternalError, match=r"node 'relu' \(Relu\): output 'r': Kiln infers "
+                                            r"float32\[7\] but ONNX shape inference gives "
+                                            r"float32\[2, 3\]"):
+        from_onnx(model)
+
+
+def test_a_wrongly_declared_output_is_a_model_error():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2, 3])],
+                       [("y", F, ["N", 4])])
+    with pytest.raises(ModelError, match=r"declares output 'y' as float32\[N, 4\], but it "
+                                         r"computes float32\[2, 3\]"):
+        from_onnx(model)
 
 
 def test_model_local_functions_are_inlined():

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.commands._model_args import add_model_arguments, load_graph
+from toolchain.commands._model_args import add_model_arguments, input_shapes
 from toolchain.errors import InputError, OptionError
+from toolchain.frontend.onnx import dynamic_inputs, from_onnx
 from toolchain.graph.reference import run_graph
 
 HELP = "run an ONNX model on inputs from an .npz file (numpy reference executor)"
@@ -27,8 +28,9 @@ examples:
   kiln run model.onnx --inputs in.npz --input-shape input=1,3,96,96
 
 The .npz keys are the model's input names (see `kiln inspect MODEL.onnx`); the arrays must
-have exactly the dtype and shape the model expects (no implicit conversion).  --outputs
-writes the outputs keyed by the model's output names.
+have exactly the dtype and shape the model expects (no implicit conversion).  Dynamic
+dimensions (a symbolic batch) take their size from the arrays unless --input-shape gives
+one.  --outputs writes the outputs keyed by the model's output names.
 """
 
 
@@ -101,9 +103,28 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
+def shapes_from_arrays(model: str, feeds: dict[str, np.ndarray],
+                       given: dict[str, tuple[int, ...]], npz: str) -> dict[str, tuple[int, ...]]:
+    """``given`` plus, for each model input with dynamic dimensions that ``--input-shape``
+    does not cover, the shape of its array in the npz (checked against the fixed dims)."""
+    shapes = dict(given)
+    for name, dims in dynamic_inputs(model).items():
+        if name in shapes or name not in feeds:
+            continue
+        shape = tuple(feeds[name].shape)
+        if dims is not None and (len(dims) != len(shape) or any(
+                isinstance(d, int) and d != s for d, s in zip(dims, shape, strict=False))):
+            shown = "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+            raise InputError(f"--inputs {npz}: input {name!r} has shape {list(shape)}, but "
+                             f"the model expects {shown}")
+        shapes[name] = shape
+    return shapes
+
+
 def run(args: argparse.Namespace) -> int:
     feeds = load_npz(args.inputs)
-    graph = load_graph(args)
+    shapes = shapes_from_arrays(args.model, feeds, input_shapes(args), args.inputs)
+    graph = from_onnx(args.model, input_shapes=shapes)
     try:
         outputs = run_graph(graph, feeds)
     except InputError as exc:

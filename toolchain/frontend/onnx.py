@@ -111,7 +111,7 @@ def from_onnx(
     inputs = _graph_inputs(proto, constants, label)
     name = proto.graph.name or (Path(label).stem if base_dir else "model")
     return build_graph(
-        name, inputs, constants, raw_nodes, [o.name for o in proto.graph.output],
+        name, inputs, constants, raw_nodes, declared_outputs(proto),
         onnx_types, opset=opset, label=label,
         metadata={"source": label, "producer": proto.producer_name,
                   "producer_version": proto.producer_version, "ir_version": proto.ir_version},
@@ -426,8 +426,38 @@ def _apply_bind(proto: onnx.ModelProto, bind: dict[str, np.ndarray], label: str)
 OnnxTypes = dict[str, tuple[int, list[int | str | None] | None]]
 
 
+def declared_outputs(proto: onnx.ModelProto) -> OnnxTypes:
+    """The graph outputs as the model declares them: ``name -> (elem_type, dims)``."""
+    return {o.name: (o.type.tensor_type.elem_type, _dims(o)) for o in proto.graph.output}
+
+
+def dynamic_inputs(model: Any) -> dict[str, list[int | str | None] | None]:
+    """Runtime inputs of ``model`` (path, bytes or proto) whose shape is not fully static:
+    ``name -> dims`` (``None`` for an unknown rank).  ``kiln run`` fills them in from the
+    arrays it is given.
+
+    Example::
+
+        >>> from onnx import helper, TensorProto
+        >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+        ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+        >>> dynamic_inputs(helper.make_model(g))
+        {'x': ['N', 4]}
+    """
+    proto, _, _ = load_model(model)
+    result = {}
+    for name, info in _input_protos(proto).items():
+        dims = _dims(info)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            result[name] = dims
+    return result
+
+
 def _infer_onnx_types(proto: onnx.ModelProto, label: str) -> OnnxTypes:
-    """ONNX's own shape inference: ``name -> (elem_type, dims)`` (used to cross-check)."""
+    """ONNX's own shape inference: ``name -> (elem_type, dims)`` of intermediate tensors
+    (used to cross-check Kiln's shape rules; graph outputs are checked against the
+    model's declarations instead, see :func:`declared_outputs`)."""
     del proto.graph.value_info[:]  # recompute: an exporter's stale value_info is no evidence
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False,
@@ -436,7 +466,7 @@ def _infer_onnx_types(proto: onnx.ModelProto, label: str) -> OnnxTypes:
         raise ModelError(f"{label}: ONNX shape inference fails on the model: "
                          f"{_trim(str(exc))}") from None
     types: OnnxTypes = {}
-    for info in list(inferred.graph.value_info) + list(inferred.graph.output):
+    for info in inferred.graph.value_info:
         if info.type.HasField("tensor_type"):
             types[info.name] = (info.type.tensor_type.elem_type, _dims(info))
     return types

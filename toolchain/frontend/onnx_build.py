@@ -180,12 +180,28 @@ class _Builder:
                  raw.outputs[:1], {})
 
 
+def _check_declared_output(v: Value, declared: tuple[int, Any], label: str) -> None:
+    elem, dims = declared
+    want_dtype = _ONNX_DTYPES.get(elem)
+    bad_dtype = elem != 0 and want_dtype != v.dtype
+    bad_shape = dims is not None and (len(dims) != v.rank or any(
+        isinstance(d, int) and d != s for d, s in zip(dims, v.shape, strict=False)))
+    if bad_dtype or bad_shape:
+        shown = "[" + ", ".join("?" if d is None else str(d) for d in dims or []) + "]" \
+            if dims is not None else "[unknown rank]"
+        raise ModelError(
+            f"{label}: the model declares output {v.name!r} as {want_dtype or elem}{shown}, "
+            f"but it computes {v.type}; fix the output's declaration in the model (if the "
+            "declaration is right, this is a bug in a Kiln shape rule: please report it)"
+        )
+
+
 def build_graph(
     name: str,
     inputs: list[Value],
     constants: Mapping[str, np.ndarray],
     raw_nodes: list[RawNode],
-    output_names: list[str],
+    outputs: Mapping[str, Any],
     onnx_types: Mapping[str, Any],
     *,
     opset: int,
@@ -194,12 +210,15 @@ def build_graph(
 ) -> Graph:
     """Build the graph (see the module docstring); raises ModelError naming the node.
 
+    ``outputs`` maps each graph output name to its declared ``(elem_type, dims)``;
+    ``onnx_types`` gives ONNX shape inference's types of intermediate tensors.
+
     Example::
 
         >>> from toolchain.graph.ir import Value
         >>> x = Value("x", (2, 3), "float32")
         >>> raw = RawNode("Shape", "s", ["x"], ["y"], {}, "", 17, 0)
-        >>> g = build_graph("g", [x], {}, [raw], ["y"], {}, opset=17, label="m",
+        >>> g = build_graph("g", [x], {}, [raw], {"y": (7, [2])}, {}, opset=17, label="m",
         ...                 metadata={})
         >>> g.outputs[0].data
         array([2, 3])
@@ -217,8 +236,10 @@ def build_graph(
             b.add_legacy_2d(raw, ins)
         else:
             b.add(raw.op, raw.name, ins, raw.outputs, raw.attrs)
-    outputs = [b.values[n] for n in output_names]
+    for out_name, declared in outputs.items():
+        _check_declared_output(b.values[out_name], declared, label)
     try:
-        return Graph(name, inputs, outputs, b.nodes, opset=opset, metadata=metadata)
+        return Graph(name, inputs, [b.values[n] for n in outputs], b.nodes, opset=opset,
+                     metadata=metadata)
     except ModelError as exc:
         raise ModelError(f"{label}: {exc}") from None
