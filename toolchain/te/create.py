@@ -30,7 +30,7 @@ from typing import Any
 
 from toolchain.errors import OptionError
 from toolchain.te.tensor import AxisVar, ComputeOp, PlaceholderOp, Reduce, Tensor
-from toolchain.tir import arith, ir
+from toolchain.tir import ir
 from toolchain.tir.analysis import access_regions
 from toolchain.tir.functor import substitute
 
@@ -82,26 +82,11 @@ def _block_for(t: Tensor, block_name: str) -> ir.Stmt:
     ranges = {iv.var: iv.dom for iv in iter_vars}
     excl = (store_of,) if init is not None else ()
     reads, writes = access_regions(stmt, ranges, exclude_reads=excl)
-    reads = [_clip(r, ranges) for r in reads]
     block = ir.Block(block_name, iter_vars, tuple(reads), tuple(writes), stmt, init)
     realize: ir.Stmt = ir.BlockRealize(tuple(loop_vars), ir.IntImm(1, "bool"), block)
     for lv, a in reversed(list(zip(loop_vars, axes, strict=False))):
         realize = ir.For(lv, a.dom.min, a.dom.extent, "serial", realize)
     return realize
-
-
-def _clip(r: ir.BufferRegion, ranges: dict[ir.Var, ir.Range]) -> ir.BufferRegion:
-    """Intersect a region with the buffer's shape (padding reads may go outside)."""
-    out = []
-    for rg, dim in zip(r.region, r.buffer.shape, strict=False):
-        end = rg.min + rg.extent
-        if arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim, ranges):
-            out.append(rg)
-            continue
-        lo = arith.simplify(ir.Max(rg.min, 0), ranges)
-        hi = arith.simplify(ir.Min(end, dim), ranges)
-        out.append(ir.Range(lo, arith.simplify(hi - lo, ranges)))
-    return ir.BufferRegion(r.buffer, tuple(out))
 
 
 def create_prim_func(args: Sequence[Any], name: str = "main") -> ir.PrimFunc:

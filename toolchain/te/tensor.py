@@ -187,7 +187,7 @@ def compute(shape: Sequence[Any], fcompute: Callable[..., Any], name: str = "com
     if params and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
         names = [f"i{d}" for d in range(len(shape))]
     else:
-        names = [p.name for p in params]
+        names = [p.name for p in params if p.default is inspect.Parameter.empty]
         if len(names) != len(shape):
             raise OptionError(
                 f"te.compute({name!r}): the function takes {len(names)} indices "

@@ -127,7 +127,22 @@ def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
             idx_list = relaxed
         return union_region(buf, idx_list, allr)
 
-    reads = [region(b, v) for b, v in c.loads.items()
+    reads = [clip_region(region(b, v), allr) for b, v in c.loads.items()
              if b not in c.opaque and b not in exclude_reads]
-    writes = [region(b, v) for b, v in c.stores.items() if b not in c.opaque]
+    writes = [clip_region(region(b, v), allr) for b, v in c.stores.items()
+              if b not in c.opaque]
     return reads, writes
+
+
+def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
+    """Intersect a region with the buffer's shape (guarded padding reads may go outside)."""
+    out = []
+    for rg, dim in zip(r.region, r.buffer.shape, strict=True):
+        end = rg.min + rg.extent
+        if arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim, ranges):
+            out.append(rg)
+            continue
+        lo = arith.simplify(ir.Max(rg.min, 0), ranges)
+        hi = arith.simplify(ir.Min(end, dim), ranges)
+        out.append(ir.Range(lo, arith.simplify(hi - lo, ranges)))
+    return ir.BufferRegion(r.buffer, tuple(out))

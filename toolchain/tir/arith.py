@@ -150,14 +150,17 @@ class Lin:
 
         for a, c in pos:
             out = term(a, c) if out is None else ir.Add(out, term(a, c))
+        const = self.const
+        if out is None and neg and const > 0:
+            out, const = ir.IntImm(const, dt), 0
         for a, c in neg:
             out = ir.Sub(ir.IntImm(0, dt), term(a, c)) if out is None else ir.Sub(out, term(a, c))
         if out is None:
             return ir.IntImm(self.const, dt)
-        if self.const > 0:
-            out = ir.Add(out, ir.IntImm(self.const, dt))
-        elif self.const < 0:
-            out = ir.Sub(out, ir.IntImm(-self.const, dt))
+        if const > 0:
+            out = ir.Add(out, ir.IntImm(const, dt))
+        elif const < 0:
+            out = ir.Sub(out, ir.IntImm(-const, dt))
         return out
 
 

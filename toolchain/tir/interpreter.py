@@ -103,7 +103,8 @@ class _Gen:
             return "True" if x.dtype == "bool" and x.value else (
                 "False" if x.dtype == "bool" else repr(x.value))
         if isinstance(x, ir.FloatImm):
-            return f"_np.{x.dtype}({float(x.value)!r})"
+            v = float(x.value)
+            return f"_np.{x.dtype}({v!r})" if math.isfinite(v) else f"_np.{x.dtype}('{v}')"
         if isinstance(x, ir.StringImm):
             return repr(x.value)
         ops = {ir.Add: "+", ir.Sub: "-", ir.Mul: "*", ir.FloorDiv: "//", ir.FloorMod: "%",

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from toolchain.tir import ir
@@ -93,7 +94,8 @@ class ScriptPrinter:
                 return (str(e.value), 100) if e.value >= 0 else (str(e.value), 12)
             return f"T.{e.dtype}({e.value})", 100
         if isinstance(e, ir.FloatImm):
-            return f"T.{e.dtype}({e.value!r})", 100
+            v = float(e.value)
+            return (f"T.{e.dtype}({v!r})" if math.isfinite(v) else f'T.{e.dtype}("{v}")'), 100
         if isinstance(e, ir.StringImm):
             return repr(e.value), 100
         if type(e) in _BIN:

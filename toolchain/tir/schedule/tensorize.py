@@ -189,6 +189,28 @@ class _Rebase(StmtExprMutator):
         return s
 
 
+def _regions(desc_block: ir.Block, m: _Matcher) -> tuple[list[ir.BufferRegion],
+                                                          list[ir.BufferRegion]]:
+    """The intrinsic's read/write buffers, at their matched offsets, whole shape each."""
+
+    def region(db: ir.Buffer) -> ir.BufferRegion:
+        return ir.BufferRegion(m.bufmap[db], tuple(
+            ir.Range(o, s) for o, s in zip(m.offsets[db], db.shape, strict=True)))
+
+    writes = [w.buffer for w in desc_block.writes]
+    loaded: list[ir.Buffer] = []
+
+    def grab(x: object) -> None:
+        if isinstance(x, ir.BufferLoad) and x.buffer not in loaded:
+            loaded.append(x.buffer)
+
+    from toolchain.tir.functor import post_order_visit
+
+    post_order_visit(desc_block.body, grab)
+    return [region(b) for b in loaded if b in m.bufmap], [region(b) for b in writes
+                                                          if b in m.bufmap]
+
+
 def _bound_body(r: ir.BlockRealize, stmt: ir.Stmt) -> ir.Stmt:
     vmap = {iv.var: v for iv, v in zip(r.block.iter_vars, r.iter_values, strict=True)}
     return substitute(stmt, vmap)
@@ -261,8 +283,7 @@ def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
             bmap[ib] = m.bufmap[db]
             offsets[ib] = m.offsets[db]
     body = _Rebase(bmap, offsets).visit_stmt(_strip_root(it.impl))
-    outer = st.loop_ranges(path)
-    reads, writes = access_regions(body, outer)
+    reads, writes = _regions(dr.block, m)
     blk = ir.Block(sb.name_hint, (), tuple(reads), tuple(writes), body,
                    annotations={**sb.annotations, "tensorized": intrin})
     new = ir.BlockRealize((), ir.IntImm(1, "bool"), blk)

@@ -1,0 +1,108 @@
+"""Arithmetic: constant folding, canonical affine form, div/mod rules, bounds, proofs."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from toolchain.tir import arith, ir
+from toolchain.tir.arith import const_bound, prove, simplify
+
+i, j, k, n = ir.Var("i"), ir.Var("j"), ir.Var("k"), ir.Var("n")
+
+
+def s(e: ir.PrimExpr, ranges: dict | None = None) -> str:
+    return str(simplify(e, ranges))
+
+
+def test_constant_folding() -> None:
+    assert s(ir.convert(3) * 4 + 2) == "14"
+    assert s(ir.FloorDiv(ir.convert(-7), 2)) == "-4"
+    assert s(ir.FloorMod(ir.convert(-7), 2)) == "1"
+    assert s(ir.Div(ir.convert(-7), 2)) == "-3"
+    assert s(ir.Mod(ir.convert(-7), 2)) == "-1"
+    assert s(ir.Max(ir.convert(3), 9)) == "9"
+    assert s(ir.FloatImm(1.5) * 2.0) == "T.float32(3.0)"
+    assert s(ir.Cast("float32", ir.convert(3))) == "T.float32(3.0)"
+    assert s(ir.convert(3) < 4) == "True"
+
+
+def test_canonical_affine_form() -> None:
+    assert s(i * 2 + j - i + 3 - 3) == "i + j"
+    assert s((i + 1) * 4 - 4) == "i * 4"
+    assert s(i - i) == "0"
+    assert s(j * 3 + i * 2 - j * 3) == "i * 2"
+    assert s(0 - i + 5) == "5 - i"
+
+
+def test_divmod_with_ranges() -> None:
+    r = {i: ir.Range(0, 4), j: ir.Range(0, 32)}
+    assert s((i * 32 + j) // 32, r) == "i"
+    assert s((i * 32 + j) % 32, r) == "j"
+    assert s((i * 32 + j) // 8, r) == "i * 4 + j // 8"
+    assert s((i * 32 + j) % 8, r) == "j % 8"
+    assert s(ir.FloorDiv(ir.FloorDiv(k, 4), 8)) == "k // 32"
+    assert s(ir.FloorMod(ir.FloorMod(k, 32), 8)) == "k % 8"
+    assert s((j + 64) // 32, r) == "2"
+
+
+def test_divmod_recombination() -> None:
+    assert s(k // 16 * 16 + k % 16) == "k"
+    assert s((k // 4) * 8 + (k % 4) * 2) == "k * 2"
+
+
+def test_min_max_and_select_with_ranges() -> None:
+    r = {i: ir.Range(0, 8)}
+    assert s(ir.Min(i, 8), r) == "i"
+    assert s(ir.Max(i, 0), r) == "i"
+    assert s(ir.Min(i, 3), r) == "T.min(i, 3)"
+    assert s(ir.Select(i < 8, ir.FloatImm(1.0), ir.FloatImm(2.0)), r) == "T.float32(1.0)"
+
+
+def test_guard_elided_when_provably_in_range() -> None:
+    r = {i: ir.Range(0, 4), j: ir.Range(0, 32)}
+    assert s(i * 32 + j < 128, r) == "True"
+    assert s(i * 32 + j < 100, r) == "i * 32 + j < 100"
+    assert s(i * 32 + j >= 128, r) == "False"
+
+
+def test_prove_with_symbolic_bounds() -> None:
+    assert prove(i < n, {i: ir.Range(0, n)})
+    assert prove(i + 1 <= n, {i: ir.Range(0, n)})
+    assert not prove(i + 1 < n, {i: ir.Range(0, n)})
+    assert prove(ir.And(i >= 0, i < 8), {i: ir.Range(0, 8)})
+    assert not prove(i < 7, {i: ir.Range(0, 8)})
+    assert arith.disprove(i > 9, {i: ir.Range(0, 8)})
+
+
+def test_const_bound() -> None:
+    r = {i: ir.Range(0, 4), j: ir.Range(0, 32)}
+    assert const_bound(i * 32 + j, r) == (0, 127)
+    assert const_bound(i - j, r) == (-31, 3)
+    assert const_bound(j % 8, r) == (0, 7)
+    assert const_bound(j // 8, r) == (0, 3)
+    assert const_bound(i * n, r) == (None, None)
+
+
+@pytest.mark.parametrize("c", [3, 4, 8])
+def test_simplify_preserves_values(c: int) -> None:
+    """Exhaustive check on small domains: the simplified form evaluates the same."""
+    r = {i: ir.Range(0, 6), j: ir.Range(0, c)}
+    exprs = [(i * c + j) // c, (i * c + j) % c, (i * c + j) // 2, (i + j * 2) % 4,
+             (i * 4 + j) // 4 * 4 + (i * 4 + j) % 4, ir.Min(i + j, 5)]
+    for e in exprs:
+        simple = simplify(e, r)
+        for vi, vj in itertools.product(range(6), range(c)):
+            env = {i: ir.convert(vi), j: ir.convert(vj)}
+            from toolchain.tir.functor import substitute
+
+            a = simplify(substitute(e, env))
+            b = simplify(substitute(simple, env))
+            assert isinstance(a, ir.IntImm) and a.value == b.value, (str(e), str(simple))
+
+
+def test_simplify_statement() -> None:
+    A = ir.Buffer("A", (8,))
+    st = A.store(1.0, [i * 2 - i])
+    assert str(simplify(st)) == "A[i] = T.float32(1.0)"

@@ -1,0 +1,29 @@
+"""Lowering passes (each ``PrimFunc -> PrimFunc``) and the phased pipeline :func:`lower`.
+
+>>> from toolchain import te
+>>> from toolchain.tir.transform import lower
+>>> A = te.placeholder((4, 4), name="A")
+>>> B = te.compute((4, 4), lambda i, j: A[i, j] * 2.0, name="B")
+>>> print(lower(te.create_prim_func([A, B])))  # doctest: +NORMALIZE_WHITESPACE
+@T.prim_func
+def main(A: T.Buffer((4, 4), "float32"), B: T.Buffer((4, 4), "float32")):
+    for i, j in T.grid(4, 4):
+        B[i * 4 + j] = A[i * 4 + j] * T.float32(2.0)
+"""
+
+from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
+from toolchain.tir.transform.flatten_buffer import flatten_buffer
+from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
+from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
+from toolchain.tir.transform.pipeline import PHASES, Pass, lower
+from toolchain.tir.transform.remove_noop import remove_noop
+from toolchain.tir.transform.simplify import simplify
+from toolchain.tir.transform.storage_rewrite import storage_rewrite
+from toolchain.tir.transform.unroll_loop import unroll_loop
+from toolchain.tir.transform.vectorize_loop import vectorize_loop
+
+__all__ = [
+    "PHASES", "Pass", "compact_buffer_allocation", "flatten_buffer", "inject_virtual_thread",
+    "lower", "lower_blocks", "lower_init_block", "remove_noop", "simplify", "storage_rewrite",
+    "unroll_loop", "vectorize_loop",
+]

@@ -1,0 +1,202 @@
+"""Place each allocation at its innermost legal loop and shrink it to the region used:
+``compact_buffer_allocation`` (TVM's PlanAndUpdateBufferAllocationLocation +
+CompactBufferAllocation, on lowered loops).
+
+An accumulator tile made by ``cache_write(..., "local")`` + ``reverse_compute_at`` is
+allocated full size at the root; this pass makes it a small per-tile array declared inside
+the tile loop (so a C compiler keeps it in registers, and each parallel thread has its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
+from toolchain.tir.transform.lower_blocks import CARRIED
+
+
+@dataclass
+class _Access:
+    path: tuple[ir.Stmt, ...]
+    indices: tuple[ir.PrimExpr, ...]
+
+
+class _Accesses(StmtExprVisitor):
+    def __init__(self, data: ir.Var) -> None:
+        self.data = data
+        self.path: list[ir.Stmt] = []
+        self.found: list[_Access] = []
+        self.opaque = False
+
+    def visit_stmt(self, s: ir.Stmt) -> None:
+        self.path.append(s)
+        try:
+            super().visit_stmt(s)
+        finally:
+            self.path.pop()
+
+    def visit_Var(self, e: ir.Var) -> None:
+        if e is self.data:  # the pointer escapes (e.g. passed to an extern)
+            self.opaque = True
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        if e.buffer.data is self.data:
+            self.found.append(_Access(tuple(self.path), e.indices))
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        if s.buffer.data is self.data:
+            self.found.append(_Access(tuple(self.path), s.indices))
+        super().visit_BufferStore(s)
+
+
+def _lca(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
+    """The innermost loop enclosing every access that the allocation may move into."""
+    common = list(accesses[0].path)
+    for a in accesses[1:]:
+        n = 0
+        while n < min(len(common), len(a.path)) and common[n] is a.path[n]:
+            n += 1
+        common = common[:n]
+    best = None
+    for s in common:
+        if not isinstance(s, ir.For):
+            continue
+        if buf.name in s.annotations.get(CARRIED, ()) or s.kind in ("vectorized", "unrolled"):
+            break
+        if s.kind == "thread_binding" and s.thread_tag and s.thread_tag.startswith(
+                "threadIdx") and buf.scope == "shared":
+            break
+        best = s
+    return best
+
+
+def _inner_ranges(path: tuple[ir.Stmt, ...], lca: ir.For | None) -> dict[ir.Var, ir.Range]:
+    ranges: dict[ir.Var, ir.Range] = {}
+    inside = lca is None
+    for s in path:
+        if inside and isinstance(s, ir.For):
+            ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        if s is lca:
+            inside = True
+    return ranges
+
+
+def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list | None:
+    """Per dimension ``(lo, extent)`` of the region touched below ``lca``."""
+    out = []
+    for d, dim in enumerate(buf.shape):
+        los, his = [], []
+        for a in accesses:
+            r = _inner_ranges(a.path, lca)
+            lo, hi = arith.bound_exprs(a.indices[d], r)
+            los.append(lo)
+            his.append(hi)
+        lo = los[0]
+        offs = [arith.simplify(x - lo) for x in los + his]
+        if not all(isinstance(o, ir.IntImm) for o in offs):
+            out.append((ir.IntImm(0), dim))
+            continue
+        lo_off = min(o.value for o in offs[: len(los)])
+        hi_off = max(o.value for o in offs[len(los):])
+        extent = hi_off - lo_off + 1
+        if isinstance(dim, ir.IntImm) and extent >= dim.value:
+            out.append((ir.IntImm(0), dim))
+            continue
+        out.append((arith.simplify(lo + lo_off), ir.IntImm(extent)))
+    return out
+
+
+class _Rewrite(StmtExprMutator):
+    def __init__(self, old: ir.Buffer, new: ir.Buffer, offsets: list[ir.PrimExpr]) -> None:
+        self.old, self.new, self.offsets = old, new, offsets
+
+    def _idx(self, idx: tuple[ir.PrimExpr, ...]) -> tuple[ir.PrimExpr, ...]:
+        return tuple(i if ir.is_const_int(o, 0) else arith.simplify(i - o)
+                     for i, o in zip(idx, self.offsets, strict=True))
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        e2 = super().visit_BufferLoad(e)
+        if isinstance(e2, ir.BufferLoad) and e2.buffer.data is self.old.data:
+            return ir.BufferLoad(self.new, self._idx(e2.indices))
+        return e2
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
+        s2 = super().visit_BufferStore(s)
+        if isinstance(s2, ir.BufferStore) and s2.buffer.data is self.old.data:
+            return ir.BufferStore(self.new, s2.value, self._idx(s2.indices))
+        return s2
+
+
+class _Place(StmtExprMutator):
+    def __init__(self, loop: ir.For, buf: ir.Buffer) -> None:
+        self.loop, self.buf = loop, buf
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:
+        if s is self.loop:
+            return replace(s, body=ir.Allocate(self.buf, s.body))
+        return super().visit_For(s)
+
+
+class _Compact(StmtExprMutator):
+    def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
+        body = self.visit_stmt(s.body)
+        buf = s.buffer
+        acc = _Accesses(buf.data)
+        acc.visit_stmt(body)
+        if acc.opaque or not acc.found or buf.strides:
+            return s if body is s.body else ir.Allocate(buf, body)
+        lca = _lca(acc.found, buf)
+        region = _region(acc.found, buf, lca)
+        shape = tuple(ext for _, ext in region)
+        new = buf
+        if any(a is not b for a, b in zip(shape, buf.shape, strict=True)):
+            new = ir.Buffer(buf.name, shape, buf.dtype, buf.scope, (), buf.align)
+            body = _Rewrite(buf, new, [lo for lo, _ in region]).visit_stmt(body)
+            if lca is not None:  # the rewrite rebuilt the loop: find it again
+                lca = _find_loop(body, lca.loop_var)
+        if lca is None:
+            return ir.Allocate(new, body)
+        return _Place(lca, new).visit_stmt(body)
+
+
+def _find_loop(s: ir.Stmt, var: ir.Var) -> ir.For | None:
+    found: list[ir.For] = []
+
+    class _F(StmtExprVisitor):
+        def visit_For(self, f: ir.For) -> None:
+            if f.loop_var is var:
+                found.append(f)
+            super().visit_For(f)
+
+    _F().visit_stmt(s)
+    return found[0] if found else None
+
+
+def compact_buffer_allocation(func: ir.PrimFunc) -> ir.PrimFunc:
+    """Move allocations to the innermost loop enclosing all their accesses and shrink them.
+
+    Never moves a buffer into a loop that carries its values (reduction loops, marked by
+    :func:`~toolchain.tir.transform.lower_blocks.lower_blocks`), into vectorized/unrolled
+    loops, or a ``shared`` buffer inside ``threadIdx`` loops.
+
+    Before::
+
+        C_local = T.allocate((64, 64), "float32", scope="local")
+        for i_0, j_0 in T.grid(8, 4):
+            for k, i_1, j_1 in T.grid(64, 8, 16):
+                C_local[i_0 * 8 + i_1, j_0 * 16 + j_1] = ...
+            for ax0, ax1 in T.grid(8, 16):
+                C[i_0 * 8 + ax0, j_0 * 16 + ax1] = C_local[i_0 * 8 + ax0, j_0 * 16 + ax1]
+
+    After::
+
+        for i_0, j_0 in T.grid(8, 4):
+            C_local = T.allocate((8, 16), "float32", scope="local")
+            for k, i_1, j_1 in T.grid(64, 8, 16):
+                C_local[i_1, j_1] = ...
+            for ax0, ax1 in T.grid(8, 16):
+                C[i_0 * 8 + ax0, j_0 * 16 + ax1] = C_local[ax0, ax1]
+    """
+    return _Compact().visit(func)

@@ -1,0 +1,85 @@
+"""Flatten multi-dimensional buffers to 1-D: ``flatten_buffer``."""
+
+from __future__ import annotations
+
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprMutator
+
+
+def buffer_strides(buf: ir.Buffer) -> tuple[ir.PrimExpr, ...]:
+    """The buffer's strides: its own, or compact row-major ones."""
+    if buf.strides:
+        return buf.strides
+    out: list[ir.PrimExpr] = []
+    stride: ir.PrimExpr = ir.IntImm(1)
+    for dim in reversed(buf.shape):
+        out.append(stride)
+        stride = arith.simplify(stride * dim)
+    return tuple(reversed(out))
+
+
+def flat_size(buf: ir.Buffer) -> ir.PrimExpr:
+    """Number of elements the flattened buffer spans (padding of strides included)."""
+    if not buf.shape:
+        return ir.IntImm(1)
+    size: ir.PrimExpr = ir.IntImm(1)
+    for dim, stride in zip(buf.shape, buffer_strides(buf), strict=True):
+        size = size + (dim - 1) * stride
+    return arith.simplify(size)
+
+
+class _Flatten(StmtExprMutator):
+    def __init__(self) -> None:
+        self.flat: dict[ir.Buffer, ir.Buffer] = {}
+
+    def flat_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        if b.ndim == 1 and not b.strides:
+            return b
+        if b not in self.flat:
+            self.flat[b] = ir.Buffer(b.name, (flat_size(b),), b.dtype, b.scope, (), b.align,
+                                     None, b.data)
+        return self.flat[b]
+
+    def flat_index(self, b: ir.Buffer, indices: tuple[ir.PrimExpr, ...]) -> tuple:
+        if b.ndim == 1 and not b.strides:
+            return indices
+        if not indices:
+            return (ir.IntImm(0),)
+        idx: ir.PrimExpr | None = None
+        for i, s in zip(indices, buffer_strides(b), strict=True):
+            term = i if ir.is_const_int(s, 1) else i * s
+            idx = term if idx is None else idx + term
+        return (arith.simplify(idx),)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        idx = tuple(self.visit_expr(i) for i in e.indices)
+        return ir.BufferLoad(self.flat_buffer(e.buffer), self.flat_index(e.buffer, idx))
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
+        idx = tuple(self.visit_expr(i) for i in s.indices)
+        return ir.BufferStore(self.flat_buffer(s.buffer), self.visit_expr(s.value),
+                              self.flat_index(s.buffer, idx))
+
+    def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
+        return ir.Allocate(self.flat_buffer(s.buffer), self.visit_stmt(s.body))
+
+
+def flatten_buffer(func: ir.PrimFunc) -> ir.PrimFunc:
+    """Turn every N-d buffer access into a 1-D access using the buffer's strides.
+
+    Parameters keep their N-d ``Buffer`` (the caller's view, used to check arguments); the
+    body accesses a 1-D buffer sharing the same ``data`` pointer. Run after block lowering.
+
+    Before::
+
+        C = T.allocate((16, 16), "float32", scope="local")
+        for i, j in T.grid(16, 16):
+            C[i, j] = A[i, j] * T.float32(2.0)
+
+    After::
+
+        C = T.allocate((256,), "float32", scope="local")
+        for i, j in T.grid(16, 16):
+            C[i * 16 + j] = A[i * 16 + j] * T.float32(2.0)
+    """
+    return _Flatten().visit(func)

@@ -1,0 +1,93 @@
+"""The ordered lowering pipeline with numbered phases where users insert passes.
+
+======  ===========================================================================
+phase   built-in passes (then the user's passes for that phase, in order)
+======  ===========================================================================
+0       none: user passes see the scheduled, block-level IR
+1       lower_init_block, lower_blocks, compact_buffer_allocation,
+        inject_virtual_thread
+2       flatten_buffer, simplify
+3       vectorize_loop, unroll_loop, simplify, storage_rewrite
+4       simplify, remove_noop
+======  ===========================================================================
+
+A pass is any function ``PrimFunc -> PrimFunc``.
+
+>>> from toolchain import te
+>>> A = te.placeholder((8,), name="A")
+>>> B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+>>> seen = []
+>>> def spy(f):
+...     seen.append(f.name)
+...     return f
+>>> f = lower(te.create_prim_func([A, B]), passes={2: [spy]})
+>>> seen
+['main']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from toolchain.errors import OptionError
+from toolchain.tir import ir
+from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
+from toolchain.tir.transform.flatten_buffer import flatten_buffer
+from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
+from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
+from toolchain.tir.transform.remove_noop import remove_noop
+from toolchain.tir.transform.simplify import simplify
+from toolchain.tir.transform.storage_rewrite import storage_rewrite
+from toolchain.tir.transform.unroll_loop import unroll_loop
+from toolchain.tir.transform.vectorize_loop import vectorize_loop
+
+Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
+
+#: The built-in passes of each phase, in order.
+PHASES: dict[int, tuple[Pass, ...]] = {
+    0: (),
+    1: (lower_init_block, lower_blocks, compact_buffer_allocation, inject_virtual_thread),
+    2: (flatten_buffer, simplify),
+    3: (vectorize_loop, unroll_loop, simplify, storage_rewrite),
+    4: (simplify, remove_noop),
+}
+
+
+def _as_func(obj: Any) -> ir.PrimFunc:
+    if isinstance(obj, ir.PrimFunc):
+        return obj
+    func = getattr(obj, "mod", None)
+    if isinstance(func, ir.PrimFunc):
+        return func
+    raise OptionError(f"lower: expected a PrimFunc or a Schedule, got {type(obj).__name__}")
+
+
+def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
+          trace: list[tuple[str, ir.PrimFunc]] | None = None) -> ir.PrimFunc:
+    """Run the lowering pipeline on a Schedule or PrimFunc and return the lowered PrimFunc.
+
+    ``passes`` maps a phase number (see :data:`PHASES`) to extra passes run after that
+    phase's built-ins. If ``trace`` is a list, ``(pass name, function after it)`` is
+    appended for every pass (handy to print what each step did).
+    """
+    extra = dict(passes or {})
+    for phase, fns in extra.items():
+        if phase not in PHASES:
+            raise OptionError(f"lower: unknown phase {phase!r}; phases are "
+                              f"{', '.join(map(str, PHASES))}")
+        for fn in fns:
+            if not callable(fn):
+                raise OptionError(f"lower: phase {phase} pass {fn!r} is not callable; a pass "
+                                  "is a function PrimFunc -> PrimFunc")
+    func = _as_func(sch_or_func)
+    for phase, builtins in PHASES.items():
+        for fn in (*builtins, *extra.get(phase, ())):
+            out = fn(func)
+            if not isinstance(out, ir.PrimFunc):
+                raise OptionError(f"lower: pass {getattr(fn, '__name__', fn)!r} (phase "
+                                  f"{phase}) returned {type(out).__name__}, not a PrimFunc")
+            func = out
+            if trace is not None:
+                trace.append((getattr(fn, "__name__", repr(fn)), func))
+    return func

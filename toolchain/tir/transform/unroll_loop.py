@@ -1,0 +1,68 @@
+"""Unroll loops: ``unroll_loop`` (explicit ``T.unroll`` loops and small innermost loops)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
+
+#: Innermost serial loops with a constant extent up to this are unrolled automatically.
+AUTO_MAX_EXTENT = 4
+#: An explicitly unrolled loop may not produce more statements than this.
+MAX_UNROLLED_STMTS = 4096
+
+
+class _HasLoop(StmtExprVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_For(self, s: ir.For) -> None:
+        self.found = True
+
+    def visit_Allocate(self, s: ir.Allocate) -> None:
+        self.found = True
+
+
+def _innermost(s: ir.Stmt) -> bool:
+    v = _HasLoop()
+    v.visit_stmt(s)
+    return not v.found
+
+
+class _Unroll(StmtExprMutator):
+    def __init__(self, auto_max_extent: int) -> None:
+        self.auto = auto_max_extent
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:
+        body = self.visit_stmt(s.body)
+        n = ir.const_int(s.extent)
+        explicit = s.kind == "unrolled"
+        auto = (s.kind == "serial" and n is not None and n <= self.auto and _innermost(body)
+                and "pragma_simd" not in s.annotations)
+        if n is not None and (explicit or auto) and 0 < n <= MAX_UNROLLED_STMTS:
+            return ir.seq(*(substitute(body, {s.loop_var: s.min + k}) for k in range(n)))
+        if explicit:  # symbolic extent: leave it to the C compiler
+            return replace(s, kind="serial", body=body,
+                           annotations={**s.annotations, "pragma_unroll": 1})
+        return s if body is s.body else replace(s, body=body)
+
+
+def unroll_loop(func: ir.PrimFunc, auto_max_extent: int = AUTO_MAX_EXTENT) -> ir.PrimFunc:
+    """Replace unrolled loops (and innermost serial loops of extent <= ``auto_max_extent``)
+    by copies of their body, one per iteration.
+
+    Before::
+
+        for i in T.unroll(2):
+            for j in T.vectorized(16):
+                C[i * 16 + j] = C[i * 16 + j] + A[i]
+
+    After (the vector loop was expanded first)::
+
+        C[T.Ramp(0, 1, 16)] = C[T.Ramp(0, 1, 16)] + T.Broadcast(A[0], 16)
+        C[T.Ramp(16, 1, 16)] = C[T.Ramp(16, 1, 16)] + T.Broadcast(A[1], 16)
+
+    A loop with a symbolic extent cannot be unrolled; it gets ``pragma_unroll`` instead.
+    """
+    return _Unroll(auto_max_extent).visit(func)
