@@ -27,3 +27,12 @@ def test_unknown_command_is_a_usage_error():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
+
+
+def test_closed_pipe_is_not_a_bug():
+    proc = subprocess.run(
+        f"{sys.executable} -m toolchain inspect examples/lenet5.onnx --json | head -c 10",
+        shell=True, capture_output=True, text=True,
+    )
+    assert "internal error" not in proc.stderr
+    assert "Traceback" not in proc.stderr
