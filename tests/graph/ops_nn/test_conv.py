@@ -101,3 +101,26 @@ def test_conv_resnet_stem_shape():
     assert get_op("Conv").infer(node)[0].shape == (1, 64, 112, 112)
     (y,) = get_op("Conv").reference([x, w], node.attrs)
     assert y.shape == (1, 64, 112, 112) and y.dtype == np.float32
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_transpose_same_kernel_smaller_than_stride(auto_pad):
+    # the spec's SAME output is in * stride even when that needs negative padding;
+    # onnxruntime clamps the padding to 0 (a smaller output), the ONNX reference does not
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    x, w = rand(1, 2, 3, 4), rand(2, 1, 1, 2, seed=1)
+    attrs = {"auto_pad": auto_pad, "strides": [2, 3]}
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", 1, x.shape),
+                      helper.make_tensor_value_info("w", 1, w.shape)],
+        [helper.make_empty_tensor_value_info("y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    expected = ReferenceEvaluator(model).run(None, {"x": x, "w": w})[0]
+    assert expected.shape == (1, 1, 6, 12)
+    assert get_op("ConvTranspose").infer(make_node("ConvTranspose", [x, w], attrs))[0].shape == (
+        1, 1, 6, 12)
+    (got,) = get_op("ConvTranspose").reference([x, w], attrs)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
