@@ -98,8 +98,9 @@ class _Builder:
                 arrays = run_node(node, args)
             except KilnError as exc:
                 raise type(exc)(f"{self.label}: {exc}") from None
-            results = [Value.constant(o.name, a) for o, a in zip(node.outputs, arrays,
-                                                                 strict=True)]
+            # Own, writable, contiguous copies: a result may be a view of an input.
+            results = [Value.constant(o.name, np.array(a, copy=True, order="C"))
+                       for o, a in zip(node.outputs, arrays, strict=True)]
         else:
             self.nodes.append(node)
             results = list(node.outputs)
@@ -143,7 +144,9 @@ class _Builder:
         if v is None:
             return None
         if v.data is not None:
-            return v.data
+            view = v.data.view()
+            view.flags.writeable = False  # a reference must not change a constant
+            return view
         # Shape/Size read only the shape: a zero-strided array costs no memory.
         return np.broadcast_to(np.zeros((), np_dtype(v.dtype)), v.shape)
 
