@@ -516,8 +516,7 @@ class _UnsupportedTensor:
 def _parse_nodes(proto: onnx.ModelProto, opset: int,
                  constants: dict[str, np.ndarray | str]) -> list[RawNode]:
     versions = {o.domain or "": o.version for o in proto.opset_import}
-    versions.setdefault("", opset)
-    versions[""] = versions["ai.onnx"] = opset
+    versions[""] = versions["ai.onnx"] = opset  # after any version conversion
     used = {n for node in proto.graph.node for n in list(node.input) + list(node.output)}
     used |= set(constants) | {i.name for i in proto.graph.input}
 

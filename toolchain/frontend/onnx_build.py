@@ -56,6 +56,7 @@ class _Builder:
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
         self.used: set[str] = set(used)
+        self.graph_inputs: set[str] = set()
 
     def fresh(self, base: str) -> str:
         name = base
@@ -81,7 +82,8 @@ class _Builder:
         try:
             types = list(opdef.infer(node))
         except KilnError as exc:
-            raise type(exc)(f"{self.label}: {exc}") from None
+            raise type(exc)(f"{self.label}: {exc}{self._input_hint(node, str(exc))}") \
+                from None
         except Exception as exc:
             raise InternalError(f"{self.label}: {node.describe()}: the shape rule of {op} "
                                 f"failed: {type(exc).__name__}: {exc}") from exc
@@ -107,6 +109,17 @@ class _Builder:
         for v in results:
             self.values[v.name] = v
         return results
+
+    def _input_hint(self, node: Node, message: str) -> str:
+        """When a compile-time operand is itself a model input, --input-shape cannot help:
+        say how to make it a constant instead."""
+        for v in node.inputs:
+            if (v is not None and v.name in self.graph_inputs and f"'{v.name}'" in message
+                    and "compile time" in message):
+                return (f" (note: {v.name!r} is itself an input of the model; make it an "
+                        f"initializer in the model, or from Python pass "
+                        f"from_onnx(..., bind={{{v.name!r}: array}}))")
+        return ""
 
     def _cross_check(self, node: Node, name: str, t: TensorType) -> None:
         info = self.onnx_types.get(name)
@@ -230,6 +243,7 @@ def build_graph(
     b = _Builder(label, onnx_types, used | set(constants) | {v.name for v in inputs})
     for v in inputs:
         b.values[v.name] = v
+    b.graph_inputs = {v.name for v in inputs}
     for cname, array in constants.items():
         b.values[cname] = Value.constant(cname, array)
     for raw in raw_nodes:
