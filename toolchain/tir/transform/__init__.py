@@ -2,13 +2,13 @@
 
 >>> from toolchain import te
 >>> from toolchain.tir.transform import lower
->>> A = te.placeholder((4, 4), name="A")
->>> B = te.compute((4, 4), lambda i, j: A[i, j] * 2.0, name="B")
+>>> A = te.placeholder((16, 16), name="A")
+>>> B = te.compute((16, 16), lambda i, j: A[i, j] * 2.0, name="B")
 >>> print(lower(te.create_prim_func([A, B])))  # doctest: +NORMALIZE_WHITESPACE
 @T.prim_func
-def main(A: T.Buffer((4, 4), "float32"), B: T.Buffer((4, 4), "float32")):
-    for i, j in T.grid(4, 4):
-        B[i * 4 + j] = A[i * 4 + j] * T.float32(2.0)
+def main(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+    for i, j in T.grid(16, 16):
+        B[i * 16 + j] = A[i * 16 + j] * T.float32(2.0)
 """
 
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation

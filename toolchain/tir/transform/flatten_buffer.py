@@ -67,8 +67,8 @@ class _Flatten(StmtExprMutator):
 def flatten_buffer(func: ir.PrimFunc) -> ir.PrimFunc:
     """Turn every N-d buffer access into a 1-D access using the buffer's strides.
 
-    Parameters keep their N-d ``Buffer`` (the caller's view, used to check arguments); the
-    body accesses a 1-D buffer sharing the same ``data`` pointer. Run after block lowering.
+    Parameters become 1-D buffers too (same ``data`` pointer); :func:`toolchain.build`
+    checks arguments against the function before lowering. Run after block lowering.
 
     Before::
 
@@ -76,10 +76,13 @@ def flatten_buffer(func: ir.PrimFunc) -> ir.PrimFunc:
         for i, j in T.grid(16, 16):
             C[i, j] = A[i, j] * T.float32(2.0)
 
-    After::
+    After (``A`` is now ``T.Buffer((256,), "float32")``)::
 
         C = T.allocate((256,), "float32", scope="local")
         for i, j in T.grid(16, 16):
             C[i * 16 + j] = A[i * 16 + j] * T.float32(2.0)
     """
-    return _Flatten().visit(func)
+    fl = _Flatten()
+    body = fl.visit_stmt(func.body)
+    params = tuple(fl.flat_buffer(p) if isinstance(p, ir.Buffer) else p for p in func.params)
+    return ir.PrimFunc(params, body, func.name, func.attrs)

@@ -38,7 +38,7 @@ class _Unroll(StmtExprMutator):
         body = self.visit_stmt(s.body)
         n = ir.const_int(s.extent)
         explicit = s.kind == "unrolled"
-        auto = (s.kind == "serial" and n is not None and n <= self.auto and _innermost(body)
+        auto = (s.kind == "serial" and n is not None and n <= self.auto and _innermost(s.body)
                 and "pragma_simd" not in s.annotations)
         if n is not None and (explicit or auto) and 0 < n <= MAX_UNROLLED_STMTS:
             return ir.seq(*(substitute(body, {s.loop_var: s.min + k}) for k in range(n)))

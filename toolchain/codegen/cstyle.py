@@ -1,0 +1,556 @@
+"""One renderer for the C family over lowered TIR; dialects override tables and hooks.
+
+:class:`CStyleRenderer` walks a lowered :class:`~toolchain.tir.ir.PrimFunc` (no blocks,
+1-D buffers, vector ``Ramp``/``Broadcast`` expressions) and fills the jinja2 template
+``templates/c/kernel.c.j2``. A dialect (plain C in :mod:`.c`, CUDA later) changes only:
+
+* ``type_map`` (TIR dtype -> C type), ``includes``, ``kernel_prefix`` (``__global__``),
+  ``smem_prefix`` (``__shared__``), ``barrier`` (``__syncthreads()``),
+* ``code_for_workitem`` (thread tag -> index expression) and :meth:`render_thread_loop`,
+* :meth:`render_parallel_pragma` / :meth:`render_simd_pragma`, ``math_suffix``.
+
+>>> from toolchain import te
+>>> from toolchain.tir.transform import lower
+>>> from toolchain.codegen.c import CRenderer
+>>> A = te.placeholder((64,), name="A")
+>>> B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+>>> src = CRenderer().render(lower(te.create_prim_func([A, B])))
+>>> "B[i] = A[i] + 1.0f;" in src.code
+True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jinja2
+
+from toolchain.errors import UnsupportedError
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprVisitor, free_vars
+
+TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
+
+_C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum
+extern float for goto if inline int long register restrict return short signed sizeof static
+struct switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool true
+false main abs exp log sqrt floor ceil pow fabs min max NULL errno""".split())
+
+
+def sanitize(name: str) -> str:
+    """A C identifier for ``name`` (deterministic): ``"conv 1/w"`` -> ``"conv_1_w"``."""
+    s = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+    if s[0].isdigit():
+        s = "_" + s
+    if s in _C_KEYWORDS or s.startswith(("kiln_", "__")):
+        s = "v_" + s.lstrip("_")
+    return s
+
+
+class Namer:
+    """Gives each Var a unique C name in order of first use (``i``, ``i_1``, ...)."""
+
+    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+        self.names: dict[int, str] = {}
+        self.used: set[str] = set(reserved)
+        self._keep: list[Any] = []
+
+    def __call__(self, obj: Any, hint: str) -> str:
+        key = id(obj)
+        if key not in self.names:
+            base = sanitize(hint)
+            name, n = base, 0
+            while name in self.used:
+                n += 1
+                name = f"{base}_{n}"
+            self.used.add(name)
+            self.names[key] = name
+            self._keep.append(obj)
+        return self.names[key]
+
+
+@dataclass
+class CSource:
+    """Rendered source plus what the runtime needs to call it."""
+
+    code: str
+    entry: str
+    #: scalar arguments appended after the function's params: symbolic sizes, in order
+    extra_args: list[ir.Var] = field(default_factory=list)
+    uses_openmp: bool = False
+    uses_simd_pragma: bool = False
+
+
+# C operator precedence (higher binds tighter)
+_BINOP = {
+    ir.Mul: ("*", 13), ir.Div: ("/", 13), ir.Mod: ("%", 13), ir.Add: ("+", 12),
+    ir.Sub: ("-", 12), ir.LT: ("<", 10), ir.LE: ("<=", 10), ir.GT: (">", 10),
+    ir.GE: (">=", 10), ir.EQ: ("==", 9), ir.NE: ("!=", 9), ir.And: ("&&", 5),
+    ir.Or: ("||", 4),
+}
+_ATOM = 20
+
+
+class _VectorLocal(StmtExprVisitor):
+    """Can a local buffer be declared as an array of vectors (register tiles)?"""
+
+    def __init__(self, data: ir.Var, ranges: dict[ir.Var, ir.Range]) -> None:
+        self.data, self.ranges = data, dict(ranges)
+        self.lanes: int | None = None
+        self.ok = True
+
+    def visit_For(self, s: ir.For) -> None:
+        self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        super().visit_For(s)
+
+    def visit_Var(self, e: ir.Var) -> None:
+        if e is self.data:
+            self.ok = False
+
+    def _access(self, buf: ir.Buffer, idx: tuple[ir.PrimExpr, ...]) -> None:
+        if buf.data is not self.data:
+            return
+        r = idx[0] if len(idx) == 1 else None
+        if not isinstance(r, ir.Ramp) or not ir.is_const_int(r.stride, 1):
+            self.ok = False
+            return
+        if self.lanes is None:
+            self.lanes = r.lanes
+        m = arith.simplify(ir.FloorMod(r.base, r.lanes), self.ranges)
+        if r.lanes != self.lanes or not ir.is_const_int(m, 0):
+            self.ok = False
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        self._access(e.buffer, e.indices)
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        self._access(s.buffer, s.indices)
+        super().visit_BufferStore(s)
+
+
+class CStyleRenderer:
+    """Base renderer; see the module docstring for the dialect hooks."""
+
+    dialect: ClassVar[str] = "c"
+    template: ClassVar[str] = "c/kernel.c.j2"
+    includes: ClassVar[tuple[str, ...]] = ("stdint.h", "stdbool.h", "stddef.h", "stdlib.h",
+                                           "math.h")
+    kernel_prefix: ClassVar[str] = ""
+    smem_prefix: ClassVar[str] = ""
+    barrier: ClassVar[str] = ""
+    restrict: ClassVar[str] = "restrict"
+    code_for_workitem: ClassVar[dict[str, str]] = {}
+    type_map: ClassVar[dict[str, str]] = {
+        "float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t",
+        "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
+        "uint32": "uint32_t", "uint64": "uint64_t", "bool": "bool", "handle": "void*",
+    }
+    #: math functions with an ``f`` variant for float32
+    math_funcs: ClassVar[frozenset[str]] = frozenset(
+        "exp exp2 log log2 log10 sqrt tanh erf fabs pow floor ceil round trunc sin cos tan "
+        "fmod".split())
+    #: largest allocation (bytes) placed on the stack; bigger ones use the heap
+    max_stack_bytes: ClassVar[int] = 64 * 1024
+
+    def __init__(self, openmp: bool = True) -> None:
+        self.openmp = openmp
+
+    # ------------------------------------------------------------------ entry point
+    def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
+        """Render a lowered PrimFunc into a C source file."""
+        self.names = Namer()
+        self.lines: list[str] = []
+        self.indent = 1
+        self.vec_types: dict[str, tuple[str, int]] = {}
+        self.vec_locals: dict[ir.Var, int] = {}
+        self.ranges: dict[ir.Var, ir.Range] = {}
+        self.parallel_depth = 0
+        self.uses_openmp = False
+        self.uses_simd = False
+        entry = "kiln_" + re.sub(r"[^0-9A-Za-z_]", "_", name or func.name)
+        params = []
+        bound: set[ir.Var] = set()
+        for p in func.params:
+            if isinstance(p, ir.Buffer):
+                params.append(f"{self.ctype(p.dtype)}* {self.restrict} "
+                              f"{self.names(p.data, p.name)}".replace("  ", " "))
+                bound.add(p.data)
+            else:
+                params.append(f"{self.ctype(p.dtype)} {self.names(p, p.name)}")
+                bound.add(p)
+        extra = self._free_scalars(func, bound)
+        for v in extra:
+            params.append(f"{self.ctype(v.dtype)} {self.names(v, v.name)}")
+        for p in list(func.params) + extra:
+            var = p.data if isinstance(p, ir.Buffer) else p
+            self.emit(f"(void){self.names(var, var.name)};")
+        self.stmt(func.body)
+        code = self._fill(func, entry, params or ["void"])
+        return CSource(code, entry, extra, self.uses_openmp, self.uses_simd)
+
+    def _free_scalars(self, func: ir.PrimFunc, bound: set[ir.Var]) -> list[ir.Var]:
+        defined: set[ir.Var] = set(bound)
+
+        class _Def(StmtExprVisitor):
+            def visit_For(self, s: ir.For) -> None:
+                defined.add(s.loop_var)
+                super().visit_For(s)
+
+            def visit_LetStmt(self, s: ir.LetStmt) -> None:
+                defined.add(s.var)
+                super().visit_LetStmt(s)
+
+            def visit_Let(self, e: ir.Let) -> None:
+                defined.add(e.var)
+                super().visit_Let(e)
+
+            def visit_Allocate(self, s: ir.Allocate) -> None:
+                defined.add(s.buffer.data)
+                for d in s.buffer.shape:
+                    self.visit_expr(d)
+                super().visit_Allocate(s)
+
+        _Def().visit_stmt(func.body)
+        free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
+        return sorted(free, key=lambda v: sanitize(v.name))
+
+    def _fill(self, func: ir.PrimFunc, entry: str, params: list[str]) -> str:
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                                 trim_blocks=True, lstrip_blocks=True,
+                                 keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+        vts = [dict(name=n, elem=self.ctype(e), lanes=lanes,
+                    elem_bytes=ir.bits_of(e) // 8, bytes=ir.bits_of(e) // 8 * lanes)
+               for n, (e, lanes) in sorted(self.vec_types.items())]
+        ints = ["int32_t", "int64_t"]
+        scalars = ["float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
+                   "uint16_t", "uint32_t", "uint64_t"]
+        return env.get_template(self.template).render(
+            dialect=self.dialect, entry=entry, func_name=func.name, includes=self.includes,
+            prelude=func.attrs.get("c_prelude", ""), int_types=ints, scalar_types=scalars,
+            vector_types=vts, kernel_prefix=self.kernel_prefix, params=params,
+            body=self.lines)
+
+    # ------------------------------------------------------------------ helpers
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    def ctype(self, dtype: str) -> str:
+        lanes = ir.lanes_of(dtype)
+        elem = ir.element_of(dtype)
+        if elem not in self.type_map:
+            raise UnsupportedError(f"{self.dialect} code generation: dtype {dtype!r} has no C "
+                                   f"type; supported: {', '.join(self.type_map)}")
+        if lanes == 1:
+            return self.type_map[elem]
+        name = f"{sanitize(elem)}x{lanes}"
+        self.vec_types[name] = (elem, lanes)
+        return name
+
+    def var(self, v: ir.Var) -> str:
+        return self.names(v, v.name)
+
+    # ------------------------------------------------------------------ statements
+    def stmt(self, s: ir.Stmt) -> None:
+        fn = getattr(self, "stmt_" + type(s).__name__, None)
+        if fn is None:
+            raise UnsupportedError(
+                f"{self.dialect} code generation: {type(s).__name__} is not lowered; call "
+                "toolchain.lower(...) (or build) so blocks become loops first")
+        fn(s)
+
+    def stmt_SeqStmt(self, s: ir.SeqStmt) -> None:
+        for x in s.seq:
+            self.stmt(x)
+
+    def stmt_Evaluate(self, s: ir.Evaluate) -> None:
+        if isinstance(s.value, (ir.IntImm, ir.FloatImm)):
+            return
+        self.emit(self.expr(s.value) + ";")
+
+    def stmt_BufferStore(self, s: ir.BufferStore) -> None:
+        buf, idx = s.buffer, s.indices[0]
+        lanes = ir.lanes_of(s.value.dtype)
+        value = self.expr(s.value)
+        if lanes == 1:
+            self.emit(f"{self.var(buf.data)}[{self.expr(idx)}] = {value};")
+            return
+        if buf.data in self.vec_locals:
+            self.emit(f"{self.var(buf.data)}[{self._vec_index(idx)}] = {value};")
+        elif isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
+            vt = self.ctype(s.value.dtype)
+            self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base)}) = {value};")
+        else:
+            tmp = self.names(object(), "vec")
+            self.emit(f"{{ {self.ctype(s.value.dtype)} {tmp} = {value};")
+            for k in range(lanes):
+                self.emit(f"  {self.var(buf.data)}[{self._lane(idx, k)}] = {tmp}[{k}];")
+            self.emit("}")
+
+    def stmt_IfThenElse(self, s: ir.IfThenElse) -> None:
+        self.emit(f"if ({self.expr(s.condition)}) {{")
+        self.block(s.then_case)
+        if s.else_case is not None:
+            self.emit("} else {")
+            self.block(s.else_case)
+        self.emit("}")
+
+    def stmt_LetStmt(self, s: ir.LetStmt) -> None:
+        self.emit(f"const {self.ctype(s.var.dtype)} {self.var(s.var)} = {self.expr(s.value)};")
+        self.stmt(s.body)
+
+    def stmt_AttrStmt(self, s: ir.AttrStmt) -> None:
+        self.stmt(s.body)
+
+    def block(self, s: ir.Stmt) -> None:
+        self.indent += 1
+        self.stmt(s)
+        self.indent -= 1
+
+    def stmt_For(self, s: ir.For) -> None:
+        if s.kind == "thread_binding":
+            self.render_thread_loop(s)
+            return
+        v, t = self.var(s.loop_var), self.ctype(s.loop_var.dtype)
+        lo = self.expr(s.min)
+        end = self.expr(arith.simplify(s.min + s.extent))
+        parallel = s.kind == "parallel"
+        if parallel:
+            self.render_parallel_pragma(s)
+        elif s.annotations.get("pragma_simd") or s.kind == "vectorized":
+            self.render_simd_pragma(s)
+        elif s.annotations.get("pragma_unroll") or s.kind == "unrolled":
+            self.emit("#pragma GCC unroll 16")
+        self.emit(f"for ({t} {v} = {lo}; {v} < {end}; ++{v}) {{")
+        self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        self.parallel_depth += parallel
+        self.block(s.body)
+        self.parallel_depth -= parallel
+        self.emit("}")
+
+    def stmt_Allocate(self, s: ir.Allocate) -> None:
+        buf = s.buffer
+        name = self.names(buf.data, buf.name)
+        size = buf.shape[0] if len(buf.shape) == 1 else None
+        n = ir.const_int(size) if size is not None else None
+        if size is None:
+            raise UnsupportedError(f"{self.dialect} code generation: allocation {buf.name} is "
+                                   "not flattened; run the lowering pipeline first")
+        et = self.ctype(buf.dtype)
+        check = _VectorLocal(buf.data, self.ranges)
+        check.visit_stmt(s.body)
+        if (n is not None and check.ok and check.lanes and n % check.lanes == 0
+                and buf.scope != "global"):
+            vt = self.ctype(ir.with_lanes(buf.dtype, check.lanes))
+            self.vec_locals[buf.data] = check.lanes
+            self.emit(f"{self.alloc_prefix(buf)}{vt} {name}[{n // check.lanes}];")
+            self.stmt(s.body)
+            return
+        nbytes = n * ir.bits_of(buf.dtype) // 8 if n is not None else None
+        if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"):
+            self.emit(f"{self.alloc_prefix(buf)}{et} {name}[{n}] "
+                      f"__attribute__((aligned({max(buf.align, 16)})));")
+            self.stmt(s.body)
+            return
+        self.render_heap_alloc(buf, name, et, size, s.body)
+
+    def alloc_prefix(self, buf: ir.Buffer) -> str:
+        """Storage qualifier for an allocation (``__shared__`` in CUDA)."""
+        return self.smem_prefix if buf.scope == "shared" else ""
+
+    def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
+                          body: ir.Stmt) -> None:
+        """Large or symbolic allocations: aligned heap memory freed at the end of scope."""
+        fail = "abort();" if self.parallel_depth else "return -1;"
+        self.emit(f"{et}* {self.restrict} {name} = ({et}*)kiln_alloc((size_t)({self.expr(size)})"
+                  f" * sizeof({et}));")
+        self.emit(f"if ({name} == NULL) {{ {fail} }}")
+        self.stmt(body)
+        self.emit(f"free({name});")
+
+    # ------------------------------------------------------------------ dialect hooks
+    def render_thread_loop(self, s: ir.For) -> None:
+        """Thread-bound loops; the plain C dialect has no threads."""
+        raise UnsupportedError(
+            f"{self.dialect} code generation: loop {s.loop_var.name} is bound to "
+            f"{s.thread_tag}; GPU thread axes need a cuda target (or remove the bind)")
+
+    def render_parallel_pragma(self, s: ir.For) -> None:
+        if self.openmp and not self.parallel_depth:
+            self.uses_openmp = True
+            self.emit("#pragma omp parallel for schedule(static)")
+
+    def render_simd_pragma(self, s: ir.For) -> None:
+        self.uses_simd = True
+        self.emit("#pragma omp simd")
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: ir.PrimExpr, prec: int = 0) -> str:
+        fn = None
+        for klass in type(e).__mro__:
+            fn = getattr(self, "expr_" + klass.__name__, None)
+            if fn is not None:
+                break
+        if fn is None:
+            raise UnsupportedError(f"{self.dialect} code generation: cannot render "
+                                   f"{type(e).__name__} {e}")
+        text, p = fn(e)
+        return f"({text})" if p < prec else text
+
+    def expr_IntImm(self, e: ir.IntImm) -> tuple[str, int]:
+        if e.dtype == "bool":
+            return ("true" if e.value else "false"), _ATOM
+        suffix = {"int64": "LL", "uint64": "ULL", "uint32": "U"}.get(e.dtype, "")
+        if e.dtype == "int64" and e.value == -(1 << 63):
+            return "INT64_MIN", _ATOM
+        if e.dtype == "int32" and e.value == -(1 << 31):
+            return "INT32_MIN", _ATOM
+        text = f"{e.value}{suffix}"
+        return (f"({text})" if e.value < 0 else text), _ATOM
+
+    def expr_FloatImm(self, e: ir.FloatImm) -> tuple[str, int]:
+        v = e.value
+        f32 = e.dtype == "float32"
+        if math.isnan(v):
+            return ("NAN" if f32 else "(double)NAN"), _ATOM
+        if math.isinf(v):
+            text = "INFINITY" if v > 0 else "(-INFINITY)"
+            return (text if f32 else f"(double){text}"), _ATOM
+        text = repr(float(v))
+        if "e" not in text and "." not in text:
+            text += ".0"
+        text += "f" if f32 else ""
+        return (f"({text})" if v < 0 else text), _ATOM
+
+    def expr_StringImm(self, e: ir.StringImm) -> tuple[str, int]:
+        return '"' + e.value.replace("\\", "\\\\").replace('"', '\\"') + '"', _ATOM
+
+    def expr_Var(self, e: ir.Var) -> tuple[str, int]:
+        return self.var(e), _ATOM
+
+    def expr__Binary(self, e: ir._Binary) -> tuple[str, int]:
+        t = type(e)
+        if t in (ir.FloorDiv, ir.FloorMod):
+            return self._floor_divmod(e)
+        if t in (ir.Min, ir.Max):
+            return self._minmax(e)
+        if t is ir.Mod and ir.is_float(e.dtype):
+            return self.call_math("fmod", e.dtype, [e.a, e.b]), _ATOM
+        if t in (ir.And, ir.Or) and ir.lanes_of(e.dtype) > 1:
+            raise UnsupportedError(f"{self.dialect} code generation: vector logic {e}")
+        op, p = _BINOP[t]
+        return f"{self.expr(e.a, p)} {op} {self.expr(e.b, p + 1)}", p
+
+    def _floor_divmod(self, e: ir._Binary) -> tuple[str, int]:
+        if ir.is_float(e.dtype):
+            q = self.call_math("floor", e.dtype, [ir.Div(e.a, e.b)])
+            if isinstance(e, ir.FloorDiv):
+                return q, _ATOM
+            return f"{self.expr(e.a, 12)} - {q} * {self.expr(e.b, 13)}", 12
+        lo, _ = arith.const_bound(e.a, self.ranges)
+        c = ir.const_int(e.b)
+        op = "/" if isinstance(e, ir.FloorDiv) else "%"
+        if lo is not None and lo >= 0 and c is not None and c > 0:
+            return f"{self.expr(e.a, 13)} {op} {self.expr(e.b, 14)}", 13
+        fn = "floordiv" if isinstance(e, ir.FloorDiv) else "floormod"
+        t = self.ctype(e.dtype)
+        if t not in ("int32_t", "int64_t"):
+            t = "int64_t"
+        return f"({self.ctype(e.dtype)})kiln_{fn}_{t}({self.expr(e.a)}, {self.expr(e.b)})", 15
+
+    def _minmax(self, e: ir._Binary) -> tuple[str, int]:
+        if ir.lanes_of(e.dtype) > 1:
+            raise UnsupportedError(f"{self.dialect} code generation: vector min/max {e}")
+        fn = "min" if isinstance(e, ir.Min) else "max"
+        return f"kiln_{fn}_{self.ctype(e.dtype)}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
+
+    def expr_Not(self, e: ir.Not) -> tuple[str, int]:
+        return f"!{self.expr(e.a, 15)}", 15
+
+    def expr_Select(self, e: ir.Select) -> tuple[str, int]:
+        if ir.lanes_of(e.dtype) > 1:
+            raise UnsupportedError(f"{self.dialect} code generation: vector select {e}")
+        return (f"{self.expr(e.condition, 4)} ? {self.expr(e.true_value, 3)} : "
+                f"{self.expr(e.false_value, 3)}"), 3
+
+    def expr_Cast(self, e: ir.Cast) -> tuple[str, int]:
+        t = self.ctype(e.dtype)
+        if ir.lanes_of(e.dtype) > 1:
+            return f"__builtin_convertvector({self.expr(e.value)}, {t})", _ATOM
+        return f"({t}){self.expr(e.value, 15)}", 15
+
+    def expr_Let(self, e: ir.Let) -> tuple[str, int]:
+        t = self.ctype(e.var.dtype)
+        return (f"({{ const {t} {self.var(e.var)} = {self.expr(e.value)}; "
+                f"{self.expr(e.body)}; }})"), _ATOM
+
+    def expr_Ramp(self, e: ir.Ramp) -> tuple[str, int]:
+        t = self.ctype(e.dtype)
+        iota = "{" + ", ".join(str(k) for k in range(e.lanes)) + "}"
+        scale = "" if ir.is_const_int(e.stride, 1) else f" * {self.expr(e.stride, 14)}"
+        return f"{self.expr(e.base, 13)} + ({t}){iota}{scale}", 12
+
+    def expr_Broadcast(self, e: ir.Broadcast) -> tuple[str, int]:
+        return f"{self.ctype(e.dtype)}_splat({self.expr(e.value)})", _ATOM
+
+    def expr_BufferLoad(self, e: ir.BufferLoad) -> tuple[str, int]:
+        buf, idx = e.buffer, e.indices[0]
+        name = self.var(buf.data)
+        if ir.lanes_of(e.dtype) == 1:
+            return f"{name}[{self.expr(idx)}]", _ATOM
+        if buf.data in self.vec_locals:
+            return f"{name}[{self._vec_index(idx)}]", _ATOM
+        vt = self.ctype(e.dtype)
+        if isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
+            return f"*({vt}_u*)({name} + {self.expr(idx.base)})", 15
+        lanes = ", ".join(f"{name}[{self._lane(idx, k)}]" for k in range(ir.lanes_of(e.dtype)))
+        return f"({vt}){{{lanes}}}", _ATOM
+
+    def _lane(self, idx: ir.PrimExpr, k: int) -> str:
+        if isinstance(idx, ir.Ramp):
+            return self.expr(arith.simplify(idx.base + idx.stride * k))
+        if isinstance(idx, ir.Broadcast):
+            return self.expr(idx.value)
+        return f"({self.expr(idx)})[{k}]"
+
+    def _vec_index(self, idx: ir.PrimExpr) -> str:
+        assert isinstance(idx, ir.Ramp)
+        return self.expr(arith.simplify(ir.FloorDiv(idx.base, idx.lanes), self.ranges))
+
+    def expr_Call(self, e: ir.Call) -> tuple[str, int]:
+        op = e.op
+        if op == "tir.if_then_else":
+            c, t, f = e.args
+            return self.expr_Select(ir.Select(c, t, f))
+        if op == "tir.address_of":
+            load = e.args[0]
+            assert isinstance(load, ir.BufferLoad)
+            return f"&{self.var(load.buffer.data)}[{self.expr(load.indices[0])}]", 15
+        if op == "tir.storage_sync":
+            return self.barrier or "0", _ATOM
+        if op.startswith("tir."):
+            raise UnsupportedError(f"{self.dialect} code generation: builtin {op} is not "
+                                   "supported")
+        if ir.lanes_of(e.dtype) > 1:
+            raise UnsupportedError(f"{self.dialect} code generation: vector call {op}")
+        if op == "sigmoid":
+            fn = "kiln_sigmoidf" if e.dtype == "float32" else "kiln_sigmoid"
+            return f"{fn}({self.expr(e.args[0])})", _ATOM
+        if op == "rsqrt":
+            one = "1.0f" if e.dtype == "float32" else "1.0"
+            return f"{one} / {self.call_math('sqrt', e.dtype, list(e.args))}", 13
+        if op == "isnan":
+            return f"isnan({self.expr(e.args[0])})", _ATOM
+        if op in self.math_funcs:
+            return self.call_math(op, e.dtype, list(e.args)), _ATOM
+        args = ", ".join(self.expr(a) for a in e.args)
+        return f"{sanitize(op) if not op.isidentifier() else op}({args})", _ATOM
+
+    def call_math(self, fn: str, dtype: str, args: list[ir.PrimExpr]) -> str:
+        """``expf(x)`` for float32, ``exp(x)`` for float64."""
+        name = fn + ("f" if dtype == "float32" else "")
+        return f"{name}({', '.join(self.expr(a) for a in args)})"
