@@ -102,6 +102,7 @@ class _VectorLocal(StmtExprVisitor):
         self.data, self.ranges = data, dict(ranges)
         self.lanes: int | None = None
         self.ok = True
+        self.const_index = True
 
     def visit_For(self, s: ir.For) -> None:
         self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
@@ -123,6 +124,8 @@ class _VectorLocal(StmtExprVisitor):
         m = arith.simplify(ir.FloorMod(r.base, r.lanes), self.ranges)
         if r.lanes != self.lanes or not ir.is_const_int(m, 0):
             self.ok = False
+        if not isinstance(arith.simplify(r.base), ir.IntImm):
+            self.const_index = False
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
         self._access(e.buffer, e.indices)
@@ -154,6 +157,9 @@ class CStyleRenderer:
     math_funcs: ClassVar[frozenset[str]] = frozenset(
         "exp exp2 log log2 log10 sqrt tanh erf fabs pow floor ceil round trunc sin cos tan "
         "fmod".split())
+    #: a local tile of at most this many vectors, all at constant offsets, becomes one
+    #: variable per vector (register blocking)
+    max_vector_registers: ClassVar[int] = 32
     #: largest allocation (bytes) placed on the stack; bigger ones use the heap
     max_stack_bytes: ClassVar[int] = 64 * 1024
 
@@ -280,7 +286,7 @@ class CStyleRenderer:
             self.emit(f"{self.var(buf.data)}[{self.expr(idx)}] = {value};")
             return
         if buf.data in self.vec_locals:
-            self.emit(f"{self.var(buf.data)}[{self._vec_index(idx)}] = {value};")
+            self.emit(f"{self._vec_local(buf, idx)} = {value};")
         elif isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
             vt = self.ctype(s.value.dtype)
             self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base)}) = {value};")
@@ -346,8 +352,15 @@ class CStyleRenderer:
         if (n is not None and check.ok and check.lanes and n % check.lanes == 0
                 and buf.scope != "global"):
             vt = self.ctype(ir.with_lanes(buf.dtype, check.lanes))
-            self.vec_locals[buf.data] = check.lanes
-            self.emit(f"{self.alloc_prefix(buf)}{vt} {name}[{n // check.lanes}];")
+            count = n // check.lanes
+            if check.const_index and count <= self.max_vector_registers:
+                # one variable per vector: the C compiler keeps them in registers
+                self.vec_locals[buf.data] = -check.lanes
+                decl = ", ".join(f"{name}_{k} = {{0}}" for k in range(count))
+                self.emit(f"{vt} {decl};")
+            else:
+                self.vec_locals[buf.data] = check.lanes
+                self.emit(f"{self.alloc_prefix(buf)}{vt} {name}[{count}];")
             self.stmt(s.body)
             return
         nbytes = n * ir.bits_of(buf.dtype) // 8 if n is not None else None
@@ -503,7 +516,7 @@ class CStyleRenderer:
         if ir.lanes_of(e.dtype) == 1:
             return f"{name}[{self.expr(idx)}]", _ATOM
         if buf.data in self.vec_locals:
-            return f"{name}[{self._vec_index(idx)}]", _ATOM
+            return self._vec_local(buf, idx), _ATOM
         vt = self.ctype(e.dtype)
         if isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
             return f"*({vt}_u*)({name} + {self.expr(idx.base)})", 15
@@ -517,9 +530,12 @@ class CStyleRenderer:
             return self.expr(idx.value)
         return f"({self.expr(idx)})[{k}]"
 
-    def _vec_index(self, idx: ir.PrimExpr) -> str:
+    def _vec_local(self, buf: ir.Buffer, idx: ir.PrimExpr) -> str:
         assert isinstance(idx, ir.Ramp)
-        return self.expr(arith.simplify(ir.FloorDiv(idx.base, idx.lanes), self.ranges))
+        k = arith.simplify(ir.FloorDiv(idx.base, idx.lanes), self.ranges)
+        if self.vec_locals[buf.data] < 0:
+            return f"{self.var(buf.data)}_{ir.const_int(arith.simplify(k))}"
+        return f"{self.var(buf.data)}[{self.expr(k)}]"
 
     def expr_Call(self, e: ir.Call) -> tuple[str, int]:
         op = e.op

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.errors import ScheduleError
-from toolchain.tir import ir
+from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, substitute, uses_var
 
 
@@ -55,7 +55,7 @@ def _inject(s: ir.Stmt, vt: ir.Var, n: int) -> ir.Stmt:
         new = ir.Buffer(buf.name, (n, *buf.shape), buf.dtype, buf.scope, (), buf.align)
         body = _BufferExpand(buf, new, vt).visit_stmt(s.body)
         return ir.Allocate(new, _inject(body, vt, n))
-    return ir.seq(*(substitute(s, {vt: k}) for k in range(n)))
+    return ir.seq(*(arith.simplify(substitute(s, {vt: k})) for k in range(n)))
 
 
 class _VThread(StmtExprMutator):

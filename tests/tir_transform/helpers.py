@@ -1,0 +1,42 @@
+"""Helpers for lowering tests: build with strict warnings and compare with numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain.driver import build
+from toolchain.tir import ir
+
+#: Every test build treats compiler warnings as errors.
+STRICT = ("-Wall", "-Wextra", "-Werror")
+
+
+def build_and_check(sch_or_func: Any, workload: tuple, rtol: float = 1e-4,
+                    **kwargs: Any) -> Any:
+    """Build with :data:`STRICT`, run on the workload's inputs, compare with its reference."""
+    _, inputs, ref = workload
+    mod = build(sch_or_func, extra_flags=STRICT, **kwargs)
+    args = inputs()
+    mod(*args)
+    np.testing.assert_allclose(args[-1], ref(*args), rtol=rtol, atol=1e-4)
+    return mod
+
+
+def count(node: Any, cls: type) -> int:
+    """Number of nodes of class ``cls`` under ``node``."""
+    from toolchain.tir.functor import post_order_visit
+
+    found: list[Any] = []
+    post_order_visit(node, lambda x: found.append(x) if isinstance(x, cls) else None)
+    return len(found)
+
+
+def loops(node: Any) -> list[ir.For]:
+    """Every For loop under ``node`` (pre-order not guaranteed)."""
+    from toolchain.tir.functor import post_order_visit
+
+    found: list[ir.For] = []
+    post_order_visit(node, lambda x: found.append(x) if isinstance(x, ir.For) else None)
+    return found
