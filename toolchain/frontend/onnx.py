@@ -42,6 +42,7 @@ from onnx import numpy_helper
 
 from toolchain.errors import InputError, ModelError, OptionError, UnsupportedError
 from toolchain.frontend.onnx_build import build_graph
+from toolchain.frontend.onnx_functions import expand_function_ops
 from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import get_op, has_op
@@ -104,6 +105,7 @@ def from_onnx(
     _run_checker(proto, label)
     _apply_input_shapes(proto, dict(input_shapes or {}), label)
     _apply_bind(proto, dict(bind or {}), label)
+    proto = expand_function_ops(proto, opset, label)
     onnx_types = _infer_onnx_types(proto, label)
     constants = _read_initializers(proto, label)
     raw_nodes = _parse_nodes(proto, opset, constants)
