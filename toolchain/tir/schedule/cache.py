@@ -13,6 +13,7 @@ from toolchain.errors import ScheduleError
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import state as st
+from toolchain.tir.schedule.compute_location import _readers, _writers
 
 if TYPE_CHECKING:
     from toolchain.tir.schedule.schedule import BlockRV, Schedule
@@ -84,6 +85,21 @@ def _insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt, alloc: ir.Buffer) -
     return st.replace_block(func, root, new_root)
 
 
+_NO_BLOCK = ir.Block("", (), (), (), ir.Evaluate(ir.IntImm(0)))
+
+
+def check_no_reader_in_nest(func: ir.PrimFunc, writer: ir.BlockRealize, buf: ir.Buffer,
+                            prim: str) -> None:
+    """Refuse when another block in the writer's top-level nest reads ``buf``."""
+    pos = _top_of(func, writer)
+    for rr, _ in _readers(func, buf, writer.block):
+        if _top_of(func, rr) == pos:
+            raise ScheduleError(
+                f"{prim}: block {rr.block.name_hint!r} reads {buf.name} inside the same loop "
+                f"nest as block {writer.block.name_hint!r}; apply {prim} before moving them "
+                "together (compute_at/reverse_compute_at)")
+
+
 def _scoped_name(name: str, scope: str) -> str:
     return f"{name}_{scope.replace('.', '_')}"
 
@@ -118,17 +134,28 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
     buf = _pick(r.block.reads, read_buffer_index, r.block, "reads", "cache_read")
     name = sch._fresh_block_name(_scoped_name(buf.name, storage_scope))
     new = ir.Buffer(name, buf.shape, buf.dtype, storage_scope)
-    from toolchain.tir.schedule.compute_location import _readers
-
     if consumer_blocks is None:
-        readers = [rr for rr, _ in _readers(sch._func, buf, ir.Block("", (), (), (),
-                                                                     ir.Evaluate(0)))]
+        readers = [rr for rr, _ in _readers(sch._func, buf, _NO_BLOCK)
+                   if all(w.buffer is not buf for w in rr.block.writes)]
     else:
         readers = [sch._block(b)[0] for b in consumer_blocks]
+    for rr in readers:
+        if any(w.buffer is buf for w in rr.block.writes):
+            raise ScheduleError(f"cache_read: block {rr.block.name_hint!r} both reads and "
+                                f"writes {buf.name}; stage it with cache_write instead")
+    if not readers:
+        raise ScheduleError(f"cache_read: no block only reads {buf.name} (block "
+                            f"{r.block.name_hint!r} also writes it); use cache_write")
     func = sch._func
     order = st.program_order(func)
     first = min(readers, key=lambda x: order[id(x)])
     pos = _top_of(func, first)
+    writers = [w for w, _ in _writers(func, buf, _NO_BLOCK)]
+    if writers and max(_top_of(func, w) for w in writers) >= pos:
+        raise ScheduleError(
+            f"cache_read: {buf.name} is written and read inside the same loop nest (block "
+            f"{first.block.name_hint!r}); apply cache_read before compute_at/"
+            "reverse_compute_at/decompose_reduction put them together")
     swap = _SwapBuffer(buf, new)
     func = st.replace_stmts(func, {id(rr.block): swap.visit_stmt(rr.block) for rr in readers})
     sch._func = _insert_root(func, pos, _copy_block(name, buf, new), new)
@@ -168,7 +195,13 @@ def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int | str,
     name = sch._fresh_block_name(_scoped_name(buf.name, storage_scope))
     new = ir.Buffer(name, buf.shape, buf.dtype, storage_scope)
     func = sch._func
+    others = [w for w, _ in _writers(func, buf, r.block)]
+    if others:
+        raise ScheduleError(
+            f"cache_write: {buf.name} is also written by block {others[0].block.name_hint!r}; "
+            "cache_write needs the only writer (apply it before decompose_reduction/rfactor)")
     pos = _top_of(func, r) + 1
+    check_no_reader_in_nest(func, r, buf, "cache_write")
     func = st.replace_stmts(func, {id(r.block): _SwapBuffer(buf, new).visit_stmt(r.block)})
     sch._func = _insert_root(func, pos, _copy_block(name, new, buf), new)
     from toolchain.tir.schedule.schedule import BlockRV as _B

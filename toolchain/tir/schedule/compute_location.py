@@ -44,6 +44,15 @@ def _writers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block) -> list[tuple[
     return out
 
 
+def _only_writer(func: ir.PrimFunc, buf: ir.Buffer, blk: ir.Block, prim: str) -> None:
+    others = _writers(func, buf, blk)
+    if others:
+        raise ScheduleError(
+            f"{prim}: {buf.name} is written by block {blk.name_hint!r} and also by block "
+            f"{others[0][0].block.name_hint!r}; {prim} needs the only producer (apply it "
+            "before decompose_reduction/rfactor, or move the whole nest)")
+
+
 def _loops_str(path: tuple[ir.Stmt, ...]) -> str:
     return st.fmt_loops(st.loops_of(path))
 
@@ -154,6 +163,7 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
             raise ScheduleError(f"{prim}: block {blk.name_hint!r} writes {len(blk.writes)} "
                                 "buffers; compute_at needs a block with one output")
         buf = blk.writes[0].buffer
+        _only_writer(func, buf, blk, prim)
         partners = _readers(func, buf, blk)
         role = "consumer"
     else:
@@ -307,6 +317,7 @@ def compute_inline(sch: Schedule, block: BlockRV) -> None:
     store = _single_store(blk, "compute_inline")
     buf = store.buffer
     _check_intermediate(sch._func, buf, blk, "compute_inline")
+    _only_writer(sch._func, buf, blk, "compute_inline")
     vars_ = []
     for d, i in enumerate(store.indices):
         if not (isinstance(i, ir.Var) and any(iv.var is i for iv in blk.iter_vars)

@@ -67,6 +67,18 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
                             f"of block {blk.name_hint!r} (its loops: "
                             f"{st.fmt_loops(st.loops_of(bpath))})")
     inner = [n for n in bpath[pos:] if isinstance(n, ir.For)]
+    red_used = set()
+    for iv, v in zip(blk.iter_vars, r.iter_values, strict=True):
+        if iv.iter_type == "reduce":
+            red_used.update(free_vars(v))
+    above = [n for n in st.loops_of(bpath) if all(n is not x for x in inner)]
+    for n in above:
+        if n.loop_var in red_used:
+            raise ScheduleError(
+                f"decompose_reduction: loop {n.loop_var.name}, outside loop "
+                f"{f.loop_var.name}, is a reduction loop of block {blk.name_hint!r}; the init "
+                f"would run again at each of its iterations. Decompose at loop "
+                f"{n.loop_var.name} or an outer loop")
     spatial = [(iv, v) for iv, v in zip(blk.iter_vars, r.iter_values, strict=True)
                if iv.iter_type == "spatial"]
     used = set()
@@ -86,7 +98,7 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
     init_nest: ir.Stmt = ir.BlockRealize(vals, _and(preds), init_blk)
     for n in reversed(needed):
         init_nest = ir.For(lmap[n.loop_var], n.min, n.extent, "serial", init_nest)
-    upd = replace(blk, init=None)
+    upd = refresh_regions(replace(blk, init=None))  # the update now reads its output
     f2 = st._Replace({id(blk): upd}).visit_stmt(f)
     sch._func = st.replace_stmts(sch._func, {id(f): ir.seq(init_nest, f2)})
     from toolchain.tir.schedule.schedule import BlockRV as _B
@@ -169,6 +181,13 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     for _, v in red:
         red_vars.update(free_vars(v))
     red_loops = [n for n in bpath if isinstance(n, ir.For) and n.loop_var in red_vars]
+    sp_vars = set(free_vars([v for _, v in spat]))
+    for n in red_loops:
+        if n.loop_var in sp_vars:
+            raise ScheduleError(
+                f"rfactor: loop {n.loop_var.name} of block {blk.name_hint!r} feeds both "
+                "spatial and reduce vars (it was fused across kinds); rfactor needs each loop "
+                "to be either spatial or reduction")
     new_bv = {n.loop_var: ir.Var(f"v{n.loop_var.name}") for n in red_loops}
     rf_ivs = [iv for iv, _ in spat] + [
         ir.IterVar(new_bv[n.loop_var], ir.Range(n.min, n.extent),
@@ -208,8 +227,9 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
                                                                      strict=True)),
                                  ir.IntImm(1, "bool"), wb_blk)
     wb_nest = st.make_loop_nest(loops, wb_realize)
-    from toolchain.tir.schedule.cache import _insert_root, _top_of
+    from toolchain.tir.schedule.cache import _insert_root, _top_of, check_no_reader_in_nest
 
+    check_no_reader_in_nest(sch._func, r, out, "rfactor")
     pos = _top_of(sch._func, r) + 1
     func = st.replace_stmts(sch._func, {id(r): rf_realize})
     sch._func = _insert_root(func, pos, wb_nest, rf_buf)
