@@ -1,0 +1,154 @@
+"""Graph op → compute for the NN ops: Conv, ConvTranspose, MatMul, Gemm, pooling,
+normalisations and softmax (see :mod:`toolchain.topi.registry` for the conventions).
+"""
+
+from __future__ import annotations
+
+from toolchain import te
+from toolchain.graph.ops._nn_common import window_geometry
+from toolchain.topi.nn import conv2d as cv
+from toolchain.topi.nn import conv2d_transpose as cvt
+from toolchain.topi.nn import dense as dn
+from toolchain.topi.nn import norm, pooling, softmax
+from toolchain.topi.registry import Ctx, register
+
+
+def _spatial(ctx: Ctx, nsp: int) -> tuple[list[int], list[int], list[int]]:
+    a = ctx.attrs
+    return (list(a["strides"] or [1] * nsp), list(a["dilations"] or [1] * nsp),
+            list(a["pads"] or [0] * 2 * nsp))
+
+
+@register("Conv")
+def _conv(ctx: Ctx) -> list[te.Tensor]:
+    xs, ws = ctx.shape(0), ctx.shape(1)
+    if len(xs) != 4:
+        raise ctx.unsupported(f"only 2-D convolution has a compute definition; X has shape "
+                              f"{list(xs)} ({len(xs) - 2}-D); reshape a 1-D conv to 2-D "
+                              "(H = 1)")
+    strides, dil, pads = _spatial(ctx, 2)
+    geom = window_geometry(xs[2:], ws[2:], strides=strides, dilations=dil, pads=pads,
+                           auto_pad=ctx.attrs["auto_pad"])
+    padding = (geom.pads_begin[0], geom.pads_begin[1], geom.pads_end[0], geom.pads_end[1])
+    y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
+                       ctx.attrs["group"])
+    bias = ctx.opt_tensor(2)
+    return [cv.bias_add(y, bias) if bias is not None else y]
+
+
+def _convt_out(ctx: Ctx) -> tuple[list[int], list[int]]:
+    """(output spatial size, begin pads) of a ConvTranspose, by the ONNX rules."""
+    a = ctx.attrs
+    xs, ws = ctx.shape(0), ctx.shape(1)
+    strides, dil, pads = _spatial(ctx, 2)
+    opad = list(a["output_padding"] or [0, 0])
+    full = [strides[i] * (xs[2 + i] - 1) + opad[i] + (ws[2 + i] - 1) * dil[i] + 1
+            for i in range(2)]
+    out = list(ctx.node.outputs[0].shape[2:])
+    if a["output_shape"] or a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        totals = [f - o for f, o in zip(full, out, strict=True)]
+        if a["auto_pad"] == "SAME_UPPER":
+            return out, [t // 2 for t in totals]
+        return out, [t - t // 2 for t in totals]
+    if a["auto_pad"] == "VALID":
+        return out, [0, 0]
+    return out, pads[:2]
+
+
+@register("ConvTranspose")
+def _conv_transpose(ctx: Ctx) -> list[te.Tensor]:
+    xs = ctx.shape(0)
+    if len(xs) != 4:
+        raise ctx.unsupported(f"only 2-D transposed convolution has a compute definition; X "
+                              f"has shape {list(xs)}")
+    strides, dil, _ = _spatial(ctx, 2)
+    out, pb = _convt_out(ctx)
+    if any(p < 0 for p in pb):
+        raise ctx.unsupported(f"negative begin padding {pb} (output_shape larger than the full "
+                              "transposed convolution) has no compute definition")
+    y = cvt.conv2d_transpose_nchw(ctx.tensor(0), ctx.tensor(1), strides,
+                                  (pb[0], pb[1], 0, 0), dil, ctx.attrs["group"], out_hw=out)
+    bias = ctx.opt_tensor(2)
+    return [cv.bias_add(y, bias) if bias is not None else y]
+
+
+@register("MatMul")
+def _matmul(ctx: Ctx) -> list[te.Tensor]:
+    return [dn.matmul(ctx.tensor(0), ctx.tensor(1))]
+
+
+@register("Gemm")
+def _gemm(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [dn.gemm(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), a["alpha"], a["beta"],
+                    bool(a["transA"]), bool(a["transB"]))]
+
+
+def _pool_params(ctx: Ctx) -> tuple[list[int], list[int], list[int], list[int]]:
+    a = ctx.attrs
+    kernel = list(a["kernel_shape"])
+    nsp = len(kernel)
+    strides, dil, pads = _spatial(ctx, nsp)
+    if a["auto_pad"] != "NOTSET":
+        geom = window_geometry(ctx.shape(0)[2:], kernel, strides=strides, dilations=dil,
+                               pads=pads, auto_pad=a["auto_pad"])
+        pads = list(geom.pads_begin) + list(geom.pads_end)
+    return kernel, strides, dil, pads
+
+
+@register("MaxPool")
+def _maxpool(ctx: Ctx) -> list[te.Tensor]:
+    kernel, strides, dil, pads = _pool_params(ctx)
+    ceil = bool(ctx.attrs["ceil_mode"]) and ctx.attrs["auto_pad"] == "NOTSET"
+    x = ctx.tensor(0)
+    y = pooling.pool(x, "max", kernel, strides, dil, pads, ceil)
+    if len(ctx.node.outputs) == 1:
+        return [y]
+    if ctx.attrs["storage_order"]:
+        raise ctx.unsupported("MaxPool Indices with storage_order = 1 (column-major) has no "
+                              "compute definition; use storage_order = 0")
+    return [y, pooling.max_pool_indices(x, y, kernel, strides, dil, pads, ceil)]
+
+
+@register("AveragePool")
+def _avgpool(ctx: Ctx) -> list[te.Tensor]:
+    kernel, strides, dil, pads = _pool_params(ctx)
+    a = ctx.attrs
+    ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
+    return [pooling.pool(ctx.tensor(0), "avg", kernel, strides, dil, pads, ceil,
+                         bool(a["count_include_pad"]))]
+
+
+@register("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx: Ctx) -> list[te.Tensor]:
+    kind = "max" if ctx.node.op == "GlobalMaxPool" else "avg"
+    return [pooling.global_pool(ctx.tensor(0), kind)]
+
+
+@register("BatchNormalization")
+def _batchnorm(ctx: Ctx) -> list[te.Tensor]:
+    return [norm.batch_norm_inference(*(ctx.tensor(i) for i in range(5)),
+                                      epsilon=ctx.attrs["epsilon"])]
+
+
+_STASH = {1: "float32", 10: "float16", 11: "float64"}
+
+
+@register("LayerNormalization")
+def _layernorm(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    outs = norm.layer_norm(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), a["axis"],
+                           a["epsilon"], _STASH[int(a["stash_type"])])
+    return list(outs[: len(ctx.node.outputs)])
+
+
+@register("InstanceNormalization")
+def _instancenorm(ctx: Ctx) -> list[te.Tensor]:
+    return [norm.instance_norm(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                               ctx.attrs["epsilon"])]
+
+
+@register("Softmax", "LogSoftmax")
+def _softmax(ctx: Ctx) -> list[te.Tensor]:
+    fn = softmax.log_softmax if ctx.node.op == "LogSoftmax" else softmax.softmax
+    return [fn(ctx.tensor(0), ctx.attrs["axis"])]

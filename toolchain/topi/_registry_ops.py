@@ -1,0 +1,266 @@
+"""Graph op → compute for elementwise, reduction, data-movement, misc and quant ops.
+
+Each function receives a :class:`~toolchain.topi.registry.Ctx` and returns the output
+tensors; see :mod:`toolchain.topi.registry` for the conventions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolchain import te
+from toolchain.graph.ops._common import ONNX_TO_KILN, tensor_attr
+from toolchain.graph.ops.transform import (
+    pad_widths,
+    resize_plan,
+    slice_spec,
+    split_sizes,
+)
+from toolchain.tir import ir
+from toolchain.topi import elemwise as ew
+from toolchain.topi import reduction as red
+from toolchain.topi import transform as tf
+from toolchain.topi.registry import Ctx, register
+from toolchain.topi.utils import scalar
+
+_UNARY = {
+    "Relu": ew.relu, "Sigmoid": ew.sigmoid, "HardSwish": ew.hard_swish, "Tanh": ew.tanh,
+    "Erf": ew.erf, "Exp": ew.exp, "Log": ew.log, "Sqrt": ew.sqrt, "Reciprocal": ew.reciprocal,
+    "Neg": ew.negative, "Abs": ew.abs, "Not": ew.logical_not,
+}
+_BINARY = {
+    "Add": ew.add, "Sub": ew.subtract, "Mul": ew.multiply, "Div": ew.divide,
+    "Pow": ew.power, "Equal": ew.equal, "Less": ew.less, "Greater": ew.greater,
+}
+
+
+@register(*_UNARY)
+def _unary(ctx: Ctx) -> list[te.Tensor]:
+    return [_UNARY[ctx.node.op](ctx.tensor(0))]
+
+
+@register(*_BINARY)
+def _binary(ctx: Ctx) -> list[te.Tensor]:
+    return [_BINARY[ctx.node.op](ctx.tensor(0), ctx.tensor(1))]
+
+
+@register("LeakyRelu")
+def _leaky_relu(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.leaky_relu(ctx.tensor(0), ctx.attrs["alpha"])]
+
+
+@register("HardSigmoid")
+def _hard_sigmoid(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.hard_sigmoid(ctx.tensor(0), ctx.attrs["alpha"], ctx.attrs["beta"])]
+
+
+@register("Gelu")
+def _gelu(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.gelu(ctx.tensor(0), ctx.attrs["approximate"])]
+
+
+@register("PRelu")
+def _prelu(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.prelu(ctx.tensor(0), ctx.tensor(1))]
+
+
+@register("Where")
+def _where(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.where(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2))]
+
+
+@register("Min", "Max")
+def _minmax(ctx: Ctx) -> list[te.Tensor]:
+    xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
+    fn = ew.minimum if ctx.node.op == "Min" else ew.maximum
+    return [fn(*xs)]
+
+
+@register("Clip")
+def _clip(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.clip(ctx.tensor(0), ctx.scalar_or_tensor(1), ctx.scalar_or_tensor(2))]
+
+
+@register("Cast")
+def _cast(ctx: Ctx) -> list[te.Tensor]:
+    return [ew.cast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
+
+
+@register("Identity")
+def _identity(ctx: Ctx) -> list[te.Tensor]:
+    return [ctx.tensor(0)]
+
+
+@register("Dropout")
+def _dropout(ctx: Ctx) -> list[te.Tensor]:
+    x = ctx.tensor(0)
+    outs = [x]
+    if len(ctx.node.outputs) > 1:
+        outs.append(te.compute(x.shape, lambda *i: ir.IntImm(1, "bool"), name="dropout_mask",
+                               tag="injective"))
+    return outs
+
+
+# -- reductions -----------------------------------------------------------------------------
+
+_REDUCE_KIND = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
+                "ReduceMin": "min"}
+
+
+@register(*_REDUCE_KIND)
+def _reduce(ctx: Ctx) -> list[te.Tensor]:
+    x = ctx.tensor(0)
+    axes = ctx.ints(1, "axes")
+    if not axes:
+        if ctx.attrs["noop_with_empty_axes"]:
+            return [x]
+        axes = None
+    return [red.reduce(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_KIND[ctx.node.op])]
+
+
+@register("ArgMax")
+def _argmax(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [red.argmax(ctx.tensor(0), a["axis"], bool(a["keepdims"]),
+                       bool(a["select_last_index"]))]
+
+
+# -- data movement --------------------------------------------------------------------------
+
+@register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def _reshape(ctx: Ctx) -> list[te.Tensor]:
+    # the output shape is already known from inference; the data order never changes
+    out = ctx.node.outputs[0].shape
+    return [tf.reshape(ctx.tensor(0), out, name=ctx.node.op.lower())]
+
+
+@register("Transpose")
+def _transpose(ctx: Ctx) -> list[te.Tensor]:
+    return [tf.transpose(ctx.tensor(0), ctx.attrs["perm"] or None)]
+
+
+@register("Concat")
+def _concat(ctx: Ctx) -> list[te.Tensor]:
+    xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
+    return [tf.concat(xs, ctx.attrs["axis"])]
+
+
+@register("Split")
+def _split(ctx: Ctx) -> list[te.Tensor]:
+    x = ctx.tensor(0)
+    shape = ctx.shape(0)
+    axis = ctx.attrs["axis"] % len(shape)
+    split = ctx.ints(1, "split") or None
+    sizes = split_sizes(ctx.node.describe(), shape[axis], split, ctx.attrs["num_outputs"],
+                        len(ctx.node.outputs))
+    return tf.split(x, sizes, axis)
+
+
+@register("Slice")
+def _slice(ctx: Ctx) -> list[te.Tensor]:
+    shape = ctx.shape(0)
+    starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
+    assert starts is not None and ends is not None
+    slices, out = slice_spec(ctx.node.describe(), shape, starts, ends, ctx.ints(3, "axes"),
+                             ctx.ints(4, "steps"))
+    begin = [s.start if s.start is not None else 0 for s in slices]
+    steps = [s.step if s.step is not None else 1 for s in slices]
+    end = [b + n * st for b, n, st in zip(begin, out, steps, strict=True)]
+    return [tf.strided_slice(ctx.tensor(0), begin, end, steps)]
+
+
+@register("Gather")
+def _gather(ctx: Ctx) -> list[te.Tensor]:
+    return [tf.gather(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"])]
+
+
+@register("Pad")
+def _pad(ctx: Ctx) -> list[te.Tensor]:
+    shape = ctx.shape(0)
+    pads = ctx.ints(1, "pads")
+    assert pads is not None
+    widths = pad_widths(ctx.node.describe(), shape, pads, ctx.ints(3, "axes"))
+    value = ctx.scalar_or_tensor(2)
+    x = ctx.tensor(0)
+    if isinstance(value, te.Tensor):
+        value = value[(ir.IntImm(0),) * value.ndim]
+    elif value is None:
+        value = 0
+    return [tf.pad(x, [b for b, _ in widths], [e for _, e in widths], ctx.attrs["mode"],
+                   value)]
+
+
+@register("Expand")
+def _expand(ctx: Ctx) -> list[te.Tensor]:
+    return [tf.expand(ctx.tensor(0), ctx.node.outputs[0].shape)]
+
+
+@register("Tile")
+def _tile(ctx: Ctx) -> list[te.Tensor]:
+    reps = ctx.ints(1, "repeats")
+    assert reps is not None
+    return [tf.tile(ctx.tensor(0), reps)]
+
+
+@register("Resize")
+def _resize(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    if a["mode"] == "cubic":
+        raise ctx.unsupported("Resize mode 'cubic' has no compute definition yet (nearest and "
+                              "linear do); use mode 'linear' or run it on the host")
+    if a["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        raise ctx.unsupported("coordinate_transformation_mode 'tf_crop_and_resize' has no "
+                              "compute definition")
+    if a["mode"] == "linear" and a["exclude_outside"]:
+        raise ctx.unsupported("exclude_outside = 1 has no compute definition")
+    shape = ctx.shape(0)
+    out, plan = resize_plan(ctx.node.describe(), shape, ctx.const(1, "roi"),
+                            ctx.const(2, "scales"), ctx.const(3, "sizes"), a)
+    scales = [plan[d][0] if d in plan else 1.0 for d in range(len(shape))]
+    return [tf.resize(ctx.tensor(0), out, scales, a["mode"],
+                      a["coordinate_transformation_mode"], a["nearest_mode"])]
+
+
+# -- misc, quant ----------------------------------------------------------------------------
+
+@register("ConstantOfShape")
+def _constant_of_shape(ctx: Ctx) -> list[te.Tensor]:
+    v = ctx.attrs.get("value")
+    fill = np.zeros((), np.float32) if v is None else tensor_attr(v).reshape(())
+    out = ctx.node.outputs[0]
+    val = scalar(fill.item(), out.dtype)
+    return [te.compute(out.shape or (1,), lambda *i: val, name="constant_of_shape",
+                       tag="injective")]
+
+
+@register("Shape")
+def _shape(ctx: Ctx) -> list[te.Tensor]:
+    from toolchain.graph.ops.misc import shape_result
+
+    data = shape_result(ctx.node)
+
+    def f(i: ir.PrimExpr) -> ir.PrimExpr:
+        out: ir.PrimExpr = scalar(0, "int64")
+        for k, d in enumerate(data.tolist()):
+            out = te.select(te.equal(i, k), scalar(d, "int64"), out)
+        return out
+
+    return [te.compute((max(len(data), 1),) if len(data) else (0,), f, name="shape",
+                       tag="injective")]
+
+
+@register("QuantizeLinear")
+def _quantize(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    prec = {0: None, 1: "float32", 10: "float16", 11: "float64"}[int(a["precision"])]
+    return [ew.quantize_linear(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
+                               axis=a["axis"], block_size=a["block_size"],
+                               out_dtype=ctx.node.outputs[0].dtype, precision=prec)]
+
+
+@register("DequantizeLinear")
+def _dequantize(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [ew.dequantize_linear(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
+                                 axis=a["axis"], block_size=a["block_size"],
+                                 out_dtype=ctx.node.outputs[0].dtype)]

@@ -1,0 +1,173 @@
+"""Graph op → compute: build the tensor expressions of one :class:`~toolchain.graph.ir.Node`.
+
+:func:`compute_for_node` returns ``(inputs, outputs)``: ``inputs`` are placeholders for
+the node's run-time operands (in node-input order), ``outputs`` the tensors of the node's
+outputs — together the argument list of ``te.create_prim_func``. :func:`node_compute`
+also returns ``input_values``, the graph values the placeholders stand for.
+
+Conventions:
+
+* Shapes and attributes come from the node; operands that decide shapes or act as
+  attributes (Reshape ``shape``, Slice ``starts``…, Reduce ``axes``, Pad ``pads``, Resize
+  ``scales``/``sizes``, Clip ``min``/``max`` and Pad ``constant_value`` when constant)
+  are read from ``Value.data`` at compile time and are not kernel inputs.
+* Weights are kernel inputs like any other operand (their packing is a schedule matter).
+* A rank-0 value is a ``(1,)`` buffer (same memory; the caller reshapes).
+* Only direct algorithms are chosen here (e.g. Conv is ``conv2d_nchw``); Winograd and
+  blocked layouts are picked by the default schedules, which call :mod:`toolchain.topi`.
+
+A configuration without a compute (Conv in 3-D, Resize cubic, …) raises an
+:class:`~toolchain.errors.UnsupportedError` that names the node.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (2, 3), "float32"); y = Value("y", (2, 3), "float32")
+    >>> ins, outs = compute_for_node(Node("Relu", "r0", [x], [y]))
+    >>> [t.name for t in ins], [t.name for t in outs]
+    (['x'], ['relu'])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toolchain import te
+from toolchain.errors import KilnError, UnsupportedError
+from toolchain.graph.ir import Node, Value
+from toolchain.graph.ops._nn_common import attrs_of
+from toolchain.graph.ops.registry import const_input
+
+ComputeFn = Callable[["Ctx"], list[te.Tensor]]
+_COMPUTES: dict[str, ComputeFn] = {}
+
+
+@dataclass
+class NodeCompute:
+    """The compute of one node: kernel inputs, outputs, and the values behind the inputs."""
+
+    inputs: list[te.Tensor]
+    outputs: list[te.Tensor]
+    input_values: list[Value]
+
+
+def _sanitize(name: str) -> str:
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"v_{s}"
+
+
+@dataclass
+class Ctx:
+    """What a compute function sees: the node, its normalised attributes, and helpers
+    that turn node inputs into placeholders or compile-time constants."""
+
+    node: Node
+    attrs: dict[str, Any]
+    _tensors: dict[int, te.Tensor] = field(default_factory=dict)
+
+    def tensor(self, i: int) -> te.Tensor:
+        """Placeholder for node input ``i`` (a kernel input)."""
+        if i not in self._tensors:
+            v = self.node.input(i)
+            if v is None:
+                raise self.unsupported(f"input {i} is missing")
+            self._tensors[i] = te.placeholder(v.shape or (1,), v.dtype, _sanitize(v.name))
+        return self._tensors[i]
+
+    def opt_tensor(self, i: int) -> te.Tensor | None:
+        """Placeholder for optional input ``i``, or ``None`` when it is absent."""
+        return None if self.node.input(i) is None else self.tensor(i)
+
+    def const(self, i: int, what: str) -> np.ndarray | None:
+        """Compile-time data of input ``i`` (``None`` when absent; raises when not constant)."""
+        return const_input(self.node, i, what)
+
+    def ints(self, i: int, what: str) -> list[int] | None:
+        data = self.const(i, what)
+        return None if data is None else [int(v) for v in np.asarray(data).reshape(-1)]
+
+    def scalar_or_tensor(self, i: int) -> Any:
+        """A scalar operand: its Python value when constant, else a (1,)-tensor input."""
+        v = self.node.input(i)
+        if v is None:
+            return None
+        if v.data is not None:
+            return np.asarray(v.data).reshape(-1)[0].item()
+        return self.tensor(i)
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        v = self.node.input(i)
+        assert v is not None
+        return tuple(v.shape)
+
+    def unsupported(self, msg: str) -> UnsupportedError:
+        return UnsupportedError(f"{self.node.describe()}: {msg}")
+
+    def ordered_inputs(self) -> tuple[list[te.Tensor], list[Value]]:
+        idx = sorted(self._tensors)
+        values = [self.node.inputs[i] for i in idx]
+        return [self._tensors[i] for i in idx], [v for v in values if v is not None]
+
+
+def register(*ops: str) -> Callable[[ComputeFn], ComputeFn]:
+    """Decorator: ``@register("Relu")`` makes ``fn(ctx) -> [outputs]`` the op's compute."""
+    def deco(fn: ComputeFn) -> ComputeFn:
+        for op in ops:
+            _COMPUTES[op] = fn
+        return fn
+    return deco
+
+
+def supported_ops() -> list[str]:
+    """Every graph op with a compute definition."""
+    _load()
+    return sorted(_COMPUTES)
+
+
+def _load() -> None:
+    # the per-family mappings register themselves on import
+    from toolchain.topi import _registry_nn, _registry_ops  # noqa: F401
+
+
+def node_compute(node: Node) -> NodeCompute:
+    """The compute of ``node`` with the graph values behind its inputs."""
+    _load()
+    fn = _COMPUTES.get(node.op)
+    if fn is None:
+        raise UnsupportedError(f"{node.describe()}: op {node.op!r} has no compute definition "
+                               f"in toolchain.topi (supported: {', '.join(sorted(_COMPUTES))})")
+    try:
+        attrs = attrs_of(node)
+    except KilnError:
+        raise
+    ctx = Ctx(node, attrs)
+    outs = fn(ctx)
+    ins, values = ctx.ordered_inputs()
+    if len(outs) != len(node.outputs):
+        raise ctx.unsupported(f"the compute gives {len(outs)} outputs but the node has "
+                              f"{len(node.outputs)}")
+    fixed = []
+    for t, v in zip(outs, node.outputs, strict=True):
+        if isinstance(t.op, te.PlaceholderOp):  # identity-like: the kernel must copy
+            src = t
+            t = te.compute(src.shape, lambda *i, s=src: s[i], name="copy", tag="injective")
+        want = tuple(v.shape) or (1,)
+        got = tuple(int(d.value) for d in t.shape)
+        if got != want or t.dtype != v.dtype:
+            raise RuntimeError(f"{node.describe()}: compute output {t.name} is {t.dtype}"
+                               f"{list(got)} but value {v.name!r} is {v.dtype}{list(want)} "
+                               "(a bug in toolchain.topi)")
+        fixed.append(t)
+    return NodeCompute(ins, fixed, values)
+
+
+def compute_for_node(node: Node) -> tuple[list[te.Tensor], list[te.Tensor]]:
+    """``(inputs, outputs)`` tensors of ``node``'s compute (see the module docstring)."""
+    nc = node_compute(node)
+    return nc.inputs, nc.outputs
