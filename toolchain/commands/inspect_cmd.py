@@ -22,6 +22,7 @@ examples:
   kiln inspect model.onnx
   kiln inspect model.onnx --json > model.json
   kiln inspect mobilenet.onnx --input-shape input=1,3,224,224
+  kiln inspect model.onnx --memory-plan plan.svg
 
 columns: node name, op, output shape(s), output dtype, FLOPs (multiply-adds count 2),
 parameter bytes (constant inputs of the node), and the op's pattern kind (how it fuses:
@@ -43,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--memory-plan", metavar="PLAN.svg",
+                        help="optimise the graph, plan its memory arena and draw the plan "
+                             "(tensor lifetimes x arena offsets) as an SVG picture")
 
 
 def _tensor(v: Value) -> dict[str, Any]:
@@ -148,4 +152,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(format_table(report))
+    if args.memory_plan:
+        from toolchain.graph.memory import write_memory_plan
+
+        plan = write_memory_plan(graph, args.memory_plan)
+        print(f"memory plan: {plan.summary()} -> {args.memory_plan}", file=sys.stderr)
     return 0

@@ -1,0 +1,405 @@
+"""Static memory planning: one arena, every intermediate tensor at a fixed offset.
+
+The bundle runs the kernels (the nodes of a fused graph) in their topological order; step
+*s* is node *s*.  Lifetimes and rules:
+
+* a tensor lives from the step that produces it to the last step that reads it; the
+  inputs and outputs of a step are live together (a kernel reads while it writes);
+* graph inputs and outputs belong to the caller and constants are weights: neither is in
+  the arena;
+* **in place**: an output may take over the buffer of an input of the same size that dies
+  at that step, when the kernel writes each output element only after reading the input
+  element at the same flat index — element-wise ops (and reshape-like views) whose chain
+  from that input to that output keeps the shape; inside a ``Fused`` kernel this is checked
+  along the inner graph (so ``conv -> add(residual) -> relu`` may write over the residual);
+* **scratch**: ``scratch={node_name: bytes}`` reserves a kernel's workspace (packing
+  buffers, ``cache_write`` tiles) for exactly its step, in the same arena.
+
+Offsets come from a **greedy-by-size** placement: buffers sorted by a key (size first),
+each put at the best-fitting gap among the already placed buffers whose lifetimes overlap
+(the conflict graph).  Several sort keys are tried, then a **local search** moves one buffer
+earlier or later in the placement order and keeps the move when the arena does not grow,
+until the arena equals the lower bound or the move budget is spent.  All offsets and sizes
+are multiples of ``alignment``.
+
+The plan reports three numbers:
+
+* ``arena_bytes`` — the arena the plan needs;
+* ``lower_bound`` — the largest sum of (aligned) buffer sizes live at one step: no plan of
+  these buffers can be smaller;
+* ``naive_bytes`` — every tensor and scratch buffer in its own place (no reuse at all).
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Graph, Node, Value
+    >>> x, a, b, y = (Value(n, (256,), "float32") for n in ("x", "a", "b", "y"))
+    >>> g = Graph("g", [x], [y], [Node("Exp", "e", [x], [a]), Node("Neg", "n", [a], [b]),
+    ...                           Node("Tanh", "t", [b], [y])])
+    >>> plan = plan_memory(g)
+    >>> plan.check()
+    >>> plan.arena_bytes, plan.lower_bound, plan.naive_bytes
+    (1024, 1024, 2048)
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import OptionError
+from toolchain.graph.ir import Graph, Node, Value
+
+#: ops whose output element k is computed from input element k (same shape): in-place safe
+_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
+
+
+class PlanError(AssertionError):
+    """A memory plan violates its invariants: a bug in the planner, not a user error."""
+
+
+def _align(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """Where one tensor (or scratch buffer) lives: ``[offset, offset + size)`` during steps
+    ``first..last`` (inclusive).  ``inplace_of`` names the tensor whose buffer it reuses."""
+
+    name: str
+    size: int
+    offset: int
+    first: int
+    last: int
+    kind: str = "tensor"  # "tensor" | "scratch"
+    inplace_of: str | None = None
+
+
+@dataclass
+class MemoryPlan:
+    """The result of :func:`plan_memory`."""
+
+    arena_bytes: int
+    lower_bound: int
+    naive_bytes: int
+    alignment: int
+    steps: list[str]
+    tensors: list[TensorPlan] = field(default_factory=list)
+
+    def tensor(self, name: str) -> TensorPlan:
+        """The placement of the tensor called ``name``."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"the memory plan has no tensor {name!r}")
+
+    def check(self) -> None:
+        """Raise :class:`PlanError` unless the plan is valid: aligned offsets, everything
+        inside the arena, and no two tensors with overlapping lifetimes overlapping in
+        memory (except an in-place pair, which shares one buffer by design)."""
+        a = self.alignment
+        for t in self.tensors:
+            if t.offset % a or t.offset < 0 or t.offset + t.size > self.arena_bytes:
+                raise PlanError(f"tensor {t.name!r} at [{t.offset}, {t.offset + t.size}) is "
+                                f"misaligned or outside the {self.arena_bytes}-byte arena")
+            if not 0 <= t.first <= t.last < max(len(self.steps), 1):
+                raise PlanError(f"tensor {t.name!r} has lifetime {t.first}..{t.last} outside "
+                                f"the {len(self.steps)} steps")
+        root = {t.name: t.inplace_of or t.name for t in self.tensors}
+
+        def buffer(name: str) -> str:
+            while root[name] != name:
+                name = root[name]
+            return name
+
+        items = sorted(self.tensors, key=lambda t: t.offset)
+        for i, s in enumerate(items):
+            for t in items[i + 1:]:
+                if t.offset >= s.offset + s.size:
+                    break
+                if s.first <= t.last and t.first <= s.last and buffer(s.name) != buffer(t.name):
+                    raise PlanError(
+                        f"tensors {s.name!r} (steps {s.first}..{s.last}, bytes [{s.offset}, "
+                        f"{s.offset + s.size})) and {t.name!r} (steps {t.first}..{t.last}, "
+                        f"bytes [{t.offset}, {t.offset + t.size})) are live together and "
+                        "overlap")
+        if self.arena_bytes < self.lower_bound:
+            raise PlanError(f"arena {self.arena_bytes} is below the lower bound "
+                            f"{self.lower_bound}")
+
+    def summary(self) -> str:
+        """One line: the three numbers and the arena / lower-bound ratio."""
+        ratio = self.arena_bytes / self.lower_bound if self.lower_bound else 1.0
+        return (f"arena {self.arena_bytes:,} B, lower bound {self.lower_bound:,} B "
+                f"(x{ratio:.3f}), naive {self.naive_bytes:,} B, {len(self.tensors)} tensors, "
+                f"{len(self.steps)} steps")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for ``metadata.json``)."""
+        return {
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound,
+            "naive_bytes": self.naive_bytes, "alignment": self.alignment,
+            "steps": list(self.steps),
+            "tensors": [{"name": t.name, "offset": t.offset, "size": t.size,
+                         "first": t.first, "last": t.last, "kind": t.kind,
+                         "inplace_of": t.inplace_of} for t in self.tensors],
+        }
+
+
+# -- lifetimes -----------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Buffer:
+    """One arena region: a tensor plus the tensors that reuse it in place."""
+
+    size: int  # aligned bytes
+    first: int
+    last: int
+    members: list[str] = field(default_factory=list)
+    offset: int = 0
+
+
+def _elementwise_chain(node: Node, src: Value, dst: Value) -> bool:
+    """Whether ``node`` computes ``dst[k]`` from ``src[k]`` (same flat index) only."""
+    from toolchain.graph.passes.fused_op import ELEMENTWISE
+
+    if src.nbytes != dst.nbytes:
+        return False
+    if node.op != "Fused":
+        return (node.op in ELEMENTWISE and src.shape == dst.shape) or node.op in _VIEWS
+    inner: Graph = node.attrs["graph"]
+    derived = {src}
+    for n in inner.nodes:
+        reads = [v for v in n.inputs if v is not None and v in derived]
+        if not reads:
+            continue
+        ok = n.op in _VIEWS or (n.op in ELEMENTWISE and
+                                all(v.shape == n.outputs[0].shape for v in reads))
+        if not ok or len(n.outputs) != 1 or n.outputs[0].nbytes != src.nbytes:
+            return False
+        derived.add(n.outputs[0])
+    return dst in derived
+
+
+def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: bool
+             ) -> tuple[list[_Buffer], dict[str, tuple[int, int, int, str, str | None]]]:
+    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of)``."""
+    external = set(graph.inputs) | set(graph.outputs)
+    index = {id(n): s for s, n in enumerate(graph.nodes)}
+    last: dict[Value, int] = {}
+    for s, node in enumerate(graph.nodes):
+        for v in node.inputs:
+            if v is not None:
+                last[v] = s
+    by_value: dict[Value, _Buffer] = {}
+    info: dict[str, tuple[int, int, int, str, str | None]] = {}
+    buffers: list[_Buffer] = []
+    for node in graph.nodes:
+        s = index[id(node)]
+        for out in node.outputs:
+            if out in external or out.is_constant:
+                continue
+            end = max(last.get(out, s), s)
+            host = _inplace_host(node, out, s, by_value, last) if inplace else None
+            if host is not None:
+                buf = by_value[host]
+                buf.last = max(buf.last, end)
+                buf.members.append(out.name)
+                info[out.name] = (out.nbytes, s, end, "tensor", host.name)
+            else:
+                buf = _Buffer(_align(out.nbytes, alignment), s, end, [out.name])
+                buffers.append(buf)
+                info[out.name] = (out.nbytes, s, end, "tensor", None)
+            by_value[out] = buf
+        if scratch.get(node.name, 0) > 0:
+            name = f"{node.name}:scratch"
+            buffers.append(_Buffer(_align(scratch[node.name], alignment), s, s, [name]))
+            info[name] = (int(scratch[node.name]), s, s, "scratch", None)
+    return buffers, info
+
+
+def _inplace_host(node: Node, out: Value, step: int, by_value: dict[Value, _Buffer],
+                  last: dict[Value, int]) -> Value | None:
+    """An input of ``node`` whose buffer ``out`` may take over (or ``None``)."""
+    for v in node.inputs:
+        if v is None or v not in by_value or v.nbytes != out.nbytes:
+            continue
+        buf = by_value[v]
+        if buf.last != step or last.get(v) != step or buf.members[-1] != v.name:
+            continue  # still read later (by another step or through another alias)
+        if sum(1 for w in node.inputs if w is v) == 1 and _elementwise_chain(node, v, out):
+            buf.last = -1  # taken: a second output of this step may not take it too
+            return v
+    return None
+
+
+# -- placement -----------------------------------------------------------------------------
+def _place(order: list[_Buffer], best_fit: bool) -> int:
+    """Greedy placement in ``order``; sets ``offset`` on each buffer, returns the arena."""
+    placed: list[_Buffer] = []
+    arena = 0
+    for b in order:
+        spans = sorted((p.offset, p.offset + p.size) for p in placed
+                       if p.first <= b.last and b.first <= p.last)
+        choice, gap_best, end = None, None, 0
+        for lo, hi in spans:
+            gap = lo - end
+            if gap >= b.size and (choice is None or (best_fit and gap < gap_best)):
+                choice, gap_best = end, gap
+                if not best_fit:
+                    break
+            end = max(end, hi)
+        b.offset = end if choice is None else choice
+        arena = max(arena, b.offset + b.size)
+        placed.append(b)
+    return arena
+
+
+_ORDERS = (
+    lambda b: (-b.size, -(b.last - b.first), b.first),
+    lambda b: (-b.size * (b.last - b.first + 1), -b.size, b.first),
+    lambda b: (-(b.last - b.first), -b.size, b.first),
+    lambda b: (b.first, -b.size),
+)
+
+
+def _search(buffers: list[_Buffer], lower: int, moves: int, seed: int) -> list[_Buffer]:
+    """The best placement order found: sort keys x (best fit, first fit), then local
+    search by moving one buffer to another position in the order."""
+    best_order, best_arena, best_fit = None, None, True
+    for key in _ORDERS:
+        order = sorted(buffers, key=key)
+        for fit in (True, False):
+            arena = _place(order, fit)
+            if best_arena is None or arena < best_arena:
+                best_order, best_arena, best_fit = order, arena, fit
+    rng = random.Random(seed)
+    order = list(best_order)
+    for _ in range(moves if len(order) > 1 else 0):
+        if best_arena <= lower:
+            break
+        i, j = rng.randrange(len(order)), rng.randrange(len(order))
+        trial = list(order)
+        trial.insert(j, trial.pop(i))
+        arena = _place(trial, best_fit)
+        if arena <= best_arena:
+            order, best_arena = trial, arena
+    _place(order, best_fit)
+    return order
+
+
+def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int] | None = None,
+                inplace: bool = True, search_moves: int = 400, seed: int = 0) -> MemoryPlan:
+    """Plan the arena of ``graph`` (see the module docstring); deterministic for a seed.
+
+    ``scratch`` maps node names to workspace bytes; ``search_moves`` bounds the local
+    search (0 keeps the best greedy placement).
+    """
+    if alignment < 1 or alignment & (alignment - 1):
+        raise OptionError(f"memory alignment {alignment} must be a power of two")
+    scratch = dict(scratch or {})
+    names = {n.name for n in graph.nodes}
+    unknown = sorted(set(scratch) - names)
+    if unknown:
+        raise OptionError(f"scratch bytes given for {', '.join(map(repr, unknown))}, which "
+                          f"are not nodes of graph {graph.name!r}")
+    buffers, info = _buffers(graph, alignment, scratch, inplace)
+    return _finish(buffers, info, [n.name for n in graph.nodes], alignment, search_moves, seed)
+
+
+def plan_lifetimes(tensors: Sequence[tuple[str, int, int, int]], *, alignment: int = 64,
+                   search_moves: int = 400, seed: int = 0) -> MemoryPlan:
+    """Plan raw ``(name, bytes, first_step, last_step)`` lifetimes (no graph, no in-place).
+
+    Example::
+
+        >>> plan = plan_lifetimes([("a", 100, 0, 1), ("b", 100, 1, 2), ("c", 64, 2, 3)])
+        >>> plan.arena_bytes, plan.lower_bound, plan.tensor("c").offset
+        (256, 256, 0)
+    """
+    if alignment < 1 or alignment & (alignment - 1):
+        raise OptionError(f"memory alignment {alignment} must be a power of two")
+    buffers, info = [], {}
+    for name, size, first, last in tensors:
+        if not 0 <= first <= last or size < 0:
+            raise OptionError(f"tensor {name!r}: bad lifetime {first}..{last} or size {size}")
+        buffers.append(_Buffer(_align(size, alignment), first, last, [name]))
+        info[name] = (size, first, last, "tensor", None)
+    steps = max((last for _, _, _, last in tensors), default=-1) + 1
+    return _finish(buffers, info, [f"step{i}" for i in range(steps)], alignment,
+                   search_moves, seed)
+
+
+def _finish(buffers: list[_Buffer], info: dict[str, tuple[int, int, int, str, str | None]],
+            steps: list[str], alignment: int, search_moves: int, seed: int) -> MemoryPlan:
+    live = [0] * max(len(steps), 1)
+    for b in buffers:
+        for s in range(b.first, b.last + 1):
+            live[s] += b.size
+    lower = max(live)
+    _search(buffers, lower, search_moves, seed)
+    offset = {m: b.offset for b in buffers for m in b.members}
+    tensors = [TensorPlan(name, size, offset[name], first, last, kind, host)
+               for name, (size, first, last, kind, host) in info.items()]
+    arena = max((b.offset + b.size for b in buffers), default=0)
+    naive = sum(_align(size, alignment) for size, *_ in info.values())
+    return MemoryPlan(arena, lower, naive, alignment, steps, tensors)
+
+
+# -- picture -------------------------------------------------------------------------------
+def render_svg(plan: MemoryPlan, title: str = "memory plan") -> str:
+    """The plan as an SVG picture (steps across, arena offsets down), from the jinja2
+    template ``templates/memory_plan.svg.j2``: one rectangle per tensor, a legend, and the
+    arena / lower bound / naive numbers.  Names are XML-escaped by the template engine."""
+    import jinja2
+
+    width, height, left, top = 960, 540, 90, 70
+    plot_w, plot_h = width - left - 30, height - top - 70
+    steps = max(len(plan.steps), 1)
+    scale = plot_h / max(plan.arena_bytes, plan.lower_bound, 1)
+    rects = []
+    for i, t in enumerate(sorted(plan.tensors, key=lambda t: (t.offset, t.first))):
+        hue = (i * 137) % 360
+        rects.append({
+            "x": left + plot_w * t.first / steps,
+            "y": top + t.offset * scale,
+            "w": max(plot_w * (t.last - t.first + 1) / steps - 1, 1),
+            "h": max(t.size * scale, 1),
+            "fill": "#bbbbbb" if t.kind == "scratch" else f"hsl({hue}, 60%, 65%)",
+            "kind": "in-place" if t.inplace_of else t.kind,
+            "tip": (f"{t.name}: {t.size:,} B at offset {t.offset:,}, steps {t.first}..{t.last}"
+                    + (f" (in place of {t.inplace_of})" if t.inplace_of else "")),
+        })
+    ticks = [{"x": left + plot_w * (s + 0.5) / steps, "label": s}
+             for s in range(0, steps, max(1, steps // 20))]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    return env.get_template("memory_plan.svg.j2").render(
+        plan=plan, title=title, width=width, height=height, left=left, top=top,
+        plot_w=plot_w, plot_h=plot_h, rects=rects, ticks=ticks,
+        lower_y=top + plan.lower_bound * scale, arena_y=top + plan.arena_bytes * scale,
+        ratio=plan.arena_bytes / plan.lower_bound if plan.lower_bound else 1.0)
+
+
+def write_memory_plan(graph: Graph, path: str | Path, *, target_layout: str = "nchw",
+                      alignment: int = 64) -> MemoryPlan:
+    """Optimise ``graph`` with the default pass pipeline, plan its memory and draw the plan
+    to ``path`` (what ``kiln inspect MODEL --memory-plan plan.svg`` does)."""
+    from toolchain.graph.passes import run_pipeline
+
+    fused = run_pipeline(graph, target_layout=target_layout)
+    plan = plan_memory(fused, alignment=alignment)
+    plan.check()
+    try:
+        Path(path).write_text(render_svg(plan, title=f"{graph.name}: memory plan"))
+    except OSError as exc:
+        raise OptionError(f"cannot write the memory plan picture to {str(path)!r}: "
+                          f"{exc.strerror or exc}; check that the folder exists and is "
+                          "writable") from None
+    return plan

@@ -1,0 +1,206 @@
+"""Fold per-channel affine ops into the preceding convolution or dense layer.
+
+An inference ``BatchNormalization`` is ``y = x * a + b`` per channel with
+``a = scale / sqrt(var + eps)`` and ``b = B - mean * a``; a ``Mul``/``Add``/``Sub``/``Div``
+by a constant that is a scalar or per-output-channel is the same with ``b = 0`` or
+``a = 1``.  When such an op reads the output of a ``Conv``, ``ConvTranspose``, ``Gemm`` or
+``MatMul`` whose weight is a constant, and nothing else reads that output, the affine map is
+multiplied into the weights (``W' = W * a`` along the output channels) and the bias
+(``bias' = bias * a + b``), and the op disappears.  Weights are recomputed in float64 and
+rounded once.
+
+Where the output channel is: axis 1 for ``Conv``/``ConvTranspose`` (and a BatchNorm),
+the last axis for ``Gemm``/``MatMul``.  A ``MatMul`` has no bias input, so an additive
+part is folded only when its operands are 2-D (the ``MatMul`` becomes a ``Gemm``); a
+``MatMul`` of higher rank takes multiplicative folds only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.passes._util import Namer, single_consumer
+
+_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+_AFFINE = ("BatchNormalization", "Mul", "Add", "Sub", "Div")
+
+
+@dataclass
+class _Affine:
+    """``y = x * a + b`` per output channel (``a``, ``b`` 1-D of the channel count)."""
+
+    a: np.ndarray
+    b: np.ndarray
+
+
+def _channel_axis(producer: Node) -> int | None:
+    out = producer.outputs[0]
+    if producer.op in ("Conv", "ConvTranspose"):
+        return 1
+    if producer.op == "Gemm":
+        return 1
+    # MatMul: output channels are the last axis; needs a 2-D constant right operand
+    w = producer.inputs[1]
+    a = producer.inputs[0]
+    if w is None or w.rank != 2 or a is None or a.rank < 2:
+        return None
+    return out.rank - 1
+
+
+def _per_channel(c: Value, out: Value, axis: int) -> np.ndarray | None:
+    """``c`` as a 1-D per-channel vector when it broadcasts only along ``axis``."""
+    if c.rank > out.rank:
+        return None
+    shape = (1,) * (out.rank - c.rank) + c.shape
+    channels = out.shape[axis]
+    if any(d != 1 for i, d in enumerate(shape) if i != axis) or shape[axis] not in (1,
+                                                                                   channels):
+        return None
+    return np.broadcast_to(c.data.reshape(-1).astype(np.float64), (channels,))
+
+
+def _affine_of(node: Node, x: Value, axis: int) -> _Affine | None:
+    """The per-channel affine map ``node`` applies to ``x`` (``None`` if it is not one)."""
+    out = node.outputs[0]
+    if out.shape != x.shape or out.dtype != x.dtype or out.dtype not in ("float32",
+                                                                        "float64", "float16"):
+        return None
+    channels = x.shape[axis]
+    if node.op == "BatchNormalization":
+        params = node.inputs[1:5]
+        if axis != 1 or len(node.outputs) != 1 or node.attrs.get("training_mode", 0) or \
+                any(p is None or not p.is_constant for p in params):
+            return None
+        scale, bias, mean, var = (p.data.astype(np.float64) for p in params)
+        a = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+        return _Affine(a, bias - mean * a)
+    if len(node.inputs) != 2:
+        return None
+    lhs, rhs = node.inputs
+    if node.op in ("Mul", "Add") and lhs is not x:
+        lhs, rhs = rhs, lhs
+    if lhs is not x or rhs is None or not rhs.is_constant or rhs is x:
+        return None
+    c = _per_channel(rhs, out, axis)
+    if c is None:
+        return None
+    ones, zeros = np.ones(channels), np.zeros(channels)
+    return {
+        "Mul": lambda: _Affine(c, zeros), "Div": lambda: _Affine(1.0 / c, zeros),
+        "Add": lambda: _Affine(ones, c), "Sub": lambda: _Affine(ones, -c),
+    }[node.op]()
+
+
+def _scale_weight(producer: Node, w: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``w`` with output channel ``o`` multiplied by ``a[o]``."""
+    if producer.op == "Conv":
+        return w * a.reshape((-1,) + (1,) * (w.ndim - 1))
+    if producer.op == "ConvTranspose":
+        group = int(producer.attrs.get("group", 1))
+        cin, cout_g = w.shape[0], w.shape[1]
+        grouped = w.reshape((group, cin // group, cout_g) + w.shape[2:])
+        factor = a.reshape((group, 1, cout_g) + (1,) * (w.ndim - 2))
+        return (grouped * factor).reshape(w.shape)
+    if producer.op == "Gemm" and int(producer.attrs.get("transB", 0)):
+        return w * a[:, None]
+    return w * a[None, :]  # Gemm (K, N) and MatMul (K, N)
+
+
+def _fold(producer: Node, aff: _Affine, out: Value, namer: Namer) -> Node | None:
+    """The producer with the affine map folded in, writing ``out`` (or ``None``)."""
+    w = producer.inputs[1]
+    if w is None or not w.is_constant:
+        return None
+    has_shift = bool(np.any(aff.b != 0))
+    new_w = _scale_weight(producer, w.data.astype(np.float64), aff.a).astype(w.dtype)
+    w_value = Value.constant(namer(f"{w.name}_folded"), new_w)
+    attrs = dict(producer.attrs)
+    if producer.op in ("Conv", "ConvTranspose"):
+        bias = producer.input(2)
+        if bias is not None and not bias.is_constant:
+            return None
+        old = np.zeros(len(aff.a)) if bias is None else bias.data.astype(np.float64)
+        if bias is None and not has_shift:
+            return producer.replace(inputs=(producer.inputs[0], w_value), outputs=(out,))
+        new_b = Value.constant(namer(f"{(bias or w).name}_bias_folded"),
+                               (old * aff.a + aff.b).astype(w.dtype))
+        return producer.replace(inputs=(producer.inputs[0], w_value, new_b), outputs=(out,))
+    if producer.op == "MatMul":
+        if not has_shift:
+            return producer.replace(inputs=(producer.inputs[0], w_value), outputs=(out,))
+        if producer.inputs[0].rank != 2:
+            return None
+        new_c = Value.constant(namer(f"{w.name}_bias_folded"), aff.b.astype(w.dtype))
+        return Node("Gemm", producer.name, (producer.inputs[0], w_value, new_c), (out,), {})
+    # Gemm: Y = alpha * A' B' + beta * C
+    c = producer.input(2)
+    if c is not None and not c.is_constant:
+        return None
+    beta = float(attrs.get("beta", 1.0))
+    old_c = np.zeros(1) if c is None else beta * c.data.astype(np.float64)
+    if c is None and not has_shift:
+        return producer.replace(inputs=(producer.inputs[0], w_value), outputs=(out,))
+    new_c = Value.constant(namer(f"{(c or w).name}_bias_folded"),
+                           (old_c * aff.a + aff.b).astype(w.dtype))
+    attrs["beta"] = 1.0
+    return producer.replace(inputs=(producer.inputs[0], w_value, new_c), outputs=(out,),
+                            attrs=attrs)
+
+
+def _fold_once(graph: Graph, namer: Namer) -> Graph | None:
+    consumers = graph.consumers()
+    for producer in graph.nodes:
+        if producer.op not in _PRODUCERS or len(producer.outputs) != 1:
+            continue
+        y = producer.outputs[0]
+        user = single_consumer(graph, y, consumers)
+        axis = _channel_axis(producer)
+        if user is None or user.op not in _AFFINE or axis is None:
+            continue
+        aff = _affine_of(user, y, axis)
+        new = None if aff is None else _fold(producer, aff, user.outputs[0], namer)
+        if new is None:
+            continue
+        nodes = [new if n is producer else n for n in graph.nodes if n is not user]
+        return graph.replace(nodes=nodes)
+    return None
+
+
+def fold_affine(graph: Graph) -> Graph:
+    """Fold BatchNorm and per-channel ``Mul``/``Add``/``Sub``/``Div`` by constants into the
+    preceding ``Conv``/``ConvTranspose``/``Gemm``/``MatMul`` (see the module docstring).
+
+    Before / after::
+
+        graph g(%x: float32[1, 3, 8, 8]) -> (%z: float32[1, 4, 8, 8]) {
+          const %w: float32[4, 3, 3, 3]
+          const %s: float32[4] ...
+          %y: float32[1, 4, 8, 8] = Conv(%x, %w, pads=[1, 1, 1, 1])  # conv
+          %z: float32[1, 4, 8, 8] = BatchNormalization(%y, %s, %b, %m, %v)  # bn
+        }
+        graph g(%x: float32[1, 3, 8, 8]) -> (%z: float32[1, 4, 8, 8]) {
+          const %w_folded: float32[4, 3, 3, 3]
+          const %w_bias_folded: float32[4]
+          %z: float32[1, 4, 8, 8] = Conv(%x, %w_folded, %w_bias_folded, pads=[1, 1, 1, 1])  # conv
+        }
+
+    Example::
+
+        >>> import numpy as np
+        >>> x = Value("x", (2, 3), "float32")
+        >>> y, z = Value("y", (2, 4), "float32"), Value("z", (2, 4), "float32")
+        >>> w = Value.constant("w", np.ones((3, 4), np.float32))
+        >>> s = Value.constant("s", np.float32(2.0))
+        >>> g = Graph("g", [x], [z], [Node("MatMul", "mm", [x, w], [y]),
+        ...                           Node("Mul", "mul", [y, s], [z])])
+        >>> out = fold_affine(g)
+        >>> [n.op for n in out.nodes], out.nodes[0].inputs[1].data[0, 0]
+        (['MatMul'], np.float32(2.0))
+    """
+    namer = Namer(graph)
+    while (folded := _fold_once(graph, namer)) is not None:
+        graph = folded
+    return graph

@@ -1,0 +1,235 @@
+"""Layout transformation: run each op in the data layout the target prefers.
+
+Targets name a layout kind (``target_layout``):
+
+* ``"nchw"`` — generic C: everything stays in ONNX's ``NCHW`` (the pass does nothing);
+* ``"nchwc"`` (block 8), ``"nchw8c"``, ``"nchw16c"`` … — AVX CPUs: channel-blocked
+  ``NCHW{b}c`` where ``b`` is the largest divisor of the tensor's channel count not above
+  the target's block (so every tensor has exactly one blocked form);
+* ``"nhwc"`` — Cortex-M (CMSIS-NN): channels last.
+
+Each op states its preference in :data:`PREFERENCE` (a small table):
+
+* ``conv`` — 2-D ``Conv`` (plain or depthwise, constant weight): input and output in the
+  target layout, the weight **pre-transformed at compile time** (``OIHW{i}i{o}o`` /
+  ``OHWI``); becomes ``LayoutConv``;
+* ``pool`` — 2-D ``MaxPool``/``AveragePool``/``GlobalAveragePool``/``GlobalMaxPool``:
+  target layout; becomes ``LayoutPool``;
+* ``follow`` — element-wise ops: layout-agnostic; they run in the target layout when one of
+  their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
+  rewritten for that layout at compile time;
+* anything else — ``NCHW`` only.
+
+A ``LayoutTransform`` node is inserted only where a producer's layout differs from what a
+consumer wants, once per (value, layout) however many consumers share it.  The graph's
+inputs and outputs keep the model's layout (a transform back is inserted before each
+output that is produced in another layout).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from toolchain.errors import OptionError
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.passes._util import Namer
+from toolchain.graph.passes.fused_op import ELEMENTWISE
+from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_shape, to_layout
+
+#: how each op chooses its layout (see the module docstring); ops not listed need NCHW
+PREFERENCE: dict[str, str] = {
+    "Conv": "conv", **{p: "pool" for p in POOLS},
+    **{op: "follow" for op in ELEMENTWISE - {"QuantizeLinear", "DequantizeLinear"}},
+}
+
+
+@dataclass(frozen=True)
+class LayoutTarget:
+    """A target's layout kind and (for ``nchwc``) its channel block."""
+
+    kind: str  # "nchw" | "nhwc" | "nchwc"
+    block: int = 8
+
+    def data_layout(self, channels: int) -> str:
+        """The layout of a tensor with ``channels`` channels on this target."""
+        if self.kind == "nhwc":
+            return "NHWC"
+        if self.kind == "nchw":
+            return "NCHW"
+        b = max(d for d in range(1, min(self.block, channels) + 1) if channels % d == 0)
+        return f"NCHW{b}c"
+
+    def kernel_layout(self, w_shape: tuple[int, ...]) -> str:
+        if self.kind == "nhwc":
+            return "OHWI"
+        o_lay, i_lay = self.data_layout(w_shape[0]), self.data_layout(w_shape[1])
+        return f"OIHW{i_lay[4:-1]}i{o_lay[4:-1]}o"
+
+
+def parse_layout_target(text: str | LayoutTarget) -> LayoutTarget:
+    """``"nchw"``, ``"nhwc"``, ``"nchwc"`` (block 8) or ``"nchw<b>c"`` -> :class:`LayoutTarget`.
+
+    Example::
+
+        >>> parse_layout_target("nchw16c")
+        LayoutTarget(kind='nchwc', block=16)
+    """
+    if isinstance(text, LayoutTarget):
+        return text
+    t = text.strip().lower()
+    if t in ("nchw", "nhwc"):
+        return LayoutTarget(t)
+    if t == "nchwc":
+        return LayoutTarget("nchwc", 8)
+    m = re.fullmatch(r"nchw(\d+)c", t)
+    if m and int(m.group(1)) >= 1:
+        return LayoutTarget("nchwc", int(m.group(1)))
+    raise OptionError(f"target layout {text!r} is not one of nchw, nhwc, nchwc, nchw<b>c "
+                      "(e.g. nchw8c for AVX2, nchw16c for AVX-512)")
+
+
+class _Rewriter:
+    """Walks the graph once, tracking the layout every value was produced in."""
+
+    def __init__(self, graph: Graph, target: LayoutTarget) -> None:
+        self.graph, self.target = graph, target
+        self.namer = Namer(graph)
+        self.variants: dict[Value, dict[str, Value]] = {}
+        self.nodes: list[Node] = []
+
+    def layout_of(self, v: Value) -> str:
+        """The layout ``v`` was produced in (inputs and constants: NCHW)."""
+        return next(iter(self.variants[v])) if v in self.variants else "NCHW"
+
+    def get(self, v: Value, layout: str) -> Value:
+        """``v`` in ``layout``, inserting one ``LayoutTransform`` the first time."""
+        have = self.variants.setdefault(v, {"NCHW": v})
+        if layout not in have:
+            src_layout, src = next(iter(have.items()))
+            out = v if layout == "NCHW" else self.fresh(v, layout)
+            self.nodes.append(Node(
+                "LayoutTransform", self.namer(f"{v.name}_to_{layout}"), (src,), (out,),
+                {"src_layout": src_layout, "dst_layout": layout}))
+            have[layout] = out
+        return have[layout]
+
+    def fresh(self, v: Value, layout: str) -> Value:
+        return Value(self.namer(f"{v.name}_{layout}"), layout_shape(v.shape, layout), v.dtype)
+
+    def produced(self, v: Value, layout: str) -> Value:
+        """Record that the new graph computes ``v`` in ``layout``; its new value."""
+        new = v if layout == "NCHW" else self.fresh(v, layout)
+        self.variants[v] = {layout: new}
+        return new
+
+    # -- per-op rules --------------------------------------------------------------------
+    def conv(self, node: Node) -> Node | None:
+        x, w = node.inputs[0], node.inputs[1]
+        b = node.input(2)
+        group = int(node.attrs.get("group", 1))
+        if x.rank != 4 or not w.is_constant or (b is not None and not b.is_constant) or \
+                group not in (1, x.shape[1]) or not x.dtype.startswith("float"):
+            return None
+        in_lay, out_lay = (self.target.data_layout(c)
+                           for c in (x.shape[1], node.outputs[0].shape[1]))
+        k_lay = self.target.kernel_layout(w.shape)
+        w_new = Value.constant(self.namer(f"{w.name}_{k_lay}"), kernel_to_layout(w.data, k_lay))
+        attrs = dict(node.attrs, data_layout=in_lay, out_layout=out_lay, kernel_layout=k_lay)
+        ins = (self.get(x, in_lay), w_new) + ((b,) if b is not None else ())
+        out = self.produced(node.outputs[0], out_lay)
+        return Node("LayoutConv", node.name, ins, (out,), attrs)
+
+    def pool(self, node: Node) -> Node | None:
+        x = node.inputs[0]
+        if x.rank != 4 or len(node.outputs) != 1:
+            return None
+        lay = self.target.data_layout(x.shape[1])
+        attrs = dict(node.attrs, pool=node.op, layout=lay)
+        out = self.produced(node.outputs[0], lay)
+        return Node("LayoutPool", node.name, (self.get(x, lay),), (out,), attrs)
+
+    def follow(self, node: Node) -> Node | None:
+        y = node.outputs[0]
+        live = [v for v in node.inputs if v is not None and not v.is_constant]
+        if len(node.outputs) != 1 or y.rank != 4 or any(v.shape != y.shape for v in live):
+            return None
+        if not any(self.layout_of(v) != "NCHW" for v in live):
+            return None
+        lay = self.target.data_layout(y.shape[1])
+        ins = []
+        for v in node.inputs:
+            if v is None or not v.is_constant:
+                ins.append(None if v is None else self.get(v, lay))
+                continue
+            c = self.constant(v, y, lay)
+            if c is None:
+                return None
+            ins.append(c)
+        return node.replace(inputs=tuple(ins), outputs=(self.produced(y, lay),))
+
+    def constant(self, c: Value, y: Value, layout: str) -> Value | None:
+        """A broadcasting constant operand rewritten for ``layout`` (or ``None``)."""
+        if c.size == 1:
+            return c  # broadcasts the same in every layout
+        if c.rank > 4:
+            return None
+        data = c.data.reshape((1,) * (4 - c.rank) + c.shape)
+        if data.shape[1] == 1 and layout != "NHWC":
+            data = data[..., None]  # (n, 1, h, w, 1): broadcasts over both channel axes
+        else:
+            full = tuple(d if d == 1 else y.shape[i] for i, d in enumerate(data.shape))
+            if full[1] != y.shape[1]:
+                return None
+            data = to_layout(data, layout)
+        return Value.constant(self.namer(f"{c.name}_{layout}"), data)
+
+    def run(self) -> Graph:
+        rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow}
+        for node in self.graph.nodes:
+            rule = rules.get(PREFERENCE.get(node.op, ""))
+            new = rule(node) if rule is not None else None
+            if new is None:  # NCHW-only: every input back in the model's layout
+                ins = tuple(v if v is None or v.is_constant else self.get(v, "NCHW")
+                            for v in node.inputs)
+                new = node.replace(inputs=ins)
+            self.nodes.append(new)
+        outputs = [v if v.is_constant or v in self.graph.inputs else self.get(v, "NCHW")
+                   for v in self.graph.outputs]
+        return self.graph.replace(nodes=self.nodes, outputs=outputs)
+
+
+def transform_layout(graph: Graph, target_layout: str | LayoutTarget = "nchw") -> Graph:
+    """Rewrite ``graph`` so convolutions, pools and element-wise ops run in the target's
+    preferred layout (see the module docstring).
+
+    Before / after (``target_layout="nchw8c"``)::
+
+        graph g(%x: float32[1, 3, 8, 8]) -> (%y: float32[1, 16, 8, 8]) {
+          const %w: float32[16, 3, 3, 3]
+          %c: float32[1, 16, 8, 8] = Conv(%x, %w, pads=[1, 1, 1, 1])  # conv
+          %y: float32[1, 16, 8, 8] = Relu(%c)  # relu
+        }
+        graph g(%x: float32[1, 3, 8, 8]) -> (%y: float32[1, 16, 8, 8]) {
+          const %w_OIHW3i8o: float32[2, 1, 3, 3, 3, 8]
+          %x_NCHW3c: float32[1, 1, 8, 8, 3] = LayoutTransform(%x, dst_layout='NCHW3c', ...)
+          %c_NCHW8c: float32[1, 2, 8, 8, 8] = LayoutConv(%x_NCHW3c, %w_OIHW3i8o, ...)  # conv
+          %y_NCHW8c: float32[1, 2, 8, 8, 8] = Relu(%c_NCHW8c)  # relu
+          %y: float32[1, 16, 8, 8] = LayoutTransform(%y_NCHW8c, dst_layout='NCHW', ...)
+        }
+
+    Example::
+
+        >>> import numpy as np
+        >>> x, c, y = (Value("x", (1, 3, 8, 8), "float32"), Value("c", (1, 16, 8, 8), "float32"),
+        ...            Value("y", (1, 16, 8, 8), "float32"))
+        >>> w = Value.constant("w", np.ones((16, 3, 3, 3), np.float32))
+        >>> g = Graph("g", [x], [y], [Node("Conv", "conv", [x, w], [c], {"pads": (1, 1, 1, 1)}),
+        ...                           Node("Relu", "relu", [c], [y])])
+        >>> [n.op for n in transform_layout(g, "nchw8c").nodes]
+        ['LayoutTransform', 'LayoutConv', 'Relu', 'LayoutTransform']
+    """
+    target = parse_layout_target(target_layout)
+    if target.kind == "nchw":
+        return graph
+    return _Rewriter(graph, target).run()

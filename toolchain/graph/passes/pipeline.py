@@ -1,0 +1,83 @@
+"""The graph pass pipeline: run the passes in order, optionally dumping the graph after each.
+
+Default order (:data:`DEFAULT_PASSES`)::
+
+    constant_fold -> simplify -> fold_affine -> dead_code_elimination
+                  -> transform_layout -> fuse
+
+``simplify`` runs before ``fold_affine`` so an ``Identity`` or ``Dropout`` between a conv and
+its BatchNorm does not block the fold; dead code is removed before layouts are chosen so no
+transform is inserted for a dead value; fusion comes last because it wraps everything into
+``Fused`` kernels.
+
+With ``dump_dir`` the printed graph (kernel bodies included, see
+:func:`~toolchain.graph.passes.fused_op.format_graph`) is written before the first pass as
+``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_constant_fold.txt`` …) —
+what ``kiln compile --dump-ir DIR`` shows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from toolchain.errors import OptionError
+from toolchain.graph.ir import Graph
+from toolchain.graph.passes.constant_fold import constant_fold
+from toolchain.graph.passes.dce import dead_code_elimination
+from toolchain.graph.passes.fold_affine import fold_affine
+from toolchain.graph.passes.fused_op import format_graph
+from toolchain.graph.passes.fusion import fuse
+from toolchain.graph.passes.layout import LayoutTarget, parse_layout_target, transform_layout
+from toolchain.graph.passes.simplify import simplify
+
+Pass = Callable[[Graph], Graph]
+
+#: every pass by name (``transform_layout`` gets the pipeline's ``target_layout``)
+PASSES: dict[str, Pass] = {
+    "constant_fold": constant_fold,
+    "simplify": simplify,
+    "fold_affine": fold_affine,
+    "dead_code_elimination": dead_code_elimination,
+    "transform_layout": transform_layout,
+    "fuse": fuse,
+}
+
+DEFAULT_PASSES: tuple[str, ...] = tuple(PASSES)
+
+
+def run_pipeline(graph: Graph, target_layout: str | LayoutTarget = "nchw",
+                 dump_dir: str | os.PathLike[str] | None = None,
+                 passes: Sequence[str | Pass] | None = None) -> Graph:
+    """Run ``passes`` (names from :data:`PASSES` or functions; default
+    :data:`DEFAULT_PASSES`) on ``graph`` and return the result.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from toolchain.graph.ir import Node, Value
+        >>> x, y, z = (Value(n, (2,), "float32") for n in "xyz")
+        >>> g = Graph("g", [x], [z], [Node("Identity", "id", [x], [y]),
+        ...                           Node("Relu", "relu", [y], [z])])
+        >>> [n.attrs["kernel"] for n in run_pipeline(g).nodes]
+        ['fused_relu_0']
+    """
+    layout = parse_layout_target(target_layout)
+    chosen: list[tuple[str, Pass]] = []
+    for p in DEFAULT_PASSES if passes is None else passes:
+        if callable(p):
+            chosen.append((getattr(p, "__name__", "pass"), p))
+        elif p in PASSES:
+            chosen.append((p, PASSES[p]))
+        else:
+            raise OptionError(f"unknown graph pass {p!r}; the passes are: {', '.join(PASSES)}")
+    out = Path(dump_dir) if dump_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "00_input.txt").write_text(format_graph(graph) + "\n")
+    for i, (name, fn) in enumerate(chosen, start=1):
+        graph = fn(graph, layout) if fn is transform_layout else fn(graph)
+        if out is not None:
+            (out / f"{i:02d}_{name}.txt").write_text(format_graph(graph) + "\n")
+    return graph

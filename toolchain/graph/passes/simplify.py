@@ -1,0 +1,134 @@
+"""Simplification: drop nodes that do nothing and merge chains of data-movement ops.
+
+Dropped (the output is replaced by the input):
+
+* ``Identity``; inference ``Dropout`` (its optional mask output becomes an all-true
+  constant);
+* no-op ``Reshape``/``Flatten``/``Squeeze``/``Unsqueeze``/``Expand``/``Tile`` (output shape
+  equals the input's), ``Transpose`` with the identity permutation, ``Cast`` to the dtype
+  the input already has, ``Slice`` keeping everything (same shape, positive steps), ``Pad``
+  with all-zero pads, ``Concat`` of one input.
+
+Merged:
+
+* a chain of reshape-like ops (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``) into one
+  ``Reshape`` to the final shape;
+* ``Transpose(Transpose(x, p1), p2)`` into ``Transpose(x, [p1[i] for i in p2])`` (dropped when
+  that is the identity).
+
+When a dropped node's output is a graph output, its producer is made to write that value
+instead, so the caller's output names never change; when that is impossible (the input is
+itself a graph input or output) the node stays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.passes._util import Namer, is_output, substitute
+
+_VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_SAME_SHAPE_NOOPS = _VIEWS + ("Expand", "Tile")
+
+
+def _perm(node: Node) -> tuple[int, ...]:
+    perm = tuple(node.attrs.get("perm", ()))
+    return perm or tuple(reversed(range(node.inputs[0].rank)))
+
+
+def _is_noop(node: Node) -> bool:
+    x = node.input(0)
+    if x is None or len(node.outputs) != 1 and node.op != "Dropout":
+        return False
+    y = node.outputs[0]
+    if y.shape != x.shape or y.dtype != x.dtype:
+        return False
+    if node.op in ("Identity", "Dropout", "Cast") + _SAME_SHAPE_NOOPS:
+        return True
+    if node.op == "Transpose":
+        return _perm(node) == tuple(range(x.rank))
+    if node.op == "Slice":
+        steps = node.input(4)
+        return steps is None or (steps.is_constant and bool(np.all(steps.data > 0)))
+    if node.op == "Pad":
+        pads = node.input(1)
+        return pads is not None and pads.is_constant and not np.any(pads.data)
+    if node.op == "Concat":
+        return len(node.inputs) == 1
+    return False
+
+
+def _drop(graph: Graph, node: Node) -> Graph | None:
+    """``graph`` without the no-op ``node`` (``None`` when it must stay)."""
+    src, dst = node.inputs[0], node.outputs[0]
+    mapping: dict[Value, Value] = {}
+    for extra in node.outputs[1:]:  # Dropout's mask: all true in inference
+        mapping[extra] = Value.constant(extra.name, np.ones(extra.shape, np.bool_))
+    if not is_output(graph, dst):
+        mapping[dst] = src
+    elif src.is_constant or src in graph.inputs or is_output(graph, src):
+        return None
+    else:
+        mapping[src] = dst  # the producer writes the graph output directly
+    return substitute(graph, mapping, [n for n in graph.nodes if n is not node])
+
+
+def _merge(graph: Graph, node: Node, namer: Namer) -> Graph | None:
+    """``node`` reading the result of a mergeable producer, rewritten to skip it."""
+    x = node.input(0)
+    producer = graph.producers().get(x) if x is not None else None
+    if producer is None:
+        return None
+    if node.op in _VIEWS and producer.op in _VIEWS:
+        y = node.outputs[0]
+        shape = Value.constant(namer(f"{y.name}_shape"), np.array(y.shape, np.int64))
+        new = Node("Reshape", node.name, (producer.inputs[0], shape), (y,),
+                   {"allowzero": int(0 in y.shape)})
+    elif node.op == "Transpose" and producer.op == "Transpose":
+        p1, p2 = _perm(producer), _perm(node)
+        new = node.replace(inputs=(producer.inputs[0],), attrs={"perm": tuple(p1[i] for i in p2)})
+    else:
+        return None
+    return graph.replace(nodes=[new if n is node else n for n in graph.nodes])
+
+
+def simplify(graph: Graph) -> Graph:
+    """Drop no-op nodes and merge reshape and transpose chains (see the module docstring).
+
+    Before / after::
+
+        graph g(%x: float32[2, 3]) -> (%z: float32[3, 2]) {
+          %a: float32[2, 3] = Identity(%x)  # id
+          %b: float32[6] = Reshape(%a, %s6)  # r1
+          %z: float32[3, 2] = Reshape(%b, %s32)  # r2
+        }
+        graph g(%x: float32[2, 3]) -> (%z: float32[3, 2]) {
+          const %z_shape: int64[2]
+          %z: float32[3, 2] = Reshape(%x, %z_shape, allowzero=0)  # r2
+        }
+
+    (the first ``Reshape`` is left for :func:`~toolchain.graph.passes.dce.dead_code_elimination`
+    when nothing else reads it).
+
+    Example::
+
+        >>> x, y = Value("x", (2,), "float32"), Value("y", (2,), "float32")
+        >>> z = Value("z", (2,), "float32")
+        >>> g = Graph("g", [x], [z], [Node("Identity", "id", [x], [y]),
+        ...                           Node("Relu", "relu", [y], [z])])
+        >>> print(simplify(g))  # doctest: +NORMALIZE_WHITESPACE
+        graph g(%x: float32[2]) -> (%z: float32[2]) {
+          %z: float32[2] = Relu(%x)  # relu
+        }
+    """
+    namer = Namer(graph)
+    changed = True
+    while changed:
+        changed = False
+        for node in graph.nodes:
+            new = _drop(graph, node) if _is_noop(node) else _merge(graph, node, namer)
+            if new is not None:
+                graph, changed = new, True
+                break
+    return graph
