@@ -17,7 +17,9 @@ The steps, each with its own user-facing errors (all :class:`~toolchain.errors.M
    :class:`~toolchain.graph.ir.Graph`); nodes are put in topological order;
 5. ``onnx.checker.check_model``, with its message trimmed;
 6. ``input_shapes`` overrides (the CLI's ``--input-shape NAME=D,D,...``) and ``bind``
-   (graph inputs turned into constants), then ONNX shape inference;
+   (graph inputs turned into constants); ONNX function ops that Kiln lacks are expanded
+   into their definitions (:mod:`toolchain.frontend.onnx_functions`); then ONNX shape
+   inference;
 7. every node is parsed, upgraded to the newest op form
    (:mod:`toolchain.frontend.onnx_upgrade`) and validated against the op registry; every
    unsupported op, attribute and dtype is listed in **one**

@@ -150,7 +150,7 @@ def expand_function_ops(proto: onnx.ModelProto, opset: int, label: str) -> onnx.
         ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
         >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 24)])
         >>> [n.op_type for n in expand_function_ops(m, 24, "m").graph.node]
-        ['Constant', 'CastLike', 'Mul', 'Sigmoid', 'Mul']
+        ['Constant', 'Cast', 'Mul', 'Sigmoid', 'Mul']
     """
     for _ in range(_MAX_DEPTH):
         candidates = [n for n in proto.graph.node if n.domain in ("", "ai.onnx")
