@@ -360,3 +360,30 @@ def test_opset9_attribute_forms_of_clip_pad_slice_and_upsample_convert():
     assert g.opset == 11
     assert [n.op for n in g.nodes] == ["Clip", "Pad", "Slice", "Resize"]
     _matches_ort(model, {"x": _rand(1, 2, 3, 3, seed=9)})
+
+
+def test_torch_style_expand_and_slice_chains_fold():
+    """Patterns the PyTorch exporter emits for ``x.expand(...)`` and ``x.view(x.shape[:1] +
+    (-1,))``: ConstantOfShape/Mul/Equal/Where on shapes, and Shape/Slice/Concat."""
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    nodes = [
+        helper.make_node("Constant", [], ["target"], value=helper.make_tensor(
+            "t", I64, [3], [4, 2, 3])),
+        helper.make_node("ConstantOfShape", ["three"], ["ones"],
+                         value=helper.make_tensor("o", I64, [1], [1])),
+        helper.make_node("Mul", ["ones", "minus1"], ["neg"]),
+        helper.make_node("Equal", ["target", "neg"], ["eq"]),
+        helper.make_node("Where", ["eq", "ones", "target"], ["eshape"]),
+        helper.make_node("Expand", ["x", "eshape"], ["big"]),
+        helper.make_node("Shape", ["big"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["s0"]),
+        helper.make_node("Concat", ["s0", "minus1"], ["vshape"], axis=0),
+        helper.make_node("Reshape", ["big", "vshape"], ["y"]),
+    ]
+    inits = {"three": i64(3), "minus1": i64(-1), "zero": i64(0), "one": i64(1)}
+    model = make_model(nodes, [("x", F, [2, 1])], [("y", F, [4, 6])], inits)
+    g = from_onnx(model)
+    assert [n.op for n in g.nodes] == ["Expand", "Reshape"]
+    assert g.nodes[0].inputs[1].data.tolist() == [4, 2, 3]
+    assert g.nodes[1].inputs[1].data.tolist() == [4, -1]
+    _matches_ort(model, {"x": _rand(2, 1)})
