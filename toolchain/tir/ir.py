@@ -38,8 +38,10 @@ Conventions shared by every layer (schedule, lowering passes, code generators):
 * **Intrinsic calls**: ``Call(dtype, op, args)`` where ``op`` is a string: math functions
   by their C name (``"exp"``, ``"log"``, ``"sqrt"``, ``"tanh"``, ``"erf"``, ``"fabs"``,
   ``"pow"``, ``"sigmoid"``, ...) and TIR builtins prefixed ``"tir."`` (``"tir.address_of"``,
-  ``"tir.storage_sync"`` with a ``StringImm`` scope, ...). Anything else is an extern
-  C function call.
+  ``"tir.storage_sync"`` with a ``StringImm`` scope, ...). ``"tir.if_then_else"`` (from
+  ``te.if_then_else``) evaluates only the chosen side — padding loads rely on it — whereas
+  both sides of a ``Select`` may be evaluated. Anything else is an extern C function call.
+* **Float constants** may be ``inf``/``-inf``/``nan`` (identities of max/min reductions).
 * **PrimFunc**: ``params`` are ``Buffer``s (array arguments) or scalar ``Var``s, in call
   order; ``buffer_map`` maps each buffer param's ``data`` Var to the Buffer. Symbolic shape
   Vars that appear in buffer shapes but are not params are bound from the arrays' shapes at

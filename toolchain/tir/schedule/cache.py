@@ -213,8 +213,15 @@ def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int | str,
 def set_scope(sch: Schedule, block: BlockRV, buffer_index: int | str, storage_scope: str) -> None:
     """Change the memory scope of a buffer the block writes (an intermediate).
 
-    ``sch.set_scope(B, 0, "shared")`` turns ``B = T.alloc_buffer((128, 128), "float32")``
-    into ``B = T.alloc_buffer((128, 128), "float32", scope="shared")``.
+    Before::
+
+        # with T.block("root"):
+        B = T.alloc_buffer((128, 128), "float32")
+
+    ``sch.set_scope(sch.get_block("B"), 0, "shared")``; after::
+
+        # with T.block("root"):
+        B = T.alloc_buffer((128, 128), "float32", scope="shared")
     """
     _check_scope(sch, storage_scope, "set_scope")
     r, _ = sch._block(block)
@@ -234,8 +241,10 @@ def storage_align(sch: Schedule, block: BlockRV, buffer_index: int | str, axis: 
 
     Recorded as the block annotation ``buffer_dim_align`` (a list of
     ``[buffer name, axis, factor, offset]``); the buffer-flattening pass applies it.
-    ``sch.storage_align(A_shared, 0, axis=0, factor=32, offset=1)`` adds
-    ``T.block_attr({'buffer_dim_align': [['A_shared', 0, 32, 1]]})`` to the block.
+    Before: block ``A_shared`` writes ``A_shared[v0, v1]``.
+    ``sch.storage_align(A_shared, 0, axis=0, factor=32, offset=1)``; after, the block has::
+
+        T.block_attr({'buffer_dim_align': [['A_shared', 0, 32, 1]]})
     """
     r, _ = sch._block(block)
     buf = _pick(r.block.writes, buffer_index, r.block, "writes", "storage_align")

@@ -247,8 +247,14 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
                        preserve_unit_loops: bool = False) -> None:
     """Move a consumer block under a loop of its producer (after the producer).
 
-    With B and C as in :func:`compute_at`, ``sch.reverse_compute_at(C, i)`` (``i`` = B's
-    outer loop) gives::
+    Before (B feeds C)::
+
+        for i, j in T.grid(128, 128):
+            with T.block("B"): ... B[vi, vj] = A[vi, vj] * T.float32(2.0)
+        for i, j in T.grid(128, 128):
+            with T.block("C"): ... C[vi, vj] = B[vi, vj] + T.float32(1.0)
+
+    ``sch.reverse_compute_at(sch.get_block("C"), i)`` (``i`` = B's outer loop); after::
 
         for i in range(128):
             for j in range(128):

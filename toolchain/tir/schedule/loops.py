@@ -253,9 +253,20 @@ def reorder(sch: Schedule, *loops: LoopRV) -> None:
 def tile(sch: Schedule, loops: list[LoopRV], factors: list[list[Any]]) -> list[LoopRV]:
     """Split each loop by its factors, then order all outer parts before inner parts.
 
-    ``sch.tile([i, j], [[None, 32], [None, 32]])`` on ``T.grid(128, 128)`` gives
-    ``for i_0, j_0, i_1, j_1 in T.grid(4, 4, 32, 32)`` with ``vi = i_0 * 32 + i_1``,
-    ``vj = j_0 * 32 + j_1``; returns ``[i_0, j_0, i_1, j_1]``.
+    Before::
+
+        for i, j in T.grid(128, 128):
+            with T.block("B"):
+                vi = T.axis.spatial(128, i)
+                vj = T.axis.spatial(128, j)
+
+    ``sch.tile([i, j], [[None, 32], [None, 32]])`` returns ``[i_0, j_0, i_1, j_1]``;
+    after::
+
+        for i_0, j_0, i_1, j_1 in T.grid(4, 4, 32, 32):
+            with T.block("B"):
+                vi = T.axis.spatial(128, i_0 * 32 + i_1)
+                vj = T.axis.spatial(128, j_0 * 32 + j_1)
     """
     if len(loops) != len(factors):
         raise ScheduleError(f"tile: {len(loops)} loops but {len(factors)} factor lists")
@@ -309,14 +320,28 @@ def parallel(sch: Schedule, loop: LoopRV) -> None:
 def vectorize(sch: Schedule, loop: LoopRV) -> None:
     """Mark a constant-extent spatial loop for SIMD code.
 
-    ``sch.vectorize(j_1)`` turns ``for j_1 in range(8):`` into ``for j_1 in T.vectorized(8):``
-    (the lowering expands it into ``Ramp``/``Broadcast`` vector expressions).
+    Before: ``for i_0, i_1, j in T.grid(4, 32, 128)``. ``sch.vectorize(i_1)``; after::
+
+        for i_0 in range(4):
+            for i_1 in T.vectorized(32):
+                for j in range(128):
+                    ...
+
+    The lowering expands it into ``Ramp``/``Broadcast`` vector expressions. A loop that
+    feeds a reduce var, or whose extent is not a constant, is refused.
     """
     _set_kind(sch, loop, "vectorized")
 
 
 def unroll(sch: Schedule, loop: LoopRV) -> None:
-    """Mark a loop to be fully unrolled: ``for k_1 in range(4):`` -> ``T.unroll(4)``."""
+    """Mark a loop to be fully unrolled (by the lowering).
+
+    Before: ``for k_0, k_1 in T.grid(16, 4)``. ``sch.unroll(k_1)``; after::
+
+        for k_0 in range(16):
+            for k_1 in T.unroll(4):
+                ...
+    """
     _set_kind(sch, loop, "unrolled")
 
 
@@ -368,8 +393,12 @@ def _kernel_index(path: tuple[ir.Stmt, ...]) -> int:
 def annotate(sch: Schedule, target: Any, key: str, value: Any) -> None:
     """Attach ``key = value`` to a loop or block (read by lowering and code generation).
 
-    ``sch.annotate(i_0, "pragma_unroll_explicit", 1)`` turns ``for i_0 in range(4):`` into
-    ``for i_0 in T.serial(4, annotations={'pragma_unroll_explicit': 1}):``.
+    Before: ``for i_0 in range(4):``. ``sch.annotate(i_0, "pragma_unroll_explicit", 1)``;
+    after::
+
+        for i_0 in T.serial(4, annotations={'pragma_unroll_explicit': 1}):
+
+    On a block it shows as ``T.block_attr({...})``.
     """
     from toolchain.tir.schedule.schedule import LoopRV
 
@@ -398,5 +427,10 @@ def unannotate(sch: Schedule, target: Any, key: str) -> None:
 
 
 def pragma(sch: Schedule, loop: LoopRV, key: str, value: Any = 1) -> None:
-    """Annotate a loop with ``pragma_<key>`` (e.g. ``sch.pragma(i, "unroll_max_step", 16)``)."""
+    """Annotate a loop with ``pragma_<key>``.
+
+    Before: ``for k in range(64):``. ``sch.pragma(k, "unroll_max_step", 16)``; after::
+
+        for k in T.serial(64, annotations={'pragma_unroll_max_step': 16}):
+    """
     annotate(sch, loop, f"pragma_{key}", value)
