@@ -1,0 +1,199 @@
+"""transform_layout: preferred layouts per target, transforms only where layouts disagree,
+weights pre-transformed at compile time, external layout kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.graph.passes.helpers import GraphBuilder, assert_same_results, ops
+from toolchain.errors import OptionError
+from toolchain.graph.passes import parse_layout_target, transform_layout
+from toolchain.graph.passes.layout_ops import (
+    from_layout,
+    kernel_from_layout,
+    kernel_to_layout,
+    layout_shape,
+    to_layout,
+)
+from toolchain.graph.reference import run_node
+
+
+def _conv(b, x, cin, cout, name, group=1, k=3):
+    return b.op("Conv", [x, b.weight(f"{name}.w", (cout, cin // group, k, k)),
+                         b.weight(f"{name}.b", (cout,))],
+                {"pads": (k // 2,) * 4, "group": group}, name=name)
+
+
+def _transforms(g):
+    return [(n.attrs["src_layout"], n.attrs["dst_layout"]) for n in g.nodes
+            if n.op == "LayoutTransform"]
+
+
+def test_conv_relu_conv_needs_transforms_only_at_the_borders():
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 8, 8))
+    h = b.op("Relu", [_conv(b, x, 3, 16, "c1")], name="relu")
+    y = _conv(b, h, 16, 16, "c2")
+    g = b.graph([y])
+    out = transform_layout(g, "nchw8c")
+    assert ops(out) == ["LayoutTransform", "LayoutConv", "Relu", "LayoutConv", "LayoutTransform"]
+    assert _transforms(out) == [("NCHW", "NCHW3c"), ("NCHW8c", "NCHW")]
+    assert out.nodes[2].outputs[0].shape == (1, 2, 8, 8, 8)  # relu runs blocked
+    assert out.inputs == g.inputs and out.outputs[0] is y  # external layout kept
+    assert_same_results(g, out)
+
+
+def test_weights_are_pretransformed_constants_not_runtime_transforms():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 6, 6))
+    y = _conv(b, x, 8, 16, "conv")
+    g = b.graph([y])
+    for target, k_layout, shape in (("nchw8c", "OIHW8i8o", (2, 1, 3, 3, 8, 8)),
+                                    ("nhwc", "OHWI", (16, 3, 3, 8))):
+        out = transform_layout(g, target)
+        conv = next(n for n in out.nodes if n.op == "LayoutConv")
+        w = conv.inputs[1]
+        assert conv.attrs["kernel_layout"] == k_layout
+        assert w.is_constant and w.shape == shape
+        np.testing.assert_array_equal(w.data, kernel_to_layout(g.nodes[0].inputs[1].data,
+                                                               k_layout))
+        assert not any(n.op == "LayoutTransform" and n.inputs[0].is_constant
+                       for n in out.nodes)
+        assert_same_results(g, out)
+
+
+def test_one_transform_per_value_and_layout_however_many_consumers():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    c = _conv(b, x, 8, 8, "conv")
+    f1 = b.op("Flatten", [c], name="f1")  # NCHW-only consumers
+    f2 = b.op("ReduceMean", [c, b.const("ax", np.array([2, 3], np.int64))], name="mean")
+    c2 = _conv(b, c, 8, 8, "conv2")  # a consumer that agrees with the producer
+    g = b.graph([f1, f2, c2])
+    out = transform_layout(g, "nchw8c")
+    assert _transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW"), ("NCHW8c", "NCHW")]
+    back = [n for n in out.nodes if n.op == "LayoutTransform"][1]
+    assert back.outputs[0] is c  # the NCHW form of c keeps its name and is shared
+    assert out.node("conv2").inputs[0] is out.node("conv").outputs[0]
+    assert_same_results(g, out)
+
+
+def test_elementwise_follows_its_inputs_and_constants_are_rewritten():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    c = _conv(b, x, 8, 16, "conv")
+    s = b.op("Mul", [c, b.weight("scale", (16, 1, 1))], name="mul")
+    p = b.op("Add", [s, b.weight("row", (4,))], name="add")  # broadcasts over N, C, H
+    y = b.op("Clip", [p, b.const("lo", np.float32(0)), b.const("hi", np.float32(6))],
+             name="clip")
+    g = b.graph([y])
+    out = transform_layout(g, "nchw8c")
+    assert ops(out) == ["LayoutTransform", "LayoutConv", "Mul", "Add", "Clip",
+                        "LayoutTransform"]
+    assert out.node("mul").inputs[1].shape == (1, 2, 1, 1, 8)
+    assert out.node("add").inputs[1].shape == (1, 1, 1, 4, 1)
+    assert out.node("clip").inputs[1].shape == ()
+    assert_same_results(g, out)
+
+
+def test_elementwise_on_model_layout_inputs_stays_nchw():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    y = b.op("Relu", [b.op("Neg", [x])])
+    g = b.graph([y])
+    assert ops(transform_layout(g, "nchw8c")) == ["Neg", "Relu"]
+
+
+def test_mixed_layout_elementwise_converts_the_model_layout_operand():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    c = _conv(b, x, 8, 8, "conv")
+    y = b.op("Add", [x, c], name="add")  # x is NCHW, c is blocked
+    g = b.graph([y])
+    out = transform_layout(g, "nchw4c")
+    assert _transforms(out) == [("NCHW", "NCHW4c"), ("NCHW4c", "NCHW")]
+    assert out.node("add").inputs[0] is out.node("conv").inputs[0]  # shared transform
+    assert_same_results(g, out)
+
+
+def test_depthwise_conv_and_pools_run_blocked():
+    b = GraphBuilder()
+    x = b.input("x", (1, 12, 9, 9))
+    d = _conv(b, x, 12, 12, "dw", group=12)
+    m = b.op("MaxPool", [d], {"kernel_shape": (3, 3), "strides": (2, 2)}, name="pool")
+    a = b.op("AveragePool", [m], {"kernel_shape": (2, 2), "pads": (1, 1, 0, 0),
+                                  "count_include_pad": 0}, name="avg")
+    y = b.op("GlobalAveragePool", [a], name="gap")
+    g = b.graph([y])
+    out = transform_layout(g, "nchw8c")  # 12 channels: block 6 (largest divisor <= 8)
+    assert ops(out) == ["LayoutTransform", "LayoutConv", "LayoutPool", "LayoutPool",
+                        "LayoutPool", "LayoutTransform"]
+    assert out.node("dw").attrs["kernel_layout"] == "OIHW1i6o"
+    assert _transforms(out) == [("NCHW", "NCHW6c"), ("NCHW6c", "NCHW")]
+    assert_same_results(g, out)
+
+
+def test_nhwc_target_for_cortex_m():
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 8, 8))
+    h = b.op("Relu", [_conv(b, x, 3, 8, "c1")], name="relu")
+    y = b.op("Flatten", [_conv(b, h, 8, 4, "c2")], name="flat")
+    g = b.graph([y])
+    out = transform_layout(g, "nhwc")
+    assert _transforms(out) == [("NCHW", "NHWC"), ("NHWC", "NCHW")]
+    assert out.node("relu").outputs[0].shape == (1, 8, 8, 8)
+    assert_same_results(g, out)
+
+
+def test_generic_c_target_keeps_the_graph():
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 8, 8))
+    g = b.graph([_conv(b, x, 3, 8, "c")])
+    assert transform_layout(g, "nchw") is g
+
+
+def test_grouped_and_non_2d_convs_keep_nchw():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 6, 6))
+    y = _conv(b, x, 8, 8, "grouped", group=2)
+    z = b.input("z", (1, 4, 10))
+    c1 = b.op("Conv", [z, b.weight("w1", (4, 4, 3))], name="conv1d")
+    g = b.graph([y, c1])
+    out = transform_layout(g, "nchw8c")
+    assert ops(out) == ["Conv", "Conv"]
+
+
+def test_bad_target_layout_is_an_option_error():
+    with pytest.raises(OptionError, match="'nwhc' is not one of nchw, nhwc, nchwc"):
+        parse_layout_target("nwhc")
+    assert parse_layout_target("NCHWc").block == 8
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC", "NCHW1c", "NCHW2c", "NCHW6c"])
+def test_layout_round_trips(layout):
+    x = np.random.default_rng(0).standard_normal((2, 6, 3, 5)).astype(np.float32)
+    y = to_layout(x, layout)
+    assert y.shape == layout_shape(x.shape, layout)
+    np.testing.assert_array_equal(from_layout(y, layout), x)
+    if layout.startswith("NCHW") and layout[4:]:
+        b = int(layout[4:-1])
+        assert y[1, 5 // b, 2, 4, 5 % b] == x[1, 5, 2, 4]
+
+
+@pytest.mark.parametrize("layout", ["OIHW", "OHWI", "OIHW3i2o", "OIHW1i6o"])
+def test_kernel_layout_round_trips(layout):
+    w = np.random.default_rng(1).standard_normal((6, 3, 2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(kernel_from_layout(kernel_to_layout(w, layout), layout), w)
+
+
+def test_layout_transform_op_between_two_blocked_layouts():
+    from toolchain.graph.ir import Node, Value
+
+    x = np.random.default_rng(2).standard_normal((1, 8, 2, 2)).astype(np.float32)
+    src = Value("a", layout_shape(x.shape, "NCHW4c"), "float32")
+    dst = Value("b", layout_shape(x.shape, "NCHW2c"), "float32")
+    node = Node("LayoutTransform", "t", [src], [dst],
+                {"src_layout": "NCHW4c", "dst_layout": "NCHW2c"})
+    (got,) = run_node(node, [to_layout(x, "NCHW4c")])
+    np.testing.assert_array_equal(got, to_layout(x, "NCHW2c"))

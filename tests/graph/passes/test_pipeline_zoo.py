@@ -1,0 +1,65 @@
+"""The pipeline end to end: every zoo model gives the same results before and after all
+passes, in every target layout; the pipeline dumps the graph after each pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.graph.passes.helpers import GraphBuilder, assert_same_results, zoo_graph
+from tests.models.zoo import ZOO
+from toolchain.errors import OptionError
+from toolchain.graph.passes import DEFAULT_PASSES, run_pipeline
+
+FAST = [name for name, spec in ZOO.items() if not spec.slow]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nchw8c", "nhwc"])
+@pytest.mark.parametrize("model", FAST)
+def test_zoo_model_is_unchanged_by_the_pipeline(model, layout):
+    graph, inputs = zoo_graph(model)
+    fused = run_pipeline(graph, target_layout=layout)
+    assert all(n.op == "Fused" for n in fused.nodes)
+    assert len(fused.nodes) < len(graph.nodes)
+    assert_same_results(graph, fused, inputs)
+
+
+@pytest.mark.slow
+def test_resnet18_once():
+    graph, inputs = zoo_graph("resnet18")
+    fused = run_pipeline(graph, target_layout="nchw16c")
+    # 20 convs (BN folded; the add + relu of each block fused in), the pool, the dense,
+    # flatten, and the input transform
+    assert sum(n.attrs["pattern"] == "complex-out-fusable" for n in fused.nodes) == 23
+    assert_same_results(graph, fused, inputs)
+
+
+def test_dump_dir_gets_the_graph_after_each_pass(tmp_path):
+    graph, _ = zoo_graph("lenet5")
+    run_pipeline(graph, target_layout="nchw8c", dump_dir=tmp_path / "ir")
+    files = sorted(p.name for p in (tmp_path / "ir").iterdir())
+    assert files == ["00_input.txt"] + [f"{i:02d}_{p}.txt"
+                                        for i, p in enumerate(DEFAULT_PASSES, start=1)]
+    assert "BatchNormalization" not in (tmp_path / "ir" / "03_fold_affine.txt").read_text()
+    layout = (tmp_path / "ir" / "05_transform_layout.txt").read_text()
+    assert "LayoutConv" in layout and "Fused" not in layout
+    fused = (tmp_path / "ir" / "06_fuse.txt").read_text()
+    assert "kernel fused_conv2d_relu_1 (complex-out-fusable):" in fused
+
+
+def test_pass_selection_and_unknown_pass():
+    b = GraphBuilder()
+    x = b.input("x", (2,))
+    y = b.op("Relu", [b.op("Identity", [x])])
+    g = b.graph([y])
+    assert [n.op for n in run_pipeline(g, passes=["simplify"]).nodes] == ["Relu"]
+    assert [n.op for n in run_pipeline(g, passes=[lambda g: g]).nodes] == ["Identity", "Relu"]
+    with pytest.raises(OptionError, match="unknown graph pass 'fold'; the passes are: "
+                                          "constant_fold, simplify"):
+        run_pipeline(g, passes=["fold"])
+
+
+def test_passes_do_not_modify_their_input():
+    graph, inputs = zoo_graph("ds_cnn")
+    before = str(graph)
+    run_pipeline(graph, target_layout="nhwc")
+    assert str(graph) == before
