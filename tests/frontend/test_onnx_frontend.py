@@ -387,3 +387,13 @@ def test_torch_style_expand_and_slice_chains_fold():
     assert g.nodes[0].inputs[1].data.tolist() == [4, 2, 3]
     assert g.nodes[1].inputs[1].data.tolist() == [4, -1]
     _matches_ort(model, {"x": _rand(2, 1)})
+
+
+def test_sparse_initializers_are_refused_by_name():
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F, [4])],
+                       [("y", F, [4])])
+    values = helper.make_tensor("w", F, [1], [2.0])
+    indices = helper.make_tensor("w_idx", I64, [1], [1])
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4]))
+    with pytest.raises(UnsupportedError, match=r"sparse initializer 'w' is not supported"):
+        from_onnx(model)

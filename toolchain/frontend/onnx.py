@@ -292,6 +292,8 @@ def _sort_nodes(proto: onnx.ModelProto, label: str) -> None:
 
     for init in proto.graph.initializer:
         value(init.name, const=True)
+    for sparse in proto.graph.sparse_initializer:  # refused later, by _validate
+        value(sparse.values.name, const=True)
     inputs = [value(i.name) for i in proto.graph.input if i.name not in placeholders]
     names = node_names(proto)
     nodes = []
@@ -579,7 +581,10 @@ def _node_problems(raw: RawNode) -> list[str]:
 def _validate(proto: onnx.ModelProto, raw_nodes: list[RawNode],
               constants: dict[str, np.ndarray | str], label: str) -> None:
     """Raise one UnsupportedError listing every unsupported op, attribute and dtype."""
-    lines: list[str] = []
+    lines: list[str] = [
+        f"sparse initializer {sparse.values.name!r} is not supported; store it as a dense "
+        "initializer (onnx.numpy_helper.from_array of the dense array)"
+        for sparse in proto.graph.sparse_initializer]
     for name, value in constants.items():
         if isinstance(value, str):
             lines.append(f"initializer {name!r}: dtype {value} is not supported by Kiln")
