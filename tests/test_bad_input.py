@@ -52,7 +52,7 @@ def test_not_onnx(tmp_path, capsys):
     path.write_text("this is a text file, not a model\n" * 20)
     rc, err = kiln(capsys, "inspect", path)
     assert rc == 2
-    assert f"{path}: not an ONNX model" in err
+    assert f"{path}: not an ONNX model" in err and "it is a text file" in err
 
 
 def test_truncated_protobuf(tmp_path, capsys):

@@ -397,3 +397,15 @@ def test_sparse_initializers_are_refused_by_name():
     model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4]))
     with pytest.raises(UnsupportedError, match=r"sparse initializer 'w' is not supported"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize(("content", "hint"), [
+    (b"PK\x03\x04" + b"\x00" * 40, "it is a zip archive"),
+    (b"\x1c\x00\x00\x00TFL3" + b"\x00" * 40, "it is a TensorFlow Lite model"),
+    (b"<\n  ir_version: 8,\n  opset_import: [\"\" : 17]\n>\n", "it is ONNX text format"),
+])
+def test_not_onnx_says_what_the_file_looks_like(tmp_path, content, hint):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=f"{path}: not an ONNX model.*{hint}"):
+        from_onnx(path)

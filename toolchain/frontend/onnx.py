@@ -165,8 +165,8 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
                 "Copy or export the model again."
             ) from None
         raise ModelError(
-            f"{label}: not an ONNX model (the file is not an ONNX protobuf: {exc}); "
-            "Kiln reads binary .onnx files"
+            f"{label}: not an ONNX model (the file is not an ONNX protobuf: {exc}"
+            f"{_format_hint(data)}); Kiln reads binary .onnx files"
         ) from None
     if proto.ir_version <= 0 or not proto.HasField("graph"):
         raise ModelError(
@@ -174,6 +174,25 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
             "Kiln reads binary .onnx files"
         )
     return proto
+
+
+def _format_hint(data: bytes) -> str:
+    """What a non-ONNX file looks like, for the message (empty when unknown)."""
+    if data[:4] == b"PK\x03\x04":
+        return ("; it is a zip archive, e.g. a PyTorch checkpoint or a numpy .npz: export "
+                "the model with torch.onnx.export first")
+    if data[4:8] == b"TFL3":
+        return "; it is a TensorFlow Lite model: convert it with tf2onnx first"
+    head = data[:512]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+    if text.lstrip().startswith(("<", "ir_version")):
+        return "; it is ONNX text format: save the model in binary (onnx.save)"
+    if text.isprintable() or all(c.isprintable() or c.isspace() for c in text):
+        return "; it is a text file"
+    return ""
 
 
 # -- 2. opset -------------------------------------------------------------------------------
