@@ -46,14 +46,26 @@ print(json.dumps(best))
 
 
 def matmul_schedule(n: int, mr: int = 8, nr: int = 32, vec: int = 16,
-                    parallel: bool = False) -> Schedule:
-    """The default CPU matmul schedule: packed B, ``mr x nr`` register tile, vector ``vec``."""
+                    parallel: bool = False, pack_a: bool = False) -> Schedule:
+    """The default CPU matmul schedule: packed B, ``mr x nr`` register tile, vector ``vec``.
+
+    ``pack_a`` also packs A into ``[M/mr][K][mr]`` panels so the micro-kernel's broadcasts
+    read consecutive addresses.
+    """
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
     k = te.reduce_axis((0, n), name="k")
     packed = te.compute((n // nr, n, nr), lambda x, y, z: B[y, x * nr + z], name="packedB")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * packed[j // nr, k, j % nr], axis=k),
-                   name="C")
+    if pack_a:
+        pa = te.compute((n // mr, n, mr), lambda x, y, z: A[x * mr + z, y], name="packedA")
+
+        def a_at(i, kk):
+            return pa[i // mr, kk, i % mr]
+    else:
+        def a_at(i, kk):
+            return A[i, kk]
+    C = te.compute((n, n), lambda i, j: te.sum(a_at(i, k) * packed[j // nr, k, j % nr],
+                                               axis=k), name="C")
     sch = Schedule(te.create_prim_func([A, B, C]))
     c = sch.get_block("C")
     i, j, kk = sch.get_loops(c)
@@ -109,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nr", type=int, default=32, help="columns of the register tile")
     p.add_argument("--repeat", type=int, default=10, help="timed runs per round")
     p.add_argument("--rounds", type=int, default=3, help="alternating kiln/numpy rounds")
+    p.add_argument("--pack-a", action="store_true", help="also pack A into panels")
     p.add_argument("--show-source", action="store_true", help="print the generated C")
     args = p.parse_args(argv)
     n = args.size
     if n % args.mr or n % args.nr:
         p.error(f"--size {n} must be a multiple of --mr {args.mr} and --nr {args.nr}")
-    mod = build(matmul_schedule(n, args.mr, args.nr), name=f"matmul_{args.mr}x{args.nr}")
+    mod = build(matmul_schedule(n, args.mr, args.nr, pack_a=args.pack_a),
+                name=f"matmul_{args.mr}x{args.nr}{'_pa' if args.pack_a else ''}")
     if args.show_source:
         print(mod.get_source())
     kiln = numpy = float("inf")

@@ -16,10 +16,42 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from toolchain.codegen.cstyle import CStyleRenderer
+import jinja2
+
+from toolchain.codegen.cstyle import TEMPLATES, CStyleRenderer, sanitize
+from toolchain.errors import UnsupportedError
+from toolchain.tir import ir
 
 
 class CRenderer(CStyleRenderer):
     """The host C dialect (GCC/Clang)."""
 
     dialect: ClassVar[str] = "c"
+
+
+def render_standalone_main(func: ir.PrimFunc, kernel_source: str, entry: str) -> str:
+    """A C program that loads every array argument from a file, calls ``entry`` and
+    writes every array back (for sanitizer runs and debugging without Python).
+
+    Only constant shapes and no scalar parameters are supported.
+    """
+    arrays, call_args = [], []
+    renderer = CRenderer()
+    for p in func.params:
+        if not isinstance(p, ir.Buffer):
+            raise UnsupportedError(f"standalone driver: scalar parameter {p.name!r} is not "
+                                   "supported; make it a constant")
+        count = 1
+        for d in p.shape:
+            if not isinstance(d, ir.IntImm):
+                raise UnsupportedError(f"standalone driver: {p.name} has a symbolic shape "
+                                       f"{tuple(str(s) for s in p.shape)}")
+            count *= d.value
+        name = "arg_" + sanitize(p.name)
+        arrays.append({"name": name, "ctype": renderer.ctype(p.dtype), "count": count})
+        call_args.append(name)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template("c/standalone_main.c.j2").render(
+        entry=entry, kernel_source=kernel_source, arrays=arrays, call_args=call_args)
