@@ -9,7 +9,8 @@ import pytest
 
 MODULES = [
     "toolchain.te", "toolchain.te.tensor", "toolchain.te.math", "toolchain.te.create",
-    "toolchain.tir.ir", "toolchain.tir.functor", "toolchain.tir.printer", "toolchain.tir.arith",
+    "toolchain.tir.ir", "toolchain.tir.dtype", "toolchain.tir.structural",
+    "toolchain.tir.functor", "toolchain.tir.printer", "toolchain.tir.arith",
     "toolchain.tir.analysis", "toolchain.tir.interpreter", "toolchain.tir.schedule",
     "toolchain.tir.schedule.schedule", "toolchain.tir.schedule.trace", "toolchain.target",
 ]

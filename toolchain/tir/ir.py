@@ -60,58 +60,18 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-# --------------------------------------------------------------------------------------
-# dtypes
-
-
-def lanes_of(dtype: str) -> int:
-    """Number of vector lanes of a dtype string (``"float32x8"`` -> 8, ``"int32"`` -> 1)."""
-    if "x" in dtype:
-        base, _, n = dtype.rpartition("x")
-        if n.isdigit() and base:
-            return int(n)
-    return 1
-
-
-def element_of(dtype: str) -> str:
-    """Scalar dtype of a (vector) dtype (``"float32x8"`` -> ``"float32"``)."""
-    return dtype.rpartition("x")[0] if lanes_of(dtype) > 1 else dtype
-
-
-def with_lanes(dtype: str, lanes: int) -> str:
-    """The dtype with ``lanes`` lanes (``with_lanes("float32", 4)`` -> ``"float32x4"``)."""
-    base = element_of(dtype)
-    return base if lanes == 1 else f"{base}x{lanes}"
-
-
-def is_float(dtype: str) -> bool:
-    """True for float dtypes (scalar or vector)."""
-    return element_of(dtype).startswith(("float", "bfloat"))
-
-
-def is_int(dtype: str) -> bool:
-    """True for signed/unsigned integer dtypes (not bool)."""
-    return element_of(dtype).startswith(("int", "uint"))
-
-
-def is_bool(dtype: str) -> bool:
-    """True for ``bool`` (scalar or vector)."""
-    return element_of(dtype) == "bool"
-
-
-def bits_of(dtype: str) -> int:
-    """Bit width of the element type (``bool`` counts as 8, ``handle`` as 64)."""
-    e = element_of(dtype)
-    if e in ("bool",):
-        return 8
-    if e == "handle":
-        return 64
-    digits = "".join(ch for ch in e if ch.isdigit())
-    return int(digits) if digits else 32
-
+from toolchain.tir.dtype import (  # noqa: F401 - re-exported as part of the IR API
+    bits_of,
+    element_of,
+    is_bool,
+    is_float,
+    is_int,
+    lanes_of,
+    with_lanes,
+)
 
 # --------------------------------------------------------------------------------------
 # expressions
@@ -836,42 +796,4 @@ def const_int(e: PrimExpr) -> int | None:
     return e.value if isinstance(e, IntImm) else None
 
 
-def structural_equal(a: Any, b: Any, map_free_vars: bool = False) -> bool:
-    """Structural equality of two IR trees (Vars and Buffers by identity).
-
-    With ``map_free_vars`` Vars/Buffers are matched up consistently instead (so two
-    independently built but identical functions compare equal).
-    """
-    return _StructEq(map_free_vars).eq(a, b)
-
-
-class _StructEq:
-    def __init__(self, map_free: bool) -> None:
-        self.map_free = map_free
-        self.vmap: dict[int, Any] = {}
-
-    def eq(self, a: Any, b: Any) -> bool:
-        if a is b:
-            return True
-        if isinstance(a, (Var, Buffer)) or isinstance(b, (Var, Buffer)):
-            if not self.map_free or type(a) is not type(b):
-                return False
-            if id(a) in self.vmap:
-                return self.vmap[id(a)] is b
-            if isinstance(a, Var) and a.dtype != b.dtype:
-                return False
-            if isinstance(a, Buffer) and not (
-                a.dtype == b.dtype and a.scope == b.scope and self.eq(a.shape, b.shape)
-            ):
-                return False
-            self.vmap[id(a)] = b
-            return True
-        if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-            return len(a) == len(b) and all(self.eq(x, y) for x, y in zip(a, b, strict=False))
-        if isinstance(a, dict) and isinstance(b, dict):
-            return a.keys() == b.keys() and all(self.eq(a[k], b[k]) for k in a)
-        if isinstance(a, Node):
-            if type(a) is not type(b):
-                return False
-            return all(self.eq(getattr(a, f.name), getattr(b, f.name)) for f in fields(a))
-        return bool(a == b)
+from toolchain.tir.structural import structural_equal  # noqa: E402,F401 - re-exported

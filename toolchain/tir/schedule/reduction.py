@@ -121,6 +121,48 @@ def _split_update(blk: ir.Block) -> tuple[type, ir.BufferStore, ir.PrimExpr]:
                         "C[...] = C[...] (+|*|max|min) expr")
 
 
+def _writeback(blk: ir.Block, spatial: list[ir.IterVar], store: ir.BufferStore, comb: type,
+               rf_buf: ir.Buffer, factor_axis: int, extent: ir.PrimExpr,
+               rf_name: str) -> ir.Stmt:
+    """The nest that reduces ``rf_buf`` over its factor axis into the original output."""
+    out = store.buffer
+    wb_sp = {iv.var: ir.Var(iv.var.name) for iv in spatial}
+    vr = ir.Var(rf_name)
+    wb_ivs = tuple(ir.IterVar(wb_sp[iv.var], iv.dom, "spatial") for iv in spatial) + (
+        ir.IterVar(vr, ir.Range(0, extent), "reduce"),)
+    out_idx = tuple(substitute(i, wb_sp) for i in store.indices)
+    wb_rf_idx = list(out_idx)
+    wb_rf_idx.insert(factor_axis, vr)
+    wb_store = ir.BufferStore(out, comb(ir.BufferLoad(out, out_idx),
+                                        ir.BufferLoad(rf_buf, tuple(wb_rf_idx))), out_idx)
+    wb_blk = refresh_regions(ir.Block(blk.name_hint, wb_ivs, (), (), wb_store,
+                                      substitute(blk.init, wb_sp)))
+    loops = [(ir.Var(f"ax{k}"), iv.dom.extent) for k, iv in enumerate(wb_ivs)]
+    values = tuple(lv if ir.is_const_int(iv.dom.min, 0) else lv + iv.dom.min
+                   for (lv, _), iv in zip(loops, wb_ivs, strict=True))
+    return st.make_loop_nest(loops, ir.BlockRealize(values, ir.IntImm(1, "bool"), wb_blk))
+
+
+def _check_rfactor_loops(f: ir.For, blk: ir.Block, spat: list, red: list,
+                         bpath: tuple[ir.Stmt, ...]) -> list[ir.For]:
+    """Validate the loop to factor; return the loops that feed reduce vars."""
+    if any(f.loop_var in free_vars(v) for _, v in spat) or not any(
+            f.loop_var in free_vars(v) for _, v in red):
+        raise ScheduleError(f"rfactor: loop {f.loop_var.name} must feed only reduce vars of "
+                            f"block {blk.name_hint!r}; split the reduction loop and rfactor "
+                            "one of its parts")
+    red_vars = set(free_vars([v for _, v in red]))
+    red_loops = [n for n in bpath if isinstance(n, ir.For) and n.loop_var in red_vars]
+    sp_vars = set(free_vars([v for _, v in spat]))
+    for n in red_loops:
+        if n.loop_var in sp_vars:
+            raise ScheduleError(
+                f"rfactor: loop {n.loop_var.name} of block {blk.name_hint!r} feeds both "
+                "spatial and reduce vars (it was fused across kinds); rfactor needs each loop "
+                "to be either spatial or reduction")
+    return red_loops
+
+
 def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     """Factor a reduction over ``loop`` into a partial-result buffer, then reduce it.
 
@@ -169,25 +211,10 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
            if iv.iter_type == "reduce"]
     spat = [(iv, v) for iv, v in zip(blk.iter_vars, r.iter_values, strict=True)
             if iv.iter_type == "spatial"]
-    if any(f.loop_var in free_vars(v) for _, v in spat) or not any(
-            f.loop_var in free_vars(v) for _, v in red):
-        raise ScheduleError(f"rfactor: loop {f.loop_var.name} must feed only reduce vars of "
-                            f"block {blk.name_hint!r}; split the reduction loop and rfactor "
-                            "one of its parts")
+    red_loops = _check_rfactor_loops(f, blk, spat, red, bpath)
     out = store.buffer
     if not 0 <= factor_axis <= out.ndim:
         raise ScheduleError(f"rfactor: factor_axis {factor_axis} out of range 0..{out.ndim}")
-    red_vars = set()
-    for _, v in red:
-        red_vars.update(free_vars(v))
-    red_loops = [n for n in bpath if isinstance(n, ir.For) and n.loop_var in red_vars]
-    sp_vars = set(free_vars([v for _, v in spat]))
-    for n in red_loops:
-        if n.loop_var in sp_vars:
-            raise ScheduleError(
-                f"rfactor: loop {n.loop_var.name} of block {blk.name_hint!r} feeds both "
-                "spatial and reduce vars (it was fused across kinds); rfactor needs each loop "
-                "to be either spatial or reduction")
     new_bv = {n.loop_var: ir.Var(f"v{n.loop_var.name}") for n in red_loops}
     rf_ivs = [iv for iv, _ in spat] + [
         ir.IterVar(new_bv[n.loop_var], ir.Range(n.min, n.extent),
@@ -209,24 +236,8 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     rf_blk = refresh_regions(ir.Block(rf_name, tuple(rf_ivs), (), (), rf_store,
                                       ir.BufferStore(rf_buf, init_val, tuple(rf_idx))))
     rf_realize = ir.BlockRealize(tuple(rf_vals), r.predicate, rf_blk)
-    # write-back block: reduce the partial results
-    wb_sp = {iv.var: ir.Var(iv.var.name) for iv, _ in spat}
-    vr = ir.Var(vrf.name)
-    wb_ivs = tuple(ir.IterVar(wb_sp[iv.var], iv.dom, "spatial") for iv, _ in spat) + (
-        ir.IterVar(vr, ir.Range(0, f.extent), "reduce"),)
-    out_idx = tuple(substitute(i, wb_sp) for i in store.indices)
-    wb_rf_idx = list(out_idx)
-    wb_rf_idx.insert(factor_axis, vr)
-    wb_store = ir.BufferStore(out, comb(ir.BufferLoad(out, out_idx),
-                                        ir.BufferLoad(rf_buf, tuple(wb_rf_idx))), out_idx)
-    wb_blk = refresh_regions(ir.Block(blk.name_hint, wb_ivs, (), (), wb_store,
-                                      substitute(blk.init, wb_sp)))
-    loops = [(ir.Var(f"ax{k}"), iv.dom.extent) for k, iv in enumerate(wb_ivs)]
-    wb_realize = ir.BlockRealize(tuple(lv + iv.dom.min if not ir.is_const_int(iv.dom.min, 0)
-                                       else lv for (lv, _), iv in zip(loops, wb_ivs,
-                                                                     strict=True)),
-                                 ir.IntImm(1, "bool"), wb_blk)
-    wb_nest = st.make_loop_nest(loops, wb_realize)
+    wb_nest = _writeback(blk, [iv for iv, _ in spat], store, comb, rf_buf, factor_axis,
+                         f.extent, vrf.name)
     from toolchain.tir.schedule.cache import _insert_root, _top_of, check_no_reader_in_nest
 
     check_no_reader_in_nest(sch._func, r, out, "rfactor")
