@@ -118,7 +118,7 @@ class MemoryPlan:
                 name = root[name]
             return name
 
-        items = sorted(self.tensors, key=lambda t: t.offset)
+        items = sorted((t for t in self.tensors if t.size > 0), key=lambda t: t.offset)
         for i, s in enumerate(items):
             for t in items[i + 1:]:
                 if t.offset >= s.offset + s.size:
