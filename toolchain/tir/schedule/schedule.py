@@ -265,6 +265,32 @@ class Schedule:
             node = self._block(parent)[0].block.body
         return [BlockRV(r.block.name_hint) for r, _ in st.blocks_under(node)]
 
+    @_primitive
+    def get_producers(self, block: BlockRV) -> list[BlockRV]:
+        """Blocks that write a buffer ``block`` reads (program order)."""
+        from toolchain.tir.schedule.compute_location import _writers
+
+        r, _ = self._block(block)
+        out: list[str] = []
+        for rd in r.block.reads:
+            for w, _ in _writers(self._func, rd.buffer, r.block):
+                if w.block.name_hint not in out:
+                    out.append(w.block.name_hint)
+        return [BlockRV(n) for n in out]
+
+    @_primitive
+    def get_consumers(self, block: BlockRV) -> list[BlockRV]:
+        """Blocks that read a buffer ``block`` writes (program order)."""
+        from toolchain.tir.schedule.compute_location import _readers
+
+        r, _ = self._block(block)
+        out: list[str] = []
+        for w in r.block.writes:
+            for rd, _ in _readers(self._func, w.buffer, r.block):
+                if rd.block.name_hint not in out:
+                    out.append(rd.block.name_hint)
+        return [BlockRV(n) for n in out]
+
     def get(self, rv: BlockRV | LoopRV) -> ir.Stmt:
         """The IR node a handle refers to now (a ``Block`` or a ``For``)."""
         if isinstance(rv, LoopRV):

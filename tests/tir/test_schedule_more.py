@@ -1,0 +1,128 @@
+"""More primitive cases: stencils, producers/consumers, successful tensorize, GPU tiles."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tests.tir import workloads as W
+from toolchain import te
+from toolchain.tir import ir
+from toolchain.tir.interpreter import run
+from toolchain.tir.schedule import Schedule, TensorIntrin
+from toolchain.tir.schedule import state as st
+
+
+def test_compute_at_stencil_covers_the_union_of_reads() -> None:
+    A = te.placeholder((18,), name="A")
+    B = te.compute((18,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((16,), lambda i: B[i] + B[i + 2], name="C")
+    sch = Schedule(te.create_prim_func([A, C]))
+    (i,) = sch.get_loops(sch.get_block("C"))
+    i0, _ = sch.split(i, [None, 4])
+    sch.compute_at(sch.get_block("B"), i0)
+    text = str(sch.mod)
+    assert "for ax0 in range(6):" in text and "vi = T.axis.spatial(18, i_0 * 4 + ax0)" in text
+    a, c = np.arange(18, dtype="float32"), np.zeros(16, "float32")
+    run(sch.mod, a, c)
+    np.testing.assert_allclose(c, a[:16] * 2 + a[2:] * 2)
+
+
+def test_producers_and_consumers() -> None:
+    sch = Schedule(W.matmul_relu()[0])
+    c, d = sch.get_block("C"), sch.get_block("D")
+    assert sch.get_consumers(c) == [d] and sch.get_producers(d) == [c]
+    assert sch.get_producers(c) == [] and sch.get_consumers(d) == []
+
+
+def _mma_pair(n: int = 4) -> tuple[ir.PrimFunc, ir.PrimFunc]:
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    f = te.create_prim_func([A, B, C])
+    (r,) = [x for x in st.all_blocks(f) if x.block.name_hint == "C"]
+    desc = st.replace_block(f, r.block, dataclasses.replace(r.block, init=None))
+    a, b, c = desc.buffers
+    ptr = [ir.Call("handle", "tir.address_of", [x[0, 0]]) for x in (a, b, c)]
+    impl = ir.PrimFunc((a, b, c), ir.Evaluate(ir.Call("int32", "mma4x4x4", ptr)))
+    return desc, impl
+
+
+def _tiled(sch: Schedule) -> object:
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 4])
+    ko, ki = sch.split(k, [None, 4])
+    sch.reorder(io, jo, ko, ii, ji, ki)
+    sch.decompose_reduction(c, ko)
+    return ii
+
+
+def test_tensorize_with_loop_implementation_runs() -> None:
+    desc, _ = _mma_pair()
+    TensorIntrin.register("test_mma_loops", desc, desc, override=True)
+    wl = W.matmul(8, 8, 8)
+    sch = Schedule(wl[0])
+    sch.tensorize(_tiled(sch), "test_mma_loops")
+    text = str(sch.mod)
+    assert "T.block_attr({'tensorized': 'test_mma_loops'})" in text
+    assert "T.writes(C[i_0 * 4:i_0 * 4 + 4, j_0 * 4:j_0 * 4 + 4])" in text
+    W.check(sch.mod, wl)
+
+
+def test_tensorize_with_extern_call_runs() -> None:
+    desc, impl = _mma_pair()
+    TensorIntrin.register("test_mma_extern", desc, impl, override=True)
+    wl = W.matmul(8, 8, 8)
+    sch = Schedule(wl[0])
+    sch.tensorize(_tiled(sch), "test_mma_extern")
+    assert ('T.call_extern("int32", "mma4x4x4", T.address_of(A[i_0 * 4, k_0 * 4]), '
+            'T.address_of(B[k_0 * 4, j_0 * 4]), T.address_of(C[i_0 * 4, j_0 * 4]))'
+            in str(sch.mod))
+
+    def mma(a: object, b: object, c: object) -> int:
+        (ai, ak), (bk, bj), (ci, cj) = a.index, b.index, c.index
+        c.array[ci:ci + 4, cj:cj + 4] += a.array[ai:ai + 4, ak:ak + 4] @ \
+            b.array[bk:bk + 4, bj:bj + 4]
+        return 0
+
+    args = wl[1]()
+    run(sch.mod, *args, externs={"mma4x4x4": mma})
+    np.testing.assert_allclose(args[2], args[0] @ args[1], rtol=1e-5, atol=1e-5)
+
+
+def test_register_refuses_mismatched_buffers() -> None:
+    desc, _ = _mma_pair(4)
+    other, _ = _mma_pair(8)
+    import pytest
+
+    from toolchain.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="desc buffers .* and impl buffers .* must match"):
+        TensorIntrin.register("test_bad", desc, other)
+
+
+def test_gpu_tiled_matmul_with_shared_memory_runs() -> None:
+    wl = W.matmul(32, 32, 32)
+    sch = Schedule(wl[0], target="cuda-sm80")
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    bx, tx = sch.split(i, [None, 8])
+    by, ty = sch.split(j, [None, 8])
+    ko, ki = sch.split(k, [None, 8])
+    sch.reorder(bx, by, ko, tx, ty, ki)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(by, "blockIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    a_sh = sch.cache_read(c, "A", "shared")
+    b_sh = sch.cache_read(c, "B", "shared")
+    sch.compute_at(a_sh, ko)
+    sch.compute_at(b_sh, ko)
+    text = str(sch.mod)
+    assert "for ax0, ax1 in T.grid(8, 8):" in text
+    sch.verify()
+    W.check(sch.mod, wl)
