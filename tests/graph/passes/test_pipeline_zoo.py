@@ -42,7 +42,7 @@ def test_dump_dir_gets_the_graph_after_each_pass(tmp_path):
     assert "BatchNormalization" not in (tmp_path / "ir" / "03_fold_affine.txt").read_text()
     layout = (tmp_path / "ir" / "05_transform_layout.txt").read_text()
     assert "LayoutConv" in layout and "Fused" not in layout
-    fused = (tmp_path / "ir" / "06_fuse.txt").read_text()
+    fused = (tmp_path / "ir" / "08_fuse.txt").read_text()
     assert "kernel fused_conv2d_relu_1 (complex-out-fusable):" in fused
 
 
@@ -52,6 +52,7 @@ def test_pass_selection_and_unknown_pass():
     y = b.op("Relu", [b.op("Identity", [x])])
     g = b.graph([y])
     assert [n.op for n in run_pipeline(g, passes=["simplify"]).nodes] == ["Relu"]
+    assert len(DEFAULT_PASSES) == 8 and DEFAULT_PASSES[-1] == "fuse"
     assert [n.op for n in run_pipeline(g, passes=[lambda g: g]).nodes] == ["Identity", "Relu"]
     with pytest.raises(OptionError, match="unknown graph pass 'fold'; the passes are: "
                                           "constant_fold, simplify"):
@@ -63,3 +64,11 @@ def test_passes_do_not_modify_their_input():
     before = str(graph)
     run_pipeline(graph, target_layout="nhwc")
     assert str(graph) == before
+
+
+def test_tensorflow_style_nhwc_model_on_an_nhwc_target_needs_no_input_transform():
+    graph, inputs = zoo_graph("ds_cnn")  # NHWC input, Transpose to NCHW, convs
+    fused = run_pipeline(graph, target_layout="nhwc")
+    inner_ops = [n.op for k in fused.nodes for n in k.attrs["graph"].nodes]
+    assert "Transpose" not in inner_ops and "LayoutTransform" in inner_ops  # only the exit
+    assert_same_results(graph, fused, inputs)

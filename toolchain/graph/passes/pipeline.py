@@ -3,17 +3,18 @@
 Default order (:data:`DEFAULT_PASSES`)::
 
     constant_fold -> simplify -> fold_affine -> dead_code_elimination
-                  -> transform_layout -> fuse
+                  -> transform_layout -> simplify -> dead_code_elimination -> fuse
 
 ``simplify`` runs before ``fold_affine`` so an ``Identity`` or ``Dropout`` between a conv and
 its BatchNorm does not block the fold; dead code is removed before layouts are chosen so no
-transform is inserted for a dead value; fusion comes last because it wraps everything into
-``Fused`` kernels.
+transform is inserted for a dead value; ``simplify`` runs again after the layout pass to
+cancel a model's own transposes against the inserted transforms (``NHWC`` models on an
+``NHWC`` target); fusion comes last because it wraps everything into ``Fused`` kernels.
 
 With ``dump_dir`` the printed graph (kernel bodies included, see
 :func:`~toolchain.graph.passes.fused_op.format_graph`) is written before the first pass as
-``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_constant_fold.txt`` …) —
-what ``kiln compile --dump-ir DIR`` shows.
+``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_constant_fold.txt`` …
+``08_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ PASSES: dict[str, Pass] = {
     "fuse": fuse,
 }
 
-DEFAULT_PASSES: tuple[str, ...] = tuple(PASSES)
+DEFAULT_PASSES: tuple[str, ...] = (
+    "constant_fold", "simplify", "fold_affine", "dead_code_elimination", "transform_layout",
+    "simplify", "dead_code_elimination", "fuse",
+)
 
 
 def run_pipeline(graph: Graph, target_layout: str | LayoutTarget = "nchw",

@@ -14,7 +14,9 @@ Merged:
 * a chain of reshape-like ops (``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``) into one
   ``Reshape`` to the final shape;
 * ``Transpose(Transpose(x, p1), p2)`` into ``Transpose(x, [p1[i] for i in p2])`` (dropped when
-  that is the identity).
+  that is the identity); an ``NCHW``/``NHWC`` ``LayoutTransform`` counts as a transpose, so
+  a TensorFlow model's ``Transpose(NHWC -> NCHW)`` followed by the layout pass's transform
+  back to ``NHWC`` disappears.
 
 When a dropped node's output is a graph output, its producer is made to write that value
 instead, so the caller's output names never change; when that is impossible (the input is
@@ -30,11 +32,22 @@ from toolchain.graph.passes._util import Namer, is_output, substitute
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _SAME_SHAPE_NOOPS = _VIEWS + ("Expand", "Tile")
+#: layout transforms that are plain transposes
+_LAYOUT_PERMS = {("NCHW", "NHWC"): (0, 2, 3, 1), ("NHWC", "NCHW"): (0, 3, 1, 2)}
 
 
 def _perm(node: Node) -> tuple[int, ...]:
     perm = tuple(node.attrs.get("perm", ()))
     return perm or tuple(reversed(range(node.inputs[0].rank)))
+
+
+def _perm_of(node: Node) -> tuple[int, ...] | None:
+    """The permutation a ``Transpose`` (or an NCHW <-> NHWC ``LayoutTransform``) applies."""
+    if node.op == "Transpose":
+        return _perm(node)
+    if node.op == "LayoutTransform":
+        return _LAYOUT_PERMS.get((node.attrs["src_layout"], node.attrs["dst_layout"]))
+    return None
 
 
 def _is_noop(node: Node) -> bool:
@@ -85,9 +98,10 @@ def _merge(graph: Graph, node: Node, namer: Namer) -> Graph | None:
         shape = Value.constant(namer(f"{y.name}_shape"), np.array(y.shape, np.int64))
         new = Node("Reshape", node.name, (producer.inputs[0], shape), (y,),
                    {"allowzero": int(0 in y.shape)})
-    elif node.op == "Transpose" and producer.op == "Transpose":
-        p1, p2 = _perm(producer), _perm(node)
-        new = node.replace(inputs=(producer.inputs[0],), attrs={"perm": tuple(p1[i] for i in p2)})
+    elif _perm_of(node) is not None and _perm_of(producer) is not None:
+        p1, p2 = _perm_of(producer), _perm_of(node)
+        new = Node("Transpose", node.name, (producer.inputs[0],), node.outputs,
+                   {"perm": tuple(p1[i] for i in p2)})
     else:
         return None
     return graph.replace(nodes=[new if n is node else n for n in graph.nodes])
