@@ -95,6 +95,12 @@ _BINOP = {
 _ATOM = 20
 
 
+def _accesses(body: ir.Stmt, data: ir.Var) -> bool:
+    from toolchain.tir.transform.remove_noop import uses_buffer
+
+    return uses_buffer(body, data)
+
+
 class _VectorLocal(StmtExprVisitor):
     """Can a local buffer be declared as an array of vectors (register tiles)?"""
 
@@ -192,9 +198,11 @@ class CStyleRenderer:
         extra = self._free_scalars(func, bound)
         for v in extra:
             params.append(f"{self.ctype(v.dtype)} {self.names(v, v.name)}")
+        used = set(free_vars(func.body))
         for p in list(func.params) + extra:
             var = p.data if isinstance(p, ir.Buffer) else p
-            self.emit(f"(void){self.names(var, var.name)};")
+            if var not in used and not _accesses(func.body, var):
+                self.emit(f"(void){self.names(var, var.name)};  /* unused */")
         self.stmt(func.body)
         code = self._fill(func, entry, params or ["void"])
         return CSource(code, entry, extra, self.uses_openmp, self.uses_simd)
