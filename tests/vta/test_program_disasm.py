@@ -90,6 +90,11 @@ def test_container_errors(tmp_path):
     bad[64 + 15] = 0x80  # reserved bit 127 of instruction 0
     with pytest.raises(SimulationError, match="instruction 0: LOAD has reserved bits set"):
         Program.from_bytes(bytes(bad), source="p.bin")
+    meta = b'{"regions": {"x": {"offset": 0}}}'
+    hacked = bytearray(data[:-int.from_bytes(data[48:56], "little")] + meta)
+    hacked[48:56] = len(meta).to_bytes(8, "little")
+    with pytest.raises(SimulationError, match="malformed region metadata"):
+        Program.from_bytes(bytes(hacked))
     with pytest.raises(SimulationError, match="no DRAM region 'z'; it has k, w, x, y"):
         _small_program().read("z")
 

@@ -156,8 +156,13 @@ class Program:
         except SimulationError as exc:
             raise SimulationError(f"{source}: {exc}") from None
         dram = np.frombuffer(data, dtype=np.uint8, count=dram_size, offset=dram_off).copy()
-        regions = {n: Region(n, r["offset"], tuple(r["shape"]), r["dtype"])
-                   for n, r in meta.get("regions", {}).items()}
+        try:
+            regions = {n: Region(n, int(r["offset"]), tuple(int(d) for d in r["shape"]),
+                                 np.dtype(r["dtype"]).name)
+                       for n, r in meta.get("regions", {}).items()}
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise SimulationError(f"{source}: malformed region metadata ({exc!r}); expected "
+                                  '{"regions": {NAME: {"offset", "shape", "dtype"}}}') from None
         return Program(insns, dram, regions, config)
 
     @staticmethod
