@@ -5,6 +5,13 @@
 // reads,  C) BATCH x BLOCK_IN x BLOCK_OUT MACs (or the ALU op) -> ACC/OUT write. A step's
 // ACC read is issued one cycle before the previous step's write lands, so stage C forwards
 // the previous write when the rows match; that keeps the loop's sequential semantics.
+//
+// Paired mode: accumulator resets (GEMM reset) and ALU ops with an immediate read and write
+// only their destination row. When such an instruction has one micro-op and an odd inner
+// destination factor, two consecutive inner steps touch an even and an odd row, so the
+// pipeline runs them together (two ACC/OUT write ports = an even and an odd bank): requant
+// and reset loops take half the cycles, which matters because they run on the same engine
+// as the GEMMs.
 module vta_compute
   import vta_pkg::*;
 (
@@ -39,9 +46,9 @@ module vta_compute
     output logic                wgt_rd_en,
     output logic [WGT_AW-1:0]   wgt_rd_addr,
     input  logic [WGT_BYTES*8-1:0] wgt_rd_data,
-    output logic                out_wr_en,
-    output logic [ACC_AW-1:0]   out_wr_addr,
-    output logic [OUT_BYTES*8-1:0] out_wr_data,
+    output logic [1:0]          out_wr_en,  // two ports: an even and an odd row
+    output logic [1:0][ACC_AW-1:0] out_wr_addr,
+    output logic [1:0][OUT_BYTES*8-1:0] out_wr_data,
     // status
     output logic                finish_retired,
     output logic [1:0]          state,
@@ -109,7 +116,9 @@ module vta_compute
   logic [12:0] li_u;
   logic [31:0] dst_o, src_o, wgt_o, dst_c, src_c, wgt_c;  // outer-row and current offsets
   wire last_u = 14'(li_u) == lq.uop_end - 1'b1;
-  wire last_j = li_j == lq.iter_in - 1'b1;
+  logic        paired;  // this instruction runs inner steps two at a time
+  wire two = paired && 32'(li_j) + 1 < 32'(lq.iter_in);  // a second step exists in this row
+  wire last_j = (two ? li_j + 1'b1 : li_j) == lq.iter_in - 1'b1;
   wire last_i = li_i == lq.iter_out - 1'b1;
 
   logic [UOP_AW-1:0] uop_rd_addr;
@@ -125,32 +134,36 @@ module vta_compute
   always_ff @(posedge clk) if (start_loop) is_alu_q <= opc == OP_ALU;
   logic [ACC_AW-1:0] b_a, b_s;
   logic [1:0][AB-1:0] acc_rd_data;
-  logic acc_wr_en;
-  logic [ACC_AW-1:0] acc_wr_addr;
-  logic [AB-1:0] acc_wr_data, c_result;
+  logic [1:0] acc_wr_en;
+  logic [1:0][ACC_AW-1:0] acc_wr_addr;
+  logic [1:0][AB-1:0] acc_wr_data;
+  logic [AB-1:0] c_result, c_result2;
 
-  // stage B and C registers
-  logic        b_valid, b_last, c_valid, c_last, c_reset, c_alu;
+  // stage B and C registers (x2: the second step of a pair)
+  logic        b_valid, b_last, b_two, c_valid, c_last, c_two, c_reset, c_alu;
   logic [31:0] b_dst, b_src, b_wgt;
-  logic [ACC_AW-1:0] c_a, c_s;
-  logic        wb_valid;
-  logic [ACC_AW-1:0] wb_addr;
-  logic [AB-1:0] wb_data;
+  logic [ACC_AW-1:0] c_a, c_s, c_a2;
+  logic [1:0]  wb_valid;
+  logic [1:0][ACC_AW-1:0] wb_addr;
+  logic [1:0][AB-1:0] wb_data;
 
   always_ff @(posedge clk) begin
     if (!rst_n) begin
       a_active <= 1'b0;
       b_valid <= 1'b0;
       c_valid <= 1'b0;
-      wb_valid <= 1'b0;
+      wb_valid <= '0;
     end else begin
       b_valid <= a_active;
+      b_two <= a_active && two;
       b_last <= a_active && last_u && last_j && last_i;
       b_dst <= dst_c;
       b_src <= src_c;
       b_wgt <= wgt_c;
       if (start_loop) begin
         lq <= li;
+        paired <= ((opc == OP_GEMM && li.reset) || (opc == OP_ALU && li.use_imm)) &&
+                  li.uop_end == 14'(li.uop_bgn) + 14'd1 && li.dst_factor_in[0];
         a_active <= 14'(li.uop_bgn) < li.uop_end && li.iter_out != 0 && li.iter_in != 0;
         li_i <= '0;
         li_j <= '0;
@@ -162,10 +175,10 @@ module vta_compute
         end else begin
           li_u <= lq.uop_bgn;
           if (!last_j) begin
-            li_j <= li_j + 1'b1;
-            dst_c <= dst_c + 32'(lq.dst_factor_in);
-            src_c <= src_c + 32'(lq.src_factor_in);
-            wgt_c <= wgt_c + 32'(lq.wgt_factor_in);
+            li_j <= li_j + (two ? 14'd2 : 14'd1);
+            dst_c <= dst_c + (32'(lq.dst_factor_in) << two);
+            src_c <= src_c + (32'(lq.src_factor_in) << two);
+            wgt_c <= wgt_c + (32'(lq.wgt_factor_in) << two);
           end else begin
             li_j <= '0;
             li_i <= li_i + 1'b1;
@@ -184,12 +197,14 @@ module vta_compute
       c_last <= b_last;
       c_reset <= lq.reset && !is_alu_q;
       c_alu <= is_alu_q;
+      c_two <= b_two;
       c_a <= b_a;
       c_s <= b_s;
-      // stage C -> write-back register used for forwarding
-      wb_valid <= c_valid;
-      wb_addr <= c_a;
-      wb_data <= c_result;
+      c_a2 <= b_a2;
+      // stage C -> write-back registers used for forwarding
+      wb_valid <= {c_valid && c_two, c_valid};
+      wb_addr <= {c_a2, c_a};
+      wb_data <= {c_result2, c_result};
     end
   end
 
@@ -200,39 +215,57 @@ module vta_compute
   wire [31:0] b_w32 = 32'(uop_wgt(uop_rd_data)) + b_wgt;
   assign b_a = ACC_AW'(b_a32);
   assign b_s = ACC_AW'(b_s32);
+  wire [ACC_AW-1:0] b_a2 = b_a + ACC_AW'(lq.dst_factor_in);
   assign inp_rd_en = b_valid && !is_alu_q;
   assign inp_rd_addr = INP_AW'(b_s32);
   assign wgt_rd_en = b_valid && !is_alu_q;
   assign wgt_rd_addr = WGT_AW'(b_w32);
 
 
-  vta_sram #(.WIDTH(AB), .DEPTH(ACC_DEPTH), .NREAD(2)) u_acc (
+  // port 1 reads the ALU's source row, or a pair's second destination row
+  vta_sram #(.WIDTH(AB), .DEPTH(ACC_DEPTH), .NREAD(2), .NWRITE(2)) u_acc (
       .clk, .clear(sram_clear), .wr_en(acc_wr_en), .wr_addr(acc_wr_addr), .wr_data(acc_wr_data),
-      .rd_en({b_valid && is_alu_q, b_valid}), .rd_addr({b_s, b_a}), .rd_data(acc_rd_data)
+      .rd_en({b_valid && (is_alu_q || b_two), b_valid}), .rd_addr({b_two ? b_a2 : b_s, b_a}),
+      .rd_data(acc_rd_data)
   );
 
   // ---------------------------------------------------------------- stage C: MACs / ALU
-  wire [AB-1:0] op_a = (wb_valid && wb_addr == c_a) ? wb_data : acc_rd_data[0];
-  wire [AB-1:0] op_b = (wb_valid && wb_addr == c_s) ? wb_data : acc_rd_data[1];
-  logic [AB-1:0] gemm_res, alu_res;
+  function automatic logic [AB-1:0] fwd(input logic [ACC_AW-1:0] row, input logic [AB-1:0] rd);
+    // the newest write of `row` from the previous cycle, else the buffer's data
+    if (wb_valid[1] && wb_addr[1] == row) return wb_data[1];
+    if (wb_valid[0] && wb_addr[0] == row) return wb_data[0];
+    return rd;
+  endfunction
+  wire [AB-1:0] op_a = fwd(c_a, acc_rd_data[0]);
+  wire [AB-1:0] op_b = fwd(c_two ? c_a2 : c_s, acc_rd_data[1]);
+  logic [AB-1:0] gemm_res, alu_res, alu_res2;
 
   vta_gemm_core u_gemm (.acc(op_a), .inp(inp_rd_data), .wgt(wgt_rd_data), .res(gemm_res));
   vta_alu_core u_alu (
       .op(lq.alu_op), .use_imm(lq.use_imm), .imm(lq.imm), .a(op_a), .b(op_b), .res(alu_res)
   );
+  // second lane of a pair: always the immediate form
+  vta_alu_core u_alu2 (
+      .op(lq.alu_op), .use_imm(1'b1), .imm(lq.imm), .a(op_b), .b(op_b), .res(alu_res2)
+  );
   assign c_result = c_reset ? '0 : (c_alu ? alu_res : gemm_res);
+  assign c_result2 = c_reset ? '0 : alu_res2;
 
-  assign acc_wr_en = c_valid || acc_dma_wr_en;
-  assign acc_wr_addr = c_valid ? c_a : acc_dma_wr_addr;
-  assign acc_wr_data = c_valid ? c_result : acc_dma_wr_data;
+  assign acc_wr_en = {c_valid && c_two, c_valid || acc_dma_wr_en};
+  assign acc_wr_addr = {c_a2, c_valid ? c_a : acc_dma_wr_addr};
+  assign acc_wr_data = {c_result2, c_valid ? c_result : acc_dma_wr_data};
   assign out_wr_en = acc_wr_en;
   assign out_wr_addr = acc_wr_addr;
   always_comb begin
-    for (int e = 0; e < BATCH * BLOCK_OUT; e++) out_wr_data[e*8+:8] = acc_wr_data[e*32+:8];
+    for (int w = 0; w < 2; w++) begin
+      for (int e = 0; e < BATCH * BLOCK_OUT; e++) begin
+        out_wr_data[w][e*8+:8] = acc_wr_data[w][e*32+:8];
+      end
+    end
   end
 
   assign gemm_step = c_valid && !c_alu && !c_reset;
-  assign alu_step = c_valid && c_alu;
+  assign alu_step = c_valid && c_alu;  // counts cycles: a pair is one cycle
 
   // ---------------------------------------------------------------- completion
   logic other_done;

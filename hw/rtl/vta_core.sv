@@ -115,13 +115,16 @@ module vta_core
   end
 
   // ---------------------------------------------------------------- buffers
-  logic inp_we, wgt_we, out_we, inp_re, wgt_re, out_re;
+  logic inp_we, wgt_we, inp_re, wgt_re, out_re;
+  logic [1:0] out_we;
   logic [INP_AW-1:0] inp_wa, inp_ra;
   logic [WGT_AW-1:0] wgt_wa, wgt_ra;
-  logic [ACC_AW-1:0] out_wa, out_ra;
+  logic [ACC_AW-1:0] out_ra;
+  logic [1:0][ACC_AW-1:0] out_wa;
   logic [INP_BYTES*8-1:0] inp_wd, inp_rd;
   logic [WGT_BYTES*8-1:0] wgt_wd, wgt_rd;
-  logic [OUT_BYTES*8-1:0] out_wd, out_rd;
+  logic [OUT_BYTES*8-1:0] out_rd;
+  logic [1:0][OUT_BYTES*8-1:0] out_wd;
 
   vta_sram #(.WIDTH(INP_BYTES * 8), .DEPTH(INP_DEPTH)) u_inp (
       .clk, .clear(sram_clear), .wr_en(inp_we), .wr_addr(inp_wa), .wr_data(inp_wd),
@@ -131,7 +134,7 @@ module vta_core
       .clk, .clear(sram_clear), .wr_en(wgt_we), .wr_addr(wgt_wa), .wr_data(wgt_wd),
       .rd_en(wgt_re), .rd_addr(wgt_ra), .rd_data(wgt_rd)
   );
-  vta_sram #(.WIDTH(OUT_BYTES * 8), .DEPTH(ACC_DEPTH)) u_out (
+  vta_sram #(.WIDTH(OUT_BYTES * 8), .DEPTH(ACC_DEPTH), .NWRITE(2)) u_out (
       .clk, .clear(sram_clear), .wr_en(out_we), .wr_addr(out_wa), .wr_data(out_wd),
       .rd_en(out_re), .rd_addr(out_ra), .rd_data(out_rd)
   );

@@ -142,10 +142,11 @@ class RandomProgram:
         f = self._loop_fields(0)
         # a zero inner destination factor makes consecutive steps accumulate into one ACC
         # row, the read-after-write case the pipelined GEMM must forward
-        return Gemm(reset=self.rng.random() < 0.2, **f,
+        insn = Gemm(reset=self.rng.random() < 0.2, **f,
                     dst_factor_out=self._r(0, 8), dst_factor_in=self._pick0(4),
                     src_factor_out=self._r(0, 8), src_factor_in=self._r(0, 4),
                     wgt_factor_out=self._r(0, 3), wgt_factor_in=self._r(0, 2))
+        return self._maybe_paired(insn) if insn.reset else insn
 
     def _alu(self) -> Alu:
         op = self._r(0, 4)
@@ -153,9 +154,21 @@ class RandomProgram:
         imm = self._r(-40, 40) if op != ALU_MUL else self._r(-3, 3)
         if op == ALU_SHR and self.rng.random() < 0.7:
             imm = self._r(-33, 33)
-        return Alu(alu_op=op, use_imm=use_imm, imm=imm, **self._loop_fields(1),
+        insn = Alu(alu_op=op, use_imm=use_imm, imm=imm, **self._loop_fields(1),
                    dst_factor_out=self._r(0, 8), dst_factor_in=self._pick0(4),
                    src_factor_out=self._r(0, 8), src_factor_in=self._r(0, 4))
+        return self._maybe_paired(insn) if use_imm else insn
+
+    def _maybe_paired(self, insn):
+        """Often take the shape the RTL runs two steps a cycle: one micro-op, odd inner
+        destination factor, inner extent >= 2."""
+        if self.rng.random() < 0.5:
+            return insn
+        fi = (1, 3)[self._r(0, 1)]
+        # outer factors 0, 1 or fi make pairs share rows with the previous pair (forwarding)
+        fo = (0, 1, fi, self._r(0, 8))[self._r(0, 3)]
+        return dataclasses.replace(insn, uop_end=insn.uop_bgn + 1, iter_in=self._r(2, 5),
+                                   dst_factor_in=fi, dst_factor_out=fo)
 
     def _pick0(self, hi: int) -> int:
         return 0 if self.rng.random() < 0.5 else self._r(0, hi)
@@ -169,6 +182,14 @@ class RandomProgram:
         return Store(sram_base=self._r(0, self.acc_rows - y * x),
                      dram_base=self._r(low, (self.dram_bytes - span) // cfg.out_row_bytes - 1),
                      y_size=y, x_size=x, x_stride=stride)
+
+    def _snapshot(self) -> Store:
+        """Store OUT rows 0..acc_rows-1 somewhere above the kernel."""
+        row = self.cfg.out_row_bytes
+        slots = (self.dram_bytes - self.keep_bytes) // (self.acc_rows * row)
+        base = self.keep_bytes // row + self._r(0, slots - 1) * self.acc_rows
+        return Store(sram_base=0, dram_base=base, y_size=1, x_size=self.acc_rows,
+                     x_stride=self.acc_rows)
 
     def uops(self) -> list[Uop]:
         """GEMM micro-ops then ALU micro-ops (wgt 0), all in range with the largest offsets."""
@@ -191,10 +212,10 @@ class RandomProgram:
         kinds = ["inp", "wgt", "acc", "uop", "gemm", "gemm", "alu", "alu", "store"]
         for _ in range(self.n):
             kind = kinds[self._r(0, len(kinds) - 1)]
-            if kind == "gemm":
-                insns.append(self._gemm())
-            elif kind == "alu":
-                insns.append(self._alu())
+            if kind in ("gemm", "alu"):
+                insns.append(self._gemm() if kind == "gemm" else self._alu())
+                if self.rng.random() < 0.5:  # observe the whole ACC window now and then
+                    insns.append(self._snapshot())
             elif kind == "store":
                 insns.append(self._store())
             else:

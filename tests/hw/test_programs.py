@@ -262,3 +262,39 @@ def test_counters_account_for_the_work(core_model: str) -> None:
     assert c["dram_wr_bytes"] == wl.serial.regions["out"].nbytes
     # every byte the loads read, plus instructions, came through the read port
     assert c["dram_rd_bytes"] >= len(wl.vthread.insns) * 16
+
+
+def test_paired_reset_and_alu_match_fsim(core_model: str) -> None:
+    """Reset GEMMs and immediate ALU ops with one micro-op and an odd inner destination
+    factor run two steps a cycle; overlapping rows across pairs exercise the forwarding."""
+    rng = np.random.default_rng(11)
+    na = 64
+    acc0 = rng.integers(-2**20, 2**20, (na, BO), dtype=np.int64).astype(np.int32)
+    b = ProgramBuilder(CFG)
+    r_acc = b.data("acc", acc0)
+    kern = b.uops("k", [Uop(acc=0, inp=0), Uop(acc=3, inp=0)])
+    r_out = b.alloc("out", (4 * na, BO), "int8")
+    loops = [  # (iter_out, iter_in, dst_factor_out, dst_factor_in)
+        (3, 5, 0, 1),    # the same five rows three times; odd extent leaves a single step
+        (2, 4, 2, 3),    # pairs of rows 3 apart, outer rows overlapping the inner ones
+        (4, 2, 1, 1),    # each pair shares a row with the next
+        (1, 7, 0, 5),
+    ]
+    insns = [Load(memory_type=MEM_UOP, dram_base=kern.elem(4), x_size=2, x_stride=2),
+             Load(memory_type=MEM_ACC, dram_base=r_acc.elem(CFG.acc_row_bytes), x_size=na,
+                  x_stride=na)]
+    steps = 0
+    for n, (io, ii, fo, fi) in enumerate(loops):
+        op = (ALU_ADD, ALU_MUL, ALU_SHR, ALU_MAX)[n]
+        imm = (-7, 3, 1, -100)[n]
+        insns.append(Alu(alu_op=op, use_imm=True, imm=imm, uop_bgn=n % 2, uop_end=n % 2 + 1,
+                         iter_out=io, iter_in=ii, dst_factor_out=fo, dst_factor_in=fi))
+        steps += io * ((ii + 1) // 2)
+    insns.append(Gemm(reset=True, uop_bgn=1, uop_end=2, iter_out=2, iter_in=3,
+                      dst_factor_out=9, dst_factor_in=1))
+    insns += exact_acc_readout(na, r_out.elem(BO))
+    prog = program(insns, b.dram_image())
+    dram, counters = run_rtl(prog)
+    np.testing.assert_array_equal(dram, run_fsim(prog).dram)
+    # the four paired ALU instructions, then the 3 SHR readout loops (outer loop: unpaired)
+    assert counters["alu_cycles"] == steps + 3 * na
