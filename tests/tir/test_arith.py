@@ -106,3 +106,61 @@ def test_simplify_statement() -> None:
     A = ir.Buffer("A", (8,))
     st = A.store(1.0, [i * 2 - i])
     assert str(simplify(st)) == "A[i] = T.float32(1.0)"
+
+
+# ---------------------------------------------------------------- property: simplify is exact
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hs  # noqa: E402
+
+_V = [ir.Var("a"), ir.Var("b"), ir.Var("c")]
+_R = {_V[0]: ir.Range(0, 5), _V[1]: ir.Range(0, 7), _V[2]: ir.Range(-3, 4)}
+
+
+def _exprs() -> hs.SearchStrategy:
+    leaf = hs.one_of(hs.sampled_from(_V), hs.integers(-9, 9).map(ir.convert))
+
+    def extend(child: hs.SearchStrategy) -> hs.SearchStrategy:
+        const = hs.integers(1, 8)
+        return hs.one_of(
+            hs.tuples(child, child).map(lambda t: t[0] + t[1]),
+            hs.tuples(child, child).map(lambda t: t[0] - t[1]),
+            hs.tuples(child, hs.integers(-4, 4)).map(lambda t: t[0] * t[1]),
+            hs.tuples(child, const).map(lambda t: t[0] // t[1]),
+            hs.tuples(child, const).map(lambda t: t[0] % t[1]),
+            hs.tuples(child, child).map(lambda t: ir.Min(t[0], t[1])),
+            hs.tuples(child, child).map(lambda t: ir.Max(t[0], t[1])),
+        )
+
+    return hs.recursive(leaf, extend, max_leaves=8)
+
+
+def _eval(e: ir.PrimExpr, env: dict) -> int:
+    from toolchain.tir.functor import substitute
+
+    out = simplify(substitute(e, {v: ir.convert(x) for v, x in env.items()}))
+    assert isinstance(out, ir.IntImm), str(out)
+    return out.value
+
+
+@settings(max_examples=150, deadline=None)
+@given(e=_exprs(), use_ranges=hs.booleans())
+def test_simplify_is_exact_on_random_expressions(e: ir.PrimExpr, use_ranges: bool) -> None:
+    ranges = _R if use_ranges else None
+    simple = simplify(e, ranges)
+    for a in range(0, 5, 2):
+        for b in range(0, 7, 3):
+            for c in (-3, -1, 0):
+                env = {_V[0]: a, _V[1]: b, _V[2]: c}
+                assert _eval(e, env) == _eval(simple, env), (str(e), str(simple))
+
+
+@settings(max_examples=150, deadline=None)
+@given(e=_exprs())
+def test_bounds_are_sound(e: ir.PrimExpr) -> None:
+    lo, hi = const_bound(e, _R)
+    for a in range(5):
+        for b in range(7):
+            for c in range(-3, 1):
+                v = _eval(e, {_V[0]: a, _V[1]: b, _V[2]: c})
+                assert (lo is None or lo <= v) and (hi is None or v <= hi), (str(e), lo, hi, v)

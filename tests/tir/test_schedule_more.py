@@ -126,3 +126,23 @@ def test_gpu_tiled_matmul_with_shared_memory_runs() -> None:
     assert "for ax0, ax1 in T.grid(8, 8):" in text
     sch.verify()
     W.check(sch.mod, wl)
+
+
+def test_cache_read_for_some_consumers_only() -> None:
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((8,), lambda i: A[i] + B[i], name="C")
+    sch = Schedule(te.create_prim_func([A, C]))
+    sch.cache_read(sch.get_block("B"), "A", "local", consumer_blocks=[sch.get_block("B")])
+    text = str(sch.mod)
+    assert "B[vi] = A_local[vi] * T.float32(2.0)" in text
+    assert "C[vi_1] = A[vi_1] + B[vi_1]" in text
+    a, c = np.arange(8, dtype="float32"), np.zeros(8, "float32")
+    run(sch.mod, a, c)
+    np.testing.assert_allclose(c, a * 3)
+    import pytest
+
+    from toolchain.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="consumer block 'B' does not read A$"):
+        sch.cache_read(sch.get_block("C"), "A", "shared", consumer_blocks=[sch.get_block("B")])

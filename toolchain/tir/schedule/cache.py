@@ -139,6 +139,10 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
                    if all(w.buffer is not buf for w in rr.block.writes)]
     else:
         readers = [sch._block(b)[0] for b in consumer_blocks]
+        for rr in readers:
+            if all(rd.buffer is not buf for rd in rr.block.reads):
+                raise ScheduleError(f"cache_read: consumer block {rr.block.name_hint!r} does "
+                                    f"not read {buf.name}")
     for rr in readers:
         if any(w.buffer is buf for w in rr.block.writes):
             raise ScheduleError(f"cache_read: block {rr.block.name_hint!r} both reads and "
