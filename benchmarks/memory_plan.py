@@ -1,0 +1,97 @@
+"""Print the static memory plan of every zoo model: arena vs lower bound vs naive.
+
+    python benchmarks/memory_plan.py                    # every zoo model, layout nchw
+    python benchmarks/memory_plan.py --layout nchw8c    # AVX2-style blocked layout
+    python benchmarks/memory_plan.py resnet8 mlp        # some models
+    python benchmarks/memory_plan.py --no-inplace       # without in-place reuse
+    python benchmarks/memory_plan.py --random 20        # also 20 random lifetime sets
+
+Each model is imported by the frontend, optimised by the default pass pipeline
+(``toolchain.graph.passes.run_pipeline``) and planned by ``toolchain.graph.memory``:
+
+* nodes / kernels — graph nodes before the passes, ``Fused`` kernels after them;
+* arena — bytes the plan needs; lower bound — the largest sum of live (aligned) buffer bytes
+  at one step; naive — every intermediate in its own place;
+* in-place — tensors that reuse a dying input's buffer;
+* plan ms — time of ``plan_memory`` (greedy by size + local search) on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.models.zoo import ZOO  # noqa: E402
+from toolchain.frontend.onnx import from_onnx  # noqa: E402
+from toolchain.graph.memory import plan_lifetimes, plan_memory  # noqa: E402
+from toolchain.graph.passes import run_pipeline  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help=f"zoo models (default all: {', '.join(ZOO)})")
+    parser.add_argument("--layout", default="nchw", help="target layout: nchw, nhwc, nchw8c ...")
+    parser.add_argument("--alignment", type=int, default=64)
+    parser.add_argument("--no-inplace", action="store_true", help="disable in-place reuse")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="also plan N random sets of 120 lifetimes: greedy vs local search")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.models if m not in ZOO]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
+
+    print(f"layout {args.layout}, alignment {args.alignment} B, "
+          f"in-place {'off' if args.no_inplace else 'on'}\n")
+    print("| model | nodes | kernels | tensors | in-place | arena (B) | lower bound (B) "
+          "| naive (B) | arena / bound | plan ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    worst = 0.0
+    for name in args.models or list(ZOO):
+        spec = ZOO[name]
+        graph = from_onnx(spec.build(), input_shapes=spec.input_shapes)
+        fused = run_pipeline(graph, target_layout=args.layout)
+        start = time.perf_counter()
+        plan = plan_memory(fused, alignment=args.alignment, inplace=not args.no_inplace)
+        ms = (time.perf_counter() - start) * 1e3
+        plan.check()
+        ratio = plan.arena_bytes / plan.lower_bound if plan.lower_bound else 1.0
+        worst = max(worst, ratio)
+        inplace = sum(1 for t in plan.tensors if t.inplace_of)
+        print(f"| {name} | {len(graph.nodes)} | {len(fused.nodes)} | {len(plan.tensors)} "
+              f"| {inplace} | {plan.arena_bytes:,} | {plan.lower_bound:,} "
+              f"| {plan.naive_bytes:,} | {ratio:.3f} | {ms:.1f} |")
+    print(f"\nworst arena / lower bound: {worst:.3f} (goal <= 1.05)")
+    if args.random:
+        _random_sets(args.random, args.alignment)
+    return 0
+
+
+def _random_sets(n: int, alignment: int) -> None:
+    """Harder instances than the zoo's chains: 120 tensors with random sizes and lifetimes."""
+    import random
+
+    greedy, searched = [], []
+    for seed in range(n):
+        rng = random.Random(seed)
+        tensors = []
+        for i in range(120):
+            first = rng.randrange(100)
+            tensors.append((f"t{i}", rng.randrange(1, 1 << 16), first,
+                            first + rng.randrange(12)))
+        for out, moves in ((greedy, 0), (searched, 400)):
+            plan = plan_lifetimes(tensors, alignment=alignment, search_moves=moves)
+            plan.check()
+            out.append(plan.arena_bytes / plan.lower_bound)
+    print(f"\n{n} random sets of 120 lifetimes, arena / lower bound:")
+    print(f"  greedy by size only:   mean {sum(greedy) / n:.3f}, worst {max(greedy):.3f}")
+    print(f"  + local search (400):  mean {sum(searched) / n:.3f}, worst {max(searched):.3f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
