@@ -7,3 +7,14 @@ passes), ``te``/``tir`` (tensor expressions, loop IR, schedules), ``codegen``,
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "build", "lower"]
+
+
+def __getattr__(name: str):
+    # Lazy so that `import toolchain` (and `kiln --help`) stays fast.
+    if name in ("build", "lower"):
+        from toolchain import driver
+
+        return getattr(driver, name)
+    raise AttributeError(f"module 'toolchain' has no attribute {name!r}")
