@@ -146,3 +146,14 @@ def test_cache_read_for_some_consumers_only() -> None:
 
     with pytest.raises(ScheduleError, match="consumer block 'B' does not read A$"):
         sch.cache_read(sch.get_block("C"), "A", "shared", consumer_blocks=[sch.get_block("B")])
+
+
+def test_compute_at_into_a_blockized_consumer() -> None:
+    wl = W.matmul_relu(16, 16, 16)
+    sch = Schedule(wl[0])
+    i, j = sch.get_loops(sch.get_block("D"))
+    i0, i1 = sch.split(i, [None, 4])
+    sch.blockize(i1)
+    sch.compute_at(sch.get_block("C"), i0)
+    assert "for ax0, ax1, ax2 in T.grid(4, 16, 16):" in str(sch.mod)
+    W.check(sch.mod, wl)

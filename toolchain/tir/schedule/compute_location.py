@@ -170,7 +170,10 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
         bufs = {rd.buffer for rd in blk.reads}
         partners = [(w, p) for b in bufs for (w, p) in _writers(func, b, blk)]
         role = "producer"
-    inside = [(p, pp) for p, pp in under if any(p is q for q, _ in partners)]
+    def _is_under(path: tuple[ir.Stmt, ...]) -> bool:
+        return any(n is f for n in path)
+
+    inside = [(p, pp) for p, pp in partners if _is_under(pp)]
     if not inside:
         listing = "; ".join(f"{p.block.name_hint!r} under loops {_loops_str(pp)}"
                             for p, pp in partners) or "none"
@@ -178,7 +181,7 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
             f"{prim}: loop {f.loop_var.name} is not an ancestor of any {role} of block "
             f"{blk.name_hint!r} (its {role}s: {listing}); pick a loop from "
             f"sch.get_loops(<{role} block>)")
-    outside = [p for p, _ in partners if all(p is not q for q, _ in inside)]
+    outside = [p for p, pp in partners if not _is_under(pp)]
     if outside and not reverse:
         raise ScheduleError(
             f"{prim}: block {blk.name_hint!r} output {buf.name} is also read by block "
@@ -196,14 +199,13 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
     if reverse:
         buf = next(w.buffer for p, _ in inside for w in p.block.writes
                    if any(rd.buffer is w.buffer for rd in blk.reads))
-        outside_w = [p for p, _ in _writers(func, buf, blk) if all(p is not q for q, _ in
-                                                                  inside)]
+        outside_w = [p for p, pp in _writers(func, buf, blk) if not _is_under(pp)]
         if outside_w:
             raise ScheduleError(f"{prim}: {buf.name} is also written by block "
                                 f"{outside_w[0].block.name_hint!r} outside loop "
                                 f"{f.loop_var.name}")
     region = None
-    for p, pp in inside:
+    for p, pp in under:  # outermost blocks under the loop: their regions cover nested ones
         regs = [x for x in (p.block.reads if not reverse else p.block.writes)
                 if x.buffer is buf]
         if regs:
