@@ -153,3 +153,10 @@ def test_elementwise_max_min() -> None:
     x, y = ir.Var("x", "float32"), ir.Var("y", "float32")
     assert isinstance(te.max(x, y), ir.Max) and isinstance(te.min(x, 0.0), ir.Min)
     assert str(te.maximum(x, y)) == "T.max(x, y)"
+
+
+def test_tag_and_attrs_become_block_annotations() -> None:
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B", tag="elemwise",
+                   attrs={"layout": "N"})
+    assert "T.block_attr({'layout': 'N', 'tag': 'elemwise'})" in str(te.create_prim_func([A, B]))

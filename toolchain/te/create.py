@@ -82,7 +82,11 @@ def _block_for(t: Tensor, block_name: str) -> ir.Stmt:
     ranges = {iv.var: iv.dom for iv in iter_vars}
     excl = (store_of,) if init is not None else ()
     reads, writes = access_regions(stmt, ranges, exclude_reads=excl)
-    block = ir.Block(block_name, iter_vars, tuple(reads), tuple(writes), stmt, init)
+    ann = dict(op.attrs)
+    if op.tag:
+        ann["tag"] = op.tag
+    block = ir.Block(block_name, iter_vars, tuple(reads), tuple(writes), stmt, init,
+                     annotations=ann)
     realize: ir.Stmt = ir.BlockRealize(tuple(loop_vars), ir.IntImm(1, "bool"), block)
     for lv, a in reversed(list(zip(loop_vars, axes, strict=False))):
         realize = ir.For(lv, a.dom.min, a.dom.extent, "serial", realize)
