@@ -83,6 +83,8 @@ class CSource:
     extra_args: list[ir.Var] = field(default_factory=list)
     uses_openmp: bool = False
     uses_simd_pragma: bool = False
+    #: CUDA: one entry per kernel (name, grid and block extents as C expressions)
+    kernels: list[dict[str, Any]] = field(default_factory=list)
 
 
 # C operator precedence (higher binds tighter)
@@ -166,6 +168,8 @@ class CStyleRenderer:
     #: a local tile of at most this many vectors, all at constant offsets, becomes one
     #: variable per vector (register blocking)
     max_vector_registers: ClassVar[int] = 32
+    #: declare local tiles accessed by whole vectors as arrays of vector type
+    vector_locals: ClassVar[bool] = True
     #: largest allocation (bytes) placed on the stack; bigger ones use the heap
     max_stack_bytes: ClassVar[int] = 64 * 1024
 
@@ -175,6 +179,15 @@ class CStyleRenderer:
     # ------------------------------------------------------------------ entry point
     def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
         """Render a lowered PrimFunc into a C source file."""
+        self.reset()
+        entry = "kiln_" + re.sub(r"[^0-9A-Za-z_]", "_", name or func.name)
+        params, extra = self.signature(func)
+        self.stmt(func.body)
+        code = self._fill(func, entry, params or ["void"])
+        return CSource(code, entry, extra, self.uses_openmp, self.uses_simd)
+
+    def reset(self) -> None:
+        """Fresh naming and rendering state (one call per file)."""
         self.names = Namer()
         self.lines: list[str] = []
         self.indent = 1
@@ -184,7 +197,14 @@ class CStyleRenderer:
         self.parallel_depth = 0
         self.uses_openmp = False
         self.uses_simd = False
-        entry = "kiln_" + re.sub(r"[^0-9A-Za-z_]", "_", name or func.name)
+
+    def signature(self, func: ir.PrimFunc, body: ir.Stmt | None = None
+                  ) -> tuple[list[str], list[ir.Var]]:
+        """C parameter declarations (buffers, scalars, then symbolic sizes) and the sizes.
+
+        Emits ``(void)x;`` for parameters ``body`` (default: the function body) never uses.
+        """
+        body = func.body if body is None else body
         params = []
         bound: set[ir.Var] = set()
         for p in func.params:
@@ -198,14 +218,12 @@ class CStyleRenderer:
         extra = self._free_scalars(func, bound)
         for v in extra:
             params.append(f"{self.ctype(v.dtype)} {self.names(v, v.name)}")
-        used = set(free_vars(func.body))
+        used = set(free_vars(body))
         for p in list(func.params) + extra:
             var = p.data if isinstance(p, ir.Buffer) else p
-            if var not in used and not _accesses(func.body, var):
+            if var not in used and not _accesses(body, var):
                 self.emit(f"(void){self.names(var, var.name)};  /* unused */")
-        self.stmt(func.body)
-        code = self._fill(func, entry, params or ["void"])
-        return CSource(code, entry, extra, self.uses_openmp, self.uses_simd)
+        return params, extra
 
     def _free_scalars(self, func: ir.PrimFunc, bound: set[ir.Var]) -> list[ir.Var]:
         defined: set[ir.Var] = set(bound)
@@ -357,8 +375,8 @@ class CStyleRenderer:
         et = self.ctype(buf.dtype)
         check = _VectorLocal(buf.data, self.ranges)
         check.visit_stmt(s.body)
-        if (n is not None and check.ok and check.lanes and n % check.lanes == 0
-                and buf.scope != "global"):
+        if (self.vector_locals and n is not None and check.ok and check.lanes
+                and n % check.lanes == 0 and buf.scope != "global"):
             vt = self.ctype(ir.with_lanes(buf.dtype, check.lanes))
             count = n // check.lanes
             if check.const_index and count <= self.max_vector_registers:

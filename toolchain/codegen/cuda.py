@@ -1,0 +1,218 @@
+"""CUDA dialect: thread-bound loops become ``blockIdx``/``threadIdx`` indices of kernels.
+
+Each top-level statement of the lowered function is one ``__global__`` kernel; its
+``blockIdx.*`` / ``threadIdx.*`` loops give the launch shape (listed in the file header
+and in :attr:`CSource.kernels`). ``shared`` allocations are ``__shared__`` arrays, and a
+``__syncthreads()`` surrounds each statement that writes shared memory inside a sequence.
+Vector expressions are written lane by lane (CUDA C has no GCC vector extensions).
+Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compile_ptx`).
+
+>>> from toolchain import te
+>>> from toolchain.tir.schedule import Schedule
+>>> from toolchain.tir.transform import lower
+>>> A = te.placeholder((1024,), name="A")
+>>> B = te.compute((1024,), lambda i: A[i] * 2.0, name="B")
+>>> sch = Schedule(te.create_prim_func([A, B]))
+>>> bx, tx = sch.split(sch.get_loops(sch.get_block("B"))[0], [None, 128])
+>>> sch.bind(bx, "blockIdx.x"); sch.bind(tx, "threadIdx.x")
+>>> src = CUDARenderer().render(lower(sch), name="scale")
+>>> src.kernels[0]["grid"], src.kernels[0]["block"]
+(['8', '1', '1'], ['128', '1', '1'])
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+
+import jinja2
+
+from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
+from toolchain.errors import BuildError, UnsupportedError
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import ExprMutator, StmtExprVisitor
+
+
+class _Lane(ExprMutator):
+    """The scalar expression of lane ``k`` of a vector expression."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def visit_Ramp(self, e: ir.Ramp) -> ir.PrimExpr:
+        return arith.simplify(e.base + e.stride * self.k)
+
+    def visit_Broadcast(self, e: ir.Broadcast) -> ir.PrimExpr:
+        return e.value
+
+    def visit_Cast(self, e: ir.Cast) -> ir.PrimExpr:
+        return ir.Cast(ir.element_of(e.dtype), self.visit_expr(e.value))
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        return ir.BufferLoad(e.buffer, tuple(self.visit_expr(i) for i in e.indices))
+
+
+class _WritesShared(StmtExprVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        self.found = self.found or s.buffer.scope == "shared"
+
+
+def _writes_shared(s: ir.Stmt) -> bool:
+    v = _WritesShared()
+    v.visit_stmt(s)
+    return v.found
+
+
+class _Launch(StmtExprVisitor):
+    def __init__(self) -> None:
+        self.extents: dict[str, ir.PrimExpr] = {}
+
+    def visit_For(self, s: ir.For) -> None:
+        if s.kind == "thread_binding" and s.thread_tag and not s.thread_tag.startswith("v"):
+            self.extents.setdefault(s.thread_tag, s.extent)
+        super().visit_For(s)
+
+
+class CUDARenderer(CStyleRenderer):
+    """CUDA C for NVIDIA GPUs (see the module docstring)."""
+
+    dialect: ClassVar[str] = "cuda"
+    template: ClassVar[str] = "c/cuda.cu.j2"
+    kernel_prefix: ClassVar[str] = 'extern "C" __global__ '
+    smem_prefix: ClassVar[str] = "__shared__ "
+    barrier: ClassVar[str] = "__syncthreads()"
+    restrict: ClassVar[str] = "__restrict__"
+    vector_locals: ClassVar[bool] = False
+    code_for_workitem: ClassVar[dict[str, str]] = {
+        f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
+
+    def __init__(self, openmp: bool = False) -> None:
+        super().__init__(openmp=False)
+
+    def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
+        """One ``__global__`` kernel per top-level statement of the lowered function."""
+        self.reset()
+        entry = "kiln_" + "".join(c if c.isalnum() else "_" for c in (name or func.name))
+        body = func.body
+        if isinstance(body, ir.Allocate):
+            raise UnsupportedError(
+                f"cuda code generation: buffer {body.buffer.name} ({body.buffer.scope}) is "
+                "shared by several kernels; give it shared/local scope inside one kernel "
+                "(compute_at under the blockIdx loop) or make it a function argument")
+        items = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
+        kernels = []
+        params: list[str] = []
+        extra: list[ir.Var] = []
+        for n, item in enumerate(items):
+            self.lines, self.indent = [], 1
+            params, extra = self.signature(func, item)
+            launch = _Launch()
+            launch.visit_stmt(item)
+            grid = [self._dim(launch.extents, f"blockIdx.{a}") for a in "xyz"]
+            block = [self._dim(launch.extents, f"threadIdx.{a}") for a in "xyz"]
+            self.stmt(item)
+            threads = 1
+            for b in block:
+                threads *= int(b) if b.isdigit() else 1024
+            kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
+                            "threads": min(threads, 1024), "body": self.lines})
+        code = self._render_file(func, entry, params, kernels)
+        return CSource(code, entry, extra,
+                       kernels=[{k: v for k, v in kn.items() if k != "body"} for kn in kernels])
+
+    def _dim(self, extents: dict[str, ir.PrimExpr], tag: str) -> str:
+        return self.expr(extents[tag]) if tag in extents else "1"
+
+    def _render_file(self, func: ir.PrimFunc, entry: str, params: list[str],
+                     kernels: list[dict]) -> str:
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                                 trim_blocks=True, lstrip_blocks=True,
+                                 keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+        return env.get_template(self.template).render(
+            entry=entry, func_name=func.name, prelude=func.attrs.get("c_prelude", ""),
+            int_types=["int32_t", "int64_t"],
+            scalar_types=["float", "double", "int32_t", "int64_t"],
+            kernels=kernels, params=params or ["void"])
+
+    # ------------------------------------------------------------------ hooks
+    def render_thread_loop(self, s: ir.For) -> None:
+        tag = s.thread_tag or ""
+        v = self.var(s.loop_var)
+        if tag.startswith("vthread"):
+            raise UnsupportedError(f"cuda code generation: vthread loop {v} was not lowered; "
+                                   "run the lowering pipeline (inject_virtual_thread)")
+        idx = self.code_for_workitem[tag]
+        start = "" if ir.is_const_int(s.min, 0) else f"{self.expr(s.min)} + "
+        self.emit(f"{{ const {self.ctype(s.loop_var.dtype)} {v} = {start}(int32_t){idx};")
+        self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        self.block(s.body)
+        self.emit("}")
+
+    def render_parallel_pragma(self, s: ir.For) -> None:
+        pass  # a parallel loop inside a kernel runs serially per thread
+
+    def render_simd_pragma(self, s: ir.For) -> None:
+        pass
+
+    def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
+                          body: ir.Stmt) -> None:
+        raise UnsupportedError(
+            f"cuda code generation: allocation {buf.name} ({buf.scope}, {size} elements) "
+            "inside a kernel must have a constant size of at most "
+            f"{self.max_stack_bytes} bytes; tile it smaller")
+
+    def stmt_SeqStmt(self, s: ir.SeqStmt) -> None:
+        # a write to shared memory waits for every thread's earlier reads (including the
+        # previous iteration of an enclosing loop) and is visible to all threads after
+        synced = False
+        for x in s.seq:
+            if _writes_shared(x):
+                if not synced:
+                    self.emit(f"{self.barrier};")
+                self.stmt(x)
+                self.emit(f"{self.barrier};")
+                synced = True
+            else:
+                self.stmt(x)
+                synced = False
+
+    def stmt_BufferStore(self, s: ir.BufferStore) -> None:
+        lanes = ir.lanes_of(s.value.dtype)
+        if lanes == 1:
+            super().stmt_BufferStore(s)
+            return
+        for k in range(lanes):
+            lane = _Lane(k)
+            self.stmt_BufferStore(ir.BufferStore(
+                s.buffer, lane.visit_expr(s.value),
+                tuple(lane.visit_expr(i) for i in s.indices)))
+
+    def expr_BufferLoad(self, e: ir.BufferLoad) -> tuple[str, int]:
+        if ir.lanes_of(e.dtype) > 1:
+            raise UnsupportedError(f"cuda code generation: vector load {e} outside a store")
+        return super().expr_BufferLoad(e)
+
+
+def compile_ptx(source: str, arch: str = "sm_80", nvcc: str | None = None) -> str:
+    """Compile CUDA source to PTX with ``nvcc -arch=<arch> -ptx``; return the PTX text."""
+    exe = nvcc or shutil.which("nvcc")
+    if exe is None:
+        raise BuildError("nvcc not found on PATH; install the CUDA toolkit to compile CUDA")
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "kernels.cu"
+        out = Path(d) / "kernels.ptx"
+        src.write_text(source)
+        cmd = [exe, f"-arch={arch}", "-ptx", "-O3", str(src), "-o", str(out)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            keep = Path(tempfile.mkdtemp(prefix="kiln-cuda-")) / "kernels.cu"
+            keep.write_text(source)
+            raise BuildError(f"nvcc failed (exit {res.returncode}).\ncommand: {' '.join(cmd)}"
+                             f"\nsource kept at: {keep}\n{res.stderr.strip()}")
+        return out.read_text()
