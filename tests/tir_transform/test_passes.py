@@ -276,3 +276,18 @@ def test_lower_trace_records_every_pass():
     assert names[:2] == ["lower_init_block", "lower_blocks"]
     assert names[-1] == "remove_noop"
     assert len(names) == sum(len(p) for p in T.PHASES.values())
+
+
+@pytest.mark.parametrize("make", [W.matmul_relu, W.conv2d, W.row_sum, W.elementwise_chain])
+def test_lowered_ir_runs_in_the_reference_interpreter(make):
+    """Lowering alone (no C compiler) keeps the meaning: the interpreter agrees with numpy."""
+    from toolchain.tir.interpreter import run
+
+    wl = make()
+    sch = Schedule(wl[0])
+    last = sch.get_child_blocks(sch.get_block("root"))[-1]
+    loops_ = sch.get_loops(last)
+    sch.split(loops_[-1], [None, 4])
+    args = wl[1]()
+    run(T.lower(sch), *[a.reshape(-1) for a in args])
+    np.testing.assert_allclose(args[-1], wl[2](*args), rtol=1e-4, atol=1e-4)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import ExprMutator, StmtExprMutator
+from toolchain.tir.functor import ExprMutator, StmtExprMutator, uses_var
 
 #: Widest vector the expansion produces (lanes); wider loops use the simd pragma.
 MAX_LANES = 64
@@ -47,7 +47,7 @@ class _VecExpr(ExprMutator):
         if t not in (ir.Add, ir.Sub, ir.Mul, ir.Div) or (t is ir.Div and not ir.is_float(
                 e.dtype)):
             raise CannotVectorize(f"{t.__name__} on vectors")
-        return t(_materialize(_bcast(a, self.lanes)), _materialize(_bcast(b, self.lanes)))
+        return t(_bcast(a, self.lanes), _bcast(b, self.lanes))
 
     def visit_Cast(self, e: ir.Cast) -> ir.PrimExpr:
         v = self.visit_expr(e.value)
@@ -65,21 +65,11 @@ class _VecExpr(ExprMutator):
         return ir.BufferLoad(e.buffer, idx)
 
     def _no(self, e: ir.PrimExpr) -> ir.PrimExpr:
-        if any(v is self.var for v in _vars(e)):
+        if uses_var(e, self.var):
             raise CannotVectorize(f"{type(e).__name__} depends on the vector lane")
         return e
 
     visit_Call = visit_Select = visit_Let = visit_Not = _no
-
-
-def _vars(e: ir.PrimExpr) -> list[ir.Var]:
-    from toolchain.tir.functor import free_vars
-
-    return free_vars(e)
-
-
-def _materialize(e: ir.PrimExpr) -> ir.PrimExpr:
-    return e
 
 
 def _ramp_arith(t: type, a: ir.PrimExpr, b: ir.PrimExpr, lanes: int) -> ir.PrimExpr | None:
