@@ -148,3 +148,22 @@ def test_strided_vector_access_gathers_and_scatters():
     mod(a, b)
     np.testing.assert_allclose(b, a.T * 2, rtol=1e-6)
     assert "vec" in mod.get_source()
+
+
+def test_float16_vectors_and_bool_outputs():
+    from toolchain.tir.schedule import Schedule
+
+    A = te.placeholder((64,), name="A", dtype="float16")
+    B = te.compute((64,), lambda i: A[i] * te.const(2.0, "float16") + te.const(1.0, "float16"),
+                   name="B")
+    C = te.compute((64,), lambda i: A[i] > te.const(3.0, "float16"), name="C")
+    a = np.arange(64).astype("float16")
+    for out, ref in ((B, a * 2 + 1), (C, a > 3)):
+        sch = Schedule(te.create_prim_func([A, out]))
+        (i,) = sch.get_loops(sch.get_block(out.name))
+        _, ii = sch.split(i, [None, 16])
+        sch.vectorize(ii)  # bool comparisons fall back to the simd pragma
+        mod = build(sch, extra_flags=STRICT)
+        res = np.zeros(64, ref.dtype)
+        mod(a, res)
+        np.testing.assert_array_equal(res, ref)

@@ -157,9 +157,10 @@ class CStyleRenderer:
     restrict: ClassVar[str] = "restrict"
     code_for_workitem: ClassVar[dict[str, str]] = {}
     type_map: ClassVar[dict[str, str]] = {
-        "float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t",
-        "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
-        "uint32": "uint32_t", "uint64": "uint64_t", "bool": "bool", "handle": "void*",
+        "float16": "_Float16", "float32": "float", "float64": "double", "int8": "int8_t",
+        "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
+        "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t", "bool": "bool",
+        "handle": "void*",
     }
     #: math functions with an ``f`` variant for float32
     math_funcs: ClassVar[frozenset[str]] = frozenset(

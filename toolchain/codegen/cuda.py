@@ -89,6 +89,7 @@ class CUDARenderer(CStyleRenderer):
     barrier: ClassVar[str] = "__syncthreads()"
     restrict: ClassVar[str] = "__restrict__"
     vector_locals: ClassVar[bool] = False
+    type_map: ClassVar[dict[str, str]] = {**CStyleRenderer.type_map, "float16": "__half"}
     code_for_workitem: ClassVar[dict[str, str]] = {
         f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
 

@@ -12,9 +12,9 @@ import numpy as np
 from toolchain.errors import InputError, OptionError
 from toolchain.tir import ir
 
-_NP = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "int16": np.int16,
-       "int32": np.int32, "int64": np.int64, "uint8": np.uint8, "uint16": np.uint16,
-       "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_}
+_NP = {"float16": np.float16, "float32": np.float32, "float64": np.float64, "int8": np.int8,
+       "int16": np.int16, "int32": np.int32, "int64": np.int64, "uint8": np.uint8,
+       "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_}
 _CT = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes.c_int8,
        "int16": ctypes.c_int16, "int32": ctypes.c_int32, "int64": ctypes.c_int64,
        "uint8": ctypes.c_uint8, "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32,

@@ -62,6 +62,8 @@ class _VecExpr(ExprMutator):
                 ir.BufferLoad(e.buffer, idx)
         if len(idx) != 1 or not isinstance(idx[0], ir.Ramp):
             raise CannotVectorize("load with a non-affine vector index")
+        if ir.is_bool(e.buffer.dtype):
+            raise CannotVectorize("bool vectors")
         return ir.BufferLoad(e.buffer, idx)
 
     def _no(self, e: ir.PrimExpr) -> ir.PrimExpr:
@@ -111,6 +113,8 @@ class _VecStmt(StmtExprMutator):
             raise CannotVectorize("store to the same element from every lane")
         if len(idx) != 1 or not isinstance(idx[0], ir.Ramp):
             raise CannotVectorize("store with a non-affine vector index")
+        if ir.is_bool(s.buffer.dtype):
+            raise CannotVectorize("bool vectors")
         return ir.BufferStore(s.buffer, _bcast(val, self.lanes), idx)
 
     def visit_IfThenElse(self, s: ir.IfThenElse) -> ir.Stmt:
