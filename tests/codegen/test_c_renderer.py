@@ -18,7 +18,8 @@ from toolchain.tir import ir
 
 @pytest.mark.parametrize("name,expected", [
     ("conv 1/w", "conv_1_w"), ("3x3", "_3x3"), ("int", "v_int"), ("kiln_x", "v_kiln_x"),
-    ("a.b-c", "a_b_c"), ("", "v"), ("__x", "v_x"),
+    ("a.b-c", "a_b_c"), ("", "v"), ("__x", "v_x"), ("float32x16", "v_float32x16"),
+    ("NAN", "v_NAN"),
 ])
 def test_sanitize(name, expected):
     assert sanitize(name) == expected

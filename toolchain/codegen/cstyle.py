@@ -38,7 +38,9 @@ TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 _C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum
 extern float for goto if inline int long register restrict return short signed sizeof static
 struct switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool true
-false main abs exp log sqrt floor ceil pow fabs min max NULL errno""".split())
+false main abs exp log sqrt floor ceil pow fabs min max NULL errno NAN INFINITY HUGE_VAL
+EOF INT8_MIN INT16_MIN INT32_MIN INT64_MIN INT32_MAX INT64_MAX UINT32_MAX free abort
+posix_memalign size_t threadIdx blockIdx blockDim gridDim""".split())
 
 
 def sanitize(name: str) -> str:
@@ -46,7 +48,8 @@ def sanitize(name: str) -> str:
     s = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
     if s[0].isdigit():
         s = "_" + s
-    if s in _C_KEYWORDS or s.startswith(("kiln_", "__")):
+    if (s in _C_KEYWORDS or s.startswith(("kiln_", "__"))
+            or re.fullmatch(r"(u?int|b?float|bool)\d*x\d+(_u|_splat)?", s)):
         s = "v_" + s.lstrip("_")
     return s
 

@@ -61,8 +61,11 @@ def _resolve_target(target: str | Target) -> Target:
     else:
         t = load_target(target)
     if t.kind != "c":
+        hint = (" (for CUDA source use toolchain.codegen.cuda.CUDARenderer().render(lower(sch))"
+                " and compile_ptx; running kernels needs a GPU runtime Kiln does not have yet)"
+                if t.kind == "cuda" else "")
         raise TargetError(f"build: target {t.name!r} has kind {t.kind!r}; host builds need a "
-                          "C target (target='c')")
+                          f"C target (target='c'){hint}")
     return t
 
 
