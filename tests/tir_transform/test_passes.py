@@ -244,6 +244,7 @@ def test_simplify_elides_proven_guards_and_unit_loops():
         ir.BufferStore(func.buffers[1], ir.FloatImm(1.0), (x,)), guard))))
     text = str(T.simplify(f2))
     assert "if x < 4" not in text and "if q < 1" in text
+    build_and_check(sch, wl)
 
 
 def test_remove_noop_drops_empty_loops_and_unused_allocations():
@@ -258,6 +259,11 @@ def test_remove_noop_drops_empty_loops_and_unused_allocations():
     f = ir.PrimFunc((A,), body)
     out = T.remove_noop(f)
     assert str(out.body) == "A[0] = T.float32(2.0)"
+    from toolchain.driver import build
+
+    a = np.zeros(4, "float32")
+    build(f, extra_flags=["-Wall", "-Wextra", "-Werror"])(a)
+    assert a.tolist() == [2.0, 0.0, 0.0, 0.0]
 
 
 def test_lower_rejects_unknown_phase_and_bad_pass():
