@@ -297,3 +297,14 @@ def test_lowered_ir_runs_in_the_reference_interpreter(make):
     args = wl[1]()
     run(T.lower(sch), *[a.reshape(-1) for a in args])
     np.testing.assert_allclose(args[-1], wl[2](*args), rtol=1e-4, atol=1e-4)
+
+
+def test_compact_leaves_buffers_passed_by_pointer_alone():
+    X = ir.Buffer("X", (16, 16), "float32", "local")
+    B = ir.Buffer("B", (16,), "float32")
+    i = ir.Var("i")
+    addr = ir.Call("handle", "tir.address_of", [X[i, 0]])
+    body = ir.Allocate(X, ir.For(i, 0, 4, "serial", ir.seq(
+        ir.Evaluate(ir.Call("int32", "fill_row", [addr])), B.store(X[i, 0], [i]))))
+    out = T.compact_buffer_allocation(ir.PrimFunc((B,), body))
+    assert 'X = T.allocate((16, 16), "float32", scope="local")' in str(out)

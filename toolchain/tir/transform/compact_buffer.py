@@ -45,6 +45,13 @@ class _Accesses(StmtExprVisitor):
             self.found.append(_Access(tuple(self.path), e.indices))
         super().visit_BufferLoad(e)
 
+    def visit_Call(self, e: ir.Call) -> None:
+        # a pointer handed to other code assumes the buffer's layout: keep it as is
+        if e.op == "tir.address_of" and any(
+                isinstance(a, ir.BufferLoad) and a.buffer.data is self.data for a in e.args):
+            self.opaque = True
+        super().visit_Call(e)
+
     def visit_BufferStore(self, s: ir.BufferStore) -> None:
         if s.buffer.data is self.data:
             self.found.append(_Access(tuple(self.path), s.indices))
