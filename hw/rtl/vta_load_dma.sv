@@ -7,13 +7,19 @@
 // data positions. Elements of E >= BUS_BYTES bytes are assembled from E/BUS_BYTES beats;
 // smaller elements (micro-ops) are picked lane by lane out of a beat, starting at the lane the
 // row's DRAM address falls on. The writer consumes every beat it is sent, so a load never
-// stalls the shared in-order response path for long.
+// stalls the shared in-order response path for long, and the issuer keeps at most
+// MAX_OUTSTANDING beats in flight, so fetch and the other engines' requests are not queued
+// behind a whole tile's worth of this load's bursts.
 module vta_load_dma
   import vta_pkg::*;
 #(
     parameter int ELEM_BYTES = 16,
     parameter int AW = 11,
     parameter int MAX_BURST = 64,
+    // beats requested but not yet received: enough to cover the bandwidth-delay product
+    // (2 KiB on a 16-byte bus), small enough that the shared in-order DRAM queue never holds
+    // more than ~MAX_OUTSTANDING beats ahead of another engine's request
+    parameter int MAX_OUTSTANDING = 128,
     localparam int EB = ELEM_BYTES * 8
 ) (
     input  logic                clk,
@@ -58,7 +64,8 @@ module vta_load_dma
   endfunction
 
   wire [31:0] burst = (iss_beats > MAX_BURST) ? MAX_BURST : iss_beats;
-  assign req_valid = iss_active;
+  logic [31:0] outstanding;
+  assign req_valid = iss_active && outstanding + burst <= MAX_OUTSTANDING;
   assign req_addr = iss_byte[31:0];
   assign req_len = LEN_BITS'(burst);
   wire [31:0] next_row_addr = iss_row_addr + 32'(cmd_q.x_stride);
@@ -107,12 +114,15 @@ module vta_load_dma
   always_ff @(posedge clk) begin
     if (!rst_n) begin
       iss_active <= 1'b0;
+      outstanding <= '0;
       w_active <= 1'b0;
       done <= 1'b0;
       chunk <= '0;
       lane <= '0;
     end else begin
       done <= 1'b0;
+      outstanding <= outstanding + (req_valid && req_ready ? burst : 32'd0) -
+                     32'(resp_valid && resp_ready);
       if (start) begin
         cmd_q <= cmd;
         iss_active <= cmd.y_size != 0 && cmd.x_size != 0;
