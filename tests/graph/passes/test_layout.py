@@ -197,3 +197,28 @@ def test_layout_transform_op_between_two_blocked_layouts():
                 {"src_layout": "NCHW4c", "dst_layout": "NCHW2c"})
     (got,) = run_node(node, [to_layout(x, "NCHW4c")])
     np.testing.assert_array_equal(got, to_layout(x, "NCHW2c"))
+
+
+def test_channel_concat_follows_its_inputs_when_the_blocks_agree():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    c1, c2 = _conv(b, x, 8, 16, "c1"), _conv(b, x, 8, 8, "c2")
+    cat = b.op("Concat", [c1, c2], {"axis": 1}, name="cat")  # 16 + 8 = 24: block 8 all
+    y = _conv(b, cat, 24, 8, "c3")
+    g = b.graph([y])
+    out = transform_layout(g, "nchw8c")
+    assert _transforms(out) == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+    assert out.node("cat").outputs[0].shape == (1, 3, 4, 4, 8)
+    assert_same_results(g, out)
+    nhwc = transform_layout(g, "nhwc")
+    assert nhwc.node("cat").attrs["axis"] == 3 and len(_transforms(nhwc)) == 2
+    assert_same_results(g, nhwc)
+    # 16 + 12 channels: blocks 8 and 4 (output 28: block 7) disagree -> NCHW concat
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    cat = b.op("Concat", [_conv(b, x, 8, 16, "c1"), _conv(b, x, 8, 12, "c2")], {"axis": 1},
+               name="cat")
+    g = b.graph([cat])
+    out = transform_layout(g, "nchw8c")
+    assert out.node("cat").outputs[0].shape == (1, 28, 4, 4)
+    assert_same_results(g, out)

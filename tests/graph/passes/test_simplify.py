@@ -135,3 +135,34 @@ def test_intermediate_with_other_consumers_survives_a_merge():
     assert sorted(n.name for n in out.nodes) == ["neg", "r1", "r2"]
     assert out.node("r2").inputs[0] is x
     assert_same_results(g, out)
+
+
+def test_layout_transform_that_moves_no_data_becomes_a_reshape_and_merges():
+    from toolchain.graph.ir import Graph, Node, Value
+
+    x = Value("x", (1, 2, 1, 1, 8), "float32")  # NCHW8c after a global pool
+    t = Value("t", (1, 16, 1, 1), "float32")
+    y = Value("y", (1, 16), "float32")
+    g = Graph("g", [x], [y], [
+        Node("LayoutTransform", "lt", [x], [t], {"src_layout": "NCHW8c", "dst_layout": "NCHW"}),
+        Node("Flatten", "flat", [t], [y], {"axis": 1})])
+    out = dead_code_elimination(simplify(g))
+    assert ops(out) == ["Reshape"] and out.nodes[0].inputs[0] is x
+    assert_same_results(g, out)
+
+    big = Value("big", (1, 2, 3, 3, 8), "float32")  # real data movement: stays
+    t2 = Value("t2", (1, 16, 3, 3), "float32")
+    g2 = Graph("g2", [big], [t2], [Node("LayoutTransform", "lt", [big], [t2],
+                                        {"src_layout": "NCHW8c", "dst_layout": "NCHW"})])
+    assert ops(simplify(g2)) == ["LayoutTransform"]
+
+
+def test_transpose_of_size_one_axes_becomes_a_reshape():
+    b = GraphBuilder()
+    x = b.input("x", (1, 49, 10, 1))
+    t = b.op("Transpose", [x], {"perm": (0, 3, 1, 2)}, name="t")  # NHWC -> NCHW, C = 1
+    y = b.op("Flatten", [t], name="flat")
+    g = b.graph([y])
+    out = dead_code_elimination(simplify(g))
+    assert ops(out) == ["Reshape"]
+    assert_same_results(g, out)

@@ -18,6 +18,9 @@ Each op states its preference in :data:`PREFERENCE` (a small table):
 * ``follow`` — element-wise ops: layout-agnostic; they run in the target layout when one of
   their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
   rewritten for that layout at compile time;
+* ``concat`` — a channel ``Concat`` follows its inputs too, when every input and the output
+  have the same form (always for ``NHWC``, axis 3; for ``NCHW{b}c`` when the block is the
+  same for all, e.g. 16 + 32 channels with block 8);
 * anything else — ``NCHW`` only.
 
 A ``LayoutTransform`` node is inserted only where a producer's layout differs from what a
@@ -39,7 +42,7 @@ from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_sh
 
 #: how each op chooses its layout (see the module docstring); ops not listed need NCHW
 PREFERENCE: dict[str, str] = {
-    "Conv": "conv", **{p: "pool" for p in POOLS},
+    "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat",
     **{op: "follow" for op in ELEMENTWISE - {"QuantizeLinear", "DequantizeLinear"}},
 }
 
@@ -168,6 +171,21 @@ class _Rewriter:
             ins.append(c)
         return node.replace(inputs=tuple(ins), outputs=(self.produced(y, lay),))
 
+    def concat(self, node: Node) -> Node | None:
+        """Channel concat in the layout of its inputs, when all share one form: NHWC
+        (axis 3), or NCHW{b}c with the same block for every input and the output."""
+        y = node.outputs[0]
+        if y.rank != 4 or int(node.attrs["axis"]) not in (1, -3) or \
+                any(v is None or v.is_constant for v in node.inputs) or \
+                all(self.layout_of(v) == "NCHW" for v in node.inputs):
+            return None
+        lay = self.target.data_layout(y.shape[1])
+        if any(self.target.data_layout(v.shape[1]) != lay for v in node.inputs):
+            return None
+        ins = tuple(self.get(v, lay) for v in node.inputs)
+        attrs = dict(node.attrs, axis=3 if lay == "NHWC" else 1)
+        return node.replace(inputs=ins, outputs=(self.produced(y, lay),), attrs=attrs)
+
     def constant(self, c: Value, y: Value, layout: str) -> Value | None:
         """A broadcasting constant operand rewritten for ``layout`` (or ``None``)."""
         if c.size == 1:
@@ -185,7 +203,8 @@ class _Rewriter:
         return Value.constant(self.namer(f"{c.name}_{layout}"), data)
 
     def run(self) -> Graph:
-        rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow}
+        rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
+                 "concat": self.concat}
         for node in self.graph.nodes:
             rule = rules.get(PREFERENCE.get(node.op, ""))
             new = rule(node) if rule is not None else None

@@ -18,6 +18,11 @@ Merged:
   a TensorFlow model's ``Transpose(NHWC -> NCHW)`` followed by the layout pass's transform
   back to ``NHWC`` disappears.
 
+Rewritten: a ``Transpose`` that moves only size-1 axes, and a ``LayoutTransform`` that moves
+no data (the two layouts store the elements in the same order: spatial size 1, as after a
+global pool, or a block of 1) become a ``Reshape``, which then merges with neighbouring
+reshapes (a transpose chain is merged first, as it may cancel entirely).
+
 When a dropped node's output is a graph output, its producer is made to write that value
 instead, so the caller's output names never change; when that is impossible (the input is
 itself a graph input or output) the node stays.
@@ -29,6 +34,7 @@ import numpy as np
 
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.passes._util import Namer, is_output, substitute
+from toolchain.graph.passes.layout_ops import nchw_shape, to_layout
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _SAME_SHAPE_NOOPS = _VIEWS + ("Expand", "Tile")
@@ -87,6 +93,28 @@ def _drop(graph: Graph, node: Node) -> Graph | None:
     return substitute(graph, mapping, [n for n in graph.nodes if n is not node])
 
 
+def _moves_no_data(node: Node) -> bool:
+    """A ``Transpose`` moving only size-1 axes, or a ``LayoutTransform`` whose source and
+    destination store the elements in the same order (spatial size 1, block 1, one
+    channel …): a reshape, not a data movement."""
+    x = node.inputs[0]
+    if node.op == "Transpose":  # only size-1 axes move
+        kept = [p for p in _perm(node) if x.shape[p] != 1]
+        return kept == sorted(kept)
+    if node.op != "LayoutTransform" or x.size > 1 << 20:
+        return False
+    src, dst = node.attrs["src_layout"], node.attrs["dst_layout"]
+    probe = np.arange(x.size, dtype=np.int32).reshape(nchw_shape(x.shape, src))
+    return bool(np.array_equal(to_layout(probe, src).ravel(), to_layout(probe, dst).ravel()))
+
+
+def _as_reshape(graph: Graph, node: Node, namer: Namer) -> Graph | None:
+    y = node.outputs[0]
+    shape = Value.constant(namer(f"{y.name}_shape"), np.array(y.shape, np.int64))
+    new = Node("Reshape", node.name, (node.inputs[0], shape), (y,), {"allowzero": 0})
+    return graph.replace(nodes=[new if n is node else n for n in graph.nodes])
+
+
 def _merge(graph: Graph, node: Node, namer: Namer) -> Graph | None:
     """``node`` reading the result of a mergeable producer, rewritten to skip it."""
     x = node.input(0)
@@ -141,7 +169,12 @@ def simplify(graph: Graph) -> Graph:
     while changed:
         changed = False
         for node in graph.nodes:
-            new = _drop(graph, node) if _is_noop(node) else _merge(graph, node, namer)
+            if _is_noop(node):
+                new = _drop(graph, node)
+            else:
+                new = _merge(graph, node, namer)
+                if new is None and _moves_no_data(node):
+                    new = _as_reshape(graph, node, namer)
             if new is not None:
                 graph, changed = new, True
                 break
