@@ -134,3 +134,13 @@ def test_lower_accepts_schedule_and_phases():
         lower(sch, passes={9: [spy]})
     with pytest.raises(OptionError, match="returned NoneType"):
         lower(sch, passes={1: [lambda f: None]})
+
+
+def test_portable_target_file_builds_without_march():
+    mod = build(_add(), target="c-generic")
+    assert not any(f.startswith("-march") for f in mod.build_info["flags"])
+    assert mod.build_info["target"] == "c-generic"
+    a = np.ones(64, "float32")
+    c = np.zeros(64, "float32")
+    mod(a, a, c)
+    assert c.tolist() == [2.0] * 64

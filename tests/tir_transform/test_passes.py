@@ -308,3 +308,17 @@ def test_compact_leaves_buffers_passed_by_pointer_alone():
         ir.Evaluate(ir.Call("int32", "fill_row", [addr])), B.store(X[i, 0], [i]))))
     out = T.compact_buffer_allocation(ir.PrimFunc((B,), body))
     assert 'X = T.allocate((16, 16), "float32", scope="local")' in str(out)
+
+
+def test_auto_unroll_max_step_pragma():
+    wl = W.matmul(8, 8, 8)
+    sch = Schedule(wl[0])
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    ko, ki = sch.split(k, [None, 4])
+    jo, ji = sch.split(j, [None, 2])
+    sch.reorder(i, jo, ko, ji, ki)
+    sch.pragma(i, "auto_unroll_max_step", 16)
+    low = T.lower(sch)
+    # ji * ki * (guarded init + update) = 16 statements: unrolled; the ko nest (32) is not
+    assert sorted(f.loop_var.name for f in loops(low)) == ["i", "j_0", "k_0"]
+    build_and_check(sch, wl)

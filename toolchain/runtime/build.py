@@ -100,13 +100,15 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
 
 def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None, *,
           passes: Mapping[int, Sequence[Callable[[ir.PrimFunc], ir.PrimFunc]]] | None = None,
-          openmp: bool = True, march: str | None = "native", extra_flags: Sequence[str] = (),
+          openmp: bool = True, march: str | None = "auto", extra_flags: Sequence[str] = (),
           cc: str | None = None) -> Module:
     """Lower, generate C, compile and load a Schedule or PrimFunc for the host.
 
-    ``march`` (default ``native``; None leaves it out) and ``extra_flags`` (for example
-    ``["-Wall", "-Wextra", "-Werror"]``) go to the compiler. Parallel loops use OpenMP
-    unless ``openmp=False``.
+    ``march`` and ``extra_flags`` (for example ``["-Wall", "-Wextra", "-Werror"]``) go to
+    the compiler. ``march="auto"`` means ``native`` for the host target (``"c"``) and the
+    descriptor's ``arch`` (or nothing: portable code) for a target file such as
+    ``c-generic``; None leaves ``-march`` out. Parallel loops use OpenMP unless
+    ``openmp=False``.
 
     >>> import numpy as np
     >>> from toolchain import te
@@ -128,6 +130,8 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
     lowered = lower(func, passes=passes)
     src = get_renderer(t.kind, openmp=openmp).render(lowered, name=name)
     flags = list(BASE_FLAGS)
+    if march == "auto":
+        march = "native" if t.name == "host" else t.arch
     if march:
         flags.append(f"-march={march}")
     if src.uses_openmp:

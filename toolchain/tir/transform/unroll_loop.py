@@ -30,15 +30,44 @@ def _innermost(s: ir.Stmt) -> bool:
     return not v.found
 
 
+#: Loop annotations asking to unroll every loop nest below with at most N steps in total
+#: (``sch.pragma(loop, "auto_unroll_max_step", 16)``).
+MAX_STEP_KEYS = ("pragma_auto_unroll_max_step", "pragma_unroll_max_step")
+
+
+def _steps(s: ir.Stmt) -> int:
+    """Statements a fully unrolled ``s`` would have (loops with symbolic extents: huge)."""
+    if isinstance(s, ir.For):
+        n = ir.const_int(s.extent)
+        return (n if n is not None else 1 << 30) * _steps(s.body)
+    if isinstance(s, ir.SeqStmt):
+        return sum(_steps(x) for x in s.seq)
+    if isinstance(s, ir.IfThenElse):
+        return _steps(s.then_case) + (_steps(s.else_case) if s.else_case else 0)
+    if isinstance(s, (ir.Allocate, ir.LetStmt, ir.AttrStmt)):
+        return 1 << 30  # never unroll over a scope
+    return 1
+
+
 class _Unroll(StmtExprMutator):
     def __init__(self, auto_max_extent: int) -> None:
         self.auto = auto_max_extent
+        self.max_step = 0
 
     def visit_For(self, s: ir.For) -> ir.Stmt:
-        body = self.visit_stmt(s.body)
+        outer = self.max_step
+        for key in MAX_STEP_KEYS:
+            if key in s.annotations:
+                self.max_step = int(s.annotations[key])
+        try:
+            body = self.visit_stmt(s.body)
+        finally:
+            self.max_step = outer
         n = ir.const_int(s.extent)
         explicit = s.kind == "unrolled"
-        auto = (s.kind == "serial" and n is not None and n <= self.auto and _innermost(s.body)
+        small = n is not None and n <= self.auto and _innermost(s.body)
+        budget = n is not None and 0 < self.max_step and _steps(s) <= self.max_step
+        auto = (s.kind == "serial" and (small or budget)
                 and "pragma_simd" not in s.annotations)
         if n is not None and (explicit or auto) and 0 < n <= MAX_UNROLLED_STMTS:
             return ir.seq(*(substitute(body, {s.loop_var: s.min + k}) for k in range(n)))
@@ -50,7 +79,9 @@ class _Unroll(StmtExprMutator):
 
 def unroll_loop(func: ir.PrimFunc, auto_max_extent: int = AUTO_MAX_EXTENT) -> ir.PrimFunc:
     """Replace unrolled loops (and innermost serial loops of extent <= ``auto_max_extent``)
-    by copies of their body, one per iteration.
+    by copies of their body, one per iteration. Under a loop annotated
+    ``pragma_auto_unroll_max_step = N``, every serial loop nest of at most ``N`` statements
+    once unrolled is unrolled too.
 
     Before::
 
