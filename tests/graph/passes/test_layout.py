@@ -222,3 +222,20 @@ def test_channel_concat_follows_its_inputs_when_the_blocks_agree():
     out = transform_layout(g, "nchw8c")
     assert out.node("cat").outputs[0].shape == (1, 28, 4, 4)
     assert_same_results(g, out)
+
+
+def test_layout_for_shipped_and_described_targets():
+    from types import SimpleNamespace
+
+    from toolchain.graph.passes import layout_for_target
+    from toolchain.target import load_target
+
+    assert layout_for_target(load_target("c-generic")).kind == "nchw"
+    assert layout_for_target(load_target("cuda-sm80")).kind == "nchw"
+    avx2 = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256)
+    assert layout_for_target(avx2) == parse_layout_target("nchw8c")
+    m4 = SimpleNamespace(name="cortex-m4", kind="c", vector_width_bits=32)
+    assert layout_for_target(m4) == parse_layout_target("nhwc")
+    explicit = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256,
+                               layout="nchw")
+    assert layout_for_target(explicit).kind == "nchw"

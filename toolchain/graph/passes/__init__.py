@@ -18,12 +18,18 @@ from toolchain.graph.passes.dce import dead_code_elimination
 from toolchain.graph.passes.fold_affine import fold_affine
 from toolchain.graph.passes.fused_op import format_graph, fused_node
 from toolchain.graph.passes.fusion import fuse, kernel_name
-from toolchain.graph.passes.layout import LayoutTarget, parse_layout_target, transform_layout
+from toolchain.graph.passes.layout import (
+    LayoutTarget,
+    layout_for_target,
+    parse_layout_target,
+    transform_layout,
+)
 from toolchain.graph.passes.pipeline import DEFAULT_PASSES, PASSES, run_pipeline
 from toolchain.graph.passes.simplify import simplify
 
 __all__ = [
     "DEFAULT_PASSES", "PASSES", "LayoutTarget", "constant_fold", "dead_code_elimination",
-    "fold_affine", "format_graph", "fuse", "fused_node", "kernel_name", "parse_layout_target",
+    "fold_affine", "format_graph", "fuse", "fused_node", "kernel_name", "layout_for_target",
+    "parse_layout_target",
     "run_pipeline", "simplify", "transform_layout",
 ]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
@@ -90,6 +91,34 @@ def parse_layout_target(text: str | LayoutTarget) -> LayoutTarget:
         return LayoutTarget("nchwc", int(m.group(1)))
     raise OptionError(f"target layout {text!r} is not one of nchw, nhwc, nchwc, nchw<b>c "
                       "(e.g. nchw8c for AVX2, nchw16c for AVX-512)")
+
+
+def layout_for_target(target: Any) -> LayoutTarget:
+    """The layout kind for a :class:`~toolchain.target.Target` (or anything with ``name``,
+    ``kind`` and ``vector_width_bits``).
+
+    A ``layout`` attribute wins when the descriptor has one; otherwise x86-64 CPUs get
+    ``NCHW{b}c`` with one float32 vector per block (AVX2: 8, AVX-512: 16), Cortex-M gets
+    ``NHWC``, and everything else (generic C, CUDA, VTA) ``NCHW``.
+
+    Example::
+
+        >>> from types import SimpleNamespace as T
+        >>> layout_for_target(T(name="x86_64-avx512", kind="c", vector_width_bits=512))
+        LayoutTarget(kind='nchwc', block=16)
+        >>> layout_for_target(T(name="cortex-m4", kind="c", vector_width_bits=32)).kind
+        'nhwc'
+    """
+    explicit = getattr(target, "layout", None)
+    if explicit:
+        return parse_layout_target(explicit)
+    name = str(getattr(target, "name", "")).lower()
+    bits = getattr(target, "vector_width_bits", None) or 0
+    if name.startswith(("x86", "avx")) and bits >= 128:
+        return LayoutTarget("nchwc", bits // 32)
+    if name.startswith("cortex-m"):
+        return LayoutTarget("nhwc")
+    return LayoutTarget("nchw")
 
 
 class _Rewriter:
