@@ -365,11 +365,13 @@ def render_svg(plan: MemoryPlan, title: str = "memory plan") -> str:
     rects = []
     for i, t in enumerate(sorted(plan.tensors, key=lambda t: (t.offset, t.first))):
         hue = (i * 137) % 360
+        w = max(plot_w * (t.last - t.first + 1) / steps - 1, 1)
+        h = max(t.size * scale, 1)
+        fits = int(w // 7)  # characters that fit at font size 11
+        label = t.name if len(t.name) <= fits else "…" + t.name[-(fits - 1):]
         rects.append({
-            "x": left + plot_w * t.first / steps,
-            "y": top + t.offset * scale,
-            "w": max(plot_w * (t.last - t.first + 1) / steps - 1, 1),
-            "h": max(t.size * scale, 1),
+            "x": left + plot_w * t.first / steps, "y": top + t.offset * scale, "w": w, "h": h,
+            "label": label if h >= 14 and fits >= 4 else "",
             "fill": "#bbbbbb" if t.kind == "scratch" else f"hsl({hue}, 60%, 65%)",
             "kind": "in-place" if t.inplace_of else t.kind,
             "tip": (f"{t.name}: {t.size:,} B at offset {t.offset:,}, steps {t.first}..{t.last}"
