@@ -1,7 +1,7 @@
 """1024^3 fp32 matmul: Kiln's scheduled kernel vs numpy's sgemm, single thread, same run.
 
     python benchmarks/matmul.py                    # default schedule (8x32 register tile)
-    python benchmarks/matmul.py --mr 6 --nr 32     # another register tile
+    python benchmarks/matmul.py --mr 4 --nr 64     # another register tile
     python benchmarks/matmul.py --size 512 --repeat 20 --show-source
 
 The Kiln kernel packs B into ``[N/nr][K][nr]`` panels, keeps an ``mr x nr`` tile of C in
