@@ -73,3 +73,22 @@ def test_tensorflow_style_nhwc_model_on_an_nhwc_target_needs_no_input_transform(
     # no input transform; the exit transform after the 1x1 pool moves no data: a Reshape
     assert "Transpose" not in inner_ops and "LayoutTransform" not in inner_ops
     assert_same_results(graph, fused, inputs)
+
+
+def test_pipeline_scales_linearly_on_a_long_graph():
+    import time
+
+    b = GraphBuilder()
+    h = b.input("x", (1, 8, 4, 4))
+    for i in range(300):
+        h = b.op("Relu", [b.op("Identity", [h])])
+        if i % 3 == 0:
+            h = b.op("Conv", [h, b.weight(f"w{i}", (8, 8, 1, 1))])
+            h = b.op("BatchNormalization", [h] + [b.weight(f"bn{i}.{k}", (8,), 0.5, 1.5)
+                                                  for k in range(4)])
+    g = b.graph([h])
+    start = time.perf_counter()
+    fused = run_pipeline(g, target_layout="nchw8c")
+    # one sweep per pass (not one restart per rewrite): well under a second for 800 nodes
+    assert time.perf_counter() - start < 5.0
+    assert len(fused.nodes) == 100 + 2

@@ -77,7 +77,7 @@ def random_graph(seed: int):
     return b.graph(outs, name=f"random{seed}")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 10**6), st.sampled_from(["nchw", "nchw4c", "nchw8c", "nhwc"]))
 def test_random_graph_survives_the_pipeline_and_its_arena(seed, layout):
     graph = random_graph(seed)

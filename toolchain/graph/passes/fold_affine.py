@@ -150,23 +150,26 @@ def _fold(producer: Node, aff: _Affine, out: Value, namer: Namer) -> Node | None
                             attrs=attrs)
 
 
-def _fold_once(graph: Graph, namer: Namer) -> Graph | None:
-    consumers = graph.consumers()
-    for producer in graph.nodes:
-        if producer.op not in _PRODUCERS or len(producer.outputs) != 1:
+def _fold_into(node: Node, nodes: list[Node], at: dict[Value, int], graph: Graph,
+               consumers: dict[Value, list[Node]], namer: Namer) -> bool:
+    """Fold ``node`` into the already emitted producer of one of its inputs, in place in
+    ``nodes``; whether it was folded."""
+    for v in node.inputs:
+        if v is None or v.is_constant or v not in at:
             continue
-        y = producer.outputs[0]
-        user = single_consumer(graph, y, consumers)
+        i = at[v]
+        producer = nodes[i]
+        if producer.op not in _PRODUCERS or len(producer.outputs) != 1 or \
+                single_consumer(graph, v, consumers) is not node:
+            continue
         axis = _channel_axis(producer)
-        if user is None or user.op not in _AFFINE or axis is None:
-            continue
-        aff = _affine_of(user, y, axis)
-        new = None if aff is None else _fold(producer, aff, user.outputs[0], namer)
-        if new is None:
-            continue
-        nodes = [new if n is producer else n for n in graph.nodes if n is not user]
-        return graph.replace(nodes=nodes)
-    return None
+        aff = None if axis is None else _affine_of(node, v, axis)
+        new = None if aff is None else _fold(producer, aff, node.outputs[0], namer)
+        if new is not None:
+            nodes[i] = new
+            at[node.outputs[0]] = i
+            return True
+    return False
 
 
 def fold_affine(graph: Graph) -> Graph:
@@ -200,7 +203,17 @@ def fold_affine(graph: Graph) -> Graph:
         >>> [n.op for n in out.nodes], out.nodes[0].inputs[1].data[0, 0]
         (['MatMul'], np.float32(2.0))
     """
+    # One forward sweep: a folded producer keeps its place and takes over the affine op's
+    # output value, so a chain (conv -> mul -> add) folds link by link.
     namer = Namer(graph)
-    while (folded := _fold_once(graph, namer)) is not None:
-        graph = folded
-    return graph
+    consumers = graph.consumers()
+    nodes: list[Node] = []
+    at: dict[Value, int] = {}
+    for node in graph.nodes:
+        if node.op in _AFFINE and len(node.outputs) == 1 and \
+                _fold_into(node, nodes, at, graph, consumers, namer):
+            continue
+        nodes.append(node)
+        for out in node.outputs:
+            at[out] = len(nodes) - 1
+    return graph.replace(nodes=nodes) if len(nodes) != len(graph.nodes) else graph

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.passes._util import Namer, is_output, substitute
+from toolchain.graph.passes._util import Namer, resolve
 from toolchain.graph.passes.layout_ops import nchw_shape, to_layout
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
@@ -78,21 +78,6 @@ def _is_noop(node: Node) -> bool:
     return False
 
 
-def _drop(graph: Graph, node: Node) -> Graph | None:
-    """``graph`` without the no-op ``node`` (``None`` when it must stay)."""
-    src, dst = node.inputs[0], node.outputs[0]
-    mapping: dict[Value, Value] = {}
-    for extra in node.outputs[1:]:  # Dropout's mask: all true in inference
-        mapping[extra] = Value.constant(extra.name, np.ones(extra.shape, np.bool_))
-    if not is_output(graph, dst):
-        mapping[dst] = src
-    elif src.is_constant or src in graph.inputs or is_output(graph, src):
-        return None
-    else:
-        mapping[src] = dst  # the producer writes the graph output directly
-    return substitute(graph, mapping, [n for n in graph.nodes if n is not node])
-
-
 def _moves_no_data(node: Node) -> bool:
     """A ``Transpose`` moving only size-1 axes, or a ``LayoutTransform`` whose source and
     destination store the elements in the same order (spatial size 1, block 1, one
@@ -108,31 +93,64 @@ def _moves_no_data(node: Node) -> bool:
     return bool(np.array_equal(to_layout(probe, src).ravel(), to_layout(probe, dst).ravel()))
 
 
-def _as_reshape(graph: Graph, node: Node, namer: Namer) -> Graph | None:
-    y = node.outputs[0]
+def _reshape(x: Value, y: Value, name: str, namer: Namer) -> Node:
     shape = Value.constant(namer(f"{y.name}_shape"), np.array(y.shape, np.int64))
-    new = Node("Reshape", node.name, (node.inputs[0], shape), (y,), {"allowzero": 0})
-    return graph.replace(nodes=[new if n is node else n for n in graph.nodes])
+    return Node("Reshape", name, (x, shape), (y,), {"allowzero": int(0 in y.shape)})
 
 
-def _merge(graph: Graph, node: Node, namer: Namer) -> Graph | None:
-    """``node`` reading the result of a mergeable producer, rewritten to skip it."""
-    x = node.input(0)
-    producer = graph.producers().get(x) if x is not None else None
+def _merged(node: Node, producer: Node | None, namer: Namer) -> Node | None:
+    """``node`` rewritten to read past a mergeable ``producer`` (or ``None``)."""
     if producer is None:
         return None
     if node.op in _VIEWS and producer.op in _VIEWS:
-        y = node.outputs[0]
-        shape = Value.constant(namer(f"{y.name}_shape"), np.array(y.shape, np.int64))
-        new = Node("Reshape", node.name, (producer.inputs[0], shape), (y,),
-                   {"allowzero": int(0 in y.shape)})
-    elif _perm_of(node) is not None and _perm_of(producer) is not None:
-        p1, p2 = _perm_of(producer), _perm_of(node)
-        new = Node("Transpose", node.name, (producer.inputs[0],), node.outputs,
-                   {"perm": tuple(p1[i] for i in p2)})
-    else:
-        return None
-    return graph.replace(nodes=[new if n is node else n for n in graph.nodes])
+        return _reshape(producer.inputs[0], node.outputs[0], node.name, namer)
+    p1, p2 = _perm_of(producer), _perm_of(node)
+    if p1 is not None and p2 is not None:
+        return Node("Transpose", node.name, (producer.inputs[0],), node.outputs,
+                    {"perm": tuple(p1[i] for i in p2)})
+    return None
+
+
+def _sweep(graph: Graph, namer: Namer) -> tuple[Graph, bool]:
+    """One forward pass over the nodes; the new graph and whether anything changed."""
+    mapping: dict[Value, Value] = {}  # dropped value -> the value that replaces it
+    rename: dict[Value, Value] = {}  # a producer's output -> the graph output it now writes
+    nodes: list[Node] = []
+    at: dict[Value, int] = {}
+    outputs, inputs = set(graph.outputs), set(graph.inputs)
+    changed = False
+    for node in graph.nodes:
+        ins = tuple(resolve(mapping, v) for v in node.inputs)
+        node = node.replace(inputs=ins) if ins != node.inputs else node
+        if _is_noop(node):
+            src, dst = node.inputs[0], node.outputs[0]
+            droppable = dst not in outputs or not (
+                src.is_constant or src in inputs or src in outputs or src in rename
+                or src not in at)
+            if droppable:
+                if dst in outputs:
+                    rename[src] = dst  # the producer writes the graph output directly
+                else:
+                    mapping[dst] = src
+                for extra in node.outputs[1:]:  # Dropout's mask: all true in inference
+                    mapping[extra] = Value.constant(extra.name, np.ones(extra.shape, np.bool_))
+                changed = True
+                continue
+        else:
+            x = node.input(0)
+            new = _merged(node, nodes[at[x]] if x in at else None, namer)
+            if new is None and _moves_no_data(node):
+                new = _reshape(node.inputs[0], node.outputs[0], node.name, namer)
+            if new is not None:
+                node, changed = new, True
+        nodes.append(node)
+        for out in node.outputs:
+            at[out] = len(nodes) - 1
+    if rename:
+        nodes = [n.replace(inputs=tuple(resolve(rename, v) for v in n.inputs),
+                           outputs=tuple(resolve(rename, v) for v in n.outputs)) for n in nodes]
+    return graph.replace(nodes=nodes, outputs=[resolve(mapping, v) for v in graph.outputs]), \
+        changed
 
 
 def simplify(graph: Graph) -> Graph:
@@ -166,16 +184,6 @@ def simplify(graph: Graph) -> Graph:
     """
     namer = Namer(graph)
     changed = True
-    while changed:
-        changed = False
-        for node in graph.nodes:
-            if _is_noop(node):
-                new = _drop(graph, node)
-            else:
-                new = _merge(graph, node, namer)
-                if new is None and _moves_no_data(node):
-                    new = _as_reshape(graph, node, namer)
-            if new is not None:
-                graph, changed = new, True
-                break
+    while changed:  # merged transposes may cancel: sweep again until nothing changes
+        graph, changed = _sweep(graph, namer)
     return graph
