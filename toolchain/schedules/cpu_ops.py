@@ -1,0 +1,573 @@
+"""Default CPU schedules for every op except conv2d / dense / matmul (those live in
+:mod:`toolchain.schedules.cpu_conv2d` and :mod:`toolchain.schedules.cpu_dense`).
+
+One rule-driven scheduler, :func:`schedule_cpu`, covers elementwise and broadcast ops,
+reductions (incl. argmax), pooling, softmax / log-softmax, layer / instance / batch norm
+and data movement: it reads each block's access pattern (which loop walks which buffer
+with stride 1) and applies, in order:
+
+1. **inline** — cheap injective stages (padding, casts, reshapes, ``mean = sum / n``) are
+   inlined into their readers; expensive ones (``exp``, ``sqrt``) only when read once;
+2. **rfactor** — a reduction whose innermost loop walks its input contiguously (softmax /
+   layer-norm rows, ``ReduceSum`` over the last axis) is split by the vector width and
+   rfactored, so the partial sums are one SIMD register;
+3. **attach** — every remaining intermediate (row statistics, ``exp`` of softmax, the sum
+   of an average pool) is ``compute_at`` the outermost loops of its reader that it is
+   indexed by (the row): the passes over a row stay in cache;
+4. **loops** — per block: a short contiguous innermost loop is fused with the next one,
+   the innermost output-contiguous loop is split by the vector lanes and vectorized (a
+   guard handles the tail); a reduction that is not contiguous in its input
+   (``ReduceSum`` over axis 0, a pooling window) runs its reduce loops *outside* a
+   vectorized output loop, small windows unrolled; a transpose is tiled so both sides
+   touch whole cache lines;
+5. **parallel** — the outermost spatial loops of each nest are fused and run in parallel
+   when the target has more than one core and the nest is big enough.
+
+Every step is a schedule primitive; a step a primitive refuses is skipped, so the result
+is always a correct (if less optimised) schedule. ``sch.trace`` shows what was done.
+
+Example::
+
+    >>> from toolchain import te
+    >>> from toolchain.topi.nn import softmax
+    >>> x = te.placeholder((4, 64), name="x")
+    >>> sch = schedule_cpu(te.create_prim_func([x, softmax.softmax(x)]), "c-generic")
+    >>> print(sch.mod)  # doctest: +ELLIPSIS
+    @T.prim_func
+    def main(x: T.Buffer((4, 64), "float32"), softmax: T.Buffer((4, 64), "float32")):
+    ...
+        for i0 in range(4):
+    ...
+                for ax3 in T.vectorized(4):
+    ...
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.errors import KilnError, ScheduleError
+from toolchain.tir import arith, ir
+from toolchain.tir.dtype import bits_of
+from toolchain.tir.functor import post_order_visit, substitute, uses_var
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
+from toolchain.tir.schedule.schedule import BlockRV, LoopRV
+
+#: calls that cost about as much as an add (inlined even when read many times)
+_CHEAP_CALLS = frozenset({"tir.if_then_else", "fabs", "floor", "ceil", "trunc", "round"})
+
+
+@dataclass(frozen=True)
+class CpuConfig:
+    """What the CPU schedules need from a target (see :func:`cpu_config`)."""
+
+    vector_bits: int = 128
+    cores: int = 1
+    #: a nest runs in parallel only above this many loop iterations
+    parallel_min_work: int = 1 << 15
+    #: reduction windows of at most this many cells are unrolled (pooling)
+    unroll_window: int = 16
+    #: transpose tile edge
+    tile: int = 16
+
+    def lanes(self, dtype: str) -> int:
+        """SIMD lanes of ``dtype`` (at least 1)."""
+        return max(1, self.vector_bits // max(8, bits_of(dtype)))
+
+
+def cpu_config(target: Any = None) -> CpuConfig:
+    """Vector width and core count of ``target`` (a name, a Target, or None for c-generic).
+
+    >>> cpu_config("c-generic").lanes("float32")
+    4
+    """
+    if target is None:
+        return CpuConfig()
+    if isinstance(target, str):
+        from toolchain.target import load_target
+
+        target = load_target(target)
+    bits = getattr(target, "vector_width_bits", None) or 128
+    cores = getattr(target, "cores", None) or getattr(target, "num_cores", None) or 1
+    return CpuConfig(vector_bits=int(bits), cores=int(cores))
+
+
+# ------------------------------------------------------------------------------ analysis
+
+def _find(sch: Schedule, name: str) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]:
+    found = st.find_block(sch.mod, name)
+    if found is None:
+        raise ScheduleError(f"no block {name!r}")
+    return found
+
+
+def _is_reduce(blk: ir.Block) -> bool:
+    return any(iv.iter_type == "reduce" for iv in blk.iter_vars)
+
+
+def _loads(node: Any, buf: ir.Buffer) -> list[ir.BufferLoad]:
+    out: list[ir.BufferLoad] = []
+    post_order_visit(node, lambda x: out.append(x) if isinstance(x, ir.BufferLoad)
+                     and x.buffer is buf else None)
+    return out
+
+
+def _const_shape(buf: ir.Buffer) -> list[int] | None:
+    dims = []
+    for s in buf.shape:
+        if not isinstance(s, ir.IntImm):
+            return None
+        dims.append(int(s.value))
+    return dims
+
+
+def _strides(indices: Sequence[ir.PrimExpr], buf: ir.Buffer, vmap: dict[ir.Var, Any],
+             loop_vars: Iterable[ir.Var]) -> dict[ir.Var, int | None]:
+    """Flat-memory stride of each loop var in ``buf[indices]`` (``None``: not affine).
+
+    ``vmap`` maps block vars to their bindings (expressions of loop vars)."""
+    shape = _const_shape(buf)
+    loop_vars = list(loop_vars)
+    if shape is None:
+        return dict.fromkeys(loop_vars)
+    flat: ir.PrimExpr = ir.IntImm(0)
+    for idx, d in zip(indices, shape, strict=True):
+        flat = flat * d + substitute(idx, vmap)
+    lin = arith.to_lin(arith.simplify(flat))
+    out: dict[ir.Var, int | None] = {}
+    for v in loop_vars:
+        if lin is None:
+            out[v] = None
+            continue
+        coeff, clean = 0, True
+        for atom, c in lin.terms.values():
+            if atom is v:
+                coeff = c
+            elif uses_var(atom, v):
+                clean = False
+        out[v] = coeff if clean else None
+    return out
+
+
+@dataclass
+class _Access:
+    """Strides of one block's output and main (largest) input per enclosing loop var."""
+
+    write: dict[ir.Var, int | None]
+    read: dict[ir.Var, int | None]
+    reads: list[dict[ir.Var, int | None]]
+
+
+def _access(realize: ir.BlockRealize, loops: Sequence[ir.For]) -> _Access:
+    blk = realize.block
+    vmap = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True)}
+    lvars = [f.loop_var for f in loops]
+    out_buf = blk.writes[0].buffer
+    stores: list[ir.BufferStore] = []
+    post_order_visit(blk.body, lambda x: stores.append(x) if isinstance(x, ir.BufferStore)
+                     else None)
+    write = (_strides(stores[0].indices, out_buf, vmap, lvars) if stores
+             else dict.fromkeys(lvars))
+    reads = []
+    main: dict[ir.Var, int | None] = dict.fromkeys(lvars, 0)
+    size = -1
+    for region in blk.reads:
+        if region.buffer is out_buf:
+            continue
+        loads = _loads(blk.body, region.buffer)
+        if not loads:
+            continue
+        s = _strides(loads[0].indices, region.buffer, vmap, lvars)
+        reads.append(s)
+        n = math.prod(_const_shape(region.buffer) or [1 << 30])
+        if n > size:
+            size, main = n, s
+    return _Access(write, main, reads)
+
+
+def _extent(f: ir.For) -> int | None:
+    return int(f.extent.value) if isinstance(f.extent, ir.IntImm) else None
+
+
+def _feeds_reduce(realize: ir.BlockRealize, var: ir.Var) -> bool:
+    return any(iv.iter_type == "reduce" and uses_var(v, var)
+               for iv, v in zip(realize.block.iter_vars, realize.iter_values, strict=True))
+
+
+def _exclusive_loops(sch: Schedule, name: str) -> list[ir.For]:
+    """The loops around block ``name`` that hold no other block (innermost suffix)."""
+    _, path = _find(sch, name)
+    loops = st.loops_of(path)
+    k = len(loops)
+    while k > 0 and len(st.blocks_under(loops[k - 1])) == 1:
+        k -= 1
+    return loops[k:]
+
+
+def _expensive(blk: ir.Block) -> bool:
+    found: list[bool] = []
+
+    def f(x: Any) -> None:
+        if isinstance(x, ir.Call) and x.op not in _CHEAP_CALLS:
+            found.append(True)
+
+    post_order_visit(blk.body, f)
+    return bool(found)
+
+
+def _try(fn: Any, *args: Any) -> Any:
+    """Apply one primitive; a refusal (ScheduleError) leaves the schedule as it was."""
+    try:
+        out = fn(*args)
+    except KilnError:
+        return None
+    return True if out is None else out
+
+
+# ------------------------------------------------------------------------------- steps
+
+def _params(sch: Schedule) -> set[int]:
+    return {id(p) for p in sch.mod.params if isinstance(p, ir.Buffer)}
+
+
+def _spatial_size(realize: ir.BlockRealize) -> int | None:
+    n = 1
+    for iv in realize.block.iter_vars:
+        if iv.iter_type != "spatial":
+            continue
+        if not isinstance(iv.dom.extent, ir.IntImm):
+            return None
+        n *= int(iv.dom.extent.value)
+    return n
+
+
+def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
+    blk = realize.block
+    if not _expensive(blk):
+        return True
+    consumers = sch.get_consumers(BlockRV(blk.name_hint))
+    if len(consumers) != 1:
+        return False
+    reader, _ = _find(sch, consumers[0].name)
+    if _is_reduce(reader.block):
+        return False
+    mine, theirs = _spatial_size(realize), _spatial_size(reader)
+    return mine is not None and mine == theirs
+
+
+def inline_stages(sch: Schedule) -> None:
+    """Step 1: ``compute_inline`` every intermediate injective block worth inlining."""
+    params = _params(sch)
+    changed = True
+    while changed:
+        changed = False
+        for realize in st.all_blocks(sch.mod):
+            blk = realize.block
+            if (blk.name_hint == "root" or blk.init is not None or _is_reduce(blk)
+                    or len(blk.writes) != 1 or id(blk.writes[0].buffer) in params
+                    or any(iv.iter_type == "opaque" for iv in blk.iter_vars)
+                    or not _worth_inlining(sch, realize)):
+                continue
+            if _try(sch.compute_inline, BlockRV(blk.name_hint)) is not None:
+                changed = True
+                break
+
+
+def _rfactor_factor(extent: int | None, lanes: int) -> int:
+    """Largest power of two <= lanes that divides ``extent`` (0 when < 4 or too short)."""
+    if extent is None:
+        return 0
+    f = lanes
+    while f >= 4:
+        if extent % f == 0 and extent >= 2 * f:
+            return f
+        f //= 2
+    return 0
+
+
+def _reduce_plan(realize: ir.BlockRealize, loops: Sequence[ir.For], cfg: CpuConfig) -> str:
+    """How to run a reduction block: ``vector_out`` (vectorize an output-contiguous loop
+    with the reduce loops outside it), ``rfactor`` (contiguous inner reduction) or
+    ``scalar``."""
+    acc = _access(realize, loops)
+    spatial = [f for f in loops if not _feeds_reduce(realize, f.loop_var)]
+    reduce = [f for f in loops if _feeds_reduce(realize, f.loop_var)]
+    window = reduce and all(_extent(f) for f in reduce) and math.prod(
+        _extent(f) or 0 for f in reduce) <= cfg.unroll_window
+    vec = [f for f in spatial if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 2]
+    inner = reduce[-1] if reduce else None
+    contiguous_red = inner is not None and acc.read.get(inner.loop_var) == 1
+    if vec and (_extent(vec[-1]) or 0) >= 4 and (window or not contiguous_red
+                                                 or acc.read.get(vec[-1].loop_var) == 1):
+        return "vector_out"
+    lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
+    if contiguous_red and not window and inner is loops[-1] and _rfactor_factor(
+            _extent(inner), lanes):
+        return "rfactor"
+    return "scalar"
+
+
+def rfactor_rows(sch: Schedule, cfg: CpuConfig) -> None:
+    """Step 2: split + rfactor contiguous inner reductions by the vector lanes."""
+    for realize in st.all_blocks(sch.mod):
+        blk = realize.block
+        if blk.name_hint == "root" or not _is_reduce(blk) or blk.init is None:
+            continue
+        _, path = _find(sch, blk.name_hint)
+        loops = st.loops_of(path)
+        if _reduce_plan(realize, loops, cfg) != "rfactor":
+            continue
+        lanes = cfg.lanes(blk.writes[0].buffer.dtype)
+        f = _rfactor_factor(_extent(loops[-1]), lanes)
+        # an exact split never fails; if rfactor refuses, the split alone is harmless
+        _, ki = sch.split(LoopRV(loops[-1].loop_var), [None, f])
+        _try(sch.rfactor, ki, len(blk.writes[0].buffer.shape))
+
+
+def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> LoopRV | None:
+    """The loop to ``compute_at`` an intermediate block: the deepest loop shared by all
+    its readers such that it and every loop above it index the block's output (so nothing
+    is computed twice), stopping before a reader's reduce loop or vector loop."""
+    blk = realize.block
+    buf = blk.writes[0].buffer
+    readers = [_find(sch, c.name) for c in sch.get_consumers(BlockRV(blk.name_hint))]
+    if not readers:
+        return None
+    paths = [st.loops_of(p) for _, p in readers]
+    common: list[ir.For] = []
+    for level in zip(*paths, strict=False):
+        if all(f is level[0] for f in level):
+            common.append(level[0])
+        else:
+            break
+    chosen = None
+    for depth, f in enumerate(common):
+        ok = True
+        for rd, path in readers:
+            if _feeds_reduce(rd, f.loop_var):
+                ok = False
+                break
+            vmap = {iv.var: v for iv, v in zip(rd.block.iter_vars, rd.iter_values, strict=True)}
+            used = any(uses_var(substitute(ld, vmap), f.loop_var)
+                       for ld in _loads(rd.block.body, buf))
+            if not used and _extent(f) != 1:
+                ok = False
+                break
+            loops = st.loops_of(path)
+            if depth == len(loops) - 1 and not _is_reduce(rd.block):
+                acc = _access(rd, loops)
+                if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 4:
+                    ok = False  # the reader's vector loop: keep it whole
+                    break
+        if not ok:
+            break
+        chosen = f
+    return LoopRV(chosen.loop_var) if chosen is not None else None
+
+
+def attach_stages(sch: Schedule, cfg: CpuConfig) -> None:
+    """Step 3: ``compute_at`` every remaining intermediate under its readers' row loop."""
+    params = _params(sch)
+    for realize in reversed(st.all_blocks(sch.mod)):
+        blk = realize.block
+        if (blk.name_hint == "root" or len(blk.writes) != 1
+                or id(blk.writes[0].buffer) in params):
+            continue
+        cur, path = _find(sch, blk.name_hint)
+        if st.loops_of(path) and len(st.blocks_under(st.loops_of(path)[0])) > 1:
+            continue  # already placed inside another nest
+        if not ir.is_const_int(cur.predicate, 1):
+            continue  # compute_at would drop the guard of a non-divisible split
+        loop = _attach_loop(sch, cur, cfg)
+        if loop is not None:
+            _try(sch.compute_at, BlockRV(blk.name_hint), loop)
+
+
+def _vectorize_inner(sch: Schedule, loop: LoopRV, extent: int | None, lanes: int
+                     ) -> tuple[LoopRV | None, LoopRV | None]:
+    """Split ``loop`` by ``lanes`` and vectorize the inner part: (outer, inner)."""
+    if extent is None or lanes < 2 or extent < 2:
+        return loop, None
+    if extent <= lanes:
+        if extent & (extent - 1) == 0 and extent >= 4:
+            _try(sch.vectorize, loop)
+            return None, loop
+        return loop, None
+    outer, inner = sch.split(loop, [None, lanes])
+    _try(sch.vectorize, inner)
+    return outer, inner
+
+
+def _fusable(a: dict[ir.Var, int | None], outer: ir.For, inner_stride: int | None,
+             inner_extent: int) -> bool:
+    s = a.get(outer.loop_var)
+    if s is None or inner_stride is None:
+        return False
+    return (s == 0 and inner_stride == 0) or (inner_stride != 0 and s == inner_stride *
+                                                inner_extent)
+
+
+def _schedule_spatial(sch: Schedule, name: str, cfg: CpuConfig) -> None:
+    realize, _ = _find(sch, name)
+    loops = _exclusive_loops(sch, name)
+    if not loops:
+        return
+    acc = _access(realize, loops)
+    lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
+    last = loops[-1]
+    if _schedule_transpose(sch, loops, acc, cfg, lanes):
+        return
+    if acc.write.get(last.loop_var) != 1:
+        return
+    # fuse trailing loops that every access walks contiguously (or not at all)
+    group = [last]
+    strides = [acc.write] + acc.reads
+    inner_str = {id(a): a.get(last.loop_var) for a in strides}
+    extent = _extent(last) or 0
+    # at most two loops: the index of three fused loops does not simplify back to affine
+    # form (``x // 256 * 256 + x % 256 // 32 * 32 + x % 32``), which would stop the vectors
+    if len(loops) > 1 and extent < 4 * lanes and all(
+            _fusable(a, loops[-2], inner_str[id(a)], extent) for a in strides):
+        group.insert(0, loops[-2])
+        extent *= _extent(loops[-2]) or 0
+    loop = LoopRV(group[0].loop_var)
+    if len(group) > 1:
+        fused = _try(sch.fuse, *[LoopRV(f.loop_var) for f in group])
+        if not isinstance(fused, LoopRV):
+            loop, extent = LoopRV(last.loop_var), _extent(last) or 0
+        else:
+            loop = fused
+    _vectorize_inner(sch, loop, extent or None, lanes)
+
+
+def _schedule_transpose(sch: Schedule, loops: Sequence[ir.For], acc: _Access,
+                        cfg: CpuConfig, lanes: int) -> bool:
+    """Tile a transpose-like block: the loop reading contiguously and the loop writing
+    contiguously become a tile x tile block, so each side touches whole cache lines."""
+    w = [f for f in loops if acc.write.get(f.loop_var) == 1]
+    r = [f for f in loops if acc.read.get(f.loop_var) == 1]
+    if not w or not r or w[0] is r[0] or w[0] is not loops[-1]:
+        return False
+    wf, rf = w[0], r[0]
+    t = cfg.tile
+    if (_extent(wf) or 0) < t or (_extent(rf) or 0) < t or acc.read.get(wf.loop_var) in (0, 1):
+        return False
+    ro, ri = sch.split(LoopRV(rf.loop_var), [None, t])
+    wo, wi = sch.split(LoopRV(wf.loop_var), [None, t])
+    _try(sch.reorder, ro, wo, ri, wi)
+    _vectorize_inner(sch, wi, t, min(lanes, t))
+    return True
+
+
+def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
+    realize, _ = _find(sch, name)
+    loops = _exclusive_loops(sch, name)
+    if not loops:
+        return
+    plan = _reduce_plan(realize, loops, cfg)
+    reduce = [f for f in loops if _feeds_reduce(realize, f.loop_var)]
+    spatial = [f for f in loops if not _feeds_reduce(realize, f.loop_var)]
+    window = all(_extent(f) for f in reduce) and math.prod(
+        _extent(f) or 0 for f in reduce) <= cfg.unroll_window
+    lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
+    if plan == "vector_out":
+        acc = _access(realize, loops)
+        v = [f for f in spatial if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 2][-1]
+        rest = [LoopRV(f.loop_var) for f in spatial if f is not v]
+        ext = _extent(v) or 0
+        if ext > lanes:
+            vo, vi = sch.split(LoopRV(v.loop_var), [None, lanes])
+            rest.append(vo)
+        else:
+            vi = LoopRV(v.loop_var)
+        red = [LoopRV(f.loop_var) for f in reduce]
+        if _try(sch.reorder, *rest, *red, vi) is None and rest + red:
+            _try(sch.reorder, *red, vi)
+        if red:
+            init = _try(sch.decompose_reduction, BlockRV(name), red[0])
+            if init is not None:
+                il = sch.get_loops(init)
+                if il:
+                    _try(sch.vectorize, il[-1])
+        if min(ext, lanes) >= 2 and min(ext, lanes) & (min(ext, lanes) - 1) == 0:
+            _try(sch.vectorize, vi)
+        if window:
+            for f in red:
+                _try(sch.unroll, f)
+        return
+    if window:
+        for f in reduce:
+            _try(sch.unroll, LoopRV(f.loop_var))
+
+
+def schedule_loops(sch: Schedule, cfg: CpuConfig) -> None:
+    """Step 4: per block, vectorize / reorder / unroll its own (unshared) loops."""
+    for realize in st.all_blocks(sch.mod):
+        blk = realize.block
+        if blk.name_hint == "root" or "tensorized" in blk.annotations:
+            continue
+        if st.find_block(sch.mod, blk.name_hint) is None:
+            continue
+        if _is_reduce(blk):
+            _schedule_reduce(sch, blk.name_hint, cfg)
+        else:
+            _schedule_spatial(sch, blk.name_hint, cfg)
+
+
+def _work(s: ir.Stmt) -> int:
+    """Loop iterations under ``s`` (symbolic extents count as large)."""
+    if isinstance(s, ir.For):
+        return (_extent(s) or 1 << 20) * _work(s.body)
+    if isinstance(s, ir.SeqStmt):
+        return sum(_work(x) for x in s.seq)
+    if isinstance(s, ir.BlockRealize):
+        return 1 if s.block.name_hint != "root" else _work(s.block.body)
+    return 1
+
+
+def _spatial_for_all(f: ir.For) -> bool:
+    return all(not _feeds_reduce(r, f.loop_var) for r, _ in st.blocks_under(f))
+
+
+def parallelize(sch: Schedule, cfg: CpuConfig) -> None:
+    """Step 5: fuse the outer spatial loops of each nest and run them in parallel."""
+    if cfg.cores <= 1:
+        return
+    body = st.root_block(sch.mod).body
+    for top in list(body.seq) if isinstance(body, ir.SeqStmt) else [body]:
+        if not isinstance(top, ir.For) or _work(top) < cfg.parallel_min_work:
+            continue
+        chain: list[ir.For] = []
+        f: ir.Stmt = top
+        size = 1
+        while (isinstance(f, ir.For) and f.kind == "serial" and _extent(f)
+               and _spatial_for_all(f) and size < 4 * cfg.cores):
+            chain.append(f)
+            size *= _extent(f) or 1
+            f = f.body
+        if not chain or size < 2:
+            continue
+        loop = LoopRV(chain[0].loop_var)
+        if len(chain) > 1:
+            fused = _try(sch.fuse, *[LoopRV(c.loop_var) for c in chain])
+            loop = fused if isinstance(fused, LoopRV) else loop
+        _try(sch.parallel, loop)
+
+
+def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
+    """The default CPU schedule of any non-GEMM compute (see the module docstring).
+
+    ``func`` comes from ``te.create_prim_func``; ``target`` is a name, a Target or None
+    (c-generic). Returns the Schedule (``sch.mod`` is the scheduled PrimFunc)."""
+    cfg = target if isinstance(target, CpuConfig) else cpu_config(target)
+    sch = Schedule(func)
+    inline_stages(sch)
+    rfactor_rows(sch, cfg)
+    attach_stages(sch, cfg)
+    schedule_loops(sch, cfg)
+    parallelize(sch, cfg)
+    return sch
