@@ -1,19 +1,26 @@
 """Small helpers shared by the graph passes (not a pass themselves).
 
 Passes never edit a graph: they build a new node list, substituting values through a
-``dict[Value, Value]`` as they go (:func:`substitute`), and give fresh, unique names to the
+``dict[Value, Value]`` as they go (:func:`resolve`), and give fresh, unique names to the
 values and nodes they create (:class:`Namer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from toolchain.graph.ir import Graph, Node, Value
 
 
 def resolve(mapping: Mapping[Value, Value], v: Value | None) -> Value | None:
-    """Follow ``mapping`` from ``v`` until a value that is not remapped."""
+    """Follow ``mapping`` from ``v`` until a value that is not remapped.
+
+    Example::
+
+        >>> a, b, c = (Value(n, (1,), "float32") for n in "abc")
+        >>> resolve({a: b, b: c}, a).name
+        'c'
+    """
     seen = 0
     while v is not None and v in mapping:
         v = mapping[v]
@@ -21,34 +28,6 @@ def resolve(mapping: Mapping[Value, Value], v: Value | None) -> Value | None:
         if seen > len(mapping):  # a cycle in the mapping: a pass bug
             raise RuntimeError(f"value substitution cycles through {v.name!r}")
     return v
-
-
-def substitute(graph: Graph, mapping: Mapping[Value, Value],
-               nodes: Iterable[Node] | None = None) -> Graph:
-    """``graph`` (or ``graph`` with ``nodes``) with every value use remapped.
-
-    Node inputs, node outputs and graph outputs all go through ``mapping``; graph inputs
-    stay (a pass never renames the caller's inputs).
-
-    Example::
-
-        >>> import numpy as np
-        >>> x, y, z = (Value(n, (2,), "float32") for n in "xyz")
-        >>> g = Graph("g", [x], [z], [Node("Relu", "r", [x], [y]), Node("Neg", "n", [y], [z])])
-        >>> print(substitute(g, {y: x}, [g.nodes[1]]))  # doctest: +NORMALIZE_WHITESPACE
-        graph g(%x: float32[2]) -> (%z: float32[2]) {
-          %z: float32[2] = Neg(%x)  # n
-        }
-    """
-    new_nodes = []
-    for node in graph.nodes if nodes is None else nodes:
-        ins = tuple(resolve(mapping, v) for v in node.inputs)
-        outs = tuple(resolve(mapping, v) for v in node.outputs)
-        if ins != node.inputs or outs != node.outputs:
-            node = node.replace(inputs=ins, outputs=outs)
-        new_nodes.append(node)
-    outputs = [resolve(mapping, v) for v in graph.outputs]
-    return graph.replace(nodes=new_nodes, outputs=outputs)
 
 
 class Namer:
@@ -79,8 +58,3 @@ def single_consumer(graph: Graph, value: Value,
     if len(users) != 1 or any(v is value for v in graph.outputs):
         return None
     return users[0]
-
-
-def is_output(graph: Graph, value: Value) -> bool:
-    """Whether ``value`` is one of the graph's outputs."""
-    return any(v is value for v in graph.outputs)
