@@ -228,3 +228,18 @@ def test_symbolic_shapes_build_for_any_size():
         b = np.zeros_like(a)
         mod(a, b)
         np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_unrolled_loop_around_a_local_tile_builds():
+    """The tile is allocated outside the unrolled loop (never duplicated per copy)."""
+    wl = W.matmul(8, 16, 8)
+    sch = Schedule(wl[0])
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    jo, ji = sch.split(j, [2, None])
+    sch.reorder(i, jo, k, ji)
+    out = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(out, jo)
+    sch.unroll(jo)
+    mod = build_and_check(sch, wl)
+    assert mod.get_source().count("float C_local[16]") == 1

@@ -336,8 +336,11 @@ class CStyleRenderer:
         self.emit("}")
 
     def stmt_LetStmt(self, s: ir.LetStmt) -> None:
-        self.emit(f"const {self.ctype(s.var.dtype)} {self.var(s.var)} = {self.expr(s.value)};")
-        self.stmt(s.body)
+        # own scope: unrolled copies of the same statement may declare the same name
+        self.emit(f"{{ const {self.ctype(s.var.dtype)} {self.var(s.var)} = "
+                  f"{self.expr(s.value)};")
+        self.block(s.body)
+        self.emit("}")
 
     def stmt_AttrStmt(self, s: ir.AttrStmt) -> None:
         self.stmt(s.body)
@@ -369,6 +372,14 @@ class CStyleRenderer:
         self.emit("}")
 
     def stmt_Allocate(self, s: ir.Allocate) -> None:
+        # own scope: unrolled copies of a loop body may allocate the same buffer again
+        self.emit("{")
+        self.indent += 1
+        self._allocate(s)
+        self.indent -= 1
+        self.emit("}")
+
+    def _allocate(self, s: ir.Allocate) -> None:
         buf = s.buffer
         name = self.names(buf.data, buf.name)
         size = buf.shape[0] if len(buf.shape) == 1 else None

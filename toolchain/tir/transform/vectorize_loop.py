@@ -3,8 +3,8 @@
 The loop variable becomes ``Ramp(min, 1, lanes)``; scalars meeting vectors are
 ``Broadcast``; loads/stores get vector dtypes. Bodies the C vector extensions cannot
 express (inner loops, calls, comparisons, selects, min/max, non-affine indices, lanes that
-are not a power of two) keep the scalar loop, marked ``pragma_simd`` so the code generator
-asks the C compiler to vectorize it (``#pragma omp simd``).
+are not a power of two) keep the scalar loop, marked ``pragma_simd`` (when it has no inner
+loops) so the code generator asks the C compiler to vectorize it (``#pragma omp simd``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import ExprMutator, StmtExprMutator, uses_var
+from toolchain.tir.functor import ExprMutator, StmtExprMutator, post_order_visit, uses_var
 
 #: Widest vector the expansion produces (lanes); wider loops use the simd pragma.
 MAX_LANES = 64
@@ -128,6 +128,12 @@ class _VecStmt(StmtExprMutator):
     visit_For = visit_Allocate = visit_Evaluate = visit_LetStmt = visit_AttrStmt = _no
 
 
+def _has_loop(s: ir.Stmt) -> bool:
+    found: list[ir.For] = []
+    post_order_visit(s, lambda x: found.append(x) if isinstance(x, ir.For) else None)
+    return bool(found)
+
+
 class _Vectorize(StmtExprMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
         body = self.visit_stmt(s.body)
@@ -139,7 +145,9 @@ class _Vectorize(StmtExprMutator):
                 raise CannotVectorize(f"extent {s.extent}")
             return _VecStmt(s.loop_var, s.min, lanes).visit_stmt(body)
         except CannotVectorize as why:
-            ann = {**s.annotations, "pragma_simd": 1, "vectorize_fallback": str(why)}
+            ann = {**s.annotations, "vectorize_fallback": str(why)}
+            if not _has_loop(body):  # OpenMP forbids most constructs inside a simd loop
+                ann["pragma_simd"] = 1
             return replace(s, kind="serial", body=body, annotations=ann)
 
 
