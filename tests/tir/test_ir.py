@@ -83,3 +83,25 @@ def test_interpreter_flattened_buffer_aliases_param() -> None:
     a = np.zeros((4, 4), "float32")
     run(f, a)
     assert a.sum() == 16
+
+
+def test_stmt_only_mutator_leaves_expressions() -> None:
+    from toolchain.tir.functor import StmtMutator, StmtVisitor
+
+    i = ir.Var("i")
+    A = ir.Buffer("A", (8,))
+    loop = ir.For(i, 0, 8, "serial", A.store(A[i] + 1.0, [i]))
+
+    class Unroll(StmtMutator):
+        def visit_For(self, s: ir.For) -> ir.Stmt:
+            return dataclasses.replace(super().visit_For(s), kind="unrolled")
+
+    assert "T.unroll(8)" in str(Unroll().visit(loop))
+    seen = []
+
+    class Count(StmtVisitor):
+        def visit_BufferStore(self, s: ir.BufferStore) -> None:
+            seen.append(s)
+
+    Count().visit(loop)
+    assert len(seen) == 1

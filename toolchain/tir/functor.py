@@ -4,6 +4,7 @@
   call ``super()`` to keep walking).
 * :class:`ExprMutator` / :class:`StmtExprMutator` rebuild a tree; a node whose children
   did not change is returned as is (identity), so "did anything change?" is ``new is old``.
+* :class:`StmtVisitor` / :class:`StmtMutator` do the same for statements only.
 * Buffers are not rewritten by default; override :meth:`StmtExprMutator.visit_buffer` to
   swap buffers (it is called for every load, store, region and allocation).
 
@@ -341,6 +342,20 @@ class StmtExprMutator(ExprMutator):
         if _same(vals, s.iter_values) and pred is s.predicate and blk is s.block:
             return s
         return ir.BlockRealize(vals, pred, blk)
+
+
+class StmtVisitor(StmtExprVisitor):
+    """Walk statements only (expressions are not entered)."""
+
+    def visit_expr(self, e: ir.PrimExpr) -> None:
+        pass
+
+
+class StmtMutator(StmtExprMutator):
+    """Rebuild statements only; expressions are kept as they are."""
+
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        return e
 
 
 class _Substitute(StmtExprMutator):
