@@ -797,3 +797,14 @@ def const_int(e: PrimExpr) -> int | None:
 
 
 from toolchain.tir.structural import structural_equal  # noqa: E402,F401 - re-exported
+
+__all__ = [
+    "Add", "Allocate", "And", "AttrStmt", "Block", "BlockRealize", "Broadcast", "Buffer",
+    "BufferLoad", "BufferRegion", "BufferStore", "Call", "Cast", "Div", "EQ", "Evaluate",
+    "FloatImm", "FloorDiv", "FloorMod", "For", "ForKind", "GE", "GT", "IfThenElse", "IntImm",
+    "IterType", "IterVar", "LE", "LT", "Let", "LetStmt", "Max", "Min", "Mod", "Mul", "NE", "Node",
+    "Not", "Or", "Param", "PrimExpr", "PrimFunc", "Ramp", "Range", "Select", "SeqStmt", "Stmt",
+    "StringImm", "Sub", "THREAD_TAGS", "Var", "bits_of", "const", "const_int", "convert",
+    "element_of", "is_bool", "is_const_int", "is_float", "is_int", "lanes_of", "seq",
+    "structural_equal", "with_lanes",
+]
