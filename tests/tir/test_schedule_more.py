@@ -157,3 +157,19 @@ def test_compute_at_into_a_blockized_consumer() -> None:
     sch.compute_at(sch.get_block("C"), i0)
     assert "for ax0, ax1, ax2 in T.grid(4, 16, 16):" in str(sch.mod)
     W.check(sch.mod, wl)
+
+
+def test_thread_extents_are_per_kernel() -> None:
+    """Two top-level nests are two kernels: each may bind threadIdx.x to its own extent."""
+    wl = W.matmul_relu(16, 16, 16)
+    sch = Schedule(wl[0], target="cuda-sm80")
+    i, j, _ = sch.get_loops(sch.get_block("C"))
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    i2, j2 = sch.get_loops(sch.get_block("D"))
+    j2o, j2i = sch.split(j2, [None, 8])
+    sch.bind(i2, "blockIdx.x")
+    sch.bind(j2i, "threadIdx.x")
+    sch.bind(j2o, "vthread")
+    assert 'T.thread_binding(2, thread="vthread")' in str(sch.mod)
+    W.check(sch.mod, wl)
