@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -156,6 +157,16 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
     if stamp.exists() and (bdir / top).exists():
         return bdir
     bdir.mkdir(parents=True, exist_ok=True)
+    with open(bdir / ".lock", "w") as lock:  # one builder per directory (parallel pytest)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.exists() and (bdir / top).exists()):
+            _build_into(bdir, top, svh, sources, verbose)
+            stamp.write_text(digest + "\n")
+    return bdir
+
+
+def _build_into(bdir: Path, top: str, svh: str, sources: list[Path], verbose: bool) -> None:
+    cpp = RTL_DIR / "sim" / "kiln_dram.cpp"
     incdir = bdir / "include"
     incdir.mkdir(exist_ok=True)
     (incdir / "vta_params.svh").write_text(svh)
@@ -175,14 +186,12 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
         runner.build(sources=sources, includes=[incdir, RTL_DIR], hdl_toplevel=top,
                      build_dir=bdir, build_args=[*_BUILD_ARGS, str(cpp)], always=True,
                      verbose=verbose, timescale=("1ns", "1ps"), log_file=log)
-    except (subprocess.CalledProcessError, SystemExit) as exc:
+    except (subprocess.CalledProcessError, SystemExit, RuntimeError) as exc:
         tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
         raise BuildError(f"Verilator build of {top} failed ({exc}); see {log}:\n{tail}") from None
     finally:
         os.environ.clear()
         os.environ.update(old)
-    stamp.write_text(digest + "\n")
-    return bdir
 
 
 def _runner() -> Any:
