@@ -239,3 +239,28 @@ def test_layout_for_shipped_and_described_targets():
     explicit = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256,
                                layout="nchw")
     assert layout_for_target(explicit).kind == "nchw"
+
+
+@pytest.mark.parametrize("target,pad_shape", [("nchw8c", (1, 2, 7, 7, 8)),
+                                              ("nhwc", (1, 7, 7, 16))])
+def test_spatial_pad_between_convs_follows_the_layout(target, pad_shape):
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    c = _conv(b, x, 8, 16, "c1")
+    p = b.op("Pad", [c, b.const("pads", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)),
+                     b.const("v", np.float32(0.5))], name="pad")
+    y = b.op("Conv", [p, b.weight("w2", (8, 16, 3, 3))], name="c2")
+    g = b.graph([y])
+    out = transform_layout(g, target)
+    assert len(_transforms(out)) == 2  # in and out only
+    assert out.node("pad").outputs[0].shape == pad_shape
+    assert_same_results(g, out)
+    # a pad that adds channels stays NCHW
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 4, 4))
+    p = b.op("Pad", [_conv(b, x, 8, 16, "c1"),
+                     b.const("pads", np.array([0, 1, 0, 0, 0, 1, 0, 0], np.int64))], name="pad")
+    g = b.graph([p])
+    out = transform_layout(g, target)
+    assert out.node("pad").outputs[0].shape == (1, 18, 4, 4)
+    assert_same_results(g, out)

@@ -18,6 +18,7 @@ Each op states its preference in :data:`PREFERENCE` (a small table):
 * ``follow`` — element-wise ops: layout-agnostic; they run in the target layout when one of
   their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
   rewritten for that layout at compile time;
+* ``pad`` — a spatial ``Pad`` (constant pads, none on N or C) follows its input;
 * ``concat`` — a channel ``Concat`` follows its inputs too, when every input and the output
   have the same form (always for ``NHWC``, axis 3; for ``NCHW{b}c`` when the block is the
   same for all, e.g. 16 + 32 channels with block 8);
@@ -35,6 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.passes._util import Namer
@@ -43,7 +46,7 @@ from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_sh
 
 #: how each op chooses its layout (see the module docstring); ops not listed need NCHW
 PREFERENCE: dict[str, str] = {
-    "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat",
+    "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat", "Pad": "pad",
     **{op: "follow" for op in ELEMENTWISE - {"QuantizeLinear", "DequantizeLinear"}},
 }
 
@@ -215,6 +218,24 @@ class _Rewriter:
         attrs = dict(node.attrs, axis=3 if lay == "NHWC" else 1)
         return node.replace(inputs=ins, outputs=(self.produced(y, lay),), attrs=attrs)
 
+    def pad(self, node: Node) -> Node | None:
+        """A spatial ``Pad`` (nothing added to N or C, constant pads, no ``axes``) follows
+        its input: TensorFlow exports pad before most convolutions."""
+        x, pads = node.inputs[0], node.input(1)
+        if x.rank != 4 or pads is None or not pads.is_constant or node.input(3) is not None \
+                or self.layout_of(x) == "NCHW" or len(node.outputs) != 1:
+            return None
+        p = [int(v) for v in pads.data]
+        if p[0] or p[1] or p[4] or p[5]:
+            return None
+        lay = self.target.data_layout(x.shape[1])
+        (h0, w0), (h1, w1) = p[2:4], p[6:8]
+        new = [0, h0, w0, 0, 0, h1, w1, 0] if lay == "NHWC" else \
+            [0, 0, h0, w0, 0, 0, 0, h1, w1, 0]
+        new_pads = Value.constant(self.namer(f"{pads.name}_{lay}"), np.array(new, np.int64))
+        ins = (self.get(x, lay), new_pads) + tuple(node.inputs[2:])
+        return node.replace(inputs=ins, outputs=(self.produced(node.outputs[0], lay),))
+
     def constant(self, c: Value, y: Value, layout: str) -> Value | None:
         """A broadcasting constant operand rewritten for ``layout`` (or ``None``)."""
         if c.size == 1:
@@ -233,7 +254,7 @@ class _Rewriter:
 
     def run(self) -> Graph:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
-                 "concat": self.concat}
+                 "concat": self.concat, "pad": self.pad}
         for node in self.graph.nodes:
             rule = rules.get(PREFERENCE.get(node.op, ""))
             new = rule(node) if rule is not None else None
