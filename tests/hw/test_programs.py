@@ -320,3 +320,20 @@ def test_random_gemm_workloads_with_virtual_threads(core_model: str) -> None:
         wl = wls[i // 2]
         np.testing.assert_array_equal(dram, run_fsim(prog).dram)
         np.testing.assert_array_equal(wl.read_output(dram), wl.expected)
+
+
+def test_full_command_queue_deadlock_names_fetch(core_model: str) -> None:
+    """70 GEMMs wait for l2c tokens that loads *after* them would push: the compute queue
+    fills (64), fetch blocks, and the loads are never dispatched."""
+    b = ProgramBuilder(CFG)
+    r = b.alloc("inp", (4, BI))
+    for _ in range(70):
+        b.gemm(0, 0, pop_prev=True)
+    for _ in range(70):
+        b.load(MEM_INP, 0, r, x_size=1, push_next=True)
+    b.finish()
+    with pytest.raises(SimulationError) as err:
+        run_rtl(b.build())
+    msg = str(err.value)
+    assert "compute: instruction #0 (GEMM) waits for a token on l2c (64 queued)" in msg
+    assert "fetch: instruction #64 (GEMM) waits for room in the compute command queue" in msg

@@ -396,6 +396,12 @@ def _stuck_message(res: dict[str, Any], program: Any, job: RtlJob) -> str:
             what = _STATES[state]
         lines.append(f"  {eng}: instruction #{head} ({name}) {what} "
                      f"({count} queued)")
+    nxt = st["fetched"]
+    if nxt < len(insns):
+        eng = ("load", "compute", "store")[insns[nxt].engine]
+        key = {"load": "ld", "compute": "cp", "store": "st"}[eng]
+        lines.append(f"  fetch: instruction #{nxt} ({OPCODE_NAMES[insns[nxt].OPCODE]}) waits for "
+                     f"room in the {eng} command queue ({st[f'{key}_qcount']} queued)")
     lines.append("  token queues: " + ", ".join(f"{q}={n}" for q, n in tokens.items()))
     lines.append("Check the program's push/pop pairs with `kiln sim --check`.")
     return "\n".join(lines)
