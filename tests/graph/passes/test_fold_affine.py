@@ -38,7 +38,11 @@ def test_conv_output_with_another_consumer_is_not_folded():
     n = _bn(b, c, 4)
     other = b.op("Neg", [c], name="neg")
     g = b.graph([n, other])
-    assert ops(fold_affine(g)) == ops(g)
+    out = fold_affine(g)
+    # the conv keeps its weights; the BatchNorm becomes an element-wise Mul + Add
+    assert ops(out) == ["Conv", "Mul", "Add", "Neg"]
+    assert out.node("conv").inputs[1] is g.node("conv").inputs[1]
+    assert_same_results(g, out)
 
 
 def test_conv_transpose_grouped_batchnorm():
@@ -128,3 +132,21 @@ def test_weights_keep_dtype_and_fold_in_float64():
     assert w.dtype == "float32"
     np.testing.assert_array_equal(
         w.data, (b.nodes[0].inputs[1].data.astype(np.float64) / 3.0).astype(np.float32))
+
+
+def test_batchnorm_with_nothing_to_fold_into_becomes_mul_add_and_fuses():
+    from toolchain.graph.passes import fuse
+
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 6, 6))
+    c = b.op("Conv", [x, b.weight("w", (4, 4, 3, 3))], {"pads": (1, 1, 1, 1)}, name="conv")
+    s = b.op("Add", [c, x], name="add")  # pre-activation ResNet: BN after the residual add
+    y = b.op("Relu", [_bn(b, s, 4)], name="relu")
+    g = b.graph([y])
+    out = fold_affine(g)
+    assert ops(out) == ["Conv", "Add", "Mul", "Add", "Relu"]
+    assert out.nodes[2].inputs[1].shape == (4, 1, 1)
+    assert_same_results(g, out)
+    fused = fuse(out)
+    assert [n.attrs["kernel"] for n in fused.nodes] == ["fused_conv2d_add_mul_add_relu_0"]
+    assert_same_results(g, fused)

@@ -13,6 +13,10 @@ Where the output channel is: axis 1 for ``Conv``/``ConvTranspose`` (and a BatchN
 the last axis for ``Gemm``/``MatMul``.  A ``MatMul`` has no bias input, so an additive
 part is folded only when its operands are 2-D (the ``MatMul`` becomes a ``Gemm``); a
 ``MatMul`` of higher rank takes multiplicative folds only.
+
+A BatchNorm with nothing to fold into (after an ``Add`` or a pool, as in pre-activation
+ResNets and DenseNets) becomes ``Mul`` + ``Add`` by per-channel constants: element-wise
+ops, which then fuse onto the preceding kernel and follow its layout.
 """
 
 from __future__ import annotations
@@ -209,11 +213,32 @@ def fold_affine(graph: Graph) -> Graph:
     consumers = graph.consumers()
     nodes: list[Node] = []
     at: dict[Value, int] = {}
+    changed = False
     for node in graph.nodes:
         if node.op in _AFFINE and len(node.outputs) == 1 and \
                 _fold_into(node, nodes, at, graph, consumers, namer):
+            changed = True
             continue
-        nodes.append(node)
-        for out in node.outputs:
-            at[out] = len(nodes) - 1
-    return graph.replace(nodes=nodes) if len(nodes) != len(graph.nodes) else graph
+        split = _as_mul_add(node, namer) if node.op == "BatchNormalization" else None
+        changed |= split is not None
+        for new in split or [node]:
+            nodes.append(new)
+            for out in new.outputs:
+                at[out] = len(nodes) - 1
+    return graph.replace(nodes=nodes) if changed else graph
+
+
+def _as_mul_add(node: Node, namer: Namer) -> list[Node] | None:
+    """An inference BatchNorm with no conv to fold into, as ``Mul`` + ``Add`` by
+    per-channel constants: element-wise ops, which fuse and follow layouts."""
+    x = node.inputs[0]
+    aff = _affine_of(node, x, 1) if x is not None and x.rank >= 2 else None
+    if aff is None:
+        return None
+    shape = (x.shape[1],) + (1,) * (x.rank - 2)
+    dtype = x.dtype
+    a = Value.constant(namer(f"{node.name}_scale"), aff.a.reshape(shape).astype(dtype))
+    b = Value.constant(namer(f"{node.name}_shift"), aff.b.reshape(shape).astype(dtype))
+    scaled = Value(namer(f"{node.name}_scaled"), x.shape, dtype)
+    return [Node("Mul", namer(f"{node.name}_mul"), (x, a), (scaled,)),
+            Node("Add", node.name, (scaled, b), node.outputs)]
