@@ -56,3 +56,17 @@ def test_kiln_inspect_memory_plan_to_a_missing_folder_is_a_user_error(tmp_path, 
     err = capsys.readouterr().err
     assert f"cannot write the memory plan picture to '{target}'" in err
     assert "check that the folder exists" in err
+
+
+def test_kiln_inspect_json_stays_clean_with_a_memory_plan(tmp_path, capsys):
+    import json
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(ZOO["mlp"].build(), model)
+    svg = tmp_path / "plan.svg"
+    assert main(["inspect", str(model), "--input-shape", "input=4,1,28,28", "--json",
+                 "--memory-plan", str(svg)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["schema"] == "kiln.inspect/1"
+    assert "memory plan: arena 16,640 B" in captured.err
+    ET.parse(svg)
