@@ -259,14 +259,17 @@ def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
     return mine is not None and mine == theirs
 
 
-def inline_stages(sch: Schedule) -> None:
-    """Step 1: ``compute_inline`` every intermediate injective block worth inlining."""
+def inline_stages(sch: Schedule, names: set[str] | None = None) -> None:
+    """Step 1: ``compute_inline`` every intermediate injective block worth inlining
+    (only blocks in ``names`` when given)."""
     params = _params(sch)
     changed = True
     while changed:
         changed = False
         for realize in st.all_blocks(sch.mod):
             blk = realize.block
+            if names is not None and blk.name_hint not in names:
+                continue
             if (blk.name_hint == "root" or blk.init is not None or _is_reduce(blk)
                     or len(blk.writes) != 1 or id(blk.writes[0].buffer) in params
                     or any(iv.iter_type == "opaque" for iv in blk.iter_vars)
@@ -504,10 +507,13 @@ def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
             _try(sch.unroll, LoopRV(f.loop_var))
 
 
-def schedule_loops(sch: Schedule, cfg: CpuConfig) -> None:
-    """Step 4: per block, vectorize / reorder / unroll its own (unshared) loops."""
+def schedule_loops(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) -> None:
+    """Step 4: per block, vectorize / reorder / unroll its own (unshared) loops (only the
+    blocks in ``names`` when given)."""
     for realize in st.all_blocks(sch.mod):
         blk = realize.block
+        if names is not None and blk.name_hint not in names:
+            continue
         if blk.name_hint == "root" or "tensorized" in blk.annotations:
             continue
         if st.find_block(sch.mod, blk.name_hint) is None:
@@ -533,13 +539,19 @@ def _spatial_for_all(f: ir.For) -> bool:
     return all(not _feeds_reduce(r, f.loop_var) for r, _ in st.blocks_under(f))
 
 
-def parallelize(sch: Schedule, cfg: CpuConfig) -> None:
-    """Step 5: fuse the outer spatial loops of each nest and run them in parallel."""
+def parallelize(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) -> None:
+    """Step 5: fuse the outer spatial loops of each nest and run them in parallel (only
+    nests whose blocks are all in ``names`` when given)."""
     if cfg.cores <= 1:
         return
     body = st.root_block(sch.mod).body
     for top in list(body.seq) if isinstance(body, ir.SeqStmt) else [body]:
         if not isinstance(top, ir.For) or _work(top) < cfg.parallel_min_work:
+            continue
+        if names is not None and any(r.block.name_hint not in names
+                                     for r, _ in st.blocks_under(top)):
+            continue
+        if any(isinstance(n, ir.For) and n.kind == "parallel" for n, _ in st.walk(top)):
             continue
         chain: list[ir.For] = []
         f: ir.Stmt = top

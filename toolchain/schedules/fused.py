@@ -1,0 +1,423 @@
+"""One kernel for a whole ``Fused`` group (see :mod:`toolchain.graph.passes.fused_op`).
+
+:func:`fused_compute` composes the tensor expressions of the group's inner nodes into one
+TE DAG: each inner node's compute (from :mod:`toolchain.topi.registry`) is rebuilt on top
+of the tensors its inputs come from, so ``conv -> add -> relu`` is one DAG whose only
+placeholders are the group's inputs. :func:`schedule_fused` schedules it:
+
+* **no complex op** (injective chains, a reduction with its injective producers, an
+  opaque op): :func:`~toolchain.schedules.cpu_ops.schedule_cpu` on the whole DAG — the
+  injective stages are inlined, so ``add -> relu`` is one loop;
+* **a complex-out-fusable anchor** (conv, dense, matmul — pattern
+  ``complex-out-fusable``) whose op has a registered default schedule: that schedule is
+  built for the anchor alone, the elementwise tail is appended to its PrimFunc, and the
+  tail is then moved into the anchor's output tile: ``reverse_compute_inline`` into the
+  block that writes the anchor's output when that block is a plain copy-out (a
+  ``cache_write`` tile), else ``reverse_compute_at`` the anchor's outer spatial loop, so
+  the bias and activation run while the tile is still in cache. Pooling anchors and ops
+  without a registered schedule take the first path.
+
+Kernel parameters are the group's inputs in order, then any constant the computes could
+not bake in (its data goes with :attr:`FusedKernel.input_values`), then the outputs.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Graph, Node, Value
+    >>> from toolchain.graph.passes.fused_op import fused_node
+    >>> x, b = Value("x", (2, 8), "float32"), Value("b", (8,), "float32")
+    >>> y, z = Value("y", (2, 8), "float32"), Value("z", (2, 8), "float32")
+    >>> inner = Graph("fused_add_relu_0", [x, b], [z],
+    ...               [Node("Add", "add", [x, b], [y]), Node("Relu", "relu", [y], [z])])
+    >>> k = schedule_fused(fused_node(inner, "injective", [x, b]), "c-generic")
+    >>> [blk for blk in k.block_names()]  # one loop nest: add was inlined into relu
+    ['relu']
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from toolchain import te
+from toolchain.errors import UnsupportedError
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.ops.registry import PatternKind, get_op
+from toolchain.schedules import cpu_ops
+from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
+from toolchain.tir.schedule.schedule import BlockRV, LoopRV
+from toolchain.topi.registry import node_compute
+
+
+@dataclass
+class FusedKernel:
+    """A fused group's kernel: its schedule and what each parameter stands for."""
+
+    schedule: Schedule
+    #: the inner-graph values behind the input parameters (group inputs, then constants)
+    input_values: list[Value]
+    output_values: list[Value]
+    #: the complex-out-fusable inner node whose schedule was reused, if any
+    anchor: Node | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def func(self) -> ir.PrimFunc:
+        return self.schedule.mod
+
+    def block_names(self) -> list[str]:
+        """Blocks of the scheduled kernel, in program order."""
+        return [n for n in st.block_names(self.schedule.mod) if n != "root"]
+
+
+@dataclass
+class FusedCompute:
+    """The composed TE DAG of a fused group."""
+
+    inputs: list[te.Tensor]
+    input_values: list[Value]
+    outputs: list[te.Tensor]
+    output_values: list[Value]
+    #: tensor of every inner value (placeholders for the group inputs)
+    env: dict[int, te.Tensor]
+
+
+def _sanitize(name: str) -> str:
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"v_{s}"
+
+
+class _SwapBuffers(StmtExprMutator):
+    def __init__(self, swap: dict[int, ir.Buffer]) -> None:
+        self.swap = swap
+
+    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        return self.swap.get(id(b), b)
+
+
+class _UnitIndex(StmtExprMutator):
+    """``B[0, i1, i2]`` -> ``B[i0, i1, i2]`` where ``i0`` is the compute's own unit axis:
+    the same element, but an index made of the block's vars is what
+    ``reverse_compute_inline`` / ``reverse_compute_at`` need to fuse a tail into its
+    producer (broadcasting computes write a size-1 axis as the constant 0)."""
+
+    def __init__(self, axis: tuple[te.AxisVar, ...]) -> None:
+        self.axis = axis
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        e = super().visit_BufferLoad(e)
+        if len(e.indices) != len(self.axis):
+            return e
+        new: list[ir.PrimExpr] = []
+        for ix, ax, dim in zip(e.indices, self.axis, e.buffer.shape, strict=True):
+            if ix is ax:
+                new.append(ix)
+            elif (ir.is_const_int(ix, 0) and ir.is_const_int(dim, 1)
+                  and ir.is_const_int(ax.dom.extent, 1)):
+                new.append(ax)
+            else:
+                return e
+        return ir.BufferLoad(e.buffer, tuple(new))
+
+
+def _map_body(body: ir.PrimExpr, m: StmtExprMutator) -> ir.PrimExpr:
+    if isinstance(body, te.Reduce):
+        src, cond = m.visit_expr(body.source), m.visit_expr(body.condition)
+        if src is body.source and cond is body.condition:
+            return body
+        return replace(body, source=src, condition=cond)
+    return m.visit_expr(body)
+
+
+def rebind(outputs: list[te.Tensor], mapping: dict[int, te.Tensor]) -> list[te.Tensor]:
+    """Rebuild the compute DAG of ``outputs`` with the tensors whose buffer id is in
+    ``mapping`` replaced (placeholders by the tensors that really produce them).
+
+    >>> a = te.placeholder((4,), name="a")
+    >>> b = te.compute((4,), lambda i: a[i] * 2.0, name="b")
+    >>> c = te.compute((4,), lambda i: a[i] + 1.0, name="c")
+    >>> str(rebind([b], {id(a.buffer): c})[0].op.body)
+    'c[i] * T.float32(2.0)'
+    """
+    memo: dict[int, te.Tensor] = {}
+
+    def get(t: te.Tensor) -> te.Tensor:
+        if id(t.buffer) in mapping:
+            return mapping[id(t.buffer)]
+        if not isinstance(t.op, te.ComputeOp):
+            return t
+        if id(t) in memo:
+            return memo[id(t)]
+        swap = {}
+        for dep in t.op.input_tensors():
+            new = get(dep)
+            if new is not dep:
+                swap[id(dep.buffer)] = new.buffer
+        out = t
+        body = _map_body(t.op.body, _SwapBuffers(swap)) if swap else t.op.body
+        body = _map_body(body, _UnitIndex(t.op.axis))
+        if body is not t.op.body:
+            op = te.ComputeOp(t.op.name, t.op.axis, body, t.op.tag, dict(t.op.attrs))
+            out = te.Tensor(ir.Buffer(t.name, t.shape, t.dtype), op)
+        memo[id(t)] = out
+        return out
+
+    return [get(t) for t in outputs]
+
+
+def _copy(t: te.Tensor, name: str) -> te.Tensor:
+    return te.compute(t.shape, lambda *i: t[i], name=name, tag="injective")
+
+
+def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None = None
+                  ) -> FusedCompute:
+    """Compose the computes of ``node``'s inner graph (a ``Fused`` node) into one DAG.
+
+    ``skip`` inner nodes at the front are left out and ``seed`` maps inner value ids to
+    tensors standing for them (how the tail after a separately scheduled anchor is built).
+    """
+    inner: Graph = node.attrs["graph"]
+    env: dict[int, te.Tensor] = dict(seed or {})
+    inputs: list[te.Tensor] = []
+    values: list[Value] = []
+    for v in inner.inputs:
+        if id(v) not in env:
+            env[id(v)] = te.placeholder(v.shape or (1,), v.dtype, _sanitize(v.name))
+        if id(v) in env and isinstance(env[id(v)].op, te.PlaceholderOp):
+            inputs.append(env[id(v)])
+            values.append(v)
+    for n in inner.nodes[skip:]:
+        nc = node_compute(n)
+        mapping = {}
+        for ph, v in zip(nc.inputs, nc.input_values, strict=True):
+            if id(v) not in env:  # a constant the compute reads as a tensor
+                if v.data is None:
+                    raise UnsupportedError(f"{node.describe()}: inner value {v.name!r} of "
+                                           f"{n.describe()} is neither an input nor constant")
+                env[id(v)] = ph
+                inputs.append(ph)
+                values.append(v)
+            mapping[id(ph.buffer)] = env[id(v)]
+        for v, t in zip(n.outputs, rebind(nc.outputs, mapping), strict=True):
+            env[id(v)] = t
+    outs: list[te.Tensor] = []
+    for k, v in enumerate(inner.outputs):
+        t = env[id(v)]
+        if isinstance(t.op, te.PlaceholderOp) or any(t is o for o in outs):
+            t = _copy(t, f"output_{k}")
+        outs.append(t)
+    return FusedCompute(inputs, values, outs, list(inner.outputs), env)
+
+
+# ---------------------------------------------------------------------------- schedule
+
+def anchor_of(node: Node) -> Node | None:
+    """The complex-out-fusable inner node of a ``complex-out-fusable`` group (or None)."""
+    if node.attrs.get("pattern") != str(PatternKind.COMPLEX_OUT_FUSABLE):
+        return None
+    inner: Graph = node.attrs["graph"]
+    for n in inner.nodes:
+        if get_op(n.op).pattern_of(n) == PatternKind.COMPLEX_OUT_FUSABLE:
+            return n
+    return None
+
+
+#: ops whose default schedule is the generic one even as an anchor (no registered kernel)
+GENERIC_ANCHORS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+                             "LayoutPool"})
+
+
+def registry_anchor_schedule(anchor: Node, target: Any) -> Schedule | None:
+    """The registered default schedule of ``anchor`` (conv, dense …), if there is one.
+
+    Its PrimFunc's parameters must be the anchor's compute inputs (the order of
+    ``node_compute(anchor).input_values``) followed by its outputs."""
+    if anchor.op in GENERIC_ANCHORS:
+        return None
+    try:
+        from toolchain.schedules import registry
+    except ImportError:
+        return None
+    fn = getattr(registry, "schedule_for", None)
+    if fn is None:
+        return None
+    try:
+        out = fn(anchor, target)
+    except UnsupportedError:
+        return None
+    if out is None:
+        return None
+    if isinstance(out, Schedule):
+        return out
+    sch = getattr(out, "schedule", None)
+    if isinstance(sch, Schedule):
+        return sch
+    if isinstance(out, ir.PrimFunc):
+        return Schedule(out)
+    return None
+
+
+def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None
+                   ) -> FusedKernel:
+    """Build and schedule the one kernel of a ``Fused`` node (see the module docstring).
+
+    ``anchor_scheduler(anchor_node, target) -> Schedule | None`` picks the anchor's
+    schedule (default: :func:`registry_anchor_schedule`)."""
+    if node.op != "Fused":
+        raise UnsupportedError(f"{node.describe()}: schedule_fused needs a 'Fused' node "
+                               f"(from the fusion pass), got op {node.op!r}")
+    cfg = cpu_ops.cpu_config(target) if not isinstance(target, cpu_ops.CpuConfig) else target
+    anchor = anchor_of(node)
+    pick = anchor_scheduler or registry_anchor_schedule
+    sa = pick(anchor, target) if anchor is not None else None
+    if sa is not None:
+        return _schedule_with_anchor(node, anchor, sa, cfg)
+    fc = fused_compute(node)
+    func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
+    return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
+
+
+class _Rename(StmtExprMutator):
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+
+    def visit_Block(self, s: ir.Block) -> ir.Stmt:
+        out = super().visit_Block(s)
+        new = self.names.get(s.name_hint)
+        return replace(out, name_hint=new) if new else out
+
+
+def _root_items(func: ir.PrimFunc) -> tuple[list[ir.Stmt], tuple[ir.Buffer, ...]]:
+    root = st.root_block(func)
+    body = root.body
+    return (list(body.seq) if isinstance(body, ir.SeqStmt) else [body]), root.alloc_buffers
+
+
+def _schedule_with_anchor(node: Node, anchor: Node, sa: Schedule, cfg: cpu_ops.CpuConfig
+                          ) -> FusedKernel:
+    inner: Graph = node.attrs["graph"]
+    nca = node_compute(anchor)
+    fa = sa.mod
+    a_params = [p for p in fa.params if isinstance(p, ir.Buffer)]
+    n_in = len(nca.input_values)
+    if len(a_params) != n_in + len(anchor.outputs) or len(anchor.outputs) != 1:
+        raise UnsupportedError(
+            f"{node.describe()}: the schedule of anchor {anchor.describe()} has parameters "
+            f"{[p.name for p in a_params]}; expected its {n_in} compute inputs then its "
+            f"{len(anchor.outputs)} output(s)")
+    out_val = anchor.outputs[0]
+    if len(inner.nodes) == 1:
+        return FusedKernel(sa, list(nca.input_values), [out_val], anchor)
+    idx = next(k for k, n in enumerate(inner.nodes) if n is anchor)
+    canon: dict[int, ir.Buffer] = {id(v): b for v, b in zip(nca.input_values, a_params,
+                                                            strict=False)}
+    canon[id(out_val)] = a_params[n_in]
+    seed = te.placeholder(out_val.shape or (1,), out_val.dtype, "anchor_out")
+    fc = fused_compute(node, skip=idx + 1, seed={id(out_val): seed})
+    ft = te.create_prim_func([seed, *fc.inputs, *fc.outputs])
+    swap = {id(seed.buffer): canon[id(out_val)]}
+    for v, t in zip(fc.input_values, fc.inputs, strict=True):
+        if id(v) in canon:
+            swap[id(t.buffer)] = canon[id(v)]
+        else:
+            canon[id(v)] = t.buffer
+    ft = _SwapBuffers(swap).visit(ft)
+    taken = set(st.block_names(fa))
+    renames = {n: f"{n}_tail" for n in st.block_names(ft) if n in taken and n != "root"}
+    if renames:
+        ft = _Rename(renames).visit(ft)
+    values = [v for v in inner.inputs if id(v) in canon]
+    values += [v for v in list(nca.input_values) + fc.input_values
+               if id(v) in canon and all(v is not w for w in values)]
+    out_bufs = [t.buffer for t in fc.outputs]
+    params = tuple(canon[id(v)] for v in values) + tuple(out_bufs)
+    a_items, a_allocs = _root_items(fa)
+    t_items, t_allocs = _root_items(ft)
+    anchor_buf = canon[id(out_val)]
+    allocs = a_allocs + t_allocs + ((anchor_buf,) if anchor_buf not in params else ())
+    root = ir.Block("root", (), (), (), ir.seq(*a_items, *t_items), None, allocs)
+    name = _sanitize(node.attrs["kernel"])
+    func = ir.PrimFunc(params, ir.BlockRealize((), ir.IntImm(1, "bool"), root), name,
+                       {"global_symbol": name})
+    tail = [n for n in st.block_names(ft) if n != "root"]
+    tail = [renames.get(n, n) for n in tail]
+    sch, notes = fuse_tail(Schedule(func), anchor_buf, tail, cfg)
+    return FusedKernel(sch, values, fc.output_values, anchor, notes)
+
+
+def _writer(sch: Schedule, buf: ir.Buffer) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...]] | None:
+    found = None
+    for r in st.all_blocks(sch.mod):
+        if any(w.buffer is buf for w in r.block.writes):
+            found = r
+    return st.find_block(sch.mod, found.block.name_hint) if found is not None else None
+
+
+def fuse_tail(sch: Schedule, anchor_buf: ir.Buffer, tail: list[str], cfg: cpu_ops.CpuConfig
+              ) -> tuple[Schedule, list[str]]:
+    """Move the elementwise tail (blocks ``tail``) into the anchor's output tile.
+
+    Returns the schedule and notes saying where each remaining tail block went."""
+    cpu_ops.inline_stages(sch, names=set(tail))
+    notes: list[str] = []
+    alive = [n for n in tail if st.find_block(sch.mod, n) is not None]
+    for name in alive:
+        realize, _ = st.find_block(sch.mod, name) or (None, None)
+        if realize is None or not any(r.buffer is anchor_buf for r in realize.block.reads):
+            continue
+        found = _writer(sch, anchor_buf)
+        if found is None:
+            continue
+        w, wpath = found
+        if not cpu_ops._is_reduce(w.block) and cpu_ops._try(
+                sch.reverse_compute_inline, BlockRV(name)) is not None:
+            notes.append(f"{name}: inlined into {w.block.name_hint}")
+            continue
+        loops = [f for f in st.loops_of(wpath)]
+        spatial = []
+        for f in loops:
+            if cpu_ops._feeds_reduce(w, f.loop_var) or f.kind == "vectorized":
+                break
+            spatial.append(f)
+        for f in reversed(spatial):
+            trial = sch.copy()
+            if (cpu_ops._try(trial.reverse_compute_at, BlockRV(name), LoopRV(f.loop_var))
+                    and _exact_tile(trial, name, w.block.name_hint, f)):
+                sch = trial
+                notes.append(f"{name}: computed at loop {f.loop_var.name} of "
+                             f"{w.block.name_hint}")
+                break
+        else:
+            notes.append(f"{name}: own loop nest after the anchor")
+    left = {n for n in tail if st.find_block(sch.mod, n) is not None}
+    cpu_ops.schedule_loops(sch, cfg, names=left)
+    cpu_ops.parallelize(sch, cfg, names=left)
+    return sch, notes
+
+
+def _iterations(sch: Schedule, block: str, loop: ir.For, spatial_only: bool) -> int | None:
+    realize, path = st.find_block(sch.mod, block) or (None, ())
+    if realize is None:
+        return None
+    loops = st.loops_of(path)
+    under = loops[next(k for k, f in enumerate(loops) if f.loop_var is loop.loop_var) + 1:]
+    n = 1
+    for f in under:
+        if spatial_only and cpu_ops._feeds_reduce(realize, f.loop_var):
+            continue
+        if cpu_ops._extent(f) is None:
+            return None
+        n *= cpu_ops._extent(f) or 0
+    return n
+
+
+def _exact_tile(sch: Schedule, tail: str, writer: str, loop: ir.For) -> bool:
+    """Whether the tail moved under ``loop`` runs exactly once per element the writer
+    produces there (a tail region widened by loop fusion would read unwritten data)."""
+    a = _iterations(sch, tail, loop, False)
+    b = _iterations(sch, writer, loop, True)
+    return a is not None and a == b
