@@ -100,6 +100,16 @@ def check_no_reader_in_nest(func: ir.PrimFunc, writer: ir.BlockRealize, buf: ir.
                 "together (compute_at/reverse_compute_at)")
 
 
+def _outermost_block(func: ir.PrimFunc, r: ir.BlockRealize) -> ir.Block:
+    """The block itself, or the outermost non-root block around it (from blockize)."""
+    found = st.find_block(func, r.block.name_hint)
+    assert found is not None
+    for node in found[1]:
+        if isinstance(node, ir.Block) and node.name_hint != "root":
+            return node
+    return r.block
+
+
 def _scoped_name(name: str, scope: str) -> str:
     return f"{name}_{scope.replace('.', '_')}"
 
@@ -161,7 +171,8 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
             f"{first.block.name_hint!r}); apply cache_read before compute_at/"
             "reverse_compute_at/decompose_reduction put them together")
     swap = _SwapBuffer(buf, new)
-    func = st.replace_stmts(func, {id(rr.block): swap.visit_stmt(rr.block) for rr in readers})
+    tops = {id(t): t for t in (_outermost_block(func, rr) for rr in readers)}
+    func = st.replace_stmts(func, {k: swap.visit_stmt(t) for k, t in tops.items()})
     sch._func = _insert_root(func, pos, _copy_block(name, buf, new), new)
     from toolchain.tir.schedule.schedule import BlockRV as _B
 
@@ -206,7 +217,8 @@ def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int | str,
             "cache_write needs the only writer (apply it before decompose_reduction/rfactor)")
     pos = _top_of(func, r) + 1
     check_no_reader_in_nest(func, r, buf, "cache_write")
-    func = st.replace_stmts(func, {id(r.block): _SwapBuffer(buf, new).visit_stmt(r.block)})
+    top = _outermost_block(func, r)
+    func = st.replace_stmts(func, {id(top): _SwapBuffer(buf, new).visit_stmt(top)})
     sch._func = _insert_root(func, pos, _copy_block(name, new, buf), new)
     from toolchain.tir.schedule.schedule import BlockRV as _B
 

@@ -302,6 +302,17 @@ def _single_store(blk: ir.Block, prim: str) -> ir.BufferStore:
     return blk.body
 
 
+def _check_top_level(func: ir.PrimFunc, blocks: list[ir.Block], prim: str) -> None:
+    """Refuse blocks nested inside another (non-root) block, e.g. made by blockize."""
+    for b in blocks:
+        found = st.find_block(func, b.name_hint)
+        outer = st.enclosing_block(found[1]) if found else None
+        if outer is not None and outer.name_hint != "root":
+            raise ScheduleError(
+                f"{prim}: block {b.name_hint!r} is nested in block {outer.name_hint!r} (made "
+                f"by blockize or tensorize); apply {prim} before blockize")
+
+
 def _check_intermediate(func: ir.PrimFunc, buf: ir.Buffer, blk: ir.Block, prim: str) -> None:
     if any(p is buf for p in func.params):
         raise ScheduleError(f"{prim}: block {blk.name_hint!r} writes {buf.name}, an "
@@ -336,6 +347,8 @@ def compute_inline(sch: Schedule, block: BlockRV) -> None:
         vars_.append(i)
     if any(rd.buffer is buf for rd in blk.reads):
         raise ScheduleError(f"compute_inline: block {blk.name_hint!r} reads its own output")
+    _check_top_level(sch._func, [blk] + [x.block for x, _ in _readers(sch._func, buf, blk)],
+                     "compute_inline")
     mapping: dict[int, ir.Stmt | None] = {id(st.exclusive_nest_top(r, path)): None}
     mut = _ReplaceLoad(buf, vars_, store.value)
     for rr, _ in _readers(sch._func, buf, blk):
@@ -375,6 +388,7 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
     if len(writers) != 1:
         raise ScheduleError(f"reverse_compute_inline: {buf.name} has {len(writers)} writers")
     pr, _ = writers[0]
+    _check_top_level(func, [blk, pr.block], "reverse_compute_inline")
     pstore = _single_store(pr.block, "reverse_compute_inline")
     loads: list[tuple[ir.PrimExpr, ...]] = []
 

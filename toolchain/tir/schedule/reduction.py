@@ -79,6 +79,13 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
                 f"{f.loop_var.name}, is a reduction loop of block {blk.name_hint!r}; the init "
                 f"would run again at each of its iterations. Decompose at loop "
                 f"{n.loop_var.name} or an outer loop")
+    inner_vars = {n.loop_var for n in inner}
+    outer_red = [v for v in red_used if v not in inner_vars]
+    if outer_red:
+        raise ScheduleError(
+            f"decompose_reduction: the reduction of block {blk.name_hint!r} also runs over "
+            f"{outer_red[0].name}, bound outside its enclosing block (blockize made it); the "
+            "init would run again for each of its values. Decompose before blockize")
     spatial = [(iv, v) for iv, v in zip(blk.iter_vars, r.iter_values, strict=True)
                if iv.iter_type == "spatial"]
     used = set()
@@ -152,7 +159,14 @@ def _check_rfactor_loops(f: ir.For, blk: ir.Block, spat: list, red: list,
                             f"block {blk.name_hint!r}; split the reduction loop and rfactor "
                             "one of its parts")
     red_vars = set(free_vars([v for _, v in red]))
-    red_loops = [n for n in bpath if isinstance(n, ir.For) and n.loop_var in red_vars]
+    scope_loops = st.loops_of(bpath)
+    red_loops = [n for n in scope_loops if n.loop_var in red_vars]
+    stray = red_vars - {n.loop_var for n in red_loops}
+    if stray:
+        raise ScheduleError(
+            f"rfactor: the reduction of block {blk.name_hint!r} runs over "
+            f"{sorted(v.name for v in stray)[0]}, which is not one of its loops (it is bound "
+            "by an enclosing block made by blockize); rfactor before blockize")
     sp_vars = set(free_vars([v for _, v in spat]))
     for n in red_loops:
         if n.loop_var in sp_vars:
