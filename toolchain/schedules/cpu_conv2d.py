@@ -1,0 +1,264 @@
+"""Default CPU schedule for Conv (2-D, group 1): NCHW[x]c direct convolution.
+
+The computation is rewritten in blocked layouts (as TVM's x86 ``conv2d_NCHWc``):
+
+* **data** ``[N, C, H, W]`` is copied once into ``[N, C/cb, Hp, Wp, cb]`` with the zero
+  padding built in (``Hp``/``Wp`` also cover the padded output tile, so no inner loop
+  carries a bounds check);
+* **weights** ``[O, C, KH, KW]`` are packed *at compile time* into
+  ``[Op/ob, C/cb, KH, KW, cb, ob]`` (zero-padded to a multiple of ``ob`` output channels;
+  ``OpSchedule.input_values`` names the packed constant ``<W>_packed``). Weights that are
+  run-time inputs are packed by a stage inside the kernel instead;
+* the **product** ``conv[N, Op/ob, OH, OWp, ob]`` keeps a tile of ``rw`` output columns by
+  ``ob`` output channels in vector registers (``cache_write`` local); the reduction runs
+  ``c_outer, kh, kw, c_inner`` around it, each step one vector load of weights and ``rw``
+  broadcasts of data feeding ``rw * ob / lanes`` FMAs (the outer-product micro-kernel);
+* the **epilogue** writes NCHW, adds the bias and crops the padding; it is attached to
+  the output-row loop so the row it reads is still in L1.
+
+``ob`` is two vectors (``2 * lanes``), ``rw`` fills the register file
+(:func:`~toolchain.schedules.common.register_tile`) and ``cb`` is the largest divisor of
+``C`` up to ``ob``. The row-of-output loop runs in parallel when the target has more
+than one core. Grouped and depthwise convolutions use the generic schedule of
+:mod:`toolchain.schedules.cpu_ops`.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Node, Value
+    >>> w = np.ones((16, 8, 3, 3), np.float32)
+    >>> node = Node("Conv", "c", [Value("x", (1, 8, 10, 10), "float32"),
+    ...                           Value.constant("w", w)], [Value("y", (1, 16, 8, 8),
+    ...                                                           "float32")])
+    >>> s = schedule_conv2d(node, "x86_64-avx2")
+    >>> s.info["layout"], s.info["ob"], s.info["rw"], [v.name for v in s.input_values]
+    ('NCHW8c', 16, 6, ['x', 'w_packed'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from toolchain import te
+from toolchain.graph.ir import Node, Value
+from toolchain.graph.ops._nn_common import attrs_of, window_geometry
+from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
+from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.target import Target
+from toolchain.tir import ir
+from toolchain.tir.schedule import Schedule
+
+Expr = ir.PrimExpr
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Shapes of one 2-D convolution (NCHW, OIHW) after ONNX padding rules."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n * self.o * self.oh * self.ow * self.c * self.kh * self.kw
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """Blocking of one convolution: channel blocks ``cb``/``ob``, register row ``rw``."""
+
+    cb: int
+    ob: int
+    rw: int
+    lanes: int
+
+    def padded(self, g: ConvGeom) -> tuple[int, int, int, int]:
+        """``(Op, OWp, Hp, Wp)``: padded output channels and width, packed input size."""
+        op_ = ceil_div(g.o, self.ob) * self.ob
+        owp = ceil_div(g.ow, self.rw) * self.rw
+        hp = max(g.h + g.pt, (g.oh - 1) * g.sh + (g.kh - 1) * g.dh + 1)
+        wp = max(g.w + g.pl, (owp - 1) * g.sw + (g.kw - 1) * g.dw + 1)
+        return op_, owp, hp, wp
+
+
+def conv_geometry(node: Node) -> ConvGeom | None:
+    """The :class:`ConvGeom` of a Conv node, or None when it is not a float32 2-D
+    convolution with one group."""
+    x, w = node.inputs[0], node.inputs[1]
+    a = attrs_of(node)
+    if len(x.shape) != 4 or a["group"] != 1 or x.dtype != "float32" or w.dtype != "float32":
+        return None
+    strides = list(a["strides"] or [1, 1])
+    dil = list(a["dilations"] or [1, 1])
+    pads = list(a["pads"] or [0] * 4)
+    geom = window_geometry(x.shape[2:], w.shape[2:], strides=strides, dilations=dil,
+                           pads=pads, auto_pad=a["auto_pad"])
+    n, c, h, wd = x.shape
+    return ConvGeom(n, c, h, wd, w.shape[0], w.shape[2], w.shape[3], geom.out[0], geom.out[1],
+                    strides[0], strides[1], dil[0], dil[1], geom.pads_begin[0],
+                    geom.pads_begin[1])
+
+
+def plan_conv(g: ConvGeom, p: CpuParams) -> ConvPlan:
+    """Channel blocks and register row for ``g`` on ``p``.
+
+    >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
+    >>> plan_conv(g, cpu_params("x86_64-avx512"))
+    ConvPlan(cb=32, ob=32, rw=8, lanes=16)
+    """
+    lanes = p.lanes("float32")
+    rw, ob = register_tile(lanes, p.vector_registers, g.o)
+    if g.ow < rw:
+        rw = g.ow
+    cb = max(d for d in range(1, min(g.c, ob) + 1) if g.c % d == 0)
+    return ConvPlan(cb, ob, rw, lanes)
+
+
+def pack_weight(w: np.ndarray, plan: ConvPlan, op_: int) -> np.ndarray:
+    """OIHW -> ``[Op/ob, C/cb, KH, KW, cb, ob]`` (zero rows for padded output channels).
+
+    >>> pack_weight(np.zeros((3, 4, 1, 1), np.float32), ConvPlan(2, 8, 4, 8), 8).shape
+    (1, 2, 1, 1, 2, 8)
+    """
+    o, c, kh, kw = w.shape
+    full = np.zeros((op_, c, kh, kw), np.float32)
+    full[:o] = w
+    blk = full.reshape(op_ // plan.ob, plan.ob, c // plan.cb, plan.cb, kh, kw)
+    return np.ascontiguousarray(blk.transpose(0, 2, 4, 5, 3, 1))
+
+
+def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan
+                 ) -> tuple[list[te.Tensor], list[Value], str]:
+    """Tensors of the blocked convolution; returns (args, input values, product name)."""
+    xv, wv = node.inputs[0], node.inputs[1]
+    bv = node.input(2)
+    cb, ob = plan.cb, plan.ob
+    op_, owp, hp, wp = plan.padded(g)
+    x = te.placeholder(xv.shape, "float32", "X")
+    args, values = [x], [xv]
+    zero = ir.FloatImm(0.0, "float32")
+
+    def pad_x(n: Expr, c0: Expr, hh: Expr, ww: Expr, c1: Expr) -> Expr:
+        ih, iw = hh - g.pt, ww - g.pl
+        inside = te.all(ih >= 0, ih < g.h, iw >= 0, iw < g.w)
+        val = x[n, c0 * cb + c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0)]
+        return te.if_then_else(inside, val, zero)
+
+    xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
+    if wv.data is not None:
+        packed = pack_weight(wv.data, plan, op_)
+        wp_t = te.placeholder(packed.shape, "float32", "W_packed")
+        values.append(Value.constant(f"{wv.name}_packed", packed))
+    else:
+        w = te.placeholder(wv.shape, "float32", "W")
+        values.append(wv)
+
+        def pack_w(o0: Expr, c0: Expr, a: Expr, b: Expr, c1: Expr, o1: Expr) -> Expr:
+            o = o0 * ob + o1
+            val = w[te.min(o, g.o - 1), c0 * cb + c1, a, b]
+            return te.if_then_else(o < g.o, val, zero) if op_ != g.o else val
+
+        wp_t = te.compute((op_ // ob, g.c // cb, g.kh, g.kw, cb, ob), pack_w, name="W_pack")
+        args.append(w)
+    if wv.data is not None:
+        args.append(wp_t)
+    rc0 = te.reduce_axis((0, g.c // cb), name="rc0")
+    rkh = te.reduce_axis((0, g.kh), name="rkh")
+    rkw = te.reduce_axis((0, g.kw), name="rkw")
+    rc1 = te.reduce_axis((0, cb), name="rc1")
+    conv = te.compute((g.n, op_ // ob, g.oh, owp, ob), lambda n, o0, y, xx, o1: te.sum(
+        xp[n, rc0, y * g.sh + rkh * g.dh, xx * g.sw + rkw * g.dw, rc1]
+        * wp_t[o0, rc0, rkh, rkw, rc1, o1], axis=[rc0, rkh, rkw, rc1]), name="conv")
+    bias = None
+    if bv is not None:
+        bias = te.placeholder(bv.shape, "float32", "bias")
+        args.append(bias)
+        values.append(bv)
+
+    def unpack(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
+        v = conv[n, o // ob, y, xx, o % ob]
+        return v + bias[o] if bias is not None else v
+
+    out = te.compute((g.n, g.o, g.oh, g.ow), unpack, name="conv_out")
+    return args + [out], values, conv.name
+
+
+def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams) -> None:
+    """Register-tile, vectorize and unroll the blocked convolution."""
+    blk = sch.get_block("conv")
+    n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
+    xo, xi = sch.split(xx, [None, plan.rw])
+    sch.reorder(n, o0, y, xo, rc0, rkh, rkw, rc1, xi, o1)
+    local = sch.cache_write(blk, 0, "local")
+    sch.reverse_compute_at(local, xo)
+    init = sch.decompose_reduction(blk, rc0)
+    for b in (blk, init, local):
+        *_, rows, cols = sch.get_loops(b)
+        cv, vl = sch.split(cols, [None, plan.lanes])
+        sch.vectorize(vl)
+        sch.unroll(cv)
+        sch.unroll(rows)
+    if g.kw <= 3:
+        sch.unroll(sch.get_loops(blk)[6])  # kw
+    out = sch.get_block("conv_out")
+    ol = sch.get_loops(out)
+    if g.ow % plan.lanes == 0:
+        _, wi = sch.split(ol[-1], [None, plan.lanes])
+        sch.vectorize(wi)
+    if p.cores > 1:
+        sch.parallel(sch.fuse(n, o0, y))
+        sch.parallel(sch.fuse(*ol[:2]))
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_block("data_pack"))[:2]))
+    try:
+        wpk = sch.get_block("W_pack")
+    except Exception:  # noqa: BLE001 - weights were packed at compile time
+        return
+    *_, wl = sch.get_loops(wpk)
+    if plan.ob % plan.lanes == 0:
+        _, v = sch.split(wl, [None, plan.lanes])
+        sch.vectorize(v)
+
+
+def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
+    from toolchain.schedules import cpu_ops
+    from toolchain.topi.registry import node_compute
+
+    nc = node_compute(node)
+    sch = cpu_ops.schedule_cpu(te.create_prim_func(nc.inputs + nc.outputs), target)
+    return OpSchedule(sch, list(nc.input_values), list(node.outputs),
+                      {"schedule": "generic", "reason": reason})
+
+
+@register_schedule("Conv", "cpu")
+def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedule:
+    """The default CPU schedule of a Conv node (see the module docstring)."""
+    t = resolve_target(target)
+    g = conv_geometry(node)
+    if g is None:
+        return _generic(node, t, "grouped, non-2-D or non-float32 convolution")
+    p = cpu_params(t)
+    plan = plan_conv(g, p)
+    args, values, _ = conv_compute(node, g, plan)
+    name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
+    sch = Schedule(te.create_prim_func(args, name=name))
+    schedule_conv(sch, g, plan, p)
+    info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
+                            "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
+                            "packed_weight": values[1].data is not None, "flops": g.flops}
+    return OpSchedule(sch, values, list(node.outputs), info)
