@@ -245,6 +245,12 @@ def test_bad_dram_settings_refused() -> None:
         run_rtl(b.build(), latency=0)
 
 
+def test_program_without_finish_refused() -> None:
+    prog = Program([Store(sram_base=0, dram_base=0)], np.zeros(64, np.uint8), {}, CFG)
+    with pytest.raises(SimulationError, match="does not end with FINISH"):
+        run_rtl(prog)
+
+
 def test_store_past_image_is_reported(core_model: str) -> None:
     insns = [Store(sram_base=0, dram_base=1000, x_size=2, x_stride=2), Finish()]
     prog = Program(insns, np.zeros(64, np.uint8), {}, CFG)

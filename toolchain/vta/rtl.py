@@ -39,7 +39,7 @@ import numpy as np
 
 from toolchain.errors import BuildError, SimulationError, TargetError
 from toolchain.vta.config import VTAConfig
-from toolchain.vta.isa import OPCODE_NAMES
+from toolchain.vta.isa import OP_FINISH, OPCODE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 RTL_DIR = REPO / "hw" / "rtl"
@@ -228,6 +228,9 @@ class RtlJob:
 
 def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | None,
          bandwidth: float | None, timeout_cycles: int) -> RtlJob:
+    if not program.insns or program.insns[-1].OPCODE != OP_FINISH:
+        raise SimulationError("program does not end with FINISH; the accelerator would never "
+                              "report done")
     data = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
     insns = program.insn_bytes
     addr = (len(data) + 15) // 16 * 16
