@@ -22,7 +22,7 @@ from toolchain.tir.schedule import Schedule
 WORKLOADS = {
     "matmul": lambda: W.matmul_relu(8, 6, 8),
     "conv2d": lambda: W.conv2d(1, 2, 5, 5, 2, 3),
-    "reduction": lambda: W.row_sum(6, 10),
+    "reduction": lambda: W.row_sum(5, 11),
     "elementwise": lambda: W.elementwise_chain(6, 10),
 }
 
