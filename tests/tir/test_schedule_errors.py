@@ -287,3 +287,16 @@ def test_calling_with_a_wrong_array_names_the_argument() -> None:
         run(func, a, a.copy(), np.zeros((4, 4)))
     with pytest.raises(InputError, match="takes 3 arguments"):
         run(func, a)
+
+
+def test_tensorize_refuses_a_guarded_tile(mma_intrinsics: None) -> None:
+    sch = Schedule(W.matmul(10, 8, 8)[0])
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 4])
+    ko, ki = sch.split(k, [None, 4])
+    sch.reorder(io, jo, ko, ii, ji, ki)
+    sch.decompose_reduction(c, ko)
+    with pytest.raises(ScheduleError, match=r"has the guard T.where\(i_0 \* 4 \+ i_1 < 10\)"):
+        sch.tensorize(ii, "test_mma4_float32")

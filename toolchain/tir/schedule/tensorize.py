@@ -253,6 +253,11 @@ def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
         sr, path = sch._block(loop)
         sloops, top = [], sr
     sb = sr.block
+    if not ir.is_const_int(arith.simplify(sr.predicate), 1):
+        raise ScheduleError(
+            f"tensorize with {intrin!r}: block {sb.name_hint!r} has the guard "
+            f"T.where({sr.predicate}) from a non-divisible split; the intrinsic computes whole "
+            "tiles: pad the tensor or split by a divisor of the extent")
     if len(sloops) != len(dloops):
         raise ScheduleError(
             f"tensorize with {intrin!r}: the nest under the loop has {len(sloops)} loops "

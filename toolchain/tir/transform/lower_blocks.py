@@ -21,20 +21,24 @@ from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, free_vars, s
 CARRIED = "carried"
 
 
+def _guard_init(s: ir.Block) -> ir.Block:
+    """The block with its init moved into the body under "every reduce var at its start"."""
+    if s.init is None:
+        return s
+    conds = [iv.var.equal(iv.dom.min) for iv in s.iter_vars if iv.iter_type == "reduce"]
+    if conds:
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = ir.And(cond, c)
+        init: ir.Stmt = ir.IfThenElse(cond, s.init)
+    else:
+        init = s.init
+    return replace(s, init=None, body=ir.seq(init, s.body))
+
+
 class _InitLowerer(StmtExprMutator):
     def visit_Block(self, s: ir.Block) -> ir.Stmt:
-        s = super().visit_Block(s)
-        if s.init is None:
-            return s
-        conds = [iv.var.equal(iv.dom.min) for iv in s.iter_vars if iv.iter_type == "reduce"]
-        if conds:
-            cond = conds[0]
-            for c in conds[1:]:
-                cond = ir.And(cond, c)
-            init: ir.Stmt = ir.IfThenElse(cond, s.init)
-        else:
-            init = s.init
-        return replace(s, init=None, body=ir.seq(init, s.body))
+        return _guard_init(super().visit_Block(s))
 
 
 def lower_init_block(func: ir.PrimFunc) -> ir.PrimFunc:
@@ -125,11 +129,11 @@ class _BlockLowerer(StmtExprMutator):
         return self.bmap.get(b, b)
 
     def visit_BlockRealize(self, s: ir.BlockRealize) -> ir.Stmt:
-        blk = s.block
+        blk = _guard_init(s.block)  # in case lower_init_block did not run
         for b in blk.alloc_buffers:
             if b.name in self.aligns and not b.strides:
                 self.bmap[b] = replace(b, strides=_aligned_strides(b, self.aligns[b.name]))
-        body = blk.body if blk.init is None else ir.seq(blk.init, blk.body)
+        body = blk.body
         vmap = {iv.var: v for iv, v in zip(blk.iter_vars, s.iter_values, strict=True)}
         body = self.visit_stmt(substitute(body, vmap))
         if not ir.is_const_int(s.predicate, 1):
