@@ -71,7 +71,8 @@ def run_kernel(node: Node, kernel: FusedKernel, seed: int = 0) -> float:
 def _check_model(model: str, anchor_scheduler: object = None) -> list[str]:
     kinds = []
     for node in fused_nodes(model):
-        kernel = schedule_fused(node, CFG, anchor_scheduler=anchor_scheduler)
+        kernel = schedule_fused(node, "c-generic", anchor_scheduler=anchor_scheduler,
+                                config=CFG)
         err = run_kernel(node, kernel)
         assert err <= 1e-4, (f"{model} {node.attrs['kernel']} "
                              f"({[n.op for n in node.attrs['graph'].nodes]}): max rel err {err}")
@@ -104,7 +105,7 @@ def test_anchor_plus_tail_path_transformer() -> None:
 
 def test_conv_bias_relu_tail_is_inlined_into_the_anchor_output() -> None:
     node = next(n for n in fused_nodes("resnet8") if n.attrs["kernel"].endswith("add_relu_2"))
-    kernel = schedule_fused(node, CFG, anchor_scheduler=generic_anchor)
+    kernel = schedule_fused(node, "c-generic", anchor_scheduler=generic_anchor, config=CFG)
     assert kernel.anchor is not None and kernel.anchor.op == "Conv"
     assert any("inlined into" in note for note in kernel.notes), kernel.notes
     assert "relu" not in kernel.block_names()  # no separate pass over the output

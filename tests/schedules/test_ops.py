@@ -12,7 +12,9 @@ from tests.topi.util import make_node, rand
 from toolchain import te
 from toolchain.driver import build, lower
 from toolchain.graph.ops import get_op
+from toolchain.schedules import fused  # noqa: F401 - registers the layout ops' computes
 from toolchain.schedules.cpu_ops import CpuConfig, cpu_config, schedule_cpu
+from toolchain.schedules.registry import schedule_for
 from toolchain.target import TARGETS_DIR
 from toolchain.topi.registry import node_compute
 
@@ -77,6 +79,21 @@ CASES: list[tuple] = [
      (2,), 1),
     ("Tile", [rand(2, 3), np.array([2, 3], I64)], {}, (1,), 1),
     ("Expand", [rand(3, 1), np.array([2, 3, 5], I64)], {}, (1,), 1),
+    # the layout pass's ops (computes registered by toolchain.schedules.fused)
+    ("LayoutTransform", [rand(1, 8, 3, 5)], {"src_layout": "NCHW", "dst_layout": "NCHW4c"},
+     (), 1),
+    ("LayoutTransform", [rand(2, 3, 5, 8)], {"src_layout": "NHWC", "dst_layout": "NCHW4c"},
+     (), 1),
+    ("LayoutTransform", [rand(2, 2, 3, 5, 4)], {"src_layout": "NCHW4c", "dst_layout": "NHWC"},
+     (), 1),
+    ("LayoutPool", [rand(1, 2, 9, 9, 4)],
+     {"pool": "MaxPool", "layout": "NCHW4c", "kernel_shape": [3, 3], "strides": [2, 2],
+      "pads": [1, 1, 1, 1]}, (), 1),
+    ("LayoutPool", [rand(1, 9, 9, 5)],
+     {"pool": "AveragePool", "layout": "NHWC", "kernel_shape": [2, 2], "strides": [2, 2]},
+     (), 1),
+    ("LayoutPool", [rand(1, 2, 7, 7, 8)], {"pool": "GlobalAveragePool", "layout": "NCHW8c"},
+     (), 1),
 ]
 
 
@@ -105,20 +122,22 @@ def _host_targets() -> list:
     return out
 
 
-def _shape(t: te.Tensor) -> list[int]:
-    return [int(s.value) for s in t.shape]
-
-
 def check_schedule(case: tuple, target: object) -> object:
-    """Build ``case`` with its default schedule for ``target``; compare with the reference."""
+    """Build ``case`` with its default schedule for ``target`` (through the schedule
+    registry for a target name, directly for a CpuConfig); compare with the reference."""
     op, arrays, attrs, const, n_out = case
     node = make_node(op, arrays, attrs, const, n_out)
-    nc = node_compute(node)
-    sch = schedule_cpu(te.create_prim_func(list(nc.inputs) + list(nc.outputs)), target)
+    if isinstance(target, CpuConfig):
+        nc = node_compute(node)
+        sch = schedule_cpu(te.create_prim_func(list(nc.inputs) + list(nc.outputs)), target)
+        values = list(nc.input_values)
+    else:
+        s = schedule_for(node, target)
+        assert s.info.get("schedule") == "default_schedule", s.info
+        sch, values = s.schedule, list(s.input_values)
     by_value = {id(v): a for v, a in zip(node.inputs, arrays, strict=True) if v is not None}
-    feeds = [np.ascontiguousarray(by_value[id(v)]).reshape(_shape(t))
-             for v, t in zip(nc.input_values, nc.inputs, strict=True)]
-    outs = [np.zeros(_shape(t), np.dtype(t.dtype)) for t in nc.outputs]
+    feeds = [np.ascontiguousarray(by_value[id(v)]).reshape(v.shape or (1,)) for v in values]
+    outs = [np.zeros(v.shape or (1,), np.dtype(v.dtype)) for v in node.outputs]
     build(sch, extra_flags=["-Wall", "-Wextra", "-Werror"])(*feeds, *outs)
     want = get_op(op).reference(list(arrays), dict(attrs))[:n_out]
     for k, (g, w) in enumerate(zip(outs, want, strict=True)):

@@ -45,11 +45,14 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from toolchain.errors import KilnError, ScheduleError
+from toolchain.graph.ir import Node
+from toolchain.schedules.registry import register_schedule
 from toolchain.tir import arith, ir
 from toolchain.tir.dtype import bits_of
 from toolchain.tir.functor import post_order_visit, substitute, uses_var
@@ -583,3 +586,48 @@ def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
     schedule_loops(sch, cfg)
     parallelize(sch, cfg)
     return sch
+
+
+# ------------------------------------------------------------------------ registration
+
+#: the ops this module is the default CPU schedule of (``*`` covers any other op that has
+#: a compute and no schedule of its own, e.g. ConvTranspose)
+OPS = (
+    "Relu", "Sigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg",
+    "Abs", "Not", "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LeakyRelu",
+    "HardSigmoid", "Gelu", "PRelu", "Where", "Min", "Max", "Clip", "Cast", "Identity",
+    "Dropout", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ArgMax", "Reshape",
+    "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "Slice", "Gather", "Pad",
+    "Expand", "Tile", "Resize", "ConstantOfShape", "Shape", "QuantizeLinear",
+    "DequantizeLinear", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "BatchNormalization", "LayerNormalization", "InstanceNormalization", "Softmax",
+    "LogSoftmax", "LayoutTransform", "LayoutPool",
+)
+
+
+def default_schedule(node: Node, target: Any) -> Schedule:
+    """Registry entry: the compute of ``node`` scheduled by :func:`schedule_cpu`.
+
+    >>> from toolchain.graph.ir import Value
+    >>> x = Value("x", (2, 64), "float32"); y = Value("y", (2, 64), "float32")
+    >>> sch = default_schedule(Node("Softmax", "sm", [x], [y], {"axis": -1}), "c-generic")
+    >>> sch.mod.name
+    'sm'
+    """
+    from toolchain import te
+    from toolchain.topi.registry import node_compute
+
+    nc = node_compute(node)
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs),
+                               name=_c_name(node.name or node.op))
+    return schedule_cpu(func, target)
+
+
+def _c_name(name: str) -> str:
+    s = re.sub(r"\W", "_", name)
+    return s if s and not s[0].isdigit() else f"k_{s}"
+
+
+for _op in OPS:
+    register_schedule(_op, "cpu")(default_schedule)
+register_schedule("*", "cpu")(default_schedule)

@@ -44,13 +44,16 @@ from toolchain import te
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
-from toolchain.schedules import cpu_ops
+from toolchain.graph.passes.layout_ops import block_of, layout_shape, nchw_node, nchw_shape
+from toolchain.schedules import cpu_ops, registry
+from toolchain.schedules.registry import OpSchedule, register_schedule
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.schedule import BlockRV, LoopRV
-from toolchain.topi.registry import node_compute
+from toolchain.topi.registry import Ctx, node_compute
+from toolchain.topi.registry import register as register_compute
 
 
 @dataclass
@@ -213,6 +216,63 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
     return FusedCompute(inputs, values, outs, list(inner.outputs), env)
 
 
+# ------------------------------------------------------- computes of the layout pass's ops
+# ``LayoutTransform`` and ``LayoutPool`` are made by the layout pass, so they only ever reach
+# code generation inside fused groups; their computes are registered here.
+
+def _nchw_index(o: tuple[ir.PrimExpr, ...], layout: str) -> tuple[ir.PrimExpr, ...]:
+    """The ``NCHW`` index of element ``o`` of a tensor stored in ``layout``."""
+    if layout == "NCHW":
+        return o
+    if layout == "NHWC":
+        return (o[0], o[3], o[1], o[2])
+    b = block_of(layout) or 1
+    return (o[0], o[1] * b + o[4], o[2], o[3])
+
+
+def _layout_index(i: tuple[ir.PrimExpr, ...], layout: str) -> tuple[ir.PrimExpr, ...]:
+    """Where ``NCHW`` element ``i`` lives in a tensor stored in ``layout``."""
+    if layout == "NCHW":
+        return i
+    if layout == "NHWC":
+        return (i[0], i[2], i[3], i[1])
+    b = block_of(layout) or 1
+    return (i[0], te.floordiv(i[1], b), i[2], i[3], te.floormod(i[1], b))
+
+
+def layout_transform(x: te.Tensor, src: str, dst: str, name: str = "layout_transform"
+                     ) -> te.Tensor:
+    """``x`` (stored in ``src``) stored in ``dst`` (``NCHW``, ``NHWC``, ``NCHW<b>c``).
+
+    >>> x = te.placeholder((1, 8, 2, 3), name="x")
+    >>> [int(d.value) for d in layout_transform(x, "NCHW", "NCHW4c").shape]
+    [1, 2, 2, 3, 4]
+    """
+    shape = nchw_shape([int(d.value) for d in x.shape], src)
+    out = layout_shape(shape, dst)
+    return te.compute(out, lambda *o: x[_layout_index(_nchw_index(o, dst), src)], name=name,
+                      tag="injective")
+
+
+def _layout_transform_compute(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [layout_transform(ctx.tensor(0), a["src_layout"], a["dst_layout"])]
+
+
+def _layout_pool_compute(ctx: Ctx) -> list[te.Tensor]:
+    layout = ctx.attrs["layout"]
+    x = ctx.tensor(0)
+    view = layout_transform(x, layout, "NCHW", name="pool_input")
+    plain = nchw_node(ctx.node)
+    nc = node_compute(plain)
+    (pooled,) = rebind(list(nc.outputs), {id(nc.inputs[0].buffer): view})
+    return [layout_transform(pooled, "NCHW", layout)]
+
+
+register_compute("LayoutTransform")(_layout_transform_compute)
+register_compute("LayoutPool")(_layout_pool_compute)
+
+
 # ---------------------------------------------------------------------------- schedule
 
 def anchor_of(node: Node) -> Node | None:
@@ -231,54 +291,61 @@ GENERIC_ANCHORS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "Glo
                              "LayoutPool"})
 
 
-def registry_anchor_schedule(anchor: Node, target: Any) -> Schedule | None:
-    """The registered default schedule of ``anchor`` (conv, dense …), if there is one.
-
-    Its PrimFunc's parameters must be the anchor's compute inputs (the order of
-    ``node_compute(anchor).input_values``) followed by its outputs."""
+def registry_anchor_schedule(anchor: Node, target: Any) -> OpSchedule | None:
+    """The registered default schedule of ``anchor`` (conv, dense …), or None when the
+    op has no schedule of its own (the generic fallback schedules the whole group better).
+    """
     if anchor.op in GENERIC_ANCHORS:
         return None
-    try:
-        from toolchain.schedules import registry
-    except ImportError:
-        return None
-    fn = getattr(registry, "schedule_for", None)
-    if fn is None:
+    t = registry.resolve_target(target)
+    fn = registry.lookup(anchor.op, t)
+    if fn is None or fn is cpu_ops.default_schedule:
         return None
     try:
-        out = fn(anchor, target)
+        return registry.schedule_for(anchor, t)
     except UnsupportedError:
         return None
-    if out is None:
-        return None
-    if isinstance(out, Schedule):
+
+
+def _as_op_schedule(out: Any, anchor: Node) -> OpSchedule | None:
+    if out is None or isinstance(out, OpSchedule):
         return out
-    sch = getattr(out, "schedule", None)
-    if isinstance(sch, Schedule):
-        return sch
-    if isinstance(out, ir.PrimFunc):
-        return Schedule(out)
-    return None
+    if isinstance(out, Schedule):
+        return OpSchedule(out, list(node_compute(anchor).input_values), list(anchor.outputs))
+    raise TypeError(f"anchor scheduler returned {type(out).__name__}, expected a Schedule "
+                    "or OpSchedule")
 
 
-def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None
-                   ) -> FusedKernel:
+def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
+                   config: cpu_ops.CpuConfig | None = None) -> FusedKernel:
     """Build and schedule the one kernel of a ``Fused`` node (see the module docstring).
 
-    ``anchor_scheduler(anchor_node, target) -> Schedule | None`` picks the anchor's
-    schedule (default: :func:`registry_anchor_schedule`)."""
+    ``target`` is a name, a Target or None (c-generic); ``config`` overrides the vector
+    width / cores read from it. ``anchor_scheduler(anchor_node, target)`` returning a
+    Schedule or OpSchedule picks the anchor's schedule (default:
+    :func:`registry_anchor_schedule`)."""
     if node.op != "Fused":
         raise UnsupportedError(f"{node.describe()}: schedule_fused needs a 'Fused' node "
                                f"(from the fusion pass), got op {node.op!r}")
-    cfg = cpu_ops.cpu_config(target) if not isinstance(target, cpu_ops.CpuConfig) else target
+    t = registry.resolve_target(target)
+    cfg = config or cpu_ops.cpu_config(t)
     anchor = anchor_of(node)
     pick = anchor_scheduler or registry_anchor_schedule
-    sa = pick(anchor, target) if anchor is not None else None
-    if sa is not None:
+    sa = _as_op_schedule(pick(anchor, t), anchor) if anchor is not None else None
+    if sa is not None and anchor is not None:
         return _schedule_with_anchor(node, anchor, sa, cfg)
     fc = fused_compute(node)
     func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
     return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
+
+
+@register_schedule("Fused", "cpu")
+def fused_schedule(node: Node, target: Any) -> OpSchedule:
+    """The registry entry: a ``Fused`` node's kernel as an :class:`OpSchedule`."""
+    k = schedule_fused(node, target)
+    info = {"schedule": "fused", "kernel": node.attrs["kernel"], "notes": list(k.notes),
+            "anchor": k.anchor.op if k.anchor is not None else None}
+    return OpSchedule(k.schedule, k.input_values, k.output_values, info)
 
 
 class _Rename(StmtExprMutator):
@@ -297,23 +364,22 @@ def _root_items(func: ir.PrimFunc) -> tuple[list[ir.Stmt], tuple[ir.Buffer, ...]
     return (list(body.seq) if isinstance(body, ir.SeqStmt) else [body]), root.alloc_buffers
 
 
-def _schedule_with_anchor(node: Node, anchor: Node, sa: Schedule, cfg: cpu_ops.CpuConfig
+def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops.CpuConfig
                           ) -> FusedKernel:
     inner: Graph = node.attrs["graph"]
-    nca = node_compute(anchor)
-    fa = sa.mod
+    fa = sa.schedule.mod
     a_params = [p for p in fa.params if isinstance(p, ir.Buffer)]
-    n_in = len(nca.input_values)
-    if len(a_params) != n_in + len(anchor.outputs) or len(anchor.outputs) != 1:
+    n_in = len(sa.input_values)
+    if len(a_params) != n_in + len(sa.output_values) or len(anchor.outputs) != 1:
         raise UnsupportedError(
             f"{node.describe()}: the schedule of anchor {anchor.describe()} has parameters "
-            f"{[p.name for p in a_params]}; expected its {n_in} compute inputs then its "
-            f"{len(anchor.outputs)} output(s)")
+            f"{[p.name for p in a_params]}; expected its {n_in} inputs then its "
+            f"{len(sa.output_values)} output(s)")
     out_val = anchor.outputs[0]
     if len(inner.nodes) == 1:
-        return FusedKernel(sa, list(nca.input_values), [out_val], anchor)
+        return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor)
     idx = next(k for k, n in enumerate(inner.nodes) if n is anchor)
-    canon: dict[int, ir.Buffer] = {id(v): b for v, b in zip(nca.input_values, a_params,
+    canon: dict[int, ir.Buffer] = {id(v): b for v, b in zip(sa.input_values, a_params,
                                                             strict=False)}
     canon[id(out_val)] = a_params[n_in]
     seed = te.placeholder(out_val.shape or (1,), out_val.dtype, "anchor_out")
@@ -331,7 +397,7 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: Schedule, cfg: cpu_ops.C
     if renames:
         ft = _Rename(renames).visit(ft)
     values = [v for v in inner.inputs if id(v) in canon]
-    values += [v for v in list(nca.input_values) + fc.input_values
+    values += [v for v in list(sa.input_values) + fc.input_values
                if id(v) in canon and all(v is not w for w in values)]
     out_bufs = [t.buffer for t in fc.outputs]
     params = tuple(canon[id(v)] for v in values) + tuple(out_bufs)
