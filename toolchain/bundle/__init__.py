@@ -1,0 +1,45 @@
+"""The self-contained C bundle: ``kiln compile`` writes one, ``kiln run DIR`` runs one.
+
+* :func:`compile_model` — ONNX model + target -> bundle directory (see
+  :mod:`toolchain.bundle.compiler` for the flow, :mod:`toolchain.bundle.render` for the
+  layout);
+* :class:`~toolchain.bundle.host.BundleModule` — build a bundle on the host and call it
+  from Python (ctypes).
+
+Example::
+
+    >>> from toolchain.bundle import compile_model, load_bundle        # doctest: +SKIP
+    >>> compile_model("model.onnx", "c-generic", "build/model")        # doctest: +SKIP
+    >>> outputs = load_bundle("build/model")({"input": x})             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from toolchain.bundle.compiler import BundleSpec, build_spec
+from toolchain.bundle.render import check_destination, render_files, write_bundle
+
+
+def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "bundle", *,
+                  input_shapes: dict[str, tuple[int, ...]] | None = None,
+                  name: str | None = None, dump_ir: str | Path | None = None,
+                  force: bool = False, progress: bool | None = None) -> Path:
+    """Compile ``model`` (a path, bytes or ModelProto) for ``target`` into the bundle
+    directory ``output`` (written atomically); returns its path."""
+    check_destination(Path(output).absolute(), force)
+    spec = build_spec(model, target, input_shapes=input_shapes, name=name, dump_ir=dump_ir,
+                      progress=progress)
+    return write_bundle(render_files(spec), output, force=force)
+
+
+def load_bundle(path: str | Path, **options: Any) -> Any:
+    """A callable :class:`~toolchain.bundle.host.BundleModule` for the bundle at ``path``."""
+    from toolchain.bundle.host import BundleModule
+
+    return BundleModule(path, **options)
+
+
+__all__ = ["BundleSpec", "build_spec", "compile_model", "load_bundle", "render_files",
+           "write_bundle"]

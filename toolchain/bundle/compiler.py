@@ -1,0 +1,213 @@
+"""Compile an ONNX model into a bundle description: kernels, call sequence, plan, weights.
+
+:func:`compile_model` is the whole flow (``kiln compile`` and ``toolchain.compile`` call
+it)::
+
+    from_onnx -> run_pipeline (passes, layout for the target, fusion)
+      -> per Fused kernel: default schedule (fallback: the unscheduled compute) -> lower
+         -> C (toolchain.bundle.emit)
+      -> plan_memory (arena offsets, in-place pairs, kernel scratch)
+      -> weights packed (already in kernel layout after the layout pass)
+      -> templates rendered (toolchain.bundle.render) -> written atomically
+
+Example::
+
+    >>> from toolchain.bundle import compile_model
+    >>> b = compile_model("examples/lenet5.onnx", "c-generic", "/tmp/lenet5_bundle",
+    ...                   force=True)                                  # doctest: +SKIP
+    >>> b.metadata["arena_bytes"]                                      # doctest: +SKIP
+    9216
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolchain.bundle.emit import KernelSource, render_kernel
+from toolchain.bundle.names import CNames, comment, model_identifier
+from toolchain.codegen.c import CRenderer
+from toolchain.errors import OptionError, TargetError, UnsupportedError
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.memory import MemoryPlan, plan_memory
+from toolchain.graph.ops.registry import get_op
+from toolchain.target import Target, load_target
+
+#: arena, weight and tensor alignment in bytes (a cache line; AVX-512 loads)
+ALIGNMENT = 64
+
+
+@dataclass
+class CompiledKernel:
+    """One Fused node as a bundle kernel."""
+
+    index: int
+    node: Node
+    source: KernelSource
+    #: outer values behind the kernel's parameters, in order (inputs, then outputs)
+    params: list[Value]
+    schedule: str  # "default" or "fallback: <why>"
+    flops: int = 0
+    in_place: bool = False
+
+
+@dataclass
+class BundleSpec:
+    """Everything a bundle's files are rendered from (see :mod:`toolchain.bundle.render`)."""
+
+    model: str  # C prefix
+    graph: Graph  # as imported
+    fused: Graph
+    target: Target
+    layout: str
+    kernels: list[CompiledKernel]
+    plan: MemoryPlan
+    options: dict[str, Any]
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_target(target: str | Path | Target) -> Target:
+    """A C :class:`Target` from a name, a YAML path or a Target (others are refused)."""
+    t = target if isinstance(target, Target) else load_target(target)
+    if t.kind != "c":
+        raise TargetError(f"target {t.name!r} has kind {t.kind!r}: bundles are generated for C "
+                          "targets only in this version (try --target c-generic)")
+    return t
+
+
+def _source_info(model: Any) -> tuple[Any, dict[str, Any], str]:
+    """(model for from_onnx, provenance for metadata.json, default model name)."""
+    from toolchain.frontend.onnx import load_model
+
+    proto, label, base_dir = load_model(model)
+    digest = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
+    if base_dir is not None:
+        path = Path(label).resolve()
+        return proto if not isinstance(model, (str, Path)) else str(path), \
+            {"path": str(path), "sha256": digest}, path.stem
+    return proto, {"path": None, "sha256": digest}, proto.graph.name or "model"
+
+
+def _schedule(node: Node, target: Target) -> tuple[Any, list[Value], list[Value], str]:
+    """(lowered PrimFunc, inner input values, output values, how it was scheduled)."""
+    from toolchain import te
+    from toolchain.schedules.fused import _sanitize, fused_compute, schedule_fused
+    from toolchain.tir.transform.pipeline import lower
+
+    try:
+        k = schedule_fused(node, target)
+        return lower(k.func), list(k.input_values), list(k.output_values), "default"
+    except Exception as exc:  # noqa: BLE001 - any schedule failure falls back (recorded)
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    fc = fused_compute(node)
+    func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
+    return lower(func), list(fc.input_values), list(fc.output_values), f"fallback: {why}"
+
+
+def _outer_values(node: Node, ins: list[Value], outs: list[Value]) -> list[Value]:
+    """Map a kernel's inner parameter values to the outer graph's values."""
+    inner: Graph = node.attrs["graph"]
+    pos = {id(v): i for i, v in enumerate(inner.inputs)}
+    result = []
+    for v in ins:
+        if id(v) in pos:
+            outer = node.inputs[pos[id(v)]]
+            if outer is None:
+                raise UnsupportedError(f"{node.describe()}: kernel input {v.name!r} is absent")
+            result.append(outer)
+        elif v.data is not None:
+            result.append(v)  # a constant of the kernel (packed weights, a table)
+        else:
+            raise UnsupportedError(f"{node.describe()}: kernel parameter {v.name!r} is neither "
+                                   "an input of the fused group nor a constant")
+    by_id = {id(v): v for v in node.outputs}
+    for v in outs:
+        if id(v) not in by_id:
+            raise UnsupportedError(f"{node.describe()}: kernel output {v.name!r} is not an "
+                                   "output of the fused group")
+        result.append(v)
+    return result
+
+
+def _in_place_nodes(fused: Graph) -> set[str]:
+    """Names of nodes whose output the planner puts over one of their inputs."""
+    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0)
+    producer = {v.name: n.name for n in fused.nodes for v in n.outputs}
+    return {producer[t.name] for t in plan.tensors if t.inplace_of and t.name in producer}
+
+
+def _progress(items: list[Node], enabled: bool | None) -> Any:
+    from tqdm import tqdm
+
+    on = sys.stderr.isatty() if enabled is None else enabled
+    return tqdm(items, desc="kiln compile", unit="kernel", delay=2.0, disable=not on,
+                file=sys.stderr, leave=False)
+
+
+def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
+               input_shapes: dict[str, tuple[int, ...]] | None = None,
+               name: str | None = None, dump_ir: str | Path | None = None,
+               progress: bool | None = None) -> BundleSpec:
+    """Run the compile flow up to (not including) the rendered files."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes import run_pipeline
+    from toolchain.graph.passes.layout import layout_for_target
+
+    t = resolve_target(target)
+    loadable, source, stem = _source_info(model)
+    prefix = model_identifier(name if name is not None else stem)
+    if not prefix.strip("_"):
+        raise OptionError(f"model name {name or stem!r} gives no usable C identifier; pass "
+                          "--name NAME")
+    graph = from_onnx(loadable, input_shapes=input_shapes)
+    layout = layout_for_target(t)
+    fused = run_pipeline(graph, layout, dump_dir=dump_ir)
+    for node in fused.nodes:
+        if node.op != "Fused":
+            raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
+                                   "a fused kernel")
+    in_place = _in_place_nodes(fused)
+    names = CNames({f"{prefix}_run", f"{prefix}_weights", f"{prefix}_weights_t",
+                    f"{prefix}_inputs", f"{prefix}_outputs"})
+    kernels: list[CompiledKernel] = []
+    for i, node in enumerate(_progress(list(fused.nodes), progress)):
+        func, ins, outs, how = _schedule(node, t)
+        params = _outer_values(node, ins, outs)
+        n_buf = sum(1 for p in func.params if hasattr(p, "data"))
+        if n_buf != len(params) or n_buf != len(func.params):
+            raise UnsupportedError(f"{node.describe()}: kernel has {len(func.params)} "
+                                   f"parameters for {len(params)} tensors")
+        cname = names(node.attrs["kernel"], prefix=f"{prefix}_")
+        src = render_kernel(func, cname, restrict=node.name not in in_place)
+        kernels.append(CompiledKernel(i, node, src, params, how,
+                                      get_op(node.op).flops_of(node), node.name in in_place))
+    scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
+    plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch)
+    plan.check()
+    options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+               "name": prefix, "alignment": ALIGNMENT}
+    return BundleSpec(prefix, graph, fused, t, f"{layout.kind}" + (
+        str(layout.block) if layout.kind == "nchwc" else ""), kernels, plan, options, source)
+
+
+def c_type(dtype: str) -> str:
+    """The C element type of a graph dtype."""
+    t = CRenderer.type_map.get(dtype)
+    if t is None or dtype == "float16":
+        raise UnsupportedError(f"dtype {dtype} cannot cross a bundle's C API")
+    return t
+
+
+def weight_array(v: Value) -> np.ndarray:
+    """The data of a constant as the C array stores it (C order)."""
+    assert v.data is not None
+    return np.ascontiguousarray(v.data)
+
+
+__all__ = ["ALIGNMENT", "BundleSpec", "CompiledKernel", "build_spec", "c_type",
+           "comment", "resolve_target", "weight_array"]

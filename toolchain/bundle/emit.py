@@ -1,0 +1,103 @@
+"""Kernel C for a bundle: the host C renderer with three bundle rules.
+
+:class:`BundleRenderer` is :class:`~toolchain.codegen.c.CRenderer` with:
+
+* **no heap**: an allocation larger than :attr:`max_stack_bytes` (packing buffers,
+  ``cache_write`` tiles) becomes a slice of the kernel's scratch area — an extra
+  ``uint8_t* kiln_scratch`` parameter pointing into the arena (the memory planner reserves
+  it for exactly the kernel's step), instead of ``posix_memalign`` + ``free``;
+* **single thread, portable pragmas**: no OpenMP (a bundle runs on one core; a firmware
+  has no OpenMP runtime) and no ``#pragma omp simd`` (unknown pragmas break
+  ``-Werror`` builds; the loops are vectorised by the schedule or the compiler);
+* **no ``restrict`` when aliasing is planned**: a kernel whose output the memory plan puts
+  over one of its inputs (in place) is rendered without ``restrict``.
+
+Example::
+
+    >>> from toolchain import te
+    >>> from toolchain.tir.transform import lower
+    >>> A = te.placeholder((64,), name="A")
+    >>> B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+    >>> k = render_kernel(lower(te.create_prim_func([A, B])), "net_add")
+    >>> k.params, k.scratch_bytes
+    (['float* restrict A', 'float* restrict B'], 0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from toolchain.codegen.c import CRenderer
+from toolchain.errors import UnsupportedError
+from toolchain.tir import ir
+
+#: alignment of each scratch slice (bytes)
+SCRATCH_ALIGN = 64
+
+
+@dataclass
+class KernelSource:
+    """One rendered kernel: its C name, parameter declarations and body lines."""
+
+    name: str
+    params: list[str]
+    body: list[str]
+    #: vector typedefs it uses: name -> (element dtype, lanes)
+    vector_types: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: bytes of arena scratch it needs (0: no ``kiln_scratch`` parameter)
+    scratch_bytes: int = 0
+
+
+class BundleRenderer(CRenderer):
+    """The C renderer for bundle kernels (see the module docstring)."""
+
+    #: allocations up to this size stay on the stack (register tiles, small temporaries)
+    max_stack_bytes: ClassVar[int] = 1024
+
+    def __init__(self, restrict: bool = True) -> None:
+        super().__init__(openmp=False)
+        self.restrict = "restrict" if restrict else ""  # type: ignore[misc]
+
+    def reset(self) -> None:
+        super().reset()
+        self.scratch_bytes = 0
+        self.scratch_offsets: dict[int, int] = {}
+        self._keep: list[Any] = []
+
+    def render_simd_pragma(self, s: ir.For) -> None:
+        return  # see the module docstring
+
+    def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
+                          body: ir.Stmt) -> None:
+        n = ir.const_int(size)
+        if n is None:
+            raise UnsupportedError(f"bundle code generation: buffer {buf.name!r} has a size "
+                                   f"known only at run time ({size}); a bundle needs static "
+                                   "sizes (give every input a static shape)")
+        nbytes = n * ir.bits_of(buf.dtype) // 8
+        key = id(buf.data)
+        if key not in self.scratch_offsets:
+            # one slice per buffer: nested or consecutive buffers never share bytes
+            self.scratch_offsets[key] = self.scratch_bytes
+            self.scratch_bytes += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            self._keep.append(buf.data)
+        off = self.scratch_offsets[key]
+        self.emit(f"{et}* {self.restrict} {name} = ({et}*)(void*)(kiln_scratch + {off});"
+                  .replace("  ", " "))
+        self.stmt(body)
+
+
+def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool = True) -> KernelSource:
+    """Render a lowered PrimFunc as the bundle kernel ``name`` (see :class:`KernelSource`)."""
+    r = BundleRenderer(restrict=restrict)
+    r.reset()
+    params, extra = r.signature(func)
+    if extra:
+        raise UnsupportedError(f"bundle code generation: kernel {name} has sizes known only "
+                               f"at run time ({', '.join(v.name for v in extra)}); give every "
+                               "input a static shape (--input-shape NAME=D0,D1,...)")
+    r.stmt(func.body)
+    if r.scratch_bytes:
+        params = [*params, "uint8_t* kiln_scratch"]
+    return KernelSource(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes)

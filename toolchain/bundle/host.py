@@ -1,0 +1,185 @@
+"""Build a bundle on the host and call it from Python: :class:`BundleModule`.
+
+The bundle's sources are compiled into a shared library (cached by content hash in
+``$KILN_CACHE_DIR`` or ``~/.cache/kiln``, like :mod:`toolchain.runtime.build`) and
+``<model>_run`` is called through ctypes with numpy arrays.  The inputs and outputs
+structs of a bundle hold only pointers, so they are passed as arrays of ``void*``.
+
+Example::
+
+    >>> mod = BundleModule("build/lenet5")                             # doctest: +SKIP
+    >>> out = mod({"input": np.zeros((1, 1, 28, 28), np.float32)})     # doctest: +SKIP
+    >>> out["probs"].shape                                             # doctest: +SKIP
+    (1, 10)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import BuildError, InputError, TargetError
+from toolchain.graph.ir import np_dtype
+from toolchain.runtime.build import cache_dir, compiler_version, find_compiler
+
+#: flags of a host build (``-march`` is added: the target's arch, else ``native``)
+HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
+
+_ERRORS = {1: "a NULL argument", 2: "the arena is misaligned", 3: "a kernel failed"}
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """``metadata.json`` of the bundle at ``path`` (clear errors when it is not one)."""
+    d = Path(path)
+    meta = d / "metadata.json"
+    if not d.is_dir():
+        raise InputError(f"{d}: no such bundle directory (write one with kiln compile)")
+    if not meta.is_file():
+        raise InputError(f"{d} is not a Kiln bundle: it has no metadata.json")
+    try:
+        data = json.loads(meta.read_text())
+    except ValueError as exc:
+        raise InputError(f"{meta}: not valid JSON ({exc})") from None
+    if not str(data.get("format", "")).startswith("kiln-bundle/"):
+        raise InputError(f"{meta}: not a Kiln bundle's metadata (no 'format' kiln-bundle/1)")
+    return data
+
+
+def _sources(d: Path, model: str) -> list[Path]:
+    files = [d / "src" / f"{model}.c", d / "src" / "kernels.c", d / "src" / "weights.c",
+             d / "runtime" / "kiln_runtime.c"]
+    missing = [str(f.relative_to(d)) for f in files if not f.is_file()]
+    if missing:
+        raise InputError(f"bundle {d} is incomplete: missing {', '.join(missing)}")
+    return files
+
+
+def host_march(meta: Mapping[str, Any], cc: str) -> str:
+    """The ``-march`` for a host build of a bundle; refuses targets this host cannot run."""
+    arch = (meta.get("target") or {}).get("arch")
+    if not arch:
+        return "native"
+    probe = subprocess.run([cc, f"-march={arch}", "-x", "c", "-c", "-o", os.devnull,
+                            os.devnull], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise TargetError(f"the bundle's target {meta['target']['name']!r} (arch {arch}) cannot "
+                          f"run on this host ({cc} refuses -march={arch}); build it with the "
+                          "target's cross compiler: make CC=... in the bundle directory")
+    return arch
+
+
+def build_host(path: str | Path, cc: str | None = None,
+               extra_flags: Sequence[str] = ()) -> Path:
+    """Compile the bundle at ``path`` into a cached shared library; return its path."""
+    d = Path(path)
+    meta = read_metadata(d)
+    model = meta["model"]["name"]
+    compiler = find_compiler(cc)
+    flags = [*HOST_FLAGS, f"-march={host_march(meta, compiler)}", *extra_flags]
+    srcs = _sources(d, model)
+    h = hashlib.sha256()
+    for f in [*srcs, d / "include" / f"{model}.h", d / "src" / "kernels.h",
+              d / "src" / "weights.h", d / "runtime" / "kiln_runtime.h"]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update("\0".join([compiler, compiler_version(compiler), *flags]).encode())
+    lib = cache_dir() / f"bundle-{model}-{h.hexdigest()[:24]}.so"
+    if lib.exists():
+        return lib
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
+    os.close(fd)
+    cmd = [compiler, *flags, f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}",
+           *map(str, srcs), "-o", tmp, "-lm"]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        os.unlink(tmp)
+        raise BuildError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
+                         f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
+    os.replace(tmp, lib)
+    return lib
+
+
+class BundleModule:
+    """A bundle built for the host, callable with a dict of numpy arrays."""
+
+    def __init__(self, path: str | Path, cc: str | None = None,
+                 extra_flags: Sequence[str] = ()) -> None:
+        self.path = Path(path)
+        self.metadata = read_metadata(self.path)
+        self.model = self.metadata["model"]["name"]
+        self.library = build_host(self.path, cc, extra_flags)
+        self._lib = ctypes.CDLL(str(self.library))
+        self._fn = getattr(self._lib, f"{self.model}_run")
+        self._fn.restype = ctypes.c_int
+        self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        align = int(self.metadata["arena_align"])
+        raw = np.zeros(int(self.metadata["arena_bytes"]) + align, np.uint8)
+        skip = (-raw.ctypes.data) % align
+        self._raw = raw
+        self.arena = raw[skip:skip + int(self.metadata["arena_bytes"])]
+        self.inputs = self.metadata["inputs"]
+        self.outputs = self.metadata["outputs"]
+
+    def _check(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        want = {t["name"] for t in self.inputs}
+        unknown = sorted(set(inputs) - want)
+        missing = [t["name"] for t in self.inputs if t["name"] not in inputs]
+        if unknown or missing:
+            raise InputError(f"bundle {self.model}: inputs are {sorted(want)}; "
+                             + (f"missing {missing}" if missing else "")
+                             + ("; " if missing and unknown else "")
+                             + (f"unknown {unknown}" if unknown else ""))
+        arrays = []
+        for t in self.inputs:
+            a = inputs[t["name"]]
+            if not isinstance(a, np.ndarray):
+                raise InputError(f"input {t['name']!r} must be a numpy array")
+            dt = np_dtype(t["dtype"])
+            if a.dtype != dt or tuple(a.shape) != tuple(t["shape"]):
+                raise InputError(f"input {t['name']!r} is {a.dtype}{list(a.shape)}; the bundle "
+                                 f"expects {t['dtype']}{t['shape']}")
+            arrays.append(np.ascontiguousarray(a))
+        return arrays
+
+    def _args(self, ins: list[np.ndarray], outs: list[np.ndarray]) -> tuple[Any, Any]:
+        cin = (ctypes.c_void_p * max(len(ins), 1))(*[a.ctypes.data for a in ins])
+        cout = (ctypes.c_void_p * max(len(outs), 1))(*[a.ctypes.data for a in outs])
+        return cin, cout
+
+    def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run the bundle once; the outputs by name."""
+        ins = self._check(inputs)
+        outs = [np.empty(t["shape"], np_dtype(t["dtype"])) for t in self.outputs]
+        cin, cout = self._args(ins, outs)
+        rc = self._fn(cin, cout, self.arena.ctypes.data if self.arena.size else None)
+        if rc != 0:
+            raise BuildError(f"{self.model}_run returned {rc} ({_ERRORS.get(rc, 'unknown')})")
+        return {t["name"]: a for t, a in zip(self.outputs, outs, strict=True)}
+
+    def time(self, inputs: Mapping[str, Any], repeat: int = 20) -> dict[str, float]:
+        """Seconds per call through ctypes: min and median of ``repeat`` calls, and the
+        ctypes call overhead (a call that fails its NULL check at once)."""
+        ins = self._check(inputs)
+        outs = [np.empty(t["shape"], np_dtype(t["dtype"])) for t in self.outputs]
+        cin, cout = self._args(ins, outs)
+        arena = self.arena.ctypes.data if self.arena.size else None
+        fn = self._fn
+        times, over = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn(cin, cout, arena)
+            times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            fn(None, None, None)
+            over.append(time.perf_counter() - t0)
+        return {"min": min(times), "median": float(np.median(times)),
+                "overhead": float(np.median(over))}

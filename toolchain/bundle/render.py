@@ -1,0 +1,264 @@
+"""Render a :class:`~toolchain.bundle.compiler.BundleSpec` into a bundle directory.
+
+Every text file comes from ``templates/bundle/*.j2``; the runtime is copied from
+``runtime_c/``.  The bundle is written into a temporary directory next to the destination
+and moved into place with :func:`os.replace` at the very end, so a failed compile leaves
+nothing behind (and an existing bundle is only replaced by a complete one).
+
+Layout (``<m>`` is the model's C prefix)::
+
+    include/<m>.h    the API: sizes as macros, <m>_inputs / <m>_outputs, <m>_run()
+    src/<m>.c        the call sequence with arena offsets
+    src/kernels.c    the kernels; src/kernels.h their prototypes
+    src/weights.c    the constants (static const, aligned); src/weights.h
+    runtime/         kiln_runtime.h / .c (error codes, alignment, timing hooks)
+    main.c           a demo program (raw binary files in and out, --repeat N timing)
+    Makefile, CMakeLists.txt, metadata.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from toolchain import __version__
+from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
+from toolchain.bundle.names import CNames, comment
+from toolchain.bundle.weights import bits_type, format_bits
+from toolchain.errors import OptionError
+from toolchain.graph.ir import Value
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+TEMPLATES = ROOT / "templates" / "bundle"
+RUNTIME = ROOT / "runtime_c"
+
+_INTS = ["int32_t", "int64_t"]
+_SCALARS = ["float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
+            "uint16_t", "uint32_t", "uint64_t"]
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+def _io(spec: BundleSpec, names: CNames) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    up = spec.model.upper()
+    out: dict[str, list[dict[str, Any]]] = {"input": [], "output": []}
+    for kind, values in (("input", spec.graph.inputs), ("output", spec.graph.outputs)):
+        for v in values:
+            field = names(v.name)
+            out[kind].append({
+                "kind": kind, "name": v.name, "field": field, "ctype": c_type(v.dtype),
+                "dtype": v.dtype, "shape": list(v.shape), "count": v.size, "bytes": v.nbytes,
+                "macro": f"{up}_{kind.upper()}_{field.upper()}",
+                "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
+            })
+    return out["input"], out["output"]
+
+
+class _Locations:
+    """Where each tensor lives, as a C expression in ``<m>_run``."""
+
+    def __init__(self, spec: BundleSpec, inputs: list[dict[str, Any]],
+                 outputs: list[dict[str, Any]]) -> None:
+        self.spec = spec
+        self.expr: dict[int, str] = {}
+        for v, t in zip(spec.graph.inputs, inputs, strict=True):
+            self.expr.setdefault(id(v), f"(void *)inputs->{t['field']}")
+        for v, t in zip(spec.graph.outputs, outputs, strict=True):
+            if id(v) not in self.expr:  # an input that is also an output stays an input
+                self.expr[id(v)] = f"(void *)outputs->{t['field']}"
+        self.weights: list[dict[str, Any]] = []
+        self.names = CNames()
+
+    def of(self, v: Value) -> str:
+        if id(v) in self.expr:
+            return self.expr[id(v)]
+        if v.data is not None:
+            arr = weight_array(v)
+            name = self.names(v.name, prefix="w_")
+            self.weights.append({
+                "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
+                "bits": bits_type(arr.dtype), "count": max(arr.size, 1), "dtype": v.dtype,
+                "shape": list(v.shape), "bytes": arr.nbytes, "array": arr,
+                "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
+            })
+            self.expr[id(v)] = f"(void *){self.spec.model}_weights.{name}"
+            return self.expr[id(v)]
+        return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
+
+
+def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
+    calls = []
+    for k in spec.kernels:
+        args = [loc.of(v) for v in k.params]
+        if k.source.scratch_bytes:
+            args.append(f"a + {spec.plan.tensor(k.node.name + ':scratch').offset}")
+        ops = " ".join(n.op for n in k.node.attrs["graph"].nodes)
+        calls.append({"index": k.index, "kernel": k.source.name, "args": args,
+                      "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
+                                         f"{k.flops:,} FLOPs")})
+    return calls
+
+
+def _copies(spec: BundleSpec, loc: _Locations, outputs: list[dict[str, Any]]
+            ) -> list[dict[str, Any]]:
+    """Outputs no kernel writes: graph inputs, constants, or a value listed twice."""
+    produced = {id(v) for n in spec.fused.nodes for v in n.outputs}
+    seen: set[int] = set()
+    copies = []
+    for v, t in zip(spec.graph.outputs, outputs, strict=True):
+        first = id(v) not in seen
+        seen.add(id(v))
+        if first and id(v) in produced:
+            continue
+        src = loc.of(v)
+        if src == f"(void *)outputs->{t['field']}":
+            continue
+        what = ("a graph input" if v in spec.graph.inputs else
+                "a constant" if v.data is not None else "another output")
+        copies.append({"field": t["field"], "src": src, "bytes": v.nbytes, "what": what})
+    return copies
+
+
+def _vector_types(spec: BundleSpec) -> list[dict[str, Any]]:
+    seen: dict[str, tuple[str, int]] = {}
+    for k in spec.kernels:
+        seen.update(k.source.vector_types)
+    out = []
+    for name, (elem, lanes) in sorted(seen.items()):
+        ct = c_type(elem)
+        size = {"float": 4, "double": 8}.get(ct) or int("".join(c for c in ct if c.isdigit())
+                                                       or 8) // 8
+        out.append({"name": name, "elem": ct, "lanes": lanes, "elem_bytes": size,
+                     "bytes": size * lanes})
+    return out
+
+
+def render_files(spec: BundleSpec) -> dict[str, str]:
+    """Every generated text file of the bundle, by relative path."""
+    env = _env()
+    reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights")}
+    inputs, outputs = _io(spec, CNames(reserved))
+    loc = _Locations(spec, inputs, outputs)
+    calls = _calls(spec, loc)
+    copies = _copies(spec, loc, outputs)
+    weight_bytes = sum(w["bytes"] for w in loc.weights)
+    for w in loc.weights:
+        w["text"] = format_bits(w.pop("array"))
+    kernels = [{"index": k.index, "name": k.source.name, "params": k.source.params,
+                "body": k.source.body, "comment": calls[i]["comment"]}
+               for i, k in enumerate(spec.kernels)]
+    arch = spec.target.arch
+    ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
+           "inputs": inputs, "outputs": outputs, "arena_bytes": spec.plan.arena_bytes,
+           "arena_align": ALIGNMENT, "weight_bytes": weight_bytes, "weights": loc.weights,
+           "align": ALIGNMENT, "calls": calls, "copies": copies, "kernels": kernels,
+           "int_types": _INTS, "scalar_types": _SCALARS, "vector_types": _vector_types(spec),
+           "target": spec.target.name, "arch_flags": f" -march={arch}" if arch else ""}
+    m = spec.model
+    files = {
+        f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
+        f"src/{m}.c": env.get_template("model.c.j2").render(ctx),
+        "src/kernels.h": env.get_template("kernels.h.j2").render(ctx),
+        "src/kernels.c": env.get_template("kernels.c.j2").render(ctx),
+        "src/weights.h": env.get_template("weights.h.j2").render(ctx),
+        "src/weights.c": env.get_template("weights.c.j2").render(ctx),
+        "main.c": env.get_template("main.c.j2").render(ctx),
+        "Makefile": env.get_template("Makefile.j2").render(ctx),
+        "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
+    }
+    files["metadata.json"] = json.dumps(_metadata(spec, inputs, outputs, loc, weight_bytes),
+                                        indent=2) + "\n"
+    return files
+
+
+def _metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
+              loc: _Locations, weight_bytes: int) -> dict[str, Any]:
+    keep = ("name", "field", "dtype", "shape", "bytes")
+    t = spec.target
+    return {
+        "format": "kiln-bundle/1",
+        "kiln_version": __version__,
+        "model": {"name": spec.model, "graph": spec.graph.name, **spec.source},
+        "target": {"name": t.name, "kind": t.kind, "arch": t.arch,
+                   "vector_width_bits": t.vector_width_bits, "layout": spec.layout},
+        "options": spec.options,
+        "inputs": [{k: x[k] for k in keep} for x in inputs],
+        "outputs": [{k: x[k] for k in keep} for x in outputs],
+        "arena_bytes": spec.plan.arena_bytes,
+        "arena_align": ALIGNMENT,
+        "weight_bytes": weight_bytes,
+        "nodes_before_fusion": len(spec.graph.nodes),
+        "kernel_count": len(spec.kernels),
+        "total_flops": sum(k.flops for k in spec.kernels),
+        "kernels": [{
+            "index": k.index, "name": k.source.name, "kernel": k.node.attrs["kernel"],
+            "pattern": k.node.attrs["pattern"],
+            "ops": [n.op for n in k.node.attrs["graph"].nodes], "flops": k.flops,
+            "scratch_bytes": k.source.scratch_bytes, "in_place": k.in_place,
+            "schedule": k.schedule, "inputs": [v.name for v in k.params[:len(k.params) - len(
+                k.node.outputs)]], "outputs": [v.name for v in k.node.outputs],
+        } for k in spec.kernels],
+        "weights": [{k: w[k] for k in ("name", "tensor", "dtype", "shape", "bytes")}
+                    for w in loc.weights],
+        "memory_plan": spec.plan.to_dict(),
+    }
+
+
+# ----------------------------------------------------------------------------- writing
+def _nearest_existing(path: Path) -> Path:
+    p = path.parent
+    while not p.exists():
+        p = p.parent
+    return p
+
+
+def check_destination(out: Path, force: bool) -> None:
+    """Refuse an existing destination unless ``force`` (and then only a Kiln bundle or an
+    empty folder is replaced)."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir():
+        raise OptionError(f"output {out} exists and is not a directory; choose another -o")
+    if not force:
+        raise OptionError(f"output directory {out} already exists; pass --force to replace it "
+                          "(or choose another -o)")
+    if any(out.iterdir()) and not (out / "metadata.json").is_file():
+        raise OptionError(f"output directory {out} exists and is not a Kiln bundle (no "
+                          "metadata.json); refusing to replace it even with --force")
+
+
+def write_bundle(files: dict[str, str], out: str | Path, force: bool = False) -> Path:
+    """Write ``files`` and a copy of the runtime to ``out`` atomically; return ``out``."""
+    out = Path(out).absolute()
+    check_destination(out, force)
+    base = _nearest_existing(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-", dir=base))
+    try:
+        for rel, text in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8", newline="\n")
+        shutil.copytree(RUNTIME, tmp / "runtime",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.o"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / "bundle")
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
