@@ -1,9 +1,11 @@
 """Targets: what the hardware is, loaded from ``targets/<name>.yaml``.
 
-A :class:`Target` carries the facts the compiler needs (kind, launch limits, memory scopes
-beyond ``global``/``shared``/``local``). Descriptors are validated strictly: an unknown key
-or a value of the wrong type is a :class:`~toolchain.errors.TargetError` naming the file,
-the key and the line.
+A :class:`Target` carries the facts the compiler needs (kind, compiler and flags, vector
+width, caches, cores, dtypes, preferred layout, launch limits, memory scopes beyond
+``global``/``shared``/``local``, and the tensor intrinsics the hardware offers — see
+``docs/targets.md``). Descriptors are validated strictly: an unknown key or a value of the
+wrong type is a :class:`~toolchain.errors.TargetError` naming the file, the key and the
+line.
 
 >>> t = load_target("cuda-sm80")
 >>> t.kind, t.max_threads_per_block, "wmma.accumulator" in t.memory_scopes
@@ -41,6 +43,23 @@ class Target:
     warp_size: int | None = None
     #: extra memory scopes -> capacity in bytes (0 = registers / not limited)
     memory_scopes: dict[str, int] = field(default_factory=dict)
+    #: C compiler (None: the host's ``cc``/``$CC``) and extra flags for generated code
+    compiler: str | None = None
+    cflags: tuple[str, ...] = ()
+    #: cores the schedules may use (parallel loops only when > 1)
+    cores: int | None = None
+    #: vector registers of the ISA (register tiling)
+    vector_registers: int | None = None
+    #: cache sizes in bytes: ``l1d``, ``l2``, ``l3``
+    caches: dict[str, int] = field(default_factory=dict)
+    #: element types the target computes in
+    dtypes: tuple[str, ...] = ()
+    #: preferred activation layout for the graph layout pass (nchw, nhwc, nchw<b>c)
+    layout: str | None = None
+    #: CPU feature flags (as /proc/cpuinfo spells them) code for this target needs
+    cpu_flags: tuple[str, ...] = ()
+    #: tensor intrinsics: name -> validated spec (see toolchain.intrinsics)
+    intrinsics: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = ""
 
 
@@ -55,6 +74,30 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "max_shared_memory_per_block": ((int,), "an integer", False),
     "warp_size": ((int,), "an integer", False),
     "memory_scopes": ((dict,), "a mapping of scope name to size in bytes", False),
+    "compiler": ((str,), "a string", False),
+    "cflags": ((list,), "a list of strings", False),
+    "cores": ((int,), "an integer", False),
+    "vector_registers": ((int,), "an integer", False),
+    "caches": ((dict,), "a mapping of l1d/l2/l3 to sizes in bytes", False),
+    "dtypes": ((list,), "a list of dtype names", False),
+    "layout": ((str,), "a string (nchw, nhwc, nchwc or nchw<b>c)", False),
+    "cpu_flags": ((list,), "a list of strings", False),
+    "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
+}
+
+_CACHE_KEYS = ("l1d", "l2", "l3")
+#: keys of one tensor intrinsic -> (types, human type name, required)
+_INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
+    "behaviour": ((str,), "a string like 'C[i, j] += A[i, k] * B[k, j]'", True),
+    "extents": ((dict,), "a mapping of loop variable to extent", True),
+    "dtypes": ((dict,), "a mapping of operand name to dtype", True),
+    "scopes": ((dict,), "a mapping of operand name to memory scope", False),
+    "function": ((str,), "a C identifier", True),
+    "impl": ((str,), "a C function body template (jinja2)", True),
+    "headers": ((list,), "a list of header names", False),
+    "cflags": ((list,), "a list of strings", False),
+    "cpu_flags": ((list,), "a list of strings", False),
+    "description": ((str,), "a string", False),
 }
 
 
@@ -64,6 +107,117 @@ def _scalar(node: yaml.Node, path: str, key: str) -> Any:
         return loader.construct_object(node, deep=True)
     except yaml.YAMLError as e:
         raise TargetError(f"{path}:{node.start_mark.line + 1}: key {key!r}: {e}") from None
+
+
+def _str_list(val: list, path: str, line: int, key: str) -> list[str]:
+    for x in val:
+        if not isinstance(x, str):
+            raise TargetError(f"{path}:{line}: key {key!r} must be a list of strings, got "
+                              f"{type(x).__name__} {x!r} in it")
+    return list(val)
+
+
+def _check_dtypes(val: tuple[str, ...], path: str, line: int) -> None:
+    from toolchain.graph.ir import DTYPES
+
+    for d in val:
+        if d not in DTYPES:
+            raise TargetError(f"{path}:{line}: key 'dtypes': {d!r} is not a dtype Kiln knows "
+                              f"({', '.join(sorted(DTYPES))})")
+
+
+def _check_caches(node: yaml.Node, path: str) -> None:
+    for k, v in node.value:
+        line = k.start_mark.line + 1
+        if k.value not in _CACHE_KEYS:
+            raise TargetError(f"{path}:{line}: unknown key 'caches.{k.value}'; known keys: "
+                              f"{', '.join(_CACHE_KEYS)}")
+        val = _scalar(v, path, f"caches.{k.value}")
+        if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
+            raise TargetError(f"{path}:{line}: key 'caches.{k.value}' must be a positive "
+                              f"size in bytes (integer), got {val!r}")
+
+
+def _check_layout(val: str, path: str, line: int) -> None:
+    import re
+
+    if not re.fullmatch(r"nchw|nhwc|nchwc|nchw[1-9][0-9]*c", val.strip().lower()):
+        raise TargetError(f"{path}:{line}: key 'layout' = {val!r} is not one of nchw, nhwc, "
+                          "nchwc, nchw<b>c (e.g. nchw16c)")
+
+
+def _check_intrinsics(node: yaml.Node, val: dict, path: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for knode, vnode in node.value:
+        name, line = knode.value, knode.start_mark.line + 1
+        if not isinstance(vnode, yaml.MappingNode):
+            raise TargetError(f"{path}:{line}: intrinsic {name!r} must be a mapping with keys "
+                              f"{', '.join(_INTRIN_SCHEMA)}")
+        spec: dict[str, Any] = {"line": line}
+        for ik, iv in vnode.value:
+            key, kl = ik.value, ik.start_mark.line + 1
+            where = f"intrinsics.{name}.{key}"
+            if key not in _INTRIN_SCHEMA:
+                raise TargetError(f"{path}:{kl}: unknown key {where!r}; known keys: "
+                                  f"{', '.join(_INTRIN_SCHEMA)}")
+            types, tname, _ = _INTRIN_SCHEMA[key]
+            v = _scalar(iv, path, where)
+            if not isinstance(v, types):
+                raise TargetError(f"{path}:{kl}: key {where!r} must be {tname}, got "
+                                  f"{type(v).__name__} {v!r}")
+            if isinstance(v, list):
+                v = tuple(_str_list(v, path, kl, where))
+            spec[key] = v
+        for key, (_, tname, required) in _INTRIN_SCHEMA.items():
+            if required and key not in spec:
+                raise TargetError(f"{path}:{line}: intrinsic {name!r} is missing key {key!r} "
+                                  f"({tname})")
+        out[name] = spec
+    return out
+
+
+def host_cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of this machine (``/proc/cpuinfo``; empty when unreadable).
+
+    >>> isinstance(host_cpu_flags(), frozenset)
+    True
+    """
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def runs_here(target: Target) -> bool:
+    """Whether code for ``target`` runs on this machine (its ``cpu_flags`` are present and
+    its compiler is the host's).
+
+    >>> runs_here(load_target("c-generic"))
+    True
+    """
+    if target.kind != "c" or target.compiler not in (None, "cc", "gcc", "clang"):
+        return False
+    return set(target.cpu_flags) <= host_cpu_flags()
+
+
+def host_target() -> Target:
+    """The widest shipped CPU descriptor this machine runs, with all its cores.
+
+    >>> host_target().kind
+    'c'
+    """
+    import os
+    from dataclasses import replace
+
+    for name in ("x86_64-avx512", "x86_64-avx2", "c-generic"):
+        t = load_target(name)
+        if runs_here(t):
+            return replace(t, cores=os.cpu_count() or 1)
+    return load_target("c-generic")
 
 
 def parse_target(text: str, path: str = "<string>") -> Target:
@@ -92,6 +246,16 @@ def parse_target(text: str, path: str = "<string>") -> Target:
                                       "must map a scope name to a size in bytes (integer)")
         elif isinstance(val, int) and val <= 0:
             raise TargetError(f"{path}:{line}: key {key!r} must be positive, got {val}")
+        elif key in ("cflags", "dtypes", "cpu_flags"):
+            val = tuple(_str_list(val, path, line, key))
+            if key == "dtypes":
+                _check_dtypes(val, path, line)
+        elif key == "caches":
+            _check_caches(vnode, path)
+        elif key == "layout":
+            _check_layout(val, path, line)
+        elif key == "intrinsics":
+            val = _check_intrinsics(vnode, val, path)
         values[key] = val
     for key, (_, tname, required) in _SCHEMA.items():
         if required and key not in values:
