@@ -322,3 +322,8 @@ def test_auto_unroll_max_step_pragma():
     # ji * ki * (guarded init + update) = 16 statements: unrolled; the ko nest (32) is not
     assert sorted(f.loop_var.name for f in loops(low)) == ["i", "j_0", "k_0"]
     build_and_check(sch, wl)
+
+
+def test_lower_blocks_alone_still_guards_init():
+    wl = W.row_sum(4, 8)
+    assert "if k == 0:" in str(T.lower_blocks(wl[0]))
