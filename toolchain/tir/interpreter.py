@@ -330,8 +330,15 @@ def _check_array(func: ir.PrimFunc, p: ir.Buffer, a: Any, sym: dict[ir.Var, int]
     if a.dtype != want_dt:
         raise InputError(f"{func.name}: argument {p.name!r} has dtype {a.dtype}, "
                          f"expected {p.dtype}")
-    ok = a.ndim == p.ndim
-    if ok:
+    if p.ndim == 1 and isinstance(p.shape[0], ir.IntImm) and a.ndim > 1:
+        # a flattened parameter (lowered IR) takes the array's elements in row-major order
+        if a.size != p.shape[0].value:
+            raise InputError(f"{func.name}: argument {p.name!r} has {a.size} elements "
+                             f"(shape {tuple(a.shape)}), expected {p.shape[0].value}")
+        ok = True
+    else:
+        ok = a.ndim == p.ndim
+    if ok and a.ndim == p.ndim:
         for s, n in zip(p.shape, a.shape, strict=True):
             if isinstance(s, ir.IntImm) and s.value != n:
                 ok = False
