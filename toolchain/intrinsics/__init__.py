@@ -1,0 +1,208 @@
+"""Tensor intrinsics declared in target descriptors, registered for ``sch.tensorize``.
+
+Each entry under ``intrinsics:`` of ``targets/<target>.yaml`` becomes a
+:class:`~toolchain.tir.schedule.tensorize.TensorIntrin` named ``"<target>.<name>"``:
+
+* ``desc`` — the behaviour (``C[i, j] += A[i, k] * B[k, j]`` with ``extents`` and
+  ``dtypes``) parsed by :mod:`toolchain.intrinsics.behaviour` into a loop nest;
+* ``impl`` — a call ``<function>(&A[..], &B[..], &C[..])`` whose operands tensorize
+  rebases at the matched tile.
+
+The C body of ``<function>`` is a jinja2 template (``impl``) that sees each operand's
+pointer (``{{ A }}``) and element strides per dimension (``{{ A_s0 }}``, ``{{ A_s1 }}``…) as
+they are in the *lowered* kernel; :func:`attach_intrinsics` (a lowering pass, phase 1,
+after buffer compaction) renders one ``static inline`` specialisation per stride
+combination into the kernel's C prelude. ``{{ require(cond, "why") }}`` refuses
+unsupported strides with a :class:`~toolchain.errors.ScheduleError`.
+
+Example::
+
+    >>> from toolchain import te
+    >>> from toolchain.tir.schedule import Schedule
+    >>> name = load_intrinsics("c-generic")[0]; name
+    'c-generic.fma_f32_4x4'
+    >>> A = te.placeholder((8, 8), name="A"); B = te.placeholder((8, 8), name="B")
+    >>> k = te.reduce_axis((0, 8), name="k")
+    >>> C = te.compute((8, 8), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> sch = Schedule(te.create_prim_func([A, B, C]))
+    >>> i, j, kk = sch.get_loops(sch.get_block("C"))
+    >>> io, ii = sch.split(i, [None, 4]); jo, ji = sch.split(j, [None, 4])
+    >>> ko, ki = sch.split(kk, [None, 4])
+    >>> sch.reorder(io, jo, ko, ii, ji, ki)
+    >>> _ = sch.decompose_reduction(sch.get_block("C"), ko)
+    >>> sch.tensorize(ii, name)
+    >>> '"kiln_fma_f32_4x4", T.address_of(A[i_0 * 4, k_0 * 4])' in str(sch.mod)
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import jinja2
+
+from toolchain.errors import ScheduleError, TargetError
+from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
+from toolchain.target import Target, load_target
+from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.schedule.tensorize import TensorIntrin
+
+__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
+           "load_intrinsics", "parse_behaviour"]
+
+
+@dataclass(frozen=True)
+class IntrinsicSpec:
+    """One declared intrinsic: its registered name, C function and template."""
+
+    name: str
+    target: str
+    function: str
+    operands: tuple[str, ...]
+    template: str
+    headers: tuple[str, ...] = ()
+    cflags: tuple[str, ...] = ()
+    cpu_flags: tuple[str, ...] = ()
+    scopes: dict[str, str] = field(default_factory=dict)
+
+
+_SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
+_BY_FUNCTION: dict[str, IntrinsicSpec] = {}
+
+
+def _where(t: Target, name: str, spec: dict) -> str:
+    return f"{t.source}:{spec.get('line', '?')}: intrinsic {name!r}"
+
+
+def load_intrinsics(target: str | Target) -> list[str]:
+    """Register every intrinsic of ``target``; returns their names (``"<target>.<name>"``).
+
+    Loading twice is harmless (the registrations are replaced).
+    """
+    t = load_target(target) if isinstance(target, str) else target
+    names = []
+    for name, spec in t.intrinsics.items():
+        where = _where(t, name, spec)
+        beh = parse_behaviour(spec["behaviour"], where)
+        desc = behaviour_func(beh, dict(spec["extents"]), dict(spec["dtypes"]), where)
+        fn = spec["function"]
+        if not fn.isidentifier():
+            raise TargetError(f"{where}: function {fn!r} is not a C identifier")
+        ptrs = [ir.Call("handle", "tir.address_of", [b[tuple(0 for _ in b.shape)]])
+                for b in desc.buffers]
+        impl = ir.PrimFunc(desc.buffers, ir.Evaluate(ir.Call("int32", fn, ptrs)),
+                           f"{fn}_impl")
+        full = f"{t.name}.{name}"
+        TensorIntrin.register(full, desc, impl, override=True)
+        info = IntrinsicSpec(full, t.name, fn, tuple(b.name for b in desc.buffers),
+                             spec["impl"], tuple(spec.get("headers", ())),
+                             tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
+                             dict(spec.get("scopes", {})))
+        _SPECS[full] = info
+        _BY_FUNCTION[fn] = info
+        names.append(full)
+    return names
+
+
+def get_spec(name: str) -> IntrinsicSpec:
+    """The :class:`IntrinsicSpec` registered as ``name`` (loading its target if needed)."""
+    if name not in _SPECS and "." in name:
+        load_intrinsics(name.split(".", 1)[0])
+    if name not in _SPECS:
+        raise ScheduleError(f"no target intrinsic {name!r}; loaded: "
+                            f"{', '.join(sorted(_SPECS)) or 'none'}")
+    return _SPECS[name]
+
+
+def _require(cond: bool, why: str = "unsupported operand strides") -> str:
+    if not cond:
+        raise ScheduleError(why)
+    return ""
+
+
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+_ENV.globals["require"] = _require
+
+
+def _strides(buf: ir.Buffer) -> list[int]:
+    dims = []
+    for d in buf.shape:
+        if not isinstance(d, ir.IntImm):
+            raise ScheduleError(f"intrinsic operand {buf.name} has a symbolic shape "
+                                f"{buf.shape}; tensorized operands need constant shapes")
+        dims.append(int(d.value))
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+class _Specialise(StmtExprMutator):
+    def __init__(self, ctype: dict[str, str]) -> None:
+        self.ctype = ctype
+        self.defs: dict[str, str] = {}
+        self.headers: list[str] = []
+
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
+        spec = _BY_FUNCTION.get(e.op)
+        if spec is None:
+            return super().visit_Call(e)
+        env: dict[str, object] = {}
+        params, loads = [], []
+        for opname, arg in zip(spec.operands, e.args, strict=True):
+            load = arg.args[0]
+            loads.append(load)
+            for d, s in enumerate(_strides(load.buffer)):
+                env[f"{opname}_s{d}"] = s
+            env[opname] = opname
+            params.append(f"{self.ctype[load.buffer.dtype]} *{opname}")
+        key = hashlib.sha1(repr(sorted(env.items())).encode()).hexdigest()[:8]
+        fname = f"{spec.function}_{key}"
+        if fname not in self.defs:
+            try:
+                body = _ENV.from_string(spec.template).render(**env)
+            except ScheduleError as err:
+                raise ScheduleError(f"intrinsic {spec.name!r}: {err} (strides: "
+                                    f"{ {k: v for k, v in env.items() if '_s' in k} })") from None
+            lines = "\n".join("  " + ln if ln.strip() else "" for ln in body.splitlines())
+            self.defs[fname] = (f"static inline int32_t {fname}({', '.join(params)}) {{\n"
+                                f"{lines}\n  return 0;\n}}")
+            self.headers += [h for h in spec.headers if h not in self.headers]
+        return ir.Call(e.dtype, fname, list(e.args))
+
+
+def attach_intrinsics(func: ir.PrimFunc) -> ir.PrimFunc:
+    """Lowering pass (phase 1): render each tensorized call's C body into the prelude.
+
+    Before: ``kiln_fma_f32_4x4(T.address_of(A[..]), ...)`` with no definition; after: the
+    call names ``kiln_fma_f32_4x4_<hash>`` and ``func.attrs["c_prelude"]`` holds its
+    ``static inline`` definition for these operand strides (and the ``#include`` lines).
+    """
+    from toolchain.codegen.cstyle import CStyleRenderer
+
+    m = _Specialise(CStyleRenderer.type_map)
+    body = m.visit_stmt(func.body)
+    if not m.defs:
+        return func
+    inc = "\n".join(f"#include <{h}>" for h in m.headers)
+    prelude = "\n\n".join([x for x in (func.attrs.get("c_prelude", ""), inc) if x]
+                          + [m.defs[k] for k in sorted(m.defs)])
+    return ir.PrimFunc(func.params, body, func.name, {**func.attrs, "c_prelude": prelude})
+
+
+def intrinsic_flags(func: ir.PrimFunc) -> list[str]:
+    """Compiler flags the intrinsics used in ``func`` need (e.g. ``-mavx512vnni``)."""
+    found: list[str] = []
+
+    class _Find(StmtExprMutator):
+        def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
+            spec = _BY_FUNCTION.get(e.op)
+            if spec is not None:
+                found.extend(f for f in spec.cflags if f not in found)
+            return super().visit_Call(e)
+
+    _Find().visit_stmt(func.body)
+    return found

@@ -1,0 +1,275 @@
+"""A tiny, safe parser for the ``behaviour`` of a tensor intrinsic (no ``eval``).
+
+Grammar (whitespace free-form)::
+
+    stmt   := access "+=" expr
+    expr   := term ("+" term)*
+    term   := factor ("*" factor)*
+    factor := access | "(" expr ")"
+    access := NAME "[" index ("," index)* "]"
+    index  := iterm (("+" | "-") iterm)*        an affine expression of loop variables
+    iterm  := INT | NAME | INT "*" NAME | NAME "*" INT
+
+:func:`behaviour_func` turns a parsed statement, the loop extents and the operand dtypes
+into the intrinsic's description PrimFunc (a ``te.sum`` over the variables that do not
+index the output, with operands cast to the output dtype), without its init statement —
+the intrinsic only accumulates.
+
+>>> b = parse_behaviour("C[i, j] += A[i, k] * B[k, j]")
+>>> b.output.name, [a.name for a in b.inputs()]
+('C', ['A', 'B'])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from toolchain import te
+from toolchain.errors import TargetError
+from toolchain.tir import ir
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\+=|[\[\](),+*-]))")
+
+
+@dataclass(frozen=True)
+class Affine:
+    """``const + Σ coef * var``."""
+
+    terms: tuple[tuple[str, int], ...]
+    const: int = 0
+
+
+@dataclass(frozen=True)
+class Access:
+    """``name[index, ...]``."""
+
+    name: str
+    index: tuple[Affine, ...]
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """``lhs op rhs`` with ``op`` in ``+``, ``*``."""
+
+    op: str
+    lhs: Expr
+    rhs: Expr
+
+
+Expr = Access | BinOp
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """A parsed ``out[...] += expr``."""
+
+    output: Access
+    expr: Expr
+
+    def inputs(self) -> list[Access]:
+        """The first access of each input operand, in order of appearance."""
+        seen: dict[str, Access] = {}
+
+        def walk(e: Expr) -> None:
+            if isinstance(e, Access):
+                seen.setdefault(e.name, e)
+            else:
+                walk(e.lhs)
+                walk(e.rhs)
+
+        walk(self.expr)
+        return list(seen.values())
+
+
+class _Parser:
+    def __init__(self, text: str, where: str) -> None:
+        self.text, self.where = text, where
+        self.toks: list[tuple[str, str]] = []
+        pos = 0
+        text = text.rstrip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                self.fail(f"unexpected character {text[pos:].strip()[:1]!r} at column {pos + 1}")
+            num, name, sym = m.groups()
+            self.toks.append(("int", num) if num else ("name", name) if name else ("sym", sym))
+            pos = m.end()
+        self.i = 0
+
+    def fail(self, msg: str) -> None:
+        raise TargetError(f"{self.where}: behaviour {self.text!r}: {msg}")
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.toks[self.i] if self.i < len(self.toks) else None
+
+    def take(self, kind: str, value: str | None = None) -> str:
+        t = self.peek()
+        if t is None or t[0] != kind or (value is not None and t[1] != value):
+            want = value or kind
+            got = "the end" if t is None else repr(t[1])
+            self.fail(f"expected {want!r}, found {got}")
+        self.i += 1
+        return t[1]
+
+    def at(self, value: str) -> bool:
+        t = self.peek()
+        return t is not None and t[0] == "sym" and t[1] == value
+
+    def stmt(self) -> Behaviour:
+        out = self.access()
+        self.take("sym", "+=")
+        e = self.expr()
+        if self.peek() is not None:
+            self.fail(f"unexpected {self.peek()[1]!r} after the expression")
+        return Behaviour(out, e)
+
+    def expr(self) -> Expr:
+        e = self.term()
+        while self.at("+"):
+            self.i += 1
+            e = BinOp("+", e, self.term())
+        return e
+
+    def term(self) -> Expr:
+        e = self.factor()
+        while self.at("*"):
+            self.i += 1
+            e = BinOp("*", e, self.factor())
+        return e
+
+    def factor(self) -> Expr:
+        if self.at("("):
+            self.i += 1
+            e = self.expr()
+            self.take("sym", ")")
+            return e
+        return self.access()
+
+    def access(self) -> Access:
+        name = self.take("name")
+        self.take("sym", "[")
+        idx = [self.index()]
+        while self.at(","):
+            self.i += 1
+            idx.append(self.index())
+        self.take("sym", "]")
+        return Access(name, tuple(idx))
+
+    def index(self) -> Affine:
+        terms: dict[str, int] = {}
+        const, sign = 0, 1
+        while True:
+            t = self.peek()
+            if t is None:
+                self.fail("index ended early")
+            if t[0] == "int":
+                c = int(self.take("int"))
+                if self.at("*"):
+                    self.i += 1
+                    v = self.take("name")
+                    terms[v] = terms.get(v, 0) + sign * c
+                else:
+                    const += sign * c
+            else:
+                v = self.take("name")
+                c = 1
+                if self.at("*"):
+                    self.i += 1
+                    c = int(self.take("int"))
+                terms[v] = terms.get(v, 0) + sign * c
+            if self.at("+") or self.at("-"):
+                sign = 1 if self.take("sym") == "+" else -1
+                continue
+            return Affine(tuple(terms.items()), const)
+
+
+def parse_behaviour(text: str, where: str = "intrinsic") -> Behaviour:
+    """Parse ``text`` (see the module grammar); errors name ``where`` and the column."""
+    return _Parser(text, where).stmt()
+
+
+def _extent_of(a: Affine, extents: dict[str, int], where: str, name: str) -> int:
+    hi = a.const
+    for v, c in a.terms:
+        if v not in extents:
+            raise TargetError(f"{where}: index variable {v!r} of {name} has no extent; "
+                              f"extents give {', '.join(extents) or 'none'}")
+        if c < 0:
+            raise TargetError(f"{where}: {name}: negative coefficient of {v!r} is not "
+                              "supported")
+        hi += c * (extents[v] - 1)
+    return hi + 1
+
+
+def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str],
+                   where: str = "intrinsic") -> ir.PrimFunc:
+    """The description PrimFunc of ``b`` (buffers: inputs in order of appearance, then the
+    output), without init.
+
+    >>> f = behaviour_func(parse_behaviour("C[i, j] += A[i, k] * B[k, j]"),
+    ...                    {"i": 2, "j": 4, "k": 3}, {"A": "float32", "B": "float32",
+    ...                                               "C": "float32"})
+    >>> [(x.name, [int(d.value) for d in x.shape]) for x in f.buffers]
+    [('A', [2, 3]), ('B', [3, 4]), ('C', [2, 4])]
+    """
+    from toolchain.tir.schedule import state as st
+
+    for name, ext in extents.items():
+        if not isinstance(ext, int) or isinstance(ext, bool) or ext <= 0:
+            raise TargetError(f"{where}: extent of {name!r} must be a positive integer, "
+                              f"got {ext!r}")
+    operands = [*b.inputs(), b.output]
+    for a in operands:
+        if a.name not in dtypes:
+            raise TargetError(f"{where}: operand {a.name!r} has no dtype; dtypes give "
+                              f"{', '.join(dtypes) or 'none'}")
+    out_vars = []
+    for a in b.output.index:
+        if len(a.terms) != 1 or a.terms[0][1] != 1 or a.const:
+            raise TargetError(f"{where}: every index of the output {b.output.name} must be "
+                              "one loop variable (like C[i, j])")
+        out_vars.append(a.terms[0][0])
+    red_vars = [v for v in extents if v not in out_vars]
+    if not red_vars:
+        raise TargetError(f"{where}: the behaviour must accumulate over at least one loop "
+                          "variable that does not index the output (like k in "
+                          "C[i, j] += A[i, k] * B[k, j])")
+    unused = [v for v in out_vars if v not in extents]
+    if unused:
+        raise TargetError(f"{where}: output index {unused[0]!r} has no extent")
+    tensors = {}
+    for a in b.inputs():
+        shape = [_extent_of(x, extents, where, a.name) for x in a.index]
+        tensors[a.name] = te.placeholder(shape, dtypes[a.name], a.name)
+    odt = dtypes[b.output.name]
+    raxes = {v: te.reduce_axis((0, extents[v]), name=v) for v in red_vars}
+
+    def lower(e: Expr, env: dict[str, ir.PrimExpr]) -> ir.PrimExpr:
+        if isinstance(e, BinOp):
+            x, y = lower(e.lhs, env), lower(e.rhs, env)
+            return x + y if e.op == "+" else x * y
+        if e.name not in tensors:
+            raise TargetError(f"{where}: {e.name} is the output; it may appear only on the "
+                              "left of +=")
+        idx = []
+        for a in e.index:
+            v: ir.PrimExpr = ir.IntImm(a.const)
+            for n, c in a.terms:
+                v = v + env[n] * c if c != 1 else v + env[n]
+            idx.append(v)
+        load = tensors[e.name][tuple(idx)]
+        return te.cast(load, odt) if tensors[e.name].dtype != odt else load
+
+    def body(*ivs: ir.PrimExpr) -> ir.PrimExpr:
+        env: dict[str, ir.PrimExpr] = dict(zip(out_vars, ivs, strict=True))
+        env.update(raxes)
+        e = lower(b.expr, env)
+        return te.sum(e, axis=list(raxes.values())) if raxes else e
+
+    shape = [extents[v] for v in out_vars]
+    out = te.compute(shape, body, name=b.output.name)
+    f = te.create_prim_func([*tensors.values(), out])
+    (r,) = [x for x in st.all_blocks(f) if x.block.name_hint == b.output.name]
+    return st.replace_block(f, r.block, dataclasses.replace(r.block, init=None))
