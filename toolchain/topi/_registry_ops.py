@@ -171,7 +171,8 @@ def _slice(ctx: Ctx) -> list[te.Tensor]:
 
 @register("Gather")
 def _gather(ctx: Ctx) -> list[te.Tensor]:
-    return [tf.gather(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"])]
+    return [tf.gather(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"],
+                      scalar_index=len(ctx.shape(1)) == 0)]
 
 
 @register("Pad")

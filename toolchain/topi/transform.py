@@ -218,13 +218,15 @@ def pad(x: te.Tensor, pads_before: Sequence[int], pads_after: Sequence[int],
     return te.compute(out or (1,), f, name=name, tag="pad")
 
 
-def gather(data: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:
+def gather(data: te.Tensor, indices: te.Tensor, axis: int = 0,
+           scalar_index: bool = False) -> te.Tensor:
     """``np.take(data, indices, axis)``; negative indices count from the back.
 
-    Out-of-range indices are undefined (the registry rejects constant ones).
+    ``scalar_index`` reads a one-element ``indices`` as a rank-0 index (the axis is
+    removed). Out-of-range indices are undefined (the registry rejects constant ones).
     """
     ds = const_shape(data, "gather")
-    ishape = const_shape(indices, "gather")
+    ishape = () if scalar_index else const_shape(indices, "gather")
     axis = axis % len(ds)
     n = ds[axis]
     out = ds[:axis] + ishape + ds[axis + 1:]
@@ -299,15 +301,30 @@ def _nearest_index(xf: Expr, mode: str, in_len: int) -> Expr:
     return te.minimum(te.maximum(te.cast(r, "int32"), 0), in_len - 1)
 
 
+def _resize_tables(d: int, coord: Expr, y: Expr, t: Expr, mode: str, nearest_mode: str,
+                   in_len: int) -> tuple[Expr, Expr]:
+    """(source index, weight) of tap ``t`` of output cell ``y`` along axis ``d``."""
+    if mode == "nearest":
+        return _nearest_index(coord, nearest_mode, in_len), scalar(1.0, "float64")
+    f0 = te.floor(coord)
+    r = coord - f0
+    i = te.cast(f0, "int32") + t
+    idx = te.minimum(te.maximum(i, 0), in_len - 1)
+    return idx, te.select(te.equal(t, 0), scalar(1.0, "float64") - r, r)
+
+
 def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
            mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
            nearest_mode: str = "round_prefer_floor",
            rois: Sequence[tuple[float, float]] | None = None) -> te.Tensor:
     """Resize every axis whose ``out_shape`` or ``scales`` differ from the input's.
 
-    ``mode`` is ``nearest`` or ``linear`` (multi-linear over the resized axes); source
-    coordinates are computed in float64 as the registry's reference does. ``linear``
-    results are computed in float64 and rounded (integers to nearest) to x's dtype.
+    ``mode`` is ``nearest`` or ``linear`` (multi-linear over the resized axes). Per resized
+    axis ``d`` two small stages tabulate the source index ``resize_index_d[y, tap]`` and
+    weight ``resize_weight_d[y, tap]`` (coordinates in float64, as the registry's
+    reference computes them); the main stage gathers through the tables. ``linear``
+    interpolation is separable: one float64 stage per resized axis (``resize_axis_d``), then
+    a cast to x's dtype (integers rounded half to even and saturated).
     """
     shape = const_shape(x, "resize")
     if mode not in ("nearest", "linear"):
@@ -318,49 +335,54 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
     rois = list(rois) if rois is not None else [(0.0, 1.0)] * len(shape)
     axes = [d for d in range(len(shape))
             if out_shape[d] != shape[d] or scales[d] != 1.0 or rois[d] != (0.0, 1.0)]
+    if not axes:
+        return te.compute(tuple(out_shape), lambda *i: x[i], name="resize", tag="injective")
     ctm = coordinate_transformation_mode
-
-    def coord(d: int, y: Expr) -> Expr:
-        return _source_coord(y, ctm, shape[d], out_shape[d], scales[d], rois[d])
+    ntaps = 1 if mode == "nearest" else 2
+    index: dict[int, te.Tensor] = {}
+    weight: dict[int, te.Tensor] = {}
+    for d in axes:
+        def tab(y: Expr, t: Expr, d: int = d, k: int = 0) -> Expr:
+            c = _source_coord(y, ctm, shape[d], out_shape[d], scales[d], rois[d])
+            return _resize_tables(d, c, y, t, mode, nearest_mode, shape[d])[k]
+        index[d] = te.compute((out_shape[d], ntaps), lambda y, t, d=d: tab(y, t, d, 0),
+                              name=f"resize_index_{d}", tag="resize_table")
+        if mode == "linear":
+            weight[d] = te.compute((out_shape[d], ntaps), lambda y, t, d=d: tab(y, t, d, 1),
+                                   name=f"resize_weight_{d}", tag="resize_table")
 
     if mode == "nearest":
         def fn(*i: Expr) -> Expr:
-            idx = [(_nearest_index(coord(d, i[d]), nearest_mode, shape[d]) if d in axes
-                    else i[d]) for d in range(len(shape))]
-            return x[tuple(idx)]
+            return x[tuple(index[d][i[d], 0] if d in axes else i[d]
+                           for d in range(len(shape)))]
         return te.compute(tuple(out_shape), fn, name="resize", tag="injective")
 
-    def fl(*i: Expr) -> Expr:
-        # per resized axis: two taps (floor, floor + 1, clamped) with weights (1 - r, r)
-        taps: list[list[tuple[Expr, Expr]]] = []
-        for d in axes:
-            xf = coord(d, i[d])
-            f0 = te.floor(xf)
-            r = xf - f0
-            i0 = te.cast(f0, "int32")
-            lo = te.minimum(te.maximum(i0, 0), shape[d] - 1)
-            hi = te.minimum(te.maximum(i0 + 1, 0), shape[d] - 1)
-            taps.append([(lo, scalar(1.0, "float64") - r), (hi, r)])
-        acc: Expr | None = None
-        for combo in np.ndindex(*([2] * len(axes))):
-            idx = list(i)
-            w: Expr = scalar(1.0, "float64")
-            for k, d in enumerate(axes):
-                idx[d], wk = taps[k][combo[k]]
-                w = w * wk
-            term = te.cast(x[tuple(idx)], "float64") * w
-            acc = term if acc is None else acc + term
-        assert acc is not None
-        if ir.is_float(x.dtype):
-            return te.cast(acc, x.dtype)
-        info = np.iinfo(np.dtype(x.dtype))
-        rounded = round_half_even(acc)
+    # separable: one float64 stage per resized axis (as the reference does), then a cast
+    cur = x
+    for d in axes:
+        def lin(*i: Expr, d: int = d, src: te.Tensor = cur) -> Expr:
+            acc: Expr | None = None
+            for t in range(2):
+                idx = tuple(index[d][i[d], t] if k == d else i[k] for k in range(len(shape)))
+                term = te.cast(src[idx], "float64") * weight[d][i[d], t]
+                acc = term if acc is None else acc + term
+            assert acc is not None
+            return acc
+        sh = tuple(out_shape[k] if k == d else cur_dim
+                   for k, cur_dim in enumerate(const_shape(cur)))
+        cur = te.compute(sh, lin, name=f"resize_axis_{d}", tag="injective")
+    acc_t = cur
+    if ir.is_float(x.dtype):
+        return te.compute(tuple(out_shape), lambda *i: te.cast(acc_t[i], x.dtype),
+                          name="resize", tag="injective")
+    info = np.iinfo(np.dtype(x.dtype))
+
+    def fi(*i: Expr) -> Expr:
+        rounded = round_half_even(acc_t[i])
         return te.cast(te.minimum(te.maximum(rounded, scalar(float(info.min), "float64")),
                                   scalar(float(info.max), "float64")), x.dtype)
 
-    if not axes:
-        return te.compute(tuple(out_shape), lambda *i: x[i], name="resize", tag="injective")
-    return te.compute(tuple(out_shape), fl, name="resize", tag="injective")
+    return te.compute(tuple(out_shape), fi, name="resize", tag="injective")
 
 
 # -- layout transforms ----------------------------------------------------------------------
