@@ -162,7 +162,19 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
         if not (stamp.exists() and (bdir / top).exists()):
             _build_into(bdir, top, svh, sources, verbose)
             stamp.write_text(digest + "\n")
+            for pch in bdir.glob("*.gch"):  # ~150 MB of precompiled headers, build-only
+                pch.unlink()
+            _prune(top, keep=bdir)
     return bdir
+
+
+def _prune(top: str, keep: Path, count: int = 4) -> None:
+    """Delete all but the ``count`` newest builds of ``top`` (every RTL edit makes one)."""
+    builds = sorted((d for d in build_root().glob(f"{top}-*") if (d / "kiln.stamp").exists()),
+                    key=lambda d: (d / "kiln.stamp").stat().st_mtime, reverse=True)
+    for old in builds[count:]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _build_into(bdir: Path, top: str, svh: str, sources: list[Path], verbose: bool) -> None:
