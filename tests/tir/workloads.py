@@ -108,6 +108,9 @@ def elementwise_chain(m: int = 16, n: int = 24) -> Workload:
 
 def check(func: ir.PrimFunc, workload: Workload, rtol: float = 1e-4) -> None:
     """Run ``func`` in the interpreter on the workload's inputs and compare with numpy."""
+    from toolchain.tir.analysis import verify_well_formed
+
+    assert verify_well_formed(func) == [], verify_well_formed(func)
     _, inputs, ref = workload
     args = inputs()
     run(func, *args)

@@ -118,12 +118,16 @@ def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
 
         if any(v in inner_vars for idx in idx_list for i in idx for v in free_vars(i)):
             relaxed = []
+            inner_r = {v: allr[v] for v in inner_vars}
             for idx in idx_list:
-                lo = tuple(arith.bound_exprs(i, {v: allr[v] for v in inner_vars})[0]
-                           for i in idx)
-                hi = tuple(arith.bound_exprs(i, {v: allr[v] for v in inner_vars})[1]
-                           for i in idx)
-                relaxed.extend([lo, hi])
+                lo, hi = [], []
+                for dim, i in zip(buf.shape, idx, strict=True):
+                    b = arith.relax(i, inner_r)
+                    if b is None:  # not expressible: the whole dimension
+                        b = (ir.convert(0), arith.simplify(dim - 1))
+                    lo.append(b[0])
+                    hi.append(b[1])
+                relaxed.extend([tuple(lo), tuple(hi)])
             idx_list = relaxed
         return union_region(buf, idx_list, allr)
 
@@ -146,3 +150,79 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
         hi = arith.simplify(ir.Min(end, dim), ranges)
         out.append(ir.Range(lo, arith.simplify(hi - lo, ranges)))
     return ir.BufferRegion(r.buffer, tuple(out))
+
+
+class _WellFormed(StmtExprVisitor):
+    def __init__(self, defined: set[ir.Var]) -> None:
+        self.scope = [set(defined)]
+        self.errors: list[str] = []
+        self.where = "function body"
+
+    def _defined(self, v: ir.Var) -> bool:
+        return any(v in s for s in self.scope)
+
+    def visit_Var(self, e: ir.Var) -> None:
+        if not self._defined(e) and e.dtype != "handle":
+            self.errors.append(f"variable {e.name} is used outside its scope (in {self.where})")
+
+    def _with(self, vars_: list[ir.Var], fn: Any) -> None:
+        self.scope.append(set(vars_))
+        try:
+            fn()
+        finally:
+            self.scope.pop()
+
+    def visit_For(self, s: ir.For) -> None:
+        self.visit_expr(s.min)
+        self.visit_expr(s.extent)
+        self._with([s.loop_var], lambda: self.visit_stmt(s.body))
+
+    def visit_LetStmt(self, s: ir.LetStmt) -> None:
+        self.visit_expr(s.value)
+        self._with([s.var], lambda: self.visit_stmt(s.body))
+
+    def visit_Let(self, e: ir.Let) -> None:
+        self.visit_expr(e.value)
+        self._with([e.var], lambda: self.visit_expr(e.body))
+
+    def visit_BlockRealize(self, s: ir.BlockRealize) -> None:
+        self.where = f"the bindings of block {s.block.name_hint!r}"
+        for v in s.iter_values:
+            self.visit_expr(v)
+        self.visit_expr(s.predicate)
+        self.where = f"block {s.block.name_hint!r}"
+        self._with([iv.var for iv in s.block.iter_vars], lambda: self.visit_Block(s.block))
+
+    def visit_Block(self, s: ir.Block) -> None:
+        shape_vars = [v for b in s.alloc_buffers for x in b.shape for v in free_vars_of(x)]
+        self.scope[-1].update(v for v in shape_vars if self._defined(v))
+        super().visit_Block(s)
+
+
+def free_vars_of(e: Any) -> list[ir.Var]:
+    from toolchain.tir.functor import free_vars
+
+    return free_vars(e)
+
+
+def verify_well_formed(func: ir.PrimFunc) -> list[str]:
+    """Problems with variable scoping in ``func`` (empty when it is well formed).
+
+    Every Var must be a param, a symbolic size of a param buffer, or bound by an
+    enclosing loop, block, or let.
+
+    >>> from toolchain.tir import ir
+    >>> A = ir.Buffer("A", (4,)); i = ir.Var("i")
+    >>> verify_well_formed(ir.PrimFunc((A,), A.store(1.0, [i])))
+    ['variable i is used outside its scope (in function body)']
+    """
+    defined: set[ir.Var] = set()
+    for p in func.params:
+        if isinstance(p, ir.Var):
+            defined.add(p)
+        else:
+            for s in p.shape:
+                defined.update(free_vars_of(s))
+    w = _WellFormed(defined)
+    w.visit_stmt(func.body)
+    return sorted(set(w.errors))

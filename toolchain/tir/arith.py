@@ -255,7 +255,9 @@ class _Bounds:
                 if isinstance(a, ir.FloorDiv):
                     if lo.is_const and hi.is_const:
                         return Lin(a.dtype, lo.const // c), Lin(a.dtype, hi.const // c)
-                    return self._self(a)
+                    # floordiv is monotonic: bound it by the bounds of its operand
+                    return (_atom_lin(ir.FloorDiv(lo.to_expr(), a.b)),
+                            _atom_lin(ir.FloorDiv(hi.to_expr(), a.b)))
                 if lo.is_const and hi.is_const and lo.const // c == hi.const // c:
                     return Lin(a.dtype, lo.const % c), Lin(a.dtype, hi.const % c)
                 return Lin(a.dtype, 0), Lin(a.dtype, c - 1)
@@ -267,6 +269,10 @@ class _Bounds:
                 f = min if isinstance(a, ir.Min) else max
                 return (Lin(a.dtype, f(ba[0].const, bb[0].const)),
                         Lin(a.dtype, f(ba[1].const, bb[1].const)))
+            if ba and bb:  # min/max are monotonic in both operands
+                op = type(a)
+                return (_atom_lin(op(ba[0].to_expr(), bb[0].to_expr())),
+                        _atom_lin(op(ba[1].to_expr(), bb[1].to_expr())))
         if isinstance(a, ir.Mul):
             ba, bb = self.of(a.a, depth - 1), self.of(a.b, depth - 1)
             if ba and bb and all(x.is_const for x in (*ba, *bb)):
@@ -282,6 +288,12 @@ class _Bounds:
             if b and b[0].is_const and b[1].is_const:
                 return Lin(a.dtype, b[0].const), Lin(a.dtype, b[1].const)
         return self._self(a)
+
+
+def _atom_lin(e: ir.PrimExpr) -> Lin:
+    lin = to_lin(e)
+    assert lin is not None
+    return lin
 
 
 def const_bound(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[int | None, int | None]:
@@ -308,6 +320,23 @@ def bound_exprs(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[ir.PrimEx
     if b is None:
         return e, e
     return simplify(b[0].to_expr()), simplify(b[1].to_expr())
+
+
+def relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
+    """Inclusive bounds of ``e`` free of every Var in ``ranges``, or None if not found.
+
+    >>> from toolchain.tir.ir import Var, Range
+    >>> i, j = Var("i"), Var("j")
+    >>> lo, hi = relax((i * 4 + j) // 2, {j: Range(0, 4)})
+    >>> str(lo), str(hi)
+    ('i * 2', 'i * 2 + 1')
+    """
+    from toolchain.tir.functor import free_vars
+
+    lo, hi = bound_exprs(e, ranges)
+    if set(free_vars([lo, hi])) & set(ranges):
+        return None
+    return lo, hi
 
 
 # ----------------------------------------------------------------------- proving
@@ -497,6 +526,12 @@ class _Simplifier(ExprMutator):
         if q.is_const and q.const == 0:
             return ir.FloorDiv(rexpr, e.b) if rexpr is not x else e
         return ir.Add(q.to_expr(), ir.FloorDiv(rexpr, e.b)) if not r.is_const else q.to_expr()
+
+    def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
+        r = self.ranges.get(e)
+        if r is not None and ir.is_const_int(r.extent, 1):
+            return r.min  # a loop of one iteration: its var is its start
+        return e
 
     def visit_Not(self, e: ir.Not) -> ir.PrimExpr:
         a = self.visit_expr(e.a)

@@ -67,10 +67,13 @@ def _relaxed_region(realize: ir.BlockRealize, rel_path: tuple[ir.Stmt, ...],
     out: list[tuple[ir.PrimExpr, ir.PrimExpr]] | None = None
     for reg in regions:
         cur = []
-        for rg in reg.region:
-            lo_e = substitute(rg.min, vmap)
-            hi_e = substitute(rg.min + rg.extent - 1, vmap)
-            cur.append((arith.bound_exprs(lo_e, inner)[0], arith.bound_exprs(hi_e, inner)[1]))
+        for dim, rg in zip(reg.buffer.shape, reg.region, strict=True):
+            lo = arith.relax(substitute(rg.min, vmap), inner)
+            hi = arith.relax(substitute(rg.min + rg.extent - 1, vmap), inner)
+            if lo is None or hi is None:  # not expressible: take the whole dimension
+                cur.append((ir.convert(0), arith.simplify(dim - 1)))
+            else:
+                cur.append((lo[0], hi[1]))
         out = _union(out, cur)
     assert out is not None
     return out

@@ -51,9 +51,12 @@ def shared_footprint(kernel: ir.Stmt) -> dict[ir.Buffer, int]:
                 continue
             exts = []
             for rg in reg.region:
-                lo = arith.bound_exprs(substitute(rg.min, vmap), relax)[0]
-                hi = arith.bound_exprs(substitute(rg.min + rg.extent - 1, vmap), relax)[1]
-                ext = arith.simplify(hi - lo + 1, {**relax, **fixed})
+                lo = arith.relax(substitute(rg.min, vmap), relax)
+                hi = arith.relax(substitute(rg.min + rg.extent - 1, vmap), relax)
+                if lo is None or hi is None:
+                    exts.append(_const_dim(reg.buffer, len(exts)))
+                    continue
+                ext = arith.simplify(hi[1] - lo[0] + 1, {**relax, **fixed})
                 _, ub = arith.const_bound(ext, fixed)
                 exts.append(ub if ub is not None else _const_dim(reg.buffer, len(exts)))
             old = sizes.get(reg.buffer)
