@@ -23,6 +23,7 @@ the intrinsic only accumulates.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from dataclasses import dataclass
 
@@ -221,6 +222,9 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
             raise TargetError(f"{where}: extent of {name!r} must be a positive integer, "
                               f"got {ext!r}")
     operands = [*b.inputs(), b.output]
+    if any(a.name == b.output.name for a in b.inputs()):
+        raise TargetError(f"{where}: {b.output.name} is the output; it may appear only on the "
+                          "left of +=")
     for a in operands:
         if a.name not in dtypes:
             raise TargetError(f"{where}: operand {a.name!r} has no dtype; dtypes give "
@@ -250,9 +254,6 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
         if isinstance(e, BinOp):
             x, y = lower(e.lhs, env), lower(e.rhs, env)
             return x + y if e.op == "+" else x * y
-        if e.name not in tensors:
-            raise TargetError(f"{where}: {e.name} is the output; it may appear only on the "
-                              "left of +=")
         idx = []
         for a in e.index:
             v: ir.PrimExpr = ir.IntImm(a.const)
@@ -268,6 +269,9 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
         e = lower(b.expr, env)
         return te.sum(e, axis=list(raxes.values())) if raxes else e
 
+    # name the description's loops after the behaviour's variables (error messages)
+    body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(v, inspect.Parameter.POSITIONAL_OR_KEYWORD) for v in out_vars])
     shape = [extents[v] for v in out_vars]
     out = te.compute(shape, body, name=b.output.name)
     f = te.create_prim_func([*tensors.values(), out])

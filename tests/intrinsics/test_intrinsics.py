@@ -1,0 +1,249 @@
+"""Target tensor intrinsics: behaviour parsing, tensorize matching, generated C that
+compiles with the target's flags, and runs (with numpy as the oracle) where the CPU can."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from toolchain import te
+from toolchain.codegen import get_renderer
+from toolchain.driver import build
+from toolchain.errors import ScheduleError, TargetError
+from toolchain.intrinsics import attach_intrinsics, get_spec, intrinsic_flags, load_intrinsics
+from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
+from toolchain.runtime.build import compile_shared
+from toolchain.target import load_target, runs_here
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform.pipeline import lower
+
+# --------------------------------------------------------------------------- behaviour
+
+
+def test_parse_behaviour_shapes_and_casts() -> None:
+    b = parse_behaviour("C[j] += A[k] * B[j, k]")
+    f = behaviour_func(b, {"j": 16, "k": 4}, {"A": "uint8", "B": "int8", "C": "int32"})
+    assert [(x.name, x.dtype) for x in f.buffers] == [("A", "uint8"), ("B", "int8"),
+                                                      ("C", "int32")]
+    text = str(f)
+    assert 'T.Cast("int32", A[' in text or "T.Cast(" in text
+    g = behaviour_func(parse_behaviour("C[i] += A[2 * i + k] * (B[k] + B[k])"),
+                       {"i": 3, "k": 2}, dict.fromkeys("ABC", "float32"))
+    assert [int(d.value) for d in g.buffers[0].shape] == [6]
+
+
+@pytest.mark.parametrize("text, extents, needle", [
+    ("C[i, j] = A[i, k]", {"i": 1, "k": 1}, "column 8"),
+    ("C[i] += A[i, k] *", {"i": 1, "k": 1}, "expected 'name', found the end"),
+    ("C[i] += A[i, q]", {"i": 2, "k": 2}, "index variable 'q' of A has no extent"),
+    ("C[i + 1] += A[i, k]", {"i": 2, "k": 2}, "must be one loop variable"),
+    ("C[i] += A[i]", {"i": 2}, "at least one loop variable"),
+    ("C[i] += A[i, k] * C[i]", {"i": 2, "k": 2}, "C is the output"),
+])
+def test_behaviour_errors(text: str, extents: dict, needle: str) -> None:
+    with pytest.raises(TargetError, match="intrinsic") as ei:
+        behaviour_func(parse_behaviour(text), extents, dict.fromkeys("ABC", "float32"))
+    assert needle in str(ei.value)
+
+
+def test_behaviour_never_evaluates_python() -> None:
+    with pytest.raises(TargetError, match="unexpected character"):
+        parse_behaviour("C[i] += __import__('os').system('true')")
+
+
+# --------------------------------------------------------------------------- matching
+
+def _matmul(m: int, n: int, k: int, dtype: str = "float32") -> Schedule:
+    A = te.placeholder((m, k), dtype, name="A")
+    B = te.placeholder((k, n), dtype, name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return Schedule(te.create_prim_func([A, B, C]))
+
+
+def _tile(sch: Schedule, mr: int, nr: int, kc: int, local: bool = True) -> object:
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    io, ii = sch.split(i, [None, mr])
+    jo, ji = sch.split(j, [None, nr])
+    ko, ki = sch.split(k, [None, kc])
+    sch.reorder(io, jo, ko, ii, ji, ki)
+    if local:
+        loc = sch.cache_write(c, 0, "local")
+        sch.reverse_compute_at(loc, jo)
+    sch.decompose_reduction(c, ko)
+    return ii
+
+
+def test_tensorize_accepts_the_matching_block_and_runs() -> None:
+    name = "c-generic.fma_f32_4x4"
+    load_intrinsics("c-generic")
+    sch = _matmul(12, 8, 16)
+    sch.tensorize(_tile(sch, 4, 4, 4), name)
+    assert f"'tensorized': '{name}'" in str(sch.mod)
+    mod = build(sch, "c-generic", passes={1: [attach_intrinsics]},
+                extra_flags=["-Wall", "-Wextra", "-Werror"])
+    assert "static inline int32_t kiln_fma_f32_4x4_" in mod.get_source()
+    rng = np.random.default_rng(0)
+    a, b = rng.random((12, 16), np.float32), rng.random((16, 8), np.float32)
+    c = np.empty((12, 8), np.float32)
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def test_tensorize_rejects_a_wrong_tile_size() -> None:
+    load_intrinsics("c-generic")
+    sch = _matmul(16, 16, 16)
+    with pytest.raises(ScheduleError, match=r"loop 0 \(i_1\) has extent 8, the intrinsic's "
+                                            r"loop i has 4; split i_1 by 4"):
+        sch.tensorize(_tile(sch, 8, 4, 4), "c-generic.fma_f32_4x4")
+
+
+def test_tensorize_rejects_a_wrong_dtype() -> None:
+    load_intrinsics("c-generic")
+    sch = _matmul(8, 8, 8, "float64")
+    with pytest.raises(ScheduleError, match="has dtype float64 but the intrinsic's .* is "
+                                            "float32"):
+        sch.tensorize(_tile(sch, 4, 4, 4), "c-generic.fma_f32_4x4")
+
+
+def test_tensorize_rejects_a_transposed_operand() -> None:
+    load_intrinsics("c-generic")
+    A = te.placeholder((8, 8), name="A")
+    B = te.placeholder((8, 8), name="B")
+    r = te.reduce_axis((0, 8), name="k")
+    C = te.compute((8, 8), lambda i, j: te.sum(A[i, r] * B[j, r], axis=r), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    with pytest.raises(ScheduleError, match="tensorize with 'c-generic.fma_f32_4x4'") as ei:
+        sch.tensorize(_tile(sch, 4, 4, 4), "c-generic.fma_f32_4x4")
+    assert "B" in str(ei.value)
+
+
+def test_unknown_intrinsic_lists_the_loaded_ones() -> None:
+    load_intrinsics("c-generic")
+    with pytest.raises(ScheduleError, match="no target intrinsic 'c-generic.nope'; loaded: "
+                                            ".*c-generic.fma_f32_4x4"):
+        get_spec("c-generic.nope")
+
+
+# --------------------------------------------------------------------------- x86 fp32
+
+@pytest.mark.parametrize("target, intrin, tile", [
+    ("x86_64-avx2", "fma_f32_6x16", (6, 16, 64)),
+    ("x86_64-avx512", "fma_f32_6x16", (6, 16, 64)),
+    ("x86_64-avx512", "fma_f32_8x32", (8, 32, 64)),
+])
+def test_x86_fma_intrinsics_compile_and_run_where_supported(target, intrin, tile) -> None:
+    load_intrinsics(target)
+    mr, nr, kc = tile
+    m, n, k = 2 * mr, 2 * nr, 2 * kc
+    sch = _matmul(m, n, k)
+    sch.tensorize(_tile(sch, mr, nr, kc), f"{target}.{intrin}")
+    t = load_target(target)
+    if not runs_here(t):
+        f = attach_intrinsics(lower(sch, passes={1: [attach_intrinsics]}))
+        src = get_renderer("c").render(f)
+        compile_shared(src.code, ["-O2", "-fPIC", "-shared", f"-march={t.arch}"])
+        pytest.skip(f"{target} code compiled; this CPU lacks {', '.join(t.cpu_flags)}")
+    mod = build(sch, target, passes={1: [attach_intrinsics]})
+    assert "_mm" in mod.get_source()
+    rng = np.random.default_rng(1)
+    a, b = rng.random((m, k), np.float32), rng.random((k, n), np.float32)
+    c = np.empty((m, n), np.float32)
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- int8 dots
+
+def _dot_schedule(lanes: int, n: int, adt: str, bdt: str, acc: str = "int32") -> Schedule:
+    A = te.placeholder((2,) if adt == "int16" and lanes == 4 else (4,), adt, name="A")
+    kk = int(A.shape[0].value)
+    B = te.placeholder((n, kk), bdt, name="B")
+    r = te.reduce_axis((0, kk), name="k")
+    C = te.compute((n,), lambda j: te.sum(te.cast(A[r], acc) * te.cast(B[j, r], acc),
+                                          axis=r), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    c = sch.get_block("C")
+    j, _ = sch.get_loops(c)
+    _, ji = sch.split(j, [None, lanes])
+    sch.decompose_reduction(c, ji)
+    return sch, ji
+
+
+@pytest.mark.parametrize("target, intrin, lanes", [
+    ("x86_64-avx512", "dot_u8i8_16x4", 16),
+    ("x86_64-avx2", "dot_u8i8_8x4", 8),
+])
+def test_int8_dot_intrinsics(target: str, intrin: str, lanes: int) -> None:
+    load_intrinsics(target)
+    sch, ji = _dot_schedule(lanes, 3 * lanes, "uint8", "int8")
+    sch.tensorize(ji, f"{target}.{intrin}")
+    flags = intrinsic_flags(sch.mod)
+    t = load_target(target)
+    f = lower(sch, passes={1: [attach_intrinsics]})
+    src = get_renderer("c").render(f)
+    assert ("_mm512_dpbusd_epi32" if "512" in target else "_mm256_maddubs_epi16") in src.code
+    compile_shared(src.code, ["-O2", "-fPIC", "-shared", f"-march={t.arch}", *flags])
+    spec = get_spec(f"{target}.{intrin}")
+    if not runs_here(t) or not set(spec.cpu_flags) <= __import__(
+            "toolchain.target", fromlist=["x"]).host_cpu_flags():
+        pytest.skip(f"{target}.{intrin} compiled; this CPU lacks its features")
+    mod = build(sch, target, passes={1: [attach_intrinsics]}, extra_flags=flags)
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 128, 4).astype(np.uint8)
+    b = rng.integers(-128, 128, (3 * lanes, 4)).astype(np.int8)
+    c = np.empty(3 * lanes, np.int32)
+    mod(a, b, c)
+    np.testing.assert_array_equal(c, b.astype(np.int32) @ a.astype(np.int32))
+
+
+def test_intrinsic_template_refuses_unsupported_strides() -> None:
+    load_intrinsics("x86_64-avx512")
+    A = te.placeholder((4,), "uint8", name="A")
+    B = te.placeholder((32, 8), "int8", name="B")   # rows of 8: not the packed [16][4]
+    r = te.reduce_axis((0, 4), name="k")
+    C = te.compute((32,), lambda j: te.sum(te.cast(A[r], "int32") * te.cast(B[j, r], "int32"),
+                                           axis=r), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    c = sch.get_block("C")
+    j, _ = sch.get_loops(c)
+    _, ji = sch.split(j, [None, 16])
+    sch.decompose_reduction(c, ji)
+    sch.tensorize(ji, "x86_64-avx512.dot_u8i8_16x4")
+    with pytest.raises(ScheduleError, match=r"dot_u8i8_16x4'.*B must be packed \[16\]\[4\].*"
+                                            r"B_s0.: 8"):
+        lower(sch, passes={1: [attach_intrinsics]})
+
+
+# --------------------------------------------------------------------------- Cortex-M4
+
+def test_cortex_m4_smlad_generates_c_for_arm_gcc(tmp_path) -> None:
+    load_intrinsics("cortex-m4")
+    sch, ji = _dot_schedule(4, 8, "int16", "int16")
+    sch.tensorize(ji, "cortex-m4.smlad_i16_4x2")
+    src = get_renderer("c", openmp=False).render(lower(sch, passes={1: [attach_intrinsics]}))
+    assert "__smlad(" in src.code and "#include <arm_acle.h>" in src.code
+    cc = shutil.which("arm-none-eabi-gcc")
+    if cc is None:
+        pytest.skip("arm-none-eabi-gcc is not installed (apt-get install "
+                    "gcc-arm-none-eabi); the C was generated but not cross-compiled")
+    c_file = tmp_path / "k.c"
+    c_file.write_text(src.code)
+    t = load_target("cortex-m4")
+    specs = subprocess.run([cc, "-print-file-name=picolibc.specs"], capture_output=True,
+                           text=True, check=False).stdout.strip()
+    if not specs or specs == "picolibc.specs":
+        pytest.skip("picolibc-arm-none-eabi is not installed (the kernels include "
+                    "<stdlib.h>); the C was generated but not cross-compiled")
+    res = subprocess.run([cc, *t.cflags, "--specs=picolibc.specs", "-Wall", "-Werror", "-c",
+                          str(c_file), "-o", str(tmp_path / "k.o")],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(tmp_path / "k.o")],
+                         capture_output=True, text=True, check=False).stdout
+    if dis:
+        assert "smlad" in dis

@@ -1,0 +1,100 @@
+"""Target descriptors: the shipped files load, and every schema error names file, key, line."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from toolchain.errors import TargetError
+from toolchain.target import host_cpu_flags, host_target, load_target, parse_target, runs_here
+
+CPU_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512", "cortex-m4")
+
+
+@pytest.mark.parametrize("name", CPU_TARGETS)
+def test_shipped_cpu_descriptors_load(name: str) -> None:
+    t = load_target(name)
+    assert t.name == name and t.kind == "c"
+    assert t.vector_width_bits and t.cores == 1 and t.dtypes
+    assert t.intrinsics, f"{name} declares no tensor intrinsic"
+    for spec in t.intrinsics.values():
+        assert {"behaviour", "extents", "dtypes", "function", "impl"} <= set(spec)
+
+
+def test_x86_descriptors_facts() -> None:
+    avx2, avx512 = load_target("x86_64-avx2"), load_target("x86_64-avx512")
+    assert (avx2.vector_width_bits, avx512.vector_width_bits) == (256, 512)
+    assert avx512.caches["l2"] > avx512.caches["l1d"] > 0
+    assert avx2.layout == "nchw8c" and avx512.layout == "nchw16c"
+    assert "fma_f32_6x16" in avx2.intrinsics and "fma_f32_6x16" in avx512.intrinsics
+    assert "dot_u8i8_16x4" in avx512.intrinsics and "dot_u8i8_8x4" in avx2.intrinsics
+    assert avx512.intrinsics["dot_u8i8_16x4"]["cflags"] == ("-mavx512vnni",)
+    m4 = load_target("cortex-m4")
+    assert m4.compiler == "arm-none-eabi-gcc" and "-mthumb" in m4.cflags
+    assert m4.layout == "nhwc" and "smlad_i16_4x2" in m4.intrinsics
+
+
+def test_layout_key_reaches_the_layout_pass() -> None:
+    from toolchain.graph.passes.layout import layout_for_target
+
+    assert layout_for_target(load_target("x86_64-avx512")).block == 16
+    assert layout_for_target(load_target("cortex-m4")).kind == "nhwc"
+
+
+def test_host_target_runs_here() -> None:
+    t = host_target()
+    assert runs_here(t) and t.cores >= 1
+    assert runs_here(load_target("c-generic"))
+    assert not runs_here(load_target("cortex-m4"))  # a cross compiler
+    if "avx512f" not in host_cpu_flags():
+        assert not runs_here(load_target("x86_64-avx512"))
+
+
+def _err(text: str) -> str:
+    with pytest.raises(TargetError) as ei:
+        parse_target(textwrap.dedent(text), "t.yaml")
+    return str(ei.value)
+
+
+BASE = "name: t\nkind: c\n"
+
+
+@pytest.mark.parametrize("text, needles", [
+    (BASE + "vector_widht_bits: 128\n", ["t.yaml:3", "unknown key 'vector_widht_bits'",
+                                          "known keys"]),
+    (BASE + "cores: two\n", ["t.yaml:3", "'cores' must be an integer", "str 'two'"]),
+    (BASE + "cores: 0\n", ["t.yaml:3", "'cores' must be positive"]),
+    (BASE + "cflags: [-O2, 3]\n", ["t.yaml:3", "'cflags' must be a list of strings", "3"]),
+    (BASE + "cflags: -O2\n", ["t.yaml:3", "'cflags' must be a list of strings"]),
+    (BASE + "dtypes: [float32, float128]\n", ["t.yaml:3", "'float128' is not a dtype"]),
+    (BASE + "layout: nchw4\n", ["t.yaml:3", "'layout' = 'nchw4'"]),
+    (BASE + "caches:\n  l1d: 32768\n  l4: 1\n", ["t.yaml:5", "unknown key 'caches.l4'"]),
+    (BASE + "caches:\n  l2: -1\n", ["t.yaml:4", "'caches.l2' must be a positive size"]),
+    (BASE + "intrinsics:\n  f:\n    behaviour: C[i] += A[i, k]\n    extents: {i: 4, k: 2}\n"
+            "    dtypes: {A: float32, C: float32}\n    function: f\n    impl: x\n"
+            "    colour: red\n", ["t.yaml:10", "unknown key 'intrinsics.f.colour'"]),
+    (BASE + "intrinsics:\n  f:\n    behaviour: C[i] += A[i, k]\n    extents: [4]\n",
+     ["t.yaml:6", "'intrinsics.f.extents' must be a mapping"]),
+    (BASE + "intrinsics:\n  f:\n    behaviour: C[i] += A[i, k]\n",
+     ["t.yaml:4", "intrinsic 'f' is missing key 'extents'"]),
+    (BASE + "intrinsics:\n  f: 3\n", ["t.yaml:4", "intrinsic 'f' must be a mapping"]),
+])
+def test_schema_errors_name_file_key_and_line(text: str, needles: list[str]) -> None:
+    msg = _err(text)
+    for n in needles:
+        assert n in msg, (n, msg)
+
+
+def test_errors_in_a_descriptor_file_name_the_file(tmp_path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(BASE + "vector_registers: many\n")
+    with pytest.raises(TargetError, match=r"bad\.yaml:3: key 'vector_registers' must be an "
+                                          r"integer"):
+        load_target(p)
+
+
+def test_target_is_extendable_with_replace() -> None:
+    t = replace(load_target("x86_64-avx2"), cores=4)
+    assert t.cores == 4 and t.name == "x86_64-avx2"
