@@ -1,0 +1,96 @@
+"""Default Conv schedule (NCHW[x]c direct) on every CPU target that runs here vs the op
+registry's numpy reference (max relative error <= 1e-4), incl. odd, non-divisible shapes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from toolchain.codegen import get_renderer
+from toolchain.graph.ops.registry import get_op
+from toolchain.schedules import compile_op, make_node, schedule_for
+from toolchain.schedules.common import cpu_params
+from toolchain.schedules.cpu_conv2d import ConvGeom, pack_weight, plan_conv
+from toolchain.target import load_target
+from toolchain.tir.transform.pipeline import lower
+
+from ._cpu_targets import RUNNABLE, cross_compile_m4
+
+RTOL = 1e-4
+
+#: (x shape, w shape, attrs)
+CASES = [
+    ((1, 8, 10, 10), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 3, 11, 9), (5, 3, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((2, 6, 7, 7), (10, 6, 1, 1), {}),
+    ((1, 4, 9, 13), (7, 4, 3, 3), {"dilations": [2, 2]}),
+    ((1, 5, 15, 15), (9, 5, 7, 7), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+]
+
+
+def _run(target, xs, ws, attrs, const_w=True, bias=True, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    ins = [xs, w if const_w else ws] + ([b] if bias else [])
+    op = compile_op("Conv", target, inputs=ins, attrs=attrs)
+    got = op(x)[0] if const_w else op(x, w)[0]
+    ref_attrs = {"group": 1, "auto_pad": "NOTSET", **attrs}
+    ref = get_op("Conv").reference([x, w] + ([b] if bias else []), ref_attrs)[0]
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert got.shape == ref.shape and err <= RTOL, (op.metadata["info"], err)
+    return op
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("xs, ws, attrs", CASES)
+def test_conv_constant_weights(target, xs, ws, attrs) -> None:
+    op = _run(target, xs, ws, attrs)
+    info = op.metadata["info"]
+    assert info["schedule"] == "conv2d_nchwc" and info["packed_weight"] is True
+    assert op.op_schedule.input_values[1].name.endswith("_packed")
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_conv_runtime_weights_without_bias(target) -> None:
+    op = _run(target, (1, 6, 9, 9), (11, 6, 3, 3), {"pads": [1, 1, 1, 1]}, const_w=False,
+              bias=False)
+    assert op.metadata["info"]["packed_weight"] is False
+
+
+def test_conv_parallel_schedule_matches() -> None:
+    t = replace(load_target(RUNNABLE[-1]), cores=2)
+    op = _run(t, (1, 8, 12, 12), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]})
+    assert "parallel" in str(op.op_schedule.schedule.mod)
+
+
+def test_grouped_conv_falls_back_to_the_generic_schedule() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    op = compile_op("Conv", "c-generic", inputs=[x.shape, w], attrs={"group": 4})
+    assert op.metadata["info"]["schedule"] == "generic"
+    ref = get_op("Conv").reference([x, w], {"group": 4, "auto_pad": "NOTSET"})[0]
+    np.testing.assert_allclose(op(x)[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_plan_and_weight_packing() -> None:
+    g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
+    p512, p256 = plan_conv(g, cpu_params("x86_64-avx512")), plan_conv(g, cpu_params(
+        "x86_64-avx2"))
+    assert (p512.ob, p512.rw) == (32, 8) and (p256.ob, p256.rw) == (16, 6)
+    w = np.arange(3 * 4 * 2 * 2, dtype=np.float32).reshape(3, 4, 2, 2)
+    pk = pack_weight(w, p256.__class__(2, 8, 4, 8), 8)
+    assert pk.shape == (1, 2, 2, 2, 2, 8)
+    # packed[o0, c0, kh, kw, c1, o1] == w[o0*8+o1, c0*2+c1, kh, kw]; padded channels are 0
+    assert pk[0, 1, 1, 0, 1, 2] == w[2, 3, 1, 0] and pk[0, 0, 0, 0, 0, 5] == 0
+
+
+def test_cortex_m4_conv_cross_compiles(tmp_path) -> None:
+    node = make_node("Conv", [(1, 4, 8, 8), np.ones((6, 4, 3, 3), np.float32)],
+                     {"pads": [1, 1, 1, 1]})
+    s = schedule_for(node, "cortex-m4")
+    cross_compile_m4(get_renderer("c", openmp=False).render(lower(s.schedule)).code, tmp_path)

@@ -1,0 +1,119 @@
+"""Default MatMul/Gemm schedule on every CPU target that runs here vs the op registry's
+numpy reference (max relative error <= 1e-4), incl. odd, non-divisible shapes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from toolchain.codegen import get_renderer
+from toolchain.errors import InputError, UnsupportedError
+from toolchain.graph.ir import Node, Value
+from toolchain.graph.ops.registry import get_op
+from toolchain.schedules import compile_op, make_node, schedule_for
+from toolchain.schedules.common import cpu_params
+from toolchain.schedules.cpu_dense import plan_gemm
+from toolchain.target import load_target
+from toolchain.tir.transform.pipeline import lower
+
+from ._cpu_targets import RUNNABLE, cross_compile_m4
+
+RTOL = 1e-4
+
+
+def _check(op, arrays, attrs=None) -> None:
+    rng_inputs = [a for a, v in zip(arrays, op.node.inputs, strict=False) if v.data is None]
+    got = op(*rng_inputs)[0]
+    ref = get_op(op.node.op).reference(list(arrays), {**_defaults(op.node.op), **(attrs or {})})
+    ref = np.asarray(ref[0])
+    err = np.abs(got - ref).max() / max(1e-30, np.abs(ref).max())
+    assert got.shape == ref.shape and err <= RTOL, (op.metadata["info"], err)
+
+
+def _defaults(op: str) -> dict:
+    return {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0} if op == "Gemm" else {}
+
+
+SHAPES = [(64, 32, 48), (7, 13, 5), (1, 70, 33), (33, 70, 50)]
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("m, k, n", SHAPES)
+def test_matmul_constant_weights(target: str, m: int, k: int, n: int) -> None:
+    rng = np.random.default_rng(m * 100 + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    op = compile_op("MatMul", target, inputs=[(m, k), w])
+    assert op.metadata["info"]["packed_b"] is True
+    _check(op, [a, w])
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+def test_matmul_runtime_operands_and_batches(target: str) -> None:
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 3, 9, 20)).astype(np.float32)
+    b = rng.standard_normal((3, 20, 17)).astype(np.float32)
+    op = compile_op("MatMul", target, inputs=[a.shape, b.shape])
+    assert op.metadata["info"]["packed_b"] is False
+    _check(op, [a, b])
+    w = rng.standard_normal((20, 11)).astype(np.float32)
+    _check(compile_op("MatMul", target, inputs=[a.shape, w]), [a, w])
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("attrs, cshape", [
+    ({"transB": 1}, (19,)),
+    ({"transA": 1, "alpha": 0.5, "beta": 2.0}, (10, 19)),
+    ({"alpha": -1.5}, None),
+])
+def test_gemm(target: str, attrs: dict, cshape) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((12, 10) if attrs.get("transA") else (10, 12)).astype(np.float32)
+    b = rng.standard_normal((19, 12) if attrs.get("transB") else (12, 19)).astype(np.float32)
+    ins = [a.shape, b]
+    arrays = [a, b]
+    if cshape:
+        c = rng.standard_normal(cshape).astype(np.float32)
+        ins.append(c)
+        arrays.append(c)
+    op = compile_op("Gemm", target, inputs=ins, attrs=attrs)
+    _check(op, arrays, attrs)
+
+
+def test_parallel_schedule_matches() -> None:
+    t = replace(load_target(RUNNABLE[-1]), cores=2)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((40, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 70)).astype(np.float32)
+    op = compile_op("MatMul", t, inputs=[a.shape, w])
+    assert "parallel" in str(op.op_schedule.schedule.mod)
+    _check(op, [a, w])
+
+
+def test_plan_uses_descriptor_caches_and_registers() -> None:
+    big = plan_gemm(1024, 1024, 1024, cpu_params("x86_64-avx512"))
+    small = plan_gemm(1024, 1024, 1024, cpu_params("c-generic"))
+    assert (big.mr, big.nr) == (8, 32) and small.nr == 8
+    assert big.mc * 1024 * 4 <= cpu_params("x86_64-avx512").l2_bytes // 2
+    assert big.mc > small.mc
+
+
+def test_cortex_m4_dense_cross_compiles(tmp_path) -> None:
+    node = make_node("MatMul", [(5, 16), np.ones((16, 9), np.float32)])
+    s = schedule_for(node, "cortex-m4")
+    cross_compile_m4(get_renderer("c", openmp=False).render(lower(s.schedule)).code, tmp_path)
+
+
+def test_compile_op_errors() -> None:
+    op = compile_op("MatMul", "c-generic", inputs=[(2, 3), np.ones((3, 4), np.float32)])
+    with pytest.raises(InputError, match=r"takes 1 run-time inputs \(x0\), got 2"):
+        op(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
+    with pytest.raises(InputError, match="input 0 must be a shape tuple"):
+        compile_op("MatMul", "c-generic", inputs=["big", (3, 4)])
+    node = Node("MatMul", "mm", [Value("x", (2, 3), "float32"), Value("w", (3, 4), "float32")],
+                [Value("y", (2, 4), "float32")])
+    with pytest.raises(UnsupportedError, match=r"node 'mm' \(MatMul\): no default schedule "
+                                               r"for op 'MatMul' on target 'cuda-sm80'"):
+        schedule_for(node, "cuda-sm80")
