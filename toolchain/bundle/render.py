@@ -30,7 +30,7 @@ import jinja2
 from toolchain import __version__
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
 from toolchain.bundle.names import CNames, comment
-from toolchain.bundle.weights import bits_type, format_bits
+from toolchain.bundle.weights import format_bytes
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 
@@ -87,7 +87,7 @@ class _Locations:
             name = self.names(v.name, prefix="w_")
             self.weights.append({
                 "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
-                "bits": bits_type(arr.dtype), "count": max(arr.size, 1), "dtype": v.dtype,
+                "count": max(arr.size, 1), "dtype": v.dtype,
                 "shape": list(v.shape), "bytes": arr.nbytes, "array": arr,
                 "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
             })
@@ -153,7 +153,7 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     copies = _copies(spec, loc, outputs)
     weight_bytes = sum(w["bytes"] for w in loc.weights)
     for w in loc.weights:
-        w["text"] = format_bits(w.pop("array"))
+        w["chunks"], w["text"] = format_bytes(w.pop("array"))
     kernels = [{"index": k.index, "name": k.source.name, "params": k.source.params,
                 "body": k.source.body, "comment": calls[i]["comment"]}
                for i, k in enumerate(spec.kernels)]
@@ -243,6 +243,7 @@ def write_bundle(files: dict[str, str], out: str | Path, force: bool = False) ->
     check_destination(out, force)
     base = _nearest_existing(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-", dir=base))
+    os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary folder
     try:
         for rel, text in files.items():
             path = tmp / rel

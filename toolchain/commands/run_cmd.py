@@ -1,6 +1,8 @@
-"""``kiln run``: run a model on inputs from an ``.npz`` file with the numpy reference.
+"""``kiln run``: run a model on inputs from an ``.npz`` file.
 
-The reference executor is Kiln's oracle: what compiled bundles are compared against.
+``kiln run MODEL.onnx`` runs the numpy reference executor (Kiln's oracle); ``kiln run DIR``
+builds the bundle in ``DIR`` (written by ``kiln compile``) on this host, runs it, and with
+``--check`` compares it with the reference executor.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from toolchain.errors import InputError, OptionError
 from toolchain.frontend.onnx import dynamic_inputs, from_onnx
 from toolchain.graph.reference import run_graph
 
-HELP = "run an ONNX model on inputs from an .npz file (numpy reference executor)"
+HELP = ("run an ONNX model (numpy reference executor) or a compiled bundle directory on "
+        "inputs from an .npz file")
 
 EPILOG = """\
 examples:
@@ -26,6 +29,14 @@ examples:
   kiln run model.onnx --inputs in.npz                  # print a summary of each output
   kiln run model.onnx --inputs in.npz --outputs out.npz
   kiln run model.onnx --inputs in.npz --input-shape input=1,3,96,96
+
+  kiln run build/model --inputs in.npz --check        # a bundle from `kiln compile`
+
+With a bundle directory, the bundle is built for this host (cached), run once, and with
+--check its outputs are compared with the reference executor on the model it was compiled
+from: per output the max abs error and the max rel error (max abs / max |reference|).
+Exit status 1 when an output is above --tolerance (the bundle disagrees with the oracle:
+a Kiln bug), 2 for a user error, 0 otherwise.
 
 The .npz keys are the model's input names (see `kiln inspect MODEL.onnx`); the arrays must
 have exactly the dtype and shape the model expects (no implicit conversion).  Dynamic
@@ -38,11 +49,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
+    for action in parser._actions:
+        if action.dest == "model":
+            action.metavar = "MODEL.onnx|DIR"
+            action.help = "the ONNX model file, or a bundle directory written by kiln compile"
     parser.add_argument("--inputs", required=True, metavar="IN.npz",
                         help="input arrays keyed by the model's input names (np.savez)")
     parser.add_argument("--outputs", metavar="OUT.npz",
                         help="write the outputs here, keyed by output name "
                              "(default: print a summary)")
+    parser.add_argument("--check", action="store_true",
+                        help="bundle only: compare with the reference executor and print "
+                             "the max abs / rel error per output")
+    parser.add_argument("--tolerance", type=float, default=1e-4, metavar="REL",
+                        help="bundle --check: largest accepted max rel error (default 1e-4)")
+    parser.add_argument("--model-file", metavar="MODEL.onnx",
+                        help="bundle --check: the model it was compiled from (default: the "
+                             "path recorded in its metadata.json)")
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
@@ -121,7 +144,52 @@ def shapes_from_arrays(model: str, feeds: dict[str, np.ndarray],
     return shapes
 
 
+def _emit(args: argparse.Namespace, outputs: dict[str, np.ndarray]) -> None:
+    if args.outputs:
+        write_npz(args.outputs, outputs)
+        print(f"wrote {len(outputs)} output(s) to {args.outputs}: {', '.join(outputs)}")
+    else:
+        for name, array in outputs.items():
+            print(summary(name, array))
+
+
+def run_bundle(args: argparse.Namespace) -> int:
+    """``kiln run DIR``: build the bundle on this host, run it, optionally check it."""
+    from toolchain.bundle.check import compare, format_rows, reference_outputs
+    from toolchain.bundle.host import BundleModule
+
+    if args.input_shape:
+        raise OptionError("--input-shape applies to .onnx models; a bundle's shapes were "
+                          "fixed when it was compiled")
+    if args.tolerance <= 0:
+        raise OptionError(f"--tolerance {args.tolerance}: must be positive")
+    feeds = load_npz(args.inputs)
+    module = BundleModule(args.model)
+    try:
+        outputs = module(feeds)
+    except InputError as exc:
+        raise InputError(f"--inputs {args.inputs}: {exc}") from None
+    _emit(args, outputs)
+    if not args.check:
+        return 0
+    reference = reference_outputs(module.metadata, feeds, args.model_file)
+    rows = compare(outputs, reference, args.tolerance)
+    print(format_rows(rows, args.tolerance))
+    bad = [r["name"] for r in rows if not r["ok"]]
+    if bad:
+        print(f"check FAILED: {', '.join(bad)} above tolerance {args.tolerance:g}")
+        return 1
+    print(f"check passed: {len(rows)} output(s) match the reference executor")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if Path(args.model).is_dir():
+        return run_bundle(args)
+    if args.check or args.model_file:
+        raise OptionError("--check and --model-file compare a compiled bundle with the "
+                          "reference; give a bundle directory (kiln compile -o DIR), not "
+                          f"{args.model}")
     feeds = load_npz(args.inputs)
     shapes = shapes_from_arrays(args.model, feeds, input_shapes(args), args.inputs)
     graph = from_onnx(args.model, input_shapes=shapes)
@@ -129,10 +197,5 @@ def run(args: argparse.Namespace) -> int:
         outputs = run_graph(graph, feeds)
     except InputError as exc:
         raise InputError(f"--inputs {args.inputs}: {exc}") from None
-    if args.outputs:
-        write_npz(args.outputs, outputs)
-        print(f"wrote {len(outputs)} output(s) to {args.outputs}: {', '.join(outputs)}")
-    else:
-        for name, array in outputs.items():
-            print(summary(name, array))
+    _emit(args, outputs)
     return 0

@@ -1,0 +1,130 @@
+"""Shared helpers of the bundle tests: tiny ONNX models, onnxruntime, strict builds."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+#: the strictest flags the generated C must pass (issue 5)
+STRICT = ("-Wall", "-Wextra", "-Werror", "-pedantic")
+RTOL = 1e-4
+
+_NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
+               np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL}
+
+
+def make_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, tuple[Any, list[int]]],
+               outputs: Mapping[str, tuple[Any, list[int] | None]],
+               inits: Mapping[str, np.ndarray] | None = None, opset: int = 17,
+               name: str = "g") -> onnx.ModelProto:
+    """An ONNX model from nodes; inputs/outputs map names to (numpy dtype, shape)."""
+    g = helper.make_graph(
+        list(nodes), name,
+        [helper.make_tensor_value_info(k, _NP_TO_ONNX[np.dtype(t)], s)
+         for k, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(k, _NP_TO_ONNX[np.dtype(t)], s)
+         for k, (t, s) in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def random_inputs(model: onnx.ModelProto, seed: int = 0,
+                  shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  vocab: int = 4) -> dict[str, np.ndarray]:
+    """Seeded inputs for every graph input (normal floats, small integers, booleans)."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = (shapes or {}).get(vi.name) or tuple(d.dim_value for d in tt.shape.dim)
+        if tt.elem_type == TensorProto.FLOAT:
+            out[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        elif tt.elem_type == TensorProto.BOOL:
+            out[vi.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            out[vi.name] = rng.integers(0, vocab, shape).astype(
+                np.int64 if tt.elem_type == TensorProto.INT64 else np.int32)
+    return out
+
+
+def run_ort(model: onnx.ModelProto, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """onnxruntime's outputs (one thread, no graph optimisation), by name."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, dict(inputs)), strict=True))
+
+
+def max_rel(got: np.ndarray, ref: np.ndarray) -> float:
+    """max|got - ref| / max|ref| (exact match required for non-float outputs)."""
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    scale = float(np.abs(ref.astype(np.float64)).max()) if ref.size else 0.0
+    return float(diff.max()) / scale if scale > 0 and diff.size else float(diff.max(initial=0))
+
+
+def assert_matches(got: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                   rtol: float = RTOL) -> None:
+    assert set(got) == set(ref)
+    for k, r in ref.items():
+        if np.issubdtype(r.dtype, np.floating):
+            err = max_rel(got[k], r)
+            assert err <= rtol, f"output {k!r}: max rel err {err:.3e} > {rtol}"
+        else:
+            np.testing.assert_array_equal(got[k], r, err_msg=f"output {k!r}")
+
+
+def compile_run(model: onnx.ModelProto, tmp: Path, inputs: Mapping[str, np.ndarray],
+                **kw: Any) -> tuple[Path, dict[str, np.ndarray]]:
+    """Compile ``model`` into ``tmp/bundle``, build it with the strict flags, run it."""
+    from toolchain.bundle import compile_model, load_bundle
+
+    path = compile_model(model, kw.pop("target", "c-generic"), tmp / "bundle", **kw)
+    return path, load_bundle(path, extra_flags=STRICT)(inputs)
+
+
+def make(bundle: Path, *args: str, cflags: str | None = None) -> subprocess.CompletedProcess:
+    """``make`` in a bundle (quiet); raises with the output on failure."""
+    cmd = ["make", "-s", "-C", str(bundle), *args]
+    if cflags is not None:
+        cmd.append(f"CFLAGS={cflags}")
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
+def run_main(bundle: Path, inputs: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+             prefix: Sequence[str] = (), timeout: float = 120) -> dict[str, np.ndarray]:
+    """Run the bundle's demo ``main`` on raw .bin files; the outputs by name."""
+    from toolchain.graph.ir import np_dtype
+
+    files = []
+    for t in meta["inputs"]:
+        f = bundle / f"in_{t['field']}.bin"
+        np.ascontiguousarray(inputs[t["name"]]).tofile(f)
+        files.append(str(f))
+    outs = [bundle / f"out_{t['field']}.bin" for t in meta["outputs"]]
+    res = subprocess.run([*prefix, str(bundle / "main"), *files, *map(str, outs)],
+                         capture_output=True, text=True, timeout=timeout, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return {t["name"]: np.fromfile(f, np_dtype(t["dtype"])).reshape(t["shape"])
+            for t, f in zip(meta["outputs"], outs, strict=True)}

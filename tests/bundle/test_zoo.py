@@ -1,0 +1,46 @@
+"""Every zoo model compiles into a bundle that builds with strict flags and matches
+onnxruntime and the reference executor (max rel err <= 1e-4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.bundle.helpers import assert_matches, compile_run, run_ort
+from tests.models.zoo import ZOO
+
+#: fcn_opset11 is left out: its Resize takes scales computed at run time in the fused
+#: graph (the schedules cannot build that kernel yet) and its scheduling takes ~60 s
+MODELS = ["lenet5", "mlp", "ds_cnn", "resnet8", "mobilenet_v1", "autoencoder", "mobilenet_v2",
+          "transformer_encoder", "transformer_encoder_gelu"]
+
+
+def _check(name: str, tmp_path) -> dict:
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    spec = ZOO[name]
+    model = spec.build()
+    inputs = spec.inputs(model)
+    path, got = compile_run(model, tmp_path, inputs, input_shapes=spec.input_shapes,
+                            name=name)
+    assert_matches(got, run_ort(model, inputs))
+    assert_matches(got, run_graph(from_onnx(model, input_shapes=spec.input_shapes), inputs))
+    meta = json.loads((path / "metadata.json").read_text())
+    plan = meta["memory_plan"]
+    assert plan["lower_bound"] <= meta["arena_bytes"] <= plan["naive_bytes"]
+    return meta
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_zoo_model_bundle_matches_onnxruntime(name, tmp_path):
+    meta = _check(name, tmp_path)
+    assert meta["kernel_count"] <= meta["nodes_before_fusion"]
+    assert meta["weight_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_resnet18_bundle_matches_onnxruntime(tmp_path):
+    meta = _check("resnet18", tmp_path)
+    assert meta["weight_bytes"] > 11_000_000 * 4

@@ -1,0 +1,158 @@
+"""The Python API, mirroring the ``tvmc`` flow: :func:`load`, :func:`compile`, :func:`run`.
+
+::
+
+    import toolchain
+    model = toolchain.load("model.onnx", shape_dict={"input": (1, 3, 96, 96)})
+    package = toolchain.compile(model, target="c-generic", output="build/model")
+    result = toolchain.run(package, {"input": x}, check=True)
+    print(result)                   # outputs and, with check=True, the error per output
+    result["probs"]                 # one output as a numpy array
+
+``compile`` writes the same bundle as ``kiln compile``; ``run`` builds it for this host
+(cached) and calls it through ctypes, like ``kiln run DIR``.
+
+Example::
+
+    >>> import numpy as np, toolchain                                   # doctest: +SKIP
+    >>> pkg = toolchain.compile(toolchain.load("examples/lenet5.onnx"),
+    ...                         output="/tmp/lenet5", force=True)       # doctest: +SKIP
+    >>> toolchain.run(pkg, check=True).ok                               # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import InputError
+
+
+@dataclass
+class Model:
+    """An ONNX model to compile: where it came from and the static input shapes chosen."""
+
+    source: Any  # a path (str) or an onnx.ModelProto
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    name: str | None = None
+
+    def graph(self) -> Any:
+        """The imported :class:`~toolchain.graph.ir.Graph` (reference executor input)."""
+        from toolchain.frontend.onnx import from_onnx
+
+        return from_onnx(self.source, input_shapes=self.input_shapes or None)
+
+
+@dataclass
+class Package:
+    """A compiled bundle directory and its ``metadata.json``."""
+
+    path: Path
+    metadata: dict[str, Any]
+    model: Model | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata["model"]["name"])
+
+
+@dataclass
+class RunResult:
+    """Outputs of one run, and with ``check=True`` the comparison rows (name, max_abs,
+    max_rel, ok) against the reference executor."""
+
+    outputs: dict[str, np.ndarray]
+    check: list[dict[str, Any]] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.outputs[name]
+
+    @property
+    def ok(self) -> bool:
+        """True unless a checked output is above tolerance."""
+        return all(r["ok"] for r in self.check or [])
+
+    def __str__(self) -> str:
+        from toolchain.commands.run_cmd import summary
+
+        lines = [summary(k, v) for k, v in self.outputs.items()]
+        if self.check is not None:
+            from toolchain.bundle.check import format_rows
+
+            lines.append(format_rows(self.check))
+        return "\n".join(lines)
+
+
+def load(path: str | Path | Any, shape_dict: Mapping[str, Any] | None = None,
+         name: str | None = None) -> Model:
+    """An ONNX model from a file (or a ModelProto), with static shapes for dynamic inputs.
+
+    The model is imported once here so that an unsupported op or a bad shape is reported
+    now, not at compile time."""
+    if isinstance(path, (str, Path)):
+        if not Path(path).is_file():
+            raise InputError(f"load: model file {path} does not exist")
+        source: Any = str(path)
+    else:
+        source = path
+    shapes = {k: tuple(int(d) for d in v) for k, v in (shape_dict or {}).items()}
+    model = Model(source, shapes, name)
+    model.graph()
+    return model
+
+
+def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa: A001
+            output: str | Path | None = None, *, name: str | None = None,
+            force: bool = False, dump_ir: str | Path | None = None) -> Package:
+    """Compile ``model`` (a :class:`Model`, a path or a ModelProto) into a bundle at
+    ``output`` (default: a new temporary directory); returns the :class:`Package`."""
+    from toolchain.bundle import compile_model
+    from toolchain.bundle.host import read_metadata
+
+    m = model if isinstance(model, Model) else load(model)
+    if output is None:
+        output = Path(tempfile.mkdtemp(prefix="kiln-bundle-")) / (name or m.name or "model")
+    path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
+                         name=name or m.name, dump_ir=dump_ir, force=force, progress=False)
+    return Package(path, read_metadata(path), m)
+
+
+def _default_inputs(meta: Mapping[str, Any], seed: int = 0) -> dict[str, np.ndarray]:
+    from toolchain.graph.ir import np_dtype
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in meta["inputs"]:
+        dt = np_dtype(t["dtype"])
+        if np.issubdtype(dt, np.floating):
+            out[t["name"]] = rng.standard_normal(t["shape"]).astype(dt)
+        else:
+            out[t["name"]] = np.zeros(t["shape"], dt)
+    return out
+
+
+def run(package: Package | str | Path, inputs: Mapping[str, np.ndarray] | None = None, *,
+        check: bool = False, tolerance: float = 1e-4) -> RunResult:
+    """Build ``package`` for this host (cached), run it on ``inputs`` (default: seeded
+    random floats, zero integers) and, with ``check``, compare with the reference."""
+    from toolchain.bundle.check import compare, reference_outputs
+    from toolchain.bundle.host import BundleModule
+
+    path = package.path if isinstance(package, Package) else Path(package)
+    module = BundleModule(path)
+    feeds = dict(inputs) if inputs is not None else _default_inputs(module.metadata)
+    outputs = module(feeds)
+    rows = None
+    if check:
+        src = package.model.source if isinstance(package, Package) and package.model else None
+        rows = compare(outputs, reference_outputs(module.metadata, feeds, src), tolerance)
+    return RunResult(outputs, rows)
+
+
+__all__ = ["Model", "Package", "RunResult", "compile", "load", "run"]

@@ -1,0 +1,72 @@
+"""``kiln compile``: an ONNX model -> a self-contained C bundle directory.
+
+The bundle builds with a C compiler and make (or CMake) alone; see docs/bundle.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from toolchain.commands._model_args import add_model_arguments, input_shapes
+
+HELP = "compile an ONNX model into a self-contained C bundle (no malloc, static arena)"
+
+EPILOG = """\
+examples:
+  kiln compile model.onnx --target c-generic -o build/model
+  kiln compile model.onnx --target targets/my-board.yaml -o build/model --force
+  kiln compile model.onnx --target c-generic -o build/model --input-shape input=1,3,96,96
+  kiln compile model.onnx --target c-generic -o build/model --dump-ir build/ir
+  cd build/model && make && ./main input.bin output.out.bin
+
+The output directory is written atomically: a failed compile leaves nothing, and an
+existing directory is refused unless --force (which replaces only a previous Kiln bundle).
+Then `kiln run build/model --inputs in.npz --check` builds it here, runs it and compares
+it with the reference executor.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_model_arguments(parser)
+    parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
+                        help="target descriptor: a name from targets/ or a YAML file "
+                             "(default: c-generic)")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR",
+                        help="the bundle directory to write")
+    parser.add_argument("--name", metavar="NAME",
+                        help="C prefix of the API (default: the model file's name)")
+    parser.add_argument("--dump-ir", metavar="DIR",
+                        help="write the graph after every pass into DIR (NN_<pass>.txt)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the output directory if it holds a previous bundle")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="never show a progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolchain.bundle import compile_model
+    from toolchain.errors import InputError
+
+    if not Path(args.model).is_file():
+        raise InputError(f"model file {args.model} does not exist")
+    start = time.perf_counter()
+    out = compile_model(args.model, args.target, args.output, input_shapes=input_shapes(args),
+                        name=args.name, dump_ir=args.dump_ir, force=args.force,
+                        progress=False if args.no_progress else None)
+    meta = json.loads((out / "metadata.json").read_text())
+    plan = meta["memory_plan"]
+    fallback = sum(1 for k in meta["kernels"] if k["schedule"] != "default")
+    print(f"wrote {args.output}: model {meta['model']['name']} for target "
+          f"{meta['target']['name']} in {time.perf_counter() - start:.1f} s")
+    print(f"  kernels {meta['kernel_count']} (from {meta['nodes_before_fusion']} nodes)"
+          + (f", {fallback} without a default schedule" if fallback else ""))
+    print(f"  arena {meta['arena_bytes']:,} B (lower bound {plan['lower_bound']:,} B, "
+          f"naive {plan['naive_bytes']:,} B), weights {meta['weight_bytes']:,} B")
+    print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
+          "--check")
+    return 0
