@@ -343,3 +343,20 @@ def test_full_command_queue_deadlock_names_fetch(core_model: str) -> None:
     msg = str(err.value)
     assert "compute: instruction #0 (GEMM) waits for a token on l2c (64 queued)" in msg
     assert "fetch: instruction #64 (GEMM) waits for room in the compute command queue" in msg
+
+
+def test_full_token_queue_blocks_the_pusher(core_model: str) -> None:
+    """Compute pushes 12 c2l tokens faster than slow loads pop them: the 8-deep queue fills,
+    compute waits to push (counted as compute_wait) and the program still finishes."""
+    b = ProgramBuilder(CFG)
+    r = b.data("inp", np.arange(12 * BI, dtype=np.int64).astype(np.int8).reshape(12, BI))
+    for _ in range(12):
+        b.gemm(0, 0, push_prev=True)
+    for n in range(12):
+        b.load(MEM_INP, n, r, n, x_size=1, pop_next=True)
+    b.finish()
+    prog = b.build()
+    dram, counters = run_rtl(prog, latency=300)
+    np.testing.assert_array_equal(dram, run_fsim(prog, tokens=True).dram)
+    assert counters["compute_wait"] > 0
+    assert counters["cycles"] > 12 * 300 // 2
