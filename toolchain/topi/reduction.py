@@ -28,6 +28,8 @@ from toolchain.tir import ir
 from toolchain.topi.utils import const_shape, highest, lowest, scalar
 
 _KINDS = ("sum", "mean", "max", "min")
+_any = te.comm_reducer(lambda x, y: ir.Or(x, y), lambda dt: ir.IntImm(0, "bool"), "any")
+_all = te.comm_reducer(lambda x, y: ir.And(x, y), lambda dt: ir.IntImm(1, "bool"), "all")
 
 
 def _norm_axes(axes: Sequence[int] | None, rank: int, op: str) -> list[int]:
@@ -85,6 +87,8 @@ def reduce(x: te.Tensor, axes: Sequence[int] | None = None, keepdims: bool = Tru
             return src
         if kind in ("sum", "mean"):
             return te.sum(src, axis=raxes)
+        if dt == "bool":  # max/min of bools are or/and (no bool max/min needed in C)
+            return (_any if kind == "max" else _all)(src, axis=raxes)
         if kind == "max":
             return te.max(src, axis=raxes, init=lowest(dt))
         return te.min(src, axis=raxes, init=highest(dt))

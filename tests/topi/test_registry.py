@@ -1,0 +1,60 @@
+"""The graph op → compute registry: coverage, input mapping, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.topi.util import make_node, rand
+from toolchain import te
+from toolchain.errors import ModelError, UnsupportedError
+from toolchain.graph.ir import Node, Value
+from toolchain.graph.ops import all_ops
+from toolchain.topi.registry import compute_for_node, node_compute, supported_ops
+
+
+def test_every_op_but_constant_has_a_compute() -> None:
+    # Constant has no kernel: the frontend folds it into Value.data
+    assert set(all_ops()) - set(supported_ops()) == {"Constant"}
+
+
+def test_constant_is_refused_with_the_node_named() -> None:
+    y = Value("y", (2,), "float32")
+    node = Node("Constant", "c7", [], [y], {"value": np.ones(2, np.float32)})
+    with pytest.raises(UnsupportedError, match=r"node 'c7' \(Constant\): op 'Constant' has "
+                                               r"no compute definition"):
+        compute_for_node(node)
+
+
+def test_inputs_follow_node_order_and_skip_compile_time_operands() -> None:
+    node = make_node("Pad", [rand(3, 4), np.array([1, 0, 0, 2], np.int64),
+                             np.array(5.0, np.float32)], const=(1, 2))
+    nc = node_compute(node)
+    assert [v.name for v in nc.input_values] == ["in0"]
+    node = make_node("Clip", [rand(3, 4), np.array(0.0, np.float32), None])
+    nc = node_compute(node)
+    assert [v.name for v in nc.input_values] == ["in0", "in1"]
+    assert [t.shape[0].value for t in nc.inputs] == [3, 1]  # rank-0 -> (1,)
+
+
+def test_conv_weights_are_kernel_inputs() -> None:
+    node = make_node("Conv", [rand(1, 2, 5, 5), rand(3, 2, 3, 3), rand(3)], const=(1, 2))
+    ins, outs = compute_for_node(node)
+    assert [t.name for t in ins] == ["in0", "in1", "in2"]
+    func = te.create_prim_func(ins + outs)
+    assert [p.name for p in func.params] == ["in0", "in1", "in2", "bias_add"]
+
+
+def test_value_names_are_sanitised_for_buffers() -> None:
+    x = Value("input:0/x", (4,), "float32")
+    y = Value("y", (4,), "float32")
+    ins, _ = compute_for_node(Node("Relu", "r", [x], [y]))
+    assert ins[0].name == "input_0_x"
+
+
+def test_shape_operand_that_is_not_constant_is_a_model_error() -> None:
+    x = Value("x", (5,), "float32")
+    starts, ends = Value("st", (1,), "int64"), Value.constant("en", np.array([3]))
+    y = Value("y", (2,), "float32")
+    with pytest.raises(ModelError, match=r"node 'sl' \(Slice\): input 1 \(starts"):
+        compute_for_node(Node("Slice", "sl", [x, starts, ends], [y]))
