@@ -8,7 +8,7 @@ passes), ``te``/``tir`` (tensor expressions, loop IR, schedules), ``codegen``,
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "build", "lower"]
+__all__ = ["__version__", "build", "compile", "load", "lower", "run"]
 
 
 def __getattr__(name: str):
@@ -17,4 +17,8 @@ def __getattr__(name: str):
         from toolchain import driver
 
         return getattr(driver, name)
+    if name in ("load", "compile", "run"):
+        from toolchain import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'toolchain' has no attribute {name!r}")

@@ -23,7 +23,10 @@ from toolchain.errors import KilnError
 #: subcommand name -> module under toolchain.commands
 COMMANDS: dict[str, str] = {
     "inspect": "inspect_cmd",
+    "compile": "compile_cmd",
     "run": "run_cmd",
+    "flash": "flash_cmd",
+    "bench-op": "bench_op_cmd",
     "sim": "sim_cmd",
 }
 
