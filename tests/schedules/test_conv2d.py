@@ -25,6 +25,7 @@ CASES = [
     ((1, 8, 10, 10), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     ((1, 3, 11, 9), (5, 3, 3, 3), {"strides": [2, 2], "pads": [1, 0, 1, 2]}),
     ((2, 6, 7, 7), (10, 6, 1, 1), {}),
+    ((1, 9, 13, 11), (20, 9, 1, 1), {"strides": [2, 2]}),
     ((1, 4, 9, 13), (7, 4, 3, 3), {"dilations": [2, 2]}),
     ((1, 5, 15, 15), (9, 5, 7, 7), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
 ]
@@ -50,8 +51,10 @@ def _run(target, xs, ws, attrs, const_w=True, bias=True, seed=0):
 def test_conv_constant_weights(target, xs, ws, attrs) -> None:
     op = _run(target, xs, ws, attrs)
     info = op.metadata["info"]
-    assert info["schedule"] == "conv2d_nchwc" and info["packed_weight"] is True
-    assert op.op_schedule.input_values[1].name.endswith("_packed")
+    pointwise = ws[2:] == (1, 1)
+    assert info["schedule"] == ("conv2d_1x1_gemm" if pointwise else "conv2d_nchwc")
+    assert info["packed_weight"] is True
+    assert op.op_schedule.input_values[1].name.endswith("_matrix" if pointwise else "_packed")
 
 
 @pytest.mark.parametrize("target", RUNNABLE)

@@ -46,6 +46,7 @@ from toolchain import te
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
 from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
+from toolchain.schedules.cpu_dense import GemmPlan
 from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -216,14 +217,20 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams) -> N
         sch.unroll(rows)
     if g.kw <= 3:
         sch.unroll(sch.get_loops(blk)[6])  # kw
+    # epilogue: split the channel loop by ob so o // ob and o % ob fold away
     out = sch.get_block("conv_out")
     ol = sch.get_loops(out)
+    if g.o % plan.ob == 0:
+        sch.split(ol[1], [None, plan.ob])
     if g.ow % plan.lanes == 0:
-        _, wi = sch.split(ol[-1], [None, plan.lanes])
+        _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
         sch.vectorize(wi)
+    # packing: read rows of X contiguously (the writes stride by cb)
+    pl = sch.get_loops(sch.get_block("data_pack"))
+    sch.reorder(pl[3], pl[4])
     if p.cores > 1:
         sch.parallel(sch.fuse(n, o0, y))
-        sch.parallel(sch.fuse(*ol[:2]))
+        sch.parallel(sch.fuse(*sch.get_loops(out)[:2]))
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_block("data_pack"))[:2]))
     try:
         wpk = sch.get_block("W_pack")
@@ -233,6 +240,71 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams) -> N
     if plan.ob % plan.lanes == 0:
         _, v = sch.split(wl, [None, plan.lanes])
         sch.vectorize(v)
+
+
+def is_pointwise(g: ConvGeom) -> bool:
+    """A 1x1 convolution without padding or dilation: a GEMM over the pixels."""
+    return (g.kh, g.kw, g.pt, g.pl) == (1, 1, 0, 0) and g.oh == (g.h - 1) // g.sh + 1 \
+        and g.ow == (g.w - 1) // g.sw + 1
+
+
+def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
+                    ) -> tuple[list[te.Tensor], list[Value]]:
+    """``Y[n, o, pixels] = W[o, c] @ X[n, c, pixels]`` with the (strided) pixels of X packed
+    into ``nr``-wide panels and W (padded to a multiple of ``mr`` rows) constant."""
+    xv, wv = node.inputs[0], node.inputs[1]
+    bv = node.input(2)
+    nr, mp, np_ = plan.nr, plan.mp, plan.np_
+    hw = g.oh * g.ow
+    x = te.placeholder(xv.shape, "float32", "X")
+    wm = np.zeros((mp, g.c), np.float32)
+    wm[:g.o] = wv.data.reshape(g.o, g.c)
+    w = te.placeholder(wm.shape, "float32", "W_mat")
+    args, values = [x, w], [xv, Value.constant(f"{wv.name}_matrix", wm)]
+    zero = ir.FloatImm(0.0, "float32")
+    src = x
+    if (g.sh, g.sw) != (1, 1) or (g.oh, g.ow) != (g.h, g.w):
+        # subsample first: the pack then reads pixel q at flat offset q (no div/mod)
+        src = te.compute((g.n, g.c, g.oh, g.ow),
+                         lambda n, c, y, xx: x[n, c, y * g.sh, xx * g.sw], name="X_sub")
+
+    def pack(n: Expr, j0: Expr, c: Expr, j1: Expr) -> Expr:
+        q = te.min(j0 * nr + j1, hw - 1)
+        val = src[n, c, q // g.ow, q % g.ow]
+        return te.if_then_else(j0 * nr + j1 < hw, val, zero) if np_ != hw else val
+
+    bp = te.compute((g.n, np_ // nr, g.c, nr), pack, name="B_packed")
+    r = te.reduce_axis((0, g.c), name="rc")
+    prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
+        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
+    bias = None
+    if bv is not None:
+        bias = te.placeholder(bv.shape, "float32", "bias")
+        args.append(bias)
+        values.append(bv)
+
+    def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
+        v = prod[n, o, y * g.ow + xx]
+        return v + bias[o] if bias is not None else v
+
+    out = te.compute((g.n, g.o, g.oh, g.ow), epi, name="C")
+    return args + [out], values
+
+
+def _schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
+    from toolchain.schedules.cpu_dense import plan_gemm, schedule_gemm
+
+    plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
+    args, values = conv1x1_compute(node, g, plan)
+    name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
+    sch = Schedule(te.create_prim_func(args, name=name))
+    epi = sch.get_block("C")
+    sch.fuse(*sch.get_loops(epi)[2:])  # rows of the output are contiguous pixels
+    schedule_gemm(sch, plan, p, 1, "C_prod")
+    info: dict[str, Any] = {"schedule": "conv2d_1x1_gemm", "layout": "NCHW (GEMM)",
+                            "mr": plan.mr, "nr": plan.nr, "packed_weight": True,
+                            "flops": g.flops}
+    return OpSchedule(sch, values, list(node.outputs), info)
 
 
 def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
@@ -253,6 +325,8 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     if g is None:
         return _generic(node, t, "grouped, non-2-D or non-float32 convolution")
     p = cpu_params(t)
+    if is_pointwise(g) and node.inputs[1].data is not None:
+        return _schedule_conv1x1(node, g, p)
     plan = plan_conv(g, p)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
