@@ -1,0 +1,162 @@
+"""``kiln compile`` and ``kiln run DIR`` through the real CLI entry point, and the Python
+API (toolchain.api)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.bundle.helpers import assert_matches, run_ort
+from tests.models.zoo import ZOO
+from toolchain import api, cli
+
+
+@pytest.fixture()
+def kiln(monkeypatch, capsys):
+    """Run ``kiln ARGS``; returns (exit status, stdout, stderr)."""
+    monkeypatch.setitem(cli.COMMANDS, "compile", "compile_cmd")
+
+    def call(*argv: str):
+        code = cli.main([str(a) for a in argv])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
+
+@pytest.fixture(scope="module")
+def lenet(tmp_path_factory):
+    d = tmp_path_factory.mktemp("lenet")
+    model = ZOO["lenet5"].build()
+    onnx.save(model, d / "lenet5.onnx")
+    x = ZOO["lenet5"].inputs(model)
+    np.savez(d / "in.npz", **x)
+    return d, model, x
+
+
+@pytest.fixture(scope="module")
+def bundle(lenet, tmp_path_factory):
+    from toolchain.bundle import compile_model
+
+    d, _, _ = lenet
+    return compile_model(d / "lenet5.onnx", "c-generic", d / "bundle")
+
+
+def test_compile_prints_summary_and_writes_bundle(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, out, err = kiln("compile", d / "lenet5.onnx", "--target", "c-generic", "-o",
+                          tmp_path / "b", "--dump-ir", tmp_path / "ir")
+    assert code == 0, err
+    assert "kernels 9 (from 13 nodes)" in out and "arena" in out
+    meta = json.loads((tmp_path / "b" / "metadata.json").read_text())
+    assert meta["model"]["name"] == "lenet5" and meta["target"]["name"] == "c-generic"
+    assert (tmp_path / "ir" / "00_input.txt").is_file()
+    assert (tmp_path / "b" / "include" / "lenet5.h").is_file()
+
+
+def test_compile_target_from_yaml_file(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    t = tmp_path / "board.yaml"
+    t.write_text("name: my-board\nkind: c\nvector_width_bits: 128\n")
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", t, "-o", tmp_path / "b")
+    assert code == 0, err
+    assert json.loads((tmp_path / "b" / "metadata.json").read_text())["target"]["name"] == \
+        "my-board"
+
+
+def test_compile_bad_target_lists_targets(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "pdp-11", "-o",
+                        tmp_path / "b")
+    assert code == 2
+    assert "unknown target 'pdp-11'" in err and "c-generic" in err
+    assert not (tmp_path / "b").exists()
+
+
+def test_compile_non_c_target_refused(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "cuda-sm80", "-o",
+                        tmp_path / "b")
+    assert code == 2 and "kind 'cuda'" in err and "C targets" in err
+
+
+def test_compile_existing_output_needs_force(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    (tmp_path / "b").mkdir()
+    code, _, err = kiln("compile", d / "lenet5.onnx", "-o", tmp_path / "b")
+    assert code == 2 and "already exists" in err and "--force" in err
+    code, _, err = kiln("compile", d / "lenet5.onnx", "-o", tmp_path / "b", "--force")
+    assert code == 0, err
+
+
+def test_compile_missing_model_and_dynamic_shape(kiln, tmp_path):
+    code, _, err = kiln("compile", tmp_path / "nope.onnx", "-o", tmp_path / "b")
+    assert code == 2 and "does not exist" in err
+    onnx.save(ZOO["mlp"].build(), tmp_path / "mlp.onnx")
+    code, _, err = kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "b")
+    assert code == 2 and "--input-shape input=1,1,28,28" in err
+    assert not (tmp_path / "b").exists()
+    code, _, err = kiln("compile", tmp_path / "mlp.onnx", "-o", tmp_path / "b",
+                        "--input-shape", "input=2,1,28,28")
+    assert code == 0, err
+
+
+def test_run_bundle_check_passes(kiln, lenet, bundle, tmp_path):
+    d, model, x = lenet
+    code, out, err = kiln("run", bundle, "--inputs", d / "in.npz", "--check",
+                          "--outputs", tmp_path / "out.npz")
+    assert code == 0, err
+    assert "max rel err" in out and "check passed: 2 output(s)" in out
+    with np.load(tmp_path / "out.npz") as got:
+        assert_matches(dict(got), run_ort(model, x))
+
+
+def test_run_bundle_check_fails_above_tolerance(kiln, lenet, bundle):
+    d, _, _ = lenet
+    code, out, _ = kiln("run", bundle, "--inputs", d / "in.npz", "--check",
+                        "--tolerance", "1e-30")
+    assert code == 1 and "check FAILED" in out and "FAIL" in out
+
+
+def test_run_bundle_errors(kiln, lenet, bundle, tmp_path):
+    d, _, _ = lenet
+    np.savez(tmp_path / "bad.npz", input=np.zeros((1, 1, 28, 27), np.float32))
+    code, _, err = kiln("run", bundle, "--inputs", tmp_path / "bad.npz")
+    assert code == 2 and "input 'input'" in err and "[1, 1, 28, 28]" in err
+    code, _, err = kiln("run", tmp_path, "--inputs", d / "in.npz")
+    assert code == 2 and "not a Kiln bundle" in err
+    code, _, err = kiln("run", d / "lenet5.onnx", "--inputs", d / "in.npz", "--check")
+    assert code == 2 and "give a bundle directory" in err
+    code, _, err = kiln("run", bundle, "--inputs", d / "in.npz", "--check", "--model-file",
+                        tmp_path / "missing.onnx")
+    assert code == 2 and "missing.onnx is not a file" in err
+    onnx.save(ZOO["mlp"].build(), tmp_path / "other.onnx")
+    code, _, err = kiln("run", bundle, "--inputs", d / "in.npz", "--check", "--model-file",
+                        tmp_path / "other.onnx")
+    assert code == 2 and "not the model this bundle was compiled from" in err
+
+
+def test_run_onnx_path_unchanged(kiln, lenet):
+    d, _, _ = lenet
+    code, out, err = kiln("run", d / "lenet5.onnx", "--inputs", d / "in.npz")
+    assert code == 0, err
+    assert out.startswith("logits: float32[1, 10]")
+
+
+def test_python_api_load_compile_run(lenet, tmp_path):
+    d, model, x = lenet
+    m = api.load(d / "lenet5.onnx")
+    pkg = api.compile(m, target="c-generic", output=tmp_path / "pkg")
+    assert pkg.name == "lenet5" and pkg.path == (tmp_path / "pkg").absolute()
+    result = api.run(pkg, x, check=True)
+    assert result.ok and len(result.check) == 2
+    assert_matches(result.outputs, run_ort(model, x))
+    assert "max rel err" in str(result)
+    # a ModelProto with a symbolic batch, compiled to a temporary folder, default inputs
+    spec = ZOO["mlp"]
+    pkg2 = api.compile(api.load(spec.build(), shape_dict={"input": (2, 1, 28, 28)}))
+    r2 = api.run(pkg2, check=True)
+    assert r2.ok and r2["logits"].shape == (2, 10)

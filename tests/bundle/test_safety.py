@@ -1,0 +1,175 @@
+"""Safety of the generated bundle: strict C, sanitizers, no malloc, deterministic output,
+atomic writes, hostile names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from tests.bundle.helpers import (
+    STRICT,
+    assert_matches,
+    compile_run,
+    make,
+    make_model,
+    random_inputs,
+    run_main,
+    run_ort,
+)
+from tests.models.zoo import ZOO
+from toolchain.bundle import compile_model
+from toolchain.errors import OptionError
+
+F = np.float32
+STRICT_CFLAGS = "-O1 -std=c99 " + " ".join(STRICT)
+
+#: names the C must survive: quotes, backslashes, comment ends, newlines, keywords,
+#: leading digits, trigraphs, non-ASCII, and names that collide after sanitising
+HOSTILE = ['in"put*/', "a\\b\nc", "int", "9lives", "x??/y", "caf\u00e9", "a.b", "a_b",
+           "for", "main", "/* open", "kiln_run", "w" * 200]
+
+
+def _hostile_model():
+    names = iter(HOSTILE)
+    x = next(names)
+    nodes, prev = [], x
+    inits = {}
+    for k, name in enumerate(names):
+        op = ["Relu", "Add", "Mul", "Tanh"][k % 4]
+        inputs = [prev]
+        if op in ("Add", "Mul"):
+            cname = f"{name}*/const\"{k}"
+            inits[cname] = np.full((1, 4), 0.5 + k, F)
+            inputs.append(cname)
+        nodes.append(helper.make_node(op, inputs, [name], name=f'node "{name}" */ {k}'))
+        prev = name
+    return make_model(nodes, {x: (F, [2, 4])}, {prev: (F, [2, 4]), HOSTILE[4]: (F, [2, 4])},
+                      inits, name='my "net" */\n2')
+
+
+def test_hostile_names_give_valid_c(tmp_path):
+    model = _hostile_model()
+    inputs = random_inputs(model)
+    path, got = compile_run(model, tmp_path, inputs)
+    assert_matches(got, run_ort(model, inputs))
+    meta = json.loads((path / "metadata.json").read_text())
+    assert re.fullmatch(r"[a-z_][a-z0-9_]*", meta["model"]["name"])
+    fields = [t["field"] for t in meta["inputs"] + meta["outputs"]]
+    assert len(set(fields)) == len(fields)
+    for f in path.rglob("*.[ch]"):
+        text = f.read_text()
+        assert "\u00e9" not in text and "??/" not in text
+    make(path, cflags=STRICT_CFLAGS)  # the library and main.c, strict
+
+
+def test_no_malloc_anywhere(tmp_path):
+    spec = ZOO["resnet8"]
+    path = compile_model(spec.build(), "c-generic", tmp_path / "b")
+    sources = list(path.rglob("*.c")) + list(path.rglob("*.h"))
+    lib_sources = [p for p in sources if p.name != "main.c"]
+    pattern = re.compile(r"\b(malloc|calloc|realloc|free|posix_memalign|alloca)\s*\(")
+    for p in lib_sources:
+        assert not pattern.search(p.read_text()), p
+    make(path, "lib")
+    objs = sorted(str(p) for p in (path / "build").glob("*.o"))
+    res = subprocess.run(["nm", "-u", *objs], capture_output=True, text=True, check=True)
+    undefined = set(re.findall(r"\bU\s+(\S+)", res.stdout))
+    assert not undefined & {"malloc", "calloc", "realloc", "free", "posix_memalign"}, undefined
+
+
+def test_recompile_is_byte_identical(tmp_path):
+    spec = ZOO["ds_cnn"]
+    a = compile_model(spec.build(), "c-generic", tmp_path / "a", name="kws")
+    b = compile_model(spec.build(), "c-generic", tmp_path / "b", name="kws")
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert files_a == files_b and len(files_a) >= 12
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_failed_compile_leaves_nothing(tmp_path, monkeypatch):
+    import toolchain.bundle.render as render
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure while copying the runtime")
+
+    monkeypatch.setattr(render.shutil, "copytree", boom)
+    out = tmp_path / "deep" / "out"
+    with pytest.raises(RuntimeError, match="injected"):
+        compile_model(ZOO["lenet5"].build(), "c-generic", out)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temp dir, no parent folders
+
+
+def test_failed_compile_keeps_previous_bundle(tmp_path, monkeypatch):
+    import toolchain.bundle.compiler as compiler
+
+    out = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure in planning")
+
+    monkeypatch.setattr(compiler, "plan_memory", boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        compile_model(ZOO["ds_cnn"].build(), "c-generic", out, force=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+
+
+def test_existing_output_is_refused_unless_force(tmp_path):
+    out = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+    with pytest.raises(OptionError, match="already exists.*--force"):
+        compile_model(ZOO["lenet5"].build(), "c-generic", out)
+    compile_model(ZOO["mlp"].build(), "c-generic", out, force=True,
+                  input_shapes={"input": (1, 1, 28, 28)})
+    assert json.loads((out / "metadata.json").read_text())["model"]["name"] == "mlp"
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(OptionError, match="not a Kiln bundle"):
+        compile_model(ZOO["lenet5"].build(), "c-generic", other, force=True)
+    assert (other / "keep.txt").read_text() == "mine"
+
+
+def _sanitized_run(name: str, tmp_path: Path, flags: str, prefix=()) -> None:
+    spec = ZOO[name]
+    model = spec.build()
+    inputs = spec.inputs(model)
+    path = compile_model(model, "c-generic", tmp_path / name, input_shapes=spec.input_shapes)
+    make(path, "main", cflags=flags)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert_matches(run_main(path, inputs, meta, prefix=prefix), run_ort(model, inputs))
+
+
+@pytest.mark.parametrize("name", ["lenet5", "transformer_encoder", "resnet8"])
+def test_bundle_clean_under_asan_ubsan(name, tmp_path):
+    flags = ("-O1 -g -std=c99 -fsanitize=address,undefined -fno-sanitize-recover=all "
+             "-fno-omit-frame-pointer")
+    _sanitized_run(name, tmp_path, flags)
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_bundle_clean_under_valgrind(tmp_path):
+    _sanitized_run("lenet5", tmp_path, "-O1 -g -std=c99",
+                   prefix=("valgrind", "--error-exitcode=9", "--quiet"))
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+def test_cmake_builds_library_and_demo(tmp_path):
+    path = compile_model(ZOO["mlp"].build(), "c-generic", tmp_path / "b",
+                         input_shapes={"input": (1, 1, 28, 28)})
+    build = tmp_path / "cmake-build"
+    for cmd in (["cmake", "-S", str(path), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+                ["cmake", "--build", str(build)]):
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert (build / "libmlp.a").is_file() and (build / "mlp_main").is_file()
