@@ -7,9 +7,7 @@ import pytest
 
 from tests.topi.util import check_node, rand, run_te
 from toolchain import te
-from toolchain.errors import UnsupportedError
 from toolchain.topi import transform
-from toolchain.topi.registry import compute_for_node
 
 I64 = np.int64
 
@@ -136,13 +134,22 @@ def test_resize_sizes_axes_and_int() -> None:
                const=(2,))
 
 
-def test_resize_unsupported_configurations_name_the_node() -> None:
-    from tests.topi.util import make_node
+@pytest.mark.parametrize("attrs", [
+    {"mode": "cubic"}, {"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1},
+    {"mode": "cubic", "coordinate_transformation_mode": "align_corners"},
+    {"mode": "linear", "exclude_outside": 1},
+])
+def test_resize_cubic_and_exclude_outside(attrs: dict) -> None:
+    check_node("Resize", [rand(1, 2, 5, 4), None, np.array([1, 1, 1.6, 0.75], np.float32)],
+               attrs, const=(2,), rtol=1e-5, atol=1e-5)
 
-    node = make_node("Resize", [rand(1, 1, 4, 4), None, np.array([1, 1, 2, 2], np.float32)],
-                     {"mode": "cubic"}, const=(2,))
-    with pytest.raises(UnsupportedError, match=r"node 'n0' \(Resize\): .*cubic"):
-        compute_for_node(node)
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_tf_crop_and_resize(mode: str) -> None:
+    roi = np.array([0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], np.float32)
+    check_node("Resize", [rand(1, 1, 5, 4), roi, None, np.array([1, 1, 6, 5], I64)],
+               {"mode": mode, "coordinate_transformation_mode": "tf_crop_and_resize",
+                "extrapolation_value": -9.0}, const=(1, 3), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("c,blk", [(8, 4), (6, 4), (3, 8)])

@@ -206,20 +206,15 @@ def _tile(ctx: Ctx) -> list[te.Tensor]:
 @register("Resize")
 def _resize(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
-    if a["mode"] == "cubic":
-        raise ctx.unsupported("Resize mode 'cubic' has no compute definition yet (nearest and "
-                              "linear do); use mode 'linear' or run it on the host")
-    if a["coordinate_transformation_mode"] == "tf_crop_and_resize":
-        raise ctx.unsupported("coordinate_transformation_mode 'tf_crop_and_resize' has no "
-                              "compute definition")
-    if a["mode"] == "linear" and a["exclude_outside"]:
-        raise ctx.unsupported("exclude_outside = 1 has no compute definition")
     shape = ctx.shape(0)
     out, plan = resize_plan(ctx.node.describe(), shape, ctx.const(1, "roi"),
                             ctx.const(2, "scales"), ctx.const(3, "sizes"), a)
     scales = [plan[d][0] if d in plan else 1.0 for d in range(len(shape))]
+    rois = [plan[d][1] if d in plan else (0.0, 1.0) for d in range(len(shape))]
     return [tf.resize(ctx.tensor(0), out, scales, a["mode"],
-                      a["coordinate_transformation_mode"], a["nearest_mode"])]
+                      a["coordinate_transformation_mode"], a["nearest_mode"], rois,
+                      a["cubic_coeff_a"], bool(a["exclude_outside"]),
+                      a["extrapolation_value"])]
 
 
 # -- misc, quant ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Data movement: transpose, reshape, flatten, squeeze/unsqueeze, concat, split, slice,
-pad, gather, tile, expand, resize, and layout transforms (NCHW ↔ NHWC ↔ NCHW[x]c).
+pad, gather, tile, expand, resize (in :mod:`toolchain.topi.resize`, re-exported here), and
+layout transforms (NCHW ↔ NHWC ↔ NCHW[x]c).
 
 Every function is one (or, for ``split``, several) injective ``te.compute``. Reads that
 may fall outside an input (concat, constant padding, channel padding of a blocked layout)
@@ -23,9 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from toolchain import te
-from toolchain.errors import OptionError, UnsupportedError
+from toolchain.errors import OptionError
 from toolchain.tir import ir
-from toolchain.topi.elemwise import round_half_even
+from toolchain.topi.resize import resize  # noqa: F401 - part of this family's API
 from toolchain.topi.utils import (
     broadcast_index,
     broadcast_shape,
@@ -255,134 +256,6 @@ def expand(x: te.Tensor, shape: Sequence[int]) -> te.Tensor:
     out = broadcast_shape([const_shape(x, "expand"), tuple(shape)], "expand")
     return te.compute(out or (1,), lambda *i: x[broadcast_index(x, i)], name="expand",
                       tag="broadcast")
-
-
-# -- resize ---------------------------------------------------------------------------------
-
-_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
-
-
-def _source_coord(y: Expr, ctm: str, in_len: int, out_len: int, scale: float,
-                  roi: tuple[float, float]) -> Expr:
-    """Source coordinate (float64) of output cell ``y`` (ONNX coordinate modes)."""
-    f = te.cast(y, "float64")
-    s = scalar(scale, "float64")
-
-    def c(v: float) -> Expr:
-        return scalar(v, "float64")
-
-    out_w = scale * in_len
-    if ctm == "half_pixel":
-        return (f + c(0.5)) / s - c(0.5)
-    if ctm == "pytorch_half_pixel":
-        return (f + c(0.5)) / s - c(0.5) if out_w > 1 else c(-0.5)
-    if ctm == "half_pixel_symmetric":
-        offset = in_len / 2 * (1 - out_len / out_w)
-        return c(offset) + (f + c(0.5)) / s - c(0.5)
-    if ctm == "align_corners":
-        return f * c(in_len - 1) / c(out_w - 1) if out_w != 1 else c(0.0)
-    if ctm == "asymmetric":
-        return f / s
-    if ctm == "tf_half_pixel_for_nn":
-        return (f + c(0.5)) / s
-    raise UnsupportedError(f"resize: coordinate_transformation_mode {ctm!r} has no compute "
-                           "definition (tf_crop_and_resize is not supported)")
-
-
-def _nearest_index(xf: Expr, mode: str, in_len: int) -> Expr:
-    if mode == "round_prefer_floor":
-        r = te.ceil(xf - scalar(0.5, "float64"))
-    elif mode == "round_prefer_ceil":
-        r = te.floor(xf + scalar(0.5, "float64"))
-    elif mode == "floor":
-        r = te.floor(xf)
-    else:
-        r = te.ceil(xf)
-    return te.minimum(te.maximum(te.cast(r, "int32"), 0), in_len - 1)
-
-
-def _resize_tables(d: int, coord: Expr, y: Expr, t: Expr, mode: str, nearest_mode: str,
-                   in_len: int) -> tuple[Expr, Expr]:
-    """(source index, weight) of tap ``t`` of output cell ``y`` along axis ``d``."""
-    if mode == "nearest":
-        return _nearest_index(coord, nearest_mode, in_len), scalar(1.0, "float64")
-    f0 = te.floor(coord)
-    r = coord - f0
-    i = te.cast(f0, "int32") + t
-    idx = te.minimum(te.maximum(i, 0), in_len - 1)
-    return idx, te.select(te.equal(t, 0), scalar(1.0, "float64") - r, r)
-
-
-def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
-           mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
-           nearest_mode: str = "round_prefer_floor",
-           rois: Sequence[tuple[float, float]] | None = None) -> te.Tensor:
-    """Resize every axis whose ``out_shape`` or ``scales`` differ from the input's.
-
-    ``mode`` is ``nearest`` or ``linear`` (multi-linear over the resized axes). Per resized
-    axis ``d`` two small stages tabulate the source index ``resize_index_d[y, tap]`` and
-    weight ``resize_weight_d[y, tap]`` (coordinates in float64, as the registry's
-    reference computes them); the main stage gathers through the tables. ``linear``
-    interpolation is separable: one float64 stage per resized axis (``resize_axis_d``), then
-    a cast to x's dtype (integers rounded half to even and saturated).
-    """
-    shape = const_shape(x, "resize")
-    if mode not in ("nearest", "linear"):
-        raise UnsupportedError(f"resize: mode {mode!r} has no compute definition "
-                               "(nearest and linear are supported)")
-    if nearest_mode not in _NEAREST:
-        raise OptionError(f"resize: nearest_mode {nearest_mode!r} is not one of {_NEAREST}")
-    rois = list(rois) if rois is not None else [(0.0, 1.0)] * len(shape)
-    axes = [d for d in range(len(shape))
-            if out_shape[d] != shape[d] or scales[d] != 1.0 or rois[d] != (0.0, 1.0)]
-    if not axes:
-        return te.compute(tuple(out_shape), lambda *i: x[i], name="resize", tag="injective")
-    ctm = coordinate_transformation_mode
-    ntaps = 1 if mode == "nearest" else 2
-    index: dict[int, te.Tensor] = {}
-    weight: dict[int, te.Tensor] = {}
-    for d in axes:
-        def tab(y: Expr, t: Expr, d: int = d, k: int = 0) -> Expr:
-            c = _source_coord(y, ctm, shape[d], out_shape[d], scales[d], rois[d])
-            return _resize_tables(d, c, y, t, mode, nearest_mode, shape[d])[k]
-        index[d] = te.compute((out_shape[d], ntaps), lambda y, t, d=d: tab(y, t, d, 0),
-                              name=f"resize_index_{d}", tag="resize_table")
-        if mode == "linear":
-            weight[d] = te.compute((out_shape[d], ntaps), lambda y, t, d=d: tab(y, t, d, 1),
-                                   name=f"resize_weight_{d}", tag="resize_table")
-
-    if mode == "nearest":
-        def fn(*i: Expr) -> Expr:
-            return x[tuple(index[d][i[d], 0] if d in axes else i[d]
-                           for d in range(len(shape)))]
-        return te.compute(tuple(out_shape), fn, name="resize", tag="injective")
-
-    # separable: one float64 stage per resized axis (as the reference does), then a cast
-    cur = x
-    for d in axes:
-        def lin(*i: Expr, d: int = d, src: te.Tensor = cur) -> Expr:
-            acc: Expr | None = None
-            for t in range(2):
-                idx = tuple(index[d][i[d], t] if k == d else i[k] for k in range(len(shape)))
-                term = te.cast(src[idx], "float64") * weight[d][i[d], t]
-                acc = term if acc is None else acc + term
-            assert acc is not None
-            return acc
-        sh = tuple(out_shape[k] if k == d else cur_dim
-                   for k, cur_dim in enumerate(const_shape(cur)))
-        cur = te.compute(sh, lin, name=f"resize_axis_{d}", tag="injective")
-    acc_t = cur
-    if ir.is_float(x.dtype):
-        return te.compute(tuple(out_shape), lambda *i: te.cast(acc_t[i], x.dtype),
-                          name="resize", tag="injective")
-    info = np.iinfo(np.dtype(x.dtype))
-
-    def fi(*i: Expr) -> Expr:
-        rounded = round_half_even(acc_t[i])
-        return te.cast(te.minimum(te.maximum(rounded, scalar(float(info.min), "float64")),
-                                  scalar(float(info.max), "float64")), x.dtype)
-
-    return te.compute(tuple(out_shape), fi, name="resize", tag="injective")
 
 
 # -- layout transforms ----------------------------------------------------------------------
