@@ -8,11 +8,10 @@ import pytest
 
 from tests.topi.util import check_node, rand, run_te
 from toolchain import te
-from toolchain.errors import OptionError, UnsupportedError
+from toolchain.errors import OptionError
 from toolchain.graph.ops import get_op
 from toolchain.topi import transform
 from toolchain.topi.nn import conv2d, winograd
-from toolchain.topi.registry import compute_for_node
 
 
 @pytest.mark.parametrize("xs,ws,attrs", [
@@ -33,12 +32,23 @@ def test_conv_vs_reference(xs: tuple, ws: tuple, attrs: dict, bias: bool) -> Non
     check_node("Conv", [x, w, b], attrs, const=(1,), rtol=1e-5, atol=2e-5)
 
 
-def test_conv_3d_is_unsupported_with_the_node_named() -> None:
-    from tests.topi.util import make_node
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 2, 9), (3, 2, 3), {"strides": (2,), "pads": (1, 2)}),
+    ((2, 4, 8), (4, 2, 2), {"group": 2, "dilations": (3,)}),
+    ((1, 2, 4, 5, 3), (3, 2, 2, 3, 2), {"pads": (1, 0, 1, 0, 1, 1), "strides": (1, 2, 1)}),
+])
+def test_conv_1d_and_3d(xs: tuple, ws: tuple, attrs: dict) -> None:
+    check_node("Conv", [rand(*xs), rand(*ws, seed=1), rand(ws[0], seed=2)], attrs,
+               rtol=1e-5, atol=2e-5)
 
-    node = make_node("Conv", [rand(1, 1, 3, 3, 3), rand(1, 1, 2, 2, 2)])
-    with pytest.raises(UnsupportedError, match=r"node 'n0' \(Conv\): only 2-D"):
-        compute_for_node(node)
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 2, 5), (2, 3, 3), {"strides": (2,), "pads": (1, 0), "output_padding": (1,)}),
+    ((1, 2, 3, 2, 3), (2, 2, 2, 2, 2), {"strides": (2, 1, 2)}),
+    ((1, 2, 3, 3), (2, 2, 3, 3), {"strides": (2, 2), "output_shape": (9, 9)}),
+])
+def test_conv_transpose_nd_and_negative_begin_pad(xs: tuple, ws: tuple, attrs: dict) -> None:
+    check_node("ConvTranspose", [rand(*xs), rand(*ws, seed=1)], attrs, rtol=1e-5, atol=2e-5)
 
 
 def _layouts(xv: np.ndarray, wv: np.ndarray, stride: int, padding: tuple, dilation: int,

@@ -7,9 +7,7 @@ import pytest
 
 from tests.topi.util import check_node, rand, run_te
 from toolchain import te
-from toolchain.errors import UnsupportedError
 from toolchain.topi.nn import dense
-from toolchain.topi.registry import compute_for_node
 
 # -- matrix products ----------------------------------------------------------------------
 
@@ -90,18 +88,16 @@ def test_maxpool_int8() -> None:
 
 
 @pytest.mark.parametrize("attrs", POOLS[:5])
-def test_maxpool_indices(attrs: dict) -> None:
+@pytest.mark.parametrize("storage_order", [0, 1])
+def test_maxpool_indices(attrs: dict, storage_order: int) -> None:
     x = np.round(rand(2, 3, 7, 6))  # ties: the first maximum in window order wins
-    check_node("MaxPool", [x], attrs, n_out=2)
+    check_node("MaxPool", [x], attrs | {"storage_order": storage_order}, n_out=2)
 
 
-def test_maxpool_indices_column_major_unsupported() -> None:
-    from tests.topi.util import make_node
-
-    node = make_node("MaxPool", [rand(1, 1, 4, 4)], {"kernel_shape": (2, 2),
-                                                     "storage_order": 1}, n_out=2)
-    with pytest.raises(UnsupportedError, match=r"node 'n0' \(MaxPool\): .*storage_order"):
-        compute_for_node(node)
+def test_maxpool_indices_3d() -> None:
+    check_node("MaxPool", [np.round(rand(1, 2, 4, 5, 3))],
+               {"kernel_shape": (2, 2, 2), "pads": (1, 0, 1) * 2, "storage_order": 1},
+               n_out=2)
 
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])

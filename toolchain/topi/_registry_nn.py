@@ -8,6 +8,7 @@ from toolchain import te
 from toolchain.graph.ops._nn_common import window_geometry
 from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
+from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
 from toolchain.topi.nn import norm, pooling, softmax
 from toolchain.topi.registry import Ctx, register
@@ -22,28 +23,29 @@ def _spatial(ctx: Ctx, nsp: int) -> tuple[list[int], list[int], list[int]]:
 @register("Conv")
 def _conv(ctx: Ctx) -> list[te.Tensor]:
     xs, ws = ctx.shape(0), ctx.shape(1)
-    if len(xs) != 4:
-        raise ctx.unsupported(f"only 2-D convolution has a compute definition; X has shape "
-                              f"{list(xs)} ({len(xs) - 2}-D); reshape a 1-D conv to 2-D "
-                              "(H = 1)")
-    strides, dil, pads = _spatial(ctx, 2)
+    nsp = len(xs) - 2
+    strides, dil, pads = _spatial(ctx, nsp)
     geom = window_geometry(xs[2:], ws[2:], strides=strides, dilations=dil, pads=pads,
                            auto_pad=ctx.attrs["auto_pad"])
-    padding = (geom.pads_begin[0], geom.pads_begin[1], geom.pads_end[0], geom.pads_end[1])
-    y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
-                       ctx.attrs["group"])
+    if nsp == 2:
+        padding = (geom.pads_begin[0], geom.pads_begin[1], geom.pads_end[0], geom.pads_end[1])
+        y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
+                           ctx.attrs["group"])
+    else:
+        y = cvnd.conv_nd(ctx.tensor(0), ctx.tensor(1), strides,
+                         list(geom.pads_begin) + list(geom.pads_end), dil, ctx.attrs["group"])
     bias = ctx.opt_tensor(2)
     return [cv.bias_add(y, bias) if bias is not None else y]
 
 
-def _convt_out(ctx: Ctx) -> tuple[list[int], list[int]]:
+def _convt_out(ctx: Ctx, nsp: int) -> tuple[list[int], list[int]]:
     """(output spatial size, begin pads) of a ConvTranspose, by the ONNX rules."""
     a = ctx.attrs
     xs, ws = ctx.shape(0), ctx.shape(1)
-    strides, dil, pads = _spatial(ctx, 2)
-    opad = list(a["output_padding"] or [0, 0])
+    strides, dil, pads = _spatial(ctx, nsp)
+    opad = list(a["output_padding"] or [0] * nsp)
     full = [strides[i] * (xs[2 + i] - 1) + opad[i] + (ws[2 + i] - 1) * dil[i] + 1
-            for i in range(2)]
+            for i in range(nsp)]
     out = list(ctx.node.outputs[0].shape[2:])
     if a["output_shape"] or a["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
         totals = [f - o for f, o in zip(full, out, strict=True)]
@@ -51,23 +53,22 @@ def _convt_out(ctx: Ctx) -> tuple[list[int], list[int]]:
             return out, [t // 2 for t in totals]
         return out, [t - t // 2 for t in totals]
     if a["auto_pad"] == "VALID":
-        return out, [0, 0]
-    return out, pads[:2]
+        return out, [0] * nsp
+    return out, pads[:nsp]
 
 
 @register("ConvTranspose")
 def _conv_transpose(ctx: Ctx) -> list[te.Tensor]:
-    xs = ctx.shape(0)
-    if len(xs) != 4:
-        raise ctx.unsupported(f"only 2-D transposed convolution has a compute definition; X "
-                              f"has shape {list(xs)}")
-    strides, dil, _ = _spatial(ctx, 2)
-    out, pb = _convt_out(ctx)
-    if any(p < 0 for p in pb):
-        raise ctx.unsupported(f"negative begin padding {pb} (output_shape larger than the full "
-                              "transposed convolution) has no compute definition")
-    y = cvt.conv2d_transpose_nchw(ctx.tensor(0), ctx.tensor(1), strides,
-                                  (pb[0], pb[1], 0, 0), dil, ctx.attrs["group"], out_hw=out)
+    nsp = len(ctx.shape(0)) - 2
+    strides, dil, _ = _spatial(ctx, nsp)
+    out, pb = _convt_out(ctx, nsp)
+    if nsp == 2 and min(pb) >= 0:
+        y = cvt.conv2d_transpose_nchw(ctx.tensor(0), ctx.tensor(1), strides,
+                                      (pb[0], pb[1], 0, 0), dil, ctx.attrs["group"],
+                                      out_hw=out)
+    else:  # other ranks, and negative begin pads (output_shape beyond the full result)
+        y = cvnd.conv_transpose_nd(ctx.tensor(0), ctx.tensor(1), out, pb, strides, dil,
+                                   ctx.attrs["group"])
     bias = ctx.opt_tensor(2)
     return [cv.bias_add(y, bias) if bias is not None else y]
 
@@ -104,10 +105,8 @@ def _maxpool(ctx: Ctx) -> list[te.Tensor]:
     y = pooling.pool(x, "max", kernel, strides, dil, pads, ceil)
     if len(ctx.node.outputs) == 1:
         return [y]
-    if ctx.attrs["storage_order"]:
-        raise ctx.unsupported("MaxPool Indices with storage_order = 1 (column-major) has no "
-                              "compute definition; use storage_order = 0")
-    return [y, pooling.max_pool_indices(x, y, kernel, strides, dil, pads, ceil)]
+    return [y, pooling.max_pool_indices(x, y, kernel, strides, dil, pads, ceil,
+                                        ctx.attrs["storage_order"])]
 
 
 @register("AveragePool")

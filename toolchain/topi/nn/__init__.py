@@ -1,6 +1,16 @@
 """Neural-network compute definitions: convolution (direct, Winograd, transposed), dense /
 matmul, pooling, softmax and normalisations."""
 
-from toolchain.topi.nn import conv2d, conv2d_transpose, dense, norm, pooling, softmax, winograd
+from toolchain.topi.nn import (
+    conv2d,
+    conv2d_transpose,
+    conv_nd,
+    dense,
+    norm,
+    pooling,
+    softmax,
+    winograd,
+)
 
-__all__ = ["conv2d", "conv2d_transpose", "dense", "norm", "pooling", "softmax", "winograd"]
+__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "norm", "pooling", "softmax",
+           "winograd"]

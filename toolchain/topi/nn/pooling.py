@@ -147,9 +147,15 @@ def _pad_with(x: te.Tensor, pb: Sequence[int], pe: Sequence[int], fill: Expr) ->
 def max_pool_indices(x: te.Tensor, pooled: te.Tensor, kernel: Sequence[int],
                      strides: Sequence[int] | None = None,
                      dilations: Sequence[int] | None = None,
-                     pads: Sequence[int] | None = None, ceil_mode: bool = False) -> te.Tensor:
-    """ONNX MaxPool ``Indices`` (row-major, ``storage_order=0``): the int64 flat index into
-    ``x`` of the first window cell (in window order) equal to the maximum ``pooled``."""
+                     pads: Sequence[int] | None = None, ceil_mode: bool = False,
+                     storage_order: int = 0) -> te.Tensor:
+    """ONNX MaxPool ``Indices``: the int64 flat index into ``x`` of the first window cell
+    (in window order) equal to the maximum ``pooled``; the spatial part of the index is
+    row-major (``storage_order=0``) or column-major (``1``).
+
+    Two stages: ``max_pool_first_tap`` (the smallest window position holding the maximum)
+    and ``max_pool_indices`` (that position turned into the flat index).
+    """
     shape = const_shape(x, "max_pool_indices")
     nsp = len(kernel)
     spatial = shape[2:]
@@ -158,21 +164,41 @@ def max_pool_indices(x: te.Tensor, pooled: te.Tensor, kernel: Sequence[int],
     pads = list(pads or [0] * 2 * nsp)
     out, pb, _ = pool_geometry(spatial, kernel, strides, dilations, pads, ceil_mode)
     r = [te.reduce_axis((0, kernel[i]), name=f"r{i}") for i in range(nsp)]
-    big = math.prod(shape)
+    ntaps = math.prod(kernel)
+    oshape = tuple(shape[:2]) + tuple(out)
 
-    def f(*i: Expr) -> Expr:
+    def first_tap(*i: Expr) -> Expr:
         pos = [i[2 + a] * strides[a] - pb[a] + r[a] * dilations[a] for a in range(nsp)]
         inside = te.all(*[te.all(p >= 0, p < spatial[a]) for a, p in enumerate(pos)])
         clamped = tuple(te.minimum(te.maximum(p, 0), spatial[a] - 1)
                         for a, p in enumerate(pos))
-        flat: Expr = i[0] * shape[1] + i[1]
-        for a in range(nsp):
-            flat = flat * spatial[a] + clamped[a]
+        tap: Expr = r[0]
+        for a in range(1, nsp):
+            tap = tap * kernel[a] + r[a]
         hit = te.all(inside, te.equal(x[tuple(i[:2]) + clamped], pooled[i]))
-        return te.min(te.select(hit, te.cast(flat, "int64"), scalar(big, "int64")), axis=r)
+        return te.min(te.select(hit, tap, ntaps), axis=r)
 
-    return te.compute(tuple(shape[:2]) + tuple(out), f, name="max_pool_indices",
-                      tag="pool_max")
+    first = te.compute(oshape, first_tap, name="max_pool_first_tap", tag="pool_max")
+    # element strides of the spatial axes in the flat index
+    order = range(nsp - 1, -1, -1) if storage_order == 0 else range(nsp)
+    elem = [0] * nsp
+    acc = 1
+    for a in order:
+        elem[a] = acc
+        acc *= spatial[a]
+
+    def index(*i: Expr) -> Expr:
+        t = first[i]
+        flat: Expr = te.cast((i[0] * shape[1] + i[1]) * math.prod(spatial), "int64")
+        rest = t
+        for a in range(nsp - 1, -1, -1):
+            ka = te.floormod(rest, kernel[a]) if a > 0 else rest
+            rest = te.floordiv(rest, kernel[a])
+            p = i[2 + a] * strides[a] - pb[a] + ka * dilations[a]
+            flat = flat + te.cast(p * elem[a], "int64")
+        return flat
+
+    return te.compute(oshape, index, name="max_pool_indices", tag="pool_max")
 
 
 def global_pool(x: te.Tensor, kind: str) -> te.Tensor:
