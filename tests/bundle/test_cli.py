@@ -160,3 +160,22 @@ def test_python_api_load_compile_run(lenet, tmp_path):
     pkg2 = api.compile(api.load(spec.build(), shape_dict={"input": (2, 1, 28, 28)}))
     r2 = api.run(pkg2, check=True)
     assert r2.ok and r2["logits"].shape == (2, 10)
+
+
+def test_digits_example_accuracy_matches_onnxruntime(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    from toolchain.bundle import compile_model
+
+    here = Path(__file__).resolve().parents[2] / "examples" / "digits"
+    bundle = compile_model(here / "digits.onnx", "c-generic", tmp_path / "digits")
+    spec = importlib.util.spec_from_file_location("digits_evaluate", here / "evaluate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main([str(bundle)]) == 0
+    out = capsys.readouterr().out
+    kiln_acc = float(out.split("Kiln bundle accuracy: ")[1].split()[0])
+    ort_acc = float(out.split("onnxruntime accuracy: ")[1].split()[0])
+    assert kiln_acc == ort_acc >= 0.9
+    assert "predictions agree: 360/360" in out
