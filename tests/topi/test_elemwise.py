@@ -183,3 +183,18 @@ def test_large_elementwise_chain_compiled() -> None:
     v = (xv + bv).astype(np.float64)
     want = 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v**3)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Relu", "Add", "Sigmoid", "Tanh"])
+def test_float16(op: str) -> None:
+    x = rand(3, 4).astype(np.float16)
+    check_node(op, [x, x] if op == "Add" else [x], rtol=2e-3, atol=1e-3)
+
+
+def test_relu_keeps_nan() -> None:
+    check_node("Relu", [np.array([np.nan, -1.0, 2.0], np.float32)])
+
+
+@pytest.mark.parametrize("op", ["Exp", "Log", "Tanh", "Erf", "Sqrt", "Sigmoid"])
+def test_float64_math(op: str) -> None:
+    check_node(op, [rand(3, 4, lo=0.1, hi=3.0).astype(np.float64)], rtol=1e-12, atol=1e-14)

@@ -38,6 +38,12 @@ Operand = Any  # a te.Tensor or a Python / TIR scalar
 
 # -- building blocks ------------------------------------------------------------------------
 
+def stage_name(op: str) -> str:
+    """``T_<op>``: elementwise stages are named like this so that a buffer is never called
+    like a C math function (``tanh``, ``erf`` …) that a kernel calls."""
+    return f"T_{op}"
+
+
 def unary(x: te.Tensor, fn: Callable[[Expr], Expr], name: str, tag: str = "elemwise"
           ) -> te.Tensor:
     """``out[i] = fn(x[i])`` over x's shape.
@@ -46,7 +52,7 @@ def unary(x: te.Tensor, fn: Callable[[Expr], Expr], name: str, tag: str = "elemw
     >>> str(unary(x, lambda v: v * 2.0, "twice").op.body)
     'x[i0] * T.float32(2.0)'
     """
-    return te.compute(x.shape, lambda *i: fn(x[i]), name=name, tag=tag)
+    return te.compute(x.shape, lambda *i: fn(x[i]), name=stage_name(name), tag=tag)
 
 
 def _load(t: Operand, idx: Sequence[Expr]) -> Expr:
@@ -72,7 +78,7 @@ def nary(operands: Sequence[Operand], fn: Callable[..., Expr], name: str,
     def body(*i: Expr) -> Expr:
         return fn(*(_load(t, i) for t in operands))
 
-    return te.compute(shape, body, name=name, tag=tag)
+    return te.compute(shape, body, name=stage_name(name), tag=tag)
 
 
 def broadcast_to(x: te.Tensor, shape: Sequence[int], name: str = "broadcast_to") -> te.Tensor:
@@ -87,8 +93,8 @@ def broadcast_to(x: te.Tensor, shape: Sequence[int], name: str = "broadcast_to")
 # -- activations and unary math ---------------------------------------------------------------
 
 def relu(x: te.Tensor) -> te.Tensor:
-    """``max(x, 0)``."""
-    return unary(x, lambda v: te.maximum(v, scalar(0, v.dtype)), "relu")
+    """``max(x, 0)``, written ``x < 0 ? 0 : x`` so NaN stays NaN (as numpy's maximum)."""
+    return unary(x, lambda v: te.select(v < scalar(0, v.dtype), scalar(0, v.dtype), v), "relu")
 
 
 def leaky_relu(x: te.Tensor, alpha: float = 0.01) -> te.Tensor:

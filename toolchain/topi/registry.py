@@ -26,7 +26,7 @@ Example::
     >>> x = Value("x", (2, 3), "float32"); y = Value("y", (2, 3), "float32")
     >>> ins, outs = compute_for_node(Node("Relu", "r0", [x], [y]))
     >>> [t.name for t in ins], [t.name for t in outs]
-    (['x'], ['relu'])
+    (['x'], ['T_relu'])
 """
 
 from __future__ import annotations
