@@ -46,12 +46,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace the output directory if it holds a previous bundle")
     parser.add_argument("--no-progress", action="store_true",
                         help="never show a progress bar")
+    parser.add_argument("--board", metavar="NAME|FILE.yaml",
+                        help="also write a firmware project for this board (boards/*.yaml): "
+                             "fit check, cross build, size report (see docs/embedded.md)")
 
 
 def run(args: argparse.Namespace) -> int:
     from toolchain.bundle import compile_model
     from toolchain.errors import InputError
 
+    if getattr(args, "board", None):
+        from toolchain.boards.cli import compile_command
+
+        return compile_command(args, input_shapes(args))
     if not Path(args.model).is_file():
         raise InputError(f"model file {args.model} does not exist")
     start = time.perf_counter()

@@ -184,6 +184,10 @@ def run_bundle(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from toolchain.boards.cli import is_board_bundle, run_command
+
+    if is_board_bundle(args.model):  # built with --board: cross build, run on QEMU
+        return run_command(args)
     if Path(args.model).is_dir():
         return run_bundle(args)
     if args.check or args.model_file:

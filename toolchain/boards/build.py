@@ -1,0 +1,168 @@
+"""Compile a model for a board: bundle + firmware project, the fit check, the size report.
+
+:func:`compile_board` is ``kiln compile MODEL --board NAME -o DIR``::
+
+    estimate from the ONNX initializers  -> refuse now if the weights alone overflow flash
+    build_spec (the board's target)      -> estimate flash (weights + code) and RAM (arena,
+                                            outputs, stack); refuse if either overflows
+    write the bundle + firmware/         -> make board qemu (arm-none-eabi-gcc)
+    linker map of the board link         -> size report in metadata.json["board"]["size"]
+
+A link that overflows a region (the estimate was too low) is refused the same way, with
+the linker's numbers.
+
+Example::
+
+    >>> out, report = compile_board("kws.onnx", "nucleo-l4r5zi", "build/kws")  # doctest: +SKIP
+    >>> report["flash"]["total"] <= report["flash"]["available"]              # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from toolchain.boards.descriptor import Board, load_board
+from toolchain.boards.project import firmware_files
+from toolchain.boards.size import size_report
+from toolchain.errors import BuildError, TargetError
+
+#: flash of picolibc (printf, semihosting), start-up, call sequence, runtime and main
+RUNTIME_FLASH_ESTIMATE = 12 * 1024
+#: flash per kernel before linking (a conservative mean over the zoo's kernels)
+KERNEL_FLASH_ESTIMATE = 1024
+#: RAM of picolibc's state (stdio buffers, errno) besides the arena, outputs and stack
+RUNTIME_RAM_ESTIMATE = 2 * 1024
+
+INSTALL_HINT = ("install the Arm cross compiler and C library: apt-get install "
+                "gcc-arm-none-eabi picolibc-arm-none-eabi")
+
+
+def require_tool(name: str, hint: str) -> str:
+    """The path of ``name`` on PATH, or a :class:`BuildError` saying what to install."""
+    path = shutil.which(name)
+    if path is None:
+        raise BuildError(f"{name} is not installed (not on PATH); {hint}")
+    return path
+
+
+def _refuse(board: Board, what: str, flash_need: int, ram_need: int, how: str) -> TargetError:
+    f, r = board.flash.size, board.ram.size
+    over = []
+    if flash_need > f:
+        over.append(f"flash needs {flash_need:,} B, the board has {f:,} B "
+                    f"({flash_need / f:.1f}x)")
+    if ram_need > r:
+        over.append(f"RAM needs {ram_need:,} B, the board has {r:,} B ({ram_need / r:.1f}x)")
+    return TargetError(f"{what} does not fit board {board.name}: {'; '.join(over)} ({how}). "
+                       "Choose a board with more memory or a smaller model (int8 weights are "
+                       "4x smaller)")
+
+
+def estimate(meta: dict[str, Any], board: Board) -> tuple[int, int]:
+    """(flash, RAM) bytes the firmware will need, before anything is compiled."""
+    outputs = sum(t["bytes"] for t in meta["outputs"])
+    inputs = sum(t["bytes"] for t in meta["inputs"])
+    flash = (meta["weight_bytes"] + inputs + RUNTIME_FLASH_ESTIMATE
+             + KERNEL_FLASH_ESTIMATE * meta["kernel_count"])
+    ram = meta["arena_bytes"] + outputs + board.stack_bytes + RUNTIME_RAM_ESTIMATE
+    return flash, ram
+
+
+def _initializer_bytes(model: Any) -> int:
+    from toolchain.frontend.onnx import load_model
+
+    proto = load_model(model)[0]
+    total = 0
+    for t in proto.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        total += n * {1: 4, 11: 8, 7: 8, 10: 2, 3: 1, 2: 1, 6: 4, 5: 2}.get(t.data_type, 4)
+    return total
+
+
+def make(firmware: Path, *goals: str, extra: dict[str, str] | None = None,
+         timeout: float = 600) -> None:
+    """``make -C firmware goals`` with the cross compiler; link overflows -> TargetError."""
+    require_tool("arm-none-eabi-gcc", INSTALL_HINT)
+    require_tool("make", "install make (apt-get install make)")
+    cmd = ["make", "-C", str(firmware), "-j2", *goals,
+           *(f"{k}={v}" for k, v in (extra or {}).items())]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"building the firmware in {firmware} took over {timeout:.0f} s "
+                         f"({' '.join(cmd)})") from None
+    if proc.returncode != 0:
+        text = proc.stdout + proc.stderr
+        if "specs" in text and "picolibc" in text and "No such file" in text:
+            raise BuildError(f"picolibc is not installed for arm-none-eabi; {INSTALL_HINT}")
+        overflow = re.findall(r"region `(\w+)' overflowed by (\d+) bytes", text)
+        if overflow:
+            raise TargetError("the firmware does not fit: " + "; ".join(
+                f"{region} overflowed by {int(n):,} B" for region, n in overflow)
+                + f" (linking in {firmware})")
+        tail = "\n".join(text.strip().splitlines()[-25:])
+        raise BuildError(f"building the firmware failed ({' '.join(cmd)}):\n{tail}")
+
+
+def compile_board(model: Any, board: str | Board, output: str | Path, *,
+                  input_shapes: dict[str, tuple[int, ...]] | None = None,
+                  name: str | None = None, dump_ir: str | Path | None = None,
+                  force: bool = False, progress: bool | None = None,
+                  build: bool = True) -> tuple[Path, dict[str, Any] | None]:
+    """Compile ``model`` for ``board`` into ``output``; (path, size report or None)."""
+    from toolchain.bundle.compiler import build_spec
+    from toolchain.bundle.render import check_destination, render_files, write_bundle
+
+    b = board if isinstance(board, Board) else load_board(board)
+    check_destination(Path(output).absolute(), force)
+    raw = _initializer_bytes(model)
+    if raw > b.flash.size:
+        raise _refuse(b, "the model", raw, 0, "estimate from the model's weights alone, "
+                      "before compiling")
+    spec = build_spec(model, b.compile_target(), input_shapes=input_shapes, name=name,
+                      dump_ir=dump_ir, progress=progress)
+    files = render_files(spec)
+    meta = json.loads(files["metadata.json"])
+    flash_need, ram_need = estimate(meta, b)
+    if flash_need > b.flash.size or ram_need > b.ram.size:
+        raise _refuse(b, f"model {meta['model']['name']}", flash_need, ram_need,
+                      f"estimate before linking: weights {meta['weight_bytes']:,} B + code, "
+                      f"arena {meta['arena_bytes']:,} B + stack {b.stack_bytes:,} B")
+    meta["board"] = board_metadata(b, flash_need, ram_need)
+    files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
+    files.update(firmware_files(meta, b))
+    out = write_bundle(files, output, force=force)
+    if not build:
+        return out, None
+    return out, build_and_report(out, b)
+
+
+def board_metadata(b: Board, flash_need: int, ram_need: int) -> dict[str, Any]:
+    """The ``board`` entry of a board bundle's metadata.json (before the link)."""
+    return {"name": b.name, "core": b.core, "fpu": b.fpu, "float_abi": b.float_abi,
+            "target": b.target, "layout": b.layout, "cpu_flags": list(b.cpu_flags),
+            "flash": {"origin": b.flash.origin, "size": b.flash.size},
+            "ram": {"origin": b.ram.origin, "size": b.ram.size},
+            "stack_bytes": b.stack_bytes,
+            "qemu": {"machine": b.qemu.machine, "cpu": b.qemu.cpu},
+            "estimate": {"flash": flash_need, "ram": ram_need}, "size": None}
+
+
+def build_and_report(out: Path, b: Board) -> dict[str, Any]:
+    """Build both firmware variants; write the board link's size report to metadata.json."""
+    fw = out / "firmware"
+    make(fw, "board", "qemu")
+    report = size_report(fw / "build" / "board" / "firmware.map", b.flash.size, b.ram.size)
+    meta_path = out / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["board"]["size"] = report
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return report
