@@ -97,3 +97,47 @@ def test_cortex_m4_conv_cross_compiles(tmp_path) -> None:
                      {"pads": [1, 1, 1, 1]})
     s = schedule_for(node, "cortex-m4")
     cross_compile_m4(get_renderer("c", openmp=False).render(lower(s.schedule)).code, tmp_path)
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("xs, ws", [
+    ((1, 16, 10, 10), (16, 16, 3, 3)),
+    ((1, 32, 13, 11), (20, 32, 3, 3)),
+    ((2, 16, 7, 9), (17, 16, 3, 3)),
+])
+def test_winograd_is_chosen_and_matches(target, xs, ws) -> None:
+    from toolchain.schedules.cpu_winograd import winograd_tile
+
+    n, c, h, w = xs
+    m = winograd_tile(ConvGeom(n, c, h, w, ws[0], 3, 3, h, w, 1, 1, 1, 1, 1, 1),
+                      cpu_params(target))
+    assert m in (2, 4)
+    op = _run(target, xs, ws, {"pads": [1, 1, 1, 1]})
+    assert op.metadata["info"]["schedule"] == f"conv2d_winograd_f{m}"
+    assert op.op_schedule.input_values[1].name.endswith(f"_winograd{m}")
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "winograd2", "winograd4"])
+def test_algorithm_override(monkeypatch, algorithm) -> None:
+    from toolchain.schedules import cpu_conv2d
+
+    monkeypatch.setattr(cpu_conv2d, "ALGORITHM", algorithm)
+    op = _run(RUNNABLE[-1], (1, 16, 9, 9), (16, 16, 3, 3), {"pads": [1, 0, 1, 2]})
+    want = "conv2d_nchwc" if algorithm == "direct" else f"conv2d_winograd_f{algorithm[-1]}"
+    assert op.metadata["info"]["schedule"] == want
+
+
+def test_winograd_rule() -> None:
+    from toolchain.schedules.cpu_winograd import winograd_tile
+
+    p = cpu_params("x86_64-avx512")
+
+    def g(c, hw, o=64, k=3, s=1):
+        return ConvGeom(1, c, hw, hw, o, k, k, hw // s, hw // s, s, s, 1, 1, 1, 1)
+
+    assert winograd_tile(g(64, 56), p) == 4 and winograd_tile(g(256, 14), p) == 4
+    assert winograd_tile(g(512, 7), p) == 2          # 4 tiles of F(4) waste a vector
+    assert winograd_tile(g(1024, 28), p) == 2        # F(4) accuracy limit
+    assert winograd_tile(g(8, 56), p) is None         # transforms dominate
+    assert winograd_tile(g(64, 56, s=2), p) is None and winograd_tile(g(64, 56, k=5), p) \
+        is None

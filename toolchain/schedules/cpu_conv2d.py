@@ -54,6 +54,11 @@ from toolchain.tir.schedule import Schedule
 
 Expr = ir.PrimExpr
 
+#: ``"auto"`` (the rule of :func:`~toolchain.schedules.cpu_winograd.winograd_tile`),
+#: ``"direct"`` (never Winograd) or ``"winograd2"``/``"winograd4"`` (that tile wherever
+#: Winograd applies) — for benchmarks and tests that compare the algorithms
+ALGORITHM = "auto"
+
 
 @dataclass(frozen=True)
 class ConvGeom:
@@ -327,6 +332,14 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
         return _schedule_conv1x1(node, g, p)
+    if node.inputs[1].data is not None and ALGORITHM != "direct":
+        from toolchain.schedules.cpu_winograd import schedule_winograd, winograd_tile
+
+        m = winograd_tile(g, p)
+        if ALGORITHM in ("winograd2", "winograd4") and m is not None:
+            m = int(ALGORITHM[-1])
+        if m is not None:
+            return schedule_winograd(node, g, p, m)
     plan = plan_conv(g, p)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"

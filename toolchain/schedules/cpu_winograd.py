@@ -1,0 +1,235 @@
+"""Winograd F(m×m, 3×3) convolution as the default CPU schedule of 3×3 stride-1 convs.
+
+Same algebra as :mod:`toolchain.topi.nn.winograd` (``Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A``),
+laid out for speed:
+
+1. ``D[c, a, b, p]`` — the α×α input tiles, tiles ``p`` innermost (zero padding and the
+   partial last tiles folded in): every later stage reads whole vectors of tiles;
+2. ``V[ε, ν, p/nr, c, p%nr] = Σ Bᵀ[ε,a] Bᵀ[ν,b] D[c, a, b, p]`` written straight into the
+   packed-panel layout the GEMM micro-kernel reads; ``ε, ν`` are unrolled so each of the α²
+   outputs is a sum of only the non-zero terms (the coefficients are Python constants
+   in a select chain that unrolling folds);
+3. ``M[ε, ν, k, p] = Σ_c U[ε, ν, k, c] V[ε, ν, c, p]`` — α² GEMMs scheduled by
+   :func:`toolchain.schedules.cpu_dense.schedule_gemm` (register tile, L2 blocking);
+   ``U = G g Gᵀ`` is computed at compile time (float64) and zero-padded to the tile rows;
+4. ``Y2[k, i, j, p] = Σ Aᵀ[i,a] Aᵀ[j,b] M[a, b, k, p]`` (unrolled like 2.);
+5. ``out[n, k, y, x] = Y2[k, y%m, x%m, tile(y, x)] + bias[k]``.
+
+**When** (:func:`winograd_tile`, a rule measured on this project's benchmark, see
+``docs/performance.md``): 3×3, stride 1, dilation 1, one group, constant weights, at least
+16 input and 16 output channels. The tile size minimises ``α² × (tiles rounded up to a
+vector)``, the multiply count of the GEMMs; F(4×4) only up to 512 input channels (its
+error grows with C: 2.3e-5 of the largest output at C = 512, inside the 1e-4 budget),
+F(2×2) otherwise.
+
+>>> from toolchain.schedules.cpu_conv2d import ConvGeom
+>>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
+>>> winograd_tile(g, cpu_params("x86_64-avx512")), winograd_tile(
+...     ConvGeom(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1), cpu_params("x86_64-avx512"))
+(4, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from toolchain import te
+from toolchain.graph.ir import Node, Value
+from toolchain.schedules.common import CpuParams, ceil_div, cpu_params
+from toolchain.schedules.cpu_dense import GemmPlan, plan_gemm, schedule_gemm
+from toolchain.schedules.registry import OpSchedule
+from toolchain.tir import ir
+from toolchain.tir.schedule import Schedule
+from toolchain.topi.nn.winograd import winograd_matrices, winograd_weight_transform
+
+Expr = ir.PrimExpr
+
+#: F(4x4, 3x3) is used up to this many input channels (accuracy, see the module docstring)
+F4_MAX_CHANNELS = 512
+
+
+def winograd_tile(g: Any, p: CpuParams) -> int | None:
+    """The output tile ``m`` (2 or 4) for conv geometry ``g``, or None for direct conv."""
+    if (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) != (3, 3, 1, 1, 1, 1) or g.c < 16 or g.o < 16:
+        return None
+    lanes = p.lanes("float32")
+
+    def cost(m: int) -> int:
+        tiles = g.n * ceil_div(g.oh, m) * ceil_div(g.ow, m)
+        return (m + 2) ** 2 * ceil_div(tiles, lanes) * lanes
+
+    if g.c > F4_MAX_CHANNELS:
+        return 2
+    return 4 if cost(4) < cost(2) else 2
+
+
+def _lin(coefs: np.ndarray, terms: list[Expr]) -> Expr:
+    """``Σ coefs[i] * terms[i]`` over the non-zero coefficients (±1 without a multiply)."""
+    out: Expr | None = None
+    for c, t in zip(coefs, terms, strict=True):
+        if c == 0:
+            continue
+        neg = c < 0
+        mag = abs(float(c))
+        v = t if mag == 1.0 else t * ir.FloatImm(mag, "float32")
+        if out is None:
+            out = -v if neg else v
+        else:
+            out = out - v if neg else out + v
+    return out if out is not None else ir.FloatImm(0.0, "float32")
+
+
+def _select2(n: int, i: Expr, j: Expr, value: Any) -> Expr:
+    """``value(a, b)`` for the (constant after unrolling) pair ``(i, j)`` in ``n x n``."""
+    out: Expr = value(n - 1, n - 1)
+    for a in range(n):
+        for b in range(n):
+            if (a, b) != (n - 1, n - 1):
+                out = te.select(te.all(te.equal(i, a), te.equal(j, b)), value(a, b), out)
+    return out
+
+
+def _gemm_plan(g: Any, m: int, p: CpuParams) -> GemmPlan:
+    tiles = g.n * ceil_div(g.oh, m) * ceil_div(g.ow, m)
+    plan = plan_gemm(g.o, tiles, g.c, p)
+    lanes = plan.lanes
+    # one vector of tiles wastes less than two when the tile count is just over a vector
+    if plan.nr > lanes and ceil_div(tiles, lanes) * lanes < ceil_div(tiles, plan.nr) * plan.nr:
+        plan = dataclasses.replace(plan, nr=lanes)
+    return plan
+
+
+def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan
+                     ) -> tuple[list[te.Tensor], list[Value]]:
+    """The five stages of the module docstring; returns (kernel args, input values)."""
+    xv, wv, bv = node.inputs[0], node.inputs[1], node.input(2)
+    at, _, bt = winograd_matrices(m)
+    al = m + 2
+    nh, nw = ceil_div(g.oh, m), ceil_div(g.ow, m)
+    nr, pp, kp = plan.nr, plan.np_, plan.mp
+    x = te.placeholder(xv.shape, "float32", "X")
+    u = winograd_weight_transform(wv.data, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
+    up = np.zeros((al, al, kp, g.c), np.float32)
+    up[:, :, :g.o] = u
+    ut = te.placeholder(up.shape, "float32", "U")
+    args, values = [x, ut], [xv, Value.constant(f"{wv.name}_winograd{m}", up)]
+    zero = ir.FloatImm(0.0, "float32")
+
+    # zero-padded copy of X covering every (partial) tile, then the tiles with the tile
+    # column innermost: D[c, a, b, T, tw] (T = n * nh + th) is D[c, a, b, q] in memory
+    hp, wp = nh * m + 2, nw * m + 2
+
+    def pad_f(n: Expr, c: Expr, r: Expr, s_: Expr) -> Expr:
+        iy, ix = r - g.pt, s_ - g.pl
+        ok = te.all(iy >= 0, iy < g.h, ix >= 0, ix < g.w)
+        return te.if_then_else(ok, x[n, c, te.max(te.min(iy, g.h - 1), 0),
+                                      te.max(te.min(ix, g.w - 1), 0)], zero)
+
+    xp = te.compute((g.n, g.c, hp, wp), pad_f, name="wino_pad")
+    rows_t = ceil_div(pp, nw)
+
+    def tile_in(c: Expr, a: Expr, b: Expr, t: Expr, tw: Expr) -> Expr:
+        n = te.min(t // nh, g.n - 1)
+        val = xp[n, c, (t % nh) * m + a, tw * m + b]
+        return te.if_then_else(t < g.n * nh, val, zero) if rows_t > g.n * nh else val
+
+    d5 = te.compute((g.c, al, al, rows_t, nw), tile_in, name="wino_tiles")
+
+    class _Flat:
+        def __getitem__(self, idx: tuple) -> Expr:
+            c, a, b, q = idx
+            return d5[c, a, b, q // nw, q % nw]
+
+    d = _Flat()
+
+    def vtrans(e1: Expr, e2: Expr, j0: Expr, c: Expr, j1: Expr) -> Expr:
+        q = j0 * nr + j1
+
+        def val(a: int, b: int) -> Expr:
+            rows = [_lin(bt[b], [d[c, r, s, q] for s in range(al)]) for r in range(al)]
+            return _lin(bt[a], rows)
+
+        return _select2(al, e1, e2, val)
+
+    v = te.compute((al, al, pp // nr, g.c, nr), vtrans, name="wino_V")
+    rc = te.reduce_axis((0, g.c), name="rc")
+    mm = te.compute((al, al, kp, pp), lambda e1, e2, i, j: te.sum(
+        ut[e1, e2, i, rc] * v[e1, e2, j // nr, rc, j % nr], axis=rc), name="wino_M")
+
+    def ytrans(k: Expr, i: Expr, j: Expr, q: Expr) -> Expr:
+        def val(a: int, b: int) -> Expr:
+            rows = [_lin(at[b], [mm[r, s, k, q] for s in range(al)]) for r in range(al)]
+            return _lin(at[a], rows)
+
+        return _select2(m, i, j, val)
+
+    y2 = te.compute((g.o, m, m, pp), ytrans, name="wino_Y")
+    bias = None
+    if bv is not None:
+        bias = te.placeholder(bv.shape, "float32", "bias")
+        args.append(bias)
+        values.append(bv)
+
+    def out_f(n: Expr, k: Expr, yy: Expr, xx: Expr) -> Expr:
+        q = (n * nh + yy // m) * nw + xx // m
+        val = y2[k, yy % m, xx % m, q]
+        return val + bias[k] if bias is not None else val
+
+    out = te.compute((g.n, g.o, g.oh, g.ow), out_f, name="conv_out")
+    return args + [out], values
+
+
+def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
+    loops = sch.get_loops(block)
+    f, _ = sch._loop(loops[-1])
+    ext = int(f.extent.value) if isinstance(f.extent, ir.IntImm) else 0
+    if ext and ext % lanes == 0:
+        _, vl = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(vl)
+
+
+def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int) -> OpSchedule:
+    """Build and schedule the Winograd kernel of a Conv node (see the module docstring)."""
+    plan = _gemm_plan(g, m, p)
+    args, values = winograd_compute(node, g, m, plan)
+    name = f"conv2d_winograd{m}_{g.c}x{g.h}x{g.w}_{g.o}"
+    sch = Schedule(te.create_prim_func(args, name=name))
+    lanes = plan.lanes
+    # input transform: per (c, vector of tiles), all α² outputs unrolled
+    vb = sch.get_block("wino_V")
+    e1, e2, j0, c, j1 = sch.get_loops(vb)
+    sch.reorder(j0, c, e1, e2, j1)
+    sch.unroll(e1)
+    sch.unroll(e2)
+    _vectorize_last(sch, vb, lanes)
+    schedule_gemm(sch, plan, p, 2, "wino_M")
+    yb = sch.get_block("wino_Y")
+    k, i, j, q = sch.get_loops(yb)
+    q0, q1 = sch.split(q, [None, lanes])
+    sch.reorder(k, q0, i, j, q1)
+    sch.unroll(i)
+    sch.unroll(j)
+    sch.vectorize(q1)
+    ob = sch.get_block("conv_out")
+    ol = sch.get_loops(ob)
+    if g.ow % m == 0 and g.oh % m == 0:
+        y0, y1 = sch.split(ol[2], [None, m])
+        x0, x1 = sch.split(ol[3], [None, m])
+        sch.reorder(y0, x0, y1, x1)
+    if p.cores > 1:
+        sch.parallel(sch.get_loops(sch.get_block("wino_pad"))[1])
+        sch.parallel(sch.get_loops(sch.get_block("wino_tiles"))[0])
+        sch.parallel(sch.get_loops(vb)[0])
+        sch.parallel(sch.get_loops(yb)[0])
+        sch.parallel(sch.fuse(*sch.get_loops(ob)[:2]))
+    info: dict[str, Any] = {"schedule": f"conv2d_winograd_f{m}", "layout": f"Winograd F({m}x{m})",
+                            "m": m, "mr": plan.mr, "nr": plan.nr, "packed_weight": True,
+                            "flops": g.flops}
+    return OpSchedule(sch, values, list(node.outputs), info)
+
+
+__all__ = ["F4_MAX_CHANNELS", "schedule_winograd", "winograd_compute", "winograd_tile",
+           "cpu_params"]
