@@ -77,11 +77,13 @@ def _top_of(func: ir.PrimFunc, target: ir.Stmt) -> int:
     raise ScheduleError("internal: statement not found under the root block")
 
 
-def _insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt, alloc: ir.Buffer) -> ir.PrimFunc:
+def _insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt,
+                 alloc: ir.Buffer | None) -> ir.PrimFunc:
     root = st.root_block(func)
     items = _root_items(func)
     items.insert(pos, stmt)
-    new_root = replace(root, body=ir.seq(*items), alloc_buffers=root.alloc_buffers + (alloc,))
+    allocs = root.alloc_buffers + ((alloc,) if alloc is not None else ())
+    new_root = replace(root, body=ir.seq(*items), alloc_buffers=allocs)
     return st.replace_block(func, root, new_root)
 
 

@@ -150,6 +150,17 @@ def _writeback(blk: ir.Block, spatial: list[ir.IterVar], store: ir.BufferStore, 
     return st.make_loop_nest(loops, ir.BlockRealize(values, ir.IntImm(1, "bool"), wb_blk))
 
 
+def _full_init(name: str, spatial: list[ir.IterVar], init: ir.BufferStore) -> ir.Stmt:
+    """A nest storing ``init`` at every point of the spatial domain (no guard)."""
+    vmap = {iv.var: ir.Var(iv.var.name) for iv in spatial}
+    ivs = tuple(ir.IterVar(vmap[iv.var], iv.dom, "spatial") for iv in spatial)
+    blk = refresh_regions(ir.Block(name, ivs, (), (), substitute(init, vmap)))
+    loops = [(ir.Var(f"ax{k}"), iv.dom.extent) for k, iv in enumerate(ivs)]
+    values = tuple(lv if ir.is_const_int(iv.dom.min, 0) else lv + iv.dom.min
+                   for (lv, _), iv in zip(loops, ivs, strict=True))
+    return st.make_loop_nest(loops, ir.BlockRealize(values, ir.IntImm(1, "bool"), blk))
+
+
 def _check_rfactor_loops(f: ir.For, blk: ir.Block, spat: list, red: list,
                          bpath: tuple[ir.Stmt, ...]) -> list[ir.For]:
     """Validate the loop to factor; return the loops that feed reduce vars."""
@@ -247,17 +258,26 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     if init_val is None:
         raise ScheduleError(f"rfactor: the init of block {blk.name_hint!r} is not a store")
     rf_name = sch._fresh_block_name(f"{blk.name_hint}_rf")
+    rf_init = ir.BufferStore(rf_buf, init_val, tuple(rf_idx))
+    guarded = not ir.is_const_int(r.predicate, 1)
+    # with a guard, some partial results may never see an iteration: initialise them all
+    # up front instead of at the first (possibly skipped) reduction step
     rf_blk = refresh_regions(ir.Block(rf_name, tuple(rf_ivs), (), (), rf_store,
-                                      ir.BufferStore(rf_buf, init_val, tuple(rf_idx))))
+                                      None if guarded else rf_init))
     rf_realize = ir.BlockRealize(tuple(rf_vals), r.predicate, rf_blk)
     wb_nest = _writeback(blk, [iv for iv, _ in spat], store, comb, rf_buf, factor_axis,
                          f.extent, vrf.name)
     from toolchain.tir.schedule.cache import _insert_root, _top_of, check_no_reader_in_nest
 
     check_no_reader_in_nest(sch._func, r, out, "rfactor")
-    pos = _top_of(sch._func, r) + 1
+    pos = _top_of(sch._func, r)
     func = st.replace_stmts(sch._func, {id(r): rf_realize})
-    sch._func = _insert_root(func, pos, wb_nest, rf_buf)
+    func = _insert_root(func, pos + 1, wb_nest, rf_buf)
+    if guarded:
+        init_nest = _full_init(sch._fresh_block_name(f"{rf_name}_init"),
+                               [iv for iv in rf_ivs if iv.iter_type == "spatial"], rf_init)
+        func = _insert_root(func, pos, init_nest, None)
+    sch._func = func
     from toolchain.tir.schedule.schedule import BlockRV as _B
 
     return _B(rf_name)
