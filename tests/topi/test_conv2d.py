@@ -179,3 +179,46 @@ def test_conv_transpose_vs_reference(xs: tuple, ws: tuple, attrs: dict, bias: bo
     b = rand(ws[1] * g, seed=2) if bias else None
     check_node("ConvTranspose", [rand(*xs), rand(*ws, seed=1), b], attrs, const=(1,),
                rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("algorithm,options", [
+    ("winograd2", {}), ("winograd4", {}), ("nchwc", {"block": (4, 4)}),
+    ("nchwc", {"block": (8, 16)}),
+])
+@pytest.mark.parametrize("attrs", [{"pads": (1, 1, 1, 1)}, {"auto_pad": "SAME_UPPER"},
+                                   {"pads": (0, 2, 1, 0)}])
+def test_registry_conv_algorithms(algorithm: str, options: dict, attrs: dict) -> None:
+    """The registry builds Winograd / NCHW[x]c computes with weights packed at compile
+    time (NodeCompute.packs) and they agree with the Conv reference."""
+    x, w, b = rand(1, 6, 7, 9), rand(5, 6, 3, 3, seed=1), rand(5, seed=2)
+    check_node("Conv", [x, w, b], attrs, const=(1, 2), rtol=1e-4, atol=1e-4,
+               algorithm=algorithm, **options)
+
+
+def test_registry_nchwc_depthwise_and_grouped() -> None:
+    x = rand(1, 8, 6, 6)
+    check_node("Conv", [x, rand(8, 1, 3, 3, seed=1)], {"group": 8, "pads": (1, 1, 1, 1)},
+               const=(1,), rtol=1e-5, atol=2e-5, algorithm="nchwc", block=(4, 4))
+    check_node("Conv", [x, rand(8, 4, 3, 3, seed=1)], {"group": 2, "strides": (2, 2)},
+               const=(1,), rtol=1e-5, atol=2e-5, algorithm="nchwc", block=(4, 4))
+
+
+def test_registry_conv_algorithm_errors_name_the_node() -> None:
+    from tests.topi.util import make_node
+    from toolchain.errors import UnsupportedError
+    from toolchain.topi.registry import compute_for_node
+
+    strided = make_node("Conv", [rand(1, 2, 6, 6), rand(3, 2, 3, 3)], {"strides": (2, 2)},
+                        const=(1,))
+    with pytest.raises(UnsupportedError, match=r"node 'n0' \(Conv\): Winograd F\(2x2, 3x3\) "
+                                               r"needs a 3x3 kernel, stride 1"):
+        compute_for_node(strided, algorithm="winograd2")
+    runtime_w = make_node("Conv", [rand(1, 2, 6, 6), rand(3, 2, 3, 3)])
+    with pytest.raises(UnsupportedError, match="needs input 1 to be a constant"):
+        compute_for_node(runtime_w, algorithm="winograd4")
+    with pytest.raises(UnsupportedError, match="algorithm 'fft' is not one of"):
+        compute_for_node(runtime_w, algorithm="fft")
+    grouped = make_node("Conv", [rand(1, 6, 4, 4), rand(6, 3, 3, 3)], {"group": 2},
+                        const=(1,))
+    with pytest.raises(UnsupportedError, match="divisible by the blocks 4, 4"):
+        compute_for_node(grouped, algorithm="nchwc", block=(4, 4))

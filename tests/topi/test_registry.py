@@ -58,3 +58,18 @@ def test_shape_operand_that_is_not_constant_is_a_model_error() -> None:
     y = Value("y", (2,), "float32")
     with pytest.raises(ModelError, match=r"node 'sl' \(Slice\): input 1 \(starts"):
         compute_for_node(Node("Slice", "sl", [x, starts, ends], [y]))
+
+
+def test_packed_weights_are_described_by_packs_and_feeds() -> None:
+    from toolchain.topi.nn.winograd import winograd_weight_transform
+
+    w = rand(4, 3, 3, 3, seed=1)
+    node = make_node("Conv", [rand(1, 3, 6, 6), w], {"pads": (1, 1, 1, 1)}, const=(1,))
+    nc = node_compute(node, algorithm="winograd2")
+    assert list(nc.packs) == [1]
+    assert [t.shape[0].value for t in nc.inputs] == [1, 4]  # x, U[4, 4, C, K]
+    x = rand(1, 3, 6, 6)
+    fed = nc.feeds({"in0": x})
+    assert fed[0] is x or np.array_equal(fed[0], x)
+    np.testing.assert_array_equal(fed[1], winograd_weight_transform(w, 2))
+    assert node_compute(node).packs == {}

@@ -100,23 +100,27 @@ def make_node(op: str, arrays: Sequence[np.ndarray | None], attrs: Mapping[str, 
     return Node(op, "n0", ins, outs, attrs)
 
 
-def run_node(node: Node, arrays: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    """Run the registry's compute of ``node`` on ``arrays`` (one per node input)."""
+def run_node(node: Node, arrays: Sequence[np.ndarray | None], **options: Any
+             ) -> list[np.ndarray]:
+    """Run the registry's compute of ``node`` on ``arrays`` (one per node input); inputs
+    the compute packs at compile time are packed with its numpy function."""
     from toolchain.topi.registry import node_compute
 
-    nc = node_compute(node)
-    by_value = {id(v): a for v, a in zip(node.inputs, arrays, strict=True) if v is not None}
-    feeds = [np.asarray(by_value[id(v)]) for v in nc.input_values]
+    nc = node_compute(node, **options)
+    feeds = nc.feeds({v.name: a for v, a in zip(node.inputs, arrays, strict=True)
+                      if v is not None})
     outs = run_te(nc.inputs, nc.outputs, feeds)
     return [o.reshape(v.shape) for o, v in zip(outs, node.outputs, strict=True)]
 
 
 def check_node(op: str, arrays: Sequence[np.ndarray | None],
                attrs: Mapping[str, Any] | None = None, const: Sequence[int] = (),
-               n_out: int = 1, rtol: float = 1e-5, atol: float = 1e-6) -> list[np.ndarray]:
-    """Compare the compute of a one-node graph with the registry's numpy reference."""
+               n_out: int = 1, rtol: float = 1e-5, atol: float = 1e-6,
+               **options: Any) -> list[np.ndarray]:
+    """Compare the compute of a one-node graph with the registry's numpy reference
+    (``options`` go to ``node_compute``, e.g. ``algorithm="winograd2"``)."""
     node = make_node(op, arrays, attrs, const, n_out)
-    got = run_node(node, arrays)
+    got = run_node(node, arrays, **options)
     want = get_op(op).reference(list(arrays), dict(attrs or {}))[:n_out]
     for k, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g.dtype == w.dtype, f"{op} output {k}: dtype {g.dtype} != {w.dtype}"

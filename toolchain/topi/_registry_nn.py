@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from toolchain import te
 from toolchain.graph.ops._nn_common import window_geometry
+from toolchain.topi import transform as tf
 from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
 from toolchain.topi.nn import norm, pooling, softmax
+from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
 
@@ -27,15 +29,53 @@ def _conv(ctx: Ctx) -> list[te.Tensor]:
     strides, dil, pads = _spatial(ctx, nsp)
     geom = window_geometry(xs[2:], ws[2:], strides=strides, dilations=dil, pads=pads,
                            auto_pad=ctx.attrs["auto_pad"])
+    algo = ctx.options.get("algorithm", "direct")
+    if algo not in ("direct", "winograd2", "winograd4", "nchwc"):
+        raise ctx.unsupported(f"algorithm {algo!r} is not one of direct, winograd2, "
+                              "winograd4, nchwc")
+    if nsp != 2 and algo != "direct":
+        raise ctx.unsupported(f"algorithm {algo!r} needs a 2-D convolution")
     if nsp == 2:
         padding = (geom.pads_begin[0], geom.pads_begin[1], geom.pads_end[0], geom.pads_end[1])
-        y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
-                           ctx.attrs["group"])
+        if algo.startswith("winograd"):
+            y = _conv_winograd(ctx, int(algo[-1]), padding, strides, dil)
+        elif algo == "nchwc":
+            y = _conv_nchwc(ctx, padding, strides, dil)
+        else:
+            y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
+                               ctx.attrs["group"])
     else:
         y = cvnd.conv_nd(ctx.tensor(0), ctx.tensor(1), strides,
                          list(geom.pads_begin) + list(geom.pads_end), dil, ctx.attrs["group"])
     bias = ctx.opt_tensor(2)
     return [cv.bias_add(y, bias) if bias is not None else y]
+
+
+def _conv_winograd(ctx: Ctx, m: int, padding: tuple[int, int, int, int], strides: list[int],
+                   dil: list[int]) -> te.Tensor:
+    ws = ctx.shape(1)
+    if tuple(ws[2:]) != (3, 3) or strides != [1, 1] or dil != [1, 1] or ctx.attrs["group"] != 1:
+        raise ctx.unsupported(f"Winograd F({m}x{m}, 3x3) needs a 3x3 kernel, stride 1, "
+                              f"dilation 1 and group 1; got kernel {list(ws[2:])}, strides "
+                              f"{strides}, dilations {dil}, group {ctx.attrs['group']}; use "
+                              "algorithm='direct'")
+    u = ctx.packed_tensor(1, lambda w: wg.winograd_weight_transform(w, m), "Winograd")
+    return wg.conv2d_winograd_nchw(ctx.tensor(0), u, m, padding)
+
+
+def _conv_nchwc(ctx: Ctx, padding: tuple[int, int, int, int], strides: list[int],
+                dil: list[int]) -> te.Tensor:
+    cb, ob = ctx.options.get("block", (8, 8))
+    c, m = ctx.shape(0)[1], ctx.shape(1)[0]
+    g = ctx.attrs["group"]
+    ib = cb if g == 1 else (1 if c // g == 1 else cb)
+    if g > 1 and (c % cb or m % ob or (c // g) % ib):
+        raise ctx.unsupported(f"NCHW[x]c with group {g} needs channel counts ({c} in, {m} "
+                              f"out) divisible by the blocks {cb}, {ob}; use algorithm='direct'")
+    w = ctx.packed_tensor(1, lambda a: tf.pack_kernel_nchwc(a, ib, ob), "NCHW[x]c")
+    x = tf.layout_transform(ctx.tensor(0), "NCHW", f"NCHW{cb}c")
+    y = cv.conv2d_nchwc(x, w, strides, padding, dil, g)
+    return tf.layout_transform(y, f"NCHW{ob}c", "NCHW", channels=m)
 
 
 def _convt_out(ctx: Ctx, nsp: int) -> tuple[list[int], list[int]]:

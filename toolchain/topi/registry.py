@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
-from toolchain.errors import KilnError, UnsupportedError
+from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of
 from toolchain.graph.ops.registry import const_input
@@ -48,13 +48,33 @@ ComputeFn = Callable[["Ctx"], list[te.Tensor]]
 _COMPUTES: dict[str, ComputeFn] = {}
 
 
+#: a compile-time transform of a constant operand (e.g. Winograd or NCHW[x]c packing)
+PackFn = Callable[[np.ndarray], np.ndarray]
+
+
 @dataclass
 class NodeCompute:
-    """The compute of one node: kernel inputs, outputs, and the values behind the inputs."""
+    """The compute of one node: kernel inputs, outputs, the values behind the inputs, and
+    for inputs that are packed at compile time, the numpy function that packs the value's
+    data (``packs[k]`` applies to ``inputs[k]`` / ``input_values[k]``)."""
 
     inputs: list[te.Tensor]
     outputs: list[te.Tensor]
     input_values: list[Value]
+    packs: dict[int, PackFn] = field(default_factory=dict)
+
+    def feeds(self, arrays: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+        """The kernel's input arrays: each value's data (or ``arrays[value.name]``), packed
+        where ``packs`` says so."""
+        out = []
+        for k, v in enumerate(self.input_values):
+            data = v.data if arrays is None or v.name not in arrays else arrays[v.name]
+            if data is None:
+                raise UnsupportedError(f"no data for kernel input {v.name!r}; pass it in "
+                                       "arrays")
+            data = np.asarray(data)
+            out.append(self.packs[k](data) if k in self.packs else data)
+        return out
 
 
 def _sanitize(name: str) -> str:
@@ -69,7 +89,20 @@ class Ctx:
 
     node: Node
     attrs: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)
     _tensors: dict[int, te.Tensor] = field(default_factory=dict)
+    _packs: dict[int, PackFn] = field(default_factory=dict)
+
+    def packed_tensor(self, i: int, pack: PackFn, what: str) -> te.Tensor:
+        """Placeholder for constant input ``i`` packed at compile time by ``pack``."""
+        v = self.node.input(i)
+        if v is None or v.data is None:
+            raise self.unsupported(f"{what} needs input {i} to be a constant (it is packed at "
+                                   "compile time)")
+        packed = pack(np.asarray(v.data))
+        self._tensors[i] = te.placeholder(packed.shape, v.dtype, _sanitize(v.name))
+        self._packs[i] = pack
+        return self._tensors[i]
 
     def tensor(self, i: int) -> te.Tensor:
         """Placeholder for node input ``i`` (a kernel input)."""
@@ -109,10 +142,11 @@ class Ctx:
     def unsupported(self, msg: str) -> UnsupportedError:
         return UnsupportedError(f"{self.node.describe()}: {msg}")
 
-    def ordered_inputs(self) -> tuple[list[te.Tensor], list[Value]]:
+    def ordered_inputs(self) -> tuple[list[te.Tensor], list[Value], dict[int, PackFn]]:
         idx = sorted(self._tensors)
         values = [self.node.inputs[i] for i in idx]
-        return [self._tensors[i] for i in idx], [v for v in values if v is not None]
+        packs = {k: self._packs[i] for k, i in enumerate(idx) if i in self._packs}
+        return [self._tensors[i] for i in idx], [v for v in values if v is not None], packs
 
 
 def register(*ops: str) -> Callable[[ComputeFn], ComputeFn]:
@@ -135,20 +169,23 @@ def _load() -> None:
     from toolchain.topi import _registry_nn, _registry_ops  # noqa: F401
 
 
-def node_compute(node: Node) -> NodeCompute:
-    """The compute of ``node`` with the graph values behind its inputs."""
+def node_compute(node: Node, **options: Any) -> NodeCompute:
+    """The compute of ``node`` with the graph values behind its inputs.
+
+    ``options`` pick among algorithms where an op has several (so far Conv:
+    ``algorithm="direct"`` (default), ``"winograd2"`` / ``"winograd4"`` (3×3, stride 1,
+    constant weights, transformed at compile time) or ``"nchwc"`` with
+    ``block=(cb, ob)`` (data blocked in the compute, weights packed at compile time)).
+    """
     _load()
     fn = _COMPUTES.get(node.op)
     if fn is None:
         raise UnsupportedError(f"{node.describe()}: op {node.op!r} has no compute definition "
                                f"in toolchain.topi (supported: {', '.join(sorted(_COMPUTES))})")
-    try:
-        attrs = attrs_of(node)
-    except KilnError:
-        raise
-    ctx = Ctx(node, attrs)
+    attrs = attrs_of(node)
+    ctx = Ctx(node, attrs, dict(options))
     outs = fn(ctx)
-    ins, values = ctx.ordered_inputs()
+    ins, values, packs = ctx.ordered_inputs()
     if len(outs) != len(node.outputs):
         raise ctx.unsupported(f"the compute gives {len(outs)} outputs but the node has "
                               f"{len(node.outputs)}")
@@ -164,10 +201,11 @@ def node_compute(node: Node) -> NodeCompute:
                                f"{list(got)} but value {v.name!r} is {v.dtype}{list(want)} "
                                "(a bug in toolchain.topi)")
         fixed.append(t)
-    return NodeCompute(ins, fixed, values)
+    return NodeCompute(ins, fixed, values, packs)
 
 
-def compute_for_node(node: Node) -> tuple[list[te.Tensor], list[te.Tensor]]:
-    """``(inputs, outputs)`` tensors of ``node``'s compute (see the module docstring)."""
-    nc = node_compute(node)
+def compute_for_node(node: Node, **options: Any) -> tuple[list[te.Tensor], list[te.Tensor]]:
+    """``(inputs, outputs)`` tensors of ``node``'s compute (see the module docstring;
+    ``options`` as in :func:`node_compute`)."""
+    nc = node_compute(node, **options)
     return nc.inputs, nc.outputs
