@@ -4,14 +4,19 @@
     python benchmarks/models.py lenet5 resnet8           # some models
     python benchmarks/models.py --target c-generic --runs 200 --keep build/bench
 
+The default target is the widest CPU descriptor this machine runs
+(``toolchain.target.host_target()``: ``x86_64-avx512`` here).
+
 For each model of ``tests/models/zoo.py``:
 
 * **compile s** — ``kiln compile`` (import, passes, schedules, C, plan, weights, files);
+* **layout** — the data layout the kernels use (the target's, or ``nchw`` where a kernel
+  for the target's layout cannot be built yet);
 * **nodes -> kernels** — graph nodes after import, fused kernels in the bundle;
 * **arena / lower / naive** — the memory plan (KiB): the arena, the lower bound (largest sum
   of live bytes at one step) and every tensor in its own place;
 * **weights** — KiB of constants in ``src/weights.c``;
-* **kiln us** — the bundle's demo ``main`` built with ``make`` (``-O3 -march=native``) and
+* **kiln us** — the bundle's demo ``main`` built with ``make`` (``-O3`` + the target's flags) and
   timed *from C*: ``./main --repeat N`` runs ``<model>_run`` N times, and the minimum over
   the runs is reported (clock_gettime around each call: no Python in the loop);
 * **ort us** — onnxruntime, ``intra_op_num_threads=1``, ``inter_op_num_threads=1``,
@@ -49,7 +54,8 @@ from tests.models.zoo import ZOO  # noqa: E402
 from toolchain.bundle import compile_model  # noqa: E402
 
 SKIP = {"fcn_opset11": "its Resize scales are computed at run time in the fused graph"}
-CFLAGS = "-O3 -std=c99 -ffp-contract=fast -march=native"
+#: on top of the bundle's own target flags (the Makefile's default CFLAGS are replaced)
+CFLAGS = "-O3 -std=c99 -ffp-contract=fast"
 
 
 def ort_session(model: onnx.ModelProto):
@@ -89,11 +95,12 @@ def ort_overhead(runs: int) -> float:
 
 def time_kiln(bundle: Path, feeds: dict, runs: int) -> float:
     """Minimum seconds per ``<model>_run``, timed by the demo main in C."""
-    res = subprocess.run(["make", "-s", "-C", str(bundle), "main", f"CFLAGS={CFLAGS}"],
+    meta = json.loads((bundle / "metadata.json").read_text())
+    flags = " ".join([CFLAGS, *meta["target"]["cflags"]])
+    res = subprocess.run(["make", "-s", "-C", str(bundle), "main", f"CFLAGS={flags}"],
                          capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"make failed in {bundle}:\n{res.stderr[-2000:]}")
-    meta = json.loads((bundle / "metadata.json").read_text())
     args = []
     for t in meta["inputs"]:
         f = bundle / f"bench_in_{t['field']}.bin"
@@ -120,7 +127,8 @@ def bench(name: str, target: str, runs: int, root: Path, overhead: float) -> dic
     plan = meta["memory_plan"]
     kiln = time_kiln(bundle, feeds, runs)
     ort_t = time_ort(model, feeds, runs)
-    return {"model": name, "compile_s": compile_s, "nodes": meta["nodes_before_fusion"],
+    return {"model": name, "layout": meta["target"]["layout"].split()[0],
+            "compile_s": compile_s, "nodes": meta["nodes_before_fusion"],
             "kernels": meta["kernel_count"], "arena": meta["arena_bytes"],
             "lower": plan["lower_bound"], "naive": plan["naive_bytes"],
             "weights": meta["weight_bytes"], "kiln": kiln, "ort": ort_t,
@@ -131,24 +139,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="zoo models (default: all but "
                                               f"{', '.join(SKIP)})")
-    ap.add_argument("--target", default="c-generic")
+    ap.add_argument("--target", default=None, help="target name or YAML file (default: the "
+                                                   "host's widest CPU target)")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per model (min is kept)")
     ap.add_argument("--keep", type=Path, help="write the bundles here (default: a temp dir)")
     args = ap.parse_args(argv)
     names = args.models or [n for n in ZOO if n not in SKIP]
+    if args.target is None:
+        from toolchain.target import host_target
+
+        args.target = host_target().name
     root = args.keep or Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     overhead = ort_overhead(args.runs)
-    print(f"target {args.target}; kiln: make CFLAGS='{CFLAGS}', timed in C; onnxruntime: "
+    print(f"target {args.target}; kiln: make CFLAGS='{CFLAGS} <target flags>', timed in C; "
+          "onnxruntime: "
           f"1 thread, sequential; its per-call overhead {overhead * 1e6:.1f} us (subtracted)")
     print()
-    print("| model | compile s | nodes -> kernels | arena KiB | lower KiB | naive KiB | "
+    print("| model | layout | compile s | nodes -> kernels | arena KiB | lower KiB | naive KiB | "
           "weights KiB | kiln us | ort us | ort-ovh us | ratio |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     rows = []
     for name in names:
         r = bench(name, args.target, args.runs, root, overhead)
         rows.append(r)
-        print(f"| {name} | {r['compile_s']:.1f} | {r['nodes']} -> {r['kernels']} | "
+        print(f"| {name} | {r['layout']} | {r['compile_s']:.1f} | {r['nodes']} -> {r['kernels']} | "
               f"{r['arena'] / 1024:,.1f} | {r['lower'] / 1024:,.1f} | {r['naive'] / 1024:,.1f} | "
               f"{r['weights'] / 1024:,.1f} | {r['kiln'] * 1e6:,.1f} | {r['ort'] * 1e6:,.1f} | "
               f"{(r['ort'] - overhead) * 1e6:,.1f} | {r['ratio']:.2f} |", flush=True)

@@ -155,8 +155,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                progress: bool | None = None) -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files."""
     from toolchain.frontend.onnx import from_onnx
-    from toolchain.graph.passes import run_pipeline
-    from toolchain.graph.passes.layout import layout_for_target
+    from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
     t = resolve_target(target)
     loadable, source, stem = _source_info(model)
@@ -166,6 +165,35 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                           "--name NAME")
     graph = from_onnx(loadable, input_shapes=input_shapes)
     layout = layout_for_target(t)
+    try:
+        fused, kernels = _kernels(graph, layout, t, prefix, dump_ir, progress)
+        layout_note = _layout_name(layout)
+    except UnsupportedError as exc:
+        if layout.kind == "nchw":
+            raise
+        # the target's blocked/NHWC layout needs a kernel Kiln cannot build yet: the whole
+        # graph in NCHW still gives a correct bundle (recorded in metadata.json)
+        layout_note = (f"nchw (the target's {_layout_name(layout)} failed: "
+                       f"{str(exc).splitlines()[0][:160]})")
+        fused, kernels = _kernels(graph, parse_layout_target("nchw"), t, prefix, dump_ir,
+                                  progress)
+    scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
+    plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch)
+    plan.check()
+    options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
+               "name": prefix, "alignment": ALIGNMENT}
+    return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source)
+
+
+def _layout_name(layout: Any) -> str:
+    return f"nchw{layout.block}c" if layout.kind == "nchwc" else layout.kind
+
+
+def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
+             progress: bool | None) -> tuple[Graph, list[CompiledKernel]]:
+    """The fused graph in ``layout`` and its compiled kernels."""
+    from toolchain.graph.passes import run_pipeline
+
     fused = run_pipeline(graph, layout, dump_dir=dump_ir)
     for node in fused.nodes:
         if node.op != "Fused":
@@ -186,13 +214,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         src = render_kernel(func, cname, restrict=node.name not in in_place)
         kernels.append(CompiledKernel(i, node, src, params, how,
                                       get_op(node.op).flops_of(node), node.name in in_place))
-    scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
-    plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch)
-    plan.check()
-    options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
-               "name": prefix, "alignment": ALIGNMENT}
-    return BundleSpec(prefix, graph, fused, t, f"{layout.kind}" + (
-        str(layout.block) if layout.kind == "nchwc" else ""), kernels, plan, options, source)
+    return fused, kernels
 
 
 def c_type(dtype: str) -> str:

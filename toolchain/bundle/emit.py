@@ -8,7 +8,8 @@
   it for exactly the kernel's step), instead of ``posix_memalign`` + ``free``;
 * **single thread, portable pragmas**: no OpenMP (a bundle runs on one core; a firmware
   has no OpenMP runtime) and no ``#pragma omp simd`` (unknown pragmas break
-  ``-Werror`` builds; the loops are vectorised by the schedule or the compiler);
+  ``-Werror`` builds; the loops are vectorised by the schedule or the compiler), and
+  ``__extension__`` before GNU statement expressions (``-pedantic``);
 * **no ``restrict`` when aliasing is planned**: a kernel whose output the memory plan puts
   over one of its inputs (in place) is rendered without ``restrict``.
 
@@ -47,6 +48,10 @@ class KernelSource:
     vector_types: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: bytes of arena scratch it needs (0: no ``kiln_scratch`` parameter)
     scratch_bytes: int = 0
+    #: C the kernel needs before it: ``#include`` lines and tensor-intrinsic definitions
+    prelude: str = ""
+    #: compiler flags its intrinsics need (e.g. ``-mavx512vnni``)
+    flags: list[str] = field(default_factory=list)
 
 
 class BundleRenderer(CRenderer):
@@ -67,6 +72,11 @@ class BundleRenderer(CRenderer):
 
     def render_simd_pragma(self, s: ir.For) -> None:
         return  # see the module docstring
+
+    def expr_Let(self, e: ir.Let) -> tuple[str, int]:
+        # a GNU statement expression: __extension__ keeps -pedantic builds clean
+        text, prec = super().expr_Let(e)
+        return f"__extension__ {text}", prec
 
     def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
                           body: ir.Stmt) -> None:
@@ -100,4 +110,10 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool = True) -> Ker
     r.stmt(func.body)
     if r.scratch_bytes:
         params = [*params, "uint8_t* kiln_scratch"]
-    return KernelSource(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes)
+    flags: list[str] = []
+    if func.attrs.get("c_prelude"):
+        from toolchain.intrinsics import intrinsic_flags
+
+        flags = list(intrinsic_flags(func))
+    return KernelSource(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes,
+                        str(func.attrs.get("c_prelude", "")), flags)

@@ -32,7 +32,7 @@ from toolchain.errors import BuildError, InputError, TargetError
 from toolchain.graph.ir import np_dtype
 from toolchain.runtime.build import cache_dir, compiler_version, find_compiler
 
-#: flags of a host build (``-march`` is added: the target's arch, else ``native``)
+#: flags of a host build (the target's flags are added; ``-march=native`` if it has none)
 HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
 
 _ERRORS = {1: "a NULL argument", 2: "the arena is misaligned", 3: "a kernel failed"}
@@ -64,18 +64,31 @@ def _sources(d: Path, model: str) -> list[Path]:
     return files
 
 
-def host_march(meta: Mapping[str, Any], cc: str) -> str:
-    """The ``-march`` for a host build of a bundle; refuses targets this host cannot run."""
-    arch = (meta.get("target") or {}).get("arch")
-    if not arch:
-        return "native"
-    probe = subprocess.run([cc, f"-march={arch}", "-x", "c", "-c", "-o", os.devnull,
-                            os.devnull], capture_output=True, text=True, check=False)
+def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
+    """Target flags for a host build of a bundle; refuses targets this host cannot run
+    (a cross compiler, CPU features this machine lacks, an ``-march`` it refuses)."""
+    from toolchain.target import host_cpu_flags
+
+    t = meta.get("target") or {}
+    name = t.get("name", "?")
+    if t.get("compiler") not in (None, "cc", "gcc", "clang"):
+        raise TargetError(f"the bundle's target {name!r} is built with {t['compiler']}: it "
+                          "cannot run on this host; cross-compile it with `make lib` in the "
+                          "bundle directory (docs/bundle.md) and run it on the board")
+    missing = sorted(set(t.get("cpu_flags") or ()) - host_cpu_flags())
+    if missing and host_cpu_flags():
+        raise TargetError(f"the bundle's target {name!r} needs CPU features this host lacks "
+                          f"({', '.join(missing)}); compile for another target (kiln compile "
+                          "--target c-generic) to run it here")
+    flags = list(t.get("cflags") or ())
+    if not any(f.startswith("-march=") for f in flags):
+        flags.insert(0, "-march=native")
+    probe = subprocess.run([cc, *flags, "-x", "c", "-c", "-o", os.devnull, os.devnull],
+                           capture_output=True, text=True, check=False)
     if probe.returncode != 0:
-        raise TargetError(f"the bundle's target {meta['target']['name']!r} (arch {arch}) cannot "
-                          f"run on this host ({cc} refuses -march={arch}); build it with the "
-                          "target's cross compiler: make CC=... in the bundle directory")
-    return arch
+        raise TargetError(f"the bundle's target {name!r} cannot be built on this host ({cc} "
+                          f"refuses {' '.join(flags)}): {probe.stderr.strip()[:300]}")
+    return flags
 
 
 def build_host(path: str | Path, cc: str | None = None,
@@ -85,7 +98,7 @@ def build_host(path: str | Path, cc: str | None = None,
     meta = read_metadata(d)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
-    flags = [*HOST_FLAGS, f"-march={host_march(meta, compiler)}", *extra_flags]
+    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *extra_flags]
     srcs = _sources(d, model)
     h = hashlib.sha256()
     for f in [*srcs, d / "include" / f"{model}.h", d / "src" / "kernels.h",

@@ -143,6 +143,34 @@ def _vector_types(spec: BundleSpec) -> list[dict[str, Any]]:
     return out
 
 
+def _preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
+    """(``#include`` lines, other prelude blocks) of every kernel, each once, in order."""
+    includes: list[str] = []
+    blocks: list[str] = []
+    for k in spec.kernels:
+        for block in k.source.prelude.split("\n\n"):
+            block = block.strip("\n")
+            if not block:
+                continue
+            lines = block.splitlines()
+            if all(ln.startswith("#include") for ln in lines):
+                includes += [ln for ln in lines if ln not in includes]
+            elif block not in blocks:
+                blocks.append(block)
+    return includes, blocks
+
+
+def build_flags(spec: BundleSpec) -> list[str]:
+    """Flags beyond ``-O3 -std=c99`` the kernels need: the target's ``-march`` and
+    ``cflags`` (optimisation levels left to the Makefile), and the intrinsics' flags."""
+    t = spec.target
+    flags = [f"-march={t.arch}"] if t.arch else []
+    flags += [f for f in t.cflags if not f.startswith("-O") and f not in flags]
+    for k in spec.kernels:
+        flags += [f for f in k.source.flags if f not in flags]
+    return flags
+
+
 def render_files(spec: BundleSpec) -> dict[str, str]:
     """Every generated text file of the bundle, by relative path."""
     env = _env()
@@ -157,13 +185,16 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     kernels = [{"index": k.index, "name": k.source.name, "params": k.source.params,
                 "body": k.source.body, "comment": calls[i]["comment"]}
                for i, k in enumerate(spec.kernels)]
-    arch = spec.target.arch
+    includes, preludes = _preludes(spec)
+    flags = build_flags(spec)
     ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
            "inputs": inputs, "outputs": outputs, "arena_bytes": spec.plan.arena_bytes,
            "arena_align": ALIGNMENT, "weight_bytes": weight_bytes, "weights": loc.weights,
            "align": ALIGNMENT, "calls": calls, "copies": copies, "kernels": kernels,
            "int_types": _INTS, "scalar_types": _SCALARS, "vector_types": _vector_types(spec),
-           "target": spec.target.name, "arch_flags": f" -march={arch}" if arch else ""}
+           "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
+           "compiler": spec.target.compiler, "prelude_includes": includes,
+           "preludes": preludes}
     m = spec.model
     files = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
@@ -176,8 +207,9 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
         "Makefile": env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
     }
-    files["metadata.json"] = json.dumps(_metadata(spec, inputs, outputs, loc, weight_bytes),
-                                        indent=2) + "\n"
+    meta = _metadata(spec, inputs, outputs, loc, weight_bytes)
+    meta["target"]["cflags"] = flags
+    files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
     return files
 
 
@@ -190,7 +222,8 @@ def _metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict
         "kiln_version": __version__,
         "model": {"name": spec.model, "graph": spec.graph.name, **spec.source},
         "target": {"name": t.name, "kind": t.kind, "arch": t.arch,
-                   "vector_width_bits": t.vector_width_bits, "layout": spec.layout},
+                   "vector_width_bits": t.vector_width_bits, "layout": spec.layout,
+                   "compiler": t.compiler, "cpu_flags": list(t.cpu_flags)},
         "options": spec.options,
         "inputs": [{k: x[k] for k in keep} for x in inputs],
         "outputs": [{k: x[k] for k in keep} for x in outputs],

@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
           + (f", {fallback} without a default schedule" if fallback else ""))
     print(f"  arena {meta['arena_bytes']:,} B (lower bound {plan['lower_bound']:,} B, "
           f"naive {plan['naive_bytes']:,} B), weights {meta['weight_bytes']:,} B")
+    if "failed" in meta["target"]["layout"]:
+        print(f"  note: layout {meta['target']['layout']}")
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
           "--check")
     return 0
