@@ -30,8 +30,8 @@ Example::
     >>> inner = Graph("fused_add_relu_0", [x, b], [z],
     ...               [Node("Add", "add", [x, b], [y]), Node("Relu", "relu", [y], [z])])
     >>> k = schedule_fused(fused_node(inner, "injective", [x, b]), "c-generic")
-    >>> [blk for blk in k.block_names()]  # one loop nest: add was inlined into relu
-    ['relu']
+    >>> len(k.block_names())  # one loop nest: add was inlined into relu
+    1
 """
 
 from __future__ import annotations
