@@ -179,3 +179,28 @@ def test_digits_example_accuracy_matches_onnxruntime(tmp_path, capsys):
     ort_acc = float(out.split("onnxruntime accuracy: ")[1].split()[0])
     assert kiln_acc == ort_acc >= 0.9
     assert "predictions agree: 360/360" in out
+
+
+def test_x86_target_bundle_runs_when_host_can(lenet, tmp_path):
+    from toolchain.bundle import compile_model, load_bundle
+    from toolchain.target import load_target, runs_here
+
+    if not runs_here(load_target("x86_64-avx2")):
+        pytest.skip("this host cannot run x86_64-avx2 code")
+    d, model, x = lenet
+    path = compile_model(d / "lenet5.onnx", "x86_64-avx2", tmp_path / "b")
+    meta = json.loads((path / "metadata.json").read_text())
+    assert "-march=x86-64-v3" in meta["target"]["cflags"]
+    assert "-march=x86-64-v3" in (path / "Makefile").read_text()
+    assert_matches(load_bundle(path, extra_flags=("-Wall", "-Wextra", "-Werror", "-pedantic"))(x),
+                   run_ort(model, x))
+
+
+def test_cross_target_compiles_but_does_not_run_here(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "cortex-m4", "-o",
+                        tmp_path / "m4")
+    assert code == 0, err
+    assert "CC = arm-none-eabi-gcc" in (tmp_path / "m4" / "Makefile").read_text()
+    code, _, err = kiln("run", tmp_path / "m4", "--inputs", d / "in.npz")
+    assert code == 2 and "arm-none-eabi-gcc" in err and "cannot run on this host" in err

@@ -173,3 +173,22 @@ def test_cmake_builds_library_and_demo(tmp_path):
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert res.returncode == 0, res.stdout + res.stderr
     assert (build / "libmlp.a").is_file() and (build / "mlp_main").is_file()
+
+
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None,
+                    reason="arm-none-eabi-gcc is not installed")
+def test_cortex_m4_library_cross_compiles_strict(tmp_path):
+    """The firmware path: `make lib` with the board's compiler and flags, -Werror."""
+    path = compile_model(Path(__file__).resolve().parents[2] / "examples" / "digits" /
+                         "digits.onnx", "cortex-m4", tmp_path / "m4")
+    probe = subprocess.run(["arm-none-eabi-gcc", "--specs=picolibc.specs", "-E", "-x", "c",
+                            "-", "-o", "/dev/null"], input="#include <math.h>\n",
+                           capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip("picolibc for arm-none-eabi is not installed")
+    make(path, "lib", cflags="-O2 -std=c99 -mcpu=cortex-m4 -mthumb -mfloat-abi=hard "
+                             "-mfpu=fpv4-sp-d16 --specs=picolibc.specs " + " ".join(STRICT))
+    res = subprocess.run(["arm-none-eabi-nm", "-u", str(path / "libdigits.a")],
+                         capture_output=True, text=True, check=True)
+    assert not set(re.findall(r"\bU\s+(\S+)", res.stdout)) & {"malloc", "free", "calloc",
+                                                               "realloc"}
