@@ -113,6 +113,13 @@ def unravel(flat: ir.PrimExpr, shape: Sequence[int]) -> tuple[ir.PrimExpr, ...]:
     return tuple(out)
 
 
+def window_index(o: ir.PrimExpr, stride: int, r: ir.PrimExpr, dilation: int) -> ir.PrimExpr:
+    """``o * stride + r * dilation`` without the factors that are 1 (cleaner printed IR)."""
+    a = o * stride if stride != 1 else o
+    b = r * dilation if dilation != 1 else r
+    return a + b
+
+
 def const_matrix(values: np.ndarray, name: str, dtype: str = "float32") -> te.Tensor:
     """A constant 2-D tensor as a compute (a select chain; schedules unroll and fold it).
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from toolchain import te
 from toolchain.errors import OptionError
 from toolchain.tir import ir
-from toolchain.topi.utils import as_tuple, const_shape, scalar
+from toolchain.topi.utils import as_tuple, const_shape, scalar, window_index
 
 Expr = ir.PrimExpr
 IntOrPair = int | Sequence[int]
@@ -131,7 +131,8 @@ def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
 
     def f(nn: Expr, m: Expr, y: Expr, x: Expr) -> Expr:
         ci = rc if groups == 1 else te.floordiv(m, og) * i + rc
-        return te.sum(te.cast(padded[nn, ci, y * sh + ry * dh, x * sw + rx * dw], odt)
+        return te.sum(te.cast(padded[nn, ci, window_index(y, sh, ry, dh),
+                                      window_index(x, sw, rx, dw)], odt)
                       * te.cast(kernel[m, rc, ry, rx], odt), axis=[rc, ry, rx])
 
     tag = "depthwise_conv2d_nchw" if groups == c and i == 1 else "conv2d_nchw"
@@ -164,7 +165,8 @@ def conv2d_nhwc(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
 
     def f(nn: Expr, y: Expr, x: Expr, m: Expr) -> Expr:
         ci = rc if groups == 1 else te.floordiv(m, og) * i + rc
-        return te.sum(te.cast(padded[nn, y * sh + ry * dh, x * sw + rx * dw, ci], odt)
+        return te.sum(te.cast(padded[nn, window_index(y, sh, ry, dh),
+                                      window_index(x, sw, rx, dw), ci], odt)
                       * te.cast(kernel[ry, rx, rc, m], odt), axis=[ry, rx, rc])
 
     return te.compute((n, oh, ow, o), f, name="conv2d_nhwc", tag="conv2d_nhwc")
@@ -203,7 +205,7 @@ def conv2d_nchwc(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
     og = o_tot // groups
 
     def f(nn: Expr, mo: Expr, y: Expr, x: Expr, mi: Expr) -> Expr:
-        yy, xx = y * sh + ry * dh, x * sw + rx * dw
+        yy, xx = window_index(y, sh, ry, dh), window_index(x, sw, rx, dw)
         if groups == 1:
             src = padded[nn, rco, yy, xx, rci]
         else:

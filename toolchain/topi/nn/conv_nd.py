@@ -24,7 +24,7 @@ from toolchain import te
 from toolchain.errors import OptionError
 from toolchain.tir import ir
 from toolchain.topi.nn.conv2d import out_size, pad_spatial
-from toolchain.topi.utils import const_shape, scalar
+from toolchain.topi.utils import const_shape, scalar, window_index
 
 Expr = ir.PrimExpr
 
@@ -58,7 +58,7 @@ def conv_nd(data: te.Tensor, kernel: te.Tensor, strides: Sequence[int] | None = 
     def f(*idx: Expr) -> Expr:
         mm = idx[1]
         ci = rc if groups == 1 else te.floordiv(mm, og) * i + rc
-        sp = tuple(idx[2 + a] * strides[a] + r[a] * dilations[a] for a in range(nsp))
+        sp = tuple(window_index(idx[2 + a], strides[a], r[a], dilations[a]) for a in range(nsp))
         return te.sum(te.cast(padded[(idx[0], ci) + sp], odt)
                       * te.cast(kernel[(mm, rc) + tuple(r)], odt), axis=[rc, *r])
 

@@ -28,7 +28,7 @@ from toolchain import te
 from toolchain.errors import OptionError
 from toolchain.tir import ir
 from toolchain.topi.nn.conv2d import pad_spatial
-from toolchain.topi.utils import const_shape, lowest, scalar
+from toolchain.topi.utils import const_shape, lowest, scalar, window_index
 
 Expr = ir.PrimExpr
 
@@ -97,7 +97,7 @@ def pool(x: te.Tensor, kind: str, kernel: Sequence[int], strides: Sequence[int] 
     r = [te.reduce_axis((0, kernel[i]), name=f"r{i}") for i in range(nsp)]
 
     def window(i: Sequence[Expr]) -> tuple[Expr, ...]:
-        return tuple(i[:2]) + tuple(i[2 + a] * strides[a] + r[a] * dilations[a]
+        return tuple(i[:2]) + tuple(window_index(i[2 + a], strides[a], r[a], dilations[a])
                                     for a in range(nsp))
 
     if kind == "max":
