@@ -214,9 +214,13 @@ def to_lin(e: ir.PrimExpr) -> Lin | None:
 class _Bounds:
     """Symbolic interval bounds: (lo, hi) as linear forms."""
 
-    def __init__(self, ranges: Ranges | None, depth: int = 6) -> None:
+    def __init__(self, ranges: Ranges | None, depth: int = 6,
+                 keep_free: bool = False) -> None:
         self.ranges = ranges or {}
         self.depth = depth
+        # relaxing (regions): an atom without ranged vars stays exact instead of being
+        # widened to e.g. [0, c - 1] for x % c
+        self.keep_free = keep_free
 
     def of(self, e: ir.PrimExpr, depth: int | None = None) -> tuple[Lin, Lin] | None:
         depth = self.depth if depth is None else depth
@@ -232,6 +236,13 @@ class _Bounds:
                 lo, hi = lo.add(b[1], c), hi.add(b[0], c)
         return lo, hi
 
+    def _has_ranged(self, e: ir.PrimExpr) -> bool:
+        if not self.ranges:
+            return False
+        from toolchain.tir.functor import free_vars
+
+        return any(v in self.ranges for v in free_vars(e))
+
     def _self(self, atom: ir.PrimExpr) -> tuple[Lin, Lin]:
         lin = Lin(atom.dtype)
         lin.add_term(atom, 1)
@@ -240,6 +251,8 @@ class _Bounds:
     def atom(self, a: ir.PrimExpr, depth: int) -> tuple[Lin, Lin]:  # noqa: C901
         if depth <= 0:
             return self._self(a)
+        if self.keep_free and not isinstance(a, ir.Var) and not self._has_ranged(a):
+            return self._self(a)  # nothing to relax inside: the atom is its own bound
         if isinstance(a, ir.Var) and a in self.ranges:
             r = self.ranges[a]
             lo = self.of(r.min, depth - 1)
@@ -316,7 +329,7 @@ def bound_exprs(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[ir.PrimEx
                                                                          ir.PrimExpr]:
     """Symbolic inclusive bounds ``(lo, hi)`` of an integer expression as expressions."""
     e = simplify(e, ranges)
-    b = _Bounds(ranges).of(e)
+    b = _Bounds(ranges, keep_free=True).of(e)
     if b is None:
         return e, e
     return simplify(b[0].to_expr()), simplify(b[1].to_expr())
