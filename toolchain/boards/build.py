@@ -125,7 +125,8 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
     check_destination(Path(output).absolute(), force)
     raw = _initializer_bytes(model)
     if raw > b.flash.size:
-        raise _refuse(b, "the model", raw, 0, "estimate from the model's weights alone, "
+        label = f"model {Path(model).name}" if isinstance(model, (str, Path)) else "the model"
+        raise _refuse(b, label, raw, 0, "estimate from the model's weights alone, "
                       "before compiling")
     spec = build_spec(model, b.compile_target(), input_shapes=input_shapes, name=name,
                       dump_ir=dump_ir, progress=progress)

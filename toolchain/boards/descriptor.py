@@ -216,6 +216,9 @@ def parse_board(text: str, path: str = "<string>") -> Board:
         if key not in _SCHEMA:
             raise TargetError(f"{path}:{line}: unknown key {key!r}; known keys: "
                               f"{', '.join(_SCHEMA)}")
+        if key in lines:
+            raise TargetError(f"{path}:{line}: key {key!r} is given twice (first on line "
+                              f"{lines[key]})")
         types, tname, _, nested = _SCHEMA[key]
         lines[key] = line
         if key == "flash_recipe":

@@ -1,0 +1,201 @@
+"""Firmware builds: refusal with the numbers, exit status, timeouts, the real-board start-up
+code, the Cortex-M7 machine, the CMake add_subdirectory route and the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from tests.boards.conftest import needs_cross, needs_qemu
+from tests.bundle.helpers import make_model
+from toolchain.cli import main
+from toolchain.errors import SimulationError, TargetError
+
+
+def _tiny(tmp_path, hw: int = 8, cin: int = 3, cout: int = 4):
+    """Conv 3x3 + Relu on 1 x cin x hw x hw (weights cout*cin*9 floats)."""
+    rng = np.random.default_rng(0)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["c"], ["y"])],
+                   {"x": (np.float32, [1, cin, hw, hw])}, {"y": (np.float32, [1, cout, hw, hw])},
+                   {"w": rng.standard_normal((cout, cin, 3, 3)).astype(np.float32),
+                    "b": rng.standard_normal(cout).astype(np.float32)}, name="tiny")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(m, path)
+    x = rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    return path, {"x": x}
+
+
+def test_resnet18_refused_for_nrf52840dk_with_the_numbers(tmp_path, capsys):
+    from tests.models.zoo import ZOO
+
+    onnx.save(ZOO["resnet18"].build(), tmp_path / "resnet18.onnx")
+    rc = main(["compile", str(tmp_path / "resnet18.onnx"), "--board", "nrf52840dk",
+               "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "model resnet18.onnx does not fit board nrf52840dk: flash needs 46,796,448 B, " \
+           "the board has 1,048,576 B (44.6x)" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_activations_too_large_refused_with_ram_numbers(tmp_path):
+    from toolchain.boards import compile_board
+
+    path, _ = _tiny(tmp_path, hw=160, cin=3, cout=8)  # 160*160*8 floats = 800 KiB output
+    with pytest.raises(TargetError) as e:
+        compile_board(path, "nrf52840dk", tmp_path / "out", build=False)
+    msg = str(e.value)
+    assert "does not fit board nrf52840dk: RAM needs" in msg
+    assert "the board has 262,144 B" in msg and "arena" in msg
+    assert "flash needs" not in msg  # the weights fit
+
+
+@needs_cross
+def test_link_overflow_is_refused_with_the_linker_numbers(tmp_path):
+    from toolchain.boards import compile_board
+    from toolchain.boards.build import build_and_report
+    from toolchain.boards.descriptor import load_board
+
+    path, _ = _tiny(tmp_path)
+    out, report = compile_board(path, "nrf52840dk", tmp_path / "b", build=False)
+    assert report is None
+    ld = out / "firmware" / "board.ld"
+    ld.write_text(ld.read_text().replace("__flash_size = 0x100000", "__flash_size = 0x800"))
+    with pytest.raises(TargetError, match=r"the firmware does not fit: flash overflowed by "
+                       r"[0-9,]+ B"):
+        build_and_report(out, load_board("nrf52840dk"))
+
+
+@needs_qemu
+def test_firmware_exit_status_reaches_the_caller(tmp_path, capsys):
+    from toolchain.boards import compile_board, run_on_qemu
+
+    path, inputs = _tiny(tmp_path)
+    out, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "b")
+    assert run_on_qemu(out, inputs).outputs["y"].shape == (1, 4, 8, 8)
+    with pytest.raises(SimulationError, match=r"the firmware exited with status 12 \(the arena "
+                       r"is misaligned\) on QEMU mps2-an386: kiln-error 2"):
+        run_on_qemu(out, inputs, extra_cflags="-DKILN_TEST_MISALIGNED_ARENA")
+    # through the CLI: a failing firmware is a non-zero exit with the message
+    mk = out / "firmware" / "Makefile"
+    mk.write_text("EXTRA_CFLAGS = -DKILN_TEST_MISALIGNED_ARENA\n" + mk.read_text())
+    subprocess.run(["make", "-C", str(out / "firmware"), "clean"], check=True,
+                   capture_output=True)
+    rc = main(["run", str(out), "--inputs", str(tmp_path / "in.npz")])
+    assert rc == 2
+    assert "the firmware exited with status 12" in capsys.readouterr().err
+    with pytest.raises(SimulationError, match="did not finish within 0 s"):
+        run_on_qemu(out, inputs, timeout=0.001)
+
+
+@needs_qemu
+def test_cli_compile_run_check_and_wrong_inputs(tmp_path, capsys):
+    path, inputs = _tiny(tmp_path)
+    out = tmp_path / "fw"
+    assert main(["compile", str(path), "--board", "nucleo-l4r5zi", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "for board nucleo-l4r5zi (cortex-m4, target cortex-m4)" in text
+    assert "flash " in text and " of 2,097,152 " in text and "RAM " in text
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["board"]["size"]["flash"]["total"] > 0
+    assert main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--check",
+                 "--outputs", str(tmp_path / "out.npz")]) == 0
+    text = capsys.readouterr().out
+    assert "check passed" in text and "instructions (QEMU -icount)" in text
+    assert "cycles not modelled by QEMU" in text
+    with np.load(tmp_path / "out.npz") as got:
+        assert list(got.files) == ["y"]
+        ref = np.maximum(got["y"], 0)
+        assert np.array_equal(got["y"], ref)
+    np.savez(tmp_path / "bad.npz", x=inputs["x"][:, :2])
+    assert main(["run", str(out), "--inputs", str(tmp_path / "bad.npz")]) == 2
+    assert "input 'x' is float32[1, 2, 8, 8], the bundle expects float32[1, 3, 8, 8]" in \
+        capsys.readouterr().err
+    assert main(["compile", str(path), "--board", "nucleo-l4r5zi", "--target", "x86_64-avx2",
+                 "-o", str(tmp_path / "x")]) == 2
+    assert "--target x86_64-avx2 and --board nucleo-l4r5zi disagree" in capsys.readouterr().err
+
+
+@needs_qemu
+def test_board_startup_code_runs(tmp_path):
+    """The real-board build (boards/startup + vector table, no picolibc crt0) linked at
+    QEMU's addresses boots on QEMU and gives the same outputs."""
+    from toolchain.boards import compile_board, load_board, run_on_qemu
+    from toolchain.boards.qemu import parse_output, qemu_command
+
+    path, inputs = _tiny(tmp_path)
+    out, _ = compile_board(path, "nrf52840dk", tmp_path / "b")
+    expected = run_on_qemu(out, inputs).outputs
+    fw = out / "firmware"
+    subprocess.run(["make", "-C", str(fw), "board", "BOARD_LD=qemu.ld"], check=True,
+                   capture_output=True)
+    elf = fw / "build" / "board" / "firmware.elf"
+    proc = subprocess.run(qemu_command(load_board("nrf52840dk"), elf), capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    meta = json.loads((out / "metadata.json").read_text())
+    got = parse_output(proc.stdout, meta)[0]
+    assert np.array_equal(got["y"], expected["y"])
+
+
+@needs_qemu
+def test_cortex_m7_board(zoo_compiled):
+    from toolchain.boards import run_on_qemu
+    from toolchain.bundle.check import compare
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    c = zoo_compiled("ds_cnn")
+    path, report = c.for_board("stm32f746g-disco")
+    assert report["ram"]["available"] == 320 * 1024
+    assert "-mcpu=cortex-m7" in (path / "firmware" / "Makefile").read_text()
+    run = run_on_qemu(path, c.inputs)
+    ref = run_graph(from_onnx(c.model), c.inputs)
+    assert all(r["ok"] for r in compare(run.outputs, ref, 1e-4))
+
+
+@needs_qemu
+def test_bundle_in_a_parent_cmake_firmware(tmp_path):
+    """The bundle's CMake library, added with add_subdirectory to a firmware project that
+    uses the generated toolchain file, links and runs on QEMU."""
+    from toolchain.boards import compile_board, load_board, run_on_qemu
+    from toolchain.boards.qemu import parse_output, qemu_command
+
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake not installed")
+    path, inputs = _tiny(tmp_path)
+    out, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "bundle", name="tiny")
+    expected = run_on_qemu(out, inputs).outputs  # also writes inputs.c with these inputs
+    parent = tmp_path / "app"
+    parent.mkdir()
+    (parent / "CMakeLists.txt").write_text(f"""\
+cmake_minimum_required(VERSION 3.13)
+project(app C)
+set(KILN_TINY_DEMO OFF CACHE BOOL "" FORCE)
+add_subdirectory({out} tiny)
+add_executable(app.elf {out}/firmware/main.c {out}/firmware/inputs.c)
+target_compile_definitions(app.elf PRIVATE KILN_TIMER_BASE=0x40000000u KILN_TIMER_HZ=25000000u)
+target_link_libraries(app.elf PRIVATE tiny)
+target_link_options(app.elf PRIVATE --crt0=semihost -T {out}/firmware/qemu.ld)
+""")
+    build = tmp_path / "build"
+    for cmd in (["cmake", "-S", str(parent), "-B", str(build),
+                 f"-DCMAKE_TOOLCHAIN_FILE={out}/firmware/toolchain.cmake"],
+                ["cmake", "--build", str(build), "-j2"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run(qemu_command(load_board("qemu-mps2-an386"), build / "app.elf"),
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    meta = json.loads((out / "metadata.json").read_text())
+    got = parse_output(proc.stdout, meta)[0]["y"]
+    # CMake's default build type has no -O2 (no fused multiply-adds): equal to rounding
+    np.testing.assert_allclose(got, expected["y"], rtol=1e-5, atol=1e-5)

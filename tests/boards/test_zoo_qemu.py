@@ -1,0 +1,69 @@
+"""The MLPerf-Tiny-style zoo models in fp32, compiled for a QEMU board and a real board
+(linked with the real board's flash/RAM sizes), run under QEMU and match the host build of
+the same model within 1e-4 (max abs error relative to the output's scale)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.boards.conftest import needs_qemu
+from toolchain.bundle.check import compare
+
+MODELS = ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"]
+BOARDS = ["qemu-mps2-an386", "nucleo-l4r5zi"]
+
+pytestmark = [needs_qemu, pytest.mark.slow]
+
+_HOST: dict[str, dict[str, np.ndarray]] = {}
+
+
+def _host_outputs(c, tmp_path_factory) -> dict[str, np.ndarray]:
+    from toolchain.bundle import compile_model, load_bundle
+
+    if c.name not in _HOST:
+        out = compile_model(c.path, "c-generic", tmp_path_factory.mktemp("host") / c.name,
+                            name=c.name)
+        _HOST[c.name] = load_bundle(out)(c.inputs)
+    return _HOST[c.name]
+
+
+@pytest.mark.parametrize("board", BOARDS)
+@pytest.mark.parametrize("name", MODELS)
+def test_zoo_model_on_qemu_matches_host(name, board, zoo_compiled, tmp_path_factory):
+    from toolchain.boards import load_board, run_on_qemu
+
+    c = zoo_compiled(name)
+    path, report = c.for_board(board)
+    run = run_on_qemu(path, c.inputs, timeout=120)
+    host = _host_outputs(c, tmp_path_factory)
+    assert set(run.outputs) == set(host)
+    rows = compare(run.outputs, host, 1e-4)
+    assert all(r["ok"] for r in rows), rows
+    for k in host:
+        assert not np.array_equal(run.outputs[k], np.zeros_like(host[k]))
+    # QEMU counts instructions (-icount), not cycles
+    assert run.cycles == 0 and run.instructions and run.instructions > 100_000
+    # the size report agrees with the ELF and with the bundle
+    b = load_board(board)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["board"]["name"] == board and meta["board"]["size"] == report
+    assert report["ram"]["arena"] == meta["arena_bytes"]
+    assert report["ram"]["stack"] == b.stack_bytes
+    assert meta["weight_bytes"] <= report["flash"]["weights"]["rodata"] \
+        <= meta["weight_bytes"] + 64 * len(meta["weights"])
+    assert report["flash"]["kernels"]["text"] > 0 and report["flash"]["runtime"]["text"] > 0
+    assert report["flash"]["total"] <= b.flash.size and report["ram"]["total"] <= b.ram.size
+    assert report["flash"]["total"] <= meta["board"]["estimate"]["flash"]
+    elf = path / "firmware" / "build" / "board" / "firmware.elf"
+    sizes = dict(line.split()[:2] for line in subprocess.run(
+        ["arm-none-eabi-size", "-A", str(elf)], capture_output=True, text=True,
+        check=True).stdout.splitlines()[2:] if line.strip() and not line.startswith("Total"))
+    sec = {k: int(v) for k, v in sizes.items()}
+    assert report["flash"]["total"] == sec[".init"] + sec[".text"] + sec[".data"] \
+        + sec.get(".tdata", 0)
+    assert report["ram"]["total"] == sum(sec.get(s, 0) for s in (
+        ".data", ".tdata", ".tbss_space", ".bss", ".stack"))
