@@ -103,3 +103,20 @@ def test_random_schedules_preserve_semantics(name: str, data: Any) -> None:
     W.check(sch.mod, wl)
     # and the trace replays to the same function
     assert str(sch.trace.apply_to(wl[0]).mod) == str(sch.mod)
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@settings(max_examples=int(__import__("os").environ.get("KILN_PROP_EXAMPLES", "25")),
+          deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=hs.data())
+def test_random_schedules_survive_lowering(name: str, data: Any) -> None:
+    """The same random schedules, lowered by toolchain.lower, still match numpy."""
+    driver = pytest.importorskip("toolchain.driver")
+    wl = WORKLOADS[name]()
+    sch = Schedule(wl[0])
+    for _ in range(data.draw(hs.integers(1, 6), label="steps")):
+        try:
+            _step(sch, data)
+        except ScheduleError:
+            pass
+    W.check(driver.lower(sch), wl)
