@@ -1,0 +1,143 @@
+"""Fixed-point requantization: a real scale as an int32 multiplier and a shift.
+
+The scheme is the one TFLite and CMSIS-NN use, stated exactly here so that the numpy
+reference (:func:`requantize`), the tensor-expression kernels (:func:`requantize_te`) and
+any C a user writes agree bit for bit:
+
+* :func:`quantize_multiplier` writes a positive real ``r`` as ``M * 2**(shift - 31)`` with
+  ``M`` in ``[2**30, 2**31)`` (Q31, rounded to nearest) and ``shift`` an int
+  (positive = left shift). ``r = 0`` gives ``(0, 0)``.
+* ``requantize(x, M, shift)`` for an int32 ``x``:
+
+  1. ``x = saturate_int32(x * 2**max(shift, 0))`` (the left part of the shift);
+  2. ``h = SRDHM(x, M)`` — *saturating rounding doubling high multiply*: the high 32 bits
+     of ``2 * x * M`` rounded to nearest, ties toward +infinity (as gemmlowp/TFLite):
+     ``trunc((x*M + (2**30 if x*M >= 0 else 1 - 2**30)) / 2**31)`` in int64;
+  3. ``y = RDBPOT(h, max(-shift, 0))`` — *rounding divide by power of two*: ``h >> e``
+     (floor) plus 1 when the remainder ``h & (2**e - 1)`` exceeds
+     ``(2**e - 1) >> 1`` (``+ 1`` more when ``h < 0``): round to nearest, ties away from 0.
+
+Two roundings: the result is within 1 of ``round(x * r)`` (exactly equal in most cases;
+see ``tests/quantize/test_fixed_point.py``). No float is used after compile time.
+
+Example::
+
+    >>> quantize_multiplier(0.5)
+    (1073741824, 0)
+    >>> m, s = quantize_multiplier(0.0123)
+    >>> int(requantize(np.int64(1000), m, s))
+    12
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """``(M, shift)`` with ``real ~= M * 2**(shift - 31)``, ``M`` in ``[2**30, 2**31)``.
+
+    >>> quantize_multiplier(1.0), quantize_multiplier(0.75)
+    ((1073741824, 1), (1610612736, 0))
+    """
+    if not math.isfinite(real) or real < 0:
+        raise ValueError(f"a requantization scale must be finite and >= 0, got {real!r}")
+    if real == 0.0:
+        return 0, 0
+    frac, exp = math.frexp(real)  # real = frac * 2**exp, frac in [0.5, 1)
+    m = round(frac * (1 << 31))
+    if m == 1 << 31:  # rounding carried into the next power of two
+        m //= 2
+        exp += 1
+    if exp < -31:  # too small to matter: everything rounds to zero
+        return 0, 0
+    if exp > 30:
+        raise ValueError(f"requantization scale {real!r} is too large for int32 fixed point")
+    return int(m), int(exp)
+
+
+def quantize_multipliers(reals: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel :func:`quantize_multiplier`: ``(int32[C] multipliers, int32[C] shifts)``."""
+    pairs = [quantize_multiplier(float(r)) for r in np.asarray(reals, np.float64).reshape(-1)]
+    return (np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32))
+
+
+def srdhm(a: np.ndarray, m: Any) -> np.ndarray:
+    """Saturating rounding doubling high multiply of int32 values (as int64 arrays)."""
+    ab = np.asarray(a, np.int64) * np.asarray(m, np.int64)
+    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    q = ab + nudge
+    return np.where(q >= 0, q >> 31, -((-q) >> 31))
+
+
+def rdbpot(x: np.ndarray, exponent: Any) -> np.ndarray:
+    """Rounding (ties away from zero) arithmetic right shift by ``exponent`` >= 0."""
+    x = np.asarray(x, np.int64)
+    e = np.asarray(exponent, np.int64)
+    mask = (np.int64(1) << e) - 1
+    rem = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> e) + (rem > threshold)
+
+
+def requantize(x: Any, multiplier: Any, shift: Any) -> np.ndarray:
+    """``x * M * 2**(shift-31)`` rounded as in the module docstring (int64 result).
+
+    ``multiplier`` and ``shift`` broadcast against ``x`` (per-channel: reshape them).
+
+    >>> [int(v) for v in requantize(np.array([-7, 7]), *quantize_multiplier(0.5))]
+    [-3, 4]
+    """
+    x = np.asarray(x, np.int64)
+    shift = np.asarray(shift, np.int64)
+    left = np.maximum(shift, 0)
+    x = np.clip(x << left, INT32_MIN, INT32_MAX)
+    return rdbpot(srdhm(x, multiplier), np.maximum(-shift, 0))
+
+
+# -- tensor expressions ----------------------------------------------------------------------
+
+def requantize_te(x: Any, multiplier: Any, left_pow: Any, right_pow: Any) -> Any:
+    """The same arithmetic as a TIR int64 expression (no float, no bit operations).
+
+    ``x`` is an int32/int64 expression; ``multiplier`` ``M``; ``left_pow = 2**max(shift,0)``
+    and ``right_pow = 2**max(-shift,0)`` (int64 expressions or Python ints, precomputed at
+    compile time by :func:`shift_powers`). Shifts become ``floordiv``/``floormod`` by the
+    power of two, which C compilers turn into shifts when the divisor is a constant.
+    """
+    from toolchain import te
+
+    i64 = "int64"
+
+    def c(v: int) -> Any:
+        return te.const(v, i64)
+
+    x = te.cast(x, i64) * _as_i64(left_pow)
+    x = te.maximum(te.minimum(x, c(INT32_MAX)), c(INT32_MIN))
+    ab = x * _as_i64(multiplier)
+    q = ab + te.select(ab >= c(0), c(1 << 30), c(1 - (1 << 30)))
+    h = te.truncdiv(q, c(1 << 31))
+    rp = _as_i64(right_pow)
+    rem = te.floormod(h, rp)
+    half = te.floordiv(rp - c(1), c(2)) + te.select(h < c(0), c(1), c(0))
+    return te.floordiv(h, rp) + te.select(rem > half, c(1), c(0))
+
+
+def _as_i64(v: Any) -> Any:
+    from toolchain import te
+
+    if isinstance(v, (int, np.integer)):
+        return te.const(int(v), "int64")
+    return te.cast(v, "int64")
+
+
+def shift_powers(shift: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(2**max(shift,0), 2**max(-shift,0))`` as int64 arrays (compile-time tables)."""
+    s = np.asarray(shift, np.int64)
+    return (np.left_shift(np.int64(1), np.maximum(s, 0)),
+            np.left_shift(np.int64(1), np.maximum(-s, 0)))

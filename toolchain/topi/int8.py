@@ -1,0 +1,150 @@
+"""Integer compute definitions of the quantized ops (QConv, QGemm, QAdd, QAvgPool).
+
+Every kernel is int8 x int8 -> int32 accumulation followed by the fixed-point
+requantization of :func:`toolchain.quantize.fixed_point.requantize_te` (int64 arithmetic,
+no float) and a saturating clamp to the output dtype; the arithmetic is the one the
+references in :mod:`toolchain.graph.ops.qops` define, so built kernels match them bit for
+bit. Per-channel ``shift`` tables are packed at compile time into ``[C, 2]`` int64 tables
+of ``(2**max(shift, 0), 2**max(-shift, 0))``.
+
+Importing the module registers the computes in :mod:`toolchain.topi.registry`.
+
+Example::
+
+    >>> from toolchain import te
+    >>> from toolchain.graph.ir import Node, Value
+    >>> from toolchain.topi.registry import node_compute
+    >>> import numpy as np
+    >>> x = Value("x", (2, 8), "int8"); y = Value("y", (2, 4), "int8")
+    >>> consts = [Value.constant("w", np.ones((4, 8), np.int8)),
+    ...           Value.constant("b", np.zeros(4, np.int32)),
+    ...           Value.constant("m", np.full(4, 1 << 30, np.int32)),
+    ...           Value.constant("s", np.zeros(4, np.int32))]
+    >>> nc = node_compute(Node("QGemm", "fc", [x, *consts], [y]))
+    >>> [t.dtype for t in nc.outputs]
+    ['int8']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain import te
+from toolchain.quantize.fixed_point import requantize_te, shift_powers
+from toolchain.topi.nn.conv2d import conv2d_nchw, pad_spatial
+from toolchain.topi.registry import Ctx, register
+
+_QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def pack_shift(shift: np.ndarray) -> np.ndarray:
+    """``[C]`` int32 shifts -> ``[C, 2]`` int64 ``(left power, right power)`` table."""
+    lp, rp = shift_powers(shift)
+    return np.stack([lp, rp], axis=1).astype(np.int64)
+
+
+def finish_te(acc: Any, mult: Any, lp: Any, rp: Any, attrs: dict[str, Any]) -> Any:
+    """``clamp(requantize(acc) + y_zero_point, out_min, out_max)`` cast to the out dtype."""
+    y = requantize_te(acc, mult, lp, rp) + te.const(attrs["y_zero_point"], "int64")
+    y = te.maximum(te.minimum(y, te.const(attrs["out_max"], "int64")),
+                   te.const(attrs["out_min"], "int64"))
+    return te.cast(y, attrs["out_dtype"])
+
+
+def shifted(x: te.Tensor, zero_point: int, name: str = "x_shifted") -> te.Tensor:
+    """``int32(x) - zero_point`` (so that padding with 0 equals padding with the zp)."""
+    return te.compute(x.shape, lambda *i: te.cast(x[i], "int32") - te.const(zero_point,
+                                                                              "int32"),
+                      name=name, tag="injective")
+
+
+def requant_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
+                     axis: int, attrs: dict[str, Any], name: str) -> te.Tensor:
+    """Per-channel (along ``axis``) bias add, requantization and clamp of int32 ``acc``."""
+
+    def f(*i: Any) -> Any:
+        c = i[axis]
+        total = te.cast(acc[i], "int64") + te.cast(bias[c], "int64")
+        return finish_te(total, mult[c], shifts[c, 0], shifts[c, 1], attrs)
+
+    return te.compute(acc.shape, f, name=name, tag="injective")
+
+
+def qconv2d_nchw(x: te.Tensor, w: te.Tensor, bias: te.Tensor, mult: te.Tensor,
+                 shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer NCHW convolution (incl. grouped / depthwise), see the module docstring."""
+    xs = shifted(x, attrs["x_zero_point"])
+    pads = tuple(attrs["pads"])
+    acc = conv2d_nchw(xs, w, tuple(attrs["strides"]), pads, tuple(attrs["dilations"]),
+                      attrs["group"], out_dtype="int32")
+    return requant_epilogue(acc, bias, mult, shifts, 1, attrs, "qconv")
+
+
+def qgemm(x: te.Tensor, w: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
+          attrs: dict[str, Any]) -> te.Tensor:
+    """Integer ``x[..., K] . w[N, K]^T`` with per-column requantization."""
+    xs = shifted(x, attrs["x_zero_point"])
+    kdim = int(w.shape[1].value)
+    k = te.reduce_axis((0, kdim), name="k")
+    shape = tuple(x.shape[:-1]) + (w.shape[0],)
+    acc = te.compute(shape, lambda *i: te.sum(
+        xs[tuple(i[:-1]) + (k,)] * te.cast(w[i[-1], k], "int32"), axis=k),
+        name="qgemm_acc", tag="dense")
+    return requant_epilogue(acc, bias, mult, shifts, len(shape) - 1, attrs, "qgemm")
+
+
+def qadd(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer addition (TFLite scheme, see :mod:`toolchain.graph.ops.qops`)."""
+    ls = 1 << attrs["left_shift"]
+
+    def side(v: te.Tensor, p: str, i: Any) -> Any:
+        lp, rp = (int(t) for t in shift_powers(attrs[f"{p}_shift"]))
+        d = (te.cast(v[i], "int64") - te.const(attrs[f"{p}_zero_point"], "int64")) * ls
+        return requantize_te(d, attrs[f"{p}_multiplier"], lp, rp)
+
+    ylp, yrp = (int(t) for t in shift_powers(attrs["y_shift"]))
+    return te.compute(a.shape, lambda *i: finish_te(
+        side(a, "a", i) + side(b, "b", i), attrs["y_multiplier"], ylp, yrp, attrs),
+        name="qadd", tag="injective")
+
+
+def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer average pool: window sum of ``x - x_zp`` requantized by one multiplier."""
+    kh, kw = attrs["kernel_shape"]
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    xs = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
+    n, c, h, w = (int(d.value) for d in xs.shape)
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    acc = te.compute((n, c, oh, ow), lambda b, ch, y, xx: te.sum(
+        xs[b, ch, y * sh + ry, xx * sw + rx], axis=[ry, rx]), name="qpool_sum", tag="pool")
+    lp, rp = (int(t) for t in shift_powers(attrs["shift"]))
+    return te.compute(acc.shape, lambda *i: finish_te(acc[i], attrs["multiplier"], lp, rp,
+                                                      attrs), name="qavgpool", tag="injective")
+
+
+def _requant_tensors(ctx: Ctx) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    return ctx.tensor(2), ctx.tensor(3), ctx.packed_tensor(4, pack_shift, "a shift table")
+
+
+@register("QConv")
+def _qconv(ctx: Ctx) -> list[te.Tensor]:
+    return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
+
+
+@register("QGemm")
+def _qgemm(ctx: Ctx) -> list[te.Tensor]:
+    return [qgemm(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
+
+
+@register("QAdd")
+def _qadd(ctx: Ctx) -> list[te.Tensor]:
+    return [qadd(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
+
+
+@register("QAvgPool")
+def _qavgpool(ctx: Ctx) -> list[te.Tensor]:
+    return [qavgpool(ctx.tensor(0), ctx.attrs)]
