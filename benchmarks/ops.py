@@ -215,6 +215,46 @@ def bench_case(case: tuple, target: str, repeat: int, rounds: int) -> dict:
             "rel_err": err, "info": op.metadata["info"]}
 
 
+def compare_tensorized(n: int, repeat: int) -> tuple[float, float]:
+    """GFLOP/s of an ``n``³ matmul tensorized with ``x86_64-avx512.fma_f32_8x32`` (B
+    unpacked, the layout the intrinsic matches) vs the default schedule, same run."""
+    from toolchain import te
+    from toolchain.driver import build
+    from toolchain.intrinsics import attach_intrinsics, load_intrinsics
+    from toolchain.schedules import compile_op
+    from toolchain.tir.schedule import Schedule
+
+    load_intrinsics("x86_64-avx512")
+    a_t, b_t = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c_t = te.compute((n, n), lambda i, j: te.sum(a_t[i, k] * b_t[k, j], axis=k), name="C")
+    sch = Schedule(te.create_prim_func([a_t, b_t, c_t]))
+    c = sch.get_block("C")
+    i, j, kk = sch.get_loops(c)
+    j0, j1 = sch.split(j, [None, 32])
+    i0, i1, i2 = sch.split(i, [None, 8, 8])
+    ko, ki = sch.split(kk, [None, 64])
+    sch.reorder(j0, i0, i1, ko, i2, j1, ki)
+    loc = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(loc, i1)
+    sch.decompose_reduction(c, ko)
+    sch.tensorize(i2, "x86_64-avx512.fma_f32_8x32")
+    for blk in (loc, sch.get_block("C_init")):
+        *_, cols = sch.get_loops(blk)
+        sch.vectorize(sch.split(cols, [None, 16])[1])
+    mod = build(sch, "x86_64-avx512", passes={1: [attach_intrinsics]})
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    out = np.empty((n, n), np.float32)
+    op = compile_op("MatMul", "x86_64-avx512", inputs=[(n, n), b])
+    args = op.bound_args(a)
+    mod(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4)
+    t_int = min(_best(lambda: mod(a, b, out), repeat) for _ in range(3))
+    t_def = min(_best(lambda: op.module(*args), repeat) for _ in range(3))
+    return 2 * n ** 3 / t_int / 1e9, 2 * n ** 3 / t_def / 1e9
+
+
 def default_target() -> str:
     """The widest x86 descriptor this CPU runs (c-generic elsewhere)."""
     from toolchain.target import host_cpu_flags
@@ -237,7 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--tensorize-check", type=int, metavar="N",
+                   help="only compare an N^3 matmul tensorized with the AVX-512 FMA "
+                        "intrinsic against the default schedule")
     args = p.parse_args(argv)
+    if args.tensorize_check:
+        gi, gd = compare_tensorized(args.tensorize_check, args.repeat)
+        print(f"matmul {args.tensorize_check}^3: tensorized x86_64-avx512.fma_f32_8x32 "
+              f"{gi:.1f} GFLOP/s, default schedule {gd:.1f} GFLOP/s")
+        return 0
     target = args.target or default_target()
     cases = CONVS + DENSE
     if args.only:
