@@ -252,6 +252,8 @@ def _spatial_size(realize: ir.BlockRealize) -> int | None:
 
 
 def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
+    # (padding stays inlined into pooling windows: materialized per output row it costs
+    # more, because the padded copy itself is a guarded, conditional, scalar loop)
     blk = realize.block
     if not _expensive(blk):
         return True
@@ -354,7 +356,7 @@ def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> Loo
         else:
             break
     chosen = None
-    for depth, f in enumerate(common):
+    for f in common:
         ok = True
         for rd, path in readers:
             if _feeds_reduce(rd, f.loop_var):
@@ -367,7 +369,8 @@ def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> Loo
                 ok = False
                 break
             loops = st.loops_of(path)
-            if depth == len(loops) - 1 and not _is_reduce(rd.block):
+            spatial = [g for g in loops if not _feeds_reduce(rd, g.loop_var)]
+            if spatial and f is spatial[-1] and len(st.blocks_under(f)) == 1:
                 acc = _access(rd, loops)
                 if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 4:
                     ok = False  # the reader's vector loop: keep it whole
@@ -396,6 +399,16 @@ def attach_stages(sch: Schedule, cfg: CpuConfig) -> None:
             _try(sch.compute_at, BlockRV(blk.name_hint), loop)
 
 
+def _width(extent: int, lanes: int) -> int:
+    """Vector width for a loop of ``extent``: a guard (``if i < n``) stops C compilers from
+    vectorizing, so prefer a narrower vector that divides the extent (1000 floats: 8 lanes
+    rather than 16), down to 4 lanes; else the full width with a guarded tail."""
+    width = lanes
+    while width > 4 and extent % width:
+        width //= 2
+    return width if extent % width == 0 else lanes
+
+
 def _vectorize_inner(sch: Schedule, loop: LoopRV, extent: int | None, lanes: int
                      ) -> tuple[LoopRV | None, LoopRV | None]:
     """Split ``loop`` by ``lanes`` and vectorize the inner part: (outer, inner)."""
@@ -406,14 +419,7 @@ def _vectorize_inner(sch: Schedule, loop: LoopRV, extent: int | None, lanes: int
             _try(sch.vectorize, loop)
             return None, loop
         return loop, None
-    # a guard (``if i < n``) stops C compilers from vectorizing the loop, so prefer a
-    # narrower vector that divides the extent (1000 floats: 8 lanes rather than 16)
-    width = lanes
-    while width >= 8 and extent % width:
-        width //= 2
-    if extent % width:
-        width = lanes
-    outer, inner = sch.split(loop, [None, width])
+    outer, inner = sch.split(loop, [None, _width(extent, lanes)])
     _try(sch.vectorize, inner)
     return outer, inner
 
@@ -496,6 +502,7 @@ def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
         rest = [LoopRV(f.loop_var) for f in spatial if f is not v]
         ext = _extent(v) or 0
         if ext > lanes:
+            lanes = _width(ext, lanes)
             vo, vi = sch.split(LoopRV(v.loop_var), [None, lanes])
             rest.append(vo)
         else:
