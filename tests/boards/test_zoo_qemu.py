@@ -57,7 +57,10 @@ def test_zoo_model_on_qemu_matches_host(name, board, zoo_compiled, tmp_path_fact
         <= meta["weight_bytes"] + 64 * len(meta["weights"])
     assert report["flash"]["kernels"]["text"] > 0 and report["flash"]["runtime"]["text"] > 0
     assert report["flash"]["total"] <= b.flash.size and report["ram"]["total"] <= b.ram.size
-    assert report["flash"]["total"] <= meta["board"]["estimate"]["flash"]
+    # the estimate before linking is a little low (never refuses what fits), and close
+    est = meta["board"]["estimate"]
+    assert 0.9 * report["flash"]["total"] <= est["flash"] <= report["flash"]["total"]
+    assert 0.97 * report["ram"]["total"] <= est["ram"] <= report["ram"]["total"]
     elf = path / "firmware" / "build" / "board" / "firmware.elf"
     sizes = dict(line.split()[:2] for line in subprocess.run(
         ["arm-none-eabi-size", "-A", str(elf)], capture_output=True, text=True,

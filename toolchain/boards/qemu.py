@@ -54,6 +54,16 @@ class QemuRun:
     stdout: str = ""
 
     @property
+    def kernel_ticks(self) -> list[tuple[int, str, int]]:
+        """(index, kernel, timer ticks) per kernel, when built with -DKILN_ENABLE_TIMING."""
+        out = []
+        for line in self.stdout.splitlines():
+            if line.startswith("kiln-kernel-ticks "):
+                _, index, name, ticks = line.split()
+                out.append((int(index), name, int(ticks)))
+        return out
+
+    @property
     def instructions(self) -> int | None:
         """Executed instructions of the inference (``-icount shift=0``: 1 ns each)."""
         if not self.timer_ticks or not self.timer_hz:
