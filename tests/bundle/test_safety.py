@@ -192,3 +192,52 @@ def test_cortex_m4_library_cross_compiles_strict(tmp_path):
                          capture_output=True, text=True, check=True)
     assert not set(re.findall(r"\bU\s+(\S+)", res.stdout)) & {"malloc", "free", "calloc",
                                                                "realloc"}
+
+
+def test_run_checks_arguments_and_arena_alignment(tmp_path):
+    """<model>_run refuses NULLs and a misaligned arena with the documented codes."""
+    import ctypes
+
+    from toolchain.bundle import load_bundle
+
+    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+    mod = load_bundle(path)
+    x = np.zeros((1, 1, 28, 28), F)
+    out = [np.zeros((1, 10), F), np.zeros((1, 10), F)]
+    ins = (ctypes.c_void_p * 1)(x.ctypes.data)
+    outs = (ctypes.c_void_p * 2)(*[o.ctypes.data for o in out])
+    arena = mod.arena.ctypes.data
+    assert mod._fn(ins, outs, arena) == 0
+    assert mod._fn(None, outs, arena) == 1
+    assert mod._fn(ins, outs, None) == 1
+    assert mod._fn(ins, (ctypes.c_void_p * 2)(out[0].ctypes.data, None), arena) == 1
+    assert mod._fn(ins, outs, arena + 4) == 2
+    strerror = mod._lib.kiln_strerror
+    strerror.restype = ctypes.c_char_p
+    assert b"aligned" in strerror(2) and b"NULL" in strerror(1)
+
+
+def test_timing_hooks_see_every_kernel(tmp_path):
+    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+    meta = json.loads((path / "metadata.json").read_text())
+    hook = path / "hook.c"
+    hook.write_text(
+        '#include <stdio.h>\n#include "kiln_runtime.h"\n'
+        "void kiln_timing_hook(const char *kernel, int index, int phase) {\n"
+        '  fprintf(stderr, "hook %d %d %s\\n", index, phase, kernel);\n}\n')
+    exe = path / "timed"
+    srcs = [str(p) for p in (path / "src").glob("*.c")] + [
+        str(path / "runtime" / "kiln_runtime.c"), str(path / "main.c"), str(hook)]
+    res = subprocess.run(["cc", "-O1", "-std=c99", "-DKILN_ENABLE_TIMING", *STRICT,
+                          f"-I{path / 'include'}", f"-I{path / 'runtime'}",
+                          f"-I{path / 'src'}", *srcs, "-o", str(exe), "-lm"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    x = np.zeros((1, 1, 28, 28), F)
+    x.tofile(path / "x.bin")
+    res = subprocess.run([str(exe), str(path / "x.bin"), str(path / "l.bin"),
+                          str(path / "p.bin")], capture_output=True, text=True, check=True)
+    lines = [ln.split() for ln in res.stderr.splitlines() if ln.startswith("hook")]
+    names = [k["name"] for k in meta["kernels"]]
+    assert [(int(i), int(p), n) for _, i, p, n in lines] == [
+        (i, p, n) for i, n in enumerate(names) for p in (0, 1)]
