@@ -90,7 +90,7 @@ def plan_gemm(m: int, n: int, k: int, p: CpuParams, dtype: str = "float32") -> G
     when ``m`` is smaller than a tile.
 
     >>> plan_gemm(1024, 1024, 1024, cpu_params("x86_64-avx512"))
-    GemmPlan(m=1024, n=1024, k=1024, mr=8, nr=32, mc=64, lanes=16)
+    GemmPlan(m=1024, n=1024, k=1024, mr=8, nr=32, mc=128, lanes=16)
     """
     lanes = p.lanes(dtype)
     mr, nr = register_tile(lanes, p.vector_registers, n)
