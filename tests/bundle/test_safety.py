@@ -85,14 +85,26 @@ def test_no_malloc_anywhere(tmp_path):
 
 
 def test_recompile_is_byte_identical(tmp_path):
+    """Twice in this process and once in another (another string-hash seed)."""
+    import os
+    import sys
+
     spec = ZOO["ds_cnn"]
     a = compile_model(spec.build(), "c-generic", tmp_path / "a", name="kws")
     b = compile_model(spec.build(), "c-generic", tmp_path / "b", name="kws")
-    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
-    files_b = sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
-    assert files_a == files_b and len(files_a) >= 12
-    for rel in files_a:
-        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    root = Path(__file__).resolve().parents[2]
+    code = ("from tests.models.zoo import ZOO; from toolchain.bundle import compile_model; "
+            f"compile_model(ZOO['ds_cnn'].build(), 'c-generic', {str(tmp_path / 'c')!r}, "
+            "name='kws')")
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True)
+    c = tmp_path / "c"
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert len(files) >= 12
+    for other in (b, c):
+        assert sorted(p.relative_to(other) for p in other.rglob("*") if p.is_file()) == files
+        for rel in files:
+            assert (a / rel).read_bytes() == (other / rel).read_bytes(), (other, rel)
 
 
 def test_failed_compile_leaves_nothing(tmp_path, monkeypatch):
