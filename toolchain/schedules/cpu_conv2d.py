@@ -220,8 +220,13 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams) -> N
         sch.vectorize(vl)
         sch.unroll(cv)
         sch.unroll(rows)
-    if g.kw <= 3:
-        sch.unroll(sch.get_loops(blk)[6])  # kw
+    loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 | tile
+    if g.kw * plan.cb <= 32:
+        sch.unroll(loops[6])  # kw: short windows of few channels unroll whole
+    elif g.kw <= 3:
+        sch.unroll(loops[6])
+    if plan.cb <= 4:
+        sch.unroll(loops[7])
     # epilogue: split the channel loop by ob so o // ob and o % ob fold away
     out = sch.get_block("conv_out")
     ol = sch.get_loops(out)
@@ -280,13 +285,13 @@ def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
 
     bp = te.compute((g.n, np_ // nr, g.c, nr), pack, name="B_packed")
     r = te.reduce_axis((0, g.c), name="rc")
-    prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
-        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
     bias = None
     if bv is not None:
         bias = te.placeholder(bv.shape, "float32", "bias")
         args.append(bias)
         values.append(bv)
+    prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
+        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
 
     def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
         v = prod[n, o, y * g.ow + xx]
