@@ -26,6 +26,11 @@ For each model of ``tests/models/zoo.py``:
 * **ratio** — kiln / (ort - overhead): below 1 Kiln is faster.  The geometric mean is over
   all models.
 
+``--profile`` also builds ``make profile`` (per-kernel timing hooks, runtime/kiln_profile.c)
+and prints, per model, each kernel's ops, MFLOP, minimum time over the runs, GFLOP/s and
+share of the total:
+where the time goes, kernel by kernel.
+
 The machine is shared and noisy: only ratios from one run mean anything.  Tests never
 assert times; this script only prints them.
 """
@@ -115,6 +120,29 @@ def time_kiln(bundle: Path, feeds: dict, runs: int) -> float:
     return int(m.group(1)) * 1e-9
 
 
+def profile(bundle: Path, runs: int) -> None:
+    """Per-kernel mean times of the bundle (``make profile``), printed as a table."""
+    meta = json.loads((bundle / "metadata.json").read_text())
+    flags = " ".join([CFLAGS, *meta["target"]["cflags"]])
+    subprocess.run(["make", "-s", "-C", str(bundle), "profile", f"CFLAGS={flags}"],
+                   capture_output=True, text=True, check=True)
+    args = [str(bundle / f"bench_in_{t['field']}.bin") for t in meta["inputs"]]
+    args += [str(bundle / f"bench_out_{t['field']}.bin") for t in meta["outputs"]]
+    out = subprocess.run([str(bundle / "main_profile"), "--repeat", str(runs), *args],
+                         capture_output=True, text=True, check=True).stdout
+    ns = {int(m.group(1)): float(m.group(2))
+          for m in re.finditer(r"kiln-profile (\d+) \S+ (\d+)", out)}
+    total = sum(ns.values()) or 1.0
+    print(f"\n{meta['model']['name']}: per kernel (minimum of {runs} runs)\n")
+    print("| # | kernel | ops | MFLOP | us | GFLOP/s | share |")
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    for k in meta["kernels"]:
+        t = ns.get(k["index"], 0.0)
+        rate = k["flops"] / t if t else 0.0
+        print(f"| {k['index']} | {k['kernel']} | {' '.join(k['ops'])} | "
+              f"{k['flops'] / 1e6:.2f} | {t / 1e3:,.1f} | {rate:.1f} | {t / total:.0%} |")
+
+
 def bench(name: str, target: str, runs: int, root: Path, overhead: float) -> dict:
     spec = ZOO[name]
     model = spec.build()
@@ -142,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default=None, help="target name or YAML file (default: the "
                                                    "host's widest CPU target)")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per model (min is kept)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also print each model's per-kernel times (make profile)")
     ap.add_argument("--keep", type=Path, help="write the bundles here (default: a temp dir)")
     args = ap.parse_args(argv)
     names = args.models or [n for n in ZOO if n not in SKIP]
@@ -166,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['arena'] / 1024:,.1f} | {r['lower'] / 1024:,.1f} | {r['naive'] / 1024:,.1f} | "
               f"{r['weights'] / 1024:,.1f} | {r['kiln'] * 1e6:,.1f} | {r['ort'] * 1e6:,.1f} | "
               f"{(r['ort'] - overhead) * 1e6:,.1f} | {r['ratio']:.2f} |", flush=True)
+    if args.profile:
+        for r in rows:
+            profile(root / r["model"], args.runs)
     geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
     print()
     print(f"geometric mean of kiln / onnxruntime: {geo:.2f} over {len(rows)} models "

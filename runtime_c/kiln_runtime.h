@@ -45,6 +45,13 @@ void kiln_timing_hook(const char *kernel, int index, int phase);
 #define KILN_TIMING_END(name, index) ((void)0)
 #endif
 
+/* With runtime/kiln_profile.c (hosted builds, `make profile`): per-kernel time in ns,
+ * printed as "kiln-profile INDEX KERNEL MIN_NS MEAN_NS CALLS" lines. */
+#ifdef KILN_PROFILE
+void kiln_profile_reset(void);
+void kiln_profile_report(void);
+#endif
+
 /* A short English description of a return code of <model>_run(). */
 const char *kiln_strerror(int code);
 

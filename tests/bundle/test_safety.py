@@ -253,3 +253,16 @@ def test_timing_hooks_see_every_kernel(tmp_path):
     names = [k["name"] for k in meta["kernels"]]
     assert [(int(i), int(p), n) for _, i, p, n in lines] == [
         (i, p, n) for i, n in enumerate(names) for p in (0, 1)]
+
+
+def test_make_profile_reports_every_kernel(tmp_path):
+    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+    meta = json.loads((path / "metadata.json").read_text())
+    make(path, "profile", cflags=STRICT_CFLAGS)
+    np.zeros((1, 1, 28, 28), F).tofile(path / "x.bin")
+    res = subprocess.run([str(path / "main_profile"), "--repeat", "3", str(path / "x.bin"),
+                          str(path / "l.bin"), str(path / "p.bin")],
+                         capture_output=True, text=True, check=True)
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("kiln-profile")]
+    assert [r[2] for r in rows] == [k["name"] for k in meta["kernels"]]
+    assert all(r[5] == "3" and float(r[3]) <= float(r[4]) for r in rows)

@@ -275,6 +275,8 @@ def write_bundle(files: dict[str, str], out: str | Path, force: bool = False) ->
     out = Path(out).absolute()
     check_destination(out, force)
     base = _nearest_existing(out)
+    if not base.is_dir():
+        raise OptionError(f"cannot create {out}: {base} is a file, not a directory")
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-", dir=base))
     os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a bundle is an ordinary folder
     try:
