@@ -29,6 +29,7 @@ import jinja2
 
 from toolchain import __version__
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
+from toolchain.bundle.emit import BundleRenderer
 from toolchain.bundle.names import CNames, comment
 from toolchain.bundle.weights import format_bytes
 from toolchain.errors import OptionError
@@ -44,7 +45,9 @@ _SCALARS = ["float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+    # templates/ too: kernels.c includes the C renderer's helper definitions (c/helpers.c.j2)
+    loader = jinja2.FileSystemLoader([str(TEMPLATES), str(TEMPLATES.parent)])
+    return jinja2.Environment(loader=loader, trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)
 
@@ -160,6 +163,15 @@ def _preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
     return includes, blocks
 
 
+def _helpers(spec: BundleSpec) -> list[dict[str, str]] | None:
+    """The helper functions the kernels call, each once (None: the renderer does not say;
+    kernels.c then defines the classic fixed set)."""
+    if any(k.source.helpers is None for k in spec.kernels):
+        return None
+    found = {h["name"]: h for k in spec.kernels for h in k.source.helpers or []}
+    return [found[n] for n in sorted(found)]
+
+
 def build_flags(spec: BundleSpec) -> list[str]:
     """Flags beyond ``-O3 -std=c99`` the kernels need: the target's ``-march`` and
     ``cflags`` (optimisation levels left to the Makefile), and the intrinsics' flags."""
@@ -194,6 +206,8 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
            "int_types": _INTS, "scalar_types": _SCALARS, "vector_types": _vector_types(spec),
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "compiler": spec.target.compiler, "prelude_includes": includes,
+           "renderer_helpers": _helpers(spec),
+           "qualifier": getattr(BundleRenderer, "helper_qualifier", "static inline"),
            "preludes": preludes}
     m = spec.model
     files = {
