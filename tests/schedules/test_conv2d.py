@@ -141,3 +141,15 @@ def test_winograd_rule() -> None:
     assert winograd_tile(g(8, 56), p) is None         # transforms dominate
     assert winograd_tile(g(64, 56, s=2), p) is None and winograd_tile(g(64, 56, k=5), p) \
         is None
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+@pytest.mark.parametrize("ws", [(16, 16, 3, 3), (16, 16, 1, 1), (16, 16, 5, 5)])
+def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> None:
+    """Always built (loading needs no AVX-512); run only where the CPU has it."""
+    w = np.ones(ws, np.float32)
+    op = compile_op("Conv", target, inputs=[(1, 16, 12, 12), w, np.ones(16, np.float32)],
+                    attrs={"pads": [ws[2] // 2] * 4},
+                    extra_flags=["-Wall", "-Wextra", "-Werror"])
+    flags = op.metadata["build"]["flags"]
+    assert f"-march={load_target(target).arch}" in flags and "-Werror" in flags

@@ -117,3 +117,11 @@ def test_compile_op_errors() -> None:
     with pytest.raises(UnsupportedError, match=r"node 'mm' \(MatMul\): no default schedule "
                                                r"for op 'MatMul' on target 'cuda-sm80'"):
         schedule_for(node, "cuda-sm80")
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+def test_x86_dense_compiles_warning_free_with_the_target_flags(target) -> None:
+    op = compile_op("Gemm", target, inputs=[(9, 20), np.ones((20, 30), np.float32),
+                                            np.ones(30, np.float32)],
+                    extra_flags=["-Wall", "-Wextra", "-Werror"])
+    assert f"-march={load_target(target).arch}" in op.metadata["build"]["flags"]
