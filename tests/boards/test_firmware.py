@@ -205,3 +205,21 @@ target_link_options(app.elf PRIVATE --crt0=semihost -T {out}/firmware/qemu.ld)
     got = parse_output(proc.stdout, meta)[0]["y"]
     # CMake's default build type has no -O2 (no fused multiply-adds): equal to rounding
     np.testing.assert_allclose(got, expected["y"], rtol=1e-5, atol=1e-5)
+
+
+@needs_qemu
+def test_stack_high_water_mark_and_overflow(tmp_path):
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.boards.descriptor import BOARDS_DIR
+
+    path, inputs = _tiny(tmp_path)
+    out, _ = compile_board(path, "nrf52840dk", tmp_path / "b")
+    used, size = run_on_qemu(out, inputs).stack_bytes
+    assert 0 < used < size == 8192
+    yaml = (BOARDS_DIR / "nrf52840dk.yaml").read_text().replace("stack_bytes: 8192",
+                                                                 "stack_bytes: 256")
+    (tmp_path / "tight.yaml").write_text(yaml.replace("name: nrf52840dk", "name: tight"))
+    out, _ = compile_board(path, tmp_path / "tight.yaml", tmp_path / "c")
+    with pytest.raises(SimulationError, match="stack overflow: the firmware used all 256 bytes "
+                       "of its stack .*raise stack_bytes in board tight's descriptor"):
+        run_on_qemu(out, inputs)

@@ -47,6 +47,8 @@ def test_zoo_model_on_qemu_matches_host(name, board, zoo_compiled, tmp_path_fact
         assert not np.array_equal(run.outputs[k], np.zeros_like(host[k]))
     # QEMU counts instructions (-icount), not cycles
     assert run.cycles == 0 and run.instructions and run.instructions > 100_000
+    used, size = run.stack_bytes
+    assert 0 < used < size
     # the size report agrees with the ELF and with the bundle
     b = load_board(board)
     meta = json.loads((path / "metadata.json").read_text())

@@ -159,7 +159,11 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
 
 def board_metadata(b: Board, flash_need: int, ram_need: int) -> dict[str, Any]:
     """The ``board`` entry of a board bundle's metadata.json (before the link)."""
-    return {"name": b.name, "core": b.core, "fpu": b.fpu, "float_abi": b.float_abi,
+    from toolchain.boards.descriptor import BOARDS_DIR
+
+    shipped = Path(b.source).resolve() == (BOARDS_DIR / f"{b.name}.yaml").resolve()
+    return {"name": b.name, "descriptor": None if shipped else str(Path(b.source).resolve()),
+            "core": b.core, "fpu": b.fpu, "float_abi": b.float_abi,
             "target": b.target, "layout": b.layout, "cpu_flags": list(b.cpu_flags),
             "flash": {"origin": b.flash.origin, "size": b.flash.size},
             "ram": {"origin": b.ram.origin, "size": b.ram.size},

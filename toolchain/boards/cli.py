@@ -77,8 +77,10 @@ def run_command(args: argparse.Namespace) -> int:
                else "no instruction count")
     cycles = (f"{run.cycles:,} cycles" if run.cycles else
               "cycles not modelled by QEMU (DWT CYCCNT reads 0)")
+    stack = run.stack_bytes
+    used = f"; stack {stack[0]:,} of {stack[1]:,} B used" if stack else ""
     print(f"ran on QEMU {board['qemu']['machine']} ({board['name']}) in {run.seconds:.2f} s: "
-          f"{counted}; {cycles}")
+          f"{counted}; {cycles}{used}")
     if not args.check:
         return 0
     reference = reference_outputs(meta, feeds, args.model_file)

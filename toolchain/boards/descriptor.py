@@ -251,6 +251,12 @@ def board_names() -> list[str]:
     return sorted(p.stem for p in BOARDS_DIR.glob("*.yaml"))
 
 
+def board_of_bundle(meta: dict[str, Any]) -> Board:
+    """The board a bundle was compiled for (its own descriptor file when not shipped)."""
+    entry = meta["board"]
+    return load_board(entry.get("descriptor") or entry["name"])
+
+
 def load_board(name_or_path: str | Path) -> Board:
     """Load ``boards/<name>.yaml`` (or a YAML file path) into a :class:`Board`."""
     p = Path(name_or_path)

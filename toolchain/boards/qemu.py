@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.boards.build import INSTALL_HINT, make, require_tool
-from toolchain.boards.descriptor import Board, load_board
+from toolchain.boards.descriptor import Board, board_of_bundle
 from toolchain.boards.project import check_inputs, inputs_source
 from toolchain.errors import InputError, SimulationError
 from toolchain.graph.ir import np_dtype
@@ -52,6 +52,15 @@ class QemuRun:
     seconds: float
     command: list[str] = field(default_factory=list)
     stdout: str = ""
+
+    @property
+    def stack_bytes(self) -> tuple[int, int] | None:
+        """(used, size) of the stack: its high-water mark over the run, and its size."""
+        for line in self.stdout.splitlines():
+            if line.startswith("kiln-stack-bytes "):
+                used, size = (int(x) for x in line.split()[1:3])
+                return used, size
+        return None
 
     @property
     def kernel_ticks(self) -> list[tuple[int, str, int]]:
@@ -139,7 +148,7 @@ def run_on_qemu(bundle: str | Path, inputs: Mapping[str, np.ndarray], *,
     if not meta.get("board"):
         raise InputError(f"{d} is a host bundle, not a board bundle (compile it with "
                          "kiln compile MODEL --board NAME)")
-    board = load_board(meta["board"]["name"])
+    board = board_of_bundle(meta)
     check_inputs(meta, inputs, "inputs")
     fw = d / "firmware"
     _write_if_changed(fw / "inputs.c", inputs_source(meta, inputs, source))
@@ -166,7 +175,14 @@ def run_on_qemu(bundle: str | Path, inputs: Mapping[str, np.ndarray], *,
             f"{board.qemu.machine}" + (f": {err[0]}" if err else "")
             + (f"\n{proc.stderr.strip()}" if proc.stderr.strip() else ""))
     outputs, cycles, ticks, hz = parse_output(proc.stdout, meta)
-    return QemuRun(outputs, cycles, ticks, hz, seconds, cmd, proc.stdout)
+    run = QemuRun(outputs, cycles, ticks, hz, seconds, cmd, proc.stdout)
+    stack = run.stack_bytes
+    if stack is not None and stack[0] >= stack[1]:
+        # QEMU's RAM goes on below the stack; the board's does not: its .bss is there
+        raise SimulationError(f"stack overflow: the firmware used all {stack[1]:,} bytes of "
+                              f"its stack (and maybe more); raise stack_bytes in board "
+                              f"{board.name}'s descriptor")
+    return run
 
 
 __all__ = ["INSTALL_HINT", "QEMU_HINT", "QemuRun", "parse_output", "qemu_command",
