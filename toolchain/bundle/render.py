@@ -99,14 +99,24 @@ class _Locations:
         return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
 
 
+#: ops that only reinterpret a contiguous buffer's shape
+_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
 def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
+    """One entry per kernel; ``elided`` when the kernel is only a reshape whose output the
+    plan puts in place over its input (the bytes are already where they must be)."""
     calls = []
     for k in spec.kernels:
         args = [loc.of(v) for v in k.params]
         if k.source.scratch_bytes:
             args.append(f"a + {spec.plan.tensor(k.node.name + ':scratch').offset}")
-        ops = " ".join(n.op for n in k.node.attrs["graph"].nodes)
+        inner = k.node.attrs["graph"].nodes
+        ops = " ".join(n.op for n in inner)
+        elided = (all(n.op in _VIEWS for n in inner) and len(k.params) == 2
+                  and args[0] == args[1] and k.params[0].nbytes == k.params[1].nbytes)
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
+                      "elided": elided,
                       "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
                                          f"{k.flops:,} FLOPs")})
     return calls
@@ -196,7 +206,7 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
         w["chunks"], w["text"] = format_bytes(w.pop("array"))
     kernels = [{"index": k.index, "name": k.source.name, "params": k.source.params,
                 "body": k.source.body, "comment": calls[i]["comment"]}
-               for i, k in enumerate(spec.kernels)]
+               for i, k in enumerate(spec.kernels) if not calls[i]["elided"]]
     includes, preludes = _preludes(spec)
     flags = build_flags(spec)
     ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
@@ -223,6 +233,8 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     }
     meta = _metadata(spec, inputs, outputs, loc, weight_bytes)
     meta["target"]["cflags"] = flags
+    for entry, call in zip(meta["kernels"], calls, strict=True):
+        entry["elided"] = call["elided"]
     files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
     return files
 
