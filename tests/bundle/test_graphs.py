@@ -114,3 +114,17 @@ def test_where_three_way_broadcast_and_passthrough_outputs(tmp_path):
                    {"t": np.array([0.1, -0.2, 0.3, 0.0, 0.5], F),
                     "k": np.array([1.0, 2.0, 3.0], F)})
     _check(m, tmp_path)
+
+
+def test_integer_and_boolean_outputs(tmp_path):
+    """ArgMax (int64), Cast to int32 and a comparison (bool) cross the C API exactly."""
+    n = [helper.make_node("ArgMax", ["x"], ["idx"], axis=1, keepdims=0),
+         helper.make_node("Cast", ["x"], ["xi"], to=6),
+         helper.make_node("Greater", ["x", "zero"], ["pos"])]
+    m = make_model(n, {"x": (F, [3, 5])},
+                   {"idx": (np.int64, [3]), "xi": (np.int32, [3, 5]), "pos": (np.bool_, [3, 5])},
+                   {"zero": np.array(0.0, F)})
+    inputs = {"x": (np.random.default_rng(5).standard_normal((3, 5)) * 4).astype(F)}
+    _, got = compile_run(m, tmp_path, inputs)
+    assert got["idx"].dtype == np.int64 and got["pos"].dtype == np.bool_
+    assert_matches(got, run_ort(m, inputs))
