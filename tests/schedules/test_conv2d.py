@@ -99,6 +99,7 @@ def test_cortex_m4_conv_cross_compiles(tmp_path) -> None:
     cross_compile_m4(get_renderer("c", openmp=False).render(lower(s.schedule)).code, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("xs, ws", [
     ((1, 16, 10, 10), (16, 16, 3, 3)),
@@ -143,6 +144,7 @@ def test_winograd_rule() -> None:
         is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
 @pytest.mark.parametrize("ws", [(16, 16, 3, 3), (16, 16, 1, 1), (16, 16, 5, 5)])
 def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> None:
