@@ -112,6 +112,12 @@ def test_cli_compile_run_check_and_wrong_inputs(tmp_path, capsys):
     assert "flash " in text and " of 2,097,152 " in text and "RAM " in text
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["board"]["size"]["flash"]["total"] > 0
+    # QEMU link: the board's sizes at the emulator's addresses; board link: real addresses
+    qemu_ld = (out / "firmware" / "qemu.ld").read_text()
+    board_ld = (out / "firmware" / "board.ld").read_text()
+    for text, flash in ((qemu_ld, "0x00000000"), (board_ld, "0x08000000")):
+        assert f"__flash = {flash};" in text and "__flash_size = 0x200000;" in text
+        assert "__ram = 0x20000000;" in text and "__ram_size = 0xa0000;" in text
     assert main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--check",
                  "--outputs", str(tmp_path / "out.npz")]) == 0
     text = capsys.readouterr().out
@@ -223,3 +229,32 @@ def test_stack_high_water_mark_and_overflow(tmp_path):
     with pytest.raises(SimulationError, match="stack overflow: the firmware used all 256 bytes "
                        "of its stack .*raise stack_bytes in board tight's descriptor"):
         run_on_qemu(out, inputs)
+
+
+@needs_qemu
+@pytest.mark.parametrize("board", ["qemu-mps2-an500", "qemu-mps2-an386"])
+def test_emulator_boards_run_and_match_the_reference(tmp_path, board):
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    path, inputs = _tiny(tmp_path, hw=12, cin=5, cout=7)
+    out, report = compile_board(path, board, tmp_path / "b")
+    assert report["ram"]["stack"] == 16384 and report["flash"]["available"] == 4 << 20
+    run = run_on_qemu(out, inputs)
+    ref = run_graph(from_onnx(str(path)), inputs)["y"]
+    np.testing.assert_allclose(run.outputs["y"], ref, rtol=1e-5, atol=1e-5)
+    assert run.instructions > 1000
+
+
+def test_board_bundle_is_deterministic(tmp_path):
+    from toolchain.boards import compile_board
+
+    path, _ = _tiny(tmp_path)
+    a, _ = compile_board(path, "stm32f746g-disco", tmp_path / "a", build=False)
+    b, _ = compile_board(path, "stm32f746g-disco", tmp_path / "b", build=False)
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files_a == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert any(str(f).startswith("firmware/") for f in files_a)
+    for f in files_a:
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
