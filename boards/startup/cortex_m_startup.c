@@ -8,7 +8,9 @@
  * Reset: enable the FPU (when the firmware is built for one), copy .data from flash, zero
  * .bss, set up picolibc's thread-local storage (errno), run constructors, call main(),
  * then exit() with its status (a semihosting SYS_EXIT when a debugger with semihosting is
- * attached; without one the core stops in the fault handler below). */
+ * attached; without one the core stops in the fault handler below).  Built with
+ * -DKILN_NO_HOST (make board OSLIB=dummyhost) for a board with no debugger: printf output
+ * is dropped and exit() sleeps. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,17 @@ void _start(void) {
   __libc_init_array();
   exit(main());
 }
+
+#ifdef KILN_NO_HOST
+/* picolibc's dummyhost has no _exit: with no host to report to, sleep forever (the
+ * outputs stay in RAM, in kiln_output_*). */
+void _exit(int status) {
+  (void)status;
+  for (;;) {
+    __asm__ volatile("wfi");
+  }
+}
+#endif
 
 /* A fault or an unexpected interrupt: stop here, where a debugger sees it. */
 void kiln_default_handler(void) {

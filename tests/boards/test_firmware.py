@@ -156,6 +156,11 @@ def test_board_startup_code_runs(tmp_path):
     meta = json.loads((out / "metadata.json").read_text())
     got = parse_output(proc.stdout, meta)[0]
     assert np.array_equal(got["y"], expected["y"])
+    # a board with no debugger: picolibc's dummyhost instead of semihosting links too
+    proc = subprocess.run(["make", "-C", str(fw), "board", "OSLIB=dummyhost", "-B"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--oslib=dummyhost -nostartfiles" in proc.stdout
 
 
 @needs_qemu
