@@ -6,7 +6,8 @@ any C a user writes agree bit for bit:
 
 * :func:`quantize_multiplier` writes a positive real ``r`` as ``M * 2**(shift - 31)`` with
   ``M`` in ``[2**30, 2**31)`` (Q31, rounded to nearest) and ``shift`` an int
-  (positive = left shift). ``r = 0`` gives ``(0, 0)``.
+  (positive = left shift), ``-30 <= shift <= 30``. ``r = 0`` and any ``r < 2**-31`` give
+  ``(0, 0)`` (such a scale makes every int32 input round to 0 or +-1).
 * ``requantize(x, M, shift)`` for an int32 ``x``:
 
   1. ``x = saturate_int32(x * 2**max(shift, 0))`` (the left part of the shift);
@@ -54,7 +55,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if m == 1 << 31:  # rounding carried into the next power of two
         m //= 2
         exp += 1
-    if exp < -31:  # too small to matter: everything rounds to zero
+    if exp < -30:  # below 2**-31: treated as 0 (keeps every 2**shift table in int32)
         return 0, 0
     if exp > 30:
         raise ValueError(f"requantization scale {real!r} is too large for int32 fixed point")

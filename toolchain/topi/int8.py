@@ -4,8 +4,8 @@ Every kernel is int8 x int8 -> int32 accumulation followed by the fixed-point
 requantization of :func:`toolchain.quantize.fixed_point.requantize_te` (int64 arithmetic,
 no float) and a saturating clamp to the output dtype; the arithmetic is the one the
 references in :mod:`toolchain.graph.ops.qops` define, so built kernels match them bit for
-bit. Per-channel ``shift`` tables are packed at compile time into ``[C, 2]`` int64 tables
-of ``(2**max(shift, 0), 2**max(-shift, 0))``.
+bit. Per-channel ``shift`` tables are packed at compile time into ``[C, 2]`` tables
+of ``(2**max(shift, 0), 2**max(-shift, 0))`` (int32).
 
 Importing the module registers the computes in :mod:`toolchain.topi.registry`.
 
@@ -40,9 +40,10 @@ _QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
 
 def pack_shift(shift: np.ndarray) -> np.ndarray:
-    """``[C]`` int32 shifts -> ``[C, 2]`` int64 ``(left power, right power)`` table."""
+    """``[C]`` int32 shifts -> ``[C, 2]`` int32 ``(left power, right power)`` table
+    (``|shift| <= 30`` by :func:`~toolchain.quantize.fixed_point.quantize_multiplier`)."""
     lp, rp = shift_powers(shift)
-    return np.stack([lp, rp], axis=1).astype(np.int64)
+    return np.stack([lp, rp], axis=1).astype(np.int32)
 
 
 def finish_te(acc: Any, mult: Any, lp: Any, rp: Any, attrs: dict[str, Any]) -> Any:

@@ -1,0 +1,87 @@
+"""``kiln quantize``: post-training static int8 quantization of an ONNX model, by Kiln.
+
+Runs the float model in Kiln's reference executor over calibration samples, picks scales
+and zero points, and writes a QDQ ONNX model (QuantizeLinear/DequantizeLinear around each
+quantized op) that onnxruntime runs and that ``kiln compile`` turns into integer-only
+kernels. See ``docs/int8.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+
+from toolchain.commands._model_args import add_model_arguments, input_shapes
+from toolchain.errors import OptionError
+
+HELP = "quantize an ONNX model to int8 (QDQ) with calibration data"
+
+EPILOG = """\
+examples:
+  kiln quantize kws.onnx --calibration samples.npz -o kws_int8.onnx
+  kiln quantize vww.onnx --calibration vww.npz -o vww_int8.onnx --per-tensor --uint8
+  kiln quantize ad.onnx --calibration ad.npz -o ad_int8.onnx --percentile 99.99
+
+the .npz holds one array per model input, named like the input, whose first dimension
+counts the samples (for an input [1, 49, 10, 1]: [S, 49, 10, 1] or [S, 1, 49, 10, 1]).
+Ops that cannot be quantized (Softmax, ReduceMean, ...) stay float and are listed.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_model_arguments(parser)
+    parser.add_argument("--calibration", required=True, metavar="DATA.npz",
+                        help="calibration samples, one array per model input")
+    parser.add_argument("-o", "--output", required=True, metavar="MODEL_int8.onnx",
+                        help="where to write the quantized (QDQ) model")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--per-channel", dest="per_channel", action="store_true",
+                       default=True, help="one weight scale per output channel (default)")
+    group.add_argument("--per-tensor", dest="per_channel", action="store_false",
+                       help="one weight scale per weight tensor")
+    parser.add_argument("--symmetric-activations", action="store_true",
+                        help="activations with zero point 0 (128 for --uint8)")
+    parser.add_argument("--uint8", action="store_true",
+                        help="uint8 activations (default int8); weights are always int8")
+    parser.add_argument("--percentile", type=float, default=None, metavar="P",
+                        help="calibrate to the P-th percentile of each tensor (e.g. 99.99) "
+                             "instead of its min/max")
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolchain.quantize.calibrate import load_npz
+    from toolchain.quantize.ptq import quantize_model, summary
+
+    if args.percentile is not None and not 50.0 < args.percentile <= 100.0:
+        raise OptionError(f"--percentile {args.percentile}: give a value in (50, 100], "
+                          "e.g. 99.99")
+    out = Path(args.output)
+    if out.suffix != ".onnx":
+        raise OptionError(f"-o {out}: the output must be an .onnx file")
+    arrays = load_npz(args.calibration)
+    model, result = quantize_model(
+        args.model, arrays, per_channel=args.per_channel,
+        symmetric_activations=args.symmetric_activations,
+        activation_dtype="uint8" if args.uint8 else "int8", percentile=args.percentile,
+        input_shapes=input_shapes(args))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".onnx.tmp")
+    os.close(fd)
+    try:
+        onnx.save(model, tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    s = summary(result)
+    print(f"wrote {out}: {s['quantized_nodes']} nodes quantized "
+          f"({s['quantize_nodes']} QuantizeLinear, {s['dequantize_nodes']} DequantizeLinear)")
+    if s["float_ops"]:
+        print(f"left in float (no int8 form): {', '.join(s['float_ops'])}")
+    return 0
