@@ -97,14 +97,24 @@ print(json.dumps(best))
 
 
 def cpu_model() -> str:
-    """The CPU model line of /proc/cpuinfo (or the platform's processor string)."""
+    """The CPU model of /proc/cpuinfo with its family/model numbers (virtual machines
+    often show only a generic name), or the platform's processor string."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, val = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "cpu family", "model") and key not in fields:
+                fields[key] = val.strip()
+            if not line.strip():
+                break
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    if "model name" not in fields:
+        return platform.processor() or "unknown"
+    extra = (f" (family {fields['cpu family']}, model {fields['model']})"
+             if "cpu family" in fields and "model" in fields else "")
+    return fields["model name"] + extra
 
 
 def measure_peak(isa: str, seconds: float = 0.2) -> float | None:
