@@ -7,7 +7,14 @@
 * ``type_map`` (TIR dtype -> C type), ``includes``, ``kernel_prefix`` (``__global__``),
   ``smem_prefix`` (``__shared__``), ``barrier`` (``__syncthreads()``),
 * ``code_for_workitem`` (thread tag -> index expression) and :meth:`render_thread_loop`,
-* :meth:`render_parallel_pragma` / :meth:`render_simd_pragma`, ``math_suffix``.
+* :meth:`render_parallel_pragma` / :meth:`render_simd_pragma`, ``math_suffix``,
+* ``helper_qualifier`` (``static inline``) for the helper functions the kernel references
+  (``kiln_min_float``, ``kiln_floordiv_int32_t``, ...: only those it uses are defined, from
+  ``templates/c/helpers.c.j2``).
+
+Names are made C identifiers by :mod:`.names` (never a keyword, a libc/libm name, a macro
+or a helper); math intrinsics are spelled as :mod:`.math_intrinsics` says (``round`` is
+``nearbyint``: halves to even).
 
 >>> from toolchain import te
 >>> from toolchain.tir.transform import lower
@@ -22,58 +29,39 @@ True
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import jinja2
 
+from toolchain.codegen.math_intrinsics import INTRINSICS
+from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprVisitor, free_vars
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
-_C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum
-extern float for goto if inline int long register restrict return short signed sizeof static
-struct switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool true
-false main abs exp log sqrt floor ceil pow fabs min max NULL errno NAN INFINITY HUGE_VAL
-EOF INT8_MIN INT16_MIN INT32_MIN INT64_MIN INT32_MAX INT64_MAX UINT32_MAX free abort
-posix_memalign size_t threadIdx blockIdx blockDim gridDim""".split())
+__all__ = ["INTRINSICS", "CSource", "CStyleRenderer", "Namer", "is_reserved", "render_helpers",
+           "sanitize"]
 
 
-def sanitize(name: str) -> str:
-    """A C identifier for ``name`` (deterministic): ``"conv 1/w"`` -> ``"conv_1_w"``."""
-    s = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
-    if s[0].isdigit():
-        s = "_" + s
-    if (s in _C_KEYWORDS or s.startswith(("kiln_", "__"))
-            or re.fullmatch(r"(u?int|b?float|bool)\d*x\d+(_u|_splat)?", s)):
-        s = "v_" + s.lstrip("_")
-    return s
+def render_helpers(helpers: Iterable[Mapping[str, str]], qualifier: str = "static inline"
+                   ) -> str:
+    """C definitions of ``helpers`` (entries of :meth:`CStyleRenderer.helper_list`, from
+    one or several kernels: each name defined once, sorted) for files that hold several
+    kernels, such as a bundle's ``kernels.c``.
 
-
-class Namer:
-    """Gives each Var a unique C name in order of first use (``i``, ``i_1``, ...)."""
-
-    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
-        self.names: dict[int, str] = {}
-        self.used: set[str] = set(reserved)
-        self._keep: list[Any] = []
-
-    def __call__(self, obj: Any, hint: str) -> str:
-        key = id(obj)
-        if key not in self.names:
-            base = sanitize(hint)
-            name, n = base, 0
-            while name in self.used:
-                n += 1
-                name = f"{base}_{n}"
-            self.used.add(name)
-            self.names[key] = name
-            self._keep.append(obj)
-        return self.names[key]
+    >>> print(render_helpers([{"kind": "max", "type": "bool", "name": "kiln_max_bool"}]))
+    static inline bool kiln_max_bool(bool a, bool b) { return a > b ? a : b; }
+    """
+    unique = {h["name"]: dict(h) for h in helpers}
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.get_template("c/helpers.c.j2").render(
+        helpers=[unique[k] for k in sorted(unique)], qualifier=qualifier).strip("\n")
 
 
 @dataclass
@@ -165,10 +153,8 @@ class CStyleRenderer:
         "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t", "bool": "bool",
         "handle": "void*",
     }
-    #: math functions with an ``f`` variant for float32
-    math_funcs: ClassVar[frozenset[str]] = frozenset(
-        "exp exp2 log log2 log10 sqrt tanh erf fabs pow floor ceil round trunc sin cos tan "
-        "fmod".split())
+    #: storage class of the helper functions (``kiln_min_float``, ...)
+    helper_qualifier: ClassVar[str] = "static inline"
     #: a local tile of at most this many vectors, all at constant offsets, becomes one
     #: variable per vector (register blocking)
     max_vector_registers: ClassVar[int] = 32
@@ -177,22 +163,61 @@ class CStyleRenderer:
     #: largest allocation (bytes) placed on the stack; bigger ones use the heap
     max_stack_bytes: ClassVar[int] = 64 * 1024
 
-    def __init__(self, openmp: bool = True) -> None:
+    def __init__(self, openmp: bool = True, allow_heap: bool = True) -> None:
+        """``allow_heap=False``: a temporary too big for the stack (or of symbolic size) is
+        an error naming it instead of ``posix_memalign`` + ``free`` (for code that must not
+        allocate; the bundle renderer gives such buffers arena scratch instead)."""
         self.openmp = openmp
+        self.allow_heap = allow_heap
 
     # ------------------------------------------------------------------ entry point
     def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
         """Render a lowered PrimFunc into a C source file."""
         self.reset()
-        entry = "kiln_" + re.sub(r"[^0-9A-Za-z_]", "_", name or func.name)
+        entry = self.entry_name(name or func.name)
         params, extra = self.signature(func)
         self.stmt(func.body)
         code = self._fill(func, entry, params or ["void"])
         return CSource(code, entry, extra, self.uses_openmp, self.uses_simd)
 
+    def entry_name(self, name: str) -> str:
+        """``kiln_<name>``, kept clear of every helper name this dialect can define."""
+        entry = HELPER_PREFIX + "".join(c if c.isascii() and (c.isalnum() or c == "_")
+                                        else "_" for c in name)
+        return entry + "_kernel" if entry in self.all_helper_names() else entry
+
+    def all_helper_names(self) -> set[str]:
+        """Every helper function name the renderer may define (used or not)."""
+        scalars = [self.type_map[t] for t in self.type_map if t != "handle"]
+        names = {self._helper_name(k, t) for k in ("min", "max") for t in scalars}
+        names |= {self._helper_name(k, t) for k in ("floordiv", "floormod")
+                  for t in ("int32_t", "int64_t")}
+        return names | {self._helper_name("sigmoid", t) for t in ("float", "double")} | {
+            self._helper_name("alloc", "void")}
+
+    @staticmethod
+    def _helper_name(kind: str, ctype: str) -> str:
+        if kind == "alloc":
+            return HELPER_PREFIX + "alloc"
+        if kind == "sigmoid":
+            return HELPER_PREFIX + ("sigmoidf" if ctype == "float" else "sigmoid")
+        return f"{HELPER_PREFIX}{kind}_" + "".join(c if c.isascii() and c.isalnum() else "_"
+                                                   for c in ctype)
+
+    def helper(self, kind: str, ctype: str) -> str:
+        """Name of the helper ``kind`` (``min``, ``max``, ``floordiv``, ``floormod``,
+        ``sigmoid``, ``alloc``) for the C type ``ctype``; it will be defined in the file."""
+        name = self._helper_name(kind, ctype)
+        self.helpers[name] = {"kind": kind, "type": ctype, "name": name}
+        return name
+
     def reset(self) -> None:
         """Fresh naming and rendering state (one call per file)."""
         self.names = Namer()
+        #: helper functions referenced so far: name -> {kind, type, name}
+        self.helpers: dict[str, dict[str, str]] = {}
+        #: register tiles: the C variable of each vector of a local buffer
+        self.vec_regs: dict[ir.Var, list[str]] = {}
         self.lines: list[str] = []
         self.indent = 1
         self.vec_types: dict[str, tuple[str, int]] = {}
@@ -262,14 +287,15 @@ class CStyleRenderer:
         vts = [dict(name=n, elem=self.ctype(e), lanes=lanes,
                     elem_bytes=ir.bits_of(e) // 8, bytes=ir.bits_of(e) // 8 * lanes)
                for n, (e, lanes) in sorted(self.vec_types.items())]
-        ints = ["int32_t", "int64_t"]
-        scalars = ["float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
-                   "uint16_t", "uint32_t", "uint64_t"]
         return env.get_template(self.template).render(
             dialect=self.dialect, entry=entry, func_name=func.name, includes=self.includes,
-            prelude=func.attrs.get("c_prelude", ""), int_types=ints, scalar_types=scalars,
-            vector_types=vts, kernel_prefix=self.kernel_prefix, params=params,
-            body=self.lines)
+            prelude=func.attrs.get("c_prelude", ""), helpers=self.helper_list(),
+            qualifier=self.helper_qualifier, vector_types=vts,
+            kernel_prefix=self.kernel_prefix, params=params, body=self.lines)
+
+    def helper_list(self) -> list[dict[str, str]]:
+        """The referenced helpers, sorted by name (the order they are defined in)."""
+        return [self.helpers[k] for k in sorted(self.helpers)]
 
     # ------------------------------------------------------------------ helpers
     def emit(self, line: str) -> None:
@@ -321,7 +347,7 @@ class CStyleRenderer:
             vt = self.ctype(s.value.dtype)
             self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base)}) = {value};")
         else:
-            tmp = self.names(object(), "vec")
+            tmp = self.names.fresh("vec")
             self.emit(f"{{ {self.ctype(s.value.dtype)} {tmp} = {value};")
             for k in range(lanes):
                 self.emit(f"  {self.var(buf.data)}[{self._lane(idx, k)}] = {tmp}[{k}];")
@@ -397,7 +423,9 @@ class CStyleRenderer:
             if check.const_index and count <= self.max_vector_registers:
                 # one variable per vector: the C compiler keeps them in registers
                 self.vec_locals[buf.data] = -check.lanes
-                decl = ", ".join(f"{name}_{k} = {{0}}" for k in range(count))
+                regs = [self.names.fresh(f"{name}_{k}") for k in range(count)]
+                self.vec_regs[buf.data] = regs
+                decl = ", ".join(f"{r} = {{0}}" for r in regs)
                 self.emit(f"{vt} {decl};")
             else:
                 self.vec_locals[buf.data] = check.lanes
@@ -419,8 +447,19 @@ class CStyleRenderer:
     def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
                           body: ir.Stmt) -> None:
         """Large or symbolic allocations: aligned heap memory freed at the end of scope."""
+        if not self.allow_heap:
+            n = ir.const_int(size)
+            need = (f"needs {n * ir.bits_of(buf.dtype) // 8} bytes ({n} x {buf.dtype}), "
+                    f"more than the {self.max_stack_bytes}-byte stack limit"
+                    if n is not None else f"has a size known only at run time ({size})")
+            raise UnsupportedError(
+                f"{self.dialect} code generation: temporary buffer {buf.name!r} {need}, and "
+                "heap allocation is off (allow_heap=False); shrink it by scheduling "
+                "(compute_at / tiling), give it static sizes, or render it with memory the "
+                "caller provides (the bundle's arena scratch)")
         fail = "abort();" if self.parallel_depth else "return -1;"
-        self.emit(f"{et}* {self.restrict} {name} = ({et}*)kiln_alloc((size_t)({self.expr(size)})"
+        alloc = self.helper("alloc", "void")
+        self.emit(f"{et}* {self.restrict} {name} = ({et}*){alloc}((size_t)({self.expr(size)})"
                   f" * sizeof({et}));")
         self.emit(f"if ({name} == NULL) {{ {fail} }}")
         self.stmt(body)
@@ -514,13 +553,14 @@ class CStyleRenderer:
         t = self.ctype(e.dtype)
         if t not in ("int32_t", "int64_t"):
             t = "int64_t"
-        return f"({self.ctype(e.dtype)})kiln_{fn}_{t}({self.expr(e.a)}, {self.expr(e.b)})", 15
+        helper = self.helper(fn, t)
+        return f"({self.ctype(e.dtype)}){helper}({self.expr(e.a)}, {self.expr(e.b)})", 15
 
     def _minmax(self, e: ir._Binary) -> tuple[str, int]:
         if ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"{self.dialect} code generation: vector min/max {e}")
-        fn = "min" if isinstance(e, ir.Min) else "max"
-        return f"kiln_{fn}_{self.ctype(e.dtype)}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
+        fn = self.helper("min" if isinstance(e, ir.Min) else "max", self.ctype(e.dtype))
+        return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
 
     def expr_Not(self, e: ir.Not) -> tuple[str, int]:
         return f"!{self.expr(e.a, 15)}", 15
@@ -575,7 +615,7 @@ class CStyleRenderer:
         assert isinstance(idx, ir.Ramp)
         k = arith.simplify(ir.FloorDiv(idx.base, idx.lanes), self.ranges)
         if self.vec_locals[buf.data] < 0:
-            return f"{self.var(buf.data)}_{ir.const_int(arith.simplify(k))}"
+            return self.vec_regs[buf.data][ir.const_int(arith.simplify(k))]
         return f"{self.var(buf.data)}[{self.expr(k)}]"
 
     def expr_Call(self, e: ir.Call) -> tuple[str, int]:
@@ -595,19 +635,20 @@ class CStyleRenderer:
         if ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"{self.dialect} code generation: vector call {op}")
         if op == "sigmoid":
-            fn = "kiln_sigmoidf" if e.dtype == "float32" else "kiln_sigmoid"
+            fn = self.helper("sigmoid", "float" if e.dtype == "float32" else "double")
             return f"{fn}({self.expr(e.args[0])})", _ATOM
         if op == "rsqrt":
             one = "1.0f" if e.dtype == "float32" else "1.0"
             return f"{one} / {self.call_math('sqrt', e.dtype, list(e.args))}", 13
         if op == "isnan":
             return f"isnan({self.expr(e.args[0])})", _ATOM
-        if op in self.math_funcs:
+        if op in INTRINSICS:
             return self.call_math(op, e.dtype, list(e.args)), _ATOM
         args = ", ".join(self.expr(a) for a in e.args)
         return f"{sanitize(op) if not op.isidentifier() else op}({args})", _ATOM
 
-    def call_math(self, fn: str, dtype: str, args: list[ir.PrimExpr]) -> str:
-        """``expf(x)`` for float32, ``exp(x)`` for float64."""
-        name = fn + ("f" if dtype == "float32" else "")
+    def call_math(self, op: str, dtype: str, args: list[ir.PrimExpr]) -> str:
+        """The C call of math intrinsic ``op`` (see :mod:`.math_intrinsics`): ``expf(x)``
+        for float32, ``exp(x)`` for float64, ``nearbyintf(x)`` for ``round``."""
+        name = INTRINSICS[op].c_function(dtype)
         return f"{name}({', '.join(self.expr(a) for a in args)})"

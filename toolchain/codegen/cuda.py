@@ -88,6 +88,7 @@ class CUDARenderer(CStyleRenderer):
     smem_prefix: ClassVar[str] = "__shared__ "
     barrier: ClassVar[str] = "__syncthreads()"
     restrict: ClassVar[str] = "__restrict__"
+    helper_qualifier: ClassVar[str] = "static __device__ __forceinline__"
     vector_locals: ClassVar[bool] = False
     type_map: ClassVar[dict[str, str]] = {**CStyleRenderer.type_map, "float16": "__half"}
     code_for_workitem: ClassVar[dict[str, str]] = {
@@ -99,7 +100,7 @@ class CUDARenderer(CStyleRenderer):
     def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
         """One ``__global__`` kernel per top-level statement of the lowered function."""
         self.reset()
-        entry = "kiln_" + "".join(c if c.isalnum() else "_" for c in (name or func.name))
+        entry = self.entry_name(name or func.name)
         body = func.body
         if isinstance(body, ir.Allocate):
             raise UnsupportedError(
@@ -137,8 +138,7 @@ class CUDARenderer(CStyleRenderer):
                                  keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
         return env.get_template(self.template).render(
             entry=entry, func_name=func.name, prelude=func.attrs.get("c_prelude", ""),
-            int_types=["int32_t", "int64_t"],
-            scalar_types=["float", "double", "int32_t", "int64_t"],
+            helpers=self.helper_list(), qualifier=self.helper_qualifier,
             kernels=kernels, params=params or ["void"])
 
     # ------------------------------------------------------------------ hooks

@@ -33,6 +33,7 @@ sigmoid = _unary("sigmoid")
 floor = _unary("floor")
 ceil = _unary("ceil")
 round = _unary("round")  # noqa: A001
+round.__doc__ = "``round(x)``: nearest integer, halves to even (ONNX Round, numpy.round)."
 sin = _unary("sin")
 cos = _unary("cos")
 exp2 = _unary("exp2")

@@ -67,7 +67,8 @@ def _sigmoid(x: Any) -> Any:
 _MATH: dict[str, Callable[..., Any]] = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "erf": _erf,
     "sigmoid": _sigmoid, "fabs": np.abs, "pow": np.power, "floor": np.floor, "ceil": np.ceil,
-    "round": np.round, "sin": np.sin, "cos": np.cos, "exp2": np.exp2, "log2": np.log2,
+    "round": np.round, "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp2": np.exp2,
+    "log2": np.log2,
     "log10": np.log10, "trunc": np.trunc, "fmod": np.fmod, "isnan": np.isnan,
     "rsqrt": lambda x: np.asarray(x).dtype.type(1) / np.sqrt(x),
 }
@@ -149,6 +150,8 @@ class _Gen:
         raise TypeError(f"interpreter: cannot evaluate {type(x).__name__}")
 
     def idx(self, indices: tuple[ir.PrimExpr, ...]) -> str:
+        if not indices:
+            return "()"  # a rank-0 buffer: numpy indexes a 0-d array with ()
         return ", ".join(self.e(i) for i in indices) + ("," if len(indices) == 1 else "")
 
     def call(self, x: ir.Call) -> str:
@@ -330,7 +333,7 @@ def _check_array(func: ir.PrimFunc, p: ir.Buffer, a: Any, sym: dict[ir.Var, int]
     if a.dtype != want_dt:
         raise InputError(f"{func.name}: argument {p.name!r} has dtype {a.dtype}, "
                          f"expected {p.dtype}")
-    if p.ndim == 1 and isinstance(p.shape[0], ir.IntImm) and a.ndim > 1:
+    if p.ndim == 1 and isinstance(p.shape[0], ir.IntImm) and a.ndim != 1:
         # a flattened parameter (lowered IR) takes the array's elements in row-major order
         if a.size != p.shape[0].value:
             raise InputError(f"{func.name}: argument {p.name!r} has {a.size} elements "

@@ -37,7 +37,9 @@ Conventions shared by every layer (schedule, lowering passes, code generators):
   scalars into ``Broadcast(value, lanes)``, giving vector-dtype ``BufferLoad``/``Store``.
 * **Intrinsic calls**: ``Call(dtype, op, args)`` where ``op`` is a string: math functions
   by their C name (``"exp"``, ``"log"``, ``"sqrt"``, ``"tanh"``, ``"erf"``, ``"fabs"``,
-  ``"pow"``, ``"sigmoid"``, ...) and TIR builtins prefixed ``"tir."`` (``"tir.address_of"``,
+  ``"pow"``, ``"sigmoid"``, ...; ``"round"`` rounds halves to even — the table of their
+  meanings is :mod:`toolchain.codegen.math_intrinsics`) and TIR builtins prefixed ``"tir."``
+  (``"tir.address_of"``,
   ``"tir.storage_sync"`` with a ``StringImm`` scope, ...). ``"tir.if_then_else"`` (from
   ``te.if_then_else``) evaluates only the chosen side — padding loads rely on it — whereas
   both sides of a ``Select`` may be evaluated. Anything else is an extern C function call.

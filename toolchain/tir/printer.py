@@ -140,7 +140,7 @@ class ScriptPrinter:
         return repr(e), 100
 
     def indices(self, idx: tuple[ir.PrimExpr, ...]) -> str:
-        return ", ".join(self.expr(i) for i in idx)
+        return ", ".join(self.expr(i) for i in idx) or "()"  # rank 0: A[()]
 
     def region(self, r: ir.BufferRegion) -> str:
         parts = []
@@ -150,7 +150,7 @@ class ScriptPrinter:
             else:
                 hi = rg.extent if ir.is_const_int(rg.min, 0) else _simplify(rg.min + rg.extent)
                 parts.append(f"{self.expr(rg.min)}:{self.expr(hi)}")
-        return f"{self.buf(r.buffer)}[{', '.join(parts)}]"
+        return f"{self.buf(r.buffer)}[{', '.join(parts) or '()'}]"
 
     def buffer_decl(self, b: ir.Buffer) -> str:
         shape = ", ".join(self.expr(s) for s in b.shape)
