@@ -177,7 +177,7 @@ def _conv(ctx: _Ctx, n: Node, y: QParams, clamp: tuple[int, int], out: Value) ->
              "pads": (geom.pads_begin[0], geom.pads_begin[1], geom.pads_end[0],
                       geom.pads_end[1]),
              "x_zero_point": xp.zero_point, **_out_attrs(y, clamp)}
-    ins = [xq, Value.constant(f"{n.name}_w_q", w),
+    ins = [xq, Value.constant(f"{n.name}_w_q", np.array(w, copy=True)),
            *_requant_inputs(n.name, bias, acc_scale / y.scale)]
     return Node("QConv", n.name, ins, [out], attrs)
 
@@ -200,7 +200,7 @@ def _gemm(ctx: _Ctx, n: Node, y: QParams, clamp: tuple[int, int], out: Value) ->
     bias = _bias(ctx, bias_v, w.shape[0], acc_scale)
     if bias is None or (n.op == "Gemm" and xq.rank != 2):
         return None
-    ins = [xq, Value.constant(f"{n.name}_w_q", np.ascontiguousarray(w)),
+    ins = [xq, Value.constant(f"{n.name}_w_q", np.array(w, order="C", copy=True)),
            *_requant_inputs(n.name, bias, acc_scale / y.scale)]
     return Node("QGemm", n.name, ins, [out],
                 {"x_zero_point": xp.zero_point, **_out_attrs(y, clamp)})
