@@ -86,6 +86,17 @@ def _conv(cin: int, cout: int, hw: int, tail: bool) -> tuple[str, onnx.ModelProt
     return label, _model(nodes, {"x": shape}, {"y": out}, inits)
 
 
+def _depthwise(c: int, hw: int, stride: int) -> tuple[str, onnx.ModelProto]:
+    """A 3x3 depthwise conv (TVM paper's D1-D9 shapes): the generic schedule of cpu_ops."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((c, 1, 3, 3)) * 0.1).astype(F32)
+    out = (hw + 2 - 3) // stride + 1
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1],
+                            strides=[stride, stride], group=c)
+    return (f"Depthwise {hw}x{hw}x{c} s{stride}",
+            _model([node], {"x": (1, c, hw, hw)}, {"y": (1, c, out, out)}, {"w": w}))
+
+
 def cases(quick: bool) -> list[tuple[str, onnx.ModelProto]]:
     out = [
         _case("Softmax", (128, 1000), axis=-1),
@@ -106,6 +117,10 @@ def cases(quick: bool) -> list[tuple[str, onnx.ModelProto]]:
         _case("Transpose", (1, 64, 56, 56), (1, 56, 56, 64), perm=[0, 2, 3, 1]),
         _case("Sigmoid", (1, 64, 56, 56)),
         _case("Relu", (1, 64, 56, 56)),
+        _depthwise(32, 112, 1),
+        _depthwise(64, 112, 2),
+        _depthwise(256, 28, 1),
+        _depthwise(1024, 7, 1),
     ]
     return out
 
