@@ -97,3 +97,16 @@ def test_qavgpool_bit_exact(kernel: tuple[int, int], pads: tuple[int, ...]) -> N
     out = get_op("QAvgPool").infer(node)[0]
     node = node.replace(outputs=(Value("y", out.shape, out.dtype),))
     _check(node, [_qx(x.shape, "uint8")])
+
+
+def test_generated_kernel_is_integer_only() -> None:
+    x = Value("x", (2, 24), "int8")
+    w = Value.constant("w", RNG.integers(-127, 128, (6, 24)).astype(np.int8))
+    node = Node("QGemm", "fc", [x, w, *_requant("g", 6, 5e-4, 5e-3)],
+                [Value("y", (2, 6), "int8")], {"x_zero_point": 1, **_out("int8", 2)})
+    src = compile_op(node, "c-generic").module.get_source()
+    start = src.rfind("kiln_fc_int8(")
+    assert start > 0
+    body = src[start:]
+    assert "int8_t" in body and "int64_t" in body
+    assert "float" not in body and "double" not in body

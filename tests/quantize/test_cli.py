@@ -1,0 +1,98 @@
+"""``kiln quantize``: the command end to end, and its errors (message and exit status)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from toolchain import cli
+
+
+@pytest.fixture(autouse=True)
+def _register(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cli.COMMANDS lists the command once the coordinator registers it; make sure it does here
+    monkeypatch.setitem(cli.COMMANDS, "quantize", "quantize_cmd")
+
+
+@pytest.fixture(scope="module")
+def kws(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from tests.models.zoo import ZOO
+
+    d = tmp_path_factory.mktemp("kws")
+    onnx.save(ZOO["ds_cnn"].build(), d / "kws.onnx")
+    rng = np.random.default_rng(7)
+    np.savez(d / "cal.npz", input_1=rng.standard_normal((6, 49, 10, 1)).astype(np.float32))
+    return d / "kws.onnx", d / "cal.npz"
+
+
+def test_quantize_writes_a_runnable_qdq_model(kws: tuple[Path, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    model, cal = kws
+    out = tmp_path / "kws_int8.onnx"
+    assert cli.main(["quantize", str(model), "--calibration", str(cal), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "nodes quantized" in text and "left in float" in text and "Softmax" in text
+    q = onnx.load(out)
+    onnx.checker.check_model(q, full_check=True)
+    ops = [n.op_type for n in q.graph.node]
+    assert ops.count("QuantizeLinear") >= 10 and "Conv" in ops
+    x = np.random.default_rng(1).standard_normal((1, 49, 10, 1)).astype(np.float32)
+    fl = ort.InferenceSession(str(model)).run(None, {"input_1": x})[0]
+    qt = ort.InferenceSession(str(out)).run(None, {"input_1": x})[0]
+    assert np.abs(fl - qt).max() < 0.1 * np.abs(fl).max() + 0.05
+
+
+@pytest.mark.parametrize("flags", [["--per-tensor", "--symmetric-activations"],
+                                   ["--uint8", "--percentile", "99.9"]])
+def test_quantize_options(kws: tuple[Path, Path], tmp_path: Path, flags: list[str]) -> None:
+    model, cal = kws
+    out = tmp_path / "q.onnx"
+    assert cli.main(["quantize", str(model), "--calibration", str(cal), "-o", str(out),
+                     *flags]) == 0
+    q = onnx.load(out)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in q.graph.initializer}
+    zps = [v for k, v in inits.items() if k.endswith("_zero_point") and "weight" not in k]
+    if "--uint8" in flags:
+        assert all(z.dtype == np.uint8 for z in zps if z.ndim == 0)
+    else:
+        assert all(int(z) == 0 for z in zps if z.ndim == 0)  # symmetric activations
+        weight_dq = [n for n in q.graph.node if n.op_type == "DequantizeLinear" and
+                     n.input[0] in inits and inits[n.input[0]].dtype == np.int8]
+        assert len(weight_dq) >= 9  # the convolutions and the dense layer
+        assert all(inits[n.input[1]].size == 1 for n in weight_dq)  # per tensor
+    ort.InferenceSession(str(out))
+
+
+def _err(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert cli.main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_errors(kws: tuple[Path, Path], tmp_path: Path,
+                capsys: pytest.CaptureFixture[str]) -> None:
+    model, cal = kws
+    out = str(tmp_path / "o.onnx")
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    assert "not a readable .npz" in _err(capsys, ["quantize", str(model), "--calibration",
+                                                  str(bad), "-o", out])
+    assert "not found" in _err(capsys, ["quantize", str(model), "--calibration",
+                                        str(tmp_path / "none.npz"), "-o", out])
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, x=np.zeros((2, 49, 10, 1), np.float32))
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(wrong), "-o", out])
+    assert "missing: input_1" in msg and "unknown: x" in msg
+    shape = tmp_path / "shape.npz"
+    np.savez(shape, input_1=np.zeros((2, 10, 49), np.float32))
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(shape), "-o", out])
+    assert "has shape [2, 10, 49]" in msg and "[S, 1, 49, 10, 1]" in msg
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(cal), "-o", out,
+                        "--percentile", "30"])
+    assert "--percentile 30" in msg
+    assert "must be an .onnx" in _err(capsys, ["quantize", str(model), "--calibration",
+                                               str(cal), "-o", str(tmp_path / "o.txt")])
+    assert not Path(out).exists()
