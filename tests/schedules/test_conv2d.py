@@ -155,3 +155,39 @@ def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> Non
                     extra_flags=["-Wall", "-Wextra", "-Werror"])
     flags = op.metadata["build"]["flags"]
     assert f"-march={load_target(target).arch}" in flags and "-Werror" in flags
+
+
+@pytest.mark.parametrize("target", RUNNABLE)
+@pytest.mark.parametrize("xs, ws, dl, ol, kl, attrs", [
+    ((1, 32, 14, 14), (64, 32, 3, 3), "NCHW16c", "NCHW16c", "OIHW16i16o", {"pads": [1] * 4}),
+    ((1, 16, 9, 11), (16, 16, 3, 3), "NCHW8c", "NCHW8c", "OIHW8i8o",
+     {"pads": [1] * 4, "strides": [2, 2]}),
+    ((1, 3, 15, 15), (32, 3, 3, 3), "NCHW", "NCHW16c", "OIHW3i16o",
+     {"pads": [1] * 4, "strides": [2, 2]}),
+    ((1, 16, 10, 10), (8, 16, 3, 3), "NCHW16c", "NCHW", "OIHW16i8o", {"pads": [1] * 4}),
+    ((1, 6, 8, 8), (10, 6, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
+])
+def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
+    import toolchain.graph.passes  # noqa: F401 - registers LayoutConv
+    from toolchain.graph.ir import Node, Value
+    from toolchain.graph.passes.layout_ops import from_layout, kernel_to_layout, to_layout
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    ref = get_op("Conv").reference([x, w, b], {"group": 1, "auto_pad": "NOTSET", **attrs})[0]
+    xl = to_layout(x, dl)
+    node = Node("LayoutConv", "lc", [Value("x", xl.shape, "float32"),
+                                     Value.constant("w", kernel_to_layout(w, kl)),
+                                     Value.constant("b", b)],
+                [Value("y", to_layout(ref, ol).shape, "float32")],
+                {**attrs, "data_layout": dl, "out_layout": ol, "kernel_layout": kl})
+    op = compile_op(node, target)
+    got = from_layout(op(xl)[0], ol)
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err <= RTOL, (op.metadata["info"], err)
+    lanes = cpu_params(target).lanes("float32")
+    if dl == ol == f"NCHW{lanes}c":
+        assert op.metadata["info"]["direct_out"] is True
+        assert 'T.block("conv_out")' not in str(op.op_schedule.schedule.mod)  # in write-back

@@ -37,12 +37,14 @@ Example::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toolchain import te
+from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
 from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
@@ -149,9 +151,20 @@ def pack_weight(w: np.ndarray, plan: ConvPlan, op_: int) -> np.ndarray:
     return np.ascontiguousarray(blk.transpose(0, 2, 4, 5, 3, 1))
 
 
-def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan
+def _layout_block(layout: str) -> int | None:
+    m = re.fullmatch(r"NCHW(\d+)c", layout)
+    return int(m.group(1)) if m else None
+
+
+def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NCHW",
+                 out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
                  ) -> tuple[list[te.Tensor], list[Value], str]:
-    """Tensors of the blocked convolution; returns (args, input values, product name)."""
+    """Tensors of the blocked convolution; returns (args, input values, product name).
+
+    ``data_layout``/``out_layout`` (``NCHW``, ``NHWC``, ``NCHW{b}c``) are the layouts of
+    the node's input and output; ``w_oihw`` the constant weights in OIHW when the node's
+    are stored in another kernel layout. An output in ``NCHW{ob}c`` is the product itself
+    (the schedule inlines the bias into the register tile's write-back)."""
     xv, wv = node.inputs[0], node.inputs[1]
     bv = node.input(2)
     cb, ob = plan.cb, plan.ob
@@ -159,16 +172,26 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan
     x = te.placeholder(xv.shape, "float32", "X")
     args, values = [x], [xv]
     zero = ir.FloatImm(0.0, "float32")
+    ib = _layout_block(data_layout)
+
+    def in_at(n: Expr, c0: Expr, c1: Expr, ih: Expr, iw: Expr) -> Expr:
+        if ib == cb:
+            return x[n, c0, ih, iw, c1]
+        c = c0 * cb + c1
+        if ib is not None:
+            return x[n, c // ib, ih, iw, c % ib]
+        return x[n, ih, iw, c] if data_layout == "NHWC" else x[n, c, ih, iw]
 
     def pad_x(n: Expr, c0: Expr, hh: Expr, ww: Expr, c1: Expr) -> Expr:
         ih, iw = hh - g.pt, ww - g.pl
         inside = te.all(ih >= 0, ih < g.h, iw >= 0, iw < g.w)
-        val = x[n, c0 * cb + c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0)]
+        val = in_at(n, c0, c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0))
         return te.if_then_else(inside, val, zero)
 
     xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
-    if wv.data is not None:
-        packed = pack_weight(wv.data, plan, op_)
+    wdata = w_oihw if w_oihw is not None else wv.data
+    if wdata is not None:
+        packed = pack_weight(wdata, plan, op_)
         wp_t = te.placeholder(packed.shape, "float32", "W_packed")
         values.append(Value.constant(f"{wv.name}_packed", packed))
     else:
@@ -182,7 +205,7 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan
 
         wp_t = te.compute((op_ // ob, g.c // cb, g.kh, g.kw, cb, ob), pack_w, name="W_pack")
         args.append(w)
-    if wv.data is not None:
+    if wdata is not None:
         args.append(wp_t)
     rc0 = te.reduce_axis((0, g.c // cb), name="rc0")
     rkh = te.reduce_axis((0, g.kh), name="rkh")
@@ -196,16 +219,37 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan
         bias = te.placeholder(bv.shape, "float32", "bias")
         args.append(bias)
         values.append(bv)
+    if direct_blocked_out(g, plan, out_layout):
+        out = te.compute(conv.shape, lambda n, o0, y, xx, o1: conv[n, o0, y, xx, o1] + bias[
+            o0 * ob + o1] if bias is not None else conv[n, o0, y, xx, o1], name="conv_out")
+        return args + [out], values, conv.name
+    bo = _layout_block(out_layout)
 
     def unpack(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
         v = conv[n, o // ob, y, xx, o % ob]
         return v + bias[o] if bias is not None else v
 
-    out = te.compute((g.n, g.o, g.oh, g.ow), unpack, name="conv_out")
+    if bo is not None:
+        def reblock(n: Expr, o0: Expr, y: Expr, xx: Expr, o1: Expr) -> Expr:
+            return unpack(n, o0 * bo + o1, y, xx)
+
+        out = te.compute((g.n, g.o // bo, g.oh, g.ow, bo), reblock, name="conv_out")
+    elif out_layout == "NHWC":
+        out = te.compute((g.n, g.oh, g.ow, g.o), lambda n, y, xx, o: unpack(n, o, y, xx),
+                         name="conv_out")
+    else:
+        out = te.compute((g.n, g.o, g.oh, g.ow), unpack, name="conv_out")
     return args + [out], values, conv.name
 
 
-def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams) -> None:
+def direct_blocked_out(g: ConvGeom, plan: ConvPlan, out_layout: str) -> bool:
+    """Whether the product's tiles are exactly the ``NCHW{ob}c`` output (no re-layout)."""
+    op_, owp, _, _ = plan.padded(g)
+    return _layout_block(out_layout) == plan.ob and op_ == g.o and owp == g.ow
+
+
+def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
+                  out_layout: str = "NCHW") -> None:
     """Register-tile, vectorize and unroll the blocked convolution."""
     blk = sch.get_block("conv")
     n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
@@ -227,20 +271,26 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams) -> N
         sch.unroll(loops[6])
     if plan.cb <= 4:
         sch.unroll(loops[7])
-    # epilogue: split the channel loop by ob so o // ob and o % ob fold away
     out = sch.get_block("conv_out")
-    ol = sch.get_loops(out)
-    if g.o % plan.ob == 0:
-        sch.split(ol[1], [None, plan.ob])
-    if g.ow % plan.lanes == 0:
-        _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
-        sch.vectorize(wi)
+    if direct_blocked_out(g, plan, out_layout):
+        # the output is the product's layout: bias added in the register tile's write-back
+        sch.reverse_compute_inline(out)
+        out = None
+    elif out_layout == "NCHW":
+        # epilogue: split the channel loop by ob so o // ob and o % ob fold away
+        ol = sch.get_loops(out)
+        if g.o % plan.ob == 0:
+            sch.split(ol[1], [None, plan.ob])
+        if g.ow % plan.lanes == 0:
+            _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
+            sch.vectorize(wi)
     # packing: read rows of X contiguously (the writes stride by cb)
     pl = sch.get_loops(sch.get_block("data_pack"))
     sch.reorder(pl[3], pl[4])
     if p.cores > 1:
         sch.parallel(sch.fuse(n, o0, y))
-        sch.parallel(sch.fuse(*sch.get_loops(out)[:2]))
+        if out is not None:
+            sch.parallel(sch.fuse(*sch.get_loops(out)[:2]))
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_block("data_pack"))[:2]))
     try:
         wpk = sch.get_block("W_pack")
@@ -353,4 +403,43 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
                             "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
                             "packed_weight": values[1].data is not None, "flops": g.flops}
+    return OpSchedule(sch, values, list(node.outputs), info)
+
+
+@register_schedule("LayoutConv", "cpu")
+def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSchedule:
+    """Default CPU schedule of a ``LayoutConv`` (a Conv the graph layout pass moved into
+    ``NCHW{b}c`` / ``NHWC``): the direct blocked convolution with the channel blocks of
+    the node's layouts, so a ``NCHW16c -> NCHW16c`` conv reads its input block by block
+    and writes its output straight from the register tile (bias in the write-back).
+
+    Needs constant weights (any kernel layout; repacked at compile time); anything else
+    raises :class:`~toolchain.errors.UnsupportedError`.
+    """
+    from toolchain.graph.passes.layout_ops import kernel_from_layout, nchw_node
+
+    t = resolve_target(target)
+    a = node.attrs
+    wv = node.inputs[1]
+    conv = nchw_node(node)
+    g = conv_geometry(conv)
+    if g is None or wv.data is None:
+        raise UnsupportedError(f"{node.describe()}: LayoutConv needs a float32 2-D conv with "
+                               "one group and constant weights for its default schedule")
+    p = cpu_params(t)
+    base = plan_conv(g, p)
+    ib, bo = _layout_block(a["data_layout"]), _layout_block(a["out_layout"])
+    ob = bo if bo is not None and bo % base.lanes == 0 else base.ob
+    cb = ib if ib is not None and g.c % ib == 0 else base.cb
+    rw = next((r for r in range(base.rw, 3, -1) if g.ow % r == 0), base.rw)
+    plan = ConvPlan(cb, ob, min(rw, g.ow), base.lanes)
+    w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
+    args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
+    name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
+    sch = Schedule(te.create_prim_func(args, name=name))
+    schedule_conv(sch, g, plan, p, a["out_layout"])
+    info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
+                            "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
+                            "direct_out": direct_blocked_out(g, plan, a["out_layout"]),
+                            "packed_weight": True, "flops": g.flops}
     return OpSchedule(sch, values, list(node.outputs), info)
