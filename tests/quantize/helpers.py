@@ -58,14 +58,21 @@ def ort_quantize(model: onnx.ModelProto, samples: list[dict[str, np.ndarray]], p
     return onnx.load(path)
 
 
+INT_OPS = ("QConv", "QGemm", "QAdd", "QAvgPool")
+
+
 def quantized_outputs(graph: Graph) -> list[str]:
-    """Names of the quantized tensors that the graph's final DequantizeLinear nodes read."""
+    """Names of the quantized tensors that the graph's final DequantizeLinear nodes read,
+    where an integer op computes them (not a float op such as Softmax that onnxruntime's
+    quantizer also wraps in Q/DQ)."""
     prod = graph.producers()
     names = []
     for v in graph.outputs:
         p = prod.get(v)
         if p is not None and p.op == "DequantizeLinear":
-            names.append(p.inputs[0].name)
+            src = prod.get(p.inputs[0])
+            if src is not None and src.op in INT_OPS:
+                names.append(p.inputs[0].name)
     return names
 
 
@@ -116,7 +123,7 @@ def compare_ops(qdq: onnx.ModelProto, kiln_graph: Graph, inputs: dict[str, np.nd
     op's reference run on onnxruntime's own int8 inputs, against onnxruntime's output."""
     from toolchain.graph.reference import run_node
 
-    qnodes = [n for n in kiln_graph.nodes if n.op in ("QConv", "QGemm", "QAdd", "QAvgPool")]
+    qnodes = [n for n in kiln_graph.nodes if n.op in INT_OPS]
     needed = {v.name: v for n in qnodes for v in (*n.inputs, *n.outputs)
               if v is not None and v.data is None}
     vals = ort_values(qdq, sorted(needed), {k: v.dtype for k, v in needed.items()},

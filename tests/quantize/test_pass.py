@@ -78,8 +78,8 @@ def test_conv_group_becomes_qconv_with_clamp(act: str | None) -> None:
     hi = {None: 127, "Relu": 127, "Clip": 2}[act]
     assert (conv.attrs["out_min"], conv.attrs["out_max"]) == (lo, hi)
     assert conv.inputs[2].data.dtype == np.int32  # bias 0.1 / (0.02 * w_scale)
-    np.testing.assert_array_equal(conv.inputs[2].data,
-                                  np.rint(0.1 / (0.02 * np.linspace(0.01, 0.02, 4, dtype=np.float32))))
+    w_scale = np.linspace(0.01, 0.02, 4, dtype=np.float32)
+    np.testing.assert_array_equal(conv.inputs[2].data, np.rint(0.1 / (0.02 * w_scale)))
     x = {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)}
     want, got = run_graph(g, x)["p_dq"], run_graph(q, x)["p_dq"]
     assert np.abs(want - got).max() <= 0.05 + 1e-6  # within one output step
