@@ -297,6 +297,48 @@ def compare_tensorized(n: int, repeat: int) -> tuple[float, float]:
     return 2 * n ** 3 / t_int / 1e9, 2 * n ** 3 / t_def / 1e9
 
 
+def bench_blocked(case: tuple, target: str, repeat: int, rounds: int) -> tuple[float, float,
+                                                                               float]:
+    """Kiln's ``LayoutConv`` in the graph layout pass's ``NCHW{lanes}c`` (input blocked when
+    C divides, output blocked) vs onnxruntime's NCHW Conv: (kiln s, ort s, rel err)."""
+    import toolchain.graph.passes  # noqa: F401 - registers LayoutConv
+    from toolchain.graph.ir import Node, Value
+    from toolchain.graph.passes.layout_ops import from_layout, kernel_to_layout, to_layout
+    from toolchain.schedules import compile_op
+    from toolchain.schedules.common import cpu_params
+
+    name, xs, oc, k, s = case
+    lanes = cpu_params(target).lanes("float32")
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((oc, xs[1], k, k)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(oc).astype(np.float32)
+    attrs = {"strides": [s, s], "pads": [k // 2] * 4}
+    x = rng.standard_normal(xs).astype(np.float32)
+    ys = (1, oc, (xs[2] - 1) // s + 1, (xs[3] - 1) // s + 1)
+    sess = _ort_session(_onnx_model("Conv", xs, {"w": w, "b": b},
+                                    {**attrs, "kernel_shape": [k, k]}, ys))
+    blocked_in = xs[1] % lanes == 0
+    dl = f"NCHW{lanes}c" if blocked_in else "NCHW"
+    kl = f"OIHW{lanes if blocked_in else xs[1]}i{lanes}o"
+    xl = to_layout(x, dl)
+    node = Node("LayoutConv", name, [Value("x", xl.shape, "float32"),
+                                     Value.constant("w", kernel_to_layout(w, kl)),
+                                     Value.constant("b", b)],
+                [Value("y", (1, oc // lanes, ys[2], ys[3], lanes), "float32")],
+                {**attrs, "data_layout": dl, "out_layout": f"NCHW{lanes}c", "kernel_layout": kl})
+    op = compile_op(node, target)
+    args = op.bound_args(xl)
+    kiln_call, ort_call = _raw_call(op.module, args), _ort_bound_call(sess, x, ys)
+    ref = sess.run(None, {"x": x})[0]
+    kiln_call()
+    err = float(np.abs(from_layout(args[-1], f"NCHW{lanes}c") - ref).max() / np.abs(ref).max())
+    tk = to = float("inf")
+    for _ in range(rounds):
+        tk = min(tk, _best(kiln_call, repeat))
+        to = min(to, _best(ort_call, repeat))
+    return tk, to, err
+
+
 def default_target() -> str:
     """The widest x86 descriptor this CPU runs (c-generic elsewhere)."""
     from toolchain.target import host_cpu_flags
@@ -319,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--blocked", action="store_true",
+                   help="also time the direct (not Winograd, not 1x1) convs as LayoutConv "
+                        "in the blocked layout the graph layout pass gives them")
     p.add_argument("--tensorize-check", type=int, metavar="N",
                    help="only compare an N^3 matmul tensorized with the AVX-512 FMA "
                         "intrinsic against the default schedule")
@@ -362,6 +407,21 @@ def main(argv: list[str] | None = None) -> int:
     if conv_r:
         gm = math.exp(sum(math.log(x) for x in conv_r) / len(conv_r))
         print(f"geometric mean kiln/ort over {len(conv_r)} convs: {gm:.2f}")
+    if args.blocked:
+        from toolchain.schedules.common import cpu_params
+
+        lanes = cpu_params(target).lanes("float32")
+        print(f"\nConvs in NCHW{lanes}c (LayoutConv, as inside a network after the layout "
+              "pass) vs onnxruntime's NCHW Conv:")
+        print("| case | kiln GF/s | ort GF/s | kiln/ort | max rel err |")
+        print("|------|----------:|---------:|---------:|------------:|")
+        for case in cases:
+            if not case[0].startswith("C") or case[3] == 1 or (case[3] == 3 and case[4] == 1):
+                continue
+            tk, to, err = bench_blocked(case, target, args.repeat, args.rounds)
+            f = 2 * case[2] * case[1][1] * case[3] ** 2 * ((case[1][2] - 1) // case[4] + 1) ** 2
+            print(f"| {case[0]} | {f / tk / 1e9:9.1f} | {f / to / 1e9:8.1f} | {to / tk:8.2f} | "
+                  f"{err:11.1e} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": cpu_model(), "target": target,
                                                "peaks": peaks, "rows": rows}, indent=1,
