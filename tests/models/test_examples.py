@@ -62,7 +62,7 @@ def test_kiln_run_example_matches_onnxruntime(tmp_path):
 
 
 def test_readme_commands_in_a_fresh_process(tmp_path):
-    """The README's first command line, minus the install, as a user runs it."""
+    """The LeNet-5 example commands (docs and examples/README), as a user runs them."""
     import subprocess
     import sys
 
