@@ -16,8 +16,10 @@ from toolchain.quantize.fixed_point import (
     quantize_multiplier,
     rdbpot,
     requantize,
+    requantize_pow,
     requantize_te,
     shift_powers,
+    shift_table,
     srdhm,
 )
 
@@ -95,3 +97,11 @@ def test_te_expression_matches_numpy_when_built() -> None:
         out = np.zeros(xs.size, np.int64)
         build(te.create_prim_func([x, y]))(xs, out)
         np.testing.assert_array_equal(out, requantize(xs, m, s))
+
+
+@given(st.lists(INT32, min_size=1, max_size=20), SCALES)
+def test_power_table_form_is_identical(xs: list[int], real: float) -> None:
+    m, s = quantize_multiplier(real)
+    lp, rp = shift_table(np.array([s]))[0]
+    np.testing.assert_array_equal(requantize_pow(np.array(xs), m, lp, rp),
+                                  requantize(np.array(xs), m, s))

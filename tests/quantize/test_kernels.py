@@ -8,7 +8,11 @@ import pytest
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
-from toolchain.quantize.fixed_point import quantize_multiplier, quantize_multipliers
+from toolchain.quantize.fixed_point import (
+    quantize_multiplier,
+    quantize_multipliers,
+    shift_table,
+)
 from toolchain.schedules import compile_op
 
 RNG = np.random.default_rng(2024)
@@ -17,7 +21,7 @@ RNG = np.random.default_rng(2024)
 def _requant(name: str, n: int, lo: float, hi: float) -> list[Value]:
     m, s = quantize_multipliers(RNG.uniform(lo, hi, n))
     return [Value.constant(f"{name}_b", RNG.integers(-5000, 5000, n).astype(np.int32)),
-            Value.constant(f"{name}_m", m), Value.constant(f"{name}_s", s)]
+            Value.constant(f"{name}_m", m), Value.constant(f"{name}_s", shift_table(s))]
 
 
 def _out(dtype: str, zp: int, lo: int | None = None) -> dict:

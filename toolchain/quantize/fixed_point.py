@@ -101,6 +101,32 @@ def requantize(x: Any, multiplier: Any, shift: Any) -> np.ndarray:
     return rdbpot(srdhm(x, multiplier), np.maximum(-shift, 0))
 
 
+def shift_table(shift: Any) -> np.ndarray:
+    """``[C]`` shifts -> ``[C, 2]`` int32 table of ``(2**max(shift, 0), 2**max(-shift, 0))``:
+    the form the integer ops take (kernels then shift by table lookups, never by a
+    variable amount).
+
+    >>> shift_table(np.array([2, -3])).tolist()
+    [[4, 1], [1, 8]]
+    """
+    lp, rp = shift_powers(shift)
+    return np.stack([lp, rp], axis=-1).astype(np.int32)
+
+
+def requantize_pow(x: Any, multiplier: Any, left_pow: Any, right_pow: Any) -> np.ndarray:
+    """:func:`requantize` with the shift given as its two powers of two (a
+    :func:`shift_table` row); identical results.
+
+    >>> int(requantize_pow(np.int64(1000), *quantize_multiplier(0.0123)[:1], 1, 64))
+    12
+    """
+    x = np.clip(np.asarray(x, np.int64) * np.asarray(left_pow, np.int64), INT32_MIN, INT32_MAX)
+    h = srdhm(x, multiplier)
+    rp = np.asarray(right_pow, np.int64)
+    half = (rp - 1) // 2 + (h < 0)
+    return h // rp + (np.mod(h, rp) > half)
+
+
 # -- tensor expressions ----------------------------------------------------------------------
 
 def requantize_te(x: Any, multiplier: Any, left_pow: Any, right_pow: Any) -> Any:

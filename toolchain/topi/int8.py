@@ -4,8 +4,9 @@ Every kernel is int8 x int8 -> int32 accumulation followed by the fixed-point
 requantization of :func:`toolchain.quantize.fixed_point.requantize_te` (int64 arithmetic,
 no float) and a saturating clamp to the output dtype; the arithmetic is the one the
 references in :mod:`toolchain.graph.ops.qops` define, so built kernels match them bit for
-bit. Per-channel ``shift`` tables are packed at compile time into ``[C, 2]`` tables
-of ``(2**max(shift, 0), 2**max(-shift, 0))`` (int32).
+bit. Per-channel shifts arrive as ``[C, 2]`` int32 tables of
+``(2**max(shift, 0), 2**max(-shift, 0))`` (input ``shift_pow``), so no kernel shifts by a
+variable amount and no operand needs packing.
 
 Importing the module registers the computes in :mod:`toolchain.topi.registry`.
 
@@ -19,7 +20,7 @@ Example::
     >>> consts = [Value.constant("w", np.ones((4, 8), np.int8)),
     ...           Value.constant("b", np.zeros(4, np.int32)),
     ...           Value.constant("m", np.full(4, 1 << 30, np.int32)),
-    ...           Value.constant("s", np.zeros(4, np.int32))]
+    ...           Value.constant("s", np.ones((4, 2), np.int32))]
     >>> nc = node_compute(Node("QGemm", "fc", [x, *consts], [y]))
     >>> [t.dtype for t in nc.outputs]
     ['int8']
@@ -29,21 +30,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from toolchain import te
 from toolchain.quantize.fixed_point import requantize_te, shift_powers
 from toolchain.topi.nn.conv2d import conv2d_nchw, pad_spatial
 from toolchain.topi.registry import Ctx, register
 
 _QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
-
-
-def pack_shift(shift: np.ndarray) -> np.ndarray:
-    """``[C]`` int32 shifts -> ``[C, 2]`` int32 ``(left power, right power)`` table
-    (``|shift| <= 30`` by :func:`~toolchain.quantize.fixed_point.quantize_multiplier`)."""
-    lp, rp = shift_powers(shift)
-    return np.stack([lp, rp], axis=1).astype(np.int32)
 
 
 def finish_te(acc: Any, mult: Any, lp: Any, rp: Any, attrs: dict[str, Any]) -> Any:
@@ -128,7 +120,7 @@ def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
 
 
 def _requant_tensors(ctx: Ctx) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
-    return ctx.tensor(2), ctx.tensor(3), ctx.packed_tensor(4, pack_shift, "a shift table")
+    return ctx.tensor(2), ctx.tensor(3), ctx.tensor(4)
 
 
 @register("QConv")

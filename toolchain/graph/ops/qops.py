@@ -6,11 +6,13 @@ into fixed-point ``(multiplier, shift)`` pairs at compile time
 (:mod:`toolchain.quantize.fixed_point`); the references below are the bit-exact definition
 of the arithmetic (int64 intermediates, no float):
 
-* **QConv** ``(x, w, bias, multiplier, shift)``: ``acc[n,m,p] = bias[m] + sum (x - x_zp) * w``
+* **QConv** ``(x, w, bias, multiplier, shift_pow)``: ``acc[n,m,p] = bias[m] + sum (x - x_zp) * w``
   over the window (padding reads ``x_zp``, i.e. contributes 0; weights are symmetric,
   zero point 0), ``y = clamp(requantize(acc, multiplier[m], shift[m]) + y_zp, out_min,
-  out_max)``. ``group`` covers depthwise.
-* **QGemm** ``(x, w, bias, multiplier, shift)``: ``x`` is ``[..., K]``, ``w`` is ``[N, K]``
+  out_max)``. ``group`` covers depthwise. ``shift_pow`` is the ``[M, 2]`` int32 table
+  ``(2**max(shift, 0), 2**max(-shift, 0))`` of each channel's shift
+  (:func:`~toolchain.quantize.fixed_point.shift_table`).
+* **QGemm** ``(x, w, bias, multiplier, shift_pow)``: ``x`` is ``[..., K]``, ``w`` is ``[N, K]``
   (already transposed), same accumulation and requantization per output column.
 * **QAdd** ``(a, b)``: as TFLite: each side ``(v - v_zp) * 2**left_shift`` is requantized
   to a common fine scale, the two are summed and requantized to the output.
@@ -26,7 +28,7 @@ Example::
     >>> from toolchain.graph.ops import get_op
     >>> x = np.array([[10, -20]], np.int8); w = np.array([[1, 2]], np.int8)
     >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127}
-    >>> m, s = np.array([1 << 30], np.int32), np.array([0], np.int32)  # scale 0.5
+    >>> m, s = np.array([1 << 30], np.int32), np.array([[1, 1]], np.int32)  # scale 0.5
     >>> get_op("QGemm").reference([x, w, np.array([0], np.int32), m, s], attrs)
     [array([[-15]], dtype=int8)]
 """
@@ -42,7 +44,7 @@ from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, np_dtype
 from toolchain.graph.ops._common import check_dtype, defop, input_value
 from toolchain.graph.ops.registry import Attr, PatternKind, register
-from toolchain.quantize.fixed_point import requantize
+from toolchain.quantize.fixed_point import requantize, requantize_pow
 
 Q_TYPES = ("int8", "uint8")
 
@@ -57,18 +59,24 @@ _OUT_ATTRS = (
 )
 
 
-def finish(acc: Any, mult: Any, shift: Any, attrs: dict[str, Any]) -> np.ndarray:
-    """``clamp(requantize(acc) + y_zero_point, out_min, out_max)`` in the output dtype."""
-    y = requantize(acc, mult, shift) + attrs["y_zero_point"]
+def finish(acc: Any, mult: Any, shift: Any, attrs: dict[str, Any],
+           powers: tuple[Any, Any] | None = None) -> np.ndarray:
+    """``clamp(requantize(acc) + y_zero_point, out_min, out_max)`` in the output dtype
+    (the shift given as ``shift`` or as its ``powers``)."""
+    if powers is not None:
+        y = requantize_pow(acc, mult, *powers) + attrs["y_zero_point"]
+    else:
+        y = requantize(acc, mult, shift) + attrs["y_zero_point"]
     return np.clip(y, attrs["out_min"], attrs["out_max"]).astype(np_dtype(attrs["out_dtype"]))
 
 
 def _check_requant(node: Node, first: int, channels: int) -> None:
-    for i, what in ((first - 1, "bias"), (first, "multiplier"), (first + 1, "shift")):
+    for i, what, shape in ((first - 1, "bias", (channels,)), (first, "multiplier", (channels,)),
+                           (first + 1, "shift_pow", (channels, 2))):
         v = input_value(node, i, what)
         check_dtype(node, v, f"input {i} ({what})", ("int32",))
-        if v.shape != (channels,):
-            raise ModelError(f"{node.describe()}: {what} must have shape [{channels}], got "
+        if v.shape != shape:
+            raise ModelError(f"{node.describe()}: {what} must have shape {list(shape)}, got "
                              f"{list(v.shape)}")
 
 
@@ -112,10 +120,11 @@ def qconv_acc(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> np.ndarray
 
 
 def _qconv_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
-    x, w, bias, mult, shift = (np.asarray(a) for a in ins[:5])
+    x, w, bias, mult, sp = (np.asarray(a) for a in ins[:5])
     acc = qconv_acc(x, w, attrs) + bias.astype(np.int64).reshape(1, -1, 1, 1)
     col = (1, -1, 1, 1)
-    return [finish(acc, mult.reshape(col), shift.reshape(col), attrs)]
+    return [finish(acc, mult.reshape(col), None, attrs,
+                   (sp[:, 0].reshape(col), sp[:, 1].reshape(col)))]
 
 
 def _qconv_flops(node: Node) -> int:
@@ -127,7 +136,7 @@ def _qconv_flops(node: Node) -> int:
 @register
 def _qconv() -> Any:
     return defop(
-        "QConv", ("x", "w", "bias", "multiplier", "shift"), PatternKind.OPAQUE,
+        "QConv", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.OPAQUE,
         attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0)),
                Attr("dilations", "ints", (1, 1)), Attr("group", "int", 1),
                *_zp_attrs("x_zero_point"), *_OUT_ATTRS),
@@ -151,16 +160,16 @@ def _qgemm_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
 
 
 def _qgemm_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
-    x, w, bias, mult, shift = (np.asarray(a) for a in ins[:5])
+    x, w, bias, mult, sp = (np.asarray(a) for a in ins[:5])
     xs = x.astype(np.int64) - attrs["x_zero_point"]
     acc = xs @ w.astype(np.int64).T + bias.astype(np.int64)
-    return [finish(acc, mult, shift, attrs)]
+    return [finish(acc, mult, None, attrs, (sp[:, 0], sp[:, 1]))]
 
 
 @register
 def _qgemm() -> Any:
     return defop(
-        "QGemm", ("x", "w", "bias", "multiplier", "shift"), PatternKind.OPAQUE,
+        "QGemm", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.OPAQUE,
         attrs=(*_zp_attrs("x_zero_point"), *_OUT_ATTRS),
         infer=_qgemm_infer, reference=_qgemm_ref,
         flops=lambda n: 2 * n.outputs[0].size * (n.inputs[1].shape[1]),  # type: ignore[union-attr]

@@ -32,7 +32,7 @@ Before::
 
 After::
 
-    %yq = QConv(%xq, %wq, %b_int32, %multiplier, %shift, x_zero_point=.., out_min=zy, ..)
+    %yq = QConv(%xq, %wq, %b_int32, %multiplier, %shift_pow, x_zero_point=.., out_min=zy, ..)
 
 Example::
 
@@ -49,7 +49,11 @@ import numpy as np
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
 from toolchain.quantize import register_all
-from toolchain.quantize.fixed_point import quantize_multiplier, quantize_multipliers
+from toolchain.quantize.fixed_point import (
+    quantize_multiplier,
+    quantize_multipliers,
+    shift_table,
+)
 
 register_all()
 
@@ -157,7 +161,7 @@ def _bias(ctx: _Ctx, v: Value | None, n: int, acc_scale: np.ndarray) -> np.ndarr
 def _requant_inputs(name: str, bias: np.ndarray, real: np.ndarray) -> list[Value]:
     m, s = quantize_multipliers(real)
     return [Value.constant(f"{name}_bias_q", bias), Value.constant(f"{name}_multiplier", m),
-            Value.constant(f"{name}_shift", s)]
+            Value.constant(f"{name}_shift_pow", shift_table(s))]
 
 
 def _conv(ctx: _Ctx, n: Node, y: QParams, clamp: tuple[int, int], out: Value) -> Node | None:
