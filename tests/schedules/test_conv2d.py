@@ -166,6 +166,8 @@ def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> Non
      {"pads": [1] * 4, "strides": [2, 2]}),
     ((1, 16, 10, 10), (8, 16, 3, 3), "NCHW16c", "NCHW", "OIHW16i8o", {"pads": [1] * 4}),
     ((1, 6, 8, 8), (10, 6, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
+    ((1, 16, 12, 10), (16, 16, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
+    ((1, 16, 12, 12), (32, 16, 3, 3), "NCHW8c", "NCHW16c", "OIHW8i16o", {"pads": [1] * 4}),
 ])
 def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
     import toolchain.graph.passes  # noqa: F401 - registers LayoutConv
@@ -188,6 +190,8 @@ def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert err <= RTOL, (op.metadata["info"], err)
     lanes = cpu_params(target).lanes("float32")
-    if dl == ol == f"NCHW{lanes}c":
+    if ws[2:] == (3, 3) and "strides" not in attrs and min(xs[1], ws[0]) >= 16:
+        assert op.metadata["info"]["schedule"].startswith("conv2d_winograd")
+    elif dl == ol == f"NCHW{lanes}c":
         assert op.metadata["info"]["direct_out"] is True
         assert 'T.block("conv_out")' not in str(op.op_schedule.schedule.mod)  # in write-back

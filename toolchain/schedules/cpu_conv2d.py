@@ -427,13 +427,21 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
         raise UnsupportedError(f"{node.describe()}: LayoutConv needs a float32 2-D conv with "
                                "one group and constant weights for its default schedule")
     p = cpu_params(t)
+    w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
+    if ALGORITHM != "direct":
+        from toolchain.schedules.cpu_winograd import schedule_winograd, winograd_tile
+
+        m = winograd_tile(g, p)
+        if ALGORITHM in ("winograd2", "winograd4") and m is not None:
+            m = int(ALGORITHM[-1])
+        if m is not None:
+            return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw)
     base = plan_conv(g, p)
     ib, bo = _layout_block(a["data_layout"]), _layout_block(a["out_layout"])
     ob = bo if bo is not None and bo % base.lanes == 0 else base.ob
     cb = ib if ib is not None and g.c % ib == 0 else base.cb
     rw = next((r for r in range(base.rw, 3, -1) if g.ow % r == 0), base.rw)
     plan = ConvPlan(cb, ob, min(rw, g.ow), base.lanes)
-    w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))

@@ -102,16 +102,26 @@ def _gemm_plan(g: Any, m: int, p: CpuParams) -> GemmPlan:
     return plan
 
 
-def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan
+def _block(layout: str) -> int | None:
+    return int(layout[4:-1]) if layout.startswith("NCHW") and layout.endswith("c") else None
+
+
+def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: str = "NCHW",
+                     out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
                      ) -> tuple[list[te.Tensor], list[Value]]:
-    """The five stages of the module docstring; returns (kernel args, input values)."""
+    """The five stages of the module docstring; returns (kernel args, input values).
+
+    ``data_layout``/``out_layout`` (``NCHW``, ``NHWC``, ``NCHW{b}c``) are the layouts of
+    the node's input and output (a ``LayoutConv``); ``w_oihw`` its weights in OIHW."""
     xv, wv, bv = node.inputs[0], node.inputs[1], node.input(2)
+    ib, ob = _block(data_layout), _block(out_layout)
     at, _, bt = winograd_matrices(m)
     al = m + 2
     nh, nw = ceil_div(g.oh, m), ceil_div(g.ow, m)
     nr, pp, kp = plan.nr, plan.np_, plan.mp
     x = te.placeholder(xv.shape, "float32", "X")
-    u = winograd_weight_transform(wv.data, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
+    wdata = w_oihw if w_oihw is not None else wv.data
+    u = winograd_weight_transform(wdata, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
     up = np.zeros((al, al, kp, g.c), np.float32)
     up[:, :, :g.o] = u
     ut = te.placeholder(up.shape, "float32", "U")
@@ -125,8 +135,14 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan
     def pad_f(n: Expr, c: Expr, r: Expr, s_: Expr) -> Expr:
         iy, ix = r - g.pt, s_ - g.pl
         ok = te.all(iy >= 0, iy < g.h, ix >= 0, ix < g.w)
-        return te.if_then_else(ok, x[n, c, te.max(te.min(iy, g.h - 1), 0),
-                                      te.max(te.min(ix, g.w - 1), 0)], zero)
+        cy, cx = te.max(te.min(iy, g.h - 1), 0), te.max(te.min(ix, g.w - 1), 0)
+        if ib is not None:
+            val = x[n, c // ib, cy, cx, c % ib]
+        elif data_layout == "NHWC":
+            val = x[n, cy, cx, c]
+        else:
+            val = x[n, c, cy, cx]
+        return te.if_then_else(ok, val, zero)
 
     xp = te.compute((g.n, g.c, hp, wp), pad_f, name="wino_pad")
     rows_t = ceil_div(pp, nw)
@@ -178,7 +194,14 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan
         val = y2[k, yy % m, xx % m, q]
         return val + bias[k] if bias is not None else val
 
-    out = te.compute((g.n, g.o, g.oh, g.ow), out_f, name="conv_out")
+    if ob is not None:
+        out = te.compute((g.n, g.o // ob, g.oh, g.ow, ob), lambda n, k0, yy, xx, k1: out_f(
+            n, k0 * ob + k1, yy, xx), name="conv_out")
+    elif out_layout == "NHWC":
+        out = te.compute((g.n, g.oh, g.ow, g.o), lambda n, yy, xx, k: out_f(n, k, yy, xx),
+                         name="conv_out")
+    else:
+        out = te.compute((g.n, g.o, g.oh, g.ow), out_f, name="conv_out")
     return args + [out], values
 
 
@@ -191,10 +214,12 @@ def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
         sch.vectorize(vl)
 
 
-def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int) -> OpSchedule:
-    """Build and schedule the Winograd kernel of a Conv node (see the module docstring)."""
+def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str = "NCHW",
+                      out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
+                      ) -> OpSchedule:
+    """Build and schedule the Winograd kernel of a Conv (or ``LayoutConv``) node."""
     plan = _gemm_plan(g, m, p)
-    args, values = winograd_compute(node, g, m, plan)
+    args, values = winograd_compute(node, g, m, plan, data_layout, out_layout, w_oihw)
     name = f"conv2d_winograd{m}_{g.c}x{g.h}x{g.w}_{g.o}"
     sch = Schedule(te.create_prim_func(args, name=name))
     lanes = plan.lanes
@@ -215,7 +240,7 @@ def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int) -> OpSchedule:
     sch.vectorize(q1)
     ob = sch.get_block("conv_out")
     ol = sch.get_loops(ob)
-    if g.ow % m == 0 and g.oh % m == 0:
+    if g.ow % m == 0 and g.oh % m == 0 and out_layout != "NHWC":
         y0, y1 = sch.split(ol[2], [None, m])
         x0, x1 = sch.split(ol[3], [None, m])
         sch.reorder(y0, x0, y1, x1)
