@@ -44,7 +44,8 @@ def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     except FileNotFoundError:
         raise InputError(f"{path}: calibration file not found") from None
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise InputError(f"{path}: not a readable .npz archive ({exc}); save the calibration "
+        why = "" if "pickle" in str(exc) else f" ({exc})"
+        raise InputError(f"{path}: not a readable .npz archive{why}; save the calibration "
                          "data with numpy.savez(path, NAME=array)") from None
 
 
