@@ -69,9 +69,13 @@ def _region_corners(r: ir.BufferRegion) -> list[tuple[ir.PrimExpr, ...]]:
 def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
                  ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
     """Smallest rectangular region covering every index tuple (over ``ranges``)."""
+    unique: dict[Any, tuple[ir.PrimExpr, ...]] = {}
+    for idx in idx_list:  # the same access written twice is analysed once
+        unique.setdefault(tuple(arith._key(i) for i in idx), idx)
+    idx_list = list(unique.values())
     region = []
     for d in range(buf.ndim):
-        exprs = [arith.simplify(idx[d], None) for idx in idx_list]
+        exprs = _unique([arith.simplify(e, None) for e in _unique([i[d] for i in idx_list])])
         first = exprs[0]
         offs = []
         for e in exprs:
@@ -86,10 +90,19 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
             lo_e, hi_e = arith.bound_exprs(e, ranges)
             los.append(lo_e)
             his.append(hi_e)
-        lo_x = _fold(los, ir.Min)
-        hi_x = _fold(his, ir.Max)
+        lo_x = _fold(_unique(los), ir.Min)
+        hi_x = _fold(_unique(his), ir.Max)
         region.append(ir.Range(lo_x, arith.simplify(hi_x - lo_x + 1)))
     return ir.BufferRegion(buf, tuple(region))
+
+
+def _unique(xs: list[ir.PrimExpr]) -> list[ir.PrimExpr]:
+    """``xs`` without structural duplicates, in first-seen order (a block that loads one
+    element many times, e.g. through a gathered index, is analysed once per index)."""
+    seen: dict[Any, ir.PrimExpr] = {}
+    for x in xs:
+        seen.setdefault(arith._key(x), x)
+    return list(seen.values())
 
 
 def _fold(xs: list[ir.PrimExpr], op: type) -> ir.PrimExpr:

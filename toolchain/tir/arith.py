@@ -282,7 +282,7 @@ class _Bounds:
                 f = min if isinstance(a, ir.Min) else max
                 return (Lin(a.dtype, f(ba[0].const, bb[0].const)),
                         Lin(a.dtype, f(ba[1].const, bb[1].const)))
-            if ba and bb:  # min/max are monotonic in both operands
+            if ba and bb and self.keep_free:  # min/max are monotonic in both operands
                 op = type(a)
                 return (_atom_lin(op(ba[0].to_expr(), bb[0].to_expr())),
                         _atom_lin(op(ba[1].to_expr(), bb[1].to_expr())))
@@ -354,32 +354,31 @@ def relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | N
 
 # ----------------------------------------------------------------------- proving
 
-def _diff_bound(a: ir.PrimExpr, b: ir.PrimExpr, ranges: Ranges | None) -> tuple[Lin, Lin] | None:
+def _diff_bound(a: ir.PrimExpr, b: ir.PrimExpr, ranges: Ranges | None,
+                fast: bool = False) -> tuple[Lin, Lin] | None:
     if not (_is_int(a.dtype) and _is_int(b.dtype)):
         return None
-    d = simplify(ir.Sub(a, b), ranges)
+    # ``fast``: a and b are already simplified (the simplifier's own queries); the linear
+    # form of a - b is then canonical without simplifying both sides again, which would
+    # make nested min/max chains exponential
+    d = ir.Sub(a, b) if fast else simplify(ir.Sub(a, b), ranges)
     return _Bounds(ranges).of(d)
 
 
-def prove(cond: Any, ranges: Ranges | None = None) -> bool:
-    """True if ``cond`` is provably true for all values of the ranged Vars.
+_NEG = {ir.LT: ir.GE, ir.LE: ir.GT, ir.GT: ir.LE, ir.GE: ir.LT, ir.EQ: ir.NE, ir.NE: ir.EQ}
 
-    >>> from toolchain.tir.ir import Var, Range
-    >>> i, n = Var("i"), Var("n")
-    >>> prove(i < n, {i: Range(0, n)}), prove(i < 7, {i: Range(0, 8)})
-    (True, False)
-    """
-    cond = ir.convert(cond)
+
+def _prove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:  # noqa: C901
     if isinstance(cond, ir.IntImm):
         return bool(cond.value)
     if isinstance(cond, ir.And):
-        return prove(cond.a, ranges) and prove(cond.b, ranges)
+        return _prove(cond.a, ranges, fast) and _prove(cond.b, ranges, fast)
     if isinstance(cond, ir.Or):
-        return prove(cond.a, ranges) or prove(cond.b, ranges)
+        return _prove(cond.a, ranges, fast) or _prove(cond.b, ranges, fast)
     if isinstance(cond, ir.Not):
-        return disprove(cond.a, ranges)
+        return _disprove(cond.a, ranges, fast)
     if isinstance(cond, (ir.LT, ir.LE, ir.GT, ir.GE, ir.EQ, ir.NE)):
-        b = _diff_bound(cond.a, cond.b, ranges)
+        b = _diff_bound(cond.a, cond.b, ranges, fast)
         if b is None:
             return False
         lo, hi = b
@@ -399,21 +398,34 @@ def prove(cond: Any, ranges: Ranges | None = None) -> bool:
     return False
 
 
-def disprove(cond: Any, ranges: Ranges | None = None) -> bool:
-    """True if ``cond`` is provably false for all values of the ranged Vars."""
-    cond = ir.convert(cond)
+def _disprove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:
     if isinstance(cond, ir.IntImm):
         return not cond.value
-    neg = {ir.LT: ir.GE, ir.LE: ir.GT, ir.GT: ir.LE, ir.GE: ir.LT, ir.EQ: ir.NE, ir.NE: ir.EQ}
-    if type(cond) in neg:
-        return prove(neg[type(cond)](cond.a, cond.b), ranges)
+    if type(cond) in _NEG:
+        return _prove(_NEG[type(cond)](cond.a, cond.b), ranges, fast)
     if isinstance(cond, ir.And):
-        return disprove(cond.a, ranges) or disprove(cond.b, ranges)
+        return _disprove(cond.a, ranges, fast) or _disprove(cond.b, ranges, fast)
     if isinstance(cond, ir.Or):
-        return disprove(cond.a, ranges) and disprove(cond.b, ranges)
+        return _disprove(cond.a, ranges, fast) and _disprove(cond.b, ranges, fast)
     if isinstance(cond, ir.Not):
-        return prove(cond.a, ranges)
+        return _prove(cond.a, ranges, fast)
     return False
+
+
+def prove(cond: Any, ranges: Ranges | None = None) -> bool:
+    """True if ``cond`` is provably true for all values of the ranged Vars.
+
+    >>> from toolchain.tir.ir import Var, Range
+    >>> i, n = Var("i"), Var("n")
+    >>> prove(i < n, {i: Range(0, n)}), prove(i < 7, {i: Range(0, 8)})
+    (True, False)
+    """
+    return _prove(ir.convert(cond), ranges, fast=False)
+
+
+def disprove(cond: Any, ranges: Ranges | None = None) -> bool:
+    """True if ``cond`` is provably false for all values of the ranged Vars."""
+    return _disprove(ir.convert(cond), ranges, fast=False)
 
 
 # ----------------------------------------------------------------------- simplifier
@@ -475,9 +487,9 @@ class _Simplifier(ExprMutator):
     def _compare(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr) -> ir.PrimExpr:
         node = t(a, b)
         if _is_int(a.dtype) and _is_int(b.dtype):
-            if prove(node, self.ranges):
+            if _prove(node, self.ranges, fast=True):
                 return ir.IntImm(1, node.dtype)
-            if disprove(node, self.ranges):
+            if _disprove(node, self.ranges, fast=True):
                 return ir.IntImm(0, node.dtype)
         return node
 
@@ -493,16 +505,13 @@ class _Simplifier(ExprMutator):
                 return self._divmod(e, c)
         if isinstance(e, (ir.Min, ir.Max)):
             a, b = e.a, e.b
-            if isinstance(e, ir.Min):
-                if prove(ir.LE(a, b), self.ranges):
-                    return a
-                if prove(ir.LE(b, a), self.ranges):
-                    return b
-            else:
-                if prove(ir.GE(a, b), self.ranges):
-                    return a
-                if prove(ir.GE(b, a), self.ranges):
-                    return b
+            is_min = isinstance(e, ir.Min)
+            # fast: a and b are simplified already (re-simplifying them at every level of
+            # a nested min/max chain costs time exponential in its depth)
+            if _prove(ir.LE(a, b), self.ranges, fast=True):
+                return a if is_min else b
+            if _prove(ir.LE(b, a), self.ranges, fast=True):
+                return b if is_min else a
         return e
 
     def _divmod(self, e: ir._Binary, c: int) -> ir.PrimExpr:
