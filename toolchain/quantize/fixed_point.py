@@ -102,40 +102,45 @@ def requantize(x: Any, multiplier: Any, shift: Any) -> np.ndarray:
 
 
 def shift_table(shift: Any) -> np.ndarray:
-    """``[C]`` shifts -> ``[C, 2]`` int32 table of ``(2**max(shift, 0), 2**max(-shift, 0))``:
-    the form the integer ops take (kernels then shift by table lookups, never by a
-    variable amount).
+    """``[C]`` shifts -> ``[C, 2]`` int32 table of ``(2**max(shift, 0), 2**(30 - max(-shift,
+    0)))`` (:func:`shift_powers`): the form the integer ops take, so that kernels divide
+    only by the constant ``2**30`` and never shift or divide by a per-channel amount.
 
     >>> shift_table(np.array([2, -3])).tolist()
-    [[4, 1], [1, 8]]
+    [[4, 1073741824], [1, 134217728]]
     """
-    lp, rp = shift_powers(shift)
-    return np.stack([lp, rp], axis=-1).astype(np.int32)
+    lp, rq = shift_powers(shift)
+    return np.stack([lp, rq], axis=-1).astype(np.int32)
 
 
-def requantize_pow(x: Any, multiplier: Any, left_pow: Any, right_pow: Any) -> np.ndarray:
-    """:func:`requantize` with the shift given as its two powers of two (a
-    :func:`shift_table` row); identical results.
+def requantize_pow(x: Any, multiplier: Any, left_pow: Any, right_q: Any) -> np.ndarray:
+    """:func:`requantize` with the shift given as a :func:`shift_table` row
+    ``(L, R) = (2**max(shift, 0), 2**(30 - e))``, ``e = max(-shift, 0)``; identical results.
 
-    >>> int(requantize_pow(np.int64(1000), *quantize_multiplier(0.0123)[:1], 1, 64))
+    RDBPOT by ``2**e`` is done as ``t = h * R`` (exact in int64): ``h >> e`` is
+    ``floor(t / 2**30)`` and the remainder test ``rem > (2**e - 1) >> 1 + (h < 0)`` is
+    ``t mod 2**30 >= 2**29 + (h < 0) * R`` — constant divisors only.
+
+    >>> int(requantize_pow(np.int64(1000), quantize_multiplier(0.0123)[0], 1, 2**24))
     12
     """
     x = np.clip(np.asarray(x, np.int64) * np.asarray(left_pow, np.int64), INT32_MIN, INT32_MAX)
     h = srdhm(x, multiplier)
-    rp = np.asarray(right_pow, np.int64)
-    half = (rp - 1) // 2 + (h < 0)
-    return h // rp + (np.mod(h, rp) > half)
+    r = np.asarray(right_q, np.int64)
+    t = h * r
+    up = np.mod(t, 1 << 30) >= (1 << 29) + np.where(h < 0, r, 0)
+    return (t >> 30) + up
 
 
 # -- tensor expressions ----------------------------------------------------------------------
 
-def requantize_te(x: Any, multiplier: Any, left_pow: Any, right_pow: Any) -> Any:
+def requantize_te(x: Any, multiplier: Any, left_pow: Any, right_q: Any) -> Any:
     """The same arithmetic as a TIR int64 expression (no float, no bit operations).
 
     ``x`` is an int32/int64 expression; ``multiplier`` ``M``; ``left_pow = 2**max(shift,0)``
-    and ``right_pow = 2**max(-shift,0)`` (int64 expressions or Python ints, precomputed at
-    compile time by :func:`shift_powers`). Shifts become ``floordiv``/``floormod`` by the
-    power of two, which C compilers turn into shifts when the divisor is a constant.
+    and ``right_q = 2**(30 - max(-shift, 0))`` (int expressions or Python ints, from
+    :func:`shift_powers` at compile time). Every division is by the constant ``2**31`` or
+    ``2**30``, which C compilers turn into shifts (see :func:`requantize_pow`).
     """
     from toolchain import te
 
@@ -147,12 +152,12 @@ def requantize_te(x: Any, multiplier: Any, left_pow: Any, right_pow: Any) -> Any
     x = te.cast(x, i64) * _as_i64(left_pow)
     x = te.maximum(te.minimum(x, c(INT32_MAX)), c(INT32_MIN))
     ab = x * _as_i64(multiplier)
-    q = ab + te.select(ab >= c(0), c(1 << 30), c(1 - (1 << 30)))
-    h = te.truncdiv(q, c(1 << 31))
-    rp = _as_i64(right_pow)
-    rem = te.floormod(h, rp)
-    half = te.floordiv(rp - c(1), c(2)) + te.select(h < c(0), c(1), c(0))
-    return te.floordiv(h, rp) + te.select(rem > half, c(1), c(0))
+    h = te.truncdiv(ab + te.select(ab >= c(0), c(1 << 30), c(1 - (1 << 30))), c(1 << 31))
+    r = _as_i64(right_q)
+    t = h * r
+    limit = c(1 << 29) + te.select(h < c(0), r, c(0))
+    return te.floordiv(t, c(1 << 30)) + te.select(te.floormod(t, c(1 << 30)) >= limit, c(1),
+                                                  c(0))
 
 
 def _as_i64(v: Any) -> Any:
@@ -164,7 +169,8 @@ def _as_i64(v: Any) -> Any:
 
 
 def shift_powers(shift: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(2**max(shift,0), 2**max(-shift,0))`` as int64 arrays (compile-time tables)."""
+    """``(2**max(shift, 0), 2**(30 - max(-shift, 0)))`` as int64 arrays (compile-time
+    tables for :func:`requantize_pow` / :func:`requantize_te`)."""
     s = np.asarray(shift, np.int64)
     return (np.left_shift(np.int64(1), np.maximum(s, 0)),
-            np.left_shift(np.int64(1), np.maximum(-s, 0)))
+            np.left_shift(np.int64(1), 30 - np.maximum(-s, 0)))

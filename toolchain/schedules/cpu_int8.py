@@ -14,7 +14,7 @@ Example::
     >>> c = [Value.constant("w", np.ones((4, 16), np.int8)),
     ...      Value.constant("b", np.zeros(4, np.int32)),
     ...      Value.constant("m", np.full(4, 1 << 30, np.int32)),
-    ...      Value.constant("s", np.ones((4, 2), np.int32))]
+    ...      Value.constant("s", np.full((4, 2), 1 << 30, np.int32))]
     >>> op = schedule_int8(Node("QGemm", "fc", [x, *c], [y]), "c-generic")
     >>> [v.name for v in op.input_values][:2]
     ['x', 'w']

@@ -5,8 +5,8 @@ requantization of :func:`toolchain.quantize.fixed_point.requantize_te` (int64 ar
 no float) and a saturating clamp to the output dtype; the arithmetic is the one the
 references in :mod:`toolchain.graph.ops.qops` define, so built kernels match them bit for
 bit. Per-channel shifts arrive as ``[C, 2]`` int32 tables of
-``(2**max(shift, 0), 2**max(-shift, 0))`` (input ``shift_pow``), so no kernel shifts by a
-variable amount and no operand needs packing.
+``(2**max(shift, 0), 2**(30 - max(-shift, 0)))`` (input ``shift_pow``), so kernels divide
+only by constant powers of two (shifts after compilation) and no operand needs packing.
 
 Importing the module registers the computes in :mod:`toolchain.topi.registry`.
 
@@ -20,7 +20,7 @@ Example::
     >>> consts = [Value.constant("w", np.ones((4, 8), np.int8)),
     ...           Value.constant("b", np.zeros(4, np.int32)),
     ...           Value.constant("m", np.full(4, 1 << 30, np.int32)),
-    ...           Value.constant("s", np.ones((4, 2), np.int32))]
+    ...           Value.constant("s", np.full((4, 2), 1 << 30, np.int32))]
     >>> nc = node_compute(Node("QGemm", "fc", [x, *consts], [y]))
     >>> [t.dtype for t in nc.outputs]
     ['int8']

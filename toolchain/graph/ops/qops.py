@@ -10,7 +10,7 @@ of the arithmetic (int64 intermediates, no float):
   over the window (padding reads ``x_zp``, i.e. contributes 0; weights are symmetric,
   zero point 0), ``y = clamp(requantize(acc, multiplier[m], shift[m]) + y_zp, out_min,
   out_max)``. ``group`` covers depthwise. ``shift_pow`` is the ``[M, 2]`` int32 table
-  ``(2**max(shift, 0), 2**max(-shift, 0))`` of each channel's shift
+  ``(2**max(shift, 0), 2**(30 - max(-shift, 0)))`` of each channel's shift
   (:func:`~toolchain.quantize.fixed_point.shift_table`).
 * **QGemm** ``(x, w, bias, multiplier, shift_pow)``: ``x`` is ``[..., K]``, ``w`` is ``[N, K]``
   (already transposed), same accumulation and requantization per output column.
@@ -28,7 +28,7 @@ Example::
     >>> from toolchain.graph.ops import get_op
     >>> x = np.array([[10, -20]], np.int8); w = np.array([[1, 2]], np.int8)
     >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127}
-    >>> m, s = np.array([1 << 30], np.int32), np.array([[1, 1]], np.int32)  # scale 0.5
+    >>> m, s = np.array([1 << 30], np.int32), np.array([[1, 1 << 30]], np.int32)  # x 0.5
     >>> get_op("QGemm").reference([x, w, np.array([0], np.int32), m, s], attrs)
     [array([[-15]], dtype=int8)]
 """
