@@ -164,27 +164,70 @@ class Lin:
         return out
 
 
-def _recombine_divmod(lin: Lin) -> None:
-    """Rewrite ``(x // c) * (c*k) + (x % c) * k`` into ``x * k`` inside ``lin``."""
+def _const_div(e: Any, cls: type) -> tuple[ir.PrimExpr, int] | None:
+    """``(a, c)`` if ``e`` is ``cls(a, c)`` with a constant ``c > 0``."""
+    if isinstance(e, cls) and isinstance(e.b, ir.IntImm) and e.b.value > 0:
+        return e.a, e.b.value
+    return None
+
+
+def _merge_partner(lin: Lin, a: ir.PrimExpr, c: int,
+                   coeff: int) -> tuple[Any, ir.PrimExpr] | None:
+    """A term ``q * (coeff * c)`` of ``lin`` with ``q * c + a % c == w``: ``(key, w)``.
+
+    Three forms of ``q`` (all exact for every integer ``a`` when ``c, m, n > 0``)::
+
+        a // c                          ->  w = a
+        (a % m) // c      with c | m    ->  w = a % m
+        (a // c) % n                    ->  w = a % (c * n)
+    """
+    ka = _key(a)
+    for key, (atom, k) in lin.terms.items():
+        if k != coeff * c:
+            continue
+        div = _const_div(atom, ir.FloorDiv)
+        if div is not None and div[1] == c:
+            if _key(div[0]) == ka:
+                return key, a
+            inner = _const_div(div[0], ir.FloorMod)
+            if inner is not None and inner[1] % c == 0 and _key(inner[0]) == ka:
+                return key, div[0]
+        mod = _const_div(atom, ir.FloorMod)
+        if mod is not None:
+            inner = _const_div(mod[0], ir.FloorDiv)
+            if inner is not None and inner[1] == c and _key(inner[0]) == ka:
+                return key, ir.FloorMod(a, ir.IntImm(c * mod[1], atom.dtype))
+    return None
+
+
+def _recombine_divmod(lin: Lin) -> bool:
+    """Rewrite ``q * (c*k) + (a % c) * k`` into ``w * k`` inside ``lin`` (see
+    :func:`_merge_partner` for the forms of ``q``), repeatedly, so that the indices of
+    fused-then-split loops (``x // 256 * 256 + x % 256 // 32 * 32 + x % 32``) become ``x``.
+    Returns whether anything changed.
+    """
+    any_change = False
     changed = True
     while changed:
         changed = False
         for key, (atom, coeff) in list(lin.terms.items()):
-            if not (isinstance(atom, ir.FloorMod) and isinstance(atom.b, ir.IntImm)):
+            mod = _const_div(atom, ir.FloorMod)
+            if mod is None:
                 continue
-            c = atom.b.value
-            dkey = ("FloorDiv", _key(atom.a), _key(atom.b))
-            if dkey in lin.terms and lin.terms[dkey][1] == coeff * c:
-                del lin.terms[key]
-                del lin.terms[dkey]
-                inner = to_lin(atom.a)
-                if inner is None:
-                    lin.add_term(atom.a, coeff)
-                else:
-                    merged = lin.add(inner, coeff)
-                    lin.terms, lin.const = merged.terms, merged.const
-                changed = True
-                break
+            found = _merge_partner(lin, mod[0], mod[1], coeff)
+            if found is None:
+                continue
+            del lin.terms[key]
+            del lin.terms[found[0]]
+            inner = to_lin(found[1])
+            if inner is None:
+                lin.add_term(found[1], coeff)
+            else:
+                merged = lin.add(inner, coeff)
+                lin.terms, lin.const = merged.terms, merged.const
+            changed = any_change = True
+            break
+    return any_change
 
 
 def to_lin(e: ir.PrimExpr) -> Lin | None:
@@ -496,7 +539,11 @@ class _Simplifier(ExprMutator):
     def _int(self, e: ir.PrimExpr) -> ir.PrimExpr:  # noqa: C901
         if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
             lin = to_lin(e)
-            return lin.to_expr() if lin is not None else e
+            if lin is None:
+                return e
+            if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
+                return self.visit_expr(lin.to_expr())
+            return lin.to_expr()
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
             c = e.b.value
             if c == 1:

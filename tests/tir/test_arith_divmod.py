@@ -1,0 +1,95 @@
+"""Floordiv/floormod recombination: ``a // c * c + a % c -> a`` and its nested forms.
+
+Fusing loops and splitting the fused loop again gives indices such as
+``x // 256 * 256 + x % 256 // 32 * 32 + x % 32``; the canonical simplifier must give ``x``
+back. Checked against an exact integer evaluator (independent of the simplifier) on
+non-negative and negative values: the rules hold for every integer when divisors are > 0.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from toolchain.tir import ir
+from toolchain.tir.arith import simplify
+
+X, Y = ir.Var("x"), ir.Var("y")
+
+_OPS = {ir.Add: operator.add, ir.Sub: operator.sub, ir.Mul: operator.mul,
+        ir.FloorDiv: operator.floordiv, ir.FloorMod: operator.mod}
+
+
+def ev(e: ir.PrimExpr, env: dict[ir.Var, int]) -> int:
+    """Exact Python-integer value of ``e`` (floor division semantics)."""
+    if isinstance(e, ir.IntImm):
+        return e.value
+    if isinstance(e, ir.Var):
+        return env[e]
+    if isinstance(e, (ir.Min, ir.Max)):
+        f = min if isinstance(e, ir.Min) else max
+        return f(ev(e.a, env), ev(e.b, env))
+    return _OPS[type(e)](ev(e.a, env), ev(e.b, env))
+
+
+def test_fuse_then_split_indices_become_the_var() -> None:
+    x = X
+    assert str(simplify(x // 256 * 256 + x % 256 // 32 * 32 + x % 32)) == "x"
+    assert str(simplify(x // 256 * 256 + x // 32 % 8 * 32 + x % 32)) == "x"
+    assert str(simplify(x % 32 + x // 32 % 8 * 32)) == "x % 256"
+    assert str(simplify(x % 32 + x // 32 % 8 * 32, {x: ir.Range(0, 256)})) == "x"
+    i, j = ir.Var("i"), ir.Var("j")
+    f = i * 64 + j  # a fused index of an affine expression
+    assert str(simplify(f // 32 * 32 + f % 32)) == "i * 64 + j"
+    # coefficients that do not match are left alone (and stay exact)
+    e = x // 256 * 255 + x % 256
+    assert "256" in str(simplify(e))
+
+
+def _chain() -> hs.SearchStrategy:
+    """Divisors c1 | c2 | ... (each a multiple of the previous)."""
+    return hs.lists(hs.integers(2, 5), min_size=1, max_size=3).map(
+        lambda fs: [__import__("math").prod(fs[:k + 1]) for k in range(len(fs))])
+
+
+def _split_sum(a: ir.PrimExpr, cs: list[int], forms: list[bool]) -> ir.PrimExpr:
+    """``a // cN * cN + ... + (part k) * c_k + ... + a % c1``, part k in one of two forms."""
+    out: ir.PrimExpr = a % cs[0]
+    for k in range(1, len(cs)):
+        lo, hi = cs[k - 1], cs[k]
+        part = (a % hi) // lo if forms[k - 1] else (a // lo) % (hi // lo)
+        out = out + part * lo
+    return out + a // cs[-1] * cs[-1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cs=_chain(), forms=hs.lists(hs.booleans(), min_size=3, max_size=3),
+       scale=hs.integers(-3, 3), shift=hs.integers(-5, 5), affine=hs.booleans(),
+       drop=hs.booleans(), perturb=hs.integers(-1, 1))
+def test_recombination_is_exact(cs: list[int], forms: list[bool], scale: int, shift: int,
+                                affine: bool, drop: bool, perturb: int) -> None:
+    a = X * 3 + Y if affine else X
+    e = _split_sum(a, cs, forms)
+    if drop:  # without the outermost quotient: a % cN
+        e = e - a // cs[-1] * cs[-1]
+    e = e * scale + shift + X * perturb
+    s = simplify(e)
+    if not drop and perturb == 0 and scale == 1:
+        assert ir.structural_equal(s, simplify(a + shift)), (str(e), str(s))
+    for xv in range(-40, 41, 3):
+        for yv in (-7, 0, 5):
+            env = {X: xv, Y: yv}
+            assert ev(e, env) == ev(s, env), (str(e), str(s), env)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cs=_chain(), forms=hs.lists(hs.booleans(), min_size=3, max_size=3))
+def test_recombination_with_ranges(cs: list[int], forms: list[bool]) -> None:
+    """With ``x`` in ``[0, cN)`` the sum without the quotient is ``x`` itself."""
+    e = _split_sum(X, cs, forms) - X // cs[-1] * cs[-1]
+    s = simplify(e, {X: ir.Range(0, cs[-1])})
+    assert s is X or str(s) == "x", (str(e), str(s))
+    for xv in range(cs[-1]):
+        assert ev(e, {X: xv}) == ev(s, {X: xv})
