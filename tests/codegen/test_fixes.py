@@ -301,3 +301,34 @@ def test_render_helpers_merges_the_helpers_of_several_kernels(tmp_path):
     res = subprocess.run(["cc", "-c", *STRICT, str(src), "-o", str(tmp_path / "h.o")],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
+
+
+def test_register_tile_variables_do_not_collide_with_buffer_names():
+    from toolchain.tir.schedule import Schedule
+
+    n = 16
+    A = te.placeholder((n, n), name="C_local_0")   # the name of the tile's first register
+    B = te.placeholder((n, n), name="C_local_1")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    c = sch.get_block("C")
+    i, j, kk = sch.get_loops(c)
+    io, ii = sch.split(i, [None, 4])
+    sch.reorder(io, kk, ii, j)
+    out = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(out, io)
+    init = sch.decompose_reduction(c, kk)
+    for blk in (c, init, out):
+        *_, rows, cols = sch.get_loops(blk)
+        sch.vectorize(cols)
+        sch.unroll(rows)
+    mod = build(sch, extra_flags=STRICT)
+    src = mod.get_source()
+    assert "C_local_0_1" in src  # registers renamed, the parameters kept their names
+    assert "float* restrict C_local_0, float* restrict C_local_1" in src
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    got = np.zeros((n, n), np.float32)
+    mod(a, b, got)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5)
