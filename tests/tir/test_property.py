@@ -86,6 +86,50 @@ def _step(sch: Schedule, data: Any) -> None:  # noqa: C901 - one branch per prim
         sch.blockize(pick())
 
 
+class _Replay:
+    """Stands in for hypothesis' ``data``: returns recorded draws in order (loops by name)."""
+
+    def __init__(self, draws: list[Any]) -> None:
+        self.draws = list(draws)
+
+    def draw(self, strategy: Any, label: str | None = None) -> Any:
+        v = self.draws.pop(0)
+        if isinstance(v, str) and v.startswith("loop:"):
+            return next(x for x in strategy.elements if x.name == v[5:])
+        return v
+
+
+def replay(name: str, steps: int, draws: list[Any]) -> tuple[Schedule, Any]:
+    """Apply a recorded random schedule (as printed by a hypothesis failure) again."""
+    wl = WORKLOADS[name]()
+    sch = Schedule(wl[0])
+    data = _Replay(draws)
+    for _ in range(steps):
+        try:
+            _step(sch, data)
+        except ScheduleError:
+            pass
+    return sch, wl
+
+
+#: falsifying examples found by KILN_PROP_RANDOM=1 runs: (workload, steps, draws)
+REGRESSIONS: list[tuple[str, int, list[Any]]] = [
+    # compact_buffer moved C into a loop whose later iterations read C (NaNs)
+    ("matmul", 6, ["split", "C", 1, "loop:i", [1, None], "compute_at", "C", "C", "loop:i_0",
+                   "rfactor", "C", "loop:i_0", 0, "split", "C", 3, "loop:i_0", [None, 3],
+                   "reverse_compute_at", "D", "C", "loop:k", "fuse", "C", 0]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(REGRESSIONS)))
+def test_recorded_schedules(case: int) -> None:
+    """Every recorded falsifying example, interpreted before and after lowering."""
+    driver = pytest.importorskip("toolchain.driver")
+    sch, wl = replay(*REGRESSIONS[case])
+    W.check(sch.mod, wl)
+    W.check(driver.lower(sch), wl)
+
+
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 @settings(max_examples=int(__import__("os").environ.get("KILN_PROP_EXAMPLES", "25")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

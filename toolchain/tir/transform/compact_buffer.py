@@ -20,6 +20,7 @@ from toolchain.tir.transform.lower_blocks import CARRIED
 class _Access:
     path: tuple[ir.Stmt, ...]
     indices: tuple[ir.PrimExpr, ...]
+    write: bool = False
 
 
 class _Accesses(StmtExprVisitor):
@@ -53,9 +54,9 @@ class _Accesses(StmtExprVisitor):
         super().visit_Call(e)
 
     def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        super().visit_BufferStore(s)  # the value's loads happen before the store
         if s.buffer.data is self.data:
-            self.found.append(_Access(tuple(self.path), s.indices))
-        super().visit_BufferStore(s)
+            self.found.append(_Access(tuple(self.path), s.indices, True))
 
 
 def _lca(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
@@ -79,6 +80,54 @@ def _lca(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
     return best
 
 
+def _below(path: tuple[ir.Stmt, ...], loop: ir.For) -> tuple[ir.Stmt, ...]:
+    return path[next(k for k, s in enumerate(path) if s is loop) + 1:]
+
+
+def _enclosing_loop(path: tuple[ir.Stmt, ...], loop: ir.For) -> ir.For | None:
+    outer = path[:next(k for k, s in enumerate(path) if s is loop)]
+    return next((s for s in reversed(outer) if isinstance(s, ir.For)), None)
+
+
+def _private_per_iteration(accesses: list[_Access], loop: ir.For) -> bool:
+    """Whether each iteration of ``loop`` reads only what that same iteration wrote.
+
+    Only then may the allocation move inside ``loop`` (a fresh, uninitialised array per
+    iteration). Conservative: the first access must be a write; a write guarded by a
+    condition on ``loop``'s or outer variables covers only reads under that same guard;
+    every read's region (relaxed over the loops inside) must lie within the written hull.
+    """
+    from toolchain.tir.functor import free_vars
+
+    if not accesses[0].write:
+        return False
+    writes = [a for a in accesses if a.write]
+    reads = [a for a in accesses if not a.write]
+    for w in writes:
+        inner = {s.loop_var for s in _below(w.path, loop) if isinstance(s, ir.For)}
+        for s in _below(w.path, loop):
+            if isinstance(s, ir.IfThenElse) and set(free_vars(s.condition)) - inner and not all(
+                    any(x is s for x in r.path) for r in reads):
+                return False
+    outer = _outer_ranges(accesses[0].path, loop)
+    for d in range(len(accesses[0].indices)):
+        wb = [arith.relax(w.indices[d], _inner_ranges(w.path, loop)) for w in writes]
+        if any(b is None for b in wb):
+            return False
+        for r in reads:
+            rb = arith.relax(r.indices[d], _inner_ranges(r.path, loop))
+            if rb is None or not (any(arith.prove(b[0] <= rb[0], outer) for b in wb)
+                                  and any(arith.prove(rb[1] <= b[1], outer) for b in wb)):
+                return False
+    return True
+
+
+def _outer_ranges(path: tuple[ir.Stmt, ...], loop: ir.For) -> dict[ir.Var, ir.Range]:
+    stop = next(k for k, s in enumerate(path) if s is loop)
+    return {s.loop_var: ir.Range(s.min, s.extent) for s in path[:stop + 1]
+            if isinstance(s, ir.For)}
+
+
 def _inner_ranges(path: tuple[ir.Stmt, ...], lca: ir.For | None) -> dict[ir.Var, ir.Range]:
     ranges: dict[ir.Var, ir.Range] = {}
     inside = lca is None
@@ -97,9 +146,14 @@ def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list
         los, his = [], []
         for a in accesses:
             r = _inner_ranges(a.path, lca)
-            lo, hi = arith.bound_exprs(a.indices[d], r)
-            los.append(lo)
-            his.append(hi)
+            bounds = arith.relax(a.indices[d], r)
+            if bounds is None:  # not expressible without the relaxed loop vars
+                break
+            los.append(bounds[0])
+            his.append(bounds[1])
+        if len(los) < len(accesses):
+            out.append((ir.IntImm(0), dim))
+            continue
         lo = los[0]
         offs = [arith.simplify(x - lo) for x in los + his]
         if not all(isinstance(o, ir.IntImm) for o in offs):
@@ -155,6 +209,8 @@ class _Compact(StmtExprMutator):
         if acc.opaque or not acc.found or buf.strides:
             return s if body is s.body else ir.Allocate(buf, body)
         lca = _lca(acc.found, buf)
+        while lca is not None and not _private_per_iteration(acc.found, lca):
+            lca = _enclosing_loop(acc.found[0].path, lca)
         region = _region(acc.found, buf, lca)
         shape = tuple(ext for _, ext in region)
         new = buf
