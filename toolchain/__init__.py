@@ -8,7 +8,7 @@ passes), ``te``/``tir`` (tensor expressions, loop IR, schedules), ``codegen``,
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "build", "compile", "load", "lower", "run"]
+__all__ = ["__version__", "build", "compile", "compile_op", "load", "lower", "run"]
 
 
 def __getattr__(name: str):
@@ -17,6 +17,10 @@ def __getattr__(name: str):
         from toolchain import driver
 
         return getattr(driver, name)
+    if name == "compile_op":
+        from toolchain.schedules import compile_op
+
+        return compile_op
     if name in ("load", "compile", "run"):
         from toolchain import api
 
