@@ -332,3 +332,9 @@ def test_register_tile_variables_do_not_collide_with_buffer_names():
     got = np.zeros((n, n), np.float32)
     mod(a, b, got)
     np.testing.assert_allclose(got, a @ b, rtol=1e-5)
+
+
+def test_every_dialect_takes_allow_heap():
+    assert get_renderer("c", allow_heap=False).allow_heap is False
+    assert get_renderer("cuda", allow_heap=False).allow_heap is False
+    assert get_renderer("cuda").allow_heap is False  # GPU kernels never use the heap

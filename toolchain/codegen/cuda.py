@@ -94,8 +94,9 @@ class CUDARenderer(CStyleRenderer):
     code_for_workitem: ClassVar[dict[str, str]] = {
         f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
 
-    def __init__(self, openmp: bool = False) -> None:
-        super().__init__(openmp=False)
+    def __init__(self, openmp: bool = False, allow_heap: bool = False) -> None:
+        # kernels never allocate from the heap (render_heap_alloc refuses), whatever is asked
+        super().__init__(openmp=False, allow_heap=False)
 
     def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
         """One ``__global__`` kernel per top-level statement of the lowered function."""
