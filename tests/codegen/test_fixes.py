@@ -338,3 +338,17 @@ def test_every_dialect_takes_allow_heap():
     assert get_renderer("c", allow_heap=False).allow_heap is False
     assert get_renderer("cuda", allow_heap=False).allow_heap is False
     assert get_renderer("cuda").allow_heap is False  # GPU kernels never use the heap
+
+
+def test_loop_variables_named_like_math_functions_compile():
+    A = te.placeholder((8, 8), name="A", dtype="float64")
+    B = te.compute((8, 8), lambda erf, tanh: te.erf(A[erf, tanh]) + te.tanh(A[tanh, erf]),
+                   name="B")
+    mod = build(te.create_prim_func([A, B]), extra_flags=STRICT)
+    a = np.linspace(-1, 1, 64).reshape(8, 8)
+    b = np.zeros((8, 8))
+    mod(a, b)
+    from math import erf, tanh
+    want = np.array([[erf(a[i, j]) + tanh(a[j, i]) for j in range(8)] for i in range(8)])
+    np.testing.assert_allclose(b, want, rtol=1e-12)
+    assert "v_erf" in mod.get_source() and "v_tanh" in mod.get_source()
