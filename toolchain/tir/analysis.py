@@ -108,8 +108,10 @@ def _unique(xs: list[ir.PrimExpr]) -> list[ir.PrimExpr]:
 def _fold(xs: list[ir.PrimExpr], op: type) -> ir.PrimExpr:
     out = xs[0]
     for x in xs[1:]:
-        out = arith.simplify(op(out, x))
-    return out
+        out = op(out, x)
+    # one bottom-up pass gives what simplifying after every step gives, without
+    # re-walking the growing chain n times
+    return arith.simplify(out) if len(xs) > 1 else out
 
 
 def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
