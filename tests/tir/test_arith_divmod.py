@@ -93,3 +93,31 @@ def test_recombination_with_ranges(cs: list[int], forms: list[bool]) -> None:
     assert s is X or str(s) == "x", (str(e), str(s))
     for xv in range(cs[-1]):
         assert ev(e, {X: xv}) == ev(s, {X: xv})
+
+
+@settings(max_examples=200, deadline=None)
+@given(g=hs.integers(2, 8), n=hs.integers(2, 6), ext=hs.integers(1, 8),
+       shift=hs.integers(0, 9), ky=hs.integers(1, 3), mod=hs.booleans())
+def test_small_part_split_is_exact(g: int, n: int, ext: int, shift: int, ky: int,
+                                   mod: bool) -> None:
+    """``(g*y + s) // (g*n)`` with ``s`` in a range: ``y // n`` when ``0 <= s < g``."""
+    c = g * n
+    i = ir.Var("i")
+    ranges = {i: ir.Range(0, ext)}
+    a = X * (g * ky) + i + shift
+    e = a % c if mod else a // c
+    s = simplify(e, ranges)
+    if ext + shift <= g and ky == 1 and not mod:
+        assert str(s) == f"x // {n}" or (n == 1 and str(s) == "x"), (str(e), str(s))
+    for xv in range(-30, 31):
+        for iv in range(ext):
+            env = {X: xv, i: iv}
+            assert ev(e, env) == ev(s, env), (str(e), str(s), env)
+
+
+def test_fused_then_split_index_simplifies_per_part() -> None:
+    f, i = ir.Var("f"), ir.Var("i")
+    r = {i: ir.Range(0, 8)}
+    assert str(simplify((f * 8 + i) // 32, r)) == "f // 4"
+    assert str(simplify((f * 8 + i) % 32, r)) == "f % 4 * 8 + i"
+    assert str(simplify((f * 5 + i) // 32, {i: ir.Range(0, 5)})) == "(f * 5 + i) // 32"

@@ -589,12 +589,48 @@ class _Simplifier(ExprMutator):
                     q.const += lo // c
                     return q.to_expr()
                 return simplify(ir.Sub(rexpr, ir.IntImm((lo // c) * c, e.dtype)), self.ranges)
+        split = self._split_small(e, r, c)
+        if split is not None:
+            return split if isinstance(e, ir.FloorMod) else simplify(
+                ir.Add(q.to_expr(), split), self.ranges)
         if isinstance(e, ir.FloorMod):
             return ir.FloorMod(rexpr, e.b) if not r.is_const else ir.IntImm(r.const % c,
                                                                                e.dtype)
         if q.is_const and q.const == 0:
             return ir.FloorDiv(rexpr, e.b) if rexpr is not x else e
         return ir.Add(q.to_expr(), ir.FloorDiv(rexpr, e.b)) if not r.is_const else q.to_expr()
+
+    def _split_small(self, e: ir._Binary, r: Lin, c: int) -> ir.PrimExpr | None:
+        """``(g*y + s) // c -> y // (c/g)`` and ``% c -> y % (c/g) * g + s`` when ``g | c``
+        and ``0 <= s < g`` (``s``: the terms whose coefficients ``g`` does not divide).
+
+        ``(f * 8 + i) // 32`` with ``i`` in ``[0, 8)`` is ``f // 4``; ``% 32`` is
+        ``f % 4 * 8 + i``: the indices of a fused loop split again.
+        """
+        if not r.terms:
+            return None
+        from math import gcd
+
+        for g in sorted({gcd(k, c) for _, k in r.terms.values()} - {1, c}, reverse=True):
+            big = Lin(e.dtype, r.const // g)
+            small = Lin(e.dtype, r.const % g)
+            for atom, coeff in r.terms.values():
+                if coeff % g == 0:
+                    big.add_term(atom, coeff // g)
+                else:
+                    small.add_term(atom, coeff)
+            if big.is_const:
+                continue
+            b = _Bounds(self.ranges).of(small.to_expr())
+            if not (b and b[0].is_const and b[1].is_const and 0 <= b[0].const
+                    and b[1].const < g):
+                continue
+            n = ir.IntImm(c // g, e.dtype)
+            if isinstance(e, ir.FloorDiv):
+                return self.visit_expr(ir.FloorDiv(big.to_expr(), n))
+            mod = ir.Mul(ir.FloorMod(big.to_expr(), n), ir.IntImm(g, e.dtype))
+            return self.visit_expr(ir.Add(mod, small.to_expr()))
+        return None
 
     def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
         r = self.ranges.get(e)

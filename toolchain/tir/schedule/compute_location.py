@@ -79,6 +79,56 @@ def _relaxed_region(realize: ir.BlockRealize, rel_path: tuple[ir.Stmt, ...],
     return out
 
 
+def _check_exact(realize: ir.BlockRealize, rel_path: tuple[ir.Stmt, ...],
+                 regions: list[ir.BufferRegion], blk: ir.Block, loop: ir.For) -> None:
+    """Refuse reverse_compute_at when a producer's region per iteration is not a box.
+
+    The consumer moved under ``loop`` reads the bounding box of what one iteration wrote;
+    that is only safe when the box holds nothing else (else it reads elements a later
+    iteration produces). Exact: per dim, the index is ``base`` plus relaxed loop vars in
+    mixed radix (``x_0 * 4 + x_1`` with ``x_1`` in ``[0, 4)``), each var in one dim, and
+    extents free of relaxed vars.
+    """
+    from toolchain.tir.functor import free_vars
+
+    vmap = {iv.var: v for iv, v in zip(realize.block.iter_vars, realize.iter_values,
+                                       strict=True)}
+    inner = {n.loop_var: ir.Range(n.min, n.extent) for n in rel_path[1:]
+             if isinstance(n, ir.For)}
+    for reg in regions:
+        used: set[ir.Var] = set()
+        for d, rg in enumerate(reg.region):
+            idx = arith.simplify(substitute(rg.min, vmap), inner)
+            lin = arith.to_lin(idx)
+            ext = substitute(rg.extent, vmap)
+            bad = lin is None or bool(set(free_vars(ext)) & set(inner))
+            mine: list[tuple[int, ir.Var]] = []
+            for atom, coeff in ([] if lin is None else lin.terms.values()):
+                if isinstance(atom, ir.Var) and atom in inner:
+                    mine.append((coeff, atom))
+                elif set(free_vars(atom)) & set(inner):
+                    bad = True
+            # mixed radix (x_0 * 4 + x_1, x_1 < 4): the vars cover one contiguous range
+            step = 1
+            for coeff, v in sorted(mine, key=lambda t: abs(t[0])):
+                ext = inner[v].extent
+                if abs(coeff) != step or not isinstance(ext, ir.IntImm) or (
+                        coeff * mine[0][0] < 0):
+                    bad = True
+                    break
+                step *= ext.value
+            vars_ = {v for _, v in mine}
+            if bad or used & vars_:
+                raise ScheduleError(
+                    f"reverse_compute_at: block {realize.block.name_hint!r} writes "
+                    f"{reg.buffer.name} at index {d} as {idx} under loop "
+                    f"{loop.loop_var.name}; one iteration does not produce a box of "
+                    f"{reg.buffer.name}, so block {blk.name_hint!r} would read elements "
+                    "not produced yet (split fused loops by a divisor of the inner "
+                    "extent, or pick an outer loop)")
+            used |= vars_
+
+
 def _union(a: list[tuple[ir.PrimExpr, ir.PrimExpr]] | None,
            b: list[tuple[ir.PrimExpr, ir.PrimExpr]]) -> list[tuple[ir.PrimExpr, ir.PrimExpr]]:
     if a is None:
@@ -212,6 +262,8 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
         regs = [x for x in (p.block.reads if not reverse else p.block.writes)
                 if x.buffer is buf]
         if regs:
+            if reverse:
+                _check_exact(p, pp, regs, blk, f)
             region = _union(region, _relaxed_region(p, pp, regs))
     own = next(x for x in (blk.writes if not reverse else blk.reads) if x.buffer is buf)
     dims = _dim_vars(blk, own, prim, "writes" if not reverse else "reads")

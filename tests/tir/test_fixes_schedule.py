@@ -1,0 +1,76 @@
+"""Regressions in compute_at / reverse_compute_at / reverse_compute_inline reported by other
+helpers; every schedule is interpreted and built to C, both compared with numpy."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tir import workloads as W
+from tests.tir_transform.helpers import build_and_check
+from toolchain import driver
+from toolchain.errors import ScheduleError
+from toolchain.tir.schedule import Schedule
+
+
+def _check(sch: Schedule, wl: W.Workload) -> None:
+    W.check(sch.mod, wl)
+    W.check(driver.lower(sch), wl)
+    build_and_check(sch, wl)
+
+
+def _block_loops(sch: Schedule, name: str) -> list:
+    return sch.get_loops(sch.get_block(name))
+
+
+@pytest.mark.parametrize("inner", [None, 8, 4])
+def test_reverse_compute_at_under_fused_loop(inner: int | None) -> None:
+    """B's loops fused (vi = f // 32, vj = f % 32), optionally split again; C moved under
+    the (outer) fused loop computes exactly what each iteration produced."""
+    wl = W.elementwise_chain(6, 32)
+    sch = Schedule(wl[0])
+    f = sch.fuse(*_block_loops(sch, "B"))
+    if inner is not None:
+        f, _ = sch.split(f, [None, inner])
+    sch.reverse_compute_at(sch.get_block("C"), f)
+    c_loops = _block_loops(sch, "C")
+    if inner is None:
+        assert len(c_loops) == 1  # one element per iteration: no loop of its own
+    _check(sch, wl)
+
+
+def test_reverse_compute_at_refuses_a_region_that_is_not_a_box() -> None:
+    """Fused loop split by 5 (not a divisor of the row, 32): one iteration's elements can
+    straddle two rows; the bounding box would hold elements not produced yet."""
+    wl = W.elementwise_chain(6, 32)
+    sch = Schedule(wl[0])
+    f, _ = sch.split(sch.fuse(*_block_loops(sch, "B")), [None, 5])
+    before = str(sch.mod)
+    with pytest.raises(ScheduleError, match=r"does not produce a box of B.*would read"):
+        sch.reverse_compute_at(sch.get_block("C"), f)
+    assert str(sch.mod) == before
+    W.check(sch.mod, wl)
+
+
+@pytest.mark.parametrize("factor", [3, 4, 7])
+@pytest.mark.parametrize("which", [0, 1])
+def test_compute_at_after_non_divisible_split_of_producer(factor: int, which: int) -> None:
+    """The producer's loop split by a non-divisor (a guard ``i_0 * f + i_1 < n``), then
+    moved under a consumer loop: the moved block re-derives its guard from its region."""
+    wl = W.elementwise_chain(6, 10)
+    sch = Schedule(wl[0])
+    sch.split(_block_loops(sch, "B")[which], [None, factor])
+    cj = sch.split(_block_loops(sch, "C")[1], [None, factor])[0]
+    sch.compute_at(sch.get_block("B"), cj)
+    _check(sch, wl)
+
+
+def test_compute_at_reduction_producer_after_non_divisible_split() -> None:
+    wl = W.matmul_relu(6, 5, 7)
+    sch = Schedule(wl[0])
+    i, j, k = _block_loops(sch, "C")
+    sch.split(k, [None, 3])
+    sch.split(i, [None, 4])
+    di = sch.split(_block_loops(sch, "D")[0], [None, 4])[0]
+    sch.compute_at(sch.get_block("C"), di)
+    _check(sch, wl)
+
