@@ -74,3 +74,23 @@ def test_compute_at_reduction_producer_after_non_divisible_split() -> None:
     sch.compute_at(sch.get_block("C"), di)
     _check(sch, wl)
 
+
+def test_reverse_compute_inline_without_a_load_is_a_schedule_error() -> None:
+    """A consumer whose reads list B but whose value never loads it (an index-only use, as
+    left by some blockize sequences) used to fail with IndexError."""
+    from dataclasses import replace
+
+    from toolchain.tir import ir
+    from toolchain.tir.schedule import state as st
+
+    wl = W.elementwise_chain(6, 10)
+    sch = Schedule(wl[0])
+    realize, _ = st.find_block(sch.mod, "C")
+    blk = realize.block
+    a = next(p for p in sch.mod.params if p.name == "A")
+    vi, vj = (iv.var for iv in blk.iter_vars)
+    body = ir.BufferStore(blk.body.buffer, a[vi, vj] + 1.0, blk.body.indices)
+    reads = blk.reads + tuple(ir.BufferRegion(a, r.region) for r in blk.reads)
+    sch._func = st.replace_stmts(sch._func, {id(blk): replace(blk, body=body, reads=reads)})
+    with pytest.raises(ScheduleError, match="never loads B.*compute_inline on the producer"):
+        sch.reverse_compute_inline(sch.get_block("C"))

@@ -454,6 +454,12 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
     from toolchain.tir.functor import post_order_visit
 
     post_order_visit(store.value, grab)
+    if not loads:
+        raise ScheduleError(
+            f"reverse_compute_inline: block {blk.name_hint!r} lists {buf.name} among its "
+            f"reads but its stored value never loads {buf.name} (it may be read only in "
+            "an index or a nested block); nothing to inline into the producer "
+            f"{pr.block.name_hint!r} - use compute_inline on the producer instead")
     first = loads[0]
     ok = all(isinstance(i, ir.Var) for i in first) and len(set(first)) == len(first)
     ok = ok and all(ir.structural_equal(x, first) for x in loads)
