@@ -39,16 +39,46 @@ def _c_name(name: str) -> str:
     return f"q_{s}" if not s or s[0].isdigit() else f"{s}_int8"
 
 
+def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
+    """The cpu_ops rule steps, except that a convolution keeps its zero-point-shifted,
+    padded input as a stage (attached per output row): the reduction then reads it without
+    bounds guards and vectorizes along the row."""
+    from toolchain.schedules import cpu_ops
+
+    cfg = cpu_ops.cpu_config(target)
+    sch = Schedule(func)
+    blocks = _block_names(sch)
+    # depthwise convolutions, dense layers and unpadded convolutions: the plain rules
+    if op != "QConv" or "pad" not in blocks or "conv2d_nchw" not in blocks:
+        return cpu_ops.schedule_cpu(func, cfg)
+    cpu_ops.inline_stages(sch, {"x_shifted"})
+    n, m, y = sch.get_loops(sch.get_block("conv2d_nchw"))[:3]
+    sch.reorder(y, m)  # one padded row band serves every output channel
+    sch.compute_at(sch.get_block("pad"), y)
+    sch.reverse_compute_at(sch.get_block("qconv"), y)  # requantize each row in cache
+    cpu_ops.inline_stages(sch, set(_block_names(sch)) - {"pad"})
+    cpu_ops.rfactor_rows(sch, cfg)
+    cpu_ops.attach_stages(sch, cfg)
+    cpu_ops.schedule_loops(sch, cfg)
+    cpu_ops.parallelize(sch, cfg)
+    return sch
+
+
+def _block_names(sch: Schedule) -> list[str]:
+    from toolchain.tir.schedule import state as st
+
+    return list(st.block_names(sch.mod))
+
+
 def schedule_int8(node: Node, target: Any) -> OpSchedule:
     """The default schedule of one integer op; packed shift tables become new constants."""
     import toolchain.topi.int8  # noqa: F401  (registers the computes)
-    from toolchain.schedules.cpu_ops import schedule_cpu
     from toolchain.topi.registry import node_compute
 
     nc = node_compute(node)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     try:
-        sch = schedule_cpu(func, target)
+        sch = _schedule_rules(func, target, node.op)
         how = "cpu_ops rules"
     except KilnError:
         sch = Schedule(func)

@@ -47,9 +47,10 @@ def finish_te(acc: Any, mult: Any, lp: Any, rp: Any, attrs: dict[str, Any]) -> A
 
 
 def shifted(x: te.Tensor, zero_point: int, name: str = "x_shifted") -> te.Tensor:
-    """``int32(x) - zero_point`` (so that padding with 0 equals padding with the zp)."""
-    return te.compute(x.shape, lambda *i: te.cast(x[i], "int32") - te.const(zero_point,
-                                                                              "int32"),
+    """``int16(x) - zero_point`` (so that padding with 0 equals padding with the zp; int16
+    holds any difference of two 8-bit values and halves a materialised padded band)."""
+    return te.compute(x.shape, lambda *i: te.cast(x[i], "int16") - te.const(zero_point,
+                                                                              "int16"),
                       name=name, tag="injective")
 
 
@@ -83,7 +84,7 @@ def qgemm(x: te.Tensor, w: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: 
     k = te.reduce_axis((0, kdim), name="k")
     shape = tuple(x.shape[:-1]) + (w.shape[0],)
     acc = te.compute(shape, lambda *i: te.sum(
-        xs[tuple(i[:-1]) + (k,)] * te.cast(w[i[-1], k], "int32"), axis=k),
+        te.cast(xs[tuple(i[:-1]) + (k,)], "int32") * te.cast(w[i[-1], k], "int32"), axis=k),
         name="qgemm_acc", tag="dense")
     return requant_epilogue(acc, bias, mult, shifts, len(shape) - 1, attrs, "qgemm")
 
@@ -113,7 +114,8 @@ def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, c, oh, ow), lambda b, ch, y, xx: te.sum(
-        xs[b, ch, y * sh + ry, xx * sw + rx], axis=[ry, rx]), name="qpool_sum", tag="pool")
+        te.cast(xs[b, ch, y * sh + ry, xx * sw + rx], "int32"), axis=[ry, rx]),
+        name="qpool_sum", tag="pool")
     lp, rp = (int(t) for t in shift_powers(attrs["shift"]))
     return te.compute(acc.shape, lambda *i: finish_te(acc[i], attrs["multiplier"], lp, rp,
                                                       attrs), name="qavgpool", tag="injective")

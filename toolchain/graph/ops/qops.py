@@ -136,7 +136,7 @@ def _qconv_flops(node: Node) -> int:
 @register
 def _qconv() -> Any:
     return defop(
-        "QConv", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.OPAQUE,
+        "QConv", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.COMPLEX_OUT_FUSABLE,
         attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0)),
                Attr("dilations", "ints", (1, 1)), Attr("group", "int", 1),
                *_zp_attrs("x_zero_point"), *_OUT_ATTRS),
@@ -169,7 +169,8 @@ def _qgemm_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
 @register
 def _qgemm() -> Any:
     return defop(
-        "QGemm", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.OPAQUE,
+        "QGemm", ("x", "w", "bias", "multiplier", "shift_pow"),
+        PatternKind.COMPLEX_OUT_FUSABLE,
         attrs=(*_zp_attrs("x_zero_point"), *_OUT_ATTRS),
         infer=_qgemm_infer, reference=_qgemm_ref,
         flops=lambda n: 2 * n.outputs[0].size * (n.inputs[1].shape[1]),  # type: ignore[union-attr]
