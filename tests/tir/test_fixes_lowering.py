@@ -93,3 +93,18 @@ def test_guarded_producer_read_by_every_iteration_lowers_correctly() -> None:
     W.check(sch.mod, wl)
     W.check(driver.lower(sch), wl)
     build_and_check(sch, wl)
+
+
+def test_interpreter_refuses_out_of_bounds_indices() -> None:
+    """numpy would wrap B[i - 1] at i = 0 to the last element; the interpreter refuses."""
+    import pytest
+
+    A = ir.Buffer("A", (4,), "float32")
+    B = ir.Buffer("B", (4,), "float32")
+    i = ir.Var("i")
+    func = ir.PrimFunc((A, B), _loop(i, 4, B.store(A[i - 1], [i])))
+    with pytest.raises(IndexError, match=r"A index -1 at dimension 0 is outside \[0, 4\)"):
+        run(func, np.ones(4, "float32"), np.zeros(4, "float32"))
+    flat = ir.PrimFunc((A, B), _loop(i, 4, B.store(A[i + 1], [i])))
+    with pytest.raises(IndexError, match=r"A index 4 at dimension 0"):
+        run(flat, np.ones(4, "float32"), np.zeros(4, "float32"))

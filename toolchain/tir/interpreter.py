@@ -46,6 +46,23 @@ def _cast(x: Any, dtype: str) -> Any:
     return out if out.ndim else out[()]
 
 
+def _ck(v: Any, n: Any, name: str, dim: int) -> Any:
+    """``v`` if it is a valid index of a dimension of extent ``n``, else IndexError.
+
+    numpy would wrap a negative index (and a flattened buffer would silently reach into the
+    next row), hiding an out-of-bounds access that C would make.
+    """
+    if isinstance(v, np.ndarray):
+        if v.size and (v.min() < 0 or v.max() >= n):
+            bad = v[(v < 0) | (v >= n)][0]
+            raise IndexError(f"interpreter: {name} index {bad} at dimension {dim} is "
+                             f"outside [0, {n})")
+    elif not 0 <= v < n:
+        raise IndexError(f"interpreter: {name} index {v} at dimension {dim} is outside "
+                         f"[0, {n})")
+    return v
+
+
 def _tdiv(a: Any, b: Any) -> Any:
     if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
         q = abs(int(a)) // abs(int(b))
@@ -144,15 +161,20 @@ class _Gen:
         if isinstance(x, ir.Broadcast):
             return f"_np.full({x.lanes}, {self.e(x.value)})"
         if isinstance(x, ir.BufferLoad):
-            return f"{self.view(x.buffer)}[{self.idx(x.indices)}]"
+            return f"{self.view(x.buffer)}[{self.idx(x.indices, x.buffer)}]"
         if isinstance(x, ir.Call):
             return self.call(x)
         raise TypeError(f"interpreter: cannot evaluate {type(x).__name__}")
 
-    def idx(self, indices: tuple[ir.PrimExpr, ...]) -> str:
+    def idx(self, indices: tuple[ir.PrimExpr, ...], buf: ir.Buffer | None = None) -> str:
         if not indices:
             return "()"  # a rank-0 buffer: numpy indexes a 0-d array with ()
-        return ", ".join(self.e(i) for i in indices) + ("," if len(indices) == 1 else "")
+        if buf is None:
+            parts = [self.e(i) for i in indices]
+        else:  # checked: an out-of-bounds index is an error, not numpy's wrap-around
+            parts = [f"_ck({self.e(i)}, {self.e(n)}, {buf.name!r}, {d})"
+                     for d, (i, n) in enumerate(zip(indices, buf.shape, strict=True))]
+        return ", ".join(parts) + ("," if len(indices) == 1 else "")
 
     def call(self, x: ir.Call) -> str:
         if x.op == "tir.if_then_else":
@@ -192,7 +214,7 @@ class _Gen:
                 self.s(y, d)
         elif isinstance(x, ir.BufferStore):
             val = f"_cast({self.e(x.value)}, {x.buffer.dtype!r})"
-            self.emit(d, f"{self.view(x.buffer)}[{self.idx(x.indices)}] = {val}")
+            self.emit(d, f"{self.view(x.buffer)}[{self.idx(x.indices, x.buffer)}] = {val}")
         elif isinstance(x, ir.For):
             v = self.e(x.loop_var)
             self.emit(d, f"for {v} in range({self.e(x.min)}, {self.e(x.min)} + "
@@ -297,7 +319,7 @@ def compile_func(func: ir.PrimFunc,
             g.bind_views(p.data, 1)
     g.s(func.body, 1)
     src = "\n".join(g.lines)
-    env: dict[str, Any] = {"_np": np, "_cast": _cast, "_tdiv": _tdiv, "_math": _MATH,
+    env: dict[str, Any] = {"_np": np, "_cast": _cast, "_ck": _ck, "_tdiv": _tdiv, "_math": _MATH,
                            "_extern": dict(externs or {}), "_Addr": _Addr}
     exec(compile(src, f"<tir {func.name}>", "exec"), env)  # noqa: S102 - our own codegen
     kernel = env["_kernel"]
