@@ -94,3 +94,15 @@ def test_reverse_compute_inline_without_a_load_is_a_schedule_error() -> None:
     sch._func = st.replace_stmts(sch._func, {id(blk): replace(blk, body=body, reads=reads)})
     with pytest.raises(ScheduleError, match="never loads B.*compute_inline on the producer"):
         sch.reverse_compute_inline(sch.get_block("C"))
+
+
+def test_reverse_compute_at_accepts_a_mixed_radix_tile() -> None:
+    """x split by 4 (9 is not a multiple: guarded tail); the local tile written as
+    x_0 * 4 + x_1 under y is a box, so its write-back moves under y."""
+    wl = W.conv2d(1, 3, 9, 9, 4, 3)
+    sch = Schedule(wl[0])
+    _, _, y, x, *_ = _block_loops(sch, "Y")
+    sch.split(x, [None, 4])
+    out = sch.cache_write(sch.get_block("Y"), 0, "local")
+    sch.reverse_compute_at(out, y)
+    _check(sch, wl)
