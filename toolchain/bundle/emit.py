@@ -52,8 +52,8 @@ class KernelSource:
     prelude: str = ""
     #: compiler flags its intrinsics need (e.g. ``-mavx512vnni``)
     flags: list[str] = field(default_factory=list)
-    #: helper functions it calls (``{kind, type, name}``), when the renderer reports them
-    helpers: list[dict[str, str]] | None = None
+    #: helper functions it calls (``{kind, type, name}``, see ``CStyleRenderer.helper_list``)
+    helpers: list[dict[str, str]] = field(default_factory=list)
 
 
 class BundleRenderer(CRenderer):
@@ -117,6 +117,5 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool = True) -> Ker
         from toolchain.intrinsics import intrinsic_flags
 
         flags = list(intrinsic_flags(func))
-    helpers = r.helper_list() if hasattr(r, "helper_list") else None
     return KernelSource(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes,
-                        str(func.attrs.get("c_prelude", "")), flags, helpers)
+                        str(func.attrs.get("c_prelude", "")), flags, helpers=r.helper_list())

@@ -32,6 +32,7 @@ from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_arra
 from toolchain.bundle.emit import BundleRenderer
 from toolchain.bundle.names import CNames, comment
 from toolchain.bundle.weights import format_bytes
+from toolchain.codegen.cstyle import render_helpers
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 
@@ -39,14 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = ROOT / "templates" / "bundle"
 RUNTIME = ROOT / "runtime_c"
 
-_INTS = ["int32_t", "int64_t"]
-_SCALARS = ["float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
-            "uint16_t", "uint32_t", "uint64_t"]
-
-
 def _env() -> jinja2.Environment:
-    # templates/ too: kernels.c includes the C renderer's helper definitions (c/helpers.c.j2)
-    loader = jinja2.FileSystemLoader([str(TEMPLATES), str(TEMPLATES.parent)])
+    loader = jinja2.FileSystemLoader(str(TEMPLATES))
     return jinja2.Environment(loader=loader, trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)
@@ -173,13 +168,11 @@ def _preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
     return includes, blocks
 
 
-def _helpers(spec: BundleSpec) -> list[dict[str, str]] | None:
-    """The helper functions the kernels call, each once (None: the renderer does not say;
-    kernels.c then defines the classic fixed set)."""
-    if any(k.source.helpers is None for k in spec.kernels):
-        return None
-    found = {h["name"]: h for k in spec.kernels for h in k.source.helpers or []}
-    return [found[n] for n in sorted(found)]
+def _helpers(spec: BundleSpec) -> str:
+    """C definitions of the helper functions the kernels call (``kiln_max_bool``, ...),
+    each once, sorted by name ("" when none is called)."""
+    return render_helpers((h for k in spec.kernels for h in k.source.helpers),
+                          BundleRenderer.helper_qualifier)
 
 
 def build_flags(spec: BundleSpec) -> list[str]:
@@ -213,11 +206,10 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
            "inputs": inputs, "outputs": outputs, "arena_bytes": spec.plan.arena_bytes,
            "arena_align": ALIGNMENT, "weight_bytes": weight_bytes, "weights": loc.weights,
            "align": ALIGNMENT, "calls": calls, "copies": copies, "kernels": kernels,
-           "int_types": _INTS, "scalar_types": _SCALARS, "vector_types": _vector_types(spec),
+           "vector_types": _vector_types(spec),
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "compiler": spec.target.compiler, "prelude_includes": includes,
-           "renderer_helpers": _helpers(spec),
-           "qualifier": getattr(BundleRenderer, "helper_qualifier", "static inline"),
+           "helpers": _helpers(spec),
            "preludes": preludes}
     m = spec.model
     files = {
