@@ -107,8 +107,10 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
     ``march`` and ``extra_flags`` (for example ``["-Wall", "-Wextra", "-Werror"]``) go to
     the compiler. ``march="auto"`` means ``native`` for the host target (``"c"``) and the
     descriptor's ``arch`` (or nothing: portable code) for a target file such as
-    ``c-generic``; None leaves ``-march`` out. Parallel loops use OpenMP unless
-    ``openmp=False``.
+    ``c-generic``; None leaves ``-march`` out. The descriptor's ``cflags`` follow (those
+    not already in ``extra_flags``), then ``extra_flags``. The compiler is ``cc``, else the
+    descriptor's ``compiler``, else ``$CC`` or ``cc`` (the host target names none).
+    Parallel loops use OpenMP unless ``openmp=False``.
 
     >>> import numpy as np
     >>> from toolchain import te
@@ -138,7 +140,8 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
         flags.append("-fopenmp")
     elif src.uses_simd_pragma:
         flags.append("-fopenmp-simd")
+    flags += [f for f in t.cflags if f not in extra_flags]
     flags.extend(extra_flags)
-    lib, info = compile_shared(src.code, flags, cc, stem=src.entry)
+    lib, info = compile_shared(src.code, flags, cc or t.compiler, stem=src.entry)
     info["target"] = t.name
     return Module(lib, src.entry, func, src.code, src.extra_args, info)
