@@ -160,14 +160,25 @@ def test_identity_compute_is_a_copy_stage() -> None:
     assert outs[0] is not ins[0] and outs[0].op.input_tensors() == [ins[0]]
 
 
-def test_round_half_even_expression() -> None:
-    from tests.topi.util import run_te
+def test_round_is_half_even_on_every_backend() -> None:
+    """``te.round`` (quantize_linear, integer Resize) takes halves to even, interpreted and
+    compiled (C's nearbyint), like numpy."""
+    from tests.topi.util import BUILD, run_te
+    from toolchain.tir import interpreter
 
     x = te.placeholder((8,), name="x")
-    y = te.compute((8,), lambda i: elemwise.round_half_even(x[i]), name="y")
+    y = te.compute((8,), lambda i: te.round(x[i]), name="y")
     v = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4, -2.6, 3.0], np.float32)
     (got,) = run_te([x], [y], [v])
     np.testing.assert_array_equal(got, np.rint(v))
+    func = te.create_prim_func([x, y])
+    out = np.zeros(8, np.float32)
+    interpreter.run(func, v, out)
+    np.testing.assert_array_equal(out, np.rint(v))
+    if BUILD is not None:
+        out = np.zeros(8, np.float32)
+        BUILD(func, target="c")(v, out)
+        np.testing.assert_array_equal(out, np.rint(v))
 
 
 def test_large_elementwise_chain_compiled() -> None:

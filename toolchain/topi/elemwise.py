@@ -39,8 +39,9 @@ Operand = Any  # a te.Tensor or a Python / TIR scalar
 # -- building blocks ------------------------------------------------------------------------
 
 def stage_name(op: str) -> str:
-    """``T_<op>``: elementwise stages are named like this so that a buffer is never called
-    like a C math function (``tanh``, ``erf`` …) that a kernel calls."""
+    """``T_<op>``: the name of an elementwise stage (its buffer, and the kernel parameter a
+    bundle shows). The C renderer renames any buffer that collides with a C library
+    function, so the prefix is a naming convention, not a requirement."""
     return f"T_{op}"
 
 
@@ -304,19 +305,6 @@ def minimum(*xs: Operand) -> te.Tensor:
 
 # -- quantization -----------------------------------------------------------------------------
 
-def round_half_even(v: Expr) -> Expr:
-    """Round a float to the nearest integer, ties to even, using only ``floor``.
-
-    (The ``round`` intrinsic is ambiguous: C's ``round`` rounds ties away from zero.)
-    """
-    dt = v.dtype
-    f = te.floor(v)
-    d = v - f
-    half, one, two = scalar(0.5, dt), scalar(1.0, dt), scalar(2.0, dt)
-    odd = f - two * te.floor(f / two)  # 1.0 when f is odd
-    return te.select(d > half, f + one, te.select(d < half, f, f + odd))
-
-
 def _param_index(param: te.Tensor, idx: Sequence[Expr], axis: int, block_size: int
                  ) -> tuple[Expr, ...]:
     """Index of a scale / zero point: per-tensor, per-axis (1-D) or blocked (x's rank)."""
@@ -332,7 +320,8 @@ def _param_index(param: te.Tensor, idx: Sequence[Expr], axis: int, block_size: i
 def quantize_linear(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None = None, *,
                     axis: int = 1, block_size: int = 0, out_dtype: str = "uint8",
                     precision: str | None = None) -> te.Tensor:
-    """``saturate(round_half_even(x / scale) + zero_point)`` in ``out_dtype``.
+    """``saturate(round(x / scale) + zero_point)`` in ``out_dtype`` (``te.round``: halves
+    to even on every backend; C renders it as ``nearbyint``).
 
     The division is done in ``precision`` (default: the scale's dtype when it is a float,
     else float64); ``scale``/``zero_point`` are per-tensor (one element), per-axis (1-D of
@@ -344,7 +333,7 @@ def quantize_linear(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None
 
     def f(*i: Expr) -> Expr:
         s = te.cast(scale[_param_index(scale, i, ax, block_size)], prec)
-        q = te.cast(round_half_even(te.cast(x[i], prec) / s), "float64")
+        q = te.cast(te.round(te.cast(x[i], prec) / s), "float64")
         if zero_point is not None:
             q = q + te.cast(zero_point[_param_index(zero_point, i, ax, block_size)], "float64")
         q = te.minimum(te.maximum(q, scalar(lo, "float64")), scalar(hi, "float64"))

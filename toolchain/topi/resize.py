@@ -32,7 +32,6 @@ import numpy as np
 from toolchain import te
 from toolchain.errors import OptionError
 from toolchain.tir import ir
-from toolchain.topi.elemwise import round_half_even
 from toolchain.topi.utils import const_shape, scalar
 
 Expr = ir.PrimExpr
@@ -210,7 +209,7 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
     info = np.iinfo(np.dtype(x.dtype))
 
     def to_int(*i: Expr) -> Expr:
-        rounded = round_half_even(acc_t[i])
+        rounded = te.round(acc_t[i])
         return te.cast(te.minimum(te.maximum(rounded, _c(float(info.min))),
                                   _c(float(info.max))), x.dtype)
 
