@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from toolchain import te
 from toolchain.errors import OptionError
@@ -113,30 +113,51 @@ def _check_groups(c: int, i: int, o: int, groups: int, op: str) -> None:
                           f"{c} / {groups}")
 
 
+def _direct(data: te.Tensor, kernel: te.Tensor, layout: str, kernel_layout: str,
+            stride: IntOrPair, padding: IntOrPair, dilation: IntOrPair, groups: int,
+            out_dtype: str | None) -> tuple[dict[str, int], Callable[..., Expr]]:
+    """The unblocked convolution in data ``layout`` (``NCHW``/``NHWC``, also the output's)
+    and ``kernel_layout`` (``OIHW``/``HWIO``): the sizes by axis letter (``N C H W`` of the
+    data, ``O I KH KW`` of the kernel, ``OH OW`` of the output) and the body
+    ``body(n, m, y, x)``, a ``te.sum`` over the kernel's I, H, W axes in the order the data
+    layout has C, H, W (NCHW: ``rc, ry, rx``; NHWC: ``ry, rx, rc``)."""
+    op = f"conv2d_{layout.lower()}"
+    size = dict(zip(layout, const_shape(data, op), strict=True))
+    size |= {("K" + a if a in "HW" else a): e
+             for a, e in zip(kernel_layout, const_shape(kernel, op), strict=True)}
+    c, i, o = size["C"], size["I"], size["O"]
+    _check_groups(c, i, o, groups, op)
+    (sh, sw), (pt, pl, pb, pr), (dh, dw), size["OH"], size["OW"] = _geometry(
+        size["H"], size["W"], size["KH"], size["KW"], stride, padding, dilation)
+    odt = out_dtype or data.dtype
+    padded = pad_spatial(data, (layout.index("H"), layout.index("W")), (pt, pl), (pb, pr))
+    extent = {"C": ("rc", i), "H": ("ry", size["KH"]), "W": ("rx", size["KW"])}
+    red = {a: te.reduce_axis((0, extent[a][1]), name=extent[a][0])
+           for a in layout if a in extent}
+    rc, ry, rx = red["C"], red["H"], red["W"]
+    og = o // groups
+
+    def body(nn: Expr, m: Expr, y: Expr, x: Expr) -> Expr:
+        ci = rc if groups == 1 else te.floordiv(m, og) * i + rc
+        at = {"N": nn, "C": ci, "H": window_index(y, sh, ry, dh),
+              "W": window_index(x, sw, rx, dw)}
+        wt = {"O": m, "I": rc, "H": ry, "W": rx}
+        return te.sum(te.cast(padded[tuple(at[a] for a in layout)], odt)
+                      * te.cast(kernel[tuple(wt[a] for a in kernel_layout)], odt),
+                      axis=list(red.values()))
+
+    return size, body
+
+
 def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
                 padding: IntOrPair = 0, dilation: IntOrPair = 1, groups: int = 1,
                 out_dtype: str | None = None) -> te.Tensor:
     """NCHW data, OIHW kernel (I = C / groups) → NCHW output; see the module docstring."""
-    n, c, h, w = const_shape(data, "conv2d_nchw")
-    o, i, kh, kw = const_shape(kernel, "conv2d_nchw")
-    _check_groups(c, i, o, groups, "conv2d_nchw")
-    (sh, sw), (pt, pl, pb, pr), (dh, dw), oh, ow = _geometry(h, w, kh, kw, stride, padding,
-                                                             dilation)
-    odt = out_dtype or data.dtype
-    padded = pad_spatial(data, (2, 3), (pt, pl), (pb, pr))
-    rc = te.reduce_axis((0, i), name="rc")
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-    og = o // groups
-
-    def f(nn: Expr, m: Expr, y: Expr, x: Expr) -> Expr:
-        ci = rc if groups == 1 else te.floordiv(m, og) * i + rc
-        return te.sum(te.cast(padded[nn, ci, window_index(y, sh, ry, dh),
-                                      window_index(x, sw, rx, dw)], odt)
-                      * te.cast(kernel[m, rc, ry, rx], odt), axis=[rc, ry, rx])
-
-    tag = "depthwise_conv2d_nchw" if groups == c and i == 1 else "conv2d_nchw"
-    return te.compute((n, o, oh, ow), f, name=tag, tag=tag)
+    s, body = _direct(data, kernel, "NCHW", "OIHW", stride, padding, dilation, groups,
+                      out_dtype)
+    tag = "depthwise_conv2d_nchw" if groups == s["C"] and s["I"] == 1 else "conv2d_nchw"
+    return te.compute((s["N"], s["O"], s["OH"], s["OW"]),
+                      lambda nn, m, y, x: body(nn, m, y, x), name=tag, tag=tag)
 
 
 def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
@@ -151,25 +172,11 @@ def conv2d_nhwc(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
                 padding: IntOrPair = 0, dilation: IntOrPair = 1, groups: int = 1,
                 out_dtype: str | None = None) -> te.Tensor:
     """NHWC data, HWIO kernel (I = C / groups) → NHWC output."""
-    n, h, w, c = const_shape(data, "conv2d_nhwc")
-    kh, kw, i, o = const_shape(kernel, "conv2d_nhwc")
-    _check_groups(c, i, o, groups, "conv2d_nhwc")
-    (sh, sw), (pt, pl, pb, pr), (dh, dw), oh, ow = _geometry(h, w, kh, kw, stride, padding,
-                                                             dilation)
-    odt = out_dtype or data.dtype
-    padded = pad_spatial(data, (1, 2), (pt, pl), (pb, pr))
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-    rc = te.reduce_axis((0, i), name="rc")
-    og = o // groups
-
-    def f(nn: Expr, y: Expr, x: Expr, m: Expr) -> Expr:
-        ci = rc if groups == 1 else te.floordiv(m, og) * i + rc
-        return te.sum(te.cast(padded[nn, window_index(y, sh, ry, dh),
-                                      window_index(x, sw, rx, dw), ci], odt)
-                      * te.cast(kernel[ry, rx, rc, m], odt), axis=[ry, rx, rc])
-
-    return te.compute((n, oh, ow, o), f, name="conv2d_nhwc", tag="conv2d_nhwc")
+    s, body = _direct(data, kernel, "NHWC", "HWIO", stride, padding, dilation, groups,
+                      out_dtype)
+    return te.compute((s["N"], s["OH"], s["OW"], s["O"]),
+                      lambda nn, y, x, m: body(nn, m, y, x), name="conv2d_nhwc",
+                      tag="conv2d_nhwc")
 
 
 def conv2d_nchwc(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
