@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "compile": "compile_cmd",
     "run": "run_cmd",
     "flash": "flash_cmd",
+    "quantize": "quantize_cmd",
     "bench-op": "bench_op_cmd",
     "sim": "sim_cmd",
 }

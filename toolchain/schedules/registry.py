@@ -92,7 +92,7 @@ def _load() -> None:
     # not written yet is simply absent
     import importlib
 
-    for mod in ("cpu_conv2d", "cpu_dense", "cpu_ops", "fused"):
+    for mod in ("cpu_conv2d", "cpu_dense", "cpu_ops", "cpu_int8", "fused"):
         try:
             importlib.import_module(f"toolchain.schedules.{mod}")
         except ModuleNotFoundError as e:

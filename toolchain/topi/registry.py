@@ -166,7 +166,7 @@ def supported_ops() -> list[str]:
 
 def _load() -> None:
     # the per-family mappings register themselves on import
-    from toolchain.topi import _registry_nn, _registry_ops  # noqa: F401
+    from toolchain.topi import _registry_nn, _registry_ops, int8  # noqa: F401
 
 
 def node_compute(node: Node, **options: Any) -> NodeCompute:

@@ -26,6 +26,7 @@ _FAMILIES = (
     "transform",    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad, Resize …
     "misc",         # Constant, ConstantOfShape, Shape, Identity, Dropout
     "quant",        # QuantizeLinear, DequantizeLinear
+    "qops",         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
 )
 for _family in _FAMILIES:
     try:

@@ -7,7 +7,7 @@ Example::
 
     >>> from toolchain.graph.passes import run_pipeline, DEFAULT_PASSES
     >>> DEFAULT_PASSES[0], DEFAULT_PASSES[-1]
-    ('constant_fold', 'fuse')
+    ('quantize_ops', 'fuse')
 """
 
 from __future__ import annotations

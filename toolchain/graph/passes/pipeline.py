@@ -2,8 +2,12 @@
 
 Default order (:data:`DEFAULT_PASSES`)::
 
-    constant_fold -> simplify -> fold_affine -> dead_code_elimination
-                  -> transform_layout -> simplify -> dead_code_elimination -> fuse
+    quantize_ops -> constant_fold -> simplify -> fold_affine -> dead_code_elimination
+                 -> transform_layout -> simplify -> dead_code_elimination -> fuse
+
+``quantize_ops`` comes first so that QuantizeLinear/DequantizeLinear pairs around weights are
+turned into integer ops before constant folding would fold the weights back into float (it
+leaves a graph without QDQ pairs unchanged).
 
 ``simplify`` runs before ``fold_affine`` so an ``Identity`` or ``Dropout`` between a conv and
 its BatchNorm does not block the fold; dead code is removed before layouts are chosen so no
@@ -13,8 +17,8 @@ cancel a model's own transposes against the inserted transforms (``NHWC`` models
 
 With ``dump_dir`` the printed graph (kernel bodies included, see
 :func:`~toolchain.graph.passes.fused_op.format_graph`) is written before the first pass as
-``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_constant_fold.txt`` …
-``08_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
+``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_quantize_ops.txt`` …
+``09_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ from toolchain.graph.passes.fold_affine import fold_affine
 from toolchain.graph.passes.fused_op import format_graph
 from toolchain.graph.passes.fusion import fuse
 from toolchain.graph.passes.layout import LayoutTarget, parse_layout_target, transform_layout
+from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.passes.simplify import simplify
 
 Pass = Callable[[Graph], Graph]
 
 #: every pass by name (``transform_layout`` gets the pipeline's ``target_layout``)
 PASSES: dict[str, Pass] = {
+    "quantize_ops": quantize_ops,
     "constant_fold": constant_fold,
     "simplify": simplify,
     "fold_affine": fold_affine,
@@ -46,8 +52,8 @@ PASSES: dict[str, Pass] = {
 }
 
 DEFAULT_PASSES: tuple[str, ...] = (
-    "constant_fold", "simplify", "fold_affine", "dead_code_elimination", "transform_layout",
-    "simplify", "dead_code_elimination", "fuse",
+    "quantize_ops", "constant_fold", "simplify", "fold_affine", "dead_code_elimination",
+    "transform_layout", "simplify", "dead_code_elimination", "fuse",
 )
 
 
