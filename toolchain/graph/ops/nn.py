@@ -79,7 +79,9 @@ def _window_attrs(*, kernel_required: bool) -> tuple[Attr, ...]:
 
 # -- Conv --------------------------------------------------------------------------------------
 
-def _conv_geometry(node: Node):
+def _conv_operands(node: Node) -> tuple[dict[str, Any], TensorType, TensorType]:
+    """Attributes, X and W of a Conv or ConvTranspose: floats of one dtype, both of rank
+    N+2 (N >= 1 spatial axes)."""
     a = attrs_of(node)
     x = in_type(node, 0, "X", FLOAT_TYPES)
     w = in_type(node, 1, "W", FLOAT_TYPES)
@@ -87,6 +89,11 @@ def _conv_geometry(node: Node):
     if len(x.shape) < 3 or len(w.shape) != len(x.shape):
         raise fail(node, f"X {shape_str(x.shape)} and W {shape_str(w.shape)} must both have "
                    "rank N+2 (batch, channels, N spatial axes), N >= 1")
+    return a, x, w
+
+
+def _conv_geometry(node: Node):
+    a, x, w = _conv_operands(node)
     g = a["group"]
     c, m = x.shape[1], w.shape[0]
     if c % g or m % g:
@@ -194,13 +201,7 @@ def _convt_geometry(a: Mapping[str, Any], node: Node | None, xs: Sequence[int],
 
 
 def _convt_infer(node: Node) -> list[TensorType]:
-    a = attrs_of(node)
-    x = in_type(node, 0, "X", FLOAT_TYPES)
-    w = in_type(node, 1, "W", FLOAT_TYPES)
-    same_dtype(node, ("X", x), ("W", w))
-    if len(x.shape) < 3 or len(w.shape) != len(x.shape):
-        raise fail(node, f"X {shape_str(x.shape)} and W {shape_str(w.shape)} must both have "
-                   "rank N+2 (batch, channels, N spatial axes), N >= 1")
+    a, x, w = _conv_operands(node)
     g = a["group"]
     if x.shape[1] % g or x.shape[1] != w.shape[0]:
         raise fail(node, f"W {shape_str(w.shape)} must have X's {x.shape[1]} input channels "
