@@ -56,16 +56,10 @@ def compile_command(args: argparse.Namespace, input_shapes: dict) -> int:
 def run_command(args: argparse.Namespace) -> int:
     """``kiln run DIR`` where DIR is a board bundle: build, run on QEMU, compare."""
     from toolchain.boards.qemu import run_on_qemu
-    from toolchain.bundle.check import compare, format_rows, reference_outputs
     from toolchain.bundle.host import read_metadata
-    from toolchain.commands.run_cmd import _emit, load_npz
+    from toolchain.commands.run_cmd import _emit, bundle_inputs, check_outputs
 
-    if args.input_shape:
-        raise OptionError("--input-shape applies to .onnx models; a bundle's shapes were "
-                          "fixed when it was compiled")
-    if args.tolerance <= 0:
-        raise OptionError(f"--tolerance {args.tolerance}: must be positive")
-    feeds = load_npz(args.inputs)
+    feeds = bundle_inputs(args)
     meta = read_metadata(args.model)
     try:
         run = run_on_qemu(args.model, feeds, source=Path(args.inputs).name)
@@ -81,14 +75,4 @@ def run_command(args: argparse.Namespace) -> int:
     used = f"; stack {stack[0]:,} of {stack[1]:,} B used" if stack else ""
     print(f"ran on QEMU {board['qemu']['machine']} ({board['name']}) in {run.seconds:.2f} s: "
           f"{counted}; {cycles}{used}")
-    if not args.check:
-        return 0
-    reference = reference_outputs(meta, feeds, args.model_file)
-    rows = compare(run.outputs, reference, args.tolerance)
-    print(format_rows(rows, args.tolerance))
-    bad = [r["name"] for r in rows if not r["ok"]]
-    if bad:
-        print(f"check FAILED: {', '.join(bad)} above tolerance {args.tolerance:g}")
-        return 1
-    print(f"check passed: {len(rows)} output(s) match the reference executor")
-    return 0
+    return check_outputs(args, meta, feeds, run.outputs)

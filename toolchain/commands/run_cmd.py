@@ -12,6 +12,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -153,26 +154,26 @@ def _emit(args: argparse.Namespace, outputs: dict[str, np.ndarray]) -> None:
             print(summary(name, array))
 
 
-def run_bundle(args: argparse.Namespace) -> int:
-    """``kiln run DIR``: build the bundle on this host, run it, optionally check it."""
-    from toolchain.bundle.check import compare, format_rows, reference_outputs
-    from toolchain.bundle.host import BundleModule
-
+def bundle_inputs(args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """``--inputs`` of ``kiln run DIR`` (host or board bundle), after refusing the options a
+    compiled bundle cannot take (``--input-shape``, a non-positive ``--tolerance``)."""
     if args.input_shape:
         raise OptionError("--input-shape applies to .onnx models; a bundle's shapes were "
                           "fixed when it was compiled")
     if args.tolerance <= 0:
         raise OptionError(f"--tolerance {args.tolerance}: must be positive")
-    feeds = load_npz(args.inputs)
-    module = BundleModule(args.model)
-    try:
-        outputs = module(feeds)
-    except InputError as exc:
-        raise InputError(f"--inputs {args.inputs}: {exc}") from None
-    _emit(args, outputs)
+    return load_npz(args.inputs)
+
+
+def check_outputs(args: argparse.Namespace, metadata: dict[str, Any],
+                  feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:
+    """``--check``: compare a bundle's outputs with the reference executor and print the
+    table; the exit status (0 also when ``--check`` was not given, 1 on a mismatch)."""
+    from toolchain.bundle.check import compare, format_rows, reference_outputs
+
     if not args.check:
         return 0
-    reference = reference_outputs(module.metadata, feeds, args.model_file)
+    reference = reference_outputs(metadata, feeds, args.model_file)
     rows = compare(outputs, reference, args.tolerance)
     print(format_rows(rows, args.tolerance))
     bad = [r["name"] for r in rows if not r["ok"]]
@@ -181,6 +182,20 @@ def run_bundle(args: argparse.Namespace) -> int:
         return 1
     print(f"check passed: {len(rows)} output(s) match the reference executor")
     return 0
+
+
+def run_bundle(args: argparse.Namespace) -> int:
+    """``kiln run DIR``: build the bundle on this host, run it, optionally check it."""
+    from toolchain.bundle.host import BundleModule
+
+    feeds = bundle_inputs(args)
+    module = BundleModule(args.model)
+    try:
+        outputs = module(feeds)
+    except InputError as exc:
+        raise InputError(f"--inputs {args.inputs}: {exc}") from None
+    _emit(args, outputs)
+    return check_outputs(args, module.metadata, feeds, outputs)
 
 
 def run(args: argparse.Namespace) -> int:
