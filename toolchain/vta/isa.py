@@ -114,8 +114,8 @@ def _queues_of(engine: int, prev: bool, nxt: bool, *, pop: bool) -> list[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Load(Instruction):
-    """LOAD: 2-D strided DMA from DRAM into UOP/WGT/INP/ACC with zero padding."""
+class _Dma(Instruction):
+    """The fields of LOAD and STORE (the ``_MEM`` layout): a 2-D strided DMA."""
 
     memory_type: int
     sram_base: int = 0
@@ -128,8 +128,14 @@ class Load(Instruction):
     x_pad_left: int = 0
     x_pad_right: int = 0
 
-    OPCODE: ClassVar[int] = OP_LOAD
     LAYOUT: ClassVar[tuple] = _MEM
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load(_Dma):
+    """LOAD: 2-D strided DMA from DRAM into UOP/WGT/INP/ACC with zero padding."""
+
+    OPCODE: ClassVar[int] = OP_LOAD
 
     @property
     def engine(self) -> int:
@@ -144,22 +150,12 @@ class Load(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Store(Instruction):
+class Store(_Dma):
     """STORE: 2-D strided DMA from OUT to DRAM (no padding)."""
 
     memory_type: int = MEM_OUT
-    sram_base: int = 0
-    dram_base: int = 0
-    y_size: int = 1
-    x_size: int = 1
-    x_stride: int = 0
-    y_pad_top: int = 0
-    y_pad_bottom: int = 0
-    x_pad_left: int = 0
-    x_pad_right: int = 0
 
     OPCODE: ClassVar[int] = OP_STORE
-    LAYOUT: ClassVar[tuple] = _MEM
 
     @property
     def engine(self) -> int:
@@ -167,10 +163,10 @@ class Store(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gemm(Instruction):
-    """GEMM: run micro-ops uop_bgn..uop_end in an iter_out x iter_in affine loop."""
+class _Loop(Instruction):
+    """The fields of GEMM and ALU (the ``_LOOP`` layout): micro-ops uop_bgn..uop_end run in
+    an iter_out x iter_in affine loop."""
 
-    reset: bool = False
     uop_bgn: int = 0
     uop_end: int = 1
     iter_out: int = 1
@@ -179,11 +175,6 @@ class Gemm(Instruction):
     dst_factor_in: int = 0
     src_factor_out: int = 0
     src_factor_in: int = 0
-    wgt_factor_out: int = 0
-    wgt_factor_in: int = 0
-
-    OPCODE: ClassVar[int] = OP_GEMM
-    LAYOUT: ClassVar[tuple] = _GEMM
 
     @property
     def steps(self) -> int:
@@ -192,27 +183,27 @@ class Gemm(Instruction):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Alu(Instruction):
+class Gemm(_Loop):
+    """GEMM: run micro-ops uop_bgn..uop_end in an iter_out x iter_in affine loop."""
+
+    reset: bool = False
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+
+    OPCODE: ClassVar[int] = OP_GEMM
+    LAYOUT: ClassVar[tuple] = _GEMM
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alu(_Loop):
     """ALU: elementwise MIN/MAX/ADD/SHR/MUL on ACC rows, tensor-tensor or with an immediate."""
 
     alu_op: int
     use_imm: bool = False
     imm: int = 0
-    uop_bgn: int = 0
-    uop_end: int = 1
-    iter_out: int = 1
-    iter_in: int = 1
-    dst_factor_out: int = 0
-    dst_factor_in: int = 0
-    src_factor_out: int = 0
-    src_factor_in: int = 0
 
     OPCODE: ClassVar[int] = OP_ALU
     LAYOUT: ClassVar[tuple] = _ALU
-
-    @property
-    def steps(self) -> int:
-        return self.iter_out * self.iter_in * max(0, self.uop_end - self.uop_bgn)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,7 +230,7 @@ def check_flags(insn: Instruction) -> str | None:
 
 
 def _validate(insn: Instruction) -> None:
-    if isinstance(insn, (Load, Store)):
+    if isinstance(insn, _Dma):
         if insn.memory_type not in MEM_NAMES:
             raise SimulationError(f"{insn.name}: memory_type {insn.memory_type} is not one of "
                                   "0 UOP, 1 WGT, 2 INP, 3 ACC, 4 OUT")
