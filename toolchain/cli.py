@@ -27,7 +27,6 @@ COMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "flash": "flash_cmd",
     "quantize": "quantize_cmd",
-    "bench-op": "bench_op_cmd",
     "sim": "sim_cmd",
 }
 
