@@ -47,12 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = _load(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("toolchain.commands"):
-                continue  # command not built yet in this checkout
-            raise
+        module = _load(name)
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show full tracebacks for errors")
