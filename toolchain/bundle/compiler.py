@@ -100,7 +100,7 @@ def _schedule(node: Node, target: Target) -> tuple[Any, list[Value], list[Value]
     from toolchain.tir.transform.pipeline import lower
 
     try:
-        k = schedule_fused(node, target)
+        k = schedule_fused(node, target, bind=True)  # weights packed at compile time
         return lower(k.func), list(k.input_values), list(k.output_values), "default"
     except Exception as exc:  # noqa: BLE001 - any schedule failure falls back (recorded)
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

@@ -19,7 +19,9 @@ The computation is rewritten in blocked layouts (as TVM's x86 ``conv2d_NCHWc``):
 ``ob`` is two vectors (``2 * lanes``), ``rw`` fills the register file
 (:func:`~toolchain.schedules.common.register_tile`) and ``cb`` is the largest divisor of
 ``C`` up to ``ob``. The row-of-output loop runs in parallel when the target has more
-than one core. Grouped and depthwise convolutions use the generic schedule of
+than one core. Depthwise convolutions (``group == C == O``, constant weights) go to
+:mod:`toolchain.schedules.cpu_depthwise` on ``NCHW{b}c`` targets (AVX) and for every
+``LayoutConv``; other grouped ones use the generic schedule of
 :mod:`toolchain.schedules.cpu_ops`.
 
 Example::
@@ -383,6 +385,14 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     t = resolve_target(target)
     g = conv_geometry(node)
     if g is None:
+        from toolchain.graph.passes.layout import layout_for_target
+        from toolchain.schedules.cpu_depthwise import is_depthwise, schedule_depthwise
+
+        # channel-blocked depthwise where the target computes in NCHW{b}c (AVX); NCHW
+        # targets keep the generic schedule (no blocked tensors to read there)
+        if is_depthwise(node) and node.inputs[1].data is not None \
+                and node.inputs[0].dtype == "float32" and layout_for_target(t).kind == "nchwc":
+            return schedule_depthwise(node, t)
         return _generic(node, t, "grouped, non-2-D or non-float32 convolution")
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
@@ -417,8 +427,11 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     raises :class:`~toolchain.errors.UnsupportedError`.
     """
     from toolchain.graph.passes.layout_ops import kernel_from_layout, nchw_node
+    from toolchain.schedules.cpu_depthwise import is_depthwise, schedule_depthwise
 
     t = resolve_target(target)
+    if is_depthwise(node):
+        return schedule_depthwise(node, t)
     a = node.attrs
     wv = node.inputs[1]
     conv = nchw_node(node)

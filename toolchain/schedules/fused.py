@@ -307,6 +307,31 @@ def registry_anchor_schedule(anchor: Node, target: Any) -> OpSchedule | None:
         return None
 
 
+def bind_constants(node: Node, anchor: Node) -> tuple[Node, dict[int, Value]]:
+    """``anchor`` with the group inputs that are compile-time constants outside the group
+    bound to their data, so its schedule can pack weights at compile time (into
+    ``weights.c``) instead of on every call; and a map from each bound copy back to the
+    inner value it stands for (the kernel parameter keeps the group's own value).
+
+    Before: ``Fused(x, W=const)`` whose inner ``Conv(x', W')`` sees ``W'.data is None``
+    (its schedule packs ``W'`` into scratch per call). After: the anchor handed to the
+    schedule reads ``Conv(x', W'')`` with ``W''.data = W.data`` (packed once, offline).
+    """
+    inner: Graph = node.attrs["graph"]
+    outer = {id(iv): ov for iv, ov in zip(inner.inputs, node.inputs, strict=False)}
+    back: dict[int, Value] = {}
+    ins: list[Value | None] = []
+    for v in anchor.inputs:
+        ov = outer.get(id(v)) if v is not None else None
+        if v is not None and v.data is None and ov is not None and ov.data is not None:
+            b = Value(v.name, v.shape, v.dtype, ov.data)
+            back[id(b)] = v
+            ins.append(b)
+        else:
+            ins.append(v)
+    return (anchor.replace(inputs=ins) if back else anchor), back
+
+
 def _as_op_schedule(out: Any, anchor: Node) -> OpSchedule | None:
     if out is None or isinstance(out, OpSchedule):
         return out
@@ -317,13 +342,18 @@ def _as_op_schedule(out: Any, anchor: Node) -> OpSchedule | None:
 
 
 def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
-                   config: cpu_ops.CpuConfig | None = None) -> FusedKernel:
+                   config: cpu_ops.CpuConfig | None = None, bind: bool = False
+                   ) -> FusedKernel:
     """Build and schedule the one kernel of a ``Fused`` node (see the module docstring).
 
     ``target`` is a name, a Target or None (c-generic); ``config`` overrides the vector
     width / cores read from it. ``anchor_scheduler(anchor_node, target)`` returning a
     Schedule or OpSchedule picks the anchor's schedule (default:
-    :func:`registry_anchor_schedule`)."""
+    :func:`registry_anchor_schedule`). ``bind=True`` (bundles) hands the anchor the
+    group inputs that are constants outside the group with their data
+    (:func:`bind_constants`), so weights are packed at compile time; without it every
+    group input stays a run-time parameter (kernels tested as functions of the group's
+    inputs)."""
     if node.op != "Fused":
         raise UnsupportedError(f"{node.describe()}: schedule_fused needs a 'Fused' node "
                                f"(from the fusion pass), got op {node.op!r}")
@@ -331,7 +361,12 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
     cfg = config or cpu_ops.cpu_config(t)
     anchor = anchor_of(node)
     pick = anchor_scheduler or registry_anchor_schedule
-    sa = _as_op_schedule(pick(anchor, t), anchor) if anchor is not None else None
+    sa = None
+    if anchor is not None:
+        bound, back = bind_constants(node, anchor) if bind else (anchor, {})
+        sa = _as_op_schedule(pick(bound, t), bound)
+        if sa is not None:
+            sa = replace(sa, input_values=[back.get(id(v), v) for v in sa.input_values])
     if sa is not None and anchor is not None:
         return _schedule_with_anchor(node, anchor, sa, cfg)
     fc = fused_compute(node)
@@ -384,6 +419,13 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     canon[id(out_val)] = a_params[n_in]
     seed = te.placeholder(out_val.shape or (1,), out_val.dtype, "anchor_out")
     fc = fused_compute(node, skip=idx + 1, seed={id(out_val): seed})
+    # only the group inputs the tail reads become its parameters (a weight the anchor
+    # packed at compile time must not come along as an unused, unpacked parameter)
+    used = {id(v) for n in inner.nodes[idx + 1:] for v in n.inputs if v is not None}
+    used |= {id(v) for v in inner.outputs}
+    keep = [k for k, v in enumerate(fc.input_values) if id(v) in used]
+    fc = replace(fc, inputs=[fc.inputs[k] for k in keep],
+                 input_values=[fc.input_values[k] for k in keep])
     ft = te.create_prim_func([seed, *fc.inputs, *fc.outputs])
     swap = {id(seed.buffer): canon[id(out_val)]}
     for v, t in zip(fc.input_values, fc.inputs, strict=True):
