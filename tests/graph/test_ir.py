@@ -55,3 +55,4 @@ def test_printer_lists_constants_and_attributes():
     text = str(g)
     assert "const %w: float32[4, 2]" in text
     assert "%y: float32[1, 2] = Gemm(%x, %w, alpha=0.5)  # fc" in text
+

@@ -145,7 +145,11 @@ class OpDef:
 
     # -- attributes ----------------------------------------------------------------------
     def attr_errors(self, attrs: Mapping[str, Any]) -> list[str]:
-        """Problems with ``attrs`` (unknown names, bad values), one text each."""
+        """Problems with ``attrs`` (unknown names, bad values), one text each.
+
+        A value of ``None`` counts as absent, so normalised attributes (whose optional
+        entries default to ``None``) can be checked again."""
+        attrs = {k: v for k, v in attrs.items() if v is not None}
         errors = []
         for key in attrs:
             if key not in self._attr_map:
@@ -177,6 +181,7 @@ class OpDef:
             prefix = f"{where}: " if where else f"{self.name}: "
             raise ModelError(prefix + "; ".join(errors))
         out = {}
+        attrs = {k: v for k, v in attrs.items() if v is not None}
         for a in self.attrs:
             if a.name in attrs:
                 out[a.name] = a.coerce(attrs[a.name])
