@@ -49,3 +49,11 @@ class BuildError(KilnError):
 
 class SimulationError(KilnError):
     """An accelerator program is invalid or deadlocks in simulation."""
+
+
+class InternalError(AssertionError):
+    """A Kiln bug: two parts of Kiln disagree (e.g. an op's ``infer`` and ``reference``).
+
+    It is not a :class:`~toolchain.errors.KilnError`, so the CLI reports it as an internal
+    error (exit status 1) with its traceback.
+    """

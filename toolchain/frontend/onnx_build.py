@@ -5,7 +5,7 @@ This is the last step of :func:`toolchain.frontend.onnx.from_onnx`.  Nodes arriv
 
 1. gets its output types from its op's ``infer`` (so shapes are Kiln's own and static),
    cross-checked against ONNX shape inference where that gave a static answer — a
-   mismatch is a Kiln bug and raised as :class:`~toolchain.graph.reference.InternalError`;
+   mismatch is a Kiln bug and raised as :class:`~toolchain.errors.InternalError`;
 2. is **folded** into constants when all its inputs are constants (or, for ``Shape`` and
    ``Size``, when its input merely has a static shape), by running the op's numpy
    reference.
@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.errors import KilnError, ModelError
+from toolchain.errors import InternalError, KilnError, ModelError
 from toolchain.frontend.onnx_upgrade import RawNode, drop_empty_operands
 from toolchain.graph.ir import Graph, Node, TensorType, Value, np_dtype
 from toolchain.graph.ops.registry import get_op
-from toolchain.graph.reference import InternalError, run_node
+from toolchain.graph.reference import run_node
 
 #: ops that only read their input's (static) shape, never its values
 SHAPE_ONLY_OPS = ("Shape", "Size")

@@ -31,17 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.errors import InputError, KilnError
+from toolchain.errors import InputError, InternalError, KilnError
 from toolchain.graph.ir import Graph, Node, Value, dtype_of, np_dtype
 from toolchain.graph.ops.registry import get_op
-
-
-class InternalError(AssertionError):
-    """A Kiln bug: two parts of Kiln disagree (e.g. an op's ``infer`` and ``reference``).
-
-    It is not a :class:`~toolchain.errors.KilnError`, so the CLI reports it as an internal
-    error (exit status 1) with its traceback.
-    """
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
