@@ -66,10 +66,7 @@ def run_node(node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray
         [array([-1., -1.], dtype=float32)]
     """
     opdef = get_op(node.op)
-    # Optional attributes without a default normalise to None; leave them out, as an op
-    # reference that validates its attributes again would read None as "given".
-    attrs = {k: v for k, v in opdef.normalize_attrs(node.attrs, where=node.describe()).items()
-             if v is not None}
+    attrs = opdef.normalize_attrs(node.attrs, where=node.describe())
     try:
         results = list(opdef.reference(list(inputs), attrs))
     except KilnError:
