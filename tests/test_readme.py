@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = "pip install -e '.[dev]' && "
 
@@ -38,3 +40,27 @@ def test_readme_main_command_compiles_runs_and_scores_the_example(tmp_path):
     assert kiln and ort, proc.stdout
     assert kiln.group(1) == ort.group(1)
     assert float(kiln.group(1)) > 0.9
+
+
+def test_readme_board_commands_compile_run_on_qemu_and_flash(tmp_path):
+    """The three commands of "From a model to a board": compile --board, run under QEMU with
+    --check, and flash (here with --dry-run: no probe or board in CI)."""
+    from tests.boards.conftest import HAVE_CROSS, HAVE_QEMU
+
+    if not (HAVE_CROSS and HAVE_QEMU):
+        pytest.skip("arm-none-eabi-gcc, picolibc or qemu-system-arm not installed")
+    block = next(b for b in _sh_blocks() if "--board" in b and "kiln flash" in b)
+    lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines()]
+    assert [line.split()[1] for line in lines] == ["compile", "run", "flash"]
+    out = str(tmp_path / "digits-board")
+    for line in lines:
+        cmd = line.replace("build/digits-board", out)
+        if cmd.startswith("kiln flash"):
+            cmd += " --dry-run"
+        proc = subprocess.run(["bash", "-c", cmd], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, cmd + "\n" + proc.stdout + proc.stderr
+        if " run " in f" {cmd} ":
+            assert "check passed" in proc.stdout and "QEMU" in proc.stdout
+        if cmd.startswith("kiln flash"):
+            assert "firmware.elf" in proc.stdout
