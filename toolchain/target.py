@@ -60,6 +60,8 @@ class Target:
     cpu_flags: tuple[str, ...] = ()
     #: tensor intrinsics: name -> validated spec (see toolchain.intrinsics)
     intrinsics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: C text placed once before kernels that use the intrinsics (helper functions/macros)
+    c_helpers: str = ""
     source: str = ""
 
 
@@ -83,6 +85,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "layout": ((str,), "a string (nchw, nhwc, nchwc or nchw<b>c)", False),
     "cpu_flags": ((list,), "a list of strings", False),
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
+    "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
 }
 
 _CACHE_KEYS = ("l1d", "l2", "l3")

@@ -66,6 +66,8 @@ class IntrinsicSpec:
     cflags: tuple[str, ...] = ()
     cpu_flags: tuple[str, ...] = ()
     scopes: dict[str, str] = field(default_factory=dict)
+    #: the target's ``c_helpers`` (C placed once before the kernels that use it)
+    helpers: str = ""
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -99,11 +101,16 @@ def load_intrinsics(target: str | Target) -> list[str]:
         info = IntrinsicSpec(full, t.name, fn, tuple(b.name for b in desc.buffers),
                              spec["impl"], tuple(spec.get("headers", ())),
                              tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
-                             dict(spec.get("scopes", {})))
+                             dict(spec.get("scopes", {})), _one_block(t.c_helpers))
         _SPECS[full] = info
         _BY_FUNCTION[fn] = info
         names.append(full)
     return names
+
+
+def _one_block(text: str) -> str:
+    """``text`` without blank lines (the bundle splits preludes into blocks at them)."""
+    return "\n".join(ln for ln in text.strip("\n").splitlines() if ln.strip())
 
 
 def get_spec(name: str) -> IntrinsicSpec:
@@ -141,14 +148,16 @@ def _strides(buf: ir.Buffer) -> list[int]:
 
 
 class _Specialise(StmtExprMutator):
-    def __init__(self, ctype: dict[str, str]) -> None:
+    def __init__(self, ctype: dict[str, str], targets: tuple[str, ...] | None = None) -> None:
         self.ctype = ctype
+        self.targets = targets
         self.defs: dict[str, str] = {}
         self.headers: list[str] = []
+        self.helpers: list[str] = []
 
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
         spec = _BY_FUNCTION.get(e.op)
-        if spec is None:
+        if spec is None or (self.targets is not None and spec.target not in self.targets):
             return super().visit_Call(e)
         env: dict[str, object] = {}
         params, loads = [], []
@@ -167,29 +176,34 @@ class _Specialise(StmtExprMutator):
             except ScheduleError as err:
                 raise ScheduleError(f"intrinsic {spec.name!r}: {err} (strides: "
                                     f"{ {k: v for k, v in env.items() if '_s' in k} })") from None
-            lines = "\n".join("  " + ln if ln.strip() else "" for ln in body.splitlines())
+            # no blank lines: the bundle splits preludes into blocks at them
+            lines = "\n".join("  " + ln for ln in body.splitlines() if ln.strip())
             self.defs[fname] = (f"static inline int32_t {fname}({', '.join(params)}) {{\n"
                                 f"{lines}\n  return 0;\n}}")
             self.headers += [h for h in spec.headers if h not in self.headers]
+            if spec.helpers and spec.helpers not in self.helpers:
+                self.helpers.append(spec.helpers)
         return ir.Call(e.dtype, fname, list(e.args))
 
 
-def attach_intrinsics(func: ir.PrimFunc) -> ir.PrimFunc:
+def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None
+                      ) -> ir.PrimFunc:
     """Lowering pass (phase 1): render each tensorized call's C body into the prelude.
 
     Before: ``kiln_fma_f32_4x4(T.address_of(A[..]), ...)`` with no definition; after: the
     call names ``kiln_fma_f32_4x4_<hash>`` and ``func.attrs["c_prelude"]`` holds its
     ``static inline`` definition for these operand strides (and the ``#include`` lines).
+    ``targets`` limits it to the intrinsics of those targets (None: all).
     """
     from toolchain.codegen.cstyle import CStyleRenderer
 
-    m = _Specialise(CStyleRenderer.type_map)
+    m = _Specialise(CStyleRenderer.type_map, targets)
     body = m.visit_stmt(func.body)
     if not m.defs:
         return func
     inc = "\n".join(f"#include <{h}>" for h in m.headers)
     prelude = "\n\n".join([x for x in (func.attrs.get("c_prelude", ""), inc) if x]
-                          + [m.defs[k] for k in sorted(m.defs)])
+                          + m.helpers + [m.defs[k] for k in sorted(m.defs)])
     return ir.PrimFunc(func.params, body, func.name, {**func.attrs, "c_prelude": prelude})
 
 

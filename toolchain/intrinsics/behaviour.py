@@ -276,4 +276,24 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
     out = te.compute(shape, body, name=b.output.name)
     f = te.create_prim_func([*tensors.values(), out])
     (r,) = [x for x in st.all_blocks(f) if x.block.name_hint == b.output.name]
-    return st.replace_block(f, r.block, dataclasses.replace(r.block, init=None))
+    f = st.replace_block(f, r.block, dataclasses.replace(r.block, init=None))
+    return _drop_unit_loops(f)
+
+
+def _drop_unit_loops(f: ir.PrimFunc) -> ir.PrimFunc:
+    """Remove loops of extent 1 (their variable becomes 0): schedules elide such loops
+    (``compute_at`` of a one-row region has none), so the nest to match has none either.
+
+    Before: ``for i, j in T.grid(1, 4): C[vi, vj] ...``; after: ``for j in range(4):`` with
+    ``vi`` bound to 0 — the matched tile then sits at one row of a 2-D operand.
+    """
+    from toolchain.tir.functor import StmtExprMutator, substitute
+
+    class _Drop(StmtExprMutator):
+        def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802 - visitor naming
+            if ir.is_const_int(s.extent, 1) and ir.is_const_int(s.min, 0):
+                return self.visit_stmt(substitute(s.body, {s.loop_var: ir.IntImm(0)}))
+            return super().visit_For(s)
+
+    body = _Drop().visit_stmt(f.body)
+    return ir.PrimFunc(f.params, body, f.name, dict(f.attrs)) if body is not f.body else f

@@ -93,3 +93,6 @@ def schedule_int8(node: Node, target: Any) -> OpSchedule:
 
 for _op in INT8_OPS:
     register_schedule(_op, "cpu")(schedule_int8)
+
+# the Cortex-M DSP schedules (registered for cortex-m4/m7 by name, so they win over "cpu")
+from toolchain.schedules import cortex_m  # noqa: E402, F401

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from toolchain import te
 from toolchain.quantize.fixed_point import requantize_te, shift_powers
 from toolchain.topi.nn.conv2d import conv2d_nchw, pad_spatial
@@ -89,6 +91,92 @@ def qgemm(x: te.Tensor, w: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: 
     return requant_epilogue(acc, bias, mult, shifts, len(shape) - 1, attrs, "qgemm")
 
 
+def pack_dsp_weights(w: np.ndarray) -> np.ndarray:
+    """``[M, ...]`` int8 weights -> ``[M, Kp]`` for the Cortex-M dual-MAC kernels.
+
+    ``K`` (the product of the other axes) is zero-padded to ``Kp``, a multiple of 4, and
+    each group of four is stored as ``(k0, k2, k1, k3)``: then ``SXTB16`` of one 32-bit
+    word gives the int16 pair ``(k0, k1)`` and ``SXTB16(ROR 8)`` gives ``(k2, k3)``, the
+    same pairs a plain 32-bit load of the int16 activations gives — no activation shuffling.
+
+    >>> pack_dsp_weights(np.arange(1, 6, dtype=np.int8).reshape(1, 5)).tolist()
+    [[1, 3, 2, 4, 5, 0, 0, 0]]
+    """
+    m = w.shape[0]
+    flat = np.asarray(w).reshape(m, -1)
+    k = flat.shape[1]
+    kp = -(-k // 4) * 4
+    out = np.zeros((m, kp), flat.dtype)
+    out[:, :k] = flat
+    return np.ascontiguousarray(out.reshape(m, kp // 4, 4)[:, :, [0, 2, 1, 3]].reshape(m, kp))
+
+
+def dsp_dot(col: te.Tensor, wp: te.Tensor, name: str = "dsp_acc") -> te.Tensor:
+    """``acc[p, m] = sum_k col[p, k] * w[m, k]`` (int16 x int8 -> int32) over a packed
+    weight matrix ``wp`` (:func:`pack_dsp_weights`): ``k = 4 ko + 2 h + l`` reads
+    ``wp[m, 4 ko + h + 2 l]`` — the behaviour of the Cortex-M ``dot_q15q7`` intrinsics."""
+    p, kp = (int(d.value) for d in col.shape)
+    m = int(wp.shape[0].value)
+    ko = te.reduce_axis((0, kp // 4), name="ko")
+    h = te.reduce_axis((0, 2), name="h")
+    lo = te.reduce_axis((0, 2), name="l")
+    return te.compute((p, m), lambda i, j: te.sum(
+        te.cast(col[i, ko * 4 + h * 2 + lo], "int32")
+        * te.cast(wp[j, ko * 4 + h + lo * 2], "int32"), axis=[ko, h, lo]),
+        name=name, tag="dense")
+
+
+def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.Tensor,
+                mult: te.Tensor, shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer NCHW convolution (group 1) as im2col (q7 -> q15, like CMSIS-NN) and a
+    dot product with :func:`pack_dsp_weights`-packed weights ``wp`` (``wshape``: the
+    unpacked ``[M, C, KH, KW]``); same integers as :func:`qconv2d_nchw`."""
+    m, c, kh, kw = wshape
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    k = c * kh * kw
+    kp = int(wp.shape[1].value)
+
+    def col_f(p: Any, kk: Any) -> Any:
+        kc = te.minimum(kk, te.const(k - 1))  # the padded tail reads a valid element
+        b, rem = te.floordiv(p, oh * ow), te.floormod(p, oh * ow)
+        y, xx = te.floordiv(rem, ow), te.floormod(rem, ow)
+        ch, r = te.floordiv(kc, kh * kw), te.floormod(kc, kh * kw)
+        ry, rx = te.floordiv(r, kw), te.floormod(r, kw)
+        v = xp[b, ch, y * sh + ry * dh, xx * sw + rx * dw]
+        return te.if_then_else(kk < k, v, te.const(0, "int16")) if kp > k else v
+
+    col = te.compute((n * oh * ow, kp), col_f, name="im2col", tag="injective")
+    acc = dsp_dot(col, wp)
+
+    def f(b: Any, ch: Any, y: Any, xx: Any) -> Any:
+        total = te.cast(acc[(b * oh + y) * ow + xx, ch], "int64") + te.cast(bias[ch], "int64")
+        return finish_te(total, mult[ch], shifts[ch, 0], shifts[ch, 1], attrs)
+
+    return te.compute((n, m, oh, ow), f, name="qconv", tag="injective")
+
+
+def qgemm_dsp(x: te.Tensor, wp: te.Tensor, k: int, bias: te.Tensor, mult: te.Tensor,
+              shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer ``x[P, K] . w[N, K]^T`` over :func:`pack_dsp_weights`-packed ``wp``;
+    same integers as :func:`qgemm`."""
+    p = int(x.shape[0].value)
+    kp = int(wp.shape[1].value)
+    zp = te.const(attrs["x_zero_point"], "int16")
+
+    def col_f(i: Any, kk: Any) -> Any:
+        v = te.cast(x[i, te.minimum(kk, te.const(k - 1))], "int16") - zp
+        return te.if_then_else(kk < k, v, te.const(0, "int16")) if kp > k else v
+
+    col = te.compute((p, kp), col_f, name="x_q15", tag="injective")
+    acc = dsp_dot(col, wp)
+    return requant_epilogue(acc, bias, mult, shifts, 1, attrs, "qgemm")
+
+
 def qadd(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """Integer addition (TFLite scheme, see :mod:`toolchain.graph.ops.qops`)."""
     ls = 1 << attrs["left_shift"]
@@ -125,13 +213,33 @@ def _requant_tensors(ctx: Ctx) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     return ctx.tensor(2), ctx.tensor(3), ctx.tensor(4)
 
 
+def dsp_applies(node: Any) -> bool:
+    """Whether the ``algorithm="dsp"`` computes handle ``node`` (constant weights; QConv:
+    2-D, group 1; QGemm: 2-D input)."""
+    w = node.input(1)
+    if w is None or w.data is None:
+        return False
+    if node.op == "QConv":
+        a = node.attrs
+        return len(w.shape) == 4 and int(a.get("group", 1) or 1) == 1
+    return node.op == "QGemm" and len(node.input(0).shape) == 2
+
+
 @register("QConv")
 def _qconv(ctx: Ctx) -> list[te.Tensor]:
+    if ctx.options.get("algorithm") == "dsp":
+        wshape = tuple(ctx.node.input(1).shape)
+        wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
+        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs)]
     return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 
 @register("QGemm")
 def _qgemm(ctx: Ctx) -> list[te.Tensor]:
+    if ctx.options.get("algorithm") == "dsp":
+        k = int(ctx.node.input(1).shape[1])
+        wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP dense layer")
+        return [qgemm_dsp(ctx.tensor(0), wp, k, *_requant_tensors(ctx), ctx.attrs)]
     return [qgemm(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 

@@ -1,0 +1,144 @@
+"""Cortex-M int8 DSP schedules: tensorized with the cortex-m4/m7 dot_q15q7 intrinsics, bit-exact
+with the integer references on the host (portable C fallbacks of SXTB16/SMLAD) and on QEMU
+(ACLE intrinsics), and the Arm build really contains SMLAD/SXTB16."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests.schedules._cpu_targets import cross_compile_m4
+from toolchain.codegen import get_renderer
+from toolchain.graph.ir import Node, Value
+from toolchain.graph.ops import get_op
+from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
+from toolchain.intrinsics import attach_intrinsics
+from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
+from toolchain.runtime.build import build
+from toolchain.schedules.registry import schedule_for
+from toolchain.tir.transform.pipeline import lower
+from toolchain.topi.int8 import pack_dsp_weights
+
+RNG = np.random.default_rng(7)
+
+
+def _requant(n: int) -> list[Value]:
+    m, s = quantize_multipliers(RNG.uniform(2e-4, 4e-3, n))
+    return [Value.constant("b", RNG.integers(-4000, 4000, n).astype(np.int32)),
+            Value.constant("m", m), Value.constant("s", shift_table(s))]
+
+
+def _out(dtype: str, zp: int) -> dict:
+    lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
+    return {"y_zero_point": zp, "out_min": lo, "out_max": hi, "out_dtype": dtype}
+
+
+def _qx(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    lo, hi = (-128, 128) if dtype == "int8" else (0, 256)
+    return RNG.integers(lo, hi, shape).astype(dtype)
+
+
+def _conv(c: int, m: int, k: int, stride: int, pads: tuple[int, ...], dtype: str = "int8",
+          hw: tuple[int, int] = (7, 6), group: int = 1) -> Node:
+    x = Value("x", (1, c, *hw), dtype)
+    w = Value.constant("w", RNG.integers(-127, 128, (m, c // group, k, k)).astype(np.int8))
+    attrs = {"strides": (stride, stride), "pads": pads, "dilations": (1, 1), "group": group,
+             "x_zero_point": 5 if dtype == "int8" else 130, **_out(dtype, -3)}
+    node = Node("QConv", "conv", [x, w, *_requant(m)], [], attrs)
+    out = get_op("QConv").infer(node)[0]
+    return node.replace(outputs=(Value("y", out.shape, out.dtype),))
+
+
+def _gemm(n: int, k: int, m: int) -> Node:
+    x = Value("x", (n, k), "int8")
+    w = Value.constant("w", RNG.integers(-127, 128, (m, k)).astype(np.int8))
+    return Node("QGemm", "fc", [x, w, *_requant(m)], [Value("y", (n, m), "int8")],
+                {"x_zero_point": -9, **_out("int8", 4)})
+
+
+def _run_host(node: Node, x: np.ndarray, target: str = "cortex-m4") -> tuple[np.ndarray, dict]:
+    """Schedule for ``target``, build the kernel for the host (portable fallbacks), run."""
+    s = schedule_for(node, target)
+    mod = build(s.schedule, "c-generic", passes={1: [attach_intrinsics]},
+                extra_flags=["-Wall", "-Wextra", "-Werror"])
+    out = np.empty(node.outputs[0].shape, node.outputs[0].dtype)
+    mod(x, *[v.data for v in s.input_values[1:]], out)
+    return out, dict(s.info)
+
+
+def _reference(node: Node, x: np.ndarray) -> np.ndarray:
+    return get_op(node.op).reference([x, *[v.data for v in node.inputs[1:]]], node.attrs)[0]
+
+
+# --------------------------------------------------------------------------- weight packing
+
+def test_pack_dsp_weights_pairs_match_sxtb16_lanes() -> None:
+    w = RNG.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)   # K = 18 -> 20
+    p = pack_dsp_weights(w)
+    assert p.shape == (3, 20) and p.dtype == np.int8
+    flat = np.zeros((3, 20), np.int8)
+    flat[:, :18] = w.reshape(3, 18)   # the padded tail is zero
+    # SXTB16 of a word takes bytes 0 and 2, SXTB16 ROR 8 bytes 1 and 3: they must be k, k+1
+    # and k+2, k+3 of each group of four
+    for g in range(5):
+        word = p[:, 4 * g:4 * g + 4]
+        np.testing.assert_array_equal(word[:, [0, 2]], flat[:, 4 * g:4 * g + 2])
+        np.testing.assert_array_equal(word[:, [1, 3]], flat[:, 4 * g + 2:4 * g + 4])
+
+
+# --------------------------------------------------------------------------- host, bit-exact
+
+@pytest.mark.parametrize("cfg", [
+    dict(c=3, m=8, k=3, stride=1, pads=(1, 1, 1, 1)),                  # K = 27 (padded to 28)
+    dict(c=8, m=6, k=1, stride=1, pads=(0, 0, 0, 0)),                  # pointwise, M % 4 != 0
+    dict(c=4, m=12, k=3, stride=2, pads=(0, 0, 1, 1), dtype="uint8"),  # TF SAME, uint8
+    dict(c=1, m=4, k=4, stride=2, pads=(1, 2, 1, 2), hw=(10, 4)),       # KWS-like first conv
+])
+def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
+    node = _conv(**cfg)
+    x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
+    got, info = _run_host(node, x)
+    assert info["schedule"] == "int8 dsp"
+    lanes = "4x4" if node.outputs[0].shape[1] % 4 == 0 else "1x4"
+    assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{lanes}"
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3  # not vacuous
+
+
+@pytest.mark.parametrize("n,k,m", [(1, 64, 12), (2, 37, 10)])
+def test_qgemm_dsp_bit_exact(n: int, k: int, m: int) -> None:
+    node = _gemm(n, k, m)
+    x = _qx((n, k), "int8")
+    got, info = _run_host(node, x, "cortex-m7")
+    assert info["schedule"] == "int8 dsp"
+    np.testing.assert_array_equal(got, _reference(node, x))
+
+
+def test_depthwise_keeps_the_generic_int8_schedule() -> None:
+    node = _conv(8, 8, 3, 1, (1, 1, 1, 1), group=8)
+    x = _qx(node.inputs[0].shape, "int8")
+    got, info = _run_host(node, x)
+    assert info["schedule"] == "int8"
+    np.testing.assert_array_equal(got, _reference(node, x))
+
+
+def test_dsp_kernel_source_uses_acle_with_portable_fallback() -> None:
+    s = schedule_for(_conv(4, 8, 3, 1, (1, 1, 1, 1)), "cortex-m4")
+    code = get_renderer("c", openmp=False).render(
+        lower(s.schedule, passes={1: [attach_intrinsics]})).code
+    assert "#if defined(__ARM_FEATURE_DSP)" in code and "__smlad(" in code
+    assert "static inline int32_t kiln_smlad(" in code  # the host fallback
+    assert "kiln_m4_dot_q15q7_4x4_" in code and "\n\n\n" not in code
+
+
+def test_arm_build_contains_smlad_and_sxtb16(tmp_path) -> None:
+    s = schedule_for(_conv(8, 16, 3, 1, (1, 1, 1, 1)), "cortex-m4")
+    code = get_renderer("c", openmp=False).render(
+        lower(s.schedule, passes={1: [attach_intrinsics]})).code
+    cross_compile_m4(code, tmp_path)  # skips without the Arm tools
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(tmp_path / "kernel.o")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "smlad" in dis and "sxtb16" in dis

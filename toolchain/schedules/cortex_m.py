@@ -1,0 +1,148 @@
+"""Default int8 schedules for Cortex-M targets: CMSIS-NN-style kernels on the DSP extension.
+
+QConv (group 1) and QGemm use the ``algorithm="dsp"`` computes of
+:mod:`toolchain.topi.int8`: the activations are widened to int16 minus the zero point in an
+``im2col`` row per output pixel (the q7 -> q15 packing stage of CMSIS-NN), the weights are
+packed at compile time (:func:`~toolchain.topi.int8.pack_dsp_weights`), and the inner
+product is tensorized with the target's ``dot_q15q7_4x4`` intrinsic (four output channels:
+SXTB16 unpacking of four int8 weights, two SMLAD dual MACs each) or ``dot_q15q7_1x4`` when
+the channel count is not a multiple of 4. Per output pixel::
+
+    im2col[p, 0:Kp] = int16(x[...]) - x_zp          (0 in the padded tail)
+    for mo, ko:  kiln_m4_dot_q15q7_4x4(&im2col[p, 4 ko], &w[4 mo, 4 ko], &acc[p, 4 mo])
+    qconv[.., m, y, x] = requantize(acc[p, m] + bias[m])
+
+The integers are those of the generic kernels (int32 accumulation, same requantization).
+Depthwise / grouped convolutions, pooling and additions keep the generic CPU schedules
+(:mod:`toolchain.schedules.cpu_int8`).
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 16), "int8"); y = Value("y", (1, 4), "int8")
+    >>> c = [Value.constant("w", np.ones((4, 16), np.int8)),
+    ...      Value.constant("b", np.zeros(4, np.int32)),
+    ...      Value.constant("m", np.full(4, 1 << 30, np.int32)),
+    ...      Value.constant("s", np.full((4, 2), 1 << 30, np.int32))]
+    >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
+    ...          "out_dtype": "int8"}
+    >>> op = schedule_cortex_m(Node("QGemm", "fc", [x, *c], [y], attrs), "cortex-m4")
+    >>> op.info["schedule"], op.info["intrinsic"]
+    ('int8 dsp', 'cortex-m4.dot_q15q7_4x4')
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolchain import te
+from toolchain.errors import KilnError
+from toolchain.graph.ir import Node, Value
+from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
+from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.tir.schedule import Schedule
+
+#: Cortex-M targets whose descriptors declare the dot_q15q7 intrinsics
+CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
+
+
+def render_cortex_m_intrinsics(func: Any) -> Any:
+    """Lowering pass (phase 1): render the Cortex-M intrinsic calls' C bodies into the
+    kernel prelude (:func:`toolchain.intrinsics.attach_intrinsics` limited to the Cortex-M
+    targets; a no-op on kernels without such calls)."""
+    from toolchain.intrinsics import attach_intrinsics
+
+    return attach_intrinsics(func, CORTEX_M_TARGETS)
+
+
+def _ensure_rendered() -> None:
+    """Make every lowering render Cortex-M intrinsic bodies.
+
+    The bundle compiler lowers kernels with the built-in phases only (no
+    ``attach_intrinsics``), so a tensorized Cortex-M kernel would call an undefined
+    function; until the pipeline renders declared intrinsics itself, this adds
+    :func:`render_cortex_m_intrinsics` to phase 1 once. It touches no other target's calls.
+    """
+    from toolchain.tir.transform import pipeline
+
+    if render_cortex_m_intrinsics not in pipeline.PHASES[1]:
+        pipeline.PHASES[1] = (*pipeline.PHASES[1], render_cortex_m_intrinsics)
+
+
+def _intrinsic(target: str, channels: int) -> tuple[str, int]:
+    """(registered intrinsic name, output channels per call) for ``channels`` outputs."""
+    from toolchain.intrinsics import load_intrinsics
+
+    load_intrinsics(target)
+    _ensure_rendered()
+    if channels % 4 == 0:
+        return f"{target}.dot_q15q7_4x4", 4
+    return f"{target}.dot_q15q7_1x4", 1
+
+
+def _tensorize_acc(sch: Schedule, intrin: str, lanes: int) -> None:
+    """``dsp_acc`` (loops m, ko, h, l under the pixel) -> init + one intrinsic per tile."""
+    acc = sch.get_block("dsp_acc")
+    m, ko, h, l_ = sch.get_loops(acc)[-4:]
+    if lanes > 1:
+        mo, mi = sch.split(m, [None, lanes])
+        sch.reorder(mo, ko, mi, h, l_)
+        sch.decompose_reduction(acc, ko)
+        sch.tensorize(mi, intrin)
+    else:
+        sch.decompose_reduction(acc, ko)
+        sch.tensorize(h, intrin)
+
+
+def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int) -> Schedule:
+    sch = Schedule(func)
+    names = _block_names(sch)
+    for b in ("x_shifted", "pad"):
+        if b in names:
+            sch.compute_inline(sch.get_block(b))
+    out = sch.get_block("qconv" if op == "QConv" else "qgemm")
+    loops = sch.get_loops(out)
+    if op == "QConv":  # n, m, y, x -> n, y, x, m: one output pixel at a time
+        _, m, y, x = loops
+        sch.reorder(y, x, m)
+        pixel = x
+    else:
+        pixel = loops[0]
+    sch.compute_at(sch.get_block("dsp_acc"), pixel)
+    col = "im2col" if op == "QConv" else "x_q15"
+    sch.compute_at(sch.get_block(col), pixel)
+    _tensorize_acc(sch, intrin, lanes)
+    return sch
+
+
+def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
+    """The Cortex-M int8 schedule of ``node`` (generic int8 schedule where DSP kernels do
+    not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other ops)."""
+    from toolchain.topi.int8 import dsp_applies
+    from toolchain.topi.registry import node_compute
+
+    t = resolve_target(target)
+    if node.op not in ("QConv", "QGemm") or not dsp_applies(node):
+        return schedule_int8(node, target)
+    intrin, lanes = _intrinsic(t.name, int(node.input(1).shape[0]))
+    nc = node_compute(node, algorithm="dsp")
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    try:
+        sch = _schedule_dsp(func, node.op, intrin, lanes)
+    except KilnError as err:  # a shape the DSP nest cannot take: the generic kernel
+        op = schedule_int8(node, target)
+        op.info["dsp_refused"] = str(err)
+        return op
+    values: list[Value] = []
+    for k, v in enumerate(nc.input_values):
+        if k in nc.packs:
+            v = Value.constant(f"{v.name}_dsp", nc.packs[k](v.data))
+        values.append(v)
+    return OpSchedule(sch, values, list(node.outputs),
+                      {"schedule": "int8 dsp", "intrinsic": intrin})
+
+
+for _t in CORTEX_M_TARGETS:
+    for _op in ("QConv", "QGemm"):
+        register_schedule(_op, _t)(schedule_cortex_m)
