@@ -2,7 +2,8 @@
 
 Newest ONNX form (opset 28).  Granularity follows from the scale's shape:
 
-* per-tensor: a scalar scale (a one-element 1-D scale reads the same way);
+* per-tensor: a scalar scale (a one-element 1-D scale reads the same way, with a zero point
+  of shape [] or [1]);
 * per-axis: a 1-D scale of length ``x.shape[axis]``;
 * blocked (``block_size > 0``): the scale has x's rank and ``ceil(D / block_size)``
   entries along ``axis``, each repeated ``block_size`` times.
@@ -112,8 +113,11 @@ def _expand(param: np.ndarray, x_shape: tuple[int, ...], kind: str, axis: int,
 
 def _check_params(node: Node, x: Value, scale: Value, zp: Value | None,
                   attrs: dict[str, Any]) -> None:
-    _granularity(node, x.shape, scale.shape, attrs["axis"], attrs["block_size"])
-    if zp is not None and zp.shape != scale.shape:
+    kind, _ = _granularity(node, x.shape, scale.shape, attrs["axis"], attrs["block_size"])
+    # per-tensor: a scale of shape [] or [1] with a zero point of shape [] or [1] (onnxruntime
+    # writes a [1] scale with a scalar zero point, e.g. for an unfolded BatchNormalization)
+    one = kind == "tensor" and zp is not None and zp.shape in ((), (1,))
+    if zp is not None and zp.shape != scale.shape and not one:
         raise ModelError(
             f"{node.describe()}: zero point shape {list(zp.shape)} must equal the scale "
             f"shape {list(scale.shape)}"
