@@ -265,7 +265,12 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         cv, vl = sch.split(cols, [None, plan.lanes])
         sch.vectorize(vl)
         sch.unroll(cv)
-        sch.unroll(rows)
+        if b is not local:
+            # the write-back row stays a loop: a fused tail the vector expansion cannot
+            # express (Clip's min/max) keeps a scalar lane loop there, which the C compiler
+            # vectorizes inside a rolled loop but scalarizes (a branch per lane) once the
+            # row is unrolled around register-resident accumulators
+            sch.unroll(rows)
     loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 | tile
     if g.kw * plan.cb <= 32:
         sch.unroll(loops[6])  # kw: short windows of few channels unroll whole
