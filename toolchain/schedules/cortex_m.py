@@ -41,18 +41,79 @@ from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import Schedule
 
 #: Cortex-M targets whose descriptors declare the dot_q15q7 intrinsics
 CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
 
 
-def render_cortex_m_intrinsics(func: Any) -> Any:
-    """Lowering pass (phase 1): render the Cortex-M intrinsic calls' C bodies into the
-    kernel prelude (:func:`toolchain.intrinsics.attach_intrinsics` limited to the Cortex-M
-    targets; a no-op on kernels without such calls)."""
-    from toolchain.intrinsics import attach_intrinsics
+_TILE = "kiln.cortex_m.tile"  # stand-in for address_of while compacting (see below)
 
+
+class _Tiles(StmtExprMutator):
+    """``address_of(X[i..])`` operands of Cortex-M intrinsic calls <-> ``tile(X[first],
+    X[last])`` (the first and last element of the operand tile: what the call touches)."""
+
+    def __init__(self, to_tiles: bool) -> None:
+        self.to_tiles = to_tiles
+
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
+        from toolchain.intrinsics import _BY_FUNCTION
+        from toolchain.tir.schedule.tensorize import TensorIntrin
+
+        spec = _BY_FUNCTION.get(e.op)
+        if not self.to_tiles or spec is None or spec.target not in CORTEX_M_TARGETS:
+            e = super().visit_Call(e)
+            if not self.to_tiles and isinstance(e, ir.Call):
+                e = ir.Call(e.dtype, e.op, [ir.Call("handle", "tir.address_of", [a.args[0]])
+                                            if isinstance(a, ir.Call) and a.op == _TILE else a
+                                            for a in e.args])
+            return e
+        args = []
+        for a, db in zip(e.args, TensorIntrin.get(spec.name).desc.buffers, strict=True):
+            first = a.args[0]
+            last = ir.BufferLoad(first.buffer, tuple(
+                arith.simplify(i + (int(d.value) - 1)) for i, d in zip(first.indices, db.shape,
+                                                                       strict=True)))
+            args.append(ir.Call("handle", _TILE, [first, last]))
+        return ir.Call(e.dtype, e.op, args)
+
+
+class _UnitLoops(StmtExprMutator):
+    """Loops of extent 1 -> their body with the variable 0 (``n * 120 + y * 10 + x`` and
+    ``y * 10 + x`` then compare as the same pixel)."""
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802 - visitor naming
+        if ir.is_const_int(s.extent, 1) and ir.is_const_int(s.min, 0) and not s.annotations:
+            from toolchain.tir.functor import substitute
+
+            return self.visit_stmt(substitute(s.body, {s.loop_var: ir.IntImm(0)}))
+        return super().visit_For(s)
+
+
+def render_cortex_m_intrinsics(func: Any) -> Any:
+    """Lowering pass (phase 1): shrink the im2col row / accumulator stages that the
+    intrinsic calls read through pointers, then render the calls' C bodies.
+
+    ``compact_buffer_allocation`` leaves a buffer whose address reaches a call at full size
+    (``im2col[P, Kp]``, ``dsp_acc[P, M]``: the whole layer in the arena); here the calls'
+    operands count as the tiles they touch, so the buffers become per-pixel rows
+    (``im2col[1, Kp]``, ``dsp_acc[1, M]``), and only then are the intrinsic bodies rendered
+    (:func:`toolchain.intrinsics.attach_intrinsics`, Cortex-M targets only) for the final
+    strides. A no-op on kernels without Cortex-M intrinsic calls.
+    """
+    from toolchain.intrinsics import attach_intrinsics
+    from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
+
+    tiled = _Tiles(True).visit_stmt(func.body)
+    if tiled is not func.body:
+        tiled = _UnitLoops().visit_stmt(tiled)  # batch loop of 1: same index forms
+        body = compact_buffer_allocation(ir.PrimFunc(func.params, tiled, func.name,
+                                                     dict(func.attrs))).body
+        func = ir.PrimFunc(func.params, _Tiles(False).visit_stmt(body), func.name,
+                           dict(func.attrs))
     return attach_intrinsics(func, CORTEX_M_TARGETS)
 
 
