@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import jinja2
 
+from toolchain.codegen.fastmath import FAST_OPS, FUNCTIONS, render_fastmath
 from toolchain.codegen.math_intrinsics import INTRINSICS
 from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
 from toolchain.errors import UnsupportedError
@@ -58,10 +59,12 @@ def render_helpers(helpers: Iterable[Mapping[str, str]], qualifier: str = "stati
     static inline bool kiln_max_bool(bool a, bool b) { return a > b ? a : b; }
     """
     unique = {h["name"]: dict(h) for h in helpers}
+    fast = render_fastmath((h["kind"] for h in unique.values()), qualifier)
+    plain = [unique[k] for k in sorted(unique) if unique[k]["kind"] not in FUNCTIONS]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    return env.get_template("c/helpers.c.j2").render(
-        helpers=[unique[k] for k in sorted(unique)], qualifier=qualifier).strip("\n")
+    text = env.get_template("c/helpers.c.j2").render(helpers=plain, qualifier=qualifier)
+    return "\n\n".join(t for t in (text.strip("\n"), fast) if t)
 
 
 @dataclass
@@ -162,6 +165,9 @@ class CStyleRenderer:
     vector_locals: ClassVar[bool] = True
     #: largest allocation (bytes) placed on the stack; bigger ones use the heap
     max_stack_bytes: ClassVar[int] = 64 * 1024
+    #: float32 exp / erf / tanh / sigmoid / pow call the vectorizable helpers of
+    #: :mod:`.fastmath` instead of libm (relative error < 1e-6)
+    fast_math: ClassVar[bool] = True
 
     def __init__(self, openmp: bool = True, allow_heap: bool = True) -> None:
         """``allow_heap=False``: a temporary too big for the stack (or of symbolic size) is
@@ -193,12 +199,14 @@ class CStyleRenderer:
         names |= {self._helper_name(k, t) for k in ("floordiv", "floormod")
                   for t in ("int32_t", "int64_t")}
         return names | {self._helper_name("sigmoid", t) for t in ("float", "double")} | {
-            self._helper_name("alloc", "void")}
+            self._helper_name("alloc", "void")} | set(FUNCTIONS.values())
 
     @staticmethod
     def _helper_name(kind: str, ctype: str) -> str:
         if kind == "alloc":
             return HELPER_PREFIX + "alloc"
+        if kind in FUNCTIONS:
+            return FUNCTIONS[kind]
         if kind == "sigmoid":
             return HELPER_PREFIX + ("sigmoidf" if ctype == "float" else "sigmoid")
         return f"{HELPER_PREFIX}{kind}_" + "".join(c if c.isascii() and c.isalnum() else "_"
@@ -287,9 +295,12 @@ class CStyleRenderer:
         vts = [dict(name=n, elem=self.ctype(e), lanes=lanes,
                     elem_bytes=ir.bits_of(e) // 8, bytes=ir.bits_of(e) // 8 * lanes)
                for n, (e, lanes) in sorted(self.vec_types.items())]
+        helpers = self.helper_list()
+        fast = render_fastmath((h["kind"] for h in helpers), self.helper_qualifier)
+        prelude = "\n\n".join(t for t in (fast, func.attrs.get("c_prelude", "")) if t)
         return env.get_template(self.template).render(
             dialect=self.dialect, entry=entry, func_name=func.name, includes=self.includes,
-            prelude=func.attrs.get("c_prelude", ""), helpers=self.helper_list(),
+            prelude=prelude, helpers=[h for h in helpers if h["kind"] not in FUNCTIONS],
             qualifier=self.helper_qualifier, vector_types=vts,
             kernel_prefix=self.kernel_prefix, params=params, body=self.lines)
 
@@ -634,6 +645,9 @@ class CStyleRenderer:
                                    "supported")
         if ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"{self.dialect} code generation: vector call {op}")
+        if self.fast_math and e.dtype == "float32" and op in FAST_OPS:
+            args = ", ".join(self.expr(a) for a in e.args)
+            return f"{self.helper(FAST_OPS[op], 'float')}({args})", _ATOM
         if op == "sigmoid":
             fn = self.helper("sigmoid", "float" if e.dtype == "float32" else "double")
             return f"{fn}({self.expr(e.args[0])})", _ATOM

@@ -90,6 +90,8 @@ class CUDARenderer(CStyleRenderer):
     restrict: ClassVar[str] = "__restrict__"
     helper_qualifier: ClassVar[str] = "static __device__ __forceinline__"
     vector_locals: ClassVar[bool] = False
+    #: CUDA's own expf / erff / tanhf are fast device functions
+    fast_math: ClassVar[bool] = False
     type_map: ClassVar[dict[str, str]] = {**CStyleRenderer.type_map, "float16": "__half"}
     code_for_workitem: ClassVar[dict[str, str]] = {
         f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}

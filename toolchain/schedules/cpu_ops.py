@@ -55,7 +55,7 @@ from toolchain.graph.ir import Node
 from toolchain.schedules.registry import register_schedule
 from toolchain.tir import arith, ir
 from toolchain.tir.dtype import bits_of
-from toolchain.tir.functor import StmtExprMutator, post_order_visit, substitute, uses_var
+from toolchain.tir.functor import post_order_visit, substitute, uses_var
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.schedule import BlockRV, LoopRV
@@ -76,8 +76,6 @@ class CpuConfig:
     unroll_window: int = 16
     #: transpose tile edge
     tile: int = 16
-    #: replace exp in softmax and sigmoid by a vectorizable polynomial (see fast_math)
-    fast_exp: bool = True
 
     def lanes(self, dtype: str) -> int:
         """SIMD lanes of ``dtype`` (at least 1)."""
@@ -590,133 +588,13 @@ def parallelize(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) ->
         _try(sch.parallel, loop)
 
 
-# ------------------------------------------------------------------------ fast exp
-# glibc's expf is scalar (it is vectorized only under -ffast-math), which makes softmax and
-# sigmoid 5-10x slower than onnxruntime. exp of a non-positive float32 is computed here
-# from casts, multiply-adds and fabs only (gcc does not vectorize a loop with a float
-# compare, even ``a > b ? a : b``, without -ffast-math):
-#   q = trunc(x * 2^22) / 2^22       (exact for |x| >= 2, error <= 2.4e-7 below; -inf and
-#                                     anything below -512 become -512: x86 converts an
-#                                     out-of-range float to INT_MIN)
-#   c = max(q, -87) = q + (|q + 87| - (q + 87)) / 2   (exp(-87) ~ 1.6e-38 is normal)
-#   n = trunc(c * log2(e))           (an integer in [-125, 0]; trunc = ceil for c <= 0)
-#   r = c - n * ln2                  (in (-ln2, 0], ln2 split in two for exactness)
-#   exp(r)                           (degree-8 Taylor polynomial: error < 2e-7)
-#   2^n = product over the 7 bits of -n of 2^(-2^k)   (exact powers of two)
-# Relative error below 6e-7 (tests compare with numpy); exp(-inf) gives ~1.6e-38, and NaN
-# inputs are not propagated (they read as -512).
-
-_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_EXP_COEFFS = [1.0 / math.factorial(k) for k in range(9)]
-
-
-def _let(value: ir.PrimExpr, name: str, body: Any) -> ir.PrimExpr:
-    """``body(v)`` with ``v`` bound once to ``value`` (no exponential re-expansion)."""
-    v = ir.Var(name, value.dtype)
-    return ir.Let(v, value, body(v))
-
-
-def _f32(v: float) -> ir.PrimExpr:
-    return ir.FloatImm(v, "float32")
-
-
-def _trunc(v: ir.PrimExpr) -> ir.PrimExpr:
-    return ir.Cast("float32", ir.Cast("int32", v))
-
-
-def _fabs(v: ir.PrimExpr) -> ir.PrimExpr:
-    return ir.Call("float32", "fabs", (v,))
-
-
-def _pow2_neg(m: ir.PrimExpr, k: int) -> ir.PrimExpr:
-    """``2^-m`` for an integer-valued float ``m`` in ``[0, 2^(k+1))``, bit by bit."""
-    def step(bit: ir.PrimExpr) -> ir.PrimExpr:
-        factor = bit * _f32(2.0 ** -(1 << k)) + (_f32(1.0) - bit)  # exactly 2^-(2^k) or 1
-        if k == 0:
-            return factor
-        return factor * _let(m - bit * _f32(float(1 << k)), f"m{k}",
-                             lambda rest: _pow2_neg(rest, k - 1))
-
-    return _let(_trunc(m * _f32(1.0 / (1 << k))), f"b{k}", step)
-
-
-def fast_exp_nonpositive(x: ir.PrimExpr) -> ir.PrimExpr:
-    """``exp(x)`` for float32 ``x <= 0`` from casts, multiply-adds and fabs, which C
-    compilers vectorize (see the comment above for the method and its error).
-
-    >>> from toolchain.tir import ir
-    >>> type(fast_exp_nonpositive(ir.Var("x", "float32"))).__name__
-    'Let'
-    """
-    def with_c(c: ir.PrimExpr) -> ir.PrimExpr:
-        def with_n(n: ir.PrimExpr) -> ir.PrimExpr:
-            def with_r(r: ir.PrimExpr) -> ir.PrimExpr:
-                p: ir.PrimExpr = _f32(_EXP_COEFFS[-1])
-                for coeff in reversed(_EXP_COEFFS[:-1]):
-                    p = p * r + _f32(coeff)
-                return p * _pow2_neg(_f32(0.0) - n, 6)
-
-            return _let(c - n * _f32(_LN2_HI) - n * _f32(_LN2_LO), "r", with_r)
-
-        return _let(_trunc(c * _f32(1.4426950408889634)), "n", with_n)
-
-    def with_q(q: ir.PrimExpr) -> ir.PrimExpr:
-        # c = q + relu(-(q + 87)): exactly q above -87 (|t| - t is exactly 0 there)
-        return _let(q + _f32(87.0), "t", lambda t: _let(
-            q + (_fabs(t) - t) * _f32(0.5), "c", with_c))
-
-    return _let(_trunc(x * _f32(4194304.0)) * _f32(1.0 / 4194304.0), "q", with_q)
-
-
-def fast_sigmoid(x: ir.PrimExpr) -> ir.PrimExpr:
-    """``1 / (1 + exp(-x))`` as ``(h + (1 - h) e) / (1 + e)`` with ``e = exp(-|x|)`` and
-    ``h = step(x)`` (exactly 0 or 1 but for |x| < 1e-22, where both forms give 0.5)."""
-    def with_x(xv: ir.PrimExpr) -> ir.PrimExpr:
-        one, half = _f32(1.0), _f32(0.5)
-
-        def with_e(e: ir.PrimExpr) -> ir.PrimExpr:
-            h = half + half * (xv / (_fabs(xv) + _f32(1e-30)))
-            return _let(h, "h", lambda hv: (hv + (one - hv) * e) / (one + e))
-
-        return _let(fast_exp_nonpositive(_f32(0.0) - _fabs(xv)), "e", with_e)
-
-    return _let(x, "sx", with_x)
-
-
-class _FastExp(StmtExprMutator):
-    """Replace float32 ``exp`` (softmax blocks, where the argument is ``x - max <= 0``)
-    and ``sigmoid`` (any block) calls by their vectorizable forms."""
-
-    def __init__(self) -> None:
-        self.in_softmax = False
-
-    def visit_Block(self, s: ir.Block) -> ir.Stmt:
-        self.in_softmax = s.annotations.get("tag") == "softmax"
-        return super().visit_Block(s)
-
-    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
-        e2 = super().visit_Call(e)
-        if not isinstance(e2, ir.Call) or e2.dtype != "float32" or len(e2.args) != 1:
-            return e2
-        if e2.op == "exp" and self.in_softmax:
-            return fast_exp_nonpositive(e2.args[0])
-        if e2.op == "sigmoid":
-            return fast_sigmoid(e2.args[0])
-        return e2
-
-
-def fast_math(func: ir.PrimFunc) -> ir.PrimFunc:
-    """Step 0 (``CpuConfig.fast_exp``): vectorizable ``exp`` in softmax, ``sigmoid``."""
-    return _FastExp().visit(func)
-
-
 def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
     """The default CPU schedule of any non-GEMM compute (see the module docstring).
 
     ``func`` comes from ``te.create_prim_func``; ``target`` is a name, a Target or None
     (c-generic). Returns the Schedule (``sch.mod`` is the scheduled PrimFunc)."""
     cfg = target if isinstance(target, CpuConfig) else cpu_config(target)
-    sch = Schedule(fast_math(func) if cfg.fast_exp else func)
+    sch = Schedule(func)
     inline_stages(sch)
     rfactor_rows(sch, cfg)
     attach_stages(sch, cfg)
