@@ -116,3 +116,48 @@ class QdqModel:
             self.bundles[board] = compile_board(self.path, board, self.root / board,
                                                 name=f"{self.name}_int8")
         return self.bundles[board]
+
+
+#: MLPerf Tiny v0.5, microTVM + CMSIS-NN: task and workspace bytes of the int8 models
+ANCHORS = {"ds_cnn": ("KWS", 17_232), "mobilenet_v1": ("VWW", 64_800),
+           "resnet8": ("IC", 66_112), "autoencoder": ("AD", 1_160)}
+
+
+def anchor_model(name: str) -> onnx.ModelProto:
+    """The zoo model quantized as the MLPerf Tiny int8 reference models are: int8 input and
+    output tensors (``quantize_model(..., integer_io=True)``), batch 1; the autoencoder
+    returns only its reconstruction (the harness computes the anomaly score from it)."""
+    from tests.models.zoo import ZOO
+    from toolchain.quantize.ptq import quantize_model
+
+    model = ZOO[name].build(batch=1) if name == "autoencoder" else ZOO[name].build()
+    if name == "autoencoder":
+        keep = [o for o in model.graph.output if o.name == "reconstruction"]
+        del model.graph.output[:]
+        model.graph.output.extend(keep)
+    return quantize_model(model, calibration(model), integer_io=True)[0]
+
+
+def arena_report(bundle: Path) -> dict:
+    """What the planned arena of a compiled bundle holds: ``arena`` bytes, ``tensors``
+    (the arena of the model's tensors alone, kernel scratch left out), the largest kernel
+    ``scratch`` as ``(kernel, bytes)``, and ``peak``: the buffers live at the step where
+    the arena is fullest, as ``(name, bytes)``."""
+    import json
+
+    from toolchain.graph.memory import plan_lifetimes
+
+    meta = json.loads((bundle / "metadata.json").read_text())
+    plan = meta["memory_plan"]
+    entries = plan["tensors"]
+    tensors = [(t["name"], t["size"], t["first"], t["last"]) for t in entries
+               if t["kind"] == "tensor" and not t.get("inplace_of")]
+    only = plan_lifetimes(tensors, alignment=plan["alignment"]).arena_bytes if tensors else 0
+    scratch = max(((t["name"].split(":")[0], t["size"]) for t in entries
+                   if t["kind"] == "scratch"), key=lambda p: p[1], default=("", 0))
+    steps = len(plan["steps"])
+    live = [[t for t in entries if t["first"] <= s <= t["last"] and not t.get("inplace_of")]
+            for s in range(steps)]
+    top = max(range(steps), key=lambda s: sum(t["size"] for t in live[s]), default=0)
+    return {"arena": meta["arena_bytes"], "tensors": only, "scratch": scratch,
+            "peak": [(t["name"], t["size"]) for t in live[top]] if steps else []}

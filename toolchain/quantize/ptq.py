@@ -4,8 +4,9 @@
    folded into the convolutions and dense layers, dead code removed);
 2. run it in the reference executor over the calibration samples and record each
    tensor's range (:mod:`.calibrate`);
-3. insert QuantizeLinear/DequantizeLinear pairs (:mod:`.qdq`) and write the QDQ model
-   (:mod:`.export`), checked by ``onnx.checker``.
+3. insert QuantizeLinear/DequantizeLinear pairs (:mod:`.qdq`), with ``integer_io`` make
+   the inputs and outputs the int8 tensors themselves (:mod:`.integer_io`), and write the
+   QDQ model (:mod:`.export`), checked by ``onnx.checker``.
 
 Example::
 
@@ -37,10 +38,13 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
                    symmetric_activations: bool = False, activation_dtype: str = "int8",
                    percentile: float | None = None,
                    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                   integer_io: bool = False,
                    ) -> tuple[onnx.ModelProto, QdqResult]:
     """The QDQ ONNX model of ``model`` calibrated on ``calibration`` (arrays by input name,
-    first dimension = samples), and what was quantized / left float."""
+    first dimension = samples), and what was quantized / left float. ``integer_io``: int8
+    inputs and outputs (their scales in ``metadata_props`` as ``kiln.io.NAME``)."""
     from toolchain.frontend.onnx import from_onnx
+    from toolchain.quantize.integer_io import integer_io as to_integer_io
 
     graph = from_onnx(model, input_shapes=input_shapes)
     graph = run_pipeline(graph, passes=list(PREPARE_PASSES))
@@ -48,7 +52,13 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     ranges = collect_ranges(graph, samples, percentile)
     result = insert_qdq(graph, ranges, activation_dtype=activation_dtype,
                         symmetric_activations=symmetric_activations, per_channel=per_channel)
+    if integer_io:
+        result.graph, result.io = to_integer_io(result.graph)
     out = to_onnx(result.graph)
+    if result.io:
+        props = {f"kiln.io.{name}": f"{scale!r} {zp} {dtype}"
+                 for name, (scale, zp, dtype) in sorted(result.io.items())}
+        onnx.helper.set_model_props(out, props)
     try:
         onnx.checker.check_model(out, full_check=True)
     except onnx.checker.ValidationError as exc:  # a Kiln bug, but say where

@@ -20,7 +20,9 @@ and for :func:`~toolchain.graph.passes.quantize_ops.quantize_ops`:
 Activation parameters (``rmin = min(lo, 0)``, ``rmax = max(hi, 0)``):
 asymmetric ``scale = (rmax - rmin) / 255``, ``zero_point = round(qmin - rmin / scale)``;
 symmetric ``scale = max(|rmin|, |rmax|) / 127`` (int8) with zero point 0 (128 for uint8).
-Ops that are not quantizable stay float and are listed in :attr:`QdqResult.float_ops`.
+Ops that are not quantizable stay float and are listed in :attr:`QdqResult.float_ops`; such
+an op reads a float graph input as it is (the autoencoder's score ``mean((y - x)^2)`` reads
+``x``, not ``DQ(Q(x))``).
 
 Example::
 
@@ -57,6 +59,9 @@ class QdqResult:
     graph: Graph
     quantized: list[str] = field(default_factory=list)
     float_ops: list[str] = field(default_factory=list)
+    #: ``{name: (scale, zero_point, dtype)}`` of integer graph inputs/outputs
+    #: (``quantize_model(..., integer_io=True)``)
+    io: dict[str, tuple[float, int, str]] = field(default_factory=dict)
 
 
 def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool = False
@@ -230,7 +235,10 @@ def insert_qdq(graph: Graph, ranges: Mapping[str, tuple[float, float]], *,
     for n in graph.nodes:
         ins = list(n.inputs)
         for i, v in enumerate(ins):
-            if v is not None and v in acts and v not in renamed:
+            # a float op reads a float graph input itself, not DQ(Q(input)): exact, and
+            # the int8 copy of the input dies after the quantized ops that read it
+            if v is not None and v in acts and v not in renamed and (
+                    n in quantized or v not in graph.inputs):
                 ins[i] = b.qdq_pair(v)
         if n in quantized and n.op in ("Conv", "Gemm", "MatMul"):
             axis = _weight_axis(n)
