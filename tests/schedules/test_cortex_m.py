@@ -115,8 +115,24 @@ def test_qgemm_dsp_bit_exact(n: int, k: int, m: int) -> None:
     np.testing.assert_array_equal(got, _reference(node, x))
 
 
-def test_depthwise_keeps_the_generic_int8_schedule() -> None:
-    node = _conv(8, 8, 3, 1, (1, 1, 1, 1), group=8)
+@pytest.mark.parametrize("cfg", [
+    dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8),
+    dict(c=8, m=8, k=3, stride=2, pads=(0, 0, 1, 1), group=8, hw=(9, 7)),   # TF SAME
+    dict(c=4, m=4, k=5, stride=1, pads=(2, 2, 2, 2), group=4, dtype="uint8"),  # 2 groups of 4
+    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(40, 36)),  # row bands
+])
+def test_depthwise_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
+    node = _conv(**cfg)
+    x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
+    got, info = _run_host(node, x)
+    assert info == {"schedule": "int8 dsp", "intrinsic": "cortex-m4.dwconv_q15q7_1x4"}
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3
+
+
+def test_grouped_conv_keeps_the_generic_int8_schedule() -> None:
+    node = _conv(4, 6, 3, 1, (1, 1, 1, 1), group=2)
     x = _qx(node.inputs[0].shape, "int8")
     got, info = _run_host(node, x)
     assert info["schedule"] == "int8"
@@ -129,7 +145,10 @@ def test_dsp_kernel_source_uses_acle_with_portable_fallback() -> None:
         lower(s.schedule)).code
     assert "#if defined(__ARM_FEATURE_DSP)" in code and "__smlad(" in code
     assert "static inline int32_t kiln_smlad(" in code  # the host fallback
-    assert "kiln_m4_dot_q15q7_4x4_" in code and "\n\n\n" not in code
+    assert "kiln_m4_dot_q15q7_4x4_" in code
+    helpers = code[code.index("#if defined(__ARM_FEATURE_DSP)"):code.index("kiln_read_q7x4")]
+    assert "\n\n" not in helpers  # one prelude block: the bundle splits at blank lines
+    assert "kiln_cm_requantize(" in code and "kiln_ssat8(" in code
 
 
 def test_stages_are_one_pixel_rows_in_scratch() -> None:
@@ -149,3 +168,29 @@ def test_arm_build_contains_smlad_and_sxtb16(tmp_path) -> None:
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(tmp_path / "kernel.o")],
                          capture_output=True, text=True, check=True).stdout
     assert "smlad" in dis and "sxtb16" in dis
+
+
+# --------------------------------------------------------------------------- QEMU, bit-exact
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board,target", [("qemu-mps2-an500", "cortex-m7"),
+                                          ("qemu-mps2-an386", "cortex-m4")])
+def test_int8_ds_cnn_on_qemu_bit_exact_with_host(board: str, target: str, tmp_path) -> None:
+    """DS-CNN int8 on the board's QEMU machine (DSP kernels, ACLE intrinsics) equals the host
+    c-generic int8 build bit for bit, and the firmware's kernels are the tensorized ones."""
+    from tests.boards.conftest import HAVE_CROSS, HAVE_QEMU
+
+    if not (HAVE_CROSS and HAVE_QEMU):
+        pytest.skip("arm-none-eabi-gcc + picolibc and qemu-system-arm are needed")
+    from tests.boards.qdq_models import QdqModel
+    from toolchain.boards import run_on_qemu
+
+    m = QdqModel(tmp_path, "ds_cnn", "kiln")
+    bundle, _ = m.for_board(board)
+    kernels = (bundle / "src" / "kernels.c").read_text()
+    prefix = "kiln_m7_" if target == "cortex-m7" else "kiln_m4_"
+    assert f"{prefix}dot_q15q7_4x4_" in kernels
+    run = run_on_qemu(bundle, m.inputs, timeout=120)
+    assert set(run.outputs) == set(m.host)
+    for name, want in m.host.items():
+        np.testing.assert_array_equal(run.outputs[name], want, err_msg=name)

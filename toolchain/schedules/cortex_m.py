@@ -156,6 +156,38 @@ def _tensorize_acc(sch: Schedule, intrin: str, lanes: int) -> None:
         sch.tensorize(h, intrin)
 
 
+#: largest padded int16 input plane of one channel kept whole (a stack array); larger
+#: planes are padded per output row band instead (kernel-height rows, recomputed per row)
+PLANE_BYTES = 2048
+
+
+def _schedule_depthwise(func: Any, intrin: str) -> Schedule:
+    """The padded int16 input of one channel (or of one output row's band of input rows
+    when the plane is larger than :data:`PLANE_BYTES`), one intrinsic call per kernel row
+    and four kernel columns."""
+    sch = Schedule(func)
+    sch.compute_inline(sch.get_block("x_shifted"))
+    _, c, y, x = sch.get_loops(sch.get_block("qconv"))
+    sch.compute_at(sch.get_block("dw_acc"), x)
+    if "pad" in _block_names(sch):
+        _, _, hp, wp = (int(d.value) for d in _buffer_shape(sch, "pad"))
+        sch.compute_at(sch.get_block("pad"), c if 2 * hp * wp <= PLANE_BYTES else y)
+    acc = sch.get_block("dw_acc")
+    loops = sch.get_loops(acc)
+    h = loops[-2]
+    sch.decompose_reduction(acc, loops[-4] if len(loops) >= 4 else h)
+    sch.tensorize(h, intrin)
+    return sch
+
+
+def _buffer_shape(sch: Schedule, block: str) -> tuple[Any, ...]:
+    """Shape of the buffer that ``block`` writes."""
+    from toolchain.tir.schedule import state as st
+
+    (r,) = [x for x in st.all_blocks(sch.mod) if x.block.name_hint == block]
+    return tuple(r.block.writes[0].buffer.shape)
+
+
 def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int) -> Schedule:
     sch = Schedule(func)
     names = _block_names(sch)
@@ -180,17 +212,22 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int) -> Schedule:
 def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     """The Cortex-M int8 schedule of ``node`` (generic int8 schedule where DSP kernels do
     not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other ops)."""
-    from toolchain.topi.int8 import dsp_applies
+    from toolchain.topi.int8 import dsp_applies, dsp_depthwise
     from toolchain.topi.registry import node_compute
 
     t = resolve_target(target)
     if node.op not in ("QConv", "QGemm") or not dsp_applies(node):
         return schedule_int8(node, target)
     intrin, lanes = _intrinsic(t.name, int(node.input(1).shape[0]))
+    depthwise = node.op == "QConv" and dsp_depthwise(node)
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     try:
-        sch = _schedule_dsp(func, node.op, intrin, lanes)
+        if depthwise:
+            intrin = f"{t.name}.dwconv_q15q7_1x4"
+            sch = _schedule_depthwise(func, intrin)
+        else:
+            sch = _schedule_dsp(func, node.op, intrin, lanes)
     except KilnError as err:  # a shape the DSP nest cannot take: the generic kernel
         op = schedule_int8(node, target)
         op.info["dsp_refused"] = str(err)
