@@ -102,9 +102,9 @@ def test_cortex_m4_conv_cross_compiles(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("xs, ws", [
-    ((1, 16, 10, 10), (16, 16, 3, 3)),
-    ((1, 32, 13, 11), (20, 32, 3, 3)),
-    ((2, 16, 7, 9), (17, 16, 3, 3)),
+    ((1, 32, 10, 10), (32, 32, 3, 3)),
+    ((1, 32, 13, 11), (40, 32, 3, 3)),
+    ((2, 32, 7, 9), (33, 32, 3, 3)),
 ])
 def test_winograd_is_chosen_and_matches(target, xs, ws) -> None:
     from toolchain.schedules.cpu_winograd import winograd_tile
@@ -112,10 +112,22 @@ def test_winograd_is_chosen_and_matches(target, xs, ws) -> None:
     n, c, h, w = xs
     m = winograd_tile(ConvGeom(n, c, h, w, ws[0], 3, 3, h, w, 1, 1, 1, 1, 1, 1),
                       cpu_params(target))
-    assert m in (2, 4)
+    assert m == 2
     op = _run(target, xs, ws, {"pads": [1, 1, 1, 1]})
     assert op.metadata["info"]["schedule"] == f"conv2d_winograd_f{m}"
     assert op.op_schedule.input_values[1].name.endswith(f"_winograd{m}")
+
+
+def test_forced_tile() -> None:
+    from toolchain.schedules.cpu_winograd import forced_tile
+
+    def g(c, k=3, s=1):
+        return ConvGeom(1, c, 9, 9, 8, k, k, 9 // s, 9 // s, s, s, 1, 1, 1, 1)
+
+    assert forced_tile(g(8), "winograd4") == 4 and forced_tile(g(8), "winograd2") == 2
+    assert forced_tile(g(1024), "winograd4") == 2      # F(4x4) accuracy limit
+    assert forced_tile(g(8, s=2), "winograd2") is None and forced_tile(g(8, k=5),
+                                                                       "winograd4") is None
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "winograd2", "winograd4"])
@@ -136,10 +148,14 @@ def test_winograd_rule() -> None:
     def g(c, hw, o=64, k=3, s=1):
         return ConvGeom(1, c, hw, hw, o, k, k, hw // s, hw // s, s, s, 1, 1, 1, 1)
 
-    assert winograd_tile(g(64, 56), p) == 4 and winograd_tile(g(256, 14), p) == 4
-    assert winograd_tile(g(512, 7), p) == 2          # 4 tiles of F(4) waste a vector
-    assert winograd_tile(g(1024, 28), p) == 2        # F(4) accuracy limit
-    assert winograd_tile(g(8, 56), p) is None         # transforms dominate
+    # F(2x2) wherever it applies with >= 32 channels (F(4x4) only when forced)
+    assert [winograd_tile(g(c, hw, o=c), p) for c, hw in [(64, 56), (128, 28), (256, 14),
+                                                           (512, 7), (1024, 28)]] == [2] * 5
+    assert winograd_tile(g(32, 16, o=32), p) == 2
+    assert winograd_tile(g(16, 32, o=16), p) is None   # transforms dominate
+    assert winograd_tile(g(64, 32, o=16), p) is None   # few output channels too
+    assert winograd_tile(g(8, 56), p) is None
+    assert winograd_tile(g(64, 4), p) is None          # 4 tiles would fill a quarter vector
     assert winograd_tile(g(64, 56, s=2), p) is None and winograd_tile(g(64, 56, k=5), p) \
         is None
 
@@ -168,6 +184,9 @@ def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> Non
     ((1, 6, 8, 8), (10, 6, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
     ((1, 16, 12, 10), (16, 16, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
     ((1, 16, 12, 12), (32, 16, 3, 3), "NCHW8c", "NCHW16c", "OIHW8i16o", {"pads": [1] * 4}),
+    # Winograd (>= 32 channels) into the other output layouts
+    ((1, 32, 8, 6), (32, 32, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
+    ((1, 32, 10, 10), (40, 32, 3, 3), "NCHW16c", "NCHW", "OIHW16i8o", {"pads": [1] * 4}),
 ])
 def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
     import toolchain.graph.passes  # noqa: F401 - registers LayoutConv
@@ -190,7 +209,7 @@ def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert err <= RTOL, (op.metadata["info"], err)
     lanes = cpu_params(target).lanes("float32")
-    if ws[2:] == (3, 3) and "strides" not in attrs and min(xs[1], ws[0]) >= 16:
+    if ws[2:] == (3, 3) and "strides" not in attrs and min(xs[1], ws[0]) >= 32:
         assert op.metadata["info"]["schedule"].startswith("conv2d_winograd")
     elif dl == ol == f"NCHW{lanes}c":
         assert op.metadata["info"]["direct_out"] is True

@@ -374,6 +374,22 @@ def _schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
     return OpSchedule(sch, values, list(node.outputs), info)
 
 
+def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
+    """The Winograd tile for ``g`` under :data:`ALGORITHM` (None: direct convolution).
+
+    >>> winograd_choice(ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1),
+    ...                 cpu_params("x86_64-avx512"))
+    2
+    """
+    from toolchain.schedules.cpu_winograd import forced_tile, winograd_tile
+
+    if ALGORITHM == "direct":
+        return None
+    if ALGORITHM in ("winograd2", "winograd4"):
+        return forced_tile(g, ALGORITHM)
+    return winograd_tile(g, p)
+
+
 def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
     from toolchain.schedules import cpu_ops
     from toolchain.topi.registry import node_compute
@@ -402,14 +418,11 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
         return _schedule_conv1x1(node, g, p)
-    if node.inputs[1].data is not None and ALGORITHM != "direct":
-        from toolchain.schedules.cpu_winograd import schedule_winograd, winograd_tile
+    m = winograd_choice(g, p) if node.inputs[1].data is not None else None
+    if m is not None:
+        from toolchain.schedules.cpu_winograd import schedule_winograd
 
-        m = winograd_tile(g, p)
-        if ALGORITHM in ("winograd2", "winograd4") and m is not None:
-            m = int(ALGORITHM[-1])
-        if m is not None:
-            return schedule_winograd(node, g, p, m)
+        return schedule_winograd(node, g, p, m)
     plan = plan_conv(g, p)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
@@ -446,14 +459,11 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
                                "one group and constant weights for its default schedule")
     p = cpu_params(t)
     w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
-    if ALGORITHM != "direct":
-        from toolchain.schedules.cpu_winograd import schedule_winograd, winograd_tile
+    m = winograd_choice(g, p)
+    if m is not None:
+        from toolchain.schedules.cpu_winograd import schedule_winograd
 
-        m = winograd_tile(g, p)
-        if ALGORITHM in ("winograd2", "winograd4") and m is not None:
-            m = int(ALGORITHM[-1])
-        if m is not None:
-            return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw)
+        return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw)
     base = plan_conv(g, p)
     ib, bo = _layout_block(a["data_layout"]), _layout_block(a["out_layout"])
     ob = bo if bo is not None and bo % base.lanes == 0 else base.ob

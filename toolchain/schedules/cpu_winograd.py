@@ -16,17 +16,24 @@ laid out for speed:
 5. ``out[n, k, y, x] = Y2[k, y%m, x%m, tile(y, x)] + bias[k]``.
 
 **When** (:func:`winograd_tile`, a rule measured on this project's benchmark, see
-``docs/performance.md``): 3×3, stride 1, dilation 1, one group, constant weights, at least
-16 input and 16 output channels. The tile size minimises ``α² × (tiles rounded up to a
-vector)``, the multiply count of the GEMMs; F(4×4) only up to 512 input channels (its
-error grows with C: 2.3e-5 of the largest output at C = 512, inside the 1e-4 budget),
-F(2×2) otherwise.
+``docs/performance.md``, section "CNN kernels"): 3×3, stride 1, dilation 1, one group,
+constant weights, at least :data:`MIN_CHANNELS` (32) input *and* output channels, and the
+tiles fill at least half of the vectors they are rounded up to; then F(2×2). Below 32
+channels the transforms (work ∝ C + K per tile) outweigh the GEMM they shrink (∝ C·K):
+16→16 channels on 32×32 runs faster direct. F(4×4) does fewer multiplications but, in
+bundles (blocked ``NCHW16c`` activations), measured no faster than F(2×2) on any ResNet
+layer while its weights are 4× the direct ones (F(2×2): 16/9×); it is used only when asked
+for (``cpu_conv2d.ALGORITHM = "winograd4"``, up to :data:`F4_MAX_CHANNELS` input channels:
+its error grows with C, 2.3e-5 of the largest output at C = 512).
 
 >>> from toolchain.schedules.cpu_conv2d import ConvGeom
 >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
 >>> winograd_tile(g, cpu_params("x86_64-avx512")), winograd_tile(
 ...     ConvGeom(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1), cpu_params("x86_64-avx512"))
-(4, 2)
+(2, 2)
+>>> winograd_tile(ConvGeom(1, 16, 32, 32, 16, 3, 3, 32, 32, 1, 1, 1, 1, 1, 1),
+...               cpu_params("x86_64-avx512")) is None
+True
 """
 
 from __future__ import annotations
@@ -47,23 +54,44 @@ from toolchain.topi.nn.winograd import winograd_matrices, winograd_weight_transf
 
 Expr = ir.PrimExpr
 
-#: F(4x4, 3x3) is used up to this many input channels (accuracy, see the module docstring)
+#: a forced F(4x4, 3x3) is used up to this many input channels (accuracy, see the module
+#: docstring)
 F4_MAX_CHANNELS = 512
+#: fewest input and output channels for which Winograd beats the direct convolution
+MIN_CHANNELS = 32
+
+
+def winograd_applies(g: Any) -> bool:
+    """Whether Winograd F(m×m, 3×3) computes convolution ``g`` at all (3×3, stride 1,
+    dilation 1); :func:`winograd_tile` decides whether it should."""
+    return (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) == (3, 3, 1, 1, 1, 1)
 
 
 def winograd_tile(g: Any, p: CpuParams) -> int | None:
-    """The output tile ``m`` (2 or 4) for conv geometry ``g``, or None for direct conv."""
-    if (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) != (3, 3, 1, 1, 1, 1) or g.c < 16 or g.o < 16:
+    """The output tile ``m`` for conv geometry ``g`` (2), or None for the direct conv
+    (the rule of the module docstring)."""
+    if not winograd_applies(g) or min(g.c, g.o) < MIN_CHANNELS:
         return None
     lanes = p.lanes("float32")
+    tiles = g.n * ceil_div(g.oh, 2) * ceil_div(g.ow, 2)
+    if ceil_div(tiles, lanes) * lanes > 2 * tiles:
+        return None  # more than half of every GEMM row would be padding
+    return 2
 
-    def cost(m: int) -> int:
-        tiles = g.n * ceil_div(g.oh, m) * ceil_div(g.ow, m)
-        return (m + 2) ** 2 * ceil_div(tiles, lanes) * lanes
 
-    if g.c > F4_MAX_CHANNELS:
-        return 2
-    return 4 if cost(4) < cost(2) else 2
+def forced_tile(g: Any, algorithm: str) -> int | None:
+    """The tile an explicit ``algorithm`` (``"winograd2"``/``"winograd4"``) asks for, where
+    Winograd applies; F(4×4) above :data:`F4_MAX_CHANNELS` input channels falls back to
+    F(2×2) (accuracy).
+
+    >>> from toolchain.schedules.cpu_conv2d import ConvGeom
+    >>> forced_tile(ConvGeom(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1), "winograd4")
+    4
+    """
+    if not winograd_applies(g):
+        return None
+    m = int(algorithm[-1])
+    return 2 if m == 4 and g.c > F4_MAX_CHANNELS else m
 
 
 def _lin(coefs: np.ndarray, terms: list[Expr]) -> Expr:
@@ -256,5 +284,5 @@ def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str
     return OpSchedule(sch, values, list(node.outputs), info)
 
 
-__all__ = ["F4_MAX_CHANNELS", "schedule_winograd", "winograd_compute", "winograd_tile",
-           "cpu_params"]
+__all__ = ["F4_MAX_CHANNELS", "MIN_CHANNELS", "forced_tile", "schedule_winograd",
+           "winograd_applies", "winograd_compute", "winograd_tile", "cpu_params"]
