@@ -93,14 +93,16 @@ def test_pack_dsp_weights_pairs_match_sxtb16_lanes() -> None:
     dict(c=8, m=6, k=1, stride=1, pads=(0, 0, 0, 0)),                  # pointwise, M % 4 != 0
     dict(c=4, m=12, k=3, stride=2, pads=(0, 0, 1, 1), dtype="uint8"),  # TF SAME, uint8
     dict(c=1, m=4, k=4, stride=2, pads=(1, 2, 1, 2), hw=(10, 4)),       # KWS-like first conv
+    dict(c=6, m=8, k=2, stride=1, pads=(0, 0, 1, 1)),                  # K = 24: 8 k a call
 ])
 def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     node = _conv(**cfg)
     x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
     got, info = _run_host(node, x)
     assert info["schedule"] == "int8 dsp"
-    lanes = "4x4" if node.outputs[0].shape[1] % 4 == 0 else "1x4"
-    assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{lanes}"
+    groups = (cfg["c"] * cfg["k"] ** 2 + 3) // 4  # groups of four k (padded)
+    tile = "1x4" if cfg["m"] % 4 else f"4x{4 * next(g for g in (2, 1) if groups % g == 0)}"
+    assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{tile}"
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 3  # not vacuous
@@ -189,7 +191,7 @@ def test_int8_ds_cnn_on_qemu_bit_exact_with_host(board: str, target: str, tmp_pa
     bundle, _ = m.for_board(board)
     kernels = (bundle / "src" / "kernels.c").read_text()
     prefix = "kiln_m7_" if target == "cortex-m7" else "kiln_m4_"
-    assert f"{prefix}dot_q15q7_4x4_" in kernels
+    assert f"{prefix}dot_q15q7_4x" in kernels and f"{prefix}dwconv_q15q7_1x4_" in kernels
     run = run_on_qemu(bundle, m.inputs, timeout=120)
     assert set(run.outputs) == set(m.host)
     for name, want in m.host.items():

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
@@ -131,29 +133,42 @@ def _ensure_rendered() -> None:
         pipeline.PHASES[1] = (*pipeline.PHASES[1], render_cortex_m_intrinsics)
 
 
-def _intrinsic(target: str, channels: int) -> tuple[str, int]:
-    """(registered intrinsic name, output channels per call) for ``channels`` outputs."""
+#: groups of four k one dot call takes, largest first (16 k a call measured no better: gcc
+#: spills registers)
+MAX_GROUPS = (2, 1)
+
+
+def _intrinsic(target: str, channels: int, k: int) -> tuple[str, int, int]:
+    """(registered intrinsic name, output channels per call, groups of four k per call)
+    for ``channels`` outputs and a (padded) reduction of ``k``: four channels and 8 k a call
+    where they divide, else 4 k; one channel and 4 k when 4 does not divide ``channels``."""
     from toolchain.intrinsics import load_intrinsics
 
     load_intrinsics(target)
     _ensure_rendered()
-    if channels % 4 == 0:
-        return f"{target}.dot_q15q7_4x4", 4
-    return f"{target}.dot_q15q7_1x4", 1
+    if channels % 4:
+        return f"{target}.dot_q15q7_1x4", 1, 1
+    groups = next(g for g in MAX_GROUPS if (k // 4) % g == 0)
+    return f"{target}.dot_q15q7_4x{4 * groups}", 4, groups
 
 
-def _tensorize_acc(sch: Schedule, intrin: str, lanes: int) -> None:
+def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
     """``dsp_acc`` (loops m, ko, h, l under the pixel) -> init + one intrinsic per tile."""
     acc = sch.get_block("dsp_acc")
     m, ko, h, l_ = sch.get_loops(acc)[-4:]
-    if lanes > 1:
-        mo, mi = sch.split(m, [None, lanes])
-        sch.reorder(mo, ko, mi, h, l_)
-        sch.decompose_reduction(acc, ko)
-        sch.tensorize(mi, intrin)
-    else:
+    if lanes == 1:
         sch.decompose_reduction(acc, ko)
         sch.tensorize(h, intrin)
+        return
+    mo, mi = sch.split(m, [None, lanes])
+    if groups > 1:
+        koo, g = sch.split(ko, [None, groups])
+        sch.reorder(mo, koo, mi, g, h, l_)
+        sch.decompose_reduction(acc, koo)
+    else:
+        sch.reorder(mo, ko, mi, h, l_)
+        sch.decompose_reduction(acc, ko)
+    sch.tensorize(mi, intrin)
 
 
 #: largest padded int16 input plane of one channel kept whole (a stack array); larger
@@ -188,7 +203,8 @@ def _buffer_shape(sch: Schedule, block: str) -> tuple[Any, ...]:
     return tuple(r.block.writes[0].buffer.shape)
 
 
-def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int) -> Schedule:
+def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
+                  window: tuple[int, int] | None = None) -> Schedule:
     sch = Schedule(func)
     names = _block_names(sch)
     for b in ("x_shifted", "pad"):
@@ -205,7 +221,10 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int) -> Schedule:
     sch.compute_at(sch.get_block("dsp_acc"), pixel)
     col = "im2col" if op == "QConv" else "x_q15"
     sch.compute_at(sch.get_block(col), pixel)
-    _tensorize_acc(sch, intrin, lanes)
+    if window is not None and window[0] * window[1] > 1:  # kk -> (c, ry, rx): no division
+        kk = sch.get_loops(sch.get_block(col))[-1]
+        sch.split(kk, [None, window[0], window[1]])
+    _tensorize_acc(sch, intrin, lanes, groups)
     return sch
 
 
@@ -218,7 +237,9 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     t = resolve_target(target)
     if node.op not in ("QConv", "QGemm") or not dsp_applies(node):
         return schedule_int8(node, target)
-    intrin, lanes = _intrinsic(t.name, int(node.input(1).shape[0]))
+    w = node.input(1)
+    kp = -(-int(np.prod(w.shape[1:])) // 4) * 4
+    intrin, lanes, groups = _intrinsic(t.name, int(w.shape[0]), kp)
     depthwise = node.op == "QConv" and dsp_depthwise(node)
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
@@ -227,7 +248,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             intrin = f"{t.name}.dwconv_q15q7_1x4"
             sch = _schedule_depthwise(func, intrin)
         else:
-            sch = _schedule_dsp(func, node.op, intrin, lanes)
+            window = tuple(node.input(1).shape[2:]) if node.op == "QConv" else None
+            sch = _schedule_dsp(func, node.op, intrin, lanes, groups, window)
     except KilnError as err:  # a shape the DSP nest cannot take: the generic kernel
         op = schedule_int8(node, target)
         op.info["dsp_refused"] = str(err)

@@ -171,10 +171,14 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
     kp = int(wp.shape[1].value)
 
     def col_f(p: Any, kk: Any) -> Any:
-        kc = te.minimum(kk, te.const(k - 1))  # the padded tail reads a valid element
         b, rem = te.floordiv(p, oh * ow), te.floormod(p, oh * ow)
         y, xx = te.floordiv(rem, ow), te.floormod(rem, ow)
-        ch, r = te.floordiv(kc, kh * kw), te.floormod(kc, kh * kw)
+        # (ch, ry, rx) of kk; the padded tail (kk >= K) reads a valid element of channel C-1
+        # (times a zero weight). Written so that kk split into (c, ry, rx) loops simplifies
+        # to plain loop variables (no division in the kernel)
+        ch, r = te.floordiv(kk, kh * kw), te.floormod(kk, kh * kw)
+        if kp > k:
+            ch = te.minimum(ch, te.const(c - 1))
         ry, rx = te.floordiv(r, kw), te.floormod(r, kw)
         v = xp[b, ch, y * sh + ry * dh, xx * sw + rx * dw]
         return te.if_then_else(kk < k, v, te.const(0, "int16")) if kp > k else v
