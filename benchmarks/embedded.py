@@ -1,20 +1,28 @@
-"""Embedded benchmark: the MLPerf-Tiny-style zoo models in fp32 on each board.
+"""Embedded benchmark: the MLPerf-Tiny-style zoo models in fp32 and int8 on the boards.
 
-    python benchmarks/embedded.py                   # 4 models x 4 boards
-    python benchmarks/embedded.py --models ds_cnn --boards nucleo-l4r5zi --kernels
+    python benchmarks/embedded.py            # 4 models x (qemu-mps2-an386, nucleo-l4r5zi) x
+                                             # (fp32, int8)
+    python benchmarks/embedded.py --models ds_cnn --boards nucleo-l4r5zi --precisions int8 \\
+        --kernels
 
-Per model and board it compiles with ``--board`` (fit check, cross build), reads flash and
-RAM from the linked ELF's map (toolchain.boards.size), runs the firmware once on the
-board's QEMU machine and prints the executed instructions of one inference.
+Per model, board and precision it compiles with ``--board`` (fit check, cross build), reads
+flash and RAM from the linked ELF's map (toolchain.boards.size), runs the firmware once on
+the board's QEMU machine and prints the executed instructions of one inference.
+
+The models are batch 1; the autoencoder returns its reconstruction (MLPerf Tiny AD: the
+harness computes the anomaly score). int8 is Kiln's own post-training quantization (8
+seeded random calibration samples) with int8 input and output tensors, as the MLPerf Tiny
+int8 reference models (:func:`tests.boards.qdq_models.anchor_model`), so the arena compares
+with microTVM's workspace (the anchor column). ``check``: fp32, the largest error relative
+to the output's scale against Kiln's float reference; int8, whether every integer output
+equals Kiln's integer reference bit for bit ("exact"), then the float outputs' error (a
+Softmax after the int8 logits).
 
 QEMU does not model cycles (DWT CYCCNT reads 0).  With ``-icount shift=0`` its virtual
 clock advances 1 ns per instruction, so the 25 MHz CMSDK timer the firmware reads around
 the inference counts instructions in steps of 40 (exact to within 40).  Instructions are
 not cycles: a Cortex-M4 needs ~1.2-2 cycles per instruction on this code (loads, FPU,
 flash wait states), so multiply by that for a rough time at the board's clock.
-
-The MLPerf Tiny v0.5 anchors (microTVM + CMSIS-NN, int8) are printed beside the arena for
-reference; these runs are fp32 (4x the weights and activations), the int8 path comes later.
 """
 
 from __future__ import annotations
@@ -27,50 +35,126 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-#: MLPerf Tiny v0.5 microTVM (CMSIS-NN, int8) workspace bytes per model
-ANCHORS = {"ds_cnn": 17_232, "mobilenet_v1": 64_800, "resnet8": 66_112, "autoencoder": 1_160}
+from tests.boards.qdq_models import ANCHORS  # noqa: E402
+
 MODELS = ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"]
-BOARDS = ["qemu-mps2-an386", "nucleo-l4r5zi", "stm32f746g-disco", "nrf52840dk"]
+BOARDS = ["qemu-mps2-an386", "nucleo-l4r5zi"]
+PRECISIONS = ["fp32", "int8"]
 
 
-def _row(model: str, board: str, work: Path, kernels: bool) -> dict:
+def float_model(name: str) -> onnx.ModelProto:
+    """The zoo model at batch 1 (the autoencoder without its anomaly-score output)."""
     from tests.models.zoo import ZOO
-    from toolchain.boards import compile_board, run_on_qemu
+
+    model = ZOO[name].build(batch=1) if name == "autoencoder" else ZOO[name].build()
+    if name == "autoencoder":
+        keep = [o for o in model.graph.output if o.name == "reconstruction"]
+        del model.graph.output[:]
+        model.graph.output.extend(keep)
+    return model
+
+
+def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Seeded inputs: normal floats, or for int8 inputs those floats quantized with the
+    scale ``kiln quantize`` recorded (``kiln.io.NAME``)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    rng = np.random.default_rng(0)
+    out = {}
+    for vi in model.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        x = rng.standard_normal(shape).astype(np.float32)
+        if f"kiln.io.{vi.name}" in props:
+            scale, zp, _ = props[f"kiln.io.{vi.name}"].split()
+            x = np.clip(np.rint(x / np.float32(scale)) + int(zp), -128, 127).astype(np.int8)
+        out[vi.name] = x
+    return out
+
+
+def _check(model: onnx.ModelProto, inputs: dict, outputs: dict, precision: str) -> str:
     from toolchain.bundle.check import compare
-    from toolchain.errors import TargetError
     from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
 
-    spec = ZOO[model]
-    m = spec.build()
-    path = work / f"{model}.onnx"
+    g = from_onnx(model)
+    if precision == "fp32":
+        return f"{max(r['max_rel'] for r in compare(outputs, run_graph(g, inputs))):.1e}"
+    ref = run_graph(quantize_ops(g), inputs)
+    ints = [k for k in ref if ref[k].dtype.kind in "iu"]
+    text = "exact" if all(np.array_equal(outputs[k], ref[k]) for k in ints) else "DIFFERS"
+    floats = {k: v for k, v in ref.items() if k not in ints}  # e.g. a Softmax after logits
+    if floats:
+        text += f"/{max(r['max_rel'] for r in compare(outputs, floats)):.0e}"
+    return text
+
+
+def _row(model: str, board: str, precision: str, work: Path, kernels: bool) -> dict:
+    from tests.boards.qdq_models import anchor_model
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.errors import TargetError
+
+    m = float_model(model) if precision == "fp32" else anchor_model(model)
+    path = work / f"{model}_{precision}.onnx"
     onnx.save(m, path)
-    inputs = spec.inputs(m)
+    inputs = _inputs(m)
+    key = {"model": model, "board": board, "precision": precision}
     t0 = time.perf_counter()
     try:
-        out, report = compile_board(path, board, work / f"{model}-{board}", name=model)
+        out, report = compile_board(path, board, work / f"{model}-{precision}-{board}",
+                                    name=f"{model}_{precision}")
     except TargetError as exc:
-        return {"model": model, "board": board, "refused": str(exc)}
+        return {**key, "refused": str(exc)}
     compile_s = time.perf_counter() - t0
     run = run_on_qemu(out, inputs, timeout=300,
                       extra_cflags="-DKILN_ENABLE_TIMING" if kernels else "")
-    ref = run_graph(from_onnx(m), inputs)
-    err = max(r["max_rel"] for r in compare(run.outputs, ref))
-    return {"model": model, "board": board, "flash": report["flash"], "ram": report["ram"],
+    return {**key, "flash": report["flash"], "ram": report["ram"],
             "instructions": run.instructions, "compile_s": compile_s, "qemu_s": run.seconds,
-            "max_rel": err, "kernels": run.kernel_ticks, "hz": run.timer_hz}
+            "stack_used": (run.stack_bytes or (0, 0))[0],
+            "check": _check(m, inputs, run.outputs, precision), "kernels": run.kernel_ticks,
+            "hz": run.timer_hz}
 
 
 def _kib(n: int) -> str:
     return f"{n / 1024:,.1f}"
 
 
+def print_table(rows: list[dict]) -> None:
+    """The size table (KiB) with instructions per inference."""
+    head = (f"{'model':<13} {'board':<16} {'prec':<4} {'flash':>7} {'kernels':>8} "
+            f"{'weights':>8} {'runtime':>8} {'RAM':>7} {'arena':>7} {'anchor':>7} "
+            f"{'stack':>9} {'instructions':>13} {'check':>11}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        lead = f"{r['model']:<13} {r['board']:<16} {r['precision']:<4}"
+        if "refused" in r:
+            why = r["refused"].split(":", 1)[1].strip().split(" (estimate")[0]
+            print(f"{lead} refused: {why}")
+            continue
+        f, ram = r["flash"], r["ram"]
+        part = {k: f[k]["text"] + f[k]["rodata"] for k in ("weights", "kernels", "runtime")}
+        anchor = _kib(ANCHORS[r["model"]][1]) if r["precision"] == "int8" else "-"
+        stack = f"{_kib(r['stack_used'])}/{_kib(ram['stack']).split('.')[0]}"
+        print(f"{lead} {_kib(f['total']):>7} {_kib(part['kernels']):>8} "
+              f"{_kib(part['weights']):>8} {_kib(part['runtime']):>8} {_kib(ram['total']):>7} "
+              f"{_kib(ram['arena']):>7} {anchor:>7} {stack:>9} {r['instructions'] or 0:>13,} "
+              f"{r['check']:>11}")
+    print("\nKiB = 1024 B. flash = .text + .rodata + .data init of the board link (kernels, "
+          "weights, runtime = picolibc, start-up, main); RAM = arena + outputs + stack + "
+          ".data/.bss; arena: the planned activations and kernel scratch (int8: int8 I/O "
+          "tensors are the caller's); anchor: microTVM + CMSIS-NN int8 workspace (MLPerf "
+          "Tiny v0.5); stack: high-water mark / size; instructions: QEMU -icount, one "
+          "inference.")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--boards", default=",".join(BOARDS))
+    ap.add_argument("--precisions", default=",".join(PRECISIONS))
     ap.add_argument("--kernels", action="store_true",
                     help="also print instructions per kernel (firmware built with "
                          "-DKILN_ENABLE_TIMING)")
@@ -78,33 +162,16 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-embedded-") as tmp:
         for model in args.models.split(","):
-            for board in args.boards.split(","):
-                rows.append(_row(model, board, Path(tmp), args.kernels))
-                print(f"  done {model} on {board}", file=sys.stderr)
-    head = (f"{'model':<13} {'board':<17} {'flash KiB':>9} {'weights':>8} {'kernels':>8} "
-            f"{'runtime':>8} {'RAM KiB':>8} {'arena':>8} {'int8 anchor':>11} "
-            f"{'instructions':>13} {'max rel err':>11}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        if "refused" in r:
-            why = r["refused"].split(":", 1)[1].strip().split(" (estimate")[0]
-            print(f"{r['model']:<13} {r['board']:<17} refused: {why}")
-            continue
-        f, ram = r["flash"], r["ram"]
-        part = {k: f[k]["text"] + f[k]["rodata"] for k in ("weights", "kernels", "runtime")}
-        print(f"{r['model']:<13} {r['board']:<17} {_kib(f['total']):>9} "
-              f"{_kib(part['weights']):>8} {_kib(part['kernels']):>8} "
-              f"{_kib(part['runtime']):>8} {_kib(ram['total']):>8} {_kib(ram['arena']):>8} "
-              f"{_kib(ANCHORS.get(r['model'], 0)):>11} {r['instructions'] or 0:>13,} "
-              f"{r['max_rel']:>11.1e}")
-    print("\nflash = .text + .rodata + .data init of the board link; RAM = arena + outputs + "
-          "stack + .data/.bss; KiB = 1024 B.\ninstructions: QEMU -icount, one inference "
-          "(autoencoder: a batch of 8 frames); the anchor is microTVM's int8 workspace.")
+            for precision in args.precisions.split(","):
+                for board in args.boards.split(","):
+                    rows.append(_row(model, board, precision, Path(tmp), args.kernels))
+                    print(f"  done {model} {precision} on {board}", file=sys.stderr)
+    print_table(rows)
     if args.kernels:
         for r in rows:
             if r.get("kernels"):
-                print(f"\n{r['model']} on {r['board']}: instructions per kernel")
+                print(f"\n{r['model']} {r['precision']} on {r['board']}: instructions per "
+                      "kernel")
                 for index, name, ticks in r["kernels"]:
                     print(f"  {index:>3} {name:<48} {round(ticks * 1e9 / r['hz']):>12,}")
     return 0

@@ -92,3 +92,23 @@ def test_int8_flash_smaller_than_fp32(qdq_compiled, zoo_compiled):
     w8, w32 = (r["flash"]["weights"]["rodata"] for r in (int8, fp32))
     assert w8 < 0.4 * w32, (w8, w32)
     assert int8["ram"]["arena"] < 0.5 * fp32["ram"]["arena"]
+
+
+def test_integer_io_model_on_qemu(tmp_path):
+    """The autoencoder with int8 input and output (``integer_io``, as the arena anchors are
+    measured) on nucleo-l4r5zi: bit-exact with Kiln's integer reference."""
+    from tests.boards.qdq_models import anchor_model
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+
+    q = anchor_model("autoencoder")
+    onnx.save(q, tmp_path / "ad.onnx")
+    x = {"input": np.random.default_rng(4).integers(-128, 128, (1, 640)).astype(np.int8)}
+    path, report = compile_board(tmp_path / "ad.onnx", "nucleo-l4r5zi", tmp_path / "b")
+    run = run_on_qemu(path, x, timeout=120)
+    want = run_graph(quantize_ops(from_onnx(q)), x)
+    assert run.outputs["reconstruction"].dtype == np.int8
+    np.testing.assert_array_equal(run.outputs["reconstruction"], want["reconstruction"])
+    assert report["ram"]["outputs"] == 640  # the int8 output, outside the arena
