@@ -184,6 +184,11 @@ def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> Non
     ((1, 6, 8, 8), (10, 6, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
     ((1, 16, 12, 10), (16, 16, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
     ((1, 16, 12, 12), (32, 16, 3, 3), "NCHW8c", "NCHW16c", "OIHW8i16o", {"pads": [1] * 4}),
+    # outputs in blocks narrower than an AVX-512 vector: a tile of that many lanes
+    ((1, 16, 12, 12), (8, 16, 1, 1), "NCHW16c", "NCHW8c", "OIHW16i8o", {}),
+    ((1, 3, 15, 15), (8, 3, 3, 3), "NCHW3c", "NCHW8c", "OIHW3i8o",
+     {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
+    ((1, 16, 6, 10), (24, 16, 3, 3), "NCHW16c", "NCHW8c", "OIHW16i8o", {"pads": [1] * 4}),
     # Winograd (>= 32 channels) into the other output layouts
     ((1, 32, 8, 6), (32, 32, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
     ((1, 32, 10, 10), (40, 32, 3, 3), "NCHW16c", "NCHW", "OIHW16i8o", {"pads": [1] * 4}),
@@ -211,6 +216,6 @@ def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
     lanes = cpu_params(target).lanes("float32")
     if ws[2:] == (3, 3) and "strides" not in attrs and min(xs[1], ws[0]) >= 32:
         assert op.metadata["info"]["schedule"].startswith("conv2d_winograd")
-    elif dl == ol == f"NCHW{lanes}c":
+    elif dl == ol == f"NCHW{lanes}c" or (ol == "NCHW8c" and lanes >= 8):
         assert op.metadata["info"]["direct_out"] is True
         assert 'T.block("conv_out")' not in str(op.op_schedule.schedule.mod)  # in write-back
