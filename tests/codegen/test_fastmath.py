@@ -53,13 +53,14 @@ def results() -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
 
 
 @pytest.mark.parametrize("op", list(_REF))
-def test_relative_error_below_3e7_over_the_float_range(results, op):
+def test_relative_error_below_4e7_over_the_float_range(results, op):
     x, y, ref, src = results[op]
     assert f"kiln_fast_{op}f(" in src
     finite = np.isfinite(ref) & (np.abs(ref) <= np.finfo(F32).max)
     err = np.abs(y[finite] - ref[finite]) / np.maximum(np.abs(ref[finite]), TINY)
     worst = int(np.argmax(err))
-    assert err[worst] < 3e-7, (op, x[finite][worst], y[finite][worst], ref[finite][worst])
+    assert err[worst] < (4e-7 if op == "erf" else 2.5e-7), (
+        op, x[finite][worst], y[finite][worst], ref[finite][worst])
 
 
 @pytest.mark.parametrize("op", list(_REF))
@@ -72,6 +73,7 @@ def test_nan_inf_and_overflow_edges(results, op):
            "sigmoid": (0.0, 1.0)}[op]
     at = {v: y[np.flatnonzero(x == v)[0]] for v in (-np.inf, np.inf)}
     assert (at[-np.inf], at[np.inf]) == lim
+    assert lim[0] <= np.nanmin(y) and np.nanmax(y) <= lim[1]  # never past the limits
     if op != "exp":  # odd functions keep the sign of zero; exp(+-0) is 1
         zeros = y[(x == 0) & np.signbit(x)] if op != "sigmoid" else y[x == 0] - 0.5
         assert np.all(zeros == 0)
@@ -103,11 +105,12 @@ def test_float64_and_cuda_keep_libm():
 def test_helpers_defined_once_in_dependency_order():
     assert needed(["fast_tanh", "fast_erf", "max"]) == ["fast_exp", "fast_erf", "fast_tanh"]
     assert render_fastmath(["min", "sigmoid"]) == ""
-    text = render_helpers([{"kind": "fast_erf", "type": "float", "name": "kiln_fast_erff"},
-                           {"kind": "fast_erf", "type": "float", "name": "kiln_fast_erff"},
+    text = render_helpers([{"kind": "fast_tanh", "type": "float", "name": "kiln_fast_tanhf"},
+                           {"kind": "fast_tanh", "type": "float", "name": "kiln_fast_tanhf"},
                            {"kind": "max", "type": "float", "name": "kiln_max_float"}])
     assert text.count("float kiln_fast_expf(") == 1
-    assert text.index("kiln_fast_expf(float") < text.index("kiln_fast_erff(float")
+    assert text.index("kiln_fast_expf(float") < text.index("kiln_fast_tanhf(float")
+    assert "kiln_fast_erff" not in text
     assert "kiln_max_float(" in text
 
 

@@ -240,6 +240,25 @@ def test_softmax_and_sigmoid_call_the_vectorizable_exp() -> None:
     np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=2e-6, atol=1e-30)
 
 
+@pytest.mark.parametrize("case", [
+    ("Softmax", [rand(8, 32)], {"axis": -1}, (), 1),
+    ("LayerNormalization", [rand(6, 64), rand(64, seed=1), rand(64, seed=2)],
+     {"axis": -1, "epsilon": 1e-5}, (), 1),
+    ("ReduceSum", [rand(5, 64), np.array([1], I64)], {"keepdims": 1}, (1,), 1),
+    ("Softmax", [rand(3, 40)], {"axis": -1}, (), 1),
+], ids=lambda c: f"{c[0]}-{c[1][0].shape[-1]}")
+def test_row_reduction_tail_is_a_two_level_tree(case: tuple) -> None:
+    """The 16 partial results of an rfactored row reduction are folded by 4-wide vector
+    steps, then 4 scalar ones (not 16 dependent scalar steps); results match numpy."""
+    cfg = CpuConfig(vector_bits=512)
+    sch = check_schedule(case, cfg)
+    text = str(lower(sch))
+    if case[1][0].shape[-1] % 16 == 0:
+        assert "_rf_1" in text and "T.Ramp(0, 1, 4)" in text, text
+    else:  # 40 = 5 x 8: an 8-lane rfactor, and still a tree over 4
+        assert "_rf_1" in text, text
+
+
 SANITIZED = ["Softmax-23", "MaxPool-17", "Transpose-31", "LayerNormalization-28",
              "ReduceSum-10", "Resize-43"]
 

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 import jinja2
 
+from toolchain.codegen import cvector
 from toolchain.codegen.fastmath import FAST_OPS, FUNCTIONS, render_fastmath
 from toolchain.codegen.math_intrinsics import INTRINSICS
 from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
@@ -569,7 +570,7 @@ class CStyleRenderer:
 
     def _minmax(self, e: ir._Binary) -> tuple[str, int]:
         if ir.lanes_of(e.dtype) > 1:
-            raise UnsupportedError(f"{self.dialect} code generation: vector min/max {e}")
+            return cvector.minmax(self, e), _ATOM
         fn = self.helper("min" if isinstance(e, ir.Min) else "max", self.ctype(e.dtype))
         return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
 
@@ -578,7 +579,7 @@ class CStyleRenderer:
 
     def expr_Select(self, e: ir.Select) -> tuple[str, int]:
         if ir.lanes_of(e.dtype) > 1:
-            raise UnsupportedError(f"{self.dialect} code generation: vector select {e}")
+            return cvector.select(self, e), _ATOM
         return (f"{self.expr(e.condition, 4)} ? {self.expr(e.true_value, 3)} : "
                 f"{self.expr(e.false_value, 3)}"), 3
 
@@ -640,11 +641,13 @@ class CStyleRenderer:
             return f"&{self.var(load.buffer.data)}[{self.expr(load.indices[0])}]", 15
         if op == "tir.storage_sync":
             return self.barrier or "0", _ATOM
+        if op == "reinterpret":
+            return cvector.reinterpret(self, e), _ATOM
         if op.startswith("tir."):
             raise UnsupportedError(f"{self.dialect} code generation: builtin {op} is not "
                                    "supported")
         if ir.lanes_of(e.dtype) > 1:
-            raise UnsupportedError(f"{self.dialect} code generation: vector call {op}")
+            return cvector.lane_call(self, e, self._scalar_math(e)), _ATOM
         if self.fast_math and e.dtype == "float32" and op in FAST_OPS:
             args = ", ".join(self.expr(a) for a in e.args)
             return f"{self.helper(FAST_OPS[op], 'float')}({args})", _ATOM
@@ -660,6 +663,18 @@ class CStyleRenderer:
             return self.call_math(op, e.dtype, list(e.args)), _ATOM
         args = ", ".join(self.expr(a) for a in e.args)
         return f"{sanitize(op) if not op.isidentifier() else op}({args})", _ATOM
+
+    def _scalar_math(self, e: ir.Call) -> str:
+        """The scalar C function applied to each lane of a vector math call."""
+        elem, op = ir.element_of(e.dtype), e.op
+        if self.fast_math and elem == "float32" and op in FAST_OPS:
+            return self.helper(FAST_OPS[op], "float")
+        if op == "sigmoid" and elem in ("float32", "float64"):
+            return self.helper("sigmoid", "float" if elem == "float32" else "double")
+        if op in INTRINSICS and INTRINSICS[op].c_name and op != "isnan" and ir.is_float(elem):
+            return INTRINSICS[op].c_function(elem)
+        raise UnsupportedError(f"{self.dialect} code generation: vector call {op} of "
+                               f"{e.dtype}; keep the loop scalar")
 
     def call_math(self, op: str, dtype: str, args: list[ir.PrimExpr]) -> str:
         """The C call of math intrinsic ``op`` (see :mod:`.math_intrinsics`): ``expf(x)``

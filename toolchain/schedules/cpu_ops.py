@@ -334,7 +334,38 @@ def rfactor_rows(sch: Schedule, cfg: CpuConfig) -> None:
         f = _rfactor_factor(_extent(loops[-1]), lanes)
         # an exact split never fails; if rfactor refuses, the split alone is harmless
         _, ki = sch.split(LoopRV(loops[-1].loop_var), [None, f])
-        _try(sch.rfactor, ki, len(blk.writes[0].buffer.shape))
+        if _try(sch.rfactor, ki, len(blk.writes[0].buffer.shape)) is not None:
+            _tree_tail(sch, blk.name_hint, f)
+
+
+#: width of the second reduction level (see :func:`_tree_tail`)
+_TREE = 4
+
+
+def _tree_tail(sch: Schedule, name: str, lanes: int) -> None:
+    """Fold the ``lanes`` partial results of an rfactored reduction ``name`` in two levels:
+    ``_TREE``-wide vector steps, then ``_TREE`` scalar ones (C compilers may not reorder
+    a float reduction, so a 16-lane tail is 16 dependent scalar steps: most of the time of
+    a softmax over rows of 32).
+
+    Before (``rf`` holds 16 partial maxima)::
+
+        for k in range(16): m = max(m, rf[k])
+
+    after::
+
+        for a in range(4): for b in T.vectorized(4): rf2[b] = max(rf2[b], rf[a * 4 + b])
+        for b in range(4): m = max(m, rf2[b])
+    """
+    if lanes <= _TREE or lanes % _TREE:
+        return
+    _, path = _find(sch, name)
+    loops = st.loops_of(path)
+    if not loops or _extent(loops[-1]) != lanes:
+        return
+    _, inner = sch.split(LoopRV(loops[-1].loop_var), [None, _TREE])
+    realize, _ = _find(sch, name)
+    _try(sch.rfactor, inner, len(realize.block.writes[0].buffer.shape))
 
 
 def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> LoopRV | None:
