@@ -133,6 +133,32 @@ def test_depthwise_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert len(np.unique(want)) > 3
 
 
+@pytest.mark.parametrize("dtype,zp", [("int8", -1), ("uint8", 128)])
+def test_qadd_dsp_bit_exact(dtype: str, zp: int) -> None:
+    from toolchain.quantize.fixed_point import quantize_multiplier
+
+    a, b = Value("a", (2, 5, 6), dtype), Value("b", (2, 5, 6), dtype)
+    sa, sb, sy = 0.05, 0.031, 0.07
+    twice = 2 * max(sa, sb)
+    pairs = [quantize_multiplier(r) for r in (sa / twice, sb / twice, twice / (2**20 * sy))]
+    attrs = {"a_zero_point": 4, "b_zero_point": -9, "a_multiplier": pairs[0][0],
+             "a_shift": pairs[0][1], "b_multiplier": pairs[1][0], "b_shift": pairs[1][1],
+             "y_multiplier": pairs[2][0], "y_shift": pairs[2][1], "left_shift": 20,
+             **_out(dtype, zp)}
+    node = Node("QAdd", "add", [a, b], [Value("y", a.shape, dtype)], attrs)
+    xa, xb = _qx(a.shape, dtype), _qx(b.shape, dtype)
+    s = schedule_for(node, "cortex-m4")
+    assert s.info["schedule"] == "int8 dsp"
+    code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
+    assert "kiln_cm_requantize(" in code and "static inline int32_t kiln_cm_requantize" in code
+    mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
+    got = np.empty(a.shape, dtype)
+    mod(xa, xb, got)
+    want = get_op("QAdd").reference([xa, xb], attrs)[0]
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3
+
+
 def test_grouped_conv_keeps_the_generic_int8_schedule() -> None:
     node = _conv(4, 6, 3, 1, (1, 1, 1, 1), group=2)
     x = _qx(node.inputs[0].shape, "int8")

@@ -116,7 +116,28 @@ def render_cortex_m_intrinsics(func: Any) -> Any:
                                                      dict(func.attrs))).body
         func = ir.PrimFunc(func.params, _Tiles(False).visit_stmt(body), func.name,
                            dict(func.attrs))
-    return attach_intrinsics(func, CORTEX_M_TARGETS)
+    return _attach_helpers(attach_intrinsics(func, CORTEX_M_TARGETS))
+
+
+#: C helpers of the Cortex-M descriptors that kernels call directly (no intrinsic)
+HELPER_CALLS = ("kiln_cm_requantize", "kiln_ssat8", "kiln_usat8")
+
+
+def _attach_helpers(func: Any) -> Any:
+    """Add the descriptor's ``c_helpers`` to a kernel that calls them without any tensorized
+    intrinsic (e.g. QAdd); a kernel with intrinsic calls has them already."""
+    from toolchain.intrinsics import get_spec
+    from toolchain.tir.functor import post_order_visit
+
+    found: list[str] = []
+    post_order_visit(func.body, lambda x: found.append(x.op) if isinstance(x, ir.Call)
+                     and x.op in HELPER_CALLS else None)
+    helpers = get_spec(f"{CORTEX_M_TARGETS[0]}.dot_q15q7_4x4").helpers
+    prelude = str(func.attrs.get("c_prelude", ""))
+    if not found or helpers in prelude:
+        return func
+    prelude = "\n\n".join(x for x in (prelude, "#include <string.h>", helpers) if x)
+    return ir.PrimFunc(func.params, func.body, func.name, {**func.attrs, "c_prelude": prelude})
 
 
 def _ensure_rendered() -> None:
@@ -216,9 +237,11 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
         _, m, y, x = loops
         sch.reorder(y, x, m)
         pixel = x
-    else:
-        pixel = loops[0]
-    sch.compute_at(sch.get_block("dsp_acc"), pixel)
+        sch.compute_at(sch.get_block("dsp_acc"), pixel)
+    else:  # dense: accumulators per tile of output channels, not per row (large M)
+        pixel, m = loops
+        mo, _ = sch.split(m, [None, lanes])
+        sch.compute_at(sch.get_block("dsp_acc"), mo)
     col = "im2col" if op == "QConv" else "x_q15"
     sch.compute_at(sch.get_block(col), pixel)
     if window is not None and window[0] * window[1] > 1:  # kk -> (c, ry, rx): no division
@@ -228,6 +251,30 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
     return sch
 
 
+def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
+    """QAdd with the C requantization helper, scheduled by the generic CPU rules."""
+    from toolchain.schedules.cpu_int8 import _schedule_rules
+    from toolchain.topi.int8 import qadd_dsp_applies
+    from toolchain.topi.registry import node_compute
+
+    if not qadd_dsp_applies(node.attrs):
+        return schedule_int8(node, t)
+    load_intrinsics_once(t.name)
+    nc = node_compute(node, algorithm="dsp")
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    sch = _schedule_rules(func, t, node.op)
+    return OpSchedule(sch, list(nc.input_values), list(node.outputs),
+                      {"schedule": "int8 dsp", "requantize": "kiln_cm_requantize"})
+
+
+def load_intrinsics_once(target: str) -> None:
+    """Register ``target``'s intrinsics and the Cortex-M rendering pass (idempotent)."""
+    from toolchain.intrinsics import load_intrinsics
+
+    load_intrinsics(target)
+    _ensure_rendered()
+
+
 def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     """The Cortex-M int8 schedule of ``node`` (generic int8 schedule where DSP kernels do
     not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other ops)."""
@@ -235,6 +282,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     from toolchain.topi.registry import node_compute
 
     t = resolve_target(target)
+    if node.op == "QAdd":
+        return _schedule_qadd(node, t)
     if node.op not in ("QConv", "QGemm") or not dsp_applies(node):
         return schedule_int8(node, target)
     w = node.input(1)
@@ -264,5 +313,5 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
 
 
 for _t in CORTEX_M_TARGETS:
-    for _op in ("QConv", "QGemm"):
+    for _op in ("QConv", "QGemm", "QAdd"):
         register_schedule(_op, _t)(schedule_cortex_m)

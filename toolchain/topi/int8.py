@@ -260,6 +260,33 @@ def qadd(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
         name="qadd", tag="injective")
 
 
+def qadd_dsp_applies(attrs: dict[str, Any]) -> bool:
+    """Whether ``(v - zp) << left_shift`` fits int32 for every 8-bit ``v`` (the C helper
+    takes int32 operands; the generic kernel computes it in int64)."""
+    return 255 << attrs["left_shift"] < 2**31
+
+
+def qadd_dsp(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """:func:`qadd` with the three requantizations done by the Cortex-M helper
+    ``kiln_cm_requantize`` and the clamp by SSAT/USAT (:func:`finish_dsp`); same integers."""
+    from toolchain.tir import ir
+
+    i32 = "int32"
+    ls = 1 << attrs["left_shift"]
+
+    def side(v: te.Tensor, p: str, i: Any) -> Any:
+        lp, rp = (int(t) for t in shift_powers(attrs[f"{p}_shift"]))
+        d = (te.cast(v[i], i32) - te.const(attrs[f"{p}_zero_point"], i32)) * te.const(ls, i32)
+        return ir.Call(i32, "kiln_cm_requantize", [d, te.const(0, i32), te.const(
+            attrs[f"{p}_multiplier"], i32), te.const(lp, i32), te.const(rp, i32)])
+
+    ylp, yrp = (te.const(int(t), i32) for t in shift_powers(attrs["y_shift"]))
+    ym = te.const(attrs["y_multiplier"], i32)
+    return te.compute(a.shape, lambda *i: finish_dsp(side(a, "a", i), side(b, "b", i), ym,
+                                                     ylp, yrp, attrs),
+                      name="qadd", tag="injective")
+
+
 def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """Integer average pool: window sum of ``x - x_zp`` requantized by one multiplier."""
     kh, kw = attrs["kernel_shape"]
@@ -325,6 +352,8 @@ def _qgemm(ctx: Ctx) -> list[te.Tensor]:
 
 @register("QAdd")
 def _qadd(ctx: Ctx) -> list[te.Tensor]:
+    if ctx.options.get("algorithm") == "dsp" and qadd_dsp_applies(ctx.attrs):
+        return [qadd_dsp(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
     return [qadd(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
 
 
