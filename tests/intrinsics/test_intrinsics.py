@@ -247,3 +247,45 @@ def test_cortex_m4_smlad_generates_c_for_arm_gcc(tmp_path) -> None:
                          capture_output=True, text=True, check=False).stdout
     if dis:
         assert "smlad" in dis
+
+
+def test_unit_extent_loops_leave_the_nest() -> None:
+    """Loops of extent 1 are not part of the description's nest (schedules elide them): the
+    intrinsic then matches one row of a 2-D operand, the offset taking the row."""
+    f = behaviour_func(parse_behaviour("C[i, j] += A[i, 2 * h + l] * B[j, h + 2 * l]"),
+                       {"i": 1, "j": 4, "h": 2, "l": 2}, {"A": "int16", "B": "int8",
+                                                           "C": "int32"})
+    assert [int(d.value) for d in f.buffers[0].shape] == [1, 4]
+    text = str(f)
+    assert "T.grid(4, 2, 2)" in text and "T.axis.spatial(1, 0)" in text
+
+
+def test_cortex_m_helpers_are_one_prelude_block_per_kernel() -> None:
+    """The descriptor's c_helpers come once, before the specialised bodies, without blank
+    lines (the bundle splits preludes into blocks at blank lines and dedups them)."""
+    load_intrinsics("cortex-m4")
+    sch, ji = _dot_schedule(4, 8, "int16", "int16")
+    sch.tensorize(ji, "cortex-m4.smlad_i16_4x2")
+    f = lower(sch, passes={1: [attach_intrinsics]})
+    prelude = f.attrs["c_prelude"]
+    blocks = prelude.split("\n\n")
+    assert sum("kiln_smlad(int32_t a" in b for b in blocks) == 1
+    assert all(b.strip() for b in blocks)
+    assert get_spec("cortex-m4.smlad_i16_4x2").helpers in blocks
+
+
+def test_cortex_m4_smlad_runs_on_the_host_with_the_portable_fallback() -> None:
+    """The same kernel built for this machine (no DSP extension): kiln_smlad's C fallback
+    gives numpy's integers, wrap-around included."""
+    load_intrinsics("cortex-m4")
+    sch, ji = _dot_schedule(4, 8, "int16", "int16")
+    sch.tensorize(ji, "cortex-m4.smlad_i16_4x2")
+    mod = build(sch, "c-generic", passes={1: [attach_intrinsics]},
+                extra_flags=["-Wall", "-Wextra", "-Werror"])
+    rng = np.random.default_rng(3)
+    a = rng.integers(-32768, 32768, (2,)).astype(np.int16)
+    b = rng.integers(-32768, 32768, (8, 2)).astype(np.int16)
+    c = np.zeros(8, np.int32)
+    mod(a, b, c)
+    want = (b.astype(np.int64) @ a.astype(np.int64)).astype(np.int64)
+    np.testing.assert_array_equal(c, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))

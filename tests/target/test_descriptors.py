@@ -10,7 +10,7 @@ import pytest
 from toolchain.errors import TargetError
 from toolchain.target import host_cpu_flags, host_target, load_target, parse_target, runs_here
 
-CPU_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512", "cortex-m4")
+CPU_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512", "cortex-m4", "cortex-m7")
 
 
 @pytest.mark.parametrize("name", CPU_TARGETS)
@@ -34,6 +34,34 @@ def test_x86_descriptors_facts() -> None:
     m4 = load_target("cortex-m4")
     assert m4.compiler == "arm-none-eabi-gcc" and "-mthumb" in m4.cflags
     assert m4.layout == "nhwc" and "smlad_i16_4x2" in m4.intrinsics
+
+
+def test_cortex_m_descriptors_declare_the_dsp_intrinsics() -> None:
+    m4, m7 = load_target("cortex-m4"), load_target("cortex-m7")
+    assert "-mcpu=cortex-m7" in m7.cflags and "-mfpu=fpv5-sp-d16" in m7.cflags
+    assert "-mcpu=cortex-m4" in m4.cflags and "-mfpu=fpv4-sp-d16" in m4.cflags
+    assert m7.caches == {"l1d": 4096} and not m4.caches
+    for t in (m4, m7):
+        assert {"dot_q15q7_4x4", "dot_q15q7_4x8", "dot_q15q7_1x4", "dwconv_q15q7_1x4"} <= set(
+            t.intrinsics)
+        # ACLE where the compiler has the DSP extension, portable C with the same integers
+        # elsewhere; SXTB16 (both forms), SMLAD and SSAT/USAT
+        h = t.c_helpers
+        assert "#if defined(__ARM_FEATURE_DSP)" in h and "#include <arm_acle.h>" in h
+        for needle in ("__sxtb16(", "sxtb16 %0, %1, ror #8", "__smlad(", "__ssat(", "__usat(",
+                       "static inline int32_t kiln_smlad(int32_t a", "kiln_cm_requantize"):
+            assert needle in h, needle
+        assert "\n\n" not in h.strip()
+    fns = {s["function"] for s in m7.intrinsics.values()}
+    assert all(f.startswith("kiln_m7_") for f in fns)
+
+
+def test_c_helpers_must_be_text() -> None:
+    assert "key 'c_helpers' must be C text" in _err("""\
+        name: t
+        kind: c
+        c_helpers: [1, 2]
+        """)
 
 
 def test_layout_key_reaches_the_layout_pass() -> None:
