@@ -214,7 +214,8 @@ def schedule_dw(sch: Schedule, g: DwGeom, cb: int, rw: int, p: CpuParams, direct
     for b in (blk, init, local):
         *_, rows, cols = sch.get_loops(b)
         sch.vectorize(cols)
-        sch.unroll(rows)
+        if b is not local:  # a rolled write-back keeps a fused Clip vectorized (cpu_conv2d)
+            sch.unroll(rows)
     loops = sch.get_loops(blk)  # n c0 y xo | kh kw | xi c1
     if g.kw <= 7:
         sch.unroll(loops[5])

@@ -90,8 +90,12 @@ def pool(x: te.Tensor, kind: str, kernel: Sequence[int], strides: Sequence[int] 
     out, pb, pe = pool_geometry(spatial, kernel, strides, dilations, pads, ceil_mode)
     dt = x.dtype
     fill = lowest(dt)
-    if kind == "max":
-        padded = _pad_with(x, pb, pe, fill) if any(pb) or any(pe) else x
+    if kind == "max" and (any(pb) or any(pe)):
+        edge = all(d == 1 for d in dilations) and all(
+            b < k and e < k for b, e, k in zip(pb, pe, kernel, strict=True))
+        padded = _clamp_edges(x, pb, pe) if edge else _pad_with(x, pb, pe, fill)
+    elif kind == "max":
+        padded = x
     else:
         padded = pad_spatial(x, tuple(range(2, 2 + nsp)), pb, pe, 0.0, name="pad")
     r = [te.reduce_axis((0, kernel[i]), name=f"r{i}") for i in range(nsp)]
@@ -140,6 +144,33 @@ def _pad_with(x: te.Tensor, pb: Sequence[int], pe: Sequence[int], fill: Expr) ->
                 conds.append(v < shape[2 + a])
         load = x[tuple(idx)]
         return te.if_then_else(te.all(*conds), load, fill) if conds else load
+
+    return te.compute(out, f, name="pad", tag="pad")
+
+
+def _clamp_edges(x: te.Tensor, pb: Sequence[int], pe: Sequence[int]) -> te.Tensor:
+    """Max-pool padding by the nearest edge element instead of ``-inf``.
+
+    Same maximum whenever every window is contiguous (dilation 1) and holds at least one
+    input element (pads smaller than the kernel): the edge element a padded cell repeats
+    is then in the same window. The load needs no bounds test, so the window's ``max``
+    over a channel block is a straight vector loop for the C compiler (a guarded load
+    per cell kept it scalar)."""
+    shape = const_shape(x)
+    nsp = len(pb)
+    out = tuple(shape[:2]) + tuple(s + b + e for s, b, e in zip(shape[2:], pb, pe,
+                                                                 strict=True))
+
+    def f(*i: Expr) -> Expr:
+        idx = list(i[:2])
+        for a in range(nsp):
+            v = i[2 + a] - pb[a] if pb[a] else i[2 + a]
+            if pb[a]:
+                v = te.maximum(v, 0)
+            if pe[a]:
+                v = te.minimum(v, shape[2 + a] - 1)
+            idx.append(v)
+        return x[tuple(idx)]
 
     return te.compute(out, f, name="pad", tag="pad")
 
