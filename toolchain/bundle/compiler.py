@@ -93,20 +93,74 @@ def _source_info(model: Any) -> tuple[Any, dict[str, Any], str]:
     return proto, {"path": None, "sha256": digest}, proto.graph.name or "model"
 
 
-def _schedule(node: Node, target: Target) -> tuple[Any, list[Value], list[Value], str]:
+def _schedule(node: Node, target: Target, cache: KernelCache
+              ) -> tuple[Any, list[Value], list[Value], str]:
     """(lowered PrimFunc, inner input values, output values, how it was scheduled)."""
     from toolchain import te
     from toolchain.schedules.fused import _sanitize, fused_compute, schedule_fused
-    from toolchain.tir.transform.pipeline import lower
 
     try:
         k = schedule_fused(node, target, bind=True)  # weights packed at compile time
-        return lower(k.func), list(k.input_values), list(k.output_values), "default"
+        return cache.lower(k.func), list(k.input_values), list(k.output_values), "default"
     except Exception as exc:  # noqa: BLE001 - any schedule failure falls back (recorded)
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     fc = fused_compute(node)
     func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
-    return lower(func), list(fc.input_values), list(fc.output_values), f"fallback: {why}"
+    return cache.lower(func), list(fc.input_values), list(fc.output_values), \
+        f"fallback: {why}"
+
+
+class KernelCache:
+    """Lowered and rendered kernels by the structure of their scheduled function.
+
+    ResNet-18 has several fused groups that compute the same thing on tensors of the same
+    shapes (the second block of each stage repeats the first's convolutions): they differ
+    only in names and in which weights they are called with. Weights packed at compile
+    time are kernel *parameters*, so such groups schedule to functions equal up to names
+    (:func:`~toolchain.tir.structural.structural_key`); a constant baked into the code is
+    part of the key, so kernels with different baked constants never share. Each distinct
+    function is lowered once and rendered once per ``restrict`` setting; later groups call
+    the first one's C function.
+
+    >>> from toolchain import te
+    >>> def add_one(name):
+    ...     A = te.placeholder((8,), name=name)
+    ...     return te.create_prim_func([A, te.compute((8,), lambda i: A[i] + 1.0)])
+    >>> cache = KernelCache()
+    >>> cache.lower(add_one("A")) is cache.lower(add_one("X")), len(cache)
+    (True, 1)
+    """
+
+    def __init__(self) -> None:
+        # key -> (scheduled function, kept alive for its key; lowered function)
+        self._lowered: dict[Any, tuple[Any, Any]] = {}
+        self._sources: dict[tuple[int, bool], KernelSource] = {}
+
+    def __len__(self) -> int:
+        return len(self._lowered)
+
+    def lower(self, func: Any) -> Any:
+        """The lowered ``func``: the very object lowered for an equal function before."""
+        from toolchain.tir.structural import structural_key
+        from toolchain.tir.transform.pipeline import lower
+
+        key = structural_key(func)
+        hit = self._lowered.get(key)
+        if hit is None:
+            hit = self._lowered[key] = (func, lower(func))
+        return hit[1]
+
+    def render(self, lowered: Any, name: str, restrict: bool) -> KernelSource:
+        """The C of ``lowered`` as kernel ``name`` (or the source rendered for it before,
+        under its first name)."""
+        key = (id(lowered), restrict)  # lowered functions are kept in _lowered
+        if key not in self._sources:
+            self._sources[key] = render_kernel(lowered, name, restrict=restrict)
+        return self._sources[key]
+
+    def rendered(self, lowered: Any, restrict: bool) -> bool:
+        """True if ``lowered`` already has a C function with this ``restrict``."""
+        return (id(lowered), restrict) in self._sources
 
 
 def _outer_values(node: Node, ins: list[Value], outs: list[Value]) -> list[Value]:
@@ -203,15 +257,19 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
     names = CNames({f"{prefix}_run", f"{prefix}_weights", f"{prefix}_weights_t",
                     f"{prefix}_inputs", f"{prefix}_outputs"})
     kernels: list[CompiledKernel] = []
+    cache = KernelCache()
     for i, node in enumerate(_progress(list(fused.nodes), progress)):
-        func, ins, outs, how = _schedule(node, t)
+        func, ins, outs, how = _schedule(node, t, cache)
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))
         if n_buf != len(params) or n_buf != len(func.params):
             raise UnsupportedError(f"{node.describe()}: kernel has {len(func.params)} "
                                    f"parameters for {len(params)} tensors")
-        cname = names(node.attrs["kernel"], prefix=f"{prefix}_")
-        src = render_kernel(func, cname, restrict=node.name not in in_place)
+        restrict = node.name not in in_place
+        if cache.rendered(func, restrict):
+            src = cache.render(func, "", restrict)
+        else:
+            src = cache.render(func, names(node.attrs["kernel"], prefix=f"{prefix}_"), restrict)
         kernels.append(CompiledKernel(i, node, src, params, how,
                                       get_op(node.op).flops_of(node), node.name in in_place))
     return fused, kernels

@@ -117,6 +117,25 @@ def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
     return calls
 
 
+def _kernel_functions(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The C functions of ``kernels.c``: one per distinct kernel source that some call that
+    is not elided uses (equal fused groups share one function, see ``KernelCache``)."""
+    out: list[dict[str, Any]] = []
+    by_source: dict[int, dict[str, Any]] = {}
+    for k, call in zip(spec.kernels, calls, strict=True):
+        if call["elided"]:
+            continue
+        entry = by_source.get(id(k.source))
+        if entry is not None:
+            entry["comment"] += f"; also kernel {k.index}"
+            continue
+        entry = {"index": k.index, "name": k.source.name, "params": k.source.params,
+                 "body": k.source.body, "comment": call["comment"]}
+        by_source[id(k.source)] = entry
+        out.append(entry)
+    return out
+
+
 def _copies(spec: BundleSpec, loc: _Locations, outputs: list[dict[str, Any]]
             ) -> list[dict[str, Any]]:
     """Outputs no kernel writes: graph inputs, constants, or a value listed twice."""
@@ -197,9 +216,7 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     weight_bytes = sum(w["bytes"] for w in loc.weights)
     for w in loc.weights:
         w["chunks"], w["text"] = format_bytes(w.pop("array"))
-    kernels = [{"index": k.index, "name": k.source.name, "params": k.source.params,
-                "body": k.source.body, "comment": calls[i]["comment"]}
-               for i, k in enumerate(spec.kernels) if not calls[i]["elided"]]
+    kernels = _kernel_functions(spec, calls)
     includes, preludes = _preludes(spec)
     flags = build_flags(spec)
     ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),

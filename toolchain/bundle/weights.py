@@ -56,6 +56,30 @@ def _lines(data: bytes, per_line: int, indent: int) -> str:
     return "".join(parts)
 
 
+#: ``\\xHH`` for every byte value: 4 ASCII bytes seen as one uint32 (a fast gather)
+_ESCAPES = np.frombuffer("".join(f"\\x{b:02x}" for b in range(256)).encode("ascii"),
+                         np.uint32).copy()
+
+
+def _full_chunks(data: np.ndarray, count: int, chunk: int, per_line: int,
+                 indent: int) -> bytes:
+    """The text of ``count`` whole chunks at once, each ending ``",\\n"`` (vectorised: the
+    text of ResNet-18's 97 MB of weights is 420 MB, built in a few numpy passes)."""
+    lines = chunk // per_line
+    width = indent + 2 + 4 * per_line + 1  # '  "' + escapes + '"' + newline
+    out = np.empty((count, lines * width + 1), np.uint8)
+    grid = out[:, :lines * width].reshape(count, lines, width)
+    grid[:, :, :indent] = ord(" ")
+    grid[:, :, indent] = ord('"')
+    escaped = _ESCAPES[data[:count * chunk]].view(np.uint8)
+    grid[:, :, indent + 1:-2] = escaped.reshape(count, lines, 4 * per_line)
+    grid[:, :, -2] = ord('"')
+    grid[:, :, -1] = ord("\n")
+    out[:, lines * width - 1] = ord(",")
+    out[:, -1] = ord("\n")
+    return out.tobytes()
+
+
 def format_bytes(array: np.ndarray, chunk: int = CHUNK, per_line: int = PER_LINE,
                  indent: int = 2) -> tuple[list[int], str]:
     """(chunk sizes, initialiser text) for the little-endian bytes of ``array``."""
@@ -66,5 +90,10 @@ def format_bytes(array: np.ndarray, chunk: int = CHUNK, per_line: int = PER_LINE
     if not data:
         data = bytes(max(flat.dtype.itemsize, 1))  # C has no empty arrays
     sizes = [min(chunk, len(data) - s) for s in range(0, len(data), chunk)]
-    texts = [_lines(data[s:s + chunk], per_line, indent) for s in range(0, len(data), chunk)]
-    return sizes, ",\n".join(t.rstrip("\n") for t in texts) + "\n"
+    whole = len(data) // chunk if chunk % per_line == 0 else 0
+    head = _full_chunks(np.frombuffer(data, np.uint8), whole, chunk, per_line,
+                        indent).decode("ascii") if whole else ""
+    texts = [_lines(data[s:s + chunk], per_line, indent)
+             for s in range(whole * chunk, len(data), chunk)]
+    tail = ",\n".join(t.rstrip("\n") for t in texts) + "\n" if texts else ""
+    return sizes, head + tail if tail else head[:-2] + "\n"

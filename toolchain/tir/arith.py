@@ -32,6 +32,7 @@ from typing import Any
 
 from toolchain.tir import ir
 from toolchain.tir.functor import ExprMutator
+from toolchain.tir.structural import expr_key
 
 Ranges = Mapping[ir.Var, ir.Range]
 _INT = ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
@@ -371,11 +372,15 @@ def const_bound(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[int | Non
 def bound_exprs(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[ir.PrimExpr,
                                                                          ir.PrimExpr]:
     """Symbolic inclusive bounds ``(lo, hi)`` of an integer expression as expressions."""
-    e = simplify(e, ranges)
-    b = _Bounds(ranges, keep_free=True).of(e)
-    if b is None:
-        return e, e
-    return simplify(b[0].to_expr()), simplify(b[1].to_expr())
+    key = _memo_key("bound_exprs", e, ranges)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit[1]
+    s = simplify(e, ranges)
+    b = _Bounds(ranges, keep_free=True).of(s)
+    out = (s, s) if b is None else (simplify(b[0].to_expr()), simplify(b[1].to_expr()))
+    _remember(key, (e, out))
+    return out
 
 
 def relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
@@ -632,6 +637,13 @@ class _Simplifier(ExprMutator):
             return self.visit_expr(ir.Add(mod, small.to_expr()))
         return None
 
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        # through the memo: the same indices recur in every load of an unrolled tile
+        idx = tuple(simplify(i, self.ranges) for i in e.indices)
+        if all(x is y for x, y in zip(idx, e.indices, strict=True)):
+            return e
+        return ir.BufferLoad(e.buffer, idx)
+
     def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
         r = self.ranges.get(e)
         if r is not None and ir.is_const_int(r.extent, 1):
@@ -676,7 +688,9 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
     """Simplify an expression, or every expression inside a statement.
 
     Folds constants, brings integer sums into canonical affine form, applies div/mod
-    rules using the ``ranges`` of Vars, and decides comparisons it can prove.
+    rules using the ``ranges`` of Vars, and decides comparisons it can prove. Results are
+    memoised (see :func:`clear_cache`): unrolled and flattened code asks for the same index
+    expressions under the same loop ranges again and again.
 
     >>> from toolchain.tir.ir import Var
     >>> i, j = Var("i"), Var("j")
@@ -684,13 +698,73 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
     'i + j'
     """
     if isinstance(e, ir.PrimExpr):
-        return _Simplifier(ranges).visit_expr(e)
+        t = type(e)
+        if t is ir.IntImm or t is ir.FloatImm or t is ir.StringImm:
+            return e
+        if t is ir.Var:
+            return _Simplifier(ranges).visit_Var(e)
+        if ir.is_float(e.dtype):  # value expressions: large, rarely repeated, not memoised
+            return _Simplifier(ranges).visit_expr(e)
+        key = _memo_key("simplify", e, ranges)
+        hit = _MEMO.get(key)
+        if hit is not None:
+            return e if hit[1] is hit[0] else hit[1]
+        out = _Simplifier(ranges).visit_expr(e)
+        _remember(key, (e, out))
+        return out
     if isinstance(e, ir.Stmt):
         from toolchain.tir.functor import StmtExprMutator
 
         class _S(StmtExprMutator):
             def visit_expr(self, x: ir.PrimExpr) -> ir.PrimExpr:
-                return _Simplifier(ranges).visit_expr(x)
+                return simplify(x, ranges)
 
         return _S().visit_stmt(e)
     return e
+
+
+# ----------------------------------------------------------------------- memo
+
+#: memo of simplify / bound_exprs: key -> (input, result); cleared when it grows past
+#: ``_MEMO_LIMIT`` entries (each entry keeps its input alive, see ``expr_key``)
+_MEMO: dict[Any, tuple[Any, Any]] = {}
+_MEMO_LIMIT = 1 << 17
+
+
+def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
+    """``(tag, structural key of e, ranges of the Vars e depends on)``.
+
+    Only the ranges of Vars reachable from ``e`` (through the ranges' own bounds too) can
+    change the answer, so unrelated loops in scope do not split the memo.
+    """
+    found: list[ir.Var] = []
+    k = expr_key(e, found)
+    if not ranges or not found:
+        return tag, k
+    sig = []
+    seen: set[ir.Var] = set()
+    n = 0
+    while n < len(found):
+        v = found[n]
+        n += 1
+        if v in seen:
+            continue
+        seen.add(v)
+        r = ranges.get(v)
+        if r is not None:
+            sig.append((v, expr_key(r.min, found), expr_key(r.extent, found)))
+    return tag, k, tuple(sig)
+
+
+def _remember(key: Any, value: tuple[Any, Any]) -> None:
+    if len(_MEMO) >= _MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[key] = value
+
+
+def clear_cache() -> None:
+    """Forget every memoised result (they are pure, so this only frees memory).
+
+    >>> clear_cache()
+    """
+    _MEMO.clear()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
-from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
 
 #: Innermost serial loops with a constant extent up to this are unrolled automatically.
 AUTO_MAX_EXTENT = 4
@@ -49,6 +50,61 @@ def _steps(s: ir.Stmt) -> int:
     return 1
 
 
+class _Specialize(StmtExprMutator):
+    """Substitute loop vars by values, keeping only the taken side of a choice whose
+    condition becomes constant.
+
+    Unrolling a Winograd transform copies a chain of 36 ``Select``s 36 times; each copy
+    needs one branch. Dropping the others here (instead of in the ``simplify`` that follows)
+    gives the same IR without building and walking 36x the code.
+    """
+
+    def __init__(self, vmap: Mapping[ir.Var, ir.PrimExpr]) -> None:
+        self.vmap = vmap
+
+    def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
+        return self.vmap.get(e, e)
+
+    def _decided(self, cond: ir.PrimExpr) -> ir.PrimExpr:
+        return arith.simplify(self.visit_expr(cond))
+
+    def visit_Select(self, e: ir.Select) -> ir.PrimExpr:
+        c = self._decided(e.condition)
+        if isinstance(c, ir.IntImm):
+            return self.visit_expr(e.true_value if c.value else e.false_value)
+        return super().visit_Select(e)
+
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
+        if e.op == "tir.if_then_else":
+            c = self._decided(e.args[0])
+            if isinstance(c, ir.IntImm):
+                return self.visit_expr(e.args[1] if c.value else e.args[2])
+        return super().visit_Call(e)
+
+    def visit_IfThenElse(self, s: ir.IfThenElse) -> ir.Stmt:
+        c = self._decided(s.condition)
+        if isinstance(c, ir.IntImm):
+            if c.value:
+                return self.visit_stmt(s.then_case)
+            if s.else_case is not None:
+                return self.visit_stmt(s.else_case)
+        return super().visit_IfThenElse(s)
+
+
+def specialize(s: ir.Stmt, vmap: Mapping[ir.Var, ir.PrimExpr]) -> ir.Stmt:
+    """``s`` with Vars replaced per ``vmap`` and choices on constant conditions resolved.
+
+    Before (``specialize(body, {e: 1})``)::
+
+        B[e] = T.Select(e == 0, A[0], T.Select(e == 1, A[1] * T.float32(2.0), A[2]))
+
+    After::
+
+        B[1] = A[1] * T.float32(2.0)
+    """
+    return _Specialize({k: ir.convert(v) for k, v in vmap.items()}).visit_stmt(s)
+
+
 class _Unroll(StmtExprMutator):
     def __init__(self, auto_max_extent: int) -> None:
         self.auto = auto_max_extent
@@ -70,7 +126,8 @@ class _Unroll(StmtExprMutator):
         auto = (s.kind == "serial" and (small or budget)
                 and "pragma_simd" not in s.annotations)
         if n is not None and (explicit or auto) and 0 < n <= MAX_UNROLLED_STMTS:
-            return ir.seq(*(substitute(body, {s.loop_var: s.min + k}) for k in range(n)))
+            return ir.seq(*(specialize(body, {s.loop_var: arith.simplify(s.min + k)})
+                            for k in range(n)))
         if explicit:  # symbolic extent: leave it to the C compiler
             return replace(s, kind="serial", body=body,
                            annotations={**s.annotations, "pragma_unroll": 1})

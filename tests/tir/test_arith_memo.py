@@ -1,0 +1,112 @@
+"""The memo of ``arith.simplify`` / ``bound_exprs``: same answers as without it, keyed on
+structure *and* on the ranges of the Vars an expression depends on."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from toolchain.tir import arith
+from toolchain.tir.ir import Call, FloatImm, IntImm, Range, Select, Var
+from toolchain.tir.structural import expr_key
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memo():
+    arith.clear_cache()
+    yield
+    arith.clear_cache()
+
+
+def _exprs(i: Var, j: Var, n: Var) -> list:
+    return [(i * 32 + j) // 32, (i * 32 + j) % 32, i * 2 + j - i + 3 - 3, (i * 8 + j) // 4,
+            (n + 1) * 2 - n, i < 4, (i * 32 + j) < 128, (j % 8) // 2 * 2 + j % 2,
+            arith.ir.Min(i + 3, i + 1), arith.ir.Max(i * 4, j)]
+
+
+def test_memoised_answers_equal_fresh_answers() -> None:
+    i, j, n = Var("i"), Var("j"), Var("n")
+    ranges = {i: Range(0, 4), j: Range(0, 32)}
+    first = [str(arith.simplify(e, ranges)) for e in _exprs(i, j, n)]
+    again = [str(arith.simplify(e, ranges)) for e in _exprs(i, j, n)]  # memo hits
+    arith.clear_cache()
+    fresh = [str(arith._Simplifier(ranges).visit_expr(e)) for e in _exprs(i, j, n)]
+    assert first == again == fresh
+    assert first[:2] == ["i", "j"]
+
+
+def test_ranges_are_part_of_the_key() -> None:
+    i, j = Var("i"), Var("j")
+    e = (i * 32 + j) // 32
+    assert str(arith.simplify(e, {j: Range(0, 32)})) == "i"
+    assert str(arith.simplify(e, {j: Range(0, 64)})) != "i"  # not the memoised "i"
+    assert str(arith.simplify(e)) != "i"
+    assert str(arith.simplify(e, {j: Range(0, 32)})) == "i"
+
+
+def test_ranges_reached_through_another_range_count() -> None:
+    """j's range is [0, k) and k's range decides whether j < 32 holds."""
+    j, k = Var("j"), Var("k")
+    cond = j < 32
+    assert str(arith.simplify(cond, {j: Range(0, k), k: Range(1, 32)})) == "True"
+    assert str(arith.simplify(cond, {j: Range(0, k), k: Range(1, 64)})) == "j < 32"
+
+
+def test_unrelated_ranges_share_the_memo() -> None:
+    i, j, other = Var("i"), Var("j"), Var("other")
+    e = (i * 32 + j) % 32
+    key_a = arith._memo_key("simplify", e, {j: Range(0, 32)})
+    key_b = arith._memo_key("simplify", e, {j: Range(0, 32), other: Range(0, 7)})
+    assert key_a == key_b
+
+
+def test_new_vars_never_hit_entries_of_dead_ones() -> None:
+    """Keys hold the Vars themselves: a fresh Var at a recycled address is another key."""
+    answers = set()
+    for extent in (32, 64, 32, 64):
+        i, j = Var("i"), Var("j")
+        answers.add((extent, str(arith.simplify((i * 32 + j) // 32, {j: Range(0, extent)}))))
+        del i, j
+        gc.collect()
+    assert answers == {(32, "i"), (64, "i + j // 32")}
+
+
+def test_unchanged_input_comes_back_itself() -> None:
+    i = Var("i")
+    e1, e2 = Call("int32", "ext", (i,)), Call("int32", "ext", (i,))  # nothing to simplify
+    assert arith.simplify(e1) is e1
+    assert arith.simplify(e2) is e2  # memo hit: the caller's own object, not e1
+
+
+def test_float_constants_keep_their_sign_in_keys() -> None:
+    assert expr_key(FloatImm(-0.0)) != expr_key(FloatImm(0.0))
+    c, x = Var("c", "bool"), Var("x", "float32")
+    pos = arith.simplify(Select(c, x, FloatImm(0.0)))
+    neg = arith.simplify(Select(c, x, FloatImm(-0.0)))
+    assert str(pos) != str(neg)
+
+
+def test_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(arith, "_MEMO_LIMIT", 4)
+    i, j = Var("i"), Var("j")
+    r = {j: Range(0, 8)}
+    for k in range(20):
+        assert str(arith.simplify((i * 8 + j + k * 8) // 8, r)) == (f"i + {k}" if k else "i")
+        assert len(arith._MEMO) <= 4
+
+
+def test_bound_exprs_memo_respects_ranges() -> None:
+    i, j = Var("i"), Var("j")
+    lo, hi = arith.bound_exprs(i * 4 + j, {j: Range(0, 4)})
+    assert (str(lo), str(hi)) == ("i * 4", "i * 4 + 3")
+    lo, hi = arith.bound_exprs(i * 4 + j, {j: Range(0, 8)})
+    assert (str(lo), str(hi)) == ("i * 4", "i * 4 + 7")
+    assert arith.relax(i * 4 + j, {j: Range(0, 4)}) is not None
+
+
+def test_constants_and_vars_skip_the_memo() -> None:
+    i = Var("i")
+    assert arith.simplify(IntImm(3)).value == 3
+    assert arith.simplify(i, {i: Range(5, 1)}).value == 5  # a loop of one iteration
+    assert not arith._MEMO
