@@ -4,16 +4,18 @@ QConv (group 1) and QGemm use the ``algorithm="dsp"`` computes of
 :mod:`toolchain.topi.int8`: the activations are widened to int16 minus the zero point in an
 ``im2col`` row per output pixel (the q7 -> q15 packing stage of CMSIS-NN), the weights are
 packed at compile time (:func:`~toolchain.topi.int8.pack_dsp_weights`), and the inner
-product is tensorized with the target's ``dot_q15q7_4x4`` intrinsic (four output channels:
-SXTB16 unpacking of four int8 weights, two SMLAD dual MACs each) or ``dot_q15q7_1x4`` when
-the channel count is not a multiple of 4. Per output pixel::
+product is tensorized with the target's ``dot_q15q7_4x8`` / ``dot_q15q7_4x4`` intrinsics
+(four output channels: SXTB16 unpacking of four int8 weights, two SMLAD dual MACs each) or
+``dot_q15q7_1x4`` when the channel count is not a multiple of 4. Per output pixel::
 
     im2col[p, 0:Kp] = int16(x[...]) - x_zp          (0 in the padded tail)
-    for mo, ko:  kiln_m4_dot_q15q7_4x4(&im2col[p, 4 ko], &w[4 mo, 4 ko], &acc[p, 4 mo])
-    qconv[.., m, y, x] = requantize(acc[p, m] + bias[m])
+    for mo, ko:  kiln_m4_dot_q15q7_4x8(&im2col[p, 8 ko], &w[4 mo, 8 ko], &acc[p, 4 mo])
+    qconv[.., m, y, x] = requantize(acc[p, m] + bias[m])      (kiln_cm_requantize, SSAT)
 
+Depthwise convolutions (channel multiplier 1) pad the channel's int16 input plane once and
+call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs.
 The integers are those of the generic kernels (int32 accumulation, same requantization).
-Depthwise / grouped convolutions, pooling and additions keep the generic CPU schedules
+Grouped convolutions, pooling and fused additions keep the generic CPU schedules
 (:mod:`toolchain.schedules.cpu_int8`).
 
 Example::
@@ -29,7 +31,7 @@ Example::
     ...          "out_dtype": "int8"}
     >>> op = schedule_cortex_m(Node("QGemm", "fc", [x, *c], [y], attrs), "cortex-m4")
     >>> op.info["schedule"], op.info["intrinsic"]
-    ('int8 dsp', 'cortex-m4.dot_q15q7_4x4')
+    ('int8 dsp', 'cortex-m4.dot_q15q7_4x8')
 """
 
 from __future__ import annotations
