@@ -154,3 +154,30 @@ def test_pow_squares_exactly_and_falls_back_to_libm():
         np.testing.assert_allclose(out[ok], want[ok], rtol=1e-6, equal_nan=True)
         if y == 2.0:
             assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_float_min_max_keep_the_plain_semantics_and_vectorize(tmp_path: Path):
+    """max(a, b) = a > b ? a : b (a NaN b is returned), as bit masks; a loop where the
+    result feeds more arithmetic is vectorized even without masked instructions."""
+    a = np.array([1.0, -2.0, np.nan, 3.0, -0.0, 0.0, np.inf, -np.inf], F32)
+    b = np.array([0.5, np.nan, 1.0, 3.0, 0.0, -0.0, 1.0, 1.0], F32)
+    A, B = te.placeholder((8,), name="A"), te.placeholder((8,), name="B")
+    mx = te.compute((8,), lambda i: te.max(A[i], B[i]), name="mx")
+    mn = te.compute((8,), lambda i: te.min(A[i], B[i]), name="mn")
+    mod = build(te.create_prim_func([A, B, mx, mn]), extra_flags=STRICT)
+    got_max, got_min = np.zeros(8, F32), np.zeros(8, F32)
+    mod(a, b, got_max, got_min)
+    with np.errstate(invalid="ignore"):
+        want_max, want_min = np.where(a > b, a, b), np.where(a < b, a, b)
+    assert np.array_equal(got_max.view(np.uint32), want_max.view(np.uint32))
+    assert np.array_equal(got_min.view(np.uint32), want_min.view(np.uint32))
+    if shutil.which("gcc") is None:
+        return
+    X = te.placeholder((1024,), name="X")
+    Y = te.compute((1024,), lambda i: te.max(X[i] * 3.0, 0.0) * 2.0 + 1.0, name="Y")
+    src = tmp_path / "relu.c"
+    src.write_text(CRenderer().render(lower(te.create_prim_func([X, Y]))).code)
+    res = subprocess.run(["gcc", "-O3", "-std=gnu99", "-mavx2", "-mfma", "-c", str(src),
+                          "-o", str(tmp_path / "relu.o"), "-fopt-info-vec-optimized"],
+                         capture_output=True, text=True, check=True)
+    assert "loop vectorized" in res.stderr

@@ -166,7 +166,7 @@ class CStyleRenderer:
     vector_locals: ClassVar[bool] = True
     #: largest allocation (bytes) placed on the stack; bigger ones use the heap
     max_stack_bytes: ClassVar[int] = 64 * 1024
-    #: float32 exp / erf / tanh / sigmoid / pow call the vectorizable helpers of
+    #: float32 exp / erf / tanh / sigmoid / pow / min / max call the vectorizable helpers of
     #: :mod:`.fastmath` instead of libm (relative error < 1e-6)
     fast_math: ClassVar[bool] = True
 
@@ -571,7 +571,11 @@ class CStyleRenderer:
     def _minmax(self, e: ir._Binary) -> tuple[str, int]:
         if ir.lanes_of(e.dtype) > 1:
             return cvector.minmax(self, e), _ATOM
-        fn = self.helper("min" if isinstance(e, ir.Min) else "max", self.ctype(e.dtype))
+        kind = "min" if isinstance(e, ir.Min) else "max"
+        if self.fast_math and e.dtype == "float32":  # vectorizable without masked ops
+            fn = self.helper("fast_" + kind, "float")
+        else:
+            fn = self.helper(kind, self.ctype(e.dtype))
         return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", _ATOM
 
     def expr_Not(self, e: ir.Not) -> tuple[str, int]:

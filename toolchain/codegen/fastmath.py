@@ -14,7 +14,11 @@ float <-> int bit casts only, which gcc and clang inline and vectorize like any 
 * ``kiln_fast_sigmoidf``: ``1 / (1 + exp(-x))``;
 * ``kiln_fast_powf``: ``x * x`` when the exponent is 2 (exactly ``powf(x, 2)``), else
   ``powf``: an exponent read from a constant tensor is loop-invariant, so gcc unswitches
-  the loop on it and vectorizes the squaring (``ReduceMean((a - b) ** 2)``).
+  the loop on it and vectorizes the squaring (``ReduceMean((a - b) ** 2)``);
+* ``kiln_fast_maxf`` / ``kiln_fast_minf``: ``a > b ? a : b`` / ``a < b ? a : b`` (the
+  same results as the plain helpers, NaN in ``b`` returned) as a blend of bit masks:
+  without masked vector instructions (AVX2, SSE) gcc does not vectorize a loop in which
+  a float select feeds more arithmetic (``max(x, 0) * s + b``), since the compare may trap.
 
 NaN propagates, ``+-inf`` give the limits. The coefficients below were fitted offline
 (iteratively reweighted least squares on Chebyshev nodes, linearised for the rational,
@@ -44,6 +48,7 @@ FAST_OPS: dict[str, str] = {"exp": "fast_exp", "erf": "fast_erf", "tanh": "fast_
 FUNCTIONS: dict[str, str] = {
     "fast_exp": "kiln_fast_expf", "fast_erf": "kiln_fast_erff", "fast_tanh": "kiln_fast_tanhf",
     "fast_sigmoid": "kiln_fast_sigmoidf", "fast_pow": "kiln_fast_powf",
+    "fast_max": "kiln_fast_maxf", "fast_min": "kiln_fast_minf",
     "bitcast_i32": "kiln_bitcast_i32f",
     "bitcast_f32": "kiln_bitcast_f32i",
 }
@@ -51,8 +56,8 @@ FUNCTIONS: dict[str, str] = {
 _DEPENDS = {"fast_tanh": ("fast_exp",),
             "fast_sigmoid": ("fast_exp",)}
 #: definition order
-_ORDER = ("bitcast_i32", "bitcast_f32", "fast_exp", "fast_erf", "fast_tanh", "fast_sigmoid",
-          "fast_pow")
+_ORDER = ("bitcast_i32", "bitcast_f32", "fast_max", "fast_min", "fast_exp", "fast_erf",
+          "fast_tanh", "fast_sigmoid", "fast_pow")
 
 #: e^r = sum c_k r^k on |r| <= ln(2)/2 (relative error 1.9e-9 before float rounding)
 EXP_COEFFS = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.041668228805065155,
