@@ -66,3 +66,16 @@ def test_float_io_unchanged_by_default() -> None:
     q, result = quantize_model(model, _cal(model))
     assert result.io == {} and not q.metadata_props
     assert [i.type.tensor_type.elem_type for i in q.graph.input] == [onnx.TensorProto.FLOAT]
+
+
+def test_float_op_reads_the_float_graph_input() -> None:
+    """The autoencoder's score ``mean((y - x)^2)`` reads ``x`` itself, not ``DQ(Q(x))``: exact,
+    and the int8 copy of ``x`` dies after the first dense layer."""
+    model = ZOO["autoencoder"].build(batch=1)
+    q, _ = quantize_model(model, _cal(model))
+    (sub,) = [n for n in q.graph.node if n.op_type == "Sub"]
+    assert "input" in sub.input
+    (quant,) = [n for n in q.graph.node if n.input and n.input[0] == "input"
+                and n.op_type == "QuantizeLinear"]
+    readers = [n for n in q.graph.node if quant.output[0] in n.input]
+    assert [n.op_type for n in readers] == ["DequantizeLinear"]
