@@ -189,6 +189,9 @@ def test_x86_code_compiles_warning_free_with_the_target_flags(target, ws) -> Non
     ((1, 3, 15, 15), (8, 3, 3, 3), "NCHW3c", "NCHW8c", "OIHW3i8o",
      {"pads": [0, 0, 1, 1], "strides": [2, 2]}),
     ((1, 16, 6, 10), (24, 16, 3, 3), "NCHW16c", "NCHW8c", "OIHW16i8o", {"pads": [1] * 4}),
+    # small images: tiles of several output rows (3 x 3 and 2 x 6 pixels)
+    ((1, 32, 3, 3), (48, 32, 1, 1), "NCHW16c", "NCHW16c", "OIHW16i16o", {}),
+    ((1, 16, 6, 6), (32, 16, 3, 3), "NCHW16c", "NCHW16c", "OIHW16i16o", {"pads": [1] * 4}),
     # Winograd (>= 32 channels) into the other output layouts
     ((1, 32, 8, 6), (32, 32, 3, 3), "NHWC", "NHWC", "OHWI", {"pads": [1] * 4}),
     ((1, 32, 10, 10), (40, 32, 3, 3), "NCHW16c", "NCHW", "OIHW16i8o", {"pads": [1] * 4}),
@@ -218,4 +221,34 @@ def test_layout_conv(target, xs, ws, dl, ol, kl, attrs) -> None:
         assert op.metadata["info"]["schedule"].startswith("conv2d_winograd")
     elif dl == ol == f"NCHW{lanes}c" or (ol == "NCHW8c" and lanes >= 8):
         assert op.metadata["info"]["direct_out"] is True
+        if xs[3] < 8 and lanes == 16:
+            assert op.metadata["info"]["ry"] == {3: 3, 6: 2}[xs[3]]
         assert 'T.block("conv_out")' not in str(op.op_schedule.schedule.mod)  # in write-back
+
+
+@pytest.mark.parametrize("ks, pads, packs", [(1, [0] * 4, False), (3, [1] * 4, True)])
+def test_layout_conv_reads_a_blocked_input_in_place_or_packs_it_by_vectors(ks, pads,
+                                                                           packs) -> None:
+    """A 1x1 conv on an input already in its channel blocks has no pack stage; a padded
+    one packs whole channel-block vectors (no per-element select)."""
+    import toolchain.graph.passes  # noqa: F401 - registers LayoutConv
+    from toolchain.graph.ir import Node, Value
+    from toolchain.graph.passes.layout_ops import from_layout, kernel_to_layout, to_layout
+    from toolchain.tir.schedule import state as st
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 32, 6, 8)).astype(np.float32)
+    w = rng.standard_normal((16, 32, ks, ks)).astype(np.float32)
+    ref = get_op("Conv").reference([x, w], {"group": 1, "auto_pad": "NOTSET", "pads": pads})[0]
+    node = Node("LayoutConv", "lc", [Value("x", (1, 2, 6, 8, 16), "float32"),
+                                     Value.constant("w", kernel_to_layout(w, "OIHW16i16o"))],
+                [Value("y", (1, 1, 6, 8, 16), "float32")],
+                {"pads": pads, "data_layout": "NCHW16c", "out_layout": "NCHW16c",
+                 "kernel_layout": "OIHW16i16o"})
+    op = compile_op(node, "x86_64-avx512" if "x86_64-avx512" in RUNNABLE else RUNNABLE[-1])
+    mod = op.op_schedule.schedule.mod
+    assert ("data_pack" in st.block_names(mod)) == packs
+    got = from_layout(op(to_layout(x, "NCHW16c"))[0], "NCHW16c")
+    assert np.abs(got - ref).max() / np.abs(ref).max() <= RTOL
+    if packs:
+        assert "if_then_else" not in str(mod)

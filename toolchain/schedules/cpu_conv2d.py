@@ -55,6 +55,7 @@ from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
 
 Expr = ir.PrimExpr
 
@@ -91,12 +92,14 @@ class ConvGeom:
 
 @dataclass(frozen=True)
 class ConvPlan:
-    """Blocking of one convolution: channel blocks ``cb``/``ob``, register row ``rw``."""
+    """Blocking of one convolution: channel blocks ``cb``/``ob``, register row ``rw``
+    (output columns) by ``ry`` output rows (a divisor of the output height)."""
 
     cb: int
     ob: int
     rw: int
     lanes: int
+    ry: int = 1
 
     def padded(self, g: ConvGeom) -> tuple[int, int, int, int]:
         """``(Op, OWp, Hp, Wp)``: padded output channels and width, packed input size."""
@@ -130,7 +133,7 @@ def plan_conv(g: ConvGeom, p: CpuParams) -> ConvPlan:
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> plan_conv(g, cpu_params("x86_64-avx512"))
-    ConvPlan(cb=32, ob=32, rw=8, lanes=16)
+    ConvPlan(cb=32, ob=32, rw=8, lanes=16, ry=1)
     """
     lanes = p.lanes("float32")
     rw, ob = register_tile(lanes, p.vector_registers, g.o)
@@ -188,9 +191,18 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         ih, iw = hh - g.pt, ww - g.pl
         inside = te.all(ih >= 0, ih < g.h, iw >= 0, iw < g.w)
         val = in_at(n, c0, c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0))
+        if ib == cb:
+            # blocked input: the clamped load is in bounds and the 0/1 factor is the same
+            # for every channel lane, so the copy is a vector loop (a select is not); an
+            # infinite element on the border gives NaN instead of inf where a window
+            # already reads it (as in cpu_depthwise)
+            return val * te.cast(inside, "float32")
         return te.if_then_else(inside, val, zero)
 
-    xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
+    if ib == cb and (g.pt, g.pl, hp, wp) == (0, 0, g.h, g.w):
+        xp = x  # already blocked, nothing to pad (1x1 convs): read the input in place
+    else:
+        xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
     wdata = w_oihw if w_oihw is not None else wv.data
     if wdata is not None:
         packed = pack_weight(wdata, plan, op_)
@@ -251,12 +263,16 @@ def direct_blocked_out(g: ConvGeom, plan: ConvPlan, out_layout: str) -> bool:
 
 
 def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
-                  out_layout: str = "NCHW") -> None:
+                  out_layout: str = "NCHW", data_layout: str = "NCHW") -> None:
     """Register-tile, vectorize and unroll the blocked convolution."""
     blk = sch.get_block("conv")
     n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
     xo, xi = sch.split(xx, [None, plan.rw])
-    sch.reorder(n, o0, y, xo, rc0, rkh, rkw, rc1, xi, o1)
+    if plan.ry > 1:  # a tile of several short rows (small images)
+        y, yi = sch.split(y, [None, plan.ry])
+        sch.reorder(n, o0, y, xo, rc0, rkh, rkw, rc1, yi, xi, o1)
+    else:
+        sch.reorder(n, o0, y, xo, rc0, rkh, rkw, rc1, xi, o1)
     local = sch.cache_write(blk, 0, "local")
     sch.reverse_compute_at(local, xo)
     init = sch.decompose_reduction(blk, rc0)
@@ -271,6 +287,8 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
             # vectorizes inside a rolled loop but scalarizes (a branch per lane) once the
             # row is unrolled around register-resident accumulators
             sch.unroll(rows)
+            if plan.ry > 1:
+                sch.unroll(sch.get_loops(b)[-4])
     loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 | tile
     if g.kw * plan.cb <= 32:
         sch.unroll(loops[6])  # kw: short windows of few channels unroll whole
@@ -291,14 +309,18 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         if g.ow % plan.lanes == 0:
             _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
             sch.vectorize(wi)
-    # packing: read rows of X contiguously (the writes stride by cb)
-    pl = sch.get_loops(sch.get_block("data_pack"))
-    sch.reorder(pl[3], pl[4])
+    packs = "data_pack" in st.block_names(sch.mod)
+    if packs and _layout_block(data_layout) == plan.cb:
+        sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
+    elif packs:  # read rows of X contiguously (the writes stride by cb)
+        pl = sch.get_loops(sch.get_block("data_pack"))
+        sch.reorder(pl[3], pl[4])
     if p.cores > 1:
         sch.parallel(sch.fuse(n, o0, y))
         if out is not None:
             sch.parallel(sch.fuse(*sch.get_loops(out)[:2]))
-        sch.parallel(sch.fuse(*sch.get_loops(sch.get_block("data_pack"))[:2]))
+        if packs:
+            sch.parallel(sch.fuse(*sch.get_loops(sch.get_block("data_pack"))[:2]))
     try:
         wpk = sch.get_block("W_pack")
     except Exception:  # noqa: BLE001 - weights were packed at compile time
@@ -444,7 +466,7 @@ def layout_conv_plan(g: ConvGeom, p: CpuParams, data_layout: str, out_layout: st
 
     >>> g = ConvGeom(1, 16, 48, 48, 8, 1, 1, 48, 48, 1, 1, 1, 1, 0, 0)
     >>> layout_conv_plan(g, cpu_params("x86_64-avx512"), "NCHW16c", "NCHW8c")
-    ConvPlan(cb=16, ob=8, rw=8, lanes=8)
+    ConvPlan(cb=16, ob=8, rw=8, lanes=8, ry=1)
     """
     base = plan_conv(g, p)
     ib, bo = _layout_block(data_layout), _layout_block(out_layout)
@@ -456,8 +478,13 @@ def layout_conv_plan(g: ConvGeom, p: CpuParams, data_layout: str, out_layout: st
     else:
         ob = base.ob
     cb = ib if ib is not None and g.c % ib == 0 else base.cb
-    rw = next((r for r in range(base.rw, 3, -1) if g.ow % r == 0), base.rw)
-    return ConvPlan(cb, ob, min(rw, g.ow), lanes)
+    rw = min(next((r for r in range(base.rw, 3, -1) if g.ow % r == 0), base.rw), g.ow)
+    ry = 1
+    if rw == g.ow < register_tile(base.lanes, p.vector_registers, g.o)[0]:
+        # short rows (small images): stack rows until the tile holds about 12 vectors
+        vecs = ob // lanes
+        ry = max(d for d in range(1, g.oh + 1) if g.oh % d == 0 and d * rw * vecs <= 12)
+    return ConvPlan(cb, ob, rw, lanes, ry)
 
 
 @register_schedule("LayoutConv", "cpu")
@@ -494,9 +521,9 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
-    schedule_conv(sch, g, plan, p, a["out_layout"])
+    schedule_conv(sch, g, plan, p, a["out_layout"], a["data_layout"])
     info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
-                            "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
+                            "cb": plan.cb, "ob": plan.ob, "rw": plan.rw, "ry": plan.ry,
                             "direct_out": direct_blocked_out(g, plan, a["out_layout"]),
                             "packed_weight": True, "flops": g.flops}
     return OpSchedule(sch, values, list(node.outputs), info)
