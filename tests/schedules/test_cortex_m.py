@@ -108,13 +108,20 @@ def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert len(np.unique(want)) > 3  # not vacuous
 
 
-@pytest.mark.parametrize("n,k,m", [(1, 64, 12), (2, 37, 10)])
-def test_qgemm_dsp_bit_exact(n: int, k: int, m: int) -> None:
+@pytest.mark.parametrize("n,k,m,intrin", [
+    (1, 64, 12, "dot_s8s8_4x8"),     # int8 x int8, zero point folded into the bias
+    (2, 36, 8, "dot_s8s8_4x4"),
+    (2, 40, 10, "dot_s8s8_1x4"),
+    (2, 37, 10, "dot_q15q7_1x4"),    # K % 4 != 0: the widened, padded input row
+])
+def test_qgemm_dsp_bit_exact(n: int, k: int, m: int, intrin: str) -> None:
     node = _gemm(n, k, m)
     x = _qx((n, k), "int8")
     got, info = _run_host(node, x, "cortex-m7")
-    assert info["schedule"] == "int8 dsp"
-    np.testing.assert_array_equal(got, _reference(node, x))
+    assert info == {"schedule": "int8 dsp", "intrinsic": f"cortex-m7.{intrin}"}
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3
 
 
 @pytest.mark.parametrize("cfg", [

@@ -42,8 +42,8 @@ def test_cortex_m_descriptors_declare_the_dsp_intrinsics() -> None:
     assert "-mcpu=cortex-m4" in m4.cflags and "-mfpu=fpv4-sp-d16" in m4.cflags
     assert m7.caches == {"l1d": 4096} and not m4.caches
     for t in (m4, m7):
-        assert {"dot_q15q7_4x4", "dot_q15q7_4x8", "dot_q15q7_1x4", "dwconv_q15q7_1x4"} <= set(
-            t.intrinsics)
+        assert {"dot_q15q7_4x4", "dot_q15q7_4x8", "dot_q15q7_1x4", "dwconv_q15q7_1x4",
+                "dot_s8s8_4x4", "dot_s8s8_4x8", "dot_s8s8_1x4"} <= set(t.intrinsics)
         # ACLE where the compiler has the DSP extension, portable C with the same integers
         # elsewhere; SXTB16 (both forms), SMLAD and SSAT/USAT
         h = t.c_helpers

@@ -218,6 +218,26 @@ def _schedule_depthwise(func: Any, intrin: str) -> Schedule:
     return sch
 
 
+def _schedule_s8(func: Any, intrin: str, lanes: int, kc: int) -> Schedule:
+    """int8 x int8 dense: accumulators per tile of ``lanes`` outputs, ``kc`` k per call."""
+    sch = Schedule(func)
+    n, m = sch.get_loops(sch.get_block("qgemm"))
+    mo, _ = sch.split(m, [None, lanes])
+    acc = sch.get_block("dsp_acc")
+    sch.compute_at(acc, mo)
+    if lanes == 1:  # the unit channel loop is elided: the nest is k alone
+        ko, ki = sch.split(sch.get_loops(acc)[-1], [None, kc])
+        sch.decompose_reduction(acc, ko)
+        sch.tensorize(ki, intrin)
+        return sch
+    mi, k = sch.get_loops(acc)[-2:]
+    ko, ki = sch.split(k, [None, kc])
+    sch.reorder(ko, mi, ki)
+    sch.decompose_reduction(acc, ko)
+    sch.tensorize(mi, intrin)
+    return sch
+
+
 def _buffer_shape(sch: Schedule, block: str) -> tuple[Any, ...]:
     """Shape of the buffer that ``block`` writes."""
     from toolchain.tir.schedule import state as st
@@ -280,7 +300,7 @@ def load_intrinsics_once(target: str) -> None:
 def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     """The Cortex-M int8 schedule of ``node`` (generic int8 schedule where DSP kernels do
     not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other ops)."""
-    from toolchain.topi.int8 import dsp_applies, dsp_depthwise
+    from toolchain.topi.int8 import dsp_applies, dsp_depthwise, qgemm_s8_applies
     from toolchain.topi.registry import node_compute
 
     t = resolve_target(target)
@@ -292,12 +312,17 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     kp = -(-int(np.prod(w.shape[1:])) // 4) * 4
     intrin, lanes, groups = _intrinsic(t.name, int(w.shape[0]), kp)
     depthwise = node.op == "QConv" and dsp_depthwise(node)
+    s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     try:
         if depthwise:
             intrin = f"{t.name}.dwconv_q15q7_1x4"
             sch = _schedule_depthwise(func, intrin)
+        elif s8:
+            kc = 8 if int(w.shape[1]) % 8 == 0 and lanes == 4 else 4
+            intrin = f"{t.name}.dot_s8s8_{lanes}x{kc}"
+            sch = _schedule_s8(func, intrin, lanes, kc)
         else:
             window = tuple(node.input(1).shape[2:]) if node.op == "QConv" else None
             sch = _schedule_dsp(func, node.op, intrin, lanes, groups, window)

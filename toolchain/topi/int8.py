@@ -260,6 +260,42 @@ def qadd(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
         name="qadd", tag="injective")
 
 
+def fold_zero_point(bias: np.ndarray, w: np.ndarray, zp: int) -> np.ndarray:
+    """``bias - zp * sum_k w`` (int64): the bias that makes ``sum_k x * w`` equal
+    ``sum_k (x - zp) * w`` plus the original bias.
+
+    >>> fold_zero_point(np.array([10]), np.array([[1, 2, 3]], np.int8), 2).tolist()
+    [-2]
+    """
+    w2 = np.asarray(w, np.int64).reshape(np.asarray(w).shape[0], -1)
+    return np.asarray(bias, np.int64) - int(zp) * w2.sum(axis=1)
+
+
+def qgemm_s8_applies(node: Any) -> bool:
+    """Whether QGemm ``node`` takes the int8 x int8 kernel: int8 2-D input, K a multiple of
+    4, constant weights and bias, and the folded bias within int32."""
+    x, w, b = node.input(0), node.input(1), node.input(2)
+    if x.dtype != "int8" or len(x.shape) != 2 or w is None or w.data is None:
+        return False
+    if b is None or b.data is None or int(w.shape[1]) % 4:
+        return False
+    folded = fold_zero_point(b.data, w.data, node.attrs["x_zero_point"])
+    return bool(np.all(np.abs(folded) < 2**31 - 1))
+
+
+def qgemm_s8(x: te.Tensor, w: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
+             attrs: dict[str, Any]) -> te.Tensor:
+    """Integer ``x[P, K] . w[M, K]^T`` on the raw int8 input, ``bias`` already folded
+    (:func:`fold_zero_point`); same integers as :func:`qgemm`."""
+    p, kdim = (int(d.value) for d in x.shape)
+    m = int(w.shape[0].value)
+    k = te.reduce_axis((0, kdim), name="k")
+    acc = te.compute((p, m), lambda i, j: te.sum(
+        te.cast(x[i, k], "int32") * te.cast(w[j, k], "int32"), axis=k),
+        name="dsp_acc", tag="dense")
+    return dsp_epilogue(acc, bias, mult, shifts, 1, attrs, "qgemm")
+
+
 def qadd_dsp_applies(attrs: dict[str, Any]) -> bool:
     """Whether ``(v - zp) << left_shift`` fits int32 for every 8-bit ``v`` (the C helper
     takes int32 operands; the generic kernel computes it in int64)."""
@@ -343,6 +379,12 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
 
 @register("QGemm")
 def _qgemm(ctx: Ctx) -> list[te.Tensor]:
+    if ctx.options.get("algorithm") == "dsp" and qgemm_s8_applies(ctx.node):
+        w, zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
+        b = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w, zp).astype(np.int32),
+                              "the Cortex-M int8 x int8 dense layer")
+        return [qgemm_s8(ctx.tensor(0), ctx.tensor(1), b, ctx.tensor(3), ctx.tensor(4),
+                         ctx.attrs)]
     if ctx.options.get("algorithm") == "dsp":
         k = int(ctx.node.input(1).shape[1])
         wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP dense layer")
