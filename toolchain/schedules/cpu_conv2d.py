@@ -191,7 +191,7 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         ih, iw = hh - g.pt, ww - g.pl
         inside = te.all(ih >= 0, ih < g.h, iw >= 0, iw < g.w)
         val = in_at(n, c0, c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0))
-        if ib == cb:
+        if vector_pack(ib, cb):
             # blocked input: the clamped load is in bounds and the 0/1 factor is the same
             # for every channel lane, so the copy is a vector loop (a select is not); an
             # infinite element on the border gives NaN instead of inf where a window
@@ -256,6 +256,13 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     return args + [out], values, conv.name
 
 
+def vector_pack(ib: int | None, cb: int) -> bool:
+    """Whether the padded copy of a ``NCHW{ib}c`` input into blocks of ``cb`` channels is
+    a loop of whole vectors: same block, a power of two of at least 4 lanes (others, like
+    the 3 channels of an image, copy element by element)."""
+    return ib == cb and cb >= 4 and cb & (cb - 1) == 0
+
+
 def direct_blocked_out(g: ConvGeom, plan: ConvPlan, out_layout: str) -> bool:
     """Whether the product's tiles are exactly the ``NCHW{ob}c`` output (no re-layout)."""
     op_, owp, _, _ = plan.padded(g)
@@ -310,7 +317,7 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
             _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
             sch.vectorize(wi)
     packs = "data_pack" in st.block_names(sch.mod)
-    if packs and _layout_block(data_layout) == plan.cb:
+    if packs and vector_pack(_layout_block(data_layout), plan.cb):
         sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
     elif packs:  # read rows of X contiguously (the writes stride by cb)
         pl = sch.get_loops(sch.get_block("data_pack"))
