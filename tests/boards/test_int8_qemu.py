@@ -71,7 +71,7 @@ def test_int8_model_on_qemu_bit_exact_with_host(name, board, qdq_compiled):
     _check(m, board)
 
 
-@pytest.mark.parametrize("board", ["qemu-mps2-an386"])
+@pytest.mark.parametrize("board", BOARDS)
 def test_onnxruntime_quantized_model_on_qemu(board, qdq_compiled):
     """DS-CNN as ``quantize_static`` writes it: BatchNormalization kept, its bias scale of
     shape [1] with a scalar zero point (accepted as per-tensor)."""
