@@ -18,6 +18,7 @@ from toolchain.codegen.cstyle import render_helpers
 from toolchain.codegen.cuda import CUDARenderer
 from toolchain.codegen.fastmath import needed, render_fastmath
 from toolchain.driver import build, lower
+from toolchain.schedules.cpu_ops import CpuConfig, schedule_cpu
 
 F32 = np.float32
 TINY = float(np.finfo(F32).tiny)
@@ -157,14 +158,17 @@ def test_pow_squares_exactly_and_falls_back_to_libm():
 
 
 def test_float_min_max_keep_the_plain_semantics_and_vectorize(tmp_path: Path):
-    """max(a, b) = a > b ? a : b (a NaN b is returned), as bit masks; a loop where the
-    result feeds more arithmetic is vectorized even without masked instructions."""
+    """max(a, b) = a > b ? a : b (a NaN b is returned), as bit masks in SIMD loops: a loop
+    where the result feeds more arithmetic is vectorized even without masked instructions;
+    scalar code keeps the plain helper."""
     a = np.array([1.0, -2.0, np.nan, 3.0, -0.0, 0.0, np.inf, -np.inf], F32)
     b = np.array([0.5, np.nan, 1.0, 3.0, 0.0, -0.0, 1.0, 1.0], F32)
     A, B = te.placeholder((8,), name="A"), te.placeholder((8,), name="B")
     mx = te.compute((8,), lambda i: te.max(A[i], B[i]), name="mx")
     mn = te.compute((8,), lambda i: te.min(A[i], B[i]), name="mn")
-    mod = build(te.create_prim_func([A, B, mx, mn]), extra_flags=STRICT)
+    mod = build(schedule_cpu(te.create_prim_func([A, B, mx, mn]), CpuConfig(vector_bits=128)),
+                extra_flags=STRICT)
+    assert "kiln_fast_maxf(" in mod.get_source() and "kiln_fast_minf(" in mod.get_source()
     got_max, got_min = np.zeros(8, F32), np.zeros(8, F32)
     mod(a, b, got_max, got_min)
     with np.errstate(invalid="ignore"):
@@ -175,8 +179,14 @@ def test_float_min_max_keep_the_plain_semantics_and_vectorize(tmp_path: Path):
         return
     X = te.placeholder((1024,), name="X")
     Y = te.compute((1024,), lambda i: te.max(X[i] * 3.0, 0.0) * 2.0 + 1.0, name="Y")
+    func = te.create_prim_func([X, Y])
+    # plain loop (scalar code): the one-instruction a > b ? a : b
+    assert "kiln_max_float(" in CRenderer().render(lower(func)).code
+    # a loop meant for SIMD (Kiln's vectorizer leaves a Max to gcc): the bit-mask blend
+    code = CRenderer().render(lower(schedule_cpu(func, CpuConfig(vector_bits=256)))).code
+    assert "kiln_fast_maxf(" in code
     src = tmp_path / "relu.c"
-    src.write_text(CRenderer().render(lower(te.create_prim_func([X, Y]))).code)
+    src.write_text(code)
     res = subprocess.run(["gcc", "-O3", "-std=gnu99", "-mavx2", "-mfma", "-c", str(src),
                           "-o", str(tmp_path / "relu.o"), "-fopt-info-vec-optimized"],
                          capture_output=True, text=True, check=True)

@@ -233,6 +233,8 @@ class CStyleRenderer:
         self.vec_locals: dict[ir.Var, int] = {}
         self.ranges: dict[ir.Var, ir.Range] = {}
         self.parallel_depth = 0
+        #: inside a loop meant for SIMD (vectorized, or the scalar fallback gcc vectorizes)
+        self.simd_depth = 0
         self.uses_openmp = False
         self.uses_simd = False
 
@@ -404,9 +406,12 @@ class CStyleRenderer:
             self.emit("#pragma GCC unroll 16")
         self.emit(f"for ({t} {v} = {lo}; {v} < {end}; ++{v}) {{")
         self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        simd = bool(s.annotations.get("pragma_simd")) or s.kind == "vectorized"
         self.parallel_depth += parallel
+        self.simd_depth += simd
         self.block(s.body)
         self.parallel_depth -= parallel
+        self.simd_depth -= simd
         self.emit("}")
 
     def stmt_Allocate(self, s: ir.Allocate) -> None:
@@ -572,7 +577,9 @@ class CStyleRenderer:
         if ir.lanes_of(e.dtype) > 1:
             return cvector.minmax(self, e), _ATOM
         kind = "min" if isinstance(e, ir.Min) else "max"
-        if self.fast_math and e.dtype == "float32":  # vectorizable without masked ops
+        if self.fast_math and e.dtype == "float32" and self.simd_depth:
+            # a bit-mask blend: gcc vectorizes it without masked instructions (AVX2), but
+            # in scalar code (a reduction's tail) the plain a > b ? a : b is one maxss
             fn = self.helper("fast_" + kind, "float")
         else:
             fn = self.helper(kind, self.ctype(e.dtype))

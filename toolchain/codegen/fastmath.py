@@ -15,10 +15,10 @@ float <-> int bit casts only, which gcc and clang inline and vectorize like any 
 * ``kiln_fast_powf``: ``x * x`` when the exponent is 2 (exactly ``powf(x, 2)``), else
   ``powf``: an exponent read from a constant tensor is loop-invariant, so gcc unswitches
   the loop on it and vectorizes the squaring (``ReduceMean((a - b) ** 2)``);
-* ``kiln_fast_maxf`` / ``kiln_fast_minf``: ``a > b ? a : b`` / ``a < b ? a : b`` (the
-  same results as the plain helpers, NaN in ``b`` returned) as a blend of bit masks:
-  without masked vector instructions (AVX2, SSE) gcc does not vectorize a loop in which
-  a float select feeds more arithmetic (``max(x, 0) * s + b``), since the compare may trap.
+* ``kiln_fast_maxf`` / ``kiln_fast_minf`` (in SIMD loops only): ``a > b ? a : b`` /
+  ``a < b ? a : b`` (the results of the plain helpers, NaN in ``b`` returned), on x86
+  without AVX-512 as a blend of bit masks: there gcc does not vectorize a loop in which a
+  float select feeds more arithmetic (``max(x, 0) * s + b``), since the compare may trap.
 
 NaN propagates, ``+-inf`` give the limits. The coefficients below were fitted offline
 (iteratively reweighted least squares on Chebyshev nodes, linearised for the rational,
