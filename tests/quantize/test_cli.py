@@ -94,3 +94,39 @@ def test_errors(kws: tuple[Path, Path], tmp_path: Path,
     assert "must be an .onnx" in _err(capsys, ["quantize", str(model), "--calibration",
                                                str(cal), "-o", str(tmp_path / "o.txt")])
     assert not Path(out).exists()
+
+
+def test_integer_io_flag_gives_int8_inputs_and_outputs(kws: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    model, cal = kws
+    out = tmp_path / "kws_io.onnx"
+    assert cli.main(["quantize", str(model), "--calibration", str(cal), "-o", str(out),
+                     "--integer-io"]) == 0
+    q = onnx.load(out)
+    elem = {v.name: v.type.tensor_type.elem_type for v in [*q.graph.input, *q.graph.output]}
+    # the input and the logits are int8; Softmax has no int8 form and stays float
+    assert elem == {"input_1": onnx.TensorProto.INT8, "dense/BiasAdd:0": onnx.TensorProto.INT8,
+                    "dense/Softmax:0": onnx.TensorProto.FLOAT}, elem
+    props = {p.key: p.value for p in q.metadata_props}
+    assert {"kiln.io.input_1", "kiln.io.dense/BiasAdd:0"} <= set(props), props
+
+
+def test_check_of_an_int8_bundle_compares_with_the_integer_reference(
+        kws: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kiln run --check` on a QDQ model's bundle: the reference runs the integer kernels'
+    semantics, so the bundle matches it exactly (not only within a quantization step)."""
+    model, cal = kws
+    q = tmp_path / "kws_int8.onnx"
+    assert cli.main(["quantize", str(model), "--calibration", str(cal), "-o", str(q)]) == 0
+    x = np.random.default_rng(3).standard_normal((1, 49, 10, 1)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", input_1=x)
+    out = tmp_path / "bundle"
+    assert cli.main(["compile", str(q), "--target", "c-generic", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert cli.main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--check"]) == 0
+    text = capsys.readouterr().out
+    assert "check passed" in text
+    errors = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.split()[-1:] == ["ok"]}
+    # the logits come out of integer kernels: exact; Softmax is float math after them
+    assert errors["dense/BiasAdd:0"] == 0.0 and errors["dense/Softmax:0"] < 1e-6, text

@@ -25,6 +25,7 @@ examples:
   kiln quantize kws.onnx --calibration samples.npz -o kws_int8.onnx
   kiln quantize vww.onnx --calibration vww.npz -o vww_int8.onnx --per-tensor --uint8
   kiln quantize ad.onnx --calibration ad.npz -o ad_int8.onnx --percentile 99.99
+  kiln quantize ad.onnx --calibration ad.npz -o ad_int8.onnx --integer-io  # int8 I/O
 
 the .npz holds one array per model input, named like the input, whose first dimension
 counts the samples (for an input [1, 49, 10, 1]: [S, 49, 10, 1] or [S, 1, 49, 10, 1]).
@@ -49,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="activations with zero point 0 (128 for --uint8)")
     parser.add_argument("--uint8", action="store_true",
                         help="uint8 activations (default int8); weights are always int8")
+    parser.add_argument("--integer-io", action="store_true",
+                        help="int8 model inputs and outputs (quantized by the caller; their "
+                             "scales and zero points go into the model's metadata_props as "
+                             "kiln.io.NAME) instead of float ones converted inside the model")
     parser.add_argument("--percentile", type=float, default=None, metavar="P",
                         help="calibrate to the P-th percentile of each tensor (e.g. 99.99) "
                              "instead of its min/max")
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         args.model, arrays, per_channel=args.per_channel,
         symmetric_activations=args.symmetric_activations,
         activation_dtype="uint8" if args.uint8 else "int8", percentile=args.percentile,
-        input_shapes=input_shapes(args))
+        input_shapes=input_shapes(args), integer_io=args.integer_io)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".onnx.tmp")
     os.close(fd)
