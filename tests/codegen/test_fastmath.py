@@ -120,6 +120,8 @@ def test_kernel_named_like_a_helper_is_renamed():
     B = te.compute((8,), lambda i: te.exp(A[i]), name="B")
     src = CRenderer().render(lower(te.create_prim_func([A, B])), name="fast_expf")
     assert src.entry == "kiln_fast_expf_kernel"
+    src = CRenderer().render(lower(te.create_prim_func([A, B])), name="f32_as_u32")
+    assert src.entry == "kiln_f32_as_u32_kernel"
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")

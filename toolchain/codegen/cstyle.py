@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import jinja2
 
 from toolchain.codegen import cvector
-from toolchain.codegen.fastmath import FAST_OPS, FUNCTIONS, render_fastmath
+from toolchain.codegen.fastmath import FAST_OPS, FUNCTIONS, SUPPORT_NAMES, render_fastmath
 from toolchain.codegen.math_intrinsics import INTRINSICS
 from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
 from toolchain.errors import UnsupportedError
@@ -200,7 +200,7 @@ class CStyleRenderer:
         names |= {self._helper_name(k, t) for k in ("floordiv", "floormod")
                   for t in ("int32_t", "int64_t")}
         return names | {self._helper_name("sigmoid", t) for t in ("float", "double")} | {
-            self._helper_name("alloc", "void")} | set(FUNCTIONS.values())
+            self._helper_name("alloc", "void")} | set(FUNCTIONS.values()) | set(SUPPORT_NAMES)
 
     @staticmethod
     def _helper_name(kind: str, ctype: str) -> str:

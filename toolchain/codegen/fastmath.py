@@ -49,15 +49,17 @@ FUNCTIONS: dict[str, str] = {
     "fast_exp": "kiln_fast_expf", "fast_erf": "kiln_fast_erff", "fast_tanh": "kiln_fast_tanhf",
     "fast_sigmoid": "kiln_fast_sigmoidf", "fast_pow": "kiln_fast_powf",
     "fast_max": "kiln_fast_maxf", "fast_min": "kiln_fast_minf",
-    "bitcast_i32": "kiln_bitcast_i32f",
-    "bitcast_f32": "kiln_bitcast_f32i",
 }
+#: the other names the template defines (types, bit casts, the select): kept clear of
+#: kernel entry names too
+SUPPORT_NAMES = ("kiln_f32_bits", "kiln_f32_as_u32", "kiln_u32_as_f32", "kiln_select_f32",
+                 "kiln_select_f32_if")
 #: kinds each kind calls (defined before it)
 _DEPENDS = {"fast_tanh": ("fast_exp",),
             "fast_sigmoid": ("fast_exp",)}
 #: definition order
-_ORDER = ("bitcast_i32", "bitcast_f32", "fast_max", "fast_min", "fast_exp", "fast_erf",
-          "fast_tanh", "fast_sigmoid", "fast_pow")
+_ORDER = ("fast_max", "fast_min", "fast_exp", "fast_erf", "fast_tanh", "fast_sigmoid",
+          "fast_pow")
 
 #: e^r = sum c_k r^k on |r| <= ln(2)/2 (relative error 1.9e-9 before float rounding)
 EXP_COEFFS = (1.0, 1.0, 0.49999991059303284, 0.16666419804096222, 0.041668228805065155,
