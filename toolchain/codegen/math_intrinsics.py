@@ -18,6 +18,13 @@ which rounds once more).
 ``nearbyint`` rounds in the current floating-point rounding mode without raising the
 inexact exception; generated code never changes the mode, so it is round-to-nearest-even.
 
+The C dialect spells float32 ``exp erf tanh sigmoid pow`` (and ``min``/``max`` in SIMD
+loops) as the vectorizable helpers of :mod:`toolchain.codegen.fastmath` (relative error
+below 4e-7; ``pow(x, 2)`` exact) unless ``fast_math`` is off (CUDA keeps its own
+functions). ``reinterpret`` (``Call(dtype, "reinterpret", (x,))``: the bits of ``x`` as a
+type of the same size) is rendered by :mod:`toolchain.codegen.cvector`; it is not a math
+function and has no row here.
+
 >>> INTRINSICS["round"].c_function("float32"), INTRINSICS["exp"].c_function("float64")
 ('nearbyintf', 'exp')
 """
