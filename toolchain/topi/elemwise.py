@@ -330,13 +330,18 @@ def quantize_linear(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None
     prec = precision or (scale.dtype if ir.is_float(scale.dtype) else "float64")
     ax = axis % x.ndim
     lo, hi = te.min_value(out_dtype).value, te.max_value(out_dtype).value
+    # The zero point is added and the clamp done in ``prec`` too, not in float64: the rounded
+    # quotient is an integer, exact in float32 up to 2**24, and beyond that any rounding of
+    # ``q + zero_point`` stays far outside [lo, hi] and saturates to the same bound, so the
+    # result equals the float64 one -- and Cortex-M4/M7 FPUs have no double precision.
+    ext = prec if te.max_value(out_dtype).value < 2 ** 24 else "float64"
 
     def f(*i: Expr) -> Expr:
         s = te.cast(scale[_param_index(scale, i, ax, block_size)], prec)
-        q = te.cast(te.round(te.cast(x[i], prec) / s), "float64")
+        q = te.cast(te.round(te.cast(x[i], prec) / s), ext)
         if zero_point is not None:
-            q = q + te.cast(zero_point[_param_index(zero_point, i, ax, block_size)], "float64")
-        q = te.minimum(te.maximum(q, scalar(lo, "float64")), scalar(hi, "float64"))
+            q = q + te.cast(zero_point[_param_index(zero_point, i, ax, block_size)], ext)
+        q = te.minimum(te.maximum(q, scalar(lo, ext)), scalar(hi, ext))
         return te.cast(q, out_dtype)
 
     return te.compute(x.shape, f, name="quantize_linear", tag="elemwise")
