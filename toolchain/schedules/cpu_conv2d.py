@@ -4,7 +4,8 @@ The computation is rewritten in blocked layouts (as TVM's x86 ``conv2d_NCHWc``):
 
 * **data** ``[N, C, H, W]`` is copied once into ``[N, C/cb, Hp, Wp, cb]`` with the zero
   padding built in (``Hp``/``Wp`` also cover the padded output tile, so no inner loop
-  carries a bounds check);
+  carries a bounds check); an input already in ``NCHW{cb}c`` is copied by whole vectors
+  (:func:`vector_pack`), or read in place when nothing needs padding (1x1 convs);
 * **weights** ``[O, C, KH, KW]`` are packed *at compile time* into
   ``[Op/ob, C/cb, KH, KW, cb, ob]`` (zero-padded to a multiple of ``ob`` output channels;
   ``OpSchedule.input_values`` names the packed constant ``<W>_packed``). Weights that are
@@ -14,7 +15,15 @@ The computation is rewritten in blocked layouts (as TVM's x86 ``conv2d_NCHWc``):
   ``c_outer, kh, kw, c_inner`` around it, each step one vector load of weights and ``rw``
   broadcasts of data feeding ``rw * ob / lanes`` FMAs (the outer-product micro-kernel);
 * the **epilogue** writes NCHW, adds the bias and crops the padding; it is attached to
-  the output-row loop so the row it reads is still in L1.
+  the output-row loop so the row it reads is still in L1. An output in ``NCHW{ob}c`` is
+  written straight from the tile, whose write-back row stays a rolled loop (a fused
+  Clip's lane loop is vectorized by the C compiler there, scalarized when unrolled).
+
+For a ``LayoutConv`` (:func:`layout_conv_plan`) ``cb``/``ob`` are the layouts' own blocks,
+an output block narrower than a vector gets a tile of that many lanes, and short output
+rows are stacked ``ry`` high. 3x3 stride-1 convs with constant weights and at least 32
+input and output channels use Winograd F(2x2, 3x3) instead
+(:mod:`toolchain.schedules.cpu_winograd`, :func:`winograd_choice`).
 
 ``ob`` is two vectors (``2 * lanes``), ``rw`` fills the register file
 (:func:`~toolchain.schedules.common.register_tile`) and ``cb`` is the largest divisor of
