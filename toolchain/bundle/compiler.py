@@ -37,6 +37,7 @@ from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
 from toolchain.target import Target, load_target
+from toolchain.tir import arith
 
 #: arena, weight and tensor alignment in bytes (a cache line; AVX-512 loads)
 ALIGNMENT = 64
@@ -249,6 +250,16 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
     from toolchain.graph.passes import run_pipeline
 
     fused = run_pipeline(graph, layout, dump_dir=dump_ir)
+    try:
+        return fused, _compile_kernels(fused, t, prefix, progress)
+    finally:
+        # the memo keeps this model's IR alive; its entries rarely help another model
+        arith.clear_cache()
+
+
+def _compile_kernels(fused: Graph, t: Target, prefix: str,
+                     progress: bool | None) -> list[CompiledKernel]:
+    """One :class:`CompiledKernel` per Fused node of ``fused``, in order."""
     for node in fused.nodes:
         if node.op != "Fused":
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
@@ -272,7 +283,7 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
             src = cache.render(func, names(node.attrs["kernel"], prefix=f"{prefix}_"), restrict)
         kernels.append(CompiledKernel(i, node, src, params, how,
                                       get_op(node.op).flops_of(node), node.name in in_place))
-    return fused, kernels
+    return kernels
 
 
 def c_type(dtype: str) -> str:

@@ -61,23 +61,42 @@ _ESCAPES = np.frombuffer("".join(f"\\x{b:02x}" for b in range(256)).encode("asci
                          np.uint32).copy()
 
 
-def _full_chunks(data: np.ndarray, count: int, chunk: int, per_line: int,
-                 indent: int) -> bytes:
-    """The text of ``count`` whole chunks at once, each ending ``",\\n"`` (vectorised: the
-    text of ResNet-18's 97 MB of weights is 420 MB, built in a few numpy passes)."""
+#: whole chunks escaped per numpy step (bounds the temporary to ~4 MB)
+_BLOCK = 256
+
+
+def _text(data: np.ndarray, chunk: int, per_line: int, indent: int) -> str:
+    """The initialiser text of ``data`` (uint8): whole chunks vectorised in one buffer,
+    then the last partial chunk line by line. Each chunk but the last ends ``",\\n"``.
+
+    ResNet-18's weights are ~300 MB of text: the buffer is filled in place (a 4-byte
+    ``\\xHH`` gather per byte) and decoded once, with no intermediate full-size copies.
+    """
+    count = len(data) // chunk if chunk % per_line == 0 else 0
     lines = chunk // per_line
     width = indent + 2 + 4 * per_line + 1  # '  "' + escapes + '"' + newline
-    out = np.empty((count, lines * width + 1), np.uint8)
-    grid = out[:, :lines * width].reshape(count, lines, width)
+    size = lines * width + 1  # + the comma after the chunk
+    tail = ",\n".join(_lines(data[s:s + chunk].tobytes(), per_line, indent).rstrip("\n")
+                      for s in range(count * chunk, len(data), chunk))
+    tail_bytes = (tail + "\n").encode("ascii") if tail else b""
+    out = np.empty(count * size + len(tail_bytes), np.uint8)
+    chunks = out[:count * size].reshape(count, size)
+    grid = chunks[:, :lines * width].reshape(count, lines, width)
     grid[:, :, :indent] = ord(" ")
     grid[:, :, indent] = ord('"')
-    escaped = _ESCAPES[data[:count * chunk]].view(np.uint8)
-    grid[:, :, indent + 1:-2] = escaped.reshape(count, lines, 4 * per_line)
+    for b in range(0, count, _BLOCK):
+        e = min(b + _BLOCK, count)
+        escaped = _ESCAPES[data[b * chunk:e * chunk]].view(np.uint8)
+        grid[b:e, :, indent + 1:-2] = escaped.reshape(e - b, lines, 4 * per_line)
     grid[:, :, -2] = ord('"')
     grid[:, :, -1] = ord("\n")
-    out[:, lines * width - 1] = ord(",")
-    out[:, -1] = ord("\n")
-    return out.tobytes()
+    chunks[:, -2] = ord(",")
+    chunks[:, -1] = ord("\n")
+    out[count * size:] = np.frombuffer(tail_bytes, np.uint8)
+    if not tail_bytes:  # the last whole chunk ends the text: no comma
+        out[-2] = ord("\n")
+        return str(memoryview(out)[:-1], "ascii")
+    return str(memoryview(out), "ascii")
 
 
 def format_bytes(array: np.ndarray, chunk: int = CHUNK, per_line: int = PER_LINE,
@@ -86,14 +105,7 @@ def format_bytes(array: np.ndarray, chunk: int = CHUNK, per_line: int = PER_LINE
     flat = np.ascontiguousarray(array).reshape(-1)
     if flat.dtype.byteorder == ">":
         flat = flat.astype(flat.dtype.newbyteorder("<"))
-    data = flat.tobytes()
-    if not data:
-        data = bytes(max(flat.dtype.itemsize, 1))  # C has no empty arrays
+    data = flat.view(np.uint8) if flat.size else np.zeros(max(flat.dtype.itemsize, 1),
+                                                          np.uint8)  # C has no empty arrays
     sizes = [min(chunk, len(data) - s) for s in range(0, len(data), chunk)]
-    whole = len(data) // chunk if chunk % per_line == 0 else 0
-    head = _full_chunks(np.frombuffer(data, np.uint8), whole, chunk, per_line,
-                        indent).decode("ascii") if whole else ""
-    texts = [_lines(data[s:s + chunk], per_line, indent)
-             for s in range(whole * chunk, len(data), chunk)]
-    tail = ",\n".join(t.rstrip("\n") for t in texts) + "\n" if texts else ""
-    return sizes, head + tail if tail else head[:-2] + "\n"
+    return sizes, _text(data, chunk, per_line, indent)
