@@ -31,7 +31,7 @@ Example::
     ...          "out_dtype": "int8"}
     >>> op = schedule_cortex_m(Node("QGemm", "fc", [x, *c], [y], attrs), "cortex-m4")
     >>> op.info["schedule"], op.info["intrinsic"]
-    ('int8 dsp', 'cortex-m4.dot_q15q7_4x8')
+    ('int8 dsp', 'cortex-m4.dot_s8s8_4x8')
 """
 
 from __future__ import annotations
@@ -287,6 +287,18 @@ def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
     sch = _schedule_rules(func, t, node.op)
     return OpSchedule(sch, list(nc.input_values), list(node.outputs),
                       {"schedule": "int8 dsp", "requantize": "kiln_cm_requantize"})
+
+
+def compute_options(node: Node, target: Any) -> dict[str, Any]:
+    """Compute options for ``node`` inside a fused group on a Cortex-M ``target``: QAdd
+    (a residual add, usually the tail of a QConv) uses the C requantization helper where
+    its shifts fit int32, as the stand-alone QAdd does (:func:`_schedule_qadd`)."""
+    from toolchain.topi.int8 import qadd_dsp_applies
+
+    if node.op == "QAdd" and qadd_dsp_applies(node.attrs):
+        load_intrinsics_once(resolve_target(target).name)
+        return {"algorithm": "dsp"}
+    return {}
 
 
 def load_intrinsics_once(target: str) -> None:

@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -176,12 +177,14 @@ def _copy(t: te.Tensor, name: str) -> te.Tensor:
     return te.compute(t.shape, lambda *i: t[i], name=name, tag="injective")
 
 
-def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None = None
-                  ) -> FusedCompute:
+def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None = None,
+                  options: Callable[[Node], dict[str, Any]] | None = None) -> FusedCompute:
     """Compose the computes of ``node``'s inner graph (a ``Fused`` node) into one DAG.
 
     ``skip`` inner nodes at the front are left out and ``seed`` maps inner value ids to
     tensors standing for them (how the tail after a separately scheduled anchor is built).
+    ``options(inner_node)`` gives the compute options of an inner node (a target's
+    algorithm choice, e.g. the Cortex-M DSP QAdd; see :func:`compute_options`).
     """
     inner: Graph = node.attrs["graph"]
     env: dict[int, te.Tensor] = dict(seed or {})
@@ -194,7 +197,7 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
             inputs.append(env[id(v)])
             values.append(v)
     for n in inner.nodes[skip:]:
-        nc = node_compute(n)
+        nc = node_compute(n, **(options(n) if options else {}))
         mapping = {}
         for ph, v in zip(nc.inputs, nc.input_values, strict=True):
             if id(v) not in env:  # a constant the compute reads as a tensor
@@ -214,6 +217,21 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
             t = _copy(t, f"output_{k}")
         outs.append(t)
     return FusedCompute(inputs, values, outs, list(inner.outputs), env)
+
+
+def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
+    """The per-node compute options ``target`` asks of the ops inside fused groups (None:
+    the default computes). Cortex-M targets compute QAdd with their C requantization
+    helper (:func:`toolchain.schedules.cortex_m.compute_options`), the same integers.
+
+    >>> compute_options(registry.resolve_target("c-generic")) is None
+    True
+    """
+    from toolchain.schedules import cortex_m
+
+    if getattr(target, "name", None) in cortex_m.CORTEX_M_TARGETS:
+        return lambda n: cortex_m.compute_options(n, target)
+    return None
 
 
 # ------------------------------------------------------- computes of the layout pass's ops
@@ -367,9 +385,10 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
         sa = _as_op_schedule(pick(bound, t), bound)
         if sa is not None:
             sa = replace(sa, input_values=[back.get(id(v), v) for v in sa.input_values])
+    opts = compute_options(t)
     if sa is not None and anchor is not None:
-        return _schedule_with_anchor(node, anchor, sa, cfg)
-    fc = fused_compute(node)
+        return _schedule_with_anchor(node, anchor, sa, cfg, opts)
+    fc = fused_compute(node, options=opts)
     func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
     return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
 
@@ -399,7 +418,8 @@ def _root_items(func: ir.PrimFunc) -> tuple[list[ir.Stmt], tuple[ir.Buffer, ...]
     return (list(body.seq) if isinstance(body, ir.SeqStmt) else [body]), root.alloc_buffers
 
 
-def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops.CpuConfig
+def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops.CpuConfig,
+                          options: Callable[[Node], dict[str, Any]] | None = None
                           ) -> FusedKernel:
     inner: Graph = node.attrs["graph"]
     fa = sa.schedule.mod
@@ -418,7 +438,7 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
                                                             strict=False)}
     canon[id(out_val)] = a_params[n_in]
     seed = te.placeholder(out_val.shape or (1,), out_val.dtype, "anchor_out")
-    fc = fused_compute(node, skip=idx + 1, seed={id(out_val): seed})
+    fc = fused_compute(node, skip=idx + 1, seed={id(out_val): seed}, options=options)
     # only the group inputs the tail reads become its parameters (a weight the anchor
     # packed at compile time must not come along as an unused, unpacked parameter)
     used = {id(v) for n in inner.nodes[idx + 1:] for v in n.inputs if v is not None}
