@@ -95,4 +95,5 @@ for _op in INT8_OPS:
     register_schedule(_op, "cpu")(schedule_int8)
 
 # the Cortex-M DSP schedules (registered for cortex-m4/m7 by name, so they win over "cpu")
-from toolchain.schedules import cortex_m  # noqa: E402, F401
+# and the register-tiled QConv / QGemm schedules of c-generic and the x86 targets (by name)
+from toolchain.schedules import cortex_m, x86_int8  # noqa: E402, F401

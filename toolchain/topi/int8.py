@@ -340,6 +340,87 @@ def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
                                                       attrs), name="qavgpool", tag="injective")
 
 
+def x86_lanes(m: int) -> int:
+    """Output channels per vector of the x86 int8 kernels: 16 int32 (one zmm) unless ``m``
+    is a multiple of 8 but not of 16 or smaller than 16 (8: one ymm, less padding)."""
+    return 8 if m % 16 and (m % 8 == 0 or m < 8) else 16
+
+
+def pack_x86_weights(w: np.ndarray, lanes: int = 16) -> np.ndarray:
+    """``[M, ...]`` int8 weights -> ``[ceil(M / lanes), ..., lanes]`` (zero-padded channels):
+    the inner loop of the x86 kernels reads ``lanes`` output channels of one ``k`` at once.
+
+    >>> pack_x86_weights(np.arange(6, dtype=np.int8).reshape(3, 2), 2).tolist()
+    [[[0, 2], [1, 3]], [[4, 0], [5, 0]]]
+    """
+    w = np.asarray(w)
+    m = w.shape[0]
+    mo = -(-m // lanes)
+    out = np.zeros((mo * lanes, *w.shape[1:]), w.dtype)
+    out[:m] = w
+    out = out.reshape(mo, lanes, *w.shape[1:])
+    return np.ascontiguousarray(np.moveaxis(out, 1, -1))
+
+
+def qconv2d_x86(x: te.Tensor, wp: te.Tensor, m: int, bias: te.Tensor, mult: te.Tensor,
+                shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer NCHW convolution (group 1) over :func:`pack_x86_weights`-packed ``wp``
+    (``[Mo, C, KH, KW, L]``): ``x86_acc[n, mo, y, x, l]`` holds output channel
+    ``mo * L + l``; ``m`` is the real channel count. Same integers as :func:`qconv2d_nchw`."""
+    _, c, kh, kw, lanes = (int(d.value) for d in wp.shape)
+    mo_n = int(wp.shape[0].value)
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    acc_t = "float32" if wp.dtype == "float32" else "int32"
+    xs = shifted(x, attrs["x_zero_point"])
+    if acc_t == "float32":
+        xs = te.compute(xs.shape, lambda *i: te.cast(xs[i], "float32"), name="x_float",
+                        tag="injective")
+    xp = pad_spatial(xs, (2, 3), (pt, pl), (pb, pr))
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    rc = te.reduce_axis((0, c), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    acc = te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(xp[b, rc, y * sh + ry * dh, xx * sw + rx * dw], acc_t)
+        * te.cast(wp[mo, rc, ry, rx, li], acc_t), axis=[rc, ry, rx]),
+        name="x86_acc", tag="conv")
+    return te.compute((n, m, oh, ow), lambda b, ch, y, xx: finish_te(
+        te.cast(acc[b, te.floordiv(ch, lanes), y, xx, te.floormod(ch, lanes)], "int64")
+        + te.cast(bias[ch], "int64"), mult[ch], shifts[ch, 0], shifts[ch, 1], attrs),
+        name="qconv", tag="injective")
+
+
+def qgemm_x86(x: te.Tensor, wp: te.Tensor, m: int, bias: te.Tensor, mult: te.Tensor,
+              shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer ``x[P, K] . w[M, K]^T`` over :func:`pack_x86_weights`-packed ``wp``
+    (``[Mo, K, L]``); same integers as :func:`qgemm`."""
+    p = int(x.shape[0].value)
+    mo_n, kdim, lanes = (int(d.value) for d in wp.shape)
+    xs = shifted(x, attrs["x_zero_point"])
+    k = te.reduce_axis((0, kdim), name="k")
+    acc = te.compute((p, mo_n, lanes), lambda i, mo, li: te.sum(
+        te.cast(xs[i, k], "int32") * te.cast(wp[mo, k, li], "int32"), axis=k),
+        name="x86_acc", tag="dense")
+    return te.compute((p, m), lambda i, j: finish_te(
+        te.cast(acc[i, te.floordiv(j, lanes), te.floormod(j, lanes)], "int64")
+        + te.cast(bias[j], "int64"), mult[j], shifts[j, 0], shifts[j, 1], attrs),
+        name="qgemm", tag="injective")
+
+
+def x86_applies(node: Any) -> bool:
+    """Whether the ``algorithm="x86"`` computes handle ``node`` (constant weights; QConv:
+    2-D, group 1; QGemm: 2-D input)."""
+    w = node.input(1)
+    if w is None or w.data is None:
+        return False
+    if node.op == "QConv":
+        return len(w.shape) == 4 and int(node.attrs["group"]) == 1
+    return node.op == "QGemm" and len(node.input(0).shape) == 2
+
+
 def _requant_tensors(ctx: Ctx) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     return ctx.tensor(2), ctx.tensor(3), ctx.tensor(4)
 
@@ -370,6 +451,11 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")
         return [qdwconv_dsp(ctx.tensor(0), wp, kw, *_requant_tensors(ctx), ctx.attrs)]
+    if ctx.options.get("algorithm") == "x86":
+        m = int(ctx.node.input(1).shape[0])
+        wp = ctx.packed_tensor(1, lambda w: pack_x86_weights(w, x86_lanes(m)),
+                               "the x86 int8 convolution")
+        return [qconv2d_x86(ctx.tensor(0), wp, m, *_requant_tensors(ctx), ctx.attrs)]
     if ctx.options.get("algorithm") == "dsp":
         wshape = tuple(ctx.node.input(1).shape)
         wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
@@ -385,6 +471,11 @@ def _qgemm(ctx: Ctx) -> list[te.Tensor]:
                               "the Cortex-M int8 x int8 dense layer")
         return [qgemm_s8(ctx.tensor(0), ctx.tensor(1), b, ctx.tensor(3), ctx.tensor(4),
                          ctx.attrs)]
+    if ctx.options.get("algorithm") == "x86":
+        m = int(ctx.node.input(1).shape[0])
+        wp = ctx.packed_tensor(1, lambda w: pack_x86_weights(w, x86_lanes(m)),
+                               "the x86 int8 dense layer")
+        return [qgemm_x86(ctx.tensor(0), wp, m, *_requant_tensors(ctx), ctx.attrs)]
     if ctx.options.get("algorithm") == "dsp":
         k = int(ctx.node.input(1).shape[1])
         wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP dense layer")

@@ -1,0 +1,134 @@
+"""int8 schedules for x86 (and c-generic): register-tiled QConv / QGemm over output channels.
+
+QConv (group 1) and QGemm use the ``algorithm="x86"`` computes of
+:mod:`toolchain.topi.int8`: the weights are packed at compile time to
+``[M/L, C, KH, KW, L]`` (:func:`~toolchain.topi.int8.pack_x86_weights`, ``L`` = 16 or 8
+output channels, zero-padded), so the innermost loop reads ``L`` channels of one ``k`` at
+once and accumulates them in int32 vector lanes. Per output row of a convolution::
+
+    pad[:, rows of y] = int16(x) - x_zp                      (0 in the padding)
+    for mo:                                   # L output channels
+        for xo:                                 # T output pixels: T x L int32 in registers
+            acc[T, L] = 0
+            for c, ry, rx:  for xi (unrolled T):  for l (vector L):
+                acc[xi, l] += pad[c, y*sh + ry, (xo*T + xi)*sw + rx] * w[mo, c, ry, rx, l]
+        qconv[mo*L + l, y, x] = requantize(acc[x, l] + bias)    (whole row of L channels)
+
+A dense layer accumulates ``L`` outputs per vector over ``k``. The integers are those of
+the generic kernels (int32 accumulation, the same int64 requantization), so the outputs
+equal the integer reference bit for bit. Depthwise / grouped convolutions and the other
+integer ops keep the generic schedules (:mod:`toolchain.schedules.cpu_int8`), as does any
+shape the tiled nest refuses.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 16), "int8"); y = Value("y", (1, 4), "int8")
+    >>> c = [Value.constant("w", np.ones((4, 16), np.int8)),
+    ...      Value.constant("b", np.zeros(4, np.int32)),
+    ...      Value.constant("m", np.full(4, 1 << 30, np.int32)),
+    ...      Value.constant("s", np.full((4, 2), 1 << 30, np.int32))]
+    >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
+    ...          "out_dtype": "int8"}
+    >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx512")
+    >>> op.info["schedule"], op.input_values[1].data.shape
+    ('int8 x86', (1, 16, 8))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolchain import te
+from toolchain.errors import KilnError
+from toolchain.graph.ir import Node, Value
+from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
+from toolchain.schedules.registry import OpSchedule, register_schedule
+from toolchain.tir.schedule import Schedule
+
+#: targets whose QConv / QGemm take these schedules
+X86_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
+
+#: most output pixels whose accumulators one tile keeps (T x L int32 in registers)
+MAX_PIXELS = 8
+
+
+def pixel_tile(width: int, most: int = MAX_PIXELS) -> int:
+    """The largest divisor of ``width`` not above ``most`` (no remainder loop).
+
+    >>> pixel_tile(32), pixel_tile(25), pixel_tile(13)
+    (8, 5, 1)
+    """
+    return next(t for t in range(min(width, most), 0, -1) if width % t == 0)
+
+
+def _schedule_conv(func: Any, lanes: int) -> Schedule:
+    """The tiled convolution nest of the module docstring."""
+    sch = Schedule(func)
+    names = _block_names(sch)
+    sch.compute_inline(sch.get_block("x_shifted"))
+    out = sch.get_block("qconv")
+    _, ch, y, x = sch.get_loops(out)
+    mo, mi = sch.split(ch, [None, lanes])
+    ow = int(sch.get(x).extent.value)
+    xo, xi = sch.split(x, [None, pixel_tile(ow)])
+    sch.reorder(y, mo, xo, mi, xi)
+    acc = sch.get_block("x86_acc")
+    sch.compute_at(acc, xo)
+    if "pad" in names:
+        sch.compute_at(sch.get_block("pad"), y)
+    xi, li, rc, ry, rx = sch.get_loops(acc)[-5:]
+    sch.reorder(rc, ry, rx, xi, li)
+    init = sch.decompose_reduction(acc, rc)
+    sch.vectorize(li)
+    sch.unroll(xi)
+    sch.vectorize(sch.get_loops(init)[-1])
+    return sch
+
+
+def _schedule_dense(func: Any, lanes: int) -> Schedule:
+    """Accumulators per vector of ``lanes`` outputs, ``k`` outermost in the tile."""
+    sch = Schedule(func)
+    sch.compute_inline(sch.get_block("x_shifted"))
+    _, j = sch.get_loops(sch.get_block("qgemm"))
+    mo, _ = sch.split(j, [None, lanes])
+    acc = sch.get_block("x86_acc")
+    sch.compute_at(acc, mo)
+    li, k = sch.get_loops(acc)[-2:]
+    sch.reorder(k, li)
+    init = sch.decompose_reduction(acc, k)
+    sch.vectorize(li)
+    sch.vectorize(sch.get_loops(init)[-1])
+    return sch
+
+
+def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
+    """The x86 int8 schedule of ``node`` (the generic int8 schedule where the tiled
+    kernels do not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other
+    ops, or a nest the schedule refuses)."""
+    from toolchain.topi.int8 import x86_applies, x86_lanes
+    from toolchain.topi.registry import node_compute
+
+    if node.op not in ("QConv", "QGemm") or not x86_applies(node):
+        return schedule_int8(node, target)
+    lanes = x86_lanes(int(node.input(1).shape[0]))
+    nc = node_compute(node, algorithm="x86")
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    try:
+        sch = (_schedule_conv if node.op == "QConv" else _schedule_dense)(func, lanes)
+    except KilnError as err:  # a shape the tiled nest cannot take: the generic kernel
+        op = schedule_int8(node, target)
+        op.info["x86_refused"] = str(err)
+        return op
+    values: list[Value] = []
+    for k, v in enumerate(nc.input_values):
+        if k in nc.packs:
+            v = Value.constant(f"{v.name}_x86", nc.packs[k](v.data))
+        values.append(v)
+    return OpSchedule(sch, values, list(node.outputs), {"schedule": "int8 x86", "lanes": lanes})
+
+
+for _t in X86_TARGETS:
+    for _op in ("QConv", "QGemm"):
+        register_schedule(_op, _t)(schedule_x86_int8)
