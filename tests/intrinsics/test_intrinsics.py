@@ -289,3 +289,56 @@ def test_cortex_m4_smlad_runs_on_the_host_with_the_portable_fallback() -> None:
     mod(a, b, c)
     want = (b.astype(np.int64) @ a.astype(np.int64)).astype(np.int64)
     np.testing.assert_array_equal(c, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
+
+
+# --------------------------------------------------------------------------- lowering aids
+
+def _ptr(load: object) -> object:
+    from toolchain.tir import ir
+
+    return ir.Call("handle", "tir.address_of", [load])
+
+
+def test_operand_tiles_span_the_declared_extents() -> None:
+    """First and last element of each operand tile (trailing dims when the buffer has more
+    dimensions than the declaration); the output is the written one; other calls: None."""
+    from toolchain.intrinsics import operand_tiles
+    from toolchain.tir import ir
+
+    load_intrinsics("cortex-m4")
+    x = ir.Var("x", "int32")
+    col = ir.Buffer("im2col", (3, 10, 16), "int16")
+    w = ir.Buffer("w", (8, 16), "int8")
+    acc = ir.Buffer("acc", (30, 8), "int32")
+    call = ir.Call("int32", get_spec("cortex-m4.dot_q15q7_4x8").function,
+                   [_ptr(col[1, x, 8]), _ptr(w[4, 8]), _ptr(acc[x, 4])])
+    got = [(str(f), str(la), wr) for f, la, wr in operand_tiles(call)]
+    assert got == [("im2col[1, x, 8]", "im2col[1, x, 15]", False),
+                   ("w[4, 8]", "w[7, 15]", False), ("acc[x, 4]", "acc[x, 7]", True)]
+    assert operand_tiles(ir.Call("int32", "memcpy", [_ptr(w[0, 0])])) is None
+    flat = ir.Buffer("flat", (64,), "int8")  # fewer dimensions than the 2-D tile
+    bad = ir.Call("int32", call.op, [_ptr(col[0, 0, 0]), _ptr(flat[0]), _ptr(acc[0, 0])])
+    assert operand_tiles(bad) is None
+
+
+def _helper_only_kernel() -> object:
+    """``O[0] = kiln_ssat8(300)``: a Cortex-M helper called with no intrinsic."""
+    from toolchain.tir import ir
+
+    out = ir.Buffer("O", (1,), "int32")
+    call = ir.Call("int32", "kiln_ssat8", [ir.IntImm(300)])
+    return ir.PrimFunc([out], ir.BufferStore(out, call, (ir.IntImm(0),)), "k")
+
+
+def test_helpers_are_attached_to_kernels_that_call_them_without_intrinsics() -> None:
+    load_intrinsics("cortex-m4")
+    f = attach_intrinsics(_helper_only_kernel())
+    helpers = get_spec("cortex-m4.dot_q15q7_4x4").helpers
+    assert f.attrs["c_prelude"].split("\n\n") == ["#include <string.h>", helpers]
+    assert attach_intrinsics(f) is f  # once only
+    assert attach_intrinsics(_helper_only_kernel(), ("x86_64-avx2",)).attrs.get(
+        "c_prelude") is None
+    mod = build(_helper_only_kernel(), "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
+    out = np.zeros(1, np.int32)
+    mod(out)
+    assert out[0] == 127  # saturated to int8 by the portable fallback

@@ -188,11 +188,21 @@ def test_dsp_kernel_source_uses_acle_with_portable_fallback() -> None:
 
 def test_stages_are_one_pixel_rows_in_scratch() -> None:
     """The im2col row and the accumulators are compacted to one output pixel (the intrinsic
-    calls take their addresses, which plain compaction refuses to move)."""
+    calls take their addresses: compaction counts each as the operand tile it touches)."""
     s = schedule_for(_conv(16, 32, 3, 1, (1, 1, 1, 1), hw=(12, 10)), "cortex-m4")
     code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
     assert "int16_t im2col[144]" in code or "im2col[144]" in code, code
     assert "dsp_acc[32]" in code
+
+
+def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
+    """The pipeline renders the intrinsics itself: a Cortex-M schedule adds no pass."""
+    from toolchain.tir.transform.pipeline import PHASES
+
+    before = {k: tuple(v) for k, v in PHASES.items()}
+    schedule_for(_conv(4, 8, 3, 1, (1, 1, 1, 1)), "cortex-m7")
+    schedule_for(_gemm(1, 16, 4), "cortex-m4")
+    assert PHASES == before
 
 
 def test_arm_build_contains_smlad_and_sxtb16(tmp_path) -> None:

@@ -10,10 +10,12 @@ Each entry under ``intrinsics:`` of ``targets/<target>.yaml`` becomes a
 
 The C body of ``<function>`` is a jinja2 template (``impl``) that sees each operand's
 pointer (``{{ A }}``) and element strides per dimension (``{{ A_s0 }}``, ``{{ A_s1 }}``…) as
-they are in the *lowered* kernel; :func:`attach_intrinsics` (a lowering pass, phase 1,
-after buffer compaction) renders one ``static inline`` specialisation per stride
+they are in the *lowered* kernel; :func:`attach_intrinsics` (a built-in lowering pass of
+phase 1, after buffer compaction) renders one ``static inline`` specialisation per stride
 combination into the kernel's C prelude. ``{{ require(cond, "why") }}`` refuses
-unsupported strides with a :class:`~toolchain.errors.ScheduleError`.
+unsupported strides with a :class:`~toolchain.errors.ScheduleError`. Buffer compaction
+counts a call's operand as the tile it touches (:func:`operand_tiles`), so a staging row
+or accumulator passed by address shrinks like any other buffer.
 
 Example::
 
@@ -38,6 +40,7 @@ Example::
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import jinja2
@@ -50,7 +53,7 @@ from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
 __all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
-           "load_intrinsics", "parse_behaviour"]
+           "load_intrinsics", "operand_tiles", "parse_behaviour"]
 
 
 @dataclass(frozen=True)
@@ -68,10 +71,27 @@ class IntrinsicSpec:
     scopes: dict[str, str] = field(default_factory=dict)
     #: the target's ``c_helpers`` (C placed once before the kernels that use it)
     helpers: str = ""
+    #: per operand, the extents of the tile one call touches (the behaviour's buffer shape)
+    tiles: tuple[tuple[int, ...], ...] = ()
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
 _BY_FUNCTION: dict[str, IntrinsicSpec] = {}
+
+
+@dataclass(frozen=True)
+class _Helpers:
+    """A target's ``c_helpers`` block and the headers its intrinsics include."""
+
+    target: str
+    text: str
+    headers: tuple[str, ...]
+
+
+#: C function (or function-like macro) defined by a loaded target's ``c_helpers`` -> block
+_HELPERS: dict[str, _Helpers] = {}
+_HELPER_NAME = re.compile(r"^\s*(?:static\s+inline\s+[\w\s*]*?\b([A-Za-z_]\w*)\s*\(|"
+                          r"#\s*define\s+([A-Za-z_]\w*)\()", re.MULTILINE)
 
 
 def _where(t: Target, name: str, spec: dict) -> str:
@@ -101,11 +121,55 @@ def load_intrinsics(target: str | Target) -> list[str]:
         info = IntrinsicSpec(full, t.name, fn, tuple(b.name for b in desc.buffers),
                              spec["impl"], tuple(spec.get("headers", ())),
                              tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
-                             dict(spec.get("scopes", {})), _one_block(t.c_helpers))
+                             dict(spec.get("scopes", {})), _one_block(t.c_helpers),
+                             tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers))
         _SPECS[full] = info
         _BY_FUNCTION[fn] = info
         names.append(full)
+    if t.c_helpers.strip():
+        headers = tuple(dict.fromkeys(h for n in names for h in _SPECS[n].headers))
+        block = _Helpers(t.name, _one_block(t.c_helpers), headers)
+        for m in _HELPER_NAME.finditer(t.c_helpers):
+            _HELPERS[m.group(1) or m.group(2)] = block
     return names
+
+
+def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, bool]] | None:
+    """What a call to a registered intrinsic touches: per operand ``(first, last, written)``
+    (its first and last element, from the operand's address and the declared tile extents;
+    ``written`` for the output). None for any other call, or an operand that is not
+    ``address_of(X[..])`` of a buffer of at least the tile's rank.
+
+    >>> from toolchain.tir import ir
+    >>> _ = load_intrinsics("c-generic")
+    >>> A, B, C = (ir.Buffer(n, (8, 8)) for n in "ABC")
+    >>> i = ir.Var("i", "int32")
+    >>> call = ir.Call("int32", "kiln_fma_f32_4x4", [ir.Call("handle", "tir.address_of",
+    ...     [X[i, 0]]) for X in (A, B, C)])
+    >>> [(str(f), str(la), w) for f, la, w in operand_tiles(call)]  # doctest: +NORMALIZE_WHITESPACE
+    [('A[i, 0]', 'A[i + 3, 3]', False), ('B[i, 0]', 'B[i + 3, 3]', False),
+     ('C[i, 0]', 'C[i + 3, 3]', True)]
+    """
+    from toolchain.tir import arith
+
+    spec = _BY_FUNCTION.get(call.op)
+    if spec is None or len(call.args) != len(spec.tiles):
+        return None
+    out = []
+    for k, (arg, tile) in enumerate(zip(call.args, spec.tiles, strict=True)):
+        if not (isinstance(arg, ir.Call) and arg.op == "tir.address_of" and arg.args
+                and isinstance(arg.args[0], ir.BufferLoad)):
+            return None
+        first = arg.args[0]
+        rank = len(first.indices)
+        if len(tile) > rank:
+            return None
+        ext = (1,) * (rank - len(tile)) + tile  # a tile of lower rank: the trailing dims
+        last = ir.BufferLoad(first.buffer, tuple(
+            i if e == 1 else arith.simplify(i + (e - 1)) for i, e in zip(first.indices, ext,
+                                                                         strict=True)))
+        out.append((first, last, k == len(spec.tiles) - 1))
+    return out
 
 
 def _one_block(text: str) -> str:
@@ -155,7 +219,15 @@ class _Specialise(StmtExprMutator):
         self.headers: list[str] = []
         self.helpers: list[str] = []
 
+    def _use(self, headers: tuple[str, ...], helpers: str) -> None:
+        self.headers += [h for h in headers if h not in self.headers]
+        if helpers and helpers not in self.helpers:
+            self.helpers.append(helpers)
+
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
+        helper = _HELPERS.get(e.op)
+        if helper is not None and (self.targets is None or helper.target in self.targets):
+            self._use(helper.headers, helper.text)  # a helper called without an intrinsic
         spec = _BY_FUNCTION.get(e.op)
         if spec is None or (self.targets is not None and spec.target not in self.targets):
             return super().visit_Call(e)
@@ -180,30 +252,34 @@ class _Specialise(StmtExprMutator):
             lines = "\n".join("  " + ln for ln in body.splitlines() if ln.strip())
             self.defs[fname] = (f"static inline int32_t {fname}({', '.join(params)}) {{\n"
                                 f"{lines}\n  return 0;\n}}")
-            self.headers += [h for h in spec.headers if h not in self.headers]
-            if spec.helpers and spec.helpers not in self.helpers:
-                self.helpers.append(spec.helpers)
+            self._use(spec.headers, spec.helpers)
         return ir.Call(e.dtype, fname, list(e.args))
 
 
 def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None
                       ) -> ir.PrimFunc:
-    """Lowering pass (phase 1): render each tensorized call's C body into the prelude.
+    """Lowering pass (phase 1, built in: see :mod:`toolchain.tir.transform.pipeline`):
+    render each tensorized call's C body into the prelude.
 
     Before: ``kiln_fma_f32_4x4(T.address_of(A[..]), ...)`` with no definition; after: the
     call names ``kiln_fma_f32_4x4_<hash>`` and ``func.attrs["c_prelude"]`` holds its
     ``static inline`` definition for these operand strides (and the ``#include`` lines).
-    ``targets`` limits it to the intrinsics of those targets (None: all).
+    A kernel that calls a function of a loaded target's ``c_helpers`` (e.g.
+    ``kiln_cm_requantize``) gets that block once, with or without intrinsic calls.
+    ``targets`` limits it to the intrinsics of those targets (None: all). Running it again
+    changes nothing; a kernel with neither is returned as is.
     """
     from toolchain.codegen.cstyle import CStyleRenderer
 
     m = _Specialise(CStyleRenderer.type_map, targets)
     body = m.visit_stmt(func.body)
-    if not m.defs:
+    prelude = str(func.attrs.get("c_prelude", ""))
+    helpers = [h for h in m.helpers if h not in prelude]
+    if not m.defs and not helpers:
         return func
-    inc = "\n".join(f"#include <{h}>" for h in m.headers)
-    prelude = "\n\n".join([x for x in (func.attrs.get("c_prelude", ""), inc) if x]
-                          + m.helpers + [m.defs[k] for k in sorted(m.defs)])
+    inc = "\n".join(f"#include <{h}>" for h in m.headers if f"#include <{h}>" not in prelude)
+    prelude = "\n\n".join([x for x in (prelude, inc) if x] + helpers
+                           + [m.defs[k] for k in sorted(m.defs)])
     return ir.PrimFunc(func.params, body, func.name, {**func.attrs, "c_prelude": prelude})
 
 

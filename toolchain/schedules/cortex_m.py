@@ -43,117 +43,13 @@ import numpy as np
 from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
+from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
-from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import Schedule
 
 #: Cortex-M targets whose descriptors declare the dot_q15q7 intrinsics
 CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
-
-
-_TILE = "kiln.cortex_m.tile"  # stand-in for address_of while compacting (see below)
-
-
-class _Tiles(StmtExprMutator):
-    """``address_of(X[i..])`` operands of Cortex-M intrinsic calls <-> ``tile(X[first],
-    X[last])`` (the first and last element of the operand tile: what the call touches)."""
-
-    def __init__(self, to_tiles: bool) -> None:
-        self.to_tiles = to_tiles
-
-    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
-        from toolchain.intrinsics import _BY_FUNCTION
-        from toolchain.tir.schedule.tensorize import TensorIntrin
-
-        spec = _BY_FUNCTION.get(e.op)
-        if not self.to_tiles or spec is None or spec.target not in CORTEX_M_TARGETS:
-            e = super().visit_Call(e)
-            if not self.to_tiles and isinstance(e, ir.Call):
-                e = ir.Call(e.dtype, e.op, [ir.Call("handle", "tir.address_of", [a.args[0]])
-                                            if isinstance(a, ir.Call) and a.op == _TILE else a
-                                            for a in e.args])
-            return e
-        args = []
-        for a, db in zip(e.args, TensorIntrin.get(spec.name).desc.buffers, strict=True):
-            first = a.args[0]
-            last = ir.BufferLoad(first.buffer, tuple(
-                arith.simplify(i + (int(d.value) - 1)) for i, d in zip(first.indices, db.shape,
-                                                                       strict=True)))
-            args.append(ir.Call("handle", _TILE, [first, last]))
-        return ir.Call(e.dtype, e.op, args)
-
-
-class _UnitLoops(StmtExprMutator):
-    """Loops of extent 1 -> their body with the variable 0 (``n * 120 + y * 10 + x`` and
-    ``y * 10 + x`` then compare as the same pixel)."""
-
-    def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802 - visitor naming
-        if ir.is_const_int(s.extent, 1) and ir.is_const_int(s.min, 0) and not s.annotations:
-            from toolchain.tir.functor import substitute
-
-            return self.visit_stmt(substitute(s.body, {s.loop_var: ir.IntImm(0)}))
-        return super().visit_For(s)
-
-
-def render_cortex_m_intrinsics(func: Any) -> Any:
-    """Lowering pass (phase 1): shrink the im2col row / accumulator stages that the
-    intrinsic calls read through pointers, then render the calls' C bodies.
-
-    ``compact_buffer_allocation`` leaves a buffer whose address reaches a call at full size
-    (``im2col[P, Kp]``, ``dsp_acc[P, M]``: the whole layer in the arena); here the calls'
-    operands count as the tiles they touch, so the buffers become per-pixel rows
-    (``im2col[1, Kp]``, ``dsp_acc[1, M]``), and only then are the intrinsic bodies rendered
-    (:func:`toolchain.intrinsics.attach_intrinsics`, Cortex-M targets only) for the final
-    strides. A no-op on kernels without Cortex-M intrinsic calls.
-    """
-    from toolchain.intrinsics import attach_intrinsics
-    from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
-
-    tiled = _Tiles(True).visit_stmt(func.body)
-    if tiled is not func.body:
-        tiled = _UnitLoops().visit_stmt(tiled)  # batch loop of 1: same index forms
-        body = compact_buffer_allocation(ir.PrimFunc(func.params, tiled, func.name,
-                                                     dict(func.attrs))).body
-        func = ir.PrimFunc(func.params, _Tiles(False).visit_stmt(body), func.name,
-                           dict(func.attrs))
-    return _attach_helpers(attach_intrinsics(func, CORTEX_M_TARGETS))
-
-
-#: C helpers of the Cortex-M descriptors that kernels call directly (no intrinsic)
-HELPER_CALLS = ("kiln_cm_requantize", "kiln_ssat8", "kiln_usat8")
-
-
-def _attach_helpers(func: Any) -> Any:
-    """Add the descriptor's ``c_helpers`` to a kernel that calls them without any tensorized
-    intrinsic (e.g. QAdd); a kernel with intrinsic calls has them already."""
-    from toolchain.intrinsics import get_spec
-    from toolchain.tir.functor import post_order_visit
-
-    found: list[str] = []
-    post_order_visit(func.body, lambda x: found.append(x.op) if isinstance(x, ir.Call)
-                     and x.op in HELPER_CALLS else None)
-    helpers = get_spec(f"{CORTEX_M_TARGETS[0]}.dot_q15q7_4x4").helpers
-    prelude = str(func.attrs.get("c_prelude", ""))
-    if not found or helpers in prelude:
-        return func
-    prelude = "\n\n".join(x for x in (prelude, "#include <string.h>", helpers) if x)
-    return ir.PrimFunc(func.params, func.body, func.name, {**func.attrs, "c_prelude": prelude})
-
-
-def _ensure_rendered() -> None:
-    """Make every lowering render Cortex-M intrinsic bodies.
-
-    The bundle compiler lowers kernels with the built-in phases only (no
-    ``attach_intrinsics``), so a tensorized Cortex-M kernel would call an undefined
-    function; until the pipeline renders declared intrinsics itself, this adds
-    :func:`render_cortex_m_intrinsics` to phase 1 once. It touches no other target's calls.
-    """
-    from toolchain.tir.transform import pipeline
-
-    if render_cortex_m_intrinsics not in pipeline.PHASES[1]:
-        pipeline.PHASES[1] = (*pipeline.PHASES[1], render_cortex_m_intrinsics)
 
 
 #: groups of four k one dot call takes, largest first (16 k a call measured no better: gcc
@@ -165,10 +61,7 @@ def _intrinsic(target: str, channels: int, k: int) -> tuple[str, int, int]:
     """(registered intrinsic name, output channels per call, groups of four k per call)
     for ``channels`` outputs and a (padded) reduction of ``k``: four channels and 8 k a call
     where they divide, else 4 k; one channel and 4 k when 4 does not divide ``channels``."""
-    from toolchain.intrinsics import load_intrinsics
-
     load_intrinsics(target)
-    _ensure_rendered()
     if channels % 4:
         return f"{target}.dot_q15q7_1x4", 1, 1
     groups = next(g for g in MAX_GROUPS if (k // 4) % g == 0)
@@ -281,7 +174,7 @@ def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
 
     if not qadd_dsp_applies(node.attrs):
         return schedule_int8(node, t)
-    load_intrinsics_once(t.name)
+    load_intrinsics(t.name)  # registers the C helpers the lowering attaches
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     sch = _schedule_rules(func, t, node.op)
@@ -296,17 +189,9 @@ def compute_options(node: Node, target: Any) -> dict[str, Any]:
     from toolchain.topi.int8 import qadd_dsp_applies
 
     if node.op == "QAdd" and qadd_dsp_applies(node.attrs):
-        load_intrinsics_once(resolve_target(target).name)
+        load_intrinsics(resolve_target(target).name)
         return {"algorithm": "dsp"}
     return {}
-
-
-def load_intrinsics_once(target: str) -> None:
-    """Register ``target``'s intrinsics and the Cortex-M rendering pass (idempotent)."""
-    from toolchain.intrinsics import load_intrinsics
-
-    load_intrinsics(target)
-    _ensure_rendered()
 
 
 def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:

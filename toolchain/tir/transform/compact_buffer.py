@@ -5,6 +5,27 @@ CompactBufferAllocation, on lowered loops).
 An accumulator tile made by ``cache_write(..., "local")`` + ``reverse_compute_at`` is
 allocated full size at the root; this pass makes it a small per-tile array declared inside
 the tile loop (so a C compiler keeps it in registers, and each parallel thread has its own).
+
+A buffer whose address reaches a call stays whole (the callee may touch any element),
+except for a call to a tensor intrinsic declared by a target
+(:func:`toolchain.intrinsics.operand_tiles`): its operand counts as the tile the declaration
+says it touches, first to last element. Before (``im2col`` read through the call)::
+
+    im2col = T.allocate((125, 40), "int16")
+    for y, x in T.grid(25, 5):
+        for k in range(40):
+            im2col[y * 5 + x, k] = ...
+        for ko in range(5):
+            kiln_m4_dot_q15q7_4x8(T.address_of(im2col[y * 5 + x, ko * 8]), ...)
+
+After (one row per pixel; the row ``im2col[0, ko * 8 .. ko * 8 + 7]`` per call)::
+
+    for y, x in T.grid(25, 5):
+        im2col = T.allocate((1, 40), "int16")
+        for k in range(40):
+            im2col[0, k] = ...
+        for ko in range(5):
+            kiln_m4_dot_q15q7_4x8(T.address_of(im2col[0, ko * 8]), ...)
 """
 
 from __future__ import annotations
@@ -12,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
 from toolchain.tir.transform.lower_blocks import CARRIED
 
 
@@ -21,6 +42,14 @@ class _Access:
     path: tuple[ir.Stmt, ...]
     indices: tuple[ir.PrimExpr, ...]
     write: bool = False
+
+    def __post_init__(self) -> None:
+        # a loop of extent 1 has one value: ``(b * 25 + y) * 5 + x`` under ``for b in
+        # range(1)`` is the element ``y * 5 + x`` (so both forms compare as one pixel)
+        unit = {s.loop_var: s.min for s in self.path
+                if isinstance(s, ir.For) and ir.is_const_int(s.extent, 1)}
+        if unit:
+            self.indices = tuple(arith.simplify(substitute(i, unit)) for i in self.indices)
 
 
 class _Accesses(StmtExprVisitor):
@@ -47,6 +76,20 @@ class _Accesses(StmtExprVisitor):
         super().visit_BufferLoad(e)
 
     def visit_Call(self, e: ir.Call) -> None:
+        from toolchain.intrinsics import operand_tiles
+
+        tiles = operand_tiles(e)
+        if tiles is not None:  # a registered intrinsic: it touches its operand tiles
+            for first, last, written in tiles:
+                for i in first.indices:
+                    self.visit_expr(i)
+                if first.buffer.data is self.data:
+                    path = tuple(self.path)
+                    self.found += [_Access(path, first.indices), _Access(path, last.indices)]
+                    if written:  # read-modify-write: the reads above come first
+                        self.found += [_Access(path, first.indices, True),
+                                       _Access(path, last.indices, True)]
+            return
         # a pointer handed to other code assumes the buffer's layout: keep it as is
         if e.op == "tir.address_of" and any(
                 isinstance(a, ir.BufferLoad) and a.buffer.data is self.data for a in e.args):

@@ -5,13 +5,27 @@ phase   built-in passes (then the user's passes for that phase, in order)
 ======  ===========================================================================
 0       none: user passes see the scheduled, block-level IR
 1       lower_init_block, lower_blocks, compact_buffer_allocation,
-        inject_virtual_thread
+        inject_virtual_thread, attach_intrinsics
 2       flatten_buffer, simplify
 3       vectorize_loop, unroll_loop, simplify, storage_rewrite
 4       simplify, remove_noop
 ======  ===========================================================================
 
 A pass is any function ``PrimFunc -> PrimFunc``.
+
+``attach_intrinsics`` renders the C body of every call to a tensor intrinsic declared by a
+target descriptor (:mod:`toolchain.intrinsics`, any target whose intrinsics are loaded) for
+the operand strides left by buffer compaction; it changes nothing in a kernel without such
+calls. Before (after ``sch.tensorize(ii, "c-generic.fma_f32_4x4")``)::
+
+    C_local = T.allocate((4, 4), "float32", scope="local")
+    kiln_fma_f32_4x4(T.address_of(A[i_0 * 4, k_0 * 4]), T.address_of(B[..]),
+                     T.address_of(C_local[0, 0]))
+
+After (``attrs["c_prelude"]`` defines the call for these strides)::
+
+    kiln_fma_f32_4x4_<hash>(T.address_of(A[i_0 * 4, k_0 * 4]), T.address_of(B[..]),
+                            T.address_of(C_local[0, 0]))
 
 >>> from toolchain import te
 >>> A = te.placeholder((8,), name="A")
@@ -31,6 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolchain.errors import OptionError
+from toolchain.intrinsics import attach_intrinsics
 from toolchain.tir import ir
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
@@ -47,7 +62,8 @@ Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
 #: The built-in passes of each phase, in order.
 PHASES: dict[int, tuple[Pass, ...]] = {
     0: (),
-    1: (lower_init_block, lower_blocks, compact_buffer_allocation, inject_virtual_thread),
+    1: (lower_init_block, lower_blocks, compact_buffer_allocation, inject_virtual_thread,
+        attach_intrinsics),
     2: (flatten_buffer, simplify),
     3: (vectorize_loop, unroll_loop, simplify, storage_rewrite),
     4: (simplify, remove_noop),
