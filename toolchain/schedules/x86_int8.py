@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolchain import te
-from toolchain.errors import KilnError
+from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, register_schedule
@@ -53,13 +53,19 @@ X86_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
 #: most output pixels whose accumulators one tile keeps (T x L int32 in registers)
 MAX_PIXELS = 8
 
+#: rows up to this width are one tile (12 accumulators + weights fit the 32 zmm registers)
+MAX_ROW = 12
+
 
 def pixel_tile(width: int, most: int = MAX_PIXELS) -> int:
-    """The largest divisor of ``width`` not above ``most`` (no remainder loop).
+    """Output pixels per register tile: the whole row up to :data:`MAX_ROW`, else the largest
+    divisor of ``width`` not above ``most`` (no remainder loop).
 
-    >>> pixel_tile(32), pixel_tile(25), pixel_tile(13)
-    (8, 5, 1)
+    >>> pixel_tile(32), pixel_tile(25), pixel_tile(11), pixel_tile(13)
+    (8, 5, 11, 1)
     """
+    if width <= MAX_ROW:
+        return width
     return next(t for t in range(min(width, most), 0, -1) if width % t == 0)
 
 
@@ -72,17 +78,26 @@ def _schedule_conv(func: Any, lanes: int) -> Schedule:
     _, ch, y, x = sch.get_loops(out)
     mo, mi = sch.split(ch, [None, lanes])
     ow = int(sch.get(x).extent.value)
-    xo, xi = sch.split(x, [None, pixel_tile(ow)])
+    tile = pixel_tile(ow)
+    xo, xi = sch.split(x, [None, tile])
     sch.reorder(y, mo, xo, mi, xi)
     acc = sch.get_block("x86_acc")
     sch.compute_at(acc, xo)
     if "pad" in names:
         sch.compute_at(sch.get_block("pad"), y)
-    xi, li, rc, ry, rx = sch.get_loops(acc)[-5:]
-    sch.reorder(rc, ry, rx, xi, li)
-    init = sch.decompose_reduction(acc, rc)
-    sch.vectorize(li)
-    sch.unroll(xi)
+    # under xo: (xi,) li, then the reduction loops (rc, ry, rx; unit loops are elided)
+    loops = sch.get_loops(acc)
+    inner = loops[loops.index(xo) + 1:]
+    spatial = 2 if tile > 1 else 1
+    sp, red = inner[:spatial], inner[spatial:]
+    if not red:
+        raise ScheduleError(f"x86 int8 convolution: no reduction loop under {xo.name} "
+                            "(a 1x1 convolution of one channel); the generic schedule takes it")
+    sch.reorder(*red, *sp)
+    init = sch.decompose_reduction(acc, red[0])
+    sch.vectorize(sp[-1])
+    if tile > 1:
+        sch.unroll(sp[0])
     sch.vectorize(sch.get_loops(init)[-1])
     return sch
 

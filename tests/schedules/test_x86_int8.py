@@ -1,0 +1,123 @@
+"""The x86 int8 schedules (toolchain/schedules/x86_int8.py): built C vs the integer reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolchain.graph.ir import Node, Value
+from toolchain.graph.ops import get_op
+from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
+from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
+from toolchain.schedules import compile_op
+from toolchain.schedules.x86_int8 import pixel_tile, schedule_x86_int8
+from toolchain.topi.int8 import pack_x86_weights, x86_lanes
+
+RNG = np.random.default_rng(7)
+
+
+def _requant(n: int) -> list[Value]:
+    """Per-channel bias, multipliers and shifts (scales spread over two decades)."""
+    m, s = quantize_multipliers(RNG.uniform(2e-4, 2e-2, n))
+    return [Value.constant("b", RNG.integers(-5000, 5000, n).astype(np.int32)),
+            Value.constant("m", m), Value.constant("s", shift_table(s))]
+
+
+def _attrs(dtype: str, xzp: int, yzp: int) -> dict:
+    lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
+    return {"x_zero_point": xzp, "y_zero_point": yzp, "out_min": lo, "out_max": hi,
+            "out_dtype": dtype}
+
+
+def _qx(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    lo, hi = (-128, 128) if dtype == "int8" else (0, 256)
+    return RNG.integers(lo, hi, shape).astype(dtype)
+
+
+def _check(node: Node, x: np.ndarray, target: str) -> dict:
+    op = compile_op(node, target)
+    got = op(x)[0]
+    args = [v.data if v.data is not None else x for v in node.inputs]
+    want = get_op(node.op).reference(args, node.attrs)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3  # not vacuous: the outputs vary
+    return op.op_schedule.info
+
+
+CONVS = [  # (c, m, hw, k, stride, pads, dilation)
+    (3, 16, (9, 11), 3, 1, (1, 1, 1, 1), 1),     # first layer: 3 input channels, padded
+    (5, 12, (7, 7), 3, 2, (1, 1, 1, 1), 1),      # odd channel counts, stride 2, 8 lanes
+    (8, 20, (6, 13), 1, 1, (0, 0, 0, 0), 1),     # pointwise, 20 channels: padded to 2 x 16
+    (4, 7, (10, 9), 3, 2, (0, 0, 1, 1), 1),      # TF SAME (asymmetric) padding, 7 outputs
+    (6, 16, (9, 9), 3, 1, (2, 2, 2, 2), 2),      # dilated
+    (16, 32, (5, 25), 3, 1, (1, 1, 1, 1), 1),    # DS-CNN-like row of 25 (tile of 5)
+]
+
+
+@pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 3, -2), ("uint8", 131, 120)])
+@pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}s{c[4]}")
+def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None:
+    c, m, (h, w), k, stride, pads, dil = cfg
+    oh = (h + pads[0] + pads[2] - dil * (k - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dil * (k - 1) - 1) // stride + 1
+    x = Value("x", (1, c, h, w), dtype)
+    y = Value("y", (1, m, oh, ow), dtype)
+    wt = Value.constant("w", RNG.integers(-127, 128, (m, c, k, k)).astype(np.int8))
+    attrs = {**_attrs(dtype, xzp, yzp), "strides": [stride, stride], "pads": list(pads),
+             "dilations": [dil, dil], "group": 1}
+    node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
+    info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512")
+    assert info["schedule"] == "int8 x86" and info["lanes"] == x86_lanes(m)
+
+
+@pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2"])
+def test_qconv_other_x86_targets(target: str) -> None:
+    x = Value("x", (1, 6, 8, 8), "int8")
+    y = Value("y", (1, 24, 8, 8), "int8")
+    wt = Value.constant("w", RNG.integers(-127, 128, (24, 6, 3, 3)).astype(np.int8))
+    attrs = {**_attrs("int8", -5, 4), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 1}
+    node = Node("QConv", "conv", [x, wt, *_requant(24)], [y], attrs)
+    assert _check(node, _qx((1, 6, 8, 8), "int8"), target)["schedule"] == "int8 x86"
+
+
+@pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16)])
+def test_qgemm_bit_exact(p: int, k: int, n: int) -> None:
+    x = Value("x", (p, k), "int8")
+    y = Value("y", (p, n), "int8")
+    wt = Value.constant("w", RNG.integers(-127, 128, (n, k)).astype(np.int8))
+    node = Node("QGemm", "fc", [x, wt, *_requant(n)], [y], _attrs("int8", 7, -3))
+    info = _check(node, _qx((p, k), "int8"), "x86_64-avx512")
+    assert info["schedule"] == "int8 x86"
+
+
+def test_depthwise_keeps_generic_schedule() -> None:
+    x = Value("x", (1, 8, 7, 7), "int8")
+    y = Value("y", (1, 8, 7, 7), "int8")
+    wt = Value.constant("w", RNG.integers(-127, 128, (8, 1, 3, 3)).astype(np.int8))
+    attrs = {**_attrs("int8", 1, 0), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 8}
+    node = Node("QConv", "dw", [x, wt, *_requant(8)], [y], attrs)
+    op = schedule_x86_int8(node, "x86_64-avx512")
+    assert op.info["schedule"] == "int8"
+    _check(node, _qx((1, 8, 7, 7), "int8"), "x86_64-avx512")
+
+
+def test_weights_packed_at_compile_time() -> None:
+    w = RNG.integers(-127, 128, (20, 3, 3, 3)).astype(np.int8)
+    packed = pack_x86_weights(w, 16)
+    assert packed.shape == (2, 3, 3, 3, 16)
+    assert packed[1, 2, 1, 0, 3] == w[19, 2, 1, 0] and not packed[1, ..., 4:].any()
+    x = Value("x", (1, 3, 6, 6), "int8")
+    y = Value("y", (1, 20, 6, 6), "int8")
+    attrs = {**_attrs("int8", 0, 0), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 1}
+    op = schedule_x86_int8(Node("QConv", "c", [x, Value.constant("w", w), *_requant(20)],
+                                [y], attrs), "x86_64-avx512")
+    np.testing.assert_array_equal(op.input_values[1].data, packed)
+
+
+def test_pixel_tile_and_lanes() -> None:
+    assert [pixel_tile(w) for w in (32, 16, 25, 7, 11, 13, 1)] == [8, 8, 5, 7, 11, 1, 1]
+    assert [x86_lanes(m) for m in (16, 64, 8, 24, 12, 4, 20)] == [16, 16, 8, 8, 16, 8, 16]
