@@ -116,6 +116,7 @@ def test_weights_packed_at_compile_time() -> None:
     op = schedule_x86_int8(Node("QConv", "c", [x, Value.constant("w", w), *_requant(20)],
                                 [y], attrs), "x86_64-avx512")
     np.testing.assert_array_equal(op.input_values[1].data, packed)
+    assert op.input_values[1].data.dtype == np.int32  # widened at compile time
 
 
 def test_pixel_tile_and_lanes() -> None:

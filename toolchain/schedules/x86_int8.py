@@ -32,8 +32,8 @@ Example::
     >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
     ...          "out_dtype": "int8"}
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx512")
-    >>> op.info["schedule"], op.input_values[1].data.shape
-    ('int8 x86', (1, 16, 8))
+    >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
+    ('int8 x86', (1, 16, 8), dtype('int32'))
 """
 
 from __future__ import annotations
