@@ -122,3 +122,38 @@ def test_weights_packed_at_compile_time() -> None:
 def test_pixel_tile_and_lanes() -> None:
     assert [pixel_tile(w) for w in (32, 16, 25, 7, 11, 13, 1)] == [8, 8, 5, 7, 11, 1, 1]
     assert [x86_lanes(m) for m in (16, 64, 8, 24, 12, 4, 20)] == [16, 16, 8, 8, 16, 8, 16]
+
+
+def test_requantization_is_lane_wise() -> None:
+    """The epilogue requantizes the accumulator tile (L contiguous lanes, int32 result, one
+    vectorized loop) and only copies bytes into NCHW; padded tables are constants."""
+    x = Value("x", (1, 4, 6, 6), "int8")
+    y = Value("y", (1, 20, 6, 6), "int8")
+    wt = Value.constant("w", RNG.integers(-127, 128, (20, 4, 3, 3)).astype(np.int8))
+    req = _requant(20)
+    attrs = {**_attrs("int8", 2, -1), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 1}
+    node = Node("QConv", "c", [x, wt, *req], [y], attrs)
+    op = schedule_x86_int8(node, "x86_64-avx512")
+    bias, mult, shifts = (v.data for v in op.input_values[2:5])
+    assert bias.shape == mult.shape == (32,) and shifts.shape == (2, 32)
+    np.testing.assert_array_equal(shifts[:, :20], req[2].data.T)
+    assert not bias[20:].any() and not mult[20:].any()
+    src = compile_op(node, "x86_64-avx512").module.source
+    assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width int64 vectors
+    _check(node, _qx((1, 4, 6, 6), "int8"), "x86_64-avx512")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_requantization_extremes(dtype: str) -> None:
+    """Saturating accumulators, left shifts and tiny scales give the reference integers."""
+    n = 16
+    m, s = quantize_multipliers(np.geomspace(1e-9, 30.0, n))
+    req = [Value.constant("b", RNG.integers(-2**31, 2**31 - 1, n).astype(np.int32)),
+           Value.constant("m", m), Value.constant("s", shift_table(s))]
+    x = Value("x", (2, 64), dtype)
+    yv = Value("y", (2, n), dtype)
+    wt = Value.constant("w", np.where(RNG.random((n, 64)) < .5, -127, 127).astype(np.int8))
+    node = Node("QGemm", "fc", [x, wt, *req], [yv], _attrs(dtype, 0 if dtype == "int8" else
+                                                           128, 5))
+    _check(node, _qx((2, 64), dtype), "x86_64-avx512")

@@ -81,6 +81,8 @@ def _schedule_conv(func: Any, lanes: int) -> Schedule:
     tile = pixel_tile(ow)
     xo, xi = sch.split(x, [None, tile])
     sch.reorder(y, mo, xo, mi, xi)
+    req = sch.get_block("x86_req")
+    sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
     sch.compute_at(acc, xo)
     if "pad" in names:
@@ -99,6 +101,7 @@ def _schedule_conv(func: Any, lanes: int) -> Schedule:
     if tile > 1:
         sch.unroll(sp[0])
     sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(req)[-1])  # L lanes of int64 requantization
     return sch
 
 
@@ -108,6 +111,8 @@ def _schedule_dense(func: Any, lanes: int) -> Schedule:
     sch.compute_inline(sch.get_block("x_shifted"))
     _, j = sch.get_loops(sch.get_block("qgemm"))
     mo, _ = sch.split(j, [None, lanes])
+    req = sch.get_block("x86_req")
+    sch.compute_at(req, mo)
     acc = sch.get_block("x86_acc")
     sch.compute_at(acc, mo)
     li, k = sch.get_loops(acc)[-2:]
@@ -115,7 +120,36 @@ def _schedule_dense(func: Any, lanes: int) -> Schedule:
     init = sch.decompose_reduction(acc, k)
     sch.vectorize(li)
     sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(req)[-1])
     return sch
+
+
+def _lane_requant(nc: Any, node: Node, lanes: int) -> tuple[list, list, dict]:
+    """The compute of ``nc`` with its epilogue split into the lane-wise requantization
+    ``x86_req`` and a byte copy (:mod:`toolchain.topi.int8_x86`); the bias, multiplier and
+    shift tables (inputs 2-4) become channel-padded constants. Returns (inputs, outputs,
+    packs)."""
+    from toolchain.graph.ops._nn_common import attrs_of
+    from toolchain.topi.int8_x86 import (
+        find_tensor,
+        lane_requant,
+        pad_channels,
+        pad_shifts,
+        unpack_lanes,
+    )
+
+    out = nc.outputs[0]
+    acc = find_tensor(out, "x86_acc")
+    inputs = list(nc.inputs)
+    packs = dict(nc.packs)
+    for k in (2, 3, 4):
+        pack = pad_shifts if k == 4 else pad_channels
+        data = pack(nc.input_values[k].data, lanes)
+        inputs[k] = te.placeholder(data.shape, str(data.dtype), f"{inputs[k].op.name}_p")
+        packs[k] = lambda v, _l=lanes, _p=pack: _p(v, _l)
+    req = lane_requant(acc, inputs[2], inputs[3], inputs[4], attrs_of(node))
+    shape = tuple(int(d.value) for d in out.shape)
+    return inputs, [unpack_lanes(req, shape, out.dtype, out.op.name)], packs
 
 
 def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
@@ -129,7 +163,8 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
     nc = node_compute(node, algorithm="x86")
-    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    inputs, outputs, packs = _lane_requant(nc, node, lanes)
+    func = te.create_prim_func(inputs + outputs, name=_c_name(node.name))
     try:
         sch = (_schedule_conv if node.op == "QConv" else _schedule_dense)(func, lanes)
     except KilnError as err:  # a shape the tiled nest cannot take: the generic kernel
@@ -138,8 +173,8 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
         return op
     values: list[Value] = []
     for k, v in enumerate(nc.input_values):
-        if k in nc.packs:
-            v = Value.constant(f"{v.name}_x86", nc.packs[k](v.data))
+        if k in packs:
+            v = Value.constant(f"{v.name}_x86", packs[k](v.data))
         values.append(v)
     return OpSchedule(sch, values, list(node.outputs), {"schedule": "int8 x86", "lanes": lanes})
 

@@ -1,0 +1,95 @@
+"""Lane-wise requantization for the x86 int8 kernels (:mod:`toolchain.schedules.x86_int8`).
+
+The x86 computes of :mod:`toolchain.topi.int8` accumulate ``L`` output channels per vector
+(``acc[..., mo, ..., l]`` holds channel ``mo * L + l``) but requantize per output element
+of the NCHW result, reading the accumulators ``L`` apart: gcc leaves that int64 epilogue
+scalar (~11 cycles per element). :func:`lane_requant` requantizes the accumulator tile
+itself, ``L`` contiguous int32 lanes against ``L`` contiguous per-channel tables, so the
+int64 multiplies become vector multiplies; :func:`unpack_lanes` then only moves bytes::
+
+    before:  qconv[ch, y, x] = finish(acc[ch / L, y, x, ch % L] + bias[ch], mult[ch], ...)
+    after:   x86_req[mo, y, x, l] = finish(acc[mo, y, x, l] + bias_p[mo*L + l], ...)
+             qconv[ch, y, x]      = x86_req[ch / L, y, x, ch % L]
+
+The arithmetic is :func:`toolchain.topi.int8.finish_te` unchanged, so the integers are
+the same bit for bit. The per-channel tables are zero-padded to ``Mo * L`` channels at
+compile time (:func:`pad_channels`); padded lanes are computed and never stored.
+
+Example::
+
+    >>> import numpy as np
+    >>> pad_channels(np.array([5, 6, 7], np.int32), 2).tolist()
+    [5, 6, 7, 0]
+    >>> pad_channels(np.array([[1, 2]], np.int32), 4).shape
+    (4, 2)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain import te
+from toolchain.topi.int8 import finish_te
+
+
+def pad_channels(v: np.ndarray, lanes: int) -> np.ndarray:
+    """Per-channel table ``[M, ...]`` zero-padded to a multiple of ``lanes`` channels."""
+    v = np.asarray(v)
+    m = v.shape[0]
+    out = np.zeros((-(-m // lanes) * lanes, *v.shape[1:]), v.dtype)
+    out[:m] = v
+    return out
+
+
+def pad_shifts(s: np.ndarray, lanes: int) -> np.ndarray:
+    """``[M, 2]`` shift table -> ``[2, Mo*L]``: padded and transposed so that both powers
+    of ``L`` lanes are contiguous loads.
+
+    >>> pad_shifts(np.array([[4, 8], [1, 2]], np.int32), 4).tolist()
+    [[4, 1, 0, 0], [8, 2, 0, 0]]
+    """
+    return np.ascontiguousarray(pad_channels(s, lanes).T)
+
+
+def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
+                 attrs: dict[str, Any], name: str = "x86_req") -> te.Tensor:
+    """Requantize every lane of ``acc`` (``[..., Mo, ..., L]`` int32, ``Mo`` at axis 1; a
+    dense accumulator ``[P, Mo, L]`` too) against :func:`pad_channels`-padded tables
+    ``bias[Mo*L]``, ``mult[Mo*L]`` and the shift table transposed, ``shifts[2, Mo*L]`` (each
+    row contiguous). The result is int32 (already clamped to the output range): gcc then
+    vectorizes the int64 arithmetic in full-width registers (an int8 result made it pick
+    16-byte vectors, 2 int64 lanes each, slower than the scalar epilogue)."""
+    lanes = int(acc.shape[-1].value)
+    attrs = {**attrs, "out_dtype": "int32"}  # clamped to the output range, stored as int32
+
+    def f(*i: Any) -> Any:
+        ch = i[1] * lanes + i[-1]
+        total = te.cast(acc[i], "int64") + te.cast(bias[ch], "int64")
+        return finish_te(total, mult[ch], shifts[0, ch], shifts[1, ch], attrs)
+
+    return te.compute(acc.shape, f, name=name, tag="injective")
+
+
+def unpack_lanes(req: te.Tensor, shape: tuple[int, ...], dtype: str, name: str) -> te.Tensor:
+    """``out[n, ch, *rest] = dtype(req[n, ch / L, *rest, ch % L])`` (``shape`` the real
+    output, ``dtype`` its 8-bit type)."""
+    lanes = int(req.shape[-1].value)
+
+    def at(i: tuple) -> Any:
+        return te.cast(req[(i[0], te.floordiv(i[1], lanes), *i[2:], te.floormod(i[1], lanes))],
+                       dtype)
+
+    if len(shape) == 2:
+        return te.compute(shape, lambda b, ch: at((b, ch)), name=name, tag="injective")
+    return te.compute(shape, lambda b, ch, y, x: at((b, ch, y, x)), name=name,
+                      tag="injective")
+
+
+def find_tensor(out: te.Tensor, name: str) -> te.Tensor:
+    """The tensor called ``name`` read by ``out``'s compute (e.g. the ``x86_acc`` stage)."""
+    for t in out.op.input_tensors():
+        if t.op.name == name:
+            return t
+    raise KeyError(f"{out.op.name} reads no tensor named {name!r}")
