@@ -16,6 +16,7 @@ from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.runtime.build import build
+from toolchain.schedules.cortex_m import MAX_GROUPS, _intrinsic
 from toolchain.schedules.registry import schedule_for
 from toolchain.tir.transform.pipeline import lower
 from toolchain.topi.int8 import pack_dsp_weights
@@ -86,6 +87,71 @@ def test_pack_dsp_weights_pairs_match_sxtb16_lanes() -> None:
         np.testing.assert_array_equal(word[:, [1, 3]], flat[:, 4 * g + 2:4 * g + 4])
 
 
+# --------------------------------------------------------------------------- tiles, helpers
+
+@pytest.mark.parametrize("channels,k,want,groups", [
+    (64, 64, "4x64", 16), (64, 40, "4x40", 10), (8, 36, "4x4", 1), (8, 8, "4x8", 2),
+    (12, 96, "4x48", 12), (4, 28, "4x4", 1), (6, 64, "1x4", 1),
+])
+def test_one_call_takes_the_largest_loop_of_groups(channels: int, k: int, want: str,
+                                                   groups: int) -> None:
+    """The largest MAX_GROUPS entry dividing K / 4 (96 k: 24 groups -> 12 a call, 48 k);
+    one channel a call when 4 does not divide the channel count."""
+    assert _intrinsic("cortex-m4", channels, k) == (
+        f"cortex-m4.dot_q15q7_{want}", 1 if channels % 4 else 4, groups)
+
+
+def test_requantize_helper_equals_requantize_pow(tmp_path) -> None:
+    """kiln_cm_requantize (int32 fast path, out-of-line saturation, SRDHM as one rounding
+    shift) gives requantize_pow's integers, overflowing sums and extreme multipliers too."""
+    import ctypes
+    import shutil
+
+    import yaml
+
+    from toolchain.quantize.fixed_point import requantize_pow
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no host C compiler")
+    from pathlib import Path
+
+    helpers = yaml.safe_load(
+        (Path(__file__).parents[2] / "targets" / "cortex-m4.yaml").read_text())["c_helpers"]
+    src = tmp_path / "rq.c"
+    src.write_text("#include <stdint.h>\n#include <string.h>\n" + helpers + """
+void run(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int32_t *l,
+         const int32_t *r, int32_t *o) {
+  for (int i = 0; i < n; ++i) o[i] = kiln_cm_requantize(a[i], b[i], m[i], l[i], r[i]);
+}
+""")
+    so = tmp_path / "rq.so"
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(so), str(src)],
+                   check=True, capture_output=True)
+    rng = np.random.default_rng(11)
+    n, lo, hi = 200_000, -(2**31), 2**31 - 1
+
+    def pick(edges: list[int]) -> np.ndarray:
+        kind = rng.integers(0, 3, n)
+        return np.where(kind == 0, rng.integers(lo, hi, n, endpoint=True),
+                        np.where(kind == 1, rng.integers(-70000, 70000, n),
+                                 rng.choice(np.array(edges, np.int64), n))).astype(np.int32)
+
+    acc, bias = pick([lo, hi, 0, -1, 1]), pick([lo, hi, 0, -1, 1])
+    mult = pick([hi, lo + 1, 1 << 30, 0, 1])
+    mult[mult == lo] = lo + 1   # |mult| < 2**31 (quantize_multiplier's range)
+    shift = rng.integers(-31, 31, n)
+    lp = (2 ** np.maximum(shift, 0)).astype(np.int32)
+    rq = (2 ** (30 - np.minimum(np.maximum(-shift, 0), 30))).astype(np.int32)
+    out = np.zeros(n, np.int32)
+    ptr = ctypes.c_void_p
+    ctypes.CDLL(str(so)).run(ctypes.c_int(n),
+                             *(ptr(v.ctypes.data) for v in (acc, bias, mult, lp, rq, out)))
+    want = requantize_pow(acc.astype(np.int64) + bias, mult, lp, rq)
+    np.testing.assert_array_equal(out, want)
+    assert len(np.unique(want)) > 1000
+
+
 # --------------------------------------------------------------------------- host, bit-exact
 
 @pytest.mark.parametrize("cfg", [
@@ -93,7 +159,9 @@ def test_pack_dsp_weights_pairs_match_sxtb16_lanes() -> None:
     dict(c=8, m=6, k=1, stride=1, pads=(0, 0, 0, 0)),                  # pointwise, M % 4 != 0
     dict(c=4, m=12, k=3, stride=2, pads=(0, 0, 1, 1), dtype="uint8"),  # TF SAME, uint8
     dict(c=1, m=4, k=4, stride=2, pads=(1, 2, 1, 2), hw=(10, 4)),       # KWS-like first conv
-    dict(c=6, m=8, k=2, stride=1, pads=(0, 0, 1, 1)),                  # K = 24: 8 k a call
+    dict(c=6, m=8, k=2, stride=1, pads=(0, 0, 1, 1)),                  # K = 24: 24 k a call
+    dict(c=64, m=8, k=1, stride=1, pads=(0, 0, 0, 0), hw=(5, 3)),      # KWS pointwise: 64 k
+    dict(c=10, m=4, k=2, stride=1, pads=(0, 0, 0, 0)),                 # K = 40: 40 k a call
 ])
 def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     node = _conv(**cfg)
@@ -101,7 +169,7 @@ def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     got, info = _run_host(node, x)
     assert info["schedule"] == "int8 dsp"
     groups = (cfg["c"] * cfg["k"] ** 2 + 3) // 4  # groups of four k (padded)
-    tile = "1x4" if cfg["m"] % 4 else f"4x{4 * next(g for g in (2, 1) if groups % g == 0)}"
+    tile = "1x4" if cfg["m"] % 4 else f"4x{4 * next(g for g in MAX_GROUPS if groups % g == 0)}"
     assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{tile}"
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)

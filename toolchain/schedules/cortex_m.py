@@ -4,12 +4,14 @@ QConv (group 1) and QGemm use the ``algorithm="dsp"`` computes of
 :mod:`toolchain.topi.int8`: the activations are widened to int16 minus the zero point in an
 ``im2col`` row per output pixel (the q7 -> q15 packing stage of CMSIS-NN), the weights are
 packed at compile time (:func:`~toolchain.topi.int8.pack_dsp_weights`), and the inner
-product is tensorized with the target's ``dot_q15q7_4x8`` / ``dot_q15q7_4x4`` intrinsics
-(four output channels: SXTB16 unpacking of four int8 weights, two SMLAD dual MACs each) or
-``dot_q15q7_1x4`` when the channel count is not a multiple of 4. Per output pixel::
+product is tensorized with the target's ``dot_q15q7_4x{4G}`` intrinsics (four output
+channels, 4G k a call, G from :data:`MAX_GROUPS`: SXTB16 unpacking of four int8 weights,
+two SMLAD dual MACs each, a C loop over the G groups with the accumulators in registers)
+or ``dot_q15q7_1x4`` when the channel count is not a multiple of 4. Per output pixel
+(K = 64)::
 
     im2col[p, 0:Kp] = int16(x[...]) - x_zp          (0 in the padded tail)
-    for mo, ko:  kiln_m4_dot_q15q7_4x8(&im2col[p, 8 ko], &w[4 mo, 8 ko], &acc[p, 4 mo])
+    for mo:  kiln_m4_dot_q15q7_4x64(&im2col[p, 0], &w[4 mo, 0], &acc[p, 4 mo])
     qconv[.., m, y, x] = requantize(acc[p, m] + bias[m])      (kiln_cm_requantize, SSAT)
 
 Depthwise convolutions (channel multiplier 1) pad the channel's int16 input plane once and
@@ -52,15 +54,18 @@ from toolchain.tir.schedule import Schedule
 CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
 
 
-#: groups of four k one dot call takes, largest first (16 k a call measured no better: gcc
-#: spills registers)
-MAX_GROUPS = (2, 1)
+#: groups of four k one dot call takes, largest first: 4 G k in one call for G >= 4 (a C loop
+#: over the groups inside the intrinsic, the four accumulators in registers for the whole
+#: loop), 8 k unrolled (G = 2) or 4 k otherwise.  An unrolled 16 k call measured no better
+#: (gcc spills registers); the loop does not.
+MAX_GROUPS = (16, 12, 10, 8, 6, 4, 2, 1)
 
 
 def _intrinsic(target: str, channels: int, k: int) -> tuple[str, int, int]:
     """(registered intrinsic name, output channels per call, groups of four k per call)
-    for ``channels`` outputs and a (padded) reduction of ``k``: four channels and 8 k a call
-    where they divide, else 4 k; one channel and 4 k when 4 does not divide ``channels``."""
+    for ``channels`` outputs and a (padded) reduction of ``k``: four channels and the largest
+    :data:`MAX_GROUPS` entry dividing ``k / 4`` a call; one channel and 4 k when 4 does not
+    divide ``channels``."""
     load_intrinsics(target)
     if channels % 4:
         return f"{target}.dot_q15q7_1x4", 1, 1
