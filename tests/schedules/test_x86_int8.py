@@ -92,16 +92,41 @@ def test_qgemm_bit_exact(p: int, k: int, n: int) -> None:
     assert info["schedule"] == "int8 x86"
 
 
-def test_depthwise_keeps_generic_schedule() -> None:
-    x = Value("x", (1, 8, 7, 7), "int8")
-    y = Value("y", (1, 8, 7, 7), "int8")
-    wt = Value.constant("w", RNG.integers(-127, 128, (8, 1, 3, 3)).astype(np.int8))
+DEPTHWISE = [  # (c, hw, k, stride, pads)
+    (64, (25, 5), 3, 1, (1, 1, 1, 1)),     # DS-CNN
+    (8, (12, 12), 3, 2, (0, 0, 1, 1)),     # MobileNet-like stride 2, TF SAME, 8 lanes
+    (32, (7, 13), 3, 1, (1, 1, 1, 1)),     # row of 13: one pixel per tile
+    (16, (6, 6), 5, 1, (2, 2, 2, 2)),      # 5x5
+]
+
+
+@pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 1, -3), ("uint8", 127, 130)])
+@pytest.mark.parametrize("cfg", DEPTHWISE, ids=lambda c: f"c{c[0]}k{c[2]}s{c[3]}")
+def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None:
+    c, (h, w), k, stride, pads = cfg
+    oh = (h + pads[0] + pads[2] - k) // stride + 1
+    ow = (w + pads[1] + pads[3] - k) // stride + 1
+    x = Value("x", (1, c, h, w), dtype)
+    y = Value("y", (1, c, oh, ow), dtype)
+    wt = Value.constant("w", RNG.integers(-127, 128, (c, 1, k, k)).astype(np.int8))
+    attrs = {**_attrs(dtype, xzp, yzp), "strides": [stride, stride], "pads": list(pads),
+             "dilations": [1, 1], "group": c}
+    node = Node("QConv", "dw", [x, wt, *_requant(c)], [y], attrs)
+    info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512")
+    assert info["schedule"] == "int8 x86 depthwise"
+    assert info["lanes"] == (16 if c % 16 == 0 else 8)
+
+
+def test_depthwise_odd_channels_keep_generic_schedule() -> None:
+    x = Value("x", (1, 6, 7, 7), "int8")
+    y = Value("y", (1, 6, 7, 7), "int8")
+    wt = Value.constant("w", RNG.integers(-127, 128, (6, 1, 3, 3)).astype(np.int8))
     attrs = {**_attrs("int8", 1, 0), "strides": [1, 1], "pads": [1, 1, 1, 1],
-             "dilations": [1, 1], "group": 8}
-    node = Node("QConv", "dw", [x, wt, *_requant(8)], [y], attrs)
+             "dilations": [1, 1], "group": 6}
+    node = Node("QConv", "dw", [x, wt, *_requant(6)], [y], attrs)
     op = schedule_x86_int8(node, "x86_64-avx512")
     assert op.info["schedule"] == "int8"
-    _check(node, _qx((1, 8, 7, 7), "int8"), "x86_64-avx512")
+    _check(node, _qx((1, 6, 7, 7), "int8"), "x86_64-avx512")
 
 
 def test_weights_packed_at_compile_time() -> None:
@@ -157,3 +182,16 @@ def test_requantization_extremes(dtype: str) -> None:
     node = Node("QGemm", "fc", [x, wt, *req], [yv], _attrs(dtype, 0 if dtype == "int8" else
                                                            128, 5))
     _check(node, _qx((2, 64), dtype), "x86_64-avx512")
+
+
+def test_depthwise_c_generic_keeps_generic_schedule() -> None:
+    """c-generic is judged by its arena: no re-laid input band there."""
+    x = Value("x", (1, 16, 5, 5), "int8")
+    y = Value("y", (1, 16, 5, 5), "int8")
+    wt = Value.constant("w", RNG.integers(-127, 128, (16, 1, 3, 3)).astype(np.int8))
+    attrs = {**_attrs("int8", 1, 0), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 16}
+    node = Node("QConv", "dw", [x, wt, *_requant(16)], [y], attrs)
+    assert schedule_x86_int8(node, "c-generic").info["schedule"] == "int8"
+    assert schedule_x86_int8(node, "x86_64-avx2").info["schedule"] == "int8 x86 depthwise"
+    _check(node, _qx((1, 16, 5, 5), "int8"), "x86_64-avx2")

@@ -50,6 +50,11 @@ from toolchain.tir.schedule import Schedule
 #: targets whose QConv / QGemm take these schedules
 X86_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
 
+#: targets whose depthwise QConv takes the channel-vectorized kernel (not c-generic: its
+#: re-laid input band, KH rows x L channels of int32, would add to the arena that the
+#: portable target is judged by, e.g. DS-CNN 16,000 -> 17,344 bytes)
+DW_TARGETS = ("x86_64-avx2", "x86_64-avx512")
+
 #: most output pixels whose accumulators one tile keeps (T x L int32 in registers)
 MAX_PIXELS = 8
 
@@ -152,6 +157,90 @@ def _lane_requant(nc: Any, node: Node, lanes: int) -> tuple[list, list, dict]:
     return inputs, [unpack_lanes(req, shape, out.dtype, out.op.name)], packs
 
 
+def dw_lanes(node: Node) -> int:
+    """Channels per vector of the x86 depthwise kernel for QConv ``node`` (16 or 8), 0 when
+    it does not apply (not depthwise with multiplier 1, channels not a multiple of 8, or
+    non-constant weights)."""
+    from toolchain.topi.int8 import dsp_depthwise
+
+    w = node.input(1)
+    if node.op != "QConv" or w is None or w.data is None or len(w.shape) != 4:
+        return 0
+    if int(node.attrs.get("group", 1)) == 1 or not dsp_depthwise(node):
+        return 0
+    c = int(w.shape[0])
+    return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
+
+
+def _schedule_dw(func: Any, lanes: int) -> Schedule:
+    """Per output row and block of L channels: the input band (KH rows, L channels
+    contiguous) re-laid once, a tile of output pixels x L channels accumulated over
+    (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW."""
+    sch = Schedule(func)
+    names = _block_names(sch)
+    sch.compute_inline(sch.get_block("x_shifted"))
+    if "pad" in names:
+        sch.compute_inline(sch.get_block("pad"))
+    out = sch.get_block(names[-1])
+    _, ch, y, x = sch.get_loops(out)
+    mo, mi = sch.split(ch, [None, lanes])
+    tile = pixel_tile(int(sch.get(x).extent.value))
+    xo, xi = sch.split(x, [None, tile])
+    sch.reorder(y, mo, xo, mi, xi)
+    req = sch.get_block("x86_req")
+    sch.compute_at(req, xo)
+    acc = sch.get_block("x86_acc")
+    sch.compute_at(acc, xo)
+    band = sch.get_block("x86_band")
+    sch.compute_at(band, mo)
+    sch.vectorize(sch.get_loops(band)[-1])
+    loops = sch.get_loops(acc)
+    inner = loops[loops.index(xo) + 1:]
+    spatial = 2 if tile > 1 else 1
+    sp, red = inner[:spatial], inner[spatial:]
+    sch.reorder(*red, *sp)
+    init = sch.decompose_reduction(acc, red[0])
+    sch.vectorize(sp[-1])
+    if tile > 1:
+        sch.unroll(sp[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(req)[-1])
+    return sch
+
+
+def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
+    """The x86 depthwise schedule (the generic one where the nest refuses)."""
+    from toolchain.graph.ops._nn_common import attrs_of
+    from toolchain.topi.int8_x86 import (
+        pack_dw_weights,
+        pad_channels,
+        pad_shifts,
+        qdwconv_x86,
+        unpack_lanes,
+    )
+
+    attrs = attrs_of(node)
+    vals = list(node.inputs)
+    packs = {1: lambda v: pack_dw_weights(v, lanes), 2: lambda v: pad_channels(v, lanes),
+             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
+    data = {k: f(vals[k].data) for k, f in packs.items()}
+    x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
+    ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
+    req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs)
+    y = node.outputs[0]
+    out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
+    func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
+    try:
+        sch = _schedule_dw(func, lanes)
+    except KilnError as err:
+        op = schedule_int8(node, target)
+        op.info["x86_refused"] = str(err)
+        return op
+    values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
+    return OpSchedule(sch, values, list(node.outputs),
+                      {"schedule": "int8 x86 depthwise", "lanes": lanes})
+
+
 def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     """The x86 int8 schedule of ``node`` (the generic int8 schedule where the tiled
     kernels do not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other
@@ -159,6 +248,8 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     from toolchain.topi.int8 import x86_applies, x86_lanes
     from toolchain.topi.registry import node_compute
 
+    if dw_lanes(node) and str(getattr(target, "name", target)) in DW_TARGETS:
+        return _depthwise(node, target, dw_lanes(node))
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
