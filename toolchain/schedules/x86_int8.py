@@ -14,9 +14,19 @@ once and accumulates them in int32 vector lanes. Per output row of a convolution
                 acc[xi, l] += pad[c, y*sh + ry, (xo*T + xi)*sw + rx] * w[mo, c, ry, rx, l]
         qconv[mo*L + l, y, x] = requantize(acc[x, l] + bias)    (whole row of L channels)
 
-A dense layer accumulates ``L`` outputs per vector over ``k``. The integers are those of
-the generic kernels (int32 accumulation, the same int64 requantization), so the outputs
-equal the integer reference bit for bit. Depthwise / grouped convolutions and the other
+A dense layer accumulates ``L`` outputs per vector over ``k``. The tile is requantized
+lane-wise (:mod:`toolchain.topi.int8_x86`: ``L`` contiguous int32 accumulators against
+channel-padded tables, int32 result so gcc vectorizes the int64 arithmetic) and only then
+copied into NCHW. Depthwise convolutions (multiplier 1, channels a multiple of 8) on the
+AVX targets re-lay the ``KH`` input rows of each block of ``L`` channels channel-minor
+(``x86_band``) and accumulate a pixel tile x ``L`` channels over ``(ry, rx)`` the same way::
+
+    x86_band[c/L, rows of y, x, l] = int32(pad[c/L*L + l, ...])        (per y, per block)
+    acc[xi, l] += x86_band[mo, y*sh + ry, (xo*T + xi)*sw + rx, l] * w[mo, ry, rx, l]
+
+The integers are those of the generic kernels (int32 accumulation, the same int64
+requantization), so the outputs equal the integer reference bit for bit. Grouped
+convolutions, depthwise ones on c-generic (the band would grow the arena) and the other
 integer ops keep the generic schedules (:mod:`toolchain.schedules.cpu_int8`), as does any
 shape the tiled nest refuses.
 
