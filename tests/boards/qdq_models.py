@@ -150,14 +150,25 @@ def arena_report(bundle: Path) -> dict:
     meta = json.loads((bundle / "metadata.json").read_text())
     plan = meta["memory_plan"]
     entries = plan["tensors"]
-    tensors = [(t["name"], t["size"], t["first"], t["last"]) for t in entries
+    root = {t["name"]: t.get("inplace_of") or t["name"] for t in entries}
+
+    def buffer(name: str) -> str:
+        while root[name] != name:
+            name = root[name]
+        return name
+
+    last: dict[str, int] = {}  # a buffer lives until its last in-place member dies
+    for t in entries:
+        b = buffer(t["name"])
+        last[b] = max(last.get(b, t["last"]), t["last"])
+    tensors = [(t["name"], t["size"], t["first"], last[t["name"]]) for t in entries
                if t["kind"] == "tensor" and not t.get("inplace_of")]
     only = plan_lifetimes(tensors, alignment=plan["alignment"]).arena_bytes if tensors else 0
     scratch = max(((t["name"].split(":")[0], t["size"]) for t in entries
                    if t["kind"] == "scratch"), key=lambda p: p[1], default=("", 0))
     steps = len(plan["steps"])
-    live = [[t for t in entries if t["first"] <= s <= t["last"] and not t.get("inplace_of")]
-            for s in range(steps)]
+    live = [[t for t in entries if not t.get("inplace_of")
+             and t["first"] <= s <= last.get(t["name"], t["last"])] for s in range(steps)]
     top = max(range(steps), key=lambda s: sum(t["size"] for t in live[s]), default=0)
     return {"arena": meta["arena_bytes"], "tensors": only, "scratch": scratch,
             "peak": [(t["name"], t["size"]) for t in live[top]] if steps else []}

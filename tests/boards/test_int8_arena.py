@@ -29,7 +29,7 @@ def _report(name: str, tmp_path_factory) -> dict:
         d = tmp_path_factory.mktemp(f"anchor_{name}")
         onnx.save(anchor_model(name), d / "m.onnx")
         toolchain.compile(d / "m.onnx", "cortex-m4", output=d / "bundle")
-        _REPORTS[name] = arena_report(d / "bundle")
+        _REPORTS[name] = {**arena_report(d / "bundle"), "bundle": d / "bundle"}
     return _REPORTS[name]
 
 
@@ -51,6 +51,28 @@ def test_int8_arena_below_anchor(name, tmp_path_factory):
     assert r["arena"] < anchor, (
         f"{task}: arena {r['arena']:,} B >= {anchor:,} B; tensors {r['tensors']:,} B, "
         f"largest kernel scratch {scratch:,} B in {kernel}")
+
+
+def test_kws_pointwise_and_depthwise_convolutions_run_in_place(tmp_path_factory):
+    """KWS: every depthwise and pointwise convolution writes over its input (the Cortex-M
+    kernels stage a channel plane or a pixel's channels first) and the first convolution
+    reads the caller's input through a view, so the arena is one 64 x 25 x 5 activation:
+    8,064 B (64-B aligned), half the 16,000 B of the out-of-place plan."""
+    import json
+
+    bundle = _report("ds_cnn", tmp_path_factory)["bundle"]
+    meta = json.loads((bundle / "metadata.json").read_text())
+    convs = [t for t in meta["memory_plan"]["tensors"] if t["size"] == 8000]
+    assert len(convs) == 9 and sum(1 for t in convs if t["inplace_of"]) == 8
+    assert meta["arena_bytes"] == 8_064
+    assert list(meta["memory_plan"]["views"].values()) == ["input_1"]
+    kernels = (bundle / "src" / "kernels.c").read_text()
+    for k in meta["kernels"]:  # the aliased pair without restrict, the weights with it
+        if k["in_place"] and not k["elided"]:
+            head = kernels[kernels.index(f"int32_t {k['name']}("):]
+            params = head[head.index("(") + 1:head.index(")")].split(", ")
+            assert "restrict" not in params[0] and "restrict" not in params[-1], params
+            assert all("restrict" in p for p in params[1:-1]), params
 
 
 def test_arena_report_lists_the_peak(tmp_path_factory):

@@ -202,6 +202,7 @@ def test_depthwise_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     node = _conv(**cfg)
     x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
     got, info = _run_host(node, x)
+    assert info.pop("in_place", None) == (0 if cfg["stride"] == 1 and "hw" not in cfg else None)
     assert info == {"schedule": "int8 dsp", "intrinsic": "cortex-m4.dwconv_q15q7_1x4"}
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
@@ -232,6 +233,67 @@ def test_qadd_dsp_bit_exact(dtype: str, zp: int) -> None:
     want = get_op("QAdd").reference([xa, xb], attrs)[0]
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 3
+
+
+def _run_aliased(node: Node, x: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Build the Cortex-M kernel for the host without ``restrict`` (as a bundle renders an
+    in-place kernel) and run it with the output written over the input buffer."""
+    from toolchain.runtime.build import BASE_FLAGS, compile_shared
+    from toolchain.runtime.module import Module
+
+    s = schedule_for(node, "cortex-m4")
+    r = get_renderer("c", openmp=False)
+    r.restrict = ""
+    src = r.render(lower(s.schedule))
+    assert "restrict" not in src.code.split("{", 1)[0]
+    lib, info = compile_shared(src.code, [*BASE_FLAGS, "-Wall", "-Wextra", "-Werror"],
+                               stem=src.entry)
+    mod = Module(lib, src.entry, s.schedule.mod, src.code, src.extra_args, info)
+    buf = x.copy()
+    mod(buf, *[v.data for v in s.input_values[1:]], buf)
+    return buf, dict(s.info)
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(c=12, m=12, k=1, stride=1, pads=(0, 0, 0, 0), hw=(5, 7)),       # pointwise
+    dict(c=64, m=64, k=1, stride=1, pads=(0, 0, 0, 0), hw=(25, 5)),      # KWS pointwise
+    dict(c=6, m=6, k=1, stride=1, pads=(0, 0, 0, 0), dtype="uint8"),    # 1x4 tiles, uint8
+    dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8),          # depthwise
+    dict(c=4, m=4, k=5, stride=1, pads=(2, 2, 2, 2), group=4, dtype="uint8"),
+    dict(c=64, m=64, k=3, stride=1, pads=(1, 1, 1, 1), group=64, hw=(25, 5)),  # KWS depthwise
+])
+def test_in_place_kernels_are_bit_exact_over_their_own_input(cfg: dict) -> None:
+    """The kernels that say they may write over their input (``info["in_place"]``) give the
+    reference's bytes when they do."""
+    node = _conv(**cfg)
+    x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
+    got, info = _run_aliased(node, x)
+    assert info["in_place"] == 0
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3
+
+
+def test_aliasing_check_catches_a_kernel_that_reads_its_neighbours() -> None:
+    """A 3x3 convolution reads pixels an earlier pixel's outputs overwrote: it does not say
+    in_place, and run over its own input it really is wrong (so the test above can fail)."""
+    node = _conv(8, 8, 3, 1, (1, 1, 1, 1))
+    x = _qx(node.inputs[0].shape, "int8")
+    got, info = _run_aliased(node, x)
+    assert "in_place" not in info
+    assert (got != _reference(node, x)).any()
+
+
+@pytest.mark.parametrize("cfg", [
+    dict(c=8, m=16, k=1, stride=1, pads=(0, 0, 0, 0)),                  # channels change
+    dict(c=8, m=8, k=1, stride=2, pads=(1, 1, 1, 1), hw=(2, 2)),        # same shape, stride 2
+    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(40, 36)),  # row bands
+    dict(c=8, m=8, k=3, stride=2, pads=(0, 0, 1, 1), group=8, hw=(9, 7)),    # smaller out
+])
+def test_kernels_that_may_not_write_over_their_input_do_not_say_so(cfg: dict) -> None:
+    s = schedule_for(_conv(**cfg), "cortex-m4")
+    assert s.info["schedule"] == "int8 dsp"
+    assert "in_place" not in s.info
 
 
 def test_grouped_conv_keeps_the_generic_int8_schedule() -> None:

@@ -54,7 +54,11 @@ class CompiledKernel:
     params: list[Value]
     schedule: str  # "default" or "fallback: <why>"
     flops: int = 0
+    #: the plan writes the output over an input (that pair is rendered without restrict)
     in_place: bool = False
+    #: outer input names the kernel may write its output over (its schedule's
+    #: ``info["in_place"]``); the memory planner decides whether it does
+    overwrite: tuple[str, ...] = ()
 
 
 @dataclass
@@ -95,20 +99,22 @@ def _source_info(model: Any) -> tuple[Any, dict[str, Any], str]:
 
 
 def _schedule(node: Node, target: Target, cache: KernelCache
-              ) -> tuple[Any, list[Value], list[Value], str]:
-    """(lowered PrimFunc, inner input values, output values, how it was scheduled)."""
+              ) -> tuple[Any, list[Value], list[Value], str, Value | None]:
+    """(lowered PrimFunc, inner input values, output values, how it was scheduled, the
+    inner input the kernel may write its output over or None)."""
     from toolchain import te
     from toolchain.schedules.fused import _sanitize, fused_compute, schedule_fused
 
     try:
         k = schedule_fused(node, target, bind=True)  # weights packed at compile time
-        return cache.lower(k.func), list(k.input_values), list(k.output_values), "default"
+        return cache.lower(k.func), list(k.input_values), list(k.output_values), "default", \
+            k.in_place
     except Exception as exc:  # noqa: BLE001 - any schedule failure falls back (recorded)
         why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     fc = fused_compute(node)
     func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
     return cache.lower(func), list(fc.input_values), list(fc.output_values), \
-        f"fallback: {why}"
+        f"fallback: {why}", None
 
 
 class KernelCache:
@@ -135,7 +141,7 @@ class KernelCache:
     def __init__(self) -> None:
         # key -> (scheduled function, kept alive for its key; lowered function)
         self._lowered: dict[Any, tuple[Any, Any]] = {}
-        self._sources: dict[tuple[int, bool], KernelSource] = {}
+        self._sources: dict[tuple[int, bool | frozenset[int]], KernelSource] = {}
 
     def __len__(self) -> int:
         return len(self._lowered)
@@ -151,15 +157,16 @@ class KernelCache:
             hit = self._lowered[key] = (func, lower(func))
         return hit[1]
 
-    def render(self, lowered: Any, name: str, restrict: bool) -> KernelSource:
+    def render(self, lowered: Any, name: str, restrict: bool | frozenset[int]) -> KernelSource:
         """The C of ``lowered`` as kernel ``name`` (or the source rendered for it before,
-        under its first name)."""
+        under its first name); ``restrict`` as :func:`~toolchain.bundle.emit.render_kernel`
+        takes it."""
         key = (id(lowered), restrict)  # lowered functions are kept in _lowered
         if key not in self._sources:
             self._sources[key] = render_kernel(lowered, name, restrict=restrict)
         return self._sources[key]
 
-    def rendered(self, lowered: Any, restrict: bool) -> bool:
+    def rendered(self, lowered: Any, restrict: bool | frozenset[int]) -> bool:
         """True if ``lowered`` already has a C function with this ``restrict``."""
         return (id(lowered), restrict) in self._sources
 
@@ -189,11 +196,22 @@ def _outer_values(node: Node, ins: list[Value], outs: list[Value]) -> list[Value
     return result
 
 
-def _in_place_nodes(fused: Graph) -> set[str]:
-    """Names of nodes whose output the planner puts over one of their inputs."""
-    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0)
+def _in_place_pairs(fused: Graph, overwrite: dict[str, tuple[str, ...]]
+                    ) -> dict[str, list[tuple[str, str]]]:
+    """Per node, the ``(output, input)`` tensor names the planner puts in one buffer."""
+    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite)
     producer = {v.name: n.name for n in fused.nodes for v in n.outputs}
-    return {producer[t.name] for t in plan.tensors if t.inplace_of and t.name in producer}
+    pairs: dict[str, list[tuple[str, str]]] = {}
+    for t in plan.tensors:
+        if t.inplace_of and t.name in producer:
+            pairs.setdefault(producer[t.name], []).append((t.name, t.inplace_of))
+    return pairs
+
+
+def _aliased(params: list[Value], pairs: list[tuple[str, str]]) -> frozenset[int]:
+    """Positions of the parameters an in-place pair puts in one buffer."""
+    names = {n for pair in pairs for n in pair}
+    return frozenset(i for i, v in enumerate(params) if v.name in names)
 
 
 def _progress(items: list[Node], enabled: bool | None) -> Any:
@@ -233,7 +251,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         fused, kernels = _kernels(graph, parse_layout_target("nchw"), t, prefix, dump_ir,
                                   progress)
     scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
-    plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch)
+    plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch,
+                       overwrite={k.node.name: k.overwrite for k in kernels if k.overwrite})
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
                "name": prefix, "alignment": ALIGNMENT}
@@ -264,25 +283,31 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
         if node.op != "Fused":
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
                                    "a fused kernel")
-    in_place = _in_place_nodes(fused)
-    names = CNames({f"{prefix}_run", f"{prefix}_weights", f"{prefix}_weights_t",
-                    f"{prefix}_inputs", f"{prefix}_outputs"})
-    kernels: list[CompiledKernel] = []
     cache = KernelCache()
-    for i, node in enumerate(_progress(list(fused.nodes), progress)):
-        func, ins, outs, how = _schedule(node, t, cache)
+    scheduled: list[tuple[Node, Any, list[Value], str]] = []
+    overwrite: dict[str, tuple[str, ...]] = {}
+    for node in _progress(list(fused.nodes), progress):
+        func, ins, outs, how, host = _schedule(node, t, cache)
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))
         if n_buf != len(params) or n_buf != len(func.params):
             raise UnsupportedError(f"{node.describe()}: kernel has {len(func.params)} "
                                    f"parameters for {len(params)} tensors")
-        restrict = node.name not in in_place
+        if host is not None:
+            overwrite[node.name] = (params[next(i for i, v in enumerate(ins) if v is host)].name,)
+        scheduled.append((node, func, params, how))
+    in_place = _in_place_pairs(fused, overwrite)
+    names = CNames({f"{prefix}_run", f"{prefix}_weights", f"{prefix}_weights_t",
+                    f"{prefix}_inputs", f"{prefix}_outputs"})
+    kernels: list[CompiledKernel] = []
+    for i, (node, func, params, how) in enumerate(scheduled):
+        restrict = _aliased(params, in_place[node.name]) if node.name in in_place else True
         if cache.rendered(func, restrict):
             src = cache.render(func, "", restrict)
         else:
             src = cache.render(func, names(node.attrs["kernel"], prefix=f"{prefix}_"), restrict)
-        kernels.append(CompiledKernel(i, node, src, params, how,
-                                      get_op(node.op).flops_of(node), node.name in in_place))
+        kernels.append(CompiledKernel(i, node, src, params, how, get_op(node.op).flops_of(node),
+                                      node.name in in_place, overwrite.get(node.name, ())))
     return kernels
 
 

@@ -10,8 +10,10 @@
   has no OpenMP runtime) and no ``#pragma omp simd`` (unknown pragmas break
   ``-Werror`` builds; the loops are vectorised by the schedule or the compiler), and
   ``__extension__`` before GNU statement expressions (``-pedantic``);
-* **no ``restrict`` when aliasing is planned**: a kernel whose output the memory plan puts
-  over one of its inputs (in place) is rendered without ``restrict``.
+* **no ``restrict`` where aliasing is planned**: where the memory plan puts a kernel's
+  output over one of its inputs (in place), those two parameters are rendered without
+  ``restrict`` (``restrict=`` a set of parameter positions); the others keep it, so the
+  compiler still knows a store to the output leaves the weights alone.
 
 Example::
 
@@ -22,6 +24,11 @@ Example::
     >>> k = render_kernel(lower(te.create_prim_func([A, B])), "net_add")
     >>> k.params, k.scratch_bytes
     (['float* restrict A', 'float* restrict B'], 0)
+    >>> C = te.placeholder((64,), name="C")
+    >>> D = te.compute((64,), lambda i: A[i] + C[i], name="D")
+    >>> render_kernel(lower(te.create_prim_func([A, C, D])), "net_add2",
+    ...               restrict=frozenset({0, 2})).params  # D written over A
+    ['float* A', 'float* restrict C', 'float* D']
 """
 
 from __future__ import annotations
@@ -62,9 +69,14 @@ class BundleRenderer(CRenderer):
     #: allocations up to this size stay on the stack (register tiles, small temporaries)
     max_stack_bytes: ClassVar[int] = 1024
 
-    def __init__(self, restrict: bool = True) -> None:
+    def __init__(self, restrict: bool | frozenset[int] = True) -> None:
         super().__init__(openmp=False)
-        self.restrict = "restrict" if restrict else ""  # type: ignore[misc]
+        self.restrict = "restrict" if restrict is not False else ""  # type: ignore[misc]
+        #: buffer parameter positions that alias another parameter (no ``restrict``)
+        self.aliased = restrict if isinstance(restrict, frozenset) else frozenset()
+
+    def param_qualifier(self, index: int) -> str:
+        return "" if index in self.aliased else self.restrict
 
     def reset(self) -> None:
         super().reset()
@@ -100,8 +112,11 @@ class BundleRenderer(CRenderer):
         self.stmt(body)
 
 
-def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool = True) -> KernelSource:
-    """Render a lowered PrimFunc as the bundle kernel ``name`` (see :class:`KernelSource`)."""
+def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True
+                  ) -> KernelSource:
+    """Render a lowered PrimFunc as the bundle kernel ``name`` (see :class:`KernelSource`);
+    ``restrict``: True (every pointer parameter), False (none) or the positions of the
+    parameters that alias each other (those without, the others with)."""
     r = BundleRenderer(restrict=restrict)
     r.reset()
     params, extra = r.signature(func)

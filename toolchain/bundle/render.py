@@ -76,6 +76,8 @@ class _Locations:
                 self.expr[id(v)] = f"(void *)outputs->{t['field']}"
         self.weights: list[dict[str, Any]] = []
         self.names = CNames()
+        #: views of a graph input (memory plan ``views``) are that input's pointer
+        self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
 
     def of(self, v: Value) -> str:
         if id(v) in self.expr:
@@ -91,6 +93,8 @@ class _Locations:
             })
             self.expr[id(v)] = f"(void *){self.spec.model}_weights.{name}"
             return self.expr[id(v)]
+        if v.name in self.spec.plan.views:
+            return self.by_input[self.spec.plan.views[v.name]]
         return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
 
 
@@ -100,7 +104,8 @@ _VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
     """One entry per kernel; ``elided`` when the kernel is only a reshape whose output the
-    plan puts in place over its input (the bytes are already where they must be)."""
+    plan puts in place over its input or makes a view of a graph input (the bytes are
+    already where they must be)."""
     calls = []
     for k in spec.kernels:
         args = [loc.of(v) for v in k.params]
@@ -110,8 +115,10 @@ def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
         ops = " ".join(n.op for n in inner)
         elided = (all(n.op in _VIEWS for n in inner) and len(k.params) == 2
                   and args[0] == args[1] and k.params[0].nbytes == k.params[1].nbytes)
+        view = spec.plan.views.get(k.params[-1].name) if elided else None
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
                       "elided": elided,
+                      "how": comment(f"a view of input {view}") if view else "in place",
                       "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
                                          f"{k.flops:,} FLOPs")})
     return calls

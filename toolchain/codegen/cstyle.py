@@ -238,6 +238,10 @@ class CStyleRenderer:
         self.uses_openmp = False
         self.uses_simd = False
 
+    def param_qualifier(self, index: int) -> str:
+        """The qualifier of buffer parameter ``index`` (``restrict`` unless overridden)."""
+        return self.restrict
+
     def signature(self, func: ir.PrimFunc, body: ir.Stmt | None = None
                   ) -> tuple[list[str], list[ir.Var]]:
         """C parameter declarations (buffers, scalars, then symbolic sizes) and the sizes.
@@ -247,9 +251,9 @@ class CStyleRenderer:
         body = func.body if body is None else body
         params = []
         bound: set[ir.Var] = set()
-        for p in func.params:
+        for i, p in enumerate(func.params):
             if isinstance(p, ir.Buffer):
-                params.append(f"{self.ctype(p.dtype)}* {self.restrict} "
+                params.append(f"{self.ctype(p.dtype)}* {self.param_qualifier(i)} "
                               f"{self.names(p.data, p.name)}".replace("  ", " "))
                 bound.add(p.data)
             else:

@@ -12,6 +12,16 @@ The bundle runs the kernels (the nodes of a fused graph) in their topological or
   element at the same flat index — element-wise ops (and reshape-like views) whose chain
   from that input to that output keeps the shape; inside a ``Fused`` kernel this is checked
   along the inner graph (so ``conv -> add(residual) -> relu`` may write over the residual);
+  and where the kernel itself says so: ``overwrite={node_name: {input_name, ...}}`` names
+  inputs a node's scheduled kernel stages before it writes the output over them (a
+  Cortex-M pointwise convolution copies each pixel's channels into its im2col row before
+  writing that pixel's outputs; a depthwise one pads each channel's plane into a stack
+  buffer before writing that channel), with the output of the input's shape and dtype;
+* **views of graph inputs**: a kernel made only of reshape-like views of a graph input
+  (or of such a view) is a view of the caller's buffer: its output takes no arena bytes
+  and is listed in ``MemoryPlan.views`` (tensor -> the graph input it reads), so a bundle
+  passes the caller's pointer on and does not call the kernel.  No kernel may write over
+  such a view in place (the caller's input stays as it was);
 * **scratch**: ``scratch={node_name: bytes}`` reserves a kernel's workspace (packing
   buffers, ``cache_write`` tiles) for exactly its step, in the same arena.
 
@@ -45,7 +55,7 @@ Example::
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +101,8 @@ class MemoryPlan:
     alignment: int
     steps: list[str]
     tensors: list[TensorPlan] = field(default_factory=list)
+    #: tensors that are views of a graph input (not in the arena): name -> that input's name
+    views: dict[str, str] = field(default_factory=dict)
 
     def tensor(self, name: str) -> TensorPlan:
         """The placement of the tensor called ``name``."""
@@ -149,6 +161,7 @@ class MemoryPlan:
             "tensors": [{"name": t.name, "offset": t.offset, "size": t.size,
                          "first": t.first, "last": t.last, "kind": t.kind,
                          "inplace_of": t.inplace_of} for t in self.tensors],
+            "views": dict(self.views),
         }
 
 
@@ -186,10 +199,24 @@ def _elementwise_chain(node: Node, src: Value, dst: Value) -> bool:
     return dst in derived
 
 
-def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: bool
+def _view_source(node: Node, out: Value, sources: dict[Value, str]) -> str | None:
+    """The graph input that ``out`` is a view of, when ``node`` only reshapes a graph input
+    (or a view of one, ``sources``) into ``out``; else None."""
+    ops = [n.op for n in node.attrs["graph"].nodes] if node.op == "Fused" else [node.op]
+    ins = [v for v in node.inputs if v is not None and not v.is_constant]  # not shapes
+    if (len(ins) != 1 or len(node.outputs) != 1 or ins[0] not in sources
+            or ins[0].nbytes != out.nbytes or not all(op in _VIEWS for op in ops)):
+        return None
+    return sources[ins[0]]
+
+
+def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: bool,
+             overwrite: Mapping[str, frozenset[str]], views: dict[str, str]
              ) -> tuple[list[_Buffer], dict[str, tuple[int, int, int, str, str | None]]]:
-    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of)``."""
+    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of)``;
+    fills ``views`` (tensor -> graph input) with the outputs that take no buffer."""
     external = set(graph.inputs) | set(graph.outputs)
+    sources = {v: v.name for v in graph.inputs}
     index = {id(n): s for s, n in enumerate(graph.nodes)}
     last: dict[Value, int] = {}
     for s, node in enumerate(graph.nodes):
@@ -204,8 +231,13 @@ def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: 
         for out in node.outputs:
             if out in external or out.is_constant:
                 continue
+            src = _view_source(node, out, sources)
+            if src is not None:
+                sources[out] = views[out.name] = src
+                continue
             end = max(last.get(out, s), s)
-            host = _inplace_host(node, out, s, by_value, last) if inplace else None
+            host = (_inplace_host(node, out, s, by_value, last,
+                                  overwrite.get(node.name, frozenset())) if inplace else None)
             if host is not None:
                 buf = by_value[host]
                 buf.last = max(buf.last, end)
@@ -224,15 +256,19 @@ def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: 
 
 
 def _inplace_host(node: Node, out: Value, step: int, by_value: dict[Value, _Buffer],
-                  last: dict[Value, int]) -> Value | None:
-    """An input of ``node`` whose buffer ``out`` may take over (or ``None``)."""
+                  last: dict[Value, int], declared: frozenset[str]) -> Value | None:
+    """An input of ``node`` whose buffer ``out`` may take over (or ``None``); ``declared``
+    names inputs the node's kernel may overwrite with an output of their shape."""
     for v in node.inputs:
         if v is None or v not in by_value or v.nbytes != out.nbytes:
             continue
         buf = by_value[v]
         if buf.last != step or last.get(v) != step or buf.members[-1] != v.name:
             continue  # still read later (by another step or through another alias)
-        if sum(1 for w in node.inputs if w is v) == 1 and _elementwise_chain(node, v, out):
+        by_kernel = (v.name in declared and v.shape == out.shape and v.dtype == out.dtype
+                     and len(node.outputs) == 1)
+        if sum(1 for w in node.inputs if w is v) == 1 and (
+                by_kernel or _elementwise_chain(node, v, out)):
             buf.last = -1  # taken: a second output of this step may not take it too
             return v
     return None
@@ -294,11 +330,22 @@ def _search(buffers: list[_Buffer], lower: int, moves: int, seed: int) -> list[_
 
 
 def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int] | None = None,
-                inplace: bool = True, search_moves: int = 400, seed: int = 0) -> MemoryPlan:
+                inplace: bool = True, search_moves: int = 400, seed: int = 0,
+                overwrite: Mapping[str, Iterable[str]] | None = None) -> MemoryPlan:
     """Plan the arena of ``graph`` (see the module docstring); deterministic for a seed.
 
     ``scratch`` maps node names to workspace bytes; ``search_moves`` bounds the local
-    search (0 keeps the best greedy placement).
+    search (0 keeps the best greedy placement); ``overwrite`` maps node names to the
+    inputs their kernels may write their output over (module docstring, "in place").
+
+    A kernel-declared pair (a 1x1 convolution whose kernel stages each pixel's input)::
+
+        >>> from toolchain.graph.ir import Graph, Node, Value
+        >>> x, a, b, y = (Value(n, (1, 8, 4, 4), "int8") for n in ("x", "a", "b", "y"))
+        >>> g = Graph("g", [x], [y], [Node("Neg", "n0", [x], [a]), Node("Conv", "c", [a], [b]),
+        ...                           Node("Neg", "n1", [b], [y])])
+        >>> plan_memory(g).arena_bytes, plan_memory(g, overwrite={"c": ["a"]}).arena_bytes
+        (256, 128)
     """
     if alignment < 1 or alignment & (alignment - 1):
         raise OptionError(f"memory alignment {alignment} must be a power of two")
@@ -308,8 +355,16 @@ def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int]
     if unknown:
         raise OptionError(f"scratch bytes given for {', '.join(map(repr, unknown))}, which "
                           f"are not nodes of graph {graph.name!r}")
-    buffers, info = _buffers(graph, alignment, scratch, inplace)
-    return _finish(buffers, info, [n.name for n in graph.nodes], alignment, search_moves, seed)
+    declared = {k: frozenset(v) for k, v in (overwrite or {}).items()}
+    unknown = sorted(set(declared) - names)
+    if unknown:
+        raise OptionError(f"in-place inputs given for {', '.join(map(repr, unknown))}, which "
+                          f"are not nodes of graph {graph.name!r}")
+    views: dict[str, str] = {}
+    buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views)
+    plan = _finish(buffers, info, [n.name for n in graph.nodes], alignment, search_moves, seed)
+    plan.views = views
+    return plan
 
 
 def plan_lifetimes(tensors: Sequence[tuple[str, int, int, int]], *, alignment: int = 64,

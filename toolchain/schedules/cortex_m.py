@@ -17,6 +17,15 @@ or ``dot_q15q7_1x4`` when the channel count is not a multiple of 4. Per output p
 Depthwise convolutions (channel multiplier 1) pad the channel's int16 input plane once and
 call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs.
 The integers are those of the generic kernels (int32 accumulation, same requantization).
+
+Both stage their input before writing over it, so they may run **in place** when the output
+has the input's shape (``info["in_place"] = 0``, honoured by the memory planner): a 1x1
+convolution copies each pixel's channels into the ``im2col`` row before it writes that
+pixel's outputs, and a depthwise convolution whose padded plane is kept whole pads channel
+c's plane into its stack buffer before it writes channel c. A depthwise plane larger than
+:data:`PLANE_BYTES` is padded per output-row band (rows an earlier band's outputs would
+overwrite), and a k x k convolution reads neighbouring pixels: neither runs in place.
+
 Grouped convolutions, pooling and fused additions keep the generic CPU schedules
 (:mod:`toolchain.schedules.cpu_int8`).
 
@@ -97,23 +106,26 @@ def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
 PLANE_BYTES = 2048
 
 
-def _schedule_depthwise(func: Any, intrin: str) -> Schedule:
+def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
     """The padded int16 input of one channel (or of one output row's band of input rows
     when the plane is larger than :data:`PLANE_BYTES`), one intrinsic call per kernel row
-    and four kernel columns."""
+    and four kernel columns; and whether a whole channel's plane is staged before the
+    channel is written (the kernel may then write over its input)."""
     sch = Schedule(func)
     sch.compute_inline(sch.get_block("x_shifted"))
     _, c, y, x = sch.get_loops(sch.get_block("qconv"))
     sch.compute_at(sch.get_block("dw_acc"), x)
+    staged = False
     if "pad" in _block_names(sch):
         _, _, hp, wp = (int(d.value) for d in _buffer_shape(sch, "pad"))
-        sch.compute_at(sch.get_block("pad"), c if 2 * hp * wp <= PLANE_BYTES else y)
+        staged = 2 * hp * wp <= PLANE_BYTES
+        sch.compute_at(sch.get_block("pad"), c if staged else y)
     acc = sch.get_block("dw_acc")
     loops = sch.get_loops(acc)
     h = loops[-2]
     sch.decompose_reduction(acc, loops[-4] if len(loops) >= 4 else h)
     sch.tensorize(h, intrin)
-    return sch
+    return sch, staged
 
 
 def _schedule_s8(func: Any, intrin: str, lanes: int, kc: int) -> Schedule:
@@ -217,10 +229,13 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    same_shape = node.input(0).shape == node.outputs[0].shape and \
+        node.input(0).dtype == node.outputs[0].dtype
+    in_place = False
     try:
         if depthwise:
             intrin = f"{t.name}.dwconv_q15q7_1x4"
-            sch = _schedule_depthwise(func, intrin)
+            sch, in_place = _schedule_depthwise(func, intrin)
         elif s8:
             kc = 8 if int(w.shape[1]) % 8 == 0 and lanes == 4 else 4
             intrin = f"{t.name}.dot_s8s8_{lanes}x{kc}"
@@ -228,6 +243,9 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         else:
             window = tuple(node.input(1).shape[2:]) if node.op == "QConv" else None
             sch = _schedule_dsp(func, node.op, intrin, lanes, groups, window)
+            # output pixel p reads input pixel p alone, copied to im2col first
+            in_place = window == (1, 1) and tuple(node.attrs["strides"]) == (1, 1) and \
+                not any(node.attrs["pads"])
     except KilnError as err:  # a shape the DSP nest cannot take: the generic kernel
         op = schedule_int8(node, target)
         op.info["dsp_refused"] = str(err)
@@ -237,8 +255,10 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         if k in nc.packs:
             v = Value.constant(f"{v.name}_dsp", nc.packs[k](v.data))
         values.append(v)
-    return OpSchedule(sch, values, list(node.outputs),
-                      {"schedule": "int8 dsp", "intrinsic": intrin})
+    info: dict[str, Any] = {"schedule": "int8 dsp", "intrinsic": intrin}
+    if in_place and same_shape:
+        info["in_place"] = 0  # the output may take over input 0's buffer
+    return OpSchedule(sch, values, list(node.outputs), info)
 
 
 for _t in CORTEX_M_TARGETS:

@@ -68,6 +68,9 @@ class FusedKernel:
     #: the complex-out-fusable inner node whose schedule was reused, if any
     anchor: Node | None = None
     notes: list[str] = field(default_factory=list)
+    #: the input value (of ``input_values``) the output may be written over, if any: the
+    #: anchor's schedule said so (``info["in_place"]``) and the group is the anchor alone
+    in_place: Value | None = None
 
     @property
     def func(self) -> ir.PrimFunc:
@@ -432,7 +435,9 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
             f"{len(sa.output_values)} output(s)")
     out_val = anchor.outputs[0]
     if len(inner.nodes) == 1:
-        return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor)
+        k = sa.info.get("in_place")
+        return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor,
+                           in_place=sa.input_values[k] if k is not None else None)
     idx = next(k for k, n in enumerate(inner.nodes) if n is anchor)
     canon: dict[int, ir.Buffer] = {id(v): b for v, b in zip(sa.input_values, a_params,
                                                             strict=False)}

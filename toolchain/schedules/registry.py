@@ -47,7 +47,9 @@ class OpSchedule:
     ``input_values`` / ``output_values`` are the graph values of the PrimFunc's parameters,
     in order. A value with ``data`` is a compile-time constant (packed weights): a caller
     passes its data, a bundle stores it. ``info`` says what was chosen (algorithm, layout,
-    tile sizes), for metadata and benchmarks.
+    tile sizes), for metadata and benchmarks; ``info["in_place"] = k`` says the kernel reads
+    each part of input ``k`` before writing the output over it, so the output (of input
+    k's shape) may share input k's buffer (the memory planner's ``overwrite``).
     """
 
     schedule: Schedule

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tests.graph.passes.helpers import GraphBuilder, zoo_graph
 from tests.models.zoo import ZOO
 from toolchain.errors import OptionError
+from toolchain.graph.ir import Value
 from toolchain.graph.memory import (
     MemoryPlan,
     PlanError,
@@ -127,6 +128,22 @@ def test_graph_inputs_outputs_and_constants_are_not_in_the_arena():
     y = b.op("Relu", [a], name="y")
     plan = plan_memory(b.graph([a, y]))
     assert plan.tensors == [] and plan.arena_bytes == 0
+
+
+def test_views_of_a_graph_input_take_no_arena_and_are_never_written_over():
+    b = GraphBuilder()
+    x = b.input("x", (4, 16))
+    f = b.op("Flatten", [x], {"axis": 0}, name="f")          # a view of x
+    shape = Value.constant("s", np.array([64], np.int64))
+    r = b.op("Reshape", [f, shape], name="r")                # a view of the view
+    e = b.op("Relu", [r], name="e")                          # may not write over x's bytes
+    y = b.op("Neg", [e], name="y")
+    plan = plan_memory(b.graph([y]))  # unfused: one view kernel each
+    plan.check()
+    assert plan.views == {"f_out": "x", "r_out": "x"}
+    assert all(t.inplace_of not in plan.views for t in plan.tensors)
+    assert plan.arena_bytes == 256  # e alone (y is the caller's)
+    assert plan.to_dict()["views"] == plan.views
 
 
 def test_check_catches_overlapping_live_tensors():
