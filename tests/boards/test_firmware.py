@@ -18,11 +18,15 @@ from toolchain.cli import main
 from toolchain.errors import SimulationError, TargetError
 
 
-def _tiny(tmp_path, hw: int = 8, cin: int = 3, cout: int = 4):
-    """Conv 3x3 + Relu on 1 x cin x hw x hw (weights cout*cin*9 floats)."""
+def _tiny(tmp_path, hw: int = 8, cin: int = 3, cout: int = 4, softmax: bool = False):
+    """Conv 3x3 + Relu on 1 x cin x hw x hw (weights cout*cin*9 floats); with ``softmax`` a
+    channel Softmax after it (the conv's output then lives in the arena)."""
     rng = np.random.default_rng(0)
+    tail = [helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Softmax", ["r"], ["y"], axis=1)] if softmax else \
+        [helper.make_node("Relu", ["c"], ["y"])]
     m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-                    helper.make_node("Relu", ["c"], ["y"])],
+                    *tail],
                    {"x": (np.float32, [1, cin, hw, hw])}, {"y": (np.float32, [1, cout, hw, hw])},
                    {"w": rng.standard_normal((cout, cin, 3, 3)).astype(np.float32),
                     "b": rng.standard_normal(cout).astype(np.float32)}, name="tiny")
@@ -84,7 +88,7 @@ def test_link_overflow_is_refused_with_the_linker_numbers(tmp_path):
 def test_firmware_exit_status_reaches_the_caller(tmp_path, capsys):
     from toolchain.boards import compile_board, run_on_qemu
 
-    path, inputs = _tiny(tmp_path)
+    path, inputs = _tiny(tmp_path, softmax=True)  # an arena to misalign
     out, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "b")
     assert run_on_qemu(out, inputs).outputs["y"].shape == (1, 4, 8, 8)
     with pytest.raises(SimulationError, match=r"the firmware exited with status 12 \(the arena "

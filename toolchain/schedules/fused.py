@@ -479,7 +479,26 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     tail = [n for n in st.block_names(ft) if n != "root"]
     tail = [renames.get(n, n) for n in tail]
     sch, notes = fuse_tail(Schedule(func), anchor_buf, tail, cfg)
-    return FusedKernel(sch, values, fc.output_values, anchor, notes)
+    return FusedKernel(sch, values, fc.output_values, anchor, notes,
+                       _tail_keeps_in_place(sa, inner, idx, tail, notes))
+
+
+def _tail_keeps_in_place(sa: OpSchedule, inner: Graph, idx: int, tail: list[str],
+                         notes: list[str]) -> Value | None:
+    """The anchor's in-place input (``info["in_place"]``) when the elementwise tail keeps
+    the anchor's write order: every tail block was inlined into the block writing the
+    anchor's output (so each output element is still written where the anchor wrote it)
+    and no tail op reads that input."""
+    k = sa.info.get("in_place")
+    if k is None:
+        return None
+    host = sa.input_values[k]
+    inlined = {n.split(":")[0] for n in notes if ": inlined into " in n}
+    if set(tail) - inlined:
+        return None
+    if any(v is host for n in inner.nodes[idx + 1:] for v in n.inputs):
+        return None
+    return host
 
 
 def _writer(sch: Schedule, buf: ir.Buffer) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...]] | None:

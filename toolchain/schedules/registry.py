@@ -94,7 +94,7 @@ def _load() -> None:
     # not written yet is simply absent
     import importlib
 
-    for mod in ("cpu_conv2d", "cpu_dense", "cpu_ops", "cpu_int8", "fused"):
+    for mod in ("cpu_conv2d", "cpu_dense", "cpu_ops", "cpu_int8", "cortex_m_fp32", "fused"):
         try:
             importlib.import_module(f"toolchain.schedules.{mod}")
         except ModuleNotFoundError as e:
