@@ -94,6 +94,17 @@ def pack_rows(w: np.ndarray, lanes: int = 4) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(mp // lanes, lanes, k).transpose(0, 2, 1))
 
 
+def _bias_param(bv: Value | None, args: list[te.Tensor], values: list[Value]
+                ) -> te.Tensor | None:
+    """The bias placeholder (appended to the kernel's parameters), or None without one."""
+    if bv is None:
+        return None
+    bias = te.placeholder(bv.shape, "float32", "bias")
+    args.append(bias)
+    values.append(bv)
+    return bias
+
+
 def conv_rows_compute(node: Node, g: ConvGeom) -> tuple[list[te.Tensor], list[Value]]:
     """The TE of the module docstring: ``[X, W_rows, (bias), Y]`` and their values."""
     xv, wv, bv = node.inputs[0], node.inputs[1], node.input(2)
@@ -129,11 +140,7 @@ def conv_rows_compute(node: Node, g: ConvGeom) -> tuple[list[te.Tensor], list[Va
     r = te.reduce_axis((0, k), name="rk")
     acc = te.compute((pairs, wp.shape[0] * lanes), lambda p, m: te.sum(
         col[p, r] * w[m // lanes, r, m % lanes], axis=r), name="acc")
-    bias = None
-    if bv is not None:
-        bias = te.placeholder(bv.shape, "float32", "bias")
-        args.append(bias)
-        values.append(bv)
+    bias = _bias_param(bv, args, values)
 
     def out_f(n: Any, m: Any, y: Any, xx: Any) -> Any:
         v = acc[(n * g.oh + y) * g.ow + xx, m]
@@ -203,11 +210,7 @@ def dw_plane_compute(node: Node, g: DwGeom, staged: bool
     acc = te.compute((g.n, g.c, g.oh, g.ow), lambda n, c, y, xx: te.sum(
         read(n, c, y * g.sh + ry * g.dh, xx * g.sw + rx * g.dw) * w[c, 0, ry, rx],
         axis=[ry, rx]), name="acc")
-    bias = None
-    if bv is not None:
-        bias = te.placeholder(bv.shape, "float32", "bias")
-        args.append(bias)
-        values.append(bv)
+    bias = _bias_param(bv, args, values)
 
     def out_f(n: Any, c: Any, y: Any, xx: Any) -> Any:
         return acc[n, c, y, xx] + bias[c] if bias is not None else acc[n, c, y, xx]
