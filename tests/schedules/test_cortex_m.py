@@ -16,7 +16,7 @@ from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.runtime.build import build
-from toolchain.schedules.cortex_m import MAX_GROUPS, _intrinsic
+from toolchain.schedules.cortex_m import MAX_GROUPS, PAIR_GROUPS, _intrinsic, _pair_intrinsic
 from toolchain.schedules.registry import schedule_for
 from toolchain.tir.transform.pipeline import lower
 from toolchain.topi.int8 import pack_dsp_weights
@@ -101,6 +101,19 @@ def test_one_call_takes_the_largest_loop_of_groups(channels: int, k: int, want: 
         f"cortex-m4.dot_q15q7_{want}", 1 if channels % 4 else 4, groups)
 
 
+@pytest.mark.parametrize("channels,k,width,want", [
+    (16, 144, 32, ("2x2x144", 36)), (32, 96, 16, ("2x2x96", 24)), (8, 4, 2, ("2x2x4", 1)),
+    (16, 28, 32, ("2x2x28", 7)),
+    (6, 64, 4, ("2x2x64", 16)), (16, 144, 5, None), (5, 16, 8, None),
+])
+def test_two_pixel_calls_take_even_rows_and_channel_pairs(channels: int, k: int, width: int,
+                                                         want: tuple | None) -> None:
+    """Two pixels of a row a call where the row width and the channel count are even, the
+    largest PAIR_GROUPS entry dividing K / 4 (24 groups: 24, 1 group: 1); None: one pixel a call."""
+    got = _pair_intrinsic("cortex-m4", channels, k, width)
+    assert got == (None if want is None else (f"cortex-m4.dot_q15q7_{want[0]}", want[1]))
+
+
 def test_requantize_helper_equals_requantize_pow(tmp_path) -> None:
     """kiln_cm_requantize (int32 fast path, out-of-line saturation, SRDHM as one rounding
     shift) gives requantize_pow's integers, overflowing sums and extreme multipliers too."""
@@ -162,6 +175,10 @@ void run(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int3
     dict(c=6, m=8, k=2, stride=1, pads=(0, 0, 1, 1)),                  # K = 24: 24 k a call
     dict(c=64, m=8, k=1, stride=1, pads=(0, 0, 0, 0), hw=(5, 3)),      # KWS pointwise: 64 k
     dict(c=10, m=4, k=2, stride=1, pads=(0, 0, 0, 0)),                 # K = 40: 40 k a call
+    dict(c=16, m=16, k=3, stride=1, pads=(1, 1, 1, 1), hw=(6, 8)),     # pairs, K = 144
+    dict(c=3, m=16, k=3, stride=2, pads=(0, 0, 1, 1), hw=(9, 8), dtype="uint8"),  # pairs, s2
+    dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), hw=(3, 5)),       # odd width and count
+    dict(c=4, m=5, k=3, stride=1, pads=(1, 1, 1, 1), hw=(4, 6)),       # odd channels: 1x4
 ])
 def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     node = _conv(**cfg)
@@ -170,6 +187,8 @@ def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert info["schedule"] == "int8 dsp"
     groups = (cfg["c"] * cfg["k"] ** 2 + 3) // 4  # groups of four k (padded)
     tile = "1x4" if cfg["m"] % 4 else f"4x{4 * next(g for g in MAX_GROUPS if groups % g == 0)}"
+    if cfg["m"] % 2 == 0:  # two pixels a call (of a row; odd widths: of the flat index)
+        tile = f"2x2x{4 * next(g for g in PAIR_GROUPS if groups % g == 0)}"
     assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{tile}"
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
@@ -257,7 +276,9 @@ def _run_aliased(node: Node, x: np.ndarray) -> tuple[np.ndarray, dict]:
 @pytest.mark.parametrize("cfg", [
     dict(c=12, m=12, k=1, stride=1, pads=(0, 0, 0, 0), hw=(5, 7)),       # pointwise
     dict(c=64, m=64, k=1, stride=1, pads=(0, 0, 0, 0), hw=(25, 5)),      # KWS pointwise
-    dict(c=6, m=6, k=1, stride=1, pads=(0, 0, 0, 0), dtype="uint8"),    # 1x4 tiles, uint8
+    dict(c=6, m=6, k=1, stride=1, pads=(0, 0, 0, 0), dtype="uint8"),    # pairs, uint8
+    dict(c=16, m=16, k=1, stride=1, pads=(0, 0, 0, 0), hw=(3, 8)),      # pairs, 16 k
+    dict(c=5, m=5, k=1, stride=1, pads=(0, 0, 0, 0), hw=(3, 5)),        # one pixel a call
     dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8),          # depthwise
     dict(c=4, m=4, k=5, stride=1, pads=(2, 2, 2, 2), group=4, dtype="uint8"),
     dict(c=64, m=64, k=3, stride=1, pads=(1, 1, 1, 1), group=64, hw=(25, 5)),  # KWS depthwise
@@ -310,19 +331,22 @@ def test_dsp_kernel_source_uses_acle_with_portable_fallback() -> None:
         lower(s.schedule)).code
     assert "#if defined(__ARM_FEATURE_DSP)" in code and "__smlad(" in code
     assert "static inline int32_t kiln_smlad(" in code  # the host fallback
-    assert "kiln_m4_dot_q15q7_4x4_" in code
+    assert "kiln_m4_dot_q15q7_2x2x36_" in code  # two pixels of the 6-wide rows a call
     helpers = code[code.index("#if defined(__ARM_FEATURE_DSP)"):code.index("kiln_read_q7x4")]
     assert "\n\n" not in helpers  # one prelude block: the bundle splits at blank lines
     assert "kiln_cm_requantize(" in code and "kiln_ssat8(" in code
 
 
-def test_stages_are_one_pixel_rows_in_scratch() -> None:
-    """The im2col row and the accumulators are compacted to one output pixel (the intrinsic
-    calls take their addresses: compaction counts each as the operand tile it touches)."""
-    s = schedule_for(_conv(16, 32, 3, 1, (1, 1, 1, 1), hw=(12, 10)), "cortex-m4")
+@pytest.mark.parametrize("m,hw,pixels", [(32, (12, 10), 2), (32, (3, 5), 2), (31, (12, 10), 1)])
+def test_stages_are_one_step_of_rows_in_scratch(m: int, hw: tuple[int, int],
+                                                pixels: int) -> None:
+    """The im2col rows and the accumulators are compacted to the pixels of one step (two
+    for an even channel count; the intrinsic calls take their addresses: compaction counts
+    each as the operand tile it touches)."""
+    s = schedule_for(_conv(16, m, 3, 1, (1, 1, 1, 1), hw=hw), "cortex-m4")
     code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
-    assert "int16_t im2col[144]" in code or "im2col[144]" in code, code
-    assert "dsp_acc[32]" in code
+    assert f"int16_t im2col[{144 * pixels}]" in code, code
+    assert f"dsp_acc[{m * pixels}]" in code
 
 
 def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
@@ -364,7 +388,7 @@ def test_int8_ds_cnn_on_qemu_bit_exact_with_host(board: str, target: str, tmp_pa
     bundle, _ = m.for_board(board)
     kernels = (bundle / "src" / "kernels.c").read_text()
     prefix = "kiln_m7_" if target == "cortex-m7" else "kiln_m4_"
-    assert f"{prefix}dot_q15q7_4x" in kernels and f"{prefix}dwconv_q15q7_1x4_" in kernels
+    assert f"{prefix}dot_q15q7_2x2x" in kernels and f"{prefix}dwconv_q15q7_1x4_" in kernels
     run = run_on_qemu(bundle, m.inputs, timeout=120)
     assert set(run.outputs) == set(m.host)
     for name, want in m.host.items():

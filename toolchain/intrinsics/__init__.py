@@ -10,12 +10,14 @@ Each entry under ``intrinsics:`` of ``targets/<target>.yaml`` becomes a
 
 The C body of ``<function>`` is a jinja2 template (``impl``) that sees each operand's
 pointer (``{{ A }}``) and element strides per dimension (``{{ A_s0 }}``, ``{{ A_s1 }}``…) as
-they are in the *lowered* kernel; :func:`attach_intrinsics` (a built-in lowering pass of
-phase 1, after buffer compaction) renders one ``static inline`` specialisation per stride
-combination into the kernel's C prelude. ``{{ require(cond, "why") }}`` refuses
-unsupported strides with a :class:`~toolchain.errors.ScheduleError`. Buffer compaction
-counts a call's operand as the tile it touches (:func:`operand_tiles`), so a staging row
-or accumulator passed by address shrinks like any other buffer.
+they are in the *lowered* kernel, and the declared loop extents (``{{ ext_g }}`` for
+``extents: {g: 16}``: one body can serve several extents); :func:`attach_intrinsics` (a
+built-in lowering pass of phase 1, after buffer compaction) renders one ``static inline``
+specialisation per stride combination into the kernel's C prelude.
+``{{ require(cond, "why") }}`` refuses unsupported strides with a
+:class:`~toolchain.errors.ScheduleError`. Buffer compaction counts a call's operand as the
+tile it touches (:func:`operand_tiles`), so a staging row or accumulator passed by address
+shrinks like any other buffer.
 
 Example::
 
@@ -73,6 +75,8 @@ class IntrinsicSpec:
     helpers: str = ""
     #: per operand, the extents of the tile one call touches (the behaviour's buffer shape)
     tiles: tuple[tuple[int, ...], ...] = ()
+    #: the behaviour's loop extents (``ext_<var>`` in the template)
+    extents: dict[str, int] = field(default_factory=dict)
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -122,7 +126,8 @@ def load_intrinsics(target: str | Target) -> list[str]:
                              spec["impl"], tuple(spec.get("headers", ())),
                              tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
                              dict(spec.get("scopes", {})), _one_block(t.c_helpers),
-                             tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers))
+                             tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
+                             {str(k): int(v) for k, v in dict(spec["extents"]).items()})
         _SPECS[full] = info
         _BY_FUNCTION[fn] = info
         names.append(full)
@@ -231,7 +236,7 @@ class _Specialise(StmtExprMutator):
         spec = _BY_FUNCTION.get(e.op)
         if spec is None or (self.targets is not None and spec.target not in self.targets):
             return super().visit_Call(e)
-        env: dict[str, object] = {}
+        env: dict[str, object] = {f"ext_{k}": v for k, v in spec.extents.items()}
         params, loads = [], []
         for opname, arg in zip(spec.operands, e.args, strict=True):
             load = arg.args[0]

@@ -4,15 +4,33 @@ QConv (group 1) and QGemm use the ``algorithm="dsp"`` computes of
 :mod:`toolchain.topi.int8`: the activations are widened to int16 minus the zero point in an
 ``im2col`` row per output pixel (the q7 -> q15 packing stage of CMSIS-NN), the weights are
 packed at compile time (:func:`~toolchain.topi.int8.pack_dsp_weights`), and the inner
-product is tensorized with the target's ``dot_q15q7_4x{4G}`` intrinsics (four output
-channels, 4G k a call, G from :data:`MAX_GROUPS`: SXTB16 unpacking of four int8 weights,
-two SMLAD dual MACs each, a C loop over the G groups with the accumulators in registers)
-or ``dot_q15q7_1x4`` when the channel count is not a multiple of 4. Per output pixel
-(K = 64)::
+product is tensorized with the target's dual-MAC intrinsics (SXTB16 unpacking of four int8
+weights, two SMLAD each, a C loop over G groups of four k with the accumulators in
+registers).
 
-    im2col[p, 0:Kp] = int16(x[...]) - x_zp          (0 in the padded tail)
-    for mo:  kiln_m4_dot_q15q7_4x64(&im2col[p, 0], &w[4 mo, 0], &acc[p, 4 mo])
-    qconv[.., m, y, x] = requantize(acc[p, m] + bias[m])      (kiln_cm_requantize, SSAT)
+Convolutions with an even channel count take **two output pixels a step** (CMSIS-NN's
+``mat_mult_kernel_s8_s16`` tile): two im2col rows, and ``dot_q15q7_2x2x{4G}`` calls of two
+channels x two pixels (G from :data:`PAIR_GROUPS`), so each weight word is loaded and
+unpacked once for both pixels. The pixels are neighbours of a row when the width is even;
+otherwise two of the flattened pixel index (batch 1), the im2col/accumulator rows rounded
+up to an even count with the last pixel repeated (computed, not stored: the epilogue is
+guarded). For a k x k window the im2col loops run (c, ry, pixel, rx), both pixels' kernel
+row reads in one unrolled step. Before (one pixel, K = 144)::
+
+    for y, x:
+        im2col[0:144] = int16(x[...]) - x_zp
+        for mo in 0..3:  kiln_m4_dot_q15q7_4x48(&im2col[0], &w[4 mo, 0], &acc[4 mo]) (x3)
+        qconv[.., m, y, x] = requantize(acc[m] + bias[m])      (kiln_cm_requantize, SSAT)
+
+after (``xx_0``: the pair)::
+
+    for y, xx_0:
+        for c, ry:  im2col[0, c, ry, 0:3], im2col[1, c, ry, 0:3] = ...   (6 statements)
+        for mo in 0..7:  kiln_m4_dot_q15q7_2x2x144(&im2col[0, 0], &w[2 mo, 0], &acc[0, 2 mo])
+        qconv[.., m, y, 2 xx_0 + xx_1] = requantize(acc[xx_1, m] + bias[m])
+
+Odd channel counts keep one pixel a step: ``dot_q15q7_4x{4G}`` (four channels, G from
+:data:`MAX_GROUPS`) or ``dot_q15q7_1x4`` when 4 does not divide the channels.
 
 Depthwise convolutions (channel multiplier 1) pad the channel's int16 input plane once and
 call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs.
@@ -20,11 +38,12 @@ The integers are those of the generic kernels (int32 accumulation, same requanti
 
 Both stage their input before writing over it, so they may run **in place** when the output
 has the input's shape (``info["in_place"] = 0``, honoured by the memory planner): a 1x1
-convolution copies each pixel's channels into the ``im2col`` row before it writes that
-pixel's outputs, and a depthwise convolution whose padded plane is kept whole pads channel
-c's plane into its stack buffer before it writes channel c. A depthwise plane larger than
-:data:`PLANE_BYTES` is padded per output-row band (rows an earlier band's outputs would
-overwrite), and a k x k convolution reads neighbouring pixels: neither runs in place.
+convolution copies each step's pixels (all channels) into the ``im2col`` rows before it
+writes those pixels' outputs, and a depthwise convolution whose padded plane is kept whole
+pads channel c's plane into its stack buffer before it writes channel c. A depthwise plane
+larger than :data:`PLANE_BYTES` is padded per output-row band (rows an earlier band's
+outputs would overwrite), and a k x k convolution reads neighbouring pixels: neither runs
+in place.
 
 Grouped convolutions, pooling and fused additions keep the generic CPU schedules
 (:mod:`toolchain.schedules.cpu_int8`).
@@ -80,6 +99,39 @@ def _intrinsic(target: str, channels: int, k: int) -> tuple[str, int, int]:
         return f"{target}.dot_q15q7_1x4", 1, 1
     groups = next(g for g in MAX_GROUPS if (k // 4) % g == 0)
     return f"{target}.dot_q15q7_4x{4 * groups}", 4, groups
+
+
+#: groups of four k one two-pixel call (``dot_q15q7_2x2x{4G}``) takes, largest first (a C
+#: loop inside the intrinsic: one body for every G)
+PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+
+
+def _pair_intrinsic(target: str, channels: int, k: int, width: int) -> tuple[str, int] | None:
+    """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
+    ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
+    pixels (0: pairs of the flattened pixel index, any count); None where it does not
+    apply (odd channel count or odd width: one pixel a call)."""
+    if channels % 2 or width % 2:
+        return None
+    load_intrinsics(target)
+    groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
+    return f"{target}.dot_q15q7_2x2x{4 * groups}", groups
+
+
+def _tensorize_pairs(sch: Schedule, intrin: str, groups: int) -> None:
+    """``dsp_acc`` (loops xi, m, ko, h, l under the pixel pair) -> init + one intrinsic per
+    two channels and ``groups`` groups of four k."""
+    acc = sch.get_block("dsp_acc")
+    xi, m, ko, h, l_ = sch.get_loops(acc)[-5:]
+    mo, mi = sch.split(m, [None, 2])
+    if groups > 1:
+        koo, g = sch.split(ko, [None, groups])
+        sch.reorder(mo, koo, xi, mi, g, h, l_)
+    else:  # a unit g loop is elided from the intrinsic's nest
+        koo = ko
+        sch.reorder(mo, koo, xi, mi, h, l_)
+    sch.decompose_reduction(acc, koo)
+    sch.tensorize(xi, intrin)
 
 
 def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
@@ -157,7 +209,11 @@ def _buffer_shape(sch: Schedule, block: str) -> tuple[Any, ...]:
 
 
 def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
-                  window: tuple[int, int] | None = None) -> Schedule:
+                  window: tuple[int, int] | None = None, pairs: bool | str = False
+                  ) -> Schedule:
+    """One output pixel a step (``pairs``: two neighbouring pixels of a row, or with
+    ``"flat"`` two of the flattened pixel index; the two-pixel intrinsic ``intrin`` with
+    ``groups``), im2col row(s) and accumulators at that step."""
     sch = Schedule(func)
     names = _block_names(sch)
     for b in ("x_shifted", "pad"):
@@ -168,7 +224,10 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
     if op == "QConv":  # n, m, y, x -> n, y, x, m: one output pixel at a time
         _, m, y, x = loops
         sch.reorder(y, x, m)
-        pixel = x
+        if pairs == "flat":  # pairs of the flattened pixel index (odd widths)
+            pixel = sch.split(sch.fuse(y, x), [None, 2])[0]
+        else:
+            pixel = sch.split(x, [None, 2])[0] if pairs else x
         sch.compute_at(sch.get_block("dsp_acc"), pixel)
     else:  # dense: accumulators per tile of output channels, not per row (large M)
         pixel, m = loops
@@ -178,8 +237,21 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
     sch.compute_at(sch.get_block(col), pixel)
     if window is not None and window[0] * window[1] > 1:  # kk -> (c, ry, rx): no division
         kk = sch.get_loops(sch.get_block(col))[-1]
-        sch.split(kk, [None, window[0], window[1]])
-    _tensorize_acc(sch, intrin, lanes, groups)
+        c, ry, rx = sch.split(kk, [None, window[0], window[1]])
+        if pairs:  # (c, ry, pixel, rx): both rows' kernel-row reads in one step (shared)
+            pi = sch.get_loops(sch.get_block(col))[-4]
+            sch.reorder(c, ry, pi, rx)
+            sch.unroll(ry)
+            sch.unroll(pi)
+            sch.unroll(rx)
+    if pairs:
+        _tensorize_pairs(sch, intrin, groups)
+        # epilogue (channel, pixel): a channel's requantization parameters loaded once
+        xi, m = sch.get_loops(out)[-2:]
+        sch.reorder(m, xi)
+        sch.unroll(xi)
+    else:
+        _tensorize_acc(sch, intrin, lanes, groups)
     return sch
 
 
@@ -227,7 +299,14 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     intrin, lanes, groups = _intrinsic(t.name, int(w.shape[0]), kp)
     depthwise = node.op == "QConv" and dsp_depthwise(node)
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
-    nc = node_compute(node, algorithm="dsp")
+    window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
+    pair = flat = None
+    if window is not None and not s8:
+        ow = int(node.outputs[0].shape[3])
+        pair = _pair_intrinsic(t.name, int(w.shape[0]), kp, ow)
+        if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
+            pair = flat = _pair_intrinsic(t.name, int(w.shape[0]), kp, 0)
+    nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     same_shape = node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
@@ -241,8 +320,10 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             intrin = f"{t.name}.dot_s8s8_{lanes}x{kc}"
             sch = _schedule_s8(func, intrin, lanes, kc)
         else:
-            window = tuple(node.input(1).shape[2:]) if node.op == "QConv" else None
-            sch = _schedule_dsp(func, node.op, intrin, lanes, groups, window)
+            if pair is not None:
+                intrin, groups = pair
+            sch = _schedule_dsp(func, node.op, intrin, lanes, groups, window,
+                                pairs="flat" if flat else pair is not None)
             # output pixel p reads input pixel p alone, copied to im2col first
             in_place = window == (1, 1) and tuple(node.attrs["strides"]) == (1, 1) and \
                 not any(node.attrs["pads"])

@@ -156,10 +156,15 @@ def dsp_dot(col: te.Tensor, wp: te.Tensor, name: str = "dsp_acc") -> te.Tensor:
 
 
 def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.Tensor,
-                mult: te.Tensor, shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+                mult: te.Tensor, shifts: te.Tensor, attrs: dict[str, Any],
+                even_pixels: bool = False) -> te.Tensor:
     """Integer NCHW convolution (group 1) as im2col (q7 -> q15, like CMSIS-NN) and a
     dot product with :func:`pack_dsp_weights`-packed weights ``wp`` (``wshape``: the
-    unpacked ``[M, C, KH, KW]``); same integers as :func:`qconv2d_nchw`."""
+    unpacked ``[M, C, KH, KW]``); same integers as :func:`qconv2d_nchw`.
+
+    ``even_pixels`` (batch 1): the im2col and accumulator rows are rounded up to an even
+    count, the extra row repeating the last pixel, so that a schedule may take the pixels
+    two at a time (the extra row is computed, never stored)."""
     m, c, kh, kw = wshape
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
@@ -169,8 +174,12 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     k = c * kh * kw
     kp = int(wp.shape[1].value)
+    rows = n * oh * ow
+    pad_row = even_pixels and n == 1 and rows % 2 == 1
 
     def col_f(p: Any, kk: Any) -> Any:
+        if pad_row:
+            p = te.minimum(p, te.const(rows - 1))
         b, rem = te.floordiv(p, oh * ow), te.floormod(p, oh * ow)
         y, xx = te.floordiv(rem, ow), te.floormod(rem, ow)
         # (ch, ry, rx) of kk; the padded tail (kk >= K) reads a valid element of channel C-1
@@ -183,7 +192,7 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
         v = xp[b, ch, y * sh + ry * dh, xx * sw + rx * dw]
         return te.if_then_else(kk < k, v, te.const(0, "int16")) if kp > k else v
 
-    col = te.compute((n * oh * ow, kp), col_f, name="im2col", tag="injective")
+    col = te.compute((rows + pad_row, kp), col_f, name="im2col", tag="injective")
     acc = dsp_dot(col, wp)
 
     def f(b: Any, ch: Any, y: Any, xx: Any) -> Any:
@@ -471,7 +480,8 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp":
         wshape = tuple(ctx.node.input(1).shape)
         wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
-        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs)]
+        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs,
+                            bool(ctx.options.get("even_pixels")))]
     return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 
