@@ -195,6 +195,34 @@ def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert len(np.unique(want)) > 3  # not vacuous
 
 
+@pytest.mark.parametrize("cfg", [
+    dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1)),                  # pairs
+    dict(c=8, m=5, k=1, stride=1, pads=(0, 0, 0, 0)),                  # 1x4
+    dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8),         # depthwise
+])
+def test_left_shifted_channels_keep_the_general_requantization(cfg: dict) -> None:
+    """Multipliers above 1 (a left shift in some channels) keep ``lp`` from the shift table;
+    all-right shifts (the other tests) make it the constant 1. Both bit-exact."""
+    from toolchain.topi.int8 import unit_left_shift
+
+    node = _conv(**cfg)
+    assert unit_left_shift(node)
+    m, sh = quantize_multipliers(RNG.uniform(0.05, 4.0, cfg["m"]))
+    assert (sh > 0).any()
+    w = node.input(1)  # small weights, bias and inputs: outputs inside int8 at a scale of 4
+    node = node.replace(inputs=(
+        node.inputs[0], Value.constant("w", RNG.integers(-2, 3, w.shape).astype(np.int8)),
+        Value.constant("b", RNG.integers(-20, 20, cfg["m"]).astype(np.int32)),
+        Value.constant("m", m), Value.constant("s", shift_table(sh))))
+    assert not unit_left_shift(node)
+    x = RNG.integers(2, 9, node.inputs[0].shape).astype(np.int8)   # zero point 5
+    got, info = _run_host(node, x)
+    assert info["schedule"] == "int8 dsp"
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 3
+
+
 @pytest.mark.parametrize("n,k,m,intrin", [
     (1, 64, 12, "dot_s8s8_4x8"),     # int8 x int8, zero point folded into the bias
     (2, 36, 8, "dot_s8s8_4x4"),

@@ -114,9 +114,14 @@ def pack_dsp_weights(w: np.ndarray) -> np.ndarray:
 def finish_dsp(acc: Any, bias: Any, mult: Any, lp: Any, rq: Any, attrs: dict[str, Any]) -> Any:
     """:func:`finish_te` as a call of the Cortex-M helper ``kiln_cm_requantize`` (the same
     arithmetic in C with int64 shifts: ~15 instructions instead of ~80) and SSAT/USAT #8
-    when the clamp is the full 8-bit range (``out_min``/``out_max`` otherwise)."""
+    when the clamp is the full 8-bit range (``out_min``/``out_max`` otherwise). With
+    ``attrs["unit_left_shift"]`` (every channel's ``lp`` is 1, known from the constant
+    shift table: :func:`unit_left_shift`) ``lp`` is the constant 1, so the C compiler drops
+    the multiply and its overflow test."""
     from toolchain.tir import ir
 
+    if attrs.get("unit_left_shift"):
+        lp = te.const(1, "int32")
     y = ir.Call("int32", "kiln_cm_requantize", [acc, bias, mult, lp, rq])
     y = y + te.const(attrs["y_zero_point"], "int32")
     lo, hi = attrs["out_min"], attrs["out_max"]
@@ -127,6 +132,19 @@ def finish_dsp(acc: Any, bias: Any, mult: Any, lp: Any, rq: Any, attrs: dict[str
     else:
         y = te.maximum(te.minimum(y, te.const(hi, "int32")), te.const(lo, "int32"))
     return te.cast(y, attrs["out_dtype"])
+
+
+def unit_left_shift(node: Any) -> bool:
+    """Whether the constant shift table of QConv/QGemm ``node`` (input 4, rows
+    ``(2**max(shift, 0), ...)``) has no left shift in any channel.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> s = Value.constant("s", np.array([[1, 1 << 20], [1, 1 << 29]], np.int32))
+    >>> unit_left_shift(Node("QGemm", "fc", [None, None, None, None, s], []))
+    True
+    """
+    s = node.input(4)
+    return s is not None and s.data is not None and bool(np.all(np.asarray(s.data)[:, 0] == 1))
 
 
 def dsp_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
@@ -468,6 +486,8 @@ def dsp_depthwise(node: Any) -> bool:
 
 @register("QConv")
 def _qconv(ctx: Ctx) -> list[te.Tensor]:
+    if ctx.options.get("algorithm") == "dsp":
+        ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node)}
     if ctx.options.get("algorithm") == "dsp" and dsp_depthwise(ctx.node):
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")
@@ -487,6 +507,8 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
 
 @register("QGemm")
 def _qgemm(ctx: Ctx) -> list[te.Tensor]:
+    if ctx.options.get("algorithm") == "dsp":
+        ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node)}
     if ctx.options.get("algorithm") == "dsp" and qgemm_s8_applies(ctx.node):
         w, zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
         b = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w, zp).astype(np.int32),
