@@ -116,7 +116,8 @@ def test_two_pixel_calls_take_even_rows_and_channel_pairs(channels: int, k: int,
 
 def test_requantize_helper_equals_requantize_pow(tmp_path) -> None:
     """kiln_cm_requantize (int32 fast path, out-of-line saturation, SRDHM as one rounding
-    shift) gives requantize_pow's integers, overflowing sums and extreme multipliers too."""
+    shift) gives requantize_pow's integers, overflowing sums and extreme multipliers too;
+    kiln_cm_requantize_b (no left shift, |acc + bias| < 2**30: SRDHM as SMMULR) as well."""
     import ctypes
     import shutil
 
@@ -136,6 +137,10 @@ def test_requantize_helper_equals_requantize_pow(tmp_path) -> None:
 void run(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int32_t *l,
          const int32_t *r, int32_t *o) {
   for (int i = 0; i < n; ++i) o[i] = kiln_cm_requantize(a[i], b[i], m[i], l[i], r[i]);
+}
+void run_b(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int32_t *r,
+           int32_t *o) {
+  for (int i = 0; i < n; ++i) o[i] = kiln_cm_requantize_b(a[i], b[i], m[i], r[i]);
 }
 """)
     so = tmp_path / "rq.so"
@@ -161,6 +166,18 @@ void run(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int3
     ctypes.CDLL(str(so)).run(ctypes.c_int(n),
                              *(ptr(v.ctypes.data) for v in (acc, bias, mult, lp, rq, out)))
     want = requantize_pow(acc.astype(np.int64) + bias, mult, lp, rq)
+    np.testing.assert_array_equal(out, want)
+    assert len(np.unique(want)) > 1000
+    # kiln_cm_requantize_b: lp = 1 and |acc + bias| < 2**30 (SRDHM as one SMMULR)
+    edge = 2**30 - 1
+    acc = np.where(rng.integers(0, 4, n) == 0, rng.choice([edge, -edge, 0, 1, -1], n),
+                   rng.integers(-(2**29), 2**29, n)).astype(np.int32)
+    bias = np.clip(rng.integers(-(2**29), 2**29, n), -edge - acc.astype(np.int64),
+                   edge - acc.astype(np.int64)).astype(np.int32)
+    rq[shift > 0] = 1 << 30   # no left shift
+    ctypes.CDLL(str(so)).run_b(ctypes.c_int(n),
+                               *(ptr(v.ctypes.data) for v in (acc, bias, mult, rq, out)))
+    want = requantize_pow(acc.astype(np.int64) + bias, mult, np.ones(n, np.int32), rq)
     np.testing.assert_array_equal(out, want)
     assert len(np.unique(want)) > 1000
 

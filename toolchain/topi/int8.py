@@ -117,12 +117,17 @@ def finish_dsp(acc: Any, bias: Any, mult: Any, lp: Any, rq: Any, attrs: dict[str
     when the clamp is the full 8-bit range (``out_min``/``out_max`` otherwise). With
     ``attrs["unit_left_shift"]`` (every channel's ``lp`` is 1, known from the constant
     shift table: :func:`unit_left_shift`) ``lp`` is the constant 1, so the C compiler drops
-    the multiply and its overflow test."""
+    the multiply and its overflow test; with ``attrs["requantize_bounded"]`` as well
+    (:func:`requantize_bounded`) it calls ``kiln_cm_requantize_b`` (no overflow test, SRDHM
+    as one SMMULR)."""
     from toolchain.tir import ir
 
-    if attrs.get("unit_left_shift"):
-        lp = te.const(1, "int32")
-    y = ir.Call("int32", "kiln_cm_requantize", [acc, bias, mult, lp, rq])
+    if attrs.get("requantize_bounded"):
+        y = ir.Call("int32", "kiln_cm_requantize_b", [acc, bias, mult, rq])
+    else:
+        if attrs.get("unit_left_shift"):
+            lp = te.const(1, "int32")
+        y = ir.Call("int32", "kiln_cm_requantize", [acc, bias, mult, lp, rq])
     y = y + te.const(attrs["y_zero_point"], "int32")
     lo, hi = attrs["out_min"], attrs["out_max"]
     if (lo, hi) == (-128, 127):
@@ -145,6 +150,29 @@ def unit_left_shift(node: Any) -> bool:
     """
     s = node.input(4)
     return s is not None and s.data is not None and bool(np.all(np.asarray(s.data)[:, 0] == 1))
+
+
+def requantize_bounded(node: Any) -> bool:
+    """Whether QConv ``node`` (constant weights and bias, no left shift) keeps
+    ``|acc + bias| < 2**30`` for every input: ``|x - x_zp| <= 255``, so ``|acc|`` is at most
+    ``255 * sum_k |w[m, k]|`` per channel ``m``.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> ins = [None, Value.constant("w", np.full((2, 1, 3, 3), -128, np.int8)),
+    ...        Value.constant("b", np.array([7, 2**29], np.int32)), None,
+    ...        Value.constant("s", np.array([[1, 1 << 20], [1, 1 << 29]], np.int32))]
+    >>> requantize_bounded(Node("QConv", "c", ins, []))   # 255 * 9 * 128 + 2**29 < 2**30
+    True
+    >>> ins[2] = Value.constant("b", np.array([7, 2**30 - 1000], np.int32))
+    >>> requantize_bounded(Node("QConv", "c", ins, []))
+    False
+    """
+    w, b = node.input(1), node.input(2)
+    if node.op != "QConv" or not unit_left_shift(node) or w is None or w.data is None \
+            or b is None or b.data is None:
+        return False
+    wabs = np.abs(np.asarray(w.data, np.int64)).reshape(w.shape[0], -1).sum(axis=1)
+    return bool(np.all(255 * wabs + np.abs(np.asarray(b.data, np.int64)) < 2**30))
 
 
 def dsp_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
@@ -487,7 +515,8 @@ def dsp_depthwise(node: Any) -> bool:
 @register("QConv")
 def _qconv(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp":
-        ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node)}
+        ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node),
+                     "requantize_bounded": requantize_bounded(ctx.node)}
     if ctx.options.get("algorithm") == "dsp" and dsp_depthwise(ctx.node):
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")
