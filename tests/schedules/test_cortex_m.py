@@ -195,6 +195,7 @@ void run_b(int n, const int32_t *a, const int32_t *b, const int32_t *m, const in
     dict(c=16, m=16, k=3, stride=1, pads=(1, 1, 1, 1), hw=(6, 8)),     # pairs, K = 144
     dict(c=3, m=16, k=3, stride=2, pads=(0, 0, 1, 1), hw=(9, 8), dtype="uint8"),  # pairs, s2
     dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), hw=(3, 5)),       # odd width and count
+    dict(c=64, m=4, k=3, stride=1, pads=(1, 1, 1, 1), hw=(3, 4)),      # K = 576: rows > 1 KiB
     dict(c=4, m=5, k=3, stride=1, pads=(1, 1, 1, 1), hw=(4, 6)),       # odd channels: 1x4
 ])
 def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
@@ -404,14 +405,16 @@ def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
     assert PHASES == before
 
 
-def test_arm_build_contains_smlad_and_sxtb16(tmp_path) -> None:
-    s = schedule_for(_conv(8, 16, 3, 1, (1, 1, 1, 1)), "cortex-m4")
+@pytest.mark.parametrize("c", [8, 64])   # K = 72, 576 (im2col rows 144 B, 1,152 B apart)
+def test_arm_build_contains_smlad_and_sxtb16(c: int, tmp_path) -> None:
+    s = schedule_for(_conv(c, 16, 3, 1, (1, 1, 1, 1)), "cortex-m4")
     code = get_renderer("c", openmp=False).render(
         lower(s.schedule)).code
     cross_compile_m4(code, tmp_path)  # skips without the Arm tools
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(tmp_path / "kernel.o")],
                          capture_output=True, text=True, check=True).stdout
     assert "smlad" in dis and "sxtb16" in dis
+    assert "ldrd" in dis and "], #8" in dis  # both pixels' pairs by LDRD, post-indexed
 
 
 # --------------------------------------------------------------------------- QEMU, bit-exact
