@@ -274,17 +274,19 @@ def test_depthwise_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert len(np.unique(want)) > 3
 
 
-@pytest.mark.parametrize("dtype,zp", [("int8", -1), ("uint8", 128)])
-def test_qadd_dsp_bit_exact(dtype: str, zp: int) -> None:
+@pytest.mark.parametrize("dtype,zp,ls", [("int8", -1, 20), ("uint8", 128, 20), ("int8", 3, 22)])
+def test_qadd_dsp_bit_exact(dtype: str, zp: int, ls: int) -> None:
+    """The three requantizations by the C helper; with left_shift <= 20 by the bounded one
+    (|side| < 255 * 2**20), with 22 by the general one."""
     from toolchain.quantize.fixed_point import quantize_multiplier
 
     a, b = Value("a", (2, 5, 6), dtype), Value("b", (2, 5, 6), dtype)
     sa, sb, sy = 0.05, 0.031, 0.07
     twice = 2 * max(sa, sb)
-    pairs = [quantize_multiplier(r) for r in (sa / twice, sb / twice, twice / (2**20 * sy))]
+    pairs = [quantize_multiplier(r) for r in (sa / twice, sb / twice, twice / (2**ls * sy))]
     attrs = {"a_zero_point": 4, "b_zero_point": -9, "a_multiplier": pairs[0][0],
              "a_shift": pairs[0][1], "b_multiplier": pairs[1][0], "b_shift": pairs[1][1],
-             "y_multiplier": pairs[2][0], "y_shift": pairs[2][1], "left_shift": 20,
+             "y_multiplier": pairs[2][0], "y_shift": pairs[2][1], "left_shift": ls,
              **_out(dtype, zp)}
     node = Node("QAdd", "add", [a, b], [Value("y", a.shape, dtype)], attrs)
     xa, xb = _qx(a.shape, dtype), _qx(b.shape, dtype)
@@ -292,6 +294,8 @@ def test_qadd_dsp_bit_exact(dtype: str, zp: int) -> None:
     assert s.info["schedule"] == "int8 dsp"
     code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
     assert "kiln_cm_requantize(" in code and "static inline int32_t kiln_cm_requantize" in code
+    calls = code.split("int32_t kiln_", 1)[1].split("\n}\n")[-2]  # the kernel's body
+    assert calls.count("kiln_cm_requantize_b(" if ls <= 20 else "kiln_cm_requantize(") == 3
     mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
     got = np.empty(a.shape, dtype)
     mod(xa, xb, got)

@@ -359,22 +359,35 @@ def qadd_dsp_applies(attrs: dict[str, Any]) -> bool:
 
 def qadd_dsp(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """:func:`qadd` with the three requantizations done by the Cortex-M helper
-    ``kiln_cm_requantize`` and the clamp by SSAT/USAT (:func:`finish_dsp`); same integers."""
+    ``kiln_cm_requantize`` and the clamp by SSAT/USAT (:func:`finish_dsp`); same integers.
+
+    Where neither input side shifts left, each side ``(v - zp) << left_shift`` is below
+    ``255 * 2**left_shift`` in magnitude and so is its requantization (a multiplier below 1),
+    so with ``left_shift <= 20`` the sides and the sum (``2 * (255 * 2**20 + 1) < 2**30``)
+    take the bounded helper ``kiln_cm_requantize_b`` (the output's where it has no left
+    shift either)."""
     from toolchain.tir import ir
 
     i32 = "int32"
     ls = 1 << attrs["left_shift"]
+    lps = {p: int(shift_powers(attrs[f"{p}_shift"])[0]) for p in ("a", "b", "y")}
+    bounded = lps["a"] == lps["b"] == 1 and 2 * (255 * ls + 1) < 2**30
 
     def side(v: te.Tensor, p: str, i: Any) -> Any:
         lp, rp = (int(t) for t in shift_powers(attrs[f"{p}_shift"]))
         d = (te.cast(v[i], i32) - te.const(attrs[f"{p}_zero_point"], i32)) * te.const(ls, i32)
-        return ir.Call(i32, "kiln_cm_requantize", [d, te.const(0, i32), te.const(
-            attrs[f"{p}_multiplier"], i32), te.const(lp, i32), te.const(rp, i32)])
+        mult = te.const(attrs[f"{p}_multiplier"], i32)
+        if bounded:
+            return ir.Call(i32, "kiln_cm_requantize_b", [d, te.const(0, i32), mult,
+                                                          te.const(rp, i32)])
+        return ir.Call(i32, "kiln_cm_requantize", [d, te.const(0, i32), mult,
+                                                   te.const(lp, i32), te.const(rp, i32)])
 
     ylp, yrp = (te.const(int(t), i32) for t in shift_powers(attrs["y_shift"]))
     ym = te.const(attrs["y_multiplier"], i32)
+    fin = {**attrs, "requantize_bounded": bounded and lps["y"] == 1}
     return te.compute(a.shape, lambda *i: finish_dsp(side(a, "a", i), side(b, "b", i), ym,
-                                                     ylp, yrp, attrs),
+                                                     ylp, yrp, fin),
                       name="qadd", tag="injective")
 
 
