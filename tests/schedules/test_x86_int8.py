@@ -162,10 +162,12 @@ def test_requantization_is_lane_wise() -> None:
     op = schedule_x86_int8(node, "x86_64-avx512")
     bias, mult, shifts = (v.data for v in op.input_values[2:5])
     assert bias.shape == mult.shape == (32,) and shifts.shape == (2, 32)
-    np.testing.assert_array_equal(shifts[:, :20], req[2].data.T)
-    assert not bias[20:].any() and not mult[20:].any()
+    counts = np.stack([np.log2(req[2].data[:, 0]), 30 - np.log2(req[2].data[:, 1])])
+    np.testing.assert_array_equal(shifts[:, :20], counts)  # (ls, rs) shift counts
+    assert not bias[20:].any() and not mult[20:].any() and not shifts[:, 20:].any()
     src = compile_op(node, "x86_64-avx512").module.source
-    assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width int64 vectors
+    assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width vectors
+    assert "kiln_x86_requantize(" in src
     _check(node, _qx((1, 4, 6, 6), "int8"), "x86_64-avx512")
 
 
@@ -195,3 +197,40 @@ def test_depthwise_c_generic_keeps_generic_schedule() -> None:
     assert schedule_x86_int8(node, "c-generic").info["schedule"] == "int8"
     assert schedule_x86_int8(node, "x86_64-avx2").info["schedule"] == "int8 x86 depthwise"
     _check(node, _qx((1, 16, 5, 5), "int8"), "x86_64-avx2")
+
+
+def test_lane_requant_helper_edges() -> None:
+    """kiln_x86_requantize (the 32-bit-lane requantization of every x86 int8 kernel) vs
+    the int64 reference on the edges: int32 extremes of acc + bias, left shifts that
+    saturate, ties of both roundings, right shifts of 0 and 30, a zero multiplier."""
+    from toolchain import build, te
+    from toolchain.intrinsics import load_intrinsics
+    from toolchain.quantize.fixed_point import quantize_multiplier, requantize
+    from toolchain.tir.schedule import Schedule
+    from toolchain.topi.int8_x86 import lane_requant, pad_shifts
+
+    load_intrinsics("c-generic")
+    scales = [2.0**-31, 1e-9, 2.0**-30, 0.5, 0.75, 1e-3, 0.0123, 1.0, 3.7, 2.0**20, 1e9, 0.0,
+              0.25, 0.375, 0.3, 2.0**-3]  # the last four: biases 0, ties below
+    pairs = [quantize_multiplier(r) for r in scales]
+    m = np.array([p[0] for p in pairs], np.int32)
+    sh = np.array([p[1] for p in pairs], np.int32)
+    lanes = len(scales)
+    edge = [-2**31, 2**31 - 1, -2**30, 2**30, -1, 0, 1, -(2**29), 2**29 + 1, 12345, -12345,
+            2**14, -(2**14) - 1, 3, -3, 7]
+    small = np.repeat(np.arange(-40, 40), lanes)  # every residue of the small shifts
+    accs = np.concatenate([edge, RNG.integers(-2**31, 2**31, lanes * 15), small])
+    accs = accs.astype(np.int32).reshape(1, 1, -1, lanes)
+    bias = RNG.integers(-2**31, 2**31, lanes).astype(np.int32)
+    bias[:3] = [2**31 - 1, -2**31, 0]
+    bias[-4:] = 0
+    attrs = {"y_zero_point": 0, "out_min": -2**31, "out_max": 2**31 - 1}
+    acc_t = te.placeholder(accs.shape, "int32", "acc")
+    tabs = [te.placeholder((lanes,), "int32", n) for n in ("bias", "mult")]
+    shifts_t = te.placeholder((2, lanes), "int32", "shifts")
+    out = lane_requant(acc_t, tabs[0], tabs[1], shifts_t, attrs)
+    fn = build(Schedule(te.create_prim_func([acc_t, *tabs, shifts_t, out])))
+    got = np.zeros(accs.shape, np.int32)
+    fn(accs, bias, m, pad_shifts(shift_table(sh), lanes), got)
+    want = requantize(accs.astype(np.int64) + bias, m, sh)
+    np.testing.assert_array_equal(got, want)

@@ -53,6 +53,7 @@ from typing import Any
 from toolchain import te
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
+from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, register_schedule
 from toolchain.tir.schedule import Schedule
@@ -258,6 +259,7 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     from toolchain.topi.int8 import x86_applies, x86_lanes
     from toolchain.topi.registry import node_compute
 
+    load_intrinsics("c-generic")  # kiln_x86_requantize, the lane-wise requantization
     if dw_lanes(node) and str(getattr(target, "name", target)) in DW_TARGETS:
         return _depthwise(node, target, dw_lanes(node))
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
