@@ -10,6 +10,7 @@ from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.schedules import compile_op
+from toolchain.schedules.registry import resolve_target
 from toolchain.schedules.x86_int8 import pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
 
@@ -234,3 +235,31 @@ def test_lane_requant_helper_edges() -> None:
     fn(accs, bias, m, pad_shifts(shift_table(sh), lanes), got)
     want = requantize(accs.astype(np.int64) + bias, m, sh)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2", "x86_64-avx512"])
+@pytest.mark.parametrize("dtype,shifts", [("int8", (0, -1, -18)), ("uint8", (1, 0, -20))])
+def test_qadd_bit_exact(target: str, dtype: str, shifts: tuple[int, int, int]) -> None:
+    """QAdd with kiln_x86_requantize (three requantizations in 32-bit lanes) vs the int64
+    reference, a left shift in one case; in fused groups too (compute_options)."""
+    from toolchain.quantize.fixed_point import quantize_multiplier
+    from toolchain.schedules.fused import compute_options
+
+    a, b = Value("a", (1, 7, 5, 6), dtype), Value("b", (1, 7, 5, 6), dtype)
+    ma, mb, my = (quantize_multiplier(r)[0] for r in (0.61, 0.93, 0.77))
+    lo, hi = (-128, 127) if dtype == "int8" else (0, 255)
+    attrs = {"a_zero_point": 4 if dtype == "int8" else 130, "b_zero_point": -9 if dtype ==
+             "int8" else 101, "a_multiplier": ma, "a_shift": shifts[0], "b_multiplier": mb,
+             "b_shift": shifts[1], "y_multiplier": my, "y_shift": shifts[2],
+             "left_shift": 20, "y_zero_point": 3 if dtype == "int8" else 125, "out_min": lo,
+             "out_max": hi, "out_dtype": dtype}
+    node = Node("QAdd", "add", [a, b], [Value("y", a.shape, dtype)], attrs)
+    op = compile_op(node, target)
+    assert op.op_schedule.info["requantize"] == "kiln_x86_requantize"
+    xa, xb = _qx(a.shape, dtype), _qx(b.shape, dtype)
+    want = get_op("QAdd").reference([xa, xb], attrs)[0]
+    np.testing.assert_array_equal(op(xa, xb)[0], want)
+    assert len(np.unique(want)) > 3
+    opts = compute_options(resolve_target(target))
+    assert opts is not None and opts(node) == {"algorithm": "x86"}
+    assert opts(Node("QAdd", "wide", [], [], {"left_shift": 24})) == {}  # int32 overflow

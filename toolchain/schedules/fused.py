@@ -225,15 +225,19 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
 def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
     """The per-node compute options ``target`` asks of the ops inside fused groups (None:
     the default computes). Cortex-M targets compute QAdd with their C requantization
-    helper (:func:`toolchain.schedules.cortex_m.compute_options`), the same integers.
+    helper (:func:`toolchain.schedules.cortex_m.compute_options`), c-generic and the x86
+    targets with ``kiln_x86_requantize``
+    (:func:`toolchain.schedules.x86_int8.compute_options`); the same integers.
 
-    >>> compute_options(registry.resolve_target("c-generic")) is None
+    >>> compute_options(registry.resolve_target("cuda-sm80")) is None
     True
     """
-    from toolchain.schedules import cortex_m
+    from toolchain.schedules import cortex_m, x86_int8
 
     if getattr(target, "name", None) in cortex_m.CORTEX_M_TARGETS:
         return lambda n: cortex_m.compute_options(n, target)
+    if getattr(target, "name", None) in x86_int8.X86_TARGETS:
+        return x86_int8.compute_options
     return None
 
 

@@ -252,14 +252,44 @@ def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
                       {"schedule": "int8 x86 depthwise", "lanes": lanes})
 
 
+def compute_options(node: Node) -> dict[str, Any]:
+    """Compute options for ``node`` inside a fused group on an x86 target (and c-generic):
+    QAdd requantizes with ``kiln_x86_requantize`` where its shifts fit int32, as the
+    stand-alone QAdd does (:func:`_schedule_qadd`); the same integers."""
+    from toolchain.topi.int8 import qadd_dsp_applies
+
+    if node.op == "QAdd" and qadd_dsp_applies(node.attrs):
+        load_intrinsics("c-generic")
+        return {"algorithm": "x86"}
+    return {}
+
+
+def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
+    """QAdd with the 32-bit requantization helper (:func:`toolchain.topi.int8_x86.qadd_x86`),
+    scheduled by the generic CPU rules; the int64 kernel where the shifts do not fit."""
+    from toolchain.schedules.cpu_int8 import _schedule_rules
+    from toolchain.topi.registry import node_compute
+
+    opts = compute_options(node)
+    if not opts:
+        return schedule_int8(node, target)
+    nc = node_compute(node, **opts)
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    sch = _schedule_rules(func, target, node.op)
+    return OpSchedule(sch, list(nc.input_values), list(node.outputs),
+                      {"schedule": "int8 x86", "requantize": "kiln_x86_requantize"})
+
+
 def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
-    """The x86 int8 schedule of ``node`` (the generic int8 schedule where the tiled
-    kernels do not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other
-    ops, or a nest the schedule refuses)."""
+    """The x86 int8 schedule of ``node`` (QAdd: :func:`_schedule_qadd`; the generic int8
+    schedule where the tiled kernels do not apply: grouped convolutions, QGemm with a >2-D
+    input, other ops, or a nest the schedule refuses)."""
     from toolchain.topi.int8 import x86_applies, x86_lanes
     from toolchain.topi.registry import node_compute
 
     load_intrinsics("c-generic")  # kiln_x86_requantize, the lane-wise requantization
+    if node.op == "QAdd":
+        return _schedule_qadd(node, target)
     if dw_lanes(node) and str(getattr(target, "name", target)) in DW_TARGETS:
         return _depthwise(node, target, dw_lanes(node))
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
@@ -283,5 +313,5 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
 
 
 for _t in X86_TARGETS:
-    for _op in ("QConv", "QGemm"):
+    for _op in ("QConv", "QGemm", "QAdd"):
         register_schedule(_op, _t)(schedule_x86_int8)

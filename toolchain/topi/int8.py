@@ -573,6 +573,10 @@ def _qgemm(ctx: Ctx) -> list[te.Tensor]:
 def _qadd(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp" and qadd_dsp_applies(ctx.attrs):
         return [qadd_dsp(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
+    if ctx.options.get("algorithm") == "x86" and qadd_dsp_applies(ctx.attrs):
+        from toolchain.topi.int8_x86 import qadd_x86
+
+        return [qadd_x86(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
     return [qadd(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
 
 

@@ -145,3 +145,33 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
         band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li] * wp[co, ry, rx, li],
         axis=[ry, rx]), name="x86_acc", tag="conv")
     return lane_requant(acc, bias, mult, shifts, attrs), acc
+
+
+def qadd_x86(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """Integer addition (:func:`toolchain.topi.int8.qadd`) with its three requantizations
+    by ``kiln_x86_requantize`` (each input's with bias 0, then the sum's: the helper adds
+    its first two operands in int64, as the reference adds the two sides); only where
+    :func:`toolchain.topi.int8.qadd_dsp_applies` (``(v - zp) << left_shift`` fits int32).
+    Same integers as the int64 kernel, in 32-bit lanes (ResNet-8's residual adds)."""
+    from toolchain.tir import ir
+
+    i32 = "int32"
+
+    def counts(shift: int) -> list[Any]:
+        return [te.const(max(shift, 0), i32), te.const(max(-shift, 0), i32)]
+
+    def side(v: te.Tensor, p: str, i: Any) -> Any:
+        d = (te.cast(v[i], i32) - te.const(attrs[f"{p}_zero_point"], i32)) * te.const(
+            1 << attrs["left_shift"], i32)
+        return ir.Call(i32, "kiln_x86_requantize", [d, te.const(0, i32), te.const(
+            attrs[f"{p}_multiplier"], i32), *counts(attrs[f"{p}_shift"])])
+
+    lo, hi = (te.const(attrs[k], i32) for k in ("out_min", "out_max"))
+
+    def f(*i: Any) -> Any:
+        y = ir.Call(i32, "kiln_x86_requantize", [side(a, "a", i), side(b, "b", i), te.const(
+            attrs["y_multiplier"], i32), *counts(attrs["y_shift"])])
+        y = te.maximum(te.minimum(y + te.const(attrs["y_zero_point"], i32), hi), lo)
+        return te.cast(y, attrs["out_dtype"])
+
+    return te.compute(a.shape, f, name="qadd", tag="injective")
