@@ -11,7 +11,7 @@ from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (reg
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.schedules import compile_op
 from toolchain.schedules.registry import resolve_target
-from toolchain.schedules.x86_int8 import pixel_tile, schedule_x86_int8
+from toolchain.schedules.x86_int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
 
 RNG = np.random.default_rng(7)
@@ -98,6 +98,7 @@ DEPTHWISE = [  # (c, hw, k, stride, pads)
     (8, (12, 12), 3, 2, (0, 0, 1, 1)),     # MobileNet-like stride 2, TF SAME, 8 lanes
     (32, (7, 13), 3, 1, (1, 1, 1, 1)),     # row of 13: one pixel per tile
     (16, (6, 6), 5, 1, (2, 2, 2, 2)),      # 5x5
+    (16, (40, 33), 3, 1, (1, 1, 1, 1)),    # plane band over DW_PLANE_BYTES: per-row bands
 ]
 
 
@@ -116,6 +117,8 @@ def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None
     info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512")
     assert info["schedule"] == "int8 x86 depthwise"
     assert info["lanes"] == (16 if c % 16 == 0 else 8)
+    plane = (h + pads[0] + pads[2]) * (w + pads[1] + pads[3]) * info["lanes"] * 2
+    assert info["band"] == ("plane" if plane <= DW_PLANE_BYTES else "row")
 
 
 def test_depthwise_odd_channels_keep_generic_schedule() -> None:

@@ -66,6 +66,11 @@ X86_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
 #: portable target is judged by, e.g. DS-CNN 16,000 -> 17,344 bytes)
 DW_TARGETS = ("x86_64-avx2", "x86_64-avx512")
 
+#: largest int16 band of one block of channels re-laid for the whole padded plane (each
+#: input row once; DS-CNN: 27 x 7 x 16 x 2 = 6,048 bytes); larger planes are re-laid per
+#: output row (KH rows each time). Within the 48 KiB L1 of Zen 4 / 32 KiB of older cores.
+DW_PLANE_BYTES = 16384
+
 #: most output pixels whose accumulators one tile keeps (T x L int32 in registers)
 MAX_PIXELS = 8
 
@@ -183,9 +188,10 @@ def dw_lanes(node: Node) -> int:
     return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
 
 
-def _schedule_dw(func: Any, lanes: int) -> Schedule:
-    """Per output row and block of L channels: the input band (KH rows, L channels
-    contiguous) re-laid once, a tile of output pixels x L channels accumulated over
+def _schedule_dw(func: Any, lanes: int, plane: bool) -> Schedule:
+    """Per block of L channels the input band (L channels contiguous, int16) re-laid once
+    for the whole padded plane (``plane``; every input row re-laid once) or per output row
+    (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
     (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW."""
     sch = Schedule(func)
     names = _block_names(sch)
@@ -197,7 +203,7 @@ def _schedule_dw(func: Any, lanes: int) -> Schedule:
     mo, mi = sch.split(ch, [None, lanes])
     tile = pixel_tile(int(sch.get(x).extent.value))
     xo, xi = sch.split(x, [None, tile])
-    sch.reorder(y, mo, xo, mi, xi)
+    sch.reorder(*((mo, y) if plane else (y, mo)), xo, mi, xi)
     req = sch.get_block("x86_req")
     sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
@@ -241,15 +247,19 @@ def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
     y = node.outputs[0]
     out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
+    _, _, h, w = (int(d) for d in vals[0].shape)
+    pt, pl, pb, pr = attrs["pads"]
+    plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
     try:
-        sch = _schedule_dw(func, lanes)
+        sch = _schedule_dw(func, lanes, plane)
     except KilnError as err:
         op = schedule_int8(node, target)
         op.info["x86_refused"] = str(err)
         return op
     values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
     return OpSchedule(sch, values, list(node.outputs),
-                      {"schedule": "int8 x86 depthwise", "lanes": lanes})
+                      {"schedule": "int8 x86 depthwise", "lanes": lanes,
+                       "band": "plane" if plane else "row"})
 
 
 def compute_options(node: Node) -> dict[str, Any]:

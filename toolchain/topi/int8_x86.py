@@ -124,9 +124,9 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
                 shifts: te.Tensor, attrs: dict[str, Any]) -> tuple[te.Tensor, te.Tensor]:
     """Depthwise NCHW convolution vectorized over ``L`` channels (``C`` a multiple of
     ``L``): the zero-point-shifted, padded input is re-laid per channel block as
-    ``x86_band[n, co, y, x, l]`` (int32), so that each multiply-accumulate reads ``L``
-    contiguous channels; requantized by :func:`lane_requant`. Returns (``x86_req``, ``acc``)
-    before :func:`unpack_lanes`."""
+    ``x86_band[n, co, y, x, l]`` (int16, widened as it is read), so that each
+    multiply-accumulate reads ``L`` contiguous channels; requantized by
+    :func:`lane_requant`. Returns (``x86_req``, ``acc``) before :func:`unpack_lanes`."""
     from toolchain.topi.int8 import shifted
     from toolchain.topi.nn.conv2d import pad_spatial
 
@@ -136,13 +136,14 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
     pt, pl, pb, pr = attrs["pads"]
     xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
     n, _, hp, wdt = (int(d.value) for d in xp.shape)
-    band = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li: te.cast(
-        xp[b, co * lanes + li, yy, xx], "int32"), name="x86_band", tag="injective")
+    band = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
+                      xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
-        band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li] * wp[co, ry, rx, li],
+        te.cast(band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li], "int32")
+        * wp[co, ry, rx, li],
         axis=[ry, rx]), name="x86_acc", tag="conv")
     return lane_requant(acc, bias, mult, shifts, attrs), acc
 
