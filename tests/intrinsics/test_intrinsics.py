@@ -187,6 +187,7 @@ def test_int8_dot_intrinsics(target: str, intrin: str, lanes: int) -> None:
     f = lower(sch, passes={1: [attach_intrinsics]})
     src = get_renderer("c").render(f)
     assert ("_mm512_dpbusd_epi32" if "512" in target else "_mm256_maddubs_epi16") in src.code
+    assert intrinsic_flags(f) == flags  # the bundle asks the lowered (renamed) calls
     compile_shared(src.code, ["-O2", "-fPIC", "-shared", f"-march={t.arch}", *flags])
     spec = get_spec(f"{target}.{intrin}")
     if not runs_here(t) or not set(spec.cpu_flags) <= __import__(

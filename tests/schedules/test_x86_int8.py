@@ -53,12 +53,17 @@ CONVS = [  # (c, m, hw, k, stride, pads, dilation)
     (4, 7, (10, 9), 3, 2, (0, 0, 1, 1), 1),      # TF SAME (asymmetric) padding, 7 outputs
     (6, 16, (9, 9), 3, 1, (2, 2, 2, 2), 2),      # dilated
     (16, 32, (5, 25), 3, 1, (1, 1, 1, 1), 1),    # DS-CNN-like row of 25 (tile of 5)
+    (1, 16, (12, 6), 3, 2, (1, 1, 1, 1), 1),     # one input channel: half a pair
+    (2, 8, (5, 6), 1, 1, (0, 0, 0, 0), 1),       # one pair, 1x1: the int32 kernel takes it
 ]
 
 
+@pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2"])
 @pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 3, -2), ("uint8", 131, 120)])
 @pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}s{c[4]}")
-def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None:
+def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str) -> None:
+    """Group-1 convolutions on the AVX targets: int16 channel pairs and the dot_i16_*x2
+    intrinsics (vpdpwssd / vpmaddwd) except for one pair of channels and a 1x1 kernel."""
     c, m, (h, w), k, stride, pads, dil = cfg
     oh = (h + pads[0] + pads[2] - dil * (k - 1) - 1) // stride + 1
     ow = (w + pads[1] + pads[3] - dil * (k - 1) - 1) // stride + 1
@@ -68,19 +73,25 @@ def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None:
     attrs = {**_attrs(dtype, xzp, yzp), "strides": [stride, stride], "pads": list(pads),
              "dilations": [dil, dil], "group": 1}
     node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
-    info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512")
-    assert info["schedule"] == "int8 x86" and info["lanes"] == x86_lanes(m)
+    info = _check(node, _qx((1, c, h, w), dtype), target)
+    pairs = c > 2 or k > 1
+    assert info["schedule"] == ("int8 x86 pairs" if pairs else "int8 x86")
+    assert info["lanes"] == x86_lanes(m)
+    if pairs:
+        assert info["intrinsic"] == f"{target}.dot_i16_{x86_lanes(m)}x2"
 
 
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2"])
 def test_qconv_other_x86_targets(target: str) -> None:
+    """c-generic keeps the int32 kernel (no intrinsic, no pair band in its arena)."""
     x = Value("x", (1, 6, 8, 8), "int8")
     y = Value("y", (1, 24, 8, 8), "int8")
     wt = Value.constant("w", RNG.integers(-127, 128, (24, 6, 3, 3)).astype(np.int8))
     attrs = {**_attrs("int8", -5, 4), "strides": [1, 1], "pads": [1, 1, 1, 1],
              "dilations": [1, 1], "group": 1}
     node = Node("QConv", "conv", [x, wt, *_requant(24)], [y], attrs)
-    assert _check(node, _qx((1, 6, 8, 8), "int8"), target)["schedule"] == "int8 x86"
+    want = "int8 x86" if target == "c-generic" else "int8 x86 pairs"
+    assert _check(node, _qx((1, 6, 8, 8), "int8"), target)["schedule"] == want
 
 
 @pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16)])
@@ -142,10 +153,16 @@ def test_weights_packed_at_compile_time() -> None:
     y = Value("y", (1, 20, 6, 6), "int8")
     attrs = {**_attrs("int8", 0, 0), "strides": [1, 1], "pads": [1, 1, 1, 1],
              "dilations": [1, 1], "group": 1}
-    op = schedule_x86_int8(Node("QConv", "c", [x, Value.constant("w", w), *_requant(20)],
-                                [y], attrs), "x86_64-avx512")
+    node = Node("QConv", "c", [x, Value.constant("w", w), *_requant(20)], [y], attrs)
+    op = schedule_x86_int8(node, "c-generic")
     np.testing.assert_array_equal(op.input_values[1].data, packed)
     assert op.input_values[1].data.dtype == np.int32  # widened at compile time
+    # AVX targets: int16 pairs of input channels [Mo, C/2, KH, KW, L, 2], channel 3 zero
+    pairs = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
+    assert pairs.shape == (2, 2, 3, 3, 16, 2) and pairs.dtype == np.int16
+    np.testing.assert_array_equal(pairs[1, 1, :, :, 3, 0], w[19, 2])
+    np.testing.assert_array_equal(pairs[0, 0, :, :, 5, 1], w[5, 1])
+    assert not pairs[:, 1, ..., 1].any() and not pairs[1, ..., 4:, :].any()
 
 
 def test_pixel_tile_and_lanes() -> None:

@@ -289,12 +289,14 @@ def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None
 
 
 def intrinsic_flags(func: ir.PrimFunc) -> list[str]:
-    """Compiler flags the intrinsics used in ``func`` need (e.g. ``-mavx512vnni``)."""
+    """Compiler flags the intrinsics used in ``func`` need (e.g. ``-mavx512vnni``), before
+    or after :func:`attach_intrinsics` (which renames each call to its specialised copy)."""
     found: list[str] = []
 
     class _Find(StmtExprMutator):
         def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
-            spec = _BY_FUNCTION.get(e.op)
+            # a lowered kernel calls the specialised copy, <function>_<8 hex digits>
+            spec = _BY_FUNCTION.get(e.op) or _BY_FUNCTION.get(e.op.rsplit("_", 1)[0])
             if spec is not None:
                 found.extend(f for f in spec.cflags if f not in found)
             return super().visit_Call(e)

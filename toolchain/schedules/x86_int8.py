@@ -290,6 +290,79 @@ def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
                       {"schedule": "int8 x86", "requantize": "kiln_x86_requantize"})
 
 
+def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
+    """The tiled convolution nest of :func:`_schedule_conv` over int16 channel pairs: the
+    pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
+    the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call."""
+    sch = Schedule(func)
+    names = _block_names(sch)
+    sch.compute_inline(sch.get_block("x_shifted"))
+    if "pad" in names:
+        sch.compute_inline(sch.get_block("pad"))
+    out = sch.get_block(names[-1])
+    _, ch, y, x = sch.get_loops(out)
+    mo, mi = sch.split(ch, [None, lanes])
+    tile = pixel_tile(int(sch.get(x).extent.value))
+    xo, xi = sch.split(x, [None, tile])
+    sch.reorder(y, mo, xo, mi, xi)
+    req = sch.get_block("x86_req")
+    sch.compute_at(req, xo)
+    acc = sch.get_block("x86_acc")
+    sch.compute_at(acc, xo)
+    sch.compute_at(sch.get_block("x86_pairs"), y)
+    loops = sch.get_loops(acc)
+    inner = loops[loops.index(xo) + 1:]
+    spatial = 2 if tile > 1 else 1
+    sp, red = inner[:spatial], inner[spatial:]
+    if len(red) < 2:
+        raise ScheduleError("x86 int8 pairs: one pair of channels and a 1x1 kernel; the "
+                            "int32 kernel takes it")
+    sch.reorder(*red[:-1], *sp, red[-1])
+    init = sch.decompose_reduction(acc, red[0])
+    if tile > 1:
+        sch.unroll(sp[0])
+    sch.tensorize(sp[-1], intrin)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.vectorize(sch.get_loops(req)[-1])
+    return sch
+
+
+def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
+    """The x86 convolution over int16 channel pairs (None where the nest refuses)."""
+    from toolchain.graph.ops._nn_common import attrs_of
+    from toolchain.topi.int8_x86 import (
+        lane_requant,
+        pack_x86_pairs,
+        pad_channels,
+        pad_shifts,
+        qconv2d_x86_pairs,
+        unpack_lanes,
+    )
+
+    name = str(getattr(target, "name", target))
+    load_intrinsics(name)
+    attrs = attrs_of(node)
+    vals = list(node.inputs)
+    packs = {1: lambda v: pack_x86_pairs(v, lanes), 2: lambda v: pad_channels(v, lanes),
+             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
+    data = {k: f(vals[k].data) for k, f in packs.items()}
+    x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
+    ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
+    acc = qconv2d_x86_pairs(x, ph[1], attrs)
+    req = lane_requant(acc, ph[2], ph[3], ph[4], attrs)
+    y = node.outputs[0]
+    out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
+    func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
+    intrin = f"{name}.dot_i16_{lanes}x2"
+    try:
+        sch = _schedule_pairs(func, lanes, intrin)
+    except KilnError:
+        return None
+    values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
+    return OpSchedule(sch, values, list(node.outputs),
+                      {"schedule": "int8 x86 pairs", "lanes": lanes, "intrinsic": intrin})
+
+
 def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     """The x86 int8 schedule of ``node`` (QAdd: :func:`_schedule_qadd`; the generic int8
     schedule where the tiled kernels do not apply: grouped convolutions, QGemm with a >2-D
@@ -305,6 +378,10 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
+    if node.op == "QConv" and str(getattr(target, "name", target)) in DW_TARGETS:
+        op = _paired(node, target, lanes)
+        if op is not None:
+            return op
     nc = node_compute(node, algorithm="x86")
     inputs, outputs, packs = _lane_requant(nc, node, lanes)
     func = te.create_prim_func(inputs + outputs, name=_c_name(node.name))

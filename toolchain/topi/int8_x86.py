@@ -176,3 +176,60 @@ def qadd_x86(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
         return te.cast(y, attrs["out_dtype"])
 
     return te.compute(a.shape, f, name="qadd", tag="injective")
+
+
+def pack_x86_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
+    """``[M, C, KH, KW]`` int8 weights -> int16 ``[Mo, ceil(C/2), KH, KW, L, 2]``: per
+    output channel ``mo * L + l`` the weights of input channels ``2 c2`` and ``2 c2 + 1``
+    side by side (zero-padded channels), the ``B[j, k]`` operand of the ``dot_i16_*x2``
+    intrinsics (one ``vpdpwssd`` / ``vpmaddwd`` per pair of input channels).
+
+    >>> pack_x86_pairs(np.arange(1, 4, dtype=np.int8).reshape(1, 3, 1, 1), 2)[0, :, 0, 0].tolist()
+    [[[1, 2], [0, 0]], [[3, 0], [0, 0]]]
+    """
+    m, c, kh, kw = w.shape
+    mo, c2 = -(-m // lanes), -(-c // 2)
+    out = np.zeros((mo * lanes, c2 * 2, kh, kw), np.int16)
+    out[:m, :c] = w
+    out = out.reshape(mo, lanes, c2, 2, kh, kw)
+    return np.ascontiguousarray(out.transpose(0, 2, 4, 5, 1, 3))
+
+
+def qconv2d_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The int32 accumulators ``x86_acc[n, mo, y, x, l]`` of a group-1 NCHW convolution over
+    :func:`pack_x86_pairs`-packed ``wp``: the zero-point-shifted, padded input re-laid as
+    int16 channel pairs ``x86_pairs[n, c2, y, x, h]`` = channel ``2 c2 + h`` (0 past ``C``),
+    so that one 32-bit load gives the ``A[k]`` pair of the ``dot_i16_*x2`` intrinsics::
+
+        x86_acc[n, mo, y, x, l] = sum over c2, ry, rx, h of
+            x86_pairs[n, c2, y*sh + ry*dh, x*sw + rx*dw, h] * wp[mo, c2, ry, rx, l, h]
+
+    Same integers as :func:`toolchain.topi.int8.qconv2d_nchw`."""
+    from toolchain.topi.int8 import shifted
+    from toolchain.topi.nn.conv2d import pad_spatial
+
+    mo_n, c2_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
+    c = int(x.shape[1].value)
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+
+    def pair(b: Any, c2: Any, yy: Any, xx: Any, h: Any) -> Any:
+        ch = c2 * 2 + h
+        if c % 2 == 0:
+            return xp[b, ch, yy, xx]
+        v = xp[b, te.minimum(ch, te.const(c - 1)), yy, xx]
+        return te.if_then_else(ch < c, v, te.const(0, "int16"))
+
+    band = te.compute((n, c2_n, hp, wdt, 2), pair, name="x86_pairs", tag="injective")
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    rc = te.reduce_axis((0, c2_n), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rh = te.reduce_axis((0, 2), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
+        * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
+        name="x86_acc", tag="conv")
