@@ -94,14 +94,19 @@ def test_qconv_other_x86_targets(target: str) -> None:
     assert _check(node, _qx((1, 6, 8, 8), "int8"), target)["schedule"] == want
 
 
-@pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16)])
-def test_qgemm_bit_exact(p: int, k: int, n: int) -> None:
+@pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2", "c-generic"])
+@pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16), (8, 640, 128),
+                                   (13, 1, 8)])
+def test_qgemm_bit_exact(p: int, k: int, n: int, target: str) -> None:
+    """Dense layers: int16 pairs of k (a 1x1 convolution over the rows, tiles of rows) on
+    the AVX targets, odd k and one k included; the int32 kernel on c-generic."""
     x = Value("x", (p, k), "int8")
     y = Value("y", (p, n), "int8")
     wt = Value.constant("w", RNG.integers(-127, 128, (n, k)).astype(np.int8))
     node = Node("QGemm", "fc", [x, wt, *_requant(n)], [y], _attrs("int8", 7, -3))
-    info = _check(node, _qx((p, k), "int8"), "x86_64-avx512")
-    assert info["schedule"] == "int8 x86"
+    info = _check(node, _qx((p, k), "int8"), target)
+    pairs = target != "c-generic" and k > 2  # one pair of k: the int32 (or generic) kernel
+    assert (info["schedule"] == "int8 x86 pairs") == pairs
 
 
 DEPTHWISE = [  # (c, hw, k, stride, pads)

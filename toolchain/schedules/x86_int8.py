@@ -1,30 +1,37 @@
 """int8 schedules for x86 (and c-generic): register-tiled QConv / QGemm over output channels.
 
-QConv (group 1) and QGemm use the ``algorithm="x86"`` computes of
-:mod:`toolchain.topi.int8`: the weights are packed at compile time to
-``[M/L, C, KH, KW, L]`` (:func:`~toolchain.topi.int8.pack_x86_weights`, ``L`` = 16 or 8
-output channels, zero-padded), so the innermost loop reads ``L`` channels of one ``k`` at
-once and accumulates them in int32 vector lanes. Per output row of a convolution::
+QConv (group 1) and QGemm on ``x86_64-avx2`` / ``x86_64-avx512`` multiply **int16 pairs**
+of input channels (of ``k`` for a dense layer, taken as a 1x1 convolution over its rows):
+the weights are packed at compile time to int16 ``[M/L, C/2, KH, KW, L, 2]``
+(:func:`~toolchain.topi.int8_x86.pack_x86_pairs`, ``L`` = 16 or 8 output channels,
+zero-padded), the zero-point-shifted input is re-laid per output row as channel pairs
+(``x86_pairs``), and each ``L`` lanes x 2 step is one call of the target's ``dot_i16_Lx2``
+intrinsic (``vpdpwssd`` with AVX-512 VNNI, ``vpmaddwd`` + ``vpaddd`` on AVX2)::
 
-    pad[:, rows of y] = int16(x) - x_zp                      (0 in the padding)
+    x86_pairs[c2, rows of y, x, h] = int16(x[2*c2 + h]) - x_zp   (0 in the padding, past C)
     for mo:                                   # L output channels
         for xo:                                 # T output pixels: T x L int32 in registers
             acc[T, L] = 0
-            for c, ry, rx:  for xi (unrolled T):  for l (vector L):
-                acc[xi, l] += pad[c, y*sh + ry, (xo*T + xi)*sw + rx] * w[mo, c, ry, rx, l]
+            for c2, ry, rx:  for xi (unrolled T):
+                acc[xi, :] += x86_pairs[c2, y*sh + ry, (xo*T + xi)*sw + rx, 0:2]
+                              . w[mo, c2, ry, rx, :, 0:2]           (dot_i16_Lx2)
         qconv[mo*L + l, y, x] = requantize(acc[x, l] + bias)    (whole row of L channels)
 
-A dense layer accumulates ``L`` outputs per vector over ``k``. The tile is requantized
-lane-wise (:mod:`toolchain.topi.int8_x86`: ``L`` contiguous int32 accumulators against
-channel-padded tables, int32 result so gcc vectorizes the int64 arithmetic) and only then
-copied into NCHW. Depthwise convolutions (multiplier 1, channels a multiple of 8) on the
-AVX targets re-lay the ``KH`` input rows of each block of ``L`` channels channel-minor
-(``x86_band``) and accumulate a pixel tile x ``L`` channels over ``(ry, rx)`` the same way::
+Before (and still on c-generic, whose arena the pair band would grow, and for one pair of
+channels with a 1x1 kernel) the ``algorithm="x86"`` computes of :mod:`toolchain.topi.int8`
+multiply int32 lanes (weights ``[M/L, C, KH, KW, L]`` widened to int32, one ``vpmulld`` +
+``vpaddd`` per ``L`` MACs). The tile is requantized lane-wise by ``kiln_x86_requantize``
+(:mod:`toolchain.topi.int8_x86`: ``L`` contiguous int32 accumulators against channel-padded
+tables, 32-bit lanes but one 64-bit product) and only then copied into NCHW. QAdd uses the
+same helper. Depthwise convolutions (multiplier 1, channels a multiple of 8) on the AVX
+targets re-lay the input of each block of ``L`` channels channel-minor (``x86_band``,
+int16; the whole padded plane at once when it fits :data:`DW_PLANE_BYTES`, else ``KH``
+rows per output row) and accumulate a pixel tile x ``L`` channels over ``(ry, rx)``::
 
-    x86_band[c/L, rows of y, x, l] = int32(pad[c/L*L + l, ...])        (per y, per block)
+    x86_band[c/L, rows, x, l] = pad[c/L*L + l, ...]
     acc[xi, l] += x86_band[mo, y*sh + ry, (xo*T + xi)*sw + rx, l] * w[mo, ry, rx, l]
 
-The integers are those of the generic kernels (int32 accumulation, the same int64
+The integers are those of the generic kernels (int32 accumulation, the same
 requantization), so the outputs equal the integer reference bit for bit. Grouped
 convolutions, depthwise ones on c-generic (the band would grow the arena) and the other
 integer ops keep the generic schedules (:mod:`toolchain.schedules.cpu_int8`), as does any
@@ -42,6 +49,9 @@ Example::
     >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
     ...          "out_dtype": "int8"}
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx512")
+    >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
+    ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int16'))
+    >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "c-generic")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
     ('int8 x86', (1, 16, 8), dtype('int32'))
 """
@@ -296,20 +306,29 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
     the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call."""
     sch = Schedule(func)
     names = _block_names(sch)
-    sch.compute_inline(sch.get_block("x_shifted"))
-    if "pad" in names:
-        sch.compute_inline(sch.get_block("pad"))
+    for b in ("x_shifted", "pad"):
+        if b in names:
+            sch.compute_inline(sch.get_block(b))
     out = sch.get_block(names[-1])
-    _, ch, y, x = sch.get_loops(out)
-    mo, mi = sch.split(ch, [None, lanes])
-    tile = pixel_tile(int(sch.get(x).extent.value))
-    xo, xi = sch.split(x, [None, tile])
-    sch.reorder(y, mo, xo, mi, xi)
+    loops = sch.get_loops(out)
+    if len(loops) == 2:  # dense [P, M]: the pairs of every row re-laid once (at the root)
+        x, ch = loops
+        mo, mi = sch.split(ch, [None, lanes])
+        tile = pixel_tile(int(sch.get(x).extent.value))
+        xo, xi = sch.split(x, [None, tile])
+        sch.reorder(mo, xo, mi, xi)
+    else:
+        _, ch, y, x = loops
+        mo, mi = sch.split(ch, [None, lanes])
+        tile = pixel_tile(int(sch.get(x).extent.value))
+        xo, xi = sch.split(x, [None, tile])
+        sch.reorder(y, mo, xo, mi, xi)
     req = sch.get_block("x86_req")
     sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
     sch.compute_at(acc, xo)
-    sch.compute_at(sch.get_block("x86_pairs"), y)
+    if len(loops) == 4:
+        sch.compute_at(sch.get_block("x86_pairs"), y)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
@@ -328,14 +347,18 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
 
 
 def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
-    """The x86 convolution over int16 channel pairs (None where the nest refuses)."""
+    """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
+    int16 pairs of input channels (None where the nest refuses)."""
     from toolchain.graph.ops._nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
         lane_requant,
+        pack_x86_dense_pairs,
         pack_x86_pairs,
         pad_channels,
         pad_shifts,
         qconv2d_x86_pairs,
+        qgemm_x86_pairs,
+        unpack_dense,
         unpack_lanes,
     )
 
@@ -345,13 +368,19 @@ def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
     vals = list(node.inputs)
     packs = {1: lambda v: pack_x86_pairs(v, lanes), 2: lambda v: pad_channels(v, lanes),
              3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
+    dense = node.op == "QGemm"
+    if dense:
+        packs[1] = lambda v: pack_x86_dense_pairs(v, lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
     x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
-    acc = qconv2d_x86_pairs(x, ph[1], attrs)
+    acc = (qgemm_x86_pairs if dense else qconv2d_x86_pairs)(x, ph[1], attrs)
     req = lane_requant(acc, ph[2], ph[3], ph[4], attrs)
     y = node.outputs[0]
-    out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
+    if dense:
+        out = unpack_dense(req, int(y.shape[1]), str(y.dtype))
+    else:
+        out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
     intrin = f"{name}.dot_i16_{lanes}x2"
     try:
@@ -378,7 +407,7 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
-    if node.op == "QConv" and str(getattr(target, "name", target)) in DW_TARGETS:
+    if str(getattr(target, "name", target)) in DW_TARGETS:
         op = _paired(node, target, lanes)
         if op is not None:
             return op

@@ -233,3 +233,48 @@ def qconv2d_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
         te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
         * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
         name="x86_acc", tag="conv")
+
+
+def pack_x86_dense_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
+    """Dense ``[M, K]`` int8 weights -> int16 ``[Mo, ceil(K/2), 1, 1, L, 2]``: the weights of
+    a 1x1 convolution (:func:`pack_x86_pairs`), so the dense layer takes the same nest and
+    the same ``dot_i16_*x2`` intrinsics.
+
+    >>> pack_x86_dense_pairs(np.arange(1, 4, dtype=np.int8).reshape(1, 3), 2).shape
+    (1, 2, 1, 1, 2, 2)
+    """
+    return pack_x86_pairs(np.asarray(w)[:, :, None, None], lanes)
+
+
+def qgemm_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The accumulators of a dense layer ``x[P, K] . w[M, K]^T`` as a 1x1 convolution over
+    ``P`` pixels of one row: ``x86_pairs[0, k2, 0, p, h] = x[p, 2 k2 + h] - x_zp`` (0 past
+    ``K``), ``x86_acc[0, mo, 0, p, l]`` over :func:`pack_x86_dense_pairs` weights (the nest
+    and intrinsics of :func:`qconv2d_x86_pairs`). Same integers as
+    :func:`toolchain.topi.int8.qgemm`."""
+    p, k = (int(d.value) for d in x.shape)
+    mo_n, k2_n, _, _, lanes, _ = (int(d.value) for d in wp.shape)
+    zp = te.const(attrs["x_zero_point"], "int16")
+
+    def pair(b: Any, k2: Any, y: Any, i: Any, h: Any) -> Any:
+        kk = k2 * 2 + h
+        if k % 2 == 0:
+            return te.cast(x[i, kk], "int16") - zp
+        v = te.cast(x[i, te.minimum(kk, te.const(k - 1))], "int16") - zp
+        return te.if_then_else(kk < k, v, te.const(0, "int16"))
+
+    band = te.compute((1, k2_n, 1, p, 2), pair, name="x86_pairs", tag="injective")
+    rc = te.reduce_axis((0, k2_n), name="rc")
+    rh = te.reduce_axis((0, 2), name="rh")
+    return te.compute((1, mo_n, 1, p, lanes), lambda b, mo, y, i, li: te.sum(
+        te.cast(band[b, rc, y, i, rh], "int32") * te.cast(wp[mo, rc, 0, 0, li, rh], "int32"),
+        axis=[rc, rh]), name="x86_acc", tag="dense")
+
+
+def unpack_dense(req: te.Tensor, m: int, dtype: str, name: str = "qgemm") -> te.Tensor:
+    """``out[p, ch] = dtype(req[0, ch / L, 0, p, ch % L])`` (the dense output ``[P, M]``)."""
+    lanes = int(req.shape[-1].value)
+    p = int(req.shape[3].value)
+    return te.compute((p, m), lambda i, ch: te.cast(
+        req[0, te.floordiv(ch, lanes), 0, i, te.floormod(ch, lanes)], dtype), name=name,
+        tag="injective")
