@@ -121,6 +121,33 @@ def test_vectorize_loop_makes_ramps_and_broadcasts():
     assert "float32x16_splat" in mod.get_source()
 
 
+def test_vectorize_if_then_else_on_an_outer_condition():
+    """Padding (a condition on the outer loop only): the inner loop still becomes vectors,
+    under C's ?: so that the load of a padded row is never made (it would read outside A,
+    which the sanitizer flags); a condition that varies by lane keeps the scalar loop."""
+    A = te.placeholder((6, 16), name="A")
+    P = te.compute((8, 16), lambda i, j: te.if_then_else(
+        te.all(i >= 1, i < 7), A[i - 1, j], te.const(0.0)),
+        name="P")
+    func = te.create_prim_func([A, P])
+    sch = Schedule(func)
+    _, j = sch.get_loops(sch.get_block("P"))
+    sch.vectorize(j)
+    low = T.lower(sch)
+    assert count(low, ir.Ramp) >= 2 and not any(f.annotations.get("pragma_simd")
+                                                for f in loops(low))
+    mod = build_and_check(sch, (func, lambda: [np.random.rand(6, 16).astype("float32"),
+                                               np.zeros((8, 16), "float32")],
+                                lambda a, p: np.pad(a, ((1, 1), (0, 0)))))
+    assert "? (float32x16)" in mod.get_source()
+    Q = te.compute((6, 16), lambda i, j: te.if_then_else(j < 8, A[i, j], te.const(0.0)),
+                   name="Q")
+    sch = Schedule(te.create_prim_func([A, Q]))
+    _, j = sch.get_loops(sch.get_block("Q"))
+    sch.vectorize(j)
+    assert count(T.lower(sch), ir.Ramp) == 0  # lane-dependent condition: scalar loop
+
+
 def test_vectorize_loop_falls_back_to_simd_pragma():
     wl = W.elementwise_chain(4, 16)
     sch = Schedule(wl[0])

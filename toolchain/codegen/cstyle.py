@@ -649,6 +649,12 @@ class CStyleRenderer:
         op = e.op
         if op == "tir.if_then_else":
             c, t, f = e.args
+            if ir.lanes_of(e.dtype) > 1 and ir.lanes_of(c.dtype) == 1:
+                # one condition for every lane: C's ?: evaluates only the branch taken
+                # (both cast to the plain vector type: an unaligned load is a variant)
+                vt = self.ctype(e.dtype)
+                return (f"{self.expr(c, 4)} ? ({vt}){self.expr(t, 15)} : "
+                        f"({vt}){self.expr(f, 15)}"), 3
             return self.expr_Select(ir.Select(c, t, f))
         if op == "tir.address_of":
             load = e.args[0]

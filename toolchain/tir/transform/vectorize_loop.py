@@ -2,7 +2,8 @@
 
 The loop variable becomes ``Ramp(min, 1, lanes)``; scalars meeting vectors are
 ``Broadcast``; loads/stores get vector dtypes. Bodies the C vector extensions cannot
-express (inner loops, calls, comparisons, selects, min/max, non-affine indices, lanes that
+express (inner loops, calls other than an ``if_then_else`` whose condition is the same in
+every lane, comparisons, selects, min/max, non-affine indices, lanes that
 are not a power of two) keep the scalar loop, marked ``pragma_simd`` (when it has no inner
 loops) so the code generator asks the C compiler to vectorize it (``#pragma omp simd``).
 """
@@ -71,7 +72,19 @@ class _VecExpr(ExprMutator):
             raise CannotVectorize(f"{type(e).__name__} depends on the vector lane")
         return e
 
-    visit_Call = visit_Select = visit_Let = visit_Not = _no
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
+        # if_then_else on a condition that is the same in every lane (padding tests on the
+        # outer loops): the vectorized branches under a scalar condition, still evaluated
+        # only when taken (the code generator renders it as C's ?:)
+        if e.op != "tir.if_then_else" or uses_var(e.args[0], self.var):
+            return self._no(e)
+        t, f = (self.visit_expr(a) for a in e.args[1:])
+        if ir.lanes_of(t.dtype) == 1 and ir.lanes_of(f.dtype) == 1:
+            return e
+        t, f = _bcast(t, self.lanes), _bcast(f, self.lanes)
+        return ir.Call(t.dtype, e.op, [e.args[0], t, f])
+
+    visit_Select = visit_Let = visit_Not = _no
 
 
 def _ramp_arith(t: type, a: ir.PrimExpr, b: ir.PrimExpr, lanes: int) -> ir.PrimExpr | None:
