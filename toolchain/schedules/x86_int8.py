@@ -78,8 +78,10 @@ DW_TARGETS = ("x86_64-avx2", "x86_64-avx512")
 
 #: largest int16 band of one block of channels re-laid for the whole padded plane (each
 #: input row once; DS-CNN: 27 x 7 x 16 x 2 = 6,048 bytes); larger planes are re-laid per
-#: output row (KH rows each time). Within the 48 KiB L1 of Zen 4 / 32 KiB of older cores.
-DW_PLANE_BYTES = 16384
+#: output row (KH rows each time). 64 KiB takes MobileNet's 48 x 48 planes (8 channels,
+#: 40 KB): its depthwise layers 32 -> 22 and 38 -> 24 us, the x86_64-avx512 arena 55,296 ->
+#: 76,864 bytes (the AVX targets only; c-generic keeps the generic depthwise kernel).
+DW_PLANE_BYTES = 65536
 
 #: most channel pairs whose band re-lay is vectorized across the pairs (ResNet-8 16 -> 16
 #: channels, 8 pairs: 81 -> 50 us)
