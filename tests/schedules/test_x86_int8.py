@@ -13,6 +13,7 @@ from toolchain.schedules import compile_op
 from toolchain.schedules.registry import resolve_target
 from toolchain.schedules.x86_int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
+from toolchain.topi.int8_x86 import requant_fits_int32
 
 RNG = np.random.default_rng(7)
 
@@ -194,7 +195,8 @@ def test_requantization_is_lane_wise() -> None:
     assert not bias[20:].any() and not mult[20:].any() and not shifts[:, 20:].any()
     src = compile_op(node, "x86_64-avx512").module.source
     assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width vectors
-    assert "kiln_x86_requantize(" in src
+    # acc + bias provably within int32, no left shift: the helper without the int64 step
+    assert "kiln_x86_requantize_r(x86_acc" in src and "kiln_x86_requantize(x86_acc" not in src
     _check(node, _qx((1, 4, 6, 6), "int8"), "x86_64-avx512")
 
 
@@ -211,6 +213,15 @@ def test_requantization_extremes(dtype: str) -> None:
     node = Node("QGemm", "fc", [x, wt, *req], [yv], _attrs(dtype, 0 if dtype == "int8" else
                                                            128, 5))
     _check(node, _qx((2, 64), dtype), "x86_64-avx512")
+    src = compile_op(node, "x86_64-avx512").module.source
+    assert "kiln_x86_requantize(x86_acc" in src  # left shifts, int32 overflow: int64 step
+    # a bias that only just fits int32 with the accumulators (no left shift): the int64 step
+    bound = 64 * 127 * (128 if dtype == "int8" else 128)
+    for b, fits in ((2**31 - 2 - bound, True), (2**31 - 1 - bound, False)):
+        req2 = [Value.constant("b", np.full(n, b, np.int32)), Value.constant("m", m),
+                Value.constant("s", shift_table(np.minimum(s, 0)))]
+        node2 = Node("QGemm", "fc", [x, wt, *req2], [yv], node.attrs)
+        assert requant_fits_int32(node2) == fits
 
 
 def test_depthwise_c_generic_keeps_generic_schedule() -> None:

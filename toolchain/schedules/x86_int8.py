@@ -172,6 +172,7 @@ def _lane_requant(nc: Any, node: Node, lanes: int) -> tuple[list, list, dict]:
         lane_requant,
         pad_channels,
         pad_shifts,
+        requant_fits_int32,
         unpack_lanes,
     )
 
@@ -184,7 +185,8 @@ def _lane_requant(nc: Any, node: Node, lanes: int) -> tuple[list, list, dict]:
         data = pack(nc.input_values[k].data, lanes)
         inputs[k] = te.placeholder(data.shape, str(data.dtype), f"{inputs[k].op.name}_p")
         packs[k] = lambda v, _l=lanes, _p=pack: _p(v, _l)
-    req = lane_requant(acc, inputs[2], inputs[3], inputs[4], attrs_of(node))
+    req = lane_requant(acc, inputs[2], inputs[3], inputs[4], attrs_of(node),
+                       fits=requant_fits_int32(node))
     shape = tuple(int(d.value) for d in out.shape)
     return inputs, [unpack_lanes(req, shape, out.dtype, out.op.name)], packs
 
@@ -249,6 +251,7 @@ def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
         pad_channels,
         pad_shifts,
         qdwconv_x86,
+        requant_fits_int32,
         unpack_lanes,
     )
 
@@ -259,7 +262,7 @@ def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
     data = {k: f(vals[k].data) for k, f in packs.items()}
     x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
-    req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs)
+    req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = node.outputs[0]
     out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
@@ -384,6 +387,7 @@ def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
         pad_shifts,
         qconv2d_x86_pairs,
         qgemm_x86_pairs,
+        requant_fits_int32,
         unpack_dense,
         unpack_lanes,
     )
@@ -401,7 +405,7 @@ def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
     x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
     acc = (qgemm_x86_pairs if dense else qconv2d_x86_pairs)(x, ph[1], attrs)
-    req = lane_requant(acc, ph[2], ph[3], ph[4], attrs)
+    req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
     y = node.outputs[0]
     if dense:
         out = unpack_dense(req, int(y.shape[1]), str(y.dtype))

@@ -62,15 +62,43 @@ def pad_shifts(s: np.ndarray, lanes: int) -> np.ndarray:
     return np.ascontiguousarray(pad_channels(counts.astype(np.int32), lanes).T)
 
 
+def requant_fits_int32(node: Any) -> bool:
+    """Whether every ``acc + bias`` of QConv/QGemm ``node`` fits int32 and no channel shifts
+    left (``shift_pow`` left powers all 1), from the constant weights, bias and the input's
+    range: ``|acc| <= sum |w| * max |x - x_zp|`` per output channel.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 4), "int8"); y = Value("y", (1, 2), "int8")
+    >>> c = [Value.constant("w", np.full((2, 4), 127, np.int8)),
+    ...      Value.constant("b", np.array([2**30, 0], np.int32)),
+    ...      Value.constant("m", np.full(2, 1 << 30, np.int32)),
+    ...      Value.constant("s", np.array([[1, 2**27], [1, 2**30]], np.int32))]
+    >>> requant_fits_int32(Node("QGemm", "fc", [x, *c], [y], {"x_zero_point": 0}))
+    True
+    """
+    w, b, s = (node.input(k) for k in (1, 2, 4))
+    x = node.input(0)
+    if any(v is None or v.data is None for v in (w, b, s)) or x.dtype not in ("int8", "uint8"):
+        return False
+    lo, hi = (-128, 127) if x.dtype == "int8" else (0, 255)
+    zp = int(node.attrs.get("x_zero_point", 0))
+    wd = np.abs(np.asarray(w.data, np.int64).reshape(int(w.shape[0]), -1)).sum(axis=1)
+    bound = wd * max(abs(lo - zp), abs(hi - zp)) + np.abs(np.asarray(b.data, np.int64))
+    return bool(np.all(np.asarray(s.data)[:, 0] == 1) and np.all(bound < 2**31 - 1))
+
+
 def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
-                 attrs: dict[str, Any], name: str = "x86_req") -> te.Tensor:
+                 attrs: dict[str, Any], name: str = "x86_req", fits: bool = False
+                 ) -> te.Tensor:
     """Requantize every lane of ``acc`` (``[..., Mo, ..., L]`` int32, ``Mo`` at axis 1; a
     dense accumulator ``[P, Mo, L]`` too) against :func:`pad_channels`-padded tables
     ``bias[Mo*L]``, ``mult[Mo*L]`` and the shift counts of :func:`pad_shifts`,
     ``shifts[2, Mo*L]`` (each row contiguous), by the C helper ``kiln_x86_requantize``
     (registered by ``load_intrinsics("c-generic")``). The result is int32 (already clamped
     to the output range): gcc then vectorizes the helper in full-width registers (an int8
-    result made it pick 16-byte vectors, slower than the scalar epilogue)."""
+    result made it pick 16-byte vectors, slower than the scalar epilogue). ``fits``: the
+    caller proved (:func:`requant_fits_int32`) that ``acc + bias`` fits int32 and no
+    channel shifts left, so ``kiln_x86_requantize_r`` skips the int64 step."""
     from toolchain.tir import ir
 
     lanes = int(acc.shape[-1].value)
@@ -78,7 +106,7 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
 
     def f(*i: Any) -> Any:
         ch = i[1] * lanes + i[-1]
-        y = ir.Call("int32", "kiln_x86_requantize",
+        y = ir.Call("int32", "kiln_x86_requantize_r" if fits else "kiln_x86_requantize",
                     [acc[i], bias[ch], mult[ch], shifts[0, ch], shifts[1, ch]])
         y = y + te.const(attrs["y_zero_point"], "int32")
         return te.maximum(te.minimum(y, hi), lo)
@@ -121,7 +149,8 @@ def pack_dw_weights(w: np.ndarray, lanes: int) -> np.ndarray:
 
 
 def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
-                shifts: te.Tensor, attrs: dict[str, Any]) -> tuple[te.Tensor, te.Tensor]:
+                shifts: te.Tensor, attrs: dict[str, Any], fits: bool = False
+                ) -> tuple[te.Tensor, te.Tensor]:
     """Depthwise NCHW convolution vectorized over ``L`` channels (``C`` a multiple of
     ``L``): the zero-point-shifted, padded input is re-laid per channel block as
     ``x86_band[n, co, y, x, l]`` (int16, widened as it is read), so that each
@@ -145,7 +174,7 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
         te.cast(band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li], "int32")
         * wp[co, ry, rx, li],
         axis=[ry, rx]), name="x86_acc", tag="conv")
-    return lane_requant(acc, bias, mult, shifts, attrs), acc
+    return lane_requant(acc, bias, mult, shifts, attrs, fits=fits), acc
 
 
 def qadd_x86(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
