@@ -32,3 +32,26 @@ def cross_compile_m4(code: str, tmp_path: Path) -> None:
                           str(src), "-o", str(tmp_path / "kernel.o")], capture_output=True,
                          text=True, check=False)
     assert res.returncode == 0, res.stderr
+
+
+def run_aliased(node, x, target: str = "cortex-m4"):
+    """Schedule ``node`` for ``target``, build its kernel for the host without
+    ``restrict`` (as a bundle renders an in-place kernel) and run it with the output
+    written over the input buffer: ``(output, schedule info)``."""
+    from toolchain.codegen import get_renderer
+    from toolchain.runtime.build import BASE_FLAGS, compile_shared
+    from toolchain.runtime.module import Module
+    from toolchain.schedules.registry import schedule_for
+    from toolchain.tir.transform.pipeline import lower
+
+    s = schedule_for(node, target)
+    r = get_renderer("c", openmp=False)
+    r.restrict = ""
+    src = r.render(lower(s.schedule))
+    assert "restrict" not in src.code.split("{", 1)[0]
+    lib, info = compile_shared(src.code, [*BASE_FLAGS, "-Wall", "-Wextra", "-Werror"],
+                               stem=src.entry)
+    mod = Module(lib, src.entry, s.schedule.mod, src.code, src.extra_args, info)
+    buf = x.copy()
+    mod(buf, *[v.data for v in s.input_values[1:]], buf)
+    return buf, dict(s.info)

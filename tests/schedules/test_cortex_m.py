@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.schedules._cpu_targets import cross_compile_m4
+from tests.schedules._cpu_targets import cross_compile_m4, run_aliased
 from toolchain.codegen import get_renderer
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
@@ -304,25 +304,6 @@ def test_qadd_dsp_bit_exact(dtype: str, zp: int, ls: int) -> None:
     assert len(np.unique(want)) > 3
 
 
-def _run_aliased(node: Node, x: np.ndarray) -> tuple[np.ndarray, dict]:
-    """Build the Cortex-M kernel for the host without ``restrict`` (as a bundle renders an
-    in-place kernel) and run it with the output written over the input buffer."""
-    from toolchain.runtime.build import BASE_FLAGS, compile_shared
-    from toolchain.runtime.module import Module
-
-    s = schedule_for(node, "cortex-m4")
-    r = get_renderer("c", openmp=False)
-    r.restrict = ""
-    src = r.render(lower(s.schedule))
-    assert "restrict" not in src.code.split("{", 1)[0]
-    lib, info = compile_shared(src.code, [*BASE_FLAGS, "-Wall", "-Wextra", "-Werror"],
-                               stem=src.entry)
-    mod = Module(lib, src.entry, s.schedule.mod, src.code, src.extra_args, info)
-    buf = x.copy()
-    mod(buf, *[v.data for v in s.input_values[1:]], buf)
-    return buf, dict(s.info)
-
-
 @pytest.mark.parametrize("cfg", [
     dict(c=12, m=12, k=1, stride=1, pads=(0, 0, 0, 0), hw=(5, 7)),       # pointwise
     dict(c=64, m=64, k=1, stride=1, pads=(0, 0, 0, 0), hw=(25, 5)),      # KWS pointwise
@@ -338,7 +319,7 @@ def test_in_place_kernels_are_bit_exact_over_their_own_input(cfg: dict) -> None:
     reference's bytes when they do."""
     node = _conv(**cfg)
     x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
-    got, info = _run_aliased(node, x)
+    got, info = run_aliased(node, x)
     assert info["in_place"] == 0
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
@@ -350,7 +331,7 @@ def test_aliasing_check_catches_a_kernel_that_reads_its_neighbours() -> None:
     in_place, and run over its own input it really is wrong (so the test above can fail)."""
     node = _conv(8, 8, 3, 1, (1, 1, 1, 1))
     x = _qx(node.inputs[0].shape, "int8")
-    got, info = _run_aliased(node, x)
+    got, info = run_aliased(node, x)
     assert "in_place" not in info
     assert (got != _reference(node, x)).any()
 

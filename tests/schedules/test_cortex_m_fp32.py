@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.schedules._cpu_targets import run_aliased
 from toolchain.codegen import get_renderer
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
-from toolchain.runtime.build import BASE_FLAGS, build, compile_shared
-from toolchain.runtime.module import Module
+from toolchain.runtime.build import build
 from toolchain.schedules.registry import schedule_for
 from toolchain.tir.transform.pipeline import lower
 
@@ -77,20 +77,6 @@ def test_no_whole_tensor_buffers() -> None:
     assert "malloc" not in code and "B_packed" not in code
 
 
-def _run_aliased(node: Node, x: np.ndarray) -> tuple[np.ndarray, dict]:
-    """The kernel without ``restrict``, its output written over its input buffer."""
-    s = schedule_for(node, "cortex-m4")
-    r = get_renderer("c", openmp=False)
-    r.restrict = ""
-    src = r.render(lower(s.schedule))
-    lib, info = compile_shared(src.code, [*BASE_FLAGS, "-Wall", "-Wextra", "-Werror"],
-                               stem=src.entry)
-    mod = Module(lib, src.entry, s.schedule.mod, src.code, src.extra_args, info)
-    buf = x.copy()
-    mod(buf, *[v.data for v in s.input_values[1:]], buf)
-    return buf, dict(s.info)
-
-
 @pytest.mark.parametrize("cfg", [
     dict(c=64, m=64, k=1, hw=(25, 5)),
     dict(c=12, m=12, k=1, hw=(3, 7), bias=False),
@@ -100,7 +86,7 @@ def _run_aliased(node: Node, x: np.ndarray) -> tuple[np.ndarray, dict]:
 def test_in_place_kernels_are_right_over_their_own_input(cfg: dict) -> None:
     node = _conv(**cfg)
     x = _x(node)
-    got, info = _run_aliased(node, x)
+    got, info = run_aliased(node, x)
     assert info["in_place"] == 0
     np.testing.assert_allclose(got, _reference(node, x), rtol=1e-4, atol=1e-4)
 
@@ -110,7 +96,7 @@ def test_the_aliasing_check_can_fail() -> None:
     in_place, and the result really is wrong."""
     node = _conv(8, 8, 3, pads=(1, 1, 1, 1))
     x = _x(node)
-    got, info = _run_aliased(node, x)
+    got, info = run_aliased(node, x)
     assert "in_place" not in info
     assert not np.allclose(got, _reference(node, x), rtol=1e-4, atol=1e-4)
 

@@ -113,15 +113,7 @@ def _schedule_conv(func: Any, lanes: int) -> Schedule:
     sch.compute_inline(sch.get_block("x_shifted"))
     out = sch.get_block("qconv")
     _, ch, y, x = sch.get_loops(out)
-    mo, mi = sch.split(ch, [None, lanes])
-    ow = int(sch.get(x).extent.value)
-    tile = pixel_tile(ow)
-    xo, xi = sch.split(x, [None, tile])
-    sch.reorder(y, mo, xo, mi, xi)
-    req = sch.get_block("x86_req")
-    sch.compute_at(req, xo)
-    acc = sch.get_block("x86_acc")
-    sch.compute_at(acc, xo)
+    xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y)
     if "pad" in names:
         sch.compute_at(sch.get_block("pad"), y)
     # under xo: (xi,) li, then the reduction loops (rc, ry, rx; unit loops are elided)
@@ -140,6 +132,22 @@ def _schedule_conv(func: Any, lanes: int) -> Schedule:
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(req)[-1])  # L lanes of int64 requantization
     return sch
+
+
+def _tile_nest(sch: Schedule, ch: Any, x: Any, lanes: int, y: Any = None
+               ) -> tuple[Any, int, Any, Any]:
+    """Output channels by ``lanes`` and pixels by :func:`pixel_tile` (``y, mo, xo, mi,
+    xi``), the accumulators and their requantization computed at ``xo``: ``(xo, tile,
+    x86_acc, x86_req)``."""
+    mo, mi = sch.split(ch, [None, lanes])
+    tile = pixel_tile(int(sch.get(x).extent.value))
+    xo, xi = sch.split(x, [None, tile])
+    sch.reorder(*([y] if y is not None else []), mo, xo, mi, xi)
+    req = sch.get_block("x86_req")
+    sch.compute_at(req, xo)
+    acc = sch.get_block("x86_acc")
+    sch.compute_at(acc, xo)
+    return xo, tile, acc, req
 
 
 def _schedule_dense(func: Any, lanes: int) -> Schedule:
@@ -340,20 +348,10 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
     loops = sch.get_loops(out)
     if len(loops) == 2:  # dense [P, M]: the pairs of every row re-laid once (at the root)
         x, ch = loops
-        mo, mi = sch.split(ch, [None, lanes])
-        tile = pixel_tile(int(sch.get(x).extent.value))
-        xo, xi = sch.split(x, [None, tile])
-        sch.reorder(mo, xo, mi, xi)
+        xo, tile, acc, req = _tile_nest(sch, ch, x, lanes)
     else:
         _, ch, y, x = loops
-        mo, mi = sch.split(ch, [None, lanes])
-        tile = pixel_tile(int(sch.get(x).extent.value))
-        xo, xi = sch.split(x, [None, tile])
-        sch.reorder(y, mo, xo, mi, xi)
-    req = sch.get_block("x86_req")
-    sch.compute_at(req, xo)
-    acc = sch.get_block("x86_acc")
-    sch.compute_at(acc, xo)
+        xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y)
     if len(loops) == 4:
         band = sch.get_block("x86_pairs")
         sch.compute_at(band, y)
