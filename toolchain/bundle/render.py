@@ -113,8 +113,10 @@ def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
             args.append(f"a + {spec.plan.tensor(k.node.name + ':scratch').offset}")
         inner = k.node.attrs["graph"].nodes
         ops = " ".join(n.op for n in inner)
-        elided = (all(n.op in _VIEWS for n in inner) and len(k.params) == 2
-                  and args[0] == args[1] and k.params[0].nbytes == k.params[1].nbytes)
+        data = [i for i, v in enumerate(k.params[:-1]) if v.data is None]  # not shapes
+        elided = (all(n.op in _VIEWS for n in inner) and len(data) == 1
+                  and args[data[0]] == args[len(k.params) - 1]
+                  and k.params[data[0]].nbytes == k.params[-1].nbytes)
         view = spec.plan.views.get(k.params[-1].name) if elided else None
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
                       "elided": elided,
