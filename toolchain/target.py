@@ -14,7 +14,7 @@ line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,8 @@ class Target:
     intrinsics: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: C text placed once before kernels that use the intrinsics (helper functions/macros)
     c_helpers: str = ""
+    #: the shipped target this descriptor starts from (``extends:``), if any
+    extends: str | None = None
     source: str = ""
 
 
@@ -86,6 +88,9 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "cpu_flags": ((list,), "a list of strings", False),
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
+    "extends": ((str,), "the name of a shipped target whose keys this one starts from", False),
+    "rename_functions": ((dict,), "a mapping of C function-name prefix to its replacement in "
+                                  "the intrinsics taken from the extended target", False),
 }
 
 _CACHE_KEYS = ("l1d", "l2", "l3")
@@ -260,12 +265,64 @@ def parse_target(text: str, path: str = "<string>") -> Target:
         elif key == "intrinsics":
             val = _check_intrinsics(vnode, val, path)
         values[key] = val
+    renames = values.pop("rename_functions", None)
+    if "extends" in values:
+        values = _inherit(values, renames or {}, path)
+    elif renames is not None:
+        raise TargetError(f"{path}: key 'rename_functions' renames the intrinsics of an "
+                          "extended target: add 'extends: <target>'")
     for key, (_, tname, required) in _SCHEMA.items():
-        if required and key not in values:
+        if required and key not in values and key not in ("extends", "rename_functions"):
             raise TargetError(f"{path}: missing required key {key!r} ({tname})")
     if values["kind"] not in KINDS:
         raise TargetError(f"{path}: kind {values['kind']!r} is not one of {', '.join(KINDS)}")
     return Target(**values, source=path)
+
+
+#: descriptors being parsed for an ``extends:`` (a cycle is an error, not a recursion)
+_EXTENDING: set[str] = set()
+
+
+def _inherit(values: dict[str, Any], renames: dict[str, str], path: str) -> dict[str, Any]:
+    """``values`` on top of the target named by ``values["extends"]``: every key the
+    descriptor does not set comes from that target (except its name and description);
+    intrinsics are merged by name, the inherited ones with their C function names renamed
+    by ``renames`` (prefix -> prefix), so two descriptors' functions never collide.
+
+    >>> t = parse_target("{name: m, kind: c, extends: cortex-m4, "
+    ...                  "rename_functions: {kiln_m4_: kiln_mx_}}")
+    >>> t.cflags == load_target("cortex-m4").cflags, t.intrinsics["dot_q15q7_4x4"]["function"]
+    (True, 'kiln_mx_dot_q15q7_4x4')
+    """
+    base_name = values["extends"]
+    for old, new in renames.items():
+        if not (isinstance(old, str) and isinstance(new, str) and new.isidentifier()):
+            raise TargetError(f"{path}: rename_functions entry {old!r}: {new!r} must map a "
+                              "function-name prefix to a C identifier prefix")
+    if base_name in _EXTENDING or base_name == values.get("name"):
+        raise TargetError(f"{path}: 'extends: {base_name}' makes a cycle of targets extending "
+                          "each other")
+    _EXTENDING.add(base_name)
+    try:
+        base = load_target(base_name)
+    except TargetError as e:
+        raise TargetError(f"{path}: key 'extends': {e}") from None
+    finally:
+        _EXTENDING.discard(base_name)
+    merged = {f.name: getattr(base, f.name) for f in fields(Target)
+              if f.name not in ("name", "description", "source", "extends")}
+    intrinsics: dict[str, dict[str, Any]] = {}
+    for name, spec in base.intrinsics.items():
+        fn = spec["function"]
+        for old, new in renames.items():
+            if fn.startswith(old):
+                fn = new + fn[len(old):]
+                break
+        intrinsics[name] = {"source": spec.get("source", base.source), **spec, "function": fn}
+    intrinsics.update(values.get("intrinsics", {}))
+    merged.update(values)
+    merged["intrinsics"] = intrinsics
+    return merged
 
 
 def load_target(name_or_path: str | Path) -> Target:

@@ -126,3 +126,37 @@ def test_errors_in_a_descriptor_file_name_the_file(tmp_path) -> None:
 def test_target_is_extendable_with_replace() -> None:
     t = replace(load_target("x86_64-avx2"), cores=4)
     assert t.cores == 4 and t.name == "x86_64-avx2"
+
+
+def test_extends_takes_the_base_target_and_renames_its_functions() -> None:
+    m4, m7 = load_target("cortex-m4"), load_target("cortex-m7")
+    assert m7.extends == "cortex-m4" and m7.c_helpers == m4.c_helpers
+    assert m7.layout == m4.layout and m7.compiler == m4.compiler
+    assert set(m7.intrinsics) == set(m4.intrinsics)
+    for name, spec in m4.intrinsics.items():
+        assert m7.intrinsics[name]["impl"] == spec["impl"]
+        assert m7.intrinsics[name]["function"] == spec["function"].replace("kiln_m4_", "kiln_m7_")
+
+
+def test_bad_extends_is_named() -> None:
+    assert "key 'extends': unknown target 'nope'" in _err("""\
+        name: t
+        kind: c
+        extends: nope
+        """)
+    assert "rename_functions' renames the intrinsics of an extended target" in _err("""\
+        name: t
+        kind: c
+        rename_functions: {a_: b_}
+        """)
+    assert "makes a cycle" in _err("""\
+        name: cortex-m4
+        kind: c
+        extends: cortex-m4
+        """)
+    assert "must map a function-name prefix to a C identifier prefix" in _err("""\
+        name: t
+        kind: c
+        extends: cortex-m4
+        rename_functions: {kiln_m4_: "not an id"}
+        """)

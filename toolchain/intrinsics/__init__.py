@@ -99,7 +99,7 @@ _HELPER_NAME = re.compile(r"^\s*(?:static\s+inline\s+[\w\s*]*?\b([A-Za-z_]\w*)\s
 
 
 def _where(t: Target, name: str, spec: dict) -> str:
-    return f"{t.source}:{spec.get('line', '?')}: intrinsic {name!r}"
+    return f"{spec.get('source', t.source)}:{spec.get('line', '?')}: intrinsic {name!r}"
 
 
 def load_intrinsics(target: str | Target) -> list[str]:
