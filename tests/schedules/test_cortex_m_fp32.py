@@ -136,3 +136,23 @@ def test_ds_cnn_fp32_board_arena_is_one_activation() -> None:
     assert len(convs) == 9 and all(k.source.scratch_bytes == 0 for k in convs)
     assert sum(k.in_place for k in convs) == 8
     assert spec.plan.arena_bytes <= 32_256
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_fused_tail_keeps_in_place_unless_it_reads_the_input(residual: bool) -> None:
+    """conv1x1 -> relu: the relu is inlined where the conv writes, the group may run in
+    place; conv1x1 -> add(its own input): the tail reads the input the output would
+    overwrite, so it may not."""
+    from tests.graph.passes.helpers import GraphBuilder
+    from toolchain.graph.passes import fuse
+    from toolchain.schedules.fused import schedule_fused
+
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 5, 3))
+    pre = b.op("Relu", [x], name="pre")
+    c = b.op("Conv", [pre, b.weight("w", (8, 8, 1, 1)), b.weight("b", (8,))], name="c")
+    y = b.op("Add", [c, pre], name="add") if residual else b.op("Relu", [c], name="r")
+    g = fuse(b.graph([y]))
+    (node,) = [n for n in g.nodes if any(i.op == "Conv" for i in n.attrs["graph"].nodes)]
+    k = schedule_fused(node, "cortex-m4", bind=True)
+    assert (k.in_place is None) == residual

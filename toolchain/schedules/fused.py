@@ -484,21 +484,20 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     tail = [renames.get(n, n) for n in tail]
     sch, notes = fuse_tail(Schedule(func), anchor_buf, tail, cfg)
     return FusedKernel(sch, values, fc.output_values, anchor, notes,
-                       _tail_keeps_in_place(sa, inner, idx, tail, notes))
+                       _tail_keeps_in_place(sa, sch, inner, idx, tail))
 
 
-def _tail_keeps_in_place(sa: OpSchedule, inner: Graph, idx: int, tail: list[str],
-                         notes: list[str]) -> Value | None:
+def _tail_keeps_in_place(sa: OpSchedule, sch: Schedule, inner: Graph, idx: int,
+                         tail: list[str]) -> Value | None:
     """The anchor's in-place input (``info["in_place"]``) when the elementwise tail keeps
-    the anchor's write order: every tail block was inlined into the block writing the
-    anchor's output (so each output element is still written where the anchor wrote it)
-    and no tail op reads that input."""
+    the anchor's write order: no tail block is left in ``sch`` (each was inlined, in the
+    end into the block writing the anchor's output, so every output element is still
+    written where the anchor wrote it) and no tail op reads that input."""
     k = sa.info.get("in_place")
     if k is None:
         return None
     host = sa.input_values[k]
-    inlined = {n.split(":")[0] for n in notes if ": inlined into " in n}
-    if set(tail) - inlined:
+    if any(st.find_block(sch.mod, n) is not None for n in tail):
         return None
     if any(v is host for n in inner.nodes[idx + 1:] for v in n.inputs):
         return None
