@@ -35,6 +35,7 @@ from toolchain.bundle.weights import format_bytes
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
+from toolchain.graph.memory import VIEW_OPS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = ROOT / "templates" / "bundle"
@@ -98,10 +99,6 @@ class _Locations:
         return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
 
 
-#: ops that only reinterpret a contiguous buffer's shape
-_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-
-
 def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
     """One entry per kernel; ``elided`` when the kernel is only a reshape whose output the
     plan puts in place over its input or makes a view of a graph input (the bytes are
@@ -114,7 +111,7 @@ def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
         inner = k.node.attrs["graph"].nodes
         ops = " ".join(n.op for n in inner)
         data = [i for i, v in enumerate(k.params[:-1]) if v.data is None]  # not shapes
-        elided = (all(n.op in _VIEWS for n in inner) and len(data) == 1
+        elided = (all(n.op in VIEW_OPS for n in inner) and len(data) == 1
                   and args[data[0]] == args[len(k.params) - 1]
                   and k.params[data[0]].nbytes == k.params[-1].nbytes)
         view = spec.plan.views.get(k.params[-1].name) if elided else None

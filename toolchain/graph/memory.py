@@ -64,7 +64,7 @@ from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
 
 #: ops whose output element k is computed from input element k (same shape): in-place safe
-_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
@@ -184,14 +184,14 @@ def _elementwise_chain(node: Node, src: Value, dst: Value) -> bool:
     if src.nbytes != dst.nbytes:
         return False
     if node.op != "Fused":
-        return (node.op in ELEMENTWISE and src.shape == dst.shape) or node.op in _VIEWS
+        return (node.op in ELEMENTWISE and src.shape == dst.shape) or node.op in VIEW_OPS
     inner: Graph = node.attrs["graph"]
     derived = {src}
     for n in inner.nodes:
         reads = [v for v in n.inputs if v is not None and v in derived]
         if not reads:
             continue
-        ok = n.op in _VIEWS or (n.op in ELEMENTWISE and
+        ok = n.op in VIEW_OPS or (n.op in ELEMENTWISE and
                                 all(v.shape == n.outputs[0].shape for v in reads))
         if not ok or len(n.outputs) != 1 or n.outputs[0].nbytes != src.nbytes:
             return False
@@ -205,7 +205,7 @@ def _view_source(node: Node, out: Value, sources: dict[Value, str]) -> str | Non
     ops = [n.op for n in node.attrs["graph"].nodes] if node.op == "Fused" else [node.op]
     ins = [v for v in node.inputs if v is not None and not v.is_constant]  # not shapes
     if (len(ins) != 1 or len(node.outputs) != 1 or ins[0] not in sources
-            or ins[0].nbytes != out.nbytes or not all(op in _VIEWS for op in ops)):
+            or ins[0].nbytes != out.nbytes or not all(op in VIEW_OPS for op in ops)):
         return None
     return sources[ins[0]]
 
