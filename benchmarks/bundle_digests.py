@@ -46,6 +46,7 @@ def _calibration(model) -> dict:
 def digests(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
     """``{"<model>/<precision>/<target>": {file: sha256}}``."""
     from toolchain.bundle import build_spec, render_files
+    from toolchain.errors import KilnError
     from toolchain.quantize.ptq import quantize_model
 
     zoo = _zoo()
@@ -58,9 +59,14 @@ def digests(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
             variants.append(("int8", quantize_model(model, _calibration(model))[0]))
         for tag, m in variants:
             for target in targets:
-                files = render_files(build_spec(m, target, input_shapes=spec.input_shapes,
-                                                name=name, progress=False))
                 key = f"{name}/{tag}/{target}"
+                try:
+                    files = render_files(build_spec(m, target, input_shapes=spec.input_shapes,
+                                                    name=name, progress=False))
+                except KilnError as e:  # a refusal is a result too: it must stay the same
+                    out[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+                    print(f"{key}: {out[key]['error'][:100]}", file=sys.stderr, flush=True)
+                    continue
                 out[key] = {str(f): hashlib.sha256(
                     c if isinstance(c, bytes) else str(c).encode()).hexdigest()
                     for f, c in sorted(files.items())}
