@@ -62,9 +62,40 @@ class Target:
     intrinsics: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: C text placed once before kernels that use the intrinsics (helper functions/macros)
     c_helpers: str = ""
+    #: headers ``c_helpers`` needs (None: those of the target's intrinsics)
+    c_helpers_headers: tuple[str, ...] | None = None
+    #: what the target *is*, most specific first (``[x86, cpu]``, ``[cortex_m, arm, cpu]``):
+    #: the keys of the schedule strategy table (:mod:`toolchain.schedules.registry`); the
+    #: name is never one (a renamed ``extends:`` variant gets the same kernels)
+    keys: tuple[str, ...] = ()
     #: the shipped target this descriptor starts from (``extends:``), if any
     extends: str | None = None
     source: str = ""
+
+    def has_intrinsic(self, name: str) -> bool:
+        """Whether the descriptor declares the tensor intrinsic ``name`` (a capability
+        the schedules test instead of the target's name).
+
+        >>> load_target("cortex-m7").has_intrinsic("dot_q15q7_4x4")
+        True
+        """
+        return name in self.intrinsics
+
+    def intrinsic(self, name: str) -> str:
+        """The registered name (``"<target>.<name>"``) :meth:`Schedule.tensorize
+        <toolchain.tir.schedule.Schedule.tensorize>` takes for intrinsic ``name``,
+        registering the target's intrinsics first.
+
+        >>> load_target("x86_64-avx512").intrinsic("dot_i16_16x2")
+        'x86_64-avx512.dot_i16_16x2'
+        """
+        from toolchain.intrinsics import load_intrinsics
+
+        if name not in self.intrinsics:
+            raise TargetError(f"target {self.name!r} ({self.source}) declares no intrinsic "
+                              f"{name!r}; it declares: {', '.join(self.intrinsics) or 'none'}")
+        load_intrinsics(self)
+        return f"{self.name}.{name}"
 
 
 # key -> (python type(s), human type name, required)
@@ -86,8 +117,10 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "dtypes": ((list,), "a list of dtype names", False),
     "layout": ((str,), "a string (nchw, nhwc, nchwc or nchw<b>c)", False),
     "cpu_flags": ((list,), "a list of strings", False),
+    "keys": ((list,), "a list of strategy keys, most specific first (e.g. [x86, cpu])", False),
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
+    "c_helpers_headers": ((list,), "a list of header names c_helpers needs", False),
     "extends": ((str,), "the name of a shipped target whose keys this one starts from", False),
     "rename_functions": ((dict,), "a mapping of C function-name prefix to its replacement in "
                                   "the intrinsics taken from the extended target", False),
@@ -254,7 +287,7 @@ def parse_target(text: str, path: str = "<string>") -> Target:
                                       "must map a scope name to a size in bytes (integer)")
         elif isinstance(val, int) and val <= 0:
             raise TargetError(f"{path}:{line}: key {key!r} must be positive, got {val}")
-        elif key in ("cflags", "dtypes", "cpu_flags"):
+        elif key in ("cflags", "dtypes", "cpu_flags", "keys", "c_helpers_headers"):
             val = tuple(_str_list(val, path, line, key))
             if key == "dtypes":
                 _check_dtypes(val, path, line)
@@ -323,6 +356,26 @@ def _inherit(values: dict[str, Any], renames: dict[str, str], path: str) -> dict
     merged.update(values)
     merged["intrinsics"] = intrinsics
     return merged
+
+
+def resolve_target(target: str | Path | Target | None) -> Target:
+    """The one place a target is resolved: a :class:`Target` as it is, None as
+    ``c-generic``, ``"host"``/``"native"`` as :func:`host_target`, otherwise a shipped name
+    or a YAML path (:func:`load_target`). Entry points (``compile``, ``build``,
+    ``compile_op``, the CLI) call it once and hand the Target down.
+
+    >>> t = resolve_target("x86_64-avx2"); resolve_target(t) is t
+    True
+    >>> resolve_target(None).name
+    'c-generic'
+    """
+    if isinstance(target, Target):
+        return target
+    if target is None:
+        return load_target("c-generic")
+    if str(target) in ("host", "native"):
+        return host_target()
+    return load_target(target)
 
 
 def load_target(name_or_path: str | Path) -> Target:

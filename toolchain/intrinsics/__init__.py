@@ -132,7 +132,8 @@ def load_intrinsics(target: str | Target) -> list[str]:
         _BY_FUNCTION[fn] = info
         names.append(full)
     if t.c_helpers.strip():
-        headers = tuple(dict.fromkeys(h for n in names for h in _SPECS[n].headers))
+        headers = t.c_helpers_headers if t.c_helpers_headers is not None else \
+            tuple(dict.fromkeys(h for n in names for h in _SPECS[n].headers))
         block = _Helpers(t.name, _one_block(t.c_helpers), headers)
         for m in _HELPER_NAME.finditer(t.c_helpers):
             _HELPERS[m.group(1) or m.group(2)] = block

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from toolchain.target import Target, load_target
+from toolchain.target import Target, resolve_target
 from toolchain.tir.dtype import bits_of
 
 
@@ -23,7 +23,8 @@ from toolchain.tir.dtype import bits_of
 class CpuParams:
     """Vector width, caches and cores of a CPU target."""
 
-    name: str = "c-generic"
+    #: the descriptor's name, for messages only (schedules read the facts below)
+    name: str = "default"
     vector_bits: int = 128
     l1d_bytes: int = 32 * 1024
     l2_bytes: int = 512 * 1024
@@ -41,7 +42,7 @@ def cpu_params(target: str | Target | None) -> CpuParams:
     """The :class:`CpuParams` of ``target`` (a name, a Target, or None for c-generic)."""
     if target is None:
         return CpuParams()
-    t = load_target(target) if isinstance(target, str) else target
+    t = resolve_target(target)
     caches: dict[str, Any] = dict(getattr(t, "caches", None) or {})
     bits = int(getattr(t, "vector_width_bits", None) or 128)
     regs = getattr(t, "vector_registers", None) or (32 if bits >= 512 else 16)

@@ -75,12 +75,9 @@ from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
-from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.schedules.registry import OpSchedule, resolve_target
+from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
-
-#: Cortex-M targets whose descriptors declare the dot_q15q7 intrinsics
-CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
-
 
 #: groups of four k one dot call takes, largest first: 4 G k in one call for G >= 4 (a C loop
 #: over the groups inside the intrinsic, the four accumulators in registers for the whole
@@ -89,16 +86,15 @@ CORTEX_M_TARGETS = ("cortex-m4", "cortex-m7")
 MAX_GROUPS = (16, 12, 10, 8, 6, 4, 2, 1)
 
 
-def _intrinsic(target: str, channels: int, k: int) -> tuple[str, int, int]:
+def _intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]:
     """(registered intrinsic name, output channels per call, groups of four k per call)
     for ``channels`` outputs and a (padded) reduction of ``k``: four channels and the largest
     :data:`MAX_GROUPS` entry dividing ``k / 4`` a call; one channel and 4 k when 4 does not
     divide ``channels``."""
-    load_intrinsics(target)
     if channels % 4:
-        return f"{target}.dot_q15q7_1x4", 1, 1
+        return target.intrinsic("dot_q15q7_1x4"), 1, 1
     groups = next(g for g in MAX_GROUPS if (k // 4) % g == 0)
-    return f"{target}.dot_q15q7_4x{4 * groups}", 4, groups
+    return target.intrinsic(f"dot_q15q7_4x{4 * groups}"), 4, groups
 
 
 #: groups of four k one two-pixel call (``dot_q15q7_2x2x{4G}``) takes, largest first (a C
@@ -106,16 +102,16 @@ def _intrinsic(target: str, channels: int, k: int) -> tuple[str, int, int]:
 PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def _pair_intrinsic(target: str, channels: int, k: int, width: int) -> tuple[str, int] | None:
+def _pair_intrinsic(target: Target, channels: int, k: int, width: int
+                    ) -> tuple[str, int] | None:
     """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
     pixels (0: pairs of the flattened pixel index, any count); None where it does not
     apply (odd channel count or odd width: one pixel a call)."""
     if channels % 2 or width % 2:
         return None
-    load_intrinsics(target)
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
-    return f"{target}.dot_q15q7_2x2x{4 * groups}", groups
+    return target.intrinsic(f"dot_q15q7_2x2x{4 * groups}"), groups
 
 
 def _tensorize_pairs(sch: Schedule, intrin: str, groups: int) -> None:
@@ -263,7 +259,7 @@ def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
 
     if not qadd_dsp_applies(node.attrs):
         return schedule_int8(node, t)
-    load_intrinsics(t.name)  # registers the C helpers the lowering attaches
+    load_intrinsics(t)  # registers the C helpers the lowering attaches
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     sch = _schedule_rules(func, t, node.op)
@@ -278,7 +274,7 @@ def compute_options(node: Node, target: Any) -> dict[str, Any]:
     from toolchain.topi.int8 import qadd_dsp_applies
 
     if node.op == "QAdd" and qadd_dsp_applies(node.attrs):
-        load_intrinsics(resolve_target(target).name)
+        load_intrinsics(resolve_target(target))
         return {"algorithm": "dsp"}
     return {}
 
@@ -296,16 +292,16 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         return schedule_int8(node, target)
     w = node.input(1)
     kp = -(-int(np.prod(w.shape[1:])) // 4) * 4
-    intrin, lanes, groups = _intrinsic(t.name, int(w.shape[0]), kp)
+    intrin, lanes, groups = _intrinsic(t, int(w.shape[0]), kp)
     depthwise = node.op == "QConv" and dsp_depthwise(node)
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
-        pair = _pair_intrinsic(t.name, int(w.shape[0]), kp, ow)
+        pair = _pair_intrinsic(t, int(w.shape[0]), kp, ow)
         if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            pair = flat = _pair_intrinsic(t.name, int(w.shape[0]), kp, 0)
+            pair = flat = _pair_intrinsic(t, int(w.shape[0]), kp, 0)
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     same_shape = node.input(0).shape == node.outputs[0].shape and \
@@ -313,11 +309,11 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     in_place = False
     try:
         if depthwise:
-            intrin = f"{t.name}.dwconv_q15q7_1x4"
+            intrin = t.intrinsic("dwconv_q15q7_1x4")
             sch, in_place = _schedule_depthwise(func, intrin)
         elif s8:
             kc = 8 if int(w.shape[1]) % 8 == 0 and lanes == 4 else 4
-            intrin = f"{t.name}.dot_s8s8_{lanes}x{kc}"
+            intrin = t.intrinsic(f"dot_s8s8_{lanes}x{kc}")
             sch = _schedule_s8(func, intrin, lanes, kc)
         else:
             if pair is not None:
@@ -341,7 +337,3 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         info["in_place"] = 0  # the output may take over input 0's buffer
     return OpSchedule(sch, values, list(node.outputs), info)
 
-
-for _t in CORTEX_M_TARGETS:
-    for _op in ("QConv", "QGemm", "QAdd"):
-        register_schedule(_op, _t)(schedule_cortex_m)

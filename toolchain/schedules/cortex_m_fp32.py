@@ -50,7 +50,6 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ir import Node, Value
-from toolchain.schedules.cortex_m import CORTEX_M_TARGETS
 from toolchain.schedules.cpu_conv2d import (
     ConvGeom,
     conv_geometry,
@@ -60,7 +59,7 @@ from toolchain.schedules.cpu_conv2d import (
     winograd_choice,
 )
 from toolchain.schedules.cpu_depthwise import DwGeom, dw_geometry, is_depthwise
-from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 
@@ -271,5 +270,3 @@ def schedule_conv2d_m(node: Node, target: Any = None) -> OpSchedule:
     return OpSchedule(sch, values, list(node.outputs), info)
 
 
-for _t in CORTEX_M_TARGETS:
-    register_schedule("Conv", _t)(schedule_conv2d_m)

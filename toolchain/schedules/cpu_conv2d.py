@@ -60,7 +60,7 @@ from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
 from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
 from toolchain.schedules.cpu_dense import GemmPlan
-from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
@@ -438,7 +438,6 @@ def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
                       {"schedule": "generic", "reason": reason})
 
 
-@register_schedule("Conv", "cpu")
 def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedule:
     """The default CPU schedule of a Conv node (see the module docstring)."""
     t = resolve_target(target)
@@ -503,7 +502,6 @@ def layout_conv_plan(g: ConvGeom, p: CpuParams, data_layout: str, out_layout: st
     return ConvPlan(cb, ob, rw, lanes, ry)
 
 
-@register_schedule("LayoutConv", "cpu")
 def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSchedule:
     """Default CPU schedule of a ``LayoutConv`` (a Conv the graph layout pass moved into
     ``NCHW{b}c`` / ``NHWC``): the direct blocked convolution with the channel blocks of

@@ -53,7 +53,7 @@ from toolchain import te
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of
 from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
-from toolchain.schedules.registry import OpSchedule, register_schedule, resolve_target
+from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
@@ -303,8 +303,6 @@ def _generic(node: Node, target: Target) -> OpSchedule:
                       {"schedule": "generic", "reason": "1-D or non-float32 product"})
 
 
-@register_schedule("MatMul", "cpu")
-@register_schedule("Gemm", "cpu")
 def schedule_dense(node: Node, target: str | Target | None = None) -> OpSchedule:
     """The default CPU schedule of a MatMul / Gemm node (see the module docstring)."""
     t = resolve_target(target)

@@ -28,7 +28,7 @@ from typing import Any
 from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
-from toolchain.schedules.registry import OpSchedule, register_schedule
+from toolchain.schedules.registry import OpSchedule
 from toolchain.tir.schedule import Schedule
 
 INT8_OPS = ("QConv", "QGemm", "QAdd", "QAvgPool")
@@ -90,10 +90,3 @@ def schedule_int8(node: Node, target: Any) -> OpSchedule:
         values.append(v)
     return OpSchedule(sch, values, list(node.outputs), {"schedule": "int8", "rules": how})
 
-
-for _op in INT8_OPS:
-    register_schedule(_op, "cpu")(schedule_int8)
-
-# the Cortex-M DSP schedules (registered for cortex-m4/m7 by name, so they win over "cpu")
-# and the register-tiled QConv / QGemm schedules of c-generic and the x86 targets (by name)
-from toolchain.schedules import cortex_m, x86_int8  # noqa: E402, F401

@@ -52,7 +52,6 @@ from typing import Any
 
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node
-from toolchain.schedules.registry import register_schedule
 from toolchain.tir import arith, ir
 from toolchain.tir.dtype import bits_of
 from toolchain.tir.functor import post_order_visit, substitute, uses_var
@@ -91,9 +90,9 @@ def cpu_config(target: Any = None) -> CpuConfig:
     if target is None:
         return CpuConfig()
     if isinstance(target, str):
-        from toolchain.target import load_target
+        from toolchain.target import resolve_target
 
-        target = load_target(target)
+        target = resolve_target(target)
     bits = getattr(target, "vector_width_bits", None) or 128
     cores = getattr(target, "cores", None) or getattr(target, "num_cores", None) or 1
     return CpuConfig(vector_bits=int(bits), cores=int(cores))
@@ -678,7 +677,3 @@ def _c_name(name: str) -> str:
         s += "_kernel"
     return s
 
-
-for _op in OPS:
-    register_schedule(_op, "cpu")(default_schedule)
-register_schedule("*", "cpu")(default_schedule)

@@ -47,7 +47,7 @@ from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
 from toolchain.graph.passes.layout_ops import block_of, layout_shape, nchw_node, nchw_shape
 from toolchain.schedules import cpu_ops, registry
-from toolchain.schedules.registry import OpSchedule, register_schedule
+from toolchain.schedules.registry import OpSchedule
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import Schedule
@@ -224,9 +224,9 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
 
 def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
     """The per-node compute options ``target`` asks of the ops inside fused groups (None:
-    the default computes). Cortex-M targets compute QAdd with their C requantization
-    helper (:func:`toolchain.schedules.cortex_m.compute_options`), c-generic and the x86
-    targets with ``kiln_x86_requantize``
+    the default computes). Cortex-M targets (key ``cortex_m``) compute QAdd with their C
+    requantization helper (:func:`toolchain.schedules.cortex_m.compute_options`), every
+    other CPU target (key ``cpu``) with ``kiln_x86_requantize``
     (:func:`toolchain.schedules.x86_int8.compute_options`); the same integers.
 
     >>> compute_options(registry.resolve_target("cuda-sm80")) is None
@@ -234,10 +234,11 @@ def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
     """
     from toolchain.schedules import cortex_m, x86_int8
 
-    if getattr(target, "name", None) in cortex_m.CORTEX_M_TARGETS:
+    keys = registry.target_keys(target)
+    if "cortex_m" in keys:
         return lambda n: cortex_m.compute_options(n, target)
-    if getattr(target, "name", None) in x86_int8.X86_TARGETS:
-        return x86_int8.compute_options
+    if "cpu" in keys:
+        return lambda n: x86_int8.compute_options(n, target)
     return None
 
 
@@ -400,7 +401,6 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
     return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
 
 
-@register_schedule("Fused", "cpu")
 def fused_schedule(node: Node, target: Any) -> OpSchedule:
     """The registry entry: a ``Fused`` node's kernel as an :class:`OpSchedule`."""
     k = schedule_fused(node, target)

@@ -1,23 +1,28 @@
-"""Which default schedule builds which op on which target: :func:`register_schedule`.
+"""Which default schedule builds which op on which target: :func:`lookup`.
 
 A schedule function takes ``(node, target)`` — a graph :class:`~toolchain.graph.ir.Node`
-and a loaded :class:`~toolchain.target.Target` — and returns either a
+and a resolved :class:`~toolchain.target.Target` — and returns either a
 :class:`~toolchain.tir.schedule.Schedule` whose PrimFunc's parameters are the node's
 compute inputs (the order of ``node_compute(node).input_values``) followed by its outputs,
 or an :class:`OpSchedule` when the kernel's parameters differ from that (for example a
 convolution whose weights were packed at compile time: its ``input_values`` then name a
 new constant value holding the packed data).
 
-Lookup order in :func:`schedule_for` for a node of op ``Conv`` on target ``x86_64-avx2``
-(kind ``c``): ``(Conv, x86_64-avx2)``, ``(Conv, c)``, ``(Conv, cpu)``, then the same three
-with op ``*`` (a default for every op). ``cpu`` matches the CPU kinds ``c`` and ``llvm``.
+The built-in schedules are one explicit table,
+:data:`toolchain.schedules.strategy.STRATEGIES`, keyed ``(op, key)``. For a node of op
+``Conv`` on ``x86_64-avx2`` (``keys: [x86, cpu]``, kind ``c``) :func:`lookup` tries
+``(Conv, x86)``, ``(Conv, cpu)``, ``(Conv, c)``, then the same with op ``*`` (a default
+for every op); at each key a schedule added with :func:`register_schedule` (a user's or a
+test's) comes before the table's. The target's name is never a key. A target whose
+descriptor has no ``keys`` is matched by its kind, and ``cpu`` for the CPU kinds.
 
 Example::
 
+    >>> from toolchain.target import load_target
     >>> @register_schedule("MyOp", "cpu")
     ... def _my_schedule(node, target):
     ...     ...
-    >>> lookup("MyOp", "c-generic") is _my_schedule
+    >>> lookup("MyOp", load_target("c-generic")) is _my_schedule
     True
     >>> _ = unregister_schedule("MyOp", "cpu")
 """
@@ -30,14 +35,17 @@ from typing import Any
 
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, Value
-from toolchain.target import Target, load_target
+from toolchain.target import Target
+from toolchain.target import resolve_target as resolve_target
 from toolchain.tir.schedule import Schedule
 
 #: target kinds that ``"cpu"`` stands for
 CPU_KINDS = ("c", "llvm")
 
 ScheduleFn = Callable[[Node, Target], "Schedule | OpSchedule | None"]
-_SCHEDULES: dict[tuple[str, str], ScheduleFn] = {}
+#: schedules added at run time by :func:`register_schedule` (users, tests); the built-in
+#: ones are the table :data:`toolchain.schedules.strategy.STRATEGIES`
+_ADDED: dict[tuple[str, str], ScheduleFn] = {}
 
 
 @dataclass
@@ -58,10 +66,11 @@ class OpSchedule:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def register_schedule(op_name: str, target_kind: str) -> Callable[[ScheduleFn], ScheduleFn]:
+def register_schedule(op_name: str, key: str) -> Callable[[ScheduleFn], ScheduleFn]:
     """Decorator: ``fn(node, target)`` is the default schedule of ``op_name`` on targets
-    of kind (or name) ``target_kind``; ``"cpu"`` means every CPU kind, ``op_name="*"`` a
-    fallback for every op. A later registration for the same key replaces the earlier one.
+    with ``key`` among their descriptor's ``keys`` (or of that kind; ``"cpu"``: every CPU
+    kind), ``op_name="*"`` a default for every op. It comes before the built-in table's
+    entry for the same key; a later registration replaces an earlier one.
 
     >>> @register_schedule("Example", "c")
     ... def _example(node, target):
@@ -72,62 +81,49 @@ def register_schedule(op_name: str, target_kind: str) -> Callable[[ScheduleFn], 
     """
 
     def deco(fn: ScheduleFn) -> ScheduleFn:
-        _SCHEDULES[(op_name, target_kind)] = fn
+        _ADDED[(op_name, key)] = fn
         return fn
 
     return deco
 
 
-def unregister_schedule(op_name: str, target_kind: str) -> ScheduleFn | None:
-    """Remove a registration (tests); returns the function that was registered."""
-    return _SCHEDULES.pop((op_name, target_kind), None)
+def unregister_schedule(op_name: str, key: str) -> ScheduleFn | None:
+    """Remove a :func:`register_schedule` registration; returns the function."""
+    return _ADDED.pop((op_name, key), None)
+
+
+def _table() -> dict[tuple[str, str], ScheduleFn]:
+    from toolchain.schedules.strategy import STRATEGIES  # imports every family's schedules
+
+    return STRATEGIES
 
 
 def registered() -> list[tuple[str, str]]:
-    """Every ``(op_name, target_kind)`` with a schedule, sorted."""
-    _load()
-    return sorted(_SCHEDULES)
+    """Every ``(op_name, key)`` with a schedule (built in or added), sorted."""
+    return sorted({*_table(), *_ADDED})
 
 
-def _load() -> None:
-    # the schedule modules register themselves on import; a module another helper has
-    # not written yet is simply absent
-    import importlib
+def target_keys(t: Target) -> list[str]:
+    """The strategy keys of ``t``, most specific first: its descriptor's ``keys``, its
+    kind, and ``cpu`` for the CPU kinds.
 
-    for mod in ("cpu_conv2d", "cpu_dense", "cpu_ops", "cpu_int8", "cortex_m_fp32", "fused"):
-        try:
-            importlib.import_module(f"toolchain.schedules.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name != f"toolchain.schedules.{mod}":
-                raise
-
-
-def resolve_target(target: str | Target | None) -> Target:
-    """A :class:`Target` from a name, a Target, or None (``c-generic``)."""
-    if target is None:
-        return load_target("c-generic")
-    if isinstance(target, Target):
-        return target
-    if target in ("host", "native"):
-        from toolchain.target import host_target
-
-        return host_target()
-    return load_target(target)
-
-
-def _keys(op: str, t: Target) -> list[tuple[str, str]]:
-    kinds = [t.name, t.kind] + (["cpu"] if t.kind in CPU_KINDS else [])
-    return [(o, k) for o in (op, "*") for k in kinds]
+    >>> from toolchain.target import load_target
+    >>> target_keys(load_target("cortex-m7"))
+    ['cortex_m', 'arm', 'cpu', 'c']
+    """
+    keys = [*t.keys, t.kind] + (["cpu"] if t.kind in CPU_KINDS else [])
+    return list(dict.fromkeys(keys))
 
 
 def lookup(op: str, target: str | Target | None) -> ScheduleFn | None:
     """The schedule function for ``op`` on ``target`` (see the module docstring), or None."""
-    _load()
     t = resolve_target(target)
-    for key in _keys(op, t):
-        fn = _SCHEDULES.get(key)
-        if fn is not None:
-            return fn
+    table = _table()
+    for o in (op, "*"):
+        for k in target_keys(t):
+            fn = _ADDED.get((o, k)) or table.get((o, k))
+            if fn is not None:
+                return fn
     return None
 
 
@@ -140,7 +136,7 @@ def schedule_for(node: Node, target: str | Target | None = None) -> OpSchedule:
     >>> from toolchain import te
     >>> from toolchain.graph.ir import Node, Value
     >>> from toolchain.topi.registry import node_compute
-    >>> @register_schedule("Relu", "x86_64-avx2")
+    >>> @register_schedule("Relu", "x86")
     ... def _relu(node, target):
     ...     nc = node_compute(node)
     ...     return Schedule(te.create_prim_func(nc.inputs + nc.outputs))
@@ -148,12 +144,12 @@ def schedule_for(node: Node, target: str | Target | None = None) -> OpSchedule:
     >>> s = schedule_for(Node("Relu", "r", [x], [y]), "x86_64-avx2")
     >>> [v.name for v in s.input_values], s.info["schedule"]
     (['x'], '_relu')
-    >>> _ = unregister_schedule("Relu", "x86_64-avx2")
+    >>> _ = unregister_schedule("Relu", "x86")
     """
     t = resolve_target(target)
     fn = lookup(node.op, t)
     if fn is None:
-        ops = sorted({o for o, _ in _SCHEDULES})
+        ops = sorted({o for o, _ in registered()})
         raise UnsupportedError(f"{node.describe()}: no default schedule for op {node.op!r} on "
                                f"target {t.name!r} (kind {t.kind}); ops with one: "
                                f"{', '.join(ops) or 'none'}")

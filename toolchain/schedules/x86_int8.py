@@ -65,16 +65,15 @@ from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
-from toolchain.schedules.registry import OpSchedule, register_schedule
+from toolchain.schedules.registry import OpSchedule, resolve_target
+from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
 
-#: targets whose QConv / QGemm take these schedules
-X86_TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
-
-#: targets whose depthwise QConv takes the channel-vectorized kernel (not c-generic: its
-#: re-laid input band, KH rows x L channels of int32, would add to the arena that the
-#: portable target is judged by, e.g. DS-CNN 16,000 -> 17,344 bytes)
-DW_TARGETS = ("x86_64-avx2", "x86_64-avx512")
+#: narrowest vector (bits) for which depthwise QConv takes the channel-vectorized kernel:
+#: 8 int32 lanes (AVX2 and wider). Below it (c-generic's 128 bits) the re-laid input band,
+#: KH rows x L channels of int32, would only add to the arena the portable target is
+#: judged by (DS-CNN 16,000 -> 17,344 bytes)
+DW_MIN_VECTOR_BITS = 256
 
 #: largest int16 band of one block of channels re-laid for the whole padded plane (each
 #: input row once; DS-CNN: 27 x 7 x 16 x 2 = 6,048 bytes); larger planes are re-laid per
@@ -289,14 +288,14 @@ def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
                        "band": "plane" if plane else "row"})
 
 
-def compute_options(node: Node) -> dict[str, Any]:
-    """Compute options for ``node`` inside a fused group on an x86 target (and c-generic):
-    QAdd requantizes with ``kiln_x86_requantize`` where its shifts fit int32, as the
+def compute_options(node: Node, target: Target) -> dict[str, Any]:
+    """Compute options for ``node`` inside a fused group on a CPU target: QAdd requantizes
+    with ``kiln_x86_requantize`` (the target's C helpers) where its shifts fit int32, as the
     stand-alone QAdd does (:func:`_schedule_qadd`); the same integers."""
     from toolchain.topi.int8 import qadd_dsp_applies
 
     if node.op == "QAdd" and qadd_dsp_applies(node.attrs):
-        load_intrinsics("c-generic")
+        load_intrinsics(target)
         return {"algorithm": "x86"}
     return {}
 
@@ -307,7 +306,7 @@ def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
     from toolchain.schedules.cpu_int8 import _schedule_rules
     from toolchain.topi.registry import node_compute
 
-    opts = compute_options(node)
+    opts = compute_options(node, resolve_target(target))
     if not opts:
         return schedule_int8(node, target)
     nc = node_compute(node, **opts)
@@ -373,7 +372,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
     return sch
 
 
-def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
+def _paired(node: Node, target: Target, lanes: int) -> OpSchedule | None:
     """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
     int16 pairs of input channels (None where the nest refuses)."""
     from toolchain.graph.ops._nn_common import attrs_of
@@ -390,8 +389,6 @@ def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
         unpack_lanes,
     )
 
-    name = str(getattr(target, "name", target))
-    load_intrinsics(name)
     attrs = attrs_of(node)
     vals = list(node.inputs)
     packs = {1: lambda v: pack_x86_pairs(v, lanes), 2: lambda v: pad_channels(v, lanes),
@@ -410,7 +407,7 @@ def _paired(node: Node, target: Any, lanes: int) -> OpSchedule | None:
     else:
         out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
-    intrin = f"{name}.dot_i16_{lanes}x2"
+    intrin = target.intrinsic(f"dot_i16_{lanes}x2")
     try:
         sch = _schedule_pairs(func, lanes, intrin)
     except KilnError:
@@ -427,16 +424,17 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     from toolchain.topi.int8 import x86_applies, x86_lanes
     from toolchain.topi.registry import node_compute
 
-    load_intrinsics("c-generic")  # kiln_x86_requantize, the lane-wise requantization
+    t = resolve_target(target)
+    load_intrinsics(t)  # kiln_x86_requantize (c_helpers), the lane-wise requantization
     if node.op == "QAdd":
-        return _schedule_qadd(node, target)
-    if dw_lanes(node) and str(getattr(target, "name", target)) in DW_TARGETS:
-        return _depthwise(node, target, dw_lanes(node))
+        return _schedule_qadd(node, t)
+    if dw_lanes(node) and (t.vector_width_bits or 0) >= DW_MIN_VECTOR_BITS:
+        return _depthwise(node, t, dw_lanes(node))
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
-    if str(getattr(target, "name", target)) in DW_TARGETS:
-        op = _paired(node, target, lanes)
+    if t.has_intrinsic(f"dot_i16_{lanes}x2"):  # int16 channel pairs (vpdpwssd, vpmaddwd)
+        op = _paired(node, t, lanes)
         if op is not None:
             return op
     nc = node_compute(node, algorithm="x86")
@@ -455,7 +453,3 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
         values.append(v)
     return OpSchedule(sch, values, list(node.outputs), {"schedule": "int8 x86", "lanes": lanes})
 
-
-for _t in X86_TARGETS:
-    for _op in ("QConv", "QGemm", "QAdd"):
-        register_schedule(_op, _t)(schedule_x86_int8)

@@ -232,10 +232,14 @@ def test_layout_for_shipped_and_described_targets():
 
     assert layout_for_target(load_target("c-generic")).kind == "nchw"
     assert layout_for_target(load_target("cuda-sm80")).kind == "nchw"
-    avx2 = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256)
-    assert layout_for_target(avx2) == parse_layout_target("nchw8c")
-    m4 = SimpleNamespace(name="cortex-m4", kind="c", vector_width_bits=32)
-    assert layout_for_target(m4) == parse_layout_target("nhwc")
+    assert layout_for_target(load_target("x86_64-avx2")) == parse_layout_target("nchw8c")
+    assert layout_for_target(load_target("cortex-m7")) == parse_layout_target("nhwc")
+    # the layout is what the descriptor declares, never guessed from the name
+    unnamed = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256)
+    assert layout_for_target(unnamed).kind == "nchw"
+    renamed = SimpleNamespace(name="my-zen4", kind="c", vector_width_bits=512,
+                              layout="nchw16c")
+    assert layout_for_target(renamed) == parse_layout_target("nchw16c")
     explicit = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256,
                                layout="nchw")
     assert layout_for_target(explicit).kind == "nchw"

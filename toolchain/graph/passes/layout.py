@@ -97,31 +97,21 @@ def parse_layout_target(text: str | LayoutTarget) -> LayoutTarget:
 
 
 def layout_for_target(target: Any) -> LayoutTarget:
-    """The layout kind for a :class:`~toolchain.target.Target` (or anything with ``name``,
-    ``kind`` and ``vector_width_bits``).
-
-    A ``layout`` attribute wins when the descriptor has one; otherwise x86-64 CPUs get
-    ``NCHW{b}c`` with one float32 vector per block (AVX2: 8, AVX-512: 16), Cortex-M gets
-    ``NHWC``, and everything else (generic C, CUDA, VTA) ``NCHW``.
+    """The activation layout a :class:`~toolchain.target.Target` declares (its ``layout``
+    key: the x86 descriptors ``nchw8c``/``nchw16c``, Cortex-M ``nhwc``); ``NCHW`` where
+    it declares none. Read from the descriptor, never guessed from the target's name, so a
+    renamed ``extends:`` variant lays out its graph exactly like its base.
 
     Example::
 
         >>> from types import SimpleNamespace as T
-        >>> layout_for_target(T(name="x86_64-avx512", kind="c", vector_width_bits=512))
+        >>> layout_for_target(T(name="anything", kind="c", layout="nchw16c"))
         LayoutTarget(kind='nchwc', block=16)
-        >>> layout_for_target(T(name="cortex-m4", kind="c", vector_width_bits=32)).kind
-        'nhwc'
+        >>> layout_for_target(T(name="x86_64-avx512", kind="c", layout=None)).kind
+        'nchw'
     """
     explicit = getattr(target, "layout", None)
-    if explicit:
-        return parse_layout_target(explicit)
-    name = str(getattr(target, "name", "")).lower()
-    bits = getattr(target, "vector_width_bits", None) or 0
-    if name.startswith(("x86", "avx")) and bits >= 128:
-        return LayoutTarget("nchwc", bits // 32)
-    if name.startswith("cortex-m"):
-        return LayoutTarget("nhwc")
-    return LayoutTarget("nchw")
+    return parse_layout_target(explicit) if explicit else LayoutTarget("nchw")
 
 
 class _Rewriter:
