@@ -10,6 +10,7 @@ import pytest
 from tests.tir import workloads as W
 from tests.tir_transform.helpers import STRICT, build_and_check
 from toolchain import te
+from toolchain.codegen.artifact import CDefinition, CSupport
 from toolchain.driver import build
 from toolchain.errors import UnsupportedError
 from toolchain.tir import ir
@@ -208,7 +209,8 @@ def test_tensorize_with_extern_call_implementation():
         "  return 0;\n}")
 
     def add_prelude(f: ir.PrimFunc) -> ir.PrimFunc:
-        return ir.PrimFunc(f.params, f.body, f.name, {**f.attrs, "c_prelude": prelude})
+        return ir.PrimFunc(f.params, f.body, f.name, {
+            **f.attrs, "c_support": CSupport(definitions=(CDefinition("mma4_ld16", prelude),))})
 
     wl = W.matmul(16, 16, 16)
     mod = build_and_check(sch, wl, passes={4: [add_prelude]})

@@ -11,6 +11,7 @@ import pytest
 
 from toolchain import te
 from toolchain.codegen import get_renderer
+from toolchain.codegen.artifact import support_of
 from toolchain.driver import build
 from toolchain.errors import ScheduleError, TargetError
 from toolchain.intrinsics import attach_intrinsics, get_spec, intrinsic_flags, load_intrinsics
@@ -261,18 +262,20 @@ def test_unit_extent_loops_leave_the_nest() -> None:
     assert "T.grid(4, 2, 2)" in text and "T.axis.spatial(1, 0)" in text
 
 
-def test_cortex_m_helpers_are_one_prelude_block_per_kernel() -> None:
-    """The descriptor's c_helpers come once, before the specialised bodies, without blank
-    lines (the bundle splits preludes into blocks at blank lines and dedups them)."""
+def test_cortex_m_helpers_are_one_definition_per_kernel() -> None:
+    """The descriptor's c_helpers come once (keyed by the functions they define), before
+    the specialised bodies (keyed by their names); the typed support says which headers
+    and flags the kernel needs — nothing downstream reads them back from C text."""
     load_intrinsics("cortex-m4")
     sch, ji = _dot_schedule(4, 8, "int16", "int16")
     sch.tensorize(ji, "cortex-m4.smlad_i16_4x2")
     f = lower(sch, passes={1: [attach_intrinsics]})
-    prelude = f.attrs["c_prelude"]
-    blocks = prelude.split("\n\n")
-    assert sum("kiln_smlad(int32_t a" in b for b in blocks) == 1
-    assert all(b.strip() for b in blocks)
-    assert get_spec("cortex-m4.smlad_i16_4x2").helpers in blocks
+    support = support_of(f)
+    helpers, body = support.definitions
+    assert helpers.key.startswith("c_helpers:") and "kiln_smlad" in helpers.key.split(",")
+    assert helpers.text == get_spec("cortex-m4.smlad_i16_4x2").helpers
+    assert body.key.startswith("kiln_m4_smlad_i16_4x2_") and body.key in str(f)
+    assert support.headers == ("string.h",)
 
 
 def test_cortex_m4_smlad_runs_on_the_host_with_the_portable_fallback() -> None:
@@ -335,10 +338,11 @@ def test_helpers_are_attached_to_kernels_that_call_them_without_intrinsics() -> 
     load_intrinsics("cortex-m4")
     f = attach_intrinsics(_helper_only_kernel())
     helpers = get_spec("cortex-m4.dot_q15q7_4x4").helpers
-    assert f.attrs["c_prelude"].split("\n\n") == ["#include <string.h>", helpers]
+    assert support_of(f).headers == ("string.h",)
+    assert [d.text for d in support_of(f).definitions] == [helpers]
     assert attach_intrinsics(f) is f  # once only
-    assert attach_intrinsics(_helper_only_kernel(), ("x86_64-avx2",)).attrs.get(
-        "c_prelude") is None
+    assert "c_support" not in attach_intrinsics(_helper_only_kernel(),
+                                                ("x86_64-avx2",)).attrs
     mod = build(_helper_only_kernel(), "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
     out = np.zeros(1, np.int32)
     mod(out)

@@ -16,8 +16,9 @@ from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.runtime.build import build
-from toolchain.schedules.cortex_m import MAX_GROUPS, PAIR_GROUPS, _intrinsic, _pair_intrinsic
+from toolchain.schedules.cortex_m import MAX_GROUPS, PAIR_GROUPS, dot_intrinsic, pair_intrinsic
 from toolchain.schedules.registry import schedule_for
+from toolchain.target import load_target
 from toolchain.tir.transform.pipeline import lower
 from toolchain.topi.int8 import pack_dsp_weights
 
@@ -97,7 +98,7 @@ def test_one_call_takes_the_largest_loop_of_groups(channels: int, k: int, want: 
                                                    groups: int) -> None:
     """The largest MAX_GROUPS entry dividing K / 4 (96 k: 24 groups -> 12 a call, 48 k);
     one channel a call when 4 does not divide the channel count."""
-    assert _intrinsic("cortex-m4", channels, k) == (
+    assert dot_intrinsic(load_target("cortex-m4"), channels, k) == (
         f"cortex-m4.dot_q15q7_{want}", 1 if channels % 4 else 4, groups)
 
 
@@ -110,7 +111,7 @@ def test_two_pixel_calls_take_even_rows_and_channel_pairs(channels: int, k: int,
                                                          want: tuple | None) -> None:
     """Two pixels of a row a call where the row width and the channel count are even, the
     largest PAIR_GROUPS entry dividing K / 4 (24 groups: 24, 1 group: 1); None: one pixel a call."""
-    got = _pair_intrinsic("cortex-m4", channels, k, width)
+    got = pair_intrinsic(load_target("cortex-m4"), channels, k, width)
     assert got == (None if want is None else (f"cortex-m4.dot_q15q7_{want[0]}", want[1]))
 
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from tests.tir_transform.helpers import STRICT
 from toolchain import te
+from toolchain.codegen.artifact import support_of
 from toolchain.driver import build
 from toolchain.intrinsics import attach_intrinsics, load_intrinsics
 from toolchain.tir import ir
@@ -63,10 +64,13 @@ def test_lower_renders_the_intrinsic_without_extra_passes() -> None:
     f = lower(sch)
     text = str(f)
     assert '"kiln_fma_f32_4x4_' in text and '"kiln_fma_f32_4x4",' not in text
-    assert "static inline int32_t kiln_fma_f32_4x4_" in f.attrs["c_prelude"]
+    # the target's C helpers (keyed by the functions they define), then the body
+    helpers, d = support_of(f).definitions
+    assert helpers.key.startswith("c_helpers:")
+    assert d.key.startswith("kiln_fma_f32_4x4_") and d.key in text
+    assert d.text.startswith(f"static inline int32_t {d.key}(")
     # a user pass that renders again finds nothing left to do
-    assert lower(sch, passes={1: [attach_intrinsics]}).attrs["c_prelude"] == \
-        f.attrs["c_prelude"]
+    assert support_of(lower(sch, passes={1: [attach_intrinsics]})) == support_of(f)
 
 
 def test_rendering_is_a_no_op_without_intrinsic_calls() -> None:
@@ -77,7 +81,7 @@ def test_rendering_is_a_no_op_without_intrinsic_calls() -> None:
     names = [n for n, _ in trace]
     k = names.index("attach_intrinsics")
     assert trace[k][1] is trace[k - 1][1]
-    assert "c_prelude" not in trace[k][1].attrs
+    assert "c_support" not in trace[k][1].attrs
 
 
 def test_intrinsic_operands_are_compacted_to_their_tiles() -> None:
@@ -92,7 +96,7 @@ def test_intrinsic_operands_are_compacted_to_their_tiles() -> None:
     assert shapes["C_local"] == [4, 4], shapes
     text = str(f)
     assert text.index("for k_0") < text.index("Ap = T.allocate"), text
-    assert "static inline int32_t kiln_fma_f32_4x4_" in f.attrs["c_prelude"]
+    assert [d.key[:17] for d in support_of(f).definitions][-1] == "kiln_fma_f32_4x4_"
     rng = np.random.default_rng(1)
     a, b = rng.random((12, 16), np.float32), rng.random((16, 8), np.float32)
     c = np.zeros((12, 8), np.float32)

@@ -138,7 +138,9 @@ class KernelCache:
     (True, 1)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, target: Target | None = None) -> None:
+        #: the target the kernels are lowered for (``lower(..., target=)``)
+        self.target = target
         # key -> (scheduled function, kept alive for its key; lowered function)
         self._lowered: dict[Any, tuple[Any, Any]] = {}
         self._sources: dict[tuple[int, bool | frozenset[int]], KernelSource] = {}
@@ -154,7 +156,7 @@ class KernelCache:
         key = structural_key(func)
         hit = self._lowered.get(key)
         if hit is None:
-            hit = self._lowered[key] = (func, lower(func))
+            hit = self._lowered[key] = (func, lower(func, target=self.target))
         return hit[1]
 
     def render(self, lowered: Any, name: str, restrict: bool | frozenset[int]) -> KernelSource:
@@ -283,7 +285,7 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
         if node.op != "Fused":
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
                                    "a fused kernel")
-    cache = KernelCache()
+    cache = KernelCache(t)
     scheduled: list[tuple[Node, Any, list[Value], str]] = []
     overwrite: dict[str, tuple[str, ...]] = {}
     for node in _progress(list(fused.nodes), progress):

@@ -33,9 +33,9 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from toolchain.codegen.artifact import KernelArtifact, support_of
 from toolchain.codegen.c import CRenderer
 from toolchain.errors import UnsupportedError
 from toolchain.tir import ir
@@ -44,23 +44,8 @@ from toolchain.tir import ir
 SCRATCH_ALIGN = 64
 
 
-@dataclass
-class KernelSource:
-    """One rendered kernel: its C name, parameter declarations and body lines."""
-
-    name: str
-    params: list[str]
-    body: list[str]
-    #: vector typedefs it uses: name -> (element dtype, lanes)
-    vector_types: dict[str, tuple[str, int]] = field(default_factory=dict)
-    #: bytes of arena scratch it needs (0: no ``kiln_scratch`` parameter)
-    scratch_bytes: int = 0
-    #: C the kernel needs before it: ``#include`` lines and tensor-intrinsic definitions
-    prelude: str = ""
-    #: compiler flags its intrinsics need (e.g. ``-mavx512vnni``)
-    flags: list[str] = field(default_factory=list)
-    #: helper functions it calls (``{kind, type, name}``, see ``CStyleRenderer.helper_list``)
-    helpers: list[dict[str, str]] = field(default_factory=list)
+#: the C backend's kernel artifact (kept under its old name for callers)
+KernelSource = KernelArtifact
 
 
 class BundleRenderer(CRenderer):
@@ -113,8 +98,10 @@ class BundleRenderer(CRenderer):
 
 
 def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True
-                  ) -> KernelSource:
-    """Render a lowered PrimFunc as the bundle kernel ``name`` (see :class:`KernelSource`);
+                  ) -> KernelArtifact:
+    """Render a lowered PrimFunc as the bundle kernel ``name``: the C backend's
+    :class:`~toolchain.codegen.artifact.KernelArtifact` (its ``support`` is the typed
+    :class:`~toolchain.codegen.artifact.CSupport` the lowering attached);
     ``restrict``: True (every pointer parameter), False (none) or the positions of the
     parameters that alias each other (those without, the others with)."""
     r = BundleRenderer(restrict=restrict)
@@ -127,10 +114,5 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[in
     r.stmt(func.body)
     if r.scratch_bytes:
         params = [*params, "uint8_t* kiln_scratch"]
-    flags: list[str] = []
-    if func.attrs.get("c_prelude"):
-        from toolchain.intrinsics import intrinsic_flags
-
-        flags = list(intrinsic_flags(func))
-    return KernelSource(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes,
-                        str(func.attrs.get("c_prelude", "")), flags, helpers=r.helper_list())
+    return KernelArtifact(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes,
+                          support_of(func), r.helper_list())

@@ -32,6 +32,7 @@ from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_arra
 from toolchain.bundle.emit import BundleRenderer
 from toolchain.bundle.names import CNames, comment
 from toolchain.bundle.weights import format_bytes
+from toolchain.codegen.artifact import merge_support
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
@@ -177,20 +178,10 @@ def _vector_types(spec: BundleSpec) -> list[dict[str, Any]]:
 
 
 def _preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
-    """(``#include`` lines, other prelude blocks) of every kernel, each once, in order."""
-    includes: list[str] = []
-    blocks: list[str] = []
-    for k in spec.kernels:
-        for block in k.source.prelude.split("\n\n"):
-            block = block.strip("\n")
-            if not block:
-                continue
-            lines = block.splitlines()
-            if all(ln.startswith("#include") for ln in lines):
-                includes += [ln for ln in lines if ln not in includes]
-            elif block not in blocks:
-                blocks.append(block)
-    return includes, blocks
+    """(``#include`` lines, definitions) every kernel's typed support asks for, each once
+    (headers by name, definitions by key), in first-use order."""
+    support = merge_support(k.source.support for k in spec.kernels)
+    return [f"#include <{h}>" for h in support.headers], [d.text for d in support.definitions]
 
 
 def _helpers(spec: BundleSpec) -> str:

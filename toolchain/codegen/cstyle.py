@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 import jinja2
 
 from toolchain.codegen import cvector
+from toolchain.codegen.artifact import support_of
 from toolchain.codegen.fastmath import FAST_OPS, FUNCTIONS, SUPPORT_NAMES, render_fastmath
 from toolchain.codegen.math_intrinsics import INTRINSICS
 from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
@@ -304,7 +305,7 @@ class CStyleRenderer:
                for n, (e, lanes) in sorted(self.vec_types.items())]
         helpers = self.helper_list()
         fast = render_fastmath((h["kind"] for h in helpers), self.helper_qualifier)
-        prelude = "\n\n".join(t for t in (fast, func.attrs.get("c_prelude", "")) if t)
+        prelude = "\n\n".join(t for t in (fast, support_of(func).render()) if t)
         return env.get_template(self.template).render(
             dialect=self.dialect, entry=entry, func_name=func.name, includes=self.includes,
             prelude=prelude, helpers=[h for h in helpers if h["kind"] not in FUNCTIONS],

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import jinja2
 
+from toolchain.codegen.artifact import support_of
 from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
 from toolchain.errors import BuildError, UnsupportedError
 from toolchain.tir import arith, ir
@@ -140,7 +141,7 @@ class CUDARenderer(CStyleRenderer):
                                  trim_blocks=True, lstrip_blocks=True,
                                  keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
         return env.get_template(self.template).render(
-            entry=entry, func_name=func.name, prelude=func.attrs.get("c_prelude", ""),
+            entry=entry, func_name=func.name, prelude=support_of(func).render(),
             helpers=self.helper_list(), qualifier=self.helper_qualifier,
             kernels=kernels, params=params or ["void"])
 

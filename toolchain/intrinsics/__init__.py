@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import jinja2
 
+from toolchain.codegen.artifact import CDefinition, CSupport, support_of
 from toolchain.errors import ScheduleError, TargetError
 from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
 from toolchain.target import Target, load_target
@@ -85,15 +86,21 @@ _BY_FUNCTION: dict[str, IntrinsicSpec] = {}
 
 @dataclass(frozen=True)
 class _Helpers:
-    """A target's ``c_helpers`` block and the headers its intrinsics include."""
+    """A target's ``c_helpers`` block and the headers it needs; ``key`` names the
+    functions it defines (its identity: two blocks defining them cannot share a file)."""
 
     target: str
     text: str
     headers: tuple[str, ...]
+    key: str = ""
 
 
 #: C function (or function-like macro) defined by a loaded target's ``c_helpers`` -> block
 _HELPERS: dict[str, _Helpers] = {}
+#: (target name, source) -> (the Target loaded, its registered intrinsic names)
+_LOADED: dict[tuple[str, str], tuple[Target, tuple[str, ...]]] = {}
+#: loaded target name -> its ``c_helpers`` block (what its intrinsics' bodies may call)
+_HELPERS_OF: dict[str, _Helpers] = {}
 _HELPER_NAME = re.compile(r"^\s*(?:static\s+inline\s+[\w\s*]*?\b([A-Za-z_]\w*)\s*\(|"
                           r"#\s*define\s+([A-Za-z_]\w*)\()", re.MULTILINE)
 
@@ -105,9 +112,13 @@ def _where(t: Target, name: str, spec: dict) -> str:
 def load_intrinsics(target: str | Target) -> list[str]:
     """Register every intrinsic of ``target``; returns their names (``"<target>.<name>"``).
 
-    Loading twice is harmless (the registrations are replaced).
+    Loading twice is harmless: the same descriptor again is a lookup, a changed one
+    replaces the registrations.
     """
     t = load_target(target) if isinstance(target, str) else target
+    done = _LOADED.get((t.name, t.source))
+    if done is not None and (done[0] is t or done[0] == t):
+        return list(done[1])
     names = []
     for name, spec in t.intrinsics.items():
         where = _where(t, name, spec)
@@ -134,9 +145,13 @@ def load_intrinsics(target: str | Target) -> list[str]:
     if t.c_helpers.strip():
         headers = t.c_helpers_headers if t.c_helpers_headers is not None else \
             tuple(dict.fromkeys(h for n in names for h in _SPECS[n].headers))
-        block = _Helpers(t.name, _one_block(t.c_helpers), headers)
-        for m in _HELPER_NAME.finditer(t.c_helpers):
-            _HELPERS[m.group(1) or m.group(2)] = block
+        defined = [m.group(1) or m.group(2) for m in _HELPER_NAME.finditer(t.c_helpers)]
+        block = _Helpers(t.name, _one_block(t.c_helpers), headers,
+                         "c_helpers:" + ",".join(sorted(defined)))
+        _HELPERS_OF[t.name] = block
+        for fn_name in defined:
+            _HELPERS[fn_name] = block
+    _LOADED[(t.name, t.source)] = (t, tuple(names))
     return names
 
 
@@ -221,19 +236,21 @@ class _Specialise(StmtExprMutator):
     def __init__(self, ctype: dict[str, str], targets: tuple[str, ...] | None = None) -> None:
         self.ctype = ctype
         self.targets = targets
-        self.defs: dict[str, str] = {}
+        self.defs: dict[str, CDefinition] = {}
         self.headers: list[str] = []
-        self.helpers: list[str] = []
+        self.helpers: list[_Helpers] = []
+        self.flags: list[str] = []
 
-    def _use(self, headers: tuple[str, ...], helpers: str) -> None:
+    def _use(self, headers: tuple[str, ...], helpers: _Helpers | None) -> None:
         self.headers += [h for h in headers if h not in self.headers]
-        if helpers and helpers not in self.helpers:
+        if helpers is not None and helpers.text and \
+                all(h.key != helpers.key for h in self.helpers):
             self.helpers.append(helpers)
 
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
         helper = _HELPERS.get(e.op)
         if helper is not None and (self.targets is None or helper.target in self.targets):
-            self._use(helper.headers, helper.text)  # a helper called without an intrinsic
+            self._use(helper.headers, helper)  # a helper called without an intrinsic
         spec = _BY_FUNCTION.get(e.op)
         if spec is None or (self.targets is not None and spec.target not in self.targets):
             return super().visit_Call(e)
@@ -254,50 +271,59 @@ class _Specialise(StmtExprMutator):
             except ScheduleError as err:
                 raise ScheduleError(f"intrinsic {spec.name!r}: {err} (strides: "
                                     f"{ {k: v for k, v in env.items() if '_s' in k} })") from None
-            # no blank lines: the bundle splits preludes into blocks at them
             lines = "\n".join("  " + ln for ln in body.splitlines() if ln.strip())
-            self.defs[fname] = (f"static inline int32_t {fname}({', '.join(params)}) {{\n"
-                                f"{lines}\n  return 0;\n}}")
-            self._use(spec.headers, spec.helpers)
+            self.defs[fname] = CDefinition(
+                fname, f"static inline int32_t {fname}({', '.join(params)}) {{\n"
+                       f"{lines}\n  return 0;\n}}")
+            self._use(spec.headers, _HELPERS_OF.get(spec.target))
+            self.flags += [f for f in spec.cflags if f not in self.flags]
         return ir.Call(e.dtype, fname, list(e.args))
 
 
-def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None
-                      ) -> ir.PrimFunc:
+def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,
+                      target: Target | None = None) -> ir.PrimFunc:
     """Lowering pass (phase 1, built in: see :mod:`toolchain.tir.transform.pipeline`):
-    render each tensorized call's C body into the prelude.
+    specialise each tensorized call for its operand strides and record what its C needs.
 
     Before: ``kiln_fma_f32_4x4(T.address_of(A[..]), ...)`` with no definition; after: the
-    call names ``kiln_fma_f32_4x4_<hash>`` and ``func.attrs["c_prelude"]`` holds its
-    ``static inline`` definition for these operand strides (and the ``#include`` lines).
-    A kernel that calls a function of a loaded target's ``c_helpers`` (e.g.
-    ``kiln_cm_requantize``) gets that block once, with or without intrinsic calls.
-    ``targets`` limits it to the intrinsics of those targets (None: all). Running it again
-    changes nothing; a kernel with neither is returned as is.
+    call names ``kiln_fma_f32_4x4_<hash>`` and ``func.attrs["c_support"]`` is a typed
+    :class:`~toolchain.codegen.artifact.CSupport`: the ``static inline`` definition for
+    these operand strides (a :class:`~toolchain.codegen.artifact.CDefinition` keyed by the
+    specialised name), the headers it includes and the compiler flags it needs. A kernel
+    that calls a function of a loaded target's ``c_helpers`` (e.g. ``kiln_cm_requantize``)
+    gets that block once (keyed by the functions it defines), with or without intrinsic
+    calls. ``target`` (what :func:`~toolchain.tir.transform.pipeline.lower` passes) has its
+    intrinsics registered first; ``targets`` limits the pass to the intrinsics of those
+    target names (None: all loaded). Running it again changes nothing; a kernel with
+    neither is returned as is.
     """
     from toolchain.codegen.cstyle import CStyleRenderer
 
+    if target is not None and (target.intrinsics or target.c_helpers.strip()):
+        load_intrinsics(target)
     m = _Specialise(CStyleRenderer.type_map, targets)
     body = m.visit_stmt(func.body)
-    prelude = str(func.attrs.get("c_prelude", ""))
-    helpers = [h for h in m.helpers if h not in prelude]
+    old = support_of(func)
+    helpers = [CDefinition(h.key, h.text) for h in m.helpers if not old.has(h.key)]
     if not m.defs and not helpers:
         return func
-    inc = "\n".join(f"#include <{h}>" for h in m.headers if f"#include <{h}>" not in prelude)
-    prelude = "\n\n".join([x for x in (prelude, inc) if x] + helpers
-                           + [m.defs[k] for k in sorted(m.defs)])
-    return ir.PrimFunc(func.params, body, func.name, {**func.attrs, "c_prelude": prelude})
+    new = CSupport(tuple(m.headers), tuple(helpers) + tuple(m.defs[k] for k in sorted(m.defs)),
+                   tuple(m.flags))
+    return ir.PrimFunc(func.params, body, func.name,
+                       {**func.attrs, "c_support": old.merge(new)})
 
 
 def intrinsic_flags(func: ir.PrimFunc) -> list[str]:
-    """Compiler flags the intrinsics used in ``func`` need (e.g. ``-mavx512vnni``), before
-    or after :func:`attach_intrinsics` (which renames each call to its specialised copy)."""
+    """Compiler flags the intrinsics used in ``func`` need (e.g. ``-mavx512vnni``): those
+    :func:`attach_intrinsics` recorded for a lowered function, else those of the
+    intrinsics its calls name."""
+    if "c_support" in func.attrs:
+        return list(support_of(func).flags)
     found: list[str] = []
 
     class _Find(StmtExprMutator):
         def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802 - visitor naming
-            # a lowered kernel calls the specialised copy, <function>_<8 hex digits>
-            spec = _BY_FUNCTION.get(e.op) or _BY_FUNCTION.get(e.op.rsplit("_", 1)[0])
+            spec = _BY_FUNCTION.get(e.op)
             if spec is not None:
                 found.extend(f for f in spec.cflags if f not in found)
             return super().visit_Call(e)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.codegen import get_renderer
+from toolchain.codegen.artifact import support_of
 from toolchain.errors import BuildError, OptionError, TargetError
 from toolchain.runtime.module import Module
 from toolchain.target import Target, load_target
@@ -129,7 +130,7 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
     else:
         raise OptionError(f"build: expected a Schedule or PrimFunc, got "
                           f"{type(sch_or_func).__name__}")
-    lowered = lower(func, passes=passes)
+    lowered = lower(func, passes=passes, target=None if t.name == "host" else t)
     src = get_renderer(t.kind, openmp=openmp).render(lowered, name=name)
     flags = list(BASE_FLAGS)
     if march == "auto":
@@ -142,6 +143,8 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
         flags.append("-fopenmp-simd")
     flags += [f for f in t.cflags if f not in extra_flags]
     flags.extend(extra_flags)
+    # what the kernel's intrinsics need (typed, recorded by the lowering)
+    flags += [f for f in support_of(lowered).flags if f not in flags]
     lib, info = compile_shared(src.code, flags, cc or t.compiler, stem=src.entry)
     info["target"] = t.name
     return Module(lib, src.entry, func, src.code, src.extra_args, info)

@@ -131,9 +131,9 @@ def compile_op(op: str | Node, target: str | Target | None = None, *,
     ``inputs`` gives each input as a shape tuple (a float32 run-time input), a
     ``(shape, dtype)`` pair, a numpy array (a constant, e.g. weights) or a ``Value``, and
     ``attrs`` its ONNX attributes. ``build_kwargs`` go to :func:`toolchain.build`; the
-    descriptor's ``cflags`` and the flags of any tensor intrinsic the schedule used are
-    added (the intrinsics' C bodies are rendered by the lowering pipeline's built-in
-    :func:`toolchain.intrinsics.attach_intrinsics` pass).
+    descriptor's ``cflags`` are added, and :func:`toolchain.build` adds the flags of any
+    tensor intrinsic the schedule used (recorded, with the intrinsics' C bodies, by the
+    lowering pipeline's built-in :func:`toolchain.intrinsics.attach_intrinsics` pass).
 
     >>> op = compile_op("Relu", "c-generic", inputs=[(3,)])
     >>> op(np.array([-1.0, 0.5, 2.0], np.float32))[0].tolist()
@@ -153,10 +153,8 @@ def compile_op(op: str | Node, target: str | Target | None = None, *,
         flops = get_op(node.op).flops_of(node)
     except KilnError:
         flops = 0
-    from toolchain.intrinsics import intrinsic_flags
-
-    flags = [*t.cflags, *intrinsic_flags(s.schedule.mod),
-             *build_kwargs.pop("extra_flags", ())]
+    # the intrinsics' own flags (-mavx512vnni) come from the lowered kernel's typed support
+    flags = [*t.cflags, *build_kwargs.pop("extra_flags", ())]
     mod = build(s.schedule, t, name=name, extra_flags=flags, **build_kwargs)
     meta = {"target": t.name, "op": node.op, "node": node.name, "flops": flops,
             "info": dict(s.info), "build": dict(mod.build_info)}

@@ -86,7 +86,7 @@ from toolchain.tir.schedule import Schedule
 MAX_GROUPS = (16, 12, 10, 8, 6, 4, 2, 1)
 
 
-def _intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]:
+def dot_intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]:
     """(registered intrinsic name, output channels per call, groups of four k per call)
     for ``channels`` outputs and a (padded) reduction of ``k``: four channels and the largest
     :data:`MAX_GROUPS` entry dividing ``k / 4`` a call; one channel and 4 k when 4 does not
@@ -102,7 +102,7 @@ def _intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]:
 PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def _pair_intrinsic(target: Target, channels: int, k: int, width: int
+def pair_intrinsic(target: Target, channels: int, k: int, width: int
                     ) -> tuple[str, int] | None:
     """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
@@ -292,16 +292,16 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         return schedule_int8(node, target)
     w = node.input(1)
     kp = -(-int(np.prod(w.shape[1:])) // 4) * 4
-    intrin, lanes, groups = _intrinsic(t, int(w.shape[0]), kp)
+    intrin, lanes, groups = dot_intrinsic(t, int(w.shape[0]), kp)
     depthwise = node.op == "QConv" and dsp_depthwise(node)
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
-        pair = _pair_intrinsic(t, int(w.shape[0]), kp, ow)
+        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow)
         if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            pair = flat = _pair_intrinsic(t, int(w.shape[0]), kp, 0)
+            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0)
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
     same_shape = node.input(0).shape == node.outputs[0].shape and \

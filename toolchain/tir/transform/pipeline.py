@@ -11,18 +11,21 @@ phase   built-in passes (then the user's passes for that phase, in order)
 4       simplify, remove_noop
 ======  ===========================================================================
 
-A pass is any function ``PrimFunc -> PrimFunc``.
+A pass is any function ``PrimFunc -> PrimFunc``. ``lower(func, target=t)`` takes the
+resolved :class:`~toolchain.target.Target`: the passes that depend on it (those in
+:data:`TARGET_PASSES`) are called as ``pass(func, target=t)``.
 
-``attach_intrinsics`` renders the C body of every call to a tensor intrinsic declared by a
-target descriptor (:mod:`toolchain.intrinsics`, any target whose intrinsics are loaded) for
-the operand strides left by buffer compaction; it changes nothing in a kernel without such
-calls. Before (after ``sch.tensorize(ii, "c-generic.fma_f32_4x4")``)::
+``attach_intrinsics`` specialises every call to a tensor intrinsic declared by a target
+descriptor (:mod:`toolchain.intrinsics`: the target's own, and any other loaded) for the
+operand strides left by buffer compaction, and records what the kernel's C needs as a
+typed :class:`~toolchain.codegen.artifact.CSupport`; it changes nothing in a kernel
+without such calls. Before (after ``sch.tensorize(ii, "c-generic.fma_f32_4x4")``)::
 
     C_local = T.allocate((4, 4), "float32", scope="local")
     kiln_fma_f32_4x4(T.address_of(A[i_0 * 4, k_0 * 4]), T.address_of(B[..]),
                      T.address_of(C_local[0, 0]))
 
-After (``attrs["c_prelude"]`` defines the call for these strides)::
+After (``attrs["c_support"]`` holds the definition for these strides, keyed by its name)::
 
     kiln_fma_f32_4x4_<hash>(T.address_of(A[i_0 * 4, k_0 * 4]), T.address_of(B[..]),
                             T.address_of(C_local[0, 0]))
@@ -46,6 +49,7 @@ from typing import Any
 
 from toolchain.errors import OptionError
 from toolchain.intrinsics import attach_intrinsics
+from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
@@ -58,6 +62,9 @@ from toolchain.tir.transform.unroll_loop import unroll_loop
 from toolchain.tir.transform.vectorize_loop import vectorize_loop
 
 Pass = Callable[[ir.PrimFunc], ir.PrimFunc]
+
+#: Built-in passes that take the target (``pass(func, target=...)``).
+TARGET_PASSES: tuple[Pass, ...] = (attach_intrinsics,)
 
 #: The built-in passes of each phase, in order.
 PHASES: dict[int, tuple[Pass, ...]] = {
@@ -80,8 +87,12 @@ def _as_func(obj: Any) -> ir.PrimFunc:
 
 
 def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
-          trace: list[tuple[str, ir.PrimFunc]] | None = None) -> ir.PrimFunc:
+          trace: list[tuple[str, ir.PrimFunc]] | None = None, *,
+          target: Target | None = None) -> ir.PrimFunc:
     """Run the lowering pipeline on a Schedule or PrimFunc and return the lowered PrimFunc.
+
+    ``target`` is the resolved target the function is lowered for (its intrinsics and C
+    helpers are the ones the kernel may call); None lowers for whatever targets are loaded.
 
     ``passes`` maps a phase number (see :data:`PHASES`) to extra passes run after that
     phase's built-ins. If ``trace`` is a list, ``(pass name, function after it)`` is
@@ -99,7 +110,8 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
     func = _as_func(sch_or_func)
     for phase, builtins in PHASES.items():
         for fn in (*builtins, *extra.get(phase, ())):
-            out = fn(func)
+            out = fn(func, target=target) if fn in TARGET_PASSES and target is not None \
+                else fn(func)
             if not isinstance(out, ir.PrimFunc):
                 raise OptionError(f"lower: pass {getattr(fn, '__name__', fn)!r} (phase "
                                   f"{phase}) returned {type(out).__name__}, not a PrimFunc")
