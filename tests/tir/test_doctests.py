@@ -12,7 +12,9 @@ MODULES = [
     "toolchain.tir.ir", "toolchain.tir.dtype", "toolchain.tir.structural",
     "toolchain.tir.functor", "toolchain.tir.printer", "toolchain.tir.arith",
     "toolchain.tir.analysis", "toolchain.tir.interpreter", "toolchain.tir.schedule",
-    "toolchain.tir.schedule.schedule", "toolchain.tir.schedule.trace", "toolchain.target",
+    "toolchain.tir.schedule.schedule", "toolchain.tir.schedule.trace",
+    "toolchain.tir.schedule.state", "toolchain.tir.schedule.handles",
+    "toolchain.tir.schedule.queries", "toolchain.target",
 ]
 
 

@@ -91,7 +91,7 @@ def test_reverse_compute_inline_without_a_load_is_a_schedule_error() -> None:
     vi, vj = (iv.var for iv in blk.iter_vars)
     body = ir.BufferStore(blk.body.buffer, a[vi, vj] + 1.0, blk.body.indices)
     reads = blk.reads + tuple(ir.BufferRegion(a, r.region) for r in blk.reads)
-    sch._func = st.replace_stmts(sch._func, {id(blk): replace(blk, body=body, reads=reads)})
+    sch.state.update({id(blk): replace(blk, body=body, reads=reads)})
     with pytest.raises(ScheduleError, match="never loads B.*compute_inline on the producer"):
         sch.reverse_compute_inline(sch.get_block("C"))
 

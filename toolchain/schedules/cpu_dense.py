@@ -289,7 +289,7 @@ def _schedule_copies(sch: Schedule, p: CpuParams, plan: GemmPlan, skip: str) -> 
 
 
 def _extent(sch: Schedule, loop: Any) -> int | None:
-    f, _ = sch._loop(loop)
+    f = sch.get(loop)
     return int(f.extent.value) if isinstance(f.extent, ir.IntImm) else None
 
 

@@ -235,7 +235,7 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
 
 def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
     loops = sch.get_loops(block)
-    f, _ = sch._loop(loops[-1])
+    f = sch.get(loops[-1])
     ext = int(f.extent.value) if isinstance(f.extent, ir.IntImm) else 0
     if ext and ext % lanes == 0:
         _, vl = sch.split(loops[-1], [None, lanes])

@@ -1,5 +1,8 @@
 """The interactive schedule: :class:`Schedule`, handles, traces and tensor intrinsics.
 
+``Schedule`` is the user-facing front; the primitives are functions of the
+:class:`ScheduleState` it holds (``sch.state``), which owns the function being scheduled.
+
 >>> from toolchain import te
 >>> from toolchain.tir.schedule import Schedule
 >>> A = te.placeholder((64,), name="A")
@@ -10,9 +13,11 @@
 """
 
 from toolchain.errors import ScheduleError
-from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+from toolchain.tir.schedule.schedule import Schedule
+from toolchain.tir.schedule.state import ScheduleState
 from toolchain.tir.schedule.tensorize import TensorIntrin
 from toolchain.tir.schedule.trace import Instruction, Trace
 
-__all__ = ["BlockRV", "Instruction", "LoopRV", "Schedule", "ScheduleError", "TensorIntrin",
-           "Trace"]
+__all__ = ["BlockRV", "Instruction", "LoopRV", "Schedule", "ScheduleError", "ScheduleState",
+           "TensorIntrin", "Trace"]

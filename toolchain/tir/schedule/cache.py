@@ -7,24 +7,22 @@ target declares (``memory_scopes`` in its YAML, e.g. an accelerator's ``acc_buff
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import state as st
-from toolchain.tir.schedule.compute_location import _readers, _writers
-
-if TYPE_CHECKING:
-    from toolchain.tir.schedule.schedule import BlockRV, Schedule
+from toolchain.tir.schedule.handles import BlockRV
+from toolchain.tir.schedule.state import ScheduleState
 
 BUILTIN_SCOPES = ("global", "shared", "shared.dyn", "local", "warp")
 
 
-def _check_scope(sch: Schedule, scope: str, prim: str) -> None:
-    extra = tuple(sch.target.memory_scopes) if sch.target is not None else ()
+def _check_scope(state: ScheduleState, scope: str, prim: str) -> None:
+    extra = tuple(state.target.memory_scopes) if state.target is not None else ()
     if scope not in BUILTIN_SCOPES + extra:
-        where = f" and target {sch.target.name!r} declares {list(extra)}" if extra else ""
+        where = f" and target {state.target.name!r} declares {list(extra)}" if extra else ""
         raise ScheduleError(
             f"{prim}: unknown memory scope {scope!r}; built-in scopes are "
             f"{', '.join(BUILTIN_SCOPES)}{where} (a target declares more under "
@@ -65,37 +63,12 @@ def _copy_block(name: str, src: ir.Buffer, dst: ir.Buffer) -> ir.Stmt:
     return st.make_loop_nest(list(zip(loops, src.shape, strict=True)), realize)
 
 
-def _root_items(func: ir.PrimFunc) -> list[ir.Stmt]:
-    body = st.root_block(func).body
-    return list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
-
-
-def _top_of(func: ir.PrimFunc, target: ir.Stmt) -> int:
-    for k, item in enumerate(_root_items(func)):
-        if any(n is target for n, _ in st.walk(item)):
-            return k
-    raise ScheduleError("internal: statement not found under the root block")
-
-
-def _insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt,
-                 alloc: ir.Buffer | None) -> ir.PrimFunc:
-    root = st.root_block(func)
-    items = _root_items(func)
-    items.insert(pos, stmt)
-    allocs = root.alloc_buffers + ((alloc,) if alloc is not None else ())
-    new_root = replace(root, body=ir.seq(*items), alloc_buffers=allocs)
-    return st.replace_block(func, root, new_root)
-
-
-_NO_BLOCK = ir.Block("", (), (), (), ir.Evaluate(ir.IntImm(0)))
-
-
 def check_no_reader_in_nest(func: ir.PrimFunc, writer: ir.BlockRealize, buf: ir.Buffer,
                             prim: str) -> None:
     """Refuse when another block in the writer's top-level nest reads ``buf``."""
-    pos = _top_of(func, writer)
-    for rr, _ in _readers(func, buf, writer.block):
-        if _top_of(func, rr) == pos:
+    pos = st.root_index(func, writer)
+    for rr, _ in st.readers(func, buf, writer.block):
+        if st.root_index(func, rr) == pos:
             raise ScheduleError(
                 f"{prim}: block {rr.block.name_hint!r} reads {buf.name} inside the same loop "
                 f"nest as block {writer.block.name_hint!r}; apply {prim} before moving them "
@@ -116,7 +89,7 @@ def _scoped_name(name: str, scope: str) -> str:
     return f"{name}_{scope.replace('.', '_')}"
 
 
-def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
+def cache_read(state: ScheduleState, block: BlockRV, read_buffer_index: int | str,
                storage_scope: str, consumer_blocks: list[BlockRV] | None = None) -> BlockRV:
     """Read a buffer through a copy in ``storage_scope``; returns the copy block.
 
@@ -141,16 +114,16 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
                 T.reads(A_shared[vi, vj])
                 C[vi, vj] = A_shared[vi, vj] + T.float32(1.0)
     """
-    _check_scope(sch, storage_scope, "cache_read")
-    r, _ = sch._block(block)
+    _check_scope(state, storage_scope, "cache_read")
+    r, _ = state.get_block(block)
     buf = _pick(r.block.reads, read_buffer_index, r.block, "reads", "cache_read")
-    name = sch._fresh_block_name(_scoped_name(buf.name, storage_scope))
+    name = state.fresh_block_name(_scoped_name(buf.name, storage_scope))
     new = ir.Buffer(name, buf.shape, buf.dtype, storage_scope)
     if consumer_blocks is None:
-        readers = [rr for rr, _ in _readers(sch._func, buf, _NO_BLOCK)
+        readers = [rr for rr, _ in st.readers(state.func, buf)
                    if all(w.buffer is not buf for w in rr.block.writes)]
     else:
-        readers = [sch._block(b)[0] for b in consumer_blocks]
+        readers = [state.get_block(b)[0] for b in consumer_blocks]
         for rr in readers:
             if all(rd.buffer is not buf for rd in rr.block.reads):
                 raise ScheduleError(f"cache_read: consumer block {rr.block.name_hint!r} does "
@@ -162,12 +135,12 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
     if not readers:
         raise ScheduleError(f"cache_read: no block only reads {buf.name} (block "
                             f"{r.block.name_hint!r} also writes it); use cache_write")
-    func = sch._func
+    func = state.func
     order = st.program_order(func)
     first = min(readers, key=lambda x: order[id(x)])
-    pos = _top_of(func, first)
-    writers = [w for w, _ in _writers(func, buf, _NO_BLOCK)]
-    if writers and max(_top_of(func, w) for w in writers) >= pos:
+    pos = st.root_index(func, first)
+    writers = [w for w, _ in st.writers(func, buf)]
+    if writers and max(st.root_index(func, w) for w in writers) >= pos:
         raise ScheduleError(
             f"cache_read: {buf.name} is written and read inside the same loop nest (block "
             f"{first.block.name_hint!r}); apply cache_read before compute_at/"
@@ -175,14 +148,12 @@ def cache_read(sch: Schedule, block: BlockRV, read_buffer_index: int | str,
     swap = _SwapBuffer(buf, new)
     tops = {id(t): t for t in (_outermost_block(func, rr) for rr in readers)}
     func = st.replace_stmts(func, {k: swap.visit_stmt(t) for k, t in tops.items()})
-    sch._func = _insert_root(func, pos, _copy_block(name, buf, new), new)
-    from toolchain.tir.schedule.schedule import BlockRV as _B
-
-    _check_gpu(sch)
-    return _B(name)
+    state.replace(st.insert_root(func, pos, _copy_block(name, buf, new), new))
+    _check_gpu(state)
+    return BlockRV(name)
 
 
-def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int | str,
+def cache_write(state: ScheduleState, block: BlockRV, write_buffer_index: int | str,
                 storage_scope: str) -> BlockRV:
     """Compute into a buffer in ``storage_scope`` and copy it out after; returns the copy.
 
@@ -206,29 +177,28 @@ def cache_write(sch: Schedule, block: BlockRV, write_buffer_index: int | str,
                 ...
                 C[v0, v1] = C_local[v0, v1]
     """
-    _check_scope(sch, storage_scope, "cache_write")
-    r, _ = sch._block(block)
+    _check_scope(state, storage_scope, "cache_write")
+    r, _ = state.get_block(block)
     buf = _pick(r.block.writes, write_buffer_index, r.block, "writes", "cache_write")
-    name = sch._fresh_block_name(_scoped_name(buf.name, storage_scope))
+    name = state.fresh_block_name(_scoped_name(buf.name, storage_scope))
     new = ir.Buffer(name, buf.shape, buf.dtype, storage_scope)
-    func = sch._func
-    others = [w for w, _ in _writers(func, buf, r.block)]
+    func = state.func
+    others = [w for w, _ in st.writers(func, buf, r.block)]
     if others:
         raise ScheduleError(
             f"cache_write: {buf.name} is also written by block {others[0].block.name_hint!r}; "
             "cache_write needs the only writer (apply it before decompose_reduction/rfactor)")
-    pos = _top_of(func, r) + 1
+    pos = st.root_index(func, r) + 1
     check_no_reader_in_nest(func, r, buf, "cache_write")
     top = _outermost_block(func, r)
     func = st.replace_stmts(func, {id(top): _SwapBuffer(buf, new).visit_stmt(top)})
-    sch._func = _insert_root(func, pos, _copy_block(name, new, buf), new)
-    from toolchain.tir.schedule.schedule import BlockRV as _B
-
-    _check_gpu(sch)
-    return _B(name)
+    state.replace(st.insert_root(func, pos, _copy_block(name, new, buf), new))
+    _check_gpu(state)
+    return BlockRV(name)
 
 
-def set_scope(sch: Schedule, block: BlockRV, buffer_index: int | str, storage_scope: str) -> None:
+def set_scope(state: ScheduleState, block: BlockRV, buffer_index: int | str,
+              storage_scope: str) -> None:
     """Change the memory scope of a buffer the block writes (an intermediate).
 
     Before::
@@ -241,19 +211,19 @@ def set_scope(sch: Schedule, block: BlockRV, buffer_index: int | str, storage_sc
         # with T.block("root"):
         B = T.alloc_buffer((128, 128), "float32", scope="shared")
     """
-    _check_scope(sch, storage_scope, "set_scope")
-    r, _ = sch._block(block)
+    _check_scope(state, storage_scope, "set_scope")
+    r, _ = state.get_block(block)
     buf = _pick(r.block.writes, buffer_index, r.block, "writes", "set_scope")
-    if any(p is buf for p in sch._func.params):
+    if any(p is buf for p in state.func.params):
         raise ScheduleError(f"set_scope: {buf.name} is an argument of the function and must "
                             "stay in global memory; use cache_write to stage it instead")
     new = replace(buf, scope=storage_scope, data=None)
     swap = _SwapBuffer(buf, new)
-    sch._func = sch._func.with_body(swap.visit_stmt(sch._func.body))
-    _check_gpu(sch)
+    state.replace(state.func.with_body(swap.visit_stmt(state.func.body)))
+    _check_gpu(state)
 
 
-def storage_align(sch: Schedule, block: BlockRV, buffer_index: int | str, axis: int,
+def storage_align(state: ScheduleState, block: BlockRV, buffer_index: int | str, axis: int,
                   factor: int, offset: int) -> None:
     """Pad a buffer's stride on ``axis`` so ``stride % factor == offset`` (bank conflicts).
 
@@ -264,7 +234,7 @@ def storage_align(sch: Schedule, block: BlockRV, buffer_index: int | str, axis: 
 
         T.block_attr({'buffer_dim_align': [['A_shared', 0, 32, 1]]})
     """
-    r, _ = sch._block(block)
+    r, _ = state.get_block(block)
     buf = _pick(r.block.writes, buffer_index, r.block, "writes", "storage_align")
     if not 0 <= axis < buf.ndim:
         raise ScheduleError(f"storage_align: axis {axis} is out of range for {buf.name} with "
@@ -276,11 +246,11 @@ def storage_align(sch: Schedule, block: BlockRV, buffer_index: int | str, axis: 
     old = [x for x in old if not (x[0] == buf.name and x[1] == axis)]
     old.append([buf.name, axis, factor, offset])
     blk = replace(r.block, annotations={**r.block.annotations, "buffer_dim_align": old})
-    sch._func = st.replace_block(sch._func, r.block, blk)
+    state.update({id(r.block): blk})
 
 
-def _check_gpu(sch: Schedule) -> None:
-    if sch.target is not None:
+def _check_gpu(state: ScheduleState) -> None:
+    if state.target is not None:
         from toolchain.tir.schedule.gpu import check_gpu_limits
 
-        check_gpu_limits(sch._func, sch.target)
+        check_gpu_limits(state.func, state.target)

@@ -10,42 +10,18 @@ under a loop of its producer.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.analysis import access_regions
 from toolchain.tir.functor import StmtExprMutator, substitute
 from toolchain.tir.schedule import state as st
-
-if TYPE_CHECKING:
-    from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
-
-
-def _readers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block) -> list[tuple[
-        ir.BlockRealize, tuple[ir.Stmt, ...]]]:
-    out = []
-    for node, path in st.walk(func.body):
-        if (isinstance(node, ir.BlockRealize) and node.block is not skip
-                and node.block.name_hint != "root"
-                and any(rd.buffer is buf for rd in node.block.reads)):
-            out.append((node, path))
-    return out
-
-
-def _writers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block) -> list[tuple[
-        ir.BlockRealize, tuple[ir.Stmt, ...]]]:
-    out = []
-    for node, path in st.walk(func.body):
-        if (isinstance(node, ir.BlockRealize) and node.block is not skip
-                and node.block.name_hint != "root"
-                and any(w.buffer is buf for w in node.block.writes)):
-            out.append((node, path))
-    return out
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+from toolchain.tir.schedule.state import ScheduleState
 
 
 def _only_writer(func: ir.PrimFunc, buf: ir.Buffer, blk: ir.Block, prim: str) -> None:
-    others = _writers(func, buf, blk)
+    others = st.writers(func, buf, blk)
     if others:
         raise ScheduleError(
             f"{prim}: {buf.name} is written by block {blk.name_hint!r} and also by block "
@@ -192,11 +168,11 @@ def _regenerate(realize: ir.BlockRealize, dims: dict[ir.Var, int],
     return st.make_loop_nest(loops, new_realize)
 
 
-def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool,
+def _move(state: ScheduleState, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool,
           reverse: bool) -> None:
     prim = "reverse_compute_at" if reverse else "compute_at"
-    r, bpath = sch._block(block)
-    f, lpath = sch._loop(loop)
+    r, bpath = state.get_block(block)
+    f, lpath = state.get_loop(loop)
     blk = r.block
     if any(n is f for n in bpath):
         raise ScheduleError(f"{prim}: block {blk.name_hint!r} is already under loop "
@@ -204,7 +180,7 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
     if st.enclosing_block(bpath) is not st.enclosing_block(lpath):
         raise ScheduleError(f"{prim}: block {blk.name_hint!r} and loop {f.loop_var.name} are "
                             "in different blocks; move blocks within one block scope")
-    func = sch._func
+    func = state.func
     top = st.exclusive_nest_top(r, bpath)
     if any(n is top for n in lpath):
         raise ScheduleError(f"{prim}: loop {f.loop_var.name} is inside the loops of block "
@@ -217,11 +193,11 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
                                 "buffers; compute_at needs a block with one output")
         buf = blk.writes[0].buffer
         _only_writer(func, buf, blk, prim)
-        partners = _readers(func, buf, blk)
+        partners = st.readers(func, buf, blk)
         role = "consumer"
     else:
         bufs = {rd.buffer for rd in blk.reads}
-        partners = [(w, p) for b in bufs for (w, p) in _writers(func, b, blk)]
+        partners = [(w, p) for b in bufs for (w, p) in st.writers(func, b, blk)]
         role = "producer"
     def _is_under(path: tuple[ir.Stmt, ...]) -> bool:
         return any(n is f for n in path)
@@ -252,7 +228,7 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
     if reverse:
         buf = next(w.buffer for p, _ in inside for w in p.block.writes
                    if any(rd.buffer is w.buffer for rd in blk.reads))
-        outside_w = [p for p, pp in _writers(func, buf, blk) if not _is_under(pp)]
+        outside_w = [p for p, pp in st.writers(func, buf, blk) if not _is_under(pp)]
         if outside_w:
             raise ScheduleError(f"{prim}: {buf.name} is also written by block "
                                 f"{outside_w[0].block.name_hint!r} outside loop "
@@ -270,10 +246,10 @@ def _move(sch: Schedule, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool
     outer = st.loop_ranges(lpath + (f,))
     nest = _regenerate(r, dims, region, outer, preserve_unit_loops)
     body = ir.seq(f.body, nest) if reverse else ir.seq(nest, f.body)
-    sch._func = st.replace_stmts(func, {id(top): None, id(f): replace(f, body=body)})
+    state.update({id(top): None, id(f): replace(f, body=body)})
 
 
-def compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
+def compute_at(state: ScheduleState, block: BlockRV, loop: LoopRV,
                preserve_unit_loops: bool = False) -> None:
     """Move a producer block under a loop of its consumer, computing only what it needs.
 
@@ -297,10 +273,10 @@ def compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
 
     Errors name the loop and the consumers when the loop is not an ancestor of one.
     """
-    _move(sch, block, loop, preserve_unit_loops, reverse=False)
+    _move(state, block, loop, preserve_unit_loops, reverse=False)
 
 
-def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
+def reverse_compute_at(state: ScheduleState, block: BlockRV, loop: LoopRV,
                        preserve_unit_loops: bool = False) -> None:
     """Move a consumer block under a loop of its producer (after the producer).
 
@@ -322,7 +298,7 @@ def reverse_compute_at(sch: Schedule, block: BlockRV, loop: LoopRV,
                     vj = T.axis.spatial(128, ax1)
                     ...
     """
-    _move(sch, block, loop, preserve_unit_loops, reverse=True)
+    _move(state, block, loop, preserve_unit_loops, reverse=True)
 
 
 class _ReplaceLoad(StmtExprMutator):
@@ -374,7 +350,7 @@ def _check_intermediate(func: ir.PrimFunc, buf: ir.Buffer, blk: ir.Block, prim: 
                             "argument of the function; inlining would drop that output")
 
 
-def compute_inline(sch: Schedule, block: BlockRV) -> None:
+def compute_inline(state: ScheduleState, block: BlockRV) -> None:
     """Inline an elementwise block into every reader of its output; the block disappears.
 
     Before: ``B[vi, vj] = A[vi, vj] * T.float32(2.0)`` and
@@ -386,12 +362,12 @@ def compute_inline(sch: Schedule, block: BlockRV) -> None:
                 T.reads(A[vi, vj])
                 C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
     """
-    r, path = sch._block(block)
+    r, path = state.get_block(block)
     blk = r.block
     store = _single_store(blk, "compute_inline")
     buf = store.buffer
-    _check_intermediate(sch._func, buf, blk, "compute_inline")
-    _only_writer(sch._func, buf, blk, "compute_inline")
+    _check_intermediate(state.func, buf, blk, "compute_inline")
+    _only_writer(state.func, buf, blk, "compute_inline")
     vars_ = []
     for d, i in enumerate(store.indices):
         if not (isinstance(i, ir.Var) and any(iv.var is i for iv in blk.iter_vars)
@@ -402,21 +378,21 @@ def compute_inline(sch: Schedule, block: BlockRV) -> None:
         vars_.append(i)
     if any(rd.buffer is buf for rd in blk.reads):
         raise ScheduleError(f"compute_inline: block {blk.name_hint!r} reads its own output")
-    _check_top_level(sch._func, [blk] + [x.block for x, _ in _readers(sch._func, buf, blk)],
-                     "compute_inline")
+    readers = [x.block for x, _ in st.readers(state.func, buf, blk)]
+    _check_top_level(state.func, [blk] + readers, "compute_inline")
     mapping: dict[int, ir.Stmt | None] = {id(st.exclusive_nest_top(r, path)): None}
     mut = _ReplaceLoad(buf, vars_, store.value)
-    for rr, _ in _readers(sch._func, buf, blk):
+    for rr, _ in st.readers(state.func, buf, blk):
         nb = rr.block
         init = mut.visit_stmt(nb.init) if nb.init is not None else None
         nb = refresh_regions(replace(nb, body=mut.visit_stmt(nb.body), init=init))
         mapping[id(rr.block)] = nb
-    sch._func = st.replace_stmts(sch._func, mapping)
-    sch._func = st.with_root_allocs(sch._func, remove=(buf,))
-    sch._remove_block(blk.name_hint)
+    state.update(mapping)
+    state.replace(st.with_root_allocs(state.func, remove=(buf,)))
+    state.remove_block(blk.name_hint)
 
 
-def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
+def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
     """Inline an elementwise consumer into its producer; the consumer disappears.
 
     Before: ``B[vi, vj] = A[vi, vj] * T.float32(2.0)`` then
@@ -428,18 +404,18 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
                 T.writes(C[vi, vj])
                 C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
     """
-    r, path = sch._block(block)
+    r, path = state.get_block(block)
     blk = r.block
     store = _single_store(blk, "reverse_compute_inline")
-    func = sch._func
-    cands = [rd.buffer for rd in blk.reads if _writers(func, rd.buffer, blk)
+    func = state.func
+    cands = [rd.buffer for rd in blk.reads if st.writers(func, rd.buffer, blk)
              and all(rd.buffer is not p for p in func.params)]
     if len(cands) != 1:
         raise ScheduleError(f"reverse_compute_inline: block {blk.name_hint!r} must read "
                             f"exactly one intermediate produced by another block, found "
                             f"{len(cands)} ({', '.join(b.name for b in cands) or 'none'})")
     buf = cands[0]
-    writers = _writers(func, buf, blk)
+    writers = st.writers(func, buf, blk)
     if len(writers) != 1:
         raise ScheduleError(f"reverse_compute_inline: {buf.name} has {len(writers)} writers")
     pr, _ = writers[0]
@@ -477,6 +453,6 @@ def reverse_compute_inline(sch: Schedule, block: BlockRV) -> None:
     pblk = refresh_regions(replace(pr.block, body=new_store))
     mapping: dict[int, ir.Stmt | None] = {id(st.exclusive_nest_top(r, path)): None,
                                           id(pr.block): pblk}
-    sch._func = st.replace_stmts(func, mapping)
-    sch._func = st.with_root_allocs(sch._func, remove=(buf,))
-    sch._remove_block(blk.name_hint)
+    state.update(mapping)
+    state.replace(st.with_root_allocs(state.func, remove=(buf,)))
+    state.remove_block(blk.name_hint)

@@ -1,6 +1,7 @@
 """Loop primitives: split, fuse, reorder, tile, parallel, vectorize, unroll, bind, annotate.
 
-Each function takes the :class:`Schedule` first; call them as ``sch.split(...)`` etc. The
+Each function takes the :class:`~toolchain.tir.schedule.state.ScheduleState` first; call
+them as ``sch.split(...)`` etc. on a :class:`~toolchain.tir.schedule.Schedule`. The
 examples start from ``B[i, j] = A[i, j] * 2`` over ``T.grid(128, 128)`` (see
 ``docs/schedule.md`` for a full walk-through).
 """
@@ -8,20 +9,17 @@ examples start from ``B[i, j] = A[i, j] * 2`` over ``T.grid(128, 128)`` (see
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import free_vars, substitute
 from toolchain.tir.schedule import state as st
-
-if TYPE_CHECKING:
-    from toolchain.tir.schedule.schedule import LoopRV, Schedule
+from toolchain.tir.schedule.handles import LoopRV
+from toolchain.tir.schedule.state import ScheduleState
 
 
 def _rv(var: ir.Var) -> LoopRV:
-    from toolchain.tir.schedule.schedule import LoopRV
-
     return LoopRV(var)
 
 
@@ -31,9 +29,7 @@ def _add_predicate(s: ir.Stmt, cond: ir.PrimExpr) -> ir.Stmt:
     for r, _ in st.blocks_under(s):
         pred = cond if ir.is_const_int(r.predicate, 1) else ir.And(r.predicate, cond)
         mapping[id(r)] = ir.BlockRealize(r.iter_values, pred, r.block)
-    from toolchain.tir.schedule.state import _Replace
-
-    return _Replace(mapping).visit_stmt(s)
+    return st.replace_in(s, mapping)
 
 
 def _require_serial(f: ir.For, prim: str) -> None:
@@ -44,7 +40,7 @@ def _require_serial(f: ir.For, prim: str) -> None:
             f"{prim} before parallel/vectorize/unroll/bind")
 
 
-def split(sch: Schedule, loop: LoopRV, factors: list[Any]) -> list[LoopRV]:
+def split(state: ScheduleState, loop: LoopRV, factors: list[Any]) -> list[LoopRV]:
     """Split a loop into nested loops of the given extents (one factor may be None).
 
     A non-divisible split adds a guard ``T.where(...)`` to the blocks; a divisible one
@@ -69,7 +65,7 @@ def split(sch: Schedule, loop: LoopRV, factors: list[Any]) -> list[LoopRV]:
     With ``factors=[None, 48]`` (not a divisor of 128): ``T.grid(3, 48, 128)`` and
     ``T.where(i_0 * 48 + i_1 < 128)`` in the block.
     """
-    f, path = sch._loop(loop)
+    f, path = state.get_loop(loop)
     _require_serial(f, "split")
     factors = list(factors)
     if len(factors) < 2:
@@ -113,12 +109,12 @@ def split(sch: Schedule, loop: LoopRV, factors: list[Any]) -> list[LoopRV]:
         body = _add_predicate(body, value < f.min + ext)
     body = st.simplify_bindings(body, inner_ranges)
     nest = st.make_loop_nest(list(zip(new_vars, exts, strict=True)), body)
-    sch._func = st.replace_stmts(sch._func, {id(f): nest})
-    sch._consume_loop(f.loop_var)
+    state.update({id(f): nest})
+    state.consume_loop(f.loop_var)
     return [_rv(v) for v in new_vars]
 
 
-def fuse(sch: Schedule, *loops: LoopRV) -> LoopRV:
+def fuse(state: ScheduleState, *loops: LoopRV) -> LoopRV:
     """Fuse directly nested loops into one loop; the old handles are consumed.
 
     Before: ``for i, j in T.grid(128, 128)`` binding ``vi = i``, ``vj = j``.
@@ -134,7 +130,7 @@ def fuse(sch: Schedule, *loops: LoopRV) -> LoopRV:
         loops = tuple(loops[0])
     if len(loops) < 2:
         raise ScheduleError("fuse: give at least two loops")
-    fors = [sch._loop(lp) for lp in loops]
+    fors = [state.get_loop(lp) for lp in loops]
     for (outer, _), (inner, _) in zip(fors, fors[1:], strict=False):
         if outer.body is not inner:
             raise ScheduleError(
@@ -166,9 +162,9 @@ def fuse(sch: Schedule, *loops: LoopRV) -> LoopRV:
     ranges[fused] = ir.Range(0, total)
     body = st.simplify_bindings(body, ranges)
     new = ir.For(fused, 0, total, "serial", body)
-    sch._func = st.replace_stmts(sch._func, {id(outer): new})
+    state.update({id(outer): new})
     for f, _ in fors:
-        sch._consume_loop(f.loop_var)
+        state.consume_loop(f.loop_var)
     return _rv(fused)
 
 
@@ -196,7 +192,7 @@ def _check_not_mixed(blocks: list[ir.BlockRealize], f: ir.For, prim: str) -> Non
             "loops of the same kind, or split it back apart")
 
 
-def reorder(sch: Schedule, *loops: LoopRV) -> None:
+def reorder(state: ScheduleState, *loops: LoopRV) -> None:
     """Reorder loops of one perfect nest (reduction loops included).
 
     Loops not named keep their positions. A loop that feeds both a spatial and a reduce
@@ -213,13 +209,13 @@ def reorder(sch: Schedule, *loops: LoopRV) -> None:
     """
     if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
         loops = tuple(loops[0])
-    fors = [sch._loop(lp)[0] for lp in loops]
+    fors = [state.get_loop(lp)[0] for lp in loops]
     if len({id(f) for f in fors}) != len(fors):
         raise ScheduleError("reorder: a loop is given twice: "
                             + ", ".join(f.loop_var.name for f in fors))
     if len(fors) < 2:
         return
-    depth = {id(f): len(sch._loop(lp)[1]) for f, lp in zip(fors, loops, strict=True)}
+    depth = {id(f): len(state.get_loop(lp)[1]) for f, lp in zip(fors, loops, strict=True)}
     by_depth = sorted(fors, key=lambda f: depth[id(f)])
     outer = by_depth[0]
     chain = [outer]
@@ -247,10 +243,10 @@ def reorder(sch: Schedule, *loops: LoopRV) -> None:
     body = chain[-1].body
     for c in reversed(new_chain):
         body = replace(c, body=body)
-    sch._func = st.replace_stmts(sch._func, {id(outer): body})
+    state.update({id(outer): body})
 
 
-def tile(sch: Schedule, loops: list[LoopRV], factors: list[list[Any]]) -> list[LoopRV]:
+def tile(state: ScheduleState, loops: list[LoopRV], factors: list[list[Any]]) -> list[LoopRV]:
     """Split each loop by its factors, then order all outer parts before inner parts.
 
     Before::
@@ -270,15 +266,15 @@ def tile(sch: Schedule, loops: list[LoopRV], factors: list[list[Any]]) -> list[L
     """
     if len(loops) != len(factors):
         raise ScheduleError(f"tile: {len(loops)} loops but {len(factors)} factor lists")
-    parts = [split(sch, lp, fs) for lp, fs in zip(loops, factors, strict=True)]
+    parts = [split(state, lp, fs) for lp, fs in zip(loops, factors, strict=True)]
     levels = max(len(p) for p in parts)
     order = [p[k] for k in range(levels) for p in parts if k < len(p)]
-    reorder(sch, *order)
+    reorder(state, *order)
     return order
 
 
-def _set_kind(sch: Schedule, loop: LoopRV, kind: str, tag: str | None = None) -> ir.For:
-    f, path = sch._loop(loop)
+def _set_kind(state: ScheduleState, loop: LoopRV, kind: str, tag: str | None = None) -> ir.For:
+    f, path = state.get_loop(loop)
     prim = {"parallel": "parallel", "vectorized": "vectorize", "unrolled": "unroll",
             "thread_binding": "bind"}[kind]
     if f.kind == kind and f.thread_tag == tag:
@@ -301,11 +297,11 @@ def _set_kind(sch: Schedule, loop: LoopRV, kind: str, tag: str | None = None) ->
                             "constant; split it by a constant factor and vectorize the "
                             "inner loop")
     new = replace(f, kind=kind, thread_tag=tag)
-    sch._func = st.replace_stmts(sch._func, {id(f): new})
+    state.update({id(f): new})
     return new
 
 
-def parallel(sch: Schedule, loop: LoopRV) -> None:
+def parallel(state: ScheduleState, loop: LoopRV) -> None:
     """Run a spatial loop's iterations in parallel threads (OpenMP on CPUs).
 
     Before ``for i_0, i_1, j in T.grid(4, 32, 128)``; ``sch.parallel(i_0)``; after::
@@ -314,10 +310,10 @@ def parallel(sch: Schedule, loop: LoopRV) -> None:
             for i_1, j in T.grid(32, 128):
                 ...
     """
-    _set_kind(sch, loop, "parallel")
+    _set_kind(state, loop, "parallel")
 
 
-def vectorize(sch: Schedule, loop: LoopRV) -> None:
+def vectorize(state: ScheduleState, loop: LoopRV) -> None:
     """Mark a constant-extent spatial loop for SIMD code.
 
     Before: ``for i_0, i_1, j in T.grid(4, 32, 128)``. ``sch.vectorize(i_1)``; after::
@@ -330,10 +326,10 @@ def vectorize(sch: Schedule, loop: LoopRV) -> None:
     The lowering expands it into ``Ramp``/``Broadcast`` vector expressions. A loop that
     feeds a reduce var, or whose extent is not a constant, is refused.
     """
-    _set_kind(sch, loop, "vectorized")
+    _set_kind(state, loop, "vectorized")
 
 
-def unroll(sch: Schedule, loop: LoopRV) -> None:
+def unroll(state: ScheduleState, loop: LoopRV) -> None:
     """Mark a loop to be fully unrolled (by the lowering).
 
     Before: ``for k_0, k_1 in T.grid(16, 4)``. ``sch.unroll(k_1)``; after::
@@ -342,10 +338,10 @@ def unroll(sch: Schedule, loop: LoopRV) -> None:
             for k_1 in T.unroll(4):
                 ...
     """
-    _set_kind(sch, loop, "unrolled")
+    _set_kind(state, loop, "unrolled")
 
 
-def bind(sch: Schedule, loop: LoopRV, thread: str) -> None:
+def bind(state: ScheduleState, loop: LoopRV, thread: str) -> None:
     """Bind a spatial loop to a GPU thread axis (``blockIdx.x``, ``threadIdx.y``, ``vthread``).
 
     Every loop bound to the same axis in one kernel must have the same extent; with a
@@ -362,7 +358,7 @@ def bind(sch: Schedule, loop: LoopRV, thread: str) -> None:
     if thread not in ir.THREAD_TAGS:
         raise ScheduleError(f"bind: unknown thread axis {thread!r}; use one of "
                             f"{', '.join(ir.THREAD_TAGS)}")
-    f, path = sch._loop(loop)
+    f, path = state.get_loop(loop)
     kernel = path[_kernel_index(path)] if len(path) > _kernel_index(path) else f
     if not thread.startswith("vthread"):
         for node, _ in st.walk(kernel):
@@ -372,11 +368,11 @@ def bind(sch: Schedule, loop: LoopRV, thread: str) -> None:
                     f"{thread} bound to extents {node.extent} and {f.extent}: bind loops of "
                     f"equal extent, or split first (loop {node.loop_var.name} has extent "
                     f"{node.extent}, loop {f.loop_var.name} has extent {f.extent})")
-    _set_kind(sch, loop, "thread_binding", thread)
-    if sch.target is not None:
+    _set_kind(state, loop, "thread_binding", thread)
+    if state.target is not None:
         from toolchain.tir.schedule.gpu import check_gpu_limits
 
-        check_gpu_limits(sch._func, sch.target)
+        check_gpu_limits(state.func, state.target)
 
 
 def _kernel_index(path: tuple[ir.Stmt, ...]) -> int:
@@ -390,7 +386,7 @@ def _kernel_index(path: tuple[ir.Stmt, ...]) -> int:
     return 0
 
 
-def annotate(sch: Schedule, target: Any, key: str, value: Any) -> None:
+def annotate(state: ScheduleState, target: Any, key: str, value: Any) -> None:
     """Attach ``key = value`` to a loop or block (read by lowering and code generation).
 
     Before: ``for i_0 in range(4):``. ``sch.annotate(i_0, "pragma_unroll_explicit", 1)``;
@@ -400,37 +396,33 @@ def annotate(sch: Schedule, target: Any, key: str, value: Any) -> None:
 
     On a block it shows as ``T.block_attr({...})``.
     """
-    from toolchain.tir.schedule.schedule import LoopRV
-
     if isinstance(target, LoopRV):
-        f, _ = sch._loop(target)
+        f, _ = state.get_loop(target)
         new: ir.Stmt = replace(f, annotations={**f.annotations, key: value})
-        sch._func = st.replace_stmts(sch._func, {id(f): new})
+        state.update({id(f): new})
     else:
-        r, _ = sch._block(target)
+        r, _ = state.get_block(target)
         blk = replace(r.block, annotations={**r.block.annotations, key: value})
-        sch._func = st.replace_block(sch._func, r.block, blk)
+        state.update({id(r.block): blk})
 
 
-def unannotate(sch: Schedule, target: Any, key: str) -> None:
+def unannotate(state: ScheduleState, target: Any, key: str) -> None:
     """Remove annotation ``key`` from a loop or block (no-op if absent)."""
-    from toolchain.tir.schedule.schedule import LoopRV
-
     if isinstance(target, LoopRV):
-        f, _ = sch._loop(target)
+        f, _ = state.get_loop(target)
         ann = {k: v for k, v in f.annotations.items() if k != key}
-        sch._func = st.replace_stmts(sch._func, {id(f): replace(f, annotations=ann)})
+        state.update({id(f): replace(f, annotations=ann)})
     else:
-        r, _ = sch._block(target)
+        r, _ = state.get_block(target)
         ann = {k: v for k, v in r.block.annotations.items() if k != key}
-        sch._func = st.replace_block(sch._func, r.block, replace(r.block, annotations=ann))
+        state.update({id(r.block): replace(r.block, annotations=ann)})
 
 
-def pragma(sch: Schedule, loop: LoopRV, key: str, value: Any = 1) -> None:
+def pragma(state: ScheduleState, loop: LoopRV, key: str, value: Any = 1) -> None:
     """Annotate a loop with ``pragma_<key>``.
 
     Before: ``for k in range(64):``. ``sch.pragma(k, "unroll_max_step", 16)``; after::
 
         for k in T.serial(64, annotations={'pragma_unroll_max_step': 16}):
     """
-    annotate(sch, loop, f"pragma_{key}", value)
+    annotate(state, loop, f"pragma_{key}", value)

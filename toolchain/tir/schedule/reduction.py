@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import ir
 from toolchain.tir.functor import free_vars, substitute
 from toolchain.tir.schedule import state as st
+from toolchain.tir.schedule.cache import check_no_reader_in_nest
 from toolchain.tir.schedule.compute_location import refresh_regions
-
-if TYPE_CHECKING:
-    from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+from toolchain.tir.schedule.state import ScheduleState
 
 
 def _conjuncts(e: ir.PrimExpr) -> list[ir.PrimExpr]:
@@ -28,7 +27,7 @@ def _and(parts: list[ir.PrimExpr]) -> ir.PrimExpr:
     return out
 
 
-def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
+def decompose_reduction(state: ScheduleState, block: BlockRV, loop: LoopRV) -> BlockRV:
     """Move a reduction block's ``init`` into its own block, placed before ``loop``.
 
     The init block gets copies of the loops between ``loop`` and the block that its
@@ -55,9 +54,9 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
                     ... (no init)
                     C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]
     """
-    r, bpath = sch._block(block)
+    r, bpath = state.get_block(block)
     blk = r.block
-    f, _ = sch._loop(loop)
+    f, _ = state.get_loop(loop)
     if blk.init is None:
         raise ScheduleError(f"decompose_reduction: block {blk.name_hint!r} has no init "
                             "statement (it is not a reduction, or was already decomposed)")
@@ -100,17 +99,15 @@ def decompose_reduction(sch: Schedule, block: BlockRV, loop: LoopRV) -> BlockRV:
     ivs = tuple(ir.IterVar(bvmap[iv.var], iv.dom, "spatial") for iv, _ in spatial)
     vals = tuple(substitute(v, lmap) for _, v in spatial)
     init_body = substitute(blk.init, bvmap)
-    name = sch._fresh_block_name(f"{blk.name_hint}_init")
+    name = state.fresh_block_name(f"{blk.name_hint}_init")
     init_blk = refresh_regions(ir.Block(name, ivs, (), (), init_body))
     init_nest: ir.Stmt = ir.BlockRealize(vals, _and(preds), init_blk)
     for n in reversed(needed):
         init_nest = ir.For(lmap[n.loop_var], n.min, n.extent, "serial", init_nest)
     upd = refresh_regions(replace(blk, init=None))  # the update now reads its output
-    f2 = st._Replace({id(blk): upd}).visit_stmt(f)
-    sch._func = st.replace_stmts(sch._func, {id(f): ir.seq(init_nest, f2)})
-    from toolchain.tir.schedule.schedule import BlockRV as _B
-
-    return _B(name)
+    f2 = st.replace_in(f, {id(blk): upd})
+    state.update({id(f): ir.seq(init_nest, f2)})
+    return BlockRV(name)
 
 
 _COMBINERS = (ir.Add, ir.Mul, ir.Max, ir.Min)
@@ -188,7 +185,7 @@ def _check_rfactor_loops(f: ir.For, blk: ir.Block, spat: list, red: list,
     return red_loops
 
 
-def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
+def rfactor(state: ScheduleState, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     """Factor a reduction over ``loop`` into a partial-result buffer, then reduce it.
 
     Makes the partial sums independent so ``loop`` can be parallelized/bound. Before
@@ -218,13 +215,13 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
                 ...
                 B[vi] = B[vi] + B_rf[vk_1, vi]
     """
-    f, _ = sch._loop(loop)
+    f, _ = state.get_loop(loop)
     under = st.blocks_under(f)
     if len(under) != 1:
         raise ScheduleError(f"rfactor: loop {f.loop_var.name} must contain exactly one block, "
                             f"found {len(under)}")
     r = under[0][0]
-    found = st.find_block(sch._func, r.block.name_hint)
+    found = st.find_block(state.func, r.block.name_hint)
     assert found is not None
     _, bpath = found
     blk = r.block
@@ -257,7 +254,7 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     init_val = blk.init.value if isinstance(blk.init, ir.BufferStore) else None
     if init_val is None:
         raise ScheduleError(f"rfactor: the init of block {blk.name_hint!r} is not a store")
-    rf_name = sch._fresh_block_name(f"{blk.name_hint}_rf")
+    rf_name = state.fresh_block_name(f"{blk.name_hint}_rf")
     rf_init = ir.BufferStore(rf_buf, init_val, tuple(rf_idx))
     guarded = not ir.is_const_int(r.predicate, 1)
     # with a guard, some partial results may never see an iteration: initialise them all
@@ -267,17 +264,13 @@ def rfactor(sch: Schedule, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     rf_realize = ir.BlockRealize(tuple(rf_vals), r.predicate, rf_blk)
     wb_nest = _writeback(blk, [iv for iv, _ in spat], store, comb, rf_buf, factor_axis,
                          f.extent, vrf.name)
-    from toolchain.tir.schedule.cache import _insert_root, _top_of, check_no_reader_in_nest
-
-    check_no_reader_in_nest(sch._func, r, out, "rfactor")
-    pos = _top_of(sch._func, r)
-    func = st.replace_stmts(sch._func, {id(r): rf_realize})
-    func = _insert_root(func, pos + 1, wb_nest, rf_buf)
+    check_no_reader_in_nest(state.func, r, out, "rfactor")
+    pos = st.root_index(state.func, r)
+    func = st.replace_stmts(state.func, {id(r): rf_realize})
+    func = st.insert_root(func, pos + 1, wb_nest, rf_buf)
     if guarded:
-        init_nest = _full_init(sch._fresh_block_name(f"{rf_name}_init"),
+        init_nest = _full_init(state.fresh_block_name(f"{rf_name}_init"),
                                [iv for iv in rf_ivs if iv.iter_type == "spatial"], rf_init)
-        func = _insert_root(func, pos, init_nest, None)
-    sch._func = func
-    from toolchain.tir.schedule.schedule import BlockRV as _B
-
-    return _B(rf_name)
+        func = st.insert_root(func, pos, init_nest, None)
+    state.replace(func)
+    return BlockRV(rf_name)

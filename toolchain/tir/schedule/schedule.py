@@ -6,8 +6,11 @@ and applies primitives one call at a time: each call checks its preconditions (r
 :class:`~toolchain.errors.ScheduleError` with the block, loops, extents, the rule and a fix),
 transforms the function, and returns new handles. Every call is recorded in ``sch.trace``.
 
-The primitives live one group per module (their docstrings show the IR before, the call,
-and the IR after): :mod:`.loops` (split, fuse, reorder, tile, parallel, vectorize, unroll,
+A ``Schedule`` is a thin front over a :class:`~toolchain.tir.schedule.state.ScheduleState`
+(``sch.state``), which owns the function and the records of consumed loops and removed
+blocks. The primitives are functions of that state, one group per module (their
+docstrings show the IR before, the call, and the IR after): :mod:`.queries` (get_block,
+get_loops, ...), :mod:`.loops` (split, fuse, reorder, tile, parallel, vectorize, unroll,
 bind, annotate, pragma), :mod:`.compute_location` (compute_at, reverse_compute_at,
 compute_inline, reverse_compute_inline), :mod:`.cache` (cache_read, cache_write,
 set_scope, storage_align), :mod:`.reduction` (decompose_reduction, rfactor) and
@@ -40,46 +43,13 @@ from typing import Any
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import ir
-from toolchain.tir.schedule import cache, compute_location, loops, reduction
-from toolchain.tir.schedule import state as st
+from toolchain.tir.schedule import cache, compute_location, loops, queries, reduction
 from toolchain.tir.schedule import tensorize as tensorize_mod
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+from toolchain.tir.schedule.state import ScheduleState
 from toolchain.tir.schedule.trace import Instruction, RVRef, Trace
 
-
-class BlockRV:
-    """A handle to a block (by its unique name)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"BlockRV({self.name!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, BlockRV) and other.name == self.name
-
-    def __hash__(self) -> int:
-        return hash(("block", self.name))
-
-
-class LoopRV:
-    """A handle to a loop (by its loop variable, which survives other transformations)."""
-
-    def __init__(self, var: ir.Var) -> None:
-        self.var = var
-
-    @property
-    def name(self) -> str:
-        return self.var.name
-
-    def __repr__(self) -> str:
-        return f"LoopRV({self.var.name!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, LoopRV) and other.var is self.var
-
-    def __hash__(self) -> int:
-        return hash(("loop", id(self.var)))
+__all__ = ["BlockRV", "LoopRV", "Schedule"]
 
 
 def _describe(v: Any) -> str:
@@ -91,24 +61,19 @@ def _describe(v: Any) -> str:
 
 
 def _primitive(impl: Callable[..., Any]) -> Callable[..., Any]:
-    """Make a traced Schedule method from a primitive implementation ``impl(sch, ...)``."""
+    """Make a traced Schedule method from a primitive implementation ``impl(state, ...)``.
+
+    The call runs inside ``state.applying(...)``, so a failed primitive leaves the state as
+    it was, and is recorded in the trace only when it succeeds.
+    """
 
     @functools.wraps(impl)
     def method(self: Schedule, *args: Any, **kwargs: Any) -> Any:
-        if self._depth:
-            return impl(self, *args, **kwargs)
         parts = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in
                                                 kwargs.items()]
-        self._current = f"{impl.__name__}({', '.join(parts)}) at step {len(self._trace) + 1}"
-        self._depth += 1
-        before = self._func
-        try:
-            out = impl(self, *args, **kwargs)
-        except BaseException:
-            self._func = before
-            raise
-        finally:
-            self._depth -= 1
+        what = f"{impl.__name__}({', '.join(parts)}) at step {len(self._trace) + 1}"
+        with self._state.applying(what):
+            out = impl(self._state, *args, **kwargs)
         self._record(impl.__name__, args, kwargs, out)
         return out
 
@@ -128,32 +93,32 @@ class Schedule:
             raise ScheduleError(
                 f"Schedule expects a PrimFunc (from te.create_prim_func), got "
                 f"{type(func).__name__}")
-        st.root_block(func)
-        self._func = func
+        self._state = ScheduleState(func, _load_target(target))
         self._trace = Trace()
-        self._consumed: dict[int, str] = {}
-        self._removed_blocks: dict[str, str] = {}
+        # trace names of the handles handed out; _keep holds them so their ids stay unique
         self._rv_names: dict[int, str] = {}
         self._keep: list[Any] = []
-        self._depth = 0
-        self._current = ""
-        self.target = _load_target(target)
-        names = st.block_names(func)
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ScheduleError(f"block names must be unique to be scheduled; repeated: "
-                                f"{', '.join(dup)}")
 
     # ------------------------------------------------------------------ state
     @property
+    def state(self) -> ScheduleState:
+        """The :class:`~toolchain.tir.schedule.state.ScheduleState` the primitives edit."""
+        return self._state
+
+    @property
     def mod(self) -> ir.PrimFunc:
         """The current PrimFunc (``print(sch.mod)`` shows it)."""
-        return self._func
+        return self._state.func
 
     @property
     def func(self) -> ir.PrimFunc:
         """Same as :attr:`mod`."""
-        return self._func
+        return self._state.func
+
+    @property
+    def target(self) -> Any:
+        """The :class:`~toolchain.target.Target` the primitives check against, or None."""
+        return self._state.target
 
     @property
     def trace(self) -> Trace:
@@ -163,18 +128,16 @@ class Schedule:
     def copy(self) -> Schedule:
         """An independent schedule in the same state (handles stay valid in both)."""
         new = Schedule.__new__(Schedule)
-        new.__dict__.update(self.__dict__)
+        new._state = self._state.copy()
         new._trace = self._trace.copy()
-        new._consumed = dict(self._consumed)
-        new._removed_blocks = dict(self._removed_blocks)
         new._rv_names = dict(self._rv_names)
         new._keep = list(self._keep)
         return new
 
     def __str__(self) -> str:
-        return str(self._func)
+        return str(self._state.func)
 
-    # ------------------------------------------------------------------ handles (internal)
+    # ------------------------------------------------------------------ trace (internal)
     def _record(self, kind: str, args: tuple, kwargs: dict, out: Any) -> None:
         def ref(v: Any) -> Any:
             if isinstance(v, (LoopRV, BlockRV)):
@@ -199,103 +162,18 @@ class Schedule:
             self._keep.append(rv)
         return self._rv_names[id(rv)]
 
-    def _loop(self, rv: Any) -> tuple[ir.For, tuple[ir.Stmt, ...]]:
-        if not isinstance(rv, LoopRV):
-            raise ScheduleError(f"expected a loop handle (from get_loops/split/fuse), got "
-                                f"{rv!r}")
-        found = st.find_loop(self._func, rv.var)
-        if found is None:
-            how = self._consumed.get(id(rv.var))
-            if how:
-                raise ScheduleError(
-                    f"loop handle {rv.name} was consumed by {how}; use the new loops "
-                    "returned by it")
-            raise ScheduleError(f"loop {rv.name} is not in this function (a handle from "
-                                "another schedule?); get it with sch.get_loops(block)")
-        return found
-
-    def _block(self, rv: Any) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]:
-        if isinstance(rv, str):
-            rv = BlockRV(rv)
-        if not isinstance(rv, BlockRV):
-            raise ScheduleError(f"expected a block handle (from get_block), got {rv!r}")
-        found = st.find_block(self._func, rv.name)
-        if found is None:
-            how = self._removed_blocks.get(rv.name)
-            if how:
-                raise ScheduleError(f"block handle {rv.name!r} was removed by {how}")
-            raise ScheduleError(f"no block named {rv.name!r}; blocks: "
-                                f"{', '.join(st.block_names(self._func))}")
-        return found
-
-    def _consume_loop(self, var: ir.Var) -> None:
-        self._consumed[id(var)] = self._current
-        self._keep.append(var)
-
-    def _remove_block(self, name: str) -> None:
-        self._removed_blocks[name] = self._current
-
-    def _fresh_block_name(self, base: str) -> str:
-        names = set(st.block_names(self._func))
-        name, n = base, 0
-        while name in names:
-            n += 1
-            name = f"{base}_{n}"
-        return name
-
     # ------------------------------------------------------------------ queries
-    @_primitive
-    def get_block(self, name: str) -> BlockRV:
-        """The block called ``name``: ``sch.get_block("C")``."""
-        self._block(BlockRV(name))
-        return BlockRV(name)
-
-    @_primitive
-    def get_loops(self, block: BlockRV) -> list[LoopRV]:
-        """The loops around ``block`` up to its enclosing block, outermost first."""
-        realize, path = self._block(block)
-        return [LoopRV(f.loop_var) for f in st.loops_of(path)]
-
-    @_primitive
-    def get_child_blocks(self, parent: BlockRV | LoopRV) -> list[BlockRV]:
-        """Blocks directly under a block or loop (not nested in another block)."""
-        if isinstance(parent, LoopRV):
-            node: ir.Stmt = self._loop(parent)[0]
-        else:
-            node = self._block(parent)[0].block.body
-        return [BlockRV(r.block.name_hint) for r, _ in st.blocks_under(node)]
-
-    @_primitive
-    def get_producers(self, block: BlockRV) -> list[BlockRV]:
-        """Blocks that write a buffer ``block`` reads (program order)."""
-        from toolchain.tir.schedule.compute_location import _writers
-
-        r, _ = self._block(block)
-        out: list[str] = []
-        for rd in r.block.reads:
-            for w, _ in _writers(self._func, rd.buffer, r.block):
-                if w.block.name_hint not in out:
-                    out.append(w.block.name_hint)
-        return [BlockRV(n) for n in out]
-
-    @_primitive
-    def get_consumers(self, block: BlockRV) -> list[BlockRV]:
-        """Blocks that read a buffer ``block`` writes (program order)."""
-        from toolchain.tir.schedule.compute_location import _readers
-
-        r, _ = self._block(block)
-        out: list[str] = []
-        for w in r.block.writes:
-            for rd, _ in _readers(self._func, w.buffer, r.block):
-                if rd.block.name_hint not in out:
-                    out.append(rd.block.name_hint)
-        return [BlockRV(n) for n in out]
+    get_block = _primitive(queries.get_block)
+    get_loops = _primitive(queries.get_loops)
+    get_child_blocks = _primitive(queries.get_child_blocks)
+    get_producers = _primitive(queries.get_producers)
+    get_consumers = _primitive(queries.get_consumers)
 
     def get(self, rv: BlockRV | LoopRV) -> ir.Stmt:
         """The IR node a handle refers to now (a ``Block`` or a ``For``)."""
         if isinstance(rv, LoopRV):
-            return self._loop(rv)[0]
-        return self._block(rv)[0].block
+            return self._state.get_loop(rv)[0]
+        return self._state.get_block(rv)[0].block
 
     # ------------------------------------------------------------------ primitives
     split = _primitive(loops.split)
@@ -328,7 +206,7 @@ class Schedule:
 
         t = _load_target(target) or self.target
         if t is not None:
-            check_gpu_limits(self._func, t)
+            check_gpu_limits(self._state.func, t)
 
 
 def _load_target(target: Any) -> Any:

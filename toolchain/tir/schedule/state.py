@@ -1,19 +1,288 @@
-"""Tree utilities the schedule primitives share: find, locate, replace and remove nodes.
+"""The schedule state (:class:`ScheduleState`) and the tree helpers primitives share.
 
-The IR is immutable, so "editing" a function means rebuilding the path from the root to
-the edited node. Nodes are found by identity; loops by their ``loop_var`` (which survives
-rebuilding) and blocks by their unique ``name_hint``.
+A :class:`ScheduleState` owns the function being scheduled and the bookkeeping about old
+handles; every primitive takes one. The free functions below find, locate, replace and
+remove nodes of a PrimFunc. The IR is immutable, so "editing" a function means rebuilding
+the path from the root to the edited node. Nodes are found by identity; loops by their
+``loop_var`` (which survives rebuilding) and blocks by their unique ``name_hint``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+
+
+class ScheduleState:
+    """What a schedule edits: the current PrimFunc, and what became of old handles.
+
+    Every schedule primitive is a function ``primitive(state, ...)`` (in :mod:`.loops`,
+    :mod:`.cache`, ...): it finds its nodes through handles (:meth:`get_loop`,
+    :meth:`get_block`), builds the new function with the tree helpers of this module and
+    installs it (:meth:`replace`, :meth:`update`). It records the loops it consumes and the
+    blocks it removes, so that a stale handle later gets a message naming the step that
+    consumed it. :class:`~toolchain.tir.schedule.Schedule` is the user-facing front over
+    one state: it runs each primitive inside :meth:`applying` and records the trace.
+
+    ``target`` (a :class:`~toolchain.target.Target` or None) is what the primitives check
+    GPU limits and memory scopes against.
+
+    >>> from toolchain import te
+    >>> from toolchain.tir.schedule import LoopRV, loops
+    >>> A = te.placeholder((64,), name="A")
+    >>> B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+    >>> state = ScheduleState(te.create_prim_func([A, B]))
+    >>> realize, path = state.get_block("B")
+    >>> i = LoopRV(loops_of(path)[0].loop_var)
+    >>> with state.applying("split(i)"):
+    ...     io, ii = loops.split(state, i, [None, 16])
+    >>> fmt_loops(loops_of(state.get_block("B")[1]))
+    'i_0(4), i_1(16)'
+    >>> state.consumed_by(i.var)
+    'split(i)'
+    """
+
+    def __init__(self, func: ir.PrimFunc, target: Any = None) -> None:
+        if not isinstance(func, ir.PrimFunc):
+            raise ScheduleError(f"a schedule expects a PrimFunc (from te.create_prim_func), "
+                                f"got {type(func).__name__}")
+        root_block(func)
+        names = block_names(func)
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ScheduleError(f"block names must be unique to be scheduled; repeated: "
+                                f"{', '.join(dup)}")
+        self._func = func
+        self._target = target
+        # id(loop var) -> (the var, kept alive so its id is not reused; what consumed it)
+        self._consumed: dict[int, tuple[ir.Var, str]] = {}
+        self._removed: dict[str, str] = {}
+        self._current = ""
+
+    # ------------------------------------------------------------------ the function
+    @property
+    def func(self) -> ir.PrimFunc:
+        """The current PrimFunc."""
+        return self._func
+
+    @property
+    def target(self) -> Any:
+        """The target whose limits the primitives check (None: no target checks)."""
+        return self._target
+
+    def replace(self, func: ir.PrimFunc) -> None:
+        """Install ``func`` (a primitive's result) as the current function.
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> state.replace(with_root_allocs(state.func, add=(ir.Buffer("T", (8,)),)))
+        >>> [b.name for b in root_block(state.func).alloc_buffers]
+        ['T']
+        """
+        if not isinstance(func, ir.PrimFunc):
+            raise ScheduleError(f"ScheduleState.replace expects a PrimFunc, got "
+                                f"{type(func).__name__}")
+        self._func = func
+
+    def update(self, mapping: dict[int, ir.Stmt | None]) -> None:
+        """Replace statements of the current function, keyed by ``id`` (see
+        :func:`replace_stmts`; ``None`` removes a statement from its sequence).
+
+        >>> from dataclasses import replace as with_
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> f = loops_of(state.get_block("compute")[1])[0]
+        >>> state.update({id(f): with_(f, kind="parallel")})
+        >>> print(state.func)  # doctest: +NORMALIZE_WHITESPACE
+        @T.prim_func
+        def main(A: T.Buffer((8,), "float32"), compute: T.Buffer((8,), "float32")):
+            for i in T.parallel(8):
+                with T.block("compute"):
+                    vi = T.axis.spatial(8, i)
+                    T.reads(A[vi])
+                    T.writes(compute[vi])
+                    compute[vi] = A[vi]
+        """
+        self.replace(replace_stmts(self._func, mapping))
+
+    # ------------------------------------------------------------------ handles
+    def get_loop(self, rv: LoopRV) -> tuple[ir.For, tuple[ir.Stmt, ...]]:
+        """The ``For`` a loop handle refers to, and its ancestors (outermost first).
+
+        A consumed handle (split, fuse, tensorize) or one from another function is an
+        error that says so:
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> state.get_loop(LoopRV(ir.Var("k")))
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.ScheduleError: loop k is not in this function (a handle from
+        another schedule?); get it with sch.get_loops(block)
+        """
+        if not isinstance(rv, LoopRV):
+            raise ScheduleError(f"expected a loop handle (from get_loops/split/fuse), got "
+                                f"{rv!r}")
+        found = find_loop(self._func, rv.var)
+        if found is None:
+            how = self.consumed_by(rv.var)
+            if how:
+                raise ScheduleError(
+                    f"loop handle {rv.name} was consumed by {how}; use the new loops "
+                    "returned by it")
+            raise ScheduleError(f"loop {rv.name} is not in this function (a handle from "
+                                "another schedule?); get it with sch.get_loops(block)")
+        return found
+
+    def get_block(self, rv: BlockRV | str) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]:
+        """The ``BlockRealize`` a block handle (or block name) refers to, and its ancestors.
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> B = te.compute((8,), lambda i: A[i], name="B")
+        >>> state = ScheduleState(te.create_prim_func([A, B]))
+        >>> realize, path = state.get_block("B")
+        >>> realize.block.name_hint, fmt_loops(loops_of(path))
+        ('B', 'i(8)')
+        >>> state.get_block("C")
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.ScheduleError: no block named 'C'; blocks: B
+        """
+        if isinstance(rv, str):
+            rv = BlockRV(rv)
+        if not isinstance(rv, BlockRV):
+            raise ScheduleError(f"expected a block handle (from get_block), got {rv!r}")
+        found = find_block(self._func, rv.name)
+        if found is None:
+            how = self.removed_by(rv.name)
+            if how:
+                raise ScheduleError(f"block handle {rv.name!r} was removed by {how}")
+            raise ScheduleError(f"no block named {rv.name!r}; blocks: "
+                                f"{', '.join(block_names(self._func))}")
+        return found
+
+    def consume_loop(self, var: ir.Var) -> None:
+        """Record that the primitive being applied replaced the loop of ``var``.
+
+        :meth:`get_loop` on its handle then names that primitive:
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> i = ir.Var("i")
+        >>> with state.applying("split(i, factors=[None, 4]) at step 1"):
+        ...     state.consume_loop(i)
+        >>> state.get_loop(LoopRV(i))
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.ScheduleError: loop handle i was consumed by
+        split(i, factors=[None, 4]) at step 1; use the new loops returned by it
+        """
+        self._consumed[id(var)] = (var, self._current or "an earlier primitive")
+
+    def consumed_by(self, var: ir.Var) -> str | None:
+        """The primitive that consumed the loop of ``var`` (see :meth:`consume_loop`)."""
+        entry = self._consumed.get(id(var))
+        return entry[1] if entry is not None and entry[0] is var else None
+
+    def remove_block(self, name: str) -> None:
+        """Record that the primitive being applied removed block ``name`` (an inlining).
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> with state.applying("compute_inline(B) at step 2"):
+        ...     state.remove_block("B")
+        >>> state.get_block("B")
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.ScheduleError: block handle 'B' was removed by compute_inline(B) at step 2
+        """
+        self._removed[name] = self._current or "an earlier primitive"
+
+    def removed_by(self, name: str) -> str | None:
+        """The primitive that removed block ``name`` (see :meth:`remove_block`)."""
+        return self._removed.get(name)
+
+    def fresh_block_name(self, base: str) -> str:
+        """``base``, or ``base_1``, ``base_2``... whichever no block of the function has.
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> B = te.compute((8,), lambda i: A[i], name="B")
+        >>> state = ScheduleState(te.create_prim_func([A, B]))
+        >>> state.fresh_block_name("B_init"), state.fresh_block_name("B")
+        ('B_init', 'B_1')
+        """
+        names = set(block_names(self._func))
+        name, n = base, 0
+        while name in names:
+            n += 1
+            name = f"{base}_{n}"
+        return name
+
+    # ------------------------------------------------------------------ applying
+    @property
+    def current(self) -> str:
+        """The primitive being applied, as messages name it; empty between primitives."""
+        return self._current
+
+    @contextmanager
+    def applying(self, description: str) -> Iterator[None]:
+        """Apply one primitive: ``description`` names it in the records of consumed loops
+        and removed blocks, and an error undoes every change made inside.
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> before = state.func
+        >>> try:
+        ...     with state.applying("compute_inline(compute)"):
+        ...         state.replace(with_root_allocs(state.func, add=(ir.Buffer("T", (8,)),)))
+        ...         state.remove_block("compute")
+        ...         raise ScheduleError("refused")
+        ... except ScheduleError:
+        ...     pass
+        >>> state.func is before, state.removed_by("compute"), state.current
+        (True, None, '')
+        """
+        saved = (self._func, dict(self._consumed), dict(self._removed), self._current)
+        self._current = description
+        try:
+            yield
+        except BaseException:
+            self._func, self._consumed, self._removed = saved[0], saved[1], saved[2]
+            raise
+        finally:
+            self._current = saved[3]
+
+    def copy(self) -> ScheduleState:
+        """An independent state with the same function and records.
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((8,), name="A")
+        >>> state = ScheduleState(te.create_prim_func([A, te.compute((8,), lambda i: A[i])]))
+        >>> other = state.copy()
+        >>> other.remove_block("compute")
+        >>> state.removed_by("compute") is None
+        True
+        """
+        new = copy.copy(self)
+        new._consumed = dict(self._consumed)
+        new._removed = dict(self._removed)
+        return new
 
 
 def children(s: ir.Stmt) -> list[ir.Stmt]:
@@ -131,10 +400,14 @@ class _Replace(StmtExprMutator):
         return ir.seq(*[x for x in new if x is not None])
 
 
+def replace_in(s: ir.Stmt, mapping: dict[int, ir.Stmt | None]) -> ir.Stmt:
+    """Replace statements (keyed by ``id``) under ``s``; ``None`` removes from a sequence."""
+    return _Replace(mapping).visit_stmt(s)
+
+
 def replace_stmts(func: ir.PrimFunc, mapping: dict[int, ir.Stmt | None]) -> ir.PrimFunc:
     """Replace statements (keyed by ``id``) in ``func``; ``None`` removes from a sequence."""
-    body = _Replace(mapping).visit_stmt(func.body)
-    return func.with_body(body)
+    return func.with_body(replace_in(func.body, mapping))
 
 
 def replace_block(func: ir.PrimFunc, old: ir.Block, new: ir.Block) -> ir.PrimFunc:
@@ -150,6 +423,49 @@ def root_block(func: ir.PrimFunc) -> ir.Block:
     raise ScheduleError(
         f"function {func.name!r} has no root block: it was already lowered; schedule the "
         "function produced by te.create_prim_func instead")
+
+
+def root_items(func: ir.PrimFunc) -> list[ir.Stmt]:
+    """The statements directly under the root block, in order."""
+    body = root_block(func).body
+    return list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
+
+
+def root_index(func: ir.PrimFunc, target: ir.Stmt) -> int:
+    """The position in :func:`root_items` of the statement that contains ``target``."""
+    for k, item in enumerate(root_items(func)):
+        if any(n is target for n, _ in walk(item)):
+            return k
+    raise ScheduleError("internal: statement not found under the root block")
+
+
+def insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt,
+                alloc: ir.Buffer | None) -> ir.PrimFunc:
+    """Insert ``stmt`` at position ``pos`` under the root block, allocating ``alloc``."""
+    root = root_block(func)
+    items = root_items(func)
+    items.insert(pos, stmt)
+    allocs = root.alloc_buffers + ((alloc,) if alloc is not None else ())
+    new_root = replace(root, body=ir.seq(*items), alloc_buffers=allocs)
+    return replace_block(func, root, new_root)
+
+
+def readers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block | None = None) -> list[tuple[
+        ir.BlockRealize, tuple[ir.Stmt, ...]]]:
+    """Non-root blocks (other than ``skip``) that read ``buf``, with paths, program order."""
+    return [(node, path) for node, path in walk(func.body)
+            if (isinstance(node, ir.BlockRealize) and node.block is not skip
+                and node.block.name_hint != "root"
+                and any(rd.buffer is buf for rd in node.block.reads))]
+
+
+def writers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block | None = None) -> list[tuple[
+        ir.BlockRealize, tuple[ir.Stmt, ...]]]:
+    """Non-root blocks (other than ``skip``) that write ``buf``, with paths, program order."""
+    return [(node, path) for node, path in walk(func.body)
+            if (isinstance(node, ir.BlockRealize) and node.block is not skip
+                and node.block.name_hint != "root"
+                and any(w.buffer is buf for w in node.block.writes))]
 
 
 def with_root_allocs(func: ir.PrimFunc, add: tuple[ir.Buffer, ...] = (),

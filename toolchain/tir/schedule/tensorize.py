@@ -16,16 +16,15 @@ matched offset. A mismatch says which loop, index, or dtype differs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.analysis import access_regions
 from toolchain.tir.functor import StmtExprMutator, free_vars, substitute
 from toolchain.tir.schedule import state as st
-
-if TYPE_CHECKING:
-    from toolchain.tir.schedule.schedule import BlockRV, LoopRV, Schedule
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+from toolchain.tir.schedule.state import ScheduleState
 
 
 @dataclass(frozen=True)
@@ -216,7 +215,7 @@ def _bound_body(r: ir.BlockRealize, stmt: ir.Stmt) -> ir.Stmt:
     return substitute(stmt, vmap)
 
 
-def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
+def tensorize(state: ScheduleState, loop: LoopRV | BlockRV, intrin: str) -> None:
     """Replace the loop nest under ``loop`` by a registered tensor intrinsic.
 
     Before (a 16x16x16 tile of a matmul after ``tile`` and ``decompose_reduction``)::
@@ -237,12 +236,10 @@ def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
 
     A mismatch names the loop, index or dtype that differs.
     """
-    from toolchain.tir.schedule.schedule import LoopRV as _L
-
     it = TensorIntrin.get(intrin)
     dloops, dr = _desc_nest(it.desc, intrin)
-    if isinstance(loop, _L):
-        f, path = sch._loop(loop)
+    if isinstance(loop, LoopRV):
+        f, path = state.get_loop(loop)
         sloops, sr = _nest(f)
         top: ir.Stmt = f
         if sr is None:
@@ -250,7 +247,7 @@ def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
                                 "perfect loop nest over one block; tensorize the loop just "
                                 "above the block's inner tile")
     else:
-        sr, path = sch._block(loop)
+        sr, path = state.get_block(loop)
         sloops, top = [], sr
     sb = sr.block
     if not ir.is_const_int(arith.simplify(sr.predicate), 1):
@@ -292,12 +289,12 @@ def tensorize(sch: Schedule, loop: LoopRV | BlockRV, intrin: str) -> None:
     blk = ir.Block(sb.name_hint, (), tuple(reads), tuple(writes), body,
                    annotations={**sb.annotations, "tensorized": intrin})
     new = ir.BlockRealize((), ir.IntImm(1, "bool"), blk)
-    sch._func = st.replace_stmts(sch._func, {id(top): new})
+    state.update({id(top): new})
     for lp in sloops:
-        sch._consume_loop(lp.loop_var)
+        state.consume_loop(lp.loop_var)
 
 
-def blockize(sch: Schedule, loop: LoopRV) -> BlockRV:
+def blockize(state: ScheduleState, loop: LoopRV) -> BlockRV:
     """Wrap the subtree under ``loop`` into a new outer block ``<block>_o``.
 
     The outer block gets one iteration var per enclosing loop the subtree uses (reduce if
@@ -314,7 +311,7 @@ def blockize(sch: Schedule, loop: LoopRV) -> BlockRV:
                         vi = T.axis.spatial(128, vi_0 * 16 + i_1)
                         ...
     """
-    f, path = sch._loop(loop)
+    f, path = state.get_loop(loop)
     under = st.blocks_under(f)
     if not under:
         raise ScheduleError(f"blockize: loop {f.loop_var.name} contains no block")
@@ -335,14 +332,10 @@ def blockize(sch: Schedule, loop: LoopRV) -> BlockRV:
             vals.append(lp.loop_var)
     body = substitute(f, vmap)
     reads, writes = access_regions(body, {iv.var: iv.dom for iv in ivs})
-    name = sch._fresh_block_name(f"{under[0][0].block.name_hint}_o")
+    name = state.fresh_block_name(f"{under[0][0].block.name_hint}_o")
     blk = ir.Block(name, tuple(ivs), tuple(reads), tuple(writes), body)
-    sch._func = st.replace_stmts(sch._func,
-                                 {id(f): ir.BlockRealize(tuple(vals), ir.IntImm(1, "bool"),
-                                                         blk)})
-    from toolchain.tir.schedule.schedule import BlockRV as _B
-
-    return _B(name)
+    state.update({id(f): ir.BlockRealize(tuple(vals), ir.IntImm(1, "bool"), blk)})
+    return BlockRV(name)
 
 
 def intrin_buffers(intrin: str) -> list[Any]:
