@@ -27,6 +27,13 @@ class UnsupportedError(ModelError):
     """The model uses ops or attributes that Kiln does not support (all listed at once)."""
 
 
+class NoScheduleError(UnsupportedError):
+    """No default schedule exists for this op (or this configuration of it) on this target:
+    the one case where a bundle kernel may fall back to the unscheduled compute (listed in
+    the compile summary and ``metadata.json``). Any other exception from a schedule is a bug
+    and fails the compile."""
+
+
 class InputError(KilnError):
     """Run-time inputs (an npz file, an array) do not match what the model expects."""
 

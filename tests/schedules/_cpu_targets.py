@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,4 +55,12 @@ def run_aliased(node, x, target: str = "cortex-m4"):
     mod = Module(lib, src.entry, s.schedule.mod, src.code, src.extra_args, info)
     buf = x.copy()
     mod(buf, *[v.data for v in s.input_values[1:]], buf)
-    return buf, dict(s.info)
+    return buf, _info(s)
+
+
+def schedule_info(s: Any) -> dict[str, Any]:
+    """An OpSchedule's info with its typed ``in_place`` contract added (when it has one)."""
+    return {**s.info, **({"in_place": s.in_place} if s.in_place is not None else {})}
+
+
+_info = schedule_info

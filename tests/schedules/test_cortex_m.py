@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.schedules._cpu_targets import cross_compile_m4, run_aliased
+from tests.schedules._cpu_targets import schedule_info as _info
 from toolchain.codegen import get_renderer
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
@@ -65,7 +66,7 @@ def _run_host(node: Node, x: np.ndarray, target: str = "cortex-m4") -> tuple[np.
     mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
     out = np.empty(node.outputs[0].shape, node.outputs[0].dtype)
     mod(x, *[v.data for v in s.input_values[1:]], out)
-    return out, dict(s.info)
+    return out, _info(s)
 
 
 def _reference(node: Node, x: np.ndarray) -> np.ndarray:
@@ -316,7 +317,7 @@ def test_qadd_dsp_bit_exact(dtype: str, zp: int, ls: int) -> None:
     dict(c=64, m=64, k=3, stride=1, pads=(1, 1, 1, 1), group=64, hw=(25, 5)),  # KWS depthwise
 ])
 def test_in_place_kernels_are_bit_exact_over_their_own_input(cfg: dict) -> None:
-    """The kernels that say they may write over their input (``info["in_place"]``) give the
+    """The kernels that say they may write over their input (``OpSchedule.in_place``) give the
     reference's bytes when they do."""
     node = _conv(**cfg)
     x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
@@ -346,7 +347,7 @@ def test_aliasing_check_catches_a_kernel_that_reads_its_neighbours() -> None:
 def test_kernels_that_may_not_write_over_their_input_do_not_say_so(cfg: dict) -> None:
     s = schedule_for(_conv(**cfg), "cortex-m4")
     assert s.info["schedule"] == "int8 dsp"
-    assert "in_place" not in s.info
+    assert s.in_place is None
 
 
 def test_grouped_conv_keeps_the_generic_int8_schedule() -> None:

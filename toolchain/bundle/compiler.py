@@ -32,11 +32,12 @@ import numpy as np
 from toolchain.bundle.emit import KernelSource, render_kernel
 from toolchain.bundle.names import CNames, comment, model_identifier
 from toolchain.codegen.c import CRenderer
-from toolchain.errors import OptionError, TargetError, UnsupportedError
+from toolchain.errors import NoScheduleError, OptionError, TargetError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
-from toolchain.target import Target, load_target
+from toolchain.target import Target
+from toolchain.target import resolve_target as resolve_target_once
 from toolchain.tir import arith
 
 #: arena, weight and tensor alignment in bytes (a cache line; AVX-512 loads)
@@ -57,7 +58,7 @@ class CompiledKernel:
     #: the plan writes the output over an input (that pair is rendered without restrict)
     in_place: bool = False
     #: outer input names the kernel may write its output over (its schedule's
-    #: ``info["in_place"]``); the memory planner decides whether it does
+    #: ``OpSchedule.in_place``); the memory planner decides whether it does
     overwrite: tuple[str, ...] = ()
 
 
@@ -78,7 +79,7 @@ class BundleSpec:
 
 def resolve_target(target: str | Path | Target) -> Target:
     """A C :class:`Target` from a name, a YAML path or a Target (others are refused)."""
-    t = target if isinstance(target, Target) else load_target(target)
+    t = resolve_target_once(target)
     if t.kind != "c":
         raise TargetError(f"target {t.name!r} has kind {t.kind!r}: bundles are generated for C "
                           "targets only in this version (try --target c-generic)")
@@ -104,13 +105,20 @@ def _schedule(node: Node, target: Target, cache: KernelCache
     inner input the kernel may write its output over or None)."""
     from toolchain import te
     from toolchain.schedules.fused import _sanitize, fused_compute, schedule_fused
+    from toolchain.schedules.registry import lookup
 
     try:
+        if lookup(node.op, target) is None:
+            raise NoScheduleError(f"{node.describe()}: no schedule for fused kernels on "
+                                  f"target {target.name!r} (keys: "
+                                  f"{', '.join(target.keys) or target.kind})")
         k = schedule_fused(node, target, bind=True)  # weights packed at compile time
         return cache.lower(k.func), list(k.input_values), list(k.output_values), "default", \
             k.in_place
-    except Exception as exc:  # noqa: BLE001 - any schedule failure falls back (recorded)
-        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    except NoScheduleError as exc:
+        # declared: no schedule for this op here (recorded in metadata.json and the summary);
+        # any other exception from a schedule is a bug and propagates
+        why = str(exc).splitlines()[0][:200]
     fc = fused_compute(node)
     func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
     return cache.lower(func), list(fc.input_values), list(fc.output_values), \

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
+from toolchain.target import resolve_target
 
 HELP = "compile an ONNX model into a self-contained C bundle (no malloc, static arena)"
 
@@ -62,16 +63,19 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.model).is_file():
         raise InputError(f"model file {args.model} does not exist")
     start = time.perf_counter()
-    out = compile_model(args.model, args.target, args.output, input_shapes=input_shapes(args),
+    target = resolve_target(args.target)  # once; every stage below gets this Target
+    out = compile_model(args.model, target, args.output, input_shapes=input_shapes(args),
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
-    fallback = sum(1 for k in meta["kernels"] if k["schedule"] != "default")
+    fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
     print(f"wrote {args.output}: model {meta['model']['name']} for target "
           f"{meta['target']['name']} in {time.perf_counter() - start:.1f} s")
     print(f"  kernels {meta['kernel_count']} (from {meta['nodes_before_fusion']} nodes)"
-          + (f", {fallback} without a default schedule" if fallback else ""))
+          + (f", {len(fallback)} without a default schedule" if fallback else ""))
+    for k in fallback:  # declared fallbacks only (toolchain.errors.NoScheduleError)
+        print(f"    kernel {k['index']} {k['name']}: {k['schedule']}")
     print(f"  arena {meta['arena_bytes']:,} B (lower bound {plan['lower_bound']:,} B, "
           f"naive {plan['naive_bytes']:,} B), weights {meta['weight_bytes']:,} B")
     if "failed" in meta["target"]["layout"]:

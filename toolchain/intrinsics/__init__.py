@@ -78,6 +78,8 @@ class IntrinsicSpec:
     tiles: tuple[tuple[int, ...], ...] = ()
     #: the behaviour's loop extents (``ext_<var>`` in the template)
     extents: dict[str, int] = field(default_factory=dict)
+    #: identity of ``helpers`` (the functions the block defines)
+    helpers_key: str = ""
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -97,10 +99,8 @@ class _Helpers:
 
 #: C function (or function-like macro) defined by a loaded target's ``c_helpers`` -> block
 _HELPERS: dict[str, _Helpers] = {}
-#: (target name, source) -> (the Target loaded, its registered intrinsic names)
-_LOADED: dict[tuple[str, str], tuple[Target, tuple[str, ...]]] = {}
-#: loaded target name -> its ``c_helpers`` block (what its intrinsics' bodies may call)
-_HELPERS_OF: dict[str, _Helpers] = {}
+#: (target name, source) -> that descriptor's compiled intrinsics
+_LOADED: dict[tuple[str, str], _Loaded] = {}
 _HELPER_NAME = re.compile(r"^\s*(?:static\s+inline\s+[\w\s*]*?\b([A-Za-z_]\w*)\s*\(|"
                           r"#\s*define\s+([A-Za-z_]\w*)\()", re.MULTILINE)
 
@@ -109,17 +109,24 @@ def _where(t: Target, name: str, spec: dict) -> str:
     return f"{spec.get('source', t.source)}:{spec.get('line', '?')}: intrinsic {name!r}"
 
 
-def load_intrinsics(target: str | Target) -> list[str]:
-    """Register every intrinsic of ``target``; returns their names (``"<target>.<name>"``).
+@dataclass(frozen=True)
+class _Loaded:
+    """One descriptor's intrinsics, compiled once: what :func:`load_intrinsics` registers."""
 
-    Loading twice is harmless: the same descriptor again is a lookup, a changed one
-    replaces the registrations.
-    """
-    t = load_target(target) if isinstance(target, str) else target
-    done = _LOADED.get((t.name, t.source))
-    if done is not None and (done[0] is t or done[0] == t):
-        return list(done[1])
-    names = []
+    target: Target
+    intrinsics: tuple[tuple[IntrinsicSpec, ir.PrimFunc, ir.PrimFunc], ...]
+    helpers: _Helpers | None
+
+
+def _compile(t: Target) -> _Loaded:
+    block = None
+    if t.c_helpers.strip():
+        headers = t.c_helpers_headers if t.c_helpers_headers is not None else \
+            tuple(dict.fromkeys(h for s in t.intrinsics.values() for h in s.get("headers", ())))
+        defined = [m.group(1) or m.group(2) for m in _HELPER_NAME.finditer(t.c_helpers)]
+        block = _Helpers(t.name, _one_block(t.c_helpers), headers,
+                         "c_helpers:" + ",".join(sorted(defined)))
+    out = []
     for name, spec in t.intrinsics.items():
         where = _where(t, name, spec)
         beh = parse_behaviour(spec["behaviour"], where)
@@ -131,28 +138,36 @@ def load_intrinsics(target: str | Target) -> list[str]:
                 for b in desc.buffers]
         impl = ir.PrimFunc(desc.buffers, ir.Evaluate(ir.Call("int32", fn, ptrs)),
                            f"{fn}_impl")
-        full = f"{t.name}.{name}"
-        TensorIntrin.register(full, desc, impl, override=True)
-        info = IntrinsicSpec(full, t.name, fn, tuple(b.name for b in desc.buffers),
+        info = IntrinsicSpec(f"{t.name}.{name}", t.name, fn, tuple(b.name for b in desc.buffers),
                              spec["impl"], tuple(spec.get("headers", ())),
                              tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
-                             dict(spec.get("scopes", {})), _one_block(t.c_helpers),
+                             dict(spec.get("scopes", {})), block.text if block else "",
                              tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
-                             {str(k): int(v) for k, v in dict(spec["extents"]).items()})
-        _SPECS[full] = info
-        _BY_FUNCTION[fn] = info
-        names.append(full)
-    if t.c_helpers.strip():
-        headers = t.c_helpers_headers if t.c_helpers_headers is not None else \
-            tuple(dict.fromkeys(h for n in names for h in _SPECS[n].headers))
-        defined = [m.group(1) or m.group(2) for m in _HELPER_NAME.finditer(t.c_helpers)]
-        block = _Helpers(t.name, _one_block(t.c_helpers), headers,
-                         "c_helpers:" + ",".join(sorted(defined)))
-        _HELPERS_OF[t.name] = block
-        for fn_name in defined:
-            _HELPERS[fn_name] = block
-    _LOADED[(t.name, t.source)] = (t, tuple(names))
-    return names
+                             {str(k): int(v) for k, v in dict(spec["extents"]).items()},
+                             block.key if block else "")
+        out.append((info, desc, impl))
+    return _Loaded(t, tuple(out), block)
+
+
+def load_intrinsics(target: str | Target) -> list[str]:
+    """Register every intrinsic of ``target``; returns their names (``"<target>.<name>"``).
+
+    Each descriptor is compiled once (behaviours parsed, specs built); loading it again
+    registers the same objects again, so the target loaded last owns the function names
+    it shares with another (a renamed ``extends:`` variant, say).
+    """
+    t = load_target(target) if isinstance(target, str) else target
+    done = _LOADED.get((t.name, t.source))
+    if done is None or not (done.target is t or done.target == t):
+        done = _LOADED[(t.name, t.source)] = _compile(t)
+    for info, desc, impl in done.intrinsics:
+        TensorIntrin.register(info.name, desc, impl, override=True)
+        _SPECS[info.name] = info
+        _BY_FUNCTION[info.function] = info
+    if done.helpers is not None:
+        for m in _HELPER_NAME.finditer(t.c_helpers):
+            _HELPERS[m.group(1) or m.group(2)] = done.helpers
+    return [info.name for info, _, _ in done.intrinsics]
 
 
 def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, bool]] | None:
@@ -275,7 +290,8 @@ class _Specialise(StmtExprMutator):
             self.defs[fname] = CDefinition(
                 fname, f"static inline int32_t {fname}({', '.join(params)}) {{\n"
                        f"{lines}\n  return 0;\n}}")
-            self._use(spec.headers, _HELPERS_OF.get(spec.target))
+            self._use(spec.headers, _Helpers(spec.target, spec.helpers, (), spec.helpers_key)
+                      if spec.helpers else None)
             self.flags += [f for f in spec.cflags if f not in self.flags]
         return ir.Call(e.dtype, fname, list(e.args))
 

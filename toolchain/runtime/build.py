@@ -21,7 +21,7 @@ from toolchain.codegen import get_renderer
 from toolchain.codegen.artifact import support_of
 from toolchain.errors import BuildError, OptionError, TargetError
 from toolchain.runtime.module import Module
-from toolchain.target import Target, load_target
+from toolchain.target import Target, resolve_target
 from toolchain.tir import ir
 from toolchain.tir.transform.pipeline import lower
 
@@ -55,12 +55,10 @@ def compiler_version(cc: str) -> str:
 
 
 def _resolve_target(target: str | Target) -> Target:
-    if isinstance(target, Target):
-        t = target
-    elif target in ("c", "host", "llvm"):
+    if target in ("c", "host", "llvm"):
+        # this machine as it is: -march=native, no descriptor's flags
         return Target(name="host", kind="c", description="the host CPU (C via cc)")
-    else:
-        t = load_target(target)
+    t = resolve_target(target)
     if t.kind != "c":
         hint = (" (for CUDA source use toolchain.codegen.cuda.CUDARenderer().render(lower(sch))"
                 " and compile_ptx; running kernels needs a GPU runtime Kiln does not have yet)"

@@ -37,7 +37,7 @@ call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of fo
 The integers are those of the generic kernels (int32 accumulation, same requantization).
 
 Both stage their input before writing over it, so they may run **in place** when the output
-has the input's shape (``info["in_place"] = 0``, honoured by the memory planner): a 1x1
+has the input's shape (``OpSchedule.in_place = 0``, honoured by the memory planner): a 1x1
 convolution copies each step's pixels (all channels) into the ``im2col`` rows before it
 writes those pixels' outputs, and a depthwise convolution whose padded plane is kept whole
 pads channel c's plane into its stack buffer before it writes channel c. A depthwise plane
@@ -333,7 +333,7 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             v = Value.constant(f"{v.name}_dsp", nc.packs[k](v.data))
         values.append(v)
     info: dict[str, Any] = {"schedule": "int8 dsp", "intrinsic": intrin}
-    if in_place and same_shape:
-        info["in_place"] = 0  # the output may take over input 0's buffer
-    return OpSchedule(sch, values, list(node.outputs), info)
+    # the output may take over input 0's buffer
+    return OpSchedule(sch, values, list(node.outputs), info,
+                      in_place=0 if in_place and same_shape else None)
 

@@ -19,7 +19,7 @@ L is 8 when 8 divides M, else 4 (zero-padded channels): per k two input loads an
 weight loads feed 2 L FMAs. ``col`` (``8 K`` bytes) and ``acc`` (``8 M``) are the only
 buffers: on the stack up to 1 KiB, else a scratch slice of that size. A 1x1 stride-1
 convolution without padding copies every channel of both pixels into ``col`` before it
-writes them, so it may run **in place** (``info["in_place"] = 0``, docs/passes.md "In
+writes them, so it may run **in place** (``OpSchedule.in_place = 0``, docs/passes.md "In
 place") when the output has the input's shape.
 
 Depthwise convolutions (channel multiplier 1) stage each channel's zero-padded input plane
@@ -38,7 +38,7 @@ Example::
     >>> node = Node("Conv", "c", [Value("x", (1, 8, 5, 5), "float32"), Value.constant("w", w)],
     ...             [Value("y", (1, 8, 5, 5), "float32")], {"strides": (1, 1)})
     >>> s = schedule_conv2d_m(node, "cortex-m4")
-    >>> s.info["schedule"], s.info["in_place"], [v.name for v in s.input_values]
+    >>> s.info["schedule"], s.in_place, [v.name for v in s.input_values]
     ('conv2d_pixel_rows', 0, ['x', 'w_rows'])
 """
 
@@ -236,9 +236,10 @@ def schedule_depthwise_m(node: Node, g: DwGeom) -> OpSchedule:
         sch.compute_at(sch.get_block("pad"), c)
     info: dict[str, Any] = {"schedule": "depthwise_plane", "layout": "NCHW",
                             "staged": staged, "flops": g.flops}
-    if staged and node.inputs[0].shape == node.outputs[0].shape:
-        info["in_place"] = 0  # channel c's plane is staged before channel c is written
-    return OpSchedule(sch, values, list(node.outputs), info)
+    # channel c's plane is staged before channel c is written
+    same = node.inputs[0].shape == node.outputs[0].shape
+    return OpSchedule(sch, values, list(node.outputs), info,
+                      in_place=0 if staged and same else None)
 
 
 def applies(node: Node) -> ConvGeom | None:
@@ -265,8 +266,8 @@ def schedule_conv2d_m(node: Node, target: Any = None) -> OpSchedule:
     _schedule(sch, lanes_for(g.o), (g.kh, g.kw))
     info: dict[str, Any] = {"schedule": "conv2d_pixel_rows", "layout": "NCHW",
                             "packed_weight": True, "flops": g.flops}
-    if is_pointwise(g) and (g.sh, g.sw) == (1, 1) and x.shape == node.outputs[0].shape:
-        info["in_place"] = 0  # the pixel's channels are all in col before it is written
-    return OpSchedule(sch, values, list(node.outputs), info)
+    # the pixel's channels are all in col before it is written
+    staged = is_pointwise(g) and (g.sh, g.sw) == (1, 1) and x.shape == node.outputs[0].shape
+    return OpSchedule(sch, values, list(node.outputs), info, in_place=0 if staged else None)
 
 

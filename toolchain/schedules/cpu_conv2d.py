@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
-from toolchain.errors import UnsupportedError
+from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
 from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
@@ -509,7 +509,7 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     and writes its output straight from the register tile (bias in the write-back).
 
     Needs constant weights (any kernel layout; repacked at compile time); anything else
-    raises :class:`~toolchain.errors.UnsupportedError`.
+    raises :class:`~toolchain.errors.NoScheduleError`.
     """
     from toolchain.graph.passes.layout_ops import kernel_from_layout, nchw_node
     from toolchain.schedules.cpu_depthwise import is_depthwise, schedule_depthwise
@@ -522,7 +522,7 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     conv = nchw_node(node)
     g = conv_geometry(conv)
     if g is None or wv.data is None:
-        raise UnsupportedError(f"{node.describe()}: LayoutConv needs a float32 2-D conv with "
+        raise NoScheduleError(f"{node.describe()}: LayoutConv needs a float32 2-D conv with "
                                "one group and constant weights for its default schedule")
     p = cpu_params(t)
     w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
-from toolchain.errors import UnsupportedError
+from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
 from toolchain.schedules.common import CpuParams, cpu_params
@@ -245,7 +245,7 @@ def schedule_depthwise(node: Node, target: str | Target | None = None) -> OpSche
     """The default CPU schedule of a depthwise ``Conv`` or ``LayoutConv`` node.
 
     Needs constant weights with channel multiplier 1 (raises
-    :class:`~toolchain.errors.UnsupportedError` otherwise).
+    :class:`~toolchain.errors.NoScheduleError` otherwise).
     """
     from toolchain.graph.passes.layout_ops import kernel_from_layout, nchw_node
 
@@ -254,7 +254,7 @@ def schedule_depthwise(node: Node, target: str | Target | None = None) -> OpSche
     conv = nchw_node(node) if layout else node
     wv = node.inputs[1]
     if not is_depthwise(node) or wv.data is None or node.inputs[0].dtype != "float32":
-        raise UnsupportedError(f"{node.describe()}: the depthwise schedule needs a float32 "
+        raise NoScheduleError(f"{node.describe()}: the depthwise schedule needs a float32 "
                                "2-D depthwise conv (group == channels, one output channel "
                                "per group) with constant weights")
     a = node.attrs

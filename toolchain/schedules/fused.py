@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolchain import te
-from toolchain.errors import UnsupportedError
+from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
 from toolchain.graph.passes.layout_ops import block_of, layout_shape, nchw_node, nchw_shape
@@ -69,7 +69,7 @@ class FusedKernel:
     anchor: Node | None = None
     notes: list[str] = field(default_factory=list)
     #: the input value (of ``input_values``) the output may be written over, if any: the
-    #: anchor's schedule said so (``info["in_place"]``) and the group is the anchor alone
+    #: anchor's schedule said so (``OpSchedule.in_place``) and the group is the anchor alone
     in_place: Value | None = None
 
     @property
@@ -329,7 +329,7 @@ def registry_anchor_schedule(anchor: Node, target: Any) -> OpSchedule | None:
         return None
     try:
         return registry.schedule_for(anchor, t)
-    except UnsupportedError:
+    except NoScheduleError:  # declared: the op's schedule does not take this configuration
         return None
 
 
@@ -439,7 +439,7 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
             f"{len(sa.output_values)} output(s)")
     out_val = anchor.outputs[0]
     if len(inner.nodes) == 1:
-        k = sa.info.get("in_place")
+        k = sa.in_place
         return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor,
                            in_place=sa.input_values[k] if k is not None else None)
     idx = next(k for k, n in enumerate(inner.nodes) if n is anchor)
@@ -489,11 +489,11 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
 
 def _tail_keeps_in_place(sa: OpSchedule, sch: Schedule, inner: Graph, idx: int,
                          tail: list[str]) -> Value | None:
-    """The anchor's in-place input (``info["in_place"]``) when the elementwise tail keeps
+    """The anchor's in-place input (``OpSchedule.in_place``) when the elementwise tail keeps
     the anchor's write order: no tail block is left in ``sch`` (each was inlined, in the
     end into the block writing the anchor's output, so every output element is still
     written where the anchor wrote it) and no tail op reads that input."""
-    k = sa.info.get("in_place")
+    k = sa.in_place
     if k is None:
         return None
     host = sa.input_values[k]

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolchain.errors import UnsupportedError
+from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.target import Target
 from toolchain.target import resolve_target as resolve_target
@@ -55,15 +55,18 @@ class OpSchedule:
     ``input_values`` / ``output_values`` are the graph values of the PrimFunc's parameters,
     in order. A value with ``data`` is a compile-time constant (packed weights): a caller
     passes its data, a bundle stores it. ``info`` says what was chosen (algorithm, layout,
-    tile sizes), for metadata and benchmarks; ``info["in_place"] = k`` says the kernel reads
-    each part of input ``k`` before writing the output over it, so the output (of input
-    k's shape) may share input k's buffer (the memory planner's ``overwrite``).
+    tile sizes), for metadata and benchmarks. ``in_place = k`` is the contract with the
+    memory planner: the kernel reads each part of input ``k`` before writing the output
+    over it, so the output (of input k's shape) may share input k's buffer (the planner's
+    ``overwrite``); None: it may not.
     """
 
     schedule: Schedule
     input_values: list[Value]
     output_values: list[Value]
     info: dict[str, Any] = field(default_factory=dict)
+    #: the input the output may be written over (see above), or None
+    in_place: int | None = None
 
 
 def register_schedule(op_name: str, key: str) -> Callable[[ScheduleFn], ScheduleFn]:
@@ -130,8 +133,9 @@ def lookup(op: str, target: str | Target | None) -> ScheduleFn | None:
 def schedule_for(node: Node, target: str | Target | None = None) -> OpSchedule:
     """The default schedule of ``node`` on ``target`` as an :class:`OpSchedule`.
 
-    Raises :class:`~toolchain.errors.UnsupportedError` naming the node and target when no
-    schedule is registered for its op.
+    Raises :class:`~toolchain.errors.NoScheduleError` naming the node and target when no
+    schedule is registered for its op (or the one registered returns None: it does not
+    handle this configuration).
 
     >>> from toolchain import te
     >>> from toolchain.graph.ir import Node, Value
@@ -150,12 +154,12 @@ def schedule_for(node: Node, target: str | Target | None = None) -> OpSchedule:
     fn = lookup(node.op, t)
     if fn is None:
         ops = sorted({o for o, _ in registered()})
-        raise UnsupportedError(f"{node.describe()}: no default schedule for op {node.op!r} on "
+        raise NoScheduleError(f"{node.describe()}: no default schedule for op {node.op!r} on "
                                f"target {t.name!r} (kind {t.kind}); ops with one: "
                                f"{', '.join(ops) or 'none'}")
     out = fn(node, t)
     if out is None:
-        raise UnsupportedError(f"{node.describe()}: the default schedule for {node.op!r} on "
+        raise NoScheduleError(f"{node.describe()}: the default schedule for {node.op!r} on "
                                f"{t.name!r} does not handle this configuration")
     if isinstance(out, OpSchedule):
         return out

@@ -212,10 +212,8 @@ class Schedule:
 def _load_target(target: Any) -> Any:
     if target is None:
         return None
-    from toolchain.target import Target, load_target
+    from toolchain.target import Target, resolve_target
 
-    if isinstance(target, Target):
-        return target
-    if isinstance(target, str):
-        return load_target(target)
+    if isinstance(target, (str, Target)):
+        return resolve_target(target)
     raise ScheduleError(f"target must be a name like 'cuda-sm80' or a Target, got {target!r}")
