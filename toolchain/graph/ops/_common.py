@@ -22,7 +22,8 @@ for the numpy reference.  Op rules are therefore written against clean attribute
     ...
     toolchain.errors.ModelError: node 'lr' (MyLeakyRelu): attribute 'alpha' = 'big' is not a float
 
-(``register(op)`` would then add it to the registry.)
+(Listing ``op`` in its module's ``OPS`` adds it to the op table; ``register(op)`` adds an op
+defined outside Kiln at run time.)
 
 Also here: dtype groups, the ONNX ``TensorProto`` data-type enum mapped to Kiln dtypes,
 dtype checks with user-facing messages, and axis normalisation.

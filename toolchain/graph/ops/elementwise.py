@@ -43,7 +43,7 @@ from toolchain.graph.ops._common import (
     kiln_dtype,
     per_element_flops,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, broadcast_shapes, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, broadcast_shapes
 
 INJ = PatternKind.INJECTIVE
 _QUIET = {"all": "ignore"}  # overflow/NaN behaviour is ONNX's, not a numpy warning
@@ -129,16 +129,13 @@ _UNARY: tuple[tuple[str, Sequence[str], Callable, int, int, str], ...] = (
 )
 
 
-def _register_unary() -> None:
-    for name, dtypes, ref, cost, since, note in _UNARY:
-        register(defop(name, ("X",), INJ, infer=_unary_infer(dtypes), reference=ref,
-                       flops=per_element_flops(cost), min_opset=since, doc=note))
+def _unary_ops() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(name, ("X",), INJ, infer=_unary_infer(dtypes), reference=ref,
+              flops=per_element_flops(cost), min_opset=since, doc=note)
+        for name, dtypes, ref, cost, since, note in _UNARY)
 
 
-_register_unary()
-
-
-@register
 def _leaky_relu() -> OpDef:
     return defop(
         "LeakyRelu", ("X",), INJ, attrs=(Attr("alpha", "float", 0.01),),
@@ -148,7 +145,6 @@ def _leaky_relu() -> OpDef:
     )
 
 
-@register
 def _hard_sigmoid_op() -> OpDef:
     return defop(
         "HardSigmoid", ("X",), INJ,
@@ -159,7 +155,6 @@ def _hard_sigmoid_op() -> OpDef:
     )
 
 
-@register
 def _gelu_op() -> OpDef:
     return defop(
         "Gelu", ("X",), INJ, attrs=(Attr("approximate", "string", "none", ("none", "tanh")),),
@@ -172,7 +167,6 @@ def _gelu_op() -> OpDef:
     )
 
 
-@register
 def _not() -> OpDef:
     return defop(
         "Not", ("X",), INJ, infer=_unary_infer(("bool",)),
@@ -227,16 +221,12 @@ _BINARY: tuple[tuple[str, Sequence[str], Callable, bool, int, str], ...] = (
 )
 
 
-def _register_binary() -> None:
-    for name, dtypes, fn, keep, since, note in _BINARY:
-        register(defop(
-            name, ("A", "B"), INJ, infer=_binary_infer(dtypes, None if keep else "bool"),
-            reference=_binary_ref(fn, keep), flops=per_element_flops(1), min_opset=since,
-            doc=note + "; numpy broadcasting",
-        ))
-
-
-_register_binary()
+def _binary_ops() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(name, ("A", "B"), INJ, infer=_binary_infer(dtypes, None if keep else "bool"),
+              reference=_binary_ref(fn, keep), flops=per_element_flops(1), min_opset=since,
+              doc=note + "; numpy broadcasting")
+        for name, dtypes, fn, keep, since, note in _BINARY)
 
 
 def _pow_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
@@ -260,7 +250,6 @@ def _pow_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [np.asarray(z).astype(x.dtype)]
 
 
-@register
 def _pow() -> OpDef:
     return defop(
         "Pow", ("X", "Y"), INJ, infer=_pow_infer, reference=_pow_ref,
@@ -269,7 +258,6 @@ def _pow() -> OpDef:
     )
 
 
-@register
 def _prelu() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         x, slope = input_value(node, 0, "X"), input_value(node, 1, "slope")
@@ -316,15 +304,15 @@ def _minmax_flops(node: Node) -> int:
     return max(len(node.inputs) - 1, 1) * sum(o.size for o in node.outputs)
 
 
-for _name, _fn in (("Min", np.minimum), ("Max", np.maximum)):
-    register(defop(
-        _name, ("data_0*",), INJ, infer=_variadic_infer, reference=_variadic_ref(_fn),
-        flops=_minmax_flops,
-        doc=f"element-wise {_name.lower()} of 1+ inputs with numpy broadcasting; NaN propagates",
-    ))
+def _minmax_ops() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(name, ("data_0*",), INJ, infer=_variadic_infer, reference=_variadic_ref(fn),
+              flops=_minmax_flops,
+              doc=f"element-wise {name.lower()} of 1+ inputs with numpy broadcasting; "
+                  "NaN propagates")
+        for name, fn in (("Min", np.minimum), ("Max", np.maximum)))
 
 
-@register
 def _where() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         c = input_value(node, 0, "condition")
@@ -371,7 +359,6 @@ def _clip_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [np.asarray(y).astype(x.dtype)]
 
 
-@register
 def _clip() -> OpDef:
     return defop(
         "Clip", ("input", "min?", "max?"), INJ, infer=_clip_infer, reference=_clip_ref,
@@ -395,7 +382,6 @@ def _cast_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [x.astype(out)]
 
 
-@register
 def _cast() -> OpDef:
     return defop(
         "Cast", ("input",), INJ, infer=_cast_infer, reference=_cast_ref,
@@ -410,3 +396,9 @@ def _cast() -> OpDef:
             "Kiln lacks",
     )
 
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (
+    *_unary_ops(), _leaky_relu(), _hard_sigmoid_op(), _gelu_op(), _not(), *_binary_ops(),
+    _pow(), _prelu(), *_minmax_ops(), _where(), _clip(), _cast(),
+)

@@ -42,7 +42,7 @@ from toolchain.graph.ops._common import (
     onnx_type_name,
     per_element_flops,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
 
 QUANT_TYPES: tuple[str, ...] = ("int8", "uint8", "int16", "uint16")
 _SCALE_TYPES = ("float32", "float16")
@@ -171,7 +171,6 @@ def _quantize_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [np.clip(q, info.min, info.max).astype(out)]
 
 
-@register
 def _quantize_linear() -> OpDef:
     return defop(
         "QuantizeLinear", ("x", "y_scale", "y_zero_point?"), PatternKind.INJECTIVE,
@@ -221,7 +220,6 @@ def _dequantize_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [(d.astype(out) * s).astype(out)]
 
 
-@register
 def _dequantize_linear() -> OpDef:
     return defop(
         "DequantizeLinear", ("x", "x_scale", "x_zero_point?"), PatternKind.INJECTIVE,
@@ -236,3 +234,7 @@ def _dequantize_linear() -> OpDef:
         doc="(x - x_zero_point) * x_scale in the output dtype (output_dtype, else the "
             "scale's); per-tensor, per-axis or blocked",
     )
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (_quantize_linear(), _dequantize_linear())
