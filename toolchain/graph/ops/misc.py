@@ -3,7 +3,7 @@
 Constant, ConstantOfShape and Shape are computable at compile time (Shape reads only its
 input's static shape, see :func:`shape_result`), so constant folding normally removes
 them; Identity and inference-mode Dropout are removed by simplification.  All are
-INJECTIVE.
+INJECTIVE; Identity and Dropout are ``elementwise``, and Identity is a ``view`` too.
 
 Example::
 
@@ -199,7 +199,7 @@ def _identity() -> OpDef:
         return [input_value(node, 0, "input").type]
 
     return defop(
-        "Identity", ("input",), INJ, infer=infer,
+        "Identity", ("input",), INJ, elementwise=True, view=True, infer=infer,
         reference=lambda ins, attrs: [np.array(ins[0], copy=True)],
         flops=lambda node: 0, min_opset=1, doc="copy of the input (removed by simplification)",
     )
@@ -242,7 +242,7 @@ def _dropout() -> OpDef:
         return [x.copy(), np.ones(x.shape, dtype=np.bool_)]
 
     return defop(
-        "Dropout", ("data", "ratio?", "training_mode?"), INJ,
+        "Dropout", ("data", "ratio?", "training_mode?"), INJ, elementwise=True,
         attrs=(Attr("seed", "int", None),),
         infer=infer, reference=ref, num_outputs=(1, 2), flops=lambda node: 0, min_opset=1,
         doc="inference only: output = data, optional mask all true; training_mode must be "

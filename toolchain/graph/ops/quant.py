@@ -1,5 +1,8 @@
 """Linear (de)quantization: QuantizeLinear and DequantizeLinear (pattern INJECTIVE).
 
+Both are ``elementwise`` (fused onto a convolution's output, run in place) but not
+``layout_agnostic``: a per-axis ``axis`` counts in the model's NCHW layout.
+
 Newest ONNX form (opset 28).  Granularity follows from the scale's shape:
 
 * per-tensor: a scalar scale (a one-element 1-D scale reads the same way, with a zero point
@@ -174,6 +177,7 @@ def _quantize_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
 def _quantize_linear() -> OpDef:
     return defop(
         "QuantizeLinear", ("x", "y_scale", "y_zero_point?"), PatternKind.INJECTIVE,
+        elementwise=True, layout_agnostic=False,  # ``axis`` names an NCHW axis
         attrs=(
             Attr("axis", "int", 1),
             Attr("block_size", "int", 0, check=_check_block_size),
@@ -223,6 +227,7 @@ def _dequantize_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
 def _dequantize_linear() -> OpDef:
     return defop(
         "DequantizeLinear", ("x", "x_scale", "x_zero_point?"), PatternKind.INJECTIVE,
+        elementwise=True, layout_agnostic=False,  # ``axis`` names an NCHW axis
         attrs=(
             Attr("axis", "int", 1),
             Attr("block_size", "int", 0, check=_check_block_size),

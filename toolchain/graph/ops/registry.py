@@ -9,7 +9,26 @@ An :class:`OpDef` gives, for one op:
   operator fusion works by),
 * a numpy reference ``reference(inputs, attrs) -> list[np.ndarray]`` with exact ONNX
   semantics,
-* a FLOP count ``flops(node) -> int``.
+* a FLOP count ``flops(node) -> int``,
+* its **traits**: what the passes and the memory planner may assume about it (below).
+
+Traits.  Declared on the ``OpDef``, read by every pass that cares, so a new op is fused,
+laid out and planned by what its definition says (never by a list kept in a pass):
+
+* ``elementwise`` — each output element is computed from the input elements at its own
+  (broadcast) index only: Relu, Add, Where, Cast, QuantizeLinear …  Fusion puts such an
+  op onto the output of a complex-out-fusable op (``conv -> add -> relu``: one kernel);
+* ``view`` — the output is the data input's bytes, in the same order, under another
+  shape: Reshape, Flatten, Squeeze, Unsqueeze, Identity.  The planner gives a view of a
+  graph input no buffer of its own, and the bundle does not call a kernel made only of
+  views whose output already lies where its input does;
+* ``in_place`` — the kernel writes output element *k* only after reading input element
+  *k* (same flat index), so the planner lets the output take over a dying input's buffer
+  of the same shape (of the same size, for a view).  Defaults to ``elementwise or view``;
+* ``layout_agnostic`` — computes the same in any data layout of its same-shape operands,
+  so the layout pass runs it in the layout its inputs arrive in.  Defaults to
+  ``elementwise``; QuantizeLinear and DequantizeLinear opt out (their ``axis`` attribute
+  names an NCHW axis).
 
 Canonical form.  Kiln's graph IR follows the *newest* ONNX form of each op: operands that
 older opsets gave as attributes (``Split.split``, ``ReduceSum.axes``, ``Pad.pads``,
@@ -28,7 +47,7 @@ adding its ``OpDef`` to that module's ``OPS``; a new family is one more line in
 An op defined outside Kiln (a plug-in, a test) is registered at run time::
 
     >>> relu2 = OpDef(
-    ...     "Relu2", inputs=("X",), pattern=PatternKind.INJECTIVE,
+    ...     "Relu2", inputs=("X",), pattern=PatternKind.INJECTIVE, elementwise=True,
     ...     infer=same_as_input(0),
     ...     reference=lambda ins, attrs: [np.maximum(ins[0], 0).astype(ins[0].dtype)],
     ...     flops=elementwise_flops)
@@ -36,6 +55,8 @@ An op defined outside Kiln (a plug-in, a test) is registered at run time::
     True
     >>> get_op("Relu2").reference([np.array([-1.0, 2.0])], {})
     [array([0., 2.])]
+    >>> get_op("Relu2").in_place, get_op("Relu2").layout_agnostic  # from elementwise
+    (True, True)
     >>> unregister("Relu2") is relu2
     True
 """
@@ -139,10 +160,27 @@ class OpDef:
     #: ONNX opset versions of this op whose semantics are handled (after frontend upgrade)
     min_opset: int = 1
     doc: str = ""
+    # -- traits (see the module docstring) ----------------------------------------------
+    #: each output element comes from the input elements at its (broadcast) index only
+    elementwise: bool = False
+    #: the output is the data input's bytes, in order, under another shape
+    view: bool = False
+    #: the output may take over a dying input's buffer; ``None``: ``elementwise or view``
+    in_place: bool | None = None
+    #: runs in any data layout of its same-shape operands; ``None``: ``elementwise``
+    layout_agnostic: bool | None = None
     _attr_map: dict[str, Attr] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._attr_map = {a.name: a for a in self.attrs}
+        if self.in_place is None:
+            self.in_place = self.elementwise or self.view
+        if self.layout_agnostic is None:
+            self.layout_agnostic = self.elementwise
+        if (self.elementwise or self.view) and self.pattern is not PatternKind.INJECTIVE:
+            kind = "a node-dependent kind" if callable(self.pattern) else self.pattern
+            raise ValueError(f"op {self.name!r} is declared elementwise or a view but has "
+                             f"pattern kind {kind}; such ops are injective")
 
     # -- inputs --------------------------------------------------------------------------
     @property

@@ -2,6 +2,7 @@
 Gather, Pad, Resize, Expand, Tile.
 
 All are injective (each output element reads a fixed set of input elements), as in TVM.
+Reshape, Flatten, Squeeze and Unsqueeze are ``view`` s: the input's bytes under another shape.
 Operands that decide the output shape (Reshape ``shape``, Slice ``starts`` …) are inputs in
 Kiln's canonical (newest ONNX) form and must be constants: ``infer`` reads them with
 :func:`~toolchain.graph.ops.registry.const_input`.  The references read the same operands
@@ -128,7 +129,7 @@ def _reshape_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 
 
 _RESHAPE = _injective("Reshape", ("data", "shape"), _reshape_infer, _reshape_ref,
-                      (Attr("allowzero", "int", 0, choices=(0, 1)),),
+                      (Attr("allowzero", "int", 0, choices=(0, 1)),), view=True,
                       doc="0 copies a dim (unless allowzero), -1 is inferred")
 
 
@@ -151,7 +152,8 @@ def _flatten_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 
 
 _FLATTEN = _injective("Flatten", ("input",), _flatten_infer, _flatten_ref,
-                      (Attr("axis", "int", 1),), doc="to 2-D: dims before axis | dims from axis")
+                      (Attr("axis", "int", 1),), view=True,
+                      doc="to 2-D: dims before axis | dims from axis")
 
 
 def _perm(where: str, perm: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -373,10 +375,10 @@ def _unsqueeze_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
     return [ins[0].reshape(unsqueeze_shape("Unsqueeze", ins[0].shape, as_ints(ins[1])))]
 
 
-_SQUEEZE = _injective("Squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_ref,
+_SQUEEZE = _injective("Squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_ref, view=True,
                       doc="remove size-1 axes (all when axes is absent)")
 _UNSQUEEZE = _injective("Unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_ref,
-                        doc="insert size-1 axes (positions in the output)")
+                        view=True, doc="insert size-1 axes (positions in the output)")
 
 
 # -- Gather ------------------------------------------------------------------------------------

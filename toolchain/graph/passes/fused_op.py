@@ -38,15 +38,6 @@ from toolchain.errors import ModelError
 from toolchain.graph.ir import Graph, Node, TensorType, Value
 from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, get_op
 
-#: ops that compute each output element from the input elements at the same (broadcast)
-#: index: safe to fuse onto a complex op's output, to run in any layout, and to run in place
-ELEMENTWISE = frozenset({
-    "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-    "Erf", "Gelu", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Pow", "Add", "Sub",
-    "Mul", "Div", "Min", "Max", "Where", "Equal", "Less", "Greater", "Not", "Cast",
-    "Identity", "Dropout", "QuantizeLinear", "DequantizeLinear",
-})
-
 
 def _infer(node: Node) -> list[TensorType]:
     inner: Graph = node.attrs["graph"]
