@@ -301,7 +301,6 @@ def bench_blocked(case: tuple, target: str, repeat: int, rounds: int) -> tuple[f
                                                                                float]:
     """Kiln's ``LayoutConv`` in the graph layout pass's ``NCHW{lanes}c`` (input blocked when
     C divides, output blocked) vs onnxruntime's NCHW Conv: (kiln s, ort s, rel err)."""
-    import toolchain.graph.passes  # noqa: F401 - registers LayoutConv
     from toolchain.graph.ir import Node, Value
     from toolchain.graph.passes.layout_ops import from_layout, kernel_to_layout, to_layout
     from toolchain.schedules import compile_op

@@ -36,7 +36,7 @@ from toolchain.codegen.artifact import merge_support
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
-from toolchain.graph.memory import VIEW_OPS
+from toolchain.graph.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = ROOT / "templates" / "bundle"
@@ -112,7 +112,7 @@ def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
         inner = k.node.attrs["graph"].nodes
         ops = " ".join(n.op for n in inner)
         data = [i for i, v in enumerate(k.params[:-1]) if v.data is None]  # not shapes
-        elided = (all(n.op in VIEW_OPS for n in inner) and len(data) == 1
+        elided = (all(get_op(n.op).view for n in inner) and len(data) == 1
                   and args[data[0]] == args[len(k.params) - 1]
                   and k.params[data[0]].nbytes == k.params[-1].nbytes)
         view = spec.plan.views.get(k.params[-1].name) if elided else None

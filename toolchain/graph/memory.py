@@ -9,16 +9,18 @@ The bundle runs the kernels (the nodes of a fused graph) in their topological or
   the arena;
 * **in place**: an output may take over the buffer of an input of the same size that dies
   at that step, when the kernel writes each output element only after reading the input
-  element at the same flat index — element-wise ops (and reshape-like views) whose chain
-  from that input to that output keeps the shape; inside a ``Fused`` kernel this is checked
-  along the inner graph (so ``conv -> add(residual) -> relu`` may write over the residual);
+  element at the same flat index — ops with the ``in_place`` trait (element-wise ops and
+  views, unless their ``OpDef`` says otherwise) whose chain from that input to that output
+  keeps the shape (a view: the size); inside a ``Fused`` kernel this is checked along the
+  inner graph (so ``conv -> add(residual) -> relu`` may write over the residual);
   and where the kernel itself says so: ``overwrite={node_name: {input_name, ...}}`` names
   inputs a node's scheduled kernel stages before it writes the output over them (a
   Cortex-M pointwise convolution copies each pixel's channels into its im2col row before
   writing that pixel's outputs; a depthwise one pads each channel's plane into a stack
   buffer before writing that channel), with the output of the input's shape and dtype;
-* **views of graph inputs**: a kernel made only of reshape-like views of a graph input
-  (or of such a view) is a view of the caller's buffer: its output takes no arena bytes
+* **views of graph inputs**: a kernel made only of views (ops with the ``view`` trait:
+  Reshape, Flatten, Squeeze, Unsqueeze, Identity) of a graph input (or of such a view) is
+  a view of the caller's buffer: its output takes no arena bytes
   and is listed in ``MemoryPlan.views`` (tensor -> the graph input it reads), so a bundle
   passes the caller's pointer on and does not call the kernel.  No kernel may write over
   such a view in place (the caller's input stays as it was);
@@ -62,9 +64,7 @@ from typing import Any
 
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
-
-#: ops whose output element k is computed from input element k (same shape): in-place safe
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+from toolchain.graph.ops.registry import get_op
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
@@ -177,23 +177,27 @@ class _Buffer:
     offset: int = 0
 
 
+def _writes_after_reading(op: str, reads: Sequence[Value], out: Value) -> bool:
+    """Whether an ``op`` node writes ``out[k]`` only after reading ``reads[i][k]``: the
+    op's ``in_place`` trait, with every input read of the output's shape (a view: any)."""
+    opdef = get_op(op)
+    return bool(opdef.in_place) and (opdef.view or all(v.shape == out.shape for v in reads))
+
+
 def _elementwise_chain(node: Node, src: Value, dst: Value) -> bool:
     """Whether ``node`` computes ``dst[k]`` from ``src[k]`` (same flat index) only."""
-    from toolchain.graph.passes.fused_op import ELEMENTWISE
-
     if src.nbytes != dst.nbytes:
         return False
     if node.op != "Fused":
-        return (node.op in ELEMENTWISE and src.shape == dst.shape) or node.op in VIEW_OPS
+        return _writes_after_reading(node.op, [src], dst)
     inner: Graph = node.attrs["graph"]
     derived = {src}
     for n in inner.nodes:
         reads = [v for v in n.inputs if v is not None and v in derived]
         if not reads:
             continue
-        ok = n.op in VIEW_OPS or (n.op in ELEMENTWISE and
-                                all(v.shape == n.outputs[0].shape for v in reads))
-        if not ok or len(n.outputs) != 1 or n.outputs[0].nbytes != src.nbytes:
+        if (len(n.outputs) != 1 or n.outputs[0].nbytes != src.nbytes
+                or not _writes_after_reading(n.op, reads, n.outputs[0])):
             return False
         derived.add(n.outputs[0])
     return dst in derived
@@ -205,7 +209,7 @@ def _view_source(node: Node, out: Value, sources: dict[Value, str]) -> str | Non
     ops = [n.op for n in node.attrs["graph"].nodes] if node.op == "Fused" else [node.op]
     ins = [v for v in node.inputs if v is not None and not v.is_constant]  # not shapes
     if (len(ins) != 1 or len(node.outputs) != 1 or ins[0] not in sources
-            or ins[0].nbytes != out.nbytes or not all(op in VIEW_OPS for op in ops)):
+            or ins[0].nbytes != out.nbytes or not all(get_op(op).view for op in ops)):
         return None
     return sources[ins[0]]
 

@@ -16,15 +16,11 @@ import importlib as _importlib
 
 
 def register_all() -> None:
-    """Register the integer ops, their computes and schedules (idempotent).
+    """Register the integer ops' computes and schedules (idempotent).
 
-    ``toolchain.graph.ops`` does not list the ``qops`` family yet, so importing this package
-    registers it; the topi and schedule registries load only their own modules, so the int8
-    ones are imported here too. Importing :mod:`toolchain.graph.passes.quantize_ops` calls
-    this.
+    The integer ops themselves are in the op table (:mod:`toolchain.graph.ops.registry`);
+    the topi and schedule registries load only their own modules, so the int8 ones are
+    imported here. Importing :mod:`toolchain.graph.passes.quantize_ops` calls this.
     """
-    import toolchain.graph.ops  # noqa: F401  (the standard families first)
-
-    for mod in ("toolchain.graph.ops.qops", "toolchain.topi.int8",
-                "toolchain.schedules.cpu_int8"):
+    for mod in ("toolchain.topi.int8", "toolchain.schedules.cpu_int8"):
         _importlib.import_module(mod)

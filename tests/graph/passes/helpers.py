@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-import toolchain.graph.passes  # noqa: F401  (registers Fused / Layout* ops)
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import get_op
 from toolchain.graph.reference import run_graph

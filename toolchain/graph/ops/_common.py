@@ -13,7 +13,8 @@ for the numpy reference.  Op rules are therefore written against clean attribute
     ...     x = ins[0]
     ...     return [np.where(x >= 0, x, x * np.float32(attrs["alpha"])).astype(x.dtype)]
     >>> op = defop("MyLeakyRelu", ("X",), PatternKind.INJECTIVE, infer=infer,
-    ...            reference=reference, attrs=(Attr("alpha", "float", 0.01),))
+    ...            reference=reference, attrs=(Attr("alpha", "float", 0.01),),
+    ...            elementwise=True)
     >>> op.reference([np.array([-1.0, 2.0], np.float32)], {})  # alpha defaulted
     [array([-0.01,  2.  ], dtype=float32)]
     >>> x, y = Value("x", (2,), "float32"), Value("y", (2,), "float32")
@@ -22,7 +23,8 @@ for the numpy reference.  Op rules are therefore written against clean attribute
     ...
     toolchain.errors.ModelError: node 'lr' (MyLeakyRelu): attribute 'alpha' = 'big' is not a float
 
-(``register(op)`` would then add it to the registry.)
+(Listing ``op`` in its module's ``OPS`` adds it to the op table; ``register(op)`` adds an op
+defined outside Kiln at run time.)
 
 Also here: dtype groups, the ONNX ``TensorProto`` data-type enum mapped to Kiln dtypes,
 dtype checks with user-facing messages, and axis normalisation.
@@ -180,12 +182,17 @@ def defop(
     num_outputs: int | tuple[int, int] = 1,
     min_opset: int = 1,
     doc: str = "",
+    elementwise: bool = False,
+    view: bool = False,
+    in_place: bool | None = None,
+    layout_agnostic: bool | None = None,
 ) -> OpDef:
     """Build an :class:`OpDef` whose rules receive normalised attributes.
 
     ``infer(node, attrs)`` and ``reference(inputs, attrs)`` get the attributes with
     defaults filled in; ``reference`` gets its inputs padded with ``None`` up to the
-    number of declared (non-variadic) inputs.
+    number of declared (non-variadic) inputs.  The traits (``elementwise`` …) are the
+    ``OpDef``'s (see :mod:`toolchain.graph.ops.registry`).
     """
     opdef: OpDef
 
@@ -214,6 +221,7 @@ def defop(
     opdef = OpDef(
         name, inputs=inputs, infer=infer_fn, reference=reference_fn, pattern=pattern,
         attrs=attrs, num_outputs=num_outputs, flops=flops, min_opset=min_opset, doc=doc,
+        elementwise=elementwise, view=view, in_place=in_place, layout_agnostic=layout_agnostic,
     )
     return opdef
 

@@ -1,5 +1,7 @@
 """Elementwise ops: activations, unary math, broadcasting arithmetic, comparisons, logic,
-``Where``, ``Clip`` and ``Cast`` — all of pattern kind INJECTIVE.
+``Where``, ``Clip`` and ``Cast`` — all of pattern kind INJECTIVE, all ``elementwise`` (each
+output element from the input elements at its broadcast index: fusable onto a convolution's
+output, run in any layout and in place; see :mod:`toolchain.graph.ops.registry`).
 
 Semantics are the newest ONNX form (opset 28); ``Clip``'s bounds are inputs.  References
 follow ONNX exactly, including the output dtype:
@@ -43,7 +45,7 @@ from toolchain.graph.ops._common import (
     kiln_dtype,
     per_element_flops,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, broadcast_shapes, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, broadcast_shapes
 
 INJ = PatternKind.INJECTIVE
 _QUIET = {"all": "ignore"}  # overflow/NaN behaviour is ONNX's, not a numpy warning
@@ -129,29 +131,25 @@ _UNARY: tuple[tuple[str, Sequence[str], Callable, int, int, str], ...] = (
 )
 
 
-def _register_unary() -> None:
-    for name, dtypes, ref, cost, since, note in _UNARY:
-        register(defop(name, ("X",), INJ, infer=_unary_infer(dtypes), reference=ref,
-                       flops=per_element_flops(cost), min_opset=since, doc=note))
+def _unary_ops() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(name, ("X",), INJ, infer=_unary_infer(dtypes), reference=ref,
+              flops=per_element_flops(cost), min_opset=since, doc=note, elementwise=True)
+        for name, dtypes, ref, cost, since, note in _UNARY)
 
 
-_register_unary()
-
-
-@register
 def _leaky_relu() -> OpDef:
     return defop(
-        "LeakyRelu", ("X",), INJ, attrs=(Attr("alpha", "float", 0.01),),
+        "LeakyRelu", ("X",), INJ, elementwise=True, attrs=(Attr("alpha", "float", 0.01),),
         infer=_unary_infer(FLOAT_TYPES),
         reference=_in_f64(lambda x, a: np.where(x >= 0, x, a["alpha"] * x)),
         flops=per_element_flops(2), doc="x if x >= 0 else alpha * x",
     )
 
 
-@register
 def _hard_sigmoid_op() -> OpDef:
     return defop(
-        "HardSigmoid", ("X",), INJ,
+        "HardSigmoid", ("X",), INJ, elementwise=True,
         attrs=(Attr("alpha", "float", 0.2), Attr("beta", "float", 0.5)),
         infer=_unary_infer(FLOAT_TYPES),
         reference=_in_f64(lambda x, a: _hard_sigmoid(x, a["alpha"], a["beta"])),
@@ -159,10 +157,10 @@ def _hard_sigmoid_op() -> OpDef:
     )
 
 
-@register
 def _gelu_op() -> OpDef:
     return defop(
-        "Gelu", ("X",), INJ, attrs=(Attr("approximate", "string", "none", ("none", "tanh")),),
+        "Gelu", ("X",), INJ, elementwise=True,
+        attrs=(Attr("approximate", "string", "none", ("none", "tanh")),),
         infer=_unary_infer(FLOAT_TYPES), reference=_in_f64(_gelu),
         flops=lambda node: (9 if node.attrs.get("approximate") in ("tanh", b"tanh") else 5)
         * sum(o.size for o in node.outputs),
@@ -172,10 +170,9 @@ def _gelu_op() -> OpDef:
     )
 
 
-@register
 def _not() -> OpDef:
     return defop(
-        "Not", ("X",), INJ, infer=_unary_infer(("bool",)),
+        "Not", ("X",), INJ, elementwise=True, infer=_unary_infer(("bool",)),
         reference=lambda ins, a: [np.logical_not(np.asarray(ins[0]))],
         flops=per_element_flops(1), doc="logical not",
     )
@@ -227,16 +224,12 @@ _BINARY: tuple[tuple[str, Sequence[str], Callable, bool, int, str], ...] = (
 )
 
 
-def _register_binary() -> None:
-    for name, dtypes, fn, keep, since, note in _BINARY:
-        register(defop(
-            name, ("A", "B"), INJ, infer=_binary_infer(dtypes, None if keep else "bool"),
-            reference=_binary_ref(fn, keep), flops=per_element_flops(1), min_opset=since,
-            doc=note + "; numpy broadcasting",
-        ))
-
-
-_register_binary()
+def _binary_ops() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(name, ("A", "B"), INJ, infer=_binary_infer(dtypes, None if keep else "bool"),
+              reference=_binary_ref(fn, keep), flops=per_element_flops(1), min_opset=since,
+              doc=note + "; numpy broadcasting", elementwise=True)
+        for name, dtypes, fn, keep, since, note in _BINARY)
 
 
 def _pow_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
@@ -260,16 +253,14 @@ def _pow_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [np.asarray(z).astype(x.dtype)]
 
 
-@register
 def _pow() -> OpDef:
     return defop(
-        "Pow", ("X", "Y"), INJ, infer=_pow_infer, reference=_pow_ref,
+        "Pow", ("X", "Y"), INJ, elementwise=True, infer=_pow_infer, reference=_pow_ref,
         flops=per_element_flops(1),
         doc="X ** Y with numpy broadcasting; output has X's dtype, Y may be any numeric type",
     )
 
 
-@register
 def _prelu() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         x, slope = input_value(node, 0, "X"), input_value(node, 1, "slope")
@@ -284,7 +275,7 @@ def _prelu() -> OpDef:
         return [x.type]
 
     return defop(
-        "PRelu", ("X", "slope"), INJ, infer=infer,
+        "PRelu", ("X", "slope"), INJ, elementwise=True, infer=infer,
         reference=_binary_ref(lambda x, s: np.where(x < 0, x * s, x)),
         flops=per_element_flops(2),
         doc="x if x >= 0 else slope * x; slope broadcasts to X (unidirectional)",
@@ -316,15 +307,15 @@ def _minmax_flops(node: Node) -> int:
     return max(len(node.inputs) - 1, 1) * sum(o.size for o in node.outputs)
 
 
-for _name, _fn in (("Min", np.minimum), ("Max", np.maximum)):
-    register(defop(
-        _name, ("data_0*",), INJ, infer=_variadic_infer, reference=_variadic_ref(_fn),
-        flops=_minmax_flops,
-        doc=f"element-wise {_name.lower()} of 1+ inputs with numpy broadcasting; NaN propagates",
-    ))
+def _minmax_ops() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(name, ("data_0*",), INJ, infer=_variadic_infer, reference=_variadic_ref(fn),
+              flops=_minmax_flops, elementwise=True,
+              doc=f"element-wise {name.lower()} of 1+ inputs with numpy broadcasting; "
+                  "NaN propagates")
+        for name, fn in (("Min", np.minimum), ("Max", np.maximum)))
 
 
-@register
 def _where() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         c = input_value(node, 0, "condition")
@@ -337,8 +328,8 @@ def _where() -> OpDef:
         x = np.asarray(ins[1])
         return [np.where(np.asarray(ins[0]), x, np.asarray(ins[2])).astype(x.dtype)]
 
-    return defop("Where", ("condition", "X", "Y"), INJ, infer=infer, reference=ref,
-                 flops=per_element_flops(1), min_opset=9,
+    return defop("Where", ("condition", "X", "Y"), INJ, elementwise=True, infer=infer,
+                 reference=ref, flops=per_element_flops(1), min_opset=9,
                  doc="condition ? X : Y with numpy broadcasting of all three")
 
 
@@ -371,11 +362,10 @@ def _clip_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [np.asarray(y).astype(x.dtype)]
 
 
-@register
 def _clip() -> OpDef:
     return defop(
-        "Clip", ("input", "min?", "max?"), INJ, infer=_clip_infer, reference=_clip_ref,
-        flops=per_element_flops(2), min_opset=1,
+        "Clip", ("input", "min?", "max?"), INJ, elementwise=True, infer=_clip_infer,
+        reference=_clip_ref, flops=per_element_flops(2), min_opset=1,
         doc="min(max(x, min), max); absent bounds are the dtype's limits; min > max gives max",
     )
 
@@ -395,10 +385,9 @@ def _cast_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [x.astype(out)]
 
 
-@register
 def _cast() -> OpDef:
     return defop(
-        "Cast", ("input",), INJ, infer=_cast_infer, reference=_cast_ref,
+        "Cast", ("input",), INJ, elementwise=True, infer=_cast_infer, reference=_cast_ref,
         attrs=(
             Attr("to", "int", check=check_onnx_dtype),
             Attr("saturate", "int", 1, (0, 1)),
@@ -410,3 +399,9 @@ def _cast() -> OpDef:
             "Kiln lacks",
     )
 
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (
+    *_unary_ops(), _leaky_relu(), _hard_sigmoid_op(), _gelu_op(), _not(), *_binary_ops(),
+    _pow(), _prelu(), *_minmax_ops(), _where(), _clip(), _cast(),
+)

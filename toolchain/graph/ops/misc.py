@@ -3,7 +3,7 @@
 Constant, ConstantOfShape and Shape are computable at compile time (Shape reads only its
 input's static shape, see :func:`shape_result`), so constant folding normally removes
 them; Identity and inference-mode Dropout are removed by simplification.  All are
-INJECTIVE.
+INJECTIVE; Identity and Dropout are ``elementwise``, and Identity is a ``view`` too.
 
 Example::
 
@@ -30,7 +30,7 @@ from toolchain.graph.ops._common import (
     input_value,
     tensor_attr,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
 
 INJ = PatternKind.INJECTIVE
 
@@ -79,7 +79,6 @@ def constant_value(attrs: dict[str, Any], where: str = "Constant") -> np.ndarray
     raise ModelError(f"{where}: attribute {key!r}: {_no_strings(v)}")  # pragma: no cover
 
 
-@register
 def _constant() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         arr = constant_value(attrs, node.describe())
@@ -129,7 +128,6 @@ def _target_shape(node: Node, data: np.ndarray) -> tuple[int, ...]:
     return tuple(int(d) for d in data)
 
 
-@register
 def _constant_of_shape() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         input_value(node, 0, "input")
@@ -173,7 +171,6 @@ def shape_result(node: Node) -> np.ndarray:
                     dtype=np.int64)
 
 
-@register
 def _shape() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         x = input_value(node, 0, "data")
@@ -197,13 +194,12 @@ def _shape() -> OpDef:
 
 # -- Identity, Dropout ----------------------------------------------------------------------
 
-@register
 def _identity() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         return [input_value(node, 0, "input").type]
 
     return defop(
-        "Identity", ("input",), INJ, infer=infer,
+        "Identity", ("input",), INJ, elementwise=True, view=True, infer=infer,
         reference=lambda ins, attrs: [np.array(ins[0], copy=True)],
         flops=lambda node: 0, min_opset=1, doc="copy of the input (removed by simplification)",
     )
@@ -228,7 +224,6 @@ def _check_inference_mode(node: Node) -> None:
         )
 
 
-@register
 def _dropout() -> OpDef:
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         x = input_value(node, 0, "data")
@@ -247,9 +242,13 @@ def _dropout() -> OpDef:
         return [x.copy(), np.ones(x.shape, dtype=np.bool_)]
 
     return defop(
-        "Dropout", ("data", "ratio?", "training_mode?"), INJ,
+        "Dropout", ("data", "ratio?", "training_mode?"), INJ, elementwise=True,
         attrs=(Attr("seed", "int", None),),
         infer=infer, reference=ref, num_outputs=(1, 2), flops=lambda node: 0, min_opset=1,
         doc="inference only: output = data, optional mask all true; training_mode must be "
             "absent or a constant false",
     )
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (_constant(), _constant_of_shape(), _shape(), _identity(), _dropout())

@@ -52,7 +52,6 @@ from toolchain.graph.ops.registry import (
     PatternKind,
     broadcast_shapes,
     elementwise_flops,
-    register,
 )
 
 
@@ -141,7 +140,6 @@ def _conv_flops(node: Node) -> int:
     return 2 * node.outputs[0].size * prod(w.shape[1:])
 
 
-@register
 def _conv() -> OpDef:
     return OpDef(
         "Conv", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
@@ -235,7 +233,6 @@ def _convt_flops(node: Node) -> int:
     return 2 * x.size * prod(w.shape[1:])
 
 
-@register
 def _conv_transpose() -> OpDef:
     return OpDef(
         "ConvTranspose", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
@@ -285,7 +282,6 @@ def _matmul_flops(node: Node) -> int:
     return 2 * node.outputs[0].size * a.shape[-1]
 
 
-@register
 def _matmul() -> OpDef:
     return OpDef(
         "MatMul", inputs=("A", "B"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
@@ -340,7 +336,6 @@ def _gemm_flops(node: Node) -> int:
     return 2 * node.outputs[0].size * k
 
 
-@register
 def _gemm() -> OpDef:
     return OpDef(
         "Gemm", inputs=("A", "B", "C?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
@@ -437,7 +432,6 @@ def _pool_flops(node: Node) -> int:
     return node.outputs[0].size * prod(attrs_of(node)["kernel_shape"])
 
 
-@register
 def _maxpool() -> OpDef:
     return OpDef(
         "MaxPool", inputs=("X",), num_outputs=(1, 2), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
@@ -470,7 +464,6 @@ def _avgpool_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [(total / np.maximum(counts, 1)).astype(x.dtype)]
 
 
-@register
 def _avgpool() -> OpDef:
     return OpDef(
         "AveragePool", inputs=("X",), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
@@ -504,10 +497,6 @@ def _global_pool(name: str, fn: Any, dtypes: Sequence[str]) -> OpDef:
 
     return OpDef(name, inputs=("X",), pattern=PatternKind.COMPLEX_OUT_FUSABLE, infer=infer,
                  reference=reference, flops=flops, doc=f"{name}: reduce every spatial axis")
-
-
-register(_global_pool("GlobalAveragePool", np.mean, FLOAT_TYPES))
-register(_global_pool("GlobalMaxPool", np.max, FLOAT_TYPES))
 
 
 # -- normalisation -----------------------------------------------------------------------------
@@ -550,7 +539,6 @@ def _bn_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [(y + bias.astype(acc).reshape(shape)).astype(x.dtype)]
 
 
-@register
 def _batchnorm() -> OpDef:
     return OpDef(
         "BatchNormalization", inputs=("X", "scale", "B", "input_mean", "input_var"),
@@ -601,7 +589,6 @@ def _ln_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [y.astype(x.dtype), mean.astype(st), inv]
 
 
-@register
 def _layernorm() -> OpDef:
     return OpDef(
         "LayerNormalization", inputs=("X", "Scale", "B?"), num_outputs=(1, 3),
@@ -638,7 +625,6 @@ def _in_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [y.astype(x.dtype)]
 
 
-@register
 def _instancenorm() -> OpDef:
     return OpDef(
         "InstanceNormalization", inputs=("input", "scale", "B"), pattern=PatternKind.OPAQUE,
@@ -681,5 +667,11 @@ def _softmax_op(name: str, log: bool) -> OpDef:
     )
 
 
-register(_softmax_op("Softmax", log=False))
-register(_softmax_op("LogSoftmax", log=True))
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (
+    _conv(), _conv_transpose(), _matmul(), _gemm(), _maxpool(), _avgpool(),
+    _global_pool("GlobalAveragePool", np.mean, FLOAT_TYPES),
+    _global_pool("GlobalMaxPool", np.max, FLOAT_TYPES),
+    _batchnorm(), _layernorm(), _instancenorm(),
+    _softmax_op("Softmax", log=False), _softmax_op("LogSoftmax", log=True),
+)

@@ -43,7 +43,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, np_dtype
 from toolchain.graph.ops._common import check_dtype, defop, input_value
-from toolchain.graph.ops.registry import Attr, PatternKind, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
 from toolchain.quantize.fixed_point import requantize, requantize_pow
 
 Q_TYPES = ("int8", "uint8")
@@ -133,8 +133,7 @@ def _qconv_flops(node: Node) -> int:
     return 2 * node.outputs[0].size * int(np.prod(w.shape[1:]))
 
 
-@register
-def _qconv() -> Any:
+def _qconv() -> OpDef:
     return defop(
         "QConv", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.COMPLEX_OUT_FUSABLE,
         attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0)),
@@ -166,8 +165,7 @@ def _qgemm_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [finish(acc, mult, None, attrs, (sp[:, 0], sp[:, 1]))]
 
 
-@register
-def _qgemm() -> Any:
+def _qgemm() -> OpDef:
     return defop(
         "QGemm", ("x", "w", "bias", "multiplier", "shift_pow"),
         PatternKind.COMPLEX_OUT_FUSABLE,
@@ -205,8 +203,7 @@ def _qadd_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
                    attrs)]
 
 
-@register
-def _qadd() -> Any:
+def _qadd() -> OpDef:
     return defop(
         "QAdd", ("a", "b"), PatternKind.INJECTIVE,
         attrs=(*_zp_attrs("a_zero_point", "b_zero_point"),
@@ -245,8 +242,7 @@ def _qpool_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [finish(qpool_sum(ins[0], attrs), attrs["multiplier"], attrs["shift"], attrs)]
 
 
-@register
-def _qavgpool() -> Any:
+def _qavgpool() -> OpDef:
     return defop(
         "QAvgPool", ("x",), PatternKind.REDUCTION,
         attrs=(Attr("kernel_shape", "ints"), Attr("strides", "ints", (1, 1)),
@@ -255,3 +251,7 @@ def _qavgpool() -> Any:
         infer=_qpool_infer, reference=_qpool_ref, flops=lambda n: n.inputs[0].size,  # type: ignore[union-attr]
         doc="integer average pool: window sum requantized by x_scale / (y_scale * count)",
     )
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (_qconv(), _qgemm(), _qadd(), _qavgpool())

@@ -1,5 +1,8 @@
 """Linear (de)quantization: QuantizeLinear and DequantizeLinear (pattern INJECTIVE).
 
+Both are ``elementwise`` (fused onto a convolution's output, run in place) but not
+``layout_agnostic``: a per-axis ``axis`` counts in the model's NCHW layout.
+
 Newest ONNX form (opset 28).  Granularity follows from the scale's shape:
 
 * per-tensor: a scalar scale (a one-element 1-D scale reads the same way, with a zero point
@@ -42,7 +45,7 @@ from toolchain.graph.ops._common import (
     onnx_type_name,
     per_element_flops,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
 
 QUANT_TYPES: tuple[str, ...] = ("int8", "uint8", "int16", "uint16")
 _SCALE_TYPES = ("float32", "float16")
@@ -171,10 +174,10 @@ def _quantize_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [np.clip(q, info.min, info.max).astype(out)]
 
 
-@register
 def _quantize_linear() -> OpDef:
     return defop(
         "QuantizeLinear", ("x", "y_scale", "y_zero_point?"), PatternKind.INJECTIVE,
+        elementwise=True, layout_agnostic=False,  # ``axis`` names an NCHW axis
         attrs=(
             Attr("axis", "int", 1),
             Attr("block_size", "int", 0, check=_check_block_size),
@@ -221,10 +224,10 @@ def _dequantize_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [(d.astype(out) * s).astype(out)]
 
 
-@register
 def _dequantize_linear() -> OpDef:
     return defop(
         "DequantizeLinear", ("x", "x_scale", "x_zero_point?"), PatternKind.INJECTIVE,
+        elementwise=True, layout_agnostic=False,  # ``axis`` names an NCHW axis
         attrs=(
             Attr("axis", "int", 1),
             Attr("block_size", "int", 0, check=_check_block_size),
@@ -236,3 +239,7 @@ def _dequantize_linear() -> OpDef:
         doc="(x - x_zero_point) * x_scale in the output dtype (output_dtype, else the "
             "scale's); per-tensor, per-axis or blocked",
     )
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (_quantize_linear(), _dequantize_linear())

@@ -35,7 +35,7 @@ from toolchain.graph.ops._common import (
     input_value,
     normalize_axis,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
 
 _BOOL01 = (0, 1)
 _WIDE = ("int32", "int64", "uint32", "uint64") + FLOAT_TYPES
@@ -154,14 +154,14 @@ _REDUCE_DOCS = {
     "ReduceMin": "min over `axes`; empty set gives +inf / dtype max / True",
 }
 
-for _op, _doc in _REDUCE_DOCS.items():
-    register(defop(
-        _op, ("data", "axes?"), _reduce_pattern,
+def _reduce_ops() -> tuple[OpDef, ...]:
+    return tuple(defop(
+        op, ("data", "axes?"), _reduce_pattern,
         attrs=(Attr("keepdims", "int", 1, _BOOL01),
                Attr("noop_with_empty_axes", "int", 0, _BOOL01)),
-        infer=_reduce_infer, reference=_reduce_ref(_op), flops=_reduce_flops(_op), min_opset=1,
-        doc=_doc + "; `axes` input constant; empty axes reduce all unless noop_with_empty_axes",
-    ))
+        infer=_reduce_infer, reference=_reduce_ref(op), flops=_reduce_flops(op), min_opset=1,
+        doc=doc + "; `axes` input constant; empty axes reduce all unless noop_with_empty_axes",
+    ) for op, doc in _REDUCE_DOCS.items())
 
 
 # -- ArgMax ---------------------------------------------------------------------------------
@@ -193,7 +193,6 @@ def _argmax_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [np.asarray(idx, dtype=np.int64)]
 
 
-@register
 def _argmax() -> OpDef:
     return defop(
         "ArgMax", ("data",), PatternKind.REDUCTION,
@@ -208,3 +207,7 @@ def _argmax() -> OpDef:
         doc="int64 index of the maximum along `axis`; ties give the first index, or the last "
             "with select_last_index=1",
     )
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (*_reduce_ops(), _argmax())

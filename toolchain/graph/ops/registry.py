@@ -9,7 +9,26 @@ An :class:`OpDef` gives, for one op:
   operator fusion works by),
 * a numpy reference ``reference(inputs, attrs) -> list[np.ndarray]`` with exact ONNX
   semantics,
-* a FLOP count ``flops(node) -> int``.
+* a FLOP count ``flops(node) -> int``,
+* its **traits**: what the passes and the memory planner may assume about it (below).
+
+Traits.  Declared on the ``OpDef``, read by every pass that cares, so a new op is fused,
+laid out and planned by what its definition says (never by a list kept in a pass):
+
+* ``elementwise`` — each output element is computed from the input elements at its own
+  (broadcast) index only: Relu, Add, Where, Cast, QuantizeLinear …  Fusion puts such an
+  op onto the output of a complex-out-fusable op (``conv -> add -> relu``: one kernel);
+* ``view`` — the output is the data input's bytes, in the same order, under another
+  shape: Reshape, Flatten, Squeeze, Unsqueeze, Identity.  The planner gives a view of a
+  graph input no buffer of its own, and the bundle does not call a kernel made only of
+  views whose output already lies where its input does;
+* ``in_place`` — the kernel writes output element *k* only after reading input element
+  *k* (same flat index), so the planner lets the output take over a dying input's buffer
+  of the same shape (of the same size, for a view).  Defaults to ``elementwise or view``;
+* ``layout_agnostic`` — computes the same in any data layout of its same-shape operands,
+  so the layout pass runs it in the layout its inputs arrive in.  Defaults to
+  ``elementwise``; QuantizeLinear and DequantizeLinear opt out (their ``axis`` attribute
+  names an NCHW axis).
 
 Canonical form.  Kiln's graph IR follows the *newest* ONNX form of each op: operands that
 older opsets gave as attributes (``Split.split``, ``ReduceSum.axes``, ``Pad.pads``,
@@ -18,16 +37,28 @@ forms.  Inputs that determine output shapes (a Reshape's ``shape``, a Slice's ``
 must be constants: ``infer`` reads their ``Value.data`` and raises a :class:`ModelError`
 suggesting ``--input-shape`` when they are not.
 
-Registering an op::
+The op table.  Kiln's own ops are the ``OPS`` tuples of the modules :func:`builtin_ops`
+imports, one line per family; they are registered, in that order, the first time the
+registry is asked anything.  Importing an op module registers nothing, so what is
+registered never depends on what happened to be imported.  Adding an op to a family is
+adding its ``OpDef`` to that module's ``OPS``; a new family is one more line in
+:func:`builtin_ops`.
 
-    @register
-    def _relu() -> OpDef:
-        return OpDef(
-            "Relu", inputs=("X",), pattern=PatternKind.INJECTIVE,
-            infer=same_as_input(0),
-            reference=lambda ins, attrs: [np.maximum(ins[0], 0).astype(ins[0].dtype)],
-            flops=elementwise_flops,
-        )
+An op defined outside Kiln (a plug-in, a test) is registered at run time::
+
+    >>> relu2 = OpDef(
+    ...     "Relu2", inputs=("X",), pattern=PatternKind.INJECTIVE, elementwise=True,
+    ...     infer=same_as_input(0),
+    ...     reference=lambda ins, attrs: [np.maximum(ins[0], 0).astype(ins[0].dtype)],
+    ...     flops=elementwise_flops)
+    >>> register(relu2) is relu2
+    True
+    >>> get_op("Relu2").reference([np.array([-1.0, 2.0])], {})
+    [array([0., 2.])]
+    >>> get_op("Relu2").in_place, get_op("Relu2").layout_agnostic  # from elementwise
+    (True, True)
+    >>> unregister("Relu2") is relu2
+    True
 """
 
 from __future__ import annotations
@@ -129,10 +160,27 @@ class OpDef:
     #: ONNX opset versions of this op whose semantics are handled (after frontend upgrade)
     min_opset: int = 1
     doc: str = ""
+    # -- traits (see the module docstring) ----------------------------------------------
+    #: each output element comes from the input elements at its (broadcast) index only
+    elementwise: bool = False
+    #: the output is the data input's bytes, in order, under another shape
+    view: bool = False
+    #: the output may take over a dying input's buffer; ``None``: ``elementwise or view``
+    in_place: bool | None = None
+    #: runs in any data layout of its same-shape operands; ``None``: ``elementwise``
+    layout_agnostic: bool | None = None
     _attr_map: dict[str, Attr] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._attr_map = {a.name: a for a in self.attrs}
+        if self.in_place is None:
+            self.in_place = self.elementwise or self.view
+        if self.layout_agnostic is None:
+            self.layout_agnostic = self.elementwise
+        if (self.elementwise or self.view) and self.pattern is not PatternKind.INJECTIVE:
+            kind = "a node-dependent kind" if callable(self.pattern) else self.pattern
+            raise ValueError(f"op {self.name!r} is declared elementwise or a view but has "
+                             f"pattern kind {kind}; such ops are injective")
 
     # -- inputs --------------------------------------------------------------------------
     @property
@@ -198,20 +246,81 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
+#: the op table's state: "unloaded", "loading" (its modules are being imported), "loaded"
+_table = "unloaded"
 
 
-def register(factory: Callable[[], OpDef] | OpDef) -> Any:
-    """Register an op (an ``OpDef`` or a zero-argument function returning one)."""
-    opdef = factory() if callable(factory) and not isinstance(factory, OpDef) else factory
+def builtin_ops() -> tuple[OpDef, ...]:
+    """The op table: every op Kiln defines, family by family (each module's ``OPS``).
+
+    >>> [op.name for op in builtin_ops() if op.name.startswith("Layout")]
+    ['LayoutTransform', 'LayoutConv', 'LayoutPool']
+    """
+    # Imported here, not at the top: every one of these modules imports this one.
+    from toolchain.graph.ops import elementwise, misc, nn, qops, quant, reduce, transform
+    from toolchain.graph.passes import fused_op, layout_ops
+
+    return (
+        *elementwise.OPS,  # unary/binary math, activations, comparisons, logic, Where, Clip, Cast
+        *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
+        *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
+        *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
+        *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
+        *quant.OPS,        # QuantizeLinear, DequantizeLinear
+        *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
+        *fused_op.OPS,     # Fused: one kernel (made by the fusion pass)
+        *layout_ops.OPS,   # LayoutTransform, LayoutConv, LayoutPool (made by the layout pass)
+    )
+
+
+def _load_table() -> None:
+    """Register the op table once, on the registry's first use."""
+    global _table
+    if _table == "loaded":
+        return
+    if _table == "loading":
+        raise RuntimeError(
+            "the op registry was used while the op table's modules were being imported "
+            "(get_op, has_op, all_ops or register called at import time of one of them); "
+            "call it inside a function instead")
+    _table = "loading"
+    try:
+        ops = builtin_ops()
+    finally:
+        _table = "unloaded"
+    for opdef in ops:
+        _add(opdef)
+    _table = "loaded"
+
+
+def _add(opdef: OpDef) -> None:
     if opdef.name in _REGISTRY:
         raise ValueError(f"op {opdef.name!r} registered twice")
     _REGISTRY[opdef.name] = opdef
-    return factory
+
+
+def register(opdef: OpDef) -> OpDef:
+    """Register an op defined outside the op table (see the module docstring); returns it.
+
+    Raises ``ValueError`` when an op of that name is already registered."""
+    _load_table()
+    _add(opdef)
+    return opdef
+
+
+def unregister(name: str) -> OpDef:
+    """Remove the op ``name`` from the registry and return its ``OpDef`` (for tests and
+    plug-ins that register an op for a while)."""
+    _load_table()
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise ValueError(f"op {name!r} is not registered") from None
 
 
 def get_op(name: str) -> OpDef:
     """The ``OpDef`` of ``name``; raises :class:`ModelError` naming the op if unknown."""
-    _load_all()
+    _load_table()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -219,19 +328,15 @@ def get_op(name: str) -> OpDef:
 
 
 def has_op(name: str) -> bool:
-    _load_all()
+    """Whether an op called ``name`` is registered."""
+    _load_table()
     return name in _REGISTRY
 
 
 def all_ops() -> dict[str, OpDef]:
     """Every registered op, by name."""
-    _load_all()
+    _load_table()
     return dict(sorted(_REGISTRY.items()))
-
-
-def _load_all() -> None:
-    # Importing the package registers every op module (see ops/__init__.py).
-    import toolchain.graph.ops  # noqa: F401
 
 
 # -- helpers shared by op definitions --------------------------------------------------------

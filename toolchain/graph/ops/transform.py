@@ -2,6 +2,7 @@
 Gather, Pad, Resize, Expand, Tile.
 
 All are injective (each output element reads a fixed set of input elements), as in TVM.
+Reshape, Flatten, Squeeze and Unsqueeze are ``view`` s: the input's bytes under another shape.
 Operands that decide the output shape (Reshape ``shape``, Slice ``starts`` …) are inputs in
 Kiln's canonical (newest ONNX) form and must be constants: ``infer`` reads them with
 :func:`~toolchain.graph.ops.registry.const_input`.  The references read the same operands
@@ -44,7 +45,6 @@ from toolchain.graph.ops.registry import (
     PatternKind,
     const_input,
     elementwise_flops,
-    register,
 )
 
 ALL_TYPES = tuple(DTYPES)
@@ -128,9 +128,9 @@ def _reshape_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [ins[0].reshape(shape)]
 
 
-register(_injective("Reshape", ("data", "shape"), _reshape_infer, _reshape_ref,
-                    (Attr("allowzero", "int", 0, choices=(0, 1)),),
-                    doc="0 copies a dim (unless allowzero), -1 is inferred"))
+_RESHAPE = _injective("Reshape", ("data", "shape"), _reshape_infer, _reshape_ref,
+                      (Attr("allowzero", "int", 0, choices=(0, 1)),), view=True,
+                      doc="0 copies a dim (unless allowzero), -1 is inferred")
 
 
 def _flatten_infer(node: Node) -> list[TensorType]:
@@ -151,8 +151,9 @@ def _flatten_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [x.reshape(prod(x.shape[:axis]), prod(x.shape[axis:]))]
 
 
-register(_injective("Flatten", ("input",), _flatten_infer, _flatten_ref,
-                    (Attr("axis", "int", 1),), doc="to 2-D: dims before axis | dims from axis"))
+_FLATTEN = _injective("Flatten", ("input",), _flatten_infer, _flatten_ref,
+                      (Attr("axis", "int", 1),), view=True,
+                      doc="to 2-D: dims before axis | dims from axis")
 
 
 def _perm(where: str, perm: Sequence[int], rank: int) -> tuple[int, ...]:
@@ -174,8 +175,8 @@ def _transpose_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
     return [np.transpose(ins[0], perm)]
 
 
-register(_injective("Transpose", ("data",), _transpose_infer, _transpose_ref,
-                    (Attr("perm", "ints", ()),), doc="default perm reverses the axes"))
+_TRANSPOSE = _injective("Transpose", ("data",), _transpose_infer, _transpose_ref,
+                        (Attr("perm", "ints", ()),), doc="default perm reverses the axes")
 
 
 # -- Concat / Split ----------------------------------------------------------------------------
@@ -205,8 +206,8 @@ def _concat_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [np.concatenate(ins, axis=ref_attrs("Concat", attrs)["axis"])]
 
 
-register(_injective("Concat", ("inputs*",), _concat_infer, _concat_ref,
-                    (Attr("axis", "int", REQUIRED),), doc="join along axis"))
+_CONCAT = _injective("Concat", ("inputs*",), _concat_infer, _concat_ref,
+                     (Attr("axis", "int", REQUIRED),), doc="join along axis")
 
 
 def split_sizes(where: str, dim: int, split: Sequence[int] | None, num_outputs: int | None,
@@ -267,11 +268,11 @@ def _split_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
 
 
-register(_injective(
+_SPLIT = _injective(
     "Split", ("input", "split?"), _split_infer, _split_ref,
     (Attr("axis", "int", 0),
      Attr("num_outputs", "int", None, check=lambda v: None if v >= 1 else "must be >= 1")),
-    num_outputs=(1, _MANY), doc="by 'split' sizes or into num_outputs chunks"))
+    num_outputs=(1, _MANY), doc="by 'split' sizes or into num_outputs chunks")
 
 
 # -- Slice -------------------------------------------------------------------------------------
@@ -326,8 +327,8 @@ def _slice_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [ins[0][slices]]
 
 
-register(_injective("Slice", ("data", "starts", "ends", "axes?", "steps?"),
-                    _slice_infer, _slice_ref, doc="clamped, negative steps allowed"))
+_SLICE = _injective("Slice", ("data", "starts", "ends", "axes?", "steps?"),
+                    _slice_infer, _slice_ref, doc="clamped, negative steps allowed")
 
 
 # -- Squeeze / Unsqueeze -----------------------------------------------------------------------
@@ -374,10 +375,10 @@ def _unsqueeze_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
     return [ins[0].reshape(unsqueeze_shape("Unsqueeze", ins[0].shape, as_ints(ins[1])))]
 
 
-register(_injective("Squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_ref,
-                    doc="remove size-1 axes (all when axes is absent)"))
-register(_injective("Unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_ref,
-                    doc="insert size-1 axes (positions in the output)"))
+_SQUEEZE = _injective("Squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_ref, view=True,
+                      doc="remove size-1 axes (all when axes is absent)")
+_UNSQUEEZE = _injective("Unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_ref,
+                        view=True, doc="insert size-1 axes (positions in the output)")
 
 
 # -- Gather ------------------------------------------------------------------------------------
@@ -410,8 +411,8 @@ def _gather_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [np.take(x, np.where(idx < 0, idx + d, idx), axis=axis)]
 
 
-register(_injective("Gather", ("data", "indices"), _gather_infer, _gather_ref,
-                    (Attr("axis", "int", 0),), doc="np.take along axis; negative indices wrap"))
+_GATHER = _injective("Gather", ("data", "indices"), _gather_infer, _gather_ref,
+                     (Attr("axis", "int", 0),), doc="np.take along axis; negative indices wrap")
 
 
 # -- Pad ---------------------------------------------------------------------------------------
@@ -467,10 +468,10 @@ def _pad_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [np.pad(x, pos, mode=mode)]
 
 
-register(_injective("Pad", ("data", "pads", "constant_value?", "axes?"), _pad_infer, _pad_ref,
-                    (Attr("mode", "string", "constant",
-                          choices=("constant", "reflect", "edge", "wrap")),),
-                    doc="negative pads crop"))
+_PAD = _injective("Pad", ("data", "pads", "constant_value?", "axes?"), _pad_infer, _pad_ref,
+                  (Attr("mode", "string", "constant",
+                        choices=("constant", "reflect", "edge", "wrap")),),
+                  doc="negative pads crop")
 
 
 # -- Expand / Tile -----------------------------------------------------------------------------
@@ -493,8 +494,8 @@ def _expand_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [np.array(np.broadcast_to(x, out))]
 
 
-register(_injective("Expand", ("input", "shape"), _expand_infer, _expand_ref,
-                    doc="bidirectional (numpy) broadcast to shape"))
+_EXPAND = _injective("Expand", ("input", "shape"), _expand_infer, _expand_ref,
+                     doc="bidirectional (numpy) broadcast to shape")
 
 
 def _tile_infer(node: Node) -> list[TensorType]:
@@ -511,8 +512,8 @@ def _tile_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [np.tile(ins[0], as_ints(ins[1]))]
 
 
-register(_injective("Tile", ("input", "repeats"), _tile_infer, _tile_ref,
-                    doc="repeat the input along each axis"))
+_TILE = _injective("Tile", ("input", "repeats"), _tile_infer, _tile_ref,
+                   doc="repeat the input along each axis")
 
 
 # -- Resize ------------------------------------------------------------------------------------
@@ -614,7 +615,7 @@ def _no_antialias(v: int) -> str | None:
     return None if v == 0 else "antialias is not supported (only 0); resize without it"
 
 
-register(_injective(
+_RESIZE = _injective(
     "Resize", ("X", "roi?", "scales?", "sizes?"), _resize_infer, _resize_ref,
     (Attr("antialias", "int", 0, check=_no_antialias),
      Attr("axes", "ints", ()),
@@ -628,4 +629,11 @@ register(_injective(
      Attr("nearest_mode", "string", "round_prefer_floor",
           choices=("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"))),
     flops=_resize_flops, min_opset=11,
-    doc="nearest/linear/cubic over any axes, separable per axis"))
+    doc="nearest/linear/cubic over any axes, separable per axis")
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (
+    _RESHAPE, _FLATTEN, _TRANSPOSE, _CONCAT, _SPLIT, _SLICE, _SQUEEZE, _UNSQUEEZE, _GATHER,
+    _PAD, _EXPAND, _TILE, _RESIZE,
+)

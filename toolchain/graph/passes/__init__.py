@@ -1,7 +1,8 @@
 """Graph-level optimisation: pure ``Graph -> Graph`` passes and their pipeline.
 
-Importing this package registers the ops the passes introduce (``Fused``,
-``LayoutTransform``, ``LayoutConv``, ``LayoutPool``).  See ``docs/passes.md``.
+The ops the passes introduce (``Fused``, ``LayoutTransform``, ``LayoutConv``,
+``LayoutPool``) are in the op table of :mod:`toolchain.graph.ops.registry`.  See
+``docs/passes.md``.
 
 Example::
 
@@ -12,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-from toolchain.graph.passes import fused_op, layout_ops  # noqa: F401  (registers the ops)
 from toolchain.graph.passes.constant_fold import constant_fold
 from toolchain.graph.passes.dce import dead_code_elimination
 from toolchain.graph.passes.fold_affine import fold_affine

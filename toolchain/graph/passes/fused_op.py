@@ -11,8 +11,8 @@ A ``Fused`` node's attributes hold the group:
 * ``kernel`` — a stable C-safe kernel name such as ``fused_conv2d_add_relu_3``.
 
 Its reference runs the inner graph with :func:`~toolchain.graph.reference.run_graph`, so a
-fused graph still runs on the numpy oracle.  Importing :mod:`toolchain.graph.passes`
-registers the op.
+fused graph still runs on the numpy oracle.  The op is in the op table of
+:mod:`toolchain.graph.ops.registry` (``OPS`` below).
 
 Example::
 
@@ -36,16 +36,7 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Graph, Node, TensorType, Value
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, get_op, register
-
-#: ops that compute each output element from the input elements at the same (broadcast)
-#: index: safe to fuse onto a complex op's output, to run in any layout, and to run in place
-ELEMENTWISE = frozenset({
-    "Relu", "LeakyRelu", "PRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-    "Erf", "Gelu", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs", "Pow", "Add", "Sub",
-    "Mul", "Div", "Min", "Max", "Where", "Equal", "Less", "Greater", "Not", "Cast",
-    "Identity", "Dropout", "QuantizeLinear", "DequantizeLinear",
-})
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, get_op
 
 
 def _infer(node: Node) -> list[TensorType]:
@@ -76,14 +67,15 @@ def _flops(node: Node) -> int:
     return sum(get_op(n.op).flops_of(n) for n in inner.nodes)
 
 
-register(OpDef(
+#: the fusion pass's op (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (OpDef(
     "Fused", inputs=("inputs*",), infer=_infer, reference=_reference, pattern=_pattern,
     attrs=(Attr("graph", "graph"),
            Attr("pattern", "string", choices=tuple(str(k) for k in PatternKind)),
            Attr("kernel", "string")),
     num_outputs=(1, 1 << 16), flops=_flops,
     doc="a fused group of nodes (one kernel); attrs: graph, pattern, kernel",
-))
+),)
 
 
 def fused_node(inner: Graph, pattern: str | PatternKind, inputs: Sequence[Value]) -> Node:

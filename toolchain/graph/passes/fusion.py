@@ -9,10 +9,10 @@ produce its inputs, by these rules:
    and trees of element-wise and data-movement ops become one injective kernel;
 2. **injective -> reduction**: a reduction node absorbs injective producer groups (the
    scale-then-sum of the paper); nothing is fused onto a reduction's output;
-3. **complex-out-fusable -> element-wise**: an element-wise node (``ELEMENTWISE`` in
-   ``fused_op``) whose output has the shape of a complex-out-fusable group's output (conv,
-   dense, matmul, pooling) joins that group — ``conv -> add(bias or residual) -> relu`` is
-   one kernel.  A group holds at most one complex op, and a complex op never absorbs
+3. **complex-out-fusable -> element-wise**: an element-wise node (its ``OpDef`` has the
+   ``elementwise`` trait) whose output has the shape of a complex-out-fusable group's output
+   (conv, dense, matmul, pooling) joins that group — ``conv -> add(bias or residual) ->
+   relu`` is one kernel.  A group holds at most one complex op, and a complex op never absorbs
    producers (what feeds a conv is computed by its own kernel);
 4. **opaque** ops (softmax, layer norm, …) stand alone, and nothing fuses into them.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
 from toolchain.graph.passes._util import Namer
-from toolchain.graph.passes.fused_op import ELEMENTWISE, fused_node
+from toolchain.graph.passes.fused_op import fused_node
 
 INJ, RED, OUT, OPQ = (PatternKind.INJECTIVE, PatternKind.REDUCTION,
                       PatternKind.COMPLEX_OUT_FUSABLE, PatternKind.OPAQUE)
@@ -68,7 +68,7 @@ def _exports_only_to(group: _Group, node: Node, consumers: dict[Value, list[Node
 def _may_absorb(group: _Group, node: Node, producer: _Group) -> bool:
     if producer.kind == INJ:
         return group.kind in (INJ, RED, OUT) and _pattern(node) in (INJ, RED)
-    if producer.kind == OUT and group.kind == INJ and node.op in ELEMENTWISE:
+    if producer.kind == OUT and group.kind == INJ and get_op(node.op).elementwise:
         exported = producer.nodes[-1].outputs[0]
         return node.outputs[0].shape == exported.shape
     return False

@@ -8,15 +8,17 @@ Targets name a layout kind (``target_layout``):
   the target's block (so every tensor has exactly one blocked form);
 * ``"nhwc"`` — Cortex-M (CMSIS-NN): channels last.
 
-Each op states its preference in :data:`PREFERENCE` (a small table):
+Ops with a rule of their own are listed in :data:`PREFERENCE` (a small table); every other
+op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else needs NCHW:
 
 * ``conv`` — 2-D ``Conv`` (plain or depthwise, constant weight): input and output in the
   target layout, the weight **pre-transformed at compile time** (``OIHW{i}i{o}o`` /
   ``OHWI``); becomes ``LayoutConv``;
 * ``pool`` — 2-D ``MaxPool``/``AveragePool``/``GlobalAveragePool``/``GlobalMaxPool``:
   target layout; becomes ``LayoutPool``;
-* ``follow`` — element-wise ops: layout-agnostic; they run in the target layout when one of
-  their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
+* ``follow`` — ``layout_agnostic`` ops (element-wise ops but QuantizeLinear and
+  DequantizeLinear, whose ``axis`` is an NCHW axis): they run in the target layout when one
+  of their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
   rewritten for that layout at compile time;
 * ``pad`` — a spatial ``Pad`` (constant pads, none on N or C) follows its input;
 * ``concat`` — a channel ``Concat`` follows its inputs too, when every input and the output
@@ -40,15 +42,27 @@ import numpy as np
 
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.ops.registry import get_op
 from toolchain.graph.passes._util import Namer
-from toolchain.graph.passes.fused_op import ELEMENTWISE
 from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_shape, to_layout
 
-#: how each op chooses its layout (see the module docstring); ops not listed need NCHW
+#: the ops with a layout rule of their own (see the module docstring); other ops follow
+#: their inputs when ``layout_agnostic`` (an ``OpDef`` trait), else need NCHW
 PREFERENCE: dict[str, str] = {
     "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat", "Pad": "pad",
-    **{op: "follow" for op in ELEMENTWISE - {"QuantizeLinear", "DequantizeLinear"}},
 }
+
+
+def _preference(op: str) -> str:
+    """The layout rule of ``op``: its :data:`PREFERENCE`, else ``"follow"`` for a
+    ``layout_agnostic`` op, else ``""`` (NCHW only).
+
+    >>> _preference("Conv"), _preference("Relu"), _preference("QuantizeLinear")
+    ('conv', 'follow', '')
+    """
+    if op in PREFERENCE:
+        return PREFERENCE[op]
+    return "follow" if get_op(op).layout_agnostic else ""
 
 
 @dataclass(frozen=True)
@@ -246,7 +260,7 @@ class _Rewriter:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
                  "concat": self.concat, "pad": self.pad}
         for node in self.graph.nodes:
-            rule = rules.get(PREFERENCE.get(node.op, ""))
+            rule = rules.get(_preference(node.op))
             new = rule(node) if rule is not None else None
             if new is None:  # NCHW-only: every input back in the model's layout
                 ins = tuple(v if v is None or v.is_constant else self.get(v, "NCHW")

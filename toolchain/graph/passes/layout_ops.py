@@ -11,7 +11,7 @@ Data layouts of rank-4 activations (the model's own layout is always ``NCHW``):
 Kernel (convolution weight) layouts: ``OIHW`` (ONNX), ``OHWI`` (with ``NHWC``), and
 ``OIHW{i}i{o}o`` with shape ``(O/o, I/i, KH, KW, i, o)`` (with ``NCHW{b}c``).
 
-The ops (registered when :mod:`toolchain.graph.passes` is imported):
+The ops (``OPS``, in the op table of :mod:`toolchain.graph.ops.registry`):
 
 * ``LayoutTransform(data, src_layout=, dst_layout=)`` — INJECTIVE; a pure data movement;
 * ``LayoutConv(X, W, B?, <Conv attrs>, data_layout=, out_layout=, kernel_layout=)`` — a 2-D
@@ -41,7 +41,7 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, Value, dtype_of
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, get_op, register
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, get_op
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _BLOCKED_KERNEL = re.compile(r"OIHW(\d+)i(\d+)o")
@@ -153,12 +153,12 @@ def _transform_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
     return [to_layout(from_layout(ins[0], attrs["src_layout"]), attrs["dst_layout"])]
 
 
-register(OpDef(
+_LAYOUT_TRANSFORM = OpDef(
     "LayoutTransform", inputs=("data",), pattern=PatternKind.INJECTIVE,
     infer=_transform_infer, reference=_transform_ref, flops=lambda node: 0,
     attrs=(Attr("src_layout", "string"), Attr("dst_layout", "string")),
     doc="moves a rank-4 tensor from src_layout to dst_layout (NCHW, NHWC, NCHW<b>c)",
-))
+)
 
 
 # -- LayoutConv / LayoutPool --------------------------------------------------------------------
@@ -227,7 +227,7 @@ def _pool_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     return [to_layout(run_node(nchw_node(node), [x])[0], attrs["layout"])]
 
 
-register(OpDef(
+_LAYOUT_CONV = OpDef(
     "LayoutConv", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
     infer=_layout_infer, reference=_conv_ref, flops=_layout_flops,
     attrs=(Attr("auto_pad", "string", "NOTSET"), Attr("dilations", "ints", ()),
@@ -236,12 +236,15 @@ register(OpDef(
            Attr("data_layout", "string"), Attr("out_layout", "string"),
            Attr("kernel_layout", "string")),
     doc="2-D Conv with input, output and weight in the given layouts",
-))
+)
 
-register(OpDef(
+_LAYOUT_POOL = OpDef(
     "LayoutPool", inputs=("X",), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
     infer=_layout_infer, reference=_pool_ref, flops=_layout_flops,
     attrs=(Attr("pool", "string", choices=POOLS), Attr("layout", "string"))
     + tuple(Attr(name, kind, None) for name, kind in _POOL_ATTRS),
     doc="2-D pooling (pool=MaxPool|AveragePool|GlobalAveragePool|GlobalMaxPool) in a layout",
-))
+)
+
+#: the layout pass's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (_LAYOUT_TRANSFORM, _LAYOUT_CONV, _LAYOUT_POOL)
