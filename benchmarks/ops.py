@@ -304,7 +304,7 @@ def bench_blocked(case: tuple, target: str, repeat: int, rounds: int) -> tuple[f
     from toolchain.graph.ir import Node, Value
     from toolchain.graph.passes.layout_ops import from_layout, kernel_to_layout, to_layout
     from toolchain.schedules import compile_op
-    from toolchain.schedules.common import cpu_params
+    from toolchain.schedules.generic.common import cpu_params
 
     name, xs, oc, k, s = case
     lanes = cpu_params(target).lanes("float32")
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         gm = math.exp(sum(math.log(x) for x in conv_r) / len(conv_r))
         print(f"geometric mean kiln/ort over {len(conv_r)} convs: {gm:.2f}")
     if args.blocked:
-        from toolchain.schedules.common import cpu_params
+        from toolchain.schedules.generic.common import cpu_params
 
         lanes = cpu_params(target).lanes("float32")
         print(f"\nConvs in NCHW{lanes}c (LayoutConv, as inside a network after the layout "

@@ -11,7 +11,7 @@ import pytest
 from tests.models.zoo import ZOO
 from toolchain.bundle import build_spec, compile_model
 from toolchain.errors import NoScheduleError
-from toolchain.schedules import fused
+from toolchain.schedules.generic import fused
 
 
 def _model():

@@ -15,7 +15,7 @@ import pytest
 
 from tests.models.zoo import ZOO
 from toolchain.bundle.compiler import BundleSpec, build_spec
-from toolchain.schedules.fused import anchor_of, bind_constants, registry_anchor_schedule
+from toolchain.schedules.generic.fused import anchor_of, bind_constants, registry_anchor_schedule
 from toolchain.target import load_target
 
 TARGET = "x86_64-avx512"

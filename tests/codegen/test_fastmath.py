@@ -18,7 +18,7 @@ from toolchain.codegen.cstyle import render_helpers
 from toolchain.codegen.cuda import CUDARenderer
 from toolchain.codegen.fastmath import needed, render_fastmath
 from toolchain.driver import build, lower
-from toolchain.schedules.cpu_ops import CpuConfig, schedule_cpu
+from toolchain.schedules.generic.ops import CpuConfig, schedule_cpu
 
 F32 = np.float32
 TINY = float(np.finfo(F32).tiny)

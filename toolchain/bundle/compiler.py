@@ -104,7 +104,7 @@ def _schedule(node: Node, target: Target, cache: KernelCache
     """(lowered PrimFunc, inner input values, output values, how it was scheduled, the
     inner input the kernel may write its output over or None)."""
     from toolchain import te
-    from toolchain.schedules.fused import _sanitize, fused_compute, schedule_fused
+    from toolchain.schedules.generic.fused import _sanitize, fused_compute, schedule_fused
     from toolchain.schedules.registry import lookup
 
     try:

@@ -2,7 +2,7 @@
 
 Each model of the MLPerf-Tiny-style zoo is quantized by Kiln's PTQ (seeded random
 calibration data), compiled for the board twice — once for the board's own target (the
-Cortex-M DSP schedules of :mod:`toolchain.schedules.cortex_m`) and once for ``c-generic``
+Cortex-M DSP schedules of :mod:`toolchain.schedules.cortex_m.int8`) and once for ``c-generic``
 with the same core flags (the plain-C int8 loops) — and run on the board's QEMU machine
 with ``-icount shift=0`` (the runner's instruction count, exact to within 40). The two
 int8 outputs must be equal, bit for bit.

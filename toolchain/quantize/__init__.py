@@ -7,7 +7,7 @@
   outputs the int8 tensors themselves (``quantize_model(..., integer_io=True)``);
 * the integer ops live in :mod:`toolchain.graph.ops.qops`, the QDQ -> integer rewrite in
   :mod:`toolchain.graph.passes.quantize_ops`, their computes in :mod:`toolchain.topi.int8`
-  and their CPU schedules in :mod:`toolchain.schedules.cpu_int8`.
+  and their CPU schedules in :mod:`toolchain.schedules.generic.int8`.
 """
 
 from __future__ import annotations
@@ -22,5 +22,5 @@ def register_all() -> None:
     the topi and schedule registries load only their own modules, so the int8 ones are
     imported here. Importing :mod:`toolchain.graph.passes.quantize_ops` calls this.
     """
-    for mod in ("toolchain.topi.int8", "toolchain.schedules.cpu_int8"):
+    for mod in ("toolchain.topi.int8", "toolchain.schedules.generic.int8"):
         _importlib.import_module(mod)

@@ -8,8 +8,10 @@ family entry (``("QConv", "cortex_m")``) wins over the generic CPU one
 (``("QConv", "cpu")``). Target names never appear here: a descriptor that
 ``extends: x86_64-avx512`` under another name inherits its keys and gets the same kernels.
 
-Adding a target family: a folder of computes and schedules, its entries below, and
-``keys: [<family>, cpu]`` in its descriptors (``docs/targets.md``, "Add a target").
+One folder per target family: ``generic/`` (every CPU: portable C), ``x86/``, ``cortex_m/``
+(CUDA and the accelerator join the same way). Adding a family: its folder of computes and
+schedules, its entries below, and ``keys: [<family>, cpu]`` in its descriptors
+(``docs/targets.md``, "Adding a target").
 
 >>> STRATEGIES[("Conv", "cortex_m")].__name__, STRATEGIES[("Conv", "cpu")].__name__
 ('schedule_conv2d_m', 'schedule_conv2d')
@@ -17,35 +19,30 @@ Adding a target family: a folder of computes and schedules, its entries below, a
 
 from __future__ import annotations
 
-from toolchain.schedules import (
-    cortex_m,
-    cortex_m_fp32,
-    cpu_conv2d,
-    cpu_dense,
-    cpu_int8,
-    cpu_ops,
-    fused,
-    x86_int8,
-)
+from toolchain.schedules.cortex_m import fp32 as cortex_m_fp32
+from toolchain.schedules.cortex_m import int8 as cortex_m_int8
+from toolchain.schedules.generic import conv2d, dense, fused, ops
+from toolchain.schedules.generic import int8 as generic_int8
 from toolchain.schedules.registry import ScheduleFn
+from toolchain.schedules.x86 import int8 as x86_int8
 
 #: ``(op, target key) -> schedule function`` (see the module docstring)
 STRATEGIES: dict[tuple[str, str], ScheduleFn] = {
     # generic CPU: every descriptor with key ``cpu``
-    **{(op, "cpu"): cpu_ops.default_schedule for op in cpu_ops.OPS},
-    ("*", "cpu"): cpu_ops.default_schedule,
-    ("Conv", "cpu"): cpu_conv2d.schedule_conv2d,
-    ("LayoutConv", "cpu"): cpu_conv2d.schedule_layout_conv,
-    ("MatMul", "cpu"): cpu_dense.schedule_dense,
-    ("Gemm", "cpu"): cpu_dense.schedule_dense,
+    **{(op, "cpu"): ops.default_schedule for op in ops.OPS},
+    ("*", "cpu"): ops.default_schedule,
+    ("Conv", "cpu"): conv2d.schedule_conv2d,
+    ("LayoutConv", "cpu"): conv2d.schedule_layout_conv,
+    ("MatMul", "cpu"): dense.schedule_dense,
+    ("Gemm", "cpu"): dense.schedule_dense,
     ("Fused", "cpu"): fused.fused_schedule,
-    ("QAvgPool", "cpu"): cpu_int8.schedule_int8,
+    ("QAvgPool", "cpu"): generic_int8.schedule_int8,
     # the register-tiled int8 kernels are portable C (c-generic runs them too); their
     # int16-pair and channel-vectorized variants are chosen inside by the intrinsics and
     # vector width the descriptor declares
     **{(op, "cpu"): x86_int8.schedule_x86_int8 for op in ("QConv", "QGemm", "QAdd")},
     # Cortex-M (Armv7E-M DSP): CMSIS-NN-style int8 kernels, fp32 convolutions without
     # whole-tensor scratch
-    **{(op, "cortex_m"): cortex_m.schedule_cortex_m for op in ("QConv", "QGemm", "QAdd")},
+    **{(op, "cortex_m"): cortex_m_int8.schedule_cortex_m for op in ("QConv", "QGemm", "QAdd")},
     ("Conv", "cortex_m"): cortex_m_fp32.schedule_conv2d_m,
 }

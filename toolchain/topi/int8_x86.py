@@ -1,4 +1,4 @@
-"""Lane-wise requantization for the x86 int8 kernels (:mod:`toolchain.schedules.x86_int8`).
+"""Lane-wise requantization for the x86 int8 kernels (:mod:`toolchain.schedules.x86.int8`).
 
 The x86 computes of :mod:`toolchain.topi.int8` accumulate ``L`` output channels per vector
 (``acc[..., mo, ..., l]`` holds channel ``mo * L + l``) but requantize per output element

@@ -1,4 +1,4 @@
-"""Float32 Cortex-M convolutions (toolchain/schedules/cortex_m_fp32.py): built for the host,
+"""Float32 Cortex-M convolutions (toolchain/schedules/cortex_m/fp32.py): built for the host,
 equal to the reference within float rounding, free of whole-tensor scratch, and correct
 when they say they may write over their input and do."""
 
@@ -145,7 +145,7 @@ def test_a_fused_tail_keeps_in_place_unless_it_reads_the_input(residual: bool) -
     overwrite, so it may not."""
     from tests.graph.passes.helpers import GraphBuilder
     from toolchain.graph.passes import fuse
-    from toolchain.schedules.fused import schedule_fused
+    from toolchain.schedules.generic.fused import schedule_fused
 
     b = GraphBuilder()
     x = b.input("x", (1, 8, 5, 3))

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from toolchain.bundle import compile_model
 from toolchain.graph.ir import Node
 from toolchain.quantize.ptq import quantize_model
-from toolchain.schedules.fused import compute_options
+from toolchain.schedules.generic.fused import compute_options
 from toolchain.schedules.registry import resolve_target
 
 

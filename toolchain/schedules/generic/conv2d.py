@@ -23,15 +23,15 @@ For a ``LayoutConv`` (:func:`layout_conv_plan`) ``cb``/``ob`` are the layouts' o
 an output block narrower than a vector gets a tile of that many lanes, and short output
 rows are stacked ``ry`` high. 3x3 stride-1 convs with constant weights and at least 32
 input and output channels use Winograd F(2x2, 3x3) instead
-(:mod:`toolchain.schedules.cpu_winograd`, :func:`winograd_choice`).
+(:mod:`toolchain.schedules.generic.winograd`, :func:`winograd_choice`).
 
 ``ob`` is two vectors (``2 * lanes``), ``rw`` fills the register file
-(:func:`~toolchain.schedules.common.register_tile`) and ``cb`` is the largest divisor of
+(:func:`~toolchain.schedules.generic.common.register_tile`) and ``cb`` is the largest divisor of
 ``C`` up to ``ob``. The row-of-output loop runs in parallel when the target has more
 than one core. Depthwise convolutions (``group == C == O``, constant weights) go to
-:mod:`toolchain.schedules.cpu_depthwise` on ``NCHW{b}c`` targets (AVX) and for every
+:mod:`toolchain.schedules.generic.depthwise` on ``NCHW{b}c`` targets (AVX) and for every
 ``LayoutConv``; other grouped ones use the generic schedule of
-:mod:`toolchain.schedules.cpu_ops`.
+:mod:`toolchain.schedules.generic.ops`.
 
 Example::
 
@@ -58,8 +58,8 @@ from toolchain import te
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
-from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
-from toolchain.schedules.cpu_dense import GemmPlan
+from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
+from toolchain.schedules.generic.dense import GemmPlan
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -68,7 +68,7 @@ from toolchain.tir.schedule import state as st
 
 Expr = ir.PrimExpr
 
-#: ``"auto"`` (the rule of :func:`~toolchain.schedules.cpu_winograd.winograd_tile`),
+#: ``"auto"`` (the rule of :func:`~toolchain.schedules.generic.winograd.winograd_tile`),
 #: ``"direct"`` (never Winograd) or ``"winograd2"``/``"winograd4"`` (that tile wherever
 #: Winograd applies) — for benchmarks and tests that compare the algorithms
 ALGORITHM = "auto"
@@ -397,7 +397,7 @@ def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
 
 
 def _schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
-    from toolchain.schedules.cpu_dense import plan_gemm, schedule_gemm
+    from toolchain.schedules.generic.dense import plan_gemm, schedule_gemm
 
     plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
     args, values = conv1x1_compute(node, g, plan)
@@ -419,7 +419,7 @@ def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
     ...                 cpu_params("x86_64-avx512"))
     2
     """
-    from toolchain.schedules.cpu_winograd import forced_tile, winograd_tile
+    from toolchain.schedules.generic.winograd import forced_tile, winograd_tile
 
     if ALGORITHM == "direct":
         return None
@@ -429,7 +429,7 @@ def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
 
 
 def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
-    from toolchain.schedules import cpu_ops
+    from toolchain.schedules.generic import ops as cpu_ops
     from toolchain.topi.registry import node_compute
 
     nc = node_compute(node)
@@ -444,7 +444,7 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     g = conv_geometry(node)
     if g is None:
         from toolchain.graph.passes.layout import layout_for_target
-        from toolchain.schedules.cpu_depthwise import is_depthwise, schedule_depthwise
+        from toolchain.schedules.generic.depthwise import is_depthwise, schedule_depthwise
 
         # channel-blocked depthwise where the target computes in NCHW{b}c (AVX); NCHW
         # targets keep the generic schedule (no blocked tensors to read there)
@@ -457,7 +457,7 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
         return _schedule_conv1x1(node, g, p)
     m = winograd_choice(g, p) if node.inputs[1].data is not None else None
     if m is not None:
-        from toolchain.schedules.cpu_winograd import schedule_winograd
+        from toolchain.schedules.generic.winograd import schedule_winograd
 
         return schedule_winograd(node, g, p, m)
     plan = plan_conv(g, p)
@@ -512,7 +512,7 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     raises :class:`~toolchain.errors.NoScheduleError`.
     """
     from toolchain.graph.passes.layout_ops import kernel_from_layout, nchw_node
-    from toolchain.schedules.cpu_depthwise import is_depthwise, schedule_depthwise
+    from toolchain.schedules.generic.depthwise import is_depthwise, schedule_depthwise
 
     t = resolve_target(target)
     if is_depthwise(node):
@@ -528,7 +528,7 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
     m = winograd_choice(g, p)
     if m is not None:
-        from toolchain.schedules.cpu_winograd import schedule_winograd
+        from toolchain.schedules.generic.winograd import schedule_winograd
 
         return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw)
     plan = layout_conv_plan(g, p, a["data_layout"], a["out_layout"])

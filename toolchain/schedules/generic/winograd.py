@@ -10,7 +10,7 @@ laid out for speed:
    outputs is a sum of only the non-zero terms (the coefficients are Python constants
    in a select chain that unrolling folds);
 3. ``M[ε, ν, k, p] = Σ_c U[ε, ν, k, c] V[ε, ν, c, p]`` — α² GEMMs scheduled by
-   :func:`toolchain.schedules.cpu_dense.schedule_gemm` (register tile, L2 blocking);
+   :func:`toolchain.schedules.generic.dense.schedule_gemm` (register tile, L2 blocking);
    ``U = G g Gᵀ`` is computed at compile time (float64) and zero-padded to the tile rows;
 4. ``Y2[k, i, j, p] = Σ Aᵀ[i,a] Aᵀ[j,b] M[a, b, k, p]`` (unrolled like 2.);
 5. ``out[n, k, y, x] = Y2[k, y%m, x%m, tile(y, x)] + bias[k]``.
@@ -26,7 +26,7 @@ layer while its weights are 4× the direct ones (F(2×2): 16/9×); it is used on
 for (``cpu_conv2d.ALGORITHM = "winograd4"``, up to :data:`F4_MAX_CHANNELS` input channels:
 its error grows with C, 2.3e-5 of the largest output at C = 512).
 
->>> from toolchain.schedules.cpu_conv2d import ConvGeom
+>>> from toolchain.schedules.generic.conv2d import ConvGeom
 >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
 >>> winograd_tile(g, cpu_params("x86_64-avx512")), winograd_tile(
 ...     ConvGeom(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1), cpu_params("x86_64-avx512"))
@@ -45,8 +45,8 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ir import Node, Value
-from toolchain.schedules.common import CpuParams, ceil_div, cpu_params
-from toolchain.schedules.cpu_dense import GemmPlan, plan_gemm, schedule_gemm
+from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params
+from toolchain.schedules.generic.dense import GemmPlan, plan_gemm, schedule_gemm
 from toolchain.schedules.registry import OpSchedule
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
@@ -84,7 +84,7 @@ def forced_tile(g: Any, algorithm: str) -> int | None:
     Winograd applies; F(4×4) above :data:`F4_MAX_CHANNELS` input channels falls back to
     F(2×2) (accuracy).
 
-    >>> from toolchain.schedules.cpu_conv2d import ConvGeom
+    >>> from toolchain.schedules.generic.conv2d import ConvGeom
     >>> forced_tile(ConvGeom(1, 8, 9, 9, 8, 3, 3, 9, 9, 1, 1, 1, 1, 1, 1), "winograd4")
     4
     """

@@ -6,7 +6,7 @@ of the tensors its inputs come from, so ``conv -> add -> relu`` is one DAG whose
 placeholders are the group's inputs. :func:`schedule_fused` schedules it:
 
 * **no complex op** (injective chains, a reduction with its injective producers, an
-  opaque op): :func:`~toolchain.schedules.cpu_ops.schedule_cpu` on the whole DAG — the
+  opaque op): :func:`~toolchain.schedules.generic.ops.schedule_cpu` on the whole DAG — the
   injective stages are inlined, so ``add -> relu`` is one loop;
 * **a complex-out-fusable anchor** (conv, dense, matmul — pattern
   ``complex-out-fusable``) whose op has a registered default schedule: that schedule is
@@ -46,7 +46,8 @@ from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
 from toolchain.graph.passes.layout_ops import block_of, layout_shape, nchw_node, nchw_shape
-from toolchain.schedules import cpu_ops, registry
+from toolchain.schedules import registry
+from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
@@ -225,14 +226,15 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
 def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
     """The per-node compute options ``target`` asks of the ops inside fused groups (None:
     the default computes). Cortex-M targets (key ``cortex_m``) compute QAdd with their C
-    requantization helper (:func:`toolchain.schedules.cortex_m.compute_options`), every
+    requantization helper (:func:`toolchain.schedules.cortex_m.int8.compute_options`), every
     other CPU target (key ``cpu``) with ``kiln_x86_requantize``
-    (:func:`toolchain.schedules.x86_int8.compute_options`); the same integers.
+    (:func:`toolchain.schedules.x86.int8.compute_options`); the same integers.
 
     >>> compute_options(registry.resolve_target("cuda-sm80")) is None
     True
     """
-    from toolchain.schedules import cortex_m, x86_int8
+    from toolchain.schedules.cortex_m.int8 import int8 as cortex_m
+    from toolchain.schedules.x86 import int8 as x86_int8
 
     keys = registry.target_keys(target)
     if "cortex_m" in keys:

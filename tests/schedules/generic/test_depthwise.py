@@ -1,4 +1,4 @@
-"""Depthwise Conv / LayoutConv schedule (toolchain.schedules.cpu_depthwise) on every CPU
+"""Depthwise Conv / LayoutConv schedule (toolchain.schedules.generic.depthwise) on every CPU
 target that runs here vs the Conv numpy reference (max relative error <= 1e-4): strides 1
 and 2, symmetric, asymmetric and SAME padding, odd widths, every data/output layout."""
 
@@ -10,7 +10,7 @@ import pytest
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op
-from toolchain.schedules.cpu_depthwise import pack_dw_weight, schedule_depthwise
+from toolchain.schedules.generic.depthwise import pack_dw_weight, schedule_depthwise
 
 from ._cpu_targets import RUNNABLE
 

@@ -34,7 +34,7 @@ rows per output row) and accumulate a pixel tile x ``L`` channels over ``(ry, rx
 The integers are those of the generic kernels (int32 accumulation, the same
 requantization), so the outputs equal the integer reference bit for bit. Grouped
 convolutions, depthwise ones on c-generic (the band would grow the arena) and the other
-integer ops keep the generic schedules (:mod:`toolchain.schedules.cpu_int8`), as does any
+integer ops keep the generic schedules (:mod:`toolchain.schedules.generic.int8`), as does any
 shape the tiled nest refuses.
 
 Example::
@@ -64,7 +64,7 @@ from toolchain import te
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
+from toolchain.schedules.generic.int8 import _block_names, _c_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
@@ -303,7 +303,7 @@ def compute_options(node: Node, target: Target) -> dict[str, Any]:
 def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
     """QAdd with the 32-bit requantization helper (:func:`toolchain.topi.int8_x86.qadd_x86`),
     scheduled by the generic CPU rules; the int64 kernel where the shifts do not fit."""
-    from toolchain.schedules.cpu_int8 import _schedule_rules
+    from toolchain.schedules.generic.int8 import _schedule_rules
     from toolchain.topi.registry import node_compute
 
     opts = compute_options(node, resolve_target(target))

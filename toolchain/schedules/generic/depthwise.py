@@ -49,7 +49,7 @@ from toolchain import te
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of, window_geometry
-from toolchain.schedules.common import CpuParams, cpu_params
+from toolchain.schedules.generic.common import CpuParams, cpu_params
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir

@@ -46,7 +46,7 @@ outputs would overwrite), and a k x k convolution reads neighbouring pixels: nei
 in place.
 
 Grouped convolutions, pooling and fused additions keep the generic CPU schedules
-(:mod:`toolchain.schedules.cpu_int8`).
+(:mod:`toolchain.schedules.generic.int8`).
 
 Example::
 
@@ -74,7 +74,7 @@ from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.cpu_int8 import _block_names, _c_name, schedule_int8
+from toolchain.schedules.generic.int8 import _block_names, _c_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
@@ -253,7 +253,7 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
 
 def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
     """QAdd with the C requantization helper, scheduled by the generic CPU rules."""
-    from toolchain.schedules.cpu_int8 import _schedule_rules
+    from toolchain.schedules.generic.int8 import _schedule_rules
     from toolchain.topi.int8 import qadd_dsp_applies
     from toolchain.topi.registry import node_compute
 

@@ -1,7 +1,7 @@
 """Default CPU schedules of the integer ops (QConv, QGemm, QAdd, QAvgPool).
 
 The computes (:mod:`toolchain.topi.int8`) are scheduled by the rule-driven CPU scheduler
-of :mod:`toolchain.schedules.cpu_ops` (inline the zero-point shift and padding, vectorize
+of :mod:`toolchain.schedules.generic.ops` (inline the zero-point shift and padding, vectorize
 the innermost contiguous output loop, parallelize the outer loops): the inner loops are
 int8 loads, int32 multiply-accumulates and the int64 requantization epilogue. Should a
 rule refuse, the plain loop nest of the compute is used, which is always correct.
@@ -43,7 +43,7 @@ def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
     """The cpu_ops rule steps, except that a convolution keeps its zero-point-shifted,
     padded input as a stage (attached per output row): the reduction then reads it without
     bounds guards and vectorizes along the row."""
-    from toolchain.schedules import cpu_ops
+    from toolchain.schedules.generic import ops as cpu_ops
 
     cfg = cpu_ops.cpu_config(target)
     sch = Schedule(func)

@@ -1,5 +1,5 @@
 """Default CPU schedules for every op except conv2d / dense / matmul (those live in
-:mod:`toolchain.schedules.cpu_conv2d` and :mod:`toolchain.schedules.cpu_dense`).
+:mod:`toolchain.schedules.generic.conv2d` and :mod:`toolchain.schedules.generic.dense`).
 
 One rule-driven scheduler, :func:`schedule_cpu`, covers elementwise and broadcast ops,
 reductions (incl. argmax), pooling, softmax / log-softmax, layer / instance / batch norm

@@ -8,7 +8,7 @@ The kernel is Goto/BLIS-shaped:
   array (``OpSchedule.input_values`` names it ``<B>_packed``).
 * **register tile** — an ``mr x nr`` tile of C lives in vector registers
   (``cache_write(..., "local")``), ``k`` runs around it; the tile's rows and vectors are
-  unrolled (``mr``/``nr`` from :func:`~toolchain.schedules.common.register_tile`).
+  unrolled (``mr``/``nr`` from :func:`~toolchain.schedules.generic.common.register_tile`).
 * **cache blocking** — rows are blocked by ``mc`` so an ``mc x K`` block of A stays in
   L2 (half the descriptor's ``caches.l2``) while the B panels stream through it.
 * **tails** — M and N that are not multiples of the tile are padded inside the kernel (A
@@ -52,7 +52,7 @@ import numpy as np
 from toolchain import te
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of
-from toolchain.schedules.common import CpuParams, ceil_div, cpu_params, register_tile
+from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -294,7 +294,7 @@ def _extent(sch: Schedule, loop: Any) -> int | None:
 
 
 def _generic(node: Node, target: Target) -> OpSchedule:
-    from toolchain.schedules import cpu_ops
+    from toolchain.schedules.generic import ops as cpu_ops
     from toolchain.topi.registry import node_compute
 
     nc = node_compute(node)

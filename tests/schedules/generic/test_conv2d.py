@@ -11,8 +11,8 @@ import pytest
 from toolchain.codegen import get_renderer
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op, make_node, schedule_for
-from toolchain.schedules.common import cpu_params
-from toolchain.schedules.cpu_conv2d import ConvGeom, pack_weight, plan_conv
+from toolchain.schedules.generic.common import cpu_params
+from toolchain.schedules.generic.conv2d import ConvGeom, pack_weight, plan_conv
 from toolchain.target import load_target
 from toolchain.tir.transform.pipeline import lower
 
@@ -107,7 +107,7 @@ def test_cortex_m4_conv_cross_compiles(tmp_path) -> None:
     ((2, 32, 7, 9), (33, 32, 3, 3)),
 ])
 def test_winograd_is_chosen_and_matches(target, xs, ws) -> None:
-    from toolchain.schedules.cpu_winograd import winograd_tile
+    from toolchain.schedules.generic.winograd import winograd_tile
 
     n, c, h, w = xs
     m = winograd_tile(ConvGeom(n, c, h, w, ws[0], 3, 3, h, w, 1, 1, 1, 1, 1, 1),
@@ -119,7 +119,7 @@ def test_winograd_is_chosen_and_matches(target, xs, ws) -> None:
 
 
 def test_forced_tile() -> None:
-    from toolchain.schedules.cpu_winograd import forced_tile
+    from toolchain.schedules.generic.winograd import forced_tile
 
     def g(c, k=3, s=1):
         return ConvGeom(1, c, 9, 9, 8, k, k, 9 // s, 9 // s, s, s, 1, 1, 1, 1)
@@ -132,7 +132,7 @@ def test_forced_tile() -> None:
 
 @pytest.mark.parametrize("algorithm", ["direct", "winograd2", "winograd4"])
 def test_algorithm_override(monkeypatch, algorithm) -> None:
-    from toolchain.schedules import cpu_conv2d
+    from toolchain.schedules.generic import conv2d as cpu_conv2d
 
     monkeypatch.setattr(cpu_conv2d, "ALGORITHM", algorithm)
     op = _run(RUNNABLE[-1], (1, 16, 9, 9), (16, 16, 3, 3), {"pads": [1, 0, 1, 2]})
@@ -141,7 +141,7 @@ def test_algorithm_override(monkeypatch, algorithm) -> None:
 
 
 def test_winograd_rule() -> None:
-    from toolchain.schedules.cpu_winograd import winograd_tile
+    from toolchain.schedules.generic.winograd import winograd_tile
 
     p = cpu_params("x86_64-avx512")
 

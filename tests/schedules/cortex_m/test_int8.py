@@ -17,7 +17,7 @@ from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.runtime.build import build
-from toolchain.schedules.cortex_m import MAX_GROUPS, PAIR_GROUPS, dot_intrinsic, pair_intrinsic
+from toolchain.schedules.cortex_m.int8 import MAX_GROUPS, PAIR_GROUPS, dot_intrinsic, pair_intrinsic
 from toolchain.schedules.registry import schedule_for
 from toolchain.target import load_target
 from toolchain.tir.transform.pipeline import lower
@@ -133,7 +133,7 @@ def test_requantize_helper_equals_requantize_pow(tmp_path) -> None:
     from pathlib import Path
 
     helpers = yaml.safe_load(
-        (Path(__file__).parents[2] / "targets" / "cortex-m4.yaml").read_text())["c_helpers"]
+        (Path(__file__).parents[3] / "targets" / "cortex-m4.yaml").read_text())["c_helpers"]
     src = tmp_path / "rq.c"
     src.write_text("#include <stdint.h>\n#include <string.h>\n" + helpers + """
 void run(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int32_t *l,

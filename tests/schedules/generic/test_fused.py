@@ -18,8 +18,8 @@ from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.passes.fused_op import fused_node
 from toolchain.graph.passes.pipeline import run_pipeline
 from toolchain.graph.reference import run_graph
-from toolchain.schedules.cpu_ops import CpuConfig, schedule_cpu
-from toolchain.schedules.fused import FusedKernel, rebind, schedule_fused
+from toolchain.schedules.generic.fused import FusedKernel, rebind, schedule_fused
+from toolchain.schedules.generic.ops import CpuConfig, schedule_cpu
 from toolchain.topi.registry import node_compute
 
 #: two cores and a low threshold, so the parallel paths run too

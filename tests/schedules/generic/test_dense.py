@@ -13,8 +13,8 @@ from toolchain.errors import InputError, UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op, make_node, schedule_for
-from toolchain.schedules.common import cpu_params
-from toolchain.schedules.cpu_dense import plan_gemm
+from toolchain.schedules.generic.common import cpu_params
+from toolchain.schedules.generic.dense import plan_gemm
 from toolchain.target import load_target
 from toolchain.tir.transform.pipeline import lower
 

@@ -1,4 +1,4 @@
-"""The x86 int8 schedules (toolchain/schedules/x86_int8.py): built C vs the integer reference."""
+"""The x86 int8 schedules (toolchain/schedules/x86/int8.py): built C vs the integer reference."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (reg
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
 from toolchain.schedules import compile_op
 from toolchain.schedules.registry import resolve_target
-from toolchain.schedules.x86_int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
+from toolchain.schedules.x86.int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
 from toolchain.topi.int8_x86 import requant_fits_int32
 
@@ -280,7 +280,7 @@ def test_qadd_bit_exact(target: str, dtype: str, shifts: tuple[int, int, int]) -
     """QAdd with kiln_x86_requantize (three requantizations in 32-bit lanes) vs the int64
     reference, a left shift in one case; in fused groups too (compute_options)."""
     from toolchain.quantize.fixed_point import quantize_multiplier
-    from toolchain.schedules.fused import compute_options
+    from toolchain.schedules.generic.fused import compute_options
 
     a, b = Value("a", (1, 7, 5, 6), dtype), Value("b", (1, 7, 5, 6), dtype)
     ma, mb, my = (quantize_multiplier(r)[0] for r in (0.61, 0.93, 0.77))

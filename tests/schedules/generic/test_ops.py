@@ -16,8 +16,8 @@ from tests.topi.util import make_node, rand
 from toolchain import te
 from toolchain.driver import build, lower
 from toolchain.graph.ops import get_op
-from toolchain.schedules import fused  # noqa: F401 - registers the layout ops' computes
-from toolchain.schedules.cpu_ops import CpuConfig, cpu_config, schedule_cpu
+from toolchain.schedules.generic import fused  # noqa: F401 - registers the layout ops' computes
+from toolchain.schedules.generic.ops import CpuConfig, cpu_config, schedule_cpu
 from toolchain.schedules.registry import schedule_for
 from toolchain.target import TARGETS_DIR
 from toolchain.topi.nn.softmax import softmax as topi_softmax
@@ -84,7 +84,7 @@ CASES: list[tuple] = [
      (2,), 1),
     ("Tile", [rand(2, 3), np.array([2, 3], I64)], {}, (1,), 1),
     ("Expand", [rand(3, 1), np.array([2, 3, 5], I64)], {}, (1,), 1),
-    # the layout pass's ops (computes registered by toolchain.schedules.fused)
+    # the layout pass's ops (computes registered by toolchain.schedules.generic.fused)
     ("LayoutTransform", [rand(1, 8, 3, 5)], {"src_layout": "NCHW", "dst_layout": "NCHW4c"},
      (), 1),
     ("LayoutTransform", [rand(2, 3, 5, 8)], {"src_layout": "NHWC", "dst_layout": "NCHW4c"},

@@ -1,12 +1,12 @@
 """Float32 convolutions on Cortex-M: one output pixel at a time, no whole-tensor scratch.
 
-The CPU schedules of :mod:`toolchain.schedules.cpu_conv2d` are built for caches and vector
+The CPU schedules of :mod:`toolchain.schedules.generic.conv2d` are built for caches and vector
 units: a 1x1 convolution packs its whole input into GEMM panels and keeps the whole
 product before the bias is added, a k x k one copies the whole padded input. On a
 microcontroller that is RAM the board does not have (DS-CNN fp32: 64 KiB of scratch next
 to 64 KiB of activations). This schedule (``Conv``, group 1, constant float32 weights, on
 the ``cortex-m4`` / ``cortex-m7`` targets) computes as the int8 Cortex-M kernels do
-(:mod:`toolchain.schedules.cortex_m`)::
+(:mod:`toolchain.schedules.cortex_m.int8`)::
 
     for each pair of output pixels p, p+1 (the last pair may repeat the last pixel):
         col[j, 0:K] = x[:, y*s + ry*d - pt, x*s + rx*d - pl] of pixel p+j
@@ -50,7 +50,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ir import Node, Value
-from toolchain.schedules.cpu_conv2d import (
+from toolchain.schedules.generic.conv2d import (
     ConvGeom,
     conv_geometry,
     cpu_params,
@@ -58,7 +58,7 @@ from toolchain.schedules.cpu_conv2d import (
     schedule_conv2d,
     winograd_choice,
 )
-from toolchain.schedules.cpu_depthwise import DwGeom, dw_geometry, is_depthwise
+from toolchain.schedules.generic.depthwise import DwGeom, dw_geometry, is_depthwise
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
