@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.bundle.emit import KernelSource, render_kernel
+from toolchain.bundle.emit import KernelSource
 from toolchain.bundle.names import CNames, comment, model_identifier
+from toolchain.codegen.backend import CBackend, backend_for
 from toolchain.codegen.c import CRenderer
 from toolchain.errors import NoScheduleError, OptionError, TargetError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
@@ -147,8 +148,9 @@ class KernelCache:
     """
 
     def __init__(self, target: Target | None = None) -> None:
-        #: the target the kernels are lowered for (``lower(..., target=)``)
+        #: the target the kernels are lowered for (``lower(..., target=)``) and its backend
         self.target = target
+        self.backend = backend_for(target) if target is not None else CBackend()
         # key -> (scheduled function, kept alive for its key; lowered function)
         self._lowered: dict[Any, tuple[Any, Any]] = {}
         self._sources: dict[tuple[int, bool | frozenset[int]], KernelSource] = {}
@@ -173,7 +175,7 @@ class KernelCache:
         takes it."""
         key = (id(lowered), restrict)  # lowered functions are kept in _lowered
         if key not in self._sources:
-            self._sources[key] = render_kernel(lowered, name, restrict=restrict)
+            self._sources[key] = self.backend.kernel(lowered, name, restrict=restrict)
         return self._sources[key]
 
     def rendered(self, lowered: Any, restrict: bool | frozenset[int]) -> bool:
