@@ -56,7 +56,7 @@ def compiler_version(cc: str) -> str:
 def _resolve_target(target: str | Target) -> Target:
     if isinstance(target, Target):
         t = target
-    elif target in ("c", "host", "llvm"):
+    elif target in ("c", "host"):
         return Target(name="host", kind="c", description="the host CPU (C via cc)")
     else:
         t = load_target(target)
