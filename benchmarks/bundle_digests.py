@@ -25,38 +25,20 @@ TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512", "cortex-m4", "cortex-m7"
 INT8 = ("ds_cnn", "resnet8", "mobilenet_v1", "autoencoder")
 
 
-def _zoo() -> dict:
-    try:
-        from toolchain.zoo import ZOO
-    except ImportError:  # before the zoo moved out of tests/
-        from tests.models.zoo import ZOO
-    return ZOO
-
-
-def _calibration(model) -> dict:
-    import numpy as np
-
-    from toolchain.frontend.onnx import from_onnx
-
-    rng = np.random.default_rng(11)
-    return {v.name: rng.standard_normal((8, *v.shape)).astype(np.float32)
-            for v in from_onnx(model).inputs}
-
-
 def digests(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
     """``{"<model>/<precision>/<target>": {file: sha256}}``."""
     from toolchain.bundle import build_spec, render_files
     from toolchain.errors import KilnError
-    from toolchain.quantize.ptq import quantize_model
+    from toolchain.zoo import ZOO
+    from toolchain.zoo.quantized import kiln_qdq
 
-    zoo = _zoo()
     out: dict[str, dict[str, str]] = {}
     for name in models:
-        spec = zoo[name]
+        spec = ZOO[name]
         model = spec.build()
         variants = [("fp32", model)]
         if name in INT8:
-            variants.append(("int8", quantize_model(model, _calibration(model))[0]))
+            variants.append(("int8", kiln_qdq(model)))
         for tag, m in variants:
             for target in targets:
                 key = f"{name}/{tag}/{target}"
@@ -83,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--slow", action="store_true", help="include the slow models")
     args = ap.parse_args(argv)
-    zoo = _zoo()
+    from toolchain.zoo import ZOO
+
     models = args.models.split(",") if args.models else \
-        [n for n, s in zoo.items() if args.slow or not s.slow]
+        [n for n, s in ZOO.items() if args.slow or not s.slow]
     now = digests(models, args.targets.split(","))
     if args.save:
         args.save.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")

@@ -12,7 +12,7 @@ the board's QEMU machine and prints the executed instructions of one inference.
 The models are batch 1; the autoencoder returns its reconstruction (MLPerf Tiny AD: the
 harness computes the anomaly score). int8 is Kiln's own post-training quantization (8
 seeded random calibration samples) with int8 input and output tensors, as the MLPerf Tiny
-int8 reference models (:func:`tests.boards.qdq_models.anchor_model`), so the arena compares
+int8 reference models (:func:`toolchain.zoo.quantized.anchor_model`), so the arena compares
 with microTVM's workspace (the anchor column). ``check``: fp32, the largest error relative
 to the output's scale against Kiln's float reference; int8, whether every integer output
 equals Kiln's integer reference bit for bit ("exact"), then the float outputs' error (a
@@ -38,23 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-from tests.boards.qdq_models import ANCHORS  # noqa: E402
+from toolchain.zoo.quantized import ANCHORS, anchor_float, anchor_model  # noqa: E402
 
 MODELS = ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"]
 BOARDS = ["qemu-mps2-an386", "nucleo-l4r5zi"]
 PRECISIONS = ["fp32", "int8"]
-
-
-def float_model(name: str) -> onnx.ModelProto:
-    """The zoo model at batch 1 (the autoencoder without its anomaly-score output)."""
-    from tests.models.zoo import ZOO
-
-    model = ZOO[name].build(batch=1) if name == "autoencoder" else ZOO[name].build()
-    if name == "autoencoder":
-        keep = [o for o in model.graph.output if o.name == "reconstruction"]
-        del model.graph.output[:]
-        model.graph.output.extend(keep)
-    return model
 
 
 def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -92,11 +80,10 @@ def _check(model: onnx.ModelProto, inputs: dict, outputs: dict, precision: str) 
 
 
 def _row(model: str, board: str, precision: str, work: Path, kernels: bool) -> dict:
-    from tests.boards.qdq_models import anchor_model
     from toolchain.boards import compile_board, run_on_qemu
     from toolchain.errors import TargetError
 
-    m = float_model(model) if precision == "fp32" else anchor_model(model)
+    m = anchor_float(model) if precision == "fp32" else anchor_model(model)
     path = work / f"{model}_{precision}.onnx"
     onnx.save(m, path)
     inputs = _inputs(m)

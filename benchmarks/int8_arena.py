@@ -30,7 +30,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import toolchain  # noqa: E402
-from tests.boards.qdq_models import ANCHORS, anchor_model, arena_report  # noqa: E402
+from toolchain.zoo.quantized import ANCHORS, anchor_model, arena_report  # noqa: E402
 
 
 def main() -> int:

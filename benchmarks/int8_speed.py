@@ -3,10 +3,10 @@
     python benchmarks/int8_speed.py                        # the four MLPerf-Tiny models
     python benchmarks/int8_speed.py resnet8 --runs 500 --profile
 
-Each model of ``tests/models/zoo.py`` is compiled twice for the host's widest CPU target
+Each model of ``toolchain/zoo/models.py`` is compiled twice for the host's widest CPU target
 (``x86_64-avx512`` here, ``--target`` to change): as it is (fp32) and quantized by Kiln's
 post-training quantization (:func:`toolchain.quantize.ptq.quantize_model`, 8 seeded
-standard-normal calibration samples as ``benchmarks/int8_arena.py`` uses; float I/O, so
+standard-normal calibration samples, :func:`toolchain.zoo.quantized.calibration`; float I/O, so
 both bundles take the same inputs). Both are timed from C with the bundle's demo ``main``
 (``--repeat N``, minimum over the runs, see ``benchmarks/models.py``) and the ratio
 ``int8 / fp32`` printed; below 1 the int8 bundle is faster. ``--profile`` prints the int8
@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.models import profile, time_kiln  # noqa: E402
-from tests.boards.qdq_models import calibration  # noqa: E402
-from tests.models.zoo import ZOO  # noqa: E402
 from toolchain.bundle import compile_model  # noqa: E402
+from toolchain.zoo import ZOO  # noqa: E402
+from toolchain.zoo.quantized import calibration  # noqa: E402
 
 MODELS = ("ds_cnn", "resnet8", "mobilenet_v1", "autoencoder")
 

@@ -27,10 +27,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.models.zoo import ZOO  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.memory import plan_lifetimes, plan_memory  # noqa: E402
 from toolchain.graph.passes import run_pipeline  # noqa: E402
+from toolchain.zoo import ZOO  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
     python benchmarks/model_accuracy.py --per-node ds_cnn  # first node where Kiln and ORT differ
 
 The error is ``max|kiln - ort| / max|ort|`` over every output of the model (see
-``tests/models/harness.py``); the times are one run of each on this machine, single-threaded,
+``toolchain/zoo/harness.py``); the times are one run of each on this machine, single-threaded,
 and only say how long the test takes (Kiln's executor is a reference, not a fast path).
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.models.harness import compare_with_ort, first_divergence  # noqa: E402
-from tests.models.zoo import ZOO, count_macs, parameter_count  # noqa: E402
+from toolchain.zoo import ZOO, count_macs, parameter_count  # noqa: E402
+from toolchain.zoo.harness import compare_with_ort, first_divergence  # noqa: E402
 
 
 def _kiln_flops(model, input_shapes) -> int | None:

@@ -7,7 +7,7 @@
 The default target is the widest CPU descriptor this machine runs
 (``toolchain.target.host_target()``: ``x86_64-avx512`` here).
 
-For each model of ``tests/models/zoo.py``:
+For each model of ``toolchain/zoo/models.py``:
 
 * **compile s** — ``kiln compile`` (import, passes, schedules, C, plan, weights, files);
 * **layout** — the data layout the kernels use (the target's, or ``nchw`` where a kernel
@@ -55,8 +55,8 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from tests.models.zoo import ZOO  # noqa: E402
 from toolchain.bundle import compile_model  # noqa: E402
+from toolchain.zoo import ZOO  # noqa: E402
 
 SKIP = {"fcn_opset11": "its Resize scales are computed at run time in the fused graph"}
 #: on top of the bundle's own target flags (the Makefile's default CFLAGS are replaced)

@@ -3,7 +3,7 @@
     python examples/make_examples.py          # rewrite lenet5.onnx and lenet5_input.npz
     python examples/make_examples.py --check  # exit 1 if the committed files are stale
 
-The model comes from the test zoo (``tests/models/zoo.py``), so the example and the tests
+The model comes from the model zoo (:mod:`toolchain.zoo`), so the example and the tests
 are always the same network.  The input is a hand-drawn "7", normalised like MNIST.
 """
 
@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.models.zoo import lenet5  # noqa: E402
+from toolchain.zoo import lenet5  # noqa: E402
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 

@@ -11,7 +11,7 @@ import pytest
 
 import toolchain
 
-PACKAGES = ["schedules", "topi", "graph", "bundle", "boards", "quantize", "intrinsics"]
+PACKAGES = ["schedules", "topi", "graph", "bundle", "boards", "quantize", "intrinsics", "zoo"]
 
 
 def _modules() -> list[str]:

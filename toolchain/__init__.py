@@ -2,8 +2,10 @@
 
 The package is organised one layer a folder (see ``docs/architecture.md``):
 ``frontend`` (ONNX import), ``graph`` (graph IR, op registry, reference executor,
-passes), ``te``/``tir`` (tensor expressions, loop IR, schedules), ``codegen``,
-``bundle``, ``runtime``, ``autotune`` and ``cli``.
+passes), ``te``/``tir`` (tensor expressions, loop IR, schedules), ``topi`` (op computes),
+``schedules`` (default schedules per target), ``codegen`` (C and CUDA), ``bundle``,
+``runtime``, ``boards``, ``quantize``, ``intrinsics``, ``vta`` (the accelerator), ``zoo``
+(whole test models) and ``cli`` with ``commands``.
 """
 
 __version__ = "0.1.0"

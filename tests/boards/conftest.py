@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.models.zoo import ZOO
+from toolchain.zoo import ZOO
 
 HAVE_CROSS = shutil.which("arm-none-eabi-gcc") is not None and \
     Path("/usr/lib/picolibc/arm-none-eabi").is_dir()

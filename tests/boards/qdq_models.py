@@ -1,12 +1,13 @@
 """int8 (QDQ) versions of the MLPerf-Tiny-style zoo models for the board tests.
 
 A :class:`QdqModel` is one zoo model quantized either by Kiln itself
-(:func:`toolchain.quantize.ptq.quantize_model`, what ``kiln quantize`` runs) or by
+(:func:`toolchain.zoo.quantized.kiln_qdq`, what ``kiln quantize`` runs) or by
 ``onnxruntime.quantization.quantize_static`` (QDQ format, per-channel int8 weights, the zoo
 model as it is: onnxruntime keeps BatchNormalization and writes its bias scales with shape
-[1] and a scalar zero point). Both use 8 seeded random calibration samples. The object
-keeps the QDQ model, the zoo's sample inputs, the host int8 build's outputs (``c-generic``
-bundle), onnxruntime's outputs on the same QDQ model, and board bundles compiled once each.
+[1] and a scalar zero point). Both use the same 8 seeded random calibration samples
+(:func:`toolchain.zoo.quantized.calibration`). The object keeps the QDQ model, the zoo's
+sample inputs, the host int8 build's outputs (``c-generic`` bundle), onnxruntime's outputs
+on the same QDQ model, and board bundles compiled once each.
 
 Example::
 
@@ -21,25 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-CALIBRATION_SEED = 11
-CALIBRATION_SAMPLES = 8
-
-
-def calibration(model: onnx.ModelProto, n: int = CALIBRATION_SAMPLES,
-                seed: int = CALIBRATION_SEED) -> dict[str, np.ndarray]:
-    """``n`` seeded standard-normal samples per graph input (first axis = samples)."""
-    from toolchain.frontend.onnx import from_onnx
-
-    rng = np.random.default_rng(seed)
-    return {v.name: rng.standard_normal((n, *v.shape)).astype(np.float32)
-            for v in from_onnx(model).inputs}
-
-
-def kiln_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The QDQ model written by Kiln's post-training quantization."""
-    from toolchain.quantize.ptq import quantize_model
-
-    return quantize_model(model, calibration(model))[0]
+from toolchain.zoo.quantized import CALIBRATION_SAMPLES, calibration, kiln_qdq
 
 
 def ort_qdq(model: onnx.ModelProto, work: Path) -> onnx.ModelProto:
@@ -90,8 +73,8 @@ class QdqModel:
     def __init__(self, root: Path, name: str, quantizer: str) -> None:
         import onnxruntime as ort
 
-        from tests.models.zoo import ZOO
         from toolchain.bundle import compile_model, load_bundle
+        from toolchain.zoo import ZOO
 
         spec = ZOO[name]
         model = spec.build(batch=1) if name == "autoencoder" else spec.build()
@@ -116,59 +99,3 @@ class QdqModel:
             self.bundles[board] = compile_board(self.path, board, self.root / board,
                                                 name=f"{self.name}_int8")
         return self.bundles[board]
-
-
-#: MLPerf Tiny v0.5, microTVM + CMSIS-NN: task and workspace bytes of the int8 models
-ANCHORS = {"ds_cnn": ("KWS", 17_232), "mobilenet_v1": ("VWW", 64_800),
-           "resnet8": ("IC", 66_112), "autoencoder": ("AD", 1_160)}
-
-
-def anchor_model(name: str) -> onnx.ModelProto:
-    """The zoo model quantized as the MLPerf Tiny int8 reference models are: int8 input and
-    output tensors (``quantize_model(..., integer_io=True)``), batch 1; the autoencoder
-    returns only its reconstruction (the harness computes the anomaly score from it)."""
-    from tests.models.zoo import ZOO
-    from toolchain.quantize.ptq import quantize_model
-
-    model = ZOO[name].build(batch=1) if name == "autoencoder" else ZOO[name].build()
-    if name == "autoencoder":
-        keep = [o for o in model.graph.output if o.name == "reconstruction"]
-        del model.graph.output[:]
-        model.graph.output.extend(keep)
-    return quantize_model(model, calibration(model), integer_io=True)[0]
-
-
-def arena_report(bundle: Path) -> dict:
-    """What the planned arena of a compiled bundle holds: ``arena`` bytes, ``tensors``
-    (the arena of the model's tensors alone, kernel scratch left out), the largest kernel
-    ``scratch`` as ``(kernel, bytes)``, and ``peak``: the buffers live at the step where
-    the arena is fullest, as ``(name, bytes)``."""
-    import json
-
-    from toolchain.graph.memory import plan_lifetimes
-
-    meta = json.loads((bundle / "metadata.json").read_text())
-    plan = meta["memory_plan"]
-    entries = plan["tensors"]
-    root = {t["name"]: t.get("inplace_of") or t["name"] for t in entries}
-
-    def buffer(name: str) -> str:
-        while root[name] != name:
-            name = root[name]
-        return name
-
-    last: dict[str, int] = {}  # a buffer lives until its last in-place member dies
-    for t in entries:
-        b = buffer(t["name"])
-        last[b] = max(last.get(b, t["last"]), t["last"])
-    tensors = [(t["name"], t["size"], t["first"], last[t["name"]]) for t in entries
-               if t["kind"] == "tensor" and not t.get("inplace_of")]
-    only = plan_lifetimes(tensors, alignment=plan["alignment"]).arena_bytes if tensors else 0
-    scratch = max(((t["name"].split(":")[0], t["size"]) for t in entries
-                   if t["kind"] == "scratch"), key=lambda p: p[1], default=("", 0))
-    steps = len(plan["steps"])
-    live = [[t for t in entries if not t.get("inplace_of")
-             and t["first"] <= s <= last.get(t["name"], t["last"])] for s in range(steps)]
-    top = max(range(steps), key=lambda s: sum(t["size"] for t in live[s]), default=0)
-    return {"arena": meta["arena_bytes"], "tensors": only, "scratch": scratch,
-            "peak": [(t["name"], t["size"]) for t in live[top]] if steps else []}

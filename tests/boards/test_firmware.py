@@ -38,7 +38,7 @@ def _tiny(tmp_path, hw: int = 8, cin: int = 3, cout: int = 4, softmax: bool = Fa
 
 
 def test_resnet18_refused_for_nrf52840dk_with_the_numbers(tmp_path, capsys):
-    from tests.models.zoo import ZOO
+    from toolchain.zoo import ZOO
 
     onnx.save(ZOO["resnet18"].build(), tmp_path / "resnet18.onnx")
     rc = main(["compile", str(tmp_path / "resnet18.onnx"), "--board", "nrf52840dk",

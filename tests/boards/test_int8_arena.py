@@ -2,7 +2,7 @@
 
 The models are quantized as the MLPerf Tiny int8 reference models are (int8 input and
 output, batch 1; the autoencoder returns its reconstruction: see
-:func:`tests.boards.qdq_models.anchor_model`) and compiled for ``cortex-m4``, the target of
+:func:`toolchain.zoo.quantized.anchor_model`) and compiled for ``cortex-m4``, the target of
 nucleo-l4r5zi (the MLPerf Tiny reference board). Two numbers per model:
 
 * the arena of the model's tensors, as the memory planner places them: below the anchor
@@ -17,7 +17,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from tests.boards.qdq_models import ANCHORS, anchor_model, arena_report
+from toolchain.zoo.quantized import ANCHORS, anchor_model, arena_report
 
 _REPORTS: dict[str, dict] = {}
 

@@ -97,11 +97,11 @@ def test_int8_flash_smaller_than_fp32(qdq_compiled, zoo_compiled):
 def test_integer_io_model_on_qemu(tmp_path):
     """The autoencoder with int8 input and output (``integer_io``, as the arena anchors are
     measured) on nucleo-l4r5zi: bit-exact with Kiln's integer reference."""
-    from tests.boards.qdq_models import anchor_model
     from toolchain.boards import compile_board, run_on_qemu
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
+    from toolchain.zoo.quantized import anchor_model
 
     q = anchor_model("autoencoder")
     onnx.save(q, tmp_path / "ad.onnx")

@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 from tests.bundle.helpers import assert_matches, run_ort
-from tests.models.zoo import ZOO
 from toolchain import api, cli
+from toolchain.zoo import ZOO
 
 
 @pytest.fixture()

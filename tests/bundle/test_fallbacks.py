@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.zoo import ZOO
 from toolchain.bundle import build_spec, compile_model
 from toolchain.errors import NoScheduleError
 from toolchain.schedules.generic import fused
+from toolchain.zoo import ZOO
 
 
 def _model():

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.models.zoo import ZOO
 from toolchain.bundle.compiler import BundleSpec, build_spec
 from toolchain.schedules.generic.fused import anchor_of, bind_constants, registry_anchor_schedule
 from toolchain.target import load_target
+from toolchain.zoo import ZOO
 
 TARGET = "x86_64-avx512"
 WEIGHTED = ("LayoutConv", "Conv", "Gemm", "MatMul")

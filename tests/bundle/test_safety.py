@@ -23,9 +23,9 @@ from tests.bundle.helpers import (
     run_main,
     run_ort,
 )
-from tests.models.zoo import ZOO
 from toolchain.bundle import compile_model
 from toolchain.errors import OptionError
+from toolchain.zoo import ZOO
 
 F = np.float32
 STRICT_CFLAGS = "-O1 -std=c99 " + " ".join(STRICT)
@@ -93,7 +93,7 @@ def test_recompile_is_byte_identical(tmp_path):
     a = compile_model(spec.build(), "c-generic", tmp_path / "a", name="kws")
     b = compile_model(spec.build(), "c-generic", tmp_path / "b", name="kws")
     root = Path(__file__).resolve().parents[2]
-    code = ("from tests.models.zoo import ZOO; from toolchain.bundle import compile_model; "
+    code = ("from toolchain.zoo import ZOO; from toolchain.bundle import compile_model; "
             f"compile_model(ZOO['ds_cnn'].build(), 'c-generic', {str(tmp_path / 'c')!r}, "
             "name='kws')")
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(root)}

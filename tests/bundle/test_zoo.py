@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.bundle.helpers import assert_matches, compile_run, run_ort
-from tests.models.zoo import ZOO
+from toolchain.zoo import ZOO
 
 #: fcn_opset11 is left out: its Resize takes scales computed at run time in the fused
 #: graph (the schedules cannot build that kernel yet) and its scheduling takes ~60 s

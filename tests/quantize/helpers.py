@@ -19,7 +19,7 @@ MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1", "autoencoder")
 
 def float_model(name: str) -> onnx.ModelProto:
     """The zoo model with BatchNorm folded by Kiln's passes (what both quantizers see)."""
-    from tests.models.zoo import ZOO
+    from toolchain.zoo import ZOO
 
     g = from_onnx(ZOO[name].build())
     g = run_pipeline(g, passes=["constant_fold", "simplify", "fold_affine",

@@ -29,7 +29,7 @@ def test_quantize_ops_runs_first_in_the_default_pipeline() -> None:
 
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"])
 def test_int8_bundle_bit_exact(name: str, tmp_path: Path) -> None:
-    from tests.models.zoo import ZOO
+    from toolchain.zoo import ZOO
 
     model = ZOO[name].build()
     g = from_onnx(model)

@@ -18,7 +18,7 @@ def test_quantize_is_a_registered_command() -> None:
 
 @pytest.fixture(scope="module")
 def kws(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from tests.models.zoo import ZOO
+    from toolchain.zoo import ZOO
 
     d = tmp_path_factory.mktemp("kws")
     onnx.save(ZOO["ds_cnn"].build(), d / "kws.onnx")

@@ -7,11 +7,11 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.models.zoo import ZOO
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
 from toolchain.quantize.ptq import quantize_model
+from toolchain.zoo import ZOO
 
 
 def _cal(model: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -32,7 +32,7 @@ FLOAT_OK = {"Softmax", "Sub", "Pow", "ReduceMean"}
 
 @functools.cache
 def _kiln_qdq(name: str) -> onnx.ModelProto:
-    from tests.models.zoo import ZOO
+    from toolchain.zoo import ZOO
 
     model = ZOO[name].build()
     g = from_onnx(model)
@@ -91,7 +91,7 @@ def test_ort_quantize_static_matches_onnxruntime(name: str, activation: str,
 
 def test_float_model_accuracy_kept() -> None:
     """The integer graph stays close to the float model (the quantization is sane)."""
-    from tests.models.zoo import ZOO
+    from toolchain.zoo import ZOO
 
     model = ZOO["resnet8"].build()
     fg = from_onnx(model)

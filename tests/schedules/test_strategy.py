@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.models.zoo import ZOO
 from toolchain.bundle import build_spec, render_files
 from toolchain.schedules.registry import lookup, register_schedule, target_keys, unregister_schedule
 from toolchain.schedules.strategy import STRATEGIES
 from toolchain.target import TARGETS_DIR, load_target
+from toolchain.zoo import ZOO
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {p.stem for p in TARGETS_DIR.glob("*.yaml")}

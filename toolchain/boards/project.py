@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -120,3 +121,21 @@ def firmware_files(meta: Mapping[str, Any], board: Board) -> dict[str, str]:
     if not any(t["field"] for t in ctx["inputs"]):  # pragma: no cover - models have inputs
         raise InputError(f"model {model} has no inputs")
     return files
+
+
+def is_board_bundle(path: str | Path) -> bool:
+    """Whether ``path`` is a bundle compiled with ``--board``: it has a firmware project and
+    its ``metadata.json`` names a board.
+
+    Example::
+
+        >>> is_board_bundle("no/such/dir")
+        False
+    """
+    p = Path(path)
+    if not (p / "firmware" / "Makefile").is_file() or not (p / "metadata.json").is_file():
+        return False
+    try:
+        return bool(json.loads((p / "metadata.json").read_text()).get("board"))
+    except ValueError:
+        return False

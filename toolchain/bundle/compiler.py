@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from toolchain.bundle.emit import KernelSource
-from toolchain.bundle.names import CNames, comment, model_identifier
+from toolchain.bundle.names import bundle_namer, comment, model_identifier
 from toolchain.codegen.backend import CBackend, backend_for
 from toolchain.codegen.c import CRenderer
+from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import NoScheduleError, OptionError, TargetError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
@@ -105,7 +106,7 @@ def _schedule(node: Node, target: Target, cache: KernelCache
     """(lowered PrimFunc, inner input values, output values, how it was scheduled, the
     inner input the kernel may write its output over or None)."""
     from toolchain import te
-    from toolchain.schedules.generic.fused import _sanitize, fused_compute, schedule_fused
+    from toolchain.schedules.generic.fused import fused_compute, schedule_fused
     from toolchain.schedules.registry import lookup
 
     try:
@@ -121,7 +122,8 @@ def _schedule(node: Node, target: Target, cache: KernelCache
         # any other exception from a schedule is a bug and propagates
         why = str(exc).splitlines()[0][:200]
     fc = fused_compute(node)
-    func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
+    func = te.create_prim_func(fc.inputs + fc.outputs,
+                               name=sanitize(node.attrs["kernel"], **TE_NAMES))
     return cache.lower(func), list(fc.input_values), list(fc.output_values), \
         f"fallback: {why}", None
 
@@ -309,15 +311,16 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
             overwrite[node.name] = (params[next(i for i, v in enumerate(ins) if v is host)].name,)
         scheduled.append((node, func, params, how))
     in_place = _in_place_pairs(fused, overwrite)
-    names = CNames({f"{prefix}_run", f"{prefix}_weights", f"{prefix}_weights_t",
-                    f"{prefix}_inputs", f"{prefix}_outputs"})
+    names = bundle_namer({f"{prefix}_run", f"{prefix}_weights", f"{prefix}_weights_t",
+                          f"{prefix}_inputs", f"{prefix}_outputs"})
     kernels: list[CompiledKernel] = []
     for i, (node, func, params, how) in enumerate(scheduled):
         restrict = _aliased(params, in_place[node.name]) if node.name in in_place else True
         if cache.rendered(func, restrict):
             src = cache.render(func, "", restrict)
         else:
-            src = cache.render(func, names(node.attrs["kernel"], prefix=f"{prefix}_"), restrict)
+            src = cache.render(func, names.fresh(node.attrs["kernel"], prefix=f"{prefix}_"),
+                               restrict)
         kernels.append(CompiledKernel(i, node, src, params, how, get_op(node.op).flops_of(node),
                                       node.name in in_place, overwrite.get(node.name, ())))
     return kernels

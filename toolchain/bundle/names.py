@@ -2,13 +2,13 @@
 
 Model names (tensor, node and model names from ONNX) may hold quotes, backslashes, ``*/``,
 newlines, non-ASCII letters, C keywords or a leading digit.  Nothing from the model reaches
-the generated C except through :class:`CNames` (identifiers) and :func:`comment` (text
-inside ``/* ... */``).
+the generated C except through :func:`bundle_namer` (identifiers, made by the one C namer
+:class:`~toolchain.codegen.names.Namer`) and :func:`comment` (text inside ``/* ... */``).
 
 Example::
 
-    >>> names = CNames()
-    >>> names('conv"1*/'), names("int"), names("9lives"), names('conv"1*/')
+    >>> names = bundle_namer()
+    >>> names.fresh('conv"1*/'), names.fresh("int"), names.fresh("9lives"), names.fresh('conv"1*/')
     ('conv_1__', 'v_int', '_9lives', 'conv_1___1')
     >>> comment("a */ b\\nc ??/")
     'a __ b_c ___'
@@ -16,10 +16,10 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import re
+from collections.abc import Iterable
 
-from toolchain.codegen.cstyle import sanitize
+from toolchain.codegen.names import Namer, sanitize
 
 #: longest identifier part taken from a model name (C99 promises 63 significant characters
 #: for internal names; a hash keeps long names apart)
@@ -28,33 +28,22 @@ MAX_NAME = 40
 _COMMENT_OK = re.compile(r"[^A-Za-z0-9_.:,;=+()\[\]{}<>@#%&|~^ -]")
 
 
-def c_identifier(name: str, limit: int = MAX_NAME) -> str:
-    """A valid C identifier for ``name`` (not yet unique): ``"a.b-c"`` -> ``"a_b_c"``."""
-    s = sanitize(name)
-    if len(s) > limit:
-        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-        s = f"{s[:limit - 9]}_{digest}"
-    return s
+def bundle_namer(reserved: Iterable[str] = ()) -> Namer:
+    """The namer of a bundle's C identifiers, in order of request (deterministic).
 
+    Each :meth:`~toolchain.codegen.names.Namer.fresh` call is a new object: asking twice for
+    the same name gives ``x`` and ``x_1``. Names are cut to :data:`MAX_NAME` characters;
+    ``reserved`` names are never handed out. Numbered names are not checked against
+    :func:`~toolchain.codegen.names.is_reserved` again: the bundle's names reach C as
+    struct fields or after a prefix (``w_``, the model's).
 
-class CNames:
-    """Hands out unique C identifiers in order of request (deterministic).
+    Example::
 
-    Asking twice for the same name gives two different identifiers (``x``, ``x_1``): every
-    request is a new object.  ``reserved`` names are never handed out.
+        >>> names = bundle_namer({"net_run"})
+        >>> names.fresh("run", prefix="net_"), names.fresh("a" * 50)
+        ('net_run_1', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa_160b4e43')
     """
-
-    def __init__(self, reserved: tuple[str, ...] | set[str] = ()) -> None:
-        self.used: set[str] = set(reserved)
-
-    def __call__(self, name: str, prefix: str = "") -> str:
-        base = prefix + c_identifier(name)
-        out, n = base, 0
-        while out in self.used:
-            n += 1
-            out = f"{base}_{n}"
-        self.used.add(out)
-        return out
+    return Namer(reserved, limit=MAX_NAME, check_numbered=False)
 
 
 def comment(text: str, limit: int = 120) -> str:
@@ -65,4 +54,4 @@ def comment(text: str, limit: int = 120) -> str:
 
 def model_identifier(name: str) -> str:
     """The C prefix of a model (``resnet8`` -> ``resnet8``; ``My Net-2`` -> ``my_net_2``)."""
-    return c_identifier(name.lower(), limit=32)
+    return sanitize(name.lower(), limit=32)

@@ -30,10 +30,11 @@ import jinja2
 from toolchain import __version__
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
 from toolchain.bundle.emit import BundleRenderer
-from toolchain.bundle.names import CNames, comment
+from toolchain.bundle.names import bundle_namer, comment
 from toolchain.bundle.weights import format_bytes
 from toolchain.codegen.artifact import merge_support
 from toolchain.codegen.cstyle import render_helpers
+from toolchain.codegen.names import Namer
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.ops.registry import get_op
@@ -49,12 +50,12 @@ def _env() -> jinja2.Environment:
                               undefined=jinja2.StrictUndefined, autoescape=False)
 
 
-def _io(spec: BundleSpec, names: CNames) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _io(spec: BundleSpec, names: Namer) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     up = spec.model.upper()
     out: dict[str, list[dict[str, Any]]] = {"input": [], "output": []}
     for kind, values in (("input", spec.graph.inputs), ("output", spec.graph.outputs)):
         for v in values:
-            field = names(v.name)
+            field = names.fresh(v.name)
             out[kind].append({
                 "kind": kind, "name": v.name, "field": field, "ctype": c_type(v.dtype),
                 "dtype": v.dtype, "shape": list(v.shape), "count": v.size, "bytes": v.nbytes,
@@ -77,7 +78,7 @@ class _Locations:
             if id(v) not in self.expr:  # an input that is also an output stays an input
                 self.expr[id(v)] = f"(void *)outputs->{t['field']}"
         self.weights: list[dict[str, Any]] = []
-        self.names = CNames()
+        self.names = bundle_namer()
         #: views of a graph input (memory plan ``views``) are that input's pointer
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
 
@@ -86,7 +87,7 @@ class _Locations:
             return self.expr[id(v)]
         if v.data is not None:
             arr = weight_array(v)
-            name = self.names(v.name, prefix="w_")
+            name = self.names.fresh(v.name, prefix="w_")
             self.weights.append({
                 "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
                 "count": max(arr.size, 1), "dtype": v.dtype,
@@ -206,7 +207,7 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     """Every generated text file of the bundle, by relative path."""
     env = _env()
     reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights")}
-    inputs, outputs = _io(spec, CNames(reserved))
+    inputs, outputs = _io(spec, bundle_namer(reserved))
     loc = _Locations(spec, inputs, outputs)
     calls = _calls(spec, loc)
     copies = _copies(spec, loc, outputs)

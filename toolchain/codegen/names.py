@@ -9,6 +9,12 @@ built-in variables, and every identifier C reserves for the implementation (``__
 ``_Foo``). :func:`is_reserved` says whether a name is one of those; :func:`sanitize` turns
 any string into a valid identifier that is not; :class:`Namer` makes them unique.
 
+Every C name Kiln derives from a model or schedule name goes through these two: the
+renderer's, the bundle's (:mod:`toolchain.bundle.names`: 40 characters at most, a hash keeps
+long names apart) and the kernel and placeholder names the schedules give TE (keyword
+arguments of :func:`sanitize` keep each caller's older conventions, so that no bundle
+changed when they were merged).
+
 >>> sanitize("conv 1/w"), sanitize("tanh"), sanitize("_Foo"), sanitize("NAN")
 ('conv_1_w', 'v_tanh', 'v_Foo', 'v_NAN')
 >>> n = Namer()
@@ -18,7 +24,10 @@ any string into a valid identifier that is not; :class:`Namer` makes them unique
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any
 
 #: C89 .. C23 keywords, GNU spellings the compiler accepts in gnu11, and stdbool's macros
@@ -90,7 +99,14 @@ def is_reserved(name: str) -> bool:
             or _VECTOR_TYPE.fullmatch(name) is not None)
 
 
-def sanitize(name: str) -> str:
+#: :func:`sanitize` keywords for the names the schedules give TE placeholders and kernels:
+#: Unicode letters kept, ``v_`` before a leading digit and for ``""``, reserved names left
+#: as they are (the renderer sanitises buffer names again; kernels reach C with a prefix)
+TE_NAMES = MappingProxyType({"unicode": True, "lead": "v_", "empty": "v_", "reserved": False})
+
+
+def sanitize(name: str, *, unicode: bool = False, lead: str = "_", empty: str = "v",
+             reserved: bool = True, limit: int | None = None) -> str:
     """A C identifier for ``name`` (deterministic) that :func:`is_reserved` accepts.
 
     Characters outside ``[0-9A-Za-z_]`` become ``_``; a leading digit gets a ``_``; a
@@ -98,25 +114,55 @@ def sanitize(name: str) -> str:
 
     >>> sanitize("3x3"), sanitize("int"), sanitize("kiln_x"), sanitize("")
     ('_3x3', 'v_int', 'v_kiln_x', 'v')
+
+    The keywords change one rule each:
+
+    * ``unicode``: keep every Unicode letter and digit (Python's ``\\w``), not only ASCII;
+    * ``lead``: what goes before a leading digit; ``empty``: the name of ``""``;
+    * ``reserved=False``: no ``v_`` prefix for reserved names (names that reach C only with a
+      prefix, or through the renderer, which sanitises again);
+    * ``limit``: a longer result keeps its first ``limit - 9`` characters, then ``_`` and 8
+      hex digits of the sha256 of ``name``, so that long names stay apart.
+
+    The schedules name TE placeholders and kernels with :data:`TE_NAMES`:
+
+    >>> sanitize("9lives", **TE_NAMES), sanitize("", **TE_NAMES)
+    ('v_9lives', 'v_')
+    >>> sanitize("émile/int", unicode=True, reserved=False), sanitize("émile/int")
+    ('émile_int', '_mile_int')
+    >>> sanitize("layer1.0.conv1.weight" * 3, limit=24)
+    'layer1_0_conv1__bdead721'
     """
-    s = re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+    s = re.sub(r"\W" if unicode else r"[^0-9A-Za-z_]", "_", name) or empty
     if s[0].isdigit():
-        s = "_" + s
-    while is_reserved(s):
+        s = lead + s
+    while reserved and is_reserved(s):
         s = "v_" + s.lstrip("_")
+    if limit is not None and len(s) > limit:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        s = f"{s[:limit - 9]}_{digest}"
     return s
 
 
 class Namer:
     """Gives each object a unique C name in order of first use (``i``, ``i_1``, ...).
 
-    Names are sanitised; a numbered candidate that would be reserved is skipped too.
-    ``reserved`` names are never handed out.
+    Names are sanitised (:func:`sanitize`, with ``limit``); a numbered candidate that would
+    be reserved (``kiln`` -> ``kiln_1``) is skipped too, unless ``check_numbered=False``.
+    ``reserved`` names are never handed out. :meth:`fresh` gives a new name on every call,
+    for things that are not objects.
+
+    >>> n = Namer(limit=12, check_numbered=False)
+    >>> n.fresh("x"), n.fresh("x", prefix="w_"), n.fresh("x"), n.fresh("kiln"), n.fresh("kiln")
+    ('x', 'w_x', 'x_1', 'kiln', 'kiln_1')
     """
 
-    def __init__(self, reserved: tuple[str, ...] = ()) -> None:
+    def __init__(self, reserved: Iterable[str] = (), *, limit: int | None = None,
+                 check_numbered: bool = True) -> None:
         self.names: dict[int, str] = {}
         self.used: set[str] = set(reserved)
+        self.limit = limit
+        self.check_numbered = check_numbered
         self._keep: list[Any] = []
 
     def __call__(self, obj: Any, hint: str) -> str:
@@ -126,14 +172,15 @@ class Namer:
             self._keep.append(obj)  # ids stay unique while the object lives
         return self.names[key]
 
-    def fresh(self, hint: str) -> str:
-        """A new unique name for ``hint`` that belongs to no object."""
-        base = sanitize(hint)
+    def fresh(self, hint: str, prefix: str = "") -> str:
+        """A new unique name for ``hint`` (after ``prefix``) that belongs to no object."""
+        base = prefix + sanitize(hint, limit=self.limit)
         name, n = base, 0
         while name in self.used:
             n += 1
             name = f"{base}_{n}"
-            if is_reserved(name):  # "kiln" -> "kiln_1" would enter the helper namespace
+            if self.check_numbered and is_reserved(name):
+                # "kiln" -> "kiln_1" would enter the helper namespace
                 base = name = "v_" + base.lstrip("_")
                 n = 0
         self.used.add(name)

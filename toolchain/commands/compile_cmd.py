@@ -57,9 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from toolchain.errors import InputError
 
     if getattr(args, "board", None):
-        from toolchain.boards.cli import compile_command
-
-        return compile_command(args, input_shapes(args))
+        return compile_for_board(args, input_shapes(args))
     if not Path(args.model).is_file():
         raise InputError(f"model file {args.model} does not exist")
     start = time.perf_counter()
@@ -82,4 +80,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"  note: layout {meta['target']['layout']}")
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
           "--check")
+    return 0
+
+
+def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> int:
+    """``kiln compile MODEL --board NAME -o DIR``: the bundle, its firmware project, the fit
+    check and the size report (:func:`toolchain.boards.compile_board`)."""
+    from toolchain.boards.build import compile_board
+    from toolchain.boards.descriptor import load_board
+    from toolchain.boards.size import format_report
+    from toolchain.errors import InputError, OptionError
+
+    board = load_board(args.board)
+    if args.target not in ("c-generic", board.target):
+        raise OptionError(f"--target {args.target} and --board {board.name} disagree: the "
+                          f"board compiles for target {board.target}; drop --target")
+    if not Path(args.model).is_file():
+        raise InputError(f"model file {args.model} does not exist")
+    start = time.perf_counter()
+    out, report = compile_board(args.model, board, args.output, input_shapes=shapes,
+                                name=args.name, dump_ir=args.dump_ir, force=args.force,
+                                progress=False if args.no_progress else None)
+    meta = json.loads((out / "metadata.json").read_text())
+    print(f"wrote {args.output}: model {meta['model']['name']} for board {board.name} "
+          f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")
+    print(f"  kernels {meta['kernel_count']}, arena {meta['arena_bytes']:,} B, weights "
+          f"{meta['weight_bytes']:,} B")
+    if report is not None:
+        print("  " + format_report(report).replace("\n", "\n  "))
+    print(f"  run on QEMU {board.qemu.machine}: kiln run {args.output} --inputs IN.npz --check")
+    if not board.is_emulator:
+        print(f"  flash: kiln flash {args.output} --board {board.name}")
     return 0

@@ -37,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from toolchain.boards.build import make
-    from toolchain.boards.cli import is_board_bundle
     from toolchain.boards.descriptor import load_board
     from toolchain.boards.flash import flash_command, run_flash
+    from toolchain.boards.project import is_board_bundle
     from toolchain.errors import InputError, OptionError
 
     board = load_board(args.board)

@@ -198,11 +198,35 @@ def run_bundle(args: argparse.Namespace) -> int:
     return check_outputs(args, module.metadata, feeds, outputs)
 
 
+def run_board_bundle(args: argparse.Namespace) -> int:
+    """``kiln run DIR`` where DIR is a board bundle: build, run on QEMU, compare."""
+    from toolchain.boards.qemu import run_on_qemu
+    from toolchain.bundle.host import read_metadata
+
+    feeds = bundle_inputs(args)
+    meta = read_metadata(args.model)
+    try:
+        run = run_on_qemu(args.model, feeds, source=Path(args.inputs).name)
+    except InputError as exc:
+        raise InputError(f"--inputs {args.inputs}: {exc}") from None
+    _emit(args, run.outputs)
+    board = meta["board"]
+    counted = (f"{run.instructions:,} instructions (QEMU -icount)" if run.instructions
+               else "no instruction count")
+    cycles = (f"{run.cycles:,} cycles" if run.cycles else
+              "cycles not modelled by QEMU (DWT CYCCNT reads 0)")
+    stack = run.stack_bytes
+    used = f"; stack {stack[0]:,} of {stack[1]:,} B used" if stack else ""
+    print(f"ran on QEMU {board['qemu']['machine']} ({board['name']}) in {run.seconds:.2f} s: "
+          f"{counted}; {cycles}{used}")
+    return check_outputs(args, meta, feeds, run.outputs)
+
+
 def run(args: argparse.Namespace) -> int:
-    from toolchain.boards.cli import is_board_bundle, run_command
+    from toolchain.boards.project import is_board_bundle
 
     if is_board_bundle(args.model):  # built with --board: cross build, run on QEMU
-        return run_command(args)
+        return run_board_bundle(args)
     if Path(args.model).is_dir():
         return run_bundle(args)
     if args.check or args.model_file:

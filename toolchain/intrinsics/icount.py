@@ -31,9 +31,9 @@ MODELS = ("ds_cnn", "resnet8", "mobilenet_v1")
 
 
 def _quantized(name: str, work: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    from tests.models.zoo import ZOO
     from toolchain.frontend.onnx import from_onnx
     from toolchain.quantize.ptq import quantize_model
+    from toolchain.zoo import ZOO
 
     model = ZOO[name].build()
     rng = np.random.default_rng(11)

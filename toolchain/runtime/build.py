@@ -55,7 +55,7 @@ def compiler_version(cc: str) -> str:
 
 
 def _resolve_target(target: str | Target) -> Target:
-    if target in ("c", "host", "llvm"):
+    if target in ("c", "host"):
         # this machine as it is: -march=native, no descriptor's flags
         return Target(name="host", kind="c", description="the host CPU (C via cc)")
     t = resolve_target(target)

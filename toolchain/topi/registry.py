@@ -31,7 +31,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
+from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops._nn_common import attrs_of
@@ -77,11 +77,6 @@ class NodeCompute:
         return out
 
 
-def _sanitize(name: str) -> str:
-    s = re.sub(r"\W", "_", name)
-    return s if s and not s[0].isdigit() else f"v_{s}"
-
-
 @dataclass
 class Ctx:
     """What a compute function sees: the node, its normalised attributes, and helpers
@@ -100,7 +95,7 @@ class Ctx:
             raise self.unsupported(f"{what} needs input {i} to be a constant (it is packed at "
                                    "compile time)")
         packed = pack(np.asarray(v.data))
-        self._tensors[i] = te.placeholder(packed.shape, v.dtype, _sanitize(v.name))
+        self._tensors[i] = te.placeholder(packed.shape, v.dtype, sanitize(v.name, **TE_NAMES))
         self._packs[i] = pack
         return self._tensors[i]
 
@@ -110,7 +105,8 @@ class Ctx:
             v = self.node.input(i)
             if v is None:
                 raise self.unsupported(f"input {i} is missing")
-            self._tensors[i] = te.placeholder(v.shape or (1,), v.dtype, _sanitize(v.name))
+            self._tensors[i] = te.placeholder(v.shape or (1,), v.dtype,
+                                              sanitize(v.name, **TE_NAMES))
         return self._tensors[i]
 
     def opt_tensor(self, i: int) -> te.Tensor | None:

@@ -95,8 +95,8 @@ def ops(graph: Graph) -> list[str]:
 @cache
 def zoo_graph(name: str) -> tuple[Graph, dict[str, np.ndarray]]:
     """A zoo model imported by the frontend, with its sample inputs (cached per session)."""
-    from tests.models.zoo import ZOO
     from toolchain.frontend.onnx import from_onnx
+    from toolchain.zoo import ZOO
 
     spec = ZOO[name]
     model = spec.build()

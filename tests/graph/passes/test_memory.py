@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.graph.passes.helpers import GraphBuilder, zoo_graph
-from tests.models.zoo import ZOO
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.memory import (
@@ -19,6 +18,7 @@ from toolchain.graph.memory import (
     plan_memory,
 )
 from toolchain.graph.passes import fuse, run_pipeline
+from toolchain.zoo import ZOO
 
 
 def _chain(n: int = 4, size: int = 256):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from tests.graph.passes.helpers import zoo_graph
-from tests.models.zoo import ZOO
 from toolchain.graph.ir import Graph, Value, np_dtype
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.passes import run_pipeline
 from toolchain.graph.reference import run_graph, run_node
+from toolchain.zoo import ZOO
 
 FAST = [name for name, spec in ZOO.items() if not spec.slow]
 

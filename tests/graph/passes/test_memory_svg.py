@@ -6,9 +6,9 @@ import xml.etree.ElementTree as ET
 
 import onnx
 
-from tests.models.zoo import ZOO
 from toolchain.cli import main
 from toolchain.graph.memory import plan_lifetimes, render_svg
+from toolchain.zoo import ZOO
 
 SVG = "{http://www.w3.org/2000/svg}"
 

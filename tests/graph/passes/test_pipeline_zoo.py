@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.graph.passes.helpers import GraphBuilder, assert_same_results, zoo_graph
-from tests.models.zoo import ZOO
 from toolchain.errors import OptionError
 from toolchain.graph.passes import DEFAULT_PASSES, run_pipeline
+from toolchain.zoo import ZOO
 
 FAST = [name for name, spec in ZOO.items() if not spec.slow]
 

@@ -126,9 +126,9 @@ def test_ds_cnn_fp32_board_arena_is_one_activation() -> None:
     activation (32,000 B; it was 128,512 with the CPU schedules' packed copies)."""
     from dataclasses import replace
 
-    from tests.models.zoo import ZOO
     from toolchain.bundle.compiler import build_spec
     from toolchain.target import load_target
+    from toolchain.zoo import ZOO
 
     t = replace(load_target("cortex-m4"), layout="nchw")
     spec = build_spec(ZOO["ds_cnn"].build(), t, progress=False)

@@ -9,7 +9,6 @@ from functools import cache
 import numpy as np
 import pytest
 
-from tests.models.zoo import ZOO
 from toolchain import te
 from toolchain.driver import build
 from toolchain.errors import UnsupportedError
@@ -21,6 +20,7 @@ from toolchain.graph.reference import run_graph
 from toolchain.schedules.generic.fused import FusedKernel, rebind, schedule_fused
 from toolchain.schedules.generic.ops import CpuConfig, schedule_cpu
 from toolchain.topi.registry import node_compute
+from toolchain.zoo import ZOO
 
 #: two cores and a low threshold, so the parallel paths run too
 CFG = CpuConfig(vector_bits=256, cores=2, parallel_min_work=64)

@@ -74,7 +74,7 @@ from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.generic.int8 import _block_names, _c_name, schedule_int8
+from toolchain.schedules.generic.int8 import _block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
@@ -261,7 +261,7 @@ def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
         return schedule_int8(node, t)
     load_intrinsics(t)  # registers the C helpers the lowering attaches
     nc = node_compute(node, algorithm="dsp")
-    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     sch = _schedule_rules(func, t, node.op)
     return OpSchedule(sch, list(nc.input_values), list(node.outputs),
                       {"schedule": "int8 dsp", "requantize": "kiln_cm_requantize"})
@@ -303,7 +303,7 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
             pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0)
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None)
-    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     same_shape = node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
     in_place = False

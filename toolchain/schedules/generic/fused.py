@@ -36,12 +36,12 @@ Example::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolchain import te
+from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
@@ -92,11 +92,6 @@ class FusedCompute:
     output_values: list[Value]
     #: tensor of every inner value (placeholders for the group inputs)
     env: dict[int, te.Tensor]
-
-
-def _sanitize(name: str) -> str:
-    s = re.sub(r"\W", "_", name)
-    return s if s and not s[0].isdigit() else f"v_{s}"
 
 
 class _SwapBuffers(StmtExprMutator):
@@ -196,7 +191,7 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
     values: list[Value] = []
     for v in inner.inputs:
         if id(v) not in env:
-            env[id(v)] = te.placeholder(v.shape or (1,), v.dtype, _sanitize(v.name))
+            env[id(v)] = te.placeholder(v.shape or (1,), v.dtype, sanitize(v.name, **TE_NAMES))
         if id(v) in env and isinstance(env[id(v)].op, te.PlaceholderOp):
             inputs.append(env[id(v)])
             values.append(v)
@@ -399,7 +394,8 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
     if sa is not None and anchor is not None:
         return _schedule_with_anchor(node, anchor, sa, cfg, opts)
     fc = fused_compute(node, options=opts)
-    func = te.create_prim_func(fc.inputs + fc.outputs, name=_sanitize(node.attrs["kernel"]))
+    func = te.create_prim_func(fc.inputs + fc.outputs,
+                               name=sanitize(node.attrs["kernel"], **TE_NAMES))
     return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
 
 
@@ -479,7 +475,7 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     anchor_buf = canon[id(out_val)]
     allocs = a_allocs + t_allocs + ((anchor_buf,) if anchor_buf not in params else ())
     root = ir.Block("root", (), (), (), ir.seq(*a_items, *t_items), None, allocs)
-    name = _sanitize(node.attrs["kernel"])
+    name = sanitize(node.attrs["kernel"], **TE_NAMES)
     func = ir.PrimFunc(params, ir.BlockRealize((), ir.IntImm(1, "bool"), root), name,
                        {"global_symbol": name})
     tail = [n for n in st.block_names(ft) if n != "root"]

@@ -22,10 +22,10 @@ Example::
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from toolchain import te
+from toolchain.codegen.names import sanitize
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.schedules.registry import OpSchedule
@@ -34,9 +34,16 @@ from toolchain.tir.schedule import Schedule
 INT8_OPS = ("QConv", "QGemm", "QAdd", "QAvgPool")
 
 
-def _c_name(name: str) -> str:
-    s = re.sub(r"\W", "_", name)
-    return f"q_{s}" if not s or s[0].isdigit() else f"{s}_int8"
+def int8_kernel_name(name: str) -> str:
+    """The TE name of an int8 node's kernel: the sanitised node name with ``_int8`` after
+    it, or ``q_`` before it where it is empty or starts with a digit.
+
+    >>> int8_kernel_name("/conv1/Conv_quant"), int8_kernel_name("3x3")
+    ('_conv1_Conv_quant_int8', 'q_3x3')
+    """
+    if not name or name[0].isdigit():
+        return sanitize(name, unicode=True, lead="q_", empty="q_", reserved=False)
+    return sanitize(name, unicode=True, reserved=False) + "_int8"
 
 
 def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
@@ -76,7 +83,7 @@ def schedule_int8(node: Node, target: Any) -> OpSchedule:
     from toolchain.topi.registry import node_compute
 
     nc = node_compute(node)
-    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     try:
         sch = _schedule_rules(func, target, node.op)
         how = "cpu_ops rules"

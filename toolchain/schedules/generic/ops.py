@@ -45,11 +45,11 @@ Example::
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolchain.codegen.names import sanitize
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node
 from toolchain.tir import arith, ir
@@ -664,13 +664,12 @@ def default_schedule(node: Node, target: Any) -> Schedule:
 
     nc = node_compute(node)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs),
-                               name=_c_name(node.name or node.op))
+                               name=_kernel_name(node.name or node.op))
     return schedule_cpu(func, target)
 
 
-def _c_name(name: str) -> str:
-    s = re.sub(r"\W", "_", name)
-    s = s if s and not s[0].isdigit() else f"k_{s}"
+def _kernel_name(name: str) -> str:
+    s = sanitize(name, unicode=True, lead="k_", empty="k_", reserved=False)
     # kiln_<name> must not collide with the helpers of templates/c/kernel.c.j2
     if s in ("sigmoid", "sigmoidf", "alloc") or s.startswith(("min_", "max_", "floordiv_",
                                                               "floormod_")):

@@ -64,7 +64,7 @@ from toolchain import te
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.generic.int8 import _block_names, _c_name, schedule_int8
+from toolchain.schedules.generic.int8 import _block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
@@ -272,7 +272,7 @@ def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
     req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = node.outputs[0]
     out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
-    func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
+    func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     _, _, h, w = (int(d) for d in vals[0].shape)
     pt, pl, pb, pr = attrs["pads"]
     plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
@@ -310,7 +310,7 @@ def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
     if not opts:
         return schedule_int8(node, target)
     nc = node_compute(node, **opts)
-    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=_c_name(node.name))
+    func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     sch = _schedule_rules(func, target, node.op)
     return OpSchedule(sch, list(nc.input_values), list(node.outputs),
                       {"schedule": "int8 x86", "requantize": "kiln_x86_requantize"})
@@ -406,7 +406,7 @@ def _paired(node: Node, target: Target, lanes: int) -> OpSchedule | None:
         out = unpack_dense(req, int(y.shape[1]), str(y.dtype))
     else:
         out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
-    func = te.create_prim_func([x, *ph.values(), out], name=_c_name(node.name))
+    func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     intrin = target.intrinsic(f"dot_i16_{lanes}x2")
     try:
         sch = _schedule_pairs(func, lanes, intrin)
@@ -439,7 +439,7 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
             return op
     nc = node_compute(node, algorithm="x86")
     inputs, outputs, packs = _lane_requant(nc, node, lanes)
-    func = te.create_prim_func(inputs + outputs, name=_c_name(node.name))
+    func = te.create_prim_func(inputs + outputs, name=int8_kernel_name(node.name))
     try:
         sch = (_schedule_conv if node.op == "QConv" else _schedule_dense)(func, lanes)
     except KilnError as err:  # a shape the tiled nest cannot take: the generic kernel

@@ -1,4 +1,4 @@
-"""The whole-model zoo: deterministic ONNX builders for Kiln's end-to-end tests.
+"""The whole-model zoo: deterministic ONNX builders for Kiln's end-to-end tests and benchmarks.
 
 Every builder returns a checked ``onnx.ModelProto`` whose weights come from a fixed seed,
 so the same call gives byte-identical models on every machine.  :data:`ZOO` lists them
@@ -6,7 +6,7 @@ with their sample inputs; ``docs/models.md`` describes each one.
 
 Example::
 
-    >>> from tests.models.zoo import ZOO
+    >>> from toolchain.zoo import ZOO
     >>> spec = ZOO["lenet5"]
     >>> model = spec.build()
     >>> sorted(spec.inputs(model))
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from tests.models.builder import (
+from toolchain.zoo.builder import (
     Builder,
     batchnorm,
     conv,

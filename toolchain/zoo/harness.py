@@ -1,6 +1,7 @@
 """Run a zoo model through Kiln and through onnxruntime, and compare.
 
-Shared by ``tests/models/test_zoo.py`` and ``benchmarks/model_accuracy.py``.
+Shared by ``tests/zoo/test_zoo.py`` and ``benchmarks/model_accuracy.py``. Needs
+onnxruntime (a ``dev`` extra), imported only when a function runs it.
 
 Error measure.  For each output, ``max_rel_err = max|kiln - ort| / max|ort|``: the largest
 error relative to the output's scale (element-wise relative error means nothing for values
@@ -8,7 +9,7 @@ near zero).  An output passes when ``np.allclose(kiln, ort, rtol=1e-4, atol=1e-5
 
 Example::
 
-    >>> from tests.models.zoo import ZOO
+    >>> from toolchain.zoo import ZOO
     >>> spec = ZOO["lenet5"]
     >>> model = spec.build()
     >>> result = compare_with_ort(model, spec.inputs(model))

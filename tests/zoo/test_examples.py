@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from tests.models.harness import compare_outputs, run_ort
+from toolchain.zoo.harness import compare_outputs, run_ort
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MODEL = EXAMPLES / "lenet5.onnx"

@@ -2,7 +2,7 @@
 
 Per model: the ONNX checker accepts it and it is deterministic; the hand-counted MACs agree
 with ONNX shape inference; Kiln matches onnxruntime within 1e-4 relative (see
-:mod:`tests.models.harness` for the error measure); ``kiln inspect`` prints it and its FLOP
+:mod:`toolchain.zoo.harness` for the error measure); ``kiln inspect`` prints it and its FLOP
 total agrees with the analytic count.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.models.harness import compare_with_ort, first_divergence, run_ort
-from tests.models.zoo import ZOO, count_macs, parameter_count
+from toolchain.zoo import ZOO, count_macs, parameter_count
+from toolchain.zoo.harness import compare_with_ort, first_divergence, run_ort
 
 #: models whose ops Kiln does not support yet: name -> reason (strict xfail)
 MISSING: dict[str, str] = {}
@@ -154,7 +154,7 @@ def _perturbed(model: onnx.ModelProto, initializer: str, factor: float) -> onnx.
 def test_comparison_catches_a_one_percent_change_deep_inside(monkeypatch):
     """The 1e-4 check is sensitive: one BN scale changed by 1 % in one channel of ResNet-8's
     second stack is caught, and the per-node search names that node."""
-    from tests.models import harness
+    from toolchain.zoo import harness
 
     spec, model = ZOO["resnet8"], built("resnet8")
     inputs = spec.inputs(model)

@@ -1,0 +1,45 @@
+"""The model zoo: deterministic whole models, built in code, for tests and benchmarks.
+
+* :mod:`.models` — one builder function per model and the :data:`ZOO` catalogue
+  (:class:`ZooModel`: build, sample inputs, hand MAC count), :func:`count_macs`,
+  :func:`parameter_count`;
+* :mod:`.builder` — :class:`Builder`, the seeded ONNX graph builder, and its layer helpers;
+* :mod:`.quantized` — the int8 (QDQ) versions: calibration data, Kiln's PTQ, the MLPerf
+  Tiny anchors and the arena report of a compiled bundle;
+* :mod:`.harness` — run a model through Kiln and through onnxruntime, and compare
+  (onnxruntime is imported only there, only when used).
+
+``docs/models.md`` describes each model.
+
+Example::
+
+    >>> from toolchain.zoo import ZOO, count_macs
+    >>> spec = ZOO["lenet5"]
+    >>> count_macs(spec.build()) == spec.macs
+    True
+"""
+
+from __future__ import annotations
+
+from toolchain.zoo.builder import Builder
+from toolchain.zoo.models import (
+    ZOO,
+    ZooModel,
+    autoencoder,
+    count_macs,
+    ds_cnn,
+    fcn_opset11,
+    lenet5,
+    mlp,
+    mobilenet_v1,
+    mobilenet_v2,
+    parameter_count,
+    resnet8,
+    resnet18,
+    transformer_encoder,
+    transformer_encoder_gelu,
+)
+
+__all__ = ["ZOO", "Builder", "ZooModel", "autoencoder", "count_macs", "ds_cnn", "fcn_opset11",
+           "lenet5", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count", "resnet8",
+           "resnet18", "transformer_encoder", "transformer_encoder_gelu"]
