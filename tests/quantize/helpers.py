@@ -9,7 +9,7 @@ from onnx import helper
 
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.ir import Graph
-from toolchain.graph.ops._common import KILN_TO_ONNX
+from toolchain.graph.ops.common import KILN_TO_ONNX
 from toolchain.graph.passes.pipeline import run_pipeline
 from toolchain.graph.reference import run_graph
 from toolchain.quantize.export import to_onnx

@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Graph, Value
-from toolchain.graph.ops._common import KILN_TO_ONNX
+from toolchain.graph.ops.common import KILN_TO_ONNX
 
 #: the opset of written models (newest one onnxruntime 1.2x runs for every op Kiln writes)
 OPSET = 21

@@ -5,7 +5,7 @@ normalisations and softmax (see :mod:`toolchain.topi.registry` for the conventio
 from __future__ import annotations
 
 from toolchain import te
-from toolchain.graph.ops._nn_common import window_geometry
+from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.topi import transform as tf
 from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt

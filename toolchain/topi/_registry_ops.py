@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolchain import te
-from toolchain.graph.ops._common import ONNX_TO_KILN, tensor_attr
+from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
 from toolchain.graph.ops.transform import (
     pad_widths,
     resize_plan,

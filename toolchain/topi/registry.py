@@ -41,7 +41,7 @@ from toolchain import te
 from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, Value
-from toolchain.graph.ops._nn_common import attrs_of
+from toolchain.graph.ops.nn_common import attrs_of
 from toolchain.graph.ops.registry import const_input
 
 ComputeFn = Callable[["Ctx"], list[te.Tensor]]

@@ -13,7 +13,7 @@ from tests.graph.ops.util import check_vs_ort, data, infer, make_node, ref
 from toolchain.errors import ModelError
 from toolchain.graph.ir import TensorType, Value
 from toolchain.graph.ops import PatternKind, get_op
-from toolchain.graph.ops._common import ALL_TYPES, FLOAT_TYPES, KILN_TO_ONNX
+from toolchain.graph.ops.common import ALL_TYPES, FLOAT_TYPES, KILN_TO_ONNX
 
 UNARY = ["Relu", "Sigmoid", "HardSwish", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal",
          "Neg", "Abs", "LeakyRelu", "HardSigmoid", "Gelu", "Not"]

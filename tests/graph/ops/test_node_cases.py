@@ -20,7 +20,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, Value, dtype_of
 from toolchain.graph.ops import get_op
-from toolchain.graph.ops._common import check_onnx_dtype
+from toolchain.graph.ops.common import check_onnx_dtype
 
 OPS = frozenset(
     "Relu LeakyRelu PRelu Clip Sigmoid HardSigmoid HardSwish Tanh Erf Gelu Exp Log Sqrt "

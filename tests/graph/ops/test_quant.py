@@ -10,7 +10,7 @@ from tests.graph.ops.util import check_vs_ort, data, infer, make_node, ref
 from toolchain.errors import ModelError
 from toolchain.graph.ir import TensorType, Value
 from toolchain.graph.ops import PatternKind, get_op
-from toolchain.graph.ops._common import KILN_TO_ONNX
+from toolchain.graph.ops.common import KILN_TO_ONNX
 
 QTYPES = ["int8", "uint8", "int16", "uint16"]
 

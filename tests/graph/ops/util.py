@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from toolchain.graph.ir import Node, TensorType, Value, dtype_of
 from toolchain.graph.ops import get_op
-from toolchain.graph.ops._common import KILN_TO_ONNX
+from toolchain.graph.ops.common import KILN_TO_ONNX
 
 Arrays = Sequence[np.ndarray | None]
 

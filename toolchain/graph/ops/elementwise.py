@@ -32,7 +32,7 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, np_dtype
-from toolchain.graph.ops._common import (
+from toolchain.graph.ops.common import (
     ALL_TYPES,
     FLOAT_TYPES,
     NUMERIC_TYPES,

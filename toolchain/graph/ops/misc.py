@@ -21,7 +21,7 @@ import numpy as np
 
 from toolchain.errors import ModelError, UnsupportedError
 from toolchain.graph.ir import Node, TensorType, dtype_of
-from toolchain.graph.ops._common import (
+from toolchain.graph.ops.common import (
     ALL_TYPES,
     FLOAT_TYPES,
     check_dtype,

@@ -24,7 +24,7 @@ import numpy as np
 
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ir import Node, TensorType
-from toolchain.graph.ops._nn_common import (
+from toolchain.graph.ops.nn_common import (
     AUTO_PAD,
     FLOAT_TYPES,
     attrs_of,

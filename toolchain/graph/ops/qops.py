@@ -42,7 +42,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, np_dtype
-from toolchain.graph.ops._common import check_dtype, defop, input_value
+from toolchain.graph.ops.common import check_dtype, defop, input_value
 from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
 from toolchain.quantize.fixed_point import requantize, requantize_pow
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, Value, np_dtype
-from toolchain.graph.ops._common import (
+from toolchain.graph.ops.common import (
     KILN_TO_ONNX,
     check_dtype,
     check_same_dtype,

@@ -27,7 +27,7 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType
-from toolchain.graph.ops._common import (
+from toolchain.graph.ops.common import (
     FLOAT_TYPES,
     NUMERIC_TYPES,
     check_dtype,

@@ -26,7 +26,7 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import DTYPES, Node, TensorType
-from toolchain.graph.ops._nn_common import (
+from toolchain.graph.ops.nn_common import (
     as_ints,
     attrs_of,
     cast_like,

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.ops._nn_common import attrs_of, window_geometry
+from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.quantize import register_all
 from toolchain.quantize.fixed_point import (
     quantize_multiplier,

@@ -74,7 +74,7 @@ from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.generic.int8 import _block_names, int8_kernel_name, schedule_int8
+from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
@@ -164,7 +164,7 @@ def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
     _, c, y, x = sch.get_loops(sch.get_block("qconv"))
     sch.compute_at(sch.get_block("dw_acc"), x)
     staged = False
-    if "pad" in _block_names(sch):
+    if "pad" in block_names(sch):
         _, _, hp, wp = (int(d.value) for d in _buffer_shape(sch, "pad"))
         staged = 2 * hp * wp <= PLANE_BYTES
         sch.compute_at(sch.get_block("pad"), c if staged else y)
@@ -211,7 +211,7 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
     ``"flat"`` two of the flattened pixel index; the two-pixel intrinsic ``intrin`` with
     ``groups``), im2col row(s) and accumulators at that step."""
     sch = Schedule(func)
-    names = _block_names(sch)
+    names = block_names(sch)
     for b in ("x_shifted", "pad"):
         if b in names:
             sch.compute_inline(sch.get_block(b))
@@ -253,7 +253,7 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
 
 def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
     """QAdd with the C requantization helper, scheduled by the generic CPU rules."""
-    from toolchain.schedules.generic.int8 import _schedule_rules
+    from toolchain.schedules.generic.int8 import schedule_rules
     from toolchain.topi.int8 import qadd_dsp_applies
     from toolchain.topi.registry import node_compute
 
@@ -262,7 +262,7 @@ def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
     load_intrinsics(t)  # registers the C helpers the lowering attaches
     nc = node_compute(node, algorithm="dsp")
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
-    sch = _schedule_rules(func, t, node.op)
+    sch = schedule_rules(func, t, node.op)
     return OpSchedule(sch, list(nc.input_values), list(node.outputs),
                       {"schedule": "int8 dsp", "requantize": "kiln_cm_requantize"})
 

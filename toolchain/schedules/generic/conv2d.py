@@ -57,7 +57,7 @@ import numpy as np
 from toolchain import te
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
-from toolchain.graph.ops._nn_common import attrs_of, window_geometry
+from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
 from toolchain.schedules.generic.dense import GemmPlan
 from toolchain.schedules.registry import OpSchedule, resolve_target

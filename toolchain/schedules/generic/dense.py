@@ -51,7 +51,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ir import Node, Value
-from toolchain.graph.ops._nn_common import attrs_of
+from toolchain.graph.ops.nn_common import attrs_of
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target

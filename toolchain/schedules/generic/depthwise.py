@@ -48,7 +48,7 @@ import numpy as np
 from toolchain import te
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
-from toolchain.graph.ops._nn_common import attrs_of, window_geometry
+from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, cpu_params
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target

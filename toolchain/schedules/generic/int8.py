@@ -46,7 +46,7 @@ def int8_kernel_name(name: str) -> str:
     return sanitize(name, unicode=True, reserved=False) + "_int8"
 
 
-def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
+def schedule_rules(func: Any, target: Any, op: str) -> Schedule:
     """The cpu_ops rule steps, except that a convolution keeps its zero-point-shifted,
     padded input as a stage (attached per output row): the reduction then reads it without
     bounds guards and vectorizes along the row."""
@@ -54,7 +54,7 @@ def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
 
     cfg = cpu_ops.cpu_config(target)
     sch = Schedule(func)
-    blocks = _block_names(sch)
+    blocks = block_names(sch)
     # depthwise convolutions, dense layers and unpadded convolutions: the plain rules
     if op != "QConv" or "pad" not in blocks or "conv2d_nchw" not in blocks:
         return cpu_ops.schedule_cpu(func, cfg)
@@ -63,7 +63,7 @@ def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
     sch.reorder(y, m)  # one padded row band serves every output channel
     sch.compute_at(sch.get_block("pad"), y)
     sch.reverse_compute_at(sch.get_block("qconv"), y)  # requantize each row in cache
-    cpu_ops.inline_stages(sch, set(_block_names(sch)) - {"pad"})
+    cpu_ops.inline_stages(sch, set(block_names(sch)) - {"pad"})
     cpu_ops.rfactor_rows(sch, cfg)
     cpu_ops.attach_stages(sch, cfg)
     cpu_ops.schedule_loops(sch, cfg)
@@ -71,7 +71,8 @@ def _schedule_rules(func: Any, target: Any, op: str) -> Schedule:
     return sch
 
 
-def _block_names(sch: Schedule) -> list[str]:
+def block_names(sch: Schedule) -> list[str]:
+    """The names of ``sch``'s blocks, in program order (which stages a compute made)."""
     from toolchain.tir.schedule import state as st
 
     return list(st.block_names(sch.mod))
@@ -85,7 +86,7 @@ def schedule_int8(node: Node, target: Any) -> OpSchedule:
     nc = node_compute(node)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     try:
-        sch = _schedule_rules(func, target, node.op)
+        sch = schedule_rules(func, target, node.op)
         how = "cpu_ops rules"
     except KilnError:
         sch = Schedule(func)

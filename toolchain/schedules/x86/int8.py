@@ -64,7 +64,7 @@ from toolchain import te
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.generic.int8 import _block_names, int8_kernel_name, schedule_int8
+from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
@@ -108,7 +108,7 @@ def pixel_tile(width: int, most: int = MAX_PIXELS) -> int:
 def _schedule_conv(func: Any, lanes: int) -> Schedule:
     """The tiled convolution nest of the module docstring."""
     sch = Schedule(func)
-    names = _block_names(sch)
+    names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
     out = sch.get_block("qconv")
     _, ch, y, x = sch.get_loops(out)
@@ -173,7 +173,7 @@ def _lane_requant(nc: Any, node: Node, lanes: int) -> tuple[list, list, dict]:
     ``x86_req`` and a byte copy (:mod:`toolchain.topi.int8_x86`); the bias, multiplier and
     shift tables (inputs 2-4) become channel-padded constants. Returns (inputs, outputs,
     packs)."""
-    from toolchain.graph.ops._nn_common import attrs_of
+    from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
         find_tensor,
         lane_requant,
@@ -219,7 +219,7 @@ def _schedule_dw(func: Any, lanes: int, plane: bool) -> Schedule:
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
     (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW."""
     sch = Schedule(func)
-    names = _block_names(sch)
+    names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
     if "pad" in names:
         sch.compute_inline(sch.get_block("pad"))
@@ -252,7 +252,7 @@ def _schedule_dw(func: Any, lanes: int, plane: bool) -> Schedule:
 
 def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
     """The x86 depthwise schedule (the generic one where the nest refuses)."""
-    from toolchain.graph.ops._nn_common import attrs_of
+    from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
         pack_dw_weights,
         pad_channels,
@@ -303,7 +303,7 @@ def compute_options(node: Node, target: Target) -> dict[str, Any]:
 def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
     """QAdd with the 32-bit requantization helper (:func:`toolchain.topi.int8_x86.qadd_x86`),
     scheduled by the generic CPU rules; the int64 kernel where the shifts do not fit."""
-    from toolchain.schedules.generic.int8 import _schedule_rules
+    from toolchain.schedules.generic.int8 import schedule_rules
     from toolchain.topi.registry import node_compute
 
     opts = compute_options(node, resolve_target(target))
@@ -311,7 +311,7 @@ def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
         return schedule_int8(node, target)
     nc = node_compute(node, **opts)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
-    sch = _schedule_rules(func, target, node.op)
+    sch = schedule_rules(func, target, node.op)
     return OpSchedule(sch, list(nc.input_values), list(node.outputs),
                       {"schedule": "int8 x86", "requantize": "kiln_x86_requantize"})
 
@@ -339,7 +339,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
     pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
     the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call."""
     sch = Schedule(func)
-    names = _block_names(sch)
+    names = block_names(sch)
     for b in ("x_shifted", "pad"):
         if b in names:
             sch.compute_inline(sch.get_block(b))
@@ -375,7 +375,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
 def _paired(node: Node, target: Target, lanes: int) -> OpSchedule | None:
     """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
     int16 pairs of input channels (None where the nest refuses)."""
-    from toolchain.graph.ops._nn_common import attrs_of
+    from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
         lane_requant,
         pack_x86_dense_pairs,
