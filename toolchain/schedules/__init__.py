@@ -1,8 +1,10 @@
 """Default schedules per target, and :func:`compile_op`: build and run one op alone.
 
-The schedules register themselves in :mod:`toolchain.schedules.registry`
-(``register_schedule(op, target_kind)``); :func:`compile_op` looks one up for a node,
-lowers, compiles and loads it, and returns a callable :class:`CompiledOp`.
+One folder per target family (``generic/``, ``x86/``, ``cortex_m/``), all listed in one
+explicit table, :data:`toolchain.schedules.strategy.STRATEGIES`, keyed by op and by the
+keys a target descriptor declares (:func:`toolchain.schedules.registry.lookup`);
+:func:`compile_op` looks one up for a node, lowers, compiles and loads it, and returns a
+callable :class:`CompiledOp`.
 
 Example::
 

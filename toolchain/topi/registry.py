@@ -161,8 +161,8 @@ def supported_ops() -> list[str]:
 
 
 def _load() -> None:
-    # the per-family mappings register themselves on import
-    from toolchain.topi import _registry_nn, _registry_ops, int8  # noqa: F401
+    # the table: every module of op computes (each maps its ops with @register)
+    from toolchain.topi import _registry_nn, _registry_ops, int8, layout  # noqa: F401
 
 
 def node_compute(node: Node, **options: Any) -> NodeCompute:

@@ -17,8 +17,9 @@ from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.passes.fused_op import fused_node
 from toolchain.graph.passes.pipeline import run_pipeline
 from toolchain.graph.reference import run_graph
-from toolchain.schedules.generic.fused import FusedKernel, rebind, schedule_fused
+from toolchain.schedules.generic.fused import FusedKernel, schedule_fused
 from toolchain.schedules.generic.ops import CpuConfig, schedule_cpu
+from toolchain.te.rebind import rebind
 from toolchain.topi.registry import node_compute
 from toolchain.zoo import ZOO
 

@@ -16,7 +16,6 @@ from tests.topi.util import make_node, rand
 from toolchain import te
 from toolchain.driver import build, lower
 from toolchain.graph.ops import get_op
-from toolchain.schedules.generic import fused  # noqa: F401 - registers the layout ops' computes
 from toolchain.schedules.generic.ops import CpuConfig, cpu_config, schedule_cpu
 from toolchain.schedules.registry import schedule_for
 from toolchain.target import TARGETS_DIR

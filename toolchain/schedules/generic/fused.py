@@ -45,17 +45,16 @@ from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
-from toolchain.graph.passes.layout_ops import block_of, layout_shape, nchw_node, nchw_shape
 from toolchain.schedules import registry
 from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
+from toolchain.te.rebind import SwapBuffers, rebind
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.schedule import BlockRV, LoopRV
-from toolchain.topi.registry import Ctx, node_compute
-from toolchain.topi.registry import register as register_compute
+from toolchain.topi.registry import node_compute
 
 
 @dataclass
@@ -92,84 +91,6 @@ class FusedCompute:
     output_values: list[Value]
     #: tensor of every inner value (placeholders for the group inputs)
     env: dict[int, te.Tensor]
-
-
-class _SwapBuffers(StmtExprMutator):
-    def __init__(self, swap: dict[int, ir.Buffer]) -> None:
-        self.swap = swap
-
-    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
-        return self.swap.get(id(b), b)
-
-
-class _UnitIndex(StmtExprMutator):
-    """``B[0, i1, i2]`` -> ``B[i0, i1, i2]`` where ``i0`` is the compute's own unit axis:
-    the same element, but an index made of the block's vars is what
-    ``reverse_compute_inline`` / ``reverse_compute_at`` need to fuse a tail into its
-    producer (broadcasting computes write a size-1 axis as the constant 0)."""
-
-    def __init__(self, axis: tuple[te.AxisVar, ...]) -> None:
-        self.axis = axis
-
-    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
-        e = super().visit_BufferLoad(e)
-        if len(e.indices) != len(self.axis):
-            return e
-        new: list[ir.PrimExpr] = []
-        for ix, ax, dim in zip(e.indices, self.axis, e.buffer.shape, strict=True):
-            if ix is ax:
-                new.append(ix)
-            elif (ir.is_const_int(ix, 0) and ir.is_const_int(dim, 1)
-                  and ir.is_const_int(ax.dom.extent, 1)):
-                new.append(ax)
-            else:
-                return e
-        return ir.BufferLoad(e.buffer, tuple(new))
-
-
-def _map_body(body: ir.PrimExpr, m: StmtExprMutator) -> ir.PrimExpr:
-    if isinstance(body, te.Reduce):
-        src, cond = m.visit_expr(body.source), m.visit_expr(body.condition)
-        if src is body.source and cond is body.condition:
-            return body
-        return replace(body, source=src, condition=cond)
-    return m.visit_expr(body)
-
-
-def rebind(outputs: list[te.Tensor], mapping: dict[int, te.Tensor]) -> list[te.Tensor]:
-    """Rebuild the compute DAG of ``outputs`` with the tensors whose buffer id is in
-    ``mapping`` replaced (placeholders by the tensors that really produce them).
-
-    >>> a = te.placeholder((4,), name="a")
-    >>> b = te.compute((4,), lambda i: a[i] * 2.0, name="b")
-    >>> c = te.compute((4,), lambda i: a[i] + 1.0, name="c")
-    >>> str(rebind([b], {id(a.buffer): c})[0].op.body)
-    'c[i] * T.float32(2.0)'
-    """
-    memo: dict[int, te.Tensor] = {}
-
-    def get(t: te.Tensor) -> te.Tensor:
-        if id(t.buffer) in mapping:
-            return mapping[id(t.buffer)]
-        if not isinstance(t.op, te.ComputeOp):
-            return t
-        if id(t) in memo:
-            return memo[id(t)]
-        swap = {}
-        for dep in t.op.input_tensors():
-            new = get(dep)
-            if new is not dep:
-                swap[id(dep.buffer)] = new.buffer
-        out = t
-        body = _map_body(t.op.body, _SwapBuffers(swap)) if swap else t.op.body
-        body = _map_body(body, _UnitIndex(t.op.axis))
-        if body is not t.op.body:
-            op = te.ComputeOp(t.op.name, t.op.axis, body, t.op.tag, dict(t.op.attrs))
-            out = te.Tensor(ir.Buffer(t.name, t.shape, t.dtype), op)
-        memo[id(t)] = out
-        return out
-
-    return [get(t) for t in outputs]
 
 
 def _copy(t: te.Tensor, name: str) -> te.Tensor:
@@ -239,61 +160,6 @@ def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
     return None
 
 
-# ------------------------------------------------------- computes of the layout pass's ops
-# ``LayoutTransform`` and ``LayoutPool`` are made by the layout pass, so they only ever reach
-# code generation inside fused groups; their computes are registered here.
-
-def _nchw_index(o: tuple[ir.PrimExpr, ...], layout: str) -> tuple[ir.PrimExpr, ...]:
-    """The ``NCHW`` index of element ``o`` of a tensor stored in ``layout``."""
-    if layout == "NCHW":
-        return o
-    if layout == "NHWC":
-        return (o[0], o[3], o[1], o[2])
-    b = block_of(layout) or 1
-    return (o[0], o[1] * b + o[4], o[2], o[3])
-
-
-def _layout_index(i: tuple[ir.PrimExpr, ...], layout: str) -> tuple[ir.PrimExpr, ...]:
-    """Where ``NCHW`` element ``i`` lives in a tensor stored in ``layout``."""
-    if layout == "NCHW":
-        return i
-    if layout == "NHWC":
-        return (i[0], i[2], i[3], i[1])
-    b = block_of(layout) or 1
-    return (i[0], te.floordiv(i[1], b), i[2], i[3], te.floormod(i[1], b))
-
-
-def layout_transform(x: te.Tensor, src: str, dst: str, name: str = "layout_transform"
-                     ) -> te.Tensor:
-    """``x`` (stored in ``src``) stored in ``dst`` (``NCHW``, ``NHWC``, ``NCHW<b>c``).
-
-    >>> x = te.placeholder((1, 8, 2, 3), name="x")
-    >>> [int(d.value) for d in layout_transform(x, "NCHW", "NCHW4c").shape]
-    [1, 2, 2, 3, 4]
-    """
-    shape = nchw_shape([int(d.value) for d in x.shape], src)
-    out = layout_shape(shape, dst)
-    return te.compute(out, lambda *o: x[_layout_index(_nchw_index(o, dst), src)], name=name,
-                      tag="injective")
-
-
-def _layout_transform_compute(ctx: Ctx) -> list[te.Tensor]:
-    a = ctx.attrs
-    return [layout_transform(ctx.tensor(0), a["src_layout"], a["dst_layout"])]
-
-
-def _layout_pool_compute(ctx: Ctx) -> list[te.Tensor]:
-    layout = ctx.attrs["layout"]
-    x = ctx.tensor(0)
-    view = layout_transform(x, layout, "NCHW", name="pool_input")
-    plain = nchw_node(ctx.node)
-    nc = node_compute(plain)
-    (pooled,) = rebind(list(nc.outputs), {id(nc.inputs[0].buffer): view})
-    return [layout_transform(pooled, "NCHW", layout)]
-
-
-register_compute("LayoutTransform")(_layout_transform_compute)
-register_compute("LayoutPool")(_layout_pool_compute)
 
 
 # ---------------------------------------------------------------------------- schedule
@@ -460,7 +326,7 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
             swap[id(t.buffer)] = canon[id(v)]
         else:
             canon[id(v)] = t.buffer
-    ft = _SwapBuffers(swap).visit(ft)
+    ft = SwapBuffers(swap).visit(ft)
     taken = set(st.block_names(fa))
     renames = {n: f"{n}_tail" for n in st.block_names(ft) if n in taken and n != "root"}
     if renames:
