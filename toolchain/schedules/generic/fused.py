@@ -149,7 +149,7 @@ def compute_options(target: Any) -> Callable[[Node], dict[str, Any]] | None:
     >>> compute_options(registry.resolve_target("cuda-sm80")) is None
     True
     """
-    from toolchain.schedules.cortex_m.int8 import int8 as cortex_m
+    from toolchain.schedules.cortex_m import int8 as cortex_m
     from toolchain.schedules.x86 import int8 as x86_int8
 
     keys = registry.target_keys(target)
