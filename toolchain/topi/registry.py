@@ -154,6 +154,11 @@ def register(*ops: str) -> Callable[[ComputeFn], ComputeFn]:
     return deco
 
 
+def unregister(op: str) -> ComputeFn | None:
+    """Remove ``op``'s compute (an op added at run time, e.g. by a test); returns it."""
+    return _COMPUTES.pop(op, None)
+
+
 def supported_ops() -> list[str]:
     """Every graph op with a compute definition."""
     _load()

@@ -138,3 +138,30 @@ def test_a_new_elementwise_op_follows_the_conv_layout(square):
     assert [n.op for n in out.nodes] == ["LayoutTransform", "LayoutConv", square,
                                          "LayoutTransform"]
     assert_same_results(g, out)
+
+
+def test_a_new_elementwise_op_compiles_fused_onto_a_conv(square):
+    """End to end: the op's OpDef and its topi compute are all it needs to be fused as
+    the tail of a scheduled convolution, built, and run correctly."""
+    from tests.schedules.generic.test_fused import run_kernel
+    from toolchain import te
+    from toolchain.graph.passes.layout import layout_for_target
+    from toolchain.graph.passes.pipeline import run_pipeline
+    from toolchain.schedules.generic.fused import schedule_fused
+    from toolchain.target import load_target
+    from toolchain.topi import registry as topi
+
+    topi.register(square)(lambda ctx: [te.compute(
+        ctx.tensor(0).shape, lambda *i: ctx.tensor(0)[i] * ctx.tensor(0)[i], name="square",
+        tag="injective")])
+    try:
+        b = GraphBuilder()
+        y = b.op(square, [_conv(b, b.input("x", SHAPE))], name="sq")
+        t = load_target("c-generic")
+        fused = run_pipeline(b.graph([y]), layout_for_target(t))
+        (node,) = [n for n in fused.nodes if "kiln_test_square" in n.attrs["kernel"]]
+        kernel = schedule_fused(node, t)
+        assert kernel.anchor is not None  # the conv's own schedule, the square inlined
+        assert run_kernel(node, kernel) < 1e-5
+    finally:
+        topi.unregister(square)

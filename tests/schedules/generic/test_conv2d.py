@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.schedules._cpu_targets import RUNNABLE, cross_compile_m4
 from toolchain.codegen import get_renderer
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op, make_node, schedule_for
@@ -15,8 +16,6 @@ from toolchain.schedules.generic.common import cpu_params
 from toolchain.schedules.generic.conv2d import ConvGeom, pack_weight, plan_conv
 from toolchain.target import load_target
 from toolchain.tir.transform.pipeline import lower
-
-from ._cpu_targets import RUNNABLE, cross_compile_m4
 
 RTOL = 1e-4
 

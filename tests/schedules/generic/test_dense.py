@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.schedules._cpu_targets import RUNNABLE, cross_compile_m4
 from toolchain.codegen import get_renderer
 from toolchain.errors import InputError, UnsupportedError
 from toolchain.graph.ir import Node, Value
@@ -17,8 +18,6 @@ from toolchain.schedules.generic.common import cpu_params
 from toolchain.schedules.generic.dense import plan_gemm
 from toolchain.target import load_target
 from toolchain.tir.transform.pipeline import lower
-
-from ._cpu_targets import RUNNABLE, cross_compile_m4
 
 RTOL = 1e-4
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.schedules._cpu_targets import RUNNABLE
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op
 from toolchain.schedules.generic.depthwise import pack_dw_weight, schedule_depthwise
-
-from ._cpu_targets import RUNNABLE
 
 RTOL = 1e-4
 
