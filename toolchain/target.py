@@ -40,7 +40,12 @@ class Target:
     vector_width_bits: int | None = None
     max_threads_per_block: int | None = None
     max_shared_memory_per_block: int | None = None
+    #: shared memory a block may opt in to (``cudaFuncSetAttribute``), bytes
+    max_shared_memory_per_block_optin: int | None = None
     warp_size: int | None = None
+    #: streaming multiprocessors (GPU), registers per thread at most
+    sm_count: int | None = None
+    max_registers_per_thread: int | None = None
     #: extra memory scopes -> capacity in bytes (0 = registers / not limited)
     memory_scopes: dict[str, int] = field(default_factory=dict)
     #: C compiler (None: the host's ``cc``/``$CC``) and extra flags for generated code
@@ -107,7 +112,10 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "vector_width_bits": ((int,), "an integer", False),
     "max_threads_per_block": ((int,), "an integer", False),
     "max_shared_memory_per_block": ((int,), "an integer", False),
+    "max_shared_memory_per_block_optin": ((int,), "an integer (bytes)", False),
     "warp_size": ((int,), "an integer", False),
+    "sm_count": ((int,), "an integer", False),
+    "max_registers_per_thread": ((int,), "an integer", False),
     "memory_scopes": ((dict,), "a mapping of scope name to size in bytes", False),
     "compiler": ((str,), "a string", False),
     "cflags": ((list,), "a list of strings", False),

@@ -104,19 +104,28 @@ def _source_info(model: Any) -> tuple[Any, dict[str, Any], str]:
 def _schedule(node: Node, target: Target, cache: KernelCache
               ) -> tuple[Any, list[Value], list[Value], str, Value | None]:
     """(lowered PrimFunc, inner input values, output values, how it was scheduled, the
-    inner input the kernel may write its output over or None)."""
+    inner input the kernel may write its output over or None).
+
+    The schedule is the strategy table's for the node's op on ``target``
+    (:func:`~toolchain.schedules.registry.lookup`); the unscheduled compute only where
+    none exists (:class:`~toolchain.errors.NoScheduleError`, recorded)."""
     from toolchain import te
-    from toolchain.schedules.generic.fused import fused_compute, schedule_fused
+    from toolchain.schedules.generic.fused import fused_compute
     from toolchain.schedules.registry import lookup
 
     try:
-        if lookup(node.op, target) is None:
+        fn = lookup(node.op, target)
+        if fn is None:
             raise NoScheduleError(f"{node.describe()}: no schedule for fused kernels on "
                                   f"target {target.name!r} (keys: "
                                   f"{', '.join(target.keys) or target.kind})")
-        k = schedule_fused(node, target, bind=True)  # weights packed at compile time
-        return cache.lower(k.func), list(k.input_values), list(k.output_values), "default", \
-            k.in_place
+        op = fn(node, target)
+        if op is None:
+            raise NoScheduleError(f"{node.describe()}: the schedule for {node.op!r} on "
+                                  f"{target.name!r} does not handle this configuration")
+        host = op.input_values[op.in_place] if op.in_place is not None else None
+        return cache.lower(op.schedule.mod), list(op.input_values), list(op.output_values), \
+            "default", host
     except NoScheduleError as exc:
         # declared: no schedule for this op here (recorded in metadata.json and the summary);
         # any other exception from a schedule is a bug and propagates

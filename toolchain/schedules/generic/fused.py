@@ -266,11 +266,14 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
 
 
 def fused_schedule(node: Node, target: Any) -> OpSchedule:
-    """The registry entry: a ``Fused`` node's kernel as an :class:`OpSchedule`."""
-    k = schedule_fused(node, target)
+    """The strategy-table entry (what a bundle compiles): a ``Fused`` node's kernel as an
+    :class:`OpSchedule`, weights bound and packed at compile time (``bind=True``), with the
+    input its output may overwrite (``in_place``) when the anchor's schedule says so."""
+    k = schedule_fused(node, target, bind=True)
     info = {"schedule": "fused", "kernel": node.attrs["kernel"], "notes": list(k.notes),
             "anchor": k.anchor.op if k.anchor is not None else None}
-    return OpSchedule(k.schedule, k.input_values, k.output_values, info)
+    host = next((i for i, v in enumerate(k.input_values) if v is k.in_place), None)
+    return OpSchedule(k.schedule, k.input_values, k.output_values, info, in_place=host)
 
 
 class _Rename(StmtExprMutator):
