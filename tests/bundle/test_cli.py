@@ -76,11 +76,21 @@ def test_compile_bad_target_lists_targets(kiln, lenet, tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-def test_compile_non_c_target_refused(kiln, lenet, tmp_path):
+def test_compile_target_without_a_backend_refused(kiln, lenet, tmp_path):
     d, _, _ = lenet
-    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "cuda-sm80", "-o",
+    (tmp_path / "t.yaml").write_text("name: jit\nkind: llvm\n")
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", tmp_path / "t.yaml", "-o",
                         tmp_path / "b")
-    assert code == 2 and "kind 'cuda'" in err and "C targets" in err
+    assert code == 2 and "kind 'llvm'" in err and "C and CUDA targets" in err
+    assert not (tmp_path / "b").exists()
+
+
+def test_emulate_is_for_gpu_targets(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "c-generic", "--emulate",
+                        "-o", tmp_path / "b")
+    assert code == 2 and "--emulate" in err and "kind 'c'" in err
+    assert not (tmp_path / "b").exists()
 
 
 def test_compile_existing_output_needs_force(kiln, lenet, tmp_path):

@@ -20,18 +20,24 @@ from typing import Any
 
 from toolchain.bundle.compiler import BundleSpec, build_spec
 from toolchain.bundle.render import check_destination, render_files, write_bundle
+from toolchain.bundle.render_cuda import render_cuda_files
 
 
 def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "bundle", *,
                   input_shapes: dict[str, tuple[int, ...]] | None = None,
                   name: str | None = None, dump_ir: str | Path | None = None,
-                  force: bool = False, progress: bool | None = None) -> Path:
+                  force: bool = False, progress: bool | None = None,
+                  emulate: bool = False) -> Path:
     """Compile ``model`` (a path, bytes or ModelProto) for ``target`` into the bundle
-    directory ``output`` (written atomically); returns its path."""
+    directory ``output`` (written atomically); returns its path. ``emulate`` (GPU targets):
+    a C bundle whose kernels are the GPU kernels' own code run thread by thread on the CPU
+    (:class:`~toolchain.codegen.backend.SimtCBackend`), to check them without a GPU."""
     check_destination(Path(output).absolute(), force)
     spec = build_spec(model, target, input_shapes=input_shapes, name=name, dump_ir=dump_ir,
-                      progress=progress)
-    return write_bundle(render_files(spec), output, force=force)
+                      progress=progress, emulate=emulate)
+    cuda = spec.target.kind == "cuda" and not emulate
+    files = render_cuda_files(spec) if cuda else render_files(spec)
+    return write_bundle(files, output, force=force)
 
 
 def load_bundle(path: str | Path, **options: Any) -> Any:
@@ -41,5 +47,5 @@ def load_bundle(path: str | Path, **options: Any) -> Any:
     return BundleModule(path, **options)
 
 
-__all__ = ["BundleSpec", "build_spec", "compile_model", "load_bundle", "render_files",
-           "write_bundle"]
+__all__ = ["BundleSpec", "build_spec", "compile_model", "load_bundle", "render_cuda_files",
+           "render_files", "write_bundle"]

@@ -80,11 +80,15 @@ class BundleSpec:
 
 
 def resolve_target(target: str | Path | Target) -> Target:
-    """A C :class:`Target` from a name, a YAML path or a Target (others are refused)."""
+    """A :class:`Target` that has a bundle backend (C, CUDA), from a name, a YAML path or a
+    Target; others are refused with the backends there are."""
     t = resolve_target_once(target)
-    if t.kind != "c":
-        raise TargetError(f"target {t.name!r} has kind {t.kind!r}: bundles are generated for C "
-                          "targets only in this version (try --target c-generic)")
+    try:
+        backend_for(t)
+    except TargetError:
+        raise TargetError(f"target {t.name!r} has kind {t.kind!r}: bundles are generated for "
+                          "C and CUDA targets in this version (try --target c-generic or "
+                          "--target cuda-sm80)") from None
     return t
 
 
@@ -158,10 +162,10 @@ class KernelCache:
     (True, 1)
     """
 
-    def __init__(self, target: Target | None = None) -> None:
+    def __init__(self, target: Target | None = None, emulate: bool = False) -> None:
         #: the target the kernels are lowered for (``lower(..., target=)``) and its backend
         self.target = target
-        self.backend = backend_for(target) if target is not None else CBackend()
+        self.backend = backend_for(target, emulate) if target is not None else CBackend()
         # key -> (scheduled function, kept alive for its key; lowered function)
         self._lowered: dict[Any, tuple[Any, Any]] = {}
         self._sources: dict[tuple[int, bool | frozenset[int]], KernelSource] = {}
@@ -248,8 +252,9 @@ def _progress(items: list[Node], enabled: bool | None) -> Any:
 def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                input_shapes: dict[str, tuple[int, ...]] | None = None,
                name: str | None = None, dump_ir: str | Path | None = None,
-               progress: bool | None = None) -> BundleSpec:
-    """Run the compile flow up to (not including) the rendered files."""
+               progress: bool | None = None, emulate: bool = False) -> BundleSpec:
+    """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
+    target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
@@ -262,7 +267,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     graph = from_onnx(loadable, input_shapes=input_shapes)
     layout = layout_for_target(t)
     try:
-        fused, kernels = _kernels(graph, layout, t, prefix, dump_ir, progress)
+        fused, kernels = _kernels(graph, layout, t, prefix, dump_ir, progress, emulate)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -272,13 +277,15 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         layout_note = (f"nchw (the target's {_layout_name(layout)} failed: "
                        f"{str(exc).splitlines()[0][:160]})")
         fused, kernels = _kernels(graph, parse_layout_target("nchw"), t, prefix, dump_ir,
-                                  progress)
+                                  progress, emulate)
     scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
     plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch,
                        overwrite={k.node.name: k.overwrite for k in kernels if k.overwrite})
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
                "name": prefix, "alignment": ALIGNMENT}
+    if emulate:
+        options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
     return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source)
 
 
@@ -287,26 +294,27 @@ def _layout_name(layout: Any) -> str:
 
 
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
-             progress: bool | None) -> tuple[Graph, list[CompiledKernel]]:
+             progress: bool | None, emulate: bool = False
+             ) -> tuple[Graph, list[CompiledKernel]]:
     """The fused graph in ``layout`` and its compiled kernels."""
     from toolchain.graph.passes import run_pipeline
 
     fused = run_pipeline(graph, layout, dump_dir=dump_ir)
     try:
-        return fused, _compile_kernels(fused, t, prefix, progress)
+        return fused, _compile_kernels(fused, t, prefix, progress, emulate)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
         arith.clear_cache()
 
 
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
-                     progress: bool | None) -> list[CompiledKernel]:
+                     progress: bool | None, emulate: bool = False) -> list[CompiledKernel]:
     """One :class:`CompiledKernel` per Fused node of ``fused``, in order."""
     for node in fused.nodes:
         if node.op != "Fused":
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
                                    "a fused kernel")
-    cache = KernelCache(t)
+    cache = KernelCache(t, emulate)
     scheduled: list[tuple[Node, Any, list[Value], str]] = []
     overwrite: dict[str, tuple[str, ...]] = {}
     for node in _progress(list(fused.nodes), progress):

@@ -97,14 +97,14 @@ class BundleRenderer(CRenderer):
         self.stmt(body)
 
 
-def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True
-                  ) -> KernelArtifact:
+def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True,
+                  renderer: type[BundleRenderer] | None = None) -> KernelArtifact:
     """Render a lowered PrimFunc as the bundle kernel ``name``: the C backend's
     :class:`~toolchain.codegen.artifact.KernelArtifact` (its ``support`` is the typed
     :class:`~toolchain.codegen.artifact.CSupport` the lowering attached);
     ``restrict``: True (every pointer parameter), False (none) or the positions of the
     parameters that alias each other (those without, the others with)."""
-    r = BundleRenderer(restrict=restrict)
+    r = (renderer or BundleRenderer)(restrict=restrict)
     r.reset()
     params, extra = r.signature(func)
     if extra:

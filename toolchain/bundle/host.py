@@ -91,11 +91,79 @@ def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
     return flags
 
 
-def build_host(path: str | Path, cc: str | None = None,
-               extra_flags: Sequence[str] = ()) -> Path:
-    """Compile the bundle at ``path`` into a cached shared library; return its path."""
+def is_cuda_bundle(meta: Mapping[str, Any]) -> bool:
+    """Whether a bundle's ``metadata.json`` describes CUDA code (not its C emulation)."""
+    return (meta.get("target") or {}).get("kind") == "cuda" and \
+        not (meta.get("options") or {}).get("emulate")
+
+
+def gpu_available() -> bool:
+    """Whether this machine has an NVIDIA GPU and driver (``nvidia-smi -L`` lists one)."""
+    import shutil
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    res = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
+    return res.returncode == 0 and "GPU" in res.stdout
+
+
+def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
+    """Compile a CUDA bundle with nvcc into a cached shared library; return its path."""
+    import shutil
+
     d = Path(path)
     meta = read_metadata(d)
+    model = meta["model"]["name"]
+    nvcc = nvcc or shutil.which("nvcc")
+    if nvcc is None:
+        raise BuildError(f"bundle {d} is CUDA code for {meta['target']['name']}: building it "
+                         "needs nvcc (the CUDA toolkit) on PATH; or compile with --emulate to "
+                         "check its kernels on the CPU")
+    cu = [d / "src" / f"{model}.cu", d / "src" / "kernels.cu"]
+    c = [d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c"]
+    missing = [str(f.relative_to(d)) for f in cu + c if not f.is_file()]
+    if missing:
+        raise InputError(f"bundle {d} is incomplete: missing {', '.join(missing)}")
+    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC",
+             "-shared"]
+    h = hashlib.sha256()
+    for f in [*cu, *c, d / "include" / f"{model}.h", d / "src" / "kernels.cuh",
+              d / "src" / "weights.h", d / "runtime" / "kiln_runtime.h"]:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update("\0".join([nvcc, compiler_version(nvcc), *flags]).encode())
+    lib = cache_dir() / f"bundle-{model}-cuda-{h.hexdigest()[:24]}.so"
+    if lib.exists():
+        return lib
+    inc = [f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}"]
+    with tempfile.TemporaryDirectory(dir=lib.parent) as work:
+        objs = []
+        for f in cu + c:  # nvcc's -x applies to every file: one command per source
+            obj = Path(work) / f"{f.stem}.o"
+            lang = ["-x", "c"] if f.suffix == ".c" else []
+            _run_nvcc([nvcc, *flags[:-1], *inc, *lang, "-c", str(f), "-o", str(obj)], d)
+            objs.append(str(obj))
+        tmp = Path(work) / "bundle.so"
+        _run_nvcc([nvcc, *flags, *objs, "-o", str(tmp), "-lm"], d)
+        os.replace(tmp, lib)
+    return lib
+
+
+def _run_nvcc(cmd: list[str], d: Path) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise BuildError(f"building CUDA bundle {d} failed (exit {res.returncode}).\ncommand: "
+                         f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
+
+
+def build_host(path: str | Path, cc: str | None = None,
+               extra_flags: Sequence[str] = ()) -> Path:
+    """Compile the bundle at ``path`` into a cached shared library; return its path (a
+    CUDA bundle with nvcc: :func:`build_cuda`)."""
+    d = Path(path)
+    meta = read_metadata(d)
+    if is_cuda_bundle(meta):
+        return build_cuda(d)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
     flags = [*HOST_FLAGS, *host_flags(meta, compiler), *extra_flags]
@@ -129,6 +197,11 @@ class BundleModule:
         self.path = Path(path)
         self.metadata = read_metadata(self.path)
         self.model = self.metadata["model"]["name"]
+        if is_cuda_bundle(self.metadata) and not gpu_available():
+            raise TargetError(f"bundle {self.path} is CUDA code for "
+                              f"{self.metadata['target']['name']}: running it needs an NVIDIA "
+                              "GPU and driver, and this machine has none (nvidia-smi -L); "
+                              "compile with --emulate to check its kernels on the CPU")
         self.library = build_host(self.path, cc, extra_flags)
         self._lib = ctypes.CDLL(str(self.library))
         self._fn = getattr(self._lib, f"{self.model}_run")

@@ -43,14 +43,18 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = ROOT / "templates" / "bundle"
 RUNTIME = ROOT / "runtime_c"
 
-def _env() -> jinja2.Environment:
+
+def template_env() -> jinja2.Environment:
+    """The jinja2 environment of ``templates/bundle`` (strict: a missing value is an error)."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
     return jinja2.Environment(loader=loader, trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)
 
 
-def _io(spec: BundleSpec, names: Namer) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def io_tables(spec: BundleSpec, names: Namer
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The template rows of the graph's inputs and outputs (C field, type, sizes, macro)."""
     up = spec.model.upper()
     out: dict[str, list[dict[str, Any]]] = {"input": [], "output": []}
     for kind, values in (("input", spec.graph.inputs), ("output", spec.graph.outputs)):
@@ -65,7 +69,7 @@ def _io(spec: BundleSpec, names: Namer) -> tuple[list[dict[str, Any]], list[dict
     return out["input"], out["output"]
 
 
-class _Locations:
+class Locations:
     """Where each tensor lives, as a C expression in ``<m>_run``."""
 
     def __init__(self, spec: BundleSpec, inputs: list[dict[str, Any]],
@@ -101,7 +105,7 @@ class _Locations:
         return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
 
 
-def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
+def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
     """One entry per kernel; ``elided`` when the kernel is only a reshape whose output the
     plan puts in place over its input or makes a view of a graph input (the bytes are
     already where they must be)."""
@@ -125,7 +129,7 @@ def _calls(spec: BundleSpec, loc: _Locations) -> list[dict[str, Any]]:
     return calls
 
 
-def _kernel_functions(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def kernel_functions(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The C functions of ``kernels.c``: one per distinct kernel source that some call that
     is not elided uses (equal fused groups share one function, see ``KernelCache``)."""
     out: list[dict[str, Any]] = []
@@ -144,7 +148,7 @@ def _kernel_functions(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dic
     return out
 
 
-def _copies(spec: BundleSpec, loc: _Locations, outputs: list[dict[str, Any]]
+def output_copies(spec: BundleSpec, loc: Locations, outputs: list[dict[str, Any]]
             ) -> list[dict[str, Any]]:
     """Outputs no kernel writes: graph inputs, constants, or a value listed twice."""
     produced = {id(v) for n in spec.fused.nodes for v in n.outputs}
@@ -178,7 +182,7 @@ def _vector_types(spec: BundleSpec) -> list[dict[str, Any]]:
     return out
 
 
-def _preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
+def kernel_preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
     """(``#include`` lines, definitions) every kernel's typed support asks for, each once
     (headers by name, definitions by key), in first-use order."""
     support = merge_support(k.source.support for k in spec.kernels)
@@ -196,6 +200,8 @@ def build_flags(spec: BundleSpec) -> list[str]:
     """Flags beyond ``-O3 -std=c99`` the kernels need: the target's ``-march`` and
     ``cflags`` (optimisation levels left to the Makefile), and the intrinsics' flags."""
     t = spec.target
+    if t.kind != "c":
+        return []  # a GPU target's kernels emulated in C: portable code for this host
     flags = [f"-march={t.arch}"] if t.arch else []
     flags += [f for f in t.cflags if not f.startswith("-O") and f not in flags]
     for k in spec.kernels:
@@ -205,17 +211,17 @@ def build_flags(spec: BundleSpec) -> list[str]:
 
 def render_files(spec: BundleSpec) -> dict[str, str]:
     """Every generated text file of the bundle, by relative path."""
-    env = _env()
+    env = template_env()
     reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights")}
-    inputs, outputs = _io(spec, bundle_namer(reserved))
-    loc = _Locations(spec, inputs, outputs)
-    calls = _calls(spec, loc)
-    copies = _copies(spec, loc, outputs)
+    inputs, outputs = io_tables(spec, bundle_namer(reserved))
+    loc = Locations(spec, inputs, outputs)
+    calls = kernel_calls(spec, loc)
+    copies = output_copies(spec, loc, outputs)
     weight_bytes = sum(w["bytes"] for w in loc.weights)
     for w in loc.weights:
         w["chunks"], w["text"] = format_bytes(w.pop("array"))
-    kernels = _kernel_functions(spec, calls)
-    includes, preludes = _preludes(spec)
+    kernels = kernel_functions(spec, calls)
+    includes, preludes = kernel_preludes(spec)
     flags = build_flags(spec)
     ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
            "inputs": inputs, "outputs": outputs, "arena_bytes": spec.plan.arena_bytes,
@@ -238,7 +244,7 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
         "Makefile": env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
     }
-    meta = _metadata(spec, inputs, outputs, loc, weight_bytes)
+    meta = metadata(spec, inputs, outputs, loc, weight_bytes)
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
         entry["elided"] = call["elided"]
@@ -246,8 +252,8 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     return files
 
 
-def _metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
-              loc: _Locations, weight_bytes: int) -> dict[str, Any]:
+def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
+              loc: Locations, weight_bytes: int) -> dict[str, Any]:
     keep = ("name", "field", "dtype", "shape", "bytes")
     t = spec.target
     return {

@@ -107,6 +107,14 @@ class KernelArtifact:
     helpers: list[dict[str, str]] = field(default_factory=list)
     #: the backend that produced it
     backend: str = "c"
+    #: CUDA: the device kernels the host launches in order, each ``{name, grid, block,
+    #: threads, body}`` (grid/block: the launch shape as C expressions); ``params`` are
+    #: theirs, ``body`` is empty
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    #: C element type of each buffer parameter (``float``, ``int8_t``), in order
+    param_types: list[str] = field(default_factory=list)
+    #: CUDA: byte offset in the kernel's scratch of each trailing scratch parameter
+    scratch_offsets: list[int] = field(default_factory=list)
 
     @property
     def flags(self) -> list[str]:

@@ -52,12 +52,109 @@ class CBackend:
         return render_kernel(lowered, name, restrict=restrict)
 
 
+class SimtCBackend:
+    """The GPU kernels' own lowered code as plain C for the CPU: a SIMT emulation.
+
+    Each ``blockIdx`` / ``threadIdx`` loop runs as a serial loop (block by block, thread by
+    thread), so a CUDA bundle's kernels can be checked against the reference executor on a
+    machine without a GPU (``kiln compile --emulate``). Exact for kernels whose threads do
+    not communicate (the generic GPU schedule); kernels with ``shared`` memory or barriers
+    are refused until the emulation splits bodies at barriers."""
+
+    name = "simt"
+
+    def kernel(self, lowered: ir.PrimFunc, name: str, *,
+               restrict: bool | frozenset[int] = True) -> KernelArtifact:
+        from dataclasses import replace
+
+        from toolchain.bundle.emit import BundleRenderer, render_kernel
+        from toolchain.errors import UnsupportedError
+
+        class _Serial(BundleRenderer):
+            def render_thread_loop(self, s: ir.For) -> None:
+                if not (s.thread_tag or "").startswith(("blockIdx", "threadIdx")):
+                    raise UnsupportedError(f"SIMT emulation: loop {s.loop_var.name} is bound "
+                                           f"to {s.thread_tag}")
+                self.stmt(replace(s, kind="serial", thread_tag=None))
+
+            def stmt_Allocate(self, s: ir.Allocate) -> None:  # noqa: N802 - renderer hook
+                if s.buffer.scope.startswith("shared"):
+                    raise UnsupportedError(
+                        f"SIMT emulation: kernel {name} uses shared memory "
+                        f"({s.buffer.name}); emulating barriers is not built yet")
+                super().stmt_Allocate(s)
+
+        art = render_kernel(lowered, name, restrict=restrict, renderer=_Serial)
+        art.backend = self.name
+        return art
+
+
+#: alignment of each intermediate buffer in a CUDA kernel's scratch (bytes)
+CUDA_SCRATCH_ALIGN = 256
+
+
+class CUDABackend:
+    """CUDA C for a bundle's ``kernels.cu``: one ``__global__`` function per top-level loop
+    nest of the lowered function (:class:`~toolchain.codegen.cuda.CUDARenderer`), launched
+    in order by the host. A buffer two of those kernels share (allocated at the top of the
+    lowered function) becomes a trailing pointer parameter into the kernel's scratch, which
+    the memory plan reserves in the device workspace for the kernel's step."""
+
+    name = "cuda"
+
+    def kernel(self, lowered: ir.PrimFunc, name: str, *,
+               restrict: bool | frozenset[int] = True) -> KernelArtifact:
+        from toolchain.codegen.artifact import support_of
+        from toolchain.codegen.cuda import CUDARenderer
+        from toolchain.errors import UnsupportedError
+
+        body, scratch = lowered.body, []
+        while isinstance(body, ir.Allocate) and body.buffer.scope in ("", "global"):
+            scratch.append(body.buffer)
+            body = body.body
+        offsets, total = [], 0
+        for b in scratch:
+            n = ir.const_int(b.shape[0]) if len(b.shape) == 1 else None
+            if n is None:
+                raise UnsupportedError(f"cuda code generation: intermediate buffer {b.name} "
+                                       f"of kernel {name} has no static size ({b.shape})")
+            offsets.append(total)
+            size = n * ir.bits_of(b.dtype) // 8
+            total += -(-max(size, 1) // CUDA_SCRATCH_ALIGN) * CUDA_SCRATCH_ALIGN
+        func = ir.PrimFunc((*lowered.params, *scratch), body, lowered.name, lowered.attrs)
+        aliased = restrict if isinstance(restrict, frozenset) else frozenset()
+
+        class _Renderer(CUDARenderer):
+            def param_qualifier(self, index: int) -> str:
+                return "" if index in aliased or restrict is False else self.restrict
+
+        r = _Renderer()
+        r.reset()
+        params, extra, launches = r.render_kernels(func, name)
+        if extra:
+            raise UnsupportedError(f"cuda code generation: kernel {name} has sizes known only "
+                                   f"at run time ({', '.join(v.name for v in extra)}); give "
+                                   "every input a static shape (--input-shape NAME=D0,...)")
+        for k in launches:
+            k["name"] = f"{name}_k{launches.index(k)}"
+        types = [r.ctype(p.dtype) for p in func.params if isinstance(p, ir.Buffer)]
+        return KernelArtifact(name, params, [], {}, total, support_of(lowered),
+                              r.helper_list(), "cuda", launches, types, offsets)
+
+
 #: target kind -> backend
-BACKENDS: dict[str, Backend] = {"c": CBackend()}
+BACKENDS: dict[str, Backend] = {"c": CBackend(), "cuda": CUDABackend()}
 
 
-def backend_for(target: Target) -> Backend:
-    """The backend that generates ``target``'s kernels (by its kind)."""
+def backend_for(target: Target, emulate: bool = False) -> Backend:
+    """The backend that generates ``target``'s kernels (by its kind); ``emulate``: the SIMT
+    emulation of a GPU target's kernels in C (:class:`SimtCBackend`)."""
+    if emulate:
+        if target.kind != "cuda":
+            raise TargetError(f"--emulate runs a GPU target's kernels on the CPU; target "
+                              f"{target.name!r} has kind {target.kind!r} (its bundle runs on "
+                              "the CPU already)")
+        return SimtCBackend()
     b = BACKENDS.get(target.kind)
     if b is None:
         raise TargetError(f"target {target.name!r} has kind {target.kind!r}: no bundle backend "
@@ -65,4 +162,4 @@ def backend_for(target: Target) -> Backend:
     return b
 
 
-__all__ = ["BACKENDS", "Backend", "CBackend", "backend_for"]
+__all__ = ["BACKENDS", "Backend", "CBackend", "CUDABackend", "SimtCBackend", "backend_for"]

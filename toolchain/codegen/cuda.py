@@ -105,6 +105,15 @@ class CUDARenderer(CStyleRenderer):
         """One ``__global__`` kernel per top-level statement of the lowered function."""
         self.reset()
         entry = self.entry_name(name or func.name)
+        params, extra, kernels = self.render_kernels(func, entry)
+        code = self._render_file(func, entry, params, kernels)
+        return CSource(code, entry, extra,
+                       kernels=[{k: v for k, v in kn.items() if k != "body"} for kn in kernels])
+
+    def render_kernels(self, func: ir.PrimFunc, entry: str
+                       ) -> tuple[list[str], list[ir.Var], list[dict]]:
+        """(parameter declarations, symbolic sizes, kernels): one kernel per top-level
+        statement, each ``{name, grid, block, threads, body}`` (``body``: its lines)."""
         body = func.body
         if isinstance(body, ir.Allocate):
             raise UnsupportedError(
@@ -128,9 +137,7 @@ class CUDARenderer(CStyleRenderer):
                 threads *= int(b) if b.isdigit() else 1024
             kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
                             "threads": min(threads, 1024), "body": self.lines})
-        code = self._render_file(func, entry, params, kernels)
-        return CSource(code, entry, extra,
-                       kernels=[{k: v for k, v in kn.items() if k != "body"} for kn in kernels])
+        return params, extra, kernels
 
     def _dim(self, extents: dict[str, ir.PrimExpr], tag: str) -> str:
         return self.expr(extents[tag]) if tag in extents else "1"

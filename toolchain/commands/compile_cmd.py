@@ -21,6 +21,8 @@ examples:
   kiln compile model.onnx --target targets/my-board.yaml -o build/model --force
   kiln compile model.onnx --target c-generic -o build/model --input-shape input=1,3,96,96
   kiln compile model.onnx --target c-generic -o build/model --dump-ir build/ir
+  kiln compile model.onnx --target cuda-sm90 -o build/model_gpu        # CUDA (nvcc)
+  kiln compile model.onnx --target cuda-sm90 -o build/model_emu --emulate   # ... on the CPU
   cd build/model && make && ./main input.bin output.out.bin
 
 The output directory is written atomically: a failed compile leaves nothing, and an
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace the output directory if it holds a previous bundle")
     parser.add_argument("--no-progress", action="store_true",
                         help="never show a progress bar")
+    parser.add_argument("--emulate", action="store_true",
+                        help="GPU targets: write a C bundle whose kernels are the GPU kernels' "
+                             "code run thread by thread on the CPU (checks them without a GPU)")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
@@ -64,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     target = resolve_target(args.target)  # once; every stage below gets this Target
     out = compile_model(args.model, target, args.output, input_shapes=input_shapes(args),
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
-                        progress=False if args.no_progress else None)
+                        progress=False if args.no_progress else None,
+                        emulate=args.emulate)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
@@ -74,8 +80,12 @@ def run(args: argparse.Namespace) -> int:
           + (f", {len(fallback)} without a default schedule" if fallback else ""))
     for k in fallback:  # declared fallbacks only (toolchain.errors.NoScheduleError)
         print(f"    kernel {k['index']} {k['name']}: {k['schedule']}")
-    print(f"  arena {meta['arena_bytes']:,} B (lower bound {plan['lower_bound']:,} B, "
-          f"naive {plan['naive_bytes']:,} B), weights {meta['weight_bytes']:,} B")
+    dev = meta.get("device")
+    arena = dev["arena_bytes"] if dev else meta["arena_bytes"]
+    print(f"  {'device ' if dev else ''}arena {arena:,} B (lower bound "
+          f"{plan['lower_bound']:,} B, naive {plan['naive_bytes']:,} B), weights "
+          f"{meta['weight_bytes']:,} B" + (f"; device workspace {dev['workspace_bytes']:,} B "
+                                          f"({dev['launches']} launches)" if dev else ""))
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "

@@ -8,8 +8,8 @@ family entry (``("QConv", "cortex_m")``) wins over the generic CPU one
 (``("QConv", "cpu")``). Target names never appear here: a descriptor that
 ``extends: x86_64-avx512`` under another name inherits its keys and gets the same kernels.
 
-One folder per target family: ``generic/`` (every CPU: portable C), ``x86/``, ``cortex_m/``
-(CUDA and the accelerator join the same way). Adding a family: its folder of computes and
+One folder per target family: ``generic/`` (every CPU: portable C), ``x86/``, ``cortex_m/``,
+``gpu/`` (the accelerator joins the same way). Adding a family: its folder of computes and
 schedules, its entries below, and ``keys: [<family>, cpu]`` in its descriptors
 (``docs/targets.md``, "Adding a target").
 
@@ -23,6 +23,7 @@ from toolchain.schedules.cortex_m import fp32 as cortex_m_fp32
 from toolchain.schedules.cortex_m import int8 as cortex_m_int8
 from toolchain.schedules.generic import conv2d, dense, fused, ops
 from toolchain.schedules.generic import int8 as generic_int8
+from toolchain.schedules.gpu import generic as gpu_generic
 from toolchain.schedules.registry import ScheduleFn
 from toolchain.schedules.x86 import int8 as x86_int8
 
@@ -45,4 +46,6 @@ STRATEGIES: dict[tuple[str, str], ScheduleFn] = {
     # whole-tensor scratch
     **{(op, "cortex_m"): cortex_m_int8.schedule_cortex_m for op in ("QConv", "QGemm", "QAdd")},
     ("Conv", "cortex_m"): cortex_m_fp32.schedule_conv2d_m,
+    # GPUs (CUDA): every fused group as kernels of one thread per output element
+    ("Fused", "gpu"): gpu_generic.fused_schedule,
 }

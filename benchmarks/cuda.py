@@ -1,0 +1,137 @@
+"""CUDA bundles on a GPU: correctness against the reference executor, and latency next to
+references measured in the same run.
+
+    python benchmarks/cuda.py                  # zoo models + GEMM 1024..4096 (needs a GPU)
+    python benchmarks/cuda.py --models lenet5,ds_cnn --gemm 1024
+
+* **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
+  built with nvcc, run on the GPU: the largest error relative to the reference executor's
+  output, Kiln's milliseconds per ``<m>_run`` (host inputs in, host outputs back: copies
+  included), and onnxruntime's on this machine's CPU (its GPU provider is not installed
+  where this was written, so the column says which it used).
+* **GEMM** — ``C = A @ B`` (fp32, both inputs), Kiln's bundle against PyTorch
+  (cuBLAS) on the same GPU, both from host arrays to host arrays (the copies included),
+  and cuBLAS's kernel alone (CUDA events): the ratio Kiln / cuBLAS is what to read.
+
+Without a GPU it says so and exits 0 (the CUDA bundles are checked on the CPU by the SIMT
+emulation in ``tests/bundle/test_cuda.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+from toolchain.bundle import compile_model, load_bundle  # noqa: E402
+from toolchain.bundle.host import gpu_available  # noqa: E402
+from toolchain.frontend.onnx import from_onnx  # noqa: E402
+from toolchain.graph.reference import run_graph  # noqa: E402
+from toolchain.zoo import ZOO  # noqa: E402
+
+
+def _ms(fn, repeat: int) -> float:
+    fn()  # warm up (first run: workspace, weights upload, module load)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+def zoo(names: list[str], target: str, root: Path, repeat: int) -> None:
+    import onnxruntime as ort
+
+    print(f"{'model':26s} {'max rel err':>12s} {'kiln ms':>9s} {'ort ms':>9s}  ort provider")
+    for name in names:
+        spec = ZOO[name]
+        model = spec.build()
+        feeds = spec.inputs(model)
+        want = run_graph(from_onnx(model, input_shapes=spec.input_shapes), feeds)
+        d = compile_model(model, target, root / name, input_shapes=spec.input_shapes,
+                          progress=False, force=True)
+        mod = load_bundle(d)
+        got = mod(feeds)
+        err = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
+                  / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
+        kiln = _ms(lambda m=mod, f=feeds: m(f), repeat)
+        sess = ort.InferenceSession(model.SerializeToString(), providers=[
+            p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
+            if p in ort.get_available_providers()])
+        ref = _ms(lambda s=sess, f=feeds: s.run(None, f), repeat)
+        print(f"{name:26s} {err:12.2e} {kiln:9.3f} {ref:9.3f}  {sess.get_providers()[0]}",
+              flush=True)
+
+
+def _gemm_model(n: int) -> onnx.ModelProto:
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["C"])], "gemm",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "AB"],
+        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def gemm(sizes: list[int], target: str, root: Path, repeat: int) -> None:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
+    print(f"\n{'GEMM n':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} {'kiln/cuBLAS':>12s} "
+          f"{'cuBLAS kernel ms':>17s} {'kiln TFLOP/s':>13s} {'max rel err':>12s}")
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        a = rng.standard_normal((n, n)).astype(np.float32)
+        b = rng.standard_normal((n, n)).astype(np.float32)
+        mod = load_bundle(compile_model(_gemm_model(n), target, root / f"gemm{n}",
+                                        progress=False, force=True))
+        got = mod({"A": a, "B": b})["C"]
+        want = a.astype(np.float64) @ b
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        kiln = _ms(lambda m=mod, x=a, y=b: m({"A": x, "B": y}), repeat)
+        cublas = _ms(lambda x=a, y=b: (torch.from_numpy(x).cuda()
+                                       @ torch.from_numpy(y).cuda()).cpu(), repeat)
+        at, bt = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        at @ bt
+        start.record()
+        for _ in range(repeat):
+            at @ bt
+        end.record()
+        torch.cuda.synchronize()
+        kernel = start.elapsed_time(end) / repeat
+        print(f"{n:8d} {kiln:10.3f} {cublas:10.3f} {kiln / cublas:12.2f} {kernel:17.3f} "
+              f"{2 * n ** 3 / kiln / 1e9:13.2f} {err:12.2e}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", default="cuda-sm90")
+    ap.add_argument("--models", default=None, help="comma-separated zoo names")
+    ap.add_argument("--gemm", default="1024,2048,4096", help="sizes ('' for none)")
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args(argv)
+    if not gpu_available():
+        print("no NVIDIA GPU here (nvidia-smi -L): nothing to measure; the CUDA bundles are "
+              "checked on the CPU by tests/bundle/test_cuda.py (SIMT emulation)")
+        return 0
+    names = args.models.split(",") if args.models else \
+        [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
+    with tempfile.TemporaryDirectory() as tmp:
+        if names:
+            zoo(names, args.target, Path(tmp), args.repeat)
+        sizes = [int(s) for s in args.gemm.split(",") if s]
+        if sizes:
+            gemm(sizes, args.target, Path(tmp), args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

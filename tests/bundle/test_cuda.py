@@ -1,0 +1,113 @@
+"""CUDA bundles: files and workspace layout, nvcc object code for sm_80 and sm_90, the SIMT
+emulation of every zoo model against the reference executor (no GPU needed), and on a
+machine with a GPU the bundles themselves (``-m gpu``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle.host import gpu_available
+from toolchain.errors import TargetError
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.reference import run_graph
+from toolchain.zoo import ZOO
+
+MODELS = [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]  # fcn: issue 17
+NVCC = shutil.which("nvcc")
+
+
+def _rel_err(got: dict, want: dict) -> float:
+    return max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
+               / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
+
+
+def _reference(name: str) -> tuple[object, dict, dict]:
+    spec = ZOO[name]
+    model = spec.build()
+    feeds = spec.inputs(model)
+    return model, feeds, run_graph(from_onnx(model, input_shapes=spec.input_shapes), feeds)
+
+
+@pytest.fixture(scope="module")
+def lenet_cuda(tmp_path_factory) -> Path:
+    return compile_model(ZOO["lenet5"].build(), "cuda-sm80",
+                         tmp_path_factory.mktemp("cuda") / "lenet5", progress=False)
+
+
+def test_bundle_files_and_workspace_layout(lenet_cuda: Path) -> None:
+    d = lenet_cuda
+    for f in ("include/lenet5.h", "src/lenet5.cu", "src/kernels.cu", "src/kernels.cuh",
+              "src/weights.c", "main.c", "Makefile", "CMakeLists.txt", "metadata.json",
+              "runtime/kiln_runtime.h"):
+        assert (d / f).is_file(), f
+    meta = json.loads((d / "metadata.json").read_text())
+    dev = meta["device"]
+    assert meta["arena_bytes"] == 0 and dev["arena_bytes"] == meta["memory_plan"]["arena_bytes"]
+    # inputs, outputs and weights after the arena, aligned, not overlapping, all inside
+    spans = sorted([(o, t["bytes"]) for t in meta["inputs"] for f, o in dev["inputs"].items()
+                    if f == t["field"]] +
+                   [(o, t["bytes"]) for t in meta["outputs"] for f, o in dev["outputs"].items()
+                    if f == t["field"]] +
+                   [(o, w["bytes"]) for w in meta["weights"]
+                    for n, o in dev["weights"].items() if n == w["name"]])
+    assert spans[0][0] >= dev["arena_bytes"]
+    for (a, n), (b, _) in zip(spans, spans[1:], strict=False):
+        assert a % dev["align"] == 0 and a + n <= b
+    assert spans[-1][0] + spans[-1][1] <= dev["workspace_bytes"]
+    header = (d / "include/lenet5.h").read_text()
+    assert "int lenet5_init(void);" in header and "LENET5_WORKSPACE_BYTES" in header
+    assert "__global__" in (d / "src/kernels.cu").read_text()
+    assert dev["launches"] >= meta["kernel_count"]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed: "
+                    "https://developer.nvidia.com/cuda-downloads")
+@pytest.mark.parametrize("name", MODELS)
+def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, tmp_path: Path) -> None:
+    spec = ZOO[name]
+    d = compile_model(spec.build(), "cuda-sm90", tmp_path / name,
+                      input_shapes=spec.input_shapes, progress=False)
+    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
+    model = json.loads((d / "metadata.json").read_text())["model"]["name"]
+    for src in ("kernels.cu", f"{model}.cu"):
+        res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
+                              "-Iruntime", "-Isrc", "-c", f"src/{src}", "-o",
+                              str(tmp_path / f"{src}.o")],
+                             cwd=d, capture_output=True, text=True, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_simt_emulation_matches_the_reference(name: str, tmp_path: Path) -> None:
+    """The CUDA kernels' own lowered code, run thread by thread on the CPU."""
+    model, feeds, want = _reference(name)
+    d = compile_model(model, "cuda-sm80", tmp_path / name, input_shapes=ZOO[name].input_shapes,
+                      progress=False, emulate=True)
+    meta = json.loads((d / "metadata.json").read_text())
+    assert meta["options"]["emulate"] and meta["target"]["kind"] == "cuda"
+    assert _rel_err(load_bundle(d)(feeds), want) < 1e-4
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the message on a machine without a GPU")
+def test_running_a_cuda_bundle_without_a_gpu_says_what_to_do(lenet_cuda: Path) -> None:
+    with pytest.raises(TargetError, match="needs an NVIDIA GPU.*--emulate"):
+        load_bundle(lenet_cuda)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize("name", MODELS)
+def test_cuda_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path) -> None:
+    model, feeds, want = _reference(name)
+    d = compile_model(model, "cuda-sm90", tmp_path / name, input_shapes=ZOO[name].input_shapes,
+                      progress=False)
+    mod = load_bundle(d)
+    assert _rel_err(mod(feeds), want) < 1e-4
+    assert _rel_err(mod(feeds), want) < 1e-4  # a second run reuses the workspace

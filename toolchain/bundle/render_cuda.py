@@ -1,0 +1,188 @@
+"""Render a CUDA :class:`~toolchain.bundle.compiler.BundleSpec` (``--target cuda-sm80``).
+
+The bundle has the CPU bundle's C API (``include/<m>.h``: ``<m>_run(&in, &out, arena)``
+with host pointers; the arena argument is unused, ``<M>_ARENA_BYTES`` is 0) plus
+``<m>_init()`` / ``<m>_release()``. Everything on the device lives in **one workspace**
+allocated once by ``<m>_init`` (``<M>_WORKSPACE_BYTES``), laid out by the static memory
+plan::
+
+    [ arena (the plan's activations and kernel scratch) | inputs | outputs | weights ]
+
+``<m>_init`` uploads the weights once; ``<m>_run`` copies the inputs in, launches the
+kernels in order (each fused kernel is one or more ``__global__`` functions, see
+:class:`~toolchain.codegen.backend.CUDABackend`), and copies the outputs back. No
+allocation per run.
+
+Files: ``include/<m>.h``, ``src/<m>.cu`` (the host launcher), ``src/kernels.cu`` /
+``src/kernels.cuh``, ``src/weights.c`` / ``src/weights.h`` (the same packed weights as a
+CPU bundle), ``main.c`` (the demo), ``Makefile`` (nvcc), ``CMakeLists.txt`` (CUDA
+language), ``metadata.json`` (with the workspace layout).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from toolchain import __version__
+from toolchain.bundle.compiler import ALIGNMENT, BundleSpec
+from toolchain.bundle.names import bundle_namer
+from toolchain.bundle.render import (
+    Locations,
+    io_tables,
+    kernel_calls,
+    kernel_preludes,
+    metadata,
+    output_copies,
+    template_env,
+)
+from toolchain.bundle.weights import format_bytes
+from toolchain.codegen.cstyle import render_helpers
+from toolchain.codegen.cuda import CUDARenderer
+
+#: alignment of each region and weight array in the device workspace (bytes)
+WS_ALIGN = 256
+
+
+def _align(n: int, a: int = WS_ALIGN) -> int:
+    return -(-n // a) * a
+
+
+class _DeviceLocations(Locations):
+    """Where each tensor lives on the device: an expression over the workspace ``a``."""
+
+    def __init__(self, spec: BundleSpec, inputs: list[dict[str, Any]],
+                 outputs: list[dict[str, Any]]) -> None:
+        super().__init__(spec, inputs, outputs)
+        self.layout: dict[str, int] = {"arena": 0}
+        off = _align(spec.plan.arena_bytes)
+        self.slots: list[dict[str, Any]] = []
+        for kind, values, infos in (("input", spec.graph.inputs, inputs),
+                                    ("output", spec.graph.outputs, outputs)):
+            for v, t in zip(values, infos, strict=True):
+                if kind == "output" and id(v) in {id(x) for x in spec.graph.inputs}:
+                    pass  # an input listed as an output: its own slot all the same
+                self.slots.append({"kind": kind, "field": t["field"], "offset": off,
+                                   "bytes": t["bytes"]})
+                t["ws_offset"] = off
+                off = _align(off + max(t["bytes"], 1))
+        self.weights_offset = off
+        self.expr = {}
+        for v, t in zip(spec.graph.inputs, inputs, strict=True):
+            self.expr.setdefault(id(v), f"(void *)(a + {t['ws_offset']})")
+        for v, t in zip(spec.graph.outputs, outputs, strict=True):
+            if id(v) not in self.expr:
+                self.expr[id(v)] = f"(void *)(a + {t['ws_offset']})"
+        self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
+        self.model = spec.model
+
+    def of(self, v: Any) -> str:
+        if id(v) not in self.expr and v.data is not None:
+            super().of(v)  # registers the weight array (host copy in weights.c)
+            name = self.weights[-1]["name"]
+            self.expr[id(v)] = f"(void *)(a + {self.model.upper()}_WS_{name.upper()})"
+        return super().of(v)
+
+    def weight_offsets(self) -> int:
+        """Give each weight array its offset; return the workspace size."""
+        off = self.weights_offset
+        for w in self.weights:
+            w["ws_offset"] = off
+            off = _align(off + max(w["bytes"], 1))
+        return off
+
+
+def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per call that is not elided, its device launches with typed arguments."""
+    out = []
+    for k, call in zip(spec.kernels, calls, strict=True):
+        if call["elided"]:
+            continue
+        src = k.source
+        args = [f"({t} *){a}" for t, a in zip(src.param_types, call["args"], strict=False)]
+        if src.scratch_offsets:
+            base = spec.plan.tensor(k.node.name + ":scratch").offset
+            args = args[:len(k.params)] + [
+                f"({t} *)(void *)(a + {base + o})"
+                for t, o in zip(src.param_types[len(k.params):], src.scratch_offsets,
+                                strict=True)]
+        out.append({"index": call["index"], "kernel": src.name, "comment": call["comment"],
+                    "launches": [{"name": ln["name"], "grid": ln["grid"],
+                                  "block": ln["block"], "args": args}
+                                 for ln in src.launches]})
+    return out
+
+
+def render_cuda_files(spec: BundleSpec) -> dict[str, str]:
+    """Every generated text file of a CUDA bundle, by relative path."""
+    env = template_env()
+    cuda_env = env.overlay(loader=_cuda_loader())
+    reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights", "init",
+                                              "release")}
+    inputs, outputs = io_tables(spec, bundle_namer(reserved))
+    loc = _DeviceLocations(spec, inputs, outputs)
+    calls = kernel_calls(spec, loc)
+    copies = output_copies(spec, loc, outputs)
+    workspace = loc.weight_offsets()
+    weight_bytes = sum(w["bytes"] for w in loc.weights)
+    for w in loc.weights:
+        w["chunks"], w["text"] = format_bytes(w.pop("array"))
+    kernels, seen = [], set()
+    for k, c in zip(spec.kernels, calls, strict=True):
+        if c["elided"] or id(k.source) in seen:
+            continue  # equal fused groups share one set of device functions
+        seen.add(id(k.source))
+        kernels.append({"index": k.index, "name": k.source.name, "params": k.source.params,
+                        "launches": k.source.launches, "comment": c["comment"]})
+    includes, preludes = kernel_preludes(spec)
+    helpers = render_helpers((h for k in spec.kernels for h in k.source.helpers),
+                             CUDARenderer.helper_qualifier)
+    arch = spec.target.arch or "sm_80"
+    ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
+           "inputs": inputs, "outputs": outputs, "arena_bytes": 0,
+           "device_arena_bytes": spec.plan.arena_bytes, "workspace_bytes": workspace,
+           "arena_align": ALIGNMENT, "weight_bytes": weight_bytes, "weights": loc.weights,
+           "align": ALIGNMENT, "calls": _launches(spec, calls), "copies": copies,
+           "kernels": kernels, "target": spec.target.name, "arch": arch,
+           "gencode": arch.replace("sm_", ""), "prelude_includes": includes,
+           "preludes": preludes, "helpers": helpers, "cuda": True, "vector_types": [],
+           "compiler": None, "arch_flags": ""}
+    m = spec.model
+    files = {
+        f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
+        f"src/{m}.cu": cuda_env.get_template("model.cu.j2").render(ctx),
+        "src/kernels.cuh": cuda_env.get_template("kernels.cuh.j2").render(ctx),
+        "src/kernels.cu": cuda_env.get_template("kernels.cu.j2").render(ctx),
+        "src/weights.h": env.get_template("weights.h.j2").render(ctx),
+        "src/weights.c": env.get_template("weights.c.j2").render(ctx),
+        "main.c": env.get_template("main.c.j2").render(ctx),
+        "Makefile": cuda_env.get_template("Makefile.j2").render(ctx),
+        "CMakeLists.txt": cuda_env.get_template("CMakeLists.txt.j2").render(ctx),
+    }
+    meta = metadata(spec, inputs, outputs, loc, weight_bytes)
+    meta["arena_bytes"] = 0
+    meta["device"] = {
+        "workspace_bytes": workspace, "arena_bytes": spec.plan.arena_bytes,
+        "align": WS_ALIGN,
+        "inputs": {s["field"]: s["offset"] for s in loc.slots if s["kind"] == "input"},
+        "outputs": {s["field"]: s["offset"] for s in loc.slots if s["kind"] == "output"},
+        "weights": {w["name"]: w["ws_offset"] for w in loc.weights},
+        "launches": sum(len(c["launches"]) for c in ctx["calls"]),
+    }
+    meta["target"]["cflags"] = [f"-arch={arch}"]
+    for entry, call in zip(meta["kernels"], calls, strict=True):
+        entry["elided"] = call["elided"]
+    files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
+    return files
+
+
+def _cuda_loader() -> Any:
+    import jinja2
+
+    from toolchain.bundle.render import TEMPLATES
+
+    return jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(TEMPLATES.parent / "bundle_cuda")),
+                                jinja2.FileSystemLoader(str(TEMPLATES))])
+
+
+__all__ = ["WS_ALIGN", "render_cuda_files"]
