@@ -52,11 +52,11 @@ from toolchain.tir.schedule import Schedule
 THREADS = 256
 
 
-def _spatial_loops(sch: Schedule, block: Any) -> int:
+def _spatial_loops(sch: Schedule, block: Any, loops: list[Any]) -> int:
     """How many of ``block``'s outer loops run over spatial iteration variables only."""
     blk = sch.get(block)
     n = sum(1 for iv in blk.iter_vars if iv.iter_type == ir.IterType.SPATIAL)
-    return min(n, len(sch.get_loops(block)))
+    return min(n, len(loops))
 
 
 def _inline(sch: Schedule) -> None:
@@ -71,7 +71,7 @@ def _inline(sch: Schedule) -> None:
 
 def _bind(sch: Schedule, block: Any, threads: int) -> None:
     loops = sch.get_loops(block)
-    n = _spatial_loops(sch, block)
+    n = _spatial_loops(sch, block, loops)
     if n == 0:
         return  # a scalar result: one thread of one block
     fused = sch.fuse(*loops[:n]) if n > 1 else loops[0]
