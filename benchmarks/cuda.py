@@ -7,11 +7,13 @@ references measured in the same run.
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
   output, Kiln's milliseconds per ``<m>_run`` (host inputs in, host outputs back: copies
-  included), and onnxruntime's on this machine's CPU (its GPU provider is not installed
-  where this was written, so the column says which it used).
+  included), the kernels alone (``<m>_run_device``), the launches per run, and
+  onnxruntime's on this machine's CPU (its GPU provider is not installed where this was
+  written, so the column says which it used).
 * **GEMM** — ``C = A @ B`` (fp32, both inputs), Kiln's bundle against PyTorch
-  (cuBLAS) on the same GPU, both from host arrays to host arrays (the copies included),
-  and cuBLAS's kernel alone (CUDA events): the ratio Kiln / cuBLAS is what to read.
+  (cuBLAS, TF32 off) on the same GPU: both from host arrays to host arrays (the copies
+  included), then the kernels alone (Kiln: ``<m>_run_device``, launch and sync included;
+  cuBLAS: CUDA events): the kernel ratio Kiln / cuBLAS is what to read.
 
 Without a GPU it says so and exits 0 (the CUDA bundles are checked on the CPU by the SIMT
 emulation in ``tests/bundle/test_cuda.py``).
@@ -51,7 +53,8 @@ def _ms(fn, repeat: int) -> float:
 def zoo(names: list[str], target: str, root: Path, repeat: int) -> None:
     import onnxruntime as ort
 
-    print(f"{'model':26s} {'max rel err':>12s} {'kiln ms':>9s} {'ort ms':>9s}  ort provider")
+    print(f"{'model':26s} {'max rel err':>12s} {'kiln ms':>9s} {'kernels ms':>11s} "
+          f"{'launches':>9s} {'ort ms':>9s}  ort provider")
     for name in names:
         spec = ZOO[name]
         model = spec.build()
@@ -64,12 +67,14 @@ def zoo(names: list[str], target: str, root: Path, repeat: int) -> None:
         err = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
                   / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
         kiln = _ms(lambda m=mod, f=feeds: m(f), repeat)
+        kernels = 1e3 * mod.device_time(feeds, repeat)
+        launches = mod.metadata["device"]["launches"]
         sess = ort.InferenceSession(model.SerializeToString(), providers=[
             p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
             if p in ort.get_available_providers()])
         ref = _ms(lambda s=sess, f=feeds: s.run(None, f), repeat)
-        print(f"{name:26s} {err:12.2e} {kiln:9.3f} {ref:9.3f}  {sess.get_providers()[0]}",
-              flush=True)
+        print(f"{name:26s} {err:12.2e} {kiln:9.3f} {kernels:11.3f} {launches:9d} {ref:9.3f}  "
+              f"{sess.get_providers()[0]}", flush=True)
 
 
 def _gemm_model(n: int) -> onnx.ModelProto:
@@ -84,8 +89,9 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int) -> None:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
-    print(f"\n{'GEMM n':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} {'kiln/cuBLAS':>12s} "
-          f"{'cuBLAS kernel ms':>17s} {'kiln TFLOP/s':>13s} {'max rel err':>12s}")
+    print(f"\n{'GEMM n':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} {'kiln kernel ms':>15s} "
+          f"{'cuBLAS kernel ms':>17s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
+          f"{'max rel err':>12s}")
     rng = np.random.default_rng(0)
     for n in sizes:
         a = rng.standard_normal((n, n)).astype(np.float32)
@@ -107,8 +113,9 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int) -> None:
         end.record()
         torch.cuda.synchronize()
         kernel = start.elapsed_time(end) / repeat
-        print(f"{n:8d} {kiln:10.3f} {cublas:10.3f} {kiln / cublas:12.2f} {kernel:17.3f} "
-              f"{2 * n ** 3 / kiln / 1e9:13.2f} {err:12.2e}", flush=True)
+        kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
+        print(f"{n:8d} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} {kernel:17.3f} "
+              f"{kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} {err:12.2e}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,3 +111,4 @@ def test_cuda_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path)
     mod = load_bundle(d)
     assert _rel_err(mod(feeds), want) < 1e-4
     assert _rel_err(mod(feeds), want) < 1e-4  # a second run reuses the workspace
+    assert mod.device_time(feeds, repeat=3) > 0  # the kernels alone (<m>_run_device)

@@ -251,6 +251,24 @@ class BundleModule:
             raise BuildError(f"{self.model}_run returned {rc} ({_ERRORS.get(rc, 'unknown')})")
         return {t["name"]: a for t, a in zip(self.outputs, outs, strict=True)}
 
+    def device_time(self, inputs: Mapping[str, Any], repeat: int = 20) -> float:
+        """A CUDA bundle's kernels alone (``<m>_run_device``: no copies): the median
+        seconds of ``repeat`` runs on ``inputs`` (copied to the device once first)."""
+        if not is_cuda_bundle(self.metadata):
+            raise TargetError(f"bundle {self.model} is not a CUDA bundle: time() measures it")
+        self(inputs)
+        fn = getattr(self._lib, f"{self.model}_run_device")
+        fn.restype = ctypes.c_int
+        times = []
+        for _ in range(repeat + 1):
+            t0 = time.perf_counter()
+            rc = fn()
+            times.append(time.perf_counter() - t0)
+            if rc != 0:
+                raise BuildError(f"{self.model}_run_device returned {rc} "
+                                 f"({_ERRORS.get(rc, 'unknown')})")
+        return float(np.median(times[1:]))
+
     def time(self, inputs: Mapping[str, Any], repeat: int = 20) -> dict[str, float]:
         """Seconds per call through ctypes: min and median of ``repeat`` calls, and the
         ctypes call overhead (a call that fails its NULL check at once)."""

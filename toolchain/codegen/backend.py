@@ -109,7 +109,9 @@ class CUDABackend:
         from toolchain.errors import UnsupportedError
 
         body, scratch = lowered.body, []
-        while isinstance(body, ir.Allocate) and body.buffer.scope in ("", "global"):
+        # global buffers between kernels, and a local one compaction could not shrink into
+        # its thread (a whole tensor, each thread its own element): device scratch
+        while isinstance(body, ir.Allocate) and body.buffer.scope in ("", "global", "local"):
             scratch.append(body.buffer)
             body = body.body
         offsets, total = [], 0

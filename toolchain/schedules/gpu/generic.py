@@ -69,22 +69,79 @@ def _inline(sch: Schedule) -> None:
             pass  # a reduction, an output, or a stage read in several ways: a kernel
 
 
-def _bind(sch: Schedule, block: Any, threads: int) -> None:
+def threads_for(total: int, most: int) -> tuple[int, bool]:
+    """(threads per block, whether they divide ``total``) for ``total`` outputs: the
+    largest multiple of the warp size up to ``most`` that divides ``total``, else the
+    largest divisor from 64 up, else ``most`` (the last block then has idle threads).
+
+    >>> threads_for(4704, 256), threads_for(3072, 256), threads_for(4099, 256)
+    ((224, True), (256, True), (256, False))
+    """
+    for d in range(most - most % 32, 31, -32):
+        if total % d == 0:
+            return d, True
+    for d in range(most, 63, -1):
+        if total % d == 0:
+            return d, True
+    return most, False
+
+
+def _bind(sch: Schedule, block: Any, threads: int, exact: bool = False) -> Any:
+    """Bind ``block``'s fused spatial loops to blocks and threads; the innermost bound
+    loop (None when nothing is bound, or when ``exact`` and no block size divides the
+    outputs: the threads would need a guard)."""
     loops = sch.get_loops(block)
     n = _spatial_loops(sch, block, loops)
     if n == 0:
-        return  # a scalar result: one thread of one block
+        return None  # a scalar result: one thread of one block
     fused = sch.fuse(*loops[:n]) if n > 1 else loops[0]
     extent = sch.get(fused).extent
     total = int(extent.value) if isinstance(extent, ir.IntImm) else threads + 1
     if total == 1:
-        return  # one element: one thread of one block, no index to bind
+        return None  # one element: one thread of one block, no index to bind
     if total <= threads:
         sch.bind(fused, "threadIdx.x")  # one block
-        return
+        return fused
+    threads, divides = threads_for(total, threads)
+    if exact and not divides:
+        return None
     bx, tx = sch.split(fused, [None, threads])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
+    return tx
+
+
+def _is_reduction(sch: Schedule, block: Any) -> bool:
+    return any(iv.iter_type != ir.IterType.SPATIAL for iv in sch.get(block).iter_vars)
+
+
+def _accumulate_in_registers(sch: Schedule, block: Any, threads: int) -> Schedule | None:
+    """A reduction's kernel with its accumulator in a register and the element-wise
+    stages that read its result folded into the write-back: ``cache_write(.., "local")``,
+    the consumers ``reverse_compute_inline``d into the copy, the copy computed under the
+    thread loop. None (the schedule untouched) where a step does not apply."""
+    trial = sch.copy()
+    try:
+        copy = trial.cache_write(block, 0, "local")
+        changed = True
+        while changed:  # fold the element-wise tail (bias, activation, ...) into the copy
+            changed = False
+            for c in trial.get_consumers(copy):
+                try:
+                    trial.reverse_compute_inline(c)
+                    changed = True
+                    break
+                except KilnError:
+                    continue
+        # no guard on the threads: the accumulator then lives in one register per thread
+        # (compaction keeps a guarded buffer whole)
+        tx = _bind(trial, block, threads, exact=True)
+        if tx is None:
+            return None
+        trial.reverse_compute_at(copy, tx)
+    except KilnError:
+        return None
+    return trial
 
 
 def schedule_gpu(func: ir.PrimFunc, target: Target) -> Schedule:
@@ -92,7 +149,19 @@ def schedule_gpu(func: ir.PrimFunc, target: Target) -> Schedule:
     sch = Schedule(func, target)
     _inline(sch)
     threads = min(THREADS, target.max_threads_per_block or THREADS)
-    for b in sch.get_child_blocks(sch.get_block("root")):
+    done: set[str] = set()
+    while True:
+        todo = [b for b in sch.get_child_blocks(sch.get_block("root"))
+                if sch.get(b).name_hint not in done]
+        if not todo:
+            break
+        b = todo[0]
+        done.add(sch.get(b).name_hint)
+        better = _accumulate_in_registers(sch, b, threads) if _is_reduction(sch, b) else None
+        if better is not None:
+            sch = better
+            done.update(sch.get(x).name_hint for x in sch.get_child_blocks(sch.get_block("root")))
+            continue
         _bind(sch, b, threads)
     sch.verify(target)
     return sch
