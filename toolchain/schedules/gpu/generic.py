@@ -115,11 +115,13 @@ def _is_reduction(sch: Schedule, block: Any) -> bool:
     return any(iv.iter_type != ir.IterType.SPATIAL for iv in sch.get(block).iter_vars)
 
 
-def _accumulate_in_registers(sch: Schedule, block: Any, threads: int) -> Schedule | None:
+def _accumulate_in_registers(sch: Schedule, block: Any, threads: int
+                             ) -> tuple[Schedule, Any] | None:
     """A reduction's kernel with its accumulator in a register and the element-wise
     stages that read its result folded into the write-back: ``cache_write(.., "local")``,
     the consumers ``reverse_compute_inline``d into the copy, the copy computed under the
-    thread loop. None (the schedule untouched) where a step does not apply."""
+    thread loop. (The new schedule, the write-back block) or None (the schedule untouched)
+    where a step does not apply."""
     trial = sch.copy()
     try:
         copy = trial.cache_write(block, 0, "local")
@@ -141,7 +143,7 @@ def _accumulate_in_registers(sch: Schedule, block: Any, threads: int) -> Schedul
         trial.reverse_compute_at(copy, tx)
     except KilnError:
         return None
-    return trial
+    return trial, copy
 
 
 def schedule_gpu(func: ir.PrimFunc, target: Target) -> Schedule:
@@ -159,8 +161,8 @@ def schedule_gpu(func: ir.PrimFunc, target: Target) -> Schedule:
         done.add(sch.get(b).name_hint)
         better = _accumulate_in_registers(sch, b, threads) if _is_reduction(sch, b) else None
         if better is not None:
-            sch = better
-            done.update(sch.get(x).name_hint for x in sch.get_child_blocks(sch.get_block("root")))
+            sch, copy = better
+            done.add(sch.get(copy).name_hint)  # bound with its reduction
             continue
         _bind(sch, b, threads)
     sch.verify(target)
