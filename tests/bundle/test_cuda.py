@@ -112,3 +112,19 @@ def test_cuda_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path)
     assert _rel_err(mod(feeds), want) < 1e-4
     assert _rel_err(mod(feeds), want) < 1e-4  # a second run reuses the workspace
     assert mod.device_time(feeds, repeat=3) > 0  # the kernels alone (<m>_run_device)
+
+
+def test_an_int8_model_emulated_gives_the_cpu_bundles_numbers(tmp_path: Path) -> None:
+    """QDQ DS-CNN (Kiln's quantization): the GPU kernels compute the integer ops exactly as
+    the portable CPU kernels do (bit for bit, float input quantization included)."""
+    from toolchain.zoo.quantized import kiln_qdq
+
+    spec = ZOO["ds_cnn"]
+    model = kiln_qdq(spec.build())
+    feeds = spec.inputs(model)
+    cpu = load_bundle(compile_model(model, "c-generic", tmp_path / "cpu", progress=False))
+    emu = load_bundle(compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False,
+                                    emulate=True))
+    want, got = cpu(feeds), emu(feeds)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
