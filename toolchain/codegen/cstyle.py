@@ -547,7 +547,7 @@ class CStyleRenderer:
     def expr_Var(self, e: ir.Var) -> tuple[str, int]:
         return self.var(e), _ATOM
 
-    def expr__Binary(self, e: ir._Binary) -> tuple[str, int]:
+    def expr_BinaryOp(self, e: ir.BinaryOp) -> tuple[str, int]:
         t = type(e)
         if t in (ir.FloorDiv, ir.FloorMod):
             return self._floor_divmod(e)
@@ -560,7 +560,7 @@ class CStyleRenderer:
         op, p = _BINOP[t]
         return f"{self.expr(e.a, p)} {op} {self.expr(e.b, p + 1)}", p
 
-    def _floor_divmod(self, e: ir._Binary) -> tuple[str, int]:
+    def _floor_divmod(self, e: ir.BinaryOp) -> tuple[str, int]:
         if ir.is_float(e.dtype):
             q = self.call_math("floor", e.dtype, [ir.Div(e.a, e.b)])
             if isinstance(e, ir.FloorDiv):
@@ -578,7 +578,7 @@ class CStyleRenderer:
         helper = self.helper(fn, t)
         return f"({self.ctype(e.dtype)}){helper}({self.expr(e.a)}, {self.expr(e.b)})", 15
 
-    def _minmax(self, e: ir._Binary) -> tuple[str, int]:
+    def _minmax(self, e: ir.BinaryOp) -> tuple[str, int]:
         if ir.lanes_of(e.dtype) > 1:
             return cvector.minmax(self, e), _ATOM
         kind = "min" if isinstance(e, ir.Min) else "max"

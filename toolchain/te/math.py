@@ -51,7 +51,7 @@ def abs(x: Any) -> ir.PrimExpr:  # noqa: A001
 
 def power(x: Any, y: Any) -> ir.PrimExpr:
     """``x ** y`` for floats."""
-    a, b = ir._pair(x, y)
+    a, b = ir.pair_of(x, y)
     return ir.Call(a.dtype, "pow", (a, b))
 
 
@@ -65,9 +65,9 @@ def if_then_else(cond: Any, t: Any, f: Any) -> ir.PrimExpr:
 
     It is the intrinsic ``Call(dtype, "tir.if_then_else", [cond, t, f])``.
     """
-    a, b = ir._pair(t, f)
+    a, b = ir.pair_of(t, f)
     if a.dtype != b.dtype:
-        dt = ir._binary_dtype(a, b)
+        dt = ir.binary_dtype(a, b)
         a, b = a.astype(dt), b.astype(dt)
     return ir.Call(a.dtype, "tir.if_then_else", (ir.convert(cond), a, b))
 
@@ -79,12 +79,12 @@ def select(cond: Any, t: Any, f: Any) -> ir.PrimExpr:
 
 def equal(a: Any, b: Any) -> ir.PrimExpr:
     """``a == b`` as an expression."""
-    return ir.EQ(*ir._pair(a, b))
+    return ir.EQ(*ir.pair_of(a, b))
 
 
 def not_equal(a: Any, b: Any) -> ir.PrimExpr:
     """``a != b`` as an expression."""
-    return ir.NE(*ir._pair(a, b))
+    return ir.NE(*ir.pair_of(a, b))
 
 
 def all(*conds: Any) -> ir.PrimExpr:  # noqa: A001
@@ -105,29 +105,29 @@ def any(*conds: Any) -> ir.PrimExpr:  # noqa: A001
 
 def maximum(a: Any, b: Any) -> ir.PrimExpr:
     """Elementwise ``max(a, b)``."""
-    return ir.Max(*ir._pair(a, b))
+    return ir.Max(*ir.pair_of(a, b))
 
 
 def minimum(a: Any, b: Any) -> ir.PrimExpr:
     """Elementwise ``min(a, b)``."""
-    return ir.Min(*ir._pair(a, b))
+    return ir.Min(*ir.pair_of(a, b))
 
 
 def floordiv(a: Any, b: Any) -> ir.PrimExpr:
     """``a // b`` (rounds towards minus infinity)."""
-    return ir.FloorDiv(*ir._pair(a, b))
+    return ir.FloorDiv(*ir.pair_of(a, b))
 
 
 def floormod(a: Any, b: Any) -> ir.PrimExpr:
     """``a % b`` with the sign of ``b``."""
-    return ir.FloorMod(*ir._pair(a, b))
+    return ir.FloorMod(*ir.pair_of(a, b))
 
 
 def truncdiv(a: Any, b: Any) -> ir.PrimExpr:
     """C-style ``a / b`` on integers."""
-    return ir.Div(*ir._pair(a, b))
+    return ir.Div(*ir.pair_of(a, b))
 
 
 def truncmod(a: Any, b: Any) -> ir.PrimExpr:
     """C-style ``a % b`` on integers."""
-    return ir.Mod(*ir._pair(a, b))
+    return ir.Mod(*ir.pair_of(a, b))

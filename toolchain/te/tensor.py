@@ -315,12 +315,12 @@ def _is_axis_arg(axis: Any) -> bool:
 def max(expr: Any, axis: Any, where: Any = None, init: Any = None) -> ir.PrimExpr:  # noqa: A001
     """Max-reduction over ``axis``; with two expressions, the elementwise maximum."""
     if not _is_axis_arg(axis):
-        return ir.Max(*ir._pair(expr, axis))
+        return ir.Max(*ir.pair_of(expr, axis))
     return _max_reducer(expr, axis, where, init)
 
 
 def min(expr: Any, axis: Any, where: Any = None, init: Any = None) -> ir.PrimExpr:  # noqa: A001
     """Min-reduction over ``axis``; with two expressions, the elementwise minimum."""
     if not _is_axis_arg(axis):
-        return ir.Min(*ir._pair(expr, axis))
+        return ir.Min(*ir.pair_of(expr, axis))
     return _min_reducer(expr, axis, where, init)

@@ -78,7 +78,7 @@ def _wrap(v: int, dtype: str) -> int:
 
 # ----------------------------------------------------------------------- linear forms
 
-def _key(e: ir.PrimExpr) -> Any:
+def term_key(e: ir.PrimExpr) -> Any:
     """Structural hash key of an expression (Vars/Buffers by identity)."""
     if isinstance(e, ir.Var):
         return ("v", id(e))
@@ -86,16 +86,16 @@ def _key(e: ir.PrimExpr) -> Any:
         return ("i", e.value, e.dtype)
     if isinstance(e, ir.FloatImm):
         return ("f", e.value, e.dtype)
-    if isinstance(e, ir._Binary):
-        return (type(e).__name__, _key(e.a), _key(e.b))
+    if isinstance(e, ir.BinaryOp):
+        return (type(e).__name__, term_key(e.a), term_key(e.b))
     if isinstance(e, ir.BufferLoad):
-        return ("ld", id(e.buffer), tuple(_key(i) for i in e.indices))
+        return ("ld", id(e.buffer), tuple(term_key(i) for i in e.indices))
     if isinstance(e, ir.Cast):
-        return ("cast", e.dtype, _key(e.value))
+        return ("cast", e.dtype, term_key(e.value))
     if isinstance(e, ir.Call):
-        return ("call", e.op, tuple(_key(a) for a in e.args))
+        return ("call", e.op, tuple(term_key(a) for a in e.args))
     if isinstance(e, ir.Select):
-        return ("sel", _key(e.condition), _key(e.true_value), _key(e.false_value))
+        return ("sel", term_key(e.condition), term_key(e.true_value), term_key(e.false_value))
     return ("id", id(e))
 
 
@@ -114,7 +114,7 @@ class Lin:
         return Lin(self.dtype, self.const, {k: [a, c] for k, (a, c) in self.terms.items()})
 
     def add_term(self, atom: ir.PrimExpr, coeff: int) -> None:
-        k = _key(atom)
+        k = term_key(atom)
         if k in self.terms:
             self.terms[k][1] += coeff
             if self.terms[k][1] == 0:
@@ -182,21 +182,21 @@ def _merge_partner(lin: Lin, a: ir.PrimExpr, c: int,
         (a % m) // c      with c | m    ->  w = a % m
         (a // c) % n                    ->  w = a % (c * n)
     """
-    ka = _key(a)
+    ka = term_key(a)
     for key, (atom, k) in lin.terms.items():
         if k != coeff * c:
             continue
         div = _const_div(atom, ir.FloorDiv)
         if div is not None and div[1] == c:
-            if _key(div[0]) == ka:
+            if term_key(div[0]) == ka:
                 return key, a
             inner = _const_div(div[0], ir.FloorMod)
-            if inner is not None and inner[1] % c == 0 and _key(inner[0]) == ka:
+            if inner is not None and inner[1] % c == 0 and term_key(inner[0]) == ka:
                 return key, div[0]
         mod = _const_div(atom, ir.FloorMod)
         if mod is not None:
             inner = _const_div(mod[0], ir.FloorDiv)
-            if inner is not None and inner[1] == c and _key(inner[0]) == ka:
+            if inner is not None and inner[1] == c and term_key(inner[0]) == ka:
                 return key, ir.FloorMod(a, ir.IntImm(c * mod[1], atom.dtype))
     return None
 
@@ -482,7 +482,7 @@ class _Simplifier(ExprMutator):
     def __init__(self, ranges: Ranges | None) -> None:
         self.ranges = ranges or {}
 
-    def visit__Binary(self, e: ir._Binary) -> ir.PrimExpr:  # noqa: C901
+    def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = self.visit_expr(e.a), self.visit_expr(e.b)
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
@@ -510,7 +510,7 @@ class _Simplifier(ExprMutator):
             return self._float(node)
         return node
 
-    def _float(self, e: ir._Binary) -> ir.PrimExpr:
+    def _float(self, e: ir.BinaryOp) -> ir.PrimExpr:
         a, b = e.a, e.b
         if isinstance(e, ir.Add):
             if isinstance(b, ir.FloatImm) and b.value == 0:
@@ -524,7 +524,7 @@ class _Simplifier(ExprMutator):
                 return b
         return e
 
-    def _logic(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr, e: ir._Binary) -> ir.PrimExpr:
+    def _logic(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr, e: ir.BinaryOp) -> ir.PrimExpr:
         for x, y in ((a, b), (b, a)):
             if isinstance(x, ir.IntImm):
                 if t is ir.And:
@@ -566,7 +566,7 @@ class _Simplifier(ExprMutator):
                 return b if is_min else a
         return e
 
-    def _divmod(self, e: ir._Binary, c: int) -> ir.PrimExpr:
+    def _divmod(self, e: ir.BinaryOp, c: int) -> ir.PrimExpr:
         x = e.a
         if isinstance(e, ir.FloorDiv) and isinstance(x, ir.FloorDiv) and isinstance(
                 x.b, ir.IntImm) and x.b.value > 0:
@@ -605,7 +605,7 @@ class _Simplifier(ExprMutator):
             return ir.FloorDiv(rexpr, e.b) if rexpr is not x else e
         return ir.Add(q.to_expr(), ir.FloorDiv(rexpr, e.b)) if not r.is_const else q.to_expr()
 
-    def _split_small(self, e: ir._Binary, r: Lin, c: int) -> ir.PrimExpr | None:
+    def _split_small(self, e: ir.BinaryOp, r: Lin, c: int) -> ir.PrimExpr | None:
         """``(g*y + s) // c -> y // (c/g)`` and ``% c -> y % (c/g) * g + s`` when ``g | c``
         and ``0 <= s < g`` (``s``: the terms whose coefficients ``g`` does not divide).
 

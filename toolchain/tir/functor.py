@@ -70,7 +70,7 @@ class ExprVisitor(_Dispatch):
     def visit_Var(self, e: ir.Var) -> None:
         pass
 
-    def visit__Binary(self, e: ir._Binary) -> None:
+    def visit_BinaryOp(self, e: ir.BinaryOp) -> None:
         self.visit_expr(e.a)
         self.visit_expr(e.b)
 
@@ -200,7 +200,7 @@ class ExprMutator(_Dispatch):
     def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
         return e
 
-    def visit__Binary(self, e: ir._Binary) -> ir.PrimExpr:
+    def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:
         a, b = self.visit_expr(e.a), self.visit_expr(e.b)
         if a is e.a and b is e.b:
             return e

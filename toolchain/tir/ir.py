@@ -93,7 +93,7 @@ class Node:
         return f"<{type(self).__name__}: {self}>"
 
 
-def _binary_dtype(a: PrimExpr, b: PrimExpr) -> str:
+def binary_dtype(a: PrimExpr, b: PrimExpr) -> str:
     if a.dtype == b.dtype:
         return a.dtype
     la, lb = lanes_of(a.dtype), lanes_of(b.dtype)
@@ -130,7 +130,7 @@ def convert(value: Any, dtype: str | None = None) -> PrimExpr:
     raise TypeError(f"cannot convert {value!r} ({type(value).__name__}) to a TIR expression")
 
 
-def _pair(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
+def pair_of(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
     if isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
         b = convert(b, element_of(a.dtype))
     elif isinstance(b, PrimExpr) and not isinstance(a, PrimExpr):
@@ -145,72 +145,72 @@ class PrimExpr(Node):
     dtype: str
 
     def __add__(self, o: Any) -> PrimExpr:
-        return Add(*_pair(self, o))
+        return Add(*pair_of(self, o))
 
     def __radd__(self, o: Any) -> PrimExpr:
-        return Add(*_pair(o, self))
+        return Add(*pair_of(o, self))
 
     def __sub__(self, o: Any) -> PrimExpr:
-        return Sub(*_pair(self, o))
+        return Sub(*pair_of(self, o))
 
     def __rsub__(self, o: Any) -> PrimExpr:
-        return Sub(*_pair(o, self))
+        return Sub(*pair_of(o, self))
 
     def __mul__(self, o: Any) -> PrimExpr:
-        return Mul(*_pair(self, o))
+        return Mul(*pair_of(self, o))
 
     def __rmul__(self, o: Any) -> PrimExpr:
-        return Mul(*_pair(o, self))
+        return Mul(*pair_of(o, self))
 
     def __truediv__(self, o: Any) -> PrimExpr:
-        return Div(*_pair(self, o))
+        return Div(*pair_of(self, o))
 
     def __rtruediv__(self, o: Any) -> PrimExpr:
-        return Div(*_pair(o, self))
+        return Div(*pair_of(o, self))
 
     def __floordiv__(self, o: Any) -> PrimExpr:
-        return FloorDiv(*_pair(self, o))
+        return FloorDiv(*pair_of(self, o))
 
     def __rfloordiv__(self, o: Any) -> PrimExpr:
-        return FloorDiv(*_pair(o, self))
+        return FloorDiv(*pair_of(o, self))
 
     def __mod__(self, o: Any) -> PrimExpr:
-        return FloorMod(*_pair(self, o))
+        return FloorMod(*pair_of(self, o))
 
     def __rmod__(self, o: Any) -> PrimExpr:
-        return FloorMod(*_pair(o, self))
+        return FloorMod(*pair_of(o, self))
 
     def __neg__(self) -> PrimExpr:
         return Sub(convert(0, self.dtype), self)
 
     def __lt__(self, o: Any) -> PrimExpr:
-        return LT(*_pair(self, o))
+        return LT(*pair_of(self, o))
 
     def __le__(self, o: Any) -> PrimExpr:
-        return LE(*_pair(self, o))
+        return LE(*pair_of(self, o))
 
     def __gt__(self, o: Any) -> PrimExpr:
-        return GT(*_pair(self, o))
+        return GT(*pair_of(self, o))
 
     def __ge__(self, o: Any) -> PrimExpr:
-        return GE(*_pair(self, o))
+        return GE(*pair_of(self, o))
 
     def __and__(self, o: Any) -> PrimExpr:
-        return And(*_pair(self, o))
+        return And(*pair_of(self, o))
 
     def __or__(self, o: Any) -> PrimExpr:
-        return Or(*_pair(self, o))
+        return Or(*pair_of(self, o))
 
     def __invert__(self) -> PrimExpr:
         return Not(self)
 
     def equal(self, o: Any) -> PrimExpr:
         """``self == o`` as an expression node."""
-        return EQ(*_pair(self, o))
+        return EQ(*pair_of(self, o))
 
     def not_equal(self, o: Any) -> PrimExpr:
         """``self != o`` as an expression node."""
-        return NE(*_pair(self, o))
+        return NE(*pair_of(self, o))
 
     def astype(self, dtype: str) -> PrimExpr:
         """Cast to ``dtype`` (no-op if it already has it)."""
@@ -252,13 +252,13 @@ class Var(PrimExpr):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class _Binary(PrimExpr):
+class BinaryOp(PrimExpr):
     a: PrimExpr
     b: PrimExpr
     dtype: str = ""
 
     def __post_init__(self) -> None:
-        a, b = _pair(self.a, self.b)
+        a, b = pair_of(self.a, self.b)
         object.__setattr__(self, "a", a)
         object.__setattr__(self, "b", b)
         if not self.dtype:
@@ -266,46 +266,46 @@ class _Binary(PrimExpr):
 
     @staticmethod
     def _result_dtype(a: PrimExpr, b: PrimExpr) -> str:
-        return _binary_dtype(a, b)
+        return binary_dtype(a, b)
 
 
-class Add(_Binary):
+class Add(BinaryOp):
     """``a + b``."""
 
 
-class Sub(_Binary):
+class Sub(BinaryOp):
     """``a - b``."""
 
 
-class Mul(_Binary):
+class Mul(BinaryOp):
     """``a * b``."""
 
 
-class Div(_Binary):
+class Div(BinaryOp):
     """``a / b``: true division for floats, truncating division for integers (C ``/``)."""
 
 
-class Mod(_Binary):
+class Mod(BinaryOp):
     """``a % b`` truncating (C ``%``)."""
 
 
-class FloorDiv(_Binary):
+class FloorDiv(BinaryOp):
     """``a // b`` rounding towards minus infinity."""
 
 
-class FloorMod(_Binary):
+class FloorMod(BinaryOp):
     """``a % b`` with the sign of ``b`` (Python ``%``)."""
 
 
-class Min(_Binary):
+class Min(BinaryOp):
     """``min(a, b)``."""
 
 
-class Max(_Binary):
+class Max(BinaryOp):
     """``max(a, b)``."""
 
 
-class _Compare(_Binary):
+class _Compare(BinaryOp):
     @staticmethod
     def _result_dtype(a: PrimExpr, b: PrimExpr) -> str:
         return with_lanes("bool", max(lanes_of(a.dtype), lanes_of(b.dtype)))
@@ -365,12 +365,12 @@ class Select(PrimExpr):
     dtype: str = ""
 
     def __post_init__(self) -> None:
-        t, f = _pair(self.true_value, self.false_value)
+        t, f = pair_of(self.true_value, self.false_value)
         object.__setattr__(self, "true_value", t)
         object.__setattr__(self, "false_value", f)
         object.__setattr__(self, "condition", convert(self.condition))
         if not self.dtype:
-            object.__setattr__(self, "dtype", _binary_dtype(t, f))
+            object.__setattr__(self, "dtype", binary_dtype(t, f))
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -12,6 +12,7 @@ from dataclasses import fields
 from typing import Any
 
 from toolchain.tir.ir import (
+    BinaryOp,
     Broadcast,
     Buffer,
     BufferLoad,
@@ -25,7 +26,6 @@ from toolchain.tir.ir import (
     Select,
     StringImm,
     Var,
-    _Binary,
 )
 
 
@@ -93,7 +93,7 @@ def expr_key(e: Any, found: list[Var] | None = None) -> Any:
         return e
     if t is IntImm:
         return ("i", e.value, e.dtype)
-    if isinstance(e, _Binary):
+    if isinstance(e, BinaryOp):
         return (t, expr_key(e.a, found), expr_key(e.b, found), e.dtype)
     if t is FloatImm:
         return ("f", repr(e.value), e.dtype)
@@ -151,7 +151,7 @@ class _KeyBuilder:
             return ("var", n, x.dtype)
         if t is IntImm:
             return ("i", x.value, x.dtype)
-        if issubclass(t, _Binary):
+        if issubclass(t, BinaryOp):
             return (t, self.key(x.a), self.key(x.b), x.dtype)
         if t is BufferLoad:
             return ("ld", self.key(x.buffer), tuple(self.key(i) for i in x.indices), x.dtype)

@@ -395,19 +395,19 @@ def fuse_tail(sch: Schedule, anchor_buf: ir.Buffer, tail: list[str], cfg: cpu_op
         if found is None:
             continue
         w, wpath = found
-        if not cpu_ops._is_reduce(w.block) and cpu_ops._try(
+        if not cpu_ops.is_reduce(w.block) and cpu_ops.try_primitive(
                 sch.reverse_compute_inline, BlockRV(name)) is not None:
             notes.append(f"{name}: inlined into {w.block.name_hint}")
             continue
         loops = [f for f in st.loops_of(wpath)]
         spatial = []
         for f in loops:
-            if cpu_ops._feeds_reduce(w, f.loop_var) or f.kind == "vectorized":
+            if cpu_ops.feeds_reduce(w, f.loop_var) or f.kind == "vectorized":
                 break
             spatial.append(f)
         for f in reversed(spatial):
             trial = sch.copy()
-            if (cpu_ops._try(trial.reverse_compute_at, BlockRV(name), LoopRV(f.loop_var))
+            if (cpu_ops.try_primitive(trial.reverse_compute_at, BlockRV(name), LoopRV(f.loop_var))
                     and _exact_tile(trial, name, w.block.name_hint, f)):
                 sch = trial
                 notes.append(f"{name}: computed at loop {f.loop_var.name} of "
@@ -429,11 +429,11 @@ def _iterations(sch: Schedule, block: str, loop: ir.For, spatial_only: bool) -> 
     under = loops[next(k for k, f in enumerate(loops) if f.loop_var is loop.loop_var) + 1:]
     n = 1
     for f in under:
-        if spatial_only and cpu_ops._feeds_reduce(realize, f.loop_var):
+        if spatial_only and cpu_ops.feeds_reduce(realize, f.loop_var):
             continue
-        if cpu_ops._extent(f) is None:
+        if cpu_ops.loop_extent(f) is None:
             return None
-        n *= cpu_ops._extent(f) or 0
+        n *= cpu_ops.loop_extent(f) or 0
     return n
 
 

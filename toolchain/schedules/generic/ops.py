@@ -107,7 +107,7 @@ def _find(sch: Schedule, name: str) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...
     return found
 
 
-def _is_reduce(blk: ir.Block) -> bool:
+def is_reduce(blk: ir.Block) -> bool:
     return any(iv.iter_type == "reduce" for iv in blk.iter_vars)
 
 
@@ -191,11 +191,11 @@ def _access(realize: ir.BlockRealize, loops: Sequence[ir.For]) -> _Access:
     return _Access(write, main, reads)
 
 
-def _extent(f: ir.For) -> int | None:
+def loop_extent(f: ir.For) -> int | None:
     return int(f.extent.value) if isinstance(f.extent, ir.IntImm) else None
 
 
-def _feeds_reduce(realize: ir.BlockRealize, var: ir.Var) -> bool:
+def feeds_reduce(realize: ir.BlockRealize, var: ir.Var) -> bool:
     return any(iv.iter_type == "reduce" and uses_var(v, var)
                for iv, v in zip(realize.block.iter_vars, realize.iter_values, strict=True))
 
@@ -222,7 +222,7 @@ def _expensive(blk: ir.Block) -> bool:
     return bool(found)
 
 
-def _try(fn: Any, *args: Any) -> Any:
+def try_primitive(fn: Any, *args: Any) -> Any:
     """Apply one primitive; a refusal (ScheduleError) leaves the schedule as it was."""
     try:
         out = fn(*args)
@@ -258,7 +258,7 @@ def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
     if len(consumers) != 1:
         return False
     reader, _ = _find(sch, consumers[0].name)
-    if _is_reduce(reader.block):
+    if is_reduce(reader.block):
         return False
     mine, theirs = _spatial_size(realize), _spatial_size(reader)
     return mine is not None and mine == theirs
@@ -275,12 +275,12 @@ def inline_stages(sch: Schedule, names: set[str] | None = None) -> None:
             blk = realize.block
             if names is not None and blk.name_hint not in names:
                 continue
-            if (blk.name_hint == "root" or blk.init is not None or _is_reduce(blk)
+            if (blk.name_hint == "root" or blk.init is not None or is_reduce(blk)
                     or len(blk.writes) != 1 or id(blk.writes[0].buffer) in params
                     or any(iv.iter_type == "opaque" for iv in blk.iter_vars)
                     or not _worth_inlining(sch, realize)):
                 continue
-            if _try(sch.compute_inline, BlockRV(blk.name_hint)) is not None:
+            if try_primitive(sch.compute_inline, BlockRV(blk.name_hint)) is not None:
                 changed = True
                 break
 
@@ -302,19 +302,19 @@ def _reduce_plan(realize: ir.BlockRealize, loops: Sequence[ir.For], cfg: CpuConf
     with the reduce loops outside it), ``rfactor`` (contiguous inner reduction) or
     ``scalar``."""
     acc = _access(realize, loops)
-    spatial = [f for f in loops if not _feeds_reduce(realize, f.loop_var)]
-    reduce = [f for f in loops if _feeds_reduce(realize, f.loop_var)]
-    window = reduce and all(_extent(f) for f in reduce) and math.prod(
-        _extent(f) or 0 for f in reduce) <= cfg.unroll_window
-    vec = [f for f in spatial if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 2]
+    spatial = [f for f in loops if not feeds_reduce(realize, f.loop_var)]
+    reduce = [f for f in loops if feeds_reduce(realize, f.loop_var)]
+    window = reduce and all(loop_extent(f) for f in reduce) and math.prod(
+        loop_extent(f) or 0 for f in reduce) <= cfg.unroll_window
+    vec = [f for f in spatial if acc.write.get(f.loop_var) == 1 and (loop_extent(f) or 0) >= 2]
     inner = reduce[-1] if reduce else None
     contiguous_red = inner is not None and acc.read.get(inner.loop_var) == 1
-    if vec and (_extent(vec[-1]) or 0) >= 4 and (window or not contiguous_red
+    if vec and (loop_extent(vec[-1]) or 0) >= 4 and (window or not contiguous_red
                                                  or acc.read.get(vec[-1].loop_var) == 1):
         return "vector_out"
     lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
     if contiguous_red and not window and inner is loops[-1] and _rfactor_factor(
-            _extent(inner), lanes):
+            loop_extent(inner), lanes):
         return "rfactor"
     return "scalar"
 
@@ -323,17 +323,17 @@ def rfactor_rows(sch: Schedule, cfg: CpuConfig) -> None:
     """Step 2: split + rfactor contiguous inner reductions by the vector lanes."""
     for realize in st.all_blocks(sch.mod):
         blk = realize.block
-        if blk.name_hint == "root" or not _is_reduce(blk) or blk.init is None:
+        if blk.name_hint == "root" or not is_reduce(blk) or blk.init is None:
             continue
         _, path = _find(sch, blk.name_hint)
         loops = st.loops_of(path)
         if _reduce_plan(realize, loops, cfg) != "rfactor":
             continue
         lanes = cfg.lanes(blk.writes[0].buffer.dtype)
-        f = _rfactor_factor(_extent(loops[-1]), lanes)
+        f = _rfactor_factor(loop_extent(loops[-1]), lanes)
         # an exact split never fails; if rfactor refuses, the split alone is harmless
         _, ki = sch.split(LoopRV(loops[-1].loop_var), [None, f])
-        if _try(sch.rfactor, ki, len(blk.writes[0].buffer.shape)) is not None:
+        if try_primitive(sch.rfactor, ki, len(blk.writes[0].buffer.shape)) is not None:
             _tree_tail(sch, blk.name_hint, f)
 
 
@@ -360,11 +360,11 @@ def _tree_tail(sch: Schedule, name: str, lanes: int) -> None:
         return
     _, path = _find(sch, name)
     loops = st.loops_of(path)
-    if not loops or _extent(loops[-1]) != lanes:
+    if not loops or loop_extent(loops[-1]) != lanes:
         return
     _, inner = sch.split(LoopRV(loops[-1].loop_var), [None, _TREE])
     realize, _ = _find(sch, name)
-    _try(sch.rfactor, inner, len(realize.block.writes[0].buffer.shape))
+    try_primitive(sch.rfactor, inner, len(realize.block.writes[0].buffer.shape))
 
 
 def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> LoopRV | None:
@@ -387,20 +387,20 @@ def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> Loo
     for f in common:
         ok = True
         for rd, path in readers:
-            if _feeds_reduce(rd, f.loop_var):
+            if feeds_reduce(rd, f.loop_var):
                 ok = False
                 break
             vmap = {iv.var: v for iv, v in zip(rd.block.iter_vars, rd.iter_values, strict=True)}
             used = any(uses_var(substitute(ld, vmap), f.loop_var)
                        for ld in _loads(rd.block.body, buf))
-            if not used and _extent(f) != 1:
+            if not used and loop_extent(f) != 1:
                 ok = False
                 break
             loops = st.loops_of(path)
-            spatial = [g for g in loops if not _feeds_reduce(rd, g.loop_var)]
+            spatial = [g for g in loops if not feeds_reduce(rd, g.loop_var)]
             if spatial and f is spatial[-1] and len(st.blocks_under(f)) == 1:
                 acc = _access(rd, loops)
-                if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 4:
+                if acc.write.get(f.loop_var) == 1 and (loop_extent(f) or 0) >= 4:
                     ok = False  # the reader's vector loop: keep it whole
                     break
         if not ok:
@@ -424,7 +424,7 @@ def attach_stages(sch: Schedule, cfg: CpuConfig) -> None:
             continue  # compute_at would drop the guard of a non-divisible split
         loop = _attach_loop(sch, cur, cfg)
         if loop is not None:
-            _try(sch.compute_at, BlockRV(blk.name_hint), loop)
+            try_primitive(sch.compute_at, BlockRV(blk.name_hint), loop)
 
 
 def _width(extent: int, lanes: int) -> int:
@@ -444,11 +444,11 @@ def _vectorize_inner(sch: Schedule, loop: LoopRV, extent: int | None, lanes: int
         return loop, None
     if extent <= lanes:
         if extent & (extent - 1) == 0 and extent >= 4:
-            _try(sch.vectorize, loop)
+            try_primitive(sch.vectorize, loop)
             return None, loop
         return loop, None
     outer, inner = sch.split(loop, [None, _width(extent, lanes)])
-    _try(sch.vectorize, inner)
+    try_primitive(sch.vectorize, inner)
     return outer, inner
 
 
@@ -477,18 +477,18 @@ def _schedule_spatial(sch: Schedule, name: str, cfg: CpuConfig) -> None:
     group = [last]
     strides = [acc.write] + acc.reads
     inner_str = {id(a): a.get(last.loop_var) for a in strides}
-    extent = _extent(last) or 0
+    extent = loop_extent(last) or 0
     # at most two loops: the index of three fused loops does not simplify back to affine
     # form (``x // 256 * 256 + x % 256 // 32 * 32 + x % 32``), which would stop the vectors
     if len(loops) > 1 and extent < 4 * lanes and all(
             _fusable(a, loops[-2], inner_str[id(a)], extent) for a in strides):
         group.insert(0, loops[-2])
-        extent *= _extent(loops[-2]) or 0
+        extent *= loop_extent(loops[-2]) or 0
     loop = LoopRV(group[0].loop_var)
     if len(group) > 1:
-        fused = _try(sch.fuse, *[LoopRV(f.loop_var) for f in group])
+        fused = try_primitive(sch.fuse, *[LoopRV(f.loop_var) for f in group])
         if not isinstance(fused, LoopRV):
-            loop, extent = LoopRV(last.loop_var), _extent(last) or 0
+            loop, extent = LoopRV(last.loop_var), loop_extent(last) or 0
         else:
             loop = fused
     _vectorize_inner(sch, loop, extent or None, lanes)
@@ -504,11 +504,12 @@ def _schedule_transpose(sch: Schedule, loops: Sequence[ir.For], acc: _Access,
         return False
     wf, rf = w[0], r[0]
     t = cfg.tile
-    if (_extent(wf) or 0) < t or (_extent(rf) or 0) < t or acc.read.get(wf.loop_var) in (0, 1):
+    if (loop_extent(wf) or 0) < t or (loop_extent(rf) or 0) < t or \
+            acc.read.get(wf.loop_var) in (0, 1):
         return False
     ro, ri = sch.split(LoopRV(rf.loop_var), [None, t])
     wo, wi = sch.split(LoopRV(wf.loop_var), [None, t])
-    _try(sch.reorder, ro, wo, ri, wi)
+    try_primitive(sch.reorder, ro, wo, ri, wi)
     _vectorize_inner(sch, wi, t, min(lanes, t))
     return True
 
@@ -519,16 +520,17 @@ def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
     if not loops:
         return
     plan = _reduce_plan(realize, loops, cfg)
-    reduce = [f for f in loops if _feeds_reduce(realize, f.loop_var)]
-    spatial = [f for f in loops if not _feeds_reduce(realize, f.loop_var)]
-    window = all(_extent(f) for f in reduce) and math.prod(
-        _extent(f) or 0 for f in reduce) <= cfg.unroll_window
+    reduce = [f for f in loops if feeds_reduce(realize, f.loop_var)]
+    spatial = [f for f in loops if not feeds_reduce(realize, f.loop_var)]
+    window = all(loop_extent(f) for f in reduce) and math.prod(
+        loop_extent(f) or 0 for f in reduce) <= cfg.unroll_window
     lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
     if plan == "vector_out":
         acc = _access(realize, loops)
-        v = [f for f in spatial if acc.write.get(f.loop_var) == 1 and (_extent(f) or 0) >= 2][-1]
+        v = [f for f in spatial
+             if acc.write.get(f.loop_var) == 1 and (loop_extent(f) or 0) >= 2][-1]
         rest = [LoopRV(f.loop_var) for f in spatial if f is not v]
-        ext = _extent(v) or 0
+        ext = loop_extent(v) or 0
         if ext > lanes:
             lanes = _width(ext, lanes)
             vo, vi = sch.split(LoopRV(v.loop_var), [None, lanes])
@@ -536,23 +538,23 @@ def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
         else:
             vi = LoopRV(v.loop_var)
         red = [LoopRV(f.loop_var) for f in reduce]
-        if _try(sch.reorder, *rest, *red, vi) is None and rest + red:
-            _try(sch.reorder, *red, vi)
+        if try_primitive(sch.reorder, *rest, *red, vi) is None and rest + red:
+            try_primitive(sch.reorder, *red, vi)
         if red:
-            init = _try(sch.decompose_reduction, BlockRV(name), red[0])
+            init = try_primitive(sch.decompose_reduction, BlockRV(name), red[0])
             if init is not None:
                 il = sch.get_loops(init)
                 if il:
-                    _try(sch.vectorize, il[-1])
+                    try_primitive(sch.vectorize, il[-1])
         if min(ext, lanes) >= 2 and min(ext, lanes) & (min(ext, lanes) - 1) == 0:
-            _try(sch.vectorize, vi)
+            try_primitive(sch.vectorize, vi)
         if window:
             for f in red:
-                _try(sch.unroll, f)
+                try_primitive(sch.unroll, f)
         return
     if window:
         for f in reduce:
-            _try(sch.unroll, LoopRV(f.loop_var))
+            try_primitive(sch.unroll, LoopRV(f.loop_var))
 
 
 def schedule_loops(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) -> None:
@@ -566,7 +568,7 @@ def schedule_loops(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None)
             continue
         if st.find_block(sch.mod, blk.name_hint) is None:
             continue
-        if _is_reduce(blk):
+        if is_reduce(blk):
             _schedule_reduce(sch, blk.name_hint, cfg)
         else:
             _schedule_spatial(sch, blk.name_hint, cfg)
@@ -575,7 +577,7 @@ def schedule_loops(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None)
 def _work(s: ir.Stmt) -> int:
     """Loop iterations under ``s`` (symbolic extents count as large)."""
     if isinstance(s, ir.For):
-        return (_extent(s) or 1 << 20) * _work(s.body)
+        return (loop_extent(s) or 1 << 20) * _work(s.body)
     if isinstance(s, ir.SeqStmt):
         return sum(_work(x) for x in s.seq)
     if isinstance(s, ir.BlockRealize):
@@ -584,7 +586,7 @@ def _work(s: ir.Stmt) -> int:
 
 
 def _spatial_for_all(f: ir.For) -> bool:
-    return all(not _feeds_reduce(r, f.loop_var) for r, _ in st.blocks_under(f))
+    return all(not feeds_reduce(r, f.loop_var) for r, _ in st.blocks_under(f))
 
 
 def parallelize(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) -> None:
@@ -604,18 +606,18 @@ def parallelize(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) ->
         chain: list[ir.For] = []
         f: ir.Stmt = top
         size = 1
-        while (isinstance(f, ir.For) and f.kind == "serial" and _extent(f)
+        while (isinstance(f, ir.For) and f.kind == "serial" and loop_extent(f)
                and _spatial_for_all(f) and size < 4 * cfg.cores):
             chain.append(f)
-            size *= _extent(f) or 1
+            size *= loop_extent(f) or 1
             f = f.body
         if not chain or size < 2:
             continue
         loop = LoopRV(chain[0].loop_var)
         if len(chain) > 1:
-            fused = _try(sch.fuse, *[LoopRV(c.loop_var) for c in chain])
+            fused = try_primitive(sch.fuse, *[LoopRV(c.loop_var) for c in chain])
             loop = fused if isinstance(fused, LoopRV) else loop
-        _try(sch.parallel, loop)
+        try_primitive(sch.parallel, loop)
 
 
 def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:

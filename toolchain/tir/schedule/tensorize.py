@@ -141,7 +141,7 @@ class _Matcher:
         elif isinstance(s, (ir.IntImm, ir.FloatImm)):
             if s.value != d.value:
                 self.fail(f"constant {s} differs from the intrinsic's {d}")
-        elif isinstance(s, ir._Binary):
+        elif isinstance(s, ir.BinaryOp):
             self.expr(s.a, d.a)
             self.expr(s.b, d.b)
         elif isinstance(s, ir.Cast):

@@ -36,7 +36,7 @@ class _VecExpr(ExprMutator):
     def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
         return ir.Ramp(self.start, 1, self.lanes) if e is self.var else e
 
-    def visit__Binary(self, e: ir._Binary) -> ir.PrimExpr:
+    def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:
         a, b = self.visit_expr(e.a), self.visit_expr(e.b)
         la, lb = ir.lanes_of(a.dtype), ir.lanes_of(b.dtype)
         if la == 1 and lb == 1:
