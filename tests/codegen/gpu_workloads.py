@@ -1,9 +1,37 @@
-"""GPU schedules with shared memory."""
+"""GPU schedules with shared memory, hand-built one-block kernels, and a runner for
+their SIMT emulation in C."""
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
 from toolchain import te
+from toolchain.codegen.backend import SimtCBackend
+from toolchain.codegen.cstyle import render_helpers
+from toolchain.runtime.build import BASE_FLAGS, compile_shared
+from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+
+#: Every emulation build treats compiler warnings as errors.
+STRICT = ("-Wall", "-Wextra", "-Werror")
+
+#: small operands of hand-built one-block kernels
+A8 = ir.Buffer("A", (8,), "float32")
+B8 = ir.Buffer("B", (8,), "float32")
+
+
+def one_block(body_of_t: Callable[[ir.Var, ir.Buffer], ir.Stmt], *, n: int = 8,
+              shared: bool = True) -> ir.PrimFunc:
+    """Kernel ``k(A8, B8)``: one block of ``n`` threads ``t`` running ``body_of_t(t, S)``,
+    ``S`` a shared buffer of ``n`` floats (not allocated if ``shared`` is False)."""
+    S = ir.Buffer("S", (n,), "float32", scope="shared")
+    t = ir.Var("t")
+    body = ir.For(t, 0, n, "thread_binding", body_of_t(t, S), "threadIdx.x")
+    return ir.PrimFunc((A8, B8), ir.Allocate(S, body) if shared else body, "k")
 
 
 def tiled_gemm(n: int = 64, tile: int = 32, bk: int = 8, threads: int = 8,
@@ -46,3 +74,23 @@ def tiled_gemm(n: int = 64, tile: int = 32, bk: int = 8, threads: int = 8,
         sch.bind(ty, "threadIdx.y")
         sch.bind(tx, "threadIdx.x")
     return sch
+
+
+def run_simt(lowered: ir.PrimFunc, *arrays: np.ndarray, name: str = "emu") -> None:
+    """Render ``lowered`` with :class:`SimtCBackend` (the C a ``--emulate`` bundle gets),
+    compile it with strict warnings and run it on ``arrays`` (written in place)."""
+    art = SimtCBackend().kernel(lowered, name)
+    assert not art.vector_types, "vector kernels need the bundle's typedefs"
+    src = "\n".join([
+        "#include <math.h>", "#include <stdbool.h>", "#include <stddef.h>",
+        "#include <stdint.h>", art.support.render(),
+        render_helpers(art.helpers),
+        f"int32_t {art.name}({', '.join(art.params)}) {{", *art.body, "  return 0;", "}", ""])
+    lib_path, _ = compile_shared(src, [*BASE_FLAGS, *STRICT], stem=name)
+    fn = getattr(ctypes.CDLL(str(lib_path)), art.name)
+    fn.restype = ctypes.c_int32
+    args: list[Any] = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+    scratch = np.zeros(max(art.scratch_bytes, 1), np.uint8)
+    if art.scratch_bytes:
+        args.append(ctypes.c_void_p(scratch.ctypes.data))
+    assert fn(*args) == 0
