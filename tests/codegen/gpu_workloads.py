@@ -14,7 +14,9 @@ from toolchain.codegen.backend import SimtCBackend
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.runtime.build import BASE_FLAGS, compile_shared
 from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform.inject_barriers import is_barrier
 
 #: Every emulation build treats compiler warnings as errors.
 STRICT = ("-Wall", "-Wextra", "-Werror")
@@ -22,6 +24,25 @@ STRICT = ("-Wall", "-Wextra", "-Werror")
 #: small operands of hand-built one-block kernels
 A8 = ir.Buffer("A", (8,), "float32")
 B8 = ir.Buffer("B", (8,), "float32")
+
+
+class _DropBarrier(StmtExprMutator):
+    """Remove the ``which``-th barrier (program order) of a function: a planted race."""
+
+    def __init__(self, which: int) -> None:
+        self.which, self.seen = which, -1
+
+    def visit_Evaluate(self, s: ir.Evaluate) -> ir.Stmt:
+        if is_barrier(s):
+            self.seen += 1
+            if self.seen == self.which:
+                return ir.Evaluate(ir.IntImm(0))
+        return s
+
+
+def without_barrier(f: ir.PrimFunc, which: int) -> ir.PrimFunc:
+    """``f`` with its ``which``-th barrier (program order) taken out: a planted race."""
+    return _DropBarrier(which).visit(f)
 
 
 def one_block(body_of_t: Callable[[ir.Var, ir.Buffer], ir.Stmt], *, n: int = 8,
