@@ -48,7 +48,13 @@ def test_shared_memory_matmul_renders_kernel_with_barriers():
     assert 'extern "C" __global__ void __launch_bounds__(256) kiln_mm_kernel0(' in code
     assert "__shared__ float A_shared[256]" in code
     assert "const int32_t i_0 = (int32_t)blockIdx.y;" in code
-    assert code.count("__syncthreads();") == 3
+    # from the shared-memory read/write sets (inject_barriers): the two tile loads write
+    # different buffers (no barrier between them), the product reads other threads' loads
+    # (one before it), the next k step overwrites what others read (one at the end)
+    assert code.count("__syncthreads();") == 2
+    first, last = code.index("__syncthreads();"), code.rindex("__syncthreads();")
+    assert code.index("A_shared[ax0_1 * 16 + ax1_1] =") < first < code.index("k_1 = 0;") < last
+    assert set(code[last + len("__syncthreads();"):].split()) == {"}"}  # end of the k loop
     assert src.kernels == [{"name": "kiln_mm_kernel0", "grid": ["16", "16", "1"],
                             "block": ["16", "16", "1"], "threads": 256}]
     assert get_renderer("cuda").dialect == "cuda"

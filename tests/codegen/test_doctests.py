@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = [
-    "toolchain.tir.transform", "toolchain.tir.transform.pipeline", "toolchain.codegen",
+    "toolchain.tir.transform", "toolchain.tir.transform.pipeline",
+    "toolchain.tir.transform.inject_barriers", "toolchain.tir.transform.simt", "toolchain.codegen",
     "toolchain.codegen.cstyle", "toolchain.codegen.c", "toolchain.codegen.cuda",
     "toolchain.runtime.build", "toolchain.driver",
 ]

@@ -57,34 +57,30 @@ class SimtCBackend:
 
     Each ``blockIdx`` / ``threadIdx`` loop runs as a serial loop (block by block, thread by
     thread), so a CUDA bundle's kernels can be checked against the reference executor on a
-    machine without a GPU (``kiln compile --emulate``). Exact for kernels whose threads do
-    not communicate (the generic GPU schedule); kernels with ``shared`` memory or barriers
-    are refused until the emulation splits bodies at barriers."""
+    machine without a GPU (``kiln compile --emulate``). A kernel with shared memory and
+    barriers is split at each barrier into phases, each a serial loop over the block's
+    threads, with shared memory once per block and the values a thread keeps across a
+    barrier in per-thread arrays (:func:`~toolchain.tir.transform.simt.emulate_threads`);
+    the barriers stay in the C as comments. Exact for kernels free of data races
+    (:func:`toolchain.tir.race.find_races` looks for them)."""
 
     name = "simt"
 
     def kernel(self, lowered: ir.PrimFunc, name: str, *,
                restrict: bool | frozenset[int] = True) -> KernelArtifact:
-        from dataclasses import replace
-
         from toolchain.bundle.emit import BundleRenderer, render_kernel
-        from toolchain.errors import UnsupportedError
+        from toolchain.tir.transform.inject_barriers import is_barrier
+        from toolchain.tir.transform.simt import emulate_threads
 
         class _Serial(BundleRenderer):
-            def render_thread_loop(self, s: ir.For) -> None:
-                if not (s.thread_tag or "").startswith(("blockIdx", "threadIdx")):
-                    raise UnsupportedError(f"SIMT emulation: loop {s.loop_var.name} is bound "
-                                           f"to {s.thread_tag}")
-                self.stmt(replace(s, kind="serial", thread_tag=None))
+            def stmt_Evaluate(self, s: ir.Evaluate) -> None:  # noqa: N802 - renderer hook
+                if is_barrier(s):
+                    self.emit("/* __syncthreads(): every thread of the block is here */")
+                    return
+                super().stmt_Evaluate(s)
 
-            def stmt_Allocate(self, s: ir.Allocate) -> None:  # noqa: N802 - renderer hook
-                if s.buffer.scope.startswith("shared"):
-                    raise UnsupportedError(
-                        f"SIMT emulation: kernel {name} uses shared memory "
-                        f"({s.buffer.name}); emulating barriers is not built yet")
-                super().stmt_Allocate(s)
-
-        art = render_kernel(lowered, name, restrict=restrict, renderer=_Serial)
+        art = render_kernel(emulate_threads(lowered, name), name, restrict=restrict,
+                            renderer=_Serial)
         art.backend = self.name
         return art
 

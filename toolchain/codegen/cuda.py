@@ -2,8 +2,9 @@
 
 Each top-level statement of the lowered function is one ``__global__`` kernel; its
 ``blockIdx.*`` / ``threadIdx.*`` loops give the launch shape (listed in the file header
-and in :attr:`CSource.kernels`). ``shared`` allocations are ``__shared__`` arrays, and a
-``__syncthreads()`` surrounds each statement that writes shared memory inside a sequence.
+and in :attr:`CSource.kernels`). ``shared`` allocations are ``__shared__`` arrays, and the
+barriers the lowering placed (``T.storage_sync('shared')``, from the shared-memory
+read/write sets: :mod:`toolchain.tir.transform.inject_barriers`) are ``__syncthreads()``.
 Vector expressions are written lane by lane (CUDA C has no GCC vector extensions).
 Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compile_ptx`).
 
@@ -54,20 +55,6 @@ class _Lane(ExprMutator):
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         return ir.BufferLoad(e.buffer, tuple(self.visit_expr(i) for i in e.indices))
-
-
-class _WritesShared(StmtExprVisitor):
-    def __init__(self) -> None:
-        self.found = False
-
-    def visit_BufferStore(self, s: ir.BufferStore) -> None:
-        self.found = self.found or s.buffer.scope == "shared"
-
-
-def _writes_shared(s: ir.Stmt) -> bool:
-    v = _WritesShared()
-    v.visit_stmt(s)
-    return v.found
 
 
 class _Launch(StmtExprVisitor):
@@ -178,21 +165,6 @@ class CUDARenderer(CStyleRenderer):
             f"cuda code generation: allocation {buf.name} ({buf.scope}, {size} elements) "
             "inside a kernel must have a constant size of at most "
             f"{self.max_stack_bytes} bytes; tile it smaller")
-
-    def stmt_SeqStmt(self, s: ir.SeqStmt) -> None:
-        # a write to shared memory waits for every thread's earlier reads (including the
-        # previous iteration of an enclosing loop) and is visible to all threads after
-        synced = False
-        for x in s.seq:
-            if _writes_shared(x):
-                if not synced:
-                    self.emit(f"{self.barrier};")
-                self.stmt(x)
-                self.emit(f"{self.barrier};")
-                synced = True
-            else:
-                self.stmt(x)
-                synced = False
 
     def stmt_BufferStore(self, s: ir.BufferStore) -> None:
         lanes = ir.lanes_of(s.value.dtype)

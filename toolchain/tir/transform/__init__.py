@@ -13,6 +13,7 @@ def main(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
 
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
+from toolchain.tir.transform.inject_barriers import inject_barriers
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
 from toolchain.tir.transform.pipeline import PHASES, Pass, lower
@@ -23,7 +24,8 @@ from toolchain.tir.transform.unroll_loop import unroll_loop
 from toolchain.tir.transform.vectorize_loop import vectorize_loop
 
 __all__ = [
-    "PHASES", "Pass", "compact_buffer_allocation", "flatten_buffer", "inject_virtual_thread",
+    "PHASES", "Pass", "compact_buffer_allocation", "flatten_buffer", "inject_barriers",
+    "inject_virtual_thread",
     "lower", "lower_blocks", "lower_init_block", "remove_noop", "simplify", "storage_rewrite",
     "unroll_loop", "vectorize_loop",
 ]

@@ -7,13 +7,19 @@ phase   built-in passes (then the user's passes for that phase, in order)
 1       lower_init_block, lower_blocks, compact_buffer_allocation,
         inject_virtual_thread, attach_intrinsics
 2       flatten_buffer, simplify
-3       vectorize_loop, unroll_loop, simplify, storage_rewrite
+3       vectorize_loop, unroll_loop, simplify, storage_rewrite, inject_barriers
 4       simplify, remove_noop
 ======  ===========================================================================
 
 A pass is any function ``PrimFunc -> PrimFunc``. ``lower(func, target=t)`` takes the
 resolved :class:`~toolchain.target.Target`: the passes that depend on it (those in
 :data:`TARGET_PASSES`) are called as ``pass(func, target=t)``.
+
+``inject_barriers`` places ``T.storage_sync('shared')`` (``__syncthreads()``) between the
+statements of a GPU kernel whose shared-memory accesses conflict across threads; it runs
+last in phase 3, once loops are final and ``storage_rewrite`` has decided which shared
+buffers share memory (:mod:`toolchain.tir.transform.inject_barriers`). A function without
+shared memory passes through unchanged.
 
 ``attach_intrinsics`` specialises every call to a tensor intrinsic declared by a target
 descriptor (:mod:`toolchain.intrinsics`: the target's own, and any other loaded) for the
@@ -53,6 +59,7 @@ from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
+from toolchain.tir.transform.inject_barriers import inject_barriers
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
 from toolchain.tir.transform.remove_noop import remove_noop
@@ -72,7 +79,7 @@ PHASES: dict[int, tuple[Pass, ...]] = {
     1: (lower_init_block, lower_blocks, compact_buffer_allocation, inject_virtual_thread,
         attach_intrinsics),
     2: (flatten_buffer, simplify),
-    3: (vectorize_loop, unroll_loop, simplify, storage_rewrite),
+    3: (vectorize_loop, unroll_loop, simplify, storage_rewrite, inject_barriers),
     4: (simplify, remove_noop),
 }
 

@@ -1,0 +1,298 @@
+"""Data races on shared memory, found by running the SIMT emulation: ``find_races``.
+
+Two threads of one block race when they touch the same shared element between two
+barriers and one of them writes: the result then depends on the order the GPU happens to
+run them in (and the serial emulation would hide it). :func:`find_races` runs the
+kernel's own lowered code on small inputs, the way the emulation does
+(:func:`~toolchain.tir.transform.simt.emulate_threads`: blocks one by one, each phase
+between barriers as a loop over the block's threads), in the TIR interpreter
+(:mod:`toolchain.tir.interpreter`), with every shared load and store instrumented: each
+element remembers, since the last barrier of its block, the thread that wrote it and
+the threads that read it. A write by another thread after a read or a write, or a read
+after another thread's write, is a race, reported with the kernel, the buffer, the
+element, the block, both threads and both statements.
+
+It is a dynamic check: it sees the accesses of the inputs it runs (random ones by
+default) and of the blocks it runs (``max_blocks`` per kernel to keep it quick), so give it
+a small instance of the kernel (a 64 x 64 GEMM rather than 4096 x 4096); the index
+patterns of a schedule do not depend on the data, only on the shapes.
+
+>>> from toolchain.tir import ir
+>>> S = ir.Buffer("S", (8,), "float32", scope="shared")
+>>> A = ir.Buffer("A", (8,), "float32"); B = ir.Buffer("B", (8,), "float32")
+>>> t = ir.Var("t")
+>>> body = ir.For(t, 0, 8, "thread_binding", ir.Allocate(S, ir.seq(  # no barrier
+...     S.store(A[t], [t]), B.store(S[7 - t], [t]))), "threadIdx.x")
+>>> races = find_races(ir.PrimFunc((A, B), body, "reverse"))
+>>> print(races[0])  # doctest: +NORMALIZE_WHITESPACE
+data race in kernel reverse, block (): shared buffer S element 4 is read by thread
+(threadIdx.x=3) in `B[threadIdx_x] = S[7 - threadIdx_x]` and written by thread
+(threadIdx.x=4) in `S[threadIdx_x] = A[threadIdx_x]` with no barrier between them
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import ScheduleError
+from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.interpreter import run
+from toolchain.tir.transform.inject_barriers import (
+    is_barrier,
+    is_shared,
+    kernels_of,
+    with_kernels,
+)
+from toolchain.tir.transform.simt import SIMT_BLOCK, SIMT_THREAD, emulate_threads
+
+
+class DataRaceError(ScheduleError):
+    """A kernel's threads race on shared memory (a barrier is missing)."""
+
+
+@dataclass(frozen=True)
+class DataRace:
+    """Two threads of one block touched shared ``buffer[element]`` between two barriers,
+    ``first`` then ``second``, at least one of them writing. Threads and the block are
+    ``{tag: index}``; an empty thread is every thread of the block (a block-level
+    statement); the statements are the emulation's (thread loops as thread indices)."""
+
+    kernel: str
+    buffer: str
+    element: int
+    block: dict[str, int]
+    first_thread: dict[str, int]
+    first_writes: bool
+    first_stmt: str
+    second_thread: dict[str, int]
+    second_writes: bool
+    second_stmt: str
+
+    def __str__(self) -> str:
+        def who(t: dict[str, int]) -> str:
+            return "(" + ", ".join(f"{k}={v}" for k, v in t.items()) + ")" if t else \
+                "(every thread)"
+
+        block = "(" + ", ".join(f"{k}={v}" for k, v in self.block.items()) + ")"
+        verb = {True: "written", False: "read"}
+        return (f"data race in kernel {self.kernel}, block {block}: shared buffer "
+                f"{self.buffer} element {self.element} is {verb[self.first_writes]} by "
+                f"thread {who(self.first_thread)} in `{self.first_stmt}` and "
+                f"{verb[self.second_writes]} by thread {who(self.second_thread)} in "
+                f"`{self.second_stmt}` with no barrier between them")
+
+
+def _short(s: ir.Node) -> str:
+    text = " ".join(str(s).split())
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+@dataclass(frozen=True)
+class _Site:
+    buffer: str
+    write: bool
+    stmt: str
+    tags: tuple[str, ...]
+
+
+class _Instrument(StmtExprMutator):
+    """Every shared access of the emulated function as ``S[kiln_race_access(index, site,
+    thread...)]``; barriers and block starts as calls the tracker hears."""
+
+    def __init__(self) -> None:
+        self.threads: list[tuple[str, ir.Var]] = []
+        self.blocks: list[tuple[str, ir.Var]] = []
+        self.sites: list[_Site] = []
+        self.stmt = ""
+        #: the block tags of the kernel being instrumented, outermost first
+        self.block_tags: list[str] = []
+
+    def site(self, index: ir.PrimExpr, buf: ir.Buffer, write: bool) -> ir.PrimExpr:
+        self.sites.append(_Site(buf.name, write, self.stmt, tuple(t for t, _ in self.threads)))
+        return ir.Call(index.dtype, "kiln_race_access",
+                       [index, ir.IntImm(len(self.sites) - 1), *(v for _, v in self.threads)])
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:
+        tag = s.annotations.get(SIMT_THREAD) or s.annotations.get(SIMT_BLOCK)
+        if tag is None:
+            self.stmt = f"for {s.loop_var.name} in range({s.min}, {s.extent})"
+            return super().visit_For(s)
+        stack = self.threads if SIMT_THREAD in s.annotations else self.blocks
+        if stack is self.blocks:
+            self.block_tags.append(tag)
+        stack.append((tag, s.loop_var))
+        try:
+            body = self.visit_stmt(s.body)
+        finally:
+            stack.pop()
+        if stack is self.blocks and SIMT_BLOCK not in getattr(s.body, "annotations", {}):
+            # the innermost block loop: a new block starts (and runs only if asked for)
+            start = ir.Call("bool", "kiln_race_block", [*(v for _, v in self.blocks),
+                                                        s.loop_var])
+            body = ir.IfThenElse(start, body)
+        return replace(s, body=body)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
+        self.stmt = _short(s)
+        value = self.visit_expr(s.value)
+        idx = tuple(self.visit_expr(i) for i in s.indices)
+        if is_shared(s.buffer) and len(idx) == 1:
+            idx = (self.site(idx[0], s.buffer, True),)
+        return ir.BufferStore(s.buffer, value, idx)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
+        idx = tuple(self.visit_expr(i) for i in e.indices)
+        if is_shared(e.buffer) and len(idx) == 1:
+            idx = (self.site(idx[0], e.buffer, False),)
+        return ir.BufferLoad(e.buffer, idx)
+
+    def visit_IfThenElse(self, s: ir.IfThenElse) -> ir.Stmt:
+        self.stmt = f"if {_short(s.condition)}"
+        return super().visit_IfThenElse(s)
+
+    def visit_LetStmt(self, s: ir.LetStmt) -> ir.Stmt:
+        self.stmt = f"{s.var.name} = {_short(s.value)}"
+        return super().visit_LetStmt(s)
+
+    def visit_Evaluate(self, s: ir.Evaluate) -> ir.Stmt:
+        if is_barrier(s):
+            return ir.Evaluate(ir.Call("int32", "kiln_race_sync", []))
+        self.stmt = _short(s)
+        return super().visit_Evaluate(s)
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Tracker:
+    """The accesses of one block since its last barrier (see the module docstring)."""
+
+    def __init__(self, sites: list[_Site], kernels: list[tuple[str, tuple[str, ...]]],
+                 limit: int, max_blocks: int | None) -> None:
+        self.sites = sites
+        self.kernels = kernels
+        self.limit = limit
+        self.max_blocks = max_blocks
+        self.kernel = ""
+        self.block_tags: tuple[str, ...] = ()
+        self.block: dict[str, int] = {}
+        self.blocks_run = 0
+        self.races: list[DataRace] = []
+        self.reported: set[tuple[int, int]] = set()
+        self.sync()
+
+    def start_kernel(self, index: Any) -> None:
+        self.kernel, self.block_tags = self.kernels[int(index)]
+        self.blocks_run, self.block = 0, {}
+        self.sync()
+
+    def start_block(self, *indices: Any) -> bool:
+        self.sync()
+        self.block = {t: int(v) for t, v in zip(self.block_tags, indices, strict=False)}
+        self.blocks_run += 1
+        return self.max_blocks is None or self.blocks_run <= self.max_blocks
+
+    def sync(self) -> None:
+        self.writer: dict[tuple[str, int], tuple[tuple[int, ...] | None, int]] = {}
+        self.readers: dict[tuple[str, int], list[tuple[tuple[int, ...] | None, int]]] = {}
+
+    def access(self, index: Any, site: Any, *thread: Any) -> Any:
+        s = self.sites[int(site)]
+        tid = tuple(int(v) for v in thread) if s.tags else None
+        for e in np.atleast_1d(np.asarray(index)).ravel():
+            key = (s.buffer, int(e))
+            w = self.writer.get(key)
+            if w is not None and (w[0] != tid or tid is None):
+                self.report(key, w, (tid, int(site)))
+            if s.write:
+                for r in self.readers.get(key, ()):
+                    if r[0] != tid or tid is None:
+                        self.report(key, r, (tid, int(site)))
+                self.writer[key] = (tid, int(site))
+            else:
+                rs = self.readers.setdefault(key, [])
+                if len(rs) < 2 and all(r[0] != tid for r in rs):
+                    rs.append((tid, int(site)))
+        return index
+
+    def report(self, key: tuple[str, int], first: tuple[tuple[int, ...] | None, int],
+               second: tuple[tuple[int, ...] | None, int]) -> None:
+        if (first[1], second[1]) in self.reported:
+            return
+        self.reported.add((first[1], second[1]))
+        a, b = self.sites[first[1]], self.sites[second[1]]
+        self.races.append(DataRace(
+            self.kernel, key[0], key[1], dict(self.block),
+            dict(zip(a.tags, first[0] or (), strict=False)), a.write, a.stmt,
+            dict(zip(b.tags, second[0] or (), strict=False)), b.write, b.stmt))
+        if len(self.races) >= self.limit:
+            raise _Stop
+
+
+def _random_args(func: ir.PrimFunc, seed: int) -> list[Any]:
+    rng = np.random.default_rng(seed)
+    out: list[Any] = []
+    for p in func.params:
+        if not isinstance(p, ir.Buffer):
+            raise ScheduleError(f"find_races: {func.name} takes the scalar {p.name}, which "
+                                "cannot be made up: pass args (one value per parameter)")
+        shape = tuple(ir.const_int(s) for s in p.shape)
+        if None in shape:
+            raise ScheduleError(f"find_races: buffer {p.name} of {func.name} has a symbolic "
+                                f"shape {p.shape}: pass args (one array per parameter)")
+        dt = np.dtype(ir.element_of(p.dtype))
+        if np.issubdtype(dt, np.floating):
+            out.append(rng.standard_normal(shape).astype(dt))
+        else:
+            out.append(rng.integers(0, 2 if dt == np.bool_ else 8, shape).astype(dt))
+    return out
+
+
+def find_races(func: ir.PrimFunc, args: Sequence[Any] | None = None, *,
+               max_blocks: int | None = None, limit: int = 8, seed: int = 0
+               ) -> list[DataRace]:
+    """The shared-memory data races of the lowered GPU function ``func`` (at most
+    ``limit``, each pair of statements once), found by running its emulation on ``args``
+    (default: random arrays of the parameters' shapes) and ``max_blocks`` blocks per
+    kernel (default: all). The arrays are written as the kernel writes them."""
+    allocs, kernels = kernels_of(func.body)
+    if args is None:
+        args = _random_args(func, seed)
+    inst = _Instrument()
+    names: list[tuple[str, tuple[str, ...]]] = []
+    body: list[ir.Stmt] = []
+    for n, k in enumerate(kernels):
+        inst.block_tags = []
+        emu = inst.visit_stmt(emulate_threads(func.with_body(k)).body)
+        names.append((func.name if len(kernels) == 1 else f"{func.name}_k{n}",
+                      tuple(inst.block_tags)))
+        body += [ir.Evaluate(ir.Call("int32", "kiln_race_kernel", [ir.IntImm(n)])), emu]
+    if not inst.sites:
+        return []
+    tracker = _Tracker(inst.sites, names, limit, max_blocks)
+    externs = {"kiln_race_access": tracker.access, "kiln_race_sync": tracker.sync,
+               "kiln_race_block": tracker.start_block, "kiln_race_kernel": tracker.start_kernel}
+    try:
+        run(func.with_body(with_kernels(allocs, body)), *args, externs=externs)
+    except _Stop:
+        pass
+    return tracker.races
+
+
+def check_races(func: ir.PrimFunc, args: Sequence[Any] | None = None, *,
+                max_blocks: int | None = None, seed: int = 0) -> None:
+    """Raise :class:`DataRaceError` listing the races :func:`find_races` finds."""
+    races = find_races(func, args, max_blocks=max_blocks, seed=seed)
+    if races:
+        raise DataRaceError("\n".join(str(r) for r in races) + "\nput a barrier "
+                            "(T.storage_sync('shared')) between the two statements, or let "
+                            "the lowering place it (inject_barriers)")
+
+
+__all__ = ["DataRace", "DataRaceError", "check_races", "find_races"]
