@@ -56,12 +56,34 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def _sources(d: Path, model: str) -> list[Path]:
-    files = [d / "src" / f"{model}.c", d / "src" / "kernels.c", d / "src" / "weights.c",
-             d / "runtime" / "kiln_runtime.c"]
+    return _present(d, [d / "src" / f"{model}.c", d / "src" / "kernels.c",
+                        d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c"])
+
+
+def _present(d: Path, files: list[Path]) -> list[Path]:
+    """``files`` of bundle ``d``, all of them there (else a clear error)."""
     missing = [str(f.relative_to(d)) for f in files if not f.is_file()]
     if missing:
         raise InputError(f"bundle {d} is incomplete: missing {', '.join(missing)}")
     return files
+
+
+def _cached_library(d: Path, model: str, files: list[Path], tool: str, flags: list[str],
+                    tag: str = "") -> Path:
+    """Where the library built from ``files`` by ``tool`` with ``flags`` is cached (keyed
+    by their content, the tool's version and the flags)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update("\0".join([tool, compiler_version(tool), *flags]).encode())
+    return cache_dir() / f"bundle-{model}{tag}-{h.hexdigest()[:24]}.so"
+
+
+def _run_build(cmd: list[str], d: Path) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise BuildError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
+                         f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
 
 
 def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
@@ -122,17 +144,11 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
                          "check its kernels on the CPU")
     cu = [d / "src" / f"{model}.cu", d / "src" / "kernels.cu"]
     c = [d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c"]
-    missing = [str(f.relative_to(d)) for f in cu + c if not f.is_file()]
-    if missing:
-        raise InputError(f"bundle {d} is incomplete: missing {', '.join(missing)}")
-    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC",
-             "-shared"]
-    h = hashlib.sha256()
-    for f in [*cu, *c, d / "include" / f"{model}.h", d / "src" / "kernels.cuh",
-              d / "src" / "weights.h", d / "runtime" / "kiln_runtime.h"]:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update("\0".join([nvcc, compiler_version(nvcc), *flags]).encode())
-    lib = cache_dir() / f"bundle-{model}-cuda-{h.hexdigest()[:24]}.so"
+    _present(d, cu + c)
+    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC"]
+    headers = [d / "include" / f"{model}.h", d / "src" / "kernels.cuh", d / "src" / "weights.h",
+               d / "runtime" / "kiln_runtime.h"]
+    lib = _cached_library(d, model, [*cu, *c, *headers], nvcc, flags, "-cuda")
     if lib.exists():
         return lib
     inc = [f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}"]
@@ -141,19 +157,12 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
         for f in cu + c:  # nvcc's -x applies to every file: one command per source
             obj = Path(work) / f"{f.stem}.o"
             lang = ["-x", "c"] if f.suffix == ".c" else []
-            _run_nvcc([nvcc, *flags[:-1], *inc, *lang, "-c", str(f), "-o", str(obj)], d)
+            _run_build([nvcc, *flags, *inc, *lang, "-c", str(f), "-o", str(obj)], d)
             objs.append(str(obj))
         tmp = Path(work) / "bundle.so"
-        _run_nvcc([nvcc, *flags, *objs, "-o", str(tmp), "-lm"], d)
+        _run_build([nvcc, *flags, "-shared", *objs, "-o", str(tmp), "-lm"], d)
         os.replace(tmp, lib)
     return lib
-
-
-def _run_nvcc(cmd: list[str], d: Path) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise BuildError(f"building CUDA bundle {d} failed (exit {res.returncode}).\ncommand: "
-                         f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
 
 
 def build_host(path: str | Path, cc: str | None = None,
@@ -168,23 +177,19 @@ def build_host(path: str | Path, cc: str | None = None,
     compiler = find_compiler(cc)
     flags = [*HOST_FLAGS, *host_flags(meta, compiler), *extra_flags]
     srcs = _sources(d, model)
-    h = hashlib.sha256()
-    for f in [*srcs, d / "include" / f"{model}.h", d / "src" / "kernels.h",
-              d / "src" / "weights.h", d / "runtime" / "kiln_runtime.h"]:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update("\0".join([compiler, compiler_version(compiler), *flags]).encode())
-    lib = cache_dir() / f"bundle-{model}-{h.hexdigest()[:24]}.so"
+    headers = [d / "include" / f"{model}.h", d / "src" / "kernels.h", d / "src" / "weights.h",
+               d / "runtime" / "kiln_runtime.h"]
+    lib = _cached_library(d, model, [*srcs, *headers], compiler, flags)
     if lib.exists():
         return lib
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
     os.close(fd)
-    cmd = [compiler, *flags, f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}",
-           *map(str, srcs), "-o", tmp, "-lm"]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
+    try:
+        _run_build([compiler, *flags, f"-I{d / 'include'}", f"-I{d / 'runtime'}",
+                    f"-I{d / 'src'}", *map(str, srcs), "-o", tmp, "-lm"], d)
+    except BuildError:
         os.unlink(tmp)
-        raise BuildError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
-                         f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
+        raise
     os.replace(tmp, lib)
     return lib
 

@@ -54,18 +54,10 @@ class _DeviceLocations(Locations):
     def __init__(self, spec: BundleSpec, inputs: list[dict[str, Any]],
                  outputs: list[dict[str, Any]]) -> None:
         super().__init__(spec, inputs, outputs)
-        self.layout: dict[str, int] = {"arena": 0}
         off = _align(spec.plan.arena_bytes)
-        self.slots: list[dict[str, Any]] = []
-        for kind, values, infos in (("input", spec.graph.inputs, inputs),
-                                    ("output", spec.graph.outputs, outputs)):
-            for v, t in zip(values, infos, strict=True):
-                if kind == "output" and id(v) in {id(x) for x in spec.graph.inputs}:
-                    pass  # an input listed as an output: its own slot all the same
-                self.slots.append({"kind": kind, "field": t["field"], "offset": off,
-                                   "bytes": t["bytes"]})
-                t["ws_offset"] = off
-                off = _align(off + max(t["bytes"], 1))
+        for t in inputs + outputs:  # every input and output its own slot, after the arena
+            t["ws_offset"] = off
+            off = _align(off + max(t["bytes"], 1))
         self.weights_offset = off
         self.expr = {}
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
@@ -93,19 +85,18 @@ class _DeviceLocations(Locations):
 
 
 def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per call that is not elided, its device launches with typed arguments."""
+    """Per call that is not elided, its device launches with typed arguments: the tensors'
+    places, then one pointer per intermediate buffer into the kernel's scratch."""
     out = []
     for k, call in zip(spec.kernels, calls, strict=True):
         if call["elided"]:
             continue
         src = k.source
-        args = [f"({t} *){a}" for t, a in zip(src.param_types, call["args"], strict=False)]
+        places = call["args"][:len(k.params)]  # (kernel_calls adds the CPU scratch pointer)
         if src.scratch_offsets:
             base = spec.plan.tensor(k.node.name + ":scratch").offset
-            args = args[:len(k.params)] + [
-                f"({t} *)(void *)(a + {base + o})"
-                for t, o in zip(src.param_types[len(k.params):], src.scratch_offsets,
-                                strict=True)]
+            places += [f"(void *)(a + {base + o})" for o in src.scratch_offsets]
+        args = [f"({t} *){a}" for t, a in zip(src.param_types, places, strict=True)]
         out.append({"index": call["index"], "kernel": src.name, "comment": call["comment"],
                     "launches": [{"name": ln["name"], "grid": ln["grid"],
                                   "block": ln["block"], "args": args}
@@ -123,6 +114,9 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, str]:
     loc = _DeviceLocations(spec, inputs, outputs)
     calls = kernel_calls(spec, loc)
     copies = output_copies(spec, loc, outputs)
+    slot = {t["field"]: t["ws_offset"] for t in outputs}
+    for c in copies:
+        c["dst"] = f"(void *)(a + {slot[c['field']]})"
     workspace = loc.weight_offsets()
     weight_bytes = sum(w["bytes"] for w in loc.weights)
     for w in loc.weights:
@@ -164,8 +158,8 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, str]:
     meta["device"] = {
         "workspace_bytes": workspace, "arena_bytes": spec.plan.arena_bytes,
         "align": WS_ALIGN,
-        "inputs": {s["field"]: s["offset"] for s in loc.slots if s["kind"] == "input"},
-        "outputs": {s["field"]: s["offset"] for s in loc.slots if s["kind"] == "output"},
+        "inputs": {t["field"]: t["ws_offset"] for t in inputs},
+        "outputs": {t["field"]: t["ws_offset"] for t in outputs},
         "weights": {w["name"]: w["ws_offset"] for w in loc.weights},
         "launches": sum(len(c["launches"]) for c in ctx["calls"]),
     }

@@ -120,21 +120,15 @@ class CUDABackend:
             size = n * ir.bits_of(b.dtype) // 8
             total += -(-max(size, 1) // CUDA_SCRATCH_ALIGN) * CUDA_SCRATCH_ALIGN
         func = ir.PrimFunc((*lowered.params, *scratch), body, lowered.name, lowered.attrs)
-        aliased = restrict if isinstance(restrict, frozenset) else frozenset()
-
-        class _Renderer(CUDARenderer):
-            def param_qualifier(self, index: int) -> str:
-                return "" if index in aliased or restrict is False else self.restrict
-
-        r = _Renderer()
+        r = CUDARenderer(restrict=restrict)
         r.reset()
         params, extra, launches = r.render_kernels(func, name)
         if extra:
             raise UnsupportedError(f"cuda code generation: kernel {name} has sizes known only "
                                    f"at run time ({', '.join(v.name for v in extra)}); give "
                                    "every input a static shape (--input-shape NAME=D0,...)")
-        for k in launches:
-            k["name"] = f"{name}_k{launches.index(k)}"
+        for i, k in enumerate(launches):
+            k["name"] = f"{name}_k{i}"
         types = [r.ctype(p.dtype) for p in func.params if isinstance(p, ir.Buffer)]
         return KernelArtifact(name, params, [], {}, total, support_of(lowered),
                               r.helper_list(), "cuda", launches, types, offsets)

@@ -84,9 +84,17 @@ class CUDARenderer(CStyleRenderer):
     code_for_workitem: ClassVar[dict[str, str]] = {
         f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
 
-    def __init__(self, openmp: bool = False, allow_heap: bool = False) -> None:
+    def __init__(self, openmp: bool = False, allow_heap: bool = False,
+                 restrict: bool | frozenset[int] = True) -> None:
         # kernels never allocate from the heap (render_heap_alloc refuses), whatever is asked
         super().__init__(openmp=False, allow_heap=False)
+        #: ``__restrict__`` on every pointer parameter (True), none (False), or all but
+        #: these positions (the pair a memory plan puts in one buffer)
+        self.restricted = restrict
+
+    def param_qualifier(self, index: int) -> str:
+        r = self.restricted
+        return "" if r is False or (isinstance(r, frozenset) and index in r) else self.restrict
 
     def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
         """One ``__global__`` kernel per top-level statement of the lowered function."""

@@ -47,6 +47,7 @@ from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
 
 #: threads per block of the generic kernels (a multiple of the warp size)
 THREADS = 256
@@ -151,20 +152,17 @@ def schedule_gpu(func: ir.PrimFunc, target: Target) -> Schedule:
     sch = Schedule(func, target)
     _inline(sch)
     threads = min(THREADS, target.max_threads_per_block or THREADS)
-    done: set[str] = set()
-    while True:
-        todo = [b for b in sch.get_child_blocks(sch.get_block("root"))
-                if sch.get(b).name_hint not in done]
-        if not todo:
-            break
-        b = todo[0]
-        done.add(sch.get(b).name_hint)
+    # the stages left after inlining; a reduction's write-back block (made below) is
+    # scheduled with it, and the element-wise stages folded into that block are gone
+    for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_block("root"))]:
+        if name not in st.block_names(sch.mod):
+            continue
+        b = sch.get_block(name)
         better = _accumulate_in_registers(sch, b, threads) if _is_reduction(sch, b) else None
         if better is not None:
-            sch, copy = better
-            done.add(sch.get(copy).name_hint)  # bound with its reduction
-            continue
-        _bind(sch, b, threads)
+            sch = better[0]
+        else:
+            _bind(sch, b, threads)
     sch.verify(target)
     return sch
 
