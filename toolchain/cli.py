@@ -5,7 +5,9 @@ Each subcommand lives in its own module under :mod:`toolchain.commands` and prov
 imported lazily so ``kiln --help`` stays fast and one broken command cannot break another.
 
 Exit status: 0 on success, 2 for a user error (:class:`toolchain.errors.KilnError`, a bad
-option), 1 only for a bug in Kiln.  ``--debug`` shows the traceback of any error.
+option), 1 only for a bug in Kiln (the CLI says so and prints :func:`bug_report`'s facts).
+``--debug`` shows the traceback of any error.  Kiln's warnings (:class:`KilnWarning`) are
+printed as ``kiln: warning: ...`` lines.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import importlib
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 
 from toolchain import __version__
-from toolchain.errors import KilnError
+from toolchain.errors import KilnError, KilnWarning
 
 #: subcommand name -> module under toolchain.commands
 COMMANDS: dict[str, str] = {
@@ -65,11 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args._module.run(args) or 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", KilnWarning)
+            warnings.showwarning = _show_warning
+            return int(args._module.run(args) or 0)
     except KilnError as exc:
-        if args.debug:
+        if args.debug or exc.exit_code == 1:
             traceback.print_exc()
         print(f"kiln {args.command}: error: {exc}", file=sys.stderr)
+        if exc.exit_code == 1:
+            print(bug_report(argv), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("kiln: interrupted", file=sys.stderr)
@@ -79,14 +87,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except Exception:  # a bug in Kiln, not in the user's input
+    except Exception as exc:  # a bug in Kiln, not in the user's input
         traceback.print_exc()
-        print(
-            "kiln: internal error (a bug in Kiln). Please report it with the traceback above.",
-            file=sys.stderr,
-        )
+        print(f"kiln {args.command}: internal error: {type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+        print(bug_report(argv), file=sys.stderr)
         return 1
 
+
+def bug_report(argv: Sequence[str]) -> str:
+    """What to say after an error that is Kiln's fault: that it is, and the facts a report
+    needs (the command, the versions of Kiln, Python, the platform and the libraries)."""
+    import platform
+    from importlib import metadata
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    libs = ", ".join(f"{d} {version(d)}" for d in ("numpy", "onnx", "onnxruntime", "llvmlite"))
+    return ("This is a Kiln bug, not a problem with your input. Please report it with the "
+            "traceback above, the model, and these facts:\n"
+            f"  command: kiln {' '.join(argv)}\n"
+            f"  kiln {__version__}, Python {platform.python_version()}, "
+            f"{platform.platform()}\n  {libs}")
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Kiln's warnings as one ``kiln: warning:`` line on stderr (others as usual)."""
+    if issubclass(category, KilnWarning):
+        print(f"kiln: warning: {message}", file=sys.stderr)
+    else:
+        _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
 
 if __name__ == "__main__":
     sys.exit(main())

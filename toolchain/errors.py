@@ -2,7 +2,9 @@
 
 Every error a person can cause (a bad model, a bad option, a schedule that breaks a rule)
 is raised as a :class:`KilnError` subclass.  The CLI prints its message and exits with
-status 2; anything else escaping the CLI is a bug in Kiln and exits with status 1.
+status 2; anything else escaping the CLI — an :class:`InternalError`, an unexpected
+exception, generated code the C compiler rejects (:class:`GeneratedCodeError`) — is a bug
+in Kiln: the CLI says so, prints the facts to report, and exits with status 1.
 
 A message says what was found, where (file, node, op, loop, key), and what to do::
 
@@ -54,6 +56,14 @@ class BuildError(KilnError):
     """Generated code failed to compile or link."""
 
 
+class GeneratedCodeError(BuildError):
+    """Code that Kiln generated failed to compile: a bug in Kiln, not in the user's input,
+    so the CLI exits with status 1 and asks for a report (it stays a :class:`BuildError`
+    for callers that catch build failures)."""
+
+    exit_code = 1
+
+
 class SimulationError(KilnError):
     """An accelerator program is invalid or deadlocks in simulation."""
 
@@ -64,3 +74,9 @@ class InternalError(AssertionError):
     It is not a :class:`~toolchain.errors.KilnError`, so the CLI reports it as an internal
     error (exit status 1) with its traceback.
     """
+
+
+class KilnWarning(UserWarning):
+    """Something the user should know that does not stop the compile (e.g. Kiln trusts the
+    ONNX specification over a known bug in ONNX shape inference); the CLI prints it as one
+    ``kiln: warning:`` line."""

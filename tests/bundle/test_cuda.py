@@ -19,7 +19,7 @@ from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 from toolchain.zoo import ZOO
 
-MODELS = [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]  # fcn: issue 17
+MODELS = [n for n, s in ZOO.items() if not s.slow]
 NVCC = shutil.which("nvcc")
 
 

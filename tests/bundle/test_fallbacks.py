@@ -51,3 +51,25 @@ def test_a_bug_in_a_schedule_fails_the_compile(monkeypatch, tmp_path: Path) -> N
     with pytest.raises(ZeroDivisionError, match="a bug in a schedule"):
         compile_model(_model(), "c-generic", tmp_path / "b", progress=False)
     assert not (tmp_path / "b").exists()  # nothing half-written
+
+
+def test_a_schedule_primitive_error_in_kilns_own_schedule_is_a_kiln_bug(
+        monkeypatch, tmp_path: Path, capsys) -> None:
+    """A ScheduleError (or OptionError …) from Kiln's schedules is not the user's fault:
+    an InternalError naming the node and the target, exit status 1 (never 2)."""
+    from toolchain.cli import main
+    from toolchain.errors import InternalError, ScheduleError
+
+    def broken(node, target, **kw):
+        raise ScheduleError("split: factor 0")
+
+    monkeypatch.setattr(fused, "schedule_fused", broken)
+    with pytest.raises(InternalError, match=r"node '.*' \(Fused\) on target 'c-generic': "
+                                            r"ScheduleError: split: factor 0"):
+        compile_model(_model(), "c-generic", tmp_path / "b", progress=False)
+    src = tmp_path / "m.onnx"
+    src.write_bytes(_model().SerializeToString())
+    assert main(["compile", str(src), "--target", "c-generic", "-o",
+                 str(tmp_path / "b"), "--no-progress"]) == 1
+    assert "This is a Kiln bug" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()

@@ -10,10 +10,8 @@ import pytest
 from tests.bundle.helpers import assert_matches, compile_run, run_ort
 from toolchain.zoo import ZOO
 
-#: fcn_opset11 is left out: its Resize takes scales computed at run time in the fused
-#: graph (the schedules cannot build that kernel yet) and its scheduling takes ~60 s
 MODELS = ["lenet5", "mlp", "ds_cnn", "resnet8", "mobilenet_v1", "autoencoder", "mobilenet_v2",
-          "transformer_encoder", "transformer_encoder_gelu"]
+          "transformer_encoder", "transformer_encoder_gelu", "fcn_opset11"]
 
 
 def _check(name: str, tmp_path) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -168,3 +169,27 @@ def test_float16_vectors_and_bool_outputs():
         res = np.zeros(64, ref.dtype)
         mod(a, res)
         np.testing.assert_array_equal(res, ref)
+
+
+def test_select_loads_both_values_but_if_then_else_stays_conditional():
+    """``Select`` may evaluate both values: one read only on one side becomes a call of the
+    select helper, so gcc blends instead of if-converting to (miscompiled) masked loads; a
+    ``tir.if_then_else`` (a padded load) keeps C's conditional, and a value the condition
+    reads already (Relu) keeps ``?:``."""
+    X = te.placeholder((6,), name="X")
+    S = te.placeholder((6,), name="S")
+    sel = te.compute((6,), lambda i: te.select(X[i] < 0.0, X[i] * S[i], X[i]), name="sel")
+    ite = te.compute((6,), lambda i: te.if_then_else(i > 0, X[i - 1], 0.0), name="ite")
+    relu = te.compute((6,), lambda i: te.select(X[i] < 0.0, 0.0, X[i]), name="relu")
+    src = CRenderer().render(lower(te.create_prim_func([X, S, sel, ite, relu]))).code
+    assert re.search(r"kiln_select_float\(X\[(i\w*)\] < 0\.0f, X\[\1\] \* S\[\1\], X\[\1\]\)",
+                     src), src
+    assert re.search(r"\? X\[i\w* - 1\] : 0\.0f", src), src
+    assert re.search(r"X\[(i\w*)\] < 0\.0f \? 0\.0f : X\[\1\]", src), src
+    x = np.array([-2, -1, 0, 1, 2, 3], np.float32)
+    s = np.full(6, 3.0, np.float32)
+    out = [np.zeros(6, np.float32) for _ in range(3)]
+    build(te.create_prim_func([X, S, sel, ite, relu]), "c")(x, s, *out)
+    np.testing.assert_array_equal(out[0], np.where(x < 0, x * s, x))
+    np.testing.assert_array_equal(out[1], np.concatenate([[0], x[:-1]]))
+    np.testing.assert_array_equal(out[2], np.maximum(x, 0))

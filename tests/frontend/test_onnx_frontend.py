@@ -409,3 +409,47 @@ def test_not_onnx_says_what_the_file_looks_like(tmp_path, content, hint):
     path.write_bytes(content)
     with pytest.raises(ModelError, match=f"{path}: not an ONNX model.*{hint}"):
         from_onnx(path)
+
+
+
+def _det_model(m_is_input: bool) -> onnx.ModelProto:
+    """y = x + Det(m): Det is a standard op Kiln does not have."""
+    nodes = [helper.make_node("Det", ["m"], ["d"], name="the_det"),
+             helper.make_node("Add", ["x", "d"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])]
+    inits = []
+    if m_is_input:
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 2, 2]))
+    else:
+        m = np.array([[[1, 2], [3, 4]], [[2, 0], [0, 3]]], np.float32)
+        inits.append(onnx.numpy_helper.from_array(m, "m"))
+    g = helper.make_graph(nodes, "g", inputs,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_op_kiln_lacks_is_folded_when_its_inputs_are_constant():
+    """Fold, then check: an op Kiln lacks whose inputs are constants is folded by ONNX's
+    reference implementation (PyTorch's attention exports Mod of constants)."""
+    from toolchain.graph.ops.registry import has_op
+
+    assert not has_op("Det")
+    g = from_onnx(_det_model(m_is_input=False))
+    assert [n.op for n in g.nodes] == ["Add"]
+    y = run_graph(g, {"x": np.zeros(2, np.float32)})["y"]
+    np.testing.assert_allclose(y, [-2.0, 6.0], rtol=1e-6)
+
+
+def test_an_op_kiln_lacks_on_run_time_values_is_refused():
+    with pytest.raises(UnsupportedError, match=r"Det: op not supported by Kiln — at node "
+                                               r"'the_det'"):
+        from_onnx(_det_model(m_is_input=True))
+
+
+def test_the_supported_op_list_names_only_onnx_ops():
+    with pytest.raises(UnsupportedError) as info:
+        from_onnx(_det_model(m_is_input=True))
+    listed = str(info.value).split("Kiln supports these ops: ")[1].split(", ")
+    assert "Conv" in listed and "Relu" in listed
+    for internal in ("Fused", "LayoutConv", "LayoutPool", "LayoutTransform", "QConv"):
+        assert internal not in listed

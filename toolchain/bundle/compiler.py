@@ -21,8 +21,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,15 @@ from toolchain.bundle.names import bundle_namer, comment, model_identifier
 from toolchain.codegen.backend import CBackend, backend_for
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.names import TE_NAMES, sanitize
-from toolchain.errors import NoScheduleError, OptionError, TargetError, UnsupportedError
+from toolchain.errors import (
+    InternalError,
+    KilnError,
+    ModelError,
+    NoScheduleError,
+    OptionError,
+    TargetError,
+    UnsupportedError,
+)
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
@@ -307,6 +317,21 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
         arith.clear_cache()
 
 
+@contextlib.contextmanager
+def kiln_fault(node: Node, target: Target) -> Iterator[None]:
+    """Errors while scheduling, lowering or rendering ``node``'s kernel are Kiln's fault
+    (its computes and schedules, not the user's input) unless they say the model is
+    unsupported: they become an :class:`~toolchain.errors.InternalError` naming the node
+    and the target, which the CLI reports as a Kiln bug (exit status 1, never 2)."""
+    try:
+        yield
+    except ModelError:  # UnsupportedError, NoScheduleError: the model, not Kiln
+        raise
+    except KilnError as exc:
+        raise InternalError(f"{node.describe()} on target {target.name!r}: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
                      progress: bool | None, emulate: bool = False) -> list[CompiledKernel]:
     """One :class:`CompiledKernel` per Fused node of ``fused``, in order."""
@@ -318,12 +343,13 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
     scheduled: list[tuple[Node, Any, list[Value], str]] = []
     overwrite: dict[str, tuple[str, ...]] = {}
     for node in _progress(list(fused.nodes), progress):
-        func, ins, outs, how, host = _schedule(node, t, cache)
+        with kiln_fault(node, t):
+            func, ins, outs, how, host = _schedule(node, t, cache)
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))
         if n_buf != len(params) or n_buf != len(func.params):
-            raise UnsupportedError(f"{node.describe()}: kernel has {len(func.params)} "
-                                   f"parameters for {len(params)} tensors")
+            raise InternalError(f"{node.describe()}: kernel has {len(func.params)} "
+                                f"parameters for {len(params)} tensors")
         if host is not None:
             overwrite[node.name] = (params[next(i for i, v in enumerate(ins) if v is host)].name,)
         scheduled.append((node, func, params, how))
@@ -333,11 +359,12 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
     kernels: list[CompiledKernel] = []
     for i, (node, func, params, how) in enumerate(scheduled):
         restrict = _aliased(params, in_place[node.name]) if node.name in in_place else True
-        if cache.rendered(func, restrict):
-            src = cache.render(func, "", restrict)
-        else:
-            src = cache.render(func, names.fresh(node.attrs["kernel"], prefix=f"{prefix}_"),
-                               restrict)
+        with kiln_fault(node, t):
+            if cache.rendered(func, restrict):
+                src = cache.render(func, "", restrict)
+            else:
+                src = cache.render(func, names.fresh(node.attrs["kernel"], prefix=f"{prefix}_"),
+                                   restrict)
         kernels.append(CompiledKernel(i, node, src, params, how, get_op(node.op).flops_of(node),
                                       node.name in in_place, overwrite.get(node.name, ())))
     return kernels

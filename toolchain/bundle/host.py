@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.errors import BuildError, InputError, TargetError
+from toolchain.errors import BuildError, GeneratedCodeError, InputError, TargetError
 from toolchain.graph.ir import np_dtype
 from toolchain.runtime.build import cache_dir, compiler_version, find_compiler
 
@@ -82,7 +82,7 @@ def _cached_library(d: Path, model: str, files: list[Path], tool: str, flags: li
 def _run_build(cmd: list[str], d: Path) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        raise BuildError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
+        raise GeneratedCodeError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
                          f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
 
 
@@ -194,6 +194,10 @@ def build_host(path: str | Path, cc: str | None = None,
     return lib
 
 
+#: the byte every output buffer holds before a run (``BundleModule.__call__``)
+POISON = 0xA5
+
+
 class BundleModule:
     """A bundle built for the host, callable with a dict of numpy arrays."""
 
@@ -250,6 +254,8 @@ class BundleModule:
         """Run the bundle once; the outputs by name."""
         ins = self._check(inputs)
         outs = [np.empty(t["shape"], np_dtype(t["dtype"])) for t in self.outputs]
+        for a in outs:  # poisoned, so an output the bundle fails to write never looks right
+            a.reshape(-1).view(np.uint8).fill(POISON)
         cin, cout = self._args(ins, outs)
         rc = self._fn(cin, cout, self.arena.ctypes.data if self.arena.size else None)
         if rc != 0:

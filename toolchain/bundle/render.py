@@ -79,7 +79,9 @@ class Locations:
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
             self.expr.setdefault(id(v), f"(void *)inputs->{t['field']}")
         for v, t in zip(spec.graph.outputs, outputs, strict=True):
-            if id(v) not in self.expr:  # an input that is also an output stays an input
+            # an input that is also an output stays an input; a constant output stays in
+            # the weights (no kernel writes it: ``output_copies`` copies it out)
+            if id(v) not in self.expr and v.data is None:
                 self.expr[id(v)] = f"(void *)outputs->{t['field']}"
         self.weights: list[dict[str, Any]] = []
         self.names = bundle_namer()

@@ -43,7 +43,8 @@ from toolchain.codegen.math_intrinsics import INTRINSICS
 from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprVisitor, free_vars
+from toolchain.tir.functor import StmtExprVisitor, free_vars, post_order_visit
+from toolchain.tir.structural import expr_key
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
@@ -91,6 +92,20 @@ _BINOP = {
     ir.Or: ("||", 4),
 }
 _ATOM = 20
+
+
+def _loads(e: ir.PrimExpr) -> set[Any]:
+    """The memory reads in ``e`` (keys of its ``BufferLoad`` nodes)."""
+    found: set[Any] = set()
+    post_order_visit(e, lambda n: found.add(expr_key(n)) if isinstance(n, ir.BufferLoad)
+                     else None)
+    return found
+
+
+def conditional_loads(e: ir.Select) -> bool:
+    """Whether a value of ``e`` reads memory its condition does not (``c ? x[i] : 0``,
+    ``x[i] < 0 ? x[i] * s[i] : x[i]``); ``x[i] < 0 ? 0 : x[i]`` does not."""
+    return bool((_loads(e.true_value) | _loads(e.false_value)) - _loads(e.condition))
 
 
 def _accesses(body: ir.Stmt, data: ir.Var) -> bool:
@@ -197,7 +212,7 @@ class CStyleRenderer:
     def all_helper_names(self) -> set[str]:
         """Every helper function name the renderer may define (used or not)."""
         scalars = [self.type_map[t] for t in self.type_map if t != "handle"]
-        names = {self._helper_name(k, t) for k in ("min", "max") for t in scalars}
+        names = {self._helper_name(k, t) for k in ("min", "max", "select") for t in scalars}
         names |= {self._helper_name(k, t) for k in ("floordiv", "floormod")
                   for t in ("int32_t", "int64_t")}
         return names | {self._helper_name("sigmoid", t) for t in ("float", "double")} | {
@@ -215,7 +230,7 @@ class CStyleRenderer:
                                                    for c in ctype)
 
     def helper(self, kind: str, ctype: str) -> str:
-        """Name of the helper ``kind`` (``min``, ``max``, ``floordiv``, ``floormod``,
+        """Name of the helper ``kind`` (``min``, ``max``, ``select``, ``floordiv``, ``floormod``,
         ``sigmoid``, ``alloc``) for the C type ``ctype``; it will be defined in the file."""
         name = self._helper_name(kind, ctype)
         self.helpers[name] = {"kind": kind, "type": ctype, "name": name}
@@ -593,9 +608,18 @@ class CStyleRenderer:
     def expr_Not(self, e: ir.Not) -> tuple[str, int]:
         return f"!{self.expr(e.a, 15)}", 15
 
-    def expr_Select(self, e: ir.Select) -> tuple[str, int]:
+    def expr_Select(self, e: ir.Select, guarded: bool = False) -> tuple[str, int]:
+        """``c ? a : b``; ``guarded`` (a ``tir.if_then_else``): a value may be read only
+        where its side is taken (a padded load), so it stays a C conditional."""
         if ir.lanes_of(e.dtype) > 1:
             return cvector.select(self, e), _ATOM
+        if not guarded and conditional_loads(e):
+            # Select may evaluate both sides: as a call, both are loaded unconditionally, so
+            # gcc vectorizes a blend instead of if-converting to masked loads (gcc 12 at -O3
+            # with AVX-512 gives unrolled masked loads the wrong mask: wrong PRelu/Where)
+            fn = self.helper("select", self.ctype(e.dtype))
+            return (f"{fn}({self.expr(e.condition)}, {self.expr(e.true_value)}, "
+                    f"{self.expr(e.false_value)})"), _ATOM
         return (f"{self.expr(e.condition, 4)} ? {self.expr(e.true_value, 3)} : "
                 f"{self.expr(e.false_value, 3)}"), 3
 
@@ -656,7 +680,7 @@ class CStyleRenderer:
                 vt = self.ctype(e.dtype)
                 return (f"{self.expr(c, 4)} ? ({vt}){self.expr(t, 15)} : "
                         f"({vt}){self.expr(f, 15)}"), 3
-            return self.expr_Select(ir.Select(c, t, f))
+            return self.expr_Select(ir.Select(c, t, f), guarded=True)
         if op == "tir.address_of":
             load = e.args[0]
             assert isinstance(load, ir.BufferLoad)

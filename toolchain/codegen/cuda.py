@@ -33,7 +33,7 @@ import jinja2
 
 from toolchain.codegen.artifact import support_of
 from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
-from toolchain.errors import BuildError, UnsupportedError
+from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import ExprMutator, StmtExprVisitor
 
@@ -205,6 +205,7 @@ def compile_ptx(source: str, arch: str = "sm_80", nvcc: str | None = None) -> st
         if res.returncode != 0:
             keep = Path(tempfile.mkdtemp(prefix="kiln-cuda-")) / "kernels.cu"
             keep.write_text(source)
-            raise BuildError(f"nvcc failed (exit {res.returncode}).\ncommand: {' '.join(cmd)}"
-                             f"\nsource kept at: {keep}\n{res.stderr.strip()}")
+            raise GeneratedCodeError(f"nvcc failed (exit {res.returncode}).\ncommand: "
+                                     f"{' '.join(cmd)}\nsource kept at: {keep}\n"
+                                     f"{res.stderr.strip()}")
         return out.read_text()

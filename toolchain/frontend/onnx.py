@@ -43,7 +43,7 @@ import onnx
 from onnx import numpy_helper
 
 from toolchain.errors import InputError, ModelError, OptionError, UnsupportedError
-from toolchain.frontend.onnx_build import build_graph
+from toolchain.frontend.onnx_build import NO_FOLD_OPS, SHAPE_ONLY_OPS, build_graph
 from toolchain.frontend.onnx_functions import expand_function_ops
 from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
 from toolchain.graph.ir import Graph, Node, Value
@@ -111,6 +111,7 @@ def from_onnx(
     onnx_types = _infer_onnx_types(proto, label)
     constants = _read_initializers(proto, label)
     raw_nodes = _parse_nodes(proto, opset, constants)
+    mark_constant_folds(proto, raw_nodes, constants)
     _validate(proto, raw_nodes, constants, label)
     inputs = _graph_inputs(proto, constants, label)
     name = proto.graph.name or (Path(label).stem if base_dir else "model")
@@ -569,7 +570,25 @@ def _parse_nodes(proto: onnx.ModelProto, opset: int,
     return raw_nodes
 
 
+def mark_constant_folds(proto: onnx.ModelProto, raw_nodes: list[RawNode],
+                        constants: Mapping[str, np.ndarray | str]) -> None:
+    """Fold, then check: a node of an op Kiln lacks whose inputs are all compile-time
+    constants (initializers, outputs of foldable nodes, shapes) is marked to be folded
+    with ONNX's reference implementation (``RawNode.fold``), so it is refused only if it
+    survives folding (``Mod`` of two constants, as PyTorch exports for attention)."""
+    static = {n for n, v in constants.items() if not isinstance(v, str)}
+    for raw in raw_nodes:
+        present = [n for n in raw.inputs if n]
+        if raw.op in SHAPE_ONLY_OPS or (raw.op not in NO_FOLD_OPS
+                                        and all(n in static for n in present)):
+            if raw.domain in ("", "ai.onnx") and not has_op(raw.op):
+                raw.fold = proto.graph.node[raw.index]
+            static.update(n for n in raw.outputs if n)
+
+
 def _node_problems(raw: RawNode) -> list[str]:
+    if raw.fold is not None:
+        return []
     if raw.domain not in ("", "ai.onnx"):
         return [f"op domain {raw.domain!r} is not supported (Kiln supports the default "
                 "ONNX domain only)"]
@@ -633,9 +652,11 @@ def _validate(proto: onnx.ModelProto, raw_nodes: list[RawNode],
 
 
 def _supported_ops() -> list[str]:
+    """The ONNX ops a model may use: Kiln's registered ops that the standard domain
+    defines (not Kiln's internal ops such as Fused, LayoutConv or QConv)."""
     from toolchain.graph.ops.registry import all_ops
 
-    return list(all_ops())
+    return [op for op in all_ops() if onnx.defs.has(op)]
 
 
 def _graph_inputs(proto: onnx.ModelProto, constants: Mapping[str, Any],

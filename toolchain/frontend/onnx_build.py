@@ -23,12 +23,13 @@ than :data:`FOLD_GROWTH_LIMIT` output elements beyond their inputs' size).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from toolchain.errors import InternalError, KilnError, ModelError
+from toolchain.errors import InternalError, KilnError, KilnWarning, ModelError, UnsupportedError
 from toolchain.frontend.onnx_upgrade import RawNode, drop_empty_operands
 from toolchain.graph.ir import Graph, Node, TensorType, Value, np_dtype
 from toolchain.graph.ops.registry import get_op
@@ -45,6 +46,44 @@ FOLD_GROWTH_LIMIT = 1 << 16
 _ONNX_DTYPES = {1: "float32", 10: "float16", 11: "float64", 3: "int8", 2: "uint8",
                 5: "int16", 4: "uint16", 6: "int32", 12: "uint32", 7: "int64",
                 13: "uint64", 9: "bool"}
+
+
+def ceil_mode_inference_bug(node: Node, onnx_shape: tuple[int, ...] | None,
+                            t: TensorType) -> str | None:
+    """Why ONNX shape inference's ``onnx_shape`` differs from Kiln's ``t`` when it is ONNX's
+    known pooling bug, else None: with ``ceil_mode`` ONNX keeps a last window that starts
+    in the end padding, which the specification (and onnxruntime) drop. Kiln keeps the
+    specification's shape and the user's model, and warns.
+
+    >>> n = Node("MaxPool", "p", [Value("x", (1, 1, 4, 4), "float32")],
+    ...          [Value("y", (1, 1, 2, 2), "float32")],
+    ...          {"kernel_shape": (2, 2), "strides": (2, 2), "pads": (0, 0, 1, 1),
+    ...           "ceil_mode": 1})
+    >>> ceil_mode_inference_bug(n, (1, 1, 3, 3), TensorType((1, 1, 2, 2), "float32"))[:39]
+    'ONNX shape inference says [1, 1, 3, 3] '
+    """
+    if node.op not in ("MaxPool", "AveragePool", "LpPool") or onnx_shape is None:
+        return None
+    a = node.attrs
+    x = node.inputs[0]
+    if not a.get("ceil_mode") or x is None or len(onnx_shape) != len(t.shape):
+        return None
+    nsp = len(t.shape) - 2
+    strides = tuple(a.get("strides") or (1,) * nsp)
+    pads = tuple(a.get("pads") or (0,) * (2 * nsp))
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "") or onnx_shape[:2] != t.shape[:2]:
+        return None
+    for i in range(nsp):
+        ours, theirs = t.shape[2 + i], onnx_shape[2 + i]
+        if theirs == ours:
+            continue
+        # ONNX's extra window starts at ours * stride (in padded coordinates): beyond the
+        # input and its begin padding, i.e. wholly in the end padding
+        if theirs != ours + 1 or ours * strides[i] < x.shape[2 + i] + pads[i]:
+            return None
+    return (f"ONNX shape inference says {list(onnx_shape)} (a known ONNX bug: with "
+            "ceil_mode it keeps a last window that starts in the end padding, which the "
+            "ONNX specification and onnxruntime drop); Kiln follows the specification")
 
 
 class _Builder:
@@ -130,6 +169,11 @@ class _Builder:
         static = dims is not None and all(isinstance(d, int) for d in dims)
         if (onnx_dtype is not None and onnx_dtype != t.dtype) or (
                 static and tuple(dims) != t.shape):
+            known = ceil_mode_inference_bug(node, tuple(dims) if static else None, t)
+            if known:
+                warnings.warn(KilnWarning(f"{self.label}: {node.describe()}: output {name!r} "
+                                          f"is {t}; {known}"), stacklevel=2)
+                return
             shown = f"{onnx_dtype or elem}" + (f"[{', '.join(map(str, dims))}]"
                                                if dims is not None else "[unknown rank]")
             raise InternalError(
@@ -162,6 +206,39 @@ class _Builder:
             return view
         # Shape/Size read only the shape: a zero-strided array costs no memory.
         return np.broadcast_to(np.zeros((), np_dtype(v.dtype)), v.shape)
+
+    # -- ops Kiln lacks, on constants ------------------------------------------------------
+    def fold_onnx(self, raw: RawNode, inputs: list[Value | None]) -> None:
+        """Fold ``raw`` (an op Kiln lacks, marked by ``mark_constant_folds``) with ONNX's
+        reference implementation; its inputs must have turned out constant.
+
+        Before: ``m = Mod(const int64[3] [5, 7, 9], const int64[3] [3, 3, 4])``
+        After:  ``m = const int64[3] [2, 1, 1]``
+        """
+        from onnx import helper, numpy_helper
+        from onnx.reference import ReferenceEvaluator
+
+        where = f"{self.label}: {raw.where()}"
+        live = [v.name for v in inputs if v is not None and v.data is None]
+        if live:
+            raise UnsupportedError(
+                f"{where}: op not supported by Kiln, and it cannot be folded at compile "
+                f"time because input(s) {', '.join(map(repr, live))} are computed at run time")
+        inits = [numpy_helper.from_array(np.asarray(v.data), n)
+                 for n, v in zip(raw.inputs, inputs, strict=True) if v is not None]
+        graph = helper.make_graph([raw.fold], "fold", [],
+                                  [helper.make_empty_tensor_value_info(n)
+                                   for n in raw.outputs if n], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", raw.opset)])
+        try:
+            arrays = ReferenceEvaluator(model).run(None, {})
+        except Exception as exc:  # noqa: BLE001 - any failure means: cannot fold
+            raise UnsupportedError(
+                f"{where}: op not supported by Kiln; its inputs are constants but ONNX's "
+                f"reference implementation could not fold it ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+        for name, a in zip([n for n in raw.outputs if n], arrays, strict=True):
+            self.values[name] = Value.constant(name, np.array(a, copy=True, order="C"))
 
     # -- legacy 2-D Softmax -------------------------------------------------------------------
     def add_legacy_2d(self, raw: RawNode, inputs: list[Value | None]) -> None:
@@ -249,7 +326,9 @@ def build_graph(
     for raw in raw_nodes:
         drop_empty_operands(raw, lambda n: b.values[n].data if n in b.values else None)
         ins = [b.values[n] if n else None for n in raw.inputs]
-        if raw.legacy_2d:
+        if raw.fold is not None:
+            b.fold_onnx(raw, ins)
+        elif raw.legacy_2d:
             b.add_legacy_2d(raw, ins)
         else:
             b.add(raw.op, raw.name, ins, raw.outputs, raw.attrs)

@@ -67,6 +67,9 @@ class RawNode:
     #: an older form was rewritten into the newest one (its semantics are now the newest)
     upgraded: bool = False
     notes: list[str] = field(default_factory=list)
+    #: an op Kiln lacks whose inputs are all compile-time constants: its ONNX node, which
+    #: the builder folds with ONNX's reference implementation (fold, then check)
+    fold: Any = None
 
     def where(self) -> str:
         """``node 'n' (Op, opset 13)`` for messages."""

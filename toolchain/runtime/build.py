@@ -19,7 +19,7 @@ from typing import Any
 
 from toolchain.codegen import get_renderer
 from toolchain.codegen.artifact import support_of
-from toolchain.errors import BuildError, OptionError, TargetError
+from toolchain.errors import BuildError, GeneratedCodeError, OptionError, TargetError
 from toolchain.runtime.module import Module
 from toolchain.target import Target, resolve_target
 from toolchain.tir import ir
@@ -90,7 +90,7 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
     if res.returncode != 0:
         os.unlink(tmp)
         msg = (res.stderr or res.stdout).strip()
-        raise BuildError(f"compiling generated C failed (exit {res.returncode}).\n"
+        raise GeneratedCodeError(f"compiling generated C failed (exit {res.returncode}).\n"
                          f"command: {' '.join(cmd)}\nsource kept at: {src}\n{msg}")
     os.replace(tmp, lib)
     info["cached"] = False

@@ -233,6 +233,8 @@ def gather(data: te.Tensor, indices: te.Tensor, axis: int = 0,
     out = ds[:axis] + ishape + ds[axis + 1:]
 
     def f(*i: Expr) -> Expr:
+        if not out:  # a rank-0 result is computed as shape (1,): its index is no data index
+            i = ()
         ii = i[axis:axis + len(ishape)] if ishape else (ir.IntImm(0),)
         k = te.cast(indices[ii], "int32")
         k = te.select(k < 0, k + n, k)

@@ -17,7 +17,7 @@ from toolchain.tir import ir
 from toolchain.tir.schedule import state as st
 from toolchain.zoo import ZOO
 
-MODELS = [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
+MODELS = [n for n, s in ZOO.items() if not s.slow]
 
 
 def _blocks_and_their_loops(func: ir.PrimFunc):

@@ -186,13 +186,14 @@ def defop(
     view: bool = False,
     in_place: bool | None = None,
     layout_agnostic: bool | None = None,
+    compile_time: tuple[int, ...] = (),
 ) -> OpDef:
     """Build an :class:`OpDef` whose rules receive normalised attributes.
 
     ``infer(node, attrs)`` and ``reference(inputs, attrs)`` get the attributes with
     defaults filled in; ``reference`` gets its inputs padded with ``None`` up to the
-    number of declared (non-variadic) inputs.  The traits (``elementwise`` …) are the
-    ``OpDef``'s (see :mod:`toolchain.graph.ops.registry`).
+    number of declared (non-variadic) inputs.  The traits (``elementwise``, ``compile_time``
+    …) are the ``OpDef``'s (see :mod:`toolchain.graph.ops.registry`).
     """
     opdef: OpDef
 
@@ -222,6 +223,7 @@ def defop(
         name, inputs=inputs, infer=infer_fn, reference=reference_fn, pattern=pattern,
         attrs=attrs, num_outputs=num_outputs, flops=flops, min_opset=min_opset, doc=doc,
         elementwise=elementwise, view=view, in_place=in_place, layout_agnostic=layout_agnostic,
+        compile_time=compile_time,
     )
     return opdef
 

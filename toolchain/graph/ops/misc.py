@@ -144,7 +144,7 @@ def _constant_of_shape() -> OpDef:
     return defop(
         "ConstantOfShape", ("input",), INJ,
         attrs=(Attr("value", "tensor", None, check=check_tensor_attr),),
-        infer=infer, reference=ref, flops=lambda node: 0, min_opset=9,
+        infer=infer, reference=ref, flops=lambda node: 0, min_opset=9, compile_time=(0,),
         doc="tensor of the constant shape `input` filled with the one-element `value` "
             "(default float32 0)",
     )

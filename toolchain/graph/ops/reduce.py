@@ -160,6 +160,7 @@ def _reduce_ops() -> tuple[OpDef, ...]:
         attrs=(Attr("keepdims", "int", 1, _BOOL01),
                Attr("noop_with_empty_axes", "int", 0, _BOOL01)),
         infer=_reduce_infer, reference=_reduce_ref(op), flops=_reduce_flops(op), min_opset=1,
+        compile_time=(1,),
         doc=doc + "; `axes` input constant; empty axes reduce all unless noop_with_empty_axes",
     ) for op, doc in _REDUCE_DOCS.items())
 

@@ -28,7 +28,10 @@ laid out and planned by what its definition says (never by a list kept in a pass
 * ``layout_agnostic`` — computes the same in any data layout of its same-shape operands,
   so the layout pass runs it in the layout its inputs arrive in.  Defaults to
   ``elementwise``; QuantizeLinear and DequantizeLinear opt out (their ``axis`` attribute
-  names an NCHW axis).
+  names an NCHW axis);
+* ``compile_time`` — the inputs the op reads at compile time (a Reshape's ``shape``, a
+  Resize's ``scales``, reduction ``axes``): they must be constants, and fusion compiles
+  them into the kernel (whatever their size or dtype) instead of passing them as weights.
 
 Canonical form.  Kiln's graph IR follows the *newest* ONNX form of each op: operands that
 older opsets gave as attributes (``Split.split``, ``ReduceSum.axes``, ``Pad.pads``,
@@ -169,6 +172,9 @@ class OpDef:
     in_place: bool | None = None
     #: runs in any data layout of its same-shape operands; ``None``: ``elementwise``
     layout_agnostic: bool | None = None
+    #: inputs read at compile time (shapes, scales, axes: ``const_input``): fusion bakes
+    #: them into the kernel whatever their size or dtype, never passes them as weights
+    compile_time: tuple[int, ...] = ()
     _attr_map: dict[str, Attr] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -130,7 +130,8 @@ def _reshape_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 
 _RESHAPE = _injective("Reshape", ("data", "shape"), _reshape_infer, _reshape_ref,
                       (Attr("allowzero", "int", 0, choices=(0, 1)),), view=True,
-                      doc="0 copies a dim (unless allowzero), -1 is inferred")
+                      doc="0 copies a dim (unless allowzero), -1 is inferred",
+                      compile_time=(1,))
 
 
 def _flatten_infer(node: Node) -> list[TensorType]:
@@ -272,7 +273,8 @@ _SPLIT = _injective(
     "Split", ("input", "split?"), _split_infer, _split_ref,
     (Attr("axis", "int", 0),
      Attr("num_outputs", "int", None, check=lambda v: None if v >= 1 else "must be >= 1")),
-    num_outputs=(1, _MANY), doc="by 'split' sizes or into num_outputs chunks")
+    num_outputs=(1, _MANY), doc="by 'split' sizes or into num_outputs chunks",
+    compile_time=(1,))
 
 
 # -- Slice -------------------------------------------------------------------------------------
@@ -328,7 +330,8 @@ def _slice_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 
 
 _SLICE = _injective("Slice", ("data", "starts", "ends", "axes?", "steps?"),
-                    _slice_infer, _slice_ref, doc="clamped, negative steps allowed")
+                    _slice_infer, _slice_ref, doc="clamped, negative steps allowed",
+                    compile_time=(1, 2, 3, 4))
 
 
 # -- Squeeze / Unsqueeze -----------------------------------------------------------------------
@@ -376,9 +379,11 @@ def _unsqueeze_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]
 
 
 _SQUEEZE = _injective("Squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_ref, view=True,
-                      doc="remove size-1 axes (all when axes is absent)")
+                      doc="remove size-1 axes (all when axes is absent)",
+                      compile_time=(1,))
 _UNSQUEEZE = _injective("Unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_ref,
-                        view=True, doc="insert size-1 axes (positions in the output)")
+                        view=True, doc="insert size-1 axes (positions in the output)",
+                        compile_time=(1,))
 
 
 # -- Gather ------------------------------------------------------------------------------------
@@ -471,7 +476,8 @@ def _pad_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 _PAD = _injective("Pad", ("data", "pads", "constant_value?", "axes?"), _pad_infer, _pad_ref,
                   (Attr("mode", "string", "constant",
                         choices=("constant", "reflect", "edge", "wrap")),),
-                  doc="negative pads crop")
+                  doc="negative pads crop",
+                  compile_time=(1, 3))
 
 
 # -- Expand / Tile -----------------------------------------------------------------------------
@@ -495,7 +501,8 @@ def _expand_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 
 
 _EXPAND = _injective("Expand", ("input", "shape"), _expand_infer, _expand_ref,
-                     doc="bidirectional (numpy) broadcast to shape")
+                     doc="bidirectional (numpy) broadcast to shape",
+                     compile_time=(1,))
 
 
 def _tile_infer(node: Node) -> list[TensorType]:
@@ -513,7 +520,8 @@ def _tile_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 
 
 _TILE = _injective("Tile", ("input", "repeats"), _tile_infer, _tile_ref,
-                   doc="repeat the input along each axis")
+                   doc="repeat the input along each axis",
+                   compile_time=(1,))
 
 
 # -- Resize ------------------------------------------------------------------------------------
@@ -629,7 +637,8 @@ _RESIZE = _injective(
      Attr("nearest_mode", "string", "round_prefer_floor",
           choices=("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"))),
     flops=_resize_flops, min_opset=11,
-    doc="nearest/linear/cubic over any axes, separable per axis")
+    doc="nearest/linear/cubic over any axes, separable per axis",
+    compile_time=(1, 2, 3))
 
 
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)

@@ -135,10 +135,12 @@ def kernel_name(nodes: list[Node], index: int) -> str:
     return "fused_" + "_".join(names) + f"_{index}"
 
 
-def _baked(v: Value) -> bool:
-    """Constants compiled into the kernel: scalars and small integer operands (shapes,
-    axes, pads, slice bounds); every other constant is a weight passed to the kernel."""
-    return v.size <= 1 or (v.dtype.startswith(("int", "uint", "bool")) and v.size <= 64)
+def _baked(n: Node, i: int, v: Value) -> bool:
+    """Constants compiled into the kernel: scalars, small integer operands, and every
+    operand the op reads at compile time (``OpDef.compile_time``: shapes, axes, pads, slice
+    bounds, Resize scales); every other constant is a weight passed to the kernel."""
+    return (v.size <= 1 or (v.dtype.startswith(("int", "uint", "bool")) and v.size <= 64)
+            or i in get_op(n.op).compile_time)
 
 
 def _fuse_group(group: _Group, index: int, graph: Graph, consumers: dict[Value, list[Node]],
@@ -149,13 +151,15 @@ def _fuse_group(group: _Group, index: int, graph: Graph, consumers: dict[Value, 
     params: list[Value] = []
     inner_of: dict[Value, Value] = {}
     for n in group.nodes:
-        for v in n.inputs:
-            if v is None or v in produced or v in inner_of or (v.is_constant and _baked(v)):
+        for i, v in enumerate(n.inputs):
+            if v is None or v in produced or v in inner_of or (v.is_constant
+                                                                and _baked(n, i, v)):
                 continue
             inner_of[v] = Value(v.name, v.shape, v.dtype) if v.is_constant else v
             params.append(v)
-    nodes = [n.replace(inputs=tuple(None if v is None else inner_of.get(v, v)
-                                    for v in n.inputs)) for n in group.nodes]
+    nodes = [n.replace(inputs=tuple(
+        v if v is None or (v.is_constant and _baked(n, i, v)) else inner_of.get(v, v)
+        for i, v in enumerate(n.inputs))) for n in group.nodes]
     outs = [o for n in group.nodes for o in n.outputs
             if o in graph.outputs or any(id(c) not in members for c in consumers.get(o, []))]
     inner = Graph(name, [inner_of[v] for v in params], outs, nodes)

@@ -310,8 +310,17 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
         return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor,
                            in_place=sa.input_values[k] if k is not None else None)
     idx = next(k for k, n in enumerate(inner.nodes) if n is anchor)
-    canon: dict[int, ir.Buffer] = {id(v): b for v, b in zip(sa.input_values, a_params,
-                                                            strict=False)}
+    # one buffer per value: an anchor that reads one value twice (MatMul(x, x)) reads it
+    # through its first buffer, so the kernel keeps one parameter for it
+    canon: dict[int, ir.Buffer] = {}
+    twice: dict[int, ir.Buffer] = {}
+    for v, b in zip(sa.input_values, a_params, strict=False):
+        if id(v) in canon:
+            twice[id(b)] = canon[id(v)]
+        else:
+            canon[id(v)] = b
+    if twice:
+        fa = SwapBuffers(twice).visit(fa)
     canon[id(out_val)] = a_params[n_in]
     seed = te.placeholder(out_val.shape or (1,), out_val.dtype, "anchor_out")
     fc = fused_compute(node, skip=idx + 1, seed={id(out_val): seed}, options=options)

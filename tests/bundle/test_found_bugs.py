@@ -1,0 +1,116 @@
+"""Bundles of the small models that found bugs (the models-users-bring and the
+differential-testing issues): each compiles, builds with the strict flags on the host
+target and matches onnxruntime. Each test names the bug it pins."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+from onnx import helper as h
+
+from tests.bundle.helpers import assert_matches, compile_run, make_model, run_ort
+from toolchain.errors import KilnWarning
+
+F, I64 = np.float32, np.int64
+
+
+def _check(model, tmp_path, inputs, target="host"):
+    path, got = compile_run(model, tmp_path, inputs, target=target)
+    assert_matches(got, run_ort(model, inputs))
+    return path
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(F)
+
+
+def test_constant_output_is_written(tmp_path):
+    """A graph output that folds to a constant was never written (``_run`` had an empty
+    body): the caller read whatever its buffer held."""
+    m = make_model([h.make_node("Shape", ["x"], ["s"]), h.make_node("Add", ["s", "one"], ["t"]),
+                    h.make_node("Shape", ["x"], ["tail"], start=1),
+                    h.make_node("Relu", ["x"], ["y"])],
+                   {"x": (F, [2, 3])},
+                   {"t": (I64, [2]), "y": (F, [2, 3]), "tail": (I64, [1])},
+                   inits={"one": np.array([1, 1], I64)})
+    path = _check(m, tmp_path, {"x": _rand(2, 3)})
+    run = (path / "src" / "g.c").read_text()
+    assert "outputs->t" in run and "outputs->tail" in run
+
+
+def test_only_output_constant(tmp_path):
+    m = make_model([h.make_node("Shape", ["x"], ["s"])], {"x": (F, [4, 5])}, {"s": (I64, [2])})
+    _check(m, tmp_path, {"x": _rand(4, 5)})
+
+
+@pytest.mark.parametrize("op", ["PRelu", "Where"])
+def test_select_with_loads_in_one_arm(op, tmp_path):
+    """gcc 12 at -O3 with AVX-512 gives the unrolled masked loads of ``x < 0 ? x * s : x``
+    in a 3-deep loop nest the mask of the first vector: wrong PRelu/Where on hosts with
+    AVX-512. The select loads both values first (no masked load)."""
+    if op == "PRelu":
+        m = make_model([h.make_node("PRelu", ["x", "s"], ["y"])],
+                       {"x": (F, [3, 4, 5]), "s": (F, [3, 4, 5])}, {"y": (F, [3, 4, 5])})
+        inputs = {"x": _rand(3, 4, 5), "s": _rand(3, 4, 5, seed=1)}
+    else:
+        m = make_model([h.make_node("Greater", ["c", "zero"], ["b"]),
+                        h.make_node("Where", ["b", "x", "zero"], ["y"])],
+                       {"x": (F, [3, 4, 5]), "c": (F, [3, 4, 5])}, {"y": (F, [3, 4, 5])},
+                       inits={"zero": np.zeros((), F)})
+        inputs = {"x": _rand(3, 4, 5), "c": _rand(3, 4, 5, seed=1)}
+    _check(m, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("tail", ["Relu", "Erf"])
+def test_matmul_of_one_tensor_with_itself_then_elementwise(tail, tmp_path):
+    """``MatMul(x, x)`` followed by a fused op lost one of its two parameters ('A'
+    undeclared in kernels.c)."""
+    m = make_model([h.make_node("MatMul", ["x", "x"], ["y"]), h.make_node(tail, ["y"], ["z"])],
+                   {"x": (F, [6, 6])}, {"z": (F, [6, 6])})
+    _check(m, tmp_path, {"x": _rand(6, 6)})
+
+
+def test_gather_scalar_index_gives_a_scalar(tmp_path):
+    """``Gather(x[5], 2)``: the rank-0 result's dummy index was added to the data index."""
+    m = make_model([h.make_node("Gather", ["x", "i"], ["y"])], {"x": (F, [5])}, {"y": (F, [])},
+                   inits={"i": np.array(2, I64)})
+    _check(m, tmp_path, {"x": _rand(5)})
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_with_constant_float_scales(mode, tmp_path):
+    """nn.Upsample: Resize with float ``scales`` from an initializer was refused ("computed
+    at run time"): fusion passed the scales to the kernel as a weight."""
+    m = make_model([h.make_node("Resize", ["x", "", "s"], ["y"], mode=mode)],
+                   {"x": (F, [1, 2, 3, 3])}, {"y": (F, [1, 2, 6, 6])},
+                   inits={"s": np.array([1, 1, 2, 2], F)})
+    path = _check(m, tmp_path, {"x": _rand(1, 2, 3, 3)})
+    assert "w_s" not in (path / "src" / "weights.c").read_text()
+
+
+def test_mod_of_constants_is_folded_before_support_is_checked(tmp_path):
+    """nn.MultiheadAttention exports ``Mod`` on constants; Kiln refused the whole model
+    before folding."""
+    m = make_model([h.make_node("Mod", ["a", "b"], ["c"]),
+                    h.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+                    h.make_node("Add", ["x", "cf"], ["y"])],
+                   {"x": (F, [3])}, {"y": (F, [3])},
+                   inits={"a": np.array([5, -7, 9], I64), "b": np.array([3, 3, 4], I64)})
+    _check(m, tmp_path, {"x": _rand(3)})
+
+
+def test_pool_ceil_mode_window_in_end_padding_warns_and_compiles(tmp_path):
+    """ONNX shape inference keeps a last ceil-mode window that starts in the end padding;
+    the spec and onnxruntime drop it. Kiln crashed on the disagreement (exit 1)."""
+    m = make_model([h.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                                pads=[0, 0, 1, 1], ceil_mode=1),
+                    h.make_node("Relu", ["y"], ["z"])],
+                   {"x": (F, [1, 1, 4, 4])}, {"z": (F, [1, 1, 2, 2])})
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _check(m, tmp_path, {"x": _rand(1, 1, 4, 4)})
+    msgs = [str(w.message) for w in seen if issubclass(w.category, KilnWarning)]
+    assert any("known ONNX bug" in s and "ceil_mode" in s for s in msgs), msgs
