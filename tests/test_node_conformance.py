@@ -2,6 +2,10 @@
 registers runs through ``from_onnx`` + the numpy reference executor and must match the
 expected outputs within the test case's rtol/atol.
 
+``test_node_bundle`` runs every case the reference passes through a **compiled bundle** on
+the host target (shape operands frozen as initializers, built with the strict warning
+flags): a bundle must pass every node test the reference passes.
+
 Each test case is its own pytest item.  Cases are skipped (with the reason) when they use
 an op outside Kiln's registry (and not expandable into registered ops through its ONNX
 function body), a non-default op domain, a dtype Kiln lacks (bfloat16,
@@ -16,12 +20,14 @@ from __future__ import annotations
 
 import functools
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx.version_converter
 import pytest
 
+from tests.bundle.helpers import STRICT
 from toolchain.errors import UnsupportedError
 from toolchain.frontend.backend import KilnBackend
 from toolchain.frontend.onnx import MIN_OPSET, ONNX_DTYPES
@@ -124,6 +130,51 @@ def run_case(name: str) -> tuple[str, str]:
     return "pass", ""
 
 
+def bound_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                bound: set[str]) -> onnx.ModelProto:
+    """``model`` with the ``bound`` inputs turned into initializers holding their values (a
+    node test's shape operands, frozen as a real model would have them)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    keep = [i for i in out.graph.input if i.name not in bound]
+    out.graph.initializer.extend(onnx.numpy_helper.from_array(np.asarray(feeds[n]), n)
+                                 for n in sorted(bound))
+    del out.graph.input[:]
+    out.graph.input.extend(keep)
+    return out
+
+
+def run_case_bundle(name: str, tmp: Path) -> tuple[str, str]:
+    """``run_case`` through a compiled bundle on the host target (built with the strict
+    flags): ``("pass" | "skip" | "fail", detail)``; skipped when the reference does not pass
+    the case, or when the bundle refuses it (an UnsupportedError, with its reason)."""
+    from toolchain.bundle import compile_model, load_bundle
+
+    status, detail = run_case(name)
+    if status != "pass":
+        return "skip", f"the reference executor does not pass it ({status}: {detail})"
+    case = _cases()[name]
+    rep = KilnBackend.prepare(case.model)
+    out_names = [o.name for o in case.model.graph.output]
+    try:
+        for k, (inputs, expected) in enumerate(case.data_sets):
+            feeds = dict(zip(rep.input_names, [_array(x) for x in inputs], strict=False))
+            _, bound = rep.graph_for(feeds)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                path = compile_model(bound_model(case.model, feeds, bound), "host",
+                                     tmp / f"case{k}", progress=False)
+            bundle = load_bundle(path, extra_flags=STRICT)
+            got = bundle({t["name"]: feeds[t["name"]] for t in bundle.inputs})
+            for out_name, w in zip(out_names, expected, strict=True):
+                _compare(out_name, got[out_name], _array(w), case.rtol, case.atol)
+    except UnsupportedError as exc:
+        return "skip", f"Kiln refuses it in a bundle: {str(exc).splitlines()[0]}"
+    except Exception as exc:  # a failure to report, whatever it is
+        return "fail", f"{type(exc).__name__}: {exc}"
+    return "pass", ""
+
+
 #: known failures caused by op definitions (owned elsewhere), each with the reason; they
 #: run as non-strict xfails so a fix shows up as XPASS
 KNOWN_FAILURES: dict[str, str] = {}
@@ -139,6 +190,16 @@ def _params():
 @pytest.mark.parametrize("name", _params())
 def test_node(name: str) -> None:
     status, detail = run_case(name)
+    if status == "skip":
+        pytest.skip(detail)
+    assert status == "pass", detail
+
+
+@pytest.mark.parametrize("name", _params())
+def test_node_bundle(name: str, tmp_path: Path) -> None:
+    """The node test through a compiled bundle: a bundle passes every node test the
+    reference executor passes (what users run is the bundle)."""
+    status, detail = run_case_bundle(name, tmp_path)
     if status == "skip":
         pytest.skip(detail)
     assert status == "pass", detail

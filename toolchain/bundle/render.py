@@ -104,6 +104,8 @@ class Locations:
             return self.expr[id(v)]
         if v.name in self.spec.plan.views:
             return self.by_input[self.spec.plan.views[v.name]]
+        if v.size == 0:  # an empty tensor has no bytes (and must not alias another's)
+            return "NULL"
         return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
 
 
@@ -162,7 +164,7 @@ def output_copies(spec: BundleSpec, loc: Locations, outputs: list[dict[str, Any]
         if first and id(v) in produced:
             continue
         src = loc.of(v)
-        if src == f"(void *)outputs->{t['field']}":
+        if src == f"(void *)outputs->{t['field']}" or v.nbytes == 0:
             continue
         what = ("a graph input" if v in spec.graph.inputs else
                 "a constant" if v.data is not None else "another output")
