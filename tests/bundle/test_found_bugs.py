@@ -114,3 +114,62 @@ def test_pool_ceil_mode_window_in_end_padding_warns_and_compiles(tmp_path):
         _check(m, tmp_path, {"x": _rand(1, 1, 4, 4)})
     msgs = [str(w.message) for w in seen if issubclass(w.category, KilnWarning)]
     assert any("known ONNX bug" in s and "ceil_mode" in s for s in msgs), msgs
+
+
+def _chain(n: int, ops: list[str]):
+    nodes, prev = [], "x"
+    for i in range(n):
+        nodes.append(h.make_node(ops[i % len(ops)], [prev], [f"t{i}"]))
+        prev = f"t{i}"
+    return make_model(nodes, {"x": (F, [1, 16])}, {prev: (F, [1, 16])})
+
+
+def test_long_elementwise_chains_compile_to_bounded_kernels(tmp_path):
+    """A chain of ops that read their input twice (Relu's select) was one kernel whose
+    inlined expression doubled at each op (16 Relus: 20 s, 20: > 100 s); a 2,000-node chain
+    hit Python's recursion limit. Kernels hold at most MAX_FUSED_DEPTH nodes of a chain."""
+    from toolchain.graph.passes.fusion import MAX_FUSED_DEPTH
+
+    m = _chain(40, ["Relu", "Neg", "HardSwish"])
+    path = _check(m, tmp_path, {"x": _rand(1, 16)})
+    import json
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["kernel_count"] == -(-40 // MAX_FUSED_DEPTH)
+    assert len((path / "src" / "kernels.c").read_text()) < 40 * 4000
+
+
+def test_a_chain_deeper_than_the_recursion_limit_compiles(tmp_path):
+    import sys
+
+    n = sys.getrecursionlimit() + 200
+    _check(_chain(n, ["Neg", "Relu"]), tmp_path / "deep", {"x": _rand(1, 16)}, "c-generic")
+
+
+def test_a_tensor_beyond_32_bit_indices_is_refused_naming_it(tmp_path):
+    """A 10^13-element output compiled to kernels whose int32 indices overflow."""
+    from toolchain.bundle import compile_model
+    from toolchain.errors import ModelError
+
+    m = make_model([h.make_node("Expand", ["x", "s"], ["y"]), h.make_node("Relu", ["y"], ["z"])],
+                   {"x": (F, [1])}, {"z": (F, [100000, 100000000])},
+                   inits={"s": np.array([100000, 100000000], I64)})
+    with pytest.raises(ModelError, match=r"tensor 'y' float32\[100000, 100000000\] has "
+                                         r"10,000,000,000,000 elements"):
+        compile_model(m, "c-generic", tmp_path / "b", progress=False)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_tensor_too_large_for_memory_is_a_user_error_naming_it(tmp_path, capsys):
+    import onnx
+
+    from toolchain.cli import main
+
+    # 400 TB: beyond any address space, so the allocation fails whatever the overcommit
+    m = make_model([h.make_node("Expand", ["x", "s"], ["z"])],
+                   {"x": (F, [1])}, {"z": (F, [1000000, 100000000])},
+                   inits={"s": np.array([1000000, 100000000], I64)})
+    onnx.save(m, tmp_path / "big.onnx")
+    np.savez(tmp_path / "in.npz", x=np.ones(1, F))
+    assert main(["run", str(tmp_path / "big.onnx"), "--inputs", str(tmp_path / "in.npz")]) == 2
+    assert "'z' float32[1000000, 100000000] (400,000,000,000,000 bytes)" in \
+        capsys.readouterr().err

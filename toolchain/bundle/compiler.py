@@ -275,6 +275,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         raise OptionError(f"model name {name or stem!r} gives no usable C identifier; pass "
                           "--name NAME")
     graph = from_onnx(loadable, input_shapes=input_shapes)
+    check_index_range(graph)
     layout = layout_for_target(t)
     try:
         fused, kernels = _kernels(graph, layout, t, prefix, dump_ir, progress, emulate)
@@ -297,6 +298,31 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     if emulate:
         options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
     return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source)
+
+
+#: kernels index tensors with 32-bit signed integers (loop variables and flat offsets)
+MAX_ELEMENTS = 2**31 - 1
+
+
+def check_index_range(graph: Graph) -> None:
+    """Refuse a tensor with more elements than a 32-bit index reaches (the kernels' flat
+    offsets would overflow: silent memory corruption), naming it and its size.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x, y = Value("x", (2,), "float32"), Value("y", (100_000, 100_000), "float32")
+    >>> check_index_range(Graph("g", [x], [y], [Node("Expand", "e", [x], [y])]))
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    toolchain.errors.ModelError: g: tensor 'y' float32[100000, 100000] has 10,000,000,000 ...
+    """
+    values = {id(v): v for n in graph.nodes for v in (*n.inputs, *n.outputs) if v is not None}
+    values.update((id(v), v) for v in (*graph.inputs, *graph.outputs))
+    for v in values.values():
+        if v.size > MAX_ELEMENTS:
+            raise ModelError(f"{graph.name}: tensor {v.name!r} {v.type} has {v.size:,} "
+                             f"elements ({v.nbytes:,} bytes); Kiln's kernels index tensors "
+                             f"with 32-bit integers, so a tensor may hold at most "
+                             f"{MAX_ELEMENTS:,} elements")
 
 
 def _layout_name(layout: Any) -> str:

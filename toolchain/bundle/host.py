@@ -194,6 +194,17 @@ def build_host(path: str | Path, cc: str | None = None,
     return lib
 
 
+def allocate(shape: Any, dtype: Any, what: str, zero: bool = False) -> np.ndarray:
+    """``np.empty`` (or ``np.zeros``), with a user error naming ``what`` and its size when
+    this machine cannot hold it (instead of numpy's MemoryError)."""
+    try:
+        return (np.zeros if zero else np.empty)(shape, dtype)
+    except MemoryError:
+        size = int(np.prod(shape, dtype=np.float64)) * np.dtype(dtype).itemsize
+        raise InputError(f"{what} needs {size:,} bytes, more memory than this machine can "
+                         "give") from None
+
+
 #: the byte every output buffer holds before a run (``BundleModule.__call__``)
 POISON = 0xA5
 
@@ -217,7 +228,8 @@ class BundleModule:
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         align = int(self.metadata["arena_align"])
-        raw = np.zeros(int(self.metadata["arena_bytes"]) + align, np.uint8)
+        raw = allocate((int(self.metadata["arena_bytes"]) + align,), np.uint8,
+                       f"the arena of bundle {self.model}", zero=True)
         skip = (-raw.ctypes.data) % align
         self._raw = raw
         self.arena = raw[skip:skip + int(self.metadata["arena_bytes"])]
@@ -253,7 +265,8 @@ class BundleModule:
     def __call__(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Run the bundle once; the outputs by name."""
         ins = self._check(inputs)
-        outs = [np.empty(t["shape"], np_dtype(t["dtype"])) for t in self.outputs]
+        outs = [allocate(t["shape"], np_dtype(t["dtype"]), f"output {t['name']!r}")
+                for t in self.outputs]
         for a in outs:  # poisoned, so an output the bundle fails to write never looks right
             a.reshape(-1).view(np.uint8).fill(POISON)
         cin, cout = self._args(ins, outs)

@@ -71,6 +71,10 @@ def run_node(node: Node, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray
         results = list(opdef.reference(list(inputs), attrs))
     except KilnError:
         raise
+    except MemoryError:
+        sizes = ", ".join(f"{o.name!r} {o.type} ({o.nbytes:,} bytes)" for o in node.outputs)
+        raise InputError(f"{node.describe()}: the reference executor cannot hold its "
+                         f"output(s) {sizes} in this machine's memory") from None
     except Exception as exc:
         shown = ", ".join("_" if a is None else _describe_array(np.asarray(a)) for a in inputs)
         raise InternalError(

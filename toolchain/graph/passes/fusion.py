@@ -39,12 +39,19 @@ INJ, RED, OUT, OPQ = (PatternKind.INJECTIVE, PatternKind.REDUCTION,
 _SHORT = {"Conv": "conv", "Gemm": "dense", "MatMul": "matmul", "BatchNormalization": "bn",
           "LayoutTransform": "layout"}
 _MAX_NAME_OPS = 5
+#: the longest chain of nodes one fused kernel holds. Inlining an elementwise op copies its
+#: input's expression once per use (Relu's select reads it twice), so a chain of k such
+#: ops is a 2^k-leaf expression, and every expression visitor recurses k deep: a longer
+#: chain is split into several kernels (the zoo's deepest group is 5)
+MAX_FUSED_DEPTH = 8
 
 
 @dataclass(eq=False)
 class _Group:
     kind: PatternKind
     nodes: list[Node] = field(default_factory=list)
+    #: per member node (by id): the longest chain of members ending at it
+    depth: dict[int, int] = field(default_factory=dict)
 
 
 def _pattern(node: Node) -> PatternKind:
@@ -81,7 +88,7 @@ def _groups(graph: Graph) -> list[_Group]:
     group_of: dict[int, _Group] = {}
     groups: list[_Group] = []
     for node in graph.nodes:
-        group = _Group(_pattern(node), [node])
+        group = _Group(_pattern(node), [node], {id(node): 1})
         if group.kind in (INJ, RED):
             seen: set[int] = set()
             for v in node.inputs:
@@ -91,10 +98,13 @@ def _groups(graph: Graph) -> list[_Group]:
                 pg = group_of[id(p)]
                 seen.add(id(pg))
                 if _may_absorb(group, node, pg) and \
-                        _exports_only_to(pg, node, consumers, outputs):
+                        _exports_only_to(pg, node, consumers, outputs) and \
+                        pg.depth[id(p)] < MAX_FUSED_DEPTH:
                     if pg.kind == OUT:
                         group.kind = OUT
                     group.nodes = pg.nodes + group.nodes
+                    group.depth = {**pg.depth, **group.depth}
+                    group.depth[id(node)] = max(group.depth[id(node)], pg.depth[id(p)] + 1)
                     groups.remove(pg)
         groups.append(group)
         for m in group.nodes:
