@@ -1,0 +1,176 @@
+"""Judge one model: onnxruntime and Kiln's reference executor against Kiln's bundles.
+
+``check(model, inputs, targets)`` returns the :class:`Finding`\\ s of one model (none when
+all is well). A finding is one of
+
+* ``wrong`` — a bundle (or the reference executor) disagrees with onnxruntime beyond the
+  tolerance: the worst bug Kiln can have;
+* ``crash`` — anything that is Kiln's fault: an exception that is not a
+  :class:`~toolchain.errors.KilnError`, an ``InternalError``, generated code the C compiler
+  rejects (``GeneratedCodeError``);
+* ``refused`` — a clear user error (``KilnError``) for a model onnxruntime runs.
+
+A model onnxruntime itself rejects is no finding (the generator's fault, reported as
+``invalid``). Targets this host cannot run (CPU features it lacks) are skipped.
+
+``shrink(model, inputs, finding, targets)`` cuts a failing model down to the smallest
+prefix graph that still fails the same way (outputs moved to the earliest failing
+tensor, unused nodes dropped, one output kept).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from toolchain.errors import GeneratedCodeError, InternalError, KilnError, TargetError
+
+#: max |got - want| / max |want| allowed (fp32 kernels reassociate sums and use their own
+#: exp/tanh/erf; chains of ops amplify the differences a little)
+RTOL = 2e-3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What went wrong with one model on one target (``"reference"`` for the executor)."""
+
+    kind: str  # wrong | crash | refused | invalid
+    target: str
+    detail: str
+
+    def same_as(self, other: Finding) -> bool:
+        """The same failure (kind, target and first line of the error type)."""
+        return (self.kind, self.target, self.detail.split(":")[0]) == \
+            (other.kind, other.target, other.detail.split(":")[0])
+
+
+def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, inputs), strict=True))
+
+
+def max_rel(got: np.ndarray, want: np.ndarray) -> float:
+    if got.shape != want.shape:
+        return float("inf")
+    if want.size == 0:
+        return 0.0
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if not np.array_equal(np.isnan(g), np.isnan(w)):
+        return float("inf")
+    g, w = np.nan_to_num(g), np.nan_to_num(w)
+    scale = max(float(np.abs(w).max()), 1e-6)
+    return float(np.abs(g - w).max()) / scale
+
+
+def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | None:
+    for name, w in want.items():
+        err = max_rel(np.asarray(got[name]), w)
+        if not err <= RTOL:
+            return f"output {name!r}: max rel err {err:.3g} (shape {np.shape(got[name])})"
+    return None
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, (GeneratedCodeError, InternalError)) or not isinstance(exc, KilnError):
+        return "crash"
+    return "refused"
+
+
+def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+          targets: tuple[str, ...] = ("c-generic",)) -> list[Finding]:
+    """Every finding of ``model`` on ``targets`` (see the module docstring)."""
+    from toolchain.bundle import compile_model, load_bundle
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    try:
+        want = run_ort(model, inputs)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime rejects it: not a valid model
+        return [Finding("invalid", "onnxruntime", f"{type(exc).__name__}: {exc}")]
+    findings = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ref = run_graph(from_onnx(model), inputs)
+            bad = _compare(ref, want)
+            if bad:
+                findings.append(Finding("wrong", "reference", bad))
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            findings.append(Finding(_classify(exc), "reference",
+                                    f"{type(exc).__name__}: {str(exc)[:2000]}"))
+        with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
+            for target in targets:
+                try:
+                    path = compile_model(model, target, Path(tmp) / target, progress=False)
+                    got = load_bundle(path)(inputs)
+                except TargetError as exc:
+                    if "this host" in str(exc) or "CPU" in str(exc):
+                        continue  # a target this machine cannot run
+                    findings.append(Finding("refused", target, f"TargetError: {exc}"))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                    findings.append(Finding(_classify(exc), target,
+                                            f"{type(exc).__name__}: {str(exc)[:2000]}"))
+                    continue
+                bad = _compare(got, want)
+                if bad:
+                    findings.append(Finding("wrong", target, bad))
+    return findings
+
+
+def _prefix_model(model: onnx.ModelProto, output: str) -> onnx.ModelProto:
+    """``model`` cut to the nodes ``output`` depends on, with ``output`` its only output."""
+    from onnx import helper
+
+    need = {output}
+    keep = []
+    for node in reversed(model.graph.node):
+        if any(o in need for o in node.output):
+            keep.append(node)
+            need.update(i for i in node.input if i)
+    keep.reverse()
+    inits = [t for t in model.graph.initializer if t.name in need]
+    inputs = [i for i in model.graph.input if i.name in need]
+    graph = helper.make_graph(keep, model.graph.name, inputs,
+                              [helper.make_empty_tensor_value_info(output)], inits)
+    out = helper.make_model(graph, opset_imports=list(model.opset_import),
+                            producer_name=model.producer_name)
+    out.ir_version = model.ir_version
+    inferred = onnx.shape_inference.infer_shapes(out)
+    vi = [v for v in list(inferred.graph.value_info) + list(inferred.graph.output)
+          if v.name == output]
+    if vi and vi[0].type.tensor_type.HasField("shape"):
+        out.graph.output[0].CopyFrom(vi[0])
+    return out
+
+
+def shrink(model: onnx.ModelProto, inputs: dict[str, np.ndarray], finding: Finding,
+           targets: tuple[str, ...]) -> onnx.ModelProto:
+    """The smallest prefix of ``model`` (by node count) that still gives ``finding``."""
+    target = (finding.target,) if finding.target in targets else targets
+    best = model
+    candidates = [o for n in model.graph.node for o in n.output if o]
+    for out in candidates:  # earliest first: the first that fails is the smallest cut
+        try:
+            small = _prefix_model(model, out)
+        except Exception:  # noqa: BLE001 - a cut onnx cannot type: try the next one
+            continue
+        if len(small.graph.node) >= len(best.graph.node):
+            continue
+        feeds = {i.name: inputs[i.name] for i in small.graph.input}
+        if any(f.same_as(finding) for f in check(small, feeds, target)):
+            best = small
+            break
+    return best

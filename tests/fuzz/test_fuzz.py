@@ -1,0 +1,71 @@
+"""The fuzzer's CI batch: random valid ONNX graphs (fixed seeds) compiled for every CPU
+target this host runs, compared with onnxruntime and the reference executor. Explore
+further with ``python -m tests.fuzz --count N --seed S`` (docs/testing.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.fuzz.__main__ import TARGETS
+from tests.fuzz.graphs import FAMILIES, random_model
+from tests.fuzz.oracle import Finding, check, shrink
+
+#: the CI batch: about a minute on one core
+SEEDS = range(40)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_graph_matches_onnxruntime_on_every_target(seed: int) -> None:
+    model, inputs = random_model(seed)
+    findings = check(model, inputs, TARGETS)
+    assert not findings, (
+        f"seed {seed} ({' '.join(n.op_type for n in model.graph.node)}): "
+        + "; ".join(f"{f.kind} on {f.target}: {f.detail[:300]}" for f in findings)
+        + f"\nreproduce and shrink: python -m tests.fuzz --count 1 --seed {seed}")
+
+
+def test_the_generator_is_deterministic_and_covers_every_family() -> None:
+    a, _ = random_model(7)
+    b, _ = random_model(7)
+    assert a.SerializeToString() == b.SerializeToString()
+    ops = {n.op_type for s in range(300) for n in random_model(s)[0].graph.node}
+    for op in ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "Gemm", "MatMul", "Resize",
+               "Slice", "Pad", "Concat", "Split", "Gather", "LayerNormalization", "Where",
+               "ReduceMean", "Expand", "Tile", "PRelu", "Softmax"):
+        assert op in ops, op
+    assert len(FAMILIES) >= 15
+
+
+def test_a_wrong_bundle_output_is_found_and_shrunk(monkeypatch) -> None:
+    """The oracle can fail: a bundle that adds 1 to every output is reported as ``wrong``,
+    and shrinking keeps a failing model no larger than the original."""
+    from toolchain.bundle import host
+
+    real = host.BundleModule.__call__
+
+    def off_by_one(self, inputs):
+        return {k: v + np.float32(1.0) for k, v in real(self, inputs).items()}
+
+    monkeypatch.setattr(host.BundleModule, "__call__", off_by_one)
+    model, inputs = random_model(3)
+    findings = check(model, inputs, ("c-generic",))
+    assert [f.kind for f in findings] == ["wrong"]
+    small = shrink(model, inputs, findings[0], ("c-generic",))
+    assert len(small.graph.node) <= len(model.graph.node)
+    onnx.checker.check_model(small)
+    feeds = {i.name: inputs[i.name] for i in small.graph.input}
+    assert any(f.same_as(findings[0]) for f in check(small, feeds, ("c-generic",)))
+
+
+def test_a_crash_is_classified_as_kilns_fault(monkeypatch) -> None:
+    from toolchain.bundle import host
+
+    def boom(self, inputs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(host.BundleModule, "__call__", boom)
+    model, inputs = random_model(5)
+    assert check(model, inputs, ("c-generic",)) == [
+        Finding("crash", "c-generic", "ZeroDivisionError: a bug")]
