@@ -87,8 +87,8 @@ def support_of(func: Any) -> CSupport:
 
 @dataclass
 class KernelArtifact:
-    """One kernel as a backend produced it (the C backend today; CUDA adds a launch
-    configuration, the accelerator an instruction stream, LLVM object code).
+    """One kernel as a backend produced it (C; CUDA adds a launch configuration, LLVM
+    object code, the accelerator an instruction stream).
 
     For C: the function's name, parameter declarations and body lines, the vector
     typedefs it uses, the arena scratch it needs, its :class:`CSupport` and the generic
@@ -115,6 +115,10 @@ class KernelArtifact:
     param_types: list[str] = field(default_factory=list)
     #: CUDA: byte offset in the kernel's scratch of each trailing scratch parameter
     scratch_offsets: list[int] = field(default_factory=list)
+    #: LLVM: the kernel's object code for the target's triple (``params`` is its C
+    #: prototype) and the LLVM IR it was compiled from
+    object_code: bytes = b""
+    llvm_ir: str = ""
 
     @property
     def flags(self) -> list[str]:

@@ -2,8 +2,8 @@
 
 One interface, one explicit table. A backend renders one lowered kernel of a bundle; the
 bundle renders the artifacts it gets and never looks inside generated code. The table is
-keyed by target kind (``Target.kind``): C is the first backend; CUDA, LLVM and the
-accelerator plug in beside it (their issues add them).
+keyed by target kind (``Target.kind``): C, CUDA and LLVM (object code through llvmlite,
+:mod:`toolchain.codegen.llvm`); the accelerator plugs in beside them.
 
 >>> from toolchain import te
 >>> from toolchain.target import load_target
@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from toolchain.codegen.artifact import KernelArtifact
+from toolchain.codegen.llvm import LLVMBackend
 from toolchain.errors import TargetError
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -134,13 +135,22 @@ class CUDABackend:
                               r.helper_list(), "cuda", launches, types, offsets)
 
 
-#: target kind -> backend
-BACKENDS: dict[str, Backend] = {"c": CBackend(), "cuda": CUDABackend()}
+#: target kind (or backend name) -> backend; ``llvm`` compiles for the host here,
+#: :func:`backend_for` gives one for a target's triple and CPU
+BACKENDS: dict[str, Backend] = {"c": CBackend(), "cuda": CUDABackend(), "llvm": LLVMBackend()}
 
 
-def backend_for(target: Target, emulate: bool = False) -> Backend:
+def backend_for(target: Target, emulate: bool = False, backend: str | None = None) -> Backend:
     """The backend that generates ``target``'s kernels (by its kind); ``emulate``: the SIMT
-    emulation of a GPU target's kernels in C (:class:`SimtCBackend`)."""
+    emulation of a GPU target's kernels in C (:class:`SimtCBackend`); ``backend="llvm"``:
+    object code for a CPU target through LLVM (its ``llvm:`` triple and CPU)."""
+    if backend == "llvm" or (backend is None and target.kind == "llvm"):
+        from toolchain.codegen.llvm_target import machine_for
+
+        return LLVMBackend(machine_for(target))
+    if backend not in (None, "c", target.kind):
+        raise TargetError(f"backend {backend!r} does not generate code for target "
+                          f"{target.name!r} (kind {target.kind!r}); backends: c, llvm")
     if emulate:
         if target.kind != "cuda":
             raise TargetError(f"--emulate runs a GPU target's kernels on the CPU; target "
@@ -154,4 +164,5 @@ def backend_for(target: Target, emulate: bool = False) -> Backend:
     return b
 
 
-__all__ = ["BACKENDS", "Backend", "CBackend", "CUDABackend", "SimtCBackend", "backend_for"]
+__all__ = ["BACKENDS", "Backend", "CBackend", "CUDABackend", "LLVMBackend", "SimtCBackend",
+           "backend_for"]

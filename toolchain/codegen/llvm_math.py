@@ -1,0 +1,172 @@
+"""Math intrinsics in LLVM IR: the LLVM intrinsic of each TIR math op, and the branch-free
+float32 ``exp`` / ``erf`` / ``tanh`` / ``sigmoid`` of :mod:`.fastmath` built from IR.
+
+The meaning of every op is :mod:`.math_intrinsics`'s table. Where LLVM has an intrinsic
+(``llvm.exp``, ``llvm.sqrt``, ``llvm.fabs``, ``llvm.nearbyint`` for ``round``...) it is
+called for scalars and vectors alike (LLVM lowers it to an instruction or to a libm call);
+float32 ``exp erf tanh sigmoid`` are the C backend's polynomial helpers, written here with
+the same coefficients (:data:`~toolchain.codegen.fastmath.EXP_COEFFS`...) as straight-line
+IR on any number of lanes, so a vectorized loop stays vectorized and both backends agree
+to the last bit where the C compiler does not contract differently. ``erf`` (no LLVM
+intrinsic) of float64 calls libm's ``erf`` lane by lane.
+
+>>> LLVM_INTRINSICS["round"], LLVM_INTRINSICS["sqrt"]
+('llvm.nearbyint', 'llvm.sqrt')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir as ll
+
+from toolchain.codegen.fastmath import (
+    ERF_DEN,
+    ERF_NUM,
+    EXP_COEFFS,
+    LN2_HI,
+    LN2_LO,
+    TANH_SMALL,
+)
+
+#: TIR math op -> LLVM intrinsic (overloaded on the float type, scalar or vector)
+LLVM_INTRINSICS: dict[str, str] = {
+    "exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2",
+    "log10": "llvm.log10", "sqrt": "llvm.sqrt", "fabs": "llvm.fabs", "floor": "llvm.floor",
+    "ceil": "llvm.ceil", "trunc": "llvm.trunc", "sin": "llvm.sin", "cos": "llvm.cos",
+    "tan": "llvm.tan", "tanh": "llvm.tanh", "pow": "llvm.pow", "round": "llvm.nearbyint",
+    "fma": "llvm.fma",
+}
+#: TIR math op -> libm function (float64 name; float32 appends ``f``) where LLVM has no
+#: intrinsic
+LIBM_ONLY: dict[str, str] = {"erf": "erf"}
+#: float32 ops built from IR (the C backend's fast-math helpers)
+FAST_F32 = ("exp", "erf", "tanh", "sigmoid")
+
+
+def type_suffix(t: ll.Type) -> str:
+    """The overload suffix of an LLVM type (``f32``, ``v8f32``, ``i64``)."""
+    if isinstance(t, ll.VectorType):
+        return f"v{t.count}{type_suffix(t.element)}"
+    if isinstance(t, ll.FloatType):
+        return "f32"
+    if isinstance(t, ll.DoubleType):
+        return "f64"
+    if isinstance(t, ll.HalfType):
+        return "f16"
+    if isinstance(t, ll.IntType):
+        return f"i{t.width}"
+    raise TypeError(f"no intrinsic suffix for LLVM type {t}")
+
+
+def intrinsic(module: ll.Module, name: str, ret: ll.Type, args: Sequence[ll.Type]
+              ) -> ll.Function:
+    """``declare`` (once) the overloaded intrinsic ``name`` for type ``ret``."""
+    full = f"{name}.{type_suffix(ret)}"
+    fn = module.globals.get(full)
+    if fn is None:
+        fn = ll.Function(module, ll.FunctionType(ret, list(args)), name=full)
+    return fn
+
+
+def external(module: ll.Module, name: str, ret: ll.Type, args: Sequence[ll.Type]
+             ) -> ll.Function:
+    """``declare`` (once) the C function ``name``."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ll.Function(module, ll.FunctionType(ret, list(args)), name=name)
+    return fn
+
+
+def splat(t: ll.Type, value: float | int) -> ll.Constant:
+    """A constant of type ``t`` (every lane ``value`` for a vector type)."""
+    if isinstance(t, ll.VectorType):
+        return ll.Constant(t, [ll.Constant(t.element, value)] * t.count)
+    return ll.Constant(t, value)
+
+
+def int_like(t: ll.Type) -> ll.Type:
+    """i32 (or a vector of i32) with the lanes of float type ``t``."""
+    return ll.VectorType(ll.IntType(32), t.count) if isinstance(t, ll.VectorType) else \
+        ll.IntType(32)
+
+
+class FastMath:
+    """Builds the float32 fast-math functions at a builder's position (any lane count)."""
+
+    def __init__(self, b: ll.IRBuilder, module: ll.Module) -> None:
+        self.b, self.module = b, module
+
+    def _bits(self, x: ll.Value) -> ll.Value:
+        return self.b.bitcast(x, int_like(x.type))
+
+    def _float(self, u: ll.Value, t: ll.Type) -> ll.Value:
+        return self.b.bitcast(u, t)
+
+    def _clamp_bits(self, bits: ll.Value, limit: int) -> ll.Value:
+        """|x| clamped to the float whose bits are ``limit`` (NaN passes), sign kept."""
+        b, it = self.b, bits.type
+        ax = b.and_(bits, splat(it, 0x7FFFFFFF))
+        big = b.and_(b.icmp_unsigned(">", ax, splat(it, limit)),
+                     b.icmp_unsigned("<=", ax, splat(it, 0x7F800000)))
+        clamped = b.or_(b.and_(bits, splat(it, 0x80000000)), splat(it, limit))
+        return b.select(big, clamped, bits)
+
+    def _horner(self, coeffs: Sequence[float], z: ll.Value) -> ll.Value:
+        b, t = self.b, z.type
+        p = splat(t, coeffs[-1])
+        for c in reversed(coeffs[:-1]):
+            p = b.fadd(b.fmul(p, z), splat(t, c))
+        return p
+
+    def exp(self, x: ll.Value) -> ll.Value:
+        """``kiln_fast_expf``: 2^n e^r, e^r by a degree-6 polynomial."""
+        b, t = self.b, x.type
+        it = int_like(t)
+        y = self._float(self._clamp_bits(self._bits(x), 0x42D00000), t)
+        tt = b.fadd(b.fmul(y, splat(t, 1.44269504088896341)), splat(t, 12582912.0))
+        n = b.fsub(tt, splat(t, 12582912.0))
+        r = b.fsub(b.fsub(y, b.fmul(n, splat(t, LN2_HI))), b.fmul(n, splat(t, LN2_LO)))
+        p = self._horner(EXP_COEFFS, r)
+        k = b.sub(self._bits(tt), splat(it, 0x4B400000))
+        k1 = b.sdiv(k, splat(it, 2))
+        s1 = self._float(b.shl(b.add(k1, splat(it, 127)), splat(it, 23)), t)
+        s2 = self._float(b.shl(b.add(b.sub(k, k1), splat(it, 127)), splat(it, 23)), t)
+        return b.fmul(b.fmul(p, s1), s2)
+
+    def erf(self, x: ll.Value) -> ll.Value:
+        """``kiln_fast_erff``: x N(x^2) / D(x^2) on |x| <= 4, clamped to +-1."""
+        b, t = self.b, x.type
+        y = self._float(self._clamp_bits(self._bits(x), 0x40800000), t)
+        z = b.fmul(y, y)
+        q = b.fdiv(b.fmul(y, self._horner(ERF_NUM, z)), self._horner(ERF_DEN, z))
+        return self._float(self._clamp_bits(self._bits(q), 0x3F800000), t)
+
+    def tanh(self, x: ll.Value) -> ll.Value:
+        """``kiln_fast_tanhf``: x P(x^2) below 0.625, else 1 - 2 / (exp(2|x|) + 1)."""
+        b, t = self.b, x.type
+        it = int_like(t)
+        bits = self._bits(x)
+        ax = b.and_(bits, splat(it, 0x7FFFFFFF))
+        a = self._float(b.select(b.icmp_unsigned(">", ax, splat(it, 0x41200000)),
+                                 splat(it, 0x41200000), ax), t)
+        p = self._horner(TANH_SMALL, b.fmul(x, x))
+        e = self.exp(b.fmul(splat(t, 2.0), a))
+        one_minus = b.fsub(splat(t, 1.0), b.fdiv(splat(t, 2.0), b.fadd(e, splat(t, 1.0))))
+        big = self._float(b.or_(self._bits(one_minus), b.and_(bits, splat(it, 0x80000000))),
+                          t)
+        small = b.or_(b.icmp_unsigned("<", ax, splat(it, 0x3F200000)),
+                      b.icmp_unsigned(">", ax, splat(it, 0x7F800000)))
+        return b.select(small, b.fmul(x, p), big)
+
+    def sigmoid(self, x: ll.Value, fabs: Callable[[ll.Value], ll.Value]) -> ll.Value:
+        """``kiln_fast_sigmoidf``: 1 / (1 + e) for x >= 0, e / (1 + e) below, e = exp(-|x|)."""
+        b, t = self.b, x.type
+        e = self.exp(b.fsub(splat(t, -0.0), fabs(x)))
+        s = b.fdiv(splat(t, 1.0), b.fadd(splat(t, 1.0), e))
+        neg = b.icmp_signed("<", self._bits(x), splat(int_like(t), 0))
+        return b.select(neg, b.fmul(e, s), s)
+
+
+__all__ = ["FAST_F32", "LIBM_ONLY", "LLVM_INTRINSICS", "FastMath", "external", "int_like",
+           "intrinsic", "splat", "type_suffix"]

@@ -1,0 +1,128 @@
+"""In-process builds through LLVM: :func:`jit_build` and :class:`JITModule`.
+
+``toolchain.build(sch, backend="llvm")`` lowers as the C path does, translates the lowered
+function with :class:`~toolchain.codegen.llvm.LLVMCodegen`, optimizes it at O3 for the
+host (or the descriptor's LLVM CPU), and loads the object code with llvmlite's MCJIT: no
+subprocess, no C compiler. Object code is cached by content hash (the IR text, the
+machine's triple, CPU, features, fast-math flags and the LLVM version) as
+``<entry>-<hash>.o`` in the same folder as the C path's libraries
+(:func:`~toolchain.runtime.build.cache_dir`), so a rebuild parses no IR and runs no pass.
+
+The result is a :class:`~toolchain.runtime.module.Module` (same call, same argument checks);
+``get_source()`` is the LLVM IR, ``export_object()`` writes the object file.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from toolchain.codegen.llvm import LLVMCodegen
+from toolchain.codegen.llvm_target import LLVMMachine, emit_object, llvm_binding
+from toolchain.errors import BuildError, OptionError
+from toolchain.runtime.module import Module
+from toolchain.tir import ir
+
+
+@functools.cache
+def _process_symbols() -> None:
+    """Make libm's and libc's symbols (``expf``, ``malloc``...) visible to the JIT's
+    linker: LLVM lowers math intrinsics without an instruction to libm calls."""
+    llvm = llvm_binding()
+    for lib in ("m", "c"):
+        path = ctypes.util.find_library(lib)
+        if path:
+            try:
+                llvm.load_library_permanently(path)
+            except RuntimeError:  # pragma: no cover - already in the process
+                pass
+
+
+def object_for(kernel_ir: str, entry: str, machine: LLVMMachine,
+               cache: Path) -> tuple[bytes, dict[str, Any]]:
+    """Object code of ``kernel_ir`` for ``machine``, from the cache or compiled (and then
+    cached); with build info (cache key, path, whether cached, compile seconds)."""
+    key = hashlib.sha256("\0".join([kernel_ir, machine.key(), "O3", "jit"]).encode()
+                         ).hexdigest()
+    path = cache / f"{entry}-{key[:24]}.o"
+    info: dict[str, Any] = {"backend": "llvm", "triple": machine.triple, "cpu": machine.cpu,
+                            "features": machine.features, "fast_math": list(machine.fast_math),
+                            "cache_key": key, "object": str(path)}
+    if path.exists():
+        info.update(cached=True, compile_seconds=0.0)
+        return path.read_bytes(), info
+    t0 = time.perf_counter()
+    obj = emit_object(kernel_ir, machine, jit=True)
+    info.update(cached=False, compile_seconds=time.perf_counter() - t0)
+    fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
+    with os.fdopen(fd, "wb") as f:
+        f.write(obj)
+    os.replace(tmp, path)
+    return obj, info
+
+
+class JITModule(Module):
+    """A kernel loaded into this process by LLVM's MCJIT (see the module docstring)."""
+
+    def __init__(self, obj: bytes, obj_path: Path, entry: str, func: ir.PrimFunc,
+                 source: str, extra_args: list[ir.Var], build_info: dict[str, Any],
+                 machine: LLVMMachine) -> None:
+        llvm = llvm_binding()
+        _process_symbols()
+        # the engine wants a module of its own; the kernel comes as an object file
+        empty = llvm.parse_assembly(f'target triple = "{machine.triple}"')
+        self.engine = llvm.create_mcjit_compiler(empty, machine.target_machine(jit=True))
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        self.engine.finalize_object()
+        addr = self.engine.get_function_address(entry)
+        if not addr:
+            raise BuildError(f"LLVM JIT: symbol {entry} not found in the object code of "
+                             f"{obj_path}")
+        self.lib_path = Path(obj_path)
+        self.entry = entry
+        self.func = func
+        self.source = source
+        self.extra_args = list(extra_args)
+        self.build_info = dict(build_info)
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32)(addr)
+        self._fn.restype = ctypes.c_int32
+
+    def get_source(self) -> str:
+        """The LLVM IR the object code was compiled from (before optimization)."""
+        return self.source
+
+    def export_library(self, path: str | Path) -> Path:
+        raise OptionError("export_library: an LLVM JIT module has no shared library; "
+                          "use export_object(path) for its object file, or build with "
+                          "backend='c'")
+
+    def export_object(self, path: str | Path) -> Path:
+        """Copy the object file (entry symbol: :attr:`entry`) to ``path``."""
+        dst = Path(path)
+        if dst.parent and not dst.parent.exists():
+            raise OptionError(f"export_object: folder {dst.parent} does not exist")
+        shutil.copyfile(self.lib_path, dst)
+        return dst
+
+
+def jit_build(lowered: ir.PrimFunc, func: ir.PrimFunc, machine: LLVMMachine, cache: Path,
+              name: str | None = None) -> JITModule:
+    """Translate, optimize (or fetch from the cache) and load a lowered function."""
+    t0 = time.perf_counter()
+    k = LLVMCodegen(machine).generate(lowered, name)
+    gen = time.perf_counter() - t0
+    obj, info = object_for(k.ir, k.entry, machine, cache)
+    info["codegen_seconds"] = gen
+    return JITModule(obj, Path(info["object"]), k.entry, func, k.ir, k.extra_args, info,
+                     machine)
+
+
+__all__ = ["JITModule", "jit_build", "object_for"]
