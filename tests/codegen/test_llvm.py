@@ -246,3 +246,40 @@ def test_cortex_m_object_is_hard_float(tmp_path) -> None:
     out = subprocess.run([readelf, "-A", str(obj)], capture_output=True, text=True,
                          check=True).stdout
     assert "Tag_ABI_VFP_args: VFP registers" in out and "Tag_CPU_name: \"cortex-m4\"" in out
+
+
+def test_bundle_with_llvm_kernel_objects(tmp_path) -> None:
+    """kiln compile --backend llvm: the kernels as objects next to the same C runtime,
+    model and weights; built here (cc links the objects) and checked against the
+    reference executor."""
+    import toolchain
+
+    pkg = toolchain.compile(toolchain.load("examples/lenet5.onnx"), "c-generic",
+                            tmp_path / "b", backend="llvm")
+    objs = pkg.metadata["kernel_objects"]
+    assert objs and all((pkg.path / o).is_file() for o in objs)
+    assert "int32_t lenet5_" not in (pkg.path / "src" / "kernels.c").read_text()
+    assert all(o in (pkg.path / "Makefile").read_text() for o in objs)
+    assert pkg.metadata["options"]["backend"] == "llvm"
+    assert toolchain.run(pkg, check=True).ok
+
+
+def test_cortex_m4_bundle_with_llvm_kernels_runs_on_qemu(tmp_path) -> None:
+    import shutil
+
+    if not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")):
+        pytest.skip("needs gcc-arm-none-eabi, picolibc-arm-none-eabi and qemu-system-arm")
+    from toolchain.boards.build import compile_board
+    from toolchain.boards.qemu import run_on_qemu
+    from toolchain.bundle.check import compare, reference_outputs
+    from toolchain.bundle.host import read_metadata
+
+    out, report = compile_board("examples/lenet5.onnx", "qemu-mps2-an386", tmp_path / "m4",
+                                backend="llvm")
+    assert report is not None
+    meta = read_metadata(out)
+    feeds = {t["name"]: np.random.default_rng(0).standard_normal(t["shape"]).astype("float32")
+             for t in meta["inputs"]}
+    run = run_on_qemu(out, feeds)
+    rows = compare(run.outputs, reference_outputs(meta, feeds, "examples/lenet5.onnx"), 1e-4)
+    assert rows and all(r["ok"] for r in rows), rows
