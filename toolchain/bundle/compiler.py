@@ -80,15 +80,15 @@ class BundleSpec:
 
 
 def resolve_target(target: str | Path | Target) -> Target:
-    """A :class:`Target` that has a bundle backend (C, CUDA), from a name, a YAML path or a
-    Target; others are refused with the backends there are."""
+    """A :class:`Target` that has a bundle backend (C, CUDA, LLVM), from a name, a YAML path
+    or a Target; others are refused with the backends there are."""
     t = resolve_target_once(target)
     try:
         backend_for(t)
     except TargetError:
         raise TargetError(f"target {t.name!r} has kind {t.kind!r}: bundles are generated for "
-                          "C and CUDA targets in this version (try --target c-generic or "
-                          "--target cuda-sm80)") from None
+                          "C, CUDA and LLVM targets in this version (try --target c-generic "
+                          "or --target cuda-sm80)") from None
     return t
 
 
