@@ -11,7 +11,9 @@ so the same ctypes :class:`~toolchain.runtime.module.Module` and the same bundle
 * vectors are LLVM vectors (``<8 x float>``): contiguous ``Ramp`` loads and stores are one
   vector access, other indices gather or scatter lane by lane;
 * ``vectorized`` loops that are still loops (the scalar fallback) and ``unrolled`` loops
-  get ``llvm.loop`` metadata (``vectorize.enable``, ``unroll.full`` / ``unroll.count``);
+  get ``llvm.loop`` metadata (``vectorize.enable`` and, for a constant power-of-two
+  extent, ``vectorize.width``: the width the schedule chose; ``unroll.full`` /
+  ``unroll.count``);
   ``parallel`` loops run serially (there is no OpenMP runtime in a JIT or a firmware);
 * floating-point instructions carry the fast-math flags the target allows
   (:mod:`.llvm_target`; ``contract`` by default, as GCC does for the C backend);
@@ -381,6 +383,11 @@ class LLVMCodegen:
         if s.kind == "vectorized" or s.annotations.get("pragma_simd"):
             props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.vectorize.enable"),
                                          ll.Constant(I1, 1)]))
+            n = ir.const_int(s.extent)
+            if n is not None and 1 < n <= 64 and n & (n - 1) == 0:
+                # the width the schedule chose (from the target's vector width)
+                props.append(m.add_metadata([
+                    ll.MetaDataString(m, "llvm.loop.vectorize.width"), ll.Constant(I32, n)]))
         elif s.kind == "unrolled" or s.annotations.get("pragma_unroll"):
             n = ir.const_int(s.extent)
             if n is not None and n <= UNROLL:
@@ -675,7 +682,7 @@ class LLVMCodegen:
             r = self.math(op, wide, [self.cast(a, dtype, wide) for a in args])
             return self.cast(r, wide, dtype)
         if elem == "float32" and op in FAST_F32:
-            fm = FastMath(b, self.module)
+            fm = FastMath(b, self.module, self.fast_math)
             if op == "sigmoid":
                 return fm.sigmoid(args[0], lambda x: self.math("fabs", dtype, [x]))
             return getattr(fm, op)(args[0])

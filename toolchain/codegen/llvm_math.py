@@ -94,8 +94,26 @@ def int_like(t: ll.Type) -> ll.Type:
 class FastMath:
     """Builds the float32 fast-math functions at a builder's position (any lane count)."""
 
-    def __init__(self, b: ll.IRBuilder, module: ll.Module) -> None:
-        self.b, self.module = b, module
+    def __init__(self, b: ll.IRBuilder, module: ll.Module, flags: Sequence[str] = ()) -> None:
+        """``flags``: the fast-math flags the target allows (``contract`` lets the
+        polynomials use FMAs, as GCC contracts the C helpers)."""
+        self.b, self.module, self.flags = b, module, tuple(flags)
+
+    def _f(self, inst: ll.Instruction) -> ll.Instruction:
+        inst.flags.extend(self.flags)
+        return inst
+
+    def fadd(self, x: ll.Value, y: ll.Value) -> ll.Value:
+        return self._f(self.b.fadd(x, y))
+
+    def fsub(self, x: ll.Value, y: ll.Value) -> ll.Value:
+        return self._f(self.b.fsub(x, y))
+
+    def fmul(self, x: ll.Value, y: ll.Value) -> ll.Value:
+        return self._f(self.b.fmul(x, y))
+
+    def fdiv(self, x: ll.Value, y: ll.Value) -> ll.Value:
+        return self._f(self.b.fdiv(x, y))
 
     def _bits(self, x: ll.Value) -> ll.Value:
         return self.b.bitcast(x, int_like(x.type))
@@ -113,10 +131,10 @@ class FastMath:
         return b.select(big, clamped, bits)
 
     def _horner(self, coeffs: Sequence[float], z: ll.Value) -> ll.Value:
-        b, t = self.b, z.type
+        t = z.type
         p = splat(t, coeffs[-1])
         for c in reversed(coeffs[:-1]):
-            p = b.fadd(b.fmul(p, z), splat(t, c))
+            p = self.fadd(self.fmul(p, z), splat(t, c))
         return p
 
     def exp(self, x: ll.Value) -> ll.Value:
@@ -124,22 +142,23 @@ class FastMath:
         b, t = self.b, x.type
         it = int_like(t)
         y = self._float(self._clamp_bits(self._bits(x), 0x42D00000), t)
-        tt = b.fadd(b.fmul(y, splat(t, 1.44269504088896341)), splat(t, 12582912.0))
-        n = b.fsub(tt, splat(t, 12582912.0))
-        r = b.fsub(b.fsub(y, b.fmul(n, splat(t, LN2_HI))), b.fmul(n, splat(t, LN2_LO)))
+        tt = self.fadd(self.fmul(y, splat(t, 1.44269504088896341)), splat(t, 12582912.0))
+        n = self.fsub(tt, splat(t, 12582912.0))
+        r = self.fsub(self.fsub(y, self.fmul(n, splat(t, LN2_HI))),
+                      self.fmul(n, splat(t, LN2_LO)))
         p = self._horner(EXP_COEFFS, r)
         k = b.sub(self._bits(tt), splat(it, 0x4B400000))
         k1 = b.sdiv(k, splat(it, 2))
         s1 = self._float(b.shl(b.add(k1, splat(it, 127)), splat(it, 23)), t)
         s2 = self._float(b.shl(b.add(b.sub(k, k1), splat(it, 127)), splat(it, 23)), t)
-        return b.fmul(b.fmul(p, s1), s2)
+        return self.fmul(self.fmul(p, s1), s2)
 
     def erf(self, x: ll.Value) -> ll.Value:
         """``kiln_fast_erff``: x N(x^2) / D(x^2) on |x| <= 4, clamped to +-1."""
-        b, t = self.b, x.type
+        t = x.type
         y = self._float(self._clamp_bits(self._bits(x), 0x40800000), t)
-        z = b.fmul(y, y)
-        q = b.fdiv(b.fmul(y, self._horner(ERF_NUM, z)), self._horner(ERF_DEN, z))
+        z = self.fmul(y, y)
+        q = self.fdiv(self.fmul(y, self._horner(ERF_NUM, z)), self._horner(ERF_DEN, z))
         return self._float(self._clamp_bits(self._bits(q), 0x3F800000), t)
 
     def tanh(self, x: ll.Value) -> ll.Value:
@@ -150,22 +169,23 @@ class FastMath:
         ax = b.and_(bits, splat(it, 0x7FFFFFFF))
         a = self._float(b.select(b.icmp_unsigned(">", ax, splat(it, 0x41200000)),
                                  splat(it, 0x41200000), ax), t)
-        p = self._horner(TANH_SMALL, b.fmul(x, x))
-        e = self.exp(b.fmul(splat(t, 2.0), a))
-        one_minus = b.fsub(splat(t, 1.0), b.fdiv(splat(t, 2.0), b.fadd(e, splat(t, 1.0))))
+        p = self._horner(TANH_SMALL, self.fmul(x, x))
+        e = self.exp(self.fmul(splat(t, 2.0), a))
+        one_minus = self.fsub(splat(t, 1.0),
+                              self.fdiv(splat(t, 2.0), self.fadd(e, splat(t, 1.0))))
         big = self._float(b.or_(self._bits(one_minus), b.and_(bits, splat(it, 0x80000000))),
                           t)
         small = b.or_(b.icmp_unsigned("<", ax, splat(it, 0x3F200000)),
                       b.icmp_unsigned(">", ax, splat(it, 0x7F800000)))
-        return b.select(small, b.fmul(x, p), big)
+        return b.select(small, self.fmul(x, p), big)
 
     def sigmoid(self, x: ll.Value, fabs: Callable[[ll.Value], ll.Value]) -> ll.Value:
         """``kiln_fast_sigmoidf``: 1 / (1 + e) for x >= 0, e / (1 + e) below, e = exp(-|x|)."""
         b, t = self.b, x.type
-        e = self.exp(b.fsub(splat(t, -0.0), fabs(x)))
-        s = b.fdiv(splat(t, 1.0), b.fadd(splat(t, 1.0), e))
+        e = self.exp(self.fsub(splat(t, -0.0), fabs(x)))
+        s = self.fdiv(splat(t, 1.0), self.fadd(splat(t, 1.0), e))
         neg = b.icmp_signed("<", self._bits(x), splat(int_like(t), 0))
-        return b.select(neg, b.fmul(e, s), s)
+        return b.select(neg, self.fmul(e, s), s)
 
 
 __all__ = ["FAST_F32", "LIBM_ONLY", "LLVM_INTRINSICS", "FastMath", "external", "int_like",
