@@ -223,6 +223,8 @@ def test_refusals_name_the_kernel_and_what() -> None:
     sch.bind(i, "threadIdx.x")
     with pytest.raises(UnsupportedError, match="kernel k: loop .* is bound to threadIdx.x"):
         LLVMCodegen().generate(lower(sch.mod), "k")
+    with pytest.raises(TargetError, match="runs the kernel in this process"):
+        build(func, "cortex-m4", backend="llvm")
     with pytest.raises(TargetError, match="CPU targets"):
         backend_for(load_target("cuda-sm80"), backend="llvm")
     with pytest.raises(TargetError, match="llvm.fast_math"):

@@ -27,7 +27,7 @@ from typing import Any
 
 from toolchain.codegen.llvm import LLVMCodegen
 from toolchain.codegen.llvm_target import LLVMMachine, emit_object, llvm_binding
-from toolchain.errors import BuildError, OptionError
+from toolchain.errors import BuildError, OptionError, TargetError
 from toolchain.runtime.module import Module
 from toolchain.tir import ir
 
@@ -116,6 +116,12 @@ class JITModule(Module):
 def jit_build(lowered: ir.PrimFunc, func: ir.PrimFunc, machine: LLVMMachine, cache: Path,
               name: str | None = None) -> JITModule:
     """Translate, optimize (or fetch from the cache) and load a lowered function."""
+    host = llvm_binding().get_process_triple()
+    if machine.triple.split("-")[0] != host.split("-")[0]:
+        raise TargetError(f"build(..., backend='llvm') runs the kernel in this process "
+                          f"({host}); the target's LLVM triple is {machine.triple}: write "
+                          "its object code with kiln compile --backend llvm (or "
+                          "backend_for(target, backend='llvm').kernel(...)) instead")
     t0 = time.perf_counter()
     k = LLVMCodegen(machine).generate(lowered, name)
     gen = time.perf_counter() - t0
