@@ -278,7 +278,7 @@ def test_cortex_m4_bundle_with_llvm_kernels_runs_on_qemu(tmp_path) -> None:
 
     out, report = compile_board("examples/lenet5.onnx", "qemu-mps2-an386", tmp_path / "m4",
                                 backend="llvm")
-    assert report is not None
+    assert report is not None and report["flash"]["kernels"]["text"] > 0  # the .o files
     meta = read_metadata(out)
     feeds = {t["name"]: np.random.default_rng(0).standard_normal(t["shape"]).astype("float32")
              for t in meta["inputs"]}

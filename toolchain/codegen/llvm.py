@@ -384,7 +384,9 @@ class LLVMCodegen:
             props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.vectorize.enable"),
                                          ll.Constant(I1, 1)]))
             n = ir.const_int(s.extent)
-            if n is not None and 1 < n <= 64 and n & (n - 1) == 0:
+            bits = self.machine.vector_bits if self.machine else None
+            if n is not None and 1 < n <= 64 and n & (n - 1) == 0 and (
+                    bits is None or n * self.loop_elem_bits(s) <= bits):
                 # the width the schedule chose (from the target's vector width)
                 props.append(m.add_metadata([
                     ll.MetaDataString(m, "llvm.loop.vectorize.width"), ll.Constant(I32, n)]))
@@ -396,6 +398,20 @@ class LLVMCodegen:
                 props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.unroll.count"),
                                              ll.Constant(I32, UNROLL)]))
         return LoopID(m, props) if props else None
+
+    @staticmethod
+    def loop_elem_bits(s: ir.For) -> int:
+        """The widest element a loop body stores (what its vector lanes would hold)."""
+        widest = [8]
+
+        class _Stores(StmtExprVisitor):
+            def visit_BufferStore(self, st: ir.BufferStore) -> None:
+                e = ir.element_of(st.buffer.dtype)
+                widest[0] = max(widest[0], 8 if e == "bool" else ir.bits_of(e))
+                super().visit_BufferStore(st)
+
+        _Stores().visit_stmt(s.body)
+        return widest[0]
 
     def stmt_Allocate(self, s: ir.Allocate) -> None:  # noqa: N802
         buf = s.buffer
