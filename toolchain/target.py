@@ -148,6 +148,8 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "scopes": ((dict,), "a mapping of operand name to memory scope", False),
     "function": ((str,), "a C identifier", True),
     "impl": ((str,), "a C function body template (jinja2)", True),
+    "llvm_impl": ((str,), "an LLVM IR function body template (jinja2) for the LLVM backend",
+                  False),
     "headers": ((list,), "a list of header names", False),
     "cflags": ((list,), "a list of strings", False),
     "cpu_flags": ((list,), "a list of strings", False),

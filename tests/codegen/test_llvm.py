@@ -285,3 +285,82 @@ def test_cortex_m4_bundle_with_llvm_kernels_runs_on_qemu(tmp_path) -> None:
     run = run_on_qemu(out, feeds)
     rows = compare(run.outputs, reference_outputs(meta, feeds, "examples/lenet5.onnx"), 1e-4)
     assert rows and all(r["ok"] for r in rows), rows
+
+
+def _tensorized_matmul(intrinsic: str) -> tuple[Schedule, tuple]:
+    func, inputs, ref = W.matmul(8, 12, 8)
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    io, ii = sch.split(i, [None, 4])
+    jo, ji = sch.split(j, [None, 4])
+    ko, ki = sch.split(k, [None, 4])
+    sch.reorder(io, jo, ko, ii, ji, ki)
+    sch.decompose_reduction(sch.get_block("C"), ko)
+    sch.tensorize(ii, intrinsic)
+    return sch, (func, inputs, ref)
+
+
+def test_tensor_intrinsic_with_llvm_impl() -> None:
+    """c-generic's fma_f32_4x4 declares an llvm_impl (LLVM IR, llvm.fmuladd.v4f32): a kernel
+    tensorized with it builds through LLVM and agrees with the C build to the bit."""
+    from toolchain.intrinsics import load_intrinsics
+
+    (name,) = [n for n in load_intrinsics("c-generic") if n.endswith("fma_f32_4x4")]
+    sch, (_, inputs, ref) = _tensorized_matmul(name)
+    mod = build(sch, "c-generic", backend="llvm")
+    assert "define linkonce_odr i32 @kiln_fma_f32_4x4_" in mod.get_source()
+    assert "@llvm.fmuladd.v4f32" in mod.get_source()
+    args = inputs()
+    mod(*args)
+    np.testing.assert_allclose(args[-1], ref(*args), rtol=1e-5, atol=1e-5)
+    c_args = inputs()
+    build(sch, "c-generic")(*c_args)
+    np.testing.assert_array_equal(args[-1], c_args[-1])
+
+
+def test_tensor_intrinsic_without_llvm_impl_is_refused() -> None:
+    from toolchain.intrinsics import load_intrinsics
+
+    spec = dict(load_target("c-generic").intrinsics["fma_f32_4x4"])
+    t = parse_target(
+        "name: noir\nkind: c\nintrinsics:\n  mm4:\n"
+        f"    behaviour: '{spec['behaviour']}'\n    extents: {{i: 4, j: 4, k: 4}}\n"
+        "    dtypes: {A: float32, B: float32, C: float32}\n    function: kiln_noir_mm4\n"
+        "    impl: |\n      (void)A; (void)B; (void)C;\n")
+    (name,) = load_intrinsics(t)
+    sch, _ = _tensorized_matmul(name)
+    with pytest.raises(UnsupportedError, match=r"tensor intrinsic noir\.mm4, which declares "
+                                                r"no llvm_impl"):
+        build(sch, t, backend="llvm")
+
+
+def test_cortex_m4_smlad_intrinsic_maps_to_llvm_arm_smlad(tmp_path) -> None:
+    """cortex-m4's smlad_i16_4x2 declares an llvm_impl calling llvm.arm.smlad: a kernel
+    tensorized with it compiles to SMLAD instructions in the Thumb object."""
+    import shutil
+
+    from toolchain.intrinsics import load_intrinsics
+
+    t = load_target("cortex-m4")
+    (name,) = [n for n in load_intrinsics(t) if n.endswith("smlad_i16_4x2")]
+    A = te.placeholder((16,), "int16", name="A")
+    B = te.placeholder((8, 16), "int16", name="B")
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((8,), lambda j: te.sum(te.cast(A[k], "int32") * te.cast(B[j, k], "int32"),
+                                         axis=k), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    j, kk = sch.get_loops(sch.get_block("C"))
+    jo, ji = sch.split(j, [None, 4])
+    ko, ki = sch.split(kk, [None, 2])
+    sch.reorder(jo, ko, ji, ki)
+    sch.decompose_reduction(sch.get_block("C"), ko)
+    sch.tensorize(ji, name)
+    art = backend_for(t, backend="llvm").kernel(lower(sch.mod, target=t), "k")
+    assert "@llvm.arm.smlad" in art.llvm_ir
+    objdump = shutil.which("arm-none-eabi-objdump")
+    if objdump is None:
+        pytest.skip("no arm-none-eabi-objdump")
+    (tmp_path / "k.o").write_bytes(art.object_code)
+    asm = subprocess.run([objdump, "-d", str(tmp_path / "k.o")], capture_output=True,
+                         text=True, check=True).stdout
+    assert asm.count("smlad") >= 4, asm

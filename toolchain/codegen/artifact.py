@@ -65,6 +65,21 @@ class CSupport:
         return "\n\n".join(parts)
 
 
+@dataclass(frozen=True)
+class LLVMDefinition:
+    """An LLVM IR module defining one function a kernel calls (a tensor intrinsic's
+    ``llvm_impl`` specialised for its operand strides); ``key`` is the function's name.
+    The LLVM backend links it into the kernel's module before optimizing."""
+
+    key: str
+    text: str
+
+
+def llvm_support_of(func: Any) -> tuple[LLVMDefinition, ...]:
+    """The LLVM definitions a lowered function carries (``attrs["llvm_support"]``)."""
+    return tuple(getattr(func, "attrs", {}).get("llvm_support", ()))
+
+
 def merge_support(items: Iterable[CSupport]) -> CSupport:
     """One :class:`CSupport` for several kernels (a bundle's ``kernels.c``): headers,
     definitions (by key) and flags in first-use order."""
@@ -126,4 +141,5 @@ class KernelArtifact:
         return list(self.support.flags)
 
 
-__all__ = ["CDefinition", "CSupport", "KernelArtifact", "merge_support", "support_of"]
+__all__ = ["CDefinition", "CSupport", "KernelArtifact", "LLVMDefinition", "llvm_support_of",
+           "merge_support", "support_of"]

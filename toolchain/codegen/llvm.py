@@ -44,7 +44,7 @@ from typing import Any
 
 from llvmlite import ir as ll
 
-from toolchain.codegen.artifact import KernelArtifact, support_of
+from toolchain.codegen.artifact import KernelArtifact, llvm_support_of, support_of
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.llvm_math import (
     FAST_F32,
@@ -98,6 +98,9 @@ class LLVMKernel:
     scratch_bytes: int = 0
     params: list[str] = field(default_factory=list)
     param_types: list[str] = field(default_factory=list)
+    #: modules defining the functions it calls (tensor intrinsics' ``llvm_impl``), linked
+    #: in before optimization
+    definitions: list[str] = field(default_factory=list)
 
 
 def free_scalars(func: ir.PrimFunc) -> list[ir.Var]:
@@ -186,6 +189,8 @@ class LLVMCodegen:
             self.scratch_arg = fn.args[-1]
             c_params.append("uint8_t* kiln_scratch")
         self.fn = fn
+        self.llvm_defs = {d.key: d for d in llvm_support_of(func)}
+        self.used_defs: dict[str, str] = {}
         self.entry_block = fn.append_basic_block("entry")
         body = fn.append_basic_block("body")
         self.b = ll.IRBuilder(body)
@@ -193,7 +198,8 @@ class LLVMCodegen:
         self.stmt(func.body)
         self.b.ret(ll.Constant(I32, 0))
         ll.IRBuilder(self.entry_block).branch(body)
-        return LLVMKernel(str(self.module), entry, extra, scratch_bytes, c_params, c_types)
+        return LLVMKernel(str(self.module), entry, extra, scratch_bytes, c_params, c_types,
+                          [self.used_defs[k] for k in sorted(self.used_defs)])
 
     def _plan_scratch(self, body: ir.Stmt) -> tuple[dict[ir.Var, int], int]:
         """Scratch offsets of the allocations too big for the stack (bundles only), in the
@@ -665,11 +671,31 @@ class LLVMCodegen:
             if not ir.is_float(ir.element_of(e.dtype)):
                 raise self.refuse(f"math call {op} of {e.dtype} (a float op)")
             return self.math(op, e.dtype, [self.typed(a, e.dtype) for a in e.args])
+        if op in self.llvm_defs:
+            return self.call_definition(e)
+        from toolchain.intrinsics import intrinsic_of_function
+
+        spec = intrinsic_of_function(op)
+        if spec is not None:
+            raise self.refuse(
+                f"calls {op}(), the C implementation of tensor intrinsic {spec.name}, which "
+                f"declares no llvm_impl; add one to target {spec.target!r} (LLVM IR: an "
+                "LLVM intrinsic or inline asm, docs/llvm.md), build with backend='c', or "
+                "schedule it without tensorize")
         raise self.refuse(
-            f"calls the C function {op}() — a tensor intrinsic's C implementation or a "
-            "target's c_helpers — and the LLVM backend has no LLVM mapping for it; build "
-            "this kernel with the C backend (backend='c'), or schedule it without "
-            "tensorize")
+            f"calls the C function {op}() — a target's c_helpers or an extern function — "
+            "and the LLVM backend has no LLVM mapping for it; build this kernel with the C "
+            "backend (backend='c')")
+
+    def call_definition(self, e: ir.Call) -> ll.Value:
+        """A call of a function an ``llvm_impl`` defines (linked in before O3)."""
+        args = [self.expr(a) for a in e.args]
+        fn = self.module.globals.get(e.op)
+        if fn is None:
+            fn = ll.Function(self.module, ll.FunctionType(self.vtype(e.dtype),
+                                                          [a.type for a in args]), e.op)
+        self.used_defs[e.op] = self.llvm_defs[e.op].text
+        return self.b.call(fn, args)
 
     def if_then_else(self, e: ir.Call) -> ll.Value:
         c, t, f = e.args
@@ -756,7 +782,8 @@ class LLVMBackend:
                                    "; give every input a static shape")
         return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support_of(lowered), [],
                               "llvm", param_types=k.param_types,
-                              object_code=emit_object(k.ir, machine), llvm_ir=k.ir)
+                              object_code=emit_object(k.ir, machine, extra=k.definitions),
+                              llvm_ir="\n".join([k.ir, *k.definitions]))
 
 
 __all__ = ["LLVMBackend", "LLVMCodegen", "LLVMKernel", "LoopID", "SCALAR_TYPES",

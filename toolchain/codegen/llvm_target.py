@@ -23,6 +23,7 @@ used where the descriptor lists them.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolchain.errors import BuildError, TargetError
@@ -101,9 +102,11 @@ def machine_for(target: Target) -> LLVMMachine:
                        fm, target.vector_width_bits)
 
 
-def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False):  # type: ignore[no-untyped-def]
-    """Parse and verify LLVM IR text, run the O3 pipeline for ``machine``; returns the
-    llvmlite ``ModuleRef`` and its ``TargetMachine``."""
+def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
+             extra: Sequence[str] = ()):  # type: ignore[no-untyped-def]
+    """Parse and verify LLVM IR text (and link in the modules ``extra``: the definitions of
+    functions it calls), run the O3 pipeline for ``machine``; returns the llvmlite
+    ``ModuleRef`` and its ``TargetMachine``."""
     llvm = llvm_binding()
     tm = machine.target_machine(jit=jit)
     try:
@@ -112,6 +115,14 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False):  # type: 
     except RuntimeError as e:
         raise BuildError(f"LLVM rejected the generated IR (a Kiln bug; please report it with "
                          f"the IR below):\n{e}\n{module_ir}") from None
+    for text in extra:
+        try:
+            other = llvm.parse_assembly(text)
+            other.verify()
+        except RuntimeError as e:
+            raise BuildError(f"LLVM rejected a tensor intrinsic's llvm_impl (check the "
+                             f"target descriptor):\n{e}\n{text}") from None
+        mod.link_in(other)
     mod.triple = machine.triple
     mod.data_layout = str(tm.target_data)
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -123,9 +134,11 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False):  # type: 
     return mod, tm
 
 
-def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False) -> bytes:
-    """Object code (ELF for the machine's triple) of LLVM IR text, optimized at O3."""
-    mod, tm = optimize(module_ir, machine, jit=jit)
+def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
+                extra: Sequence[str] = ()) -> bytes:
+    """Object code (ELF for the machine's triple) of LLVM IR text (with the modules
+    ``extra`` linked in), optimized at O3."""
+    mod, tm = optimize(module_ir, machine, jit=jit, extra=extra)
     return bytes(tm.emit_object(mod))
 
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +47,13 @@ def _process_symbols() -> None:
                 pass
 
 
-def object_for(kernel_ir: str, entry: str, machine: LLVMMachine,
-               cache: Path) -> tuple[bytes, dict[str, Any]]:
-    """Object code of ``kernel_ir`` for ``machine``, from the cache or compiled (and then
-    cached); with build info (cache key, path, whether cached, compile seconds)."""
-    key = hashlib.sha256("\0".join([kernel_ir, machine.key(), "O3", "jit"]).encode()
-                         ).hexdigest()
+def object_for(kernel_ir: str, entry: str, machine: LLVMMachine, cache: Path,
+               definitions: Sequence[str] = ()) -> tuple[bytes, dict[str, Any]]:
+    """Object code of ``kernel_ir`` (with ``definitions`` linked in) for ``machine``, from
+    the cache or compiled (and then cached); with build info (cache key, path, whether
+    cached, compile seconds)."""
+    key = hashlib.sha256("\0".join([kernel_ir, *definitions, machine.key(), "O3", "jit"])
+                         .encode()).hexdigest()
     path = cache / f"{entry}-{key[:24]}.o"
     info: dict[str, Any] = {"backend": "llvm", "triple": machine.triple, "cpu": machine.cpu,
                             "features": machine.features, "fast_math": list(machine.fast_math),
@@ -60,7 +62,7 @@ def object_for(kernel_ir: str, entry: str, machine: LLVMMachine,
         info.update(cached=True, compile_seconds=0.0)
         return path.read_bytes(), info
     t0 = time.perf_counter()
-    obj = emit_object(kernel_ir, machine, jit=True)
+    obj = emit_object(kernel_ir, machine, jit=True, extra=definitions)
     info.update(cached=False, compile_seconds=time.perf_counter() - t0)
     fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
     with os.fdopen(fd, "wb") as f:
@@ -125,10 +127,10 @@ def jit_build(lowered: ir.PrimFunc, func: ir.PrimFunc, machine: LLVMMachine, cac
     t0 = time.perf_counter()
     k = LLVMCodegen(machine).generate(lowered, name)
     gen = time.perf_counter() - t0
-    obj, info = object_for(k.ir, k.entry, machine, cache)
+    obj, info = object_for(k.ir, k.entry, machine, cache, k.definitions)
     info["codegen_seconds"] = gen
-    return JITModule(obj, Path(info["object"]), k.entry, func, k.ir, k.extra_args, info,
-                     machine)
+    return JITModule(obj, Path(info["object"]), k.entry, func, "\n".join([k.ir, *k.definitions]),
+                     k.extra_args, info, machine)
 
 
 __all__ = ["JITModule", "jit_build", "object_for"]
