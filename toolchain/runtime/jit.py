@@ -20,6 +20,7 @@ import functools
 import hashlib
 import os
 import shutil
+import struct
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,16 +36,47 @@ from toolchain.tir import ir
 
 @functools.cache
 def _process_symbols() -> None:
-    """Make libm's and libc's symbols (``expf``, ``malloc``...) visible to the JIT's
-    linker: LLVM lowers math intrinsics without an instruction to libm calls."""
+    """Make libm's, libc's and libgcc's symbols (``expf``, ``malloc``, ``__truncdfhf2``...)
+    visible to the JIT's linker: LLVM lowers math intrinsics without an instruction to libm
+    calls, and float16 conversions without one to the compiler runtime's."""
     llvm = llvm_binding()
-    for lib in ("m", "c"):
+    for lib in ("m", "c", "gcc_s"):
         path = ctypes.util.find_library(lib)
         if path:
             try:
                 llvm.load_library_permanently(path)
             except RuntimeError:  # pragma: no cover - already in the process
                 pass
+
+
+#: symbols the JIT's linker provides itself
+LINKER_SYMBOLS = frozenset({"_GLOBAL_OFFSET_TABLE_"})
+
+
+def undefined_symbols(obj: bytes) -> list[str]:
+    """The symbols an ELF64 little-endian object file uses but does not define (what the
+    JIT's linker must find in the process), from its symbol table.
+
+    >>> undefined_symbols(b"not an ELF file")
+    []
+    """
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        return []
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize)
+                for i in range(shnum)]
+    out = []
+    for _, kind, _, _, off, size, link, _, _, entsize in sections:
+        if kind != 2 or not entsize:  # SHT_SYMTAB
+            continue
+        stroff = sections[link][4]
+        for k in range(1, size // entsize):
+            name_at, info, _, shndx = struct.unpack_from("<IBBH", obj, off + k * entsize)
+            if shndx == 0 and info >> 4 != 0 and name_at:  # undefined, not local
+                end = obj.index(b"\0", stroff + name_at)
+                out.append(obj[stroff + name_at:end].decode())
+    return out
 
 
 def object_for(kernel_ir: str, entry: str, machine: LLVMMachine, cache: Path,
@@ -79,6 +111,13 @@ class JITModule(Module):
                  machine: LLVMMachine) -> None:
         llvm = llvm_binding()
         _process_symbols()
+        # an unresolved symbol would abort the process inside LLVM: name it here instead
+        missing = [s for s in undefined_symbols(obj) if s not in LINKER_SYMBOLS
+                   and not llvm.address_of_symbol(s)]
+        if missing:
+            raise BuildError(f"LLVM JIT: the object code of {entry} ({obj_path}) calls "
+                             f"{', '.join(missing)}, which no library loaded in this process "
+                             "defines")
         # the engine wants a module of its own; the kernel comes as an object file
         empty = llvm.parse_assembly(f'target triple = "{machine.triple}"')
         self.engine = llvm.create_mcjit_compiler(empty, machine.target_machine(jit=True))
