@@ -16,8 +16,8 @@ import pytest
 
 from tests.tir import workloads as W
 from toolchain import te
-from toolchain.codegen.backend import BACKENDS, backend_for
-from toolchain.codegen.llvm import LLVMBackend, LLVMCodegen
+from toolchain.codegen.backend import BACKENDS, LLVMBackend, backend_for
+from toolchain.codegen.llvm import LLVMCodegen
 from toolchain.codegen.llvm_target import machine_for
 from toolchain.driver import build, lower
 from toolchain.errors import TargetError, UnsupportedError

@@ -18,12 +18,14 @@ keyed by target kind (``Target.kind``): C, CUDA and LLVM (object code through ll
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from toolchain.codegen.artifact import KernelArtifact
-from toolchain.codegen.llvm import LLVMBackend
 from toolchain.errors import TargetError
 from toolchain.target import Target
+
+if TYPE_CHECKING:
+    from toolchain.codegen.llvm_target import LLVMMachine
 from toolchain.tir import ir
 
 
@@ -133,6 +135,38 @@ class CUDABackend:
         types = [r.ctype(p.dtype) for p in func.params if isinstance(p, ir.Buffer)]
         return KernelArtifact(name, params, [], {}, total, support_of(lowered),
                               r.helper_list(), "cuda", launches, types, offsets)
+
+
+class LLVMBackend:
+    """Bundle kernels as object code for the target's triple
+    (:class:`~toolchain.codegen.llvm.LLVMCodegen`, the
+    O3 pipeline, ``TargetMachine.emit_object``): ``KernelArtifact.object_code``, with the
+    C prototype in ``params`` so the bundle's ``model.c`` calls it like a C kernel."""
+
+    name = "llvm"
+
+    def __init__(self, machine: LLVMMachine | None = None) -> None:
+        self.machine = machine
+
+    def kernel(self, lowered: ir.PrimFunc, name: str, *,
+               restrict: bool | frozenset[int] = True) -> KernelArtifact:
+        from toolchain.codegen.artifact import support_of
+        from toolchain.codegen.llvm import LLVMCodegen
+        from toolchain.codegen.llvm_target import emit_object, host_machine
+        from toolchain.errors import UnsupportedError
+
+        machine = self.machine or host_machine()
+        gen = LLVMCodegen(machine, restrict=restrict, scratch=True)
+        k = gen.generate(lowered, name, symbol=name)
+        if k.extra_args:
+            sizes = ", ".join(v.name for v in k.extra_args)
+            raise UnsupportedError(f"llvm code generation: kernel {name} has sizes known "
+                                   f"only at run time ({sizes}); give every input a static "
+                                   "shape")
+        return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support_of(lowered), [],
+                              "llvm", param_types=k.param_types,
+                              object_code=emit_object(k.ir, machine, extra=k.definitions),
+                              llvm_ir="\n".join([k.ir, *k.definitions]))
 
 
 #: target kind (or backend name) -> backend; ``llvm`` compiles for the host here,

@@ -44,18 +44,17 @@ from typing import Any
 
 from llvmlite import ir as ll
 
-from toolchain.codegen.artifact import KernelArtifact, llvm_support_of, support_of
+from toolchain.codegen.artifact import llvm_support_of
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.llvm_math import (
-    FAST_F32,
     LIBM_ONLY,
     LLVM_INTRINSICS,
-    FastMath,
+    MathCalls,
     external,
     intrinsic,
     splat,
 )
-from toolchain.codegen.llvm_target import DEFAULT_FAST_MATH, LLVMMachine, emit_object
+from toolchain.codegen.llvm_target import DEFAULT_FAST_MATH, LLVMMachine
 from toolchain.codegen.names import sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
@@ -130,7 +129,7 @@ def free_scalars(func: ir.PrimFunc) -> list[ir.Var]:
     return sorted(free, key=lambda v: sanitize(v.name))
 
 
-class LLVMCodegen:
+class LLVMCodegen(MathCalls):
     """Lowered TIR -> an llvmlite module (see the module docstring).
 
     ``scratch``: temporaries above ``max_stack_bytes`` become slices of a trailing
@@ -714,77 +713,6 @@ class LLVMCodegen:
         phi.add_incoming(fv, fb)
         return phi
 
-    def math(self, op: str, dtype: str, args: list[ll.Value]) -> ll.Value:
-        """Math intrinsic ``op`` on values of float dtype ``dtype`` (scalar or vector)."""
-        b, t = self.b, args[0].type
-        elem = ir.element_of(dtype)
-        if elem == "float16":
-            # as the C backend: promote, compute in double, round back
-            wide = ir.with_lanes("float64", ir.lanes_of(dtype))
-            r = self.math(op, wide, [self.cast(a, dtype, wide) for a in args])
-            return self.cast(r, wide, dtype)
-        if elem == "float32" and op in FAST_F32:
-            fm = FastMath(b, self.module, self.fast_math)
-            if op == "sigmoid":
-                return fm.sigmoid(args[0], lambda x: self.math("fabs", dtype, [x]))
-            return getattr(fm, op)(args[0])
-        if op == "sigmoid":
-            one = splat(t, 1.0)
-            e = self.math("exp", dtype, [self.flag(b.fsub(splat(t, -0.0), args[0]))])
-            return self.flag(b.fdiv(one, self.flag(b.fadd(one, e))))
-        if op == "rsqrt":
-            return self.flag(b.fdiv(splat(t, 1.0), self.math("sqrt", dtype, args)))
-        if op == "fmod":
-            return b.frem(args[0], args[1])
-        if op == "pow" and elem == "float32":
-            # kiln_fast_powf: x * x when the exponent is 2 (exactly powf(x, 2))
-            sq = self.flag(b.fmul(args[0], args[0]))
-            two = b.fcmp_ordered("==", args[1], splat(t, 2.0))
-            return b.select(two, sq, self.call_intrinsic("pow", t, args))
-        if op in LIBM_ONLY:
-            name = LIBM_ONLY[op] + ("f" if elem == "float32" else "")
-            st = self.vtype(elem)
-            fn = external(self.module, name, st, [st] * len(args))
-            if not isinstance(t, ll.VectorType):
-                return b.call(fn, args)
-            out = ll.Constant(t, ll.Undefined)
-            for k in range(t.count):
-                lane = [b.extract_element(a, ll.Constant(I32, k)) for a in args]
-                out = b.insert_element(out, b.call(fn, lane), ll.Constant(I32, k))
-            return out
-        return self.call_intrinsic(op, t, args)
 
-    def call_intrinsic(self, op: str, t: ll.Type, args: list[ll.Value]) -> ll.Value:
-        fn = intrinsic(self.module, LLVM_INTRINSICS[op], t, [t] * len(args))
-        return self.b.call(fn, args, fastmath=self.fast_math)
-
-
-class LLVMBackend:
-    """Bundle kernels as object code for the target's triple (:class:`LLVMCodegen`, the
-    O3 pipeline, ``TargetMachine.emit_object``): ``KernelArtifact.object_code``, with the
-    C prototype in ``params`` so the bundle's ``model.c`` calls it like a C kernel."""
-
-    name = "llvm"
-
-    def __init__(self, machine: LLVMMachine | None = None) -> None:
-        self.machine = machine
-
-    def kernel(self, lowered: ir.PrimFunc, name: str, *,
-               restrict: bool | frozenset[int] = True) -> KernelArtifact:
-        from toolchain.codegen.llvm_target import host_machine
-
-        machine = self.machine or host_machine()
-        gen = LLVMCodegen(machine, restrict=restrict, scratch=True)
-        k = gen.generate(lowered, name, symbol=name)
-        if k.extra_args:
-            raise UnsupportedError(f"llvm code generation: kernel {name} has sizes known "
-                                   f"only at run time ({', '.join(v.name for v in k.extra_args)})"
-                                   "; give every input a static shape")
-        return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support_of(lowered), [],
-                              "llvm", param_types=k.param_types,
-                              object_code=emit_object(k.ir, machine, extra=k.definitions),
-                              llvm_ir="\n".join([k.ir, *k.definitions]))
-
-
-__all__ = ["LLVMBackend", "LLVMCodegen", "LLVMKernel", "LoopID", "SCALAR_TYPES",
+__all__ = ["LLVMCodegen", "LLVMKernel", "LoopID", "SCALAR_TYPES",
            "free_scalars"]

@@ -17,6 +17,7 @@ intrinsic) of float64 calls libm's ``erf`` lane by lane.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from llvmlite import ir as ll
 
@@ -28,6 +29,7 @@ from toolchain.codegen.fastmath import (
     LN2_LO,
     TANH_SMALL,
 )
+from toolchain.tir.dtype import element_of, lanes_of, with_lanes
 
 #: TIR math op -> LLVM intrinsic (overloaded on the float type, scalar or vector)
 LLVM_INTRINSICS: dict[str, str] = {
@@ -188,5 +190,69 @@ class FastMath:
         return b.select(neg, self.fmul(e, s), s)
 
 
-__all__ = ["FAST_F32", "LIBM_ONLY", "LLVM_INTRINSICS", "FastMath", "external", "int_like",
-           "intrinsic", "splat", "type_suffix"]
+class MathCalls:
+    """The math calls of :class:`~toolchain.codegen.llvm.LLVMCodegen` (a mixin: it uses
+    the generator's builder ``b``, ``module``, ``fast_math``, ``flag``, ``cast`` and
+    ``vtype``)."""
+
+    b: ll.IRBuilder
+    module: ll.Module
+    fast_math: tuple[str, ...]
+
+    def flag(self, inst: Any) -> ll.Value:  # pragma: no cover - defined by the generator
+        raise NotImplementedError
+
+    def cast(self, v: ll.Value, src: str, dst: str) -> ll.Value:  # pragma: no cover
+        raise NotImplementedError
+
+    def vtype(self, dtype: str) -> ll.Type:  # pragma: no cover
+        raise NotImplementedError
+
+    def math(self, op: str, dtype: str, args: list[ll.Value]) -> ll.Value:
+        """Math intrinsic ``op`` on values of float dtype ``dtype`` (scalar or vector)."""
+        b, t = self.b, args[0].type
+        elem = element_of(dtype)
+        if elem == "float16":
+            # as the C backend: promote, compute in double, round back
+            wide = with_lanes("float64", lanes_of(dtype))
+            r = self.math(op, wide, [self.cast(a, dtype, wide) for a in args])
+            return self.cast(r, wide, dtype)
+        if elem == "float32" and op in FAST_F32:
+            fm = FastMath(b, self.module, self.fast_math)
+            if op == "sigmoid":
+                return fm.sigmoid(args[0], lambda x: self.math("fabs", dtype, [x]))
+            return getattr(fm, op)(args[0])
+        if op == "sigmoid":
+            one = splat(t, 1.0)
+            e = self.math("exp", dtype, [self.flag(b.fsub(splat(t, -0.0), args[0]))])
+            return self.flag(b.fdiv(one, self.flag(b.fadd(one, e))))
+        if op == "rsqrt":
+            return self.flag(b.fdiv(splat(t, 1.0), self.math("sqrt", dtype, args)))
+        if op == "fmod":
+            return b.frem(args[0], args[1])
+        if op == "pow" and elem == "float32":
+            # kiln_fast_powf: x * x when the exponent is 2 (exactly powf(x, 2))
+            sq = self.flag(b.fmul(args[0], args[0]))
+            two = b.fcmp_ordered("==", args[1], splat(t, 2.0))
+            return b.select(two, sq, self.call_intrinsic("pow", t, args))
+        if op in LIBM_ONLY:
+            name = LIBM_ONLY[op] + ("f" if elem == "float32" else "")
+            st = self.vtype(elem)
+            fn = external(self.module, name, st, [st] * len(args))
+            if not isinstance(t, ll.VectorType):
+                return b.call(fn, args)
+            out = ll.Constant(t, ll.Undefined)
+            for k in range(t.count):
+                lane = [b.extract_element(a, ll.Constant(ll.IntType(32), k)) for a in args]
+                out = b.insert_element(out, b.call(fn, lane), ll.Constant(ll.IntType(32), k))
+            return out
+        return self.call_intrinsic(op, t, args)
+
+    def call_intrinsic(self, op: str, t: ll.Type, args: list[ll.Value]) -> ll.Value:
+        """The LLVM intrinsic of ``op`` on type ``t``, with the target's fast-math flags."""
+        fn = intrinsic(self.module, LLVM_INTRINSICS[op], t, [t] * len(args))
+        return self.b.call(fn, args, fastmath=self.fast_math)
+
+
+__all__ = ["FAST_F32", "LIBM_ONLY", "LLVM_INTRINSICS", "FastMath", "MathCalls", "external",
+           "int_like", "intrinsic", "splat", "type_suffix"]
