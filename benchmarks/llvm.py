@@ -3,6 +3,7 @@
     python benchmarks/llvm.py                    # every case, the host's widest target
     python benchmarks/llvm.py --quick            # a subset
     python benchmarks/llvm.py --target x86_64-avx2 --repeat 50
+    python benchmarks/llvm.py --models resnet8,mobilenet_v2     # whole bundles too
 
 Each case is one op with its default schedule (:func:`toolchain.schedules.compile_op`)
 built twice for the same target descriptor: ``backend="c"`` (C source, the descriptor's
@@ -12,6 +13,8 @@ llvmlite, the descriptor's ``llvm.cpu``). Compile times are cold (an empty
 share; kernel times are the best of ``--repeat`` calls through the same ctypes path, the
 two sides measured alternately. Both results are checked against each other. The
 machine is shared and noisy: read the ratios (LLVM / C; below 1 means LLVM is faster).
+Then whole zoo models as bundles (``--models``): kernels as C or as LLVM objects, the same
+C model code, weights and runtime, built for this host and timed through ctypes.
 """
 
 from __future__ import annotations
@@ -76,6 +79,41 @@ def _best(fn, args: list, repeat: int) -> float:
     return best
 
 
+def models(names: list[str], target: str, repeat: int) -> None:
+    """Whole zoo models: the bundle compiled with each backend (cold compile, including
+    the host build of model.c, weights and runtime by cc), then the median latency of
+    ``<model>_run`` through ctypes."""
+    import toolchain
+    from toolchain.bundle.host import BundleModule
+    from toolchain.zoo import ZOO
+
+    print(f"\nmodels ({target}): compile = kiln compile + host build, s; run = median of "
+          f"{repeat}, us; ratio = LLVM / C")
+    print(f"{'model':<22} {'C comp':>8} {'LLVM comp':>9} {'ratio':>6}   {'C us':>9} "
+          f"{'LLVM us':>9} {'ratio':>6}")
+    for name in names:
+        spec = ZOO[name]
+        m = spec.build()
+        feeds = spec.inputs(m)
+        row = {}
+        for backend in ("c", "llvm"):
+            with tempfile.TemporaryDirectory() as d:
+                os.environ["KILN_CACHE_DIR"] = d
+                t0 = time.perf_counter()
+                pkg = toolchain.compile(toolchain.load(m, shape_dict=spec.input_shapes,
+                                                       name=name), target,
+                                        Path(d) / "b", backend=backend)
+                mod = BundleModule(pkg.path)
+                comp = time.perf_counter() - t0
+                best = float("inf")
+                for _ in range(3):
+                    best = min(best, mod.time(feeds, repeat)["median"])
+                row[backend] = (comp, best)
+        (cc, ct), (lc, lt) = row["c"], row["llvm"]
+        print(f"{name:<22} {cc:8.2f} {lc:9.2f} {lc / cc:6.2f}   {ct * 1e6:9.1f} "
+              f"{lt * 1e6:9.1f} {lt / ct:6.2f}")
+
+
 def main() -> int:
     from toolchain.target import host_target
 
@@ -84,6 +122,9 @@ def main() -> int:
                     "shipped one this host runs)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", default="lenet5,ds_cnn,resnet8,mobilenet_v2,"
+                    "transformer_encoder", help="zoo models to compare as whole bundles "
+                    "(comma-separated; empty: none)")
     args = ap.parse_args()
     target = args.target or host_target().name
     print(f"target {target}; compile: cold, seconds; kernel: best of {args.repeat}, "
@@ -113,6 +154,9 @@ def main() -> int:
               f"{l_t * 1e6:9.1f} {l_t / c_t:6.2f}  {diff:.1e}")
     gm = lambda r: float(np.exp(np.mean(np.log(r))))  # noqa: E731
     print(f"geometric mean ratio: compile {gm(comp_r):.2f}, kernel {gm(run_r):.2f}")
+    names = [n for n in args.models.split(",") if n]
+    if names:
+        models(names[:2] if args.quick else names, target, args.repeat)
     return 0
 
 

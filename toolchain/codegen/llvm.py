@@ -58,7 +58,7 @@ from toolchain.codegen.llvm_target import DEFAULT_FAST_MATH, LLVMMachine
 from toolchain.codegen.names import sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprVisitor, free_vars
+from toolchain.tir.functor import StmtExprVisitor, free_vars, substitute
 
 I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
@@ -72,6 +72,17 @@ _CMP = {ir.EQ: "==", ir.NE: "!=", ir.LT: "<", ir.LE: "<=", ir.GT: ">", ir.GE: ">
 #: an ``unrolled`` loop of at most this many iterations is unrolled fully, longer ones by
 #: this factor (the C backend's ``#pragma GCC unroll 16``)
 UNROLL = 16
+
+
+class AccessGroup(ll.MDValue):
+    """A distinct empty node naming the memory accesses of one loop
+    (``!llvm.access.group``)."""
+
+    def __init__(self, module: ll.Module) -> None:
+        super().__init__(module, [], name=str(len(module.metadata)))
+
+    def descr(self, buf: list[str]) -> None:
+        buf += ("distinct !{}", "\n")
 
 
 class LoopID(ll.MDValue):
@@ -127,6 +138,71 @@ def free_scalars(func: ir.PrimFunc) -> list[ir.Var]:
     _Def().visit_stmt(func.body)
     free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
     return sorted(free, key=lambda v: sanitize(v.name))
+
+
+def unit_stride(s: ir.For) -> bool:
+    """Whether every load and store in a loop's body moves by 0 or 1 element per
+    iteration: the loop vectorizes into plain vector accesses. Only such ``vectorized``
+    loops get forced (``llvm.loop.vectorize.enable``): forcing a strided one buys gathers
+    and scatters that run slower than scalar code; LLVM's cost model decides for them, as
+    gcc's does for the bundle's C (which has no ``#pragma omp simd``)."""
+    v, ok = s.loop_var, [True]
+    step = {v: ir.Add(v, ir.const(1, v.dtype))}
+
+    class _Stride(StmtExprVisitor):
+        def check(self, idx: tuple[ir.PrimExpr, ...]) -> None:
+            if len(idx) != 1 or not ok[0]:
+                return
+            d = arith.simplify(substitute(idx[0], step) - idx[0])
+            if not (ir.is_const_int(d, 0) or ir.is_const_int(d, 1)):
+                ok[0] = False
+
+        def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+            self.check(e.indices)
+            super().visit_BufferLoad(e)
+
+        def visit_BufferStore(self, st: ir.BufferStore) -> None:
+            self.check(st.indices)
+            super().visit_BufferStore(st)
+
+    _Stride().visit_stmt(s.body)
+    return ok[0]
+
+
+def is_register_tile(s: ir.Allocate) -> bool:
+    """A local (not ``global``) buffer accessed only by whole contiguous vectors: a
+    register tile (``cache_write(..., "local")`` of a vectorized nest). It stays an
+    ``alloca``, whatever its size, so SROA keeps it in vector registers, as the C renderer
+    declares such tiles as vector variables or arrays (never scratch or heap memory)."""
+    if s.buffer.scope == "global":
+        return False
+    data, ok, seen = s.buffer.data, [True], [False]
+
+    class _Access(StmtExprVisitor):
+        def check(self, buf: ir.Buffer, idx: tuple[ir.PrimExpr, ...]) -> None:
+            if buf.data is data:
+                seen[0] = True
+                r = idx[0] if len(idx) == 1 else None
+                if not (isinstance(r, ir.Ramp) and ir.is_const_int(r.stride, 1)):
+                    ok[0] = False
+
+        def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+            self.check(e.buffer, e.indices)
+            super().visit_BufferLoad(e)
+
+        def visit_BufferStore(self, st: ir.BufferStore) -> None:
+            self.check(st.buffer, st.indices)
+            super().visit_BufferStore(st)
+
+        def visit_Call(self, e: ir.Call) -> None:
+            if e.op == "tir.address_of":  # a pointer into it escapes: memory, not registers
+                a = e.args[0]
+                if isinstance(a, ir.BufferLoad) and a.buffer.data is data:
+                    ok[0] = False
+            super().visit_Call(e)
+
+    _Access().visit_stmt(s.body)
+    return ok[0] and seen[0]
 
 
 class LLVMCodegen(MathCalls):
@@ -194,6 +270,8 @@ class LLVMCodegen(MathCalls):
         body = fn.append_basic_block("body")
         self.b = ll.IRBuilder(body)
         self.heap: list[ll.Value] = []
+        #: access groups of the enclosing vectorized loops, innermost last
+        self.groups: list[AccessGroup] = []
         self.stmt(func.body)
         self.b.ret(ll.Constant(I32, 0))
         ll.IRBuilder(self.entry_block).branch(body)
@@ -219,7 +297,7 @@ class LLVMCodegen(MathCalls):
         _Allocs().visit_stmt(body)
         for s in found:
             n = ir.const_int(s.buffer.shape[0]) if len(s.buffer.shape) == 1 else None
-            if n is None:
+            if n is None or is_register_tile(s):
                 continue
             nbytes = n * ir.bits_of(s.buffer.dtype) // 8
             if nbytes > self.max_stack_bytes and s.buffer.data not in offsets:
@@ -370,24 +448,41 @@ class LLVMCodegen(MathCalls):
         b.cbranch(cmp, body, done)
         b.position_at_end(body)
         self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        simd = s.kind == "vectorized" or bool(s.annotations.get("pragma_simd"))
+        group = AccessGroup(self.module) if simd else None
+        if group is not None:
+            self.groups.append(group)
         with self.bound(s.loop_var, i):
             self.stmt(s.body)
+        if group is not None:
+            self.groups.pop()
         nxt = b.add(i, ll.Constant(i.type, 1))
         if signed:
             nxt.flags.append("nsw")
         i.add_incoming(nxt, b.block)
         latch = b.branch(head)
-        md = self.loop_metadata(s)
+        md = self.loop_metadata(s, group)
         if md is not None:
             latch.set_metadata("llvm.loop", md)
         b.position_at_end(done)
 
-    def loop_metadata(self, s: ir.For) -> ll.MDValue | None:
+    def loop_metadata(self, s: ir.For, group: AccessGroup | None = None
+                      ) -> ll.MDValue | None:
         m = self.module
         props = []
-        if s.kind == "vectorized" or s.annotations.get("pragma_simd"):
+        if group is not None:
+            # the schedule vectorized it: its iterations are independent (what C's
+            # #pragma omp simd says), so an in-place kernel (output over input, no
+            # noalias) vectorizes without a run-time overlap check that would fail
+            props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.parallel_accesses"),
+                                         group]))
+        if (s.kind == "vectorized" or s.annotations.get("pragma_simd")) and \
+                unit_stride(s):
             props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.vectorize.enable"),
                                          ll.Constant(I1, 1)]))
+            # else the full unroll (before the vectorizer) dissolves the loop into scalars
+            # and LLVM vectorizes the loop around it, with gathers and scatters
+            props.append(m.add_metadata([ll.MetaDataString(m, "llvm.loop.unroll.disable")]))
             n = ir.const_int(s.extent)
             bits = self.machine.vector_bits if self.machine else None
             if n is not None and 1 < n <= 64 and n & (n - 1) == 0 and (
@@ -432,7 +527,8 @@ class LLVMCodegen(MathCalls):
             with self.bound(buf.data, ptr):
                 self.stmt(s.body)
             return
-        if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"):
+        if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"
+                                   or is_register_tile(s)):
             # in the entry block: a loop around it must not grow the stack
             eb = ll.IRBuilder(self.entry_block)
             eb.position_at_start(self.entry_block)
@@ -467,15 +563,27 @@ class LLVMCodegen(MathCalls):
         lanes = ir.lanes_of(dtype)
         align = self.mbits(buf.dtype) // 8
         if lanes == 1:
-            self.b.store(value, self.address(base, buf, idx), align=align)
+            self.store(value, self.address(base, buf, idx), align=align)
         elif isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
-            self.b.store(value, self.address(base, buf, idx.base), align=align)
+            self.store(value, self.address(base, buf, idx.base), align=align)
         else:
             for k, lane_idx in enumerate(self.lane_indices(idx, lanes)):
                 v = self.b.extract_element(value, ll.Constant(I32, k))
-                self.b.store(v, self.address(base, buf, lane_idx), align=align)
+                self.store(v, self.address(base, buf, lane_idx), align=align)
 
     # ------------------------------------------------------------------ memory
+    def load(self, ptr: ll.Value, typ: ll.Type, align: int) -> ll.Value:
+        return self.in_group(self.b.load(ptr, typ=typ, align=align))
+
+    def store(self, value: ll.Value, ptr: ll.Value, align: int) -> ll.Value:
+        return self.in_group(self.b.store(value, ptr, align=align))
+
+    def in_group(self, inst: Any) -> Any:
+        """Tag a memory access with the innermost ``vectorized`` loop's access group."""
+        if self.groups:
+            inst.set_metadata("llvm.access.group", self.groups[-1])
+        return inst
+
     def address(self, base: ll.Value, buf: ir.Buffer, index: Any) -> ll.Value:
         """``&buf[index]`` (``index``: a TIR expression or an LLVM integer value)."""
         if isinstance(index, ir.PrimExpr):
@@ -635,16 +743,16 @@ class LLVMCodegen(MathCalls):
         align = self.mbits(buf.dtype) // 8
         mt = self.mtype(e.dtype)
         if lanes == 1:
-            v = self.b.load(self.address(base, buf, idx), typ=mt, align=align)
+            v = self.load(self.address(base, buf, idx), typ=mt, align=align)
         elif isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
-            v = self.b.load(self.address(base, buf, idx.base), typ=mt, align=align)
+            v = self.load(self.address(base, buf, idx.base), typ=mt, align=align)
         elif isinstance(idx, ir.Broadcast):
-            one = self.b.load(self.address(base, buf, idx.value), typ=mt.element, align=align)
+            one = self.load(self.address(base, buf, idx.value), typ=mt.element, align=align)
             v = self.splat_value(one, lanes)
         else:
             v = ll.Constant(mt, ll.Undefined)
             for k, lane_idx in enumerate(self.lane_indices(idx, lanes)):
-                x = self.b.load(self.address(base, buf, lane_idx), typ=mt.element, align=align)
+                x = self.load(self.address(base, buf, lane_idx), typ=mt.element, align=align)
                 v = self.b.insert_element(v, x, ll.Constant(I32, k))
         return self.from_memory(v, e.dtype)
 
