@@ -109,9 +109,11 @@ def load(path: str | Path | Any, shape_dict: Mapping[str, Any] | None = None,
 
 def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa: A001
             output: str | Path | None = None, *, name: str | None = None,
-            force: bool = False, dump_ir: str | Path | None = None) -> Package:
+            force: bool = False, dump_ir: str | Path | None = None,
+            backend: str | None = None) -> Package:
     """Compile ``model`` (a :class:`Model`, a path or a ModelProto) into a bundle at
-    ``output`` (default: a new temporary directory); returns the :class:`Package`."""
+    ``output`` (default: a new temporary directory); returns the :class:`Package`.
+    ``backend="llvm"``: the kernels as object files compiled by LLVM (``docs/llvm.md``)."""
     from toolchain.bundle import compile_model
     from toolchain.bundle.host import read_metadata
 
@@ -119,7 +121,8 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
     if output is None:
         output = Path(tempfile.mkdtemp(prefix="kiln-bundle-")) / (name or m.name or "model")
     path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
-                         name=name or m.name, dump_ir=dump_ir, force=force, progress=False)
+                         name=name or m.name, dump_ir=dump_ir, force=force, progress=False,
+                         backend=backend)
     return Package(path, read_metadata(path), m)
 
 

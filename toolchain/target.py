@@ -73,6 +73,10 @@ class Target:
     #: the keys of the schedule strategy table (:mod:`toolchain.schedules.registry`); the
     #: name is never one (a renamed ``extends:`` variant gets the same kernels)
     keys: tuple[str, ...] = ()
+    #: what the LLVM backend compiles for: ``triple``, ``cpu``, ``features`` (a list of
+    #: ``+feature``/``-feature``) and ``fast_math`` (LLVM fast-math flags allowed);
+    #: see :mod:`toolchain.codegen.llvm_target`
+    llvm: dict[str, Any] = field(default_factory=dict)
     #: the shipped target this descriptor starts from (``extends:``), if any
     extends: str | None = None
     source: str = ""
@@ -129,6 +133,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
     "c_helpers_headers": ((list,), "a list of header names c_helpers needs", False),
+    "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math", False),
     "extends": ((str,), "the name of a shipped target whose keys this one starts from", False),
     "rename_functions": ((dict,), "a mapping of C function-name prefix to its replacement in "
                                   "the intrinsics taken from the extended target", False),
@@ -143,6 +148,8 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "scopes": ((dict,), "a mapping of operand name to memory scope", False),
     "function": ((str,), "a C identifier", True),
     "impl": ((str,), "a C function body template (jinja2)", True),
+    "llvm_impl": ((str,), "an LLVM IR function body template (jinja2) for the LLVM backend",
+                  False),
     "headers": ((list,), "a list of header names", False),
     "cflags": ((list,), "a list of strings", False),
     "cpu_flags": ((list,), "a list of strings", False),
@@ -222,6 +229,37 @@ def _check_intrinsics(node: yaml.Node, val: dict, path: str) -> dict[str, dict[s
                 raise TargetError(f"{path}:{line}: intrinsic {name!r} is missing key {key!r} "
                                   f"({tname})")
         out[name] = spec
+    return out
+
+
+#: keys of ``llvm:`` -> (type, human type name)
+_LLVM_SCHEMA: dict[str, tuple[type, str]] = {
+    "triple": (str, "an LLVM target triple (thumbv7em-unknown-none-eabihf)"),
+    "cpu": (str, "an LLVM CPU name (cortex-m4, x86-64-v3)"),
+    "features": (list, "a list of LLVM features (+avx2, -avx512f)"),
+    "fast_math": (list, "a list of LLVM fast-math flags (contract, reassoc, nnan, ...)"),
+}
+
+
+def _check_llvm(val: dict, path: str, line: int) -> dict[str, Any]:
+    from toolchain.codegen.llvm_target import FAST_MATH_FLAGS
+
+    out: dict[str, Any] = {}
+    for k, v in val.items():
+        if k not in _LLVM_SCHEMA:
+            raise TargetError(f"{path}:{line}: unknown key 'llvm.{k}'; known keys: "
+                              f"{', '.join(_LLVM_SCHEMA)}")
+        typ, tname = _LLVM_SCHEMA[k]
+        if not isinstance(v, typ):
+            raise TargetError(f"{path}:{line}: key 'llvm.{k}' must be {tname}, got {v!r}")
+        if isinstance(v, list):
+            v = tuple(_str_list(v, path, line, f"llvm.{k}"))
+        if k == "fast_math":
+            bad = [f for f in v if f not in FAST_MATH_FLAGS]
+            if bad:
+                raise TargetError(f"{path}:{line}: key 'llvm.fast_math': {bad} are not LLVM "
+                                  f"fast-math flags ({', '.join(FAST_MATH_FLAGS)})")
+        out[k] = v
     return out
 
 
@@ -305,6 +343,8 @@ def parse_target(text: str, path: str = "<string>") -> Target:
             _check_layout(val, path, line)
         elif key == "intrinsics":
             val = _check_intrinsics(vnode, val, path)
+        elif key == "llvm":
+            val = _check_llvm(val, path, line)
         values[key] = val
     renames = values.pop("rename_functions", None)
     if "extends" in values:

@@ -78,11 +78,21 @@ def test_compile_bad_target_lists_targets(kiln, lenet, tmp_path):
 
 def test_compile_target_without_a_backend_refused(kiln, lenet, tmp_path):
     d, _, _ = lenet
-    (tmp_path / "t.yaml").write_text("name: jit\nkind: llvm\n")
+    (tmp_path / "t.yaml").write_text("name: acc\nkind: vta\n")
     code, _, err = kiln("compile", d / "lenet5.onnx", "--target", tmp_path / "t.yaml", "-o",
                         tmp_path / "b")
-    assert code == 2 and "kind 'llvm'" in err and "C and CUDA targets" in err
+    assert code == 2 and "kind 'vta'" in err and "C, CUDA and LLVM targets" in err
     assert not (tmp_path / "b").exists()
+
+
+def test_compile_llvm_kind_target_writes_kernel_objects(kiln, lenet, tmp_path):
+    """A descriptor of kind llvm is a CPU target whose kernels LLVM compiles."""
+    d, _, _ = lenet
+    (tmp_path / "t.yaml").write_text("name: jit\nkind: llvm\nkeys: [cpu]\n")
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", tmp_path / "t.yaml", "-o",
+                        tmp_path / "b")
+    assert code == 0, err
+    assert list((tmp_path / "b" / "src" / "kernels").glob("*.o"))
 
 
 def test_emulate_is_for_gpu_targets(kiln, lenet, tmp_path):

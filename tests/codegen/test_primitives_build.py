@@ -17,6 +17,18 @@ from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule, TensorIntrin
 
 
+@pytest.fixture(autouse=True, params=["c", "llvm"])
+def over_backends(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every check of this file through the C backend and through LLVM."""
+    from tests.tir_transform import helpers
+
+    if request.param == "llvm" and request.node.get_closest_marker("c_only"):
+        pytest.skip("checks the C text or a C-only intrinsic (tests/codegen/test_llvm.py "
+                    "covers the LLVM side)")
+    monkeypatch.setattr(helpers, "BACKEND", request.param)
+    return request.param
+
+
 def _loops(sch: Schedule, name: str) -> list:
     return sch.get_loops(sch.get_block(name))
 
@@ -97,6 +109,7 @@ def test_set_scope_and_storage_align():
     build_and_check(sch, wl)
 
 
+@pytest.mark.c_only
 def test_vectorize_parallel_unroll():
     wl = W.matmul(16, 32, 8)
     sch = Schedule(wl[0])
@@ -194,6 +207,7 @@ def test_tensorize_with_loop_implementation():
     build_and_check(_tensorize_schedule("kiln_test_mma4_loops"), W.matmul(16, 16, 16))
 
 
+@pytest.mark.c_only
 def test_tensorize_with_extern_call_implementation():
     desc = _mma_desc(4)
     a, b, c = desc.buffers
@@ -232,6 +246,7 @@ def test_symbolic_shapes_build_for_any_size():
         np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
 
 
+@pytest.mark.c_only
 def test_unrolled_loop_around_a_local_tile_builds():
     """The tile is allocated outside the unrolled loop (never duplicated per copy)."""
     wl = W.matmul(8, 16, 8)

@@ -14,6 +14,9 @@ from toolchain.target import load_target, runs_here
 
 RUNNABLE = [n for n in ("c-generic", "x86_64-avx2", "x86_64-avx512")
             if runs_here(load_target(n))]
+#: the backends a kernel test builds through (``compile_op(..., backend=)``): the C
+#: source path and LLVM (docs/llvm.md)
+HOST_BACKENDS = ["c", "llvm"]
 
 
 def cross_compile_m4(code: str, tmp_path: Path) -> None:

@@ -13,11 +13,21 @@ from toolchain.tir import ir
 STRICT = ("-Wall", "-Wextra", "-Werror")
 
 
+#: the backend :func:`build_and_check` builds with; a test module runs its checks through
+#: every backend with the fixture ``over_backends`` (``c`` and ``llvm``)
+BACKEND = "c"
+
+
 def build_and_check(sch_or_func: Any, workload: tuple, rtol: float = 1e-4,
                     **kwargs: Any) -> Any:
-    """Build with :data:`STRICT`, run on the workload's inputs, compare with its reference."""
+    """Build (C: with :data:`STRICT`; LLVM: in-process), run on the workload's inputs,
+    compare with its reference."""
     _, inputs, ref = workload
-    mod = build(sch_or_func, extra_flags=STRICT, **kwargs)
+    if BACKEND == "llvm":
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("openmp", "march")}
+        mod = build(sch_or_func, backend="llvm", **kwargs)
+    else:
+        mod = build(sch_or_func, extra_flags=STRICT, **kwargs)
     args = inputs()
     mod(*args)
     np.testing.assert_allclose(args[-1], ref(*args), rtol=rtol, atol=1e-4)

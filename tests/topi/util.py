@@ -3,9 +3,10 @@
 A PrimFunc is built with ``te.create_prim_func`` and run with ``toolchain.driver.build``
 (C) when that module exists, else with the exact TIR interpreter (slow: keep shapes small).
 
-``KILN_TOPI_EXECUTOR`` chooses: ``c`` (every kernel compiled), ``interp`` (every kernel
-interpreted) or ``auto`` (default: kernels of fewer than ``AUTO_C_ITERS`` loop iterations
-are interpreted, which is faster than a cold C compile; the rest are compiled).
+``KILN_TOPI_EXECUTOR`` chooses: ``c`` (every kernel compiled), ``llvm`` (every kernel
+compiled in-process by the LLVM backend), ``interp`` (every kernel interpreted) or ``auto``
+(default: kernels of fewer than ``AUTO_C_ITERS`` loop iterations are interpreted, which is
+faster than a cold C compile; the rest are compiled).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def use_c(outputs: Sequence[te.Tensor]) -> bool:
     """Whether :func:`run_te` compiles these outputs (see the module docstring)."""
     if BUILD is None:
         return False
-    return MODE == "c" or work(outputs) >= AUTO_C_ITERS
+    return MODE in ("c", "llvm") or work(outputs) >= AUTO_C_ITERS
 
 
 def _shape_of(t: te.Tensor) -> tuple[int, ...]:
@@ -75,7 +76,7 @@ def run_te(inputs: Sequence[te.Tensor], outputs: Sequence[te.Tensor],
             zip(arrays, inputs, strict=True)]
     outs = [np.zeros(_shape_of(t), dtype=np.dtype(t.dtype)) for t in outputs]
     if use_c(outputs):
-        BUILD(func, target="c")(*args, *outs)
+        BUILD(func, target="c", backend="llvm" if MODE == "llvm" else None)(*args, *outs)
     else:
         interpreter.run(func, *args, *outs)
     return outs

@@ -127,8 +127,10 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
                   input_shapes: dict[str, tuple[int, ...]] | None = None,
                   name: str | None = None, dump_ir: str | Path | None = None,
                   force: bool = False, progress: bool | None = None,
-                  build: bool = True) -> tuple[Path, dict[str, Any] | None]:
-    """Compile ``model`` for ``board`` into ``output``; (path, size report or None)."""
+                  build: bool = True, backend: str | None = None
+                  ) -> tuple[Path, dict[str, Any] | None]:
+    """Compile ``model`` for ``board`` into ``output``; (path, size report or None);
+    ``backend="llvm"``: the kernels as object files for the board's triple."""
     from toolchain.bundle.compiler import build_spec
     from toolchain.bundle.render import check_destination, render_files, write_bundle
 
@@ -140,7 +142,7 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
         raise _refuse(b, label, raw, 0, "estimate from the model's weights alone, "
                       "before compiling")
     spec = build_spec(model, b.compile_target(), input_shapes=input_shapes, name=name,
-                      dump_ir=dump_ir, progress=progress)
+                      dump_ir=dump_ir, progress=progress, backend=backend)
     files = render_files(spec)
     meta = json.loads(files["metadata.json"])
     flash_need, ram_need = estimate(meta, b)

@@ -4,10 +4,11 @@ The firmware is compiled with ``-ffunction-sections -fdata-sections``, so the li
 lists every function and every constant as its own input section with its size and its
 object file.  Each is charged to one part:
 
-* flash: ``kernels`` (kernels.o), ``weights`` (weights.o), ``inputs`` (the embedded test
-  inputs, inputs.o), ``runtime`` (everything else: the call sequence, the Kiln runtime,
-  main, start-up, picolibc, libgcc, libm), each split into code (``.text``) and read-only
-  data (``.rodata``), plus the initial values of ``.data``;
+* flash: ``kernels`` (kernels.o, and the LLVM backend's ``src/kernels/*.o``),
+  ``weights`` (weights.o), ``inputs`` (the embedded test inputs, inputs.o), ``runtime``
+  (everything else: the call sequence, the Kiln runtime, main, start-up, picolibc,
+  libgcc, libm), each split into code (``.text``) and read-only data (``.rodata``), plus
+  the initial values of ``.data``;
 * RAM: ``arena`` (main.c's ``kiln_arena``), ``outputs`` (the output buffers), ``stack``
   (the ``.stack`` section), ``data`` (``.data``/``.tdata``) and ``bss`` (the rest).
 
@@ -52,7 +53,10 @@ _EXAMPLE_MAP = """Linker script and memory map
 
 
 def _part(obj: str) -> str:
-    name = Path(obj.split("(")[0].strip()).name
+    path = Path(obj.split("(")[0].strip())
+    name = path.name
+    if path.parent.name == "kernels" and path.suffix == ".o":
+        return "kernels"  # the LLVM backend's kernel objects (src/kernels/<k>.o)
     return {"kernels.o": "kernels", "weights.o": "weights", "inputs.o": "inputs"}.get(
         name, "runtime")
 

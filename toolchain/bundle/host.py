@@ -177,6 +177,8 @@ def build_host(path: str | Path, cc: str | None = None,
     compiler = find_compiler(cc)
     flags = [*HOST_FLAGS, *host_flags(meta, compiler), *extra_flags]
     srcs = _sources(d, model)
+    # LLVM bundles: the kernels' object files, linked as they are
+    srcs += _present(d, [d / o for o in meta.get("kernel_objects", ())])
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.h", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
     lib = _cached_library(d, model, [*srcs, *headers], compiler, flags)

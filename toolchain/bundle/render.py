@@ -146,7 +146,8 @@ def kernel_functions(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict
             entry["comment"] += f"; also kernel {k.index}"
             continue
         entry = {"index": k.index, "name": k.source.name, "params": k.source.params,
-                 "body": k.source.body, "comment": call["comment"]}
+                 "body": k.source.body, "comment": call["comment"],
+                 "object": f"src/kernels/{k.source.name}.o" if k.source.object_code else None}
         by_source[id(k.source)] = entry
         out.append(entry)
     return out
@@ -213,8 +214,9 @@ def build_flags(spec: BundleSpec) -> list[str]:
     return flags
 
 
-def render_files(spec: BundleSpec) -> dict[str, str]:
-    """Every generated text file of the bundle, by relative path."""
+def render_files(spec: BundleSpec) -> dict[str, Any]:
+    """Every generated file of the bundle, by relative path (text; the LLVM backend's
+    kernel objects as bytes)."""
     env = template_env()
     reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights")}
     inputs, outputs = io_tables(spec, bundle_namer(reserved))
@@ -235,7 +237,8 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "compiler": spec.target.compiler, "prelude_includes": includes,
            "helpers": _helpers(spec),
-           "preludes": preludes}
+           "preludes": preludes,
+           "kernel_objects": [k["object"] for k in kernels if k["object"]]}
     m = spec.model
     files = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
@@ -252,6 +255,12 @@ def render_files(spec: BundleSpec) -> dict[str, str]:
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
         entry["elided"] = call["elided"]
+    if ctx["kernel_objects"]:
+        meta["kernel_objects"] = ctx["kernel_objects"]
+        for k in spec.kernels:  # LLVM: the object code, and its IR to read
+            if k.source.object_code:
+                files[f"src/kernels/{k.source.name}.o"] = k.source.object_code
+                files[f"src/kernels/{k.source.name}.ll"] = k.source.llvm_ir
     files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
     return files
 
@@ -317,15 +326,18 @@ def check_destination(out: Path, force: bool) -> None:
 _WRITE_SLICE = 1 << 24
 
 
-def _write_text(path: Path, text: str) -> None:
+def _write_text(path: Path, text: str | bytes) -> None:
     """Write ``text`` as UTF-8 with ``\\n`` line ends, a slice at a time (no full-size
-    encoded copy of a large file in memory)."""
+    encoded copy of a large file in memory); bytes (object code) as they are."""
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+        return
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for s in range(0, len(text), _WRITE_SLICE):
             f.write(text[s:s + _WRITE_SLICE])
 
 
-def write_bundle(files: dict[str, str], out: str | Path, force: bool = False) -> Path:
+def write_bundle(files: dict[str, Any], out: str | Path, force: bool = False) -> Path:
     """Write ``files`` and a copy of the runtime to ``out`` atomically; return ``out``."""
     out = Path(out).absolute()
     check_destination(out, force)

@@ -65,6 +65,21 @@ class CSupport:
         return "\n\n".join(parts)
 
 
+@dataclass(frozen=True)
+class LLVMDefinition:
+    """An LLVM IR module defining one function a kernel calls (a tensor intrinsic's
+    ``llvm_impl`` specialised for its operand strides); ``key`` is the function's name.
+    The LLVM backend links it into the kernel's module before optimizing."""
+
+    key: str
+    text: str
+
+
+def llvm_support_of(func: Any) -> tuple[LLVMDefinition, ...]:
+    """The LLVM definitions a lowered function carries (``attrs["llvm_support"]``)."""
+    return tuple(getattr(func, "attrs", {}).get("llvm_support", ()))
+
+
 def merge_support(items: Iterable[CSupport]) -> CSupport:
     """One :class:`CSupport` for several kernels (a bundle's ``kernels.c``): headers,
     definitions (by key) and flags in first-use order."""
@@ -87,8 +102,8 @@ def support_of(func: Any) -> CSupport:
 
 @dataclass
 class KernelArtifact:
-    """One kernel as a backend produced it (the C backend today; CUDA adds a launch
-    configuration, the accelerator an instruction stream, LLVM object code).
+    """One kernel as a backend produced it (C; CUDA adds a launch configuration, LLVM
+    object code, the accelerator an instruction stream).
 
     For C: the function's name, parameter declarations and body lines, the vector
     typedefs it uses, the arena scratch it needs, its :class:`CSupport` and the generic
@@ -115,6 +130,10 @@ class KernelArtifact:
     param_types: list[str] = field(default_factory=list)
     #: CUDA: byte offset in the kernel's scratch of each trailing scratch parameter
     scratch_offsets: list[int] = field(default_factory=list)
+    #: LLVM: the kernel's object code for the target's triple (``params`` is its C
+    #: prototype) and the LLVM IR it was compiled from
+    object_code: bytes = b""
+    llvm_ir: str = ""
 
     @property
     def flags(self) -> list[str]:
@@ -122,4 +141,5 @@ class KernelArtifact:
         return list(self.support.flags)
 
 
-__all__ = ["CDefinition", "CSupport", "KernelArtifact", "merge_support", "support_of"]
+__all__ = ["CDefinition", "CSupport", "KernelArtifact", "LLVMDefinition", "llvm_support_of",
+           "merge_support", "support_of"]

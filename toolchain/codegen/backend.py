@@ -2,8 +2,8 @@
 
 One interface, one explicit table. A backend renders one lowered kernel of a bundle; the
 bundle renders the artifacts it gets and never looks inside generated code. The table is
-keyed by target kind (``Target.kind``): C is the first backend; CUDA, LLVM and the
-accelerator plug in beside it (their issues add them).
+keyed by target kind (``Target.kind``): C, CUDA and LLVM (object code through llvmlite,
+:mod:`toolchain.codegen.llvm`); the accelerator plugs in beside them.
 
 >>> from toolchain import te
 >>> from toolchain.target import load_target
@@ -18,11 +18,14 @@ accelerator plug in beside it (their issues add them).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from toolchain.codegen.artifact import KernelArtifact
 from toolchain.errors import TargetError
 from toolchain.target import Target
+
+if TYPE_CHECKING:
+    from toolchain.codegen.llvm_target import LLVMMachine
 from toolchain.tir import ir
 
 
@@ -134,13 +137,54 @@ class CUDABackend:
                               r.helper_list(), "cuda", launches, types, offsets)
 
 
-#: target kind -> backend
-BACKENDS: dict[str, Backend] = {"c": CBackend(), "cuda": CUDABackend()}
+class LLVMBackend:
+    """Bundle kernels as object code for the target's triple
+    (:class:`~toolchain.codegen.llvm.LLVMCodegen`, the
+    O3 pipeline, ``TargetMachine.emit_object``): ``KernelArtifact.object_code``, with the
+    C prototype in ``params`` so the bundle's ``model.c`` calls it like a C kernel."""
+
+    name = "llvm"
+
+    def __init__(self, machine: LLVMMachine | None = None) -> None:
+        self.machine = machine
+
+    def kernel(self, lowered: ir.PrimFunc, name: str, *,
+               restrict: bool | frozenset[int] = True) -> KernelArtifact:
+        from toolchain.codegen.artifact import support_of
+        from toolchain.codegen.llvm import LLVMCodegen
+        from toolchain.codegen.llvm_target import emit_object, host_machine
+        from toolchain.errors import UnsupportedError
+
+        machine = self.machine or host_machine()
+        gen = LLVMCodegen(machine, restrict=restrict, scratch=True)
+        k = gen.generate(lowered, name, symbol=name)
+        if k.extra_args:
+            sizes = ", ".join(v.name for v in k.extra_args)
+            raise UnsupportedError(f"llvm code generation: kernel {name} has sizes known "
+                                   f"only at run time ({sizes}); give every input a static "
+                                   "shape")
+        return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support_of(lowered), [],
+                              "llvm", param_types=k.param_types,
+                              object_code=emit_object(k.ir, machine, extra=k.definitions),
+                              llvm_ir="\n".join([k.ir, *k.definitions]))
 
 
-def backend_for(target: Target, emulate: bool = False) -> Backend:
+#: target kind (or backend name) -> backend; ``llvm`` compiles for the host here,
+#: :func:`backend_for` gives one for a target's triple and CPU
+BACKENDS: dict[str, Backend] = {"c": CBackend(), "cuda": CUDABackend(), "llvm": LLVMBackend()}
+
+
+def backend_for(target: Target, emulate: bool = False, backend: str | None = None) -> Backend:
     """The backend that generates ``target``'s kernels (by its kind); ``emulate``: the SIMT
-    emulation of a GPU target's kernels in C (:class:`SimtCBackend`)."""
+    emulation of a GPU target's kernels in C (:class:`SimtCBackend`); ``backend="llvm"``:
+    object code for a CPU target through LLVM (its ``llvm:`` triple and CPU)."""
+    if backend == "llvm" or (backend is None and target.kind == "llvm"):
+        from toolchain.codegen.llvm_target import machine_for
+
+        return LLVMBackend(machine_for(target))
+    if backend not in (None, "c", target.kind):
+        raise TargetError(f"backend {backend!r} does not generate code for target "
+                          f"{target.name!r} (kind {target.kind!r}); backends: c, llvm")
     if emulate:
         if target.kind != "cuda":
             raise TargetError(f"--emulate runs a GPU target's kernels on the CPU; target "
@@ -154,4 +198,5 @@ def backend_for(target: Target, emulate: bool = False) -> Backend:
     return b
 
 
-__all__ = ["BACKENDS", "Backend", "CBackend", "CUDABackend", "SimtCBackend", "backend_for"]
+__all__ = ["BACKENDS", "Backend", "CBackend", "CUDABackend", "LLVMBackend", "SimtCBackend",
+           "backend_for"]

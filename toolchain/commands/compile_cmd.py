@@ -23,6 +23,7 @@ examples:
   kiln compile model.onnx --target c-generic -o build/model --dump-ir build/ir
   kiln compile model.onnx --target cuda-sm90 -o build/model_gpu        # CUDA (nvcc)
   kiln compile model.onnx --target cuda-sm90 -o build/model_emu --emulate   # ... on the CPU
+  kiln compile model.onnx --target cortex-m4 -o build/model_m4 --backend llvm  # kernels as .o
   cd build/model && make && ./main input.bin output.out.bin
 
 The output directory is written atomically: a failed compile leaves nothing, and an
@@ -52,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emulate", action="store_true",
                         help="GPU targets: write a C bundle whose kernels are the GPU kernels' "
                              "code run thread by thread on the CPU (checks them without a GPU)")
+    parser.add_argument("--backend", choices=("c", "llvm"), default="c",
+                        help="c (default): kernels as C source; llvm: kernels as object files "
+                             "for the target's triple, compiled in-process by LLVM, next to "
+                             "the same C runtime and model code (docs/llvm.md)")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
@@ -70,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     out = compile_model(args.model, target, args.output, input_shapes=input_shapes(args),
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
-                        emulate=args.emulate)
+                        emulate=args.emulate, backend=args.backend)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
@@ -110,7 +115,8 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
     start = time.perf_counter()
     out, report = compile_board(args.model, board, args.output, input_shapes=shapes,
                                 name=args.name, dump_ir=args.dump_ir, force=args.force,
-                                progress=False if args.no_progress else None)
+                                progress=False if args.no_progress else None,
+                                backend=getattr(args, "backend", None))
     meta = json.loads((out / "metadata.json").read_text())
     print(f"wrote {args.output}: model {meta['model']['name']} for board {board.name} "
           f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")

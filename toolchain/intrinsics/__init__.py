@@ -47,7 +47,13 @@ from dataclasses import dataclass, field
 
 import jinja2
 
-from toolchain.codegen.artifact import CDefinition, CSupport, support_of
+from toolchain.codegen.artifact import (
+    CDefinition,
+    CSupport,
+    LLVMDefinition,
+    llvm_support_of,
+    support_of,
+)
 from toolchain.errors import ScheduleError, TargetError
 from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
 from toolchain.target import Target, load_target
@@ -56,7 +62,7 @@ from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
 __all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
-           "load_intrinsics", "operand_tiles", "parse_behaviour"]
+           "intrinsic_of_function", "load_intrinsics", "operand_tiles", "parse_behaviour"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class IntrinsicSpec:
     extents: dict[str, int] = field(default_factory=dict)
     #: identity of ``helpers`` (the functions the block defines)
     helpers_key: str = ""
+    #: the LLVM IR body template (``llvm_impl``), "" when the intrinsic has none
+    llvm_template: str = ""
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -144,7 +152,7 @@ def _compile(t: Target) -> _Loaded:
                              dict(spec.get("scopes", {})), block.text if block else "",
                              tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
                              {str(k): int(v) for k, v in dict(spec["extents"]).items()},
-                             block.key if block else "")
+                             block.key if block else "", spec.get("llvm_impl", ""))
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block)
 
@@ -255,6 +263,7 @@ class _Specialise(StmtExprMutator):
         self.headers: list[str] = []
         self.helpers: list[_Helpers] = []
         self.flags: list[str] = []
+        self.llvm_defs: dict[str, LLVMDefinition] = {}
 
     def _use(self, headers: tuple[str, ...], helpers: _Helpers | None) -> None:
         self.headers += [h for h in headers if h not in self.headers]
@@ -293,6 +302,8 @@ class _Specialise(StmtExprMutator):
             self._use(spec.headers, _Helpers(spec.target, spec.helpers, (), spec.helpers_key)
                       if spec.helpers else None)
             self.flags += [f for f in spec.cflags if f not in self.flags]
+            if spec.llvm_template:
+                self.llvm_defs[fname] = _llvm_definition(spec, fname, env)
         return ir.Call(e.dtype, fname, list(e.args))
 
 
@@ -325,8 +336,42 @@ def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,
         return func
     new = CSupport(tuple(m.headers), tuple(helpers) + tuple(m.defs[k] for k in sorted(m.defs)),
                    tuple(m.flags))
-    return ir.PrimFunc(func.params, body, func.name,
-                       {**func.attrs, "c_support": old.merge(new)})
+    attrs = {**func.attrs, "c_support": old.merge(new)}
+    if m.llvm_defs:
+        have = {d.key: d for d in llvm_support_of(func)}
+        attrs["llvm_support"] = tuple({**have, **m.llvm_defs}[k]
+                                      for k in sorted({*have, *m.llvm_defs}))
+    return ir.PrimFunc(func.params, body, func.name, attrs)
+
+
+def _llvm_definition(spec: IntrinsicSpec, fname: str, env: dict[str, object]
+                     ) -> LLVMDefinition:
+    """The ``llvm_impl`` of ``spec`` for these strides: a module defining
+    ``i32 @fname(ptr %A, ptr %B, ...)`` (operands by name, strides as ``{{ A_s0 }}``),
+    ``linkonce_odr`` and ``alwaysinline`` so it disappears into the kernel."""
+    try:
+        body = _ENV.from_string(spec.llvm_template).render(**env)
+    except ScheduleError as err:
+        raise ScheduleError(f"intrinsic {spec.name!r} (llvm_impl): {err}") from None
+    params = ", ".join(f"ptr noalias %{op}" for op in spec.operands)
+    lines = "\n".join("  " + ln.strip() if not ln.rstrip().endswith(":") else ln.strip()
+                      for ln in body.splitlines() if ln.strip())
+    return LLVMDefinition(fname, f"define linkonce_odr i32 @{fname}({params}) alwaysinline "
+                                 f"nounwind {{\n{lines}\n}}\n")
+
+
+def intrinsic_of_function(name: str) -> IntrinsicSpec | None:
+    """The loaded intrinsic whose C function ``name`` is (or is a specialisation of:
+    ``kiln_fma_f32_4x4_<hash>``), else None.
+
+    >>> _ = load_intrinsics("c-generic")
+    >>> intrinsic_of_function("kiln_fma_f32_4x4_0123abcd").name
+    'c-generic.fma_f32_4x4'
+    """
+    spec = _BY_FUNCTION.get(name)
+    if spec is None and "_" in name:
+        spec = _BY_FUNCTION.get(name.rsplit("_", 1)[0])
+    return spec
 
 
 def intrinsic_flags(func: ir.PrimFunc) -> list[str]:

@@ -1,4 +1,5 @@
-"""Build a Schedule/PrimFunc for the host: lower, render C, compile, load.
+"""Build a Schedule/PrimFunc for the host: lower, render C, compile, load (or, with
+``backend="llvm"``, translate to LLVM and load in-process: :mod:`toolchain.runtime.jit`).
 
 Shared libraries are cached by content hash (source + compiler + flags + compiler
 version) in ``$KILN_CACHE_DIR`` or ``~/.cache/kiln``; a rebuild of the same source is a
@@ -59,7 +60,7 @@ def _resolve_target(target: str | Target) -> Target:
         # this machine as it is: -march=native, no descriptor's flags
         return Target(name="host", kind="c", description="the host CPU (C via cc)")
     t = resolve_target(target)
-    if t.kind != "c":
+    if t.kind not in ("c", "llvm"):
         hint = (" (for CUDA source use toolchain.codegen.cuda.CUDARenderer().render(lower(sch))"
                 " and compile_ptx; running kernels needs a GPU runtime Kiln does not have yet)"
                 if t.kind == "cuda" else "")
@@ -100,7 +101,7 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
 def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None, *,
           passes: Mapping[int, Sequence[Callable[[ir.PrimFunc], ir.PrimFunc]]] | None = None,
           openmp: bool = True, march: str | None = "auto", extra_flags: Sequence[str] = (),
-          cc: str | None = None) -> Module:
+          cc: str | None = None, backend: str | None = None) -> Module:
     """Lower, generate C, compile and load a Schedule or PrimFunc for the host.
 
     ``march`` and ``extra_flags`` (for example ``["-Wall", "-Wextra", "-Werror"]``) go to
@@ -111,6 +112,13 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
     descriptor's ``compiler``, else ``$CC`` or ``cc`` (the host target names none).
     Parallel loops use OpenMP unless ``openmp=False``.
 
+    ``backend="llvm"`` (the default for a descriptor of kind ``llvm``) compiles in this
+    process through llvmlite instead (no C compiler, no subprocess;
+    :mod:`toolchain.runtime.jit`, ``docs/llvm.md``): the same callable module, its object
+    code cached by content hash; ``march``, ``cc``, ``openmp`` and the flags do not apply
+    (the CPU is the host's for ``"c"``, the descriptor's ``llvm.cpu`` otherwise) and
+    parallel loops run serially.
+
     >>> import numpy as np
     >>> from toolchain import te
     >>> A = te.placeholder((4,), name="A")
@@ -118,6 +126,8 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
     >>> mod = build(te.create_prim_func([A, B]))
     >>> a = np.arange(4, dtype="float32"); b = np.empty(4, "float32")
     >>> mod(a, b); b.tolist()
+    [1.0, 2.0, 3.0, 4.0]
+    >>> build(te.create_prim_func([A, B]), backend="llvm")(a, b); b.tolist()
     [1.0, 2.0, 3.0, 4.0]
     """
     t = _resolve_target(target)
@@ -129,7 +139,18 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
         raise OptionError(f"build: expected a Schedule or PrimFunc, got "
                           f"{type(sch_or_func).__name__}")
     lowered = lower(func, passes=passes, target=None if t.name == "host" else t)
-    src = get_renderer(t.kind, openmp=openmp).render(lowered, name=name)
+    backend = backend or t.kind
+    if backend == "llvm":
+        from toolchain.codegen.llvm_target import machine_for
+        from toolchain.runtime.jit import jit_build
+
+        mod = jit_build(lowered, func, machine_for(t), cache_dir(), name)
+        mod.build_info["target"] = t.name
+        return mod
+    if backend != "c":
+        raise OptionError(f"build: unknown backend {backend!r}; host builds use 'c' (C via "
+                          "cc) or 'llvm' (in-process through llvmlite)")
+    src = get_renderer("c", openmp=openmp).render(lowered, name=name)
     flags = list(BASE_FLAGS)
     if march == "auto":
         march = "native" if t.name == "host" else t.arch

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.schedules._cpu_targets import RUNNABLE, cross_compile_m4
+from tests.schedules._cpu_targets import HOST_BACKENDS, RUNNABLE, cross_compile_m4
 from toolchain.codegen import get_renderer
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op, make_node, schedule_for
@@ -30,13 +30,13 @@ CASES = [
 ]
 
 
-def _run(target, xs, ws, attrs, const_w=True, bias=True, seed=0):
+def _run(target, xs, ws, attrs, const_w=True, bias=True, seed=0, backend="c"):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(xs).astype(np.float32)
     w = rng.standard_normal(ws).astype(np.float32)
     b = rng.standard_normal(ws[0]).astype(np.float32)
     ins = [xs, w if const_w else ws] + ([b] if bias else [])
-    op = compile_op("Conv", target, inputs=ins, attrs=attrs)
+    op = compile_op("Conv", target, inputs=ins, attrs=attrs, backend=backend)
     got = op(x)[0] if const_w else op(x, w)[0]
     ref_attrs = {"group": 1, "auto_pad": "NOTSET", **attrs}
     ref = get_op("Conv").reference([x, w] + ([b] if bias else []), ref_attrs)[0]
@@ -45,10 +45,11 @@ def _run(target, xs, ws, attrs, const_w=True, bias=True, seed=0):
     return op
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("xs, ws, attrs", CASES)
-def test_conv_constant_weights(target, xs, ws, attrs) -> None:
-    op = _run(target, xs, ws, attrs)
+def test_conv_constant_weights(target, xs, ws, attrs, backend) -> None:
+    op = _run(target, xs, ws, attrs, backend=backend)
     info = op.metadata["info"]
     pointwise = ws[2:] == (1, 1)
     assert info["schedule"] == ("conv2d_1x1_gemm" if pointwise else "conv2d_nchwc")

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.schedules._cpu_targets import RUNNABLE, cross_compile_m4
+from tests.schedules._cpu_targets import HOST_BACKENDS, RUNNABLE, cross_compile_m4
 from toolchain.codegen import get_renderer
 from toolchain.errors import InputError, UnsupportedError
 from toolchain.graph.ir import Node, Value
@@ -38,13 +38,14 @@ def _defaults(op: str) -> dict:
 SHAPES = [(64, 32, 48), (7, 13, 5), (1, 70, 33), (33, 70, 50)]
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("m, k, n", SHAPES)
-def test_matmul_constant_weights(target: str, m: int, k: int, n: int) -> None:
+def test_matmul_constant_weights(target: str, m: int, k: int, n: int, backend: str) -> None:
     rng = np.random.default_rng(m * 100 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
-    op = compile_op("MatMul", target, inputs=[(m, k), w])
+    op = compile_op("MatMul", target, inputs=[(m, k), w], backend=backend)
     assert op.metadata["info"]["packed_b"] is True
     _check(op, [a, w])
 
@@ -61,13 +62,14 @@ def test_matmul_runtime_operands_and_batches(target: str) -> None:
     _check(compile_op("MatMul", target, inputs=[a.shape, w]), [a, w])
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", RUNNABLE)
 @pytest.mark.parametrize("attrs, cshape", [
     ({"transB": 1}, (19,)),
     ({"transA": 1, "alpha": 0.5, "beta": 2.0}, (10, 19)),
     ({"alpha": -1.5}, None),
 ])
-def test_gemm(target: str, attrs: dict, cshape) -> None:
+def test_gemm(target: str, attrs: dict, cshape, backend: str) -> None:
     rng = np.random.default_rng(4)
     a = rng.standard_normal((12, 10) if attrs.get("transA") else (10, 12)).astype(np.float32)
     b = rng.standard_normal((19, 12) if attrs.get("transB") else (12, 19)).astype(np.float32)
@@ -77,7 +79,7 @@ def test_gemm(target: str, attrs: dict, cshape) -> None:
         c = rng.standard_normal(cshape).astype(np.float32)
         ins.append(c)
         arrays.append(c)
-    op = compile_op("Gemm", target, inputs=ins, attrs=attrs)
+    op = compile_op("Gemm", target, inputs=ins, attrs=attrs, backend=backend)
     _check(op, arrays, attrs)
 
 

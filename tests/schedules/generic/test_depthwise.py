@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.schedules._cpu_targets import RUNNABLE
+from tests.schedules._cpu_targets import HOST_BACKENDS, RUNNABLE
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules import compile_op
@@ -42,11 +42,13 @@ def _ref(x, w, b, attrs):
 BLOCKED = [t for t in RUNNABLE if t.startswith("x86_64")]  # NCHW{b}c targets
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", BLOCKED)
 @pytest.mark.parametrize("xs, k, attrs", CASES)
-def test_depthwise_conv_nchw(target, xs, k, attrs) -> None:
+def test_depthwise_conv_nchw(target, xs, k, attrs, backend) -> None:
     x, w, b = _data(xs, k)
-    op = compile_op("Conv", target, inputs=[xs, w, b], attrs={**attrs, "group": xs[1]})
+    op = compile_op("Conv", target, inputs=[xs, w, b], attrs={**attrs, "group": xs[1]},
+                    backend=backend)
     got = op(x)[0]
     ref = _ref(x, w, b, attrs)
     err = np.abs(got - ref).max() / np.abs(ref).max()

@@ -126,9 +126,10 @@ def _host_targets() -> list:
     return out
 
 
-def check_schedule(case: tuple, target: object) -> object:
+def check_schedule(case: tuple, target: object, backend: str = "c") -> object:
     """Build ``case`` with its default schedule for ``target`` (through the schedule
-    registry for a target name, directly for a CpuConfig); compare with the reference."""
+    registry for a target name, directly for a CpuConfig) with ``backend`` (``c``: strict
+    warnings; ``llvm``: in-process through llvmlite); compare with the reference."""
     op, arrays, attrs, const, n_out = case
     node = make_node(op, arrays, attrs, const, n_out)
     if isinstance(target, CpuConfig):
@@ -142,7 +143,10 @@ def check_schedule(case: tuple, target: object) -> object:
     by_value = {id(v): a for v, a in zip(node.inputs, arrays, strict=True) if v is not None}
     feeds = [np.ascontiguousarray(by_value[id(v)]).reshape(v.shape or (1,)) for v in values]
     outs = [np.zeros(v.shape or (1,), np.dtype(v.dtype)) for v in node.outputs]
-    build(sch, extra_flags=["-Wall", "-Wextra", "-Werror"])(*feeds, *outs)
+    if backend == "llvm":
+        build(sch, backend="llvm")(*feeds, *outs)
+    else:
+        build(sch, extra_flags=["-Wall", "-Wextra", "-Werror"])(*feeds, *outs)
     want = get_op(op).reference(list(arrays), dict(attrs))[:n_out]
     for k, (g, w) in enumerate(zip(outs, want, strict=True)):
         g = g.reshape(w.shape)
@@ -155,10 +159,11 @@ def check_schedule(case: tuple, target: object) -> object:
     return sch
 
 
+@pytest.mark.parametrize("backend", ["c", "llvm"])
 @pytest.mark.parametrize("target", _host_targets())
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{k}" for k, c in enumerate(CASES)])
-def test_default_schedule_matches_reference(case: tuple, target: str) -> None:
-    check_schedule(case, target)
+def test_default_schedule_matches_reference(case: tuple, target: str, backend: str) -> None:
+    check_schedule(case, target, backend)
 
 
 # ReduceSum over axis 0 is left out: its only spatial loop is the vectorized inner one

@@ -1,0 +1,125 @@
+"""What the LLVM backend asks of a lowered function before translating it: the symbolic
+sizes that become trailing arguments, which loops are unit-stride, which local buffers
+are register tiles.
+
+>>> from toolchain.tir import ir
+>>> n = ir.Var("n"); A, B = ir.Buffer("A", (n,)), ir.Buffer("B", (n,)); j = ir.Var("j")
+>>> loop = ir.For(j, 0, n, "vectorized", B.store(A[j * 2], [j]))
+>>> [v.name for v in free_scalars(ir.PrimFunc((A, B), loop))], unit_stride(loop)
+(['n'], False)
+"""
+
+from __future__ import annotations
+
+from toolchain.codegen.names import sanitize
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import StmtExprVisitor, free_vars, substitute
+
+
+def free_scalars(func: ir.PrimFunc) -> list[ir.Var]:
+    """Scalar variables the body uses but nothing binds (symbolic sizes), sorted by their
+    C name: the trailing arguments of the C and LLVM kernels."""
+    defined: set[ir.Var] = {p.data if isinstance(p, ir.Buffer) else p for p in func.params}
+
+    class _Def(StmtExprVisitor):
+        def visit_For(self, s: ir.For) -> None:
+            defined.add(s.loop_var)
+            super().visit_For(s)
+
+        def visit_LetStmt(self, s: ir.LetStmt) -> None:
+            defined.add(s.var)
+            super().visit_LetStmt(s)
+
+        def visit_Let(self, e: ir.Let) -> None:
+            defined.add(e.var)
+            super().visit_Let(e)
+
+        def visit_Allocate(self, s: ir.Allocate) -> None:
+            defined.add(s.buffer.data)
+            super().visit_Allocate(s)
+
+    _Def().visit_stmt(func.body)
+    free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
+    return sorted(free, key=lambda v: sanitize(v.name))
+
+
+def unit_stride(s: ir.For) -> bool:
+    """Whether every load and store in a loop's body moves by 0 or 1 element per
+    iteration: the loop vectorizes into plain vector accesses. Only such ``vectorized``
+    loops get forced (``llvm.loop.vectorize.enable``): forcing a strided one buys gathers
+    and scatters that run slower than scalar code; LLVM's cost model decides for them, as
+    gcc's does for the bundle's C (which has no ``#pragma omp simd``)."""
+    v, ok = s.loop_var, [True]
+    step = {v: ir.Add(v, ir.const(1, v.dtype))}
+
+    class _Stride(StmtExprVisitor):
+        def check(self, idx: tuple[ir.PrimExpr, ...]) -> None:
+            if len(idx) != 1 or not ok[0]:
+                return
+            d = arith.simplify(substitute(idx[0], step) - idx[0])
+            if not (ir.is_const_int(d, 0) or ir.is_const_int(d, 1)):
+                ok[0] = False
+
+        def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+            self.check(e.indices)
+            super().visit_BufferLoad(e)
+
+        def visit_BufferStore(self, st: ir.BufferStore) -> None:
+            self.check(st.indices)
+            super().visit_BufferStore(st)
+
+    _Stride().visit_stmt(s.body)
+    return ok[0]
+
+
+def is_register_tile(s: ir.Allocate) -> bool:
+    """A local (not ``global``) buffer accessed only by whole contiguous vectors: a
+    register tile (``cache_write(..., "local")`` of a vectorized nest). It stays an
+    ``alloca``, whatever its size, so SROA keeps it in vector registers, as the C renderer
+    declares such tiles as vector variables or arrays (never scratch or heap memory)."""
+    if s.buffer.scope == "global":
+        return False
+    data, ok, seen = s.buffer.data, [True], [False]
+
+    class _Access(StmtExprVisitor):
+        def check(self, buf: ir.Buffer, idx: tuple[ir.PrimExpr, ...]) -> None:
+            if buf.data is data:
+                seen[0] = True
+                r = idx[0] if len(idx) == 1 else None
+                if not (isinstance(r, ir.Ramp) and ir.is_const_int(r.stride, 1)):
+                    ok[0] = False
+
+        def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+            self.check(e.buffer, e.indices)
+            super().visit_BufferLoad(e)
+
+        def visit_BufferStore(self, st: ir.BufferStore) -> None:
+            self.check(st.buffer, st.indices)
+            super().visit_BufferStore(st)
+
+        def visit_Call(self, e: ir.Call) -> None:
+            if e.op == "tir.address_of":  # a pointer into it escapes: memory, not registers
+                a = e.args[0]
+                if isinstance(a, ir.BufferLoad) and a.buffer.data is data:
+                    ok[0] = False
+            super().visit_Call(e)
+
+    _Access().visit_stmt(s.body)
+    return ok[0] and seen[0]
+
+
+def loop_elem_bits(s: ir.For) -> int:
+    """The widest element a loop body stores (what its vector lanes would hold)."""
+    widest = [8]
+
+    class _Stores(StmtExprVisitor):
+        def visit_BufferStore(self, st: ir.BufferStore) -> None:
+            e = ir.element_of(st.buffer.dtype)
+            widest[0] = max(widest[0], 8 if e == "bool" else ir.bits_of(e))
+            super().visit_BufferStore(st)
+
+    _Stores().visit_stmt(s.body)
+    return widest[0]
+
+
+__all__ = ["free_scalars", "is_register_tile", "loop_elem_bits", "unit_stride"]

@@ -1,0 +1,146 @@
+"""LLVM machines for Kiln targets: triple, CPU and features from the descriptor, the O3
+pipeline, object code.
+
+A descriptor says what LLVM should compile for under its ``llvm:`` key (validated by
+:mod:`toolchain.target`)::
+
+    llvm: {triple: thumbv7em-unknown-none-eabihf, cpu: cortex-m4, fast_math: [contract]}
+
+Without it, a CPU target compiles for the host's triple with the ``generic`` CPU (portable
+code, like ``c-generic``'s C); the target ``"host"`` (``build(..., target="c")``) gets the
+host's CPU name and features (``-march=native``). ``fast_math`` lists the LLVM fast-math
+flags every floating-point instruction may carry; the default is ``contract`` alone (a
+multiply and an add may fuse into an FMA), which is what GCC does for the C backend's GNU C
+(``-ffp-contract=fast``). ``reassoc``, ``nnan`` and the others change results and are only
+used where the descriptor lists them.
+
+>>> from toolchain.target import load_target
+>>> m = machine_for(load_target("cortex-m4"))
+>>> m.triple, m.cpu, m.fast_math
+('thumbv7em-unknown-none-eabihf', 'cortex-m4', ('contract',))
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from toolchain.errors import BuildError, TargetError
+from toolchain.target import Target
+
+#: LLVM fast-math flags a descriptor may list (llvmlite's spelling)
+FAST_MATH_FLAGS = ("contract", "reassoc", "nnan", "ninf", "nsz", "arcp", "afn", "fast")
+#: used when the descriptor lists none: GCC's default for GNU C
+DEFAULT_FAST_MATH = ("contract",)
+
+
+@functools.cache
+def llvm_binding():  # type: ignore[no-untyped-def]
+    """``llvmlite.binding``, with every target and asm printer registered once (llvmlite
+    0.50 refuses the old ``initialize()``)."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:  # pragma: no cover - llvmlite is a dependency
+        raise BuildError("the LLVM backend needs llvmlite (pip install llvmlite)") from None
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm
+
+
+@dataclass(frozen=True)
+class LLVMMachine:
+    """What LLVM compiles for: ``triple``, ``cpu``, ``features`` (``+avx2,-avx512f``), the
+    fast-math flags allowed, and whether code runs in this process (``host``)."""
+
+    triple: str
+    cpu: str
+    features: str
+    fast_math: tuple[str, ...]
+    #: vector width in bits the schedules chose (for information; LLVM picks its own)
+    vector_bits: int | None = None
+
+    def key(self) -> str:
+        """The part of an object cache key that names the machine."""
+        llvm = llvm_binding()
+        return "|".join((self.triple, self.cpu, self.features, ",".join(self.fast_math),
+                         ".".join(map(str, llvm.llvm_version_info))))
+
+    def target_machine(self, jit: bool = False):  # type: ignore[no-untyped-def]
+        """An llvmlite ``TargetMachine`` at O3 (position-independent code)."""
+        llvm = llvm_binding()
+        try:
+            t = llvm.Target.from_triple(self.triple)
+        except RuntimeError as e:
+            raise TargetError(f"LLVM has no target for triple {self.triple!r}: {e}") from None
+        return t.create_target_machine(cpu=self.cpu, features=self.features, opt=3,
+                                       reloc="pic", codemodel="jitdefault" if jit else
+                                       "default", jit=jit)
+
+
+def host_machine() -> LLVMMachine:
+    """This machine: its triple, CPU name and features (``-march=native``)."""
+    llvm = llvm_binding()
+    return LLVMMachine(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                       llvm.get_host_cpu_features().flatten(), DEFAULT_FAST_MATH)
+
+
+def machine_for(target: Target) -> LLVMMachine:
+    """The :class:`LLVMMachine` of a CPU target descriptor (see the module docstring);
+    the host target (``name == "host"``) is :func:`host_machine`."""
+    if target.kind not in ("c", "llvm"):
+        raise TargetError(f"the LLVM backend compiles for CPU targets; {target.name!r} has "
+                          f"kind {target.kind!r}")
+    if target.name == "host":
+        return host_machine()
+    spec = dict(target.llvm)
+    fm = tuple(spec.get("fast_math", DEFAULT_FAST_MATH))
+    triple = spec.get("triple") or llvm_binding().get_process_triple()
+    return LLVMMachine(triple, spec.get("cpu", "generic"), ",".join(spec.get("features", ())),
+                       fm, target.vector_width_bits)
+
+
+def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
+             extra: Sequence[str] = ()):  # type: ignore[no-untyped-def]
+    """Parse and verify LLVM IR text (and link in the modules ``extra``: the definitions of
+    functions it calls), run the O3 pipeline for ``machine``; returns the llvmlite
+    ``ModuleRef`` and its ``TargetMachine``."""
+    llvm = llvm_binding()
+    tm = machine.target_machine(jit=jit)
+    try:
+        mod = llvm.parse_assembly(module_ir)
+        mod.verify()
+    except RuntimeError as e:
+        raise BuildError(f"LLVM rejected the generated IR (a Kiln bug; please report it with "
+                         f"the IR below):\n{e}\n{module_ir}") from None
+    for text in extra:
+        try:
+            other = llvm.parse_assembly(text)
+            other.verify()
+        except RuntimeError as e:
+            raise BuildError(f"LLVM rejected a tensor intrinsic's llvm_impl (check the "
+                             f"target descriptor):\n{e}\n{text}") from None
+        mod.link_in(other)
+    mod.triple = machine.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod, tm
+
+
+def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
+                extra: Sequence[str] = ()) -> bytes:
+    """Object code (ELF for the machine's triple) of LLVM IR text (with the modules
+    ``extra`` linked in), optimized at O3."""
+    mod, tm = optimize(module_ir, machine, jit=jit, extra=extra)
+    return bytes(tm.emit_object(mod))
+
+
+__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LLVMMachine", "emit_object",
+           "host_machine", "llvm_binding", "machine_for", "optimize"]
