@@ -173,3 +173,18 @@ def test_a_tensor_too_large_for_memory_is_a_user_error_naming_it(tmp_path, capsy
     assert main(["run", str(tmp_path / "big.onnx"), "--inputs", str(tmp_path / "in.npz")]) == 2
     assert "'z' float32[1000000, 100000000] (400,000,000,000,000 bytes)" in \
         capsys.readouterr().err
+
+
+def test_ops_after_the_ceil_mode_inference_bug_are_not_cross_checked(tmp_path):
+    """ONNX propagates its wrong pooled shape to every consumer: a Slice after the pool
+    (fuzzer seed 1299) crashed the import though the pool itself was handled."""
+    m = make_model([h.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2],
+                                strides=[2, 2], pads=[0, 0, 1, 1], ceil_mode=1),
+                    h.make_node("Slice", ["y", "s", "e", "a"], ["z"]),
+                    h.make_node("Abs", ["z"], ["w"])],
+                   {"x": (F, [1, 2, 4, 4])}, {"w": (F, [1, 2, 2, 2])},
+                   inits={"s": np.array([0], I64), "e": np.array([100], I64),
+                          "a": np.array([3], I64)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KilnWarning)
+        _check(m, tmp_path, {"x": _rand(1, 2, 4, 4)})

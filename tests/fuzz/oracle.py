@@ -130,7 +130,8 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
     return findings
 
 
-def _prefix_model(model: onnx.ModelProto, output: str) -> onnx.ModelProto:
+def _prefix_model(model: onnx.ModelProto, output: str,
+                  inputs: dict[str, np.ndarray]) -> onnx.ModelProto:
     """``model`` cut to the nodes ``output`` depends on, with ``output`` its only output."""
     from onnx import helper
 
@@ -148,11 +149,13 @@ def _prefix_model(model: onnx.ModelProto, output: str) -> onnx.ModelProto:
     out = helper.make_model(graph, opset_imports=list(model.opset_import),
                             producer_name=model.producer_name)
     out.ir_version = model.ir_version
-    inferred = onnx.shape_inference.infer_shapes(out)
-    vi = [v for v in list(inferred.graph.value_info) + list(inferred.graph.output)
-          if v.name == output]
-    if vi and vi[0].type.tensor_type.HasField("shape"):
-        out.graph.output[0].CopyFrom(vi[0])
+    # declare the output as onnxruntime computes it (ONNX shape inference has known bugs)
+    from onnx import helper as h
+
+    feeds = {i.name: inputs[i.name] for i in out.graph.input}
+    got = np.asarray(run_ort(out, feeds)[output])
+    out.graph.output[0].CopyFrom(h.make_tensor_value_info(
+        output, h.np_dtype_to_tensor_dtype(got.dtype), list(got.shape)))
     return out
 
 
@@ -164,7 +167,7 @@ def shrink(model: onnx.ModelProto, inputs: dict[str, np.ndarray], finding: Findi
     candidates = [o for n in model.graph.node for o in n.output if o]
     for out in candidates:  # earliest first: the first that fails is the smallest cut
         try:
-            small = _prefix_model(model, out)
+            small = _prefix_model(model, out, inputs)
         except Exception:  # noqa: BLE001 - a cut onnx cannot type: try the next one
             continue
         if len(small.graph.node) >= len(best.graph.node):

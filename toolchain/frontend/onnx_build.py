@@ -96,6 +96,9 @@ class _Builder:
         self.nodes: list[Node] = []
         self.used: set[str] = set(used)
         self.graph_inputs: set[str] = set()
+        #: values whose ONNX-inferred types follow a known ONNX inference bug upstream:
+        #: not cross-checked (ONNX propagates its wrong shape to every consumer)
+        self.untrusted: set[str] = set()
 
     def fresh(self, base: str) -> str:
         name = base
@@ -161,6 +164,9 @@ class _Builder:
         return ""
 
     def _cross_check(self, node: Node, name: str, t: TensorType) -> None:
+        if any(v is not None and v.name in self.untrusted for v in node.inputs):
+            self.untrusted.add(name)
+            return
         info = self.onnx_types.get(name)
         if info is None:
             return
@@ -173,6 +179,7 @@ class _Builder:
             if known:
                 warnings.warn(KilnWarning(f"{self.label}: {node.describe()}: output {name!r} "
                                           f"is {t}; {known}"), stacklevel=2)
+                self.untrusted.add(name)
                 return
             shown = f"{onnx_dtype or elem}" + (f"[{', '.join(map(str, dims))}]"
                                                if dims is not None else "[unknown rank]")
