@@ -17,17 +17,25 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from tests.fuzz.graphs import random_model
-from tests.fuzz.oracle import check, shrink
+from tests.fuzz.graphs import INT8_FAMILIES, random_model
+from tests.fuzz.oracle import check, check_int8, shrink
 
+#: every CPU target (one this host cannot run is skipped)
 TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
+#: the other backends: kernels through LLVM, a GPU target's kernels emulated on the CPU
+BACKENDS = ("c-generic:llvm", "cuda-sm80:emulate")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
     ap.add_argument("--count", type=int, default=100, help="graphs to try (default 100)")
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets")
+    ap.add_argument("--targets", default=",".join(TARGETS + BACKENDS),
+                    help="comma-separated targets; NAME:llvm compiles the kernels through "
+                         "LLVM, NAME:emulate runs a GPU target's kernels on the CPU")
+    ap.add_argument("--int8", action="store_true",
+                    help="quantize each graph (integer op families only) and require the "
+                         "bundles to equal the integer reference bit for bit")
     ap.add_argument("--max-nodes", type=int, default=10)
     ap.add_argument("--out", default="fuzz-findings", help="where failing models go")
     args = ap.parse_args(argv)
@@ -36,14 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     counts: collections.Counter[str] = collections.Counter()
     t0 = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
-        model, inputs = random_model(seed, args.max_nodes)
-        findings = check(model, inputs, targets)
+        if args.int8:
+            model, inputs = random_model(seed, args.max_nodes, INT8_FAMILIES)
+            findings = check_int8(model, inputs, targets)
+        else:
+            model, inputs = random_model(seed, args.max_nodes)
+            findings = check(model, inputs, targets)
         counts["graphs"] += 1
         for f in findings:
             counts[f.kind] += 1
             if f.kind == "invalid":
                 continue
-            small = shrink(model, inputs, f, targets)
+            small = model if args.int8 else shrink(model, inputs, f, targets)
             out.mkdir(parents=True, exist_ok=True)
             stem = out / f"{f.kind}-{f.target}-seed{seed}"
             onnx.save(small, stem.with_suffix(".onnx"))

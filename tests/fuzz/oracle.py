@@ -85,6 +85,18 @@ def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | N
     return None
 
 
+def compile_for(model: onnx.ModelProto, target: str, out: Path) -> Path:
+    """Compile ``model`` for ``target``: a target name, or ``NAME:llvm`` (kernels through
+    the LLVM backend) or ``NAME:emulate`` (a GPU target's kernels run thread by thread in
+    C on this CPU)."""
+    from toolchain.bundle import compile_model
+
+    name, _, variant = target.partition(":")
+    kw = {"backend": "llvm"} if variant == "llvm" else \
+        {"emulate": True} if variant == "emulate" else {}
+    return compile_model(model, name, out, progress=False, **kw)
+
+
 def _classify(exc: BaseException) -> str:
     if isinstance(exc, (GeneratedCodeError, InternalError)) or not isinstance(exc, KilnError):
         return "crash"
@@ -95,7 +107,7 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
           targets: tuple[str, ...] = ("c-generic",)) -> list[Finding]:
     """Every finding of ``model`` on ``targets`` (see the module docstring); an output is
     wrong when ``max|got - want| > RTOL * max|want| + ATOL``."""
-    from toolchain.bundle import compile_model, load_bundle
+    from toolchain.bundle import load_bundle
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.reference import run_graph
 
@@ -117,7 +129,7 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
             for target in targets:
                 try:
-                    path = compile_model(model, target, Path(tmp) / target, progress=False)
+                    path = compile_for(model, target, Path(tmp) / target.replace(":", "_"))
                     got = load_bundle(path)(inputs)
                 except TargetError as exc:
                     if "this host" in str(exc) or "CPU" in str(exc):
@@ -131,6 +143,52 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                 bad = _compare(got, want)
                 if bad:
                     findings.append(Finding("wrong", target, bad))
+    return findings
+
+
+def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+               targets: tuple[str, ...] = ("c-generic",)) -> list[Finding]:
+    """``model`` quantized by Kiln's post-training quantization (calibrated on seeded
+    data) and compiled for ``targets``: the integer kernels must equal the integer
+    reference (``run_graph`` of ``quantize_ops``) bit for bit."""
+    from toolchain.bundle import load_bundle
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+    from toolchain.quantize.ptq import quantize_model
+
+    rng = np.random.default_rng(0)
+    cal = {k: rng.standard_normal((8, *v.shape)).astype(np.float32)
+           for k, v in inputs.items()}
+    findings = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            qdq, _ = quantize_model(model, cal)
+            want = run_graph(quantize_ops(from_onnx(qdq)), inputs)
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            return [Finding(_classify(exc), "quantize",
+                            f"{type(exc).__name__}: {str(exc)[:2000]}")]
+        with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
+            for target in targets:
+                try:
+                    got = load_bundle(compile_for(qdq, target, Path(tmp) /
+                                                  target.replace(":", "_")))(inputs)
+                except TargetError as exc:
+                    if "this host" in str(exc) or "CPU" in str(exc):
+                        continue
+                    findings.append(Finding("refused", target, f"TargetError: {exc}"))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                    findings.append(Finding(_classify(exc), target,
+                                            f"{type(exc).__name__}: {str(exc)[:2000]}"))
+                    continue
+                for name, w in want.items():
+                    if not np.array_equal(got[name], w):
+                        diff = int(np.sum(got[name] != w))
+                        findings.append(Finding("wrong", target, f"int8 output {name!r}: "
+                                                f"{diff} of {w.size} values differ"))
+                        break
     return findings
 
 

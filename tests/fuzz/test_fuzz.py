@@ -8,22 +8,41 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.fuzz.__main__ import TARGETS
-from tests.fuzz.graphs import FAMILIES, random_model
-from tests.fuzz.oracle import Finding, check, shrink
+from tests.fuzz.__main__ import BACKENDS, TARGETS
+from tests.fuzz.graphs import FAMILIES, INT8_FAMILIES, random_model
+from tests.fuzz.oracle import Finding, check, check_int8, shrink
 
-#: the CI batch: about a minute on one core
+#: the CI batch: about a minute on one core in all
 SEEDS = range(40)
+BACKEND_SEEDS = range(100, 115)
+INT8_SEEDS = range(200, 210)
+
+
+def _report(seed: int, model, findings, flag: str = "") -> str:
+    return (f"seed {seed} ({' '.join(n.op_type for n in model.graph.node)}): "
+            + "; ".join(f"{f.kind} on {f.target}: {f.detail[:300]}" for f in findings)
+            + f"\nreproduce: python -m tests.fuzz --count 1 --seed {seed}{flag}")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_graph_matches_onnxruntime_on_every_target(seed: int) -> None:
     model, inputs = random_model(seed)
     findings = check(model, inputs, TARGETS)
-    assert not findings, (
-        f"seed {seed} ({' '.join(n.op_type for n in model.graph.node)}): "
-        + "; ".join(f"{f.kind} on {f.target}: {f.detail[:300]}" for f in findings)
-        + f"\nreproduce and shrink: python -m tests.fuzz --count 1 --seed {seed}")
+    assert not findings, _report(seed, model, findings)
+
+
+@pytest.mark.parametrize("seed", BACKEND_SEEDS)
+def test_random_graph_matches_through_llvm_and_the_gpu_emulation(seed: int) -> None:
+    model, inputs = random_model(seed)
+    findings = check(model, inputs, BACKENDS)
+    assert not findings, _report(seed, model, findings, f" --targets {','.join(BACKENDS)}")
+
+
+@pytest.mark.parametrize("seed", INT8_SEEDS)
+def test_random_int8_graph_is_bit_exact(seed: int) -> None:
+    model, inputs = random_model(seed, families=INT8_FAMILIES)
+    findings = check_int8(model, inputs, ("c-generic", "x86_64-avx512"))
+    assert not findings, _report(seed, model, findings, " --int8")
 
 
 def test_the_generator_is_deterministic_and_covers_every_family() -> None:

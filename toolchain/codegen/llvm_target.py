@@ -22,11 +22,15 @@ used where the descriptor lists them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Sequence
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from toolchain.errors import BuildError, TargetError
+from toolchain.errors import BuildError, GeneratedCodeError, TargetError
 from toolchain.target import Target
 
 #: LLVM fast-math flags a descriptor may list (llvmlite's spelling)
@@ -113,8 +117,8 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
         mod = llvm.parse_assembly(module_ir)
         mod.verify()
     except RuntimeError as e:
-        raise BuildError(f"LLVM rejected the generated IR (a Kiln bug; please report it with "
-                         f"the IR below):\n{e}\n{module_ir}") from None
+        raise GeneratedCodeError(f"LLVM rejected the generated IR (a Kiln bug; please report "
+                                 f"it with the IR below):\n{e}\n{module_ir}") from None
     for text in extra:
         try:
             other = llvm.parse_assembly(text)
@@ -130,8 +134,31 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     pto.slp_vectorization = True
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    with quiet_remarks():
+        pb.getModulePassManager().run(mod, pb)
     return mod, tm
+
+
+@contextlib.contextmanager
+def quiet_remarks() -> Iterator[None]:
+    """LLVM prints its optimisation remarks ("loop not vectorized: ...", about the hints
+    Kiln's loop metadata gives) straight to the process's stderr: keep them out of the
+    user's terminal, and pass on anything else LLVM prints."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+    rest = [line for line in text.splitlines() if line.strip() and
+            "loop not vectorized" not in line and not line.startswith("remark:")]
+    if rest:
+        sys.stderr.write("\n".join(rest) + "\n")
 
 
 def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
@@ -139,8 +166,9 @@ def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
     """Object code (ELF for the machine's triple) of LLVM IR text (with the modules
     ``extra`` linked in), optimized at O3."""
     mod, tm = optimize(module_ir, machine, jit=jit, extra=extra)
-    return bytes(tm.emit_object(mod))
+    with quiet_remarks():
+        return bytes(tm.emit_object(mod))
 
 
 __all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LLVMMachine", "emit_object",
-           "host_machine", "llvm_binding", "machine_for", "optimize"]
+           "host_machine", "llvm_binding", "machine_for", "optimize", "quiet_remarks"]

@@ -63,6 +63,15 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
         onnx.checker.check_model(out, full_check=True)
     except onnx.checker.ValidationError as exc:  # a Kiln bug, but say where
         raise ModelError(f"the quantized model fails onnx.checker: {exc}") from None
+    except onnx.shape_inference.InferenceError as exc:
+        # The model records Kiln's shapes; with ceil_mode pooling ONNX's shape inference
+        # keeps a window the specification drops (a known ONNX bug: docs/frontend.md), so
+        # its strict check disagrees. Anything else is a Kiln bug, said with where.
+        if not any(n.op_type in ("MaxPool", "AveragePool", "LpPool") and any(
+                a.name == "ceil_mode" and a.i for a in n.attribute) for n in out.graph.node):
+            raise ModelError(f"the quantized model fails ONNX shape inference: {exc}") \
+                from None
+        onnx.checker.check_model(out)
     return out, result
 
 
