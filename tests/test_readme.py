@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.tools import require
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = "pip install -e '.[dev]' && "
@@ -45,10 +45,7 @@ def test_readme_main_command_compiles_runs_and_scores_the_example(tmp_path):
 def test_readme_board_commands_compile_run_on_qemu_and_flash(tmp_path):
     """The three commands of "From a model to a board": compile --board, run under QEMU with
     --check, and flash (here with --dry-run: no probe or board in CI)."""
-    from tests.boards.conftest import HAVE_CROSS, HAVE_QEMU
-
-    if not (HAVE_CROSS and HAVE_QEMU):
-        pytest.skip("arm-none-eabi-gcc, picolibc or qemu-system-arm not installed")
+    require("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
     block = next(b for b in _sh_blocks() if "--board" in b and "kiln flash" in b)
     lines = [re.sub(r"\s+#.*$", "", line).strip() for line in block.splitlines()]
     assert [line.split()[1] for line in lines] == ["compile", "run", "flash"]

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from tests.tools import have, needs
 from toolchain.zoo import ZOO
 
-HAVE_CROSS = shutil.which("arm-none-eabi-gcc") is not None and \
-    Path("/usr/lib/picolibc/arm-none-eabi").is_dir()
-HAVE_QEMU = shutil.which("qemu-system-arm") is not None
+HAVE_CROSS = have("arm-none-eabi-gcc") and have("picolibc") and have("make")
+HAVE_QEMU = have("qemu-system-arm")
 
-needs_cross = pytest.mark.skipif(not HAVE_CROSS, reason="arm-none-eabi-gcc + picolibc not "
-                                 "installed (apt-get install gcc-arm-none-eabi "
-                                 "picolibc-arm-none-eabi)")
-needs_qemu = pytest.mark.skipif(not (HAVE_CROSS and HAVE_QEMU), reason="qemu-system-arm or "
-                                "the cross compiler not installed")
+needs_cross = needs("arm-none-eabi-gcc", "picolibc", "make")
+needs_qemu = needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
 
 
 class Compiled:

@@ -14,6 +14,7 @@ from onnx import helper
 
 from tests.boards.conftest import needs_cross, needs_qemu
 from tests.bundle.helpers import make_model
+from tests.tools import require
 from toolchain.cli import main
 from toolchain.errors import SimulationError, TargetError
 
@@ -190,8 +191,7 @@ def test_bundle_in_a_parent_cmake_firmware(tmp_path):
     from toolchain.boards import compile_board, load_board, run_on_qemu
     from toolchain.boards.qemu import parse_output, qemu_command
 
-    if shutil.which("cmake") is None:
-        pytest.skip("cmake not installed")
+    require("cmake")
     path, inputs = _tiny(tmp_path)
     out, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "bundle", name="tiny")
     expected = run_on_qemu(out, inputs).outputs  # also writes inputs.c with these inputs
@@ -267,3 +267,45 @@ def test_board_bundle_is_deterministic(tmp_path):
     assert any(str(f).startswith("firmware/") for f in files_a)
     for f in files_a:
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+@needs_cross
+@pytest.mark.parametrize("failure", ["missing tool", "template", "link", "fit"])
+def test_a_failed_board_compile_leaves_nothing_and_loses_nothing(tmp_path, monkeypatch,
+                                                                 failure):
+    """A failed ``compile --board`` writes no directory, and with --force keeps the bundle
+    that was there (each failure point: tool check, rendering, the firmware link, fit)."""
+    from toolchain.boards import build as board_build
+    from toolchain.boards import compile_board
+    from toolchain.errors import BuildError, KilnError
+
+    path, _ = _tiny(tmp_path)
+    kept = tmp_path / "kept"
+    compile_board(path, "nucleo-l4r5zi", kept, build=False)
+    before = sorted(p.relative_to(kept) for p in kept.rglob("*"))
+    if failure == "missing tool":
+        real = shutil.which
+        monkeypatch.setattr(shutil, "which",
+                            lambda n, *a, **k: None if n == "arm-none-eabi-gcc" else real(n))
+    elif failure == "template":
+        def broken(meta, b):
+            raise RuntimeError("template error")
+        monkeypatch.setattr(board_build, "firmware_files", broken)
+    elif failure == "link":
+        def no_link(out, b):
+            raise BuildError("building the firmware failed (test)")
+        monkeypatch.setattr(board_build, "build_and_report", no_link)
+    board = "nucleo-l4r5zi"
+    if failure == "fit":
+        from toolchain.boards.descriptor import BOARDS_DIR
+        yaml = (BOARDS_DIR / "nrf52840dk.yaml").read_text().replace(
+            "name: nrf52840dk", "name: tiny").replace("size: 0x100000}", "size: 0x400}")
+        (tmp_path / "tiny.yaml").write_text(yaml)
+        board = str(tmp_path / "tiny.yaml")
+    with pytest.raises((KilnError, RuntimeError)):
+        compile_board(path, board, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    with pytest.raises((KilnError, RuntimeError)):
+        compile_board(path, board, kept, force=True)
+    assert sorted(p.relative_to(kept) for p in kept.rglob("*")) == before
+    assert [p.name for p in tmp_path.iterdir() if ".kiln-" in p.name] == []

@@ -103,7 +103,11 @@ def compile_run(model: onnx.ModelProto, tmp: Path, inputs: Mapping[str, np.ndarr
 
 
 def make(bundle: Path, *args: str, cflags: str | None = None) -> subprocess.CompletedProcess:
-    """``make`` in a bundle (quiet); raises with the output on failure."""
+    """``make`` in a bundle (quiet); raises with the output on failure (skips the test
+    when make is not installed)."""
+    from tests.tools import require
+
+    require("make")
     cmd = ["make", "-s", "-C", str(bundle), *args]
     if cflags is not None:
         cmd.append(f"CFLAGS={cflags}")

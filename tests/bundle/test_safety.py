@@ -23,6 +23,7 @@ from tests.bundle.helpers import (
     run_main,
     run_ort,
 )
+from tests.tools import needs
 from toolchain.bundle import compile_model
 from toolchain.errors import OptionError
 from toolchain.zoo import ZOO
@@ -169,13 +170,13 @@ def test_bundle_clean_under_asan_ubsan(name, tmp_path):
     _sanitized_run(name, tmp_path, flags)
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+@needs("valgrind", "make")
 def test_bundle_clean_under_valgrind(tmp_path):
     _sanitized_run("lenet5", tmp_path, "-O1 -g -std=c99",
                    prefix=("valgrind", "--error-exitcode=9", "--quiet"))
 
 
-@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake is not installed")
+@needs("cmake", "make")
 def test_cmake_builds_library_and_demo(tmp_path):
     path = compile_model(ZOO["mlp"].build(), "c-generic", tmp_path / "b",
                          input_shapes={"input": (1, 1, 28, 28)})

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from tests.tools import needs
 from toolchain import te
 from toolchain.codegen import get_renderer
 from toolchain.codegen.cuda import CUDARenderer, compile_ptx
@@ -14,7 +15,7 @@ from toolchain.errors import BuildError, UnsupportedError
 from toolchain.tir.schedule import Schedule
 
 NVCC = shutil.which("nvcc")
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+needs_nvcc = needs("nvcc")
 
 
 def shared_memory_matmul(n: int = 256, t: int = 16) -> Schedule:

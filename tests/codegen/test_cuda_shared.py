@@ -12,6 +12,7 @@ import pytest
 
 from tests.codegen.gpu_workloads import run_simt, tiled_gemm
 from tests.codegen.test_cuda import shared_memory_matmul
+from tests.tools import needs
 from toolchain.codegen.backend import CUDABackend, SimtCBackend
 from toolchain.codegen.cuda import CUDARenderer
 from toolchain.driver import lower
@@ -20,7 +21,7 @@ from toolchain.tir import ir
 from toolchain.tir.transform.inject_barriers import barrier
 
 NVCC = shutil.which("nvcc")
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+needs_nvcc = needs("nvcc")
 
 SCHEDULES = {
     "tiled": lambda: tiled_gemm(),

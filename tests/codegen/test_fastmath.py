@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.tir_transform.helpers import STRICT
+from tests.tools import needs
 from toolchain import te
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.cstyle import render_helpers
@@ -124,7 +125,7 @@ def test_kernel_named_like_a_helper_is_renamed():
     assert src.entry == "kiln_f32_as_u32_kernel"
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")
+@needs("gcc")
 def test_gcc_vectorizes_a_loop_of_fast_calls(tmp_path: Path):
     """The point of the helpers: a loop calling them is vectorized (libm's are not)."""
     A = te.placeholder((1024,), name="A")

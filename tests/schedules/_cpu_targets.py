@@ -8,8 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from tests.tools import require
 from toolchain.target import load_target, runs_here
 
 RUNNABLE = [n for n in ("c-generic", "x86_64-avx2", "x86_64-avx512")
@@ -21,14 +20,8 @@ HOST_BACKENDS = ["c", "llvm"]
 
 def cross_compile_m4(code: str, tmp_path: Path) -> None:
     """Compile ``code`` for Cortex-M4 with the descriptor's flags (skip without the tools)."""
+    require("arm-none-eabi-gcc", "picolibc")
     cc = shutil.which("arm-none-eabi-gcc")
-    if cc is None:
-        pytest.skip("arm-none-eabi-gcc is not installed (apt-get install gcc-arm-none-eabi "
-                    "picolibc-arm-none-eabi)")
-    specs = subprocess.run([cc, "-print-file-name=picolibc.specs"], capture_output=True,
-                           text=True, check=False).stdout.strip()
-    if not specs or specs == "picolibc.specs":
-        pytest.skip("picolibc-arm-none-eabi is not installed (kernels include <stdlib.h>)")
     src = tmp_path / "kernel.c"
     src.write_text(code)
     t = load_target("cortex-m4")

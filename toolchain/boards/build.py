@@ -118,7 +118,7 @@ def make(firmware: Path, *goals: str, extra: dict[str, str] | None = None,
                     f"{region} overflowed by {n:,} B" + (
                         f" (needs {have[region] + n:,} B, the board has "
                         f"{have[region]:,} B)" if region in have else "")
-                    for region, n in overflow.items()) + f" (the linked ELF, in {firmware})")
+                    for region, n in overflow.items()) + " (the linked ELF)")
         tail = "\n".join(text.strip().splitlines()[-25:])
         raise BuildError(f"building the firmware failed ({' '.join(cmd)}):\n{tail}")
 
@@ -132,10 +132,19 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
     """Compile ``model`` for ``board`` into ``output``; (path, size report or None);
     ``backend="llvm"``: the kernels as object files for the board's triple."""
     from toolchain.bundle.compiler import build_spec
-    from toolchain.bundle.render import check_destination, render_files, write_bundle
+    from toolchain.bundle.render import (
+        check_destination,
+        install_dir,
+        render_files,
+        staging_dir,
+        write_bundle,
+    )
 
     b = board if isinstance(board, Board) else load_board(board)
-    check_destination(Path(output).absolute(), force)
+    out_dir = Path(output).absolute()
+    check_destination(out_dir, force)
+    if build:  # before anything is compiled or written
+        require_board_tools()
     raw = _initializer_bytes(model)
     if raw > b.flash.size:
         label = f"model {Path(model).name}" if isinstance(model, (str, Path)) else "the model"
@@ -153,10 +162,29 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
     meta["board"] = board_metadata(b, flash_need, ram_need)
     files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
     files.update(firmware_files(meta, b))
-    out = write_bundle(files, output, force=force)
     if not build:
-        return out, None
-    return out, build_and_report(out, b)
+        return write_bundle(files, output, force=force), None
+    # built in a staging directory and moved into place only when the firmware links and
+    # fits: a failed compile leaves nothing behind (and --force loses nothing)
+    stage = staging_dir(out_dir)
+    try:
+        built = write_bundle(files, stage / "bundle")
+        report = build_and_report(built, b)
+        install_dir(built, out_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return out_dir, report
+
+
+def require_board_tools() -> None:
+    """Refuse early (naming the tool and how to install it) when the cross compiler, its C
+    library (picolibc) or ``make`` is missing."""
+    gcc = require_tool("arm-none-eabi-gcc", INSTALL_HINT)
+    require_tool("make", "install make (apt-get install make)")
+    probe = subprocess.run([gcc, "-print-file-name=picolibc.specs"], capture_output=True,
+                           text=True, check=False)
+    if not Path(probe.stdout.strip()).is_absolute():
+        raise BuildError(f"picolibc is not installed for arm-none-eabi; {INSTALL_HINT}")
 
 
 def board_metadata(b: Board, flash_need: int, ram_need: int) -> dict[str, Any]:

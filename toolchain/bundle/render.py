@@ -353,15 +353,31 @@ def write_bundle(files: dict[str, Any], out: str | Path, force: bool = False) ->
             _write_text(path, text)
         shutil.copytree(RUNTIME, tmp / "runtime",
                         ignore=shutil.ignore_patterns("__pycache__", "*.o"))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        old = None
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / "bundle")
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def install_dir(tmp: Path, out: Path) -> None:
+    """Move the finished directory ``tmp`` to ``out`` (replacing what is there, already
+    checked by :func:`check_destination`): the last step of every atomic write, so a failed
+    command never leaves a half-written ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / "bundle")
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_dir(out: Path) -> Path:
+    """A fresh temporary directory beside ``out`` (same file system: ``install_dir`` is a
+    rename), for work that must finish before ``out`` is replaced."""
+    base = _nearest_existing(out)
+    if not base.is_dir():
+        raise OptionError(f"cannot create {out}: {base} is a file, not a directory")
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.kiln-stage-", dir=base))

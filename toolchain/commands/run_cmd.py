@@ -90,8 +90,11 @@ def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` to ``path`` atomically (a temporary file, then ``os.replace``)."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise OptionError(f"--outputs {path}: folder {folder} does not exist")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # like -o: build/out.npz
+    except OSError as exc:
+        raise OptionError(f"--outputs {path}: cannot create folder {folder} "
+                          f"({exc.strerror or exc})") from None
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

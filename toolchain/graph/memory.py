@@ -458,9 +458,10 @@ def write_memory_plan(graph: Graph, path: str | Path, *, target_layout: str = "n
     plan = plan_memory(fused, alignment=alignment)
     plan.check()
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # like -o: build/plan.svg
         Path(path).write_text(render_svg(plan, title=f"{graph.name}: memory plan"))
     except OSError as exc:
         raise OptionError(f"cannot write the memory plan picture to {str(path)!r}: "
-                          f"{exc.strerror or exc}; check that the folder exists and is "
-                          "writable") from None
+                          f"{exc.strerror or exc}; check that the folder can be created and "
+                          "is writable") from None
     return plan

@@ -48,14 +48,23 @@ def test_kiln_inspect_memory_plan_writes_the_picture(tmp_path, capsys):
     assert len([r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]) > 5
 
 
-def test_kiln_inspect_memory_plan_to_a_missing_folder_is_a_user_error(tmp_path, capsys):
+def test_kiln_inspect_memory_plan_creates_its_folder(tmp_path):
     model = tmp_path / "lenet5.onnx"
     onnx.save(ZOO["lenet5"].build(), model)
-    target = tmp_path / "no" / "such" / "plan.svg"
+    target = tmp_path / "build" / "plans" / "plan.svg"
+    assert main(["inspect", str(model), "--memory-plan", str(target)]) == 0
+    assert target.is_file()
+
+
+def test_kiln_inspect_memory_plan_to_an_unwritable_place_is_a_user_error(tmp_path, capsys):
+    model = tmp_path / "lenet5.onnx"
+    onnx.save(ZOO["lenet5"].build(), model)
+    (tmp_path / "file").write_text("not a folder")
+    target = tmp_path / "file" / "plan.svg"
     assert main(["inspect", str(model), "--memory-plan", str(target)]) == 2
     err = capsys.readouterr().err
     assert f"cannot write the memory plan picture to '{target}'" in err
-    assert "check that the folder exists" in err
+    assert "check that the folder can be created" in err
 
 
 def test_kiln_inspect_json_stays_clean_with_a_memory_plan(tmp_path, capsys):

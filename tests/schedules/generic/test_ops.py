@@ -5,13 +5,13 @@ docs/performance.md says (vectorize, rfactor, unroll, tile, parallel)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.tools import needs
 from tests.topi.util import make_node, rand
 from toolchain import te
 from toolchain.driver import build, lower
@@ -267,7 +267,7 @@ SANITIZED = ["Softmax-23", "MaxPool-17", "Transpose-31", "LayerNormalization-28"
              "ReduceSum-10", "Resize-43"]
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+@needs("cc")
 @pytest.mark.parametrize("case", [c for k, c in enumerate(CASES)
                                   if f"{c[0]}-{k}" in SANITIZED],
                          ids=lambda c: c[0])
