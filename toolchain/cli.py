@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "flash": "flash_cmd",
     "quantize": "quantize_cmd",
     "sim": "sim_cmd",
+    "cache": "cache_cmd",
 }
 
 

@@ -30,7 +30,8 @@ import numpy as np
 
 from toolchain.errors import BuildError, GeneratedCodeError, InputError, TargetError
 from toolchain.graph.ir import np_dtype
-from toolchain.runtime.build import cache_dir, compiler_version, find_compiler
+from toolchain.runtime.build import compiler_version, find_compiler
+from toolchain.runtime.cache import cache_dir, touch, trim
 
 #: flags of a host build (the target's flags are added; ``-march=native`` if it has none)
 HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
@@ -183,6 +184,7 @@ def build_host(path: str | Path, cc: str | None = None,
                d / "runtime" / "kiln_runtime.h"]
     lib = _cached_library(d, model, [*srcs, *headers], compiler, flags)
     if lib.exists():
+        touch(lib)
         return lib
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
     os.close(fd)
@@ -193,6 +195,7 @@ def build_host(path: str | Path, cc: str | None = None,
         os.unlink(tmp)
         raise
     os.replace(tmp, lib)
+    trim()
     return lib
 
 

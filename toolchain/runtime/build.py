@@ -21,6 +21,7 @@ from typing import Any
 from toolchain.codegen import get_renderer
 from toolchain.codegen.artifact import support_of
 from toolchain.errors import BuildError, GeneratedCodeError, OptionError, TargetError
+from toolchain.runtime.cache import cache_dir, touch, trim
 from toolchain.runtime.module import Module
 from toolchain.target import Target, resolve_target
 from toolchain.tir import ir
@@ -28,14 +29,6 @@ from toolchain.tir.transform.pipeline import lower
 
 #: Flags for every host build (``-march=native`` is replaced by ``march``).
 BASE_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared")
-
-
-def cache_dir() -> Path:
-    """Where built libraries are kept: ``$KILN_CACHE_DIR`` or ``~/.cache/kiln``."""
-    d = os.environ.get("KILN_CACHE_DIR")
-    path = Path(d) if d else Path.home() / ".cache" / "kiln"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def find_compiler(cc: str | None = None) -> str:
@@ -81,6 +74,7 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
     info = {"compiler": compiler, "compiler_version": version, "flags": list(flags),
             "cache_key": key, "library": str(lib), "source_path": str(src)}
     if lib.exists():
+        touch(lib)
         info["cached"] = True
         return lib, info
     src.write_text(source)
@@ -94,6 +88,7 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
         raise GeneratedCodeError(f"compiling generated C failed (exit {res.returncode}).\n"
                          f"command: {' '.join(cmd)}\nsource kept at: {src}\n{msg}")
     os.replace(tmp, lib)
+    trim()
     info["cached"] = False
     return lib, info
 

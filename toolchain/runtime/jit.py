@@ -30,6 +30,7 @@ from typing import Any
 from toolchain.codegen.llvm import LLVMCodegen
 from toolchain.codegen.llvm_target import LLVMMachine, emit_object, llvm_binding
 from toolchain.errors import BuildError, OptionError, TargetError
+from toolchain.runtime.cache import touch, trim
 from toolchain.runtime.module import Module
 from toolchain.tir import ir
 
@@ -91,6 +92,7 @@ def object_for(kernel_ir: str, entry: str, machine: LLVMMachine, cache: Path,
                             "features": machine.features, "fast_math": list(machine.fast_math),
                             "cache_key": key, "object": str(path)}
     if path.exists():
+        touch(path)
         info.update(cached=True, compile_seconds=0.0)
         return path.read_bytes(), info
     t0 = time.perf_counter()
@@ -100,6 +102,7 @@ def object_for(kernel_ir: str, entry: str, machine: LLVMMachine, cache: Path,
     with os.fdopen(fd, "wb") as f:
         f.write(obj)
     os.replace(tmp, path)
+    trim()
     return obj, info
 
 
