@@ -485,11 +485,12 @@ def _resize(b: _Builder) -> bool:
     mode = b.choice(["nearest", "linear"])
     scale = b.choice([2.0, 2.0, 3.0, 0.5]) if min(h, w) >= 2 else 2.0
     attrs = {"mode": mode}
+    # integer up-scales, or halving with an even size: onnxruntime computes coordinates in
+    # float32 from the integer output length, which agrees with the specification only
+    # when scale * size is whole (docs/ops.md, Resize)
+    if scale == 0.5 and (h % 2 or w % 2):
+        scale = 2.0
     if mode == "nearest":
-        # integer up-scales, or halving with an even size: the cases where onnxruntime's
-        # float32 coordinates agree with the specification (docs/ops.md)
-        if scale == 0.5 and (h % 2 or w % 2):
-            scale = 2.0
         attrs["coordinate_transformation_mode"] = b.choice(["asymmetric", "half_pixel"])
         attrs["nearest_mode"] = b.choice(["floor", "round_prefer_floor"])
     else:
