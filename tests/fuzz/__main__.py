@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     ap.add_argument("--targets", default=",".join(TARGETS + BACKENDS),
                     help="comma-separated targets; NAME:llvm compiles the kernels through "
-                         "LLVM, NAME:emulate runs a GPU target's kernels on the CPU")
+                         "LLVM, NAME:emulate runs a GPU target's kernels on the CPU, "
+                         "board:NAME runs a firmware for that board under QEMU")
     ap.add_argument("--int8", action="store_true",
                     help="quantize each graph (integer op families only) and require the "
                          "bundles to equal the integer reference bit for bit")

@@ -85,16 +85,24 @@ def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | N
     return None
 
 
-def compile_for(model: onnx.ModelProto, target: str, out: Path) -> Path:
-    """Compile ``model`` for ``target``: a target name, or ``NAME:llvm`` (kernels through
-    the LLVM backend) or ``NAME:emulate`` (a GPU target's kernels run thread by thread in
-    C on this CPU)."""
-    from toolchain.bundle import compile_model
+def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
+           out: Path) -> dict[str, np.ndarray]:
+    """Compile ``model`` for ``target`` into ``out`` and run it: a target name (built for
+    this host), ``NAME:llvm`` (kernels through the LLVM backend), ``NAME:emulate`` (a GPU
+    target's kernels run thread by thread in C on this CPU) or ``board:NAME`` (a firmware
+    for that board, run under QEMU)."""
+    from toolchain.bundle import compile_model, load_bundle
 
     name, _, variant = target.partition(":")
+    if name == "board":
+        from toolchain.boards import compile_board
+        from toolchain.boards.qemu import run_on_qemu
+
+        path, _ = compile_board(model, variant, out, build=False)
+        return run_on_qemu(path, inputs).outputs
     kw = {"backend": "llvm"} if variant == "llvm" else \
         {"emulate": True} if variant == "emulate" else {}
-    return compile_model(model, name, out, progress=False, **kw)
+    return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
 
 
 def _classify(exc: BaseException) -> str:
@@ -107,7 +115,6 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
           targets: tuple[str, ...] = ("c-generic",)) -> list[Finding]:
     """Every finding of ``model`` on ``targets`` (see the module docstring); an output is
     wrong when ``max|got - want| > RTOL * max|want| + ATOL``."""
-    from toolchain.bundle import load_bundle
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.reference import run_graph
 
@@ -129,8 +136,7 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
             for target in targets:
                 try:
-                    path = compile_for(model, target, Path(tmp) / target.replace(":", "_"))
-                    got = load_bundle(path)(inputs)
+                    got = run_on(model, inputs, target, Path(tmp) / target.replace(":", "_"))
                 except TargetError as exc:
                     if "this host" in str(exc) or "CPU" in str(exc):
                         continue  # a target this machine cannot run
@@ -151,7 +157,6 @@ def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
     """``model`` quantized by Kiln's post-training quantization (calibrated on seeded
     data) and compiled for ``targets``: the integer kernels must equal the integer
     reference (``run_graph`` of ``quantize_ops``) bit for bit."""
-    from toolchain.bundle import load_bundle
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
@@ -172,8 +177,7 @@ def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
             for target in targets:
                 try:
-                    got = load_bundle(compile_for(qdq, target, Path(tmp) /
-                                                  target.replace(":", "_")))(inputs)
+                    got = run_on(qdq, inputs, target, Path(tmp) / target.replace(":", "_"))
                 except TargetError as exc:
                     if "this host" in str(exc) or "CPU" in str(exc):
                         continue

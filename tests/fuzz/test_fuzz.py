@@ -11,11 +11,14 @@ import pytest
 from tests.fuzz.__main__ import BACKENDS, TARGETS
 from tests.fuzz.graphs import FAMILIES, INT8_FAMILIES, random_model
 from tests.fuzz.oracle import Finding, check, check_int8, shrink
+from tests.tools import needs
 
 #: the CI batch: about a minute on one core in all
 SEEDS = range(40)
 BACKEND_SEEDS = range(100, 115)
 INT8_SEEDS = range(200, 210)
+BOARD_SEEDS = range(300, 305)
+BOARD = "board:qemu-mps2-an386"  # a Cortex-M4 firmware under QEMU
 
 
 def _report(seed: int, model, findings, flag: str = "") -> str:
@@ -43,6 +46,22 @@ def test_random_int8_graph_is_bit_exact(seed: int) -> None:
     model, inputs = random_model(seed, families=INT8_FAMILIES)
     findings = check_int8(model, inputs, ("c-generic", "x86_64-avx512"))
     assert not findings, _report(seed, model, findings, " --int8")
+
+
+@needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
+@pytest.mark.parametrize("seed", BOARD_SEEDS)
+def test_random_graph_on_a_cortex_m_board_under_qemu(seed: int) -> None:
+    model, inputs = random_model(seed)
+    findings = check(model, inputs, (BOARD,))
+    assert not findings, _report(seed, model, findings, f" --targets {BOARD}")
+
+
+@needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
+@pytest.mark.parametrize("seed", INT8_SEEDS[:3])
+def test_random_int8_graph_on_a_cortex_m_board_is_bit_exact(seed: int) -> None:
+    model, inputs = random_model(seed, families=INT8_FAMILIES)
+    findings = check_int8(model, inputs, (BOARD,))
+    assert not findings, _report(seed, model, findings, f" --int8 --targets {BOARD}")
 
 
 def test_the_generator_is_deterministic_and_covers_every_family() -> None:
