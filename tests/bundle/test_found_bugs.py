@@ -188,3 +188,18 @@ def test_ops_after_the_ceil_mode_inference_bug_are_not_cross_checked(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", KilnWarning)
         _check(m, tmp_path, {"x": _rand(1, 2, 4, 4)})
+
+
+def test_a_guarded_concat_load_in_an_unrolled_avx512_loop(tmp_path):
+    """Fuzzer seed 10010: gcc 12 -O3 with AVX-512 if-converted the guarded loads of a fused
+    Concat (``i < 5 ? x[..] : -x[..]``) into masked loads with the wrong mask: wrong output
+    on c-generic and x86_64-avx512 (the host builds with -march=native). Guarded loads are
+    now loaded unconditionally from a clamped index and blended."""
+    w = (np.random.default_rng(3).standard_normal((10, 2)) * 0.5).astype(F)
+    m = make_model([h.make_node("Neg", ["x"], ["xn"]),
+                    h.make_node("Concat", ["x", "xn"], ["c"], axis=1),
+                    h.make_node("Neg", ["c"], ["n"]), h.make_node("PRelu", ["n", "w"], ["p"]),
+                    h.make_node("LeakyRelu", ["p"], ["r"], alpha=0.01)],
+                   {"x": (F, [2, 5, 2])}, {"r": (F, [2, 10, 2])}, inits={"w": w})
+    for target in ("host", "c-generic"):
+        _check(m, tmp_path / target, {"x": _rand(2, 5, 2)}, target)

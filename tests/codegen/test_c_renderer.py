@@ -171,11 +171,12 @@ def test_float16_vectors_and_bool_outputs():
         np.testing.assert_array_equal(res, ref)
 
 
-def test_select_loads_both_values_but_if_then_else_stays_conditional():
+def test_select_loads_both_values_and_guarded_loads_are_clamped():
     """``Select`` may evaluate both values: one read only on one side becomes a call of the
     select helper, so gcc blends instead of if-converting to (miscompiled) masked loads; a
-    ``tir.if_then_else`` (a padded load) keeps C's conditional, and a value the condition
-    reads already (Relu) keeps ``?:``."""
+    ``tir.if_then_else`` (a guarded load) is loaded unconditionally from a clamped index
+    (only where the index is not provably in bounds), and a value the condition reads
+    already (Relu) keeps ``?:``."""
     X = te.placeholder((6,), name="X")
     S = te.placeholder((6,), name="S")
     sel = te.compute((6,), lambda i: te.select(X[i] < 0.0, X[i] * S[i], X[i]), name="sel")
@@ -184,7 +185,8 @@ def test_select_loads_both_values_but_if_then_else_stays_conditional():
     src = CRenderer().render(lower(te.create_prim_func([X, S, sel, ite, relu]))).code
     assert re.search(r"kiln_select_float\(X\[(i\w*)\] < 0\.0f, X\[\1\] \* S\[\1\], X\[\1\]\)",
                      src), src
-    assert re.search(r"\? X\[i\w* - 1\] : 0\.0f", src), src
+    assert re.search(r"kiln_select_float\(i\w* > 0, X\[kiln_max_int32_t\(kiln_min_int32_t\("
+                     r"i\w* - 1, 5\), 0\)\], 0\.0f\)", src), src
     assert re.search(r"X\[(i\w*)\] < 0\.0f \? 0\.0f : X\[\1\]", src), src
     x = np.array([-2, -1, 0, 1, 2, 3], np.float32)
     s = np.full(6, 3.0, np.float32)

@@ -209,8 +209,8 @@ def _prefix_model(model: onnx.ModelProto, output: str,
             need.update(i for i in node.input if i)
     keep.reverse()
     inits = [t for t in model.graph.initializer if t.name in need]
-    inputs = [i for i in model.graph.input if i.name in need]
-    graph = helper.make_graph(keep, model.graph.name, inputs,
+    graph_inputs = [i for i in model.graph.input if i.name in need]
+    graph = helper.make_graph(keep, model.graph.name, graph_inputs,
                               [helper.make_empty_tensor_value_info(output)], inits)
     out = helper.make_model(graph, opset_imports=list(model.opset_import),
                             producer_name=model.producer_name)
