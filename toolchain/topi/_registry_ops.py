@@ -18,6 +18,7 @@ from toolchain.graph.ops.transform import (
 )
 from toolchain.tir import ir
 from toolchain.topi import elemwise as ew
+from toolchain.topi import elemwise_ext as ewx
 from toolchain.topi import reduction as red
 from toolchain.topi import transform as tf
 from toolchain.topi.registry import Ctx, register
@@ -99,6 +100,59 @@ def _dropout(ctx: Ctx) -> list[te.Tensor]:
         outs.append(te.compute(x.shape, lambda *i: ir.IntImm(1, "bool"), name="dropout_mask",
                                tag="injective"))
     return outs
+
+
+@register(*ewx.UNARY_MATH)
+def _math_unary(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.math_unary(ctx.tensor(0), ctx.node.op)]
+
+
+_UNARY_EXT = {
+    "Sign": ewx.sign, "Softplus": ewx.softplus, "Softsign": ewx.softsign, "Mish": ewx.mish,
+    "BitwiseNot": ewx.bitwise_not, "IsNaN": ewx.isnan,
+}
+
+
+@register(*_UNARY_EXT)
+def _unary_ext(ctx: Ctx) -> list[te.Tensor]:
+    return [_UNARY_EXT[ctx.node.op](ctx.tensor(0))]
+
+
+@register("Elu", "Celu", "ThresholdedRelu")
+def _alpha_activation(ctx: Ctx) -> list[te.Tensor]:
+    fn = {"Elu": ewx.elu, "Celu": ewx.celu, "ThresholdedRelu": ewx.thresholded_relu}
+    return [fn[ctx.node.op](ctx.tensor(0), ctx.attrs["alpha"])]
+
+
+@register("Selu")
+def _selu(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.selu(ctx.tensor(0), ctx.attrs["alpha"], ctx.attrs["gamma"])]
+
+
+@register("Shrink")
+def _shrink(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.shrink(ctx.tensor(0), ctx.attrs["bias"], ctx.attrs["lambd"])]
+
+
+@register("IsInf")
+def _isinf(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [ewx.isinf(ctx.tensor(0), bool(a["detect_positive"]), bool(a["detect_negative"]))]
+
+
+@register("Mod")
+def _mod(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.mod(ctx.tensor(0), ctx.tensor(1), bool(ctx.attrs["fmod"]))]
+
+
+@register("BitShift")
+def _bitshift(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.bitshift(ctx.tensor(0), ctx.tensor(1), ctx.attrs["direction"] == "LEFT")]
+
+
+@register(*ewx.BINARY_LOGIC)
+def _logic_binary(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.logic_binary(ctx.tensor(0), ctx.tensor(1), ctx.node.op)]
 
 
 # -- reductions -----------------------------------------------------------------------------

@@ -26,13 +26,20 @@ OPS = frozenset(
     "Relu LeakyRelu PRelu Clip Sigmoid HardSigmoid HardSwish Tanh Erf Gelu Exp Log Sqrt "
     "Reciprocal Neg Abs Pow Add Sub Mul Div Min Max Where Equal Less Greater Not Cast "
     "ReduceMean ReduceSum ReduceMax ReduceMin ArgMax Constant ConstantOfShape Shape Identity "
-    "Dropout QuantizeLinear DequantizeLinear".split()
+    "Dropout QuantizeLinear DequantizeLinear "
+    # elementwise_ext
+    "Ceil Floor Round Sign Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softplus "
+    "Softsign Mish BitwiseNot Elu Selu Celu ThresholdedRelu Shrink IsNaN IsInf Mod BitShift "
+    "And Or Xor LessOrEqual GreaterOrEqual".split()
 )
 _CASE_MODULES = (
     "abs add argmax cast castlike clip constant constantofshape dequantizelinear div dropout "
     "equal erf exp gelu greater hardsigmoid hardswish identity leakyrelu less log max min mul "
     "neg not_ pow prelu quantizelinear reciprocal reducemax reducemean reducemin reducesum "
-    "relu shape sigmoid sqrt sub tanh where"
+    "relu shape sigmoid sqrt sub tanh where "
+    "ceil floor round sign sin cos tan asin acos atan sinh cosh asinh acosh atanh softplus "
+    "softsign mish bitwisenot elu selu celu thresholdedrelu shrink isnan isinf mod bitshift "
+    "and_ or_ xor less_or_equal greater_or_equal"
 ).split()
 #: operands that a real model gives as initializers (Kiln needs them at compile time)
 _CONST_OPERANDS = {

@@ -257,11 +257,21 @@ def builtin_ops() -> tuple[OpDef, ...]:
     ['LayoutTransform', 'LayoutConv', 'LayoutPool']
     """
     # Imported here, not at the top: every one of these modules imports this one.
-    from toolchain.graph.ops import elementwise, misc, nn, qops, quant, reduce, transform
+    from toolchain.graph.ops import (
+        elementwise,
+        elementwise_ext,
+        misc,
+        nn,
+        qops,
+        quant,
+        reduce,
+        transform,
+    )
     from toolchain.graph.passes import fused_op, layout_ops
 
     return (
         *elementwise.OPS,  # unary/binary math, activations, comparisons, logic, Where, Clip, Cast
+        *elementwise_ext.OPS,  # rounding, trig, Elu/Selu/…, IsNaN/IsInf, Mod, BitShift, And/Or
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …

@@ -649,6 +649,11 @@ OPS = (
     "DequantizeLinear", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
     "BatchNormalization", "LayerNormalization", "InstanceNormalization", "Softmax",
     "LogSoftmax", "LayoutTransform", "LayoutPool",
+    # elementwise_ext
+    "Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot", "Elu",
+    "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Mod", "BitShift", "And",
+    "Or", "Xor", "LessOrEqual", "GreaterOrEqual",
 )
 
 

@@ -1,0 +1,98 @@
+"""The ops of ``graph/ops/elementwise_ext.py`` compiled into bundles for the host target
+(widest vector ISA the machine runs), built with strict flags and compared with
+onnxruntime: activations and unary math, trigonometry, IsNaN/IsInf with the logical ops,
+integer Mod/BitShift/BitwiseNot."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from tests.bundle.helpers import assert_matches, compile_run, make_model, run_ort
+from toolchain.target import host_target
+
+F = np.float32
+N = helper.make_node
+
+
+def _check(model, inputs, tmp_path, rtol=2e-5):
+    _, got = compile_run(model, tmp_path, inputs, target=host_target())
+    assert_matches(got, run_ort(model, inputs), rtol=rtol)
+
+
+def _sum(names, out):
+    nodes, acc = [], names[0]
+    for k, n in enumerate(names[1:]):
+        nxt = out if k == len(names) - 2 else f"{out}_{k}"
+        nodes.append(N("Add", [acc, n], [nxt]))
+        acc = nxt
+    return nodes
+
+
+def _x(shape=(2, 3, 37), seed=0):
+    return (np.random.default_rng(seed).standard_normal(shape) * 2).astype(F)
+
+
+def test_activations_and_rounding(tmp_path):
+    acts = [("Softplus", {}), ("Mish", {}), ("Elu", {"alpha": 0.7}), ("Selu", {}),
+            ("Celu", {"alpha": 1.3}), ("ThresholdedRelu", {"alpha": 0.4}),
+            ("Shrink", {"bias": 0.3, "lambd": 0.5}), ("Softsign", {})]
+    nodes = [N(op, ["x"], [f"a{k}"], **attrs) for k, (op, attrs) in enumerate(acts)]
+    nodes += _sum([f"a{k}" for k in range(len(acts))], "y")
+    nodes += [N("Mul", ["x", "three"], ["x3"])]
+    nodes += [N(op, ["x3"], [f"r{k}"]) for k, op in enumerate(("Ceil", "Floor", "Round", "Sign"))]
+    nodes += [N("Mul", ["r0", "r1"], ["r01"]), N("Mul", ["r2", "r3"], ["r23"]),
+              N("Sub", ["r01", "r23"], ["z"])]
+    m = make_model(nodes, {"x": (F, [2, 3, 37])}, {"y": (F, [2, 3, 37]), "z": (F, [2, 3, 37])},
+                   {"three": np.array(3.0, F)}, opset=18)
+    x = _x()
+    x[0, 0, :6] = [0.5 / 3, 1.5 / 3, -2.5 / 3, 0.0, 40.0, -40.0]  # halves for Round
+    _check(m, {"x": x}, tmp_path)
+
+
+def test_trigonometric_and_hyperbolic(tmp_path):
+    unit = [N("Tanh", ["x"], ["t"])]  # in (-1, 1) for Asin, Acos, Atanh
+    nodes = unit + [N(op, ["t"], [f"u{k}"]) for k, op in enumerate(("Asin", "Acos", "Atanh"))]
+    nodes += [N(op, ["x"], [f"v{k}"]) for k, op in enumerate(
+        ("Sin", "Cos", "Tan", "Atan", "Sinh", "Cosh", "Asinh"))]
+    nodes += [N("Abs", ["x"], ["ax"]), N("Add", ["ax", "one"], ["ax1"]),
+              N("Acosh", ["ax1"], ["w"])]
+    nodes += _sum(["u0", "u1", "u2", "v0", "v1", "v3", "v4", "v5", "v6", "w"], "y")
+    m = make_model(nodes, {"x": (F, [2, 3, 37])}, {"y": (F, [2, 3, 37]), "v2": (F, [2, 3, 37])},
+                   {"one": np.array(1.0, F)}, opset=18)
+    _check(m, {"x": _x(seed=1)}, tmp_path)
+
+
+def test_isnan_isinf_and_logic(tmp_path):
+    nodes = [N("Log", ["x"], ["lx"]), N("IsNaN", ["lx"], ["nan"]),
+             N("Div", ["x", "zero"], ["dx"]), N("IsInf", ["dx"], ["pinf"], detect_negative=0),
+             N("IsInf", ["dx"], ["inf"]), N("LessOrEqual", ["x", "y"], ["le"]),
+             N("GreaterOrEqual", ["x", "y"], ["ge"]), N("And", ["nan", "le"], ["a"]),
+             N("Or", ["a", "pinf"], ["o"]), N("Xor", ["o", "ge"], ["z"]),
+             N("Xor", ["inf", "le"], ["z2"])]
+    m = make_model(nodes, {"x": (F, [4, 33]), "y": (F, [33])},
+                   {"z": (np.bool_, [4, 33]), "z2": (np.bool_, [4, 33])},
+                   {"zero": np.array(0.0, F)}, opset=18)
+    x, y = _x((4, 33), seed=2), _x((33,), seed=3)
+    y[:5] = x[0, :5]  # equal elements for <= and >=
+    _check(m, {"x": x, "y": y}, tmp_path)
+
+
+def test_integer_mod_bitshift_bitwise_not(tmp_path):
+    nodes = [N("Mod", ["a", "b"], ["m0"]), N("Mod", ["a", "b"], ["m1"], fmod=1),
+             N("Mul", ["m0", "m1"], ["m"]),
+             N("BitwiseNot", ["a"], ["na"]), N("Add", ["m", "na"], ["y"]),
+             N("Cast", ["a"], ["ua"], to=TensorProto.UINT32),
+             N("Cast", ["s"], ["us"], to=TensorProto.UINT32),
+             N("BitShift", ["ua", "us"], ["l"], direction="LEFT"),
+             N("BitShift", ["ua", "us"], ["r"], direction="RIGHT"),
+             N("Cast", ["l"], ["li"], to=TensorProto.INT64),
+             N("Cast", ["r"], ["ri"], to=TensorProto.INT64), N("Sub", ["li", "ri"], ["z"])]
+    rng = np.random.default_rng(4)
+    b = rng.integers(1, 9, (35,)) * rng.choice([-1, 1], (35,))
+    m = make_model(nodes, {"a": (np.int32, [3, 35]), "s": (np.int32, [3, 35])},
+                   {"y": (np.int32, [3, 35]), "z": (np.int64, [3, 35])},
+                   {"b": b.astype(np.int32)}, opset=18)
+    a = rng.integers(-1000, 1000, (3, 35)).astype(np.int32)
+    s = rng.integers(0, 31, (3, 35)).astype(np.int32)
+    _check(m, {"a": a, "s": s}, tmp_path)
