@@ -172,11 +172,30 @@ def _reduce(ctx: Ctx) -> list[te.Tensor]:
     return [red.reduce(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_KIND[ctx.node.op])]
 
 
-@register("ArgMax")
+_REDUCE_EXT = {op: kind for kind, op in red.EXT_KINDS.items()}
+
+
+@register(*_REDUCE_EXT)
+def _reduce_ext(ctx: Ctx) -> list[te.Tensor]:
+    x = ctx.tensor(0)
+    axes = ctx.ints(1, "axes")
+    if not axes:
+        if ctx.attrs["noop_with_empty_axes"]:
+            return [x]
+        axes = None
+    return [red.reduce_ext(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_EXT[ctx.node.op])]
+
+
+@register("ArgMax", "ArgMin")
 def _argmax(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
-    return [red.argmax(ctx.tensor(0), a["axis"], bool(a["keepdims"]),
-                       bool(a["select_last_index"]))]
+    fn = red.argmax if ctx.node.op == "ArgMax" else red.argmin
+    return [fn(ctx.tensor(0), a["axis"], bool(a["keepdims"]), bool(a["select_last_index"]))]
+
+
+@register("Hardmax")
+def _hardmax(ctx: Ctx) -> list[te.Tensor]:
+    return [red.hardmax(ctx.tensor(0), ctx.attrs["axis"])]
 
 
 # -- data movement --------------------------------------------------------------------------

@@ -654,6 +654,9 @@ OPS = (
     "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot", "Elu",
     "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Mod", "BitShift", "And",
     "Or", "Xor", "LessOrEqual", "GreaterOrEqual",
+    # more reductions
+    "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+    "ArgMin", "Hardmax",
 )
 
 
