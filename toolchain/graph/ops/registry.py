@@ -245,6 +245,33 @@ class OpDef:
         return int(self.flops(node)) if self.flops else 0
 
 
+#: ONNX ops whose output *shape* depends on the values of their inputs.  Kiln compiles
+#: static shapes, so these are refused by name (not merely "unsupported"): see
+#: :func:`data_dependent_reason`.
+DATA_DEPENDENT_SHAPE_OPS: dict[str, str] = {
+    "NonZero": "the number of non-zero elements",
+    "Unique": "the number of distinct values",
+    "Compress": "the number of true entries of `condition`",
+    "NonMaxSuppression": "the number of boxes kept",
+}
+
+
+def data_dependent_reason(op: str) -> str | None:
+    """Why ``op`` cannot be compiled when its output shape depends on data, else ``None``.
+
+    >>> data_dependent_reason("NonZero")[:58]
+    "NonZero's output shape depends on the input data (the num"
+    >>> data_dependent_reason("Relu") is None
+    True
+    """
+    what = DATA_DEPENDENT_SHAPE_OPS.get(op)
+    if what is None:
+        return None
+    return (f"{op}'s output shape depends on the input data ({what}), but Kiln compiles "
+            "static shapes only; compute it outside the model, or replace it by a fixed-size "
+            "form (e.g. a mask with Where instead of NonZero/Compress)")
+
+
 _REGISTRY: dict[str, OpDef] = {}
 #: the op table's state: "unloaded", "loading" (its modules are being imported), "loaded"
 _table = "unloaded"
