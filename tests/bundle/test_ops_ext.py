@@ -114,3 +114,43 @@ def test_reductions_argmin_hardmax(tmp_path):
                     "am": (np.int64, [3, 19]), "hs": (F, [1, 8, 1])}, ax, opset=18)
     x = _x((3, 8, 19), seed=5) * 0.5 + 0.1
     _check(m, {"x": x}, tmp_path)
+
+
+def test_data_movement_gathers_scans(tmp_path):
+    consts = {"k": np.array(1, np.int64), "ax": np.array(2, np.int64),
+              "depth": np.array(5, np.int64), "vals": np.array([-1.0, 2.0], F),
+              "r0": np.array(0.5, F), "r1": np.array(6.5, F), "rd": np.array(1.0, F),
+              "sel": np.array([1, 3, -1, 0], np.int64)}
+    nodes = [N("DepthToSpace", ["x"], ["d2s"], blocksize=2, mode="CRD"),
+             N("SpaceToDepth", ["d2s"], ["s2d"], blocksize=2),
+             N("Trilu", ["s2d", "k"], ["tri"], upper=0),
+             N("CumSum", ["tri", "ax"], ["cs"], reverse=1, exclusive=1),
+             N("Range", ["r0", "r1", "rd"], ["rng"]), N("Add", ["cs", "rng"], ["y"]),
+             N("OneHot", ["sel", "depth", "vals"], ["oh"], axis=0),
+             N("GatherElements", ["x", "gi"], ["ge"], axis=3),
+             N("GatherND", ["x", "ni"], ["gn"], batch_dims=1),
+             N("Size", ["x"], ["sz"])]
+    m = make_model(nodes, {"x": (F, [2, 8, 3, 6]), "gi": (np.int64, [2, 8, 3, 4]),
+                           "ni": (np.int64, [2, 5, 2])},
+                   {"y": (F, [2, 8, 3, 6]), "oh": (F, [5, 4]), "ge": (F, [2, 8, 3, 4]),
+                    "gn": (F, [2, 5, 6]), "sz": (np.int64, [])}, consts, opset=18)
+    rng = np.random.default_rng(6)
+    x = _x((2, 8, 3, 6), seed=6)
+    gi = rng.integers(-6, 6, (2, 8, 3, 4))
+    ni = np.stack([rng.integers(-8, 8, (2, 5)), rng.integers(-3, 3, (2, 5))], -1)
+    _check(m, {"x": x, "gi": gi, "ni": ni}, tmp_path)
+
+
+def test_scatters_with_reductions(tmp_path):
+    consts = {"ei": np.array([[1, 0, 3], [1, -1, 2]], np.int64),
+              "ni": np.array([[[1], [3]], [[0], [-2]]], np.int64)}
+    nodes = [N("ScatterElements", ["x", "ei", "eu"], ["se"], axis=1),
+             N("ScatterElements", ["x", "ei", "eu"], ["sa"], axis=1, reduction="add"),
+             N("ScatterElements", ["x", "ei", "eu"], ["sm"], axis=1, reduction="max"),
+             N("ScatterND", ["x", "ni", "nu"], ["sn"]),
+             N("ScatterND", ["x", "ni", "nu"], ["snm"], reduction="mul")]
+    outs = {n: (F, [4, 5]) for n in ("se", "sa", "sm", "sn", "snm")}
+    m = make_model(nodes, {"x": (F, [4, 5]), "eu": (F, [2, 3]), "nu": (F, [2, 2, 5])}, outs,
+                   consts, opset=18)
+    _check(m, {"x": _x((4, 5), seed=7), "eu": _x((2, 3), seed=8),
+               "nu": _x((2, 2, 5), seed=9)}, tmp_path)

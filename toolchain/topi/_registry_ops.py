@@ -21,6 +21,7 @@ from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
 from toolchain.topi import reduction as red
 from toolchain.topi import transform as tf
+from toolchain.topi import transform_ext as tfx
 from toolchain.topi.registry import Ctx, register
 from toolchain.topi.utils import scalar
 
@@ -288,6 +289,73 @@ def _resize(ctx: Ctx) -> list[te.Tensor]:
                       a["coordinate_transformation_mode"], a["nearest_mode"], rois,
                       a["cubic_coeff_a"], bool(a["exclude_outside"]),
                       a["extrapolation_value"])]
+
+
+@register("DepthToSpace", "SpaceToDepth")
+def _depth_space(ctx: Ctx) -> list[te.Tensor]:
+    fn = tfx.depth_to_space if ctx.node.op == "DepthToSpace" else tfx.space_to_depth
+    return [fn(ctx.tensor(0), ctx.attrs["blocksize"], ctx.attrs["mode"])]
+
+
+@register("Trilu")
+def _trilu(ctx: Ctx) -> list[te.Tensor]:
+    k = ctx.const(1, "k")
+    return [tfx.trilu(ctx.tensor(0), 0 if k is None else int(k.reshape(())),
+                      bool(ctx.attrs["upper"]))]
+
+
+@register("Size")
+def _size(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.constant_fill((), ctx.node.inputs[0].size, "int64", "size")]
+
+
+@register("Range")
+def _range(ctx: Ctx) -> list[te.Tensor]:
+    start, _, delta = (ctx.const(i, n) for i, n in enumerate(("start", "limit", "delta")))
+    assert start is not None and delta is not None
+    out = ctx.node.outputs[0]
+    work = tfx.range_work_dtype(out.dtype, ctx.attrs["stash_type"])
+    return [tfx.arange(start.reshape(()).item(), delta.reshape(()).item(), out.shape[0],
+                       out.dtype, work)]
+
+
+@register("OneHot")
+def _one_hot(ctx: Ctx) -> list[te.Tensor]:
+    depth = ctx.const(1, "depth")
+    assert depth is not None
+    return [tfx.one_hot(ctx.tensor(0), int(depth.reshape(())), ctx.tensor(2),
+                        ctx.attrs["axis"])]
+
+
+@register("CumSum")
+def _cumsum(ctx: Ctx) -> list[te.Tensor]:
+    axis = ctx.const(1, "axis")
+    assert axis is not None
+    a = ctx.attrs
+    return [tfx.cumsum(ctx.tensor(0), int(axis.reshape(())), bool(a["exclusive"]),
+                       bool(a["reverse"]))]
+
+
+@register("GatherElements")
+def _gather_elements(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.gather_elements(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"])]
+
+
+@register("GatherND")
+def _gather_nd(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.gather_nd(ctx.tensor(0), ctx.tensor(1), ctx.attrs["batch_dims"])]
+
+
+@register("ScatterElements")
+def _scatter_elements(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.scatter_elements(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                                 ctx.attrs["axis"], ctx.attrs["reduction"])]
+
+
+@register("ScatterND")
+def _scatter_nd(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.scatter_nd(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                           ctx.attrs["reduction"])]
 
 
 # -- misc, quant ----------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from toolchain.topi.utils import const_shape, highest, lowest, scalar
 
 _KINDS = ("sum", "mean", "max", "min")
 _any = te.comm_reducer(lambda x, y: ir.Or(x, y), lambda dt: ir.IntImm(0, "bool"), "any")
-_prod = te.comm_reducer(lambda x, y: x * y, lambda dt: scalar(1, dt), "prod")
+#: the product reducer (``product(expr, axis=k)``), ReduceProd's and ScatterND mul's
+product = te.comm_reducer(lambda x, y: x * y, lambda dt: scalar(1, dt), "prod")
 _all = te.comm_reducer(lambda x, y: ir.And(x, y), lambda dt: ir.IntImm(1, "bool"), "all")
 
 
@@ -171,7 +172,7 @@ def reduce_ext(x: te.Tensor, axes: Sequence[int] | None = None, keepdims: bool =
                    o if out_shape else (ir.IntImm(0),))
         if not raxes:
             return src
-        return _prod(src, axis=raxes) if kind == "prod" else te.sum(src, axis=raxes)
+        return product(src, axis=raxes) if kind == "prod" else te.sum(src, axis=raxes)
 
     red = te.compute(out_shape or (1,), body, name=f"reduce_{kind}", tag="reduce")
     if kind in ("prod", "l1", "sum_square"):

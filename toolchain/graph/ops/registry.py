@@ -293,6 +293,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         quant,
         reduce,
         transform,
+        transform_ext,
     )
     from toolchain.graph.passes import fused_op, layout_ops
 
@@ -302,6 +303,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
+        *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
         *quant.OPS,        # QuantizeLinear, DequantizeLinear
         *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)

@@ -657,6 +657,9 @@ OPS = (
     # more reductions
     "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
     "ArgMin", "Hardmax",
+    # transform_ext
+    "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum",
+    "GatherElements", "GatherND", "ScatterElements", "ScatterND",
 )
 
 
