@@ -154,3 +154,44 @@ def test_scatters_with_reductions(tmp_path):
                    consts, opset=18)
     _check(m, {"x": _x((4, 5), seed=7), "eu": _x((2, 3), seed=8),
                "nu": _x((2, 2, 5), seed=9)}, tmp_path)
+
+
+def _check_vs_onnx_reference(model, inputs, tmp_path, rtol=2e-5):
+    """For ops newer than onnxruntime's opset: ONNX's own reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    _, got = compile_run(model, tmp_path, inputs, target=host_target())
+    names = [o.name for o in model.graph.output]
+    want = dict(zip(names, ReferenceEvaluator(model).run(None, inputs), strict=True))
+    assert_matches(got, want, rtol=rtol)
+
+
+def test_function_ops_expanded_compile_to_bundles(tmp_path):
+    """GroupNormalization, MeanVarianceNormalization, RMSNormalization and Swish are left to
+    their ONNX function bodies; those expansions compile and run too."""
+    rng = np.random.default_rng(10)
+    nodes = [N("GroupNormalization", ["x", "s", "b"], ["g"], num_groups=2, epsilon=1e-3),
+             N("MeanVarianceNormalization", ["x"], ["v"]),
+             N("RMSNormalization", ["x", "rs"], ["r"], axis=-1),
+             N("Swish", ["x"], ["w"], alpha=0.7)]
+    inits = {"s": rng.standard_normal(4).astype(F), "b": rng.standard_normal(4).astype(F),
+             "rs": rng.standard_normal(5).astype(F)}
+    shape = [2, 4, 3, 5]
+    m = make_model(nodes, {"x": (F, shape)}, {k: (F, shape) for k in "gvrw"}, inits,
+                   opset=24)
+    _check_vs_onnx_reference(m, {"x": _x(tuple(shape), seed=10)}, tmp_path)
+
+
+def test_lrn_lp_normalization_lp_pool(tmp_path):
+    nodes = [N("LRN", ["x"], ["l"], size=3, alpha=0.2, beta=0.7, bias=1.2),
+             N("LpNormalization", ["x"], ["n"], axis=1, p=2),
+             N("LpNormalization", ["x"], ["n1"], axis=-1, p=1),
+             N("LpPool", ["x"], ["pp"], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 1, 1], p=2),
+             N("Relu", ["pp"], ["p"]),  # fused onto the pool's output
+             N("LpPool", ["x"], ["p3"], kernel_shape=[2, 2], p=3, auto_pad="SAME_UPPER")]
+    shape = [2, 6, 9, 9]
+    m = make_model(nodes, {"x": (F, shape)},
+                   {"l": (F, shape), "n": (F, shape), "n1": (F, shape),
+                    "p": (F, [2, 6, 5, 5]), "p3": (F, shape)}, opset=18)
+    _check(m, {"x": _x(tuple(shape), seed=11)}, tmp_path)

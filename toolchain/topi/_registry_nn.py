@@ -11,7 +11,7 @@ from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
-from toolchain.topi.nn import norm, pooling, softmax
+from toolchain.topi.nn import norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
@@ -156,6 +156,25 @@ def _avgpool(ctx: Ctx) -> list[te.Tensor]:
     ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
     return [pooling.pool(ctx.tensor(0), "avg", kernel, strides, dil, pads, ceil,
                          bool(a["count_include_pad"]))]
+
+
+@register("LpPool")
+def _lppool(ctx: Ctx) -> list[te.Tensor]:
+    kernel, strides, dil, pads = _pool_params(ctx)
+    a = ctx.attrs
+    ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
+    return [norm_ext.lp_pool(ctx.tensor(0), a["p"], kernel, strides, dil, pads, ceil)]
+
+
+@register("LRN")
+def _lrn(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [norm_ext.lrn(ctx.tensor(0), a["size"], a["alpha"], a["beta"], a["bias"])]
+
+
+@register("LpNormalization")
+def _lp_normalization(ctx: Ctx) -> list[te.Tensor]:
+    return [norm_ext.lp_normalize(ctx.tensor(0), ctx.attrs["axis"], ctx.attrs["p"])]
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")

@@ -289,6 +289,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         elementwise_ext,
         misc,
         nn,
+        nn_ext,
         qops,
         quant,
         reduce,
@@ -302,6 +303,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *elementwise_ext.OPS,  # rounding, trig, Elu/Selu/…, IsNaN/IsInf, Mod, BitShift, And/Or
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
+        *nn_ext.OPS,       # LRN, LpNormalization, LpPool
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout

@@ -660,6 +660,8 @@ OPS = (
     # transform_ext
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND",
+    # nn_ext
+    "LRN", "LpNormalization", "LpPool",
 )
 
 

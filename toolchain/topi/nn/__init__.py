@@ -1,5 +1,5 @@
 """Neural-network compute definitions: convolution (direct, Winograd, transposed), dense /
-matmul, pooling, softmax and normalisations."""
+matmul, pooling, softmax and normalisations (LRN, LpNormalization, LpPool: ``norm_ext``)."""
 
 from toolchain.topi.nn import (
     conv2d,
@@ -7,10 +7,11 @@ from toolchain.topi.nn import (
     conv_nd,
     dense,
     norm,
+    norm_ext,
     pooling,
     softmax,
     winograd,
 )
 
-__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "norm", "pooling", "softmax",
-           "winograd"]
+__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "norm", "norm_ext", "pooling",
+           "softmax", "winograd"]

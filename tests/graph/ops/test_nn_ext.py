@@ -1,0 +1,66 @@
+"""LRN, LpNormalization, LpPool: references against onnxruntime, dtypes, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.graph.ops.util import check_vs_ort, data, infer, make_node
+from toolchain.errors import ModelError
+from toolchain.graph.ops import PatternKind, get_op
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_matches_onnxruntime(size):
+    # onnxruntime: odd sizes and float32 only (onnx.reference's LRN loops over the batch
+    # axis instead of the channels, so it is no second opinion)
+    check_vs_ort("LRN", [data("float32", (2, 5, 3, 4))],
+                 {"size": size, "alpha": 0.3, "beta": 0.6, "bias": 1.5}, rtol=1e-6,
+                 opset=13)
+
+
+def test_lrn_even_size_follows_the_spec():
+    x = data("float64", (1, 5, 2, 2))
+    y = get_op("LRN").reference([x], {"size": 4, "alpha": 0.4, "beta": 0.5, "bias": 2.0})[0]
+    for c in range(5):  # channels [c - 1, c + 2] clipped (floor(3/2) = 1, ceil(3/2) = 2)
+        s = (x[:, max(0, c - 1):min(5, c + 3)] ** 2).sum(axis=1)
+        np.testing.assert_allclose(y[:, c], x[:, c] / (2.0 + 0.1 * s) ** 0.5, rtol=1e-14)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization_matches_onnxruntime(axis, p):
+    check_vs_ort("LpNormalization", [data("float32", (3, 4, 5))], {"axis": axis, "p": p},
+                 rtol=1e-6, atol=1e-7)
+
+
+def test_lp_normalization_of_zero_is_zero():
+    y = get_op("LpNormalization").reference([np.zeros((2, 3), np.float32)], {})[0]
+    assert y.tolist() == [[0.0] * 3] * 2
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3]},
+    {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 0, 1, 2], "p": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "p": 3},
+    {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER"},
+    {"kernel_shape": [2, 2], "dilations": [2, 2]},
+    {"kernel_shape": [3], "strides": [2]},
+])
+def test_lp_pool_matches_onnxruntime(attrs):
+    shape = (1, 2, 9) if len(attrs["kernel_shape"]) == 1 else (1, 2, 7, 6)
+    check_vs_ort("LpPool", [data("float32", shape)], attrs, rtol=1e-5, opset=18)
+
+
+def test_patterns_dtypes_and_errors():
+    assert get_op("LRN").pattern is PatternKind.OPAQUE
+    assert get_op("LpPool").pattern is PatternKind.COMPLEX_OUT_FUSABLE
+    with pytest.raises(ModelError, match=r"node 'n' \(LRN\): .*'size' is required"):
+        get_op("LRN").infer(make_node("LRN", [data("float32", (1, 2, 3))]))
+    with pytest.raises(ModelError, match=r"node 'n' \(LpNormalization\): .*'p' = 3 is not one "
+                                         "of 1, 2"):
+        infer("LpNormalization", [data("float32")], {"p": 3})
+    with pytest.raises(ModelError, match=r"node 'n' \(LpPool\): .*int32"):
+        infer("LpPool", [data("int32", (1, 1, 4, 4))], {"kernel_shape": [2, 2]})
+    with pytest.raises(ModelError, match=r"node 'n' \(LpPool\): X \[1, 1, 4\] must have rank 4"):
+        infer("LpPool", [data("float32", (1, 1, 4))], {"kernel_shape": [2, 2]})

@@ -1,0 +1,39 @@
+"""LRN, LpNormalization and LpPool computes vs the registry's references."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.topi.util import check_node, rand
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_lrn(size):
+    check_node("LRN", [rand(2, 6, 3, 4)], {"size": size, "alpha": 0.3, "beta": 0.6,
+                                           "bias": 1.5}, rtol=2e-6)
+
+
+def test_lrn_float16_and_3d():
+    check_node("LRN", [rand(1, 4, 5, dtype="float16")], {"size": 3}, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization(axis, p):
+    x = rand(3, 4, 5)
+    x[1] = 0.0  # zero norms along axis 1 and -1 give 0
+    check_node("LpNormalization", [x], {"axis": axis, "p": p}, rtol=2e-6)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3]},
+    {"kernel_shape": [2, 3], "strides": [2, 1], "pads": [1, 0, 1, 2], "p": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1, "p": 3},
+    {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER", "dilations": [2, 1]},
+])
+def test_lp_pool(attrs):
+    check_node("LpPool", [rand(1, 2, 7, 6)], attrs, rtol=2e-5)
+
+
+def test_lp_pool_1d():
+    check_node("LpPool", [rand(2, 3, 9)], {"kernel_shape": [3], "strides": [2]}, rtol=2e-6)

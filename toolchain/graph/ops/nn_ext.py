@@ -1,0 +1,155 @@
+"""More NN ops: LRN, LpNormalization (OPAQUE: a reduction re-applied to its input, like
+Softmax) and LpPool (COMPLEX_OUT_FUSABLE, like the other pools).
+
+GroupNormalization, RMSNormalization and MeanVarianceNormalization are not here: the ONNX
+frontend expands them into their ONNX function bodies (ops Kiln registers), which compile
+into bundles like any graph (``tests/bundle/test_ops_ext.py``).
+
+References compute in float64 (float32 for float16 LRN, as the other normalisations) and
+round once:
+
+* LRN: ``y = x / (bias + alpha / size · Σ x²)^beta``, the sum over the channels
+  ``[c - ⌊(size-1)/2⌋, c + ⌈(size-1)/2⌉]`` clipped to the tensor;
+* LpNormalization: ``x / ‖x‖_p`` along ``axis`` (p ∈ {1, 2}); a zero norm gives 0;
+* LpPool: ``(Σ_window |x|^p)^(1/p)``, padding cells are zeros.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ops import get_op
+    >>> get_op("LpNormalization").reference([np.array([[3.0, 4.0]], np.float32)], {})
+    [array([[0.6, 0.8]], dtype=float32)]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import ModelError
+from toolchain.graph.ir import Node, TensorType
+from toolchain.graph.ops.common import (
+    FLOAT_TYPES,
+    check_dtype,
+    defop,
+    input_value,
+    normalize_axis,
+)
+from toolchain.graph.ops.nn import pool_geometry, pool_ref_geometry, window_attrs
+from toolchain.graph.ops.nn_common import attrs_of, pad_spatial, prod, ref_attrs, windows
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
+
+
+def _positive(v: int) -> str | None:
+    return None if v >= 1 else "must be >= 1"
+
+
+# -- LRN ------------------------------------------------------------------------------------
+
+def lrn_window(size: int) -> tuple[int, int]:
+    """Channels below and above ``c`` that LRN sums: ``(⌊(size-1)/2⌋, ⌈(size-1)/2⌉)``."""
+    return (size - 1) // 2, -(-(size - 1) // 2)
+
+
+def _lrn_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "X")
+    check_dtype(node, x, "input 0 (X)", FLOAT_TYPES)
+    if x.rank < 3:
+        raise ModelError(f"{node.describe()}: X {list(x.shape)} must have rank >= 3 (batch, "
+                         "channels, spatial axes)")
+    return [x.type]
+
+
+def _lrn_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    xf = x.astype(np.float64)
+    below, above = lrn_window(attrs["size"])
+    sq = xf * xf
+    c = x.shape[1]
+    total = np.zeros_like(xf)
+    for ch in range(c):
+        total[:, ch] = sq[:, max(0, ch - below):min(c, ch + above + 1)].sum(axis=1)
+    base = attrs["bias"] + attrs["alpha"] / attrs["size"] * total
+    return [(xf / base ** attrs["beta"]).astype(x.dtype)]
+
+
+def _lrn() -> OpDef:
+    return defop(
+        "LRN", ("X",), PatternKind.OPAQUE, infer=_lrn_infer, reference=_lrn_ref,
+        attrs=(Attr("alpha", "float", 0.0001), Attr("beta", "float", 0.75),
+               Attr("bias", "float", 1.0), Attr("size", "int", check=_positive)),
+        flops=lambda node: (node.inputs[0].size * (2 * int(node.attrs.get("size") or 1) + 4)
+                            if node.inputs and node.inputs[0] else 0),
+        min_opset=1,
+        doc="local response normalisation across channels: x / (bias + alpha/size · Σ x²)"
+            "^beta over `size` neighbouring channels")
+
+
+# -- LpNormalization -------------------------------------------------------------------------
+
+def _lpnorm_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "input")
+    check_dtype(node, x, "input 0 (input)", FLOAT_TYPES)
+    if x.rank == 0:
+        raise ModelError(f"{node.describe()}: input must have rank >= 1")
+    normalize_axis(node, attrs["axis"], x.rank, "attribute 'axis'")
+    return [x.type]
+
+
+def _lpnorm_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    xf = x.astype(np.float64)
+    axis = attrs["axis"] % x.ndim
+    if attrs["p"] == 1:
+        norm = np.sum(np.abs(xf), axis=axis, keepdims=True)
+    else:
+        norm = np.sqrt(np.sum(xf * xf, axis=axis, keepdims=True))
+    with np.errstate(all="ignore"):
+        y = np.where(norm == 0, 0.0, xf / norm)
+    return [y.astype(x.dtype)]
+
+
+def _lpnorm() -> OpDef:
+    return defop(
+        "LpNormalization", ("input",), PatternKind.OPAQUE, infer=_lpnorm_infer,
+        reference=_lpnorm_ref,
+        attrs=(Attr("axis", "int", -1), Attr("p", "int", 2, (1, 2))),
+        flops=lambda node: 3 * (node.inputs[0].size if node.inputs and node.inputs[0] else 0),
+        min_opset=1, doc="x / ‖x‖_p along `axis`, p ∈ {1, 2}; a zero norm gives 0")
+
+
+# -- LpPool ------------------------------------------------------------------------------------
+
+def _lppool_infer(node: Node) -> list[TensorType]:
+    a = attrs_of(node)
+    x, geom = pool_geometry(node, a, FLOAT_TYPES)
+    return [TensorType((x.shape[0], x.shape[1]) + geom.out, x.dtype)]
+
+
+def _lppool_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    a = ref_attrs("LpPool", attrs)
+    x = np.asarray(ins[0])
+    kernel, strides, dil, geom = pool_ref_geometry(x, a)
+    nsp = len(kernel)
+    p = a["p"]
+    xp = pad_spatial(np.abs(x.astype(np.float64)) ** p, geom.pads_begin, geom.pads_end, 0.0)
+    win = windows(xp, kernel, strides, dil, geom.out)
+    total = win.sum(axis=tuple(range(2 + nsp, 2 + 2 * nsp)))
+    return [(total ** (1.0 / p)).astype(x.dtype)]
+
+
+def _lppool() -> OpDef:
+    return OpDef(
+        "LpPool", inputs=("X",), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
+        attrs=window_attrs(kernel_required=True) + (
+            Attr("ceil_mode", "int", 0, choices=(0, 1)), Attr("p", "int", 2, check=_positive)),
+        infer=_lppool_infer, reference=_lppool_ref,
+        flops=lambda node: node.outputs[0].size * prod(attrs_of(node)["kernel_shape"]) * 2,
+        min_opset=11,
+        doc="(Σ_window |x|^p)^(1/p) with strides, dilations, pads (zeros), auto_pad, "
+            "ceil_mode")
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool())
