@@ -78,7 +78,7 @@ def test_isnan_isinf_and_logic(tmp_path):
     _check(m, {"x": x, "y": y}, tmp_path)
 
 
-def test_integer_mod_bitshift_bitwise_not(tmp_path):
+def test_integer_mod_bitshift_bitwise(tmp_path):
     nodes = [N("Mod", ["a", "b"], ["m0"]), N("Mod", ["a", "b"], ["m1"], fmod=1),
              N("Mul", ["m0", "m1"], ["m"]),
              N("BitwiseNot", ["a"], ["na"]), N("Add", ["m", "na"], ["y"]),
@@ -87,11 +87,14 @@ def test_integer_mod_bitshift_bitwise_not(tmp_path):
              N("BitShift", ["ua", "us"], ["l"], direction="LEFT"),
              N("BitShift", ["ua", "us"], ["r"], direction="RIGHT"),
              N("Cast", ["l"], ["li"], to=TensorProto.INT64),
-             N("Cast", ["r"], ["ri"], to=TensorProto.INT64), N("Sub", ["li", "ri"], ["z"])]
+             N("Cast", ["r"], ["ri"], to=TensorProto.INT64), N("Sub", ["li", "ri"], ["z"]),
+             N("BitwiseAnd", ["a", "b"], ["ba"]), N("BitwiseOr", ["ba", "s"], ["bo"]),
+             N("BitwiseXor", ["bo", "a"], ["w"])]
     rng = np.random.default_rng(4)
     b = rng.integers(1, 9, (35,)) * rng.choice([-1, 1], (35,))
     m = make_model(nodes, {"a": (np.int32, [3, 35]), "s": (np.int32, [3, 35])},
-                   {"y": (np.int32, [3, 35]), "z": (np.int64, [3, 35])},
+                   {"y": (np.int32, [3, 35]), "z": (np.int64, [3, 35]),
+                    "w": (np.int32, [3, 35])},
                    {"b": b.astype(np.int32)}, opset=18)
     a = rng.integers(-1000, 1000, (3, 35)).astype(np.int32)
     s = rng.integers(0, 31, (3, 35)).astype(np.int32)

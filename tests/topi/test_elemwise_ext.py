@@ -108,3 +108,13 @@ def test_ordered_comparisons(op: str, dtype: str) -> None:
     a = np.round(rand(2, 3, 4, lo=-2, hi=2)).astype(dtype)
     b = np.round(rand(4, lo=-2, hi=2, seed=1)).astype(dtype)
     check_node(op, [a, b])
+
+
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64", "uint64"])
+def test_bitwise_binaries(op: str, dtype: str) -> None:
+    info = np.iinfo(dtype)
+    vals = [0, 1, 5, 6, -1, -128, 127, int(info.min), int(info.max), 0x55, -0x56]
+    vals = [v for v in vals if info.min <= v <= info.max]
+    a = np.array(vals, dtype)
+    check_node(op, [a.reshape(-1, 1), a], {})

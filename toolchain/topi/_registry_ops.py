@@ -151,6 +151,11 @@ def _bitshift(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.bitshift(ctx.tensor(0), ctx.tensor(1), ctx.attrs["direction"] == "LEFT")]
 
 
+@register("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.bitwise(ctx.tensor(0), ctx.tensor(1), ctx.node.op[len("Bitwise"):].lower())]
+
+
 @register(*ewx.BINARY_LOGIC)
 def _logic_binary(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.logic_binary(ctx.tensor(0), ctx.tensor(1), ctx.node.op)]

@@ -18,7 +18,8 @@ F = np.float32
 UNARY = ["Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
          "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot",
          "Elu", "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf"]
-BINARY = ["Mod", "BitShift", "And", "Or", "Xor", "LessOrEqual", "GreaterOrEqual"]
+BINARY = ["Mod", "BitShift", "And", "Or", "Xor", "LessOrEqual", "GreaterOrEqual",
+          "BitwiseAnd", "BitwiseOr", "BitwiseXor"]
 _ATTRS = {"BitShift": {"direction": "LEFT"}}
 SPECIAL = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1.0, -1.0, 0.3, 3.0, -3.0, 1e-20,
                     50.0, -50.0, 100.0, -100.0, np.inf, -np.inf, np.nan], F)
@@ -144,7 +145,9 @@ def test_signed_bitshift_is_arithmetic_and_clamped():
 
 @pytest.mark.parametrize("op", BINARY[2:])
 def test_logic_and_comparisons_match_onnxruntime(op):
-    dtypes = ["bool"] if op in ("And", "Or", "Xor") else ["float32", "int64", "uint8"]
+    dtypes = (["bool"] if op in ("And", "Or", "Xor") else
+              ["int8", "int32", "uint8", "uint64"] if op.startswith("Bitwise") else
+              ["float32", "int64", "uint8"])
     for dt in dtypes:
         check_vs_ort(op, [data(dt, (2, 3, 4), seed=4), data(dt, (3, 1), seed=5)])
 

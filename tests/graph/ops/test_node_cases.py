@@ -32,7 +32,7 @@ OPS = frozenset(
     "Softsign Mish BitwiseNot Elu Selu Celu ThresholdedRelu Shrink IsNaN IsInf Mod BitShift "
     "And Or Xor LessOrEqual GreaterOrEqual "
     "ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMin "
-    "Hardmax".split()
+    "Hardmax BitwiseAnd BitwiseOr BitwiseXor".split()
 )
 _CASE_MODULES = (
     "abs add argmax cast castlike clip constant constantofshape dequantizelinear div dropout "
@@ -43,7 +43,7 @@ _CASE_MODULES = (
     "softsign mish bitwisenot elu selu celu thresholdedrelu shrink isnan isinf mod bitshift "
     "and_ or_ xor less_or_equal greater_or_equal "
     "reduceprod reducel1 reducel2 reducesumsquare reduce_log_sum reduce_log_sum_exp argmin "
-    "hardmax"
+    "hardmax bitwiseand bitwiseor bitwisexor"
 ).split()
 #: operands that a real model gives as initializers (Kiln needs them at compile time)
 _CONST_OPERANDS = {

@@ -1,6 +1,6 @@
 """More elementwise ops: rounding, trigonometric and hyperbolic math, the activations with
 attributes (Elu, Selu, Celu, ThresholdedRelu, Shrink), Softplus/Softsign/Mish, IsNaN/IsInf,
-Mod, BitShift, BitwiseNot, the logical And/Or/Xor and LessOrEqual/GreaterOrEqual.
+Mod, BitShift, BitwiseNot/And/Or/Xor, the logical And/Or/Xor and LessOrEqual/GreaterOrEqual.
 
 All are INJECTIVE and ``elementwise`` (fusable onto a convolution's output, layout-agnostic,
 in place), exactly like the ops of :mod:`toolchain.graph.ops.elementwise`, whose rules they
@@ -232,10 +232,17 @@ def _binary() -> tuple[OpDef, ...]:
         ("LessOrEqual", NUMERIC_TYPES, np.less_equal, False, 12, "A <= B -> bool"),
         ("GreaterOrEqual", NUMERIC_TYPES, np.greater_equal, False, 12, "A >= B -> bool"),
     ]
+    bitwise = [("BitwiseAnd", np.bitwise_and, "A & B"), ("BitwiseOr", np.bitwise_or, "A | B"),
+               ("BitwiseXor", np.bitwise_xor, "A ^ B")]
     ops = [defop(name, ("A", "B"), INJ, infer=binary_infer(dtypes, "bool"),
                  reference=binary_reference(fn, keep), flops=per_element_flops(1),
                  min_opset=since, doc=note + "; numpy broadcasting", elementwise=True)
            for name, dtypes, fn, keep, since, note in logic]
+    ops += [defop(name, ("A", "B"), INJ, infer=binary_infer(INT_TYPES),
+                  reference=binary_reference(fn), flops=per_element_flops(1), min_opset=18,
+                  doc=note + " on the two's-complement bits; numpy broadcasting",
+                  elementwise=True)
+            for name, fn, note in bitwise]
     ops.append(defop(
         "Mod", ("A", "B"), INJ, elementwise=True, infer=binary_infer(NUMERIC_TYPES), reference=_mod,
         attrs=(Attr("fmod", "int", 0, (0, 1)),), flops=per_element_flops(1), min_opset=10,

@@ -653,7 +653,7 @@ OPS = (
     "Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
     "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot", "Elu",
     "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Mod", "BitShift", "And",
-    "Or", "Xor", "LessOrEqual", "GreaterOrEqual",
+    "Or", "Xor", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
     # more reductions
     "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
     "ArgMin", "Hardmax",
