@@ -132,11 +132,13 @@ def test_data_movement_gathers_scans(tmp_path):
              N("OneHot", ["sel", "depth", "vals"], ["oh"], axis=0),
              N("GatherElements", ["x", "gi"], ["ge"], axis=3),
              N("GatherND", ["x", "ni"], ["gn"], batch_dims=1),
-             N("Size", ["x"], ["sz"])]
+             N("Size", ["x"], ["sz"]),
+             N("Sum", ["y", "x", "s2d"], ["sm"]), N("Mean", ["sm", "x"], ["mn"])]
     m = make_model(nodes, {"x": (F, [2, 8, 3, 6]), "gi": (np.int64, [2, 8, 3, 4]),
                            "ni": (np.int64, [2, 5, 2])},
                    {"y": (F, [2, 8, 3, 6]), "oh": (F, [5, 4]), "ge": (F, [2, 8, 3, 4]),
-                    "gn": (F, [2, 5, 6]), "sz": (np.int64, [])}, consts, opset=18)
+                    "gn": (F, [2, 5, 6]), "sz": (np.int64, []), "mn": (F, [2, 8, 3, 6])},
+                   consts, opset=18)
     rng = np.random.default_rng(6)
     x = _x((2, 8, 3, 6), seed=6)
     gi = rng.integers(-6, 6, (2, 8, 3, 4))
@@ -198,3 +200,13 @@ def test_lrn_lp_normalization_lp_pool(tmp_path):
                    {"l": (F, shape), "n": (F, shape), "n1": (F, shape),
                     "p": (F, [2, 6, 5, 5]), "p3": (F, shape)}, opset=18)
     _check(m, {"x": _x(tuple(shape), seed=11)}, tmp_path)
+
+
+def test_cumprod(tmp_path):
+    """CumProd is opset 26, newer than onnxruntime 1.32: ONNX's reference judges it."""
+    nodes = [N("CumProd", ["x", "ax"], ["y"], exclusive=1),
+             N("CumProd", ["x", "ax"], ["z"], reverse=1)]
+    m = make_model(nodes, {"x": (F, [3, 17])}, {"y": (F, [3, 17]), "z": (F, [3, 17])},
+                   {"ax": np.array(1, np.int64)}, opset=26)
+    x = (np.random.default_rng(12).uniform(0.6, 1.4, (3, 17))).astype(F)
+    _check_vs_onnx_reference(m, {"x": x}, tmp_path)

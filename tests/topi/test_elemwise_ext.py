@@ -118,3 +118,10 @@ def test_bitwise_binaries(op: str, dtype: str) -> None:
     vals = [v for v in vals if info.min <= v <= info.max]
     a = np.array(vals, dtype)
     check_node(op, [a.reshape(-1, 1), a], {})
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+def test_sum_mean_broadcast(op: str) -> None:
+    ins = [rand(2, 3, 4), rand(3, 1, seed=1), rand(4, seed=2)]
+    check_node(op, ins, {}, rtol=1e-6)
+    check_node(op, ins[:1], {}, rtol=1e-6)

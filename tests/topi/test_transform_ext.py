@@ -53,6 +53,10 @@ def test_cumsum(exclusive, reverse, axis):
     check_node("CumSum", [rand(3, 7), np.array(axis, I64)], attrs, const=(1,), rtol=1e-5)
     check_node("CumSum", [rand(3, 7, dtype="int32", lo=-9, hi=9), np.array(axis, np.int32)],
                attrs, const=(1,))
+    check_node("CumProd", [rand(3, 7, lo=0.5, hi=1.5), np.array(axis, I64)], attrs,
+               const=(1,), rtol=1e-5)
+    check_node("CumProd", [rand(3, 7, dtype="int64", lo=-3, hi=3), np.array(axis, I64)],
+               attrs, const=(1,))
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])

@@ -156,6 +156,12 @@ def _bitwise(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.bitwise(ctx.tensor(0), ctx.tensor(1), ctx.node.op[len("Bitwise"):].lower())]
 
 
+@register("Sum", "Mean")
+def _sum_mean(ctx: Ctx) -> list[te.Tensor]:
+    xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
+    return [ewx.sum_mean(xs, ctx.node.op == "Mean")]
+
+
 @register(*ewx.BINARY_LOGIC)
 def _logic_binary(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.logic_binary(ctx.tensor(0), ctx.tensor(1), ctx.node.op)]
@@ -332,13 +338,13 @@ def _one_hot(ctx: Ctx) -> list[te.Tensor]:
                         ctx.attrs["axis"])]
 
 
-@register("CumSum")
+@register("CumSum", "CumProd")
 def _cumsum(ctx: Ctx) -> list[te.Tensor]:
     axis = ctx.const(1, "axis")
     assert axis is not None
     a = ctx.attrs
     return [tfx.cumsum(ctx.tensor(0), int(axis.reshape(())), bool(a["exclusive"]),
-                       bool(a["reverse"]))]
+                       bool(a["reverse"]), "sum" if ctx.node.op == "CumSum" else "prod")]
 
 
 @register("GatherElements")

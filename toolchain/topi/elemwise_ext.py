@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from toolchain import te
 from toolchain.errors import OptionError
@@ -245,6 +245,20 @@ def bitwise(a: Operand, b: Operand, op: str) -> te.Tensor:
         return te.cast(out, dt) if udt != dt else out
 
     return te.compute(shape, combine, name=f"bitwise_{op}", tag="elemwise")
+
+
+def sum_mean(xs: Sequence[Operand], mean: bool = False) -> te.Tensor:
+    """Element-wise sum (``mean``: mean) of one or more operands, added in order, with
+    broadcasting (ONNX Sum / Mean)."""
+    n = len(xs)
+
+    def f(*v: Expr) -> Expr:
+        acc = v[0]
+        for w in v[1:]:
+            acc = acc + w
+        return acc / scalar(n, acc.dtype) if mean else acc
+
+    return nary(list(xs), f, "mean" if mean else "sum")
 
 
 #: bool and comparison binaries: op name -> scalar function.  The logical ones are

@@ -10,7 +10,8 @@ leaves out-of-range indices undefined; constant ones are rejected at compile tim
 Scans and scatters are written as reductions over the output, as TVM's TE can express
 them without sequential loops:
 
-* ``cumsum``: ``out[i] = sum_k x[k]`` over ``k <= i`` (``<`` exclusive, ``>=`` reverse) —
+* ``cumsum``: ``out[i] = sum_k x[k]`` (or the product) over ``k <= i`` (``<`` exclusive,
+  ``>=`` reverse) —
   O(n²) along the axis, fine for the short axes models scan;
 * ``scatter_elements`` / ``scatter_nd``: for each output element, a reduction over the
   updates that land on it: with ``reduction="none"`` the *last* such update (the largest
@@ -136,13 +137,16 @@ def one_hot(indices: te.Tensor, depth: int, values: te.Tensor, axis: int = -1) -
     return te.compute(out, f, name="one_hot", tag="injective")
 
 
-def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False
-           ) -> te.Tensor:
-    """Running sum along ``axis`` (see the module docstring); integers wrap."""
+def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = False,
+           kind: str = "sum") -> te.Tensor:
+    """Running sum (``kind="prod"``: product) along ``axis`` (see the module docstring);
+    integers wrap."""
     shape = const_shape(x, "cumsum")
     ax = axis % len(shape)
     k = te.reduce_axis((0, shape[ax]), name="k")
-    zero = scalar(0, x.dtype)
+    if kind not in ("sum", "prod"):
+        raise OptionError(f"cumsum: kind {kind!r} must be 'sum' or 'prod'")
+    zero = scalar(0 if kind == "sum" else 1, x.dtype)
 
     def f(*i: Expr) -> Expr:
         if reverse:
@@ -150,9 +154,10 @@ def cumsum(x: te.Tensor, axis: int, exclusive: bool = False, reverse: bool = Fal
         else:
             take = k < i[ax] if exclusive else k <= i[ax]
         src = x[tuple(i[:ax]) + (k,) + tuple(i[ax + 1:])]
-        return te.sum(te.select(take, src, zero), axis=k)
+        term = te.select(take, src, zero)
+        return te.sum(term, axis=k) if kind == "sum" else product(term, axis=k)
 
-    return te.compute(shape, f, name="cumsum", tag="reduce")
+    return te.compute(shape, f, name=f"cum{kind}", tag="reduce")
 
 
 def gather_elements(data: te.Tensor, indices: te.Tensor, axis: int = 0) -> te.Tensor:

@@ -19,7 +19,7 @@ UNARY = ["Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", 
          "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot",
          "Elu", "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf"]
 BINARY = ["Mod", "BitShift", "And", "Or", "Xor", "LessOrEqual", "GreaterOrEqual",
-          "BitwiseAnd", "BitwiseOr", "BitwiseXor"]
+          "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum", "Mean"]
 _ATTRS = {"BitShift": {"direction": "LEFT"}}
 SPECIAL = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1.0, -1.0, 0.3, 3.0, -3.0, 1e-20,
                     50.0, -50.0, 100.0, -100.0, np.inf, -np.inf, np.nan], F)
@@ -143,7 +143,7 @@ def test_signed_bitshift_is_arithmetic_and_clamped():
     assert ref([x, s], {"direction": "LEFT"})[0].tolist() == [-16, 0, 0, -128, 0, 20]
 
 
-@pytest.mark.parametrize("op", BINARY[2:])
+@pytest.mark.parametrize("op", BINARY[2:-2])
 def test_logic_and_comparisons_match_onnxruntime(op):
     dtypes = (["bool"] if op in ("And", "Or", "Xor") else
               ["int8", "int32", "uint8", "uint64"] if op.startswith("Bitwise") else
@@ -180,3 +180,13 @@ def test_flops_and_output_types():
     assert get_op("Mish").flops_of(node) == 5 * 16
     assert infer("IsNaN", [data("float16", (2, 3))])[0].dtype == "bool"
     assert infer("LessOrEqual", [data("int8", (2, 1)), data("int8", (3,))])[0].shape == (2, 3)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_sum_mean_match_onnxruntime(op, n, dtype):
+    shapes = [(2, 3, 4), (3, 1), (4,)][:n]
+    ins = [data(dtype, s, seed=k) for k, s in enumerate(shapes)]
+    tol = {"rtol": 1e-3, "atol": 1e-3} if dtype == "float16" else {"rtol": 1e-6}
+    check_vs_ort(op, ins, **tol)

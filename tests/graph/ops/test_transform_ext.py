@@ -18,7 +18,7 @@ I64 = np.int64
 def test_patterns():
     kinds = {op.name: op.pattern for op in OPS}
     assert {k for k, v in kinds.items() if v is PatternKind.OPAQUE} == {
-        "CumSum", "ScatterElements", "ScatterND"}
+        "CumSum", "CumProd", "ScatterElements", "ScatterND"}
 
 
 @pytest.mark.parametrize("op", ["DepthToSpace", "SpaceToDepth"])
@@ -82,6 +82,23 @@ def test_cumsum_matches_onnxruntime(exclusive, reverse, dtype):
     ins = [data(dtype, (3, 4, 5)), np.array(-2, I64)]
     check_vs_ort("CumSum", ins, {"exclusive": exclusive, "reverse": reverse}, const=[1],
                  rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("exclusive", [0, 1])
+@pytest.mark.parametrize("reverse", [0, 1])
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_cumprod_matches_onnx_reference(exclusive, reverse, dtype):
+    # CumProd is opset 26, beyond onnxruntime 1.32: ONNX's own reference judges it
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    x = data(dtype, (3, 4, 5)) / (3 if dtype == "float32" else 7)
+    attrs = {"exclusive": exclusive, "reverse": reverse}
+    node = helper.make_node("CumProd", ["x", "a"], ["y"], **attrs)
+    want = ReferenceEvaluator(node).run(None, {"x": x, "a": np.array(1, I64)})[0]
+    got = ref("CumProd", [x, np.array(1, I64)], attrs)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
@@ -155,20 +172,20 @@ def test_dtypes_accepted_agree_with_the_onnx_schema():
     def accepts(op, dtype):
         x = data(dtype, (2, 4, 2, 2))
         ins = {"DepthToSpace": [x], "SpaceToDepth": [x], "Trilu": [x], "Size": [x],
-               "CumSum": [x, np.array(0, I64)],
+               "CumSum": [x, np.array(0, I64)], "CumProd": [x, np.array(0, I64)],
                "GatherElements": [x, np.zeros((2, 4, 2, 2), I64)],
                "GatherND": [x, np.zeros((1, 1), I64)],
                "ScatterElements": [x, np.zeros((1, 1, 1, 1), I64), x[:1, :1, :1, :1]],
                "ScatterND": [x, np.zeros((1, 1), I64), x[:1]]}[op]
         try:
             infer(op, ins, {"blocksize": 2} if "Space" in op or "Depth" in op else None,
-                  const=[1] if op == "CumSum" else [])
+                  const=[1] if op.startswith("Cum") else [])
         except ModelError:
             return False
         return True
 
-    for op in ["DepthToSpace", "SpaceToDepth", "Trilu", "Size", "CumSum", "GatherElements",
-               "GatherND", "ScatterElements", "ScatterND"]:
+    for op in ["DepthToSpace", "SpaceToDepth", "Trilu", "Size", "CumSum", "CumProd",
+               "GatherElements", "GatherND", "ScatterElements", "ScatterND"]:
         schema = onnx.defs.get_schema(op, 28)
         allowed = {t.type_param_str: set(t.allowed_type_strs)
                    for t in schema.type_constraints}[schema.inputs[0].type_str]

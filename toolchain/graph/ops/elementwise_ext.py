@@ -1,6 +1,7 @@
 """More elementwise ops: rounding, trigonometric and hyperbolic math, the activations with
 attributes (Elu, Selu, Celu, ThresholdedRelu, Shrink), Softplus/Softsign/Mish, IsNaN/IsInf,
-Mod, BitShift, BitwiseNot/And/Or/Xor, the logical And/Or/Xor and LessOrEqual/GreaterOrEqual.
+Mod, BitShift, BitwiseNot/And/Or/Xor, the logical And/Or/Xor, LessOrEqual/GreaterOrEqual and
+the variadic Sum and Mean.
 
 All are INJECTIVE and ``elementwise`` (fusable onto a convolution's output, layout-agnostic,
 in place), exactly like the ops of :mod:`toolchain.graph.ops.elementwise`, whose rules they
@@ -25,17 +26,20 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType
 from toolchain.graph.ops.common import (
     FLOAT_TYPES,
     INT_TYPES,
     NUMERIC_TYPES,
     check_dtype,
+    check_same_dtype,
     defop,
     input_value,
     per_element_flops,
@@ -47,7 +51,7 @@ from toolchain.graph.ops.elementwise import (
     in_own_dtype,
     unary_infer,
 )
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, broadcast_shapes
 
 INJ = PatternKind.INJECTIVE
 _QUIET = {"all": "ignore"}
@@ -258,5 +262,41 @@ def _binary() -> tuple[OpDef, ...]:
     return tuple(ops)
 
 
+# -- Sum, Mean -------------------------------------------------------------------------------
+
+def _float_variadic_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    ins = [input_value(node, i, f"data_{i}") for i in range(len(node.inputs))]
+    if not ins:
+        raise ModelError(f"{node.describe()}: needs at least one input")
+    dt = check_same_dtype(node, ins, [f"data_{i}" for i in range(len(ins))])
+    check_dtype(node, ins[0], "input 0 (data_0)", FLOAT_TYPES)
+    return [TensorType(broadcast_shapes(node, [v.shape for v in ins]), dt)]
+
+
+def _sum_mean_ref(op: str):
+    def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+        arrays = [np.asarray(a) for a in ins]
+        shape = np.broadcast_shapes(*(a.shape for a in arrays))
+        dt = arrays[0].dtype
+        with np.errstate(**_QUIET):
+            y = functools.reduce(np.add, arrays)  # in order, in the inputs' dtype
+            if op == "Mean":
+                y = y / dt.type(len(arrays))
+        return [np.broadcast_to(np.asarray(y, dt), shape).astype(dt)]
+
+    return ref
+
+
+def _sum_mean() -> tuple[OpDef, ...]:
+    return tuple(
+        defop(op, ("data_0*",), INJ, infer=_float_variadic_infer, reference=_sum_mean_ref(op),
+              flops=lambda node, op=op: (len(node.inputs) - (op == "Sum")) *
+              sum(o.size for o in node.outputs),
+              min_opset=8, elementwise=True,
+              doc=f"element-wise {'sum' if op == 'Sum' else 'mean'} of 1+ float inputs, added "
+                  "in order in their dtype, numpy broadcasting")
+        for op in ("Sum", "Mean"))
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (*_unary_ops(), *_activations(), *_tests(), *_binary())
+OPS: tuple[OpDef, ...] = (*_unary_ops(), *_activations(), *_tests(), *_binary(), *_sum_mean())

@@ -1,8 +1,8 @@
 """More data-movement and indexing ops: DepthToSpace, SpaceToDepth, Trilu, Size, Range,
-OneHot, CumSum, GatherElements, GatherND, ScatterElements, ScatterND.
+OneHot, CumSum, CumProd, GatherElements, GatherND, ScatterElements, ScatterND.
 
 Pattern kinds follow TVM: data movement and gathers are INJECTIVE; the scans and scatters
-(CumSum, ScatterElements, ScatterND: each output element combines a data-dependent or
+(CumSum, CumProd, ScatterElements, ScatterND: each output element combines a data-dependent or
 growing set of inputs) are OPAQUE.  Operands that decide shapes are constant inputs read
 at compile time: Range's ``start``/``limit``/``delta``, OneHot's ``depth``, CumSum's
 ``axis`` and Trilu's ``k`` (which decides nothing about shapes, but is a constant in every
@@ -253,24 +253,29 @@ def _cumsum_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     return [x.type]
 
 
-def _cumsum_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+def _cumulative_ref(ins: list[Any], attrs: dict[str, Any], op: str) -> list[np.ndarray]:
     x = np.asarray(ins[0])
     axis = int(np.asarray(ins[1]).reshape(())) % x.ndim
     y = np.flip(x, axis) if attrs["reverse"] else x
+    fn = np.cumsum if op == "CumSum" else np.cumprod
     with np.errstate(all="ignore"):
-        s = np.cumsum(y, axis=axis, dtype=x.dtype)
-        if attrs["exclusive"]:
-            s = s - y
+        s = fn(y, axis=axis, dtype=x.dtype)
+    if attrs["exclusive"]:  # shift by one along the axis, the identity first
+        first = np.full_like(np.take(s, [0], axis), 0 if op == "CumSum" else 1)
+        s = np.concatenate([first, np.delete(s, -1, axis)], axis)
     return [(np.flip(s, axis) if attrs["reverse"] else s).astype(x.dtype)]
 
 
-def _cumsum() -> OpDef:
+def _cumulative(op: str) -> OpDef:
+    word = "sum" if op == "CumSum" else "product"
     return defop(
-        "CumSum", ("x", "axis"), OPAQUE, infer=_cumsum_infer, reference=_cumsum_ref,
+        op, ("x", "axis"), OPAQUE, infer=_cumsum_infer,
+        reference=lambda ins, attrs: _cumulative_ref(ins, attrs, op),
         attrs=(Attr("exclusive", "int", 0, (0, 1)), Attr("reverse", "int", 0, (0, 1))),
-        flops=lambda node: sum(o.size for o in node.outputs), min_opset=11,
-        doc="running sum along the constant `axis`; exclusive leaves the element itself out, "
-            "reverse sums from the end; integers wrap")
+        flops=lambda node: sum(o.size for o in node.outputs),
+        min_opset=11 if op == "CumSum" else 26,
+        doc=f"running {word} along the constant `axis`; exclusive leaves the element itself "
+            f"out, reverse runs from the end; integers wrap")
 
 
 # -- gathers --------------------------------------------------------------------------------
@@ -463,4 +468,5 @@ def _scatters() -> tuple[OpDef, ...]:
 
 
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (*_space_ops(), *_small_ops(), _cumsum(), *_gathers(), *_scatters())
+OPS: tuple[OpDef, ...] = (*_space_ops(), *_small_ops(), _cumulative("CumSum"),
+                          _cumulative("CumProd"), *_gathers(), *_scatters())

@@ -654,11 +654,12 @@ OPS = (
     "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot", "Elu",
     "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Mod", "BitShift", "And",
     "Or", "Xor", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+    "Sum", "Mean",
     # more reductions
     "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
     "ArgMin", "Hardmax",
     # transform_ext
-    "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum",
+    "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND",
     # nn_ext
     "LRN", "LpNormalization", "LpPool",
