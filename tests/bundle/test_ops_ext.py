@@ -101,20 +101,24 @@ def test_integer_mod_bitshift_bitwise(tmp_path):
     _check(m, {"a": a, "s": s}, tmp_path)
 
 
-def test_reductions_argmin_hardmax(tmp_path):
+def test_reductions_argmin_hardmax_topk(tmp_path):
     ax = {"a1": np.array([1], np.int64), "a02": np.array([0, 2], np.int64),
-          "am1": np.array([-1], np.int64)}
+          "am1": np.array([-1], np.int64), "kk": np.array([3], np.int64)}
     nodes = [N("ReduceProd", ["x", "am1"], ["p"], keepdims=0),
              N("ReduceL1", ["x", "a1"], ["l1"]), N("ReduceL2", ["x", "a02"], ["l2"], keepdims=0),
              N("ReduceSumSquare", ["x", "a1"], ["ss"]),
              N("ReduceLogSumExp", ["x", "am1"], ["lse"], keepdims=0),
              N("Abs", ["x"], ["ax"]), N("ReduceLogSum", ["ax", "a1"], ["ls"]),
              N("ArgMin", ["x"], ["am"], axis=1, keepdims=0),
-             N("Hardmax", ["x"], ["h"], axis=1), N("ReduceSum", ["h", "a02"], ["hs"])]
+             N("Hardmax", ["x"], ["h"], axis=1), N("ReduceSum", ["h", "a02"], ["hs"]),
+             N("TopK", ["x", "kk"], ["tv", "ti"], axis=1),
+             N("TopK", ["x", "kk"], ["bv", "bi"], axis=-1, largest=0)]
     m = make_model(nodes, {"x": (F, [3, 8, 19])},
                    {"p": (F, [3, 8]), "l1": (F, [3, 1, 19]), "l2": (F, [8]),
                     "ss": (F, [3, 1, 19]), "lse": (F, [3, 8]), "ls": (F, [3, 1, 19]),
-                    "am": (np.int64, [3, 19]), "hs": (F, [1, 8, 1])}, ax, opset=18)
+                    "am": (np.int64, [3, 19]), "hs": (F, [1, 8, 1]), "tv": (F, [3, 3, 19]),
+                    "ti": (np.int64, [3, 3, 19]), "bv": (F, [3, 8, 3]),
+                    "bi": (np.int64, [3, 8, 3])}, ax, opset=18)
     x = _x((3, 8, 19), seed=5) * 0.5 + 0.1
     _check(m, {"x": x}, tmp_path)
 

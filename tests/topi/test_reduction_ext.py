@@ -49,3 +49,11 @@ def test_argmin_ties(axis, keepdims, last):
 def test_hardmax_first_maximum(axis):
     x = np.round(rand(3, 4, 5, lo=-2, hi=2))
     check_node("Hardmax", [x], {"axis": axis})
+
+
+@pytest.mark.parametrize("axis, k, largest", [(-1, 3, 1), (0, 2, 0), (1, 4, 1), (1, 1, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "uint8"])
+def test_topk_values_indices_ties(axis, k, largest, dtype):
+    x = np.round(rand(4, 6, lo=0, hi=4)).astype(dtype)  # many ties: lower index first
+    check_node("TopK", [x, np.array([k], np.int64)], {"axis": axis, "largest": largest},
+               const=(1,), n_out=2)

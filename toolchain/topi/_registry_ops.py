@@ -205,6 +205,15 @@ def _argmax(ctx: Ctx) -> list[te.Tensor]:
     return [fn(ctx.tensor(0), a["axis"], bool(a["keepdims"]), bool(a["select_last_index"]))]
 
 
+@register("TopK")
+def _topk(ctx: Ctx) -> list[te.Tensor]:
+    k = ctx.const(1, "K")
+    assert k is not None
+    values, indices = red.topk(ctx.tensor(0), int(k.reshape(())), ctx.attrs["axis"],
+                               bool(ctx.attrs["largest"]))
+    return [values, indices][:len(ctx.node.outputs)]
+
+
 @register("Hardmax")
 def _hardmax(ctx: Ctx) -> list[te.Tensor]:
     return [red.hardmax(ctx.tensor(0), ctx.attrs["axis"])]

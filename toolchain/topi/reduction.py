@@ -253,3 +253,49 @@ def hardmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
         return te.select(hit, scalar(1, x.dtype), scalar(0, x.dtype))
 
     return te.compute(shape, body, name="hardmax", tag="injective")
+
+
+def topk(x: te.Tensor, k: int, axis: int = -1, largest: bool = True
+         ) -> tuple[te.Tensor, te.Tensor]:
+    """The ``k`` largest (or smallest) values along ``axis`` and their int64 indices,
+    sorted, equal values lower index first (ONNX TopK).
+
+    Two reductions, no sort: the rank of every element (how many elements come before it
+    in that order; O(n²) along the axis), then for output slot ``j`` the position whose
+    rank is ``j``.  Ranks are distinct unless the axis holds NaN.
+
+    >>> v, i = topk(te.placeholder((2, 6), name="x"), 3)
+    >>> [d.value for d in i.shape], i.dtype
+    ([2, 3], 'int64')
+    """
+    shape = const_shape(x, "topk")
+    ax = _norm_axes([axis], len(shape), "topk")[0]
+    n = shape[ax]
+    if not 0 < k <= n:
+        raise OptionError(f"topk: k = {k} must be in [1, {n}]")
+    c = te.reduce_axis((0, n), name="c")
+
+    def at(i: Sequence[ir.PrimExpr], v: ir.PrimExpr) -> tuple[ir.PrimExpr, ...]:
+        return tuple(i[:ax]) + (v,) + tuple(i[ax + 1:])
+
+    def rank(*i: ir.PrimExpr) -> ir.PrimExpr:
+        mine, other = x[i], x[at(i, c)]
+        ahead = other > mine if largest else other < mine
+        first = te.all(te.equal(other, mine), c < i[ax])
+        return te.sum(te.select(ahead, 1, te.select(first, 1, 0)), axis=c)
+
+    r = te.compute(shape, rank, name="topk_rank", tag="reduce")
+    e = te.reduce_axis((0, n), name="e")
+    out = tuple(k if d == ax else s for d, s in enumerate(shape))
+
+    def pick(*j: ir.PrimExpr) -> ir.PrimExpr:
+        hit = te.equal(r[at(j, e)], j[ax])
+        return te.sum(te.select(hit, te.cast(e, "int64"), scalar(0, "int64")), axis=e)
+
+    idx = te.compute(out, pick, name="topk_indices", tag="reduce")
+
+    def value(*j: ir.PrimExpr) -> ir.PrimExpr:
+        pos = te.minimum(te.maximum(te.cast(idx[j], "int32"), 0), n - 1)
+        return x[at(j, pos)]
+
+    return te.compute(out, value, name="topk_values", tag="injective"), idx

@@ -44,7 +44,7 @@ def test_empty_sets_and_large_values():
 def test_dtypes_accepted_agree_with_the_onnx_schema():
     import onnx.defs
 
-    for op in MORE + ["ArgMin", "Hardmax"]:
+    for op in MORE + ["ArgMin", "Hardmax"]:  # (TopK: in test_topk_matches_onnxruntime)
         schema = onnx.defs.get_schema(op, 28)
         allowed = {t.type_param_str: set(t.allowed_type_strs)
                    for t in schema.type_constraints}[schema.inputs[0].type_str]
@@ -83,3 +83,18 @@ def test_patterns_and_errors():
         infer("Hardmax", [data("float32", (2, 3))], {"axis": 2})
     with pytest.raises(ModelError, match=r"node 'n' \(ReduceLogSum\): input 0 .*int32"):
         infer("ReduceLogSum", [data("int32")])
+
+
+@pytest.mark.parametrize("axis, k, largest", [(-1, 3, 1), (0, 2, 0), (1, 5, 1), (1, 1, 0)])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8", "float64"])
+def test_topk_matches_onnxruntime(axis, k, largest, dtype):
+    x = data(dtype, (4, 5, 3)) % 4  # ties: the lower index comes first
+    check_vs_ort("TopK", [x, np.array([k], np.int64)], {"axis": axis, "largest": largest},
+                 const=[1], n_outputs=2)
+
+
+def test_topk_errors():
+    with pytest.raises(ModelError, match=r"node 'n' \(TopK\): K = 7 must be in \[1, 5\]"):
+        infer("TopK", [data("float32", (2, 5)), np.array([7], np.int64)], const=[1])
+    with pytest.raises(ModelError, match=r"node 'n' \(TopK\): input 1 \(K.*compile time"):
+        infer("TopK", [data("float32", (2, 5)), np.array([2], np.int64)])

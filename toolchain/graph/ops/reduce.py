@@ -1,6 +1,6 @@
 """Reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
-ReduceSumSquare, ReduceLogSum, ReduceLogSumExp (pattern REDUCTION), ArgMax, ArgMin, and
-Hardmax (OPAQUE: a reduction re-applied to its input, like Softmax).
+ReduceSumSquare, ReduceLogSum, ReduceLogSumExp (pattern REDUCTION), ArgMax, ArgMin,
+Hardmax (OPAQUE: a reduction re-applied to its input, like Softmax) and TopK (OPAQUE).
 
 Newest ONNX form: ``axes`` is an optional int64 *input* that must be a compile-time
 constant.  Absent or empty ``axes`` reduces every axis, unless ``noop_with_empty_axes=1``,
@@ -324,6 +324,64 @@ def _hardmax() -> OpDef:
     )
 
 
+# -- TopK -----------------------------------------------------------------------------------
+
+_TOPK_TYPES = FLOAT_TYPES + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                             "uint64")
+
+
+def _topk_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "X")
+    check_dtype(node, x, "input 0 (X)", _TOPK_TYPES)
+    kv = input_value(node, 1, "K")
+    check_dtype(node, kv, "input 1 (K)", ("int64",))
+    if x.rank == 0:
+        raise ModelError(f"{node.describe()}: input 0 (X) must have rank >= 1")
+    axis = normalize_axis(node, attrs["axis"], x.rank, "attribute 'axis'")
+    data = const_input(node, 1, "K")
+    assert data is not None
+    if data.size != 1:
+        raise ModelError(f"{node.describe()}: input 1 (K) must hold one value, got shape "
+                         f"{list(data.shape)}")
+    k = int(data.reshape(()))
+    if not 1 <= k <= x.shape[axis]:
+        raise ModelError(f"{node.describe()}: K = {k} must be in [1, {x.shape[axis]}] (the "
+                         f"length of axis {axis} of X {list(x.shape)})")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+def _topk_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    k = int(np.asarray(ins[1]).reshape(()))
+    axis = attrs["axis"] % x.ndim
+    n = x.shape[axis]
+    if attrs["largest"]:
+        # descending; equal values keep the lower index first: a stable ascending sort of
+        # the reversed axis, read backwards
+        order = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+        order = n - 1 - order
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis).astype(np.int64)
+    return [np.take_along_axis(x, idx, axis), idx]
+
+
+def _topk() -> OpDef:
+    return defop(
+        "TopK", ("X", "K"), PatternKind.OPAQUE, num_outputs=(1, 2),
+        attrs=(Attr("axis", "int", -1), Attr("largest", "int", 1, _BOOL01),
+               Attr("sorted", "int", 1, _BOOL01)),
+        infer=_topk_infer, reference=_topk_ref,
+        flops=lambda node: (node.inputs[0].size * node.inputs[0].shape[
+            int(node.attrs.get("axis", -1) or -1) % max(node.inputs[0].rank, 1)]
+            if node.inputs and node.inputs[0] and node.inputs[0].rank else 0),
+        min_opset=10,
+        doc="the K (a constant) largest (or smallest) values along `axis` and their int64 "
+            "indices, sorted, equal values lower index first (also with sorted=0, whose "
+            "order ONNX leaves open)")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (*_reduce_ops(), *_more_reduce_ops(), _argmax(), _argmax("ArgMin"),
-                          _hardmax())
+                          _hardmax(), _topk())

@@ -657,7 +657,7 @@ OPS = (
     "Sum", "Mean",
     # more reductions
     "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
-    "ArgMin", "Hardmax",
+    "ArgMin", "Hardmax", "TopK",
     # transform_ext
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND",
