@@ -214,3 +214,12 @@ def test_cumprod(tmp_path):
                    {"ax": np.array(1, np.int64)}, opset=26)
     x = (np.random.default_rng(12).uniform(0.6, 1.4, (3, 17))).astype(F)
     _check_vs_onnx_reference(m, {"x": x}, tmp_path)
+
+
+def test_einsum(tmp_path):
+    nodes = [N("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik"),
+             N("Einsum", ["a"], ["d"], equation="...ii->...i"),
+             N("Einsum", ["a", "c"], ["z"], equation="bij,j")]
+    m = make_model(nodes, {"a": (F, [2, 5, 5]), "b": (F, [2, 5, 3]), "c": (F, [5])},
+                   {"y": (F, [2, 5, 3]), "d": (F, [2, 5]), "z": (F, [2, 5])}, opset=18)
+    _check(m, {"a": _x((2, 5, 5), 13), "b": _x((2, 5, 3), 14), "c": _x((5,), 15)}, tmp_path)

@@ -37,3 +37,21 @@ def test_lp_pool(attrs):
 
 def test_lp_pool_1d():
     check_node("LpPool", [rand(2, 3, 9)], {"kernel_shape": [3], "strides": [2]}, rtol=2e-6)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij->ji", [(3, 4)]), ("ij->i", [(3, 4)]), ("...ii->...i", [(3, 5, 5)]),
+    ("i,i", [(5,), (5,)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("->", [()]),
+    ("ij,jk", [(3, 4), (4, 2)]), ("...ij,...jk->...ik", [(2, 1, 3, 4), (5, 4, 2)]),
+    ("ii", [(4, 4)]), ("i,j->ij", [(3,), (4,)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 2), (2, 3)]),
+])
+def test_einsum(equation, shapes):
+    ins = [rand(*s, seed=k) for k, s in enumerate(shapes)]
+    check_node("Einsum", ins, {"equation": equation}, rtol=2e-6)
+
+
+def test_einsum_integers_and_float16():
+    a, b = rand(3, 4, dtype="int32", lo=-5, hi=5), rand(4, 2, dtype="int32", lo=-5, hi=5, seed=1)
+    check_node("Einsum", [a, b], {"equation": "ij,jk->ik"})
+    h = rand(3, 8, dtype="float16")
+    check_node("Einsum", [h, h], {"equation": "ij,ij->i"}, rtol=2e-3, atol=2e-3)

@@ -11,7 +11,7 @@ from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
-from toolchain.topi.nn import norm, norm_ext, pooling, softmax
+from toolchain.topi.nn import einsum, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
@@ -164,6 +164,13 @@ def _lppool(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
     return [norm_ext.lp_pool(ctx.tensor(0), a["p"], kernel, strides, dil, pads, ceil)]
+
+
+@register("Einsum")
+def _einsum(ctx: Ctx) -> list[te.Tensor]:
+    xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
+    shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs))]
+    return [einsum.einsum(ctx.attrs["equation"], xs, shapes)]
 
 
 @register("LRN")

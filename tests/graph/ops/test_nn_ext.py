@@ -64,3 +64,25 @@ def test_patterns_dtypes_and_errors():
         infer("LpPool", [data("int32", (1, 1, 4, 4))], {"kernel_shape": [2, 2]})
     with pytest.raises(ModelError, match=r"node 'n' \(LpPool\): X \[1, 1, 4\] must have rank 4"):
         infer("LpPool", [data("float32", (1, 1, 4))], {"kernel_shape": [2, 2]})
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij->ji", [(3, 4)]), ("...ii ->...i", [(3, 5, 5)]), ("i,i", [(5,), (5,)]),
+    ("bij, bjk -> bik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk->...ik", [(2, 1, 3, 4), (1, 5, 4, 2)]),
+    ("ij,jk", [(3, 4), (4, 2)]), ("abc,cd,de->abe", [(2, 3, 4), (4, 2), (2, 3)]),
+])
+def test_einsum_matches_onnxruntime(equation, shapes):
+    ins = [data("float32", s, seed=k) for k, s in enumerate(shapes)]
+    check_vs_ort("Einsum", ins, {"equation": equation}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("equation, shapes, match", [
+    ("ij,jk->ik", [(3, 4), (5, 2)], "subscript 'j' has extents 4 and 5"),
+    ("ij->ik", [(3, 4)], "output subscripts 'ik' must be distinct letters of the inputs"),
+    ("ijk->i", [(3, 4)], "equation term 'ijk' does not match an operand of shape \\[3, 4\\]"),
+    ("ij,j->i", [(3, 4)], "equation 'ij,j->i' names 2 operands, but 1 are given"),
+])
+def test_einsum_errors_name_the_node(equation, shapes, match):
+    with pytest.raises(ModelError, match=rf"node 'n' \(Einsum\): {match}"):
+        infer("Einsum", [data("float32", s) for s in shapes], {"equation": equation})

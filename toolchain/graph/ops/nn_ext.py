@@ -1,5 +1,5 @@
 """More NN ops: LRN, LpNormalization (OPAQUE: a reduction re-applied to its input, like
-Softmax) and LpPool (COMPLEX_OUT_FUSABLE, like the other pools).
+Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools) and Einsum (OPAQUE).
 
 GroupNormalization, RMSNormalization and MeanVarianceNormalization are not here: the ONNX
 frontend expands them into their ONNX function bodies (ops Kiln registers), which compile
@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from toolchain.graph.ir import Node, TensorType
 from toolchain.graph.ops.common import (
     FLOAT_TYPES,
     check_dtype,
+    check_same_dtype,
     defop,
     input_value,
     normalize_axis,
@@ -151,5 +153,114 @@ def _lppool() -> OpDef:
             "ceil_mode")
 
 
+# -- Einsum ----------------------------------------------------------------------------------
+
+_EINSUM_TYPES = FLOAT_TYPES + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                               "uint64")
+
+
+@dataclass(frozen=True)
+class EinsumPlan:
+    """An Einsum equation resolved against operand shapes: the letters indexing each
+    operand's axes (ellipsis axes get the letters ``0``, ``1`` … right-aligned), the output
+    letters, and each letter's extent."""
+
+    operands: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+    sizes: dict[str, int]
+
+    @property
+    def contracted(self) -> tuple[str, ...]:
+        """Letters summed over (in first-use order)."""
+        seen = dict.fromkeys(ch for op in self.operands for ch in op)
+        return tuple(ch for ch in seen if ch not in self.output)
+
+
+def einsum_plan(where: str, equation: str, shapes: list[tuple[int, ...]]) -> EinsumPlan:
+    """Resolve ``equation`` for operands of ``shapes``; raises naming ``where``.
+
+    >>> einsum_plan("e", "bij, bjk -> bik", [(5, 2, 3), (5, 3, 4)]).contracted
+    ('j',)
+    """
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ModelError(f"{where}: equation {equation!r} names {len(terms)} operands, but "
+                         f"{len(shapes)} are given")
+    nell = max((len(sh) - len(t.replace("...", "")) for t, sh in zip(terms, shapes,
+                                                                     strict=True)
+                if "..." in t), default=0)
+    ell = tuple(str(d) for d in range(nell))
+    operands, sizes = [], {}
+    for t, sh in zip(terms, shapes, strict=True):
+        if not all(ch.isalpha() for ch in t.replace("...", "")):
+            raise ModelError(f"{where}: equation term {t!r} may hold only letters and '...'")
+        head, dots, tail = t.partition("...")
+        k = len(sh) - len(head) - len(tail)
+        if (not dots and k != 0) or k < 0:
+            raise ModelError(f"{where}: equation term {t!r} does not match an operand of "
+                             f"shape {list(sh)}")
+        letters = tuple(head) + ell[nell - k:] + tuple(tail)
+        for ch, n in zip(letters, sh, strict=True):
+            if ch.isdigit() and sizes.get(ch, 1) != n and n != 1 and sizes.get(ch, 1) != 1:
+                raise ModelError(f"{where}: ellipsis axes {list(sh)} do not broadcast")
+            if ch.isalpha() and sizes.setdefault(ch, n) != n:
+                raise ModelError(f"{where}: subscript {ch!r} has extents {sizes[ch]} and {n}")
+            if ch.isdigit():
+                sizes[ch] = max(sizes.get(ch, 1), n)
+        operands.append(letters)
+    if arrow:
+        head, dots, tail = rhs.partition("...")
+        output = tuple(head) + (ell if dots else ()) + tuple(tail)
+        bad = [ch for ch in output if ch.isalpha() and ch not in sizes]
+        if bad or len(set(output)) != len(output):
+            raise ModelError(f"{where}: output subscripts {rhs!r} must be distinct letters of "
+                             "the inputs")
+    else:
+        counts = [ch for op in operands for ch in op if ch.isalpha()]
+        output = ell + tuple(sorted(ch for ch in set(counts) if counts.count(ch) == 1))
+    return EinsumPlan(tuple(operands), output, sizes)
+
+
+def _einsum_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    ins = [input_value(node, i, f"Inputs_{i}") for i in range(len(node.inputs))]
+    if not ins:
+        raise ModelError(f"{node.describe()}: needs at least one input")
+    dt = check_same_dtype(node, ins, [f"Inputs_{i}" for i in range(len(ins))])
+    check_dtype(node, ins[0], "input 0 (Inputs_0)", _EINSUM_TYPES)
+    plan = einsum_plan(node.describe(), attrs["equation"], [v.shape for v in ins])
+    return [TensorType(tuple(plan.sizes[ch] for ch in plan.output), dt)]
+
+
+def _einsum_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    arrays = [np.asarray(a) for a in ins]
+    dt = arrays[0].dtype
+    work = [a.astype(np.float64) if dt.kind == "f" else a for a in arrays]
+    with np.errstate(all="ignore"):
+        y = np.einsum(attrs["equation"].replace(" ", ""), *work)
+    return [np.asarray(y).astype(dt)]
+
+
+def _einsum_flops(node: Node) -> int:
+    try:
+        plan = einsum_plan(node.describe(), str(node.attrs.get("equation", "")),
+                           [v.shape for v in node.inputs if v is not None])
+    except ModelError:
+        return 0
+    n = 1
+    for size in plan.sizes.values():
+        n *= size
+    return n * len(plan.operands)
+
+
+def _einsum() -> OpDef:
+    return defop(
+        "Einsum", ("Inputs*",), PatternKind.OPAQUE, infer=_einsum_infer, reference=_einsum_ref,
+        attrs=(Attr("equation", "string"),), flops=_einsum_flops, min_opset=12,
+        doc="Einstein summation: ellipsis broadcasting, repeated subscripts (diagonals), "
+            "implicit output (sorted letters used once); floats in float64 in the reference")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool())
+OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool(), _einsum())

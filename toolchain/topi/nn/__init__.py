@@ -6,6 +6,7 @@ from toolchain.topi.nn import (
     conv2d_transpose,
     conv_nd,
     dense,
+    einsum,
     norm,
     norm_ext,
     pooling,
@@ -13,5 +14,5 @@ from toolchain.topi.nn import (
     winograd,
 )
 
-__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "norm", "norm_ext", "pooling",
-           "softmax", "winograd"]
+__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "einsum", "norm", "norm_ext",
+           "pooling", "softmax", "winograd"]
