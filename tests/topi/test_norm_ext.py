@@ -55,3 +55,23 @@ def test_einsum_integers_and_float16():
     check_node("Einsum", [a, b], {"equation": "ij,jk->ik"})
     h = rand(3, 8, dtype="float16")
     check_node("Einsum", [h, h], {"equation": "ij,ij->i"}, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_2d(mode, padding_mode, align_corners):
+    x = rand(2, 3, 4, 5)
+    grid = rand(2, 3, 6, 2, lo=-1.6, hi=1.6, seed=1)  # some positions outside the image
+    grid[0, 0, :3] = [[-1.0, -1.0], [0.5, 0.25], [1.0, 1.0]]  # corners and exact taps
+    check_node("GridSample", [x, grid], {"mode": mode, "padding_mode": padding_mode,
+                                         "align_corners": align_corners}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "reflection"])
+def test_grid_sample_3d(mode, padding_mode):
+    x = rand(1, 2, 3, 4, 2)
+    grid = rand(1, 2, 3, 2, 3, lo=-1.4, hi=1.4, seed=2)
+    check_node("GridSample", [x, grid], {"mode": mode, "padding_mode": padding_mode},
+               rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
-from toolchain.topi.nn import einsum, norm, norm_ext, pooling, softmax
+from toolchain.topi.nn import einsum, grid_sample, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
@@ -171,6 +171,13 @@ def _einsum(ctx: Ctx) -> list[te.Tensor]:
     xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
     shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs))]
     return [einsum.einsum(ctx.attrs["equation"], xs, shapes)]
+
+
+@register("GridSample")
+def _grid_sample(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [grid_sample.grid_sample(ctx.tensor(0), ctx.tensor(1), a["mode"], a["padding_mode"],
+                                    bool(a["align_corners"]))]
 
 
 @register("LRN")

@@ -86,3 +86,34 @@ def test_einsum_matches_onnxruntime(equation, shapes):
 def test_einsum_errors_name_the_node(equation, shapes, match):
     with pytest.raises(ModelError, match=rf"node 'n' \(Einsum\): {match}"):
         infer("Einsum", [data("float32", s) for s in shapes], {"equation": equation})
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_matches_onnxruntime(mode, padding_mode, align_corners):
+    x = data("float32", (2, 3, 4, 5))
+    grid = (data("float32", (2, 3, 6, 2), seed=1) / 2).astype(np.float32)  # partly outside
+    attrs = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+    if (mode, padding_mode) == ("cubic", "border"):
+        # onnxruntime (as PyTorch) clamps each cubic tap but not the coordinate; ONNX's
+        # reference clamps an outside coordinate to the border first, and Kiln follows it
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        node = helper.make_node("GridSample", ["x", "g"], ["y"], **attrs)
+        want = ReferenceEvaluator(node).run(None, {"x": x, "g": grid})[0]
+        got = get_op("GridSample").reference([x, grid], attrs)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        return
+    check_vs_ort("GridSample", [x, grid], attrs, rtol=1e-5, atol=1e-5, opset=20)
+
+
+def test_grid_sample_errors():
+    with pytest.raises(ModelError, match=r"node 'n' \(GridSample\): mode 'cubic' is defined for "
+                                         "2-D inputs only"):
+        infer("GridSample", [data("float32", (1, 1, 2, 2, 2)), data("float32", (1, 1, 1, 1, 3))],
+              {"mode": "cubic"})
+    with pytest.raises(ModelError, match=r"node 'n' \(GridSample\): X \[1, 1, 2, 2\] .* got "
+                                         r"\[1, 3, 3, 3\]"):
+        infer("GridSample", [data("float32", (1, 1, 2, 2)), data("float32", (1, 3, 3, 3))])

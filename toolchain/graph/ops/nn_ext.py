@@ -1,5 +1,6 @@
 """More NN ops: LRN, LpNormalization (OPAQUE: a reduction re-applied to its input, like
-Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools) and Einsum (OPAQUE).
+Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools), Einsum and GridSample
+(OPAQUE).
 
 GroupNormalization, RMSNormalization and MeanVarianceNormalization are not here: the ONNX
 frontend expands them into their ONNX function bodies (ops Kiln registers), which compile
@@ -262,5 +263,116 @@ def _einsum() -> OpDef:
             "implicit output (sorted letters used once); floats in float64 in the reference")
 
 
+# -- GridSample ------------------------------------------------------------------------------
+
+#: Keys' cubic convolution parameter of GridSample's "cubic" mode (PyTorch's, ONNX's)
+CUBIC_A = -0.75
+
+
+def grid_taps(mode: str) -> tuple[int, ...]:
+    """Offsets from the base index that GridSample's ``mode`` reads along each axis."""
+    return {"nearest": (0,), "linear": (0, 1), "cubic": (-1, 0, 1, 2)}[mode]
+
+
+def grid_bounds(size: int, align_corners: bool) -> tuple[float, float]:
+    """The coordinate range inside an axis of ``size`` (reflection mirrors at its ends)."""
+    return (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+
+
+def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    rng = hi - lo
+    if rng <= 0:
+        return np.full_like(x, lo)
+    below, above = lo - x, x - hi
+    d = np.where(x < lo, below, above)
+    n = np.trunc(d / rng)
+    r = d - n * rng
+    even = np.fmod(n, 2) == 0
+    low_side = np.where(even, lo + r, hi - r)
+    high_side = np.where(even, hi - r, lo + r)
+    return np.where(x < lo, low_side, np.where(x > hi, high_side, x))
+
+
+def _tap_weights(mode: str, t: np.ndarray) -> list[np.ndarray]:
+    if mode == "nearest":
+        return [np.ones_like(t)]
+    if mode == "linear":
+        return [1.0 - t, t]
+    a = CUBIC_A
+    x1, x2 = t + 1.0, 1.0 - t
+    return [((a * x1 - 5 * a) * x1 + 8 * a) * x1 - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * x2 - (a + 3)) * x2 * x2 + 1,
+            ((a * (x2 + 1) - 5 * a) * (x2 + 1) + 8 * a) * (x2 + 1) - 4 * a]
+
+
+def _grid_sample_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    import itertools
+
+    x, grid = np.asarray(ins[0]), np.asarray(ins[1]).astype(np.float64)
+    dims, mode, pad = x.shape[2:], attrs["mode"], attrs["padding_mode"]
+    align = bool(attrs["align_corners"])
+    g = grid[..., ::-1]  # the grid's last axis runs innermost spatial axis first
+    coords, bases, weights = [], [], []
+    for i, d in enumerate(dims):
+        c = (g[..., i] + 1) / 2 * (d - 1) if align else ((g[..., i] + 1) * d - 1) / 2
+        if mode == "nearest":
+            c = np.rint(c)
+        lo, hi = grid_bounds(d, align)
+        if pad == "border":
+            c = np.where((c < lo) | (c > hi), np.clip(c, 0, d - 1), c)
+        elif pad == "reflection":
+            c = _reflect(c, lo, hi)
+        base = np.trunc(c) if mode == "nearest" else np.floor(c)
+        coords.append(c)
+        bases.append(base.astype(np.int64))
+        weights.append(_tap_weights(mode, c - base))
+    n_idx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+    out = np.zeros(grid.shape[:-1] + (x.shape[1],), np.float64)
+    for combo in itertools.product(*(range(len(grid_taps(mode))),) * len(dims)):
+        w = np.ones(grid.shape[:-1])
+        idx, valid = [], np.ones(grid.shape[:-1], bool)
+        for i, (d, k) in enumerate(zip(dims, combo, strict=True)):
+            j = bases[i] + grid_taps(mode)[k]
+            w = w * weights[i][k]
+            if pad == "zeros":
+                valid &= (j >= 0) & (j < d)
+            elif pad == "reflection":
+                j = np.trunc(_reflect(j.astype(np.float64), *grid_bounds(d, align)))
+            idx.append(np.clip(j, 0, d - 1).astype(np.int64))
+        vals = x[(n_idx, slice(None), *idx)].astype(np.float64)  # (N, out..., C)
+        out += (w * valid)[..., None] * vals
+    return [np.moveaxis(out, -1, 1).astype(x.dtype)]
+
+
+def _grid_sample_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x, grid = input_value(node, 0, "X"), input_value(node, 1, "grid")
+    check_dtype(node, x, "input 0 (X)", FLOAT_TYPES)
+    check_dtype(node, grid, "input 1 (grid)", FLOAT_TYPES)
+    r = x.rank - 2
+    if r < 1 or grid.rank != r + 2 or grid.shape[0] != x.shape[0] or grid.shape[-1] != r:
+        raise ModelError(f"{node.describe()}: X {list(x.shape)} (N, C, r spatial axes) needs "
+                         f"a grid of shape (N, r output axes..., r), got {list(grid.shape)}")
+    if attrs["mode"] == "cubic" and r != 2:
+        raise ModelError(f"{node.describe()}: mode 'cubic' is defined for 2-D inputs only, "
+                         f"X has {r} spatial axes")
+    return [TensorType(x.shape[:2] + grid.shape[1:-1], x.dtype)]
+
+
+def _grid_sample() -> OpDef:
+    return defop(
+        "GridSample", ("X", "grid"), PatternKind.OPAQUE, infer=_grid_sample_infer,
+        reference=_grid_sample_ref,
+        attrs=(Attr("align_corners", "int", 0, (0, 1)),
+               Attr("mode", "string", "linear", ("linear", "nearest", "cubic")),
+               Attr("padding_mode", "string", "zeros", ("zeros", "border", "reflection"))),
+        flops=lambda node: sum(o.size for o in node.outputs) * 4 ** max(
+            node.inputs[0].rank - 2, 1) if node.inputs and node.inputs[0] else 0,
+        min_opset=16,
+        doc="sample X at the normalised positions of grid (PyTorch grid_sample): nearest "
+            "(halves to even), N-linear or bicubic (Keys, A = -0.75); zeros, border or "
+            "reflection padding; align_corners; any number of spatial axes")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool(), _einsum())
+OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool(), _einsum(), _grid_sample())

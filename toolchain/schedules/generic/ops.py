@@ -662,7 +662,7 @@ OPS = (
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND",
     # nn_ext
-    "LRN", "LpNormalization", "LpPool", "Einsum",
+    "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample",
 )
 
 

@@ -7,6 +7,7 @@ from toolchain.topi.nn import (
     conv_nd,
     dense,
     einsum,
+    grid_sample,
     norm,
     norm_ext,
     pooling,
@@ -14,5 +15,5 @@ from toolchain.topi.nn import (
     winograd,
 )
 
-__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "einsum", "norm", "norm_ext",
-           "pooling", "softmax", "winograd"]
+__all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "einsum", "grid_sample", "norm",
+           "norm_ext", "pooling", "softmax", "winograd"]
