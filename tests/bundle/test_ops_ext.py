@@ -234,3 +234,12 @@ def test_grid_sample(tmp_path):
                    {k: (F, [2, 3, 5, 6]) for k in "yzw"}, opset=20)
     g = (np.random.default_rng(16).uniform(-1.3, 1.3, (2, 5, 6, 2))).astype(F)
     _check(m, {"x": _x((2, 3, 7, 9), 16), "g": g}, tmp_path)
+
+
+def test_eye_like_reverse_sequence(tmp_path):
+    nodes = [N("EyeLike", ["x"], ["e"], k=1), N("Add", ["x", "e"], ["y"]),
+             N("ReverseSequence", ["s", "lens"], ["r"], batch_axis=0, time_axis=1)]
+    m = make_model(nodes, {"x": (F, [4, 6]), "s": (F, [3, 5, 2]), "lens": (np.int64, [3])},
+                   {"y": (F, [4, 6]), "r": (F, [3, 5, 2])}, opset=18)
+    _check(m, {"x": _x((4, 6), 17), "s": _x((3, 5, 2), 18),
+               "lens": np.array([5, 0, 3], np.int64)}, tmp_path)

@@ -102,3 +102,18 @@ def test_scatter_nd_rows_and_duplicates(reduction):
 
 def test_scatter_nd_single_row():
     check_node("ScatterND", [rand(4, 3), np.array([2], I64), rand(3, seed=6)])
+
+
+@pytest.mark.parametrize("k", [0, 2, -1])
+@pytest.mark.parametrize("dtype", [None, 7, 9])  # input's, INT64, BOOL
+def test_eye_like(k, dtype):
+    attrs = {"k": k} | ({} if dtype is None else {"dtype": dtype})
+    check_node("EyeLike", [rand(4, 6)], attrs)
+
+
+@pytest.mark.parametrize("batch_axis, time_axis", [(1, 0), (0, 1)])
+def test_reverse_sequence(batch_axis, time_axis):
+    x = rand(5, 4, 3) if time_axis == 0 else rand(4, 5, 3)
+    lens = np.array([1, 5, 0, 3], I64)
+    check_node("ReverseSequence", [x, lens], {"batch_axis": batch_axis,
+                                              "time_axis": time_axis})

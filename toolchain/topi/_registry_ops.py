@@ -378,6 +378,18 @@ def _scatter_nd(ctx: Ctx) -> list[te.Tensor]:
                            ctx.attrs["reduction"])]
 
 
+@register("EyeLike")
+def _eye_like(ctx: Ctx) -> list[te.Tensor]:
+    out = ctx.node.outputs[0]
+    return [tfx.eye_like(out.shape, ctx.attrs["k"], out.dtype)]
+
+
+@register("ReverseSequence")
+def _reverse_sequence(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.reverse_sequence(ctx.tensor(0), ctx.tensor(1), ctx.attrs["batch_axis"],
+                                 ctx.attrs["time_axis"])]
+
+
 # -- misc, quant ----------------------------------------------------------------------------
 
 @register("ConstantOfShape")

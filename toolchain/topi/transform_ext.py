@@ -320,3 +320,28 @@ def range_work_dtype(dtype: str, stash_type: int) -> str:
         return dtype
     return "float64" if stash_type == 11 else "float32"
 
+
+
+def eye_like(shape: Sequence[int], k: int, dtype: str) -> te.Tensor:
+    """Ones on diagonal ``k`` (``j - i == k``) of a 2-D ``shape``, zeros elsewhere."""
+    one = ir.IntImm(1, "bool") if dtype == "bool" else scalar(1, dtype)
+    zero = ir.IntImm(0, "bool") if dtype == "bool" else scalar(0, dtype)
+    return te.compute(tuple(shape), lambda i, j: te.select(te.equal(j - i, k), one, zero),
+                      name="eye_like", tag="injective")
+
+
+def reverse_sequence(x: te.Tensor, lens: te.Tensor, batch_axis: int = 1, time_axis: int = 0
+                     ) -> te.Tensor:
+    """The first ``lens[b]`` steps along ``time_axis`` reversed for each batch entry ``b``;
+    lengths are clamped to [0, T]."""
+    shape = const_shape(x, "reverse_sequence")
+    steps = shape[time_axis]
+
+    def f(*i: Expr) -> Expr:
+        n = te.cast(lens[(i[batch_axis],)], "int32")
+        n = te.minimum(te.maximum(n, ir.IntImm(0)), ir.IntImm(steps))
+        t = i[time_axis]
+        src = te.select(t < n, n - 1 - t, t)
+        return x[tuple(src if d == time_axis else v for d, v in enumerate(i))]
+
+    return te.compute(shape, f, name="reverse_sequence", tag="injective")

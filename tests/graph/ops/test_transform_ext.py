@@ -192,3 +192,22 @@ def test_dtypes_accepted_agree_with_the_onnx_schema():
         for dtype in ALL_TYPES:
             name = {"float32": "float", "float64": "double"}.get(dtype, dtype)
             assert accepts(op, dtype) == (f"tensor({name})" in allowed), (op, dtype)
+
+
+@pytest.mark.parametrize("k, dtype", [(0, None), (1, 6), (-2, 1)])
+def test_eye_like_matches_onnxruntime(k, dtype):
+    attrs = {"k": k} | ({} if dtype is None else {"dtype": dtype})
+    check_vs_ort("EyeLike", [data("float32", (4, 5))], attrs)
+
+
+@pytest.mark.parametrize("batch_axis, time_axis", [(1, 0), (0, 1)])
+def test_reverse_sequence_matches_onnxruntime(batch_axis, time_axis):
+    x = data("float32", (5, 4, 3) if time_axis == 0 else (4, 5, 3))
+    check_vs_ort("ReverseSequence", [x, np.array([1, 5, 2, 3], I64)],
+                 {"batch_axis": batch_axis, "time_axis": time_axis})
+
+
+def test_reverse_sequence_errors():
+    with pytest.raises(ModelError, match=r"node 'n' \(ReverseSequence\): sequence_lens must "
+                                         r"have shape \[4\]"):
+        infer("ReverseSequence", [data("float32", (5, 4)), np.array([1, 2], I64)])

@@ -1,5 +1,6 @@
 """More data-movement and indexing ops: DepthToSpace, SpaceToDepth, Trilu, Size, Range,
-OneHot, CumSum, CumProd, GatherElements, GatherND, ScatterElements, ScatterND.
+OneHot, CumSum, CumProd, GatherElements, GatherND, ScatterElements, ScatterND, EyeLike,
+ReverseSequence.
 
 Pattern kinds follow TVM: data movement and gathers are INJECTIVE; the scans and scatters
 (CumSum, CumProd, ScatterElements, ScatterND: each output element combines a data-dependent or
@@ -30,14 +31,16 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import ModelError
-from toolchain.graph.ir import Node, TensorType
+from toolchain.graph.ir import Node, TensorType, np_dtype
 from toolchain.graph.ops.common import (
     ALL_TYPES,
     FLOAT_TYPES,
     NUMERIC_TYPES,
     check_dtype,
+    check_onnx_dtype,
     defop,
     input_value,
+    kiln_dtype,
     normalize_axis,
 )
 from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
@@ -467,6 +470,69 @@ def _scatters() -> tuple[OpDef, ...]:
     )
 
 
+# -- EyeLike, ReverseSequence ------------------------------------------------------------------
+
+def _eye_like_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "input")
+    check_dtype(node, x, "input 0 (input)", ALL_TYPES)
+    if x.rank != 2:
+        raise ModelError(f"{node.describe()}: input must be 2-D, got shape {list(x.shape)}")
+    dt = x.dtype
+    if attrs["dtype"] is not None:
+        dt = kiln_dtype(attrs["dtype"], f"{node.describe()}: attribute 'dtype'")
+    return [TensorType(x.shape, dt)]
+
+
+def _eye_like_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    dt = x.dtype if attrs["dtype"] is None else np_dtype(kiln_dtype(attrs["dtype"], "EyeLike"))
+    return [np.eye(x.shape[0], x.shape[1], k=attrs["k"], dtype=dt)]
+
+
+def _reverse_sequence_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x, lens = input_value(node, 0, "input"), input_value(node, 1, "sequence_lens")
+    check_dtype(node, x, "input 0 (input)", ALL_TYPES)
+    check_dtype(node, lens, "input 1 (sequence_lens)", ("int64",))
+    if x.rank < 2:
+        raise ModelError(f"{node.describe()}: input must have rank >= 2, got {list(x.shape)}")
+    b = attrs["batch_axis"]
+    if sorted((b, attrs["time_axis"])) != [0, 1]:
+        raise ModelError(f"{node.describe()}: batch_axis and time_axis must be 0 and 1 (one "
+                         f"each), got {b} and {attrs['time_axis']}")
+    if lens.shape != (x.shape[b],):
+        raise ModelError(f"{node.describe()}: sequence_lens must have shape [{x.shape[b]}] "
+                         f"(the batch axis), got {list(lens.shape)}")
+    _check_const_indices(node, 1, x.shape[attrs["time_axis"]] + 1, "sequence_lens")
+    return [x.type]
+
+
+def _reverse_sequence_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, lens = np.asarray(ins[0]), np.asarray(ins[1]).astype(np.int64)
+    b, t = attrs["batch_axis"], attrs["time_axis"]
+    xs = np.moveaxis(x, (b, t), (0, 1))
+    y = xs.copy()
+    for i, n in enumerate(lens):
+        n = int(min(max(n, 0), xs.shape[1]))
+        y[i, :n] = xs[i, :n][::-1]
+    return [np.moveaxis(y, (0, 1), (b, t))]
+
+
+def _eye_reverse() -> tuple[OpDef, ...]:
+    return (
+        defop("EyeLike", ("input",), INJ, infer=_eye_like_infer, reference=_eye_like_ref,
+              attrs=(Attr("dtype", "int", None, check=check_onnx_dtype), Attr("k", "int", 0)),
+              flops=_moved, min_opset=9,
+              doc="a 2-D tensor of input's shape with ones on diagonal k, in `dtype` (default "
+                  "the input's)"),
+        defop("ReverseSequence", ("input", "sequence_lens"), INJ,
+              infer=_reverse_sequence_infer, reference=_reverse_sequence_ref,
+              attrs=(Attr("batch_axis", "int", 1, (0, 1)), Attr("time_axis", "int", 0, (0, 1))),
+              flops=_moved, min_opset=10,
+              doc="for each batch entry b, the first sequence_lens[b] steps along time_axis "
+                  "reversed, the rest copied"),
+    )
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (*_space_ops(), *_small_ops(), _cumulative("CumSum"),
-                          _cumulative("CumProd"), *_gathers(), *_scatters())
+                          _cumulative("CumProd"), *_gathers(), *_scatters(), *_eye_reverse())

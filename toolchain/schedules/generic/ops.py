@@ -660,7 +660,7 @@ OPS = (
     "ArgMin", "Hardmax", "TopK",
     # transform_ext
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
-    "GatherElements", "GatherND", "ScatterElements", "ScatterND",
+    "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample",
 )
