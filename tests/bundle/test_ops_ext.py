@@ -6,7 +6,7 @@ integer Mod/BitShift/BitwiseNot."""
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.bundle.helpers import assert_matches, compile_run, make_model, run_ort
 from toolchain.target import host_target
@@ -243,3 +243,27 @@ def test_eye_like_reverse_sequence(tmp_path):
                    {"y": (F, [4, 6]), "r": (F, [3, 5, 2])}, opset=18)
     _check(m, {"x": _x((4, 6), 17), "s": _x((3, 5, 2), 18),
                "lens": np.array([5, 0, 3], np.int64)}, tmp_path)
+
+
+def test_matmul_integer_qlinear_matmul(tmp_path):
+    """uint8/int8 graph inputs (built here: make_model knows float/int32/int64/bool)."""
+    rng = np.random.default_rng(19)
+    inits = {"zb": np.array(3, np.int8), "sa": np.array(0.02, np.float32),
+             "za": np.array(128, np.uint8), "sb": rng.uniform(0.01, 0.1, 7).astype(F),
+             "zbc": np.zeros(7, np.int8), "sy": np.array(0.25, np.float32),
+             "zy": np.array(5, np.uint8)}
+    nodes = [N("MatMulInteger", ["a", "b", "za", "zb"], ["y"]),
+             N("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zbc", "sy", "zy"], ["q"])]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 5, 9]),
+         helper.make_tensor_value_info("b", TensorProto.INT8, [9, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 5, 7]),
+         helper.make_tensor_value_info("q", TensorProto.UINT8, [2, 5, 7])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    inputs = {"a": rng.integers(0, 256, (2, 5, 9)).astype(np.uint8),
+              "b": rng.integers(-128, 128, (9, 7)).astype(np.int8)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    assert_matches(got, run_ort(m, inputs))

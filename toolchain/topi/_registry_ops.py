@@ -19,6 +19,7 @@ from toolchain.graph.ops.transform import (
 from toolchain.tir import ir
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
+from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
 from toolchain.topi import transform as tf
 from toolchain.topi import transform_ext as tfx
@@ -433,3 +434,15 @@ def _dequantize(ctx: Ctx) -> list[te.Tensor]:
     return [ew.dequantize_linear(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
                                  axis=a["axis"], block_size=a["block_size"],
                                  out_dtype=ctx.node.outputs[0].dtype)]
+
+
+@register("MatMulInteger")
+def _matmul_integer(ctx: Ctx) -> list[te.Tensor]:
+    return [qx.int_matmul(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), ctx.opt_tensor(3))]
+
+
+@register("QLinearMatMul")
+def _qlinear_matmul(ctx: Ctx) -> list[te.Tensor]:
+    t = ctx.opt_tensor
+    return [qx.qlinear_matmul(ctx.tensor(0), ctx.tensor(1), t(2), ctx.tensor(3), ctx.tensor(4),
+                              t(5), ctx.tensor(6), t(7), ctx.node.outputs[0].dtype)]

@@ -292,6 +292,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         nn_ext,
         qops,
         quant,
+        quant_ext,
         reduce,
         transform,
         transform_ext,
@@ -308,6 +309,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
         *quant.OPS,        # QuantizeLinear, DequantizeLinear
+        *quant_ext.OPS,    # MatMulInteger, QLinearMatMul
         *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
         *fused_op.OPS,     # Fused: one kernel (made by the fusion pass)
         *layout_ops.OPS,   # LayoutTransform, LayoutConv, LayoutPool (made by the layout pass)

@@ -662,7 +662,8 @@ OPS = (
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
     # nn_ext
-    "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample",
+    "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "MatMulInteger",
+    "QLinearMatMul",
 )
 
 

@@ -1,0 +1,153 @@
+"""Integer matrix products of ONNX's quantized-operator format: MatMulInteger and
+QLinearMatMul (what onnxruntime's dynamic and static quantizers emit besides QDQ pairs).
+
+Both are OPAQUE (an integer product with zero points, and for QLinearMatMul a requantizing
+epilogue).  Operands have rank >= 2 (batch axes broadcast as in MatMul); zero points and
+scales are per tensor (one element), per row of A (``[M]``) or per column of B (``[N]``).
+References follow ONNX's exactly:
+
+* MatMulInteger: ``(A - a_zero_point) @ (B - b_zero_point)`` in int32;
+* QLinearMatMul: that product ``P``, then ``saturate(round_half_even(P · m) + y_zero_point)``
+  with the multiplier ``m = a_scale · b_scale / y_scale`` computed in the scales' dtype
+  (float16 scales: in float32) and ``P · m`` in float64.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ops import get_op
+    >>> a = np.array([[1, 2]], np.uint8); b = np.array([[3], [4]], np.uint8)
+    >>> get_op("MatMulInteger").reference([a, b, np.array(1, np.uint8), None], {})
+    [array([[4]], dtype=int32)]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import ModelError
+from toolchain.graph.ir import Node, TensorType, Value
+from toolchain.graph.ops.common import check_dtype, defop, input_value
+from toolchain.graph.ops.registry import OpDef, PatternKind, broadcast_shapes
+
+_Q = ("int8", "uint8")
+
+
+def _param(node: Node, i: int, what: str, rows: int, dtypes: tuple[str, ...],
+           dtype: str | None = None) -> Value | None:
+    """Optional input ``i``: one element, or 1-D of ``rows`` entries, of ``dtype``."""
+    v = node.input(i)
+    if v is None:
+        return None
+    check_dtype(node, v, f"input {i} ({what})", dtypes)
+    if dtype is not None and v.dtype != dtype:
+        raise ModelError(f"{node.describe()}: input {i} ({what}) must have dtype {dtype}, "
+                         f"got {v.dtype}")
+    if v.size != 1 and v.shape != (rows,):
+        raise ModelError(f"{node.describe()}: input {i} ({what}) must have one element or "
+                         f"shape [{rows}], got {list(v.shape)}")
+    return v
+
+
+def product_shape(node: Node, a: Value, b: Value) -> tuple[int, ...]:
+    """MatMul's output shape for operands of rank >= 2 (raises naming the node)."""
+    if a.rank < 2 or b.rank < 2:
+        raise ModelError(f"{node.describe()}: A {list(a.shape)} and B {list(b.shape)} must "
+                         "have rank >= 2 (Unsqueeze a vector first)")
+    if a.shape[-1] != b.shape[-2]:
+        raise ModelError(f"{node.describe()}: A {list(a.shape)} and B {list(b.shape)} do not "
+                         "agree on K (A's last axis, B's second to last)")
+    batch = broadcast_shapes(node, [a.shape[:-2], b.shape[:-2]])
+    return batch + (a.shape[-2], b.shape[-1])
+
+
+def _rows(x: Any, ndim: int) -> np.ndarray | int:
+    """A per-row parameter as a column (broadcasts over A's rows), or the scalar."""
+    if x is None:
+        return 0
+    v = np.asarray(x)
+    return v.reshape(-1, 1) if v.size != 1 else v.reshape(())
+
+
+def _int_product(a: np.ndarray, b: np.ndarray, azp: Any, bzp: Any) -> np.ndarray:
+    aa = a.astype(np.int32) - np.asarray(_rows(azp, a.ndim)).astype(np.int32)
+    bb = b.astype(np.int32) - (np.asarray(bzp).astype(np.int32).reshape(-1)
+                               if bzp is not None and np.asarray(bzp).size != 1
+                               else np.asarray(0 if bzp is None else bzp).astype(np.int32))
+    return np.matmul(aa, bb).astype(np.int32)
+
+
+def _matmul_integer_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    a, b = input_value(node, 0, "A"), input_value(node, 1, "B")
+    check_dtype(node, a, "input 0 (A)", _Q)
+    check_dtype(node, b, "input 1 (B)", _Q)
+    shape = product_shape(node, a, b)
+    _param(node, 2, "a_zero_point", a.shape[-2], _Q, a.dtype)
+    _param(node, 3, "b_zero_point", b.shape[-1], _Q, b.dtype)
+    return [TensorType(shape, "int32")]
+
+
+def _matmul_integer_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    return [_int_product(np.asarray(ins[0]), np.asarray(ins[1]), ins[2], ins[3])]
+
+
+def _qlinear_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    a, b = input_value(node, 0, "a"), input_value(node, 3, "b")
+    check_dtype(node, a, "input 0 (a)", _Q)
+    check_dtype(node, b, "input 3 (b)", _Q)
+    shape = product_shape(node, a, b)
+    m, n = a.shape[-2], b.shape[-1]
+    scales = ("float32", "float16")
+    sa = _param(node, 1, "a_scale", m, scales)
+    _param(node, 2, "a_zero_point", m, _Q, a.dtype)
+    _param(node, 4, "b_scale", n, scales, sa.dtype if sa else None)
+    _param(node, 5, "b_zero_point", n, _Q, b.dtype)
+    _param(node, 6, "y_scale", 1, scales, sa.dtype if sa else None)
+    yzp = _param(node, 7, "y_zero_point", 1, _Q)
+    for i, what in ((1, "a_scale"), (4, "b_scale"), (6, "y_scale")):
+        input_value(node, i, what)
+    return [TensorType(shape, yzp.dtype if yzp is not None else a.dtype)]
+
+
+def requant_multiplier(a_scale: np.ndarray, b_scale: np.ndarray, y_scale: np.ndarray
+                       ) -> np.ndarray:
+    """``a_scale · b_scale / y_scale`` as ONNX's reference computes it (per-row scales as a
+    column, per-column ones as a row), float16 in float32."""
+    dt = np.float32 if np.asarray(a_scale).dtype == np.float16 else np.asarray(a_scale).dtype
+    sa = np.asarray(_rows(a_scale, 2)).astype(dt)
+    sb = np.asarray(b_scale).astype(dt).reshape(-1 if np.asarray(b_scale).size != 1 else ())
+    return sa * sb / np.asarray(y_scale).astype(dt).reshape(())
+
+
+def _qlinear_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    a, b = np.asarray(ins[0]), np.asarray(ins[3])
+    p = _int_product(a, b, ins[2], ins[5])
+    yzp = ins[7]
+    out = np.asarray(yzp).dtype if yzp is not None else a.dtype
+    d = p.astype(np.float64) * requant_multiplier(ins[1], ins[4], ins[6]).astype(np.float64)
+    if yzp is not None:
+        d = d + float(np.asarray(yzp).reshape(()))
+    info = np.iinfo(out)
+    return [np.clip(np.rint(d), info.min, info.max).astype(out)]
+
+
+def _flops(node: Node) -> int:
+    a = node.inputs[0]
+    return 2 * sum(o.size for o in node.outputs) * (a.shape[-1] if a is not None and a.rank
+                                                      else 0)
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (
+    defop("MatMulInteger", ("A", "B", "a_zero_point?", "b_zero_point?"), PatternKind.OPAQUE,
+          infer=_matmul_integer_infer, reference=_matmul_integer_ref, flops=_flops,
+          min_opset=10,
+          doc="int32 (A - a_zero_point) @ (B - b_zero_point); int8/uint8 operands, zero "
+              "points per tensor, per row of A or per column of B"),
+    defop("QLinearMatMul", ("a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point",
+                            "y_scale", "y_zero_point"), PatternKind.OPAQUE,
+          infer=_qlinear_infer, reference=_qlinear_ref, flops=_flops, min_opset=10,
+          doc="the integer product requantized: saturate(round_half_even(P · a_scale · "
+              "b_scale / y_scale) + y_zero_point); output dtype of y_zero_point"),
+)

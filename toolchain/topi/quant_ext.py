@@ -1,0 +1,81 @@
+"""MatMulInteger and QLinearMatMul computes (the ops of
+:mod:`toolchain.graph.ops.quant_ext`).
+
+``int_matmul`` is one reduction over K of ``(a - a_zp) · (b - b_zp)`` in int32 (batch axes
+broadcast, zero points per tensor / per row of A / per column of B); ``qlinear_matmul`` adds
+the requantizing stage: the multiplier ``a_scale · b_scale / y_scale`` in float32, the
+product scaled in float64, rounded half to even (``nearbyint``), shifted by ``y_zp`` and
+saturated — the registry's reference step by step.
+
+Example::
+
+    >>> from toolchain import te
+    >>> a = te.placeholder((2, 4, 8), name="a", dtype="uint8")
+    >>> b = te.placeholder((8, 3), name="b", dtype="int8")
+    >>> y = int_matmul(a, b)
+    >>> [d.value for d in y.shape], y.dtype
+    ([2, 4, 3], 'int32')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from toolchain import te
+from toolchain.tir import ir
+from toolchain.topi.utils import broadcast_shape, const_shape, scalar
+
+Expr = ir.PrimExpr
+
+
+def _param(t: te.Tensor | None, i: Expr, dtype: str) -> Expr:
+    """A per-tensor (one element) or per-index (``[n]``, read at ``i``) parameter."""
+    if t is None:
+        return scalar(0, dtype)
+    n = 1
+    for d in const_shape(t):
+        n *= d
+    v = t[(ir.IntImm(0),) * t.ndim] if n == 1 else t[(i,)]
+    return te.cast(v, dtype)
+
+
+def _batch_index(shape: Sequence[int], out_batch: Sequence[Expr]) -> tuple[Expr, ...]:
+    lead = shape[:-2]
+    off = len(out_batch) - len(lead)
+    return tuple(ir.IntImm(0) if d == 1 else out_batch[off + k] for k, d in enumerate(lead))
+
+
+def int_matmul(a: te.Tensor, b: te.Tensor, a_zp: te.Tensor | None = None,
+               b_zp: te.Tensor | None = None) -> te.Tensor:
+    """int32 ``(a - a_zp) @ (b - b_zp)`` for operands of rank >= 2."""
+    sa, sb = const_shape(a, "int_matmul"), const_shape(b, "int_matmul")
+    batch = broadcast_shape([sa[:-2], sb[:-2]], "int_matmul")
+    kk = te.reduce_axis((0, sa[-1]), name="k")
+
+    def f(*o: Expr) -> Expr:
+        m, n = o[-2], o[-1]
+        ob = o[:-2]
+        x = te.cast(a[_batch_index(sa, ob) + (m, kk)], "int32") - _param(a_zp, m, "int32")
+        y = te.cast(b[_batch_index(sb, ob) + (kk, n)], "int32") - _param(b_zp, n, "int32")
+        return te.sum(x * y, axis=kk)
+
+    return te.compute(tuple(batch) + (sa[-2], sb[-1]), f, name="matmul_integer", tag="reduce")
+
+
+def qlinear_matmul(a: te.Tensor, a_scale: te.Tensor, a_zp: te.Tensor | None, b: te.Tensor,
+                   b_scale: te.Tensor, b_zp: te.Tensor | None, y_scale: te.Tensor,
+                   y_zp: te.Tensor | None, out_dtype: str) -> te.Tensor:
+    """ONNX QLinearMatMul (see the module docstring)."""
+    acc = int_matmul(a, b, a_zp, b_zp)
+    lo, hi = te.min_value(out_dtype).value, te.max_value(out_dtype).value
+
+    def f(*o: Expr) -> Expr:
+        m, n = o[-2], o[-1]
+        mult = _param(a_scale, m, "float32") * _param(b_scale, n, "float32") / _param(
+            y_scale, ir.IntImm(0), "float32")
+        d = te.cast(acc[o], "float64") * te.cast(mult, "float64")
+        d = te.round(d + _param(y_zp, ir.IntImm(0), "float64"))
+        d = te.minimum(te.maximum(d, scalar(lo, "float64")), scalar(hi, "float64"))
+        return te.cast(d, out_dtype)
+
+    return te.compute(acc.shape, f, name="qlinear_matmul", tag="elemwise")
