@@ -267,3 +267,24 @@ def test_matmul_integer_qlinear_matmul(tmp_path):
               "b": rng.integers(-128, 128, (9, 7)).astype(np.int8)}
     _, got = compile_run(m, tmp_path, inputs, target=host_target())
     assert_matches(got, run_ort(m, inputs))
+
+
+def test_dynamic_quantization_pattern(tmp_path):
+    """onnxruntime's dynamic quantization of a MatMul: DynamicQuantizeLinear ->
+    MatMulInteger -> Cast -> Mul by the two scales."""
+    rng = np.random.default_rng(20)
+    w = rng.integers(-128, 128, (8, 5)).astype(np.int8)
+    nodes = [N("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             N("MatMulInteger", ["xq", "w", "xz", "wz"], ["p"]),
+             N("Cast", ["p"], ["pf"], to=TensorProto.FLOAT),
+             N("Mul", ["xs", "ws"], ["s"]), N("Mul", ["pf", "s"], ["y"])]
+    inits = {"w": w, "wz": np.array(0, np.int8), "ws": np.array(0.02, np.float32)}
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    inputs = {"x": _x((3, 8), 20)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    assert_matches(got, run_ort(m, inputs))

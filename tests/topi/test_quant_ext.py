@@ -32,3 +32,9 @@ def test_qlinear_matmul(per_axis, out):
     ins = [a, sa, np.array(128, np.uint8), b, sb, zb, np.array(0.5, np.float32),
            np.array(10 if out == "uint8" else -5, out)]
     check_node("QLinearMatMul", ins)
+
+
+@pytest.mark.parametrize("lo, hi", [(-3.0, 5.0), (0.5, 4.0), (-6.0, -1.0), (0.0, 0.0)])
+def test_dynamic_quantize_linear(lo, hi):
+    x = rand(3, 7, lo=lo, hi=hi) if hi > lo else np.zeros((3, 7), np.float32)
+    check_node("DynamicQuantizeLinear", [x], n_out=3)

@@ -446,3 +446,8 @@ def _qlinear_matmul(ctx: Ctx) -> list[te.Tensor]:
     t = ctx.opt_tensor
     return [qx.qlinear_matmul(ctx.tensor(0), ctx.tensor(1), t(2), ctx.tensor(3), ctx.tensor(4),
                               t(5), ctx.tensor(6), t(7), ctx.node.outputs[0].dtype)]
+
+
+@register("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(ctx: Ctx) -> list[te.Tensor]:
+    return list(qx.dynamic_quantize_linear(ctx.tensor(0)))[:len(ctx.node.outputs)]

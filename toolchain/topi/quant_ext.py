@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from toolchain import te
 from toolchain.tir import ir
+from toolchain.topi.reduction import reduce
 from toolchain.topi.utils import broadcast_shape, const_shape, scalar
 
 Expr = ir.PrimExpr
@@ -79,3 +80,31 @@ def qlinear_matmul(a: te.Tensor, a_scale: te.Tensor, a_zp: te.Tensor | None, b: 
         return te.cast(d, out_dtype)
 
     return te.compute(acc.shape, f, name="qlinear_matmul", tag="elemwise")
+
+
+def dynamic_quantize_linear(x: te.Tensor) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    """ONNX DynamicQuantizeLinear: (y uint8, y_scale float32, y_zero_point uint8); the
+    scalars are ``(1,)`` buffers.  float32 arithmetic as the reference."""
+    f32 = "float32"
+    hi = reduce(x, None, False, "max", name="dql_max")
+    lo = reduce(x, None, False, "min", name="dql_min")
+    zero, top = scalar(0, f32), scalar(255, f32)
+
+    def scale_of(i: Expr) -> Expr:
+        h, m = te.maximum(hi[(i,)], zero), te.minimum(lo[(i,)], zero)
+        return te.select(te.equal(h, m), scalar(1, f32), h - m) / top
+
+    scale = te.compute((1,), scale_of, name="dql_scale", tag="elemwise")
+    zpf = te.compute((1,), lambda i: te.round(te.minimum(te.maximum(
+        zero - te.minimum(lo[(i,)], zero) / scale[(i,)], zero), top)), name="dql_zp_f",
+        tag="elemwise")
+    first = (ir.IntImm(0),)
+
+    def quant(*i: Expr) -> Expr:
+        q = te.round(x[i] / scale[first]) + zpf[first]
+        return te.cast(te.minimum(te.maximum(q, zero), top), "uint8")
+
+    y = te.compute(x.shape, quant, name="dql_y", tag="elemwise")
+    zp = te.compute((1,), lambda i: te.cast(zpf[(i,)], "uint8"), name="dql_zero_point",
+                    tag="elemwise")
+    return y, scale, zp

@@ -43,3 +43,10 @@ def test_errors_name_the_node():
                                          r"must have one element or shape \[3\]"):
         infer("MatMulInteger", [data("uint8", (3, 4)), data("uint8", (4, 2)),
                                 data("uint8", (2,))])
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.01, 100.0])
+def test_dynamic_quantize_linear_matches_onnxruntime(scale):
+    x = (data("float32", (4, 6)) * scale).astype(np.float32)
+    check_vs_ort("DynamicQuantizeLinear", [x], n_outputs=3)
+    check_vs_ort("DynamicQuantizeLinear", [np.abs(x)], n_outputs=3)  # min adjusted to 0

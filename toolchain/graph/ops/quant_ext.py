@@ -1,5 +1,6 @@
 """Integer matrix products of ONNX's quantized-operator format: MatMulInteger and
-QLinearMatMul (what onnxruntime's dynamic and static quantizers emit besides QDQ pairs).
+QLinearMatMul, and DynamicQuantizeLinear (what onnxruntime's dynamic and static quantizers
+emit besides QDQ pairs).
 
 Both are OPAQUE (an integer product with zero points, and for QLinearMatMul a requantizing
 epilogue).  Operands have rank >= 2 (batch axes broadcast as in MatMul); zero points and
@@ -138,6 +139,22 @@ def _flops(node: Node) -> int:
                                                       else 0)
 
 
+def _dql_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "x")
+    check_dtype(node, x, "input 0 (x)", ("float32",))
+    return [TensorType(x.shape, "uint8"), TensorType((), "float32"), TensorType((), "uint8")]
+
+
+def _dql_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    hi = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)
+    lo = np.float32(min(0.0, float(x.min()))) if x.size else np.float32(0)
+    scale = np.float32(1.0 if hi == lo else hi - lo) / np.float32(255)
+    zp = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)).astype(np.float32)
+    y = np.clip(np.rint(x / scale) + zp, 0, 255)
+    return [y.astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)]
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (
     defop("MatMulInteger", ("A", "B", "a_zero_point?", "b_zero_point?"), PatternKind.OPAQUE,
@@ -150,4 +167,12 @@ OPS: tuple[OpDef, ...] = (
           infer=_qlinear_infer, reference=_qlinear_ref, flops=_flops, min_opset=10,
           doc="the integer product requantized: saturate(round_half_even(P · a_scale · "
               "b_scale / y_scale) + y_zero_point); output dtype of y_zero_point"),
+    defop("DynamicQuantizeLinear", ("x",), PatternKind.OPAQUE, num_outputs=(1, 3),
+          infer=_dql_infer, reference=_dql_ref,
+          flops=lambda node: 4 * (node.inputs[0].size if node.inputs and node.inputs[0]
+                                  else 0),
+          min_opset=11,
+          doc="uint8 quantization with the range of x (and 0): scale = (max - min) / 255 "
+              "(1/255 when max = min), zero point = round(clamp(-min / scale)), y = "
+              "saturate(round(x / scale) + zero point); float32 arithmetic, halves to even"),
 )
