@@ -288,3 +288,21 @@ def test_dynamic_quantization_pattern(tmp_path):
     inputs = {"x": _x((3, 8), 20)}
     _, got = compile_run(m, tmp_path, inputs, target=host_target())
     assert_matches(got, run_ort(m, inputs))
+
+
+def test_lstm(tmp_path):
+    rng = np.random.default_rng(21)
+    s, b, n_in, h = 5, 2, 6, 4
+    inits = {"w": (rng.standard_normal((2, 4 * h, n_in)) * 0.4).astype(F),
+             "r": (rng.standard_normal((2, 4 * h, h)) * 0.4).astype(F),
+             "bb": (rng.standard_normal((2, 8 * h)) * 0.2).astype(F),
+             "p": (rng.standard_normal((2, 3 * h)) * 0.2).astype(F)}
+    nodes = [N("LSTM", ["x", "w", "r", "bb", "", "h0", "c0", "p"], ["y", "yh", "yc"],
+               direction="bidirectional", hidden_size=h, clip=2.0),
+             N("LSTM", ["x", "w1", "r1"], ["", "zh"], hidden_size=h, direction="reverse")]
+    inits |= {"w1": inits["w"][:1].copy(), "r1": inits["r"][:1].copy()}
+    m = make_model(nodes, {"x": (F, [s, b, n_in]), "h0": (F, [2, b, h]), "c0": (F, [2, b, h])},
+                   {"y": (F, [s, 2, b, h]), "yh": (F, [2, b, h]), "yc": (F, [2, b, h]),
+                    "zh": (F, [1, b, h])}, inits, opset=18)
+    _check(m, {"x": _x((s, b, n_in), 21), "h0": _x((2, b, h), 22) * 0.3,
+               "c0": _x((2, b, h), 23) * 0.3}, tmp_path)

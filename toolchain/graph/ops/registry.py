@@ -294,6 +294,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         quant,
         quant_ext,
         reduce,
+        rnn,
         transform,
         transform_ext,
     )
@@ -304,7 +305,8 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *elementwise_ext.OPS,  # rounding, trig, Elu/Selu/…, IsNaN/IsInf, Mod, BitShift, And/Or
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
-        *nn_ext.OPS,       # LRN, LpNormalization, LpPool
+        *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
+        *rnn.OPS,          # LSTM
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
