@@ -189,6 +189,16 @@ def _lstm(ctx: Ctx) -> list[te.Tensor]:
     return list(outs)[:len(ctx.node.outputs)]
 
 
+@register("GRU", "RNN")
+def _gru_rnn(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    t = ctx.opt_tensor
+    outs = rnn.gru_rnn(ctx.node.op, ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), t(3), t(5),
+                       a["clip"], a["direction"], a["layout"],
+                       bool(a.get("linear_before_reset", 0)))
+    return list(outs)[:len(ctx.node.outputs)]
+
+
 @register("LRN")
 def _lrn(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs

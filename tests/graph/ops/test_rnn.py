@@ -65,3 +65,24 @@ def test_lstm_refusals_and_errors():
     with pytest.raises(ModelError, match=r"node 'n' \(LSTM\): W \[1, 20, 4\] and R \[1, 20, 5\] "
                                          r"must be \[2, 20, 4\]"):
         infer("LSTM", ins, {"direction": "bidirectional"})
+
+
+@pytest.mark.parametrize("op", ["GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("extras", [False, True])
+def test_gru_rnn_match_onnxruntime(op, direction, extras):
+    dirs = 2 if direction == "bidirectional" else 1
+    g = 3 if op == "GRU" else 1
+    s, b, n_in, h = 3, 2, 4, 5
+    ins = [data("float32", (s, b, n_in), seed=1), data("float32", (dirs, g * h, n_in), seed=2) / 3,
+           data("float32", (dirs, g * h, h), seed=3) / 3]
+    if extras:
+        ins += [data("float32", (dirs, 2 * g * h), seed=4) / 3, None,
+                data("float32", (dirs, b, h), seed=5) / 3]
+    for lbr in ([0, 1] if op == "GRU" else [None]):
+        attrs = {"direction": direction, "hidden_size": h}
+        if lbr is not None:
+            attrs["linear_before_reset"] = lbr
+        check_vs_ort(op, ins, attrs, n_outputs=2, rtol=1e-5, atol=1e-6)
+    check_vs_ort(op, ins, {"direction": direction, "hidden_size": h, "clip": 0.4}, n_outputs=2,
+                 rtol=1e-5, atol=1e-6)

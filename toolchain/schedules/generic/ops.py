@@ -663,7 +663,7 @@ OPS = (
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "MatMulInteger",
-    "QLinearMatMul", "DynamicQuantizeLinear", "LSTM",
+    "QLinearMatMul", "DynamicQuantizeLinear", "LSTM", "GRU", "RNN",
 )
 
 

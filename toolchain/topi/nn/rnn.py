@@ -1,4 +1,4 @@
-"""LSTM, unrolled over the (static) sequence.
+"""LSTM, GRU and RNN, unrolled over the (static) sequence.
 
 Per direction: one stage for the input projection of every step at once
 (``xw[t, b, j] = Σ_i X[t, b, i] W[j, i] + Wb[j] + Rb[j]``), then per step a recurrent
@@ -6,6 +6,7 @@ projection ``hr_t = H_{t-1} Rᵀ`` (a reduction; skipped for a zero initial stat
 state ``C_t`` and the hidden state ``H_t`` (elementwise, the gate nonlinearities inline).
 ``Y`` gathers the ``H_t``; ``Y_h``/``Y_c`` are the last step's states.  Gates are ordered
 i, o, f, c as in ONNX.  A sequence of S steps is about 3·S stages per direction.
+:func:`gru_rnn` builds GRU (gates z, r, h; ``linear_before_reset``) and RNN the same way.
 
 Example::
 
@@ -170,3 +171,167 @@ def lstm(x: te.Tensor, w: te.Tensor, r: te.Tensor, b: te.Tensor | None = None,
                           tag="injective")
 
     return y, final(last_h, "lstm_y_h"), final(last_c, "lstm_y_c")
+
+
+
+def _proj(x: te.Tensor, w: te.Tensor, b: te.Tensor | None, layout: int, d: int,
+          name: str) -> te.Tensor:
+    """``X_t Wᵀ + Wb`` for every step at once: ``[S, B, gates·H]``."""
+    xs = const_shape(x, name)
+    _, gh, n_in = const_shape(w, name)
+    s, nb = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+    dd = ir.IntImm(d)
+    kk = te.reduce_axis((0, n_in), name="i")
+
+    def f(t: Expr, bi: Expr, j: Expr) -> Expr:
+        src = x[(bi, t, kk)] if layout else x[(t, bi, kk)]
+        acc = te.sum(src * w[(dd, j, kk)], axis=kk)
+        return acc
+
+    xw = te.compute((s, nb, gh), f, name=f"{name}_xw{d}", tag="reduce")
+    if b is None:
+        return xw
+    return te.compute(xw.shape, lambda t, bi, j: xw[(t, bi, j)] + b[(dd, j)],
+                      name=f"{name}_xwb{d}", tag="elemwise")
+
+
+def _hidden_proj(prev: Callable[[Expr, Expr], Expr] | None, r: te.Tensor,
+                 b: te.Tensor | None, d: int, nb: int, rows: tuple[int, int], name: str
+                 ) -> te.Tensor | None:
+    """``H Rᵀ + Rb`` over the rows ``[lo, hi)`` of R for ``H = prev(b, k)`` (``None``: a zero
+    state, so only ``Rb``; ``None`` when that is zero too)."""
+    _, gh, h = const_shape(r, name)
+    lo, hi = rows
+    dd = ir.IntImm(d)
+    acc: te.Tensor | None = None
+    if prev is not None:
+        k = te.reduce_axis((0, h), name="k")
+        acc = te.compute((nb, hi - lo), lambda bi, j: te.sum(
+            prev(bi, k) * r[(dd, j + lo, k)], axis=k), name=name, tag="reduce")
+    if b is None:
+        return acc
+    if acc is None:
+        return te.compute((nb, hi - lo), lambda bi, j: b[(dd, j + lo + gh)],
+                          name=f"{name}_b", tag="injective")
+    total = acc
+    return te.compute((nb, hi - lo), lambda bi, j: total[(bi, j)] + b[(dd, j + lo + gh)],
+                      name=f"{name}_b", tag="elemwise")
+
+
+def _cut(v: Expr, clip: float | None) -> Expr:
+    if clip is None:
+        return v
+    return te.minimum(te.maximum(v, scalar(-clip, v.dtype)), scalar(clip, v.dtype))
+
+
+def _at(t: te.Tensor | None, bi: Expr, j: Expr) -> Expr | None:
+    return None if t is None else t[(bi, j)]
+
+
+def _plus(*vs: Expr | None) -> Expr:
+    out = [v for v in vs if v is not None]
+    acc = out[0]
+    for v in out[1:]:
+        acc = acc + v
+    return acc
+
+
+def gru_rnn(kind: str, x: te.Tensor, w: te.Tensor, r: te.Tensor, b: te.Tensor | None = None,
+            initial_h: te.Tensor | None = None, clip: float | None = None,
+            direction: str = "forward", layout: int = 0, linear_before_reset: bool = False
+            ) -> tuple[te.Tensor, te.Tensor]:
+    """ONNX GRU (``kind="GRU"``) or RNN (``"RNN"``) with the default activations:
+    ``(Y, Y_h)``, unrolled like :func:`lstm`."""
+    dirs, gh, _ = const_shape(w, kind)
+    h = gh // (3 if kind == "GRU" else 1)
+    xs = const_shape(x, kind)
+    s, nb = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+    dt = x.dtype
+    one = scalar(1, dt)
+    name = kind.lower()
+    per_dir: list[list[te.Tensor]] = []
+    last: list[te.Tensor] = []
+    for d in range(dirs):
+        xw = _proj(x, w, b, layout, d, name)
+        prev = _initial(initial_h, layout, d)
+        outs: dict[int, te.Tensor] = {}
+        reverse = direction == "reverse" or d == 1
+        for t in (range(s - 1, -1, -1) if reverse else range(s)):
+            tt = ir.IntImm(t)
+            tag = f"{name}{d}_{t}"
+            if kind == "RNN":
+                hr = _hidden_proj(prev, r, b, d, nb, (0, h), f"{name}_hr{tag}")
+
+                def step(bi: Expr, k: Expr, hr: te.Tensor | None = hr, xw: te.Tensor = xw,
+                         tt: Expr = tt) -> Expr:
+                    return te.tanh(_cut(_plus(xw[(tt, bi, k)], _at(hr, bi, k)), clip))
+
+                ht = te.compute((nb, h), _two(step), name=f"{name}_h{tag}", tag="elemwise")
+            else:
+                ht = _gru_step(xw, r, b, prev, d, nb, h, tt, clip, linear_before_reset,
+                               tag, one)
+            outs[t] = ht
+            prev = _reader(ht)
+            final = ht
+        per_dir.append([outs[t] for t in range(s)])
+        last.append(final)
+
+    def y_of(*i: Expr) -> Expr:
+        t, dd, bi, k = (i[1], i[2], i[0], i[3]) if layout else i
+        if dirs == 1:
+            return _pick(per_dir[0], t, bi, k)
+        return te.select(te.equal(dd, 0), _pick(per_dir[0], t, bi, k),
+                         _pick(per_dir[1], t, bi, k))
+
+    y = te.compute((nb, s, dirs, h) if layout else (s, dirs, nb, h), y_of,
+                   name=f"{name}_y", tag="injective")
+
+    def yh_of(a: Expr, c: Expr, k: Expr) -> Expr:
+        bi, dd = (a, c) if layout else (c, a)
+        return _pick(last, dd, bi, k)
+
+    yh = te.compute((nb, dirs, h) if layout else (dirs, nb, h), yh_of, name=f"{name}_y_h",
+                    tag="injective")
+    return y, yh
+
+
+def _two(fn: Callable[..., Expr]) -> Callable[[Expr, Expr], Expr]:
+    """``fn`` seen by te.compute as a function of exactly two indices."""
+    return lambda bi, k: fn(bi, k)
+
+
+def _gru_step(xw: te.Tensor, r: te.Tensor, b: te.Tensor | None,
+              prev: Callable[[Expr, Expr], Expr] | None, d: int, nb: int, h: int, tt: Expr,
+              clip: float | None, lbr: bool, tag: str, one: Expr) -> te.Tensor:
+    """One GRU step: ``H_t`` from ``H_{t-1} = prev`` (``None``: zero)."""
+    hr = _hidden_proj(prev, r, b, d, nb, (0, 3 * h if lbr else 2 * h), f"gru_hr{tag}")
+
+    def gate(bi: Expr, k: Expr, g: int) -> Expr:
+        return te.sigmoid(_cut(_plus(xw[(tt, bi, k + g * h)], _at(hr, bi, k + g * h)), clip))
+
+    if lbr:
+        def cand(bi: Expr, k: Expr) -> Expr:
+            rh = _at(hr, bi, k + 2 * h)
+            reset = None if rh is None else gate(bi, k, 1) * rh
+            return te.tanh(_cut(_plus(xw[(tt, bi, k + 2 * h)], reset), clip))
+    else:
+        rh: te.Tensor | None = None
+        if prev is not None:
+            p = prev
+            gated = te.compute((nb, h), lambda bi, k: gate(bi, k, 1) * p(bi, k),
+                               name=f"gru_rh_in{tag}", tag="elemwise")
+            rh = _hidden_proj(_reader(gated), r, None, d, nb, (2 * h, 3 * h), f"gru_rh{tag}")
+        rb = (lambda bi, k: b[(ir.IntImm(d), k + 5 * h)]) if b is not None else None
+
+        def cand(bi: Expr, k: Expr) -> Expr:
+            return te.tanh(_cut(_plus(xw[(tt, bi, k + 2 * h)], _at(rh, bi, k),
+                                      rb(bi, k) if rb is not None else None), clip))
+
+    hc = te.compute((nb, h), cand, name=f"gru_cand{tag}", tag="elemwise")
+
+    def step(bi: Expr, k: Expr) -> Expr:
+        z = gate(bi, k, 0)
+        new = (one - z) * hc[(bi, k)]
+        return new if prev is None else new + z * prev(bi, k)
+
+    return te.compute((nb, h), step, name=f"gru_h{tag}", tag="elemwise")
