@@ -225,15 +225,20 @@ def test_einsum(tmp_path):
     _check(m, {"a": _x((2, 5, 5), 13), "b": _x((2, 5, 3), 14), "c": _x((5,), 15)}, tmp_path)
 
 
-def test_grid_sample(tmp_path):
-    nodes = [N("GridSample", ["x", "g"], ["y"], mode="linear", padding_mode="zeros"),
+def test_affine_grid_grid_sample(tmp_path):
+    nodes = [N("AffineGrid", ["theta", "size"], ["ag"], align_corners=0),
+             N("GridSample", ["x", "ag"], ["a"]),
+             N("GridSample", ["x", "g"], ["y"], mode="linear", padding_mode="zeros"),
              N("GridSample", ["x", "g"], ["z"], mode="cubic", padding_mode="reflection",
                align_corners=1),
              N("GridSample", ["x", "g"], ["w"], mode="nearest", padding_mode="border")]
-    m = make_model(nodes, {"x": (F, [2, 3, 7, 9]), "g": (F, [2, 5, 6, 2])},
-                   {k: (F, [2, 3, 5, 6]) for k in "yzw"}, opset=20)
+    m = make_model(nodes, {"x": (F, [2, 3, 7, 9]), "g": (F, [2, 5, 6, 2]),
+                           "theta": (F, [2, 2, 3])},
+                   {k: (F, [2, 3, 5, 6]) for k in "yzwa"},
+                   {"size": np.array([2, 3, 5, 6], np.int64)}, opset=20)
     g = (np.random.default_rng(16).uniform(-1.3, 1.3, (2, 5, 6, 2))).astype(F)
-    _check(m, {"x": _x((2, 3, 7, 9), 16), "g": g}, tmp_path)
+    theta = (np.array([[1, 0, 0], [0, 1, 0]], F) + _x((2, 2, 3), 26) * 0.2).astype(F)
+    _check(m, {"x": _x((2, 3, 7, 9), 16), "g": g, "theta": theta}, tmp_path)
 
 
 def test_eye_like_reverse_sequence(tmp_path):

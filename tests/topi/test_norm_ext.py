@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.topi.util import check_node, rand
@@ -75,3 +76,13 @@ def test_grid_sample_3d(mode, padding_mode):
     grid = rand(1, 2, 3, 2, 3, lo=-1.4, hi=1.4, seed=2)
     check_node("GridSample", [x, grid], {"mode": mode, "padding_mode": padding_mode},
                rtol=1e-5, atol=1e-6)
+
+
+
+@pytest.mark.parametrize("size", [(2, 3, 4, 5), (1, 2, 3, 4, 2), (1, 1, 1, 3)])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_affine_grid(size, align_corners):
+    r = len(size) - 2
+    theta = rand(size[0], r, r + 1, seed=3)
+    check_node("AffineGrid", [theta, np.array(size, np.int64)],
+               {"align_corners": align_corners}, const=(1,), rtol=1e-6, atol=1e-6)

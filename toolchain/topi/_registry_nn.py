@@ -199,6 +199,14 @@ def _gru_rnn(ctx: Ctx) -> list[te.Tensor]:
     return list(outs)[:len(ctx.node.outputs)]
 
 
+@register("AffineGrid")
+def _affine_grid(ctx: Ctx) -> list[te.Tensor]:
+    size = ctx.ints(1, "size")
+    assert size is not None
+    return [grid_sample.affine_grid(ctx.tensor(0), tuple(size[2:]),
+                                    bool(ctx.attrs["align_corners"]))]
+
+
 @register("LRN")
 def _lrn(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs

@@ -117,3 +117,13 @@ def test_grid_sample_errors():
     with pytest.raises(ModelError, match=r"node 'n' \(GridSample\): X \[1, 1, 2, 2\] .* got "
                                          r"\[1, 3, 3, 3\]"):
         infer("GridSample", [data("float32", (1, 1, 2, 2)), data("float32", (1, 3, 3, 3))])
+
+
+
+@pytest.mark.parametrize("size", [(2, 3, 4, 5), (1, 2, 3, 4, 2)])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_affine_grid_matches_onnxruntime(size, align_corners):
+    r = len(size) - 2
+    theta = data("float32", (size[0], r, r + 1))
+    check_vs_ort("AffineGrid", [theta, np.array(size, np.int64)],
+                 {"align_corners": align_corners}, const=[1], rtol=1e-5, atol=1e-6, opset=20)

@@ -1,6 +1,6 @@
 """More NN ops: LRN, LpNormalization (OPAQUE: a reduction re-applied to its input, like
-Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools), Einsum and GridSample
-(OPAQUE).
+Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools), Einsum, GridSample and
+AffineGrid (OPAQUE).
 
 GroupNormalization, RMSNormalization and MeanVarianceNormalization are not here: the ONNX
 frontend expands them into their ONNX function bodies (ops Kiln registers), which compile
@@ -41,7 +41,7 @@ from toolchain.graph.ops.common import (
 )
 from toolchain.graph.ops.nn import pool_geometry, pool_ref_geometry, window_attrs
 from toolchain.graph.ops.nn_common import attrs_of, pad_spatial, prod, ref_attrs, windows
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
 
 
 def _positive(v: int) -> str | None:
@@ -374,5 +374,49 @@ def _grid_sample() -> OpDef:
             "reflection padding; align_corners; any number of spatial axes")
 
 
+# -- AffineGrid -------------------------------------------------------------------------------
+
+def affine_base(n: int, i: float, align_corners: bool) -> float:
+    """Normalised coordinate of index ``i`` on an axis of ``n`` points (AffineGrid)."""
+    if align_corners:
+        return -1.0 + 2.0 * i / (n - 1) if n > 1 else -1.0
+    return -1.0 + (2.0 * i + 1.0) / n
+
+
+def _affine_grid_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    theta = input_value(node, 0, "theta")
+    check_dtype(node, theta, "input 0 (theta)", FLOAT_TYPES)
+    check_dtype(node, input_value(node, 1, "size"), "input 1 (size)", ("int64",))
+    size = const_input(node, 1, "size")
+    assert size is not None
+    r = size.size - 2
+    if r not in (2, 3) or theta.shape != (int(size[0]), r, r + 1):
+        raise ModelError(f"{node.describe()}: size {size.tolist()} (N, C, H, W or N, C, D, H, "
+                         f"W) needs theta of shape [N, {r}, {r + 1}], got {list(theta.shape)}")
+    return [TensorType((int(size[0]), *(int(v) for v in size[2:]), r), theta.dtype)]
+
+
+def _affine_grid_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    theta = np.asarray(ins[0])
+    spatial = [int(v) for v in np.asarray(ins[1])[2:]]
+    align = bool(attrs["align_corners"])
+    axes = [np.array([affine_base(n, i, align) for i in range(n)]) for n in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")  # per spatial axis, outermost first
+    base = np.stack([*mesh[::-1], np.ones(mesh[0].shape)], axis=-1)  # x, y, (z), 1
+    grid = np.einsum("nkj,...j->n...k", theta.astype(np.float64), base)
+    return [grid.astype(theta.dtype)]
+
+
+def _affine_grid() -> OpDef:
+    return defop(
+        "AffineGrid", ("theta", "size"), PatternKind.OPAQUE, infer=_affine_grid_infer,
+        reference=_affine_grid_ref, attrs=(Attr("align_corners", "int", 0, (0, 1)),),
+        flops=lambda node: 2 * sum(o.size for o in node.outputs) * 4, min_opset=20,
+        doc="the sampling grid of the affine maps theta ([N, 2, 3] or [N, 3, 4]) over the "
+            "constant `size`: theta · (x, y, [z,] 1) at normalised pixel centres (corners "
+            "with align_corners); the input GridSample expects")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool(), _einsum(), _grid_sample())
+OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool(), _einsum(), _grid_sample(),
+                          _affine_grid())

@@ -662,7 +662,7 @@ OPS = (
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
     # nn_ext
-    "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "MatMulInteger",
+    "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "LSTM", "GRU", "RNN",
 )
 

@@ -143,3 +143,30 @@ def grid_sample(x: te.Tensor, grid: te.Tensor, mode: str = "linear",
                      tag="reduce" if ks else "injective")
     return te.compute(acc.shape, lambda *i: te.cast(acc[i], x.dtype), name="grid_sample",
                       tag="elemwise")
+
+
+def affine_grid(theta: te.Tensor, spatial: tuple[int, ...], align_corners: bool = False
+                ) -> te.Tensor:
+    """ONNX AffineGrid: ``grid[n, o..., k] = Σ_j theta[n, k, j] · base_j(o)`` with the base
+    point ``(x, y, [z,] 1)`` of output position ``o`` (x on the innermost axis)."""
+    r = len(spatial)
+    nb = const_shape(theta, "affine_grid")[0]
+    dt = theta.dtype
+
+    def coord(i: Expr, n: int) -> Expr:
+        v = te.cast(i, _W)
+        if align_corners:
+            return _f(-1.0) + v * _f(2.0 / (n - 1)) if n > 1 else _f(-1.0)
+        return _f(-1.0) + (v * _f(2.0) + _f(1.0)) / _f(float(n))
+
+    def f(*i: Expr) -> Expr:
+        n, o, k = i[0], i[1:-1], i[-1]
+        base = [coord(o[r - 1 - j], spatial[r - 1 - j]) for j in range(r)] + [_f(1.0)]
+        acc: Expr | None = None
+        for j, bj in enumerate(base):
+            term = te.cast(theta[(n, k, ir.IntImm(j))], _W) * bj
+            acc = term if acc is None else acc + term
+        assert acc is not None
+        return te.cast(acc, dt)
+
+    return te.compute((nb, *spatial, r), f, name="affine_grid", tag="injective")
