@@ -331,3 +331,12 @@ def test_gru_rnn(tmp_path):
                    {"gy": (F, [s, 2, b, h]), "gh": (F, [2, b, h]), "lh": (F, [2, b, h]),
                     "ry": (F, [s, 1, b, h]), "rh": (F, [1, b, h])}, inits, opset=18)
     _check(m, {"x": _x((s, b, n_in), 24), "h0": _x((1, b, h), 25) * 0.3}, tmp_path)
+
+
+
+def test_col2im(tmp_path):
+    nodes = [N("Col2Im", ["x", "img", "blk"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])]
+    m = make_model(nodes, {"x": (F, [2, 12, 16])}, {"y": (F, [2, 3, 7, 7])},
+                   {"img": np.array([7, 7], np.int64), "blk": np.array([2, 2], np.int64)},
+                   opset=18)
+    _check(m, {"x": _x((2, 12, 16), 27)}, tmp_path)

@@ -86,3 +86,20 @@ def test_affine_grid(size, align_corners):
     theta = rand(size[0], r, r + 1, seed=3)
     check_node("AffineGrid", [theta, np.array(size, np.int64)],
                {"align_corners": align_corners}, const=(1,), rtol=1e-6, atol=1e-6)
+
+
+
+@pytest.mark.parametrize("image, block, attrs", [
+    ((5, 5), (1, 5), {}), ((5, 5), (3, 3), {"strides": [2, 2]}),
+    ((5, 5), (1, 5), {"pads": [0, 1, 0, 1]}), ((6, 6), (2, 2), {"dilations": [1, 3]}),
+    ((3, 4, 5), (1, 2, 2), {}),
+])
+def test_col2im(image, block, attrs):
+    r = len(image)
+    st, dl = attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r)
+    pd = attrs.get("pads", [0] * 2 * r)
+    pos = [(image[d] + pd[d] + pd[r + d] - (dl[d] * (block[d] - 1) + 1)) // st[d] + 1
+           for d in range(r)]
+    x = rand(2, 3 * int(np.prod(block)), int(np.prod(pos)))
+    check_node("Col2Im", [x, np.array(image, np.int64), np.array(block, np.int64)], attrs,
+               const=(1, 2), rtol=1e-5, atol=1e-6)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from toolchain import te
 from toolchain.graph.ops.nn_common import window_geometry
+from toolchain.graph.ops.nn_ext import col2im_plan
 from toolchain.topi import transform as tf
 from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
@@ -205,6 +206,14 @@ def _affine_grid(ctx: Ctx) -> list[te.Tensor]:
     assert size is not None
     return [grid_sample.affine_grid(ctx.tensor(0), tuple(size[2:]),
                                     bool(ctx.attrs["align_corners"]))]
+
+
+@register("Col2Im")
+def _col2im(ctx: Ctx) -> list[te.Tensor]:
+    image, block = ctx.ints(1, "image_shape"), ctx.ints(2, "block_shape")
+    assert image is not None and block is not None
+    plan = col2im_plan(ctx.node.describe(), ctx.shape(0), image, block, ctx.attrs)
+    return [norm_ext.col2im(ctx.tensor(0), plan)]
 
 
 @register("LRN")

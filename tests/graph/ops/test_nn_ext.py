@@ -127,3 +127,25 @@ def test_affine_grid_matches_onnxruntime(size, align_corners):
     theta = data("float32", (size[0], r, r + 1))
     check_vs_ort("AffineGrid", [theta, np.array(size, np.int64)],
                  {"align_corners": align_corners}, const=[1], rtol=1e-5, atol=1e-6, opset=20)
+
+
+
+@pytest.mark.parametrize("image, block, attrs", [
+    ((5, 5), (1, 5), {}), ((5, 5), (3, 3), {"strides": [2, 2]}),
+    ((5, 5), (1, 5), {"pads": [0, 1, 0, 1]}), ((6, 6), (2, 2), {"dilations": [1, 3]}),
+])
+def test_col2im_matches_onnxruntime(image, block, attrs):
+    st, dl = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pd = attrs.get("pads", [0] * 4)
+    pos = [(image[d] + pd[d] + pd[2 + d] - (dl[d] * (block[d] - 1) + 1)) // st[d] + 1
+           for d in range(2)]
+    x = data("float32", (2, 3 * int(np.prod(block)), int(np.prod(pos))))
+    check_vs_ort("Col2Im", [x, np.array(image, np.int64), np.array(block, np.int64)], attrs,
+                 const=[1, 2], rtol=1e-5, atol=1e-6, opset=18)
+
+
+def test_col2im_errors():
+    with pytest.raises(ModelError, match=r"node 'n' \(Col2Im\): input \[1, 5, 4\] must be "
+                                         r"\[N, C·5, 5\]"):
+        infer("Col2Im", [data("float32", (1, 5, 4)), np.array([5, 5], np.int64),
+                         np.array([1, 5], np.int64)], const=[1, 2])

@@ -1,6 +1,6 @@
 """More NN ops: LRN, LpNormalization (OPAQUE: a reduction re-applied to its input, like
-Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools), Einsum, GridSample and
-AffineGrid (OPAQUE).
+Softmax), LpPool (COMPLEX_OUT_FUSABLE, like the other pools), Einsum, GridSample,
+AffineGrid and Col2Im (OPAQUE).
 
 GroupNormalization, RMSNormalization and MeanVarianceNormalization are not here: the ONNX
 frontend expands them into their ONNX function bodies (ops Kiln registers), which compile
@@ -417,6 +417,95 @@ def _affine_grid() -> OpDef:
             "with align_corners); the input GridSample expects")
 
 
+# -- Col2Im ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Col2ImPlan:
+    """Geometry of a Col2Im node: image and block shapes, strides, dilations, pads
+    (begins then ends) and the number of block positions along each axis."""
+
+    image: tuple[int, ...]
+    block: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]
+    positions: tuple[int, ...]
+
+
+def col2im_plan(where: str, in_shape: tuple[int, ...], image: list[int], block: list[int],
+                attrs: dict[str, Any]) -> Col2ImPlan:
+    """Resolve a Col2Im node's geometry; raises naming ``where`` when inconsistent."""
+    r = len(image)
+    if len(block) != r or r == 0:
+        raise ModelError(f"{where}: image_shape {image} and block_shape {block} must have "
+                         "the same length >= 1")
+    strides = tuple(attrs["strides"] or (1,) * r)
+    dil = tuple(attrs["dilations"] or (1,) * r)
+    pads = tuple(attrs["pads"] or (0,) * 2 * r)
+    if len(strides) != r or len(dil) != r or len(pads) != 2 * r:
+        raise ModelError(f"{where}: strides, dilations and pads need {r}, {r} and {2 * r} "
+                         "values")
+    pos = tuple((image[d] + pads[d] + pads[r + d] - (dil[d] * (block[d] - 1) + 1))
+                // strides[d] + 1 for d in range(r))
+    kk, ll = int(np.prod(block)), int(np.prod(pos))
+    if len(in_shape) != 3 or in_shape[1] % kk or in_shape[2] != ll or min(pos) < 1:
+        raise ModelError(f"{where}: input {list(in_shape)} must be [N, C·{kk}, {ll}] for "
+                         f"image_shape {image}, block_shape {block} (block positions "
+                         f"{list(pos)})")
+    return Col2ImPlan(tuple(image), tuple(block), strides, dil, pads, pos)
+
+
+def _col2im_node_plan(node: Node, attrs: dict[str, Any]) -> Col2ImPlan:
+    x = input_value(node, 0, "input")
+    image, block = const_input(node, 1, "image_shape"), const_input(node, 2, "block_shape")
+    assert image is not None and block is not None
+    return col2im_plan(node.describe(), x.shape, [int(v) for v in image],
+                       [int(v) for v in block], attrs)
+
+
+def _col2im_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "input")
+    check_dtype(node, x, "input 0 (input)", _EINSUM_TYPES)
+    for i, what in ((1, "image_shape"), (2, "block_shape")):
+        check_dtype(node, input_value(node, i, what), f"input {i} ({what})", ("int64",))
+    plan = _col2im_node_plan(node, attrs)
+    kk = int(np.prod(plan.block))
+    return [TensorType((x.shape[0], x.shape[1] // kk) + plan.image, x.dtype)]
+
+
+def _col2im_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    import itertools
+
+    x = np.asarray(ins[0])
+    plan = col2im_plan("Col2Im", x.shape, [int(v) for v in np.asarray(ins[1])],
+                       [int(v) for v in np.asarray(ins[2])], attrs)
+    r = len(plan.image)
+    kk = int(np.prod(plan.block))
+    c = x.shape[1] // kk
+    acc = np.float64 if x.dtype.kind == "f" else x.dtype
+    padded = np.zeros((x.shape[0], c) + tuple(plan.image[d] + plan.pads[d] + plan.pads[r + d]
+                                             for d in range(r)), acc)
+    cols = x.reshape((x.shape[0], c) + plan.block + plan.positions).astype(acc)
+    for k in itertools.product(*(range(b) for b in plan.block)):
+        for p in itertools.product(*(range(n) for n in plan.positions)):
+            at = tuple(p[d] * plan.strides[d] + k[d] * plan.dilations[d] for d in range(r))
+            padded[(slice(None), slice(None)) + at] += cols[(slice(None), slice(None)) + k + p]
+    crop = tuple(slice(plan.pads[d], plan.pads[d] + plan.image[d]) for d in range(r))
+    return [padded[(slice(None), slice(None)) + crop].astype(x.dtype)]
+
+
+def _col2im() -> OpDef:
+    return defop(
+        "Col2Im", ("input", "image_shape", "block_shape"), PatternKind.OPAQUE,
+        infer=_col2im_infer, reference=_col2im_ref,
+        attrs=(Attr("dilations", "ints", ()), Attr("pads", "ints", ()),
+               Attr("strides", "ints", ())),
+        flops=lambda node: node.inputs[0].size if node.inputs and node.inputs[0] else 0,
+        min_opset=18,
+        doc="sum the columns [N, C·∏block, L] back into an image of the constant "
+            "image_shape (the inverse of im2col; overlapping blocks add up)")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (_lrn(), _lpnorm(), _lppool(), _einsum(), _grid_sample(),
-                          _affine_grid())
+                          _affine_grid(), _col2im())

@@ -1,4 +1,4 @@
-"""LRN, LpNormalization and LpPool computes (the ops of
+"""LRN, LpNormalization, LpPool and Col2Im computes (ops of
 :mod:`toolchain.graph.ops.nn_ext`).
 
 * ``lrn``: a sum of squares over a channel window (a reduction of ``size`` taps, clipped to
@@ -23,10 +23,11 @@ from collections.abc import Sequence
 
 from toolchain import te
 from toolchain.errors import OptionError
+from toolchain.graph.ops.nn_ext import Col2ImPlan
 from toolchain.tir import ir
 from toolchain.topi.nn.conv2d import pad_spatial
 from toolchain.topi.nn.pooling import pool_geometry
-from toolchain.topi.utils import const_shape, scalar, window_index
+from toolchain.topi.utils import const_shape, ravel, scalar, window_index
 
 Expr = ir.PrimExpr
 
@@ -128,3 +129,40 @@ def lp_pool(x: te.Tensor, p: int, kernel: Sequence[int], strides: Sequence[int] 
         return te.power(v, scalar(1.0 / p, dt))
 
     return te.compute(s.shape, root, name="lp_pool", tag="pool_avg")
+
+
+def col2im(x: te.Tensor, plan: Col2ImPlan) -> te.Tensor:
+    """ONNX Col2Im as a gather: image element ``y`` sums the column entries of every block
+    offset ``k`` whose block position ``(y + pad - k·dilation) / stride`` is a whole number
+    inside the grid of positions (a reduction over the block offsets)."""
+    shape = const_shape(x, "col2im")
+    r = len(plan.image)
+    kk = 1
+    for b in plan.block:
+        kk *= b
+    ks = [te.reduce_axis((0, b), name=f"k{d}") for d, b in enumerate(plan.block)]
+    dt = x.dtype
+    acc_dt = _work(dt)
+
+    def f(*i: Expr) -> Expr:
+        n, c, y = i[0], i[1], i[2:]
+        conds: list[Expr] = []
+        pos: list[Expr] = []
+        for d in range(r):
+            q = y[d] + plan.pads[d] - ks[d] * plan.dilations[d]
+            s_d = plan.strides[d]
+            p = te.floordiv(q, s_d) if s_d > 1 else q
+            if s_d > 1:
+                conds.append(te.equal(te.floormod(q, s_d), 0))
+            conds += [q >= 0, p < plan.positions[d]]
+            pos.append(te.minimum(te.maximum(p, 0), plan.positions[d] - 1))
+        row = c * kk + ravel(list(ks), list(plan.block))
+        col = ravel(pos, list(plan.positions))
+        v = te.cast(x[(n, row, col)], acc_dt)
+        return te.sum(te.select(te.all(*conds), v, scalar(0, acc_dt)), axis=ks)
+
+    out = te.compute((shape[0], shape[1] // kk) + plan.image, f, name="col2im", tag="reduce")
+    if acc_dt == dt:
+        return out
+    return te.compute(out.shape, lambda *i: te.cast(out[i], dt), name="col2im_cast",
+                      tag="elemwise")
