@@ -340,3 +340,13 @@ def test_col2im(tmp_path):
                    {"img": np.array([7, 7], np.int64), "blk": np.array([2, 2], np.int64)},
                    opset=18)
     _check(m, {"x": _x((2, 12, 16), 27)}, tmp_path)
+
+
+def test_dft(tmp_path):
+    nodes = [N("DFT", ["x", "", "ax"], ["f"], onesided=1),
+             N("DFT", ["c", "len", "ax"], ["g"], inverse=1),
+             N("DFT", ["c", "", "ax"], ["r"], inverse=1, onesided=1)]
+    m = make_model(nodes, {"x": (F, [2, 16, 3, 1]), "c": (F, [2, 9, 3, 2])},
+                   {"f": (F, [2, 9, 3, 2]), "g": (F, [2, 12, 3, 2]), "r": (F, [2, 16, 3, 1])},
+                   {"ax": np.array(1, np.int64), "len": np.array(12, np.int64)}, opset=20)
+    _check(m, {"x": _x((2, 16, 3, 1), 28), "c": _x((2, 9, 3, 2), 29)}, tmp_path, rtol=1e-4)

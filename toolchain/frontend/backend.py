@@ -51,7 +51,7 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "Upsample": (1,), "Dropout": (1, 2), "TopK": (1,), "OneHot": (1,), "Range": (0, 1, 2),
     "CenterCropPad": (1,), "CumSum": (1,), "CumProd": (1,), "Trilu": (1,), "LSTM": (4,),
     "GRU": (4,), "RNN": (4,), "AffineGrid": (1,),
-    "Col2Im": (1, 2),
+    "Col2Im": (1, 2), "DFT": (1, 2),
 }
 
 

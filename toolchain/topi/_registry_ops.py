@@ -21,6 +21,7 @@ from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
 from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
+from toolchain.topi import spectral
 from toolchain.topi import transform as tf
 from toolchain.topi import transform_ext as tfx
 from toolchain.topi.registry import Ctx, register
@@ -451,3 +452,12 @@ def _qlinear_matmul(ctx: Ctx) -> list[te.Tensor]:
 @register("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(ctx: Ctx) -> list[te.Tensor]:
     return list(qx.dynamic_quantize_linear(ctx.tensor(0)))[:len(ctx.node.outputs)]
+
+
+@register("DFT")
+def _dft(ctx: Ctx) -> list[te.Tensor]:
+    length, axis = ctx.const(1, "dft_length"), ctx.const(2, "axis")
+    a = ctx.attrs
+    return [spectral.dft(ctx.tensor(0), -2 if axis is None else int(axis.reshape(())),
+                         None if length is None else int(length.reshape(())),
+                         bool(a["inverse"]), bool(a["onesided"]))]
