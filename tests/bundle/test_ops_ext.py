@@ -350,3 +350,26 @@ def test_dft(tmp_path):
                    {"f": (F, [2, 9, 3, 2]), "g": (F, [2, 12, 3, 2]), "r": (F, [2, 16, 3, 1])},
                    {"ax": np.array(1, np.int64), "len": np.array(12, np.int64)}, opset=20)
     _check(m, {"x": _x((2, 16, 3, 1), 28), "c": _x((2, 9, 3, 2), 29)}, tmp_path, rtol=1e-4)
+
+
+def test_conv_integer_qlinear_conv(tmp_path):
+    rng = np.random.default_rng(30)
+    inits = {"w": rng.integers(-128, 128, (6, 4, 3, 3)).astype(np.int8),
+             "wu": rng.integers(0, 256, (6, 4, 3, 3)).astype(np.uint8),
+             "xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
+             "ws": np.linspace(0.01, 0.05, 6).astype(np.float32), "wz": np.zeros(6, np.int8),
+             "wuz": np.array(128, np.uint8), "ys": np.array(0.8, np.float32),
+             "yz": np.array(7, np.uint8), "b": (np.arange(-3, 3) * 50).astype(np.int32)}
+    nodes = [N("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["q"],
+               pads=[1, 1, 1, 1]),
+             N("ConvInteger", ["x", "wu", "xz", "wuz"], ["c"], strides=[2, 2])]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 4, 7, 6])],
+        [helper.make_tensor_value_info("q", TensorProto.UINT8, [2, 6, 7, 6]),
+         helper.make_tensor_value_info("c", TensorProto.INT32, [2, 6, 3, 2])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    inputs = {"x": rng.integers(0, 256, (2, 4, 7, 6)).astype(np.uint8)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    assert_matches(got, run_ort(m, inputs))

@@ -38,3 +38,18 @@ def test_qlinear_matmul(per_axis, out):
 def test_dynamic_quantize_linear(lo, hi):
     x = rand(3, 7, lo=lo, hi=hi) if hi > lo else np.zeros((3, 7), np.float32)
     check_node("DynamicQuantizeLinear", [x], n_out=3)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                   {"group": 2, "dilations": [2, 1]},
+                                   {"auto_pad": "SAME_UPPER"}])
+def test_conv_integer_and_qlinear_conv(attrs):
+    x = rand(1, 4, 6, 5, dtype="uint8", lo=0, hi=255)
+    cin = 4 // attrs.get("group", 1)
+    w = rand(6, cin, 3, 3, dtype="int8", lo=-128, hi=127, seed=1)
+    xz, wz = np.array(120, np.uint8), np.arange(6).astype(np.int8)
+    check_node("ConvInteger", [x, w, xz, wz], attrs)
+    ins = [x, np.array(0.02, np.float32), xz, w, np.linspace(0.01, 0.05, 6).astype(np.float32),
+           np.zeros(6, np.int8), np.array(0.8, np.float32), np.array(7, np.uint8),
+           np.arange(-3, 3).astype(np.int32) * 50]
+    check_node("QLinearConv", ins, attrs)

@@ -10,6 +10,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
+from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.transform import (
     pad_widths,
     resize_plan,
@@ -461,3 +462,33 @@ def _dft(ctx: Ctx) -> list[te.Tensor]:
     return [spectral.dft(ctx.tensor(0), -2 if axis is None else int(axis.reshape(())),
                          None if length is None else int(length.reshape(())),
                          bool(a["inverse"]), bool(a["onesided"]))]
+
+
+def _conv_window(ctx: Ctx, w_index: int) -> tuple[list[int], list[int], list[int]]:
+    """Strides, dilations and begin pads of an integer convolution node (auto_pad
+    resolved)."""
+    a = ctx.attrs
+    xs, ws = ctx.shape(0), ctx.shape(w_index)
+    nsp = len(xs) - 2
+    strides = list(a["strides"] or [1] * nsp)
+    dil = list(a["dilations"] or [1] * nsp)
+    geom = window_geometry(xs[2:], ws[2:], strides=strides, dilations=dil,
+                           pads=list(a["pads"] or [0] * 2 * nsp), auto_pad=a["auto_pad"])
+    return strides, dil, list(geom.pads_begin)
+
+
+@register("ConvInteger")
+def _conv_integer(ctx: Ctx) -> list[te.Tensor]:
+    strides, dil, pb = _conv_window(ctx, 1)
+    return [qx.int_conv(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), ctx.opt_tensor(3),
+                        ctx.node.outputs[0].shape, strides, dil, pb, ctx.attrs["group"])]
+
+
+@register("QLinearConv")
+def _qlinear_conv(ctx: Ctx) -> list[te.Tensor]:
+    strides, dil, pb = _conv_window(ctx, 3)
+    t = ctx.opt_tensor
+    acc = qx.int_conv(ctx.tensor(0), ctx.tensor(3), t(2), t(5), ctx.node.outputs[0].shape,
+                      strides, dil, pb, ctx.attrs["group"])
+    return [qx.qlinear_conv(acc, ctx.tensor(1), ctx.tensor(4), ctx.tensor(6), t(7), t(8),
+                            ctx.node.outputs[0].dtype)]

@@ -108,3 +108,51 @@ def dynamic_quantize_linear(x: te.Tensor) -> tuple[te.Tensor, te.Tensor, te.Tens
     zp = te.compute((1,), lambda i: te.cast(zpf[(i,)], "uint8"), name="dql_zero_point",
                     tag="elemwise")
     return y, scale, zp
+
+
+def int_conv(x: te.Tensor, w: te.Tensor, x_zp: te.Tensor | None, w_zp: te.Tensor | None,
+             out_shape: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+             pads_begin: Sequence[int], group: int = 1) -> te.Tensor:
+    """int32 N-D grouped convolution of ``(x - x_zp)`` and ``(w - w_zp)`` (``w_zp`` per
+    tensor or per output channel); a tap in the padding contributes 0."""
+    xs, ws = const_shape(x, "int_conv"), const_shape(w, "int_conv")
+    nsp = len(xs) - 2
+    cg = ws[1]
+    mg = ws[0] // group
+    rc = te.reduce_axis((0, cg), name="rc")
+    rk = [te.reduce_axis((0, ws[2 + d]), name=f"r{d}") for d in range(nsp)]
+
+    def f(*o: Expr) -> Expr:
+        n, m, sp = o[0], o[1], o[2:]
+        c = te.floordiv(m, mg) * cg + rc if group > 1 else rc
+        idx, conds = [], []
+        for d in range(nsp):
+            v = sp[d] * strides[d] + rk[d] * dilations[d] - pads_begin[d]
+            conds += [v >= 0, v < xs[2 + d]]
+            idx.append(te.minimum(te.maximum(v, 0), xs[2 + d] - 1))
+        xv = te.cast(x[(n, c, *idx)], "int32") - _param(x_zp, ir.IntImm(0), "int32")
+        xv = te.select(te.all(*conds), xv, scalar(0, "int32"))
+        wv = te.cast(w[(m, rc, *rk)], "int32") - _param(w_zp, m, "int32")
+        return te.sum(xv * wv, axis=[rc, *rk])
+
+    return te.compute(tuple(out_shape), f, name="conv_integer", tag="reduce")
+
+
+def qlinear_conv(acc: te.Tensor, x_scale: te.Tensor, w_scale: te.Tensor, y_scale: te.Tensor,
+                 y_zp: te.Tensor | None, bias: te.Tensor | None, out_dtype: str) -> te.Tensor:
+    """QLinearConv's epilogue on the int32 convolution ``acc``: ``+ B``, the float32
+    multiplier ``x_scale · w_scale / y_scale`` (per output channel when ``w_scale`` is),
+    float64 product, clamp, round half to even."""
+    lo, hi = te.min_value(out_dtype).value, te.max_value(out_dtype).value
+
+    def f(*o: Expr) -> Expr:
+        m = o[1]
+        v = acc[o] + _param(bias, m, "int32") if bias is not None else acc[o]
+        mult = _param(x_scale, ir.IntImm(0), "float32") * _param(w_scale, m, "float32") / \
+            _param(y_scale, ir.IntImm(0), "float32")
+        d = te.cast(v, "float64") * te.cast(mult, "float64") + _param(y_zp, ir.IntImm(0),
+                                                                       "float64")
+        d = te.minimum(te.maximum(d, scalar(lo, "float64")), scalar(hi, "float64"))
+        return te.cast(te.round(d), out_dtype)
+
+    return te.compute(acc.shape, f, name="qlinear_conv", tag="elemwise")

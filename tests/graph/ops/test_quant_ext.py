@@ -50,3 +50,26 @@ def test_dynamic_quantize_linear_matches_onnxruntime(scale):
     x = (data("float32", (4, 6)) * scale).astype(np.float32)
     check_vs_ort("DynamicQuantizeLinear", [x], n_outputs=3)
     check_vs_ort("DynamicQuantizeLinear", [np.abs(x)], n_outputs=3)  # min adjusted to 0
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                                   {"group": 2}, {"auto_pad": "SAME_UPPER"}])
+def test_conv_integer_and_qlinear_conv_match_onnxruntime(attrs):
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 256, (1, 4, 6, 5)).astype(np.uint8)
+    cin = 4 // attrs.get("group", 1)
+    wu = rng.integers(0, 256, (6, cin, 3, 3)).astype(np.uint8)
+    check_vs_ort("ConvInteger", [x, wu, np.array(120, np.uint8), np.array(130, np.uint8)],
+                 attrs)
+    w = rng.integers(-128, 128, (6, cin, 3, 3)).astype(np.int8)
+    ins = [x, np.array(0.02, np.float32), np.array(120, np.uint8), w,
+           np.linspace(0.01, 0.05, 6).astype(np.float32), np.zeros(6, np.int8),
+           np.array(0.8, np.float32), np.array(7, np.uint8),
+           (np.arange(-3, 3) * 50).astype(np.int32)]
+    check_vs_ort("QLinearConv", ins, attrs)
+
+
+def test_conv_integer_errors_name_the_node():
+    with pytest.raises(ModelError, match=r"node 'n' \(ConvInteger\): group = 3 must divide"):
+        infer("ConvInteger", [data("uint8", (1, 4, 5, 5)), data("uint8", (6, 4, 3, 3))],
+              {"group": 3})

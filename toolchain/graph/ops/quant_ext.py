@@ -1,6 +1,6 @@
-"""Integer matrix products of ONNX's quantized-operator format: MatMulInteger and
-QLinearMatMul, and DynamicQuantizeLinear (what onnxruntime's dynamic and static quantizers
-emit besides QDQ pairs).
+"""Integer ops of ONNX's quantized-operator format: MatMulInteger, QLinearMatMul,
+ConvInteger, QLinearConv and DynamicQuantizeLinear (what onnxruntime's dynamic and static
+quantizers emit besides QDQ pairs).
 
 Both are OPAQUE (an integer product with zero points, and for QLinearMatMul a requantizing
 epilogue).  Operands have rank >= 2 (batch axes broadcast as in MatMul); zero points and
@@ -30,7 +30,8 @@ import numpy as np
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType, Value
 from toolchain.graph.ops.common import check_dtype, defop, input_value
-from toolchain.graph.ops.registry import OpDef, PatternKind, broadcast_shapes
+from toolchain.graph.ops.nn import window_attrs
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, broadcast_shapes, get_op
 
 _Q = ("int8", "uint8")
 
@@ -155,6 +156,98 @@ def _dql_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [y.astype(np.uint8), np.array(scale, np.float32), np.array(zp, np.uint8)]
 
 
+# -- ConvInteger, QLinearConv -------------------------------------------------------------------
+
+def conv_shape(node: Node, x: Value, w: Value, attrs: dict[str, Any]) -> tuple[int, ...]:
+    """The output shape of an integer convolution, by Conv's own shape rule (the same
+    window attributes, group and error messages, naming this node)."""
+    shadow = Node("Conv", node.name, [Value(x.name, x.shape, "float64"),
+                                      Value(w.name, w.shape, "float64")],
+                  [Value("y", (), "float64")],
+                  {k: v for k, v in attrs.items() if v is not None and v != ()})
+    try:
+        (out,) = get_op("Conv").infer(shadow)
+    except ModelError as exc:
+        raise ModelError(str(exc).replace("(Conv)", f"({node.op})", 1)) from None
+    return out.shape
+
+
+_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+def _int_conv(x: np.ndarray, w: np.ndarray, xzp: Any, wzp: Any,
+              attrs: dict[str, Any]) -> np.ndarray:
+    xx = x.astype(np.float64) - (0.0 if xzp is None else float(np.asarray(xzp).reshape(-1)[0]))
+    wz = 0.0 if wzp is None else np.asarray(wzp).astype(np.float64)
+    if np.size(wz) > 1:
+        wz = wz.reshape((-1,) + (1,) * (w.ndim - 1))
+    ww = w.astype(np.float64) - wz
+    conv = {k: attrs[k] for k in _CONV_ATTRS}
+    # integer products summed in float64: exact below 2**53
+    return get_op("Conv").reference([xx, ww, None], conv)[0].astype(np.int32)
+
+
+def _conv_integer_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x, w = input_value(node, 0, "x"), input_value(node, 1, "w")
+    check_dtype(node, x, "input 0 (x)", _Q)
+    check_dtype(node, w, "input 1 (w)", _Q)
+    shape = conv_shape(node, x, w, attrs)
+    _param(node, 2, "x_zero_point", 1, _Q, x.dtype)
+    _param(node, 3, "w_zero_point", w.shape[0], _Q, w.dtype)
+    return [TensorType(shape, "int32")]
+
+
+def _conv_integer_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    return [_int_conv(np.asarray(ins[0]), np.asarray(ins[1]), ins[2], ins[3], attrs)]
+
+
+def _qlinear_conv_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x, w = input_value(node, 0, "x"), input_value(node, 3, "w")
+    check_dtype(node, x, "input 0 (x)", _Q)
+    check_dtype(node, w, "input 3 (w)", _Q)
+    shape = conv_shape(node, x, w, attrs)
+    scales = ("float32",)
+    for i, what in ((1, "x_scale"), (4, "w_scale"), (6, "y_scale")):
+        input_value(node, i, what)
+    _param(node, 1, "x_scale", 1, scales)
+    _param(node, 2, "x_zero_point", 1, _Q, x.dtype)
+    _param(node, 4, "w_scale", w.shape[0], scales)
+    _param(node, 5, "w_zero_point", w.shape[0], _Q, w.dtype)
+    _param(node, 6, "y_scale", 1, scales)
+    yzp = _param(node, 7, "y_zero_point", 1, _Q)
+    _param(node, 8, "B", w.shape[0], ("int32",))
+    return [TensorType(shape, yzp.dtype if yzp is not None else x.dtype)]
+
+
+def _qlinear_conv_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, w = np.asarray(ins[0]), np.asarray(ins[3])
+    acc = _int_conv(x, w, ins[2], ins[5], attrs)
+    channel = (1, -1) + (1,) * (acc.ndim - 2)
+    if ins[8] is not None:
+        acc = acc + np.asarray(ins[8]).astype(np.int32).reshape(channel)
+    ws = np.asarray(ins[4]).astype(np.float32)
+    mult = np.asarray(ins[1]).astype(np.float32).reshape(()) * ws / np.asarray(
+        ins[6]).astype(np.float32).reshape(())
+    r = acc.astype(np.float64) * (mult.reshape(channel) if mult.size > 1 else mult.reshape(
+        ())).astype(np.float64)
+    out = np.asarray(ins[7]).dtype if ins[7] is not None else x.dtype
+    if ins[7] is not None:
+        r = r + float(np.asarray(ins[7]).reshape(()))
+    info = np.iinfo(out)
+    return [np.rint(np.clip(r, info.min, info.max)).astype(out)]
+
+
+def _conv_attrs() -> tuple[Attr, ...]:
+    return window_attrs(kernel_required=False) + (Attr("group", "int", 1),)
+
+
+def _conv_flops(node: Node) -> int:
+    w = node.inputs[1 if node.op == "ConvInteger" else 3]
+    if w is None:
+        return 0
+    return 2 * sum(o.size for o in node.outputs) * int(np.prod(w.shape[1:]))
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (
     defop("MatMulInteger", ("A", "B", "a_zero_point?", "b_zero_point?"), PatternKind.OPAQUE,
@@ -175,4 +268,16 @@ OPS: tuple[OpDef, ...] = (
           doc="uint8 quantization with the range of x (and 0): scale = (max - min) / 255 "
               "(1/255 when max = min), zero point = round(clamp(-min / scale)), y = "
               "saturate(round(x / scale) + zero point); float32 arithmetic, halves to even"),
+    defop("ConvInteger", ("x", "w", "x_zero_point?", "w_zero_point?"), PatternKind.OPAQUE,
+          attrs=_conv_attrs(), infer=_conv_integer_infer, reference=_conv_integer_ref,
+          flops=_conv_flops, min_opset=10,
+          doc="int32 convolution of (x - x_zero_point) and (w - w_zero_point) (per output "
+              "channel allowed); padding contributes 0; Conv's window attributes and group"),
+    defop("QLinearConv", ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point",
+                          "y_scale", "y_zero_point", "B?"), PatternKind.OPAQUE,
+          attrs=_conv_attrs(), infer=_qlinear_conv_infer, reference=_qlinear_conv_ref,
+          flops=_conv_flops, min_opset=10,
+          doc="that integer convolution plus int32 B, requantized: saturate(round_half_even"
+              "((acc + B) · x_scale · w_scale / y_scale) + y_zero_point); w_scale per tensor "
+              "or per output channel"),
 )

@@ -664,7 +664,7 @@ OPS = (
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "LSTM", "GRU", "RNN", "Col2Im",
-    "DFT",
+    "DFT", "ConvInteger", "QLinearConv",
 )
 
 
