@@ -295,45 +295,6 @@ def test_dynamic_quantization_pattern(tmp_path):
     assert_matches(got, run_ort(m, inputs))
 
 
-def test_lstm(tmp_path):
-    rng = np.random.default_rng(21)
-    s, b, n_in, h = 5, 2, 6, 4
-    inits = {"w": (rng.standard_normal((2, 4 * h, n_in)) * 0.4).astype(F),
-             "r": (rng.standard_normal((2, 4 * h, h)) * 0.4).astype(F),
-             "bb": (rng.standard_normal((2, 8 * h)) * 0.2).astype(F),
-             "p": (rng.standard_normal((2, 3 * h)) * 0.2).astype(F)}
-    nodes = [N("LSTM", ["x", "w", "r", "bb", "", "h0", "c0", "p"], ["y", "yh", "yc"],
-               direction="bidirectional", hidden_size=h, clip=2.0),
-             N("LSTM", ["x", "w1", "r1"], ["", "zh"], hidden_size=h, direction="reverse")]
-    inits |= {"w1": inits["w"][:1].copy(), "r1": inits["r"][:1].copy()}
-    m = make_model(nodes, {"x": (F, [s, b, n_in]), "h0": (F, [2, b, h]), "c0": (F, [2, b, h])},
-                   {"y": (F, [s, 2, b, h]), "yh": (F, [2, b, h]), "yc": (F, [2, b, h]),
-                    "zh": (F, [1, b, h])}, inits, opset=18)
-    _check(m, {"x": _x((s, b, n_in), 21), "h0": _x((2, b, h), 22) * 0.3,
-               "c0": _x((2, b, h), 23) * 0.3}, tmp_path)
-
-
-def test_gru_rnn(tmp_path):
-    rng = np.random.default_rng(24)
-    s, b, n_in, h = 4, 2, 5, 3
-
-    def rnd(*shape):
-        return (rng.standard_normal(shape) * 0.4).astype(F)
-
-    inits = {"gw": rnd(2, 3 * h, n_in), "gr": rnd(2, 3 * h, h), "gb": rnd(2, 6 * h),
-             "rw": rnd(1, h, n_in), "rr": rnd(1, h, h), "rb": rnd(1, 2 * h)}
-    nodes = [N("GRU", ["x", "gw", "gr", "gb"], ["gy", "gh"], direction="bidirectional",
-               hidden_size=h),
-             N("GRU", ["x", "gw", "gr", "gb"], ["", "lh"], direction="bidirectional",
-               hidden_size=h, linear_before_reset=1),
-             N("RNN", ["x", "rw", "rr", "rb", "", "h0"], ["ry", "rh"], hidden_size=h, clip=1.5)]
-    m = make_model(nodes, {"x": (F, [s, b, n_in]), "h0": (F, [1, b, h])},
-                   {"gy": (F, [s, 2, b, h]), "gh": (F, [2, b, h]), "lh": (F, [2, b, h]),
-                    "ry": (F, [s, 1, b, h]), "rh": (F, [1, b, h])}, inits, opset=18)
-    _check(m, {"x": _x((s, b, n_in), 24), "h0": _x((1, b, h), 25) * 0.3}, tmp_path)
-
-
-
 def test_col2im(tmp_path):
     nodes = [N("Col2Im", ["x", "img", "blk"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1])]
     m = make_model(nodes, {"x": (F, [2, 12, 16])}, {"y": (F, [2, 3, 7, 7])},

@@ -12,7 +12,7 @@ from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
-from toolchain.topi.nn import einsum, grid_sample, norm, norm_ext, pooling, rnn, softmax
+from toolchain.topi.nn import einsum, grid_sample, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
@@ -179,25 +179,6 @@ def _grid_sample(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [grid_sample.grid_sample(ctx.tensor(0), ctx.tensor(1), a["mode"], a["padding_mode"],
                                     bool(a["align_corners"]))]
-
-
-@register("LSTM")
-def _lstm(ctx: Ctx) -> list[te.Tensor]:
-    a = ctx.attrs
-    t = ctx.opt_tensor
-    outs = rnn.lstm(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), t(3), t(5), t(6), t(7),
-                    a["clip"], a["direction"], a["layout"])
-    return list(outs)[:len(ctx.node.outputs)]
-
-
-@register("GRU", "RNN")
-def _gru_rnn(ctx: Ctx) -> list[te.Tensor]:
-    a = ctx.attrs
-    t = ctx.opt_tensor
-    outs = rnn.gru_rnn(ctx.node.op, ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), t(3), t(5),
-                       a["clip"], a["direction"], a["layout"],
-                       bool(a.get("linear_before_reset", 0)))
-    return list(outs)[:len(ctx.node.outputs)]
 
 
 @register("AffineGrid")

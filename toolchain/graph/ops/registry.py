@@ -294,7 +294,6 @@ def builtin_ops() -> tuple[OpDef, ...]:
         quant,
         quant_ext,
         reduce,
-        rnn,
         spectral,
         transform,
         transform_ext,
@@ -307,7 +306,6 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
         *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
-        *rnn.OPS,          # LSTM, GRU, RNN
         *spectral.OPS,     # DFT
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …

@@ -663,7 +663,7 @@ OPS = (
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
-    "QLinearMatMul", "DynamicQuantizeLinear", "LSTM", "GRU", "RNN", "Col2Im",
+    "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
     "DFT", "ConvInteger", "QLinearConv",
 )
 

@@ -11,10 +11,9 @@ from toolchain.topi.nn import (
     norm,
     norm_ext,
     pooling,
-    rnn,
     softmax,
     winograd,
 )
 
 __all__ = ["conv2d", "conv2d_transpose", "conv_nd", "dense", "einsum", "grid_sample", "norm",
-           "norm_ext", "pooling", "rnn", "softmax", "winograd"]
+           "norm_ext", "pooling", "softmax", "winograd"]
