@@ -185,7 +185,15 @@ def run_case_bundle(name: str, tmp: Path) -> tuple[str, str]:
 
 #: known failures caused by op definitions (owned elsewhere), each with the reason; they
 #: run as non-strict xfails so a fix shows up as XPASS
-KNOWN_FAILURES: dict[str, str] = {}
+_FP16_ATTENTION = (
+    "float16 attention through the expanded body (Range, Trilu … now registered): Kiln's "
+    "float16 MatMul/Softmax references accumulate in float32 and round once, the expected "
+    "data round every step in float16 (onnx.reference matches them exactly); 2 of 192 "
+    "elements differ by 1.04e-3 relative, just over the case's rtol 1e-3")
+KNOWN_FAILURES: dict[str, str] = {
+    "test_attention_4d_causal_fp16": _FP16_ATTENTION,
+    "test_attention_4d_causal_fp16_expanded": _FP16_ATTENTION,
+}
 
 
 def _params():

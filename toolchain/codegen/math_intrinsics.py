@@ -12,7 +12,8 @@ which rounds once more).
 * ``sigmoid`` -> helper ``kiln_sigmoid`` / ``kiln_sigmoidf``: ``1 / (1 + exp(-x))``.
 * ``rsqrt`` -> ``1.0 / sqrt(x)``.
 * ``isnan`` -> the ``isnan`` macro (``bool`` result).
-* ``exp exp2 log log2 log10 sqrt tanh erf fabs pow floor ceil trunc sin cos tan fmod`` ->
+* ``exp exp2 log log2 log10 sqrt tanh erf fabs pow floor ceil trunc sin cos tan fmod
+  asin acos atan sinh cosh asinh acosh atanh expm1 log1p`` ->
   the C99 ``<math.h>`` function of the same name.
 
 ``nearbyint`` rounds in the current floating-point rounding mode without raising the
@@ -55,7 +56,11 @@ _SAME = [("exp", "e to the power x"), ("exp2", "2 to the power x"),
          ("tanh", "hyperbolic tangent"), ("erf", "error function"),
          ("fabs", "absolute value"), ("floor", "largest integer <= x"),
          ("ceil", "smallest integer >= x"), ("trunc", "integer part, towards zero"),
-         ("sin", "sine"), ("cos", "cosine"), ("tan", "tangent")]
+         ("sin", "sine"), ("cos", "cosine"), ("tan", "tangent"), ("asin", "arc sine"),
+         ("acos", "arc cosine"), ("atan", "arc tangent"), ("sinh", "hyperbolic sine"),
+         ("cosh", "hyperbolic cosine"), ("asinh", "inverse hyperbolic sine"),
+         ("acosh", "inverse hyperbolic cosine"), ("atanh", "inverse hyperbolic tangent"),
+         ("expm1", "exp(x) - 1, exact near 0"), ("log1p", "log(1 + x), exact near 0")]
 
 INTRINSICS: dict[str, MathIntrinsic] = {
     **{op: MathIntrinsic(op, op, text) for op, text in _SAME},

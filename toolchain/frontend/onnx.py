@@ -47,7 +47,7 @@ from toolchain.frontend.onnx_build import NO_FOLD_OPS, SHAPE_ONLY_OPS, build_gra
 from toolchain.frontend.onnx_functions import expand_function_ops
 from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
 from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.ops.registry import get_op, has_op
+from toolchain.graph.ops.registry import data_dependent_reason, get_op, has_op
 
 #: Oldest opset whose semantics Kiln implements (older models are converted first).
 MIN_OPSET = 11
@@ -593,7 +593,7 @@ def _node_problems(raw: RawNode) -> list[str]:
         return [f"op domain {raw.domain!r} is not supported (Kiln supports the default "
                 "ONNX domain only)"]
     if not has_op(raw.op):
-        return ["op not supported by Kiln"]
+        return [data_dependent_reason(raw.op) or "op not supported by Kiln"]
     opdef = get_op(raw.op)
     problems = []
     if raw.opset < opdef.min_opset and not raw.upgraded:

@@ -1,15 +1,15 @@
 """Expand ONNX *function ops* that Kiln does not register into the ops they are defined by.
 
-Many ONNX ops are defined by a function body in their schema (``Mish = X * Tanh(Softplus
-(X))``, ``GroupNormalization``, ``CastLike``, ``GreaterOrEqual``, ``Swish`` …).  When a model
-uses such an op and Kiln's registry lacks it, the frontend replaces the node by its body,
+Many ONNX ops are defined by a function body in their schema (``Swish = X * Sigmoid(alpha
+* X)``, ``GroupNormalization``, ``RMSNormalization``, ``CastLike`` …).  When a model uses
+such an op and Kiln's registry lacks it, the frontend replaces the node by its body,
 recursively, as long as every op of the expansion is registered (otherwise the node is
 left alone and reported as unsupported).
 
-Before / after (opset 22, Kiln registers Tanh, Mul, Exp, Add, Log …)::
+Before / after (opset 24, Kiln registers Cast, Mul, Sigmoid …)::
 
-    y = Mish(x)
-    -> sp = Softplus(x) -> ... -> t = Tanh(sp); y = Mul(x, t)
+    y = Swish(x)
+    -> a = Constant(alpha); ac = Cast(a); ax = Mul(ac, x); s = Sigmoid(ax); y = Mul(x, s)
 
 Context-dependent bodies (whose body depends on input types, like ``CastLike``) are built
 from the types ONNX shape inference gives.  The bodies are attached as model-local
@@ -91,7 +91,7 @@ def expandable(op: str, opset: int, depth: int = 0) -> bool:
 
     Example::
 
-        >>> expandable("Relu", 17), expandable("Swish", 24), expandable("LSTM", 17)
+        >>> expandable("Relu", 17), expandable("Swish", 24), expandable("Loop", 17)
         (True, True, False)
     """
     if has_op(op):

@@ -20,6 +20,7 @@ Rules (model opset ``v``):
 * ``Squeeze``, ``Unsqueeze``, ``ReduceSum`` (v < 13) and the other ``Reduce*`` ops
   (v < 18): attribute ``axes`` -> input 1.
 * ``Dropout`` (v < 12): attribute ``ratio`` -> input 1 (inference ignores it anyway).
+* ``DFT`` (v < 20): attribute ``axis`` (default 1) -> input 2.
 * ``Softmax``, ``LogSoftmax``, ``Hardmax`` (v < 13): these normalised over the input
   *coerced to 2-D* at ``axis`` (default 1).  The node is marked ``legacy_2d`` and the
   frontend, which knows the input rank, emits ``Reshape -> op(axis=-1) -> Reshape`` (or
@@ -124,6 +125,9 @@ def upgrade_node(node: RawNode, new_const: NewConst) -> RawNode:
         _attr_to_input(node, "axes", 1, np.int64, new_const)
     elif op == "Dropout" and v < 12:
         _attr_to_input(node, "ratio", 1, np.float32, new_const)
+    elif op == "DFT" and v < 20:
+        node.attrs.setdefault("axis", 1)  # opset 17/19: an attribute, default 1
+        _attr_to_input(node, "axis", 2, np.int64, new_const)
     elif op in LEGACY_2D_OPS and v < 13:
         node.legacy_2d = True
         node.attrs.setdefault("axis", 1)

@@ -39,6 +39,30 @@ cos = _unary("cos")
 exp2 = _unary("exp2")
 log2 = _unary("log2")
 trunc = _unary("trunc")
+tan = _unary("tan")
+asin = _unary("asin")
+acos = _unary("acos")
+atan = _unary("atan")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+asinh = _unary("asinh")
+acosh = _unary("acosh")
+atanh = _unary("atanh")
+expm1 = _unary("expm1")
+expm1.__doc__ = "``exp(x) - 1`` without cancellation near 0 (C99 ``expm1``)."
+log1p = _unary("log1p")
+log1p.__doc__ = "``log(1 + x)`` without cancellation near 0 (C99 ``log1p``)."
+
+
+def isnan(x: Any) -> ir.PrimExpr:
+    """``x`` is NaN, a bool (the ``isnan`` intrinsic)."""
+    return ir.Call("bool", "isnan", (ir.convert(x, "float32"),))
+
+
+def fmod(x: Any, y: Any) -> ir.PrimExpr:
+    """C's ``fmod``: the remainder of ``x / y`` truncated, with the sign of ``x`` (floats)."""
+    a, b = ir.pair_of(x, y)
+    return ir.Call(a.dtype, "fmod", (a, b))
 
 
 def abs(x: Any) -> ir.PrimExpr:  # noqa: A001

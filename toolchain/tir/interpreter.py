@@ -87,6 +87,9 @@ _MATH: dict[str, Callable[..., Any]] = {
     "round": np.round, "sin": np.sin, "cos": np.cos, "tan": np.tan, "exp2": np.exp2,
     "log2": np.log2,
     "log10": np.log10, "trunc": np.trunc, "fmod": np.fmod, "isnan": np.isnan,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "expm1": np.expm1, "log1p": np.log1p,
     "rsqrt": lambda x: np.asarray(x).dtype.type(1) / np.sqrt(x),
 }
 

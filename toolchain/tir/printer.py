@@ -35,7 +35,9 @@ _BIN = {
     ir.Or: ("or", 3),
 }
 _MATH = {"exp", "log", "sqrt", "tanh", "erf", "sigmoid", "fabs", "pow", "floor", "ceil",
-         "round", "sin", "cos", "exp2", "log2", "log10", "rsqrt", "trunc", "fmod", "isnan"}
+         "round", "sin", "cos", "exp2", "log2", "log10", "rsqrt", "trunc", "fmod", "isnan",
+         "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1",
+         "log1p"}
 _LOOP_FN = {"parallel": "T.parallel", "vectorized": "T.vectorized", "unrolled": "T.unroll",
             "serial": "T.serial"}
 

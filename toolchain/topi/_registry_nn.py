@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from toolchain import te
 from toolchain.graph.ops.nn_common import window_geometry
+from toolchain.graph.ops.nn_ext import col2im_plan
 from toolchain.topi import transform as tf
 from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
-from toolchain.topi.nn import norm, pooling, softmax
+from toolchain.topi.nn import einsum, grid_sample, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
@@ -156,6 +157,55 @@ def _avgpool(ctx: Ctx) -> list[te.Tensor]:
     ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
     return [pooling.pool(ctx.tensor(0), "avg", kernel, strides, dil, pads, ceil,
                          bool(a["count_include_pad"]))]
+
+
+@register("LpPool")
+def _lppool(ctx: Ctx) -> list[te.Tensor]:
+    kernel, strides, dil, pads = _pool_params(ctx)
+    a = ctx.attrs
+    ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
+    return [norm_ext.lp_pool(ctx.tensor(0), a["p"], kernel, strides, dil, pads, ceil)]
+
+
+@register("Einsum")
+def _einsum(ctx: Ctx) -> list[te.Tensor]:
+    xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
+    shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs))]
+    return [einsum.einsum(ctx.attrs["equation"], xs, shapes)]
+
+
+@register("GridSample")
+def _grid_sample(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [grid_sample.grid_sample(ctx.tensor(0), ctx.tensor(1), a["mode"], a["padding_mode"],
+                                    bool(a["align_corners"]))]
+
+
+@register("AffineGrid")
+def _affine_grid(ctx: Ctx) -> list[te.Tensor]:
+    size = ctx.ints(1, "size")
+    assert size is not None
+    return [grid_sample.affine_grid(ctx.tensor(0), tuple(size[2:]),
+                                    bool(ctx.attrs["align_corners"]))]
+
+
+@register("Col2Im")
+def _col2im(ctx: Ctx) -> list[te.Tensor]:
+    image, block = ctx.ints(1, "image_shape"), ctx.ints(2, "block_shape")
+    assert image is not None and block is not None
+    plan = col2im_plan(ctx.node.describe(), ctx.shape(0), image, block, ctx.attrs)
+    return [norm_ext.col2im(ctx.tensor(0), plan)]
+
+
+@register("LRN")
+def _lrn(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [norm_ext.lrn(ctx.tensor(0), a["size"], a["alpha"], a["beta"], a["bias"])]
+
+
+@register("LpNormalization")
+def _lp_normalization(ctx: Ctx) -> list[te.Tensor]:
+    return [norm_ext.lp_normalize(ctx.tensor(0), ctx.attrs["axis"], ctx.attrs["p"])]
 
 
 @register("GlobalAveragePool", "GlobalMaxPool")

@@ -10,6 +10,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
+from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.transform import (
     pad_widths,
     resize_plan,
@@ -18,8 +19,12 @@ from toolchain.graph.ops.transform import (
 )
 from toolchain.tir import ir
 from toolchain.topi import elemwise as ew
+from toolchain.topi import elemwise_ext as ewx
+from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
+from toolchain.topi import spectral
 from toolchain.topi import transform as tf
+from toolchain.topi import transform_ext as tfx
 from toolchain.topi.registry import Ctx, register
 from toolchain.topi.utils import scalar
 
@@ -101,6 +106,70 @@ def _dropout(ctx: Ctx) -> list[te.Tensor]:
     return outs
 
 
+@register(*ewx.UNARY_MATH)
+def _math_unary(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.math_unary(ctx.tensor(0), ctx.node.op)]
+
+
+_UNARY_EXT = {
+    "Sign": ewx.sign, "Softplus": ewx.softplus, "Softsign": ewx.softsign, "Mish": ewx.mish,
+    "BitwiseNot": ewx.bitwise_not, "IsNaN": ewx.isnan,
+}
+
+
+@register(*_UNARY_EXT)
+def _unary_ext(ctx: Ctx) -> list[te.Tensor]:
+    return [_UNARY_EXT[ctx.node.op](ctx.tensor(0))]
+
+
+@register("Elu", "Celu", "ThresholdedRelu")
+def _alpha_activation(ctx: Ctx) -> list[te.Tensor]:
+    fn = {"Elu": ewx.elu, "Celu": ewx.celu, "ThresholdedRelu": ewx.thresholded_relu}
+    return [fn[ctx.node.op](ctx.tensor(0), ctx.attrs["alpha"])]
+
+
+@register("Selu")
+def _selu(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.selu(ctx.tensor(0), ctx.attrs["alpha"], ctx.attrs["gamma"])]
+
+
+@register("Shrink")
+def _shrink(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.shrink(ctx.tensor(0), ctx.attrs["bias"], ctx.attrs["lambd"])]
+
+
+@register("IsInf")
+def _isinf(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [ewx.isinf(ctx.tensor(0), bool(a["detect_positive"]), bool(a["detect_negative"]))]
+
+
+@register("Mod")
+def _mod(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.mod(ctx.tensor(0), ctx.tensor(1), bool(ctx.attrs["fmod"]))]
+
+
+@register("BitShift")
+def _bitshift(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.bitshift(ctx.tensor(0), ctx.tensor(1), ctx.attrs["direction"] == "LEFT")]
+
+
+@register("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def _bitwise(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.bitwise(ctx.tensor(0), ctx.tensor(1), ctx.node.op[len("Bitwise"):].lower())]
+
+
+@register("Sum", "Mean")
+def _sum_mean(ctx: Ctx) -> list[te.Tensor]:
+    xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
+    return [ewx.sum_mean(xs, ctx.node.op == "Mean")]
+
+
+@register(*ewx.BINARY_LOGIC)
+def _logic_binary(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.logic_binary(ctx.tensor(0), ctx.tensor(1), ctx.node.op)]
+
+
 # -- reductions -----------------------------------------------------------------------------
 
 _REDUCE_KIND = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
@@ -118,11 +187,39 @@ def _reduce(ctx: Ctx) -> list[te.Tensor]:
     return [red.reduce(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_KIND[ctx.node.op])]
 
 
-@register("ArgMax")
+_REDUCE_EXT = {op: kind for kind, op in red.EXT_KINDS.items()}
+
+
+@register(*_REDUCE_EXT)
+def _reduce_ext(ctx: Ctx) -> list[te.Tensor]:
+    x = ctx.tensor(0)
+    axes = ctx.ints(1, "axes")
+    if not axes:
+        if ctx.attrs["noop_with_empty_axes"]:
+            return [x]
+        axes = None
+    return [red.reduce_ext(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_EXT[ctx.node.op])]
+
+
+@register("ArgMax", "ArgMin")
 def _argmax(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
-    return [red.argmax(ctx.tensor(0), a["axis"], bool(a["keepdims"]),
-                       bool(a["select_last_index"]))]
+    fn = red.argmax if ctx.node.op == "ArgMax" else red.argmin
+    return [fn(ctx.tensor(0), a["axis"], bool(a["keepdims"]), bool(a["select_last_index"]))]
+
+
+@register("TopK")
+def _topk(ctx: Ctx) -> list[te.Tensor]:
+    k = ctx.const(1, "K")
+    assert k is not None
+    values, indices = red.topk(ctx.tensor(0), int(k.reshape(())), ctx.attrs["axis"],
+                               bool(ctx.attrs["largest"]))
+    return [values, indices][:len(ctx.node.outputs)]
+
+
+@register("Hardmax")
+def _hardmax(ctx: Ctx) -> list[te.Tensor]:
+    return [red.hardmax(ctx.tensor(0), ctx.attrs["axis"])]
 
 
 # -- data movement --------------------------------------------------------------------------
@@ -217,6 +314,85 @@ def _resize(ctx: Ctx) -> list[te.Tensor]:
                       a["extrapolation_value"])]
 
 
+@register("DepthToSpace", "SpaceToDepth")
+def _depth_space(ctx: Ctx) -> list[te.Tensor]:
+    fn = tfx.depth_to_space if ctx.node.op == "DepthToSpace" else tfx.space_to_depth
+    return [fn(ctx.tensor(0), ctx.attrs["blocksize"], ctx.attrs["mode"])]
+
+
+@register("Trilu")
+def _trilu(ctx: Ctx) -> list[te.Tensor]:
+    k = ctx.const(1, "k")
+    return [tfx.trilu(ctx.tensor(0), 0 if k is None else int(k.reshape(())),
+                      bool(ctx.attrs["upper"]))]
+
+
+@register("Size")
+def _size(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.constant_fill((), ctx.node.inputs[0].size, "int64", "size")]
+
+
+@register("Range")
+def _range(ctx: Ctx) -> list[te.Tensor]:
+    start, _, delta = (ctx.const(i, n) for i, n in enumerate(("start", "limit", "delta")))
+    assert start is not None and delta is not None
+    out = ctx.node.outputs[0]
+    work = tfx.range_work_dtype(out.dtype, ctx.attrs["stash_type"])
+    return [tfx.arange(start.reshape(()).item(), delta.reshape(()).item(), out.shape[0],
+                       out.dtype, work)]
+
+
+@register("OneHot")
+def _one_hot(ctx: Ctx) -> list[te.Tensor]:
+    depth = ctx.const(1, "depth")
+    assert depth is not None
+    return [tfx.one_hot(ctx.tensor(0), int(depth.reshape(())), ctx.tensor(2),
+                        ctx.attrs["axis"])]
+
+
+@register("CumSum", "CumProd")
+def _cumsum(ctx: Ctx) -> list[te.Tensor]:
+    axis = ctx.const(1, "axis")
+    assert axis is not None
+    a = ctx.attrs
+    return [tfx.cumsum(ctx.tensor(0), int(axis.reshape(())), bool(a["exclusive"]),
+                       bool(a["reverse"]), "sum" if ctx.node.op == "CumSum" else "prod")]
+
+
+@register("GatherElements")
+def _gather_elements(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.gather_elements(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"])]
+
+
+@register("GatherND")
+def _gather_nd(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.gather_nd(ctx.tensor(0), ctx.tensor(1), ctx.attrs["batch_dims"])]
+
+
+@register("ScatterElements")
+def _scatter_elements(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.scatter_elements(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                                 ctx.attrs["axis"], ctx.attrs["reduction"])]
+
+
+@register("ScatterND")
+def _scatter_nd(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.scatter_nd(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                           ctx.attrs["reduction"])]
+
+
+@register("EyeLike")
+def _eye_like(ctx: Ctx) -> list[te.Tensor]:
+    out = ctx.node.outputs[0]
+    return [tfx.eye_like(out.shape, ctx.attrs["k"], out.dtype)]
+
+
+@register("ReverseSequence")
+def _reverse_sequence(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.reverse_sequence(ctx.tensor(0), ctx.tensor(1), ctx.attrs["batch_axis"],
+                                 ctx.attrs["time_axis"])]
+
+
 # -- misc, quant ----------------------------------------------------------------------------
 
 @register("ConstantOfShape")
@@ -260,3 +436,59 @@ def _dequantize(ctx: Ctx) -> list[te.Tensor]:
     return [ew.dequantize_linear(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
                                  axis=a["axis"], block_size=a["block_size"],
                                  out_dtype=ctx.node.outputs[0].dtype)]
+
+
+@register("MatMulInteger")
+def _matmul_integer(ctx: Ctx) -> list[te.Tensor]:
+    return [qx.int_matmul(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), ctx.opt_tensor(3))]
+
+
+@register("QLinearMatMul")
+def _qlinear_matmul(ctx: Ctx) -> list[te.Tensor]:
+    t = ctx.opt_tensor
+    return [qx.qlinear_matmul(ctx.tensor(0), ctx.tensor(1), t(2), ctx.tensor(3), ctx.tensor(4),
+                              t(5), ctx.tensor(6), t(7), ctx.node.outputs[0].dtype)]
+
+
+@register("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(ctx: Ctx) -> list[te.Tensor]:
+    return list(qx.dynamic_quantize_linear(ctx.tensor(0)))[:len(ctx.node.outputs)]
+
+
+@register("DFT")
+def _dft(ctx: Ctx) -> list[te.Tensor]:
+    length, axis = ctx.const(1, "dft_length"), ctx.const(2, "axis")
+    a = ctx.attrs
+    return [spectral.dft(ctx.tensor(0), -2 if axis is None else int(axis.reshape(())),
+                         None if length is None else int(length.reshape(())),
+                         bool(a["inverse"]), bool(a["onesided"]))]
+
+
+def _conv_window(ctx: Ctx, w_index: int) -> tuple[list[int], list[int], list[int]]:
+    """Strides, dilations and begin pads of an integer convolution node (auto_pad
+    resolved)."""
+    a = ctx.attrs
+    xs, ws = ctx.shape(0), ctx.shape(w_index)
+    nsp = len(xs) - 2
+    strides = list(a["strides"] or [1] * nsp)
+    dil = list(a["dilations"] or [1] * nsp)
+    geom = window_geometry(xs[2:], ws[2:], strides=strides, dilations=dil,
+                           pads=list(a["pads"] or [0] * 2 * nsp), auto_pad=a["auto_pad"])
+    return strides, dil, list(geom.pads_begin)
+
+
+@register("ConvInteger")
+def _conv_integer(ctx: Ctx) -> list[te.Tensor]:
+    strides, dil, pb = _conv_window(ctx, 1)
+    return [qx.int_conv(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), ctx.opt_tensor(3),
+                        ctx.node.outputs[0].shape, strides, dil, pb, ctx.attrs["group"])]
+
+
+@register("QLinearConv")
+def _qlinear_conv(ctx: Ctx) -> list[te.Tensor]:
+    strides, dil, pb = _conv_window(ctx, 3)
+    t = ctx.opt_tensor
+    acc = qx.int_conv(ctx.tensor(0), ctx.tensor(3), t(2), t(5), ctx.node.outputs[0].shape,
+                      strides, dil, pb, ctx.attrs["group"])
+    return [qx.qlinear_conv(acc, ctx.tensor(1), ctx.tensor(4), ctx.tensor(6), t(7), t(8),
+                            ctx.node.outputs[0].dtype)]

@@ -26,18 +26,30 @@ OPS = frozenset(
     "Relu LeakyRelu PRelu Clip Sigmoid HardSigmoid HardSwish Tanh Erf Gelu Exp Log Sqrt "
     "Reciprocal Neg Abs Pow Add Sub Mul Div Min Max Where Equal Less Greater Not Cast "
     "ReduceMean ReduceSum ReduceMax ReduceMin ArgMax Constant ConstantOfShape Shape Identity "
-    "Dropout QuantizeLinear DequantizeLinear".split()
+    "Dropout QuantizeLinear DequantizeLinear "
+    # elementwise_ext
+    "Ceil Floor Round Sign Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh Softplus "
+    "Softsign Mish BitwiseNot Elu Selu Celu ThresholdedRelu Shrink IsNaN IsInf Mod BitShift "
+    "And Or Xor LessOrEqual GreaterOrEqual "
+    "ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMin "
+    "Hardmax BitwiseAnd BitwiseOr BitwiseXor".split()
 )
 _CASE_MODULES = (
     "abs add argmax cast castlike clip constant constantofshape dequantizelinear div dropout "
     "equal erf exp gelu greater hardsigmoid hardswish identity leakyrelu less log max min mul "
     "neg not_ pow prelu quantizelinear reciprocal reducemax reducemean reducemin reducesum "
-    "relu shape sigmoid sqrt sub tanh where"
+    "relu shape sigmoid sqrt sub tanh where "
+    "ceil floor round sign sin cos tan asin acos atan sinh cosh asinh acosh atanh softplus "
+    "softsign mish bitwisenot elu selu celu thresholdedrelu shrink isnan isinf mod bitshift "
+    "and_ or_ xor less_or_equal greater_or_equal "
+    "reduceprod reducel1 reducel2 reducesumsquare reduce_log_sum reduce_log_sum_exp argmin "
+    "hardmax bitwiseand bitwiseor bitwisexor"
 ).split()
 #: operands that a real model gives as initializers (Kiln needs them at compile time)
 _CONST_OPERANDS = {
     "ReduceMean": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "ReduceMin": {1},
-    "ConstantOfShape": {0}, "Dropout": {1, 2},
+    "ConstantOfShape": {0}, "Dropout": {1, 2}, "ReduceProd": {1}, "ReduceL1": {1},
+    "ReduceL2": {1}, "ReduceSumSquare": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
 }
 #: ONNX attributes that hold data-type codes
 _DTYPE_ATTRS = {("Cast", "to"), ("QuantizeLinear", "output_dtype"),

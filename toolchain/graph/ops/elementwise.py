@@ -53,7 +53,8 @@ _QUIET = {"all": "ignore"}  # overflow/NaN behaviour is ONNX's, not a numpy warn
 
 # -- unary ops ------------------------------------------------------------------------------
 
-def _unary_infer(allowed: Sequence[str]) -> Callable[[Node, dict[str, Any]], list[TensorType]]:
+def unary_infer(allowed: Sequence[str]) -> Callable[[Node, dict[str, Any]], list[TensorType]]:
+    """Shape rule of a unary op: X's type, X's dtype one of ``allowed``."""
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         x = input_value(node, 0, "X")
         check_dtype(node, x, "input 0 (X)", allowed)
@@ -62,7 +63,7 @@ def _unary_infer(allowed: Sequence[str]) -> Callable[[Node, dict[str, Any]], lis
     return infer
 
 
-def _in_f64(fn: Callable[..., np.ndarray]) -> Callable[[list[Any], dict[str, Any]], list]:
+def in_float64(fn: Callable[..., np.ndarray]) -> Callable[[list[Any], dict[str, Any]], list]:
     """Reference that evaluates ``fn(x64, attrs)`` in float64 and rounds to x's dtype."""
 
     def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
@@ -74,7 +75,7 @@ def _in_f64(fn: Callable[..., np.ndarray]) -> Callable[[list[Any], dict[str, Any
     return ref
 
 
-def _native(fn: Callable[..., np.ndarray]) -> Callable[[list[Any], dict[str, Any]], list]:
+def in_own_dtype(fn: Callable[..., np.ndarray]) -> Callable[[list[Any], dict[str, Any]], list]:
     """Reference that evaluates ``fn(x, attrs)`` in x's own dtype."""
 
     def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
@@ -112,28 +113,28 @@ def _hard_sigmoid(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
 
 _UNARY: tuple[tuple[str, Sequence[str], Callable, int, int, str], ...] = (
     # name, dtypes, reference, flops per element, first opset, note
-    ("Relu", FLOAT_TYPES + SIGNED_INT_TYPES, _native(lambda x, a: np.maximum(x, 0)), 1, 1,
+    ("Relu", FLOAT_TYPES + SIGNED_INT_TYPES, in_own_dtype(lambda x, a: np.maximum(x, 0)), 1, 1,
      "max(x, 0)"),
-    ("Sigmoid", FLOAT_TYPES, _in_f64(lambda x, a: _sigmoid(x)), 4, 1, "1 / (1 + exp(-x))"),
-    ("HardSwish", FLOAT_TYPES, _in_f64(lambda x, a: x * _hard_sigmoid(x, 1 / 6, 0.5)), 5, 14,
+    ("Sigmoid", FLOAT_TYPES, in_float64(lambda x, a: _sigmoid(x)), 4, 1, "1 / (1 + exp(-x))"),
+    ("HardSwish", FLOAT_TYPES, in_float64(lambda x, a: x * _hard_sigmoid(x, 1 / 6, 0.5)), 5, 14,
      "x * max(0, min(1, x/6 + 1/2))"),
-    ("Tanh", FLOAT_TYPES, _in_f64(lambda x, a: np.tanh(x)), 1, 1, "tanh(x)"),
-    ("Erf", FLOAT_TYPES, _in_f64(lambda x, a: _erf(x)), 1, 9, "Gauss error function"),
-    ("Exp", FLOAT_TYPES, _in_f64(lambda x, a: np.exp(x)), 1, 1, "exp(x)"),
-    ("Log", FLOAT_TYPES, _in_f64(lambda x, a: np.log(x)), 1, 1,
+    ("Tanh", FLOAT_TYPES, in_float64(lambda x, a: np.tanh(x)), 1, 1, "tanh(x)"),
+    ("Erf", FLOAT_TYPES, in_float64(lambda x, a: _erf(x)), 1, 9, "Gauss error function"),
+    ("Exp", FLOAT_TYPES, in_float64(lambda x, a: np.exp(x)), 1, 1, "exp(x)"),
+    ("Log", FLOAT_TYPES, in_float64(lambda x, a: np.log(x)), 1, 1,
      "natural log; log(0) = -inf, log(x<0) = NaN"),
-    ("Sqrt", FLOAT_TYPES, _in_f64(lambda x, a: np.sqrt(x)), 1, 1, "sqrt(x); NaN for x < 0"),
-    ("Reciprocal", FLOAT_TYPES, _in_f64(lambda x, a: 1.0 / x), 1, 1, "1 / x"),
-    ("Neg", FLOAT_TYPES + SIGNED_INT_TYPES, _native(lambda x, a: np.negative(x)), 1, 1,
+    ("Sqrt", FLOAT_TYPES, in_float64(lambda x, a: np.sqrt(x)), 1, 1, "sqrt(x); NaN for x < 0"),
+    ("Reciprocal", FLOAT_TYPES, in_float64(lambda x, a: 1.0 / x), 1, 1, "1 / x"),
+    ("Neg", FLOAT_TYPES + SIGNED_INT_TYPES, in_own_dtype(lambda x, a: np.negative(x)), 1, 1,
      "-x (integers wrap: -INT_MIN = INT_MIN)"),
-    ("Abs", NUMERIC_TYPES, _native(lambda x, a: np.abs(x)), 1, 1,
+    ("Abs", NUMERIC_TYPES, in_own_dtype(lambda x, a: np.abs(x)), 1, 1,
      "|x| (integers wrap: |INT_MIN| = INT_MIN)"),
 )
 
 
 def _unary_ops() -> tuple[OpDef, ...]:
     return tuple(
-        defop(name, ("X",), INJ, infer=_unary_infer(dtypes), reference=ref,
+        defop(name, ("X",), INJ, infer=unary_infer(dtypes), reference=ref,
               flops=per_element_flops(cost), min_opset=since, doc=note, elementwise=True)
         for name, dtypes, ref, cost, since, note in _UNARY)
 
@@ -141,8 +142,8 @@ def _unary_ops() -> tuple[OpDef, ...]:
 def _leaky_relu() -> OpDef:
     return defop(
         "LeakyRelu", ("X",), INJ, elementwise=True, attrs=(Attr("alpha", "float", 0.01),),
-        infer=_unary_infer(FLOAT_TYPES),
-        reference=_in_f64(lambda x, a: np.where(x >= 0, x, a["alpha"] * x)),
+        infer=unary_infer(FLOAT_TYPES),
+        reference=in_float64(lambda x, a: np.where(x >= 0, x, a["alpha"] * x)),
         flops=per_element_flops(2), doc="x if x >= 0 else alpha * x",
     )
 
@@ -151,8 +152,8 @@ def _hard_sigmoid_op() -> OpDef:
     return defop(
         "HardSigmoid", ("X",), INJ, elementwise=True,
         attrs=(Attr("alpha", "float", 0.2), Attr("beta", "float", 0.5)),
-        infer=_unary_infer(FLOAT_TYPES),
-        reference=_in_f64(lambda x, a: _hard_sigmoid(x, a["alpha"], a["beta"])),
+        infer=unary_infer(FLOAT_TYPES),
+        reference=in_float64(lambda x, a: _hard_sigmoid(x, a["alpha"], a["beta"])),
         flops=per_element_flops(4), doc="max(0, min(1, alpha * x + beta))",
     )
 
@@ -161,7 +162,7 @@ def _gelu_op() -> OpDef:
     return defop(
         "Gelu", ("X",), INJ, elementwise=True,
         attrs=(Attr("approximate", "string", "none", ("none", "tanh")),),
-        infer=_unary_infer(FLOAT_TYPES), reference=_in_f64(_gelu),
+        infer=unary_infer(FLOAT_TYPES), reference=in_float64(_gelu),
         flops=lambda node: (9 if node.attrs.get("approximate") in ("tanh", b"tanh") else 5)
         * sum(o.size for o in node.outputs),
         min_opset=20,
@@ -172,7 +173,7 @@ def _gelu_op() -> OpDef:
 
 def _not() -> OpDef:
     return defop(
-        "Not", ("X",), INJ, elementwise=True, infer=_unary_infer(("bool",)),
+        "Not", ("X",), INJ, elementwise=True, infer=unary_infer(("bool",)),
         reference=lambda ins, a: [np.logical_not(np.asarray(ins[0]))],
         flops=per_element_flops(1), doc="logical not",
     )
@@ -180,7 +181,10 @@ def _not() -> OpDef:
 
 # -- broadcasting binary ops ------------------------------------------------------------------
 
-def _binary_infer(allowed: Sequence[str], out_dtype: str | None = None):
+def binary_infer(allowed: Sequence[str], out_dtype: str | None = None) -> Callable[
+        [Node, dict[str, Any]], list[TensorType]]:
+    """Shape rule of a broadcasting binary op: A and B of one dtype from ``allowed``; the
+    output has their broadcast shape and ``out_dtype`` (default: theirs)."""
     def infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         a, b = input_value(node, 0, "A"), input_value(node, 1, "B")
         dt = check_same_dtype(node, [a, b], ["A", "B"])
@@ -201,7 +205,9 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return q + fix.astype(q.dtype)
 
 
-def _binary_ref(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], keep_dtype: bool = True):
+def binary_reference(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], keep_dtype: bool = True
+                     ) -> Callable[[list[Any], dict[str, Any]], list[np.ndarray]]:
+    """Reference ``fn(A, B)`` (numpy warnings off), cast to A's dtype when ``keep_dtype``."""
     def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         a, b = np.asarray(ins[0]), np.asarray(ins[1])
         with np.errstate(**_QUIET):
@@ -226,8 +232,8 @@ _BINARY: tuple[tuple[str, Sequence[str], Callable, bool, int, str], ...] = (
 
 def _binary_ops() -> tuple[OpDef, ...]:
     return tuple(
-        defop(name, ("A", "B"), INJ, infer=_binary_infer(dtypes, None if keep else "bool"),
-              reference=_binary_ref(fn, keep), flops=per_element_flops(1), min_opset=since,
+        defop(name, ("A", "B"), INJ, infer=binary_infer(dtypes, None if keep else "bool"),
+              reference=binary_reference(fn, keep), flops=per_element_flops(1), min_opset=since,
               doc=note + "; numpy broadcasting", elementwise=True)
         for name, dtypes, fn, keep, since, note in _BINARY)
 
@@ -276,7 +282,7 @@ def _prelu() -> OpDef:
 
     return defop(
         "PRelu", ("X", "slope"), INJ, elementwise=True, infer=infer,
-        reference=_binary_ref(lambda x, s: np.where(x < 0, x * s, x)),
+        reference=binary_reference(lambda x, s: np.where(x < 0, x * s, x)),
         flops=per_element_flops(2),
         doc="x if x >= 0 else slope * x; slope broadcasts to X (unidirectional)",
     )

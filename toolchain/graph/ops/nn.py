@@ -27,6 +27,7 @@ from toolchain.graph.ir import Node, TensorType
 from toolchain.graph.ops.nn_common import (
     AUTO_PAD,
     FLOAT_TYPES,
+    WindowGeometry,
     attrs_of,
     broadcasts_to,
     check_nonempty,
@@ -65,7 +66,8 @@ def _ints_at_least(lo: int) -> Any:
     return check
 
 
-def _window_attrs(*, kernel_required: bool) -> tuple[Attr, ...]:
+def window_attrs(*, kernel_required: bool) -> tuple[Attr, ...]:
+    """The window attributes of convolution and pooling ops (auto_pad … strides)."""
     return (
         Attr("auto_pad", "string", "NOTSET", choices=AUTO_PAD),
         Attr("dilations", "ints", (), check=_ints_at_least(1)),
@@ -143,7 +145,7 @@ def _conv_flops(node: Node) -> int:
 def _conv() -> OpDef:
     return OpDef(
         "Conv", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
-        attrs=_window_attrs(kernel_required=False) + (Attr("group", "int", 1, check=_positive),),
+        attrs=window_attrs(kernel_required=False) + (Attr("group", "int", 1, check=_positive),),
         infer=_conv_infer, reference=_conv_ref, flops=_conv_flops,
         doc="N-D grouped convolution (cross-correlation), NC* layout",
     )
@@ -236,7 +238,7 @@ def _convt_flops(node: Node) -> int:
 def _conv_transpose() -> OpDef:
     return OpDef(
         "ConvTranspose", inputs=("X", "W", "B?"), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
-        attrs=_window_attrs(kernel_required=False) + (
+        attrs=window_attrs(kernel_required=False) + (
             Attr("group", "int", 1, check=_positive),
             Attr("output_padding", "ints", (), check=_ints_at_least(0)),
             Attr("output_shape", "ints", (), check=_ints_at_least(1)),
@@ -351,7 +353,10 @@ def _gemm() -> OpDef:
 _POOL_TYPES = FLOAT_TYPES + ("int8", "uint8")
 
 
-def _pool_geometry(node: Node, a: Mapping[str, Any], dtypes: Sequence[str]):
+def pool_geometry(node: Node, a: Mapping[str, Any], dtypes: Sequence[str]
+                  ) -> tuple[TensorType, WindowGeometry]:
+    """X's type and the window geometry of a pooling node (``a``: its attributes, with
+    ``ceil_mode``); raises naming the node for a bad rank, pads or an empty output."""
     x = in_type(node, 0, "X", dtypes)
     kernel = tuple(a["kernel_shape"])
     if len(x.shape) != len(kernel) + 2:
@@ -368,7 +373,10 @@ def _pool_geometry(node: Node, a: Mapping[str, Any], dtypes: Sequence[str]):
     return x, geom
 
 
-def _pool_ref_geometry(x: np.ndarray, a: Mapping[str, Any]):
+def pool_ref_geometry(x: np.ndarray, a: Mapping[str, Any]
+                      ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                 WindowGeometry]:
+    """(kernel, strides, dilations, geometry) of a pooling reference's attributes ``a``."""
     kernel = tuple(a["kernel_shape"])
     nsp = len(kernel)
     strides = tuple(a["strides"] or (1,) * nsp)
@@ -381,7 +389,7 @@ def _pool_ref_geometry(x: np.ndarray, a: Mapping[str, Any]):
 
 def _maxpool_infer(node: Node) -> list[TensorType]:
     a = attrs_of(node)
-    x, geom = _pool_geometry(node, a, _POOL_TYPES)
+    x, geom = pool_geometry(node, a, _POOL_TYPES)
     out = (x.shape[0], x.shape[1]) + geom.out
     return [TensorType(out, x.dtype), TensorType(out, "int64")][: max(1, len(node.outputs))]
 
@@ -395,7 +403,7 @@ def _maxpool_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     over the spatial axes, per ``storage_order``), first maximum in window order."""
     a = ref_attrs("MaxPool", attrs)
     x = ins[0]
-    kernel, strides, dil, geom = _pool_ref_geometry(x, a)
+    kernel, strides, dil, geom = pool_ref_geometry(x, a)
     nsp = len(kernel)
     xp = pad_spatial(x, geom.pads_begin, geom.pads_end, _lowest(x.dtype))
     win = windows(xp, kernel, strides, dil, geom.out)
@@ -435,7 +443,7 @@ def _pool_flops(node: Node) -> int:
 def _maxpool() -> OpDef:
     return OpDef(
         "MaxPool", inputs=("X",), num_outputs=(1, 2), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
-        attrs=_window_attrs(kernel_required=True) + (
+        attrs=window_attrs(kernel_required=True) + (
             Attr("ceil_mode", "int", 0, choices=(0, 1)),
             Attr("storage_order", "int", 0, choices=(0, 1)),
         ),
@@ -446,14 +454,14 @@ def _maxpool() -> OpDef:
 
 def _avgpool_infer(node: Node) -> list[TensorType]:
     a = attrs_of(node)
-    x, geom = _pool_geometry(node, a, FLOAT_TYPES)
+    x, geom = pool_geometry(node, a, FLOAT_TYPES)
     return [TensorType((x.shape[0], x.shape[1]) + geom.out, x.dtype)]
 
 
 def _avgpool_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     a = ref_attrs("AveragePool", attrs)
     x = ins[0]
-    kernel, strides, dil, geom = _pool_ref_geometry(x, a)
+    kernel, strides, dil, geom = pool_ref_geometry(x, a)
     nsp = len(kernel)
     acc = np.float64 if x.dtype == np.float64 else np.float32
     xp = pad_spatial(x.astype(acc), geom.pads_begin, geom.pads_end, 0)
@@ -467,7 +475,7 @@ def _avgpool_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
 def _avgpool() -> OpDef:
     return OpDef(
         "AveragePool", inputs=("X",), pattern=PatternKind.COMPLEX_OUT_FUSABLE,
-        attrs=_window_attrs(kernel_required=True) + (
+        attrs=window_attrs(kernel_required=True) + (
             Attr("ceil_mode", "int", 0, choices=(0, 1)),
             Attr("count_include_pad", "int", 0, choices=(0, 1)),
         ),

@@ -1,13 +1,19 @@
-"""Reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin (pattern REDUCTION) and ArgMax.
+"""Reductions: ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
+ReduceSumSquare, ReduceLogSum, ReduceLogSumExp (pattern REDUCTION), ArgMax, ArgMin,
+Hardmax (OPAQUE: a reduction re-applied to its input, like Softmax) and TopK (OPAQUE).
 
 Newest ONNX form: ``axes`` is an optional int64 *input* that must be a compile-time
 constant.  Absent or empty ``axes`` reduces every axis, unless ``noop_with_empty_axes=1``,
 in which case the op is the identity (and its pattern kind is INJECTIVE).
 
 Reductions over an empty set give the identity of the reduction: 0 for sums, -inf / the
-dtype's minimum / False for max, +inf / the maximum / True for min (as ONNX's node tests
-expect).  Float sums and means accumulate in float64 and round once; integer sums wrap in
-the input dtype; an integer mean is the sum divided by the count truncated toward zero.
+dtype's minimum / False for max, +inf / the maximum / True for min, 1 for products, -inf
+for ReduceLogSum/ReduceLogSumExp (as ONNX's node tests expect).  The float forms of
+ReduceProd/L1/L2/SumSquare/LogSum/LogSumExp are evaluated in float64 and rounded once
+(LogSumExp max-shifted); their integer forms wrap in the input dtype (ReduceL2: the square
+root of the wrapped sum of squares, truncated).  Float sums and means accumulate in
+float64 and round once; integer sums wrap in the input dtype; an integer mean is the sum
+divided by the count truncated toward zero.
 
 Example::
 
@@ -39,7 +45,7 @@ from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
 
 _BOOL01 = (0, 1)
 _WIDE = ("int32", "int64", "uint32", "uint64") + FLOAT_TYPES
-_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
+_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {  # (and the ops of _MORE_REDUCE, below)
     "ReduceMean": _WIDE,
     "ReduceSum": _WIDE,
     "ReduceMax": _WIDE + ("int8", "uint8", "bool"),
@@ -165,7 +171,81 @@ def _reduce_ops() -> tuple[OpDef, ...]:
     ) for op, doc in _REDUCE_DOCS.items())
 
 
-# -- ArgMax ---------------------------------------------------------------------------------
+# -- ReduceProd, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp ----------
+
+def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    m = np.max(x, axis=axes, keepdims=True, initial=-np.inf)
+    shift = np.where(np.isfinite(m), m, 0.0)
+    y = np.log(np.sum(np.exp(x - shift), axis=axes, keepdims=True)) + shift
+    return y if keep else np.squeeze(y, axis=axes)
+
+
+def _float_reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    if op == "ReduceLogSumExp":
+        return _logsumexp(x, axes, keep)
+    if op == "ReduceProd":
+        return np.prod(x, axis=axes, keepdims=keep)
+    term = np.abs(x) if op == "ReduceL1" else x * x if op in ("ReduceL2",
+                                                             "ReduceSumSquare") else x
+    y = np.sum(term, axis=axes, keepdims=keep)
+    return np.sqrt(y) if op == "ReduceL2" else np.log(y) if op == "ReduceLogSum" else y
+
+
+def _int_reduce(op: str, x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    if op == "ReduceProd":
+        return np.prod(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    term = np.abs(x) if op == "ReduceL1" else x * x if op != "ReduceLogSum" else x
+    y = np.sum(term, axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.trunc(np.sqrt(y.astype(np.float64))) if op == "ReduceL2" else y
+
+
+def _more_reduce_ref(op: str):
+    def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+        x = np.asarray(ins[0])
+        axes = _axes_of(ins, x.ndim, attrs["noop_with_empty_axes"])
+        if axes is None:
+            return [x.copy()]
+        keep = bool(attrs["keepdims"])
+        with np.errstate(all="ignore"):
+            if x.dtype.kind == "f":
+                y = _float_reduce(op, x.astype(np.float64), axes, keep)
+            else:
+                y = _int_reduce(op, x, axes, keep)
+        return [np.asarray(y).astype(x.dtype)]
+
+    return ref
+
+
+_MORE_REDUCE: dict[str, tuple[tuple[str, ...], int, str]] = {
+    # op: dtypes, FLOPs per input element, semantics
+    "ReduceProd": (_WIDE, 1, "product over `axes`; empty set gives 1; integers wrap"),
+    "ReduceL1": (_WIDE, 2, "sum of |x| over `axes`"),
+    "ReduceL2": (_WIDE, 2, "sqrt of the sum of x^2 over `axes` (integers: truncated)"),
+    "ReduceSumSquare": (_WIDE, 2, "sum of x^2 over `axes`"),
+    "ReduceLogSum": (FLOAT_TYPES, 1, "log of the sum over `axes`; empty set gives -inf"),
+    "ReduceLogSumExp": (FLOAT_TYPES, 3, "log(sum(exp(x))) over `axes`, max-shifted; empty "
+                                        "set gives -inf"),
+}
+_REDUCE_DTYPES.update({op: dtypes for op, (dtypes, _, _) in _MORE_REDUCE.items()})
+
+
+def _more_reduce_ops() -> tuple[OpDef, ...]:
+    def flops(cost: int):
+        def f(node: Node) -> int:
+            x = node.inputs[0]
+            return cost * (x.size if x is not None else 0)
+        return f
+
+    return tuple(defop(
+        op, ("data", "axes?"), _reduce_pattern,
+        attrs=(Attr("keepdims", "int", 1, _BOOL01),
+               Attr("noop_with_empty_axes", "int", 0, _BOOL01)),
+        infer=_reduce_infer, reference=_more_reduce_ref(op), flops=flops(cost), min_opset=1,
+        doc=doc + "; `axes` input constant; empty axes reduce all unless noop_with_empty_axes",
+    ) for op, (_, cost, doc) in _MORE_REDUCE.items())
+
+
+# -- ArgMax, ArgMin, Hardmax ---------------------------------------------------------------
 
 def _argmax_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     x = input_value(node, 0, "data")
@@ -175,40 +255,134 @@ def _argmax_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     axis = normalize_axis(node, attrs["axis"], x.rank, "attribute 'axis'")
     if x.shape[axis] == 0:
         raise ModelError(
-            f"{node.describe()}: cannot take ArgMax over axis {axis} of length 0 "
+            f"{node.describe()}: cannot take {node.op} over axis {axis} of length 0 "
             f"(input shape {list(x.shape)})"
         )
     return [TensorType(_reduced_shape(x.shape, (axis,), attrs["keepdims"]), "int64")]
 
 
-def _argmax_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
-    x = np.asarray(ins[0])
-    axis = attrs["axis"] % x.ndim
-    if attrs["select_last_index"]:
-        flipped = np.flip(x, axis=axis)
-        idx = x.shape[axis] - 1 - np.argmax(flipped, axis=axis)
-    else:
-        idx = np.argmax(x, axis=axis)
-    if attrs["keepdims"]:
-        idx = np.expand_dims(idx, axis)
-    return [np.asarray(idx, dtype=np.int64)]
+def _arg_ref(fn: Any):
+    def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+        x = np.asarray(ins[0])
+        axis = attrs["axis"] % x.ndim
+        if attrs["select_last_index"]:
+            flipped = np.flip(x, axis=axis)
+            idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
+        else:
+            idx = fn(x, axis=axis)
+        if attrs["keepdims"]:
+            idx = np.expand_dims(idx, axis)
+        return [np.asarray(idx, dtype=np.int64)]
+
+    return ref
 
 
-def _argmax() -> OpDef:
+def _argmax(name: str = "ArgMax") -> OpDef:
+    word = "maximum" if name == "ArgMax" else "minimum"
     return defop(
-        "ArgMax", ("data",), PatternKind.REDUCTION,
+        name, ("data",), PatternKind.REDUCTION,
         attrs=(
             Attr("axis", "int", 0),
             Attr("keepdims", "int", 1, _BOOL01),
             Attr("select_last_index", "int", 0, _BOOL01),
         ),
-        infer=_argmax_infer, reference=_argmax_ref,
+        infer=_argmax_infer, reference=_arg_ref(np.argmax if name == "ArgMax" else np.argmin),
         flops=lambda node: node.inputs[0].size if node.inputs and node.inputs[0] else 0,
         min_opset=1,
-        doc="int64 index of the maximum along `axis`; ties give the first index, or the last "
+        doc=f"int64 index of the {word} along `axis`; ties give the first index, or the last "
             "with select_last_index=1",
     )
 
 
+def _hardmax_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "input")
+    check_dtype(node, x, "input 0 (input)", FLOAT_TYPES)
+    if x.rank == 0:
+        raise ModelError(f"{node.describe()}: input 0 (input) must have rank >= 1, not a "
+                         "scalar")
+    normalize_axis(node, attrs["axis"], x.rank, "attribute 'axis'")
+    return [x.type]
+
+
+def _hardmax_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    axis = attrs["axis"] % x.ndim
+    if x.shape[axis] == 0:
+        return [x.copy()]
+    idx = np.expand_dims(np.argmax(x, axis=axis), axis)
+    pos = np.arange(x.shape[axis]).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+    return [(pos == idx).astype(x.dtype)]
+
+
+def _hardmax() -> OpDef:
+    return defop(
+        "Hardmax", ("input",), PatternKind.OPAQUE, attrs=(Attr("axis", "int", -1),),
+        infer=_hardmax_infer, reference=_hardmax_ref,
+        flops=lambda node: 2 * node.inputs[0].size if node.inputs and node.inputs[0] else 0,
+        min_opset=13,
+        doc="1 at the first maximum along `axis`, 0 elsewhere (opset-13 semantics: one "
+            "axis; older models are rewritten by the frontend as for Softmax)",
+    )
+
+
+# -- TopK -----------------------------------------------------------------------------------
+
+_TOPK_TYPES = FLOAT_TYPES + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                             "uint64")
+
+
+def _topk_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "X")
+    check_dtype(node, x, "input 0 (X)", _TOPK_TYPES)
+    kv = input_value(node, 1, "K")
+    check_dtype(node, kv, "input 1 (K)", ("int64",))
+    if x.rank == 0:
+        raise ModelError(f"{node.describe()}: input 0 (X) must have rank >= 1")
+    axis = normalize_axis(node, attrs["axis"], x.rank, "attribute 'axis'")
+    data = const_input(node, 1, "K")
+    assert data is not None
+    if data.size != 1:
+        raise ModelError(f"{node.describe()}: input 1 (K) must hold one value, got shape "
+                         f"{list(data.shape)}")
+    k = int(data.reshape(()))
+    if not 1 <= k <= x.shape[axis]:
+        raise ModelError(f"{node.describe()}: K = {k} must be in [1, {x.shape[axis]}] (the "
+                         f"length of axis {axis} of X {list(x.shape)})")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+def _topk_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    k = int(np.asarray(ins[1]).reshape(()))
+    axis = attrs["axis"] % x.ndim
+    n = x.shape[axis]
+    if attrs["largest"]:
+        # descending; equal values keep the lower index first: a stable ascending sort of
+        # the reversed axis, read backwards
+        order = np.flip(np.argsort(np.flip(x, axis), axis=axis, kind="stable"), axis)
+        order = n - 1 - order
+    else:
+        order = np.argsort(x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis).astype(np.int64)
+    return [np.take_along_axis(x, idx, axis), idx]
+
+
+def _topk() -> OpDef:
+    return defop(
+        "TopK", ("X", "K"), PatternKind.OPAQUE, num_outputs=(1, 2),
+        attrs=(Attr("axis", "int", -1), Attr("largest", "int", 1, _BOOL01),
+               Attr("sorted", "int", 1, _BOOL01)),
+        infer=_topk_infer, reference=_topk_ref,
+        flops=lambda node: (node.inputs[0].size * node.inputs[0].shape[
+            int(node.attrs.get("axis", -1) or -1) % max(node.inputs[0].rank, 1)]
+            if node.inputs and node.inputs[0] and node.inputs[0].rank else 0),
+        min_opset=10,
+        doc="the K (a constant) largest (or smallest) values along `axis` and their int64 "
+            "indices, sorted, equal values lower index first (also with sorted=0, whose "
+            "order ONNX leaves open)")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (*_reduce_ops(), _argmax())
+OPS: tuple[OpDef, ...] = (*_reduce_ops(), *_more_reduce_ops(), _argmax(), _argmax("ArgMin"),
+                          _hardmax(), _topk())

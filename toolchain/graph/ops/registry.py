@@ -251,6 +251,33 @@ class OpDef:
         return int(self.flops(node)) if self.flops else 0
 
 
+#: ONNX ops whose output *shape* depends on the values of their inputs.  Kiln compiles
+#: static shapes, so these are refused by name (not merely "unsupported"): see
+#: :func:`data_dependent_reason`.
+DATA_DEPENDENT_SHAPE_OPS: dict[str, str] = {
+    "NonZero": "the number of non-zero elements",
+    "Unique": "the number of distinct values",
+    "Compress": "the number of true entries of `condition`",
+    "NonMaxSuppression": "the number of boxes kept",
+}
+
+
+def data_dependent_reason(op: str) -> str | None:
+    """Why ``op`` cannot be compiled when its output shape depends on data, else ``None``.
+
+    >>> data_dependent_reason("NonZero")[:57]
+    "NonZero's output shape depends on the input data (the num"
+    >>> data_dependent_reason("Relu") is None
+    True
+    """
+    what = DATA_DEPENDENT_SHAPE_OPS.get(op)
+    if what is None:
+        return None
+    return (f"{op}'s output shape depends on the input data ({what}), but Kiln compiles "
+            "static shapes only; compute it outside the model, or replace it by a fixed-size "
+            "form (e.g. a mask with Where instead of NonZero/Compress)")
+
+
 _REGISTRY: dict[str, OpDef] = {}
 #: the op table's state: "unloaded", "loading" (its modules are being imported), "loaded"
 _table = "unloaded"
@@ -263,16 +290,34 @@ def builtin_ops() -> tuple[OpDef, ...]:
     ['LayoutTransform', 'LayoutConv', 'LayoutPool']
     """
     # Imported here, not at the top: every one of these modules imports this one.
-    from toolchain.graph.ops import elementwise, misc, nn, qops, quant, reduce, transform
+    from toolchain.graph.ops import (
+        elementwise,
+        elementwise_ext,
+        misc,
+        nn,
+        nn_ext,
+        qops,
+        quant,
+        quant_ext,
+        reduce,
+        spectral,
+        transform,
+        transform_ext,
+    )
     from toolchain.graph.passes import fused_op, layout_ops
 
     return (
         *elementwise.OPS,  # unary/binary math, activations, comparisons, logic, Where, Clip, Cast
+        *elementwise_ext.OPS,  # rounding, trig, Elu/Selu/…, IsNaN/IsInf, Mod, BitShift, And/Or
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
+        *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
+        *spectral.OPS,     # DFT
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
+        *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
         *quant.OPS,        # QuantizeLinear, DequantizeLinear
+        *quant_ext.OPS,    # MatMulInteger, QLinearMatMul
         *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
         *fused_op.OPS,     # Fused: one kernel (made by the fusion pass)
         *layout_ops.OPS,   # LayoutTransform, LayoutConv, LayoutPool (made by the layout pass)

@@ -649,6 +649,22 @@ OPS = (
     "DequantizeLinear", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
     "BatchNormalization", "LayerNormalization", "InstanceNormalization", "Softmax",
     "LogSoftmax", "LayoutTransform", "LayoutPool",
+    # elementwise_ext
+    "Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+    "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot", "Elu",
+    "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Mod", "BitShift", "And",
+    "Or", "Xor", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+    "Sum", "Mean",
+    # more reductions
+    "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+    "ArgMin", "Hardmax", "TopK",
+    # transform_ext
+    "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
+    "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
+    # nn_ext
+    "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
+    "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
+    "DFT", "ConvInteger", "QLinearConv",
 )
 
 

@@ -1,0 +1,115 @@
+"""Spectral ops: DFT (OPAQUE).
+
+ONNX's DFT (opset 20 form: ``dft_length`` and ``axis`` are inputs, both compile-time
+constants; opset 17/19 models have ``axis`` as an attribute, which the frontend moves to
+the input).  The last axis of the input holds 1 (real) or 2 (real, imaginary) values; the
+transform runs along ``axis`` (a signal axis, not the last one):
+
+* forward: ``X[k] = Σ_j x[j] e^(-2πi jk/n)``, k < n (``onesided``: k ≤ n/2); output complex;
+* inverse: ``x[j] = (1/n) Σ_k X[k] e^(+2πi jk/n)``; output complex;
+* inverse + onesided (irfft): the input is the half spectrum of a real signal of length
+  ``n`` (default ``2·(m-1)``); output real (last axis 1).
+
+``n`` is ``dft_length`` (default: the axis length); shorter inputs are zero-padded, longer
+ones truncated.  The reference is numpy's FFT, in single precision for float32 (as ONNX's
+reference, whose round-off the node tests' data carry), else double.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ops import get_op
+    >>> x = np.array([[[1.0], [0.0], [0.0], [0.0]]], np.float32)  # an impulse
+    >>> get_op("DFT").reference([x, None, np.array(1)], {})[0][0, :, 0].tolist()
+    [1.0, 1.0, 1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import ModelError
+from toolchain.graph.ir import Node, TensorType
+from toolchain.graph.ops.common import FLOAT_TYPES, check_dtype, defop, input_value
+from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
+
+
+def dft_plan(where: str, shape: tuple[int, ...], axis: int, length: int | None,
+             inverse: bool, onesided: bool) -> tuple[int, int, tuple[int, ...]]:
+    """``(axis, n, output shape)`` of a DFT; raises naming ``where``."""
+    rank = len(shape)
+    if rank < 2 or shape[-1] not in (1, 2):
+        raise ModelError(f"{where}: input {list(shape)} must end in an axis of 1 (real) or 2 "
+                         "(real, imaginary) values")
+    if not -rank <= axis < rank - 1 and axis != -1:
+        raise ModelError(f"{where}: axis {axis} must be a signal axis of input "
+                         f"{list(shape)} (not the last)")
+    ax = axis % rank
+    if ax == rank - 1:
+        raise ModelError(f"{where}: axis {axis} is the real/imaginary axis; choose a signal "
+                         "axis")
+    m = shape[ax]
+    n = length if length is not None else (2 * (m - 1) if inverse and onesided else m)
+    if n < 1:
+        raise ModelError(f"{where}: dft_length {n} must be >= 1")
+    if inverse and onesided:
+        out = shape[:ax] + (n,) + shape[ax + 1:-1] + (1,)
+    else:
+        out = shape[:ax] + ((n // 2 + 1) if onesided else n,) + shape[ax + 1:-1] + (2,)
+    return ax, n, out
+
+
+def _scalar(node: Node, i: int, what: str) -> int | None:
+    data = const_input(node, i, what)
+    if data is None:
+        return None
+    if data.size != 1:
+        raise ModelError(f"{node.describe()}: input {i} ({what}) must be a scalar")
+    return int(data.reshape(()))
+
+
+def _dft_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "input")
+    check_dtype(node, x, "input 0 (input)", FLOAT_TYPES)
+    for i, what in ((1, "dft_length"), (2, "axis")):
+        if node.input(i) is not None:
+            check_dtype(node, node.inputs[i], f"input {i} ({what})", ("int32", "int64"))
+    length, axis = _scalar(node, 1, "dft_length"), _scalar(node, 2, "axis")
+    _, _, out = dft_plan(node.describe(), x.shape, -2 if axis is None else axis, length,
+                         bool(attrs["inverse"]), bool(attrs["onesided"]))
+    return [TensorType(out, x.dtype)]
+
+
+def _dft_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    length = None if ins[1] is None else int(np.asarray(ins[1]).reshape(()))
+    axis = -2 if ins[2] is None else int(np.asarray(ins[2]).reshape(()))
+    inverse, onesided = bool(attrs["inverse"]), bool(attrs["onesided"])
+    ax, n, _ = dft_plan("DFT", x.shape, axis, length, inverse, onesided)
+    # float32 in single precision as ONNX's reference (numpy's FFT keeps complex64): the
+    # node tests' expected data carry its round-off
+    cdt = np.complex64 if x.dtype == np.float32 else np.complex128
+    sig = x[..., 0].astype(cdt)
+    if x.shape[-1] == 2:
+        sig = sig + 1j * x[..., 1].astype(cdt)
+    if inverse and onesided:
+        return [np.fft.irfft(sig, n=n, axis=ax)[..., None].astype(x.dtype)]
+    y = np.fft.ifft(sig, n=n, axis=ax) if inverse else np.fft.fft(sig, n=n, axis=ax)
+    if onesided:
+        y = np.take(y, np.arange(n // 2 + 1), axis=ax)
+    return [np.stack([y.real, y.imag], axis=-1).astype(x.dtype)]
+
+
+#: this family's ops (registered by the op table, ``registry.builtin_ops``)
+OPS: tuple[OpDef, ...] = (
+    defop("DFT", ("input", "dft_length?", "axis?"), PatternKind.OPAQUE, infer=_dft_infer,
+          reference=_dft_ref,
+          attrs=(Attr("inverse", "int", 0, (0, 1)), Attr("onesided", "int", 0, (0, 1))),
+          flops=lambda node: 8 * sum(o.size for o in node.outputs) * max(
+              (node.inputs[0].shape[-2] if node.inputs and node.inputs[0] is not None
+               and node.inputs[0].rank >= 2 else 1), 1),
+          min_opset=17,
+          doc="discrete Fourier transform along a signal axis (forward, inverse, onesided, "
+              "irfft); dft_length and axis constant; computed directly (O(n²)), no FFT"),
+)
