@@ -41,7 +41,11 @@ LLVM_INTRINSICS: dict[str, str] = {
 }
 #: TIR math op -> libm function (float64 name; float32 appends ``f``) where LLVM has no
 #: intrinsic
-LIBM_ONLY: dict[str, str] = {"erf": "erf"}
+LIBM_ONLY: dict[str, str] = {
+    "erf": "erf", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
+    "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "expm1": "expm1",
+    "log1p": "log1p",
+}
 #: float32 ops built from IR (the C backend's fast-math helpers)
 FAST_F32 = ("exp", "erf", "tanh", "sigmoid")
 

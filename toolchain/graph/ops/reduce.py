@@ -241,6 +241,7 @@ def _more_reduce_ops() -> tuple[OpDef, ...]:
         attrs=(Attr("keepdims", "int", 1, _BOOL01),
                Attr("noop_with_empty_axes", "int", 0, _BOOL01)),
         infer=_reduce_infer, reference=_more_reduce_ref(op), flops=flops(cost), min_opset=1,
+        compile_time=(1,),
         doc=doc + "; `axes` input constant; empty axes reduce all unless noop_with_empty_axes",
     ) for op, (_, cost, doc) in _MORE_REDUCE.items())
 
@@ -373,7 +374,7 @@ def _topk() -> OpDef:
         "TopK", ("X", "K"), PatternKind.OPAQUE, num_outputs=(1, 2),
         attrs=(Attr("axis", "int", -1), Attr("largest", "int", 1, _BOOL01),
                Attr("sorted", "int", 1, _BOOL01)),
-        infer=_topk_infer, reference=_topk_ref,
+        infer=_topk_infer, reference=_topk_ref, compile_time=(1,),
         flops=lambda node: (node.inputs[0].size * node.inputs[0].shape[
             int(node.attrs.get("axis", -1) or -1) % max(node.inputs[0].rank, 1)]
             if node.inputs and node.inputs[0] and node.inputs[0].rank else 0),
