@@ -108,6 +108,19 @@ def conditional_loads(e: ir.Select) -> bool:
     return bool((_loads(e.true_value) | _loads(e.false_value)) - _loads(e.condition))
 
 
+_COMPARE = (ir.LT, ir.LE, ir.GT, ir.GE, ir.EQ, ir.NE)
+
+
+def _operand_prec(op: type, operand: ir.PrimExpr, prec: int) -> int:
+    """The precedence an operand of ``op`` must have to print bare: a comparison of
+    comparisons (``(a < b) != (c < d)``) and ``&&`` inside ``||`` get parentheses though C
+    does not need them (gcc's -Wparentheses, an error in strict builds)."""
+    if (op in _COMPARE and isinstance(operand, _COMPARE)) or \
+            (op is ir.Or and isinstance(operand, ir.And)):
+        return _ATOM
+    return prec
+
+
 class _LoadRewriter(ExprMutator):
     """Rewrites each ``BufferLoad`` (innermost first) with ``fn``."""
 
@@ -585,7 +598,8 @@ class CStyleRenderer:
         if t in (ir.And, ir.Or) and ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"{self.dialect} code generation: vector logic {e}")
         op, p = _BINOP[t]
-        return f"{self.expr(e.a, p)} {op} {self.expr(e.b, p + 1)}", p
+        return f"{self.expr(e.a, _operand_prec(t, e.a, p))} {op} " \
+               f"{self.expr(e.b, _operand_prec(t, e.b, p + 1))}", p
 
     def _floor_divmod(self, e: ir.BinaryOp) -> tuple[str, int]:
         if ir.is_float(e.dtype):
