@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.boards.conftest import needs_cross, needs_qemu
 from tests.bundle.helpers import STRICT, compile_run, make, max_rel, run_main, run_ort
+from toolchain.target import load_target, runs_here
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
@@ -141,11 +142,15 @@ def _input() -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(1).standard_normal((1, 2, 8, 8)).astype(np.float16)}
 
 
-@pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2"])
-def test_fp16_net_matches_onnxruntime(tmp_path, target):
+@pytest.mark.parametrize("options", [{"target": "c-generic"}, {"target": "x86_64-avx2"},
+                                     {"target": "c-generic", "backend": "llvm"}],
+                         ids=["c-generic", "x86_64-avx2", "llvm"])
+def test_fp16_net_matches_onnxruntime(tmp_path, options):
+    if not runs_here(load_target(options["target"])):
+        pytest.skip(f"this host cannot run {options['target']} code")
     m, x = fp16_net(), _input()
     ref = run_ort(m, x)
-    path, got = compile_run(m, tmp_path, x, target=target)
+    path, got = compile_run(m, tmp_path, x, **options)
     for k, r in ref.items():
         assert got[k].dtype == np.float16
         assert max_rel(got[k], r) <= RTOL16, (k, got[k], r)
