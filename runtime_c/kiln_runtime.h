@@ -58,7 +58,8 @@ void kiln_profile_report(void);
  * widen with kiln_f16_to_f32 (exact) and round results with kiln_f32_to_f16 (to nearest,
  * ties to even; overflow gives +-Inf; subnormals exact; a NaN stays a NaN with its sign
  * and the top 10 bits of its payload, as numpy converts).  Plain C99 bit manipulation,
- * identical on every compiler and CPU (no dependence on _Float16 or the FPU's modes). */
+ * identical on every compiler and CPU (no dependence on _Float16 or the FPU's modes;
+ * F16C's and __fp16's hardware conversions quiet a signalling NaN: not identical). */
 typedef uint16_t kiln_f16;
 
 static inline float kiln_f16_to_f32(kiln_f16 h) {
@@ -107,6 +108,19 @@ static inline kiln_f16 kiln_f32_to_f16(float f) {
   half = 1u << (shift - 1u);
   if (rest > half || (rest == half && (q & 1u) != 0u)) ++q;
   return (kiln_f16)(sign | q);
+}
+
+/* A double rounded to float16 once (to nearest, ties to even, as numpy): rounded to float
+ * first by "round to odd" (an inexact result keeps an odd last bit, so the second rounding
+ * cannot meet a false tie), then kiln_f32_to_f16. */
+static inline kiln_f16 kiln_f64_to_f16(double d) {
+  union { uint32_t u; float f; } v;
+  v.f = (float)d;
+  if ((double)v.f != d && d == d && (v.u & 1u) == 0u) {
+    if (d > 0.0 ? (double)v.f < d : (double)v.f > d) ++v.u; /* toward d: one float ulp */
+    else --v.u;
+  }
+  return kiln_f32_to_f16(v.f);
 }
 
 /* A short English description of a return code of <model>_run(). */

@@ -31,6 +31,10 @@ void to_f32(const kiln_f16 *h, uint32_t *out, long n) {
     out[i] = v.u;
   }
 }
+void f64_to_f16(const double *d, kiln_f16 *out, long n) {
+  long i;
+  for (i = 0; i < n; ++i) out[i] = kiln_f64_to_f16(d[i]);
+}
 void to_f16(const uint32_t *bits, kiln_f16 *out, long n) {
   long i;
   for (i = 0; i < n; ++i) {
@@ -108,6 +112,30 @@ def test_f32_to_f16_round_to_nearest_even(conv):
     assert np.isnan(got[nan].view(np.float16)).all()
     np.testing.assert_array_equal(got[nan] >> 15, bits[nan] >> 31)
     np.testing.assert_array_equal(got[nan], want[nan])
+
+
+def test_f64_to_f16_rounds_once(conv):
+    """A double rounds to float16 directly: just above a float16 tie (where rounding to
+    float first would land on the tie and go to even), ties, NaN, Inf, overflow."""
+    h = np.arange(0x7bff, dtype=np.uint16)
+    lo = h.view(np.float16).astype(np.float64)
+    mid = (lo + (h + 1).view(np.float16).astype(np.float64)) / 2
+    rng = np.random.default_rng(0)
+    d = np.concatenate([mid, mid * (1 + 2.0 ** -40), mid * (1 - 2.0 ** -40), lo,
+                        rng.standard_normal(1 << 16) * 10.0 ** rng.integers(-9, 6, 1 << 16),
+                        [np.nan, np.inf, -np.inf, 65519.99, 65520.0, 1e300, -1e-300, 0.0]])
+    d = np.concatenate([d, -d])
+    out = np.empty(d.shape, np.uint16)
+    conv.f64_to_f16(ctypes.c_void_p(d.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                    ctypes.c_long(d.size))
+    with np.errstate(over="ignore"):
+        want = d.astype(np.float16)
+    nan = np.isnan(d)
+    np.testing.assert_array_equal(out[~nan], want[~nan].view(np.uint16))
+    assert np.isnan(out[nan].view(np.float16)).all()
+    # the case it exists for: float32 rounding would put these on a tie
+    assert (out[len(mid):2 * len(mid)] != d[len(mid):2 * len(mid)].astype(np.float32)
+            .astype(np.float16).view(np.uint16)).any()
 
 
 def fp16_net(seed: int = 0) -> onnx.ModelProto:

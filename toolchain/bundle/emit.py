@@ -91,10 +91,12 @@ class BundleRenderer(CRenderer):
         src, dst = ir.element_of(e.value.dtype), ir.element_of(e.dtype)
         if "float16" not in (src, dst):
             return super().expr_Cast(e)
-        if {src, dst} != {"float16", "float32"}:
+        fn = {("float16", "float32"): "kiln_f16_to_f32", ("float32", "float16"): "kiln_f32_to_f16",
+              ("float64", "float16"): "kiln_f64_to_f16"}.get((src, dst))
+        if fn is None:
             raise UnsupportedError(f"bundle code generation: cast {e} (float16 converts "
-                                   "to and from float32 only; run legalize_f16 first)")
-        fn = "kiln_f16_to_f32" if src == "float16" else "kiln_f32_to_f16"
+                                   "to float32 and from float32/float64 only; run "
+                                   "legalize_f16 first)")
         lanes = ir.lanes_of(e.dtype)
         if lanes == 1:
             return f"{fn}({self.expr(e.value)})", ATOM

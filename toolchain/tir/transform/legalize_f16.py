@@ -49,9 +49,11 @@ def _f32(dtype: str) -> str:
 
 
 def _round_f16(v: ir.PrimExpr) -> ir.PrimExpr:
-    """``v`` rounded to float16 (a float16 value: the stored form)."""
+    """``v`` rounded to float16 (a float16 value: the stored form); float32 and float64
+    round once, other types go through float32 (exact for every integer below 65520, the
+    float16 overflow)."""
     lanes = ir.lanes_of(v.dtype)
-    if ir.element_of(v.dtype) != F32:
+    if ir.element_of(v.dtype) not in (F32, "float64"):
         v = ir.Cast(ir.with_lanes(F32, lanes), v)
     return ir.Cast(ir.with_lanes(F16, lanes), v)
 
@@ -74,7 +76,8 @@ class _Uses(StmtExprVisitor):
 
 
 class _Legalize(StmtExprMutator):
-    def __init__(self, storage: set[ir.Var]) -> None:
+    def __init__(self, where: str, storage: set[ir.Var]) -> None:
+        self.where = where
         #: pointer Vars of the buffers that stay float16 in memory (the parameters)
         self.storage = storage
         self.vars: dict[ir.Var, ir.Var] = {}
@@ -127,11 +130,11 @@ class _Legalize(StmtExprMutator):
 
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802
         if e.op == "tir.address_of":
-            raise UnsupportedError(f"float16 compute: the address of a float16 element "
+            raise UnsupportedError(f"{self.where}: the address of a float16 element "
                                    f"({e.args[0]}) cannot be taken in float32 compute")
         if e.op == "reinterpret" and (_is_f16(e.dtype) or _is_f16(e.args[0].dtype)):
-            raise UnsupportedError(f"float16 compute: a bit cast {e} of float16 values is "
-                                   "not supported")
+            raise UnsupportedError(f"{self.where}: a bit cast {e} of float16 values is "
+                                   "not supported (float16 computes in float32)")
         args = tuple(self.visit_expr(a) for a in e.args)
         return ir.Call(_f32(e.dtype), e.op, args)
 
@@ -144,7 +147,7 @@ def legalize_f16(func: ir.PrimFunc) -> ir.PrimFunc:
     if not uses.found:
         return func
     storage = {p.data for p in func.params if isinstance(p, ir.Buffer) and p.data is not None}
-    return _Legalize(storage).visit(func)
+    return _Legalize(f"kernel {func.name} (float16 as float32)", storage).visit(func)
 
 
 __all__ = ["legalize_f16"]
