@@ -71,15 +71,9 @@ static inline float kiln_f16_to_f32(kiln_f16 h) {
     v.u = sign | 0x7f800000u | (man << 13); /* Inf, NaN (payload kept) */
   } else if (exp != 0u) {
     v.u = sign | ((exp + 112u) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
-  } else if (man == 0u) {
-    v.u = sign; /* +-0 */
   } else {
-    exp = 113u; /* subnormal man * 2^-24: normalise */
-    while ((man & 0x400u) == 0u) {
-      man <<= 1;
-      --exp;
-    }
-    v.u = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+    v.f = (float)man * 0x1p-24f; /* +-0 and subnormals: man * 2^-24, exact (normal in float) */
+    v.u |= sign;
   }
   return v.f;
 }
