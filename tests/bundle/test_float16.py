@@ -189,6 +189,81 @@ def test_fp16_net_matches_onnxruntime(tmp_path, options):
     assert "const kiln_f16 *x;" in header and "kiln_f16 *prob;" in header
 
 
+def test_fp16_reductions_accumulate_in_float32(tmp_path):
+    """ReduceSum / ReduceL2 / MatMul over 512 fp16 values accumulate in float32 and round
+    once, as onnxruntime's CPU kernels do."""
+    rng = np.random.default_rng(2)
+    x = {"x": (rng.standard_normal((4, 512)) + 0.5).astype(np.float16)}
+    w = rng.standard_normal((512, 3)).astype(np.float16)
+    nodes = [helper.make_node("ReduceSum", ["x", "ax"], ["s"], keepdims=0),
+             helper.make_node("ReduceL2", ["x", "ax"], ["l2"], keepdims=0),
+             helper.make_node("MatMul", ["x", "w"], ["mm"])]
+    g = helper.make_graph(
+        nodes, "red16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 512])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT16, [4]),
+         helper.make_tensor_value_info("l2", TensorProto.FLOAT16, [4]),
+         helper.make_tensor_value_info("mm", TensorProto.FLOAT16, [4, 3])],
+        [numpy_helper.from_array(np.array([1]), "ax"), numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    ref = run_ort(m, x)
+    _, got = compile_run(m, tmp_path, x)
+    for k in ("s", "l2", "mm"):  # one rounding: within one float16 ulp (the sum's order
+        # differs); a float16 accumulator is ~10 ulps off over 512 terms
+        ulps = np.abs(got[k].astype(np.float64) - ref[k]) / np.spacing(np.abs(ref[k]))
+        assert ulps.max() <= 1.0, (k, got[k], ref[k])
+
+
+def _stores(func, buf) -> int:
+    from toolchain.tir import ir
+    from toolchain.tir.functor import post_order_visit
+
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, ir.BufferStore)
+                     and n.buffer is buf else None)
+    return len(found)
+
+
+def test_legalize_f16_rounds_a_reduction_once():
+    """An unscheduled reduction into a float16 output (a carried loop), and one unrolled
+    into consecutive stores, accumulate in a float32 local: one store to the output."""
+    from toolchain import te
+    from toolchain.tir import ir
+    from toolchain.tir.transform import lower
+    from toolchain.tir.transform.legalize_f16 import legalize_f16
+
+    A = te.placeholder((8, 8), name="A", dtype="float16")
+    k = te.reduce_axis((0, 8), name="k")
+    C = te.compute((8,), lambda i: te.sum(A[i, k] * A[k, i], axis=k), name="C")
+    f = lower(te.create_prim_func([A, C]))
+    out = f.params[1]
+    assert _stores(f, out) == 2 and _stores(legalize_f16(f), out) == 1
+    # unrolled: C[0] = 0; C[0] = C[0] + A[0]; ... C[0] = C[0] + A[3]
+    Cb, Ab = ir.Buffer("C", (1,), "float16"), ir.Buffer("A", (4,), "float16")
+    body = ir.seq(ir.BufferStore(Cb, ir.FloatImm(0.0, "float16"), (0,)),
+                  *[ir.BufferStore(Cb, ir.BufferLoad(Cb, (0,)) + ir.BufferLoad(Ab, (j,)), (0,))
+                    for j in range(4)])
+    g = legalize_f16(ir.PrimFunc((Ab, Cb), body, "unrolled"))
+    assert _stores(g, Cb) == 1
+    text = str(g)
+    assert 'T.allocate((1,), "float32"' in text and text.count('T.Cast("float16"') == 1
+
+
+def test_fp16_reduce_sum_of_4096_ones(tmp_path):
+    """Accumulated in float16, 2048 + 1 rounds back to 2048: the sum would stall there."""
+    x = {"x": np.ones((2, 4096), np.float16)}
+    g = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "ax"], ["s"], keepdims=0)], "ones16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 4096])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT16, [2])],
+        [numpy_helper.from_array(np.array([1]), "ax")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    _, got = compile_run(m, tmp_path, x)
+    np.testing.assert_array_equal(got["s"], run_ort(m, x)["s"])
+    np.testing.assert_array_equal(got["s"], [4096, 4096])
+
+
 def test_fp16_net_main_reads_and_writes_fp16_files(tmp_path):
     m, x = fp16_net(), _input()
     path, got = compile_run(m, tmp_path, x)

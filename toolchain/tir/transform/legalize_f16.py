@@ -34,7 +34,9 @@ from dataclasses import replace
 
 from toolchain.errors import UnsupportedError
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, free_vars
+from toolchain.tir.structural import expr_key
+from toolchain.tir.transform.lower_blocks import CARRIED
 
 F16, F32 = "float16", "float32"
 
@@ -139,6 +141,118 @@ class _Legalize(StmtExprMutator):
         return ir.Call(_f32(e.dtype), e.op, args)
 
 
+class _Accesses(StmtExprVisitor):
+    """The indices ``data`` is accessed at inside a statement, and the Vars bound there."""
+
+    def __init__(self, data: ir.Var) -> None:
+        self.data = data
+        self.indices: list[tuple[ir.PrimExpr, ...]] = []
+        self.bound: set[ir.Var] = set()
+
+    def visit_For(self, s: ir.For) -> None:  # noqa: N802 - visitor hooks
+        self.bound.add(s.loop_var)
+        super().visit_For(s)
+
+    def visit_LetStmt(self, s: ir.LetStmt) -> None:  # noqa: N802
+        self.bound.add(s.var)
+        super().visit_LetStmt(s)
+
+    def visit_Let(self, e: ir.Let) -> None:  # noqa: N802
+        self.bound.add(e.var)
+        super().visit_Let(e)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:  # noqa: N802
+        if e.buffer.data is self.data:
+            self.indices.append(e.indices)
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:  # noqa: N802
+        if s.buffer.data is self.data:
+            self.indices.append(s.indices)
+        super().visit_BufferStore(s)
+
+
+class _Redirect(StmtExprMutator):
+    """Every access to ``data`` made an access to ``acc`` at ``index``."""
+
+    def __init__(self, data: ir.Var, acc: ir.Buffer, index: ir.PrimExpr) -> None:
+        self.data, self.acc, self.index = data, acc, index
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:  # noqa: N802
+        if e.buffer.data is self.data:
+            return ir.BufferLoad(self.acc, (self.index,))
+        return super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:  # noqa: N802
+        if s.buffer.data is self.data:
+            return ir.BufferStore(self.acc, self.visit_expr(s.value), (self.index,))
+        return super().visit_BufferStore(s)
+
+
+class _Accumulate(StmtExprMutator):
+    """A reduction that accumulates straight into a float16 parameter (an unscheduled
+    compute: ``for k (carried C): C[i] = C[i] + ...``) accumulates in a local instead,
+    stored to the parameter once after its loop; the local becomes float32 (``_Legalize``),
+    so the sum rounds once, not at every step."""
+
+    def __init__(self, params: dict[str, ir.Buffer]) -> None:
+        self.params = params  # float16 parameters by name
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802
+        out: ir.Stmt = s
+        for name in s.annotations.get(CARRIED, ()):
+            buf = self.params.get(name)
+            if buf is not None and isinstance(out, (ir.For, ir.Allocate)):
+                out = self._accumulate(out, buf)
+        if isinstance(out, ir.Allocate):  # rewritten: its loop's other reductions inside
+            return ir.Allocate(out.buffer, self.visit_stmt(out.body))
+        return super().visit_For(s)
+
+    def visit_SeqStmt(self, s: ir.SeqStmt) -> ir.Stmt:  # noqa: N802
+        # an unrolled reduction: consecutive stores into one float16 parameter element
+        # (``C[i] = 0; C[i] = C[i] + p0; C[i] = C[i] + p1 ...``) accumulate in a local too
+        seq = [self.visit_stmt(x) for x in s.seq]
+        out: list[ir.Stmt] = []
+        k = 0
+        while k < len(seq):
+            end = k + 1
+            first = seq[k]
+            if isinstance(first, ir.BufferStore) and first.buffer.name in self.params:
+                key = expr_key(first.indices)
+                while (end < len(seq) and isinstance(seq[end], ir.BufferStore)
+                       and seq[end].buffer.data is first.buffer.data
+                       and expr_key(seq[end].indices) == key):
+                    end += 1
+            if end - k > 1:
+                out.append(self._accumulate(ir.seq(*seq[k:end]), first.buffer))
+            else:
+                out.append(first)
+            k = end
+        return ir.seq(*out)
+
+    @staticmethod
+    def _accumulate(s: ir.Stmt, buf: ir.Buffer) -> ir.Stmt:
+        """``s`` with ``buf`` accumulated in a local, or ``s`` where the accesses are not all
+        at one index invariant in the loop."""
+        acc = _Accesses(buf.data)
+        acc.visit_stmt(s)
+        keys = {expr_key(idx) for idx in acc.indices}
+        if len(keys) != 1 or len(acc.indices[0]) != 1:
+            return s
+        (idx,) = acc.indices[0]
+        if set(free_vars(idx)) & acc.bound:
+            return s
+        lanes = ir.lanes_of(idx.dtype)
+        local = ir.Buffer(f"{buf.name}_acc", (lanes,), buf.dtype, scope="local")
+        at = ir.Ramp(0, 1, lanes) if lanes > 1 else ir.IntImm(0, "int32")
+        # the local starts as the parameter's value (written before it is read anyway: the
+        # copy keeps C compilers' "maybe uninitialized" analysis quiet)
+        body = ir.seq(ir.BufferStore(local, ir.BufferLoad(buf, (idx,)), (at,)),
+                      _Redirect(buf.data, local, at).visit_stmt(s),
+                      ir.BufferStore(buf, ir.BufferLoad(local, (at,)), (idx,)))
+        return ir.Allocate(local, body)
+
+
 def legalize_f16(func: ir.PrimFunc) -> ir.PrimFunc:
     """``func`` with float16 kept for its parameters' storage and computed in float32
     (see the module docstring); a function without float16 is returned as it is."""
@@ -146,6 +260,8 @@ def legalize_f16(func: ir.PrimFunc) -> ir.PrimFunc:
     uses.visit_stmt(func.body)
     if not uses.found:
         return func
+    halves = {p.name: p for p in func.params if isinstance(p, ir.Buffer) and _is_f16(p.dtype)}
+    func = _Accumulate(halves).visit(func)
     storage = {p.data for p in func.params if isinstance(p, ir.Buffer) and p.data is not None}
     return _Legalize(f"kernel {func.name} (float16 as float32)", storage).visit(func)
 
