@@ -264,6 +264,23 @@ def test_fp16_reduce_sum_of_4096_ones(tmp_path):
     np.testing.assert_array_equal(got["s"], [4096, 4096])
 
 
+def test_kiln_run_check_of_an_fp16_bundle(tmp_path, capsys):
+    """``kiln run DIR --check``: float16 outputs are compared at FLOAT16_TOLERANCE at least
+    (the default 1e-4 is below half a float16 ulp)."""
+    from toolchain.bundle.check import FLOAT16_TOLERANCE, compare
+    from toolchain.cli import main
+
+    onnx.save(fp16_net(), tmp_path / "net.onnx")
+    np.savez(tmp_path / "in.npz", **_input())
+    assert main(["compile", str(tmp_path / "net.onnx"), "-o", str(tmp_path / "b")]) == 0
+    assert main(["run", str(tmp_path / "b"), "--inputs", str(tmp_path / "in.npz"),
+                 "--check"]) == 0
+    assert "ok (float16: tolerance 0.002)" in capsys.readouterr().out
+    ref = np.array([1.0, 2.0], np.float16)
+    (row,) = compare({"y": ref + np.float16(0.01)}, {"y": ref})  # 0.5 %: too far
+    assert not row["ok"] and row["tolerance"] == FLOAT16_TOLERANCE
+
+
 def test_fp16_net_main_reads_and_writes_fp16_files(tmp_path):
     m, x = fp16_net(), _input()
     path, got = compile_run(m, tmp_path, x)
