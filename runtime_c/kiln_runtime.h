@@ -72,7 +72,7 @@ static inline float kiln_f16_to_f32(kiln_f16 h) {
   } else if (exp != 0u) {
     v.u = sign | ((exp + 112u) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
   } else {
-    v.f = (float)man * 0x1p-24f; /* +-0 and subnormals: man * 2^-24, exact (normal in float) */
+    v.f = (float)man * 5.9604644775390625e-8f; /* +-0, subnormals: man * 2^-24, exact */
     v.u |= sign;
   }
   return v.f;

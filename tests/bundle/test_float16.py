@@ -264,6 +264,14 @@ def test_fp16_reduce_sum_of_4096_ones(tmp_path):
     np.testing.assert_array_equal(got["s"], [4096, 4096])
 
 
+def test_fp16_bundle_is_deterministic():
+    from toolchain.bundle import build_spec, render_files
+
+    a, b = (render_files(build_spec(fp16_net(), t, progress=False))
+            for t in ("x86_64-avx2", "x86_64-avx2"))
+    assert a == b
+
+
 def test_kiln_run_check_of_an_fp16_bundle(tmp_path, capsys):
     """``kiln run DIR --check``: float16 outputs are compared at FLOAT16_TOLERANCE at least
     (the default 1e-4 is below half a float16 ulp)."""
