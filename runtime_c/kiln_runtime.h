@@ -52,6 +52,71 @@ void kiln_profile_reset(void);
 void kiln_profile_report(void);
 #endif
 
+/* kiln_f16: a float16 tensor element as it crosses the API, IEEE 754 binary16 bits in a
+ * uint16_t (bit 15 sign, bits 14..10 exponent biased by 15, bits 9..0 fraction; the same
+ * bits as numpy.float16, _Float16 and ARM's __fp16).  Kernels compute in float32: they
+ * widen with kiln_f16_to_f32 (exact) and round results with kiln_f32_to_f16 (to nearest,
+ * ties to even; overflow gives +-Inf; subnormals exact; a NaN stays a NaN with its sign
+ * and the top 10 bits of its payload, as numpy converts).  Plain C99 bit manipulation,
+ * identical on every compiler and CPU (no dependence on _Float16 or the FPU's modes;
+ * F16C's and __fp16's hardware conversions quiet a signalling NaN: not identical). */
+typedef uint16_t kiln_f16;
+
+static inline float kiln_f16_to_f32(kiln_f16 h) {
+  union { uint32_t u; float f; } v;
+  uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+  uint32_t exp = ((uint32_t)h >> 10) & 0x1fu;
+  uint32_t man = (uint32_t)h & 0x3ffu;
+  if (exp == 0x1fu) {
+    v.u = sign | 0x7f800000u | (man << 13); /* Inf, NaN (payload kept) */
+  } else if (exp != 0u) {
+    v.u = sign | ((exp + 112u) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
+  } else {
+    v.f = (float)man * 5.9604644775390625e-8f; /* +-0, subnormals: man * 2^-24, exact */
+    v.u |= sign;
+  }
+  return v.f;
+}
+
+static inline kiln_f16 kiln_f32_to_f16(float f) {
+  union { uint32_t u; float f; } v;
+  uint32_t sign, ax, m, shift, q, rest, half;
+  v.f = f;
+  sign = (v.u >> 16) & 0x8000u;
+  ax = v.u & 0x7fffffffu;
+  if (ax > 0x7f800000u) { /* NaN: the payload's top bits, never turned into Inf */
+    q = (ax >> 13) & 0x3ffu;
+    return (kiln_f16)(sign | 0x7c00u | (q != 0u ? q : 1u));
+  }
+  if (ax >= 0x477ff000u) return (kiln_f16)(sign | 0x7c00u); /* >= 65520: Inf */
+  if (ax >= 0x38800000u) { /* normal float16 (>= 2^-14): rebias, round the 13 low bits */
+    m = ax - 0x38000000u;
+    return (kiln_f16)(sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13));
+  }
+  if (ax <= 0x33000000u) return (kiln_f16)sign; /* <= 2^-25: rounds to +-0 */
+  /* subnormal float16: q * 2^-24 with q = the 24-bit significand >> shift, rounded */
+  m = (ax & 0x7fffffu) | 0x800000u;
+  shift = 126u - (ax >> 23);
+  q = m >> shift;
+  rest = m & ((1u << shift) - 1u);
+  half = 1u << (shift - 1u);
+  if (rest > half || (rest == half && (q & 1u) != 0u)) ++q;
+  return (kiln_f16)(sign | q);
+}
+
+/* A double rounded to float16 once (to nearest, ties to even, as numpy): rounded to float
+ * first by "round to odd" (an inexact result keeps an odd last bit, so the second rounding
+ * cannot meet a false tie), then kiln_f32_to_f16. */
+static inline kiln_f16 kiln_f64_to_f16(double d) {
+  union { uint32_t u; float f; } v;
+  v.f = (float)d;
+  if ((double)v.f != d && d == d && (v.u & 1u) == 0u) {
+    if (d > 0.0 ? (double)v.f < d : (double)v.f > d) ++v.u; /* toward d: one float ulp */
+    else --v.u;
+  }
+  return kiln_f32_to_f16(v.f);
+}
+
 /* A short English description of a return code of <model>_run(). */
 const char *kiln_strerror(int code);
 

@@ -31,10 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.bundle.emit import KernelSource
+from toolchain.bundle.emit import BundleRenderer, KernelSource
 from toolchain.bundle.names import bundle_namer, comment, model_identifier
 from toolchain.codegen.backend import CBackend, backend_for
-from toolchain.codegen.c import CRenderer
 from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import (
     InternalError,
@@ -413,9 +412,10 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
 
 
 def c_type(dtype: str) -> str:
-    """The C element type of a graph dtype."""
-    t = CRenderer.type_map.get(dtype)
-    if t is None or dtype == "float16":
+    """The C element type of a graph dtype in a bundle (its API, weights and kernels):
+    float16 is ``kiln_f16``, its IEEE binary16 bits (``runtime_c/kiln_runtime.h``)."""
+    t = BundleRenderer.type_map.get(dtype)
+    if t is None or dtype == "handle":
         raise UnsupportedError(f"dtype {dtype} cannot cross a bundle's C API")
     return t
 

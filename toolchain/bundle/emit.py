@@ -35,10 +35,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from toolchain.codegen.artifact import KernelArtifact, support_of
+from toolchain.codegen.artifact import CSupport, KernelArtifact, support_of
 from toolchain.codegen.c import CRenderer
+from toolchain.codegen.cstyle import ATOM
 from toolchain.errors import UnsupportedError
 from toolchain.tir import ir
+from toolchain.tir.transform.legalize_f16 import legalize_f16
+
+#: the bundle runtime's header: ``kiln_f16`` and its conversions (float16 kernels)
+RUNTIME_HEADER = "kiln_runtime.h"
 
 #: alignment of each scratch slice (bytes)
 SCRATCH_ALIGN = 64
@@ -53,6 +58,9 @@ class BundleRenderer(CRenderer):
 
     #: allocations up to this size stay on the stack (register tiles, small temporaries)
     max_stack_bytes: ClassVar[int] = 1024
+    #: float16 is storage only (16 bits, ``kiln_f16`` of the bundle runtime): kernels
+    #: compute in float32 (:func:`~toolchain.tir.transform.legalize_f16.legalize_f16`)
+    type_map: ClassVar[dict[str, str]] = {**CRenderer.type_map, "float16": "kiln_f16"}
 
     def __init__(self, restrict: bool | frozenset[int] = True) -> None:
         super().__init__(openmp=False)
@@ -76,6 +84,34 @@ class BundleRenderer(CRenderer):
         # a GNU statement expression: __extension__ keeps -pedantic builds clean
         text, prec = super().expr_Let(e)
         return f"__extension__ {text}", prec
+
+    def expr_Cast(self, e: ir.Cast) -> tuple[str, int]:
+        """float16 <-> float32 through the runtime's bit-exact helpers (round to nearest
+        even); a vector converts lane by lane."""
+        src, dst = ir.element_of(e.value.dtype), ir.element_of(e.dtype)
+        if "float16" not in (src, dst):
+            return super().expr_Cast(e)
+        fn = {("float16", "float32"): "kiln_f16_to_f32", ("float32", "float16"): "kiln_f32_to_f16",
+              ("float64", "float16"): "kiln_f64_to_f16"}.get((src, dst))
+        if fn is None:
+            raise UnsupportedError(f"bundle code generation: cast {e} (float16 converts "
+                                   "to float32 and from float32/float64 only; run "
+                                   "legalize_f16 first)")
+        lanes = ir.lanes_of(e.dtype)
+        if lanes == 1:
+            return f"{fn}({self.expr(e.value)})", ATOM
+        vt = self.ctype(e.dtype)
+        v = e.value
+        if (isinstance(v, ir.BufferLoad) and v.buffer.data not in self.vec_locals
+                and isinstance(v.indices[0], ir.Ramp)):
+            name = self.var(v.buffer.data)
+            parts = ", ".join(f"{fn}({name}[{self._lane(v.indices[0], k)}])"
+                              for k in range(lanes))
+            return f"({vt}){{{parts}}}", ATOM
+        tmp = self.names.fresh("cvt")
+        parts = ", ".join(f"{fn}({tmp}[{k}])" for k in range(lanes))
+        return (f"__extension__ ({{ const {self.ctype(e.value.dtype)} {tmp} = "
+                f"{self.expr(e.value)}; ({vt}){{{parts}}}; }})"), ATOM
 
     def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
                           body: ir.Stmt) -> None:
@@ -106,6 +142,11 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[in
     parameters that alias each other (those without, the others with)."""
     r = (renderer or BundleRenderer)(restrict=restrict)
     r.reset()
+    legal = legalize_f16(func)
+    support = support_of(func)
+    if legal is not func:  # kiln_f16 and its conversions
+        support = support.merge(CSupport(headers=(RUNTIME_HEADER,)))
+    func = legal
     params, extra = r.signature(func)
     if extra:
         raise UnsupportedError(f"bundle code generation: kernel {name} has sizes known only "
@@ -115,4 +156,4 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[in
     if r.scratch_bytes:
         params = [*params, "uint8_t* kiln_scratch"]
     return KernelArtifact(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes,
-                          support_of(func), r.helper_list())
+                          support, r.helper_list())

@@ -29,7 +29,7 @@ import jinja2
 
 from toolchain import __version__
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
-from toolchain.bundle.emit import BundleRenderer
+from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
 from toolchain.bundle.names import bundle_namer, comment
 from toolchain.bundle.weights import format_bytes
 from toolchain.codegen.artifact import merge_support
@@ -38,6 +38,7 @@ from toolchain.codegen.names import Namer
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.ops.registry import get_op
+from toolchain.tir.ir import bits_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TEMPLATES = ROOT / "templates" / "bundle"
@@ -180,8 +181,7 @@ def _vector_types(spec: BundleSpec) -> list[dict[str, Any]]:
     out = []
     for name, (elem, lanes) in sorted(seen.items()):
         ct = c_type(elem)
-        size = {"float": 4, "double": 8}.get(ct) or int("".join(c for c in ct if c.isdigit())
-                                                       or 8) // 8
+        size = max(bits_of(elem) // 8, 1)
         out.append({"name": name, "elem": ct, "lanes": lanes, "elem_bytes": size,
                      "bytes": size * lanes})
     return out
@@ -228,6 +228,9 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
         w["chunks"], w["text"] = format_bytes(w.pop("array"))
     kernels = kernel_functions(spec, calls)
     includes, preludes = kernel_preludes(spec)
+    # kernels.h declares kernels with kiln_f16 pointers: the runtime header first
+    runtime_first = RUNTIME_HEADER in merge_support(k.source.support for k in spec.kernels
+                                                    ).headers
     flags = build_flags(spec)
     ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
            "inputs": inputs, "outputs": outputs, "arena_bytes": spec.plan.arena_bytes,
@@ -236,7 +239,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "vector_types": _vector_types(spec),
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "compiler": spec.target.compiler, "prelude_includes": includes,
-           "helpers": _helpers(spec),
+           "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes,
            "kernel_objects": [k["object"] for k in kernels if k["object"]]}
     m = spec.model

@@ -150,21 +150,30 @@ class LLVMBackend:
 
     def kernel(self, lowered: ir.PrimFunc, name: str, *,
                restrict: bool | frozenset[int] = True) -> KernelArtifact:
-        from toolchain.codegen.artifact import support_of
+        from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
+        from toolchain.codegen.artifact import CSupport, support_of
         from toolchain.codegen.llvm import LLVMCodegen
         from toolchain.codegen.llvm_target import emit_object, host_machine
         from toolchain.errors import UnsupportedError
+        from toolchain.tir.transform.legalize_f16 import legalize_f16
 
         machine = self.machine or host_machine()
-        gen = LLVMCodegen(machine, restrict=restrict, scratch=True)
-        k = gen.generate(lowered, name, symbol=name)
+        # float16 as in the C backend: 16-bit storage (kiln_f16 in the prototypes), float32
+        # arithmetic (LLVM would otherwise round each half-precision operation)
+        legal = legalize_f16(lowered)
+        support = support_of(lowered)
+        if legal is not lowered:
+            support = support.merge(CSupport(headers=(RUNTIME_HEADER,)))
+        gen = LLVMCodegen(machine, restrict=restrict, scratch=True,
+                          c_types=BundleRenderer.type_map)
+        k = gen.generate(legal, name, symbol=name)
         if k.extra_args:
             sizes = ", ".join(v.name for v in k.extra_args)
             raise UnsupportedError(f"llvm code generation: kernel {name} has sizes known "
                                    f"only at run time ({sizes}); give every input a static "
                                    "shape")
-        return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support_of(lowered), [],
-                              "llvm", param_types=k.param_types,
+        return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support, [], "llvm",
+                              param_types=k.param_types,
                               object_code=emit_object(k.ir, machine, extra=k.definitions),
                               llvm_ir="\n".join([k.ir, *k.definitions]))
 

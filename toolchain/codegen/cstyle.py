@@ -48,8 +48,8 @@ from toolchain.tir.structural import expr_key
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates"
 
-__all__ = ["INTRINSICS", "CSource", "CStyleRenderer", "Namer", "is_reserved", "render_helpers",
-           "sanitize"]
+__all__ = ["ATOM", "INTRINSICS", "CSource", "CStyleRenderer", "Namer", "is_reserved",
+           "render_helpers", "sanitize"]
 
 
 def render_helpers(helpers: Iterable[Mapping[str, str]], qualifier: str = "static inline"
@@ -92,6 +92,9 @@ _BINOP = {
     ir.Or: ("||", 4),
 }
 _ATOM = 20
+#: the precedence of an atom (a name, a call, a parenthesised expression): for dialects'
+#: ``expr_*`` hooks
+ATOM = _ATOM
 
 
 def _loads(e: ir.PrimExpr) -> set[Any]:

@@ -37,7 +37,7 @@ target's ``c_helpers``, which only a C compiler can compile) and GPU thread bind
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,8 +129,12 @@ class LLVMCodegen(MathCalls):
 
     def __init__(self, machine: LLVMMachine | None = None, *,
                  restrict: bool | frozenset[int] = True, scratch: bool = False,
-                 max_stack_bytes: int = 64 * 1024, param_align: int | None = None) -> None:
+                 max_stack_bytes: int = 64 * 1024, param_align: int | None = None,
+                 c_types: Mapping[str, str] | None = None) -> None:
+        """``c_types``: the C element types of the prototypes (default the host C
+        renderer's; a bundle's spell float16 ``kiln_f16``)."""
         self.machine = machine
+        self.c_types = dict(c_types or CRenderer.type_map)
         self.fast_math = tuple(machine.fast_math) if machine else DEFAULT_FAST_MATH
         self.restrict = restrict
         self.scratch = scratch
@@ -168,11 +172,11 @@ class LLVMCodegen(MathCalls):
                 if noalias:
                     arg.attributes.add("noalias")
                 arg.attributes.align = self.param_align or max(1, self.mbits(p.dtype) // 8)
-                ct = CRenderer().type_map[p.dtype]
+                ct = self.c_types[p.dtype]
                 c_params.append(f"{ct}* {'restrict ' if noalias else ''}{arg.name}")
                 c_types.append(ct)
             else:
-                c_params.append(f"{CRenderer().type_map[p.dtype]} {arg.name}")
+                c_params.append(f"{self.c_types[p.dtype]} {arg.name}")
         if scratch_bytes:
             fn.args[-1].name = "kiln_scratch"
             self.scratch_arg = fn.args[-1]
