@@ -91,7 +91,7 @@ def expandable(op: str, opset: int, depth: int = 0) -> bool:
 
     Example::
 
-        >>> expandable("Relu", 17), expandable("Swish", 24), expandable("LSTM", 17)
+        >>> expandable("Relu", 17), expandable("Swish", 24), expandable("NonMaxSuppression", 17)
         (True, True, False)
     """
     if has_op(op):

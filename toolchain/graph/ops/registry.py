@@ -263,7 +263,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
     ['LayoutTransform', 'LayoutConv', 'LayoutPool']
     """
     # Imported here, not at the top: every one of these modules imports this one.
-    from toolchain.graph.ops import elementwise, misc, nn, qops, quant, reduce, transform
+    from toolchain.graph.ops import elementwise, misc, nn, qops, quant, reduce, rnn, transform
     from toolchain.graph.passes import fused_op, layout_ops
 
     return (
@@ -274,6 +274,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
         *quant.OPS,        # QuantizeLinear, DequantizeLinear
         *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
+        *rnn.OPS,          # LSTM, GRU, RNN (expanded by the expand_recurrent pass)
         *fused_op.OPS,     # Fused: one kernel (made by the fusion pass)
         *layout_ops.OPS,   # LayoutTransform, LayoutConv, LayoutPool (made by the layout pass)
     )
