@@ -194,7 +194,9 @@ class _Direction:
         self.c0 = self.initial(em, node.input(6) if node.op == "LSTM" else None, "c0")
 
     def initial(self, em: _Emitter, v: Value | None, hint: str) -> Value | None:
-        if v is None:
+        """This direction's initial state; ``None`` when it is 0 (absent, or a constant
+        of zeros as exporters write it): step 0 then skips the recurrence GEMM."""
+        if v is None or (v.data is not None and not v.data.any()):
             return None
         return em.pick(v, self.d, 1 if self.rs.layout else 0, hint)
 
