@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 
 from toolchain import __version__
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
@@ -84,6 +85,9 @@ class Locations:
             if id(v) not in self.expr and v.data is None:
                 self.expr[id(v)] = f"(void *)outputs->{t['field']}"
         self.weights: list[dict[str, Any]] = []
+        #: weights by (tensor, dtype, shape): a weight packed at compile time by several
+        #: kernels (an unrolled LSTM's recurrence weights) is stored once
+        self.stored: dict[tuple[str, str, tuple[int, ...]], list[tuple[Any, str]]] = {}
         self.names = bundle_namer()
         #: views of a graph input (memory plan ``views``) are that input's pointer
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
@@ -93,6 +97,11 @@ class Locations:
             return self.expr[id(v)]
         if v.data is not None:
             arr = weight_array(v)
+            same = self.stored.setdefault((v.name, v.dtype, tuple(v.shape)), [])
+            for prev, expr in same:
+                if prev.dtype == arr.dtype and np.array_equal(prev, arr):
+                    self.expr[id(v)] = expr
+                    return expr
             name = self.names.fresh(v.name, prefix="w_")
             self.weights.append({
                 "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
@@ -101,6 +110,7 @@ class Locations:
                 "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
             })
             self.expr[id(v)] = f"(void *){self.spec.model}_weights.{name}"
+            same.append((arr, self.expr[id(v)]))
             return self.expr[id(v)]
         if v.name in self.spec.plan.views:
             return self.by_input[self.spec.plan.views[v.name]]
