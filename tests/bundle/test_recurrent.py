@@ -250,7 +250,8 @@ def test_runtime_sequence_lens_is_refused_naming_the_node() -> None:
 @pytest.mark.parametrize("attrs,message", [
     ({"activations": ["Swish"]}, r"'activations'.*unknown activation\(s\) 'Swish'.*at node 'n0'"),
     ({"activations": ["Affine"]}, r"node 'n0' \(RNN\): attribute 'activations': Affine needs "
-                                  r"its alpha and beta"),
+                                  r"its value\(s\) given in 'activation_alpha' and "
+                                  r"'activation_beta'"),
     ({"activations": ["Tanh", "Tanh"]}, r"node 'n0' \(RNN\): attribute 'activations' has 2 "
                                         r"entries, but RNN with 1 direction\(s\) takes 1"),
 ])

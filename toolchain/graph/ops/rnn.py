@@ -195,11 +195,12 @@ def resolve_activations(node: Node, attrs: Mapping[str, Any], directions: int
     for name in names:
         act = ACTIVATIONS[name.lower()]
         if act.explicit and (len(alphas) < act.alphas or len(betas) < act.betas):
+            which = ("'activation_alpha' and 'activation_beta'" if act.betas
+                     else "'activation_alpha'")
             raise UnsupportedError(
-                f"{node.describe()}: attribute 'activations': {act.name} needs its "
-                f"{'alpha and beta' if act.betas else 'alpha'} given in 'activation_alpha'"
-                f"{' and activation_beta' if act.betas else ''} (ONNX's defaults for it are "
-                "unclear and onnxruntime's differ from ONNX's operators); give them explicitly")
+                f"{node.describe()}: attribute 'activations': {act.name} needs its value(s) "
+                f"given in {which} (ONNX's defaults for it are unclear and onnxruntime's "
+                "differ from ONNX's operators); give them explicitly")
         alpha = alphas.pop(0) if act.alphas and alphas else act.alpha
         beta = betas.pop(0) if act.betas and betas else act.beta
         resolved.append((act, float(alpha), float(beta)))
