@@ -79,9 +79,10 @@ class Locations:
         self.expr: dict[int, str] = {}
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
             self.expr.setdefault(id(v), f"(void *)inputs->{t['field']}")
-        for v, t in zip(spec.graph.outputs, outputs, strict=True):
+        for v, t in zip(spec.fused.outputs, outputs, strict=True):
             # an input that is also an output stays an input; a constant output stays in
-            # the weights (no kernel writes it: ``output_copies`` copies it out)
+            # the weights (no kernel writes it: ``output_copies`` copies it out). The fused
+            # graph's outputs: the passes may have folded one into a constant
             if id(v) not in self.expr and v.data is None:
                 self.expr[id(v)] = f"(void *)outputs->{t['field']}"
         self.weights: list[dict[str, Any]] = []
@@ -169,7 +170,7 @@ def output_copies(spec: BundleSpec, loc: Locations, outputs: list[dict[str, Any]
     produced = {id(v) for n in spec.fused.nodes for v in n.outputs}
     seen: set[int] = set()
     copies = []
-    for v, t in zip(spec.graph.outputs, outputs, strict=True):
+    for v, t in zip(spec.fused.outputs, outputs, strict=True):
         first = id(v) not in seen
         seen.add(id(v))
         if first and id(v) in produced:
