@@ -168,6 +168,10 @@ class _Direction:
         em.scope = f"d{d}/" if rs.directions > 1 else ""
         w = em.op("Transpose", [em.pick(node.inputs[1], d, 0, "w")], "wT", perm=(1, 0))
         self.r_t = em.op("Transpose", [em.pick(node.inputs[2], d, 0, "r")], "rT", perm=(1, 0))
+        #: a GRU without linear_before_reset multiplies (r * H) by the h gate's columns
+        self.r_split = (em.slice(self.r_t, 0, 2 * h, 1, "rT_zr"),
+                        em.slice(self.r_t, 2 * h, 3 * h, 1, "rT_h")) \
+            if node.op == "GRU" and not node.attrs.get("linear_before_reset") else None
         bias = node.input(3)
         self.x_bias = self.h_bias = None
         if bias is not None:
@@ -266,9 +270,7 @@ def _cell(em: _Emitter, node: Node, dr: _Direction, xt: Value, h: Value | None,
         lin = em.add(gate(hr, 2, "hh"), dr.h_bias, "hh_b")
         cand_pre = em.add(xh, em.op("Mul", [r, lin], "rh"), "hpre")
     else:
-        r_t = dr.r_t
-        rzr = em.slice(r_t, 0, 2 * hid, 1, "rT_zr")
-        rh = em.slice(r_t, 2 * hid, 3 * hid, 1, "rT_h")
+        rzr, rh = dr.r_split
         hzr = em.op("MatMul", [h, rzr], "hzr")
         z = em.activation(em.add(xz, gate(hzr, 0, "hz"), "zpre"), f, clip, "z")
         r = em.activation(em.add(xr, gate(hzr, 1, "hr_r"), "rpre"), f, clip, "r")
