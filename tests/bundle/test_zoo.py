@@ -11,7 +11,8 @@ from tests.bundle.helpers import assert_matches, compile_run, run_ort
 from toolchain.zoo import ZOO
 
 MODELS = ["lenet5", "mlp", "ds_cnn", "resnet8", "mobilenet_v1", "autoencoder", "mobilenet_v2",
-          "transformer_encoder", "transformer_encoder_gelu", "fcn_opset11"]
+          "transformer_encoder", "transformer_encoder_gelu", "fcn_opset11", "lstm_classifier"]
+RECURRENT = {"lstm_classifier"}
 
 
 def _check(name: str, tmp_path) -> dict:
@@ -34,7 +35,8 @@ def _check(name: str, tmp_path) -> dict:
 @pytest.mark.parametrize("name", MODELS)
 def test_zoo_model_bundle_matches_onnxruntime(name, tmp_path):
     meta = _check(name, tmp_path)
-    assert meta["kernel_count"] <= meta["nodes_before_fusion"]
+    if name not in RECURRENT:  # an LSTM node is unrolled into kernels per time step
+        assert meta["kernel_count"] <= meta["nodes_before_fusion"]
     assert meta["weight_bytes"] > 0
 
 

@@ -24,7 +24,8 @@ ANCHORS = {"ds_cnn": 16 * 1024, "resnet8": 66112, "mobilenet_v1": 64800}
 
 def test_quantize_ops_runs_first_in_the_default_pipeline() -> None:
     # before constant_fold, which would fold the weights' DequantizeLinear back into float
-    assert pipeline.DEFAULT_PASSES[0] == "quantize_ops"
+    passes = pipeline.DEFAULT_PASSES
+    assert passes.index("quantize_ops") < passes.index("constant_fold")
 
 
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"])

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import numpy as np
 
 from toolchain import __version__
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
@@ -79,12 +80,16 @@ class Locations:
         self.expr: dict[int, str] = {}
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
             self.expr.setdefault(id(v), f"(void *)inputs->{t['field']}")
-        for v, t in zip(spec.graph.outputs, outputs, strict=True):
+        for v, t in zip(spec.fused.outputs, outputs, strict=True):
             # an input that is also an output stays an input; a constant output stays in
-            # the weights (no kernel writes it: ``output_copies`` copies it out)
+            # the weights (no kernel writes it: ``output_copies`` copies it out). The fused
+            # graph's outputs: the passes may have folded one into a constant
             if id(v) not in self.expr and v.data is None:
                 self.expr[id(v)] = f"(void *)outputs->{t['field']}"
         self.weights: list[dict[str, Any]] = []
+        #: weights by (tensor, dtype, shape): a weight packed at compile time by several
+        #: kernels (an unrolled LSTM's recurrence weights) is stored once
+        self.stored: dict[tuple[str, str, tuple[int, ...]], list[tuple[Any, str]]] = {}
         self.names = bundle_namer()
         #: views of a graph input (memory plan ``views``) are that input's pointer
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
@@ -94,6 +99,11 @@ class Locations:
             return self.expr[id(v)]
         if v.data is not None:
             arr = weight_array(v)
+            same = self.stored.setdefault((v.name, v.dtype, tuple(v.shape)), [])
+            for prev, expr in same:
+                if prev.dtype == arr.dtype and np.array_equal(prev, arr):
+                    self.expr[id(v)] = expr
+                    return expr
             name = self.names.fresh(v.name, prefix="w_")
             self.weights.append({
                 "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
@@ -102,6 +112,7 @@ class Locations:
                 "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
             })
             self.expr[id(v)] = f"(void *){self.spec.model}_weights.{name}"
+            same.append((arr, self.expr[id(v)]))
             return self.expr[id(v)]
         if v.name in self.spec.plan.views:
             return self.by_input[self.spec.plan.views[v.name]]
@@ -160,7 +171,7 @@ def output_copies(spec: BundleSpec, loc: Locations, outputs: list[dict[str, Any]
     produced = {id(v) for n in spec.fused.nodes for v in n.outputs}
     seen: set[int] = set()
     copies = []
-    for v, t in zip(spec.graph.outputs, outputs, strict=True):
+    for v, t in zip(spec.fused.outputs, outputs, strict=True):
         first = id(v) not in seen
         seen.add(id(v))
         if first and id(v) in produced:

@@ -62,7 +62,7 @@ class _DeviceLocations(Locations):
         self.expr = {}
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
             self.expr.setdefault(id(v), f"(void *)(a + {t['ws_offset']})")
-        for v, t in zip(spec.graph.outputs, outputs, strict=True):
+        for v, t in zip(spec.fused.outputs, outputs, strict=True):
             if id(v) not in self.expr:
                 self.expr[id(v)] = f"(void *)(a + {t['ws_offset']})"
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}

@@ -49,7 +49,8 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
     "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Resize": (1, 2, 3),
     "Upsample": (1,), "Dropout": (1, 2), "TopK": (1,), "OneHot": (1,), "Range": (0, 1, 2),
-    "CenterCropPad": (1,), "CumSum": (1,), "CumProd": (1,), "Trilu": (1,),
+    "CenterCropPad": (1,), "LSTM": (4,), "GRU": (4,), "RNN": (4,),
+    "CumSum": (1,), "CumProd": (1,), "Trilu": (1,),
     "AffineGrid": (1,),
     "Col2Im": (1, 2), "DFT": (1, 2),
 }

@@ -30,6 +30,7 @@ from toolchain.zoo.models import (
     ds_cnn,
     fcn_opset11,
     lenet5,
+    lstm_classifier,
     mlp,
     mobilenet_v1,
     mobilenet_v2,
@@ -41,5 +42,5 @@ from toolchain.zoo.models import (
 )
 
 __all__ = ["ZOO", "Builder", "ZooModel", "autoencoder", "count_macs", "ds_cnn", "fcn_opset11",
-           "lenet5", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count", "resnet8",
-           "resnet18", "transformer_encoder", "transformer_encoder_gelu"]
+           "lenet5", "lstm_classifier", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count",
+           "resnet8", "resnet18", "transformer_encoder", "transformer_encoder_gelu"]

@@ -402,6 +402,35 @@ def fcn_opset11(seed: int = 11) -> onnx.ModelProto:
                    initializers_as_inputs=True)
 
 
+# -- a recurrent text classifier -----------------------------------------------------------------
+def lstm_classifier(seed: int = 16, *, batch: int = 2, seq: int = 16, vocab: int = 100,
+                    embed: int = 32, hidden: int = 64, classes: int = 4) -> onnx.ModelProto:
+    """An LSTM text classifier as ``torch.onnx`` exports ``nn.LSTM(batch_first=True)``.
+
+    int64 token ids -> embedding ``Gather`` -> ``Transpose`` to ``[seq, batch, embed]`` ->
+    one forward ``LSTM`` (hidden 64; ``W``/``R``/``B`` in ONNX's i, o, f, c gate order; no
+    initial state, i.e. zeros) -> the last hidden state ``h_n[-1]`` (``Gather`` of ``Y_h``) ->
+    ``Gemm(transB=1)`` -> ``Softmax``.  ``Y`` is not used (its output name is empty).
+    """
+    b = Builder("lstm_classifier", seed, constant_nodes=True)
+    tokens = b.input("tokens", np.int64, [batch, seq])
+    x = b.op("Gather", [b.param("embedding.weight", b.normal(1.0, (vocab, embed))), tokens],
+             axis=0)
+    x = b.op("Transpose", [x], perm=[1, 0, 2])
+    with b.scope("lstm"):
+        w = b.param("W", b.normal(1.0 / math.sqrt(embed), (1, 4 * hidden, embed)))
+        r = b.param("R", b.normal(1.0 / math.sqrt(hidden), (1, 4 * hidden, hidden)))
+        bias = b.param("B", b.normal(0.1, (1, 8 * hidden)))
+        _, y_h, _ = b.op("LSTM", [x, w, r, bias], n_out=3, hidden_size=hidden)
+    b.nodes[-1].output[0] = b.nodes[-1].output[2] = ""  # only Y_h is used
+    last = b.op("Gather", [y_h, b.const(-1)], axis=0)
+    logits = linear(b, last, hidden, classes, name="fc")
+    b.output(logits, "logits", F32, [batch, classes])
+    b.output(b.op("Softmax", [logits], axis=-1), "probs", F32, [batch, classes])
+    return b.build(17, f"LSTM text classifier: vocab {vocab}, embedding {embed}, hidden "
+                       f"{hidden}, seq {seq}")
+
+
 # -- the catalogue -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ZooModel:
@@ -474,6 +503,8 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("transformer_encoder", transformer_encoder, macs=_transformer_macs(), vocab=100),
     ZooModel("transformer_encoder_gelu", transformer_encoder_gelu,
              input_shapes={"tokens": (2, 32)}, macs=_transformer_macs(), vocab=100),
+    ZooModel("lstm_classifier", lstm_classifier, vocab=100,
+             macs=2 * 16 * 4 * 64 * (32 + 64) + 2 * 64 * 4),
     ZooModel("fcn_opset11", fcn_opset11,
              macs=(32 * 32 * 16 * 27 + 16 * 16 * 32 * 144 + 8 * 8 * 32 * 288 + 2 * 32 * 8
                    + 16 * 16 * 64 * 64 + 32 * 32 * 5 * 48)),
@@ -506,7 +537,7 @@ def count_macs(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] 
     shapes.update({t.name: list(t.dims) for t in model.graph.initializer})
     total = 0
     for node in inferred.graph.node:
-        out = shapes[node.output[0]]
+        out = shapes.get(node.output[0], [])  # a recurrent node's Y may be left out
         if node.op_type == "Conv":
             w = shapes[node.input[1]]
             total += int(np.prod(out)) * int(np.prod(w[1:]))
@@ -516,4 +547,8 @@ def count_macs(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] 
             total += int(np.prod(out)) * (a[0] if trans_a else a[1])
         elif node.op_type == "MatMul":
             total += int(np.prod(out)) * shapes[node.input[0]][-1]
+        elif node.op_type in ("LSTM", "GRU", "RNN"):  # input and recurrence projections
+            dirs, gates_h, inputs = shapes[node.input[1]]
+            x = shapes[node.input[0]]
+            total += x[0] * x[1] * dirs * gates_h * (inputs + shapes[node.input[2]][-1])
     return total

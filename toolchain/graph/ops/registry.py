@@ -300,6 +300,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         quant,
         quant_ext,
         reduce,
+        rnn,
         spectral,
         transform,
         transform_ext,
@@ -319,6 +320,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *quant.OPS,        # QuantizeLinear, DequantizeLinear
         *quant_ext.OPS,    # MatMulInteger, QLinearMatMul
         *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
+        *rnn.OPS,          # LSTM, GRU, RNN (expanded by the expand_recurrent pass)
         *fused_op.OPS,     # Fused: one kernel (made by the fusion pass)
         *layout_ops.OPS,   # LayoutTransform, LayoutConv, LayoutPool (made by the layout pass)
     )

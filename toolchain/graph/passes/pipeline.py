@@ -2,10 +2,13 @@
 
 Default order (:data:`DEFAULT_PASSES`)::
 
-    quantize_ops -> constant_fold -> simplify -> fold_affine -> dead_code_elimination
-                 -> transform_layout -> simplify -> dead_code_elimination -> fuse
+    expand_recurrent -> quantize_ops -> constant_fold -> simplify -> fold_affine
+                     -> dead_code_elimination -> transform_layout -> simplify
+                     -> dead_code_elimination -> fuse
 
-``quantize_ops`` comes first so that QuantizeLinear/DequantizeLinear pairs around weights are
+``expand_recurrent`` comes first: it unrolls ``LSTM``/``GRU``/``RNN`` nodes into MatMuls
+and element-wise ops, which every later pass knows (constant weights fold right after).
+``quantize_ops`` comes next so that QuantizeLinear/DequantizeLinear pairs around weights are
 turned into integer ops before constant folding would fold the weights back into float (it
 leaves a graph without QDQ pairs unchanged).
 
@@ -17,8 +20,8 @@ cancel a model's own transposes against the inserted transforms (``NHWC`` models
 
 With ``dump_dir`` the printed graph (kernel bodies included, see
 :func:`~toolchain.graph.passes.fused_op.format_graph`) is written before the first pass as
-``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_quantize_ops.txt`` …
-``09_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
+``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_expand_recurrent.txt`` …
+``10_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph
 from toolchain.graph.passes.constant_fold import constant_fold
 from toolchain.graph.passes.dce import dead_code_elimination
+from toolchain.graph.passes.expand_recurrent import expand_recurrent
 from toolchain.graph.passes.fold_affine import fold_affine
 from toolchain.graph.passes.fused_op import format_graph
 from toolchain.graph.passes.fusion import fuse
@@ -42,6 +46,7 @@ Pass = Callable[[Graph], Graph]
 
 #: every pass by name (``transform_layout`` gets the pipeline's ``target_layout``)
 PASSES: dict[str, Pass] = {
+    "expand_recurrent": expand_recurrent,
     "quantize_ops": quantize_ops,
     "constant_fold": constant_fold,
     "simplify": simplify,
@@ -52,8 +57,8 @@ PASSES: dict[str, Pass] = {
 }
 
 DEFAULT_PASSES: tuple[str, ...] = (
-    "quantize_ops", "constant_fold", "simplify", "fold_affine", "dead_code_elimination",
-    "transform_layout", "simplify", "dead_code_elimination", "fuse",
+    "expand_recurrent", "quantize_ops", "constant_fold", "simplify", "fold_affine",
+    "dead_code_elimination", "transform_layout", "simplify", "dead_code_elimination", "fuse",
 )
 
 
