@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -42,6 +43,7 @@ from toolchain.graph.ir import np_dtype
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates" / "firmware"
 
 
+@functools.cache
 def _env() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,

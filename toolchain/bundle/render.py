@@ -18,6 +18,7 @@ Layout (``<m>`` is the model's C prefix)::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -46,8 +47,10 @@ TEMPLATES = ROOT / "templates" / "bundle"
 RUNTIME = ROOT / "runtime_c"
 
 
+@functools.cache
 def template_env() -> jinja2.Environment:
-    """The jinja2 environment of ``templates/bundle`` (strict: a missing value is an error)."""
+    """The jinja2 environment of ``templates/bundle`` (strict: a missing value is an error;
+    made once, so its compiled templates are reused by every bundle)."""
     loader = jinja2.FileSystemLoader(str(TEMPLATES))
     return jinja2.Environment(loader=loader, trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True,

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import jinja2
-
-from toolchain.codegen.cstyle import TEMPLATES, CStyleRenderer, sanitize
+from toolchain.codegen.cstyle import CStyleRenderer, c_templates, sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.tir import ir
 
@@ -50,8 +48,5 @@ def render_standalone_main(func: ir.PrimFunc, kernel_source: str, entry: str) ->
         name = "arg_" + sanitize(p.name)
         arrays.append({"name": name, "ctype": renderer.ctype(p.dtype), "count": count})
         call_args.append(name)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
-    return env.get_template("c/standalone_main.c.j2").render(
+    return c_templates().get_template("c/standalone_main.c.j2").render(
         entry=entry, kernel_source=kernel_source, arrays=arrays, call_args=call_args)

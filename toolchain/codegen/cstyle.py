@@ -28,6 +28,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,8 +65,7 @@ def render_helpers(helpers: Iterable[Mapping[str, str]], qualifier: str = "stati
     unique = {h["name"]: dict(h) for h in helpers}
     fast = render_fastmath((h["kind"] for h in unique.values()), qualifier)
     plain = [unique[k] for k in sorted(unique) if unique[k]["kind"] not in FUNCTIONS]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = c_templates(keep_trailing_newline=False)
     text = env.get_template("c/helpers.c.j2").render(helpers=plain, qualifier=qualifier)
     return "\n\n".join(t for t in (text.strip("\n"), fast) if t)
 
@@ -109,6 +109,15 @@ def conditional_loads(e: ir.Select) -> bool:
     """Whether a value of ``e`` reads memory its condition does not (``c ? x[i] : 0``,
     ``x[i] < 0 ? x[i] * s[i] : x[i]``); ``x[i] < 0 ? 0 : x[i]`` does not."""
     return bool((_loads(e.true_value) | _loads(e.false_value)) - _loads(e.condition))
+
+
+@functools.cache
+def c_templates(keep_trailing_newline: bool = True) -> jinja2.Environment:
+    """The jinja2 environment of ``templates/`` for C text (made once: jinja2 keeps the
+    compiled templates, so rendering a bundle does not recompile them)."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=keep_trailing_newline,
+                              undefined=jinja2.StrictUndefined)
 
 
 _COMPARE = (ir.LT, ir.LE, ir.GT, ir.GE, ir.EQ, ir.NE)
@@ -340,9 +349,7 @@ class CStyleRenderer:
         return sorted(free, key=lambda v: sanitize(v.name))
 
     def _fill(self, func: ir.PrimFunc, entry: str, params: list[str]) -> str:
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                                 trim_blocks=True, lstrip_blocks=True,
-                                 keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+        env = c_templates()
         vts = [dict(name=n, elem=self.ctype(e), lanes=lanes,
                     elem_bytes=ir.bits_of(e) // 8, bytes=ir.bits_of(e) // 8 * lanes)
                for n, (e, lanes) in sorted(self.vec_types.items())]
