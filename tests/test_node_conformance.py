@@ -203,7 +203,7 @@ def _params():
         yield pytest.param(name, marks=marks, id=name)
 
 
-@pytest.mark.parametrize("name", _params())
+@pytest.mark.parametrize("name", list(_params()))
 def test_node(name: str) -> None:
     status, detail = run_case(name)
     if status == "skip":
@@ -226,7 +226,7 @@ def _bundle_params():
         yield pytest.param(name, marks=marks, id=name)
 
 
-@pytest.mark.parametrize("name", _bundle_params())
+@pytest.mark.parametrize("name", list(_bundle_params()))
 def test_node_bundle(name: str, tmp_path: Path) -> None:
     """The node test through a compiled bundle: a bundle passes every node test the
     reference executor passes (what users run is the bundle)."""
