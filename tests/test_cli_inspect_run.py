@@ -142,3 +142,16 @@ def test_run_checks_fixed_dims_of_a_dynamic_input(cnn, tmp_path, capsys):
     assert main(["run", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
     err = capsys.readouterr().err
     assert "input 'x' has shape [2, 4, 8, 8], but the model expects [N, 3, 8, 8]" in err
+
+
+def test_inspect_and_compile_say_what_their_memory_numbers_count(tmp_path, capsys):
+    """The first-hour issue: inspect's plan (23,552 B for LeNet-5) and compile's arena
+    (48,000 B on x86_64-avx2) disagreed without a word on why."""
+    assert main(["inspect", "examples/lenet5.onnx", "--memory-plan",
+                 str(tmp_path / "plan.svg")]) == 0
+    assert "before a target is chosen" in capsys.readouterr().err
+    assert main(["compile", "examples/lenet5.onnx", "--target", "x86_64-avx2", "-o",
+                 str(tmp_path / "b"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "the arena holds the activations in the target's layout" in out
+    assert "kernels' scratch (the largest" in out

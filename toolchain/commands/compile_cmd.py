@@ -87,10 +87,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"    kernel {k['index']} {k['name']}: {k['schedule']}")
     dev = meta.get("device")
     arena = dev["arena_bytes"] if dev else meta["arena_bytes"]
+    scratch = max((t["size"] for t in plan.get("tensors", ()) if t.get("kind") == "scratch"),
+                  default=0)
     print(f"  {'device ' if dev else ''}arena {arena:,} B (lower bound "
           f"{plan['lower_bound']:,} B, naive {plan['naive_bytes']:,} B), weights "
           f"{meta['weight_bytes']:,} B" + (f"; device workspace {dev['workspace_bytes']:,} B "
                                           f"({dev['launches']} launches)" if dev else ""))
+    print(f"    (the arena holds the activations in the target's layout "
+          f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
+          "weights are packed for the target's kernels: kiln inspect's memory plan counts the "
+          "graph before both)")
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "

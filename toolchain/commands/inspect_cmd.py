@@ -156,5 +156,7 @@ def run(args: argparse.Namespace) -> int:
         from toolchain.graph.memory import write_memory_plan
 
         plan = write_memory_plan(graph, args.memory_plan)
-        print(f"memory plan: {plan.summary()} -> {args.memory_plan}", file=sys.stderr)
+        print(f"memory plan: {plan.summary()} -> {args.memory_plan}\n  (the graph's "
+              "activations in NCHW, before a target is chosen: kiln compile's arena adds the "
+              "target's layout and its kernels' scratch)", file=sys.stderr)
     return 0
