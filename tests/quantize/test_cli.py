@@ -130,3 +130,27 @@ def test_check_of_an_int8_bundle_compares_with_the_integer_reference(
               if line.split()[-1:] == ["ok"]}
     # the logits come out of integer kernels: exact; Softmax is float math after them
     assert errors["dense/BiasAdd:0"] == 0.0 and errors["dense/Softmax:0"] < 1e-6, text
+
+
+def test_calibration_arrays_by_mapping_and_extra_arrays_ignored(tmp_path: Path, capsys) -> None:
+    """The shipped digits test set has arrays images and labels; the model's input is
+    image (the first-hour issue): --map picks the array, labels are left out."""
+    digits = Path("examples/digits")
+    out = tmp_path / "d8.onnx"
+    assert cli.main(["quantize", str(digits / "digits.onnx"), "--calibration",
+                     str(digits / "test_set.npz"), "--map", "image=images", "-o",
+                     str(out)]) == 0
+    assert "nodes quantized" in capsys.readouterr().out
+    assert any(n.op_type == "QuantizeLinear" for n in onnx.load(out).graph.node)
+    assert cli.main(["quantize", str(digits / "digits.onnx"), "--calibration",
+                     str(digits / "test_set.npz"), "-o", str(tmp_path / "x.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "no array for model input 'image' (arrays: images, labels)" in err
+    assert "--map image=ARRAY" in err
+    for bad, msg in [("image", "give INPUT=ARRAY"), ("img=images", "has no input 'img'"),
+                     ("image=pixels", "has no array 'pixels'")]:
+        assert cli.main(["quantize", str(digits / "digits.onnx"), "--calibration",
+                         str(digits / "test_set.npz"), "--map", bad, "-o",
+                         str(tmp_path / "y.onnx")]) == 2
+        assert msg in capsys.readouterr().err
+    assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()

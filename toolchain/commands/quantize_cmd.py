@@ -26,6 +26,7 @@ examples:
   kiln quantize vww.onnx --calibration vww.npz -o vww_int8.onnx --per-tensor --uint8
   kiln quantize ad.onnx --calibration ad.npz -o ad_int8.onnx --percentile 99.99
   kiln quantize ad.onnx --calibration ad.npz -o ad_int8.onnx --integer-io  # int8 I/O
+  kiln quantize digits.onnx --calibration test_set.npz --map image=images -o digits_int8.onnx
 
 the .npz holds one array per model input, named like the input, whose first dimension
 counts the samples (for an input [1, 49, 10, 1]: [S, 49, 10, 1] or [S, 1, 49, 10, 1]).
@@ -38,7 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
     parser.add_argument("--calibration", required=True, metavar="DATA.npz",
-                        help="calibration samples, one array per model input")
+                        help="calibration samples, one array per model input (other arrays, "
+                             "such as labels, are ignored)")
+    parser.add_argument("--map", action="append", default=[], metavar="INPUT=ARRAY",
+                        help="take model input INPUT from the calibration array ARRAY "
+                             "(repeatable), e.g. --map image=images")
     parser.add_argument("-o", "--output", required=True, metavar="MODEL_int8.onnx",
                         help="where to write the quantized (QDQ) model")
     group = parser.add_mutually_exclusive_group()
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix != ".onnx":
         raise OptionError(f"-o {out}: the output must be an .onnx file")
-    arrays = load_npz(args.calibration)
+    arrays = calibration_arrays(args.model, load_npz(args.calibration), args.map)
     model, result = quantize_model(
         args.model, arrays, per_channel=args.per_channel,
         symmetric_activations=args.symmetric_activations,
@@ -90,3 +95,35 @@ def run(args: argparse.Namespace) -> int:
     if s["float_ops"]:
         print(f"left in float (no int8 form): {', '.join(s['float_ops'])}")
     return 0
+
+
+def calibration_arrays(model: str, arrays: dict, mapping: list[str]) -> dict:
+    """The calibration arrays by model input: ``--map INPUT=ARRAY`` renames, arrays named
+    after no input (labels …) are left out, and a missing input is an error naming the
+    arrays there are."""
+    from toolchain.frontend.onnx import load_model
+
+    proto = load_model(model)[0]
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    out = {}
+    for item in mapping:
+        name, sep, key = item.partition("=")
+        if not sep or not name or not key:
+            raise OptionError(f"--map {item!r}: give INPUT=ARRAY, e.g. --map image=images")
+        if name not in inputs:
+            raise OptionError(f"--map {item!r}: the model has no input {name!r} (inputs: "
+                              f"{', '.join(inputs)})")
+        if key not in arrays:
+            raise OptionError(f"--map {item!r}: the calibration file has no array {key!r} "
+                              f"(arrays: {', '.join(sorted(arrays))})")
+        out[name] = arrays[key]
+    for name in inputs:
+        if name not in out:
+            if name not in arrays:
+                raise OptionError(
+                    f"--calibration: no array for model input {name!r} (arrays: "
+                    f"{', '.join(sorted(arrays))}); name it {name!r} or pass "
+                    f"--map {name}=ARRAY")
+            out[name] = arrays[name]
+    return out
