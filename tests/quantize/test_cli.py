@@ -83,7 +83,8 @@ def test_errors(kws: tuple[Path, Path], tmp_path: Path,
     wrong = tmp_path / "wrong.npz"
     np.savez(wrong, x=np.zeros((2, 49, 10, 1), np.float32))
     msg = _err(capsys, ["quantize", str(model), "--calibration", str(wrong), "-o", out])
-    assert "missing: input_1" in msg and "unknown: x" in msg
+    assert "no array for model input 'input_1' (arrays: x)" in msg
+    assert "--map input_1=ARRAY" in msg
     shape = tmp_path / "shape.npz"
     np.savez(shape, input_1=np.zeros((2, 10, 49), np.float32))
     msg = _err(capsys, ["quantize", str(model), "--calibration", str(shape), "-o", out])
