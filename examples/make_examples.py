@@ -1,10 +1,12 @@
 """Regenerate the example files in this folder, byte for byte.
 
-    python examples/make_examples.py          # rewrite lenet5.onnx and lenet5_input.npz
+    python examples/make_examples.py          # rewrite lenet5.onnx, lenet5_input.npz, vta_gemm.bin
     python examples/make_examples.py --check  # exit 1 if the committed files are stale
 
 The model comes from the model zoo (:mod:`toolchain.zoo`), so the example and the tests
 are always the same network.  The input is a hand-drawn "7", normalised like MNIST.
+``vta_gemm.bin`` is an accelerator program for ``kiln sim``: a 32x64 by 64x32 int8 GEMM
+with its data, from the latency-hiding generator (:func:`toolchain.vta.gemm_workload`).
 """
 
 from __future__ import annotations
@@ -54,11 +56,14 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 def example_files() -> dict[str, bytes]:
     """File name (in this folder) -> exact content."""
+    from toolchain.vta.workloads import gemm_workload
+
     model = lenet5()
     input_name = model.graph.input[0].name
     return {
         "lenet5.onnx": model.SerializeToString(),
         "lenet5_input.npz": npz_bytes({input_name: seven()}),
+        "vta_gemm.bin": gemm_workload(32, 64, 32).vthread.to_bytes(),
     }
 
 

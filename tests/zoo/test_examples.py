@@ -77,3 +77,13 @@ def test_readme_commands_in_a_fresh_process(tmp_path):
     with np.load(out_path) as got:
         assert got["probs"].shape == (1, 10)
         assert abs(float(got["probs"].sum()) - 1.0) < 1e-5
+
+
+def test_the_shipped_accelerator_program_runs_in_kiln_sim(capsys) -> None:
+    """The tour's ``kiln sim`` line has a program to run (the first-hour issue)."""
+    from toolchain.cli import main
+
+    assert main(["sim", "examples/vta_gemm.bin", "--check"]) == 0
+    assert "check: ok" in capsys.readouterr().out
+    assert main(["sim", "examples/vta_gemm.bin", "--fsim"]) == 0
+    assert "macs              65536" in capsys.readouterr().out
