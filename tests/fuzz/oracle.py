@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,30 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
     return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
 
 
+def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+               targets: tuple[str, ...], judge: Callable[[dict], str | None]) -> list[Finding]:
+    """Run ``model`` on every target (:func:`run_on`; one this host cannot run is
+    skipped); ``judge(outputs)`` says what is wrong with a target's outputs, or None."""
+    findings = []
+    with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
+        for target in targets:
+            try:
+                got = run_on(model, inputs, target, Path(tmp) / target.replace(":", "_"))
+            except TargetError as exc:
+                if "this host" in str(exc) or "CPU" in str(exc):
+                    continue  # a target this machine cannot run
+                findings.append(Finding("refused", target, f"TargetError: {exc}"))
+                continue
+            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                findings.append(Finding(_classify(exc), target,
+                                        f"{type(exc).__name__}: {str(exc)[:2000]}"))
+                continue
+            bad = judge(got)
+            if bad:
+                findings.append(Finding("wrong", target, bad))
+    return findings
+
+
 def _classify(exc: BaseException) -> str:
     if isinstance(exc, (GeneratedCodeError, InternalError)) or not isinstance(exc, KilnError):
         return "crash"
@@ -133,22 +158,7 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         except Exception as exc:  # noqa: BLE001 - every failure is a finding
             findings.append(Finding(_classify(exc), "reference",
                                     f"{type(exc).__name__}: {str(exc)[:2000]}"))
-        with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
-            for target in targets:
-                try:
-                    got = run_on(model, inputs, target, Path(tmp) / target.replace(":", "_"))
-                except TargetError as exc:
-                    if "this host" in str(exc) or "CPU" in str(exc):
-                        continue  # a target this machine cannot run
-                    findings.append(Finding("refused", target, f"TargetError: {exc}"))
-                    continue
-                except Exception as exc:  # noqa: BLE001 - every failure is a finding
-                    findings.append(Finding(_classify(exc), target,
-                                            f"{type(exc).__name__}: {str(exc)[:2000]}"))
-                    continue
-                bad = _compare(got, want)
-                if bad:
-                    findings.append(Finding("wrong", target, bad))
+        findings += on_targets(model, inputs, targets, lambda got: _compare(got, want))
     return findings
 
 
@@ -174,26 +184,15 @@ def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         except Exception as exc:  # noqa: BLE001 - every failure is a finding
             return [Finding(_classify(exc), "quantize",
                             f"{type(exc).__name__}: {str(exc)[:2000]}")]
-        with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
-            for target in targets:
-                try:
-                    got = run_on(qdq, inputs, target, Path(tmp) / target.replace(":", "_"))
-                except TargetError as exc:
-                    if "this host" in str(exc) or "CPU" in str(exc):
-                        continue
-                    findings.append(Finding("refused", target, f"TargetError: {exc}"))
-                    continue
-                except Exception as exc:  # noqa: BLE001 - every failure is a finding
-                    findings.append(Finding(_classify(exc), target,
-                                            f"{type(exc).__name__}: {str(exc)[:2000]}"))
-                    continue
-                for name, w in want.items():
-                    if not np.array_equal(got[name], w):
-                        diff = int(np.sum(got[name] != w))
-                        findings.append(Finding("wrong", target, f"int8 output {name!r}: "
-                                                f"{diff} of {w.size} values differ"))
-                        break
+        findings += on_targets(qdq, inputs, targets, lambda got: _exact(got, want))
     return findings
+
+
+def _exact(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | None:
+    for name, w in want.items():
+        if not np.array_equal(got[name], w):
+            return f"int8 output {name!r}: {int(np.sum(got[name] != w))} of {w.size} values differ"
+    return None
 
 
 def _prefix_model(model: onnx.ModelProto, output: str,

@@ -120,6 +120,38 @@ def c_templates(keep_trailing_newline: bool = True) -> jinja2.Environment:
                               undefined=jinja2.StrictUndefined)
 
 
+def free_scalars(func: ir.PrimFunc, bound: set[ir.Var] | None = None) -> list[ir.Var]:
+    """Scalar variables the body uses but nothing binds (symbolic sizes; ``bound``: the
+    parameters, default all of them), sorted by their C name: the trailing arguments of
+    the C and LLVM kernels."""
+    if bound is None:
+        bound = {p.data if isinstance(p, ir.Buffer) else p for p in func.params}
+    defined: set[ir.Var] = set(bound)
+
+    class _Def(StmtExprVisitor):
+        def visit_For(self, s: ir.For) -> None:
+            defined.add(s.loop_var)
+            super().visit_For(s)
+
+        def visit_LetStmt(self, s: ir.LetStmt) -> None:
+            defined.add(s.var)
+            super().visit_LetStmt(s)
+
+        def visit_Let(self, e: ir.Let) -> None:
+            defined.add(e.var)
+            super().visit_Let(e)
+
+        def visit_Allocate(self, s: ir.Allocate) -> None:
+            defined.add(s.buffer.data)
+            for d in s.buffer.shape:
+                self.visit_expr(d)
+            super().visit_Allocate(s)
+
+    _Def().visit_stmt(func.body)
+    free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
+    return sorted(free, key=lambda v: sanitize(v.name))
+
+
 _COMPARE = (ir.LT, ir.LE, ir.GT, ir.GE, ir.EQ, ir.NE)
 
 
@@ -312,7 +344,7 @@ class CStyleRenderer:
             else:
                 params.append(f"{self.ctype(p.dtype)} {self.names(p, p.name)}")
                 bound.add(p)
-        extra = self._free_scalars(func, bound)
+        extra = free_scalars(func, bound)
         for v in extra:
             params.append(f"{self.ctype(v.dtype)} {self.names(v, v.name)}")
         used = set(free_vars(body))
@@ -321,32 +353,6 @@ class CStyleRenderer:
             if var not in used and not _accesses(body, var):
                 self.emit(f"(void){self.names(var, var.name)};  /* unused */")
         return params, extra
-
-    def _free_scalars(self, func: ir.PrimFunc, bound: set[ir.Var]) -> list[ir.Var]:
-        defined: set[ir.Var] = set(bound)
-
-        class _Def(StmtExprVisitor):
-            def visit_For(self, s: ir.For) -> None:
-                defined.add(s.loop_var)
-                super().visit_For(s)
-
-            def visit_LetStmt(self, s: ir.LetStmt) -> None:
-                defined.add(s.var)
-                super().visit_LetStmt(s)
-
-            def visit_Let(self, e: ir.Let) -> None:
-                defined.add(e.var)
-                super().visit_Let(e)
-
-            def visit_Allocate(self, s: ir.Allocate) -> None:
-                defined.add(s.buffer.data)
-                for d in s.buffer.shape:
-                    self.visit_expr(d)
-                super().visit_Allocate(s)
-
-        _Def().visit_stmt(func.body)
-        free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
-        return sorted(free, key=lambda v: sanitize(v.name))
 
     def _fill(self, func: ir.PrimFunc, entry: str, params: list[str]) -> str:
         env = c_templates()

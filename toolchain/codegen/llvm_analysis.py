@@ -11,36 +11,9 @@ are register tiles.
 
 from __future__ import annotations
 
-from toolchain.codegen.names import sanitize
+from toolchain.codegen.cstyle import free_scalars
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprVisitor, free_vars, substitute
-
-
-def free_scalars(func: ir.PrimFunc) -> list[ir.Var]:
-    """Scalar variables the body uses but nothing binds (symbolic sizes), sorted by their
-    C name: the trailing arguments of the C and LLVM kernels."""
-    defined: set[ir.Var] = {p.data if isinstance(p, ir.Buffer) else p for p in func.params}
-
-    class _Def(StmtExprVisitor):
-        def visit_For(self, s: ir.For) -> None:
-            defined.add(s.loop_var)
-            super().visit_For(s)
-
-        def visit_LetStmt(self, s: ir.LetStmt) -> None:
-            defined.add(s.var)
-            super().visit_LetStmt(s)
-
-        def visit_Let(self, e: ir.Let) -> None:
-            defined.add(e.var)
-            super().visit_Let(e)
-
-        def visit_Allocate(self, s: ir.Allocate) -> None:
-            defined.add(s.buffer.data)
-            super().visit_Allocate(s)
-
-    _Def().visit_stmt(func.body)
-    free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
-    return sorted(free, key=lambda v: sanitize(v.name))
+from toolchain.tir.functor import StmtExprVisitor, substitute
 
 
 def unit_stride(s: ir.For) -> bool:
