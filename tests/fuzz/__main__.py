@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         counts["graphs"] += 1
         for f in findings:
             counts[f.kind] += 1
-            if f.kind == "invalid":
+            if f.kind in ("invalid", "ambiguous"):
                 continue
             small = model if args.int8 else shrink(model, inputs, f, targets)
             out.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"nodes: {' '.join(n.op_type for n in small.graph.node)}\n")
             print(f"seed {seed}: {f.kind} on {f.target} ({len(small.graph.node)} nodes after "
                   f"shrinking): {f.detail.splitlines()[0][:200]}", flush=True)
-    found = sum(v for k, v in counts.items() if k not in ("graphs", "invalid"))
+    found = sum(v for k, v in counts.items() if k not in ("graphs", "invalid", "ambiguous"))
     print(f"{counts['graphs']} graphs on {', '.join(targets)} in "
           f"{time.perf_counter() - t0:.0f} s: {found} finding(s) "
           f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()) if k != 'graphs')})")

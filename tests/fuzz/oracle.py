@@ -11,7 +11,10 @@ all is well). A finding is one of
 * ``refused`` — a clear user error (``KilnError``) for a model onnxruntime runs.
 
 A model onnxruntime itself rejects is no finding (the generator's fault, reported as
-``invalid``). Targets this host cannot run (CPU features it lacks) are skipped.
+``invalid``); nor is a disagreement that follows from an ``ArgMax``/``ArgMin`` over values
+that tie within rounding (``ambiguous``: onnxruntime's InstanceNormalization, say, gives
+two instances of one expanded row values one ulp apart, and which index wins is noise).
+Targets this host cannot run (CPU features it lacks) are skipped.
 
 ``shrink(model, inputs, finding, targets)`` cuts a failing model down to the smallest
 prefix graph that still fails the same way (outputs moved to the earliest failing
@@ -43,7 +46,7 @@ ATOL = 1e-5
 class Finding:
     """What went wrong with one model on one target (``"reference"`` for the executor)."""
 
-    kind: str  # wrong | crash | refused | invalid
+    kind: str  # wrong | crash | refused | invalid | ambiguous
     target: str
     detail: str
 
@@ -159,7 +162,64 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
             findings.append(Finding(_classify(exc), "reference",
                                     f"{type(exc).__name__}: {str(exc)[:2000]}"))
         findings += on_targets(model, inputs, targets, lambda got: _compare(got, want))
+    if any(f.kind == "wrong" for f in findings):
+        tie = near_tie(model, inputs)
+        if tie is not None:
+            return [Finding("ambiguous", "onnxruntime", tie)]
     return findings
+
+
+#: top two values of an ArgMax/ArgMin slice closer than this (relative to the input's
+#: largest magnitude) tie within the rounding differences of two implementations
+TIE_RTOL = 1e-4
+
+
+def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | None:
+    """The first ``ArgMax``/``ArgMin`` of ``model`` whose input, as onnxruntime computes it,
+    has a slice along the axis whose best two values are within :data:`TIE_RTOL`: where
+    the exact values tie, the index that wins depends on rounding.
+
+    >>> from onnx import TensorProto, helper
+    >>> g = helper.make_graph([helper.make_node("ArgMax", ["x"], ["y"], axis=1)], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 1])])
+    >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    >>> near_tie(m, {"x": np.array([[1.0, 3.0, 3.0000001]], np.float32)})
+    "ArgMax 'y': 1 of 1 slices have two values within 0.0001 of each other (relative)"
+    >>> near_tie(m, {"x": np.array([[1.0, 3.0, 2.0]], np.float32)}) is None
+    True
+    """
+    nodes = [n for n in model.graph.node if n.op_type in ("ArgMax", "ArgMin")]
+    if not nodes:
+        return None
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in (
+        *inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    have = {o.name for o in probe.graph.output}
+    for n in nodes:
+        if n.input[0] not in have and n.input[0] in types:
+            probe.graph.output.append(onnx.helper.make_tensor_value_info(
+                n.input[0], types[n.input[0]], None))
+            have.add(n.input[0])
+    values = run_ort(probe, inputs)
+    for n in nodes:
+        if n.input[0] not in values:
+            continue
+        x = np.asarray(values[n.input[0]], np.float64)
+        axis = next((a.i for a in n.attribute if a.name == "axis"), 0) % max(x.ndim, 1)
+        if x.ndim == 0 or x.shape[axis] < 2:
+            continue
+        s = np.sort(x, axis=axis)
+        best = (-1, -2) if n.op_type == "ArgMax" else (0, 1)
+        gap = np.abs(np.take(s, best[0], axis) - np.take(s, best[1], axis))
+        scale = max(float(np.abs(x).max()), 1e-30)
+        close = int(np.sum(gap <= TIE_RTOL * scale))
+        if close:
+            return (f"{n.op_type} {n.output[0]!r}: {close} of {gap.size} slices have two "
+                    f"values within {TIE_RTOL:g} of each other (relative)")
+    return None
 
 
 def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],

@@ -41,6 +41,28 @@ def test_random_graph_matches_through_llvm_and_the_gpu_emulation(seed: int) -> N
     assert not findings, _report(seed, model, findings, f" --targets {','.join(BACKENDS)}")
 
 
+def test_argmax_over_rounding_ties_is_ambiguous_not_wrong() -> None:
+    """Seed 12323, shrunk: two instances of one expanded row, instance-normalised, then
+    ArgMax across them. The exact values tie; onnxruntime's differ by an ulp."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(12323)
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["e"]),
+             helper.make_node("InstanceNormalization", ["e", "s", "b"], ["n"], epsilon=1e-5),
+             helper.make_node("ArgMax", ["n"], ["i"], axis=0, keepdims=1),
+             helper.make_node("Cast", ["i"], ["y"], to=TensorProto.FLOAT)]
+    inits = [numpy_helper.from_array(np.array([2, 3, 10], np.int64), "shape"),
+             numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "s"),
+             numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")]
+    g = helper.make_graph(nodes, "tie", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 10])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 3, 10])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    inputs = {"x": rng.standard_normal((1, 10)).astype(np.float32)}
+    findings = check(model, inputs, ("c-generic",))
+    assert all(f.kind == "ambiguous" for f in findings), _report(12323, model, findings)
+
+
 @pytest.mark.parametrize("seed", INT8_SEEDS)
 def test_random_int8_graph_is_bit_exact(seed: int) -> None:
     model, inputs = random_model(seed, families=INT8_FAMILIES)
