@@ -8,9 +8,10 @@
  *                                            (bare-metal builds: no thread library at all).
  *
  * The pool allocates nothing: its state is static, and a worker's stack is the only memory
- * the C library gives it (once, when the thread starts).  Workers spin for a short while
- * after a task (kernels follow each other within microseconds) and then sleep on a
- * condition variable until the next one, so an idle bundle costs no CPU. */
+ * the C library gives it (once, when the thread starts).  A waiting thread (at a barrier,
+ * for the next task, for the task's end) spins for a short while (kernels follow each other
+ * within microseconds) and then blocks on a condition variable, so an idle bundle costs no
+ * CPU and a machine with more threads than cores does not spin its time away. */
 #include "kiln_runtime.h"
 
 #if defined(KILN_THREADS_PTHREAD) && defined(KILN_THREADS_OPENMP)
@@ -21,76 +22,86 @@
 #include <pthread.h>
 #include <sched.h>
 
-/* spin iterations before a waiting thread yields, and before an idle worker sleeps */
-#define KILN_SPIN 4000
-#define KILN_IDLE_SPIN 50000
+/* How long a waiting thread spins before it blocks, in pause-loop iterations: within a
+ * run (barriers, the end of a task) and between runs (an idle worker); after the first
+ * KILN_SPIN_PAUSE iterations each one also yields the core (another thread may need it). */
+#define KILN_SPIN_PAUSE 2000L
+#define KILN_SPIN 2100L
+#define KILN_IDLE_SPIN 20000L
 
-static pthread_mutex_t kiln_lock = PTHREAD_MUTEX_INITIALIZER;     /* sleep/wake */
-static pthread_cond_t kiln_wake = PTHREAD_COND_INITIALIZER;
-static pthread_mutex_t kiln_submit = PTHREAD_MUTEX_INITIALIZER;   /* one task at a time */
+static pthread_mutex_t kiln_submit = PTHREAD_MUTEX_INITIALIZER; /* one task at a time */
+static pthread_mutex_t kiln_lock = PTHREAD_MUTEX_INITIALIZER;   /* blocking waits */
+static pthread_cond_t kiln_cond = PTHREAD_COND_INITIALIZER;
+static int kiln_blocked; /* threads blocked on kiln_cond (guarded by kiln_lock) */
 static pthread_t kiln_workers[KILN_MAX_THREADS];
 static unsigned kiln_first_seen[KILN_MAX_THREADS]; /* the generation a worker starts after */
-static int kiln_started = 1;   /* threads running, the caller's included (kiln_submit) */
-static int kiln_stopping;      /* atomic: workers exit */
-static int kiln_sleepers;      /* guarded by kiln_lock */
+static int kiln_started = 1;     /* threads running, the caller's included (kiln_submit) */
+static unsigned kiln_stopping;   /* atomic: workers exit */
 static unsigned kiln_generation; /* atomic: bumped once per task */
-static int kiln_pending;       /* atomic: workers that have not finished the current task */
+static unsigned kiln_done;       /* atomic: bumped when the last worker finishes a task */
+static int kiln_pending;         /* atomic: workers that have not finished the task */
 static kiln_task_fn kiln_task;
 static void *kiln_task_ctx;
 static int kiln_task_threads;
-/* barrier: arrivals in this round, and the round number (sense) */
-static int kiln_arrived;
-static unsigned kiln_round;
+static int kiln_arrived;         /* atomic: threads at the barrier this round */
+static unsigned kiln_round;      /* atomic: barrier rounds completed */
 
-static void kiln_pause(long spins) {
-  if (spins > KILN_SPIN) {
-    sched_yield();
-    return;
-  }
+static void kiln_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
+}
+
+/* Wait until *word differs from `old` (or the pool stops): spin, then block. */
+static void kiln_wait_change(const unsigned *word, unsigned old, long spin) {
+  long i;
+  for (i = 0; i < spin; ++i) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) return;
+    if (i < KILN_SPIN_PAUSE) kiln_relax();
+    else sched_yield();
+  }
+  pthread_mutex_lock(&kiln_lock);
+  ++kiln_blocked;
+  while (__atomic_load_n(word, __ATOMIC_ACQUIRE) == old &&
+         !__atomic_load_n(&kiln_stopping, __ATOMIC_ACQUIRE))
+    pthread_cond_wait(&kiln_cond, &kiln_lock);
+  --kiln_blocked;
+  pthread_mutex_unlock(&kiln_lock);
+}
+
+/* Bump *word and wake the threads blocked waiting for it to change. */
+static void kiln_bump(unsigned *word) {
+  __atomic_add_fetch(word, 1u, __ATOMIC_ACQ_REL);
+  pthread_mutex_lock(&kiln_lock);
+  if (kiln_blocked > 0) pthread_cond_broadcast(&kiln_cond);
+  pthread_mutex_unlock(&kiln_lock);
 }
 
 static void *kiln_worker(void *arg) {
   int tid = (int)(intptr_t)arg;
   unsigned seen = kiln_first_seen[tid];
   for (;;) {
-    long spins = 0;
-    unsigned gen;
-    while ((gen = __atomic_load_n(&kiln_generation, __ATOMIC_ACQUIRE)) == seen &&
-           !__atomic_load_n(&kiln_stopping, __ATOMIC_ACQUIRE)) {
-      if (++spins < KILN_IDLE_SPIN) {
-        kiln_pause(spins);
-        continue;
-      }
-      pthread_mutex_lock(&kiln_lock);
-      ++kiln_sleepers;
-      while (__atomic_load_n(&kiln_generation, __ATOMIC_ACQUIRE) == seen &&
-             !__atomic_load_n(&kiln_stopping, __ATOMIC_ACQUIRE))
-        pthread_cond_wait(&kiln_wake, &kiln_lock);
-      --kiln_sleepers;
-      pthread_mutex_unlock(&kiln_lock);
-    }
+    kiln_wait_change(&kiln_generation, seen, KILN_IDLE_SPIN);
     if (__atomic_load_n(&kiln_stopping, __ATOMIC_ACQUIRE)) return NULL;
-    seen = gen;
+    seen = __atomic_load_n(&kiln_generation, __ATOMIC_ACQUIRE);
     /* every started worker acknowledges every task (those beyond its thread count run
      * nothing), so the task's fields are never rewritten while a worker reads them */
     if (tid < kiln_task_threads) kiln_task(kiln_task_ctx, tid, kiln_task_threads);
-    __atomic_sub_fetch(&kiln_pending, 1, __ATOMIC_ACQ_REL);
+    if (__atomic_sub_fetch(&kiln_pending, 1, __ATOMIC_ACQ_REL) == 0) kiln_bump(&kiln_done);
   }
 }
 
 /* Start workers until `nthreads` threads run (the caller's included); under kiln_submit. */
 static void kiln_grow(int nthreads) {
   if (nthreads > KILN_MAX_THREADS) nthreads = KILN_MAX_THREADS;
-  if (kiln_started == 1) __atomic_store_n(&kiln_stopping, 0, __ATOMIC_RELEASE);
-  while (kiln_started < nthreads &&
-         (kiln_first_seen[kiln_started] = __atomic_load_n(&kiln_generation, __ATOMIC_ACQUIRE),
-          1) &&
-         pthread_create(&kiln_workers[kiln_started], NULL, kiln_worker,
-                        (void *)(intptr_t)kiln_started) == 0)
+  if (kiln_started == 1) __atomic_store_n(&kiln_stopping, 0u, __ATOMIC_RELEASE);
+  while (kiln_started < nthreads) {
+    kiln_first_seen[kiln_started] = __atomic_load_n(&kiln_generation, __ATOMIC_ACQUIRE);
+    if (pthread_create(&kiln_workers[kiln_started], NULL, kiln_worker,
+                       (void *)(intptr_t)kiln_started) != 0)
+      break;
     ++kiln_started;
+  }
 }
 
 int kiln_threads_start(int nthreads) {
@@ -106,10 +117,8 @@ void kiln_threads_stop(void) {
   int i;
   pthread_mutex_lock(&kiln_submit);
   if (kiln_started > 1) {
-    pthread_mutex_lock(&kiln_lock);
-    __atomic_store_n(&kiln_stopping, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&kiln_wake);
-    pthread_mutex_unlock(&kiln_lock);
+    __atomic_store_n(&kiln_stopping, 1u, __ATOMIC_RELEASE);
+    kiln_bump(&kiln_generation);
     for (i = 1; i < kiln_started; ++i) pthread_join(kiln_workers[i], NULL);
     kiln_started = 1;
   }
@@ -117,7 +126,7 @@ void kiln_threads_stop(void) {
 }
 
 int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads) {
-  long spins = 0;
+  unsigned done;
   if (nthreads > KILN_MAX_THREADS) nthreads = KILN_MAX_THREADS;
   if (nthreads <= 1) {
     fn(ctx, 0, 1);
@@ -131,27 +140,24 @@ int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads) {
   kiln_task_threads = nthreads;
   __atomic_store_n(&kiln_arrived, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&kiln_pending, kiln_started - 1, __ATOMIC_RELAXED);
-  __atomic_add_fetch(&kiln_generation, 1u, __ATOMIC_ACQ_REL);
-  pthread_mutex_lock(&kiln_lock);
-  if (kiln_sleepers > 0) pthread_cond_broadcast(&kiln_wake);
-  pthread_mutex_unlock(&kiln_lock);
+  done = __atomic_load_n(&kiln_done, __ATOMIC_ACQUIRE);
+  kiln_bump(&kiln_generation);
   fn(ctx, 0, nthreads);
-  while (__atomic_load_n(&kiln_pending, __ATOMIC_ACQUIRE) != 0) kiln_pause(++spins);
+  kiln_wait_change(&kiln_done, done, KILN_SPIN);
   pthread_mutex_unlock(&kiln_submit);
   return KILN_OK;
 }
 
 void kiln_barrier(int nthreads) {
-  long spins = 0;
   unsigned round;
   if (nthreads <= 1) return;
   round = __atomic_load_n(&kiln_round, __ATOMIC_ACQUIRE);
   if (__atomic_add_fetch(&kiln_arrived, 1, __ATOMIC_ACQ_REL) == nthreads) {
     __atomic_store_n(&kiln_arrived, 0, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&kiln_round, 1u, __ATOMIC_ACQ_REL);
+    kiln_bump(&kiln_round);
     return;
   }
-  while (__atomic_load_n(&kiln_round, __ATOMIC_ACQUIRE) == round) kiln_pause(++spins);
+  kiln_wait_change(&kiln_round, round, KILN_SPIN);
 }
 
 #elif defined(KILN_THREADS_OPENMP)
