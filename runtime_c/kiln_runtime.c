@@ -11,6 +11,8 @@ const char *kiln_strerror(int code) {
       return "the arena is not aligned to the bundle's ARENA_ALIGN bytes";
     case KILN_ERR_KERNEL:
       return "a kernel failed";
+    case KILN_ERR_THREADS:
+      return "the thread pool could not start its threads";
     default:
       return "unknown error code";
   }

@@ -18,6 +18,7 @@ extern "C" {
 #define KILN_ERR_NULL_ARGUMENT 1 /* inputs, outputs, one of their pointers, or the arena is NULL */
 #define KILN_ERR_ARENA_ALIGNMENT 2 /* the arena is not aligned to <MODEL>_ARENA_ALIGN bytes */
 #define KILN_ERR_KERNEL 3 /* a kernel reported a failure */
+#define KILN_ERR_THREADS 4 /* the thread pool could not start its threads */
 
 /* KILN_ALIGNED(n): align a variable (weights, a static arena) to n bytes. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -116,6 +117,30 @@ static inline kiln_f16 kiln_f64_to_f16(double d) {
   }
   return kiln_f32_to_f16(v.f);
 }
+
+/* Threads (runtime/kiln_threads.c; docs/bundle.md "Threads").  A bundle compiled for a
+ * target with `cores: N > 1` splits the parallel loops of its kernels across up to N threads:
+ * <model>_set_threads(n) picks how many at run time.  The build chooses the library:
+ * -DKILN_THREADS_PTHREAD (-pthread: a persistent pool, the Makefile's default on hosted
+ * targets), -DKILN_THREADS_OPENMP (-fopenmp), or neither (serial, no thread library: bare
+ * metal).  Nothing is allocated at run time.
+ *
+ * kiln_parallel(fn, ctx, n) runs fn(ctx, t, n) for t = 0 .. n-1, one call per thread (the
+ * caller's thread is t = 0), and returns when all have returned; one task runs at a time
+ * (callers on several threads take turns).  Inside a task, kiln_barrier(n) waits until all
+ * n threads reach it.  kiln_threads_start(n) starts the pool's threads ahead of the first
+ * task; kiln_threads_stop() joins them (before unloading the library, say).  A build without
+ * a thread library runs every task on the caller's thread with n = 1. */
+#ifndef KILN_MAX_THREADS
+#define KILN_MAX_THREADS 64
+#endif
+typedef void (*kiln_task_fn)(void *ctx, int thread, int nthreads);
+int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads);
+void kiln_barrier(int nthreads);
+int kiln_threads_start(int nthreads);
+void kiln_threads_stop(void);
+/* The most threads this build can run: KILN_MAX_THREADS with a thread library, else 1. */
+int kiln_threads_available(void);
 
 /* A short English description of a return code of <model>_run(). */
 const char *kiln_strerror(int code);

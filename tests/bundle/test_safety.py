@@ -240,7 +240,8 @@ def test_timing_hooks_see_every_kernel(tmp_path):
         '  fprintf(stderr, "hook %d %d %s\\n", index, phase, kernel);\n}\n')
     exe = path / "timed"
     srcs = [str(p) for p in (path / "src").glob("*.c")] + [
-        str(path / "runtime" / "kiln_runtime.c"), str(path / "main.c"), str(hook)]
+        str(path / "runtime" / "kiln_runtime.c"), str(path / "runtime" / "kiln_threads.c"),
+        str(path / "main.c"), str(hook)]
     res = subprocess.run(["cc", "-O1", "-std=c99", "-DKILN_ENABLE_TIMING", *STRICT,
                           f"-I{path / 'include'}", f"-I{path / 'runtime'}",
                           f"-I{path / 'src'}", *srcs, "-o", str(exe), "-lm"],

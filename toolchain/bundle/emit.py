@@ -6,10 +6,17 @@
   ``cache_write`` tiles) becomes a slice of the kernel's scratch area — an extra
   ``uint8_t* kiln_scratch`` parameter pointing into the arena (the memory planner reserves
   it for exactly the kernel's step), instead of ``posix_memalign`` + ``free``;
-* **single thread, portable pragmas**: no OpenMP (a bundle runs on one core; a firmware
-  has no OpenMP runtime) and no ``#pragma omp simd`` (unknown pragmas break
-  ``-Werror`` builds; the loops are vectorised by the schedule or the compiler), and
-  ``__extension__`` before GNU statement expressions (``-pedantic``);
+* **threads through the bundle runtime, portable pragmas**: no OpenMP pragmas and no
+  ``#pragma omp simd`` (unknown pragmas break ``-Werror`` builds; the loops are vectorised
+  by the schedule or the compiler), and ``__extension__`` before GNU statement expressions
+  (``-pedantic``). For a target with ``cores: N > 1`` (``threads=N``), a kernel whose
+  schedule marks loops ``parallel`` is rendered SPMD (single program, many threads): it
+  takes ``int32_t kiln_thread, int32_t kiln_nthreads`` and every thread of
+  ``kiln_parallel`` (``runtime_c/kiln_threads.c``) runs it. Each top-level parallel loop is
+  split into contiguous chunks, one per thread; each top-level statement without one runs
+  on thread 0; ``kiln_barrier`` separates them. Buffers allocated outside the parallel
+  loops are shared (arena scratch, one copy); scratch inside a parallel loop gets one slice
+  per thread (``N`` slices planned into the arena);
 * **no ``restrict`` where aliasing is planned**: where the memory plan puts a kernel's
   output over one of its inputs (in place), those two parameters are rendered without
   ``restrict`` (``restrict=`` a set of parameter positions); the others keep it, so the
@@ -39,7 +46,8 @@ from toolchain.codegen.artifact import CSupport, KernelArtifact, support_of
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.cstyle import ATOM
 from toolchain.errors import UnsupportedError
-from toolchain.tir import ir
+from toolchain.tir import arith, ir
+from toolchain.tir.functor import post_order_visit
 from toolchain.tir.transform.legalize_f16 import legalize_f16
 
 #: the bundle runtime's header: ``kiln_f16`` and its conversions (float16 kernels)
@@ -62,8 +70,11 @@ class BundleRenderer(CRenderer):
     #: compute in float32 (:func:`~toolchain.tir.transform.legalize_f16.legalize_f16`)
     type_map: ClassVar[dict[str, str]] = {**CRenderer.type_map, "float16": "kiln_f16"}
 
-    def __init__(self, restrict: bool | frozenset[int] = True) -> None:
+    def __init__(self, restrict: bool | frozenset[int] = True, threads: int = 1) -> None:
         super().__init__(openmp=False)
+        #: the most threads the kernel runs on (the target's ``cores``); > 1 renders
+        #: kernels with parallel loops SPMD (see the module docstring)
+        self.threads = max(int(threads), 1)
         self.restrict = "restrict" if restrict is not False else ""  # type: ignore[misc]
         #: buffer parameter positions that alias another parameter (no ``restrict``)
         self.aliased = restrict if isinstance(restrict, frozenset) else frozenset()
@@ -76,6 +87,117 @@ class BundleRenderer(CRenderer):
         self.scratch_bytes = 0
         self.scratch_offsets: dict[int, int] = {}
         self._keep: list[Any] = []
+        #: rendered SPMD (the kernel takes kiln_thread / kiln_nthreads)
+        self.spmd = False
+
+    # ------------------------------------------------------------------ SPMD kernels
+    def render_body(self, body: ir.Stmt) -> None:
+        """The function body: SPMD when threads > 1 and a loop is parallel, else serial."""
+        if self.threads > 1 and has_parallel(body):
+            self.spmd = True
+            self.spine(body)
+        else:
+            self.stmt(body)
+
+    def spine(self, s: ir.Stmt) -> None:
+        """Render ``s``, run by every thread: parallel loops split, the rest on thread 0."""
+        if not has_parallel(s):
+            self.emit("if (kiln_thread == 0) {")
+            self.block(s)
+            self.emit("}")
+        elif isinstance(s, ir.SeqStmt):
+            parts = [x for x in s.seq if not (isinstance(x, ir.Evaluate)
+                                              and isinstance(x.value, (ir.IntImm, ir.FloatImm)))]
+            for i, x in enumerate(parts):
+                if i:
+                    self.emit("kiln_barrier(kiln_nthreads);")
+                self.spine(x)
+        elif isinstance(s, ir.For) and s.kind == "parallel":
+            self.split_loop(s)
+        elif isinstance(s, ir.For) and s.kind == "serial":
+            v, t = self.var(s.loop_var), self.ctype(s.loop_var.dtype)
+            end = self.expr(arith.simplify(s.min + s.extent))
+            self.emit(f"for ({t} {v} = {self.expr(s.min)}; {v} < {end}; ++{v}) {{")
+            self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+            self.indent += 1
+            self.spine(s.body)
+            self.emit("kiln_barrier(kiln_nthreads);")  # iteration i + 1 may read i's writes
+            self.indent -= 1
+            self.emit("}")
+        elif isinstance(s, ir.LetStmt):
+            self.emit(f"{{ const {self.ctype(s.var.dtype)} {self.var(s.var)} = "
+                      f"{self.expr(s.value)};")
+            self.indent += 1
+            self.spine(s.body)
+            self.indent -= 1
+            self.emit("}")
+        elif isinstance(s, ir.AttrStmt):
+            self.spine(s.body)
+        elif isinstance(s, ir.Allocate):
+            self.shared_alloc(s)
+        elif isinstance(s, ir.IfThenElse):
+            self.emit(f"if ({self.expr(s.condition)}) {{")
+            self.indent += 1
+            self.spine(s.then_case)
+            self.indent -= 1
+            if s.else_case is not None:
+                self.emit("} else {")
+                self.indent += 1
+                self.spine(s.else_case)
+                self.indent -= 1
+            self.emit("}")
+        else:  # any other statement around a parallel loop: thread 0 runs it all
+            self.emit("if (kiln_thread == 0) {")
+            self.block(s)
+            self.emit("}")
+
+    def split_loop(self, s: ir.For) -> None:
+        """A parallel loop as this thread's contiguous chunk of its iterations."""
+        v, t = self.var(s.loop_var), self.ctype(s.loop_var.dtype)
+        lo, n = self.expr(s.min), self.expr(s.extent)
+        b, e = self.names.fresh(f"{v}_begin"), self.names.fresh(f"{v}_end")
+        self.emit(f"{{ const {t} {b} = ({t})((int64_t)({n}) * kiln_thread / kiln_nthreads);")
+        self.emit(f"  const {t} {e} = ({t})((int64_t)({n}) * (kiln_thread + 1) / "
+                  "kiln_nthreads);")
+        self.emit(f"for ({t} {v} = {lo} + {b}; {v} < {lo} + {e}; ++{v}) {{")
+        self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
+        self.parallel_depth += 1
+        self.block(s.body)
+        self.parallel_depth -= 1
+        self.emit("}}")
+
+    def shared_alloc(self, s: ir.Allocate) -> None:
+        """A buffer allocated around parallel loops: one arena slice all threads share."""
+        buf = s.buffer
+        n = ir.const_int(buf.shape[0]) if len(buf.shape) == 1 else None
+        if n is None:
+            raise UnsupportedError(f"bundle code generation: shared buffer {buf.name!r} is "
+                                   "not flattened to a static size")
+        name = self.names(buf.data, buf.name)
+        et = self.ctype(buf.dtype)
+        self.emit("{")
+        self.indent += 1
+        self.emit(self.scratch_pointer(buf, name, et, n, per_thread=False))
+        self.spine(s.body)
+        self.indent -= 1
+        self.emit("}")
+
+    def scratch_pointer(self, buf: ir.Buffer, name: str, et: str, n: int,
+                        per_thread: bool) -> str:
+        """The declaration of ``name``, a slice of the kernel's scratch for ``buf`` (one
+        slice per thread when ``per_thread``)."""
+        nbytes = n * ir.bits_of(buf.dtype) // 8
+        slot = -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        key = id(buf.data)
+        if key not in self.scratch_offsets:
+            # one slice per buffer: nested or consecutive buffers never share bytes
+            self.scratch_offsets[key] = self.scratch_bytes
+            self.scratch_bytes += slot * (self.threads if per_thread else 1)
+            self._keep.append(buf.data)
+        off = self.scratch_offsets[key]
+        where = f"{off} + (size_t)kiln_thread * {slot}" if per_thread else f"{off}"
+        return (f"{et}* {self.restrict} {name} = ({et}*)(void*)(kiln_scratch + {where});"
+                .replace("  ", " "))
 
     def render_simd_pragma(self, s: ir.For) -> None:
         return  # see the module docstring
@@ -120,27 +242,21 @@ class BundleRenderer(CRenderer):
             raise UnsupportedError(f"bundle code generation: buffer {buf.name!r} has a size "
                                    f"known only at run time ({size}); a bundle needs static "
                                    "sizes (give every input a static shape)")
-        nbytes = n * ir.bits_of(buf.dtype) // 8
-        key = id(buf.data)
-        if key not in self.scratch_offsets:
-            # one slice per buffer: nested or consecutive buffers never share bytes
-            self.scratch_offsets[key] = self.scratch_bytes
-            self.scratch_bytes += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
-            self._keep.append(buf.data)
-        off = self.scratch_offsets[key]
-        self.emit(f"{et}* {self.restrict} {name} = ({et}*)(void*)(kiln_scratch + {off});"
-                  .replace("  ", " "))
+        self.emit(self.scratch_pointer(buf, name, et, n,
+                                       per_thread=self.spmd and self.parallel_depth > 0))
         self.stmt(body)
 
 
 def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True,
-                  renderer: type[BundleRenderer] | None = None) -> KernelArtifact:
+                  renderer: type[BundleRenderer] | None = None,
+                  threads: int = 1) -> KernelArtifact:
     """Render a lowered PrimFunc as the bundle kernel ``name``: the C backend's
     :class:`~toolchain.codegen.artifact.KernelArtifact` (its ``support`` is the typed
     :class:`~toolchain.codegen.artifact.CSupport` the lowering attached);
     ``restrict``: True (every pointer parameter), False (none) or the positions of the
-    parameters that alias each other (those without, the others with)."""
-    r = (renderer or BundleRenderer)(restrict=restrict)
+    parameters that alias each other (those without, the others with); ``threads`` > 1:
+    SPMD when the kernel has parallel loops (``KernelArtifact.threaded``)."""
+    r = (renderer or BundleRenderer)(restrict=restrict, threads=threads)
     r.reset()
     legal = legalize_f16(func)
     support = support_of(func)
@@ -152,8 +268,19 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[in
         raise UnsupportedError(f"bundle code generation: kernel {name} has sizes known only "
                                f"at run time ({', '.join(v.name for v in extra)}); give every "
                                "input a static shape (--input-shape NAME=D0,D1,...)")
-    r.stmt(func.body)
+    r.render_body(func.body)
     if r.scratch_bytes:
         params = [*params, "uint8_t* kiln_scratch"]
+    if r.spmd:
+        params = [*params, "int32_t kiln_thread", "int32_t kiln_nthreads"]
+        support = support.merge(CSupport(headers=(RUNTIME_HEADER,)))  # kiln_barrier
     return KernelArtifact(name, params, list(r.lines), dict(r.vec_types), r.scratch_bytes,
-                          support, r.helper_list())
+                          support, r.helper_list(), threaded=r.spmd)
+
+
+def has_parallel(s: ir.Stmt) -> bool:
+    """Whether ``s`` holds a ``parallel`` loop."""
+    found = []
+    post_order_visit(s, lambda n: found.append(1) if isinstance(n, ir.For)
+                     and n.kind == "parallel" else None)
+    return bool(found)

@@ -36,7 +36,8 @@ from toolchain.runtime.cache import cache_dir, touch, trim
 #: flags of a host build (the target's flags are added; ``-march=native`` if it has none)
 HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
 
-_ERRORS = {1: "a NULL argument", 2: "the arena is misaligned", 3: "a kernel failed"}
+_ERRORS = {1: "a NULL argument", 2: "the arena is misaligned", 3: "a kernel failed",
+           4: "the thread pool could not start"}
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
@@ -58,7 +59,8 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 def _sources(d: Path, model: str) -> list[Path]:
     return _present(d, [d / "src" / f"{model}.c", d / "src" / "kernels.c",
-                        d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c"])
+                        d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c",
+                        d / "runtime" / "kiln_threads.c"])
 
 
 def _present(d: Path, files: list[Path]) -> list[Path]:
@@ -85,6 +87,14 @@ def _run_build(cmd: list[str], d: Path) -> None:
     if res.returncode != 0:
         raise GeneratedCodeError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
                          f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
+
+
+def thread_flags(meta: Mapping[str, Any]) -> list[str]:
+    """The thread library of a bundle whose kernels run on several threads (the pthread
+    pool of ``runtime/kiln_threads.c``; none for a single-threaded bundle)."""
+    if any(k.get("threaded") for k in meta.get("kernels", ())):
+        return ["-DKILN_THREADS_PTHREAD", "-pthread"]
+    return []
 
 
 def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
@@ -176,7 +186,7 @@ def build_host(path: str | Path, cc: str | None = None,
         return build_cuda(d)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
-    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *extra_flags]
+    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta), *extra_flags]
     srcs = _sources(d, model)
     # LLVM bundles: the kernels' object files, linked as they are
     srcs += _present(d, [d / o for o in meta.get("kernel_objects", ())])
@@ -279,6 +289,16 @@ class BundleModule:
         if rc != 0:
             raise BuildError(f"{self.model}_run returned {rc} ({_ERRORS.get(rc, 'unknown')})")
         return {t["name"]: a for t, a in zip(self.outputs, outs, strict=True)}
+
+    def set_threads(self, n: int) -> int:
+        """Run the parallel kernels on ``n`` threads (``<m>_set_threads``); the count in
+        effect (``n`` clamped to 1 .. the target's cores)."""
+        if is_cuda_bundle(self.metadata):
+            raise TargetError(f"bundle {self.model} is a CUDA bundle: it has no CPU threads")
+        fn = getattr(self._lib, f"{self.model}_set_threads")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_int]
+        return int(fn(int(n)))
 
     def device_time(self, inputs: Mapping[str, Any], repeat: int = 20) -> float:
         """A CUDA bundle's kernels alone (``<m>_run_device``: no copies): the median

@@ -141,7 +141,7 @@ def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
                   and k.params[data[0]].nbytes == k.params[-1].nbytes)
         view = spec.plan.views.get(k.params[-1].name) if elided else None
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
-                      "elided": elided,
+                      "elided": elided, "threaded": k.source.threaded and not elided,
                       "how": comment(f"a view of input {view}") if view else "in place",
                       "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
                                          f"{k.flops:,} FLOPs")})
@@ -228,6 +228,11 @@ def build_flags(spec: BundleSpec) -> list[str]:
     return flags
 
 
+def max_threads(spec: BundleSpec) -> int:
+    """Threads the bundle's parallel kernels may use: the target's ``cores``."""
+    return max(spec.target.cores or 1, 1)
+
+
 def render_files(spec: BundleSpec) -> dict[str, Any]:
     """Every generated file of the bundle, by relative path (text; the LLVM backend's
     kernel objects as bytes)."""
@@ -254,7 +259,8 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "compiler": spec.target.compiler, "prelude_includes": includes,
            "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
-           "preludes": preludes,
+           "preludes": preludes, "max_threads": max_threads(spec),
+           "threaded": any(c["threaded"] for c in calls),
            "kernel_objects": [k["object"] for k in kernels if k["object"]]}
     m = spec.model
     files = {
@@ -272,6 +278,8 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
         entry["elided"] = call["elided"]
+        entry["threaded"] = call["threaded"]
+    meta["max_threads"] = ctx["max_threads"]
     if ctx["kernel_objects"]:
         meta["kernel_objects"] = ctx["kernel_objects"]
         for k in spec.kernels:  # LLVM: the object code, and its IR to read

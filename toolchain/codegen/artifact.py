@@ -134,6 +134,9 @@ class KernelArtifact:
     #: prototype) and the LLVM IR it was compiled from
     object_code: bytes = b""
     llvm_ir: str = ""
+    #: C: rendered SPMD for several threads (its last two parameters are ``kiln_thread``
+    #: and ``kiln_nthreads``; the bundle runs it through ``kiln_parallel``)
+    threaded: bool = False
 
     @property
     def flags(self) -> list[str]:

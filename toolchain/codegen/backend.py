@@ -48,11 +48,16 @@ class CBackend:
 
     name = "c"
 
+    def __init__(self, threads: int = 1) -> None:
+        #: the target's cores: kernels with parallel loops are rendered for that many
+        #: threads (SPMD, :mod:`toolchain.bundle.emit`) when > 1
+        self.threads = threads
+
     def kernel(self, lowered: ir.PrimFunc, name: str, *,
                restrict: bool | frozenset[int] = True) -> KernelArtifact:
         from toolchain.bundle.emit import render_kernel
 
-        return render_kernel(lowered, name, restrict=restrict)
+        return render_kernel(lowered, name, restrict=restrict, threads=self.threads)
 
 
 class SimtCBackend:
@@ -201,6 +206,8 @@ def backend_for(target: Target, emulate: bool = False, backend: str | None = Non
                               "the CPU already)")
         return SimtCBackend()
     b = BACKENDS.get(target.kind)
+    if isinstance(b, CBackend) and (target.cores or 1) > 1:
+        return CBackend(threads=target.cores or 1)
     if b is None:
         raise TargetError(f"target {target.name!r} has kind {target.kind!r}: no bundle backend "
                           f"for it in this version (backends: {', '.join(BACKENDS)})")

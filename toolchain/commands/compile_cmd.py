@@ -9,6 +9,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
 from toolchain.target import resolve_target
@@ -21,6 +22,7 @@ examples:
   kiln compile model.onnx --target targets/my-board.yaml -o build/model --force
   kiln compile model.onnx --target c-generic -o build/model --input-shape input=1,3,96,96
   kiln compile model.onnx --target c-generic -o build/model --dump-ir build/ir
+  kiln compile model.onnx --target x86_64-avx2 --cores 4 -o build/model  # up to 4 threads
   kiln compile model.onnx --target cuda-sm90 -o build/model_gpu        # CUDA (nvcc)
   kiln compile model.onnx --target cuda-sm90 -o build/model_emu --emulate   # ... on the CPU
   kiln compile model.onnx --target cortex-m4 -o build/model_m4 --backend llvm  # kernels as .o
@@ -57,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="c (default): kernels as C source; llvm: kernels as object files "
                              "for the target's triple, compiled in-process by LLVM, next to "
                              "the same C runtime and model code (docs/llvm.md)")
+    parser.add_argument("--cores", type=int, metavar="N",
+                        help="threads the bundle's parallel kernels may use (overrides the "
+                             "target's cores; the caller picks 1..N at run time, docs/bundle.md "
+                             "\"Threads\")")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
@@ -67,11 +73,16 @@ def run(args: argparse.Namespace) -> int:
     from toolchain.errors import InputError
 
     if getattr(args, "board", None):
+        if args.cores is not None:
+            from toolchain.errors import OptionError
+
+            raise OptionError("--cores does not go with --board: a board's firmware runs on "
+                              "one core")
         return compile_for_board(args, input_shapes(args))
     if not Path(args.model).is_file():
         raise InputError(f"model file {args.model} does not exist")
     start = time.perf_counter()
-    target = resolve_target(args.target)  # once; every stage below gets this Target
+    target = with_cores(resolve_target(args.target), args.cores)  # once, for every stage
     out = compile_model(args.model, target, args.output, input_shapes=input_shapes(args),
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
@@ -97,11 +108,32 @@ def run(args: argparse.Namespace) -> int:
           f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
           "weights are packed for the target's kernels: kiln inspect's memory plan counts the "
           "graph before both)")
+    threaded = sum(1 for k in meta["kernels"] if k.get("threaded"))
+    if threaded:
+        print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
+              "kernels split their parallel loops; <model>_set_threads or main --threads N "
+              "picks fewer; make THREADS=pthread|openmp|none)")
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
           "--check")
     return 0
+
+
+def with_cores(target: Any, cores: int | None) -> Any:
+    """``target`` with ``--cores`` applied (a positive count, CPU targets only)."""
+    from dataclasses import replace
+
+    from toolchain.errors import OptionError
+
+    if cores is None:
+        return target
+    if cores < 1:
+        raise OptionError(f"--cores {cores}: must be at least 1")
+    if target.kind != "c":
+        raise OptionError(f"--cores applies to CPU targets; target {target.name!r} has kind "
+                          f"{target.kind!r}")
+    return replace(target, cores=cores)
 
 
 def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...]]) -> int:

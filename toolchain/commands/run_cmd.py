@@ -64,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the max abs / rel error per output")
     parser.add_argument("--tolerance", type=float, default=1e-4, metavar="REL",
                         help="bundle --check: largest accepted max rel error (default 1e-4)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="bundle only: run the parallel kernels on N threads (default: "
+                             "the target's cores; see kiln compile --cores)")
     parser.add_argument("--model-file", metavar="MODEL.onnx",
                         help="bundle --check: the model it was compiled from (default: the "
                              "path recorded in its metadata.json)")
@@ -193,6 +196,13 @@ def run_bundle(args: argparse.Namespace) -> int:
 
     feeds = bundle_inputs(args)
     module = BundleModule(args.model)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise OptionError(f"--threads {args.threads}: must be at least 1")
+        got = module.set_threads(args.threads)
+        if got != args.threads:
+            print(f"note: running on {got} thread(s): the bundle was compiled for at most "
+                  f"{module.metadata.get('max_threads', 1)} (kiln compile --cores N)")
     try:
         outputs = module(feeds)
     except InputError as exc:
@@ -229,9 +239,15 @@ def run(args: argparse.Namespace) -> int:
     from toolchain.boards.project import is_board_bundle
 
     if is_board_bundle(args.model):  # built with --board: cross build, run on QEMU
+        if args.threads is not None:
+            raise OptionError("--threads applies to host bundles; a board's firmware runs "
+                              "on one core")
         return run_board_bundle(args)
     if Path(args.model).is_dir():
         return run_bundle(args)
+    if args.threads is not None:
+        raise OptionError("--threads applies to a compiled bundle directory; the reference "
+                          f"executor runs {args.model} in numpy")
     if args.check or args.model_file:
         raise OptionError("--check and --model-file compare a compiled bundle with the "
                           "reference; give a bundle directory (kiln compile -o DIR), not "

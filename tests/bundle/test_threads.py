@@ -1,0 +1,207 @@
+"""Multi-threaded bundles: SPMD kernels, the runtime's thread pool, thread counts.
+
+A bundle compiled for a target with ``cores: N > 1`` splits its kernels' parallel loops
+across up to N threads (``runtime_c/kiln_threads.c``). The split never changes a reduction
+order, so every thread count must give the serial result bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.bundle.helpers import STRICT, assert_matches, make, run_main, run_ort
+from tests.tools import require
+from toolchain import te
+from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle.emit import render_kernel
+from toolchain.target import load_target
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform import lower
+from toolchain.zoo import ZOO
+
+RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
+
+
+def cores(n: int, base: str = "c-generic"):
+    """``base`` with ``cores: n`` (what a descriptor that extends it would say)."""
+    return replace(load_target(base), cores=n)
+
+
+def _two_stage(n: int = 64):
+    """B = A + 1 then C = B * 2 over an (n, n) grid, both with a parallel outer loop."""
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((n, n), lambda i, j: B[n - 1 - i, j] * 2.0, name="C")
+    sch = Schedule(te.create_prim_func([A, C]))
+    for name in ("B", "C"):
+        sch.parallel(sch.get_loops(sch.get_block(name))[0])
+    return lower(sch.mod)
+
+
+def test_parallel_loops_render_spmd_with_barriers():
+    k = render_kernel(_two_stage(), "k", threads=2)
+    assert k.threaded
+    assert k.params[-2:] == ["int32_t kiln_thread", "int32_t kiln_nthreads"]
+    body = "\n".join(k.body)
+    # each parallel loop is this thread's chunk; C reads rows of B another thread wrote
+    assert body.count("kiln_thread / kiln_nthreads") == 2
+    assert body.count("kiln_barrier(kiln_nthreads);") == 1
+    # the shared intermediate B lives in the arena (one copy), not on a thread's stack
+    assert k.scratch_bytes == 64 * 64 * 4
+
+
+def test_single_core_target_renders_serial():
+    k = render_kernel(_two_stage(), "k", threads=1)
+    assert not k.threaded and "kiln_thread" not in "\n".join(k.body)
+
+
+def test_scratch_inside_a_parallel_loop_gets_a_slice_per_thread():
+    n = 32
+    A = te.placeholder((n, 512), name="A")
+    T = te.compute((n, 512), lambda i, j: A[i, j] * 3.0, name="T")
+    C = te.compute((n, 512), lambda i, j: T[i, 511 - j] + 1.0, name="C")
+    sch = Schedule(te.create_prim_func([A, C]))
+    i = sch.get_loops(sch.get_block("C"))[0]
+    sch.compute_at(sch.get_block("T"), i)
+    sch.parallel(i)
+    func = lower(sch.mod)
+    serial = render_kernel(func, "k", threads=1)
+    k3 = render_kernel(func, "k", threads=3)
+    assert serial.scratch_bytes == 512 * 4  # one row of T, above the stack limit
+    assert k3.scratch_bytes == 3 * 512 * 4
+    assert "(size_t)kiln_thread * 2048" in "\n".join(k3.body)
+
+
+@pytest.mark.parametrize("name", ["resnet8", "mobilenet_v1", "transformer_encoder"])
+def test_thread_counts_are_bit_identical(name, tmp_path):
+    spec = ZOO[name]
+    model = spec.build()
+    inputs = spec.inputs(model)
+    path = compile_model(model, cores(3), tmp_path / "b", input_shapes=spec.input_shapes)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["max_threads"] == 3
+    assert sum(k["threaded"] for k in meta["kernels"]) >= 3
+    b = load_bundle(path, extra_flags=STRICT)
+    got = {}
+    for n in (1, 2, 3, 2, 1):
+        assert b.set_threads(n) == n
+        got.setdefault(n, []).append(b(inputs))
+    for outs in got.values():
+        for o in outs:
+            for k, v in got[1][0].items():
+                np.testing.assert_array_equal(o[k], v, err_msg=f"{name} output {k}")
+    assert_matches(got[3][0], run_ort(model, inputs))
+    # the same model for one core: the schedules differ, so only close
+    one = compile_model(model, cores(1), tmp_path / "one", input_shapes=spec.input_shapes)
+    assert_matches(got[2][0], load_bundle(one)(inputs), rtol=1e-5)
+
+
+def test_set_threads_clamps_to_the_targets_cores(tmp_path):
+    path = compile_model(ZOO["lenet5"].build(), cores(2), tmp_path / "b")
+    b = load_bundle(path)
+    assert [b.set_threads(n) for n in (0, -5, 1, 2, 64)] == [1, 1, 1, 2, 2]
+
+
+def test_single_core_bundle_has_no_thread_library(tmp_path):
+    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["max_threads"] == 1 and not any(k["threaded"] for k in meta["kernels"])
+    assert "THREADS ?= none" in (path / "Makefile").read_text()
+    assert load_bundle(path).set_threads(4) == 1
+
+
+@pytest.mark.parametrize("threads", ["pthread", "openmp", "none"])
+def test_make_with_each_thread_library(threads, tmp_path):
+    """``make THREADS=...``: the pool, OpenMP, or none (serial) all give the same bytes."""
+    spec = ZOO["resnet8"]
+    model = spec.build()
+    inputs = spec.inputs(model)
+    path = compile_model(model, cores(2), tmp_path / "b")
+    make(path, "main", f"THREADS={threads}", cflags="-O2 -std=c99 " + " ".join(STRICT))
+    meta = json.loads((path / "metadata.json").read_text())
+    one = _main_threads(path, inputs, meta, "1")
+    assert_matches(one, run_ort(model, inputs))
+    two = run_main(path, inputs, meta)  # the default: the target's cores
+    for k, v in one.items():
+        np.testing.assert_array_equal(two[k], v, err_msg=f"THREADS={threads}")
+    nm = subprocess.run(["nm", "-u", str(path / "main")], capture_output=True, text=True,
+                        check=False).stdout
+    assert ("pthread_create" in nm) == (threads == "pthread")
+
+
+def _main_threads(path, inputs, meta, n):
+    files = []
+    for t in meta["inputs"]:
+        f = path / f"in_{t['field']}.bin"
+        np.ascontiguousarray(inputs[t["name"]]).tofile(f)
+        files.append(str(f))
+    outs = [path / f"out_{t['field']}.bin" for t in meta["outputs"]]
+    res = subprocess.run([str(path / "main"), "--threads", n, *files, *map(str, outs)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    return {t["name"]: np.fromfile(f, np.float32).reshape(t["shape"])
+            for t, f in zip(meta["outputs"], outs, strict=True)}
+
+
+@pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
+def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path):
+    """TSan (the pool's atomics and barriers, the kernels' shared buffers) and ASan/UBSan
+    on a threaded bundle run with 2 and 3 threads."""
+    spec = ZOO["mobilenet_v1"]
+    model = spec.build()
+    inputs = spec.inputs(model)
+    path = compile_model(model, cores(3), tmp_path / "b")
+    make(path, "main", cflags=f"-O1 -g -std=c99 -fsanitize={sanitizer} "
+                              "-fno-sanitize-recover=all -fno-omit-frame-pointer")
+    meta = json.loads((path / "metadata.json").read_text())
+    ref = run_ort(model, inputs)
+    for n in ("2", "3"):
+        assert_matches(_main_threads(path, inputs, meta, n), ref)
+
+
+def test_pool_stress_under_tsan(tmp_path):
+    """The pool alone: many tasks with barriers, thread counts changing, stop and
+    restart, under ThreadSanitizer."""
+    require("cc")
+    src = tmp_path / "stress.c"
+    src.write_text(r"""
+#include <stdio.h>
+#include "kiln_runtime.h"
+static int data[2][1000];
+static long total;
+static void task(void *ctx, int t, int n) {
+  int r = *(int *)ctx, i;
+  for (i = t; i < 1000; i += n) data[0][i] = i + r;
+  kiln_barrier(n);
+  for (i = t; i < 1000; i += n) data[1][i] = data[0][999 - i];
+  kiln_barrier(n);
+  if (t == 0) { long s = 0; for (i = 0; i < 1000; ++i) s += data[1][i]; total = s; }
+}
+int main(void) {
+  int r, bad = 0;
+  for (r = 0; r < 400; ++r) {
+    if (r == 200) kiln_threads_stop();
+    kiln_parallel(task, &r, 1 + r % 4);
+    if (total != 499500L + 1000L * r) ++bad;
+  }
+  kiln_threads_stop();
+  printf("bad %d\n", bad);
+  return bad != 0;
+}
+""")
+    exe = tmp_path / "stress"
+    res = subprocess.run(["cc", "-std=c99", "-O1", "-g", "-fsanitize=thread", *STRICT,
+                          "-DKILN_THREADS_PTHREAD", "-pthread", f"-I{RUNTIME}", str(src),
+                          str(RUNTIME / "kiln_threads.c"), "-o", str(exe)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0 and "bad 0" in run.stdout, run.stdout + run.stderr
+    assert not re.search(r"ThreadSanitizer", run.stderr), run.stderr
