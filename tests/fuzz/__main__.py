@@ -22,8 +22,9 @@ from tests.fuzz.oracle import check, check_int8, shrink
 
 #: every CPU target (one this host cannot run is skipped)
 TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
-#: the other backends: kernels through LLVM, a GPU target's kernels emulated on the CPU
-BACKENDS = ("c-generic:llvm", "cuda-sm80:emulate")
+#: the other backends: kernels through LLVM, a GPU target's kernels emulated on the CPU,
+#: the kernels split across 3 threads
+BACKENDS = ("c-generic:llvm", "cuda-sm80:emulate", "c-generic:threads")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS + BACKENDS),
                     help="comma-separated targets; NAME:llvm compiles the kernels through "
                          "LLVM, NAME:emulate runs a GPU target's kernels on the CPU, "
+                         "NAME:threads compiles for 3 cores and runs on 3 threads, "
                          "board:NAME runs a firmware for that board under QEMU")
     ap.add_argument("--int8", action="store_true",
                     help="quantize each graph (integer op families only) and require the "

@@ -93,9 +93,13 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
            out: Path) -> dict[str, np.ndarray]:
     """Compile ``model`` for ``target`` into ``out`` and run it: a target name (built for
     this host), ``NAME:llvm`` (kernels through the LLVM backend), ``NAME:emulate`` (a GPU
-    target's kernels run thread by thread in C on this CPU) or ``board:NAME`` (a firmware
-    for that board, run under QEMU)."""
+    target's kernels run thread by thread in C on this CPU), ``NAME:threads`` (compiled
+    for 3 cores and run on 3 threads: uneven chunks, the SPMD kernels and the pool) or
+    ``board:NAME`` (a firmware for that board, run under QEMU)."""
+    from dataclasses import replace
+
     from toolchain.bundle import compile_model, load_bundle
+    from toolchain.target import resolve_target
 
     name, _, variant = target.partition(":")
     if name == "board":
@@ -104,6 +108,11 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
 
         path, _ = compile_board(model, variant, out, build=False)
         return run_on_qemu(path, inputs).outputs
+    if variant == "threads":
+        bundle = load_bundle(compile_model(model, replace(resolve_target(name), cores=3),
+                                           out, progress=False))
+        bundle.set_threads(3)
+        return bundle(inputs)
     kw = {"backend": "llvm"} if variant == "llvm" else \
         {"emulate": True} if variant == "emulate" else {}
     return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
