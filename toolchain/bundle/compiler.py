@@ -33,6 +33,7 @@ import numpy as np
 
 from toolchain.bundle.emit import BundleRenderer, KernelSource
 from toolchain.bundle.names import bundle_namer, comment, model_identifier
+from toolchain.bundle.reuse import ScheduleReuse
 from toolchain.codegen.backend import CBackend, backend_for
 from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import (
@@ -47,6 +48,9 @@ from toolchain.errors import (
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
+from toolchain.schedules import packing
+from toolchain.schedules.packing import is_value_blind
+from toolchain.schedules.registry import lookup
 from toolchain.target import Target
 from toolchain.target import resolve_target as resolve_target_once
 from toolchain.tir import arith
@@ -381,11 +385,17 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
                                    "a fused kernel")
     cache = KernelCache(t, emulate, backend)
+    reuse = ScheduleReuse(trusted=is_value_blind(lookup("Fused", t)))
     scheduled: list[tuple[Node, Any, list[Value], str]] = []
     overwrite: dict[str, tuple[str, ...]] = {}
     for node in _progress(list(fused.nodes), progress):
         with kiln_fault(node, t):
-            func, ins, outs, how, host = _schedule(node, t, cache)
+            hit = reuse.find(node)
+            if hit is None:
+                with packing.recording() as rec:
+                    hit = _schedule(node, t, cache)
+                reuse.remember(node, rec, *hit)
+        func, ins, outs, how, host = hit
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))
         if n_buf != len(params) or n_buf != len(func.params):
