@@ -4,13 +4,23 @@
     python benchmarks/models.py lenet5 resnet8           # some models
     python benchmarks/models.py --target c-generic --runs 200 --keep build/bench
     python benchmarks/models.py --threads 2              # 2 threads each (docs/bundle.md)
+    python benchmarks/models.py --large --runs 5                # ResNet-50, BERT-base
+    python benchmarks/models.py --large resnet18 --runs 5       # ... and ResNet-18
 
 The default target is the widest CPU descriptor this machine runs
 (``toolchain.target.host_target()``: ``x86_64-avx512`` here).
 
-For each model of ``toolchain/zoo/models.py``:
+For each model of ``toolchain/zoo/models.py`` (``--large``: the models of its ``LARGE``
+table, ResNet-50 and a BERT-base encoder, built locally with random weights from fixed
+seeds; names from either table can be given):
 
-* **compile s** — ``kiln compile`` (import, passes, schedules, C, plan, weights, files);
+* **compile s** — ``kiln compile`` (import, passes, schedules, C, plan, weights, files), run
+  as its own process (``python -m toolchain compile model.onnx ...``): the time the command
+  prints (from parsing its arguments to the written bundle, Python start-up excluded);
+* **peak MiB** — the compiling process's peak resident memory (``ru_maxrss`` of that child
+  alone, from ``os.wait4``), and in brackets its ratio to the weight bytes;
+* **build s** — ``make main`` of the bundle (gcc on kernels, weights and runtime, link): with
+  compile s, the time from the ONNX file to a linked binary;
 * **layout** — the data layout the kernels use (the target's, or ``nchw`` where a kernel
   for the target's layout cannot be built yet);
 * **nodes -> kernels** — graph nodes after import, fused kernels in the bundle;
@@ -53,17 +63,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from toolchain.bundle import compile_model  # noqa: E402
-from toolchain.zoo import ZOO  # noqa: E402
+from toolchain.zoo import LARGE, ZOO  # noqa: E402
 
 SKIP = {"fcn_opset11": "its Resize scales are computed at run time in the fused graph"}
 #: on top of the bundle's own target flags (the Makefile's default CFLAGS are replaced)
@@ -105,15 +114,50 @@ def ort_overhead(runs: int) -> float:
     return time_ort(m, {"x": np.zeros(1, np.float32)}, max(runs, 200))
 
 
-def time_kiln(bundle: Path, feeds: dict, runs: int, threads: int = 1) -> float:
-    """Minimum seconds per ``<model>_run`` on ``threads`` threads, timed by the demo main
-    in C."""
+def compile_child(model: Path, target: str, out: Path, name: str,
+                  shapes: dict[str, tuple[int, ...]] | None, cores: int = 1
+                  ) -> tuple[float, int]:
+    """``kiln compile`` as a child process: (the seconds it reports, its peak RSS bytes);
+    ``cores`` > 1: ``--cores`` (the parallel kernels split across that many threads)."""
+    cmd = [sys.executable, "-m", "toolchain", "compile", str(model), "--target", target,
+           "-o", str(out), "--name", name, "--force", "--no-progress"]
+    if cores > 1:
+        cmd += ["--cores", str(cores)]
+    for k, v in (shapes or {}).items():
+        cmd += ["--input-shape", f"{k}={','.join(map(str, v))}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"kiln compile failed for {model}:\n{text[-2000:]}")
+    m = re.search(r" in ([0-9.]+) s$", text, re.M)
+    if m is None:
+        raise RuntimeError(f"unexpected output of kiln compile: {text[-500:]!r}")
+    return float(m.group(1)), usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def build_main(bundle: Path) -> float:
+    """``make main`` in the bundle (the target's flags); returns its seconds."""
     meta = json.loads((bundle / "metadata.json").read_text())
     flags = " ".join([CFLAGS, *meta["target"]["cflags"]])
+    t0 = time.perf_counter()
     res = subprocess.run(["make", "-s", "-C", str(bundle), "main", f"CFLAGS={flags}"],
                          capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"make failed in {bundle}:\n{res.stderr[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def time_kiln(bundle: Path, feeds: dict, runs: int, threads: int = 1) -> float:
+    """Minimum seconds per ``<model>_run`` on ``threads`` threads, timed by the demo main
+    in C (built first where :func:`build_main` has not built it)."""
+    meta = json.loads((bundle / "metadata.json").read_text())
+    if not (bundle / "main").exists():
+        build_main(bundle)
     args = []
     for t in meta["inputs"]:
         f = bundle / f"bench_in_{t['field']}.bin"
@@ -152,22 +196,25 @@ def profile(bundle: Path, runs: int) -> None:
               f"{k['flops'] / 1e6:.2f} | {t / 1e3:,.1f} | {rate:.1f} | {t / total:.0%} |")
 
 
-def bench(name: str, target: Any, runs: int, root: Path, overhead: float,
+def bench(name: str, target: str, runs: int, root: Path, overhead: float,
           threads: int = 1) -> dict:
-    spec = ZOO[name]
+    spec = ZOO.get(name) or LARGE[name]
     model = spec.build()
     feeds = spec.inputs(model)
-    t0 = time.perf_counter()
-    bundle = compile_model(model, target, root / name, input_shapes=spec.input_shapes,
-                           name=name, force=True, progress=False)
-    compile_s = time.perf_counter() - t0
+    root.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, root / f"{name}.onnx")
+    bundle = root / name
+    compile_s, peak = compile_child(root / f"{name}.onnx", target, bundle, name,
+                                    spec.input_shapes, threads)
+    build_s = build_main(bundle)
     meta = json.loads((bundle / "metadata.json").read_text())
     plan = meta["memory_plan"]
     kiln = time_kiln(bundle, feeds, runs, threads)
     kiln1 = time_kiln(bundle, feeds, runs, 1) if threads > 1 else kiln
     ort_t = time_ort(model, feeds, runs, threads)
     return {"model": name, "layout": meta["target"]["layout"].split()[0],
-            "compile_s": compile_s, "nodes": meta["nodes_before_fusion"],
+            "compile_s": compile_s, "peak": peak, "build_s": build_s,
+            "nodes": meta["nodes_before_fusion"],
             "kernels": meta["kernel_count"], "arena": meta["arena_bytes"],
             "lower": plan["lower_bound"], "naive": plan["naive_bytes"],
             "weights": meta["weight_bytes"], "kiln": kiln, "kiln1": kiln1, "ort": ort_t,
@@ -177,7 +224,9 @@ def bench(name: str, target: Any, runs: int, root: Path, overhead: float,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="zoo models (default: all but "
-                                              f"{', '.join(SKIP)})")
+                                              f"{', '.join(SKIP)}) or large ones")
+    ap.add_argument("--large", action="store_true",
+                    help=f"also the large models ({', '.join(LARGE)}), generated locally")
     ap.add_argument("--target", default=None, help="target name or YAML file (default: the "
                                                    "host's widest CPU target)")
     ap.add_argument("--runs", type=int, default=50, help="timed runs per model (min is kept)")
@@ -187,17 +236,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="also print each model's per-kernel times (make profile)")
     ap.add_argument("--keep", type=Path, help="write the bundles here (default: a temp dir)")
     args = ap.parse_args(argv)
-    names = args.models or [n for n in ZOO if n not in SKIP]
+    unknown = [n for n in args.models if n not in ZOO and n not in LARGE]
+    if unknown:
+        ap.error(f"unknown models {', '.join(unknown)} (zoo: {', '.join(ZOO)}; large: "
+                 f"{', '.join(LARGE)})")
+    names = args.models or ([] if args.large else [n for n in ZOO if n not in SKIP])
+    names += [n for n in LARGE if args.large and n not in names]
     if args.target is None:
         from toolchain.target import host_target
 
         args.target = host_target().name
-    from dataclasses import replace
-
-    from toolchain.target import resolve_target
-
-    target = replace(resolve_target(args.target), cores=max(args.threads, 1))
-    n = target.cores
+    n = max(args.threads, 1)
     root = args.keep or Path(tempfile.mkdtemp(prefix="kiln-bench-"))
     overhead = ort_overhead(args.runs)
     print(f"target {args.target}; kiln: make CFLAGS='{CFLAGS} <target flags>', timed in C; "
@@ -206,16 +255,18 @@ def main(argv: list[str] | None = None) -> int:
           "(subtracted)")
     print()
     multi = "kiln 1t us | speed-up | " if n > 1 else ""
-    print("| model | layout | compile s | nodes -> kernels | arena KiB | lower KiB | naive KiB | "
-          f"weights KiB | {multi}kiln us | ort us | ort-ovh us | ratio |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+    print("| model | layout | compile s | peak MiB | build s | nodes -> kernels | arena KiB | "
+          f"lower KiB | naive KiB | weights KiB | {multi}kiln us | ort us | ort-ovh us | ratio |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
           + ("---: | ---: | " if n > 1 else "") + "---: | ---: | ---: | ---: |")
     rows = []
     for name in names:
-        r = bench(name, target, args.runs, root, overhead, n)
+        r = bench(name, args.target, args.runs, root, overhead, n)
         rows.append(r)
         one = f"{r['kiln1'] * 1e6:,.1f} | {r['kiln1'] / r['kiln']:.2f} | " if n > 1 else ""
-        print(f"| {name} | {r['layout']} | {r['compile_s']:.1f} | {r['nodes']} -> {r['kernels']} | "
+        peak = f"{r['peak'] / 2**20:,.0f} ({r['peak'] / max(r['weights'], 1):.1f}x)"
+        print(f"| {name} | {r['layout']} | {r['compile_s']:.1f} | {peak} | {r['build_s']:.1f} | "
+              f"{r['nodes']} -> {r['kernels']} | "
               f"{r['arena'] / 1024:,.1f} | {r['lower'] / 1024:,.1f} | {r['naive'] / 1024:,.1f} | "
               f"{r['weights'] / 1024:,.1f} | {one}{r['kiln'] * 1e6:,.1f} | {r['ort'] * 1e6:,.1f} | "
               f"{(r['ort'] - overhead) * 1e6:,.1f} | {r['ratio']:.2f} |", flush=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from toolchain.bundle.compiler import BundleSpec, build_spec
+from toolchain.bundle.compiler import BundleSpec, CompileProgress, build_spec
 from toolchain.bundle.render import check_destination, render_files, write_bundle
 from toolchain.bundle.render_cuda import render_cuda_files
 
@@ -35,11 +35,17 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
     ``backend="llvm"``: the kernels as object files for the target's triple
     (``src/kernels/*.o``, ``docs/llvm.md``) next to the same C runtime, model and weights."""
     check_destination(Path(output).absolute(), force)
-    spec = build_spec(model, target, input_shapes=input_shapes, name=name, dump_ir=dump_ir,
-                      progress=progress, emulate=emulate, backend=backend)
-    cuda = spec.target.kind == "cuda" and not emulate
-    files = render_cuda_files(spec) if cuda else render_files(spec)
-    return write_bundle(files, output, force=force)
+    bar = CompileProgress(progress)  # names the stage: import ... writing
+    try:
+        spec = build_spec(model, target, input_shapes=input_shapes, name=name,
+                          dump_ir=dump_ir, progress=bar, emulate=emulate, backend=backend)
+        bar.stage("rendering")
+        cuda = spec.target.kind == "cuda" and not emulate
+        files = render_cuda_files(spec) if cuda else render_files(spec)
+        bar.stage("writing")
+        return write_bundle(files, output, force=force)
+    finally:
+        bar.close()
 
 
 def load_bundle(path: str | Path, **options: Any) -> Any:

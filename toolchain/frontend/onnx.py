@@ -365,9 +365,58 @@ def _trim(message: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: initializers of at least this many elements are left out of the copy of the model that
+#: the ONNX checker and shape inference see (see :func:`_light`)
+_LIGHT_ELEMENTS = 1 << 14
+
+
+def _light(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its large initializers turned into typed graph inputs.
+
+    ``onnx.checker`` and ``onnx.shape_inference`` serialise the whole model for their C++
+    side and shape inference returns a full copy: on BERT-base (434 MB of weights) that
+    was three more copies of the weights at once. Neither needs a weight's values, only
+    its type (small constants, which data propagation reads, such as Reshape shapes,
+    stay); each initializer's data is read and checked by :func:`_read_initializers`.
+
+    >>> import numpy as np
+    >>> from onnx import helper, numpy_helper, TensorProto
+    >>> w = numpy_helper.from_array(np.zeros((128, 128), np.float32), "w")
+    >>> g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128])], [w])
+    >>> light = _light(helper.make_model(g))
+    >>> len(light.graph.initializer), [i.name for i in light.graph.input]
+    (0, ['x', 'w'])
+    """
+    g = proto.graph
+    big = [int(np.prod(t.dims, dtype=np.int64)) >= _LIGHT_ELEMENTS for t in g.initializer]
+    if not any(big):
+        return proto
+    light = onnx.ModelProto()
+    lg = light.graph
+    for src, dst, skip in ((proto, light, "graph"), (g, lg, "initializer")):
+        for f, v in src.ListFields():  # every field but the one rebuilt here
+            if f.name == skip:
+                continue
+            if hasattr(v, "extend"):  # repeated
+                getattr(dst, f.name).extend(v)
+            elif hasattr(v, "CopyFrom"):  # a message
+                getattr(dst, f.name).CopyFrom(v)
+            else:
+                setattr(dst, f.name, v)
+    listed = {i.name for i in g.input}
+    for t, large in zip(g.initializer, big, strict=True):
+        if not large:
+            lg.initializer.append(t)
+        elif t.name not in listed:
+            lg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    return light
+
+
 def _run_checker(proto: onnx.ModelProto, label: str) -> None:
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(_light(proto))
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise ModelError(f"{label}: the ONNX checker rejects the model: {_trim(str(exc))}") \
             from None
@@ -486,7 +535,7 @@ def _infer_onnx_types(proto: onnx.ModelProto, label: str) -> OnnxTypes:
     model's declarations instead, see :func:`declared_outputs`)."""
     del proto.graph.value_info[:]  # recompute: an exporter's stale value_info is no evidence
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False,
+        inferred = onnx.shape_inference.infer_shapes(_light(proto), check_type=False,
                                                      strict_mode=False, data_prop=True)
     except Exception as exc:
         raise ModelError(f"{label}: ONNX shape inference fails on the model: "

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from toolchain.zoo.builder import Builder
 from toolchain.zoo.models import (
+    LARGE,
     ZOO,
     ZooModel,
     autoencoder,
+    bert_base,
     count_macs,
     ds_cnn,
     fcn_opset11,
@@ -37,10 +39,12 @@ from toolchain.zoo.models import (
     parameter_count,
     resnet8,
     resnet18,
+    resnet50,
     transformer_encoder,
     transformer_encoder_gelu,
 )
 
-__all__ = ["ZOO", "Builder", "ZooModel", "autoencoder", "count_macs", "ds_cnn", "fcn_opset11",
-           "lenet5", "lstm_classifier", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count",
-           "resnet8", "resnet18", "transformer_encoder", "transformer_encoder_gelu"]
+__all__ = ["LARGE", "ZOO", "Builder", "ZooModel", "autoencoder", "bert_base", "count_macs",
+           "ds_cnn", "fcn_opset11", "lenet5", "lstm_classifier", "mlp", "mobilenet_v1",
+           "mobilenet_v2", "parameter_count", "resnet8", "resnet18", "resnet50",
+           "transformer_encoder", "transformer_encoder_gelu"]

@@ -228,6 +228,44 @@ def resnet18(seed: int = 18) -> onnx.ModelProto:
     return b.build(17, "ResNet-18 (He et al. 2016), torchvision layout and names")
 
 
+def _bottleneck(b: Builder, x: str, cin: int, width: int, stride: int) -> str:
+    cout = 4 * width
+    y = b.op("Relu", [batchnorm(b, conv(b, x, cin, width, 1, pads=[0, 0, 0, 0], bias=False,
+                                        name="conv1"), width, name="bn1")])
+    y = b.op("Relu", [batchnorm(b, conv(b, y, width, width, 3, stride=stride, bias=False,
+                                        name="conv2"), width, name="bn2")])
+    y = conv(b, y, width, cout, 1, pads=[0, 0, 0, 0], bias=False, name="conv3")
+    y = batchnorm(b, y, cout, gamma=(0.3, 0.7), name="bn3")
+    if stride != 1 or cin != cout:
+        with b.scope("downsample"):
+            x = conv(b, x, cin, cout, 1, stride=stride, pads=[0, 0, 0, 0], bias=False, name="0")
+            x = batchnorm(b, x, cout, gamma=(0.3, 0.7), name="1")
+    return b.op("Relu", [b.op("Add", [y, x])])
+
+
+def resnet50(seed: int = 50) -> onnx.ModelProto:
+    """ResNet-50 (v1.5) on 1x3x224x224 as torchvision exports it (about 4.09 GMACs,
+    25.6 M params): the ResNet-18 stem, four stages of 3, 4, 6 and 3 bottleneck blocks
+    (1x1 reduce, 3x3 with the stage's stride, 1x1 expand x4; projection shortcut =
+    1x1 Conv + BN), GlobalAveragePool, Flatten, Gemm to 1000. For compile-time and
+    memory benchmarks (``benchmarks/models.py --large``); not in :data:`ZOO`.
+    """
+    b = Builder("resnet50", seed)
+    x = b.input("input", F32, [1, 3, 224, 224])
+    x = conv(b, x, 3, 64, 7, stride=2, bias=False, name="conv1")
+    x = b.op("Relu", [batchnorm(b, x, 64, name="bn1")])
+    x = b.op("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=1):
+        for i in range(blocks):
+            with b.scope(f"layer{stage}"), b.scope(f"{i}"):
+                x = _bottleneck(b, x, cin, width, 2 if (i == 0 and stage > 1) else 1)
+            cin = 4 * width
+    x = b.op("Flatten", [b.op("GlobalAveragePool", [x])], axis=1)
+    b.output(linear(b, x, 2048, 1000, name="fc"), "logits", F32, [1, 1000])
+    return b.build(17, "ResNet-50 v1.5 (He et al. 2016), torchvision layout and names")
+
+
 def _make_divisible(v: float, divisor: int = 8) -> int:
     new_v = max(divisor, int(v + divisor / 2) // divisor * divisor)
     return new_v + divisor if new_v < 0.9 * v else new_v
@@ -352,6 +390,15 @@ def transformer_encoder(seed: int = 64, *, batch: int | str = 2, seq: int = 32, 
     b.output(x, "hidden", F32, [batch, seq, d])
     b.output(logits, "logits", F32, [batch, classes])
     return b.build(opset, f"{layers}-layer transformer encoder, d_model {d}, {heads} heads")
+
+
+def bert_base(seed: int = 110) -> onnx.ModelProto:
+    """The transformer encoder in BERT-base's configuration: 12 layers, d_model 768,
+    12 heads, FF 3072, sequence 128, batch 1, a 30522-token embedding (about 109 M
+    params, 434 MB of float32 weights). For compile-time and memory benchmarks
+    (``benchmarks/models.py --large``); not in :data:`ZOO`."""
+    return transformer_encoder(seed, batch=1, seq=128, d=768, heads=12, layers=12,
+                               vocab=30522)
 
 
 def transformer_encoder_gelu(seed: int = 64) -> onnx.ModelProto:
@@ -508,6 +555,15 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
     ZooModel("fcn_opset11", fcn_opset11,
              macs=(32 * 32 * 16 * 27 + 16 * 16 * 32 * 144 + 8 * 8 * 32 * 288 + 2 * 32 * 8
                    + 16 * 16 * 64 * 64 + 32 * 32 * 5 * 48)),
+]}
+
+
+#: ImageNet- and BERT-size models for ``benchmarks/models.py --large`` (compile time and
+#: memory); kept out of :data:`ZOO`, whose every model the tests compile and run
+LARGE: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("resnet50", resnet50, macs=4_089_184_256, slow=True),
+    ZooModel("bert_base", bert_base, vocab=30522, slow=True,
+             macs=_transformer_macs(batch=1, seq=128, d=768, layers=12)),
 ]}
 
 

@@ -60,6 +60,7 @@ from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
 from toolchain.schedules.generic.dense import GemmPlan
+from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -152,6 +153,15 @@ def plan_conv(g: ConvGeom, p: CpuParams) -> ConvPlan:
     return ConvPlan(cb, ob, rw, lanes)
 
 
+def _oihw(node: Node, w: np.ndarray) -> np.ndarray:
+    """The weights ``w`` of ``node`` in OIHW (a ``LayoutConv`` stores its kernel layout)."""
+    if node.op != "LayoutConv":
+        return w
+    from toolchain.graph.passes.layout_ops import kernel_from_layout
+
+    return kernel_from_layout(w, node.attrs["kernel_layout"])
+
+
 def pack_weight(w: np.ndarray, plan: ConvPlan, op_: int) -> np.ndarray:
     """OIHW -> ``[Op/ob, C/cb, KH, KW, cb, ob]`` (zero rows for padded output channels).
 
@@ -212,11 +222,15 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         xp = x  # already blocked, nothing to pad (1x1 convs): read the input in place
     else:
         xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
-    wdata = w_oihw if w_oihw is not None else wv.data
-    if wdata is not None:
-        packed = pack_weight(wdata, plan, op_)
+    const_w = wv.data is not None or w_oihw is not None
+    if const_w:
+        if wv.data is not None:  # w_oihw, if given, is _oihw(node, wv.data)
+            packed = packed_constant(wv, "_packed",
+                                     lambda w: pack_weight(_oihw(node, w), plan, op_))
+        else:
+            packed = Value.constant(f"{wv.name}_packed", pack_weight(w_oihw, plan, op_))
         wp_t = te.placeholder(packed.shape, "float32", "W_packed")
-        values.append(Value.constant(f"{wv.name}_packed", packed))
+        values.append(packed)
     else:
         w = te.placeholder(wv.shape, "float32", "W")
         values.append(wv)
@@ -228,7 +242,7 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
 
         wp_t = te.compute((op_ // ob, g.c // cb, g.kh, g.kw, cb, ob), pack_w, name="W_pack")
         args.append(w)
-    if wdata is not None:
+    if const_w:
         args.append(wp_t)
     rc0 = te.reduce_axis((0, g.c // cb), name="rc0")
     rkh = te.reduce_axis((0, g.kh), name="rkh")
@@ -362,10 +376,14 @@ def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
     nr, mp, np_ = plan.nr, plan.mp, plan.np_
     hw = g.oh * g.ow
     x = te.placeholder(xv.shape, "float32", "X")
-    wm = np.zeros((mp, g.c), np.float32)
-    wm[:g.o] = wv.data.reshape(g.o, g.c)
+    def matrix(data: np.ndarray) -> np.ndarray:
+        wm = np.zeros((mp, g.c), np.float32)
+        wm[:g.o] = data.reshape(g.o, g.c)
+        return wm
+
+    wm = packed_constant(wv, "_matrix", matrix)
     w = te.placeholder(wm.shape, "float32", "W_mat")
-    args, values = [x, w], [xv, Value.constant(f"{wv.name}_matrix", wm)]
+    args, values = [x, w], [xv, wm]
     zero = ir.FloatImm(0.0, "float32")
     src = x
     if (g.sh, g.sw) != (1, 1) or (g.oh, g.ow) != (g.h, g.w):
@@ -438,6 +456,7 @@ def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
                       {"schedule": "generic", "reason": reason})
 
 
+@value_blind
 def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedule:
     """The default CPU schedule of a Conv node (see the module docstring)."""
     t = resolve_target(target)
@@ -502,6 +521,7 @@ def layout_conv_plan(g: ConvGeom, p: CpuParams, data_layout: str, out_layout: st
     return ConvPlan(cb, ob, rw, lanes, ry)
 
 
+@value_blind
 def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSchedule:
     """Default CPU schedule of a ``LayoutConv`` (a Conv the graph layout pass moved into
     ``NCHW{b}c`` / ``NHWC``): the direct blocked convolution with the channel blocks of

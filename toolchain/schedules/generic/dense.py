@@ -53,6 +53,7 @@ from toolchain import te
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
+from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -183,10 +184,11 @@ def gemm_compute(node: Node, plan: GemmPlan, ops: _Operands) -> tuple[list[te.Te
     trans_b = node.op == "Gemm" and bool(attrs_of(node)["transB"])
     nb = len(ops.batch)
     if b_v.data is not None and not ops.b_batched:
-        packed = _pack_b_const(b_v.data, ops, plan, trans_b)
+        packed = packed_constant(b_v, "_packed",
+                                 lambda w: _pack_b_const(w, ops, plan, trans_b))
         bp = te.placeholder(packed.shape, "float32", "B_packed")
         inputs.append(bp)
-        values.append(Value.constant(f"{b_v.name}_packed", packed))
+        values.append(packed)
 
         def b_at(bidx: tuple, kk: Expr, j: Expr) -> Expr:
             return bp[j // nr, kk, j % nr]
@@ -303,6 +305,7 @@ def _generic(node: Node, target: Target) -> OpSchedule:
                       {"schedule": "generic", "reason": "1-D or non-float32 product"})
 
 
+@value_blind
 def schedule_dense(node: Node, target: str | Target | None = None) -> OpSchedule:
     """The default CPU schedule of a MatMul / Gemm node (see the module docstring)."""
     t = resolve_target(target)

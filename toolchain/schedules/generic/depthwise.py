@@ -50,6 +50,7 @@ from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, cpu_params
+from toolchain.schedules.packing import packed_constant
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -166,9 +167,15 @@ def depthwise_compute(node: Node, g: DwGeom, cb: int, w_oihw: np.ndarray,
         return val * te.cast(inside, "float32")
 
     xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
-    packed = pack_dw_weight(w_oihw, cb)
+    if wv.data is not None:  # w_oihw is _oihw(node, wv.data) as float32
+        from toolchain.schedules.generic.conv2d import _oihw
+
+        packed = packed_constant(wv, "_dw_packed", lambda w: pack_dw_weight(
+            np.asarray(_oihw(node, w), np.float32), cb))
+    else:
+        packed = Value.constant(f"{wv.name}_dw_packed", pack_dw_weight(w_oihw, cb))
     wt = te.placeholder(packed.shape, "float32", "W_packed")
-    args, values = [x, wt], [xv, Value.constant(f"{wv.name}_dw_packed", packed)]
+    args, values = [x, wt], [xv, packed]
     rkh = te.reduce_axis((0, g.kh), name="rkh")
     rkw = te.reduce_axis((0, g.kw), name="rkw")
     conv = te.compute((g.n, g.c // cb, g.oh, g.ow, cb), lambda n, c0, y, xx, c1: te.sum(

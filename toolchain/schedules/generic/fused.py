@@ -45,7 +45,7 @@ from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
-from toolchain.schedules import registry
+from toolchain.schedules import packing, registry
 from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
 from toolchain.te.rebind import SwapBuffers, rebind
@@ -221,6 +221,17 @@ def bind_constants(node: Node, anchor: Node) -> tuple[Node, dict[int, Value]]:
     return (anchor.replace(inputs=ins) if back else anchor), back
 
 
+def _record_binding(node: Node, back: dict[int, Value], fn: Any) -> None:
+    """Tell an open :func:`~toolchain.schedules.packing.recording` which group inputs the
+    anchor's schedule ``fn`` saw with their data, and whether ``fn`` is value-blind."""
+    rec = packing.current()
+    if rec is None or not back:
+        return
+    pos = {id(v): i for i, v in enumerate(node.attrs["graph"].inputs)}
+    rec.bound.update((b, pos[id(v)]) for b, v in back.items())
+    rec.blind = packing.is_value_blind(fn)
+
+
 def _as_op_schedule(out: Any, anchor: Node) -> OpSchedule | None:
     if out is None or isinstance(out, OpSchedule):
         return out
@@ -253,6 +264,8 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
     sa = None
     if anchor is not None:
         bound, back = bind_constants(node, anchor) if bind else (anchor, {})
+        _record_binding(node, back, registry.lookup(anchor.op, t)
+                        if pick is registry_anchor_schedule else pick)
         sa = _as_op_schedule(pick(bound, t), bound)
         if sa is not None:
             sa = replace(sa, input_values=[back.get(id(v), v) for v in sa.input_values])
@@ -265,10 +278,13 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
     return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
 
 
+@packing.value_blind
 def fused_schedule(node: Node, target: Any) -> OpSchedule:
     """The strategy-table entry (what a bundle compiles): a ``Fused`` node's kernel as an
     :class:`OpSchedule`, weights bound and packed at compile time (``bind=True``), with the
-    input its output may overwrite (``in_place``) when the anchor's schedule says so."""
+    input its output may overwrite (``in_place``) when the anchor's schedule says so.
+    Value-blind: it reads no constant itself and shows the anchor's schedule the group's
+    constants only through :func:`bind_constants` (recorded for schedule reuse)."""
     k = schedule_fused(node, target, bind=True)
     info = {"schedule": "fused", "kernel": node.attrs["kernel"], "notes": list(k.notes),
             "anchor": k.anchor.op if k.anchor is not None else None}

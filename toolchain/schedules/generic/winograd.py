@@ -47,6 +47,7 @@ from toolchain import te
 from toolchain.graph.ir import Node, Value
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params
 from toolchain.schedules.generic.dense import GemmPlan, plan_gemm, schedule_gemm
+from toolchain.schedules.packing import packed_constant
 from toolchain.schedules.registry import OpSchedule
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
@@ -148,12 +149,20 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
     nh, nw = ceil_div(g.oh, m), ceil_div(g.ow, m)
     nr, pp, kp = plan.nr, plan.np_, plan.mp
     x = te.placeholder(xv.shape, "float32", "X")
-    wdata = w_oihw if w_oihw is not None else wv.data
-    u = winograd_weight_transform(wdata, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
-    up = np.zeros((al, al, kp, g.c), np.float32)
-    up[:, :, :g.o] = u
-    ut = te.placeholder(up.shape, "float32", "U")
-    args, values = [x, ut], [xv, Value.constant(f"{wv.name}_winograd{m}", up)]
+    from toolchain.schedules.generic.conv2d import _oihw
+
+    def transform(oihw: np.ndarray) -> np.ndarray:
+        u = winograd_weight_transform(oihw, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
+        up = np.zeros((al, al, kp, g.c), np.float32)
+        up[:, :, :g.o] = u
+        return up
+
+    if wv.data is not None:  # w_oihw, if given, is _oihw(node, wv.data)
+        upv = packed_constant(wv, f"_winograd{m}", lambda w: transform(_oihw(node, w)))
+    else:
+        upv = Value.constant(f"{wv.name}_winograd{m}", transform(w_oihw))
+    ut = te.placeholder(upv.shape, "float32", "U")
+    args, values = [x, ut], [xv, upv]
     zero = ir.FloatImm(0.0, "float32")
 
     # zero-padded copy of X covering every (partial) tile, then the tiles with the tile
