@@ -10,7 +10,11 @@ Layout (``<m>`` is the model's C prefix)::
     include/<m>.h    the API: sizes as macros, <m>_inputs / <m>_outputs, <m>_run()
     src/<m>.c        the call sequence with arena offsets
     src/kernels.c    the kernels; src/kernels.h their prototypes
-    src/weights.c    the constants (static const, aligned); src/weights.h
+    src/weights.bin  the constants: one blob, each array 64-byte aligned (--weights incbin,
+                     the default, and external: docs/bundle.md "Weights")
+    src/weights_blob.S  incbin: links weights.bin into the library (.incbin)
+    src/weights.c    c-array: the blob as C string literals; external: <m>_set_weights()
+    src/weights.h    where the blob is (<M>_WEIGHTS_DATA) and each array's offset
     runtime/         kiln_runtime.h / .c (error codes, alignment, timing hooks)
     main.c           a demo program (raw binary files in and out, --repeat N timing)
     Makefile, CMakeLists.txt, metadata.json
@@ -23,6 +27,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +36,11 @@ import jinja2
 import numpy as np
 
 from toolchain import __version__
+from toolchain.bundle import weights as weights_mod
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
 from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
 from toolchain.bundle.names import bundle_namer, comment
-from toolchain.bundle.weights import format_bytes
+from toolchain.bundle.weights import WeightsBlob, format_bytes
 from toolchain.codegen.artifact import merge_support
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.codegen.names import Namer
@@ -94,6 +101,8 @@ class Locations:
         #: kernels (an unrolled LSTM's recurrence weights) is stored once
         self.stored: dict[tuple[str, str, tuple[int, ...]], list[tuple[Any, str]]] = {}
         self.names = bundle_namer()
+        #: every weight array at its offset (``src/weights.bin``)
+        self.blob = WeightsBlob(ALIGNMENT)
         #: views of a graph input (memory plan ``views``) are that input's pointer
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
 
@@ -108,13 +117,14 @@ class Locations:
                     self.expr[id(v)] = expr
                     return expr
             name = self.names.fresh(v.name, prefix="w_")
+            offset = self.blob.add(arr)
             self.weights.append({
                 "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
-                "count": max(arr.size, 1), "dtype": v.dtype,
-                "shape": list(v.shape), "bytes": arr.nbytes, "array": arr,
+                "count": max(arr.size, 1), "dtype": v.dtype, "offset": offset,
+                "shape": list(v.shape), "bytes": arr.nbytes,
                 "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
             })
-            self.expr[id(v)] = f"(void *){self.spec.model}_weights.{name}"
+            self.expr[id(v)] = f"(void *)({self.spec.model.upper()}_WEIGHTS_DATA + {offset})"
             same.append((arr, self.expr[id(v)]))
             return self.expr[id(v)]
         if v.name in self.spec.plan.views:
@@ -228,9 +238,69 @@ def build_flags(spec: BundleSpec) -> list[str]:
     return flags
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """A generated file too large to hold as one string: ``write(path)`` writes it piece by
+    piece (the weights). :func:`write_bundle` calls it in the staging directory.
+
+    Example::
+
+        >>> import tempfile, pathlib
+        >>> f = Streamed(lambda path: path.write_bytes(b"\\x01\\x02"))
+        >>> d = pathlib.Path(tempfile.mkdtemp()); f.write(d / "w.bin"); (d / "w.bin").read_bytes()
+        b'\\x01\\x02'
+    """
+
+    write: Callable[[Path], None]
+
+
+def weights_context(spec: BundleSpec, loc: Locations) -> dict[str, Any]:
+    """The templates' values for the weights: their storage mode (``--weights``, ``auto``
+    resolved by size), the blob's size and CRC-32, and the section/alignment macros' names
+    (``KILN_WEIGHTS_SECTION``...: ``runtime_c/kiln_runtime.h``)."""
+    blob = loc.blob
+    mode = weights_mod.resolve_mode(spec.options.get("weights"), blob.size)
+    return {"weights_mode": mode, "blob_bytes": blob.size, "blob_crc32": blob.crc32(),
+            "weights_align": ALIGNMENT}
+
+
+def _c_array_writer(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
+                    ) -> Callable[[Path], None]:
+    def write(path: Path) -> None:
+        pieces = [len(p) for p in blob.c_pieces()]
+        sizes = [min(weights_mod.CHUNK, n - s) for n in pieces
+                 for s in range(0, n, weights_mod.CHUNK)]
+        texts = (format_bytes(p)[1].rstrip("\n") for p in blob.c_pieces())
+        stream = env.get_template("weights.c.j2").generate(
+            {**ctx, "chunk_sizes": sizes, "texts": texts})
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            for piece in stream:
+                f.write(piece)
+    return write
+
+
+def weights_files(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
+                  ) -> dict[str, Any]:
+    """The weights' files for ``ctx["weights_mode"]``: ``src/weights.h`` and the blob as
+    ``weights.bin`` + ``weights_blob.S`` (incbin), ``weights.c`` (c-array), or
+    ``weights.bin`` + ``weights.c`` with ``<m>_set_weights`` (external). The blob's bytes
+    are written when the bundle is (:class:`Streamed`), never held as one string."""
+    mode = ctx["weights_mode"]
+    files: dict[str, Any] = {"src/weights.h": env.get_template("weights.h.j2").render(ctx)}
+    if mode == "c-array":
+        files["src/weights.c"] = Streamed(_c_array_writer(env, ctx, blob))
+        return files
+    files["src/weights.bin"] = Streamed(blob.write)
+    if mode == "incbin":
+        files["src/weights_blob.S"] = env.get_template("weights_blob.S.j2").render(ctx)
+    else:
+        files["src/weights.c"] = env.get_template("weights_external.c.j2").render(ctx)
+    return files
+
+
 def render_files(spec: BundleSpec) -> dict[str, Any]:
     """Every generated file of the bundle, by relative path (text; the LLVM backend's
-    kernel objects as bytes)."""
+    kernel objects as bytes; the weights as :class:`Streamed` writers)."""
     env = template_env()
     reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights")}
     inputs, outputs = io_tables(spec, bundle_namer(reserved))
@@ -238,8 +308,6 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
     calls = kernel_calls(spec, loc)
     copies = output_copies(spec, loc, outputs)
     weight_bytes = sum(w["bytes"] for w in loc.weights)
-    for w in loc.weights:
-        w["chunks"], w["text"] = format_bytes(w.pop("array"))
     kernels = kernel_functions(spec, calls)
     includes, preludes = kernel_preludes(spec)
     # kernels.h declares kernels with kiln_f16 pointers: the runtime header first
@@ -255,20 +323,20 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "compiler": spec.target.compiler, "prelude_includes": includes,
            "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes,
-           "kernel_objects": [k["object"] for k in kernels if k["object"]]}
+           "kernel_objects": [k["object"] for k in kernels if k["object"]],
+           **weights_context(spec, loc)}
     m = spec.model
-    files = {
+    files: dict[str, Any] = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
         f"src/{m}.c": env.get_template("model.c.j2").render(ctx),
         "src/kernels.h": env.get_template("kernels.h.j2").render(ctx),
         "src/kernels.c": env.get_template("kernels.c.j2").render(ctx),
-        "src/weights.h": env.get_template("weights.h.j2").render(ctx),
-        "src/weights.c": env.get_template("weights.c.j2").render(ctx),
+        **weights_files(env, ctx, loc.blob),
         "main.c": env.get_template("main.c.j2").render(ctx),
         "Makefile": env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
     }
-    meta = metadata(spec, inputs, outputs, loc, weight_bytes)
+    meta = metadata(spec, inputs, outputs, loc, weight_bytes, ctx)
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
         entry["elided"] = call["elided"]
@@ -283,7 +351,9 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
 
 
 def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
-              loc: Locations, weight_bytes: int) -> dict[str, Any]:
+             loc: Locations, weight_bytes: int, ctx: dict[str, Any]) -> dict[str, Any]:
+    """``metadata.json`` of a bundle (``ctx``: the templates' context, for the weights'
+    storage)."""
     keep = ("name", "field", "dtype", "shape", "bytes")
     t = spec.target
     return {
@@ -310,8 +380,13 @@ def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[
             "schedule": k.schedule, "inputs": [v.name for v in k.params[:len(k.params) - len(
                 k.node.outputs)]], "outputs": [v.name for v in k.node.outputs],
         } for k in spec.kernels],
-        "weights": [{k: w[k] for k in ("name", "tensor", "dtype", "shape", "bytes")}
-                    for w in loc.weights],
+        "weights": [{k: w[k] for k in ("name", "tensor", "dtype", "shape", "bytes",
+                                       "offset")} for w in loc.weights],
+        "weights_storage": {
+            "mode": ctx["weights_mode"],
+            "file": None if ctx["weights_mode"] == "c-array" else "src/weights.bin",
+            "bytes": ctx["blob_bytes"], "align": ALIGNMENT,
+            "crc32": f"0x{ctx['blob_crc32']:08x}"},
         "memory_plan": spec.plan.to_dict(),
     }
 
@@ -339,13 +414,17 @@ def check_destination(out: Path, force: bool) -> None:
                           "metadata.json); refusing to replace it even with --force")
 
 
-#: characters encoded and written at a time (weights.c is ~300 MB for ResNet-18)
+#: characters encoded and written at a time (a large kernels.c)
 _WRITE_SLICE = 1 << 24
 
 
-def _write_text(path: Path, text: str | bytes) -> None:
+def _write_text(path: Path, text: str | bytes | Streamed) -> None:
     """Write ``text`` as UTF-8 with ``\\n`` line ends, a slice at a time (no full-size
-    encoded copy of a large file in memory); bytes (object code) as they are."""
+    encoded copy of a large file in memory); bytes (object code) as they are; a
+    :class:`Streamed` file by its own writer."""
+    if isinstance(text, Streamed):
+        text.write(path)
+        return
     if isinstance(text, bytes):
         path.write_bytes(text)
         return
