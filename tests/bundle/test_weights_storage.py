@@ -280,3 +280,20 @@ def test_unknown_mode_is_refused():
                                           "c-array, external"):
         compile_model(_net(), "c-generic", "unused", weights="blob")
     require("cc")
+
+
+@pytest.mark.parametrize("mode", ["incbin", "external"])
+@needs("nvcc", "make")
+def test_cuda_bundle_links_its_weights(tmp_path, mode):
+    """nvcc builds a CUDA bundle's library and demo in each mode (the .incbin stub by the
+    host C compiler), and Kiln's host build too; running needs a GPU (test_cuda.py)."""
+    from toolchain.bundle.host import build_cuda
+
+    path = compile_model(_net(), "cuda-sm80", tmp_path / "b", name="net", weights=mode,
+                         progress=False)
+    make(path)
+    assert (path / "main").is_file()
+    syms = subprocess.run(["nm", str(path / "libnet.a")], capture_output=True, text=True,
+                          check=True).stdout
+    assert "net_weights_blob" in syms if mode == "incbin" else "net_set_weights" in syms
+    assert build_cuda(path).is_file()

@@ -246,8 +246,10 @@ class Streamed:
     Example::
 
         >>> import tempfile, pathlib
-        >>> f = Streamed(lambda path: path.write_bytes(b"\\x01\\x02"))
-        >>> d = pathlib.Path(tempfile.mkdtemp()); f.write(d / "w.bin"); (d / "w.bin").read_bytes()
+        >>> f = Streamed(lambda path: path.write_bytes(b"\\x01\\x02") and None)
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> f.write(d / "w.bin")
+        >>> (d / "w.bin").read_bytes()
         b'\\x01\\x02'
     """
 
@@ -256,8 +258,7 @@ class Streamed:
 
 def weights_context(spec: BundleSpec, loc: Locations) -> dict[str, Any]:
     """The templates' values for the weights: their storage mode (``--weights``, ``auto``
-    resolved by size), the blob's size and CRC-32, and the section/alignment macros' names
-    (``KILN_WEIGHTS_SECTION``...: ``runtime_c/kiln_runtime.h``)."""
+    resolved by the blob's size), the blob's size, CRC-32 and alignment."""
     blob = loc.blob
     mode = weights_mod.resolve_mode(spec.options.get("weights"), blob.size)
     return {"weights_mode": mode, "blob_bytes": blob.size, "blob_crc32": blob.crc32(),
