@@ -5,8 +5,9 @@
 
 For each ``--weights`` mode (``incbin``, the default; ``c-array``; ``external``) the zoo
 model is compiled once; the table gives the bytes of the bundle's files on disk (all of
-them, and the weights' own files), the bytes of source a weight byte costs, and the wall
-time of ``make lib`` (the library, ``-O3``), each with its ratio to ``c-array``'s (the
+them, and the weights' own files), the bytes of source a weight byte costs, the wall time
+of ``make build/weights.o`` (the weights' object alone) and of the whole ``make lib`` (the
+library, ``-O3``, the weights' object included), each with its ratio to ``c-array``'s (the
 form every bundle had before the blob). The library of each mode is then run on the same
 input: the outputs must be identical. Times are one run on this machine: read the ratios.
 """
@@ -53,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             compile_s = time.perf_counter() - t0
             files = [p for p in path.rglob("*") if p.is_file()]
             weight_files = [p for p in files if p.name.startswith("weights")]
-            t0 = time.perf_counter()
+            t0 = time.perf_counter()  # the weights' object alone, then the rest of the lib
+            subprocess.run(["make", "-s", "-C", str(path), "build/weights.o"], check=True)
+            weights_s = time.perf_counter() - t0
             subprocess.run(["make", "-s", "-C", str(path), f"-j{args.jobs}", "lib"],
                            check=True)
             make_s = time.perf_counter() - t0
@@ -63,14 +66,17 @@ def main(argv: list[str] | None = None) -> int:
                 np.float32) for t in meta["inputs"]}
             outs[mode] = {k: v.tobytes() for k, v in mod(feeds).items()}
             rows.append((mode, _size(files), _size(weight_files),
-                         _size(weight_files) / meta["weight_bytes"], compile_s, make_s))
+                         _size(weight_files) / meta["weight_bytes"], compile_s, weights_s,
+                         make_s))
     base = next(r for r in rows if r[0] == "c-array")
     print(f"{args.model} ({args.target}): {meta['weight_bytes']:,} bytes of weights")
     print(f"{'mode':9} {'bundle MB':>10} {'weights MB':>11} {'B/weight B':>11} "
-          f"{'size ratio':>10} {'compile s':>10} {'make lib s':>11} {'make ratio':>10}")
-    for mode, total, wsize, per, comp, mk in rows:
+          f"{'size ratio':>10} {'compile s':>10} {'weights.o s':>12} {'ratio':>7} "
+          f"{'make lib s':>11} {'ratio':>7}")
+    for mode, total, wsize, per, comp, wo, mk in rows:
         print(f"{mode:9} {total / 1e6:10.1f} {wsize / 1e6:11.1f} {per:11.2f} "
-              f"{total / base[1]:10.3f} {comp:10.1f} {mk:11.2f} {mk / base[5]:10.3f}")
+              f"{total / base[1]:10.3f} {comp:10.1f} {wo:12.2f} {wo / base[5]:7.3f} "
+              f"{mk:11.2f} {mk / base[6]:7.3f}")
     same = all(outs[m] == outs["c-array"] for m in MODES)
     print("outputs identical in every mode" if same else "OUTPUTS DIFFER between modes")
     return 0 if same else 1
