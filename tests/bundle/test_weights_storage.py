@@ -264,10 +264,11 @@ def test_weights_are_streamed_and_a_failure_leaves_nothing(tmp_path, monkeypatch
     assert isinstance(files["src/weights.bin"], Streamed)
     assert all(not isinstance(v, (str, bytes)) or len(v) < 100_000 for v in files.values())
 
-    def boom(self, path):
+    def boom(self):
+        yield b"\0" * 64
         raise OSError("injected: disk full while writing the weights")
 
-    monkeypatch.setattr(weights.WeightsBlob, "write", boom)
+    monkeypatch.setattr(weights.WeightsBlob, "chunks", boom)
     with pytest.raises(OSError, match="injected"):
         compile_model(_net(), "c-generic", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []

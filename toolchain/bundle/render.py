@@ -23,11 +23,12 @@ Layout (``<m>`` is the model's C prefix)::
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,22 +239,42 @@ def build_flags(spec: BundleSpec) -> list[str]:
     return flags
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Streamed:
-    """A generated file too large to hold as one string: ``write(path)`` writes it piece by
-    piece (the weights). :func:`write_bundle` calls it in the staging directory.
+    """A generated file too large to hold as one string: ``pieces()`` yields it piece by
+    piece (bytes, or text written as UTF-8), for :meth:`write` (which
+    :func:`write_bundle` calls in the staging directory) and :meth:`digest`; two are equal
+    when their contents are.
 
     Example::
 
         >>> import tempfile, pathlib
-        >>> f = Streamed(lambda path: path.write_bytes(b"\\x01\\x02") and None)
+        >>> f = Streamed(lambda: iter([b"\\x01", "A"]))
         >>> d = pathlib.Path(tempfile.mkdtemp())
         >>> f.write(d / "w.bin")
-        >>> (d / "w.bin").read_bytes()
-        b'\\x01\\x02'
+        >>> (d / "w.bin").read_bytes(), f == Streamed(lambda: iter([b"\\x01A"]))
+        (b'\\x01A', True)
     """
 
-    write: Callable[[Path], None]
+    pieces: Callable[[], Iterable[bytes | memoryview | str]]
+
+    def write(self, path: Path) -> None:
+        """Write the file at ``path``, a piece at a time."""
+        with open(path, "wb") as f:
+            for piece in self.pieces():
+                f.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
+
+    def digest(self) -> str:
+        """SHA-256 of the contents (read piece by piece)."""
+        h = hashlib.sha256()
+        for piece in self.pieces():
+            h.update(piece.encode("utf-8") if isinstance(piece, str) else piece)
+        return h.hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Streamed) and self.digest() == other.digest()
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def weights_context(spec: BundleSpec, loc: Locations) -> dict[str, Any]:
@@ -265,19 +286,17 @@ def weights_context(spec: BundleSpec, loc: Locations) -> dict[str, Any]:
             "weights_align": ALIGNMENT}
 
 
-def _c_array_writer(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
-                    ) -> Callable[[Path], None]:
-    def write(path: Path) -> None:
-        pieces = [len(p) for p in blob.c_pieces()]
-        sizes = [min(weights_mod.CHUNK, n - s) for n in pieces
-                 for s in range(0, n, weights_mod.CHUNK)]
+def _c_array_pieces(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
+                    ) -> Callable[[], Iterator[str]]:
+    """The c-array ``weights.c`` as text pieces: one array's literals formatted at a
+    time (:func:`format_bytes`), never the whole file."""
+    def pieces() -> Iterator[str]:
+        sizes = [min(weights_mod.CHUNK, len(p) - s) for p in blob.c_pieces()
+                 for s in range(0, len(p), weights_mod.CHUNK)]
         texts = (format_bytes(p)[1].rstrip("\n") for p in blob.c_pieces())
-        stream = env.get_template("weights.c.j2").generate(
+        yield from env.get_template("weights.c.j2").generate(
             {**ctx, "chunk_sizes": sizes, "texts": texts})
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            for piece in stream:
-                f.write(piece)
-    return write
+    return pieces
 
 
 def weights_files(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
@@ -289,9 +308,9 @@ def weights_files(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlo
     mode = ctx["weights_mode"]
     files: dict[str, Any] = {"src/weights.h": env.get_template("weights.h.j2").render(ctx)}
     if mode == "c-array":
-        files["src/weights.c"] = Streamed(_c_array_writer(env, ctx, blob))
+        files["src/weights.c"] = Streamed(_c_array_pieces(env, ctx, blob))
         return files
-    files["src/weights.bin"] = Streamed(blob.write)
+    files["src/weights.bin"] = Streamed(blob.chunks)
     if mode == "incbin":
         files["src/weights_blob.S"] = env.get_template("weights_blob.S.j2").render(ctx)
     else:

@@ -198,12 +198,19 @@ class WeightsBlob:
             crc = zlib.crc32(memoryview(data), crc)
         return crc
 
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The blob's bytes a piece at a time: padding, then an array (a view of it, no
+        copy), and so on."""
+        for pad, data in self.pieces():
+            if pad:
+                yield bytes(pad)
+            yield memoryview(data)
+
     def write(self, path: str | Path) -> None:
         """Write the blob to ``path`` one array at a time (no full-size copy in memory)."""
         with open(path, "wb") as f:
-            for pad, data in self.pieces():
-                f.write(bytes(pad))
-                f.write(memoryview(data))
+            for chunk in self.chunks():
+                f.write(chunk)
 
     def c_pieces(self) -> Iterator[np.ndarray]:
         """The blob as byte arrays for the c-array ``weights.c``: padding and arrays in
