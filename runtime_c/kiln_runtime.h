@@ -18,7 +18,12 @@ extern "C" {
 #define KILN_ERR_NULL_ARGUMENT 1 /* inputs, outputs, one of their pointers, or the arena is NULL */
 #define KILN_ERR_ARENA_ALIGNMENT 2 /* the arena is not aligned to <MODEL>_ARENA_ALIGN bytes */
 #define KILN_ERR_KERNEL 3 /* a kernel reported a failure */
-#define KILN_ERR_THREADS 4 /* the thread pool could not start its threads */
+/* Bundles with external weights (kiln compile --weights external): */
+#define KILN_ERR_WEIGHTS_MISSING 4 /* <model>_run() before <model>_set_weights() succeeded */
+#define KILN_ERR_WEIGHTS_SIZE 5 /* the weights are not <MODEL>_WEIGHTS_BYTES bytes long */
+#define KILN_ERR_WEIGHTS_ALIGNMENT 6 /* the weights are not aligned to <MODEL>_WEIGHTS_ALIGN */
+#define KILN_ERR_WEIGHTS_CHECKSUM 7 /* the weights' CRC-32 is not <MODEL>_WEIGHTS_CRC32 */
+#define KILN_ERR_THREADS 8 /* the thread pool could not start its threads */
 
 /* KILN_ALIGNED(n): align a variable (weights, a static arena) to n bytes. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -29,6 +34,32 @@ extern "C" {
 #define KILN_ALIGNED(n) _Alignas(n)
 #else
 #define KILN_ALIGNED(n)
+#endif
+
+/* Placement in named linker sections, for an embedded link script (GCC and Clang; ELF
+ * section names, or "segment,section" on Mach-O).  Define them on the compiler's command
+ * line as bare names, e.g.
+ *   -DKILN_WEIGHTS_SECTION=.rodata.kiln_weights   the weight blob: read by
+ *       src/weights_blob.S (--weights incbin: `.section KILN_WEIGHTS_SECTION,"a"`) and by
+ *       the c-array src/weights.c (through KILN_WEIGHTS_PLACE)
+ *   -DKILN_ARENA_SECTION=.bss.kiln_arena          the static arena of main.c and of the
+ *       firmware main (through KILN_ARENA_PLACE; a name starting .bss stays NOBITS)
+ *   -DKILN_WEIGHTS_ALIGN=N / -DKILN_ARENA_ALIGN=N   raise the alignment of the blob /
+ *       the static arena (a power of two, at least the bundle's 64; default 64 and
+ *       <MODEL>_ARENA_ALIGN), e.g. to a DMA burst or an MPU region.
+ * Without them the weights are ordinary read-only data (.rodata: flash on a board) and the
+ * arena ordinary zeroed data (.bss). */
+#define KILN_STR_(...) #__VA_ARGS__
+#define KILN_STR(...) KILN_STR_(__VA_ARGS__)
+#if defined(KILN_WEIGHTS_SECTION) && (defined(__GNUC__) || defined(__clang__))
+#define KILN_WEIGHTS_PLACE __attribute__((section(KILN_STR(KILN_WEIGHTS_SECTION))))
+#else
+#define KILN_WEIGHTS_PLACE
+#endif
+#if defined(KILN_ARENA_SECTION) && (defined(__GNUC__) || defined(__clang__))
+#define KILN_ARENA_PLACE __attribute__((section(KILN_STR(KILN_ARENA_SECTION))))
+#else
+#define KILN_ARENA_PLACE
 #endif
 
 /* Whether pointer p is a multiple of n bytes (n a power of two). */
@@ -144,6 +175,11 @@ int kiln_threads_available(void);
 
 /* A short English description of a return code of <model>_run(). */
 const char *kiln_strerror(int code);
+
+/* CRC-32 of `bytes` bytes at `data`, continuing from `crc` (0 to start): the IEEE 802.3
+ * polynomial, reflected, as zlib's crc32() and Python's zlib.crc32() compute it.  Checks
+ * external weights (<model>_set_weights); about 1 byte a cycle. */
+uint32_t kiln_crc32(uint32_t crc, const void *data, size_t bytes);
 
 #ifdef __cplusplus
 }

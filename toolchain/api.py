@@ -110,10 +110,11 @@ def load(path: str | Path | Any, shape_dict: Mapping[str, Any] | None = None,
 def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa: A001
             output: str | Path | None = None, *, name: str | None = None,
             force: bool = False, dump_ir: str | Path | None = None,
-            backend: str | None = None) -> Package:
+            backend: str | None = None, weights: str | None = None) -> Package:
     """Compile ``model`` (a :class:`Model`, a path or a ModelProto) into a bundle at
     ``output`` (default: a new temporary directory); returns the :class:`Package`.
-    ``backend="llvm"``: the kernels as object files compiled by LLVM (``docs/llvm.md``)."""
+    ``backend="llvm"``: the kernels as object files compiled by LLVM (``docs/llvm.md``);
+    ``weights``: ``incbin``, ``c-array`` or ``external`` (default ``auto``: docs/bundle.md)."""
     from toolchain.bundle import compile_model
     from toolchain.bundle.host import read_metadata
 
@@ -122,7 +123,7 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
         output = Path(tempfile.mkdtemp(prefix="kiln-bundle-")) / (name or m.name or "model")
     path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
                          name=name or m.name, dump_ir=dump_ir, force=force, progress=False,
-                         backend=backend)
+                         backend=backend, weights=weights)
     return Package(path, read_metadata(path), m)
 
 

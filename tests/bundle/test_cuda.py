@@ -44,8 +44,8 @@ def lenet_cuda(tmp_path_factory) -> Path:
 def test_bundle_files_and_workspace_layout(lenet_cuda: Path) -> None:
     d = lenet_cuda
     for f in ("include/lenet5.h", "src/lenet5.cu", "src/kernels.cu", "src/kernels.cuh",
-              "src/weights.c", "main.c", "Makefile", "CMakeLists.txt", "metadata.json",
-              "runtime/kiln_runtime.h"):
+              "src/weights.bin", "src/weights_blob.S", "main.c", "Makefile",
+              "CMakeLists.txt", "metadata.json", "runtime/kiln_runtime.h"):
         assert (d / f).is_file(), f
     meta = json.loads((d / "metadata.json").read_text())
     dev = meta["device"]

@@ -239,13 +239,15 @@ def test_timing_hooks_see_every_kernel(tmp_path):
         "void kiln_timing_hook(const char *kernel, int index, int phase) {\n"
         '  fprintf(stderr, "hook %d %d %s\\n", index, phase, kernel);\n}\n')
     exe = path / "timed"
-    srcs = [str(p) for p in (path / "src").glob("*.c")] + [
+    # by hand, as a user's build: every source in src/ (weights_blob.S finds weights.bin
+    # relative to the bundle's folder, where the compiler runs)
+    srcs = [str(p) for p in sorted((path / "src").glob("*.[cS]"))] + [
         str(path / "runtime" / "kiln_runtime.c"), str(path / "runtime" / "kiln_threads.c"),
         str(path / "main.c"), str(hook)]
     res = subprocess.run(["cc", "-O1", "-std=c99", "-DKILN_ENABLE_TIMING", *STRICT,
                           f"-I{path / 'include'}", f"-I{path / 'runtime'}",
                           f"-I{path / 'src'}", *srcs, "-o", str(exe), "-lm"],
-                         capture_output=True, text=True, check=False)
+                         capture_output=True, text=True, check=False, cwd=path)
     assert res.returncode == 0, res.stderr
     x = np.zeros((1, 1, 28, 28), F)
     x.tofile(path / "x.bin")

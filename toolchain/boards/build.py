@@ -30,7 +30,7 @@ from typing import Any
 from toolchain.boards.descriptor import Board, load_board
 from toolchain.boards.project import firmware_files
 from toolchain.boards.size import size_report
-from toolchain.errors import BuildError, TargetError
+from toolchain.errors import BuildError, OptionError, TargetError
 
 # The estimates are at the low end of what the zoo's fp32 models link to, so that the
 # check before compiling never refuses a model that fits; the link (exact) catches the
@@ -127,10 +127,12 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
                   input_shapes: dict[str, tuple[int, ...]] | None = None,
                   name: str | None = None, dump_ir: str | Path | None = None,
                   force: bool = False, progress: bool | None = None,
-                  build: bool = True, backend: str | None = None
-                  ) -> tuple[Path, dict[str, Any] | None]:
+                  build: bool = True, backend: str | None = None,
+                  weights: str | None = None) -> tuple[Path, dict[str, Any] | None]:
     """Compile ``model`` for ``board`` into ``output``; (path, size report or None);
-    ``backend="llvm"``: the kernels as object files for the board's triple."""
+    ``backend="llvm"``: the kernels as object files for the board's triple; ``weights``:
+    ``incbin`` (the default) or ``c-array`` (the firmware links its weights: not
+    ``external``)."""
     from toolchain.bundle.compiler import build_spec
     from toolchain.bundle.render import (
         check_destination,
@@ -141,6 +143,10 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
     )
 
     b = board if isinstance(board, Board) else load_board(board)
+    if weights == "external":
+        raise OptionError(f"--weights external and --board {b.name}: the firmware links the "
+                          "weights into flash; use --weights incbin (default) or c-array")
+    weights = weights if weights in (None, "c-array") else "incbin"
     out_dir = Path(output).absolute()
     check_destination(out_dir, force)
     if build:  # before anything is compiled or written
@@ -151,7 +157,7 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
         raise _refuse(b, label, raw, 0, "estimate from the model's weights alone, "
                       "before compiling")
     spec = build_spec(model, b.compile_target(), input_shapes=input_shapes, name=name,
-                      dump_ir=dump_ir, progress=progress, backend=backend)
+                      dump_ir=dump_ir, progress=progress, backend=backend, weights=weights)
     files = render_files(spec)
     meta = json.loads(files["metadata.json"])
     flash_need, ram_need = estimate(meta, b)

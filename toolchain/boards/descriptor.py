@@ -75,6 +75,9 @@ class Board:
     #: probe name -> its options (``target``/``pack`` for pyocd, ``config``/``transport``
     #: for openocd)
     flash_recipe: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: preprocessor macros of the firmware build (``-DNAME=VALUE``): the placement macros
+    #: ``KILN_WEIGHTS_SECTION``, ``KILN_ARENA_SECTION``... (``runtime_c/kiln_runtime.h``)
+    defines: dict[str, str] = field(default_factory=dict)
     source: str = ""
 
     @property
@@ -132,6 +135,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool, dict | None]] = {
     "qemu": ((dict,), "a mapping (machine, cpu, flash_origin, ram_origin, ...)", True, _QEMU),
     "flash_recipe": ((dict,), "a mapping of probe (pyocd, openocd) to its options", False,
                      None),
+    "defines": ((dict,), "a mapping of C macro name to value", False, None),
 }
 
 
@@ -189,6 +193,26 @@ def _recipe(node: yaml.Node, path: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _defines(val: Any, path: str, line: int) -> dict[str, str]:
+    """``defines:``: C macro names to values (strings or integers, given to the compiler
+    as ``-DNAME=VALUE``; no spaces or quotes, which would not survive make)."""
+    import re
+
+    if not isinstance(val, dict):
+        raise TargetError(f"{path}:{line}: key 'defines' must be a mapping of C macro name "
+                          f"to value, got {type(val).__name__}")
+    out = {}
+    for name, v in val.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise TargetError(f"{path}:{line}: defines: {name!r} is not a C macro name")
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or \
+                re.search(r"[\s'\"\\$`]", str(v)):
+            raise TargetError(f"{path}:{line}: defines.{name} must be a string or an integer "
+                              f"without spaces, quotes, $ or backslashes, got {v!r}")
+        out[name] = str(v)
+    return out
+
+
 def _choice(val: str, choices: tuple[str, ...], path: str, line: int, key: str) -> None:
     if val not in choices:
         raise TargetError(f"{path}:{line}: key {key!r} = {val!r} is not one of "
@@ -223,6 +247,8 @@ def parse_board(text: str, path: str = "<string>") -> Board:
         lines[key] = line
         if key == "flash_recipe":
             values[key] = _recipe(vnode, path)
+        elif key == "defines":
+            values[key] = _defines(_value(vnode, path, key), path, line)
         elif nested is not None:
             values[key] = _mapping(vnode, nested, path, key)
         else:

@@ -101,7 +101,9 @@ def firmware_files(meta: Mapping[str, Any], board: Board) -> dict[str, str]:
            "inputs": _tensors(meta, "inputs"), "outputs": _tensors(meta, "outputs"),
            "cpu_flags": " ".join(board.cpu_flags), "qemu_machine": q.machine,
            "qemu_cpu": q.cpu, "timer_base": q.timer_base or 0, "timer_hz": q.timer_hz or 0,
-           "kernel_objects": [f"../{o}" for o in meta.get("kernel_objects", ())]}
+           "kernel_objects": [f"../{o}" for o in meta.get("kernel_objects", ())],
+           "weights_mode": (meta.get("weights_storage") or {}).get("mode", "c-array"),
+           "defines": [f"{k}={v}" for k, v in sorted(board.defines.items())]}
     mem = {"version": __version__, "board": board.name, "flash_size": board.flash.size,
            "ram_size": board.ram.size, "stack_bytes": board.stack_bytes}
     qemu_ld = env.get_template("memory.ld.j2").render({

@@ -27,18 +27,23 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
                   input_shapes: dict[str, tuple[int, ...]] | None = None,
                   name: str | None = None, dump_ir: str | Path | None = None,
                   force: bool = False, progress: bool | None = None,
-                  emulate: bool = False, backend: str | None = None) -> Path:
+                  emulate: bool = False, backend: str | None = None,
+                  weights: str | None = None) -> Path:
     """Compile ``model`` (a path, bytes or ModelProto) for ``target`` into the bundle
     directory ``output`` (written atomically); returns its path. ``emulate`` (GPU targets):
     a C bundle whose kernels are the GPU kernels' own code run thread by thread on the CPU
     (:class:`~toolchain.codegen.backend.SimtCBackend`), to check them without a GPU.
     ``backend="llvm"``: the kernels as object files for the target's triple
-    (``src/kernels/*.o``, ``docs/llvm.md``) next to the same C runtime, model and weights."""
+    (``src/kernels/*.o``, ``docs/llvm.md``) next to the same C runtime, model and weights.
+    ``weights``: how the weights are stored, one of
+    :data:`~toolchain.bundle.weights.MODES` (None: ``auto``, i.e. ``incbin`` up to 2 GiB,
+    ``external`` above; docs/bundle.md)."""
     check_destination(Path(output).absolute(), force)
     bar = CompileProgress(progress)  # names the stage: import ... writing
     try:
         spec = build_spec(model, target, input_shapes=input_shapes, name=name,
-                          dump_ir=dump_ir, progress=bar, emulate=emulate, backend=backend)
+                          dump_ir=dump_ir, progress=bar, emulate=emulate, backend=backend,
+                          weights=weights)
         bar.stage("rendering")
         cuda = spec.target.kind == "cuda" and not emulate
         files = render_cuda_files(spec) if cuda else render_files(spec)

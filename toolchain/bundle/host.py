@@ -37,7 +37,9 @@ from toolchain.runtime.cache import cache_dir, touch, trim
 HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
 
 _ERRORS = {1: "a NULL argument", 2: "the arena is misaligned", 3: "a kernel failed",
-           4: "the thread pool could not start"}
+           4: "no weights set", 5: "the weights have the wrong size",
+           6: "the weights are misaligned", 7: "the weights' CRC-32 differs (corrupted?)",
+           8: "the thread pool could not start"}
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
@@ -57,10 +59,25 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def weights_mode(meta: Mapping[str, Any]) -> str:
+    """How a bundle stores its weights (``incbin``, ``c-array``, ``external``; bundles
+    older than the blob have a ``weights.c``: ``c-array``)."""
+    return (meta.get("weights_storage") or {}).get("mode", "c-array")
+
+
+def _weights_sources(d: Path, meta: Mapping[str, Any]) -> tuple[list[Path], list[str]]:
+    """(sources, preprocessor flags) of the weights: ``weights_blob.S`` with the absolute
+    path of ``weights.bin`` (the host build runs elsewhere), or ``weights.c``."""
+    if weights_mode(meta) == "incbin":
+        blob = d / "src" / "weights.bin"
+        _present(d, [blob])
+        return [d / "src" / "weights_blob.S"], [f'-DKILN_WEIGHTS_FILE="{blob.absolute()}"']
+    return [d / "src" / "weights.c"], []
+
+
 def _sources(d: Path, model: str) -> list[Path]:
     return _present(d, [d / "src" / f"{model}.c", d / "src" / "kernels.c",
-                        d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c",
-                        d / "runtime" / "kiln_threads.c"])
+                        d / "runtime" / "kiln_runtime.c", d / "runtime" / "kiln_threads.c"])
 
 
 def _present(d: Path, files: list[Path]) -> list[Path]:
@@ -77,7 +94,11 @@ def _cached_library(d: Path, model: str, files: list[Path], tool: str, flags: li
     by their content, the tool's version and the flags)."""
     h = hashlib.sha256()
     for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:  # a slice at a time: weights.bin may be gigabytes
+            while block := fh.read(1 << 24):
+                h.update(block)
+        h.update(b"\0")
     h.update("\0".join([tool, compiler_version(tool), *flags]).encode())
     return cache_dir() / f"bundle-{model}{tag}-{h.hexdigest()[:24]}.so"
 
@@ -154,12 +175,14 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
                          "needs nvcc (the CUDA toolkit) on PATH; or compile with --emulate to "
                          "check its kernels on the CPU")
     cu = [d / "src" / f"{model}.cu", d / "src" / "kernels.cu"]
-    c = [d / "src" / "weights.c", d / "runtime" / "kiln_runtime.c"]
+    weights, wflags = _weights_sources(d, meta)
+    c = [*weights, d / "runtime" / "kiln_runtime.c"]
     _present(d, cu + c)
     flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC"]
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.cuh", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
-    lib = _cached_library(d, model, [*cu, *c, *headers], nvcc, flags, "-cuda")
+    blob = [d / "src" / "weights.bin"] if wflags else []
+    lib = _cached_library(d, model, [*cu, *c, *headers, *blob], nvcc, flags, "-cuda")
     if lib.exists():
         return lib
     inc = [f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}"]
@@ -167,8 +190,12 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
         objs = []
         for f in cu + c:  # nvcc's -x applies to every file: one command per source
             obj = Path(work) / f"{f.stem}.o"
-            lang = ["-x", "c"] if f.suffix == ".c" else []
-            _run_build([nvcc, *flags, *inc, *lang, "-c", str(f), "-o", str(obj)], d)
+            if f.suffix == ".S":  # the weights' .incbin stub: the host C compiler
+                _run_build([find_compiler(None), "-fPIC", *wflags, *inc, "-c", str(f), "-o",
+                            str(obj)], d)
+            else:
+                lang = ["-x", "c"] if f.suffix == ".c" else []
+                _run_build([nvcc, *flags, *inc, *lang, "-c", str(f), "-o", str(obj)], d)
             objs.append(str(obj))
         tmp = Path(work) / "bundle.so"
         _run_build([nvcc, *flags, "-shared", *objs, "-o", str(tmp), "-lm"], d)
@@ -187,19 +214,21 @@ def build_host(path: str | Path, cc: str | None = None,
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
     flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta), *extra_flags]
-    srcs = _sources(d, model)
+    weights, wflags = _weights_sources(d, meta)
+    srcs = [*_sources(d, model), *weights]
     # LLVM bundles: the kernels' object files, linked as they are
     srcs += _present(d, [d / o for o in meta.get("kernel_objects", ())])
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.h", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
-    lib = _cached_library(d, model, [*srcs, *headers], compiler, flags)
+    blob = [d / "src" / "weights.bin"] if wflags else []
+    lib = _cached_library(d, model, [*srcs, *headers, *blob], compiler, flags)
     if lib.exists():
         touch(lib)
         return lib
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
     os.close(fd)
     try:
-        _run_build([compiler, *flags, f"-I{d / 'include'}", f"-I{d / 'runtime'}",
+        _run_build([compiler, *flags, *wflags, f"-I{d / 'include'}", f"-I{d / 'runtime'}",
                     f"-I{d / 'src'}", *map(str, srcs), "-o", tmp, "-lm"], d)
     except BuildError:
         os.unlink(tmp)
@@ -242,6 +271,8 @@ class BundleModule:
         self._fn = getattr(self._lib, f"{self.model}_run")
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        if weights_mode(self.metadata) == "external":
+            self.set_weights(self.path / "src" / "weights.bin")
         align = int(self.metadata["arena_align"])
         raw = allocate((int(self.metadata["arena_bytes"]) + align,), np.uint8,
                        f"the arena of bundle {self.model}", zero=True)
@@ -250,6 +281,31 @@ class BundleModule:
         self.arena = raw[skip:skip + int(self.metadata["arena_bytes"])]
         self.inputs = self.metadata["inputs"]
         self.outputs = self.metadata["outputs"]
+
+    def set_weights(self, path: str | Path) -> np.ndarray:
+        """External weights (``--weights external``): read ``path`` into aligned memory
+        and hand it to ``<model>_set_weights``; returns the buffer (kept alive by the
+        module too). A file the bundle refuses (size, CRC-32) is an :class:`InputError`
+        naming the file and the reason."""
+        store = self.metadata["weights_storage"]
+        size = Path(path).stat().st_size if Path(path).is_file() else None
+        if size is None:
+            raise InputError(f"bundle {self.model} has external weights: {path} does not "
+                             "exist (the bundle's src/weights.bin)")
+        raw = allocate((size + store["align"],), np.uint8, f"the weights of {self.model}")
+        skip = (-raw.ctypes.data) % store["align"]
+        data = raw[skip:skip + size]
+        with open(path, "rb") as f:
+            f.readinto(memoryview(data))
+        fn = getattr(self._lib, f"{self.model}_set_weights")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        rc = fn(data.ctypes.data, size)
+        if rc != 0:
+            raise InputError(f"{self.model}_set_weights({path}) returned {rc} "
+                             f"({_ERRORS.get(rc, 'unknown')})")
+        self._weights = raw
+        return raw
 
     def _check(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         want = {t["name"] for t in self.inputs}

@@ -10,7 +10,11 @@ Layout (``<m>`` is the model's C prefix)::
     include/<m>.h    the API: sizes as macros, <m>_inputs / <m>_outputs, <m>_run()
     src/<m>.c        the call sequence with arena offsets
     src/kernels.c    the kernels; src/kernels.h their prototypes
-    src/weights.c    the constants (static const, aligned); src/weights.h
+    src/weights.bin  the constants: one blob, each array 64-byte aligned (--weights incbin,
+                     the default, and external: docs/bundle.md "Weights")
+    src/weights_blob.S  incbin: links weights.bin into the library (.incbin)
+    src/weights.c    c-array: the blob as C string literals; external: <m>_set_weights()
+    src/weights.h    where the blob is (<M>_WEIGHTS_DATA) and each array's offset
     runtime/         kiln_runtime.h / .c (error codes, alignment, timing hooks)
     main.c           a demo program (raw binary files in and out, --repeat N timing)
     Makefile, CMakeLists.txt, metadata.json
@@ -19,10 +23,13 @@ Layout (``<m>`` is the model's C prefix)::
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +37,11 @@ import jinja2
 import numpy as np
 
 from toolchain import __version__
+from toolchain.bundle import weights as weights_mod
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
 from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
 from toolchain.bundle.names import bundle_namer, comment
-from toolchain.bundle.weights import format_bytes
+from toolchain.bundle.weights import WeightsBlob, format_bytes
 from toolchain.codegen.artifact import merge_support
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.codegen.names import Namer
@@ -94,6 +102,8 @@ class Locations:
         #: kernels (an unrolled LSTM's recurrence weights) is stored once
         self.stored: dict[tuple[str, str, tuple[int, ...]], list[tuple[Any, str]]] = {}
         self.names = bundle_namer()
+        #: every weight array at its offset (``src/weights.bin``)
+        self.blob = WeightsBlob(ALIGNMENT)
         #: views of a graph input (memory plan ``views``) are that input's pointer
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
 
@@ -108,13 +118,14 @@ class Locations:
                     self.expr[id(v)] = expr
                     return expr
             name = self.names.fresh(v.name, prefix="w_")
+            offset = self.blob.add(arr)
             self.weights.append({
                 "name": name, "tensor": v.name, "ctype": c_type(v.dtype),
-                "count": max(arr.size, 1), "dtype": v.dtype,
-                "shape": list(v.shape), "bytes": arr.nbytes, "array": arr,
+                "count": max(arr.size, 1), "dtype": v.dtype, "offset": offset,
+                "shape": list(v.shape), "bytes": arr.nbytes,
                 "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
             })
-            self.expr[id(v)] = f"(void *){self.spec.model}_weights.{name}"
+            self.expr[id(v)] = f"(void *)({self.spec.model.upper()}_WEIGHTS_DATA + {offset})"
             same.append((arr, self.expr[id(v)]))
             return self.expr[id(v)]
         if v.name in self.spec.plan.views:
@@ -233,9 +244,88 @@ def max_threads(spec: BundleSpec) -> int:
     return max(spec.target.cores or 1, 1)
 
 
+@dataclass(frozen=True, eq=False)
+class Streamed:
+    """A generated file too large to hold as one string: ``pieces()`` yields it piece by
+    piece (bytes, or text written as UTF-8), for :meth:`write` (which
+    :func:`write_bundle` calls in the staging directory) and :meth:`digest`; two are equal
+    when their contents are.
+
+    Example::
+
+        >>> import tempfile, pathlib
+        >>> f = Streamed(lambda: iter([b"\\x01", "A"]))
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> f.write(d / "w.bin")
+        >>> (d / "w.bin").read_bytes(), f == Streamed(lambda: iter([b"\\x01A"]))
+        (b'\\x01A', True)
+    """
+
+    pieces: Callable[[], Iterable[bytes | memoryview | str]]
+
+    def write(self, path: Path) -> None:
+        """Write the file at ``path``, a piece at a time."""
+        with open(path, "wb") as f:
+            for piece in self.pieces():
+                f.write(piece.encode("utf-8") if isinstance(piece, str) else piece)
+
+    def digest(self) -> str:
+        """SHA-256 of the contents (read piece by piece)."""
+        h = hashlib.sha256()
+        for piece in self.pieces():
+            h.update(piece.encode("utf-8") if isinstance(piece, str) else piece)
+        return h.hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Streamed) and self.digest() == other.digest()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def weights_context(spec: BundleSpec, loc: Locations) -> dict[str, Any]:
+    """The templates' values for the weights: their storage mode (``--weights``, ``auto``
+    resolved by the blob's size), the blob's size, CRC-32 and alignment."""
+    blob = loc.blob
+    mode = weights_mod.resolve_mode(spec.options.get("weights"), blob.size)
+    return {"weights_mode": mode, "blob_bytes": blob.size, "blob_crc32": blob.crc32(),
+            "weights_align": ALIGNMENT}
+
+
+def _c_array_pieces(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
+                    ) -> Callable[[], Iterator[str]]:
+    """The c-array ``weights.c`` as text pieces: one array's literals formatted at a
+    time (:func:`format_bytes`), never the whole file."""
+    def pieces() -> Iterator[str]:
+        sizes = [min(weights_mod.CHUNK, len(p) - s) for p in blob.c_pieces()
+                 for s in range(0, len(p), weights_mod.CHUNK)]
+        texts = (format_bytes(p)[1].rstrip("\n") for p in blob.c_pieces())
+        yield from env.get_template("weights.c.j2").generate(
+            {**ctx, "chunk_sizes": sizes, "texts": texts})
+    return pieces
+
+
+def weights_files(env: jinja2.Environment, ctx: dict[str, Any], blob: WeightsBlob
+                  ) -> dict[str, Any]:
+    """The weights' files for ``ctx["weights_mode"]``: ``src/weights.h`` and the blob as
+    ``weights.bin`` + ``weights_blob.S`` (incbin), ``weights.c`` (c-array), or
+    ``weights.bin`` + ``weights.c`` with ``<m>_set_weights`` (external). The blob's bytes
+    are written when the bundle is (:class:`Streamed`), never held as one string."""
+    mode = ctx["weights_mode"]
+    files: dict[str, Any] = {"src/weights.h": env.get_template("weights.h.j2").render(ctx)}
+    if mode == "c-array":
+        files["src/weights.c"] = Streamed(_c_array_pieces(env, ctx, blob))
+        return files
+    files["src/weights.bin"] = Streamed(blob.chunks)
+    if mode == "incbin":
+        files["src/weights_blob.S"] = env.get_template("weights_blob.S.j2").render(ctx)
+    else:
+        files["src/weights.c"] = env.get_template("weights_external.c.j2").render(ctx)
+    return files
+
+
 def render_files(spec: BundleSpec) -> dict[str, Any]:
     """Every generated file of the bundle, by relative path (text; the LLVM backend's
-    kernel objects as bytes)."""
+    kernel objects as bytes; the weights as :class:`Streamed` writers)."""
     env = template_env()
     reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights")}
     inputs, outputs = io_tables(spec, bundle_namer(reserved))
@@ -243,8 +333,6 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
     calls = kernel_calls(spec, loc)
     copies = output_copies(spec, loc, outputs)
     weight_bytes = sum(w["bytes"] for w in loc.weights)
-    for w in loc.weights:
-        w["chunks"], w["text"] = format_bytes(w.pop("array"))
     kernels = kernel_functions(spec, calls)
     includes, preludes = kernel_preludes(spec)
     # kernels.h declares kernels with kiln_f16 pointers: the runtime header first
@@ -261,20 +349,20 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes, "max_threads": max_threads(spec),
            "threaded": any(c["threaded"] for c in calls),
-           "kernel_objects": [k["object"] for k in kernels if k["object"]]}
+           "kernel_objects": [k["object"] for k in kernels if k["object"]],
+           **weights_context(spec, loc)}
     m = spec.model
-    files = {
+    files: dict[str, Any] = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
         f"src/{m}.c": env.get_template("model.c.j2").render(ctx),
         "src/kernels.h": env.get_template("kernels.h.j2").render(ctx),
         "src/kernels.c": env.get_template("kernels.c.j2").render(ctx),
-        "src/weights.h": env.get_template("weights.h.j2").render(ctx),
-        "src/weights.c": env.get_template("weights.c.j2").render(ctx),
+        **weights_files(env, ctx, loc.blob),
         "main.c": env.get_template("main.c.j2").render(ctx),
         "Makefile": env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
     }
-    meta = metadata(spec, inputs, outputs, loc, weight_bytes)
+    meta = metadata(spec, inputs, outputs, loc, weight_bytes, ctx)
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
         entry["elided"] = call["elided"]
@@ -291,7 +379,9 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
 
 
 def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
-              loc: Locations, weight_bytes: int) -> dict[str, Any]:
+             loc: Locations, weight_bytes: int, ctx: dict[str, Any]) -> dict[str, Any]:
+    """``metadata.json`` of a bundle (``ctx``: the templates' context, for the weights'
+    storage)."""
     keep = ("name", "field", "dtype", "shape", "bytes")
     t = spec.target
     return {
@@ -318,8 +408,13 @@ def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[
             "schedule": k.schedule, "inputs": [v.name for v in k.params[:len(k.params) - len(
                 k.node.outputs)]], "outputs": [v.name for v in k.node.outputs],
         } for k in spec.kernels],
-        "weights": [{k: w[k] for k in ("name", "tensor", "dtype", "shape", "bytes")}
-                    for w in loc.weights],
+        "weights": [{k: w[k] for k in ("name", "tensor", "dtype", "shape", "bytes",
+                                       "offset")} for w in loc.weights],
+        "weights_storage": {
+            "mode": ctx["weights_mode"],
+            "file": None if ctx["weights_mode"] == "c-array" else "src/weights.bin",
+            "bytes": ctx["blob_bytes"], "align": ALIGNMENT,
+            "crc32": f"0x{ctx['blob_crc32']:08x}"},
         "memory_plan": spec.plan.to_dict(),
     }
 
@@ -347,13 +442,17 @@ def check_destination(out: Path, force: bool) -> None:
                           "metadata.json); refusing to replace it even with --force")
 
 
-#: characters encoded and written at a time (weights.c is ~300 MB for ResNet-18)
+#: characters encoded and written at a time (a large kernels.c)
 _WRITE_SLICE = 1 << 24
 
 
-def _write_text(path: Path, text: str | bytes) -> None:
+def _write_text(path: Path, text: str | bytes | Streamed) -> None:
     """Write ``text`` as UTF-8 with ``\\n`` line ends, a slice at a time (no full-size
-    encoded copy of a large file in memory); bytes (object code) as they are."""
+    encoded copy of a large file in memory); bytes (object code) as they are; a
+    :class:`Streamed` file by its own writer."""
+    if isinstance(text, Streamed):
+        text.write(path)
+        return
     if isinstance(text, bytes):
         path.write_bytes(text)
         return

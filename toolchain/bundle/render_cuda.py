@@ -8,15 +8,18 @@ plan::
 
     [ arena (the plan's activations and kernel scratch) | inputs | outputs | weights ]
 
-``<m>_init`` uploads the weights once; ``<m>_run`` copies the inputs in, launches the
-kernels in order (each fused kernel is one or more ``__global__`` functions, see
+``<m>_init`` uploads the weights once (from the host copy: the same blob a CPU bundle
+links, ``src/weights.bin`` + ``weights_blob.S`` by default, or the caller's with
+``--weights external``, :mod:`toolchain.bundle.weights`); ``<m>_run`` copies the inputs
+in, launches the kernels in order (each fused kernel is one or more ``__global__`` functions, see
 :class:`~toolchain.codegen.backend.CUDABackend`), and copies the outputs back. No
 allocation per run.
 
 Files: ``include/<m>.h``, ``src/<m>.cu`` (the host launcher), ``src/kernels.cu`` /
-``src/kernels.cuh``, ``src/weights.c`` / ``src/weights.h`` (the same packed weights as a
-CPU bundle), ``main.c`` (the demo), ``Makefile`` (nvcc), ``CMakeLists.txt`` (CUDA
-language), ``metadata.json`` (with the workspace layout).
+``src/kernels.cuh``, the weights' files of a CPU bundle (``src/weights.bin``,
+``src/weights_blob.S`` or ``src/weights.c``, ``src/weights.h``), ``main.c`` (the demo),
+``Makefile`` (nvcc), ``CMakeLists.txt`` (CUDA language), ``metadata.json`` (with the
+workspace layout).
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from toolchain.bundle.render import (
     metadata,
     output_copies,
     template_env,
+    weights_context,
+    weights_files,
 )
-from toolchain.bundle.weights import format_bytes
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.codegen.cuda import CUDARenderer
 
@@ -70,7 +74,7 @@ class _DeviceLocations(Locations):
 
     def of(self, v: Any) -> str:
         if id(v) not in self.expr and v.data is not None:
-            super().of(v)  # registers the weight array (host copy in weights.c)
+            super().of(v)  # registers the weight array (its host copy in the blob)
             name = self.weights[-1]["name"]
             self.expr[id(v)] = f"(void *)(a + {self.model.upper()}_WS_{name.upper()})"
         return super().of(v)
@@ -104,8 +108,9 @@ def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, A
     return out
 
 
-def render_cuda_files(spec: BundleSpec) -> dict[str, str]:
-    """Every generated text file of a CUDA bundle, by relative path."""
+def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
+    """Every generated file of a CUDA bundle, by relative path (the weights as
+    :class:`~toolchain.bundle.render.Streamed` writers)."""
     env = template_env()
     cuda_env = env.overlay(loader=_cuda_loader())
     reserved = {f"{spec.model}_{s}" for s in ("run", "inputs", "outputs", "weights", "init",
@@ -119,8 +124,6 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, str]:
         c["dst"] = f"(void *)(a + {slot[c['field']]})"
     workspace = loc.weight_offsets()
     weight_bytes = sum(w["bytes"] for w in loc.weights)
-    for w in loc.weights:
-        w["chunks"], w["text"] = format_bytes(w.pop("array"))
     kernels, seen = [], set()
     for k, c in zip(spec.kernels, calls, strict=True):
         if c["elided"] or id(k.source) in seen:
@@ -140,20 +143,19 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, str]:
            "kernels": kernels, "target": spec.target.name, "arch": arch,
            "gencode": arch.replace("sm_", ""), "prelude_includes": includes,
            "preludes": preludes, "helpers": helpers, "cuda": True, "vector_types": [],
-           "compiler": None, "arch_flags": ""}
+           "compiler": None, "arch_flags": "", **weights_context(spec, loc)}
     m = spec.model
-    files = {
+    files: dict[str, Any] = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
         f"src/{m}.cu": cuda_env.get_template("model.cu.j2").render(ctx),
         "src/kernels.cuh": cuda_env.get_template("kernels.cuh.j2").render(ctx),
         "src/kernels.cu": cuda_env.get_template("kernels.cu.j2").render(ctx),
-        "src/weights.h": env.get_template("weights.h.j2").render(ctx),
-        "src/weights.c": env.get_template("weights.c.j2").render(ctx),
+        **weights_files(env, ctx, loc.blob),
         "main.c": env.get_template("main.c.j2").render(ctx),
         "Makefile": cuda_env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": cuda_env.get_template("CMakeLists.txt.j2").render(ctx),
     }
-    meta = metadata(spec, inputs, outputs, loc, weight_bytes)
+    meta = metadata(spec, inputs, outputs, loc, weight_bytes, ctx)
     meta["arena_bytes"] = 0
     meta["device"] = {
         "workspace_bytes": workspace, "arena_bytes": spec.plan.arena_bytes,

@@ -1,22 +1,32 @@
-"""Weights as C initialisers: the exact bytes, as string literals in fixed-width lines.
+"""A bundle's weights: one blob of aligned arrays, stored three ways (``kiln compile --weights``).
 
-A constant array is stored as a union of its typed values and a struct of ``unsigned char``
-chunks, each chunk initialised by a string literal of ``\\xHH`` escapes::
+Every constant a kernel reads is placed in one **blob** at an offset aligned to the bundle's
+alignment (64 bytes), as its little-endian bytes, in the order the call sequence first uses
+it; equal constants are stored once (:class:`~toolchain.bundle.render.Locations`).  Kernels
+read ``(void *)(<M>_WEIGHTS_DATA + OFFSET)``.  The blob reaches the program in one of
+:data:`MODES`:
 
-    static const union {
-      struct { unsigned char c0[4032]; unsigned char c1[64]; } bytes;
-      float values[1024];
-    } w_conv1_weight KILN_ALIGNED(64) = {{
-      "\\x00\\x00\\x80\\x3f..."      (32 bytes a line)
-      ...,
-      "..."
-    }};
+``incbin`` (the default)
+    ``src/weights.bin`` (the blob's bytes, written straight from the arrays) and
+    ``src/weights_blob.S``, an assembly stub whose ``.incbin`` the C compiler's assembler
+    copies into the object file: the compiler never parses a weight byte, and the bundle
+    holds each weight byte once on disk.
+``c-array``
+    ``src/weights.c``: the blob as one ``const`` struct of ``unsigned char`` chunks, each
+    initialised by a string literal of ``\\xHH`` escapes (:func:`format_bytes`; ~4.2 bytes of
+    source a weight byte) for toolchains whose assembler has no ``.incbin`` (MSVC).
+``external``
+    ``src/weights.bin`` is not linked: the program loads it and hands it to
+    ``<m>_set_weights(data, bytes)``, which checks its size, alignment and CRC-32 before
+    ``<m>_run`` may use it.  Chosen by ``auto`` when the weights pass
+    :data:`EXTERNAL_THRESHOLD` bytes (a 2 GiB object overflows the 32-bit PC-relative
+    relocations of the usual code models).
 
-Why: the text is exact (no decimal rounding) and deterministic, and compilers parse string
-literals ~20x faster than initialiser lists (ResNet-18's 46 MB of weights build in seconds,
-not minutes).  Each chunk stays within the 4095-character literal C99 compilers must accept
-(so ``-pedantic`` is clean).  The bytes are little-endian: ``weights.c`` stops a big-endian
-build with ``#error``.
+The c-array text: exact (no decimal rounding) and deterministic; compilers parse string
+literals ~20x faster than initialiser lists.  Each chunk stays within the 4095-character
+literal C99 compilers must accept (so ``-pedantic`` is clean).  The bytes are
+little-endian: ``weights.c`` and ``weights_blob.S`` stop a big-endian build with
+``#error``.
 
 Example::
 
@@ -24,11 +34,27 @@ Example::
     >>> chunks, text = format_bytes(np.array([1.0, -2.0], np.float32))
     >>> chunks, text
     ([8], '  "\\\\x00\\\\x00\\\\x80\\\\x3f\\\\x00\\\\x00\\\\x00\\\\xc0"\\n')
+    >>> blob = WeightsBlob(align=64)
+    >>> blob.add(np.ones(3, np.float32)), blob.add(np.zeros(2, np.int8)), blob.size
+    (0, 64, 66)
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
+
+from toolchain.errors import OptionError
+
+#: how a bundle stores its weights (``kiln compile --weights``); ``auto``: ``incbin``, or
+#: ``external`` when the weights pass :data:`EXTERNAL_THRESHOLD`
+MODES = ("auto", "incbin", "c-array", "external")
+#: weight bytes above which ``auto`` keeps the weights out of the program (2 GiB: PC-relative
+#: relocations reach +-2 GiB; tests lower it to compile a small model in external mode)
+EXTERNAL_THRESHOLD = 2**31
 
 #: bytes per string-literal line and per chunk (a multiple of 64, below C99's 4095)
 PER_LINE = 32
@@ -109,3 +135,91 @@ def format_bytes(array: np.ndarray, chunk: int = CHUNK, per_line: int = PER_LINE
                                                           np.uint8)  # C has no empty arrays
     sizes = [min(chunk, len(data) - s) for s in range(0, len(data), chunk)]
     return sizes, _text(data, chunk, per_line, indent)
+
+
+def resolve_mode(requested: str | None, weight_bytes: int) -> str:
+    """The storage of a bundle's weights: ``requested`` (one of :data:`MODES`; None is
+    ``auto``), with ``auto`` resolved by the blob's size.
+
+    >>> resolve_mode(None, 1000), resolve_mode("c-array", 1000)
+    ('incbin', 'c-array')
+    >>> resolve_mode("auto", EXTERNAL_THRESHOLD + 1)
+    'external'
+    """
+    mode = requested or "auto"
+    if mode not in MODES:
+        raise OptionError(f"--weights {mode!r}: choose one of {', '.join(MODES)}")
+    if mode == "auto":
+        # read at call time (a module global), so tests can lower the threshold
+        return "external" if weight_bytes > EXTERNAL_THRESHOLD else "incbin"
+    return mode
+
+
+def _le_bytes(array: np.ndarray) -> np.ndarray:
+    """The little-endian bytes of ``array`` in C order, as a uint8 view where possible."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if flat.dtype.byteorder == ">":
+        flat = flat.astype(flat.dtype.newbyteorder("<"))
+    return flat.view(np.uint8)
+
+
+class WeightsBlob:
+    """The weights as one blob: each array at an offset aligned to ``align``, zero bytes
+    between them; the arrays are kept by reference (nothing is copied until
+    :meth:`write`, which streams them to a file)."""
+
+    def __init__(self, align: int) -> None:
+        self.align = align
+        #: (offset, little-endian bytes) per array, by offset
+        self.entries: list[tuple[int, np.ndarray]] = []
+        self.size = 0
+
+    def add(self, array: np.ndarray) -> int:
+        """Place ``array`` after the last one (aligned); its offset in the blob."""
+        data = _le_bytes(array)
+        offset = -(-self.size // self.align) * self.align if self.entries else 0
+        self.entries.append((offset, data))
+        self.size = offset + len(data)
+        return offset
+
+    def pieces(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(bytes of zero padding before it, bytes) per array, in order."""
+        end = 0
+        for offset, data in self.entries:
+            yield offset - end, data
+            end = offset + len(data)
+
+    def crc32(self) -> int:
+        """CRC-32 of the blob (zlib's: IEEE 802.3 polynomial, reflected, as
+        ``kiln_crc32`` in ``runtime_c/kiln_runtime.c`` computes it)."""
+        crc = 0
+        for pad, data in self.pieces():
+            crc = zlib.crc32(bytes(pad), crc)
+            crc = zlib.crc32(memoryview(data), crc)
+        return crc
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The blob's bytes a piece at a time: padding, then an array (a view of it, no
+        copy), and so on."""
+        for pad, data in self.pieces():
+            if pad:
+                yield bytes(pad)
+            yield memoryview(data)
+
+    def write(self, path: str | Path) -> None:
+        """Write the blob to ``path`` one array at a time (no full-size copy in memory)."""
+        with open(path, "wb") as f:
+            for chunk in self.chunks():
+                f.write(chunk)
+
+    def c_pieces(self) -> Iterator[np.ndarray]:
+        """The blob as byte arrays for the c-array ``weights.c``: padding and arrays in
+        order, one zero byte for an empty blob (C has no empty arrays)."""
+        if self.size == 0:
+            yield np.zeros(1, np.uint8)
+            return
+        for pad, data in self.pieces():
+            if pad:
+                yield np.zeros(pad, np.uint8)
+            if len(data):
+                yield data

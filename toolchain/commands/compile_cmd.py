@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads the bundle's parallel kernels may use (overrides the "
                              "target's cores; the caller picks 1..N at run time, docs/bundle.md "
                              "\"Threads\")")
+    parser.add_argument("--weights", choices=("auto", "incbin", "c-array", "external"),
+                        default="auto",
+                        help="how the bundle stores its weights: incbin (src/weights.bin, "
+                             "linked by an assembler .incbin stub), c-array (src/weights.c, "
+                             "for toolchains without .incbin such as MSVC), external (the "
+                             "program loads src/weights.bin and calls <model>_set_weights); "
+                             "auto (default): incbin, or external above 2 GiB of weights")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
@@ -86,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     out = compile_model(args.model, target, args.output, input_shapes=input_shapes(args),
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
-                        emulate=args.emulate, backend=args.backend)
+                        emulate=args.emulate, backend=args.backend, weights=args.weights)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
@@ -154,7 +161,8 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
     out, report = compile_board(args.model, board, args.output, input_shapes=shapes,
                                 name=args.name, dump_ir=args.dump_ir, force=args.force,
                                 progress=False if args.no_progress else None,
-                                backend=getattr(args, "backend", None))
+                                backend=getattr(args, "backend", None),
+                                weights=getattr(args, "weights", None))
     meta = json.loads((out / "metadata.json").read_text())
     print(f"wrote {args.output}: model {meta['model']['name']} for board {board.name} "
           f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")
