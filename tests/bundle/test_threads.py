@@ -29,6 +29,15 @@ from toolchain.zoo import ZOO
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 
 
+@pytest.fixture
+def split_every_kernel(monkeypatch):
+    """Every SPMD kernel on the pool, however small (the zoo's tiny models included)."""
+    from toolchain.bundle import render
+
+    monkeypatch.setattr(render, "MIN_PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(render, "MIN_PARALLEL_BYTES", 0)
+
+
 def cores(n: int, base: str = "c-generic"):
     """``base`` with ``cores: n`` (what a descriptor that extends it would say)."""
     return replace(load_target(base), cores=n)
@@ -79,6 +88,7 @@ def test_scratch_inside_a_parallel_loop_gets_a_slice_per_thread():
     assert "(size_t)kiln_thread * 2048" in "\n".join(k3.body)
 
 
+@pytest.mark.usefixtures("split_every_kernel")
 @pytest.mark.parametrize("name", ["resnet8", "mobilenet_v1", "transformer_encoder"])
 def test_thread_counts_are_bit_identical(name, tmp_path):
     spec = ZOO[name]
@@ -103,6 +113,7 @@ def test_thread_counts_are_bit_identical(name, tmp_path):
     assert_matches(got[2][0], load_bundle(one)(inputs), rtol=1e-5)
 
 
+@pytest.mark.usefixtures("split_every_kernel")
 def test_set_threads_clamps_to_the_targets_cores(tmp_path):
     path = compile_model(ZOO["lenet5"].build(), cores(2), tmp_path / "b")
     b = load_bundle(path)
@@ -117,6 +128,20 @@ def test_single_core_bundle_has_no_thread_library(tmp_path):
     assert load_bundle(path).set_threads(4) == 1
 
 
+def test_small_kernels_stay_on_the_callers_thread(tmp_path):
+    """lenet5's kernels are a few kFLOPs: waking the pool would cost more than the split
+    saves, so they run whole on the calling thread (``kiln_thread`` 0 of 1)."""
+    from toolchain.bundle.render import MIN_PARALLEL_FLOPS
+
+    path = compile_model(ZOO["lenet5"].build(), cores(2), tmp_path / "b")
+    meta = json.loads((path / "metadata.json").read_text())
+    assert not any(k["threaded"] for k in meta["kernels"])
+    assert all(k["flops"] < MIN_PARALLEL_FLOPS for k in meta["kernels"])
+    run = (path / "src" / "lenet5.c").read_text()
+    assert "kiln_parallel" not in run and ", 0, 1)" in run
+
+
+@pytest.mark.usefixtures("split_every_kernel")
 @pytest.mark.parametrize("threads", ["pthread", "openmp", "none"])
 def test_make_with_each_thread_library(threads, tmp_path):
     """``make THREADS=...``: the pool, OpenMP, or none (serial) all give the same bytes."""
@@ -150,6 +175,7 @@ def _main_threads(path, inputs, meta, n):
             for t, f in zip(meta["outputs"], outs, strict=True)}
 
 
+@pytest.mark.usefixtures("split_every_kernel")
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
 def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path):
     """TSan (the pool's atomics and barriers, the kernels' shared buffers) and ASan/UBSan

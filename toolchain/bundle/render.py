@@ -135,6 +135,26 @@ class Locations:
         return f"(void *)(a + {self.spec.plan.tensor(v.name).offset})"
 
 
+#: a kernel runs on the thread pool only with at least this much work (FLOPs, or bytes it
+#: reads and writes): waking the pool and the barriers cost microseconds, a few kFLOPs less
+MIN_PARALLEL_FLOPS = 1_000_000
+MIN_PARALLEL_BYTES = 1 << 20
+
+
+def worth_threads(k: Any) -> bool:
+    """Whether kernel ``k`` (rendered SPMD) is big enough to split across threads: below
+    :data:`MIN_PARALLEL_FLOPS` and :data:`MIN_PARALLEL_BYTES` the pool's wake-up and
+    barriers would cost more than the split saves, and it runs whole on the caller's
+    thread (``kiln_thread`` 0 of 1).
+
+    >>> from types import SimpleNamespace as K
+    >>> worth_threads(K(flops=5_000_000, params=[])), worth_threads(K(flops=10, params=[]))
+    (True, False)
+    """
+    return k.flops >= MIN_PARALLEL_FLOPS or \
+        sum(v.nbytes for v in k.params) >= MIN_PARALLEL_BYTES
+
+
 def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
     """One entry per kernel; ``elided`` when the kernel is only a reshape whose output the
     plan puts in place over its input or makes a view of a graph input (the bytes are
@@ -151,8 +171,11 @@ def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
                   and args[data[0]] == args[len(k.params) - 1]
                   and k.params[data[0]].nbytes == k.params[-1].nbytes)
         view = spec.plan.views.get(k.params[-1].name) if elided else None
+        threaded = k.source.threaded and not elided and worth_threads(k)
+        if k.source.threaded and not threaded:  # an SPMD kernel run whole on this thread
+            args = [*args, "0", "1"]
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
-                      "elided": elided, "threaded": k.source.threaded and not elided,
+                      "elided": elided, "threaded": threaded,
                       "how": comment(f"a view of input {view}") if view else "in place",
                       "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
                                          f"{k.flops:,} FLOPs")})
