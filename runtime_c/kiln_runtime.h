@@ -156,10 +156,13 @@ static inline kiln_f16 kiln_f64_to_f16(double d) {
  * targets), -DKILN_THREADS_OPENMP (-fopenmp), or neither (serial, no thread library: bare
  * metal).  Nothing is allocated at run time.
  *
- * kiln_parallel(fn, ctx, n) runs fn(ctx, t, n) for t = 0 .. n-1, one call per thread (the
- * caller's thread is t = 0), and returns when all have returned; one task runs at a time
- * (callers on several threads take turns).  Inside a task, kiln_barrier(n) waits until all
- * n threads reach it.  kiln_threads_start(n) starts the pool's threads ahead of the first
+ * kiln_parallel(fn, ctx, n) runs fn(ctx, t, n) on up to n threads: the caller's (t = 0)
+ * and the pool's workers that join before the task closes (its first barrier or its end;
+ * t = 1, 2, ... in the order they join), and returns when all have returned; one task runs
+ * at a time (callers on several threads take turns).  Inside a task, kiln_claim(g) hands
+ * out the iterations of the current step g at a time (the first iteration of the chunk;
+ * past the end: nothing left), and kiln_barrier(n) waits until every thread in the task
+ * reaches it and starts the next step's iterations at 0.  kiln_threads_start(n) starts the pool's threads ahead of the first
  * task; kiln_threads_stop() joins them (before unloading the library, say).  A build without
  * a thread library runs every task on the caller's thread with n = 1. */
 #ifndef KILN_MAX_THREADS
@@ -167,6 +170,7 @@ static inline kiln_f16 kiln_f64_to_f16(double d) {
 #endif
 typedef void (*kiln_task_fn)(void *ctx, int thread, int nthreads);
 int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads);
+int64_t kiln_claim(int64_t grain);
 void kiln_barrier(int nthreads);
 int kiln_threads_start(int nthreads);
 void kiln_threads_stop(void);

@@ -7,6 +7,11 @@
  *   neither                                  serial: every task runs on the caller's thread
  *                                            (bare-metal builds: no thread library at all).
  *
+ * Work is claimed, not assigned: a parallel loop's iterations go in chunks to whichever
+ * thread asks next (kiln_claim), and a worker that wakes after the task closed (its first
+ * barrier, or its end) stays out of it.  So a thread the system does not run (a loaded
+ * machine, more threads than cores) delays nobody: the others take its share.
+ *
  * The pool allocates nothing: its state is static, and a worker's stack is the only memory
  * the C library gives it (once, when the thread starts).  A waiting thread (at a barrier,
  * for the next task, for the task's end) spins for a short while (kernels follow each other
@@ -20,14 +25,14 @@
 
 #if defined(KILN_THREADS_PTHREAD)
 #include <pthread.h>
-#include <sched.h>
 
-/* How long a waiting thread spins before it blocks, in pause-loop iterations: within a
- * run (barriers, the end of a task) and between runs (an idle worker); after the first
- * KILN_SPIN_PAUSE iterations each one also yields the core (another thread may need it). */
-#define KILN_SPIN_PAUSE 2000L
-#define KILN_SPIN 2100L
-#define KILN_IDLE_SPIN 20000L
+/* How long a waiting thread spins before it blocks, in pause-loop iterations (tens of
+ * nanoseconds each): within a run (barriers, the end of a task) and between tasks (an
+ * idle worker).  No sched_yield: on a loaded machine it hands the core to another process
+ * for a whole time slice (milliseconds), while a blocked thread woken by the condition
+ * variable preempts a lower-priority one at once. */
+#define KILN_SPIN 3000L
+#define KILN_IDLE_SPIN 10000L
 
 static pthread_mutex_t kiln_submit = PTHREAD_MUTEX_INITIALIZER; /* one task at a time */
 static pthread_mutex_t kiln_lock = PTHREAD_MUTEX_INITIALIZER;   /* blocking waits */
@@ -38,13 +43,21 @@ static unsigned kiln_first_seen[KILN_MAX_THREADS]; /* the generation a worker st
 static int kiln_started = 1;     /* threads running, the caller's included (kiln_submit) */
 static unsigned kiln_stopping;   /* atomic: workers exit */
 static unsigned kiln_generation; /* atomic: bumped once per task */
-static unsigned kiln_done;       /* atomic: bumped when the last worker finishes a task */
-static int kiln_pending;         /* atomic: workers that have not finished the task */
+/* atomic: who runs the current task: generation (bits 63..32), closed (bit 31: no thread
+ * may join any more), the most threads it takes (bits 23..16), threads joined so far, the
+ * caller's included (bits 15..0) */
+static uint64_t kiln_join;
+static unsigned kiln_exited;     /* atomic: joined workers that have left the task */
 static kiln_task_fn kiln_task;
 static void *kiln_task_ctx;
 static int kiln_task_threads;
+static int64_t kiln_next;        /* atomic: the next unclaimed iteration of this step */
 static int kiln_arrived;         /* atomic: threads at the barrier this round */
 static unsigned kiln_round;      /* atomic: barrier rounds completed */
+
+#define KILN_CLOSED ((uint64_t)1 << 31)
+#define KILN_COUNT(w) ((int)((w) & 0xffffu))
+#define KILN_LIMIT(w) ((int)(((w) >> 16) & 0xffu))
 
 static void kiln_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,8 +70,7 @@ static void kiln_wait_change(const unsigned *word, unsigned old, long spin) {
   long i;
   for (i = 0; i < spin; ++i) {
     if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != old) return;
-    if (i < KILN_SPIN_PAUSE) kiln_relax();
-    else sched_yield();
+    kiln_relax();
   }
   pthread_mutex_lock(&kiln_lock);
   ++kiln_blocked;
@@ -69,7 +81,7 @@ static void kiln_wait_change(const unsigned *word, unsigned old, long spin) {
   pthread_mutex_unlock(&kiln_lock);
 }
 
-/* Bump *word and wake the threads blocked waiting for it to change. */
+/* Add 1 to *word and wake the threads blocked waiting for it to change. */
 static void kiln_bump(unsigned *word) {
   __atomic_add_fetch(word, 1u, __ATOMIC_ACQ_REL);
   pthread_mutex_lock(&kiln_lock);
@@ -77,17 +89,42 @@ static void kiln_bump(unsigned *word) {
   pthread_mutex_unlock(&kiln_lock);
 }
 
+/* Close the current task to newcomers; the number of threads that joined it. */
+static int kiln_close(void) {
+  uint64_t w = __atomic_load_n(&kiln_join, __ATOMIC_ACQUIRE);
+  while (!(w & KILN_CLOSED) &&
+         !__atomic_compare_exchange_n(&kiln_join, &w, w | KILN_CLOSED, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+  }
+  return KILN_COUNT(w);
+}
+
+/* A worker joins the current task while it is open and short of threads: its thread
+ * number, or -1. */
+static int kiln_try_join(void) {
+  uint64_t w = __atomic_load_n(&kiln_join, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if ((w & KILN_CLOSED) || KILN_COUNT(w) >= KILN_LIMIT(w)) return -1;
+    if (__atomic_compare_exchange_n(&kiln_join, &w, w + 1u, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return KILN_COUNT(w);
+  }
+}
+
 static void *kiln_worker(void *arg) {
   int tid = (int)(intptr_t)arg;
   unsigned seen = kiln_first_seen[tid];
   for (;;) {
+    int me;
     kiln_wait_change(&kiln_generation, seen, KILN_IDLE_SPIN);
     if (__atomic_load_n(&kiln_stopping, __ATOMIC_ACQUIRE)) return NULL;
     seen = __atomic_load_n(&kiln_generation, __ATOMIC_ACQUIRE);
-    /* every started worker acknowledges every task (those beyond its thread count run
-     * nothing), so the task's fields are never rewritten while a worker reads them */
-    if (tid < kiln_task_threads) kiln_task(kiln_task_ctx, tid, kiln_task_threads);
-    if (__atomic_sub_fetch(&kiln_pending, 1, __ATOMIC_ACQ_REL) == 0) kiln_bump(&kiln_done);
+    /* a worker that wakes late finds the task closed (its work taken by the others) and
+     * waits for the next one: nobody waits for a thread the system did not run */
+    me = kiln_try_join();
+    if (me < 0) continue;
+    kiln_task(kiln_task_ctx, me, kiln_task_threads);
+    kiln_bump(&kiln_exited);
   }
 }
 
@@ -126,7 +163,8 @@ void kiln_threads_stop(void) {
 }
 
 int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads) {
-  unsigned done;
+  unsigned gen;
+  int joined;
   if (nthreads > KILN_MAX_THREADS) nthreads = KILN_MAX_THREADS;
   if (nthreads <= 1) {
     fn(ctx, 0, 1);
@@ -138,22 +176,37 @@ int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads) {
   kiln_task = fn;
   kiln_task_ctx = ctx;
   kiln_task_threads = nthreads;
+  __atomic_store_n(&kiln_next, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&kiln_arrived, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&kiln_pending, kiln_started - 1, __ATOMIC_RELAXED);
-  done = __atomic_load_n(&kiln_done, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&kiln_exited, 0u, __ATOMIC_RELAXED);
+  gen = __atomic_load_n(&kiln_generation, __ATOMIC_RELAXED) + 1u;
+  __atomic_store_n(&kiln_join, ((uint64_t)gen << 32) | ((uint64_t)nthreads << 16) | 1u,
+                   __ATOMIC_RELEASE); /* the caller has joined */
   kiln_bump(&kiln_generation);
   fn(ctx, 0, nthreads);
-  kiln_wait_change(&kiln_done, done, KILN_SPIN);
+  joined = kiln_close();
+  for (;;) { /* the workers that joined finish their part */
+    unsigned out = __atomic_load_n(&kiln_exited, __ATOMIC_ACQUIRE);
+    if ((int)out >= joined - 1) break;
+    kiln_wait_change(&kiln_exited, out, KILN_SPIN);
+  }
   pthread_mutex_unlock(&kiln_submit);
   return KILN_OK;
 }
 
+int64_t kiln_claim(int64_t grain) {
+  return __atomic_fetch_add(&kiln_next, grain, __ATOMIC_ACQ_REL);
+}
+
 void kiln_barrier(int nthreads) {
   unsigned round;
+  int joined;
   if (nthreads <= 1) return;
+  joined = kiln_close(); /* the threads in the task from here on are final */
   round = __atomic_load_n(&kiln_round, __ATOMIC_ACQUIRE);
-  if (__atomic_add_fetch(&kiln_arrived, 1, __ATOMIC_ACQ_REL) == nthreads) {
+  if (__atomic_add_fetch(&kiln_arrived, 1, __ATOMIC_ACQ_REL) == joined) {
     __atomic_store_n(&kiln_arrived, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&kiln_next, 0, __ATOMIC_RELAXED); /* the next step's iterations */
     kiln_bump(&kiln_round);
     return;
   }
@@ -162,6 +215,8 @@ void kiln_barrier(int nthreads) {
 
 #elif defined(KILN_THREADS_OPENMP)
 #include <omp.h>
+
+static int64_t kiln_next; /* atomic: the next unclaimed iteration of this step */
 
 int kiln_threads_start(int nthreads) {
   (void)nthreads;
@@ -176,13 +231,20 @@ int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads) {
     fn(ctx, 0, 1);
     return KILN_OK;
   }
+  __atomic_store_n(&kiln_next, 0, __ATOMIC_RELAXED);
 #pragma omp parallel num_threads(nthreads)
   fn(ctx, omp_get_thread_num(), omp_get_num_threads());
   return KILN_OK;
 }
 
+int64_t kiln_claim(int64_t grain) {
+  return __atomic_fetch_add(&kiln_next, grain, __ATOMIC_ACQ_REL);
+}
+
 void kiln_barrier(int nthreads) {
   if (nthreads > 1) {
+#pragma omp barrier
+    if (omp_get_thread_num() == 0) __atomic_store_n(&kiln_next, 0, __ATOMIC_RELAXED);
 #pragma omp barrier
   }
 }
@@ -202,7 +264,18 @@ int kiln_parallel(kiln_task_fn fn, void *ctx, int nthreads) {
   return KILN_OK;
 }
 
-void kiln_barrier(int nthreads) { (void)nthreads; }
+static int64_t kiln_next; /* a task on one thread never claims (kernels count locally) */
+
+int64_t kiln_claim(int64_t grain) {
+  int64_t b = kiln_next;
+  kiln_next += grain;
+  return b;
+}
+
+void kiln_barrier(int nthreads) {
+  (void)nthreads;
+  kiln_next = 0;
+}
 
 #endif
 

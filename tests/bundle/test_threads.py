@@ -59,8 +59,9 @@ def test_parallel_loops_render_spmd_with_barriers():
     assert k.threaded
     assert k.params[-2:] == ["int32_t kiln_thread", "int32_t kiln_nthreads"]
     body = "\n".join(k.body)
-    # each parallel loop is this thread's chunk; C reads rows of B another thread wrote
-    assert body.count("kiln_thread / kiln_nthreads") == 2
+    # each parallel loop is shared out in claimed chunks; C reads rows of B another
+    # thread wrote, so a barrier separates the two
+    assert body.count("kiln_claim(") == 2
     assert body.count("kiln_barrier(kiln_nthreads);") == 1
     # the shared intermediate B lives in the arena (one copy), not on a thread's stack
     assert k.scratch_bytes == 64 * 64 * 4
@@ -202,13 +203,21 @@ def test_pool_stress_under_tsan(tmp_path):
 #include "kiln_runtime.h"
 static int data[2][1000];
 static long total;
+/* as the kernels claim: from the pool on several threads, counted locally on one */
+#define CLAIM(g) (n > 1 ? kiln_claim(g) : (local += (g)) - (g))
 static void task(void *ctx, int t, int n) {
-  int r = *(int *)ctx, i;
-  for (i = t; i < 1000; i += n) data[0][i] = i + r;
+  int r = *(int *)ctx;
+  int64_t i, b, local = 0;
+  (void)t;
+  while ((b = CLAIM(7)) < 1000)
+    for (i = b; i < b + 7 && i < 1000; ++i) data[0][i] = (int)i + r;
   kiln_barrier(n);
-  for (i = t; i < 1000; i += n) data[1][i] = data[0][999 - i];
+  local = 0;
+  while ((b = CLAIM(7)) < 1000)
+    for (i = b; i < b + 7 && i < 1000; ++i) data[1][i] = data[0][999 - i];
   kiln_barrier(n);
-  if (t == 0) { long s = 0; for (i = 0; i < 1000; ++i) s += data[1][i]; total = s; }
+  local = 0;
+  if (CLAIM(1) == 0) { long s = 0; for (i = 0; i < 1000; ++i) s += data[1][i]; total = s; }
 }
 int main(void) {
   int r, bad = 0;

@@ -13,8 +13,10 @@
   schedule marks loops ``parallel`` is rendered SPMD (single program, many threads): it
   takes ``int32_t kiln_thread, int32_t kiln_nthreads`` and every thread of
   ``kiln_parallel`` (``runtime_c/kiln_threads.c``) runs it. Each top-level parallel loop is
-  split into contiguous chunks, one per thread; each top-level statement without one runs
-  on thread 0; ``kiln_barrier`` separates them. Buffers allocated outside the parallel
+  cut into chunks (about four per thread) that the threads claim in turn (``kiln_claim``);
+  each top-level statement without one is run by the one thread that claims it;
+  ``kiln_barrier`` separates them (the steps). A thread that starts late takes less work,
+  and one the system never runs takes none. Buffers allocated outside the parallel
   loops are shared (arena scratch, one copy); scratch inside a parallel loop gets one slice
   per thread (``N`` slices planned into the arena);
 * **no ``restrict`` where aliasing is planned**: where the memory plan puts a kernel's
@@ -95,14 +97,28 @@ class BundleRenderer(CRenderer):
         """The function body: SPMD when threads > 1 and a loop is parallel, else serial."""
         if self.threads > 1 and has_parallel(body):
             self.spmd = True
+            self.emit("int64_t kiln_local = 0; /* this step's next iteration, on one thread */")
+            self.emit("(void)kiln_thread;")
             self.spine(body)
         else:
             self.stmt(body)
 
+    @staticmethod
+    def claim(grain: str) -> str:
+        """The first iteration of this thread's next chunk of the current step: from the
+        pool (``kiln_claim``) when the task runs on several threads, else counted here."""
+        return f"(kiln_nthreads > 1 ? kiln_claim({grain}) : (kiln_local += {grain}) - {grain})"
+
+    def step_end(self) -> None:
+        """Every thread waits for the step's work; the next step's iterations start at 0."""
+        self.emit("kiln_barrier(kiln_nthreads);")
+        self.emit("kiln_local = 0;")
+
     def spine(self, s: ir.Stmt) -> None:
-        """Render ``s``, run by every thread: parallel loops split, the rest on thread 0."""
+        """Render ``s``, run by every thread of the task: parallel loops shared out in
+        chunks, each other statement run by the one thread that claims it."""
         if not has_parallel(s):
-            self.emit("if (kiln_thread == 0) {")
+            self.emit(f"if ({self.claim('1')} == 0) {{")
             self.block(s)
             self.emit("}")
         elif isinstance(s, ir.SeqStmt):
@@ -110,7 +126,7 @@ class BundleRenderer(CRenderer):
                                               and isinstance(x.value, (ir.IntImm, ir.FloatImm)))]
             for i, x in enumerate(parts):
                 if i:
-                    self.emit("kiln_barrier(kiln_nthreads);")
+                    self.step_end()
                 self.spine(x)
         elif isinstance(s, ir.For) and s.kind == "parallel":
             self.split_loop(s)
@@ -121,7 +137,7 @@ class BundleRenderer(CRenderer):
             self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
             self.indent += 1
             self.spine(s.body)
-            self.emit("kiln_barrier(kiln_nthreads);")  # iteration i + 1 may read i's writes
+            self.step_end()  # iteration i + 1 may read i's writes
             self.indent -= 1
             self.emit("}")
         elif isinstance(s, ir.LetStmt):
@@ -146,25 +162,30 @@ class BundleRenderer(CRenderer):
                 self.spine(s.else_case)
                 self.indent -= 1
             self.emit("}")
-        else:  # any other statement around a parallel loop: thread 0 runs it all
-            self.emit("if (kiln_thread == 0) {")
+        else:  # any other statement around a parallel loop: one thread runs it all
+            self.emit(f"if ({self.claim('1')} == 0) {{")
             self.block(s)
             self.emit("}")
 
     def split_loop(self, s: ir.For) -> None:
-        """A parallel loop as this thread's contiguous chunk of its iterations."""
+        """A parallel loop as chunks of its iterations, each run by the thread that claims
+        it (about four chunks per thread: a thread that starts late takes fewer)."""
         v, t = self.var(s.loop_var), self.ctype(s.loop_var.dtype)
-        lo, n = self.expr(s.min), self.expr(s.extent)
+        lo = self.expr(s.min)
+        n, g = self.names.fresh(f"{v}_n"), self.names.fresh(f"{v}_grain")
         b, e = self.names.fresh(f"{v}_begin"), self.names.fresh(f"{v}_end")
-        self.emit(f"{{ const {t} {b} = ({t})((int64_t)({n}) * kiln_thread / kiln_nthreads);")
-        self.emit(f"  const {t} {e} = ({t})((int64_t)({n}) * (kiln_thread + 1) / "
-                  "kiln_nthreads);")
-        self.emit(f"for ({t} {v} = {lo} + {b}; {v} < {lo} + {e}; ++{v}) {{")
+        self.emit(f"{{ const int64_t {n} = (int64_t)({self.expr(s.extent)});")
+        self.emit(f"  const int64_t {g} = {n} > 4 * kiln_nthreads ? ({n} + 4 * kiln_nthreads "
+                  f"- 1) / (4 * kiln_nthreads) : 1;")
+        self.emit(f"  int64_t {b};")
+        self.emit(f"  while (({b} = {self.claim(g)}) < {n}) {{")
+        self.emit(f"    const int64_t {e} = {b} + {g} < {n} ? {b} + {g} : {n};")
+        self.emit(f"for ({t} {v} = {lo} + ({t}){b}; {v} < {lo} + ({t}){e}; ++{v}) {{")
         self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
         self.parallel_depth += 1
         self.block(s.body)
         self.parallel_depth -= 1
-        self.emit("}}")
+        self.emit("}}}")
 
     def shared_alloc(self, s: ir.Allocate) -> None:
         """A buffer allocated around parallel loops: one arena slice all threads share."""
