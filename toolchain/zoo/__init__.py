@@ -1,6 +1,7 @@
 """The model zoo: deterministic whole models, built in code, for tests and benchmarks.
 
 * :mod:`.models` — one builder function per model and the :data:`ZOO` catalogue
+  (and :data:`DEMOS`, models that show one compiler feature)
   (:class:`ZooModel`: build, sample inputs, hand MAC count), :func:`count_macs`,
   :func:`parameter_count`;
 * :mod:`.builder` — :class:`Builder`, the seeded ONNX graph builder, and its layer helpers;
@@ -23,12 +24,14 @@ from __future__ import annotations
 
 from toolchain.zoo.builder import Builder
 from toolchain.zoo.models import (
+    DEMOS,
     ZOO,
     ZooModel,
     autoencoder,
     count_macs,
     ds_cnn,
     fcn_opset11,
+    interleaved_branches,
     lenet5,
     lstm_classifier,
     mlp,
@@ -41,6 +44,7 @@ from toolchain.zoo.models import (
     transformer_encoder_gelu,
 )
 
-__all__ = ["ZOO", "Builder", "ZooModel", "autoencoder", "count_macs", "ds_cnn", "fcn_opset11",
-           "lenet5", "lstm_classifier", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count",
-           "resnet8", "resnet18", "transformer_encoder", "transformer_encoder_gelu"]
+__all__ = ["DEMOS", "ZOO", "Builder", "ZooModel", "autoencoder", "count_macs", "ds_cnn",
+           "fcn_opset11", "interleaved_branches", "lenet5", "lstm_classifier", "mlp",
+           "mobilenet_v1", "mobilenet_v2", "parameter_count", "resnet8", "resnet18",
+           "transformer_encoder", "transformer_encoder_gelu"]
