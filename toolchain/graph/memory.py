@@ -509,12 +509,15 @@ def render_svg(plan: MemoryPlan, title: str = "memory plan") -> str:
 
 def write_memory_plan(graph: Graph, path: str | Path, *, target_layout: str = "nchw",
                       alignment: int = 64) -> MemoryPlan:
-    """Optimise ``graph`` with the default pass pipeline, plan its memory and draw the plan
-    to ``path`` (what ``kiln inspect MODEL --memory-plan plan.svg`` does)."""
+    """Optimise ``graph`` with the default pass pipeline, plan its memory in the best node
+    order (:func:`toolchain.graph.order.plan_in_best_order`, which records the file order's
+    numbers too) and draw the plan to ``path`` (what ``kiln inspect MODEL --memory-plan
+    plan.svg`` does)."""
+    from toolchain.graph.order import plan_in_best_order
     from toolchain.graph.passes import run_pipeline
 
     fused = run_pipeline(graph, target_layout=target_layout)
-    plan = plan_memory(fused, alignment=alignment)
+    _, plan = plan_in_best_order(fused, alignment=alignment)
     plan.check()
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # like -o: build/plan.svg
