@@ -27,8 +27,9 @@ same set keep the one with the smaller peak).  Three things keep it bounded:
 * **pruning**: states whose peak already reaches the file order's are dropped (only an order
   that beats it is wanted);
 * **beam**: a level that holds more than ``beam`` states keeps the ``beam`` best (smallest
-  peak, then fewest live bytes): a heuristic on large graphs (``exact`` is then False), and
-  at most ``beam`` states per node in all.
+  peak, then fewest live bytes): a heuristic on large graphs (``exact`` is then False); a
+  part of *n* nodes keeps at most ``max(1, min(beam, budget // n))`` per level, so at most
+  ``budget`` states whatever its size.
 
 The result is **never worse than the file order**: a part keeps its file order unless the
 search beats it, and only parts that hold the graph's peak are changed.  Ties keep the order
@@ -67,6 +68,8 @@ from toolchain.graph.memory import (
 
 #: default states kept per level of the search (see the module docstring, "beam")
 BEAM = 256
+#: default states kept over all levels of one part: a long part gets a narrower beam
+STATE_BUDGET = 100_000
 
 
 def _align(n: int, alignment: int) -> int:
@@ -204,13 +207,14 @@ def _bits(mask: int) -> Iterable[int]:
         mask ^= low
 
 
-def _search_part(p: _Problem, part: list[int], done: int, mem: int, bound: int, beam: int
-                 ) -> tuple[list[int] | None, int, bool, int]:
+def _search_part(p: _Problem, part: list[int], done: int, mem: int, bound: int, beam: int,
+                 budget: int) -> tuple[list[int] | None, int, bool, int]:
     """(order of ``part`` with a peak below ``bound`` or None, its peak, exact, states)
     from the state (done, mem) before the part."""
     members = 0
     for i in part:
         members |= 1 << i
+    beam = max(1, min(beam, budget // len(part)))
     ready = tuple(i for i in part if not p.preds[i] & ~done)
     level: dict[int, tuple[int, int, tuple[int, ...]]] = {done: (0, mem, ready)}
     parent: dict[int, tuple[int, int]] = {}
@@ -249,11 +253,11 @@ def _search_part(p: _Problem, part: list[int], done: int, mem: int, bound: int, 
 
 def search_order(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int] | None = None,
                  overwrite: Mapping[str, Iterable[str]] | None = None, inplace: bool = True,
-                 beam: int = BEAM) -> OrderSearch:
+                 beam: int = BEAM, budget: int = STATE_BUDGET) -> OrderSearch:
     """The order of ``graph``'s nodes with the smallest liveness bound (module docstring),
     never worse than the file's; ``scratch``, ``overwrite`` and ``inplace`` as
     :func:`~toolchain.graph.memory.plan_memory` takes them, ``beam`` the states kept per
-    level.
+    level and ``budget`` per part.
 
     A chain has one order; the search keeps it::
 
@@ -266,8 +270,8 @@ def search_order(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int
     """
     if alignment < 1 or alignment & (alignment - 1):
         raise OptionError(f"memory alignment {alignment} must be a power of two")
-    if beam < 1:
-        raise OptionError(f"order search beam {beam} must be at least 1")
+    if beam < 1 or budget < 1:
+        raise OptionError(f"order search beam {beam} and budget {budget} must be at least 1")
     declared = {k: frozenset(v) for k, v in (overwrite or {}).items()}
     p = _problem(graph, alignment, dict(scratch or {}), declared, inplace)
     parts = _segments(p)
@@ -284,7 +288,7 @@ def search_order(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int
         if len(part) < 2 or peak < file_peak:
             found.append((None, peak))  # one order, or not where the peak is
             continue
-        order, best, ok, n = _search_part(p, part, done, mem, peak, beam)
+        order, best, ok, n = _search_part(p, part, done, mem, peak, beam, budget)
         found.append((order, best))
         exact, states = exact and ok, states + n
     new_peak = max((best for _, best in found), default=0)
@@ -427,5 +431,5 @@ def plan_in_best_order(graph: Graph, *, alignment: int = 64,
     return best, plan
 
 
-__all__ = ["BEAM", "OrderSearch", "order_peak", "plan_in_best_order", "reorder",
+__all__ = ["BEAM", "STATE_BUDGET", "OrderSearch", "order_peak", "plan_in_best_order", "reorder",
            "schedule_for_memory", "search_order"]
