@@ -1,6 +1,8 @@
-"""Print the static memory plan of every zoo model: arena vs lower bound vs naive.
+"""Print the static memory plan of every zoo model: arena vs lower bound vs naive, and the
+arena of the file's node order vs the searched order.
 
     python benchmarks/memory_plan.py                    # every zoo model, layout nchw
+    python benchmarks/memory_plan.py --target c-generic # as kiln compile plans it (scratch)
     python benchmarks/memory_plan.py --layout nchw8c    # AVX2-style blocked layout
     python benchmarks/memory_plan.py resnet8 mlp        # some models
     python benchmarks/memory_plan.py --no-inplace       # without in-place reuse
@@ -13,7 +15,15 @@ Each model is imported by the frontend, optimised by the default pass pipeline
 * arena — bytes the plan needs; lower bound — the largest sum of live (aligned) buffer bytes
   at one step; naive — every intermediate in its own place;
 * in-place — tensors that reuse a dying input's buffer;
-* plan ms — time of ``plan_memory`` (greedy by size + local search) on this machine.
+* file order / searched — the arena with the nodes in the file's order and in the order
+  the order search chose (``toolchain.graph.order``; equal when the file's is best), and
+  the change;
+* plan ms — time of ``plan_in_best_order`` (order search, then greedy by size + local
+  search, for both orders) on this machine.
+
+The last rows are ``toolchain.zoo.DEMOS`` (``interleaved_branches``: an order the exporter
+got wrong).  ``--target NAME`` compiles each model for that target (``build_spec``: the
+target's layout and its kernels' scratch, as ``kiln compile`` plans it; slower).
 """
 
 from __future__ import annotations
@@ -28,48 +38,73 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
-from toolchain.graph.memory import plan_lifetimes, plan_memory  # noqa: E402
+from toolchain.graph.memory import MemoryPlan, plan_lifetimes  # noqa: E402
+from toolchain.graph.order import plan_in_best_order  # noqa: E402
 from toolchain.graph.passes import run_pipeline  # noqa: E402
-from toolchain.zoo import ZOO  # noqa: E402
+from toolchain.zoo import DEMOS, ZOO  # noqa: E402
+
+MODELS = {**ZOO, **DEMOS}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", help=f"zoo models (default all: {', '.join(ZOO)})")
+    parser.add_argument("models", nargs="*",
+                        help=f"zoo models (default all: {', '.join(MODELS)})")
     parser.add_argument("--layout", default="nchw", help="target layout: nchw, nhwc, nchw8c ...")
+    parser.add_argument("--target", default=None,
+                        help="plan as kiln compile does for this target (its layout, scratch)")
     parser.add_argument("--alignment", type=int, default=64)
     parser.add_argument("--no-inplace", action="store_true", help="disable in-place reuse")
     parser.add_argument("--random", type=int, default=0, metavar="N",
                         help="also plan N random sets of 120 lifetimes: greedy vs local search")
     args = parser.parse_args(argv)
-    unknown = [m for m in args.models if m not in ZOO]
+    unknown = [m for m in args.models if m not in MODELS]
     if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(ZOO)}")
+        parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo has {', '.join(MODELS)}")
 
-    print(f"layout {args.layout}, alignment {args.alignment} B, "
+    where = f"target {args.target}" if args.target else f"layout {args.layout}"
+    print(f"{where}, alignment {args.alignment} B, "
           f"in-place {'off' if args.no_inplace else 'on'}\n")
     print("| model | nodes | kernels | tensors | in-place | arena (B) | lower bound (B) "
-          "| naive (B) | arena / bound | plan ms |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| naive (B) | arena / bound | file order (B) | searched (B) | change | plan ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+          "| ---: |")
     worst = 0.0
-    for name in args.models or list(ZOO):
-        spec = ZOO[name]
-        graph = from_onnx(spec.build(), input_shapes=spec.input_shapes)
-        fused = run_pipeline(graph, target_layout=args.layout)
-        start = time.perf_counter()
-        plan = plan_memory(fused, alignment=args.alignment, inplace=not args.no_inplace)
-        ms = (time.perf_counter() - start) * 1e3
+    for name in args.models or list(MODELS):
+        nodes, kernels, plan, ms = _plan(name, args)
         plan.check()
         ratio = plan.arena_bytes / plan.lower_bound if plan.lower_bound else 1.0
         worst = max(worst, ratio)
         inplace = sum(1 for t in plan.tensors if t.inplace_of)
-        print(f"| {name} | {len(graph.nodes)} | {len(fused.nodes)} | {len(plan.tensors)} "
+        before = plan.file_arena_bytes or plan.arena_bytes
+        change = f"{(plan.arena_bytes - before) / before:+.1%}" if before else "+0.0%"
+        print(f"| {name} | {nodes} | {kernels} | {len(plan.tensors)} "
               f"| {inplace} | {plan.arena_bytes:,} | {plan.lower_bound:,} "
-              f"| {plan.naive_bytes:,} | {ratio:.3f} | {ms:.1f} |")
+              f"| {plan.naive_bytes:,} | {ratio:.3f} | {before:,} | {plan.arena_bytes:,} "
+              f"| {change} | {ms:.1f} |")
     print(f"\nworst arena / lower bound: {worst:.3f} (goal <= 1.05)")
     if args.random:
         _random_sets(args.random, args.alignment)
     return 0
+
+
+def _plan(name: str, args: argparse.Namespace) -> tuple[int, int, MemoryPlan, float]:
+    """(nodes before the passes, kernels, the plan in the best order, plan ms)."""
+    spec = MODELS[name]
+    if args.target:
+        from toolchain.bundle.compiler import build_spec
+
+        start = time.perf_counter()
+        built = build_spec(spec.build(), args.target, input_shapes=spec.input_shapes,
+                           name=name, progress=False)
+        return (len(built.graph.nodes), len(built.fused.nodes), built.plan,
+                (time.perf_counter() - start) * 1e3)
+    graph = from_onnx(spec.build(), input_shapes=spec.input_shapes)
+    fused = run_pipeline(graph, target_layout=args.layout)
+    start = time.perf_counter()
+    _, plan = plan_in_best_order(fused, alignment=args.alignment,
+                                 inplace=not args.no_inplace)
+    return len(graph.nodes), len(fused.nodes), plan, (time.perf_counter() - start) * 1e3
 
 
 def _random_sets(n: int, alignment: int) -> None:

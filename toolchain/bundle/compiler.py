@@ -6,7 +6,8 @@ it)::
     from_onnx -> run_pipeline (passes, layout for the target, fusion)
       -> per Fused kernel: default schedule (fallback: the unscheduled compute) -> lower
          -> C (toolchain.bundle.emit)
-      -> plan_memory (arena offsets, in-place pairs, kernel scratch)
+      -> plan_in_best_order (the node order with the smallest arena: order search;
+         arena offsets, in-place pairs, kernel scratch)
       -> weights packed (already in kernel layout after the layout pass)
       -> templates rendered (toolchain.bundle.render) -> written atomically
 
@@ -48,6 +49,7 @@ from toolchain.errors import (
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
+from toolchain.graph.order import plan_in_best_order
 from toolchain.schedules import packing
 from toolchain.schedules.packing import is_value_blind
 from toolchain.schedules.registry import lookup
@@ -243,10 +245,8 @@ def _outer_values(node: Node, ins: list[Value], outs: list[Value]) -> list[Value
     return result
 
 
-def _in_place_pairs(fused: Graph, overwrite: dict[str, tuple[str, ...]]
-                    ) -> dict[str, list[tuple[str, str]]]:
-    """Per node, the ``(output, input)`` tensor names the planner puts in one buffer."""
-    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite)
+def _in_place_pairs(fused: Graph, plan: MemoryPlan) -> dict[str, list[tuple[str, str]]]:
+    """Per node, the ``(output, input)`` tensor names ``plan`` puts in one buffer."""
     producer = {v.name: n.name for n in fused.nodes for v in n.outputs}
     pairs: dict[str, list[tuple[str, str]]] = {}
     for t in plan.tensors:
@@ -362,8 +362,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     check_index_range(graph)
     layout = layout_for_target(t)
     try:
-        fused, kernels = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
-                                  backend)
+        fused, kernels, plan = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
+                                        backend)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -372,12 +372,9 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         # graph in NCHW still gives a correct bundle (recorded in metadata.json)
         layout_note = (f"nchw (the target's {_layout_name(layout)} failed: "
                        f"{str(exc).splitlines()[0][:160]})")
-        fused, kernels = _kernels(graph, parse_layout_target("nchw"), t, prefix, dump_ir,
-                                  bar, emulate, backend)
+        fused, kernels, plan = _kernels(graph, parse_layout_target("nchw"), t, prefix,
+                                        dump_ir, bar, emulate, backend)
     release_freed_memory()
-    scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
-    plan = plan_memory(fused, alignment=ALIGNMENT, scratch=scratch,
-                       overwrite={k.node.name: k.overwrite for k in kernels if k.overwrite})
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
                "name": prefix, "alignment": ALIGNMENT, "weights": weights or "auto"}
@@ -421,15 +418,16 @@ def _layout_name(layout: Any) -> str:
 
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
              bar: CompileProgress, emulate: bool = False, backend: str | None = None
-             ) -> tuple[Graph, list[CompiledKernel]]:
-    """The fused graph in ``layout`` and its compiled kernels."""
+             ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
+    """The fused graph in ``layout`` (in the order its kernels run), its compiled kernels
+    and its memory plan."""
     from toolchain.graph.passes import run_pipeline
 
     bar.stage("passes")
     fused = run_pipeline(graph, layout, dump_dir=dump_ir)
     bar.stage("scheduling")
     try:
-        return fused, _compile_kernels(fused, t, prefix, bar, emulate, backend)
+        return _compile_kernels(fused, t, prefix, bar, emulate, backend)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
         arith.clear_cache()
@@ -452,15 +450,22 @@ def kiln_fault(node: Node, target: Target) -> Iterator[None]:
 
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
                      bar: CompileProgress, emulate: bool = False,
-                     backend: str | None = None) -> list[CompiledKernel]:
-    """One :class:`CompiledKernel` per Fused node of ``fused``, in order."""
+                     backend: str | None = None
+                     ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
+    """(``fused`` in the order the bundle runs it, one :class:`CompiledKernel` per Fused
+    node in that order, the memory plan).
+
+    The kernels are scheduled and rendered in the file's order first: that gives each
+    kernel's scratch and declared in-place inputs, which the order search needs
+    (:func:`~toolchain.graph.order.plan_in_best_order`).  When it picks another order, the
+    kernels whose in-place pairs change are rendered again (``restrict`` differs)."""
     for node in fused.nodes:
         if node.op != "Fused":
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
                                    "a fused kernel")
     cache = KernelCache(t, emulate, backend)
     reuse = ScheduleReuse(trusted=is_value_blind(lookup("Fused", t)))
-    scheduled: list[tuple[Node, Any, list[Value], str]] = []
+    scheduled: dict[str, tuple[Node, Any, list[Value], str]] = {}
     overwrite: dict[str, tuple[str, ...]] = {}
     for node in bar.kernels(list(fused.nodes)):
         with kiln_fault(node, t):
@@ -477,11 +482,28 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
                                 f"parameters for {len(params)} tensors")
         if host is not None:
             overwrite[node.name] = (params[next(i for i, v in enumerate(ins) if v is host)].name,)
-        scheduled.append((node, func, params, how))
-    in_place = _in_place_pairs(fused, overwrite)
+        scheduled[node.name] = (node, func, params, how)
     names = bundle_namer({f"{prefix}_{s}" for s in RESERVED_SUFFIXES})
+    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite)
+    kernels = _render_kernels(fused, scheduled, plan, overwrite, cache, names, prefix, t)
+    scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
+    ordered, plan = plan_in_best_order(fused, alignment=ALIGNMENT, scratch=scratch,
+                                       overwrite=overwrite)
+    if ordered is not fused:
+        kernels = _render_kernels(ordered, scheduled, plan, overwrite, cache, names, prefix, t)
+    return ordered, kernels, plan
+
+
+def _render_kernels(fused: Graph, scheduled: dict[str, tuple[Node, Any, list[Value], str]],
+                    plan: MemoryPlan, overwrite: dict[str, tuple[str, ...]],
+                    cache: KernelCache, names: Any, prefix: str, t: Target
+                    ) -> list[CompiledKernel]:
+    """The kernels of ``fused``'s nodes in its order, rendered for the in-place pairs of
+    ``plan`` (a plan of that order)."""
+    in_place = _in_place_pairs(fused, plan)
     kernels: list[CompiledKernel] = []
-    for i, (node, func, params, how) in enumerate(scheduled):
+    for i, n in enumerate(fused.nodes):
+        node, func, params, how = scheduled[n.name]
         restrict = _aliased(params, in_place[node.name]) if node.name in in_place else True
         with kiln_fault(node, t):
             if cache.rendered(func, restrict):

@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     scratch = max((t["size"] for t in plan.get("tensors", ()) if t.get("kind") == "scratch"),
                   default=0)
     print(f"  {'device ' if dev else ''}arena {arena:,} B (lower bound "
-          f"{plan['lower_bound']:,} B, naive {plan['naive_bytes']:,} B), weights "
+          f"{plan['lower_bound']:,} B, naive {plan['naive_bytes']:,} B{_order_note(plan)}), "
+          "weights "
           f"{meta['weight_bytes']:,} B" + (f"; device workspace {dev['workspace_bytes']:,} B "
                                           f"({dev['launches']} launches)" if dev else ""))
     print(f"    (the arena holds the activations in the target's layout "
@@ -174,3 +175,23 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
     if not board.is_emulator:
         print(f"  flash: kiln flash {args.output} --board {board.name}")
     return 0
+
+
+def _order_note(plan: dict[str, Any]) -> str:
+    """The node order's part of the summary (from metadata.json's ``memory_plan``): when
+    the order search changed the order, the arena and lower bound of the file's order.
+
+    >>> _order_note({"order_search": {"searched": True, "changed": True},
+    ...              "file_order": {"arena_bytes": 4096, "lower_bound": 4096}})
+    '; node order searched: the file order needs 4,096 B, lower bound 4,096 B'
+    >>> _order_note({"order_search": {"searched": True, "changed": False}})
+    "; the file's node order is best"
+    """
+    search = plan.get("order_search") or {}
+    if not search.get("searched"):
+        return ""
+    if search.get("changed"):
+        file = plan["file_order"]
+        return (f"; node order searched: the file order needs {file['arena_bytes']:,} B, "
+                f"lower bound {file['lower_bound']:,} B")
+    return "; the file's node order is best"

@@ -103,6 +103,12 @@ class MemoryPlan:
     tensors: list[TensorPlan] = field(default_factory=list)
     #: tensors that are views of a graph input (not in the arena): name -> that input's name
     views: dict[str, str] = field(default_factory=dict)
+    #: the arena and lower bound of the nodes in the file's order, when the plan's order
+    #: was searched (:func:`toolchain.graph.order.plan_in_best_order`); else None
+    file_arena_bytes: int | None = None
+    file_lower_bound: int | None = None
+    #: how the order was found: ``searched``, ``changed``, ``exact``, ``states``, ``segments``
+    order_search: dict[str, Any] = field(default_factory=dict)
 
     def tensor(self, name: str) -> TensorPlan:
         """The placement of the tensor called ``name``."""
@@ -150,7 +156,17 @@ class MemoryPlan:
         ratio = self.arena_bytes / self.lower_bound if self.lower_bound else 1.0
         return (f"arena {self.arena_bytes:,} B, lower bound {self.lower_bound:,} B "
                 f"(x{ratio:.3f}), naive {self.naive_bytes:,} B, {len(self.tensors)} tensors, "
-                f"{len(self.steps)} steps")
+                f"{len(self.steps)} steps" + self.order_note())
+
+    def order_note(self) -> str:
+        """Where the order came from, for :meth:`summary`: the file order's bound and the
+        searched one (empty when the order was not searched)."""
+        if self.file_lower_bound is None:
+            return ""
+        if self.order_search.get("changed"):
+            return (f"; searched node order (file order: arena {self.file_arena_bytes:,} B, "
+                    f"lower bound {self.file_lower_bound:,} B)")
+        return "; file node order (the order search found none better)"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for ``metadata.json``)."""
@@ -162,6 +178,9 @@ class MemoryPlan:
                          "first": t.first, "last": t.last, "kind": t.kind,
                          "inplace_of": t.inplace_of} for t in self.tensors],
             "views": dict(self.views),
+            "file_order": None if self.file_lower_bound is None else {
+                "arena_bytes": self.file_arena_bytes, "lower_bound": self.file_lower_bound},
+            "order_search": dict(self.order_search),
         }
 
 
@@ -214,14 +233,64 @@ def _view_source(node: Node, out: Value, sources: dict[Value, str]) -> str | Non
     return sources[ins[0]]
 
 
-def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: bool,
-             overwrite: Mapping[str, frozenset[str]], views: dict[str, str]
-             ) -> tuple[list[_Buffer], dict[str, tuple[int, int, int, str, str | None]]]:
-    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of)``;
-    fills ``views`` (tensor -> graph input) with the outputs that take no buffer."""
+def input_views(graph: Graph) -> dict[str, str]:
+    """The tensors that are views of a graph input (module docstring, "views of graph
+    inputs"): tensor name -> that input's name.  They take no arena bytes, in any order of
+    the nodes (a view depends on the data flow only).
+
+    >>> from toolchain.graph.ir import Graph, Node, Value
+    >>> x, r, y = Value("x", (2, 8), "float32"), *(Value(n, (16,), "float32") for n in "ry")
+    >>> shape = Value.constant("shape", [16])
+    >>> input_views(Graph("g", [x], [y], [Node("Reshape", "v", [x, shape], [r]),
+    ...                                   Node("Exp", "e", [r], [y])]))
+    {'r': 'x'}
+    """
     external = set(graph.inputs) | set(graph.outputs)
     sources = {v: v.name for v in graph.inputs}
-    index = {id(n): s for s, n in enumerate(graph.nodes)}
+    views: dict[str, str] = {}
+    for node in graph.nodes:
+        for out in node.outputs:
+            if out in external or out.is_constant:
+                continue
+            src = _view_source(node, out, sources)
+            if src is not None:
+                sources[out] = views[out.name] = src
+    return views
+
+
+def inplace_candidates(node: Node, out: Value, declared: frozenset[str] = frozenset()
+                       ) -> list[Value]:
+    """The inputs of ``node`` whose buffer ``out`` may take over *if* they die at the
+    node's step (module docstring, "in place"), in input order; ``declared`` names the
+    inputs the node's kernel stages before writing over them.  Whether one does depends on
+    the order of the nodes: the planner takes the first that is an arena tensor read last
+    by this node (:func:`plan_memory`, and the order search of
+    :mod:`toolchain.graph.order`).
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> a, b, y = (Value(n, (64,), "float32") for n in ("a", "b", "y"))
+    >>> [v.name for v in inplace_candidates(Node("Add", "s", [a, b], [y]), y)]
+    ['a', 'b']
+    >>> inplace_candidates(Node("Add", "s", [a, a], [y]), y)  # read twice: never
+    []
+    """
+    found = []
+    for v in node.inputs:
+        if v is None or v.nbytes != out.nbytes or sum(1 for w in node.inputs if w is v) != 1:
+            continue
+        by_kernel = (v.name in declared and v.shape == out.shape and v.dtype == out.dtype
+                     and len(node.outputs) == 1)
+        if by_kernel or _elementwise_chain(node, v, out):
+            found.append(v)
+    return found
+
+
+def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: bool,
+             overwrite: Mapping[str, frozenset[str]], views: Mapping[str, str]
+             ) -> tuple[list[_Buffer], dict[str, tuple[int, int, int, str, str | None]]]:
+    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of)``;
+    the outputs in ``views`` take no buffer."""
+    external = set(graph.inputs) | set(graph.outputs)
     last: dict[Value, int] = {}
     for s, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -230,14 +299,9 @@ def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: 
     by_value: dict[Value, _Buffer] = {}
     info: dict[str, tuple[int, int, int, str, str | None]] = {}
     buffers: list[_Buffer] = []
-    for node in graph.nodes:
-        s = index[id(node)]
+    for s, node in enumerate(graph.nodes):
         for out in node.outputs:
-            if out in external or out.is_constant:
-                continue
-            src = _view_source(node, out, sources)
-            if src is not None:
-                sources[out] = views[out.name] = src
+            if out in external or out.is_constant or out.name in views:
                 continue
             end = max(last.get(out, s), s)
             host = (_inplace_host(node, out, s, by_value, last,
@@ -261,20 +325,15 @@ def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: 
 
 def _inplace_host(node: Node, out: Value, step: int, by_value: dict[Value, _Buffer],
                   last: dict[Value, int], declared: frozenset[str]) -> Value | None:
-    """An input of ``node`` whose buffer ``out`` may take over (or ``None``); ``declared``
-    names inputs the node's kernel may overwrite with an output of their shape."""
-    for v in node.inputs:
-        if v is None or v not in by_value or v.nbytes != out.nbytes:
-            continue
-        buf = by_value[v]
-        if buf.last != step or last.get(v) != step or buf.members[-1] != v.name:
-            continue  # still read later (by another step or through another alias)
-        by_kernel = (v.name in declared and v.shape == out.shape and v.dtype == out.dtype
-                     and len(node.outputs) == 1)
-        if sum(1 for w in node.inputs if w is v) == 1 and (
-                by_kernel or _elementwise_chain(node, v, out)):
-            buf.last = -1  # taken: a second output of this step may not take it too
-            return v
+    """The first of :func:`inplace_candidates` whose buffer ``out`` takes over (or
+    ``None``): an arena tensor that dies at this step and is not taken yet."""
+    for v in inplace_candidates(node, out, declared):
+        buf = by_value.get(v)
+        if buf is None or buf.last != step or last.get(v) != step \
+                or buf.members[-1] != v.name:
+            continue  # not in the arena, or still read later (by another step or alias)
+        buf.last = -1  # taken: a second output of this step may not take it too
+        return v
     return None
 
 
@@ -364,7 +423,7 @@ def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int]
     if unknown:
         raise OptionError(f"in-place inputs given for {', '.join(map(repr, unknown))}, which "
                           f"are not nodes of graph {graph.name!r}")
-    views: dict[str, str] = {}
+    views = input_views(graph)
     buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views)
     plan = _finish(buffers, info, [n.name for n in graph.nodes], alignment, search_moves, seed)
     plan.views = views
@@ -450,12 +509,15 @@ def render_svg(plan: MemoryPlan, title: str = "memory plan") -> str:
 
 def write_memory_plan(graph: Graph, path: str | Path, *, target_layout: str = "nchw",
                       alignment: int = 64) -> MemoryPlan:
-    """Optimise ``graph`` with the default pass pipeline, plan its memory and draw the plan
-    to ``path`` (what ``kiln inspect MODEL --memory-plan plan.svg`` does)."""
+    """Optimise ``graph`` with the default pass pipeline, plan its memory in the best node
+    order (:func:`toolchain.graph.order.plan_in_best_order`, which records the file order's
+    numbers too) and draw the plan to ``path`` (what ``kiln inspect MODEL --memory-plan
+    plan.svg`` does)."""
+    from toolchain.graph.order import plan_in_best_order
     from toolchain.graph.passes import run_pipeline
 
     fused = run_pipeline(graph, target_layout=target_layout)
-    plan = plan_memory(fused, alignment=alignment)
+    _, plan = plan_in_best_order(fused, alignment=alignment)
     plan.check()
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # like -o: build/plan.svg

@@ -1,6 +1,7 @@
 """The model zoo: deterministic whole models, built in code, for tests and benchmarks.
 
 * :mod:`.models` — one builder function per model and the :data:`ZOO` catalogue
+  (and :data:`DEMOS`, models that show one compiler feature)
   (:class:`ZooModel`: build, sample inputs, hand MAC count), :func:`count_macs`,
   :func:`parameter_count`;
 * :mod:`.builder` — :class:`Builder`, the seeded ONNX graph builder, and its layer helpers;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from toolchain.zoo.builder import Builder
 from toolchain.zoo.models import (
+    DEMOS,
     LARGE,
     ZOO,
     ZooModel,
@@ -31,6 +33,7 @@ from toolchain.zoo.models import (
     count_macs,
     ds_cnn,
     fcn_opset11,
+    interleaved_branches,
     lenet5,
     lstm_classifier,
     mlp,
@@ -44,7 +47,8 @@ from toolchain.zoo.models import (
     transformer_encoder_gelu,
 )
 
-__all__ = ["LARGE", "ZOO", "Builder", "ZooModel", "autoencoder", "bert_base", "count_macs",
-           "ds_cnn", "fcn_opset11", "lenet5", "lstm_classifier", "mlp", "mobilenet_v1",
-           "mobilenet_v2", "parameter_count", "resnet8", "resnet18", "resnet50",
+__all__ = ["DEMOS", "LARGE", "ZOO", "Builder", "ZooModel", "autoencoder", "bert_base",
+           "count_macs", "ds_cnn", "fcn_opset11", "interleaved_branches", "lenet5",
+           "lstm_classifier", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count",
+           "resnet8", "resnet18", "resnet50",
            "transformer_encoder", "transformer_encoder_gelu"]

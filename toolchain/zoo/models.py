@@ -478,6 +478,29 @@ def lstm_classifier(seed: int = 16, *, batch: int = 2, seq: int = 16, vocab: int
                        f"{hidden}, seq {seq}")
 
 
+def interleaved_branches(seed: int = 3, *, branches: int = 3, depth: int = 3,
+                         width: int = 32) -> onnx.ModelProto:
+    """Inception-like: ``branches`` parallel conv stacks (``depth`` 3x3 convs, ``width``
+    channels at 32x32, the last one down to 4 channels) joined by a Concat and a 1x1 conv,
+    with the nodes written **interleaved** (layer 1 of every branch, then layer 2, ...), as
+    an exporter that walks the graph breadth-first does.  The file order keeps every
+    branch's 128 KiB activations alive together; running one branch after the other needs
+    much less (the order search's demonstration, ``docs/embedded.md``).
+    """
+    b = Builder("interleaved_branches", seed)
+    x = b.input("image", F32, [1, 8, 32, 32])
+    heads = [x] * branches
+    for layer in range(depth):
+        for i in range(branches):
+            cin = 8 if layer == 0 else width
+            cout = 4 if layer == depth - 1 else width
+            y = conv(b, heads[i], cin, cout, 3, name=f"branch{i}.conv{layer}")
+            heads[i] = b.op("Relu", [y])
+    y = b.op("Concat", heads, axis=1)
+    b.output(conv(b, y, 4 * branches, 8, 1, name="head"), "out", F32, [1, 8, 32, 32])
+    return b.build(17, f"{branches} conv branches, written interleaved")
+
+
 # -- the catalogue -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ZooModel:
@@ -557,6 +580,11 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
                    + 16 * 16 * 64 * 64 + 32 * 32 * 5 * 48)),
 ]}
 
+#: models built to show one feature of the compiler, outside the zoo's tables
+DEMOS: dict[str, ZooModel] = {m.name: m for m in [
+    ZooModel("interleaved_branches", interleaved_branches,
+             macs=32 * 32 * (3 * (32 * 72 + 32 * 288 + 4 * 288) + 8 * 12)),
+]}
 
 #: ImageNet- and BERT-size models for ``benchmarks/models.py --large`` (compile time and
 #: memory); kept out of :data:`ZOO`, whose every model the tests compile and run
