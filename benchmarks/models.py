@@ -18,7 +18,9 @@ seeds; names from either table can be given):
   as its own process (``python -m toolchain compile model.onnx ...``): the time the command
   prints (from parsing its arguments to the written bundle, Python start-up excluded);
 * **peak MiB** — the compiling process's peak resident memory (``ru_maxrss`` of that child
-  alone, from ``os.wait4``), and in brackets its ratio to the weight bytes;
+  alone, from ``os.wait4`` in a small launcher that forks it: a peak survives fork and exec,
+  so a child forked from this large process would count its pages), and in brackets its
+  ratio to the weight bytes;
 * **build s** — ``make main`` of the bundle (gcc on kernels, weights and runtime, link): with
   compile s, the time from the ONNX file to a linked binary;
 * **layout** — the data layout the kernels use (the target's, or ``nchw`` where a kernel
@@ -127,17 +129,31 @@ def compile_child(model: Path, target: str, out: Path, name: str,
         cmd += ["--input-shape", f"{k}={','.join(map(str, v))}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        # a small launcher forks the compile: a process's peak RSS survives fork and exec,
+        # so forked from this (large) process it would count this one's pages too
+        proc = subprocess.run([sys.executable, "-c", _LAUNCH, *cmd], stdout=log,
+                              stderr=subprocess.STDOUT, env=env, check=False)
         log.seek(0)
         text = log.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"kiln compile failed for {model}:\n{text[-2000:]}")
     m = re.search(r" in ([0-9.]+) s$", text, re.M)
-    if m is None:
+    peak = re.search(r"^kiln-peak-kib (\d+)$", text, re.M)
+    if m is None or peak is None:
         raise RuntimeError(f"unexpected output of kiln compile: {text[-500:]!r}")
-    return float(m.group(1)), usage.ru_maxrss * 1024  # KiB on Linux
+    return float(m.group(1)), int(peak.group(1)) * 1024  # KiB on Linux
+
+
+#: runs argv[1:] as a child and prints its peak RSS (os.wait4: that child's own usage)
+_LAUNCH = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+sys.stdout.flush()
+print(f"kiln-peak-kib {usage.ru_maxrss}", flush=True)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def build_main(bundle: Path) -> float:
