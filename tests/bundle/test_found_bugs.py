@@ -203,3 +203,21 @@ def test_a_guarded_concat_load_in_an_unrolled_avx512_loop(tmp_path):
                    {"x": (F, [2, 5, 2])}, {"r": (F, [2, 10, 2])}, inits={"w": w})
     for target in ("host", "c-generic"):
         _check(m, tmp_path / target, {"x": _rand(2, 5, 2)}, target)
+
+
+@pytest.mark.parametrize("target", ["c-generic", "host"])
+def test_an_injective_operand_of_a_conv_epilogue_listed_before_the_conv(target, tmp_path):
+    """Fuzzer seed 40124: ``Add(Slice(x), Conv(x))`` fuses into one conv group whose
+    Slice comes before the conv in node order. The conv's tail was built from the nodes
+    *after* the conv only, so the Slice was lost ("inner value ... is neither an input nor
+    constant": a model onnxruntime runs, refused). The tail is now every node but the
+    conv."""
+    model = make_model(
+        [h.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"]),
+         h.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[2, 3], pads=[0, 2, 1, 2],
+                     strides=[1, 2]),
+         h.make_node("Add", ["s", "c"], ["y"])],
+        {"x": (F, [1, 1, 2, 3])}, {"y": (F, [1, 6, 2, 3])},
+        {"st": np.array([-2], I64), "en": np.array([4], I64), "ax": np.array([2], I64),
+         "sp": np.array([2], I64), "w": _rand(6, 1, 2, 3, seed=1)})
+    _check(model, tmp_path, {"x": _rand(1, 1, 2, 3)}, target=target)

@@ -98,11 +98,14 @@ def _copy(t: te.Tensor, name: str) -> te.Tensor:
 
 
 def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None = None,
-                  options: Callable[[Node], dict[str, Any]] | None = None) -> FusedCompute:
+                  options: Callable[[Node], dict[str, Any]] | None = None,
+                  without: Node | None = None) -> FusedCompute:
     """Compose the computes of ``node``'s inner graph (a ``Fused`` node) into one DAG.
 
-    ``skip`` inner nodes at the front are left out and ``seed`` maps inner value ids to
-    tensors standing for them (how the tail after a separately scheduled anchor is built).
+    ``skip`` inner nodes at the front and the inner node ``without`` are left out, and
+    ``seed`` maps inner value ids to tensors standing for them (how the tail around a
+    separately scheduled anchor is built: every node but the anchor, including an injective
+    node listed before it that computes another operand of the tail).
     ``options(inner_node)`` gives the compute options of an inner node (a target's
     algorithm choice, e.g. the Cortex-M DSP QAdd; see :func:`compute_options`).
     """
@@ -117,6 +120,8 @@ def fused_compute(node: Node, skip: int = 0, seed: dict[int, te.Tensor] | None =
             inputs.append(env[id(v)])
             values.append(v)
     for n in inner.nodes[skip:]:
+        if n is without:
+            continue
         nc = node_compute(n, **(options(n) if options else {}))
         mapping = {}
         for ph, v in zip(nc.inputs, nc.input_values, strict=True):
@@ -325,7 +330,6 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
         k = sa.in_place
         return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor,
                            in_place=sa.input_values[k] if k is not None else None)
-    idx = next(k for k, n in enumerate(inner.nodes) if n is anchor)
     # one buffer per value: an anchor that reads one value twice (MatMul(x, x)) reads it
     # through its first buffer, so the kernel keeps one parameter for it
     canon: dict[int, ir.Buffer] = {}
@@ -339,10 +343,13 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
         fa = SwapBuffers(twice).visit(fa)
     canon[id(out_val)] = a_params[n_in]
     seed = te.placeholder(out_val.shape or (1,), out_val.dtype, "anchor_out")
-    fc = fused_compute(node, skip=idx + 1, seed={id(out_val): seed}, options=options)
+    # the tail: every node but the anchor (a complex op absorbs no producers, so a node
+    # listed before it computes another operand of the tail: Slice -> Add(., conv))
+    fc = fused_compute(node, seed={id(out_val): seed}, options=options, without=anchor)
     # only the group inputs the tail reads become its parameters (a weight the anchor
     # packed at compile time must not come along as an unused, unpacked parameter)
-    used = {id(v) for n in inner.nodes[idx + 1:] for v in n.inputs if v is not None}
+    tail_nodes = [n for n in inner.nodes if n is not anchor]
+    used = {id(v) for n in tail_nodes for v in n.inputs if v is not None}
     used |= {id(v) for v in inner.outputs}
     keep = [k for k, v in enumerate(fc.input_values) if id(v) in used]
     fc = replace(fc, inputs=[fc.inputs[k] for k in keep],
@@ -376,10 +383,10 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     tail = [renames.get(n, n) for n in tail]
     sch, notes = fuse_tail(Schedule(func), anchor_buf, tail, cfg)
     return FusedKernel(sch, values, fc.output_values, anchor, notes,
-                       _tail_keeps_in_place(sa, sch, inner, idx, tail))
+                       _tail_keeps_in_place(sa, sch, tail_nodes, tail))
 
 
-def _tail_keeps_in_place(sa: OpSchedule, sch: Schedule, inner: Graph, idx: int,
+def _tail_keeps_in_place(sa: OpSchedule, sch: Schedule, tail_nodes: list[Node],
                          tail: list[str]) -> Value | None:
     """The anchor's in-place input (``OpSchedule.in_place``) when the elementwise tail keeps
     the anchor's write order: no tail block is left in ``sch`` (each was inlined, in the
@@ -391,7 +398,7 @@ def _tail_keeps_in_place(sa: OpSchedule, sch: Schedule, inner: Graph, idx: int,
     host = sa.input_values[k]
     if any(st.find_block(sch.mod, n) is not None for n in tail):
         return None
-    if any(v is host for n in inner.nodes[idx + 1:] for v in n.inputs):
+    if any(v is host for n in tail_nodes for v in n.inputs):
         return None
     return host
 
