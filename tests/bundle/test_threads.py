@@ -240,3 +240,24 @@ int main(void) {
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0 and "bad 0" in run.stdout, run.stdout + run.stderr
     assert not re.search(r"ThreadSanitizer", run.stderr), run.stderr
+
+
+@pytest.mark.usefixtures("split_every_kernel")
+def test_a_threaded_bundle_cross_compiles_for_a_board_without_a_thread_library(tmp_path):
+    """A Cortex-M descriptor that says ``cores: 2`` gets SPMD kernels; its firmware build
+    (no THREADS define) runs them on the caller's thread and needs no pthread or OpenMP."""
+    from tests.tools import have
+
+    if not (have("arm-none-eabi-gcc") and have("picolibc")):
+        pytest.skip("needs arm-none-eabi-gcc and picolibc (apt-get install gcc-arm-none-eabi "
+                    "picolibc-arm-none-eabi)")
+    digits = Path(__file__).resolve().parents[2] / "examples" / "digits" / "digits.onnx"
+    path = compile_model(digits, cores(2, "cortex-m4"), tmp_path / "m4")
+    assert any(k["threaded"] for k in json.loads((path / "metadata.json").read_text())
+               ["kernels"])
+    make(path, "lib", cflags="-O2 -std=c99 -mcpu=cortex-m4 -mthumb -mfloat-abi=hard "
+                             "-mfpu=fpv4-sp-d16 --specs=picolibc.specs " + " ".join(STRICT))
+    nm = subprocess.run(["arm-none-eabi-nm", str(path / "libdigits.a")], capture_output=True,
+                        text=True, check=True).stdout
+    assert re.search(r"\bT kiln_parallel\b", nm)
+    assert not re.search(r"\bU (pthread_|omp_|GOMP_)", nm)

@@ -262,6 +262,15 @@ def build_flags(spec: BundleSpec) -> list[str]:
     return flags
 
 
+def default_threads(spec: BundleSpec, calls: list[dict[str, Any]]) -> str:
+    """The Makefile's and CMake's default thread library: ``pthread`` for a bundle with
+    threaded kernels built by the host's compiler; ``none`` otherwise (a single-threaded
+    bundle, or a target with its own cross compiler, a board: no POSIX threads there;
+    ``make THREADS=...`` chooses another)."""
+    hosted = spec.target.compiler in (None, "cc", "gcc", "clang")
+    return "pthread" if hosted and any(c["threaded"] for c in calls) else "none"
+
+
 def max_threads(spec: BundleSpec) -> int:
     """Threads the bundle's parallel kernels may use: the target's ``cores``."""
     return max(spec.target.cores or 1, 1)
@@ -372,6 +381,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes, "max_threads": max_threads(spec),
            "threaded": any(c["threaded"] for c in calls),
+           "default_threads": default_threads(spec, calls),
            "kernel_objects": [k["object"] for k in kernels if k["object"]],
            **weights_context(spec, loc)}
     m = spec.model
