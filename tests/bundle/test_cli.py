@@ -159,6 +159,28 @@ def test_run_bundle_errors(kiln, lenet, bundle, tmp_path):
     assert code == 2 and "not the model this bundle was compiled from" in err
 
 
+def test_bundle_records_the_model_files_sha256(kiln, lenet, bundle, tmp_path):
+    """The digest is of the file's bytes (hashed a block at a time, never a second copy of
+    a large model); a bundle that recorded the older digest of the serialised model is
+    still checked against the same file."""
+    import hashlib
+    import json
+    import shutil
+
+    d, _, _ = lenet
+    meta = json.loads((bundle / "metadata.json").read_text())
+    assert meta["model"]["sha256"] == hashlib.sha256(
+        (d / "lenet5.onnx").read_bytes()).hexdigest()
+    old = tmp_path / "old"
+    shutil.copytree(bundle, old)
+    proto = onnx.load(d / "lenet5.onnx")
+    meta["model"]["sha256"] = hashlib.sha256(
+        proto.SerializeToString(deterministic=True)).hexdigest()
+    (old / "metadata.json").write_text(json.dumps(meta))
+    code, out, err = kiln("run", old, "--inputs", d / "in.npz", "--check")
+    assert code == 0 and "check passed" in out, err
+
+
 def test_run_onnx_path_unchanged(kiln, lenet):
     d, _, _ = lenet
     code, out, err = kiln("run", d / "lenet5.onnx", "--inputs", d / "in.npz")

@@ -17,7 +17,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,19 +63,25 @@ def reference_outputs(meta: Mapping[str, Any], inputs: Mapping[str, np.ndarray],
 
     ``model`` overrides the path recorded in ``metadata.json``; the file must be the same
     model (its sha256 is checked).  ``model`` may also be the ``onnx.ModelProto``."""
-    from toolchain.frontend.onnx import from_onnx, load_model
+    import onnx
+
+    from toolchain.frontend.onnx import from_onnx, load_model, model_sha256
     from toolchain.graph.reference import run_graph
 
     path = model if model is not None else (meta.get("model") or {}).get("path")
     if not isinstance(path, (str, Path)) and path is not None:
-        proto, source = path, path
+        source: Any = path
     elif not path or not Path(path).is_file():
         raise InputError(f"--check needs the ONNX model the bundle was compiled from; "
                          f"{path or 'no path'} is not a file: pass --model-file MODEL.onnx")
     else:
-        proto, source = load_model(str(path))[0], str(path)
-    digest = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
-    if digest != meta["model"].get("sha256"):
+        source = str(path)
+    want = meta["model"].get("sha256")
+    # a file's own bytes (Kiln from 0.1 on); a bundle compiled from an in-memory model, or
+    # by an older Kiln, recorded the sha256 of the model's deterministic serialisation
+    if model_sha256(source) != want and (
+            isinstance(source, onnx.ModelProto)
+            or model_sha256(load_model(source)[0]) != want):
         label = source if isinstance(source, str) else "the given ModelProto"
         raise InputError(f"--check: {label} is not the model this bundle was compiled from "
                          "(its content changed); recompile the bundle or pass the right "

@@ -23,7 +23,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -112,16 +112,21 @@ def resolve_target(target: str | Path | Target) -> Target:
 
 
 def _source_info(model: Any) -> tuple[Any, dict[str, Any], str]:
-    """(model for from_onnx, provenance for metadata.json, default model name)."""
-    from toolchain.frontend.onnx import load_model
+    """(model for from_onnx, provenance for metadata.json, default model name). A path is
+    not parsed here (``from_onnx`` parses it once): its sha256 is the file's, hashed a
+    block at a time, so a large model is never held twice for its digest."""
+    from toolchain.frontend.onnx import load_model, model_sha256
 
-    proto, label, base_dir = load_model(model)
-    digest = hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
-    if base_dir is not None:
-        path = Path(label).resolve()
-        return proto if not isinstance(model, (str, Path)) else str(path), \
-            {"path": str(path), "sha256": digest}, path.stem
-    return proto, {"path": None, "sha256": digest}, proto.graph.name or "model"
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.exists():
+            raise ModelError(f"{path}: no such file")
+        if path.is_dir():
+            raise ModelError(f"{path}: is a directory, not an ONNX model file")
+        path = path.resolve()
+        return str(path), {"path": str(path), "sha256": model_sha256(path)}, path.stem
+    proto, label, _ = load_model(model)
+    return proto, {"path": None, "sha256": model_sha256(proto)}, proto.graph.name or "model"
 
 
 def _schedule(node: Node, target: Target, cache: KernelCache

@@ -32,6 +32,7 @@ The steps, each with its own user-facing errors (all :class:`~toolchain.errors.M
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -124,6 +125,30 @@ def from_onnx(
 
 
 # -- 1. loading -----------------------------------------------------------------------------
+
+def model_sha256(model: Any) -> str:
+    """The sha256 a bundle records for the model it was compiled from: of the file's bytes
+    for a path (read a MiB at a time: BERT-base's 434 MB are never in memory twice), of the
+    bytes themselves, or of the deterministic serialisation of a ``ModelProto``.
+
+    >>> import hashlib
+    >>> model_sha256(b"abc") == hashlib.sha256(b"abc").hexdigest()
+    True
+    """
+    h = hashlib.sha256()
+    if isinstance(model, onnx.ModelProto):
+        h.update(model.SerializeToString(deterministic=True))
+    elif isinstance(model, (bytes, bytearray)):
+        h.update(model)
+    else:
+        try:
+            with open(model, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except OSError as exc:
+            raise ModelError(f"{model}: cannot read the file ({exc.strerror or exc})") from None
+    return h.hexdigest()
+
 
 def load_model(model: Any) -> tuple[onnx.ModelProto, str, str | None]:
     """``(a private copy of the ModelProto, label for messages, folder or None)``.
