@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import zlib
+
+import numpy as np
+import pytest
 
 # Keep numeric libraries single-threaded in tests: the CI machine has two cores and the
 # suites run generated code that uses them.
@@ -13,9 +17,17 @@ def pytest_collection_modifyitems(items: list) -> None:
     """The suite runs in parallel (pytest-xdist, ``--dist loadgroup``): the Verilator
     models are built once into ``sim_build/`` per configuration, so every test that may
     build or run one stays on one worker (group ``rtl``)."""
-    import pytest
-
     for item in items:
         path = str(item.fspath).replace(os.sep, "/")
         if "/tests/hw/" in path or "/tests/vta/" in path:
             item.add_marker(pytest.mark.xdist_group("rtl"))
+
+
+@pytest.fixture(autouse=True)
+def _per_test_rng(request: pytest.FixtureRequest) -> None:
+    """A test module's shared ``RNG`` (a numpy Generator) reseeded from each test's id, so a
+    test's data never depends on which tests ran before it in the same worker (the suite
+    runs in parallel, in an order that varies: a vacuity check once failed that way)."""
+    module = getattr(request.node, "module", None)
+    if isinstance(getattr(module, "RNG", None), np.random.Generator):
+        module.RNG = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
