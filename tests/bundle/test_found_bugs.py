@@ -221,3 +221,28 @@ def test_an_injective_operand_of_a_conv_epilogue_listed_before_the_conv(target, 
         {"st": np.array([-2], I64), "en": np.array([4], I64), "ax": np.array([2], I64),
          "sp": np.array([2], I64), "w": _rand(6, 1, 2, 3, seed=1)})
     _check(model, tmp_path, {"x": _rand(1, 1, 2, 3)}, target=target)
+
+
+@pytest.mark.parametrize("target", ["c-generic", "host"])
+@pytest.mark.parametrize("anchor", ["gemm", "conv"])
+def test_an_epilogue_operand_computed_apart_from_the_anchor(anchor, target, tmp_path):
+    """Fuzzer seeds 21874 and 21732, a silent wrong output: ``Div(Gemm(a), Sigmoid(s) +
+    0.5)`` fuses into one group whose tail computes ``Sigmoid(s) + 0.5`` in a loop nest
+    placed after the anchor, while the Div moved into the anchor's loops read it before
+    it was written (inf on c-generic). Tail nodes that do not depend on the anchor now
+    run before it."""
+    rng = np.random.default_rng(21874)
+    if anchor == "gemm":
+        first = h.make_node("Gemm", ["a", "w"], ["g"], alpha=0.5, transA=1)
+        shapes = {"a": (F, [1, 15]), "s": (F, [15, 1])}
+        out, w = [15, 7], rng.standard_normal((1, 7)).astype(F)
+    else:
+        first = h.make_node("Conv", ["a", "w"], ["g"], pads=[1, 1, 1, 1])
+        shapes = {"a": (F, [1, 3, 6, 6]), "s": (F, [1, 1, 6, 6])}
+        out, w = [1, 4, 6, 6], rng.standard_normal((4, 3, 3, 3)).astype(F)
+    model = make_model([first, h.make_node("Sigmoid", ["s"], ["sg"]),
+                        h.make_node("Add", ["sg", "c"], ["d"]),
+                        h.make_node("Div", ["g", "d"], ["y"])],
+                       shapes, {"y": (F, out)}, {"w": w, "c": np.array(0.5, F)})
+    inputs = {k: rng.standard_normal(v[1]).astype(F) for k, v in shapes.items()}
+    _check(model, tmp_path, inputs, target=target)

@@ -50,7 +50,7 @@ from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
 from toolchain.te.rebind import SwapBuffers, rebind
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.functor import StmtExprMutator, post_order_visit
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.schedule import BlockRV, LoopRV
@@ -313,6 +313,34 @@ def _root_items(func: ir.PrimFunc) -> tuple[list[ir.Stmt], tuple[ir.Buffer, ...]
     return (list(body.seq) if isinstance(body, ir.SeqStmt) else [body]), root.alloc_buffers
 
 
+def _split_tail(items: list[ir.Stmt], anchor_buf: ir.Buffer
+                ) -> tuple[list[ir.Stmt], list[ir.Stmt]]:
+    """The tail's root statements (in order) that do not depend on the anchor's output,
+    and those that do. The first run before the anchor: ``Div(conv, Sigmoid(s) + 1)``
+    computes ``Sigmoid(s) + 1`` first, so that ``fuse_tail`` may move the Div into the
+    anchor's loops (a tail block placed after the anchor and read by such a moved block
+    would be read before it is written: a silent wrong output, fuzzer seed 21874)."""
+    tainted = {id(anchor_buf.data)}
+    before: list[ir.Stmt] = []
+    after: list[ir.Stmt] = []
+    for item in items:
+        reads: set[int] = set()
+        writes: set[int] = set()
+
+        def visit(n: Any, reads: set[int] = reads, writes: set[int] = writes) -> None:
+            if isinstance(n, ir.Block):
+                reads.update(id(r.buffer.data) for r in n.reads)
+                writes.update(id(w.buffer.data) for w in n.writes)
+
+        post_order_visit(item, visit)
+        if reads & tainted:
+            tainted |= writes
+            after.append(item)
+        else:
+            before.append(item)
+    return before, after
+
+
 def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops.CpuConfig,
                           options: Callable[[Node], dict[str, Any]] | None = None
                           ) -> FusedKernel:
@@ -375,7 +403,8 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     t_items, t_allocs = _root_items(ft)
     anchor_buf = canon[id(out_val)]
     allocs = a_allocs + t_allocs + ((anchor_buf,) if anchor_buf not in params else ())
-    root = ir.Block("root", (), (), (), ir.seq(*a_items, *t_items), None, allocs)
+    before, after = _split_tail(t_items, anchor_buf)
+    root = ir.Block("root", (), (), (), ir.seq(*before, *a_items, *after), None, allocs)
     name = sanitize(node.attrs["kernel"], **TE_NAMES)
     func = ir.PrimFunc(params, ir.BlockRealize((), ir.IntImm(1, "bool"), root), name,
                        {"global_symbol": name})
