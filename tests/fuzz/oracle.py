@@ -12,8 +12,11 @@ all is well). A finding is one of
 
 A model onnxruntime itself rejects is no finding (the generator's fault, reported as
 ``invalid``); nor is a disagreement that follows from an ``ArgMax``/``ArgMin`` over values
-that tie within rounding (``ambiguous``: onnxruntime's InstanceNormalization, say, gives
-two instances of one expanded row values one ulp apart, and which index wins is noise).
+that tie within rounding, or a comparison of operands equal within rounding
+(``ambiguous``: onnxruntime's InstanceNormalization, say, gives two instances of one
+expanded row values one ulp apart, and which index wins is noise; the mean of ``erf(x)``
+and ``erf(-x)`` is 1e-9 in one implementation and 0 in another, and ``Less(., 0)``
+flips).
 Targets this host cannot run (CPU features it lacks) are skipped.
 
 ``shrink(model, inputs, finding, targets)`` cuts a failing model down to the smallest
@@ -183,10 +186,16 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
 TIE_RTOL = 1e-4
 
 
+#: comparisons: a result that flips where the two operands are (nearly) equal
+COMPARISONS = ("Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal")
+
+
 def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | None:
-    """The first ``ArgMax``/``ArgMin`` of ``model`` whose input, as onnxruntime computes it,
-    has a slice along the axis whose best two values are within :data:`TIE_RTOL`: where
-    the exact values tie, the index that wins depends on rounding.
+    """The first node of ``model`` whose result hangs on rounding, as onnxruntime
+    computes its inputs: an ``ArgMax``/``ArgMin`` with a slice whose best two values are
+    within :data:`TIE_RTOL`, or a comparison (``Less``, ``Equal``, ...) with operands within
+    ``TIE_RTOL`` (relative) + ``ATOL`` of each other (the mean of ``erf(x)`` and
+    ``erf(-x)`` is 0 exactly, about 1e-9 in float32, and ``Less(., 0)`` flips).
 
     >>> from onnx import TensorProto, helper
     >>> g = helper.make_graph([helper.make_node("ArgMax", ["x"], ["y"], axis=1)], "g",
@@ -197,8 +206,16 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
     "ArgMax 'y': 1 of 1 slices have two values within 0.0001 of each other (relative)"
     >>> near_tie(m, {"x": np.array([[1.0, 3.0, 2.0]], np.float32)}) is None
     True
+    >>> g = helper.make_graph([helper.make_node("Less", ["x", "z"], ["y"])], "g",
+    ...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2]),
+    ...      helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])],
+    ...     [helper.make_tensor_value_info("y", TensorProto.BOOL, [2])])
+    >>> m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    >>> near_tie(m, {"x": np.array([1e-9, 1.0], np.float32), "z": np.zeros(2, np.float32)})
+    "Less 'y': 1 of 2 elements compare operands within 0.0001 (relative) + 1e-05"
     """
-    nodes = [n for n in model.graph.node if n.op_type in ("ArgMax", "ArgMin")]
+    nodes = [n for n in model.graph.node
+             if n.op_type in ("ArgMax", "ArgMin") or n.op_type in COMPARISONS]
     if not nodes:
         return None
     inferred = onnx.shape_inference.infer_shapes(model)
@@ -207,13 +224,29 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     have = {o.name for o in probe.graph.output}
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     for n in nodes:
-        if n.input[0] not in have and n.input[0] in types:
-            probe.graph.output.append(onnx.helper.make_tensor_value_info(
-                n.input[0], types[n.input[0]], None))
-            have.add(n.input[0])
-    values = run_ort(probe, inputs)
+        for name in n.input[:2]:
+            if name and name not in have and name not in inits and name in types:
+                probe.graph.output.append(onnx.helper.make_tensor_value_info(
+                    name, types[name], None))
+                have.add(name)
+    values = {**inits, **dict(inputs), **run_ort(probe, inputs)}
     for n in nodes:
+        if n.op_type in COMPARISONS:
+            if len(n.input) < 2 or n.input[0] not in values or n.input[1] not in values:
+                continue
+            a = np.asarray(values[n.input[0]], np.float64)
+            b = np.asarray(values[n.input[1]], np.float64)
+            if not (np.issubdtype(a.dtype, np.floating) and a.size and b.size):
+                continue
+            gap = np.abs(a - b)
+            scale = np.maximum(np.abs(a), np.abs(b))
+            close = int(np.sum(gap <= TIE_RTOL * scale + ATOL))
+            if close:
+                return (f"{n.op_type} {n.output[0]!r}: {close} of {gap.size} elements "
+                        f"compare operands within {TIE_RTOL:g} (relative) + {ATOL:g}")
+            continue
         if n.input[0] not in values:
             continue
         x = np.asarray(values[n.input[0]], np.float64)
