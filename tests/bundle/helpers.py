@@ -117,8 +117,10 @@ def make(bundle: Path, *args: str, cflags: str | None = None) -> subprocess.Comp
 
 
 def run_main(bundle: Path, inputs: Mapping[str, np.ndarray], meta: Mapping[str, Any],
-             prefix: Sequence[str] = (), timeout: float = 120) -> dict[str, np.ndarray]:
-    """Run the bundle's demo ``main`` on raw .bin files; the outputs by name."""
+             prefix: Sequence[str] = (), timeout: float = 120,
+             options: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Run the bundle's demo ``main`` (with ``options``, e.g. ``--threads 2``) on raw .bin
+    files; the outputs by name."""
     from toolchain.graph.ir import np_dtype
 
     files = []
@@ -127,8 +129,20 @@ def run_main(bundle: Path, inputs: Mapping[str, np.ndarray], meta: Mapping[str, 
         np.ascontiguousarray(inputs[t["name"]]).tofile(f)
         files.append(str(f))
     outs = [bundle / f"out_{t['field']}.bin" for t in meta["outputs"]]
-    res = subprocess.run([*prefix, str(bundle / "main"), *files, *map(str, outs)],
+    res = subprocess.run([*prefix, str(bundle / "main"), *options, *files, *map(str, outs)],
                          capture_output=True, text=True, timeout=timeout, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     return {t["name"]: np.fromfile(f, np_dtype(t["dtype"])).reshape(t["shape"])
             for t, f in zip(meta["outputs"], outs, strict=True)}
+
+
+def clip_softmax_clip(hi2: float) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``Clip(0, 6) -> Softmax -> Clip(0, hi2)`` on a [1, 16] input, and that input: two
+    Clips whose bounds are baked into the code, equal only when ``hi2`` is 6."""
+    f = np.float32
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["a"]),
+             helper.make_node("Softmax", ["a"], ["t"], axis=-1),
+             helper.make_node("Clip", ["t", "lo", "hi2"], ["y"])]
+    inits = {"lo": np.array(0.0, f), "hi": np.array(6.0, f), "hi2": np.array(hi2, f)}
+    model = make_model(nodes, {"x": (f, [1, 16])}, {"y": (f, [1, 16])}, inits)
+    return model, {"x": np.linspace(-8, 8, 16, dtype=f)[None]}

@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import assert_matches, compile_run, make_model, random_inputs, run_ort
+from tests.bundle.helpers import (
+    assert_matches,
+    clip_softmax_clip,
+    compile_run,
+    make_model,
+    random_inputs,
+    run_ort,
+)
 from toolchain import te
 from toolchain.bundle.compiler import KernelCache
 from toolchain.bundle.weights import _lines, format_bytes
@@ -79,12 +86,7 @@ def test_groups_of_different_shapes_keep_their_own_functions(tmp_path) -> None:
 def test_baked_constants_are_never_merged(tmp_path, hi2) -> None:
     """Clip's bounds are baked into the C: two Clips on equal shapes share a function only
     when their bounds are equal too, and the results stay exact either way."""
-    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["a"]),
-             helper.make_node("Softmax", ["a"], ["t"], axis=-1),
-             helper.make_node("Clip", ["t", "lo", "hi2"], ["y"])]
-    inits = {"lo": np.array(0.0, F), "hi": np.array(6.0, F), "hi2": np.array(hi2, F)}
-    model = make_model(nodes, {"x": (F, [1, 16])}, {"y": (F, [1, 16])}, inits)
-    inputs = {"x": np.linspace(-8, 8, 16, dtype=F)[None]}
+    model, inputs = clip_softmax_clip(hi2)
     bundle, got = compile_run(model, tmp_path, inputs)
     assert_matches(got, run_ort(model, inputs))
     meta = json.loads((bundle / "metadata.json").read_text())

@@ -12,7 +12,14 @@ import pytest
 from onnx import helper
 
 import toolchain.bundle.compiler as compiler
-from tests.bundle.helpers import assert_matches, compile_run, make_model, random_inputs, run_ort
+from tests.bundle.helpers import (
+    assert_matches,
+    clip_softmax_clip,
+    compile_run,
+    make_model,
+    random_inputs,
+    run_ort,
+)
 from toolchain.bundle import compile_model
 from toolchain.bundle.reuse import group_key
 from toolchain.schedules import registry
@@ -96,12 +103,7 @@ def test_reused_schedule_gives_the_bundle_of_scheduling_every_group(
 @pytest.mark.parametrize("hi2", [6.0, 4.0])
 def test_groups_differing_in_a_baked_constant_are_scheduled_apart(tmp_path, hi2,
                                                                   schedule_calls) -> None:
-    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["a"]),
-             helper.make_node("Softmax", ["a"], ["t"], axis=-1),
-             helper.make_node("Clip", ["t", "lo", "hi2"], ["y"])]
-    inits = {"lo": np.array(0.0, F), "hi": np.array(6.0, F), "hi2": np.array(hi2, F)}
-    model = make_model(nodes, {"x": (F, [1, 16])}, {"y": (F, [1, 16])}, inits)
-    inputs = {"x": np.linspace(-8, 8, 16, dtype=F)[None]}
+    model, inputs = clip_softmax_clip(hi2)
     _, got = compile_run(model, tmp_path, inputs)
     assert_matches(got, run_ort(model, inputs))
     assert len(schedule_calls) == (2 if hi2 == 6.0 else 3)

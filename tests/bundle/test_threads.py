@@ -163,17 +163,7 @@ def test_make_with_each_thread_library(threads, tmp_path):
 
 
 def _main_threads(path, inputs, meta, n):
-    files = []
-    for t in meta["inputs"]:
-        f = path / f"in_{t['field']}.bin"
-        np.ascontiguousarray(inputs[t["name"]]).tofile(f)
-        files.append(str(f))
-    outs = [path / f"out_{t['field']}.bin" for t in meta["outputs"]]
-    res = subprocess.run([str(path / "main"), "--threads", n, *files, *map(str, outs)],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert res.returncode == 0, res.stderr
-    return {t["name"]: np.fromfile(f, np.float32).reshape(t["shape"])
-            for t, f in zip(meta["outputs"], outs, strict=True)}
+    return run_main(path, inputs, meta, options=("--threads", n))
 
 
 @pytest.mark.usefixtures("split_every_kernel")
