@@ -279,6 +279,11 @@ def host_cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+#: the ``compiler`` values that mean this host's own C compiler (anything else is a cross
+#: compiler: the code runs on a board, with no operating system's threads)
+HOST_COMPILERS = (None, "cc", "gcc", "clang")
+
+
 def runs_here(target: Target) -> bool:
     """Whether code for ``target`` runs on this machine (its ``cpu_flags`` are present and
     its compiler is the host's).
@@ -286,7 +291,7 @@ def runs_here(target: Target) -> bool:
     >>> runs_here(load_target("c-generic"))
     True
     """
-    if target.kind != "c" or target.compiler not in (None, "cc", "gcc", "clang"):
+    if target.kind != "c" or target.compiler not in HOST_COMPILERS:
         return False
     return set(target.cpu_flags) <= host_cpu_flags()
 

@@ -121,11 +121,11 @@ def thread_flags(meta: Mapping[str, Any]) -> list[str]:
 def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
     """Target flags for a host build of a bundle; refuses targets this host cannot run
     (a cross compiler, CPU features this machine lacks, an ``-march`` it refuses)."""
-    from toolchain.target import host_cpu_flags
+    from toolchain.target import HOST_COMPILERS, host_cpu_flags
 
     t = meta.get("target") or {}
     name = t.get("name", "?")
-    if t.get("compiler") not in (None, "cc", "gcc", "clang"):
+    if t.get("compiler") not in HOST_COMPILERS:
         raise TargetError(f"the bundle's target {name!r} is built with {t['compiler']}: it "
                           "cannot run on this host; cross-compile it with `make lib` in the "
                           "bundle directory (docs/bundle.md) and run it on the board")

@@ -48,6 +48,7 @@ from toolchain.codegen.names import Namer
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.ops.registry import get_op
+from toolchain.target import HOST_COMPILERS
 from toolchain.tir.ir import bits_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -267,7 +268,7 @@ def default_threads(spec: BundleSpec, calls: list[dict[str, Any]]) -> str:
     threaded kernels built by the host's compiler; ``none`` otherwise (a single-threaded
     bundle, or a target with its own cross compiler, a board: no POSIX threads there;
     ``make THREADS=...`` chooses another)."""
-    hosted = spec.target.compiler in (None, "cc", "gcc", "clang")
+    hosted = spec.target.compiler in HOST_COMPILERS
     return "pthread" if hosted and any(c["threaded"] for c in calls) else "none"
 
 
