@@ -46,6 +46,7 @@ from toolchain.errors import (
     TargetError,
     UnsupportedError,
 )
+from toolchain.frontend.mapped import release_mapped_pages
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
@@ -323,6 +324,7 @@ def release_freed_memory() -> None:
     """
     import ctypes
 
+    release_mapped_pages()
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -479,6 +481,7 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
                 with packing.recording() as rec:
                     hit = _schedule(node, t, cache)
                 reuse.remember(node, rec, *hit)
+            release_mapped_pages()  # the weights it read are packed by now
         func, ins, outs, how, host = hit
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))
