@@ -13,6 +13,7 @@ MODULES = [
     "toolchain.frontend.backend", "toolchain.frontend.mapped",
     "toolchain.graph.reference", "toolchain.commands.inspect_cmd",
     "toolchain.commands.run_cmd", "toolchain.commands._model_args",
+    "toolchain.commands.compile_cmd",
 ]
 
 
