@@ -61,8 +61,9 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
-           "intrinsic_of_function", "load_intrinsics", "operand_tiles", "parse_behaviour"]
+__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "instruction_op",
+           "intrinsic_flags", "intrinsic_of_function", "load_intrinsics", "operand_tiles",
+           "parse_behaviour", "scalar_vars"]
 
 
 @dataclass(frozen=True)
@@ -139,15 +140,19 @@ def _compile(t: Target) -> _Loaded:
         where = _where(t, name, spec)
         beh = parse_behaviour(spec["behaviour"], where)
         desc = behaviour_func(beh, dict(spec["extents"]), dict(spec["dtypes"]), where)
-        fn = spec["function"]
-        if not fn.isidentifier():
-            raise TargetError(f"{where}: function {fn!r} is not a C identifier")
         ptrs = [ir.Call("handle", "tir.address_of", [b[tuple(0 for _ in b.shape)]])
                 for b in desc.buffers]
+        if "instruction" in spec:  # an accelerator instruction: a call the backend lowers
+            fn = instruction_op(spec["instruction"])
+            ptrs += [scalar_vars(desc)[n] for n in beh.scalars()]
+        else:
+            fn = spec["function"]
+            if not fn.isidentifier():
+                raise TargetError(f"{where}: function {fn!r} is not a C identifier")
         impl = ir.PrimFunc(desc.buffers, ir.Evaluate(ir.Call("int32", fn, ptrs)),
                            f"{fn}_impl")
         info = IntrinsicSpec(f"{t.name}.{name}", t.name, fn, tuple(b.name for b in desc.buffers),
-                             spec["impl"], tuple(spec.get("headers", ())),
+                             spec.get("impl", ""), tuple(spec.get("headers", ())),
                              tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
                              dict(spec.get("scopes", {})), block.text if block else "",
                              tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
@@ -155,6 +160,37 @@ def _compile(t: Target) -> _Loaded:
                              block.key if block else "", spec.get("llvm_impl", ""))
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block)
+
+
+def instruction_op(instruction: str) -> str:
+    """The call op of an intrinsic implemented by an accelerator instruction.
+
+    >>> instruction_op("ALU.MAX")
+    'vta.ALU.MAX'
+    """
+    return f"vta.{instruction}"
+
+
+def scalar_vars(desc: ir.PrimFunc) -> dict[str, ir.Var]:
+    """The scalar operands (free variables that are no loop variable) of a description.
+
+    >>> beh = parse_behaviour("C[i] = max(A[i], lo)")
+    >>> from toolchain.intrinsics.behaviour import behaviour_func
+    >>> list(scalar_vars(behaviour_func(beh, {"i": 4}, {"A": "int32", "C": "int32"})))
+    ['lo']
+    """
+    from toolchain.tir.functor import free_vars, post_order_visit
+
+    bound: set[ir.Var] = set()
+
+    def grab(x: object) -> None:
+        if isinstance(x, ir.For):
+            bound.add(x.loop_var)
+        elif isinstance(x, ir.Block):
+            bound.update(iv.var for iv in x.iter_vars)
+
+    post_order_visit(desc.body, grab)
+    return {v.name: v for v in free_vars(desc.body) if v not in bound}
 
 
 def load_intrinsics(target: str | Target) -> list[str]:
