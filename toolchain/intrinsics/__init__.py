@@ -61,7 +61,7 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "instruction_op",
+__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec",
            "intrinsic_flags", "intrinsic_of_function", "load_intrinsics", "operand_tiles",
            "parse_behaviour", "scalar_vars"]
 
@@ -89,6 +89,8 @@ class IntrinsicSpec:
     helpers_key: str = ""
     #: the LLVM IR body template (``llvm_impl``), "" when the intrinsic has none
     llvm_template: str = ""
+    #: the accelerator instruction that implements it (``GEMM``, ``ALU.MAX``...), "" for C
+    instruction: str = ""
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -143,7 +145,7 @@ def _compile(t: Target) -> _Loaded:
         ptrs = [ir.Call("handle", "tir.address_of", [b[tuple(0 for _ in b.shape)]])
                 for b in desc.buffers]
         if "instruction" in spec:  # an accelerator instruction: a call the backend lowers
-            fn = instruction_op(spec["instruction"])
+            fn = f"{t.name}.{name}"
             ptrs += [scalar_vars(desc)[n] for n in beh.scalars()]
         else:
             fn = spec["function"]
@@ -157,18 +159,10 @@ def _compile(t: Target) -> _Loaded:
                              dict(spec.get("scopes", {})), block.text if block else "",
                              tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
                              {str(k): int(v) for k, v in dict(spec["extents"]).items()},
-                             block.key if block else "", spec.get("llvm_impl", ""))
+                             block.key if block else "", spec.get("llvm_impl", ""),
+                             spec.get("instruction", ""))
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block)
-
-
-def instruction_op(instruction: str) -> str:
-    """The call op of an intrinsic implemented by an accelerator instruction.
-
-    >>> instruction_op("ALU.MAX")
-    'vta.ALU.MAX'
-    """
-    return f"vta.{instruction}"
 
 
 def scalar_vars(desc: ir.PrimFunc) -> dict[str, ir.Var]:
@@ -233,10 +227,12 @@ def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, boo
     from toolchain.tir import arith
 
     spec = _BY_FUNCTION.get(call.op)
-    if spec is None or len(call.args) != len(spec.tiles):
+    # an accelerator instruction's scalar operands (immediates) follow its buffers
+    if spec is None or len(call.args) != len(spec.tiles) and not (
+            spec.instruction and len(call.args) > len(spec.tiles)):
         return None
     out = []
-    for k, (arg, tile) in enumerate(zip(call.args, spec.tiles, strict=True)):
+    for k, (arg, tile) in enumerate(zip(call.args[:len(spec.tiles)], spec.tiles, strict=True)):
         if not (isinstance(arg, ir.Call) and arg.op == "tir.address_of" and arg.args
                 and isinstance(arg.args[0], ir.BufferLoad)):
             return None

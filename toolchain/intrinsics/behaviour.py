@@ -6,7 +6,7 @@ Grammar (whitespace free-form)::
     expr   := shift ("+" shift)*
     shift  := term (">>" term)*
     term   := factor ("*" factor)*
-    factor := access | "(" expr ")" | ("min" | "max") "(" expr "," expr ")" | NAME
+    factor := access | "(" expr ")" | ("min" | "max") "(" expr "," expr ")" | NAME | INT
     access := NAME "[" index ("," index)* "]"
     index  := iterm (("+" | "-") iterm)*        an affine expression of loop variables
     iterm  := INT | NAME | INT "*" NAME | NAME "*" INT
@@ -70,7 +70,14 @@ class Scalar:
     name: str
 
 
-Expr = Access | BinOp | Scalar
+@dataclass(frozen=True)
+class Const:
+    """An integer constant, e.g. ``0`` in ``C[i] = 0`` (zeroing accumulators)."""
+
+    value: int
+
+
+Expr = Access | BinOp | Scalar | Const
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,9 @@ class _Parser:
             self.take("sym", ")")
             return e
         t = self.peek()
+        if t is not None and t[0] == "int":
+            self.i += 1
+            return Const(int(t[1]))
         nxt = self.toks[self.i + 1] if self.i + 1 < len(self.toks) else None
         if t is not None and t[0] == "name" and t[1] in ("min", "max") and nxt == ("sym", "("):
             self.i += 2
@@ -327,6 +337,8 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
     def lower(e: Expr, env: dict[str, ir.PrimExpr]) -> ir.PrimExpr:
         if isinstance(e, Scalar):
             return scalars[e.name]
+        if isinstance(e, Const):
+            return ir.IntImm(e.value, odt)
         if isinstance(e, BinOp):
             x, y = lower(e.lhs, env), lower(e.rhs, env)
             return binop(e.op, x, y)
