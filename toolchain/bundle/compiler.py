@@ -103,6 +103,13 @@ def resolve_target(target: str | Path | Target) -> Target:
     """A :class:`Target` that has a bundle backend (C, CUDA, LLVM), from a name, a YAML path
     or a Target; others are refused with the backends there are."""
     t = resolve_target_once(target)
+    if t.is_accelerator:
+        raise TargetError(
+            f"target {t.name!r} ({t.source}) is an accelerator (kind {t.kind!r}): whole-model "
+            "bundles for it do not exist yet (instruction emission, graph partitioning and "
+            "the runtime driver are still to come); what exists is the dense-layer schedule "
+            "(toolchain.vta.schedule) and `kiln sim` for accelerator programs, see "
+            "docs/vta.md")
     try:
         backend_for(t)
     except TargetError:
