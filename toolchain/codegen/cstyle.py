@@ -425,7 +425,7 @@ class CStyleRenderer:
             self.emit(f"{self._vec_local(buf, idx)} = {value};")
         elif isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
             vt = self.ctype(s.value.dtype)
-            self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base)}) = {value};")
+            self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base, 12)}) = {value};")
         else:
             tmp = self.names.fresh("vec")
             self.emit(f"{{ {self.ctype(s.value.dtype)} {tmp} = {value};")
@@ -731,7 +731,7 @@ class CStyleRenderer:
             return self._vec_local(buf, idx), _ATOM
         vt = self.ctype(e.dtype)
         if isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
-            return f"*({vt}_u*)({name} + {self.expr(idx.base)})", 15
+            return f"*({vt}_u*)({name} + {self.expr(idx.base, 12)})", 15
         lanes = ", ".join(f"{name}[{self._lane(idx, k)}]" for k in range(ir.lanes_of(e.dtype)))
         return f"({vt}){{{lanes}}}", _ATOM
 
