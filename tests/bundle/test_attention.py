@@ -167,3 +167,23 @@ def test_two_core_bundle_splits_the_heads(tmp_path):
     scratch = [k.get("scratch_bytes", 0) for k in meta["kernels"] if "attention" in k["name"]]
     assert scratch and scratch[0] < 2 * 4 * 37 * 37 * 4 // 8, scratch
     assert_matches(got, run_ort(model, inputs), rtol=1e-5)
+
+
+def test_skip_pass_keeps_the_pattern_unfused_and_bad_names_are_refused(tmp_path, capsys):
+    import onnx
+
+    from toolchain import cli
+
+    model = sdpa_model(1, 2, 8, 8, 4, 4)
+    onnx.save(model, tmp_path / "m.onnx")
+    assert cli.main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "b"),
+                     "--no-progress", "--skip-pass", "fuse_attention"]) == 0
+    meta = json.loads((tmp_path / "b" / "metadata.json").read_text())
+    assert meta["options"]["skip_passes"] == ["fuse_attention"]
+    assert not any("attention" in k["name"] for k in meta["kernels"])
+    capsys.readouterr()
+    code = cli.main(["compile", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "c"),
+                     "--no-progress", "--skip-pass", "fuse_attn"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--skip-pass fuse_attn: not a graph pass" in err
+    assert "fuse_attention" in err and not (tmp_path / "c").exists()
