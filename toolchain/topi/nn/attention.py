@@ -44,18 +44,37 @@ def _mask_index(mask: te.Tensor, b: Expr, h: Expr, i: Expr, j: Expr) -> tuple[Ex
 
 def fused_attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, mask: te.Tensor | None, *,
                     scale: float, softcap: float = 0.0, left: int = -1, right: int = -1,
-                    fill: float = -math.inf, empty: str = "nan") -> te.Tensor:
+                    fill: float = -math.inf, empty: str = "nan", key_block: int = 1
+                    ) -> te.Tensor:
     """``softmax(scale · Q·Kt (+ mask)) · V`` as the stages of the module docstring.
 
     ``mask`` (rank ≤ 4, broadcasting to ``[B, Hq, Sq, Sk]``) is added when it is float and
     selects (``fill`` where false) when bool; ``left``/``right`` ≥ 0 keep keys ``j`` with
     ``i - left <= j <= i + right``; ``empty="zero"`` makes a row with no key a zero row.
+    ``key_block`` > 1 rounds the key axis of the score, max, exp and sum stages up to a
+    multiple of it (a vector width): ``attn_kt_pad`` is Kt with zero columns up to that
+    length (``[B, Hk, D, Skp]``, once per call), the extra keys get the logit ``-inf``,
+    so they add nothing, and every loop over keys is whole
+    vectors without a guarded tail. The V product still runs over the real keys.
     """
     bsz, hq, sq, d = const_shape(q, "attention Q")
     _, hk, _, sk = const_shape(kt, "attention Kt")
     dv = const_shape(v, "attention V")[3]
     group = hq // hk
     acc = "float32" if q.dtype == "float16" else q.dtype
+    skp = -(-sk // key_block) * key_block   # keys of the score rows (padded)
+
+    def key(j: Expr) -> Expr:
+        return j if skp == sk else te.min(j, sk - 1)
+
+    src = kt
+    if skp > sk:  # Kt with zero columns up to skp: the score loops read whole vectors
+        src = te.compute((bsz, hk, d, skp), lambda b, h, c, j: te.if_then_else(
+            j < sk, kt[b, h, c, key(j)], ir.const(0.0, kt.dtype)), name="attn_kt_pad",
+            tag="attention")
+
+    def kt_at(b: Expr, h: Expr, c: Expr, j: Expr) -> Expr:
+        return f(src[b, kv_head(h), c, j])
 
     def kv_head(h: Expr) -> Expr:
         return h if group == 1 else te.floordiv(h, group)
@@ -64,8 +83,8 @@ def fused_attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, mask: te.Tensor |
         return x if x.dtype == acc else te.cast(x, acc)
 
     kd = te.reduce_axis((0, d), name="kd")
-    score = te.compute((bsz, hq, sq, sk), lambda b, h, i, j: te.sum(
-        f(q[b, h, i, kd]) * f(kt[b, kv_head(h), kd, j]), axis=kd), name="attn_score",
+    score = te.compute((bsz, hq, sq, skp), lambda b, h, i, j: te.sum(
+        f(q[b, h, i, kd]) * kt_at(b, h, kd, j), axis=kd), name="attn_score",
         tag="attention")
 
     def logit(b: Expr, h: Expr, i: Expr, j: Expr) -> Expr:
@@ -74,7 +93,7 @@ def fused_attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, mask: te.Tensor |
             x = ir.const(softcap, acc) * te.tanh(x * ir.const(1.0 / softcap, acc))
         conds = []
         if mask is not None:
-            m = mask[_mask_index(mask, b, h, i, j)]
+            m = mask[_mask_index(mask, b, h, i, key(j))]
             if mask.dtype == "bool":
                 conds.append(m)
             else:
@@ -85,10 +104,12 @@ def fused_attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, mask: te.Tensor |
             conds.append(j + left >= i)
         if conds:
             x = te.select(te.all(*conds), x, ir.const(fill, acc))
+        if skp > sk:
+            x = te.select(j < sk, x, ir.const(-math.inf, acc))
         return x
 
-    lg = te.compute((bsz, hq, sq, sk), logit, name="attn_logit", tag="attention")
-    k1 = te.reduce_axis((0, sk), name="j")
+    lg = te.compute((bsz, hq, sq, skp), logit, name="attn_logit", tag="attention")
+    k1 = te.reduce_axis((0, skp), name="j")
     mx = te.compute((bsz, hq, sq), lambda b, h, i: te.max(lg[b, h, i, k1], axis=k1,
                                                            init=lowest(acc)),
                     name="attn_max", tag="attention")
@@ -99,9 +120,9 @@ def fused_attention(q: te.Tensor, kt: te.Tensor, v: te.Tensor, mask: te.Tensor |
             m = te.select(te.equal(m, ir.const(-math.inf, acc)), ir.const(0.0, acc), m)
         return m
 
-    e = te.compute((bsz, hq, sq, sk), lambda b, h, i, j: te.exp(lg[b, h, i, j] - shift(b, h, i)),
+    e = te.compute((bsz, hq, sq, skp), lambda b, h, i, j: te.exp(lg[b, h, i, j] - shift(b, h, i)),
                    name="attn_exp", tag="attention")
-    k2 = te.reduce_axis((0, sk), name="j")
+    k2 = te.reduce_axis((0, skp), name="j")
     s = te.compute((bsz, hq, sq), lambda b, h, i: te.sum(e[b, h, i, k2], axis=k2),
                    name="attn_sum", tag="attention")
     k3 = te.reduce_axis((0, sk), name="j")
