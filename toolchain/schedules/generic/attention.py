@@ -2,41 +2,55 @@
 and inside it every stage of :mod:`toolchain.topi.nn.attention` for that block of query
 rows only.
 
-Per row block of ``R`` query rows (``R`` = the largest divisor of ``Sq`` not above
-:data:`ROWS`; 1 for a prime ``Sq``), in order:
+Keys are padded to whole vectors (the compute's ``key_block`` = the target's float lanes:
+``attn_kt_pad``, Kt with zero columns, is written once per call before the row blocks), so
+no key loop has a guarded tail. Per row block of ``R`` query rows (``R`` = the largest
+divisor of ``Sq`` not above :data:`ROWS`; 1 for a prime ``Sq``), in order:
 
-1. ``attn_score`` — ``R × Sk`` scores: the head-size reduction ``kd`` runs *outside* the
-   key loop ``j``, which walks ``Kt[d, :]`` contiguously and is vectorized (each step is a
-   vector FMA into a row of scores; no horizontal sums);
-2. ``attn_max`` and ``attn_exp`` — the row maximum, then ``exp(logit − max)`` vectorized
-   over ``j`` (the mask, window and scale are inlined into both);
-3. ``attn_sum`` — the row sums;
-4. ``attn_acc`` — ``R × Dv`` accumulators: ``j`` outside, ``d`` inside vectorized (a vector
-   FMA of one probability and one contiguous row of ``V``);
-5. ``attention`` — ``acc / sum`` written out.
+1. ``attn_score`` — ``R × Skp`` scores: the head-size reduction ``kd`` outside, the
+   ``R`` rows × 2 key vectors a register tile (``cache_write`` to ``local``, unrolled:
+   one broadcast-FMA per vector and step, no horizontal sums), copied out per tile;
+2. ``attn_max`` — ``rfactor`` by the lanes (a vector of partial maxima per row), folded
+   in vectors of :data:`_TREE`, then :data:`_TREE` scalars; the mask, window, padding and
+   scale are inlined into it and into ``attn_exp``;
+3. ``attn_exp`` — ``exp(logit − max)`` vectorized over the keys;
+4. ``attn_sum`` — as the max;
+5. ``attn_acc`` — the V product: keys outside, ``R`` rows × head-size vectors a register
+   tile (a vector FMA of one probability and one contiguous row of ``V``);
+6. ``attention`` — ``acc / sum`` written out.
 
 The lowering's buffer compaction shrinks every intermediate to one row block (scores and
-exponentials ``R × Sk``, accumulators ``R × Dv``, two ``R``-vectors), allocated inside
+exponentials ``R × Skp``, accumulators ``R × Dv``, the partial vectors), allocated inside
 the parallel loop: the ``[Sq, Sk]`` matrix is never materialised, and each thread of a
 multi-core bundle works on its own blocks. The softmax is exact (two passes over a
 row block that stays in cache), not the rescaling online form.
 
 Before (``te.create_prim_func`` of the compute, abridged)::
 
-    for b, h, i, j, kd in T.grid(...):   attn_score[b, h, i, j] += Q[..] * Kt[..]
+    for b, h, c, j in T.grid(...):       attn_kt_pad[..] = j < Sk ? Kt[..] : 0
+    for b, h, i, j, kd in T.grid(...):   attn_score[b, h, i, j] += Q[..] * attn_kt_pad[..]
     for b, h, i, j in T.grid(...):       attn_logit[..] = ...
     ... one full-size nest per stage ...
 
-After ``schedule_attention_func(func, node, "x86_64-avx2")`` (abridged)::
+After ``schedule_attention_func(func, node, "x86_64-avx2")`` (abridged; R = 8, 32 keys)::
 
-    for b_h_i_0_fused in T.parallel(B * H * ceil(Sq / R)):
-        for i_1, kd in T.grid(R, D):
-            for j_1 in T.vectorized(8): attn_score[..] += Q[..] * Kt[kd, j]
-        for i_1, j in T.grid(R, Sk):   attn_max[..] = max(attn_max[..], logit)
+    for b, h, c, j_0 in T.grid(...):
+        for j_1 in T.vectorized(8): attn_kt_pad[..] = ...
+    for b_h_i_0_fused in T.parallel(B * H * Sq / 8):
+        for j_0 in range(2):
+            for i_1 in T.unroll(8): for j_1 in T.unroll(2): for j_2 in T.vectorized(8):
+                attn_score_local[..] = 0
+            for kd in range(D):
+                for i_1 in T.unroll(8): for j_1 in T.unroll(2): for j_2 in T.vectorized(8):
+                    attn_score_local[..] += Q[..] * attn_kt_pad[.., kd, j]
+            ... copy the tile to attn_score ...
+        for i_1, j_0 in T.grid(8, 4):
+            for j_1 in T.vectorized(8): attn_max_rf[i_1, j_1] = max(.., logit)
         ...
-        for i_1, j in T.grid(R, Sk):
-            for c_1 in T.vectorized(8): attn_acc[..] += attn_exp[..] * V[j, c]
-        for i_1 in range(R):
+        for j in range(Sk):
+            for i_1 in T.unroll(8): for c in T.vectorized(8):
+                attn_acc_local[..] += attn_exp[i_1, j] * V[j, c]
+        for i_1 in range(8):
             for c_1 in T.vectorized(8): attention[..] = attn_acc[..] / attn_sum[..]
 """
 
