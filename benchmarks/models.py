@@ -4,6 +4,7 @@
     python benchmarks/models.py lenet5 resnet8           # some models
     python benchmarks/models.py --target c-generic --runs 200 --keep build/bench
     python benchmarks/models.py --threads 2              # 2 threads each (docs/bundle.md)
+    python benchmarks/models.py vit_tiny transformer_encoder --compare-without fuse_attention
     python benchmarks/models.py --large --runs 5                # ResNet-50, BERT-base
     python benchmarks/models.py --large resnet18 --runs 5       # ... and ResNet-18
 
@@ -43,6 +44,10 @@ seeds; names from either table can be given):
 threads of the runtime's pthread pool), gives onnxruntime ``intra_op_num_threads=N``, and
 adds **kiln 1t us** (the same bundle run with ``--threads 1``) and **speed-up** (1 thread
 / N threads) before the N-thread columns.
+
+``--compare-without PASS`` compiles each model a second time with that graph pass left out
+(``kiln compile --skip-pass PASS``) and adds its time and its ratio to onnxruntime (the
+same onnxruntime measurement): the pass's effect, measured in one run.
 
 ``--profile`` also builds ``make profile`` (per-kernel timing hooks, runtime/kiln_profile.c)
 and prints, per model, each kernel's ops, MFLOP, minimum time over the runs, GFLOP/s and
@@ -117,14 +122,17 @@ def ort_overhead(runs: int) -> float:
 
 
 def compile_child(model: Path, target: str, out: Path, name: str,
-                  shapes: dict[str, tuple[int, ...]] | None, cores: int = 1
-                  ) -> tuple[float, int]:
+                  shapes: dict[str, tuple[int, ...]] | None, cores: int = 1,
+                  skip: str | None = None) -> tuple[float, int]:
     """``kiln compile`` as a child process: (the seconds it reports, its peak RSS bytes);
-    ``cores`` > 1: ``--cores`` (the parallel kernels split across that many threads)."""
+    ``cores`` > 1: ``--cores`` (the parallel kernels split across that many threads);
+    ``skip``: ``--skip-pass`` (a graph pass left out)."""
     cmd = [sys.executable, "-m", "toolchain", "compile", str(model), "--target", target,
            "-o", str(out), "--name", name, "--force", "--no-progress"]
     if cores > 1:
         cmd += ["--cores", str(cores)]
+    if skip:
+        cmd += ["--skip-pass", skip]
     for k, v in (shapes or {}).items():
         cmd += ["--input-shape", f"{k}={','.join(map(str, v))}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -213,7 +221,7 @@ def profile(bundle: Path, runs: int) -> None:
 
 
 def bench(name: str, target: str, runs: int, root: Path, overhead: float,
-          threads: int = 1) -> dict:
+          threads: int = 1, without: str | None = None) -> dict:
     spec = ZOO.get(name) or LARGE[name]
     model = spec.build()
     feeds = spec.inputs(model)
@@ -228,7 +236,16 @@ def bench(name: str, target: str, runs: int, root: Path, overhead: float,
     kiln = time_kiln(bundle, feeds, runs, threads)
     kiln1 = time_kiln(bundle, feeds, runs, 1) if threads > 1 else kiln
     ort_t = time_ort(model, feeds, runs, threads)
-    return {"model": name, "layout": meta["target"]["layout"].split()[0],
+    extra = {}
+    if without:  # the same model with one graph pass left out, timed the same way
+        other = root / f"{name}_without"
+        compile_child(root / f"{name}.onnx", target, other, name, spec.input_shapes, threads,
+                      skip=without)
+        build_main(other)
+        k_without = time_kiln(other, feeds, runs, threads)
+        extra = {"without": k_without, "ratio_without": k_without / max(ort_t - overhead,
+                                                                         1e-9)}
+    return {**extra, "model": name, "layout": meta["target"]["layout"].split()[0],
             "compile_s": compile_s, "peak": peak, "build_s": build_s,
             "nodes": meta["nodes_before_fusion"],
             "kernels": meta["kernel_count"], "arena": meta["arena_bytes"],
@@ -251,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also print each model's per-kernel times (make profile)")
     ap.add_argument("--keep", type=Path, help="write the bundles here (default: a temp dir)")
+    ap.add_argument("--compare-without", metavar="PASS",
+                    help="also compile each model with this graph pass left out (kiln "
+                         "compile --skip-pass) and print its time and ratio")
     args = ap.parse_args(argv)
     unknown = [n for n in args.models if n not in ZOO and n not in LARGE]
     if unknown:
@@ -271,13 +291,17 @@ def main(argv: list[str] | None = None) -> int:
           "(subtracted)")
     print()
     multi = "kiln 1t us | speed-up | " if n > 1 else ""
+    wo = args.compare_without
+    tail = f" kiln w/o {wo} us | ratio w/o {wo} |" if wo else ""
     print("| model | layout | compile s | peak MiB | build s | nodes -> kernels | arena KiB | "
-          f"lower KiB | naive KiB | weights KiB | {multi}kiln us | ort us | ort-ovh us | ratio |")
+          f"lower KiB | naive KiB | weights KiB | {multi}kiln us | ort us | ort-ovh us | ratio |"
+          + tail)
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-          + ("---: | ---: | " if n > 1 else "") + "---: | ---: | ---: | ---: |")
+          + ("---: | ---: | " if n > 1 else "") + "---: | ---: | ---: | ---: |"
+          + (" ---: | ---: |" if wo else ""))
     rows = []
     for name in names:
-        r = bench(name, args.target, args.runs, root, overhead, n)
+        r = bench(name, args.target, args.runs, root, overhead, n, wo)
         rows.append(r)
         one = f"{r['kiln1'] * 1e6:,.1f} | {r['kiln1'] / r['kiln']:.2f} | " if n > 1 else ""
         peak = f"{r['peak'] / 2**20:,.0f} ({r['peak'] / max(r['weights'], 1):.1f}x)"
@@ -285,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['nodes']} -> {r['kernels']} | "
               f"{r['arena'] / 1024:,.1f} | {r['lower'] / 1024:,.1f} | {r['naive'] / 1024:,.1f} | "
               f"{r['weights'] / 1024:,.1f} | {one}{r['kiln'] * 1e6:,.1f} | {r['ort'] * 1e6:,.1f} | "
-              f"{(r['ort'] - overhead) * 1e6:,.1f} | {r['ratio']:.2f} |", flush=True)
+              f"{(r['ort'] - overhead) * 1e6:,.1f} | {r['ratio']:.2f} |"
+              + (f" {r['without'] * 1e6:,.1f} | {r['ratio_without']:.2f} |" if wo else ""),
+              flush=True)
     if args.profile:
         for r in rows:
             profile(root / r["model"], args.runs)

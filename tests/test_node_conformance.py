@@ -191,7 +191,6 @@ _FP16_ATTENTION = (
     "data round every step in float16 (onnx.reference matches them exactly); 2 of 192 "
     "elements differ by 1.04e-3 relative, just over the case's rtol 1e-3")
 KNOWN_FAILURES: dict[str, str] = {
-    "test_attention_4d_causal_fp16": _FP16_ATTENTION,
     "test_attention_4d_causal_fp16_expanded": _FP16_ATTENTION,
 }
 

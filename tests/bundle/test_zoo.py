@@ -11,7 +11,10 @@ from tests.bundle.helpers import assert_matches, compile_run, run_ort
 from toolchain.zoo import ZOO
 
 MODELS = ["lenet5", "mlp", "ds_cnn", "resnet8", "mobilenet_v1", "autoencoder", "mobilenet_v2",
-          "transformer_encoder", "transformer_encoder_gelu", "fcn_opset11", "lstm_classifier"]
+          "transformer_encoder", "transformer_encoder_gelu", "fcn_opset11", "lstm_classifier",
+          "vit_tiny"]
+#: models with attention: one FusedAttention kernel per layer (the fuse_attention pass)
+ATTENTION_LAYERS = {"transformer_encoder": 2, "transformer_encoder_gelu": 2, "vit_tiny": 2}
 RECURRENT = {"lstm_classifier"}
 
 
@@ -38,6 +41,10 @@ def test_zoo_model_bundle_matches_onnxruntime(name, tmp_path):
     if name not in RECURRENT:  # an LSTM node is unrolled into kernels per time step
         assert meta["kernel_count"] <= meta["nodes_before_fusion"]
     assert meta["weight_bytes"] > 0
+    if name in ATTENTION_LAYERS:
+        ops = [k["ops"] for k in meta["kernels"]]
+        assert sum(o == ["FusedAttention"] for o in ops) == ATTENTION_LAYERS[name], ops
+        assert not any("Softmax" in o for o in ops)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
                   name: str | None = None, dump_ir: str | Path | None = None,
                   force: bool = False, progress: bool | None = None,
                   emulate: bool = False, backend: str | None = None,
-                  weights: str | None = None) -> Path:
+                  weights: str | None = None, skip_passes: tuple[str, ...] = ()) -> Path:
     """Compile ``model`` (a path, bytes or ModelProto) for ``target`` into the bundle
     directory ``output`` (written atomically); returns its path. ``emulate`` (GPU targets):
     a C bundle whose kernels are the GPU kernels' own code run thread by thread on the CPU
@@ -37,13 +37,15 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
     (``src/kernels/*.o``, ``docs/llvm.md``) next to the same C runtime, model and weights.
     ``weights``: how the weights are stored, one of
     :data:`~toolchain.bundle.weights.MODES` (None: ``auto``, i.e. ``incbin`` up to 2 GiB,
-    ``external`` above; docs/bundle.md)."""
+    ``external`` above; docs/bundle.md). ``skip_passes``: graph passes of
+    :data:`~toolchain.graph.passes.DEFAULT_PASSES` left out (``("fuse_attention",)``: the
+    attention pattern stays separate kernels, for comparisons)."""
     check_destination(Path(output).absolute(), force)
     bar = CompileProgress(progress)  # names the stage: import ... writing
     try:
         spec = build_spec(model, target, input_shapes=input_shapes, name=name,
                           dump_ir=dump_ir, progress=bar, emulate=emulate, backend=backend,
-                          weights=weights)
+                          weights=weights, skip_passes=skip_passes)
         bar.stage("rendering")
         cuda = spec.target.kind == "cuda" and not emulate
         files = render_cuda_files(spec) if cuda else render_files(spec)

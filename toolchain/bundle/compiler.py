@@ -342,13 +342,22 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                input_shapes: dict[str, tuple[int, ...]] | None = None,
                name: str | None = None, dump_ir: str | Path | None = None,
                progress: bool | None | CompileProgress = None, emulate: bool = False,
-               backend: str | None = None, weights: str | None = None) -> BundleSpec:
+               backend: str | None = None, weights: str | None = None,
+               skip_passes: tuple[str, ...] = ()) -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
     ``backend="llvm"``: the kernels as object code for the target's triple (LLVM), the rest
     of the bundle C as always; ``weights``: how the bundle stores its weights, one of
-    :data:`~toolchain.bundle.weights.MODES` (None: ``auto``)."""
+    :data:`~toolchain.bundle.weights.MODES` (None: ``auto``); ``skip_passes``: default graph
+    passes left out."""
     from toolchain.bundle.weights import MODES
+    from toolchain.graph.passes import DEFAULT_PASSES
+
+    unknown = sorted(set(skip_passes) - set(DEFAULT_PASSES))
+    if unknown:
+        raise OptionError(f"--skip-pass {', '.join(unknown)}: not a graph pass; the passes "
+                          f"are: {', '.join(dict.fromkeys(DEFAULT_PASSES))}")
+    passes = tuple(p for p in DEFAULT_PASSES if p not in skip_passes)
 
     if weights not in (None, *MODES):
         raise OptionError(f"weights {weights!r}: choose one of {', '.join(MODES)} "
@@ -377,7 +386,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     layout = layout_for_target(t)
     try:
         fused, kernels, plan = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
-                                        backend)
+                                        backend, passes)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -387,7 +396,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         layout_note = (f"nchw (the target's {_layout_name(layout)} failed: "
                        f"{str(exc).splitlines()[0][:160]})")
         fused, kernels, plan = _kernels(graph, parse_layout_target("nchw"), t, prefix,
-                                        dump_ir, bar, emulate, backend)
+                                        dump_ir, bar, emulate, backend, passes)
     release_freed_memory()
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
@@ -396,6 +405,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
     if backend == "llvm":
         options["backend"] = "llvm"  # kernels as object files (docs/llvm.md)
+    if skip_passes:
+        options["skip_passes"] = sorted(set(skip_passes))
     if not isinstance(progress, CompileProgress):
         bar.close()  # the caller's bar goes on to rendering and writing
     return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source)
@@ -431,14 +442,15 @@ def _layout_name(layout: Any) -> str:
 
 
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
-             bar: CompileProgress, emulate: bool = False, backend: str | None = None
+             bar: CompileProgress, emulate: bool = False, backend: str | None = None,
+             passes: tuple[str, ...] | None = None
              ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """The fused graph in ``layout`` (in the order its kernels run), its compiled kernels
     and its memory plan."""
     from toolchain.graph.passes import run_pipeline
 
     bar.stage("passes")
-    fused = run_pipeline(graph, layout, dump_dir=dump_ir)
+    fused = run_pipeline(graph, layout, dump_dir=dump_ir, passes=passes)
     bar.stage("scheduling")
     try:
         return _compile_kernels(fused, t, prefix, bar, emulate, backend)

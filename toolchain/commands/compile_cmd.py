@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace the output directory if it holds a previous bundle")
     parser.add_argument("--no-progress", action="store_true",
                         help="never show a progress bar")
+    parser.add_argument("--skip-pass", action="append", default=[], metavar="PASS",
+                        help="leave this default graph pass out (repeatable; e.g. "
+                             "fuse_attention to compare with the unfused attention)")
     parser.add_argument("--emulate", action="store_true",
                         help="GPU targets: write a C bundle whose kernels are the GPU kernels' "
                              "code run thread by thread on the CPU (checks them without a GPU)")
@@ -93,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     out = compile_model(args.model, target, args.output, input_shapes=input_shapes(args),
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
-                        emulate=args.emulate, backend=args.backend, weights=args.weights)
+                        emulate=args.emulate, backend=args.backend, weights=args.weights,
+                        skip_passes=tuple(args.skip_pass))
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]

@@ -20,17 +20,30 @@ from opset 18 or later (revisions since then are backward compatible).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import onnx
 import onnx.defs
 from onnx import inliner
 
 from toolchain.errors import ModelError
+from toolchain.graph.ops import attention
 from toolchain.graph.ops.registry import has_op
 
 _DOMAIN = "kiln.expanded"
 #: from this opset on, op revisions only add types/attributes/inputs (see _same_semantics)
 OPSET_ADDITIVE_ONLY = 18
 _MAX_DEPTH = 4
+
+#: registered ops whose Kiln form covers only some ONNX nodes: ``op -> covers(node)``; a
+#: node not covered is expanded into its function body like an unregistered op
+PARTIAL_FORMS: dict[str, Callable[[onnx.NodeProto], bool]] = {
+    "Attention": lambda n: attention.covers(list(n.input), list(n.output)),
+}
+
+
+def _kiln_covers(node: onnx.NodeProto) -> bool:
+    return has_op(node.op_type) and PARTIAL_FORMS.get(node.op_type, lambda n: True)(node)
 
 
 def _schema(op: str, opset: int) -> onnx.defs.OpSchema | None:
@@ -84,17 +97,18 @@ def _same_semantics(body: onnx.FunctionProto, opset: int) -> bool:
     return True
 
 
-def expandable(op: str, opset: int, depth: int = 0) -> bool:
+def expandable(op: str, opset: int, depth: int = 0, partial: bool = False) -> bool:
     """Can ``op`` be written with registered ops (through nested function bodies)?
 
-    Optimistic for context-dependent bodies, which are known only per node.
+    Optimistic for context-dependent bodies, which are known only per node. With
+    ``partial`` an op of :data:`PARTIAL_FORMS` is asked about its function body.
 
     Example::
 
         >>> expandable("Relu", 17), expandable("Swish", 24), expandable("Loop", 17)
         (True, True, False)
     """
-    if has_op(op):
+    if has_op(op) and not (partial and op in PARTIAL_FORMS):
         return True
     if depth >= _MAX_DEPTH:
         return False
@@ -154,7 +168,7 @@ def expand_function_ops(proto: onnx.ModelProto, opset: int, label: str) -> onnx.
     """
     for _ in range(_MAX_DEPTH):
         candidates = [n for n in proto.graph.node if n.domain in ("", "ai.onnx")
-                      and not has_op(n.op_type) and expandable(n.op_type, opset)]
+                      and not _kiln_covers(n) and expandable(n.op_type, opset, partial=True)]
         if not candidates:
             return proto
         types = _value_types(proto) if any(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from toolchain.schedules.cortex_m import fp32 as cortex_m_fp32
 from toolchain.schedules.cortex_m import int8 as cortex_m_int8
-from toolchain.schedules.generic import conv2d, dense, fused, ops
+from toolchain.schedules.generic import attention, conv2d, dense, fused, ops
 from toolchain.schedules.generic import int8 as generic_int8
 from toolchain.schedules.gpu import generic as gpu_generic
 from toolchain.schedules.registry import ScheduleFn
@@ -37,6 +37,7 @@ STRATEGIES: dict[tuple[str, str], ScheduleFn] = {
     ("MatMul", "cpu"): dense.schedule_dense,
     ("Gemm", "cpu"): dense.schedule_dense,
     ("Fused", "cpu"): fused.fused_schedule,
+    ("FusedAttention", "cpu"): attention.schedule_attention,
     ("QAvgPool", "cpu"): generic_int8.schedule_int8,
     # the register-tiled int8 kernels are portable C (c-generic runs them too); their
     # int16-pair and channel-vectorized variants are chosen inside by the intrinsics and

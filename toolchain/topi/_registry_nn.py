@@ -8,11 +8,11 @@ from toolchain import te
 from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.nn_ext import col2im_plan
 from toolchain.topi import transform as tf
+from toolchain.topi.nn import attention, einsum, grid_sample, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import conv2d as cv
 from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
-from toolchain.topi.nn import einsum, grid_sample, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import winograd as wg
 from toolchain.topi.registry import Ctx, register
 
@@ -241,3 +241,12 @@ def _instancenorm(ctx: Ctx) -> list[te.Tensor]:
 def _softmax(ctx: Ctx) -> list[te.Tensor]:
     fn = softmax.log_softmax if ctx.node.op == "LogSoftmax" else softmax.softmax
     return [fn(ctx.tensor(0), ctx.attrs["axis"])]
+
+
+@register("FusedAttention")
+def _fused_attention(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    return [attention.fused_attention(
+        ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), ctx.opt_tensor(3), scale=a["scale"],
+        softcap=a["softcap"], left=a["left"], right=a["right"], fill=a["fill"],
+        empty=a["empty"])]

@@ -45,10 +45,11 @@ from toolchain.zoo.models import (
     resnet50,
     transformer_encoder,
     transformer_encoder_gelu,
+    vit_tiny,
 )
 
 __all__ = ["DEMOS", "LARGE", "ZOO", "Builder", "ZooModel", "autoencoder", "bert_base",
            "count_macs", "ds_cnn", "fcn_opset11", "interleaved_branches", "lenet5",
            "lstm_classifier", "mlp", "mobilenet_v1", "mobilenet_v2", "parameter_count",
            "resnet8", "resnet18", "resnet50",
-           "transformer_encoder", "transformer_encoder_gelu"]
+           "transformer_encoder", "transformer_encoder_gelu", "vit_tiny"]

@@ -449,6 +449,70 @@ def fcn_opset11(seed: int = 11) -> onnx.ModelProto:
                    initializers_as_inputs=True)
 
 
+# -- a vision transformer -----------------------------------------------------------------------
+def _vit_block(b: Builder, x: str, seq: int, d: int, heads: int, mlp: int) -> str:
+    """A pre-norm ViT block as timm's ``Block`` exports: ``x + attn(norm1(x))``,
+    ``x + mlp(norm2(x))``; the fused qkv projection split by ``Reshape → Transpose →
+    Gather``, ``q @ kᵀ * scale`` (a ``Mul``), tanh-free exact ``Gelu`` (opset 20)."""
+    hd = d // heads
+    with b.scope("attn"):
+        h = _layer_norm(b, x, d, "norm1")
+        qkv = matmul_add(b, h, d, 3 * d, name="qkv")
+        qkv = b.op("Reshape", [qkv, b.const([1, seq, 3, heads, hd])])
+        qkv = b.op("Transpose", [qkv], perm=[2, 0, 3, 1, 4])           # 3, B, H, S, hd
+        q, k, v = (b.op("Gather", [qkv, b.const(i)], axis=0) for i in range(3))
+        kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
+        scores = b.op("Mul", [b.op("MatMul", [q, kt]), b.const(hd ** -0.5, F32)])
+        ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+        ctx = b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]),
+                               b.const([1, seq, d])])
+        x = b.op("Add", [x, matmul_add(b, ctx, d, d, name="proj")])
+    with b.scope("mlp"):
+        h = _layer_norm(b, x, d, "norm2")
+        h = b.op("Gelu", [matmul_add(b, h, d, mlp, gain=2.0, name="fc1")])
+        return b.op("Add", [x, matmul_add(b, h, mlp, d, name="fc2")])
+
+
+def vit_tiny(seed: int = 32, *, image: int = 32, patch: int = 4, d: int = 64, heads: int = 4,
+             depth: int = 2, mlp: int = 256, classes: int = 10) -> onnx.ModelProto:
+    """A small vision transformer (ViT, Dosovitskiy et al. 2021) as timm exports it.
+
+    32×32 RGB image -> 4×4 patch embedding (a stride-4 ``Conv`` to 64 channels, ``Reshape``
+    to ``[1, 64, 64]``, ``Transpose`` to tokens) -> a learned class token ``Expand``-ed to
+    the batch and put in front with ``Concat`` -> ``Add`` of a position embedding
+    ``[1, 65, 64]`` -> 2 pre-norm encoder blocks (LayerNormalization, 4-head attention,
+    GELU MLP of 256) -> final LayerNormalization -> the class token (``Gather`` of position
+    0) -> linear head (10 classes). Opset 20 (the ``Gelu`` op).
+    """
+    b = Builder("vit_tiny", seed, constant_nodes=True)
+    x = b.input("pixel_values", F32, [1, 3, image, image])
+    n = (image // patch) ** 2
+    seq = n + 1
+    with b.scope("patch_embed"):
+        x = conv(b, x, 3, d, patch, stride=patch, pads=[0, 0, 0, 0], name="proj")
+        x = b.op("Transpose", [b.op("Reshape", [x, b.const([1, d, n])])], perm=[0, 2, 1])
+    cls = b.op("Expand", [b.param("cls_token", b.normal(0.5, (1, 1, d))),
+                          b.const([1, 1, d])])
+    x = b.op("Concat", [cls, x], axis=1)
+    x = b.op("Add", [x, b.param("pos_embed", b.normal(0.5, (1, seq, d)))])
+    for i in range(depth):
+        with b.scope("blocks"), b.scope(str(i)):
+            x = _vit_block(b, x, seq, d, heads, mlp)
+    x = _layer_norm(b, x, d, "norm")
+    token = b.op("Gather", [x, b.const(0)], axis=1)                      # [1, d]
+    b.output(linear(b, token, d, classes, name="head"), "logits", F32, [1, classes])
+    return b.build(20, f"ViT: {image}x{image} image, {patch}x{patch} patches, d {d}, "
+                       f"{heads} heads, {depth} blocks")
+
+
+def _vit_macs(image: int = 32, patch: int = 4, d: int = 64, heads: int = 4, depth: int = 2,
+              mlp: int = 256, classes: int = 10) -> int:
+    n = (image // patch) ** 2
+    s = n + 1
+    block = s * d * 3 * d + 2 * s * s * d + s * d * d + 2 * s * d * mlp
+    return n * d * 3 * patch * patch + depth * block + d * classes
+
+
 # -- a recurrent text classifier -----------------------------------------------------------------
 def lstm_classifier(seed: int = 16, *, batch: int = 2, seq: int = 16, vocab: int = 100,
                     embed: int = 32, hidden: int = 64, classes: int = 4) -> onnx.ModelProto:
@@ -575,6 +639,7 @@ ZOO: dict[str, ZooModel] = {m.name: m for m in [
              input_shapes={"tokens": (2, 32)}, macs=_transformer_macs(), vocab=100),
     ZooModel("lstm_classifier", lstm_classifier, vocab=100,
              macs=2 * 16 * 4 * 64 * (32 + 64) + 2 * 64 * 4),
+    ZooModel("vit_tiny", vit_tiny, macs=_vit_macs()),
     ZooModel("fcn_opset11", fcn_opset11,
              macs=(32 * 32 * 16 * 27 + 16 * 16 * 32 * 144 + 8 * 8 * 32 * 288 + 2 * 32 * 8
                    + 16 * 16 * 64 * 64 + 32 * 32 * 5 * 48)),

@@ -40,9 +40,9 @@ def test_dump_dir_gets_the_graph_after_each_pass(tmp_path):
     assert files == ["00_input.txt"] + [f"{i:02d}_{p}.txt"
                                         for i, p in enumerate(DEFAULT_PASSES, start=1)]
     assert "BatchNormalization" not in (tmp_path / "ir" / "05_fold_affine.txt").read_text()
-    layout = (tmp_path / "ir" / "07_transform_layout.txt").read_text()
+    layout = (tmp_path / "ir" / "08_transform_layout.txt").read_text()
     assert "LayoutConv" in layout and "Fused" not in layout
-    fused = (tmp_path / "ir" / "10_fuse.txt").read_text()
+    fused = (tmp_path / "ir" / "11_fuse.txt").read_text()
     assert "kernel fused_conv2d_relu_1 (complex-out-fusable):" in fused
 
 
@@ -52,7 +52,7 @@ def test_pass_selection_and_unknown_pass():
     y = b.op("Relu", [b.op("Identity", [x])])
     g = b.graph([y])
     assert [n.op for n in run_pipeline(g, passes=["simplify"]).nodes] == ["Relu"]
-    assert len(DEFAULT_PASSES) == 10
+    assert len(DEFAULT_PASSES) == 11
     assert DEFAULT_PASSES[:2] == ("expand_recurrent", "quantize_ops")
     assert DEFAULT_PASSES[-1] == "fuse"
     assert [n.op for n in run_pipeline(g, passes=[lambda g: g]).nodes] == ["Identity", "Relu"]

@@ -17,6 +17,7 @@ from toolchain.graph.passes.constant_fold import constant_fold
 from toolchain.graph.passes.dce import dead_code_elimination
 from toolchain.graph.passes.expand_recurrent import expand_recurrent
 from toolchain.graph.passes.fold_affine import fold_affine
+from toolchain.graph.passes.fuse_attention import fuse_attention
 from toolchain.graph.passes.fused_op import format_graph, fused_node
 from toolchain.graph.passes.fusion import fuse, kernel_name
 from toolchain.graph.passes.layout import (
@@ -31,7 +32,8 @@ from toolchain.graph.passes.simplify import simplify
 __all__ = [
     "DEFAULT_PASSES", "PASSES", "LayoutTarget", "constant_fold", "dead_code_elimination",
     "expand_recurrent",
-    "fold_affine", "format_graph", "fuse", "fused_node", "kernel_name", "layout_for_target",
+    "fold_affine", "format_graph", "fuse_attention",
+    "fuse", "fused_node", "kernel_name", "layout_for_target",
     "parse_layout_target",
     "run_pipeline", "simplify", "transform_layout",
 ]

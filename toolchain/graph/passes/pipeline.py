@@ -3,7 +3,7 @@
 Default order (:data:`DEFAULT_PASSES`)::
 
     expand_recurrent -> quantize_ops -> constant_fold -> simplify -> fold_affine
-                     -> dead_code_elimination -> transform_layout -> simplify
+                     -> fuse_attention -> dead_code_elimination -> transform_layout -> simplify
                      -> dead_code_elimination -> fuse
 
 ``expand_recurrent`` comes first: it unrolls ``LSTM``/``GRU``/``RNN`` nodes into MatMuls
@@ -11,6 +11,11 @@ and element-wise ops, which every later pass knows (constant weights fold right 
 ``quantize_ops`` comes next so that QuantizeLinear/DequantizeLinear pairs around weights are
 turned into integer ops before constant folding would fold the weights back into float (it
 leaves a graph without QDQ pairs unchanged).
+
+``fuse_attention`` comes after folding and simplification (the scale and mask it looks
+for are constants by then, and an inference ``Dropout`` between Softmax and the second
+MatMul is gone) and before the layout pass and the second ``simplify``, which merges the
+transposes it inserts with the model's own.
 
 ``simplify`` runs before ``fold_affine`` so an ``Identity`` or ``Dropout`` between a conv and
 its BatchNorm does not block the fold; dead code is removed before layouts are chosen so no
@@ -21,7 +26,7 @@ cancel a model's own transposes against the inserted transforms (``NHWC`` models
 With ``dump_dir`` the printed graph (kernel bodies included, see
 :func:`~toolchain.graph.passes.fused_op.format_graph`) is written before the first pass as
 ``00_input.txt`` and after pass *k* as ``NN_<pass>.txt`` (``01_expand_recurrent.txt`` …
-``10_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
+``11_fuse.txt``) — what ``kiln compile --dump-ir DIR`` shows.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from toolchain.graph.passes.constant_fold import constant_fold
 from toolchain.graph.passes.dce import dead_code_elimination
 from toolchain.graph.passes.expand_recurrent import expand_recurrent
 from toolchain.graph.passes.fold_affine import fold_affine
+from toolchain.graph.passes.fuse_attention import fuse_attention
 from toolchain.graph.passes.fused_op import format_graph
 from toolchain.graph.passes.fusion import fuse
 from toolchain.graph.passes.layout import LayoutTarget, parse_layout_target, transform_layout
@@ -51,6 +57,7 @@ PASSES: dict[str, Pass] = {
     "constant_fold": constant_fold,
     "simplify": simplify,
     "fold_affine": fold_affine,
+    "fuse_attention": fuse_attention,
     "dead_code_elimination": dead_code_elimination,
     "transform_layout": transform_layout,
     "fuse": fuse,
@@ -58,7 +65,8 @@ PASSES: dict[str, Pass] = {
 
 DEFAULT_PASSES: tuple[str, ...] = (
     "expand_recurrent", "quantize_ops", "constant_fold", "simplify", "fold_affine",
-    "dead_code_elimination", "transform_layout", "simplify", "dead_code_elimination", "fuse",
+    "fuse_attention", "dead_code_elimination", "transform_layout", "simplify",
+    "dead_code_elimination", "fuse",
 )
 
 
