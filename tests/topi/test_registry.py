@@ -10,12 +10,13 @@ from toolchain import te
 from toolchain.errors import ModelError, UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import all_ops
+from toolchain.graph.passes.pipeline import LOWERS
 from toolchain.topi.registry import compute_for_node, node_compute, supported_ops
 
 #: ops that graph passes create; the schedule layer compiles them (toolchain/schedules)
 PASS_INTERNAL_OPS = {"Fused", "LayoutConv", "LayoutPool", "LayoutTransform"}
-#: ops a graph pass expands into other ops before anything is compiled (expand_recurrent)
-EXPANDED_OPS = {"LSTM", "GRU", "RNN"}
+#: ops a graph pass rewrites into other ops before anything is compiled (LOWERS)
+EXPANDED_OPS = {op for ops in LOWERS.values() for op in ops}
 
 
 def test_every_op_but_constant_has_a_compute() -> None:

@@ -352,6 +352,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     passes left out."""
     from toolchain.bundle.weights import MODES
     from toolchain.graph.passes import DEFAULT_PASSES
+    from toolchain.graph.passes.pipeline import check_lowered
 
     unknown = sorted(set(skip_passes) - set(DEFAULT_PASSES))
     if unknown:
@@ -381,6 +382,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                           "--name NAME")
     graph = from_onnx(loadable, input_shapes=input_shapes)
     del loadable
+    check_lowered(graph, passes)
     release_freed_memory()
     check_index_range(graph)
     layout = layout_for_target(t)

@@ -137,3 +137,16 @@ def test_attention_reference_zero_rows_and_errors():
                                     _v("v", (1, 3, 3, 4))], [_v("y", (1, 2, 3, 4))])
     with pytest.raises(Exception, match="node 'att' \\(Attention\\).*not a multiple"):
         get_op("Attention").infer(bad)
+
+
+def test_skipping_the_pass_with_an_attention_node_names_the_node():
+    from toolchain.errors import OptionError
+    from toolchain.graph.passes import DEFAULT_PASSES
+    from toolchain.graph.passes.pipeline import check_lowered
+
+    q, y = _v("q", (1, 2, 4, 8)), _v("y", (1, 2, 4, 8))
+    g = Graph("g", [q], [y], [Node("Attention", "att", [q, q, q], [y], {})])
+    passes = [p for p in DEFAULT_PASSES if p != "fuse_attention"]
+    with pytest.raises(OptionError, match=r"node 'att' \(Attention\): only the graph pass "
+                                          r"'fuse_attention' lowers.*--skip-pass"):
+        check_lowered(g, passes)

@@ -63,6 +63,14 @@ PASSES: dict[str, Pass] = {
     "fuse": fuse,
 }
 
+#: passes that lower an op no kernel computes: leaving the pass out of a pipeline for a
+#: graph holding such an op is refused up front, naming the node
+LOWERS: dict[str, tuple[str, ...]] = {
+    "expand_recurrent": ("GRU", "LSTM", "RNN"),
+    "fuse_attention": ("Attention",),
+}
+# (the quantizer's preparation pipeline runs without them: it compiles nothing)
+
 DEFAULT_PASSES: tuple[str, ...] = (
     "expand_recurrent", "quantize_ops", "constant_fold", "simplify", "fold_affine",
     "fuse_attention", "dead_code_elimination", "transform_layout", "simplify",
@@ -104,3 +112,28 @@ def run_pipeline(graph: Graph, target_layout: str | LayoutTarget = "nchw",
         if out is not None:
             (out / f"{i:02d}_{name}.txt").write_text(format_graph(graph) + "\n")
     return graph
+
+
+def check_lowered(graph: Graph, chosen: Sequence[str]) -> None:
+    """Refuse a compile pipeline (pass names ``chosen``) that leaves out the pass lowering
+    an op of ``graph`` to ops with kernels (:data:`LOWERS`), naming the node.
+
+    Example::
+
+        >>> from toolchain.graph.ir import Node, Value
+        >>> x, y = Value("x", (1, 2, 4), "float32"), Value("y", (1, 2, 4), "float32")
+        >>> g = Graph("g", [x], [y], [Node("Attention", "att", [x, x, x], [y])])
+        >>> check_lowered(g, ["fuse"])
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.OptionError: node 'att' (Attention): only the graph pass \
+'fuse_attention' lowers Attention to kernels; keep that pass (drop '--skip-pass fuse_attention')
+    """
+    for pass_name, ops in LOWERS.items():
+        if pass_name in chosen:
+            continue
+        node = next((n for n in graph.nodes if n.op in ops), None)
+        if node is not None:
+            raise OptionError(
+                f"node {node.name!r} ({node.op}): only the graph pass {pass_name!r} lowers "
+                f"{node.op} to kernels; keep that pass (drop '--skip-pass {pass_name}')")
