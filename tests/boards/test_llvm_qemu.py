@@ -43,15 +43,19 @@ def _assert_bit_exact(runs: dict, name: str) -> None:
     assert any(len(np.unique(v)) > 1 for v in runs["c"].outputs.values())
 
 
-@pytest.mark.parametrize("name", ["ds_cnn", pytest.param("resnet8", marks=pytest.mark.slow),
-                                  pytest.param("mobilenet_v1", marks=pytest.mark.slow),
-                                  pytest.param("autoencoder", marks=pytest.mark.slow)])
-def test_int8_model_llvm_objects_bit_exact_with_c_build(name, tmp_path) -> None:
+@pytest.mark.parametrize("name,board", [
+    ("ds_cnn", BOARD),
+    pytest.param("resnet8", BOARD, marks=pytest.mark.slow),
+    pytest.param("mobilenet_v1", BOARD, marks=pytest.mark.slow),
+    pytest.param("autoencoder", BOARD, marks=pytest.mark.slow),
+    pytest.param("ds_cnn", "qemu-mps2-an500", marks=pytest.mark.slow),  # cortex-m7
+])
+def test_int8_model_llvm_objects_bit_exact_with_c_build(name, board, tmp_path) -> None:
     from toolchain.zoo.quantized import kiln_qdq
 
     spec = ZOO[name]
     model = spec.build(batch=1) if name == "autoencoder" else spec.build()
-    runs = _both_backends(kiln_qdq(model), spec.inputs(model), tmp_path)
+    runs = _both_backends(kiln_qdq(model), spec.inputs(model), tmp_path, board)
     _assert_bit_exact(runs, name)
 
 
