@@ -80,9 +80,28 @@ class Target:
     #: the LLVM backend's versions of the ``c_helpers`` functions: C name -> ``{returns,
     #: params, body}`` (LLVM IR; :mod:`toolchain.intrinsics` renders the definition)
     llvm_helpers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: accelerator targets (kind ``vta``, see ``docs/vta.md``): the GEMM core shape
+    #: (``batch``, ``block_in``, ``block_out``), on-chip buffer bytes (``input``, ``weight``,
+    #: ``accumulator``, ``uop``), command/token queue depths, the DRAM model
+    #: (``bus_width_bits``, ``bytes_per_cycle``, ``latency_cycles``) and the ALU ``ops``
+    gemm: dict[str, int] = field(default_factory=dict)
+    buffers: dict[str, int] = field(default_factory=dict)
+    queues: dict[str, int] = field(default_factory=dict)
+    dram: dict[str, int] = field(default_factory=dict)
+    alu: dict[str, Any] = field(default_factory=dict)
     #: the shipped target this descriptor starts from (``extends:``), if any
     extends: str | None = None
     source: str = ""
+
+    @property
+    def is_accelerator(self) -> bool:
+        """Whether the descriptor declares a GEMM core (an accelerator the compiler emits
+        instruction streams for, not C).
+
+        >>> load_target("vta").is_accelerator, load_target("c-generic").is_accelerator
+        (True, False)
+        """
+        return bool(self.gemm)
 
     def has_intrinsic(self, name: str) -> bool:
         """Whether the descriptor declares the tensor intrinsic ``name`` (a capability
@@ -139,12 +158,33 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math", False),
     "llvm_helpers": ((dict,), "a mapping of c_helpers function name to its LLVM IR "
                               "(returns, params, body)", False),
+    "gemm": ((dict,), "a mapping with keys batch, block_in, block_out", False),
+    "buffers": ((dict,), "a mapping with keys input, weight, accumulator, uop (bytes)", False),
+    "queues": ((dict,), "a mapping with keys cmd_queue_depth, token_queue_depth", False),
+    "dram": ((dict,), "a mapping with keys bus_width_bits, bytes_per_cycle, latency_cycles",
+             False),
+    "alu": ((dict,), "a mapping with key ops (a list of ALU op names)", False),
     "extends": ((str,), "the name of a shipped target whose keys this one starts from", False),
     "rename_functions": ((dict,), "a mapping of C function-name prefix to its replacement in "
                                   "the intrinsics taken from the extended target", False),
 }
 
 _CACHE_KEYS = ("l1d", "l2", "l3")
+#: the accelerator keys (kind ``vta``): key -> sub-key -> Python type; all sub-keys required
+ACCELERATOR_SCHEMA: dict[str, dict[str, type]] = {
+    "gemm": {"batch": int, "block_in": int, "block_out": int},
+    "buffers": {"input": int, "weight": int, "accumulator": int, "uop": int},
+    "queues": {"cmd_queue_depth": int, "token_queue_depth": int},
+    "dram": {"bus_width_bits": int, "bytes_per_cycle": int, "latency_cycles": int},
+    "alu": {"ops": list},
+}
+#: memory scope of each on-chip buffer of an accelerator target (``buffers`` key -> scope);
+#: ``vta.out`` (the int8 mirror of the accumulator) has a quarter of its bytes
+ACCELERATOR_SCOPES = {"input": "vta.inp", "weight": "vta.wgt", "accumulator": "vta.acc",
+                      "uop": "vta.uop"}
+#: instructions an accelerator intrinsic may name
+ACCELERATOR_INSTRUCTIONS = ("GEMM", "ALU.MIN", "ALU.MAX", "ALU.ADD", "ALU.SHR", "ALU.MUL",
+                            "LOAD", "STORE")
 #: keys of one tensor intrinsic -> (types, human type name, required)
 _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "behaviour": ((str,), "a string like 'C[i, j] += A[i, k] * B[k, j]'", True),
@@ -153,6 +193,8 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "scopes": ((dict,), "a mapping of operand name to memory scope", False),
     "function": ((str,), "a C identifier", True),
     "impl": ((str,), "a C function body template (jinja2)", True),
+    "instruction": ((str,), "the accelerator instruction that implements it (GEMM, ALU.<op>, "
+                            "LOAD, STORE)", False),
     "llvm_impl": ((str,), "an LLVM IR function body template (jinja2) for the LLVM backend",
                   False),
     "headers": ((list,), "a list of header names", False),
@@ -199,6 +241,72 @@ def _check_caches(node: yaml.Node, path: str) -> None:
                               f"size in bytes (integer), got {val!r}")
 
 
+def _check_nested(node: yaml.Node, val: Any, path: str, key: str) -> dict[str, Any]:
+    """One accelerator mapping (``gemm:``, ``buffers:`` ...): known sub-keys, each once,
+    of the right type (integers >= 0, ``alu.ops`` a list of names)."""
+    schema = ACCELERATOR_SCHEMA[key]
+    line = node.start_mark.line + 1
+    if not isinstance(node, yaml.MappingNode):
+        raise TargetError(f"{path}:{line}: '{key}' must be a mapping with keys "
+                          f"{', '.join(sorted(schema))}")
+    out: dict[str, Any] = {}
+    for knode, vnode in node.value:
+        sub, kl = knode.value, knode.start_mark.line + 1
+        full = f"{key}.{sub}"
+        if sub not in schema:
+            raise TargetError(f"{path}:{kl}: unknown key '{full}'; allowed here: "
+                              f"{', '.join(sorted(schema))}")
+        if sub in out:
+            raise TargetError(f"{path}:{kl}: key '{full}' appears twice")
+        v = _scalar(vnode, path, full)
+        typ = schema[sub]
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise TargetError(f"{path}:{kl}: '{full}' must be {typ.__name__}, got "
+                              f"{type(v).__name__} {v!r}")
+        if isinstance(v, list):
+            v = tuple(_str_list(v, path, kl, full))
+        out[sub] = v
+    return out
+
+
+def _check_accelerator(values: dict[str, Any], path: str) -> None:
+    """Kind ``vta`` needs every accelerator key (after ``extends:``); other kinds none. Its
+    intrinsics are accelerator instructions, declared by behaviour."""
+    present = [k for k in ACCELERATOR_SCHEMA if values.get(k)]
+    if values["kind"] != "vta":
+        if present:
+            raise TargetError(f"{path}: key {present[0]!r} describes an accelerator; it "
+                              f"applies to targets of kind 'vta', not {values['kind']!r}")
+        return
+    missing = [f"{k}.{s}" for k, sub in ACCELERATOR_SCHEMA.items() for s in sub
+               if s not in values.get(k, {})]
+    if missing:
+        raise TargetError(f"{path}: missing key(s) {', '.join(missing)} (an accelerator "
+                          "target describes its GEMM core, buffers, queues, DRAM and ALU)")
+    from toolchain.vta.config import ALU_OP_NAMES
+
+    for op in values["alu"]["ops"]:
+        if op not in ALU_OP_NAMES:
+            raise TargetError(f"{path}: 'alu.ops' has unknown op '{op}'; the ISA defines "
+                              f"{', '.join(ALU_OP_NAMES)}")
+    for name, spec in values.get("intrinsics", {}).items():
+        where = f"{spec.get('source', path)}:{spec.get('line', '?')}: intrinsic {name!r}"
+        ins = spec.get("instruction")
+        if ins is None:
+            raise TargetError(f"{where}: an accelerator intrinsic needs 'instruction' (one of "
+                              f"{', '.join(ACCELERATOR_INSTRUCTIONS)})")
+        if ins not in ACCELERATOR_INSTRUCTIONS:
+            raise TargetError(f"{where}: instruction {ins!r} is not one of "
+                              f"{', '.join(ACCELERATOR_INSTRUCTIONS)}")
+        if ins.startswith("ALU.") and ins[4:] not in values["alu"]["ops"]:
+            raise TargetError(f"{where}: instruction {ins!r} but 'alu.ops' lists only "
+                              f"{', '.join(values['alu']['ops'])}")
+    buf = values["buffers"]  # the scopes follow the sizes (also of an extends: variant)
+    scopes = {scope: buf[k] for k, scope in ACCELERATOR_SCOPES.items()}
+    scopes["vta.out"] = buf["accumulator"] // 4
+    values["memory_scopes"] = {**values.get("memory_scopes", {}), **scopes}
+
+
 def _check_layout(val: str, path: str, line: int) -> None:
     import re
 
@@ -230,6 +338,12 @@ def _check_intrinsics(node: yaml.Node, val: dict, path: str) -> dict[str, dict[s
                 v = tuple(_str_list(v, path, kl, where))
             spec[key] = v
         for key, (_, tname, required) in _INTRIN_SCHEMA.items():
+            if key in ("function", "impl") and "instruction" in spec:
+                if key in spec:
+                    raise TargetError(f"{path}:{line}: intrinsic {name!r} is implemented by "
+                                      f"the instruction {spec['instruction']!r}; drop key "
+                                      f"{key!r} (C implementations are for C targets)")
+                continue
             if required and key not in spec:
                 raise TargetError(f"{path}:{line}: intrinsic {name!r} is missing key {key!r} "
                                   f"({tname})")
@@ -394,6 +508,8 @@ def parse_target(text: str, path: str = "<string>") -> Target:
             val = _check_llvm(val, path, line)
         elif key == "llvm_helpers":
             val = _check_llvm_helpers(vnode, path)
+        elif key in ACCELERATOR_SCHEMA:
+            val = _check_nested(vnode, val, path, key)
         values[key] = val
     renames = values.pop("rename_functions", None)
     if "extends" in values:
@@ -406,6 +522,7 @@ def parse_target(text: str, path: str = "<string>") -> Target:
             raise TargetError(f"{path}: missing required key {key!r} ({tname})")
     if values["kind"] not in KINDS:
         raise TargetError(f"{path}: kind {values['kind']!r} is not one of {', '.join(KINDS)}")
+    _check_accelerator(values, path)
     return Target(**values, source=path)
 
 
@@ -443,13 +560,19 @@ def _inherit(values: dict[str, Any], renames: dict[str, str], path: str) -> dict
               if f.name not in ("name", "description", "source", "extends")}
     intrinsics: dict[str, dict[str, Any]] = {}
     for name, spec in base.intrinsics.items():
-        fn = spec["function"]
+        fn = spec.get("function")
+        if fn is None:  # an accelerator instruction: nothing to rename
+            intrinsics[name] = {"source": spec.get("source", base.source), **spec}
+            continue
         for old, new in renames.items():
             if fn.startswith(old):
                 fn = new + fn[len(old):]
                 break
         intrinsics[name] = {"source": spec.get("source", base.source), **spec, "function": fn}
     intrinsics.update(values.get("intrinsics", {}))
+    for key in ACCELERATOR_SCHEMA:  # a variant may change single sizes (buffers.input)
+        if key in values:
+            values[key] = {**merged.get(key, {}), **values[key]}
     merged.update(values)
     merged["intrinsics"] = intrinsics
     return merged

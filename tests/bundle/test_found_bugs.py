@@ -246,3 +246,15 @@ def test_an_epilogue_operand_computed_apart_from_the_anchor(anchor, target, tmp_
                        shapes, {"y": (F, out)}, {"w": w, "c": np.array(0.5, F)})
     inputs = {k: rng.standard_normal(v[1]).astype(F) for k, v in shapes.items()}
     _check(model, tmp_path, inputs, target=target)
+
+
+@pytest.mark.parametrize("target", ["host", "c-generic"])
+def test_a_vector_load_at_a_negative_index_is_parenthesised(tmp_path, target):
+    """Fuzzer seed 51860 (a segmentation fault, all CPU targets): a Gather with the scalar
+    index -1 became one vector load ``*(float32x4_u*)(t13 + i < 0 ? i + 1 : i)``, which C
+    parses as ``((t13 + i) < 0) ? ...``: an integer dereferenced as an address. The load's
+    offset is now parenthesised like the right operand of ``+``."""
+    m = make_model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+                   {"x": (F, [8, 1])}, {"y": (F, [8])}, inits={"i": np.array(-1, I64)})
+    path = _check(m, tmp_path, {"x": _rand(8, 1)}, target)
+    assert "_u*)(x + (" in (path / "src" / "kernels.c").read_text()  # a vector load

@@ -195,3 +195,26 @@ def test_select_loads_both_values_and_guarded_loads_are_clamped():
     np.testing.assert_array_equal(out[0], np.where(x < 0, x * s, x))
     np.testing.assert_array_equal(out[1], np.concatenate([[0], x[:-1]]))
     np.testing.assert_array_equal(out[2], np.maximum(x, 0))
+
+
+def test_without_vector_loads_selects_and_guarded_loads_stay_conditional():
+    """A target whose compiler has no vector unit (Cortex-M4/M7: ``vector_width_bits`` 32)
+    cannot turn a conditional load into a masked vector load: selects and guarded loads
+    stay ``?:`` there (the clamp and the helper call cost DS-CNN 2.7 % more instructions),
+    and the C backend chooses that from the descriptor."""
+    from toolchain.codegen.backend import backend_for
+    from toolchain.target import load_target
+
+    X = te.placeholder((6,), name="X")
+    S = te.placeholder((6,), name="S")
+    sel = te.compute((6,), lambda i: te.select(X[i] < 0.0, X[i] * S[i], X[i]), name="sel")
+    ite = te.compute((6,), lambda i: te.if_then_else(i > 0, X[i - 1], 0.0), name="ite")
+    func = lower(te.create_prim_func([X, S, sel, ite]))
+    src = CRenderer(vector_loads=False).render(func).code
+    assert "kiln_select" not in src and "kiln_max_int32_t" not in src, src
+    assert re.search(r"X\[(i\w*)\] < 0\.0f \? X\[\1\] \* S\[\1\] : X\[\1\]", src), src
+    assert re.search(r"i\w* > 0 \? X\[i\w* - 1\] : 0\.0f", src), src
+    assert not backend_for(load_target("cortex-m4")).vector_loads
+    assert not backend_for(load_target("cortex-m7")).vector_loads
+    assert all(backend_for(load_target(t)).vector_loads
+               for t in ("c-generic", "x86_64-avx2", "x86_64-avx512"))

@@ -3,15 +3,20 @@
 Each graph is compiled for every CPU target this host can run and compared with
 onnxruntime (and Kiln's reference executor); each failure is shrunk to a minimal model
 and saved as ``<out>/<kind>-<target>-seed<S>.onnx`` with its inputs (``.npz``) and the
-finding (``.txt``). Exits 1 when anything was found.
+finding (``.txt``). Each graph is checked in a forked child process, so a bundle that
+crashes (a segmentation fault in generated code) is a finding of kind ``crash`` with its
+seed and unshrunk model, not the end of the campaign. Exits 1 when anything was found.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
+import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -47,33 +52,79 @@ def main(argv: list[str] | None = None) -> int:
     counts: collections.Counter[str] = collections.Counter()
     t0 = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
-        if args.int8:
-            model, inputs = random_model(seed, args.max_nodes, INT8_FAMILIES)
-            findings = check_int8(model, inputs, targets)
-        else:
-            model, inputs = random_model(seed, args.max_nodes)
-            findings = check(model, inputs, targets)
         counts["graphs"] += 1
-        for f in findings:
-            counts[f.kind] += 1
-            if f.kind in ("invalid", "ambiguous"):
-                continue
-            small = model if args.int8 else shrink(model, inputs, f, targets)
-            out.mkdir(parents=True, exist_ok=True)
-            stem = out / f"{f.kind}-{f.target}-seed{seed}"
-            onnx.save(small, stem.with_suffix(".onnx"))
-            np.savez(stem.with_suffix(".npz"),
-                     **{i.name: inputs[i.name] for i in small.graph.input})
-            stem.with_suffix(".txt").write_text(
-                f"seed {seed}, {f.kind} on {f.target}: {f.detail}\n"
-                f"nodes: {' '.join(n.op_type for n in small.graph.node)}\n")
-            print(f"seed {seed}: {f.kind} on {f.target} ({len(small.graph.node)} nodes after "
-                  f"shrinking): {f.detail.splitlines()[0][:200]}", flush=True)
+        counts.update(isolated(seed, args, targets, out))
     found = sum(v for k, v in counts.items() if k not in ("graphs", "invalid", "ambiguous"))
     print(f"{counts['graphs']} graphs on {', '.join(targets)} in "
           f"{time.perf_counter() - t0:.0f} s: {found} finding(s) "
           f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()) if k != 'graphs')})")
     return 1 if found else 0
+
+
+def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
+              out: Path) -> collections.Counter[str]:
+    """Check the graph of ``seed``; save each real finding, shrunk; the kinds counted."""
+    counts: collections.Counter[str] = collections.Counter()
+    if args.int8:
+        model, inputs = random_model(seed, args.max_nodes, INT8_FAMILIES)
+        findings = check_int8(model, inputs, targets)
+    else:
+        model, inputs = random_model(seed, args.max_nodes)
+        findings = check(model, inputs, targets)
+    for f in findings:
+        counts[f.kind] += 1
+        if f.kind in ("invalid", "ambiguous"):
+            continue
+        small = model if args.int8 else shrink(model, inputs, f, targets)
+        save(out, f"{f.kind}-{f.target}-seed{seed}", small, inputs,
+             f"seed {seed}, {f.kind} on {f.target}: {f.detail}\n")
+        print(f"seed {seed}: {f.kind} on {f.target} ({len(small.graph.node)} nodes after "
+              f"shrinking): {f.detail.splitlines()[0][:200]}", flush=True)
+    return counts
+
+
+def save(out: Path, stem: str, model: onnx.ModelProto, inputs: dict, text: str) -> None:
+    """``<out>/<stem>.onnx``, its inputs (``.npz``) and the finding (``.txt``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / stem
+    onnx.save(model, path.with_suffix(".onnx"))
+    np.savez(path.with_suffix(".npz"), **{i.name: inputs[i.name] for i in model.graph.input})
+    path.with_suffix(".txt").write_text(
+        text + f"nodes: {' '.join(n.op_type for n in model.graph.node)}\n")
+
+
+def isolated(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
+             out: Path) -> collections.Counter[str]:
+    """:func:`one_graph` in a forked child: a child killed by a signal (a bundle that
+    crashed) is a ``crash`` finding, saved with the seed's whole model."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: check, report the counts, and leave without cleanup
+        os.close(read)
+        code = 0
+        try:
+            counts = one_graph(seed, args, targets, out)
+            os.write(write, json.dumps(counts).encode())
+        except BaseException:  # noqa: BLE001 - a Python error is reported, then exit 3
+            traceback.print_exc()
+            code = 3
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) or os.waitstatus_to_exitcode(status) == 3:
+        why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else "the check raised (traceback above)")
+        model, inputs = random_model(seed, args.max_nodes,
+                                     *((INT8_FAMILIES,) if args.int8 else ()))
+        save(out, f"crash-seed{seed}", model, inputs, f"seed {seed}: crash, {why}\n")
+        print(f"seed {seed}: crash ({why})", flush=True)
+        return collections.Counter(crash=1)
+    return collections.Counter(json.loads(data))
 
 
 if __name__ == "__main__":

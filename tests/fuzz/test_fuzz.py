@@ -129,3 +129,27 @@ def test_a_crash_is_classified_as_kilns_fault(monkeypatch) -> None:
     model, inputs = random_model(5)
     assert check(model, inputs, ("c-generic",)) == [
         Finding("crash", "c-generic", "ZeroDivisionError: a bug")]
+
+
+def test_a_bundle_that_kills_the_process_is_a_crash_finding(monkeypatch, tmp_path) -> None:
+    """``python -m tests.fuzz`` checks each graph in a forked child: a bundle that dies of a
+    signal (a segmentation fault in generated code) is a ``crash`` finding naming the seed,
+    saved with its model, and the campaign goes on to the next seed."""
+    import os
+    import signal
+
+    from tests.fuzz import __main__ as fuzz_main
+    from toolchain.bundle import host
+
+    def segfault(self, inputs):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    monkeypatch.setattr(host.BundleModule, "__call__", segfault)
+    argv = ["--count", "2", "--seed", "5", "--targets", "c-generic", "--out", str(tmp_path)]
+    assert fuzz_main.main(argv) == 1
+    saved = sorted(p.name for p in tmp_path.iterdir())
+    assert saved == [f"crash-seed{s}.{ext}" for s in (5, 6) for ext in ("npz", "onnx", "txt")]
+    assert "killed by signal 11" in (tmp_path / "crash-seed5.txt").read_text()
+    monkeypatch.undo()
+    assert fuzz_main.main([*argv[:4], "--targets", "c-generic", "--out",
+                           str(tmp_path / "clean")]) == 0

@@ -37,7 +37,7 @@ def test_parse_behaviour_shapes_and_casts() -> None:
 
 
 @pytest.mark.parametrize("text, extents, needle", [
-    ("C[i, j] = A[i, k]", {"i": 1, "k": 1}, "column 8"),
+    ("C[i, j] = A[i, k]", {"i": 1, "k": 1}, "not index the output"),
     ("C[i] += A[i, k] *", {"i": 1, "k": 1}, "expected 'name', found the end"),
     ("C[i] += A[i, q]", {"i": 2, "k": 2}, "index variable 'q' of A has no extent"),
     ("C[i + 1] += A[i, k]", {"i": 2, "k": 2}, "must be one loop variable"),

@@ -58,8 +58,8 @@ def test_wrong_type_and_bool_refused(tmp_path):
 def test_missing_key_and_bad_kind(tmp_path):
     with pytest.raises(TargetError, match=r"missing key\(s\) dram.latency_cycles"):
         load_config(_variant(tmp_path, "  latency_cycles: 64", ""))
-    with pytest.raises(TargetError, match="'kind' must be 'vta'"):
-        load_config(_variant(tmp_path, "kind: vta", "kind: cpu"))
+    with pytest.raises(TargetError, match="applies to targets of kind 'vta', not 'c'"):
+        load_config(_variant(tmp_path, "kind: vta", "kind: c"))
 
 
 def test_sizes_validated_against_isa_field_widths(tmp_path):

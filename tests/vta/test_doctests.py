@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["builder", "checker", "config", "disasm", "fsim", "isa", "program", "randprog",
+MODULES = ["builder", "checker", "config", "deps", "disasm", "fsim", "isa", "program",
+           "randprog", "schedule",
            "tokens", "workloads", "__init__"]
 
 

@@ -81,7 +81,7 @@ def estimate(meta: dict[str, Any], board: Board) -> tuple[int, int]:
 def _initializer_bytes(model: Any) -> int:
     from toolchain.frontend.onnx import load_model
 
-    proto = load_model(model)[0]
+    proto = load_model(model, lazy=True)[0]
     total = 0
     for t in proto.graph.initializer:
         n = 1

@@ -46,6 +46,7 @@ from toolchain.errors import (
     TargetError,
     UnsupportedError,
 )
+from toolchain.frontend.mapped import release_mapped_pages
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
@@ -102,6 +103,13 @@ def resolve_target(target: str | Path | Target) -> Target:
     """A :class:`Target` that has a bundle backend (C, CUDA, LLVM), from a name, a YAML path
     or a Target; others are refused with the backends there are."""
     t = resolve_target_once(target)
+    if t.is_accelerator:
+        raise TargetError(
+            f"target {t.name!r} ({t.source}) is an accelerator (kind {t.kind!r}): whole-model "
+            "bundles for it do not exist yet (instruction emission, graph partitioning and "
+            "the runtime driver are still to come); what exists is the dense-layer schedule "
+            "(toolchain.vta.schedule) and `kiln sim` for accelerator programs, see "
+            "docs/vta.md")
     try:
         backend_for(t)
     except TargetError:
@@ -323,6 +331,7 @@ def release_freed_memory() -> None:
     """
     import ctypes
 
+    release_mapped_pages()
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -479,6 +488,7 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
                 with packing.recording() as rec:
                     hit = _schedule(node, t, cache)
                 reuse.remember(node, rec, *hit)
+            release_mapped_pages()  # the weights it read are packed by now
         func, ins, outs, how, host = hit
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))

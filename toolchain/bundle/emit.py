@@ -72,8 +72,9 @@ class BundleRenderer(CRenderer):
     #: compute in float32 (:func:`~toolchain.tir.transform.legalize_f16.legalize_f16`)
     type_map: ClassVar[dict[str, str]] = {**CRenderer.type_map, "float16": "kiln_f16"}
 
-    def __init__(self, restrict: bool | frozenset[int] = True, threads: int = 1) -> None:
-        super().__init__(openmp=False)
+    def __init__(self, restrict: bool | frozenset[int] = True, threads: int = 1,
+                 vector_loads: bool = True) -> None:
+        super().__init__(openmp=False, vector_loads=vector_loads)
         #: the most threads the kernel runs on (the target's ``cores``); > 1 renders
         #: kernels with parallel loops SPMD (see the module docstring)
         self.threads = max(int(threads), 1)
@@ -270,14 +271,16 @@ class BundleRenderer(CRenderer):
 
 def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True,
                   renderer: type[BundleRenderer] | None = None,
-                  threads: int = 1) -> KernelArtifact:
+                  threads: int = 1, vector_loads: bool = True) -> KernelArtifact:
     """Render a lowered PrimFunc as the bundle kernel ``name``: the C backend's
     :class:`~toolchain.codegen.artifact.KernelArtifact` (its ``support`` is the typed
     :class:`~toolchain.codegen.artifact.CSupport` the lowering attached);
     ``restrict``: True (every pointer parameter), False (none) or the positions of the
     parameters that alias each other (those without, the others with); ``threads`` > 1:
-    SPMD when the kernel has parallel loops (``KernelArtifact.threaded``)."""
-    r = (renderer or BundleRenderer)(restrict=restrict, threads=threads)
+    SPMD when the kernel has parallel loops (``KernelArtifact.threaded``);
+    ``vector_loads``: see :class:`~toolchain.codegen.cstyle.CStyleRenderer`."""
+    r = (renderer or BundleRenderer)(restrict=restrict, threads=threads,
+                                     vector_loads=vector_loads)
     r.reset()
     legal = legalize_f16(func)
     support = support_of(func)

@@ -255,12 +255,17 @@ class CStyleRenderer:
     #: :mod:`.fastmath` instead of libm (relative error < 1e-6)
     fast_math: ClassVar[bool] = True
 
-    def __init__(self, openmp: bool = True, allow_heap: bool = True) -> None:
+    def __init__(self, openmp: bool = True, allow_heap: bool = True,
+                 vector_loads: bool = True) -> None:
         """``allow_heap=False``: a temporary too big for the stack (or of symbolic size) is
         an error naming it instead of ``posix_memalign`` + ``free`` (for code that must not
-        allocate; the bundle renderer gives such buffers arena scratch instead)."""
+        allocate; the bundle renderer gives such buffers arena scratch instead).
+        ``vector_loads=False``: the target's compiler has no vector unit to if-convert a
+        conditional load into a masked vector load (Cortex-M4/M7), so selects and guarded
+        loads stay plain ``?:`` (see :meth:`expr_Select`)."""
         self.openmp = openmp
         self.allow_heap = allow_heap
+        self.vector_loads = vector_loads
 
     # ------------------------------------------------------------------ entry point
     def render(self, func: ir.PrimFunc, name: str | None = None) -> CSource:
@@ -420,7 +425,7 @@ class CStyleRenderer:
             self.emit(f"{self._vec_local(buf, idx)} = {value};")
         elif isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
             vt = self.ctype(s.value.dtype)
-            self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base)}) = {value};")
+            self.emit(f"*({vt}_u*)({self.var(buf.data)} + {self.expr(idx.base, 12)}) = {value};")
         else:
             tmp = self.names.fresh("vec")
             self.emit(f"{{ {self.ctype(s.value.dtype)} {tmp} = {value};")
@@ -655,7 +660,7 @@ class CStyleRenderer:
         where its side is taken (a padded load), so it stays a C conditional."""
         if ir.lanes_of(e.dtype) > 1:
             return cvector.select(self, e), _ATOM
-        if not guarded and conditional_loads(e):
+        if not guarded and self.vector_loads and conditional_loads(e):
             # Select may evaluate both sides: as a call, both are loaded unconditionally, so
             # gcc vectorizes a blend instead of if-converting to masked loads (gcc 12 at -O3
             # with AVX-512 gives unrolled masked loads the wrong mask: wrong PRelu/Where)
@@ -726,7 +731,7 @@ class CStyleRenderer:
             return self._vec_local(buf, idx), _ATOM
         vt = self.ctype(e.dtype)
         if isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
-            return f"*({vt}_u*)({name} + {self.expr(idx.base)})", 15
+            return f"*({vt}_u*)({name} + {self.expr(idx.base, 12)})", 15
         lanes = ", ".join(f"{name}[{self._lane(idx, k)}]" for k in range(ir.lanes_of(e.dtype)))
         return f"({vt}){{{lanes}}}", _ATOM
 
@@ -754,7 +759,7 @@ class CStyleRenderer:
                 vt = self.ctype(e.dtype)
                 return (f"{self.expr(c, 4)} ? ({vt}){self.expr(t, 15)} : "
                         f"({vt}){self.expr(f, 15)}"), 3
-            if self.dialect == "c" and ir.lanes_of(e.dtype) == 1:
+            if self.dialect == "c" and self.vector_loads and ir.lanes_of(e.dtype) == 1:
                 clamped = self._clamped_loads(t), self._clamped_loads(f)
                 if clamped[0] is not None and clamped[1] is not None:
                     return self.expr_Select(ir.Select(c, *clamped))

@@ -109,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
                   default=0)
     print(f"  {'device ' if dev else ''}arena {arena:,} B (lower bound "
           f"{plan['lower_bound']:,} B, naive {plan['naive_bytes']:,} B{_order_note(plan)}), "
-          "weights "
-          f"{meta['weight_bytes']:,} B" + (f"; device workspace {dev['workspace_bytes']:,} B "
+          f"weights {weights_note(meta)}" + (f"; device workspace {dev['workspace_bytes']:,} B "
                                           f"({dev['launches']} launches)" if dev else ""))
     print(f"    (the arena holds the activations in the target's layout "
           f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
@@ -168,13 +167,31 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
     print(f"wrote {args.output}: model {meta['model']['name']} for board {board.name} "
           f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")
     print(f"  kernels {meta['kernel_count']}, arena {meta['arena_bytes']:,} B, weights "
-          f"{meta['weight_bytes']:,} B")
+          f"{weights_note(meta)}")
     if report is not None:
         print("  " + format_report(report).replace("\n", "\n  "))
     print(f"  run on QEMU {board.qemu.machine}: kiln run {args.output} --inputs IN.npz --check")
     if not board.is_emulator:
         print(f"  flash: kiln flash {args.output} --board {board.name}")
     return 0
+
+
+def weights_note(meta: dict[str, Any]) -> str:
+    """The bundle's weight bytes, split by element type where there are several (int8
+    weights beside their int32 biases and requantisation tables, say).
+
+    >>> weights_note({"weight_bytes": 64, "weights": [{"dtype": "float32", "bytes": 64}]})
+    '64 B'
+    >>> weights_note({"weight_bytes": 1200, "weights": [{"dtype": "int8", "bytes": 1024},
+    ...     {"dtype": "int32", "bytes": 160}, {"dtype": "int8", "bytes": 16}]})
+    '1,200 B (int8 1,040, int32 160)'
+    """
+    by: dict[str, int] = {}
+    for w in meta.get("weights", ()):
+        by[w["dtype"]] = by.get(w["dtype"], 0) + int(w["bytes"])
+    split = sorted(by.items(), key=lambda kv: -kv[1])
+    return f"{meta['weight_bytes']:,} B" + (
+        f" ({', '.join(f'{k} {v:,}' for k, v in split)})" if len(split) > 1 else "")
 
 
 def _order_note(plan: dict[str, Any]) -> str:

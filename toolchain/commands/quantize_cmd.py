@@ -103,7 +103,7 @@ def calibration_arrays(model: str, arrays: dict, mapping: list[str]) -> dict:
     arrays there are."""
     from toolchain.frontend.onnx import load_model
 
-    proto = load_model(model)[0]
+    proto = load_model(model, lazy=True)[0]
     inits = {t.name for t in proto.graph.initializer}
     inputs = [i.name for i in proto.graph.input if i.name not in inits]
     out = {}

@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ import onnx
 from onnx import numpy_helper
 
 from toolchain.errors import InputError, ModelError, OptionError, UnsupportedError
+from toolchain.frontend import mapped
 from toolchain.frontend.onnx_build import NO_FOLD_OPS, SHAPE_ONLY_OPS, build_graph
 from toolchain.frontend.onnx_functions import expand_function_ops
 from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
@@ -100,9 +101,9 @@ def from_onnx(
           %y: float32[2, 4] = Relu(%x)  # Relu_0
         }
     """
-    proto, label, base_dir = load_model(model)
+    proto, label, base_dir = load_model(model, lazy=True)
     proto, opset = _check_opset(proto, label)
-    _load_external_data(proto, label, base_dir)
+    mapped = _load_external_data(proto, label, base_dir)
     proto = _inline_functions(proto, label)
     _sort_nodes(proto, label)
     _run_checker(proto, label)
@@ -110,7 +111,7 @@ def from_onnx(
     _apply_bind(proto, dict(bind or {}), label)
     proto = expand_function_ops(proto, opset, label)
     onnx_types = _infer_onnx_types(proto, label)
-    constants = _read_initializers(proto, label)
+    constants = _read_initializers(proto, label, mapped)
     raw_nodes = _parse_nodes(proto, opset, constants)
     mark_constant_folds(proto, raw_nodes, constants)
     _validate(proto, raw_nodes, constants, label)
@@ -150,10 +151,13 @@ def model_sha256(model: Any) -> str:
     return h.hexdigest()
 
 
-def load_model(model: Any) -> tuple[onnx.ModelProto, str, str | None]:
+def load_model(model: Any, lazy: bool = False) -> tuple[onnx.ModelProto, str, str | None]:
     """``(a private copy of the ModelProto, label for messages, folder or None)``.
 
-    External data is *not* loaded here (see :func:`_load_external_data`).
+    External data is *not* loaded here (see :func:`_load_external_data`). ``lazy``: a
+    large file's large initializers are left in the file, as external data that names
+    the file itself (:mod:`toolchain.frontend.mapped`; for callers that map or ignore the
+    weights).
     """
     if isinstance(model, onnx.ModelProto):
         copy = onnx.ModelProto()
@@ -169,11 +173,17 @@ def load_model(model: Any) -> tuple[onnx.ModelProto, str, str | None]:
         raise ModelError(f"{path}: no such file")
     if path.is_dir():
         raise ModelError(f"{path}: is a directory, not an ONNX model file")
+    folder = str(path.resolve().parent)
     try:
+        if lazy and path.stat().st_size >= mapped.MAP_FILE_BYTES:
+            try:
+                return mapped.parse_skeleton(path.resolve()), str(path), folder
+            except Exception:  # noqa: BLE001 - not protobuf's framing: _parse says why
+                pass
         data = path.read_bytes()
     except OSError as exc:
         raise ModelError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    return _parse(data, str(path)), str(path), str(path.resolve().parent)
+    return _parse(data, str(path)), str(path), folder
 
 
 def _parse(data: bytes, label: str) -> onnx.ModelProto:
@@ -268,18 +278,27 @@ def _inline_functions(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
 
 # -- 3. external data -----------------------------------------------------------------------
 
-def _external_tensors(proto: onnx.ModelProto):
-    yield from proto.graph.initializer
+def _external_tensors(proto: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, bool]]:
+    """Every tensor of the graph that may keep external data, and whether it is an
+    initializer (protobuf's Python objects are made afresh on each access: their ids
+    cannot tell)."""
+    for tensor in proto.graph.initializer:
+        yield tensor, True
     for node in proto.graph.node:
         for attr in node.attribute:
             if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
+                yield attr.t, False
+            for tensor in attr.tensors:
+                yield tensor, False
 
 
-def _load_external_data(proto: onnx.ModelProto, label: str, base_dir: str | None) -> None:
-    """Read external tensor data, refusing any file outside the model's folder."""
-    for tensor in _external_tensors(proto):
+def _load_external_data(proto: onnx.ModelProto, label: str, base_dir: str | None
+                        ) -> dict[str, np.ndarray]:
+    """Read external tensor data, refusing any file outside the model's folder: a large
+    initializer of a plain dtype is mapped from its file (returned by name, see
+    :mod:`toolchain.frontend.mapped`), any other tensor is read into the proto."""
+    arrays: dict[str, np.ndarray] = {}
+    for tensor, initializer in _external_tensors(proto):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
@@ -306,20 +325,29 @@ def _load_external_data(proto: onnx.ModelProto, label: str, base_dir: str | None
                 f"not found (looked for {resolved})"
             )
         offset = int(info.get("offset", 0) or 0)
-        length = info.get("length")
         size = os.path.getsize(resolved)
-        with open(resolved, "rb") as f:
-            f.seek(offset)
-            data = f.read(int(length) if length else -1)
-        if (length and len(data) != int(length)) or offset > size:
-            end = offset + int(length or 0)
+        length = int(info["length"]) if info.get("length") else max(size - offset, 0)
+        if offset + length > size:
             raise ModelError(
                 f"{label}: external data file {location!r} of tensor {tensor.name!r} is too "
-                f"short ({size} bytes; the tensor needs bytes {offset}..{end})"
+                f"short ({size} bytes; the tensor needs bytes {offset}..{offset + length})"
             )
-        tensor.raw_data = data
+        dtype = ONNX_DTYPES.get(tensor.data_type)
+        if (initializer and dtype is not None and mapped.mappable(dtype)
+                and length >= mapped.MAP_TENSOR_BYTES):
+            try:
+                arrays[tensor.name] = mapped.map_tensor(resolved, offset, length, dtype,
+                                                        tuple(tensor.dims))
+            except ValueError as exc:
+                raise ModelError(f"{label}: initializer {tensor.name!r} cannot be read: "
+                                 f"{exc}") from None
+            continue
+        with open(resolved, "rb") as f:
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
         tensor.data_location = onnx.TensorProto.DEFAULT
         del tensor.external_data[:]
+    return arrays
 
 
 # -- 4. structure ---------------------------------------------------------------------------
@@ -415,7 +443,8 @@ def _light(proto: onnx.ModelProto) -> onnx.ModelProto:
     (0, ['x', 'w'])
     """
     g = proto.graph
-    big = [int(np.prod(t.dims, dtype=np.int64)) >= _LIGHT_ELEMENTS for t in g.initializer]
+    big = [int(np.prod(t.dims, dtype=np.int64)) >= _LIGHT_ELEMENTS
+           or t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer]
     if not any(big):
         return proto
     light = onnx.ModelProto()
@@ -545,7 +574,7 @@ def dynamic_inputs(model: Any) -> dict[str, list[int | str | None] | None]:
         >>> dynamic_inputs(helper.make_model(g))
         {'x': ['N', 4]}
     """
-    proto, _, _ = load_model(model)
+    proto, _, _ = load_model(model, lazy=True)
     result = {}
     for name, info in _input_protos(proto).items():
         dims = _dims(info)
@@ -574,12 +603,18 @@ def _infer_onnx_types(proto: onnx.ModelProto, label: str) -> OnnxTypes:
 
 # -- 7. nodes -------------------------------------------------------------------------------
 
-def _read_initializers(proto: onnx.ModelProto, label: str) -> dict[str, np.ndarray | str]:
-    """Initializer arrays by name; an unsupported dtype maps to its ONNX type name."""
+def _read_initializers(proto: onnx.ModelProto, label: str,
+                       mapped_arrays: Mapping[str, np.ndarray]
+                       ) -> dict[str, np.ndarray | str]:
+    """Initializer arrays by name (``mapped_arrays`` where the data stayed in a file); an
+    unsupported dtype maps to its ONNX type name."""
     result: dict[str, np.ndarray | str] = {}
     for init in proto.graph.initializer:
         if init.data_type not in ONNX_DTYPES:
             result[init.name] = onnx_dtype_name(init.data_type)
+            continue
+        if init.name in mapped_arrays:
+            result[init.name] = mapped_arrays[init.name]
             continue
         try:
             result[init.name] = numpy_helper.to_array(init)

@@ -63,7 +63,7 @@ from toolchain.tir.schedule.tensorize import TensorIntrin
 
 __all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
            "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
-           "load_intrinsics", "operand_tiles", "parse_behaviour"]
+           "load_intrinsics", "operand_tiles", "parse_behaviour", "scalar_vars"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ class IntrinsicSpec:
     helpers_key: str = ""
     #: the LLVM IR body template (``llvm_impl``), "" when the intrinsic has none
     llvm_template: str = ""
+    #: the accelerator instruction that implements it (``GEMM``, ``ALU.MAX``...), "" for C
+    instruction: str = ""
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -143,20 +145,25 @@ def _compile(t: Target) -> _Loaded:
         where = _where(t, name, spec)
         beh = parse_behaviour(spec["behaviour"], where)
         desc = behaviour_func(beh, dict(spec["extents"]), dict(spec["dtypes"]), where)
-        fn = spec["function"]
-        if not fn.isidentifier():
-            raise TargetError(f"{where}: function {fn!r} is not a C identifier")
         ptrs = [ir.Call("handle", "tir.address_of", [b[tuple(0 for _ in b.shape)]])
                 for b in desc.buffers]
+        if "instruction" in spec:  # an accelerator instruction: a call the backend lowers
+            fn = f"{t.name}.{name}"
+            ptrs += [scalar_vars(desc)[n] for n in beh.scalars()]
+        else:
+            fn = spec["function"]
+            if not fn.isidentifier():
+                raise TargetError(f"{where}: function {fn!r} is not a C identifier")
         impl = ir.PrimFunc(desc.buffers, ir.Evaluate(ir.Call("int32", fn, ptrs)),
                            f"{fn}_impl")
         info = IntrinsicSpec(f"{t.name}.{name}", t.name, fn, tuple(b.name for b in desc.buffers),
-                             spec["impl"], tuple(spec.get("headers", ())),
+                             spec.get("impl", ""), tuple(spec.get("headers", ())),
                              tuple(spec.get("cflags", ())), tuple(spec.get("cpu_flags", ())),
                              dict(spec.get("scopes", {})), block.text if block else "",
                              tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
                              {str(k): int(v) for k, v in dict(spec["extents"]).items()},
-                             block.key if block else "", spec.get("llvm_impl", ""))
+                             block.key if block else "", spec.get("llvm_impl", ""),
+                             spec.get("instruction", ""))
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
                    tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()))
@@ -182,6 +189,28 @@ def llvm_helper_definition(name: str, helper: dict) -> LLVMDefinition:
     return LLVMDefinition(name, f"define linkonce_odr {helper['returns']} @{name}("
                                 f"{', '.join(helper['params'])}) alwaysinline nounwind "
                                 f"{{\n{lines}\n}}\n")
+
+
+def scalar_vars(desc: ir.PrimFunc) -> dict[str, ir.Var]:
+    """The scalar operands (free variables that are no loop variable) of a description.
+
+    >>> beh = parse_behaviour("C[i] = max(A[i], lo)")
+    >>> from toolchain.intrinsics.behaviour import behaviour_func
+    >>> list(scalar_vars(behaviour_func(beh, {"i": 4}, {"A": "int32", "C": "int32"})))
+    ['lo']
+    """
+    from toolchain.tir.functor import free_vars, post_order_visit
+
+    bound: set[ir.Var] = set()
+
+    def grab(x: object) -> None:
+        if isinstance(x, ir.For):
+            bound.add(x.loop_var)
+        elif isinstance(x, ir.Block):
+            bound.update(iv.var for iv in x.iter_vars)
+
+    post_order_visit(desc.body, grab)
+    return {v.name: v for v in free_vars(desc.body) if v not in bound}
 
 
 def load_intrinsics(target: str | Target) -> list[str]:
@@ -226,10 +255,12 @@ def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, boo
     from toolchain.tir import arith
 
     spec = _BY_FUNCTION.get(call.op)
-    if spec is None or len(call.args) != len(spec.tiles):
+    # an accelerator instruction's scalar operands (immediates) follow its buffers
+    if spec is None or len(call.args) != len(spec.tiles) and not (
+            spec.instruction and len(call.args) > len(spec.tiles)):
         return None
     out = []
-    for k, (arg, tile) in enumerate(zip(call.args, spec.tiles, strict=True)):
+    for k, (arg, tile) in enumerate(zip(call.args[:len(spec.tiles)], spec.tiles, strict=True)):
         if not (isinstance(arg, ir.Call) and arg.op == "tir.address_of" and arg.args
                 and isinstance(arg.args[0], ir.BufferLoad)):
             return None

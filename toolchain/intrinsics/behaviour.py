@@ -2,14 +2,18 @@
 
 Grammar (whitespace free-form)::
 
-    stmt   := access "+=" expr
-    expr   := term ("+" term)*
+    stmt   := access ("+=" | "=") expr
+    expr   := shift ("+" shift)*
+    shift  := term (">>" term)*
     term   := factor ("*" factor)*
-    factor := access | "(" expr ")"
+    factor := access | "(" expr ")" | ("min" | "max") "(" expr "," expr ")" | NAME | INT
     access := NAME "[" index ("," index)* "]"
     index  := iterm (("+" | "-") iterm)*        an affine expression of loop variables
     iterm  := INT | NAME | INT "*" NAME | NAME "*" INT
 
+``+=`` accumulates over the variables that do not index the output (a GEMM); ``=`` is an
+elementwise operation (an accelerator's vector ALU). A bare ``NAME`` is a scalar operand
+(an instruction's immediate), matched by ``tensorize`` against any loop-invariant value.
 :func:`behaviour_func` turns a parsed statement, the loop extents and the operand dtypes
 into the intrinsic's description PrimFunc (a ``te.sum`` over the variables that do not
 index the output, with operands cast to the output dtype), without its init statement —
@@ -31,7 +35,7 @@ from toolchain import te
 from toolchain.errors import TargetError
 from toolchain.tir import ir
 
-_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\+=|[\[\](),+*-]))")
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(\+=|>>|[\[\](),=+*-]))")
 
 
 @dataclass(frozen=True)
@@ -52,22 +56,37 @@ class Access:
 
 @dataclass(frozen=True)
 class BinOp:
-    """``lhs op rhs`` with ``op`` in ``+``, ``*``."""
+    """``lhs op rhs`` with ``op`` in ``+``, ``*``, ``>>``, ``min``, ``max``."""
 
     op: str
     lhs: Expr
     rhs: Expr
 
 
-Expr = Access | BinOp
+@dataclass(frozen=True)
+class Scalar:
+    """A scalar operand (an immediate), e.g. ``imm`` in ``C[i] = A[i] >> imm``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    """An integer constant, e.g. ``0`` in ``C[i] = 0`` (zeroing accumulators)."""
+
+    value: int
+
+
+Expr = Access | BinOp | Scalar | Const
 
 
 @dataclass(frozen=True)
 class Behaviour:
-    """A parsed ``out[...] += expr``."""
+    """A parsed ``out[...] += expr`` (``accumulate``) or ``out[...] = expr``."""
 
     output: Access
     expr: Expr
+    accumulate: bool = True
 
     def inputs(self) -> list[Access]:
         """The first access of each input operand, in order of appearance."""
@@ -76,12 +95,30 @@ class Behaviour:
         def walk(e: Expr) -> None:
             if isinstance(e, Access):
                 seen.setdefault(e.name, e)
-            else:
+            elif isinstance(e, BinOp):
                 walk(e.lhs)
                 walk(e.rhs)
 
         walk(self.expr)
         return list(seen.values())
+
+    def scalars(self) -> list[str]:
+        """Names of the scalar operands, in order of appearance.
+
+        >>> parse_behaviour("C[i] = max(A[i], lo)").scalars()
+        ['lo']
+        """
+        out: list[str] = []
+
+        def walk(e: Expr) -> None:
+            if isinstance(e, Scalar) and e.name not in out:
+                out.append(e.name)
+            elif isinstance(e, BinOp):
+                walk(e.lhs)
+                walk(e.rhs)
+
+        walk(self.expr)
+        return out
 
 
 class _Parser:
@@ -120,17 +157,27 @@ class _Parser:
 
     def stmt(self) -> Behaviour:
         out = self.access()
-        self.take("sym", "+=")
+        acc = self.at("+=")
+        if not acc and not self.at("="):
+            self.take("sym", "+=")
+        self.i += 1
         e = self.expr()
         if self.peek() is not None:
             self.fail(f"unexpected {self.peek()[1]!r} after the expression")
-        return Behaviour(out, e)
+        return Behaviour(out, e, acc)
 
     def expr(self) -> Expr:
-        e = self.term()
+        e = self.shift()
         while self.at("+"):
             self.i += 1
-            e = BinOp("+", e, self.term())
+            e = BinOp("+", e, self.shift())
+        return e
+
+    def shift(self) -> Expr:
+        e = self.term()
+        while self.at(">>"):
+            self.i += 1
+            e = BinOp(">>", e, self.term())
         return e
 
     def term(self) -> Expr:
@@ -146,6 +193,21 @@ class _Parser:
             e = self.expr()
             self.take("sym", ")")
             return e
+        t = self.peek()
+        if t is not None and t[0] == "int":
+            self.i += 1
+            return Const(int(t[1]))
+        nxt = self.toks[self.i + 1] if self.i + 1 < len(self.toks) else None
+        if t is not None and t[0] == "name" and t[1] in ("min", "max") and nxt == ("sym", "("):
+            self.i += 2
+            a = self.expr()
+            self.take("sym", ",")
+            b = self.expr()
+            self.take("sym", ")")
+            return BinOp(t[1], a, b)
+        if t is not None and t[0] == "name" and nxt != ("sym", "["):
+            self.i += 1
+            return Scalar(t[1])
         return self.access()
 
     def access(self) -> Access:
@@ -189,6 +251,23 @@ class _Parser:
 def parse_behaviour(text: str, where: str = "intrinsic") -> Behaviour:
     """Parse ``text`` (see the module grammar); errors name ``where`` and the column."""
     return _Parser(text, where).stmt()
+
+
+def binop(op: str, x: ir.PrimExpr, y: ir.PrimExpr) -> ir.PrimExpr:
+    """The TIR expression of a behaviour operator (``>>`` is ``tir.shift_right``).
+
+    >>> str(binop("max", ir.Var("a"), ir.IntImm(3)))
+    'T.max(a, 3)'
+    """
+    if op == "+":
+        return x + y
+    if op == "*":
+        return x * y
+    if op == "min":
+        return ir.Min(x, y)
+    if op == "max":
+        return ir.Max(x, y)
+    return ir.Call(x.dtype, "tir.shift_right", [x, y])
 
 
 def _extent_of(a: Affine, extents: dict[str, int], where: str, name: str) -> int:
@@ -236,7 +315,11 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
                               "one loop variable (like C[i, j])")
         out_vars.append(a.terms[0][0])
     red_vars = [v for v in extents if v not in out_vars]
-    if not red_vars:
+    if not b.accumulate and red_vars:
+        raise TargetError(f"{where}: {', '.join(red_vars)} do(es) not index the output "
+                          f"{b.output.name}; an elementwise '=' behaviour has no reduction "
+                          "(use '+=' to accumulate)")
+    if b.accumulate and not red_vars:
         raise TargetError(f"{where}: the behaviour must accumulate over at least one loop "
                           "variable that does not index the output (like k in "
                           "C[i, j] += A[i, k] * B[k, j])")
@@ -249,11 +332,16 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
         tensors[a.name] = te.placeholder(shape, dtypes[a.name], a.name)
     odt = dtypes[b.output.name]
     raxes = {v: te.reduce_axis((0, extents[v]), name=v) for v in red_vars}
+    scalars = {n: te.var(n, dtypes.get(n, odt)) for n in b.scalars()}
 
     def lower(e: Expr, env: dict[str, ir.PrimExpr]) -> ir.PrimExpr:
+        if isinstance(e, Scalar):
+            return scalars[e.name]
+        if isinstance(e, Const):
+            return ir.IntImm(e.value, odt)
         if isinstance(e, BinOp):
             x, y = lower(e.lhs, env), lower(e.rhs, env)
-            return x + y if e.op == "+" else x * y
+            return binop(e.op, x, y)
         idx = []
         for a in e.index:
             v: ir.PrimExpr = ir.IntImm(a.const)

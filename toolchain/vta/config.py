@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING
 
 from toolchain.errors import TargetError
+
+if TYPE_CHECKING:
+    from toolchain.target import Target
 
 #: targets/vta.yaml in the source tree
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "targets" / "vta.yaml"
@@ -34,19 +35,6 @@ MAX_UOP_DEPTH = 1 << 13
 MAX_INP_DEPTH = 1 << 11
 MAX_ACC_DEPTH = 1 << 11
 MAX_WGT_DEPTH = 1 << 10
-
-# key -> expected Python type, or a nested schema dict
-_SCHEMA: dict[str, Any] = {
-    "name": str,
-    "kind": str,
-    "description": str,
-    "gemm": {"batch": int, "block_in": int, "block_out": int},
-    "buffers": {"input": int, "weight": int, "accumulator": int, "uop": int},
-    "queues": {"cmd_queue_depth": int, "token_queue_depth": int},
-    "dram": {"bus_width_bits": int, "bytes_per_cycle": int, "latency_cycles": int},
-    "alu": {"ops": list},
-}
-
 
 @dataclass(frozen=True)
 class VTAConfig:
@@ -169,72 +157,47 @@ def _validate(cfg: VTAConfig) -> None:
                               f"{', '.join(ALU_OP_NAMES)}")
 
 
-def _check_mapping(node: yaml.MappingNode, schema: dict[str, Any], path: str, prefix: str,
-                   data: dict[str, Any]) -> None:
-    """Check key names and value types of a mapping against the schema, with line numbers."""
-    seen = set()
-    for key_node, value_node in node.value:
-        key = key_node.value
-        line = key_node.start_mark.line + 1
-        full = f"{prefix}{key}"
-        if key not in schema:
-            raise TargetError(f"{path}:{line}: unknown key '{full}'; allowed here: "
-                              f"{', '.join(sorted(schema))}")
-        if key in seen:
-            raise TargetError(f"{path}:{line}: key '{full}' appears twice")
-        seen.add(key)
-        expected = schema[key]
-        value = data[key]
-        if isinstance(expected, dict):
-            if not isinstance(value_node, yaml.MappingNode):
-                raise TargetError(f"{path}:{line}: '{full}' must be a mapping with keys "
-                                  f"{', '.join(sorted(expected))}")
-            _check_mapping(value_node, expected, path, f"{full}.", value)
-            continue
-        ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-        if not ok:
-            raise TargetError(f"{path}:{line}: '{full}' must be {expected.__name__}, got "
-                              f"{type(value).__name__} {value!r}")
-    missing = [k for k in schema if k not in seen and k != "description"]
-    if missing:
-        line = node.start_mark.line + 1
-        raise TargetError(f"{path}:{line}: missing key(s) "
-                          f"{', '.join(prefix + k for k in missing)}")
-
-
-def load_config(path: str | Path | None = None) -> VTAConfig:
-    """Load and validate a VTA target file (default ``targets/vta.yaml``).
+def config_from_target(target: Target) -> VTAConfig:
+    """The :class:`VTAConfig` of an accelerator :class:`~toolchain.target.Target` (kind
+    ``vta``; its ``gemm``/``buffers``/``queues``/``dram``/``alu`` keys), validated against the
+    ISA's field widths.
 
     Example::
 
-        >>> load_config().acc_depth
-        2048
+        >>> from toolchain.target import load_target
+        >>> config_from_target(load_target("vta")).wgt_depth
+        1024
     """
-    path = Path(path) if path is not None else DEFAULT_PATH
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TargetError(f"cannot read VTA target file {path}: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TargetError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(node, yaml.MappingNode) or not isinstance(data, dict):
-        raise TargetError(f"{path}: expected a mapping at the top level")
-    _check_mapping(node, _SCHEMA, str(path), "", data)
-    if data["kind"] != "vta":
-        raise TargetError(f"{path}: 'kind' must be 'vta' for an accelerator target, "
-                          f"got '{data['kind']}'")
-    ops = data["alu"]["ops"]
-    if not all(isinstance(o, str) for o in ops):
-        raise TargetError(f"{path}: 'alu.ops' must be a list of op names")
-    g, b, q, d = data["gemm"], data["buffers"], data["queues"], data["dram"]
+    if target.kind != "vta" or not target.is_accelerator:
+        raise TargetError(f"{target.source}: 'kind' must be 'vta' for an accelerator target, "
+                          f"got '{target.kind}'")
+    g, b, q, d = target.gemm, target.buffers, target.queues, target.dram
     return VTAConfig(
         batch=g["batch"], block_in=g["block_in"], block_out=g["block_out"],
         input_bytes=b["input"], weight_bytes=b["weight"], acc_bytes=b["accumulator"],
         uop_bytes=b["uop"], cmd_queue_depth=q["cmd_queue_depth"],
         token_queue_depth=q["token_queue_depth"], bus_width_bits=d["bus_width_bits"],
         bytes_per_cycle=d["bytes_per_cycle"], latency_cycles=d["latency_cycles"],
-        alu_ops=tuple(ops), name=data["name"], source=str(path),
+        alu_ops=tuple(target.alu["ops"]), name=target.name, source=target.source,
     )
+
+
+def load_config(path: str | Path | None = None) -> VTAConfig:
+    """Load and validate a VTA target (default ``targets/vta.yaml``; a shipped target name
+    or a YAML path) through :func:`~toolchain.target.load_target`, so ``extends:`` variants
+    work here too.
+
+    Example::
+
+        >>> load_config().acc_depth
+        2048
+    """
+    from toolchain.target import load_target
+
+    path = Path(path) if path is not None else DEFAULT_PATH
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            path.read_text()
+        except OSError as exc:
+            raise TargetError(f"cannot read VTA target file {path}: {exc.strerror}") from None
+    return config_from_target(load_target(path))

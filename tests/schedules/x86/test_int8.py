@@ -168,7 +168,7 @@ def test_weights_packed_at_compile_time() -> None:
     node = Node("QConv", "c", [x, Value.constant("w", w), *_requant(20)], [y], attrs)
     op = schedule_x86_int8(node, "c-generic")
     np.testing.assert_array_equal(op.input_values[1].data, packed)
-    assert op.input_values[1].data.dtype == np.int32  # widened at compile time
+    assert op.input_values[1].data.dtype == np.int8  # stored as int8, widened in the kernel
     # AVX targets: int16 pairs of input channels [Mo, C/2, KH, KW, L, 2], channel 3 zero
     pairs = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
     assert pairs.shape == (2, 2, 3, 3, 16, 2) and pairs.dtype == np.int16

@@ -19,8 +19,9 @@ intrinsic (``vpdpwssd`` with AVX-512 VNNI, ``vpmaddwd`` + ``vpaddd`` on AVX2)::
 
 Before (and still on c-generic, whose arena the pair band would grow, and for one pair of
 channels with a 1x1 kernel) the ``algorithm="x86"`` computes of :mod:`toolchain.topi.int8`
-multiply int32 lanes (weights ``[M/L, C, KH, KW, L]`` widened to int32, one ``vpmulld`` +
-``vpaddd`` per ``L`` MACs). The tile is requantized lane-wise by ``kiln_x86_requantize``
+multiply int32 lanes (int8 weights ``[M/L, C, KH, KW, L]`` widened to int32 in the
+kernel, one ``vpmulld`` + ``vpaddd`` per ``L`` MACs). The tile is requantized lane-wise by
+``kiln_x86_requantize``
 (:mod:`toolchain.topi.int8_x86`: ``L`` contiguous int32 accumulators against channel-padded
 tables, 32-bit lanes but one 64-bit product) and only then copied into NCHW. QAdd uses the
 same helper. Depthwise convolutions (multiplier 1, channels a multiple of 8) on the AVX
@@ -53,7 +54,7 @@ Example::
     ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int16'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "c-generic")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
-    ('int8 x86', (1, 16, 8), dtype('int32'))
+    ('int8 x86', (1, 16, 8), dtype('int8'))
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ A tensor intrinsic is a pair of PrimFuncs with the same buffer parameters:
 ``tensorize(loop, name)`` matches the nest under ``loop`` with ``desc`` (loop count and
 extents, the expression tree, dtypes, and every buffer index up to a constant offset per
 buffer dimension) and replaces it by ``impl`` with each intrinsic buffer rebased at the
-matched offset. A mismatch says which loop, index, or dtype differs.
+matched offset. A mismatch says which loop, index, or dtype differs. A schedule buffer may
+have more (leading) dimensions than the intrinsic's — a packed layout ``(M/16, K/16, 1, 16)``
+against a ``(1, 16)`` tile — if its leading indices stay fixed over the tile. A free
+variable of ``desc`` (a *scalar operand*, e.g. an ALU immediate) matches any value that is
+fixed over the tile and is substituted into ``impl``.
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ class _Matcher:
         self.dvars = dvars
         self.bufmap: dict[ir.Buffer, ir.Buffer] = {}  # desc buffer -> schedule buffer
         self.offsets: dict[ir.Buffer, list[ir.PrimExpr]] = {}
+        #: scalar operand of the intrinsic (a free desc variable) -> the schedule's value
+        self.scalars: dict[ir.Var, ir.PrimExpr] = {}
 
     def fail(self, msg: str) -> None:
         raise ScheduleError(f"tensorize with {self.intrin!r}: {msg}")
@@ -108,12 +114,23 @@ class _Matcher:
         if sb.dtype != db.dtype:
             self.fail(f"buffer {sb.name} has dtype {sb.dtype} but the intrinsic's {db.name} "
                       f"is {db.dtype}")
-        if len(sidx) != len(didx):
+        if len(sidx) < len(didx):
             self.fail(f"buffer {sb.name} has {len(sidx)} dimensions, intrinsic {db.name} "
                       f"has {len(didx)}")
         self.bufmap[db] = sb
+        # extra leading dimensions (a packed layout's tile indices) must not move inside
+        # the intrinsic's tile: they become offsets
+        lead = len(sidx) - len(didx)
         offs = []
-        for d, (si, di) in enumerate(zip(sidx, didx, strict=True)):
+        for d, si in enumerate(sidx[:lead]):
+            mapped = arith.simplify(substitute(si, self.svars))
+            if set(free_vars(mapped)) & self.dvars:
+                self.fail(f"index {d} of {sb.name} ({si}) depends on the loops the intrinsic "
+                          f"covers, but the intrinsic's {db.name} has only {len(didx)} "
+                          "dimensions; reorder so the tile's loops index its trailing "
+                          "dimensions")
+            offs.append(mapped)
+        for d, (si, di) in enumerate(zip(sidx[lead:], didx, strict=True), start=lead):
             mapped = substitute(si, self.svars)
             off = arith.simplify(mapped - di)
             if set(free_vars(off)) & self.dvars:
@@ -131,6 +148,17 @@ class _Matcher:
             self.offsets[db] = offs
 
     def expr(self, s: ir.PrimExpr, d: ir.PrimExpr) -> None:
+        if isinstance(d, ir.Var) and d not in self.dvars:  # a scalar operand (immediate)
+            if set(free_vars(s)) & self.inner:
+                self.fail(f"the intrinsic's scalar operand {d} matches {s}, which changes "
+                          "inside the tile; it must be the same for the whole tile")
+            if d in self.scalars and not ir.structural_equal(self.scalars[d], s):
+                self.fail(f"scalar operand {d} matches both {self.scalars[d]} and {s}")
+            if s.dtype != d.dtype:
+                self.fail(f"dtype of {s} is {s.dtype}, the intrinsic's scalar {d} is "
+                          f"{d.dtype}")
+            self.scalars[d] = s
+            return
         if type(s) is not type(d):
             self.fail(f"the schedule computes {s} where the intrinsic computes {d} "
                       f"({type(s).__name__} vs {type(d).__name__})")
@@ -173,7 +201,10 @@ class _Rebase(StmtExprMutator):
         self.bmap, self.offsets = bmap, offsets
 
     def _idx(self, b: ir.Buffer, idx: tuple) -> tuple:
-        return tuple(arith.simplify(o + i) for o, i in zip(self.offsets[b], idx, strict=True))
+        offs = self.offsets[b]
+        lead = len(offs) - len(idx)  # the schedule buffer's extra leading dimensions
+        return (*offs[:lead], *(arith.simplify(o + i)
+                                for o, i in zip(offs[lead:], idx, strict=True)))
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         e = super().visit_BufferLoad(e)
@@ -193,8 +224,10 @@ def _regions(desc_block: ir.Block, m: _Matcher) -> tuple[list[ir.BufferRegion],
     """The intrinsic's read/write buffers, at their matched offsets, whole shape each."""
 
     def region(db: ir.Buffer) -> ir.BufferRegion:
+        offs = m.offsets[db]
+        shape = (1,) * (len(offs) - len(db.shape)) + tuple(db.shape)
         return ir.BufferRegion(m.bufmap[db], tuple(
-            ir.Range(o, s) for o, s in zip(m.offsets[db], db.shape, strict=True)))
+            ir.Range(o, s) for o, s in zip(offs, shape, strict=True)))
 
     writes = [w.buffer for w in desc_block.writes]
     loaded: list[ir.Buffer] = []
@@ -285,6 +318,8 @@ def tensorize(state: ScheduleState, loop: LoopRV | BlockRV, intrin: str) -> None
             bmap[ib] = m.bufmap[db]
             offsets[ib] = m.offsets[db]
     body = _Rebase(bmap, offsets).visit_stmt(_strip_root(it.impl))
+    if m.scalars:
+        body = substitute(body, dict(m.scalars))
     reads, writes = _regions(dr.block, m)
     blk = ir.Block(sb.name_hint, (), tuple(reads), tuple(writes), body,
                    annotations={**sb.annotations, "tensorized": intrin})

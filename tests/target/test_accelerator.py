@@ -1,0 +1,75 @@
+"""Accelerator descriptors (kind vta): targets/vta.yaml is a Target like any other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolchain.errors import TargetError
+from toolchain.intrinsics import load_intrinsics
+from toolchain.target import TARGETS_DIR, load_target, parse_target
+from toolchain.tir.schedule.tensorize import TensorIntrin
+from toolchain.vta.config import config_from_target, load_config
+
+
+def test_vta_yaml_is_a_target_with_accelerator_fields() -> None:
+    t = load_target("vta")
+    assert t.kind == "vta" and t.is_accelerator and t.keys == ("vta",)
+    assert t.gemm == {"batch": 1, "block_in": 16, "block_out": 16}
+    assert t.memory_scopes == {"vta.inp": 32768, "vta.wgt": 262144, "vta.acc": 131072,
+                               "vta.uop": 32768, "vta.out": 32768}
+    assert t.intrinsics["gemm"]["instruction"] == "GEMM"
+    assert t.intrinsics["gemm"]["scopes"] == {"A": "vta.inp", "B": "vta.wgt", "C": "vta.acc"}
+    assert config_from_target(t) == load_config()
+    assert not load_target("c-generic").is_accelerator
+
+
+def test_intrinsics_are_registered_from_their_behaviour() -> None:
+    names = load_intrinsics(load_target("vta"))
+    assert "vta.gemm" in names and "vta.alu_shr_imm" in names
+    gemm = TensorIntrin.get("vta.gemm")
+    assert [(b.name, [int(d.value) for d in b.shape], b.dtype) for b in gemm.desc.buffers] == [
+        ("A", [1, 16], "int8"), ("B", [16, 16], "int8"), ("C", [1, 16], "int32")]
+    assert '"vta.gemm"' in str(gemm.impl)
+    shr = TensorIntrin.get("vta.alu_shr_imm")
+    assert "T.shift_right(A" in str(shr.desc) and str(shr.impl).rstrip().endswith("imm)")
+
+
+def test_extends_variant_changes_one_size(tmp_path: Path) -> None:
+    p = tmp_path / "big.yaml"
+    p.write_text("name: vta-big-inp\nkind: vta\nextends: vta\nbuffers:\n  input: 16384\n")
+    t = load_target(p)
+    assert t.buffers["input"] == 16384 and t.buffers["weight"] == 262144
+    assert t.memory_scopes["vta.inp"] == 16384 and t.intrinsics.keys() == \
+        load_target("vta").intrinsics.keys()
+    cfg = load_config(p)
+    assert (cfg.name, cfg.inp_depth, cfg.wgt_depth) == ("vta-big-inp", 1024, 1024)
+
+
+def _vta_text(old: str, new: str) -> str:
+    text = (TARGETS_DIR / "vta.yaml").read_text()
+    assert old in text
+    return text.replace(old, new)
+
+
+def test_accelerator_errors_name_what_and_where() -> None:
+    with pytest.raises(TargetError, match=r"t.yaml: key 'gemm' describes an accelerator; it "
+                                          r"applies to targets of kind 'vta', not 'c'"):
+        parse_target("name: x\nkind: c\ngemm: {batch: 1, block_in: 16, block_out: 16}\n",
+                     "t.yaml")
+    with pytest.raises(TargetError, match=r"t.yaml: missing key\(s\) gemm.batch"):
+        parse_target("name: x\nkind: vta\n", "t.yaml")
+    with pytest.raises(TargetError, match=r"t.yaml:\d+: intrinsic 'gemm': instruction 'GEMV' "
+                                          r"is not one of GEMM"):
+        parse_target(_vta_text("instruction: GEMM", "instruction: GEMV"), "t.yaml")
+    with pytest.raises(TargetError, match=r"intrinsic 'alu_add' is implemented by the "
+                                          r"instruction 'ALU.ADD'; drop key 'function'"):
+        parse_target(_vta_text("    instruction: ALU.ADD\n  alu_add_imm",
+                               "    instruction: ALU.ADD\n    function: f\n  alu_add_imm"),
+                     "t.yaml")
+    with pytest.raises(TargetError, match=r"instruction 'ALU.MUL' but 'alu.ops' lists only "
+                                          r"MIN, MAX, ADD, SHR"):
+        parse_target(_vta_text("[MIN, MAX, ADD, SHR, MUL]", "[MIN, MAX, ADD, SHR]"), "t.yaml")
+    with pytest.raises(TargetError, match=r"t.yaml:\d+: unknown key 'queues.depth'"):
+        parse_target(_vta_text("  token_queue_depth: 8", "  depth: 8"), "t.yaml")

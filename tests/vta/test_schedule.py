@@ -1,0 +1,66 @@
+"""The accelerator dense schedule: TE -> packed layouts -> tiles -> tensorize -> vthreads."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from toolchain.errors import ScheduleError
+from toolchain.target import load_target
+from toolchain.tir.transform import inject_virtual_thread, lower_blocks
+from toolchain.vta.config import VTAConfig
+from toolchain.vta.schedule import DenseShape, Tiles, choose_tiles, dense_schedule
+
+CALLS = ("gemm", "gemm_reset", "load_inp", "load_wgt", "alu_shr_imm", "alu_min_imm",
+         "alu_max_imm", "store_out")
+
+
+def _calls(text: str) -> list[str]:
+    return re.findall(r'T.call_extern\("int32", "vta\.(\w+)"', text)
+
+
+def test_every_stage_is_tensorized_with_a_declared_intrinsic() -> None:
+    sch = dense_schedule(DenseShape(16, 64, 64), 4, load_target("vta"), Tiles(2, 2, 2))
+    text = str(sch.mod)
+    assert sorted(set(_calls(text))) == sorted(CALLS)
+    assert 'scope="vta.acc"' in text or "vta.acc" in text
+    assert "vthread" in text
+    # the immediates reached the ALU calls as scalar operands
+    assert re.search(r'"vta.alu_shr_imm", .*\), 4\)', text)
+    assert re.search(r'"vta.alu_max_imm", .*\), -128\)', text)
+
+
+def test_virtual_threads_interleave_two_copies_of_each_instruction() -> None:
+    sch = dense_schedule(DenseShape(16, 64, 64), 4, load_target("vta"), Tiles(2, 2, 2))
+    lowered = inject_virtual_thread(lower_blocks(sch.mod))
+    text = str(lowered)
+    assert "vthread" not in text
+    calls = _calls(text)
+    # the weight tile does not depend on the row thread: loaded once per step, shared
+    assert calls.count("load_wgt") == 1
+    for name in ("gemm", "gemm_reset", "load_inp", "alu_shr_imm", "store_out"):
+        assert calls.count(name) == 2, name
+
+
+def test_single_thread_schedule_has_one_copy() -> None:
+    sch = dense_schedule(DenseShape(16, 64, 64), 4, load_target("vta"), Tiles(2, 2, 2),
+                         vthreads=1)
+    assert _calls(str(inject_virtual_thread(lower_blocks(sch.mod)))).count("gemm") == 1
+
+
+def test_tiles_fit_the_buffer_shares() -> None:
+    cfg = VTAConfig()
+    for shape in (DenseShape(3136, 576, 64), DenseShape(196, 2304, 256),
+                  DenseShape(49, 4608, 512)):
+        t = choose_tiles(shape, cfg)
+        assert t.tm * t.tk <= cfg.inp_depth // 2 and t.tn * t.tk <= cfg.wgt_depth // 2
+        assert t.tm * t.tn <= cfg.acc_depth // 2
+
+
+def test_bad_tiles_are_refused_with_the_reason() -> None:
+    t = load_target("vta")
+    with pytest.raises(ScheduleError, match=r"must divide the layer's blocks \(M 16, N 4"):
+        dense_schedule(DenseShape(16, 64, 64), 4, t, Tiles(3, 2, 2))
+    with pytest.raises(ScheduleError, match="2 virtual threads need a number of row tiles"):
+        dense_schedule(DenseShape(16, 64, 64), 4, t, Tiles(16, 2, 2))

@@ -1,0 +1,217 @@
+"""Tensor expression and schedule of an int8 dense layer for the accelerator.
+
+``dense_compute`` writes the layer in the packed layouts the GEMM core wants —
+activations ``(M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN)`` (NC{BATCH}n{BLOCK_IN}c for a
+1x1 image), weights ``(N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN)``
+(OI{BLOCK_OUT}o{BLOCK_IN}i) — followed by the requantisation epilogue (arithmetic shift
+right, clip to int8) and the narrowing to int8. ``dense_schedule`` then:
+
+1. tiles the output ``(M/BATCH, N/BLOCK_OUT)`` by ``(tm, tn)`` and the reduction by ``tk``
+   blocks (sizes from :func:`choose_tiles`, which fits them in the target's buffers);
+2. splits the outer row-tile loop by the number of virtual threads and binds it to
+   ``vthread`` (each thread gets its own half of every on-chip buffer);
+3. computes the accumulator and the epilogue stages per tile in scope ``vta.acc``
+   (``compute_at`` + ``set_scope``), the input and weight tiles per reduction step in
+   ``vta.inp`` / ``vta.wgt`` (``cache_read`` + ``compute_at``), zeroes the accumulator
+   with its own block (``decompose_reduction``);
+4. tensorizes every block with the target's declared intrinsics: the GEMM step, the reset,
+   the ALU ops (immediates matched as scalar operands), the DMA loads and the store; the
+   loops just above each tensorized block are annotated ``instruction`` — they fold into
+   that instruction's loop fields, DMA sizes or micro-ops (:mod:`toolchain.vta.codegen`).
+
+Scope and intrinsic names come from the target descriptor (the GEMM intrinsic's declared
+``scopes``), never from the target's name.
+
+Example::
+
+    >>> from toolchain.target import load_target
+    >>> t = load_target("vta")
+    >>> sch = dense_schedule(DenseShape(m=16, k=64, n=64), shift=4, target=t,
+    ...                      tiles=Tiles(tm=2, tn=2, tk=2))
+    >>> "vta.gemm" in str(sch.mod) and "thread_binding" in str(sch.mod)
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolchain import te
+from toolchain.errors import ScheduleError
+from toolchain.target import Target
+from toolchain.tir import ir
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule.handles import BlockRV, LoopRV
+from toolchain.tir.schedule.tensorize import TensorIntrin
+from toolchain.vta.config import VTAConfig, config_from_target
+
+#: the epilogue stages, in order: block name -> (intrinsic, scalar operand)
+EPILOGUE = ("shr", "clip_hi", "clip_lo")
+
+
+@dataclass(frozen=True)
+class DenseShape:
+    """``out[M, N] = requant(x[M, K] @ w[K, N])`` (unpadded sizes)."""
+
+    m: int
+    k: int
+    n: int
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """Tile sizes in blocks: ``tm`` rows of BATCH, ``tn`` blocks of BLOCK_OUT, ``tk`` of
+    BLOCK_IN."""
+
+    tm: int
+    tn: int
+    tk: int
+
+
+def blocks(shape: DenseShape, cfg: VTAConfig) -> tuple[int, int, int]:
+    """(M, K, N) in blocks of BATCH, BLOCK_IN, BLOCK_OUT (zero padded)."""
+    return (-(-shape.m // cfg.batch), -(-shape.k // cfg.block_in),
+            -(-shape.n // cfg.block_out))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
+    """The tiles that fit ``1/vthreads`` of every buffer and minimise an estimate of the
+    compute engine's time plus the DMA time that cannot overlap it.
+
+    Example::
+
+        >>> choose_tiles(DenseShape(784, 1152, 128), VTAConfig())
+        Tiles(tm=112, tn=8, tk=9)
+    """
+    mb, kb, nb = blocks(shape, cfg)
+    share = max(1, vthreads)
+    best: tuple[tuple[float, int], Tiles] | None = None
+    for tn in _divisors(nb):
+        for tk in _divisors(kb):
+            if tn * tk > cfg.wgt_depth // share:
+                continue
+            if min(tn, tk) < 2 and min(nb, kb) >= 2:
+                continue
+            for tm in _divisors(mb):
+                if tm < 2 <= mb:
+                    continue
+                if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
+                    continue
+                steps = tm * tn * tk
+                load = (tm * tk * cfg.inp_row_bytes + tn * tk * cfg.wgt_row_bytes) \
+                    / cfg.bytes_per_cycle + cfg.latency_cycles
+                groups = (mb // tm) * (nb // tn) * (kb // tk)
+                tiles = (mb // tm) * (nb // tn)
+                est = groups * max(steps, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
+                key = (est, groups)
+                if best is None or key < best[0]:
+                    best = (key, Tiles(tm, tn, tk))
+    if best is None:
+        raise ScheduleError(f"no tiling of the {mb}x{kb}x{nb}-block GEMM fits the buffers of "
+                            f"target {cfg.name!r}")
+    return best[1]
+
+
+def dense_compute(shape: DenseShape, shift: int, cfg: VTAConfig) -> list[te.Tensor]:
+    """The packed dense layer with its requantisation: ``[data, weight, out]``."""
+    mb, kb, nb = blocks(shape, cfg)
+    b_, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    data = te.placeholder((mb, kb, b_, bi), "int8", "data")
+    weight = te.placeholder((nb, kb, bo, bi), "int8", "weight")
+    ko = te.reduce_axis((0, kb), name="ko")
+    ki = te.reduce_axis((0, bi), name="ki")
+    acc = te.compute((mb, nb, b_, bo), lambda m, n, b, o: te.sum(
+        te.cast(data[m, ko, b, ki], "int32") * te.cast(weight[n, ko, o, ki], "int32"),
+        axis=[ko, ki]), name="gemm")
+    shr = te.compute(acc.shape, lambda *i: ir.Call("int32", "tir.shift_right",
+                                                   [acc[i], ir.IntImm(shift, "int32")]),
+                     name="shr")
+    hi = te.compute(acc.shape, lambda *i: ir.Min(shr[i], ir.IntImm(127, "int32")),
+                    name="clip_hi")
+    lo = te.compute(acc.shape, lambda *i: ir.Max(hi[i], ir.IntImm(-128, "int32")),
+                    name="clip_lo")
+    out = te.compute(acc.shape, lambda *i: te.cast(lo[i], "int8"), name="out")
+    return [data, weight, out]
+
+
+def _desc_loops(intrin: str) -> int:
+    """How many loops the intrinsic's behaviour has (after unit loops are dropped)."""
+    body = TensorIntrin.get(intrin).desc.body
+    n = 0
+    while True:
+        if isinstance(body, ir.BlockRealize) and body.block.name_hint == "root":
+            body = body.block.body
+        elif isinstance(body, ir.For):
+            n, body = n + 1, body.body
+        else:
+            return n
+
+
+def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None) -> None:
+    """Tensorize ``block`` at the loop matching the intrinsic's nest; annotate the first
+    loop under ``below`` (the loops that fold into the instruction) ``instruction``."""
+    loops = sch.get_loops(block)
+    nd = _desc_loops(intrin)
+    outer = loops[: len(loops) - nd]
+    if below is not None:
+        names = [sch.get(lp).loop_var for lp in outer]
+        anchor = names.index(sch.get(below).loop_var)
+        outer = outer[anchor + 1:]
+    sch.tensorize(loops[len(loops) - nd], intrin)
+    if outer:
+        sch.annotate(outer[0], "instruction", 1)
+
+
+def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles | None = None,
+                   vthreads: int = 2) -> Schedule:
+    """The scheduled, tensorized dense layer (see the module docstring)."""
+    cfg = config_from_target(target)
+    mb, kb, nb = blocks(shape, cfg)
+    t = tiles or choose_tiles(shape, cfg, vthreads)
+    if mb % t.tm or nb % t.tn or kb % t.tk:
+        raise ScheduleError(f"tiles {t} must divide the layer's blocks (M {mb}, N {nb}, "
+                            f"K {kb})")
+    if min(t.tm, t.tn, t.tk) < 2:
+        raise ScheduleError(f"tiles {t}: every tile size must be at least 2 blocks in this "
+                            "version (a loop of extent 1 disappears from the nest)")
+    if mb // t.tm % vthreads:
+        raise ScheduleError(f"{vthreads} virtual threads need a number of row tiles "
+                            f"divisible by {vthreads}; M has {mb // t.tm} tiles of {t.tm}")
+    gemm_spec = target.intrinsics["gemm"]
+    scope_inp, scope_wgt, scope_acc = (gemm_spec["scopes"][x] for x in ("A", "B", "C"))
+    sch = Schedule(te.create_prim_func(dense_compute(shape, shift, cfg)), target)
+    out = sch.get_block("out")
+    m, n, _, _ = sch.get_loops(out)
+    mo, mi = sch.split(m, [None, t.tm])
+    no, ni = sch.split(n, [None, t.tn])
+    mq, vt = sch.split(mo, [None, vthreads])
+    sch.reorder(mq, no, vt, mi, ni)
+    stages = ("gemm", *EPILOGUE)
+    for name in reversed(stages):
+        sch.compute_at(sch.get_block(name), vt)
+    for name in stages:
+        sch.set_scope(sch.get_block(name), 0, scope_acc)
+    gemm = sch.get_block("gemm")
+    lm, ln, lo, lko, lki = sch.get_loops(gemm)[-5:]
+    k0, k1 = sch.split(lko, [None, t.tk])
+    sch.reorder(k0, lm, ln, k1, lo, lki)
+    init = sch.decompose_reduction(gemm, k0)
+    cin = sch.cache_read(gemm, "data", scope_inp)
+    cwt = sch.cache_read(gemm, "weight", scope_wgt)
+    sch.compute_at(cin, k0)
+    sch.compute_at(cwt, k0)
+    _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
+    _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
+    _tensorize(sch, cin, target.intrinsic("load_inp"), k0)
+    _tensorize(sch, cwt, target.intrinsic("load_wgt"), k0)
+    for name, intrin in zip(EPILOGUE, ("alu_shr_imm", "alu_min_imm", "alu_max_imm"),
+                            strict=True):
+        _tensorize(sch, sch.get_block(name), target.intrinsic(intrin), vt)
+    _tensorize(sch, out, target.intrinsic("store_out"), vt)
+    if vthreads > 1:
+        sch.bind(vt, "vthread")
+    return sch
