@@ -167,14 +167,19 @@ def bench_op(case: tuple, target, repeat: int, rounds: int) -> dict:
 
 
 def bench_model(name: str, target, repeat: int, rounds: int) -> dict:
-    """Whole-bundle build time and latency with each backend."""
+    """Whole-bundle build time and latency with each backend; ``NAME:int8``: the zoo model
+    quantized by Kiln's PTQ (:func:`toolchain.zoo.quantized.kiln_qdq`)."""
     import toolchain
     from toolchain.bundle.host import BundleModule
     from toolchain.zoo import ZOO
+    from toolchain.zoo.quantized import kiln_qdq
 
-    spec = ZOO[name]
+    base, _, precision = name.partition(":")
+    spec = ZOO[base]
     model = spec.build()
     feeds = spec.inputs(model)
+    if precision == "int8":
+        model = kiln_qdq(model)
     row: dict = {"model": name}
     mods = {}
     with tempfile.TemporaryDirectory() as work:
@@ -182,7 +187,7 @@ def bench_model(name: str, target, repeat: int, rounds: int) -> dict:
             def compile_and_build(b=backend):
                 t0 = time.perf_counter()
                 pkg = toolchain.compile(toolchain.load(model, shape_dict=spec.input_shapes,
-                                                       name=name), target,
+                                                       name=base), target,
                                         Path(work) / b, backend=b)
                 t1 = time.perf_counter()
                 return pkg, t1 - t0, BundleModule(pkg.path), time.perf_counter() - t1
@@ -336,8 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ops", action="store_true", help="skip the op table")
     p.add_argument("--ops-only", action="store_true", help="only the op table")
     p.add_argument("--models", default="lenet5,ds_cnn,resnet8,mobilenet_v1,mobilenet_v2,"
-                   "transformer_encoder", help="zoo models as whole bundles (comma-separated; "
-                                               "empty: none)")
+                   "transformer_encoder,ds_cnn:int8,resnet8:int8",
+                   help="zoo models as whole bundles (comma-separated, NAME:int8 for Kiln's "
+                        "int8 quantization of one; empty: none)")
     p.add_argument("--no-resnet18", action="store_true", help="skip the cold ResNet-18 figure")
     p.add_argument("--boards", default="", help="also run zoo models on these boards under "
                    "QEMU with each backend (e.g. qemu-mps2-an386; needs the Arm tools)")
@@ -384,14 +390,20 @@ def main(argv: list[str] | None = None) -> int:
         print("\nmodels: bundles, cold; compile = kiln compile, build = host build of the "
               "bundle (cc); us = best median of <model>_run")
         _model_table(mrows)
-        zoo = [r["llvm_s"] / r["c_s"] for r in mrows]
-        print(f"geomean LLVM/C latency over {len(zoo)} models: {gmean(zoo):.2f}")
+        zoo = [r["llvm_s"] / r["c_s"] for r in mrows if ":" not in r["model"]]
+        int8 = [r["llvm_s"] / r["c_s"] for r in mrows if r["model"].endswith(":int8")]
+        for what, ratios in (("fp32", zoo), ("int8", int8)):
+            if ratios:
+                print(f"geomean LLVM/C latency over {len(ratios)} {what} models: "
+                      f"{gmean(ratios):.2f}")
         speed += zoo
         report["models"] = mrows
+        if int8:
+            print(f"LLVM int8 bundles vs gcc's: {1 / gmean(int8):.2f}x the speed")
     if speed:
         g = gmean(speed)
-        print(f"\nLLVM kernel speed vs gcc, geomean over layers and models: {1 / g:.2f}x "
-              f"(goal >= {GOAL_SPEED}x)")
+        print(f"\nLLVM kernel speed vs gcc, geomean over the layers and the fp32 models: "
+              f"{1 / g:.2f}x (goal >= {GOAL_SPEED}x)")
     if not (args.ops_only or args.no_resnet18):
         cold = resnet18_cold(target.name, ("llvm", "c"))
         print("\nResNet-18, ONNX file -> called host module, cold (fresh process, empty "
