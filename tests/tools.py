@@ -29,6 +29,8 @@ INSTALL: dict[str, str] = {
     "arm-none-eabi-objdump": "apt-get install gcc-arm-none-eabi (binutils-arm-none-eabi)",
     "picolibc": "apt-get install picolibc-arm-none-eabi",
     "qemu-system-arm": "apt-get install qemu-system-arm",
+    "aarch64-linux-gnu-gcc": "apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross",
+    "qemu-aarch64": "apt-get install qemu-user",
     "readelf": "apt-get install binutils",
     "valgrind": "apt-get install valgrind",
     "nvcc": "install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads)",

@@ -77,6 +77,9 @@ class Target:
     #: ``+feature``/``-feature``) and ``fast_math`` (LLVM fast-math flags allowed);
     #: see :mod:`toolchain.codegen.llvm_target`
     llvm: dict[str, Any] = field(default_factory=dict)
+    #: the LLVM backend's versions of the ``c_helpers`` functions: C name -> ``{returns,
+    #: params, body}`` (LLVM IR; :mod:`toolchain.intrinsics` renders the definition)
+    llvm_helpers: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: accelerator targets (kind ``vta``, see ``docs/vta.md``): the GEMM core shape
     #: (``batch``, ``block_in``, ``block_out``), on-chip buffer bytes (``input``, ``weight``,
     #: ``accumulator``, ``uop``), command/token queue depths, the DRAM model
@@ -153,6 +156,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
     "c_helpers_headers": ((list,), "a list of header names c_helpers needs", False),
     "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math", False),
+    "llvm_helpers": ((dict,), "a mapping of c_helpers function name to its LLVM IR "
+                              "(returns, params, body)", False),
     "gemm": ((dict,), "a mapping with keys batch, block_in, block_out", False),
     "buffers": ((dict,), "a mapping with keys input, weight, accumulator, uop (bytes)", False),
     "queues": ((dict,), "a mapping with keys cmd_queue_depth, token_queue_depth", False),
@@ -377,6 +382,43 @@ def _check_llvm(val: dict, path: str, line: int) -> dict[str, Any]:
     return out
 
 
+#: keys of one ``llvm_helpers`` entry -> (type, human type name)
+_LLVM_HELPER_SCHEMA: dict[str, tuple[type, str]] = {
+    "returns": (str, "an LLVM type (i32)"),
+    "params": (list, "a list of LLVM parameters ('i32 %acc')"),
+    "body": (str, "LLVM IR instructions ending in ret"),
+}
+
+
+def _check_llvm_helpers(node: yaml.Node, path: str) -> dict[str, dict[str, Any]]:
+    """``llvm_helpers``: C function name -> ``{returns, params, body}``, all keys required."""
+    out: dict[str, dict[str, Any]] = {}
+    for knode, vnode in node.value:
+        name, line = str(knode.value), knode.start_mark.line + 1
+        where = f"llvm_helpers.{name}"
+        if not name.isidentifier():
+            raise TargetError(f"{path}:{line}: key {where!r}: {name!r} is not a C identifier")
+        val = _scalar(vnode, path, where)
+        if not isinstance(val, dict):
+            raise TargetError(f"{path}:{line}: key {where!r} must be a mapping with keys "
+                              f"{', '.join(_LLVM_HELPER_SCHEMA)}")
+        for k, v in val.items():
+            if k not in _LLVM_HELPER_SCHEMA:
+                raise TargetError(f"{path}:{line}: unknown key '{where}.{k}'; known keys: "
+                                  f"{', '.join(_LLVM_HELPER_SCHEMA)}")
+            typ, tname = _LLVM_HELPER_SCHEMA[k]
+            if not isinstance(v, typ):
+                raise TargetError(f"{path}:{line}: key '{where}.{k}' must be {tname}, got "
+                                  f"{type(v).__name__} {v!r}")
+        missing = [k for k in _LLVM_HELPER_SCHEMA if k not in val]
+        if missing:
+            raise TargetError(f"{path}:{line}: key {where!r} is missing {', '.join(missing)}")
+        out[name] = {"returns": val["returns"],
+                     "params": tuple(_str_list(val["params"], path, line, f"{where}.params")),
+                     "body": val["body"], "line": line}
+    return out
+
+
 def host_cpu_flags() -> frozenset[str]:
     """The CPU feature flags of this machine (``/proc/cpuinfo``; empty when unreadable).
 
@@ -464,6 +506,8 @@ def parse_target(text: str, path: str = "<string>") -> Target:
             val = _check_intrinsics(vnode, val, path)
         elif key == "llvm":
             val = _check_llvm(val, path, line)
+        elif key == "llvm_helpers":
+            val = _check_llvm_helpers(vnode, path)
         elif key in ACCELERATOR_SCHEMA:
             val = _check_nested(vnode, val, path, key)
         values[key] = val

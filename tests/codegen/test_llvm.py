@@ -20,7 +20,7 @@ from toolchain.codegen.backend import BACKENDS, LLVMBackend, backend_for
 from toolchain.codegen.llvm import LLVMCodegen
 from toolchain.codegen.llvm_target import machine_for
 from toolchain.driver import build, lower
-from toolchain.errors import TargetError, UnsupportedError
+from toolchain.errors import BuildError, TargetError, UnsupportedError
 from toolchain.target import load_target, parse_target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
@@ -412,3 +412,39 @@ def test_cortex_m4_smlad_intrinsic_maps_to_llvm_arm_smlad(tmp_path) -> None:
     asm = subprocess.run([objdump, "-d", str(tmp_path / "k.o")], capture_output=True,
                          text=True, check=True).stdout
     assert asm.count("smlad") >= 4, asm
+
+
+def _asm_target(name: str, extends: str) -> tuple:
+    """A descriptor whose 4x4 multiply-add intrinsic's llvm_impl starts with inline asm
+    (a no-op comment) and then does the fma_f32_4x4 work by a call of its own body."""
+    from toolchain.intrinsics import load_intrinsics
+
+    spec = dict(load_target("c-generic").intrinsics["fma_f32_4x4"])
+    body = spec["llvm_impl"].replace("ret i32 0",
+                                     'call void asm sideeffect "# kiln", ""()\nret i32 0')
+    lines = "\n".join("      " + ln for ln in body.splitlines())
+    impl = "\n".join("      " + ln for ln in spec["impl"].splitlines())
+    t = parse_target(
+        f"name: {name}\nkind: c\nextends: {extends}\nintrinsics:\n  mm4:\n"
+        f"    behaviour: '{spec['behaviour']}'\n    extents: {{i: 4, j: 4, k: 4}}\n"
+        "    dtypes: {A: float32, B: float32, C: float32}\n"
+        f"    function: kiln_{name.replace('-', '_')}_mm4\n"
+        f"    impl: |\n{impl}\n    llvm_impl: |\n{lines}\n")
+    (intrin,) = [n for n in load_intrinsics(t) if n.endswith(".mm4")]
+    return t, intrin
+
+
+def test_inline_asm_in_llvm_impl_host_and_cross() -> None:
+    """Inline assembly in an llvm_impl builds for the host (its assembler is registered);
+    for another triple llvmlite has no assembler, and LLVM would abort the process when
+    emitting the object: a BuildError names the function instead."""
+    t, intrin = _asm_target("asm-host", "c-generic")
+    sch, (_, inputs, ref) = _tensorized_matmul(intrin)
+    args = inputs()
+    build(sch, t, backend="llvm")(*args)
+    np.testing.assert_allclose(args[-1], ref(*args), rtol=1e-5, atol=1e-5)
+    t, intrin = _asm_target("asm-m4", "cortex-m4")
+    sch, _ = _tensorized_matmul(intrin)
+    with pytest.raises(BuildError, match=r"kiln_asm_m4_mm4_\w+ uses inline assembly, which "
+                                         r"llvmlite cannot assemble for thumbv7em"):
+        backend_for(t, backend="llvm").kernel(lower(sch.mod, target=t), "k")

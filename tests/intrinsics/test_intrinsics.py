@@ -156,6 +156,10 @@ def test_x86_fma_intrinsics_compile_and_run_where_supported(target, intrin, tile
     c = np.empty((m, n), np.float32)
     mod(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    # the llvm_impl (llvm.fma in the C body's order) gives the C build's floats to the bit
+    c_llvm = np.empty_like(c)
+    build(sch, target, backend="llvm")(a, b, c_llvm)
+    np.testing.assert_array_equal(c_llvm, c)
 
 
 # --------------------------------------------------------------------------- int8 dots
@@ -201,6 +205,9 @@ def test_int8_dot_intrinsics(target: str, intrin: str, lanes: int) -> None:
     c = np.empty(3 * lanes, np.int32)
     mod(a, b, c)
     np.testing.assert_array_equal(c, b.astype(np.int32) @ a.astype(np.int32))
+    c_llvm = np.empty_like(c)
+    build(sch, target, backend="llvm")(a, b, c_llvm)  # the llvm_impl (vpdpbusd, vpmaddubsw)
+    np.testing.assert_array_equal(c_llvm, c)
 
 
 def test_intrinsic_template_refuses_unsupported_strides() -> None:

@@ -53,3 +53,36 @@ def test_int8_bundle_bit_exact(name: str, tmp_path: Path) -> None:
             np.testing.assert_array_equal(got[k], w)
     if name in ANCHORS:
         assert meta["arena_bytes"] <= ANCHORS[name]
+
+
+@pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2", "x86_64-avx512"])
+@pytest.mark.parametrize("name", ["ds_cnn", pytest.param("resnet8", marks=pytest.mark.slow)])
+def test_int8_bundle_llvm_kernels_bit_exact_with_c(name: str, target: str,
+                                                   tmp_path: Path) -> None:
+    """``--backend llvm``: the int8 kernels as LLVM objects (the requantization helpers'
+    ``llvm_helpers``, the dot intrinsics' ``llvm_impl``: vpdpwssd, vpmaddwd) give the C
+    bundle's outputs bit for bit, float tails included on the AVX targets. c-generic names
+    no ``arch``: its C bundle is built here with ``-march=native`` (FMA contraction in the
+    float Softmax tail), its LLVM kernels for the portable CPU (no FMA), so that tail
+    agrees to rounding there."""
+    from toolchain.target import load_target, runs_here
+    from toolchain.zoo import ZOO
+    from toolchain.zoo.quantized import kiln_qdq
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this CPU lacks {target}'s features")
+    spec = ZOO[name]
+    model = spec.build()
+    onnx.save(kiln_qdq(model), tmp_path / "q.onnx")
+    inputs = spec.inputs(model)
+    out = {}
+    for backend in ("c", "llvm"):
+        pkg = toolchain.compile(tmp_path / "q.onnx", target, output=tmp_path / backend,
+                                backend=backend)
+        out[backend] = toolchain.run(pkg, inputs).outputs
+    assert pkg.metadata["kernel_objects"]
+    for k, want in out["c"].items():
+        if k in ("dense/Softmax:0", "probs") and load_target(target).arch is None:
+            np.testing.assert_allclose(out["llvm"][k], want, rtol=1e-6, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(out["llvm"][k], want, err_msg=k)

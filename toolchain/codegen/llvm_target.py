@@ -51,6 +51,9 @@ def llvm_binding():  # type: ignore[no-untyped-def]
     llvm.initialize_all_asmprinters()
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # inline assembly in an llvm_impl is parsed by the target's assembler when the object
+    # is emitted; llvmlite registers only the host's (see optimize)
+    llvm.initialize_native_asmparser()
     return llvm
 
 
@@ -119,6 +122,7 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     except RuntimeError as e:
         raise GeneratedCodeError(f"LLVM rejected the generated IR (a Kiln bug; please report "
                                  f"it with the IR below):\n{e}\n{module_ir}") from None
+    native = machine.triple.split("-")[0] == llvm.get_process_triple().split("-")[0]
     for text in extra:
         try:
             other = llvm.parse_assembly(text)
@@ -126,6 +130,14 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
         except RuntimeError as e:
             raise BuildError(f"LLVM rejected a tensor intrinsic's llvm_impl (check the "
                              f"target descriptor):\n{e}\n{text}") from None
+        asm = [] if native else uses_inline_asm(other)
+        if asm:
+            # LLVM would abort the whole process when it emits the object
+            raise BuildError(f"the llvm_impl (or llvm_helpers entry) defining "
+                             f"{', '.join(asm)} uses inline assembly, which llvmlite cannot "
+                             f"assemble for {machine.triple} (it registers the host's "
+                             "assembler only); write it with LLVM intrinsics (llvm.arm.smlad, "
+                             "llvm.arm.sxtb16, ...) instead")
         mod.link_in(other)
     mod.triple = machine.triple
     mod.data_layout = str(tm.target_data)
@@ -137,6 +149,14 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     with quiet_remarks():
         pb.getModulePassManager().run(mod, pb)
     return mod, tm
+
+
+def uses_inline_asm(module) -> list[str]:  # type: ignore[no-untyped-def]
+    """The functions of a parsed llvmlite module that call inline assembly."""
+    kind = llvm_binding().ValueKind.inline_asm
+    return [fn.name for fn in module.functions
+            if any(ins.opcode == "call" and list(ins.operands)[-1].value_kind == kind
+                   for block in fn.blocks for ins in block.instructions)]
 
 
 @contextlib.contextmanager
@@ -171,4 +191,5 @@ def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
 
 
 __all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LLVMMachine", "emit_object",
-           "host_machine", "llvm_binding", "machine_for", "optimize", "quiet_remarks"]
+           "host_machine", "llvm_binding", "machine_for", "optimize", "quiet_remarks",
+           "uses_inline_asm"]

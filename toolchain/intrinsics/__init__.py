@@ -61,9 +61,9 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec",
-           "intrinsic_flags", "intrinsic_of_function", "load_intrinsics", "operand_tiles",
-           "parse_behaviour", "scalar_vars"]
+__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
+           "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
+           "load_intrinsics", "operand_tiles", "parse_behaviour", "scalar_vars"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,8 @@ class _Helpers:
 
 #: C function (or function-like macro) defined by a loaded target's ``c_helpers`` -> block
 _HELPERS: dict[str, _Helpers] = {}
+#: C helper function -> (target name, its LLVM definition from the target's ``llvm_helpers``)
+_LLVM_HELPERS: dict[str, tuple[str, LLVMDefinition]] = {}
 #: (target name, source) -> that descriptor's compiled intrinsics
 _LOADED: dict[tuple[str, str], _Loaded] = {}
 _HELPER_NAME = re.compile(r"^\s*(?:static\s+inline\s+[\w\s*]*?\b([A-Za-z_]\w*)\s*\(|"
@@ -127,6 +129,7 @@ class _Loaded:
     target: Target
     intrinsics: tuple[tuple[IntrinsicSpec, ir.PrimFunc, ir.PrimFunc], ...]
     helpers: _Helpers | None
+    llvm_helpers: tuple[LLVMDefinition, ...] = ()
 
 
 def _compile(t: Target) -> _Loaded:
@@ -162,7 +165,30 @@ def _compile(t: Target) -> _Loaded:
                              block.key if block else "", spec.get("llvm_impl", ""),
                              spec.get("instruction", ""))
         out.append((info, desc, impl))
-    return _Loaded(t, tuple(out), block)
+    return _Loaded(t, tuple(out), block,
+                   tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()))
+
+
+def llvm_helper_definition(name: str, helper: dict) -> LLVMDefinition:
+    """The LLVM definition of C helper ``name`` from a target's ``llvm_helpers`` entry
+    (``returns``, ``params``, ``body``): ``linkonce_odr`` (one copy however many kernels of
+    a bundle use it) and ``alwaysinline`` (it disappears into the loop that calls it, which
+    LLVM can then vectorize, as gcc does with the ``static inline`` C helper).
+
+    >>> d = llvm_helper_definition("kiln_twice", {"returns": "i32", "params": ["i32 %x"],
+    ...                            "body": "%y = shl i32 %x, 1\\nret i32 %y"})
+    >>> print(d.text)
+    define linkonce_odr i32 @kiln_twice(i32 %x) alwaysinline nounwind {
+      %y = shl i32 %x, 1
+      ret i32 %y
+    }
+    <BLANKLINE>
+    """
+    lines = "\n".join("  " + ln.strip() if not ln.rstrip().endswith(":") else ln.strip()
+                      for ln in helper["body"].splitlines() if ln.strip())
+    return LLVMDefinition(name, f"define linkonce_odr {helper['returns']} @{name}("
+                                f"{', '.join(helper['params'])}) alwaysinline nounwind "
+                                f"{{\n{lines}\n}}\n")
 
 
 def scalar_vars(desc: ir.PrimFunc) -> dict[str, ir.Var]:
@@ -205,6 +231,8 @@ def load_intrinsics(target: str | Target) -> list[str]:
     if done.helpers is not None:
         for m in _HELPER_NAME.finditer(t.c_helpers):
             _HELPERS[m.group(1) or m.group(2)] = done.helpers
+    for d in done.llvm_helpers:
+        _LLVM_HELPERS[d.key] = (t.name, d)
     return [info.name for info, _, _ in done.intrinsics]
 
 
@@ -307,6 +335,9 @@ class _Specialise(StmtExprMutator):
         helper = _HELPERS.get(e.op)
         if helper is not None and (self.targets is None or helper.target in self.targets):
             self._use(helper.headers, helper)  # a helper called without an intrinsic
+        llvm_helper = _LLVM_HELPERS.get(e.op)
+        if llvm_helper is not None and (self.targets is None or llvm_helper[0] in self.targets):
+            self.llvm_defs[e.op] = llvm_helper[1]
         spec = _BY_FUNCTION.get(e.op)
         if spec is None or (self.targets is not None and spec.target not in self.targets):
             return super().visit_Call(e)
@@ -335,7 +366,7 @@ class _Specialise(StmtExprMutator):
                       if spec.helpers else None)
             self.flags += [f for f in spec.cflags if f not in self.flags]
             if spec.llvm_template:
-                self.llvm_defs[fname] = _llvm_definition(spec, fname, env)
+                self.llvm_defs[fname] = llvm_definition(spec, fname, env)
         return ir.Call(e.dtype, fname, list(e.args))
 
 
@@ -364,23 +395,30 @@ def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,
     body = m.visit_stmt(func.body)
     old = support_of(func)
     helpers = [CDefinition(h.key, h.text) for h in m.helpers if not old.has(h.key)]
-    if not m.defs and not helpers:
+    have = {d.key: d for d in llvm_support_of(func)}
+    if not m.defs and not helpers and set(m.llvm_defs) <= set(have):
         return func
     new = CSupport(tuple(m.headers), tuple(helpers) + tuple(m.defs[k] for k in sorted(m.defs)),
                    tuple(m.flags))
     attrs = {**func.attrs, "c_support": old.merge(new)}
     if m.llvm_defs:
-        have = {d.key: d for d in llvm_support_of(func)}
         attrs["llvm_support"] = tuple({**have, **m.llvm_defs}[k]
                                       for k in sorted({*have, *m.llvm_defs}))
     return ir.PrimFunc(func.params, body, func.name, attrs)
 
 
-def _llvm_definition(spec: IntrinsicSpec, fname: str, env: dict[str, object]
+def llvm_definition(spec: IntrinsicSpec, fname: str, env: dict[str, object]
                      ) -> LLVMDefinition:
     """The ``llvm_impl`` of ``spec`` for these strides: a module defining
-    ``i32 @fname(ptr %A, ptr %B, ...)`` (operands by name, strides as ``{{ A_s0 }}``),
-    ``linkonce_odr`` and ``alwaysinline`` so it disappears into the kernel."""
+    ``i32 @fname(ptr %A, ptr %B, ...)`` (operands by name, strides as ``{{ A_s0 }}``,
+    extents as ``{{ ext_k }}`` in ``env``), ``linkonce_odr`` and ``alwaysinline`` so it
+    disappears into the kernel.
+
+    >>> spec = get_spec(load_intrinsics("x86_64-avx512")[3])  # dot_u8i8_16x4: vpdpbusd
+    >>> env = {"A_s0": 1, "B_s0": 4, "B_s1": 1, "C_s0": 1, "ext_j": 16, "ext_k": 4}
+    >>> print(llvm_definition(spec, "f", env).text.splitlines()[0][:60])
+    define linkonce_odr i32 @f(ptr noalias %A, ptr noalias %B, p
+    """
     try:
         body = _ENV.from_string(spec.llvm_template).render(**env)
     except ScheduleError as err:

@@ -1,6 +1,6 @@
 """Host runtime: :func:`build` (lower -> C -> cc -> shared library) and :class:`Module`."""
 
-from toolchain.runtime.build import build, cache_dir, compile_shared
+from toolchain.runtime.build import build, build_lowered, cache_dir, compile_shared
 from toolchain.runtime.module import Module
 
-__all__ = ["Module", "build", "cache_dir", "compile_shared"]
+__all__ = ["Module", "build", "build_lowered", "cache_dir", "compile_shared"]

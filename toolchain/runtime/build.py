@@ -134,6 +134,26 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
         raise OptionError(f"build: expected a Schedule or PrimFunc, got "
                           f"{type(sch_or_func).__name__}")
     lowered = lower(func, passes=passes, target=None if t.name == "host" else t)
+    return build_lowered(lowered, func, t, name, openmp=openmp, march=march,
+                         extra_flags=extra_flags, cc=cc, backend=backend)
+
+
+def build_lowered(lowered: ir.PrimFunc, func: ir.PrimFunc, target: str | Target = "c",
+                  name: str | None = None, *, openmp: bool = True,
+                  march: str | None = "auto", extra_flags: Sequence[str] = (),
+                  cc: str | None = None, backend: str | None = None) -> Module:
+    """The second half of :func:`build`: a lowered function (``func``: the one it was
+    lowered from, for the argument checks) -> a callable module, by the C compiler in a
+    subprocess or in-process through LLVM (``backend``); the same options as
+    :func:`build`. ``benchmarks/backends.py`` times the two paths on one lowered kernel.
+
+    >>> from toolchain import te
+    >>> A = te.placeholder((4,), name="A")
+    >>> f = te.create_prim_func([A, te.compute((4,), lambda i: A[i] * 2.0, name="B")])
+    >>> build_lowered(lower(f), f, backend="llvm").build_info["backend"]
+    'llvm'
+    """
+    t = _resolve_target(target)
     backend = backend or t.kind
     if backend == "llvm":
         from toolchain.codegen.llvm_target import machine_for

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.schedules._cpu_targets import HOST_BACKENDS
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
@@ -36,8 +37,8 @@ def _qx(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return RNG.integers(lo, hi, shape).astype(dtype)
 
 
-def _check(node: Node, x: np.ndarray, target: str) -> dict:
-    op = compile_op(node, target)
+def _check(node: Node, x: np.ndarray, target: str, backend: str = "c") -> dict:
+    op = compile_op(node, target, backend=backend)
     got = op(x)[0]
     args = [v.data if v.data is not None else x for v in node.inputs]
     want = get_op(node.op).reference(args, node.attrs)[0]
@@ -59,10 +60,12 @@ CONVS = [  # (c, m, hw, k, stride, pads, dilation)
 ]
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2"])
 @pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 3, -2), ("uint8", 131, 120)])
 @pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}s{c[4]}")
-def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str) -> None:
+def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str,
+                         backend: str) -> None:
     """Group-1 convolutions on the AVX targets: int16 channel pairs and the dot_i16_*x2
     intrinsics (vpdpwssd / vpmaddwd) except for one pair of channels and a 1x1 kernel."""
     c, m, (h, w), k, stride, pads, dil = cfg
@@ -74,7 +77,7 @@ def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str
     attrs = {**_attrs(dtype, xzp, yzp), "strides": [stride, stride], "pads": list(pads),
              "dilations": [dil, dil], "group": 1}
     node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
-    info = _check(node, _qx((1, c, h, w), dtype), target)
+    info = _check(node, _qx((1, c, h, w), dtype), target, backend)
     pairs = c > 2 or k > 1
     assert info["schedule"] == ("int8 x86 pairs" if pairs else "int8 x86")
     assert info["lanes"] == x86_lanes(m)
@@ -95,17 +98,18 @@ def test_qconv_other_x86_targets(target: str) -> None:
     assert _check(node, _qx((1, 6, 8, 8), "int8"), target)["schedule"] == want
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2", "c-generic"])
 @pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16), (8, 640, 128),
                                    (13, 1, 8)])
-def test_qgemm_bit_exact(p: int, k: int, n: int, target: str) -> None:
+def test_qgemm_bit_exact(p: int, k: int, n: int, target: str, backend: str) -> None:
     """Dense layers: int16 pairs of k (a 1x1 convolution over the rows, tiles of rows) on
     the AVX targets, odd k and one k included; the int32 kernel on c-generic."""
     x = Value("x", (p, k), "int8")
     y = Value("y", (p, n), "int8")
     wt = Value.constant("w", RNG.integers(-127, 128, (n, k)).astype(np.int8))
     node = Node("QGemm", "fc", [x, wt, *_requant(n)], [y], _attrs("int8", 7, -3))
-    info = _check(node, _qx((p, k), "int8"), target)
+    info = _check(node, _qx((p, k), "int8"), target, backend)
     pairs = target != "c-generic" and k > 2  # one pair of k: the int32 (or generic) kernel
     assert (info["schedule"] == "int8 x86 pairs") == pairs
 
@@ -119,9 +123,10 @@ DEPTHWISE = [  # (c, hw, k, stride, pads)
 ]
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 1, -3), ("uint8", 127, 130)])
 @pytest.mark.parametrize("cfg", DEPTHWISE, ids=lambda c: f"c{c[0]}k{c[2]}s{c[3]}")
-def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None:
+def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, backend: str) -> None:
     c, (h, w), k, stride, pads = cfg
     oh = (h + pads[0] + pads[2] - k) // stride + 1
     ow = (w + pads[1] + pads[3] - k) // stride + 1
@@ -131,7 +136,7 @@ def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int) -> None
     attrs = {**_attrs(dtype, xzp, yzp), "strides": [stride, stride], "pads": list(pads),
              "dilations": [1, 1], "group": c}
     node = Node("QConv", "dw", [x, wt, *_requant(c)], [y], attrs)
-    info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512")
+    info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512", backend)
     assert info["schedule"] == "int8 x86 depthwise"
     assert info["lanes"] == (16 if c % 16 == 0 else 8)
     plane = (h + pads[0] + pads[2]) * (w + pads[1] + pads[3]) * info["lanes"] * 2
@@ -200,8 +205,9 @@ def test_requantization_is_lane_wise() -> None:
     _check(node, _qx((1, 4, 6, 6), "int8"), "x86_64-avx512")
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_requantization_extremes(dtype: str) -> None:
+def test_requantization_extremes(dtype: str, backend: str) -> None:
     """Saturating accumulators, left shifts and tiny scales give the reference integers."""
     n = 16
     m, s = quantize_multipliers(np.geomspace(1e-9, 30.0, n))
@@ -212,7 +218,7 @@ def test_requantization_extremes(dtype: str) -> None:
     wt = Value.constant("w", np.where(RNG.random((n, 64)) < .5, -127, 127).astype(np.int8))
     node = Node("QGemm", "fc", [x, wt, *req], [yv], _attrs(dtype, 0 if dtype == "int8" else
                                                            128, 5))
-    _check(node, _qx((2, 64), dtype), "x86_64-avx512")
+    _check(node, _qx((2, 64), dtype), "x86_64-avx512", backend)
     src = compile_op(node, "x86_64-avx512").module.source
     assert "kiln_x86_requantize(x86_acc" in src  # left shifts, int32 overflow: int64 step
     # a bias that only just fits int32 with the accumulators (no left shift): the int64 step
@@ -237,10 +243,12 @@ def test_depthwise_c_generic_keeps_generic_schedule() -> None:
     _check(node, _qx((1, 16, 5, 5), "int8"), "x86_64-avx2")
 
 
-def test_lane_requant_helper_edges() -> None:
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_lane_requant_helper_edges(backend: str) -> None:
     """kiln_x86_requantize (the 32-bit-lane requantization of every x86 int8 kernel) vs
     the int64 reference on the edges: int32 extremes of acc + bias, left shifts that
-    saturate, ties of both roundings, right shifts of 0 and 30, a zero multiplier."""
+    saturate, ties of both roundings, right shifts of 0 and 30, a zero multiplier; in C
+    and as the target's ``llvm_helpers`` IR (backend="llvm")."""
     from toolchain import build, te
     from toolchain.intrinsics import load_intrinsics
     from toolchain.quantize.fixed_point import quantize_multiplier, requantize
@@ -267,16 +275,20 @@ def test_lane_requant_helper_edges() -> None:
     tabs = [te.placeholder((lanes,), "int32", n) for n in ("bias", "mult")]
     shifts_t = te.placeholder((2, lanes), "int32", "shifts")
     out = lane_requant(acc_t, tabs[0], tabs[1], shifts_t, attrs)
-    fn = build(Schedule(te.create_prim_func([acc_t, *tabs, shifts_t, out])))
+    fn = build(Schedule(te.create_prim_func([acc_t, *tabs, shifts_t, out])), backend=backend)
+    if backend == "llvm":
+        assert "define linkonce_odr i32 @kiln_x86_requantize(" in fn.get_source()
     got = np.zeros(accs.shape, np.int32)
     fn(accs, bias, m, pad_shifts(shift_table(sh), lanes), got)
     want = requantize(accs.astype(np.int64) + bias, m, sh)
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2", "x86_64-avx512"])
 @pytest.mark.parametrize("dtype,shifts", [("int8", (0, -1, -18)), ("uint8", (1, 0, -20))])
-def test_qadd_bit_exact(target: str, dtype: str, shifts: tuple[int, int, int]) -> None:
+def test_qadd_bit_exact(target: str, dtype: str, shifts: tuple[int, int, int],
+                        backend: str) -> None:
     """QAdd with kiln_x86_requantize (three requantizations in 32-bit lanes) vs the int64
     reference, a left shift in one case; in fused groups too (compute_options)."""
     from toolchain.quantize.fixed_point import quantize_multiplier
@@ -291,7 +303,7 @@ def test_qadd_bit_exact(target: str, dtype: str, shifts: tuple[int, int, int]) -
              "left_shift": 20, "y_zero_point": 3 if dtype == "int8" else 125, "out_min": lo,
              "out_max": hi, "out_dtype": dtype}
     node = Node("QAdd", "add", [a, b], [Value("y", a.shape, dtype)], attrs)
-    op = compile_op(node, target)
+    op = compile_op(node, target, backend=backend)
     assert op.op_schedule.info["requantize"] == "kiln_x86_requantize"
     xa, xb = _qx(a.shape, dtype), _qx(b.shape, dtype)
     want = get_op("QAdd").reference([xa, xb], attrs)[0]

@@ -1,0 +1,67 @@
+"""Board bundles with LLVM kernel objects (``--backend llvm``) against the C build of the
+same model for the same board, both run under QEMU: bit-exact, int8 and fp32.
+
+int8: the Cortex-M DSP kernels through the descriptor's ``llvm_impl`` bodies (SXTB16,
+SMLAD) and ``llvm_helpers`` (the requantization, SSAT/USAT). fp32: the descriptor lets
+LLVM fuse multiply-adds into VFMA as gcc does (``-slowfpvfmx``), so both backends round
+alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.boards.conftest import needs_qemu
+from toolchain.zoo import ZOO
+
+pytestmark = [needs_qemu]
+
+BOARD = "qemu-mps2-an386"
+
+
+def _both_backends(model: onnx.ModelProto, inputs: dict, tmp_path, board: str = BOARD):
+    from toolchain.boards import compile_board, run_on_qemu
+
+    onnx.save(model, tmp_path / "m.onnx")
+    runs = {}
+    for backend in ("c", "llvm"):
+        path, _ = compile_board(tmp_path / "m.onnx", board, tmp_path / backend,
+                                backend=backend)
+        runs[backend] = run_on_qemu(path, inputs, timeout=180)
+    assert set(runs["c"].outputs) == set(runs["llvm"].outputs)
+    return runs
+
+
+def _assert_bit_exact(runs: dict, name: str) -> None:
+    for out, want in runs["c"].outputs.items():
+        got = runs["llvm"].outputs[out]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} {out}")
+    # not vacuous: some output varies
+    assert any(len(np.unique(v)) > 1 for v in runs["c"].outputs.values())
+
+
+@pytest.mark.parametrize("name,board", [
+    ("ds_cnn", BOARD),
+    pytest.param("resnet8", BOARD, marks=pytest.mark.slow),
+    pytest.param("mobilenet_v1", BOARD, marks=pytest.mark.slow),
+    pytest.param("autoencoder", BOARD, marks=pytest.mark.slow),
+    pytest.param("ds_cnn", "qemu-mps2-an500", marks=pytest.mark.slow),  # cortex-m7
+])
+def test_int8_model_llvm_objects_bit_exact_with_c_build(name, board, tmp_path) -> None:
+    from toolchain.zoo.quantized import kiln_qdq
+
+    spec = ZOO[name]
+    model = spec.build(batch=1) if name == "autoencoder" else spec.build()
+    runs = _both_backends(kiln_qdq(model), spec.inputs(model), tmp_path, board)
+    _assert_bit_exact(runs, name)
+
+
+@pytest.mark.parametrize("name", ["lenet5", pytest.param("ds_cnn", marks=pytest.mark.slow)])
+def test_fp32_model_llvm_objects_bit_exact_with_c_build(name, tmp_path) -> None:
+    spec = ZOO[name]
+    model = spec.build()
+    runs = _both_backends(model, spec.inputs(model), tmp_path)
+    _assert_bit_exact(runs, name)
