@@ -49,7 +49,7 @@ def _bundle(tmp_path: Path, name: str, records: Path | None) -> dict[str, str]:
 
 
 def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
-    task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d_direct")
+    task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d")
     s = task.space
     other = next(p for p in s.valid_points() if p["rw"] != s.default()["rw"]
                  and p["order"] != s.default()["order"])
@@ -70,7 +70,7 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
 
 def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
                                                                             capsys):
-    task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d_direct")
+    task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d")
     s = task.space
     bad = Record(s.workload, s.kind, TARGET,
                  type(s.trace(s.default()))(s.kind, (("ob", 12345),)), [1.0])

@@ -47,3 +47,28 @@ def test_layout_conv_points_compute_the_same():
     task = task_of(node, "x86_64-avx2")
     assert task is not None and "NCHW8c>NCHW8c" in task.space.workload
     _check(task, 2, 4)
+
+
+def test_algorithm_knob_winograd_and_direct_compute_the_same():
+    task = conv_task((1, 32, 10, 10), 32, 3, 1, "x86_64-avx2")
+    s = task.space
+    assert s.default()["algorithm"] == "winograd2"  # the heuristic's choice is the default
+    x = np.random.default_rng(5).standard_normal((1, 32, 10, 10)).astype(np.float32)
+    want = compile_op(task.node, task.target)(x)[0]
+    for alg, mr in [("direct", None), ("winograd4", 3)]:
+        p = {**s.default(), "algorithm": alg} if mr is None else \
+            {**s.default(), "algorithm": alg, "wino_mr": mr}
+        with forcing({s.workload: s.trace(s.canonical(p))}):
+            op = compile_op(task.node, task.target)
+            got = op(x)[0]
+        assert op.metadata["info"]["schedule"].startswith(
+            "conv2d_nchwc" if alg == "direct" else "conv2d_winograd_f4")
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_depthwise_points_compute_the_same():
+    from toolchain.autotune.tasks import depthwise_task
+
+    task = depthwise_task((1, 16, 12, 12), 3, 1, "x86_64-avx2")
+    assert task.space.kind == "depthwise"
+    _check(task, 3, 6)

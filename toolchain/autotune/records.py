@@ -2,9 +2,9 @@
 
 A record says what was measured and how it went::
 
-    {"format": 1, "kiln": "0.1.0", "workload": "conv2d_direct|NCHW>NCHW|1x64x56x56|...",
-     "space": "conv2d_direct", "target": "x86_64-avx2", "runner": "local-cpu",
-     "trace": {"space": "conv2d_direct", "decisions": [["ob", 16], ["rw", 6], ...]},
+    {"format": 1, "kiln": "0.1.0", "workload": "conv2d|NCHW>NCHW|1x64x56x56|...",
+     "space": "conv2d", "target": "x86_64-avx2", "runner": "local-cpu",
+     "trace": {"space": "conv2d", "decisions": [["ob", 16], ["rw", 6], ...]},
      "costs": [0.00071, 0.00070, 0.00072], "unit": "s", "error": null, "flops": 231211008}
 
 ``costs`` are the repeats (seconds of thread CPU time for the CPU runner, instructions for

@@ -140,7 +140,7 @@ class Trace:
 class Space:
     """The knobs and rules of one schedule on one workload.
 
-    ``kind`` names the schedule (``conv2d_direct``, ``dense`` ...): records of one kind
+    ``kind`` names the schedule (``conv2d``, ``dense`` ...): records of one kind
     share a cost model. ``workload`` is the key records are matched by; it holds the
     shapes and the target capabilities the space depends on (vector lanes, registers),
     never a target's name.

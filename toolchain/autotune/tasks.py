@@ -79,6 +79,26 @@ def conv_task(x_shape: tuple[int, ...], out_channels: int, kernel: int, stride: 
     return task
 
 
+def depthwise_task(x_shape: tuple[int, ...], kernel: int, stride: int, target: Any,
+                   name: str | None = None, seed: int = 0) -> Task:
+    """A depthwise Conv (``group = C``, ``kernel // 2`` padding, bias) as a task. Its
+    blocked schedule runs where the target computes in ``NCHW{b}c`` (AVX targets)."""
+    from toolchain.schedules import make_node
+
+    rng = np.random.default_rng(seed)
+    c = x_shape[1]
+    w = (rng.standard_normal((c, 1, kernel, kernel)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    attrs = {"strides": [stride, stride], "pads": [kernel // 2] * 4, "group": c,
+             "kernel_shape": [kernel, kernel]}
+    node = make_node("Conv", [x_shape, w, b], attrs, name=name or "dwconv")
+    task = task_of(node, target, name)
+    if task is None:
+        raise ValueError(f"depthwise conv {x_shape} k{kernel} s{stride}: no search space on "
+                         "this target")
+    return task
+
+
 def dense_task(m: int, k: int, n: int, target: Any, name: str | None = None,
                seed: int = 0) -> Task:
     """A MatMul ``[m, k] @ W[k, n]`` (constant W) as a task."""

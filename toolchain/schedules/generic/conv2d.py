@@ -309,21 +309,27 @@ def conv_workload(g: ConvGeom, p: CpuParams, lanes: int, layouts: tuple[str, str
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> conv_workload(g, cpu_params("x86_64-avx2"), 8, ("NCHW", "NCHW"), True)
-    'conv2d_direct|NCHW>NCHW|1x64x56x56|o64|k3x3|s1x1|d1x1|p1x1|out56x56|v8r16c1|w=const'
+    'conv2d|NCHW>NCHW|1x64x56x56|o64|k3x3|s1x1|d1x1|p1x1|out56x56|v8r16c1|w=const'
     """
-    return (f"conv2d_direct|{layouts[0]}>{layouts[1]}|{g.n}x{g.c}x{g.h}x{g.w}|o{g.o}|"
+    return (f"conv2d|{layouts[0]}>{layouts[1]}|{g.n}x{g.c}x{g.h}x{g.w}|o{g.o}|"
             f"k{g.kh}x{g.kw}|s{g.sh}x{g.sw}|d{g.dh}x{g.dw}|p{g.pt}x{g.pl}|out{g.oh}x{g.ow}|"
             f"v{lanes}r{p.vector_registers}c{p.cores}|w={'const' if const_w else 'runtime'}")
 
 
 def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, str] = (
-        "NCHW", "NCHW"), const_w: bool = True) -> Space:
-    """The knobs of the direct convolution around the heuristic's ``plan`` (its default).
+        "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False
+               ) -> Space:
+    """The knobs of the convolution around the heuristic's choices (its default point).
 
-    ``ob`` (output channels per register tile, whole vectors), ``rw``/``ry`` (output
-    columns/rows per tile), ``cb`` (input channel block), ``order`` (reduction loops
-    ``c_outer kh kw c_inner`` or ``kh kw c_outer c_inner``), ``unroll_kw``/``unroll_cb``.
-    Rules: the tile fits the register file; an unrolled channel loop has at most 16 steps.
+    The direct convolution's ``ob`` (output channels per register tile, whole vectors),
+    ``rw``/``ry`` (output columns/rows per tile), ``cb`` (input channel block), ``order``
+    (reduction loops ``c_outer kh kw c_inner`` or ``kh kw c_outer c_inner``),
+    ``unroll_kw``/``unroll_cb``. Where Winograd applies (``winograd`` is the heuristic's
+    tile, None for direct; False: it does not apply) also ``algorithm`` (``direct``,
+    ``winograd2``, ``winograd4``) and the Winograd GEMMs' register tile ``wino_mr`` x
+    ``wino_nr``; the direct knobs matter only for ``direct``, the Winograd ones only for
+    Winograd. Rules: the tile fits the register file; an unrolled channel loop has at most
+    16 steps.
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
@@ -357,14 +363,50 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
         Knob("unroll_cb", (False, True), loops["unroll_cb"],
              "unroll the inner channel loop"),
     )
-    rules = (
+    rules = [
         Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
              f"vectors and a broadcast) fits {budget} vector registers",
              lambda q: need(q) <= budget),
         Rule("an unrolled inner channel loop has at most 16 steps",
              lambda q: not q["unroll_cb"] or q["cb"] <= 16),
-    )
-    return Space("conv2d_direct", conv_workload(g, p, lanes, layouts, const_w), knobs, rules)
+    ]
+    if winograd is not False:
+        knobs, more = _winograd_knobs(g, p, winograd, knobs)
+        rules += more
+    return Space("conv2d", conv_workload(g, p, lanes, layouts, const_w), knobs,
+                 tuple(rules))
+
+
+def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob, ...]
+                    ) -> tuple[tuple[Knob, ...], list[Rule]]:
+    """``algorithm`` first, the direct knobs active for ``direct`` only, then the Winograd
+    GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct)."""
+    from toolchain.schedules.generic.winograd import F4_MAX_CHANNELS, winograd_gemm_plan
+
+    algs = ("direct", "winograd2") + (("winograd4",) if g.c <= F4_MAX_CHANNELS else ())
+    default = "direct" if m is None else f"winograd{m}"
+    wplan = winograd_gemm_plan(g, m or 2, p)
+    lanes = wplan.lanes
+
+    def is_direct(q: Mapping[str, Any]) -> bool:
+        return q["algorithm"] == "direct"
+
+    def is_wino(q: Mapping[str, Any]) -> bool:
+        return q["algorithm"] != "direct"
+
+    knobs = (Knob("algorithm", with_default(algs, default) if default in algs else algs,
+                  default, "direct convolution or Winograd F(2x2, 3x3) / F(4x4, 3x3)"),
+             *(replace(k, active=is_direct) for k in direct),
+             Knob("wino_mr", with_default(range(1, 9), wplan.mr), wplan.mr,
+                  "rows of the Winograd GEMMs' register tile", active=is_wino),
+             Knob("wino_nr", with_default((lanes, 2 * lanes), wplan.nr), wplan.nr,
+                  "columns of the Winograd GEMMs' register tile", active=is_wino))
+    budget = max(p.vector_registers, wplan.mr * (wplan.nr // lanes) + wplan.nr // lanes + 1)
+    rule = Rule(f"the Winograd GEMM tile (wino_mr * wino_nr/{lanes} accumulators, "
+                f"wino_nr/{lanes} vectors and a broadcast) fits {budget} vector registers",
+                lambda q: q["wino_mr"] * (q["wino_nr"] // lanes) + q["wino_nr"] // lanes + 1
+                <= budget)
+    return knobs, [rule]
 
 
 def tuned_plan(plan: ConvPlan, point: Mapping[str, Any]) -> ConvPlan:
@@ -540,6 +582,16 @@ def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
     return winograd_tile(g, p)
 
 
+def _winograd_default(g: ConvGeom, p: CpuParams, const_w: bool) -> int | None | bool:
+    """The ``winograd`` argument of :func:`conv_space`: False where Winograd does not
+    apply (or the weights are not constant), else the heuristic's tile (None: direct)."""
+    from toolchain.schedules.generic.winograd import winograd_applies
+
+    if not const_w or not winograd_applies(g):
+        return False
+    return winograd_choice(g, p)
+
+
 def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
     from toolchain.schedules.generic import ops as cpu_ops
     from toolchain.topi.registry import node_compute
@@ -568,14 +620,15 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
         return _schedule_conv1x1(node, g, p)
-    m = winograd_choice(g, p) if node.inputs[1].data is not None else None
-    if m is not None:
+    const_w = node.inputs[1].data is not None
+    plan = plan_conv(g, p)
+    point = decide(conv_space(g, p, plan, const_w=const_w,
+                              winograd=_winograd_default(g, p, const_w)))
+    if point.get("algorithm", "direct") != "direct":
         from toolchain.schedules.generic.winograd import schedule_winograd
 
-        return schedule_winograd(node, g, p, m)
-    plan = plan_conv(g, p)
-    const_w = node.inputs[1].data is not None
-    point = decide(conv_space(g, p, plan, const_w=const_w))
+        return schedule_winograd(node, g, p, int(point["algorithm"][-1]),
+                                 tiles=(point["wino_mr"], point["wino_nr"]))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
@@ -643,13 +696,15 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
                                "one group and constant weights for its default schedule")
     p = cpu_params(t)
     w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
-    m = winograd_choice(g, p)
-    if m is not None:
+    plan = layout_conv_plan(g, p, a["data_layout"], a["out_layout"])
+    point = decide(conv_space(g, p, plan, (a["data_layout"], a["out_layout"]),
+                              winograd=_winograd_default(g, p, True)))
+    if point.get("algorithm", "direct") != "direct":
         from toolchain.schedules.generic.winograd import schedule_winograd
 
-        return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw)
-    plan = layout_conv_plan(g, p, a["data_layout"], a["out_layout"])
-    point = decide(conv_space(g, p, plan, (a["data_layout"], a["out_layout"])))
+        return schedule_winograd(node, g, p, int(point["algorithm"][-1]), a["data_layout"],
+                                 a["out_layout"], w_oihw,
+                                 tiles=(point["wino_mr"], point["wino_nr"]))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"

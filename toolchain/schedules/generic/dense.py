@@ -87,24 +87,28 @@ class GemmPlan:
         return ceil_div(self.n, self.nr) * self.nr
 
 
-def plan_gemm(m: int, n: int, k: int, p: CpuParams, dtype: str = "float32") -> GemmPlan:
+def plan_gemm(m: int, n: int, k: int, p: CpuParams, dtype: str = "float32",
+              mr: int | None = None, nr: int | None = None) -> GemmPlan:
     """Pick the tiles for an ``m x k @ k x n`` product on ``p``.
 
     ``mr`` is lowered to a divisor of ``m`` when one is close (no padding), ``m`` itself
-    when ``m`` is smaller than a tile.
+    when ``m`` is smaller than a tile. ``mr``/``nr`` given (a tuned point) are taken as
+    they are; the row block ``mc`` then follows from them.
 
     >>> plan_gemm(1024, 1024, 1024, cpu_params("x86_64-avx512"))
     GemmPlan(m=1024, n=1024, k=1024, mr=8, nr=32, mc=128, lanes=16)
     """
     lanes = p.lanes(dtype)
-    mr, nr = register_tile(lanes, p.vector_registers, n)
-    if m <= mr:
-        mr = m
-    else:
-        for cand in range(mr, max(3, mr - 3), -1):
-            if m % cand == 0:
-                mr = cand
-                break
+    if mr is None or nr is None:
+        h_mr, h_nr = register_tile(lanes, p.vector_registers, n)
+        if m <= h_mr:
+            h_mr = m
+        else:
+            for cand in range(h_mr, max(3, h_mr - 3), -1):
+                if m % cand == 0:
+                    h_mr = cand
+                    break
+        mr, nr = mr or h_mr, nr or h_nr
     mp = ceil_div(m, mr) * mr
     rows = max(1, (p.l2_bytes // 2) // max(1, k * 4) // mr)
     mc = min(mp, max(1, rows) * mr)
