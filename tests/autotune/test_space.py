@@ -97,3 +97,18 @@ def test_sampling_and_mutation_stay_valid():
     for _ in range(200):
         assert s.is_valid(p)
         p = s.mutate(p, rng)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: conv_task((1, 8, 10, 10), 16, 3, 1, "cortex-m4"),
+    lambda: dense_task(6, 16, 24, "x86_64-avx2"),
+    lambda: conv_task((1, 4, 9, 9), 8, 3, 2, "c-generic"),
+], ids=["cortex-m-rows", "gemm", "direct-small"])
+def test_every_valid_point_schedules(make):
+    """The rules are the whole truth: no valid point fails inside the schedule."""
+    task = make()
+    pts = task.space.valid_points() if task.space.size <= 2000 else \
+        [task.space.sample(random.Random(i)) for i in range(60)]
+    for p in pts:
+        with forcing({task.space.workload: task.space.trace(p)}):
+            schedule_for(task.node, task.target)

@@ -319,8 +319,14 @@ def make_runner(kind: str, **options: Any) -> Runner:
     return RUNNERS[kind](**options)
 
 
-#: runner kind -> class (``kiln tune --runner``); a GPU runner joins here
-RUNNERS: dict[str, Any] = {"local": LocalRunner}
+def _qemu_runner(**options: Any) -> Runner:
+    from toolchain.autotune.qemu import QemuRunner
+
+    return QemuRunner(**options)
+
+
+#: runner kind -> factory (``kiln tune --runner``); a GPU runner joins here
+RUNNERS: dict[str, Any] = {"local": LocalRunner, "qemu": _qemu_runner}
 
 
 if __name__ == "__main__":

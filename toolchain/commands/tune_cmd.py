@@ -137,7 +137,9 @@ def _measurement(args: argparse.Namespace, target: object) -> tuple[object, obje
         return ray_measurement(args.ray, args.runner, target, repeat=args.repeat,
                                timeout=args.timeout)
     if args.runner == "qemu":
-        return LocalBuilder(1), make_runner("qemu", target=target, timeout=args.timeout)
+        from toolchain.autotune.qemu import QemuBuilder
+
+        return QemuBuilder(target), make_runner("qemu", target=target, timeout=args.timeout)
     return LocalBuilder(jobs), make_runner("local", repeat=args.repeat, timeout=args.timeout)
 
 
