@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(repeatable)")
     parser.add_argument("--ray", metavar="ADDRESS|local",
                         help="build and measure on a Ray cluster (docs/tuning.md)")
+    parser.add_argument("--ray-devices", type=int, default=1, metavar="N",
+                        help="with --ray: measurement actors (devices) to start (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--plot", metavar="DIR",
                         help="write a tuning-curve SVG per task into DIR")
@@ -135,7 +137,7 @@ def _measurement(args: argparse.Namespace, target: object) -> tuple[object, obje
         from toolchain.autotune.ray_backend import ray_measurement
 
         return ray_measurement(args.ray, args.runner, target, repeat=args.repeat,
-                               timeout=args.timeout)
+                               timeout=args.timeout, devices=args.ray_devices)
     if args.runner == "qemu":
         from toolchain.autotune.qemu import QemuBuilder
 
