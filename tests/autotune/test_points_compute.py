@@ -72,3 +72,37 @@ def test_depthwise_points_compute_the_same():
     task = depthwise_task((1, 16, 12, 12), 3, 1, "x86_64-avx2")
     assert task.space.kind == "depthwise"
     _check(task, 3, 6)
+
+
+def test_int8_conv_points_compute_the_same():
+    """The int8 space (pixel tile; int16 pairs through the dot intrinsic or int32 lanes):
+    every point gives the same integers as the reference."""
+    from toolchain.graph.ir import Node, Value
+    from toolchain.graph.ops import get_op
+    from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401
+    from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
+
+    rng = np.random.default_rng(8)
+    m, sh = quantize_multipliers(rng.uniform(2e-4, 2e-2, 16))
+    x = Value("x", (1, 8, 10, 10), "int8")
+    node = Node("QConv", "conv", [
+        x, Value.constant("w", rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)),
+        Value.constant("b", rng.integers(-5000, 5000, 16).astype(np.int32)),
+        Value.constant("m", m), Value.constant("s", shift_table(sh))],
+        [Value("y", (1, 16, 10, 10), "int8")],
+        {"x_zero_point": 3, "y_zero_point": -2, "out_min": -128, "out_max": 127,
+         "out_dtype": "int8", "strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1],
+         "group": 1})
+    task = task_of(node, "x86_64-avx2")
+    assert task is not None and task.space.kind == "int8_conv"
+    assert task.space.default() == {"intrinsic": "dot_i16_pairs", "pixels": 10}
+    xs = rng.integers(-128, 128, (1, 8, 10, 10)).astype(np.int8)
+    want = get_op("QConv").reference([xs if v is x else v.data for v in node.inputs],
+                                     node.attrs)[0]
+    for p in ({"intrinsic": "int32", "pixels": 5}, {"intrinsic": "dot_i16_pairs",
+                                                    "pixels": 2}):
+        with forcing({task.space.workload: task.space.trace(p)}):
+            op = compile_op(node, task.target)
+        np.testing.assert_array_equal(op(xs)[0], want)
+        assert op.op_schedule.info["schedule"] == (
+            "int8 x86" if p["intrinsic"] == "int32" else "int8 x86 pairs")
