@@ -66,6 +66,11 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
     assert tuned != default
     # records of other workloads change nothing: the default schedules, byte for byte
     assert _bundle(tmp_path, "same", unrelated) == default
+    # the Python API applies them the same way
+    import toolchain
+
+    pkg = toolchain.compile(MODEL, TARGET, tmp_path / "api", records=path)
+    assert {p.name: p.read_text() for p in (pkg.path / "src").glob("kernels.c")} == tuned
 
 
 def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
