@@ -91,19 +91,19 @@ def compare(task, best_trace, repeat: int, rounds: int) -> dict:
         tuned = compile_op(task.node, task.target)
     op, consts, attrs, xs = _onnx_of(task)
     ys = default.op_schedule.output_values[0].shape
-    sess = ops._ort_session(ops._onnx_model(op, xs, consts, attrs, ys))
+    sess = ops.ort_session(ops.onnx_model(op, xs, consts, attrs, ys))
     x = rng.standard_normal(xs).astype(np.float32)
     ref = sess.run(None, {"x": x})[0]
     args_d, args_t = default.bound_args(x), tuned.bound_args(x)
     tuned.module(*args_t)
     err = float(np.abs(args_t[-1].reshape(ys) - ref).max() / max(1e-30, np.abs(ref).max()))
-    calls = {"default": ops._raw_call(default.module, args_d),
-             "tuned": ops._raw_call(tuned.module, args_t),
-             "ort": ops._ort_bound_call(sess, x, ys)}
+    calls = {"default": ops.raw_call(default.module, args_d),
+             "tuned": ops.raw_call(tuned.module, args_t),
+             "ort": ops.ort_bound_call(sess, x, ys)}
     best = dict.fromkeys(calls, math.inf)
     for _ in range(rounds):
         for k, c in calls.items():
-            best[k] = min(best[k], ops._best(c, repeat))
+            best[k] = min(best[k], ops.best_time(c, repeat))
     return {**best, "rel_err": err}
 
 

@@ -156,6 +156,25 @@ class Space:
         if len(set(names)) != len(names):
             raise ValueError(f"space {self.kind}: knob names repeat: {names}")
 
+    def __str__(self) -> str:
+        """The space in words: its workload, each knob's choices (the default marked *)
+        and its rules.
+
+        >>> print(Space("toy", "toy|n=8", (Knob("tile", (2, 4, 8), 4, "split factor"),),
+        ...             (Rule("tile divides 8", lambda p: 8 % p["tile"] == 0),)))
+        space toy for toy|n=8 (3 points before the rules)
+          tile: 2 4* 8  -- split factor
+          rule: tile divides 8
+        """
+        lines = [f"space {self.kind} for {self.workload} ({self.size} points before the "
+                 "rules)"]
+        for k in self.knobs:
+            vals = " ".join(f"{c}*" if k.index(k.default) == i else str(c)
+                            for i, c in enumerate(k.choices))
+            lines.append(f"  {k.name}: {vals}" + (f"  -- {k.doc}" if k.doc else ""))
+        lines += [f"  rule: {r.message}" for r in self.rules]
+        return "\n".join(lines)
+
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
             if k.name == name:

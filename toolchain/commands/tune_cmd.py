@@ -21,6 +21,7 @@ examples:
   kiln tune model.onnx --target x86_64-avx2 --trials 512 -o model.records.jsonl  # resumes
   kiln tune model.onnx --target x86_64-avx2 --trials 64 -o r.jsonl --search random
   kiln tune model.onnx --target x86_64-avx2 --trials 64 -o r.jsonl --plot curves/
+  kiln tune model.onnx --target x86_64-avx2 --spaces       # the knobs of each kernel
   kiln tune model.onnx --target cortex-m4 --runner qemu --trials 64 -o m4.jsonl
   kiln tune model.onnx --target x86_64-avx2 --trials 256 -o r.jsonl --ray local
   kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
@@ -39,10 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
                         help="target descriptor (default: c-generic)")
-    parser.add_argument("--trials", type=int, required=True, metavar="N",
+    parser.add_argument("--trials", type=int, metavar="N",
                         help="trials for the whole model (earlier records included)")
-    parser.add_argument("-o", "--output", required=True, metavar="RECORDS.jsonl",
+    parser.add_argument("-o", "--output", metavar="RECORDS.jsonl",
                         help="the records file to write (resumed when it exists)")
+    parser.add_argument("--spaces", action="store_true",
+                        help="print each task's search space (knobs, defaults, rules) and "
+                             "exit without tuning")
     parser.add_argument("--search", choices=("xgb", "random"), default="xgb",
                         help="xgb (default): simulated annealing over an xgboost rank model; "
                              "random: uniform random search")
@@ -80,6 +84,13 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.model).is_file():
         raise InputError(f"model file {args.model} does not exist")
+    if args.spaces:
+        target = resolve_target(args.target)
+        for t in extract_tasks(args.model, target, input_shapes(args)):
+            print(f"{t.name} (x{t.weight}, {t.flops:,} FLOPs): {t.space}")
+        return 0
+    if args.trials is None or args.output is None:
+        raise OptionError("kiln tune needs --trials N and -o RECORDS.jsonl (or --spaces)")
     if args.trials < 1:
         raise OptionError(f"--trials {args.trials}: must be at least 1")
     if args.batch < 1:
