@@ -143,6 +143,14 @@ class LocalBuilder:
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
         return list(self._pool.map(build_one, inputs))
 
+    def featurize(self, inputs: Sequence[BuildInput]) -> list[list[float]]:
+        """The features of the inputs' kernels (no compiling), spread over the pool."""
+        if self.jobs == 1 or len(inputs) <= 1:
+            return [featurize(i) for i in inputs]
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+        return list(self._pool.map(featurize, inputs))
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)

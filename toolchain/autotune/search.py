@@ -11,8 +11,9 @@
   ``epsilon`` of the batch is random (exploration). Until the model is trained it is
   :class:`RandomSearch`.
 
-Features are computed by a ``featurize(point)`` callable (for kernels: schedule and lower
-the point, :func:`toolchain.autotune.measure.featurize`); they are cached by point.
+Features are computed by a ``featurize(points)`` callable (for kernels: schedule and lower
+each point, :func:`toolchain.autotune.measure.featurize`, in the builder's processes);
+they are cached by point.
 
 >>> import random
 >>> from toolchain.autotune.space import Knob, Space
@@ -72,28 +73,33 @@ class ModelSearch(RandomSearch):
     """Simulated annealing over a :class:`CostModel` (see the module docstring)."""
 
     def __init__(self, space: Space, rng: random.Random, model: CostModel,
-                 featurize: Callable[[Point], np.ndarray], evals: int = 64,
+                 featurize: Callable[[list[Point]], list[np.ndarray]], evals: int = 32,
                  chains: int = 8, epsilon: float = 0.2, min_distance: int = 2,
                  start: float = 1.0) -> None:
         super().__init__(space, rng)
+        #: ``featurize(points)``: their features, in order (a builder may spread the work
+        #: over its processes)
         self.model, self.featurize = model, featurize
         self.evals, self.chains, self.epsilon = evals, chains, epsilon
         self.min_distance, self.start = min_distance, start
         self._feat: dict[tuple, np.ndarray] = {}
         self.best_points: list[Point] = []
 
-    def features(self, p: Point) -> np.ndarray:
-        k = self.space.key(p)
-        if k not in self._feat:
-            self._feat[k] = np.asarray(self.featurize(p), np.float32)
-        return self._feat[k]
+    def features(self, pts: list[Point]) -> np.ndarray:
+        """The features of ``pts`` (cached; the missing ones computed in one call)."""
+        missing = list({self.space.key(p): p for p in pts
+                        if self.space.key(p) not in self._feat}.values())
+        if missing:
+            for p, f in zip(missing, self.featurize(missing), strict=True):
+                self._feat[self.space.key(p)] = np.asarray(f, np.float32)
+        return np.stack([self._feat[self.space.key(p)] for p in pts])
 
     def remember(self, p: Mapping[str, Any], features: np.ndarray) -> None:
         """Cache the features of a measured point (the builder computed them)."""
         self._feat[self.space.key(p)] = np.asarray(features, np.float32)
 
     def _score(self, pts: list[Point]) -> np.ndarray:
-        return self.model.predict(np.stack([self.features(p) for p in pts]))
+        return self.model.predict(self.features(pts))
 
     def anneal(self, tried: set[tuple]) -> dict[tuple, tuple[float, Point]]:
         """Every point the chains visited, with its score."""

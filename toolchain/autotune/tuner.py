@@ -120,8 +120,10 @@ class Tuner:
                  featurize: Callable[[TaskState, Point], np.ndarray], strategy: str = "xgb",
                  batch: int = 8, seed: int = 0,
                  transfer: Mapping[str, list[tuple[np.ndarray, np.ndarray]]] | None = None,
-                 on_result: Callable[..., None] | None = None, evals: int = 64,
-                 progress: Any = None) -> None:
+                 on_result: Callable[..., None] | None = None, evals: int | None = None,
+                 progress: Any = None,
+                 featurize_many: Callable[[TaskState, list[Point]], list[np.ndarray]] | None
+                 = None) -> None:
         if strategy not in STRATEGIES:
             from toolchain.errors import OptionError
 
@@ -135,12 +137,14 @@ class Tuner:
         self.progress = progress
         self.models: dict[str, CostModel] = {}
         self.states: list[TaskState] = []
+        many = featurize_many or (lambda st, pts: [self.featurize(st, p) for p in pts])
         for t in tasks:
             st = TaskState(t)
             if strategy == "xgb":
                 model = self.models.setdefault(t.space.kind, CostModel(seed=seed))
                 st.explorer = ModelSearch(t.space, random.Random(self.rng.random()), model,
-                                          lambda p, st=st: self.featurize(st, p), evals=evals)
+                                          lambda pts, st=st: many(st, pts),
+                                          evals=evals or 4 * self.batch)
             else:
                 st.explorer = RandomSearch(t.space, random.Random(self.rng.random()))
             self.states.append(st)
@@ -234,7 +238,7 @@ def trace_of(st: TaskState, point: Point) -> Trace:
 def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                writer: Any = None, strategy: str = "xgb", batch: int = 8, seed: int = 0,
                earlier: Sequence[Any] = (), transfer: Sequence[Any] = (),
-               progress: bool | None = None, evals: int = 64) -> list[TaskState]:
+               progress: bool | None = None, evals: int | None = None) -> list[TaskState]:
     """Tune real kernels: builds by ``builder``, measurements by ``runner``, every trial
     appended to ``writer`` (a :class:`~toolchain.autotune.records.RecordWriter`) as a
     record. ``earlier``: records of these workloads to resume from (they count against
@@ -254,9 +258,14 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                 for b, r in zip(builds, results, strict=True)]
 
     def feat(st: TaskState, p: Point) -> np.ndarray:
-        return np.asarray(featurize(BuildInput(st.task.node, st.task.target,
-                                               st.space.workload, st.space.trace(p))),
-                          np.float32)
+        return feat_many(st, [p])[0]
+
+    def feat_many(st: TaskState, pts: list[Point]) -> list[np.ndarray]:
+        inputs = [BuildInput(st.task.node, st.task.target, st.space.workload,
+                             st.space.trace(p)) for p in pts]
+        many = getattr(builder, "featurize", None)
+        out = many(inputs) if many is not None else [featurize(i) for i in inputs]
+        return [np.asarray(f, np.float32) for f in out]
 
     def record(st: TaskState, p: Point, feats: np.ndarray | None, res: MeasureResult) -> None:
         if writer is None:
@@ -278,7 +287,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                  np.asarray([r.cost for r in with_f])))
     bar = _Progress(trials, progress, runner.unit)
     tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, record, evals,
-                  bar.update)
+                  bar.update, feat_many)
     for st in tuner.states:
         for r in _by_workload(earlier).get(st.space.workload, []):
             try:
