@@ -47,3 +47,18 @@ def test_a_target_without_an_emulator_board_is_refused():
 
     with pytest.raises(OptionError, match="no emulator board in boards/ runs target"):
         board_for("x86_64-avx2")
+
+
+def test_kiln_tune_with_the_qemu_runner_records_instruction_counts(tmp_path):
+    from pathlib import Path
+
+    from toolchain.autotune.records import load_records
+    from toolchain.cli import main
+
+    model = str(Path(__file__).resolve().parents[2] / "examples" / "lenet5.onnx")
+    out = tmp_path / "m4.jsonl"
+    assert main(["tune", model, "--target", "cortex-m4", "--runner", "qemu", "--trials", "3",
+                 "--batch", "1", "-o", str(out), "--no-progress"]) == 0
+    recs = load_records(out)
+    assert len(recs) == 3 and {r.unit for r in recs} == {"instructions"}
+    assert all(r.ok and r.cost == int(r.cost) for r in recs)
