@@ -4,11 +4,13 @@
   refused before anything is built), lower it, read its :mod:`features
   <toolchain.autotune.features>` and compile it for the host. :class:`LocalBuilder` runs
   it in a process pool (``jobs`` workers; one job: in this process).
-* :class:`LocalRunner` — times kernels on this CPU in a child process pinned to one core:
-  each repeat is the mean thread CPU time of ``number`` calls, the data caches are
-  flushed (a buffer larger than the L2 rewritten) between repeats, and the trial's cost
-  is the least repeat (``Record.cost``). A kernel that crashes the child or runs past
-  ``timeout`` is a failed trial (its error recorded); the child is restarted.
+* :class:`LocalRunner` — times kernels on this CPU in a child process pinned to one core
+  (which busy-works 50 ms before each trial: a core that idled while the batch was built
+  runs its first milliseconds at a lower clock). Each repeat is the mean thread CPU time
+  of ``number`` calls, after one untimed repeat; the data caches are flushed (a buffer
+  larger than the L2 rewritten) between repeats, and the trial's cost is the least repeat
+  (``Record.cost``). A kernel that crashes the child or runs past ``timeout`` is a failed
+  trial (its error recorded); the child is restarted.
 * Other devices plug in as :class:`Runner`\\ s, one table :data:`RUNNERS`: boards under QEMU
   count instructions (:mod:`toolchain.autotune.qemu`), a GPU runner would time launches
   the same way (not built yet: no GPU here).
@@ -172,7 +174,17 @@ class Runner(Protocol):
 
 # ------------------------------------------------------------------------- local CPU
 
+def _spin(seconds: float) -> None:
+    """Busy work: a core that idled (while the parent built the batch) runs its first
+    milliseconds at a lower clock; this brings it up before anything is timed."""
+    x = np.ones(1 << 12, np.float32)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        x *= 1.0000001
+
+
 def _time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
+    _spin(req.get("spin_s", 0.05))
     lib = ctypes.CDLL(req["lib"])
     fn = getattr(lib, req["entry"])
     fn.restype = ctypes.c_int32
@@ -185,6 +197,8 @@ def _time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
         raise RuntimeError("the kernel returned an error (out of memory for scratch)")
     first = max(time.thread_time() - t, 1e-7)
     number = int(min(req["max_number"], max(1, req["min_repeat_s"] / first)))
+    for _ in range(number):  # one untimed repeat: the core's clock and caches settle
+        fn(*ptrs)
     costs = []
     for _ in range(req["repeat"]):
         if flush is not None:
@@ -223,6 +237,8 @@ def child_main(argv: Sequence[str]) -> int:
         except OSError:
             pass
     flush = np.zeros(flush_bytes // 4, np.float32) if flush_bytes else None
+    if flush is not None:
+        flush += 1.0  # map its pages now, not inside the first trial
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
