@@ -99,10 +99,11 @@ class TaskState:
                 self.explorer.remember(point, features)
 
     def gain_rate(self, batch: int) -> float:
+        """The relative improvement of the best cost over the last two batches, floored
+        by ``0.5 / sqrt(trials)`` (1.0 until there are two batches)."""
         if self.trials < 2 * batch:
             return 1.0
-        old, new = self.curve[-2 * batch - 1] if self.trials > 2 * batch else self.curve[0], \
-            self.curve[-1]
+        old, new = self.curve[max(0, self.trials - 2 * batch - 1)], self.curve[-1]
         rate = (old - new) / old if math.isfinite(old) and old > 0 else 1.0
         return max(rate, 0.5 / math.sqrt(self.trials))
 
