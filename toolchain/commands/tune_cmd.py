@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build processes (default: the CPUs, at most 4)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
                         help="timed repeats per trial; the cost is the least (default 3)")
+    parser.add_argument("--flush-mb", type=int, default=8, metavar="MB",
+                        help="MiB rewritten between timed repeats to flush the caches "
+                             "(default 8; 0: measure warm, as kernels run inside a network)")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
                         help="seconds a kernel may run before the trial fails (default 10)")
     parser.add_argument("--transfer", action="append", default=[], metavar="RECORDS.jsonl",
@@ -95,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"--trials {args.trials}: must be at least 1")
     if args.batch < 1:
         raise OptionError(f"--batch {args.batch}: must be at least 1")
+    if args.flush_mb < 0:
+        raise OptionError(f"--flush-mb {args.flush_mb}: must be 0 or more")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
     target = resolve_target(args.target)
@@ -153,7 +158,8 @@ def _measurement(args: argparse.Namespace, target: object) -> tuple[object, obje
         from toolchain.autotune.qemu import QemuBuilder
 
         return QemuBuilder(target), make_runner("qemu", target=target, timeout=args.timeout)
-    return LocalBuilder(jobs), make_runner("local", repeat=args.repeat, timeout=args.timeout)
+    return LocalBuilder(jobs), make_runner("local", repeat=args.repeat, timeout=args.timeout,
+                                           flush_bytes=args.flush_mb << 20)
 
 
 def _plot(folder: str, states: list, unit: str) -> None:
