@@ -144,7 +144,7 @@ def measure_peak(isa: str, seconds: float = 0.2) -> float | None:
     return max(fn(iters) for _ in range(5))
 
 
-def _ort_session(model_bytes: bytes):
+def ort_session(model_bytes: bytes):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -154,7 +154,7 @@ def _ort_session(model_bytes: bytes):
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def _onnx_model(op: str, x_shape: tuple, consts: dict[str, np.ndarray], attrs: dict,
+def onnx_model(op: str, x_shape: tuple, consts: dict[str, np.ndarray], attrs: dict,
                 y_shape: tuple) -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
@@ -167,7 +167,7 @@ def _onnx_model(op: str, x_shape: tuple, consts: dict[str, np.ndarray], attrs: d
     return model.SerializeToString()
 
 
-def _best(fn, repeat: int) -> float:
+def best_time(fn, repeat: int) -> float:
     """Best thread CPU time of ``repeat`` calls (both sides run on this thread; CPU time
     is far less disturbed than the wall clock when other jobs share the cores)."""
     fn()
@@ -179,7 +179,7 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
-def _raw_call(module, args: list[np.ndarray]):
+def raw_call(module, args: list[np.ndarray]):
     """The kernel called through ctypes with prepared pointers: no per-call argument
     checking (``Module.__call__`` spends tens of microseconds on it), so small ops time
     the kernel, not Python."""
@@ -193,9 +193,9 @@ def _raw_call(module, args: list[np.ndarray]):
     return call
 
 
-def _ort_bound_call(sess, x: np.ndarray, y_shape: tuple):
+def ort_bound_call(sess, x: np.ndarray, y_shape: tuple):
     """``run_with_iobinding`` on pre-bound numpy buffers: onnxruntime's lowest-overhead
-    call from Python (the counterpart of :func:`_raw_call`)."""
+    call from Python (the counterpart of :func:`raw_call`)."""
     y = np.empty(y_shape, np.float32)
     io = sess.io_binding()
     io.bind_input("x", "cpu", 0, np.float32, list(x.shape), x.ctypes.data)
@@ -239,19 +239,19 @@ def bench_case(case: tuple, target: str, repeat: int, rounds: int) -> dict:
         consts, attrs, onnx_op, m_k_n = {"w": w}, {}, "MatMul", (m, kk, n)
     x = rng.standard_normal(xs).astype(np.float32)
     ys = op.op_schedule.output_values[0].shape
-    sess = _ort_session(_onnx_model(onnx_op, xs, consts, attrs, ys))
+    sess = ort_session(onnx_model(onnx_op, xs, consts, attrs, ys))
     ref = sess.run(None, {"x": x})[0]
     args = op.bound_args(x)
     op.module(*args)
     got = args[-1].reshape(ys)
     err = float(np.abs(got - ref).max() / max(1e-30, float(np.abs(ref).max())))
     flops = op.metadata["flops"] or (2 * math.prod(m_k_n) if m_k_n else 0)
-    kiln_call = _raw_call(op.module, args)
-    ort_call = _ort_bound_call(sess, x, ys)
+    kiln_call = raw_call(op.module, args)
+    ort_call = ort_bound_call(sess, x, ys)
     tk = to = float("inf")
     for _ in range(rounds):
-        tk = min(tk, _best(kiln_call, repeat))
-        to = min(to, _best(ort_call, repeat))
+        tk = min(tk, best_time(kiln_call, repeat))
+        to = min(to, best_time(ort_call, repeat))
     tn = _numpy_time(*m_k_n, repeat) if m_k_n else None
     return {"case": name, "flops": flops, "kiln_s": tk, "ort_s": to, "numpy_s": tn,
             "rel_err": err, "info": op.metadata["info"]}
@@ -292,8 +292,8 @@ def compare_tensorized(n: int, repeat: int) -> tuple[float, float]:
     args = op.bound_args(a)
     mod(a, b, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4)
-    t_int = min(_best(lambda: mod(a, b, out), repeat) for _ in range(3))
-    t_def = min(_best(lambda: op.module(*args), repeat) for _ in range(3))
+    t_int = min(best_time(lambda: mod(a, b, out), repeat) for _ in range(3))
+    t_def = min(best_time(lambda: op.module(*args), repeat) for _ in range(3))
     return 2 * n ** 3 / t_int / 1e9, 2 * n ** 3 / t_def / 1e9
 
 
@@ -314,7 +314,7 @@ def bench_blocked(case: tuple, target: str, repeat: int, rounds: int) -> tuple[f
     attrs = {"strides": [s, s], "pads": [k // 2] * 4}
     x = rng.standard_normal(xs).astype(np.float32)
     ys = (1, oc, (xs[2] - 1) // s + 1, (xs[3] - 1) // s + 1)
-    sess = _ort_session(_onnx_model("Conv", xs, {"w": w, "b": b},
+    sess = ort_session(onnx_model("Conv", xs, {"w": w, "b": b},
                                     {**attrs, "kernel_shape": [k, k]}, ys))
     blocked_in = xs[1] % lanes == 0
     dl = f"NCHW{lanes}c" if blocked_in else "NCHW"
@@ -327,14 +327,14 @@ def bench_blocked(case: tuple, target: str, repeat: int, rounds: int) -> tuple[f
                 {**attrs, "data_layout": dl, "out_layout": f"NCHW{lanes}c", "kernel_layout": kl})
     op = compile_op(node, target)
     args = op.bound_args(xl)
-    kiln_call, ort_call = _raw_call(op.module, args), _ort_bound_call(sess, x, ys)
+    kiln_call, ort_call = raw_call(op.module, args), ort_bound_call(sess, x, ys)
     ref = sess.run(None, {"x": x})[0]
     kiln_call()
     err = float(np.abs(from_layout(args[-1], f"NCHW{lanes}c") - ref).max() / np.abs(ref).max())
     tk = to = float("inf")
     for _ in range(rounds):
-        tk = min(tk, _best(kiln_call, repeat))
-        to = min(to, _best(ort_call, repeat))
+        tk = min(tk, best_time(kiln_call, repeat))
+        to = min(to, best_time(ort_call, repeat))
     return tk, to, err
 
 

@@ -11,7 +11,8 @@ import pytest
 
 import toolchain
 
-PACKAGES = ["schedules", "topi", "graph", "bundle", "boards", "quantize", "intrinsics", "zoo"]
+PACKAGES = ["schedules", "topi", "graph", "bundle", "boards", "quantize", "intrinsics", "zoo",
+            "autotune"]
 
 
 def _modules() -> list[str]:

@@ -110,20 +110,32 @@ def load(path: str | Path | Any, shape_dict: Mapping[str, Any] | None = None,
 def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa: A001
             output: str | Path | None = None, *, name: str | None = None,
             force: bool = False, dump_ir: str | Path | None = None,
-            backend: str | None = None, weights: str | None = None) -> Package:
+            backend: str | None = None, weights: str | None = None,
+            records: str | Path | None = None) -> Package:
     """Compile ``model`` (a :class:`Model`, a path or a ModelProto) into a bundle at
     ``output`` (default: a new temporary directory); returns the :class:`Package`.
     ``backend="llvm"``: the kernels as object files compiled by LLVM (``docs/llvm.md``);
-    ``weights``: ``incbin``, ``c-array`` or ``external`` (default ``auto``: docs/bundle.md)."""
+    ``weights``: ``incbin``, ``c-array`` or ``external`` (default ``auto``: docs/bundle.md);
+    ``records``: a tuning records file (``kiln tune``): the best record per kernel is
+    applied, the other kernels keep their default schedules (``docs/tuning.md``)."""
+    import contextlib
+
     from toolchain.bundle import compile_model
     from toolchain.bundle.host import read_metadata
 
     m = model if isinstance(model, Model) else load(model)
     if output is None:
         output = Path(tempfile.mkdtemp(prefix="kiln-bundle-")) / (name or m.name or "model")
-    path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
-                         name=name or m.name, dump_ir=dump_ir, force=force, progress=False,
-                         backend=backend, weights=weights)
+    steer: Any = contextlib.nullcontext()
+    if records is not None:
+        from toolchain.autotune.apply import applying
+        from toolchain.autotune.records import best_traces, load_records
+
+        steer = applying(best_traces(load_records(records)))
+    with steer:
+        path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
+                             name=name or m.name, dump_ir=dump_ir, force=force,
+                             progress=False, backend=backend, weights=weights)
     return Package(path, read_metadata(path), m)
 
 

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "quantize": "quantize_cmd",
     "sim": "sim_cmd",
     "cache": "cache_cmd",
+    "tune": "tune_cmd",
 }
 
 

@@ -26,6 +26,7 @@ examples:
   kiln compile model.onnx --target cuda-sm90 -o build/model_gpu        # CUDA (nvcc)
   kiln compile model.onnx --target cuda-sm90 -o build/model_emu --emulate   # ... on the CPU
   kiln compile model.onnx --target cortex-m4 -o build/model_m4 --backend llvm  # kernels as .o
+  kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
   cd build/model && make && ./main input.bin output.out.bin
 
 The output directory is written atomically: a failed compile leaves nothing, and an
@@ -73,12 +74,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for toolchains without .incbin such as MSVC), external (the "
                              "program loads src/weights.bin and calls <model>_set_weights); "
                              "auto (default): incbin, or external above 2 GiB of weights")
+    parser.add_argument("--records", metavar="RECORDS.jsonl",
+                        help="apply the best tuning record per kernel (from kiln tune; "
+                             "kernels without one keep the default schedule; docs/tuning.md)")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "records", None):
+        from toolchain.autotune.apply import applying
+        from toolchain.autotune.records import best_traces, load_records
+
+        with applying(best_traces(load_records(args.records))) as applied:
+            status = _run(args)
+        print(f"  tuning records: {len(applied)} kernel schedules from {args.records}, the "
+              "rest default")
+        return status
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from toolchain.bundle import compile_model
     from toolchain.errors import InputError
 

@@ -96,7 +96,8 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
 def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None, *,
           passes: Mapping[int, Sequence[Callable[[ir.PrimFunc], ir.PrimFunc]]] | None = None,
           openmp: bool = True, march: str | None = "auto", extra_flags: Sequence[str] = (),
-          cc: str | None = None, backend: str | None = None) -> Module:
+          cc: str | None = None, backend: str | None = None,
+          on_lowered: Callable[[ir.PrimFunc], None] | None = None) -> Module:
     """Lower, generate C, compile and load a Schedule or PrimFunc for the host.
 
     ``march`` and ``extra_flags`` (for example ``["-Wall", "-Wextra", "-Werror"]``) go to
@@ -113,6 +114,9 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
     code cached by content hash; ``march``, ``cc``, ``openmp`` and the flags do not apply
     (the CPU is the host's for ``"c"``, the descriptor's ``llvm.cpu`` otherwise) and
     parallel loops run serially.
+
+    ``on_lowered(func)`` is called with the lowered function before code generation (the
+    tuner reads its features there instead of lowering twice).
 
     >>> import numpy as np
     >>> from toolchain import te
@@ -134,6 +138,8 @@ def build(sch_or_func: Any, target: str | Target = "c", name: str | None = None,
         raise OptionError(f"build: expected a Schedule or PrimFunc, got "
                           f"{type(sch_or_func).__name__}")
     lowered = lower(func, passes=passes, target=None if t.name == "host" else t)
+    if on_lowered is not None:
+        on_lowered(lowered)
     return build_lowered(lowered, func, t, name, openmp=openmp, march=march,
                          extra_flags=extra_flags, cc=cc, backend=backend)
 

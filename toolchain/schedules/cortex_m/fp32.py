@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space
 from toolchain.graph.ir import Node, Value
 from toolchain.schedules.generic.conv2d import (
     ConvGeom,
@@ -104,11 +106,42 @@ def _bias_param(bv: Value | None, args: list[te.Tensor], values: list[Value]
     return bias
 
 
-def conv_rows_compute(node: Node, g: ConvGeom) -> tuple[list[te.Tensor], list[Value]]:
-    """The TE of the module docstring: ``[X, W_rows, (bias), Y]`` and their values."""
+def conv_rows_space(g: ConvGeom, t: Any) -> Space:
+    """The knobs of the pixel-rows convolution: ``pixels`` (output pixels per register
+    tile), ``lanes`` (output channels per tile; the weights are padded to a multiple) and
+    ``unroll_rx`` (unroll the window's column loop of the im2col row). Rule: the
+    accumulators, a weight row and the pixels' inputs fit the 32 single-precision FPU
+    registers. The default is the heuristic (:data:`PIXELS`, :func:`lanes_for`).
+
+    >>> g = ConvGeom(1, 16, 10, 10, 32, 3, 3, 10, 10, 1, 1, 1, 1, 1, 1)
+    >>> conv_rows_space(g, resolve_target("cortex-m4")).default()
+    {'pixels': 2, 'lanes': 8, 'unroll_rx': True}
+    """
+    regs = 32
+
+    def need(q: Any) -> int:
+        return q["pixels"] * q["lanes"] + q["lanes"] + q["pixels"]
+
+    default = {"pixels": PIXELS, "lanes": lanes_for(g.o), "unroll_rx": g.kh * g.kw > 1}
+    budget = max(regs, need(default))
+    knobs = (Knob("pixels", (2, 3, 4), PIXELS, "output pixels per register tile"),
+             Knob("lanes", (2, 4, 8), default["lanes"], "output channels per register tile"),
+             Knob("unroll_rx", (False, True), default["unroll_rx"],
+                  "unroll the window's column loop", active=lambda q: g.kh * g.kw > 1))
+    rules = (Rule(f"pixels * lanes accumulators, a weight row and the pixels' inputs fit "
+                  f"{budget} FPU registers", lambda q: need(q) <= budget),)
+    key = (f"conv2d_rows|{g.n}x{g.c}x{g.h}x{g.w}|o{g.o}|k{g.kh}x{g.kw}|s{g.sh}x{g.sw}|"
+           f"d{g.dh}x{g.dw}|p{g.pt}x{g.pl}|out{g.oh}x{g.ow}")
+    return Space("conv2d_rows", key, knobs, rules)
+
+
+def conv_rows_compute(node: Node, g: ConvGeom, lanes: int | None = None,
+                      pixels: int = PIXELS) -> tuple[list[te.Tensor], list[Value]]:
+    """The TE of the module docstring: ``[X, W_rows, (bias), Y]`` and their values
+    (``lanes``/``pixels`` of a tuned point; None: :func:`lanes_for`)."""
     xv, wv, bv = node.inputs[0], node.inputs[1], node.input(2)
     k = g.c * g.kh * g.kw
-    lanes = lanes_for(g.o)
+    lanes = lanes or lanes_for(g.o)
     wp = pack_rows(np.asarray(wv.data, np.float32), lanes)
     x = te.placeholder(xv.shape, "float32", "X")
     w = te.placeholder(wp.shape, "float32", "W_rows")
@@ -117,7 +150,7 @@ def conv_rows_compute(node: Node, g: ConvGeom) -> tuple[list[te.Tensor], list[Va
     ohw = g.oh * g.ow
 
     npix = g.n * ohw
-    pairs = -(-npix // PIXELS) * PIXELS  # the last pair may repeat the last pixel
+    pairs = -(-npix // pixels) * pixels  # the last pair may repeat the last pixel
 
     def col_f(p: Any, kk: Any) -> Any:
         if pairs != npix:
@@ -148,20 +181,22 @@ def conv_rows_compute(node: Node, g: ConvGeom) -> tuple[list[te.Tensor], list[Va
     return args + [te.compute((g.n, g.o, g.oh, g.ow), out_f, name="conv")], values
 
 
-def _schedule(sch: Schedule, lanes: int, window: tuple[int, int]) -> None:
-    """:data:`PIXELS` output pixels at a time: ``col`` and ``acc`` under the pixel-pair
-    loop, ``PIXELS x lanes`` accumulators unrolled inside the reduction."""
+def _schedule(sch: Schedule, lanes: int, window: tuple[int, int], pixels: int = PIXELS,
+              unroll_rx: bool = True) -> None:
+    """``pixels`` output pixels at a time: ``col`` and ``acc`` under the pixel-pair
+    loop, ``pixels x lanes`` accumulators unrolled inside the reduction."""
     out = sch.get_block("conv")
     _, m, y, x = sch.get_loops(out)
     sch.reorder(y, x, m)
-    po, _ = sch.split(sch.fuse(y, x), [None, PIXELS])
+    po, _ = sch.split(sch.fuse(y, x), [None, pixels])
     acc = sch.get_block("acc")
     sch.compute_at(acc, po)
     col = sch.get_block("col")
     sch.compute_at(col, po)
     if window[0] * window[1] > 1:  # k -> (c, ry, rx): no division, bounds per ry / rx
         _, ry, rx = sch.split(sch.get_loops(col)[-1], [None, window[0], window[1]])
-        sch.unroll(rx)
+        if unroll_rx:
+            sch.unroll(rx)
     ap, am, ak = sch.get_loops(acc)[-3:]
     mo, mi = sch.split(am, [None, lanes])
     sch.reorder(mo, ak, ap, mi)
@@ -260,10 +295,11 @@ def schedule_conv2d_m(node: Node, target: Any = None) -> OpSchedule:
     g = applies(node)
     if g is None or (WINOGRAD and winograd_choice(g, cpu_params(t)) is not None):
         return schedule_conv2d(node, t)
-    args, values = conv_rows_compute(node, g)
+    point = decide(conv_rows_space(g, t))
+    args, values = conv_rows_compute(node, g, point["lanes"], point["pixels"])
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}_rows"
     sch = Schedule(te.create_prim_func(args, name=name))
-    _schedule(sch, lanes_for(g.o), (g.kh, g.kw))
+    _schedule(sch, point["lanes"], (g.kh, g.kw), point["pixels"], point["unroll_rx"])
     info: dict[str, Any] = {"schedule": "conv2d_pixel_rows", "layout": "NCHW",
                             "packed_weight": True, "flops": g.flops}
     # the pixel's channels are all in col before it is written

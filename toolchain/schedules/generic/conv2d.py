@@ -49,12 +49,15 @@ Example::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space, divisors, with_default
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
@@ -292,20 +295,146 @@ def direct_blocked_out(g: ConvGeom, plan: ConvPlan, out_layout: str) -> bool:
     return _layout_block(out_layout) == plan.ob and op_ == g.o and owp == g.ow
 
 
+def _loop_defaults(g: ConvGeom, plan: ConvPlan) -> dict[str, Any]:
+    """The heuristic's loop decisions: the window loop unrolls for short windows of few
+    channels (or any window of at most 3), the inner channel loop for blocks up to 4."""
+    return {"order": "channels_outer", "unroll_kw": g.kw * plan.cb <= 32 or g.kw <= 3,
+            "unroll_cb": plan.cb <= 4}
+
+
+def conv_workload(g: ConvGeom, p: CpuParams, lanes: int, layouts: tuple[str, str],
+                  const_w: bool) -> str:
+    """The key of a direct convolution's tuning records: its geometry, the layouts and the
+    target capabilities its space depends on (never the target's name).
+
+    >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
+    >>> conv_workload(g, cpu_params("x86_64-avx2"), 8, ("NCHW", "NCHW"), True)
+    'conv2d|NCHW>NCHW|1x64x56x56|o64|k3x3|s1x1|d1x1|p1x1|out56x56|v8r16c1|w=const'
+    """
+    return (f"conv2d|{layouts[0]}>{layouts[1]}|{g.n}x{g.c}x{g.h}x{g.w}|o{g.o}|"
+            f"k{g.kh}x{g.kw}|s{g.sh}x{g.sw}|d{g.dh}x{g.dw}|p{g.pt}x{g.pl}|out{g.oh}x{g.ow}|"
+            f"v{lanes}r{p.vector_registers}c{p.cores}|w={'const' if const_w else 'runtime'}")
+
+
+def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, str] = (
+        "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False
+               ) -> Space:
+    """The knobs of the convolution around the heuristic's choices (its default point).
+
+    The direct convolution's ``ob`` (output channels per register tile, whole vectors),
+    ``rw``/``ry`` (output columns/rows per tile), ``cb`` (input channel block), ``order``
+    (reduction loops ``c_outer kh kw c_inner`` or ``kh kw c_outer c_inner``),
+    ``unroll_kw``/``unroll_cb``. Where Winograd applies (``winograd`` is the heuristic's
+    tile, None for direct; False: it does not apply) also ``algorithm`` (``direct``,
+    ``winograd2``, ``winograd4``) and the Winograd GEMMs' register tile ``wino_mr`` x
+    ``wino_nr``; the direct knobs matter only for ``direct``, the Winograd ones only for
+    Winograd. Rules: the tile fits the register file; an unrolled channel loop has at most
+    16 steps.
+
+    >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
+    >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
+    >>> [f"{k}={v}" for k, v in s.default().items()]  # doctest: +NORMALIZE_WHITESPACE
+    ['ob=16', 'rw=6', 'ry=1', 'cb=8', 'order=channels_outer', 'unroll_kw=True',
+     'unroll_cb=False']
+    >>> s.is_valid({**s.default(), "rw": 14})  # 14 x 2 accumulators: too many registers
+    False
+    """
+    lanes = plan.lanes
+    top = max(ceil_div(g.o, lanes) * lanes, plan.ob)
+    obs = with_default([lanes * m for m in (1, 2, 3, 4) if lanes * m <= top], plan.ob)
+    loops = _loop_defaults(g, plan)
+
+    def need(q: Mapping[str, Any]) -> int:
+        vecs = q["ob"] // lanes
+        return q["ry"] * q["rw"] * vecs + vecs + 1
+
+    budget = max(p.vector_registers, need({"ob": plan.ob, "rw": plan.rw, "ry": plan.ry}))
+    knobs = (
+        Knob("ob", obs, plan.ob, "output channels per register tile (whole vectors)"),
+        Knob("rw", with_default(range(1, min(g.ow, 16) + 1), plan.rw), plan.rw,
+             "output columns per register tile"),
+        Knob("ry", with_default(divisors(g.oh, 4), plan.ry), plan.ry,
+             "output rows per register tile"),
+        Knob("cb", with_default(divisors(g.c, 64), plan.cb), plan.cb,
+             "input channels per block of the packed data and weights"),
+        Knob("order", ("channels_outer", "window_outer"), loops["order"],
+             "reduction loop order: c_outer kh kw c_inner, or kh kw c_outer c_inner"),
+        Knob("unroll_kw", (False, True), loops["unroll_kw"], "unroll the kernel-width loop"),
+        Knob("unroll_cb", (False, True), loops["unroll_cb"],
+             "unroll the inner channel loop"),
+    )
+    rules = [
+        Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
+             f"vectors and a broadcast) fits {budget} vector registers",
+             lambda q: need(q) <= budget),
+        Rule("an unrolled inner channel loop has at most 16 steps",
+             lambda q: not q["unroll_cb"] or q["cb"] <= 16),
+    ]
+    if winograd is not False:
+        knobs, more = _winograd_knobs(g, p, winograd, knobs)
+        rules += more
+    return Space("conv2d", conv_workload(g, p, lanes, layouts, const_w), knobs,
+                 tuple(rules))
+
+
+def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob, ...]
+                    ) -> tuple[tuple[Knob, ...], list[Rule]]:
+    """``algorithm`` first, the direct knobs active for ``direct`` only, then the Winograd
+    GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct)."""
+    from toolchain.schedules.generic.winograd import F4_MAX_CHANNELS, winograd_gemm_plan
+
+    algs = ("direct", "winograd2") + (("winograd4",) if g.c <= F4_MAX_CHANNELS else ())
+    default = "direct" if m is None else f"winograd{m}"
+    wplan = winograd_gemm_plan(g, m or 2, p)
+    lanes = wplan.lanes
+
+    def is_direct(q: Mapping[str, Any]) -> bool:
+        return q["algorithm"] == "direct"
+
+    def is_wino(q: Mapping[str, Any]) -> bool:
+        return q["algorithm"] != "direct"
+
+    knobs = (Knob("algorithm", with_default(algs, default) if default in algs else algs,
+                  default, "direct convolution or Winograd F(2x2, 3x3) / F(4x4, 3x3)"),
+             *(replace(k, active=is_direct) for k in direct),
+             Knob("wino_mr", with_default(range(1, 9), wplan.mr), wplan.mr,
+                  "rows of the Winograd GEMMs' register tile", active=is_wino),
+             Knob("wino_nr", with_default((lanes, 2 * lanes), wplan.nr), wplan.nr,
+                  "columns of the Winograd GEMMs' register tile", active=is_wino))
+    budget = max(p.vector_registers, wplan.mr * (wplan.nr // lanes) + wplan.nr // lanes + 1)
+    rule = Rule(f"the Winograd GEMM tile (wino_mr * wino_nr/{lanes} accumulators, "
+                f"wino_nr/{lanes} vectors and a broadcast) fits {budget} vector registers",
+                lambda q: q["wino_mr"] * (q["wino_nr"] // lanes) + q["wino_nr"] // lanes + 1
+                <= budget)
+    return knobs, [rule]
+
+
+def tuned_plan(plan: ConvPlan, point: Mapping[str, Any]) -> ConvPlan:
+    """``plan`` with the blocking knobs of ``point`` (:func:`conv_space`)."""
+    return replace(plan, ob=point["ob"], rw=point["rw"], ry=point["ry"], cb=point["cb"])
+
+
 def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
-                  out_layout: str = "NCHW", data_layout: str = "NCHW") -> None:
-    """Register-tile, vectorize and unroll the blocked convolution."""
+                  out_layout: str = "NCHW", data_layout: str = "NCHW",
+                  knobs: Mapping[str, Any] | None = None) -> None:
+    """Register-tile, vectorize and unroll the blocked convolution.
+
+    ``knobs`` are the loop decisions of :func:`conv_space` (``order``, ``unroll_kw``,
+    ``unroll_cb``); None: the heuristic's (:func:`conv_space`'s defaults)."""
+    k = dict(knobs) if knobs is not None else _loop_defaults(g, plan)
     blk = sch.get_block("conv")
     n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
     xo, xi = sch.split(xx, [None, plan.rw])
+    window_outer = k["order"] == "window_outer"
+    red = [rkh, rkw, rc0, rc1] if window_outer else [rc0, rkh, rkw, rc1]
     if plan.ry > 1:  # a tile of several short rows (small images)
         y, yi = sch.split(y, [None, plan.ry])
-        sch.reorder(n, o0, y, xo, rc0, rkh, rkw, rc1, yi, xi, o1)
+        sch.reorder(n, o0, y, xo, *red, yi, xi, o1)
     else:
-        sch.reorder(n, o0, y, xo, rc0, rkh, rkw, rc1, xi, o1)
+        sch.reorder(n, o0, y, xo, *red, xi, o1)
     local = sch.cache_write(blk, 0, "local")
     sch.reverse_compute_at(local, xo)
-    init = sch.decompose_reduction(blk, rc0)
+    init = sch.decompose_reduction(blk, red[0])
     for b in (blk, init, local):
         *_, rows, cols = sch.get_loops(b)
         cv, vl = sch.split(cols, [None, plan.lanes])
@@ -319,12 +448,10 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
             sch.unroll(rows)
             if plan.ry > 1:
                 sch.unroll(sch.get_loops(b)[-4])
-    loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 | tile
-    if g.kw * plan.cb <= 32:
-        sch.unroll(loops[6])  # kw: short windows of few channels unroll whole
-    elif g.kw <= 3:
-        sch.unroll(loops[6])
-    if plan.cb <= 4:
+    loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 (or kh kw rc0 rc1) | tile
+    if k["unroll_kw"]:
+        sch.unroll(loops[5 if window_outer else 6])
+    if k["unroll_cb"]:
         sch.unroll(loops[7])
     out = sch.get_block("conv_out")
     if direct_blocked_out(g, plan, out_layout):
@@ -415,9 +542,18 @@ def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
 
 
 def _schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
-    from toolchain.schedules.generic.dense import plan_gemm, schedule_gemm
+    from toolchain.schedules.generic.dense import (
+        gemm_space,
+        gemm_workload,
+        plan_gemm,
+        schedule_gemm,
+        tuned_gemm,
+    )
 
     plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
+    key = gemm_workload("conv1x1", (g.n,), g.o, g.oh * g.ow, g.c, p,
+                        f"in{g.c}x{g.h}x{g.w}s{g.sh}x{g.sw}")
+    plan = tuned_gemm(plan, decide(gemm_space(plan, p, key)))
     args, values = conv1x1_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
@@ -444,6 +580,16 @@ def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
     if ALGORITHM in ("winograd2", "winograd4"):
         return forced_tile(g, ALGORITHM)
     return winograd_tile(g, p)
+
+
+def _winograd_default(g: ConvGeom, p: CpuParams, const_w: bool) -> int | None | bool:
+    """The ``winograd`` argument of :func:`conv_space`: False where Winograd does not
+    apply (or the weights are not constant), else the heuristic's tile (None: direct)."""
+    from toolchain.schedules.generic.winograd import winograd_applies
+
+    if not const_w or not winograd_applies(g):
+        return False
+    return winograd_choice(g, p)
 
 
 def _generic(node: Node, target: Target, reason: str) -> OpSchedule:
@@ -474,16 +620,20 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
         return _schedule_conv1x1(node, g, p)
-    m = winograd_choice(g, p) if node.inputs[1].data is not None else None
-    if m is not None:
+    const_w = node.inputs[1].data is not None
+    plan = plan_conv(g, p)
+    point = decide(conv_space(g, p, plan, const_w=const_w,
+                              winograd=_winograd_default(g, p, const_w)))
+    if point.get("algorithm", "direct") != "direct":
         from toolchain.schedules.generic.winograd import schedule_winograd
 
-        return schedule_winograd(node, g, p, m)
-    plan = plan_conv(g, p)
+        return schedule_winograd(node, g, p, int(point["algorithm"][-1]),
+                                 tiles=(point["wino_mr"], point["wino_nr"]))
+    plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
-    schedule_conv(sch, g, plan, p)
+    schedule_conv(sch, g, plan, p, knobs=point)
     info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
                             "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
                             "packed_weight": values[1].data is not None, "flops": g.flops}
@@ -546,16 +696,20 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
                                "one group and constant weights for its default schedule")
     p = cpu_params(t)
     w_oihw = kernel_from_layout(wv.data, a["kernel_layout"])
-    m = winograd_choice(g, p)
-    if m is not None:
+    plan = layout_conv_plan(g, p, a["data_layout"], a["out_layout"])
+    point = decide(conv_space(g, p, plan, (a["data_layout"], a["out_layout"]),
+                              winograd=_winograd_default(g, p, True)))
+    if point.get("algorithm", "direct") != "direct":
         from toolchain.schedules.generic.winograd import schedule_winograd
 
-        return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw)
-    plan = layout_conv_plan(g, p, a["data_layout"], a["out_layout"])
+        return schedule_winograd(node, g, p, int(point["algorithm"][-1]), a["data_layout"],
+                                 a["out_layout"], w_oihw,
+                                 tiles=(point["wino_mr"], point["wino_nr"]))
+    plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
-    schedule_conv(sch, g, plan, p, a["out_layout"], a["data_layout"])
+    schedule_conv(sch, g, plan, p, a["out_layout"], a["data_layout"], knobs=point)
     info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
                             "cb": plan.cb, "ob": plan.ob, "rw": plan.rw, "ry": plan.ry,
                             "direct_out": direct_blocked_out(g, plan, a["out_layout"]),

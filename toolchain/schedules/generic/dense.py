@@ -44,12 +44,15 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space, with_default
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
@@ -84,30 +87,88 @@ class GemmPlan:
         return ceil_div(self.n, self.nr) * self.nr
 
 
-def plan_gemm(m: int, n: int, k: int, p: CpuParams, dtype: str = "float32") -> GemmPlan:
+def plan_gemm(m: int, n: int, k: int, p: CpuParams, dtype: str = "float32",
+              mr: int | None = None, nr: int | None = None) -> GemmPlan:
     """Pick the tiles for an ``m x k @ k x n`` product on ``p``.
 
     ``mr`` is lowered to a divisor of ``m`` when one is close (no padding), ``m`` itself
-    when ``m`` is smaller than a tile.
+    when ``m`` is smaller than a tile. ``mr``/``nr`` given (a tuned point) are taken as
+    they are; the row block ``mc`` then follows from them.
 
     >>> plan_gemm(1024, 1024, 1024, cpu_params("x86_64-avx512"))
     GemmPlan(m=1024, n=1024, k=1024, mr=8, nr=32, mc=128, lanes=16)
     """
     lanes = p.lanes(dtype)
-    mr, nr = register_tile(lanes, p.vector_registers, n)
-    if m <= mr:
-        mr = m
-    else:
-        for cand in range(mr, max(3, mr - 3), -1):
-            if m % cand == 0:
-                mr = cand
-                break
+    if mr is None or nr is None:
+        h_mr, h_nr = register_tile(lanes, p.vector_registers, n)
+        if m <= h_mr:
+            h_mr = m
+        else:
+            for cand in range(h_mr, max(3, h_mr - 3), -1):
+                if m % cand == 0:
+                    h_mr = cand
+                    break
+        mr, nr = mr or h_mr, nr or h_nr
     mp = ceil_div(m, mr) * mr
     rows = max(1, (p.l2_bytes // 2) // max(1, k * 4) // mr)
     mc = min(mp, max(1, rows) * mr)
     while mp % mc:
         mc -= mr
     return GemmPlan(m, n, k, mr, nr, mc, lanes)
+
+
+def gemm_space(plan: GemmPlan, p: CpuParams, workload: str) -> Space:
+    """The knobs of the packed GEMM around the heuristic's ``plan`` (its default point):
+    ``mr`` (rows of the register tile), ``nr`` (its columns, whole vectors) and
+    ``mc_tiles`` (register tiles per cache block of rows: ``mc = mr * mc_tiles``).
+    Rules: the tile fits the register file; a cache block divides the padded rows.
+
+    >>> s = gemm_space(plan_gemm(64, 48, 32, cpu_params("c-generic")),
+    ...                cpu_params("c-generic"), "gemm|example")
+    >>> s.default(), s.is_valid({"mr": 16, "nr": 8, "mc_tiles": 1})
+    ({'mr': 4, 'nr': 8, 'mc_tiles': 16}, False)
+    """
+    lanes = plan.lanes
+    top = max(-(-plan.n // lanes) * lanes, plan.nr)
+    nrs = with_default([lanes * v for v in (1, 2, 3, 4) if lanes * v <= top], plan.nr)
+    tiles = plan.mc // plan.mr
+
+    def need(q: Mapping[str, Any]) -> int:
+        vecs = max(1, q["nr"] // lanes)
+        return q["mr"] * vecs + vecs + 1
+
+    budget = max(p.vector_registers, need({"mr": plan.mr, "nr": plan.nr}))
+    knobs = (
+        Knob("mr", with_default(range(1, min(plan.m, 16) + 1), plan.mr), plan.mr,
+             "rows of the register tile"),
+        Knob("nr", nrs, plan.nr, "columns of the register tile (whole vectors)"),
+        Knob("mc_tiles", with_default([1 << e for e in range(9)], tiles), tiles,
+             "register tiles per cache block of rows (mc = mr * mc_tiles)"),
+    )
+    rules = (
+        Rule(f"the register tile (mr * nr/{lanes} accumulators, nr/{lanes} B vectors and a "
+             f"broadcast) fits {budget} vector registers", lambda q: need(q) <= budget),
+        Rule("a cache block of mr * mc_tiles rows divides the rows padded to mr",
+             lambda q: (-(-plan.m // q["mr"])) % q["mc_tiles"] == 0),
+    )
+    return Space("gemm", workload, knobs, rules)
+
+
+def tuned_gemm(plan: GemmPlan, point: Mapping[str, Any]) -> GemmPlan:
+    """``plan`` with the tiles of ``point`` (:func:`gemm_space`)."""
+    return replace(plan, mr=point["mr"], nr=point["nr"], mc=point["mr"] * point["mc_tiles"])
+
+
+def gemm_workload(kind: str, batch: tuple[int, ...], m: int, n: int, k: int, p: CpuParams,
+                  extra: str = "") -> str:
+    """The key of a GEMM's tuning records (shape and the target capabilities its space
+    depends on, never a target's name).
+
+    >>> gemm_workload("dense", (), 1, 1000, 512, cpu_params("x86_64-avx2"), "b=const")
+    'gemm|dense|batch=|m1n1000k512|v8r16c1|b=const'
+    """
+    return (f"gemm|{kind}|batch={'x'.join(map(str, batch))}|m{m}n{n}k{k}|"
+            f"v{p.lanes('float32')}r{p.vector_registers}c{p.cores}|{extra}")
 
 
 @dataclass
@@ -314,6 +375,12 @@ def schedule_dense(node: Node, target: str | Target | None = None) -> OpSchedule
         return _generic(node, t)
     p = cpu_params(t)
     plan = plan_gemm(ops.m, ops.n, ops.k, p)
+    const_b = node.inputs[1].data is not None and not ops.b_batched
+    trans = "".join(f"{k}{int(attrs_of(node)[k])}" for k in ("transA", "transB")) \
+        if node.op == "Gemm" else ""
+    plan = tuned_gemm(plan, decide(gemm_space(plan, p, gemm_workload(
+        node.op.lower(), ops.batch, ops.m, ops.n, ops.k, p,
+        f"b={'const' if const_b else 'runtime'}{trans}"))))
     tensors, values, prod = gemm_compute(node, plan, ops)
     sch = Schedule(te.create_prim_func(tensors, name=f"dense_{ops.m}x{ops.n}x{ops.k}"))
     schedule_gemm(sch, plan, p, len(ops.batch), prod.name)

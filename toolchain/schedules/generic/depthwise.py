@@ -40,12 +40,15 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space, divisors, with_default
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
@@ -210,13 +213,49 @@ def _row(ow: int) -> int:
     return max(d for d in range(1, min(MAX_ROW, ow) + 1) if ow % d == 0)
 
 
+def dw_space(g: DwGeom, p: CpuParams, cb: int, rw: int, layouts: tuple[str, str],
+             cb_free: bool) -> Space:
+    """The knobs of the depthwise schedule around the heuristic's ``cb``/``rw``: ``rw``
+    (output columns per register row, a divisor of the output width), ``cb`` (channel
+    block; only when the input has no channel block of its own), ``unroll_kw`` and
+    ``unroll_kh``. Rule: the row fits the register file.
+
+    >>> g = DwGeom(1, 32, 12, 12, 3, 3, 12, 12, 1, 1, 1, 1, 1, 1)
+    >>> s = dw_space(g, cpu_params("x86_64-avx2"), 8, 6, ("NCHW8c", "NCHW8c"), False)
+    >>> s.default(), s.knob("rw").choices
+    ({'rw': 6, 'cb': 8, 'unroll_kw': True, 'unroll_kh': True}, (1, 2, 3, 4, 6, 12))
+    """
+    lanes = p.lanes("float32")
+
+    def need(q: Mapping[str, Any]) -> int:
+        return q["rw"] * -(-q["cb"] // lanes) + 2
+
+    budget = max(p.vector_registers, need({"rw": rw, "cb": cb}))
+    cbs = with_default(divisors(g.c, lanes), cb) if cb_free else (cb,)
+    knobs = (Knob("rw", with_default(divisors(g.ow, 16), rw), rw,
+                  "output columns per register row"),
+             Knob("cb", cbs, cb, "channels per block (vector lanes)"),
+             Knob("unroll_kw", (False, True), g.kw <= 7, "unroll the kernel-width loop"),
+             Knob("unroll_kh", (False, True), g.kh * g.kw <= 9,
+                  "unroll the kernel-height loop"))
+    rules = (Rule(f"the register row (rw accumulators of cb channels, a weight and an input "
+                  f"vector) fits {budget} vector registers", lambda q: need(q) <= budget),)
+    key = (f"depthwise|{layouts[0]}>{layouts[1]}|{g.n}x{g.c}x{g.h}x{g.w}|k{g.kh}x{g.kw}|"
+           f"s{g.sh}x{g.sw}|d{g.dh}x{g.dw}|p{g.pt}x{g.pl}|out{g.oh}x{g.ow}|"
+           f"v{lanes}r{p.vector_registers}c{p.cores}")
+    return Space("depthwise", key, knobs, rules)
+
+
 def schedule_dw(sch: Schedule, g: DwGeom, cb: int, rw: int, p: CpuParams, direct: bool,
-                blocked_input: bool = True) -> None:
+                blocked_input: bool = True, knobs: Mapping[str, Any] | None = None) -> None:
     """Register-tile and vectorize the blocked depthwise product (see the module doc).
 
     ``blocked_input``: the input already is ``NCHW{cb}c``, so the padded view is inlined;
     other layouts are copied into it once (a channel-block vector of ``NCHW`` is a
-    gather, which the product's vector loads must not repeat for every tap)."""
+    gather, which the product's vector loads must not repeat for every tap).
+    ``knobs``: ``unroll_kw``/``unroll_kh`` of :func:`dw_space` (None: the heuristic's)."""
+    k = dict(knobs) if knobs is not None else {"unroll_kw": g.kw <= 7,
+                                              "unroll_kh": g.kh * g.kw <= 9}
     if blocked_input:
         sch.compute_inline(sch.get_block("data_pack"))
     else:
@@ -234,9 +273,9 @@ def schedule_dw(sch: Schedule, g: DwGeom, cb: int, rw: int, p: CpuParams, direct
         if b is not local:  # a rolled write-back keeps a fused Clip vectorized (cpu_conv2d)
             sch.unroll(rows)
     loops = sch.get_loops(blk)  # n c0 y xo | kh kw | xi c1
-    if g.kw <= 7:
+    if k["unroll_kw"]:
         sch.unroll(loops[5])
-    if g.kh * g.kw <= 9:
+    if k["unroll_kh"]:
         sch.unroll(loops[4])
     out = sch.get_block("conv_out")
     if direct:
@@ -275,17 +314,19 @@ def schedule_depthwise(node: Node, target: str | Target | None = None) -> OpSche
     cb = ib if ib is not None else max(d for d in range(1, min(g.c, lanes) + 1)
                                        if g.c % d == 0)
     rw = _row(g.ow)
+    point = decide(dw_space(g, p, cb, rw, (data_layout, out_layout), ib is None))
+    cb, rw = point["cb"], point["rw"]
     args, values = depthwise_compute(node, g, cb, np.asarray(w_oihw, np.float32),
                                      data_layout, out_layout)
     name = f"dwconv_{data_layout}_{g.c}x{g.h}x{g.w}_k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
     direct = _block(out_layout) == cb
-    schedule_dw(sch, g, cb, rw, p, direct, ib == cb)
+    schedule_dw(sch, g, cb, rw, p, direct, ib == cb, knobs=point)
     info: dict[str, Any] = {"schedule": "depthwise_nchwc", "layout": f"NCHW{cb}c", "cb": cb,
                             "rw": rw, "direct_out": direct, "packed_weight": True,
                             "flops": g.flops}
     return OpSchedule(sch, values, list(node.outputs), info)
 
 
-__all__ = ["DwGeom", "depthwise_compute", "dw_geometry", "is_depthwise", "pack_dw_weight",
-           "schedule_depthwise", "schedule_dw"]
+__all__ = ["DwGeom", "depthwise_compute", "dw_geometry", "dw_space", "is_depthwise",
+           "pack_dw_weight", "schedule_depthwise", "schedule_dw"]

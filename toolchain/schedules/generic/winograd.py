@@ -121,6 +121,16 @@ def _select2(n: int, i: Expr, j: Expr, value: Any) -> Expr:
     return out
 
 
+def winograd_gemm_plan(g: Any, m: int, p: CpuParams,
+                       tiles: tuple[int, int] | None = None) -> GemmPlan:
+    """The plan of the α² GEMMs of F(m×m, 3×3); ``tiles`` = ``(mr, nr)`` of a tuned point
+    (None: the heuristic's)."""
+    ntiles = g.n * ceil_div(g.oh, m) * ceil_div(g.ow, m)
+    if tiles is not None:
+        return plan_gemm(g.o, ntiles, g.c, p, mr=tiles[0], nr=tiles[1])
+    return _gemm_plan(g, m, p)
+
+
 def _gemm_plan(g: Any, m: int, p: CpuParams) -> GemmPlan:
     tiles = g.n * ceil_div(g.oh, m) * ceil_div(g.ow, m)
     plan = plan_gemm(g.o, tiles, g.c, p)
@@ -252,10 +262,11 @@ def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
 
 
 def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str = "NCHW",
-                      out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
-                      ) -> OpSchedule:
-    """Build and schedule the Winograd kernel of a Conv (or ``LayoutConv``) node."""
-    plan = _gemm_plan(g, m, p)
+                      out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
+                      tiles: tuple[int, int] | None = None) -> OpSchedule:
+    """Build and schedule the Winograd kernel of a Conv (or ``LayoutConv``) node;
+    ``tiles``: the GEMMs' ``(mr, nr)`` of a tuned point (None: the heuristic's)."""
+    plan = winograd_gemm_plan(g, m, p, tiles)
     args, values = winograd_compute(node, g, m, plan, data_layout, out_layout, w_oihw)
     name = f"conv2d_winograd{m}_{g.c}x{g.h}x{g.w}_{g.o}"
     sch = Schedule(te.create_prim_func(args, name=name))
@@ -294,4 +305,5 @@ def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str
 
 
 __all__ = ["F4_MAX_CHANNELS", "MIN_CHANNELS", "forced_tile", "schedule_winograd",
-           "winograd_applies", "winograd_compute", "winograd_tile", "cpu_params"]
+           "winograd_applies", "winograd_compute", "winograd_gemm_plan", "winograd_tile",
+           "cpu_params"]

@@ -62,6 +62,8 @@ from __future__ import annotations
 from typing import Any
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Space, divisors, with_default
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
@@ -106,14 +108,15 @@ def pixel_tile(width: int, most: int = MAX_PIXELS) -> int:
     return next(t for t in range(min(width, most), 0, -1) if width % t == 0)
 
 
-def _schedule_conv(func: Any, lanes: int) -> Schedule:
-    """The tiled convolution nest of the module docstring."""
+def _schedule_conv(func: Any, lanes: int, tile: int | None = None) -> Schedule:
+    """The tiled convolution nest of the module docstring (``tile``: pixels per register
+    tile of a tuned point; None: :func:`pixel_tile`)."""
     sch = Schedule(func)
     names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
     out = sch.get_block("qconv")
     _, ch, y, x = sch.get_loops(out)
-    xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y)
+    xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y, tile)
     if "pad" in names:
         sch.compute_at(sch.get_block("pad"), y)
     # under xo: (xi,) li, then the reduction loops (rc, ry, rx; unit loops are elided)
@@ -134,13 +137,13 @@ def _schedule_conv(func: Any, lanes: int) -> Schedule:
     return sch
 
 
-def _tile_nest(sch: Schedule, ch: Any, x: Any, lanes: int, y: Any = None
-               ) -> tuple[Any, int, Any, Any]:
+def _tile_nest(sch: Schedule, ch: Any, x: Any, lanes: int, y: Any = None,
+               tile: int | None = None) -> tuple[Any, int, Any, Any]:
     """Output channels by ``lanes`` and pixels by :func:`pixel_tile` (``y, mo, xo, mi,
     xi``), the accumulators and their requantization computed at ``xo``: ``(xo, tile,
     x86_acc, x86_req)``."""
     mo, mi = sch.split(ch, [None, lanes])
-    tile = pixel_tile(int(sch.get(x).extent.value))
+    tile = tile or pixel_tile(int(sch.get(x).extent.value))
     xo, xi = sch.split(x, [None, tile])
     sch.reorder(*([y] if y is not None else []), mo, xo, mi, xi)
     req = sch.get_block("x86_req")
@@ -335,7 +338,8 @@ def _vectorize_pairs(sch: Schedule, band: Any, y: Any) -> None:
     sch.vectorize(c2)
 
 
-def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
+def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
+                    ) -> Schedule:
     """The tiled convolution nest of :func:`_schedule_conv` over int16 channel pairs: the
     pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
     the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call."""
@@ -351,7 +355,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
         xo, tile, acc, req = _tile_nest(sch, ch, x, lanes)
     else:
         _, ch, y, x = loops
-        xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y)
+        xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y, tile)
     if len(loops) == 4:
         band = sch.get_block("x86_pairs")
         sch.compute_at(band, y)
@@ -373,7 +377,8 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str) -> Schedule:
     return sch
 
 
-def _paired(node: Node, target: Target, lanes: int) -> OpSchedule | None:
+def _paired(node: Node, target: Target, lanes: int, tile: int | None = None
+            ) -> OpSchedule | None:
     """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
     int16 pairs of input channels (None where the nest refuses)."""
     from toolchain.graph.ops.nn_common import attrs_of
@@ -410,12 +415,31 @@ def _paired(node: Node, target: Target, lanes: int) -> OpSchedule | None:
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     intrin = target.intrinsic(f"dot_i16_{lanes}x2")
     try:
-        sch = _schedule_pairs(func, lanes, intrin)
+        sch = _schedule_pairs(func, lanes, intrin, tile)
     except KilnError:
         return None
     values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
     return OpSchedule(sch, values, list(node.outputs),
                       {"schedule": "int8 x86 pairs", "lanes": lanes, "intrinsic": intrin})
+
+
+def int8_space(node: Node, t: Target, lanes: int, pairs: bool) -> Space:
+    """The knobs of the register-tiled int8 convolution: ``pixels`` (output pixels per
+    register tile: divisors of the output width up to :data:`MAX_ROW`; default
+    :func:`pixel_tile`) and, where the target has the ``dot_i16_{L}x2`` intrinsic, which
+    kernel computes (``intrinsic``: ``dot_i16_pairs``, the default, or ``int32``)."""
+    width = int(node.outputs[0].shape[3])
+    default = pixel_tile(width)
+    knobs = [Knob("pixels", with_default(divisors(width, MAX_ROW), default), default,
+                  "output pixels per register tile")]
+    if pairs:
+        knobs.insert(0, Knob("intrinsic", ("dot_i16_pairs", "int32"), "dot_i16_pairs",
+                             "int16 channel pairs through dot_i16 intrinsic, or int32 lanes"))
+    a = {k: node.attrs.get(k) for k in ("strides", "pads", "dilations", "group")}
+    key = (f"int8_conv|x{'x'.join(map(str, node.inputs[0].shape))}|"
+           f"w{'x'.join(map(str, node.inputs[1].shape))}|{a}|lanes{lanes}|"
+           f"v{t.vector_width_bits}|pairs{int(pairs)}")
+    return Space("int8_conv", key, tuple(knobs))
 
 
 def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
@@ -434,15 +458,19 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
-    if t.has_intrinsic(f"dot_i16_{lanes}x2"):  # int16 channel pairs (vpdpwssd, vpmaddwd)
-        op = _paired(node, t, lanes)
+    pairs = t.has_intrinsic(f"dot_i16_{lanes}x2")
+    point = decide(int8_space(node, t, lanes, pairs)) if node.op == "QConv" else {}
+    tile = point.get("pixels")
+    if pairs and point.get("intrinsic", "dot_i16_pairs") == "dot_i16_pairs":
+        op = _paired(node, t, lanes, tile)  # int16 channel pairs (vpdpwssd, vpmaddwd)
         if op is not None:
             return op
     nc = node_compute(node, algorithm="x86")
     inputs, outputs, packs = _lane_requant(nc, node, lanes)
     func = te.create_prim_func(inputs + outputs, name=int8_kernel_name(node.name))
     try:
-        sch = (_schedule_conv if node.op == "QConv" else _schedule_dense)(func, lanes)
+        sch = _schedule_conv(func, lanes, tile) if node.op == "QConv" else \
+            _schedule_dense(func, lanes)
     except KilnError as err:  # a shape the tiled nest cannot take: the generic kernel
         op = schedule_int8(node, target)
         op.info["x86_refused"] = str(err)

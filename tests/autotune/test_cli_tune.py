@@ -1,0 +1,85 @@
+"""``kiln tune`` and ``kiln compile --records`` end to end on the LeNet-5 example."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolchain.autotune.records import Record, load_records
+from toolchain.autotune.tasks import extract_tasks
+from toolchain.cli import main
+
+MODEL = str(Path(__file__).resolve().parents[2] / "examples" / "lenet5.onnx")
+TARGET = "x86_64-avx2"
+
+
+def test_tune_writes_records_and_resumes(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    args = ["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
+            "--no-progress", "--repeat", "1", "--batch", "2"]
+    assert main([*args, "--trials", "3", "--plot", str(tmp_path / "svg")]) == 0
+    recs = load_records(out)
+    assert len(recs) == 3 and all(r.target == TARGET and r.features for r in recs)
+    assert not (tmp_path / "r.jsonl.partial").exists()
+    assert list((tmp_path / "svg").glob("*.svg"))
+    assert main([*args, "--trials", "5"]) == 0  # two more, the first three kept
+    again = load_records(out)
+    assert len(again) == 5 and [r.to_json() for r in again[:3]] == [r.to_json() for r in recs]
+    assert "2 new trials (5 in all)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["tune", "nope.onnx", "--trials", "4"], "model file nope.onnx does not exist"),
+    (["tune", MODEL, "--trials", "0"], "--trials 0: must be at least 1"),
+])
+def test_bad_input_is_refused_and_writes_nothing(tmp_path, capsys, argv, words):
+    out = tmp_path / "r.jsonl"
+    assert main([*argv, "-o", str(out), "--no-progress"]) == 2
+    assert words in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _bundle(tmp_path: Path, name: str, records: Path | None) -> dict[str, str]:
+    out = tmp_path / name
+    argv = ["compile", MODEL, "--target", TARGET, "-o", str(out), "--no-progress"]
+    assert main(argv + (["--records", str(records)] if records else [])) == 0
+    return {p.name: p.read_text() for p in (out / "src").glob("kernels.c")}
+
+
+def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
+    task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d")
+    s = task.space
+    other = next(p for p in s.valid_points() if p["rw"] != s.default()["rw"]
+                 and p["order"] != s.default()["order"])
+    path = tmp_path / "r.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [2.0]),
+            Record(s.workload, s.kind, TARGET, s.trace(other), [1.0]),  # the best
+            Record("gemm|unrelated", "gemm", TARGET, s.trace(other), [0.1])]
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    unrelated = tmp_path / "u.jsonl"
+    unrelated.write_text(json.dumps(rows[2].to_json()) + "\n")
+    default = _bundle(tmp_path, "default", None)
+    tuned = _bundle(tmp_path, "tuned", path)
+    assert "1 kernel schedules from" in capsys.readouterr().out
+    assert tuned != default
+    # records of other workloads change nothing: the default schedules, byte for byte
+    assert _bundle(tmp_path, "same", unrelated) == default
+    # the Python API applies them the same way
+    import toolchain
+
+    pkg = toolchain.compile(MODEL, TARGET, tmp_path / "api", records=path)
+    assert {p.name: p.read_text() for p in (pkg.path / "src").glob("kernels.c")} == tuned
+
+
+def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
+                                                                            capsys):
+    task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d")
+    s = task.space
+    bad = Record(s.workload, s.kind, TARGET,
+                 type(s.trace(s.default()))(s.kind, (("ob", 12345),)), [1.0])
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(bad.to_json()) + "\n")
+    assert _bundle(tmp_path, "fallback", path) == _bundle(tmp_path, "default", None)
+    assert "tuning record not applied" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""Tuning records: the file format, crash safety, best-per-workload."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolchain.autotune.records import (
+    Record,
+    RecordWriter,
+    best_records,
+    load_records,
+    parse_lines,
+)
+from toolchain.autotune.space import Trace
+from toolchain.errors import InputError, KilnWarning
+
+
+def rec(workload: str, tile: int, cost: float | None, error: str | None = None) -> Record:
+    return Record(workload, "toy", "c-generic", Trace("toy", (("tile", tile),)),
+                  None if cost is None else [cost * 1.1, cost], error)
+
+
+def test_round_trip_and_best_per_workload(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with RecordWriter(out) as w:
+        for r in [rec("a", 1, 3.0), rec("a", 2, 1.0), rec("a", 4, None, "run: crashed"),
+                  rec("b", 8, 2.0)]:
+            w.append(r)
+    back = load_records(out)
+    assert [r.to_json() for r in back] == [r.to_json() for r in [
+        rec("a", 1, 3.0), rec("a", 2, 1.0), rec("a", 4, None, "run: crashed"),
+        rec("b", 8, 2.0)]]
+    best = best_records(back)
+    assert best["a"].trace.as_dict() == {"tile": 2} and best["b"].cost == 2.0
+    assert not back[2].ok and back[2].cost == float("inf")
+
+
+def test_a_line_cut_short_at_the_end_is_skipped_with_a_warning():
+    good = json.dumps(rec("a", 1, 1.0).to_json())
+    with pytest.warns(KilnWarning, match="r.jsonl:2: the last line is incomplete"):
+        got = parse_lines(good + "\n" + good[:40], "r.jsonl")
+    assert len(got) == 1
+
+
+@pytest.mark.parametrize("line, words", [
+    ("{not json", "r.jsonl:1: not a JSON record"),
+    ('{"format": 99}', "r.jsonl:1: record format 99"),
+    ('{"format": 1, "workload": 3}', "field 'workload' must be a string"),
+])
+def test_malformed_lines_name_the_file_and_line(line, words):
+    with pytest.raises(InputError, match=words):
+        parse_lines(line + "\n" + json.dumps(rec("a", 1, 1.0).to_json()) + "\n", "r.jsonl")
+
+
+def test_failed_run_leaves_the_records_file_untouched(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps(rec("a", 1, 5.0).to_json()) + "\n")
+    before = out.read_text()
+    with pytest.raises(RuntimeError), RecordWriter(out, resume=True) as w:
+        w.append(rec("a", 2, 1.0))
+        raise RuntimeError("the tuner died")
+    assert out.read_text() == before  # OUT never half-written
+    partial = tmp_path / "r.jsonl.partial"
+    assert [r.trace.as_dict()["tile"] for r in load_records(partial)] == [1, 2]
+    # the next run resumes from the partial file and commits both
+    w2 = RecordWriter(out, resume=True)
+    assert len(w2.existing) == 2
+    with w2:
+        w2.append(rec("a", 4, 0.5))
+    assert [r.trace.as_dict()["tile"] for r in load_records(out)] == [1, 2, 4]
+    assert not partial.exists()
+
+
+def test_a_run_that_fails_before_any_trial_writes_nothing(tmp_path):
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(RuntimeError), RecordWriter(out):
+        raise RuntimeError("bad model")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_folder_is_refused(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        RecordWriter(tmp_path / "nope" / "r.jsonl")

@@ -1,0 +1,357 @@
+"""Measurement: builders turn a trace into a kernel, runners time it.
+
+* :func:`build_one` — schedule the task's node at the trace's point (an invalid point is
+  refused before anything is built), lower it, read its :mod:`features
+  <toolchain.autotune.features>` and compile it for the host. :class:`LocalBuilder` runs
+  it in a process pool (``jobs`` workers; one job: in this process).
+* :class:`LocalRunner` — times kernels on this CPU in a child process pinned to one core
+  (which busy-works 50 ms before each trial: a core that idled while the batch was built
+  runs its first milliseconds at a lower clock). Each repeat is the mean thread CPU time
+  of ``number`` calls, after one untimed repeat; the data caches are flushed (a buffer
+  larger than the L2 rewritten) between repeats, and the trial's cost is the least repeat
+  (``Record.cost``). A kernel that crashes the child or runs past ``timeout`` is a failed
+  trial (its error recorded); the child is restarted.
+* Other devices plug in as :class:`Runner`\\ s, one table :data:`RUNNERS`: boards under QEMU
+  count instructions (:mod:`toolchain.autotune.qemu`), a GPU runner would time launches
+  the same way (not built yet: no GPU here).
+
+Example::
+
+    >>> from toolchain.autotune.tasks import conv_task
+    >>> task = conv_task((1, 8, 10, 10), 16, 3, 1, "c-generic")
+    >>> b = build_one(BuildInput(task.node, task.target, task.space.workload,
+    ...                          task.space.trace(task.space.default())))
+    >>> b.error is None, len(b.features) > 0
+    (True, True)
+    >>> with LocalRunner(repeat=2) as r:
+    ...     res, = r.run([b])
+    >>> res.error is None and len(res.costs) == 2
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from toolchain.autotune.space import Trace
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    """What a builder needs: the node to schedule, the target, the workload and trace."""
+
+    node: Any
+    target: Any
+    workload: str
+    trace: Trace
+
+
+@dataclass
+class BuildResult:
+    """A built kernel (``lib`` path, ``entry``, argument shapes and dtypes) and its
+    features, or the ``error`` that stopped the build."""
+
+    trace: Trace
+    lib: str | None = None
+    entry: str | None = None
+    args: list[tuple[tuple[int, ...], str]] = field(default_factory=list)
+    features: list[float] | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    #: what the runner needs beyond the library (the QEMU runner: the C source)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MeasureResult:
+    """The repeats of one trial (``costs``) or why there are none (``error``)."""
+
+    costs: list[float] | None
+    error: str | None = None
+
+
+def _scheduled(inp: BuildInput) -> Any:
+    from toolchain.autotune.apply import forcing
+    from toolchain.schedules.registry import schedule_for
+
+    with forcing({inp.workload: inp.trace}):
+        return schedule_for(inp.node, inp.target)
+
+
+def featurize(inp: BuildInput) -> list[float]:
+    """The features of the trace's kernel without compiling it (for the cost model)."""
+    from toolchain.autotune.features import extract
+    from toolchain.tir.transform.pipeline import lower
+
+    s = _scheduled(inp)
+    return extract(lower(s.schedule.mod, target=inp.target)).tolist()
+
+
+def build_one(inp: BuildInput) -> BuildResult:
+    """Schedule, lower, featurize and compile one trial (errors are returned, not raised)."""
+    from toolchain.autotune.features import extract
+    from toolchain.autotune.space import InvalidPoint
+    from toolchain.errors import KilnError
+    from toolchain.runtime.build import build
+    from toolchain.tir import ir
+
+    t0 = time.perf_counter()
+    res = BuildResult(inp.trace)
+    try:
+        s = _scheduled(inp)
+        feats: list[np.ndarray] = []
+        mod = build(s.schedule, inp.target, extra_flags=list(inp.target.cflags),
+                    on_lowered=lambda f: feats.append(extract(f)))
+        if mod.extra_args:
+            raise KilnError("kernels with symbolic sizes cannot be measured")
+        res.lib, res.entry = str(mod.lib_path), mod.entry
+        res.args = [(tuple(int(d.value) for d in p.shape), p.dtype)
+                    for p in mod.func.params if isinstance(p, ir.Buffer)]
+        res.features = feats[0].tolist()
+    except InvalidPoint as exc:
+        res.error = f"invalid point: {exc}"
+    except KilnError as exc:
+        res.error = f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+class LocalBuilder:
+    """Builds trials in a pool of ``jobs`` worker processes (``jobs=1``: in this one)."""
+
+    def __init__(self, jobs: int = 1) -> None:
+        self.jobs = max(1, jobs)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def build(self, inputs: Sequence[BuildInput]) -> list[BuildResult]:
+        if self.jobs == 1 or len(inputs) <= 1:
+            return [build_one(i) for i in inputs]
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+        return list(self._pool.map(build_one, inputs))
+
+    def featurize(self, inputs: Sequence[BuildInput]) -> list[list[float]]:
+        """The features of the inputs' kernels (no compiling), spread over the pool."""
+        if self.jobs == 1 or len(inputs) <= 1:
+            return [featurize(i) for i in inputs]
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+        return list(self._pool.map(featurize, inputs))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+
+class Runner(Protocol):
+    """A measurement device: ``run`` gives one :class:`MeasureResult` per build, in order.
+    ``name`` goes into the records; ``unit`` is what the costs count (``s``,
+    ``instructions``)."""
+
+    name: str
+    unit: str
+
+    def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]: ...
+
+    def close(self) -> None: ...
+
+
+# ------------------------------------------------------------------------- local CPU
+
+def _spin(seconds: float) -> None:
+    """Busy work: a core that idled (while the parent built the batch) runs its first
+    milliseconds at a lower clock; this brings it up before anything is timed."""
+    x = np.ones(1 << 12, np.float32)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        x *= 1.0000001
+
+
+def _time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
+    _spin(req.get("spin_s", 0.05))
+    lib = ctypes.CDLL(req["lib"])
+    fn = getattr(lib, req["entry"])
+    fn.restype = ctypes.c_int32
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
+              else np.zeros(shape, dtype) for shape, dtype in req["args"]]
+    ptrs = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+    t = time.thread_time()
+    if fn(*ptrs) != 0:
+        raise RuntimeError("the kernel returned an error (out of memory for scratch)")
+    first = max(time.thread_time() - t, 1e-7)
+    number = int(min(req["max_number"], max(1, req["min_repeat_s"] / first)))
+    for _ in range(number):  # one untimed repeat: the core's clock and caches settle
+        fn(*ptrs)
+    costs = []
+    for _ in range(req["repeat"]):
+        if flush is not None:
+            flush += 1.0  # rewrite a buffer larger than the caches: evict the kernel's data
+        t = time.thread_time()
+        for _ in range(number):
+            fn(*ptrs)
+        costs.append((time.thread_time() - t) / number)
+    return costs
+
+
+def _send(stream: Any, obj: Any) -> None:
+    data = pickle.dumps(obj)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _recv(stream: Any) -> Any:
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError
+    (n,) = struct.unpack("<Q", head)
+    data = stream.read(n)
+    if len(data) < n:
+        raise EOFError
+    return pickle.loads(data)
+
+
+def child_main(argv: Sequence[str]) -> int:
+    """The timing child (``python -m toolchain.autotune.measure CPU FLUSH_BYTES``): pinned
+    to ``CPU`` (-1: not pinned), answers requests on stdin until told to stop."""
+    cpu, flush_bytes = int(argv[0]), int(argv[1])
+    if cpu >= 0 and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:
+            pass
+    flush = np.zeros(flush_bytes // 4, np.float32) if flush_bytes else None
+    if flush is not None:
+        flush += 1.0  # map its pages now, not inside the first trial
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            req = _recv(inp)
+        except EOFError:
+            return 0
+        if req is None:
+            return 0
+        try:
+            _send(out, ("ok", _time_kernel(req, flush)))
+        except Exception as exc:  # noqa: BLE001 - reported as a failed trial
+            _send(out, ("error", f"{type(exc).__name__}: {exc}"))
+
+
+class LocalRunner:
+    """Times kernels on this CPU (see the module docstring). ``cpu``: the core to pin
+    the timing process to (default: the last one this process may use)."""
+
+    name = "local-cpu"
+    unit = "s"
+
+    def __init__(self, repeat: int = 3, timeout: float = 10.0, min_repeat_s: float = 0.002,
+                 max_number: int = 100, flush_bytes: int = 8 << 20,
+                 cpu: int | None = None) -> None:
+        self.repeat, self.timeout = repeat, timeout
+        self.min_repeat_s, self.max_number = min_repeat_s, max_number
+        self.flush_bytes = flush_bytes
+        if cpu is None and hasattr(os, "sched_getaffinity"):
+            cpu = max(os.sched_getaffinity(0))
+        self.cpu = cpu
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1")  # single-threaded, on the pinned core
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "toolchain.autotune.measure",
+             str(-1 if self.cpu is None else self.cpu), str(self.flush_bytes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait(5)
+            for f in (self._proc.stdin, self._proc.stdout):
+                if f is not None:
+                    f.close()
+        self._proc = None
+
+    def run_one(self, b: BuildResult) -> MeasureResult:
+        if b.error is not None or b.lib is None:
+            return MeasureResult(None, b.error or "not built")
+        if self._proc is None:
+            self._start()
+        assert self._proc is not None and self._proc.stdout is not None
+        req = {"lib": b.lib, "entry": b.entry, "args": b.args, "repeat": self.repeat,
+               "min_repeat_s": self.min_repeat_s, "max_number": self.max_number}
+        try:
+            _send(self._proc.stdin, req)
+            ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout)
+            if not ready:
+                self._stop()
+                return MeasureResult(None, f"run: timed out after {self.timeout:g} s")
+            status, value = _recv(self._proc.stdout)
+        except (EOFError, OSError):
+            code = self._proc.wait(5) if self._proc is not None else None
+            self._stop()
+            return MeasureResult(None, f"run: the kernel crashed the timing process "
+                                       f"(exit status {code})")
+        if status != "ok":
+            return MeasureResult(None, f"run: {value}")
+        return MeasureResult(list(value))
+
+    def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        return [self.run_one(b) for b in builds]
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                _send(self._proc.stdin, None)
+                self._proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._stop()
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def make_runner(kind: str, **options: Any) -> Runner:
+    """A runner by kind (:data:`RUNNERS`)."""
+    from toolchain.errors import OptionError
+
+    if kind not in RUNNERS:
+        raise OptionError(f"runner {kind!r}: choose one of {', '.join(RUNNERS)}")
+    return RUNNERS[kind](**options)
+
+
+def _qemu_runner(**options: Any) -> Runner:
+    from toolchain.autotune.qemu import QemuRunner
+
+    return QemuRunner(**options)
+
+
+#: runner kind -> factory (``kiln tune --runner``); a GPU runner joins here
+RUNNERS: dict[str, Any] = {"local": LocalRunner, "qemu": _qemu_runner}
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

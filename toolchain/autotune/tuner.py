@@ -1,0 +1,340 @@
+"""The tuning loop: a task scheduler over a model's kernels, an explorer per task, one
+cost model per space kind, and measurement in batches.
+
+:class:`Tuner` is independent of what is measured: it takes ``measure(items)`` (a batch
+of ``(state, point)`` → one ``(features, MeasureResult)`` each) and ``featurize(state,
+point)`` callables, so the same loop tunes real kernels (:func:`tune_tasks`: builders and
+runners, records written as they come) and synthetic spaces in tests.
+
+**Task scheduler.** Every task first gets one batch whose first point is its default (the
+baseline every speed-up is quoted against). After that each batch goes to the task with
+the largest expected gain ``weight x best_cost x rate``: ``best_cost`` (seconds, or
+instructions) times how many kernels share it is what the model spends there, and
+``rate`` is the task's relative improvement over its last two batches, floored by
+``0.5 / sqrt(trials)`` so that no task starves. A task whose space is exhausted gets no
+more trials.
+
+Example (a synthetic space whose cost is known; the tuner finds its optimum)::
+
+    >>> from toolchain.autotune.space import Knob, Space
+    >>> s = Space("toy", "toy", (Knob("a", tuple(range(10)), 0), Knob("b", tuple(range(10)), 0)))
+    >>> cost = lambda p: 1.0 + (p["a"] - 7) ** 2 + (p["b"] - 3) ** 2
+    >>> t = Tuner([SimpleTask("toy", s)], synthetic_measure(cost), lambda st, p: s.encode(p),
+    ...           strategy="xgb", batch=8, seed=1)
+    >>> states = t.run(64)
+    >>> states[0].best_point
+    {'a': 7, 'b': 3}
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toolchain.autotune.measure import MeasureResult
+from toolchain.autotune.model import CostModel
+from toolchain.autotune.search import ModelSearch, RandomSearch
+from toolchain.autotune.space import Space, Trace
+
+Point = dict[str, Any]
+STRATEGIES = ("xgb", "random")
+
+
+@dataclass
+class SimpleTask:
+    """A task for the loop alone: a name, a space, a weight and FLOPs."""
+
+    name: str
+    space: Space
+    weight: int = 1
+    flops: int = 0
+
+
+@dataclass
+class TaskState:
+    """What the tuner knows of one task."""
+
+    task: Any
+    explorer: Any = None
+    tried: set[tuple] = field(default_factory=set)
+    points: list[Point] = field(default_factory=list)
+    features: list[np.ndarray] = field(default_factory=list)
+    costs: list[float] = field(default_factory=list)
+    #: best cost after each trial (the tuning curve)
+    curve: list[float] = field(default_factory=list)
+    best_point: Point | None = None
+    default_cost: float = math.inf
+    exhausted: bool = False
+
+    @property
+    def space(self) -> Space:
+        return self.task.space
+
+    @property
+    def trials(self) -> int:
+        return len(self.curve)
+
+    @property
+    def best(self) -> float:
+        return self.curve[-1] if self.curve else math.inf
+
+    def add(self, point: Point, features: np.ndarray | None, cost: float) -> None:
+        self.tried.add(self.space.key(point))
+        self.curve.append(min(self.best, cost))
+        if cost < (min(self.costs) if self.costs else math.inf) and math.isfinite(cost):
+            self.best_point = dict(point)
+        if self.space.key(point) == self.space.key(self.space.default()):
+            self.default_cost = cost
+        if features is not None:
+            self.points.append(dict(point))
+            self.features.append(np.asarray(features, np.float32))
+            self.costs.append(cost)
+            if isinstance(self.explorer, ModelSearch):
+                self.explorer.remember(point, features)
+
+    def gain_rate(self, batch: int) -> float:
+        """The relative improvement of the best cost over the last two batches, floored
+        by ``0.5 / sqrt(trials)`` (1.0 until there are two batches)."""
+        if self.trials < 2 * batch:
+            return 1.0
+        old, new = self.curve[max(0, self.trials - 2 * batch - 1)], self.curve[-1]
+        rate = (old - new) / old if math.isfinite(old) and old > 0 else 1.0
+        return max(rate, 0.5 / math.sqrt(self.trials))
+
+
+Measure = Callable[[list[tuple[TaskState, Point]]], list[tuple[np.ndarray | None,
+                                                                MeasureResult]]]
+
+
+class Tuner:
+    """The loop (see the module docstring). ``transfer``: per space kind, groups of
+    ``(features, costs)`` from earlier records, added to every training of that kind's
+    model. ``on_result(state, point, features, result)`` sees every trial."""
+
+    def __init__(self, tasks: Sequence[Any], measure: Measure,
+                 featurize: Callable[[TaskState, Point], np.ndarray], strategy: str = "xgb",
+                 batch: int = 8, seed: int = 0,
+                 transfer: Mapping[str, list[tuple[np.ndarray, np.ndarray]]] | None = None,
+                 on_result: Callable[..., None] | None = None, evals: int | None = None,
+                 progress: Any = None,
+                 featurize_many: Callable[[TaskState, list[Point]], list[np.ndarray]] | None
+                 = None) -> None:
+        if strategy not in STRATEGIES:
+            from toolchain.errors import OptionError
+
+            raise OptionError(f"search strategy {strategy!r}: choose one of "
+                              f"{', '.join(STRATEGIES)}")
+        self.measure, self.featurize = measure, featurize
+        self.strategy, self.batch = strategy, max(1, batch)
+        self.rng = random.Random(seed)
+        self.transfer = dict(transfer or {})
+        self.on_result = on_result
+        self.progress = progress
+        self.models: dict[str, CostModel] = {}
+        self.states: list[TaskState] = []
+        many = featurize_many or (lambda st, pts: [self.featurize(st, p) for p in pts])
+        for t in tasks:
+            st = TaskState(t)
+            if strategy == "xgb":
+                model = self.models.setdefault(t.space.kind, CostModel(seed=seed))
+                st.explorer = ModelSearch(t.space, random.Random(self.rng.random()), model,
+                                          lambda pts, st=st: many(st, pts),
+                                          evals=evals or 4 * self.batch)
+            else:
+                st.explorer = RandomSearch(t.space, random.Random(self.rng.random()))
+            self.states.append(st)
+
+    # ---------------------------------------------------------------- bookkeeping
+
+    def seed_state(self, st: TaskState, point: Point, features: np.ndarray | None,
+                   cost: float) -> None:
+        """Add an earlier trial (resuming from records)."""
+        st.add(point, features, cost)
+
+    def _train(self, kind: str) -> None:
+        feats, costs = [], []
+        for st in self.states:
+            if st.task.space.kind == kind and len(st.costs) >= 2:
+                feats.append(np.stack(st.features))
+                costs.append(np.asarray(st.costs))
+        for f, c in self.transfer.get(kind, []):
+            feats.append(f)
+            costs.append(c)
+        if feats:
+            self.models[kind].fit(feats, costs)
+
+    def _pick(self) -> TaskState | None:
+        live = [s for s in self.states if not s.exhausted]
+        if not live:
+            return None
+        fresh = [s for s in live if s.trials == 0]
+        if fresh:
+            return fresh[0]
+
+        def gain(s: TaskState) -> float:
+            best = s.best if math.isfinite(s.best) else 1.0
+            return s.task.weight * best * s.gain_rate(self.batch)
+
+        return max(live, key=gain)
+
+    # ---------------------------------------------------------------------- loop
+
+    def run(self, trials: int) -> list[TaskState]:
+        """Measure until ``trials`` trials in all (earlier ones included) or every space is
+        exhausted; returns the task states."""
+        while sum(s.trials for s in self.states) < trials:
+            st = self._pick()
+            if st is None:
+                break
+            n = min(self.batch, trials - sum(s.trials for s in self.states))
+            if st.trials == 0:  # the first round of each task: the budget spread evenly
+                n = min(n, max(1, trials // len(self.states)))
+            points: list[Point] = []
+            default = st.space.default()
+            if st.space.key(default) not in st.tried:
+                points.append(default)
+            if len(points) < n:
+                if self.strategy == "xgb" and st.costs:
+                    self._train(st.space.kind)
+                more = st.explorer.next_batch(st.tried | {st.space.key(p) for p in points},
+                                              n - len(points))
+                points += more
+            if not points:
+                st.exhausted = True
+                continue
+            results = self.measure([(st, p) for p in points])
+            for p, (feats, res) in zip(points, results, strict=True):
+                cost = min(res.costs) if res.costs and res.error is None else math.inf
+                st.add(p, feats, cost)
+                if self.on_result is not None:
+                    self.on_result(st, p, feats, res)
+                if self.progress is not None:
+                    self.progress(st)
+        return self.states
+
+
+def synthetic_measure(cost: Callable[[Point], float]) -> Measure:
+    """A :data:`Measure` of a known cost function (features: the knob indices)."""
+
+    def measure(items: list[tuple[TaskState, Point]]) -> list[tuple[np.ndarray | None,
+                                                                    MeasureResult]]:
+        return [(np.asarray(st.space.encode(p), np.float32), MeasureResult([cost(p)]))
+                for st, p in items]
+
+    return measure
+
+
+# ----------------------------------------------------------------- real kernels
+
+def trace_of(st: TaskState, point: Point) -> Trace:
+    return st.space.trace(point)
+
+
+def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
+               writer: Any = None, strategy: str = "xgb", batch: int = 8, seed: int = 0,
+               earlier: Sequence[Any] = (), transfer: Sequence[Any] = (),
+               progress: bool | None = None, evals: int | None = None) -> list[TaskState]:
+    """Tune real kernels: builds by ``builder``, measurements by ``runner``, every trial
+    appended to ``writer`` (a :class:`~toolchain.autotune.records.RecordWriter`) as a
+    record. ``earlier``: records of these workloads to resume from (they count against
+    ``trials``); ``transfer``: records of other workloads to train the models with."""
+    from toolchain.autotune.measure import BuildInput, featurize
+    from toolchain.autotune.records import Record
+
+    by_key = {t.space.workload: t for t in tasks}
+
+    def measure(items: list[tuple[TaskState, Point]]) -> list[tuple[np.ndarray | None,
+                                                                    MeasureResult]]:
+        inputs = [BuildInput(st.task.node, st.task.target, st.space.workload,
+                             st.space.trace(p)) for st, p in items]
+        builds = builder.build(inputs)
+        results = runner.run(builds)
+        return [(np.asarray(b.features, np.float32) if b.features is not None else None, r)
+                for b, r in zip(builds, results, strict=True)]
+
+    def feat(st: TaskState, p: Point) -> np.ndarray:
+        return feat_many(st, [p])[0]
+
+    def feat_many(st: TaskState, pts: list[Point]) -> list[np.ndarray]:
+        inputs = [BuildInput(st.task.node, st.task.target, st.space.workload,
+                             st.space.trace(p)) for p in pts]
+        many = getattr(builder, "featurize", None)
+        out = many(inputs) if many is not None else [featurize(i) for i in inputs]
+        return [np.asarray(f, np.float32) for f in out]
+
+    def record(st: TaskState, p: Point, feats: np.ndarray | None, res: MeasureResult) -> None:
+        if writer is None:
+            return
+        writer.append(Record(st.space.workload, st.space.kind, st.task.target.name,
+                             st.space.trace(p), res.costs, res.error, runner.name,
+                             runner.unit, st.task.flops,
+                             features=None if feats is None else
+                             [round(float(x), 4) for x in feats]))
+
+    groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for wl, recs in _by_workload(transfer).items():
+        if wl in by_key:
+            continue
+        with_f = [r for r in recs if r.features is not None]
+        if len(with_f) >= 2:
+            groups.setdefault(with_f[0].space, []).append(
+                (np.asarray([r.features for r in with_f], np.float32),
+                 np.asarray([r.cost for r in with_f])))
+    bar = _Progress(trials, progress, runner.unit)
+    tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, record, evals,
+                  bar.update, feat_many)
+    for st in tuner.states:
+        for r in _by_workload(earlier).get(st.space.workload, []):
+            try:
+                point = st.space.canonical(st.space.point_of(r.trace))
+            except Exception:  # noqa: BLE001 - a record of an older space: not resumed
+                continue
+            tuner.seed_state(st, point, None if r.features is None else
+                             np.asarray(r.features, np.float32), r.cost)
+    try:
+        return tuner.run(trials)
+    finally:
+        bar.close()
+
+
+def _by_workload(records: Sequence[Any]) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for r in records:
+        out.setdefault(r.workload, []).append(r)
+    return out
+
+
+class _Progress:
+    """A tqdm bar of trials with the current task's best so far (GFLOP/s for timed
+    kernels, instructions for counted ones) and its speed-up over the default."""
+
+    def __init__(self, total: int, enabled: bool | None, unit: str) -> None:
+        from tqdm import tqdm
+
+        on = sys.stderr.isatty() if enabled is None else enabled
+        self.unit = unit
+        self.bar = tqdm(total=total, desc="kiln tune", unit="trial", disable=not on,
+                        file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, st: TaskState) -> None:
+        best = st.best
+        if not math.isfinite(best):
+            text = "no valid trial yet"
+        elif self.unit == "s" and st.task.flops:
+            text = f"best {st.task.flops / best / 1e9:.1f} GFLOP/s"
+        else:
+            text = f"best {best:.4g} {self.unit}"
+        if math.isfinite(st.default_cost) and math.isfinite(best):
+            text += f" ({st.default_cost / best:.2f}x default)"
+        self.bar.set_description_str(f"kiln tune {st.task.name}", refresh=False)
+        self.bar.set_postfix_str(text, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()

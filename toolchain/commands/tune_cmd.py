@@ -1,0 +1,175 @@
+"""``kiln tune``: search the schedules of a model's kernels, write tuning records.
+
+See docs/tuning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from pathlib import Path
+
+from toolchain.commands._model_args import add_model_arguments, input_shapes
+
+HELP = "auto-tune the kernels of a model and write tuning records (JSON lines)"
+
+EPILOG = """\
+examples:
+  kiln tune model.onnx --target x86_64-avx2 --trials 256 -o model.records.jsonl
+  kiln tune model.onnx --target x86_64-avx2 --trials 512 -o model.records.jsonl  # resumes
+  kiln tune model.onnx --target x86_64-avx2 --trials 64 -o r.jsonl --search random
+  kiln tune model.onnx --target x86_64-avx2 --trials 64 -o r.jsonl --plot curves/
+  kiln tune model.onnx --target x86_64-avx2 --spaces       # the knobs of each kernel
+  kiln tune model.onnx --target cortex-m4 --runner qemu --trials 64 -o m4.jsonl
+  kiln tune model.onnx --target x86_64-avx2 --trials 256 -o r.jsonl --ray local
+  kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
+
+--trials is the budget of the whole model, spread over its kernels by expected gain;
+the trials already in the records file (or in its .partial file, after an interrupted
+run) count, so a second run with a larger budget continues the first. Records are
+written to OUT.partial as they are measured and renamed to OUT when the run ends: OUT is
+never half-written.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_model_arguments(parser)
+    parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
+                        help="target descriptor (default: c-generic)")
+    parser.add_argument("--trials", type=int, metavar="N",
+                        help="trials for the whole model (earlier records included)")
+    parser.add_argument("-o", "--output", metavar="RECORDS.jsonl",
+                        help="the records file to write (resumed when it exists)")
+    parser.add_argument("--spaces", action="store_true",
+                        help="print each task's search space (knobs, defaults, rules) and "
+                             "exit without tuning")
+    parser.add_argument("--search", choices=("xgb", "random"), default="xgb",
+                        help="xgb (default): simulated annealing over an xgboost rank model; "
+                             "random: uniform random search")
+    parser.add_argument("--batch", type=int, default=8, metavar="N",
+                        help="trials measured per round (default 8)")
+    parser.add_argument("--runner", choices=("local", "qemu"), default="local",
+                        help="local (default): time kernels on this CPU; qemu: count the "
+                             "instructions of kernels built for a Cortex-M board under QEMU")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="build processes (default: the CPUs, at most 4)")
+    parser.add_argument("--repeat", type=int, default=3, metavar="N",
+                        help="timed repeats per trial; the cost is the least (default 3)")
+    parser.add_argument("--flush-mb", type=int, default=8, metavar="MB",
+                        help="MiB rewritten between timed repeats to flush the caches "
+                             "(default 8; 0: measure warm, as kernels run inside a network)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds a kernel may run before the trial fails (default 10)")
+    parser.add_argument("--transfer", action="append", default=[], metavar="RECORDS.jsonl",
+                        help="earlier records of other models to train the cost model with "
+                             "(repeatable)")
+    parser.add_argument("--ray", metavar="ADDRESS|local",
+                        help="build and measure on a Ray cluster (docs/tuning.md)")
+    parser.add_argument("--ray-devices", type=int, default=1, metavar="N",
+                        help="with --ray: measurement actors (devices) to start (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write a tuning-curve SVG per task into DIR")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="never show a progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolchain.autotune.records import RecordWriter, load_records
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.autotune.tuner import tune_tasks
+    from toolchain.errors import InputError, OptionError
+    from toolchain.target import resolve_target
+
+    if not Path(args.model).is_file():
+        raise InputError(f"model file {args.model} does not exist")
+    if args.spaces:
+        target = resolve_target(args.target)
+        for t in extract_tasks(args.model, target, input_shapes(args)):
+            print(f"{t.name} (x{t.weight}, {t.flops:,} FLOPs): {t.space}")
+        return 0
+    if args.trials is None or args.output is None:
+        raise OptionError("kiln tune needs --trials N and -o RECORDS.jsonl (or --spaces)")
+    if args.trials < 1:
+        raise OptionError(f"--trials {args.trials}: must be at least 1")
+    if args.batch < 1:
+        raise OptionError(f"--batch {args.batch}: must be at least 1")
+    if args.flush_mb < 0:
+        raise OptionError(f"--flush-mb {args.flush_mb}: must be 0 or more")
+    if args.repeat < 1:
+        raise OptionError(f"--repeat {args.repeat}: must be at least 1")
+    target = resolve_target(args.target)
+    transfer = [r for f in args.transfer for r in load_records(f)]
+    writer = RecordWriter(args.output, resume=True)
+    tasks = extract_tasks(args.model, target, input_shapes(args))
+    if not tasks:
+        print(f"{args.model}: no kernel with a tunable schedule on {target.name}; nothing "
+              "to tune")
+        return 0
+    print(f"tuning {len(tasks)} tasks of {args.model} on {target.name} "
+          f"({len(writer.existing)} earlier trials in {args.output})")
+    for t in tasks:
+        print(f"  {t.name}: {t.space.kind} x{t.weight}, {len(t.space.knobs)} knobs, "
+              f"{t.space.size} points before rules")
+    builder, runner = _measurement(args, target)
+    with writer:
+        try:
+            states = tune_tasks(tasks, args.trials, builder=builder, runner=runner,
+                                writer=writer, strategy=args.search, batch=args.batch,
+                                seed=args.seed, earlier=writer.existing, transfer=transfer,
+                                progress=False if args.no_progress else None)
+        finally:
+            builder.close()
+            runner.close()
+    print(f"wrote {args.output}: {writer.appended} new trials "
+          f"({writer.appended + len(writer.existing)} in all)")
+    unit = runner.unit
+    for st in states:
+        best, base = st.best, st.default_cost
+        if not st.trials:
+            print(f"  {st.task.name}: no trials (raise --trials)")
+            continue
+        speed = f"{base / best:.2f}x the default" if math.isfinite(best) and \
+            math.isfinite(base) else "no valid trial" if not math.isfinite(best) else ""
+        shown = (f"{st.task.flops / best / 1e9:.1f} GFLOP/s" if unit == "s" and st.task.flops
+                 and math.isfinite(best) else f"{best:.4g} {unit}")
+        print(f"  {st.task.name}: {st.trials} trials, best {shown} ({speed})")
+    if args.plot:
+        _plot(args.plot, states, unit)
+    print(f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
+          "-o DIR")
+    return 0
+
+
+def _measurement(args: argparse.Namespace, target: object) -> tuple[object, object]:
+    from toolchain.autotune.measure import LocalBuilder, make_runner
+
+    jobs = args.jobs or min(4, os.cpu_count() or 1)
+    if args.ray:
+        from toolchain.autotune.ray_backend import ray_measurement
+
+        return ray_measurement(args.ray, args.runner, target, repeat=args.repeat,
+                               timeout=args.timeout, devices=args.ray_devices)
+    if args.runner == "qemu":
+        from toolchain.autotune.qemu import QemuBuilder
+
+        return QemuBuilder(target), make_runner("qemu", target=target, timeout=args.timeout)
+    return LocalBuilder(jobs), make_runner("local", repeat=args.repeat, timeout=args.timeout,
+                                           flush_bytes=args.flush_mb << 20)
+
+
+def _plot(folder: str, states: list, unit: str) -> None:
+    from toolchain.autotune.plot import curve_svg, throughput_curve
+
+    d = Path(folder)
+    d.mkdir(parents=True, exist_ok=True)
+    for st in states:
+        values, label = throughput_curve(st.curve, st.task.flops, unit)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", st.task.name)
+        (d / f"{name}.svg").write_text(curve_svg(st.task.name, {"best so far": values},
+                                                 label))
+    print(f"  tuning curves: {d}/*.svg")
