@@ -52,10 +52,15 @@ def test_single_thread_schedule_has_one_copy() -> None:
 def test_tiles_fit_the_buffer_shares() -> None:
     cfg = VTAConfig()
     for shape in (DenseShape(3136, 576, 64), DenseShape(196, 2304, 256),
-                  DenseShape(49, 4608, 512)):
+                  DenseShape(50, 4608, 512)):
         t = choose_tiles(shape, cfg)
         assert t.tm * t.tk <= cfg.inp_depth // 2 and t.tn * t.tk <= cfg.wgt_depth // 2
         assert t.tm * t.tn <= cfg.acc_depth // 2
+        assert shape.m // t.tm % 2 == 0  # the row tiles split evenly over 2 virtual threads
+    t = choose_tiles(DenseShape(49, 4608, 512), cfg, vthreads=1)
+    assert t.tm * t.tk <= cfg.inp_depth and t.tm * t.tn <= cfg.acc_depth
+    with pytest.raises(ScheduleError, match="49 rows of BATCH split over 2 virtual threads"):
+        choose_tiles(DenseShape(49, 4608, 512), cfg)
 
 
 def test_bad_tiles_are_refused_with_the_reason() -> None:

@@ -43,6 +43,12 @@ from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule.handles import BlockRV, LoopRV
 from toolchain.tir.schedule.tensorize import TensorIntrin
+from toolchain.tir.transform import (
+    compact_buffer_allocation,
+    inject_virtual_thread,
+    lower_blocks,
+)
+from toolchain.tir.transform.inject_virtual_thread import INSTRUCTION
 from toolchain.vta.config import VTAConfig, config_from_target
 
 #: the epilogue stages, in order: block name -> (intrinsic, scalar operand)
@@ -85,7 +91,7 @@ def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
     Example::
 
         >>> choose_tiles(DenseShape(784, 1152, 128), VTAConfig())
-        Tiles(tm=112, tn=8, tk=9)
+        Tiles(tm=56, tn=8, tk=18)
     """
     mb, kb, nb = blocks(shape, cfg)
     share = max(1, vthreads)
@@ -97,7 +103,7 @@ def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
             if min(tn, tk) < 2 and min(nb, kb) >= 2:
                 continue
             for tm in _divisors(mb):
-                if tm < 2 <= mb:
+                if tm < 2 <= mb or (mb // tm) % share:
                     continue
                 if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
                     continue
@@ -111,8 +117,10 @@ def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
                 if best is None or key < best[0]:
                     best = (key, Tiles(tm, tn, tk))
     if best is None:
+        why = f" with its {mb} rows of BATCH split over {share} virtual threads (use " \
+              "vthreads=1)" if mb % share else ""
         raise ScheduleError(f"no tiling of the {mb}x{kb}x{nb}-block GEMM fits the buffers of "
-                            f"target {cfg.name!r}")
+                            f"target {cfg.name!r}{why}")
     return best[1]
 
 
@@ -163,7 +171,7 @@ def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None)
         outer = outer[anchor + 1:]
     sch.tensorize(loops[len(loops) - nd], intrin)
     if outer:
-        sch.annotate(outer[0], "instruction", 1)
+        sch.annotate(outer[0], INSTRUCTION, 1)
 
 
 def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles | None = None,
@@ -215,3 +223,10 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if vthreads > 1:
         sch.bind(vt, "vthread")
     return sch
+
+
+def lower_dense(sch: Schedule) -> ir.PrimFunc:
+    """The scheduled layer lowered for instruction emission: blocks lowered, each scoped
+    buffer shrunk to its tile and placed in its tile loop, virtual threads interleaved (one
+    copy of every tile buffer per thread)."""
+    return inject_virtual_thread(compact_buffer_allocation(lower_blocks(sch.mod)))

@@ -4,7 +4,11 @@ A loop bound to ``vthread`` says "these iterations are independent; interleave t
 that their memory accesses and computations overlap". The pass removes the loop and pushes
 the copies of the body down to the innermost statements that depend on the virtual thread,
 so the copies run side by side inside the shared loops (the TVM paper's latency hiding).
-Allocations inside get one slice per virtual thread.
+Allocations inside get one slice per virtual thread, also one the thread does not index when
+it sits in a statement that depends on the thread (each thread then has its own copy: the
+accelerator's double buffering).
+A loop annotated :data:`INSTRUCTION` is one accelerator instruction: the copies stay whole
+loop nests, one instruction per thread, instead of being pushed inside it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from dataclasses import replace
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, substitute, uses_var
+
+#: loop annotation of a nest that folds into one accelerator instruction (never split)
+INSTRUCTION = "instruction"
 
 
 class _BufferExpand(StmtExprMutator):
@@ -45,7 +52,8 @@ def _inject(s: ir.Stmt, vt: ir.Var, n: int) -> ir.Stmt:
     if isinstance(s, ir.SeqStmt):
         return ir.seq(*(_inject(x, vt, n) for x in s.seq))
     if isinstance(s, ir.For) and not uses_var(ir.Evaluate(s.extent), vt) and not uses_var(
-            ir.Evaluate(s.min), vt) and s.kind in ("serial", "unrolled", "thread_binding"):
+            ir.Evaluate(s.min), vt) and s.kind in ("serial", "unrolled", "thread_binding") \
+            and INSTRUCTION not in s.annotations:
         return replace(s, body=_inject(s.body, vt, n))
     if isinstance(s, ir.IfThenElse) and not uses_var(ir.Evaluate(s.condition), vt):
         other = _inject(s.else_case, vt, n) if s.else_case is not None else None
@@ -89,5 +97,18 @@ def inject_virtual_thread(func: ir.PrimFunc) -> ir.PrimFunc:
         for k in range(16):
             C[k] = A[k] + T.float32(1.0)
             C[16 + k] = A[16 + k] + T.float32(1.0)
+
+    A loop annotated ``instruction`` is copied whole. Before::
+
+        for vt in T.thread_binding(2, thread="vthread"):
+            for r in T.serial(4, annotations={"instruction": 1}):
+                T.call_extern("int32", "vta.gemm_reset", T.address_of(acc[vt * 4 + r, 0, 0]))
+
+    After::
+
+        for r in T.serial(4, annotations={"instruction": 1}):
+            T.call_extern("int32", "vta.gemm_reset", T.address_of(acc[r, 0, 0]))
+        for r in T.serial(4, annotations={"instruction": 1}):
+            T.call_extern("int32", "vta.gemm_reset", T.address_of(acc[4 + r, 0, 0]))
     """
     return _VThread().visit(func)
