@@ -58,20 +58,22 @@ def test_virtual_threads_get_their_own_buffer_rows() -> None:
 
 def test_token_pattern_of_a_small_nest_is_the_hand_checked_one() -> None:
     """M=4, K=N=32 in tiles of 2 blocks, 2 threads: one tile and one reduction step per
-    thread. Only the true cross-engine dependencies carry tokens: each thread's GEMM waits
-    for its own input load (the later of its two loads), each STORE for its thread's last
-    ALU op; resets, weight loads and the in-place ALU chain need none."""
+    thread. Each engine's instructions come thread by thread (thread 0's weight and input
+    loads, then thread 1's; thread 0's SHR, MIN, MAX, then thread 1's). Only the true
+    cross-engine dependencies carry tokens: each thread's GEMM waits for its own input load
+    (the later of its two loads), each STORE for its thread's last ALU op; resets, weight
+    loads and the in-place ALU chain need none."""
     _, w = _data(4, 32, 32, 2)
     prog = compile_dense(w, 4, 8, tiles=Tiles(2, 2, 2)).program
     got = [(type(i).__name__, " ".join(f for f in FLAGS if getattr(i, f))) for i in prog.insns]
     assert got == [
         ("Load", ""),                                   # micro-ops (compute engine)
         ("Gemm", ""), ("Gemm", ""),                     # reset, thread 0 / 1
-        ("Load", ""), ("Load", ""),                     # weights, thread 0 / 1
-        ("Load", "push_next"), ("Load", "push_next"),   # inputs, thread 0 / 1
+        ("Load", ""), ("Load", "push_next"),            # thread 0: weights, inputs
+        ("Load", ""), ("Load", "push_next"),            # thread 1: weights, inputs
         ("Gemm", "pop_prev"), ("Gemm", "pop_prev"),
-        ("Alu", ""), ("Alu", ""), ("Alu", ""), ("Alu", ""),  # SHR, MIN (x2 threads)
-        ("Alu", "push_next"), ("Alu", "push_next"),     # MAX
+        ("Alu", ""), ("Alu", ""), ("Alu", "push_next"),  # thread 0: SHR, MIN, MAX
+        ("Alu", ""), ("Alu", ""), ("Alu", "push_next"),  # thread 1
         ("Store", "pop_prev"), ("Store", "pop_prev"),
         ("Finish", ""),
     ]

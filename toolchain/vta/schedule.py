@@ -159,9 +159,11 @@ def _desc_loops(intrin: str) -> int:
             return n
 
 
-def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None) -> None:
+def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None,
+               stage: str = "compute") -> None:
     """Tensorize ``block`` at the loop matching the intrinsic's nest; annotate the first
-    loop under ``below`` (the loops that fold into the instruction) ``instruction``."""
+    loop under ``below`` (the loops that fold into the instruction) ``instruction`` with
+    the engine that runs it (``load``, ``compute`` or ``store``)."""
     loops = sch.get_loops(block)
     nd = _desc_loops(intrin)
     outer = loops[: len(loops) - nd]
@@ -171,7 +173,7 @@ def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None)
         outer = outer[anchor + 1:]
     sch.tensorize(loops[len(loops) - nd], intrin)
     if outer:
-        sch.annotate(outer[0], INSTRUCTION, 1)
+        sch.annotate(outer[0], INSTRUCTION, stage)
 
 
 def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles | None = None,
@@ -214,12 +216,12 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     sch.compute_at(cwt, k0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
     _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
-    _tensorize(sch, cin, target.intrinsic("load_inp"), k0)
-    _tensorize(sch, cwt, target.intrinsic("load_wgt"), k0)
+    _tensorize(sch, cin, target.intrinsic("load_inp"), k0, "load")
+    _tensorize(sch, cwt, target.intrinsic("load_wgt"), k0, "load")
     for name, intrin in zip(EPILOGUE, ("alu_shr_imm", "alu_min_imm", "alu_max_imm"),
                             strict=True):
         _tensorize(sch, sch.get_block(name), target.intrinsic(intrin), vt)
-    _tensorize(sch, out, target.intrinsic("store_out"), vt)
+    _tensorize(sch, out, target.intrinsic("store_out"), vt, "store")
     if vthreads > 1:
         sch.bind(vt, "vthread")
     return sch
