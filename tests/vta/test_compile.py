@@ -33,6 +33,7 @@ def _data(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     (20, 72, 40, Tiles(5, 3, 5), 2),   # K, N not multiples of the 16-wide blocks
     (7, 33, 17, None, 1),              # odd M: one thread; tiles chosen from the buffers
     (12, 100, 50, None, 2),
+    (6, 64, 64, Tiles(6, 2, 2, "n"), 2),  # column tiles on the threads (own input copies)
 ])
 def test_dense_layers_are_bit_exact_on_the_functional_simulator(m, k, n, tiles,
                                                                 vthreads) -> None:

@@ -56,11 +56,15 @@ def test_tiles_fit_the_buffer_shares() -> None:
         t = choose_tiles(shape, cfg)
         assert t.tm * t.tk <= cfg.inp_depth // 2 and t.tn * t.tk <= cfg.wgt_depth // 2
         assert t.tm * t.tn <= cfg.acc_depth // 2
-        assert shape.m // t.tm % 2 == 0  # the row tiles split evenly over 2 virtual threads
+        # the row (or column) tiles split evenly over 2 virtual threads
+        assert (shape.m // t.tm if t.split == "m" else shape.n // 16 // t.tn) % 2 == 0
+    # 49 rows do not split over two threads: the column tiles do
+    assert choose_tiles(DenseShape(49, 4608, 512), cfg).split == "n"
     t = choose_tiles(DenseShape(49, 4608, 512), cfg, vthreads=1)
     assert t.tm * t.tk <= cfg.inp_depth and t.tm * t.tn <= cfg.acc_depth
-    with pytest.raises(ScheduleError, match="49 rows of BATCH split over 2 virtual threads"):
-        choose_tiles(DenseShape(49, 4608, 512), cfg)
+    with pytest.raises(ScheduleError, match="49 rows of BATCH and 3 blocks of BLOCK_OUT split "
+                                            "over 2 virtual threads"):
+        choose_tiles(DenseShape(49, 64, 48), cfg)
 
 
 def test_bad_tiles_are_refused_with_the_reason() -> None:

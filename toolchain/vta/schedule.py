@@ -34,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from toolchain import te
@@ -67,11 +68,14 @@ class DenseShape:
 @dataclass(frozen=True)
 class Tiles:
     """Tile sizes in blocks: ``tm`` rows of BATCH, ``tn`` blocks of BLOCK_OUT, ``tk`` of
-    BLOCK_IN."""
+    BLOCK_IN; ``split``: the output axis whose tiles go to the virtual threads (``"m"``:
+    row tiles, each thread loads its own copy of the weight tile; ``"n"``: column tiles,
+    each thread loads its own copy of the input tile)."""
 
     tm: int
     tn: int
     tk: int
+    split: str = "m"
 
 
 def blocks(shape: DenseShape, cfg: VTAConfig) -> tuple[int, int, int]:
@@ -91,34 +95,33 @@ def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
     Example::
 
         >>> choose_tiles(DenseShape(784, 1152, 128), VTAConfig())
-        Tiles(tm=56, tn=8, tk=18)
+        Tiles(tm=56, tn=8, tk=18, split='m')
     """
     mb, kb, nb = blocks(shape, cfg)
     share = max(1, vthreads)
     best: tuple[tuple[float, int], Tiles] | None = None
-    for tn in _divisors(nb):
-        for tk in _divisors(kb):
-            if tn * tk > cfg.wgt_depth // share:
+    for split, tn, tk in itertools.product(("m", "n"), _divisors(nb), _divisors(kb)):
+        if tn * tk > cfg.wgt_depth // share:
+            continue
+        if min(tn, tk) < 2 and min(nb, kb) >= 2 or split == "n" and (nb // tn) % share:
+            continue
+        for tm in _divisors(mb):
+            if tm < 2 <= mb or split == "m" and (mb // tm) % share:
                 continue
-            if min(tn, tk) < 2 and min(nb, kb) >= 2:
+            if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
                 continue
-            for tm in _divisors(mb):
-                if tm < 2 <= mb or (mb // tm) % share:
-                    continue
-                if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
-                    continue
-                steps = tm * tn * tk
-                load = (tm * tk * cfg.inp_row_bytes + tn * tk * cfg.wgt_row_bytes) \
-                    / cfg.bytes_per_cycle + cfg.latency_cycles
-                groups = (mb // tm) * (nb // tn) * (kb // tk)
-                tiles = (mb // tm) * (nb // tn)
-                est = groups * max(steps, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
-                key = (est, groups)
-                if best is None or key < best[0]:
-                    best = (key, Tiles(tm, tn, tk))
+            steps = tm * tn * tk
+            load = (tm * tk * cfg.inp_row_bytes + tn * tk * cfg.wgt_row_bytes) \
+                / cfg.bytes_per_cycle + cfg.latency_cycles
+            groups = (mb // tm) * (nb // tn) * (kb // tk)
+            tiles = (mb // tm) * (nb // tn)
+            est = groups * max(steps, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
+            key = (est, groups)
+            if best is None or key < best[0]:
+                best = (key, Tiles(tm, tn, tk, split if share > 1 else "m"))
     if best is None:
-        why = f" with its {mb} rows of BATCH split over {share} virtual threads (use " \
-              "vthreads=1)" if mb % share else ""
+        why = f" with its {mb} rows of BATCH and {nb} blocks of BLOCK_OUT split over " \
+              f"{share} virtual threads (use vthreads=1)" if mb % share and nb % share else ""
         raise ScheduleError(f"no tiling of the {mb}x{kb}x{nb}-block GEMM fits the buffers of "
                             f"target {cfg.name!r}{why}")
     return best[1]
@@ -188,9 +191,14 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if min(t.tm, t.tn, t.tk) < 2:
         raise ScheduleError(f"tiles {t}: every tile size must be at least 2 blocks in this "
                             "version (a loop of extent 1 disappears from the nest)")
-    if mb // t.tm % vthreads:
+    if t.split not in ("m", "n"):
+        raise ScheduleError(f"tiles {t}: split must be 'm' (row tiles) or 'n' (column tiles)")
+    if t.split == "m" and mb // t.tm % vthreads:
         raise ScheduleError(f"{vthreads} virtual threads need a number of row tiles "
                             f"divisible by {vthreads}; M has {mb // t.tm} tiles of {t.tm}")
+    if t.split == "n" and nb // t.tn % vthreads:
+        raise ScheduleError(f"{vthreads} virtual threads need a number of column tiles "
+                            f"divisible by {vthreads}; N has {nb // t.tn} tiles of {t.tn}")
     gemm_spec = target.intrinsics["gemm"]
     scope_inp, scope_wgt, scope_acc = (gemm_spec["scopes"][x] for x in ("A", "B", "C"))
     sch = Schedule(te.create_prim_func(dense_compute(shape, shift, cfg)), target)
@@ -198,8 +206,12 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     m, n, _, _ = sch.get_loops(out)
     mo, mi = sch.split(m, [None, t.tm])
     no, ni = sch.split(n, [None, t.tn])
-    mq, vt = sch.split(mo, [None, vthreads])
-    sch.reorder(mq, no, vt, mi, ni)
+    if t.split == "m":
+        mq, vt = sch.split(mo, [None, vthreads])
+        sch.reorder(mq, no, vt, mi, ni)
+    else:
+        nq, vt = sch.split(no, [None, vthreads])
+        sch.reorder(mo, nq, vt, mi, ni)
     stages = ("gemm", *EPILOGUE)
     for name in reversed(stages):
         sch.compute_at(sch.get_block(name), vt)
