@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.target)
     target = load_target(args.target or "vta")
+    # the compiler sizes its tiles for the target's DRAM: give it the same setting
+    target = dataclasses.replace(target, dram={**target.dram, "latency_cycles": args.latency,
+                                               "bytes_per_cycle": args.bandwidth})
     # the workload generator sizes its tiles for the configured DRAM, so tell it the setting
     cfg = dataclasses.replace(cfg, latency_cycles=args.latency, bytes_per_cycle=args.bandwidth)
     names = [s.strip() for s in args.layers.split(",") if s.strip()]

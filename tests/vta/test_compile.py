@@ -34,6 +34,7 @@ def _data(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     (7, 33, 17, None, 1),              # odd M: one thread; tiles chosen from the buffers
     (12, 100, 50, None, 2),
     (6, 64, 64, Tiles(6, 2, 2, "n"), 2),  # column tiles on the threads (own input copies)
+    (8, 64, 64, Tiles(2, 2, 2, resident=True), 2),  # weights loaded once, shared
 ])
 def test_dense_layers_are_bit_exact_on_the_functional_simulator(m, k, n, tiles,
                                                                 vthreads) -> None:

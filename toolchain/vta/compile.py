@@ -48,10 +48,14 @@ from toolchain.vta.schedule import (
     DenseShape,
     Tiles,
     blocks,
-    choose_tiles,
+    candidate_tiles,
     dense_schedule,
     lower_dense,
 )
+from toolchain.vta.timing import estimate_cycles
+
+#: tilings compiled and compared on the cycle model when the caller gives none
+CANDIDATES = 8
 
 __all__ = ["CompiledDense", "DenseShape", "Tiles", "compile_dense", "pack_input",
            "pack_weight"]
@@ -116,7 +120,11 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
                   tiles: Tiles | None = None, vthreads: int = 2,
                   layer: str = "dense") -> CompiledDense:
     """Compile ``out[M, N] = clip((x[M, K] @ weight[K, N]) >> shift, -128, 127)`` (int8 in
-    and out, int32 accumulation) into one accelerator program; see the module docstring."""
+    and out, int32 accumulation) into one accelerator program; see the module docstring.
+
+    Without ``tiles``, the :data:`CANDIDATES` best tilings of
+    :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the fewest
+    cycles on :func:`~toolchain.vta.timing.estimate_cycles` is kept."""
     t = load_target(target) if isinstance(target, str) else target
     cfg = config_from_target(t)
     w = np.asarray(weight)
@@ -126,8 +134,31 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     if not 0 <= shift < 32:
         raise ScheduleError(f"layer {layer!r}: shift {shift} is outside 0..31")
     shape = DenseShape(m, w.shape[0], w.shape[1])
+    if tiles is not None:
+        return _compile(w, shape, shift, t, cfg, tiles, vthreads, layer)
     try:
-        tiles = tiles or choose_tiles(shape, cfg, vthreads)
+        candidates = candidate_tiles(shape, cfg, vthreads, CANDIDATES)
+    except ScheduleError as exc:
+        raise ScheduleError(f"layer {layer!r}: {exc}") from None
+    best: tuple[int, CompiledDense] | None = None
+    problems = []
+    for cand in candidates:  # the analytic ranking is rough: keep the best modelled program
+        try:
+            done = _compile(w, shape, shift, t, cfg, cand, vthreads, layer)
+        except ScheduleError as exc:
+            problems.append(str(exc))
+            continue
+        cycles = estimate_cycles(done.program)
+        if best is None or cycles < best[0]:
+            best = (cycles, done)
+    if best is None:
+        raise ScheduleError("; ".join(problems))
+    return best[1]
+
+
+def _compile(w: np.ndarray, shape: DenseShape, shift: int, t: Target, cfg: VTAConfig,
+             tiles: Tiles, vthreads: int, layer: str) -> CompiledDense:
+    try:
         sch = dense_schedule(shape, shift, t, tiles, vthreads)
     except ScheduleError as exc:
         raise ScheduleError(f"layer {layer!r}: {exc}") from None

@@ -70,12 +70,15 @@ class Tiles:
     """Tile sizes in blocks: ``tm`` rows of BATCH, ``tn`` blocks of BLOCK_OUT, ``tk`` of
     BLOCK_IN; ``split``: the output axis whose tiles go to the virtual threads (``"m"``:
     row tiles, each thread loads its own copy of the weight tile; ``"n"``: column tiles,
-    each thread loads its own copy of the input tile)."""
+    each thread loads its own copy of the input tile); ``resident``: see below."""
 
     tm: int
     tn: int
     tk: int
     split: str = "m"
+    #: the whole weight matrix is loaded once, before the first tile, and shared by all
+    #: tiles and threads (only when it fits the WGT buffer)
+    resident: bool = False
 
 
 def blocks(shape: DenseShape, cfg: VTAConfig) -> tuple[int, int, int]:
@@ -88,20 +91,27 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
-    """The tiles that fit ``1/vthreads`` of every buffer and minimise an estimate of the
-    compute engine's time plus the DMA time that cannot overlap it.
+def candidate_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2,
+                    count: int = 8) -> list[Tiles]:
+    """The ``count`` tilings with the lowest estimate of the compute engine's time plus the
+    DMA time that cannot overlap it, best first; every one fits ``1/vthreads`` of each
+    buffer (resident weights: the whole matrix once) and splits evenly over the threads.
 
     Example::
 
-        >>> choose_tiles(DenseShape(784, 1152, 128), VTAConfig())
-        Tiles(tm=56, tn=8, tk=18, split='m')
+        >>> for t in candidate_tiles(DenseShape(784, 1152, 128), VTAConfig(), count=2):
+        ...     print(t)
+        Tiles(tm=56, tn=8, tk=18, split='m', resident=False)
+        Tiles(tm=28, tn=8, tk=36, split='m', resident=False)
     """
     mb, kb, nb = blocks(shape, cfg)
     share = max(1, vthreads)
-    best: tuple[tuple[float, int], Tiles] | None = None
-    for split, tn, tk in itertools.product(("m", "n"), _divisors(nb), _divisors(kb)):
-        if tn * tk > cfg.wgt_depth // share:
+    found: list[tuple[tuple[float, int], Tiles]] = []
+    whole = nb * kb <= cfg.wgt_depth  # the weights fit on chip: may load them once
+    splits = ("m", "n") if share > 1 else ("m",)
+    for split, resident, tn, tk in itertools.product(splits, sorted({False, whole}),
+                                                     _divisors(nb), _divisors(kb)):
+        if not resident and tn * tk > cfg.wgt_depth // share:
             continue
         if min(tn, tk) < 2 and min(nb, kb) >= 2 or split == "n" and (nb // tn) % share:
             continue
@@ -110,21 +120,33 @@ def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
                 continue
             if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
                 continue
-            steps = tm * tn * tk
-            load = (tm * tk * cfg.inp_row_bytes + tn * tk * cfg.wgt_row_bytes) \
-                / cfg.bytes_per_cycle + cfg.latency_cycles
+            wgt = 0 if resident else tn * tk * cfg.wgt_row_bytes
+            load = (tm * tk * cfg.inp_row_bytes + wgt) / cfg.bytes_per_cycle \
+                + cfg.latency_cycles
             groups = (mb // tm) * (nb // tn) * (kb // tk)
             tiles = (mb // tm) * (nb // tn)
-            est = groups * max(steps, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
-            key = (est, groups)
-            if best is None or key < best[0]:
-                best = (key, Tiles(tm, tn, tk, split if share > 1 else "m"))
-    if best is None:
+            est = groups * max(tm * tn * tk, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
+            if resident:  # the one weight load runs before any GEMM
+                est += nb * kb * cfg.wgt_row_bytes / cfg.bytes_per_cycle
+            found.append(((est, groups), Tiles(tm, tn, tk, split, resident)))
+    if not found:
         why = f" with its {mb} rows of BATCH and {nb} blocks of BLOCK_OUT split over " \
               f"{share} virtual threads (use vthreads=1)" if mb % share and nb % share else ""
         raise ScheduleError(f"no tiling of the {mb}x{kb}x{nb}-block GEMM fits the buffers of "
                             f"target {cfg.name!r}{why}")
-    return best[1]
+    found.sort(key=lambda x: x[0])
+    return [t for _, t in found[:count]]
+
+
+def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
+    """The first of :func:`candidate_tiles`.
+
+    Example::
+
+        >>> choose_tiles(DenseShape(784, 1152, 128), VTAConfig())
+        Tiles(tm=56, tn=8, tk=18, split='m', resident=False)
+    """
+    return candidate_tiles(shape, cfg, vthreads, 1)[0]
 
 
 def dense_compute(shape: DenseShape, shift: int, cfg: VTAConfig) -> list[te.Tensor]:
@@ -191,6 +213,9 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if min(t.tm, t.tn, t.tk) < 2:
         raise ScheduleError(f"tiles {t}: every tile size must be at least 2 blocks in this "
                             "version (a loop of extent 1 disappears from the nest)")
+    if t.resident and nb * kb > cfg.wgt_depth:
+        raise ScheduleError(f"tiles {t}: the {nb}x{kb}-block weight matrix does not fit the "
+                            f"WGT buffer ({cfg.wgt_depth} rows) to stay resident")
     if t.split not in ("m", "n"):
         raise ScheduleError(f"tiles {t}: split must be 'm' (row tiles) or 'n' (column tiles)")
     if t.split == "m" and mb // t.tm % vthreads:
@@ -225,11 +250,12 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     cin = sch.cache_read(gemm, "data", scope_inp)
     cwt = sch.cache_read(gemm, "weight", scope_wgt)
     sch.compute_at(cin, k0)
-    sch.compute_at(cwt, k0)
+    if not t.resident:
+        sch.compute_at(cwt, k0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
     _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
     _tensorize(sch, cin, target.intrinsic("load_inp"), k0, "load")
-    _tensorize(sch, cwt, target.intrinsic("load_wgt"), k0, "load")
+    _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else k0, "load")
     for name, intrin in zip(EPILOGUE, ("alu_shr_imm", "alu_min_imm", "alu_max_imm"),
                             strict=True):
         _tensorize(sch, sch.get_block(name), target.intrinsic(intrin), vt)
