@@ -144,6 +144,14 @@ def print_compiled(rows: list[dict], cfg) -> None:
         ok = all(c["ok"] for c in r["comp"].values())
         print(f"{r['name']:5} {cells[0]} {cells[1]} {'ok' if ok else 'FAIL':>5}", flush=True)
     both = [r for r in rows if 2 in r["comp"]]
+    cb = [r for r in both if r["bound"] == "gemm"]
+    if cb:
+        print(f"GEMM-bound layers ({', '.join(r['name'] for r in cb)}), compiled with 2 threads: "
+              f"{min(r['comp'][2]['util'] for r in cb):.1%}.."
+              f"{max(r['comp'][2]['util'] for r in cb):.1%} GEMM utilization, >= 90% on "
+              f"{sum(r['comp'][2]['util'] >= 0.9 for r in cb)} of {len(cb)}; compiled / hand "
+              f"cycles {min(r['comp'][2]['cycles'] / r['vt']['cycles'] for r in cb):.3f}.."
+              f"{max(r['comp'][2]['cycles'] / r['vt']['cycles'] for r in cb):.3f}x")
     if both:
         comp = sum(r["comp"][2]["cycles"] for r in both)
         hand = sum(r["vt"]["cycles"] for r in both)
