@@ -413,7 +413,7 @@ def _in_place_aliases(func: ir.PrimFunc) -> dict[ir.Var, ir.Var]:
     of C is an ALU op reading A at the same indices and A is read by nothing else."""
     writes: dict[ir.Var, list[tuple[IntrinsicSpec, ir.BufferLoad, ir.BufferLoad]]] = {}
     reads: dict[ir.Var, int] = {}
-    alu_reads: dict[ir.Var, int] = {}
+    alu_reads: dict[tuple[ir.Var, ir.Var], int] = {}  # (source, destination) -> reads
 
     def visit(x: object) -> None:
         if not isinstance(x, ir.Call):
@@ -430,7 +430,8 @@ def _in_place_aliases(func: ir.PrimFunc) -> dict[ir.Var, ir.Var]:
             reads[b.buffer.data] = reads.get(b.buffer.data, 0) + 1
         if spec.instruction.startswith("ALU.") and ins:
             writes.setdefault(out.buffer.data, []).append((spec, ins[0], out))
-            alu_reads[ins[0].buffer.data] = alu_reads.get(ins[0].buffer.data, 0) + 1
+            pair = (ins[0].buffer.data, out.buffer.data)
+            alu_reads[pair] = alu_reads.get(pair, 0) + 1
         else:
             writes.setdefault(out.buffer.data, []).append((spec, out, out))
 
@@ -444,7 +445,7 @@ def _in_place_aliases(func: ir.PrimFunc) -> dict[ir.Var, ir.Var]:
         same = all(len(x.indices) == len(y.indices) and all(
             str(i) == str(j) for i, j in zip(x.indices, y.indices, strict=True))
             for _, x, y in ws)
-        if a is not c and same and reads.get(a, 0) == alu_reads.get(a, 0):
+        if a is not c and same and reads.get(a, 0) == alu_reads.get((a, c), 0):
             alias[c] = a
     for c in list(alias):  # chains: clip_lo -> clip_hi -> shr -> gemm
         root = alias[c]
