@@ -76,7 +76,7 @@ def test_a_nest_that_is_not_one_dma_is_refused() -> None:
     y, x = ir.Var("y"), ir.Var("x")
     call = ir.Call("int32", "vta.load_inp", [_ptr(src[y, x, 0, 0]), _ptr(dst[x, y, 0, 0])])
     with pytest.raises(ScheduleError, match=r"layer 'L1': vta.load_inp over loops \[2, 3\] "
-                                            "is not one 2-D DMA"):
+                                            "is not a 2-D DMA"):
         _emit(ir.Allocate(dst, _nest([(y, 2), (x, 3)], call, "load")), [src])
 
 

@@ -54,6 +54,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from toolchain.errors import ScheduleError
 from toolchain.intrinsics import IntrinsicSpec, intrinsic_of_function
 from toolchain.target import Target
@@ -81,6 +83,7 @@ from toolchain.vta.program import Region
 MAX_ITER = (1 << 14) - 1
 MAX_FACTOR = {"acc": (1 << 11) - 1, "inp": (1 << 11) - 1, "wgt": (1 << 10) - 1}
 MAX_DMA = (1 << 16) - 1
+MAX_PAD = (1 << 4) - 1
 _ALU_OPS = {name: op for op, name in ALU_NAMES.items()}
 
 
@@ -242,11 +245,14 @@ class _Emitter:
         if not (isinstance(arg, ir.Call) and arg.op == "tir.address_of"
                 and isinstance(arg.args[0], ir.BufferLoad)):
             self.fail(f"operand {arg} is not the address of a buffer element")
-        load = arg.args[0]
-        buf = load.buffer
-        idx = [self.affine(i, env, loops) for i in load.indices]
+        return self.row(arg.args[0].buffer, arg.args[0].indices, env, loops, mem)
+
+    def row(self, buf: ir.Buffer, indices: Sequence[ir.PrimExpr], env: dict[ir.Var, int],
+            loops: list[ir.Var], mem: int) -> tuple[Affine, bool]:
+        """Row / DRAM element of ``buf[indices]`` (which must start a row)."""
+        idx = [self.affine(i, env, loops) for i in indices]
         if any(i.const or any(i.coef) for i in idx[-2:]):
-            self.fail(f"operand {load} does not start at a whole row of {buf.name}")
+            self.fail(f"operand {buf.name}{list(indices)} does not start at a whole row")
         dram = buf.data in self.params
         if dram:
             region = self.regions.get(buf.name)
@@ -281,6 +287,9 @@ class _Emitter:
             else:
                 return
             s = s.body
+        if isinstance(s, ir.BufferStore):
+            self.guarded_copy(s, env, loops, extents)
+            return
         call = s.value if isinstance(s, ir.Evaluate) else None
         spec = intrinsic_of_function(call.op) if isinstance(call, ir.Call) else None
         if spec is None or not spec.instruction:
@@ -330,25 +339,70 @@ class _Emitter:
 
     def dma(self, spec: IntrinsicSpec, cls: type, mem: int, sram: Affine, dram: Affine,
             extents: list[int]) -> None:
-        """A nest of at most two loops as a 2-D DMA: contiguous rows on chip, ``x`` inner."""
+        """A DMA nest: loops contiguous in both memories merge; the inner two make a 2-D
+        DMA (rows contiguous on chip, ``x`` contiguous in DRAM); outer loops left over run
+        at compile time, one instruction per point."""
+        extents, (sram, dram) = _merge_loops(extents, [sram, dram])
         n = len(extents)
-        orders = [(None, None)] if n == 0 else [(None, 0), (0, None)] if n == 1 else \
-            [(0, 1), (1, 0)] if n == 2 else []
-        for y, x in orders:
-            xs = extents[x] if x is not None else 1
-            ys = extents[y] if y is not None else 1
-            if x is not None and (sram.coef[x] != 1 or dram.coef[x] != 1):
-                continue
-            if y is not None and (sram.coef[y] != xs or dram.coef[y] < 0):
-                continue
-            stride = dram.coef[y] if y is not None else xs
-            if max(xs, ys, stride) > MAX_DMA:
-                continue
-            self.push(cls(memory_type=mem, sram_base=sram.const, dram_base=dram.const,
-                          y_size=ys, x_size=xs, x_stride=stride), [])
-            return
-        self.fail(f"{spec.name} over loops {extents} is not one 2-D DMA (rows must be "
-                  "contiguous on chip and along the inner loop in DRAM)")
+        inner = [j for j in range(max(0, n - 2), n)]
+        for point in itertools.product(*(range(e) for e in extents[:n - len(inner)])):
+            full = [*point, *([0] * len(inner))]
+            sr = Affine(sram.at(full), tuple(sram.coef[j] for j in inner))
+            dr = Affine(dram.at(full), tuple(dram.coef[j] for j in inner))
+            insn = _dma_2d(cls, mem, sr, dr, [extents[j] for j in inner])
+            if insn is None:
+                self.fail(f"{spec.name} over loops {extents} is not a 2-D DMA (rows must be "
+                          "contiguous on chip and along the inner loop in DRAM)")
+            self.push(insn, [])
+
+    def guarded_copy(self, st: ir.BufferStore, env: dict[ir.Var, int], loops: list[ir.Var],
+                     extents: list[int]) -> None:
+        """A copy of whole rows from DRAM, ``dst[..] = if_then_else(cond, src[..], 0)`` or
+        ``dst[..] = src[..]``: one LOAD per point of the loops above the inner two, with
+        the rows where ``cond`` is false as the DMA's zero padding."""
+        mem = self.mem_of_scope.get(st.buffer.scope)
+        value, cond = st.value, None
+        if isinstance(value, ir.Call) and value.op == "tir.if_then_else":
+            cond, value, zero = value.args
+            if self.const(zero, env) != 0:
+                self.fail(f"copy into {st.buffer.name} pads with {zero}, not zero")
+        if mem not in (MEM_INP, MEM_WGT) or not isinstance(value, ir.BufferLoad) or \
+                value.buffer.data not in self.params:
+            self.fail(f"{st.buffer.name}[..] = {st.value} is no accelerator instruction (only "
+                      "a copy of DRAM rows into the input or weight buffer is)")
+        if [str(i) for i in value.indices[-2:]] != [str(i) for i in st.indices[-2:]]:
+            self.fail(f"copy into {st.buffer.name} does not copy whole rows")
+        inside = {v for i in st.indices[-2:] for v in _vars_of(i)}
+        keep = [j for j, v in enumerate(loops) if v not in inside]
+        env = {**env, **{v: 0 for v in loops if v in inside}}
+        loops, extents = [loops[j] for j in keep], [extents[j] for j in keep]
+        while len(loops) < 2:
+            loops.insert(0, ir.Var(f"unit{len(loops)}"))
+            extents.insert(0, 1)
+        sram = self.row(st.buffer, st.indices, env, loops, mem)[0]
+        dram = self.row(value.buffer, value.indices, env, loops, mem)[0]
+        ys, xs = extents[-2:]
+        grid_y, grid_x = np.meshgrid(np.arange(ys), np.arange(xs), indexing="ij")
+        for point in itertools.product(*(range(e) for e in extents[:-2])):
+            at = {**env, **dict(zip(loops, point, strict=False)),
+                  loops[-2]: grid_y, loops[-1]: grid_x}
+            mask = np.broadcast_to(_evaluate(cond, at, self) if cond is not None else True,
+                                   (ys, xs))
+            rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+            if not rows.size:
+                self.fail(f"copy into {st.buffer.name} is all padding at {point}")
+            y0, y1, x0, x1 = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+            if not mask[y0:y1, x0:x1].all() or mask.sum() != (y1 - y0) * (x1 - x0):
+                self.fail(f"copy into {st.buffer.name}: the rows read are not a rectangle")
+            full = [*point, 0, 0]
+            sr = Affine(sram.at(full), sram.coef[-2:])
+            dr = Affine(dram.at([*point, y0, x0]), dram.coef[-2:])
+            pads = (int(y0), int(ys - y1), int(x0), int(xs - x1))
+            insn = _dma_2d(Load, mem, sr, dr, [ys, xs], pads)
+            if insn is None or max(pads) > MAX_PAD:
+                self.fail(f"copy into {st.buffer.name} over loops {extents[-2:]} is not a "
+                          f"2-D DMA with padding at most {MAX_PAD} (pads {pads})")
+            self.push(insn, [])
 
     def loop_insn(self, spec: IntrinsicSpec, extents: list[int], rows: dict[str, Affine],
                   make) -> None:
@@ -402,6 +456,79 @@ class _Emitter:
     def push(self, insn: AnyInstruction, uops: list[Uop]) -> None:
         self.out.insns.append(insn)
         self.out.uops.append(uops)
+
+
+def _merge_loops(extents: list[int], forms: list[Affine]) -> tuple[list[int], list[Affine]]:
+    """Merge neighbouring loops that walk every form contiguously (outer step = inner
+    step x inner extent); extent-1 loops are dropped."""
+    ext = list(extents)
+    coefs = [list(f.coef) for f in forms]
+    j = 0
+    while j + 1 < len(ext):
+        if all(c[j] == c[j + 1] * ext[j + 1] for c in coefs):
+            ext[j:j + 2] = [ext[j] * ext[j + 1]]
+            for c in coefs:
+                c[j:j + 2] = [c[j + 1]]
+            j = max(0, j - 1)
+        else:
+            j += 1
+    return ext, [Affine(f.const, tuple(c)) for f, c in zip(forms, coefs, strict=True)]
+
+
+def _dma_2d(cls: type, mem: int, sram: Affine, dram: Affine, extents: list[int],
+            pads: tuple[int, int, int, int] = (0, 0, 0, 0)) -> AnyInstruction | None:
+    """One LOAD/STORE over at most two loops (``y`` outer, ``x`` inner), or None."""
+    top, bottom, left, right = pads
+    n = len(extents)
+    orders = [(None, None)] if n == 0 else [(None, 0), (0, None)] if n == 1 else [(0, 1)]
+    for y, x in orders:
+        xs = extents[x] if x is not None else 1
+        ys = extents[y] if y is not None else 1
+        if x is not None and xs > 1 and (sram.coef[x] != 1 or dram.coef[x] != 1):
+            continue
+        if y is not None and ys > 1 and (sram.coef[y] != xs or dram.coef[y] < 0):
+            continue
+        stride = dram.coef[y] if y is not None and ys > 1 else xs - left - right
+        sizes = (ys - top - bottom, xs - left - right)
+        if max(*sizes, stride) > MAX_DMA or min(sizes) < 0:
+            continue
+        extra = {"y_pad_top": top, "y_pad_bottom": bottom, "x_pad_left": left,
+                 "x_pad_right": right} if cls is Load else {}
+        return cls(memory_type=mem, sram_base=sram.const, dram_base=dram.const,
+                   y_size=sizes[0], x_size=sizes[1], x_stride=stride, **extra)
+    return None
+
+
+def _vars_of(e: ir.PrimExpr) -> set[ir.Var]:
+    found: set[ir.Var] = set()
+    post_order_visit(e, lambda x: found.add(x) if isinstance(x, ir.Var) else None)
+    return found
+
+
+_CMP = {ir.LT: np.less, ir.LE: np.less_equal, ir.GT: np.greater, ir.GE: np.greater_equal,
+        ir.EQ: np.equal, ir.NE: np.not_equal, ir.And: np.logical_and, ir.Or: np.logical_or,
+        ir.Add: np.add, ir.Sub: np.subtract, ir.Mul: np.multiply, ir.Min: np.minimum,
+        ir.Max: np.maximum, ir.FloorDiv: np.floor_divide, ir.FloorMod: np.mod}
+
+
+def _evaluate(e: ir.PrimExpr, env: dict, em: _Emitter):
+    """Integer/boolean value of ``e`` with loop variables bound to ints or numpy arrays."""
+    if isinstance(e, ir.IntImm):
+        return e.value
+    if isinstance(e, ir.Var):
+        if e not in env:
+            em.fail(f"variable {e.name} is not a loop of the accelerator program")
+        return env[e]
+    if type(e) in _CMP:
+        return _CMP[type(e)](_evaluate(e.a, env, em), _evaluate(e.b, env, em))
+    if isinstance(e, ir.Not):
+        return np.logical_not(_evaluate(e.a, env, em))
+    if isinstance(e, ir.Cast):
+        return _evaluate(e.value, env, em)
+    if isinstance(e, ir.Call) and e.op == "tir.likely":
+        return _evaluate(e.args[0], env, em)
+    em.fail(f"cannot evaluate {e} at compile time")
+    raise AssertionError  # unreachable: fail raises
 
 
 def _buffer_of(arg: ir.PrimExpr) -> ir.Buffer:
