@@ -9,8 +9,8 @@ import pytest
 from toolchain.errors import ScheduleError
 from toolchain.target import load_target
 from toolchain.vta import check_program, run_fsim
-from toolchain.vta.compile import Tiles, compile_dense
-from toolchain.vta.isa import MEM_UOP, Finish, Load
+from toolchain.vta.compile import ConvTiles, Tiles, compile_conv2d, compile_dense
+from toolchain.vta.isa import MEM_INP, MEM_UOP, Finish, Load
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 
@@ -128,3 +128,57 @@ def test_bad_input_is_refused_naming_the_layer() -> None:
     layer = compile_dense(w, 16, 8, tiles=Tiles(2, 2, 2), layer="fc3")
     with pytest.raises(ScheduleError, match=r"layer 'fc3': input must be int8 of shape"):
         layer.image(np.zeros((16, 63), np.int8))
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
+                    shift: int) -> np.ndarray:
+    ic, h, wd = x.shape
+    oc, _, k, _ = w.shape
+    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
+    xp[:, pad:pad + h, pad:pad + wd] = x
+    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    out = np.zeros((oc, oh, ow), np.int64)
+    for kh in range(k):
+        for kw in range(k):
+            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
+                       kw:kw + (ow - 1) * stride + 1:stride]
+            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
+    return np.clip(out >> shift, -128, 127).astype(np.int8)
+
+
+@pytest.mark.parametrize("ic, h, w, oc, k, stride, pad, tiles, vthreads", [
+    (32, 8, 8, 32, 3, 1, 1, ConvTiles(4, 2, 2), 2),              # 'same' 3x3, row tiles
+    (24, 6, 6, 20, 3, 1, 1, None, 2),                            # channels not whole blocks
+    (32, 8, 8, 32, 3, 2, 1, ConvTiles(2, 1, 1, "n", True), 2),   # stride 2, resident weights
+    (64, 7, 7, 32, 1, 2, 0, None, 2),                            # 1x1, stride 2, no padding
+    (32, 7, 7, 17, 3, 1, 1, ConvTiles(7, 1, 1), 1),              # one thread, odd sizes
+])
+def test_convolutions_are_bit_exact_on_the_functional_simulator(ic, h, w, oc, k, stride, pad,
+                                                                tiles, vthreads) -> None:
+    rng = np.random.default_rng(ic * h + oc)
+    x = rng.integers(-128, 128, (ic, h, w), dtype=np.int8)
+    wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
+    conv = compile_conv2d(wt, h, w, 10, stride=stride, pad=pad, tiles=tiles,
+                          vthreads=vthreads, layer="conv")
+    ref = _conv_reference(x, wt, stride, pad, 10)
+    for tokens, seed in ((False, None), (True, 5)):
+        got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
+                                        seed=seed).dram)
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_the_padded_input_tile_is_loaded_by_dma_with_padding() -> None:
+    """8x8 image, 3x3 'same', output rows in tiles of 4 on two threads: each thread loads
+    one 6x10 window per input-channel block; thread 0's (output rows 0-3) has one zero row
+    above, thread 1's (rows 4-7) one below; both a zero column left and right."""
+    wt = np.ones((16, 32, 3, 3), np.int8)
+    conv = compile_conv2d(wt, 8, 8, 4, pad=1, tiles=ConvTiles(4, 1, 2), layer="c")
+    loads = [i for i in conv.program.insns if isinstance(i, Load) and i.memory_type == MEM_INP]
+    pads = [(i.y_pad_top, i.y_pad_bottom, i.x_pad_left, i.x_pad_right, i.y_size, i.x_size,
+             i.x_stride) for i in loads]
+    assert pads == [(1, 0, 1, 1, 5, 8, 8)] * 2 + [(0, 1, 1, 1, 5, 8, 8)] * 2
+
+
+def test_a_single_input_channel_block_is_refused_naming_the_layer() -> None:
+    with pytest.raises(ScheduleError, match=r"layer 'c0': .*a single block of input channels"):
+        compile_conv2d(np.ones((16, 3, 3, 3), np.int8), 8, 8, 4, pad=1, layer="c0")

@@ -45,10 +45,15 @@ from toolchain.vta.config import VTAConfig, config_from_target
 from toolchain.vta.deps import insert_tokens
 from toolchain.vta.program import Program
 from toolchain.vta.schedule import (
+    ConvShape,
+    ConvTiles,
     DenseShape,
     Tiles,
     blocks,
+    candidate_conv_tiles,
     candidate_tiles,
+    conv2d_schedule,
+    conv_blocks,
     dense_schedule,
     lower_dense,
 )
@@ -57,7 +62,8 @@ from toolchain.vta.timing import estimate_cycles
 #: tilings compiled and compared on the cycle model when the caller gives none
 CANDIDATES = 8
 
-__all__ = ["CompiledDense", "DenseShape", "Tiles", "compile_dense", "pack_input",
+__all__ = ["CompiledConv2d", "CompiledDense", "ConvShape", "ConvTiles", "DenseShape", "Tiles",
+           "compile_conv2d", "compile_dense", "pack_filters", "pack_image", "pack_input",
            "pack_weight"]
 
 
@@ -131,20 +137,46 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     if w.ndim != 2 or w.dtype != np.int8 or min(w.shape) < 1 or m < 1:
         raise ScheduleError(f"layer {layer!r}: needs an int8 (K, N) weight and M >= 1, got "
                             f"{w.dtype} {w.shape} and M={m}")
+    _check_shift(shift, layer)
+    shape = DenseShape(m, w.shape[0], w.shape[1])
+    mb, kb, nb = blocks(shape, cfg)
+    arrays = {"data": np.zeros((mb, kb, cfg.batch, cfg.block_in), np.int8),
+              "weight": pack_weight(w, cfg),
+              "out": np.zeros((mb, nb, cfg.batch, cfg.block_out), np.int8)}
+
+    def build(tl: Tiles) -> CompiledDense:
+        func = lower_dense(_scheduled(dense_schedule, shape, shift, t, tl, vthreads, layer))
+        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads")
+        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows)
+
+    return _best(build, tiles, lambda: candidate_tiles(shape, cfg, vthreads, CANDIDATES), layer)
+
+
+def _check_shift(shift: int, layer: str) -> None:
     if not 0 <= shift < 32:
         raise ScheduleError(f"layer {layer!r}: shift {shift} is outside 0..31")
-    shape = DenseShape(m, w.shape[0], w.shape[1])
-    if tiles is not None:
-        return _compile(w, shape, shift, t, cfg, tiles, vthreads, layer)
+
+
+def _scheduled(make, shape, shift: int, t: Target, tiles, vthreads: int, layer: str):
     try:
-        candidates = candidate_tiles(shape, cfg, vthreads, CANDIDATES)
+        return make(shape, shift, t, tiles, vthreads)
     except ScheduleError as exc:
         raise ScheduleError(f"layer {layer!r}: {exc}") from None
-    best: tuple[int, CompiledDense] | None = None
+
+
+def _best(build, tiles, candidates, layer: str):
+    """``build(tiles)``, or the candidate whose program has the fewest modelled cycles."""
+    if tiles is not None:
+        return build(tiles)
+    try:
+        cands = candidates()
+    except ScheduleError as exc:
+        raise ScheduleError(f"layer {layer!r}: {exc}") from None
+    best = None
     problems = []
-    for cand in candidates:  # the analytic ranking is rough: keep the best modelled program
+    for cand in cands:  # the analytic ranking is rough: keep the best modelled program
         try:
-            done = _compile(w, shape, shift, t, cfg, cand, vthreads, layer)
+            done = build(cand)
         except ScheduleError as exc:
             problems.append(str(exc))
             continue
@@ -156,18 +188,12 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     return best[1]
 
 
-def _compile(w: np.ndarray, shape: DenseShape, shift: int, t: Target, cfg: VTAConfig,
-             tiles: Tiles, vthreads: int, layer: str) -> CompiledDense:
-    try:
-        sch = dense_schedule(shape, shift, t, tiles, vthreads)
-    except ScheduleError as exc:
-        raise ScheduleError(f"layer {layer!r}: {exc}") from None
-    func = lower_dense(sch)
-    mb, kb, nb = blocks(shape, cfg)
+def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
+             layer: str, what: str) -> tuple[Program, dict[str, int]]:
+    """Emit, add tokens, check: the program of a lowered layer. ``arrays`` give the DRAM
+    regions of the parameters by name (constants, e.g. packed weights, or zeros)."""
     b = ProgramBuilder(cfg)
-    regions = {"data": b.alloc("data", (mb, kb, cfg.batch, cfg.block_in), "int8"),
-               "weight": b.data("weight", pack_weight(w, cfg)),
-               "out": b.alloc("out", (mb, nb, cfg.batch, cfg.block_out), "int8")}
+    regions = {name: b.data(name, a) for name, a in arrays.items()}
     em = emit_instructions(func, t, regions, layer)
     b.load_uops(b.uops("uops", em.kernel), sram_base=0)
     head = b.insns.pop()
@@ -178,7 +204,105 @@ def _compile(w: np.ndarray, shape: DenseShape, shift: int, t: Target, cfg: VTACo
     report = check_program(prog)
     if not report.ok:
         raise ScheduleError(f"layer {layer!r}: the emitted program fails the static check "
-                            f"(tiles {tiles}, {vthreads} virtual threads): "
-                            + "; ".join(report.errors))
-    return CompiledDense(layer, shape, shift, tiles, vthreads, prog,
-                         func, em.rows_used)
+                            f"({what}): " + "; ".join(report.errors))
+    return prog, em.rows_used
+
+
+# ---- convolution -------------------------------------------------------------------------
+def pack_image(x: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """``(IC, H, W)`` int8 -> ``(1, IC/BLOCK_IN, H, W, BATCH, BLOCK_IN)`` (image 0 of the
+    batch; channels zero padded)."""
+    ic, h, w = x.shape
+    cb = -(-ic // cfg.block_in)
+    p = np.zeros((cb * cfg.block_in, h, w), np.int8)
+    p[:ic] = x
+    out = np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8)
+    out[0, :, :, :, 0, :] = p.reshape(cb, cfg.block_in, h, w).transpose(0, 2, 3, 1)
+    return out
+
+
+def pack_filters(w: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """``(OC, IC, K, K)`` int8 -> ``(OC/BLOCK_OUT, IC/BLOCK_IN, K, K, BLOCK_OUT, BLOCK_IN)``."""
+    oc, ic, kh, kw = w.shape
+    ob, cb = -(-oc // cfg.block_out), -(-ic // cfg.block_in)
+    p = np.zeros((ob * cfg.block_out, cb * cfg.block_in, kh, kw), np.int8)
+    p[:oc, :ic] = w
+    return np.ascontiguousarray(p.reshape(ob, cfg.block_out, cb, cfg.block_in, kh, kw)
+                                .transpose(0, 2, 4, 5, 1, 3))
+
+
+@dataclass
+class CompiledConv2d:
+    """A convolution layer compiled to one accelerator program (as :class:`CompiledDense`;
+    input ``(IC, H, W)`` int8, output ``(OC, OH, OW)`` int8)."""
+
+    layer: str
+    shape: ConvShape
+    shift: int
+    tiles: ConvTiles
+    vthreads: int
+    program: Program
+    func: ir.PrimFunc
+    rows_used: dict[str, int]
+
+    def image(self, x: np.ndarray) -> np.ndarray:
+        """The program's DRAM image with the input packed into ``data``."""
+        s = self.shape
+        if x.shape != (s.ic, s.h, s.w) or x.dtype != np.int8:
+            raise ScheduleError(f"layer {self.layer!r}: input must be int8 of shape "
+                                f"({s.ic}, {s.h}, {s.w}), got {x.dtype} {x.shape}")
+        dram = self.program.dram.copy()
+        region = self.program.regions["data"]
+        blob = pack_image(x, self.program.config).tobytes()
+        dram[region.offset:region.offset + len(blob)] = np.frombuffer(blob, np.uint8)
+        return dram
+
+    def read_output(self, dram: np.ndarray) -> np.ndarray:
+        """The ``(OC, OH, OW)`` int8 result from a DRAM image after a run."""
+        out = self.program.read("out", dram)[0, :, :, :, 0, :]   # (OB, OH, OW, BO)
+        ob, oh, ow, bo = out.shape
+        return out.transpose(0, 3, 1, 2).reshape(ob * bo, oh, ow)[: self.shape.oc]
+
+
+def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
+                   target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
+                   tiles: ConvTiles | None = None, vthreads: int = 2,
+                   layer: str = "conv") -> CompiledConv2d:
+    """Compile ``out = clip(conv2d(x, weight, stride, pad) >> shift, -128, 127)`` for one
+    ``(IC, H, W)`` int8 image and ``(OC, IC, K, K)`` int8 filters into one accelerator
+    program (tiles as :func:`compile_dense`; the zero padding is done by the input DMA).
+
+    Example::
+
+        >>> from toolchain.vta.fsim import run_fsim
+        >>> rng = np.random.default_rng(1)
+        >>> wt = rng.integers(-128, 128, (20, 24, 3, 3), dtype=np.int8)
+        >>> conv = compile_conv2d(wt, 6, 6, shift=10, pad=1, layer="conv1")
+        >>> x = rng.integers(-128, 128, (24, 6, 6), dtype=np.int8)
+        >>> conv.read_output(run_fsim(conv.program, conv.image(x), tokens=True).dram).shape
+        (20, 6, 6)
+    """
+    t = load_target(target) if isinstance(target, str) else target
+    cfg = config_from_target(t)
+    wt = np.asarray(weight)
+    if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
+        raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
+                            f"{wt.dtype} {wt.shape}")
+    _check_shift(shift, layer)
+    shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
+    oh, ow = shape.out_hw
+    if stride < 1 or pad < 0 or oh < 1 or ow < 1:
+        raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
+                            f"a {h}x{w} image and {shape.k}x{shape.k} filters")
+    cb, ob = conv_blocks(shape, cfg)
+    arrays = {"data": np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8),
+              "weight": pack_filters(wt, cfg),
+              "out": np.zeros((1, ob, oh, ow, cfg.batch, cfg.block_out), np.int8)}
+
+    def build(tl: ConvTiles) -> CompiledConv2d:
+        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, t, tl, vthreads, layer))
+        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads")
+        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows)
+
+    return _best(build, tiles, lambda: candidate_conv_tiles(shape, cfg, vthreads, CANDIDATES),
+                 layer)
