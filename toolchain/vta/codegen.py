@@ -17,6 +17,10 @@ instruction stream in sequential order, without dependency tokens:
   its input's rows (the ISA's ALU updates ACC in place), so a buffer written only by ALU ops
   from one buffer that nothing else reads shares that buffer's rows.
 
+A copy nest that is not tensorized, ``tile[..] = if_then_else(cond, data[..], 0)`` (the
+convolution's padded input), becomes one LOAD per point above its inner two loops, with the
+zero padding where ``cond`` is false (evaluated over the tile at compile time).
+
 Too many rows for a buffer, an index that is not affine, a nest that does not fit the
 instruction's fields: a :class:`~toolchain.errors.ScheduleError` naming the layer.
 

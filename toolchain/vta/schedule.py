@@ -19,6 +19,11 @@ right, clip to int8) and the narrowing to int8. ``dense_schedule`` then:
    loops just above each tensorized block are annotated ``instruction`` — they fold into
    that instruction's loop fields, DMA sizes or micro-ops (:mod:`toolchain.vta.codegen`).
 
+``conv2d_compute`` / ``conv2d_schedule`` do the same for a 2-D convolution in the packed
+layouts NCHW{BATCH}n{BLOCK_IN}c / OIHW{BLOCK_OUT}o{BLOCK_IN}i: output-row x output-channel
+tiles, the zero-padding stage as the on-chip input tile per input-channel step, the GEMM over
+the tile's pixels, channels and kernel taps.
+
 Scope and intrinsic names come from the target descriptor (the GEMM intrinsic's declared
 ``scopes``), never from the target's name.
 
