@@ -10,7 +10,7 @@ from toolchain.errors import ScheduleError
 from toolchain.target import load_target
 from toolchain.tir.transform import inject_virtual_thread, lower_blocks
 from toolchain.vta.config import VTAConfig
-from toolchain.vta.schedule import DenseShape, Tiles, choose_tiles, dense_schedule
+from toolchain.vta.schedule import DenseShape, Tiles, choose_tiles, dense_schedule, lower_dense
 
 CALLS = ("gemm", "gemm_reset", "load_inp", "load_wgt", "alu_shr_imm", "alu_min_imm",
          "alu_max_imm", "store_out")
@@ -33,14 +33,16 @@ def test_every_stage_is_tensorized_with_a_declared_intrinsic() -> None:
 
 def test_virtual_threads_interleave_two_copies_of_each_instruction() -> None:
     sch = dense_schedule(DenseShape(16, 64, 64), 4, load_target("vta"), Tiles(2, 2, 2))
-    lowered = inject_virtual_thread(lower_blocks(sch.mod))
-    text = str(lowered)
+    text = str(lower_dense(sch))
     assert "vthread" not in text
     calls = _calls(text)
-    # the weight tile does not depend on the row thread: loaded once per step, shared
-    assert calls.count("load_wgt") == 1
-    for name in ("gemm", "gemm_reset", "load_inp", "alu_shr_imm", "store_out"):
+    # every tile buffer is allocated inside the thread loop, so each thread has its own
+    # copy — also of the weight tile, which the row thread does not index (double buffering)
+    for name in ("gemm", "gemm_reset", "load_inp", "load_wgt", "alu_shr_imm", "store_out"):
         assert calls.count(name) == 2, name
+    assert 'T.allocate((2, 2, 2, 16, 16), "int8", scope="vta.wgt")' in text
+    # without compaction the buffers stay whole at the root and the weight load is shared
+    assert _calls(str(inject_virtual_thread(lower_blocks(sch.mod)))).count("load_wgt") == 1
 
 
 def test_single_thread_schedule_has_one_copy() -> None:
