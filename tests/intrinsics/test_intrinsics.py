@@ -323,9 +323,9 @@ def test_operand_tiles_span_the_declared_extents() -> None:
     acc = ir.Buffer("acc", (30, 8), "int32")
     call = ir.Call("int32", get_spec("cortex-m4.dot_q15q7_4x8").function,
                    [_ptr(col[1, x, 8]), _ptr(w[4, 8]), _ptr(acc[x, 4])])
-    got = [(str(f), str(la), wr) for f, la, wr in operand_tiles(call)]
-    assert got == [("im2col[1, x, 8]", "im2col[1, x, 15]", False),
-                   ("w[4, 8]", "w[7, 15]", False), ("acc[x, 4]", "acc[x, 7]", True)]
+    got = [(str(f), str(la), rd, wr) for f, la, rd, wr in operand_tiles(call)]
+    assert got == [("im2col[1, x, 8]", "im2col[1, x, 15]", True, False),
+                   ("w[4, 8]", "w[7, 15]", True, False), ("acc[x, 4]", "acc[x, 7]", True, True)]
     assert operand_tiles(ir.Call("int32", "memcpy", [_ptr(w[0, 0])])) is None
     flat = ir.Buffer("flat", (64,), "int8")  # fewer dimensions than the 2-D tile
     bad = ir.Call("int32", call.op, [_ptr(col[0, 0, 0]), _ptr(flat[0]), _ptr(acc[0, 0])])
@@ -354,3 +354,20 @@ def test_helpers_are_attached_to_kernels_that_call_them_without_intrinsics() -> 
     out = np.zeros(1, np.int32)
     mod(out)
     assert out[0] == 127  # saturated to int8 by the portable fallback
+
+
+def test_an_output_only_written_is_not_read() -> None:
+    """``C[b, o] = 0`` and ``C = A >> imm`` write their output without reading it (so buffer
+    compaction may start a fresh tile there); ``C += A * B`` reads it first."""
+    from toolchain.intrinsics import operand_tiles
+    from toolchain.tir import ir
+
+    load_intrinsics("vta")
+    a = ir.Buffer("a", (4, 1, 16), "int32")
+    c = ir.Buffer("c", (4, 1, 16), "int32")
+    reset = ir.Call("int32", get_spec("vta.gemm_reset").function, [_ptr(c[1, 0, 0])])
+    shr = ir.Call("int32", get_spec("vta.alu_shr_imm").function,
+                  [_ptr(a[1, 0, 0]), _ptr(c[1, 0, 0]), 3])
+    assert [(rd, wr) for _, _, rd, wr in operand_tiles(reset)] == [(False, True)]
+    assert [(rd, wr) for _, _, rd, wr in operand_tiles(shr)] == [(True, False), (False, True)]
+    assert get_spec("vta.gemm").reads_output and not get_spec("vta.alu_max_imm").reads_output

@@ -239,6 +239,31 @@ def test_inject_virtual_thread_expands_local_allocation():
     build_and_check(sch, wl)
 
 
+def test_inject_virtual_thread_keeps_instructions_whole_and_groups_stages():
+    """Loops annotated ``instruction`` are copied whole (one instruction per thread), and
+    consecutive ones of the same stage are interleaved as a unit: thread 0's two loads,
+    thread 1's two loads, then each thread's compute."""
+    from toolchain.tir.transform.inject_virtual_thread import INSTRUCTION
+
+    a, b, c = (ir.Buffer(n, (8,), "int32") for n in "ABC")
+    vt, r = ir.Var("vt", "int32"), ir.Var("r", "int32")
+
+    def nest(stage: str, buf: ir.Buffer, value: ir.PrimExpr) -> ir.For:
+        return ir.For(r, 0, 4, "serial", buf.store(value, [vt * 4 + r]),
+                      annotations={INSTRUCTION: stage})
+
+    body = ir.seq(nest("load", a, ir.IntImm(1)), nest("load", b, ir.IntImm(2)),
+                  nest("compute", c, a[vt * 4 + r] + b[vt * 4 + r]))
+    func = ir.PrimFunc((a, b, c), ir.For(vt, 0, 2, "thread_binding", body,
+                                          thread_tag="vthread"))
+    low = T.inject_virtual_thread(func)
+    order = [(s.annotations[INSTRUCTION], str(s.body.buffer.name), str(s.body.indices[0]))
+             for s in low.body.seq]
+    assert [o[:2] for o in order] == [("load", "A"), ("load", "B"), ("load", "A"),
+                                      ("load", "B"), ("compute", "C"), ("compute", "C")]
+    assert [o[2] for o in order] == ["r", "r", "r + 4", "r + 4", "r", "r + 4"]
+
+
 def test_storage_rewrite_shares_dead_buffers():
     A = te.placeholder((64,), name="A")
     t1 = te.compute((64,), lambda i: A[i] + 1.0, name="T1")

@@ -10,7 +10,7 @@ from toolchain.errors import ScheduleError
 from toolchain.target import load_target
 from toolchain.tir.transform import inject_virtual_thread, lower_blocks
 from toolchain.vta.config import VTAConfig
-from toolchain.vta.schedule import DenseShape, Tiles, choose_tiles, dense_schedule
+from toolchain.vta.schedule import DenseShape, Tiles, choose_tiles, dense_schedule, lower_dense
 
 CALLS = ("gemm", "gemm_reset", "load_inp", "load_wgt", "alu_shr_imm", "alu_min_imm",
          "alu_max_imm", "store_out")
@@ -33,14 +33,16 @@ def test_every_stage_is_tensorized_with_a_declared_intrinsic() -> None:
 
 def test_virtual_threads_interleave_two_copies_of_each_instruction() -> None:
     sch = dense_schedule(DenseShape(16, 64, 64), 4, load_target("vta"), Tiles(2, 2, 2))
-    lowered = inject_virtual_thread(lower_blocks(sch.mod))
-    text = str(lowered)
+    text = str(lower_dense(sch))
     assert "vthread" not in text
     calls = _calls(text)
-    # the weight tile does not depend on the row thread: loaded once per step, shared
-    assert calls.count("load_wgt") == 1
-    for name in ("gemm", "gemm_reset", "load_inp", "alu_shr_imm", "store_out"):
+    # every tile buffer is allocated inside the thread loop, so each thread has its own
+    # copy — also of the weight tile, which the row thread does not index (double buffering)
+    for name in ("gemm", "gemm_reset", "load_inp", "load_wgt", "alu_shr_imm", "store_out"):
         assert calls.count(name) == 2, name
+    assert 'T.allocate((2, 2, 2, 16, 16), "int8", scope="vta.wgt")' in text
+    # without compaction the buffers stay whole at the root and the weight load is shared
+    assert _calls(str(inject_virtual_thread(lower_blocks(sch.mod)))).count("load_wgt") == 1
 
 
 def test_single_thread_schedule_has_one_copy() -> None:
@@ -52,10 +54,19 @@ def test_single_thread_schedule_has_one_copy() -> None:
 def test_tiles_fit_the_buffer_shares() -> None:
     cfg = VTAConfig()
     for shape in (DenseShape(3136, 576, 64), DenseShape(196, 2304, 256),
-                  DenseShape(49, 4608, 512)):
+                  DenseShape(50, 4608, 512)):
         t = choose_tiles(shape, cfg)
         assert t.tm * t.tk <= cfg.inp_depth // 2 and t.tn * t.tk <= cfg.wgt_depth // 2
         assert t.tm * t.tn <= cfg.acc_depth // 2
+        # the row (or column) tiles split evenly over 2 virtual threads
+        assert (shape.m // t.tm if t.split == "m" else shape.n // 16 // t.tn) % 2 == 0
+    # 49 rows do not split over two threads: the column tiles do
+    assert choose_tiles(DenseShape(49, 4608, 512), cfg).split == "n"
+    t = choose_tiles(DenseShape(49, 4608, 512), cfg, vthreads=1)
+    assert t.tm * t.tk <= cfg.inp_depth and t.tm * t.tn <= cfg.acc_depth
+    with pytest.raises(ScheduleError, match="49 rows of BATCH and 3 blocks of BLOCK_OUT split "
+                                            "over 2 virtual threads"):
+        choose_tiles(DenseShape(49, 64, 48), cfg)
 
 
 def test_bad_tiles_are_refused_with_the_reason() -> None:

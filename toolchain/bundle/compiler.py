@@ -106,10 +106,10 @@ def resolve_target(target: str | Path | Target) -> Target:
     if t.is_accelerator:
         raise TargetError(
             f"target {t.name!r} ({t.source}) is an accelerator (kind {t.kind!r}): whole-model "
-            "bundles for it do not exist yet (instruction emission, graph partitioning and "
-            "the runtime driver are still to come); what exists is the dense-layer schedule "
-            "(toolchain.vta.schedule) and `kiln sim` for accelerator programs, see "
-            "docs/vta.md")
+            "bundles for it do not exist yet (graph partitioning and the runtime driver are "
+            "still to come); what exists is compiling single dense and conv2d layers to "
+            "accelerator programs (toolchain.vta.compile_dense / compile_conv2d) and `kiln "
+            "sim` to run them, see docs/vta.md")
     try:
         backend_for(t)
     except TargetError:

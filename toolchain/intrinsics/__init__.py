@@ -91,6 +91,9 @@ class IntrinsicSpec:
     llvm_template: str = ""
     #: the accelerator instruction that implements it (``GEMM``, ``ALU.MAX``...), "" for C
     instruction: str = ""
+    #: whether a call reads its output operand before writing it (``+=``, or the output
+    #: on the right-hand side); ``C[b, o] = 0`` or ``C = A >> imm`` only write it
+    reads_output: bool = True
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -163,7 +166,8 @@ def _compile(t: Target) -> _Loaded:
                              tuple(tuple(int(d.value) for d in b.shape) for b in desc.buffers),
                              {str(k): int(v) for k, v in dict(spec["extents"]).items()},
                              block.key if block else "", spec.get("llvm_impl", ""),
-                             spec.get("instruction", ""))
+                             spec.get("instruction", ""),
+                             beh.accumulate or beh.output.name in {a.name for a in beh.inputs()})
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
                    tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()))
@@ -236,10 +240,11 @@ def load_intrinsics(target: str | Target) -> list[str]:
     return [info.name for info, _, _ in done.intrinsics]
 
 
-def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, bool]] | None:
-    """What a call to a registered intrinsic touches: per operand ``(first, last, written)``
-    (its first and last element, from the operand's address and the declared tile extents;
-    ``written`` for the output). None for any other call, or an operand that is not
+def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, bool, bool]] | None:
+    """What a call to a registered intrinsic touches: per operand ``(first, last, read,
+    written)`` (its first and last element, from the operand's address and the declared tile
+    extents; every input is ``read``, the output is ``written`` and also ``read`` when the
+    behaviour reads it, e.g. ``+=``). None for any other call, or an operand that is not
     ``address_of(X[..])`` of a buffer of at least the tile's rank.
 
     >>> from toolchain.tir import ir
@@ -248,9 +253,10 @@ def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, boo
     >>> i = ir.Var("i", "int32")
     >>> call = ir.Call("int32", "kiln_fma_f32_4x4", [ir.Call("handle", "tir.address_of",
     ...     [X[i, 0]]) for X in (A, B, C)])
-    >>> [(str(f), str(la), w) for f, la, w in operand_tiles(call)]  # doctest: +NORMALIZE_WHITESPACE
-    [('A[i, 0]', 'A[i + 3, 3]', False), ('B[i, 0]', 'B[i + 3, 3]', False),
-     ('C[i, 0]', 'C[i + 3, 3]', True)]
+    >>> [(str(f), str(la), r, w) for f, la, r, w in operand_tiles(call)]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('A[i, 0]', 'A[i + 3, 3]', True, False), ('B[i, 0]', 'B[i + 3, 3]', True, False),
+     ('C[i, 0]', 'C[i + 3, 3]', True, True)]
     """
     from toolchain.tir import arith
 
@@ -272,7 +278,8 @@ def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, boo
         last = ir.BufferLoad(first.buffer, tuple(
             i if e == 1 else arith.simplify(i + (e - 1)) for i, e in zip(first.indices, ext,
                                                                          strict=True)))
-        out.append((first, last, k == len(spec.tiles) - 1))
+        written = k == len(spec.tiles) - 1
+        out.append((first, last, spec.reads_output or not written, written))
     return out
 
 

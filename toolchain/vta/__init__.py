@@ -11,7 +11,9 @@ Stable API for the RTL runner, the compiler backend and the benchmarks:
 - :func:`disassemble` (``disasm``), :func:`check_program` (``checker``);
 - :func:`run_fsim` — bit-exact functional simulator, plain or token-honouring (``fsim``);
 - :func:`gemm_workload`, :func:`resnet18_workload`, :data:`RESNET18_LAYERS` — tiled int8 GEMM
-  programs, serial and with two virtual threads (``workloads``).
+  programs, serial and with two virtual threads (``workloads``);
+- :func:`compile_dense`, :func:`compile_conv2d` — the compiler's path from a layer to a
+  checked program (``compile``; imported on first use, it pulls in the TIR stack).
 
 The RTL runner (``toolchain.vta.rtl.run_rtl``) is provided separately and returns
 ``(dram_out, counters)`` like ``run_fsim`` returns ``FsimResult(dram, counters)``.
@@ -52,9 +54,21 @@ from toolchain.vta.workloads import (
     resnet18_workload,
 )
 
+_LAZY = {"compile_dense": "toolchain.vta.compile", "compile_conv2d": "toolchain.vta.compile"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'toolchain.vta' has no attribute {name!r}")
+
+
 __all__ = [
     "Alu", "CheckReport", "Finish", "FsimResult", "Gemm", "Load", "Program", "ProgramBuilder",
     "RESNET18_LAYERS", "Region", "Store", "Uop", "UopKernel", "VTAConfig", "Workload",
-    "check_program", "decode", "decode_program", "disassemble", "encode", "encode_program",
+    "check_program", "compile_conv2d", "compile_dense", "decode", "decode_program",
+    "disassemble", "encode", "encode_program",
     "gemm_workload", "load_config", "resnet18_workload", "run_fsim",
 ]

@@ -19,6 +19,11 @@ right, clip to int8) and the narrowing to int8. ``dense_schedule`` then:
    loops just above each tensorized block are annotated ``instruction`` — they fold into
    that instruction's loop fields, DMA sizes or micro-ops (:mod:`toolchain.vta.codegen`).
 
+``conv2d_compute`` / ``conv2d_schedule`` do the same for a 2-D convolution in the packed
+layouts NCHW{BATCH}n{BLOCK_IN}c / OIHW{BLOCK_OUT}o{BLOCK_IN}i: output-row x output-channel
+tiles, the zero-padding stage as the on-chip input tile per input-channel step, the GEMM over
+the tile's pixels, channels and kernel taps.
+
 Scope and intrinsic names come from the target descriptor (the GEMM intrinsic's declared
 ``scopes``), never from the target's name.
 
@@ -34,6 +39,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from toolchain import te
@@ -43,6 +49,12 @@ from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule.handles import BlockRV, LoopRV
 from toolchain.tir.schedule.tensorize import TensorIntrin
+from toolchain.tir.transform import (
+    compact_buffer_allocation,
+    inject_virtual_thread,
+    lower_blocks,
+)
+from toolchain.tir.transform.inject_virtual_thread import INSTRUCTION
 from toolchain.vta.config import VTAConfig, config_from_target
 
 #: the epilogue stages, in order: block name -> (intrinsic, scalar operand)
@@ -61,11 +73,17 @@ class DenseShape:
 @dataclass(frozen=True)
 class Tiles:
     """Tile sizes in blocks: ``tm`` rows of BATCH, ``tn`` blocks of BLOCK_OUT, ``tk`` of
-    BLOCK_IN."""
+    BLOCK_IN; ``split``: the output axis whose tiles go to the virtual threads (``"m"``:
+    row tiles, each thread loads its own copy of the weight tile; ``"n"``: column tiles,
+    each thread loads its own copy of the input tile); ``resident``: see below."""
 
     tm: int
     tn: int
     tk: int
+    split: str = "m"
+    #: the whole weight matrix is loaded once, before the first tile, and shared by all
+    #: tiles and threads (only when it fits the WGT buffer)
+    resident: bool = False
 
 
 def blocks(shape: DenseShape, cfg: VTAConfig) -> tuple[int, int, int]:
@@ -78,42 +96,62 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def candidate_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2,
+                    count: int = 8) -> list[Tiles]:
+    """The ``count`` tilings with the lowest estimate of the compute engine's time plus the
+    DMA time that cannot overlap it, best first; every one fits ``1/vthreads`` of each
+    buffer (resident weights: the whole matrix once) and splits evenly over the threads.
+
+    Example::
+
+        >>> for t in candidate_tiles(DenseShape(784, 1152, 128), VTAConfig(), count=2):
+        ...     print(t)
+        Tiles(tm=56, tn=8, tk=18, split='m', resident=False)
+        Tiles(tm=28, tn=8, tk=36, split='m', resident=False)
+    """
+    mb, kb, nb = blocks(shape, cfg)
+    share = max(1, vthreads)
+    found: list[tuple[tuple[float, int], Tiles]] = []
+    whole = nb * kb <= cfg.wgt_depth  # the weights fit on chip: may load them once
+    splits = ("m", "n") if share > 1 else ("m",)
+    for split, resident, tn, tk in itertools.product(splits, sorted({False, whole}),
+                                                     _divisors(nb), _divisors(kb)):
+        if not resident and tn * tk > cfg.wgt_depth // share:
+            continue
+        if min(tn, tk) < 2 and min(nb, kb) >= 2 or split == "n" and (nb // tn) % share:
+            continue
+        for tm in _divisors(mb):
+            if tm < 2 <= mb or split == "m" and (mb // tm) % share:
+                continue
+            if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
+                continue
+            wgt = 0 if resident else tn * tk * cfg.wgt_row_bytes
+            load = (tm * tk * cfg.inp_row_bytes + wgt) / cfg.bytes_per_cycle \
+                + cfg.latency_cycles
+            groups = (mb // tm) * (nb // tn) * (kb // tk)
+            tiles = (mb // tm) * (nb // tn)
+            est = groups * max(tm * tn * tk, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
+            if resident:  # the one weight load runs before any GEMM
+                est += nb * kb * cfg.wgt_row_bytes / cfg.bytes_per_cycle
+            found.append(((est, groups), Tiles(tm, tn, tk, split, resident)))
+    if not found:
+        why = f" with its {mb} rows of BATCH and {nb} blocks of BLOCK_OUT split over " \
+              f"{share} virtual threads (use vthreads=1)" if mb % share and nb % share else ""
+        raise ScheduleError(f"no tiling of the {mb}x{kb}x{nb}-block GEMM fits the buffers of "
+                            f"target {cfg.name!r}{why}")
+    found.sort(key=lambda x: x[0])
+    return [t for _, t in found[:count]]
+
+
 def choose_tiles(shape: DenseShape, cfg: VTAConfig, vthreads: int = 2) -> Tiles:
-    """The tiles that fit ``1/vthreads`` of every buffer and minimise an estimate of the
-    compute engine's time plus the DMA time that cannot overlap it.
+    """The first of :func:`candidate_tiles`.
 
     Example::
 
         >>> choose_tiles(DenseShape(784, 1152, 128), VTAConfig())
-        Tiles(tm=112, tn=8, tk=9)
+        Tiles(tm=56, tn=8, tk=18, split='m', resident=False)
     """
-    mb, kb, nb = blocks(shape, cfg)
-    share = max(1, vthreads)
-    best: tuple[tuple[float, int], Tiles] | None = None
-    for tn in _divisors(nb):
-        for tk in _divisors(kb):
-            if tn * tk > cfg.wgt_depth // share:
-                continue
-            if min(tn, tk) < 2 and min(nb, kb) >= 2:
-                continue
-            for tm in _divisors(mb):
-                if tm < 2 <= mb:
-                    continue
-                if tm * tk > cfg.inp_depth // share or tm * tn > cfg.acc_depth // share:
-                    continue
-                steps = tm * tn * tk
-                load = (tm * tk * cfg.inp_row_bytes + tn * tk * cfg.wgt_row_bytes) \
-                    / cfg.bytes_per_cycle + cfg.latency_cycles
-                groups = (mb // tm) * (nb // tn) * (kb // tk)
-                tiles = (mb // tm) * (nb // tn)
-                est = groups * max(steps, load) + tiles * (1 + len(EPILOGUE)) * tm * tn
-                key = (est, groups)
-                if best is None or key < best[0]:
-                    best = (key, Tiles(tm, tn, tk))
-    if best is None:
-        raise ScheduleError(f"no tiling of the {mb}x{kb}x{nb}-block GEMM fits the buffers of "
-                            f"target {cfg.name!r}")
-    return best[1]
+    return candidate_tiles(shape, cfg, vthreads, 1)[0]
 
 
 def dense_compute(shape: DenseShape, shift: int, cfg: VTAConfig) -> list[te.Tensor]:
@@ -127,6 +165,11 @@ def dense_compute(shape: DenseShape, shift: int, cfg: VTAConfig) -> list[te.Tens
     acc = te.compute((mb, nb, b_, bo), lambda m, n, b, o: te.sum(
         te.cast(data[m, ko, b, ki], "int32") * te.cast(weight[n, ko, o, ki], "int32"),
         axis=[ko, ki]), name="gemm")
+    return [data, weight, _requant(acc, shift)]
+
+
+def _requant(acc: te.Tensor, shift: int) -> te.Tensor:
+    """``int8(clip(acc >> shift, -128, 127))`` as the stages of :data:`EPILOGUE` + ``out``."""
     shr = te.compute(acc.shape, lambda *i: ir.Call("int32", "tir.shift_right",
                                                    [acc[i], ir.IntImm(shift, "int32")]),
                      name="shr")
@@ -134,8 +177,7 @@ def dense_compute(shape: DenseShape, shift: int, cfg: VTAConfig) -> list[te.Tens
                     name="clip_hi")
     lo = te.compute(acc.shape, lambda *i: ir.Max(hi[i], ir.IntImm(-128, "int32")),
                     name="clip_lo")
-    out = te.compute(acc.shape, lambda *i: te.cast(lo[i], "int8"), name="out")
-    return [data, weight, out]
+    return te.compute(acc.shape, lambda *i: te.cast(lo[i], "int8"), name="out")
 
 
 def _desc_loops(intrin: str) -> int:
@@ -151,9 +193,11 @@ def _desc_loops(intrin: str) -> int:
             return n
 
 
-def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None) -> None:
+def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None,
+               stage: str = "compute") -> None:
     """Tensorize ``block`` at the loop matching the intrinsic's nest; annotate the first
-    loop under ``below`` (the loops that fold into the instruction) ``instruction``."""
+    loop under ``below`` (the loops that fold into the instruction) ``instruction`` with
+    the engine that runs it (``load``, ``compute`` or ``store``)."""
     loops = sch.get_loops(block)
     nd = _desc_loops(intrin)
     outer = loops[: len(loops) - nd]
@@ -163,7 +207,7 @@ def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None)
         outer = outer[anchor + 1:]
     sch.tensorize(loops[len(loops) - nd], intrin)
     if outer:
-        sch.annotate(outer[0], "instruction", 1)
+        sch.annotate(outer[0], INSTRUCTION, stage)
 
 
 def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles | None = None,
@@ -178,9 +222,17 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if min(t.tm, t.tn, t.tk) < 2:
         raise ScheduleError(f"tiles {t}: every tile size must be at least 2 blocks in this "
                             "version (a loop of extent 1 disappears from the nest)")
-    if mb // t.tm % vthreads:
+    if t.resident and nb * kb > cfg.wgt_depth:
+        raise ScheduleError(f"tiles {t}: the {nb}x{kb}-block weight matrix does not fit the "
+                            f"WGT buffer ({cfg.wgt_depth} rows) to stay resident")
+    if t.split not in ("m", "n"):
+        raise ScheduleError(f"tiles {t}: split must be 'm' (row tiles) or 'n' (column tiles)")
+    if t.split == "m" and mb // t.tm % vthreads:
         raise ScheduleError(f"{vthreads} virtual threads need a number of row tiles "
                             f"divisible by {vthreads}; M has {mb // t.tm} tiles of {t.tm}")
+    if t.split == "n" and nb // t.tn % vthreads:
+        raise ScheduleError(f"{vthreads} virtual threads need a number of column tiles "
+                            f"divisible by {vthreads}; N has {nb // t.tn} tiles of {t.tn}")
     gemm_spec = target.intrinsics["gemm"]
     scope_inp, scope_wgt, scope_acc = (gemm_spec["scopes"][x] for x in ("A", "B", "C"))
     sch = Schedule(te.create_prim_func(dense_compute(shape, shift, cfg)), target)
@@ -188,8 +240,12 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     m, n, _, _ = sch.get_loops(out)
     mo, mi = sch.split(m, [None, t.tm])
     no, ni = sch.split(n, [None, t.tn])
-    mq, vt = sch.split(mo, [None, vthreads])
-    sch.reorder(mq, no, vt, mi, ni)
+    if t.split == "m":
+        mq, vt = sch.split(mo, [None, vthreads])
+        sch.reorder(mq, no, vt, mi, ni)
+    else:
+        nq, vt = sch.split(no, [None, vthreads])
+        sch.reorder(mo, nq, vt, mi, ni)
     stages = ("gemm", *EPILOGUE)
     for name in reversed(stages):
         sch.compute_at(sch.get_block(name), vt)
@@ -203,15 +259,225 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     cin = sch.cache_read(gemm, "data", scope_inp)
     cwt = sch.cache_read(gemm, "weight", scope_wgt)
     sch.compute_at(cin, k0)
-    sch.compute_at(cwt, k0)
+    if not t.resident:
+        sch.compute_at(cwt, k0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
     _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
-    _tensorize(sch, cin, target.intrinsic("load_inp"), k0)
-    _tensorize(sch, cwt, target.intrinsic("load_wgt"), k0)
+    _tensorize(sch, cin, target.intrinsic("load_inp"), k0, "load")
+    _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else k0, "load")
+    _epilogue(sch, target, vt, vthreads)
+    return sch
+
+
+def _epilogue(sch: Schedule, target: Target, vt: LoopRV, vthreads: int) -> None:
+    """Tensorize the requantisation and the store below the thread loop; bind it."""
     for name, intrin in zip(EPILOGUE, ("alu_shr_imm", "alu_min_imm", "alu_max_imm"),
                             strict=True):
         _tensorize(sch, sch.get_block(name), target.intrinsic(intrin), vt)
-    _tensorize(sch, out, target.intrinsic("store_out"), vt)
+    _tensorize(sch, sch.get_block("out"), target.intrinsic("store_out"), vt, "store")
     if vthreads > 1:
         sch.bind(vt, "vthread")
+
+
+def lower_dense(sch: Schedule) -> ir.PrimFunc:
+    """The scheduled layer lowered for instruction emission: blocks lowered, each scoped
+    buffer shrunk to its tile and placed in its tile loop, virtual threads interleaved (one
+    copy of every tile buffer per thread)."""
+    return inject_virtual_thread(compact_buffer_allocation(lower_blocks(sch.mod)))
+
+
+# ---- convolution ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConvShape:
+    """A 2-D convolution of one ``h x w x ic`` image by ``oc`` filters of ``k x k``, stride
+    ``s``, ``pad`` zero rows/columns on every side (unpadded channel counts)."""
+
+    h: int
+    w: int
+    ic: int
+    oc: int
+    k: int
+    s: int = 1
+    pad: int = 0
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        """(OH, OW)."""
+        return ((self.h + 2 * self.pad - self.k) // self.s + 1,
+                (self.w + 2 * self.pad - self.k) // self.s + 1)
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    """Tiles of a convolution: ``toh`` output rows (whole output width), ``toc`` blocks of
+    BLOCK_OUT output channels, ``tic`` blocks of BLOCK_IN input channels per reduction step;
+    ``split``, ``resident`` as in :class:`Tiles` (``"m"``: output-row tiles on the threads)."""
+
+    toh: int
+    toc: int
+    tic: int
+    split: str = "m"
+    resident: bool = False
+
+
+def conv_blocks(shape: ConvShape, cfg: VTAConfig) -> tuple[int, int]:
+    """(IC, OC) in blocks of BLOCK_IN, BLOCK_OUT (zero padded)."""
+    return -(-shape.ic // cfg.block_in), -(-shape.oc // cfg.block_out)
+
+
+def conv_rows(shape: ConvShape, t: ConvTiles, cfg: VTAConfig) -> tuple[int, int, int]:
+    """On-chip rows one thread's tile needs: (INP, WGT, ACC)."""
+    cb, ob = conv_blocks(shape, cfg)
+    oh, ow = shape.out_hw
+    in_rows = ((t.toh - 1) * shape.s + shape.k) * (shape.w + 2 * shape.pad)
+    wgt = ob * cb * shape.k ** 2 if t.resident else t.toc * t.tic * shape.k ** 2
+    return t.tic * in_rows, wgt, t.toc * t.toh * ow
+
+
+def candidate_conv_tiles(shape: ConvShape, cfg: VTAConfig, vthreads: int = 2,
+                         count: int = 8) -> list[ConvTiles]:
+    """The ``count`` convolution tilings with the lowest analytic estimate (as
+    :func:`candidate_tiles`), best first.
+
+    Example::
+
+        >>> candidate_conv_tiles(ConvShape(14, 14, 64, 64, 3, 1, 1), VTAConfig(), count=1)
+        [ConvTiles(toh=7, toc=4, tic=4, split='m', resident=False)]
+    """
+    cb, ob = conv_blocks(shape, cfg)
+    oh, ow = shape.out_hw
+    share = max(1, vthreads)
+    found: list[tuple[tuple[float, int], ConvTiles]] = []
+    whole = ob * cb * shape.k ** 2 <= cfg.wgt_depth
+    splits = ("m", "n") if share > 1 else ("m",)
+    for split, resident, toh, toc, tic in itertools.product(
+            splits, sorted({False, whole}), _divisors(oh), _divisors(ob), _divisors(cb)):
+        if split == "m" and (oh // toh) % share or split == "n" and (ob // toc) % share:
+            continue
+        t = ConvTiles(toh, toc, tic, split if share > 1 else "m", resident)
+        inp, wgt, acc = conv_rows(shape, t, cfg)
+        if inp > cfg.inp_depth // share or acc > cfg.acc_depth // share or \
+                wgt > (cfg.wgt_depth if resident else cfg.wgt_depth // share):
+            continue
+        steps = toh * ow * toc * tic * shape.k ** 2
+        load = (inp * cfg.inp_row_bytes + (0 if resident else wgt * cfg.wgt_row_bytes)) \
+            / cfg.bytes_per_cycle + cfg.latency_cycles
+        tiles = (oh // toh) * (ob // toc)
+        groups = tiles * (cb // tic)
+        est = groups * max(steps, load) + tiles * (1 + len(EPILOGUE)) * acc
+        if resident:
+            est += ob * cb * shape.k ** 2 * cfg.wgt_row_bytes / cfg.bytes_per_cycle
+        found.append(((est, groups), t))
+    if not found:
+        raise ScheduleError(f"no tiling of the {shape} convolution fits the buffers of "
+                            f"target {cfg.name!r} with {share} virtual threads")
+    found.sort(key=lambda x: x[0])
+    return [t for _, t in found[:count]]
+
+
+def conv2d_compute(shape: ConvShape, shift: int, cfg: VTAConfig) -> list[te.Tensor]:
+    """The packed convolution with its requantisation: ``[data, weight, out]`` with data
+    ``(1, IC/BLOCK_IN, H, W, BATCH, BLOCK_IN)`` (NCHW{BATCH}n{BLOCK_IN}c), weight
+    ``(OC/BLOCK_OUT, IC/BLOCK_IN, K, K, BLOCK_OUT, BLOCK_IN)`` (OIHW{BLOCK_OUT}o{BLOCK_IN}i),
+    out ``(1, OC/BLOCK_OUT, OH, OW, BATCH, BLOCK_OUT)``; the zero padding is its own stage
+    (``pad``), which the schedule makes the on-chip input tile."""
+    cb, ob = conv_blocks(shape, cfg)
+    b_, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    h, w, k, s, p = shape.h, shape.w, shape.k, shape.s, shape.pad
+    oh, ow = shape.out_hw
+    data = te.placeholder((1, cb, h, w, b_, bi), "int8", "data")
+    weight = te.placeholder((ob, cb, k, k, bo, bi), "int8", "weight")
+    pad = te.compute((1, cb, h + 2 * p, w + 2 * p, b_, bi), lambda n, c, y, x, b, i:
+                     te.if_then_else(te.all(y >= p, y < h + p, x >= p, x < w + p),
+                                     data[n, c, y - p, x - p, b, i], ir.IntImm(0, "int8")),
+                     name="pad")
+    ric = te.reduce_axis((0, cb), name="ric")
+    rkh = te.reduce_axis((0, k), name="rkh")
+    rkw = te.reduce_axis((0, k), name="rkw")
+    rki = te.reduce_axis((0, bi), name="rki")
+    acc = te.compute((1, ob, oh, ow, b_, bo), lambda n, o, y, x, b, oo: te.sum(
+        te.cast(pad[n, ric, y * s + rkh, x * s + rkw, b, rki], "int32")
+        * te.cast(weight[o, ric, rkh, rkw, oo, rki], "int32"),
+        axis=[ric, rkh, rkw, rki]), name="gemm")
+    return [data, weight, _requant(acc, shift)]
+
+
+def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTiles,
+                    vthreads: int = 2) -> Schedule:
+    """The scheduled, tensorized convolution: output-row x output-channel tiles (whole
+    output width) with their accumulator and epilogue in ``vta.acc``; per reduction step
+    of ``tic`` input-channel blocks the padded input tile (the ``pad`` stage itself, in
+    ``vta.inp``: a guarded copy the emitter turns into 2-D DMAs with zero padding) and the
+    weight tile in ``vta.wgt``; the GEMM over the tile's pixels, channels and kernel taps.
+
+    Example::
+
+        >>> from toolchain.target import load_target
+        >>> sch = conv2d_schedule(ConvShape(8, 8, 32, 32, 3, 1, 1), 4, load_target("vta"),
+        ...                       ConvTiles(4, 2, 2))
+        >>> "vta.gemm" in str(sch.mod) and "if_then_else" in str(sch.mod)
+        True
+    """
+    cfg = config_from_target(target)
+    cb, ob = conv_blocks(shape, cfg)
+    oh, _ = shape.out_hw
+    t = tiles
+    if oh % t.toh or ob % t.toc or cb % t.tic:
+        raise ScheduleError(f"tiles {t} must divide the layer (OH {oh}, OC blocks {ob}, IC "
+                            f"blocks {cb})")
+    if t.split not in ("m", "n"):
+        raise ScheduleError(f"tiles {t}: split must be 'm' (output rows) or 'n' (channels)")
+    if (oh // t.toh if t.split == "m" else ob // t.toc) % vthreads:
+        raise ScheduleError(f"tiles {t}: {vthreads} virtual threads need a number of "
+                            f"{'row' if t.split == 'm' else 'channel'} tiles divisible by "
+                            f"{vthreads}")
+    if cb < 2:
+        raise ScheduleError(f"{shape}: a single block of input channels (IC <= "
+                            f"{cfg.block_in}) is not supported yet (no reduction loop to "
+                            "place the input tile in)")
+    if t.resident and ob * cb * shape.k ** 2 > cfg.wgt_depth:
+        raise ScheduleError(f"tiles {t}: the weights do not fit the WGT buffer "
+                            f"({cfg.wgt_depth} rows) to stay resident")
+    gemm_spec = target.intrinsics["gemm"]
+    scope_inp, scope_wgt, scope_acc = (gemm_spec["scopes"][x] for x in ("A", "B", "C"))
+    sch = Schedule(te.create_prim_func(conv2d_compute(shape, shift, cfg)), target)
+    out = sch.get_block("out")
+    _, oc, y, _, _, _ = sch.get_loops(out)
+    oco, oci = sch.split(oc, [None, t.toc])
+    yo, yi = sch.split(y, [None, t.toh])
+    if t.split == "m":
+        yq, vt = sch.split(yo, [None, vthreads])
+        sch.reorder(yq, oco, vt, oci, yi)
+    else:
+        oq, vt = sch.split(oco, [None, vthreads])
+        sch.reorder(yo, oq, vt, oci, yi)
+    stages = ("gemm", *EPILOGUE)
+    for name in reversed(stages):
+        sch.compute_at(sch.get_block(name), vt)
+    for name in stages:
+        sch.set_scope(sch.get_block(name), 0, scope_acc)
+    gemm = sch.get_block("gemm")
+    # compute_at leaves out the loops of extent 1: name the ones that are there
+    _, ow = shape.out_hw
+    axes = [(n, e) for n, e in (("oc", t.toc), ("oh", t.toh), ("ow", ow),
+                                ("o", cfg.block_out), ("ic", cb), ("kh", shape.k),
+                                ("kw", shape.k), ("ki", cfg.block_in)) if e > 1]
+    lp = dict(zip((n for n, _ in axes), sch.get_loops(gemm)[-len(axes):], strict=True))
+    c0, c1 = sch.split(lp["ic"], [None, t.tic])
+    sch.reorder(c0, *(lp[n] for n in ("oc", "oh", "ow") if n in lp), c1,
+                *(lp[n] for n in ("kh", "kw") if n in lp), lp["o"], lp["ki"])
+    init = sch.decompose_reduction(gemm, c0)
+    pad = sch.get_block("pad")
+    sch.set_scope(pad, 0, scope_inp)
+    sch.compute_at(pad, c0)
+    cwt = sch.cache_read(gemm, "weight", scope_wgt)
+    if not t.resident:
+        sch.compute_at(cwt, c0)
+    _tensorize(sch, gemm, target.intrinsic("gemm"), c0)
+    _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
+    _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else c0, "load")
+    pad_loops = sch.get_loops(pad)
+    names = [sch.get(lp).loop_var for lp in pad_loops]
+    sch.annotate(pad_loops[names.index(sch.get(c0).loop_var) + 1], INSTRUCTION, "load")
+    _epilogue(sch, target, vt, vthreads)
     return sch

@@ -80,13 +80,14 @@ class _Accesses(StmtExprVisitor):
 
         tiles = operand_tiles(e)
         if tiles is not None:  # a registered intrinsic: it touches its operand tiles
-            for first, last, written in tiles:
+            for first, last, read, written in tiles:
                 for i in first.indices:
                     self.visit_expr(i)
                 if first.buffer.data is self.data:
                     path = tuple(self.path)
-                    self.found += [_Access(path, first.indices), _Access(path, last.indices)]
-                    if written:  # read-modify-write: the reads above come first
+                    if read:  # read-modify-write: the reads come first
+                        self.found += [_Access(path, first.indices), _Access(path, last.indices)]
+                    if written:
                         self.found += [_Access(path, first.indices, True),
                                        _Access(path, last.indices, True)]
             return

@@ -4,7 +4,14 @@ A loop bound to ``vthread`` says "these iterations are independent; interleave t
 that their memory accesses and computations overlap". The pass removes the loop and pushes
 the copies of the body down to the innermost statements that depend on the virtual thread,
 so the copies run side by side inside the shared loops (the TVM paper's latency hiding).
-Allocations inside get one slice per virtual thread.
+Allocations inside get one slice per virtual thread, also one the thread does not index when
+it sits in a statement that depends on the thread (each thread then has its own copy: the
+accelerator's double buffering).
+A loop annotated :data:`INSTRUCTION` is one accelerator instruction: the copies stay whole
+loop nests, one instruction per thread, instead of being pushed inside it. The annotation's
+value names the instruction's stage (the engine that runs it); consecutive instructions of
+one stage are interleaved as a unit — thread 0's input and weight loads, then thread 1's —
+so an engine that runs its queue in order finishes one thread's work before the next's.
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ from dataclasses import replace
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, substitute, uses_var
+
+#: loop annotation of a nest that folds into one accelerator instruction (never split)
+INSTRUCTION = "instruction"
 
 
 class _BufferExpand(StmtExprMutator):
@@ -39,13 +49,35 @@ def _uses(s: ir.Stmt, vt: ir.Var) -> bool:
     return uses_var(s, vt)
 
 
+def _stage_runs(seq: tuple[ir.Stmt, ...], vt: ir.Var) -> list[list[ir.Stmt]]:
+    """Consecutive instruction nests that depend on ``vt`` and carry the same
+    :data:`INSTRUCTION` value (the same stage, e.g. the load engine) form one run."""
+    runs: list[list[ir.Stmt]] = []
+    prev = None
+    for x in seq:
+        stage = x.annotations.get(INSTRUCTION) if isinstance(x, ir.For) else None
+        if stage is not None and stage == prev and _uses(x, vt) and _uses(runs[-1][-1], vt):
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+        prev = stage
+    return runs
+
+
 def _inject(s: ir.Stmt, vt: ir.Var, n: int) -> ir.Stmt:
     if not _uses(s, vt):
         return s
     if isinstance(s, ir.SeqStmt):
-        return ir.seq(*(_inject(x, vt, n) for x in s.seq))
+        out: list[ir.Stmt] = []
+        for run in _stage_runs(s.seq, vt):
+            if len(run) == 1:
+                out.append(_inject(run[0], vt, n))
+            else:  # one stage of a decoupled machine: each thread's run of it in turn
+                out += [arith.simplify(substitute(ir.seq(*run), {vt: k})) for k in range(n)]
+        return ir.seq(*out)
     if isinstance(s, ir.For) and not uses_var(ir.Evaluate(s.extent), vt) and not uses_var(
-            ir.Evaluate(s.min), vt) and s.kind in ("serial", "unrolled", "thread_binding"):
+            ir.Evaluate(s.min), vt) and s.kind in ("serial", "unrolled", "thread_binding") \
+            and INSTRUCTION not in s.annotations:
         return replace(s, body=_inject(s.body, vt, n))
     if isinstance(s, ir.IfThenElse) and not uses_var(ir.Evaluate(s.condition), vt):
         other = _inject(s.else_case, vt, n) if s.else_case is not None else None
@@ -89,5 +121,25 @@ def inject_virtual_thread(func: ir.PrimFunc) -> ir.PrimFunc:
         for k in range(16):
             C[k] = A[k] + T.float32(1.0)
             C[16 + k] = A[16 + k] + T.float32(1.0)
+
+    A loop annotated ``instruction`` is copied whole, and consecutive ones of the same stage
+    as a unit. Before::
+
+        for vt in T.thread_binding(2, thread="vthread"):
+            for r in T.serial(4, annotations={"instruction": "load"}):
+                T.call_extern("int32", "vta.load_wgt", ...W[vt * 4 + r]...)
+            for r in T.serial(4, annotations={"instruction": "load"}):
+                T.call_extern("int32", "vta.load_inp", ...X[vt * 4 + r]...)
+            for r in T.serial(4, annotations={"instruction": "compute"}):
+                T.call_extern("int32", "vta.gemm", ...)
+
+    After (thread 0's two loads, thread 1's two loads, then the two GEMMs)::
+
+        for r in T.serial(4, annotations={"instruction": "load"}): ...W[r]...
+        for r in T.serial(4, annotations={"instruction": "load"}): ...X[r]...
+        for r in T.serial(4, annotations={"instruction": "load"}): ...W[4 + r]...
+        for r in T.serial(4, annotations={"instruction": "load"}): ...X[4 + r]...
+        for r in T.serial(4, annotations={"instruction": "compute"}): ... thread 0
+        for r in T.serial(4, annotations={"instruction": "compute"}): ... thread 1
     """
     return _VThread().visit(func)

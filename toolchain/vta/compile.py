@@ -1,0 +1,308 @@
+"""Compile an int8 dense layer for the accelerator: ``compile_dense``.
+
+The whole path, each step a typed object handed to the next::
+
+    dense_compute + dense_schedule        (toolchain.vta.schedule: TE -> tensorized TIR)
+    lower_dense                            (lower_blocks, compact_buffer_allocation,
+                                            inject_virtual_thread)
+    emit_instructions                      (toolchain.vta.codegen: TIR -> instructions)
+    insert_tokens                          (toolchain.vta.deps: dependency tokens)
+    check_program                          (toolchain.vta.checker: refuse a bad program)
+
+The weights are packed into the program's DRAM image (region ``weight``); the input goes
+into region ``data`` at run time (:meth:`CompiledDense.image`) and the result comes out of
+region ``out`` (:meth:`CompiledDense.read_output`). Any problem — tiles that do not divide
+the layer, buffers that overflow, a program the static checker refuses (e.g. one that would
+deadlock) — is a :class:`~toolchain.errors.ScheduleError` that names the layer.
+
+Example::
+
+    >>> import numpy as np
+    >>> from toolchain.vta.fsim import run_fsim
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.integers(-128, 128, (40, 24), dtype=np.int8)
+    >>> x = rng.integers(-128, 128, (6, 40), dtype=np.int8)
+    >>> layer = compile_dense(w, m=6, shift=8, tiles=Tiles(3, 2, 3), layer="fc1")
+    >>> out = layer.read_output(run_fsim(layer.program, layer.image(x), tokens=True).dram)
+    >>> ref = np.clip((x.astype(np.int32) @ w.astype(np.int32)) >> 8, -128, 127)
+    >>> bool((out == ref).all())
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolchain.errors import ScheduleError
+from toolchain.target import Target, load_target
+from toolchain.tir import ir
+from toolchain.vta.builder import ProgramBuilder
+from toolchain.vta.checker import check_program
+from toolchain.vta.codegen import emit_instructions
+from toolchain.vta.config import VTAConfig, config_from_target
+from toolchain.vta.deps import insert_tokens
+from toolchain.vta.program import Program
+from toolchain.vta.schedule import (
+    ConvShape,
+    ConvTiles,
+    DenseShape,
+    Tiles,
+    blocks,
+    candidate_conv_tiles,
+    candidate_tiles,
+    conv2d_schedule,
+    conv_blocks,
+    dense_schedule,
+    lower_dense,
+)
+from toolchain.vta.timing import estimate_cycles
+
+#: tilings compiled and compared on the cycle model when the caller gives none
+CANDIDATES = 8
+
+__all__ = ["CompiledConv2d", "CompiledDense", "ConvShape", "ConvTiles", "DenseShape", "Tiles",
+           "compile_conv2d", "compile_dense", "pack_filters", "pack_image", "pack_input",
+           "pack_weight"]
+
+
+def pack_input(x: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """``(M, K)`` int8 -> ``(M/BATCH, K/BLOCK_IN, BATCH, BLOCK_IN)``, zero padded."""
+    m, k = x.shape
+    mb, kb = -(-m // cfg.batch), -(-k // cfg.block_in)
+    p = np.zeros((mb * cfg.batch, kb * cfg.block_in), np.int8)
+    p[:m, :k] = x
+    return np.ascontiguousarray(p.reshape(mb, cfg.batch, kb, cfg.block_in).transpose(0, 2, 1, 3))
+
+
+def pack_weight(w: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """``(K, N)`` int8 -> ``(N/BLOCK_OUT, K/BLOCK_IN, BLOCK_OUT, BLOCK_IN)``, zero padded."""
+    k, n = w.shape
+    kb, nb = -(-k // cfg.block_in), -(-n // cfg.block_out)
+    p = np.zeros((kb * cfg.block_in, nb * cfg.block_out), np.int8)
+    p[:k, :n] = w
+    return np.ascontiguousarray(
+        p.reshape(kb, cfg.block_in, nb, cfg.block_out).transpose(2, 0, 3, 1))
+
+
+@dataclass
+class CompiledDense:
+    """A dense layer compiled to one accelerator program."""
+
+    layer: str
+    shape: DenseShape
+    shift: int
+    tiles: Tiles
+    vthreads: int
+    #: instructions (with tokens) + DRAM image (weights, micro-ops) + regions
+    program: Program
+    #: the lowered TIR the instructions were emitted from (prints as TVMScript-like text)
+    func: ir.PrimFunc
+    #: on-chip rows used per buffer (``inp``, ``wgt``, ``acc``)
+    rows_used: dict[str, int]
+
+    def image(self, x: np.ndarray) -> np.ndarray:
+        """The program's DRAM image with the ``(M, K)`` int8 input packed into ``data``."""
+        cfg = self.program.config
+        if x.shape != (self.shape.m, self.shape.k) or x.dtype != np.int8:
+            raise ScheduleError(f"layer {self.layer!r}: input must be int8 of shape "
+                                f"({self.shape.m}, {self.shape.k}), got {x.dtype} {x.shape}")
+        dram = self.program.dram.copy()
+        region = self.program.regions["data"]
+        blob = pack_input(x, cfg).tobytes()
+        dram[region.offset:region.offset + len(blob)] = np.frombuffer(blob, np.uint8)
+        return dram
+
+    def read_output(self, dram: np.ndarray) -> np.ndarray:
+        """The ``(M, N)`` int8 result from a DRAM image after a run."""
+        out = self.program.read("out", dram)                   # (MB, NB, BATCH, BO)
+        mb, nb, batch, bo = out.shape
+        full = out.transpose(0, 2, 1, 3).reshape(mb * batch, nb * bo)
+        return full[: self.shape.m, : self.shape.n]
+
+
+def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str = "vta", *,
+                  tiles: Tiles | None = None, vthreads: int = 2,
+                  layer: str = "dense") -> CompiledDense:
+    """Compile ``out[M, N] = clip((x[M, K] @ weight[K, N]) >> shift, -128, 127)`` (int8 in
+    and out, int32 accumulation) into one accelerator program; see the module docstring.
+
+    Without ``tiles``, the :data:`CANDIDATES` best tilings of
+    :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the fewest
+    cycles on :func:`~toolchain.vta.timing.estimate_cycles` is kept."""
+    t = load_target(target) if isinstance(target, str) else target
+    cfg = config_from_target(t)
+    w = np.asarray(weight)
+    if w.ndim != 2 or w.dtype != np.int8 or min(w.shape) < 1 or m < 1:
+        raise ScheduleError(f"layer {layer!r}: needs an int8 (K, N) weight and M >= 1, got "
+                            f"{w.dtype} {w.shape} and M={m}")
+    _check_shift(shift, layer)
+    shape = DenseShape(m, w.shape[0], w.shape[1])
+    mb, kb, nb = blocks(shape, cfg)
+    arrays = {"data": np.zeros((mb, kb, cfg.batch, cfg.block_in), np.int8),
+              "weight": pack_weight(w, cfg),
+              "out": np.zeros((mb, nb, cfg.batch, cfg.block_out), np.int8)}
+
+    def build(tl: Tiles) -> CompiledDense:
+        func = lower_dense(_scheduled(dense_schedule, shape, shift, t, tl, vthreads, layer))
+        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads")
+        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows)
+
+    return _best(build, tiles, lambda: candidate_tiles(shape, cfg, vthreads, CANDIDATES), layer)
+
+
+def _check_shift(shift: int, layer: str) -> None:
+    if not 0 <= shift < 32:
+        raise ScheduleError(f"layer {layer!r}: shift {shift} is outside 0..31")
+
+
+def _scheduled(make, shape, shift: int, t: Target, tiles, vthreads: int, layer: str):
+    try:
+        return make(shape, shift, t, tiles, vthreads)
+    except ScheduleError as exc:
+        raise ScheduleError(f"layer {layer!r}: {exc}") from None
+
+
+def _best(build, tiles, candidates, layer: str):
+    """``build(tiles)``, or the candidate whose program has the fewest modelled cycles."""
+    if tiles is not None:
+        return build(tiles)
+    try:
+        cands = candidates()
+    except ScheduleError as exc:
+        raise ScheduleError(f"layer {layer!r}: {exc}") from None
+    best = None
+    problems = []
+    for cand in cands:  # the analytic ranking is rough: keep the best modelled program
+        try:
+            done = build(cand)
+        except ScheduleError as exc:
+            problems.append(str(exc))
+            continue
+        cycles = estimate_cycles(done.program)
+        if best is None or cycles < best[0]:
+            best = (cycles, done)
+    if best is None:
+        raise ScheduleError("; ".join(problems))
+    return best[1]
+
+
+def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
+             layer: str, what: str) -> tuple[Program, dict[str, int]]:
+    """Emit, add tokens, check: the program of a lowered layer. ``arrays`` give the DRAM
+    regions of the parameters by name (constants, e.g. packed weights, or zeros)."""
+    b = ProgramBuilder(cfg)
+    regions = {name: b.data(name, a) for name, a in arrays.items()}
+    em = emit_instructions(func, t, regions, layer)
+    b.load_uops(b.uops("uops", em.kernel), sram_base=0)
+    head = b.insns.pop()
+    for insn in insert_tokens([head, *em.insns], [[], *em.uops]):
+        b.emit(insn)
+    b.finish()
+    prog = b.build()
+    report = check_program(prog)
+    if not report.ok:
+        raise ScheduleError(f"layer {layer!r}: the emitted program fails the static check "
+                            f"({what}): " + "; ".join(report.errors))
+    return prog, em.rows_used
+
+
+# ---- convolution -------------------------------------------------------------------------
+def pack_image(x: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """``(IC, H, W)`` int8 -> ``(1, IC/BLOCK_IN, H, W, BATCH, BLOCK_IN)`` (image 0 of the
+    batch; channels zero padded)."""
+    ic, h, w = x.shape
+    cb = -(-ic // cfg.block_in)
+    p = np.zeros((cb * cfg.block_in, h, w), np.int8)
+    p[:ic] = x
+    out = np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8)
+    out[0, :, :, :, 0, :] = p.reshape(cb, cfg.block_in, h, w).transpose(0, 2, 3, 1)
+    return out
+
+
+def pack_filters(w: np.ndarray, cfg: VTAConfig) -> np.ndarray:
+    """``(OC, IC, K, K)`` int8 -> ``(OC/BLOCK_OUT, IC/BLOCK_IN, K, K, BLOCK_OUT, BLOCK_IN)``."""
+    oc, ic, kh, kw = w.shape
+    ob, cb = -(-oc // cfg.block_out), -(-ic // cfg.block_in)
+    p = np.zeros((ob * cfg.block_out, cb * cfg.block_in, kh, kw), np.int8)
+    p[:oc, :ic] = w
+    return np.ascontiguousarray(p.reshape(ob, cfg.block_out, cb, cfg.block_in, kh, kw)
+                                .transpose(0, 2, 4, 5, 1, 3))
+
+
+@dataclass
+class CompiledConv2d:
+    """A convolution layer compiled to one accelerator program (as :class:`CompiledDense`;
+    input ``(IC, H, W)`` int8, output ``(OC, OH, OW)`` int8)."""
+
+    layer: str
+    shape: ConvShape
+    shift: int
+    tiles: ConvTiles
+    vthreads: int
+    program: Program
+    func: ir.PrimFunc
+    rows_used: dict[str, int]
+
+    def image(self, x: np.ndarray) -> np.ndarray:
+        """The program's DRAM image with the input packed into ``data``."""
+        s = self.shape
+        if x.shape != (s.ic, s.h, s.w) or x.dtype != np.int8:
+            raise ScheduleError(f"layer {self.layer!r}: input must be int8 of shape "
+                                f"({s.ic}, {s.h}, {s.w}), got {x.dtype} {x.shape}")
+        dram = self.program.dram.copy()
+        region = self.program.regions["data"]
+        blob = pack_image(x, self.program.config).tobytes()
+        dram[region.offset:region.offset + len(blob)] = np.frombuffer(blob, np.uint8)
+        return dram
+
+    def read_output(self, dram: np.ndarray) -> np.ndarray:
+        """The ``(OC, OH, OW)`` int8 result from a DRAM image after a run."""
+        out = self.program.read("out", dram)[0, :, :, :, 0, :]   # (OB, OH, OW, BO)
+        ob, oh, ow, bo = out.shape
+        return out.transpose(0, 3, 1, 2).reshape(ob * bo, oh, ow)[: self.shape.oc]
+
+
+def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
+                   target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
+                   tiles: ConvTiles | None = None, vthreads: int = 2,
+                   layer: str = "conv") -> CompiledConv2d:
+    """Compile ``out = clip(conv2d(x, weight, stride, pad) >> shift, -128, 127)`` for one
+    ``(IC, H, W)`` int8 image and ``(OC, IC, K, K)`` int8 filters into one accelerator
+    program (tiles as :func:`compile_dense`; the zero padding is done by the input DMA).
+
+    Example::
+
+        >>> from toolchain.vta.fsim import run_fsim
+        >>> rng = np.random.default_rng(1)
+        >>> wt = rng.integers(-128, 128, (20, 24, 3, 3), dtype=np.int8)
+        >>> conv = compile_conv2d(wt, 6, 6, shift=10, pad=1, layer="conv1")
+        >>> x = rng.integers(-128, 128, (24, 6, 6), dtype=np.int8)
+        >>> conv.read_output(run_fsim(conv.program, conv.image(x), tokens=True).dram).shape
+        (20, 6, 6)
+    """
+    t = load_target(target) if isinstance(target, str) else target
+    cfg = config_from_target(t)
+    wt = np.asarray(weight)
+    if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
+        raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
+                            f"{wt.dtype} {wt.shape}")
+    _check_shift(shift, layer)
+    shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
+    oh, ow = shape.out_hw
+    if stride < 1 or pad < 0 or oh < 1 or ow < 1:
+        raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
+                            f"a {h}x{w} image and {shape.k}x{shape.k} filters")
+    cb, ob = conv_blocks(shape, cfg)
+    arrays = {"data": np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8),
+              "weight": pack_filters(wt, cfg),
+              "out": np.zeros((1, ob, oh, ow, cfg.batch, cfg.block_out), np.int8)}
+
+    def build(tl: ConvTiles) -> CompiledConv2d:
+        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, t, tl, vthreads, layer))
+        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads")
+        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows)
+
+    return _best(build, tiles, lambda: candidate_conv_tiles(shape, cfg, vthreads, CANDIDATES),
+                 layer)
