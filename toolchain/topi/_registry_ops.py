@@ -91,6 +91,11 @@ def _cast(ctx: Ctx) -> list[te.Tensor]:
     return [ew.cast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
 
 
+@register("BitCast")
+def _bitcast(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.bitcast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
+
+
 @register("Identity")
 def _identity(ctx: Ctx) -> list[te.Tensor]:
     return [ctx.tensor(0)]

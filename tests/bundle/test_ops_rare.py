@@ -1,0 +1,46 @@
+"""Rare ops compiled into bundles for the host target (strict flags) and compared with
+onnxruntime: BitCast (fused between float and integer math)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.bundle.helpers import assert_matches, compile_run, run_ort
+from toolchain.target import host_target
+
+F = np.float32
+N = helper.make_node
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=26):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
+                          [helper.make_tensor_value_info(*o) for o in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def _check(model, inputs, tmp_path, rtol=2e-5):
+    _, got = compile_run(model, tmp_path, inputs, target=host_target())
+    assert_matches(got, run_ort(model, inputs), rtol=rtol)
+
+
+def test_bitcast_between_float_and_integer_math(tmp_path):
+    """|x| by clearing the sign bit as an int32, and back; int8 -> uint8. (A float16 bit
+    cast is refused in bundles: float16 computes in float32 there.)"""
+    nodes = [N("Mul", ["x", "two"], ["x2"]),
+             N("BitCast", ["x2"], ["bits"], to=TensorProto.INT32),
+             N("BitwiseAnd", ["bits", "mask"], ["cleared"]),
+             N("BitCast", ["cleared"], ["y"], to=TensorProto.FLOAT),
+             N("BitCast", ["b"], ["u"], to=TensorProto.UINT8)]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [3, 17]),
+                       ("b", TensorProto.INT8, [6])],
+               [("y", TensorProto.FLOAT, [3, 17]), ("bits", TensorProto.INT32, [3, 17]),
+                ("u", TensorProto.UINT8, [6])],
+               [("two", np.array(2.0, F)), ("mask", np.array(0x7FFFFFFF, np.int32))])
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((3, 17)).astype(F),
+              "b": np.array([-128, -1, 0, 1, 77, 127], np.int8)}
+    _check(m, inputs, tmp_path)
