@@ -1,5 +1,5 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
-onnxruntime: BitCast (fused between float and integer math)."""
+onnxruntime: BitCast (fused between float and integer math), STFT."""
 
 from __future__ import annotations
 
@@ -44,3 +44,16 @@ def test_bitcast_between_float_and_integer_math(tmp_path):
     inputs = {"x": rng.standard_normal((3, 17)).astype(F),
               "b": np.array([-128, -1, 0, 1, 77, 127], np.int8)}
     _check(m, inputs, tmp_path)
+
+
+def test_stft_with_a_run_time_window_and_without(tmp_path):
+    nodes = [N("STFT", ["x", "step", "w"], ["y"]),
+             N("STFT", ["c", "step", "", "len"], ["z"], onesided=0)]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 30, 1]), ("w", TensorProto.FLOAT, [8]),
+                       ("c", TensorProto.FLOAT, [1, 17, 2])],
+               [("y", TensorProto.FLOAT, [2, 8, 5, 2]), ("z", TensorProto.FLOAT, [1, 4, 6, 2])],
+               [("step", np.array(3, np.int64)), ("len", np.array(6, np.int64))], opset=17)
+    rng = np.random.default_rng(1)
+    inputs = {"x": rng.standard_normal((2, 30, 1)).astype(F),
+              "w": np.hanning(8).astype(F), "c": rng.standard_normal((1, 17, 2)).astype(F)}
+    _check(m, inputs, tmp_path, rtol=1e-4)

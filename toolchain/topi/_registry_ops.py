@@ -469,6 +469,14 @@ def _dft(ctx: Ctx) -> list[te.Tensor]:
                          bool(a["inverse"]), bool(a["onesided"]))]
 
 
+@register("STFT")
+def _stft(ctx: Ctx) -> list[te.Tensor]:
+    length = ctx.const(3, "frame_length")
+    return [spectral.stft(ctx.tensor(0), int(ctx.const(1, "frame_step").reshape(())),
+                          ctx.opt_tensor(2), None if length is None else int(length.reshape(())),
+                          bool(ctx.attrs["onesided"]))]
+
+
 def _conv_window(ctx: Ctx, w_index: int) -> tuple[list[int], list[int], list[int]]:
     """Strides, dilations and begin pads of an integer convolution node (auto_pad
     resolved)."""

@@ -664,7 +664,7 @@ OPS = (
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
-    "DFT", "ConvInteger", "QLinearConv",
+    "DFT", "STFT", "ConvInteger", "QLinearConv",
 )
 
 
