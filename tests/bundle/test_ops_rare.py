@@ -1,5 +1,5 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
-onnxruntime: BitCast (fused between float and integer math), STFT."""
+onnxruntime: BitCast (fused between float and integer math), STFT, Det."""
 
 from __future__ import annotations
 
@@ -57,3 +57,26 @@ def test_stft_with_a_run_time_window_and_without(tmp_path):
     inputs = {"x": rng.standard_normal((2, 30, 1)).astype(F),
               "w": np.hanning(8).astype(F), "c": rng.standard_normal((1, 17, 2)).astype(F)}
     _check(m, inputs, tmp_path, rtol=1e-4)
+
+
+def test_det_with_pivoting_and_singular_matrices(tmp_path):
+    """Batches of 5x5 (one with a zero leading entry, one singular) and 1x1 against
+    onnxruntime; a float64 3x3 against onnx.reference (onnxruntime has no float64 Det)."""
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [N("Det", ["x"], ["d"]), N("Det", ["one"], ["d1"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 5, 5]),
+                       ("one", TensorProto.FLOAT, [4, 1, 1])],
+               [("d", TensorProto.FLOAT, [2, 3]), ("d1", TensorProto.FLOAT, [4])], opset=22)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(F)
+    x[0, 0, 0, 0] = 0.0
+    x[1, 2, 4] = x[1, 2, 1] * 2  # singular
+    _check(m, {"x": x, "one": rng.standard_normal((4, 1, 1)).astype(F)}, tmp_path / "f32",
+           rtol=1e-4)
+    m64 = _model([N("Det", ["x64"], ["d64"])], [("x64", TensorProto.DOUBLE, [3, 3])],
+                 [("d64", TensorProto.DOUBLE, [])], opset=22)
+    x64 = {"x64": rng.standard_normal((3, 3))}
+    _, got = compile_run(m64, tmp_path / "f64", x64, target=host_target())
+    want = ReferenceEvaluator(m64).run(None, x64)[0]
+    np.testing.assert_allclose(got["d64"], want, rtol=1e-12)

@@ -20,9 +20,9 @@ from toolchain.graph.ops.transform import (
 from toolchain.tir import ir
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
+from toolchain.topi import linalg, spectral
 from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
-from toolchain.topi import spectral
 from toolchain.topi import transform as tf
 from toolchain.topi import transform_ext as tfx
 from toolchain.topi.registry import Ctx, register
@@ -467,6 +467,11 @@ def _dft(ctx: Ctx) -> list[te.Tensor]:
     return [spectral.dft(ctx.tensor(0), -2 if axis is None else int(axis.reshape(())),
                          None if length is None else int(length.reshape(())),
                          bool(a["inverse"]), bool(a["onesided"]))]
+
+
+@register("Det")
+def _det(ctx: Ctx) -> list[te.Tensor]:
+    return [linalg.det(ctx.tensor(0))]
 
 
 @register("STFT")

@@ -294,6 +294,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         attention,
         elementwise,
         elementwise_ext,
+        linalg,
         misc,
         nn,
         nn_ext,
@@ -314,7 +315,8 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
         *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
-        *spectral.OPS,     # DFT
+        *spectral.OPS,     # DFT, STFT
+        *linalg.OPS,       # Det
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
