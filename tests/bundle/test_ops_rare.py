@@ -1,5 +1,5 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
-onnxruntime: BitCast (fused between float and integer math), STFT, Det."""
+onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign."""
 
 from __future__ import annotations
 
@@ -80,3 +80,19 @@ def test_det_with_pivoting_and_singular_matrices(tmp_path):
     _, got = compile_run(m64, tmp_path / "f64", x64, target=host_target())
     want = ReferenceEvaluator(m64).run(None, x64)[0]
     np.testing.assert_allclose(got["d64"], want, rtol=1e-12)
+
+
+def test_roi_align_both_modes_and_coordinate_modes(tmp_path):
+    boxes = np.array([[0.0, 0.0, 7.0, 7.0], [1.5, 2.0, 5.5, 3.0], [-3.0, -2.0, 4.0, 11.0],
+                      [6.0, 6.5, 9.5, 12.0]], F)
+    nodes = [N("RoiAlign", ["x", "rois", "bi"], ["a"], output_height=3, output_width=2,
+               sampling_ratio=2),
+             N("RoiAlign", ["x", "rois", "bi"], ["m"], mode="max", output_height=2,
+               output_width=4, sampling_ratio=3, spatial_scale=0.75,
+               coordinate_transformation_mode="output_half_pixel")]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 9, 8]),
+                       ("rois", TensorProto.FLOAT, [4, 4]), ("bi", TensorProto.INT64, [4])],
+               [("a", TensorProto.FLOAT, [4, 3, 3, 2]), ("m", TensorProto.FLOAT, [4, 3, 2, 4])],
+               opset=16)  # onnxruntime 1.32 has RoiAlign kernels up to opset 16
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 8)).astype(F)
+    _check(m, {"x": x, "rois": boxes, "bi": np.array([0, 1, 1, 0])}, tmp_path, rtol=1e-4)

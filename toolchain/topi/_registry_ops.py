@@ -20,7 +20,7 @@ from toolchain.graph.ops.transform import (
 from toolchain.tir import ir
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
-from toolchain.topi import linalg, spectral
+from toolchain.topi import linalg, roi, spectral
 from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
 from toolchain.topi import transform as tf
@@ -472,6 +472,17 @@ def _dft(ctx: Ctx) -> list[te.Tensor]:
 @register("Det")
 def _det(ctx: Ctx) -> list[te.Tensor]:
     return [linalg.det(ctx.tensor(0))]
+
+
+@register("RoiAlign")
+def _roi_align(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    if a["sampling_ratio"] < 1:
+        raise ctx.unsupported("sampling_ratio 0 (a sample grid that depends on each box) is "
+                              "not supported in compiled code; give sampling_ratio >= 1")
+    return [roi.roi_align(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), a["output_height"],
+                          a["output_width"], a["sampling_ratio"], a["spatial_scale"],
+                          a["mode"], a["coordinate_transformation_mode"] == "half_pixel")]
 
 
 @register("STFT")

@@ -303,6 +303,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         quant_ext,
         reduce,
         rnn,
+        roi,
         spectral,
         transform,
         transform_ext,
@@ -317,6 +318,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
         *spectral.OPS,     # DFT, STFT
         *linalg.OPS,       # Det
+        *roi.OPS,          # RoiAlign
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout
