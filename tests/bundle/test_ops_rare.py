@@ -1,5 +1,6 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
-onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign."""
+onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
+DeformConv."""
 
 from __future__ import annotations
 
@@ -96,3 +97,23 @@ def test_roi_align_both_modes_and_coordinate_modes(tmp_path):
                opset=16)  # onnxruntime 1.32 has RoiAlign kernels up to opset 16
     x = np.random.default_rng(3).standard_normal((2, 3, 9, 8)).astype(F)
     _check(m, {"x": x, "rois": boxes, "bi": np.array([0, 1, 1, 0])}, tmp_path, rtol=1e-4)
+
+
+def test_deform_conv_grouped_with_mask_and_bias(tmp_path):
+    rng = np.random.default_rng(5)
+    nodes = [N("DeformConv", ["x", "w", "off", "b", "mask"], ["y"], group=2, offset_group=2,
+               strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 2]),
+             N("DeformConv", ["x", "w1", "off1"], ["z"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 4, 7, 6]),
+                       ("off", TensorProto.FLOAT, [2, 24, 4, 6]),
+                       ("mask", TensorProto.FLOAT, [2, 12, 4, 6]),
+                       ("off1", TensorProto.FLOAT, [2, 8, 6, 5])],
+               [("y", TensorProto.FLOAT, [2, 6, 4, 6]), ("z", TensorProto.FLOAT, [2, 3, 6, 5])],
+               [("w", rng.standard_normal((6, 2, 3, 2)).astype(F)),
+                ("b", rng.standard_normal(6).astype(F)),
+                ("w1", rng.standard_normal((3, 4, 2, 2)).astype(F))], opset=19)
+    inputs = {"x": rng.standard_normal((2, 4, 7, 6)).astype(F),
+              "off": (rng.standard_normal((2, 24, 4, 6)) * 2).astype(F),
+              "mask": rng.random((2, 12, 4, 6)).astype(F),
+              "off1": (rng.standard_normal((2, 8, 6, 5)) * 2).astype(F)}
+    _check(m, inputs, tmp_path, rtol=1e-4)

@@ -10,6 +10,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
+from toolchain.graph.ops.deform import deform_geometry
 from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.transform import (
     pad_widths,
@@ -18,9 +19,9 @@ from toolchain.graph.ops.transform import (
     split_sizes,
 )
 from toolchain.tir import ir
+from toolchain.topi import deform, linalg, roi, spectral
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
-from toolchain.topi import linalg, roi, spectral
 from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
 from toolchain.topi import transform as tf
@@ -483,6 +484,14 @@ def _roi_align(ctx: Ctx) -> list[te.Tensor]:
     return [roi.roi_align(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), a["output_height"],
                           a["output_width"], a["sampling_ratio"], a["spatial_scale"],
                           a["mode"], a["coordinate_transformation_mode"] == "half_pixel")]
+
+
+@register("DeformConv")
+def _deform_conv(ctx: Ctx) -> list[te.Tensor]:
+    g = deform_geometry(ctx.node.describe(), ctx.shape(0), ctx.shape(1), ctx.attrs)
+    return [deform.deform_conv2d(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                                 ctx.opt_tensor(3), ctx.opt_tensor(4), g["strides"],
+                                 g["pads"], g["dilations"], g["group"], g["offset_group"])]
 
 
 @register("STFT")

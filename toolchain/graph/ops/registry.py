@@ -292,6 +292,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
     # Imported here, not at the top: every one of these modules imports this one.
     from toolchain.graph.ops import (
         attention,
+        deform,
         elementwise,
         elementwise_ext,
         linalg,
@@ -319,6 +320,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *spectral.OPS,     # DFT, STFT
         *linalg.OPS,       # Det
         *roi.OPS,          # RoiAlign
+        *deform.OPS,       # DeformConv
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout

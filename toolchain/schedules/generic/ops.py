@@ -664,7 +664,7 @@ OPS = (
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
-    "DFT", "STFT", "Det", "RoiAlign", "ConvInteger", "QLinearConv",
+    "DFT", "STFT", "Det", "RoiAlign", "DeformConv", "ConvInteger", "QLinearConv",
 )
 
 
