@@ -117,3 +117,45 @@ def test_deform_conv_grouped_with_mask_and_bias(tmp_path):
               "mask": rng.random((2, 12, 4, 6)).astype(F),
               "off1": (rng.standard_normal((2, 8, 6, 5)) * 2).astype(F)}
     _check(m, inputs, tmp_path, rtol=1e-4)
+
+
+def test_float16_forms_match_onnxruntime_and_onnx_reference(tmp_path):
+    """Det, STFT, RoiAlign and DeformConv on float16 tensors (computed in float64 and
+    rounded once) against onnxruntime and onnx.reference (for Det, which onnx.reference
+    cannot run in float16, numpy's float64 determinant)."""
+    from onnx.reference import ReferenceEvaluator
+
+    H = np.float16
+    rng = np.random.default_rng(6)
+    nodes = [N("Det", ["m"], ["d"]), N("STFT", ["s", "step", "w"], ["f"]),
+             N("RoiAlign", ["x", "rois", "bi"], ["r"], output_height=2, output_width=2,
+               sampling_ratio=2),
+             N("DeformConv", ["x", "k", "off"], ["c"])]
+    m = _model(nodes, [("m", TensorProto.FLOAT16, [2, 3, 3]), ("s", TensorProto.FLOAT16,
+                                                               [1, 16, 1]),
+                       ("x", TensorProto.FLOAT16, [1, 2, 5, 5]),
+                       ("rois", TensorProto.FLOAT16, [2, 4]),
+                       ("off", TensorProto.FLOAT16, [1, 8, 4, 4])],
+               [("d", TensorProto.FLOAT16, [2]), ("f", TensorProto.FLOAT16, [1, 3, 5, 2]),
+                ("r", TensorProto.FLOAT16, [2, 2, 2, 2]),
+                ("c", TensorProto.FLOAT16, [1, 3, 4, 4])],
+               [("step", np.array(4, np.int64)), ("w", np.hanning(8).astype(H)),
+                ("bi", np.array([0, 0], np.int64)),
+                ("k", rng.standard_normal((3, 2, 2, 2)).astype(H))], opset=19)
+    inputs = {"m": rng.standard_normal((2, 3, 3)).astype(H),
+              "s": rng.standard_normal((1, 16, 1)).astype(H),
+              "x": rng.standard_normal((1, 2, 5, 5)).astype(H),
+              "rois": np.array([[0.5, 0.5, 3.5, 4.0], [1.0, 0.0, 4.5, 2.5]], H),
+              "off": rng.standard_normal((1, 8, 4, 4)).astype(H)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    ort = run_ort(m, inputs)
+    # onnx.reference's Det is numpy's, which refuses float16: the float64 determinant
+    del m.graph.node[0], m.graph.output[0]
+    want = dict(zip(["f", "r", "c"], ReferenceEvaluator(m).run(
+        None, {k: v for k, v in inputs.items() if k != "m"}), strict=True))
+    want["d"] = np.linalg.det(inputs["m"].astype(np.float64))
+    for name, w in want.items():
+        assert got[name].dtype == np.float16
+        for ref in (w, ort[name]):
+            np.testing.assert_allclose(got[name].astype(np.float32), ref.astype(np.float32),
+                                       rtol=1e-2, atol=1e-2, err_msg=name)
