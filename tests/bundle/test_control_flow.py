@@ -1,7 +1,7 @@
 """If / Loop / Scan with compile-time conditions (``frontend/onnx_control.py``), compiled
 into bundles for the host target and compared with onnxruntime: the taken branch of an
-If, a Loop unrolled with a carried value and a scan output, a Scan in both directions, and
-an If nested in a Loop body that reads values of both enclosing scopes."""
+If, a Loop unrolled with a carried value and a scan output, a Scan in both directions, an If
+nested in a Loop body that reads values of both enclosing scopes, and Loops nested two deep."""
 
 from __future__ import annotations
 
@@ -112,3 +112,29 @@ def test_scan_over_a_static_sequence_is_unrolled(tmp_path):
     inputs = {k: rng.standard_normal(s).astype(F) for k, s in
               (("s0", 2), ("m0", 2), ("xa", (2, 5)), ("xb", (5, 2)))}
     _check(model, inputs, tmp_path)
+
+
+def test_nested_loops_read_every_enclosing_scope(tmp_path):
+    """An opset-11 Loop (3 trips) whose body runs a Loop (2 trips) reading the outer body's
+    iteration number and a model initializer; scan outputs at both levels."""
+    inner = helper.make_graph(
+        [N("Identity", ["c2"], ["c2o"]), N("Cast", ["j"], ["jf"], to=TensorProto.FLOAT),
+         N("Mul", ["jf", "scale"], ["t"]), N("Add", ["acc_in", "t"], ["acc_out"]),
+         N("Add", ["acc_out", "i_f"], ["s"])], "inner",
+        [_vi("j", TensorProto.INT64, []), _vi("c2", TensorProto.BOOL, []),
+         _vi("acc_in", TensorProto.FLOAT, [2])],
+        [_vi("c2o", TensorProto.BOOL, []), _vi("acc_out", TensorProto.FLOAT, [2]),
+         _vi("s", TensorProto.FLOAT, [2])])
+    outer = helper.make_graph(
+        [N("Identity", ["c"], ["co"]), N("Cast", ["i"], ["i_f"], to=TensorProto.FLOAT),
+         N("Loop", ["two", "", "y_in"], ["y_out", "ss"], body=inner),
+         N("ReduceSum", ["ss"], ["r"], keepdims=0, axes=[0])], "outer",
+        [_vi("i", TensorProto.INT64, []), _vi("c", TensorProto.BOOL, []),
+         _vi("y_in", TensorProto.FLOAT, [2])],
+        [_vi("co", TensorProto.BOOL, []), _vi("y_out", TensorProto.FLOAT, [2]),
+         _vi("r", TensorProto.FLOAT, [2])])
+    model = make_model([N("Loop", ["three", "", "x"], ["y", "rs"], body=outer)],
+                       {"x": (F, [2])}, {"y": (F, [2]), "rs": (F, [3, 2])},
+                       {"three": np.array(3, np.int64), "two": np.array(2, np.int64),
+                        "scale": np.array([0.5, -1.0], F)}, opset=11)
+    _check(model, {"x": np.array([1.0, 2.0], F)}, tmp_path)
