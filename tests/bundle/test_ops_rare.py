@@ -29,22 +29,34 @@ def _check(model, inputs, tmp_path, rtol=2e-5):
 
 
 def test_bitcast_between_float_and_integer_math(tmp_path):
-    """|x| by clearing the sign bit as an int32, and back; int8 -> uint8. (A float16 bit
-    cast is refused in bundles: float16 computes in float32 there.)"""
+    """|x| by clearing the sign bit as an int32, and back; int8 -> uint8; float16 (stored as
+    16 bits, computed in float32) to and from int16/uint16, bit-exact with NaN, inf, -0
+    and a subnormal."""
     nodes = [N("Mul", ["x", "two"], ["x2"]),
              N("BitCast", ["x2"], ["bits"], to=TensorProto.INT32),
              N("BitwiseAnd", ["bits", "mask"], ["cleared"]),
              N("BitCast", ["cleared"], ["y"], to=TensorProto.FLOAT),
-             N("BitCast", ["b"], ["u"], to=TensorProto.UINT8)]
-    m = _model(nodes, [("x", TensorProto.FLOAT, [3, 17]),
-                       ("b", TensorProto.INT8, [6])],
+             N("BitCast", ["b"], ["u"], to=TensorProto.UINT8),
+             N("Mul", ["h", "h2"], ["hh"]), N("BitCast", ["hh"], ["hb"], to=TensorProto.INT16),
+             N("BitCast", ["h"], ["hu"], to=TensorProto.UINT16),
+             N("BitCast", ["i"], ["hf"], to=TensorProto.FLOAT16), N("Add", ["hf", "hf"], ["hf2"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [3, 17]), ("b", TensorProto.INT8, [6]),
+                       ("h", TensorProto.FLOAT16, [37]), ("i", TensorProto.INT16, [37])],
                [("y", TensorProto.FLOAT, [3, 17]), ("bits", TensorProto.INT32, [3, 17]),
-                ("u", TensorProto.UINT8, [6])],
-               [("two", np.array(2.0, F)), ("mask", np.array(0x7FFFFFFF, np.int32))])
+                ("u", TensorProto.UINT8, [6]), ("hb", TensorProto.INT16, [37]),
+                ("hu", TensorProto.UINT16, [37]), ("hf2", TensorProto.FLOAT16, [37])],
+               [("two", np.array(2.0, F)), ("mask", np.array(0x7FFFFFFF, np.int32)),
+                ("h2", np.array(2.0, np.float16))])
     rng = np.random.default_rng(0)
+    h = rng.standard_normal(37).astype(np.float16)
+    h[:4] = [np.inf, -0.0, np.nan, 6e-8]
     inputs = {"x": rng.standard_normal((3, 17)).astype(F),
-              "b": np.array([-128, -1, 0, 1, 77, 127], np.int8)}
-    _check(m, inputs, tmp_path)
+              "b": np.array([-128, -1, 0, 1, 77, 127], np.int8), "h": h,
+              "i": rng.integers(-30000, 30000, 37).astype(np.int16)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    for name, want in run_ort(m, inputs).items():  # bit-exact, NaN included
+        assert got[name].dtype == want.dtype, name
+        assert got[name].tobytes() == want.tobytes(), name
 
 
 def test_stft_with_a_run_time_window_and_without(tmp_path):
