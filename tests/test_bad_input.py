@@ -88,7 +88,7 @@ def test_dangling_input(tmp_path, capsys):
 
 def test_unsupported_ops_and_attributes_are_all_listed_at_once(tmp_path, capsys):
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="ok"),
-             helper.make_node("Det", ["r"], ["e"], name="det1"),
+             helper.make_node("GlobalLpPool", ["r"], ["e"], name="lp1"),
              helper.make_node("RandomNormalLike", ["r"], ["v"], name="rnd1"),
              helper.make_node("Resize", ["x", "", "sc"], ["u"], mode="cubic", antialias=1,
                               name="up1"),
@@ -100,7 +100,7 @@ def test_unsupported_ops_and_attributes_are_all_listed_at_once(tmp_path, capsys)
     rc, err = kiln(capsys, "inspect", path)
     assert rc == 2
     assert "3 unsupported feature(s)" in err
-    assert "Det: op not supported by Kiln — at node 'det1' (opset 19)" in err
+    assert "GlobalLpPool: op not supported by Kiln — at node 'lp1' (opset 19)" in err
     assert "RandomNormalLike: op not supported by Kiln — at node 'rnd1' (opset 19)" in err
     assert "Resize: attribute 'antialias' = 1" in err and "at node 'up1' (opset 19)" in err
     assert "Kiln supports these ops:" in err

@@ -32,7 +32,9 @@ from tests.bundle.helpers import STRICT
 from toolchain.errors import UnsupportedError
 from toolchain.frontend.backend import KilnBackend
 from toolchain.frontend.onnx import MIN_OPSET, ONNX_DTYPES
+from toolchain.frontend.onnx_control import body_nodes
 from toolchain.frontend.onnx_functions import expandable
+from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS
 from toolchain.graph.ops import all_ops
 
 #: the op set of issue 2 (the first op set Kiln must support)
@@ -59,7 +61,10 @@ def _cases() -> dict[str, object]:
 
 
 def _ops_of(model: onnx.ModelProto) -> list[tuple[str, str]]:
-    return [(n.domain, n.op_type) for n in model.graph.node]
+    """``(domain, op)`` of every node, in control-flow bodies too."""
+    nodes = [*model.graph.node]
+    nodes += [inner for n in model.graph.node for _, inner in body_nodes(n, n.name)]
+    return [(n.domain, n.op_type) for n in nodes]
 
 
 def missing_ops(case, model: onnx.ModelProto | None = None) -> list[str]:
@@ -68,7 +73,7 @@ def missing_ops(case, model: onnx.ModelProto | None = None) -> list[str]:
     opsets = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     opset = max(MIN_OPSET, opsets[0]) if opsets else onnx.defs.onnx_opset_version()
     return sorted({op for dom, op in _ops_of(model) if dom not in ("", "ai.onnx")
-                   or not expandable(op, opset)})
+                   or not (op in CONTROL_FLOW_OPS or expandable(op, opset))})
 
 
 def _skip_reason(case) -> str | None:

@@ -11,6 +11,7 @@ MODULES = [
     "toolchain.frontend.onnx", "toolchain.frontend.onnx_build",
     "toolchain.frontend.onnx_upgrade", "toolchain.frontend.onnx_functions",
     "toolchain.frontend.backend", "toolchain.frontend.mapped",
+    "toolchain.frontend.onnx_nodes", "toolchain.frontend.onnx_control",
     "toolchain.graph.reference", "toolchain.commands.inspect_cmd",
     "toolchain.commands.run_cmd", "toolchain.commands._model_args",
     "toolchain.commands.compile_cmd",

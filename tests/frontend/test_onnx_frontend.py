@@ -292,7 +292,8 @@ def test_external_data_of_an_in_memory_model_needs_the_path(tmp_path):
 
 def test_every_unsupported_op_attribute_and_dtype_is_listed_once():
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
-             *[helper.make_node("Det", ["a"], [f"e{i}"], name=f"det{i}") for i in range(7)],
+             *[helper.make_node("GlobalLpPool", ["a"], [f"e{i}"], name=f"lp{i}")
+               for i in range(7)],
              helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="cubic", antialias=1,
                               name="up"),
              helper.make_node("Frob", ["x"], ["c"], domain="com.example", name="custom")]
@@ -303,7 +304,7 @@ def test_every_unsupported_op_attribute_and_dtype_is_listed_once():
     with pytest.raises(UnsupportedError) as info:
         from_onnx(model)
     msg = str(info.value)
-    assert "Det: op not supported by Kiln — at node 'det0' (opset 19)" in msg
+    assert "GlobalLpPool: op not supported by Kiln — at node 'lp0' (opset 19)" in msg
     assert "and 2 more" in msg
     assert "Resize: attribute 'antialias'" in msg and "node 'up' (opset 19)" in msg
     assert "Frob: op domain 'com.example' is not supported" in msg
@@ -411,19 +412,21 @@ def test_not_onnx_says_what_the_file_looks_like(tmp_path, content, hint):
 
 
 
-def _det_model(m_is_input: bool) -> onnx.ModelProto:
-    """y = x + Det(m): Det is a standard op Kiln does not have."""
-    nodes = [helper.make_node("Det", ["m"], ["d"], name="the_det"),
+def _lacking_model(m_is_input: bool) -> onnx.ModelProto:
+    """y = x + MaxUnpool(m, i): MaxUnpool is a standard op Kiln does not have."""
+    nodes = [helper.make_node("MaxUnpool", ["m", "i"], ["d"], name="the_unpool",
+                              kernel_shape=[2, 2], strides=[2, 2]),
              helper.make_node("Add", ["x", "d"], ["y"])]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])]
-    inits = []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])]
+    inits = [onnx.numpy_helper.from_array(np.array([[[[0, 3], [9, 15]]]], np.int64), "i")]
     if m_is_input:
-        inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 2, 2]))
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 1, 2, 2]))
     else:
-        m = np.array([[[1, 2], [3, 4]], [[2, 0], [0, 3]]], np.float32)
+        m = np.array([[[[1, 2], [3, 4]]]], np.float32)
         inits.append(onnx.numpy_helper.from_array(m, "m"))
     g = helper.make_graph(nodes, "g", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], inits)
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+                          inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -432,22 +435,23 @@ def test_an_op_kiln_lacks_is_folded_when_its_inputs_are_constant():
     reference implementation (PyTorch's attention exports Mod of constants)."""
     from toolchain.graph.ops.registry import has_op
 
-    assert not has_op("Det")
-    g = from_onnx(_det_model(m_is_input=False))
+    assert not has_op("MaxUnpool")
+    g = from_onnx(_lacking_model(m_is_input=False))
     assert [n.op for n in g.nodes] == ["Add"]
-    y = run_graph(g, {"x": np.zeros(2, np.float32)})["y"]
-    np.testing.assert_allclose(y, [-2.0, 6.0], rtol=1e-6)
+    y = run_graph(g, {"x": np.zeros((1, 1, 4, 4), np.float32)})["y"]
+    np.testing.assert_array_equal(y.ravel()[[0, 3, 9, 15]], [1.0, 2.0, 3.0, 4.0])
+    assert y.sum() == 10.0
 
 
 def test_an_op_kiln_lacks_on_run_time_values_is_refused():
-    with pytest.raises(UnsupportedError, match=r"Det: op not supported by Kiln — at node "
-                                               r"'the_det'"):
-        from_onnx(_det_model(m_is_input=True))
+    with pytest.raises(UnsupportedError, match=r"MaxUnpool: op not supported by Kiln — at "
+                                               r"node 'the_unpool'"):
+        from_onnx(_lacking_model(m_is_input=True))
 
 
 def test_the_supported_op_list_names_only_onnx_ops():
     with pytest.raises(UnsupportedError) as info:
-        from_onnx(_det_model(m_is_input=True))
+        from_onnx(_lacking_model(m_is_input=True))
     listed = str(info.value).split("Kiln supports these ops: ")[1].split(", ")
     assert "Conv" in listed and "Relu" in listed
     for internal in ("Fused", "LayoutConv", "LayoutPool", "LayoutTransform", "QConv"):

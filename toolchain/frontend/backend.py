@@ -52,7 +52,7 @@ STATIC_OPERANDS: dict[str, tuple[int, ...]] = {
     "CenterCropPad": (1,), "LSTM": (4,), "GRU": (4,), "RNN": (4,),
     "CumSum": (1,), "CumProd": (1,), "Trilu": (1,),
     "AffineGrid": (1,),
-    "Col2Im": (1, 2), "DFT": (1, 2),
+    "Col2Im": (1, 2), "DFT": (1, 2), "STFT": (1, 3), "If": (0,), "Loop": (0, 1),
 }
 
 

@@ -46,10 +46,12 @@ from onnx import numpy_helper
 from toolchain.errors import InputError, ModelError, OptionError, UnsupportedError
 from toolchain.frontend import mapped
 from toolchain.frontend.onnx_build import NO_FOLD_OPS, SHAPE_ONLY_OPS, build_graph
+from toolchain.frontend.onnx_control import body_nodes, implicit_inputs
 from toolchain.frontend.onnx_functions import expand_function_ops
-from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
+from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS, node_problems, parse_node
+from toolchain.frontend.onnx_upgrade import RawNode
 from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.ops.registry import data_dependent_reason, get_op, has_op
+from toolchain.graph.ops.registry import data_dependent_reason, has_op
 
 #: Oldest opset whose semantics Kiln implements (older models are converted first).
 MIN_OPSET = 11
@@ -247,6 +249,15 @@ def _check_opset(proto: onnx.ModelProto, label: str) -> tuple[onnx.ModelProto, i
             f"(e.g. torch.onnx.export(..., opset_version=17)) or upgrade the onnx package"
         )
     if opset < MIN_OPSET:
+        scans = [n.name or f"Scan_{i}" for i, n in enumerate(proto.graph.node)
+                 if n.op_type == "Scan"]
+        if opset < 9 and scans:
+            # onnx.version_converter drops Scan-8's batch axis from the graph's inputs and
+            # outputs, which changes the model's interface
+            raise UnsupportedError(
+                f"{label}: node {scans[0]!r} (Scan, opset {opset}): Scan of opset 8 (with a "
+                "batch axis and sequence_lens) is not supported; re-export the model with "
+                f"opset 9 or later (Kiln supports {MIN_OPSET} to {newest})")
         try:
             from onnx import version_converter
 
@@ -371,7 +382,7 @@ def _sort_nodes(proto: onnx.ModelProto, label: str) -> None:
     names = node_names(proto)
     nodes = []
     for name, node in zip(names, proto.graph.node, strict=True):
-        ins = [value(n) if n else None for n in node.input]
+        ins = [value(n) if n else None for n in [*node.input, *implicit_inputs(node)]]
         outs = [Value(n, (), "float32") for n in node.output if n]
         for o in outs:
             if o.name in placeholders and placeholders[o.name].is_constant:
@@ -624,30 +635,6 @@ def _read_initializers(proto: onnx.ModelProto, label: str,
     return result
 
 
-def _attr_value(attr: onnx.AttributeProto) -> Any:
-    value = onnx.helper.get_attribute_value(attr)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, onnx.TensorProto):
-        if value.data_type not in ONNX_DTYPES:
-            return _UnsupportedTensor(onnx_dtype_name(value.data_type))
-        return numpy_helper.to_array(value)
-    if isinstance(value, list):
-        return tuple(v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v
-                     for v in value)
-    return value
-
-
-class _UnsupportedTensor:
-    """A tensor attribute whose dtype Kiln lacks (reported by :func:`_validate`)."""
-
-    def __init__(self, dtype: str) -> None:
-        self.dtype = dtype
-
-    def __repr__(self) -> str:
-        return f"<{self.dtype} tensor>"
-
-
 def _parse_nodes(proto: onnx.ModelProto, opset: int,
                  constants: dict[str, np.ndarray | str]) -> list[RawNode]:
     versions = {o.domain or "": o.version for o in proto.opset_import}
@@ -666,16 +653,8 @@ def _parse_nodes(proto: onnx.ModelProto, opset: int,
     raw_nodes = []
     for index, (name, node) in enumerate(zip(node_names(proto), proto.graph.node,
                                              strict=True)):
-        outputs = list(node.output)
-        while outputs and outputs[-1] == "":
-            outputs.pop()
-        inputs = list(node.input)
-        while inputs and inputs[-1] == "":
-            inputs.pop()
-        raw = RawNode(node.op_type, name, inputs, outputs,
-                      {a.name: _attr_value(a) for a in node.attribute},
-                      node.domain, versions.get(node.domain or "", opset), index)
-        raw_nodes.append(upgrade_node(raw, new_const))
+        raw_nodes.append(parse_node(node, name, index, versions.get(node.domain or "", opset),
+                                    new_const))
     return raw_nodes
 
 
@@ -688,41 +667,13 @@ def mark_constant_folds(proto: onnx.ModelProto, raw_nodes: list[RawNode],
     static = {n for n, v in constants.items() if not isinstance(v, str)}
     for raw in raw_nodes:
         present = [n for n in raw.inputs if n]
+        if raw.op in CONTROL_FLOW_OPS:
+            continue  # inlined or unrolled when the graph is built (onnx_control)
         if raw.op in SHAPE_ONLY_OPS or (raw.op not in NO_FOLD_OPS
                                         and all(n in static for n in present)):
             if raw.domain in ("", "ai.onnx") and not has_op(raw.op):
                 raw.fold = proto.graph.node[raw.index]
             static.update(n for n in raw.outputs if n)
-
-
-def _node_problems(raw: RawNode) -> list[str]:
-    if raw.fold is not None:
-        return []
-    if raw.domain not in ("", "ai.onnx"):
-        return [f"op domain {raw.domain!r} is not supported (Kiln supports the default "
-                "ONNX domain only)"]
-    if not has_op(raw.op):
-        return [data_dependent_reason(raw.op) or "op not supported by Kiln"]
-    opdef = get_op(raw.op)
-    problems = []
-    if raw.opset < opdef.min_opset and not raw.upgraded:
-        problems.append(f"Kiln supports {raw.op} from opset {opdef.min_opset}")
-    for key, value in raw.attrs.items():
-        if isinstance(value, _UnsupportedTensor):
-            problems.append(f"attribute {key!r} is a {value.dtype} tensor, a dtype Kiln "
-                            "does not support")
-    problems += opdef.attr_errors({k: v for k, v in raw.attrs.items()
-                                   if not isinstance(v, _UnsupportedTensor)})
-    n_in = len(raw.inputs)
-    if n_in < opdef.min_inputs or (opdef.max_inputs is not None and n_in > opdef.max_inputs):
-        problems.append(f"{n_in} inputs given; {raw.op} takes "
-                        f"{opdef.min_inputs}..{opdef.max_inputs or 'any'} "
-                        f"({', '.join(opdef.inputs)})")
-    hi = opdef.num_outputs if isinstance(opdef.num_outputs, int) else opdef.num_outputs[1]
-    if hi is not None and len(raw.outputs) > hi:
-        problems.append(f"{len(raw.outputs)} outputs given; Kiln's {raw.op} produces at "
-                        f"most {hi}")
-    return problems
 
 
 def _validate(proto: onnx.ModelProto, raw_nodes: list[RawNode],
@@ -743,8 +694,8 @@ def _validate(proto: onnx.ModelProto, raw_nodes: list[RawNode],
             lines.append(f"input {info.name!r}: dtype {onnx_dtype_name(elem)} is not "
                          "supported by Kiln")
     by_op: dict[tuple[str, str], list[str]] = {}
-    for raw in raw_nodes:
-        for problem in _node_problems(raw):
+    for raw in [*raw_nodes, *_body_raw_nodes(proto, raw_nodes)]:
+        for problem in node_problems(raw):
             by_op.setdefault((raw.op, problem), []).append(
                 f"node {raw.name!r} (opset {raw.opset})")
     for (op, problem), where in by_op.items():
@@ -758,6 +709,22 @@ def _validate(proto: onnx.ModelProto, raw_nodes: list[RawNode],
             f"{label}: {len(lines)} unsupported feature(s):\n  - " + "\n  - ".join(lines)
             + f"\nKiln supports these ops: {supported}"
         )
+
+
+def _body_raw_nodes(proto: onnx.ModelProto, raw_nodes: list[RawNode]) -> list[RawNode]:
+    """The nodes of control-flow bodies that :func:`_validate` can judge before the bodies
+    are inlined: an op Kiln lacks there may still fold once the body's operands are known,
+    so it is left to the builder (which refuses it naming the node if it does not fold)."""
+    result = []
+    for raw in raw_nodes:
+        if raw.op not in CONTROL_FLOW_OPS:
+            continue
+        for name, node in body_nodes(proto.graph.node[raw.index], raw.name):
+            inner = parse_node(node, name, -1, raw.opset, lambda hint, array: hint)
+            if (has_op(inner.op) or inner.domain not in ("", "ai.onnx")
+                    or data_dependent_reason(inner.op)):
+                result.append(inner)
+    return result
 
 
 def _supported_ops() -> list[str]:

@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import InternalError, KilnError, KilnWarning, ModelError, UnsupportedError
+from toolchain.frontend.onnx_control import expand_control
+from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS, node_problems, parse_node
 from toolchain.frontend.onnx_upgrade import RawNode, drop_empty_operands
 from toolchain.graph.ir import Graph, Node, TensorType, Value, np_dtype
-from toolchain.graph.ops.registry import get_op
+from toolchain.graph.ops.registry import get_op, has_op
 from toolchain.graph.reference import run_node
 
 #: ops that only read their input's (static) shape, never its values
@@ -89,8 +91,10 @@ def ceil_mode_inference_bug(node: Node, onnx_shape: tuple[int, ...] | None,
 class _Builder:
     """Mutable state while building: values by name, emitted nodes, used names."""
 
-    def __init__(self, label: str, onnx_types: Mapping[str, Any], used: Iterable[str]):
+    def __init__(self, label: str, onnx_types: Mapping[str, Any], used: Iterable[str],
+                 opset: int = 0):
         self.label = label
+        self.opset = opset
         self.onnx_types = onnx_types
         self.values: dict[str, Value] = {}
         self.nodes: list[Node] = []
@@ -111,6 +115,35 @@ class _Builder:
         v = Value.constant(self.fresh(base), np.asarray(array))
         self.values[v.name] = v
         return v
+
+    # -- one ONNX node ----------------------------------------------------------------------
+    def run(self, raw: RawNode) -> None:
+        """Add ``raw``: folded with ONNX's reference, expanded (legacy 2-D Softmax,
+        control flow) or added as it is."""
+        drop_empty_operands(raw, lambda n: self.values[n].data if n in self.values else None)
+        ins = [self.values[n] if n else None for n in raw.inputs]
+        if raw.fold is not None:
+            self.fold_onnx(raw, ins)
+        elif raw.op in CONTROL_FLOW_OPS and raw.domain in ("", "ai.onnx"):
+            expand_control(self, raw, ins)
+        elif raw.legacy_2d:
+            self.add_legacy_2d(raw, ins)
+        else:
+            self.add(raw.op, raw.name, ins, raw.outputs, raw.attrs)
+
+    def run_proto(self, node: Any) -> None:
+        """Parse, check and :meth:`run` a node of an inlined control-flow body (its names
+        already made unique); an op Kiln lacks is folded when its inputs are constants."""
+        raw = parse_node(node, node.name, -1, self.opset,
+                         lambda hint, array: self.constant(hint, array).name)
+        if (raw.domain in ("", "ai.onnx") and not has_op(raw.op)
+                and raw.op not in CONTROL_FLOW_OPS
+                and all(self.values[n].is_constant for n in raw.inputs if n)):
+            raw.fold = node
+        problems = node_problems(raw)
+        if problems:
+            raise UnsupportedError(f"{self.label}: {raw.where()}: " + "; ".join(problems))
+        self.run(raw)
 
     # -- one node ---------------------------------------------------------------------------
     def add(self, op: str, name: str, inputs: list[Value | None], out_names: list[str],
@@ -324,21 +357,16 @@ def build_graph(
         array([2, 3])
     """
     used = {n for raw in raw_nodes for n in raw.inputs + raw.outputs}
-    b = _Builder(label, onnx_types, used | set(constants) | {v.name for v in inputs})
+    names = {raw.name for raw in raw_nodes}
+    b = _Builder(label, onnx_types, used | names | set(constants) | {v.name for v in inputs},
+                 opset)
     for v in inputs:
         b.values[v.name] = v
     b.graph_inputs = {v.name for v in inputs}
     for cname, array in constants.items():
         b.values[cname] = Value.constant(cname, array)
     for raw in raw_nodes:
-        drop_empty_operands(raw, lambda n: b.values[n].data if n in b.values else None)
-        ins = [b.values[n] if n else None for n in raw.inputs]
-        if raw.fold is not None:
-            b.fold_onnx(raw, ins)
-        elif raw.legacy_2d:
-            b.add_legacy_2d(raw, ins)
-        else:
-            b.add(raw.op, raw.name, ins, raw.outputs, raw.attrs)
+        b.run(raw)
     for out_name, declared in outputs.items():
         _check_declared_output(b.values[out_name], declared, label)
     try:

@@ -21,6 +21,8 @@ Rules (model opset ``v``):
   (v < 18): attribute ``axes`` -> input 1.
 * ``Dropout`` (v < 12): attribute ``ratio`` -> input 1 (inference ignores it anyway).
 * ``DFT`` (v < 20): attribute ``axis`` (default 1) -> input 2.
+* ``RoiAlign`` (v < 16): ``coordinate_transformation_mode`` defaults to
+  ``output_half_pixel`` (opset 10's only behaviour; opset 16's default is ``half_pixel``).
 * ``Softmax``, ``LogSoftmax``, ``Hardmax`` (v < 13): these normalised over the input
   *coerced to 2-D* at ``axis`` (default 1).  The node is marked ``legacy_2d`` and the
   frontend, which knows the input rank, emits ``Reshape -> op(axis=-1) -> Reshape`` (or
@@ -128,6 +130,9 @@ def upgrade_node(node: RawNode, new_const: NewConst) -> RawNode:
     elif op == "DFT" and v < 20:
         node.attrs.setdefault("axis", 1)  # opset 17/19: an attribute, default 1
         _attr_to_input(node, "axis", 2, np.int64, new_const)
+    elif op == "RoiAlign" and v < 16:
+        # opset 10 knew only what opset 16 calls output_half_pixel
+        node.attrs.setdefault("coordinate_transformation_mode", "output_half_pixel")
     elif op in LEGACY_2D_OPS and v < 13:
         node.legacy_2d = True
         node.attrs.setdefault("axis", 1)

@@ -10,6 +10,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
+from toolchain.graph.ops.deform import deform_geometry
 from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.transform import (
     pad_widths,
@@ -18,11 +19,11 @@ from toolchain.graph.ops.transform import (
     split_sizes,
 )
 from toolchain.tir import ir
+from toolchain.topi import deform, linalg, roi, spectral
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
 from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
-from toolchain.topi import spectral
 from toolchain.topi import transform as tf
 from toolchain.topi import transform_ext as tfx
 from toolchain.topi.registry import Ctx, register
@@ -89,6 +90,11 @@ def _clip(ctx: Ctx) -> list[te.Tensor]:
 @register("Cast")
 def _cast(ctx: Ctx) -> list[te.Tensor]:
     return [ew.cast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
+
+
+@register("BitCast")
+def _bitcast(ctx: Ctx) -> list[te.Tensor]:
+    return [ewx.bitcast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
 
 
 @register("Identity")
@@ -462,6 +468,38 @@ def _dft(ctx: Ctx) -> list[te.Tensor]:
     return [spectral.dft(ctx.tensor(0), -2 if axis is None else int(axis.reshape(())),
                          None if length is None else int(length.reshape(())),
                          bool(a["inverse"]), bool(a["onesided"]))]
+
+
+@register("Det")
+def _det(ctx: Ctx) -> list[te.Tensor]:
+    return [linalg.det(ctx.tensor(0))]
+
+
+@register("RoiAlign")
+def _roi_align(ctx: Ctx) -> list[te.Tensor]:
+    a = ctx.attrs
+    if a["sampling_ratio"] < 1:
+        raise ctx.unsupported("sampling_ratio 0 (a sample grid that depends on each box) is "
+                              "not supported in compiled code; give sampling_ratio >= 1")
+    return [roi.roi_align(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), a["output_height"],
+                          a["output_width"], a["sampling_ratio"], a["spatial_scale"],
+                          a["mode"], a["coordinate_transformation_mode"] == "half_pixel")]
+
+
+@register("DeformConv")
+def _deform_conv(ctx: Ctx) -> list[te.Tensor]:
+    g = deform_geometry(ctx.node.describe(), ctx.shape(0), ctx.shape(1), ctx.attrs)
+    return [deform.deform_conv2d(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
+                                 ctx.opt_tensor(3), ctx.opt_tensor(4), g["strides"],
+                                 g["pads"], g["dilations"], g["group"], g["offset_group"])]
+
+
+@register("STFT")
+def _stft(ctx: Ctx) -> list[te.Tensor]:
+    length = ctx.const(3, "frame_length")
+    return [spectral.stft(ctx.tensor(0), int(ctx.const(1, "frame_step").reshape(())),
+                          ctx.opt_tensor(2), None if length is None else int(length.reshape(())),
+                          bool(ctx.attrs["onesided"]))]
 
 
 def _conv_window(ctx: Ctx, w_index: int) -> tuple[list[int], list[int], list[int]]:

@@ -274,3 +274,18 @@ BINARY_LOGIC: dict[str, Callable[[Expr, Expr], Expr]] = {
 def logic_binary(a: Operand, b: Operand, op: str) -> te.Tensor:
     """``op(a, b)`` → bool with broadcasting, for an op of :data:`BINARY_LOGIC`."""
     return nary([a, b], BINARY_LOGIC[op], op.lower())
+
+
+def bitcast(x: te.Tensor, dtype: str) -> te.Tensor:
+    """ONNX BitCast: the bits of each element of ``x`` read as ``dtype`` (same width).
+
+    >>> x = te.placeholder((4,), name="x")
+    >>> bitcast(x, "int32").dtype
+    'int32'
+    """
+    if x.dtype == "bool" or dtype == "bool":  # one byte, 0 or 1: as uint8
+        if x.dtype == dtype:
+            return unary(x, lambda v: v, "bitcast")
+        return unary(x, lambda v: te.not_equal(v, scalar(0, v.dtype)) if dtype == "bool"
+                     else te.cast(v, dtype), "bitcast")
+    return unary(x, lambda v: ir.Call(dtype, "reinterpret", (v,)), "bitcast")

@@ -1,4 +1,4 @@
-"""DFT computed directly: one reduction over the input samples per output element.
+"""DFT and STFT computed directly: one reduction over the input samples per output element.
 
 ``θ = 2π · ((j·k) mod n) / n`` in float64 (the ``mod`` keeps the angle small, so ``sin`` /
 ``cos`` stay exact to float64 rounding); each output element is ``Σ_j`` of the input's
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from toolchain import te
-from toolchain.graph.ops.spectral import dft_plan
+from toolchain.graph.ops.spectral import dft_plan, stft_plan
 from toolchain.tir import ir
 from toolchain.topi.utils import const_shape, scalar
 
@@ -63,3 +63,36 @@ def dft(x: te.Tensor, axis: int = -2, n: int | None = None, inverse: bool = Fals
         return te.cast(v, x.dtype)
 
     return te.compute(out, finish, name="dft", tag="elemwise")
+
+
+def stft(x: te.Tensor, step: int, window: te.Tensor | None = None, length: int | None = None,
+         onesided: bool = True) -> te.Tensor:
+    """ONNX STFT of ``x`` ``[batch, length, 1 | 2]``: ``[batch, frames, bins, 2]``.
+
+    ``out[b, f, k] = Σ_j x[b, f·step + j] · window[j] · e^(-2πi jk/n)``, in float64.
+
+    >>> x = te.placeholder((1, 16, 1), name="x")
+    >>> [d.value for d in stft(x, 4, length=8).shape]
+    [1, 3, 5, 2]
+    """
+    shape = const_shape(x, "stft")
+    wlen = None if window is None else const_shape(window, "stft")[0]
+    n, frames, bins = stft_plan("stft", shape, step, wlen, length, onesided)
+    complex_in = shape[-1] == 2
+    j = te.reduce_axis((0, n), name="j")
+    step_angle = scalar(2.0 * math.pi / n, _W)
+
+    def body(b: Expr, f: Expr, k: Expr, part: Expr) -> Expr:
+        t = f * step + j
+        re = te.cast(x[b, t, ir.IntImm(0)], _W)
+        im = te.cast(x[b, t, ir.IntImm(1)], _W) if complex_in else scalar(0, _W)
+        if window is not None:
+            w = te.cast(window[j], _W)
+            re, im = re * w, im * w
+        theta = te.cast(te.floormod(j * k, n), _W) * step_angle
+        c, s = te.cos(theta), te.sin(theta)
+        return te.sum(te.select(te.equal(part, 0), re * c + im * s, im * c - re * s), axis=j)
+
+    out = (shape[0], frames, bins, 2)
+    acc = te.compute(out, body, name="stft_acc", tag="reduce")
+    return te.compute(out, lambda *i: te.cast(acc[i], x.dtype), name="stft", tag="elemwise")

@@ -44,7 +44,7 @@ def _accepts(op: str, dtype: str, n: int) -> bool:
 
 
 def test_every_op_is_listed_here_and_injective_elementwise():
-    assert sorted(op.name for op in OPS) == sorted(UNARY + BINARY)
+    assert sorted(op.name for op in OPS) == sorted(UNARY + BINARY + ["BitCast"])
     for op in OPS:
         assert op.pattern is PatternKind.INJECTIVE and op.elementwise and op.in_place
 
@@ -190,3 +190,18 @@ def test_sum_mean_match_onnxruntime(op, n, dtype):
     ins = [data(dtype, s, seed=k) for k, s in enumerate(shapes)]
     tol = {"rtol": 1e-3, "atol": 1e-3} if dtype == "float16" else {"rtol": 1e-6}
     check_vs_ort(op, ins, **tol)
+
+
+@pytest.mark.parametrize("src, dst", [("float32", 6), ("int32", 1), ("float64", 7),
+                                      ("uint16", 10), ("int8", 2), ("float16", 5)])
+def test_bitcast_matches_onnxruntime(src, dst):
+    x = data(src, (2, 5))
+    if src == "float32":
+        x[0, :3] = [np.inf, -0.0, np.nan]
+    check_vs_ort("BitCast", [x], {"to": dst}, opset=26)
+
+
+def test_bitcast_refuses_a_different_width():
+    with pytest.raises(ModelError, match=r"node 'n' \(BitCast\): BitCast of float32 \(32 bits\) "
+                                         r"to int64 \(64 bits\).*same bit width"):
+        infer("BitCast", [data("float32", (3,))], {"to": 7})

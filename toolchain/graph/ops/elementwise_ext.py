@@ -1,7 +1,7 @@
 """More elementwise ops: rounding, trigonometric and hyperbolic math, the activations with
 attributes (Elu, Selu, Celu, ThresholdedRelu, Shrink), Softplus/Softsign/Mish, IsNaN/IsInf,
 Mod, BitShift, BitwiseNot/And/Or/Xor, the logical And/Or/Xor, LessOrEqual/GreaterOrEqual and
-the variadic Sum and Mean.
+the variadic Sum and Mean, and BitCast (the input's bits as another type of the same width).
 
 All are INJECTIVE and ``elementwise`` (fusable onto a convolution's output, layout-agnostic,
 in place), exactly like the ops of :mod:`toolchain.graph.ops.elementwise`, whose rules they
@@ -33,15 +33,18 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import ModelError
-from toolchain.graph.ir import Node, TensorType
+from toolchain.graph.ir import Node, TensorType, np_dtype
 from toolchain.graph.ops.common import (
+    ALL_TYPES,
     FLOAT_TYPES,
     INT_TYPES,
     NUMERIC_TYPES,
     check_dtype,
+    check_onnx_dtype,
     check_same_dtype,
     defop,
     input_value,
+    kiln_dtype,
     per_element_flops,
 )
 from toolchain.graph.ops.elementwise import (
@@ -298,5 +301,35 @@ def _sum_mean() -> tuple[OpDef, ...]:
         for op in ("Sum", "Mean"))
 
 
+# -- BitCast ---------------------------------------------------------------------------------
+
+def _bitcast_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "input")
+    check_dtype(node, x, "input 0 (input)", ALL_TYPES)
+    to = kiln_dtype(attrs["to"], f"{node.describe()}: attribute 'to'")
+    if np_dtype(to).itemsize != np_dtype(x.dtype).itemsize:
+        raise ModelError(
+            f"{node.describe()}: BitCast of {x.dtype} ({8 * np_dtype(x.dtype).itemsize} bits) "
+            f"to {to} ({8 * np_dtype(to).itemsize} bits): the two types must have the same "
+            "bit width; use Cast to convert values")
+    return [TensorType(x.shape, to)]
+
+
+def _bitcast_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0]).copy(order="C")  # (ascontiguousarray makes a scalar 1-D)
+    to = np_dtype(kiln_dtype(attrs["to"], "BitCast: attribute 'to'"))
+    # little endian, as ONNX specifies (numpy's native order on every host Kiln runs on)
+    return [x.view(to).reshape(x.shape)]
+
+
+def _bitcast() -> OpDef:
+    return defop(
+        "BitCast", ("input",), INJ, elementwise=True, infer=_bitcast_infer,
+        reference=_bitcast_ref, attrs=(Attr("to", "int", check=check_onnx_dtype),),
+        flops=lambda node: 0, min_opset=26,
+        doc="the input's bits read as data type `to` (same bit width, same shape)")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
-OPS: tuple[OpDef, ...] = (*_unary_ops(), *_activations(), *_tests(), *_binary(), *_sum_mean())
+OPS: tuple[OpDef, ...] = (*_unary_ops(), *_activations(), *_tests(), *_binary(), *_sum_mean(),
+                          _bitcast())

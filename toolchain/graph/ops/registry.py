@@ -292,8 +292,10 @@ def builtin_ops() -> tuple[OpDef, ...]:
     # Imported here, not at the top: every one of these modules imports this one.
     from toolchain.graph.ops import (
         attention,
+        deform,
         elementwise,
         elementwise_ext,
+        linalg,
         misc,
         nn,
         nn_ext,
@@ -302,6 +304,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         quant_ext,
         reduce,
         rnn,
+        roi,
         spectral,
         transform,
         transform_ext,
@@ -314,7 +317,10 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *reduce.OPS,       # ReduceMean/Sum/Max/Min, ArgMax
         *nn.OPS,           # Conv, ConvTranspose, MatMul, Gemm, pooling, normalisations, Softmax
         *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
-        *spectral.OPS,     # DFT
+        *spectral.OPS,     # DFT, STFT
+        *linalg.OPS,       # Det
+        *roi.OPS,          # RoiAlign
+        *deform.OPS,       # DeformConv
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …
         *misc.OPS,         # Constant, ConstantOfShape, Shape, Identity, Dropout

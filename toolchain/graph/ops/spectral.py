@@ -1,4 +1,4 @@
-"""Spectral ops: DFT (OPAQUE).
+"""Spectral ops: DFT and STFT (OPAQUE).
 
 ONNX's DFT (opset 20 form: ``dft_length`` and ``axis`` are inputs, both compile-time
 constants; opset 17/19 models have ``axis`` as an attribute, which the frontend moves to
@@ -11,7 +11,11 @@ transform runs along ``axis`` (a signal axis, not the last one):
   ``n`` (default ``2·(m-1)``); output real (last axis 1).
 
 ``n`` is ``dft_length`` (default: the axis length); shorter inputs are zero-padded, longer
-ones truncated.  The reference is numpy's FFT, in single precision for float32 (as ONNX's
+ones truncated.  STFT (opset 17) frames a ``[batch, length, 1 | 2]`` signal (frames of
+``frame_length`` samples — default: the window's length, else the whole signal — every
+``frame_step``), weights each frame by the window and transforms it (``onesided``, the
+default, keeps ``n/2 + 1`` bins): output ``[batch, frames, bins, 2]``.  The reference is
+numpy's FFT, in single precision for float32 (as ONNX's
 reference, whose round-off the node tests' data carry), else double.
 
 Example::
@@ -101,6 +105,72 @@ def _dft_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [np.stack([y.real, y.imag], axis=-1).astype(x.dtype)]
 
 
+def stft_plan(where: str, shape: tuple[int, ...], step: int, window: int | None,
+              length: int | None, onesided: bool) -> tuple[int, int, int]:
+    """``(frame length, frames, bins)`` of an STFT of a signal of ``shape``; raises naming
+    ``where``."""
+    if len(shape) != 3 or shape[-1] not in (1, 2):
+        raise ModelError(f"{where}: signal {list(shape)} must be [batch, length, 1 (real) or "
+                         "2 (real, imaginary)]")
+    if step < 1:
+        raise ModelError(f"{where}: frame_step {step} must be >= 1")
+    if window is not None and length is not None and window != length:
+        raise ModelError(f"{where}: the window has {window} samples but frame_length is "
+                         f"{length}; they must agree")
+    n = length if length is not None else window if window is not None else shape[1]
+    if not 1 <= n <= shape[1]:
+        raise ModelError(f"{where}: frame length {n} must be from 1 to the signal length "
+                         f"{shape[1]}")
+    return n, 1 + (shape[1] - n) // step, n // 2 + 1 if onesided else n
+
+
+def _stft_args(node: Node) -> tuple[int, int | None, int | None]:
+    step = _scalar(node, 1, "frame_step")
+    if step is None:
+        raise ModelError(f"{node.describe()}: input 1 (frame_step) is required")
+    w = node.input(2)
+    return step, None if w is None else w.shape[0], _scalar(node, 3, "frame_length")
+
+
+def _stft_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x = input_value(node, 0, "signal")
+    check_dtype(node, x, "input 0 (signal)", FLOAT_TYPES)
+    for i, what in ((1, "frame_step"), (3, "frame_length")):
+        if node.input(i) is not None:
+            check_dtype(node, node.inputs[i], f"input {i} ({what})", ("int32", "int64"))
+    w = node.input(2)
+    if w is not None:
+        check_dtype(node, w, "input 2 (window)", (x.dtype,))
+        if w.rank != 1:
+            raise ModelError(f"{node.describe()}: input 2 (window) must be 1-D, not "
+                             f"{list(w.shape)}")
+    step, wlen, length = _stft_args(node)
+    _, frames, bins = stft_plan(node.describe(), x.shape, step, wlen, length,
+                                bool(attrs["onesided"]))
+    return [TensorType((x.shape[0], frames, bins, 2), x.dtype)]
+
+
+def _stft_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x = np.asarray(ins[0])
+    window = None if ins[2] is None else np.asarray(ins[2])
+    n, frames, bins = stft_plan(
+        "STFT", x.shape, int(np.asarray(ins[1]).reshape(())),
+        None if window is None else window.shape[0],
+        None if ins[3] is None else int(np.asarray(ins[3]).reshape(())),
+        bool(attrs["onesided"]))
+    step = int(np.asarray(ins[1]).reshape(()))
+    cdt = np.complex64 if x.dtype.itemsize <= 4 else np.complex128  # as DFT's reference
+    sig = x[..., 0].astype(cdt)
+    if x.shape[-1] == 2:
+        sig = sig + 1j * x[..., 1].astype(cdt)
+    at = np.arange(frames)[:, None] * step + np.arange(n)[None, :]
+    framed = sig[:, at]  # [batch, frames, n]
+    if window is not None:
+        framed = framed * window.astype(x.dtype).astype(cdt)
+    y = np.fft.fft(framed, axis=-1)[..., :bins]
+    return [np.stack([y.real, y.imag], axis=-1).astype(x.dtype)]
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (
     defop("DFT", ("input", "dft_length?", "axis?"), PatternKind.OPAQUE, infer=_dft_infer,
@@ -112,4 +182,13 @@ OPS: tuple[OpDef, ...] = (
           min_opset=17,
           doc="discrete Fourier transform along a signal axis (forward, inverse, onesided, "
               "irfft); dft_length and axis constant; computed directly (O(n²)), no FFT"),
+    defop("STFT", ("signal", "frame_step", "window?", "frame_length?"), PatternKind.OPAQUE,
+          infer=_stft_infer, reference=_stft_ref,
+          attrs=(Attr("onesided", "int", 1, (0, 1)),),
+          flops=lambda node: 8 * sum(o.size for o in node.outputs) * max(
+              (o.shape[2] for o in node.outputs[:1]), default=1),
+          min_opset=17, compile_time=(1, 3),
+          doc="short-time Fourier transform: frames of frame_length samples every frame_step, "
+              "times the window, DFT of each; frame_step/frame_length constant; O(n²) per "
+              "frame"),
 )

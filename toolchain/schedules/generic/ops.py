@@ -654,7 +654,7 @@ OPS = (
     "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "Mish", "BitwiseNot", "Elu",
     "Selu", "Celu", "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Mod", "BitShift", "And",
     "Or", "Xor", "LessOrEqual", "GreaterOrEqual", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
-    "Sum", "Mean",
+    "Sum", "Mean", "BitCast",
     # more reductions
     "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
     "ArgMin", "Hardmax", "TopK",
@@ -664,7 +664,7 @@ OPS = (
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
-    "DFT", "ConvInteger", "QLinearConv",
+    "DFT", "STFT", "Det", "RoiAlign", "DeformConv", "ConvInteger", "QLinearConv",
 )
 
 

@@ -11,7 +11,8 @@ where its graph has a float16 tensor in memory, and a reduction accumulates in f
 (as onnxruntime's CPU kernels do).
 
 The C renderer of a bundle then only meets float16 in two casts (``kiln_f16_to_f32`` and
-``kiln_f32_to_f16`` of the bundle runtime) and in pointer types (``kiln_f16``).
+``kiln_f32_to_f16`` of the bundle runtime), in pointer types (``kiln_f16``) and in bit
+casts (ONNX BitCast) of the 16 bits, which are rounded back from float32 first (exact).
 
 Example::
 
@@ -135,10 +136,21 @@ class _Legalize(StmtExprMutator):
             raise UnsupportedError(f"{self.where}: the address of a float16 element "
                                    f"({e.args[0]}) cannot be taken in float32 compute")
         if e.op == "reinterpret" and (_is_f16(e.dtype) or _is_f16(e.args[0].dtype)):
-            raise UnsupportedError(f"{self.where}: a bit cast {e} of float16 values is "
-                                   "not supported (float16 computes in float32)")
+            return self._reinterpret_f16(e)
         args = tuple(self.visit_expr(a) for a in e.args)
         return ir.Call(_f32(e.dtype), e.op, args)
+
+
+    def _reinterpret_f16(self, e: ir.Call) -> ir.PrimExpr:
+        """A bit cast from or to float16 (ONNX BitCast): the float32 value of a float16 is
+        rounded back to its (exact) float16 bits first; float16 bits are widened after.
+        Rounding float16 -> float32 -> float16 is exact, NaN payloads included."""
+        (x,) = e.args
+        v = self.visit_expr(x)
+        if _is_f16(x.dtype):
+            v = ir.Cast(x.dtype, v)
+        bits = ir.Call(e.dtype, "reinterpret", (v,))
+        return ir.Cast(_f32(e.dtype), bits) if _is_f16(e.dtype) else bits
 
 
 class _Accesses(StmtExprVisitor):

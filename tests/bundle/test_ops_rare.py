@@ -1,0 +1,173 @@
+"""Rare ops compiled into bundles for the host target (strict flags) and compared with
+onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
+DeformConv."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.bundle.helpers import assert_matches, compile_run, run_ort
+from toolchain.target import host_target
+
+F = np.float32
+N = helper.make_node
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=26):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
+                          [helper.make_tensor_value_info(*o) for o in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def _check(model, inputs, tmp_path, rtol=2e-5):
+    _, got = compile_run(model, tmp_path, inputs, target=host_target())
+    assert_matches(got, run_ort(model, inputs), rtol=rtol)
+
+
+def test_bitcast_between_float_and_integer_math(tmp_path):
+    """|x| by clearing the sign bit as an int32, and back; int8 -> uint8; float16 (stored as
+    16 bits, computed in float32) to and from int16/uint16, bit-exact with NaN, inf, -0
+    and a subnormal."""
+    nodes = [N("Mul", ["x", "two"], ["x2"]),
+             N("BitCast", ["x2"], ["bits"], to=TensorProto.INT32),
+             N("BitwiseAnd", ["bits", "mask"], ["cleared"]),
+             N("BitCast", ["cleared"], ["y"], to=TensorProto.FLOAT),
+             N("BitCast", ["b"], ["u"], to=TensorProto.UINT8),
+             N("Mul", ["h", "h2"], ["hh"]), N("BitCast", ["hh"], ["hb"], to=TensorProto.INT16),
+             N("BitCast", ["h"], ["hu"], to=TensorProto.UINT16),
+             N("BitCast", ["i"], ["hf"], to=TensorProto.FLOAT16), N("Add", ["hf", "hf"], ["hf2"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [3, 17]), ("b", TensorProto.INT8, [6]),
+                       ("h", TensorProto.FLOAT16, [37]), ("i", TensorProto.INT16, [37])],
+               [("y", TensorProto.FLOAT, [3, 17]), ("bits", TensorProto.INT32, [3, 17]),
+                ("u", TensorProto.UINT8, [6]), ("hb", TensorProto.INT16, [37]),
+                ("hu", TensorProto.UINT16, [37]), ("hf2", TensorProto.FLOAT16, [37])],
+               [("two", np.array(2.0, F)), ("mask", np.array(0x7FFFFFFF, np.int32)),
+                ("h2", np.array(2.0, np.float16))])
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal(37).astype(np.float16)
+    h[:4] = [np.inf, -0.0, np.nan, 6e-8]
+    inputs = {"x": rng.standard_normal((3, 17)).astype(F),
+              "b": np.array([-128, -1, 0, 1, 77, 127], np.int8), "h": h,
+              "i": rng.integers(-30000, 30000, 37).astype(np.int16)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    for name, want in run_ort(m, inputs).items():  # bit-exact, NaN included
+        assert got[name].dtype == want.dtype, name
+        assert got[name].tobytes() == want.tobytes(), name
+
+
+def test_stft_with_a_run_time_window_and_without(tmp_path):
+    nodes = [N("STFT", ["x", "step", "w"], ["y"]),
+             N("STFT", ["c", "step", "", "len"], ["z"], onesided=0)]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 30, 1]), ("w", TensorProto.FLOAT, [8]),
+                       ("c", TensorProto.FLOAT, [1, 17, 2])],
+               [("y", TensorProto.FLOAT, [2, 8, 5, 2]), ("z", TensorProto.FLOAT, [1, 4, 6, 2])],
+               [("step", np.array(3, np.int64)), ("len", np.array(6, np.int64))], opset=17)
+    rng = np.random.default_rng(1)
+    inputs = {"x": rng.standard_normal((2, 30, 1)).astype(F),
+              "w": np.hanning(8).astype(F), "c": rng.standard_normal((1, 17, 2)).astype(F)}
+    _check(m, inputs, tmp_path, rtol=1e-4)
+
+
+def test_det_with_pivoting_and_singular_matrices(tmp_path):
+    """Batches of 5x5 (one with a zero leading entry, one singular) and 1x1 against
+    onnxruntime; a float64 3x3 against onnx.reference (onnxruntime has no float64 Det)."""
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [N("Det", ["x"], ["d"]), N("Det", ["one"], ["d1"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 5, 5]),
+                       ("one", TensorProto.FLOAT, [4, 1, 1])],
+               [("d", TensorProto.FLOAT, [2, 3]), ("d1", TensorProto.FLOAT, [4])], opset=22)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 5, 5)).astype(F)
+    x[0, 0, 0, 0] = 0.0
+    x[1, 2, 4] = x[1, 2, 1] * 2  # singular
+    _check(m, {"x": x, "one": rng.standard_normal((4, 1, 1)).astype(F)}, tmp_path / "f32",
+           rtol=1e-4)
+    m64 = _model([N("Det", ["x64"], ["d64"])], [("x64", TensorProto.DOUBLE, [3, 3])],
+                 [("d64", TensorProto.DOUBLE, [])], opset=22)
+    x64 = {"x64": rng.standard_normal((3, 3))}
+    _, got = compile_run(m64, tmp_path / "f64", x64, target=host_target())
+    want = ReferenceEvaluator(m64).run(None, x64)[0]
+    np.testing.assert_allclose(got["d64"], want, rtol=1e-12)
+
+
+def test_roi_align_both_modes_and_coordinate_modes(tmp_path):
+    boxes = np.array([[0.0, 0.0, 7.0, 7.0], [1.5, 2.0, 5.5, 3.0], [-3.0, -2.0, 4.0, 11.0],
+                      [6.0, 6.5, 9.5, 12.0]], F)
+    nodes = [N("RoiAlign", ["x", "rois", "bi"], ["a"], output_height=3, output_width=2,
+               sampling_ratio=2),
+             N("RoiAlign", ["x", "rois", "bi"], ["m"], mode="max", output_height=2,
+               output_width=4, sampling_ratio=3, spatial_scale=0.75,
+               coordinate_transformation_mode="output_half_pixel")]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 9, 8]),
+                       ("rois", TensorProto.FLOAT, [4, 4]), ("bi", TensorProto.INT64, [4])],
+               [("a", TensorProto.FLOAT, [4, 3, 3, 2]), ("m", TensorProto.FLOAT, [4, 3, 2, 4])],
+               opset=16)  # onnxruntime 1.32 has RoiAlign kernels up to opset 16
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 8)).astype(F)
+    _check(m, {"x": x, "rois": boxes, "bi": np.array([0, 1, 1, 0])}, tmp_path, rtol=1e-4)
+
+
+def test_deform_conv_grouped_with_mask_and_bias(tmp_path):
+    rng = np.random.default_rng(5)
+    nodes = [N("DeformConv", ["x", "w", "off", "b", "mask"], ["y"], group=2, offset_group=2,
+               strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 2]),
+             N("DeformConv", ["x", "w1", "off1"], ["z"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 4, 7, 6]),
+                       ("off", TensorProto.FLOAT, [2, 24, 4, 6]),
+                       ("mask", TensorProto.FLOAT, [2, 12, 4, 6]),
+                       ("off1", TensorProto.FLOAT, [2, 8, 6, 5])],
+               [("y", TensorProto.FLOAT, [2, 6, 4, 6]), ("z", TensorProto.FLOAT, [2, 3, 6, 5])],
+               [("w", rng.standard_normal((6, 2, 3, 2)).astype(F)),
+                ("b", rng.standard_normal(6).astype(F)),
+                ("w1", rng.standard_normal((3, 4, 2, 2)).astype(F))], opset=19)
+    inputs = {"x": rng.standard_normal((2, 4, 7, 6)).astype(F),
+              "off": (rng.standard_normal((2, 24, 4, 6)) * 2).astype(F),
+              "mask": rng.random((2, 12, 4, 6)).astype(F),
+              "off1": (rng.standard_normal((2, 8, 6, 5)) * 2).astype(F)}
+    _check(m, inputs, tmp_path, rtol=1e-4)
+
+
+def test_float16_forms_match_onnxruntime_and_onnx_reference(tmp_path):
+    """Det, STFT, RoiAlign and DeformConv on float16 tensors (computed in float64 and
+    rounded once) against onnxruntime and onnx.reference (for Det, which onnx.reference
+    cannot run in float16, numpy's float64 determinant)."""
+    from onnx.reference import ReferenceEvaluator
+
+    H = np.float16
+    rng = np.random.default_rng(6)
+    nodes = [N("Det", ["m"], ["d"]), N("STFT", ["s", "step", "w"], ["f"]),
+             N("RoiAlign", ["x", "rois", "bi"], ["r"], output_height=2, output_width=2,
+               sampling_ratio=2),
+             N("DeformConv", ["x", "k", "off"], ["c"])]
+    m = _model(nodes, [("m", TensorProto.FLOAT16, [2, 3, 3]), ("s", TensorProto.FLOAT16,
+                                                               [1, 16, 1]),
+                       ("x", TensorProto.FLOAT16, [1, 2, 5, 5]),
+                       ("rois", TensorProto.FLOAT16, [2, 4]),
+                       ("off", TensorProto.FLOAT16, [1, 8, 4, 4])],
+               [("d", TensorProto.FLOAT16, [2]), ("f", TensorProto.FLOAT16, [1, 3, 5, 2]),
+                ("r", TensorProto.FLOAT16, [2, 2, 2, 2]),
+                ("c", TensorProto.FLOAT16, [1, 3, 4, 4])],
+               [("step", np.array(4, np.int64)), ("w", np.hanning(8).astype(H)),
+                ("bi", np.array([0, 0], np.int64)),
+                ("k", rng.standard_normal((3, 2, 2, 2)).astype(H))], opset=19)
+    inputs = {"m": rng.standard_normal((2, 3, 3)).astype(H),
+              "s": rng.standard_normal((1, 16, 1)).astype(H),
+              "x": rng.standard_normal((1, 2, 5, 5)).astype(H),
+              "rois": np.array([[0.5, 0.5, 3.5, 4.0], [1.0, 0.0, 4.5, 2.5]], H),
+              "off": rng.standard_normal((1, 8, 4, 4)).astype(H)}
+    _, got = compile_run(m, tmp_path, inputs, target=host_target())
+    ort = run_ort(m, inputs)
+    # onnx.reference's Det is numpy's, which refuses float16: the float64 determinant
+    del m.graph.node[0], m.graph.output[0]
+    want = dict(zip(["f", "r", "c"], ReferenceEvaluator(m).run(
+        None, {k: v for k, v in inputs.items() if k != "m"}), strict=True))
+    want["d"] = np.linalg.det(inputs["m"].astype(np.float64))
+    for name, w in want.items():
+        assert got[name].dtype == np.float16
+        for ref in (w, ort[name]):
+            np.testing.assert_allclose(got[name].astype(np.float32), ref.astype(np.float32),
+                                       rtol=1e-2, atol=1e-2, err_msg=name)
