@@ -140,7 +140,6 @@ class _Legalize(StmtExprMutator):
         args = tuple(self.visit_expr(a) for a in e.args)
         return ir.Call(_f32(e.dtype), e.op, args)
 
-
     def _reinterpret_f16(self, e: ir.Call) -> ir.PrimExpr:
         """A bit cast from or to float16 (ONNX BitCast): the float32 value of a float16 is
         rounded back to its (exact) float16 bits first; float16 bits are widened after.
