@@ -105,7 +105,6 @@ def featurize(inp: BuildInput) -> list[float]:
 def build_one(inp: BuildInput) -> BuildResult:
     """Schedule, lower, featurize and compile one trial (errors are returned, not raised)."""
     from toolchain.autotune.features import extract
-    from toolchain.autotune.space import InvalidPoint
     from toolchain.errors import KilnError
     from toolchain.runtime.build import build
     from toolchain.tir import ir
@@ -123,12 +122,24 @@ def build_one(inp: BuildInput) -> BuildResult:
         res.args = [(tuple(int(d.value) for d in p.shape), p.dtype)
                     for p in mod.func.params if isinstance(p, ir.Buffer)]
         res.features = feats[0].tolist()
-    except InvalidPoint as exc:
-        res.error = f"invalid point: {exc}"
     except KilnError as exc:
-        res.error = f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        res.error = build_error(exc)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def build_error(exc: Exception) -> str:
+    """The ``error`` of a trial whose schedule or build raised ``exc`` (a Kiln error).
+
+    >>> from toolchain.errors import BuildError
+    >>> build_error(BuildError("cc failed\\nmore"))
+    'build: BuildError: cc failed'
+    """
+    from toolchain.autotune.space import InvalidPoint
+
+    if isinstance(exc, InvalidPoint):
+        return f"invalid point: {exc}"
+    return f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
 
 
 class LocalBuilder:

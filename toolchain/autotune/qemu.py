@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from toolchain.autotune.measure import BuildInput, BuildResult, MeasureResult
+from toolchain.autotune.measure import BuildInput, BuildResult, MeasureResult, build_error
 from toolchain.errors import KilnError, OptionError
 
 #: the picolibc semihosting link of MACHINE-NOTES.md (flash and RAM at the MPS2 addresses)
@@ -78,7 +78,6 @@ class QemuBuilder:
     def build_one(self, inp: BuildInput) -> BuildResult:
         from toolchain.autotune.apply import forcing
         from toolchain.autotune.features import extract
-        from toolchain.autotune.space import InvalidPoint
         from toolchain.codegen import get_renderer
         from toolchain.codegen.artifact import support_of
         from toolchain.codegen.cstyle import c_templates
@@ -127,10 +126,8 @@ class QemuBuilder:
                     raise KilnError(f"cross build failed: {out.stderr.strip()[:400]}")
                 (d / "kernel.tmp").replace(elf)
             res.lib, res.entry = str(elf), src.entry
-        except InvalidPoint as exc:
-            res.error = f"invalid point: {exc}"
         except KilnError as exc:
-            res.error = f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            res.error = build_error(exc)
         res.seconds = time.perf_counter() - t0
         return res
 

@@ -210,6 +210,27 @@ def _tensorize(sch: Schedule, block: BlockRV, intrin: str, below: LoopRV | None,
         sch.annotate(outer[0], INSTRUCTION, stage)
 
 
+def _virtual_threads(sch: Schedule, outer: tuple[LoopRV, LoopRV],
+                     inner: tuple[LoopRV, LoopRV], split: str, vthreads: int,
+                     scope_acc: str) -> LoopRV:
+    """Split the first (``split == "m"``) or the second outer tile loop by ``vthreads``,
+    put the virtual-thread loop just above the ``inner`` tile loops, and compute the GEMM
+    and its epilogue there in the accumulator scope; the virtual-thread loop."""
+    a, b = outer
+    if split == "m":
+        aq, vt = sch.split(a, [None, vthreads])
+        sch.reorder(aq, b, vt, *inner)
+    else:
+        bq, vt = sch.split(b, [None, vthreads])
+        sch.reorder(a, bq, vt, *inner)
+    stages = ("gemm", *EPILOGUE)
+    for name in reversed(stages):
+        sch.compute_at(sch.get_block(name), vt)
+    for name in stages:
+        sch.set_scope(sch.get_block(name), 0, scope_acc)
+    return vt
+
+
 def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles | None = None,
                    vthreads: int = 2) -> Schedule:
     """The scheduled, tensorized dense layer (see the module docstring)."""
@@ -240,17 +261,7 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     m, n, _, _ = sch.get_loops(out)
     mo, mi = sch.split(m, [None, t.tm])
     no, ni = sch.split(n, [None, t.tn])
-    if t.split == "m":
-        mq, vt = sch.split(mo, [None, vthreads])
-        sch.reorder(mq, no, vt, mi, ni)
-    else:
-        nq, vt = sch.split(no, [None, vthreads])
-        sch.reorder(mo, nq, vt, mi, ni)
-    stages = ("gemm", *EPILOGUE)
-    for name in reversed(stages):
-        sch.compute_at(sch.get_block(name), vt)
-    for name in stages:
-        sch.set_scope(sch.get_block(name), 0, scope_acc)
+    vt = _virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads, scope_acc)
     gemm = sch.get_block("gemm")
     lm, ln, lo, lko, lki = sch.get_loops(gemm)[-5:]
     k0, k1 = sch.split(lko, [None, t.tk])
@@ -445,17 +456,7 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
     _, oc, y, _, _, _ = sch.get_loops(out)
     oco, oci = sch.split(oc, [None, t.toc])
     yo, yi = sch.split(y, [None, t.toh])
-    if t.split == "m":
-        yq, vt = sch.split(yo, [None, vthreads])
-        sch.reorder(yq, oco, vt, oci, yi)
-    else:
-        oq, vt = sch.split(oco, [None, vthreads])
-        sch.reorder(yo, oq, vt, oci, yi)
-    stages = ("gemm", *EPILOGUE)
-    for name in reversed(stages):
-        sch.compute_at(sch.get_block(name), vt)
-    for name in stages:
-        sch.set_scope(sch.get_block(name), 0, scope_acc)
+    vt = _virtual_threads(sch, (yo, oco), (oci, yi), t.split, vthreads, scope_acc)
     gemm = sch.get_block("gemm")
     # compute_at leaves out the loops of extent 1: name the ones that are there
     _, ow = shape.out_hw
