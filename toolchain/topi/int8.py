@@ -119,16 +119,21 @@ def finish_dsp(acc: Any, bias: Any, mult: Any, lp: Any, rq: Any, attrs: dict[str
     shift table: :func:`unit_left_shift`) ``lp`` is the constant 1, so the C compiler drops
     the multiply and its overflow test; with ``attrs["requantize_bounded"]`` as well
     (:func:`requantize_bounded`) it calls ``kiln_cm_requantize_b`` (no overflow test, SRDHM
-    as one SMMULR)."""
+    as one SMMULR); with ``attrs["requantize_shift"]`` (:func:`requantize_shift`: the shift
+    table packed by :func:`pack_shift_halves`) ``kiln_cm_requantize_s``, whose rounding
+    division by ``2**e`` and the output zero point are two adds and one arithmetic shift."""
     from toolchain.tir import ir
 
-    if attrs.get("requantize_bounded"):
-        y = ir.Call("int32", "kiln_cm_requantize_b", [acc, bias, mult, rq])
+    if attrs.get("requantize_shift"):  # lp, rq: (2**(e-1) + zp 2**e, e) (pack_shift_halves)
+        y = ir.Call("int32", "kiln_cm_requantize_s", [acc, bias, mult, lp, rq])
     else:
-        if attrs.get("unit_left_shift"):
-            lp = te.const(1, "int32")
-        y = ir.Call("int32", "kiln_cm_requantize", [acc, bias, mult, lp, rq])
-    y = y + te.const(attrs["y_zero_point"], "int32")
+        if attrs.get("requantize_bounded"):
+            y = ir.Call("int32", "kiln_cm_requantize_b", [acc, bias, mult, rq])
+        else:
+            if attrs.get("unit_left_shift"):
+                lp = te.const(1, "int32")
+            y = ir.Call("int32", "kiln_cm_requantize", [acc, bias, mult, lp, rq])
+        y = y + te.const(attrs["y_zero_point"], "int32")
     lo, hi = attrs["out_min"], attrs["out_max"]
     if (lo, hi) == (-128, 127):
         y = ir.Call("int32", "kiln_ssat8", [y])
@@ -173,6 +178,45 @@ def requantize_bounded(node: Any) -> bool:
         return False
     wabs = np.abs(np.asarray(w.data, np.int64)).reshape(w.shape[0], -1).sum(axis=1)
     return bool(np.all(255 * wabs + np.abs(np.asarray(b.data, np.int64)) < 2**30))
+
+
+def requantize_shift(node: Any) -> bool:
+    """Whether QConv ``node`` takes ``kiln_cm_requantize_s``: :func:`requantize_bounded`
+    (so ``|h| < 2**30`` after the SRDHM), every channel divides by ``2**e`` with
+    ``e >= 1`` (``rq = 2**(30 - e)`` in the shift table) and the output zero point moved
+    inside the shift, ``(h + 2**(e-1) - [h < 0] + zp 2**e) >> e``, stays in int32.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> ins = [None, Value.constant("w", np.ones((2, 1, 3, 3), np.int8)),
+    ...        Value.constant("b", np.zeros(2, np.int32)), None,
+    ...        Value.constant("s", np.array([[1, 1 << 20], [1, 1 << 29]], np.int32))]
+    >>> node = Node("QConv", "c", ins, [], {"y_zero_point": -128})
+    >>> requantize_shift(node)                     # e = 10 and 1
+    True
+    >>> ins[4] = Value.constant("s", np.array([[1, 1 << 20], [1, 1 << 30]], np.int32))
+    >>> requantize_shift(Node("QConv", "c", ins, [], {"y_zero_point": -128}))  # e = 0
+    False
+    """
+    if not requantize_bounded(node):
+        return False
+    rq = np.asarray(node.input(4).data, np.int64)[:, 1]
+    if not np.all((rq >= 1) & (rq <= 2**29) & (rq & (rq - 1) == 0)):
+        return False
+    e = 30 - np.log2(rq).round().astype(np.int64)
+    zp = abs(int(node.attrs["y_zero_point"]))
+    return bool(np.all(2**30 + (1 << (e - 1)) + (zp << e) < 2**31))
+
+
+def pack_shift_halves(table: np.ndarray, zero_point: int) -> np.ndarray:
+    """A ``[C, 2]`` shift table ``(1, 2**(30 - e))`` as ``(2**(e-1) + zp 2**e, e)`` per
+    channel (the operands of ``kiln_cm_requantize_s``, where :func:`requantize_shift` holds).
+
+    >>> pack_shift_halves(np.array([[1, 1 << 20], [1, 1 << 29]], np.int32), -128).tolist()
+    [[-130560, 10], [-255, 1]]
+    """
+    e = 30 - np.log2(np.asarray(table, np.int64)[:, 1]).round().astype(np.int64)
+    half = np.left_shift(1, e - 1) + np.left_shift(zero_point, e)
+    return np.stack([half, e], axis=1).astype(np.int32)
 
 
 def dsp_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
@@ -392,20 +436,28 @@ def qadd_dsp(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
 
 
 def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
-    """Integer average pool: window sum of ``x - x_zp`` requantized by one multiplier."""
+    """Integer average pool: window sum of ``x - x_zp`` requantized by one multiplier.
+
+    Without padding every window holds ``kh * kw`` inputs, so the sum is that of ``x``
+    itself minus ``x_zp * kh * kw`` once per output (no subtraction per input); with
+    padding the shifted input is padded with zeros and summed."""
     kh, kw = attrs["kernel_shape"]
     sh, sw = attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
-    xs = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
+    zp = int(attrs["x_zero_point"])
+    padded = any((pt, pl, pb, pr))
+    xs = pad_spatial(shifted(x, zp), (2, 3), (pt, pl), (pb, pr)) if padded else x
     n, c, h, w = (int(d.value) for d in xs.shape)
     oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, c, oh, ow), lambda b, ch, y, xx: te.sum(
         te.cast(xs[b, ch, y * sh + ry, xx * sw + rx], "int32"), axis=[ry, rx]),
         name="qpool_sum", tag="pool")
+    off = te.const(0 if padded else zp * kh * kw, "int32")
     lp, rp = (int(t) for t in shift_powers(attrs["shift"]))
-    return te.compute(acc.shape, lambda *i: finish_te(acc[i], attrs["multiplier"], lp, rp,
-                                                      attrs), name="qavgpool", tag="injective")
+    return te.compute(acc.shape, lambda *i: finish_te(acc[i] - off, attrs["multiplier"], lp,
+                                                      rp, attrs),
+                      name="qavgpool", tag="injective")
 
 
 def x86_lanes(m: int) -> int:
@@ -520,7 +572,12 @@ def dsp_depthwise(node: Any) -> bool:
 def _qconv(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp":
         ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node),
-                     "requantize_bounded": requantize_bounded(ctx.node)}
+                     "requantize_bounded": requantize_bounded(ctx.node),
+                     "requantize_shift": requantize_shift(ctx.node)}
+        if ctx.attrs["requantize_shift"]:
+            zp = int(ctx.attrs["y_zero_point"])
+            ctx.packed_tensor(4, lambda t: pack_shift_halves(t, zp),
+                              "the Cortex-M DSP requantization")
     if ctx.options.get("algorithm") == "dsp" and dsp_depthwise(ctx.node):
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")

@@ -49,7 +49,8 @@ def test_residual_qadd_in_a_cortex_m_bundle_uses_the_helper(tmp_path) -> None:
         out = compile_model(tmp_path / "r.onnx", t, tmp_path / t, name="r")
         src[t] = (out / "src" / "kernels.c").read_text()
     assert "kiln_cm_requantize(" not in src["c-generic"]   # generic: int64 requantization
-    # the bounded helper's definition, the QConv's epilogue (small weights:
-    # |acc + bias| < 2**30) and the fused QAdd's three requantizations (both inputs and the
-    # sum, left_shift 20); without the options only the first two
-    assert src["cortex-m4"].count("kiln_cm_requantize_b(") >= 5
+    # the bounded helper's definition and the fused QAdd's three requantizations (both
+    # inputs and the sum, left_shift 20); without the options only the first; the QConv's
+    # epilogue (small weights: |acc + bias| < 2**30, right shifts) takes the shift helper
+    assert src["cortex-m4"].count("kiln_cm_requantize_b(") >= 4
+    assert src["cortex-m4"].count("kiln_cm_requantize_s(") >= 2

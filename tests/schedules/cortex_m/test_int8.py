@@ -144,6 +144,10 @@ void run_b(int n, const int32_t *a, const int32_t *b, const int32_t *m, const in
            int32_t *o) {
   for (int i = 0; i < n; ++i) o[i] = kiln_cm_requantize_b(a[i], b[i], m[i], r[i]);
 }
+void run_s(int n, const int32_t *a, const int32_t *b, const int32_t *m, const int32_t *h,
+           const int32_t *e, int32_t *o) {
+  for (int i = 0; i < n; ++i) o[i] = kiln_cm_requantize_s(a[i], b[i], m[i], h[i], e[i]);
+}
 """)
     so = tmp_path / "rq.so"
     subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(so), str(src)],
@@ -182,6 +186,44 @@ void run_b(int n, const int32_t *a, const int32_t *b, const int32_t *m, const in
     want = requantize_pow(acc.astype(np.int64) + bias, mult, np.ones(n, np.int32), rq)
     np.testing.assert_array_equal(out, want)
     assert len(np.unique(want)) > 1000
+    # kiln_cm_requantize_s: the same with e >= 1 and the output zero point inside the shift,
+    # its operands from pack_shift_halves, wherever requantize_shift's int32 bound holds
+    from toolchain.topi.int8 import pack_shift_halves
+
+    e = rng.integers(1, 31, n)
+    zp = rng.choice(np.array([-128, 127, 255, 0, -1, 3]), n)
+    ok = 2**30 + (1 << (e - 1)) + (np.abs(zp) << e) < 2**31
+    e[~ok] = rng.integers(1, 23, int((~ok).sum()))
+    assert (2**30 + (1 << (e - 1)) + (np.abs(zp) << e) < 2**31).all() and (e >= 20).sum() > 100
+    rq = (1 << (30 - e)).astype(np.int32)
+    round_zp, ee = np.empty(n, np.int32), np.empty(n, np.int32)
+    for z in np.unique(zp):
+        at = zp == z
+        packed = pack_shift_halves(np.stack([np.ones(int(at.sum())), rq[at]], 1), int(z))
+        round_zp[at], ee[at] = packed[:, 0], packed[:, 1]
+    ctypes.CDLL(str(so)).run_s(ctypes.c_int(n), *(ptr(v.ctypes.data) for v in
+                                                  (acc, bias, mult, round_zp, ee, out)))
+    want = requantize_pow(acc.astype(np.int64) + bias, mult, np.ones(n, np.int32), rq) + zp
+    np.testing.assert_array_equal(out, want)
+    assert len(np.unique(want)) > 1000
+
+
+def test_shift_requantization_only_where_int32_holds_it() -> None:
+    """QConv takes kiln_cm_requantize_s only when every channel shifts right (e >= 1) and
+    2**30 + 2**(e-1) + |zp| 2**e stays below 2**31; otherwise kiln_cm_requantize_b."""
+    from toolchain.topi.int8 import requantize_bounded, requantize_shift
+
+    node = _conv(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8)
+    assert requantize_bounded(node) and requantize_shift(node)
+    table = np.asarray(node.input(4).data).copy()
+    for row, zp, want in (((1, 1 << 30), -3, False),      # e = 0
+                          ((1, 1 << 7), -3, True),        # e = 23: 3 * 2**23 fits
+                          ((1, 1 << 7), -128, False),     # 2**30 + 2**22 + 2**30 does not
+                          ((1, 1 << 8), -128, True)):     # e = 22: 2**30 + 2**21 + 2**29
+        table[3] = row
+        n = node.replace(inputs=(*node.inputs[:4], Value.constant("s", table.copy())),
+                         attrs={**node.attrs, "y_zero_point": zp})
+        assert requantize_shift(n) is want, (row, zp)
 
 
 # --------------------------------------------------------------------------- host, bit-exact
