@@ -35,7 +35,13 @@ from toolchain.errors import SimulationError
 from toolchain.runtime.build import BASE_FLAGS, compile_shared
 from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
 from toolchain.vta.fsim import FsimResult
-from toolchain.vta.isa import ENGINE_NAMES, INSN_BYTES, MEM_NAMES, AnyInstruction
+from toolchain.vta.isa import (
+    ENGINE_NAMES,
+    INSN_BYTES,
+    MEM_NAMES,
+    AnyInstruction,
+    decode_program,
+)
 from toolchain.vta.program import Program
 from toolchain.vta.tokens import describe
 
@@ -148,26 +154,50 @@ def run_cfsim(program: Program, dram: np.ndarray | None = None, *, tokens: bool 
     The DRAM window is the data image, padding to 16 bytes, then the instructions
     (``Program.insn_addr``, hw/ISA.md section 4); DMA may only touch the data image.
     """
-    cfg = config or program.config
-    image = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
-    insn_bytes = program.insn_bytes
+    image = program.dram if dram is None else dram
+    return run_cfsim_bytes(program.insn_bytes, image, config or program.config, tokens=tokens,
+                           seed=seed, insns=program.insns)
+
+
+def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
+                    tokens: bool = False, seed: int | None = None,
+                    data_bytes: int | None = None,
+                    insns: list[AnyInstruction] | None = None) -> FsimResult:
+    """:func:`run_cfsim` on an encoded instruction stream, which may be malformed (the C
+    side decodes and checks it).  ``data_bytes`` bounds DMA (default: the DRAM image;
+    0: the whole window, instructions included, which the simulator then protects).
+    ``insns`` (the decoded program) only improves error messages.
+
+    Example::
+
+        >>> from toolchain.vta.isa import Finish, encode
+        >>> run_cfsim_bytes(encode(Finish()), np.zeros(16, np.uint8), VTAConfig()).order
+        [0]
+    """
+    image = np.asarray(dram, dtype=np.uint8).ravel()
     insn_addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
     window = _aligned(insn_addr + len(insn_bytes))
     window[:len(image)] = image
     window[insn_addr:] = np.frombuffer(insn_bytes, np.uint8)
     lib = library()
-    ccfg = c_config(cfg)
+    ccfg = c_config(config)
     mem = _aligned(max(1, lib.kiln_vta_fsim_mem_bytes(ctypes.byref(ccfg))))
-    n = len(program.insns)
+    n = len(insn_bytes) // INSN_BYTES
     order = np.zeros(max(1, n), np.uint32)
     counters, err = _Counters(), _Error()
     cseed = 0 if seed is None else (seed * 2654435761 + 1) % (1 << 32) or 1
+    limit = len(image) if data_bytes is None else data_bytes
     rc = lib.kiln_vta_py_run(ctypes.byref(ccfg), mem.ctypes.data, mem.nbytes,
-                             window.ctypes.data, len(window), len(image), insn_addr, n,
+                             window.ctypes.data, len(window), limit, insn_addr, n,
                              int(not tokens), cseed, order.ctypes.data, len(order),
                              ctypes.byref(counters), ctypes.byref(err))
     if rc != 0:
-        raise CFsimError(_message(rc, err, program.insns, len(image), cfg), rc,
+        if insns is None:
+            try:
+                insns = decode_program(insn_bytes)
+            except SimulationError:
+                insns = []
+        raise CFsimError(_message(rc, err, insns, len(image), config), rc,
                          None if err.insn == 0xFFFFFFFF else int(err.insn))
     names = counter_names()
     values = {names[i]: int(counters.v[i]) for i in range(_NCOUNTERS)}
@@ -209,15 +239,15 @@ def _message(rc: int, err: _Error, insns: list[AnyInstruction], data_bytes: int,
         return (f"{code}{where}target '{cfg.name}' does not offer ALU {op} (alu.ops: "
                 f"{', '.join(cfg.alu_ops)})")
     if rc == 8:
-        return f"{code}deadlock in token mode: " + "; ".join(_blocked(err, insns))
+        return f"{code}deadlock in token mode: " + "; ".join(_blocked(err, insns, cfg))
     return f"{code}{where}{lib.kiln_vta_strerror(rc).decode()}"
 
 
-def _blocked(err: _Error, insns: list[AnyInstruction]) -> list[str]:
+def _blocked(err: _Error, insns: list[AnyInstruction], cfg: VTAConfig) -> list[str]:
     out = []
     for e, name in enumerate(ENGINE_NAMES):
         i = int(err.blocked_insn[e])
-        what = describe(insns[i]) if i < len(insns) else "?"
+        what = describe(insns[i]) if i < len(insns) else "see the listing"
         queues = ", ".join(q for b, q in enumerate(_QUEUES) if err.queues[e] >> b & 1)
         state = err.state[e]
         if state == 1:
@@ -225,11 +255,11 @@ def _blocked(err: _Error, insns: list[AnyInstruction]) -> list[str]:
                        f"{queues} (queue empty)")
         elif state == 2:
             out.append(f"{name} engine blocked at instruction {i} ({what}) waiting to push "
-                       f"{queues} (queue full)")
+                       f"{queues} (queue full, {cfg.token_queue_depth} tokens)")
         elif state == 3:
-            full = ENGINE_NAMES[insns[i].engine] if i < len(insns) else "?"
+            full = f"the {ENGINE_NAMES[insns[i].engine]}" if i < len(insns) else "an"
             out.append(f"{name} engine idle: fetch is stalled at instruction {i} ({what}) "
-                       f"because the {full} engine's command queue is full")
+                       f"because {full} engine's command queue is full ({cfg.cmd_queue_depth})")
         else:
             out.append(f"{name} engine finished")
     return out
