@@ -28,11 +28,11 @@ from toolchain.vta.fsim import run_fsim  # noqa: E402
 from toolchain.vta.workloads import RESNET18_LAYERS  # noqa: E402
 
 
-def _best(fn, repeat: int) -> tuple[float, object]:
+def _best(run, program, dram, repeat: int) -> tuple[float, object]:
     best, out = float("inf"), None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        out = fn()
+        out = run(program, dram, tokens=True)
         best = min(best, time.perf_counter() - t0)
     return best, out
 
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         conv = compile_conv2d(w, spec.h, spec.w, shift=12, stride=spec.s, pad=spec.k // 2,
                               layer=name)
         dram = conv.image(x)
-        tp, py = _best(lambda: run_fsim(conv.program, dram, tokens=True), args.repeat)
-        tc, c = _best(lambda: run_cfsim(conv.program, dram, tokens=True), args.repeat)
+        tp, py = _best(run_fsim, conv.program, dram, args.repeat)
+        tc, c = _best(run_cfsim, conv.program, dram, args.repeat)
         if not (np.array_equal(py.dram, c.dram)
                 and c.counters == {k: v for k, v in py.counters.items() if v}):
             print(f"{name}: the C and Python simulators disagree", file=sys.stderr)
