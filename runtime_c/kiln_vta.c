@@ -76,7 +76,7 @@ static uint32_t bits(const uint8_t *p, unsigned lo, unsigned width) {
 static int reserved_from(const uint8_t *p, unsigned lo) {
   unsigned b;
   for (b = lo; b < 128u; ++b) {
-    if ((p[b / 8u] >> (b % 8u)) & 1u) {
+    if (((unsigned)p[b / 8u] >> (b % 8u)) & 1u) {
       return 1;
     }
   }

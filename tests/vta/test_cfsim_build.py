@@ -17,10 +17,22 @@ from toolchain.vta.cfsim import ERROR_CODES, RUNTIME
 from toolchain.vta.compile import Tiles, compile_dense
 from toolchain.vta.config import load_config
 from toolchain.vta.fsim import run_fsim
+from toolchain.vta.isa import (
+    ALU_SHR,
+    MEM_INP,
+    MEM_WGT,
+    Alu,
+    Finish,
+    Gemm,
+    Load,
+    Store,
+    encode_program,
+)
+from toolchain.vta.randprog import random_program
 
 C_FILES = ("kiln_vta.c", "kiln_vta_fsim.c")
 STRICT = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wconversion",
-          "-Wshadow", "-Wstrict-prototypes")
+          "-Wsign-conversion", "-Wshadow", "-Wstrict-prototypes")
 MAIN = Path(__file__).with_name("c") / "fsim_main.c"
 
 
@@ -83,25 +95,61 @@ def test_error_codes_agree_with_python():
     assert d["KILN_VTA_ERR_COUNT"] == len(ERROR_CODES)
 
 
-def test_a_static_c_program_runs_a_compiled_layer(tmp_path):
+def _build_main(tmp_path: Path, *flags: str) -> Path:
     exe = tmp_path / "fsim_main"
-    res = _cc(*STRICT[1:], "-std=gnu99", f"-I{RUNTIME}", str(MAIN),
+    res = _cc(*STRICT[1:], "-std=gnu99", *flags, f"-I{RUNTIME}", str(MAIN),
               *(str(RUNTIME / n) for n in C_FILES), "-o", str(exe))
+    if res.returncode and flags and "sanitize" in res.stderr + res.stdout:
+        pytest.skip(f"no sanitizer runtime here: {res.stderr.strip()[:200]}")
     assert res.returncode == 0, res.stderr
+    return exe
+
+
+def _run_main(exe: Path, tmp_path: Path, image: np.ndarray,
+              insns: bytes) -> tuple[subprocess.CompletedProcess, np.ndarray]:
+    (tmp_path / "image.bin").write_bytes(np.asarray(image, np.uint8).tobytes())
+    (tmp_path / "insns.bin").write_bytes(insns)
+    out = tmp_path / "out.bin"
+    out.unlink(missing_ok=True)
+    run = subprocess.run([str(exe), str(tmp_path / "image.bin"), str(tmp_path / "insns.bin"),
+                          str(out)], capture_output=True, text=True, check=False, timeout=120)
+    return run, (np.fromfile(out, np.uint8) if out.exists() else np.zeros(0, np.uint8))
+
+
+def test_a_static_c_program_runs_a_compiled_layer(tmp_path):
+    exe = _build_main(tmp_path)
     rng = np.random.default_rng(3)
     w = rng.integers(-128, 128, (64, 48), dtype=np.int8)
     x = rng.integers(-128, 128, (10, 64), dtype=np.int8)
     layer = compile_dense(w, 10, shift=8, tiles=Tiles(5, 3, 2), layer="fc")
     image = layer.image(x)
-    (tmp_path / "image.bin").write_bytes(image.tobytes())
-    (tmp_path / "insns.bin").write_bytes(layer.program.insn_bytes)
-    run = subprocess.run([str(exe), str(tmp_path / "image.bin"), str(tmp_path / "insns.bin"),
-                          str(tmp_path / "out.bin")], capture_output=True, text=True,
-                         check=False, timeout=60)
+    run, got = _run_main(exe, tmp_path, image, layer.program.insn_bytes)
     assert run.returncode == 0, run.stdout + run.stderr
     py = run_fsim(layer.program, image, tokens=True)
-    got = np.frombuffer((tmp_path / "out.bin").read_bytes(), np.uint8)
     np.testing.assert_array_equal(got, py.dram)
     counters = {k: int(v) for k, v in (line.split() for line in run.stdout.splitlines())}
     assert {k: v for k, v in counters.items() if v} == \
         {k: v for k, v in py.counters.items() if v}
+
+
+def test_no_undefined_behaviour_or_bad_access_under_sanitizers(tmp_path):
+    """ASan + UBSan over random programs and over programs with huge, out-of-range fields."""
+    exe = _build_main(tmp_path, "-O1", "-fsanitize=address,undefined",
+                      "-fno-sanitize-recover=all")
+    for seed in range(8):
+        prog = random_program(seed)
+        run, got = _run_main(exe, tmp_path, prog.dram, prog.insn_bytes)
+        assert run.returncode == 0, run.stdout + run.stderr
+        np.testing.assert_array_equal(got, run_fsim(prog).dram)
+    big = dict(y_size=65535, x_size=65535, x_stride=65535)
+    bad = [
+        [Load(memory_type=MEM_INP, sram_base=65535, **big, y_pad_top=15, x_pad_right=15)],
+        [Load(memory_type=MEM_WGT, dram_base=2**32 - 1, y_size=1, x_size=1)],
+        [Store(dram_base=2**32 - 1, **big)],
+        [Gemm(uop_end=8192, iter_out=16383, iter_in=16383, dst_factor_out=2047)],
+        [Alu(alu_op=ALU_SHR, uop_end=1, iter_out=16383, src_factor_out=2047)],
+    ]
+    for insns in bad:
+        run, _ = _run_main(exe, tmp_path, np.zeros(64, np.uint8),
+                           encode_program([*insns, Finish()]))
+        assert run.returncode == 2 and run.stdout.startswith("error "), run.stderr
