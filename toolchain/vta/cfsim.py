@@ -93,6 +93,11 @@ class _Counters(ctypes.Structure):
     _fields_ = [("v", ctypes.c_uint64 * _NCOUNTERS)]
 
 
+def error_struct() -> _Error:
+    """An empty C ``kiln_vta_error`` for another device's glue to fill."""
+    return _Error()
+
+
 def source() -> str:
     """The single translation unit that is compiled: the runtime files, then the glue."""
     parts = [(RUNTIME / name).read_text() for name in SOURCES]
@@ -197,7 +202,7 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
                 insns = decode_program(insn_bytes)
             except SimulationError:
                 insns = []
-        raise CFsimError(_message(rc, err, insns, len(image), config), rc,
+        raise CFsimError(error_message(rc, err, insns, len(image), config), rc,
                          None if err.insn == 0xFFFFFFFF else int(err.insn))
     names = counter_names()
     values = {names[i]: int(counters.v[i]) for i in range(_NCOUNTERS)}
@@ -207,9 +212,9 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
 
 
 # ---- messages --------------------------------------------------------------------------
-def _message(rc: int, err: _Error, insns: list[AnyInstruction], data_bytes: int,
+def error_message(rc: int, err: _Error, insns: list[AnyInstruction], data_bytes: int,
              cfg: VTAConfig) -> str:
-    """A message in the words of run_fsim's errors, from the C error record."""
+    """A message in the words of run_fsim's errors, from a C ``kiln_vta_error``."""
     lib = library()
     code = f"{ERROR_CODES.get(rc, rc)}: "
     where = ""
