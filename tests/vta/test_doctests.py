@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["builder", "checker", "config", "deps", "disasm", "fsim", "isa", "program",
-           "randprog", "schedule",
+           "randprog", "schedule", "cfsim",
            "tokens", "workloads", "__init__"]
 
 

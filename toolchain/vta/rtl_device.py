@@ -1,0 +1,137 @@
+"""The RTL model as a C device: ``hw/rtl/sim/kiln_vta_rtl.cpp`` through the C driver.
+
+:func:`run_rtl_device` runs a program on the Verilog RTL the way a bundle built with the RTL
+device will: the C driver (``runtime_c/kiln_vta.c``) loads the program into the DRAM window
+and calls the device, which clocks the Verilator model of ``vta_sim_top`` in the same process
+(no cocotb, no files) while the DRAM model reads and writes the window itself.  The model is
+built once per configuration into ``sim_build/rtl-device-<hash>/`` (``verilator --cc
+--build``, then linked with the driver into one shared library loaded with ctypes).
+
+It returns ``(dram, counters)`` like :func:`toolchain.vta.rtl.run_rtl` (the same counter
+names), and raises :class:`~toolchain.vta.cfsim.CFsimError` with the driver's error code on a
+deadlock (the RTL's stall detector), a timeout or a malformed program.
+
+Example::
+
+    >>> from toolchain.vta.builder import ProgramBuilder
+    >>> b = ProgramBuilder(); _ = b.finish()
+    >>> run_rtl_device(b.build())[1]["cycles"] < 200        # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from toolchain.errors import BuildError
+from toolchain.vta.cfsim import RUNTIME, CFsimError, error_message, error_struct
+from toolchain.vta.config import VTAConfig
+from toolchain.vta.isa import INSN_BYTES
+from toolchain.vta.program import Program
+from toolchain.vta.rtl import COUNTERS, RTL_DIR, build_root, params_svh, rtl_sources, verilator_env
+
+DEVICE_CPP = RTL_DIR / "sim" / "kiln_vta_rtl.cpp"
+GLUE = Path(__file__).with_name("rtl_glue.c")
+_ARGS = ("--cc", "--build", "-j", "2", "-O3", "--x-assign", "0", "--x-initial", "0",
+         "-Wno-fatal", "--top-module", "vta_sim_top")
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
+    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    log.write_text(" ".join(cmd) + "\n" + res.stdout + res.stderr)
+    if res.returncode:
+        raise BuildError(f"building the RTL device failed ({cmd[0]} exit {res.returncode}); "
+                         f"see {log}:\n{(res.stdout + res.stderr)[-3000:]}")
+
+
+def build_device(config: VTAConfig | None = None) -> Path:
+    """Build (once per configuration and source) the shared library of the RTL device."""
+    cfg = config or VTAConfig()
+    svh = params_svh(cfg)
+    files = [*rtl_sources(), DEVICE_CPP, DEVICE_CPP.with_suffix(".h"), GLUE,
+             *(RUNTIME / n for n in ("kiln_vta.h", "kiln_vta.c"))]
+    h = hashlib.sha256(svh.encode() + " ".join(_ARGS).encode())
+    for f in files:
+        h.update(f.name.encode() + f.read_bytes())
+    bdir = build_root() / f"rtl-device-{h.hexdigest()[:16]}"
+    lib = bdir / "libkiln_vta_rtl.so"
+    if lib.exists():
+        return lib
+    bdir.mkdir(parents=True, exist_ok=True)
+    with open(bdir / ".lock", "w") as lock:  # one builder per directory (parallel pytest)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if lib.exists():
+            return lib
+        (bdir / "include").mkdir(exist_ok=True)
+        (bdir / "include" / "vta_params.svh").write_text(svh)
+        env = verilator_env()
+        inc = [f"-I{RUNTIME}", f"-I{RTL_DIR / 'sim'}"]
+        _run(["verilator", *_ARGS, "-Mdir", str(bdir / "obj"), f"-I{bdir / 'include'}",
+              f"-I{RTL_DIR}", "-CFLAGS", " ".join(["-fPIC", *inc]),
+              *map(str, rtl_sources()), str(DEVICE_CPP)], bdir, env, bdir / "verilator.log")
+        objs = []
+        for src in (RUNTIME / "kiln_vta.c", GLUE):
+            obj = bdir / f"{src.stem}.o"
+            _run(["gcc", "-std=c99", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", *inc, "-c",
+                  str(src), "-o", str(obj)], bdir, env, bdir / f"{src.stem}.log")
+            objs.append(str(obj))
+        obj_dir = bdir / "obj"
+        tmp = bdir / "lib.tmp.so"
+        _run(["g++", "-shared", "-o", str(tmp), *objs, str(obj_dir / f"{DEVICE_CPP.stem}.o"),
+              "-Wl,--whole-archive", str(obj_dir / "Vvta_sim_top__ALL.a"),
+              "-Wl,--no-whole-archive", str(obj_dir / "libverilated.a"), "-lpthread"],
+             bdir, env, bdir / "link.log")
+        tmp.replace(lib)
+    return lib
+
+
+@lru_cache(maxsize=4)
+def _library(config: VTAConfig) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(build_device(config)))
+    lib.kiln_vta_rtl_py_run.restype = ctypes.c_int
+    lib.kiln_vta_rtl_py_run.argtypes = [
+        ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t,
+        ctypes.c_size_t, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def run_rtl_device(program: Program, dram: np.ndarray | None = None,
+                   config: VTAConfig | None = None, *, latency: int | None = None,
+                   bandwidth: float | None = None,
+                   timeout_cycles: int = 50_000_000) -> tuple[np.ndarray, dict[str, int]]:
+    """Run ``program`` on the RTL through the C driver; arguments and result as
+    :func:`toolchain.vta.rtl.run_rtl`."""
+    cfg = config or program.config
+    image = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    insns = program.insn_bytes
+    addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
+    window = np.zeros(addr + len(insns) + 64, np.uint8)
+    skip = -window.ctypes.data % 64
+    window = window[skip:skip + addr + len(insns)]
+    window[:len(image)] = image
+    window[addr:] = np.frombuffer(insns, np.uint8)
+    lat = cfg.latency_cycles if latency is None else int(latency)
+    bw16 = round(16 * (cfg.bytes_per_cycle if bandwidth is None else float(bandwidth)))
+    hw = np.zeros(len(COUNTERS), np.uint64)
+    err = error_struct()
+    rc = _library(cfg).kiln_vta_rtl_py_run(lat, bw16, timeout_cycles, window.ctypes.data,
+                                           len(window), addr, len(program.insns),
+                                           hw.ctypes.data, ctypes.byref(err))
+    if rc != 0:
+        raise CFsimError(error_message(rc, err, program.insns, len(image), cfg), rc,
+                         None if err.insn == 0xFFFFFFFF else int(err.insn))
+    c = dict(zip(COUNTERS, (int(v) for v in hw), strict=True))
+    bus = cfg.bus_width_bits // 8
+    counters = {"cycles": c["cycles"], "gemm_cycles": c["gemm"], "alu_cycles": c["alu"],
+                "load_busy": c["load_busy"], "compute_busy": c["compute_busy"],
+                "store_busy": c["store_busy"], "load_wait": c["load_wait"],
+                "compute_wait": c["compute_wait"], "store_wait": c["store_wait"],
+                "dram_rd_bytes": c["rd_beats"] * bus, "dram_wr_bytes": c["wr_beats"] * bus}
+    return window[:len(image)].copy(), counters
