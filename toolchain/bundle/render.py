@@ -509,8 +509,9 @@ def write_bundle(files: dict[str, Any], out: str | Path, force: bool = False) ->
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_text(path, text)
+        # the accelerator's driver and simulator (kiln_vta*) are not part of a CPU bundle
         shutil.copytree(RUNTIME, tmp / "runtime",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.o"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.o", "kiln_vta*"))
         install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
