@@ -75,6 +75,9 @@ def test_no_malloc_anywhere(tmp_path):
     path = compile_model(spec.build(), "c-generic", tmp_path / "b")
     sources = list(path.rglob("*.c")) + list(path.rglob("*.h"))
     lib_sources = [p for p in sources if p.name != "main.c"]
+    # a CPU bundle's runtime is the CPU runtime alone (not the accelerator's driver)
+    assert sorted(p.name for p in (path / "runtime").iterdir()) == [
+        "kiln_profile.c", "kiln_runtime.c", "kiln_runtime.h", "kiln_threads.c"]
     pattern = re.compile(r"\b(malloc|calloc|realloc|free|posix_memalign|alloca)\s*\(")
     for p in lib_sources:
         assert not pattern.search(p.read_text()), p
