@@ -362,6 +362,18 @@ def test_opset9_attribute_forms_of_clip_pad_slice_and_upsample_convert():
     _matches_ort(model, {"x": _rand(1, 2, 3, 3, seed=9)})
 
 
+def test_opset10_scatter_converts_to_scatter_elements():
+    """Scatter (opset 9/10, deprecated in 11) is raised to ScatterElements by
+    onnx.version_converter; the result must match onnxruntime on the original."""
+    nodes = [helper.make_node("Scatter", ["x", "i", "u"], ["y"], axis=1)]
+    model = make_model(nodes, [("x", F, [2, 4]), ("u", F, [2, 2])], [("y", F, [2, 4])],
+                       {"i": np.array([[3, 0], [1, 2]], np.int64)}, opset=10)
+    g = from_onnx(model)
+    assert g.opset == 11
+    assert [n.op for n in g.nodes] == ["ScatterElements"]
+    _matches_ort(model, {"x": _rand(2, 4, seed=3), "u": _rand(2, 2, seed=4)})
+
+
 def test_torch_style_expand_and_slice_chains_fold():
     """Patterns the PyTorch exporter emits for ``x.expand(...)`` and ``x.view(x.shape[:1] +
     (-1,))``: ConstantOfShape/Mul/Equal/Where on shapes, and Shape/Slice/Concat."""
