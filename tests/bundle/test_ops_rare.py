@@ -1,6 +1,6 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
 onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
-DeformConv."""
+DeformConv, the window functions and MelWeightMatrix."""
 
 from __future__ import annotations
 
@@ -171,3 +171,25 @@ def test_float16_forms_match_onnxruntime_and_onnx_reference(tmp_path):
         for ref in (w, ort[name]):
             np.testing.assert_allclose(got[name].astype(np.float32), ref.astype(np.float32),
                                        rtol=1e-2, atol=1e-2, err_msg=name)
+
+
+def test_windows_fold_and_large_ones_compile(tmp_path):
+    """A Hann window feeding STFT folds into a constant; a window and a mel filter bank
+    too large to fold (over 65,536 elements) run their computes in the bundle."""
+    nodes = [N("HannWindow", ["n8"], ["w"]), N("STFT", ["x", "step", "w"], ["s"]),
+             N("BlackmanWindow", ["big"], ["bw"], periodic=0), N("Mul", ["v", "bw"], ["vb"]),
+             N("MelWeightMatrix", ["mels", "dft", "rate", "lo", "hi"], ["mw"]),
+             N("MatMul", ["spec", "mw"], ["mel"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [1, 24, 1]), ("v", TensorProto.FLOAT, [70000]),
+                       ("spec", TensorProto.FLOAT, [3, 513])],
+               [("s", TensorProto.FLOAT, [1, 5, 5, 2]), ("vb", TensorProto.FLOAT, [70000]),
+                ("mel", TensorProto.FLOAT, [3, 128])],
+               [("n8", np.array(8, np.int64)), ("step", np.array(4, np.int64)),
+                ("big", np.array(70000, np.int64)), ("mels", np.array(128, np.int64)),
+                ("dft", np.array(1024, np.int64)), ("rate", np.array(16000, np.int64)),
+                ("lo", np.array(20.0, F)), ("hi", np.array(8000.0, F))], opset=17)
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal((1, 24, 1)).astype(F),
+              "v": rng.standard_normal(70000).astype(F),
+              "spec": rng.random((3, 513)).astype(F)}
+    _check(m, inputs, tmp_path, rtol=1e-4)

@@ -12,6 +12,7 @@ from toolchain import te
 from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
 from toolchain.graph.ops.deform import deform_geometry
 from toolchain.graph.ops.nn_common import window_geometry
+from toolchain.graph.ops.spectral import mel_args, mel_edges
 from toolchain.graph.ops.transform import (
     pad_widths,
     resize_plan,
@@ -492,6 +493,21 @@ def _deform_conv(ctx: Ctx) -> list[te.Tensor]:
     return [deform.deform_conv2d(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
                                  ctx.opt_tensor(3), ctx.opt_tensor(4), g["strides"],
                                  g["pads"], g["dilations"], g["group"], g["offset_group"])]
+
+
+@register("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(ctx: Ctx) -> list[te.Tensor]:
+    size = int(ctx.const(0, "size").reshape(()))
+    return [spectral.window(ctx.node.op, size, bool(ctx.attrs["periodic"]),
+                            ctx.node.outputs[0].dtype)]
+
+
+@register("MelWeightMatrix")
+def _mel_weight_matrix(ctx: Ctx) -> list[te.Tensor]:
+    bins, length, rate, low, high = mel_args(ctx.node)
+    edges = mel_edges(bins, length, rate, low, high)
+    return [spectral.mel_weight_matrix([int(e) for e in edges], length,
+                                       ctx.node.outputs[0].dtype)]
 
 
 @register("STFT")

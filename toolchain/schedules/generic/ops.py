@@ -664,7 +664,8 @@ OPS = (
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
-    "DFT", "STFT", "Det", "RoiAlign", "DeformConv", "ConvInteger", "QLinearConv",
+    "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
+    "Det", "RoiAlign", "DeformConv", "ConvInteger", "QLinearConv",
 )
 
 
