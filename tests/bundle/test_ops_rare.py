@@ -1,6 +1,6 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
 onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
-DeformConv, the window functions and MelWeightMatrix."""
+DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool."""
 
 from __future__ import annotations
 
@@ -193,3 +193,24 @@ def test_windows_fold_and_large_ones_compile(tmp_path):
               "v": rng.standard_normal(70000).astype(F),
               "spec": rng.random((3, 513)).astype(F)}
     _check(m, inputs, tmp_path, rtol=1e-4)
+
+
+def test_max_pool_unpool_round_trip_and_global_lp_pool(tmp_path):
+    """MaxPool's indices into MaxUnpool, back to the pooled input's shape (odd sizes: the
+    output_shape input) and to the unpooled shape; GlobalLpPool with p = 2 and 3."""
+    nodes = [N("MaxPool", ["x"], ["p", "i"], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 0, 0]),
+             N("MaxUnpool", ["p", "i", "shape"], ["u"], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 0, 0]),
+             N("MaxPool", ["z"], ["q", "j"], kernel_shape=[2], strides=[2]),
+             N("MaxUnpool", ["q", "j"], ["v"], kernel_shape=[2], strides=[2]),
+             N("GlobalLpPool", ["x"], ["g2"]), N("GlobalLpPool", ["x"], ["g3"], p=3)]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 9, 8]),
+                       ("z", TensorProto.FLOAT, [1, 4, 10])],
+               [("u", TensorProto.FLOAT, [2, 3, 9, 8]), ("v", TensorProto.FLOAT, [1, 4, 10]),
+                ("g2", TensorProto.FLOAT, [2, 3, 1, 1]),
+                ("g3", TensorProto.FLOAT, [2, 3, 1, 1])],
+               [("shape", np.array([2, 3, 9, 8], np.int64))], opset=11)
+    rng = np.random.default_rng(6)
+    _check(m, {"x": rng.standard_normal((2, 3, 9, 8)).astype(F),
+               "z": rng.standard_normal((1, 4, 10)).astype(F)}, tmp_path, rtol=1e-5)

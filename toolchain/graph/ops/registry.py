@@ -330,6 +330,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         misc,
         nn,
         nn_ext,
+        pool_ext,
         qops,
         quant,
         quant_ext,
@@ -351,6 +352,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *spectral.OPS,     # DFT, STFT
         *linalg.OPS,       # Det
         *roi.OPS,          # RoiAlign
+        *pool_ext.OPS,     # GlobalLpPool, MaxUnpool
         *deform.OPS,       # DeformConv
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …

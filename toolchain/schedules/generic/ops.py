@@ -665,7 +665,7 @@ OPS = (
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
     "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
-    "Det", "RoiAlign", "DeformConv", "ConvInteger", "QLinearConv",
+    "Det", "RoiAlign", "DeformConv", "GlobalLpPool", "MaxUnpool", "ConvInteger", "QLinearConv",
 )
 
 
