@@ -1,6 +1,6 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
 onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
-DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool."""
+DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool, TensorScatter."""
 
 from __future__ import annotations
 
@@ -214,3 +214,24 @@ def test_max_pool_unpool_round_trip_and_global_lp_pool(tmp_path):
     rng = np.random.default_rng(6)
     _check(m, {"x": rng.standard_normal((2, 3, 9, 8)).astype(F),
                "z": rng.standard_normal((1, 4, 10)).astype(F)}, tmp_path, rtol=1e-5)
+
+
+def test_tensor_scatter_kv_cache_update_both_modes(tmp_path):
+    """A KV-cache step: the new keys written at run-time positions, linear and circular
+    (wrapping past the end), and an int64 cache without write_indices."""
+    nodes = [N("TensorScatter", ["k", "new", "pos"], ["lin"]),
+             N("TensorScatter", ["k", "new", "pos2"], ["circ"], mode="circular"),
+             N("TensorScatter", ["ik", "inew"], ["ints"], axis=1)]
+    m = _model(nodes, [("k", TensorProto.FLOAT, [2, 3, 8, 4]),
+                       ("new", TensorProto.FLOAT, [2, 3, 3, 4]),
+                       ("pos", TensorProto.INT64, [2]), ("pos2", TensorProto.INT64, [2]),
+                       ("ik", TensorProto.INT64, [2, 6]), ("inew", TensorProto.INT64, [2, 2])],
+               [("lin", TensorProto.FLOAT, [2, 3, 8, 4]),
+                ("circ", TensorProto.FLOAT, [2, 3, 8, 4]), ("ints", TensorProto.INT64, [2, 6])],
+               opset=24)
+    rng = np.random.default_rng(7)
+    inputs = {"k": rng.standard_normal((2, 3, 8, 4)).astype(F),
+              "new": rng.standard_normal((2, 3, 3, 4)).astype(F),
+              "pos": np.array([0, 5], np.int64), "pos2": np.array([6, 3], np.int64),
+              "ik": np.arange(12).reshape(2, 6), "inew": -np.arange(4).reshape(2, 2) - 1}
+    _check(m, inputs, tmp_path)

@@ -388,6 +388,12 @@ def _scatter_nd(ctx: Ctx) -> list[te.Tensor]:
                            ctx.attrs["reduction"])]
 
 
+@register("TensorScatter")
+def _tensor_scatter(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.tensor_scatter(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
+                               ctx.attrs["axis"], ctx.attrs["mode"] == "circular")]
+
+
 @register("EyeLike")
 def _eye_like(ctx: Ctx) -> list[te.Tensor]:
     out = ctx.node.outputs[0]
