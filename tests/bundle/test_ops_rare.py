@@ -1,6 +1,7 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
 onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
-DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool, TensorScatter."""
+DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool,
+TensorScatter, TfIdfVectorizer."""
 
 from __future__ import annotations
 
@@ -235,3 +236,19 @@ def test_tensor_scatter_kv_cache_update_both_modes(tmp_path):
               "pos": np.array([0, 5], np.int64), "pos2": np.array([6, 3], np.int64),
               "ik": np.arange(12).reshape(2, 6), "inew": -np.arange(4).reshape(2, 2) - 1}
     _check(m, inputs, tmp_path)
+
+
+def test_tfidf_vectorizer_counts_and_weights(tmp_path):
+    """Unigrams to trigrams with skips over a batch of int64 token rows (TF), and TFIDF
+    weights with shared output columns over one int32 row."""
+    pool = {"ngram_counts": [0, 3, 7], "pool_int64s": [2, 3, 5, 4, 5, 6, 7, 5, 2, 3, 3, 5, 4]}
+    nodes = [N("TfIdfVectorizer", ["t"], ["tf"], mode="TF", min_gram_length=1,
+               max_gram_length=3, max_skip_count=2, ngram_indexes=list(range(7)), **pool),
+             N("TfIdfVectorizer", ["u"], ["w"], mode="TFIDF", min_gram_length=1,
+               max_gram_length=2, max_skip_count=1, ngram_indexes=[1, 0, 1, 2, 2, 0, 3],
+               weights=[0.5, 2.0, 1.5, 3.0, 1.0, 1.0, 1.0], **pool)]
+    m = _model(nodes, [("t", TensorProto.INT64, [3, 12]), ("u", TensorProto.INT32, [10])],
+               [("tf", TensorProto.FLOAT, [3, 7]), ("w", TensorProto.FLOAT, [4])], opset=9)
+    rng = np.random.default_rng(8)
+    _check(m, {"t": rng.integers(2, 8, (3, 12)),
+               "u": rng.integers(2, 8, 10).astype(np.int32)}, tmp_path)

@@ -13,6 +13,7 @@ from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
 from toolchain.graph.ops.deform import deform_geometry
 from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.spectral import mel_args, mel_edges
+from toolchain.graph.ops.text import ngram_pool
 from toolchain.graph.ops.transform import (
     pad_widths,
     resize_plan,
@@ -20,7 +21,7 @@ from toolchain.graph.ops.transform import (
     split_sizes,
 )
 from toolchain.tir import ir
-from toolchain.topi import deform, linalg, roi, spectral
+from toolchain.topi import deform, linalg, roi, spectral, text
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
 from toolchain.topi import quant_ext as qx
@@ -514,6 +515,11 @@ def _mel_weight_matrix(ctx: Ctx) -> list[te.Tensor]:
     edges = mel_edges(bins, length, rate, low, high)
     return [spectral.mel_weight_matrix([int(e) for e in edges], length,
                                        ctx.node.outputs[0].dtype)]
+
+
+@register("TfIdfVectorizer")
+def _tfidf_vectorizer(ctx: Ctx) -> list[te.Tensor]:
+    return [text.tfidf_vectorizer(ctx.tensor(0), ngram_pool(ctx.node.describe(), ctx.attrs))]
 
 
 @register("STFT")

@@ -338,6 +338,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         rnn,
         roi,
         spectral,
+        text,
         transform,
         transform_ext,
     )
@@ -353,6 +354,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *linalg.OPS,       # Det
         *roi.OPS,          # RoiAlign
         *pool_ext.OPS,     # GlobalLpPool, MaxUnpool
+        *text.OPS,         # TfIdfVectorizer
         *deform.OPS,       # DeformConv
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …

@@ -666,7 +666,8 @@ OPS = (
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
     "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
-    "Det", "RoiAlign", "DeformConv", "GlobalLpPool", "MaxUnpool", "ConvInteger", "QLinearConv",
+    "Det", "RoiAlign", "DeformConv", "GlobalLpPool", "MaxUnpool",
+    "TfIdfVectorizer", "ConvInteger", "QLinearConv",
 )
 
 
