@@ -1,7 +1,7 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
 onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
 DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool,
-TensorScatter, TfIdfVectorizer."""
+TensorScatter, TfIdfVectorizer, MaxRoiPool."""
 
 from __future__ import annotations
 
@@ -252,3 +252,13 @@ def test_tfidf_vectorizer_counts_and_weights(tmp_path):
     rng = np.random.default_rng(8)
     _check(m, {"t": rng.integers(2, 8, (3, 12)),
                "u": rng.integers(2, 8, 10).astype(np.int32)}, tmp_path)
+
+
+def test_max_roi_pool_boxes_inside_and_outside(tmp_path):
+    boxes = np.array([[0, 0.0, 0.0, 7.0, 7.0], [1, 1.5, 2.0, 5.5, 3.0],
+                      [1, -3.0, -2.0, 4.0, 11.0], [0, 6.0, 6.5, 9.5, 12.0]], F)
+    m = _model([N("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 2], spatial_scale=0.5)],
+               [("x", TensorProto.FLOAT, [2, 3, 9, 8]), ("rois", TensorProto.FLOAT, [4, 5])],
+               [("y", TensorProto.FLOAT, [4, 3, 3, 2])], opset=16)
+    x = np.random.default_rng(9).standard_normal((2, 3, 9, 8)).astype(F)
+    _check(m, {"x": x, "rois": boxes}, tmp_path)

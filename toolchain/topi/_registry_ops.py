@@ -522,6 +522,13 @@ def _tfidf_vectorizer(ctx: Ctx) -> list[te.Tensor]:
     return [text.tfidf_vectorizer(ctx.tensor(0), ngram_pool(ctx.node.describe(), ctx.attrs))]
 
 
+@register("MaxRoiPool")
+def _max_roi_pool(ctx: Ctx) -> list[te.Tensor]:
+    ph, pw = (int(v) for v in ctx.attrs["pooled_shape"])
+    return [roi.max_roi_pool(ctx.tensor(0), ctx.tensor(1), (ph, pw),
+                             ctx.attrs["spatial_scale"])]
+
+
 @register("STFT")
 def _stft(ctx: Ctx) -> list[te.Tensor]:
     length = ctx.const(3, "frame_length")

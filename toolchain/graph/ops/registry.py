@@ -352,7 +352,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
         *spectral.OPS,     # DFT, STFT
         *linalg.OPS,       # Det
-        *roi.OPS,          # RoiAlign
+        *roi.OPS,          # RoiAlign, MaxRoiPool
         *pool_ext.OPS,     # GlobalLpPool, MaxUnpool
         *text.OPS,         # TfIdfVectorizer
         *deform.OPS,       # DeformConv

@@ -666,7 +666,7 @@ OPS = (
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
     "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
-    "Det", "RoiAlign", "DeformConv", "GlobalLpPool", "MaxUnpool",
+    "Det", "RoiAlign", "DeformConv", "GlobalLpPool", "MaxUnpool", "MaxRoiPool",
     "TfIdfVectorizer", "ConvInteger", "QLinearConv",
 )
 
