@@ -1,6 +1,7 @@
 """Rare ops compiled into bundles for the host target (strict flags) and compared with
 onnxruntime: BitCast (fused between float and integer math), STFT, Det, RoiAlign,
-DeformConv."""
+DeformConv, the window functions and MelWeightMatrix, GlobalLpPool, MaxUnpool,
+TensorScatter, TfIdfVectorizer, MaxRoiPool."""
 
 from __future__ import annotations
 
@@ -171,3 +172,93 @@ def test_float16_forms_match_onnxruntime_and_onnx_reference(tmp_path):
         for ref in (w, ort[name]):
             np.testing.assert_allclose(got[name].astype(np.float32), ref.astype(np.float32),
                                        rtol=1e-2, atol=1e-2, err_msg=name)
+
+
+def test_windows_fold_and_large_ones_compile(tmp_path):
+    """A Hann window feeding STFT folds into a constant; a window and a mel filter bank
+    too large to fold (over 65,536 elements) run their computes in the bundle."""
+    nodes = [N("HannWindow", ["n8"], ["w"]), N("STFT", ["x", "step", "w"], ["s"]),
+             N("BlackmanWindow", ["big"], ["bw"], periodic=0), N("Mul", ["v", "bw"], ["vb"]),
+             N("MelWeightMatrix", ["mels", "dft", "rate", "lo", "hi"], ["mw"]),
+             N("MatMul", ["spec", "mw"], ["mel"])]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [1, 24, 1]), ("v", TensorProto.FLOAT, [70000]),
+                       ("spec", TensorProto.FLOAT, [3, 513])],
+               [("s", TensorProto.FLOAT, [1, 5, 5, 2]), ("vb", TensorProto.FLOAT, [70000]),
+                ("mel", TensorProto.FLOAT, [3, 128])],
+               [("n8", np.array(8, np.int64)), ("step", np.array(4, np.int64)),
+                ("big", np.array(70000, np.int64)), ("mels", np.array(128, np.int64)),
+                ("dft", np.array(1024, np.int64)), ("rate", np.array(16000, np.int64)),
+                ("lo", np.array(20.0, F)), ("hi", np.array(8000.0, F))], opset=17)
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal((1, 24, 1)).astype(F),
+              "v": rng.standard_normal(70000).astype(F),
+              "spec": rng.random((3, 513)).astype(F)}
+    _check(m, inputs, tmp_path, rtol=1e-4)
+
+
+def test_max_pool_unpool_round_trip_and_global_lp_pool(tmp_path):
+    """MaxPool's indices into MaxUnpool, back to the pooled input's shape (odd sizes: the
+    output_shape input) and to the unpooled shape; GlobalLpPool with p = 2 and 3."""
+    nodes = [N("MaxPool", ["x"], ["p", "i"], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 0, 0]),
+             N("MaxUnpool", ["p", "i", "shape"], ["u"], kernel_shape=[3, 3], strides=[2, 2],
+               pads=[1, 1, 0, 0]),
+             N("MaxPool", ["z"], ["q", "j"], kernel_shape=[2], strides=[2]),
+             N("MaxUnpool", ["q", "j"], ["v"], kernel_shape=[2], strides=[2]),
+             N("GlobalLpPool", ["x"], ["g2"]), N("GlobalLpPool", ["x"], ["g3"], p=3)]
+    m = _model(nodes, [("x", TensorProto.FLOAT, [2, 3, 9, 8]),
+                       ("z", TensorProto.FLOAT, [1, 4, 10])],
+               [("u", TensorProto.FLOAT, [2, 3, 9, 8]), ("v", TensorProto.FLOAT, [1, 4, 10]),
+                ("g2", TensorProto.FLOAT, [2, 3, 1, 1]),
+                ("g3", TensorProto.FLOAT, [2, 3, 1, 1])],
+               [("shape", np.array([2, 3, 9, 8], np.int64))], opset=11)
+    rng = np.random.default_rng(6)
+    _check(m, {"x": rng.standard_normal((2, 3, 9, 8)).astype(F),
+               "z": rng.standard_normal((1, 4, 10)).astype(F)}, tmp_path, rtol=1e-5)
+
+
+def test_tensor_scatter_kv_cache_update_both_modes(tmp_path):
+    """A KV-cache step: the new keys written at run-time positions, linear and circular
+    (wrapping past the end), and an int64 cache without write_indices."""
+    nodes = [N("TensorScatter", ["k", "new", "pos"], ["lin"]),
+             N("TensorScatter", ["k", "new", "pos2"], ["circ"], mode="circular"),
+             N("TensorScatter", ["ik", "inew"], ["ints"], axis=1)]
+    m = _model(nodes, [("k", TensorProto.FLOAT, [2, 3, 8, 4]),
+                       ("new", TensorProto.FLOAT, [2, 3, 3, 4]),
+                       ("pos", TensorProto.INT64, [2]), ("pos2", TensorProto.INT64, [2]),
+                       ("ik", TensorProto.INT64, [2, 6]), ("inew", TensorProto.INT64, [2, 2])],
+               [("lin", TensorProto.FLOAT, [2, 3, 8, 4]),
+                ("circ", TensorProto.FLOAT, [2, 3, 8, 4]), ("ints", TensorProto.INT64, [2, 6])],
+               opset=24)
+    rng = np.random.default_rng(7)
+    inputs = {"k": rng.standard_normal((2, 3, 8, 4)).astype(F),
+              "new": rng.standard_normal((2, 3, 3, 4)).astype(F),
+              "pos": np.array([0, 5], np.int64), "pos2": np.array([6, 3], np.int64),
+              "ik": np.arange(12).reshape(2, 6), "inew": -np.arange(4).reshape(2, 2) - 1}
+    _check(m, inputs, tmp_path)
+
+
+def test_tfidf_vectorizer_counts_and_weights(tmp_path):
+    """Unigrams to trigrams with skips over a batch of int64 token rows (TF), and TFIDF
+    weights with shared output columns over one int32 row."""
+    pool = {"ngram_counts": [0, 3, 7], "pool_int64s": [2, 3, 5, 4, 5, 6, 7, 5, 2, 3, 3, 5, 4]}
+    nodes = [N("TfIdfVectorizer", ["t"], ["tf"], mode="TF", min_gram_length=1,
+               max_gram_length=3, max_skip_count=2, ngram_indexes=list(range(7)), **pool),
+             N("TfIdfVectorizer", ["u"], ["w"], mode="TFIDF", min_gram_length=1,
+               max_gram_length=2, max_skip_count=1, ngram_indexes=[1, 0, 1, 2, 2, 0, 3],
+               weights=[0.5, 2.0, 1.5, 3.0, 1.0, 1.0, 1.0], **pool)]
+    m = _model(nodes, [("t", TensorProto.INT64, [3, 12]), ("u", TensorProto.INT32, [10])],
+               [("tf", TensorProto.FLOAT, [3, 7]), ("w", TensorProto.FLOAT, [4])], opset=9)
+    rng = np.random.default_rng(8)
+    _check(m, {"t": rng.integers(2, 8, (3, 12)),
+               "u": rng.integers(2, 8, 10).astype(np.int32)}, tmp_path)
+
+
+def test_max_roi_pool_boxes_inside_and_outside(tmp_path):
+    boxes = np.array([[0, 0.0, 0.0, 7.0, 7.0], [1, 1.5, 2.0, 5.5, 3.0],
+                      [1, -3.0, -2.0, 4.0, 11.0], [0, 6.0, 6.5, 9.5, 12.0]], F)
+    m = _model([N("MaxRoiPool", ["x", "rois"], ["y"], pooled_shape=[3, 2], spatial_scale=0.5)],
+               [("x", TensorProto.FLOAT, [2, 3, 9, 8]), ("rois", TensorProto.FLOAT, [4, 5])],
+               [("y", TensorProto.FLOAT, [4, 3, 3, 2])], opset=16)
+    x = np.random.default_rng(9).standard_normal((2, 3, 9, 8)).astype(F)
+    _check(m, {"x": x, "rois": boxes}, tmp_path)

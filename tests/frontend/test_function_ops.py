@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from tests.frontend.helpers import make_model, run_onnxruntime
-from toolchain.errors import UnsupportedError
+from toolchain.errors import ModelError, UnsupportedError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 
@@ -44,10 +44,26 @@ def test_context_dependent_function_is_built_from_input_types():
 
 
 def test_function_op_with_unregistered_body_ops_is_reported_as_itself():
-    # size is a run-time input: a constant one would be folded (fold, then check)
+    # Bernoulli's body draws with RandomUniformLike: the node is refused as a Bernoulli
+    node = helper.make_node("Bernoulli", ["p"], ["y"], name="b1")
+    model = make_model([node], [("p", F, [8])], [("y", F, [8])], {}, opset=22)
+    with pytest.raises(UnsupportedError, match=r"Bernoulli: Bernoulli draws random numbers.*"
+                                               r"— at node 'b1' \(opset 22\)"):
+        from_onnx(model)
+
+
+def test_window_with_a_run_time_size_is_refused_naming_the_input():
+    """A window's size gives its output shape: a model input there is refused, with how to
+    make it a constant (a constant one folds)."""
     node = helper.make_node("HannWindow", ["size"], ["y"], name="hw")
     model = make_model([node], [("size", TensorProto.INT64, [])], [("y", F, [8])], {},
                        opset=20)
-    with pytest.raises(UnsupportedError, match=r"HannWindow: op not supported by Kiln "
-                                               r"— at node 'hw' \(opset 20\)"):
+    with pytest.raises(ModelError, match=r"node 'hw' \(HannWindow\): input 0 \(size, value "
+                                         r"'size'\) must be known at compile time.*'size' is "
+                                         r"itself an input of the model"):
         from_onnx(model)
+    folded = make_model([node], [], [("y", F, [8])], {"size": np.array(8, np.int64)},
+                        opset=20)
+    g = from_onnx(folded)
+    assert not g.nodes
+    np.testing.assert_allclose(g.outputs[0].data, np.hanning(9)[:8], atol=1e-7)

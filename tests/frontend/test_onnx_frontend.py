@@ -292,21 +292,23 @@ def test_external_data_of_an_in_memory_model_needs_the_path(tmp_path):
 
 def test_every_unsupported_op_attribute_and_dtype_is_listed_once():
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
-             *[helper.make_node("GlobalLpPool", ["a"], [f"e{i}"], name=f"lp{i}")
+             *[helper.make_node("ImageDecoder", ["enc"], [f"e{i}"], name=f"lp{i}")
                for i in range(7)],
              helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="cubic", antialias=1,
                               name="up"),
              helper.make_node("Frob", ["x"], ["c"], domain="com.example", name="custom")]
-    model = make_model(nodes, [("x", F, [2, 2]), ("b", TensorProto.BFLOAT16, [2])],
-                       [("e6", F, []), ("r", F, [4, 4]), ("c", F, [2, 2])],
-                       {"sc": np.array([2.0, 2.0], np.float32)}, opset=19)
+    model = make_model(nodes, [("x", F, [2, 2]), ("b", TensorProto.BFLOAT16, [2]),
+                               ("enc", TensorProto.UINT8, [64])],
+                       [("e6", TensorProto.UINT8, [4, 4, 3]), ("r", F, [4, 4]),
+                        ("c", F, [2, 2])],
+                       {"sc": np.array([2.0, 2.0], np.float32)}, opset=20)
     model.opset_import.append(helper.make_opsetid("com.example", 1))
     with pytest.raises(UnsupportedError) as info:
         from_onnx(model)
     msg = str(info.value)
-    assert "GlobalLpPool: op not supported by Kiln — at node 'lp0' (opset 19)" in msg
+    assert "ImageDecoder: op not supported by Kiln — at node 'lp0' (opset 20)" in msg
     assert "and 2 more" in msg
-    assert "Resize: attribute 'antialias'" in msg and "node 'up' (opset 19)" in msg
+    assert "Resize: attribute 'antialias'" in msg and "node 'up' (opset 20)" in msg
     assert "Frob: op domain 'com.example' is not supported" in msg
     assert "input 'b': dtype BFLOAT16 is not supported" in msg
     assert "Relu" not in msg.split("Kiln supports these ops")[0]
@@ -362,6 +364,18 @@ def test_opset9_attribute_forms_of_clip_pad_slice_and_upsample_convert():
     _matches_ort(model, {"x": _rand(1, 2, 3, 3, seed=9)})
 
 
+def test_opset10_scatter_converts_to_scatter_elements():
+    """Scatter (opset 9/10, deprecated in 11) is raised to ScatterElements by
+    onnx.version_converter; the result must match onnxruntime on the original."""
+    nodes = [helper.make_node("Scatter", ["x", "i", "u"], ["y"], axis=1)]
+    model = make_model(nodes, [("x", F, [2, 4]), ("u", F, [2, 2])], [("y", F, [2, 4])],
+                       {"i": np.array([[3, 0], [1, 2]], np.int64)}, opset=10)
+    g = from_onnx(model)
+    assert g.opset == 11
+    assert [n.op for n in g.nodes] == ["ScatterElements"]
+    _matches_ort(model, {"x": _rand(2, 4, seed=3), "u": _rand(2, 2, seed=4)})
+
+
 def test_torch_style_expand_and_slice_chains_fold():
     """Patterns the PyTorch exporter emits for ``x.expand(...)`` and ``x.view(x.shape[:1] +
     (-1,))``: ConstantOfShape/Mul/Equal/Where on shapes, and Shape/Slice/Concat."""
@@ -413,21 +427,30 @@ def test_not_onnx_says_what_the_file_looks_like(tmp_path, content, hint):
 
 
 def _lacking_model(m_is_input: bool) -> onnx.ModelProto:
-    """y = x + MaxUnpool(m, i): MaxUnpool is a standard op Kiln does not have."""
-    nodes = [helper.make_node("MaxUnpool", ["m", "i"], ["d"], name="the_unpool",
-                              kernel_shape=[2, 2], strides=[2, 2]),
+    """y = x + Cast(NonZero(m)): NonZero is a standard op Kiln does not have (its output
+    shape depends on m's values)."""
+    nodes = [helper.make_node("NonZero", ["m"], ["nz"], name="the_nonzero"),
+             helper.make_node("Cast", ["nz"], ["d"], to=TensorProto.FLOAT),
              helper.make_node("Add", ["x", "d"], ["y"])]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])]
-    inits = [onnx.numpy_helper.from_array(np.array([[[[0, 3], [9, 15]]]], np.int64), "i")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    inits = []
     if m_is_input:
-        inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [1, 1, 2, 2]))
+        inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [2, 2]))
     else:
-        m = np.array([[[[1, 2], [3, 4]]]], np.float32)
+        m = np.array([[0, 2], [3, 4]], np.float32)
         inits.append(onnx.numpy_helper.from_array(m, "m"))
     g = helper.make_graph(nodes, "g", inputs,
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
                           inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _decoder_model() -> onnx.ModelProto:
+    """ImageDecoder: a standard op Kiln does not have, on a run-time input."""
+    return make_model([helper.make_node("Relu", ["x"], ["r"]),
+                       helper.make_node("ImageDecoder", ["enc"], ["img"], name="dec1")],
+                      [("x", F, [2]), ("enc", TensorProto.UINT8, [100])],
+                      [("r", F, [2]), ("img", TensorProto.UINT8, [4, 4, 3])], opset=20)
 
 
 def test_an_op_kiln_lacks_is_folded_when_its_inputs_are_constant():
@@ -435,23 +458,25 @@ def test_an_op_kiln_lacks_is_folded_when_its_inputs_are_constant():
     reference implementation (PyTorch's attention exports Mod of constants)."""
     from toolchain.graph.ops.registry import has_op
 
-    assert not has_op("MaxUnpool")
+    assert not has_op("NonZero")
     g = from_onnx(_lacking_model(m_is_input=False))
     assert [n.op for n in g.nodes] == ["Add"]
-    y = run_graph(g, {"x": np.zeros((1, 1, 4, 4), np.float32)})["y"]
-    np.testing.assert_array_equal(y.ravel()[[0, 3, 9, 15]], [1.0, 2.0, 3.0, 4.0])
-    assert y.sum() == 10.0
+    y = run_graph(g, {"x": np.zeros((2, 3), np.float32)})["y"]
+    np.testing.assert_array_equal(y, [[0, 1, 1], [1, 0, 1]])
 
 
 def test_an_op_kiln_lacks_on_run_time_values_is_refused():
-    with pytest.raises(UnsupportedError, match=r"MaxUnpool: op not supported by Kiln — at "
-                                               r"node 'the_unpool'"):
+    with pytest.raises(UnsupportedError, match=r"NonZero: NonZero's output shape depends on "
+                                               r"the input data .* at node 'the_nonzero'"):
         from_onnx(_lacking_model(m_is_input=True))
+    with pytest.raises(UnsupportedError, match=r"ImageDecoder: op not supported by Kiln — at "
+                                               r"node 'dec1'"):
+        from_onnx(_decoder_model())
 
 
 def test_the_supported_op_list_names_only_onnx_ops():
     with pytest.raises(UnsupportedError) as info:
-        from_onnx(_lacking_model(m_is_input=True))
+        from_onnx(_decoder_model())
     listed = str(info.value).split("Kiln supports these ops: ")[1].split(", ")
     assert "Conv" in listed and "Relu" in listed
     for internal in ("Fused", "LayoutConv", "LayoutPool", "LayoutTransform", "QConv"):

@@ -1,6 +1,6 @@
 """Computes of DepthToSpace, SpaceToDepth, Trilu, Size, Range, OneHot, CumSum,
-GatherElements, GatherND, ScatterElements and ScatterND vs the registry's references
-(constant operands as the frontend gives them; run-time index tensors)."""
+GatherElements, GatherND, ScatterElements, ScatterND and TensorScatter vs the registry's
+references (constant operands as the frontend gives them; run-time index tensors)."""
 
 from __future__ import annotations
 
@@ -117,3 +117,15 @@ def test_reverse_sequence(batch_axis, time_axis):
     lens = np.array([1, 5, 0, 3], I64)
     check_node("ReverseSequence", [x, lens], {"batch_axis": batch_axis,
                                               "time_axis": time_axis})
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("cache, update, axis, starts", [
+    ((2, 3, 8, 4), (2, 3, 3, 4), -2, [0, 5]), ((3, 6, 2), (3, 6, 2), 1, [4, 0, 9]),
+    ((2, 5), (2, 2), 1, None),
+])
+def test_tensor_scatter(mode, cache, update, axis, starts):
+    ins = [rand(*cache), rand(*update, seed=1)]
+    if starts is not None:
+        ins.append(np.array(starts, I64))
+    check_node("TensorScatter", ins, {"mode": mode, "axis": axis})

@@ -51,7 +51,7 @@ from toolchain.frontend.onnx_functions import expand_function_ops
 from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS, node_problems, parse_node
 from toolchain.frontend.onnx_upgrade import RawNode
 from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.ops.registry import data_dependent_reason, has_op
+from toolchain.graph.ops.registry import has_op, refusal_reason
 
 #: Oldest opset whose semantics Kiln implements (older models are converted first).
 MIN_OPSET = 11
@@ -722,7 +722,7 @@ def _body_raw_nodes(proto: onnx.ModelProto, raw_nodes: list[RawNode]) -> list[Ra
         for name, node in body_nodes(proto.graph.node[raw.index], raw.name):
             inner = parse_node(node, name, -1, raw.opset, lambda hint, array: hint)
             if (has_op(inner.op) or inner.domain not in ("", "ai.onnx")
-                    or data_dependent_reason(inner.op)):
+                    or refusal_reason(inner.op)):
                 result.append(inner)
     return result
 

@@ -34,13 +34,14 @@ from toolchain.frontend.onnx_control import expand_control
 from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS, node_problems, parse_node
 from toolchain.frontend.onnx_upgrade import RawNode, drop_empty_operands
 from toolchain.graph.ir import Graph, Node, TensorType, Value, np_dtype
-from toolchain.graph.ops.registry import get_op, has_op
+from toolchain.graph.ops.registry import RANDOM_OPS, get_op, has_op
 from toolchain.graph.reference import run_node
 
 #: ops that only read their input's (static) shape, never its values
 SHAPE_ONLY_OPS = ("Shape", "Size")
-#: ops never folded, so that quantization stays visible to the graph passes
-NO_FOLD_OPS = ("QuantizeLinear", "DequantizeLinear")
+#: ops never folded: quantization stays visible to the graph passes, and a random op
+#: folded would freeze one draw into the bundle (it is refused instead)
+NO_FOLD_OPS = ("QuantizeLinear", "DequantizeLinear", *RANDOM_OPS)
 #: a fold may create at most this many elements more than its constant inputs hold
 FOLD_GROWTH_LIMIT = 1 << 16
 
@@ -137,7 +138,7 @@ class _Builder:
         raw = parse_node(node, node.name, -1, self.opset,
                          lambda hint, array: self.constant(hint, array).name)
         if (raw.domain in ("", "ai.onnx") and not has_op(raw.op)
-                and raw.op not in CONTROL_FLOW_OPS
+                and raw.op not in CONTROL_FLOW_OPS and raw.op not in NO_FOLD_OPS
                 and all(self.values[n].is_constant for n in raw.inputs if n)):
             raw.fold = node
         problems = node_problems(raw)

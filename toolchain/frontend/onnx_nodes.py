@@ -27,7 +27,7 @@ from onnx import numpy_helper
 
 from toolchain.frontend.onnx_upgrade import RawNode, upgrade_node
 from toolchain.graph.ops.common import ONNX_TO_KILN
-from toolchain.graph.ops.registry import data_dependent_reason, get_op, has_op
+from toolchain.graph.ops.registry import get_op, has_op, refusal_reason
 
 #: ops the frontend resolves itself (their bodies are inlined or unrolled), never registered
 CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
@@ -89,7 +89,7 @@ def node_problems(raw: RawNode) -> list[str]:
     if raw.op in CONTROL_FLOW_OPS:
         return []  # resolved when the graph is built (onnx_control), or refused there
     if not has_op(raw.op):
-        return [data_dependent_reason(raw.op) or "op not supported by Kiln"]
+        return [refusal_reason(raw.op) or "op not supported by Kiln"]
     opdef = get_op(raw.op)
     problems = []
     if raw.opset < opdef.min_opset and not raw.upgraded:

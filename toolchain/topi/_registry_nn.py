@@ -7,6 +7,8 @@ from __future__ import annotations
 from toolchain import te
 from toolchain.graph.ops.nn_common import window_geometry
 from toolchain.graph.ops.nn_ext import col2im_plan
+from toolchain.graph.ops.pool_ext import unpool_geometry
+from toolchain.topi import pool_ext
 from toolchain.topi import transform as tf
 from toolchain.topi.nn import attention, einsum, grid_sample, norm, norm_ext, pooling, softmax
 from toolchain.topi.nn import conv2d as cv
@@ -165,6 +167,19 @@ def _lppool(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     ceil = bool(a["ceil_mode"]) and a["auto_pad"] == "NOTSET"
     return [norm_ext.lp_pool(ctx.tensor(0), a["p"], kernel, strides, dil, pads, ceil)]
+
+
+@register("GlobalLpPool")
+def _global_lp_pool(ctx: Ctx) -> list[te.Tensor]:
+    return [norm_ext.lp_pool(ctx.tensor(0), ctx.attrs["p"], list(ctx.shape(0)[2:]))]
+
+
+@register("MaxUnpool")
+def _max_unpool(ctx: Ctx) -> list[te.Tensor]:
+    shape = ctx.const(2, "output_shape")
+    out, strides, pads = unpool_geometry(ctx.node, ctx.shape(0), ctx.attrs, shape)
+    return [pool_ext.max_unpool(ctx.tensor(0), ctx.tensor(1), ctx.attrs["kernel_shape"],
+                                strides, pads, out, exact=shape is None)]
 
 
 @register("Einsum")

@@ -12,6 +12,8 @@ from toolchain import te
 from toolchain.graph.ops.common import ONNX_TO_KILN, tensor_attr
 from toolchain.graph.ops.deform import deform_geometry
 from toolchain.graph.ops.nn_common import window_geometry
+from toolchain.graph.ops.spectral import mel_args, mel_edges
+from toolchain.graph.ops.text import ngram_pool
 from toolchain.graph.ops.transform import (
     pad_widths,
     resize_plan,
@@ -19,7 +21,7 @@ from toolchain.graph.ops.transform import (
     split_sizes,
 )
 from toolchain.tir import ir
-from toolchain.topi import deform, linalg, roi, spectral
+from toolchain.topi import deform, linalg, roi, spectral, text
 from toolchain.topi import elemwise as ew
 from toolchain.topi import elemwise_ext as ewx
 from toolchain.topi import quant_ext as qx
@@ -387,6 +389,12 @@ def _scatter_nd(ctx: Ctx) -> list[te.Tensor]:
                            ctx.attrs["reduction"])]
 
 
+@register("TensorScatter")
+def _tensor_scatter(ctx: Ctx) -> list[te.Tensor]:
+    return [tfx.tensor_scatter(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
+                               ctx.attrs["axis"], ctx.attrs["mode"] == "circular")]
+
+
 @register("EyeLike")
 def _eye_like(ctx: Ctx) -> list[te.Tensor]:
     out = ctx.node.outputs[0]
@@ -492,6 +500,33 @@ def _deform_conv(ctx: Ctx) -> list[te.Tensor]:
     return [deform.deform_conv2d(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
                                  ctx.opt_tensor(3), ctx.opt_tensor(4), g["strides"],
                                  g["pads"], g["dilations"], g["group"], g["offset_group"])]
+
+
+@register("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(ctx: Ctx) -> list[te.Tensor]:
+    size = int(ctx.const(0, "size").reshape(()))
+    return [spectral.window(ctx.node.op, size, bool(ctx.attrs["periodic"]),
+                            ctx.node.outputs[0].dtype)]
+
+
+@register("MelWeightMatrix")
+def _mel_weight_matrix(ctx: Ctx) -> list[te.Tensor]:
+    bins, length, rate, low, high = mel_args(ctx.node)
+    edges = mel_edges(bins, length, rate, low, high)
+    return [spectral.mel_weight_matrix([int(e) for e in edges], length,
+                                       ctx.node.outputs[0].dtype)]
+
+
+@register("TfIdfVectorizer")
+def _tfidf_vectorizer(ctx: Ctx) -> list[te.Tensor]:
+    return [text.tfidf_vectorizer(ctx.tensor(0), ngram_pool(ctx.node.describe(), ctx.attrs))]
+
+
+@register("MaxRoiPool")
+def _max_roi_pool(ctx: Ctx) -> list[te.Tensor]:
+    ph, pw = (int(v) for v in ctx.attrs["pooled_shape"])
+    return [roi.max_roi_pool(ctx.tensor(0), ctx.tensor(1), (ph, pw),
+                             ctx.attrs["spatial_scale"])]
 
 
 @register("STFT")

@@ -1,4 +1,5 @@
-"""RoiAlign: one reduction over a bin's sample points per output element.
+"""RoiAlign: one reduction over a bin's sample points per output element; MaxRoiPool: a
+max over the image masked to each output element's bin.
 
 Box geometry is computed per output element from ``rois`` (a run-time input), in float64;
 the sample grid is ``sampling_ratio × sampling_ratio`` points (a static reduction extent,
@@ -88,3 +89,49 @@ def roi_align(x: te.Tensor, rois: te.Tensor, batch: te.Tensor, out_h: int, out_w
     norm = scalar(1.0 / (g * g) if mode == "avg" else 1.0, _W)
     return te.compute(shape, lambda *i: te.cast(acc[i] * norm, x.dtype), name="roi_align",
                       tag="elemwise")
+
+
+def max_roi_pool(x: te.Tensor, rois: te.Tensor, pooled: tuple[int, int],
+                 spatial_scale: float = 1.0) -> te.Tensor:
+    """ONNX MaxRoiPool of ``x`` ``[N, C, H, W]`` by boxes ``rois`` ``[R, 5]``:
+    ``[R, C, *pooled]``.  Each output element is a max over the whole image, masked to its
+    bin (the bins' sizes depend on the run-time boxes): O(H·W) per element."""
+    n_img, chans, hgt, wid = const_shape(x, "max_roi_pool")
+    n_roi = const_shape(rois, "max_roi_pool")[0]
+    rh, rw = te.reduce_axis((0, hgt), name="rh"), te.reduce_axis((0, wid), name="rw")
+    scale = scalar(spatial_scale, _W)
+    half, zero = scalar(0.5, _W), scalar(0, _W)
+
+    def pixel(r: Expr, k: int) -> Expr:  # C's round(): halves away from zero
+        v = te.cast(rois[r, k], _W) * scale
+        return te.select(v >= zero, te.floor(v + half), zero - te.floor(half - v))
+
+    def span(r: Expr, lo: int, hi: int, i: Expr, bins: int, limit: int) -> tuple[Expr, Expr]:
+        start = pixel(r, lo)
+        size = te.max(pixel(r, hi) - start + scalar(1, _W), scalar(1, _W))
+        step = size / scalar(bins, _W)
+        cap = scalar(limit, _W)
+        b0 = te.min(te.max(te.floor(te.cast(i, _W) * step) + start, zero), cap)
+        b1 = te.min(te.max(te.ceil(te.cast(i + 1, _W) * step) + start, zero), cap)
+        return b0, b1
+
+    def bounds(r: Expr, i: Expr, j: Expr) -> tuple[Expr, Expr, Expr, Expr]:
+        return (*span(r, 2, 4, i, pooled[0], hgt), *span(r, 1, 3, j, pooled[1], wid))
+
+    def body(r: Expr, c: Expr, i: Expr, j: Expr) -> Expr:
+        h0, h1, w0, w1 = bounds(r, i, j)
+        b = te.cast(rois[r, 0], "int64")
+        b = te.min(te.max(b, ir.IntImm(0, "int64")), ir.IntImm(n_img - 1, "int64"))
+        hh, ww = te.cast(rh, _W), te.cast(rw, _W)
+        inside = te.all(hh >= h0, hh < h1, ww >= w0, ww < w1)
+        return te.max(te.select(inside, x[b, c, rh, rw], te.min_value(x.dtype)),
+                      axis=[rh, rw])
+
+    shape = (n_roi, chans, pooled[0], pooled[1])
+    acc = te.compute(shape, body, name="max_roi_acc", tag="reduce")
+
+    def finish(r: Expr, c: Expr, i: Expr, j: Expr) -> Expr:  # an empty bin is 0
+        h0, h1, w0, w1 = bounds(r, i, j)
+        return te.select(te.any(h1 <= h0, w1 <= w0), scalar(0, x.dtype), acc[r, c, i, j])
+
+    return te.compute(shape, finish, name="max_roi_pool", tag="elemwise")

@@ -1,4 +1,5 @@
-"""DFT and STFT computed directly: one reduction over the input samples per output element.
+"""DFT and STFT computed directly: one reduction over the input samples per output element;
+the window functions (Hann, Hamming, Blackman, MelWeightMatrix) as formulas of the index.
 
 ``θ = 2π · ((j·k) mod n) / n`` in float64 (the ``mod`` keeps the angle small, so ``sin`` /
 ``cos`` stay exact to float64 rounding); each output element is ``Σ_j`` of the input's
@@ -19,7 +20,7 @@ from __future__ import annotations
 import math
 
 from toolchain import te
-from toolchain.graph.ops.spectral import dft_plan, stft_plan
+from toolchain.graph.ops.spectral import dft_plan, stft_plan, window_period
 from toolchain.tir import ir
 from toolchain.topi.utils import const_shape, scalar
 
@@ -96,3 +97,66 @@ def stft(x: te.Tensor, step: int, window: te.Tensor | None = None, length: int |
     out = (shape[0], frames, bins, 2)
     acc = te.compute(out, body, name="stft_acc", tag="reduce")
     return te.compute(out, lambda *i: te.cast(acc[i], x.dtype), name="stft", tag="elemwise")
+
+
+def window(kind: str, size: int, periodic: bool = True, dtype: str = "float32") -> te.Tensor:
+    """ONNX HannWindow / HammingWindow / BlackmanWindow (``kind``) of ``size`` samples, in
+    float64 rounded once to ``dtype``.
+
+    >>> [d.value for d in window("HannWindow", 10).shape]
+    [10]
+    """
+    period = window_period(size, periodic)
+    step = scalar(2.0 * math.pi / period if period else math.nan, _W)  # N = 0: NaN, as ONNX
+
+    def cos(k: int, n: Expr) -> Expr:
+        return te.cos(te.cast(n, _W) * step * scalar(k, _W))
+
+    def body(n: Expr) -> Expr:
+        if kind == "HannWindow":  # sin²(πn/N) = (1 − cos(2πn/N)) / 2
+            v = te.sin(te.cast(n, _W) * step * scalar(0.5, _W))
+            w = v * v
+        elif kind == "HammingWindow":
+            w = scalar(25 / 46, _W) - scalar(21 / 46, _W) * cos(1, n)
+        elif kind == "BlackmanWindow":
+            w = scalar(0.42, _W) - scalar(0.5, _W) * cos(1, n) + scalar(0.08, _W) * cos(2, n)
+        else:
+            raise ValueError(f"window: unknown window {kind!r}")
+        return te.cast(w, dtype)
+
+    return te.compute((size,), body, name=kind.lower(), tag="injective")
+
+
+def mel_weight_matrix(edges: list[int], dft_length: int, dtype: str = "float32") -> te.Tensor:
+    """ONNX MelWeightMatrix ``[dft_length/2 + 1, len(edges) − 2]`` from its filter edges
+    (spectrogram bins, :func:`toolchain.graph.ops.spectral.mel_edges`): filter ``m`` rises
+    from ``edges[m]`` to 1 at ``edges[m + 1]`` and falls to 0 at ``edges[m + 2]``.
+
+    The edges are compile-time integers; each element reads its filter's three edges with a
+    select over the filters (no table in memory).
+
+    >>> [d.value for d in mel_weight_matrix([0, 1, 3, 4], 8).shape]
+    [5, 2]
+    """
+    bins = len(edges) - 2
+
+    def edge(m: Expr) -> Expr:
+        e: Expr = scalar(edges[-1], _W)
+        for k in range(len(edges) - 2, -1, -1):
+            e = te.select(te.equal(m, k), scalar(edges[k], _W), e)
+        return e
+
+    def body(j: Expr, m: Expr) -> Expr:
+        jj = te.cast(j, _W)
+        low, center, high = edge(m), edge(m + 1), edge(m + 2)
+        one, zero = scalar(1, _W), scalar(0, _W)
+        rise = (jj - low) / te.max(center - low, one)
+        fall = (high - jj) / te.max(high - center, one)
+        at_center = te.all(te.equal(jj, center), te.any(low <= center, high > center))
+        v = te.select(at_center, one,
+                      te.select(te.all(jj >= low, jj < center), rise,
+                                te.select(te.all(jj > center, jj < high), fall, zero)))
+        return te.cast(v, dtype)
+
+    return te.compute((dft_length // 2 + 1, bins), body, name="mel_weight_matrix",
+                      tag="injective")

@@ -345,3 +345,28 @@ def reverse_sequence(x: te.Tensor, lens: te.Tensor, batch_axis: int = 1, time_ax
         return x[tuple(src if d == time_axis else v for d, v in enumerate(i))]
 
     return te.compute(shape, f, name="reverse_sequence", tag="injective")
+
+
+def tensor_scatter(cache: te.Tensor, update: te.Tensor, starts: te.Tensor | None = None,
+                   axis: int = -2, circular: bool = False) -> te.Tensor:
+    """ONNX TensorScatter: ``cache`` with ``update`` written along ``axis`` from position
+    ``starts[b]`` (0 without ``starts``) of each batch entry ``b``; positions wrap modulo
+    the cache length when ``circular``.  Each output element reads the update element
+    ``position − start`` when that lies in the update, else its cache element."""
+    shape = const_shape(cache, "tensor_scatter")
+    ax = axis % len(shape)
+    seq = const_shape(update, "tensor_scatter")[ax]
+
+    def f(*i: Expr) -> Expr:
+        start = (ir.IntImm(0, "int64") if starts is None
+                 else te.cast(starts[(i[0],)], "int64"))
+        k = te.cast(i[ax], "int64") - start
+        if circular:
+            k = te.floormod(k, ir.IntImm(shape[ax], "int64"))
+        hit = te.all(k >= 0, k < seq)
+        at = te.cast(te.min(te.max(k, ir.IntImm(0, "int64")), ir.IntImm(seq - 1, "int64")),
+                     "int32")
+        return te.select(hit, update[tuple(at if d == ax else v for d, v in enumerate(i))],
+                         cache[i])
+
+    return te.compute(shape, f, name="tensor_scatter", tag="injective")

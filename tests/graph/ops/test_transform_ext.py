@@ -1,6 +1,6 @@
 """DepthToSpace, SpaceToDepth, Trilu, Size, Range, OneHot, CumSum, GatherElements,
-GatherND, ScatterElements, ScatterND: references against onnxruntime, dtypes against the
-ONNX schema, constant operands, errors naming the node."""
+GatherND, ScatterElements, ScatterND, TensorScatter: references against onnxruntime, dtypes
+against the ONNX schema, constant operands, errors naming the node."""
 
 from __future__ import annotations
 
@@ -211,3 +211,32 @@ def test_reverse_sequence_errors():
     with pytest.raises(ModelError, match=r"node 'n' \(ReverseSequence\): sequence_lens must "
                                          r"have shape \[4\]"):
         infer("ReverseSequence", [data("float32", (5, 4)), np.array([1, 2], I64)])
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("cache, update, axis, starts", [
+    ((2, 3, 8, 4), (2, 3, 2, 4), -2, [0, 5]),
+    ((3, 6, 2), (3, 4, 2), 1, [5, 1, 2]),
+    ((2, 5), (2, 5), 1, None),
+])
+def test_tensor_scatter_matches_onnxruntime(mode, cache, update, axis, starts):
+    ins = [data("float32", cache), data("float32", update, seed=1)]
+    if starts is not None:
+        ins.append(np.array(starts, np.int64))
+    if mode == "linear" and starts is not None:  # linear: the update must fit
+        ins[2] = np.minimum(ins[2], cache[axis] - update[axis])
+    check_vs_ort("TensorScatter", ins, {"mode": mode, "axis": axis}, opset=24)
+
+
+def test_tensor_scatter_errors():
+    with pytest.raises(ModelError, match=r"node 'n' \(TensorScatter\): axis 0 is the batch "
+                                         r"axis"):
+        infer("TensorScatter", [data("float32", (2, 4)), data("float32", (2, 4))], {"axis": 0})
+    with pytest.raises(ModelError, match=r"node 'n' \(TensorScatter\): update \[2, 5, 3\] "
+                                         r"must have past_cache's shape \[2, 4, 3\] except "
+                                         r"along axis 1, where it may not be longer"):
+        infer("TensorScatter", [data("float32", (2, 4, 3)), data("float32", (2, 5, 3))],
+              {"axis": 1})
+    with pytest.raises(ModelError, match=r"write_indices \[3\] must be \[2\]"):
+        infer("TensorScatter", [data("float32", (2, 4, 3)), data("float32", (2, 1, 3)),
+                                np.zeros(3, np.int64)])

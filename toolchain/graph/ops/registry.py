@@ -278,6 +278,37 @@ def data_dependent_reason(op: str) -> str | None:
             "form (e.g. a mask with Where instead of NonZero/Compress)")
 
 
+#: ONNX ops that draw random numbers.  A bundle is deterministic (same inputs, same
+#: outputs) and these ops are training-time noise, so they are refused by name, and never
+#: folded into a constant (which would freeze one draw into the bundle): see
+#: :func:`random_reason`.
+RANDOM_OPS: tuple[str, ...] = (
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+    "Bernoulli",
+)
+
+
+def random_reason(op: str) -> str | None:
+    """Why ``op`` cannot be compiled when it draws random numbers, else ``None``.
+
+    >>> random_reason("RandomNormal")[:44]
+    'RandomNormal draws random numbers, but a Kil'
+    >>> random_reason("Relu") is None
+    True
+    """
+    if op not in RANDOM_OPS:
+        return None
+    return (f"{op} draws random numbers, but a Kiln bundle is deterministic (the same "
+            "inputs always give the same outputs) and random ops are training-time noise; "
+            "remove the node for inference, or pass the noise in as a model input")
+
+
+def refusal_reason(op: str) -> str | None:
+    """Why Kiln never compiles ``op`` (:func:`data_dependent_reason` or
+    :func:`random_reason`), else ``None``."""
+    return data_dependent_reason(op) or random_reason(op)
+
+
 _REGISTRY: dict[str, OpDef] = {}
 #: the op table's state: "unloaded", "loading" (its modules are being imported), "loaded"
 _table = "unloaded"
@@ -299,6 +330,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         misc,
         nn,
         nn_ext,
+        pool_ext,
         qops,
         quant,
         quant_ext,
@@ -306,6 +338,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         rnn,
         roi,
         spectral,
+        text,
         transform,
         transform_ext,
     )
@@ -319,7 +352,9 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *nn_ext.OPS,       # LRN, LpNormalization, LpPool, Einsum, GridSample
         *spectral.OPS,     # DFT, STFT
         *linalg.OPS,       # Det
-        *roi.OPS,          # RoiAlign
+        *roi.OPS,          # RoiAlign, MaxRoiPool
+        *pool_ext.OPS,     # GlobalLpPool, MaxUnpool
+        *text.OPS,         # TfIdfVectorizer
         *deform.OPS,       # DeformConv
         *transform.OPS,    # Reshape, Flatten, Transpose, Concat, Split, Slice, Gather, Pad …
         *transform_ext.OPS,  # DepthToSpace, Trilu, Range, OneHot, CumSum, Gather/ScatterND …

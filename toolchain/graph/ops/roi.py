@@ -1,4 +1,11 @@
-"""Region-of-interest ops: RoiAlign (OPAQUE).
+"""Region-of-interest ops: RoiAlign and MaxRoiPool (OPAQUE).
+
+MaxRoiPool (Fast R-CNN's RoI pooling, as onnxruntime computes it; ONNX's reference has
+none): each box ``(batch, x1, y1, x2, y2)`` of ``rois`` ``[R, 5]`` is scaled by
+``spatial_scale`` and rounded (halves away from zero) to whole pixels, at least 1×1
+(``end − start + 1``), and cut into ``pooled_shape`` bins of
+``[⌊i·size/bins⌋, ⌈(i + 1)·size/bins⌉)`` pixels, clipped to the image; each output is the
+maximum of its bin (0 for an empty bin).  Output ``[R, C, pooled_h, pooled_w]``.
 
 ONNX's RoiAlign (opset 16 form; opset 10 models get ``coordinate_transformation_mode =
 'output_half_pixel'``, their only behaviour, from the frontend): for each box ``n`` of
@@ -33,7 +40,7 @@ import numpy as np
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType
 from toolchain.graph.ops.common import FLOAT_TYPES, check_dtype, defop, input_value
-from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
+from toolchain.graph.ops.registry import REQUIRED, Attr, OpDef, PatternKind
 
 MODES = ("avg", "max")
 COORDINATE_MODES = ("half_pixel", "output_half_pixel")
@@ -133,6 +140,52 @@ def _roi_flops(node: Node) -> int:
     return 12 * s * s * sum(o.size for o in node.outputs)
 
 
+def _max_roi_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    x, rois = input_value(node, 0, "X"), input_value(node, 1, "rois")
+    check_dtype(node, x, "input 0 (X)", FLOAT_TYPES)
+    check_dtype(node, rois, "input 1 (rois)", (x.dtype,))
+    if x.rank != 4:
+        raise ModelError(f"{node.describe()}: input X {list(x.shape)} must be [N, C, H, W]")
+    if rois.rank != 2 or rois.shape[1] != 5:
+        raise ModelError(f"{node.describe()}: input rois {list(rois.shape)} must be "
+                         "[num_rois, 5] (batch index, x1, y1, x2, y2)")
+    pooled = tuple(int(v) for v in attrs["pooled_shape"])
+    if len(pooled) != 2:
+        raise ModelError(f"{node.describe()}: pooled_shape {list(pooled)} must have 2 values "
+                         "(height, width)")
+    return [TensorType((rois.shape[0], x.shape[1]) + pooled, x.dtype)]
+
+
+def round_half_away(v: np.ndarray) -> np.ndarray:
+    """Round halves away from zero (C's ``round``), not to even as numpy does."""
+    return np.sign(v) * np.floor(np.abs(v) + 0.5)
+
+
+def roi_bins(start: int, end: int, bins: int, limit: int) -> list[tuple[int, int]]:
+    """``[begin, end)`` pixels of each of ``bins`` bins of the box ``start..end`` (whole
+    pixels, inclusive, at least one) on an axis of ``limit`` pixels."""
+    size = max(end - start + 1, 1)
+    return [(min(max(math.floor(i * size / bins) + start, 0), limit),
+             min(max(math.ceil((i + 1) * size / bins) + start, 0), limit))
+            for i in range(bins)]
+
+
+def _max_roi_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    x, rois = np.asarray(ins[0]), np.asarray(ins[1]).astype(np.float64)
+    ph, pw = (int(v) for v in attrs["pooled_shape"])
+    n_img, chans, hgt, wid = x.shape
+    out = np.zeros((rois.shape[0], chans, ph, pw), x.dtype)
+    for r, (b, *box) in enumerate(rois):
+        x1, y1, x2, y2 = (int(v) for v in round_half_away(np.array(box)
+                                                          * attrs["spatial_scale"]))
+        img = x[min(max(int(b), 0), n_img - 1)]
+        for i, (h0, h1) in enumerate(roi_bins(y1, y2, ph, hgt)):
+            for j, (w0, w1) in enumerate(roi_bins(x1, x2, pw, wid)):
+                if h1 > h0 and w1 > w0:
+                    out[r, :, i, j] = img[:, h0:h1, w0:w1].max(axis=(1, 2))
+    return [out]
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (
     defop("RoiAlign", ("X", "rois", "batch_indices"), PatternKind.OPAQUE, infer=_roi_infer,
@@ -148,4 +201,15 @@ OPS: tuple[OpDef, ...] = (
           doc="bilinear region-of-interest pooling (avg or max) of boxes on images; in "
               "bundles sampling_ratio must be > 0 (the per-box grid of 0 depends on the "
               "boxes)"),
+    defop("MaxRoiPool", ("X", "rois"), PatternKind.OPAQUE, infer=_max_roi_infer,
+          reference=_max_roi_ref,
+          attrs=(Attr("pooled_shape", "ints", REQUIRED,
+                      check=lambda v: None if all(int(i) >= 1 for i in v)
+                      else f"values must be >= 1, got {list(v)}"),
+                 Attr("spatial_scale", "float", 1.0)),
+          flops=lambda node: sum(o.size for o in node.outputs)
+          * max(node.inputs[0].shape[2] * node.inputs[0].shape[3] if node.inputs
+                and node.inputs[0] is not None and node.inputs[0].rank == 4 else 1, 1),
+          min_opset=1,
+          doc="max pooling of whole-pixel bins of boxes (Fast R-CNN RoI pooling)"),
 )

@@ -1,4 +1,5 @@
-"""Spectral ops: DFT and STFT (OPAQUE).
+"""Spectral ops: DFT and STFT (OPAQUE); the window functions HannWindow, HammingWindow,
+BlackmanWindow and MelWeightMatrix (INJECTIVE: each element a formula of its index).
 
 ONNX's DFT (opset 20 form: ``dft_length`` and ``axis`` are inputs, both compile-time
 constants; opset 17/19 models have ``axis`` as an attribute, which the frontend moves to
@@ -18,6 +19,15 @@ default, keeps ``n/2 + 1`` bins): output ``[batch, frames, bins, 2]``.  The refe
 numpy's FFT, in single precision for float32 (as ONNX's
 reference, whose round-off the node tests' data carry), else double.
 
+The windows (opset 17) are ``[size]`` tensors of ``output_datatype`` (default float32):
+with ``N = size`` (``periodic=1``, the default) or ``size - 1``, Hann
+``sin²(πn/N)``, Hamming ``α − (1 − α)·cos(2πn/N)`` (``α = 25/46``), Blackman
+``0.42 − 0.5·cos(2πn/N) + 0.08·cos(4πn/N)``.  MelWeightMatrix is the
+``[dft_length/2 + 1, num_mel_bins]`` matrix of triangular mel filters (HTK mel scale,
+``mel = 2595·log10(1 + hz/700)``) between ``lower_edge_hertz`` and ``upper_edge_hertz``.
+All their inputs must be compile-time constants (they give the output's shape); a model's
+window is then usually folded into a constant.
+
 Example::
 
     >>> import numpy as np
@@ -35,7 +45,14 @@ import numpy as np
 
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, TensorType
-from toolchain.graph.ops.common import FLOAT_TYPES, check_dtype, defop, input_value
+from toolchain.graph.ops.common import (
+    FLOAT_TYPES,
+    check_dtype,
+    check_onnx_dtype,
+    defop,
+    input_value,
+    kiln_dtype,
+)
 from toolchain.graph.ops.registry import Attr, OpDef, PatternKind, const_input
 
 
@@ -171,6 +188,126 @@ def _stft_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     return [np.stack([y.real, y.imag], axis=-1).astype(x.dtype)]
 
 
+# -- window functions ------------------------------------------------------------------
+
+#: ``window(n, N)`` of each window op, in float64 (``N``: the period)
+WINDOWS = {
+    "HannWindow": lambda n, big: np.sin(np.pi * n / big) ** 2,
+    "HammingWindow": lambda n, big: 25 / 46 - (21 / 46) * np.cos(2 * np.pi * n / big),
+    "BlackmanWindow": lambda n, big: (0.42 - 0.5 * np.cos(2 * np.pi * n / big)
+                                      + 0.08 * np.cos(4 * np.pi * n / big)),
+}
+
+
+def window_period(size: int, periodic: bool) -> float:
+    """``N`` of a window of ``size`` samples (``size − 1`` when symmetric).  A symmetric
+    window of one sample has ``N = 0``: its value is 0/0, NaN, as in onnxruntime and ONNX's
+    reference."""
+    return float(size if periodic else size - 1)
+
+
+def _size(node: Node, i: int, what: str) -> int:
+    x = input_value(node, i, what)
+    check_dtype(node, x, f"input {i} ({what})", ("int32", "int64"))
+    value = _scalar(node, i, what)
+    assert value is not None  # required input, checked above
+    return value
+
+
+def _window_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    size = _size(node, 0, "size")
+    if size < 1:
+        raise ModelError(f"{node.describe()}: size {size} must be >= 1")
+    return [TensorType((size,), kiln_dtype(attrs["output_datatype"], node.describe()))]
+
+
+def _window_ref(op: str) -> Any:
+    def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+        size = int(np.asarray(ins[0]).reshape(()))
+        n = np.arange(size, dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):  # N = 0: NaN, as ONNX
+            w = WINDOWS[op](n, np.float64(window_period(size, bool(attrs["periodic"]))))
+        return [w.astype(kiln_dtype(attrs["output_datatype"], op))]
+
+    return ref
+
+
+def mel_edges(num_mel_bins: int, dft_length: int, sample_rate: float, lower_hz: float,
+              upper_hz: float) -> np.ndarray:
+    """The ``num_mel_bins + 2`` filter edges of MelWeightMatrix as spectrogram bin indices
+    (int64): equally spaced on the mel scale, each ``⌊(dft_length + 1)·hz / sample_rate⌋``.
+
+    >>> mel_edges(2, 16, 8000, 0, 4000).tolist()
+    [0, 0, 2, 4]
+    """
+    def to_mel(hz: float) -> float:
+        return 2595.0 * np.log1p(hz / 700.0) / np.log(10.0)
+
+    low, high = to_mel(lower_hz), to_mel(upper_hz)
+    mel = np.arange(num_mel_bins + 2) * ((high - low) / (num_mel_bins + 2)) + low
+    hz = 700.0 * np.expm1(mel / 2595.0 * np.log(10.0))
+    return np.floor_divide((dft_length + 1) * hz, sample_rate).astype(np.int64)
+
+
+def mel_weight(j: np.ndarray, low: np.ndarray, center: np.ndarray,
+               high: np.ndarray) -> np.ndarray:
+    """The triangle of one filter at bin ``j`` (float64): rising over ``[low, center]``,
+    1 at ``center``, falling over ``[center, high)``."""
+    rise = np.where(center > low, (j - low) / np.maximum(center - low, 1), 0.0)
+    fall = np.where(high > center, (high - j) / np.maximum(high - center, 1), 0.0)
+    at_center = (j == center) & ((low <= center) | (high > center))
+    return np.where(at_center, 1.0, np.where((j >= low) & (j < center), rise,
+                                             np.where((j > center) & (j < high), fall, 0.0)))
+
+
+_MEL_INPUTS = ("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz",
+               "upper_edge_hertz")
+
+
+def mel_args(node: Node) -> tuple[int, int, float, float, float]:
+    """The five compile-time inputs of a MelWeightMatrix node (raises naming it)."""
+    bins, length = _size(node, 0, "num_mel_bins"), _size(node, 1, "dft_length")
+    rate = _size(node, 2, "sample_rate")
+    edges = []
+    for i in (3, 4):
+        v = input_value(node, i, _MEL_INPUTS[i])
+        check_dtype(node, v, f"input {i} ({_MEL_INPUTS[i]})", FLOAT_TYPES)
+        data = const_input(node, i, _MEL_INPUTS[i])
+        assert data is not None
+        edges.append(float(np.asarray(data).reshape(())))
+    for what, value in (("num_mel_bins", bins), ("dft_length", length),
+                        ("sample_rate", rate)):
+        if value < 1:
+            raise ModelError(f"{node.describe()}: {what} {value} must be >= 1")
+    return bins, length, float(rate), edges[0], edges[1]
+
+
+def _mel_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    bins, length, *_ = mel_args(node)
+    return [TensorType((length // 2 + 1, bins),
+                       kiln_dtype(attrs["output_datatype"], node.describe()))]
+
+
+def _mel_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    bins, length, rate = (int(np.asarray(a).reshape(())) for a in ins[:3])
+    low_hz, high_hz = (float(np.asarray(a).reshape(())) for a in ins[3:5])
+    e = mel_edges(bins, length, rate, low_hz, high_hz)
+    j = np.arange(length // 2 + 1, dtype=np.float64)[:, None]
+    w = mel_weight(j, e[None, :-2], e[None, 1:-1], e[None, 2:])
+    return [w.astype(kiln_dtype(attrs["output_datatype"], "MelWeightMatrix"))]
+
+
+def _window_op(name: str, what: str) -> OpDef:
+    return defop(name, ("size",), PatternKind.INJECTIVE, infer=_window_infer,
+                 reference=_window_ref(name),
+                 attrs=(Attr("output_datatype", "int", 1, check=check_onnx_dtype),
+                        Attr("periodic", "int", 1, (0, 1))),
+                 flops=lambda node: 4 * sum(o.size for o in node.outputs), min_opset=17,
+                 compile_time=(0,),
+                 doc=f"the {what} window of `size` samples (a constant), periodic or "
+                     "symmetric, in output_datatype")
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (
     defop("DFT", ("input", "dft_length?", "axis?"), PatternKind.OPAQUE, infer=_dft_infer,
@@ -191,4 +328,14 @@ OPS: tuple[OpDef, ...] = (
           doc="short-time Fourier transform: frames of frame_length samples every frame_step, "
               "times the window, DFT of each; frame_step/frame_length constant; O(n²) per "
               "frame"),
+    _window_op("HannWindow", "Hann (raised cosine)"),
+    _window_op("HammingWindow", "Hamming"),
+    _window_op("BlackmanWindow", "Blackman"),
+    defop("MelWeightMatrix", _MEL_INPUTS, PatternKind.INJECTIVE, infer=_mel_infer,
+          reference=_mel_ref,
+          attrs=(Attr("output_datatype", "int", 1, check=check_onnx_dtype),),
+          flops=lambda node: 8 * sum(o.size for o in node.outputs), min_opset=17,
+          compile_time=(0, 1, 2, 3, 4),
+          doc="[dft_length/2 + 1, num_mel_bins] triangular mel filter bank (HTK mel scale); "
+              "every input a constant"),
 )

@@ -1,6 +1,12 @@
 """More data-movement and indexing ops: DepthToSpace, SpaceToDepth, Trilu, Size, Range,
 OneHot, CumSum, CumProd, GatherElements, GatherND, ScatterElements, ScatterND, EyeLike,
-ReverseSequence.
+ReverseSequence, TensorScatter.
+
+TensorScatter (opset 24, the KV-cache update): ``past_cache`` with ``update`` written along
+``axis`` (the sequence axis, not the batch axis 0) from position ``write_indices[b]`` of each
+batch entry (default 0); ``mode='circular'`` wraps positions modulo the cache length,
+``'linear'`` writes only what fits.  INJECTIVE: each output element is one cache or one
+update element.
 
 Pattern kinds follow TVM: data movement and gathers are INJECTIVE; the scans and scatters
 (CumSum, CumProd, ScatterElements, ScatterND: each output element combines a data-dependent or
@@ -533,6 +539,54 @@ def _eye_reverse() -> tuple[OpDef, ...]:
     )
 
 
+def _tensor_scatter_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    cache, update = input_value(node, 0, "past_cache"), input_value(node, 1, "update")
+    check_dtype(node, cache, "input 0 (past_cache)", ALL_TYPES)
+    check_dtype(node, update, "input 1 (update)", (cache.dtype,))
+    axis = normalize_axis(node, attrs["axis"], cache.rank)
+    if axis == 0:
+        raise ModelError(f"{node.describe()}: axis {attrs['axis']} is the batch axis; the "
+                         "sequence axis must be another")
+    if update.rank != cache.rank or any(
+            u != c for d, (u, c) in enumerate(zip(update.shape, cache.shape, strict=True))
+            if d != axis) or update.shape[axis] > cache.shape[axis]:
+        raise ModelError(f"{node.describe()}: update {list(update.shape)} must have "
+                         f"past_cache's shape {list(cache.shape)} except along axis {axis}, "
+                         "where it may not be longer")
+    idx = node.input(2)
+    if idx is not None:
+        check_dtype(node, idx, "input 2 (write_indices)", ("int64",))
+        if idx.shape != (cache.shape[0],):
+            raise ModelError(f"{node.describe()}: write_indices {list(idx.shape)} must be "
+                             f"[{cache.shape[0]}] (one position per batch entry)")
+    return [cache.type]
+
+
+def _tensor_scatter_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    cache, update = np.asarray(ins[0]), np.asarray(ins[1])
+    axis = attrs["axis"] % cache.ndim
+    n, seq = cache.shape[axis], update.shape[axis]
+    starts = np.zeros(cache.shape[0], np.int64) if ins[2] is None else np.asarray(ins[2])
+    out = np.moveaxis(cache.copy(), axis, 1)
+    upd = np.moveaxis(update, axis, 1)
+    for b, start in enumerate(starts):
+        pos = int(start) + np.arange(seq)
+        if attrs["mode"] == "circular":
+            pos %= n
+        fits = (pos >= 0) & (pos < n)  # linear: ONNX leaves the rest undefined
+        out[b, pos[fits]] = upd[b, fits]
+    return [np.moveaxis(out, 1, axis)]
+
+
 #: this family's ops (registered by the op table, ``registry.builtin_ops``)
 OPS: tuple[OpDef, ...] = (*_space_ops(), *_small_ops(), _cumulative("CumSum"),
-                          _cumulative("CumProd"), *_gathers(), *_scatters(), *_eye_reverse())
+                          _cumulative("CumProd"), *_gathers(), *_scatters(), *_eye_reverse(),
+                          defop("TensorScatter", ("past_cache", "update", "write_indices?"),
+                                INJ, infer=_tensor_scatter_infer,
+                                reference=_tensor_scatter_ref,
+                                attrs=(Attr("axis", "int", -2),
+                                       Attr("mode", "string", "linear",
+                                            ("linear", "circular"))),
+                                flops=_moved, min_opset=24,
+                                doc="KV-cache update: update written into past_cache along "
+                                    "axis from write_indices[b] (linear or circular)"))

@@ -661,10 +661,13 @@ OPS = (
     # transform_ext
     "DepthToSpace", "SpaceToDepth", "Trilu", "Size", "Range", "OneHot", "CumSum", "CumProd",
     "GatherElements", "GatherND", "ScatterElements", "ScatterND", "EyeLike", "ReverseSequence",
+    "TensorScatter",
     # nn_ext
     "LRN", "LpNormalization", "LpPool", "Einsum", "GridSample", "AffineGrid", "MatMulInteger",
     "QLinearMatMul", "DynamicQuantizeLinear", "Col2Im",
-    "DFT", "STFT", "Det", "RoiAlign", "DeformConv", "ConvInteger", "QLinearConv",
+    "DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
+    "Det", "RoiAlign", "DeformConv", "GlobalLpPool", "MaxUnpool", "MaxRoiPool",
+    "TfIdfVectorizer", "ConvInteger", "QLinearConv",
 )
 
 
