@@ -262,3 +262,23 @@ def test_max_roi_pool_boxes_inside_and_outside(tmp_path):
                [("y", TensorProto.FLOAT, [4, 3, 3, 2])], opset=16)
     x = np.random.default_rng(9).standard_normal((2, 3, 9, 8)).astype(F)
     _check(m, {"x": x, "rois": boxes}, tmp_path)
+
+
+def test_resize_antialias_matches_onnxruntime(tmp_path):
+    """Antialias stretches the linear/cubic kernel by 1 / scale on the axes that shrink
+    (here 0.3 and 0.45: 8 and 10 taps) and leaves an axis that grows as it is; with
+    exclude_outside the taps outside the input get no weight."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 20, 11)).astype(np.float32)
+    inits = [("sc", np.array([1, 1, 0.3, 1.7], np.float32)),
+             ("sz", np.array([1, 2, 9, 5], np.int64))]
+    nodes = [helper.make_node("Resize", ["x", "", "sc"], ["lin"], mode="linear", antialias=1),
+             helper.make_node("Resize", ["x", "", "", "sz"], ["cub"], mode="cubic",
+                              antialias=1, exclude_outside=1),
+             helper.make_node("Resize", ["x", "", "", "sz"], ["cub_hp"], mode="cubic",
+                              antialias=1, coordinate_transformation_mode="asymmetric")]
+    model = _model(nodes, [("x", TensorProto.FLOAT, [1, 2, 20, 11])],
+                   [("lin", TensorProto.FLOAT, [1, 2, 6, 18]),
+                    ("cub", TensorProto.FLOAT, [1, 2, 9, 5]),
+                    ("cub_hp", TensorProto.FLOAT, [1, 2, 9, 5])], inits, opset=19)
+    _check(model, {"x": x}, tmp_path, rtol=1e-5)

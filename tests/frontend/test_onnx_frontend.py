@@ -294,8 +294,7 @@ def test_every_unsupported_op_attribute_and_dtype_is_listed_once():
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
              *[helper.make_node("ImageDecoder", ["enc"], [f"e{i}"], name=f"lp{i}")
                for i in range(7)],
-             helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="cubic", antialias=1,
-                              name="up"),
+             helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="area", name="up"),
              helper.make_node("Frob", ["x"], ["c"], domain="com.example", name="custom")]
     model = make_model(nodes, [("x", F, [2, 2]), ("b", TensorProto.BFLOAT16, [2]),
                                ("enc", TensorProto.UINT8, [64])],
@@ -308,7 +307,7 @@ def test_every_unsupported_op_attribute_and_dtype_is_listed_once():
     msg = str(info.value)
     assert "ImageDecoder: op not supported by Kiln — at node 'lp0' (opset 20)" in msg
     assert "and 2 more" in msg
-    assert "Resize: attribute 'antialias'" in msg and "node 'up' (opset 20)" in msg
+    assert "Resize: attribute 'mode' = 'area'" in msg and "node 'up' (opset 20)" in msg
     assert "Frob: op domain 'com.example' is not supported" in msg
     assert "input 'b': dtype BFLOAT16 is not supported" in msg
     assert "Relu" not in msg.split("Kiln supports these ops")[0]

@@ -319,7 +319,7 @@ def _resize(ctx: Ctx) -> list[te.Tensor]:
     return [tf.resize(ctx.tensor(0), out, scales, a["mode"],
                       a["coordinate_transformation_mode"], a["nearest_mode"], rois,
                       a["cubic_coeff_a"], bool(a["exclude_outside"]),
-                      a["extrapolation_value"])]
+                      a["extrapolation_value"], bool(a["antialias"]))]
 
 
 @register("DepthToSpace", "SpaceToDepth")

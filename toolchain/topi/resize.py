@@ -91,7 +91,13 @@ def _tap_weight(mode: str, r: Expr, offset: int, cubic_a: float) -> Expr:
     """Weight of the tap at ``floor(x) + offset`` for fraction ``r = x - floor(x)``."""
     if mode == "linear":
         return _c(1.0) - r if offset == 0 else r
-    d = te.abs(_c(float(offset)) - r)  # Keys cubic kernel with coefficient a
+    return _kernel(mode, te.abs(_c(float(offset)) - r), cubic_a)
+
+
+def _kernel(mode: str, d: Expr, cubic_a: float) -> Expr:
+    """The interpolation kernel at distance ``d >= 0``: the tent (linear) or Keys' cubic."""
+    if mode == "linear":
+        return te.maximum(_c(1.0) - d, _c(0.0))
     a = cubic_a
     near = ((_c(a + 2) * d - _c(a + 3)) * d * d) + _c(1.0)
     far = ((_c(a) * d - _c(5 * a)) * d + _c(8 * a)) * d - _c(4 * a)
@@ -103,8 +109,14 @@ class _Axis:
 
     def __init__(self, d: int, in_len: int, out_len: int, scale: float,
                  roi: tuple[float, float], mode: str, ctm: str, nearest_mode: str,
-                 cubic_a: float, exclude_outside: bool) -> None:
+                 cubic_a: float, exclude_outside: bool, antialias: bool = False) -> None:
         offsets = {"nearest": [0], "linear": [0, 1], "cubic": [-1, 0, 1, 2]}[mode]
+        # antialias when downsampling: the kernel stretched by 1 / scale, its taps widened to
+        # cover its support, the weights normalised (ONNX Resize, antialias=1)
+        stretch = antialias and mode != "nearest" and scale < 1.0
+        if stretch:
+            start = int(np.floor(-(1 if mode == "linear" else 2) / scale) + 1)
+            offsets = list(range(start, 2 - start))
         self.taps = len(offsets)
 
         def coord(y: Expr) -> Expr:
@@ -140,10 +152,37 @@ class _Axis:
                 return pick(t, ws) / total
             return pick(t, ws)
 
-        self.index = te.compute((out_len, self.taps), index, name=f"resize_index_{d}",
-                                tag="resize_table")
-        self.weight = None if mode == "nearest" else te.compute(
-            (out_len, self.taps), weight, name=f"resize_weight_{d}", tag="resize_table")
+        if stretch:  # tap t at floor(x) + start + t: one expression per table entry
+            def first(y: Expr) -> Expr:
+                return te.cast(te.floor(coord(y)), "int32") + offsets[0]
+
+            def raw_weight(y: Expr, t: Expr) -> Expr:
+                xf = coord(y)
+                dist = te.abs(te.cast(t, F64) + _c(float(offsets[0])) - (xf - te.floor(xf)))
+                w = _kernel(mode, dist * _c(scale), cubic_a)
+                if exclude_outside:
+                    at = first(y) + t
+                    w = te.select(te.all(at >= 0, at < in_len), w, _c(0.0))
+                return w
+
+            raw = te.compute((out_len, self.taps), raw_weight, name=f"resize_kernel_{d}",
+                             tag="resize_table")
+            k = te.reduce_axis((0, self.taps), name="k")
+            total = te.compute((out_len,), lambda y: te.sum(raw[y, k], axis=k),
+                               name=f"resize_total_{d}", tag="resize_table")
+            self.index = te.compute(
+                (out_len, self.taps),
+                lambda y, t: te.minimum(te.maximum(first(y) + t, 0), in_len - 1),
+                name=f"resize_index_{d}", tag="resize_table")
+            self.weight = te.compute(
+                (out_len, self.taps), lambda y, t: raw[y, t] / te.select(
+                    te.equal(total[y], _c(0.0)), _c(1.0), total[y]),
+                name=f"resize_weight_{d}", tag="resize_table")
+        else:
+            self.index = te.compute((out_len, self.taps), index, name=f"resize_index_{d}",
+                                    tag="resize_table")
+            self.weight = None if mode == "nearest" else te.compute(
+                (out_len, self.taps), weight, name=f"resize_weight_{d}", tag="resize_table")
         self.outside = None
         if ctm == "tf_crop_and_resize":
             self.outside = te.compute((out_len,), lambda y: te.any(
@@ -155,11 +194,14 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
            mode: str = "nearest", coordinate_transformation_mode: str = "half_pixel",
            nearest_mode: str = "round_prefer_floor",
            rois: Sequence[tuple[float, float]] | None = None, cubic_coeff_a: float = -0.75,
-           exclude_outside: bool = False, extrapolation_value: float = 0.0) -> te.Tensor:
+           exclude_outside: bool = False, extrapolation_value: float = 0.0,
+           antialias: bool = False) -> te.Tensor:
     """Resize every axis whose size, scale or ROI differs from the identity.
 
     ``scales[d]`` is the scale the coordinate modes use (the registry takes it from
-    ``resize_plan``); ``rois[d]`` the ``(start, end)`` pair of ``tf_crop_and_resize``.
+    ``resize_plan``); ``rois[d]`` the ``(start, end)`` pair of ``tf_crop_and_resize``;
+    ``antialias`` (linear and cubic) stretches the kernel by ``1 / scale`` on the axes it
+    shrinks.
     """
     shape = const_shape(x, "resize")
     if mode not in ("nearest", "linear", "cubic"):
@@ -173,7 +215,7 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
     if not axes:
         return te.compute(tuple(out_shape), lambda *i: x[i], name="resize", tag="injective")
     tabs = {d: _Axis(d, shape[d], out_shape[d], scales[d], rois[d], mode, ctm, nearest_mode,
-                     cubic_coeff_a, exclude_outside) for d in axes}
+                     cubic_coeff_a, exclude_outside, antialias) for d in axes}
     fill = extrapolation_value
 
     if mode == "nearest":

@@ -176,7 +176,7 @@ def test_resize_errors():
     fails("Resize", [x, None, sc, i64(1, 2, 8, 8)], const=[2, 3], match="exactly one of")
     fails("Resize", [x], match="exactly one of")
     fails("Resize", [x, None, sc[:3]], const=[2], match="must have 4 values")
-    fails("Resize", [x, None, sc], {"antialias": 1}, const=[2], match="antialias is not")
+    fails("Resize", [x, None, sc], {"antialias": 2}, const=[2], match="'antialias' = 2")
     fails("Resize", [x, None, sc], {"mode": "area"}, const=[2], match="'mode' = 'area'")
     fails("Resize", [x, None, sc], {"coordinate_transformation_mode": "tf_crop_and_resize"},
           const=[2], match="needs a roi input")

@@ -53,10 +53,6 @@ CASES = _load_cases()
 UNSUPPORTED = {
     "test_batchnorm_epsilon_training_mode": "training_mode = 1 is not supported",
     "test_batchnorm_example_training_mode": "training_mode = 1 is not supported",
-    "test_resize_downsample_scales_cubic_antialias": "antialias is not supported",
-    "test_resize_downsample_scales_linear_antialias": "antialias is not supported",
-    "test_resize_downsample_sizes_cubic_antialias": "antialias is not supported",
-    "test_resize_downsample_sizes_linear_antialias": "antialias is not supported",
 }
 
 

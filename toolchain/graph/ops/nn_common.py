@@ -358,12 +358,32 @@ def resize_coords(ctm: str, out_len: int, in_len: int, scale: float,
 
 
 def resize_taps(x: np.ndarray, in_len: int, mode: str, nearest_mode: str, cubic_a: float,
-                exclude_outside: bool) -> tuple[np.ndarray, np.ndarray | None]:
+                exclude_outside: bool, antialias_scale: float | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
     """Input indices ``(out, taps)`` and their weights (``None`` for nearest) along one axis.
 
     Indices outside the input are clamped to the edge; with ``exclude_outside`` their weight
-    is set to zero and the remaining weights renormalised.
+    is set to zero and the remaining weights renormalised. ``antialias_scale`` (a scale
+    below 1, linear or cubic): the kernel is stretched by its inverse (``K(d * scale)``) over
+    as many taps as its support covers, the weights normalised to sum 1.
     """
+    if antialias_scale is not None and mode != "nearest" and antialias_scale < 1.0:
+        reach = 1 if mode == "linear" else 2
+        start = int(np.floor(-reach / antialias_scale) + 1)
+        offsets = np.arange(start, 2 - start)
+        f = np.floor(x)
+        d = np.abs(offsets[None, :] - (x - f)[:, None]) * antialias_scale
+        if mode == "linear":
+            w = np.clip(1 - d, 0, 1)
+        else:
+            a = cubic_a
+            w = np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                         np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
+        idx = f.astype(np.int64)[:, None] + offsets[None, :]
+        if exclude_outside:
+            w = np.where((idx < 0) | (idx >= in_len), 0.0, w)
+        total = w.sum(axis=1, keepdims=True)
+        return np.clip(idx, 0, in_len - 1), w / np.where(total == 0, 1.0, total)
     if mode == "nearest":
         rounders = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
                     "round_prefer_ceil": lambda v: np.floor(v + 0.5),
@@ -396,7 +416,8 @@ def resize_axis(data: np.ndarray, axis: int, out_len: int, scale: float, roi: tu
     in_len = data.shape[axis]
     x, mask = resize_coords(a["coordinate_transformation_mode"], out_len, in_len, scale, roi)
     idx, w = resize_taps(x, in_len, a["mode"], a["nearest_mode"], a["cubic_coeff_a"],
-                         bool(a["exclude_outside"]))
+                         bool(a["exclude_outside"]),
+                         scale if a.get("antialias") else None)
     gathered = np.take(data, idx, axis=axis)  # ..., out, taps, ...
     if w is None:
         result = np.take(gathered, 0, axis=axis + 1)

@@ -619,13 +619,9 @@ def _resize_flops(node: Node) -> int:
     return 2 * taps * elementwise_flops(node)
 
 
-def _no_antialias(v: int) -> str | None:
-    return None if v == 0 else "antialias is not supported (only 0); resize without it"
-
-
 _RESIZE = _injective(
     "Resize", ("X", "roi?", "scales?", "sizes?"), _resize_infer, _resize_ref,
-    (Attr("antialias", "int", 0, check=_no_antialias),
+    (Attr("antialias", "int", 0, choices=(0, 1)),
      Attr("axes", "ints", ()),
      Attr("coordinate_transformation_mode", "string", "half_pixel", choices=_CTM),
      Attr("cubic_coeff_a", "float", -0.75),
