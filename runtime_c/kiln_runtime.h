@@ -24,6 +24,8 @@ extern "C" {
 #define KILN_ERR_WEIGHTS_ALIGNMENT 6 /* the weights are not aligned to <MODEL>_WEIGHTS_ALIGN */
 #define KILN_ERR_WEIGHTS_CHECKSUM 7 /* the weights' CRC-32 is not <MODEL>_WEIGHTS_CRC32 */
 #define KILN_ERR_THREADS 8 /* the thread pool could not start its threads */
+/* Accelerator bundles (kiln compile --target vta): */
+#define KILN_ERR_ACCELERATOR 9 /* the accelerator's driver failed (kiln_vta_bundle_error) */
 
 /* KILN_ALIGNED(n): align a variable (weights, a static arena) to n bytes. */
 #if defined(__GNUC__) || defined(__clang__)

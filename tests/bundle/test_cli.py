@@ -82,10 +82,19 @@ def test_compile_target_without_a_backend_refused(kiln, lenet, tmp_path):
     code, _, err = kiln("compile", d / "lenet5.onnx", "--target", tmp_path / "t.yaml", "-o",
                         tmp_path / "b")
     assert code == 2 and "missing key(s) gemm.batch" in err
-    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "vta", "-o", tmp_path / "b")
-    assert code == 2 and "is an accelerator (kind 'vta')" in err and "do not exist yet" in err
-    assert "unknown key" not in err
     assert not (tmp_path / "b").exists()
+
+
+def test_compile_float_model_for_the_accelerator_keeps_it_on_the_host(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "vta", "-o", tmp_path / "b")
+    assert code == 0, err
+    meta = json.loads((tmp_path / "b" / "metadata.json").read_text())
+    placed = meta["accelerator"]["placements"]
+    assert placed and all(p["device"] == "host" and p["reason"] for p in placed)
+    assert all("float" in p["reason"] for p in placed if p["op"] == "Conv")
+    assert not meta["accelerator"]["layers"]
+    assert not list((tmp_path / "b" / "runtime").glob("kiln_vta*"))
 
 
 def test_compile_llvm_kind_target_writes_kernel_objects(kiln, lenet, tmp_path):

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["builder", "checker", "config", "deps", "disasm", "fsim", "isa", "program",
-           "randprog", "schedule", "cfsim",
+           "randprog", "schedule", "cfsim", "widen",
            "tokens", "workloads", "__init__"]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from toolchain.bundle.accel import AcceleratorKernel, accelerator_kernel, inner_layer
 from toolchain.bundle.emit import BundleRenderer, KernelSource
 from toolchain.bundle.names import bundle_namer, comment, model_identifier
 from toolchain.bundle.reuse import ScheduleReuse
@@ -58,6 +59,8 @@ from toolchain.target import Target
 from toolchain.target import resolve_target as resolve_target_once
 from toolchain.tir import arith
 
+#: the CPU target that runs an accelerator bundle's host kernels
+HOST_OF_ACCELERATOR = "c-generic"
 #: arena, weight and tensor alignment in bytes (a cache line; AVX-512 loads)
 ALIGNMENT = 64
 #: the bundle's own C names (``<prefix>_<suffix>``), never given to a kernel
@@ -97,19 +100,33 @@ class BundleSpec:
     plan: MemoryPlan
     options: dict[str, Any]
     source: dict[str, Any] = field(default_factory=dict)
+    #: an accelerator bundle: the accelerator's target and the partition (None: CPU only)
+    accelerator: AcceleratorPart | None = None
+
+
+@dataclass
+class AcceleratorPart:
+    """The accelerator side of a bundle: its target, where each node runs and why, and
+    the compiled layers by node name (filled by the partition pass)."""
+
+    target: Target
+    partition: Any = None  # toolchain.vta.partition.Partition once the pass ran
+
+    def run(self, graph: Graph) -> Graph:
+        """The partition pass (a pipeline step before fusion)."""
+        from toolchain.vta.partition import partition
+
+        self.partition = partition(graph, self.target)
+        return self.partition.graph
 
 
 def resolve_target(target: str | Path | Target) -> Target:
-    """A :class:`Target` that has a bundle backend (C, CUDA, LLVM), from a name, a YAML path
-    or a Target; others are refused with the backends there are."""
+    """A :class:`Target` that has a bundle backend (C, CUDA, LLVM) or is an accelerator
+    (``kind: vta``: a C bundle whose accelerator layers are instruction streams), from a
+    name, a YAML path or a Target; others are refused with the backends there are."""
     t = resolve_target_once(target)
     if t.is_accelerator:
-        raise TargetError(
-            f"target {t.name!r} ({t.source}) is an accelerator (kind {t.kind!r}): whole-model "
-            "bundles for it do not exist yet (graph partitioning and the runtime driver are "
-            "still to come); what exists is compiling single dense and conv2d layers to "
-            "accelerator programs (toolchain.vta.compile_dense / compile_conv2d) and `kiln "
-            "sim` to run them, see docs/vta.md")
+        return t  # host kernels for its CPU, accelerator layers as programs (build_spec)
     try:
         backend_for(t)
     except TargetError:
@@ -373,6 +390,15 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
     t = resolve_target(target)
+    accel = None
+    if t.is_accelerator:
+        if backend == "llvm" or emulate:
+            raise OptionError(f"target {t.name!r} is an accelerator: its bundles are C "
+                              "(no --backend llvm, no --emulate)")
+        accel = AcceleratorPart(t)
+        t = resolve_target_once(HOST_OF_ACCELERATOR)
+        passes = (*passes[:passes.index("fuse")], accel.run, *passes[passes.index("fuse"):]) \
+            if "fuse" in passes else (*passes, accel.run)
     bar = CompileProgress.of(progress)
     bar.stage("import")
     loadable, source, stem = _source_info(model)
@@ -382,13 +408,14 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                           "--name NAME")
     graph = from_onnx(loadable, input_shapes=input_shapes)
     del loadable
-    check_lowered(graph, passes)
+    check_lowered(graph, [p for p in passes if isinstance(p, str)])
     release_freed_memory()
     check_index_range(graph)
-    layout = layout_for_target(t)
+    # the accelerator's layers take NCHW tensors (their kernels pack them)
+    layout = parse_layout_target("nchw") if accel is not None else layout_for_target(t)
     try:
         fused, kernels, plan = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
-                                        backend, passes)
+                                        backend, passes, accel)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -411,7 +438,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["skip_passes"] = sorted(set(skip_passes))
     if not isinstance(progress, CompileProgress):
         bar.close()  # the caller's bar goes on to rendering and writing
-    return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source)
+    return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source,
+                      accel)
 
 
 #: kernels index tensors with 32-bit signed integers (loop variables and flat offsets)
@@ -445,7 +473,7 @@ def _layout_name(layout: Any) -> str:
 
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
              bar: CompileProgress, emulate: bool = False, backend: str | None = None,
-             passes: tuple[str, ...] | None = None
+             passes: tuple[Any, ...] | None = None, accel: AcceleratorPart | None = None
              ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """The fused graph in ``layout`` (in the order its kernels run), its compiled kernels
     and its memory plan."""
@@ -455,7 +483,7 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
     fused = run_pipeline(graph, layout, dump_dir=dump_ir, passes=passes)
     bar.stage("scheduling")
     try:
-        return _compile_kernels(fused, t, prefix, bar, emulate, backend)
+        return _compile_kernels(fused, t, prefix, bar, emulate, backend, accel)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
         arith.clear_cache()
@@ -478,7 +506,7 @@ def kiln_fault(node: Node, target: Target) -> Iterator[None]:
 
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
                      bar: CompileProgress, emulate: bool = False,
-                     backend: str | None = None
+                     backend: str | None = None, accel: AcceleratorPart | None = None
                      ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """(``fused`` in the order the bundle runs it, one :class:`CompiledKernel` per Fused
     node in that order, the memory plan).
@@ -496,6 +524,14 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
     scheduled: dict[str, tuple[Node, Any, list[Value], str]] = {}
     overwrite: dict[str, tuple[str, ...]] = {}
     for node in bar.kernels(list(fused.nodes)):
+        vta = inner_layer(node) if accel is not None else None
+        if vta is not None:
+            assert accel is not None and accel.partition is not None
+            ak = accelerator_kernel(node, accel.partition.layers[vta.name],
+                                    sum(isinstance(v[1], AcceleratorKernel)
+                                        for v in scheduled.values()))
+            scheduled[node.name] = (node, ak, ak.params, "accelerator")
+            continue
         with kiln_fault(node, t):
             hit = reuse.find(node)
             if hit is None:
@@ -533,6 +569,14 @@ def _render_kernels(fused: Graph, scheduled: dict[str, tuple[Node, Any, list[Val
     kernels: list[CompiledKernel] = []
     for i, n in enumerate(fused.nodes):
         node, func, params, how = scheduled[n.name]
+        if isinstance(func, AcceleratorKernel):
+            from toolchain.bundle.render import template_env
+
+            src = func.artifact(names.fresh(node.attrs["kernel"], prefix=f"{prefix}_"),
+                                template_env())
+            kernels.append(CompiledKernel(i, node, src, params, how,
+                                          get_op(node.op).flops_of(node)))
+            continue
         restrict = _aliased(params, in_place[node.name]) if node.name in in_place else True
         with kiln_fault(node, t):
             if cache.rendered(func, restrict):

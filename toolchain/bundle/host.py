@@ -75,9 +75,23 @@ def _weights_sources(d: Path, meta: Mapping[str, Any]) -> tuple[list[Path], list
     return [d / "src" / "weights.c"], []
 
 
-def _sources(d: Path, model: str) -> list[Path]:
-    return _present(d, [d / "src" / f"{model}.c", d / "src" / "kernels.c",
-                        d / "runtime" / "kiln_runtime.c", d / "runtime" / "kiln_threads.c"])
+def _sources(d: Path, model: str, meta: Mapping[str, Any] | None = None) -> list[Path]:
+    files = [d / "src" / f"{model}.c", d / "src" / "kernels.c",
+             d / "runtime" / "kiln_runtime.c", d / "runtime" / "kiln_threads.c"]
+    if meta is not None and accelerated(meta):  # the driver and its device (fsim)
+        files += [d / "src" / "kiln_vta_bundle.c", d / "runtime" / "kiln_vta.c",
+                  d / "runtime" / "kiln_vta_fsim.c"]
+    return _present(d, files)
+
+
+def device_flags(meta: Mapping[str, Any]) -> list[str]:
+    """The accelerator device an accelerator bundle is built with on the host (fsim)."""
+    return ["-DKILN_VTA_DEVICE_FSIM"] if accelerated(meta) else []
+
+
+def accelerated(meta: Mapping[str, Any]) -> bool:
+    """Whether a bundle runs layers on the accelerator (and carries its driver)."""
+    return bool(meta.get("accelerator", {}).get("layers"))
 
 
 def _present(d: Path, files: list[Path]) -> list[Path]:
@@ -213,9 +227,10 @@ def build_host(path: str | Path, cc: str | None = None,
         return build_cuda(d)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
-    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta), *extra_flags]
+    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta), *device_flags(meta),
+             *extra_flags]
     weights, wflags = _weights_sources(d, meta)
-    srcs = [*_sources(d, model), *weights]
+    srcs = [*_sources(d, model, meta), *weights]
     # LLVM bundles: the kernels' object files, linked as they are
     srcs += _present(d, [d / o for o in meta.get("kernel_objects", ())])
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.h", d / "src" / "weights.h",

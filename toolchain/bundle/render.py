@@ -176,6 +176,8 @@ def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
         if k.source.threaded and not threaded:  # an SPMD kernel run whole on this thread
             args = [*args, "0", "1"]
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
+                      "error": "KILN_ERR_ACCELERATOR" if k.schedule == "accelerator"
+                      else "KILN_ERR_KERNEL",
                       "elided": elided, "threaded": threaded,
                       "how": comment(f"a view of input {view}") if view else "in place",
                       "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
@@ -384,6 +386,8 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "threaded": any(c["threaded"] for c in calls),
            "default_threads": default_threads(spec, calls),
            "kernel_objects": [k["object"] for k in kernels if k["object"]],
+           # the driver only where some layer runs on the accelerator
+           "accelerator": spec.accelerator is not None and bool(accelerator_layers(spec)),
            **weights_context(spec, loc)}
     m = spec.model
     files: dict[str, Any] = {
@@ -396,6 +400,8 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
         "Makefile": env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
     }
+    if ctx["accelerator"]:
+        files.update(accelerator_files(env, spec, ctx))
     meta = metadata(spec, inputs, outputs, loc, weight_bytes, ctx)
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
@@ -410,6 +416,50 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
                 files[f"src/kernels/{k.source.name}.ll"] = k.source.llvm_ir
     files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
     return files
+
+
+def accelerator_layers(spec: BundleSpec) -> list[dict[str, Any]]:
+    """The accelerator kernels of ``spec`` in call order: node, kernel, tiles, sizes."""
+    out: list[dict[str, Any]] = []
+    for k in spec.kernels:
+        if k.schedule != "accelerator":
+            continue
+        vta = k.node.attrs["graph"].nodes[0]
+        layer = spec.accelerator.partition.layers[vta.name]  # type: ignore[union-attr]
+        out.append({"node": vta.name, "kernel": k.source.name, "op": vta.op,
+                    "tiles": str(layer.tiles), "instructions": len(layer.program.insns),
+                    "window_bytes": k.source.scratch_bytes,
+                    "window_offset": spec.plan.tensor(k.node.name + ":scratch").offset})
+    return out
+
+
+def accelerator_files(env: jinja2.Environment, spec: BundleSpec, ctx: dict[str, Any]
+                      ) -> dict[str, str]:
+    """An accelerator bundle's extra files: the driver glue (``src/kiln_vta_bundle.*``)
+    and the driver and simulator sources in ``runtime/``."""
+    from toolchain.bundle.accel import RUNTIME_FILES, glue_context
+    from toolchain.vta.config import config_from_target
+
+    assert spec.accelerator is not None
+    layers = [x["node"] for x in accelerator_layers(spec)]
+    gctx = {**ctx, "target": spec.accelerator.target.name,
+            **glue_context(config_from_target(spec.accelerator.target), layers)}
+    files = {"src/kiln_vta_bundle.h": env.get_template("vta_bundle.h.j2").render(gctx),
+             "src/kiln_vta_bundle.c": env.get_template("vta_bundle.c.j2").render(gctx)}
+    for name in RUNTIME_FILES:
+        files[f"runtime/{name}"] = (RUNTIME / name).read_text()
+    return files
+
+
+def accelerator_metadata(spec: BundleSpec) -> dict[str, Any]:
+    """``metadata.json``'s ``accelerator``: its target, the default device, where each node
+    of the graph runs and why, and the accelerator layers."""
+    assert spec.accelerator is not None and spec.accelerator.partition is not None
+    t = spec.accelerator.target
+    return {"target": t.name, "kind": t.kind, "host_target": spec.target.name,
+            "device": "fsim", "devices": ["fsim"],
+            "placements": [p.to_dict() for p in spec.accelerator.partition.placements],
+            "layers": accelerator_layers(spec)}
 
 
 def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
@@ -450,6 +500,7 @@ def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[
             "bytes": ctx["blob_bytes"], "align": ALIGNMENT,
             "crc32": f"0x{ctx['blob_crc32']:08x}"},
         "memory_plan": spec.plan.to_dict(),
+        **({"accelerator": accelerator_metadata(spec)} if spec.accelerator is not None else {}),
     }
 
 
@@ -510,7 +561,8 @@ def write_bundle(files: dict[str, Any], out: str | Path, force: bool = False) ->
             path.parent.mkdir(parents=True, exist_ok=True)
             _write_text(path, text)
         # the accelerator's driver and simulator (kiln_vta*) are not part of a CPU bundle
-        shutil.copytree(RUNTIME, tmp / "runtime",
+        # (an accelerator bundle's files list them: see accelerator_files)
+        shutil.copytree(RUNTIME, tmp / "runtime", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.o", "kiln_vta*"))
         install_dir(tmp, out)
     except BaseException:

@@ -143,6 +143,13 @@ def _run(args: argparse.Namespace) -> int:
               "picks fewer; make THREADS=pthread|openmp|none)")
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
+    acc = meta.get("accelerator")
+    if acc is not None:  # which node runs where, and why
+        on = sum(p["device"] == "accelerator" for p in acc["placements"])
+        print(f"  accelerator {acc['target']}: {on} of {len(acc['placements'])} nodes, host "
+              f"kernels for {acc['host_target']}, device {acc['device']} (make DEVICE=...)")
+        for p in acc["placements"]:
+            print(f"    {p['device']:<11} {p['node']} ({p['op']}): {p['reason']}")
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
           "--check")
     return 0

@@ -631,3 +631,42 @@ def _qadd(ctx: Ctx) -> list[te.Tensor]:
 @register("QAvgPool")
 def _qavgpool(ctx: Ctx) -> list[te.Tensor]:
     return [qavgpool(ctx.tensor(0), ctx.attrs)]
+
+
+def requant_positions(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
+                      axis: int, attrs: dict[str, Any], name: str) -> te.Tensor:
+    """:func:`requant_epilogue` whose ``bias`` covers ``acc``'s dims from ``axis`` on (a
+    bias per channel and position, as QRequant takes after an accelerator layer)."""
+
+    def f(*i: Any) -> Any:
+        c = i[axis]
+        total = te.cast(acc[i], "int64") + te.cast(bias[i[axis:]], "int64")
+        return finish_te(total, mult[c], shifts[c, 0], shifts[c, 1], attrs)
+
+    return te.compute(acc.shape, f, name=name, tag="injective")
+
+
+@register("QRequant")
+def _qrequant(ctx: Ctx) -> list[te.Tensor]:
+    acc, bias = ctx.tensor(0), ctx.tensor(1)
+    ax = int(ctx.attrs["axis"])
+    mult, shifts = ctx.tensor(2), ctx.tensor(3)
+    if len(bias.shape) == 1:
+        return [requant_epilogue(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")]
+    return [requant_positions(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")]
+
+
+@register("VtaConv2d")
+def _vta_conv2d(ctx: Ctx) -> list[te.Tensor]:
+    # the accelerator computes it in a bundle; this is the same sum on the CPU
+    return [conv2d_nchw(shifted(ctx.tensor(0), 0), ctx.tensor(1), tuple(ctx.attrs["strides"]),
+                        tuple(ctx.attrs["pads"]), (1, 1), 1, out_dtype="int32")]
+
+
+@register("VtaDense")
+def _vta_dense(ctx: Ctx) -> list[te.Tensor]:
+    x, w = ctx.tensor(0), ctx.tensor(1)
+    k = te.reduce_axis((0, int(w.shape[1].value)), name="k")
+    return [te.compute((x.shape[0], w.shape[0]), lambda i, j: te.sum(
+        te.cast(x[i, k], "int32") * te.cast(w[j, k], "int32"), axis=k), name="vta_dense_acc",
+        tag="dense")]

@@ -58,9 +58,13 @@ from toolchain.vta.schedule import (
     lower_dense,
 )
 from toolchain.vta.timing import estimate_cycles
+from toolchain.vta.widen import PLANES, join_planes, widen_epilogue
 
 #: tilings compiled and compared on the cycle model when the caller gives none
 CANDIDATES = 8
+#: what a layer hands back: requantised int8 (``clip(acc >> shift)``), or the raw int32
+#: accumulators as byte planes for the host to requantise (:mod:`toolchain.vta.widen`)
+OUTPUTS = ("int8", "int32")
 
 __all__ = ["CompiledConv2d", "CompiledDense", "ConvShape", "ConvTiles", "DenseShape", "Tiles",
            "compile_conv2d", "compile_dense", "pack_filters", "pack_image", "pack_input",
@@ -101,6 +105,8 @@ class CompiledDense:
     func: ir.PrimFunc
     #: on-chip rows used per buffer (``inp``, ``wgt``, ``acc``)
     rows_used: dict[str, int]
+    #: ``"int8"`` (requantised) or ``"int32"`` (accumulators, see :data:`OUTPUTS`)
+    output: str = "int8"
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the ``(M, K)`` int8 input packed into ``data``."""
@@ -115,8 +121,9 @@ class CompiledDense:
         return dram
 
     def read_output(self, dram: np.ndarray) -> np.ndarray:
-        """The ``(M, N)`` int8 result from a DRAM image after a run."""
-        out = self.program.read("out", dram)                   # (MB, NB, BATCH, BO)
+        """The ``(M, N)`` result (int8, or int32 accumulators) from a DRAM image after a
+        run."""
+        out = _read_out(self.program, dram, self.output)       # (MB, NB, BATCH, BO)
         mb, nb, batch, bo = out.shape
         full = out.transpose(0, 2, 1, 3).reshape(mb * batch, nb * bo)
         return full[: self.shape.m, : self.shape.n]
@@ -124,9 +131,10 @@ class CompiledDense:
 
 def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str = "vta", *,
                   tiles: Tiles | None = None, vthreads: int = 2,
-                  layer: str = "dense") -> CompiledDense:
+                  layer: str = "dense", output: str = "int8") -> CompiledDense:
     """Compile ``out[M, N] = clip((x[M, K] @ weight[K, N]) >> shift, -128, 127)`` (int8 in
     and out, int32 accumulation) into one accelerator program; see the module docstring.
+    ``output="int32"``: the raw accumulators instead (``shift`` is then unused).
 
     Without ``tiles``, the :data:`CANDIDATES` best tilings of
     :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the fewest
@@ -137,17 +145,18 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     if w.ndim != 2 or w.dtype != np.int8 or min(w.shape) < 1 or m < 1:
         raise ScheduleError(f"layer {layer!r}: needs an int8 (K, N) weight and M >= 1, got "
                             f"{w.dtype} {w.shape} and M={m}")
-    _check_shift(shift, layer)
+    shift = _check_output(output, shift, layer)
     shape = DenseShape(m, w.shape[0], w.shape[1])
     mb, kb, nb = blocks(shape, cfg)
     arrays = {"data": np.zeros((mb, kb, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_weight(w, cfg),
-              "out": np.zeros((mb, nb, cfg.batch, cfg.block_out), np.int8)}
+              "out": _out_array((mb, nb, cfg.batch, cfg.block_out), output)}
 
     def build(tl: Tiles) -> CompiledDense:
         func = lower_dense(_scheduled(dense_schedule, shape, shift, t, tl, vthreads, layer))
-        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads")
-        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows)
+        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
+                              output)
+        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows, output)
 
     return _best(build, tiles, lambda: candidate_tiles(shape, cfg, vthreads, CANDIDATES), layer)
 
@@ -155,6 +164,27 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
 def _check_shift(shift: int, layer: str) -> None:
     if not 0 <= shift < 32:
         raise ScheduleError(f"layer {layer!r}: shift {shift} is outside 0..31")
+
+
+def _check_output(output: str, shift: int, layer: str) -> int:
+    """The shift the schedule uses: ``shift`` for int8 results, 0 for accumulators."""
+    if output not in OUTPUTS:
+        raise ScheduleError(f"layer {layer!r}: output {output!r} must be one of "
+                            f"{', '.join(OUTPUTS)}")
+    if output == "int32":
+        return 0
+    _check_shift(shift, layer)
+    return shift
+
+
+def _out_array(shape: tuple[int, ...], output: str) -> np.ndarray:
+    """The ``out`` region: one int8 tile image, or :data:`PLANES` byte planes of it."""
+    return np.zeros(((PLANES,) if output == "int32" else ()) + shape, np.int8)
+
+
+def _read_out(program: Program, dram: np.ndarray, output: str) -> np.ndarray:
+    out = program.read("out", dram)
+    return join_planes(out) if output == "int32" else out
 
 
 def _scheduled(make, shape, shift: int, t: Target, tiles, vthreads: int, layer: str):
@@ -189,15 +219,20 @@ def _best(build, tiles, candidates, layer: str):
 
 
 def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
-             layer: str, what: str) -> tuple[Program, dict[str, int]]:
+             layer: str, what: str, output: str = "int8") -> tuple[Program, dict[str, int]]:
     """Emit, add tokens, check: the program of a lowered layer. ``arrays`` give the DRAM
-    regions of the parameters by name (constants, e.g. packed weights, or zeros)."""
+    regions of the parameters by name (constants, e.g. packed weights, or zeros);
+    ``output="int32"`` widens the epilogue to byte planes (:func:`widen_epilogue`)."""
     b = ProgramBuilder(cfg)
     regions = {name: b.data(name, a) for name, a in arrays.items()}
     em = emit_instructions(func, t, regions, layer)
+    insns, uops = list(em.insns), list(em.uops)
+    if output == "int32":
+        plane = arrays["out"][0].nbytes // (cfg.batch * cfg.block_out)
+        insns, uops = widen_epilogue(insns, uops, plane, layer)
     b.load_uops(b.uops("uops", em.kernel), sram_base=0)
     head = b.insns.pop()
-    for insn in insert_tokens([head, *em.insns], [[], *em.uops]):
+    for insn in insert_tokens([head, *insns], [[], *uops]):
         b.emit(insn)
     b.finish()
     prog = b.build()
@@ -244,6 +279,7 @@ class CompiledConv2d:
     program: Program
     func: ir.PrimFunc
     rows_used: dict[str, int]
+    output: str = "int8"
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the input packed into ``data``."""
@@ -258,8 +294,9 @@ class CompiledConv2d:
         return dram
 
     def read_output(self, dram: np.ndarray) -> np.ndarray:
-        """The ``(OC, OH, OW)`` int8 result from a DRAM image after a run."""
-        out = self.program.read("out", dram)[0, :, :, :, 0, :]   # (OB, OH, OW, BO)
+        """The ``(OC, OH, OW)`` result (int8, or int32 accumulators) from a DRAM image
+        after a run."""
+        out = _read_out(self.program, dram, self.output)[0, :, :, :, 0, :]  # (OB, OH, OW, BO)
         ob, oh, ow, bo = out.shape
         return out.transpose(0, 3, 1, 2).reshape(ob * bo, oh, ow)[: self.shape.oc]
 
@@ -267,10 +304,11 @@ class CompiledConv2d:
 def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
                    target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
                    tiles: ConvTiles | None = None, vthreads: int = 2,
-                   layer: str = "conv") -> CompiledConv2d:
+                   layer: str = "conv", output: str = "int8") -> CompiledConv2d:
     """Compile ``out = clip(conv2d(x, weight, stride, pad) >> shift, -128, 127)`` for one
     ``(IC, H, W)`` int8 image and ``(OC, IC, K, K)`` int8 filters into one accelerator
     program (tiles as :func:`compile_dense`; the zero padding is done by the input DMA).
+    ``output="int32"``: the raw accumulators instead (``shift`` is then unused).
 
     Example::
 
@@ -288,7 +326,7 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
         raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
                             f"{wt.dtype} {wt.shape}")
-    _check_shift(shift, layer)
+    shift = _check_output(output, shift, layer)
     shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
     oh, ow = shape.out_hw
     if stride < 1 or pad < 0 or oh < 1 or ow < 1:
@@ -297,12 +335,13 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     cb, ob = conv_blocks(shape, cfg)
     arrays = {"data": np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_filters(wt, cfg),
-              "out": np.zeros((1, ob, oh, ow, cfg.batch, cfg.block_out), np.int8)}
+              "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output)}
 
     def build(tl: ConvTiles) -> CompiledConv2d:
         func = lower_dense(_scheduled(conv2d_schedule, shape, shift, t, tl, vthreads, layer))
-        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads")
-        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows)
+        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
+                              output)
+        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows, output)
 
     return _best(build, tiles, lambda: candidate_conv_tiles(shape, cfg, vthreads, CANDIDATES),
                  layer)

@@ -322,6 +322,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
     """
     # Imported here, not at the top: every one of these modules imports this one.
     from toolchain.graph.ops import (
+        accel,
         attention,
         deform,
         elementwise,
@@ -362,6 +363,7 @@ def builtin_ops() -> tuple[OpDef, ...]:
         *quant.OPS,        # QuantizeLinear, DequantizeLinear
         *quant_ext.OPS,    # MatMulInteger, QLinearMatMul
         *qops.OPS,         # integer-only QConv, QGemm, QAdd, QAvgPool (from QDQ models)
+        *accel.OPS,        # VtaConv2d, VtaDense, QRequant (made by the accelerator partition)
         *rnn.OPS,          # LSTM, GRU, RNN (expanded by the expand_recurrent pass)
         *attention.OPS,    # Attention, FusedAttention (made by the fuse_attention pass)
         *fused_op.OPS,     # Fused: one kernel (made by the fusion pass)

@@ -1,0 +1,93 @@
+"""`kiln compile --target vta`: int8 models as bundles whose accelerator layers run through
+the C driver on the C functional simulator, bit-exact with Kiln's integer reference."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+import toolchain
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.passes.quantize_ops import quantize_ops
+from toolchain.graph.reference import run_graph
+
+from .qmodels import quantized, small_cnn, small_mlp
+
+
+@pytest.fixture(scope="module")
+def cnn_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.ModelProto]:
+    d = tmp_path_factory.mktemp("vta_cnn")
+    q = quantized(small_cnn())
+    onnx.save(q, d / "cnn.onnx")
+    return toolchain.compile(d / "cnn.onnx", "vta", output=d / "bundle"), q
+
+
+def test_cnn_bundle_on_the_fsim_is_bit_exact_with_the_integer_reference(
+        cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, q = cnn_bundle
+    ref = quantize_ops(from_onnx(q))
+    for seed in (5, 6):
+        x = {"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+        got, want = toolchain.run(pkg, x).outputs, run_graph(ref, x)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_metadata_says_which_node_runs_where_and_why(
+        cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, _ = cnn_bundle
+    meta = json.loads((pkg.path / "metadata.json").read_text())
+    acc = meta["accelerator"]
+    assert acc["target"] == "vta" and acc["host_target"] == "c-generic"
+    where = {p["node"]: p for p in acc["placements"]}
+    assert where["conv2"]["device"] == "accelerator"
+    assert where["conv1"]["device"] == where["pool"]["device"] == "host"
+    assert all(p["reason"] for p in acc["placements"])
+    [layer] = acc["layers"]
+    assert layer["node"] == "conv2_vta" and layer["instructions"] > 0
+    # the layer's DRAM window is arena scratch placed by the static memory plan
+    scratch = [t for t in meta["memory_plan"]["tensors"] if t["kind"] == "scratch"]
+    assert any(t["size"] == layer["window_bytes"] for t in scratch)
+    assert layer["window_offset"] + layer["window_bytes"] <= meta["arena_bytes"]
+
+
+def test_accelerator_bundle_carries_the_driver_and_builds_with_make(
+        cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
+    d = cnn_bundle[0].path
+    for f in ("runtime/kiln_vta.c", "runtime/kiln_vta_fsim.c", "src/kiln_vta_bundle.c"):
+        assert (d / f).is_file()
+    model = json.loads((d / "metadata.json").read_text())["model"]["name"]
+    assert "KILN_ERR_ACCELERATOR" in (d / "src" / f"{model}.c").read_text()
+    r = subprocess.run(["make", "-s", "lib", "CFLAGS=-O0 -std=c99 -Wall -Wextra -Werror"],
+                       cwd=d, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(["make", "-s", "lib", "DEVICE=rtl"], cwd=d, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "DEVICE=fsim" in r.stderr
+
+
+def test_mlp_bundle_runs_its_first_gemm_on_the_accelerator(tmp_path: Path) -> None:
+    q = quantized(small_mlp())
+    onnx.save(q, tmp_path / "mlp.onnx")
+    pkg = toolchain.compile(tmp_path / "mlp.onnx", "vta", output=tmp_path / "b")
+    meta = json.loads((pkg.path / "metadata.json").read_text())
+    assert [x["node"] for x in meta["accelerator"]["layers"]] == ["fc1_vta"]
+    x = {"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}
+    want = run_graph(quantize_ops(from_onnx(q)), x)
+    got = toolchain.run(pkg, x).outputs
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_cpu_bundles_leave_the_accelerator_driver_out(tmp_path: Path) -> None:
+    q = quantized(small_mlp())
+    onnx.save(q, tmp_path / "mlp.onnx")
+    pkg = toolchain.compile(tmp_path / "mlp.onnx", "c-generic", output=tmp_path / "b").path
+    assert not list((pkg / "runtime").glob("kiln_vta*"))
+    assert "accelerator" not in json.loads((pkg / "metadata.json").read_text())

@@ -1,0 +1,114 @@
+"""Partitioning an int8 graph between the accelerator and the host, and the int32
+accumulator programs (byte planes) the accelerator layers compile to."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolchain.errors import ScheduleError
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.ops.qops import qconv_acc
+from toolchain.graph.passes.quantize_ops import quantize_ops
+from toolchain.graph.reference import run_graph
+from toolchain.target import load_target
+from toolchain.vta.cfsim import run_cfsim
+from toolchain.vta.compile import compile_conv2d, compile_dense
+from toolchain.vta.partition import ACCELERATOR, HOST, partition
+
+from .qmodels import quantized, small_cnn, small_mlp
+
+
+@pytest.fixture(scope="module")
+def cnn() -> Graph:
+    return quantize_ops(from_onnx(quantized(small_cnn())))
+
+
+def test_int32_conv_program_is_bit_exact_with_the_accumulators() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, (20, 24, 3, 3), dtype=np.int8)
+    layer = compile_conv2d(w, 6, 6, 0, pad=1, layer="c1", output="int32")
+    x = rng.integers(-128, 128, (24, 6, 6), dtype=np.int8)
+    got = layer.read_output(run_cfsim(layer.program, layer.image(x), tokens=True, seed=3).dram)
+    attrs = {"pads": (1, 1, 1, 1), "strides": (1, 1), "dilations": (1, 1), "group": 1,
+             "x_zero_point": 0}
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, qconv_acc(x[None], w, attrs)[0])
+
+
+def test_int32_dense_program_is_bit_exact_with_the_accumulators() -> None:
+    rng = np.random.default_rng(1)
+    w = rng.integers(-128, 128, (72, 40), dtype=np.int8)
+    x = rng.integers(-128, 128, (3, 72), dtype=np.int8)
+    layer = compile_dense(w, 3, 0, vthreads=1, layer="fc", output="int32")
+    got = layer.read_output(run_cfsim(layer.program, layer.image(x), tokens=True).dram)
+    np.testing.assert_array_equal(got, x.astype(np.int32) @ w.astype(np.int32))
+
+
+def test_unknown_output_kind_is_refused_naming_the_layer() -> None:
+    w = np.ones((16, 32), np.int8)
+    with pytest.raises(ScheduleError, match="layer 'fc9'.*int16"):
+        compile_dense(w, 4, 0, layer="fc9", output="int16")
+
+
+def test_partition_places_each_node_with_a_reason(cnn: Graph) -> None:
+    p = partition(cnn, load_target("vta"))
+    where = {x.node: x.device for x in p.placements}
+    assert where["conv2"] == ACCELERATOR
+    assert where["conv1"] == HOST and where["pool"] == HOST
+    reasons = {x.node: x.reason for x in p.placements}
+    assert "single block of input channels" in reasons["conv1"]
+    assert "no pooling unit" in reasons["pool"]
+    assert "M=1 rows" in reasons["fc"]
+    assert all(x.reason for x in p.placements)
+    assert [x.node for x in p.placements] == [n.name for n in cnn.nodes]
+    assert set(p.layers) == {"conv2_vta"}
+    ops = [n.op for n in p.graph.nodes]
+    assert "VtaConv2d" in ops and ops.index("QRequant") == ops.index("VtaConv2d") + 1
+    assert "conv2" in p.summary()
+
+
+def test_partitioned_graph_equals_the_integer_reference(cnn: Graph) -> None:
+    p = partition(cnn, load_target("vta"))
+    x = {"x": np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    want, got = run_graph(cnn, x), run_graph(p.graph, x)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_partition_puts_multi_row_gemms_on_the_accelerator() -> None:
+    g = quantize_ops(from_onnx(quantized(small_mlp())))
+    p = partition(g, load_target("vta"))
+    where = {x.node: x for x in p.placements}
+    assert where["fc1"].device == ACCELERATOR
+    # 10 outputs are one BLOCK_OUT block: the dense schedule wants two per tile
+    assert where["fc2"].device == HOST and "at least 2 blocks" in where["fc2"].reason
+    x = {"x": np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)}
+    want, got = run_graph(g, x), run_graph(p.graph, x)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def _qconv(group: int, dtype: str = "int8") -> Node:
+    x = Value("x", (1, 32, 6, 6), dtype)
+    w = Value.constant("w", np.ones((32, 32 // group, 3, 3), np.int8))
+    consts = [Value.constant("b", np.zeros(32, np.int32)),
+              Value.constant("m", np.full(32, 1 << 30, np.int32)),
+              Value.constant("s", np.tile(np.array([1, 1 << 30], np.int32), (32, 1)))]
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": group,
+             "x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
+             "out_dtype": "int8"}
+    return Node("QConv", "c", [x, w, *consts], [Value("y", (1, 32, 6, 6), "int8")], attrs)
+
+
+@pytest.mark.parametrize("group, dtype, why", [
+    (32, "int8", "depthwise convolution"), (4, "int8", "grouped convolution"),
+    (1, "uint8", "uint8 input")])
+def test_partition_keeps_what_the_accelerator_cannot_run_on_the_host(
+        group: int, dtype: str, why: str) -> None:
+    n = _qconv(group, dtype)
+    g = Graph("g", [n.inputs[0]], [n.outputs[0]], [n])
+    p = partition(g, load_target("vta"))
+    assert p.placements[0].device == HOST and why in p.placements[0].reason
+    assert p.graph.nodes == g.nodes and not p.layers

@@ -1,0 +1,254 @@
+"""Which node of an integer graph runs on the accelerator, and which on the host CPU.
+
+:func:`partition` is the graph pass of an accelerator target (it runs after
+``quantize_ops`` and the layout pass, before fusion). For every node it records a
+:class:`Placement` — device and a reason in words — and rewrites each integer layer the
+accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
+
+* a QConv with ``group = 1``, no dilation, square filters, equal strides and symmetric
+  padding, batch 1 and an int8 input, whose program :func:`~toolchain.vta.compile.
+  compile_conv2d` builds; a QGemm with a 2-D int8 input whose program
+  :func:`~toolchain.vta.compile.compile_dense` builds. The accelerator runs the GEMM and
+  returns int32 accumulators (``VtaConv2d`` / ``VtaDense``); the host adds the bias, the
+  input zero point's correction, requantizes and clamps (``QRequant``, which fuses with
+  what follows). Kiln's requantization needs the high half of a 32x32-bit product, which
+  the accelerator's int32 ALU does not give, so this split is what keeps the layer bit-exact
+  with :func:`toolchain.graph.reference.run_graph`;
+* everything else stays on the host with the reason: depthwise or grouped convolutions,
+  pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
+  accelerator's schedules refuse (e.g. a first layer with 3 input channels: one BLOCK_IN
+  block of input channels is not tiled yet) — the compiler's own message says why.
+
+Before::
+
+    %y = QConv(%x, %w, %b, %m, %s, pads=[1, 1, 1, 1], x_zero_point=-128, ...)
+
+After::
+
+    %y_acc = VtaConv2d(%x, %w, pads=[1, 1, 1, 1])          # accelerator
+    %y = QRequant(%y_acc, %b_vta, %m, %s, axis=1, ...)    # host
+
+Example::
+
+    >>> p = partition(graph, load_target("vta"))            # doctest: +SKIP
+    >>> [(x.node, x.device) for x in p.placements]          # doctest: +SKIP
+    [('conv1', 'host'), ('conv2', 'accelerator'), ...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from toolchain.errors import ScheduleError
+from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.ops.qops import qconv_acc
+from toolchain.target import Target
+from toolchain.vta.compile import CompiledConv2d, CompiledDense, compile_conv2d, compile_dense
+
+ACCELERATOR, HOST = "accelerator", "host"
+
+#: why an op that is not an integer GEMM layer stays on the host
+HOST_REASONS = {
+    "QAdd": "its fixed-point requantization needs 64-bit products the accelerator's "
+            "int32 ALU lacks",
+    "QAvgPool": "pooling: the accelerator has no pooling unit",
+    "MaxPool": "pooling: the accelerator has no pooling unit",
+    "QRequant": "requantization needs 64-bit products the accelerator's int32 ALU lacks",
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where node ``node`` (op ``op``) runs and why."""
+
+    node: str
+    op: str
+    device: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"node": self.node, "op": self.op, "device": self.device,
+                "reason": self.reason}
+
+
+@dataclass
+class Partition:
+    """The rewritten graph, one placement per node of the input graph (in its order) and
+    the compiled accelerator layers by the name of their ``VtaConv2d``/``VtaDense`` node."""
+
+    graph: Graph
+    placements: list[Placement]
+    layers: dict[str, CompiledConv2d | CompiledDense] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line per node: device, node, op, reason."""
+        width = max((len(p.node) for p in self.placements), default=0)
+        return "\n".join(f"  {p.device:<11} {p.node:<{width}}  {p.op}: {p.reason}"
+                         for p in self.placements)
+
+
+def _short(exc: Exception, layer: str) -> str:
+    """The first problem of a compiler error, without the layer prefix."""
+    text = str(exc).split("; ")[0]
+    prefix = f"layer {layer!r}: "
+    while text.startswith(prefix):
+        text = text[len(prefix):]
+    return text[:240]
+
+
+def _conv_refusal(n: Node) -> str | None:
+    """Why the accelerator cannot take QConv ``n`` whatever the sizes, or None."""
+    x, w = n.inputs[0], n.inputs[1]
+    a = n.attrs
+    if x is None or w is None or w.data is None:
+        return "the weights are not a constant"
+    if int(a["group"]) != 1:
+        kind = "depthwise" if int(a["group"]) == x.shape[1] else "grouped"
+        return f"{kind} convolution (group {a['group']}): the GEMM core has no grouped mode"
+    if x.dtype != "int8":
+        return f"{x.dtype} input: the GEMM core multiplies int8"
+    if x.shape[0] != 1:
+        return f"batch {x.shape[0]}: accelerator convolutions take one image"
+    if tuple(a["dilations"]) != (1, 1):
+        return f"dilation {list(a['dilations'])}: not supported by the accelerator schedule"
+    if w.shape[2] != w.shape[3] or a["strides"][0] != a["strides"][1]:
+        return "non-square filters or strides: not supported by the accelerator schedule"
+    if len(set(a["pads"])) != 1:
+        return f"asymmetric padding {list(a['pads'])}: the schedule pads every side alike"
+    return None
+
+
+def _position_bias(n: Node, acc_shape: tuple[int, ...]) -> np.ndarray:
+    """QConv ``n``'s bias with the input zero point's correction folded in: ``[C]`` when
+    every output sees all its taps, else ``[C, OH, OW]``."""
+    w = np.asarray(n.inputs[1].data)  # type: ignore[union-attr]
+    bias = np.asarray(n.inputs[2].data, np.int64)  # type: ignore[union-attr]
+    zp = int(n.attrs["x_zero_point"])
+    if zp == 0:
+        return bias.astype(np.int32)
+    x = n.inputs[0]
+    assert x is not None
+    if not any(n.attrs["pads"]):
+        taps = w.astype(np.int64).sum(axis=(1, 2, 3))
+        return _int32(bias - zp * taps, n)
+    ones = np.ones((1, *x.shape[1:]), np.int8)
+    attrs = {**n.attrs, "x_zero_point": 0, "group": 1}
+    taps = qconv_acc(ones, w, attrs)[0]                      # [C, OH, OW]
+    assert taps.shape == acc_shape[1:]
+    return _int32(bias[:, None, None] - zp * taps, n)
+
+
+def _int32(v: np.ndarray, n: Node) -> np.ndarray:
+    if v.min() < -(2**31) or v.max() >= 2**31:
+        raise ScheduleError(f"{n.describe()}: the zero-point corrected bias leaves int32")
+    return v.astype(np.int32)
+
+
+def _requant(n: Node, acc: Value, bias: np.ndarray) -> Node:
+    keep = ("y_zero_point", "out_min", "out_max", "out_dtype")
+    attrs: dict[str, Any] = {"axis": 1, **{k: n.attrs[k] for k in keep}}
+    ins = [acc, Value.constant(f"{n.name}_bias_vta", bias), n.inputs[3], n.inputs[4]]
+    return Node("QRequant", n.name, ins, list(n.outputs), attrs)
+
+
+def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | str:
+    why = _conv_refusal(n)
+    if why is not None:
+        return why
+    x, w = n.inputs[0], n.inputs[1]
+    assert x is not None and w is not None
+    a = n.attrs
+    name = f"{n.name}_vta"
+    try:
+        layer = compile_conv2d(np.asarray(w.data), x.shape[2], x.shape[3], 0, target,
+                               stride=int(a["strides"][0]), pad=int(a["pads"][0]),
+                               layer=name, output="int32")
+    except ScheduleError as exc:
+        return _short(exc, name)
+    acc = Value(f"{n.outputs[0].name}_acc", (1, w.shape[0], *layer.shape.out_hw), "int32")
+    try:
+        bias = _position_bias(n, acc.shape)
+    except ScheduleError as exc:
+        return str(exc)
+    part.layers[name] = layer
+    vta = Node("VtaConv2d", name, [x, w], [acc],
+               {"strides": tuple(a["strides"]), "pads": tuple(a["pads"])})
+    s = layer.shape
+    what = (f"{s.k}x{s.k} conv stride {s.s}, {s.ic}->{s.oc} channels on {s.h}x{s.w}: GEMM on "
+            f"the accelerator (tiles {layer.tiles.toh},{layer.tiles.toc},{layer.tiles.tic} "
+            f"split {layer.tiles.split}, {len(layer.program.insns)} instructions); bias, "
+            "requantization and clamp on the host")
+    return [vta, _requant(n, acc, bias)], what
+
+
+def _gemm(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | str:
+    x, w = n.inputs[0], n.inputs[1]
+    if x is None or w is None or w.data is None:
+        return "the weights are not a constant"
+    if x.rank != 2 or x.dtype != "int8":
+        return f"{x.dtype} input of rank {x.rank}: the accelerator takes a 2-D int8 input"
+    name = f"{n.name}_vta"
+    wt = np.ascontiguousarray(np.asarray(w.data).T)            # (K, N)
+    problems = []
+    layer = None
+    for vthreads in (2, 1):
+        try:
+            layer = compile_dense(wt, x.shape[0], 0, target, vthreads=vthreads, layer=name,
+                                  output="int32")
+            break
+        except ScheduleError as exc:
+            problems.append(_short(exc, name))
+    if layer is None:
+        return f"M={x.shape[0]} rows: {problems[-1]}"
+    zp = int(n.attrs["x_zero_point"])
+    bias = np.asarray(n.inputs[2].data, np.int64)  # type: ignore[union-attr]
+    try:
+        bias32 = _int32(bias - zp * np.asarray(w.data, np.int64).sum(axis=1), n)
+    except ScheduleError as exc:
+        return str(exc)
+    acc = Value(f"{n.outputs[0].name}_acc", (x.shape[0], w.shape[0]), "int32")
+    part.layers[name] = layer
+    vta = Node("VtaDense", name, [x, w], [acc], {})
+    s, t = layer.shape, layer.tiles
+    what = (f"{s.m}x{s.k} by {s.k}x{s.n}: GEMM on the accelerator (tiles {t.tm},{t.tn},"
+            f"{t.tk} split {t.split}, {len(layer.program.insns)} instructions); bias, "
+            "requantization and clamp on the host")
+    return [vta, _requant(n, acc, bias32)], what
+
+
+_LAYERS = {"QConv": _conv, "QGemm": _gemm}
+
+
+def host_reason(n: Node) -> str:
+    """Why node ``n`` (not an integer GEMM layer) runs on the host."""
+    if n.op in HOST_REASONS:
+        return HOST_REASONS[n.op]
+    if n.op.startswith("Layout") or n.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                                             "Transpose", "Concat"):
+        return "data movement on the host"
+    dtypes = {v.dtype for v in (*n.inputs, *n.outputs) if v is not None}
+    if dtypes & {"float32", "float16", "float64", "bfloat16"}:
+        return "a float op (the accelerator computes int8 x int8 -> int32)"
+    return "not an integer convolution or matrix product"
+
+
+def partition(graph: Graph, target: Target) -> Partition:
+    """Place every node of ``graph`` (see the module docstring); the rewritten graph, the
+    placements and the compiled accelerator layers."""
+    part = Partition(graph, [])
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        fn = _LAYERS.get(n.op)
+        got = fn(n, target, part) if fn is not None else host_reason(n)
+        if isinstance(got, str):
+            part.placements.append(Placement(n.name, n.op, HOST, got))
+            nodes.append(n)
+        else:
+            new, why = got
+            part.placements.append(Placement(n.name, n.op, ACCELERATOR, why))
+            nodes.extend(new)
+    part.graph = graph.replace(nodes=nodes)
+    return part
