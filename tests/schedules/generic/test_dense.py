@@ -107,6 +107,29 @@ def test_cortex_m4_dense_cross_compiles(tmp_path) -> None:
     cross_compile_m4(get_renderer("c", openmp=False).render(lower(s.schedule)).code, tmp_path)
 
 
+@pytest.mark.parametrize("target", ["cortex-m4", *RUNNABLE])
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((1, 4, 1, 4), (1, 4, 4, 1)),   # M = N = 1: every register tile loop has extent 1
+    ((2, 1, 6), (2, 6, 5)),         # M = 1
+    ((3, 7, 6), (6, 1)),            # N = 1
+])
+def test_unit_tiles_schedule_only_their_own_loops(target: str, a_shape, b_shape) -> None:
+    """A register tile of one row or one column: the initialisation and write-back blocks
+    lose their unit loops, and the schedule must not split and vectorize the product's
+    shared loops in their place (found by the fuzzer, seed 120069: a ScheduleError on
+    cortex-m4, and a vectorized loop around the reduction)."""
+    from toolchain.runtime.build import build
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    node = make_node("MatMul", [a_shape, b_shape])
+    s = schedule_for(node, target)
+    out = np.empty(node.outputs[0].shape, np.float32)
+    build(s.schedule, "c-generic")(a, b, out)
+    np.testing.assert_allclose(out, np.matmul(a, b), rtol=1e-5, atol=1e-6)
+
+
 def test_compile_op_errors() -> None:
     op = compile_op("MatMul", "c-generic", inputs=[(2, 3), np.ones((3, 4), np.float32)])
     with pytest.raises(InputError, match=r"takes 1 run-time inputs \(x0\), got 2"):

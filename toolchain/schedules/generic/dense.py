@@ -321,11 +321,16 @@ def schedule_gemm(sch: Schedule, plan: GemmPlan, p: CpuParams, nbatch: int,
     init = sch.decompose_reduction(blk, kk)
     lanes = min(plan.lanes, plan.nr)
     for b in (blk, init, out):
-        *_, rows, cols = sch.get_loops(b)
-        cv, vl = sch.split(cols, [None, lanes])
+        # the block's own loops: the initialisation and the write-back sit under i1, and a
+        # loop of extent 1 of theirs is elided (mr = 1 or nr = 1): never the shared ones
+        own = sch.get_loops(b)[nbatch + 3:] if b is not blk else [i2, j1]
+        if not own:
+            continue
+        cv, vl = sch.split(own[-1], [None, lanes])
         sch.vectorize(vl)
         sch.unroll(cv)
-        sch.unroll(rows)
+        if len(own) > 1:
+            sch.unroll(own[-2])
     if p.cores > 1:
         sch.parallel(sch.fuse(*bl, i0, j0))
     _schedule_copies(sch, p, plan, skip=prod_name)
