@@ -25,6 +25,16 @@ TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512", "cortex-m4", "cortex-m7"
 INT8 = ("ds_cnn", "resnet8", "mobilenet_v1", "autoencoder")
 
 
+def _digest(content: object) -> str:
+    """SHA-256 of a rendered file: text, bytes, or a streamed one (the weights blob)."""
+    from toolchain.bundle.render import Streamed
+
+    if isinstance(content, Streamed):
+        return content.digest()
+    data = content if isinstance(content, bytes) else str(content).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
 def digests(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
     """``{"<model>/<precision>/<target>": {file: sha256}}``."""
     from toolchain.bundle import build_spec, render_files
@@ -49,9 +59,7 @@ def digests(models: list[str], targets: list[str]) -> dict[str, dict[str, str]]:
                     out[key] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
                     print(f"{key}: {out[key]['error'][:100]}", file=sys.stderr, flush=True)
                     continue
-                out[key] = {str(f): hashlib.sha256(
-                    c if isinstance(c, bytes) else str(c).encode()).hexdigest()
-                    for f, c in sorted(files.items())}
+                out[key] = {str(f): _digest(c) for f, c in sorted(files.items())}
                 print(f"{key}: {len(files)} files", file=sys.stderr, flush=True)
     return out
 
