@@ -144,6 +144,10 @@ class PrimExpr(Node):
     __slots__ = ()
     dtype: str
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the simplifier's remembered key names children by id(): not valid elsewhere
+        return {k: v for k, v in self.__dict__.items() if k != "_term_key"}
+
     def __add__(self, o: Any) -> PrimExpr:
         return Add(*pair_of(self, o))
 
