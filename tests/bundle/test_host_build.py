@@ -1,0 +1,50 @@
+"""The host build of a bundle (``load_bundle``): the runtime every bundle carries is
+compiled once per content and flags and linked into each bundle's library; an edited
+runtime is compiled again, never taken stale from the cache."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tests.bundle.helpers import make_model
+from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle.host import build_host
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _model(op: str):
+    from onnx import helper
+
+    return make_model([helper.make_node(op, ["x"], ["y"])],
+                      {"x": (np.float32, [2, 3])}, {"y": (np.float32, [2, 3])}, name=op)
+
+
+def test_bundles_share_the_runtime_objects(cache, tmp_path):
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    relu = load_bundle(compile_model(_model("Relu"), "c-generic", tmp_path / "relu",
+                                     progress=False))
+    neg = load_bundle(compile_model(_model("Neg"), "c-generic", tmp_path / "neg",
+                                    progress=False))
+    np.testing.assert_array_equal(relu({"x": x})["y"], np.maximum(x, 0))
+    np.testing.assert_array_equal(neg({"x": x})["y"], -x)
+    assert len(list(cache.glob("runtime-kiln_runtime-*.o"))) == 1
+    assert len(list(cache.glob("bundle-*.so"))) == 2
+
+
+def test_an_edited_runtime_is_compiled_again(cache, tmp_path):
+    path = compile_model(_model("Relu"), "c-generic", tmp_path / "relu", progress=False)
+    before = build_host(path)
+    src = path / "runtime" / "kiln_runtime.c"
+    src.write_text(src.read_text() + "\nint kiln_test_marker(void) { return 7; }\n")
+    after = build_host(path)
+    assert after != before
+    assert len(list(cache.glob("runtime-kiln_runtime-*.o"))) == 2
+    assert ctypes.CDLL(str(after)).kiln_test_marker() == 7
