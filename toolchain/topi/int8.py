@@ -435,6 +435,65 @@ def qadd_dsp(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
                       name="qadd", tag="injective")
 
 
+def qadd_side_table(attrs: dict[str, Any], p: str, dtype: str) -> np.ndarray:
+    """int32 ``[256]``: QAdd side ``p``'s (``"a"`` or ``"b"``) requantized ``(v - zp) <<
+    left_shift`` for every 8-bit ``v`` of ``dtype``, at ``v - min(dtype)`` (the reference's
+    arithmetic, :func:`toolchain.graph.ops.qops.qadd_sum`, evaluated at compile time).
+
+    >>> attrs = {"left_shift": 20, "a_zero_point": -128, "a_multiplier": 1 << 30,
+    ...          "a_shift": -20}
+    >>> qadd_side_table(attrs, "a", "int8")[[0, 1, 255]].tolist()   # (v + 128) / 2
+    [0, 1, 128]
+    """
+    from toolchain.quantize.fixed_point import requantize
+
+    lo = _QRANGE[dtype][0]
+    v = np.arange(lo, lo + 256, dtype=np.int64)
+    side = requantize((v - attrs[f"{p}_zero_point"]) << attrs["left_shift"],
+                      attrs[f"{p}_multiplier"], attrs[f"{p}_shift"])
+    return side.astype(np.int32)
+
+
+def qadd_lut(a: te.Tensor, b: te.Tensor, ta: te.Tensor, tb: te.Tensor,
+             attrs: dict[str, Any]) -> te.Tensor:
+    """:func:`qadd` with each side read from its compile-time table ``ta`` / ``tb``
+    (:func:`qadd_side_table`: one load instead of a requantization per side) and the
+    output requantized by the Cortex-M helpers (:func:`finish_dsp`): the shift helper
+    ``kiln_cm_requantize_s`` where the table sums stay below ``2**30`` and the output
+    divides by ``2**e`` (``e >= 1``, as :func:`requantize_shift`), else the bounded or the
+    general one; same integers.
+
+    Where the table maxima say the sum may not fit int32 the caller keeps :func:`qadd_dsp`
+    (:func:`qadd_lut_bound`)."""
+    i32 = "int32"
+    lo = te.const(_QRANGE[a.dtype][0], i32)
+    ylp, yrq = (int(t) for t in shift_powers(attrs["y_shift"]))
+    bound = qadd_lut_bound(attrs, a.dtype, b.dtype)
+    fin = dict(attrs)
+    e = 30 - int(np.log2(yrq)) if yrq & (yrq - 1) == 0 else 0
+    zp = int(attrs["y_zero_point"])
+    if ylp == 1 and bound < 2**30 and 1 <= e and \
+            2**30 + (1 << (e - 1)) + (abs(zp) << e) < 2**31:
+        fin["requantize_shift"] = True
+        lp, rq = te.const((1 << (e - 1)) + (zp << e), i32), te.const(e, i32)
+    else:
+        fin["requantize_bounded"] = ylp == 1 and bound < 2**30
+        lp, rq = te.const(ylp, i32), te.const(yrq, i32)
+    ym = te.const(attrs["y_multiplier"], i32)
+
+    def f(*i: Any) -> Any:
+        total = ta[te.cast(a[i], i32) - lo] + tb[te.cast(b[i], i32) - lo]
+        return finish_dsp(total, te.const(0, i32), ym, lp, rq, fin)
+
+    return te.compute(a.shape, f, name="qadd", tag="injective")
+
+
+def qadd_lut_bound(attrs: dict[str, Any], a_dtype: str, b_dtype: str) -> int:
+    """The largest ``|side a + side b|`` the tables of :func:`qadd_lut` can sum."""
+    return int(np.abs(qadd_side_table(attrs, "a", a_dtype).astype(np.int64)).max()
+               + np.abs(qadd_side_table(attrs, "b", b_dtype).astype(np.int64)).max())
+
+
 def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """Integer average pool: window sum of ``x - x_zp`` requantized by one multiplier.
 
@@ -620,7 +679,12 @@ def _qgemm(ctx: Ctx) -> list[te.Tensor]:
 @register("QAdd")
 def _qadd(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp" and qadd_dsp_applies(ctx.attrs):
-        return [qadd_dsp(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
+        a, b = ctx.tensor(0), ctx.tensor(1)
+        if ctx.options.get("lut") and qadd_lut_bound(ctx.attrs, a.dtype, b.dtype) < 2**31:
+            ta = ctx.derived_constant("side_a", qadd_side_table(ctx.attrs, "a", a.dtype))
+            tb = ctx.derived_constant("side_b", qadd_side_table(ctx.attrs, "b", b.dtype))
+            return [qadd_lut(a, b, ta, tb, ctx.attrs)]
+        return [qadd_dsp(a, b, ctx.attrs)]
     if ctx.options.get("algorithm") == "x86" and qadd_dsp_applies(ctx.attrs):
         from toolchain.topi.int8_x86 import qadd_x86
 
