@@ -111,6 +111,23 @@ def pack_dsp_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(m, kp // 4, 4)[:, :, [0, 2, 1, 3]].reshape(m, kp))
 
 
+def pack_dsp_weights_q15(w: np.ndarray) -> np.ndarray:
+    """``[M, ...]`` int8 weights -> ``[M, Kp]`` int16 for the Cortex-M kernels that take
+    their weights widened at compile time (``dot_q15q15``: no SXTB16 in the dot loop, twice
+    the flash): ``K`` zero-padded to a multiple of 4, natural k order (a 32-bit load of
+    two int16 weights pairs with the same load of the activations).
+
+    >>> pack_dsp_weights_q15(np.arange(-2, 3, dtype=np.int8).reshape(1, 5)).tolist()
+    [[-2, -1, 0, 1, 2, 0, 0, 0]]
+    """
+    m = w.shape[0]
+    flat = np.asarray(w).reshape(m, -1)
+    kp = -(-flat.shape[1] // 4) * 4
+    out = np.zeros((m, kp), np.int16)
+    out[:, :flat.shape[1]] = flat
+    return out
+
+
 def finish_dsp(acc: Any, bias: Any, mult: Any, lp: Any, rq: Any, attrs: dict[str, Any]) -> Any:
     """:func:`finish_te` as a call of the Cortex-M helper ``kiln_cm_requantize`` (the same
     arithmetic in C with int64 shifts: ~15 instructions instead of ~80) and SSAT/USAT #8
@@ -233,16 +250,19 @@ def dsp_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
 def dsp_dot(col: te.Tensor, wp: te.Tensor, name: str = "dsp_acc") -> te.Tensor:
     """``acc[p, m] = sum_k col[p, k] * w[m, k]`` (int16 x int8 -> int32) over a packed
     weight matrix ``wp`` (:func:`pack_dsp_weights`): ``k = 4 ko + 2 h + l`` reads
-    ``wp[m, 4 ko + h + 2 l]`` — the behaviour of the Cortex-M ``dot_q15q7`` intrinsics."""
+    ``wp[m, 4 ko + h + 2 l]`` — the behaviour of the Cortex-M ``dot_q15q7`` intrinsics;
+    int16 weights (:func:`pack_dsp_weights_q15`) are read in natural order,
+    ``wp[m, 4 ko + 2 h + l]`` (``dot_q15q15``)."""
     p, kp = (int(d.value) for d in col.shape)
     m = int(wp.shape[0].value)
     ko = te.reduce_axis((0, kp // 4), name="ko")
     h = te.reduce_axis((0, 2), name="h")
     lo = te.reduce_axis((0, 2), name="l")
+    wide = wp.dtype == "int16"
     return te.compute((p, m), lambda i, j: te.sum(
         te.cast(col[i, ko * 4 + h * 2 + lo], "int32")
-        * te.cast(wp[j, ko * 4 + h + lo * 2], "int32"), axis=[ko, h, lo]),
-        name=name, tag="dense")
+        * te.cast(wp[j, ko * 4 + h * 2 + lo if wide else ko * 4 + h + lo * 2], "int32"),
+        axis=[ko, h, lo]), name=name, tag="dense")
 
 
 def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.Tensor,
@@ -648,7 +668,11 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
         return [qconv2d_x86(ctx.tensor(0), wp, m, *_requant_tensors(ctx), ctx.attrs)]
     if ctx.options.get("algorithm") == "dsp":
         wshape = tuple(ctx.node.input(1).shape)
-        wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
+        if ctx.options.get("q15_weights"):
+            wp = ctx.packed_tensor(1, pack_dsp_weights_q15, "the Cortex-M DSP convolution",
+                                   "int16")
+        else:
+            wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
         return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs,
                             bool(ctx.options.get("even_pixels")))]
     return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]

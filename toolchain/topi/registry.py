@@ -89,14 +89,17 @@ class Ctx:
     _packs: dict[int, PackFn] = field(default_factory=dict)
     _derived: list[tuple[te.Tensor, Value]] = field(default_factory=list)
 
-    def packed_tensor(self, i: int, pack: PackFn, what: str) -> te.Tensor:
-        """Placeholder for constant input ``i`` packed at compile time by ``pack``."""
+    def packed_tensor(self, i: int, pack: PackFn, what: str, dtype: str | None = None
+                      ) -> te.Tensor:
+        """Placeholder for constant input ``i`` packed at compile time by ``pack`` (into
+        ``dtype`` where the packing widens it, e.g. int8 weights to int16)."""
         v = self.node.input(i)
         if v is None or v.data is None:
             raise self.unsupported(f"{what} needs input {i} to be a constant (it is packed at "
                                    "compile time)")
         packed = pack(np.asarray(v.data))
-        self._tensors[i] = te.placeholder(packed.shape, v.dtype, sanitize(v.name, **TE_NAMES))
+        self._tensors[i] = te.placeholder(packed.shape, dtype or v.dtype,
+                                          sanitize(v.name, **TE_NAMES))
         self._packs[i] = pack
         return self._tensors[i]
 

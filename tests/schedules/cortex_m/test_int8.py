@@ -249,9 +249,11 @@ def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert info["schedule"] == "int8 dsp"
     groups = (cfg["c"] * cfg["k"] ** 2 + 3) // 4  # groups of four k (padded)
     tile = "1x4" if cfg["m"] % 4 else f"4x{4 * next(g for g in MAX_GROUPS if groups % g == 0)}"
+    weights = "q7"
     if cfg["m"] % 2 == 0:  # two pixels a call (of a row; odd widths: of the flat index)
         tile = f"2x2x{4 * next(g for g in PAIR_GROUPS if groups % g == 0)}"
-    assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{tile}"
+        weights = "q15" if cfg["k"] > 1 else "q7"  # k x k: weights widened to int16
+    assert info["intrinsic"] == f"cortex-m4.dot_q15{weights}_{tile}"
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 3  # not vacuous
@@ -460,7 +462,7 @@ def test_dsp_kernel_source_uses_acle_with_portable_fallback() -> None:
         lower(s.schedule)).code
     assert "#if defined(__ARM_FEATURE_DSP)" in code and "__smlad(" in code
     assert "static inline int32_t kiln_smlad(" in code  # the host fallback
-    assert "kiln_m4_dot_q15q7_2x2x36_" in code  # two pixels of the 6-wide rows a call
+    assert "kiln_m4_dot_q15q15_2x2x36_" in code  # two pixels of the 6-wide rows a call
     helpers = code[code.index("#if defined(__ARM_FEATURE_DSP)"):code.index("kiln_read_q7x4")]
     assert "\n\n" not in helpers  # one prelude block: the bundle splits at blank lines
     assert "kiln_cm_requantize(" in code and "kiln_ssat8(" in code
@@ -488,15 +490,19 @@ def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
     assert PHASES == before
 
 
-@pytest.mark.parametrize("c", [8, 64])   # K = 72, 576 (im2col rows 144 B, 1,152 B apart)
-def test_arm_build_contains_smlad_and_sxtb16(c: int, tmp_path) -> None:
-    s = schedule_for(_conv(c, 16, 3, 1, (1, 1, 1, 1)), "cortex-m4")
+@pytest.mark.parametrize("c,k", [(8, 3), (64, 3), (64, 1)])
+def test_arm_build_contains_smlad_and_sxtb16(c: int, k: int, tmp_path) -> None:
+    """K = 72, 576 (im2col and int16 weight rows 144 B, 1,152 B apart: LDRD at an offset,
+    two LDRs past 1,020 B), 64: SMLAD on LDRD-loaded pairs; SXTB16 only where the weights
+    stay int8 (1 x 1), the k x k kernels read theirs widened."""
+    s = schedule_for(_conv(c, 16, k, 1, (1, 1, 1, 1) if k == 3 else (0, 0, 0, 0)),
+                     "cortex-m4")
     code = get_renderer("c", openmp=False).render(
         lower(s.schedule)).code
     cross_compile_m4(code, tmp_path)  # skips without the Arm tools
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(tmp_path / "kernel.o")],
                          capture_output=True, text=True, check=True).stdout
-    assert "smlad" in dis and "sxtb16" in dis
+    assert "smlad" in dis and ("sxtb16" in dis) == (k == 1)
     assert "ldrd" in dis and "], #8" in dis  # both pixels' pairs by LDRD, post-indexed
 
 

@@ -102,16 +102,25 @@ def dot_intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]
 PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def pair_intrinsic(target: Target, channels: int, k: int, width: int
-                    ) -> tuple[str, int] | None:
+def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool = False
+                   ) -> tuple[str, int] | None:
     """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
     pixels (0: pairs of the flattened pixel index, any count); None where it does not
-    apply (odd channel count or odd width: one pixel a call)."""
+    apply (odd channel count or odd width: one pixel a call). ``wide``: over int16 weights
+    (``dot_q15q15``, see :data:`WIDE_WEIGHTS`)."""
     if channels % 2 or width % 2:
         return None
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
-    return target.intrinsic(f"dot_q15q7_2x2x{4 * groups}"), groups
+    return target.intrinsic(f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}"), groups
+
+
+#: whether the two-pixel k x k convolutions (kernel larger than 1 x 1) take their weights
+#: widened to int16 at compile time (``dot_q15q15_2x2``: no SXTB16 in the dot loop, 14
+#: instructions per 16 MACs instead of 18; their weights take twice the flash). Pointwise
+#: convolutions keep int8 weights: their short reductions spend more on the im2col copy
+#: and the requantization than on unpacking, and they hold MobileNet's weight bytes.
+WIDE_WEIGHTS = True
 
 
 def _tensorize_pairs(sch: Schedule, intrin: str, groups: int) -> None:
@@ -304,12 +313,14 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
+    wide = WIDE_WEIGHTS and window is not None and window != (1, 1)
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
-        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow)
+        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide)
         if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0)
-    nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None)
+            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0, wide)
+    nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
+                      q15_weights=wide and pair is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     same_shape = node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
