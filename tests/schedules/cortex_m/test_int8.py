@@ -480,6 +480,37 @@ def test_stages_are_one_step_of_rows_in_scratch(m: int, hw: tuple[int, int],
     assert f"dsp_acc[{m * pixels}]" in code
 
 
+def test_two_pixel_epilogue_reads_the_channel_constants_once() -> None:
+    """The bias, multiplier and shift pair of a channel are copied to locals before both
+    pixels' requantizations (one load each, not one per output byte)."""
+    s = schedule_for(_conv(16, 16, 3, 1, (1, 1, 1, 1), hw=(4, 6)), "cortex-m4")
+    code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
+    for name in ("b", "m"):
+        assert f"int32_t {name}_local[1]" in code and f"{name}_local[0] = {name}[ch];" in code
+    assert "int32_t s_local[2]" in code
+    epilogue = code[code.index("b_local[0] = b[ch];"):]
+    assert epilogue.count("kiln_cm_requantize_s(dsp_acc[") == 2
+    assert epilogue.count("b_local[0], m_local[0], s_local[0], s_local[1])") == 2
+
+
+@pytest.mark.parametrize("c,hw", [(16, (4, 6)), (64, (3, 4))])   # K = 144, 576
+def test_widened_weights_at_the_int8_edges_are_bit_exact(c: int, hw: tuple[int, int]) -> None:
+    """dot_q15q15 on the extreme operands: weights -128 / -127 / 127, inputs -128 / 127
+    (widened to int16 minus the zero point: -133 ... 122), every accumulator far from 0."""
+    node = _conv(c, 8, 3, 1, (1, 1, 1, 1), hw=hw)
+    w = node.input(1)
+    m, sh = quantize_multipliers(RNG.uniform(4e-5, 1.5e-4, 8))  # outputs mostly inside int8
+    node = node.replace(inputs=(node.inputs[0], Value.constant(
+        "w", RNG.choice(np.array([-128, -127, 127], np.int8), w.shape)), node.inputs[2],
+        Value.constant("m", m), Value.constant("s", shift_table(sh))))
+    x = RNG.choice(np.array([-128, 127], np.int8), node.inputs[0].shape)
+    got, info = _run_host(node, x)
+    assert info["intrinsic"].startswith("cortex-m4.dot_q15q15_2x2x")
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 10
+
+
 def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
     """The pipeline renders the intrinsics itself: a Cortex-M schedule adds no pass."""
     from toolchain.tir.transform.pipeline import PHASES

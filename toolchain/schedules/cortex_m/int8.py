@@ -218,6 +218,15 @@ def _buffer_shape(sch: Schedule, block: str) -> tuple[Any, ...]:
     return tuple(r.block.writes[0].buffer.shape)
 
 
+def _stage_channel_params(sch: Schedule, out: Any, channel: Any) -> None:
+    """The epilogue's per-channel bias, multiplier and shift pair copied to locals at the
+    ``channel`` loop: both pixels' requantizations read them from registers (gcc reloads
+    them from memory after each output byte store otherwise, 4 loads an output)."""
+    names = [r.buffer.name for r in sch.state.get_block(out)[0].block.reads]
+    for name in names[1:]:  # dsp_acc first, then the channel's constants
+        sch.compute_at(sch.cache_read(out, name, "local"), channel)
+
+
 def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
                   window: tuple[int, int] | None = None, pairs: bool | str = False
                   ) -> Schedule:
@@ -260,6 +269,7 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
         xi, m = sch.get_loops(out)[-2:]
         sch.reorder(m, xi)
         sch.unroll(xi)
+        _stage_channel_params(sch, out, m)
     else:
         _tensorize_acc(sch, intrin, lanes, groups)
     return sch
