@@ -29,6 +29,10 @@ after (``xx_0``: the pair)::
         for mo in 0..7:  kiln_m4_dot_q15q7_2x2x144(&im2col[0, 0], &w[2 mo, 0], &acc[0, 2 mo])
         qconv[.., m, y, 2 xx_0 + xx_1] = requantize(acc[xx_1, m] + bias[m])
 
+A k x k convolution (kernel larger than 1 x 1) reads its weights widened to int16 at
+compile time (:data:`WIDE_WEIGHTS`, ``dot_q15q15_2x2x{4G}``: no SXTB16 in the loop, twice
+the flash for those weights); 1 x 1 ones keep int8 weights.
+
 Odd channel counts keep one pixel a step: ``dot_q15q7_4x{4G}`` (four channels, G from
 :data:`MAX_GROUPS`) or ``dot_q15q7_1x4`` when 4 does not divide the channels.
 
@@ -45,7 +49,9 @@ larger than :data:`PLANE_BYTES` is padded per output-row band (rows an earlier b
 outputs would overwrite), and a k x k convolution reads neighbouring pixels: neither runs
 in place.
 
-Grouped convolutions, pooling and fused additions keep the generic CPU schedules
+QAdd (stand-alone or fused) reads each input side from a 256-entry table built at
+compile time (:func:`toolchain.topi.int8.qadd_lut`) and requantizes the sum with the C
+helper; grouped convolutions and pooling keep the generic CPU schedules
 (:mod:`toolchain.schedules.generic.int8`).
 
 Example::
