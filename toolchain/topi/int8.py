@@ -111,6 +111,23 @@ def pack_dsp_weights(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(out.reshape(m, kp // 4, 4)[:, :, [0, 2, 1, 3]].reshape(m, kp))
 
 
+def pack_dsp_weights_q15(w: np.ndarray) -> np.ndarray:
+    """``[M, ...]`` int8 weights -> ``[M, Kp]`` int16 for the Cortex-M kernels that take
+    their weights widened at compile time (``dot_q15q15``: no SXTB16 in the dot loop, twice
+    the flash): ``K`` zero-padded to a multiple of 4, natural k order (a 32-bit load of
+    two int16 weights pairs with the same load of the activations).
+
+    >>> pack_dsp_weights_q15(np.arange(-2, 3, dtype=np.int8).reshape(1, 5)).tolist()
+    [[-2, -1, 0, 1, 2, 0, 0, 0]]
+    """
+    m = w.shape[0]
+    flat = np.asarray(w).reshape(m, -1)
+    kp = -(-flat.shape[1] // 4) * 4
+    out = np.zeros((m, kp), np.int16)
+    out[:, :flat.shape[1]] = flat
+    return out
+
+
 def finish_dsp(acc: Any, bias: Any, mult: Any, lp: Any, rq: Any, attrs: dict[str, Any]) -> Any:
     """:func:`finish_te` as a call of the Cortex-M helper ``kiln_cm_requantize`` (the same
     arithmetic in C with int64 shifts: ~15 instructions instead of ~80) and SSAT/USAT #8
@@ -233,16 +250,19 @@ def dsp_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
 def dsp_dot(col: te.Tensor, wp: te.Tensor, name: str = "dsp_acc") -> te.Tensor:
     """``acc[p, m] = sum_k col[p, k] * w[m, k]`` (int16 x int8 -> int32) over a packed
     weight matrix ``wp`` (:func:`pack_dsp_weights`): ``k = 4 ko + 2 h + l`` reads
-    ``wp[m, 4 ko + h + 2 l]`` — the behaviour of the Cortex-M ``dot_q15q7`` intrinsics."""
+    ``wp[m, 4 ko + h + 2 l]`` — the behaviour of the Cortex-M ``dot_q15q7`` intrinsics;
+    int16 weights (:func:`pack_dsp_weights_q15`) are read in natural order,
+    ``wp[m, 4 ko + 2 h + l]`` (``dot_q15q15``)."""
     p, kp = (int(d.value) for d in col.shape)
     m = int(wp.shape[0].value)
     ko = te.reduce_axis((0, kp // 4), name="ko")
     h = te.reduce_axis((0, 2), name="h")
     lo = te.reduce_axis((0, 2), name="l")
+    wide = wp.dtype == "int16"
     return te.compute((p, m), lambda i, j: te.sum(
         te.cast(col[i, ko * 4 + h * 2 + lo], "int32")
-        * te.cast(wp[j, ko * 4 + h + lo * 2], "int32"), axis=[ko, h, lo]),
-        name=name, tag="dense")
+        * te.cast(wp[j, ko * 4 + h * 2 + lo if wide else ko * 4 + h + lo * 2], "int32"),
+        axis=[ko, h, lo]), name=name, tag="dense")
 
 
 def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.Tensor,
@@ -435,6 +455,65 @@ def qadd_dsp(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
                       name="qadd", tag="injective")
 
 
+def qadd_side_table(attrs: dict[str, Any], p: str, dtype: str) -> np.ndarray:
+    """int32 ``[256]``: QAdd side ``p``'s (``"a"`` or ``"b"``) requantized ``(v - zp) <<
+    left_shift`` for every 8-bit ``v`` of ``dtype``, at ``v - min(dtype)`` (the reference's
+    arithmetic, :func:`toolchain.graph.ops.qops.qadd_sum`, evaluated at compile time).
+
+    >>> attrs = {"left_shift": 20, "a_zero_point": -128, "a_multiplier": 1 << 30,
+    ...          "a_shift": -20}
+    >>> qadd_side_table(attrs, "a", "int8")[[0, 1, 255]].tolist()   # (v + 128) / 2
+    [0, 1, 128]
+    """
+    from toolchain.quantize.fixed_point import requantize
+
+    lo = _QRANGE[dtype][0]
+    v = np.arange(lo, lo + 256, dtype=np.int64)
+    side = requantize((v - attrs[f"{p}_zero_point"]) << attrs["left_shift"],
+                      attrs[f"{p}_multiplier"], attrs[f"{p}_shift"])
+    return side.astype(np.int32)
+
+
+def qadd_lut(a: te.Tensor, b: te.Tensor, ta: te.Tensor, tb: te.Tensor,
+             attrs: dict[str, Any]) -> te.Tensor:
+    """:func:`qadd` with each side read from its compile-time table ``ta`` / ``tb``
+    (:func:`qadd_side_table`: one load instead of a requantization per side) and the
+    output requantized by the Cortex-M helpers (:func:`finish_dsp`): the shift helper
+    ``kiln_cm_requantize_s`` where the table sums stay below ``2**30`` and the output
+    divides by ``2**e`` (``e >= 1``, as :func:`requantize_shift`), else the bounded or the
+    general one; same integers.
+
+    Where the table maxima say the sum may not fit int32 the caller keeps :func:`qadd_dsp`
+    (:func:`qadd_lut_bound`)."""
+    i32 = "int32"
+    lo = te.const(_QRANGE[a.dtype][0], i32)
+    ylp, yrq = (int(t) for t in shift_powers(attrs["y_shift"]))
+    bound = qadd_lut_bound(attrs, a.dtype, b.dtype)
+    fin = dict(attrs)
+    e = 30 - int(np.log2(yrq)) if yrq & (yrq - 1) == 0 else 0
+    zp = int(attrs["y_zero_point"])
+    if ylp == 1 and bound < 2**30 and 1 <= e and \
+            2**30 + (1 << (e - 1)) + (abs(zp) << e) < 2**31:
+        fin["requantize_shift"] = True
+        lp, rq = te.const((1 << (e - 1)) + (zp << e), i32), te.const(e, i32)
+    else:
+        fin["requantize_bounded"] = ylp == 1 and bound < 2**30
+        lp, rq = te.const(ylp, i32), te.const(yrq, i32)
+    ym = te.const(attrs["y_multiplier"], i32)
+
+    def f(*i: Any) -> Any:
+        total = ta[te.cast(a[i], i32) - lo] + tb[te.cast(b[i], i32) - lo]
+        return finish_dsp(total, te.const(0, i32), ym, lp, rq, fin)
+
+    return te.compute(a.shape, f, name="qadd", tag="injective")
+
+
+def qadd_lut_bound(attrs: dict[str, Any], a_dtype: str, b_dtype: str) -> int:
+    """The largest ``|side a + side b|`` the tables of :func:`qadd_lut` can sum."""
+    return int(np.abs(qadd_side_table(attrs, "a", a_dtype).astype(np.int64)).max()
+               + np.abs(qadd_side_table(attrs, "b", b_dtype).astype(np.int64)).max())
+
+
 def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """Integer average pool: window sum of ``x - x_zp`` requantized by one multiplier.
 
@@ -589,7 +668,11 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
         return [qconv2d_x86(ctx.tensor(0), wp, m, *_requant_tensors(ctx), ctx.attrs)]
     if ctx.options.get("algorithm") == "dsp":
         wshape = tuple(ctx.node.input(1).shape)
-        wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
+        if ctx.options.get("q15_weights"):
+            wp = ctx.packed_tensor(1, pack_dsp_weights_q15, "the Cortex-M DSP convolution",
+                                   "int16")
+        else:
+            wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
         return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs,
                             bool(ctx.options.get("even_pixels")))]
     return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
@@ -620,7 +703,12 @@ def _qgemm(ctx: Ctx) -> list[te.Tensor]:
 @register("QAdd")
 def _qadd(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp" and qadd_dsp_applies(ctx.attrs):
-        return [qadd_dsp(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
+        a, b = ctx.tensor(0), ctx.tensor(1)
+        if ctx.options.get("lut") and qadd_lut_bound(ctx.attrs, a.dtype, b.dtype) < 2**31:
+            ta = ctx.derived_constant("side_a", qadd_side_table(ctx.attrs, "a", a.dtype))
+            tb = ctx.derived_constant("side_b", qadd_side_table(ctx.attrs, "b", b.dtype))
+            return [qadd_lut(a, b, ta, tb, ctx.attrs)]
+        return [qadd_dsp(a, b, ctx.attrs)]
     if ctx.options.get("algorithm") == "x86" and qadd_dsp_applies(ctx.attrs):
         from toolchain.topi.int8_x86 import qadd_x86
 

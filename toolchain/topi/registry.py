@@ -87,17 +87,30 @@ class Ctx:
     options: dict[str, Any] = field(default_factory=dict)
     _tensors: dict[int, te.Tensor] = field(default_factory=dict)
     _packs: dict[int, PackFn] = field(default_factory=dict)
+    _derived: list[tuple[te.Tensor, Value]] = field(default_factory=list)
 
-    def packed_tensor(self, i: int, pack: PackFn, what: str) -> te.Tensor:
-        """Placeholder for constant input ``i`` packed at compile time by ``pack``."""
+    def packed_tensor(self, i: int, pack: PackFn, what: str, dtype: str | None = None
+                      ) -> te.Tensor:
+        """Placeholder for constant input ``i`` packed at compile time by ``pack`` (into
+        ``dtype`` where the packing widens it, e.g. int8 weights to int16)."""
         v = self.node.input(i)
         if v is None or v.data is None:
             raise self.unsupported(f"{what} needs input {i} to be a constant (it is packed at "
                                    "compile time)")
         packed = pack(np.asarray(v.data))
-        self._tensors[i] = te.placeholder(packed.shape, v.dtype, sanitize(v.name, **TE_NAMES))
+        self._tensors[i] = te.placeholder(packed.shape, dtype or v.dtype,
+                                          sanitize(v.name, **TE_NAMES))
         self._packs[i] = pack
         return self._tensors[i]
+
+    def derived_constant(self, suffix: str, data: np.ndarray) -> te.Tensor:
+        """Placeholder for a constant the compute derives at compile time from the node's
+        attributes (no node input holds it: e.g. a lookup table), named after the node
+        (``<node>_<suffix>``); a kernel input after the node's own."""
+        v = Value.constant(f"{self.node.name}_{suffix}", np.ascontiguousarray(data))
+        t = te.placeholder(v.shape, v.dtype, sanitize(v.name, **TE_NAMES))
+        self._derived.append((t, v))
+        return t
 
     def tensor(self, i: int) -> te.Tensor:
         """Placeholder for node input ``i`` (a kernel input)."""
@@ -142,7 +155,8 @@ class Ctx:
         idx = sorted(self._tensors)
         values = [self.node.inputs[i] for i in idx]
         packs = {k: self._packs[i] for k, i in enumerate(idx) if i in self._packs}
-        return [self._tensors[i] for i in idx], [v for v in values if v is not None], packs
+        return ([self._tensors[i] for i in idx] + [t for t, _ in self._derived],
+                [v for v in values if v is not None] + [v for _, v in self._derived], packs)
 
 
 def register(*ops: str) -> Callable[[ComputeFn], ComputeFn]:

@@ -34,7 +34,7 @@ def test_compute_options_pick_the_dsp_qadd_on_cortex_m_only() -> None:
     assert compute_options(resolve_target("cuda-sm80")) is None  # x86: test_x86_int8.py
     for t in ("cortex-m4", "cortex-m7"):
         opts = compute_options(resolve_target(t))
-        assert opts is not None and opts(qadd) == {"algorithm": "dsp"}
+        assert opts is not None and opts(qadd) == {"algorithm": "dsp", "lut": True}
         assert opts(Node("QAdd", "wide", [], [], {"left_shift": 24})) == {}  # int32 overflow
         assert opts(Node("Relu", "r", [], [])) == {}
 
@@ -49,8 +49,13 @@ def test_residual_qadd_in_a_cortex_m_bundle_uses_the_helper(tmp_path) -> None:
         out = compile_model(tmp_path / "r.onnx", t, tmp_path / t, name="r")
         src[t] = (out / "src" / "kernels.c").read_text()
     assert "kiln_cm_requantize(" not in src["c-generic"]   # generic: int64 requantization
-    # the bounded helper's definition and the fused QAdd's three requantizations (both
-    # inputs and the sum, left_shift 20); without the options only the first; the QConv's
-    # epilogue (small weights: |acc + bias| < 2**30, right shifts) takes the shift helper
-    assert src["cortex-m4"].count("kiln_cm_requantize_b(") >= 4
-    assert src["cortex-m4"].count("kiln_cm_requantize_s(") >= 2
+    # the fused QAdd reads both sides from their compile-time tables (kernel inputs after
+    # the group's, in the weights) and requantizes the sum by the shift helper, as the
+    # QConv's epilogue does (small weights: |acc + bias| < 2**30, right shifts): the
+    # other helpers are only defined (without the options the sides and the sum took three
+    # calls of the bounded helper)
+    kernel = src["cortex-m4"].split("int32_t r_fused_", 1)[1]
+    assert "_side_a[" in kernel and "_side_b[" in kernel
+    assert src["cortex-m4"].count("kiln_cm_requantize_s(") >= 3
+    assert src["cortex-m4"].count("kiln_cm_requantize_b(") == 1   # its definition
+    assert "kiln_cm_requantize(" not in kernel

@@ -249,9 +249,11 @@ def test_qconv_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert info["schedule"] == "int8 dsp"
     groups = (cfg["c"] * cfg["k"] ** 2 + 3) // 4  # groups of four k (padded)
     tile = "1x4" if cfg["m"] % 4 else f"4x{4 * next(g for g in MAX_GROUPS if groups % g == 0)}"
+    weights = "q7"
     if cfg["m"] % 2 == 0:  # two pixels a call (of a row; odd widths: of the flat index)
         tile = f"2x2x{4 * next(g for g in PAIR_GROUPS if groups % g == 0)}"
-    assert info["intrinsic"] == f"cortex-m4.dot_q15q7_{tile}"
+        weights = "q15" if cfg["k"] > 1 else "q7"  # k x k: weights widened to int16
+    assert info["intrinsic"] == f"cortex-m4.dot_q15{weights}_{tile}"
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 3  # not vacuous
@@ -305,7 +307,7 @@ def test_qgemm_dsp_bit_exact(n: int, k: int, m: int, intrin: str) -> None:
     dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8),
     dict(c=8, m=8, k=3, stride=2, pads=(0, 0, 1, 1), group=8, hw=(9, 7)),   # TF SAME
     dict(c=4, m=4, k=5, stride=1, pads=(2, 2, 2, 2), group=4, dtype="uint8"),  # 2 groups of 4
-    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(40, 36)),  # row bands
+    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(70, 60)),  # row bands
 ])
 def test_depthwise_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     node = _conv(**cfg)
@@ -318,34 +320,88 @@ def test_depthwise_dsp_is_tensorized_and_bit_exact(cfg: dict) -> None:
     assert len(np.unique(want)) > 3
 
 
-@pytest.mark.parametrize("dtype,zp,ls", [("int8", -1, 20), ("uint8", 128, 20), ("int8", 3, 22)])
-def test_qadd_dsp_bit_exact(dtype: str, zp: int, ls: int) -> None:
-    """The three requantizations by the C helper; with left_shift <= 20 by the bounded one
-    (|side| < 255 * 2**20), with 22 by the general one."""
+def _qadd(dtype: str, zp: int, ls: int, shape: tuple[int, ...] = (2, 5, 6),
+          sb: float = 0.031, y_ratio: float | None = None) -> Node:
+    """A QAdd of scales 0.05 and ``sb`` (TFLite's scheme); ``y_ratio`` sets the output's
+    real multiplier (default: an output scale of 0.07)."""
     from toolchain.quantize.fixed_point import quantize_multiplier
 
-    a, b = Value("a", (2, 5, 6), dtype), Value("b", (2, 5, 6), dtype)
-    sa, sb, sy = 0.05, 0.031, 0.07
+    a, b = Value("a", shape, dtype), Value("b", shape, dtype)
+    sa = 0.05
     twice = 2 * max(sa, sb)
+    sy = 0.07 if y_ratio is None else twice / (2**ls * y_ratio)
     pairs = [quantize_multiplier(r) for r in (sa / twice, sb / twice, twice / (2**ls * sy))]
     attrs = {"a_zero_point": 4, "b_zero_point": -9, "a_multiplier": pairs[0][0],
              "a_shift": pairs[0][1], "b_multiplier": pairs[1][0], "b_shift": pairs[1][1],
              "y_multiplier": pairs[2][0], "y_shift": pairs[2][1], "left_shift": ls,
              **_out(dtype, zp)}
-    node = Node("QAdd", "add", [a, b], [Value("y", a.shape, dtype)], attrs)
-    xa, xb = _qx(a.shape, dtype), _qx(b.shape, dtype)
-    s = schedule_for(node, "cortex-m4")
-    assert s.info["schedule"] == "int8 dsp"
-    code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
+    return Node("QAdd", "add", [a, b], [Value("y", a.shape, dtype)], attrs)
+
+
+@pytest.mark.parametrize("dtype,zp,ls", [("int8", -1, 20), ("uint8", 128, 20), ("int8", 3, 22)])
+def test_qadd_dsp_bit_exact(dtype: str, zp: int, ls: int) -> None:
+    """Without side tables (``node_compute(..., algorithm="dsp")``): the three
+    requantizations by the C helper; with left_shift <= 20 by the bounded one (|side| <
+    255 * 2**20), with 22 by the general one."""
+    from toolchain import te
+    from toolchain.intrinsics import load_intrinsics
+    from toolchain.schedules.generic.int8 import schedule_rules
+    from toolchain.topi.registry import node_compute
+
+    load_intrinsics(load_target("cortex-m4"))  # the C helpers the lowering attaches
+    node = _qadd(dtype, zp, ls)
+    xa, xb = _qx(node.inputs[0].shape, dtype), _qx(node.inputs[1].shape, dtype)
+    nc = node_compute(node, algorithm="dsp")
+    sch = schedule_rules(te.create_prim_func(nc.inputs + nc.outputs, name="qadd"),
+                         load_target("cortex-m4"), "QAdd")
+    code = get_renderer("c", openmp=False).render(lower(sch)).code
     assert "kiln_cm_requantize(" in code and "static inline int32_t kiln_cm_requantize" in code
     calls = code.split("int32_t kiln_", 1)[1].split("\n}\n")[-2]  # the kernel's body
     assert calls.count("kiln_cm_requantize_b(" if ls <= 20 else "kiln_cm_requantize(") == 3
-    mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
-    got = np.empty(a.shape, dtype)
+    mod = build(sch, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
+    got = np.empty(xa.shape, dtype)
     mod(xa, xb, got)
-    want = get_op("QAdd").reference([xa, xb], attrs)[0]
+    want = get_op("QAdd").reference([xa, xb], node.attrs)[0]
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 3
+
+
+@pytest.mark.parametrize("dtype,zp,ls,more,finish", [
+    ("int8", -1, 20, {}, "kiln_cm_requantize_s("),
+    ("uint8", 128, 20, {}, "kiln_cm_requantize_s("),
+    ("int8", 3, 0, {"y_ratio": 0.75}, "kiln_cm_requantize_b("),  # no output shift: e = 0
+    ("int8", 3, 23, {"sb": 0.05}, "kiln_cm_requantize(")])      # sums up to 255 * 2**23
+def test_qadd_side_tables_bit_exact(dtype: str, zp: int, ls: int, more: dict,
+                                    finish: str) -> None:
+    """The Cortex-M QAdd reads each side from a 256-entry table computed at compile time
+    (kernel inputs 2 and 3) and requantizes the sum once: by the shift helper where the
+    table sums stay below 2**30 and the output divides by 2**e, e >= 1; by the bounded one
+    where it does not shift; by the general one where the sums reach 2**30. All 256 values
+    of each side and every pair of edge values, bit-exact with the reference."""
+    from toolchain.topi.int8 import qadd_side_table
+
+    node = _qadd(dtype, zp, ls, (4, 16, 16), **more)
+    lo = -128 if dtype == "int8" else 0
+    every = np.arange(lo, lo + 256).astype(dtype)
+    xa = np.tile(every, 4).reshape(4, 16, 16)
+    xb = RNG.permutation(xa.reshape(-1)).reshape(4, 16, 16)
+    edges = np.array([lo, lo + 1, lo + 127, lo + 128, lo + 254, lo + 255], dtype)
+    xa[0, 0, :6], xb[0, 0, :6] = edges, edges[::-1]
+    xa[0, 1, :6], xb[0, 1, :6] = edges, edges
+    s = schedule_for(node, "cortex-m4")
+    assert s.info["sides"] == "tables"
+    assert [v.name for v in s.input_values] == ["a", "b", "add_side_a", "add_side_b"]
+    for v, p in zip(s.input_values[2:], "ab", strict=True):
+        np.testing.assert_array_equal(v.data, qadd_side_table(node.attrs, p, dtype))
+    code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
+    body = code.split("int32_t kiln_", 1)[1].split("\n}\n")[-2]  # the kernel's body
+    assert body.count("kiln_cm_requantize") == 1 and finish in body, body
+    mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
+    got = np.empty(xa.shape, dtype)
+    mod(xa, xb, *[v.data for v in s.input_values[2:]], got)
+    want = get_op("QAdd").reference([xa, xb], node.attrs)[0]
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 100
 
 
 @pytest.mark.parametrize("cfg", [
@@ -383,7 +439,7 @@ def test_aliasing_check_catches_a_kernel_that_reads_its_neighbours() -> None:
 @pytest.mark.parametrize("cfg", [
     dict(c=8, m=16, k=1, stride=1, pads=(0, 0, 0, 0)),                  # channels change
     dict(c=8, m=8, k=1, stride=2, pads=(1, 1, 1, 1), hw=(2, 2)),        # same shape, stride 2
-    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(40, 36)),  # row bands
+    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(70, 60)),  # row bands
     dict(c=8, m=8, k=3, stride=2, pads=(0, 0, 1, 1), group=8, hw=(9, 7)),    # smaller out
 ])
 def test_kernels_that_may_not_write_over_their_input_do_not_say_so(cfg: dict) -> None:
@@ -406,7 +462,7 @@ def test_dsp_kernel_source_uses_acle_with_portable_fallback() -> None:
         lower(s.schedule)).code
     assert "#if defined(__ARM_FEATURE_DSP)" in code and "__smlad(" in code
     assert "static inline int32_t kiln_smlad(" in code  # the host fallback
-    assert "kiln_m4_dot_q15q7_2x2x36_" in code  # two pixels of the 6-wide rows a call
+    assert "kiln_m4_dot_q15q15_2x2x36_" in code  # two pixels of the 6-wide rows a call
     helpers = code[code.index("#if defined(__ARM_FEATURE_DSP)"):code.index("kiln_read_q7x4")]
     assert "\n\n" not in helpers  # one prelude block: the bundle splits at blank lines
     assert "kiln_cm_requantize(" in code and "kiln_ssat8(" in code
@@ -424,6 +480,37 @@ def test_stages_are_one_step_of_rows_in_scratch(m: int, hw: tuple[int, int],
     assert f"dsp_acc[{m * pixels}]" in code
 
 
+def test_two_pixel_epilogue_reads_the_channel_constants_once() -> None:
+    """The bias, multiplier and shift pair of a channel are copied to locals before both
+    pixels' requantizations (one load each, not one per output byte)."""
+    s = schedule_for(_conv(16, 16, 3, 1, (1, 1, 1, 1), hw=(4, 6)), "cortex-m4")
+    code = get_renderer("c", openmp=False).render(lower(s.schedule)).code
+    for name in ("b", "m"):
+        assert f"int32_t {name}_local[1]" in code and f"{name}_local[0] = {name}[ch];" in code
+    assert "int32_t s_local[2]" in code
+    epilogue = code[code.index("b_local[0] = b[ch];"):]
+    assert epilogue.count("kiln_cm_requantize_s(dsp_acc[") == 2
+    assert epilogue.count("b_local[0], m_local[0], s_local[0], s_local[1])") == 2
+
+
+@pytest.mark.parametrize("c,hw", [(16, (4, 6)), (64, (3, 4))])   # K = 144, 576
+def test_widened_weights_at_the_int8_edges_are_bit_exact(c: int, hw: tuple[int, int]) -> None:
+    """dot_q15q15 on the extreme operands: weights -128 / -127 / 127, inputs -128 / 127
+    (widened to int16 minus the zero point: -133 ... 122), every accumulator far from 0."""
+    node = _conv(c, 8, 3, 1, (1, 1, 1, 1), hw=hw)
+    w = node.input(1)
+    m, sh = quantize_multipliers(RNG.uniform(4e-5, 1.5e-4, 8))  # outputs mostly inside int8
+    node = node.replace(inputs=(node.inputs[0], Value.constant(
+        "w", RNG.choice(np.array([-128, -127, 127], np.int8), w.shape)), node.inputs[2],
+        Value.constant("m", m), Value.constant("s", shift_table(sh))))
+    x = RNG.choice(np.array([-128, 127], np.int8), node.inputs[0].shape)
+    got, info = _run_host(node, x)
+    assert info["intrinsic"].startswith("cortex-m4.dot_q15q15_2x2x")
+    want = _reference(node, x)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 10
+
+
 def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
     """The pipeline renders the intrinsics itself: a Cortex-M schedule adds no pass."""
     from toolchain.tir.transform.pipeline import PHASES
@@ -434,15 +521,19 @@ def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:
     assert PHASES == before
 
 
-@pytest.mark.parametrize("c", [8, 64])   # K = 72, 576 (im2col rows 144 B, 1,152 B apart)
-def test_arm_build_contains_smlad_and_sxtb16(c: int, tmp_path) -> None:
-    s = schedule_for(_conv(c, 16, 3, 1, (1, 1, 1, 1)), "cortex-m4")
+@pytest.mark.parametrize("c,k", [(8, 3), (64, 3), (64, 1)])
+def test_arm_build_contains_smlad_and_sxtb16(c: int, k: int, tmp_path) -> None:
+    """K = 72, 576 (im2col and int16 weight rows 144 B, 1,152 B apart: LDRD at an offset,
+    two LDRs past 1,020 B), 64: SMLAD on LDRD-loaded pairs; SXTB16 only where the weights
+    stay int8 (1 x 1), the k x k kernels read theirs widened."""
+    s = schedule_for(_conv(c, 16, k, 1, (1, 1, 1, 1) if k == 3 else (0, 0, 0, 0)),
+                     "cortex-m4")
     code = get_renderer("c", openmp=False).render(
         lower(s.schedule)).code
     cross_compile_m4(code, tmp_path)  # skips without the Arm tools
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(tmp_path / "kernel.o")],
                          capture_output=True, text=True, check=True).stdout
-    assert "smlad" in dis and "sxtb16" in dis
+    assert "smlad" in dis and ("sxtb16" in dis) == (k == 1)
     assert "ldrd" in dis and "], #8" in dis  # both pixels' pairs by LDRD, post-indexed
 
 

@@ -29,6 +29,10 @@ after (``xx_0``: the pair)::
         for mo in 0..7:  kiln_m4_dot_q15q7_2x2x144(&im2col[0, 0], &w[2 mo, 0], &acc[0, 2 mo])
         qconv[.., m, y, 2 xx_0 + xx_1] = requantize(acc[xx_1, m] + bias[m])
 
+A k x k convolution (kernel larger than 1 x 1) reads its weights widened to int16 at
+compile time (:data:`WIDE_WEIGHTS`, ``dot_q15q15_2x2x{4G}``: no SXTB16 in the loop, twice
+the flash for those weights); 1 x 1 ones keep int8 weights.
+
 Odd channel counts keep one pixel a step: ``dot_q15q7_4x{4G}`` (four channels, G from
 :data:`MAX_GROUPS`) or ``dot_q15q7_1x4`` when 4 does not divide the channels.
 
@@ -45,7 +49,9 @@ larger than :data:`PLANE_BYTES` is padded per output-row band (rows an earlier b
 outputs would overwrite), and a k x k convolution reads neighbouring pixels: neither runs
 in place.
 
-Grouped convolutions, pooling and fused additions keep the generic CPU schedules
+QAdd (stand-alone or fused) reads each input side from a 256-entry table built at
+compile time (:func:`toolchain.topi.int8.qadd_lut`) and requantizes the sum with the C
+helper; grouped convolutions and pooling keep the generic CPU schedules
 (:mod:`toolchain.schedules.generic.int8`).
 
 Example::
@@ -102,16 +108,25 @@ def dot_intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]
 PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def pair_intrinsic(target: Target, channels: int, k: int, width: int
-                    ) -> tuple[str, int] | None:
+def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool = False
+                   ) -> tuple[str, int] | None:
     """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
     pixels (0: pairs of the flattened pixel index, any count); None where it does not
-    apply (odd channel count or odd width: one pixel a call)."""
+    apply (odd channel count or odd width: one pixel a call). ``wide``: over int16 weights
+    (``dot_q15q15``, see :data:`WIDE_WEIGHTS`)."""
     if channels % 2 or width % 2:
         return None
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
-    return target.intrinsic(f"dot_q15q7_2x2x{4 * groups}"), groups
+    return target.intrinsic(f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}"), groups
+
+
+#: whether the two-pixel k x k convolutions (kernel larger than 1 x 1) take their weights
+#: widened to int16 at compile time (``dot_q15q15_2x2``: no SXTB16 in the dot loop, 14
+#: instructions per 16 MACs instead of 18; their weights take twice the flash). Pointwise
+#: convolutions keep int8 weights: their short reductions spend more on the im2col copy
+#: and the requantization than on unpacking, and they hold MobileNet's weight bytes.
+WIDE_WEIGHTS = True
 
 
 def _tensorize_pairs(sch: Schedule, intrin: str, groups: int) -> None:
@@ -149,9 +164,11 @@ def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
     sch.tensorize(mi, intrin)
 
 
-#: largest padded int16 input plane of one channel kept whole (a stack array); larger
-#: planes are padded per output row band instead (kernel-height rows, recomputed per row)
-PLANE_BYTES = 2048
+#: largest padded int16 input plane of one channel kept whole (kernel scratch); larger
+#: planes are padded per output row band instead (kernel-height rows, recomputed per row:
+#: 3x the padding work of a 3 x 3 kernel). 8 KiB takes MobileNetV1's 48 x 48 planes
+#: (5,200 B) whole: its first depthwise layer then runs in place, below the arena's peak
+PLANE_BYTES = 8192
 
 
 def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
@@ -171,7 +188,10 @@ def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
     acc = sch.get_block("dw_acc")
     loops = sch.get_loops(acc)
     h = loops[-2]
-    sch.decompose_reduction(acc, loops[-4] if len(loops) >= 4 else h)
+    # the accumulator starts inside the pixel loop, at its first reduction loop (the
+    # kernel row): one int32 the compiler keeps in a register across the row calls and
+    # hands to the requantization, not an accumulator row zeroed, loaded and stored
+    sch.decompose_reduction(acc, loops[len(sch.get_loops(sch.get_block("qconv")))])
     sch.tensorize(h, intrin)
     return sch, staged
 
@@ -202,6 +222,15 @@ def _buffer_shape(sch: Schedule, block: str) -> tuple[Any, ...]:
 
     (r,) = [x for x in st.all_blocks(sch.mod) if x.block.name_hint == block]
     return tuple(r.block.writes[0].buffer.shape)
+
+
+def _stage_channel_params(sch: Schedule, out: Any, channel: Any) -> None:
+    """The epilogue's per-channel bias, multiplier and shift pair copied to locals at the
+    ``channel`` loop: both pixels' requantizations read them from registers (gcc reloads
+    them from memory after each output byte store otherwise, 4 loads an output)."""
+    names = [r.buffer.name for r in sch.state.get_block(out)[0].block.reads]
+    for name in names[1:]:  # dsp_acc first, then the channel's constants
+        sch.compute_at(sch.cache_read(out, name, "local"), channel)
 
 
 def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
@@ -246,6 +275,7 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
         xi, m = sch.get_loops(out)[-2:]
         sch.reorder(m, xi)
         sch.unroll(xi)
+        _stage_channel_params(sch, out, m)
     else:
         _tensorize_acc(sch, intrin, lanes, groups)
     return sch
@@ -260,11 +290,13 @@ def _schedule_qadd(node: Node, t: Any) -> OpSchedule:
     if not qadd_dsp_applies(node.attrs):
         return schedule_int8(node, t)
     load_intrinsics(t)  # registers the C helpers the lowering attaches
-    nc = node_compute(node, algorithm="dsp")
+    nc = node_compute(node, algorithm="dsp", lut=True)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     sch = schedule_rules(func, t, node.op)
+    lut = len(nc.input_values) > 2
     return OpSchedule(sch, list(nc.input_values), list(node.outputs),
-                      {"schedule": "int8 dsp", "requantize": "kiln_cm_requantize"})
+                      {"schedule": "int8 dsp", "requantize": "kiln_cm_requantize",
+                       **({"sides": "tables"} if lut else {})})
 
 
 def compute_options(node: Node, target: Any) -> dict[str, Any]:
@@ -275,7 +307,7 @@ def compute_options(node: Node, target: Any) -> dict[str, Any]:
 
     if node.op == "QAdd" and qadd_dsp_applies(node.attrs):
         load_intrinsics(resolve_target(target))
-        return {"algorithm": "dsp"}
+        return {"algorithm": "dsp", "lut": True}
     return {}
 
 
@@ -297,12 +329,14 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
+    wide = WIDE_WEIGHTS and window is not None and window != (1, 1)
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
-        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow)
+        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide)
         if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0)
-    nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None)
+            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0, wide)
+    nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
+                      q15_weights=wide and pair is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     same_shape = node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
