@@ -179,6 +179,26 @@ def test_the_padded_input_tile_is_loaded_by_dma_with_padding() -> None:
     assert pads == [(1, 0, 1, 1, 5, 8, 8)] * 2 + [(0, 1, 1, 1, 5, 8, 8)] * 2
 
 
-def test_a_single_input_channel_block_is_refused_naming_the_layer() -> None:
-    with pytest.raises(ScheduleError, match=r"layer 'c0': .*a single block of input channels"):
-        compile_conv2d(np.ones((16, 3, 3, 3), np.int8), 8, 8, 4, pad=1, layer="c0")
+@pytest.mark.parametrize("ic, h, oc, k, stride, pad, tiles, vthreads", [
+    (3, 8, 16, 3, 1, 1, None, 2),                               # RGB first layer
+    (16, 8, 32, 3, 2, 1, ConvTiles(1, 2, 1), 2),                # one output row per tile
+    (16, 6, 16, 1, 1, 0, ConvTiles(6, 1, 1), 1),                # 1x1, one tile per thread
+    (16, 8, 32, 1, 2, 0, ConvTiles(2, 1, 1, "n", True), 2),     # resident weights
+    (8, 4, 48, 3, 1, 1, ConvTiles(2, 3, 1, "m", True), 2),
+    (16, 3, 16, 3, 1, 0, None, 1),                              # one output pixel
+    (16, 1, 16, 1, 1, 0, None, 1),                              # every tile loop of extent 1
+])
+def test_one_block_of_input_channels_is_bit_exact_on_the_functional_simulator(
+        ic, h, oc, k, stride, pad, tiles, vthreads) -> None:
+    """IC <= BLOCK_IN: no reduction loop over channel blocks; the tile's input and weights
+    load once per tile, the missing channels are zero in the packed input and filters."""
+    rng = np.random.default_rng(ic * h + oc + k)
+    x = rng.integers(-128, 128, (ic, h, h), dtype=np.int8)
+    wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
+    conv = compile_conv2d(wt, h, h, 10, stride=stride, pad=pad, tiles=tiles,
+                          vthreads=vthreads, layer="conv")
+    ref = _conv_reference(x, wt, stride, pad, 10)
+    for tokens, seed in ((False, None), (True, 7)):
+        got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
+                                        seed=seed).dram)
+        np.testing.assert_array_equal(got, ref)

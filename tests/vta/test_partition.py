@@ -55,15 +55,16 @@ def test_unknown_output_kind_is_refused_naming_the_layer() -> None:
 def test_partition_places_each_node_with_a_reason(cnn: Graph) -> None:
     p = partition(cnn, load_target("vta"))
     where = {x.node: x.device for x in p.placements}
-    assert where["conv2"] == ACCELERATOR
-    assert where["conv1"] == HOST and where["pool"] == HOST
+    assert where["conv1"] == where["conv2"] == ACCELERATOR
+    assert where["pool"] == HOST
     reasons = {x.node: x.reason for x in p.placements}
-    assert "single block of input channels" in reasons["conv1"]
+    # 3 input channels: one BLOCK_IN block, the other 13 lanes multiply zero weights
+    assert "3->32 channels" in reasons["conv1"]
     assert "no pooling unit" in reasons["pool"]
     assert "M=1 rows" in reasons["fc"]
     assert all(x.reason for x in p.placements)
     assert [x.node for x in p.placements] == [n.name for n in cnn.nodes]
-    assert set(p.layers) == {"conv2_vta"}
+    assert set(p.layers) == {"conv1_vta", "conv2_vta"}
     ops = [n.op for n in p.graph.nodes]
     assert "VtaConv2d" in ops and ops.index("QRequant") == ops.index("VtaConv2d") + 1
     assert "conv2" in p.summary()

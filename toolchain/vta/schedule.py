@@ -442,10 +442,6 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
         raise ScheduleError(f"tiles {t}: {vthreads} virtual threads need a number of "
                             f"{'row' if t.split == 'm' else 'channel'} tiles divisible by "
                             f"{vthreads}")
-    if cb < 2:
-        raise ScheduleError(f"{shape}: a single block of input channels (IC <= "
-                            f"{cfg.block_in}) is not supported yet (no reduction loop to "
-                            "place the input tile in)")
     if t.resident and ob * cb * shape.k ** 2 > cfg.wgt_depth:
         raise ScheduleError(f"tiles {t}: the weights do not fit the WGT buffer "
                             f"({cfg.wgt_depth} rows) to stay resident")
@@ -464,10 +460,18 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
                                 ("o", cfg.block_out), ("ic", cb), ("kh", shape.k),
                                 ("kw", shape.k), ("ki", cfg.block_in)) if e > 1]
     lp = dict(zip((n for n, _ in axes), sch.get_loops(gemm)[-len(axes):], strict=True))
-    c0, c1 = sch.split(lp["ic"], [None, t.tic])
-    sch.reorder(c0, *(lp[n] for n in ("oc", "oh", "ow") if n in lp), c1,
-                *(lp[n] for n in ("kh", "kw") if n in lp), lp["o"], lp["ki"])
-    init = sch.decompose_reduction(gemm, c0)
+    tile = [lp[n] for n in ("oc", "oh", "ow") if n in lp]
+    taps = [lp[n] for n in ("kh", "kw") if n in lp]
+    if "ic" in lp:
+        c0, c1 = sch.split(lp["ic"], [None, t.tic])
+        sch.reorder(c0, *tile, c1, *taps, lp["o"], lp["ki"])
+        init = sch.decompose_reduction(gemm, c0)
+    else:
+        # one block of input channels: no reduction loop over them, so the whole tile's
+        # input and weights are loaded once per tile, under the virtual-thread loop
+        c0 = vt
+        sch.reorder(*tile, *taps, lp["o"], lp["ki"])
+        init = sch.decompose_reduction(gemm, (tile or taps or [lp["o"]])[0])
     pad = sch.get_block("pad")
     sch.set_scope(pad, 0, scope_inp)
     sch.compute_at(pad, c0)
