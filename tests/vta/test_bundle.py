@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 import toolchain
+from toolchain.cli import main
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
@@ -68,9 +69,42 @@ def test_accelerator_bundle_carries_the_driver_and_builds_with_make(
     r = subprocess.run(["make", "-s", "lib", "CFLAGS=-O0 -std=c99 -Wall -Wextra -Werror"],
                        cwd=d, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(["make", "-s", "lib", "DEVICE=rtl"], cwd=d, capture_output=True,
+    r = subprocess.run(["make", "-s", "lib", "DEVICE=gpu"], cwd=d, capture_output=True,
                        text=True)
-    assert r.returncode != 0 and "DEVICE=fsim" in r.stderr
+    assert r.returncode != 0 and "devices are fsim and rtl" in r.stderr
+    assert (d / "rtl" / "vta_params.svh").is_file() and (d / "rtl" / "sim" /
+                                                         "kiln_vta_rtl.cpp").is_file()
+
+
+def test_kiln_run_prints_the_accelerator_counters_of_each_layer(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(pkg.path), "--inputs", str(tmp_path / "in.npz"), "--check"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("accelerator layers on fsim"):].splitlines()
+    assert table[1].split()[:3] == ["layer", "insns", "GEMM"]
+    rows = {line.split()[0]: line.split()[1:] for line in table[2:5]}
+    assert set(rows) == {"conv1_vta", "conv2_vta", "total"}
+    # conv2: 32 -> 32 channels, 3x3 on 8x8 'same': 64 pixels x 9 taps x 2 x 2 blocks
+    insns, steps, macs = (int(v) for v in rows["conv2_vta"][:3])
+    assert steps == 64 * 9 * 2 * 2 and macs == 256 * steps
+    meta = json.loads((pkg.path / "metadata.json").read_text())
+    assert insns == meta["accelerator"]["layers"][1]["instructions"]
+    assert int(rows["total"][1]) == steps + 64 * 9 * 2
+    assert "check passed" in out
+
+
+def test_kiln_run_refuses_a_device_that_does_not_apply(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    np.savez(tmp_path / "in.npz", x=np.zeros((1, 3, 8, 8), np.float32))
+    onnx.save(cnn_bundle[1], tmp_path / "m.onnx")
+    rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
+               "--device", "rtl"])
+    assert rc == 2 and "--target vta" in capsys.readouterr().err
 
 
 def test_mlp_bundle_runs_its_first_gemm_on_the_accelerator(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ vta_kernel.c.j2``). Its parameters are the input, two constants stored in the bu
 weights (the DRAM image: packed weights, micro-ops and zeroed data/output regions; the
 encoded instructions) and the output; the window is the kernel's arena *scratch*, so the
 static memory plan places every layer's DRAM regions. ``src/kiln_vta_bundle.c`` holds the
-driver glue with the device chosen at build time (``make DEVICE=fsim``, the default).
+driver glue with the device chosen at build time (``make DEVICE=fsim``, the default, or
+``make DEVICE=rtl``: the Verilog RTL the bundle carries in ``rtl/``, built by Verilator).
 
 Example::
 
@@ -107,6 +108,32 @@ def _context(layer: CompiledConv2d | CompiledDense, index: int) -> dict[str, Any
                    nb=-(-d.n // cfg.block_out),
                    data_layout=f"(M/{cfg.batch}, K/{cfg.block_in}, {cfg.batch}, {cfg.block_in})")
     return ctx
+
+
+def rtl_files(cfg: VTAConfig) -> dict[str, str]:
+    """The RTL an accelerator bundle carries for ``make DEVICE=rtl``, by bundle path:
+    ``rtl/*.sv`` and ``rtl/sim/*.sv`` (``hw/rtl``), ``rtl/vta_params.svh`` generated for
+    ``cfg`` and the C++ device ``rtl/sim/kiln_vta_rtl.{h,cpp}``; empty when the RTL cannot
+    be built with ``cfg``'s shapes (the bundle then offers the fsim only).
+
+    Example::
+
+        >>> files = rtl_files(VTAConfig())
+        >>> "rtl/vta_params.svh" in files and "rtl/sim/kiln_vta_rtl.cpp" in files
+        True
+    """
+    from toolchain.errors import TargetError
+    from toolchain.vta.rtl import RTL_DIR, params_svh, rtl_sources
+
+    try:
+        svh = params_svh(cfg)
+    except TargetError:
+        return {}
+    files = {f"rtl/{p.relative_to(RTL_DIR)}": p.read_text() for p in rtl_sources()}
+    files["rtl/vta_params.svh"] = svh
+    for name in ("kiln_vta_rtl.h", "kiln_vta_rtl.cpp"):
+        files[f"rtl/sim/{name}"] = (RTL_DIR / "sim" / name).read_text()
+    return files
 
 
 def glue_context(cfg: VTAConfig, layers: list[str]) -> dict[str, Any]:
