@@ -18,6 +18,7 @@ from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
 
+from ..tools import needs
 from .qmodels import quantized, small_cnn, small_mlp
 
 
@@ -126,3 +127,21 @@ def test_cpu_bundles_leave_the_accelerator_driver_out(tmp_path: Path) -> None:
     pkg = toolchain.compile(tmp_path / "mlp.onnx", "c-generic", output=tmp_path / "b").path
     assert not list((pkg / "runtime").glob("kiln_vta*"))
     assert "accelerator" not in json.loads((pkg / "metadata.json").read_text())
+
+
+@needs("cmake", "make")
+def test_cmake_builds_an_accelerator_bundle_on_the_fsim(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    build = tmp_path / "build"
+    for cmd in (["cmake", "-S", str(pkg.path), "-B", str(build)],
+                ["cmake", "--build", str(build)], [str(build / "cnn_main"), "x.bin", "y.bin"]):
+        r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    want = toolchain.run(pkg, {"x": x}).outputs["y"]
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32), want.ravel())
+    r = subprocess.run(["cmake", "-S", str(pkg.path), "-B", str(tmp_path / "b2"),
+                        "-DKILN_CNN_DEVICE=gpu"], capture_output=True, text=True)
+    assert r.returncode != 0 and "devices are fsim and rtl" in r.stdout + r.stderr

@@ -74,3 +74,20 @@ def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
         assert hw["gemm_cycles"] == soft["gemm_steps"] > 0
         assert hw["cycles"] > hw["gemm_cycles"] and soft["cycles"] == 0
         assert hw["dram_wr_beats"] * 16 == soft["bytes_stored_out"]
+
+
+@needs("cmake")
+def test_cmake_device_rtl_links_the_rtl_and_equals_the_fsim(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    build = tmp_path / "build"
+    env = verilator_env()
+    for cmd in (["cmake", "-S", str(pkg.path), "-B", str(build), "-DKILN_CNN_DEVICE=rtl"],
+                ["cmake", "--build", str(build)], ["./cnn_main", "../x.bin", "../y.bin"]):
+        r = subprocess.run(cmd, cwd=build if cmd[0] == "./cnn_main" else tmp_path, env=env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    want = toolchain.run(pkg, {"x": x}).outputs["y"]
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32), want.ravel())
