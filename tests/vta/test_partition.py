@@ -113,3 +113,24 @@ def test_partition_keeps_what_the_accelerator_cannot_run_on_the_host(
     p = partition(g, load_target("vta"))
     assert p.placements[0].device == HOST and why in p.placements[0].reason
     assert p.graph.nodes == g.nodes and not p.layers
+
+
+def test_a_conv_no_two_thread_split_fits_runs_on_one_thread() -> None:
+    """7 output rows (prime) and one block of 16 output channels: no tiling splits over
+    two virtual threads, so the partition compiles it with one."""
+    rng = np.random.default_rng(3)
+    x = Value("x", (1, 16, 7, 7), "int8")
+    w = Value.constant("w", rng.integers(-128, 128, (16, 16, 3, 3), dtype=np.int8))
+    consts = [Value.constant("b", rng.integers(-500, 500, 16).astype(np.int32)),
+              Value.constant("m", np.full(16, 1 << 30, np.int32)),
+              Value.constant("s", np.tile(np.array([1, 1 << 30], np.int32), (16, 1)))]
+    attrs = {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1,
+             "x_zero_point": 3, "y_zero_point": 0, "out_min": -128, "out_max": 127,
+             "out_dtype": "int8"}
+    n = Node("QConv", "c7", [x, w, *consts], [Value("y", (1, 16, 7, 7), "int8")], attrs)
+    g = Graph("g", [x], [n.outputs[0]], [n])
+    p = partition(g, load_target("vta"))
+    assert p.placements[0].device == ACCELERATOR, p.placements[0].reason
+    assert p.layers["c7_vta"].vthreads == 1
+    feed = {"x": rng.integers(-128, 128, (1, 16, 7, 7), dtype=np.int8)}
+    np.testing.assert_array_equal(run_graph(p.graph, feed)["y"], run_graph(g, feed)["y"])

@@ -164,12 +164,18 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     assert x is not None and w is not None
     a = n.attrs
     name = f"{n.name}_vta"
-    try:
-        layer = compile_conv2d(np.asarray(w.data), x.shape[2], x.shape[3], 0, target,
-                               stride=int(a["strides"][0]), pad=int(a["pads"][0]),
-                               layer=name, output="int32")
-    except ScheduleError as exc:
-        return _short(exc, name)
+    problems = []
+    layer = None
+    for vthreads in (2, 1):  # an odd number of row tiles and one channel block: 1 thread
+        try:
+            layer = compile_conv2d(np.asarray(w.data), x.shape[2], x.shape[3], 0, target,
+                                   stride=int(a["strides"][0]), pad=int(a["pads"][0]),
+                                   vthreads=vthreads, layer=name, output="int32")
+            break
+        except ScheduleError as exc:
+            problems.append(_short(exc, name))
+    if layer is None:
+        return problems[-1]
     acc = Value(f"{n.outputs[0].name}_acc", (1, w.shape[0], *layer.shape.out_hw), "int32")
     try:
         bias = _position_bias(n, acc.shape)
