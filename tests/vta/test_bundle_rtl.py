@@ -68,7 +68,7 @@ def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
     fsim = toolchain.run(pkg, x)
     rtl = toolchain.run(pkg, x, device="rtl")
     np.testing.assert_array_equal(rtl.outputs["y"], fsim.outputs["y"])
-    assert [c["layer"] for c in rtl.accelerator] == ["conv1_vta", "conv2_vta"]
+    assert [c["layer"] for c in rtl.accelerator] == ["conv1_vta", "conv2_vta", "fc_vta"]
     for hw, soft in zip(rtl.accelerator, fsim.accelerator, strict=True):
         # the RTL counts its non-reset GEMM steps as the fsim does; cycles only it has
         assert hw["gemm_cycles"] == soft["gemm_steps"] > 0

@@ -35,6 +35,13 @@ def _data(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     (12, 100, 50, None, 2),
     (6, 64, 64, Tiles(6, 2, 2, "n"), 2),  # column tiles on the threads (own input copies)
     (8, 64, 64, Tiles(2, 2, 2, resident=True), 2),  # weights loaded once, shared
+    # tiles of one block (their loops vanish from the nest): a classifier's single row,
+    # one block of K (no reduction loop: loads under the thread loop), every tile 1
+    (1, 64, 10, None, 1),
+    (1, 200, 64, None, 2),
+    (4, 16, 48, None, 2),
+    (3, 40, 20, Tiles(1, 1, 1), 1),
+    (4, 40, 64, Tiles(1, 1, 3, "n"), 2),
 ])
 def test_dense_layers_are_bit_exact_on_the_functional_simulator(m, k, n, tiles,
                                                                 vthreads) -> None:

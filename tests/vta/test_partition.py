@@ -61,10 +61,12 @@ def test_partition_places_each_node_with_a_reason(cnn: Graph) -> None:
     # 3 input channels: one BLOCK_IN block, the other 13 lanes multiply zero weights
     assert "3->32 channels" in reasons["conv1"]
     assert "no pooling unit" in reasons["pool"]
-    assert "M=1 rows" in reasons["fc"]
+    # one row, 10 outputs (one BLOCK_OUT block): tiles of one block, one virtual thread
+    assert where["fc"] == ACCELERATOR and "1x512 by 512x10" in reasons["fc"]
+    assert p.layers["fc_vta"].vthreads == 1
     assert all(x.reason for x in p.placements)
     assert [x.node for x in p.placements] == [n.name for n in cnn.nodes]
-    assert set(p.layers) == {"conv1_vta", "conv2_vta"}
+    assert set(p.layers) == {"conv1_vta", "conv2_vta", "fc_vta"}
     ops = [n.op for n in p.graph.nodes]
     assert "VtaConv2d" in ops and ops.index("QRequant") == ops.index("VtaConv2d") + 1
     assert "conv2" in p.summary()
@@ -78,13 +80,12 @@ def test_partitioned_graph_equals_the_integer_reference(cnn: Graph) -> None:
         np.testing.assert_array_equal(got[k], want[k])
 
 
-def test_partition_puts_multi_row_gemms_on_the_accelerator() -> None:
+def test_partition_puts_both_gemms_of_an_mlp_on_the_accelerator() -> None:
     g = quantize_ops(from_onnx(quantized(small_mlp())))
     p = partition(g, load_target("vta"))
     where = {x.node: x for x in p.placements}
-    assert where["fc1"].device == ACCELERATOR
-    # 10 outputs are one BLOCK_OUT block: the dense schedule wants two per tile
-    assert where["fc2"].device == HOST and "at least 2 blocks" in where["fc2"].reason
+    # fc2: 10 outputs are one BLOCK_OUT block, tiles of one block
+    assert where["fc1"].device == where["fc2"].device == ACCELERATOR
     x = {"x": np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)}
     want, got = run_graph(g, x), run_graph(p.graph, x)
     for k in want:

@@ -30,7 +30,7 @@ def resnet8(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.ModelPr
     return toolchain.compile(d / "resnet8_int8.onnx", "vta", output=d / "bundle"), q
 
 
-def test_every_convolution_of_resnet8_runs_on_the_accelerator(
+def test_every_convolution_and_the_gemm_of_resnet8_run_on_the_accelerator(
         resnet8: tuple[Any, onnx.ModelProto]) -> None:
     pkg, _ = resnet8
     acc = json.loads((pkg.path / "metadata.json").read_text())["accelerator"]
@@ -41,7 +41,8 @@ def test_every_convolution_of_resnet8_runs_on_the_accelerator(
         (p["node"], p["reason"]) for p in convs if p["device"] != "accelerator"]
     assert "3->16 channels on 32x32" in where["/conv1/Conv"]["reason"]
     assert where["/stack1/Add"]["device"] == where["/AveragePool"]["device"] == "host"
-    assert len(acc["layers"]) == 9
+    assert where["/fc/Gemm"]["device"] == "accelerator"
+    assert len(acc["layers"]) == 10
 
 
 def test_resnet8_on_the_fsim_is_bit_exact_with_the_integer_reference(
@@ -72,5 +73,5 @@ def test_resnet8_on_the_rtl_is_bit_exact_with_the_integer_reference(
     run = toolchain.run(pkg, x, device="rtl")
     want = run_graph(quantize_ops(from_onnx(q)), x)
     np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
-    assert len(run.accelerator) == 9
+    assert len(run.accelerator) == 10
     assert all(c["cycles"] > c["gemm_cycles"] > 0 for c in run.accelerator)

@@ -16,8 +16,8 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
   with :func:`toolchain.graph.reference.run_graph`;
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
-  accelerator's schedules refuse (e.g. a QGemm with one row: the dense schedule wants tiles
-  of at least two blocks) — the compiler's own message says why. A first layer with 3 input
+  accelerator's schedules refuse (e.g. a padded 1x1 convolution, whose input tile has
+  all-zero rows no DMA loads) — the compiler's own message says why. A first layer with 3 input
   channels does go to the accelerator: its channels are zero padded to one BLOCK_IN block,
   so 3 of 16 GEMM lanes do useful work, which still beats the host's scalar int8 loop.
 

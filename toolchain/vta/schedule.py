@@ -240,9 +240,8 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if mb % t.tm or nb % t.tn or kb % t.tk:
         raise ScheduleError(f"tiles {t} must divide the layer's blocks (M {mb}, N {nb}, "
                             f"K {kb})")
-    if min(t.tm, t.tn, t.tk) < 2:
-        raise ScheduleError(f"tiles {t}: every tile size must be at least 2 blocks in this "
-                            "version (a loop of extent 1 disappears from the nest)")
+    if min(t.tm, t.tn, t.tk) < 1:
+        raise ScheduleError(f"tiles {t}: every tile size must be at least 1 block")
     if t.resident and nb * kb > cfg.wgt_depth:
         raise ScheduleError(f"tiles {t}: the {nb}x{kb}-block weight matrix does not fit the "
                             f"WGT buffer ({cfg.wgt_depth} rows) to stay resident")
@@ -263,10 +262,22 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     no, ni = sch.split(n, [None, t.tn])
     vt = _virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads, scope_acc)
     gemm = sch.get_block("gemm")
-    lm, ln, lo, lko, lki = sch.get_loops(gemm)[-5:]
-    k0, k1 = sch.split(lko, [None, t.tk])
-    sch.reorder(k0, lm, ln, k1, lo, lki)
-    init = sch.decompose_reduction(gemm, k0)
+    # compute_at leaves out the loops of extent 1 (a tile of one block, one row of BATCH,
+    # one block of K): name the ones that are there
+    axes = [n for n, e in (("m", t.tm), ("n", t.tn), ("b", cfg.batch), ("o", cfg.block_out),
+                           ("k", kb), ("ki", cfg.block_in)) if e > 1]
+    lp = dict(zip(axes, sch.get_loops(gemm)[-len(axes):], strict=True))
+    tile = [lp[n] for n in ("m", "n") if n in lp]
+    inner = [lp[n] for n in ("b", "o", "ki") if n in lp]
+    if "k" in lp:
+        k0, k1 = sch.split(lp["k"], [None, t.tk])
+        sch.reorder(k0, *tile, k1, *inner)
+        init = sch.decompose_reduction(gemm, k0)
+    else:  # one block of K: the tile's input and weights load once, under the thread loop
+        k0 = vt
+        if len(tile) + len(inner) > 1:
+            sch.reorder(*tile, *inner)
+        init = sch.decompose_reduction(gemm, (tile + inner)[0])
     cin = sch.cache_read(gemm, "data", scope_inp)
     cwt = sch.cache_read(gemm, "weight", scope_wgt)
     sch.compute_at(cin, k0)
