@@ -146,3 +146,27 @@ def test_cmake_builds_an_accelerator_bundle_on_the_fsim(
     r = subprocess.run(["cmake", "-S", str(pkg.path), "-B", str(tmp_path / "b2"),
                         "-DKILN_CNN_DEVICE=gpu"], capture_output=True, text=True)
     assert r.returncode != 0 and "devices are fsim and rtl" in r.stdout + r.stderr
+
+
+def test_a_target_the_rtl_cannot_build_offers_the_fsim_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 256-bit DRAM bus is a valid target for the ISA and the fsim, but the RTL fetches
+    128-bit instructions from whole beats: the bundle carries no rtl/ and refuses
+    DEVICE=rtl in make and kiln run, saying which devices it has."""
+    (tmp_path / "wide.yaml").write_text("name: vta-wide-bus\nkind: vta\nextends: vta\n"
+                                        "dram: {bus_width_bits: 256}\n")
+    q = quantized(small_cnn(mid=16))
+    onnx.save(q, tmp_path / "cnn.onnx")
+    pkg = toolchain.compile(tmp_path / "cnn.onnx", str(tmp_path / "wide.yaml"),
+                            output=tmp_path / "b")
+    meta = json.loads((pkg.path / "metadata.json").read_text())
+    assert meta["accelerator"]["devices"] == ["fsim"] and not (pkg.path / "rtl").exists()
+    r = subprocess.run(["make", "-s", "lib", "DEVICE=rtl"], cwd=pkg.path,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "devices are fsim only" in r.stderr
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    rc = main(["run", str(pkg.path), "--inputs", str(tmp_path / "in.npz"), "--device", "rtl"])
+    assert rc == 2 and "offers the devices fsim" in capsys.readouterr().err
+    want = run_graph(quantize_ops(from_onnx(q)), {"x": x})
+    np.testing.assert_array_equal(toolchain.run(pkg, {"x": x}).outputs["y"], want["y"])
