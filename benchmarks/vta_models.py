@@ -7,10 +7,11 @@ on the Verilog RTL (``kiln run --device rtl``: Verilator, the target's DRAM late
 bandwidth), and both must equal Kiln's integer reference bit for bit on the int8 outputs.
 Then, per accelerator layer:
 
-* ``bundle``: the layer's program as the bundle runs it (int32 accumulators stored as four
-  byte planes, requantised on the host) — RTL cycles, ``busy`` = GEMM cycles / cycles (the
-  GEMM core's occupancy, padded channels included) and ``util`` = the layer's own MACs /
-  (MACs per cycle x cycles) (padding not counted: the RGB layer uses 3 of 16 input lanes);
+* ``bundle``: the layer's program as the bundle runs it (int32 accumulators stored as
+  ``planes`` byte planes, as few as its weights allow, requantised on the host) — RTL
+  cycles, ``busy`` = GEMM cycles / cycles (the GEMM core's occupancy, padded channels
+  included) and ``util`` = the layer's own MACs / (MACs per cycle x cycles) (padding not
+  counted: the RGB layer uses 3 of 16 input lanes);
 * ``int8``: the same convolution compiled with its requantisation on the accelerator
   (``compile_conv2d(..., output="int8")``: SHR/MIN/MAX, one int8 store) — the program the
   hand generator's figures compare with;
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(sorted({p["op"] for p in acc["placements"] if p["device"] == "host"})))
 
     nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm")}
-    head = (f"{'layer':26} {'shape':24} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
+    planes = {x["node"]: x["planes"] for x in acc["layers"]}
+    head = (f"{'layer':26} {'shape':24} {'planes':>6} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
             + ("" if args.no_hand else f" {'int8 cyc':>9} {'util':>6} {'hand cyc':>9} "
                f"{'util':>6} {'int8/hand':>9} {'check':>5}"))
     print()
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             oh, ow = node.outputs[0].shape[2:]
             macs = oh * ow * int(np.prod(w))
             shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}"
-        line = (f"{c['layer']:26} {shape:24} {c['cycles']:>10,} "
+        line = (f"{c['layer']:26} {shape:24} {planes[c['layer']]:>6} {c['cycles']:>10,} "
                 f"{c['gemm_cycles'] / c['cycles']:>6.1%} "
                 f"{macs / (cfg.macs_per_step * c['cycles']):>6.1%}")
         tot["cycles"] += c["cycles"]
@@ -169,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                      f" {r['int8'] / r['hand']:>9.3f} {'ok' if r['ok'] else 'FAIL':>5}")
         print(line)
     print("-" * len(head))
-    line = (f"{'total':26} {'':24} {tot['cycles']:>10,} {tot['gemm'] / tot['cycles']:>6.1%} "
+    line = (f"{'total':26} {'':24} {'':6} {tot['cycles']:>10,} "
+            f"{tot['gemm'] / tot['cycles']:>6.1%} "
             f"{tot['macs'] / (cfg.macs_per_step * tot['cycles']):>6.1%}")
     if not args.no_hand:
         conv = tot["conv_macs"] / cfg.macs_per_step

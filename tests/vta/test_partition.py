@@ -15,6 +15,7 @@ from toolchain.graph.reference import run_graph
 from toolchain.target import load_target
 from toolchain.vta.cfsim import run_cfsim
 from toolchain.vta.compile import compile_conv2d, compile_dense
+from toolchain.vta.isa import Store
 from toolchain.vta.partition import ACCELERATOR, HOST, partition
 
 from .qmodels import quantized, small_cnn, small_mlp
@@ -135,3 +136,26 @@ def test_a_conv_no_two_thread_split_fits_runs_on_one_thread() -> None:
     assert p.layers["c7_vta"].vthreads == 1
     feed = {"x": rng.integers(-128, 128, (1, 16, 7, 7), dtype=np.int8)}
     np.testing.assert_array_equal(run_graph(p.graph, feed)["y"], run_graph(g, feed)["y"])
+
+
+@pytest.mark.parametrize("k, wmax, planes", [
+    (16, 1, 2),       # |acc| <= 128 * 16: two bytes
+    (512, 127, 3),    # 128 * 127 * 512 < 2**23: three
+    (520, 127, 4),    # just over: four
+    (32, 0, 1),       # zero weights: the low byte alone
+])
+def test_int32_programs_store_as_few_byte_planes_as_the_weights_allow(
+        k: int, wmax: int, planes: int) -> None:
+    """The extreme accumulators (int8 inputs of -128 and 127 against weights of +-wmax)
+    come back exactly from the fewest planes that hold them."""
+    rng = np.random.default_rng(k)
+    w = (rng.choice([-1, 1], (k, 32)) * wmax).astype(np.int8)
+    x = np.where(rng.random((4, k)) < 0.5, -128, 127).astype(np.int8)
+    x[0] = np.where(w[:, 0] < 0, 127, -128)        # the most negative sum of column 0
+    x[1] = np.where(w[:, 1] < 0, -128, 127)        # the most positive of column 1
+    layer = compile_dense(w, 4, 0, vthreads=1, layer="fc", output="int32")
+    assert layer.planes == planes
+    stores = sum(isinstance(i, Store) for i in layer.program.insns)
+    assert stores % planes == 0
+    got = layer.read_output(run_cfsim(layer.program, layer.image(x), tokens=True).dram)
+    np.testing.assert_array_equal(got, x.astype(np.int32) @ w.astype(np.int32))

@@ -29,7 +29,6 @@ from toolchain.codegen.artifact import CSupport, KernelArtifact
 from toolchain.graph.ir import Node, Value
 from toolchain.vta.compile import CompiledConv2d, CompiledDense
 from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
-from toolchain.vta.widen import PLANES
 
 #: the ops whose kernels are accelerator programs
 ACCELERATOR_OPS = ("VtaConv2d", "VtaDense")
@@ -95,7 +94,8 @@ def _context(layer: CompiledConv2d | CompiledDense, index: int) -> dict[str, Any
         "layer": layer.layer, "index": index, "image_bytes": len(prog.dram),
         "insn_addr": prog.insn_addr, "insn_count": len(prog.insns),
         "window_bytes": prog.insn_addr + len(prog.insn_bytes),
-        "data": data.offset, "out": out.offset, "plane": out.nbytes // PLANES,
+        "data": data.offset, "out": out.offset, "plane": out.nbytes // layer.planes,
+        "planes": layer.planes,
         "batch": cfg.batch, "bi": cfg.block_in, "bo": cfg.block_out}
     if isinstance(layer, CompiledConv2d):
         s = layer.shape

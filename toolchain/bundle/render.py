@@ -432,6 +432,7 @@ def accelerator_layers(spec: BundleSpec) -> list[dict[str, Any]]:
         layer = spec.accelerator.partition.layers[vta.name]  # type: ignore[union-attr]
         out.append({"node": vta.name, "kernel": k.source.name, "op": vta.op,
                     "tiles": str(layer.tiles), "instructions": len(layer.program.insns),
+                    "planes": layer.planes,
                     "window_bytes": k.source.scratch_bytes,
                     "window_offset": spec.plan.tensor(k.node.name + ":scratch").offset})
     return out

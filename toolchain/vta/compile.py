@@ -58,7 +58,7 @@ from toolchain.vta.schedule import (
     lower_dense,
 )
 from toolchain.vta.timing import estimate_cycles
-from toolchain.vta.widen import PLANES, join_planes, widen_epilogue
+from toolchain.vta.widen import join_planes, planes_needed, widen_epilogue
 
 #: tilings compiled and compared on the cycle model when the caller gives none
 CANDIDATES = 8
@@ -108,6 +108,12 @@ class CompiledDense:
     #: ``"int8"`` (requantised) or ``"int32"`` (accumulators, see :data:`OUTPUTS`)
     output: str = "int8"
 
+    @property
+    def planes(self) -> int:
+        """Byte planes of the ``int32`` output (fewer than 4 where the weights bound the
+        accumulators: :func:`~toolchain.vta.widen.planes_needed`); 1 for ``int8``."""
+        return self.program.regions["out"].shape[0] if self.output == "int32" else 1
+
     def image(self, x: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the ``(M, K)`` int8 input packed into ``data``."""
         cfg = self.program.config
@@ -150,7 +156,8 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     mb, kb, nb = blocks(shape, cfg)
     arrays = {"data": np.zeros((mb, kb, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_weight(w, cfg),
-              "out": _out_array((mb, nb, cfg.batch, cfg.block_out), output)}
+              "out": _out_array((mb, nb, cfg.batch, cfg.block_out), output,
+                                planes_needed(np.abs(w.astype(np.int64)).sum(axis=0)))}
 
     def build(tl: Tiles) -> CompiledDense:
         func = lower_dense(_scheduled(dense_schedule, shape, shift, t, tl, vthreads, layer))
@@ -177,9 +184,9 @@ def _check_output(output: str, shift: int, layer: str) -> int:
     return shift
 
 
-def _out_array(shape: tuple[int, ...], output: str) -> np.ndarray:
-    """The ``out`` region: one int8 tile image, or :data:`PLANES` byte planes of it."""
-    return np.zeros(((PLANES,) if output == "int32" else ()) + shape, np.int8)
+def _out_array(shape: tuple[int, ...], output: str, planes: int) -> np.ndarray:
+    """The ``out`` region: one int8 tile image, or ``planes`` byte planes of it."""
+    return np.zeros(((planes,) if output == "int32" else ()) + shape, np.int8)
 
 
 def _read_out(program: Program, dram: np.ndarray, output: str) -> np.ndarray:
@@ -229,7 +236,7 @@ def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.
     insns, uops = list(em.insns), list(em.uops)
     if output == "int32":
         plane = arrays["out"][0].nbytes // (cfg.batch * cfg.block_out)
-        insns, uops = widen_epilogue(insns, uops, plane, layer)
+        insns, uops = widen_epilogue(insns, uops, plane, layer, arrays["out"].shape[0])
     b.load_uops(b.uops("uops", em.kernel), sram_base=0)
     head = b.insns.pop()
     for insn in insert_tokens([head, *insns], [[], *uops]):
@@ -280,6 +287,12 @@ class CompiledConv2d:
     func: ir.PrimFunc
     rows_used: dict[str, int]
     output: str = "int8"
+
+    @property
+    def planes(self) -> int:
+        """Byte planes of the ``int32`` output (fewer than 4 where the weights bound the
+        accumulators: :func:`~toolchain.vta.widen.planes_needed`); 1 for ``int8``."""
+        return self.program.regions["out"].shape[0] if self.output == "int32" else 1
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the input packed into ``data``."""
@@ -335,7 +348,8 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     cb, ob = conv_blocks(shape, cfg)
     arrays = {"data": np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_filters(wt, cfg),
-              "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output)}
+              "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output,
+                                planes_needed(np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))))}
 
     def build(tl: ConvTiles) -> CompiledConv2d:
         func = lower_dense(_scheduled(conv2d_schedule, shape, shift, t, tl, vthreads, layer))
