@@ -170,3 +170,25 @@ def test_a_target_the_rtl_cannot_build_offers_the_fsim_only(
     assert rc == 2 and "offers the devices fsim" in capsys.readouterr().err
     want = run_graph(quantize_ops(from_onnx(q)), {"x": x})
     np.testing.assert_array_equal(toolchain.run(pkg, {"x": x}).outputs["y"], want["y"])
+
+
+def test_an_accelerator_bundle_recompiles_byte_identical(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
+    """Programs, DRAM images, glue, Makefile and the RTL copy: the same bytes again (the
+    metadata too, but for the path of the model file it was compiled from)."""
+    pkg, q = cnn_bundle
+    onnx.save(q, tmp_path / "cnn.onnx")
+    again = toolchain.compile(tmp_path / "cnn.onnx", "vta", output=tmp_path / "b").path
+
+    def files(d: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
+                if p.is_file() and "build" not in p.relative_to(d).parts
+                and p.name not in ("main", "libcnn.a", "metadata.json")}
+
+    a, b = files(pkg.path), files(again)
+    assert "rtl/vta_params.svh" in a and a.keys() == b.keys()
+    assert [k for k in a if a[k] != b[k]] == []
+    meta = [json.loads((d / "metadata.json").read_text()) for d in (pkg.path, again)]
+    for m in meta:
+        m["model"].pop("path")          # where the model was compiled from
+    assert meta[0] == meta[1]
