@@ -94,8 +94,9 @@ def test_kiln_run_prints_the_accelerator_counters_of_each_layer(
     assert steps == 64 * 9 * 2 * 2 and macs == 256 * steps
     meta = json.loads((pkg.path / "metadata.json").read_text())
     assert insns == meta["accelerator"]["layers"][1]["instructions"]
-    # conv1: one block of input channels; fc: 512 -> 10 on one row, 32 blocks of K
-    assert int(rows["total"][1]) == steps + 64 * 9 * 2 + 32
+    # conv1 (3 -> 32 channels) as an im2col GEMM: 64 pixels x K = 27 in 2 blocks x 2
+    # output blocks; fc: 512 -> 10 on one row, 32 blocks of K
+    assert int(rows["total"][1]) == steps + 64 * 2 * 2 + 32
     assert "check passed" in out
 
 

@@ -9,7 +9,14 @@ import pytest
 from toolchain.errors import ScheduleError
 from toolchain.target import load_target
 from toolchain.vta import check_program, run_fsim
-from toolchain.vta.compile import ConvTiles, Tiles, compile_conv2d, compile_dense
+from toolchain.vta.compile import (
+    ConvTiles,
+    Tiles,
+    compile_conv2d,
+    compile_conv2d_im2col,
+    compile_dense,
+    im2col,
+)
 from toolchain.vta.isa import MEM_INP, MEM_UOP, Finish, Load
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
@@ -235,3 +242,20 @@ def test_random_convolutions_with_few_channels_are_bit_exact(seed: int) -> None:
         got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
                                         seed=seed + 1).dram)
         np.testing.assert_array_equal(got, ref, err_msg=f"{conv.shape} {conv.tiles}")
+
+
+@pytest.mark.parametrize("ic, h, oc, k, stride, pad", [
+    (3, 8, 16, 3, 1, 1), (3, 9, 20, 3, 2, 1), (5, 6, 16, 1, 1, 0), (8, 7, 32, 3, 2, 0)])
+def test_a_convolution_as_an_im2col_gemm_is_bit_exact(ic, h, oc, k, stride, pad) -> None:
+    rng = np.random.default_rng(ic + h + oc)
+    x = rng.integers(-128, 128, (ic, h, h), dtype=np.int8)
+    wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
+    gemm = compile_conv2d_im2col(wt, h, h, 10, stride=stride, pad=pad, vthreads=1,
+                                 layer="c")
+    assert gemm.conv is not None and gemm.shape.k == ic * k * k
+    oh, ow = gemm.conv.out_hw
+    for tokens in (False, True):
+        got = gemm.read_output(run_fsim(gemm.program, gemm.image(im2col(x, gemm.conv)),
+                                        tokens=tokens, seed=2).dram)
+        np.testing.assert_array_equal(got.T.reshape(oc, oh, ow),
+                                      _conv_reference(x, wt, stride, pad, 10))

@@ -59,8 +59,10 @@ def test_partition_places_each_node_with_a_reason(cnn: Graph) -> None:
     assert where["conv1"] == where["conv2"] == ACCELERATOR
     assert where["pool"] == HOST
     reasons = {x.node: x.reason for x in p.placements}
-    # 3 input channels: one BLOCK_IN block, the other 13 lanes multiply zero weights
-    assert "3->32 channels" in reasons["conv1"]
+    # 3 input channels: K = 27 of the im2col GEMM fills 2 blocks of 16 where the direct
+    # convolution pads the 3 channels of each of the 9 taps to a block
+    assert "3->32 channels" in reasons["conv1"] and "im2col GEMM 64x27" in reasons["conv1"]
+    assert p.layers["conv1_vta"].conv is not None
     assert "no pooling unit" in reasons["pool"]
     # one row, 10 outputs (one BLOCK_OUT block): tiles of one block, one virtual thread
     assert where["fc"] == ACCELERATOR and "1x512 by 512x10" in reasons["fc"]

@@ -67,8 +67,8 @@ CANDIDATES = 8
 OUTPUTS = ("int8", "int32")
 
 __all__ = ["CompiledConv2d", "CompiledDense", "ConvShape", "ConvTiles", "DenseShape", "Tiles",
-           "compile_conv2d", "compile_dense", "pack_filters", "pack_image", "pack_input",
-           "pack_weight"]
+           "compile_conv2d", "compile_conv2d_im2col", "compile_dense", "im2col",
+           "pack_filters", "pack_image", "pack_input", "pack_weight"]
 
 
 def pack_input(x: np.ndarray, cfg: VTAConfig) -> np.ndarray:
@@ -107,6 +107,9 @@ class CompiledDense:
     rows_used: dict[str, int]
     #: ``"int8"`` (requantised) or ``"int32"`` (accumulators, see :data:`OUTPUTS`)
     output: str = "int8"
+    #: the convolution this GEMM computes as im2col rows x flattened filters
+    #: (:func:`compile_conv2d_im2col`), or None for a dense layer
+    conv: ConvShape | None = None
 
     @property
     def planes(self) -> int:
@@ -359,3 +362,66 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
 
     return _best(build, tiles, lambda: candidate_conv_tiles(shape, cfg, vthreads, CANDIDATES),
                  layer)
+
+
+# ---- convolution as an im2col GEMM ----------------------------------------------------------
+def im2col(x: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """``(IC, H, W)`` -> ``(OH*OW, IC*K*K)``: row ``p`` holds the window of output pixel
+    ``p`` in the order of the flattened OIHW filters, zero where the padding is.
+
+    Example::
+
+        >>> im2col(np.arange(4, dtype=np.int8).reshape(1, 2, 2), ConvShape(2, 2, 1, 1, 2))
+        array([[0, 1, 2, 3]], dtype=int8)
+    """
+    s = shape
+    oh, ow = s.out_hw
+    xp = np.zeros((s.ic, s.h + 2 * s.pad, s.w + 2 * s.pad), x.dtype)
+    xp[:, s.pad:s.pad + s.h, s.pad:s.pad + s.w] = x
+    cols = np.empty((oh * ow, s.ic, s.k, s.k), x.dtype)
+    for kh in range(s.k):
+        for kw in range(s.k):
+            win = xp[:, kh:kh + (oh - 1) * s.s + 1:s.s, kw:kw + (ow - 1) * s.s + 1:s.s]
+            cols[:, :, kh, kw] = win.reshape(s.ic, oh * ow).T
+    return cols.reshape(oh * ow, s.ic * s.k * s.k)
+
+
+def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
+                          target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
+                          vthreads: int = 2, layer: str = "conv",
+                          output: str = "int8") -> CompiledDense:
+    """The convolution of :func:`compile_conv2d` as a GEMM of its im2col rows
+    (:func:`im2col`, built by the caller: the bundle's kernel while it packs the input) by
+    the flattened filters ``(IC*K*K, OC)``. It pays where the input channels fill the
+    GEMM's BLOCK_IN lanes badly: an RGB 3x3 layer has K = 27, two blocks of 16, where the
+    direct convolution pads each of the 9 taps' 3 channels to a block of its own.
+    ``read_output`` gives ``(OH*OW, OC)``; ``conv`` holds the geometry.
+
+    Example::
+
+        >>> from toolchain.vta.fsim import run_fsim
+        >>> rng = np.random.default_rng(2)
+        >>> wt = rng.integers(-128, 128, (16, 3, 3, 3), dtype=np.int8)
+        >>> x = rng.integers(-128, 128, (3, 8, 8), dtype=np.int8)
+        >>> gemm = compile_conv2d_im2col(wt, 8, 8, 0, pad=1, output="int32")
+        >>> acc = gemm.read_output(run_fsim(gemm.program, gemm.image(im2col(x, gemm.conv))).dram)
+        >>> direct = compile_conv2d(wt, 8, 8, 0, pad=1, output="int32")
+        >>> ref = direct.read_output(run_fsim(direct.program, direct.image(x)).dram)
+        >>> bool((acc.T.reshape(16, 8, 8) == ref).all())
+        True
+    """
+    wt = np.asarray(weight)
+    if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
+        raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
+                            f"{wt.dtype} {wt.shape}")
+    shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
+    oh, ow = shape.out_hw
+    if stride < 1 or pad < 0 or oh < 1 or ow < 1:
+        raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
+                            f"a {h}x{w} image and {shape.k}x{shape.k} filters")
+    flat = np.ascontiguousarray(wt.reshape(wt.shape[0], -1).T)      # (IC*K*K, OC)
+    gemm = compile_dense(flat, oh * ow, shift, target, vthreads=vthreads, layer=layer,
+                         output=output)
+    gemm.conv = shape
+    return gemm
+
