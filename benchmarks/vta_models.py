@@ -13,7 +13,8 @@ Then, per accelerator layer:
   included) and ``util`` = the layer's own MACs / (MACs per cycle x cycles) (padding not
   counted: the RGB layer uses 3 of 16 input lanes);
 * ``int8``: the same convolution compiled with its requantisation on the accelerator
-  (``compile_conv2d(..., output="int8")``: SHR/MIN/MAX, one int8 store) — the program the
+  (``compile_conv2d(..., output="int8")``: SHR/MIN/MAX, one int8 store; ``i2c`` after the
+  shape: as the bundle does, an im2col GEMM, ``compile_conv2d_im2col``) — the program the
   hand generator's figures compare with;
 * ``hand``: the hand-written generator's latency-hiding program
   (:func:`toolchain.vta.workloads.gemm_workload`) for the layer's im2col GEMM
@@ -47,7 +48,7 @@ from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
 from toolchain.target import load_target  # noqa: E402
 from toolchain.vta import gemm_workload  # noqa: E402
-from toolchain.vta.compile import compile_conv2d  # noqa: E402
+from toolchain.vta.compile import compile_conv2d, compile_conv2d_im2col, im2col  # noqa: E402
 from toolchain.vta.config import config_from_target  # noqa: E402
 from toolchain.vta.rtl_device import run_rtl_device  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
@@ -71,18 +72,28 @@ def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
     return np.clip(out >> shift, -128, 127).astype(np.int8)
 
 
-def compare_layer(node, target, cfg) -> dict:
-    """The layer's int8 compiled program and the hand generator's im2col GEMM on the RTL."""
+def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
+    """The layer's int8 compiled program (a direct convolution, or the im2col GEMM where the
+    bundle runs it so) and the hand generator's im2col GEMM on the RTL."""
     w = np.asarray(node.inputs[1].data)
     _, ic, h, wd = node.inputs[0].shape
     stride, pad = int(node.attrs["strides"][0]), int(node.attrs["pads"][0])
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (ic, h, wd), dtype=np.int8)
     shift = 10
-    conv = compile_conv2d(w, h, wd, shift, target, stride=stride, pad=pad, layer=node.name)
-    oh, ow = conv.shape.out_hw
-    d_c, c_c = run_rtl_device(conv.program, conv.image(x))
-    ok = bool((conv.read_output(d_c) == conv_reference(x, w, stride, pad, shift)).all())
+    ref = conv_reference(x, w, stride, pad, shift)
+    if as_im2col:
+        conv = compile_conv2d_im2col(w, h, wd, shift, target, stride=stride, pad=pad,
+                                     layer=node.name)
+        d_c, c_c = run_rtl_device(conv.program, conv.image(im2col(x, conv.conv)))
+        oh, ow = conv.conv.out_hw
+        got = conv.read_output(d_c).T.reshape(ref.shape)
+    else:
+        conv = compile_conv2d(w, h, wd, shift, target, stride=stride, pad=pad, layer=node.name)
+        d_c, c_c = run_rtl_device(conv.program, conv.image(x))
+        oh, ow = conv.shape.out_hw
+        got = conv.read_output(d_c)
+    ok = bool((got == ref).all())
     wl = gemm_workload(oh * ow, ic * w.shape[2] ** 2, w.shape[0], cfg, name=node.name)
     d_h, c_h = run_rtl_device(wl.vthread)
     ok = ok and bool((wl.read_output(d_h) == wl.expected).all())
@@ -131,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(sorted({p["op"] for p in acc["placements"] if p["device"] == "host"})))
 
     nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm")}
+    flat = {p["node"] + "_vta" for p in acc["placements"] if "im2col GEMM" in p["reason"]}
     planes = {x["node"]: x["planes"] for x in acc["layers"]}
     head = (f"{'layer':26} {'shape':24} {'planes':>6} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
             + ("" if args.no_hand else f" {'int8 cyc':>9} {'util':>6} {'hand cyc':>9} "
@@ -154,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             oh, ow = node.outputs[0].shape[2:]
             macs = oh * ow * int(np.prod(w))
-            shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}"
+            shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}" + (
+                " i2c" if c["layer"] in flat else "")
         line = (f"{c['layer']:26} {shape:24} {planes[c['layer']]:>6} {c['cycles']:>10,} "
                 f"{c['gemm_cycles'] / c['cycles']:>6.1%} "
                 f"{macs / (cfg.macs_per_step * c['cycles']):>6.1%}")
@@ -162,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         tot["gemm"] += c["gemm_cycles"]
         tot["macs"] += macs
         if not args.no_hand and node.op == "QConv":
-            r = compare_layer(node, target, cfg)
+            r = compare_layer(node, target, cfg, c["layer"] in flat)
             tot["conv_macs"] += macs
             tot["int8"] += r["int8"]
             tot["hand"] += r["hand"]
