@@ -230,15 +230,9 @@ def _gemm(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
         return f"{x.dtype} input of rank {x.rank}: the accelerator takes a 2-D int8 input"
     name = f"{n.name}_vta"
     wt = np.ascontiguousarray(np.asarray(w.data).T)            # (K, N)
-    problems = []
-    layer = None
-    for vthreads in (2, 1):
-        try:
-            layer = compile_dense(wt, x.shape[0], 0, target, vthreads=vthreads, layer=name,
-                                  output="int32")
-            break
-        except ScheduleError as exc:
-            problems.append(_short(exc, name))
+    problems: list[str] = []
+    layer = _threads(compile_dense, (wt, x.shape[0], 0, target),
+                     {"layer": name, "output": "int32"}, problems, name)
     if layer is None:
         return f"M={x.shape[0]} rows: {problems[-1]}"
     zp = int(n.attrs["x_zero_point"])
