@@ -17,9 +17,14 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
   accelerator's schedules refuse (e.g. a padded 1x1 convolution, whose input tile has
-  all-zero rows no DMA loads) — the compiler's own message says why. A first layer with 3 input
-  channels does go to the accelerator: its channels are zero padded to one BLOCK_IN block,
-  so 3 of 16 GEMM lanes do useful work, which still beats the host's scalar int8 loop.
+  all-zero rows no DMA loads) — the compiler's own message says why.
+
+A convolution whose input channels fill the GEMM's BLOCK_IN lanes badly (an RGB first
+layer: 3 channels per tap padded to 16) is also compiled as an im2col GEMM
+(:func:`~toolchain.vta.compile.compile_conv2d_im2col`: K = 27 in 2 blocks instead of 9);
+the program with fewer modelled cycles (:func:`~toolchain.vta.timing.estimate_cycles`) is
+kept, and the reason says which. Either way two virtual threads are tried first, then one
+(7 output rows and one channel block, a classifier's single row).
 
 Before::
 
@@ -34,7 +39,7 @@ Example::
 
     >>> p = partition(graph, load_target("vta"))            # doctest: +SKIP
     >>> [(x.node, x.device) for x in p.placements]          # doctest: +SKIP
-    [('conv1', 'host'), ('conv2', 'accelerator'), ...]
+    [('conv1', 'accelerator'), ('pool', 'host'), ...]
 """
 
 from __future__ import annotations
