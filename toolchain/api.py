@@ -69,6 +69,9 @@ class RunResult:
 
     outputs: dict[str, np.ndarray]
     check: list[dict[str, Any]] | None = None
+    #: an accelerator bundle's per-layer counters of this run
+    #: (:meth:`toolchain.bundle.host.BundleModule.accelerator_counters`); empty otherwise
+    accelerator: list[dict[str, Any]] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
@@ -154,21 +157,23 @@ def _default_inputs(meta: Mapping[str, Any], seed: int = 0) -> dict[str, np.ndar
 
 
 def run(package: Package | str | Path, inputs: Mapping[str, np.ndarray] | None = None, *,
-        check: bool = False, tolerance: float = 1e-4) -> RunResult:
+        check: bool = False, tolerance: float = 1e-4, device: str = "fsim") -> RunResult:
     """Build ``package`` for this host (cached), run it on ``inputs`` (default: seeded
-    random floats, zero integers) and, with ``check``, compare with the reference."""
+    random floats, zero integers) and, with ``check``, compare with the reference. An
+    accelerator bundle runs its layers on ``device`` (``fsim`` or ``rtl``) and the result
+    carries their counters (``RunResult.accelerator``)."""
     from toolchain.bundle.check import compare, reference_outputs
     from toolchain.bundle.host import BundleModule
 
     path = package.path if isinstance(package, Package) else Path(package)
-    module = BundleModule(path)
+    module = BundleModule(path, device=device)
     feeds = dict(inputs) if inputs is not None else _default_inputs(module.metadata)
     outputs = module(feeds)
     rows = None
     if check:
         src = package.model.source if isinstance(package, Package) and package.model else None
         rows = compare(outputs, reference_outputs(module.metadata, feeds, src), tolerance)
-    return RunResult(outputs, rows)
+    return RunResult(outputs, rows, module.accelerator_counters())
 
 
 __all__ = ["Model", "Package", "RunResult", "compile", "load", "run"]

@@ -9,7 +9,14 @@ import pytest
 from toolchain.errors import ScheduleError
 from toolchain.target import load_target
 from toolchain.vta import check_program, run_fsim
-from toolchain.vta.compile import ConvTiles, Tiles, compile_conv2d, compile_dense
+from toolchain.vta.compile import (
+    ConvTiles,
+    Tiles,
+    compile_conv2d,
+    compile_conv2d_im2col,
+    compile_dense,
+    im2col,
+)
 from toolchain.vta.isa import MEM_INP, MEM_UOP, Finish, Load
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
@@ -35,6 +42,13 @@ def _data(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     (12, 100, 50, None, 2),
     (6, 64, 64, Tiles(6, 2, 2, "n"), 2),  # column tiles on the threads (own input copies)
     (8, 64, 64, Tiles(2, 2, 2, resident=True), 2),  # weights loaded once, shared
+    # tiles of one block (their loops vanish from the nest): a classifier's single row,
+    # one block of K (no reduction loop: loads under the thread loop), every tile 1
+    (1, 64, 10, None, 1),
+    (1, 200, 64, None, 2),
+    (4, 16, 48, None, 2),
+    (3, 40, 20, Tiles(1, 1, 1), 1),
+    (4, 40, 64, Tiles(1, 1, 3, "n"), 2),
 ])
 def test_dense_layers_are_bit_exact_on_the_functional_simulator(m, k, n, tiles,
                                                                 vthreads) -> None:
@@ -179,6 +193,69 @@ def test_the_padded_input_tile_is_loaded_by_dma_with_padding() -> None:
     assert pads == [(1, 0, 1, 1, 5, 8, 8)] * 2 + [(0, 1, 1, 1, 5, 8, 8)] * 2
 
 
-def test_a_single_input_channel_block_is_refused_naming_the_layer() -> None:
-    with pytest.raises(ScheduleError, match=r"layer 'c0': .*a single block of input channels"):
-        compile_conv2d(np.ones((16, 3, 3, 3), np.int8), 8, 8, 4, pad=1, layer="c0")
+@pytest.mark.parametrize("ic, h, oc, k, stride, pad, tiles, vthreads", [
+    (3, 8, 16, 3, 1, 1, None, 2),                               # RGB first layer
+    (16, 8, 32, 3, 2, 1, ConvTiles(1, 2, 1), 2),                # one output row per tile
+    (16, 6, 16, 1, 1, 0, ConvTiles(6, 1, 1), 1),                # 1x1, one tile per thread
+    (16, 8, 32, 1, 2, 0, ConvTiles(2, 1, 1, "n", True), 2),     # resident weights
+    (8, 4, 48, 3, 1, 1, ConvTiles(2, 3, 1, "m", True), 2),
+    (16, 3, 16, 3, 1, 0, None, 1),                              # one output pixel
+    (16, 1, 16, 1, 1, 0, None, 1),                              # every tile loop of extent 1
+])
+def test_one_block_of_input_channels_is_bit_exact_on_the_functional_simulator(
+        ic, h, oc, k, stride, pad, tiles, vthreads) -> None:
+    """IC <= BLOCK_IN: no reduction loop over channel blocks; the tile's input and weights
+    load once per tile, the missing channels are zero in the packed input and filters."""
+    rng = np.random.default_rng(ic * h + oc + k)
+    x = rng.integers(-128, 128, (ic, h, h), dtype=np.int8)
+    wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
+    conv = compile_conv2d(wt, h, h, 10, stride=stride, pad=pad, tiles=tiles,
+                          vthreads=vthreads, layer="conv")
+    ref = _conv_reference(x, wt, stride, pad, 10)
+    for tokens, seed in ((False, None), (True, 7)):
+        got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
+                                        seed=seed).dram)
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_convolutions_with_few_channels_are_bit_exact(seed: int) -> None:
+    """Random shapes around one block of input channels (1..40 channels, 1x1 and 3x3,
+    stride 1 and 2, padding 0 and 1 (3x3), images down to one pixel), tiles chosen by the
+    compiler, in plain and token mode."""
+    rng = np.random.default_rng(1000 + seed)
+    ic, oc = int(rng.integers(1, 41)), int(rng.integers(1, 41))
+    k, stride = int(rng.choice([1, 3])), int(rng.integers(1, 3))
+    pad = int(rng.integers(0, 2)) if k == 3 else 0  # a padded 1x1 has all-zero input rows
+    h = int(rng.integers(max(1, k - 2 * pad), 10))
+    w = int(rng.integers(max(1, k - 2 * pad), 10))
+    x = rng.integers(-128, 128, (ic, h, w), dtype=np.int8)
+    wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
+    try:
+        conv = compile_conv2d(wt, h, w, 9, stride=stride, pad=pad, layer=f"rand{seed}")
+    except ScheduleError as exc:  # e.g. 7 output rows, one channel block: no 2-thread split
+        assert "no tiling" in str(exc)
+        conv = compile_conv2d(wt, h, w, 9, stride=stride, pad=pad, vthreads=1,
+                              layer=f"rand{seed}")
+    ref = _conv_reference(x, wt, stride, pad, 9)
+    for tokens in (False, True):
+        got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
+                                        seed=seed + 1).dram)
+        np.testing.assert_array_equal(got, ref, err_msg=f"{conv.shape} {conv.tiles}")
+
+
+@pytest.mark.parametrize("ic, h, oc, k, stride, pad", [
+    (3, 8, 16, 3, 1, 1), (3, 9, 20, 3, 2, 1), (5, 6, 16, 1, 1, 0), (8, 7, 32, 3, 2, 0)])
+def test_a_convolution_as_an_im2col_gemm_is_bit_exact(ic, h, oc, k, stride, pad) -> None:
+    rng = np.random.default_rng(ic + h + oc)
+    x = rng.integers(-128, 128, (ic, h, h), dtype=np.int8)
+    wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
+    gemm = compile_conv2d_im2col(wt, h, h, 10, stride=stride, pad=pad, vthreads=1,
+                                 layer="c")
+    assert gemm.conv is not None and gemm.shape.k == ic * k * k
+    oh, ow = gemm.conv.out_hw
+    for tokens in (False, True):
+        got = gemm.read_output(run_fsim(gemm.program, gemm.image(im2col(x, gemm.conv)),
+                                        tokens=tokens, seed=2).dram)
+        np.testing.assert_array_equal(got.T.reshape(oc, oh, ow),
+                                      _conv_reference(x, wt, stride, pad, 10))

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["builder", "checker", "config", "deps", "disasm", "fsim", "isa", "program",
-           "randprog", "schedule", "cfsim", "widen",
+           "randprog", "schedule", "cfsim", "widen", "compile",
            "tokens", "workloads", "__init__"]
 
 

@@ -9,7 +9,8 @@ vta_kernel.c.j2``). Its parameters are the input, two constants stored in the bu
 weights (the DRAM image: packed weights, micro-ops and zeroed data/output regions; the
 encoded instructions) and the output; the window is the kernel's arena *scratch*, so the
 static memory plan places every layer's DRAM regions. ``src/kiln_vta_bundle.c`` holds the
-driver glue with the device chosen at build time (``make DEVICE=fsim``, the default).
+driver glue with the device chosen at build time (``make DEVICE=fsim``, the default, or
+``make DEVICE=rtl``: the Verilog RTL the bundle carries in ``rtl/``, built by Verilator).
 
 Example::
 
@@ -28,7 +29,6 @@ from toolchain.codegen.artifact import CSupport, KernelArtifact
 from toolchain.graph.ir import Node, Value
 from toolchain.vta.compile import CompiledConv2d, CompiledDense
 from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
-from toolchain.vta.widen import PLANES
 
 #: the ops whose kernels are accelerator programs
 ACCELERATOR_OPS = ("VtaConv2d", "VtaDense")
@@ -94,19 +94,54 @@ def _context(layer: CompiledConv2d | CompiledDense, index: int) -> dict[str, Any
         "layer": layer.layer, "index": index, "image_bytes": len(prog.dram),
         "insn_addr": prog.insn_addr, "insn_count": len(prog.insns),
         "window_bytes": prog.insn_addr + len(prog.insn_bytes),
-        "data": data.offset, "out": out.offset, "plane": out.nbytes // PLANES,
+        "data": data.offset, "out": out.offset, "plane": out.nbytes // layer.planes,
+        "planes": layer.planes,
         "batch": cfg.batch, "bi": cfg.block_in, "bo": cfg.block_out}
     if isinstance(layer, CompiledConv2d):
         s = layer.shape
         oh, ow = s.out_hw
         ctx.update(kind="conv", ic=s.ic, h=s.h, w=s.w, oc=s.oc, oh=oh, ow=ow,
                    data_layout=f"NCHW{cfg.batch}n{cfg.block_in}c")
+    elif layer.conv is not None:  # a convolution as an im2col GEMM: rows built while packing
+        s, d = layer.conv, layer.shape
+        oh, ow = s.out_hw
+        ctx.update(kind="im2col", ic=s.ic, h=s.h, w=s.w, oc=s.oc, oh=oh, ow=ow, k=s.k,
+                   stride=s.s, pad=s.pad, m=d.m, kdim=d.k, n=d.n, kb=-(-d.k // cfg.block_in),
+                   nb=-(-d.n // cfg.block_out),
+                   data_layout=f"im2col rows (M/{cfg.batch}, K/{cfg.block_in}, {cfg.batch}, "
+                               f"{cfg.block_in})")
     else:
         d = layer.shape
         ctx.update(kind="dense", m=d.m, k=d.k, n=d.n, kb=-(-d.k // cfg.block_in),
                    nb=-(-d.n // cfg.block_out),
                    data_layout=f"(M/{cfg.batch}, K/{cfg.block_in}, {cfg.batch}, {cfg.block_in})")
     return ctx
+
+
+def rtl_files(cfg: VTAConfig) -> dict[str, str]:
+    """The RTL an accelerator bundle carries for ``make DEVICE=rtl``, by bundle path:
+    ``rtl/*.sv`` and ``rtl/sim/*.sv`` (``hw/rtl``), ``rtl/vta_params.svh`` generated for
+    ``cfg`` and the C++ device ``rtl/sim/kiln_vta_rtl.{h,cpp}``; empty when the RTL cannot
+    be built with ``cfg``'s shapes (the bundle then offers the fsim only).
+
+    Example::
+
+        >>> files = rtl_files(VTAConfig())
+        >>> "rtl/vta_params.svh" in files and "rtl/sim/kiln_vta_rtl.cpp" in files
+        True
+    """
+    from toolchain.errors import TargetError
+    from toolchain.vta.rtl import RTL_DIR, params_svh, rtl_sources
+
+    try:
+        svh = params_svh(cfg)
+    except TargetError:
+        return {}
+    files = {f"rtl/{p.relative_to(RTL_DIR)}": p.read_text() for p in rtl_sources()}
+    files["rtl/vta_params.svh"] = svh
+    for name in ("kiln_vta_rtl.h", "kiln_vta_rtl.cpp"):
+        files[f"rtl/sim/{name}"] = (RTL_DIR / "sim" / name).read_text()
+    return files
 
 
 def glue_context(cfg: VTAConfig, layers: list[str]) -> dict[str, Any]:

@@ -76,18 +76,42 @@ def _weights_sources(d: Path, meta: Mapping[str, Any]) -> tuple[list[Path], list
     return [d / "src" / "weights.c"], []
 
 
-def _sources(d: Path, model: str, meta: Mapping[str, Any] | None = None) -> list[Path]:
+#: the accelerator devices a bundle can be built with (``make DEVICE=...``)
+DEVICES = ("fsim", "rtl")
+
+
+def _sources(d: Path, model: str, meta: Mapping[str, Any] | None = None,
+             device: str = "fsim") -> list[Path]:
     files = [d / "src" / f"{model}.c", d / "src" / "kernels.c",
              d / "runtime" / "kiln_runtime.c", d / "runtime" / "kiln_threads.c"]
-    if meta is not None and accelerated(meta):  # the driver and its device (fsim)
-        files += [d / "src" / "kiln_vta_bundle.c", d / "runtime" / "kiln_vta.c",
-                  d / "runtime" / "kiln_vta_fsim.c"]
+    if meta is not None and accelerated(meta):  # the driver and its device
+        files += [d / "src" / "kiln_vta_bundle.c", d / "runtime" / "kiln_vta.c"]
+        if device == "fsim":
+            files.append(d / "runtime" / "kiln_vta_fsim.c")
     return _present(d, files)
 
 
-def device_flags(meta: Mapping[str, Any]) -> list[str]:
-    """The accelerator device an accelerator bundle is built with on the host (fsim)."""
-    return ["-DKILN_VTA_DEVICE_FSIM"] if accelerated(meta) else []
+def device_flags(meta: Mapping[str, Any], device: str = "fsim") -> list[str]:
+    """The accelerator device an accelerator bundle is built with on the host: ``fsim``
+    (the C simulator) or ``rtl`` (the Verilator model of the bundle's ``rtl/``)."""
+    if not accelerated(meta):
+        return []
+    return ["-DKILN_VTA_DEVICE_RTL"] if device == "rtl" else ["-DKILN_VTA_DEVICE_FSIM"]
+
+
+def check_device(meta: Mapping[str, Any], device: str, where: str) -> None:
+    """Refuse a device the bundle at ``where`` cannot be built with, saying which it can."""
+    if device not in DEVICES:
+        raise InputError(f"device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "fsim":
+        return
+    if not accelerated(meta):
+        raise InputError(f"bundle {where} runs no layer on the accelerator: --device "
+                         f"{device} applies to bundles compiled with --target vta")
+    offered = meta["accelerator"].get("devices", ["fsim"])
+    if device not in offered:
+        raise InputError(f"bundle {where} offers the devices {', '.join(offered)} (its "
+                         f"accelerator target's shapes have no RTL build), not {device!r}")
 
 
 def accelerated(meta: Mapping[str, Any]) -> bool:
@@ -165,6 +189,10 @@ def _refused_flags(cc: str, flags: tuple[str, ...]) -> str | None:
     probe = subprocess.run([cc, *flags, "-x", "c", "-c", "-o", os.devnull, os.devnull],
                            capture_output=True, text=True, check=False)
     return (probe.stderr.strip() or f"exit {probe.returncode}") if probe.returncode else None
+
+
+#: the runtime sources every host bundle compiles the same way: built once as objects
+SHARED_RUNTIME = ("kiln_runtime.c", "kiln_threads.c")
 
 
 def _runtime_objects(files: list[Path], compiler: str, flags: list[str]) -> list[Path]:
@@ -260,36 +288,47 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
 
 
 def build_host(path: str | Path, cc: str | None = None,
-               extra_flags: Sequence[str] = ()) -> Path:
+               extra_flags: Sequence[str] = (), device: str = "fsim") -> Path:
     """Compile the bundle at ``path`` into a cached shared library; return its path (a
-    CUDA bundle with nvcc: :func:`build_cuda`)."""
+    CUDA bundle with nvcc: :func:`build_cuda`). An accelerator bundle runs its layers on
+    ``device``: ``fsim`` (the C simulator) or ``rtl`` (its ``rtl/`` verilated, once per
+    content, by :func:`toolchain.vta.rtl_device.bundle_rtl_objects`)."""
     d = Path(path)
     meta = read_metadata(d)
+    check_device(meta, device, str(d))
     if is_cuda_bundle(meta):
         return build_cuda(d)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
-    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta), *device_flags(meta),
-             *extra_flags]
+    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta),
+             *device_flags(meta, device), *extra_flags]
     weights, wflags = _weights_sources(d, meta)
-    srcs = [*_sources(d, model, meta), *weights]
+    srcs = [*_sources(d, model, meta, device), *weights]
     # LLVM bundles: the kernels' object files, linked as they are
     srcs += _present(d, [d / o for o in meta.get("kernel_objects", ())])
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.h", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
     blob = [d / "src" / "weights.bin"] if wflags else []
-    lib = _cached_library(d, model, [*srcs, *headers, *blob], compiler, flags)
+    rtl = sorted((d / "rtl").rglob("*.*")) if device == "rtl" else []
+    lib = _cached_library(d, model, [*srcs, *headers, *blob, *rtl], compiler, flags)
     if lib.exists():
         touch(lib)
         return lib
+    link: list[str] = []
+    if device == "rtl":
+        from toolchain.vta.rtl_device import bundle_rtl_objects
+
+        link = [*bundle_rtl_objects(d / "rtl"), "-lstdc++"]
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
     os.close(fd)
-    runtime = [f for f in srcs if f.parent == d / "runtime" and f.suffix == ".c"]
+    # the runtime every bundle carries (the accelerator's driver is built with its device)
+    runtime = [f for f in srcs if f.parent == d / "runtime" and f.name in SHARED_RUNTIME]
     try:
         objects = _runtime_objects(runtime, compiler, flags)
         _run_build([compiler, *flags, *wflags, f"-I{d / 'include'}", f"-I{d / 'runtime'}",
-                    f"-I{d / 'src'}", *(str(f) for f in srcs if f not in runtime),
-                    *map(str, objects), "-o", tmp, "-lm"], d)
+                    f"-I{d / 'src'}", *([f"-I{d / 'rtl' / 'sim'}"] if rtl else []),
+                    *(str(f) for f in srcs if f not in runtime), *map(str, objects),
+                    "-o", tmp, *link, "-lm"], d)
     except BuildError:
         os.unlink(tmp)
         raise
@@ -309,6 +348,9 @@ def allocate(shape: Any, dtype: Any, what: str, zero: bool = False) -> np.ndarra
                          "give") from None
 
 
+#: hardware counters per layer in an accelerator bundle (``KILN_VTA_BUNDLE_HW_COUNTERS``)
+HW_COUNTERS = 11
+
 #: the byte every output buffer holds before a run (``BundleModule.__call__``)
 POISON = 0xA5
 
@@ -317,7 +359,7 @@ class BundleModule:
     """A bundle built for the host, callable with a dict of numpy arrays."""
 
     def __init__(self, path: str | Path, cc: str | None = None,
-                 extra_flags: Sequence[str] = ()) -> None:
+                 extra_flags: Sequence[str] = (), device: str = "fsim") -> None:
         self.path = Path(path)
         self.metadata = read_metadata(self.path)
         self.model = self.metadata["model"]["name"]
@@ -326,7 +368,8 @@ class BundleModule:
                               f"{self.metadata['target']['name']}: running it needs an NVIDIA "
                               "GPU and driver, and this machine has none (nvidia-smi -L); "
                               "compile with --emulate to check its kernels on the CPU")
-        self.library = build_host(self.path, cc, extra_flags)
+        self.device = device
+        self.library = build_host(self.path, cc, extra_flags, device)
         self._lib = ctypes.CDLL(str(self.library))
         self._fn = getattr(self._lib, f"{self.model}_run")
         self._fn.restype = ctypes.c_int
@@ -405,6 +448,32 @@ class BundleModule:
         if rc != 0:
             raise BuildError(f"{self.model}_run returned {rc} ({_ERRORS.get(rc, 'unknown')})")
         return {t["name"]: a for t, a in zip(self.outputs, outs, strict=True)}
+
+    def accelerator_counters(self) -> list[dict[str, Any]]:
+        """Per accelerator layer (call order) its counters after the last run: ``layer``
+        (node name), the driver's counters (``instructions``, ``insn_<OP>``,
+        ``bytes_loaded_<mem>``, ``bytes_stored_out``, ``gemm_steps``, ``macs``,
+        ``alu_steps``: the fsim counts them, the RTL leaves them 0) and the RTL's hardware
+        counters (``cycles``, ``gemm_cycles``, ... ``dram_wr_beats``: 0 on the fsim).
+        Empty for a bundle without accelerator layers."""
+        if not accelerated(self.metadata):
+            return []
+        lib = self._lib
+        n = len(self.metadata["accelerator"]["layers"])
+        name_of = lib.kiln_vta_counter_name
+        name_of.restype, name_of.argtypes = ctypes.c_char_p, [ctypes.c_int]
+        names = []
+        while (nm := name_of(len(names))) is not None:
+            names.append(nm.decode())
+        soft = (ctypes.c_uint64 * (n * len(names))).in_dll(lib, "kiln_vta_bundle_counters")
+        hw_names = [ctypes.string_at(p).decode() for p in
+                    (ctypes.c_void_p * HW_COUNTERS).in_dll(lib, "kiln_vta_bundle_hw_names")]
+        hw = (ctypes.c_uint64 * (n * HW_COUNTERS)).in_dll(lib, "kiln_vta_bundle_hw")
+        layers = (ctypes.c_char_p * n).in_dll(lib, "kiln_vta_bundle_layer_names")
+        return [{"layer": layers[i].decode(),
+                 **{k: int(soft[i * len(names) + j]) for j, k in enumerate(names)},
+                 **{k: int(hw[i * HW_COUNTERS + j]) for j, k in enumerate(hw_names)}}
+                for i in range(n)]
 
     def set_threads(self, n: int) -> int:
         """Run the parallel kernels on ``n`` threads (``<m>_set_threads``); the count in

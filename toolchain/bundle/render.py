@@ -389,6 +389,11 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            # the driver only where some layer runs on the accelerator
            "accelerator": spec.accelerator is not None and bool(accelerator_layers(spec)),
            **weights_context(spec, loc)}
+    accel_files = accelerator_files(env, spec, ctx) if ctx["accelerator"] else {}
+    # make DEVICE=rtl: the RTL sources the bundle carries (none: the fsim only)
+    ctx["rtl_sources"] = [f for f in accel_files if f.startswith("rtl/") and
+                          f.endswith(".sv")]   # in compile order: the package first
+    ctx["rtl"] = bool(ctx["rtl_sources"])
     m = spec.model
     files: dict[str, Any] = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
@@ -400,8 +405,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
         "Makefile": env.get_template("Makefile.j2").render(ctx),
         "CMakeLists.txt": env.get_template("CMakeLists.txt.j2").render(ctx),
     }
-    if ctx["accelerator"]:
-        files.update(accelerator_files(env, spec, ctx))
+    files.update(accel_files)
     meta = metadata(spec, inputs, outputs, loc, weight_bytes, ctx)
     meta["target"]["cflags"] = flags
     for entry, call in zip(meta["kernels"], calls, strict=True):
@@ -428,6 +432,7 @@ def accelerator_layers(spec: BundleSpec) -> list[dict[str, Any]]:
         layer = spec.accelerator.partition.layers[vta.name]  # type: ignore[union-attr]
         out.append({"node": vta.name, "kernel": k.source.name, "op": vta.op,
                     "tiles": str(layer.tiles), "instructions": len(layer.program.insns),
+                    "planes": layer.planes,
                     "window_bytes": k.source.scratch_bytes,
                     "window_offset": spec.plan.tensor(k.node.name + ":scratch").offset})
     return out
@@ -437,7 +442,7 @@ def accelerator_files(env: jinja2.Environment, spec: BundleSpec, ctx: dict[str, 
                       ) -> dict[str, str]:
     """An accelerator bundle's extra files: the driver glue (``src/kiln_vta_bundle.*``)
     and the driver and simulator sources in ``runtime/``."""
-    from toolchain.bundle.accel import RUNTIME_FILES, glue_context
+    from toolchain.bundle.accel import RUNTIME_FILES, glue_context, rtl_files
     from toolchain.vta.config import config_from_target
 
     assert spec.accelerator is not None
@@ -448,6 +453,7 @@ def accelerator_files(env: jinja2.Environment, spec: BundleSpec, ctx: dict[str, 
              "src/kiln_vta_bundle.c": env.get_template("vta_bundle.c.j2").render(gctx)}
     for name in RUNTIME_FILES:
         files[f"runtime/{name}"] = (RUNTIME / name).read_text()
+    files.update(rtl_files(config_from_target(spec.accelerator.target)))
     return files
 
 
@@ -455,9 +461,17 @@ def accelerator_metadata(spec: BundleSpec) -> dict[str, Any]:
     """``metadata.json``'s ``accelerator``: its target, the default device, where each node
     of the graph runs and why, and the accelerator layers."""
     assert spec.accelerator is not None and spec.accelerator.partition is not None
+    from toolchain.bundle.accel import rtl_files
+    from toolchain.vta.config import config_from_target
+
     t = spec.accelerator.target
+    cfg = config_from_target(t)
     return {"target": t.name, "kind": t.kind, "host_target": spec.target.name,
-            "device": "fsim", "devices": ["fsim"],
+            "config": {"batch": cfg.batch, "block_in": cfg.block_in,
+                       "block_out": cfg.block_out, "latency_cycles": cfg.latency_cycles,
+                       "bytes_per_cycle": cfg.bytes_per_cycle,
+                       "bus_bytes": cfg.bus_width_bits // 8},
+            "device": "fsim", "devices": ["fsim", "rtl"] if rtl_files(cfg) else ["fsim"],
             "placements": [p.to_dict() for p in spec.accelerator.partition.placements],
             "layers": accelerator_layers(spec)}
 

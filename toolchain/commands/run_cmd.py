@@ -32,10 +32,16 @@ examples:
   kiln run model.onnx --inputs in.npz --input-shape input=1,3,96,96
 
   kiln run build/model --inputs in.npz --check        # a bundle from `kiln compile`
+  kiln run build/net_vta --inputs in.npz --device rtl # accelerator layers on the RTL
 
 With a bundle directory, the bundle is built for this host (cached), run once, and with
 --check its outputs are compared with the reference executor on the model it was compiled
 from: per output the max abs error and the max rel error (max abs / max |reference|).
+A bundle compiled for an accelerator target (--target vta) also prints one line per
+accelerator layer with the counters of its run: on the C functional simulator (--device
+fsim, the default) instructions, GEMM and ALU steps, MACs and DMA bytes; on the Verilog RTL
+(--device rtl, built by Verilator once per bundle) cycles, GEMM cycles and utilisation
+(GEMM cycles / cycles), engine busy cycles and DRAM bytes.
 Exit status 1 when an output is above --tolerance (the bundle disagrees with the oracle:
 a Kiln bug), 2 for a user error, 0 otherwise.
 
@@ -67,6 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, metavar="N",
                         help="bundle only: run the parallel kernels on N threads (default: "
                              "the target's cores; see kiln compile --cores)")
+    parser.add_argument("--device", choices=("fsim", "rtl"), default="fsim",
+                        help="accelerator bundles: run the accelerator layers on the C "
+                             "functional simulator (fsim, default) or the Verilator RTL (rtl)")
     parser.add_argument("--model-file", metavar="MODEL.onnx",
                         help="bundle --check: the model it was compiled from (default: the "
                              "path recorded in its metadata.json)")
@@ -195,7 +204,7 @@ def run_bundle(args: argparse.Namespace) -> int:
     from toolchain.bundle.host import BundleModule
 
     feeds = bundle_inputs(args)
-    module = BundleModule(args.model)
+    module = BundleModule(args.model, device=args.device)
     if args.threads is not None:
         if args.threads < 1:
             raise OptionError(f"--threads {args.threads}: must be at least 1")
@@ -208,7 +217,63 @@ def run_bundle(args: argparse.Namespace) -> int:
     except InputError as exc:
         raise InputError(f"--inputs {args.inputs}: {exc}") from None
     _emit(args, outputs)
+    counters = module.accelerator_counters()
+    if counters:
+        bus = int(module.metadata["accelerator"].get("config", {}).get("bus_bytes", 16))
+        print(accelerator_report(counters, args.device, bus))
     return check_outputs(args, module.metadata, feeds, outputs)
+
+
+#: (heading, counter) columns of the accelerator report per device
+_FSIM_COLUMNS = (("insns", "instructions"), ("GEMM steps", "gemm_steps"), ("MACs", "macs"),
+                 ("ALU steps", "alu_steps"), ("DMA in B", "loaded"), ("DMA out B",
+                                                                      "bytes_stored_out"))
+_RTL_COLUMNS = (("cycles", "cycles"), ("GEMM cyc", "gemm_cycles"), ("util", "util"),
+                ("ALU cyc", "alu_cycles"), ("load busy", "load_busy"),
+                ("compute busy", "compute_busy"), ("store busy", "store_busy"),
+                ("DRAM rd B", "rd_bytes"), ("DRAM wr B", "wr_bytes"))
+
+
+def accelerator_report(rows: list[dict[str, int]], device: str, bus_bytes: int = 16) -> str:
+    """The per-layer counters of an accelerator bundle's run as a table, with a total row
+    (``rows`` from :meth:`~toolchain.bundle.host.BundleModule.accelerator_counters`). On
+    ``rtl``, ``util`` is GEMM cycles / cycles and DRAM bytes are beats x ``bus_bytes``.
+
+    Example::
+
+        >>> print(accelerator_report([{"layer": "c1", "instructions": 9, "gemm_steps": 36,
+        ...     "macs": 9216, "alu_steps": 8, "bytes_loaded_inp": 64, "bytes_loaded_wgt": 512,
+        ...     "bytes_stored_out": 128}], "fsim"))
+        accelerator layers on fsim
+        layer  insns  GEMM steps  MACs  ALU steps  DMA in B  DMA out B
+        c1         9          36  9216          8       576        128
+        total      9          36  9216          8       576        128
+    """
+    cols = _RTL_COLUMNS if device == "rtl" else _FSIM_COLUMNS
+    table = []
+    for r in rows:
+        v = dict(r)
+        v["loaded"] = sum(x for k, x in r.items() if k.startswith("bytes_loaded_"))
+        v["rd_bytes"] = r.get("dram_rd_beats", 0) * bus_bytes
+        v["wr_bytes"] = r.get("dram_wr_beats", 0) * bus_bytes
+        table.append(v)
+    total = {k: sum(int(v.get(k, 0)) for v in table) for _, k in cols if k != "util"}
+    lines = [[str(v["layer"]) for v in table] + ["total"]]
+    for _, key in cols:
+        if key == "util":
+            vals = [(v["gemm_cycles"], v["cycles"]) for v in [*table, total]]
+            lines.append([f"{g / c:.1%}" if c else "-" for g, c in vals])
+        else:
+            lines.append([f"{int(v.get(key, 0))}" for v in [*table, total]])
+    heads = ["layer", *(h for h, _ in cols)]
+    widths = [max(len(h), *(len(c) for c in col)) for h, col in zip(heads, lines, strict=True)]
+    out = [f"accelerator layers on {device}",
+           "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                     for i, (h, w) in enumerate(zip(heads, widths, strict=True)))]
+    for i in range(len(table) + 1):
+        out.append("  ".join(col[i].ljust(w) if j == 0 else col[i].rjust(w)
+                             for j, (col, w) in enumerate(zip(lines, widths, strict=True))))
+    return "\n".join(out)
 
 
 def run_board_bundle(args: argparse.Namespace) -> int:
@@ -238,7 +303,13 @@ def run_board_bundle(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from toolchain.boards.project import is_board_bundle
 
+    if args.device != "fsim" and not Path(args.model).is_dir():
+        raise OptionError(f"--device {args.device} applies to a bundle compiled with "
+                          f"--target vta; {args.model} is an ONNX model")
     if is_board_bundle(args.model):  # built with --board: cross build, run on QEMU
+        if args.device != "fsim":
+            raise OptionError(f"--device {args.device} applies to host bundles compiled "
+                              "with --target vta, not to a board's firmware")
         if args.threads is not None:
             raise OptionError("--threads applies to host bundles; a board's firmware runs "
                               "on one core")

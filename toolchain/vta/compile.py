@@ -58,7 +58,7 @@ from toolchain.vta.schedule import (
     lower_dense,
 )
 from toolchain.vta.timing import estimate_cycles
-from toolchain.vta.widen import PLANES, join_planes, widen_epilogue
+from toolchain.vta.widen import join_planes, planes_needed, widen_epilogue
 
 #: tilings compiled and compared on the cycle model when the caller gives none
 CANDIDATES = 8
@@ -67,8 +67,8 @@ CANDIDATES = 8
 OUTPUTS = ("int8", "int32")
 
 __all__ = ["CompiledConv2d", "CompiledDense", "ConvShape", "ConvTiles", "DenseShape", "Tiles",
-           "compile_conv2d", "compile_dense", "pack_filters", "pack_image", "pack_input",
-           "pack_weight"]
+           "compile_conv2d", "compile_conv2d_im2col", "compile_dense", "im2col",
+           "pack_filters", "pack_image", "pack_input", "pack_weight"]
 
 
 def pack_input(x: np.ndarray, cfg: VTAConfig) -> np.ndarray:
@@ -107,6 +107,15 @@ class CompiledDense:
     rows_used: dict[str, int]
     #: ``"int8"`` (requantised) or ``"int32"`` (accumulators, see :data:`OUTPUTS`)
     output: str = "int8"
+    #: the convolution this GEMM computes as im2col rows x flattened filters
+    #: (:func:`compile_conv2d_im2col`), or None for a dense layer
+    conv: ConvShape | None = None
+
+    @property
+    def planes(self) -> int:
+        """Byte planes of the ``int32`` output (fewer than 4 where the weights bound the
+        accumulators: :func:`~toolchain.vta.widen.planes_needed`); 1 for ``int8``."""
+        return self.program.regions["out"].shape[0] if self.output == "int32" else 1
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the ``(M, K)`` int8 input packed into ``data``."""
@@ -150,7 +159,8 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     mb, kb, nb = blocks(shape, cfg)
     arrays = {"data": np.zeros((mb, kb, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_weight(w, cfg),
-              "out": _out_array((mb, nb, cfg.batch, cfg.block_out), output)}
+              "out": _out_array((mb, nb, cfg.batch, cfg.block_out), output,
+                                planes_needed(np.abs(w.astype(np.int64)).sum(axis=0)))}
 
     def build(tl: Tiles) -> CompiledDense:
         func = lower_dense(_scheduled(dense_schedule, shape, shift, t, tl, vthreads, layer))
@@ -177,9 +187,9 @@ def _check_output(output: str, shift: int, layer: str) -> int:
     return shift
 
 
-def _out_array(shape: tuple[int, ...], output: str) -> np.ndarray:
-    """The ``out`` region: one int8 tile image, or :data:`PLANES` byte planes of it."""
-    return np.zeros(((PLANES,) if output == "int32" else ()) + shape, np.int8)
+def _out_array(shape: tuple[int, ...], output: str, planes: int) -> np.ndarray:
+    """The ``out`` region: one int8 tile image, or ``planes`` byte planes of it."""
+    return np.zeros(((planes,) if output == "int32" else ()) + shape, np.int8)
 
 
 def _read_out(program: Program, dram: np.ndarray, output: str) -> np.ndarray:
@@ -229,7 +239,7 @@ def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.
     insns, uops = list(em.insns), list(em.uops)
     if output == "int32":
         plane = arrays["out"][0].nbytes // (cfg.batch * cfg.block_out)
-        insns, uops = widen_epilogue(insns, uops, plane, layer)
+        insns, uops = widen_epilogue(insns, uops, plane, layer, arrays["out"].shape[0])
     b.load_uops(b.uops("uops", em.kernel), sram_base=0)
     head = b.insns.pop()
     for insn in insert_tokens([head, *insns], [[], *uops]):
@@ -280,6 +290,12 @@ class CompiledConv2d:
     func: ir.PrimFunc
     rows_used: dict[str, int]
     output: str = "int8"
+
+    @property
+    def planes(self) -> int:
+        """Byte planes of the ``int32`` output (fewer than 4 where the weights bound the
+        accumulators: :func:`~toolchain.vta.widen.planes_needed`); 1 for ``int8``."""
+        return self.program.regions["out"].shape[0] if self.output == "int32" else 1
 
     def image(self, x: np.ndarray) -> np.ndarray:
         """The program's DRAM image with the input packed into ``data``."""
@@ -335,7 +351,8 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     cb, ob = conv_blocks(shape, cfg)
     arrays = {"data": np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_filters(wt, cfg),
-              "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output)}
+              "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output,
+                                planes_needed(np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))))}
 
     def build(tl: ConvTiles) -> CompiledConv2d:
         func = lower_dense(_scheduled(conv2d_schedule, shape, shift, t, tl, vthreads, layer))
@@ -345,3 +362,66 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
 
     return _best(build, tiles, lambda: candidate_conv_tiles(shape, cfg, vthreads, CANDIDATES),
                  layer)
+
+
+# ---- convolution as an im2col GEMM ----------------------------------------------------------
+def im2col(x: np.ndarray, shape: ConvShape) -> np.ndarray:
+    """``(IC, H, W)`` -> ``(OH*OW, IC*K*K)``: row ``p`` holds the window of output pixel
+    ``p`` in the order of the flattened OIHW filters, zero where the padding is.
+
+    Example::
+
+        >>> im2col(np.arange(4, dtype=np.int8).reshape(1, 2, 2), ConvShape(2, 2, 1, 1, 2))
+        array([[0, 1, 2, 3]], dtype=int8)
+    """
+    s = shape
+    oh, ow = s.out_hw
+    xp = np.zeros((s.ic, s.h + 2 * s.pad, s.w + 2 * s.pad), x.dtype)
+    xp[:, s.pad:s.pad + s.h, s.pad:s.pad + s.w] = x
+    cols = np.empty((oh * ow, s.ic, s.k, s.k), x.dtype)
+    for kh in range(s.k):
+        for kw in range(s.k):
+            win = xp[:, kh:kh + (oh - 1) * s.s + 1:s.s, kw:kw + (ow - 1) * s.s + 1:s.s]
+            cols[:, :, kh, kw] = win.reshape(s.ic, oh * ow).T
+    return cols.reshape(oh * ow, s.ic * s.k * s.k)
+
+
+def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
+                          target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
+                          vthreads: int = 2, layer: str = "conv",
+                          output: str = "int8") -> CompiledDense:
+    """The convolution of :func:`compile_conv2d` as a GEMM of its im2col rows
+    (:func:`im2col`, built by the caller: the bundle's kernel while it packs the input) by
+    the flattened filters ``(IC*K*K, OC)``. It pays where the input channels fill the
+    GEMM's BLOCK_IN lanes badly: an RGB 3x3 layer has K = 27, two blocks of 16, where the
+    direct convolution pads each of the 9 taps' 3 channels to a block of its own.
+    ``read_output`` gives ``(OH*OW, OC)``; ``conv`` holds the geometry.
+
+    Example::
+
+        >>> from toolchain.vta.fsim import run_fsim
+        >>> rng = np.random.default_rng(2)
+        >>> wt = rng.integers(-128, 128, (16, 3, 3, 3), dtype=np.int8)
+        >>> x = rng.integers(-128, 128, (3, 8, 8), dtype=np.int8)
+        >>> gemm = compile_conv2d_im2col(wt, 8, 8, 0, pad=1, output="int32")
+        >>> acc = gemm.read_output(run_fsim(gemm.program, gemm.image(im2col(x, gemm.conv))).dram)
+        >>> direct = compile_conv2d(wt, 8, 8, 0, pad=1, output="int32")
+        >>> ref = direct.read_output(run_fsim(direct.program, direct.image(x)).dram)
+        >>> bool((acc.T.reshape(16, 8, 8) == ref).all())
+        True
+    """
+    wt = np.asarray(weight)
+    if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
+        raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
+                            f"{wt.dtype} {wt.shape}")
+    shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
+    oh, ow = shape.out_hw
+    if stride < 1 or pad < 0 or oh < 1 or ow < 1:
+        raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
+                            f"a {h}x{w} image and {shape.k}x{shape.k} filters")
+    flat = np.ascontiguousarray(wt.reshape(wt.shape[0], -1).T)      # (IC*K*K, OC)
+    gemm = compile_dense(flat, oh * ow, shift, target, vthreads=vthreads, layer=layer,
+                         output=output)
+    gemm.conv = shape
+    return gemm
+

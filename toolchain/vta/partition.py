@@ -16,8 +16,15 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
   with :func:`toolchain.graph.reference.run_graph`;
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
-  accelerator's schedules refuse (e.g. a first layer with 3 input channels: one BLOCK_IN
-  block of input channels is not tiled yet) — the compiler's own message says why.
+  accelerator's schedules refuse (e.g. a padded 1x1 convolution, whose input tile has
+  all-zero rows no DMA loads) — the compiler's own message says why.
+
+A convolution whose input channels fill the GEMM's BLOCK_IN lanes badly (an RGB first
+layer: 3 channels per tap padded to 16) is also compiled as an im2col GEMM
+(:func:`~toolchain.vta.compile.compile_conv2d_im2col`: K = 27 in 2 blocks instead of 9);
+the program with fewer modelled cycles (:func:`~toolchain.vta.timing.estimate_cycles`) is
+kept, and the reason says which. Either way two virtual threads are tried first, then one
+(7 output rows and one channel block, a classifier's single row).
 
 Before::
 
@@ -32,7 +39,7 @@ Example::
 
     >>> p = partition(graph, load_target("vta"))            # doctest: +SKIP
     >>> [(x.node, x.device) for x in p.placements]          # doctest: +SKIP
-    [('conv1', 'host'), ('conv2', 'accelerator'), ...]
+    [('conv1', 'accelerator'), ('pool', 'host'), ...]
 """
 
 from __future__ import annotations
@@ -46,7 +53,15 @@ from toolchain.errors import ScheduleError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.qops import qconv_acc
 from toolchain.target import Target
-from toolchain.vta.compile import CompiledConv2d, CompiledDense, compile_conv2d, compile_dense
+from toolchain.vta.compile import (
+    CompiledConv2d,
+    CompiledDense,
+    compile_conv2d,
+    compile_conv2d_im2col,
+    compile_dense,
+)
+from toolchain.vta.config import config_from_target
+from toolchain.vta.timing import estimate_cycles
 
 ACCELERATOR, HOST = "accelerator", "host"
 
@@ -162,13 +177,23 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     assert x is not None and w is not None
     a = n.attrs
     name = f"{n.name}_vta"
-    try:
-        layer = compile_conv2d(np.asarray(w.data), x.shape[2], x.shape[3], 0, target,
-                               stride=int(a["strides"][0]), pad=int(a["pads"][0]),
-                               layer=name, output="int32")
-    except ScheduleError as exc:
-        return _short(exc, name)
-    acc = Value(f"{n.outputs[0].name}_acc", (1, w.shape[0], *layer.shape.out_hw), "int32")
+    args = (np.asarray(w.data), x.shape[2], x.shape[3], 0, target)
+    kw = {"stride": int(a["strides"][0]), "pad": int(a["pads"][0]), "layer": name,
+          "output": "int32"}
+    problems: list[str] = []
+    layer = _threads(compile_conv2d, args, kw, problems, name)
+    bi = config_from_target(target).block_in
+    k, ic = w.shape[2], w.shape[1]
+    if -(-ic * k * k // bi) < k * k * -(-ic // bi):  # im2col fills the GEMM's lanes better
+        flat = _threads(compile_conv2d_im2col, args, kw, problems, name)
+        if flat is not None and (layer is None or estimate_cycles(flat.program)
+                                 < estimate_cycles(layer.program)):
+            layer = flat
+    if layer is None:
+        return problems[-1]
+    s = layer.conv if isinstance(layer, CompiledDense) else layer.shape
+    assert s is not None
+    acc = Value(f"{n.outputs[0].name}_acc", (1, w.shape[0], *s.out_hw), "int32")
     try:
         bias = _position_bias(n, acc.shape)
     except ScheduleError as exc:
@@ -176,12 +201,30 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     part.layers[name] = layer
     vta = Node("VtaConv2d", name, [x, w], [acc],
                {"strides": tuple(a["strides"]), "pads": tuple(a["pads"])})
-    s = layer.shape
+    t = layer.tiles
+    if isinstance(layer, CompiledDense):
+        how = (f"as an im2col GEMM {layer.shape.m}x{layer.shape.k} by {layer.shape.k}x"
+               f"{layer.shape.n} (K in {-(-layer.shape.k // bi)} blocks of {bi}, not {k * k} "
+               f"taps x {-(-ic // bi)}; the host builds the rows as it packs the input; "
+               f"tiles {t.tm},{t.tn},{t.tk} split {t.split}")
+    else:
+        how = f"(tiles {t.toh},{t.toc},{t.tic} split {t.split}"
     what = (f"{s.k}x{s.k} conv stride {s.s}, {s.ic}->{s.oc} channels on {s.h}x{s.w}: GEMM on "
-            f"the accelerator (tiles {layer.tiles.toh},{layer.tiles.toc},{layer.tiles.tic} "
-            f"split {layer.tiles.split}, {len(layer.program.insns)} instructions); bias, "
+            f"the accelerator {how}, {len(layer.program.insns)} instructions); bias, "
             "requantization and clamp on the host")
     return [vta, _requant(n, acc, bias)], what
+
+
+def _threads(compile_fn, args: tuple, kw: dict[str, Any], problems: list[str], name: str):
+    """``compile_fn(*args, **kw)`` with two virtual threads, else one (an odd number of
+    row tiles and one channel block, a single row); None (the problems noted) if neither
+    compiles."""
+    for vthreads in (2, 1):
+        try:
+            return compile_fn(*args, vthreads=vthreads, **kw)
+        except ScheduleError as exc:
+            problems.append(_short(exc, name))
+    return None
 
 
 def _gemm(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | str:
@@ -192,15 +235,9 @@ def _gemm(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
         return f"{x.dtype} input of rank {x.rank}: the accelerator takes a 2-D int8 input"
     name = f"{n.name}_vta"
     wt = np.ascontiguousarray(np.asarray(w.data).T)            # (K, N)
-    problems = []
-    layer = None
-    for vthreads in (2, 1):
-        try:
-            layer = compile_dense(wt, x.shape[0], 0, target, vthreads=vthreads, layer=name,
-                                  output="int32")
-            break
-        except ScheduleError as exc:
-            problems.append(_short(exc, name))
+    problems: list[str] = []
+    layer = _threads(compile_dense, (wt, x.shape[0], 0, target),
+                     {"layer": name, "output": "int32"}, problems, name)
     if layer is None:
         return f"M={x.shape[0]} rows: {problems[-1]}"
     zp = int(n.attrs["x_zero_point"])

@@ -92,6 +92,51 @@ def build_device(config: VTAConfig | None = None) -> Path:
     return lib
 
 
+def bundle_rtl_objects(rtl_dir: Path) -> list[str]:
+    """Verilate a bundle's ``rtl/`` (its ``*.sv``, ``vta_params.svh`` and the C++ device
+    ``sim/kiln_vta_rtl.cpp``) once per content into position-independent objects; the link
+    arguments that add the RTL device to a shared library of the bundle (link with ``g++``).
+
+    Example::
+
+        >>> args = bundle_rtl_objects(Path("bundle/rtl"))      # doctest: +SKIP
+        >>> args[0].endswith("kiln_vta_rtl.o")                  # doctest: +SKIP
+        True
+    """
+    pkg = rtl_dir / "vta_pkg.sv"
+    svs = [pkg, *sorted(p for p in rtl_dir.glob("*.sv") if p != pkg),
+           *sorted((rtl_dir / "sim").glob("*.sv"))]
+    cpp = rtl_dir / "sim" / DEVICE_CPP.name
+    runtime = rtl_dir.parent / "runtime"
+    files = [*svs, rtl_dir / "vta_params.svh", cpp, cpp.with_suffix(".h"),
+             runtime / "kiln_vta.h"]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise BuildError(f"the bundle's RTL is incomplete: missing {', '.join(missing)} "
+                         "(recompile the bundle with kiln compile --target vta)")
+    h = hashlib.sha256(" ".join(_ARGS).encode())
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    bdir = build_root() / f"bundle-rtl-{h.hexdigest()[:16]}"
+    obj = bdir / "obj"
+    args = [str(obj / f"{DEVICE_CPP.stem}.o"), "-Wl,--whole-archive",
+            str(obj / "Vvta_sim_top__ALL.a"), "-Wl,--no-whole-archive",
+            str(obj / "libverilated.a"), "-lpthread"]
+    done = bdir / "done"
+    if done.exists():
+        return args
+    bdir.mkdir(parents=True, exist_ok=True)
+    with open(bdir / ".lock", "w") as lock:  # one builder per directory (parallel pytest)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            inc = [f"-I{runtime}", f"-I{rtl_dir / 'sim'}"]
+            _run(["verilator", *_ARGS, "-Mdir", str(obj), f"-I{rtl_dir}", "-CFLAGS",
+                  " ".join(["-fPIC", *inc]), *map(str, svs), str(cpp)], bdir, verilator_env(),
+                 bdir / "verilator.log")
+            done.write_text("ok\n")
+    return args
+
+
 @lru_cache(maxsize=4)
 def _library(config: VTAConfig) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(build_device(config)))

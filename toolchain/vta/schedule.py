@@ -240,9 +240,8 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if mb % t.tm or nb % t.tn or kb % t.tk:
         raise ScheduleError(f"tiles {t} must divide the layer's blocks (M {mb}, N {nb}, "
                             f"K {kb})")
-    if min(t.tm, t.tn, t.tk) < 2:
-        raise ScheduleError(f"tiles {t}: every tile size must be at least 2 blocks in this "
-                            "version (a loop of extent 1 disappears from the nest)")
+    if min(t.tm, t.tn, t.tk) < 1:
+        raise ScheduleError(f"tiles {t}: every tile size must be at least 1 block")
     if t.resident and nb * kb > cfg.wgt_depth:
         raise ScheduleError(f"tiles {t}: the {nb}x{kb}-block weight matrix does not fit the "
                             f"WGT buffer ({cfg.wgt_depth} rows) to stay resident")
@@ -263,10 +262,22 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     no, ni = sch.split(n, [None, t.tn])
     vt = _virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads, scope_acc)
     gemm = sch.get_block("gemm")
-    lm, ln, lo, lko, lki = sch.get_loops(gemm)[-5:]
-    k0, k1 = sch.split(lko, [None, t.tk])
-    sch.reorder(k0, lm, ln, k1, lo, lki)
-    init = sch.decompose_reduction(gemm, k0)
+    # compute_at leaves out the loops of extent 1 (a tile of one block, one row of BATCH,
+    # one block of K): name the ones that are there
+    axes = [n for n, e in (("m", t.tm), ("n", t.tn), ("b", cfg.batch), ("o", cfg.block_out),
+                           ("k", kb), ("ki", cfg.block_in)) if e > 1]
+    lp = dict(zip(axes, sch.get_loops(gemm)[-len(axes):], strict=True))
+    tile = [lp[n] for n in ("m", "n") if n in lp]
+    inner = [lp[n] for n in ("b", "o", "ki") if n in lp]
+    if "k" in lp:
+        k0, k1 = sch.split(lp["k"], [None, t.tk])
+        sch.reorder(k0, *tile, k1, *inner)
+        init = sch.decompose_reduction(gemm, k0)
+    else:  # one block of K: the tile's input and weights load once, under the thread loop
+        k0 = vt
+        if len(tile) + len(inner) > 1:
+            sch.reorder(*tile, *inner)
+        init = sch.decompose_reduction(gemm, (tile + inner)[0])
     cin = sch.cache_read(gemm, "data", scope_inp)
     cwt = sch.cache_read(gemm, "weight", scope_wgt)
     sch.compute_at(cin, k0)
@@ -442,10 +453,6 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
         raise ScheduleError(f"tiles {t}: {vthreads} virtual threads need a number of "
                             f"{'row' if t.split == 'm' else 'channel'} tiles divisible by "
                             f"{vthreads}")
-    if cb < 2:
-        raise ScheduleError(f"{shape}: a single block of input channels (IC <= "
-                            f"{cfg.block_in}) is not supported yet (no reduction loop to "
-                            "place the input tile in)")
     if t.resident and ob * cb * shape.k ** 2 > cfg.wgt_depth:
         raise ScheduleError(f"tiles {t}: the weights do not fit the WGT buffer "
                             f"({cfg.wgt_depth} rows) to stay resident")
@@ -464,10 +471,18 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
                                 ("o", cfg.block_out), ("ic", cb), ("kh", shape.k),
                                 ("kw", shape.k), ("ki", cfg.block_in)) if e > 1]
     lp = dict(zip((n for n, _ in axes), sch.get_loops(gemm)[-len(axes):], strict=True))
-    c0, c1 = sch.split(lp["ic"], [None, t.tic])
-    sch.reorder(c0, *(lp[n] for n in ("oc", "oh", "ow") if n in lp), c1,
-                *(lp[n] for n in ("kh", "kw") if n in lp), lp["o"], lp["ki"])
-    init = sch.decompose_reduction(gemm, c0)
+    tile = [lp[n] for n in ("oc", "oh", "ow") if n in lp]
+    taps = [lp[n] for n in ("kh", "kw") if n in lp]
+    if "ic" in lp:
+        c0, c1 = sch.split(lp["ic"], [None, t.tic])
+        sch.reorder(c0, *tile, c1, *taps, lp["o"], lp["ki"])
+        init = sch.decompose_reduction(gemm, c0)
+    else:
+        # one block of input channels: no reduction loop over them, so the whole tile's
+        # input and weights are loaded once per tile, under the virtual-thread loop
+        c0 = vt
+        sch.reorder(*tile, *taps, lp["o"], lp["ki"])
+        init = sch.decompose_reduction(gemm, (tile or taps or [lp["o"]])[0])
     pad = sch.get_block("pad")
     sch.set_scope(pad, 0, scope_inp)
     sch.compute_at(pad, c0)

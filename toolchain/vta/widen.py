@@ -4,9 +4,12 @@ The accelerator stores only OUT, the int8 mirror of the accumulator (its low 8 b
 layer whose requantisation the ALU cannot do bit-exactly — Kiln's fixed-point
 ``requantize`` needs the high half of a 32x32-bit product, and the ALU multiplies int32
 by int32 keeping the low half — hands its raw int32 accumulators to the host instead, as
-four byte planes: store the tile (bits 0-7), shift it right by 8 in place, store it again
+byte planes: store the tile (bits 0-7), shift it right by 8 in place, store it again
 (bits 8-15), and so on. The host rebuilds ``b0 + 2**8 b1 + 2**16 b2 + 2**24 int8(b3)``
-(:func:`join_planes`), exactly.
+(:func:`join_planes`), exactly. Where the weights bound every accumulator to fewer bits —
+``|acc| <= 128 * sum |w|`` over an output channel's weights, since the input is int8 —
+fewer planes suffice (:func:`planes_needed`; the top plane is sign-extended): a 3x3 layer
+of 16 channels needs at most 22 bits, so three planes, one STORE and one SHR fewer per tile.
 
 The pass runs on the emitted stream *before* dependency tokens are inserted
 (:func:`~toolchain.vta.deps.insert_tokens` then orders the new instructions like any
@@ -46,11 +49,33 @@ from toolchain.vta.isa import ALU_SHR, Alu, AnyInstruction, Store, Uop
 PLANES = 4
 
 
+def planes_needed(weight_abs_sums: np.ndarray) -> int:
+    """The fewest byte planes (1-4) that hold every accumulator of int8 inputs against
+    weights whose absolute values sum to ``weight_abs_sums`` per output channel: the
+    signed range of ``8 * planes`` bits must contain ``+-128 * max(sum |w|)``.
+
+    Example::
+
+        >>> planes_needed(np.array([144 * 127]))        # 3x3 taps x 16 channels, |w| = 127
+        3
+        >>> planes_needed(np.array([100])), planes_needed(np.array([1_000_000]))
+        (2, 4)
+    """
+    bound = 128 * int(np.max(weight_abs_sums, initial=0))
+    for planes in range(1, PLANES):
+        if bound < 2 ** (8 * planes - 1):
+            return planes
+    return PLANES
+
+
 def widen_epilogue(insns: Sequence[AnyInstruction], uops: Sequence[Sequence[Uop]],
-                   plane_elems: int, layer: str = "layer"
+                   plane_elems: int, layer: str = "layer", planes: int = PLANES
                    ) -> tuple[list[AnyInstruction], list[list[Uop]]]:
-    """``(insns, uops)`` storing each tile's int32 accumulators as :data:`PLANES` byte
-    planes ``plane_elems`` OUT elements apart (see the module docstring)."""
+    """``(insns, uops)`` storing each tile's int32 accumulators as ``planes`` byte planes
+    ``plane_elems`` OUT elements apart (see the module docstring)."""
+    if not 1 <= planes <= PLANES:
+        raise ScheduleError(f"layer {layer!r}: {planes} byte planes; an int32 has 1 to "
+                            f"{PLANES}")
     templates: list[tuple[int, int, int]] = []  # (index, lo, hi) of each epilogue SHR
     owner: dict[int, int] = {}                  # store index -> template index
     last: dict[int, int] = {}                   # template index -> its last store
@@ -81,7 +106,7 @@ def widen_epilogue(insns: Sequence[AnyInstruction], uops: Sequence[Sequence[Uop]
         if t is None:
             continue
         shr = replace(insns[t], imm=8, use_imm=True)  # type: ignore[type-var]
-        for plane in range(1, PLANES):
+        for plane in range(1, planes):
             out.append(shr)
             out_uops.append(list(uops[t]))
             for s in groups[t]:
@@ -93,9 +118,13 @@ def widen_epilogue(insns: Sequence[AnyInstruction], uops: Sequence[Sequence[Uop]
 
 
 def join_planes(planes: np.ndarray) -> np.ndarray:
-    """int32 values from their :data:`PLANES` byte planes (axis 0, low byte first)."""
+    """int32 values from their 1 to :data:`PLANES` byte planes (axis 0, low byte first;
+    the top plane is signed)."""
     p = np.asarray(planes).view(np.uint8).astype(np.int32)
-    top = p[3].astype(np.int8).astype(np.int32) if p.shape[0] == PLANES else None
-    if top is None:
-        raise ValueError(f"expected {PLANES} byte planes on axis 0, got {p.shape[0]}")
-    return p[0] | (p[1] << 8) | (p[2] << 16) | (top << 24)
+    n = p.shape[0]
+    if not 1 <= n <= PLANES:
+        raise ValueError(f"expected 1 to {PLANES} byte planes on axis 0, got {n}")
+    out = p[n - 1].astype(np.int8).astype(np.int32) << (8 * (n - 1))
+    for i in range(n - 1):
+        out |= p[i] << (8 * i)
+    return out

@@ -1,0 +1,203 @@
+"""Whole int8 models compiled for the accelerator, per layer in RTL cycles.
+
+The zoo model (default ``resnet8``, MLPerf Tiny IC) is quantized by Kiln's post-training
+quantization (``kiln quantize``: :func:`toolchain.zoo.quantized.kiln_qdq`) and compiled with
+``kiln compile --target vta``; the bundle runs once on the C functional simulator and once
+on the Verilog RTL (``kiln run --device rtl``: Verilator, the target's DRAM latency and
+bandwidth), and both must equal Kiln's integer reference bit for bit on the int8 outputs.
+Then, per accelerator layer:
+
+* ``bundle``: the layer's program as the bundle runs it (int32 accumulators stored as
+  ``planes`` byte planes, as few as its weights allow, requantised on the host) — RTL
+  cycles, ``busy`` = GEMM cycles / cycles (the GEMM core's occupancy, padded channels
+  included) and ``util`` = the layer's own MACs / (MACs per cycle x cycles) (padding not
+  counted: the RGB layer uses 3 of 16 input lanes);
+* ``int8``: the same convolution compiled with its requantisation on the accelerator
+  (``compile_conv2d(..., output="int8")``: SHR/MIN/MAX, one int8 store; ``i2c`` after the
+  shape: as the bundle does, an im2col GEMM, ``compile_conv2d_im2col``) — the program the
+  hand generator's figures compare with;
+* ``hand``: the hand-written generator's latency-hiding program
+  (:func:`toolchain.vta.workloads.gemm_workload`) for the layer's im2col GEMM
+  (M = OH*OW, K = IC*K*K, N = OC; its im2col input is given for free), on the same RTL;
+  ``int8/hand`` < 1: the compiled direct convolution takes fewer cycles.
+
+Every RTL result of the int8 and hand programs is checked against numpy. The last lines say
+how much of the model's MACs run on the accelerator and the total cycles.
+
+    PYTHONPATH=. python benchmarks/vta_models.py                  # resnet8, ~1 minute
+    PYTHONPATH=. python benchmarks/vta_models.py --no-hand        # the bundle's table only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import toolchain  # noqa: E402
+from toolchain.frontend.onnx import from_onnx  # noqa: E402
+from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: E402
+from toolchain.graph.reference import run_graph  # noqa: E402
+from toolchain.target import load_target  # noqa: E402
+from toolchain.vta import gemm_workload  # noqa: E402
+from toolchain.vta.compile import compile_conv2d, compile_conv2d_im2col, im2col  # noqa: E402
+from toolchain.vta.config import config_from_target  # noqa: E402
+from toolchain.vta.rtl_device import run_rtl_device  # noqa: E402
+from toolchain.zoo import ZOO  # noqa: E402
+from toolchain.zoo.quantized import kiln_qdq  # noqa: E402
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
+                   shift: int) -> np.ndarray:
+    """numpy oracle of the requantised int8 convolution (``clip(acc >> shift)``)."""
+    ic, h, wd = x.shape
+    oc, _, k, _ = w.shape
+    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
+    xp[:, pad:pad + h, pad:pad + wd] = x
+    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    out = np.zeros((oc, oh, ow), np.int64)
+    for kh in range(k):
+        for kw in range(k):
+            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
+                       kw:kw + (ow - 1) * stride + 1:stride]
+            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
+    return np.clip(out >> shift, -128, 127).astype(np.int8)
+
+
+def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
+    """The layer's int8 compiled program (a direct convolution, or the im2col GEMM where the
+    bundle runs it so) and the hand generator's im2col GEMM on the RTL."""
+    w = np.asarray(node.inputs[1].data)
+    _, ic, h, wd = node.inputs[0].shape
+    stride, pad = int(node.attrs["strides"][0]), int(node.attrs["pads"][0])
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (ic, h, wd), dtype=np.int8)
+    shift = 10
+    ref = conv_reference(x, w, stride, pad, shift)
+    if as_im2col:
+        conv = compile_conv2d_im2col(w, h, wd, shift, target, stride=stride, pad=pad,
+                                     layer=node.name)
+        d_c, c_c = run_rtl_device(conv.program, conv.image(im2col(x, conv.conv)))
+        oh, ow = conv.conv.out_hw
+        got = conv.read_output(d_c).T.reshape(ref.shape)
+    else:
+        conv = compile_conv2d(w, h, wd, shift, target, stride=stride, pad=pad, layer=node.name)
+        d_c, c_c = run_rtl_device(conv.program, conv.image(x))
+        oh, ow = conv.shape.out_hw
+        got = conv.read_output(d_c)
+    ok = bool((got == ref).all())
+    wl = gemm_workload(oh * ow, ic * w.shape[2] ** 2, w.shape[0], cfg, name=node.name)
+    d_h, c_h = run_rtl_device(wl.vthread)
+    ok = ok and bool((wl.read_output(d_h) == wl.expected).all())
+    return {"int8": c_c["cycles"], "int8_gemm": c_c["gemm_cycles"], "hand": c_h["cycles"],
+            "hand_gemm": c_h["gemm_cycles"], "ok": ok}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet8", help="zoo model (default resnet8)")
+    ap.add_argument("--no-hand", action="store_true",
+                    help="skip the int8 / hand generator comparison")
+    ap.add_argument("--seed", type=int, default=0, help="input seed")
+    args = ap.parse_args(argv)
+
+    target = load_target("vta")
+    cfg = config_from_target(target)
+    model = ZOO[args.model].build()
+    q = kiln_qdq(model)
+    graph = quantize_ops(from_onnx(q))
+    feeds = {v.name: np.random.default_rng(args.seed).standard_normal(v.shape)
+             .astype(np.float32) for v in graph.inputs}
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(q, Path(tmp) / f"{args.model}_int8.onnx")
+        t0 = time.perf_counter()
+        pkg = toolchain.compile(Path(tmp) / f"{args.model}_int8.onnx", target,
+                                output=Path(tmp) / "bundle")
+        t_compile = time.perf_counter() - t0
+        meta = json.loads((pkg.path / "metadata.json").read_text())
+        fsim = toolchain.run(pkg, feeds)
+        rtl = toolchain.run(pkg, feeds, device="rtl")
+    want = run_graph(graph, feeds)
+    exact = {}
+    for name, ref in want.items():  # int8-derived outputs bit for bit; a float softmax close
+        same = np.array_equal(rtl.outputs[name], ref) and \
+            np.array_equal(fsim.outputs[name], rtl.outputs[name])
+        exact[name] = "bit-exact" if same else (
+            "close" if np.allclose(rtl.outputs[name], ref, rtol=1e-5, atol=1e-7) else "DIFFERS")
+    acc = meta["accelerator"]
+    print(f"{args.model}: compiled for {target.name} in {t_compile:.1f} s; DRAM latency "
+          f"{cfg.latency_cycles} cycles, {cfg.bytes_per_cycle} B/cycle; outputs vs integer "
+          f"reference: " + ", ".join(f"{k} {v}" for k, v in exact.items()))
+    on = [p for p in acc["placements"] if p["device"] == "accelerator"]
+    print(f"{len(on)} of {len(acc['placements'])} nodes on the accelerator "
+          f"({', '.join(sorted({p['op'] for p in on}))}); host: "
+          + ", ".join(sorted({p["op"] for p in acc["placements"] if p["device"] == "host"})))
+
+    nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm")}
+    flat = {p["node"] + "_vta" for p in acc["placements"] if "im2col GEMM" in p["reason"]}
+    planes = {x["node"]: x["planes"] for x in acc["layers"]}
+    head = (f"{'layer':26} {'shape':24} {'planes':>6} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
+            + ("" if args.no_hand else f" {'int8 cyc':>9} {'util':>6} {'hand cyc':>9} "
+               f"{'util':>6} {'int8/hand':>9} {'check':>5}"))
+    print()
+    print(head)
+    print("-" * len(head))
+    tot = {"cycles": 0, "macs": 0, "conv_macs": 0, "int8": 0, "hand": 0, "gemm": 0}
+    total_macs = 0
+    for n in graph.nodes:
+        if n.op == "QConv":
+            total_macs += int(np.prod(n.outputs[0].shape)) * int(np.prod(n.inputs[1].shape[1:]))
+        elif n.op == "QGemm":
+            total_macs += int(np.prod(n.inputs[0].shape)) * n.inputs[1].shape[0]
+    for c in rtl.accelerator:
+        node = nodes[c["layer"]]
+        w = node.inputs[1].shape
+        if node.op == "QGemm":
+            m, k = node.inputs[0].shape
+            macs, shape = m * k * w[0], f"dense {m}x{k} by {k}x{w[0]}"
+        else:
+            oh, ow = node.outputs[0].shape[2:]
+            macs = oh * ow * int(np.prod(w))
+            shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}" + (
+                " i2c" if c["layer"] in flat else "")
+        line = (f"{c['layer']:26} {shape:24} {planes[c['layer']]:>6} {c['cycles']:>10,} "
+                f"{c['gemm_cycles'] / c['cycles']:>6.1%} "
+                f"{macs / (cfg.macs_per_step * c['cycles']):>6.1%}")
+        tot["cycles"] += c["cycles"]
+        tot["gemm"] += c["gemm_cycles"]
+        tot["macs"] += macs
+        if not args.no_hand and node.op == "QConv":
+            r = compare_layer(node, target, cfg, c["layer"] in flat)
+            tot["conv_macs"] += macs
+            tot["int8"] += r["int8"]
+            tot["hand"] += r["hand"]
+            line += (f" {r['int8']:>9,} {macs / (cfg.macs_per_step * r['int8']):>6.1%}"
+                     f" {r['hand']:>9,} {macs / (cfg.macs_per_step * r['hand']):>6.1%}"
+                     f" {r['int8'] / r['hand']:>9.3f} {'ok' if r['ok'] else 'FAIL':>5}")
+        print(line)
+    print("-" * len(head))
+    line = (f"{'total':26} {'':24} {'':6} {tot['cycles']:>10,} "
+            f"{tot['gemm'] / tot['cycles']:>6.1%} "
+            f"{tot['macs'] / (cfg.macs_per_step * tot['cycles']):>6.1%}")
+    if not args.no_hand:
+        conv = tot["conv_macs"] / cfg.macs_per_step
+        line += (f" {tot['int8']:>9,} {conv / tot['int8']:>6.1%}"
+                 f" {tot['hand']:>9,} {conv / tot['hand']:>6.1%}"
+                 f" {tot['int8'] / tot['hand']:>9.3f}")
+    print(line)
+    print(f"\nMACs on the accelerator: {tot['macs']:,} of the model's {total_macs:,} in its "
+          f"convolutions and matrix products ({tot['macs'] / total_macs:.1%}); the int8 and "
+          "hand columns cover the convolutions")
+    return 0 if all(v != "DIFFERS" for v in exact.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

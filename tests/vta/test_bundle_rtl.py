@@ -1,0 +1,93 @@
+"""Accelerator bundles on the Verilog RTL: `make DEVICE=rtl` links the Verilator model the
+bundle carries in rtl/ instead of the C functional simulator, and `kiln run --device rtl` /
+`toolchain.run(..., device="rtl")` build it on the host; both bit-exact with the fsim."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+import toolchain
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.passes.quantize_ops import quantize_ops
+from toolchain.graph.reference import run_graph
+from toolchain.vta.rtl import verilator_env
+
+from ..tools import needs
+from .qmodels import quantized, small_cnn
+
+pytestmark = needs("verilator", "c++", "make", "perl")
+
+
+@pytest.fixture(scope="module")
+def cnn_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.ModelProto]:
+    d = tmp_path_factory.mktemp("vta_rtl_cnn")
+    q = quantized(small_cnn())
+    onnx.save(q, d / "cnn.onnx")
+    return toolchain.compile(d / "cnn.onnx", "vta", output=d / "bundle"), q
+
+
+def _demo(bundle: Path, where: Path, device: str, x: np.ndarray) -> np.ndarray:
+    """Build the bundle's ./main with ``make DEVICE=device`` in a copy at ``where``; its
+    output on ``x``."""
+    shutil.copytree(bundle, where)
+    r = subprocess.run(["make", "-s", "main", f"DEVICE={device}"], cwd=where,
+                       env=verilator_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    x.tofile(where / "x.bin")
+    r = subprocess.run(["./main", "x.bin", "y.bin"], cwd=where, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return np.fromfile(where / "y.bin", np.float32)
+
+
+def test_make_device_rtl_links_the_rtl_and_equals_the_fsim(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
+    pkg, q = cnn_bundle
+    x = np.random.default_rng(7).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    rtl = _demo(pkg.path, tmp_path / "rtl", "rtl", x)
+    fsim = _demo(pkg.path, tmp_path / "fsim", "fsim", x)
+    assert rtl.tobytes() == fsim.tobytes()
+    want = run_graph(quantize_ops(from_onnx(q)), {"x": x})["y"]
+    np.testing.assert_array_equal(rtl.reshape(want.shape), want)
+    # the RTL build carries no simulator, the fsim build no Verilator model
+    assert (tmp_path / "rtl" / "build" / "rtl" / "Vvta_sim_top__ALL.a").is_file()
+    assert not (tmp_path / "rtl" / "build" / "kiln_vta_fsim.o").exists()
+    assert not (tmp_path / "fsim" / "build" / "rtl").exists()
+
+
+def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
+        cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, _ = cnn_bundle
+    x = {"x": np.random.default_rng(8).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    fsim = toolchain.run(pkg, x)
+    rtl = toolchain.run(pkg, x, device="rtl")
+    np.testing.assert_array_equal(rtl.outputs["y"], fsim.outputs["y"])
+    assert [c["layer"] for c in rtl.accelerator] == ["conv1_vta", "conv2_vta", "fc_vta"]
+    for hw, soft in zip(rtl.accelerator, fsim.accelerator, strict=True):
+        # the RTL counts its non-reset GEMM steps as the fsim does; cycles only it has
+        assert hw["gemm_cycles"] == soft["gemm_steps"] > 0
+        assert hw["cycles"] > hw["gemm_cycles"] and soft["cycles"] == 0
+        assert hw["dram_wr_beats"] * 16 == soft["bytes_stored_out"]
+
+
+@needs("cmake")
+def test_cmake_device_rtl_links_the_rtl_and_equals_the_fsim(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    x.tofile(tmp_path / "x.bin")
+    build = tmp_path / "build"
+    env = verilator_env()
+    for cmd in (["cmake", "-S", str(pkg.path), "-B", str(build), "-DKILN_CNN_DEVICE=rtl"],
+                ["cmake", "--build", str(build)], ["./cnn_main", "../x.bin", "../y.bin"]):
+        r = subprocess.run(cmd, cwd=build if cmd[0] == "./cnn_main" else tmp_path, env=env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    want = toolchain.run(pkg, {"x": x}).outputs["y"]
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32), want.ravel())

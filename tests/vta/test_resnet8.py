@@ -1,0 +1,77 @@
+"""Quantized ResNet-8 (the zoo's MLPerf Tiny IC model through `kiln quantize`'s post-training
+quantization) compiled for `--target vta`: every convolution on the accelerator (the 16-channel
+layers and the RGB first layer with one block of input channels included), run through the C
+driver on the C functional simulator, bit-exact with Kiln's integer reference."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+import toolchain
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.passes.quantize_ops import quantize_ops
+from toolchain.graph.reference import run_graph
+from toolchain.zoo import ZOO
+from toolchain.zoo.quantized import kiln_qdq
+
+from ..tools import needs
+
+
+@pytest.fixture(scope="module")
+def resnet8(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.ModelProto]:
+    d = tmp_path_factory.mktemp("vta_resnet8")
+    q = kiln_qdq(ZOO["resnet8"].build())
+    onnx.save(q, d / "resnet8_int8.onnx")
+    return toolchain.compile(d / "resnet8_int8.onnx", "vta", output=d / "bundle"), q
+
+
+def test_every_convolution_and_the_gemm_of_resnet8_run_on_the_accelerator(
+        resnet8: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, _ = resnet8
+    acc = json.loads((pkg.path / "metadata.json").read_text())["accelerator"]
+    where = {p["node"]: p for p in acc["placements"]}
+    convs = [p for p in acc["placements"] if p["op"] == "QConv"]
+    assert len(convs) == 9
+    assert all(p["device"] == "accelerator" for p in convs), [
+        (p["node"], p["reason"]) for p in convs if p["device"] != "accelerator"]
+    assert "3->16 channels on 32x32" in where["/conv1/Conv"]["reason"]
+    assert where["/stack1/Add"]["device"] == where["/AveragePool"]["device"] == "host"
+    assert where["/fc/Gemm"]["device"] == "accelerator"
+    assert len(acc["layers"]) == 10
+
+
+def test_resnet8_on_the_fsim_is_bit_exact_with_the_integer_reference(
+        resnet8: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, q = resnet8
+    ref = quantize_ops(from_onnx(q))
+    for seed in (0, 1):
+        x = {"input": np.random.default_rng(seed).standard_normal((1, 3, 32, 32))
+             .astype(np.float32)}
+        run = toolchain.run(pkg, x)
+        want = run_graph(ref, x)
+        # the logits are dequantized int8: bit for bit; the softmax is float on the host
+        np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
+        np.testing.assert_allclose(run.outputs["probs"], want["probs"], rtol=1e-5, atol=1e-7)
+        # every accelerator layer ran and was counted: a 3x3 layer's GEMM steps are its
+        # output pixels x taps x channel blocks
+        steps = {c["layer"]: c["gemm_steps"] for c in run.accelerator}
+        assert steps["/stack1/conv1/Conv_vta"] == 32 * 32 * 9
+        assert steps["/stack3/conv2/Conv_vta"] == 8 * 8 * 9 * 4 * 4
+        assert all(c["macs"] == 256 * c["gemm_steps"] > 0 for c in run.accelerator)
+
+
+@needs("verilator", "c++", "make", "perl")
+def test_resnet8_on_the_rtl_is_bit_exact_with_the_integer_reference(
+        resnet8: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, q = resnet8
+    x = {"input": np.random.default_rng(2).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    run = toolchain.run(pkg, x, device="rtl")
+    want = run_graph(quantize_ops(from_onnx(q)), x)
+    np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
+    assert len(run.accelerator) == 10
+    assert all(c["cycles"] > c["gemm_cycles"] > 0 for c in run.accelerator)
