@@ -17,6 +17,14 @@ intrinsic (``vpdpwssd`` with AVX-512 VNNI, ``vpmaddwd`` + ``vpaddd`` on AVX2)::
                               . w[mo, c2, ry, rx, :, 0:2]           (dot_i16_Lx2)
         qconv[mo*L + l, y, x] = requantize(acc[x, l] + bias)    (whole row of L channels)
 
+Where the target declares ``dot_u8s8_Lx4`` (``x86_64-avx512``: ``vpdpbusd``, AVX-512 VNNI)
+the same nest runs over **u8 quads** of input channels instead (``x86_quads``, int8 weights
+``[M/L, C/4, KH, KW, L, 4]``, :func:`~toolchain.topi.int8_x86.pack_x86_quads`): the input
+is made unsigned (``x + 128`` for int8) and ``(x_zp + 128) * sum w`` is taken off the bias at
+compile time (:func:`~toolchain.topi.int8_x86.fold_quad_bias`), four channels a
+``vpdpbusd``; the pairs remain where that fold would leave int32
+(:func:`~toolchain.topi.int8_x86.quads_apply`) and on targets without the intrinsic.
+
 Before (and still on c-generic, whose arena the pair band would grow, and for one pair of
 channels with a 1x1 kernel) the ``algorithm="x86"`` computes of :mod:`toolchain.topi.int8`
 multiply int32 lanes (int8 weights ``[M/L, C, KH, KW, L]`` widened to int32 in the
@@ -50,6 +58,9 @@ Example::
     >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
     ...          "out_dtype": "int8"}
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx512")
+    >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
+    ('int8 x86 quads', (1, 4, 1, 1, 8, 4), dtype('int8'))
+    >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx2")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
     ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int16'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "c-generic")
