@@ -331,7 +331,7 @@ def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
                       {"schedule": "int8 x86", "requantize": "kiln_x86_requantize"})
 
 
-def _vectorize_pairs(sch: Schedule, band: Any, y: Any) -> None:
+def _vectorize_pairs(sch: Schedule, band: Any, y: Any | None) -> None:
     """Re-lay the pair (or quad) band channel pairs innermost, vectorized (loops c2, rows, x, h ->
     rows, x, h, c2): the padding test then depends on outer loops only and the loop
     becomes vector code (strided loads and stores lane by lane) instead of a scalar loop
@@ -339,7 +339,7 @@ def _vectorize_pairs(sch: Schedule, band: Any, y: Any) -> None:
     there are more than :data:`MAX_PAIR_LANES` pairs (ResNet-8's 64 channels: 28 -> 32 us,
     the 32 lanes built one by one cost more than the scalar loop)."""
     loops = sch.get_loops(band)
-    inner = loops[loops.index(y) + 1:]
+    inner = loops[loops.index(y) + 1:] if y is not None else loops[1:]  # root: below n
     if len(inner) != 4 or int(sch.get(inner[-1]).extent.value) not in (2, 4):
         return
     c2, rows, x, h = inner
@@ -349,8 +349,8 @@ def _vectorize_pairs(sch: Schedule, band: Any, y: Any) -> None:
     sch.vectorize(c2)
 
 
-def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
-                    ) -> Schedule:
+def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
+                    plane: bool = False) -> Schedule:
     """The tiled convolution nest of :func:`_schedule_conv` over int16 channel pairs: the
     pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
     the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call (or, over the
@@ -371,8 +371,9 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
         xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y, tile)
     if len(loops) == 4:
         band = sch.get_block("x86_quads" if "x86_quads" in names else "x86_pairs")
-        sch.compute_at(band, y)
-        _vectorize_pairs(sch, band, y)
+        if not plane:  # per output row: the KH input rows it reads
+            sch.compute_at(band, y)
+        _vectorize_pairs(sch, band, None if plane else y)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
@@ -388,6 +389,25 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(req)[-1])
     return sch
+
+
+def plane_band(node: Node) -> bool:
+    """Whether the u8 quad band of QConv ``node`` is re-laid once for the whole padded
+    input (each input row once) instead of per output row (``KH`` rows each time, a row
+    read ``KH / stride`` times): a kernel taller than its stride, and the band (the padded
+    input, channels rounded up to 4) within :data:`DW_PLANE_BYTES`. "Taller" means more
+    than twice the stride: ResNet-8's 3 x 3 stride-1 layers 27 -> 22 us, DS-CNN's 10 x 4
+    stride-2 first layer 8.2 -> 7.3 us, but its 3 x 3 stride-2 ones (1.5 rows re-laid per
+    output row) 11.5 -> 15 us: there the row band stays."""
+    x, w = node.inputs[0], node.input(1)
+    if node.op != "QConv" or len(x.shape) != 4 or w is None or len(w.shape) != 4:
+        return False
+    pt, _, pb, _ = node.attrs.get("pads", (0, 0, 0, 0))
+    _, pl, _, pr = node.attrs.get("pads", (0, 0, 0, 0))
+    kh, sh = int(w.shape[2]), int(node.attrs.get("strides", (1, 1))[0])
+    c4 = -(-int(x.shape[1]) // 4)
+    size = c4 * 4 * (int(x.shape[2]) + pt + pb) * (int(x.shape[3]) + pl + pr)
+    return kh > 2 * sh and size <= DW_PLANE_BYTES
 
 
 def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
@@ -431,12 +451,14 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     intrin = target.intrinsic(f"dot_u8s8_{lanes}x4" if quads else f"dot_i16_{lanes}x2")
     try:
-        sch = _schedule_pairs(func, lanes, intrin, tile)
+        plane = quads and plane_band(node)
+        sch = _schedule_pairs(func, lanes, intrin, tile, plane=plane)
     except KilnError:
         return None
     values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
     return OpSchedule(sch, values, list(node.outputs),
-                      {"schedule": f"int8 x86 {kind}", "lanes": lanes, "intrinsic": intrin})
+                      {"schedule": f"int8 x86 {kind}", "lanes": lanes, "intrinsic": intrin,
+                       **({} if dense else {"band": "plane" if plane else "row"})})
 
 
 def int8_space(node: Node, t: Target, lanes: int, pairs: bool, quads: bool = False
