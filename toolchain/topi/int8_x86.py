@@ -442,3 +442,68 @@ def qgemm_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Te
     return te.compute((1, mo_n, 1, p, lanes), lambda b, mo, y, i, li: te.sum(
         te.cast(band[b, rc, y, i, rh], "int32") * te.cast(wp[mo, rc, 0, 0, li, rh], "int32"),
         axis=[rc, rh]), name="x86_acc", tag="dense")
+
+
+def colquads_apply(node: Any) -> bool:
+    """Whether QConv ``node`` takes its quads along the kernel's columns instead of the
+    channels (:func:`qconv2d_x86_colquads`): one input channel (a quad of channels would be
+    three quarters zeros: DS-CNN's 10 x 4 first layer), group 1, a kernel at least 2 wide."""
+    x, w = node.input(0), node.input(1)
+    return (node.op == "QConv" and len(x.shape) == 4 and int(x.shape[1]) == 1
+            and w is not None and len(w.shape) == 4 and int(w.shape[3]) >= 2
+            and int(node.attrs.get("group", 1)) == 1)
+
+
+def pack_x86_colquads(w: np.ndarray, lanes: int) -> np.ndarray:
+    """One-channel ``[M, 1, KH, KW]`` int8 weights -> int8 ``[Mo, ceil(KW/4), KH, 1, L, 4]``:
+    four kernel columns side by side (zero past ``KW``), the ``B[j, k]`` operand of
+    ``dot_u8s8_*x4`` for :func:`qconv2d_x86_colquads`.
+
+    >>> pack_x86_colquads(np.arange(1, 6, dtype=np.int8).reshape(1, 1, 1, 5), 2)[0, :, 0, 0, 0]
+    array([[1, 2, 3, 4],
+           [5, 0, 0, 0]], dtype=int8)
+    """
+    w = np.asarray(w)
+    return pack_x86_quads(np.ascontiguousarray(w.transpose(0, 3, 2, 1)), lanes)
+
+
+def qconv2d_x86_colquads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The biased accumulators of a one-channel convolution with the quads taken along the
+    kernel's columns: ``x86_quads[n, kq, yy, ox, h]`` = the padded, unsigned input at row
+    ``yy``, column ``ox*sw + (4 kq + h)*dw`` (0 past ``KW``), so each output pixel's four
+    taps of a kernel row are one ``A[k]`` quad::
+
+        x86_acc[n, mo, y, x, l] = sum over kq, ry, h of
+            x86_quads[n, kq, y*sh + ry*dh, x, h] * wp[mo, kq, ry, 0, l, h]
+
+    over :func:`pack_x86_colquads` weights; ``(x_zp + off) * sum w`` is folded into the bias
+    as for :func:`qconv2d_x86_quads`: the same integers."""
+    from toolchain.topi.nn.conv2d import pad_spatial
+
+    mo_n, kq_n, kh, _, lanes, _ = (int(d.value) for d in wp.shape)
+    off = quad_offset(str(x.dtype))
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    xu = te.compute(x.shape, lambda *i: te.cast(te.cast(x[i], "int16") + te.const(
+        off, "int16"), "uint8"), name="x_shifted", tag="injective")
+    xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr), value=attrs["x_zero_point"] + off)
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    kw = int(attrs["kernel_width"])
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+
+    def quad(b: Any, kq: Any, yy: Any, ox: Any, h: Any) -> Any:
+        rx = kq * 4 + h
+        if kw % 4 == 0:
+            return xp[b, 0, yy, ox * sw + rx * dw]
+        v = xp[b, 0, yy, ox * sw + te.minimum(rx, te.const(kw - 1)) * dw]
+        return te.if_then_else(rx < kw, v, te.const(0, "uint8"))
+
+    band = te.compute((n, kq_n, hp, ow, 4), quad, name="x86_quads", tag="injective")
+    rc = te.reduce_axis((0, kq_n), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rh = te.reduce_axis((0, 4), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rc, y * sh + ry * dh, xx, rh], "int32")
+        * te.cast(wp[mo, rc, ry, 0, li, rh], "int32"), axis=[rc, ry, rh]),
+        name="x86_acc", tag="conv")

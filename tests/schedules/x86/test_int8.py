@@ -390,3 +390,34 @@ def test_quad_packing_and_bias_fold() -> None:
     big = [Value.constant("b", np.full(20, 2**31 - 1, np.int32)), *req[1:]]
     node2 = Node("QConv", "c", [x, Value.constant("w", -np.abs(w)), *big], [y], attrs)
     assert schedule_x86_int8(node2, "x86_64-avx512").info["schedule"] == "int8 x86 pairs"
+
+
+COLQUAD_CONVS = [  # (m, hw, (kh, kw), stride, pads, dilation): one input channel
+    (64, (49, 10), (10, 4), 2, (4, 1, 5, 1), 1),   # DS-CNN's first layer: one quad a row
+    (20, (13, 9), (3, 3), 1, (1, 1, 1, 1), 1),     # 3 columns: the fourth weight zero
+    (16, (12, 11), (3, 5), 2, (1, 2, 1, 2), 1),    # 5 columns: two quads, the second 1/4
+    (8, (10, 12), (2, 3), 1, (0, 0, 1, 2), 2),     # dilated columns, 8 lanes
+]
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("dtype,xzp", [("int8", -128), ("int8", 127), ("uint8", 0),
+                                       ("uint8", 255)])
+@pytest.mark.parametrize("cfg", COLQUAD_CONVS, ids=lambda c: f"m{c[0]}k{c[2][0]}x{c[2][1]}")
+def test_qconv_column_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, backend: str) -> None:
+    """One input channel: the quads run along the kernel's columns (four taps of a row a
+    vpdpbusd instead of one channel and three zeros), bit-exact with the reference."""
+    m, (h, w), (kh, kw), stride, pads, dil = cfg
+    oh = (h + pads[0] + pads[2] - dil * (kh - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dil * (kw - 1) - 1) // stride + 1
+    x = Value("x", (1, 1, h, w), dtype)
+    y = Value("y", (1, m, oh, ow), dtype)
+    wt = Value.constant("w", RNG.integers(-127, 128, (m, 1, kh, kw)).astype(np.int8))
+    attrs = {**_attrs(dtype, xzp, 1), "strides": [stride, stride], "pads": list(pads),
+             "dilations": [dil, dil], "group": 1}
+    node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
+    info = _check(node, _qx((1, 1, h, w), dtype), "x86_64-avx512", backend)
+    assert info["schedule"] == "int8 x86 quads" and info["quads"] == "kernel columns"
+    packed = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
+    assert packed.shape == (-(-m // x86_lanes(m)), -(-kw // 4), kh, 1, x86_lanes(m), 4)
+    np.testing.assert_array_equal(packed[0, 0, :, 0, 1, :min(kw, 4)], wt.data[1, 0, :, :4])

@@ -395,10 +395,14 @@ def plane_band(node: Node) -> bool:
     """Whether the u8 quad band of QConv ``node`` is re-laid once for the whole padded
     input (each input row once) instead of per output row (``KH`` rows each time, a row
     read ``KH / stride`` times): a kernel taller than its stride, and the band (the padded
-    input, channels rounded up to 4) within :data:`DW_PLANE_BYTES`. "Taller" means more
+    input, channels rounded up to 4; of a one-channel input taking quads of kernel columns,
+    ``ceil(KW/4) * 4`` bytes per padded row and output column) within
+    :data:`DW_PLANE_BYTES`. "Taller" means more
     than twice the stride: ResNet-8's 3 x 3 stride-1 layers 27 -> 22 us, DS-CNN's 10 x 4
     stride-2 first layer 8.2 -> 7.3 us, but its 3 x 3 stride-2 ones (1.5 rows re-laid per
     output row) 11.5 -> 15 us: there the row band stays."""
+    from toolchain.topi.int8_x86 import colquads_apply
+
     x, w = node.inputs[0], node.input(1)
     if node.op != "QConv" or len(x.shape) != 4 or w is None or len(w.shape) != 4:
         return False
@@ -407,6 +411,9 @@ def plane_band(node: Node) -> bool:
     kh, sh = int(w.shape[2]), int(node.attrs.get("strides", (1, 1))[0])
     c4 = -(-int(x.shape[1]) // 4)
     size = c4 * 4 * (int(x.shape[2]) + pt + pb) * (int(x.shape[3]) + pl + pr)
+    if colquads_apply(node):  # quads of kernel columns per output column
+        size = -(-int(w.shape[3]) // 4) * 4 * (int(x.shape[2]) + pt + pb) * int(
+            node.outputs[0].shape[3])
     return kh > 2 * sh and size <= DW_PLANE_BYTES
 
 
@@ -430,7 +437,9 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
     vals = list(node.inputs)
     dense = node.op == "QGemm"
     kind = "quads" if quads else "pairs"
-    pack_w = getattr(k8, f"pack_x86_{'dense_' if dense else ''}{kind}")
+    cols = quads and k8.colquads_apply(node)  # one channel: quads along the kernel row
+    pack_w = k8.pack_x86_colquads if cols else \
+        getattr(k8, f"pack_x86_{'dense_' if dense else ''}{kind}")
     packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
              3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
     if quads:  # sum (x - zp) w = sum (x + off) w - (zp + off) sum w: off the bias
@@ -441,6 +450,9 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
     x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
     compute = getattr(k8, f"q{'gemm' if dense else 'conv2d'}_x86_{kind}")
+    if cols:
+        compute = k8.qconv2d_x86_colquads
+        attrs = dict(attrs, kernel_width=int(vals[1].shape[3]))
     acc = compute(x, ph[1], attrs)
     req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
     y = node.outputs[0]
@@ -458,7 +470,8 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
     values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
     return OpSchedule(sch, values, list(node.outputs),
                       {"schedule": f"int8 x86 {kind}", "lanes": lanes, "intrinsic": intrin,
-                       **({} if dense else {"band": "plane" if plane else "row"})})
+                       **({} if dense else {"band": "plane" if plane else "row"}),
+                       **({"quads": "kernel columns"} if cols else {})})
 
 
 def int8_space(node: Node, t: Target, lanes: int, pairs: bool, quads: bool = False
