@@ -326,6 +326,7 @@ QUAD_CONVS = [  # (c, m, hw, k, stride, pads): channel tails (C not a multiple o
     (7, 17, (5, 9), 1, 1, (0, 0, 0, 0)),      # pointwise, two quads (one padded), 17 outputs
     (13, 24, (6, 7), 3, 1, (0, 0, 1, 1)),     # TF SAME padding: the zero point in the pad
     (2, 16, (17, 9), 5, 2, (2, 1, 2, 1)),     # 5 rows at stride 2: the whole-plane band
+    (9, 16, (9, 10), 3, 2, (1, 1, 1, 1)),     # 3 quads, 3 rows at stride 2: the row band
 ]
 
 
@@ -351,7 +352,7 @@ def test_qconv_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int,
     info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512", backend)
     assert info["schedule"] == "int8 x86 quads"
     assert info["intrinsic"] == f"x86_64-avx512.dot_u8s8_{x86_lanes(m)}x4"
-    assert info["band"] == ("plane" if k > 2 * stride else "row")
+    assert info["band"] == ("plane" if k > 2 * stride or (c <= 4 and k > stride) else "row")
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)

@@ -397,10 +397,12 @@ def plane_band(node: Node) -> bool:
     read ``KH / stride`` times): a kernel taller than its stride, and the band (the padded
     input, channels rounded up to 4; of a one-channel input taking quads of kernel columns,
     ``ceil(KW/4) * 4`` bytes per padded row and output column) within
-    :data:`DW_PLANE_BYTES`. "Taller" means more
-    than twice the stride: ResNet-8's 3 x 3 stride-1 layers 27 -> 22 us, DS-CNN's 10 x 4
-    stride-2 first layer 8.2 -> 7.3 us, but its 3 x 3 stride-2 ones (1.5 rows re-laid per
-    output row) 11.5 -> 15 us: there the row band stays."""
+    :data:`DW_PLANE_BYTES`. "Taller" means more than twice the stride: ResNet-8's 3 x 3
+    stride-1 layers 27 -> 22 us, DS-CNN's 10 x 4 stride-2 first layer 8.2 -> 7.3 us, but
+    its 3 x 3 stride-2 ones (1.5 rows re-laid per output row) 11.5 -> 15 us: there the row
+    band stays, except for one quad of channels (1-4 input channels, a band built element
+    by element either way), where re-laying each row once wins (MobileNet's 3 -> 8
+    stride-2 first layer 22.9 -> 18.4 us)."""
     from toolchain.topi.int8_x86 import colquads_apply
 
     x, w = node.inputs[0], node.input(1)
@@ -414,7 +416,7 @@ def plane_band(node: Node) -> bool:
     if colquads_apply(node):  # quads of kernel columns per output column
         size = -(-int(w.shape[3]) // 4) * 4 * (int(x.shape[2]) + pt + pb) * int(
             node.outputs[0].shape[3])
-    return kh > 2 * sh and size <= DW_PLANE_BYTES
+    return (kh > 2 * sh or (c4 == 1 and kh > sh)) and size <= DW_PLANE_BYTES
 
 
 def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
