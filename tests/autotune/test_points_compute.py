@@ -106,3 +106,37 @@ def test_int8_conv_points_compute_the_same():
         np.testing.assert_array_equal(op(xs)[0], want)
         assert op.op_schedule.info["schedule"] == (
             "int8 x86" if p["intrinsic"] == "int32" else "int8 x86 pairs")
+
+
+def test_int8_conv_knob_picks_quads_pairs_or_int32() -> None:
+    """On x86_64-avx512 the int8 convolution's ``intrinsic`` knob offers the u8 quads
+    (default), the int16 pairs and the int32 lanes; each point computes the same integers."""
+    from toolchain.graph.ir import Node, Value
+    from toolchain.graph.ops import get_op
+    from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401
+    from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
+
+    rng = np.random.default_rng(9)
+    m, sh = quantize_multipliers(rng.uniform(2e-4, 2e-2, 16))
+    x = Value("x", (1, 6, 9, 9), "int8")
+    node = Node("QConv", "conv", [
+        x, Value.constant("w", rng.integers(-127, 128, (16, 6, 3, 3)).astype(np.int8)),
+        Value.constant("b", rng.integers(-5000, 5000, 16).astype(np.int32)),
+        Value.constant("m", m), Value.constant("s", shift_table(sh))],
+        [Value("y", (1, 16, 9, 9), "int8")],
+        {"x_zero_point": -128, "y_zero_point": 5, "out_min": -128, "out_max": 127,
+         "out_dtype": "int8", "strides": [1, 1], "pads": [1, 1, 1, 1], "dilations": [1, 1],
+         "group": 1})
+    task = task_of(node, "x86_64-avx512")
+    assert task is not None
+    assert task.space.default() == {"intrinsic": "dot_u8s8_quads", "pixels": 9}
+    xs = rng.integers(-128, 128, (1, 6, 9, 9)).astype(np.int8)
+    want = get_op("QConv").reference([xs if v is x else v.data for v in node.inputs],
+                                     node.attrs)[0]
+    for kind, schedule in (("dot_u8s8_quads", "int8 x86 quads"),
+                           ("dot_i16_pairs", "int8 x86 pairs"), ("int32", "int8 x86")):
+        with forcing({task.space.workload: task.space.trace({"intrinsic": kind,
+                                                             "pixels": 3})}):
+            op = compile_op(node, task.target)
+        np.testing.assert_array_equal(op(xs)[0], want)
+        assert op.op_schedule.info["schedule"] == schedule

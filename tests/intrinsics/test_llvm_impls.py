@@ -25,6 +25,7 @@ TARGETS = ["c-generic", "x86_64-avx2", "x86_64-avx512", "cortex-m4", "cortex-m7"
 EXPECTED = {
     ("x86_64-avx512", "dot_i16"): "vpdpwssd",
     ("x86_64-avx512", "dot_u8i8"): "vpdpbusd",
+    ("x86_64-avx512", "dot_u8s8"): "vpdpbusd",
     ("x86_64-avx2", "dot_i16"): "vpmaddwd",
     ("x86_64-avx2", "dot_u8i8"): "vpmaddubsw",
     ("cortex-m4", "dot_"): "smlad",

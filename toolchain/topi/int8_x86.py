@@ -307,3 +307,203 @@ def unpack_dense(req: te.Tensor, m: int, dtype: str, name: str = "qgemm") -> te.
     return te.compute((p, m), lambda i, ch: te.cast(
         req[0, te.floordiv(ch, lanes), 0, i, te.floormod(ch, lanes)], dtype), name=name,
         tag="injective")
+
+
+def quad_offset(dtype: str) -> int:
+    """What makes an activation of ``dtype`` unsigned for ``vpdpbusd``: 128 for int8
+    (``x + 128`` = ``x ^ 0x80`` as a byte), 0 for uint8."""
+    return 128 if dtype == "int8" else 0
+
+
+def fold_quad_bias(bias: np.ndarray, w: np.ndarray, zu: int) -> np.ndarray:
+    """The int32 bias of the u8 x s8 kernels: ``bias[m] - zu * sum w[m]`` (``zu`` = the
+    input zero point made unsigned, ``x_zp + quad_offset``), since
+    ``sum (x - x_zp) w = sum (x + off) w - zu * sum w``. Raises ``ValueError`` where it
+    leaves int32 (:func:`quads_apply` says beforehand).
+
+    >>> fold_quad_bias(np.array([10, -4], np.int32), np.array([[1, 2], [-3, 0]], np.int8), 128)
+    array([-374,  380], dtype=int32)
+    """
+    w64 = np.asarray(w, np.int64).reshape(len(bias), -1)
+    out = np.asarray(bias, np.int64) - zu * w64.sum(axis=1)
+    if np.any(np.abs(out) >= 2**31):
+        raise ValueError(f"folded bias leaves int32: {out.tolist()}")
+    return out.astype(np.int32)
+
+
+def quads_apply(node: Any) -> bool:
+    """Whether QConv/QGemm ``node`` can take the u8 x s8 kernels: constant weights and bias,
+    8-bit input, and every biased accumulator ``sum (x + off) w`` (``|.| <= 255 sum |w|``)
+    and folded bias (:func:`fold_quad_bias`) inside int32.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 4), "int8"); y = Value("y", (1, 2), "int8")
+    >>> c = [Value.constant("w", np.full((2, 4), 127, np.int8)),
+    ...      Value.constant("b", np.zeros(2, np.int32))]
+    >>> quads_apply(Node("QGemm", "fc", [x, *c], [y], {"x_zero_point": -3}))
+    True
+    """
+    w, b, x = node.input(1), node.input(2), node.input(0)
+    if w is None or b is None or w.data is None or b.data is None or \
+            x.dtype not in ("int8", "uint8"):
+        return False
+    zu = int(node.attrs.get("x_zero_point", 0)) + quad_offset(x.dtype)
+    w64 = np.asarray(w.data, np.int64).reshape(int(w.shape[0]), -1)
+    folded = np.asarray(b.data, np.int64) - zu * w64.sum(axis=1)
+    return bool(np.all(255 * np.abs(w64).sum(axis=1) < 2**31)
+                and np.all(np.abs(folded) < 2**31))
+
+
+def pack_x86_quads(w: np.ndarray, lanes: int) -> np.ndarray:
+    """``[M, C, KH, KW]`` int8 weights -> int8 ``[Mo, ceil(C/4), KH, KW, L, 4]``: per output
+    channel ``mo * L + l`` the weights of input channels ``4 c4 .. 4 c4 + 3`` side by side
+    (zero-padded channels), the ``B[j, k]`` operand of the ``dot_u8s8_*x4`` intrinsics (one
+    ``vpdpbusd`` per four input channels).
+
+    >>> pack_x86_quads(np.arange(1, 6, dtype=np.int8).reshape(1, 5, 1, 1), 2)[0, :, 0, 0].tolist()
+    [[[1, 2, 3, 4], [0, 0, 0, 0]], [[5, 0, 0, 0], [0, 0, 0, 0]]]
+    """
+    m, c, kh, kw = w.shape
+    mo, c4 = -(-m // lanes), -(-c // 4)
+    out = np.zeros((mo * lanes, c4 * 4, kh, kw), np.int8)
+    out[:m, :c] = w
+    out = out.reshape(mo, lanes, c4, 4, kh, kw)
+    return np.ascontiguousarray(out.transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_x86_dense_quads(w: np.ndarray, lanes: int) -> np.ndarray:
+    """Dense ``[M, K]`` int8 weights -> int8 ``[Mo, ceil(K/4), 1, 1, L, 4]`` (the weights of
+    a 1x1 convolution, :func:`pack_x86_quads`)."""
+    return pack_x86_quads(np.asarray(w)[:, :, None, None], lanes)
+
+
+def qconv2d_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The biased int32 accumulators ``x86_acc[n, mo, y, x, l]`` of a group-1 NCHW
+    convolution over :func:`pack_x86_quads`-packed ``wp``: the input made unsigned
+    (``x + quad_offset``, ``x_zp + quad_offset`` in the padding) and re-laid as u8 channel
+    quads ``x86_quads[n, c4, y, x, h]`` = channel ``4 c4 + h`` (0 past ``C``), so that one
+    32-bit load gives the ``A[k]`` quad of the ``dot_u8s8_*x4`` intrinsics::
+
+        x86_acc[n, mo, y, x, l] = sum over c4, ry, rx, h of
+            x86_quads[n, c4, y*sh + ry*dh, x*sw + rx*dw, h] * wp[mo, c4, ry, rx, l, h]
+
+    This is :func:`qconv2d_x86_pairs`'s accumulator plus ``(x_zp + off) * sum w``, which
+    :func:`fold_quad_bias` takes out of the bias at compile time: the same integers."""
+    from toolchain.topi.nn.conv2d import pad_spatial
+
+    mo_n, c4_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
+    c = int(x.shape[1].value)
+    off = quad_offset(str(x.dtype))
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    xu = te.compute(x.shape, lambda *i: te.cast(te.cast(x[i], "int16") + te.const(
+        off, "int16"), "uint8"), name="x_shifted", tag="injective")
+    xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr), value=attrs["x_zero_point"] + off)
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+
+    def quad(b: Any, c4: Any, yy: Any, xx: Any, h: Any) -> Any:
+        ch = c4 * 4 + h
+        if c % 4 == 0:
+            return xp[b, ch, yy, xx]
+        v = xp[b, te.minimum(ch, te.const(c - 1)), yy, xx]
+        return te.if_then_else(ch < c, v, te.const(0, "uint8"))
+
+    band = te.compute((n, c4_n, hp, wdt, 4), quad, name="x86_quads", tag="injective")
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    rc = te.reduce_axis((0, c4_n), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rh = te.reduce_axis((0, 4), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
+        * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
+        name="x86_acc", tag="conv")
+
+
+def qgemm_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The biased accumulators of a dense layer ``x[P, K] . w[M, K]^T`` as a 1x1 convolution
+    over ``P`` pixels of one row (:func:`qconv2d_x86_quads`):
+    ``x86_quads[0, k4, 0, p, h] = x[p, 4 k4 + h] + quad_offset`` (0 past ``K``)."""
+    p, k = (int(d.value) for d in x.shape)
+    mo_n, k4_n, _, _, lanes, _ = (int(d.value) for d in wp.shape)
+    off = te.const(quad_offset(str(x.dtype)), "int16")
+
+    def quad(b: Any, k4: Any, y: Any, i: Any, h: Any) -> Any:
+        kk = k4 * 4 + h
+        if k % 4 == 0:
+            return te.cast(te.cast(x[i, kk], "int16") + off, "uint8")
+        v = te.cast(te.cast(x[i, te.minimum(kk, te.const(k - 1))], "int16") + off, "uint8")
+        return te.if_then_else(kk < k, v, te.const(0, "uint8"))
+
+    band = te.compute((1, k4_n, 1, p, 4), quad, name="x86_quads", tag="injective")
+    rc = te.reduce_axis((0, k4_n), name="rc")
+    rh = te.reduce_axis((0, 4), name="rh")
+    return te.compute((1, mo_n, 1, p, lanes), lambda b, mo, y, i, li: te.sum(
+        te.cast(band[b, rc, y, i, rh], "int32") * te.cast(wp[mo, rc, 0, 0, li, rh], "int32"),
+        axis=[rc, rh]), name="x86_acc", tag="dense")
+
+
+def colquads_apply(node: Any) -> bool:
+    """Whether QConv ``node`` takes its quads along the kernel's columns instead of the
+    channels (:func:`qconv2d_x86_colquads`): one input channel (a quad of channels would be
+    three quarters zeros: DS-CNN's 10 x 4 first layer), group 1, a kernel at least 2 wide."""
+    x, w = node.input(0), node.input(1)
+    return (node.op == "QConv" and len(x.shape) == 4 and int(x.shape[1]) == 1
+            and w is not None and len(w.shape) == 4 and int(w.shape[3]) >= 2
+            and int(node.attrs.get("group", 1)) == 1)
+
+
+def pack_x86_colquads(w: np.ndarray, lanes: int) -> np.ndarray:
+    """One-channel ``[M, 1, KH, KW]`` int8 weights -> int8 ``[Mo, ceil(KW/4), KH, 1, L, 4]``:
+    four kernel columns side by side (zero past ``KW``), the ``B[j, k]`` operand of
+    ``dot_u8s8_*x4`` for :func:`qconv2d_x86_colquads`.
+
+    >>> pack_x86_colquads(np.arange(1, 6, dtype=np.int8).reshape(1, 1, 1, 5), 2)[0, :, 0, 0, 0]
+    array([[1, 2, 3, 4],
+           [5, 0, 0, 0]], dtype=int8)
+    """
+    w = np.asarray(w)
+    return pack_x86_quads(np.ascontiguousarray(w.transpose(0, 3, 2, 1)), lanes)
+
+
+def qconv2d_x86_colquads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The biased accumulators of a one-channel convolution with the quads taken along the
+    kernel's columns: ``x86_quads[n, kq, yy, ox, h]`` = the padded, unsigned input at row
+    ``yy``, column ``ox*sw + (4 kq + h)*dw`` (0 past ``KW``), so each output pixel's four
+    taps of a kernel row are one ``A[k]`` quad::
+
+        x86_acc[n, mo, y, x, l] = sum over kq, ry, h of
+            x86_quads[n, kq, y*sh + ry*dh, x, h] * wp[mo, kq, ry, 0, l, h]
+
+    over :func:`pack_x86_colquads` weights; ``(x_zp + off) * sum w`` is folded into the bias
+    as for :func:`qconv2d_x86_quads`: the same integers."""
+    from toolchain.topi.nn.conv2d import pad_spatial
+
+    mo_n, kq_n, kh, _, lanes, _ = (int(d.value) for d in wp.shape)
+    off = quad_offset(str(x.dtype))
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    xu = te.compute(x.shape, lambda *i: te.cast(te.cast(x[i], "int16") + te.const(
+        off, "int16"), "uint8"), name="x_shifted", tag="injective")
+    xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr), value=attrs["x_zero_point"] + off)
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    kw = int(attrs["kernel_width"])
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+
+    def quad(b: Any, kq: Any, yy: Any, ox: Any, h: Any) -> Any:
+        rx = kq * 4 + h
+        if kw % 4 == 0:
+            return xp[b, 0, yy, ox * sw + rx * dw]
+        v = xp[b, 0, yy, ox * sw + te.minimum(rx, te.const(kw - 1)) * dw]
+        return te.if_then_else(rx < kw, v, te.const(0, "uint8"))
+
+    band = te.compute((n, kq_n, hp, ow, 4), quad, name="x86_quads", tag="injective")
+    rc = te.reduce_axis((0, kq_n), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rh = te.reduce_axis((0, 4), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rc, y * sh + ry * dh, xx, rh], "int32")
+        * te.cast(wp[mo, rc, ry, 0, li, rh], "int32"), axis=[rc, ry, rh]),
+        name="x86_acc", tag="conv")

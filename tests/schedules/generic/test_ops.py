@@ -68,6 +68,7 @@ CASES: list[tuple] = [
     ("Transpose", [rand(33, 47)], {"perm": [1, 0]}, (), 1),
     ("Transpose", [rand(2, 3, 5, 7)], {"perm": [0, 2, 3, 1]}, (), 1),
     ("Transpose", [rand(2, 40, 5, 36)], {"perm": [0, 3, 2, 1]}, (), 1),
+    ("Transpose", [rand(1, 20, 24, 3)], {"perm": [0, 3, 1, 2]}, (), 1),   # 3 planes
     ("Reshape", [rand(2, 3, 5), np.array([5, -1], I64)], {}, (1,), 1),
     ("Flatten", [rand(2, 3, 5)], {"axis": 1}, (), 1),
     ("Concat", [rand(2, 3, 5), rand(2, 4, 5, seed=1)], {"axis": 1}, (), 1),
@@ -215,6 +216,16 @@ def test_outer_reduction_vectorizes_the_kept_axis() -> None:
 def test_transpose_is_tiled() -> None:
     text = _sched("Transpose", [rand(64, 64)], {"perm": [1, 0]})
     assert "i0_0" in text and "i1_0" in text and "T.Ramp" in text  # both axes tiled
+
+
+def test_few_planes_transpose_reads_in_input_order() -> None:
+    """NHWC -> NCHW of 3 channels: the 3 planes unrolled innermost (the input read in order,
+    not 3 floats apart per vector), no tile; the 64-channel one is still tiled."""
+    text = _sched("Transpose", [rand(1, 20, 24, 3)], {"perm": [0, 3, 1, 2]})
+    loops = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("for ")]
+    assert loops == ["for i2, i3 in T.grid(20, 24):"]  # pixels; the planes unrolled inside
+    assert all(f"in0[i2 * 72 + i3 * 3{k}]" in text for k in ("", " + 1", " + 2"))
+    assert "i3_0" in _sched("Transpose", [rand(1, 20, 24, 64)], {"perm": [0, 3, 1, 2]})
 
 
 def test_no_parallel_on_one_core_or_small_work() -> None:

@@ -66,8 +66,9 @@ CONVS = [  # (c, m, hw, k, stride, pads, dilation)
 @pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}s{c[4]}")
 def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str,
                          backend: str) -> None:
-    """Group-1 convolutions on the AVX targets: int16 channel pairs and the dot_i16_*x2
-    intrinsics (vpdpwssd / vpmaddwd) except for one pair of channels and a 1x1 kernel."""
+    """Group-1 convolutions on the AVX targets: u8 channel quads and the dot_u8s8_*x4
+    intrinsics (vpdpbusd) on x86_64-avx512, int16 channel pairs and dot_i16_*x2 (vpmaddwd)
+    on x86_64-avx2, except for one pair of channels and a 1x1 kernel."""
     c, m, (h, w), k, stride, pads, dil = cfg
     oh = (h + pads[0] + pads[2] - dil * (k - 1) - 1) // stride + 1
     ow = (w + pads[1] + pads[3] - dil * (k - 1) - 1) // stride + 1
@@ -79,10 +80,13 @@ def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str
     node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
     info = _check(node, _qx((1, c, h, w), dtype), target, backend)
     pairs = c > 2 or k > 1
-    assert info["schedule"] == ("int8 x86 pairs" if pairs else "int8 x86")
+    kind = "quads" if target == "x86_64-avx512" else "pairs"
+    assert info["schedule"] == (f"int8 x86 {kind}" if pairs else "int8 x86")
     assert info["lanes"] == x86_lanes(m)
     if pairs:
-        assert info["intrinsic"] == f"{target}.dot_i16_{x86_lanes(m)}x2"
+        lanes = x86_lanes(m)
+        assert info["intrinsic"] == (f"{target}.dot_u8s8_{lanes}x4" if kind == "quads"
+                                     else f"{target}.dot_i16_{lanes}x2")
 
 
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2"])
@@ -103,15 +107,17 @@ def test_qconv_other_x86_targets(target: str) -> None:
 @pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16), (8, 640, 128),
                                    (13, 1, 8)])
 def test_qgemm_bit_exact(p: int, k: int, n: int, target: str, backend: str) -> None:
-    """Dense layers: int16 pairs of k (a 1x1 convolution over the rows, tiles of rows) on
-    the AVX targets, odd k and one k included; the int32 kernel on c-generic."""
+    """Dense layers: u8 quads (x86_64-avx512) or int16 pairs (x86_64-avx2) of k (a 1x1
+    convolution over the rows, tiles of rows), odd k and one k included; the int32 kernel
+    on c-generic."""
     x = Value("x", (p, k), "int8")
     y = Value("y", (p, n), "int8")
     wt = Value.constant("w", RNG.integers(-127, 128, (n, k)).astype(np.int8))
     node = Node("QGemm", "fc", [x, wt, *_requant(n)], [y], _attrs("int8", 7, -3))
     info = _check(node, _qx((p, k), "int8"), target, backend)
     pairs = target != "c-generic" and k > 2  # one pair of k: the int32 (or generic) kernel
-    assert (info["schedule"] == "int8 x86 pairs") == pairs
+    kind = "quads" if target == "x86_64-avx512" and k > 4 else "pairs"
+    assert (info["schedule"] == f"int8 x86 {kind}") == pairs
 
 
 DEPTHWISE = [  # (c, hw, k, stride, pads)
@@ -169,8 +175,8 @@ def test_weights_packed_at_compile_time() -> None:
     op = schedule_x86_int8(node, "c-generic")
     np.testing.assert_array_equal(op.input_values[1].data, packed)
     assert op.input_values[1].data.dtype == np.int8  # stored as int8, widened in the kernel
-    # AVX targets: int16 pairs of input channels [Mo, C/2, KH, KW, L, 2], channel 3 zero
-    pairs = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
+    # AVX2: int16 pairs of input channels [Mo, C/2, KH, KW, L, 2], channel 3 zero
+    pairs = schedule_x86_int8(node, "x86_64-avx2").input_values[1].data
     assert pairs.shape == (2, 2, 3, 3, 16, 2) and pairs.dtype == np.int16
     np.testing.assert_array_equal(pairs[1, 1, :, :, 3, 0], w[19, 2])
     np.testing.assert_array_equal(pairs[0, 0, :, :, 5, 1], w[5, 1])
@@ -312,3 +318,107 @@ def test_qadd_bit_exact(target: str, dtype: str, shifts: tuple[int, int, int],
     opts = compute_options(resolve_target(target))
     assert opts is not None and opts(node) == {"algorithm": "x86"}
     assert opts(Node("QAdd", "wide", [], [], {"left_shift": 24})) == {}  # int32 overflow
+
+
+QUAD_CONVS = [  # (c, m, hw, k, stride, pads): channel tails (C not a multiple of 4, M of L)
+    (3, 8, (11, 10), 3, 2, (1, 1, 1, 1)),     # MobileNet-like first layer, 8 lanes (ymm)
+    (1, 20, (13, 4), 3, 1, (1, 1, 1, 1)),     # DS-CNN-like one input channel: 3 of 4 zero
+    (7, 17, (5, 9), 1, 1, (0, 0, 0, 0)),      # pointwise, two quads (one padded), 17 outputs
+    (13, 24, (6, 7), 3, 1, (0, 0, 1, 1)),     # TF SAME padding: the zero point in the pad
+    (2, 16, (17, 9), 5, 2, (2, 1, 2, 1)),     # 5 rows at stride 2: the whole-plane band
+    (9, 16, (9, 10), 3, 2, (1, 1, 1, 1)),     # 3 quads, 3 rows at stride 2: the row band
+]
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("dtype,xzp,yzp", [("int8", -128, 127), ("int8", 127, -128),
+                                           ("int8", 0, 0), ("uint8", 0, 255),
+                                           ("uint8", 255, 0)])
+@pytest.mark.parametrize("cfg", QUAD_CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}")
+def test_qconv_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int,
+                               backend: str) -> None:
+    """The u8 x s8 quad kernel (dot_u8s8_*x4, vpdpbusd; activations made unsigned and
+    (x_zp + off) * sum w folded into the bias) on zero points at both ends of the range:
+    the padding holds the zero point, so a wrong fold or pad value shows at the edges."""
+    c, m, (h, w), k, stride, pads = cfg
+    oh = (h + pads[0] + pads[2] - k) // stride + 1
+    ow = (w + pads[1] + pads[3] - k) // stride + 1
+    x = Value("x", (1, c, h, w), dtype)
+    y = Value("y", (1, m, oh, ow), dtype)
+    wt = Value.constant("w", RNG.integers(-127, 128, (m, c, k, k)).astype(np.int8))
+    attrs = {**_attrs(dtype, xzp, yzp), "strides": [stride, stride], "pads": list(pads),
+             "dilations": [1, 1], "group": 1}
+    node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
+    info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512", backend)
+    assert info["schedule"] == "int8 x86 quads"
+    assert info["intrinsic"] == f"x86_64-avx512.dot_u8s8_{x86_lanes(m)}x4"
+    assert info["band"] == ("plane" if k > 2 * stride or (c <= 4 and k > stride) else "row")
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("dtype,xzp", [("int8", -128), ("int8", 127), ("uint8", 255),
+                                       ("uint8", 0)])
+@pytest.mark.parametrize("p,k,n", [(3, 13, 20), (8, 640, 128), (6, 5, 8)])
+def test_qgemm_quads_bit_exact(p: int, k: int, n: int, dtype: str, xzp: int,
+                               backend: str) -> None:
+    """Dense layers through the quad kernel: k tails (13, 5), zero points at the edges."""
+    x = Value("x", (p, k), dtype)
+    y = Value("y", (p, n), dtype)
+    wt = Value.constant("w", RNG.integers(-127, 128, (n, k)).astype(np.int8))
+    node = Node("QGemm", "fc", [x, wt, *_requant(n)], [y], _attrs(dtype, xzp, 9))
+    assert _check(node, _qx((p, k), dtype), "x86_64-avx512", backend)["schedule"] == \
+        "int8 x86 quads"
+
+
+def test_quad_packing_and_bias_fold() -> None:
+    """Weights as [Mo, C/4, KH, KW, L, 4] int8 (channel tail zero); the bias takes
+    (x_zp + 128) * sum w off; where that leaves int32 the pair kernel computes instead."""
+    w = RNG.integers(-127, 128, (20, 5, 3, 3)).astype(np.int8)
+    x = Value("x", (1, 5, 6, 6), "int8")
+    y = Value("y", (1, 20, 6, 6), "int8")
+    attrs = {**_attrs("int8", -7, 0), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 1}
+    req = _requant(20)
+    node = Node("QConv", "c", [x, Value.constant("w", w), *req], [y], attrs)
+    op = schedule_x86_int8(node, "x86_64-avx512")
+    quads, bias = op.input_values[1].data, op.input_values[2].data
+    assert quads.shape == (2, 2, 3, 3, 16, 4) and quads.dtype == np.int8
+    np.testing.assert_array_equal(quads[1, 1, :, :, 3, 0], w[19, 4])
+    np.testing.assert_array_equal(quads[0, 0, :, :, 5, 2], w[5, 2])
+    assert not quads[:, 1, ..., 1:].any() and not quads[1, ..., 4:, :].any()
+    want = req[0].data.astype(np.int64) - 121 * w.reshape(20, -1).astype(np.int64).sum(1)
+    np.testing.assert_array_equal(bias[:20], want)
+    big = [Value.constant("b", np.full(20, 2**31 - 1, np.int32)), *req[1:]]
+    node2 = Node("QConv", "c", [x, Value.constant("w", -np.abs(w)), *big], [y], attrs)
+    assert schedule_x86_int8(node2, "x86_64-avx512").info["schedule"] == "int8 x86 pairs"
+
+
+COLQUAD_CONVS = [  # (m, hw, (kh, kw), stride, pads, dilation): one input channel
+    (64, (49, 10), (10, 4), 2, (4, 1, 5, 1), 1),   # DS-CNN's first layer: one quad a row
+    (20, (13, 9), (3, 3), 1, (1, 1, 1, 1), 1),     # 3 columns: the fourth weight zero
+    (16, (12, 11), (3, 5), 2, (1, 2, 1, 2), 1),    # 5 columns: two quads, the second 1/4
+    (8, (10, 12), (2, 3), 1, (0, 0, 1, 2), 2),     # dilated columns, 8 lanes
+]
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("dtype,xzp", [("int8", -128), ("int8", 127), ("uint8", 0),
+                                       ("uint8", 255)])
+@pytest.mark.parametrize("cfg", COLQUAD_CONVS, ids=lambda c: f"m{c[0]}k{c[2][0]}x{c[2][1]}")
+def test_qconv_column_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, backend: str) -> None:
+    """One input channel: the quads run along the kernel's columns (four taps of a row a
+    vpdpbusd instead of one channel and three zeros), bit-exact with the reference."""
+    m, (h, w), (kh, kw), stride, pads, dil = cfg
+    oh = (h + pads[0] + pads[2] - dil * (kh - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dil * (kw - 1) - 1) // stride + 1
+    x = Value("x", (1, 1, h, w), dtype)
+    y = Value("y", (1, m, oh, ow), dtype)
+    wt = Value.constant("w", RNG.integers(-127, 128, (m, 1, kh, kw)).astype(np.int8))
+    attrs = {**_attrs(dtype, xzp, 1), "strides": [stride, stride], "pads": list(pads),
+             "dilations": [dil, dil], "group": 1}
+    node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
+    info = _check(node, _qx((1, 1, h, w), dtype), "x86_64-avx512", backend)
+    assert info["schedule"] == "int8 x86 quads" and info["quads"] == "kernel columns"
+    packed = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
+    assert packed.shape == (-(-m // x86_lanes(m)), -(-kw // 4), kh, 1, x86_lanes(m), 4)
+    np.testing.assert_array_equal(packed[0, 0, :, 0, 1, :min(kw, 4)], wt.data[1, 0, :, :4])

@@ -17,6 +17,14 @@ intrinsic (``vpdpwssd`` with AVX-512 VNNI, ``vpmaddwd`` + ``vpaddd`` on AVX2)::
                               . w[mo, c2, ry, rx, :, 0:2]           (dot_i16_Lx2)
         qconv[mo*L + l, y, x] = requantize(acc[x, l] + bias)    (whole row of L channels)
 
+Where the target declares ``dot_u8s8_Lx4`` (``x86_64-avx512``: ``vpdpbusd``, AVX-512 VNNI)
+the same nest runs over **u8 quads** of input channels instead (``x86_quads``, int8 weights
+``[M/L, C/4, KH, KW, L, 4]``, :func:`~toolchain.topi.int8_x86.pack_x86_quads`): the input
+is made unsigned (``x + 128`` for int8) and ``(x_zp + 128) * sum w`` is taken off the bias at
+compile time (:func:`~toolchain.topi.int8_x86.fold_quad_bias`), four channels a
+``vpdpbusd``; the pairs remain where that fold would leave int32
+(:func:`~toolchain.topi.int8_x86.quads_apply`) and on targets without the intrinsic.
+
 Before (and still on c-generic, whose arena the pair band would grow, and for one pair of
 channels with a 1x1 kernel) the ``algorithm="x86"`` computes of :mod:`toolchain.topi.int8`
 multiply int32 lanes (int8 weights ``[M/L, C, KH, KW, L]`` widened to int32 in the
@@ -50,6 +58,9 @@ Example::
     >>> attrs = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
     ...          "out_dtype": "int8"}
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx512")
+    >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
+    ('int8 x86 quads', (1, 4, 1, 1, 8, 4), dtype('int8'))
+    >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx2")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
     ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int16'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "c-generic")
@@ -320,16 +331,16 @@ def _schedule_qadd(node: Node, target: Any) -> OpSchedule:
                       {"schedule": "int8 x86", "requantize": "kiln_x86_requantize"})
 
 
-def _vectorize_pairs(sch: Schedule, band: Any, y: Any) -> None:
-    """Re-lay the pair band channel pairs innermost, vectorized (loops c2, rows, x, h ->
+def _vectorize_pairs(sch: Schedule, band: Any, y: Any | None) -> None:
+    """Re-lay the pair (or quad) band channel pairs innermost, vectorized (loops c2, rows, x, h ->
     rows, x, h, c2): the padding test then depends on outer loops only and the loop
     becomes vector code (strided loads and stores lane by lane) instead of a scalar loop
     with a test per element. Left as it is where the loops do not have that shape or
     there are more than :data:`MAX_PAIR_LANES` pairs (ResNet-8's 64 channels: 28 -> 32 us,
     the 32 lanes built one by one cost more than the scalar loop)."""
     loops = sch.get_loops(band)
-    inner = loops[loops.index(y) + 1:]
-    if len(inner) != 4 or int(sch.get(inner[-1]).extent.value) != 2:
+    inner = loops[loops.index(y) + 1:] if y is not None else loops[1:]  # root: below n
+    if len(inner) != 4 or int(sch.get(inner[-1]).extent.value) not in (2, 4):
         return
     c2, rows, x, h = inner
     if int(sch.get(c2).extent.value) > MAX_PAIR_LANES:
@@ -338,11 +349,13 @@ def _vectorize_pairs(sch: Schedule, band: Any, y: Any) -> None:
     sch.vectorize(c2)
 
 
-def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
-                    ) -> Schedule:
+def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
+                    plane: bool = False) -> Schedule:
     """The tiled convolution nest of :func:`_schedule_conv` over int16 channel pairs: the
     pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
-    the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call."""
+    the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call (or, over the
+    u8 quad band of :func:`toolchain.topi.int8_x86.qconv2d_x86_quads`, ``L`` lanes x 4 one
+    ``dot_u8s8_*x4`` call)."""
     sch = Schedule(func)
     names = block_names(sch)
     for b in ("x_shifted", "pad"):
@@ -357,16 +370,17 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
         _, ch, y, x = loops
         xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y, tile)
     if len(loops) == 4:
-        band = sch.get_block("x86_pairs")
-        sch.compute_at(band, y)
-        _vectorize_pairs(sch, band, y)
+        band = sch.get_block("x86_quads" if "x86_quads" in names else "x86_pairs")
+        if not plane:  # per output row: the KH input rows it reads
+            sch.compute_at(band, y)
+        _vectorize_pairs(sch, band, None if plane else y)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
     sp, red = inner[:spatial], inner[spatial:]
     if len(red) < 2:
-        raise ScheduleError("x86 int8 pairs: one pair of channels and a 1x1 kernel; the "
-                            "int32 kernel takes it")
+        raise ScheduleError("x86 int8 pairs/quads: one pair (quad) of channels and a 1x1 "
+                            "kernel; the int16 pair or int32 kernel takes it")
     sch.reorder(*red[:-1], *sp, red[-1])
     init = sch.decompose_reduction(acc, red[0])
     if tile > 1:
@@ -377,19 +391,45 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None
     return sch
 
 
-def _paired(node: Node, target: Target, lanes: int, tile: int | None = None
-            ) -> OpSchedule | None:
+def plane_band(node: Node) -> bool:
+    """Whether the u8 quad band of QConv ``node`` is re-laid once for the whole padded
+    input (each input row once) instead of per output row (``KH`` rows each time, a row
+    read ``KH / stride`` times): a kernel taller than its stride, and the band (the padded
+    input, channels rounded up to 4; of a one-channel input taking quads of kernel columns,
+    ``ceil(KW/4) * 4`` bytes per padded row and output column) within
+    :data:`DW_PLANE_BYTES`. "Taller" means more than twice the stride: ResNet-8's 3 x 3
+    stride-1 layers 27 -> 22 us, DS-CNN's 10 x 4 stride-2 first layer 8.2 -> 7.3 us, but
+    its 3 x 3 stride-2 ones (1.5 rows re-laid per output row) 11.5 -> 15 us: there the row
+    band stays, except for one quad of channels (1-4 input channels, a band built element
+    by element either way), where re-laying each row once wins (MobileNet's 3 -> 8
+    stride-2 first layer 22.9 -> 18.4 us)."""
+    from toolchain.topi.int8_x86 import colquads_apply
+
+    x, w = node.inputs[0], node.input(1)
+    if node.op != "QConv" or len(x.shape) != 4 or w is None or len(w.shape) != 4:
+        return False
+    pt, _, pb, _ = node.attrs.get("pads", (0, 0, 0, 0))
+    _, pl, _, pr = node.attrs.get("pads", (0, 0, 0, 0))
+    kh, sh = int(w.shape[2]), int(node.attrs.get("strides", (1, 1))[0])
+    c4 = -(-int(x.shape[1]) // 4)
+    size = c4 * 4 * (int(x.shape[2]) + pt + pb) * (int(x.shape[3]) + pl + pr)
+    if colquads_apply(node):  # quads of kernel columns per output column
+        size = -(-int(w.shape[3]) // 4) * 4 * (int(x.shape[2]) + pt + pb) * int(
+            node.outputs[0].shape[3])
+    return (kh > 2 * sh or (c4 == 1 and kh > sh)) and size <= DW_PLANE_BYTES
+
+
+def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
+            quads: bool = False) -> OpSchedule | None:
     """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
-    int16 pairs of input channels (None where the nest refuses)."""
+    int16 pairs of input channels, or (``quads``) u8 quads with the zero point folded into
+    the bias (None where the nest refuses)."""
     from toolchain.graph.ops.nn_common import attrs_of
+    from toolchain.topi import int8_x86 as k8
     from toolchain.topi.int8_x86 import (
         lane_requant,
-        pack_x86_dense_pairs,
-        pack_x86_pairs,
         pad_channels,
         pad_shifts,
-        qconv2d_x86_pairs,
-        qgemm_x86_pairs,
         requant_fits_int32,
         unpack_dense,
         unpack_lanes,
@@ -397,15 +437,25 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None
 
     attrs = attrs_of(node)
     vals = list(node.inputs)
-    packs = {1: lambda v: pack_x86_pairs(v, lanes), 2: lambda v: pad_channels(v, lanes),
-             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
     dense = node.op == "QGemm"
-    if dense:
-        packs[1] = lambda v: pack_x86_dense_pairs(v, lanes)
+    kind = "quads" if quads else "pairs"
+    cols = quads and k8.colquads_apply(node)  # one channel: quads along the kernel row
+    pack_w = k8.pack_x86_colquads if cols else \
+        getattr(k8, f"pack_x86_{'dense_' if dense else ''}{kind}")
+    packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
+             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
+    if quads:  # sum (x - zp) w = sum (x + off) w - (zp + off) sum w: off the bias
+        zu = int(attrs["x_zero_point"]) + k8.quad_offset(str(vals[0].dtype))
+        w = vals[1].data
+        packs[2] = lambda v: pad_channels(k8.fold_quad_bias(v, w, zu), lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
     x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
-    acc = (qgemm_x86_pairs if dense else qconv2d_x86_pairs)(x, ph[1], attrs)
+    compute = getattr(k8, f"q{'gemm' if dense else 'conv2d'}_x86_{kind}")
+    if cols:
+        compute = k8.qconv2d_x86_colquads
+        attrs = dict(attrs, kernel_width=int(vals[1].shape[3]))
+    acc = compute(x, ph[1], attrs)
     req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
     y = node.outputs[0]
     if dense:
@@ -413,32 +463,40 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None
     else:
         out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
-    intrin = target.intrinsic(f"dot_i16_{lanes}x2")
+    intrin = target.intrinsic(f"dot_u8s8_{lanes}x4" if quads else f"dot_i16_{lanes}x2")
     try:
-        sch = _schedule_pairs(func, lanes, intrin, tile)
+        plane = quads and plane_band(node)
+        sch = _schedule_pairs(func, lanes, intrin, tile, plane=plane)
     except KilnError:
         return None
     values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
     return OpSchedule(sch, values, list(node.outputs),
-                      {"schedule": "int8 x86 pairs", "lanes": lanes, "intrinsic": intrin})
+                      {"schedule": f"int8 x86 {kind}", "lanes": lanes, "intrinsic": intrin,
+                       **({} if dense else {"band": "plane" if plane else "row"}),
+                       **({"quads": "kernel columns"} if cols else {})})
 
 
-def int8_space(node: Node, t: Target, lanes: int, pairs: bool) -> Space:
+def int8_space(node: Node, t: Target, lanes: int, pairs: bool, quads: bool = False
+               ) -> Space:
     """The knobs of the register-tiled int8 convolution: ``pixels`` (output pixels per
     register tile: divisors of the output width up to :data:`MAX_ROW`; default
-    :func:`pixel_tile`) and, where the target has the ``dot_i16_{L}x2`` intrinsic, which
-    kernel computes (``intrinsic``: ``dot_i16_pairs``, the default, or ``int32``)."""
+    :func:`pixel_tile`) and, where the target has the ``dot_i16_{L}x2`` (``dot_u8s8_{L}x4``)
+    intrinsic, which kernel computes (``intrinsic``: ``dot_u8s8_quads``, the default where
+    it applies, ``dot_i16_pairs`` or ``int32``)."""
     width = int(node.outputs[0].shape[3])
     default = pixel_tile(width)
     knobs = [Knob("pixels", with_default(divisors(width, MAX_ROW), default), default,
                   "output pixels per register tile")]
-    if pairs:
-        knobs.insert(0, Knob("intrinsic", ("dot_i16_pairs", "int32"), "dot_i16_pairs",
-                             "int16 channel pairs through dot_i16 intrinsic, or int32 lanes"))
+    if pairs or quads:
+        kinds = (("dot_u8s8_quads",) if quads else ()) + \
+            (("dot_i16_pairs",) if pairs else ()) + ("int32",)
+        knobs.insert(0, Knob("intrinsic", kinds, kinds[0],
+                             "u8 channel quads through dot_u8s8 (vpdpbusd), int16 channel "
+                             "pairs through dot_i16, or int32 lanes"))
     a = {k: node.attrs.get(k) for k in ("strides", "pads", "dilations", "group")}
     key = (f"int8_conv|x{'x'.join(map(str, node.inputs[0].shape))}|"
            f"w{'x'.join(map(str, node.inputs[1].shape))}|{a}|lanes{lanes}|"
-           f"v{t.vector_width_bits}|pairs{int(pairs)}")
+           f"v{t.vector_width_bits}|pairs{int(pairs)}" + ("|quads1" if quads else ""))
     return Space("int8_conv", key, tuple(knobs))
 
 
@@ -447,6 +505,7 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     schedule where the tiled kernels do not apply: grouped convolutions, QGemm with a >2-D
     input, other ops, or a nest the schedule refuses)."""
     from toolchain.topi.int8 import x86_applies, x86_lanes
+    from toolchain.topi.int8_x86 import quads_apply
     from toolchain.topi.registry import node_compute
 
     t = resolve_target(target)
@@ -459,9 +518,16 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
     pairs = t.has_intrinsic(f"dot_i16_{lanes}x2")
-    point = decide(int8_space(node, t, lanes, pairs)) if node.op == "QConv" else {}
+    quads = t.has_intrinsic(f"dot_u8s8_{lanes}x4") and quads_apply(node)
+    point = decide(int8_space(node, t, lanes, pairs, quads)) if node.op == "QConv" else {}
     tile = point.get("pixels")
-    if pairs and point.get("intrinsic", "dot_i16_pairs") == "dot_i16_pairs":
+    kind = point.get("intrinsic", "dot_u8s8_quads" if quads else "dot_i16_pairs")
+    if quads and kind == "dot_u8s8_quads":
+        op = _paired(node, t, lanes, tile, quads=True)  # u8 x s8 channel quads (vpdpbusd)
+        if op is not None:
+            return op
+        kind = "dot_i16_pairs"
+    if pairs and kind == "dot_i16_pairs":
         op = _paired(node, t, lanes, tile)  # int16 channel pairs (vpdpwssd, vpmaddwd)
         if op is not None:
             return op
