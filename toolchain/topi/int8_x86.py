@@ -237,27 +237,34 @@ def qconv2d_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
     from toolchain.topi.int8 import shifted
     from toolchain.topi.nn.conv2d import pad_spatial
 
-    mo_n, c2_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
-    c = int(x.shape[1].value)
-    sh, sw = attrs["strides"]
-    dh, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
     xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
-    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    return _grouped_acc(xp, wp, int(x.shape[1].value), 2, "x86_pairs", attrs["strides"],
+                        attrs["dilations"])
 
-    def pair(b: Any, c2: Any, yy: Any, xx: Any, h: Any) -> Any:
-        ch = c2 * 2 + h
-        if c % 2 == 0:
+
+def _grouped_acc(xp: te.Tensor, wp: te.Tensor, c: int, g: int, name: str,
+                 strides: Any, dilations: Any) -> te.Tensor:
+    """The accumulators of a convolution over the padded input ``xp`` with its ``c``
+    channels in groups of ``g`` (the band ``name``: pairs or quads, zero past ``c``) and
+    the weights ``wp`` packed ``[Mo, C/g, KH, KW, L, g]``."""
+    mo_n, cg_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
+    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    (sh, sw), (dh, dw) = strides, dilations
+
+    def group(b: Any, cg: Any, yy: Any, xx: Any, h: Any) -> Any:
+        ch = cg * g + h
+        if c % g == 0:
             return xp[b, ch, yy, xx]
         v = xp[b, te.minimum(ch, te.const(c - 1)), yy, xx]
-        return te.if_then_else(ch < c, v, te.const(0, "int16"))
+        return te.if_then_else(ch < c, v, te.const(0, xp.dtype))
 
-    band = te.compute((n, c2_n, hp, wdt, 2), pair, name="x86_pairs", tag="injective")
+    band = te.compute((n, cg_n, hp, wdt, g), group, name=name, tag="injective")
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
-    rc = te.reduce_axis((0, c2_n), name="rc")
+    rc = te.reduce_axis((0, cg_n), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    rh = te.reduce_axis((0, 2), name="rh")
+    rh = te.reduce_axis((0, g), name="rh")
     return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
         te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
         * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
@@ -391,34 +398,13 @@ def qconv2d_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
     :func:`fold_quad_bias` takes out of the bias at compile time: the same integers."""
     from toolchain.topi.nn.conv2d import pad_spatial
 
-    mo_n, c4_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
-    c = int(x.shape[1].value)
     off = quad_offset(str(x.dtype))
-    sh, sw = attrs["strides"]
-    dh, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
     xu = te.compute(x.shape, lambda *i: te.cast(te.cast(x[i], "int16") + te.const(
         off, "int16"), "uint8"), name="x_shifted", tag="injective")
     xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr), value=attrs["x_zero_point"] + off)
-    n, _, hp, wdt = (int(d.value) for d in xp.shape)
-
-    def quad(b: Any, c4: Any, yy: Any, xx: Any, h: Any) -> Any:
-        ch = c4 * 4 + h
-        if c % 4 == 0:
-            return xp[b, ch, yy, xx]
-        v = xp[b, te.minimum(ch, te.const(c - 1)), yy, xx]
-        return te.if_then_else(ch < c, v, te.const(0, "uint8"))
-
-    band = te.compute((n, c4_n, hp, wdt, 4), quad, name="x86_quads", tag="injective")
-    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
-    rc = te.reduce_axis((0, c4_n), name="rc")
-    ry = te.reduce_axis((0, kh), name="ry")
-    rx = te.reduce_axis((0, kw), name="rx")
-    rh = te.reduce_axis((0, 4), name="rh")
-    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
-        te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
-        * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
-        name="x86_acc", tag="conv")
+    return _grouped_acc(xp, wp, int(x.shape[1].value), 4, "x86_quads", attrs["strides"],
+                        attrs["dilations"])
 
 
 def qgemm_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
