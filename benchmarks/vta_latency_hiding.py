@@ -52,6 +52,7 @@ from toolchain.target import load_target  # noqa: E402
 from toolchain.vta import RESNET18_LAYERS, gemm_workload, load_config, run_fsim  # noqa: E402
 from toolchain.vta.compile import compile_conv2d, compile_dense  # noqa: E402
 from toolchain.vta.rtl import run_batch  # noqa: E402
+from toolchain.vta.workloads import expected_conv  # noqa: E402
 
 
 def load_cycles(wl, cfg) -> float:
@@ -127,21 +128,6 @@ def run_layer(name: str, cfg, scale: float, check: bool, target=None) -> dict:
     }
 
 
-def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
-                   shift: int) -> np.ndarray:
-    """numpy oracle of the requantised int8 convolution."""
-    ic, h, wd = x.shape
-    oc, _, k, _ = w.shape
-    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
-    xp[:, pad:pad + h, pad:pad + wd] = x
-    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
-    out = np.zeros((oc, oh, ow), np.int64)
-    for kh in range(k):
-        for kw in range(k):
-            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
-                       kw:kw + (ow - 1) * stride + 1:stride]
-            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
-    return np.clip(out >> shift, -128, 127).astype(np.int8)
 
 
 def run_conv(name: str, cfg, scale: float, check: bool, target) -> dict:
@@ -160,7 +146,7 @@ def run_conv(name: str, cfg, scale: float, check: bool, target) -> dict:
                                        cfg, latency=cfg.latency_cycles,
                                        bandwidth=cfg.bytes_per_cycle)
     ok = bool((wl.read_output(d_h) == wl.expected).all()
-              and (conv.read_output(d_c) == conv_reference(x, wt, layer.s, layer.k // 2,
+              and (conv.read_output(d_c) == expected_conv(x, wt, layer.s, layer.k // 2,
                                                            shift)).all())
     if check:
         ok = ok and np.array_equal(d_c, run_fsim(conv.program, conv.image(x),

@@ -51,25 +51,9 @@ from toolchain.vta import gemm_workload  # noqa: E402
 from toolchain.vta.compile import compile_conv2d, compile_conv2d_im2col, im2col  # noqa: E402
 from toolchain.vta.config import config_from_target  # noqa: E402
 from toolchain.vta.rtl_device import run_rtl_device  # noqa: E402
+from toolchain.vta.workloads import expected_conv  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 from toolchain.zoo.quantized import kiln_qdq  # noqa: E402
-
-
-def conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
-                   shift: int) -> np.ndarray:
-    """numpy oracle of the requantised int8 convolution (``clip(acc >> shift)``)."""
-    ic, h, wd = x.shape
-    oc, _, k, _ = w.shape
-    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
-    xp[:, pad:pad + h, pad:pad + wd] = x
-    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
-    out = np.zeros((oc, oh, ow), np.int64)
-    for kh in range(k):
-        for kw in range(k):
-            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
-                       kw:kw + (ow - 1) * stride + 1:stride]
-            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
-    return np.clip(out >> shift, -128, 127).astype(np.int8)
 
 
 def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
@@ -81,7 +65,7 @@ def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (ic, h, wd), dtype=np.int8)
     shift = 10
-    ref = conv_reference(x, w, stride, pad, shift)
+    ref = expected_conv(x, w, stride, pad, shift)
     if as_im2col:
         conv = compile_conv2d_im2col(w, h, wd, shift, target, stride=stride, pad=pad,
                                      layer=node.name)

@@ -18,6 +18,7 @@ from toolchain.vta.compile import (
     im2col,
 )
 from toolchain.vta.isa import MEM_INP, MEM_UOP, Finish, Load
+from toolchain.vta.workloads import expected_conv
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 
@@ -144,20 +145,6 @@ def test_bad_input_is_refused_naming_the_layer() -> None:
         layer.image(np.zeros((16, 63), np.int8))
 
 
-def _conv_reference(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
-                    shift: int) -> np.ndarray:
-    ic, h, wd = x.shape
-    oc, _, k, _ = w.shape
-    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
-    xp[:, pad:pad + h, pad:pad + wd] = x
-    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
-    out = np.zeros((oc, oh, ow), np.int64)
-    for kh in range(k):
-        for kw in range(k):
-            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
-                       kw:kw + (ow - 1) * stride + 1:stride]
-            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
-    return np.clip(out >> shift, -128, 127).astype(np.int8)
 
 
 @pytest.mark.parametrize("ic, h, w, oc, k, stride, pad, tiles, vthreads", [
@@ -174,7 +161,7 @@ def test_convolutions_are_bit_exact_on_the_functional_simulator(ic, h, w, oc, k,
     wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
     conv = compile_conv2d(wt, h, w, 10, stride=stride, pad=pad, tiles=tiles,
                           vthreads=vthreads, layer="conv")
-    ref = _conv_reference(x, wt, stride, pad, 10)
+    ref = expected_conv(x, wt, stride, pad, 10)
     for tokens, seed in ((False, None), (True, 5)):
         got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
                                         seed=seed).dram)
@@ -211,7 +198,7 @@ def test_one_block_of_input_channels_is_bit_exact_on_the_functional_simulator(
     wt = rng.integers(-128, 128, (oc, ic, k, k), dtype=np.int8)
     conv = compile_conv2d(wt, h, h, 10, stride=stride, pad=pad, tiles=tiles,
                           vthreads=vthreads, layer="conv")
-    ref = _conv_reference(x, wt, stride, pad, 10)
+    ref = expected_conv(x, wt, stride, pad, 10)
     for tokens, seed in ((False, None), (True, 7)):
         got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
                                         seed=seed).dram)
@@ -237,7 +224,7 @@ def test_random_convolutions_with_few_channels_are_bit_exact(seed: int) -> None:
         assert "no tiling" in str(exc)
         conv = compile_conv2d(wt, h, w, 9, stride=stride, pad=pad, vthreads=1,
                               layer=f"rand{seed}")
-    ref = _conv_reference(x, wt, stride, pad, 9)
+    ref = expected_conv(x, wt, stride, pad, 9)
     for tokens in (False, True):
         got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
                                         seed=seed + 1).dram)
@@ -258,4 +245,4 @@ def test_a_convolution_as_an_im2col_gemm_is_bit_exact(ic, h, oc, k, stride, pad)
         got = gemm.read_output(run_fsim(gemm.program, gemm.image(im2col(x, gemm.conv)),
                                         tokens=tokens, seed=2).dram)
         np.testing.assert_array_equal(got.T.reshape(oc, oh, ow),
-                                      _conv_reference(x, wt, stride, pad, 10))
+                                      expected_conv(x, wt, stride, pad, 10))

@@ -129,6 +129,30 @@ def expected_result(a: np.ndarray, b: np.ndarray, shift: int, requant: str) -> n
     return (acc & 0xFF).astype(np.uint8).view(np.int8)
 
 
+def expected_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
+                  shift: int) -> np.ndarray:
+    """numpy oracle of a compiled convolution layer: ``x[IC, H, W]`` int8 convolved with
+    ``w[OC, IC, K, K]`` (square stride and padding) in int64, shifted right by ``shift``
+    and clipped to int8 (the requantisation ``compile_conv2d`` programs perform).
+
+    >>> x = np.ones((2, 3, 3), np.int8); w = np.ones((1, 2, 3, 3), np.int8)
+    >>> expected_conv(x, w, 1, 1, 0)[0].tolist()
+    [[8, 12, 8], [12, 18, 12], [8, 12, 8]]
+    """
+    ic, h, wd = x.shape
+    oc, _, k, _ = w.shape
+    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
+    xp[:, pad:pad + h, pad:pad + wd] = x
+    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    out = np.zeros((oc, oh, ow), np.int64)
+    for kh in range(k):
+        for kw in range(k):
+            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
+                       kw:kw + (ow - 1) * stride + 1:stride]
+            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
+    return np.clip(out >> shift, -128, 127).astype(np.int8)
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
