@@ -14,7 +14,9 @@ line.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "extends": ((str,), "the name of a shipped target whose keys this one starts from", False),
     "rename_functions": ((dict,), "a mapping of C function-name prefix to its replacement in "
                                   "the intrinsics taken from the extended target", False),
+    "drop_intrinsics": ((list,), "a list of names (shell patterns) of the extended target's "
+                                 "intrinsics this one does not have", False),
 }
 
 _CACHE_KEYS = ("l1d", "l2", "l3")
@@ -513,13 +517,17 @@ def parse_target(text: str, path: str = "<string>") -> Target:
             val = _check_nested(vnode, val, path, key)
         values[key] = val
     renames = values.pop("rename_functions", None)
+    drops = values.pop("drop_intrinsics", None)
     if "extends" in values:
-        values = _inherit(values, renames or {}, path)
-    elif renames is not None:
-        raise TargetError(f"{path}: key 'rename_functions' renames the intrinsics of an "
-                          "extended target: add 'extends: <target>'")
+        values = _inherit(values, renames or {}, path, drops or ())
+    else:
+        for key, given in (("rename_functions", renames), ("drop_intrinsics", drops)):
+            if given is not None:
+                raise TargetError(f"{path}: key {key!r} applies to the intrinsics of an "
+                                  "extended target: add 'extends: <target>'")
     for key, (_, tname, required) in _SCHEMA.items():
-        if required and key not in values and key not in ("extends", "rename_functions"):
+        if required and key not in values and key not in ("extends", "rename_functions",
+                                                          "drop_intrinsics"):
             raise TargetError(f"{path}: missing required key {key!r} ({tname})")
     if values["kind"] not in KINDS:
         raise TargetError(f"{path}: kind {values['kind']!r} is not one of {', '.join(KINDS)}")
@@ -531,16 +539,23 @@ def parse_target(text: str, path: str = "<string>") -> Target:
 _EXTENDING: set[str] = set()
 
 
-def _inherit(values: dict[str, Any], renames: dict[str, str], path: str) -> dict[str, Any]:
+def _inherit(values: dict[str, Any], renames: dict[str, str], path: str,
+             drops: Sequence[str] = ()) -> dict[str, Any]:
     """``values`` on top of the target named by ``values["extends"]``: every key the
     descriptor does not set comes from that target (except its name and description);
     intrinsics are merged by name, the inherited ones with their C function names renamed
-    by ``renames`` (prefix -> prefix), so two descriptors' functions never collide.
+    by ``renames`` (prefix -> prefix), so two descriptors' functions never collide, and
+    those matching a pattern of ``drops`` left out (the schedules then take the path that
+    needs no such intrinsic: a capability the variant does not have).
 
     >>> t = parse_target("{name: m, kind: c, extends: cortex-m4, "
-    ...                  "rename_functions: {kiln_m4_: kiln_mx_}}")
+    ...                  "rename_functions: {kiln_m4_: kiln_mx_}, "
+    ...                  "drop_intrinsics: ['dot_q15q15_*']}")
     >>> t.cflags == load_target("cortex-m4").cflags, t.intrinsics["dot_q15q7_4x4"]["function"]
     (True, 'kiln_mx_dot_q15q7_4x4')
+    >>> wide = "dot_q15q15_2x2x16"
+    >>> t.has_intrinsic(wide), load_target("cortex-m4").has_intrinsic(wide)
+    (False, True)
     """
     base_name = values["extends"]
     for old, new in renames.items():
@@ -559,8 +574,15 @@ def _inherit(values: dict[str, Any], renames: dict[str, str], path: str) -> dict
         _EXTENDING.discard(base_name)
     merged = {f.name: getattr(base, f.name) for f in fields(Target)
               if f.name not in ("name", "description", "source", "extends")}
+    for pattern in drops:
+        if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern)
+                                                   for n in base.intrinsics):
+            raise TargetError(f"{path}: drop_intrinsics entry {pattern!r} matches no intrinsic "
+                              f"of {base_name!r}; it declares: {', '.join(base.intrinsics)}")
     intrinsics: dict[str, dict[str, Any]] = {}
     for name, spec in base.intrinsics.items():
+        if any(fnmatch.fnmatchcase(name, p) for p in drops):
+            continue
         fn = spec.get("function")
         if fn is None:  # an accelerator instruction: nothing to rename
             intrinsics[name] = {"source": spec.get("source", base.source), **spec}

@@ -138,16 +138,37 @@ def test_extends_takes_the_base_target_and_renames_its_functions() -> None:
         assert m7.intrinsics[name]["function"] == spec["function"].replace("kiln_m4_", "kiln_m7_")
 
 
+def test_extends_can_leave_intrinsics_out() -> None:
+    """A variant without the widened-weight dots (a flash-tight board's): every other
+    intrinsic of the base, none matching the patterns."""
+    t = parse_target("{name: m4-compact, kind: c, extends: cortex-m4, "
+                     "drop_intrinsics: ['dot_q15q15_*']}")
+    m4 = load_target("cortex-m4")
+    dropped = {n for n in m4.intrinsics if n.startswith("dot_q15q15_")}
+    assert dropped and set(t.intrinsics) == set(m4.intrinsics) - dropped
+
+
 def test_bad_extends_is_named() -> None:
     assert "key 'extends': unknown target 'nope'" in _err("""\
         name: t
         kind: c
         extends: nope
         """)
-    assert "rename_functions' renames the intrinsics of an extended target" in _err("""\
+    assert "'rename_functions' applies to the intrinsics of an extended target" in _err("""\
         name: t
         kind: c
         rename_functions: {a_: b_}
+        """)
+    assert "'drop_intrinsics' applies to the intrinsics of an extended target" in _err("""\
+        name: t
+        kind: c
+        drop_intrinsics: [dot_*]
+        """)
+    assert "drop_intrinsics entry 'dot_q31_*' matches no intrinsic of 'cortex-m4'" in _err("""\
+        name: t
+        kind: c
+        extends: cortex-m4
+        drop_intrinsics: [dot_q31_*]
         """)
     assert "makes a cycle" in _err("""\
         name: cortex-m4

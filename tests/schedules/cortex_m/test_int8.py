@@ -5,6 +5,7 @@ with the integer references on the host (portable C fallbacks of SXTB16/SMLAD) a
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def _gemm(n: int, k: int, m: int) -> Node:
                 {"x_zero_point": -9, **_out("int8", 4)})
 
 
-def _run_host(node: Node, x: np.ndarray, target: str = "cortex-m4") -> tuple[np.ndarray, dict]:
+def _run_host(node: Node, x: np.ndarray, target: Any = "cortex-m4") -> tuple[np.ndarray, dict]:
     """Schedule for ``target``, build the kernel for the host (portable fallbacks), run."""
     s = schedule_for(node, target)
     mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
@@ -509,6 +510,26 @@ def test_widened_weights_at_the_int8_edges_are_bit_exact(c: int, hw: tuple[int, 
     want = _reference(node, x)
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 10
+
+
+def test_a_variant_without_the_widened_dot_keeps_int8_weights() -> None:
+    """A flash-tight variant (``drop_intrinsics: [dot_q15q15_*]``) schedules the same 3 x 3
+    convolution on the int8-weight two-pixel dot: half the weight bytes, the same
+    integers."""
+    from toolchain.target import parse_target
+
+    compact = parse_target("{name: m4-compact, kind: c, extends: cortex-m4, "
+                           "drop_intrinsics: ['dot_q15q15_*']}")
+    node = _conv(16, 8, 3, 1, (1, 1, 1, 1), hw=(6, 6))
+    x = RNG.integers(-128, 128, node.inputs[0].shape).astype(np.int8)
+    wide, narrow = schedule_for(node, "cortex-m4"), schedule_for(node, compact)
+    assert _info(wide)["intrinsic"].startswith("cortex-m4.dot_q15q15_2x2x")
+    assert _info(narrow)["intrinsic"].startswith("m4-compact.dot_q15q7_2x2x")
+    bytes_of = [sum(v.data.nbytes for v in s.input_values[1:] if v.data.dtype.itemsize <= 2
+                    and v.data.ndim > 1) for s in (wide, narrow)]
+    assert bytes_of[1] > 0 and bytes_of[1] * 2 == bytes_of[0]
+    got, _ = _run_host(node, x, compact)
+    np.testing.assert_array_equal(got, _reference(node, x))
 
 
 def test_scheduling_leaves_the_lowering_pipeline_as_it_is() -> None:

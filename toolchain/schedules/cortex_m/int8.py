@@ -30,8 +30,8 @@ after (``xx_0``: the pair)::
         qconv[.., m, y, 2 xx_0 + xx_1] = requantize(acc[xx_1, m] + bias[m])
 
 A k x k convolution (kernel larger than 1 x 1) reads its weights widened to int16 at
-compile time (:data:`WIDE_WEIGHTS`, ``dot_q15q15_2x2x{4G}``: no SXTB16 in the loop, twice
-the flash for those weights); 1 x 1 ones keep int8 weights.
+compile time where the target declares ``dot_q15q15_2x2x{4G}`` (:func:`wide_weights`: no
+SXTB16 in the loop, twice the flash for those weights); 1 x 1 ones keep int8 weights.
 
 Odd channel counts keep one pixel a step: ``dot_q15q7_4x{4G}`` (four channels, G from
 :data:`MAX_GROUPS`) or ``dot_q15q7_1x4`` when 4 does not divide the channels.
@@ -114,19 +114,35 @@ def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
     pixels (0: pairs of the flattened pixel index, any count); None where it does not
     apply (odd channel count or odd width: one pixel a call). ``wide``: over int16 weights
-    (``dot_q15q15``, see :data:`WIDE_WEIGHTS`)."""
+    (``dot_q15q15``, see :func:`wide_weights`)."""
     if channels % 2 or width % 2:
         return None
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
     return target.intrinsic(f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}"), groups
 
 
-#: whether the two-pixel k x k convolutions (kernel larger than 1 x 1) take their weights
-#: widened to int16 at compile time (``dot_q15q15_2x2``: no SXTB16 in the dot loop, 14
-#: instructions per 16 MACs instead of 18; their weights take twice the flash). Pointwise
-#: convolutions keep int8 weights: their short reductions spend more on the im2col copy
-#: and the requantization than on unpacking, and they hold MobileNet's weight bytes.
-WIDE_WEIGHTS = True
+def wide_weights(target: Target, window: tuple[int, ...] | None, k: int) -> bool:
+    """Whether a two-pixel convolution with this kernel ``window`` and (padded) reduction
+    ``k`` takes its weights widened to int16 at compile time (``dot_q15q15_2x2``: no
+    SXTB16 in the dot loop, 14 instructions per 16 MACs instead of 18; its weights take
+    twice the flash): a k x k kernel (1 x 1 ones keep int8 weights: their short reductions
+    spend more on the im2col copy and the requantization than on unpacking, and they hold
+    MobileNet's weight bytes) on a target that declares the widened intrinsic. A variant
+    for a flash-tight board leaves them out (``drop_intrinsics: [dot_q15q15_*]``,
+    docs/embedded.md) and keeps int8 weights.
+
+    >>> from toolchain.target import load_target, parse_target
+    >>> wide_weights(load_target("cortex-m4"), (3, 3), 144)
+    True
+    >>> compact = parse_target("{name: m4-compact, kind: c, extends: cortex-m4, "
+    ...                        "drop_intrinsics: ['dot_q15q15_*']}")
+    >>> wide_weights(compact, (3, 3), 144), wide_weights(load_target("cortex-m4"), (1, 1), 16)
+    (False, False)
+    """
+    if window is None or window == (1, 1):
+        return False
+    groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
+    return target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}")
 
 
 def _tensorize_pairs(sch: Schedule, intrin: str, groups: int) -> None:
@@ -329,7 +345,7 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
-    wide = WIDE_WEIGHTS and window is not None and window != (1, 1)
+    wide = wide_weights(t, window, kp)
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
         pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide)
