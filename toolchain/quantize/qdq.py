@@ -161,10 +161,18 @@ class _Builder:
                                [d], {"axis": axis} if per_axis else {}))
         return d, scale
 
-    def bias(self, b: Value, x_scale: float, w_scale: np.ndarray) -> Value:
+    def bias(self, b: Value, x_scale: float, w_scale: np.ndarray, channels: int
+             ) -> Value | None:
+        """The int32 bias of a layer with ``channels`` outputs, or None where ``b`` is no
+        per-output-channel bias (a Gemm's ``C`` may be a whole ``(M, N)`` matrix or an
+        ``(M, 1)`` column: it stays float); a ``C`` of one value, broadcast over the
+        outputs, is quantized per channel like a full one (seed 141057)."""
         assert b.data is not None
+        shape = tuple(b.data.shape)
+        if any(d != 1 for d in shape[:-1]) or (shape and shape[-1] not in (1, channels)):
+            return None
         scale = (np.float64(x_scale) * w_scale.astype(np.float64)).reshape(-1)
-        data = np.asarray(b.data, np.float64).reshape(-1)
+        data = np.broadcast_to(np.asarray(b.data, np.float64).reshape(-1), (channels,))
         scale = np.broadcast_to(scale, data.shape).astype(np.float32)
         q = np.clip(np.rint(data / scale.astype(np.float64)), -(2**31), 2**31 - 1)
         qv = Value.constant(f"{b.name}_quantized", q.astype(np.int32))
@@ -247,7 +255,8 @@ def insert_qdq(graph: Graph, ranges: Mapping[str, tuple[float, float]], *,
             x = n.inputs[0]
             bias = n.input(2)
             if bias is not None and bias.data is not None and x is not None and x in acts:
-                ins[2] = b.bias(bias, b.qparams(x)[0], w_scale)
+                qb = b.bias(bias, b.qparams(x)[0], w_scale, int(n.inputs[1].shape[axis]))
+                ins[2] = qb if qb is not None else bias
         outs = [renamed.get(o, o) for o in n.outputs]
         b.nodes.append(n.replace(inputs=tuple(ins), outputs=tuple(outs)))
         (result.quantized if n in quantized else result.float_ops).append(
