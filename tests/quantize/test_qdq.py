@@ -48,3 +48,22 @@ def test_gemm_bias_of_every_broadcast_shape(c_shape, per_channel, alpha) -> None
         ops = {n.op for n in quantize_ops(from_onnx(qdq)).nodes}
         assert ("QGemm" in ops) == per_channel
     assert check_int8(model, x, ("c-generic",)) == []
+
+
+def test_a_column_bias_of_a_square_gemm_is_not_read_per_output() -> None:
+    """M = N: a ``C`` of shape ``(M, 1)`` (one bias per row) has as many values as there
+    are output channels; read as a per-channel bias it was broadcast across the columns
+    instead, a silently wrong quantized model (error 6.6 on outputs up to 8.9)."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 5)).astype(np.float32)
+    c = (3 * rng.standard_normal((5, 1))).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1)], "square",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 5])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(c, "c")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cal = np.random.default_rng(0).standard_normal((8, 5, 5)).astype(np.float32)
+    qdq, _ = quantize_model(model, {"x": cal})
+    want, got = run_ort(model, {"x": cal[0]})["y"], run_ort(qdq, {"x": cal[0]})["y"]
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
