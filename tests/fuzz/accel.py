@@ -40,6 +40,17 @@ def _channels(b: Builder) -> int:
     return b.choice([16, 32, 48]) if b.rng.random() < 0.3 else b.randint(1, 48)
 
 
+def _weights(b: Builder, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
+    """Weights of ``shape`` scaled for ``fan_in`` inputs; now and then far larger or
+    smaller (wide accumulators, a bias beyond int32 after quantization) or with a
+    zero output channel (a zero quantization scale)."""
+    w = b.rng.standard_normal(shape) / np.sqrt(fan_in)
+    w *= b.choice([1.0] * 6 + [1e-6, 0.01, 30.0])
+    if b.rng.random() < 0.1:
+        w[b.randint(0, shape[0] - 1)] = 0.0
+    return w.astype(F32)
+
+
 def _out(size: int, k: int, s: int, p: int) -> int:
     return (size + 2 * p - k) // s + 1
 
@@ -58,7 +69,7 @@ def _conv(b: Builder) -> bool:
     m = _channels(b)
     if m * oh * ow > MAX_ELEMENTS:
         return False
-    inputs = [x, b.weight((m, c, k, k), 1.0 / np.sqrt(c * k * k))]
+    inputs = [x, b.const(_weights(b, (m, c, k, k), c * k * k), "w")]
     if b.rng.random() < 0.7:
         inputs.append(b.weight((m,), 0.2))
     y = b.node("Conv", inputs, (n, m, oh, ow), kernel_shape=[k, k], strides=[s, s],
@@ -114,15 +125,16 @@ def _dense(b: Builder) -> bool:
         x = b.node("Flatten", [x], s, axis=1)[0]
     rows, k = s
     nn = _channels(b)
-    wscale = 1.0 / np.sqrt(k)
     if b.rng.random() < 0.6:
         tb = b.randint(0, 1)
-        inputs = [x, b.weight((nn, k) if tb else (k, nn), wscale)]
+        w = _weights(b, (nn, k), k)  # output channels first, as a zeroed one is
+        inputs = [x, b.const(w if tb else np.ascontiguousarray(w.T), "w")]
         if b.rng.random() < 0.8:
             inputs.append(b.weight((nn,), 0.2))
         y = b.node("Gemm", inputs, (rows, nn), transB=tb)[0]
     else:
-        y = b.node("MatMul", [x, b.weight((k, nn), wscale)], (rows, nn))[0]
+        w = np.ascontiguousarray(_weights(b, (nn, k), k).T)
+        y = b.node("MatMul", [x, b.const(w, "w")], (rows, nn))[0]
     if b.rng.random() < 0.5:
         b.node("Relu", [y], (rows, nn))
     return True
