@@ -28,7 +28,7 @@ import onnx
 
 from tests.fuzz.accel import random_accel_model
 from tests.fuzz.graphs import INT8_FAMILIES, random_model
-from tests.fuzz.oracle import check, check_int8, shrink
+from tests.fuzz.oracle import check, check_int8, shrink, slug
 
 #: every CPU target (one this host cannot run is skipped)
 TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
@@ -102,7 +102,7 @@ def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
         if f.kind in ("invalid", "ambiguous"):
             continue
         small = model if args.int8 else shrink(model, inputs, f, targets)
-        save(out, f"{f.kind}-{f.target}-seed{seed}", small, inputs,
+        save(out, f"{f.kind}-{slug(f.target)}-seed{seed}", small, inputs,
              f"seed {seed}, {f.kind} on {f.target}: {f.detail}\n")
         print(f"seed {seed}: {f.kind} on {f.target} ({len(small.graph.node)} nodes after "
               f"shrinking): {f.detail.splitlines()[0][:200]}", flush=True)

@@ -123,6 +123,17 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
     return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
 
 
+def slug(target: str) -> str:
+    """``target`` as one file name: a target may be a YAML file's path.
+
+    >>> slug("/tmp/targets/vta-small.yaml"), slug("c-generic:llvm")
+    ('vta-small', 'c-generic_llvm')
+    """
+    if target.endswith((".yaml", ".yml")):
+        target = Path(target).stem
+    return target.replace(":", "_").replace("/", "_")
+
+
 def accelerator_layers(bundle: Path) -> int | None:
     """How many layers the bundle in ``bundle`` runs on an accelerator (its
     ``metadata.json``'s ``accelerator.layers``); None for a bundle of a target without
@@ -148,7 +159,7 @@ def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
     findings = []
     with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
         for target in targets:
-            out = Path(tmp) / target.replace(":", "_")
+            out = Path(tmp) / slug(target)
             try:
                 got = run_on(model, inputs, target, out)
             except TargetError as exc:
