@@ -89,6 +89,19 @@ def test_accelerator_graph_is_bit_exact_on_vta_with_layers_on_the_accelerator(
     assert placed["vta with accelerator layers"] == 1, f"seed {seed}: all on the host"
 
 
+def test_an_accelerator_target_given_as_a_yaml_file(tmp_path) -> None:
+    """A target may be a YAML file (here the accelerator with a sixteenth of its buffers,
+    so the layers split into many tiles): its bundle goes to a directory of its own, not
+    over the YAML file (which the compile refused, a ``refused`` finding on every graph)."""
+    path = tmp_path / "vta-small.yaml"
+    path.write_text("name: vta-small\nkind: vta\nextends: vta\n"
+                    "buffers: {input: 2048, weight: 16384, accumulator: 4096, uop: 4096}\n")
+    model, inputs = random_accel_model(ACCEL_SEEDS[0])
+    placed: Counter[str] = Counter()
+    assert check_int8(model, inputs, (str(path),), placed) == []
+    assert placed[f"{path} with accelerator layers"] == 1
+
+
 def test_the_accelerator_generator_is_deterministic_and_accelerator_shaped() -> None:
     a, _ = random_accel_model(11)
     assert a.SerializeToString() == random_accel_model(11)[0].SerializeToString()
