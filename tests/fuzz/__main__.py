@@ -6,6 +6,10 @@ and saved as ``<out>/<kind>-<target>-seed<S>.onnx`` with its inputs (``.npz``) a
 finding (``.txt``). Each graph is checked in a forked child process, so a bundle that
 crashes (a segmentation fault in generated code) is a finding of kind ``crash`` with its
 seed and unshrunk model, not the end of the campaign. Exits 1 when anything was found.
+
+``--accelerator`` draws int8 graphs shaped for an accelerator target
+(:mod:`tests.fuzz.accel`; targets default to ``vta``) and reports how many bundles put
+layers on the accelerator, so a campaign that silently stays on the host shows.
 """
 
 from __future__ import annotations
@@ -22,61 +26,83 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from tests.fuzz.accel import random_accel_model
 from tests.fuzz.graphs import INT8_FAMILIES, random_model
-from tests.fuzz.oracle import check, check_int8, shrink
+from tests.fuzz.oracle import check, check_int8, shrink, slug
 
 #: every CPU target (one this host cannot run is skipped)
 TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
 #: the other backends: kernels through LLVM, a GPU target's kernels emulated on the CPU,
 #: the kernels split across 3 threads
 BACKENDS = ("c-generic:llvm", "cuda-sm80:emulate", "c-generic:threads")
+#: what a finding is (the other counts: graphs, invalid, ambiguous, placements)
+FINDINGS = ("wrong", "crash", "refused")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
     ap.add_argument("--count", type=int, default=100, help="graphs to try (default 100)")
     ap.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    ap.add_argument("--targets", default=",".join(TARGETS + BACKENDS),
+    ap.add_argument("--targets", default=None,
                     help="comma-separated targets; NAME:llvm compiles the kernels through "
                          "LLVM, NAME:emulate runs a GPU target's kernels on the CPU, "
                          "NAME:threads compiles for 3 cores and runs on 3 threads, "
-                         "board:NAME runs a firmware for that board under QEMU")
+                         "board:NAME runs a firmware for that board under QEMU "
+                         "(default: every CPU target and backend; vta with --accelerator)")
     ap.add_argument("--int8", action="store_true",
                     help="quantize each graph (integer op families only) and require the "
                          "bundles to equal the integer reference bit for bit")
+    ap.add_argument("--accelerator", action="store_true",
+                    help="int8 graphs of accelerator-shaped layers (square convs, 2-D "
+                         "Gemm; implies --int8) and a count of the bundles that put "
+                         "layers on the accelerator")
     ap.add_argument("--max-nodes", type=int, default=10)
     ap.add_argument("--out", default="fuzz-findings", help="where failing models go")
     args = ap.parse_args(argv)
-    targets = tuple(t for t in args.targets.split(",") if t)
+    args.int8 = args.int8 or args.accelerator
+    default = "vta" if args.accelerator else ",".join(TARGETS + BACKENDS)
+    targets = tuple(t for t in (args.targets or default).split(",") if t)
     out = Path(args.out)
     counts: collections.Counter[str] = collections.Counter()
     t0 = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
         counts["graphs"] += 1
         counts.update(isolated(seed, args, targets, out))
-    found = sum(v for k, v in counts.items() if k not in ("graphs", "invalid", "ambiguous"))
+    found = sum(counts[k] for k in FINDINGS)
+    kinds = [k for k in sorted(counts) if k in (*FINDINGS, "invalid", "ambiguous")]
     print(f"{counts['graphs']} graphs on {', '.join(targets)} in "
           f"{time.perf_counter() - t0:.0f} s: {found} finding(s) "
-          f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()) if k != 'graphs')})")
+          f"({', '.join(f'{k} {counts[k]}' for k in kinds)})")
+    for t in targets:
+        if counts[f"{t} bundles"]:
+            print(f"{t}: {counts[f'{t} with accelerator layers']} of "
+                  f"{counts[f'{t} bundles']} bundles put layers on the accelerator "
+                  f"({counts[f'{t} accelerator layers']} layers in all)")
     return 1 if found else 0
+
+
+def make(seed: int, args: argparse.Namespace) -> tuple[onnx.ModelProto, dict]:
+    """The graph of ``seed`` for the options ``args``."""
+    if args.accelerator:
+        return random_accel_model(seed, args.max_nodes)
+    return random_model(seed, args.max_nodes, INT8_FAMILIES if args.int8 else None)
 
 
 def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
               out: Path) -> collections.Counter[str]:
     """Check the graph of ``seed``; save each real finding, shrunk; the kinds counted."""
     counts: collections.Counter[str] = collections.Counter()
+    model, inputs = make(seed, args)
     if args.int8:
-        model, inputs = random_model(seed, args.max_nodes, INT8_FAMILIES)
-        findings = check_int8(model, inputs, targets)
+        findings = check_int8(model, inputs, targets, counts)
     else:
-        model, inputs = random_model(seed, args.max_nodes)
         findings = check(model, inputs, targets)
     for f in findings:
         counts[f.kind] += 1
         if f.kind in ("invalid", "ambiguous"):
             continue
         small = model if args.int8 else shrink(model, inputs, f, targets)
-        save(out, f"{f.kind}-{f.target}-seed{seed}", small, inputs,
+        save(out, f"{f.kind}-{slug(f.target)}-seed{seed}", small, inputs,
              f"seed {seed}, {f.kind} on {f.target}: {f.detail}\n")
         print(f"seed {seed}: {f.kind} on {f.target} ({len(small.graph.node)} nodes after "
               f"shrinking): {f.detail.splitlines()[0][:200]}", flush=True)
@@ -119,8 +145,7 @@ def isolated(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
     if os.WIFSIGNALED(status) or os.waitstatus_to_exitcode(status) == 3:
         why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else "the check raised (traceback above)")
-        model, inputs = random_model(seed, args.max_nodes,
-                                     *((INT8_FAMILIES,) if args.int8 else ()))
+        model, inputs = make(seed, args)
         save(out, f"crash-seed{seed}", model, inputs, f"seed {seed}: crash, {why}\n")
         print(f"seed {seed}: crash ({why})", flush=True)
         return collections.Counter(crash=1)

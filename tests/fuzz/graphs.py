@@ -26,7 +26,10 @@ OPSET = 17
 
 
 @dataclass
-class _Builder:
+class Builder:
+    """A graph under construction: nodes, initializers and the shapes of the tensors made
+    so far (``tests/fuzz/accel.py`` builds its graphs with it too)."""
+
     rng: np.random.Generator
     nodes: list[onnx.NodeProto] = field(default_factory=list)
     inits: list[onnx.TensorProto] = field(default_factory=list)
@@ -74,7 +77,7 @@ class _Builder:
 
 # -- elementwise --------------------------------------------------------------------------
 
-def _unary(b: _Builder) -> bool:
+def _unary(b: Builder) -> bool:
     x = b.pick()
     s = b.tensors[x]
     op = b.choice(["Relu", "Sigmoid", "Tanh", "Abs", "Neg", "Erf", "HardSwish", "LeakyRelu",
@@ -102,7 +105,7 @@ def _unary(b: _Builder) -> bool:
     return True
 
 
-def _broadcast_shape(b: _Builder, s: tuple[int, ...]) -> tuple[int, ...]:
+def _broadcast_shape(b: Builder, s: tuple[int, ...]) -> tuple[int, ...]:
     """A shape that broadcasts with ``s``: a suffix, some dims 1, maybe a leading 1."""
     k = b.randint(0, len(s))
     out = tuple(d if b.rng.random() < 0.6 else 1 for d in s[k:])
@@ -111,7 +114,7 @@ def _broadcast_shape(b: _Builder, s: tuple[int, ...]) -> tuple[int, ...]:
     return out
 
 
-def _binary(b: _Builder) -> bool:
+def _binary(b: Builder) -> bool:
     x = b.pick()
     s = b.tensors[x]
     op = b.choice(["Add", "Sub", "Mul", "Div", "Max", "Min", "Add", "Mul", "Pow"])
@@ -145,7 +148,7 @@ def _broadcastable(a: tuple[int, ...], c: tuple[int, ...]) -> bool:
     return len(c) <= len(a)
 
 
-def _where(b: _Builder) -> bool:
+def _where(b: Builder) -> bool:
     x = b.pick()
     s = b.tensors[x]
     cmp = b.choice(["Greater", "Less", "Equal"])
@@ -158,7 +161,7 @@ def _where(b: _Builder) -> bool:
     return True
 
 
-def _prelu(b: _Builder) -> bool:
+def _prelu(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 2)
     if x is None:
         return False
@@ -182,7 +185,7 @@ def _window(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil: bool) -> 
     return n
 
 
-def _conv(b: _Builder) -> bool:
+def _conv(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) == 4 and s[2] >= 2 and s[3] >= 2)
     if x is None:
         return False
@@ -207,7 +210,7 @@ def _conv(b: _Builder) -> bool:
     return True
 
 
-def _conv_transpose(b: _Builder) -> bool:
+def _conv_transpose(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) == 4 and s[2] <= 8 and s[3] <= 8)
     if x is None:
         return False
@@ -227,7 +230,7 @@ def _conv_transpose(b: _Builder) -> bool:
     return True
 
 
-def _pool(b: _Builder) -> bool:
+def _pool(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) == 4 and s[2] >= 2 and s[3] >= 2)
     if x is None:
         return False
@@ -259,7 +262,7 @@ def _pool(b: _Builder) -> bool:
 
 # -- linear algebra and norms -----------------------------------------------------------------
 
-def _matmul(b: _Builder) -> bool:
+def _matmul(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 2)
     if x is None:
         return False
@@ -286,7 +289,7 @@ def _matmul(b: _Builder) -> bool:
     return True
 
 
-def _norm(b: _Builder) -> bool:
+def _norm(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 2)
     if x is None:
         return False
@@ -308,7 +311,7 @@ def _norm(b: _Builder) -> bool:
     return True
 
 
-def _reduce(b: _Builder) -> bool:
+def _reduce(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 1)
     if x is None:
         return False
@@ -334,7 +337,7 @@ def _reduce(b: _Builder) -> bool:
 
 # -- data movement -----------------------------------------------------------------------------
 
-def _reshape(b: _Builder) -> bool:
+def _reshape(b: Builder) -> bool:
     x = b.pick()
     s = b.tensors[x]
     total = int(np.prod(s)) if s else 1
@@ -373,7 +376,7 @@ def _reshape(b: _Builder) -> bool:
     return True
 
 
-def _concat_split(b: _Builder) -> bool:
+def _concat_split(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 1)
     if x is None:
         return False
@@ -397,7 +400,7 @@ def _concat_split(b: _Builder) -> bool:
     return True
 
 
-def _slice(b: _Builder) -> bool:
+def _slice(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 1 and max(s) >= 2)
     if x is None:
         return False
@@ -424,7 +427,7 @@ def _slice(b: _Builder) -> bool:
     return True
 
 
-def _pad(b: _Builder) -> bool:
+def _pad(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 1)
     if x is None:
         return False
@@ -443,7 +446,7 @@ def _pad(b: _Builder) -> bool:
     return True
 
 
-def _gather(b: _Builder) -> bool:
+def _gather(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) >= 1)
     if x is None:
         return False
@@ -460,7 +463,7 @@ def _gather(b: _Builder) -> bool:
     return True
 
 
-def _expand_tile(b: _Builder) -> bool:
+def _expand_tile(b: Builder) -> bool:
     x = b.pick(lambda s: 1 <= len(s) <= 3 and int(np.prod(s)) <= 256)
     if x is None:
         return False
@@ -477,7 +480,7 @@ def _expand_tile(b: _Builder) -> bool:
     return True
 
 
-def _resize(b: _Builder) -> bool:
+def _resize(b: Builder) -> bool:
     x = b.pick(lambda s: len(s) == 4 and s[2] * s[3] <= 64)
     if x is None:
         return False
@@ -504,7 +507,7 @@ def _resize(b: _Builder) -> bool:
     return True
 
 
-_GENERATORS: tuple[tuple[Callable[[_Builder], bool], float], ...] = (
+_GENERATORS: tuple[tuple[Callable[[Builder], bool], float], ...] = (
     (_unary, 3.0), (_binary, 3.0), (_where, 0.6), (_prelu, 0.5), (_conv, 2.0),
     (_conv_transpose, 0.6), (_pool, 1.5), (_matmul, 1.2), (_norm, 1.0), (_reduce, 1.0),
     (_reshape, 1.5), (_concat_split, 1.2), (_slice, 1.0), (_pad, 0.8), (_gather, 0.8),
@@ -526,7 +529,7 @@ def random_model(seed: int, max_nodes: int = 10, families: tuple[str, ...] | Non
     rng = np.random.default_rng(seed)
     gens = tuple((fn, w) for fn, w in _GENERATORS
                  if families is None or fn.__name__.lstrip("_") in families)
-    b = _Builder(rng)
+    b = Builder(rng)
     rank = int(rng.choice([4, 4, 4, 3, 2, 1])) if families is None or "conv" not in families \
         else 4
     shape = {4: (1, int(rng.integers(1, 5)), int(rng.integers(3, 9)), int(rng.integers(3, 9))),
@@ -554,16 +557,23 @@ def random_model(seed: int, max_nodes: int = 10, families: tuple[str, ...] | Non
     if not produced:
         b.node("Relu", ["x"], shape)
         produced = [b.nodes[-1].output[0]]
+    return to_model(b, f"fuzz{seed}", inputs, produced)
+
+
+def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], produced: list[str]
+             ) -> tuple[onnx.ModelProto, dict]:
+    """The model of builder ``b``: the last of ``produced`` its output, and (drawn by
+    ``b.rng``) up to two earlier ones; the ``inputs`` it uses, checked by ONNX."""
     outs = [produced[-1]]
     for o in produced[:-1]:  # intermediate tensors as extra outputs
-        if rng.random() < 0.2 and len(outs) < 3:
+        if b.rng.random() < 0.2 and len(outs) < 3:
             outs.append(o)
     used_inputs = {i for n in b.nodes for i in n.input}
     graph_inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
                     for k, v in inputs.items() if k in used_inputs]
     inputs = {k: v for k, v in inputs.items() if k in used_inputs}
     graph = helper.make_graph(
-        b.nodes, f"fuzz{seed}", graph_inputs,
+        b.nodes, name, graph_inputs,
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(b.tensors[o]))
          for o in outs], b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,15 +123,45 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
     return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
 
 
+def slug(target: str) -> str:
+    """``target`` as one file name: a target may be a YAML file's path.
+
+    >>> slug("/tmp/targets/vta-small.yaml"), slug("c-generic:llvm")
+    ('vta-small', 'c-generic_llvm')
+    """
+    if target.endswith((".yaml", ".yml")):
+        target = Path(target).stem
+    return target.replace(":", "_").replace("/", "_")
+
+
+def accelerator_layers(bundle: Path) -> int | None:
+    """How many layers the bundle in ``bundle`` runs on an accelerator (its
+    ``metadata.json``'s ``accelerator.layers``); None for a bundle of a target without
+    one."""
+    import json
+
+    meta = bundle / "metadata.json"
+    if not meta.is_file():
+        return None
+    acc = json.loads(meta.read_text()).get("accelerator")
+    return None if acc is None else len(acc.get("layers", []))
+
+
 def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-               targets: tuple[str, ...], judge: Callable[[dict], str | None]) -> list[Finding]:
+               targets: tuple[str, ...], judge: Callable[[dict], str | None],
+               placed: Counter[str] | None = None) -> list[Finding]:
     """Run ``model`` on every target (:func:`run_on`; one this host cannot run is
-    skipped); ``judge(outputs)`` says what is wrong with a target's outputs, or None."""
+    skipped); ``judge(outputs)`` says what is wrong with a target's outputs, or None.
+    ``placed`` (if given) counts, for each accelerator target whose bundle was built,
+    ``"<target> bundles"`` and ``"<target> with accelerator layers"`` (a bundle with at
+    least one) and ``"<target> accelerator layers"``: a campaign whose graphs all stay on
+    the host shows."""
     findings = []
     with tempfile.TemporaryDirectory(prefix="kiln-fuzz-") as tmp:
         for target in targets:
+            out = Path(tmp) / slug(target)
             try:
-                got = run_on(model, inputs, target, Path(tmp) / target.replace(":", "_"))
+                got = run_on(model, inputs, target, out)
             except TargetError as exc:
                 if "this host" in str(exc) or "CPU" in str(exc):
                     continue  # a target this machine cannot run
@@ -140,6 +171,11 @@ def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                 findings.append(Finding(_classify(exc), target,
                                         f"{type(exc).__name__}: {str(exc)[:2000]}"))
                 continue
+            layers = accelerator_layers(out)
+            if placed is not None and layers is not None:
+                placed[f"{target} bundles"] += 1
+                placed[f"{target} with accelerator layers"] += layers > 0
+                placed[f"{target} accelerator layers"] += layers
             bad = judge(got)
             if bad:
                 findings.append(Finding("wrong", target, bad))
@@ -266,10 +302,12 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
 
 
 def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-               targets: tuple[str, ...] = ("c-generic",)) -> list[Finding]:
+               targets: tuple[str, ...] = ("c-generic",),
+               placed: Counter[str] | None = None) -> list[Finding]:
     """``model`` quantized by Kiln's post-training quantization (calibrated on seeded
     data) and compiled for ``targets``: the integer kernels must equal the integer
-    reference (``run_graph`` of ``quantize_ops``) bit for bit."""
+    reference (``run_graph`` of ``quantize_ops``) bit for bit. ``placed`` counts the
+    accelerator bundles and their layers (:func:`on_targets`)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
@@ -290,7 +328,7 @@ def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                             f"{type(exc).__name__}: {str(exc)[:2000]}")]
         rounded = _float_computed(graph)
         findings += on_targets(qdq, inputs, targets,
-                               lambda got: _exact(got, want, rounded))
+                               lambda got: _exact(got, want, rounded), placed)
     return findings
 
 

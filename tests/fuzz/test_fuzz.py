@@ -4,11 +4,14 @@ further with ``python -m tests.fuzz --count N --seed S`` (docs/testing.md)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import onnx
 import pytest
 
 from tests.fuzz.__main__ import BACKENDS, TARGETS
+from tests.fuzz.accel import random_accel_model
 from tests.fuzz.graphs import FAMILIES, INT8_FAMILIES, random_model
 from tests.fuzz.oracle import Finding, check, check_int8, shrink
 from tests.tools import needs
@@ -18,6 +21,8 @@ SEEDS = range(40)
 BACKEND_SEEDS = range(100, 115)
 INT8_SEEDS = range(200, 210)
 BOARD_SEEDS = range(300, 305)
+#: accelerator-shaped int8 graphs on vta, each with layers on the accelerator
+ACCEL_SEEDS = range(400, 406)
 BOARD = "board:qemu-mps2-an386"  # a Cortex-M4 firmware under QEMU
 
 
@@ -68,6 +73,47 @@ def test_random_int8_graph_is_bit_exact(seed: int) -> None:
     model, inputs = random_model(seed, families=INT8_FAMILIES)
     findings = check_int8(model, inputs, ("c-generic", "x86_64-avx512"))
     assert not findings, _report(seed, model, findings, " --int8")
+
+
+@pytest.mark.parametrize("seed", ACCEL_SEEDS)
+def test_accelerator_graph_is_bit_exact_on_vta_with_layers_on_the_accelerator(
+        seed: int) -> None:
+    """Bit-exact on the accelerator's C simulator, and not vacuously: the bundle must
+    have put at least one layer on the accelerator (the general int8 graphs almost never
+    do)."""
+    model, inputs = random_accel_model(seed)
+    placed: Counter[str] = Counter()
+    findings = check_int8(model, inputs, ("vta",), placed)
+    assert not findings, _report(seed, model, findings, " --accelerator")
+    assert placed["vta bundles"] == 1
+    assert placed["vta with accelerator layers"] == 1, f"seed {seed}: all on the host"
+
+
+def test_an_accelerator_target_given_as_a_yaml_file(tmp_path) -> None:
+    """A target may be a YAML file (here the accelerator with a sixteenth of its buffers,
+    so the layers split into many tiles): its bundle goes to a directory of its own, not
+    over the YAML file (which the compile refused, a ``refused`` finding on every graph)."""
+    path = tmp_path / "vta-small.yaml"
+    path.write_text("name: vta-small\nkind: vta\nextends: vta\n"
+                    "buffers: {input: 2048, weight: 16384, accumulator: 4096, uop: 4096}\n")
+    model, inputs = random_accel_model(ACCEL_SEEDS[0])
+    placed: Counter[str] = Counter()
+    assert check_int8(model, inputs, (str(path),), placed) == []
+    assert placed[f"{path} with accelerator layers"] == 1
+
+
+def test_the_accelerator_generator_is_deterministic_and_accelerator_shaped() -> None:
+    a, _ = random_accel_model(11)
+    assert a.SerializeToString() == random_accel_model(11)[0].SerializeToString()
+    convs = [n for s in range(100) for n in random_accel_model(s)[0].graph.node
+             if n.op_type == "Conv"]
+    ops = {n.op_type for s in range(100) for n in random_accel_model(s)[0].graph.node}
+    assert {"Conv", "Gemm", "MatMul", "Add", "Relu", "MaxPool", "Flatten"} <= ops
+    attrs = [{a.name: list(a.ints) or a.i for a in n.attribute} for n in convs]
+    assert {k for a in attrs for k in a["kernel_shape"][:1]} == {1, 3, 5}
+    assert {a["strides"][0] for a in attrs if "strides" in a} == {1, 2}
+    assert all(len(set(a["kernel_shape"])) == 1 and len(set(a["pads"])) == 1 for a in attrs)
+    assert "group" not in {k for a in attrs for k in a}
 
 
 def test_float_sums_of_an_int8_graph_get_the_float_tolerance(monkeypatch) -> None:
