@@ -16,8 +16,9 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
   with :func:`toolchain.graph.reference.run_graph`;
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
-  accelerator's schedules refuse (e.g. a padded 1x1 convolution, whose input tile has
-  all-zero rows no DMA loads) — the compiler's own message says why.
+  accelerator's schedules refuse with one and with two virtual threads (a padded 1x1
+  convolution's two-thread tiling can leave a tile of all-zero rows no DMA loads; with
+  one thread it compiles) — the compiler's own message says why.
 
 A convolution whose input channels fill the GEMM's BLOCK_IN lanes badly (an RGB first
 layer: 3 channels per tap padded to 16) is also compiled as an im2col GEMM
