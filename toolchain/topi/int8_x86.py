@@ -288,20 +288,30 @@ def qgemm_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Te
     ``K``), ``x86_acc[0, mo, 0, p, l]`` over :func:`pack_x86_dense_pairs` weights (the nest
     and intrinsics of :func:`qconv2d_x86_pairs`). Same integers as
     :func:`toolchain.topi.int8.qgemm`."""
-    p, k = (int(d.value) for d in x.shape)
-    mo_n, k2_n, _, _, lanes, _ = (int(d.value) for d in wp.shape)
     zp = te.const(attrs["x_zero_point"], "int16")
+    return _grouped_dense_acc(x, wp, 2, lambda v: te.cast(v, "int16") - zp, "int16",
+                              "x86_pairs")
 
-    def pair(b: Any, k2: Any, y: Any, i: Any, h: Any) -> Any:
-        kk = k2 * 2 + h
-        if k % 2 == 0:
-            return te.cast(x[i, kk], "int16") - zp
-        v = te.cast(x[i, te.minimum(kk, te.const(k - 1))], "int16") - zp
-        return te.if_then_else(kk < k, v, te.const(0, "int16"))
 
-    band = te.compute((1, k2_n, 1, p, 2), pair, name="x86_pairs", tag="injective")
-    rc = te.reduce_axis((0, k2_n), name="rc")
-    rh = te.reduce_axis((0, 2), name="rh")
+def _grouped_dense_acc(x: te.Tensor, wp: te.Tensor, g: int, convert: Any, dtype: str,
+                       name: str) -> te.Tensor:
+    """The accumulators of a dense layer over ``x[P, K]`` with ``K`` in groups of ``g``
+    (the band ``name``: ``convert`` of each element, a ``dtype`` 0 past ``K``) and the
+    weights ``wp`` packed ``[Mo, K/g, 1, 1, L, g]``, as a 1x1 convolution over ``P``
+    pixels of one row."""
+    p, k = (int(d.value) for d in x.shape)
+    mo_n, kg_n, _, _, lanes, _ = (int(d.value) for d in wp.shape)
+
+    def group(b: Any, kg: Any, y: Any, i: Any, h: Any) -> Any:
+        kk = kg * g + h
+        if k % g == 0:
+            return convert(x[i, kk])
+        v = convert(x[i, te.minimum(kk, te.const(k - 1))])
+        return te.if_then_else(kk < k, v, te.const(0, dtype))
+
+    band = te.compute((1, kg_n, 1, p, g), group, name=name, tag="injective")
+    rc = te.reduce_axis((0, kg_n), name="rc")
+    rh = te.reduce_axis((0, g), name="rh")
     return te.compute((1, mo_n, 1, p, lanes), lambda b, mo, y, i, li: te.sum(
         te.cast(band[b, rc, y, i, rh], "int32") * te.cast(wp[mo, rc, 0, 0, li, rh], "int32"),
         axis=[rc, rh]), name="x86_acc", tag="dense")
@@ -411,23 +421,9 @@ def qgemm_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Te
     """The biased accumulators of a dense layer ``x[P, K] . w[M, K]^T`` as a 1x1 convolution
     over ``P`` pixels of one row (:func:`qconv2d_x86_quads`):
     ``x86_quads[0, k4, 0, p, h] = x[p, 4 k4 + h] + quad_offset`` (0 past ``K``)."""
-    p, k = (int(d.value) for d in x.shape)
-    mo_n, k4_n, _, _, lanes, _ = (int(d.value) for d in wp.shape)
     off = te.const(quad_offset(str(x.dtype)), "int16")
-
-    def quad(b: Any, k4: Any, y: Any, i: Any, h: Any) -> Any:
-        kk = k4 * 4 + h
-        if k % 4 == 0:
-            return te.cast(te.cast(x[i, kk], "int16") + off, "uint8")
-        v = te.cast(te.cast(x[i, te.minimum(kk, te.const(k - 1))], "int16") + off, "uint8")
-        return te.if_then_else(kk < k, v, te.const(0, "uint8"))
-
-    band = te.compute((1, k4_n, 1, p, 4), quad, name="x86_quads", tag="injective")
-    rc = te.reduce_axis((0, k4_n), name="rc")
-    rh = te.reduce_axis((0, 4), name="rh")
-    return te.compute((1, mo_n, 1, p, lanes), lambda b, mo, y, i, li: te.sum(
-        te.cast(band[b, rc, y, i, rh], "int32") * te.cast(wp[mo, rc, 0, 0, li, rh], "int32"),
-        axis=[rc, rh]), name="x86_acc", tag="dense")
+    return _grouped_dense_acc(x, wp, 4, lambda v: te.cast(te.cast(v, "int16") + off, "uint8"),
+                              "uint8", "x86_quads")
 
 
 def colquads_apply(node: Any) -> bool:
