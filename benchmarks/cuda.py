@@ -3,6 +3,7 @@ references measured in the same run.
 
     python benchmarks/cuda.py                  # zoo models + GEMM 1024..4096 (needs a GPU)
     python benchmarks/cuda.py --models lenet5,ds_cnn --gemm 1024
+    python benchmarks/cuda.py --models resnet18 --gemm ''    # + PyTorch eager's ResNet-18
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -77,6 +78,32 @@ def zoo(names: list[str], target: str, root: Path, repeat: int) -> None:
               f"{sess.get_providers()[0]}", flush=True)
 
 
+def torch_resnet18(repeat: int) -> None:
+    """PyTorch eager's ResNet-18 at batch 1 (torchvision's, the zoo model's architecture;
+    fp32, TF32 off, ``cudnn.benchmark``): the reference the issue's ResNet-18 goal names,
+    host to host like Kiln's ms and with the input already on the GPU like its kernels."""
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        print(f"PyTorch eager resnet18: not measured ({e.name} is not installed)")
+        return
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    net = torchvision.models.resnet18().cuda().eval()
+    xh = torch.randn(1, 3, 224, 224)
+    xd = xh.cuda()
+    with torch.no_grad():
+        host = _ms(lambda: net(xh.cuda()).cpu(), repeat)
+
+        def on_device() -> None:
+            net(xd)
+            torch.cuda.synchronize()
+
+        device = _ms(on_device, repeat)
+    print(f"{'resnet18 (PyTorch eager)':26s} {'':12s} {host:9.3f} {device:11.3f}", flush=True)
+
+
 def _gemm_model(n: int) -> onnx.ModelProto:
     g = helper.make_graph(
         [helper.make_node("MatMul", ["A", "B"], ["C"])], "gemm",
@@ -134,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if names:
             zoo(names, args.target, Path(tmp), args.repeat)
+        if "resnet18" in names:
+            torch_resnet18(args.repeat)
         sizes = [int(s) for s in args.gemm.split(",") if s]
         if sizes:
             gemm(sizes, args.target, Path(tmp), args.repeat)
