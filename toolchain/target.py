@@ -575,8 +575,10 @@ def _inherit(values: dict[str, Any], renames: dict[str, str], path: str,
     merged = {f.name: getattr(base, f.name) for f in fields(Target)
               if f.name not in ("name", "description", "source", "extends")}
     for pattern in drops:
-        if not isinstance(pattern, str) or not any(fnmatch.fnmatchcase(n, pattern)
-                                                   for n in base.intrinsics):
+        if not isinstance(pattern, str):
+            raise TargetError(f"{path}: drop_intrinsics entry {pattern!r} must be an "
+                              "intrinsic name or a shell pattern (a string)")
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in base.intrinsics):
             raise TargetError(f"{path}: drop_intrinsics entry {pattern!r} matches no intrinsic "
                               f"of {base_name!r}; it declares: {', '.join(base.intrinsics)}")
     intrinsics: dict[str, dict[str, Any]] = {}
