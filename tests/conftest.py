@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import zlib
 
@@ -21,6 +22,15 @@ def pytest_collection_modifyitems(items: list) -> None:
         path = str(item.fspath).replace(os.sep, "/")
         if "/tests/hw/" in path or "/tests/vta/" in path:
             item.add_marker(pytest.mark.xdist_group("rtl"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection built (some 10,000 items, the ONNX node cases with their models and
+    data) lives as long as the session: moved out of the cyclic garbage collector's reach
+    (``gc.freeze``), so the full collections the tests' compiles trigger do not walk it
+    again each time (7 % of the CPU time of a node-conformance run)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
