@@ -17,6 +17,7 @@ import toolchain
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
+from toolchain.vta.cfsim import counter_names
 from toolchain.vta.rtl import verilator_env
 
 from ..tools import needs
@@ -74,6 +75,10 @@ def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
         assert hw["gemm_cycles"] == soft["gemm_steps"] > 0
         assert hw["cycles"] > hw["gemm_cycles"] and soft["cycles"] == 0
         assert hw["dram_wr_beats"] * 16 == soft["bytes_stored_out"]
+        # the driver's counters are filled on the RTL too, equal to the fsim's
+        driver = counter_names()
+        assert {k: hw[k] for k in driver} == {k: soft[k] for k in driver}
+        assert hw["instructions"] > 0 and hw["macs"] > 0
 
 
 @needs("cmake")
@@ -91,3 +96,54 @@ def test_cmake_device_rtl_links_the_rtl_and_equals_the_fsim(
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     want = toolchain.run(pkg, {"x": x}).outputs["y"]
     np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32), want.ravel())
+
+
+def test_make_profile_builds_for_either_device(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
+    """`make profile DEVICE=rtl` links the RTL like ./main; both devices' profiles time every
+    kernel, the accelerator layers included, and compute the fsim's outputs."""
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(10).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = toolchain.run(pkg, {"x": x}).outputs["y"]
+    meta = pkg.metadata
+    kernels = [k["name"] for k in meta["kernels"] if not k["elided"]]
+    d = tmp_path / "b"
+    shutil.copytree(pkg.path, d)
+    x.tofile(d / "x.bin")
+    for device in ("rtl", "fsim"):  # one copy: each device keeps its own profile objects
+        r = subprocess.run(["make", "-s", "profile", f"DEVICE={device}"], cwd=d,
+                           env=verilator_env(), capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        r = subprocess.run(["./main_profile", "--repeat", "2", "x.bin", "y.bin"], cwd=d,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("kiln-profile")]
+        assert [row[2] for row in rows] == kernels
+        assert {la["kernel"] for la in meta["accelerator"]["layers"]} < set(kernels)
+        np.testing.assert_array_equal(np.fromfile(d / "y.bin", np.float32), want.ravel())
+    assert (d / "build" / "profile-rtl" / "src" / "kiln_vta_bundle.o").is_file()
+    assert not (d / "build" / "profile-rtl" / "runtime" / "kiln_vta_fsim.o").exists()
+
+
+def test_kiln_run_on_the_rtl_prints_hardware_and_driver_counters(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from toolchain.cli import main
+
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(11).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(pkg.path), "--inputs", str(tmp_path / "in.npz"),
+                 "--device", "rtl"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("accelerator layers on rtl"):].splitlines()
+    assert table[1].split()[:2] == ["layer", "cycles"] and table[1].split()[-8:] == [
+        "insns", "MACs", "DMA", "in", "B", "DMA", "out", "B"]
+    total = [int(v) for v in table[5].split()[1:] if not v.endswith("%")]
+    soft = toolchain.run(pkg, {"x": x}).accelerator
+    assert table[5].split()[0] == "total" and total[0] > 0
+    # the last four columns are the driver's: instructions, MACs, DMA in and out
+    assert total[-4:] == [sum(c[k] for c in soft) for k in ("instructions", "macs")] + [
+        sum(v for c in soft for k, v in c.items() if k.startswith("bytes_loaded_")),
+        sum(c["bytes_stored_out"] for c in soft)]
+    assert total[-3] > 0

@@ -453,7 +453,8 @@ class BundleModule:
         """Per accelerator layer (call order) its counters after the last run: ``layer``
         (node name), the driver's counters (``instructions``, ``insn_<OP>``,
         ``bytes_loaded_<mem>``, ``bytes_stored_out``, ``gemm_steps``, ``macs``,
-        ``alu_steps``: the fsim counts them, the RTL leaves them 0) and the RTL's hardware
+        ``alu_steps``: the fsim counts them as it runs; on the RTL the driver counts them from
+        the program, ``kiln_vta_program_counters``) and the RTL's hardware
         counters (``cycles``, ``gemm_cycles``, ... ``dram_wr_beats``: 0 on the fsim).
         Empty for a bundle without accelerator layers."""
         if not accelerated(self.metadata):

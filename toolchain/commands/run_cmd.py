@@ -41,7 +41,8 @@ A bundle compiled for an accelerator target (--target vta) also prints one line 
 accelerator layer with the counters of its run: on the C functional simulator (--device
 fsim, the default) instructions, GEMM and ALU steps, MACs and DMA bytes; on the Verilog RTL
 (--device rtl, built by Verilator once per bundle) cycles, GEMM cycles and utilisation
-(GEMM cycles / cycles), engine busy cycles and DRAM bytes.
+(GEMM cycles / cycles), engine busy cycles and DRAM bytes, then the driver's counters
+(counted from each layer's program: instructions, MACs, DMA bytes).
 Exit status 1 when an output is above --tolerance (the bundle disagrees with the oracle:
 a Kiln bug), 2 for a user error, 0 otherwise.
 
@@ -231,13 +232,16 @@ _FSIM_COLUMNS = (("insns", "instructions"), ("GEMM steps", "gemm_steps"), ("MACs
 _RTL_COLUMNS = (("cycles", "cycles"), ("GEMM cyc", "gemm_cycles"), ("util", "util"),
                 ("ALU cyc", "alu_cycles"), ("load busy", "load_busy"),
                 ("compute busy", "compute_busy"), ("store busy", "store_busy"),
-                ("DRAM rd B", "rd_bytes"), ("DRAM wr B", "wr_bytes"))
+                ("DRAM rd B", "rd_bytes"), ("DRAM wr B", "wr_bytes"),
+                ("insns", "instructions"), ("MACs", "macs"), ("DMA in B", "loaded"),
+                ("DMA out B", "bytes_stored_out"))
 
 
 def accelerator_report(rows: list[dict[str, int]], device: str, bus_bytes: int = 16) -> str:
     """The per-layer counters of an accelerator bundle's run as a table, with a total row
     (``rows`` from :meth:`~toolchain.bundle.host.BundleModule.accelerator_counters`). On
-    ``rtl``, ``util`` is GEMM cycles / cycles and DRAM bytes are beats x ``bus_bytes``.
+    ``rtl``, ``util`` is GEMM cycles / cycles and DRAM bytes are beats x ``bus_bytes`` (they
+    include the instruction fetch, which the driver's ``DMA in B`` leaves out).
 
     Example::
 
