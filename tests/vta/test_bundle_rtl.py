@@ -134,7 +134,7 @@ def test_kiln_run_on_the_rtl_prints_hardware_and_driver_counters(
     x = np.random.default_rng(11).standard_normal((1, 3, 8, 8)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)
     assert main(["run", str(pkg.path), "--inputs", str(tmp_path / "in.npz"),
-                 "--device", "rtl"]) == 0
+                 "--device", "rtl", "--split", "--accel-mhz", "200"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("accelerator layers on rtl"):].splitlines()
     assert table[1].split()[:2] == ["layer", "cycles"] and table[1].split()[-8:] == [
@@ -147,3 +147,14 @@ def test_kiln_run_on_the_rtl_prints_hardware_and_driver_counters(
         sum(v for c in soft for k, v in c.items() if k.startswith("bytes_loaded_")),
         sum(c["bytes_stored_out"] for c in soft)]
     assert total[-3] > 0
+    # the time split: host kernels, the accelerator kernels' own host work, the RTL cycles
+    split = out[out.index("host/accelerator split"):].splitlines()
+    assert "RTL cycles at 200 MHz" in split[0]
+    on_host = sum(not k["elided"] for k in pkg.metadata["kernels"]) - 3
+    assert split[1].split()[:2] == ["host", "kernels"]
+    assert f"({on_host} kernels on the host)" in split[1]
+    assert "in 3 accelerator kernels" in split[2]
+    us = float(split[3].split()[1])
+    assert us == pytest.approx(total[0] / 200, abs=0.06)  # cycles at 200 MHz, in us
+    host, accel = (float(v.rstrip("%,")) for v in split[4].split()[1:4:2])
+    assert host + accel == pytest.approx(100, abs=0.11) and 0 < host < 100
