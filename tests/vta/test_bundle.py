@@ -132,6 +132,9 @@ def test_kiln_run_refuses_a_device_that_does_not_apply(
     rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
                "--device", "rtl"])
     assert rc == 2 and "--target vta" in capsys.readouterr().err
+    rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
+               "--split"])
+    assert rc == 2 and "--split applies to a bundle" in capsys.readouterr().err
 
 
 def test_mlp_bundle_runs_its_gemms_on_the_accelerator(tmp_path: Path) -> None:

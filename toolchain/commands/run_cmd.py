@@ -209,15 +209,15 @@ def check_outputs(args: argparse.Namespace, metadata: dict[str, Any],
 
 def run_bundle(args: argparse.Namespace) -> int:
     """``kiln run DIR``: build the bundle on this host, run it, optionally check it."""
-    from toolchain.bundle.host import BundleModule, accelerated
+    from toolchain.bundle.host import BundleModule, accelerated, read_metadata
 
     feeds = bundle_inputs(args)
-    module = BundleModule(args.model, device=args.device, profile=args.split)
-    if args.split and not accelerated(module.metadata):
+    if args.split and not accelerated(read_metadata(args.model)):
         raise OptionError(f"--split applies to bundles compiled with --target vta; "
                           f"{args.model} runs no layer on the accelerator")
     if args.accel_mhz <= 0:
         raise OptionError(f"--accel-mhz {args.accel_mhz:g}: must be positive")
+    module = BundleModule(args.model, device=args.device, profile=args.split)
     if args.threads is not None:
         if args.threads < 1:
             raise OptionError(f"--threads {args.threads}: must be at least 1")
@@ -372,6 +372,9 @@ def run(args: argparse.Namespace) -> int:
     if args.device != "fsim" and not Path(args.model).is_dir():
         raise OptionError(f"--device {args.device} applies to a bundle compiled with "
                           f"--target vta; {args.model} is an ONNX model")
+    if args.split and not Path(args.model).is_dir():
+        raise OptionError(f"--split applies to a bundle compiled with --target vta; "
+                          f"{args.model} is an ONNX model")
     if is_board_bundle(args.model):  # built with --board: cross build, run on QEMU
         if args.device != "fsim":
             raise OptionError(f"--device {args.device} applies to host bundles compiled "
@@ -379,6 +382,9 @@ def run(args: argparse.Namespace) -> int:
         if args.threads is not None:
             raise OptionError("--threads applies to host bundles; a board's firmware runs "
                               "on one core")
+        if args.split:
+            raise OptionError("--split applies to host bundles compiled with --target vta, "
+                              "not to a board's firmware")
         return run_board_bundle(args)
     if Path(args.model).is_dir():
         return run_bundle(args)
