@@ -60,6 +60,22 @@ def test_make_device_rtl_links_the_rtl_and_equals_the_fsim(
     assert (tmp_path / "rtl" / "build" / "rtl" / "Vvta_sim_top__ALL.a").is_file()
     assert not (tmp_path / "rtl" / "build" / "kiln_vta_fsim.o").exists()
     assert not (tmp_path / "fsim" / "build" / "rtl").exists()
+    # `make profile` links each device like ./main (reusing the copy's Verilator build)
+    kernels = [k["name"] for k in pkg.metadata["kernels"] if not k["elided"]]
+    for device in ("rtl", "fsim"):
+        d = tmp_path / device
+        r = subprocess.run(["make", "-s", "profile", f"DEVICE={device}"], cwd=d,
+                           env=verilator_env(), capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        r = subprocess.run(["./main_profile", "--repeat", "2", "x.bin", "p.bin"], cwd=d,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("kiln-profile")]
+        assert [row[2] for row in rows] == kernels  # the accelerator layers' kernels too
+        assert (d / "p.bin").read_bytes() == (d / "y.bin").read_bytes()
+    assert (tmp_path / "rtl" / "build" / "profile-rtl" / "src" / "kiln_vta_bundle.o").is_file()
+    assert not (tmp_path / "rtl" / "build" / "profile-rtl" / "runtime" /
+                "kiln_vta_fsim.o").exists()
 
 
 def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
@@ -96,33 +112,6 @@ def test_cmake_device_rtl_links_the_rtl_and_equals_the_fsim(
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     want = toolchain.run(pkg, {"x": x}).outputs["y"]
     np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32), want.ravel())
-
-
-def test_make_profile_builds_for_either_device(
-        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path) -> None:
-    """`make profile DEVICE=rtl` links the RTL like ./main; both devices' profiles time every
-    kernel, the accelerator layers included, and compute the fsim's outputs."""
-    pkg, _ = cnn_bundle
-    x = np.random.default_rng(10).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    want = toolchain.run(pkg, {"x": x}).outputs["y"]
-    meta = pkg.metadata
-    kernels = [k["name"] for k in meta["kernels"] if not k["elided"]]
-    d = tmp_path / "b"
-    shutil.copytree(pkg.path, d)
-    x.tofile(d / "x.bin")
-    for device in ("rtl", "fsim"):  # one copy: each device keeps its own profile objects
-        r = subprocess.run(["make", "-s", "profile", f"DEVICE={device}"], cwd=d,
-                           env=verilator_env(), capture_output=True, text=True)
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-        r = subprocess.run(["./main_profile", "--repeat", "2", "x.bin", "y.bin"], cwd=d,
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("kiln-profile")]
-        assert [row[2] for row in rows] == kernels
-        assert {la["kernel"] for la in meta["accelerator"]["layers"]} < set(kernels)
-        np.testing.assert_array_equal(np.fromfile(d / "y.bin", np.float32), want.ravel())
-    assert (d / "build" / "profile-rtl" / "src" / "kiln_vta_bundle.o").is_file()
-    assert not (d / "build" / "profile-rtl" / "runtime" / "kiln_vta_fsim.o").exists()
 
 
 def test_kiln_run_on_the_rtl_prints_hardware_and_driver_counters(
