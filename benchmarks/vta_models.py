@@ -22,7 +22,10 @@ Then, per accelerator layer:
   ``int8/hand`` < 1: the compiled direct convolution takes fewer cycles.
 
 Every RTL result of the int8 and hand programs is checked against numpy. The last lines say
-how much of the model's MACs run on the accelerator and the total cycles.
+how much of the model's MACs run on the accelerator, the total cycles, and how the model's
+time splits between host and accelerator: the host kernels and the host work inside the
+accelerator kernels (packing, staging, unpacking), timed by the bundle's profiling build on
+this CPU (``kiln run --split``), against the RTL cycles at ``--accel-mhz``.
 
     PYTHONPATH=. python benchmarks/vta_models.py                  # resnet8, ~1 minute
     PYTHONPATH=. python benchmarks/vta_models.py --no-hand        # the bundle's table only
@@ -43,6 +46,8 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import toolchain  # noqa: E402
+from toolchain.bundle.host import BundleModule  # noqa: E402
+from toolchain.commands.run_cmd import split_report, time_split  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
@@ -91,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-hand", action="store_true",
                     help="skip the int8 / hand generator comparison")
     ap.add_argument("--seed", type=int, default=0, help="input seed")
+    ap.add_argument("--accel-mhz", type=float, default=100.0,
+                    help="the accelerator clock of the host/accelerator split (default 100)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="runs of the profiling build that time the host kernels")
     args = ap.parse_args(argv)
 
     target = load_target("vta")
@@ -109,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         meta = json.loads((pkg.path / "metadata.json").read_text())
         fsim = toolchain.run(pkg, feeds)
         rtl = toolchain.run(pkg, feeds, device="rtl")
+        profiled = BundleModule(pkg.path, device="rtl", profile=True)
+        kernels = profiled.kernel_times(feeds, repeat=args.repeat)
+        split = time_split(kernels, profiled.accelerator_counters(), args.accel_mhz)
     want = run_graph(graph, feeds)
     exact = {}
     for name, ref in want.items():  # int8-derived outputs bit for bit; a float softmax close
@@ -180,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nMACs on the accelerator: {tot['macs']:,} of the model's {total_macs:,} in its "
           f"convolutions and matrix products ({tot['macs'] / total_macs:.1%}); the int8 and "
           "hand columns cover the convolutions")
+    accel = sum("device_ns" in k for k in kernels)
+    print()
+    print(split_report(split, "rtl", args.accel_mhz, len(kernels) - accel, accel))
     return 0 if all(v != "DIFFERS" for v in exact.values()) else 1
 
 

@@ -61,3 +61,15 @@ void kiln_profile_report(void) {
            kiln_prof_ns[i] / (double)kiln_prof_calls[i], kiln_prof_calls[i]);
   }
 }
+
+double kiln_profile_clock_ns(void) { return kiln_prof_now(); }
+
+int kiln_profile_entry(int i, const char **kernel, double *min_ns, double *mean_ns,
+                       long *calls) {
+  if (i < 0 || i >= kiln_prof_count || kiln_prof_calls[i] == 0) return -1;
+  *kernel = kiln_prof_name[i];
+  *min_ns = kiln_prof_min[i];
+  *mean_ns = kiln_prof_ns[i] / (double)kiln_prof_calls[i];
+  *calls = kiln_prof_calls[i];
+  return 0;
+}

@@ -84,6 +84,10 @@ void kiln_timing_hook(const char *kernel, int index, int phase);
 #ifdef KILN_PROFILE
 void kiln_profile_reset(void);
 void kiln_profile_report(void);
+/* The profiler's clock in ns (for a driver that times its device inside a kernel). */
+double kiln_profile_clock_ns(void);
+/* Entry i of the table (what a report line prints); 0 if it exists, -1 otherwise. */
+int kiln_profile_entry(int i, const char **kernel, double *min_ns, double *mean_ns, long *calls);
 #endif
 
 /* kiln_f16: a float16 tensor element as it crosses the API, IEEE 754 binary16 bits in a

@@ -41,6 +41,65 @@ const char *kiln_vta_counter_name(int index) {
   return index >= 0 && index < KILN_VTA_NCOUNTERS ? counter_names[index] : NULL;
 }
 
+/* Bytes of one row of buffer mt (hw/ISA.md section 1). */
+static uint64_t dma_row_bytes(const kiln_vta_config *c, unsigned mt) {
+  switch (mt) {
+    case KILN_VTA_MEM_UOP:
+      return 4u;
+    case KILN_VTA_MEM_WGT:
+      return (uint64_t)c->block_out * c->block_in;
+    case KILN_VTA_MEM_INP:
+      return (uint64_t)c->batch * c->block_in;
+    case KILN_VTA_MEM_ACC:
+      return 4u * (uint64_t)c->batch * c->block_out;
+    default:
+      return (uint64_t)c->batch * c->block_out;
+  }
+}
+
+int kiln_vta_program_counters(const kiln_vta_config *cfg, const uint8_t *insns,
+                              uint32_t insn_count, kiln_vta_counters *out) {
+  static const int counter_of_op[5] = {KILN_VTA_CNT_INSN_LOAD, KILN_VTA_CNT_INSN_STORE,
+                                       KILN_VTA_CNT_INSN_GEMM, KILN_VTA_CNT_INSN_FINISH,
+                                       KILN_VTA_CNT_INSN_ALU};
+  uint32_t i;
+  if (cfg == NULL || insns == NULL || out == NULL) {
+    return KILN_VTA_ERR_ARGUMENT;
+  }
+  memset(out, 0, sizeof *out);
+  for (i = 0; i < insn_count; ++i) {
+    kiln_vta_insn d;
+    uint64_t n;
+    int rc = kiln_vta_decode(insns + (size_t)i * KILN_VTA_INSN_BYTES, &d, NULL);
+    if (rc != KILN_VTA_OK) {
+      return rc;
+    }
+    out->v[counter_of_op[d.opcode]] += 1u;
+    n = (uint64_t)d.y_size * d.x_size;
+    if (d.opcode == KILN_VTA_OP_LOAD) {
+      out->v[KILN_VTA_CNT_BYTES_LOADED_UOP + (d.memory_type == KILN_VTA_MEM_UOP   ? 0
+                                              : d.memory_type == KILN_VTA_MEM_WGT ? 1
+                                              : d.memory_type == KILN_VTA_MEM_INP ? 2
+                                                                                  : 3)] +=
+          n * dma_row_bytes(cfg, d.memory_type);
+    } else if (d.opcode == KILN_VTA_OP_STORE) {
+      out->v[KILN_VTA_CNT_BYTES_STORED_OUT] += n * dma_row_bytes(cfg, KILN_VTA_MEM_OUT);
+    } else if (d.opcode == KILN_VTA_OP_GEMM || d.opcode == KILN_VTA_OP_ALU) {
+      uint64_t steps = d.uop_end > d.uop_bgn
+                           ? (uint64_t)d.iter_out * d.iter_in * (d.uop_end - d.uop_bgn)
+                           : 0u;
+      if (d.opcode == KILN_VTA_OP_ALU) {
+        out->v[KILN_VTA_CNT_ALU_STEPS] += steps;
+      } else if (!d.reset) {
+        out->v[KILN_VTA_CNT_GEMM_STEPS] += steps;
+        out->v[KILN_VTA_CNT_MACS] += steps * cfg->batch * cfg->block_in * cfg->block_out;
+      }
+    }
+  }
+  out->v[KILN_VTA_CNT_INSTRUCTIONS] = insn_count;
+  return KILN_VTA_OK;
+}
+
 static const char *const messages[KILN_VTA_ERR_COUNT] = {
     "ok",
     "bad argument: a NULL pointer, an unusable configuration, too little memory, or a program "

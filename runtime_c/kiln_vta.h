@@ -175,6 +175,12 @@ int kiln_vta_load_program(kiln_vta *vta, const uint8_t *insns, uint32_t insn_cou
 int kiln_vta_run(kiln_vta *vta);
 /* Counters of the last run. */
 int kiln_vta_read_counters(const kiln_vta *vta, kiln_vta_counters *out);
+/* The counters of a program counted from its instructions alone (every one is static:
+ * instructions by opcode, DMA bytes by buffer, GEMM steps, MACs, ALU steps), equal to what
+ * the functional simulator counts when the program runs to FINISH.  For a device that counts
+ * cycles instead (the RTL), so a run still reports what it moved and computed. */
+int kiln_vta_program_counters(const kiln_vta_config *cfg, const uint8_t *insns,
+                              uint32_t insn_count, kiln_vta_counters *out);
 /* A one-line description of a KILN_VTA_* code. */
 const char *kiln_vta_strerror(int code);
 

@@ -100,6 +100,30 @@ def test_kiln_run_prints_the_accelerator_counters_of_each_layer(
     assert "check passed" in out
 
 
+def test_kernel_times_split_each_accelerator_kernel_into_device_and_host_work(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from toolchain.bundle.host import BundleModule
+
+    pkg, _ = cnn_bundle
+    x = {"x": np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    module = BundleModule(pkg.path, profile=True)
+    rows = module.kernel_times(x, repeat=2)
+    assert [r["kernel"] for r in rows] == [
+        k["name"] for k in pkg.metadata["kernels"] if not k["elided"]]
+    accel = [r for r in rows if "device_ns" in r]
+    assert [r["kernel"] for r in accel] == [la["kernel"]
+                                            for la in pkg.metadata["accelerator"]["layers"]]
+    assert all(0 < r["device_ns"] < r["mean_ns"] and r["calls"] == 2 for r in accel)
+    np.testing.assert_array_equal(module(x)["y"], toolchain.run(pkg, x).outputs["y"])
+    with pytest.raises(toolchain.errors.TargetError, match="profiling build"):
+        BundleModule(pkg.path).kernel_times(x)
+    np.savez(tmp_path / "in.npz", **x)
+    assert main(["run", str(pkg.path), "--inputs", str(tmp_path / "in.npz"), "--split"]) == 0
+    out = capsys.readouterr().out
+    assert "accelerator not timed on the fsim" in out and "--device rtl" in out
+
+
 def test_kiln_run_refuses_a_device_that_does_not_apply(
         cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +132,9 @@ def test_kiln_run_refuses_a_device_that_does_not_apply(
     rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
                "--device", "rtl"])
     assert rc == 2 and "--target vta" in capsys.readouterr().err
+    rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
+               "--split"])
+    assert rc == 2 and "--split applies to a bundle" in capsys.readouterr().err
 
 
 def test_mlp_bundle_runs_its_gemms_on_the_accelerator(tmp_path: Path) -> None:

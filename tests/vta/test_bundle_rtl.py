@@ -17,6 +17,7 @@ import toolchain
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
+from toolchain.vta.cfsim import counter_names
 from toolchain.vta.rtl import verilator_env
 
 from ..tools import needs
@@ -59,6 +60,22 @@ def test_make_device_rtl_links_the_rtl_and_equals_the_fsim(
     assert (tmp_path / "rtl" / "build" / "rtl" / "Vvta_sim_top__ALL.a").is_file()
     assert not (tmp_path / "rtl" / "build" / "kiln_vta_fsim.o").exists()
     assert not (tmp_path / "fsim" / "build" / "rtl").exists()
+    # `make profile` links each device like ./main (reusing the copy's Verilator build)
+    kernels = [k["name"] for k in pkg.metadata["kernels"] if not k["elided"]]
+    for device in ("rtl", "fsim"):
+        d = tmp_path / device
+        r = subprocess.run(["make", "-s", "profile", f"DEVICE={device}"], cwd=d,
+                           env=verilator_env(), capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+        r = subprocess.run(["./main_profile", "--repeat", "2", "x.bin", "p.bin"], cwd=d,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        rows = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("kiln-profile")]
+        assert [row[2] for row in rows] == kernels  # the accelerator layers' kernels too
+        assert (d / "p.bin").read_bytes() == (d / "y.bin").read_bytes()
+    assert (tmp_path / "rtl" / "build" / "profile-rtl" / "src" / "kiln_vta_bundle.o").is_file()
+    assert not (tmp_path / "rtl" / "build" / "profile-rtl" / "runtime" /
+                "kiln_vta_fsim.o").exists()
 
 
 def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
@@ -74,6 +91,10 @@ def test_run_on_the_rtl_is_bit_exact_and_counts_cycles(
         assert hw["gemm_cycles"] == soft["gemm_steps"] > 0
         assert hw["cycles"] > hw["gemm_cycles"] and soft["cycles"] == 0
         assert hw["dram_wr_beats"] * 16 == soft["bytes_stored_out"]
+        # the driver's counters are filled on the RTL too, equal to the fsim's
+        driver = counter_names()
+        assert {k: hw[k] for k in driver} == {k: soft[k] for k in driver}
+        assert hw["instructions"] > 0 and hw["macs"] > 0
 
 
 @needs("cmake")
@@ -91,3 +112,38 @@ def test_cmake_device_rtl_links_the_rtl_and_equals_the_fsim(
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     want = toolchain.run(pkg, {"x": x}).outputs["y"]
     np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32), want.ravel())
+
+
+def test_kiln_run_on_the_rtl_prints_hardware_and_driver_counters(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from toolchain.cli import main
+
+    pkg, _ = cnn_bundle
+    x = np.random.default_rng(11).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(pkg.path), "--inputs", str(tmp_path / "in.npz"),
+                 "--device", "rtl", "--split", "--accel-mhz", "200"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("accelerator layers on rtl"):].splitlines()
+    assert table[1].split()[:2] == ["layer", "cycles"] and table[1].split()[-8:] == [
+        "insns", "MACs", "DMA", "in", "B", "DMA", "out", "B"]
+    total = [int(v) for v in table[5].split()[1:] if not v.endswith("%")]
+    soft = toolchain.run(pkg, {"x": x}).accelerator
+    assert table[5].split()[0] == "total" and total[0] > 0
+    # the last four columns are the driver's: instructions, MACs, DMA in and out
+    assert total[-4:] == [sum(c[k] for c in soft) for k in ("instructions", "macs")] + [
+        sum(v for c in soft for k, v in c.items() if k.startswith("bytes_loaded_")),
+        sum(c["bytes_stored_out"] for c in soft)]
+    assert total[-3] > 0
+    # the time split: host kernels, the accelerator kernels' own host work, the RTL cycles
+    split = out[out.index("host/accelerator split"):].splitlines()
+    assert "RTL cycles at 200 MHz" in split[0]
+    on_host = sum(not k["elided"] for k in pkg.metadata["kernels"]) - 3
+    assert split[1].split()[:2] == ["host", "kernels"]
+    assert f"({on_host} kernels on the host)" in split[1]
+    assert "in 3 accelerator kernels" in split[2]
+    us = float(split[3].split()[1])
+    assert us == pytest.approx(total[0] / 200, abs=0.06)  # cycles at 200 MHz, in us
+    host, accel = (float(v.rstrip("%,")) for v in split[4].split()[1:4:2])
+    assert host + accel == pytest.approx(100, abs=0.11) and 0 < host < 100

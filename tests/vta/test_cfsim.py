@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolchain.vta.cfsim import run_cfsim
+from toolchain.vta.cfsim import program_counters, run_cfsim
 from toolchain.vta.compile import ConvTiles, Tiles, compile_conv2d, compile_dense
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.fsim import FsimResult, run_fsim
@@ -144,3 +144,21 @@ def test_counters_are_the_python_simulators():
         seen |= set(run_fsim(random_program(seed)).counters)
     assert seen <= names
     assert len(names) == 14 and {"macs", "alu_steps", "bytes_loaded_uop"} <= seen
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_counters_counted_from_the_program_are_the_simulators(seed):
+    """What a bundle on the RTL reports (the driver counts the program) is what the
+    simulator counts running it, on both configurations."""
+    for prog in (random_program(seed), random_program(seed, SMALL, phases=3, scale=3)):
+        assert program_counters(prog.insn_bytes, prog.config) == run_cfsim(prog).counters
+
+
+def test_counters_counted_from_compiled_layers_are_the_simulators():
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (32, 16, 3, 3), dtype=np.int8)
+    x = rng.integers(-128, 128, (16, 6, 6), dtype=np.int8)
+    conv = compile_conv2d(w, 6, 6, shift=10, stride=1, pad=1, layer="conv")
+    want = run_cfsim(conv.program, conv.image(x), tokens=True).counters
+    assert want["gemm_steps"] > 0 and want["alu_steps"] > 0
+    assert program_counters(conv.program.insn_bytes, conv.program.config) == want

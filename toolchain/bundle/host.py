@@ -288,11 +288,13 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
 
 
 def build_host(path: str | Path, cc: str | None = None,
-               extra_flags: Sequence[str] = (), device: str = "fsim") -> Path:
+               extra_flags: Sequence[str] = (), device: str = "fsim",
+               profile: bool = False) -> Path:
     """Compile the bundle at ``path`` into a cached shared library; return its path (a
     CUDA bundle with nvcc: :func:`build_cuda`). An accelerator bundle runs its layers on
     ``device``: ``fsim`` (the C simulator) or ``rtl`` (its ``rtl/`` verilated, once per
-    content, by :func:`toolchain.vta.rtl_device.bundle_rtl_objects`)."""
+    content, by :func:`toolchain.vta.rtl_device.bundle_rtl_objects`). ``profile``: the
+    ``make profile`` build (``runtime/kiln_profile.c``, every kernel timed)."""
     d = Path(path)
     meta = read_metadata(d)
     check_device(meta, device, str(d))
@@ -304,6 +306,9 @@ def build_host(path: str | Path, cc: str | None = None,
              *device_flags(meta, device), *extra_flags]
     weights, wflags = _weights_sources(d, meta)
     srcs = [*_sources(d, model, meta, device), *weights]
+    if profile:
+        flags += PROFILE_FLAGS
+        srcs += _present(d, [d / "runtime" / "kiln_profile.c"])
     # LLVM bundles: the kernels' object files, linked as they are
     srcs += _present(d, [d / o for o in meta.get("kernel_objects", ())])
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.h", d / "src" / "weights.h",
@@ -351,6 +356,9 @@ def allocate(shape: Any, dtype: Any, what: str, zero: bool = False) -> np.ndarra
 #: hardware counters per layer in an accelerator bundle (``KILN_VTA_BUNDLE_HW_COUNTERS``)
 HW_COUNTERS = 11
 
+#: what ``make profile`` adds to a build (``BundleModule(profile=True)``)
+PROFILE_FLAGS = ("-DKILN_ENABLE_TIMING", "-DKILN_PROFILE")
+
 #: the byte every output buffer holds before a run (``BundleModule.__call__``)
 POISON = 0xA5
 
@@ -359,7 +367,8 @@ class BundleModule:
     """A bundle built for the host, callable with a dict of numpy arrays."""
 
     def __init__(self, path: str | Path, cc: str | None = None,
-                 extra_flags: Sequence[str] = (), device: str = "fsim") -> None:
+                 extra_flags: Sequence[str] = (), device: str = "fsim",
+                 profile: bool = False) -> None:
         self.path = Path(path)
         self.metadata = read_metadata(self.path)
         self.model = self.metadata["model"]["name"]
@@ -369,7 +378,8 @@ class BundleModule:
                               "GPU and driver, and this machine has none (nvidia-smi -L); "
                               "compile with --emulate to check its kernels on the CPU")
         self.device = device
-        self.library = build_host(self.path, cc, extra_flags, device)
+        self.profiled = profile
+        self.library = build_host(self.path, cc, extra_flags, device, profile)
         self._lib = ctypes.CDLL(str(self.library))
         self._fn = getattr(self._lib, f"{self.model}_run")
         self._fn.restype = ctypes.c_int
@@ -453,7 +463,8 @@ class BundleModule:
         """Per accelerator layer (call order) its counters after the last run: ``layer``
         (node name), the driver's counters (``instructions``, ``insn_<OP>``,
         ``bytes_loaded_<mem>``, ``bytes_stored_out``, ``gemm_steps``, ``macs``,
-        ``alu_steps``: the fsim counts them, the RTL leaves them 0) and the RTL's hardware
+        ``alu_steps``: the fsim counts them as it runs; on the RTL the driver counts them from
+        the program, ``kiln_vta_program_counters``) and the RTL's hardware
         counters (``cycles``, ``gemm_cycles``, ... ``dram_wr_beats``: 0 on the fsim).
         Empty for a bundle without accelerator layers."""
         if not accelerated(self.metadata):
@@ -474,6 +485,45 @@ class BundleModule:
                  **{k: int(soft[i * len(names) + j]) for j, k in enumerate(names)},
                  **{k: int(hw[i * HW_COUNTERS + j]) for j, k in enumerate(hw_names)}}
                 for i in range(n)]
+
+    def kernel_times(self, inputs: Mapping[str, Any], repeat: int = 3) -> list[dict[str, Any]]:
+        """A profiling build's (``profile=True``) kernels over ``repeat`` runs on
+        ``inputs``: per kernel (run order) ``kernel``, ``mean_ns``, ``min_ns``, ``calls``,
+        and for an accelerator layer's kernel ``device_ns``, the mean ns its device run
+        took (the rest of ``mean_ns`` is host work: packing, staging, unpacking)."""
+        if not self.profiled:
+            raise TargetError(f"bundle {self.model}: kernel_times needs a profiling build "
+                              "(BundleModule(..., profile=True))")
+        lib = self._lib
+        for name, restype in (("kiln_profile_reset", None), ("kiln_profile_entry", ctypes.c_int)):
+            getattr(lib, name).restype = restype
+        lib.kiln_profile_entry.argtypes = [
+            ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_double),
+            ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_long)]
+        layers = self.metadata.get("accelerator", {}).get("layers", []) if accelerated(
+            self.metadata) else []
+        dev = (ctypes.c_double * len(layers)).in_dll(lib, "kiln_vta_bundle_device_ns") \
+            if layers else []
+        self(inputs)  # a first run outside the table (the device opens, pages are touched)
+        lib.kiln_profile_reset()
+        for i in range(len(layers)):
+            dev[i] = 0.0
+        for _ in range(repeat):
+            self(inputs)
+        rows = []
+        name, lo, mean, calls = (ctypes.c_char_p(), ctypes.c_double(), ctypes.c_double(),
+                                 ctypes.c_long())
+        for i in range(max((k["index"] for k in self.metadata["kernels"]), default=-1) + 1):
+            if lib.kiln_profile_entry(i, ctypes.byref(name), ctypes.byref(lo),
+                                      ctypes.byref(mean), ctypes.byref(calls)) == 0:
+                rows.append({"kernel": name.value.decode(), "mean_ns": mean.value,
+                             "min_ns": lo.value, "calls": int(calls.value)})
+        # rows and layers are both in call order: the k-th accelerator kernel is layer k
+        kernels = {la["kernel"] for la in layers}
+        for r, j in zip([r for r in rows if r["kernel"] in kernels], range(len(layers)),
+                        strict=False):
+            r["device_ns"] = dev[j] / repeat
+        return rows
 
     def set_threads(self, n: int) -> int:
         """Run the parallel kernels on ``n`` threads (``<m>_set_threads``); the count in

@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="int8 model inputs and outputs (quantized by the caller; their "
                              "scales and zero points go into the model's metadata_props as "
                              "kiln.io.NAME) instead of float ones converted inside the model")
+    parser.add_argument("--power-of-two-scales", action="store_true",
+                        help="round every activation and weight scale up to a power of two, "
+                             "so every requantization is a rounding shift (for an "
+                             "accelerator whose ALU has no high multiply; costs accuracy: "
+                             "docs/int8.md)")
     parser.add_argument("--percentile", type=float, default=None, metavar="P",
                         help="calibrate to the P-th percentile of each tensor (e.g. 99.99) "
                              "instead of its min/max")
@@ -79,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         args.model, arrays, per_channel=args.per_channel,
         symmetric_activations=args.symmetric_activations,
         activation_dtype="uint8" if args.uint8 else "int8", percentile=args.percentile,
-        input_shapes=input_shapes(args), integer_io=args.integer_io)
+        input_shapes=input_shapes(args), integer_io=args.integer_io,
+        power_of_two_scales=args.power_of_two_scales)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".onnx.tmp")
     os.close(fd)

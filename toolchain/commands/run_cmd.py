@@ -41,7 +41,8 @@ A bundle compiled for an accelerator target (--target vta) also prints one line 
 accelerator layer with the counters of its run: on the C functional simulator (--device
 fsim, the default) instructions, GEMM and ALU steps, MACs and DMA bytes; on the Verilog RTL
 (--device rtl, built by Verilator once per bundle) cycles, GEMM cycles and utilisation
-(GEMM cycles / cycles), engine busy cycles and DRAM bytes.
+(GEMM cycles / cycles), engine busy cycles and DRAM bytes, then the driver's counters
+(counted from each layer's program: instructions, MACs, DMA bytes).
 Exit status 1 when an output is above --tolerance (the bundle disagrees with the oracle:
 a Kiln bug), 2 for a user error, 0 otherwise.
 
@@ -76,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("fsim", "rtl"), default="fsim",
                         help="accelerator bundles: run the accelerator layers on the C "
                              "functional simulator (fsim, default) or the Verilator RTL (rtl)")
+    parser.add_argument("--split", action="store_true",
+                        help="accelerator bundles: also time every kernel (a profiling "
+                             "build) and print how the model's time splits between host "
+                             "work and the accelerator")
+    parser.add_argument("--accel-mhz", type=float, default=100.0, metavar="MHZ",
+                        help="--split: the accelerator's clock that turns RTL cycles into "
+                             "time (default 100, the clock of VTA's FPGA builds)")
     parser.add_argument("--model-file", metavar="MODEL.onnx",
                         help="bundle --check: the model it was compiled from (default: the "
                              "path recorded in its metadata.json)")
@@ -201,10 +209,15 @@ def check_outputs(args: argparse.Namespace, metadata: dict[str, Any],
 
 def run_bundle(args: argparse.Namespace) -> int:
     """``kiln run DIR``: build the bundle on this host, run it, optionally check it."""
-    from toolchain.bundle.host import BundleModule
+    from toolchain.bundle.host import BundleModule, accelerated, read_metadata
 
     feeds = bundle_inputs(args)
-    module = BundleModule(args.model, device=args.device)
+    if args.split and not accelerated(read_metadata(args.model)):
+        raise OptionError(f"--split applies to bundles compiled with --target vta; "
+                          f"{args.model} runs no layer on the accelerator")
+    if args.accel_mhz <= 0:
+        raise OptionError(f"--accel-mhz {args.accel_mhz:g}: must be positive")
+    module = BundleModule(args.model, device=args.device, profile=args.split)
     if args.threads is not None:
         if args.threads < 1:
             raise OptionError(f"--threads {args.threads}: must be at least 1")
@@ -221,6 +234,11 @@ def run_bundle(args: argparse.Namespace) -> int:
     if counters:
         bus = int(module.metadata["accelerator"].get("config", {}).get("bus_bytes", 16))
         print(accelerator_report(counters, args.device, bus))
+    if args.split:
+        kernels = module.kernel_times(feeds)
+        split = time_split(kernels, module.accelerator_counters(), args.accel_mhz)
+        accel = sum("device_ns" in k for k in kernels)
+        print(split_report(split, args.device, args.accel_mhz, len(kernels) - accel, accel))
     return check_outputs(args, module.metadata, feeds, outputs)
 
 
@@ -231,13 +249,16 @@ _FSIM_COLUMNS = (("insns", "instructions"), ("GEMM steps", "gemm_steps"), ("MACs
 _RTL_COLUMNS = (("cycles", "cycles"), ("GEMM cyc", "gemm_cycles"), ("util", "util"),
                 ("ALU cyc", "alu_cycles"), ("load busy", "load_busy"),
                 ("compute busy", "compute_busy"), ("store busy", "store_busy"),
-                ("DRAM rd B", "rd_bytes"), ("DRAM wr B", "wr_bytes"))
+                ("DRAM rd B", "rd_bytes"), ("DRAM wr B", "wr_bytes"),
+                ("insns", "instructions"), ("MACs", "macs"), ("DMA in B", "loaded"),
+                ("DMA out B", "bytes_stored_out"))
 
 
 def accelerator_report(rows: list[dict[str, int]], device: str, bus_bytes: int = 16) -> str:
     """The per-layer counters of an accelerator bundle's run as a table, with a total row
     (``rows`` from :meth:`~toolchain.bundle.host.BundleModule.accelerator_counters`). On
-    ``rtl``, ``util`` is GEMM cycles / cycles and DRAM bytes are beats x ``bus_bytes``.
+    ``rtl``, ``util`` is GEMM cycles / cycles and DRAM bytes are beats x ``bus_bytes`` (they
+    include the instruction fetch, which the driver's ``DMA in B`` leaves out).
 
     Example::
 
@@ -276,6 +297,51 @@ def accelerator_report(rows: list[dict[str, int]], device: str, bus_bytes: int =
     return "\n".join(out)
 
 
+def time_split(kernels: list[dict[str, Any]], counters: list[dict[str, int]],
+               mhz: float) -> dict[str, float]:
+    """Where a run of an accelerator bundle spends its time: ``host_ns``, the kernels the
+    partition left on the host; ``glue_ns``, the host work inside the accelerator layers'
+    kernels (packing, staging, unpacking: their time less their device runs); ``accel_ns``,
+    the accelerator's RTL cycles at ``mhz`` (0 when the run counted none, on the fsim);
+    ``host_share`` = (host + glue) / all. ``kernels`` from
+    :meth:`~toolchain.bundle.host.BundleModule.kernel_times`, ``counters`` from
+    ``accelerator_counters()``.
+
+    Example::
+
+        >>> time_split([{"kernel": "q", "mean_ns": 300.0},
+        ...             {"kernel": "c", "mean_ns": 9000.0, "device_ns": 8800.0}],
+        ...            [{"cycles": 950}], 100.0)["host_share"]
+        0.05
+    """
+    host = sum(k["mean_ns"] for k in kernels if "device_ns" not in k)
+    glue = sum(k["mean_ns"] - k["device_ns"] for k in kernels if "device_ns" in k)
+    cycles = sum(int(c.get("cycles", 0)) for c in counters)
+    accel = cycles * 1e3 / mhz
+    total = host + glue + accel
+    return {"host_ns": host, "glue_ns": glue, "accel_ns": accel, "cycles": cycles,
+            "host_share": (host + glue) / total if total else 0.0}
+
+
+def split_report(split: dict[str, float], device: str, mhz: float, host_kernels: int,
+                 accel_kernels: int) -> str:
+    """:func:`time_split` as the lines ``kiln run --split`` prints."""
+    how = f"RTL cycles at {mhz:g} MHz" if device == "rtl" else "not timed on the fsim"
+    lines = [f"host/accelerator split (host measured on this CPU; accelerator {how}):",
+             f"  host kernels        {split['host_ns'] / 1e3:10.1f} us  ({host_kernels} "
+             "kernels on the host)",
+             f"  accelerator glue    {split['glue_ns'] / 1e3:10.1f} us  (packing, staging and "
+             f"unpacking in {accel_kernels} accelerator kernels)"]
+    if device == "rtl":
+        lines.append(f"  accelerator         {split['accel_ns'] / 1e3:10.1f} us  "
+                     f"({int(split['cycles']):,} cycles)")
+        lines.append(f"  host {split['host_share']:.1%}, accelerator "
+                     f"{1 - split['host_share']:.1%} of the model's time")
+    else:
+        lines.append("  the accelerator's share needs its cycles: --device rtl")
+    return "\n".join(lines)
+
+
 def run_board_bundle(args: argparse.Namespace) -> int:
     """``kiln run DIR`` where DIR is a board bundle: build, run on QEMU, compare."""
     from toolchain.boards.qemu import run_on_qemu
@@ -306,6 +372,9 @@ def run(args: argparse.Namespace) -> int:
     if args.device != "fsim" and not Path(args.model).is_dir():
         raise OptionError(f"--device {args.device} applies to a bundle compiled with "
                           f"--target vta; {args.model} is an ONNX model")
+    if args.split and not Path(args.model).is_dir():
+        raise OptionError(f"--split applies to a bundle compiled with --target vta; "
+                          f"{args.model} is an ONNX model")
     if is_board_bundle(args.model):  # built with --board: cross build, run on QEMU
         if args.device != "fsim":
             raise OptionError(f"--device {args.device} applies to host bundles compiled "
@@ -313,6 +382,9 @@ def run(args: argparse.Namespace) -> int:
         if args.threads is not None:
             raise OptionError("--threads applies to host bundles; a board's firmware runs "
                               "on one core")
+        if args.split:
+            raise OptionError("--split applies to host bundles compiled with --target vta, "
+                              "not to a board's firmware")
         return run_board_bundle(args)
     if Path(args.model).is_dir():
         return run_bundle(args)

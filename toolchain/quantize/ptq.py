@@ -38,11 +38,12 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
                    symmetric_activations: bool = False, activation_dtype: str = "int8",
                    percentile: float | None = None,
                    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                   integer_io: bool = False,
+                   integer_io: bool = False, power_of_two_scales: bool = False,
                    ) -> tuple[onnx.ModelProto, QdqResult]:
     """The QDQ ONNX model of ``model`` calibrated on ``calibration`` (arrays by input name,
     first dimension = samples), and what was quantized / left float. ``integer_io``: int8
-    inputs and outputs (their scales in ``metadata_props`` as ``kiln.io.NAME``)."""
+    inputs and outputs (their scales in ``metadata_props`` as ``kiln.io.NAME``).
+    ``power_of_two_scales``: every scale a power of two (:func:`insert_qdq`)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.quantize.integer_io import integer_io as to_integer_io
 
@@ -51,7 +52,8 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     samples = split_samples(graph, calibration)
     ranges = collect_ranges(graph, samples, percentile)
     result = insert_qdq(graph, ranges, activation_dtype=activation_dtype,
-                        symmetric_activations=symmetric_activations, per_channel=per_channel)
+                        symmetric_activations=symmetric_activations, per_channel=per_channel,
+                        power_of_two_scales=power_of_two_scales)
     if integer_io:
         result.graph, result.io = to_integer_io(result.graph)
     out = to_onnx(result.graph)

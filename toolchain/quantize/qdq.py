@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -64,23 +65,42 @@ class QdqResult:
     io: dict[str, tuple[float, int, str]] = field(default_factory=dict)
 
 
-def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool = False
-                      ) -> tuple[float, int]:
-    """``(scale, zero_point)`` of a tensor with range ``[lo, hi]`` (module docstring).
+def power_of_two(scale: Any) -> np.ndarray:
+    """The smallest powers of two >= ``scale`` (positive values; float32, exact): the
+    scales of ``power_of_two=True``, which still cover the calibrated range.
+
+    >>> power_of_two(np.array([0.01, 0.25, 3.0])).tolist()
+    [0.015625, 0.25, 4.0]
+    """
+    s = np.asarray(scale, np.float64)
+    return np.ldexp(1.0, np.ceil(np.log2(s)).astype(np.int64)).astype(np.float32)
+
+
+def activation_params(lo: float, hi: float, dtype: str = "int8", symmetric: bool = False,
+                      power_of_two_scale: bool = False) -> tuple[float, int]:
+    """``(scale, zero_point)`` of a tensor with range ``[lo, hi]`` (module docstring);
+    ``power_of_two_scale``: the scale rounded up to a power of two (:func:`power_of_two`),
+    the zero point then chosen for it (``rmin`` still at ``qmin``).
 
     >>> s, z = activation_params(0.0, 2.55); round(s, 6), z
     (0.01, -128)
     >>> s, z = activation_params(-1.0, 0.5, symmetric=True); round(s * 127, 6), z
     (1.0, 0)
+    >>> activation_params(0.0, 2.55, power_of_two_scale=True)
+    (0.015625, -128)
     """
     qmin, qmax = (-128, 127) if dtype == "int8" else (0, 255)
     rmin, rmax = min(float(lo), 0.0), max(float(hi), 0.0)
     if symmetric:
         bound = max(abs(rmin), abs(rmax))
         scale = bound / 127.0 if bound > 0 else 1.0
+        if power_of_two_scale:
+            scale = float(power_of_two(scale))
         return float(np.float32(scale)), (0 if dtype == "int8" else 128)
     scale = (rmax - rmin) / (qmax - qmin) if rmax > rmin else 1.0
     scale = float(np.float32(scale))
+    if power_of_two_scale:
+        scale = float(power_of_two(scale))
     zp = int(np.clip(round(qmin - rmin / scale), qmin, qmax))
     return scale, zp
 
@@ -101,8 +121,10 @@ def _weight_axis(node: Node) -> int | None:
     return None
 
 
-def quantize_weight(w: np.ndarray, axis: int, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 weights in [-127, 127] and their (per-channel or 1-element) scales."""
+def quantize_weight(w: np.ndarray, axis: int, per_channel: bool,
+                    power_of_two_scale: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights in [-127, 127] and their (per-channel or 1-element) scales
+    (rounded up to powers of two with ``power_of_two_scale``)."""
     w = np.asarray(w, np.float64)
     if per_channel:
         red = tuple(i for i in range(w.ndim) if i != axis)
@@ -110,6 +132,8 @@ def quantize_weight(w: np.ndarray, axis: int, per_channel: bool) -> tuple[np.nda
     else:
         bound = np.array([np.abs(w).max()])
     scale = np.where(bound > 0, bound / 127.0, 1.0).astype(np.float32)
+    if power_of_two_scale:
+        scale = power_of_two(scale)
     shape = [1] * w.ndim
     if per_channel:
         shape[axis] = -1
@@ -119,9 +143,11 @@ def quantize_weight(w: np.ndarray, axis: int, per_channel: bool) -> tuple[np.nda
 
 class _Builder:
     def __init__(self, graph: Graph, ranges: Mapping[str, tuple[float, float]], dtype: str,
-                 symmetric: bool, per_channel: bool) -> None:
+                 symmetric: bool, per_channel: bool, power_of_two_scales: bool = False
+                 ) -> None:
         self.graph, self.ranges, self.dtype = graph, ranges, dtype
         self.symmetric, self.per_channel = symmetric, per_channel
+        self.pow2 = power_of_two_scales
         self.params: dict[Value, tuple[float, int]] = {}
         self.dq: dict[Value, Value] = {}
         self.nodes: list[Node] = []
@@ -129,7 +155,7 @@ class _Builder:
     def qparams(self, v: Value) -> tuple[float, int]:
         if v not in self.params:
             lo, hi = self.ranges.get(v.name, (0.0, 0.0))
-            self.params[v] = activation_params(lo, hi, self.dtype, self.symmetric)
+            self.params[v] = activation_params(lo, hi, self.dtype, self.symmetric, self.pow2)
         return self.params[v]
 
     def qdq_pair(self, v: Value, out: Value | None = None) -> Value:
@@ -150,7 +176,7 @@ class _Builder:
     def weight(self, node: Node, axis: int) -> tuple[Value, np.ndarray]:
         w = node.inputs[1]
         assert w is not None and w.data is not None
-        q, scale = quantize_weight(w.data, axis, self.per_channel)
+        q, scale = quantize_weight(w.data, axis, self.per_channel, self.pow2)
         per_axis = self.per_channel
         qv = Value.constant(f"{w.name}_quantized", q)
         sv = Value.constant(f"{w.name}_scale", scale if per_axis else scale.reshape(()))
@@ -224,10 +250,15 @@ def _plan(graph: Graph) -> tuple[set[Value], set[Node]]:
 
 def insert_qdq(graph: Graph, ranges: Mapping[str, tuple[float, float]], *,
                activation_dtype: str = "int8", symmetric_activations: bool = False,
-               per_channel: bool = True) -> QdqResult:
-    """The QDQ form of ``graph`` (module docstring); ``ranges`` from calibration."""
+               per_channel: bool = True, power_of_two_scales: bool = False) -> QdqResult:
+    """The QDQ form of ``graph`` (module docstring); ``ranges`` from calibration.
+    ``power_of_two_scales``: every activation and weight scale is a power of two, so every
+    requantization multiplier (``x_scale * w_scale / y_scale``, a QAdd's ``a_scale /
+    y_scale``) is one too, and requantizing is a rounding shift (the form an accelerator
+    ALU without a high multiply can compute; docs/int8.md)."""
     acts, quantized = _plan(graph)
-    b = _Builder(graph, ranges, activation_dtype, symmetric_activations, per_channel)
+    b = _Builder(graph, ranges, activation_dtype, symmetric_activations, per_channel,
+                 power_of_two_scales)
     # data-movement ops and MaxPool keep their input's parameters
     for n in graph.nodes:
         if n in quantized and n.op in PASSTHROUGH and n.inputs[0] in acts:

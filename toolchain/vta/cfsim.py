@@ -119,6 +119,9 @@ def library() -> ctypes.CDLL:
     lib.kiln_vta_fsim_mem_bytes.argtypes = [ctypes.POINTER(_Config)]
     lib.kiln_vta_counter_name.restype = ctypes.c_char_p
     lib.kiln_vta_counter_name.argtypes = [ctypes.c_int]
+    lib.kiln_vta_program_counters.restype = ctypes.c_int
+    lib.kiln_vta_program_counters.argtypes = [ctypes.POINTER(_Config), ctypes.c_char_p,
+                                              ctypes.c_uint32, ctypes.POINTER(_Counters)]
     lib.kiln_vta_strerror.restype = ctypes.c_char_p
     lib.kiln_vta_strerror.argtypes = [ctypes.c_int]
     sizes = (ctypes.c_uint32 * 3)()
@@ -135,6 +138,34 @@ def counter_names() -> list[str]:
     """Names of the C simulator's counters, in its order (those of ``run_fsim``)."""
     lib = library()
     return [lib.kiln_vta_counter_name(i).decode() for i in range(_NCOUNTERS)]
+
+
+def program_counters(insn_bytes: bytes, config: VTAConfig) -> dict[str, int]:
+    """The counters of an encoded program counted from its instructions alone by the C
+    driver (``kiln_vta_program_counters``, what a bundle on the RTL reports): the counters
+    :func:`run_cfsim` returns when the program runs to FINISH, in the same form.
+
+    Example::
+
+        >>> from toolchain.vta.isa import Finish, encode
+        >>> program_counters(encode(Finish()), VTAConfig())
+        {'insn_FINISH': 1, 'instructions': 1}
+    """
+    lib = library()
+    counters = _Counters()
+    rc = lib.kiln_vta_program_counters(ctypes.byref(c_config(config)), insn_bytes,
+                                       len(insn_bytes) // INSN_BYTES, ctypes.byref(counters))
+    if rc != 0:
+        raise SimulationError(f"kiln_vta_program_counters: {lib.kiln_vta_strerror(rc).decode()}")
+    return _named(counters)
+
+
+def _named(counters: _Counters) -> dict[str, int]:
+    names = counter_names()
+    values = {names[i]: int(counters.v[i]) for i in range(_NCOUNTERS)}
+    out = {k: v for k, v in sorted(values.items()) if v and k != "instructions"}
+    out["instructions"] = values["instructions"]
+    return out
 
 
 def c_config(cfg: VTAConfig) -> _Config:
@@ -204,11 +235,8 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
                 insns = []
         raise CFsimError(error_message(rc, err, insns, len(image), config), rc,
                          None if err.insn == 0xFFFFFFFF else int(err.insn))
-    names = counter_names()
-    values = {names[i]: int(counters.v[i]) for i in range(_NCOUNTERS)}
-    out = {k: v for k, v in sorted(values.items()) if v and k != "instructions"}
-    out["instructions"] = values["instructions"]
-    return FsimResult(window[:len(image)].copy(), out, [int(i) for i in order[:n]])
+    return FsimResult(window[:len(image)].copy(), _named(counters),
+                      [int(i) for i in order[:n]])
 
 
 # ---- messages --------------------------------------------------------------------------
