@@ -58,6 +58,7 @@ Example::
 
     >>> import numpy as np
     >>> from toolchain.graph.ir import Node, Value
+from toolchain.graph.overlap import AccessOrder
     >>> x = Value("x", (1, 16), "int8"); y = Value("y", (1, 4), "int8")
     >>> c = [Value.constant("w", np.ones((4, 16), np.int8)),
     ...      Value.constant("b", np.zeros(4, np.int32)),
@@ -79,6 +80,7 @@ import numpy as np
 from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
+from toolchain.graph.overlap import AccessOrder
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
@@ -383,7 +385,27 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             v = Value.constant(f"{v.name}_dsp", nc.packs[k](v.data))
         values.append(v)
     info: dict[str, Any] = {"schedule": "int8 dsp", "intrinsic": intrin}
-    # the output may take over input 0's buffer
+    # the output may take over input 0's buffer, or start inside it (overlap)
     return OpSchedule(sch, values, list(node.outputs), info,
-                      in_place=0 if in_place and same_shape else None)
+                      in_place=0 if in_place and same_shape else None,
+                      overlap=_access_order(node, depthwise, in_place) if not s8 else None)
+
+
+def _access_order(node: Node, depthwise: bool, staged: bool) -> AccessOrder | None:
+    """How the DSP kernel of QConv ``node`` walks its input and output (the overlap
+    contract with the memory planner, :mod:`toolchain.graph.overlap`): a dense convolution
+    builds each output pixel's im2col row (every channel of its window) before it writes
+    that pixel's channels (one pixel a step: the two-pixel kernels read both pixels first,
+    which the one-pixel order covers); a depthwise one pads a channel's plane (``staged``)
+    or one output row's band of input rows before it writes them."""
+    x, y = node.input(0), node.outputs[0]
+    if len(x.shape) != 4 or int(x.shape[0]) != 1 or x.dtype != y.dtype:
+        return None
+    kind = ("channels" if staged else "rows") if depthwise else "pixels"
+    w = node.input(1)
+    return AccessOrder(kind, tuple(int(d) for d in x.shape), tuple(int(d) for d in y.shape),
+                       np.dtype(x.dtype).itemsize, (int(w.shape[2]), int(w.shape[3])),
+                       tuple(int(v) for v in node.attrs["strides"]),
+                       tuple(int(v) for v in node.attrs["pads"]),
+                       tuple(int(v) for v in node.attrs["dilations"]))
 
