@@ -188,7 +188,8 @@ class MemoryPlan:
             "steps": list(self.steps),
             "tensors": [{"name": t.name, "offset": t.offset, "size": t.size,
                          "first": t.first, "last": t.last, "kind": t.kind,
-                         "inplace_of": t.inplace_of, "lead": t.lead} for t in self.tensors],
+                         "inplace_of": t.inplace_of, **({"lead": t.lead} if t.lead else {})}
+                        for t in self.tensors],
             "views": dict(self.views),
             "file_order": None if self.file_lower_bound is None else {
                 "arena_bytes": self.file_arena_bytes, "lower_bound": self.file_lower_bound},
@@ -389,6 +390,11 @@ def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: 
     return buffers, info
 
 
+def _live_total(buffers: list[_Buffer]) -> int:
+    """Bytes live summed over the steps (the overlap search's tie-break)."""
+    return sum(b.live_bytes(s) for b in buffers for s in range(b.first, b.last + 1))
+
+
 def _dies_here(v: Value, step: int, by_value: dict[Value, tuple[_Buffer, _Part]],
                last: dict[Value, int]) -> bool:
     """Whether ``v`` is an arena tensor whose bytes are free after ``step``: read last at
@@ -515,9 +521,12 @@ def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int]
     search (0 keeps the best greedy placement); ``overwrite`` maps node names to the
     inputs their kernels may write their output over (module docstring, "in place");
     ``overlap`` maps node names to ``(input, lead)``: the output may start ``lead`` bytes
-    (a multiple of ``alignment``) before that input (module docstring, "overlap").  With
-    overlaps the plan is made with and without them and the smaller arena kept (a tie
-    keeps the plan without: the overlap gained nothing).
+    (a multiple of ``alignment``) before that input (module docstring, "overlap").  An
+    overlap ties its pair's buffers together for their whole lives, which can cost more
+    than it saves, so they are chosen greedily: in step order, repeated until none helps,
+    each one is kept when it makes the arena smaller, or keeps it and lowers the bytes
+    live summed over the steps (two steps at the peak need two overlaps).  A model whose
+    arena no overlap shrinks keeps the plan it has without them.
 
     A kernel-declared pair (a 1x1 convolution whose kernel stages each pixel's input)::
 
@@ -554,12 +563,25 @@ def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int]
     steps = [n.name for n in graph.nodes]
     buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views, {})
     plan = _finish(buffers, info, steps, alignment, search_moves, seed)
-    if leads and inplace:
-        buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views, leads)
-        if any(len(b.parts) > 1 for b in buffers):
+    chosen: dict[str, tuple[str, int]] = {}
+    best, base = plan, plan
+    score = (plan.arena_bytes, _live_total(buffers))
+    changed = bool(leads) and inplace
+    while changed:  # greedy: add one overlap at a time, keep it when the score drops
+        changed = False
+        for node in steps:
+            if node not in leads or node in chosen:
+                continue
+            trial_leads = {**chosen, node: leads[node]}
+            buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views,
+                                     trial_leads)
+            if sum(len(b.parts) - 1 for b in buffers) <= len(chosen):
+                continue  # its input does not die there: no overlap to make
             trial = _finish(buffers, info, steps, alignment, search_moves, seed)
-            if trial.arena_bytes < plan.arena_bytes:
-                plan = trial
+            trial_score = (trial.arena_bytes, _live_total(buffers))
+            if trial_score < score:
+                best, chosen, score, changed = trial, trial_leads, trial_score, True
+    plan = best if best.arena_bytes < base.arena_bytes else base
     plan.views = views
     return plan
 
