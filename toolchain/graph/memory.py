@@ -18,6 +18,12 @@ The bundle runs the kernels (the nodes of a fused graph) in their topological or
   Cortex-M pointwise convolution copies each pixel's channels into its im2col row before
   writing that pixel's outputs; a depthwise one pads each channel's plane into a stack
   buffer before writing that channel), with the output of the input's shape and dtype;
+* **overlap**: an output of another shape may *start inside* an input that dies at that
+  step, ``lead`` bytes before it, where the kernel's schedule declares that lead legal
+  (:mod:`toolchain.graph.overlap`: no output byte is written before the last read of the
+  input byte at its address): ``overlap={node_name: (input_name, lead)}``.  The pair is
+  one buffer of two parts, each with its own lifetime (``TensorPlan.lead``); overlaps are
+  taken greedily, each only where the arena shrinks (:func:`plan_memory`);
 * **views of graph inputs**: a kernel made only of views (ops with the ``view`` trait:
   Reshape, Flatten, Squeeze, Unsqueeze, Identity) of a graph input (or of such a view) is
   a view of the caller's buffer: its output takes no arena bytes
