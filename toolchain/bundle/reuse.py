@@ -22,7 +22,6 @@ scheduling.
 
 >>> import numpy as np
 >>> from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.overlap import AccessOrder
 >>> from toolchain.graph.passes.fused_op import fused_node
 >>> def group(name, c):
 ...     x, y = Value("x", (4,), "float32"), Value("y", (4,), "float32")

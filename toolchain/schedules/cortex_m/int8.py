@@ -58,7 +58,6 @@ Example::
 
     >>> import numpy as np
     >>> from toolchain.graph.ir import Node, Value
-from toolchain.graph.overlap import AccessOrder
     >>> x = Value("x", (1, 16), "int8"); y = Value("y", (1, 4), "int8")
     >>> c = [Value.constant("w", np.ones((4, 16), np.int8)),
     ...      Value.constant("b", np.zeros(4, np.int32)),
