@@ -705,7 +705,8 @@ def render_svg(plan: MemoryPlan, title: str = "memory plan") -> str:
             "fill": "#bbbbbb" if t.kind == "scratch" else f"hsl({hue}, 60%, 65%)",
             "kind": "in-place" if t.inplace_of else t.kind,
             "tip": (f"{t.name}: {t.size:,} B at offset {t.offset:,}, steps {t.first}..{t.last}"
-                    + (f" (in place of {t.inplace_of})" if t.inplace_of else "")),
+                    + (f" ({t.lead:,} B before {t.inplace_of})" if t.lead
+                       else f" (in place of {t.inplace_of})" if t.inplace_of else "")),
         })
     ticks = [{"x": left + plot_w * (s + 0.5) / steps, "label": s}
              for s in range(0, steps, max(1, steps // 20))]
