@@ -358,10 +358,13 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     same_shape = node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
     in_place = False
+    staged_rows = True
     try:
         if depthwise:
             intrin = t.intrinsic("dwconv_q15q7_1x4")
             sch, in_place = _schedule_depthwise(func, intrin)
+            # no padded copy: the pixels read the input directly (no access order)
+            staged_rows = "pad" in block_names(sch)
         elif s8:
             kc = 8 if int(w.shape[1]) % 8 == 0 and lanes == 4 else 4
             intrin = t.intrinsic(f"dot_s8s8_{lanes}x{kc}")
@@ -387,7 +390,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     # the output may take over input 0's buffer, or start inside it (overlap)
     return OpSchedule(sch, values, list(node.outputs), info,
                       in_place=0 if in_place and same_shape else None,
-                      overlap=_access_order(node, depthwise, in_place) if not s8 else None)
+                      overlap=_access_order(node, depthwise, in_place)
+                      if not s8 and staged_rows else None)
 
 
 def _access_order(node: Node, depthwise: bool, staged: bool) -> AccessOrder | None:
