@@ -563,10 +563,18 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
                        overlap=overlap)
     kernels = _render_kernels(fused, scheduled, plan, overwrite, cache, names, prefix, t)
     scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
+    pairs = _in_place_pairs(fused, plan)
     ordered, plan = plan_in_best_order(fused, alignment=ALIGNMENT, scratch=scratch,
                                        overwrite=overwrite, overlap=overlap)
-    if ordered is not fused:
+    # the aliased pairs decide each kernel's `restrict`: render again when they changed
+    # (another order; or overlaps chosen otherwise by the searched placement)
+    if ordered is not fused or _in_place_pairs(ordered, plan) != pairs:
         kernels = _render_kernels(ordered, scheduled, plan, overwrite, cache, names, prefix, t)
+    final = _in_place_pairs(ordered, plan)
+    for k in kernels:
+        if k.schedule != "accelerator" and k.in_place != (k.node.name in final):
+            raise InternalError(f"{k.node.describe()}: rendered for in_place={k.in_place}, "
+                                "but the memory plan says otherwise")
     return ordered, kernels, plan
 
 
