@@ -47,7 +47,11 @@ writes those pixels' outputs, and a depthwise convolution whose padded plane is 
 pads channel c's plane into its stack buffer before it writes channel c. A depthwise plane
 larger than :data:`PLANE_BYTES` is padded per output-row band (rows an earlier band's
 outputs would overwrite), and a k x k convolution reads neighbouring pixels: neither runs
-in place.
+in place.  Every DSP convolution (these and the k x k ones, any shape) declares how it
+walks its input and output instead (``OpSchedule.overlap``, an
+:class:`~toolchain.graph.overlap.AccessOrder`: pixels, channel planes or row bands), from
+which the memory planner may start the output inside its input at the lead that order
+allows (docs/passes.md, "Overlap").
 
 QAdd (stand-alone or fused) reads each input side from a 256-entry table built at
 compile time (:func:`toolchain.topi.int8.qadd_lut`) and requantizes the sum with the C
