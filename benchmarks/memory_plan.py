@@ -14,7 +14,9 @@ Each model is imported by the frontend, optimised by the default pass pipeline
 * nodes / kernels — graph nodes before the passes, ``Fused`` kernels after them;
 * arena — bytes the plan needs; lower bound — the largest sum of live (aligned) buffer bytes
   at one step; naive — every intermediate in its own place;
-* in-place — tensors that reuse a dying input's buffer;
+* in-place — tensors that reuse a dying input's buffer (overlap outputs included);
+* overlap — outputs that start inside their dying input at the lead their kernel
+  declared (``toolchain.graph.overlap``; only with ``--target``, whose kernels declare it);
 * file order / searched — the arena with the nodes in the file's order and in the order
   the order search chose (``toolchain.graph.order``; equal when the file's is best), and
   the change;
@@ -65,10 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     where = f"target {args.target}" if args.target else f"layout {args.layout}"
     print(f"{where}, alignment {args.alignment} B, "
           f"in-place {'off' if args.no_inplace else 'on'}\n")
-    print("| model | nodes | kernels | tensors | in-place | arena (B) | lower bound (B) "
+    print("| model | nodes | kernels | tensors | in-place | overlap | arena (B) | lower bound (B) "
           "| naive (B) | arena / bound | file order (B) | searched (B) | change | plan ms |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-          "| ---: |")
+    print("| --- |" + " ---: |" * 13)
     worst = 0.0
     for name in args.models or list(MODELS):
         nodes, kernels, plan, ms = _plan(name, args)
@@ -76,10 +77,13 @@ def main(argv: list[str] | None = None) -> int:
         ratio = plan.arena_bytes / plan.lower_bound if plan.lower_bound else 1.0
         worst = max(worst, ratio)
         inplace = sum(1 for t in plan.tensors if t.inplace_of)
+        sizes = {t.name: t.size for t in plan.tensors}
+        overlap = sum(1 for t in plan.tensors if t.inplace_of
+                      and (t.lead or t.size != sizes[t.inplace_of]))
         before = plan.file_arena_bytes or plan.arena_bytes
         change = f"{(plan.arena_bytes - before) / before:+.1%}" if before else "+0.0%"
         print(f"| {name} | {nodes} | {kernels} | {len(plan.tensors)} "
-              f"| {inplace} | {plan.arena_bytes:,} | {plan.lower_bound:,} "
+              f"| {inplace} | {overlap} | {plan.arena_bytes:,} | {plan.lower_bound:,} "
               f"| {plan.naive_bytes:,} | {ratio:.3f} | {before:,} | {plan.arena_bytes:,} "
               f"| {change} | {ms:.1f} |")
     print(f"\nworst arena / lower bound: {worst:.3f} (goal <= 1.05)")

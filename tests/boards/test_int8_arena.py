@@ -79,3 +79,16 @@ def test_arena_report_lists_the_peak(tmp_path_factory):
     r = _report("autoencoder", tmp_path_factory)
     assert sum(size for _, size in r["peak"]) <= r["arena"]
     assert all(not name.startswith("input") for name, _ in r["peak"])  # int8 input: caller's
+
+
+def test_vww_outputs_overlap_their_inputs(tmp_path_factory):
+    """VWW: the 8 -> 16 pointwise convolution's output grows out of its input and the
+    first convolution's starts 16,128 B before the transposed image (docs/embedded.md,
+    "Overlap"): 55,296 B without overlaps, 43,776 B with them."""
+    import json
+
+    r = _report("mobilenet_v1", tmp_path_factory)
+    assert (r["no_overlap"], r["arena"]) == (55_296, 43_776)
+    meta = json.loads((r["bundle"] / "metadata.json").read_text())
+    leads = [t["lead"] for t in meta["memory_plan"]["tensors"] if t.get("lead")]
+    assert leads == [16_128]

@@ -17,6 +17,8 @@ and for a real board (linked with its flash/RAM limits), run under QEMU, and com
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -112,6 +114,31 @@ def test_integer_io_model_on_qemu(tmp_path):
     assert run.outputs["reconstruction"].dtype == np.int8
     np.testing.assert_array_equal(run.outputs["reconstruction"], want["reconstruction"])
     assert report["ram"]["outputs"] == 640  # the int8 output, outside the arena
+
+
+def test_vww_with_overlapped_arena_on_qemu(tmp_path):
+    """MobileNetV1 VWW as the arena anchor is measured (int8 I/O) on the M4 board: its
+    plan starts convolution outputs inside their inputs (overlap, 43,776 B instead of
+    55,296 B) and the firmware's outputs equal Kiln's integer reference bit for bit."""
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+    from toolchain.zoo.quantized import anchor_model
+
+    q = anchor_model("mobilenet_v1")
+    onnx.save(q, tmp_path / "vww.onnx")
+    g = from_onnx(q)
+    x = {v.name: np.random.default_rng(6).integers(-128, 128, v.shape).astype(np.int8)
+         for v in g.inputs}
+    path, _ = compile_board(tmp_path / "vww.onnx", "qemu-mps2-an386", tmp_path / "b")
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["arena_bytes"] == 43_776
+    assert any(t.get("lead") for t in meta["memory_plan"]["tensors"])
+    run = run_on_qemu(path, x, timeout=120)
+    want = run_graph(quantize_ops(g), x)
+    np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
+    np.testing.assert_allclose(run.outputs["probs"], want["probs"], rtol=1e-5, atol=1e-6)
 
 
 def _last_layer(qdq: onnx.ModelProto, output: str) -> str:

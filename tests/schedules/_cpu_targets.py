@@ -54,6 +54,34 @@ def run_aliased(node, x, target: str = "cortex-m4"):
     return buf, _info(s)
 
 
+def run_overlapped(node, x, lead: int, target: str = "cortex-m4", poison: int = 0x5A):
+    """Like :func:`run_aliased`, with the output starting ``lead`` bytes before the input in
+    one buffer (an overlap pair, ``OpSchedule.overlap``), the rest of it poisoned:
+    ``(output, schedule)``."""
+    import numpy as np
+
+    from toolchain.codegen import get_renderer
+    from toolchain.runtime.build import BASE_FLAGS, compile_shared
+    from toolchain.runtime.module import Module
+    from toolchain.schedules.registry import schedule_for
+    from toolchain.tir.transform.pipeline import lower
+
+    s = schedule_for(node, target)
+    r = get_renderer("c", openmp=False)
+    r.restrict = ""
+    src = r.render(lower(s.schedule))
+    lib, info = compile_shared(src.code, [*BASE_FLAGS, "-Wall", "-Wextra", "-Werror"],
+                               stem=src.entry)
+    mod = Module(lib, src.entry, s.schedule.mod, src.code, src.extra_args, info)
+    y = node.outputs[0]
+    buf = np.full(max(y.nbytes, lead + x.nbytes), poison, np.uint8)
+    xin = buf[lead:lead + x.nbytes].view(x.dtype).reshape(x.shape)
+    xin[...] = x
+    out = buf[:y.nbytes].view(y.dtype).reshape(y.shape)
+    mod(xin, *[v.data for v in s.input_values[1:]], out)
+    return out.copy(), s
+
+
 def schedule_info(s: Any) -> dict[str, Any]:
     """An OpSchedule's info with its typed ``in_place`` contract added (when it has one)."""
     return {**s.info, **({"in_place": s.in_place} if s.in_place is not None else {})}

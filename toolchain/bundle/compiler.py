@@ -52,6 +52,7 @@ from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
 from toolchain.graph.order import plan_in_best_order
+from toolchain.graph.overlap import AccessOrder
 from toolchain.schedules import packing
 from toolchain.schedules.packing import is_value_blind
 from toolchain.schedules.registry import lookup
@@ -155,9 +156,11 @@ def _source_info(model: Any) -> tuple[Any, dict[str, Any], str]:
 
 
 def _schedule(node: Node, target: Target, cache: KernelCache
-              ) -> tuple[Any, list[Value], list[Value], str, Value | None]:
+              ) -> tuple[Any, list[Value], list[Value], str, Value | None,
+                         tuple[Value, AccessOrder] | None]:
     """(lowered PrimFunc, inner input values, output values, how it was scheduled, the
-    inner input the kernel may write its output over or None).
+    inner input the kernel may write its output over or None, the inner input its output
+    may start inside and the kernel's access order (``OpSchedule.overlap``) or None).
 
     The schedule is the strategy table's for the node's op on ``target``
     (:func:`~toolchain.schedules.registry.lookup`); the unscheduled compute only where
@@ -177,8 +180,9 @@ def _schedule(node: Node, target: Target, cache: KernelCache
             raise NoScheduleError(f"{node.describe()}: the schedule for {node.op!r} on "
                                   f"{target.name!r} does not handle this configuration")
         host = op.input_values[op.in_place] if op.in_place is not None else None
+        lap = (op.input_values[0], op.overlap) if op.overlap is not None else None
         return cache.lower(op.schedule.mod), list(op.input_values), list(op.output_values), \
-            "default", host
+            "default", host, lap
     except NoScheduleError as exc:
         # declared: no schedule for this op here (recorded in metadata.json and the summary);
         # any other exception from a schedule is a bug and propagates
@@ -187,7 +191,7 @@ def _schedule(node: Node, target: Target, cache: KernelCache
     func = te.create_prim_func(fc.inputs + fc.outputs,
                                name=sanitize(node.attrs["kernel"], **TE_NAMES))
     return cache.lower(func), list(fc.input_values), list(fc.output_values), \
-        f"fallback: {why}", None
+        f"fallback: {why}", None, None
 
 
 class KernelCache:
@@ -523,6 +527,7 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
     reuse = ScheduleReuse(trusted=is_value_blind(lookup("Fused", t)))
     scheduled: dict[str, tuple[Node, Any, list[Value], str]] = {}
     overwrite: dict[str, tuple[str, ...]] = {}
+    overlap: dict[str, tuple[str, int]] = {}  # node -> (input, lead): OpSchedule.overlap
     for node in bar.kernels(list(fused.nodes)):
         vta = inner_layer(node) if accel is not None else None
         if vta is not None:
@@ -539,7 +544,7 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
                     hit = _schedule(node, t, cache)
                 reuse.remember(node, rec, *hit)
             release_mapped_pages()  # the weights it read are packed by now
-        func, ins, outs, how, host = hit
+        func, ins, outs, how, host, lap = hit
         params = _outer_values(node, ins, outs)
         n_buf = sum(1 for p in func.params if hasattr(p, "data"))
         if n_buf != len(params) or n_buf != len(func.params):
@@ -547,15 +552,29 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
                                 f"parameters for {len(params)} tensors")
         if host is not None:
             overwrite[node.name] = (params[next(i for i, v in enumerate(ins) if v is host)].name,)
+        if lap is not None and any(v is lap[0] for v in ins):
+            lead = lap[1].lead(ALIGNMENT)
+            if lead is not None:
+                overlap[node.name] = (params[next(i for i, v in enumerate(ins)
+                                                  if v is lap[0])].name, lead)
         scheduled[node.name] = (node, func, params, how)
     names = bundle_namer({f"{prefix}_{s}" for s in RESERVED_SUFFIXES})
-    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite)
+    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite,
+                       overlap=overlap)
     kernels = _render_kernels(fused, scheduled, plan, overwrite, cache, names, prefix, t)
     scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
+    pairs = _in_place_pairs(fused, plan)
     ordered, plan = plan_in_best_order(fused, alignment=ALIGNMENT, scratch=scratch,
-                                       overwrite=overwrite)
-    if ordered is not fused:
+                                       overwrite=overwrite, overlap=overlap)
+    # the aliased pairs decide each kernel's `restrict`: render again when they changed
+    # (another order; or overlaps chosen otherwise by the searched placement)
+    if ordered is not fused or _in_place_pairs(ordered, plan) != pairs:
         kernels = _render_kernels(ordered, scheduled, plan, overwrite, cache, names, prefix, t)
+    final = _in_place_pairs(ordered, plan)
+    for k in kernels:
+        if k.schedule != "accelerator" and k.in_place != (k.node.name in final):
+            raise InternalError(f"{k.node.describe()}: rendered for in_place={k.in_place}, "
+                                "but the memory plan says otherwise")
     return ordered, kernels, plan
 
 

@@ -44,7 +44,13 @@ from typing import Any
 import numpy as np
 
 from toolchain.graph.ir import Graph, Node, Value
+from toolchain.graph.overlap import AccessOrder
 from toolchain.schedules import packing
+
+#: what scheduling a group gives: (lowered PrimFunc, inner input values, output values, how,
+#: the input the output may overwrite, (the input it may start inside, access order))
+Hit = tuple[Any, list[Value], list[Value], str, Value | None,
+            tuple[Value, AccessOrder] | None]
 
 
 def _digest(a: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
@@ -118,6 +124,8 @@ class _Entry:
     params: list[tuple]
     outs: list[int]  # positions in node.outputs
     host: int | None  # index into params of the input the output may overwrite
+    #: (index into params of the input the output may start inside, the access order)
+    overlap: tuple[int, AccessOrder] | None
     func: Any
     how: str
 
@@ -137,7 +145,7 @@ class ScheduleReuse:
         self.scheduled = 0
         self.reused = 0
 
-    def find(self, node: Node) -> tuple[Any, list[Value], list[Value], str, Value | None] | None:
+    def find(self, node: Node) -> Hit | None:
         """``_schedule``'s result for ``node`` from an equal earlier group, or None."""
         key = group_key(node)
         for e in self._entries.get(key, ()) if key is not None else ():
@@ -150,7 +158,7 @@ class ScheduleReuse:
         return None
 
     def _rebind(self, node: Node, e: _Entry
-                ) -> tuple[Any, list[Value], list[Value], str, Value | None] | None:
+                ) -> Hit | None:
         inner: Graph = node.attrs["graph"]
         ins: list[Value] = []
         for p in e.params:
@@ -167,10 +175,12 @@ class ScheduleReuse:
             else:
                 ins.append(p[1])
         outs = [node.outputs[j] for j in e.outs]
-        return e.func, ins, outs, e.how, (ins[e.host] if e.host is not None else None)
+        lap = (ins[e.overlap[0]], e.overlap[1]) if e.overlap is not None else None
+        return e.func, ins, outs, e.how, (ins[e.host] if e.host is not None else None), lap
 
     def remember(self, node: Node, rec: packing.Record, func: Any, ins: list[Value],
-                 outs: list[Value], how: str, host: Value | None) -> None:
+                 outs: list[Value], how: str, host: Value | None,
+                 lap: tuple[Value, AccessOrder] | None = None) -> None:
         """Keep ``node``'s schedule (``rec``: what its schedule call packed and bound)."""
         self.scheduled += 1
         key = group_key(node)
@@ -208,8 +218,10 @@ class ScheduleReuse:
                   if v is not None and v.data is not None and i not in seen_free}
         host_i = next((k for k, v in enumerate(ins) if v is host), None) \
             if host is not None else None
+        lap_i = next(((k, lap[1]) for k, v in enumerate(ins) if v is lap[0]), None) \
+            if lap is not None else None
         self._entries.setdefault(key, []).append(
-            _Entry(valued, params, [out_pos[id(v)] for v in outs], host_i, func, how))
+            _Entry(valued, params, [out_pos[id(v)] for v in outs], host_i, lap_i, func, how))
 
 
 __all__ = ["ScheduleReuse", "group_key"]

@@ -18,6 +18,12 @@ The bundle runs the kernels (the nodes of a fused graph) in their topological or
   Cortex-M pointwise convolution copies each pixel's channels into its im2col row before
   writing that pixel's outputs; a depthwise one pads each channel's plane into a stack
   buffer before writing that channel), with the output of the input's shape and dtype;
+* **overlap**: an output of another shape may *start inside* an input that dies at that
+  step, ``lead`` bytes before it, where the kernel's schedule declares that lead legal
+  (:mod:`toolchain.graph.overlap`: no output byte is written before the last read of the
+  input byte at its address): ``overlap={node_name: (input_name, lead)}``.  The pair is
+  one buffer of two parts, each with its own lifetime (``TensorPlan.lead``); overlaps are
+  taken greedily, each only where the arena shrinks (:func:`plan_memory`);
 * **views of graph inputs**: a kernel made only of views (ops with the ``view`` trait:
   Reshape, Flatten, Squeeze, Unsqueeze, Identity) of a graph input (or of such a view) is
   a view of the caller's buffer: its output takes no arena bytes
@@ -89,6 +95,9 @@ class TensorPlan:
     last: int
     kind: str = "tensor"  # "tensor" | "scratch"
     inplace_of: str | None = None
+    #: an **overlap** pair: the output starts ``lead`` bytes before ``inplace_of``'s start
+    #: (the kernel's declared legal offset); 0 for an in-place pair (one buffer)
+    lead: int = 0
 
 
 @dataclass
@@ -120,7 +129,8 @@ class MemoryPlan:
     def check(self) -> None:
         """Raise :class:`PlanError` unless the plan is valid: aligned offsets, everything
         inside the arena, and no two tensors with overlapping lifetimes overlapping in
-        memory (except an in-place pair, which shares one buffer by design)."""
+        memory, except an in-place or overlap pair at the step where the input dies, the
+        output exactly its declared ``lead`` bytes before the input."""
         a = self.alignment
         for t in self.tensors:
             if t.offset % a or t.offset < 0 or t.offset + t.size > self.arena_bytes:
@@ -129,19 +139,27 @@ class MemoryPlan:
             if not 0 <= t.first <= t.last < max(len(self.steps), 1):
                 raise PlanError(f"tensor {t.name!r} has lifetime {t.first}..{t.last} outside "
                                 f"the {len(self.steps)} steps")
-        root = {t.name: t.inplace_of or t.name for t in self.tensors}
+        by_name = {t.name: t for t in self.tensors}
+        for t in self.tensors:
+            if t.inplace_of is None:
+                continue
+            host = by_name[t.inplace_of]
+            if t.offset != host.offset - t.lead or t.first != host.last:
+                raise PlanError(
+                    f"tensor {t.name!r} at {t.offset} (from step {t.first}) is not "
+                    f"{t.lead} bytes before {host.name!r} at {host.offset} (last read at "
+                    f"step {host.last}), the offset its kernel declared")
 
-        def buffer(name: str) -> str:
-            while root[name] != name:
-                name = root[name]
-            return name
+        def paired(s: TensorPlan, t: TensorPlan) -> bool:
+            """One takes over the other's bytes at the step the other dies (declared)."""
+            return s.inplace_of == t.name or t.inplace_of == s.name
 
         items = sorted((t for t in self.tensors if t.size > 0), key=lambda t: t.offset)
         for i, s in enumerate(items):
             for t in items[i + 1:]:
                 if t.offset >= s.offset + s.size:
                     break
-                if s.first <= t.last and t.first <= s.last and buffer(s.name) != buffer(t.name):
+                if s.first <= t.last and t.first <= s.last and not paired(s, t):
                     raise PlanError(
                         f"tensors {s.name!r} (steps {s.first}..{s.last}, bytes [{s.offset}, "
                         f"{s.offset + s.size})) and {t.name!r} (steps {t.first}..{t.last}, "
@@ -176,7 +194,8 @@ class MemoryPlan:
             "steps": list(self.steps),
             "tensors": [{"name": t.name, "offset": t.offset, "size": t.size,
                          "first": t.first, "last": t.last, "kind": t.kind,
-                         "inplace_of": t.inplace_of} for t in self.tensors],
+                         "inplace_of": t.inplace_of, **({"lead": t.lead} if t.lead else {})}
+                        for t in self.tensors],
             "views": dict(self.views),
             "file_order": None if self.file_lower_bound is None else {
                 "arena_bytes": self.file_arena_bytes, "lower_bound": self.file_lower_bound},
@@ -186,14 +205,55 @@ class MemoryPlan:
 
 # -- lifetimes -----------------------------------------------------------------------------
 @dataclass(eq=False)
-class _Buffer:
-    """One arena region: a tensor plus the tensors that reuse it in place."""
+class _Part:
+    """One rectangle of a buffer: ``[rel, rel + size)`` from the buffer's offset during
+    steps ``first..last``, held by a tensor and the tensors that reuse it in place."""
 
+    rel: int
     size: int  # aligned bytes
     first: int
     last: int
     members: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Buffer:
+    """One arena region placed as a whole: a tensor plus the tensors that reuse it in place
+    (one part), and the outputs an overlap pair starts inside it (one more part each, at
+    the offset their kernel declared)."""
+
+    parts: list[_Part]
     offset: int = 0
+
+    @property
+    def size(self) -> int:
+        return max(p.rel + p.size for p in self.parts)
+
+    @property
+    def first(self) -> int:
+        return min(p.first for p in self.parts)
+
+    @property
+    def last(self) -> int:
+        return max(p.last for p in self.parts)
+
+    @property
+    def members(self) -> list[str]:
+        return [m for p in self.parts for m in p.members]
+
+    def live_bytes(self, step: int) -> int:
+        """Bytes of the buffer in use at ``step`` (the union of its live parts)."""
+        spans = sorted((p.rel, p.rel + p.size) for p in self.parts
+                       if p.first <= step <= p.last)
+        total, end = 0, 0
+        for lo, hi in spans:
+            total += max(0, hi - max(lo, end))
+            end = max(end, hi)
+        return total
+
+
+def _single(size: int, first: int, last: int, name: str) -> _Buffer:
+    return _Buffer([_Part(0, size, first, last, [name])])
 
 
 def _writes_after_reading(op: str, reads: Sequence[Value], out: Value) -> bool:
@@ -286,18 +346,19 @@ def inplace_candidates(node: Node, out: Value, declared: frozenset[str] = frozen
 
 
 def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: bool,
-             overwrite: Mapping[str, frozenset[str]], views: Mapping[str, str]
-             ) -> tuple[list[_Buffer], dict[str, tuple[int, int, int, str, str | None]]]:
-    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of)``;
-    the outputs in ``views`` take no buffer."""
+             overwrite: Mapping[str, frozenset[str]], views: Mapping[str, str],
+             overlap: Mapping[str, tuple[str, int]]
+             ) -> tuple[list[_Buffer], dict[str, tuple[int, int, int, str, str | None, int]]]:
+    """Buffers to place, and per tensor name ``(size, first, last, kind, inplace_of,
+    lead)``; the outputs in ``views`` take no buffer."""
     external = set(graph.inputs) | set(graph.outputs)
     last: dict[Value, int] = {}
     for s, node in enumerate(graph.nodes):
         for v in node.inputs:
             if v is not None:
                 last[v] = s
-    by_value: dict[Value, _Buffer] = {}
-    info: dict[str, tuple[int, int, int, str, str | None]] = {}
+    by_value: dict[Value, tuple[_Buffer, _Part]] = {}
+    info: dict[str, tuple[int, int, int, str, str | None, int]] = {}
     buffers: list[_Buffer] = []
     for s, node in enumerate(graph.nodes):
         for out in node.outputs:
@@ -306,57 +367,121 @@ def _buffers(graph: Graph, alignment: int, scratch: Mapping[str, int], inplace: 
             end = max(last.get(out, s), s)
             host = (_inplace_host(node, out, s, by_value, last,
                                   overwrite.get(node.name, frozenset())) if inplace else None)
+            lap = (_overlap_host(node, out, s, by_value, last, overlap.get(node.name))
+                   if inplace and host is None else None)
             if host is not None:
-                buf = by_value[host]
-                buf.last = max(buf.last, end)
-                buf.members.append(out.name)
-                info[out.name] = (out.nbytes, s, end, "tensor", host.name)
+                buf, part = by_value[host]
+                part.last = max(part.last, end)
+                part.members.append(out.name)
+                info[out.name] = (out.nbytes, s, end, "tensor", host.name, 0)
+            elif lap is not None:
+                (buf, hpart), lead = by_value[lap[0]], lap[1]
+                part = _Part(hpart.rel - lead, _align(out.nbytes, alignment), s, end,
+                             [out.name])
+                buf.parts.append(part)
+                shift = -min(p.rel for p in buf.parts)
+                for p in buf.parts:  # the buffer grows in front: every part moves back
+                    p.rel += shift
+                info[out.name] = (out.nbytes, s, end, "tensor", lap[0].name, lead)
             else:
-                buf = _Buffer(_align(out.nbytes, alignment), s, end, [out.name])
+                buf = _single(_align(out.nbytes, alignment), s, end, out.name)
+                part = buf.parts[0]
                 buffers.append(buf)
-                info[out.name] = (out.nbytes, s, end, "tensor", None)
-            by_value[out] = buf
+                info[out.name] = (out.nbytes, s, end, "tensor", None, 0)
+            by_value[out] = (buf, part)
         if scratch.get(node.name, 0) > 0:
             name = f"{node.name}:scratch"
-            buffers.append(_Buffer(_align(scratch[node.name], alignment), s, s, [name]))
-            info[name] = (int(scratch[node.name]), s, s, "scratch", None)
+            buffers.append(_single(_align(scratch[node.name], alignment), s, s, name))
+            info[name] = (int(scratch[node.name]), s, s, "scratch", None, 0)
     return buffers, info
 
 
-def _inplace_host(node: Node, out: Value, step: int, by_value: dict[Value, _Buffer],
+def _live_total(buffers: list[_Buffer]) -> int:
+    """Bytes live summed over the steps (the overlap search's tie-break)."""
+    return sum(b.live_bytes(s) for b in buffers for s in range(b.first, b.last + 1))
+
+
+def _dies_here(v: Value, step: int, by_value: dict[Value, tuple[_Buffer, _Part]],
+               last: dict[Value, int]) -> bool:
+    """Whether ``v`` is an arena tensor whose bytes are free after ``step``: read last at
+    this step, and the last tensor of its part (no alias of it read later)."""
+    got = by_value.get(v)
+    if got is None:
+        return False
+    _, part = got
+    return part.last == step and last.get(v) == step and part.members[-1] == v.name
+
+
+def _inplace_host(node: Node, out: Value, step: int,
+                  by_value: dict[Value, tuple[_Buffer, _Part]],
                   last: dict[Value, int], declared: frozenset[str]) -> Value | None:
     """The first of :func:`inplace_candidates` whose buffer ``out`` takes over (or
     ``None``): an arena tensor that dies at this step and is not taken yet."""
     for v in inplace_candidates(node, out, declared):
-        buf = by_value.get(v)
-        if buf is None or buf.last != step or last.get(v) != step \
-                or buf.members[-1] != v.name:
+        if not _dies_here(v, step, by_value, last):
             continue  # not in the arena, or still read later (by another step or alias)
-        buf.last = -1  # taken: a second output of this step may not take it too
+        by_value[v][1].last = -1  # taken: a second output of this step may not take it too
         return v
     return None
 
 
+def _overlap_host(node: Node, out: Value, step: int,
+                  by_value: dict[Value, tuple[_Buffer, _Part]], last: dict[Value, int],
+                  declared: tuple[str, int] | None) -> tuple[Value, int] | None:
+    """``(input, lead)`` when ``node``'s kernel declared that ``out`` may start ``lead``
+    bytes before that input (module docstring, "overlap") and the input dies at this step
+    (a single output, so nothing else of this step can start over it too); else None."""
+    if declared is None or len(node.outputs) != 1:
+        return None
+    name, lead = declared
+    reads = [v for v in node.inputs if v is not None and v.name == name]
+    if len(reads) != 1 or sum(1 for w in node.inputs if w is reads[0]) != 1:
+        return None
+    v = reads[0]
+    if not _dies_here(v, step, by_value, last):
+        return None
+    return v, lead
+
+
 # -- placement -----------------------------------------------------------------------------
 def _place(order: list[_Buffer], best_fit: bool) -> int:
-    """Greedy placement in ``order``; sets ``offset`` on each buffer, returns the arena."""
-    placed: list[_Buffer] = []
+    """Greedy placement in ``order``; sets ``offset`` on each buffer, returns the arena.
+    A buffer of one part takes the best-fitting (or first) gap among the placed parts
+    live with it; a buffer of several parts (an overlap pair) the lowest offset where none
+    of its parts meets a placed part live at the same time."""
+    placed: list[tuple[int, int, int, int]] = []  # (lo, hi, first, last) of placed parts
     arena = 0
     for b in order:
-        spans = sorted((p.offset, p.offset + p.size) for p in placed
-                       if p.first <= b.last and b.first <= p.last)
-        choice, gap_best, end = None, None, 0
-        for lo, hi in spans:
-            gap = lo - end
-            if gap >= b.size and (choice is None or (best_fit and gap < gap_best)):
-                choice, gap_best = end, gap
-                if not best_fit:
-                    break
-            end = max(end, hi)
-        b.offset = end if choice is None else choice
+        if len(b.parts) == 1:
+            p = b.parts[0]
+            spans = sorted((lo, hi) for lo, hi, first, last in placed
+                           if first <= p.last and p.first <= last)
+            choice, gap_best, end = None, None, 0
+            for lo, hi in spans:
+                gap = lo - end
+                if gap >= p.size and (choice is None or (best_fit and gap < gap_best)):
+                    choice, gap_best = end, gap
+                    if not best_fit:
+                        break
+                end = max(end, hi)
+            b.offset = end if choice is None else choice
+        else:
+            b.offset = _fit_parts(b, placed)
+        for p in b.parts:
+            placed.append((b.offset + p.rel, b.offset + p.rel + p.size, p.first, p.last))
         arena = max(arena, b.offset + b.size)
-        placed.append(b)
     return arena
+
+
+def _fit_parts(b: _Buffer, placed: list[tuple[int, int, int, int]]) -> int:
+    """The lowest offset of ``b`` at which no part of it overlaps a placed part that is
+    live at the same time (candidates: 0 and every placed part's end, less a part's rel)."""
+    pairs = [(p, lo, hi) for p in b.parts for lo, hi, first, last in placed
+             if first <= p.last and p.first <= last]
+    for x in sorted({0} | {hi - p.rel for p, _, hi in pairs if hi >= p.rel}):
+        if all(x + p.rel >= hi or x + p.rel + p.size <= lo for p, lo, hi in pairs):
+            return x
+    raise PlanError("no offset fits a buffer of several parts")  # the largest end always does
 
 
 _ORDERS = (
@@ -394,12 +519,20 @@ def _search(buffers: list[_Buffer], lower: int, moves: int, seed: int) -> list[_
 
 def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int] | None = None,
                 inplace: bool = True, search_moves: int = 400, seed: int = 0,
-                overwrite: Mapping[str, Iterable[str]] | None = None) -> MemoryPlan:
+                overwrite: Mapping[str, Iterable[str]] | None = None,
+                overlap: Mapping[str, tuple[str, int]] | None = None) -> MemoryPlan:
     """Plan the arena of ``graph`` (see the module docstring); deterministic for a seed.
 
     ``scratch`` maps node names to workspace bytes; ``search_moves`` bounds the local
     search (0 keeps the best greedy placement); ``overwrite`` maps node names to the
-    inputs their kernels may write their output over (module docstring, "in place").
+    inputs their kernels may write their output over (module docstring, "in place");
+    ``overlap`` maps node names to ``(input, lead)``: the output may start ``lead`` bytes
+    (a multiple of ``alignment``) before that input (module docstring, "overlap").  An
+    overlap ties its pair's buffers together for their whole lives, which can cost more
+    than it saves, so they are chosen greedily: in step order, repeated until none helps,
+    each one is kept when it makes the arena smaller, or keeps it and lowers the bytes
+    live summed over the steps (two steps at the peak need two overlaps).  A model whose
+    arena no overlap shrinks keeps the plan it has without them.
 
     A kernel-declared pair (a 1x1 convolution whose kernel stages each pixel's input)::
 
@@ -423,9 +556,38 @@ def plan_memory(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int]
     if unknown:
         raise OptionError(f"in-place inputs given for {', '.join(map(repr, unknown))}, which "
                           f"are not nodes of graph {graph.name!r}")
+    leads = dict(overlap or {})
+    unknown = sorted(set(leads) - names)
+    if unknown:
+        raise OptionError(f"overlaps given for {', '.join(map(repr, unknown))}, which are "
+                          f"not nodes of graph {graph.name!r}")
+    for node_name, (_, lead) in leads.items():
+        if lead < 0 or lead % alignment:
+            raise OptionError(f"overlap lead {lead} of node {node_name!r} must be a "
+                              f"non-negative multiple of the alignment {alignment}")
     views = input_views(graph)
-    buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views)
-    plan = _finish(buffers, info, [n.name for n in graph.nodes], alignment, search_moves, seed)
+    steps = [n.name for n in graph.nodes]
+    buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views, {})
+    plan = _finish(buffers, info, steps, alignment, search_moves, seed)
+    chosen: dict[str, tuple[str, int]] = {}
+    best, base = plan, plan
+    score = (plan.arena_bytes, _live_total(buffers))
+    changed = bool(leads) and inplace
+    while changed:  # greedy: add one overlap at a time, keep it when the score drops
+        changed = False
+        for node in steps:
+            if node not in leads or node in chosen:
+                continue
+            trial_leads = {**chosen, node: leads[node]}
+            buffers, info = _buffers(graph, alignment, scratch, inplace, declared, views,
+                                     trial_leads)
+            if sum(len(b.parts) - 1 for b in buffers) <= len(chosen):
+                continue  # its input does not die there: no overlap to make
+            trial = _finish(buffers, info, steps, alignment, search_moves, seed)
+            trial_score = (trial.arena_bytes, _live_total(buffers))
+            if trial_score < score:
+                best, chosen, score, changed = trial, trial_leads, trial_score, True
+    plan = best if best.arena_bytes < base.arena_bytes else base
     plan.views = views
     return plan
 
@@ -446,24 +608,74 @@ def plan_lifetimes(tensors: Sequence[tuple[str, int, int, int]], *, alignment: i
     for name, size, first, last in tensors:
         if not 0 <= first <= last or size < 0:
             raise OptionError(f"tensor {name!r}: bad lifetime {first}..{last} or size {size}")
-        buffers.append(_Buffer(_align(size, alignment), first, last, [name]))
-        info[name] = (size, first, last, "tensor", None)
+        buffers.append(_single(_align(size, alignment), first, last, name))
+        info[name] = (size, first, last, "tensor", None, 0)
     steps = max((last for _, _, _, last in tensors), default=-1) + 1
     return _finish(buffers, info, [f"step{i}" for i in range(steps)], alignment,
                    search_moves, seed)
 
 
-def _finish(buffers: list[_Buffer], info: dict[str, tuple[int, int, int, str, str | None]],
+def replan(tensors: Sequence[TensorPlan], *, alignment: int = 64, overlap: bool = True,
+           scratch: bool = True, search_moves: int = 400, seed: int = 0) -> MemoryPlan:
+    """Place a plan's tensors (``MemoryPlan.tensors``, in the plan's order) again: an
+    in-place tensor stays in its host's buffer; an overlap output stays its ``lead`` bytes
+    before its host, or (``overlap=False``) gets a buffer of its own; ``scratch=False``
+    leaves the kernels' scratch out.  What the arena would be without the overlaps, or
+    holding the tensors alone (``benchmarks/int8_arena.py``).
+
+        >>> from toolchain.graph.ir import Graph, Node, Value
+        >>> a, b = Value("a", (1, 8, 4, 4), "int8"), Value("b", (1, 16, 4, 4), "int8")
+        >>> x, y = Value("x", (1, 8, 4, 4), "int8"), Value("y", (1, 16, 4, 4), "int8")
+        >>> g = Graph("g", [x], [y], [Node("Neg", "n0", [x], [a]), Node("Conv", "c", [a], [b]),
+        ...                           Node("Neg", "n1", [b], [y])])
+        >>> plan = plan_memory(g, overlap={"c": ("a", 0)})
+        >>> plan.arena_bytes, replan(plan.tensors, overlap=False).arena_bytes
+        (256, 384)
+    """
+    by_name: dict[str, tuple[_Buffer, _Part]] = {}
+    buffers: list[_Buffer] = []
+    info: dict[str, tuple[int, int, int, str, str | None, int]] = {}
+    for t in tensors:
+        if t.kind == "scratch" and not scratch:
+            continue
+        size = _align(t.size, alignment)
+        host = by_name.get(t.inplace_of) if t.inplace_of is not None else None
+        if host is not None and t.lead == 0 and host[1].size == size:
+            buf, part = host
+            part.last = max(part.last, t.last)
+            part.members.append(t.name)
+            pair = (t.inplace_of, 0)
+        elif host is not None and overlap:
+            buf, hpart = host
+            part = _Part(hpart.rel - t.lead, size, t.first, t.last, [t.name])
+            buf.parts.append(part)
+            shift = -min(p.rel for p in buf.parts)
+            for p in buf.parts:
+                p.rel += shift
+            pair = (t.inplace_of, t.lead)
+        else:
+            buf = _single(size, t.first, t.last, t.name)
+            part = buf.parts[0]
+            buffers.append(buf)
+            pair = (None, 0)
+        info[t.name] = (t.size, t.first, t.last, t.kind, *pair)
+        by_name[t.name] = (buf, part)
+    steps = [f"step{i}" for i in range(max((t.last for t in tensors), default=-1) + 1)]
+    return _finish(buffers, info, steps, alignment, search_moves, seed)
+
+
+def _finish(buffers: list[_Buffer],
+            info: dict[str, tuple[int, int, int, str, str | None, int]],
             steps: list[str], alignment: int, search_moves: int, seed: int) -> MemoryPlan:
     live = [0] * max(len(steps), 1)
     for b in buffers:
         for s in range(b.first, b.last + 1):
-            live[s] += b.size
+            live[s] += b.live_bytes(s) if len(b.parts) > 1 else b.size
     lower = max(live)
     _search(buffers, lower, search_moves, seed)
-    offset = {m: b.offset for b in buffers for m in b.members}
-    tensors = [TensorPlan(name, size, offset[name], first, last, kind, host)
-               for name, (size, first, last, kind, host) in info.items()]
+    offset = {m: b.offset + p.rel for b in buffers for p in b.parts for m in p.members}
+    tensors = [TensorPlan(name, size, offset[name], first, last, kind, host, lead)
+               for name, (size, first, last, kind, host, lead) in info.items()]
     arena = max((b.offset + b.size for b in buffers), default=0)
     naive = sum(_align(size, alignment) for size, *_ in info.values())
     return MemoryPlan(arena, lower, naive, alignment, steps, tensors)
@@ -493,7 +705,8 @@ def render_svg(plan: MemoryPlan, title: str = "memory plan") -> str:
             "fill": "#bbbbbb" if t.kind == "scratch" else f"hsl({hue}, 60%, 65%)",
             "kind": "in-place" if t.inplace_of else t.kind,
             "tip": (f"{t.name}: {t.size:,} B at offset {t.offset:,}, steps {t.first}..{t.last}"
-                    + (f" (in place of {t.inplace_of})" if t.inplace_of else "")),
+                    + (f" ({t.lead:,} B before {t.inplace_of})" if t.lead
+                       else f" (in place of {t.inplace_of})" if t.inplace_of else "")),
         })
     ticks = [{"x": left + plot_w * (s + 0.5) / steps, "label": s}
              for s in range(0, steps, max(1, steps // 20))]

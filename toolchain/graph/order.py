@@ -391,13 +391,17 @@ def plan_in_best_order(graph: Graph, *, alignment: int = 64,
                        scratch: Mapping[str, int] | None = None,
                        overwrite: Mapping[str, Iterable[str]] | None = None,
                        inplace: bool = True, search: bool = True, beam: int = BEAM,
-                       search_moves: int = 400, seed: int = 0) -> tuple[Graph, MemoryPlan]:
+                       search_moves: int = 400, seed: int = 0,
+                       overlap: Mapping[str, tuple[str, int]] | None = None
+                       ) -> tuple[Graph, MemoryPlan]:
     """(graph in the chosen order, its memory plan): the order of :func:`search_order`
     when its planned arena is smaller than the file order's, else the file's order (the
     search minimises the liveness bound; the placement decides the arena, so both are
     planned and compared).  The plan records the file order's numbers
     (``file_lower_bound``, ``file_arena_bytes``) and the search's (``order_search``).
-    ``search=False`` plans the file order only (and records it as such).
+    ``search=False`` plans the file order only (and records it as such).  ``overlap`` is
+    :func:`~toolchain.graph.memory.plan_memory`'s (the search itself counts an overlap
+    pair as two buffers; both orders are planned with it).
 
         >>> from toolchain.graph.ir import Graph, Node, Value
         >>> x, a1, b1 = (Value(n, (1, 64, 8, 8), "float32") for n in ("x", "a1", "b1"))
@@ -410,7 +414,7 @@ def plan_in_best_order(graph: Graph, *, alignment: int = 64,
         (33024, 16896, ['ea', 'pa', 'eb', 'pb', 's'])
     """
     kw = {"alignment": alignment, "scratch": scratch, "overwrite": overwrite,
-          "inplace": inplace, "search_moves": search_moves, "seed": seed}
+          "inplace": inplace, "search_moves": search_moves, "seed": seed, "overlap": overlap}
     plan = plan_memory(graph, **kw)
     file_arena, file_bound = plan.arena_bytes, plan.lower_bound
     stats: dict[str, object] = {"searched": False}

@@ -35,6 +35,7 @@ from typing import Any
 
 from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
+from toolchain.graph.overlap import AccessOrder
 from toolchain.target import Target
 from toolchain.target import resolve_target as resolve_target
 from toolchain.tir.schedule import Schedule
@@ -58,7 +59,10 @@ class OpSchedule:
     tile sizes), for metadata and benchmarks. ``in_place = k`` is the contract with the
     memory planner: the kernel reads each part of input ``k`` before writing the output
     over it, so the output (of input k's shape) may share input k's buffer (the planner's
-    ``overwrite``); None: it may not.
+    ``overwrite``); None: it may not.  ``overlap`` generalises it to outputs of another
+    shape: how the kernel walks input 0 and its output (an
+    :class:`~toolchain.graph.overlap.AccessOrder`), from which the planner takes the lead
+    by which the output may start before input 0 (the planner's ``overlap``).
     """
 
     schedule: Schedule
@@ -67,6 +71,8 @@ class OpSchedule:
     info: dict[str, Any] = field(default_factory=dict)
     #: the input the output may be written over (see above), or None
     in_place: int | None = None
+    #: how the kernel walks input 0 and its output (see above), or None
+    overlap: AccessOrder | None = None
 
 
 def register_schedule(op_name: str, key: str) -> Callable[[ScheduleFn], ScheduleFn]:

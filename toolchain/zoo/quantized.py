@@ -102,47 +102,58 @@ def anchor_model(name: str) -> onnx.ModelProto:
 
 def arena_report(bundle: Path) -> dict:
     """What the planned arena of a compiled bundle holds: ``arena`` bytes, ``tensors``
-    (the arena of the model's tensors alone, kernel scratch left out), the largest kernel
-    ``scratch`` as ``(kernel, bytes)``, and ``peak``: the buffers live at the step where
-    the arena is fullest, as ``(name, bytes)``.
+    (the arena of the model's tensors alone, kernel scratch left out), ``no_overlap`` (the
+    arena with every overlap output in a buffer of its own: the plan before overlaps,
+    :func:`toolchain.graph.memory.replan`), the largest kernel ``scratch`` as
+    ``(kernel, bytes)``, and ``peak``: the buffers live at the step where the arena is
+    fullest, as ``(name, bytes)`` (an overlap output counts the bytes it adds to its input).
 
     Example (the ``metadata.json`` of a bundle with one tensor and one kernel scratch)::
 
         >>> import tempfile
         >>> d = Path(tempfile.mkdtemp())
         >>> plan = {"alignment": 64, "steps": [{}, {}], "tensors": [
-        ...     {"name": "x", "kind": "tensor", "size": 64, "first": 0, "last": 1},
-        ...     {"name": "conv:acc", "kind": "scratch", "size": 32, "first": 1, "last": 1}]}
+        ...     {"name": "x", "kind": "tensor", "size": 64, "first": 0, "last": 1,
+        ...      "offset": 0},
+        ...     {"name": "conv:acc", "kind": "scratch", "size": 32, "first": 1, "last": 1,
+        ...      "offset": 64}]}
         >>> _ = (d / "metadata.json").write_text(json.dumps(
         ...     {"arena_bytes": 128, "memory_plan": plan}))
         >>> report = arena_report(d)
         >>> report["arena"], report["tensors"], report["scratch"], report["peak"]
         (128, 64, ('conv', 32), [('x', 64), ('conv:acc', 32)])
     """
-    from toolchain.graph.memory import plan_lifetimes
+    from toolchain.graph.memory import TensorPlan, replan
 
     meta = json.loads((Path(bundle) / "metadata.json").read_text())
     plan = meta["memory_plan"]
-    entries = plan["tensors"]
-    root = {t["name"]: t.get("inplace_of") or t["name"] for t in entries}
-
-    def buffer(name: str) -> str:
-        while root[name] != name:
-            name = root[name]
-        return name
-
-    last: dict[str, int] = {}  # a buffer lives until its last in-place member dies
-    for t in entries:
-        b = buffer(t["name"])
-        last[b] = max(last.get(b, t["last"]), t["last"])
-    tensors = [(t["name"], t["size"], t["first"], last[t["name"]]) for t in entries
-               if t["kind"] == "tensor" and not t.get("inplace_of")]
-    only = plan_lifetimes(tensors, alignment=plan["alignment"]).arena_bytes if tensors else 0
-    scratch = max(((t["name"].split(":")[0], t["size"]) for t in entries
-                   if t["kind"] == "scratch"), key=lambda p: p[1], default=("", 0))
+    align = plan["alignment"]
+    entries = [TensorPlan(t["name"], t["size"], t.get("offset", 0), t["first"], t["last"],
+                          t["kind"], t.get("inplace_of"), t.get("lead", 0))
+               for t in plan["tensors"]]
+    has_tensors = any(t.kind == "tensor" for t in entries)
+    only = replan(entries, alignment=align, scratch=False).arena_bytes if has_tensors else 0
+    before = replan(entries, alignment=align, overlap=False).arena_bytes if entries else 0
+    scratch = max(((t.name.split(":")[0], t.size) for t in entries if t.kind == "scratch"),
+                  key=lambda p: p[1], default=("", 0))
     steps = len(plan["steps"])
-    live = [[t for t in entries if not t.get("inplace_of")
-             and t["first"] <= s <= last.get(t["name"], t["last"])] for s in range(steps)]
-    top = max(range(steps), key=lambda s: sum(t["size"] for t in live[s]), default=0)
-    return {"arena": meta["arena_bytes"], "tensors": only, "scratch": scratch,
-            "peak": [(t["name"], t["size"]) for t in live[top]] if steps else []}
+
+    def occupied(t: TensorPlan, s: int) -> tuple[int, int] | None:
+        """The bytes ``t`` holds at step ``s`` that no other tensor listed holds: an
+        in-place tensor none at the step its host dies, an overlap output those past its
+        host's block."""
+        if not t.first <= s <= t.last:
+            return None
+        host = by_name.get(t.inplace_of or "")
+        if host is not None and host.first <= s <= host.last:
+            lo, hi = t.offset, t.offset + t.size
+            shared = max(0, min(hi, host.offset + host.size) - max(lo, host.offset))
+            return (t.offset, t.size - shared) if t.size > shared else None
+        return t.offset, t.size
+
+    by_name = {t.name: t for t in entries}
+    live = [[(t.name, b[1]) for t in entries if (b := occupied(t, s)) is not None]
+            for s in range(steps)]
+    top = max(range(steps), key=lambda s: sum(size for _, size in live[s]), default=0)
+    return {"arena": meta["arena_bytes"], "tensors": only, "no_overlap": before,
+            "scratch": scratch, "peak": live[top] if steps else []}

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.schedules._cpu_targets import cross_compile_m4, run_aliased
+from tests.schedules._cpu_targets import cross_compile_m4, run_aliased, run_overlapped
 from tests.schedules._cpu_targets import schedule_info as _info
 from toolchain.codegen import get_renderer
 from toolchain.graph.ir import Node, Value
@@ -447,6 +447,40 @@ def test_kernels_that_may_not_write_over_their_input_do_not_say_so(cfg: dict) ->
     s = schedule_for(_conv(**cfg), "cortex-m4")
     assert s.info["schedule"] == "int8 dsp"
     assert s.in_place is None
+
+
+@pytest.mark.parametrize("cfg,kind", [
+    (dict(c=8, m=16, k=1, stride=1, pads=(0, 0, 0, 0)), "pixels"),           # more channels
+    (dict(c=16, m=8, k=1, stride=1, pads=(0, 0, 0, 0)), "pixels"),           # fewer
+    (dict(c=4, m=8, k=3, stride=1, pads=(1, 1, 1, 1)), "pixels"),            # 3 x 3
+    (dict(c=4, m=8, k=3, stride=2, pads=(0, 0, 1, 1), hw=(9, 8)), "pixels"),  # 3 x 3 / 2
+    (dict(c=8, m=8, k=3, stride=2, pads=(0, 0, 1, 1), group=8, hw=(9, 7)), "channels"),
+    (dict(c=3, m=3, k=3, stride=1, pads=(1, 1, 1, 1), group=3, hw=(70, 60)), "rows"),
+])
+def test_overlapped_kernels_are_bit_exact_at_their_lead(cfg: dict, kind: str) -> None:
+    """Each DSP convolution declares its access order (``OpSchedule.overlap``); run with
+    its output starting the declared lead before its input in one poisoned buffer, it
+    gives the reference's bytes.  One byte short of the lead, where the access order says
+    input bytes are overwritten before their last read, the dense 3 x 3 one is wrong (so
+    the check can fail)."""
+    node = _conv(**cfg)
+    x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
+    want = _reference(node, x)
+    s = schedule_for(node, "cortex-m4")
+    assert s.overlap is not None and s.overlap.kind == kind
+    lead = s.overlap.lead(1)
+    assert lead is not None and lead < node.outputs[0].nbytes
+    for poison in (0x00, 0xA5):
+        got, _ = run_overlapped(node, x, lead, poison=poison)
+        np.testing.assert_array_equal(got, want)
+    if kind == "pixels" and cfg["k"] == 3 and cfg["stride"] == 1:
+        assert lead > 0 and s.overlap.clobbered(lead - 1) > 0
+        got, _ = run_overlapped(node, x, lead - 1)
+        assert (got != want).any()
+
+
+def test_dense_layers_declare_no_access_order() -> None:
+    assert schedule_for(_gemm(1, 16, 8), "cortex-m4").overlap is None
 
 
 def test_grouped_conv_keeps_the_generic_int8_schedule() -> None:

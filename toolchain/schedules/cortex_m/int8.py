@@ -47,7 +47,11 @@ writes those pixels' outputs, and a depthwise convolution whose padded plane is 
 pads channel c's plane into its stack buffer before it writes channel c. A depthwise plane
 larger than :data:`PLANE_BYTES` is padded per output-row band (rows an earlier band's
 outputs would overwrite), and a k x k convolution reads neighbouring pixels: neither runs
-in place.
+in place.  Every DSP convolution (these and the k x k ones, any shape) declares how it
+walks its input and output instead (``OpSchedule.overlap``, an
+:class:`~toolchain.graph.overlap.AccessOrder`: pixels, channel planes or row bands), from
+which the memory planner may start the output inside its input at the lead that order
+allows (docs/passes.md, "Overlap").
 
 QAdd (stand-alone or fused) reads each input side from a 256-entry table built at
 compile time (:func:`toolchain.topi.int8.qadd_lut`) and requantizes the sum with the C
@@ -79,6 +83,7 @@ import numpy as np
 from toolchain import te
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
+from toolchain.graph.overlap import AccessOrder
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
@@ -357,10 +362,13 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     same_shape = node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
     in_place = False
+    staged_rows = True
     try:
         if depthwise:
             intrin = t.intrinsic("dwconv_q15q7_1x4")
             sch, in_place = _schedule_depthwise(func, intrin)
+            # no padded copy: the pixels read the input directly (no access order)
+            staged_rows = "pad" in block_names(sch)
         elif s8:
             kc = 8 if int(w.shape[1]) % 8 == 0 and lanes == 4 else 4
             intrin = t.intrinsic(f"dot_s8s8_{lanes}x{kc}")
@@ -383,7 +391,28 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             v = Value.constant(f"{v.name}_dsp", nc.packs[k](v.data))
         values.append(v)
     info: dict[str, Any] = {"schedule": "int8 dsp", "intrinsic": intrin}
-    # the output may take over input 0's buffer
+    # the output may take over input 0's buffer, or start inside it (overlap)
     return OpSchedule(sch, values, list(node.outputs), info,
-                      in_place=0 if in_place and same_shape else None)
+                      in_place=0 if in_place and same_shape else None,
+                      overlap=_access_order(node, depthwise, in_place)
+                      if not s8 and staged_rows else None)
+
+
+def _access_order(node: Node, depthwise: bool, staged: bool) -> AccessOrder | None:
+    """How the DSP kernel of QConv ``node`` walks its input and output (the overlap
+    contract with the memory planner, :mod:`toolchain.graph.overlap`): a dense convolution
+    builds each output pixel's im2col row (every channel of its window) before it writes
+    that pixel's channels (one pixel a step: the two-pixel kernels read both pixels first,
+    which the one-pixel order covers); a depthwise one pads a channel's plane (``staged``)
+    or one output row's band of input rows before it writes them."""
+    x, y = node.input(0), node.outputs[0]
+    if len(x.shape) != 4 or int(x.shape[0]) != 1 or x.dtype != y.dtype:
+        return None
+    kind = ("channels" if staged else "rows") if depthwise else "pixels"
+    w = node.input(1)
+    return AccessOrder(kind, tuple(int(d) for d in x.shape), tuple(int(d) for d in y.shape),
+                       np.dtype(x.dtype).itemsize, (int(w.shape[2]), int(w.shape[3])),
+                       tuple(int(v) for v in node.attrs["strides"]),
+                       tuple(int(v) for v in node.attrs["pads"]),
+                       tuple(int(v) for v in node.attrs["dilations"]))
 

@@ -45,6 +45,7 @@ from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
+from toolchain.graph.overlap import AccessOrder
 from toolchain.schedules import packing, registry
 from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
@@ -71,6 +72,9 @@ class FusedKernel:
     #: the input value (of ``input_values``) the output may be written over, if any: the
     #: anchor's schedule said so (``OpSchedule.in_place``) and the group is the anchor alone
     in_place: Value | None = None
+    #: ``(input value, access order)``: the output may start inside that input
+    #: (``OpSchedule.overlap``), the group being the anchor alone
+    overlap: tuple[Value, AccessOrder] | None = None
 
     @property
     def func(self) -> ir.PrimFunc:
@@ -294,7 +298,11 @@ def fused_schedule(node: Node, target: Any) -> OpSchedule:
     info = {"schedule": "fused", "kernel": node.attrs["kernel"], "notes": list(k.notes),
             "anchor": k.anchor.op if k.anchor is not None else None}
     host = next((i for i, v in enumerate(k.input_values) if v is k.in_place), None)
-    return OpSchedule(k.schedule, k.input_values, k.output_values, info, in_place=host)
+    # an overlap's input is input 0 of the kernel, as OpSchedule.overlap says
+    lap = k.overlap[1] if k.overlap is not None and k.input_values[:1] == [k.overlap[0]] \
+        else None
+    return OpSchedule(k.schedule, k.input_values, k.output_values, info, in_place=host,
+                      overlap=lap)
 
 
 class _Rename(StmtExprMutator):
@@ -356,8 +364,10 @@ def _schedule_with_anchor(node: Node, anchor: Node, sa: OpSchedule, cfg: cpu_ops
     out_val = anchor.outputs[0]
     if len(inner.nodes) == 1:
         k = sa.in_place
+        lap = (sa.input_values[0], sa.overlap) if sa.overlap is not None else None
         return FusedKernel(sa.schedule, list(sa.input_values), [out_val], anchor,
-                           in_place=sa.input_values[k] if k is not None else None)
+                           in_place=sa.input_values[k] if k is not None else None,
+                           overlap=lap)
     # one buffer per value: an anchor that reads one value twice (MatMul(x, x)) reads it
     # through its first buffer, so the kernel keeps one parameter for it
     canon: dict[int, ir.Buffer] = {}

@@ -1,0 +1,150 @@
+"""Overlap pairs through compiled bundles, with the arena poisoned.
+
+A small int8 CNN (pointwise, 3 x 3, stride-2, depthwise and pointwise convolutions, every
+activation in the arena) is compiled for ``cortex-m4``, whose DSP convolutions declare
+their access order (``OpSchedule.overlap``), so the planner starts outputs inside their
+inputs.  Its kernels are built for this host from the same C (the DSP helpers' portable
+branches, ``__ARM_FEATURE_DSP`` undefined) and run with every arena byte poisoned before
+each run: an output written over an input byte that a later step still reads changes the
+result, which must equal the integer reference bit for bit.  The control moves one declared
+lead 64 B short of legal and sees the outputs change: the check can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import toolchain
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.overlap import AccessOrder
+from toolchain.graph.passes.quantize_ops import quantize_ops
+from toolchain.graph.reference import run_graph
+from toolchain.quantize.ptq import quantize_model
+from toolchain.zoo.quantized import arena_report, calibration
+
+
+def _float_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+    layers = [  # (out channels, kernel, stride, group): 16x16 -> 8x8 -> 4x4
+        (8, 1, 1, 1), (8, 3, 1, 1), (16, 3, 2, 1), (16, 3, 1, 16), (32, 1, 1, 1),
+        (32, 3, 2, 32)]
+    src, c = "x", 3
+    for i, (m, k, s, g) in enumerate(layers):
+        w = (rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32) * .1,
+                                          f"b{i}")]
+        nodes += [helper.make_node("Conv", [src, f"w{i}", f"b{i}"], [f"c{i}"],
+                                   kernel_shape=[k, k], strides=[s, s], group=g,
+                                   pads=[k // 2] * 4),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        src, c = f"r{i}", m
+    wf = (rng.standard_normal((4, c)) / np.sqrt(c)).astype(np.float32)
+    inits.append(numpy_helper.from_array(wf, "wf"))
+    nodes += [helper.make_node("GlobalAveragePool", [src], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"]),
+              helper.make_node("Gemm", ["flat", "wf"], ["y"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "overlap_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.fixture(scope="module")
+def qmodel(tmp_path_factory) -> Path:
+    model = _float_model()
+    path = tmp_path_factory.mktemp("overlap") / "cnn_int8.onnx"
+    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
+    return path
+
+
+def _host_copy(bundle: Path, where: Path):
+    """The cortex-m4 bundle built for this host (same C; the helpers' portable branches)."""
+    from toolchain.bundle.host import BundleModule
+
+    shutil.copytree(bundle, where)
+    meta = json.loads((where / "metadata.json").read_text())
+    meta["target"].update(compiler="gcc", cflags=[])
+    (where / "metadata.json").write_text(json.dumps(meta))
+    return BundleModule(where)
+
+
+def _poisoned_runs(module, qmodel: Path, tails: tuple[str, ...] = ()) -> list[bool]:
+    """Per run (three inputs, three poison bytes): whether every output is bit-exact
+    (``tails``: float outputs after the last DequantizeLinear, within 1e-5)."""
+    want_graph = quantize_ops(from_onnx(onnx.load(qmodel)))
+    rng = np.random.default_rng(1)
+    exact = []
+    for poison in (0x5A, 0xA5, 0x00):
+        inp = {t["name"]: rng.integers(-128, 128, t["shape"]).astype(np.int8)
+               for t in module.inputs}
+        module.arena.fill(poison)
+        got = module(inp)
+        want = run_graph(want_graph, inp)
+        exact.append(all(np.allclose(got[k], w, rtol=1e-5, atol=1e-6) if k in tails
+                         else np.array_equal(got[k], w) for k, w in want.items()))
+    return exact
+
+
+def test_overlapped_arena_is_bit_exact_when_poisoned(qmodel: Path, tmp_path: Path) -> None:
+    pkg = toolchain.compile(qmodel, "cortex-m4", output=tmp_path / "m4")
+    plan = pkg.metadata["memory_plan"]
+    by_name = {t["name"]: t for t in plan["tensors"]}
+    laps = [t for t in plan["tensors"] if t["inplace_of"]
+            and (t.get("lead", 0) or t["size"] != by_name[t["inplace_of"]]["size"])]
+    # the 3x3 convolution's output starts 7 planes and a row before its input; the
+    # stride-2 depthwise one's inside its input
+    assert any(t.get("lead", 0) > 0 for t in laps), laps
+    assert any(t["size"] < by_name[t["inplace_of"]]["size"] for t in laps), laps
+    for t in laps:
+        assert t["offset"] == by_name[t["inplace_of"]]["offset"] - t.get("lead", 0)
+    report = arena_report(tmp_path / "m4")
+    assert report["arena"] < report["no_overlap"], report
+    assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"), qmodel))
+
+
+@pytest.mark.slow
+def test_vww_overlapped_arena_is_bit_exact_when_poisoned(tmp_path: Path) -> None:
+    """MobileNetV1 VWW (the issue's model): its first convolution's output starts 7 planes
+    before the transposed input, its 8 -> 16 pointwise one grows out of its input."""
+    from toolchain.zoo.quantized import anchor_model
+
+    onnx.save(anchor_model("mobilenet_v1"), tmp_path / "vww.onnx")
+    pkg = toolchain.compile(tmp_path / "vww.onnx", "cortex-m4", output=tmp_path / "m4")
+    plan = pkg.metadata["memory_plan"]
+    by_name = {t["name"]: t for t in plan["tensors"]}
+    assert any(t["inplace_of"] and t["size"] > by_name[t["inplace_of"]]["size"]
+               for t in plan["tensors"])
+    report = arena_report(tmp_path / "m4")
+    assert (report["no_overlap"], report["arena"]) == (55_296, 43_776)
+    assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"),
+                              tmp_path / "vww.onnx", tails=("probs",)))
+
+
+def test_a_lead_64_bytes_short_is_caught(qmodel: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: the 3 x 3 convolution's lead one alignment step short overwrites
+    input bytes before their last read (``clobbered``), and the poisoned run sees it."""
+    legal = AccessOrder.lead
+    shortened = []
+
+    def short(self: AccessOrder, alignment: int) -> int | None:
+        lead = legal(self, alignment)
+        if lead and self.clobbered(lead - alignment):
+            shortened.append(lead)
+            return lead - alignment
+        return lead
+
+    monkeypatch.setattr(AccessOrder, "lead", short)
+    toolchain.compile(qmodel, "cortex-m4", output=tmp_path / "bad")
+    assert shortened
+    assert not any(_poisoned_runs(_host_copy(tmp_path / "bad", tmp_path / "host"), qmodel))
