@@ -20,6 +20,13 @@ op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else
   DequantizeLinear, whose ``axis`` is an NCHW axis): they run in the target layout when one
   of their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
   rewritten for that layout at compile time;
+* ``qconv`` — ``QConv`` on a target whose layout target has ``int8`` (it declares the
+  ``dot_u8s8`` quads of the x86 int8 kernels): the output in ``NCHW{L}c`` when every
+  consumer is a QConv whose x86 kernel reads that layout, and the input in the layout its
+  producer wrote when the kernel reads it
+  (:func:`toolchain.topi.int8_x86.blocked_layouts`); the attributes ``data_layout`` /
+  ``out_layout`` say which. A chain of int8 convolutions then hands channel blocks from
+  kernel to kernel instead of re-laying NCHW at each kernel's edges;
 * ``pad`` — a spatial ``Pad`` (constant pads, none on N or C) follows its input;
 * ``concat`` — a channel ``Concat`` follows its inputs too, when every input and the output
   have the same form (always for ``NHWC``, axis 3; for ``NCHW{b}c`` when the block is the
@@ -35,7 +42,7 @@ output that is produced in another layout).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +57,7 @@ from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_sh
 #: their inputs when ``layout_agnostic`` (an ``OpDef`` trait), else need NCHW
 PREFERENCE: dict[str, str] = {
     "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat", "Pad": "pad",
+    "QConv": "qconv",
 }
 
 
@@ -71,6 +79,8 @@ class LayoutTarget:
 
     kind: str  # "nchw" | "nhwc" | "nchwc"
     block: int = 8
+    #: the target has the x86 int8 kernels that read and write channel blocks (QConv rule)
+    int8: bool = field(default=False, repr=False)
 
     def data_layout(self, channels: int) -> str:
         """The layout of a tensor with ``channels`` channels on this target."""
@@ -125,7 +135,13 @@ def layout_for_target(target: Any) -> LayoutTarget:
         'nchw'
     """
     explicit = getattr(target, "layout", None)
-    return parse_layout_target(explicit) if explicit else LayoutTarget("nchw")
+    if not explicit:
+        return LayoutTarget("nchw")
+    lt = parse_layout_target(explicit)
+    has = getattr(target, "has_intrinsic", None)
+    int8 = lt.kind == "nchwc" and has is not None and all(
+        has(f"dot_u8s8_{n}x4") for n in (8, 16))
+    return LayoutTarget(lt.kind, lt.block, int8) if int8 else lt
 
 
 class _Rewriter:
@@ -136,6 +152,11 @@ class _Rewriter:
         self.namer = Namer(graph)
         self.variants: dict[Value, dict[str, Value]] = {}
         self.nodes: list[Node] = []
+        self.consumers: dict[Value, list[Node]] = {}
+        for n in graph.nodes:
+            for v in n.inputs:
+                if v is not None:
+                    self.consumers.setdefault(v, []).append(n)
 
     def layout_of(self, v: Value) -> str:
         """The layout ``v`` was produced in (inputs and constants: NCHW)."""
@@ -178,6 +199,24 @@ class _Rewriter:
         ins = (self.get(x, in_lay), w_new) + ((b,) if b is not None else ())
         out = self.produced(node.outputs[0], out_lay)
         return Node("LayoutConv", node.name, ins, (out,), attrs)
+
+    def qconv(self, node: Node) -> Node | None:
+        from toolchain.topi.int8_x86 import blocked_layouts
+
+        lays = blocked_layouts(node) if self.target.int8 else None
+        if lays is None:
+            return None
+        x, y = node.inputs[0], node.outputs[0]
+        data = lays[0] if self.layout_of(x) == lays[0] else "NCHW"
+        users = self.consumers.get(y, [])
+        out = lays[1] if users and y not in self.graph.outputs and all(
+            n.op == "QConv" and n.inputs[0] is y and n.inputs[1] is not y
+            and (blocked_layouts(n) or ("", ""))[0] == lays[1] for n in users) else "NCHW"
+        if (data, out) == ("NCHW", "NCHW"):
+            return None
+        attrs = dict(node.attrs, data_layout=data, out_layout=out)
+        return node.replace(inputs=(self.get(x, data), *node.inputs[1:]),
+                            outputs=(self.produced(y, out),), attrs=attrs)
 
     def pool(self, node: Node) -> Node | None:
         x = node.inputs[0]
@@ -258,7 +297,7 @@ class _Rewriter:
 
     def run(self) -> Graph:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
-                 "concat": self.concat, "pad": self.pad}
+                 "concat": self.concat, "pad": self.pad, "qconv": self.qconv}
         for node in self.graph.nodes:
             rule = rules.get(_preference(node.op))
             new = rule(node) if rule is not None else None
