@@ -258,11 +258,11 @@ def _grouped_acc(xp: te.Tensor, wp: te.Tensor, c: int, g: int, name: str,
     n, _, hp, wdt = (int(d.value) for d in xp.shape[:4])
     (sh, sw), (dh, dw) = strides, dilations
 
+    if len(xp.shape) == 5:
+        return _blocked_grouped_acc(xp, wp, g, name, strides, dilations)
+
     def group(b: Any, cg: Any, yy: Any, xx: Any, h: Any) -> Any:
         ch = cg * g + h
-        if len(xp.shape) == 5:  # NCHW{B}c input (B a multiple of g): B / g groups a block
-            per = int(xp.shape[4].value) // g
-            return xp[b, te.floordiv(cg, per), yy, xx, te.floormod(cg, per) * g + h]
         if c % g == 0:
             return xp[b, ch, yy, xx]
         v = xp[b, te.minimum(ch, te.const(c - 1)), yy, xx]
@@ -277,6 +277,29 @@ def _grouped_acc(xp: te.Tensor, wp: te.Tensor, c: int, g: int, name: str,
     return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
         te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
         * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
+        name="x86_acc", tag="conv")
+
+
+def _blocked_grouped_acc(xp: te.Tensor, wp: te.Tensor, g: int, name: str, strides: Any,
+                         dilations: Any) -> te.Tensor:
+    """:func:`_grouped_acc` over a padded ``NCHW{B}c`` input (``B`` a multiple of ``g``):
+    the band keeps the blocks (``name[n, cb, y, x, e]``, a contiguous copy of each pixel's
+    ``B`` channels) and group ``q`` of block ``cb`` is its ``g`` bytes from ``q * g``."""
+    mo_n, cg_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
+    n, cb_n, hp, wdt, blk = (int(d.value) for d in xp.shape)
+    (sh, sw), (dh, dw) = strides, dilations
+    per = blk // g
+    band = te.compute((n, cb_n, hp, wdt, blk), lambda b, cb, yy, xx, e: xp[b, cb, yy, xx, e],
+                      name=name, tag="injective")
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    rb = te.reduce_axis((0, cb_n), name="rb")
+    rq = te.reduce_axis((0, per), name="rq")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rh = te.reduce_axis((0, g), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rb, y * sh + ry * dh, xx * sw + rx * dw, rq * g + rh], "int32")
+        * te.cast(wp[mo, rb * per + rq, ry, rx, li, rh], "int32"), axis=[rb, rq, ry, rx, rh]),
         name="x86_acc", tag="conv")
 
 

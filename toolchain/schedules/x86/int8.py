@@ -399,7 +399,11 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
         band = sch.get_block("x86_quads" if "x86_quads" in names else "x86_pairs")
         if not plane:  # per output row: the KH input rows it reads
             sch.compute_at(band, y)
-        _vectorize_pairs(sch, band, None if plane else y)
+        last = sch.get_loops(band)[-1]
+        if int(sch.get(last).extent.value) > 4:  # NCHW{B}c blocks: a contiguous copy
+            sch.vectorize(last)
+        else:
+            _vectorize_pairs(sch, band, None if plane else y)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
