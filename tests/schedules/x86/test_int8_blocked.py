@@ -80,6 +80,41 @@ def test_layout_pass_keeps_the_chain_blocked_and_results_equal() -> None:
         assert all("data_layout" not in n.attrs for n in transform_layout(g, t).nodes)
 
 
+def _pool(x: Value, y_shape: tuple[int, ...], **layouts: str) -> Node:
+    kh, kw = 6, 5
+    attrs = {"kernel_shape": [kh, kw], "x_zero_point": 3, "y_zero_point": -1, "out_min": -128,
+             "out_max": 127, "out_dtype": "int8", "multiplier": 1668426848, "shift": -5,
+             **layouts}
+    return Node("QAvgPool", "pool", [x], [Value("pool.y", y_shape, "int8")], attrs)
+
+
+def test_layout_pass_hands_blocks_to_qavgpool() -> None:
+    g = _chain()
+    pool = _pool(g.outputs[0], (1, 32, 7, 6))
+    g = Graph("chain_pool", g.inputs, pool.outputs, [*g.nodes, pool])
+    out = transform_layout(g, layout_for_target(load_target("x86_64-avx512")))
+    assert [n.op for n in out.nodes] == ["QConv", "QConv", "QConv", "QAvgPool",
+                                         "LayoutTransform"]
+    assert out.nodes[2].attrs["out_layout"] == "NCHW16c"
+    assert out.nodes[3].attrs["data_layout"] == "NCHW16c"
+    assert out.nodes[3].outputs[0].shape == (1, 2, 7, 6, 16)
+    x = {"x": RNG.integers(-128, 128, (1, 1, 12, 10)).astype(np.int8)}
+    np.testing.assert_array_equal(run_graph(out, x)["pool.y"], run_graph(g, x)["pool.y"])
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_blocked_qavgpool_bit_exact(backend: str) -> None:
+    x = RNG.integers(-128, 128, (1, 32, 12, 10)).astype(np.int8)
+    node = _pool(Value("x", (1, 2, 12, 10, 16), "int8"), (1, 2, 7, 6, 16),
+                 data_layout="NCHW16c")
+    op = compile_op(node, "x86_64-avx512", backend=backend)
+    plain = {k: v for k, v in node.attrs.items() if k != "data_layout"}
+    want = get_op("QAvgPool").reference([x], plain)[0]
+    np.testing.assert_array_equal(op(to_layout(x, "NCHW16c"))[0], to_layout(want, "NCHW16c"))
+    assert len(np.unique(want)) > 3
+    assert op.op_schedule.info["rules"] == "blocked window sums"
+
+
 BLOCKED = [  # (c, m, hw, k, stride, group, data_layout, out_layout)
     (64, 64, (25, 5), 3, 1, 64, "NCHW16c", "NCHW16c"),   # DS-CNN depthwise
     (8, 8, (12, 12), 3, 2, 8, "NCHW8c", "NCHW8c"),       # MobileNet-like, 8 lanes

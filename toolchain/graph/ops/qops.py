@@ -20,7 +20,8 @@ of the arithmetic (int64 intermediates, no float):
 * **QAdd** ``(a, b)``: as TFLite: each side ``(v - v_zp) * 2**left_shift`` is requantized
   to a common fine scale, the two are summed and requantized to the output.
 * **QAvgPool** ``(x)``: ``requantize(sum over the window of (x - x_zp), multiplier, shift)``
-  where the multiplier already holds ``x_scale / (y_scale * window size)``.
+  where the multiplier already holds ``x_scale / (y_scale * window size)``; ``x`` and
+  ``y`` stored in ``data_layout`` (``NCHW{b}c`` after a channel-blocked QConv chain).
 
 ``out_min`` / ``out_max`` are in the quantized domain: the dtype's range, narrowed by a
 folded Relu or Clip.
@@ -249,7 +250,12 @@ def _qadd() -> OpDef:
 # -- QAvgPool --------------------------------------------------------------------------------
 
 def _qpool_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    from toolchain.graph.passes.layout_ops import check_layout, layout_shape, nchw_shape
+
+    check_layout(attrs["data_layout"], f"{node.describe()}: data_layout: ")
     x = input_value(node, 0, "x")
+    if attrs["data_layout"] != "NCHW" and x.rank == 5:
+        x = Value(x.name, nchw_shape(x.shape, attrs["data_layout"]), x.dtype)
     check_dtype(node, x, "input 0 (x)", Q_TYPES)
     if x.rank != 4:
         raise ModelError(f"{node.describe()}: QAvgPool needs a 4-D NCHW input, got "
@@ -257,7 +263,8 @@ def _qpool_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     kh, kw = attrs["kernel_shape"]
     w_shape = (x.shape[1], 1, kh, kw)
     conv = {"pads": attrs["pads"], "strides": attrs["strides"], "dilations": (1, 1)}
-    return [TensorType(conv_out_shape(x.shape, w_shape, conv), attrs["out_dtype"])]
+    out = conv_out_shape(x.shape, w_shape, conv)
+    return [TensorType(layout_shape(out, attrs["data_layout"]), attrs["out_dtype"])]
 
 
 def qpool_sum(x: Any, attrs: dict[str, Any]) -> np.ndarray:
@@ -270,7 +277,12 @@ def qpool_sum(x: Any, attrs: dict[str, Any]) -> np.ndarray:
 
 
 def _qpool_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
-    return [finish(qpool_sum(ins[0], attrs), attrs["multiplier"], attrs["shift"], attrs)]
+    from toolchain.graph.passes.layout_ops import from_layout, to_layout
+
+    lay = attrs.get("data_layout", "NCHW")
+    x = from_layout(np.asarray(ins[0]), lay)
+    return [to_layout(finish(qpool_sum(x, attrs), attrs["multiplier"], attrs["shift"], attrs),
+                      lay)]
 
 
 def _qavgpool() -> OpDef:
@@ -278,7 +290,8 @@ def _qavgpool() -> OpDef:
         "QAvgPool", ("x",), PatternKind.REDUCTION,
         attrs=(Attr("kernel_shape", "ints"), Attr("strides", "ints", (1, 1)),
                Attr("pads", "ints", (0, 0, 0, 0)), *_zp_attrs("x_zero_point"),
-               Attr("multiplier", "int"), Attr("shift", "int"), *_OUT_ATTRS),
+               Attr("multiplier", "int"), Attr("shift", "int"), *_OUT_ATTRS,
+               Attr("data_layout", "string", "NCHW")),
         infer=_qpool_infer, reference=_qpool_ref, flops=lambda n: n.inputs[0].size,  # type: ignore[union-attr]
         doc="integer average pool: window sum requantized by x_scale / (y_scale * count)",
     )

@@ -27,6 +27,8 @@ op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else
   (:func:`toolchain.topi.int8_x86.blocked_layouts`); the attributes ``data_layout`` /
   ``out_layout`` say which. A chain of int8 convolutions then hands channel blocks from
   kernel to kernel instead of re-laying NCHW at each kernel's edges;
+* ``qpool`` — ``QAvgPool`` after such a chain reads its ``NCHW{L}c`` input as it is
+  and writes its output in it too (``data_layout``; a QConv's output is blocked for it);
 * ``pad`` — a spatial ``Pad`` (constant pads, none on N or C) follows its input;
 * ``concat`` — a channel ``Concat`` follows its inputs too, when every input and the output
   have the same form (always for ``NHWC``, axis 3; for ``NCHW{b}c`` when the block is the
@@ -57,7 +59,7 @@ from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_sh
 #: their inputs when ``layout_agnostic`` (an ``OpDef`` trait), else need NCHW
 PREFERENCE: dict[str, str] = {
     "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat", "Pad": "pad",
-    "QConv": "qconv",
+    "QConv": "qconv", "QAvgPool": "qpool",
 }
 
 
@@ -210,13 +212,35 @@ class _Rewriter:
         data = lays[0] if self.layout_of(x) == lays[0] else "NCHW"
         users = self.consumers.get(y, [])
         out = lays[1] if users and y not in self.graph.outputs and all(
-            n.op == "QConv" and n.inputs[0] is y and n.inputs[1] is not y
-            and (blocked_layouts(n) or ("", ""))[0] == lays[1] for n in users) else "NCHW"
+            self.reads_blocked(n, y, lays[1]) for n in users) else "NCHW"
         if (data, out) == ("NCHW", "NCHW"):
             return None
         attrs = dict(node.attrs, data_layout=data, out_layout=out)
         return node.replace(inputs=(self.get(x, data), *node.inputs[1:]),
                             outputs=(self.produced(y, out),), attrs=attrs)
+
+    @staticmethod
+    def reads_blocked(node: Node, v: Value, layout: str) -> bool:
+        """Whether ``node`` reads ``v`` (only as its first input) in channel-blocked
+        ``layout`` on an int8 target: a QConv whose x86 kernel reads it, or a QAvgPool
+        (:meth:`qpool`)."""
+        from toolchain.topi.int8_x86 import blocked_layouts
+
+        if node.inputs[0] is not v or any(u is v for u in node.inputs[1:]):
+            return False
+        if node.op == "QAvgPool":
+            return True
+        return node.op == "QConv" and (blocked_layouts(node) or ("",))[0] == layout
+
+    def qpool(self, node: Node) -> Node | None:
+        """QAvgPool reads an input produced channel-blocked by a QConv as it is and writes
+        its output in the same layout (window sums a block at a time, as ``LayoutPool``)."""
+        x = node.inputs[0]
+        lay = self.layout_of(x)
+        if not self.target.int8 or lay == "NCHW":
+            return None
+        return node.replace(inputs=(self.get(x, lay),), attrs=dict(node.attrs, data_layout=lay),
+                            outputs=(self.produced(node.outputs[0], lay),))
 
     def pool(self, node: Node) -> Node | None:
         x = node.inputs[0]
@@ -297,7 +321,8 @@ class _Rewriter:
 
     def run(self) -> Graph:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
-                 "concat": self.concat, "pad": self.pad, "qconv": self.qconv}
+                 "concat": self.concat, "pad": self.pad, "qconv": self.qconv,
+                 "qpool": self.qpool}
         for node in self.graph.nodes:
             rule = rules.get(_preference(node.op))
             new = rule(node) if rule is not None else None
