@@ -183,6 +183,65 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
     return lane_requant(acc, bias, mult, shifts, attrs, fits=fits), acc
 
 
+def pack_dw_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
+    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int16 ``[C/L, KH, ceil(KW/2), L, 2]``:
+    per channel the weights of kernel columns ``2 q`` and ``2 q + 1`` side by side (0 past
+    ``KW``), the ``B[j, k]`` operand of the lane-wise ``dot_i16_lanes_Lx2`` intrinsics.
+
+    >>> pack_dw_pairs(np.arange(1, 7, dtype=np.int8).reshape(2, 1, 1, 3), 2)[0, 0].tolist()
+    [[[1, 2], [4, 5]], [[3, 0], [6, 0]]]
+    """
+    c, _, kh, kw = w.shape
+    q = -(-kw // 2)
+    out = np.zeros((c, kh, q * 2), np.int16)
+    out[:, :, :kw] = np.asarray(w)[:, 0]
+    out = out.reshape(c // lanes, lanes, kh, q, 2)
+    return np.ascontiguousarray(out.transpose(0, 2, 3, 1, 4))
+
+
+def qdwconv_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The accumulators ``x86_acc[n, co, y, x, l]`` of a depthwise convolution over
+    :func:`pack_dw_pairs` weights, two kernel columns per lane-wise ``dot_i16_lanes_Lx2``
+    call: the shifted, padded input (``NCHW{L}c``, or NCHW gathered per block) as
+    ``x86_band[n, co, yy, xx, l]`` (one more zero column on the right), then zipped into
+    ``x86_dwpairs[n, co, yy, xx, l, k]`` = ``x86_band[n, co, yy, xx + k, l]`` (the
+    ``zip_i16_Lx2`` intrinsic: two unpacks a column)::
+
+        x86_acc[n, co, y, x, l] = sum over ry, q, k of
+            x86_dwpairs[n, co, y*sh + ry*dh, x*sw + 2 q*dw, l, k] * wp[co, ry, q, l, k]
+
+    with dilation 1 along the columns (``k`` steps one column). The same integers as
+    :func:`qdwconv_x86`."""
+    from toolchain.topi.int8 import shifted
+    from toolchain.topi.nn.conv2d import pad_spatial
+
+    co_n, kh, q_n, lanes, _ = (int(d.value) for d in wp.shape)
+    sh, sw = attrs["strides"]
+    dh, _ = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    # one more zero column on the right: the second of the last pair
+    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr + 1))
+    n, _, hp, wdt = (int(d.value) for d in xp.shape[:4])
+    wdt -= 1
+    if len(x.shape) == 5:
+        cols = te.compute((n, co_n, hp, wdt + 1, lanes), lambda b, co, yy, xx, li:
+                          xp[b, co, yy, xx, li], name="x86_band", tag="injective")
+    else:
+        cols = te.compute((n, co_n, hp, wdt + 1, lanes), lambda b, co, yy, xx, li:
+                          xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
+    band = te.compute((n, co_n, hp, wdt, lanes, 2), lambda b, co, yy, xx, li, k:
+                      cols[b, co, yy, xx + k, li], name="x86_dwpairs", tag="injective")
+    kw = int(attrs["kernel_width"])
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - kw) // sw + 1
+    ry = te.reduce_axis((0, kh), name="ry")
+    rq = te.reduce_axis((0, q_n), name="rq")
+    rk = te.reduce_axis((0, 2), name="rk")
+    return te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
+        te.cast(band[b, co, y * sh + ry * dh, xx * sw + rq * 2, li, rk], "int32")
+        * te.cast(wp[co, ry, rq, li, rk], "int32"), axis=[ry, rq, rk]),
+        name="x86_acc", tag="conv")
+
+
 def qadd_x86(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """Integer addition (:func:`toolchain.topi.int8.qadd`) with its three requantizations
     by ``kiln_x86_requantize`` (each input's with bias 0, then the sum's: the helper adds

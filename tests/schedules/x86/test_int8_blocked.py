@@ -144,6 +144,8 @@ def test_blocked_qconv_bit_exact(cfg: tuple, backend: str) -> None:
     assert len(np.unique(want)) > 3
     info = op.op_schedule.info
     assert info["schedule"] == ("int8 x86 depthwise" if group > 1 else "int8 x86 quads")
+    if group > 1:  # the whole padded plane fits: lane-wise int16 column pairs (vpdpwssd)
+        assert info["intrinsic"].endswith(f"dot_i16_lanes_{info['lanes']}x2")
     assert info.get("data_layout", "NCHW") == din and info.get("out_layout", "NCHW") == dout
 
 

@@ -228,11 +228,15 @@ def dw_lanes(node: Node) -> int:
     return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
 
 
-def _schedule_dw(func: Any, lanes: int, plane: bool) -> Schedule:
+def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
+                 zip_intrin: str | None = None) -> Schedule:
     """Per block of L channels the input band (L channels contiguous, int16) re-laid once
     for the whole padded plane (``plane``; every input row re-laid once) or per output row
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
-    (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW."""
+    (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW (or stored as it is in
+    ``NCHW{L}c``). ``intrin``: the lane-wise ``dot_i16_lanes_Lx2`` over the column-pair
+    band of :func:`toolchain.topi.int8_x86.qdwconv_x86_pairs` instead, zipped from the
+    columns by ``zip_intrin``."""
     sch = Schedule(func)
     names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
@@ -256,18 +260,32 @@ def _schedule_dw(func: Any, lanes: int, plane: bool) -> Schedule:
     sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
     sch.compute_at(acc, xo)
-    band = sch.get_block("x86_band")
-    sch.compute_at(band, mo)
-    sch.vectorize(sch.get_loops(band)[-1])
+    if intrin is None:
+        band = sch.get_block("x86_band")
+        sch.compute_at(band, mo)
+        sch.vectorize(sch.get_loops(band)[-1])
+    else:  # the columns, then their pairs zipped (L channels of one column and the next)
+        band = sch.get_block("x86_dwpairs")
+        sch.compute_at(band, mo)
+        cols = sch.get_block("x86_band")
+        sch.compute_at(cols, mo)
+        sch.vectorize(sch.get_loops(cols)[-1])
+        sch.tensorize(sch.get_loops(band)[-2], zip_intrin)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
     sp, red = inner[:spatial], inner[spatial:]
-    sch.reorder(*red, *sp)
+    if intrin is None:
+        sch.reorder(*red, *sp)
+    else:
+        sch.reorder(*red[:-1], *sp, red[-1])
     init = sch.decompose_reduction(acc, red[0])
-    sch.vectorize(sp[-1])
+    if intrin is None:
+        sch.vectorize(sp[-1])
     if tile > 1:
         sch.unroll(sp[0])
+    if intrin is not None:
+        sch.tensorize(sp[-1], intrin)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(req)[-1])
     return sch
@@ -278,34 +296,50 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     graph's node where it reads and writes ``NCHW{L}c`` (``node`` its NCHW form)."""
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
+        lane_requant,
         pack_blocked,
+        pack_dw_pairs,
         pack_dw_weights,
         pad_channels,
         pad_shifts,
         qdwconv_x86,
+        qdwconv_x86_pairs,
         requant_fits_int32,
         unpack_lanes,
     )
 
     attrs = attrs_of(node)
     vals = list(node.inputs)
-    packs = {1: lambda v: pack_dw_weights(v, lanes), 2: lambda v: pad_channels(v, lanes),
+    _, _, h, w = (int(d) for d in vals[0].shape)
+    pt, pl, pb, pr = attrs["pads"]
+    intrin, zipper = f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2"
+    # the columns and their int16 pairs (three times the single-column band) for the whole
+    # plane, or the single columns: pairs re-laid per output row cost more than they save
+    # (MobileNet's 48 x 48 x 8 layer 13.3 -> 17.0 us)
+    pairs = target.has_intrinsic(intrin) and target.has_intrinsic(zipper) and \
+        tuple(attrs["dilations"])[1] == 1 and \
+        (h + pt + pb) * (w + pl + pr + 1) * lanes * 6 <= DW_PLANE_BYTES
+    pack_w = pack_dw_pairs if pairs else pack_dw_weights
+    packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
              3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
     data = {k: f(vals[k].data) for k, f in packs.items()}
     real = real or node
     xv = real.inputs[0]
     x = te.placeholder(tuple(xv.shape), str(xv.dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
-    req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
+    if pairs:
+        acc = qdwconv_x86_pairs(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3])))
+        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
+    else:
+        req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = real.outputs[0]
     out = pack_blocked(req, str(y.dtype), "qconv") if len(y.shape) == 5 else \
         unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
-    _, _, h, w = (int(d) for d in vals[0].shape)
-    pt, pl, pb, pr = attrs["pads"]
-    plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
+    plane = pairs or (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
     try:
-        sch = _schedule_dw(func, lanes, plane)
+        sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
+                                                   target.intrinsic(zipper)) if pairs else ()))
     except KilnError as err:
         if real is not node:
             raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
@@ -316,7 +350,8 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     values = [xv] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
     return OpSchedule(sch, values, list(real.outputs),
                       {"schedule": "int8 x86 depthwise", "lanes": lanes,
-                       "band": "plane" if plane else "row", **_layout_info(real)})
+                       "band": "plane" if plane else "row", **_layout_info(real),
+                       **({"intrinsic": target.intrinsic(intrin)} if pairs else {})})
 
 
 def compute_options(node: Node, target: Target) -> dict[str, Any]:
