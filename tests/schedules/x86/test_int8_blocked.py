@@ -102,6 +102,32 @@ def test_layout_pass_hands_blocks_to_qavgpool() -> None:
     np.testing.assert_array_equal(run_graph(out, x)["pool.y"], run_graph(g, x)["pool.y"])
 
 
+def test_layout_pass_keeps_a_residual_block_blocked() -> None:
+    """ResNet-like: conv -> conv -> QAdd(first conv, second) -> conv; the QAdd follows."""
+    x = Value("x", (1, 16, 6, 6), "int8")
+    c1 = _qconv("c1", x, 16, 3)
+    c2 = _qconv("c2", c1.outputs[0], 16, 3)
+    y = Value("add.y", (1, 16, 6, 6), "int8")
+    add = Node("QAdd", "add", [c1.outputs[0], c2.outputs[0]], [y], {
+        "a_zero_point": -2, "b_zero_point": -2, "y_zero_point": 1, "left_shift": 20,
+        "a_multiplier": 1 << 30, "a_shift": -1, "b_multiplier": 1518500250, "b_shift": -1,
+        "y_multiplier": 1 << 30, "y_shift": -18, "out_min": -128, "out_max": 127,
+        "out_dtype": "int8"})
+    c3 = _qconv("c3", y, 32, 1)
+    g = Graph("res", [x], [c3.outputs[0]], [c1, c2, add, c3])
+    out = transform_layout(g, layout_for_target(load_target("x86_64-avx512")))
+    assert [(n.op, n.attrs.get("data_layout"), n.attrs.get("out_layout")) for n in out.nodes] \
+        == [("QConv", "NCHW", "NCHW16c"), ("QConv", "NCHW16c", "NCHW16c"), ("QAdd", None, None),
+            ("QConv", "NCHW16c", "NCHW")]  # no LayoutTransform anywhere
+    add2 = next(n for n in out.nodes if n.op == "QAdd")
+    assert add2.outputs[0].shape == (1, 1, 6, 6, 16)
+    assert all(v.shape == (1, 1, 6, 6, 16) for v in add2.inputs)
+    xs = {"x": RNG.integers(-128, 128, (1, 16, 6, 6)).astype(np.int8)}
+    want = run_graph(g, xs)["c3.y"]
+    assert len(np.unique(want)) > 3
+    np.testing.assert_array_equal(run_graph(out, xs)["c3.y"], want)
+
+
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
 def test_blocked_qavgpool_bit_exact(backend: str) -> None:
     x = RNG.integers(-128, 128, (1, 32, 12, 10)).astype(np.int8)

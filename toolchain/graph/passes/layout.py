@@ -27,6 +27,8 @@ op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else
   (:func:`toolchain.topi.int8_x86.blocked_layouts`); the attributes ``data_layout`` /
   ``out_layout`` say which. A chain of int8 convolutions then hands channel blocks from
   kernel to kernel instead of re-laying NCHW at each kernel's edges;
+* ``qadd`` — ``QAdd`` on such a target follows its inputs into their blocked layout (a
+  QConv's output is blocked for a QAdd whose inputs all come from such QConvs or QAdds);
 * ``qpool`` — ``QAvgPool`` after such a chain reads its ``NCHW{L}c`` input as it is
   and writes its output in it too (``data_layout``; a QConv's output is blocked for it);
 * ``pad`` — a spatial ``Pad`` (constant pads, none on N or C) follows its input;
@@ -59,7 +61,7 @@ from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_sh
 #: their inputs when ``layout_agnostic`` (an ``OpDef`` trait), else need NCHW
 PREFERENCE: dict[str, str] = {
     "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat", "Pad": "pad",
-    "QConv": "qconv", "QAvgPool": "qpool",
+    "QConv": "qconv", "QAvgPool": "qpool", "QAdd": "qadd",
 }
 
 
@@ -155,6 +157,7 @@ class _Rewriter:
         self.variants: dict[Value, dict[str, Value]] = {}
         self.nodes: list[Node] = []
         self.consumers: dict[Value, list[Node]] = {}
+        self.producer = {o: n for n in graph.nodes for o in n.outputs}
         for n in graph.nodes:
             for v in n.inputs:
                 if v is not None:
@@ -219,18 +222,47 @@ class _Rewriter:
         return node.replace(inputs=(self.get(x, data), *node.inputs[1:]),
                             outputs=(self.produced(y, out),), attrs=attrs)
 
-    @staticmethod
-    def reads_blocked(node: Node, v: Value, layout: str) -> bool:
-        """Whether ``node`` reads ``v`` (only as its first input) in channel-blocked
-        ``layout`` on an int8 target: a QConv whose x86 kernel reads it, or a QAvgPool
-        (:meth:`qpool`)."""
+    def reads_blocked(self, node: Node, v: Value, layout: str) -> bool:
+        """Whether ``node`` reads ``v`` in channel-blocked ``layout`` on an int8 target: a
+        QConv whose x86 kernel reads it (as its first input only), a QAvgPool
+        (:meth:`qpool`), or a QAdd whose every input comes blocked the same way
+        (:meth:`qadd`)."""
         from toolchain.topi.int8_x86 import blocked_layouts
 
+        if node.op == "QAdd":
+            return all(u is not None and self.writes_blocked(u, layout) for u in node.inputs)
         if node.inputs[0] is not v or any(u is v for u in node.inputs[1:]):
             return False
         if node.op == "QAvgPool":
             return True
         return node.op == "QConv" and (blocked_layouts(node) or ("",))[0] == layout
+
+    def writes_blocked(self, v: Value, layout: str) -> bool:
+        """Whether ``v`` is made by a QConv whose x86 kernel can write ``layout`` or by a
+        QAdd (which follows its inputs)."""
+        from toolchain.topi.int8_x86 import blocked_layouts
+
+        node = self.producer.get(v)
+        if node is None:
+            return False
+        return node.op == "QAdd" or (node.op == "QConv"
+                                     and (blocked_layouts(node) or ("", ""))[1] == layout)
+
+    def qadd(self, node: Node) -> Node | None:
+        """QAdd (element-wise, the same shape on both sides) follows its inputs into the
+        channel-blocked layout of an int8 chain (ResNet-8's residual adds): when one input
+        arrives blocked, the other is brought to that layout and the sum is blocked."""
+        a, b = node.inputs[0], node.input(1)
+        y = node.outputs[0]
+        if not self.target.int8 or b is None or a.shape != b.shape or a.shape != y.shape \
+                or a.is_constant or b.is_constant:
+            return None
+        lays = {self.layout_of(v) for v in (a, b)} - {"NCHW"}
+        if len(lays) != 1:
+            return None
+        lay = lays.pop()
+        return node.replace(inputs=(self.get(a, lay), self.get(b, lay), *node.inputs[2:]),
+                            outputs=(self.produced(y, lay),))
 
     def qpool(self, node: Node) -> Node | None:
         """QAvgPool reads an input produced channel-blocked by a QConv as it is and writes
@@ -322,7 +354,7 @@ class _Rewriter:
     def run(self) -> Graph:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
                  "concat": self.concat, "pad": self.pad, "qconv": self.qconv,
-                 "qpool": self.qpool}
+                 "qpool": self.qpool, "qadd": self.qadd}
         for node in self.graph.nodes:
             rule = rules.get(_preference(node.op))
             new = rule(node) if rule is not None else None
