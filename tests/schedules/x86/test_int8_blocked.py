@@ -80,9 +80,9 @@ def test_layout_pass_keeps_the_chain_blocked_and_results_equal() -> None:
         assert all("data_layout" not in n.attrs for n in transform_layout(g, t).nodes)
 
 
-def _pool(x: Value, y_shape: tuple[int, ...], **layouts: str) -> Node:
-    kh, kw = 6, 5
-    attrs = {"kernel_shape": [kh, kw], "x_zero_point": 3, "y_zero_point": -1, "out_min": -128,
+def _pool(x: Value, y_shape: tuple[int, ...], kernel: tuple[int, int] = (6, 5),
+          **layouts: str) -> Node:
+    attrs = {"kernel_shape": list(kernel), "x_zero_point": 3, "y_zero_point": -1, "out_min": -128,
              "out_max": 127, "out_dtype": "int8", "multiplier": 1668426848, "shift": -5,
              **layouts}
     return Node("QAvgPool", "pool", [x], [Value("pool.y", y_shape, "int8")], attrs)
@@ -129,9 +129,11 @@ def test_layout_pass_keeps_a_residual_block_blocked() -> None:
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
-def test_blocked_qavgpool_bit_exact(backend: str) -> None:
+@pytest.mark.parametrize("kernel", [(6, 5), (12, 10)], ids=["window", "global"])
+def test_blocked_qavgpool_bit_exact(backend: str, kernel: tuple[int, int]) -> None:
     x = RNG.integers(-128, 128, (1, 32, 12, 10)).astype(np.int8)
-    node = _pool(Value("x", (1, 2, 12, 10, 16), "int8"), (1, 2, 7, 6, 16),
+    oh, ow = 13 - kernel[0], 11 - kernel[1]
+    node = _pool(Value("x", (1, 2, 12, 10, 16), "int8"), (1, 2, oh, ow, 16), kernel,
                  data_layout="NCHW16c")
     op = compile_op(node, "x86_64-avx512", backend=backend)
     plain = {k: v for k, v in node.attrs.items() if k != "data_layout"}
