@@ -88,9 +88,11 @@ def _blocked_pool(func: Any) -> Schedule:
         if b in names:
             sch.compute_inline(sch.get_block(b))
     acc = sch.get_block("qpool_sum")
-    *_, e, ry, rx = sch.get_loops(acc)
-    sch.reorder(ry, rx, e)
-    init = sch.decompose_reduction(acc, ry)
+    n_red = sum(iv.iter_type == "reduce" for iv in sch.get(acc).iter_vars)  # 1: global
+    loops = sch.get_loops(acc)
+    e, red = loops[-n_red - 1], loops[-n_red:]
+    sch.reorder(*red, e)
+    init = sch.decompose_reduction(acc, red[0])
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.vectorize(sch.get_loops(init)[-1])
     return sch
