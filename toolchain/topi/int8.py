@@ -519,21 +519,38 @@ def qavgpool(x: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
 
     Without padding every window holds ``kh * kw`` inputs, so the sum is that of ``x``
     itself minus ``x_zp * kh * kw`` once per output (no subtraction per input); with
-    padding the shifted input is padded with zeros and summed."""
+    padding the shifted input is padded with zeros and summed. An ``x`` of rank 5 is in
+    ``NCHW{B}c``: the window sums are taken ``B`` channels at a time (``qpool_sum[n, c/B,
+    y, x, B]``) and the result is in ``NCHW{B}c`` too."""
     kh, kw = attrs["kernel_shape"]
     sh, sw = attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
     zp = int(attrs["x_zero_point"])
     padded = any((pt, pl, pb, pr))
     xs = pad_spatial(shifted(x, zp), (2, 3), (pt, pl), (pb, pr)) if padded else x
-    n, c, h, w = (int(d.value) for d in xs.shape)
+    n, c, h, w = (int(d.value) for d in xs.shape[:4])
     oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
-    acc = te.compute((n, c, oh, ow), lambda b, ch, y, xx: te.sum(
-        te.cast(xs[b, ch, y * sh + ry, xx * sw + rx], "int32"), axis=[ry, rx]),
-        name="qpool_sum", tag="pool")
     off = te.const(0 if padded else zp * kh * kw, "int32")
     lp, rp = (int(t) for t in shift_powers(attrs["shift"]))
+    # NCHW{B}c in and out: sums of whole blocks. Widened through int16: gcc scalarizes a
+    # 16 x int8 -> 16 x int32 vector conversion into byte loads and inserts (DS-CNN's pool
+    # 2.0 -> 0.6 us); a global pool sums its plane in one flat loop
+    if len(xs.shape) == 5 and (oh, ow, kh, kw) == (1, 1, h, w):
+        blk = int(xs.shape[4].value)
+        rr = te.reduce_axis((0, h * w), name="rr")
+        acc = te.compute((n, c, 1, 1, blk), lambda b, cb, y, xx, e: te.sum(
+            te.cast(te.cast(xs[b, cb, rr // w, rr % w, e], "int16"), "int32"), axis=[rr]),
+            name="qpool_sum", tag="pool")
+    elif len(xs.shape) == 5:
+        blk = int(xs.shape[4].value)
+        acc = te.compute((n, c, oh, ow, blk), lambda b, cb, y, xx, e: te.sum(
+            te.cast(te.cast(xs[b, cb, y * sh + ry, xx * sw + rx, e], "int16"), "int32"),
+            axis=[ry, rx]), name="qpool_sum", tag="pool")
+    else:
+            acc = te.compute((n, c, oh, ow), lambda b, ch, y, xx: te.sum(
+            te.cast(xs[b, ch, y * sh + ry, xx * sw + rx], "int32"), axis=[ry, rx]),
+            name="qpool_sum", tag="pool")
     return te.compute(acc.shape, lambda *i: finish_te(acc[i] - off, attrs["multiplier"], lp,
                                                       rp, attrs),
                       name="qavgpool", tag="injective")

@@ -155,7 +155,9 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
     ``L``): the zero-point-shifted, padded input is re-laid per channel block as
     ``x86_band[n, co, y, x, l]`` (int16, widened as it is read), so that each
     multiply-accumulate reads ``L`` contiguous channels; requantized by
-    :func:`lane_requant`. Returns (``x86_req``, ``acc``) before :func:`unpack_lanes`."""
+    :func:`lane_requant`. Returns (``x86_req``, ``acc``) before :func:`unpack_lanes`. An
+    ``x`` of rank 5 is the input in ``NCHW{L}c``: the band is then only padded and
+    widened, each pixel's ``L`` channels one contiguous load."""
     from toolchain.topi.int8 import shifted
     from toolchain.topi.nn.conv2d import pad_spatial
 
@@ -164,9 +166,13 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
     dh, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
     xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
-    n, _, hp, wdt = (int(d.value) for d in xp.shape)
-    band = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
-                      xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
+    n, _, hp, wdt = (int(d.value) for d in xp.shape[:4])
+    if len(x.shape) == 5:  # already NCHW{L}c: the band is the padded input itself
+        band = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
+                          xp[b, co, yy, xx, li], name="x86_band", tag="injective")
+    else:
+        band = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
+                          xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -175,6 +181,65 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
         * wp[co, ry, rx, li],
         axis=[ry, rx]), name="x86_acc", tag="conv")
     return lane_requant(acc, bias, mult, shifts, attrs, fits=fits), acc
+
+
+def pack_dw_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
+    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int16 ``[C/L, KH, ceil(KW/2), L, 2]``:
+    per channel the weights of kernel columns ``2 q`` and ``2 q + 1`` side by side (0 past
+    ``KW``), the ``B[j, k]`` operand of the lane-wise ``dot_i16_lanes_Lx2`` intrinsics.
+
+    >>> pack_dw_pairs(np.arange(1, 7, dtype=np.int8).reshape(2, 1, 1, 3), 2)[0, 0].tolist()
+    [[[1, 2], [4, 5]], [[3, 0], [6, 0]]]
+    """
+    c, _, kh, kw = w.shape
+    q = -(-kw // 2)
+    out = np.zeros((c, kh, q * 2), np.int16)
+    out[:, :, :kw] = np.asarray(w)[:, 0]
+    out = out.reshape(c // lanes, lanes, kh, q, 2)
+    return np.ascontiguousarray(out.transpose(0, 2, 3, 1, 4))
+
+
+def qdwconv_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+    """The accumulators ``x86_acc[n, co, y, x, l]`` of a depthwise convolution over
+    :func:`pack_dw_pairs` weights, two kernel columns per lane-wise ``dot_i16_lanes_Lx2``
+    call: the shifted, padded input (``NCHW{L}c``, or NCHW gathered per block) as
+    ``x86_band[n, co, yy, xx, l]`` (one more zero column on the right), then zipped into
+    ``x86_dwpairs[n, co, yy, xx, l, k]`` = ``x86_band[n, co, yy, xx + k, l]`` (the
+    ``zip_i16_Lx2`` intrinsic: two unpacks a column)::
+
+        x86_acc[n, co, y, x, l] = sum over ry, q, k of
+            x86_dwpairs[n, co, y*sh + ry*dh, x*sw + 2 q*dw, l, k] * wp[co, ry, q, l, k]
+
+    with dilation 1 along the columns (``k`` steps one column). The same integers as
+    :func:`qdwconv_x86`."""
+    from toolchain.topi.int8 import shifted
+    from toolchain.topi.nn.conv2d import pad_spatial
+
+    co_n, kh, q_n, lanes, _ = (int(d.value) for d in wp.shape)
+    sh, sw = attrs["strides"]
+    dh, _ = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    # one more zero column on the right: the second of the last pair
+    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr + 1))
+    n, _, hp, wdt = (int(d.value) for d in xp.shape[:4])
+    wdt -= 1
+    if len(x.shape) == 5:
+        cols = te.compute((n, co_n, hp, wdt + 1, lanes), lambda b, co, yy, xx, li:
+                          xp[b, co, yy, xx, li], name="x86_band", tag="injective")
+    else:
+        cols = te.compute((n, co_n, hp, wdt + 1, lanes), lambda b, co, yy, xx, li:
+                          xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
+    band = te.compute((n, co_n, hp, wdt, lanes, 2), lambda b, co, yy, xx, li, k:
+                      cols[b, co, yy, xx + k, li], name="x86_dwpairs", tag="injective")
+    kw = int(attrs["kernel_width"])
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - kw) // sw + 1
+    ry = te.reduce_axis((0, kh), name="ry")
+    rq = te.reduce_axis((0, q_n), name="rq")
+    rk = te.reduce_axis((0, 2), name="rk")
+    return te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
+        te.cast(band[b, co, y * sh + ry * dh, xx * sw + rq * 2, li, rk], "int32")
+        * te.cast(wp[co, ry, rq, li, rk], "int32"), axis=[ry, rq, rk]),
+        name="x86_acc", tag="conv")
 
 
 def qadd_x86(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
@@ -249,8 +314,11 @@ def _grouped_acc(xp: te.Tensor, wp: te.Tensor, c: int, g: int, name: str,
     channels in groups of ``g`` (the band ``name``: pairs or quads, zero past ``c``) and
     the weights ``wp`` packed ``[Mo, C/g, KH, KW, L, g]``."""
     mo_n, cg_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
-    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    n, _, hp, wdt = (int(d.value) for d in xp.shape[:4])
     (sh, sw), (dh, dw) = strides, dilations
+
+    if len(xp.shape) == 5:
+        return _blocked_grouped_acc(xp, wp, g, name, strides, dilations)
 
     def group(b: Any, cg: Any, yy: Any, xx: Any, h: Any) -> Any:
         ch = cg * g + h
@@ -268,6 +336,29 @@ def _grouped_acc(xp: te.Tensor, wp: te.Tensor, c: int, g: int, name: str,
     return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
         te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
         * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
+        name="x86_acc", tag="conv")
+
+
+def _blocked_grouped_acc(xp: te.Tensor, wp: te.Tensor, g: int, name: str, strides: Any,
+                         dilations: Any) -> te.Tensor:
+    """:func:`_grouped_acc` over a padded ``NCHW{B}c`` input (``B`` a multiple of ``g``):
+    the band keeps the blocks (``name[n, cb, y, x, e]``, a contiguous copy of each pixel's
+    ``B`` channels) and group ``q`` of block ``cb`` is its ``g`` bytes from ``q * g``."""
+    mo_n, cg_n, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
+    n, cb_n, hp, wdt, blk = (int(d.value) for d in xp.shape)
+    (sh, sw), (dh, dw) = strides, dilations
+    per = blk // g
+    band = te.compute((n, cb_n, hp, wdt, blk), lambda b, cb, yy, xx, e: xp[b, cb, yy, xx, e],
+                      name=name, tag="injective")
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    rb = te.reduce_axis((0, cb_n), name="rb")
+    rq = te.reduce_axis((0, per), name="rq")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rh = te.reduce_axis((0, g), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rb, y * sh + ry * dh, xx * sw + rx * dw, rq * g + rh], "int32")
+        * te.cast(wp[mo, rb * per + rq, ry, rx, li, rh], "int32"), axis=[rb, rq, ry, rx, rh]),
         name="x86_acc", tag="conv")
 
 
@@ -315,6 +406,12 @@ def _grouped_dense_acc(x: te.Tensor, wp: te.Tensor, g: int, convert: Any, dtype:
     return te.compute((1, mo_n, 1, p, lanes), lambda b, mo, y, i, li: te.sum(
         te.cast(band[b, rc, y, i, rh], "int32") * te.cast(wp[mo, rc, 0, 0, li, rh], "int32"),
         axis=[rc, rh]), name="x86_acc", tag="dense")
+
+
+def pack_blocked(req: te.Tensor, dtype: str, name: str) -> te.Tensor:
+    """``out[n, mo, y, x, l] = dtype(req[n, mo, y, x, l])``: the requantized tile stored as
+    it is, the output in ``NCHW{L}c`` (no channel re-lay; :func:`unpack_lanes` for NCHW)."""
+    return te.compute(req.shape, lambda *i: te.cast(req[i], dtype), name=name, tag="injective")
 
 
 def unpack_dense(req: te.Tensor, m: int, dtype: str, name: str = "qgemm") -> te.Tensor:
@@ -405,7 +502,9 @@ def qconv2d_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
             x86_quads[n, c4, y*sh + ry*dh, x*sw + rx*dw, h] * wp[mo, c4, ry, rx, l, h]
 
     This is :func:`qconv2d_x86_pairs`'s accumulator plus ``(x_zp + off) * sum w``, which
-    :func:`fold_quad_bias` takes out of the bias at compile time: the same integers."""
+    :func:`fold_quad_bias` takes out of the bias at compile time: the same integers. An
+    ``x`` of rank 5 is the input in ``NCHW{B}c`` (``B`` 8 or 16): quad ``c4`` is then four
+    contiguous bytes of block ``c4 / (B/4)``."""
     from toolchain.topi.nn.conv2d import pad_spatial
 
     off = quad_offset(str(x.dtype))
@@ -413,8 +512,8 @@ def qconv2d_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
     xu = te.compute(x.shape, lambda *i: te.cast(te.cast(x[i], "int16") + te.const(
         off, "int16"), "uint8"), name="x_shifted", tag="injective")
     xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr), value=attrs["x_zero_point"] + off)
-    return _grouped_acc(xp, wp, int(x.shape[1].value), 4, "x86_quads", attrs["strides"],
-                        attrs["dilations"])
+    c = int(x.shape[1].value) * (int(x.shape[4].value) if len(x.shape) == 5 else 1)
+    return _grouped_acc(xp, wp, c, 4, "x86_quads", attrs["strides"], attrs["dilations"])
 
 
 def qgemm_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
@@ -489,3 +588,48 @@ def qconv2d_x86_colquads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> 
         te.cast(band[b, rc, y * sh + ry * dh, xx, rh], "int32")
         * te.cast(wp[mo, rc, ry, 0, li, rh], "int32"), axis=[rc, ry, rh]),
         name="x86_acc", tag="conv")
+
+
+def blocked_layouts(node: Any) -> tuple[str, str] | None:
+    """The layouts in which the x86 int8 kernels can read and write QConv ``node`` (given
+    in ``NCHW``) without re-laying channels at the kernel's edges: ``(input, output)``,
+    ``NCHW{L}c`` for the output (``L`` the kernel's lanes) and for an input whose channels
+    the kernel reads in blocks (depthwise: the same ``L``; u8 quads: 16 or 8 channels),
+    ``NCHW`` for an input it takes as it is (a one-channel input read in quads of kernel
+    columns, channels not a multiple of 8); None where no such kernel applies (on a target
+    with ``dot_u8s8`` quads: :func:`toolchain.graph.passes.layout.LayoutTarget`'s
+    ``int8``).
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 32, 6, 6), "int8"); y = Value("y", (1, 32, 6, 6), "int8")
+    >>> c = [Value.constant("w", np.ones((32, 1, 3, 3), np.int8)),
+    ...      Value.constant("b", np.zeros(32, np.int32)),
+    ...      Value.constant("m", np.full(32, 1 << 30, np.int32)),
+    ...      Value.constant("s", np.full((32, 2), 1 << 30, np.int32))]
+    >>> attrs = {"group": 32, "dilations": (1, 1), "pads": (1, 1, 1, 1), "strides": (1, 1)}
+    >>> blocked_layouts(Node("QConv", "dw", [x, *c], [y], attrs))
+    ('NCHW16c', 'NCHW16c')
+    """
+    from toolchain.topi.int8 import dsp_depthwise, x86_applies, x86_lanes
+
+    x, w = node.input(0), node.input(1)
+    if node.op != "QConv" or len(x.shape) != 4 or w is None or w.data is None or \
+            len(w.shape) != 4 or any(node.input(k) is None or node.input(k).data is None
+                                     for k in (2, 3, 4)):
+        return None
+    c, m = int(x.shape[1]), int(w.shape[0])
+    if int(node.attrs.get("group", 1)) != 1:
+        if not dsp_depthwise(node) or c % 8:
+            return None
+        lay = f"NCHW{16 if c % 16 == 0 else 8}c"
+        return lay, lay
+    lanes = x86_lanes(m)
+    if not x86_applies(node) or not quads_apply(node) or m % lanes:
+        return None
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    if colquads_apply(node):
+        return ("NCHW", f"NCHW{lanes}c") if kh > 1 or kw > 4 else None
+    if c <= 4 and kh * kw == 1:  # one quad, 1x1: the quad nest refuses it
+        return None
+    data = f"NCHW{16 if c % 16 == 0 else 8}c" if c % 8 == 0 else "NCHW"
+    return data, f"NCHW{lanes}c"

@@ -11,13 +11,17 @@ of the arithmetic (int64 intermediates, no float):
   zero point 0), ``y = clamp(requantize(acc, multiplier[m], shift[m]) + y_zp, out_min,
   out_max)``. ``group`` covers depthwise. ``shift_pow`` is the ``[M, 2]`` int32 table
   ``(2**max(shift, 0), 2**(30 - max(-shift, 0)))`` of each channel's shift
-  (:func:`~toolchain.quantize.fixed_point.shift_table`).
+  (:func:`~toolchain.quantize.fixed_point.shift_table`). ``data_layout`` / ``out_layout``
+  (default ``NCHW``): the layouts ``x`` and ``y`` are stored in, ``NCHW{b}c`` where the
+  layout pass keeps an x86 int8 chain channel-blocked
+  (:func:`toolchain.topi.int8_x86.blocked_layouts`); the arithmetic is the same.
 * **QGemm** ``(x, w, bias, multiplier, shift_pow)``: ``x`` is ``[..., K]``, ``w`` is ``[N, K]``
   (already transposed), same accumulation and requantization per output column.
 * **QAdd** ``(a, b)``: as TFLite: each side ``(v - v_zp) * 2**left_shift`` is requantized
   to a common fine scale, the two are summed and requantized to the output.
 * **QAvgPool** ``(x)``: ``requantize(sum over the window of (x - x_zp), multiplier, shift)``
-  where the multiplier already holds ``x_scale / (y_scale * window size)``.
+  where the multiplier already holds ``x_scale / (y_scale * window size)``; ``x`` and
+  ``y`` stored in ``data_layout`` (``NCHW{b}c`` after a channel-blocked QConv chain).
 
 ``out_min`` / ``out_max`` are in the quantized domain: the dtype's range, narrowed by a
 folded Relu or Clip.
@@ -41,7 +45,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from toolchain.errors import ModelError
-from toolchain.graph.ir import Node, TensorType, np_dtype
+from toolchain.graph.ir import Node, TensorType, Value, np_dtype
 from toolchain.graph.ops.common import check_dtype, defop, input_value
 from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
 from toolchain.quantize.fixed_point import requantize, requantize_pow
@@ -93,15 +97,38 @@ def conv_out_shape(x: tuple[int, ...], w: tuple[int, ...], attrs: dict[str, Any]
     return tuple(out)
 
 
+def nchw_qconv(node: Node) -> Node:
+    """QConv ``node`` as it reads and writes ``NCHW`` (the node itself when its
+    ``data_layout`` and ``out_layout`` are ``NCHW``): for shape rules and predicates that
+    are stated on ``NCHW`` shapes."""
+    from toolchain.graph.passes.layout_ops import nchw_shape
+
+    lays = (node.attrs.get("data_layout", "NCHW"), node.attrs.get("out_layout", "NCHW"))
+    if lays == ("NCHW", "NCHW"):
+        return node
+    x, y = node.inputs[0], node.outputs[0]
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("data_layout", "out_layout")}
+    return node.replace(
+        inputs=(Value(x.name, nchw_shape(x.shape, lays[0]), x.dtype), *node.inputs[1:]),
+        outputs=(Value(y.name, nchw_shape(y.shape, lays[1]), y.dtype),), attrs=attrs)
+
+
 def _qconv_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    from toolchain.graph.passes.layout_ops import check_layout, layout_shape, nchw_shape
+
+    for k in ("data_layout", "out_layout"):
+        check_layout(attrs[k], f"{node.describe()}: {k}: ")
     x, w = input_value(node, 0, "x"), input_value(node, 1, "w")
+    if attrs["data_layout"] != "NCHW" and x.rank == 5:
+        x = Value(x.name, nchw_shape(x.shape, attrs["data_layout"]), x.dtype)
     check_dtype(node, x, "input 0 (x)", Q_TYPES)
     check_dtype(node, w, "input 1 (w)", ("int8",))
     if x.rank != 4 or w.rank != 4 or x.shape[1] != w.shape[1] * attrs["group"]:
         raise ModelError(f"{node.describe()}: x {list(x.shape)} and w {list(w.shape)} do not "
                          f"make a 2-D convolution with group {attrs['group']}")
     _check_requant(node, 3, w.shape[0])
-    return [TensorType(conv_out_shape(x.shape, w.shape, attrs), attrs["out_dtype"])]
+    out = layout_shape(conv_out_shape(x.shape, w.shape, attrs), attrs["out_layout"])
+    return [TensorType(out, attrs["out_dtype"])]
 
 
 def qconv_acc(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
@@ -120,11 +147,15 @@ def qconv_acc(x: np.ndarray, w: np.ndarray, attrs: dict[str, Any]) -> np.ndarray
 
 
 def _qconv_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    from toolchain.graph.passes.layout_ops import from_layout, to_layout
+
     x, w, bias, mult, sp = (np.asarray(a) for a in ins[:5])
+    x = from_layout(x, attrs.get("data_layout", "NCHW"))
     acc = qconv_acc(x, w, attrs) + bias.astype(np.int64).reshape(1, -1, 1, 1)
     col = (1, -1, 1, 1)
-    return [finish(acc, mult.reshape(col), None, attrs,
-                   (sp[:, 0].reshape(col), sp[:, 1].reshape(col)))]
+    y = finish(acc, mult.reshape(col), None, attrs,
+               (sp[:, 0].reshape(col), sp[:, 1].reshape(col)))
+    return [to_layout(y, attrs.get("out_layout", "NCHW"))]
 
 
 def _qconv_flops(node: Node) -> int:
@@ -138,7 +169,8 @@ def _qconv() -> OpDef:
         "QConv", ("x", "w", "bias", "multiplier", "shift_pow"), PatternKind.COMPLEX_OUT_FUSABLE,
         attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0)),
                Attr("dilations", "ints", (1, 1)), Attr("group", "int", 1),
-               *_zp_attrs("x_zero_point"), *_OUT_ATTRS),
+               *_zp_attrs("x_zero_point"), *_OUT_ATTRS, Attr("data_layout", "string", "NCHW"),
+               Attr("out_layout", "string", "NCHW")),
         infer=_qconv_infer, reference=_qconv_ref, flops=_qconv_flops,
         doc="integer 2-D convolution (int8 x int8 -> int32, per-channel fixed-point "
             "requantization, clamp)",
@@ -218,7 +250,12 @@ def _qadd() -> OpDef:
 # -- QAvgPool --------------------------------------------------------------------------------
 
 def _qpool_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    from toolchain.graph.passes.layout_ops import check_layout, layout_shape, nchw_shape
+
+    check_layout(attrs["data_layout"], f"{node.describe()}: data_layout: ")
     x = input_value(node, 0, "x")
+    if attrs["data_layout"] != "NCHW" and x.rank == 5:
+        x = Value(x.name, nchw_shape(x.shape, attrs["data_layout"]), x.dtype)
     check_dtype(node, x, "input 0 (x)", Q_TYPES)
     if x.rank != 4:
         raise ModelError(f"{node.describe()}: QAvgPool needs a 4-D NCHW input, got "
@@ -226,7 +263,8 @@ def _qpool_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     kh, kw = attrs["kernel_shape"]
     w_shape = (x.shape[1], 1, kh, kw)
     conv = {"pads": attrs["pads"], "strides": attrs["strides"], "dilations": (1, 1)}
-    return [TensorType(conv_out_shape(x.shape, w_shape, conv), attrs["out_dtype"])]
+    out = conv_out_shape(x.shape, w_shape, conv)
+    return [TensorType(layout_shape(out, attrs["data_layout"]), attrs["out_dtype"])]
 
 
 def qpool_sum(x: Any, attrs: dict[str, Any]) -> np.ndarray:
@@ -239,7 +277,12 @@ def qpool_sum(x: Any, attrs: dict[str, Any]) -> np.ndarray:
 
 
 def _qpool_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
-    return [finish(qpool_sum(ins[0], attrs), attrs["multiplier"], attrs["shift"], attrs)]
+    from toolchain.graph.passes.layout_ops import from_layout, to_layout
+
+    lay = attrs.get("data_layout", "NCHW")
+    x = from_layout(np.asarray(ins[0]), lay)
+    return [to_layout(finish(qpool_sum(x, attrs), attrs["multiplier"], attrs["shift"], attrs),
+                      lay)]
 
 
 def _qavgpool() -> OpDef:
@@ -247,7 +290,8 @@ def _qavgpool() -> OpDef:
         "QAvgPool", ("x",), PatternKind.REDUCTION,
         attrs=(Attr("kernel_shape", "ints"), Attr("strides", "ints", (1, 1)),
                Attr("pads", "ints", (0, 0, 0, 0)), *_zp_attrs("x_zero_point"),
-               Attr("multiplier", "int"), Attr("shift", "int"), *_OUT_ATTRS),
+               Attr("multiplier", "int"), Attr("shift", "int"), *_OUT_ATTRS,
+               Attr("data_layout", "string", "NCHW")),
         infer=_qpool_infer, reference=_qpool_ref, flops=lambda n: n.inputs[0].size,  # type: ignore[union-attr]
         doc="integer average pool: window sum requantized by x_scale / (y_scale * count)",
     )

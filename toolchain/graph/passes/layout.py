@@ -20,6 +20,17 @@ op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else
   DequantizeLinear, whose ``axis`` is an NCHW axis): they run in the target layout when one
   of their inputs already is, else stay in ``NCHW``; a per-channel constant operand is
   rewritten for that layout at compile time;
+* ``qconv`` — ``QConv`` on a target whose layout target has ``int8`` (it declares the
+  ``dot_u8s8`` quads of the x86 int8 kernels): the output in ``NCHW{L}c`` when every
+  consumer is a QConv whose x86 kernel reads that layout, and the input in the layout its
+  producer wrote when the kernel reads it
+  (:func:`toolchain.topi.int8_x86.blocked_layouts`); the attributes ``data_layout`` /
+  ``out_layout`` say which. A chain of int8 convolutions then hands channel blocks from
+  kernel to kernel instead of re-laying NCHW at each kernel's edges;
+* ``qadd`` — ``QAdd`` on such a target follows its inputs into their blocked layout (a
+  QConv's output is blocked for a QAdd whose inputs all come from such QConvs or QAdds);
+* ``qpool`` — ``QAvgPool`` after such a chain reads its ``NCHW{L}c`` input as it is
+  and writes its output in it too (``data_layout``; a QConv's output is blocked for it);
 * ``pad`` — a spatial ``Pad`` (constant pads, none on N or C) follows its input;
 * ``concat`` — a channel ``Concat`` follows its inputs too, when every input and the output
   have the same form (always for ``NHWC``, axis 3; for ``NCHW{b}c`` when the block is the
@@ -35,7 +46,7 @@ output that is produced in another layout).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,6 +61,7 @@ from toolchain.graph.passes.layout_ops import POOLS, kernel_to_layout, layout_sh
 #: their inputs when ``layout_agnostic`` (an ``OpDef`` trait), else need NCHW
 PREFERENCE: dict[str, str] = {
     "Conv": "conv", **{p: "pool" for p in POOLS}, "Concat": "concat", "Pad": "pad",
+    "QConv": "qconv", "QAvgPool": "qpool", "QAdd": "qadd",
 }
 
 
@@ -71,6 +83,8 @@ class LayoutTarget:
 
     kind: str  # "nchw" | "nhwc" | "nchwc"
     block: int = 8
+    #: the target has the x86 int8 kernels that read and write channel blocks (QConv rule)
+    int8: bool = field(default=False, repr=False)
 
     def data_layout(self, channels: int) -> str:
         """The layout of a tensor with ``channels`` channels on this target."""
@@ -125,7 +139,13 @@ def layout_for_target(target: Any) -> LayoutTarget:
         'nchw'
     """
     explicit = getattr(target, "layout", None)
-    return parse_layout_target(explicit) if explicit else LayoutTarget("nchw")
+    if not explicit:
+        return LayoutTarget("nchw")
+    lt = parse_layout_target(explicit)
+    has = getattr(target, "has_intrinsic", None)
+    int8 = lt.kind == "nchwc" and has is not None and all(
+        has(f"dot_u8s8_{n}x4") for n in (8, 16))
+    return LayoutTarget(lt.kind, lt.block, int8) if int8 else lt
 
 
 class _Rewriter:
@@ -136,6 +156,12 @@ class _Rewriter:
         self.namer = Namer(graph)
         self.variants: dict[Value, dict[str, Value]] = {}
         self.nodes: list[Node] = []
+        self.consumers: dict[Value, list[Node]] = {}
+        self.producer = {o: n for n in graph.nodes for o in n.outputs}
+        for n in graph.nodes:
+            for v in n.inputs:
+                if v is not None:
+                    self.consumers.setdefault(v, []).append(n)
 
     def layout_of(self, v: Value) -> str:
         """The layout ``v`` was produced in (inputs and constants: NCHW)."""
@@ -178,6 +204,75 @@ class _Rewriter:
         ins = (self.get(x, in_lay), w_new) + ((b,) if b is not None else ())
         out = self.produced(node.outputs[0], out_lay)
         return Node("LayoutConv", node.name, ins, (out,), attrs)
+
+    def qconv(self, node: Node) -> Node | None:
+        from toolchain.topi.int8_x86 import blocked_layouts
+
+        lays = blocked_layouts(node) if self.target.int8 else None
+        if lays is None:
+            return None
+        x, y = node.inputs[0], node.outputs[0]
+        data = lays[0] if self.layout_of(x) == lays[0] else "NCHW"
+        users = self.consumers.get(y, [])
+        out = lays[1] if users and y not in self.graph.outputs and all(
+            self.reads_blocked(n, y, lays[1]) for n in users) else "NCHW"
+        if (data, out) == ("NCHW", "NCHW"):
+            return None
+        attrs = dict(node.attrs, data_layout=data, out_layout=out)
+        return node.replace(inputs=(self.get(x, data), *node.inputs[1:]),
+                            outputs=(self.produced(y, out),), attrs=attrs)
+
+    def reads_blocked(self, node: Node, v: Value, layout: str) -> bool:
+        """Whether ``node`` reads ``v`` in channel-blocked ``layout`` on an int8 target: a
+        QConv whose x86 kernel reads it (as its first input only), a QAvgPool
+        (:meth:`qpool`), or a QAdd whose every input comes blocked the same way
+        (:meth:`qadd`)."""
+        from toolchain.topi.int8_x86 import blocked_layouts
+
+        if node.op == "QAdd":
+            return all(u is not None and self.writes_blocked(u, layout) for u in node.inputs)
+        if node.inputs[0] is not v or any(u is v for u in node.inputs[1:]):
+            return False
+        if node.op == "QAvgPool":
+            return True
+        return node.op == "QConv" and (blocked_layouts(node) or ("",))[0] == layout
+
+    def writes_blocked(self, v: Value, layout: str) -> bool:
+        """Whether ``v`` is made by a QConv whose x86 kernel can write ``layout`` or by a
+        QAdd (which follows its inputs)."""
+        from toolchain.topi.int8_x86 import blocked_layouts
+
+        node = self.producer.get(v)
+        if node is None:
+            return False
+        return node.op == "QAdd" or (node.op == "QConv"
+                                     and (blocked_layouts(node) or ("", ""))[1] == layout)
+
+    def qadd(self, node: Node) -> Node | None:
+        """QAdd (element-wise, the same shape on both sides) follows its inputs into the
+        channel-blocked layout of an int8 chain (ResNet-8's residual adds): when one input
+        arrives blocked, the other is brought to that layout and the sum is blocked."""
+        a, b = node.inputs[0], node.input(1)
+        y = node.outputs[0]
+        if not self.target.int8 or b is None or a.shape != b.shape or a.shape != y.shape \
+                or a.is_constant or b.is_constant:
+            return None
+        lays = {self.layout_of(v) for v in (a, b)} - {"NCHW"}
+        if len(lays) != 1:
+            return None
+        lay = lays.pop()
+        return node.replace(inputs=(self.get(a, lay), self.get(b, lay), *node.inputs[2:]),
+                            outputs=(self.produced(y, lay),))
+
+    def qpool(self, node: Node) -> Node | None:
+        """QAvgPool reads an input produced channel-blocked by a QConv as it is and writes
+        its output in the same layout (window sums a block at a time, as ``LayoutPool``)."""
+        x = node.inputs[0]
+        lay = self.layout_of(x)
+        if not self.target.int8 or lay == "NCHW":
+            return None
+        return node.replace(inputs=(self.get(x, lay),), attrs=dict(node.attrs, data_layout=lay),
+                            outputs=(self.produced(node.outputs[0], lay),))
 
     def pool(self, node: Node) -> Node | None:
         x = node.inputs[0]
@@ -258,7 +353,8 @@ class _Rewriter:
 
     def run(self) -> Graph:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
-                 "concat": self.concat, "pad": self.pad}
+                 "concat": self.concat, "pad": self.pad, "qconv": self.qconv,
+                 "qpool": self.qpool, "qadd": self.qadd}
         for node in self.graph.nodes:
             rule = rules.get(_preference(node.op))
             new = rule(node) if rule is not None else None

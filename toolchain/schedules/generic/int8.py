@@ -78,6 +78,26 @@ def block_names(sch: Schedule) -> list[str]:
     return list(st.block_names(sch.mod))
 
 
+def _blocked_pool(func: Any) -> Schedule:
+    """QAvgPool over an ``NCHW{B}c`` input: each window summed ``B`` channels at a time, the
+    block's lanes innermost and vectorized (``qpool_sum[n, cb, y, x, :] += x[n, cb, y', x',
+    :]``); padding and the zero-point shift inlined into the sum."""
+    sch = Schedule(func)
+    names = block_names(sch)
+    for b in ("x_shifted", "pad"):
+        if b in names:
+            sch.compute_inline(sch.get_block(b))
+    acc = sch.get_block("qpool_sum")
+    n_red = sum(iv.iter_type == "reduce" for iv in sch.get(acc).iter_vars)  # 1: global
+    loops = sch.get_loops(acc)
+    e, red = loops[-n_red - 1], loops[-n_red:]
+    sch.reorder(*red, e)
+    init = sch.decompose_reduction(acc, red[0])
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.vectorize(sch.get_loops(init)[-1])
+    return sch
+
+
 def schedule_int8(node: Node, target: Any) -> OpSchedule:
     """The default schedule of one integer op; packed shift tables become new constants."""
     import toolchain.topi.int8  # noqa: F401  (registers the computes)
@@ -86,8 +106,11 @@ def schedule_int8(node: Node, target: Any) -> OpSchedule:
     nc = node_compute(node)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     try:
-        sch = schedule_rules(func, target, node.op)
-        how = "cpu_ops rules"
+        if node.op == "QAvgPool" and node.attrs.get("data_layout", "NCHW") != "NCHW":
+            sch, how = _blocked_pool(func), "blocked window sums"
+        else:
+            sch = schedule_rules(func, target, node.op)
+            how = "cpu_ops rules"
     except KilnError:
         sch = Schedule(func)
         how = "plain loop nest"

@@ -228,79 +228,130 @@ def dw_lanes(node: Node) -> int:
     return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
 
 
-def _schedule_dw(func: Any, lanes: int, plane: bool) -> Schedule:
+def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
+                 zip_intrin: str | None = None) -> Schedule:
     """Per block of L channels the input band (L channels contiguous, int16) re-laid once
     for the whole padded plane (``plane``; every input row re-laid once) or per output row
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
-    (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW."""
+    (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW (or stored as it is in
+    ``NCHW{L}c``). ``intrin``: the lane-wise ``dot_i16_lanes_Lx2`` over the column-pair
+    band of :func:`toolchain.topi.int8_x86.qdwconv_x86_pairs` instead, zipped from the
+    columns by ``zip_intrin``."""
     sch = Schedule(func)
     names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
     if "pad" in names:
         sch.compute_inline(sch.get_block("pad"))
     out = sch.get_block(names[-1])
-    _, ch, y, x = sch.get_loops(out)
-    mo, mi = sch.split(ch, [None, lanes])
+    loops = sch.get_loops(out)
+    if len(loops) == 5:  # NCHW{L}c output: the tile is stored as it is
+        _, mo, y, x, mi = loops
+    else:
+        _, ch, y, x = loops
+        mo, mi = sch.split(ch, [None, lanes])
     tile = pixel_tile(int(sch.get(x).extent.value))
     xo, xi = sch.split(x, [None, tile])
-    sch.reorder(*((mo, y) if plane else (y, mo)), xo, mi, xi)
+    if len(loops) == 5:
+        sch.reorder(*((mo, y) if plane else (y, mo)), xo, xi, mi)
+        sch.vectorize(mi)
+    else:
+        sch.reorder(*((mo, y) if plane else (y, mo)), xo, mi, xi)
     req = sch.get_block("x86_req")
     sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
     sch.compute_at(acc, xo)
-    band = sch.get_block("x86_band")
-    sch.compute_at(band, mo)
-    sch.vectorize(sch.get_loops(band)[-1])
+    if intrin is None:
+        band = sch.get_block("x86_band")
+        sch.compute_at(band, mo)
+        sch.vectorize(sch.get_loops(band)[-1])
+    else:  # the columns, then their pairs zipped (L channels of one column and the next)
+        band = sch.get_block("x86_dwpairs")
+        sch.compute_at(band, mo)
+        cols = sch.get_block("x86_band")
+        sch.compute_at(cols, mo)
+        sch.vectorize(sch.get_loops(cols)[-1])
+        sch.tensorize(sch.get_loops(band)[-2], zip_intrin)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
     sp, red = inner[:spatial], inner[spatial:]
-    sch.reorder(*red, *sp)
+    if intrin is None:
+        sch.reorder(*red, *sp)
+    else:
+        sch.reorder(*red[:-1], *sp, red[-1])
     init = sch.decompose_reduction(acc, red[0])
-    sch.vectorize(sp[-1])
+    if intrin is None:
+        sch.vectorize(sp[-1])
     if tile > 1:
         sch.unroll(sp[0])
+    if intrin is not None:
+        sch.tensorize(sp[-1], intrin)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(req)[-1])
     return sch
 
 
-def _depthwise(node: Node, target: Any, lanes: int) -> OpSchedule:
-    """The x86 depthwise schedule (the generic one where the nest refuses)."""
+def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> OpSchedule:
+    """The x86 depthwise schedule (the generic one where the nest refuses). ``real``: the
+    graph's node where it reads and writes ``NCHW{L}c`` (``node`` its NCHW form)."""
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
+        lane_requant,
+        pack_blocked,
+        pack_dw_pairs,
         pack_dw_weights,
         pad_channels,
         pad_shifts,
         qdwconv_x86,
+        qdwconv_x86_pairs,
         requant_fits_int32,
         unpack_lanes,
     )
 
     attrs = attrs_of(node)
     vals = list(node.inputs)
-    packs = {1: lambda v: pack_dw_weights(v, lanes), 2: lambda v: pad_channels(v, lanes),
-             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
-    data = {k: f(vals[k].data) for k, f in packs.items()}
-    x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
-    ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
-    req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
-    y = node.outputs[0]
-    out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
-    func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     _, _, h, w = (int(d) for d in vals[0].shape)
     pt, pl, pb, pr = attrs["pads"]
-    plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
+    intrin, zipper = f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2"
+    # the columns and their int16 pairs (three times the single-column band) for the whole
+    # plane, or the single columns: pairs re-laid per output row cost more than they save
+    # (MobileNet's 48 x 48 x 8 layer 13.3 -> 17.0 us)
+    pairs = target.has_intrinsic(intrin) and target.has_intrinsic(zipper) and \
+        tuple(attrs["dilations"])[1] == 1 and \
+        (h + pt + pb) * (w + pl + pr + 1) * lanes * 6 <= DW_PLANE_BYTES
+    pack_w = pack_dw_pairs if pairs else pack_dw_weights
+    packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
+             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
+    data = {k: f(vals[k].data) for k, f in packs.items()}
+    real = real or node
+    xv = real.inputs[0]
+    x = te.placeholder(tuple(xv.shape), str(xv.dtype), "x")
+    ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
+    if pairs:
+        acc = qdwconv_x86_pairs(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3])))
+        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
+    else:
+        req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
+    y = real.outputs[0]
+    out = pack_blocked(req, str(y.dtype), "qconv") if len(y.shape) == 5 else \
+        unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
+    func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
+    plane = pairs or (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
     try:
-        sch = _schedule_dw(func, lanes, plane)
+        sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
+                                                   target.intrinsic(zipper)) if pairs else ()))
     except KilnError as err:
+        if real is not node:
+            raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
+                                f"channel-blocked convolution: {err}") from err
         op = schedule_int8(node, target)
         op.info["x86_refused"] = str(err)
         return op
-    values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
-    return OpSchedule(sch, values, list(node.outputs),
+    values = [xv] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
+    return OpSchedule(sch, values, list(real.outputs),
                       {"schedule": "int8 x86 depthwise", "lanes": lanes,
-                       "band": "plane" if plane else "row"})
+                       "band": "plane" if plane else "row", **_layout_info(real),
+                       **({"intrinsic": target.intrinsic(intrin)} if pairs else {})})
 
 
 def compute_options(node: Node, target: Target) -> dict[str, Any]:
@@ -366,14 +417,28 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
     if len(loops) == 2:  # dense [P, M]: the pairs of every row re-laid once (at the root)
         x, ch = loops
         xo, tile, acc, req = _tile_nest(sch, ch, x, lanes)
+    elif len(loops) == 5:  # NCHW{L}c output: the tile is stored as it is
+        _, mo, y, x, mi = loops
+        tile = tile or pixel_tile(int(sch.get(x).extent.value))
+        xo, xi = sch.split(x, [None, tile])
+        sch.reorder(y, mo, xo, xi, mi)
+        sch.vectorize(mi)
+        req = sch.get_block("x86_req")
+        sch.compute_at(req, xo)
+        acc = sch.get_block("x86_acc")
+        sch.compute_at(acc, xo)
     else:
         _, ch, y, x = loops
         xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, y, tile)
-    if len(loops) == 4:
+    if len(loops) >= 4:
         band = sch.get_block("x86_quads" if "x86_quads" in names else "x86_pairs")
         if not plane:  # per output row: the KH input rows it reads
             sch.compute_at(band, y)
-        _vectorize_pairs(sch, band, None if plane else y)
+        last = sch.get_loops(band)[-1]
+        if int(sch.get(last).extent.value) > 4:  # NCHW{B}c blocks: a contiguous copy
+            sch.vectorize(last)
+        else:
+            _vectorize_pairs(sch, band, None if plane else y)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
@@ -420,10 +485,11 @@ def plane_band(node: Node) -> bool:
 
 
 def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
-            quads: bool = False) -> OpSchedule | None:
+            quads: bool = False, real: Node | None = None) -> OpSchedule | None:
     """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
     int16 pairs of input channels, or (``quads``) u8 quads with the zero point folded into
-    the bias (None where the nest refuses)."""
+    the bias (None where the nest refuses). ``real``: the graph's node where it reads or
+    writes ``NCHW{b}c`` (``node`` its NCHW form)."""
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi import int8_x86 as k8
     from toolchain.topi.int8_x86 import (
@@ -449,7 +515,9 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         w = vals[1].data
         packs[2] = lambda v: pad_channels(k8.fold_quad_bias(v, w, zu), lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
-    x = te.placeholder(tuple(vals[0].shape), str(vals[0].dtype), "x")
+    real = real or node
+    xv = real.inputs[0]
+    x = te.placeholder(tuple(xv.shape), str(xv.dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
     compute = getattr(k8, f"q{'gemm' if dense else 'conv2d'}_x86_{kind}")
     if cols:
@@ -457,9 +525,11 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         attrs = dict(attrs, kernel_width=int(vals[1].shape[3]))
     acc = compute(x, ph[1], attrs)
     req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
-    y = node.outputs[0]
+    y = real.outputs[0]
     if dense:
         out = unpack_dense(req, int(y.shape[1]), str(y.dtype))
+    elif len(y.shape) == 5:
+        out = k8.pack_blocked(req, str(y.dtype), "qconv")
     else:
         out = unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
@@ -469,11 +539,41 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         sch = _schedule_pairs(func, lanes, intrin, tile, plane=plane)
     except KilnError:
         return None
-    values = [vals[0]] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
-    return OpSchedule(sch, values, list(node.outputs),
+    values = [xv] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
+    return OpSchedule(sch, values, list(real.outputs),
                       {"schedule": f"int8 x86 {kind}", "lanes": lanes, "intrinsic": intrin,
                        **({} if dense else {"band": "plane" if plane else "row"}),
-                       **({"quads": "kernel columns"} if cols else {})})
+                       **({"quads": "kernel columns"} if cols else {}), **_layout_info(real)})
+
+
+def _layout_info(node: Node) -> dict[str, str]:
+    """``data_layout`` / ``out_layout`` of a QConv the layout pass channel-blocked (none
+    for an NCHW one: its schedule info stays as it was)."""
+    return {k: node.attrs[k] for k in ("data_layout", "out_layout")
+            if node.attrs.get(k, "NCHW") != "NCHW"}
+
+
+def _schedule_blocked(node: Node, t: Target) -> OpSchedule:
+    """A QConv that reads or writes ``NCHW{b}c`` (the layout pass chose it only where
+    :func:`toolchain.topi.int8_x86.blocked_layouts` said the depthwise or u8-quad kernel
+    takes it): that kernel, on the node's ``NCHW`` form for every shape rule."""
+    from toolchain.graph.ops.qops import nchw_qconv
+    from toolchain.topi.int8 import x86_lanes
+
+    plain = nchw_qconv(node)
+    if dw_lanes(plain) and (t.vector_width_bits or 0) >= DW_MIN_VECTOR_BITS:
+        return _depthwise(plain, t, dw_lanes(plain), real=node)
+    lanes = x86_lanes(int(node.input(1).shape[0]))
+    if t.has_intrinsic(f"dot_u8s8_{lanes}x4"):
+        point = decide(int8_space(plain, t, lanes, t.has_intrinsic(f"dot_i16_{lanes}x2"),
+                                  True))
+        op = _paired(plain, t, lanes, point.get("pixels"), quads=True, real=node)
+        if op is not None:
+            return op
+    raise ScheduleError(f"{node.describe()}: no x86 int8 kernel takes this QConv in "
+                        f"{node.attrs.get('data_layout')} -> {node.attrs.get('out_layout')} "
+                        "(the layout pass blocks a QConv only where one does: see "
+                        "toolchain.topi.int8_x86.blocked_layouts)")
 
 
 def int8_space(node: Node, t: Target, lanes: int, pairs: bool, quads: bool = False
@@ -512,6 +612,8 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     load_intrinsics(t)  # kiln_x86_requantize (c_helpers), the lane-wise requantization
     if node.op == "QAdd":
         return _schedule_qadd(node, t)
+    if node.op == "QConv" and _layout_info(node):
+        return _schedule_blocked(node, t)
     if dw_lanes(node) and (t.vector_width_bits or 0) >= DW_MIN_VECTOR_BITS:
         return _depthwise(node, t, dw_lanes(node))
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
