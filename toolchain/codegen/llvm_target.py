@@ -37,6 +37,9 @@ from toolchain.target import Target
 FAST_MATH_FLAGS = ("contract", "reassoc", "nnan", "ninf", "nsz", "arcp", "afn", "fast")
 #: used when the descriptor lists none: GCC's default for GNU C
 DEFAULT_FAST_MATH = ("contract",)
+#: the optimisation pipeline :func:`optimize` runs (part of the JIT's object cache key):
+#: O3 with LLVM's loop unrolling only where loop metadata asks for it
+PIPELINE = "O3/unroll-forced"
 
 
 @functools.cache
@@ -144,7 +147,12 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_unrolling = True
+    # LLVM's unrollers run "only when forced": they unroll the loops whose metadata asks
+    # for it (the schedule's unrolled loops, llvm.loop.unroll.full/count, see LLVMCodegen)
+    # and the loops the vectorizer itself interleaves, not every small loop they find. The
+    # schedules unroll what pays already; unrolling the rest made O3 ~1.7x slower on the
+    # convolutions for no kernel speed (docs/llvm.md, "Build time")
+    pto.loop_unrolling = False
     pb = llvm.create_pass_builder(tm, pto)
     with quiet_remarks():
         pb.getModulePassManager().run(mod, pb)
@@ -190,6 +198,6 @@ def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
         return bytes(tm.emit_object(mod))
 
 
-__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LLVMMachine", "emit_object",
+__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "PIPELINE", "LLVMMachine", "emit_object",
            "host_machine", "llvm_binding", "machine_for", "optimize", "quiet_remarks",
            "uses_inline_asm"]
