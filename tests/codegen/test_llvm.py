@@ -177,6 +177,22 @@ def test_loop_metadata() -> None:
     np.testing.assert_array_equal(b, (a + 1) * 2)
 
 
+def test_llvm_unrolls_only_the_loops_the_schedule_unrolled() -> None:
+    """The pipeline's unrollers run only where loop metadata asks (docs/llvm.md, "Build
+    time"): a 4-iteration loop left serial stays a loop, the same loop marked unrolled
+    becomes four copies of its body (a libm call, which no vectorizer touches)."""
+    from toolchain.codegen.llvm_target import optimize
+
+    machine = machine_for(load_target("x86_64-avx2"))
+    calls = {}
+    for kind in ("serial", "unrolled"):
+        A, B, i = ir.Buffer("A", (4,), "float64"), ir.Buffer("B", (4,), "float64"), ir.Var("i")
+        body = ir.For(i, 0, 4, kind, B.store(ir.Call("float64", "erf", (A[i],)), [i]))
+        text = LLVMCodegen(machine).generate(ir.PrimFunc((A, B), body), f"u_{kind}").ir
+        calls[kind] = str(optimize(text, machine)[0]).count("call double @erf(")
+    assert calls == {"serial": 1, "unrolled": 4}
+
+
 def test_in_place_vectorized_loop_needs_no_overlap_check() -> None:
     """Output over input (a bundle's in-place kernel: no noalias on the pair): a loop the
     schedule vectorized is declared free of loop-carried dependencies, so LLVM vectorizes
