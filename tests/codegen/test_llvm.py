@@ -177,20 +177,31 @@ def test_loop_metadata() -> None:
     np.testing.assert_array_equal(b, (a + 1) * 2)
 
 
-def test_llvm_unrolls_only_the_loops_the_schedule_unrolled() -> None:
-    """The pipeline's unrollers run only where loop metadata asks (docs/llvm.md, "Build
-    time"): a 4-iteration loop left serial stays a loop, the same loop marked unrolled
-    becomes four copies of its body (a libm call, which no vectorizer touches)."""
+def test_loop_unroll_scheduled_unrolls_only_the_loops_the_schedule_unrolled() -> None:
+    """``llvm.loop_unroll: scheduled`` (the x86 descriptors; docs/llvm.md, "Build time"):
+    a 4-iteration loop left serial stays a loop, the same loop marked unrolled becomes
+    four copies of its body (a libm call, which no vectorizer touches). ``all`` (the
+    default, Cortex-M) lets LLVM unroll both."""
+    from dataclasses import replace
+
     from toolchain.codegen.llvm_target import optimize
 
-    machine = machine_for(load_target("x86_64-avx2"))
+    scheduled = machine_for(load_target("x86_64-avx2"))
+    assert scheduled.loop_unroll == "scheduled"
     calls = {}
-    for kind in ("serial", "unrolled"):
-        A, B, i = ir.Buffer("A", (4,), "float64"), ir.Buffer("B", (4,), "float64"), ir.Var("i")
-        body = ir.For(i, 0, 4, kind, B.store(ir.Call("float64", "erf", (A[i],)), [i]))
-        text = LLVMCodegen(machine).generate(ir.PrimFunc((A, B), body), f"u_{kind}").ir
-        calls[kind] = str(optimize(text, machine)[0]).count("call double @erf(")
-    assert calls == {"serial": 1, "unrolled": 4}
+    for machine in (scheduled, replace(scheduled, loop_unroll="all")):
+        for kind in ("serial", "unrolled"):
+            A, B = ir.Buffer("A", (4,), "float64"), ir.Buffer("B", (4,), "float64")
+            i = ir.Var("i")
+            body = ir.For(i, 0, 4, kind, B.store(ir.Call("float64", "erf", (A[i],)), [i]))
+            text = LLVMCodegen(machine).generate(ir.PrimFunc((A, B), body), f"u_{kind}").ir
+            calls[machine.loop_unroll, kind] = str(optimize(text, machine)[0]).count(
+                "call double @erf(")
+    assert calls == {("scheduled", "serial"): 1, ("scheduled", "unrolled"): 4,
+                     ("all", "serial"): 4, ("all", "unrolled"): 4}
+    assert machine_for(load_target("cortex-m4")).loop_unroll == "all"
+    with pytest.raises(TargetError, match="llvm.loop_unroll' must be one of all, scheduled"):
+        parse_target("{name: s, kind: c, llvm: {loop_unroll: some}}")
 
 
 def test_in_place_vectorized_loop_needs_no_overlap_check() -> None:
