@@ -199,6 +199,13 @@ def test_loop_unroll_scheduled_unrolls_only_the_loops_the_schedule_unrolled() ->
                 "call double @erf(")
     assert calls == {("scheduled", "serial"): 1, ("scheduled", "unrolled"): 4,
                      ("all", "serial"): 4, ("all", "unrolled"): 4}
+    # a kernel that links intrinsic or helper bodies keeps LLVM's unrolling (their loops
+    # are the descriptor's, not the schedule's)
+    A, B, i = ir.Buffer("A", (4,), "float64"), ir.Buffer("B", (4,), "float64"), ir.Var("i")
+    body = ir.For(i, 0, 4, "serial", B.store(ir.Call("float64", "erf", (A[i],)), [i]))
+    text = LLVMCodegen(scheduled).generate(ir.PrimFunc((A, B), body), "u_linked").ir
+    helper = "define linkonce_odr i32 @kiln_h(i32 %x) alwaysinline {\n  ret i32 %x\n}\n"
+    assert str(optimize(text, scheduled, extra=[helper])[0]).count("call double @erf(") == 4
     assert machine_for(load_target("cortex-m4")).loop_unroll == "all"
     with pytest.raises(TargetError, match="llvm.loop_unroll' must be one of all, scheduled"):
         parse_target("{name: s, kind: c, llvm: {loop_unroll: some}}")

@@ -44,7 +44,7 @@ PIPELINE = "O3"
 #: values of a descriptor's ``llvm.loop_unroll``: LLVM's unrollers on every loop (``all``,
 #: the default: O3 as clang runs it), or only on the loops the schedule unrolled
 #: (``scheduled``: ``llvm.loop.unroll.full/count`` metadata) and those the vectorizer
-#: interleaves
+#: interleaves; a kernel that links tensor-intrinsic or helper bodies gets ``all``
 LOOP_UNROLL = ("all", "scheduled")
 
 
@@ -160,7 +160,9 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     # the vectorizer interleaves. Where the schedules unroll what pays (the x86 register
     # tiles) unrolling the rest made O3 1.7x slower for no kernel speed; on Cortex-M,
     # whose schedules leave more loops to the compiler, it saves instructions (docs/llvm.md)
-    pto.loop_unrolling = machine.loop_unroll == "all"
+    # A kernel that links tensor-intrinsic or helper bodies (``extra``) keeps them: their
+    # loops are the descriptor's, which no schedule marks (int8 DS-CNN ran 1.4x slower)
+    pto.loop_unrolling = machine.loop_unroll == "all" or bool(extra)
     pb = llvm.create_pass_builder(tm, pto)
     with quiet_remarks():
         pb.getModulePassManager().run(mod, pb)
