@@ -178,15 +178,16 @@ def test_loop_metadata() -> None:
 
 
 def test_loop_unroll_scheduled_unrolls_only_the_loops_the_schedule_unrolled() -> None:
-    """``llvm.loop_unroll: scheduled`` (the x86 descriptors; docs/llvm.md, "Build time"):
-    a 4-iteration loop left serial stays a loop, the same loop marked unrolled becomes
-    four copies of its body (a libm call, which no vectorizer touches). ``all`` (the
-    default, Cortex-M) lets LLVM unroll both."""
+    """``llvm.loop_unroll: scheduled`` (docs/llvm.md, "Build time"): a 4-iteration loop
+    left serial stays a loop, the same loop marked unrolled becomes four copies of its
+    body (a libm call, which no vectorizer touches). ``all`` (the default of every shipped
+    descriptor) lets LLVM unroll both."""
     from dataclasses import replace
 
     from toolchain.codegen.llvm_target import optimize
 
-    scheduled = machine_for(load_target("x86_64-avx2"))
+    scheduled = machine_for(parse_target(
+        "{name: s, kind: c, llvm: {cpu: x86-64-v3, loop_unroll: scheduled}}"))
     assert scheduled.loop_unroll == "scheduled"
     calls = {}
     for machine in (scheduled, replace(scheduled, loop_unroll="all")):
@@ -206,7 +207,8 @@ def test_loop_unroll_scheduled_unrolls_only_the_loops_the_schedule_unrolled() ->
     text = LLVMCodegen(scheduled).generate(ir.PrimFunc((A, B), body), "u_linked").ir
     helper = "define linkonce_odr i32 @kiln_h(i32 %x) alwaysinline {\n  ret i32 %x\n}\n"
     assert str(optimize(text, scheduled, extra=[helper])[0]).count("call double @erf(") == 4
-    assert machine_for(load_target("cortex-m4")).loop_unroll == "all"
+    assert {machine_for(load_target(t)).loop_unroll for t in ("cortex-m4", "x86_64-avx512")
+            } == {"all"}
     with pytest.raises(TargetError, match="llvm.loop_unroll' must be one of all, scheduled"):
         parse_target("{name: s, kind: c, llvm: {loop_unroll: some}}")
 

@@ -18,8 +18,8 @@ used where the descriptor lists them.
 >>> m = machine_for(load_target("cortex-m4"))
 >>> m.triple, m.cpu, m.fast_math
 ('thumbv7em-unknown-none-eabihf', 'cortex-m4', ('contract',))
->>> m.loop_unroll, machine_for(load_target("x86_64-avx2")).loop_unroll
-('all', 'scheduled')
+>>> m.loop_unroll
+'all'
 """
 
 from __future__ import annotations
@@ -157,11 +157,12 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     pto.slp_vectorization = True
     # loop_unroll: scheduled runs LLVM's unrollers "only when forced": on the loops whose
     # metadata asks for it (the schedule's unrolled loops, see LLVMCodegen) and the ones
-    # the vectorizer interleaves. Where the schedules unroll what pays (the x86 register
-    # tiles) unrolling the rest made O3 1.7x slower for no kernel speed; on Cortex-M,
-    # whose schedules leave more loops to the compiler, it saves instructions (docs/llvm.md)
-    # A kernel that links tensor-intrinsic or helper bodies (``extra``) keeps them: their
-    # loops are the descriptor's, which no schedule marks (int8 DS-CNN ran 1.4x slower)
+    # the vectorizer interleaves. O3 is then ~1.7x faster on the x86 convolutions, but
+    # the Winograd ones and the max pool run 10-25% slower and the Cortex-M bundles
+    # execute 10-50% more instructions, so no shipped descriptor asks for it (docs/llvm.md,
+    # "Build time"). A kernel that links tensor-intrinsic or helper bodies (``extra``)
+    # keeps LLVM's unrolling anyway: their loops are the descriptor's, which no schedule
+    # marks (int8 DS-CNN ran 1.4x slower without)
     pto.loop_unrolling = machine.loop_unroll == "all" or bool(extra)
     pb = llvm.create_pass_builder(tm, pto)
     with quiet_remarks():
