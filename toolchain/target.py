@@ -77,8 +77,8 @@ class Target:
     #: name is never one (a renamed ``extends:`` variant gets the same kernels)
     keys: tuple[str, ...] = ()
     #: what the LLVM backend compiles for: ``triple``, ``cpu``, ``features`` (a list of
-    #: ``+feature``/``-feature``) and ``fast_math`` (LLVM fast-math flags allowed);
-    #: see :mod:`toolchain.codegen.llvm_target`
+    #: ``+feature``/``-feature``), ``fast_math`` (LLVM fast-math flags allowed) and
+    #: ``loop_unroll`` (``all`` or ``scheduled``); see :mod:`toolchain.codegen.llvm_target`
     llvm: dict[str, Any] = field(default_factory=dict)
     #: the LLVM backend's versions of the ``c_helpers`` functions: C name -> ``{returns,
     #: params, body}`` (LLVM IR; :mod:`toolchain.intrinsics` renders the definition)
@@ -158,7 +158,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
     "c_helpers_headers": ((list,), "a list of header names c_helpers needs", False),
-    "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math", False),
+    "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math, loop_unroll", False),
     "llvm_helpers": ((dict,), "a mapping of c_helpers function name to its LLVM IR "
                               "(returns, params, body)", False),
     "gemm": ((dict,), "a mapping with keys batch, block_in, block_out", False),
@@ -362,11 +362,13 @@ _LLVM_SCHEMA: dict[str, tuple[type, str]] = {
     "cpu": (str, "an LLVM CPU name (cortex-m4, x86-64-v3)"),
     "features": (list, "a list of LLVM features (+avx2, -avx512f)"),
     "fast_math": (list, "a list of LLVM fast-math flags (contract, reassoc, nnan, ...)"),
+    "loop_unroll": (str, "'all' (LLVM's unrollers on every loop) or 'scheduled' (only the "
+                         "loops the schedule unrolled)"),
 }
 
 
 def _check_llvm(val: dict, path: str, line: int) -> dict[str, Any]:
-    from toolchain.codegen.llvm_target import FAST_MATH_FLAGS
+    from toolchain.codegen.llvm_target import FAST_MATH_FLAGS, LOOP_UNROLL
 
     out: dict[str, Any] = {}
     for k, v in val.items():
@@ -383,6 +385,9 @@ def _check_llvm(val: dict, path: str, line: int) -> dict[str, Any]:
             if bad:
                 raise TargetError(f"{path}:{line}: key 'llvm.fast_math': {bad} are not LLVM "
                                   f"fast-math flags ({', '.join(FAST_MATH_FLAGS)})")
+        if k == "loop_unroll" and v not in LOOP_UNROLL:
+            raise TargetError(f"{path}:{line}: key 'llvm.loop_unroll' must be one of "
+                              f"{', '.join(LOOP_UNROLL)}, got {v!r}")
         out[k] = v
     return out
 

@@ -177,6 +177,42 @@ def test_loop_metadata() -> None:
     np.testing.assert_array_equal(b, (a + 1) * 2)
 
 
+def test_loop_unroll_scheduled_unrolls_only_the_loops_the_schedule_unrolled() -> None:
+    """``llvm.loop_unroll: scheduled`` (docs/llvm.md, "Build time"): a 4-iteration loop
+    left serial stays a loop, the same loop marked unrolled becomes four copies of its
+    body (a libm call, which no vectorizer touches). ``all`` (the default of every shipped
+    descriptor) lets LLVM unroll both."""
+    from dataclasses import replace
+
+    from toolchain.codegen.llvm_target import optimize
+
+    scheduled = machine_for(parse_target(
+        "{name: s, kind: c, llvm: {cpu: x86-64-v3, loop_unroll: scheduled}}"))
+    assert scheduled.loop_unroll == "scheduled"
+    calls = {}
+    for machine in (scheduled, replace(scheduled, loop_unroll="all")):
+        for kind in ("serial", "unrolled"):
+            A, B = ir.Buffer("A", (4,), "float64"), ir.Buffer("B", (4,), "float64")
+            i = ir.Var("i")
+            body = ir.For(i, 0, 4, kind, B.store(ir.Call("float64", "erf", (A[i],)), [i]))
+            text = LLVMCodegen(machine).generate(ir.PrimFunc((A, B), body), f"u_{kind}").ir
+            calls[machine.loop_unroll, kind] = str(optimize(text, machine)[0]).count(
+                "call double @erf(")
+    assert calls == {("scheduled", "serial"): 1, ("scheduled", "unrolled"): 4,
+                     ("all", "serial"): 4, ("all", "unrolled"): 4}
+    # a kernel that links intrinsic or helper bodies keeps LLVM's unrolling (their loops
+    # are the descriptor's, not the schedule's)
+    A, B, i = ir.Buffer("A", (4,), "float64"), ir.Buffer("B", (4,), "float64"), ir.Var("i")
+    body = ir.For(i, 0, 4, "serial", B.store(ir.Call("float64", "erf", (A[i],)), [i]))
+    text = LLVMCodegen(scheduled).generate(ir.PrimFunc((A, B), body), "u_linked").ir
+    helper = "define linkonce_odr i32 @kiln_h(i32 %x) alwaysinline {\n  ret i32 %x\n}\n"
+    assert str(optimize(text, scheduled, extra=[helper])[0]).count("call double @erf(") == 4
+    assert {machine_for(load_target(t)).loop_unroll for t in ("cortex-m4", "x86_64-avx512")
+            } == {"all"}
+    with pytest.raises(TargetError, match="llvm.loop_unroll' must be one of all, scheduled"):
+        parse_target("{name: s, kind: c, llvm: {loop_unroll: some}}")
+
+
 def test_in_place_vectorized_loop_needs_no_overlap_check() -> None:
     """Output over input (a bundle's in-place kernel: no noalias on the pair): a loop the
     schedule vectorized is declared free of loop-carried dependencies, so LLVM vectorizes

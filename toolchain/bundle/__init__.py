@@ -21,6 +21,7 @@ from typing import Any
 from toolchain.bundle.compiler import BundleSpec, CompileProgress, build_spec
 from toolchain.bundle.render import check_destination, render_files, write_bundle
 from toolchain.bundle.render_cuda import render_cuda_files
+from toolchain.gcpause import paused_gc
 
 
 def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "bundle", *,
@@ -41,6 +42,19 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
     :data:`~toolchain.graph.passes.DEFAULT_PASSES` left out (``("fuse_attention",)``: the
     attention pattern stays separate kernels, for comparisons)."""
     check_destination(Path(output).absolute(), force)
+    # no cyclic garbage collection while the stages build their IR (toolchain.gcpause):
+    # it would only traverse it, alive until the bundle is written; freed by reference
+    # counting when _compile returns, the IR is gone before the collector runs again
+    with paused_gc():
+        return _compile(model, target, output, input_shapes=input_shapes, name=name,
+                        dump_ir=dump_ir, force=force, progress=progress, emulate=emulate,
+                        backend=backend, weights=weights, skip_passes=skip_passes)
+
+
+def _compile(model: Any, target: Any, output: str | Path, *,
+             input_shapes: dict[str, tuple[int, ...]] | None, name: str | None,
+             dump_ir: str | Path | None, force: bool, progress: bool | None, emulate: bool,
+             backend: str | None, weights: str | None, skip_passes: tuple[str, ...]) -> Path:
     bar = CompileProgress(progress)  # names the stage: import ... writing
     try:
         spec = build_spec(model, target, input_shapes=input_shapes, name=name,

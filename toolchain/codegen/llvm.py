@@ -63,6 +63,7 @@ from toolchain.codegen.llvm_math import (
 from toolchain.codegen.llvm_target import DEFAULT_FAST_MATH, LLVMMachine
 from toolchain.codegen.names import sanitize
 from toolchain.errors import UnsupportedError
+from toolchain.gcpause import paused_gc
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprVisitor
 
@@ -146,6 +147,12 @@ class LLVMCodegen(MathCalls):
     def generate(self, func: ir.PrimFunc, name: str | None = None, *,
                  symbol: str | None = None) -> LLVMKernel:
         """The kernel ``kiln_<name>`` (or ``symbol``) of a lowered function as LLVM IR."""
+        with paused_gc():  # its many llvmlite objects live until the text is printed
+            return self.translate(func, name, symbol)
+
+    def translate(self, func: ir.PrimFunc, name: str | None, symbol: str | None
+                  ) -> LLVMKernel:
+        """:meth:`generate` (with the garbage collector running)."""
         self.kernel = name or func.name
         self.module = ll.Module(name=self.kernel)
         if self.machine is not None:

@@ -18,6 +18,8 @@ used where the descriptor lists them.
 >>> m = machine_for(load_target("cortex-m4"))
 >>> m.triple, m.cpu, m.fast_math
 ('thumbv7em-unknown-none-eabihf', 'cortex-m4', ('contract',))
+>>> m.loop_unroll
+'all'
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ from toolchain.target import Target
 FAST_MATH_FLAGS = ("contract", "reassoc", "nnan", "ninf", "nsz", "arcp", "afn", "fast")
 #: used when the descriptor lists none: GCC's default for GNU C
 DEFAULT_FAST_MATH = ("contract",)
+#: the optimisation pipeline :func:`optimize` runs (part of the JIT's object cache key)
+PIPELINE = "O3"
+#: values of a descriptor's ``llvm.loop_unroll``: LLVM's unrollers on every loop (``all``,
+#: the default: O3 as clang runs it), or only on the loops the schedule unrolled
+#: (``scheduled``: ``llvm.loop.unroll.full/count`` metadata) and those the vectorizer
+#: interleaves; a kernel that links tensor-intrinsic or helper bodies gets ``all``
+LOOP_UNROLL = ("all", "scheduled")
 
 
 @functools.cache
@@ -68,12 +77,14 @@ class LLVMMachine:
     fast_math: tuple[str, ...]
     #: vector width in bits the schedules chose (for information; LLVM picks its own)
     vector_bits: int | None = None
+    #: which loops LLVM may unroll (:data:`LOOP_UNROLL`)
+    loop_unroll: str = "all"
 
     def key(self) -> str:
         """The part of an object cache key that names the machine."""
         llvm = llvm_binding()
         return "|".join((self.triple, self.cpu, self.features, ",".join(self.fast_math),
-                         ".".join(map(str, llvm.llvm_version_info))))
+                         self.loop_unroll, ".".join(map(str, llvm.llvm_version_info))))
 
     def target_machine(self, jit: bool = False):  # type: ignore[no-untyped-def]
         """An llvmlite ``TargetMachine`` at O3 (position-independent code)."""
@@ -106,7 +117,7 @@ def machine_for(target: Target) -> LLVMMachine:
     fm = tuple(spec.get("fast_math", DEFAULT_FAST_MATH))
     triple = spec.get("triple") or llvm_binding().get_process_triple()
     return LLVMMachine(triple, spec.get("cpu", "generic"), ",".join(spec.get("features", ())),
-                       fm, target.vector_width_bits)
+                       fm, target.vector_width_bits, spec.get("loop_unroll", "all"))
 
 
 def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
@@ -144,7 +155,15 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_unrolling = True
+    # loop_unroll: scheduled runs LLVM's unrollers "only when forced": on the loops whose
+    # metadata asks for it (the schedule's unrolled loops, see LLVMCodegen) and the ones
+    # the vectorizer interleaves. O3 is then ~1.7x faster on the x86 convolutions, but
+    # the Winograd ones and the max pool run 10-25% slower and the Cortex-M bundles
+    # execute 10-50% more instructions, so no shipped descriptor asks for it (docs/llvm.md,
+    # "Build time"). A kernel that links tensor-intrinsic or helper bodies (``extra``)
+    # keeps LLVM's unrolling anyway: their loops are the descriptor's, which no schedule
+    # marks (int8 DS-CNN ran 1.4x slower without)
+    pto.loop_unrolling = machine.loop_unroll == "all" or bool(extra)
     pb = llvm.create_pass_builder(tm, pto)
     with quiet_remarks():
         pb.getModulePassManager().run(mod, pb)
@@ -190,6 +209,6 @@ def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
         return bytes(tm.emit_object(mod))
 
 
-__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LLVMMachine", "emit_object",
-           "host_machine", "llvm_binding", "machine_for", "optimize", "quiet_remarks",
-           "uses_inline_asm"]
+__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LOOP_UNROLL", "PIPELINE", "LLVMMachine",
+           "emit_object", "host_machine", "llvm_binding", "machine_for", "optimize",
+           "quiet_remarks", "uses_inline_asm"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.codegen.llvm import LLVMCodegen
-from toolchain.codegen.llvm_target import LLVMMachine, emit_object, llvm_binding
+from toolchain.codegen.llvm_target import PIPELINE, LLVMMachine, emit_object, llvm_binding
 from toolchain.errors import BuildError, OptionError, TargetError
 from toolchain.runtime.cache import touch, trim
 from toolchain.runtime.module import Module
@@ -85,7 +85,7 @@ def object_for(kernel_ir: str, entry: str, machine: LLVMMachine, cache: Path,
     """Object code of ``kernel_ir`` (with ``definitions`` linked in) for ``machine``, from
     the cache or compiled (and then cached); with build info (cache key, path, whether
     cached, compile seconds)."""
-    key = hashlib.sha256("\0".join([kernel_ir, *definitions, machine.key(), "O3", "jit"])
+    key = hashlib.sha256("\0".join([kernel_ir, *definitions, machine.key(), PIPELINE, "jit"])
                          .encode()).hexdigest()
     path = cache / f"{entry}-{key[:24]}.o"
     info: dict[str, Any] = {"backend": "llvm", "triple": machine.triple, "cpu": machine.cpu,
