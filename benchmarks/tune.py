@@ -4,6 +4,7 @@
     python benchmarks/tune.py --budgets 64,256                 # the issue's two budgets
     python benchmarks/tune.py --only C2,C6,D1024 --budgets 32 --curves C6 --svg build/curves
     python benchmarks/tune.py --resnet 8                       # + ResNet-18, 8 trials/task
+    python benchmarks/tune.py --flush-mb 0                     # tune warm, as the table times
 
 For every case (the ResNet-18 convolutions C1-C12 of ``benchmarks/ops.py``, a depthwise
 convolution and the dense shapes, batch 1, fp32, single thread) it tunes the kernel alone
@@ -56,13 +57,14 @@ def make_tasks(names: set[str] | None, target: str) -> list[tuple[str, object]]:
     return [(n, f()) for n, f in out if names is None or n in names]
 
 
-def tune(task: object, budget: int, strategy: str, seed: int, jobs: int, writer=None):
+def tune(task: object, budget: int, strategy: str, seed: int, jobs: int, writer=None,
+         flush_mb: float = 8):
     from toolchain.autotune.measure import LocalBuilder, LocalRunner
     from toolchain.autotune.tuner import tune_tasks
 
     builder = LocalBuilder(jobs)
     try:
-        with LocalRunner(repeat=3) as runner:
+        with LocalRunner(repeat=3, flush_bytes=int(flush_mb * (1 << 20))) as runner:
             st, = tune_tasks([task], budget, builder=builder, runner=runner, writer=writer,
                              strategy=strategy, batch=8, seed=seed, progress=False)
     finally:
@@ -132,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--flush-mb", type=float, default=8,
+                   help="MiB the tuner's runner rewrites between repeats (0: warm caches, "
+                        "as the table's side-by-side measurement runs)")
     p.add_argument("--resnet", type=int, default=0, metavar="N",
                    help="also tune ResNet-18's kernels (N trials per task) and time the "
                         "bundle with records vs onnxruntime")
@@ -140,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     budgets = sorted(int(b) for b in args.budgets.split(","))
     names = set(args.only.split(",")) if args.only else None
     curves = set(filter(None, args.curves.split(",")))
-    print(f"CPU: {ops.cpu_model()}; target {target}; single thread; budgets {budgets}")
+    print(f"CPU: {ops.cpu_model()}; target {target}; single thread; budgets {budgets}; "
+          f"the tuner flushes {args.flush_mb:g} MiB between repeats")
     writer = None
     if args.records:
         from toolchain.autotune.records import RecordWriter
@@ -152,12 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         res = {}
         for b in budgets:
             t0 = time.perf_counter()
-            st = tune(task, b, "xgb", args.seed, args.jobs, writer)
+            st = tune(task, b, "xgb", args.seed, args.jobs, writer, args.flush_mb)
             res[b] = st
             print(f"  {name}: {b} trials in {time.perf_counter() - t0:.0f} s, best/default "
                   f"{st.default_cost / st.best:.2f}x", file=sys.stderr, flush=True)
         final = res[budgets[-1]]
-        rnd = tune(task, budgets[-1], "random", args.seed, args.jobs, writer) \
+        rnd = tune(task, budgets[-1], "random", args.seed, args.jobs, writer,
+                   args.flush_mb) \
             if name in curves else None
         trace = task.space.trace(final.best_point)
         m = compare(task, trace, args.repeat, args.rounds)
@@ -212,11 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                         "random": [r["flops"] / c / 1e9 for c in rs.curve]},
                     "GFLOP/s (best so far)"))
     if args.resnet:
-        resnet(target, args.resnet, args.jobs, args.seed)
+        resnet(target, args.resnet, args.jobs, args.seed, flush_mb=args.flush_mb)
     return 0
 
 
-def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20) -> None:
+def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20,
+           flush_mb: float = 8) -> None:
     """Tune ResNet-18's kernels (``per_task`` trials each, spread by the task scheduler),
     compile it with and without the records, and time both bundles (their C demo main,
     ``benchmarks/models.py``) and onnxruntime in this run."""
@@ -241,7 +249,8 @@ def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20) -> 
     t0 = time.perf_counter()
     builder = LocalBuilder(jobs)
     try:
-        with RecordWriter(out) as w, LocalRunner(repeat=3) as r:
+        with RecordWriter(out) as w, LocalRunner(
+                repeat=3, flush_bytes=int(flush_mb * (1 << 20))) as r:
             tune_tasks(tasks, per_task * len(tasks), builder=builder, runner=r, writer=w,
                        seed=seed, progress=False)
     finally:

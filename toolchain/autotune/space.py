@@ -234,11 +234,14 @@ class Space:
         return Trace(self.kind, tuple((k.name, p[k.name]) for k in self.knobs))
 
     def point_of(self, trace: Trace) -> dict[str, Any]:
-        """The checked point a trace replays (its space kind must be this one)."""
+        """The checked point a trace replays (its space kind must be this one). A knob the
+        trace does not decide takes its default: a knob added to a space after a record
+        was written defaults to what the schedule did before it existed, so old records
+        replay the kernel they measured."""
         if trace.space != self.kind:
             raise InvalidPoint(f"{self.workload}: trace of space {trace.space!r} given to a "
                                f"schedule of space {self.kind!r}")
-        return self.check(trace.as_dict())
+        return self.check({**self.default(), **trace.as_dict()})
 
     def encode(self, point: Mapping[str, Any]) -> list[float]:
         """The point as knob indices (a compact numeric form for search bookkeeping)."""
