@@ -156,7 +156,7 @@ def plan_conv(g: ConvGeom, p: CpuParams) -> ConvPlan:
     return ConvPlan(cb, ob, rw, lanes)
 
 
-def _oihw(node: Node, w: np.ndarray) -> np.ndarray:
+def oihw_weights(node: Node, w: np.ndarray) -> np.ndarray:
     """The weights ``w`` of ``node`` in OIHW (a ``LayoutConv`` stores its kernel layout)."""
     if node.op != "LayoutConv":
         return w
@@ -227,9 +227,9 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
     const_w = wv.data is not None or w_oihw is not None
     if const_w:
-        if wv.data is not None:  # w_oihw, if given, is _oihw(node, wv.data)
+        if wv.data is not None:  # w_oihw, if given, is oihw_weights(node, wv.data)
             packed = packed_constant(wv, "_packed",
-                                     lambda w: pack_weight(_oihw(node, w), plan, op_))
+                                     lambda w: pack_weight(oihw_weights(node, w), plan, op_))
         else:
             packed = Value.constant(f"{wv.name}_packed", pack_weight(w_oihw, plan, op_))
         wp_t = te.placeholder(packed.shape, "float32", "W_packed")

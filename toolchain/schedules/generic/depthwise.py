@@ -170,11 +170,11 @@ def depthwise_compute(node: Node, g: DwGeom, cb: int, w_oihw: np.ndarray,
         return val * te.cast(inside, "float32")
 
     xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
-    if wv.data is not None:  # w_oihw is _oihw(node, wv.data) as float32
-        from toolchain.schedules.generic.conv2d import _oihw
+    if wv.data is not None:  # w_oihw is oihw_weights(node, wv.data) as float32
+        from toolchain.schedules.generic.conv2d import oihw_weights
 
         packed = packed_constant(wv, "_dw_packed", lambda w: pack_dw_weight(
-            np.asarray(_oihw(node, w), np.float32), cb))
+            np.asarray(oihw_weights(node, w), np.float32), cb))
     else:
         packed = Value.constant(f"{wv.name}_dw_packed", pack_dw_weight(w_oihw, cb))
     wt = te.placeholder(packed.shape, "float32", "W_packed")

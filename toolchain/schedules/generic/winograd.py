@@ -163,7 +163,7 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
     nh, nw = ceil_div(g.oh, m), ceil_div(g.ow, m)
     nr, pp, kp = plan.nr, plan.np_, plan.mp
     x = te.placeholder(xv.shape, "float32", "X")
-    from toolchain.schedules.generic.conv2d import _oihw
+    from toolchain.schedules.generic.conv2d import oihw_weights
 
     def transform(oihw: np.ndarray) -> np.ndarray:
         u = winograd_weight_transform(oihw, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
@@ -171,8 +171,8 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
         up[:, :, :g.o] = u
         return up
 
-    if wv.data is not None:  # w_oihw, if given, is _oihw(node, wv.data)
-        upv = packed_constant(wv, f"_winograd{m}", lambda w: transform(_oihw(node, w)))
+    if wv.data is not None:  # w_oihw, if given, is oihw_weights(node, wv.data)
+        upv = packed_constant(wv, f"_winograd{m}", lambda w: transform(oihw_weights(node, w)))
     else:
         upv = Value.constant(f"{wv.name}_winograd{m}", transform(w_oihw))
     ut = te.placeholder(upv.shape, "float32", "U")
