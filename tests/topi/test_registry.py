@@ -87,3 +87,16 @@ def test_packed_weights_are_described_by_packs_and_feeds() -> None:
     assert fed[0] is x or np.array_equal(fed[0], x)
     np.testing.assert_array_equal(fed[1], winograd_weight_transform(w, 2))
     assert node_compute(node).packs == {}
+
+
+def test_the_compute_table_is_the_modules_tables_and_refuses_an_op_in_two(monkeypatch):
+    from toolchain.topi import _registry_nn, _registry_ops, int8, layout
+    from toolchain.topi.registry import computes
+
+    table = computes()
+    modules = (_registry_nn, _registry_ops, int8, layout)
+    assert table == {op: fn for m in modules for op, fn in m.COMPUTES.items()}
+    assert table["QConv"] is int8.COMPUTES["QConv"] and len(table) > 150
+    monkeypatch.setitem(int8.COMPUTES, "Relu", int8.COMPUTES["QConv"])
+    with pytest.raises(RuntimeError, match="'Relu' has a compute in two tables"):
+        computes()

@@ -16,7 +16,7 @@ from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
 from toolchain.topi.nn import winograd as wg
-from toolchain.topi.registry import Ctx, register
+from toolchain.topi.registry import ComputeFn, Ctx
 
 
 def _spatial(ctx: Ctx, nsp: int) -> tuple[list[int], list[int], list[int]]:
@@ -25,7 +25,6 @@ def _spatial(ctx: Ctx, nsp: int) -> tuple[list[int], list[int], list[int]]:
             list(a["pads"] or [0] * 2 * nsp))
 
 
-@register("Conv")
 def _conv(ctx: Ctx) -> list[te.Tensor]:
     xs, ws = ctx.shape(0), ctx.shape(1)
     nsp = len(xs) - 2
@@ -100,7 +99,6 @@ def _convt_out(ctx: Ctx, nsp: int) -> tuple[list[int], list[int]]:
     return out, pads[:nsp]
 
 
-@register("ConvTranspose")
 def _conv_transpose(ctx: Ctx) -> list[te.Tensor]:
     nsp = len(ctx.shape(0)) - 2
     strides, dil, _ = _spatial(ctx, nsp)
@@ -116,12 +114,10 @@ def _conv_transpose(ctx: Ctx) -> list[te.Tensor]:
     return [cv.bias_add(y, bias) if bias is not None else y]
 
 
-@register("MatMul")
 def _matmul(ctx: Ctx) -> list[te.Tensor]:
     return [dn.matmul(ctx.tensor(0), ctx.tensor(1))]
 
 
-@register("Gemm")
 def _gemm(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [dn.gemm(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), a["alpha"], a["beta"],
@@ -140,7 +136,6 @@ def _pool_params(ctx: Ctx) -> tuple[list[int], list[int], list[int], list[int]]:
     return kernel, strides, dil, pads
 
 
-@register("MaxPool")
 def _maxpool(ctx: Ctx) -> list[te.Tensor]:
     kernel, strides, dil, pads = _pool_params(ctx)
     ceil = bool(ctx.attrs["ceil_mode"]) and ctx.attrs["auto_pad"] == "NOTSET"
@@ -152,7 +147,6 @@ def _maxpool(ctx: Ctx) -> list[te.Tensor]:
                                         ctx.attrs["storage_order"])]
 
 
-@register("AveragePool")
 def _avgpool(ctx: Ctx) -> list[te.Tensor]:
     kernel, strides, dil, pads = _pool_params(ctx)
     a = ctx.attrs
@@ -161,7 +155,6 @@ def _avgpool(ctx: Ctx) -> list[te.Tensor]:
                          bool(a["count_include_pad"]))]
 
 
-@register("LpPool")
 def _lppool(ctx: Ctx) -> list[te.Tensor]:
     kernel, strides, dil, pads = _pool_params(ctx)
     a = ctx.attrs
@@ -169,12 +162,10 @@ def _lppool(ctx: Ctx) -> list[te.Tensor]:
     return [norm_ext.lp_pool(ctx.tensor(0), a["p"], kernel, strides, dil, pads, ceil)]
 
 
-@register("GlobalLpPool")
 def _global_lp_pool(ctx: Ctx) -> list[te.Tensor]:
     return [norm_ext.lp_pool(ctx.tensor(0), ctx.attrs["p"], list(ctx.shape(0)[2:]))]
 
 
-@register("MaxUnpool")
 def _max_unpool(ctx: Ctx) -> list[te.Tensor]:
     shape = ctx.const(2, "output_shape")
     out, strides, pads = unpool_geometry(ctx.node, ctx.shape(0), ctx.attrs, shape)
@@ -182,21 +173,18 @@ def _max_unpool(ctx: Ctx) -> list[te.Tensor]:
                                 strides, pads, out, exact=shape is None)]
 
 
-@register("Einsum")
 def _einsum(ctx: Ctx) -> list[te.Tensor]:
     xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
     shapes = [ctx.shape(i) for i in range(len(ctx.node.inputs))]
     return [einsum.einsum(ctx.attrs["equation"], xs, shapes)]
 
 
-@register("GridSample")
 def _grid_sample(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [grid_sample.grid_sample(ctx.tensor(0), ctx.tensor(1), a["mode"], a["padding_mode"],
                                     bool(a["align_corners"]))]
 
 
-@register("AffineGrid")
 def _affine_grid(ctx: Ctx) -> list[te.Tensor]:
     size = ctx.ints(1, "size")
     assert size is not None
@@ -204,7 +192,6 @@ def _affine_grid(ctx: Ctx) -> list[te.Tensor]:
                                     bool(ctx.attrs["align_corners"]))]
 
 
-@register("Col2Im")
 def _col2im(ctx: Ctx) -> list[te.Tensor]:
     image, block = ctx.ints(1, "image_shape"), ctx.ints(2, "block_shape")
     assert image is not None and block is not None
@@ -212,24 +199,20 @@ def _col2im(ctx: Ctx) -> list[te.Tensor]:
     return [norm_ext.col2im(ctx.tensor(0), plan)]
 
 
-@register("LRN")
 def _lrn(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [norm_ext.lrn(ctx.tensor(0), a["size"], a["alpha"], a["beta"], a["bias"])]
 
 
-@register("LpNormalization")
 def _lp_normalization(ctx: Ctx) -> list[te.Tensor]:
     return [norm_ext.lp_normalize(ctx.tensor(0), ctx.attrs["axis"], ctx.attrs["p"])]
 
 
-@register("GlobalAveragePool", "GlobalMaxPool")
 def _global_pool(ctx: Ctx) -> list[te.Tensor]:
     kind = "max" if ctx.node.op == "GlobalMaxPool" else "avg"
     return [pooling.global_pool(ctx.tensor(0), kind)]
 
 
-@register("BatchNormalization")
 def _batchnorm(ctx: Ctx) -> list[te.Tensor]:
     return [norm.batch_norm_inference(*(ctx.tensor(i) for i in range(5)),
                                       epsilon=ctx.attrs["epsilon"])]
@@ -238,7 +221,6 @@ def _batchnorm(ctx: Ctx) -> list[te.Tensor]:
 _STASH = {1: "float32", 10: "float16", 11: "float64"}
 
 
-@register("LayerNormalization")
 def _layernorm(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     outs = norm.layer_norm(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), a["axis"],
@@ -246,22 +228,47 @@ def _layernorm(ctx: Ctx) -> list[te.Tensor]:
     return list(outs[: len(ctx.node.outputs)])
 
 
-@register("InstanceNormalization")
 def _instancenorm(ctx: Ctx) -> list[te.Tensor]:
     return [norm.instance_norm(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
                                ctx.attrs["epsilon"])]
 
 
-@register("Softmax", "LogSoftmax")
 def _softmax(ctx: Ctx) -> list[te.Tensor]:
     fn = softmax.log_softmax if ctx.node.op == "LogSoftmax" else softmax.softmax
     return [fn(ctx.tensor(0), ctx.attrs["axis"])]
 
 
-@register("FusedAttention")
 def _fused_attention(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [attention.fused_attention(
         ctx.tensor(0), ctx.tensor(1), ctx.tensor(2), ctx.opt_tensor(3), scale=a["scale"],
         softcap=a["softcap"], left=a["left"], right=a["right"], fill=a["fill"],
         empty=a["empty"])]
+
+
+#: graph op -> its compute: the table :func:`toolchain.topi.registry.computes` reads
+COMPUTES: dict[str, ComputeFn] = {
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "MaxPool": _maxpool,
+    "AveragePool": _avgpool,
+    "LpPool": _lppool,
+    "GlobalLpPool": _global_lp_pool,
+    "MaxUnpool": _max_unpool,
+    "Einsum": _einsum,
+    "GridSample": _grid_sample,
+    "AffineGrid": _affine_grid,
+    "Col2Im": _col2im,
+    "LRN": _lrn,
+    "LpNormalization": _lp_normalization,
+    "GlobalAveragePool": _global_pool,
+    "GlobalMaxPool": _global_pool,
+    "BatchNormalization": _batchnorm,
+    "LayerNormalization": _layernorm,
+    "InstanceNormalization": _instancenorm,
+    "Softmax": _softmax,
+    "LogSoftmax": _softmax,
+    "FusedAttention": _fused_attention,
+}

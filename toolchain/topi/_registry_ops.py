@@ -28,7 +28,7 @@ from toolchain.topi import quant_ext as qx
 from toolchain.topi import reduction as red
 from toolchain.topi import transform as tf
 from toolchain.topi import transform_ext as tfx
-from toolchain.topi.registry import Ctx, register
+from toolchain.topi.registry import ComputeFn, Ctx
 from toolchain.topi.utils import scalar
 
 _UNARY = {
@@ -42,69 +42,56 @@ _BINARY = {
 }
 
 
-@register(*_UNARY)
 def _unary(ctx: Ctx) -> list[te.Tensor]:
     return [_UNARY[ctx.node.op](ctx.tensor(0))]
 
 
-@register(*_BINARY)
 def _binary(ctx: Ctx) -> list[te.Tensor]:
     return [_BINARY[ctx.node.op](ctx.tensor(0), ctx.tensor(1))]
 
 
-@register("LeakyRelu")
 def _leaky_relu(ctx: Ctx) -> list[te.Tensor]:
     return [ew.leaky_relu(ctx.tensor(0), ctx.attrs["alpha"])]
 
 
-@register("HardSigmoid")
 def _hard_sigmoid(ctx: Ctx) -> list[te.Tensor]:
     return [ew.hard_sigmoid(ctx.tensor(0), ctx.attrs["alpha"], ctx.attrs["beta"])]
 
 
-@register("Gelu")
 def _gelu(ctx: Ctx) -> list[te.Tensor]:
     return [ew.gelu(ctx.tensor(0), ctx.attrs["approximate"])]
 
 
-@register("PRelu")
 def _prelu(ctx: Ctx) -> list[te.Tensor]:
     return [ew.prelu(ctx.tensor(0), ctx.tensor(1))]
 
 
-@register("Where")
 def _where(ctx: Ctx) -> list[te.Tensor]:
     return [ew.where(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2))]
 
 
-@register("Min", "Max")
 def _minmax(ctx: Ctx) -> list[te.Tensor]:
     xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
     fn = ew.minimum if ctx.node.op == "Min" else ew.maximum
     return [fn(*xs)]
 
 
-@register("Clip")
 def _clip(ctx: Ctx) -> list[te.Tensor]:
     return [ew.clip(ctx.tensor(0), ctx.scalar_or_tensor(1), ctx.scalar_or_tensor(2))]
 
 
-@register("Cast")
 def _cast(ctx: Ctx) -> list[te.Tensor]:
     return [ew.cast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
 
 
-@register("BitCast")
 def _bitcast(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.bitcast(ctx.tensor(0), ONNX_TO_KILN[int(ctx.attrs["to"])])]
 
 
-@register("Identity")
 def _identity(ctx: Ctx) -> list[te.Tensor]:
     return [ctx.tensor(0)]
 
 
-@register("Dropout")
 def _dropout(ctx: Ctx) -> list[te.Tensor]:
     x = ctx.tensor(0)
     outs = [x]
@@ -114,7 +101,6 @@ def _dropout(ctx: Ctx) -> list[te.Tensor]:
     return outs
 
 
-@register(*ewx.UNARY_MATH)
 def _math_unary(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.math_unary(ctx.tensor(0), ctx.node.op)]
 
@@ -125,55 +111,45 @@ _UNARY_EXT = {
 }
 
 
-@register(*_UNARY_EXT)
 def _unary_ext(ctx: Ctx) -> list[te.Tensor]:
     return [_UNARY_EXT[ctx.node.op](ctx.tensor(0))]
 
 
-@register("Elu", "Celu", "ThresholdedRelu")
 def _alpha_activation(ctx: Ctx) -> list[te.Tensor]:
     fn = {"Elu": ewx.elu, "Celu": ewx.celu, "ThresholdedRelu": ewx.thresholded_relu}
     return [fn[ctx.node.op](ctx.tensor(0), ctx.attrs["alpha"])]
 
 
-@register("Selu")
 def _selu(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.selu(ctx.tensor(0), ctx.attrs["alpha"], ctx.attrs["gamma"])]
 
 
-@register("Shrink")
 def _shrink(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.shrink(ctx.tensor(0), ctx.attrs["bias"], ctx.attrs["lambd"])]
 
 
-@register("IsInf")
 def _isinf(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [ewx.isinf(ctx.tensor(0), bool(a["detect_positive"]), bool(a["detect_negative"]))]
 
 
-@register("Mod")
 def _mod(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.mod(ctx.tensor(0), ctx.tensor(1), bool(ctx.attrs["fmod"]))]
 
 
-@register("BitShift")
 def _bitshift(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.bitshift(ctx.tensor(0), ctx.tensor(1), ctx.attrs["direction"] == "LEFT")]
 
 
-@register("BitwiseAnd", "BitwiseOr", "BitwiseXor")
 def _bitwise(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.bitwise(ctx.tensor(0), ctx.tensor(1), ctx.node.op[len("Bitwise"):].lower())]
 
 
-@register("Sum", "Mean")
 def _sum_mean(ctx: Ctx) -> list[te.Tensor]:
     xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
     return [ewx.sum_mean(xs, ctx.node.op == "Mean")]
 
 
-@register(*ewx.BINARY_LOGIC)
 def _logic_binary(ctx: Ctx) -> list[te.Tensor]:
     return [ewx.logic_binary(ctx.tensor(0), ctx.tensor(1), ctx.node.op)]
 
@@ -184,7 +160,6 @@ _REDUCE_KIND = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
                 "ReduceMin": "min"}
 
 
-@register(*_REDUCE_KIND)
 def _reduce(ctx: Ctx) -> list[te.Tensor]:
     x = ctx.tensor(0)
     axes = ctx.ints(1, "axes")
@@ -198,7 +173,6 @@ def _reduce(ctx: Ctx) -> list[te.Tensor]:
 _REDUCE_EXT = {op: kind for kind, op in red.EXT_KINDS.items()}
 
 
-@register(*_REDUCE_EXT)
 def _reduce_ext(ctx: Ctx) -> list[te.Tensor]:
     x = ctx.tensor(0)
     axes = ctx.ints(1, "axes")
@@ -209,14 +183,12 @@ def _reduce_ext(ctx: Ctx) -> list[te.Tensor]:
     return [red.reduce_ext(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_EXT[ctx.node.op])]
 
 
-@register("ArgMax", "ArgMin")
 def _argmax(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     fn = red.argmax if ctx.node.op == "ArgMax" else red.argmin
     return [fn(ctx.tensor(0), a["axis"], bool(a["keepdims"]), bool(a["select_last_index"]))]
 
 
-@register("TopK")
 def _topk(ctx: Ctx) -> list[te.Tensor]:
     k = ctx.const(1, "K")
     assert k is not None
@@ -225,32 +197,27 @@ def _topk(ctx: Ctx) -> list[te.Tensor]:
     return [values, indices][:len(ctx.node.outputs)]
 
 
-@register("Hardmax")
 def _hardmax(ctx: Ctx) -> list[te.Tensor]:
     return [red.hardmax(ctx.tensor(0), ctx.attrs["axis"])]
 
 
 # -- data movement --------------------------------------------------------------------------
 
-@register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 def _reshape(ctx: Ctx) -> list[te.Tensor]:
     # the output shape is already known from inference; the data order never changes
     out = ctx.node.outputs[0].shape
     return [tf.reshape(ctx.tensor(0), out, name=ctx.node.op.lower())]
 
 
-@register("Transpose")
 def _transpose(ctx: Ctx) -> list[te.Tensor]:
     return [tf.transpose(ctx.tensor(0), ctx.attrs["perm"] or None)]
 
 
-@register("Concat")
 def _concat(ctx: Ctx) -> list[te.Tensor]:
     xs = [ctx.tensor(i) for i in range(len(ctx.node.inputs))]
     return [tf.concat(xs, ctx.attrs["axis"])]
 
 
-@register("Split")
 def _split(ctx: Ctx) -> list[te.Tensor]:
     x = ctx.tensor(0)
     shape = ctx.shape(0)
@@ -261,7 +228,6 @@ def _split(ctx: Ctx) -> list[te.Tensor]:
     return tf.split(x, sizes, axis)
 
 
-@register("Slice")
 def _slice(ctx: Ctx) -> list[te.Tensor]:
     shape = ctx.shape(0)
     starts, ends = ctx.ints(1, "starts"), ctx.ints(2, "ends")
@@ -274,13 +240,11 @@ def _slice(ctx: Ctx) -> list[te.Tensor]:
     return [tf.strided_slice(ctx.tensor(0), begin, end, steps)]
 
 
-@register("Gather")
 def _gather(ctx: Ctx) -> list[te.Tensor]:
     return [tf.gather(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"],
                       scalar_index=len(ctx.shape(1)) == 0)]
 
 
-@register("Pad")
 def _pad(ctx: Ctx) -> list[te.Tensor]:
     shape = ctx.shape(0)
     pads = ctx.ints(1, "pads")
@@ -296,19 +260,16 @@ def _pad(ctx: Ctx) -> list[te.Tensor]:
                    value)]
 
 
-@register("Expand")
 def _expand(ctx: Ctx) -> list[te.Tensor]:
     return [tf.expand(ctx.tensor(0), ctx.node.outputs[0].shape)]
 
 
-@register("Tile")
 def _tile(ctx: Ctx) -> list[te.Tensor]:
     reps = ctx.ints(1, "repeats")
     assert reps is not None
     return [tf.tile(ctx.tensor(0), reps)]
 
 
-@register("Resize")
 def _resize(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     shape = ctx.shape(0)
@@ -322,25 +283,21 @@ def _resize(ctx: Ctx) -> list[te.Tensor]:
                       a["extrapolation_value"], bool(a["antialias"]))]
 
 
-@register("DepthToSpace", "SpaceToDepth")
 def _depth_space(ctx: Ctx) -> list[te.Tensor]:
     fn = tfx.depth_to_space if ctx.node.op == "DepthToSpace" else tfx.space_to_depth
     return [fn(ctx.tensor(0), ctx.attrs["blocksize"], ctx.attrs["mode"])]
 
 
-@register("Trilu")
 def _trilu(ctx: Ctx) -> list[te.Tensor]:
     k = ctx.const(1, "k")
     return [tfx.trilu(ctx.tensor(0), 0 if k is None else int(k.reshape(())),
                       bool(ctx.attrs["upper"]))]
 
 
-@register("Size")
 def _size(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.constant_fill((), ctx.node.inputs[0].size, "int64", "size")]
 
 
-@register("Range")
 def _range(ctx: Ctx) -> list[te.Tensor]:
     start, _, delta = (ctx.const(i, n) for i, n in enumerate(("start", "limit", "delta")))
     assert start is not None and delta is not None
@@ -350,7 +307,6 @@ def _range(ctx: Ctx) -> list[te.Tensor]:
                        out.dtype, work)]
 
 
-@register("OneHot")
 def _one_hot(ctx: Ctx) -> list[te.Tensor]:
     depth = ctx.const(1, "depth")
     assert depth is not None
@@ -358,7 +314,6 @@ def _one_hot(ctx: Ctx) -> list[te.Tensor]:
                         ctx.attrs["axis"])]
 
 
-@register("CumSum", "CumProd")
 def _cumsum(ctx: Ctx) -> list[te.Tensor]:
     axis = ctx.const(1, "axis")
     assert axis is not None
@@ -367,41 +322,34 @@ def _cumsum(ctx: Ctx) -> list[te.Tensor]:
                        bool(a["reverse"]), "sum" if ctx.node.op == "CumSum" else "prod")]
 
 
-@register("GatherElements")
 def _gather_elements(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.gather_elements(ctx.tensor(0), ctx.tensor(1), ctx.attrs["axis"])]
 
 
-@register("GatherND")
 def _gather_nd(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.gather_nd(ctx.tensor(0), ctx.tensor(1), ctx.attrs["batch_dims"])]
 
 
-@register("ScatterElements")
 def _scatter_elements(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.scatter_elements(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
                                  ctx.attrs["axis"], ctx.attrs["reduction"])]
 
 
-@register("ScatterND")
 def _scatter_nd(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.scatter_nd(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
                            ctx.attrs["reduction"])]
 
 
-@register("TensorScatter")
 def _tensor_scatter(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.tensor_scatter(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
                                ctx.attrs["axis"], ctx.attrs["mode"] == "circular")]
 
 
-@register("EyeLike")
 def _eye_like(ctx: Ctx) -> list[te.Tensor]:
     out = ctx.node.outputs[0]
     return [tfx.eye_like(out.shape, ctx.attrs["k"], out.dtype)]
 
 
-@register("ReverseSequence")
 def _reverse_sequence(ctx: Ctx) -> list[te.Tensor]:
     return [tfx.reverse_sequence(ctx.tensor(0), ctx.tensor(1), ctx.attrs["batch_axis"],
                                  ctx.attrs["time_axis"])]
@@ -409,7 +357,6 @@ def _reverse_sequence(ctx: Ctx) -> list[te.Tensor]:
 
 # -- misc, quant ----------------------------------------------------------------------------
 
-@register("ConstantOfShape")
 def _constant_of_shape(ctx: Ctx) -> list[te.Tensor]:
     v = ctx.attrs.get("value")
     fill = np.zeros((), np.float32) if v is None else tensor_attr(v).reshape(())
@@ -419,7 +366,6 @@ def _constant_of_shape(ctx: Ctx) -> list[te.Tensor]:
                        tag="injective")]
 
 
-@register("Shape")
 def _shape(ctx: Ctx) -> list[te.Tensor]:
     from toolchain.graph.ops.misc import shape_result
 
@@ -435,7 +381,6 @@ def _shape(ctx: Ctx) -> list[te.Tensor]:
                        tag="injective")]
 
 
-@register("QuantizeLinear")
 def _quantize(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     prec = {0: None, 1: "float32", 10: "float16", 11: "float64"}[int(a["precision"])]
@@ -444,7 +389,6 @@ def _quantize(ctx: Ctx) -> list[te.Tensor]:
                                out_dtype=ctx.node.outputs[0].dtype, precision=prec)]
 
 
-@register("DequantizeLinear")
 def _dequantize(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     return [ew.dequantize_linear(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2),
@@ -452,24 +396,20 @@ def _dequantize(ctx: Ctx) -> list[te.Tensor]:
                                  out_dtype=ctx.node.outputs[0].dtype)]
 
 
-@register("MatMulInteger")
 def _matmul_integer(ctx: Ctx) -> list[te.Tensor]:
     return [qx.int_matmul(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), ctx.opt_tensor(3))]
 
 
-@register("QLinearMatMul")
 def _qlinear_matmul(ctx: Ctx) -> list[te.Tensor]:
     t = ctx.opt_tensor
     return [qx.qlinear_matmul(ctx.tensor(0), ctx.tensor(1), t(2), ctx.tensor(3), ctx.tensor(4),
                               t(5), ctx.tensor(6), t(7), ctx.node.outputs[0].dtype)]
 
 
-@register("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(ctx: Ctx) -> list[te.Tensor]:
     return list(qx.dynamic_quantize_linear(ctx.tensor(0)))[:len(ctx.node.outputs)]
 
 
-@register("DFT")
 def _dft(ctx: Ctx) -> list[te.Tensor]:
     length, axis = ctx.const(1, "dft_length"), ctx.const(2, "axis")
     a = ctx.attrs
@@ -478,12 +418,10 @@ def _dft(ctx: Ctx) -> list[te.Tensor]:
                          bool(a["inverse"]), bool(a["onesided"]))]
 
 
-@register("Det")
 def _det(ctx: Ctx) -> list[te.Tensor]:
     return [linalg.det(ctx.tensor(0))]
 
 
-@register("RoiAlign")
 def _roi_align(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     if a["sampling_ratio"] < 1:
@@ -494,7 +432,6 @@ def _roi_align(ctx: Ctx) -> list[te.Tensor]:
                           a["mode"], a["coordinate_transformation_mode"] == "half_pixel")]
 
 
-@register("DeformConv")
 def _deform_conv(ctx: Ctx) -> list[te.Tensor]:
     g = deform_geometry(ctx.node.describe(), ctx.shape(0), ctx.shape(1), ctx.attrs)
     return [deform.deform_conv2d(ctx.tensor(0), ctx.tensor(1), ctx.tensor(2),
@@ -502,14 +439,12 @@ def _deform_conv(ctx: Ctx) -> list[te.Tensor]:
                                  g["pads"], g["dilations"], g["group"], g["offset_group"])]
 
 
-@register("HannWindow", "HammingWindow", "BlackmanWindow")
 def _window(ctx: Ctx) -> list[te.Tensor]:
     size = int(ctx.const(0, "size").reshape(()))
     return [spectral.window(ctx.node.op, size, bool(ctx.attrs["periodic"]),
                             ctx.node.outputs[0].dtype)]
 
 
-@register("MelWeightMatrix")
 def _mel_weight_matrix(ctx: Ctx) -> list[te.Tensor]:
     bins, length, rate, low, high = mel_args(ctx.node)
     edges = mel_edges(bins, length, rate, low, high)
@@ -517,19 +452,16 @@ def _mel_weight_matrix(ctx: Ctx) -> list[te.Tensor]:
                                        ctx.node.outputs[0].dtype)]
 
 
-@register("TfIdfVectorizer")
 def _tfidf_vectorizer(ctx: Ctx) -> list[te.Tensor]:
     return [text.tfidf_vectorizer(ctx.tensor(0), ngram_pool(ctx.node.describe(), ctx.attrs))]
 
 
-@register("MaxRoiPool")
 def _max_roi_pool(ctx: Ctx) -> list[te.Tensor]:
     ph, pw = (int(v) for v in ctx.attrs["pooled_shape"])
     return [roi.max_roi_pool(ctx.tensor(0), ctx.tensor(1), (ph, pw),
                              ctx.attrs["spatial_scale"])]
 
 
-@register("STFT")
 def _stft(ctx: Ctx) -> list[te.Tensor]:
     length = ctx.const(3, "frame_length")
     return [spectral.stft(ctx.tensor(0), int(ctx.const(1, "frame_step").reshape(())),
@@ -550,14 +482,12 @@ def _conv_window(ctx: Ctx, w_index: int) -> tuple[list[int], list[int], list[int
     return strides, dil, list(geom.pads_begin)
 
 
-@register("ConvInteger")
 def _conv_integer(ctx: Ctx) -> list[te.Tensor]:
     strides, dil, pb = _conv_window(ctx, 1)
     return [qx.int_conv(ctx.tensor(0), ctx.tensor(1), ctx.opt_tensor(2), ctx.opt_tensor(3),
                         ctx.node.outputs[0].shape, strides, dil, pb, ctx.attrs["group"])]
 
 
-@register("QLinearConv")
 def _qlinear_conv(ctx: Ctx) -> list[te.Tensor]:
     strides, dil, pb = _conv_window(ctx, 3)
     t = ctx.opt_tensor
@@ -565,3 +495,92 @@ def _qlinear_conv(ctx: Ctx) -> list[te.Tensor]:
                       strides, dil, pb, ctx.attrs["group"])
     return [qx.qlinear_conv(acc, ctx.tensor(1), ctx.tensor(4), ctx.tensor(6), t(7), t(8),
                             ctx.node.outputs[0].dtype)]
+
+
+#: graph op -> its compute: the table :func:`toolchain.topi.registry.computes` reads
+COMPUTES: dict[str, ComputeFn] = {
+    **dict.fromkeys(_UNARY, _unary),
+    **dict.fromkeys(_BINARY, _binary),
+    "LeakyRelu": _leaky_relu,
+    "HardSigmoid": _hard_sigmoid,
+    "Gelu": _gelu,
+    "PRelu": _prelu,
+    "Where": _where,
+    "Min": _minmax,
+    "Max": _minmax,
+    "Clip": _clip,
+    "Cast": _cast,
+    "BitCast": _bitcast,
+    "Identity": _identity,
+    "Dropout": _dropout,
+    **dict.fromkeys(ewx.UNARY_MATH, _math_unary),
+    **dict.fromkeys(_UNARY_EXT, _unary_ext),
+    "Elu": _alpha_activation,
+    "Celu": _alpha_activation,
+    "ThresholdedRelu": _alpha_activation,
+    "Selu": _selu,
+    "Shrink": _shrink,
+    "IsInf": _isinf,
+    "Mod": _mod,
+    "BitShift": _bitshift,
+    "BitwiseAnd": _bitwise,
+    "BitwiseOr": _bitwise,
+    "BitwiseXor": _bitwise,
+    "Sum": _sum_mean,
+    "Mean": _sum_mean,
+    **dict.fromkeys(ewx.BINARY_LOGIC, _logic_binary),
+    **dict.fromkeys(_REDUCE_KIND, _reduce),
+    **dict.fromkeys(_REDUCE_EXT, _reduce_ext),
+    "ArgMax": _argmax,
+    "ArgMin": _argmax,
+    "TopK": _topk,
+    "Hardmax": _hardmax,
+    "Reshape": _reshape,
+    "Flatten": _reshape,
+    "Squeeze": _reshape,
+    "Unsqueeze": _reshape,
+    "Transpose": _transpose,
+    "Concat": _concat,
+    "Split": _split,
+    "Slice": _slice,
+    "Gather": _gather,
+    "Pad": _pad,
+    "Expand": _expand,
+    "Tile": _tile,
+    "Resize": _resize,
+    "DepthToSpace": _depth_space,
+    "SpaceToDepth": _depth_space,
+    "Trilu": _trilu,
+    "Size": _size,
+    "Range": _range,
+    "OneHot": _one_hot,
+    "CumSum": _cumsum,
+    "CumProd": _cumsum,
+    "GatherElements": _gather_elements,
+    "GatherND": _gather_nd,
+    "ScatterElements": _scatter_elements,
+    "ScatterND": _scatter_nd,
+    "TensorScatter": _tensor_scatter,
+    "EyeLike": _eye_like,
+    "ReverseSequence": _reverse_sequence,
+    "ConstantOfShape": _constant_of_shape,
+    "Shape": _shape,
+    "QuantizeLinear": _quantize,
+    "DequantizeLinear": _dequantize,
+    "MatMulInteger": _matmul_integer,
+    "QLinearMatMul": _qlinear_matmul,
+    "DynamicQuantizeLinear": _dynamic_quantize_linear,
+    "DFT": _dft,
+    "Det": _det,
+    "RoiAlign": _roi_align,
+    "DeformConv": _deform_conv,
+    "HannWindow": _window,
+    "HammingWindow": _window,
+    "BlackmanWindow": _window,
+    "MelWeightMatrix": _mel_weight_matrix,
+    "TfIdfVectorizer": _tfidf_vectorizer,
+    "MaxRoiPool": _max_roi_pool,
+    "STFT": _stft,
+    "ConvInteger": _conv_integer,
+    "QLinearConv": _qlinear_conv,
+}

@@ -8,7 +8,7 @@ bit. Per-channel shifts arrive as ``[C, 2]`` int32 tables of
 ``(2**max(shift, 0), 2**(30 - max(-shift, 0)))`` (input ``shift_pow``), so kernels divide
 only by constant powers of two (shifts after compilation) and no operand needs packing.
 
-Importing the module registers the computes in :mod:`toolchain.topi.registry`.
+Its ``COMPUTES`` table is part of :mod:`toolchain.topi.registry`'s.
 
 Example::
 
@@ -35,7 +35,7 @@ import numpy as np
 from toolchain import te
 from toolchain.quantize.fixed_point import requantize_te, shift_powers
 from toolchain.topi.nn.conv2d import conv2d_nchw, pad_spatial
-from toolchain.topi.registry import Ctx, register
+from toolchain.topi.registry import ComputeFn, Ctx
 
 _QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 
@@ -664,7 +664,6 @@ def dsp_depthwise(node: Any) -> bool:
             and tuple(node.attrs["dilations"]) == (1, 1))
 
 
-@register("QConv")
 def _qconv(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp":
         ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node),
@@ -695,7 +694,6 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
     return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 
-@register("QGemm")
 def _qgemm(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp":
         ctx.attrs = {**ctx.attrs, "unit_left_shift": unit_left_shift(ctx.node)}
@@ -717,7 +715,6 @@ def _qgemm(ctx: Ctx) -> list[te.Tensor]:
     return [qgemm(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 
-@register("QAdd")
 def _qadd(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp" and qadd_dsp_applies(ctx.attrs):
         a, b = ctx.tensor(0), ctx.tensor(1)
@@ -733,7 +730,6 @@ def _qadd(ctx: Ctx) -> list[te.Tensor]:
     return [qadd(ctx.tensor(0), ctx.tensor(1), ctx.attrs)]
 
 
-@register("QAvgPool")
 def _qavgpool(ctx: Ctx) -> list[te.Tensor]:
     return [qavgpool(ctx.tensor(0), ctx.attrs)]
 
@@ -751,7 +747,6 @@ def requant_positions(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: 
     return te.compute(acc.shape, f, name=name, tag="injective")
 
 
-@register("QRequant")
 def _qrequant(ctx: Ctx) -> list[te.Tensor]:
     acc, bias = ctx.tensor(0), ctx.tensor(1)
     ax = int(ctx.attrs["axis"])
@@ -761,17 +756,27 @@ def _qrequant(ctx: Ctx) -> list[te.Tensor]:
     return [requant_positions(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")]
 
 
-@register("VtaConv2d")
 def _vta_conv2d(ctx: Ctx) -> list[te.Tensor]:
     # the accelerator computes it in a bundle; this is the same sum on the CPU
     return [conv2d_nchw(shifted(ctx.tensor(0), 0), ctx.tensor(1), tuple(ctx.attrs["strides"]),
                         tuple(ctx.attrs["pads"]), (1, 1), 1, out_dtype="int32")]
 
 
-@register("VtaDense")
 def _vta_dense(ctx: Ctx) -> list[te.Tensor]:
     x, w = ctx.tensor(0), ctx.tensor(1)
     k = te.reduce_axis((0, int(w.shape[1].value)), name="k")
     return [te.compute((x.shape[0], w.shape[0]), lambda i, j: te.sum(
         te.cast(x[i, k], "int32") * te.cast(w[j, k], "int32"), axis=k), name="vta_dense_acc",
         tag="dense")]
+
+
+#: graph op -> its compute: the table :func:`toolchain.topi.registry.computes` reads
+COMPUTES: dict[str, ComputeFn] = {
+    "QConv": _qconv,
+    "QGemm": _qgemm,
+    "QAdd": _qadd,
+    "QAvgPool": _qavgpool,
+    "QRequant": _qrequant,
+    "VtaConv2d": _vta_conv2d,
+    "VtaDense": _vta_dense,
+}

@@ -14,7 +14,7 @@ from toolchain import te
 from toolchain.graph.passes.layout_ops import block_of, layout_shape, nchw_node, nchw_shape
 from toolchain.te.rebind import rebind
 from toolchain.tir import ir
-from toolchain.topi.registry import Ctx, node_compute, register
+from toolchain.topi.registry import ComputeFn, Ctx, node_compute
 
 
 def _nchw_index(o: tuple[ir.PrimExpr, ...], layout: str) -> tuple[ir.PrimExpr, ...]:
@@ -66,5 +66,8 @@ def _layout_pool_compute(ctx: Ctx) -> list[te.Tensor]:
     return [layout_transform(pooled, "NCHW", layout)]
 
 
-register("LayoutTransform")(_layout_transform_compute)
-register("LayoutPool")(_layout_pool_compute)
+#: graph op -> its compute: the table :func:`toolchain.topi.registry.computes` reads
+COMPUTES: dict[str, ComputeFn] = {
+    "LayoutTransform": _layout_transform_compute,
+    "LayoutPool": _layout_pool_compute,
+}

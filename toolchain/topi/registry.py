@@ -160,8 +160,10 @@ class Ctx:
 
 
 def register(*ops: str) -> Callable[[ComputeFn], ComputeFn]:
-    """Decorator: ``@register("Relu")`` makes ``fn(ctx) -> [outputs]`` the op's compute."""
+    """Decorator for a compute defined outside the built-in tables (a plug-in, a test):
+    ``@register("MyOp")`` makes ``fn(ctx) -> [outputs]`` the op's compute."""
     def deco(fn: ComputeFn) -> ComputeFn:
+        _load()
         for op in ops:
             _COMPUTES[op] = fn
         return fn
@@ -170,6 +172,7 @@ def register(*ops: str) -> Callable[[ComputeFn], ComputeFn]:
 
 def unregister(op: str) -> ComputeFn | None:
     """Remove ``op``'s compute (an op added at run time, e.g. by a test); returns it."""
+    _load()
     return _COMPUTES.pop(op, None)
 
 
@@ -179,9 +182,28 @@ def supported_ops() -> list[str]:
     return sorted(_COMPUTES)
 
 
+def computes() -> dict[str, ComputeFn]:
+    """The built-in table: graph op -> compute, merged from the ``COMPUTES`` tables of the
+    modules that define them (an op in two tables is an error, not an override).
+
+    >>> computes()["Relu"].__name__, computes()["QConv"].__name__
+    ('_unary', '_qconv')
+    """
+    from toolchain.topi import _registry_nn, _registry_ops, int8, layout
+
+    table: dict[str, ComputeFn] = {}
+    for module in (_registry_nn, _registry_ops, int8, layout):
+        for op, fn in module.COMPUTES.items():
+            if op in table:
+                raise RuntimeError(f"op {op!r} has a compute in two tables "
+                                   f"({table[op].__module__} and {module.__name__})")
+            table[op] = fn
+    return table
+
+
 def _load() -> None:
-    # the table: every module of op computes (each maps its ops with @register)
-    from toolchain.topi import _registry_nn, _registry_ops, int8, layout  # noqa: F401
+    if not _COMPUTES:
+        _COMPUTES.update(computes())
 
 
 def node_compute(node: Node, **options: Any) -> NodeCompute:
