@@ -100,7 +100,6 @@ def _blocked_pool(func: Any) -> Schedule:
 
 def schedule_int8(node: Node, target: Any) -> OpSchedule:
     """The default schedule of one integer op; packed shift tables become new constants."""
-    import toolchain.topi.int8  # noqa: F401  (registers the computes)
     from toolchain.topi.registry import node_compute
 
     nc = node_compute(node)
