@@ -401,12 +401,14 @@ def _vectorize_pairs(sch: Schedule, band: Any, y: Any | None) -> None:
 
 
 def _zip_planes(sch: Schedule, planes: Any, band: Any, zip_intrin: str | None) -> None:
-    """The four padded planes of a one-quad input (``x86_planes``,
-    :func:`toolchain.topi.int8_x86.qconv2d_x86_quads`) copied 16 columns a vector, then
+    """The four padded plane rows of a one-quad input (``x86_planes``,
+    :func:`toolchain.topi.int8_x86.qconv2d_x86_quads`) copied 16 columns a vector per row
+    of the band (so the planes take 4 rows, not the whole plane, of the arena), then
     zipped into the quad band 16 pixels a ``zip_intrin`` call (MobileNet's RGB first
     layer: 16.8 -> 10.6 us with the band so built by hand, against byte by byte)."""
     from toolchain.topi.int8_x86 import ZIP_PIXELS
 
+    sch.compute_at(planes, sch.get_loops(band)[-3])  # per band row: 4 rows of planes
     _, xo = sch.split(sch.get_loops(planes)[-1], [None, ZIP_PIXELS])
     sch.vectorize(xo)
     if zip_intrin is not None:
