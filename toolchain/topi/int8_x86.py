@@ -513,7 +513,65 @@ def qconv2d_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
         off, "int16"), "uint8"), name="x_shifted", tag="injective")
     xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr), value=attrs["x_zero_point"] + off)
     c = int(x.shape[1].value) * (int(x.shape[4].value) if len(x.shape) == 5 else 1)
+    if zip_planes_apply(x, attrs):
+        return _plane_quads(xu, wp, attrs, attrs["x_zero_point"] + off)
     return _grouped_acc(xp, wp, c, 4, "x86_quads", attrs["strides"], attrs["dilations"])
+
+
+#: pixels the ``zip_u8_16x4`` intrinsic interleaves at once (:func:`_plane_quads`)
+ZIP_PIXELS = 16
+
+
+def zip_planes_apply(x: Any, attrs: dict[str, Any]) -> bool:
+    """Whether the u8 quad band of an NCHW input ``x`` (a ``te.Tensor``) is zipped from
+    planes (:func:`_plane_quads`): one quad of channels (``c <= 4``: an RGB input), no left
+    padding and a width in whole zips of :data:`ZIP_PIXELS`, so that each plane's
+    16-column vectors are contiguous loads of the input's rows."""
+    shape = [int(d.value) for d in x.shape]
+    return len(shape) == 4 and shape[1] <= 4 and attrs["pads"][1] == 0 \
+        and shape[3] % ZIP_PIXELS == 0
+
+
+def _plane_quads(xu: te.Tensor, wp: te.Tensor, attrs: dict[str, Any], pad_value: int
+                 ) -> te.Tensor:
+    """:func:`_grouped_acc` for one quad of channels (:func:`zip_planes_apply`) with the
+    quad band zipped from planes instead of built byte by byte: the unsigned input ``xu``,
+    padded with ``pad_value``, as four planes ``x86_planes[n, h, yy, xx]`` (channel
+    ``min(h, c - 1)``: the weights are zero past ``c``; columns up to a whole zip, the
+    extra ones padding), then
+    ``x86_quads[n, 0, yy, xx, h] = x86_planes[n, h, yy, xx]``, which the schedule
+    tensorizes with ``zip_u8_16x4`` (four 16-byte loads, two rounds of unpacks). The
+    planes read whole 16-column vectors of a row (the last one again past the row, rows
+    clamped to the last): contiguous loads, the padding a blend."""
+    from toolchain.topi.utils import scalar
+
+    n, c, h_in, w_in = (int(d.value) for d in xu.shape)
+    mo_n, _, kh, kw, lanes, _ = (int(d.value) for d in wp.shape)
+    pt, _, pb, pr = attrs["pads"]
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    z = ZIP_PIXELS
+    hp, wdt = h_in + pt + pb, w_in + pr
+    wq = -(-wdt // z) * z
+    pad = scalar(pad_value, "uint8")
+
+    def plane(b: Any, h: Any, yy: Any, xx: Any) -> Any:
+        row = te.maximum(te.minimum(yy - pt, te.const(h_in - 1)), te.const(0))
+        col = te.minimum(xx - xx % z, te.const(w_in - z)) + xx % z
+        v = xu[b, te.minimum(h, te.const(c - 1)), row, col]
+        return te.if_then_else(te.all(yy >= pt, yy < pt + h_in, xx < w_in), v, pad)
+
+    planes = te.compute((n, 4, hp, wq), plane, name="x86_planes", tag="injective")
+    band = te.compute((n, 1, hp, wq, 4), lambda b, cg, yy, xx, h: planes[b, h, yy, xx],
+                      name="x86_quads", tag="injective")
+    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    rc = te.reduce_axis((0, 1), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    rh = te.reduce_axis((0, 4), name="rh")
+    return te.compute((n, mo_n, oh, ow, lanes), lambda b, mo, y, xx, li: te.sum(
+        te.cast(band[b, rc, y * sh + ry * dh, xx * sw + rx * dw, rh], "int32")
+        * te.cast(wp[mo, rc, ry, rx, li, rh], "int32"), axis=[rc, ry, rx, rh]),
+        name="x86_acc", tag="conv")
 
 
 def qgemm_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:

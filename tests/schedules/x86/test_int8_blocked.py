@@ -150,6 +150,8 @@ BLOCKED = [  # (c, m, hw, k, stride, group, data_layout, out_layout)
     (24, 16, (9, 9), 3, 1, 1, "NCHW8c", "NCHW16c"),      # 3 blocks of 8 into 16 lanes
     (16, 32, (6, 5), 1, 1, 1, "NCHW16c", "NCHW"),        # last of a chain: NCHW out
     (3, 8, (12, 12), 3, 2, 1, "NCHW", "NCHW8c"),         # first layer: NCHW in
+    (3, 8, (9, 16), 3, 2, 1, "NCHW", "NCHW8c"),          # RGB, whole zips: planes zipped
+    (2, 16, (11, 32), 3, 2, 1, "NCHW", "NCHW16c"),       # 33 padded columns: 3 zips
 ]
 
 
@@ -174,6 +176,9 @@ def test_blocked_qconv_bit_exact(cfg: tuple, backend: str) -> None:
     assert info["schedule"] == ("int8 x86 depthwise" if group > 1 else "int8 x86 quads")
     if group > 1:  # the whole padded plane fits: lane-wise int16 column pairs (vpdpwssd)
         assert info["intrinsic"].endswith(f"dot_i16_lanes_{info['lanes']}x2")
+    # one quad of channels: the quad band zipped from four planes, 16 pixels a call
+    assert info.get("zip", "").endswith("zip_u8_16x4") == (group == 1 and c <= 4
+                                                            and w % 16 == 0)
     assert info.get("data_layout", "NCHW") == din and info.get("out_layout", "NCHW") == dout
 
 
