@@ -11,23 +11,28 @@ other operand's innermost axis is the ``y`` axis; every other spatial axis goes 
 data read at ``[n, ci, oh*s + kh, ow*s + kw]``, weights at ``[co, ci, kh, kw]``) thus runs
 ``ow`` along ``x``, ``co`` along ``y`` and ``n * oh`` over ``blockIdx.z``: each block
 computes a ``BN x BM`` tile of one output row and of ``BN`` output channels, an implicit
-GEMM whose data tile is gathered from the (padded) input, never written out as im2col.
+GEMM whose data tile is gathered from the input, never written out as im2col: the
+padding stage is kept out of the convolution (:func:`operand_stages`) and computed straight
+into the shared tile (``set_scope(pad, "shared")`` + ``compute_at``), its guard in the
+fetch, so the tile is a fixed-size window of the padded input.
 
 The kernel (:func:`tile_gemm`), for a block tile ``BY x BX`` of ``TY x TX`` threads, each
 thread an ``RY x RX`` register tile (``BY = TY * RY``, ``BX = TX * RX``):
 
 - the accumulator in registers: ``cache_write(C, "local")``, the element-wise tail (bias,
   activation, residual add) folded into its write-back (``reverse_compute_inline``);
-- the outer reduction axis split by ``BK``: per step the block fetches the ``X`` and ``Y``
-  tiles it needs into shared memory cooperatively (``cache_read(..., "shared")`` +
-  ``compute_at`` the step loop, the copy's loops fused and spread over the block's threads),
-  the other reduction axes (a convolution's window) run inside the step;
+- the outer reduction axis split by ``BK`` (a divisor of it): per step the block fetches
+  the ``X`` and ``Y`` tiles it needs into shared memory cooperatively
+  (``cache_read(..., "shared")`` + ``compute_at`` the step loop, the copy's loops fused and
+  spread over the block's threads), the other reduction axes (a convolution's window) run
+  inside the step;
 - the barriers between fetch and use are placed by the lowering pass ``inject_barriers``;
 - shapes that the tiles do not divide get guards (``T.where``) from the non-divisible
   splits: the threads past the edge fetch nothing and write nothing.
 
 Tile sizes come from the target's descriptor and the shapes (:func:`choose_tiles`): the
-threads per block (``max_threads_per_block``, a multiple of ``warp_size``), the shared
+threads per block (``max_threads_per_block``; at least a ``warp_size`` where the shape
+allows), the shared
 memory per block (``max_shared_memory_per_block``) and the registers per thread
 (``max_registers_per_thread``), never from the target's name.
 
@@ -38,23 +43,36 @@ Before (``Relu(MatMul(A, W))``, 64 x 32 times 32 x 48)::
     for i, j in T.grid(64, 48):
         with T.block("D"): D[vi, vj] = T.max(C[vi, vj], 0)
 
-after (``tile_gemm``; tiles 32 x 48 of 8 x 16 threads, each 4 x 3; ``BK`` = 32)::
+after (``tile_gemm``; :func:`choose_tiles` gives 16 x 16 threads, each 4 x 2 outputs: a
+64 x 32 tile per block, two blocks; ``BK`` = 32, so one step), abridged::
 
-    for i_0 in T.thread_binding(2, thread="blockIdx.y"):
-        for j_0 in T.thread_binding(1, thread="blockIdx.x"):
+    for i_0 in T.thread_binding(1, thread="blockIdx.y"):
+        for j_0 in T.thread_binding(2, thread="blockIdx.x"):
             for k_0 in range(1):
-                for ax0_ax1_fused_0 in range(...):            # A's tile -> A_shared
-                    for ax0_ax1_fused_1 in T.thread_binding(8, thread="threadIdx.y"):
-                        for ax0_ax1_fused_2 in T.thread_binding(16, thread="threadIdx.x"): ...
-                ...                                           # W's tile -> W_shared
-                for i_1 in T.thread_binding(8, thread="threadIdx.y"):
+                for ax0_ax1_fused_0 in range(4):                    # W's tile -> W_shared
+                    for ax0_ax1_fused_1 in T.thread_binding(16, thread="threadIdx.y"):
+                        for ax0_ax1_fused_2 in T.thread_binding(16, thread="threadIdx.x"):
+                            with T.block("W_shared"):
+                                ...
+                                T.where(j_0 * 32 + ax0_ax1_fused_1 % 2 * 16 + ax0_ax1_fused_2 < 48)
+                                W_shared[v0, v1] = W[v0, v1]
+                for ax0_ax1_fused_0_1 in range(8): ...              # A's tile -> A_shared
+                for i_1 in T.thread_binding(16, thread="threadIdx.y"):
                     for j_1 in T.thread_binding(16, thread="threadIdx.x"):
-                        for k_1, i_2, j_2 in T.grid(32, 4, 3):
-                            with T.block("C"): C_local[...] += A_shared[...] * W_shared[...]
-            for ax0_0 in T.thread_binding(8, thread="threadIdx.y"):   # write-back + relu
+                        for k_1, i_2, j_2 in T.grid(32, 4, 2):
+                            with T.block("C"):
+                                ...
+                                T.where(j_0 * 32 + j_1 * 2 + j_2 < 48)
+                                C_local[vi, vj] += A_shared[vi, vk] * W_shared[vk, vj]
+            for ax0_0 in T.thread_binding(16, thread="threadIdx.y"):  # write-back + relu
                 for ax1_0 in T.thread_binding(16, thread="threadIdx.x"):
-                    for ax0_1, ax1_1 in T.grid(4, 3):
-                        with T.block("C_local"): D[...] = T.max(C_local[...], 0)
+                    for ax0_1, ax1_1 in T.grid(4, 2):
+                        with T.block("C_local"):
+                            ...
+                            D[v0_2, v1_2] = T.max(C_local[v0_2, v1_2], 0)
+
+Lowered, ``C_local`` is 8 floats per thread (its register tile), ``A_shared`` and
+``W_shared`` one step's tiles, with one barrier between the fetches and the products.
 
 >>> from toolchain import te
 >>> from toolchain.target import load_target
