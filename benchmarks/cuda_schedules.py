@@ -6,6 +6,8 @@ one of its kernels allocates.
 
     python benchmarks/cuda_schedules.py                  # every zoo model, cuda-sm90
     python benchmarks/cuda_schedules.py --models resnet18 --target cuda-sm80
+    python benchmarks/cuda_schedules.py --models resnet8 --show fused_conv2d_relu_1
+                                              # that group's kernels, lowered
 
 It counts what is compiled; it measures no time (for that, ``benchmarks/cuda.py
 --schedules tiled,generic`` on a machine with a GPU).
@@ -19,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from toolchain.driver import lower  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.passes import run_pipeline  # noqa: E402
 from toolchain.graph.passes.layout import layout_for_target  # noqa: E402
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="cuda-sm90")
     ap.add_argument("--models", default=None, help="comma-separated zoo names")
+    ap.add_argument("--show", default=None, help="print the lowered kernels of this group")
     args = ap.parse_args(argv)
     t = load_target(args.target)
     names = args.models.split(",") if args.models else list(ZOO)
@@ -48,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             groups += 1
             s = fused_schedule(node, t)
+            if args.show and node.attrs["kernel"] == args.show:
+                print(lower(s.schedule, target=t))
             if s.info["schedule"] == "gpu tiled gemm":
                 tiled += 1
                 most = max(most, *lowered_shared_bytes(s.schedule, t).values())
