@@ -396,5 +396,25 @@ def compact_buffer_allocation(func: ir.PrimFunc) -> ir.PrimFunc:
                 C_local[i_1, j_1] = ...
             for ax0, ax1 in T.grid(8, 16):
                 C[i_0 * 8 + ax0, j_0 * 16 + ax1] = C_local[ax0, ax1]
+
+    On a GPU a ``local`` buffer is each thread's own: its accesses under ``threadIdx``
+    loops are sized per thread (the loop variables bound to one thread axis taken as the
+    same thread), and a ``shared`` or ``local`` buffer never leaves the innermost
+    ``blockIdx`` loop. Before (the tiled GEMM's accumulator, 2 x 2 threads of 4 x 2)::
+
+        for j_0 in T.thread_binding(2, thread="blockIdx.x"):
+            C_local = T.allocate((8, 8), "float32", scope="local")
+            ...
+            for i_1 in T.thread_binding(2, thread="threadIdx.y"):
+                for j_1 in T.thread_binding(2, thread="threadIdx.x"):
+                    for k, i_2, j_2 in T.grid(64, 4, 2):
+                        C_local[i_1 * 4 + i_2, j_1 * 2 + j_2] = ...
+            for ax0_0 in T.thread_binding(2, thread="threadIdx.y"):
+                for ax1_0 in T.thread_binding(2, thread="threadIdx.x"):
+                    for ax0_1, ax1_1 in T.grid(4, 2):
+                        C[..] = C_local[ax0_0 * 4 + ax0_1, ax1_0 * 2 + ax1_1]
+
+    After: ``C_local = T.allocate((4, 2), "float32", scope="local")``, read and written as
+    ``C_local[i_2, j_2]`` and ``C_local[ax0_1, ax1_1]``.
     """
     return _Compact().visit(func)
