@@ -21,11 +21,13 @@ from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
 from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.ir import Node, Value
 from toolchain.graph.passes import run_pipeline
 from toolchain.graph.passes.layout import layout_for_target
 from toolchain.graph.reference import run_graph
 from toolchain.schedules.gpu import gemm
 from toolchain.schedules.gpu.generic import fused_schedule
+from toolchain.schedules.registry import schedule_for
 from toolchain.target import load_target, parse_target
 from toolchain.tir.race import check_races
 from toolchain.tir.schedule import Schedule
@@ -131,6 +133,32 @@ def test_a_matrix_vector_product_keeps_the_generic_kernel() -> None:
     sch = _matmul(0, 1, 50, 40)
     assert gemm.gemm_axes(sch.get(sch.get_block("C"))) is None
     assert gemm.try_tile_gemm(sch, sch.get_block("C"), SM80) is None
+
+
+def test_where_no_tile_fits_the_generic_kernel_stays(tmp_path: Path) -> None:
+    """A descriptor with 256 bytes of shared memory per block: not even the smallest tiles
+    fit, so the GEMM keeps the generic kernel, and the bundle is still right."""
+    tiny = parse_target("name: no-smem-gpu\nkind: cuda\nextends: cuda-sm80\n"
+                        "max_shared_memory_per_block: 256\n")
+    sch = _matmul(0, 96, 80, 72)
+    assert gemm.try_tile_gemm(Schedule(sch.mod, tiny), sch.get_block("C"), tiny) is None
+    model = MODELS["batch_matmul"]()
+    node = run_pipeline(from_onnx(model), layout_for_target(tiny)).nodes[0]
+    assert fused_schedule(node, tiny).info["schedule"] == "gpu generic"
+    feeds = random_inputs(model, seed=6)
+    got = load_bundle(compile_model(model, tiny, tmp_path / "emu", progress=False,
+                                    emulate=True))(feeds)
+    np.testing.assert_allclose(got["y"], run_graph(from_onnx(model), feeds)["y"],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_the_table_entry_schedules_a_lone_matmul_node() -> None:
+    """``schedule_for`` on a MatMul node (not a fused group) uses the same entry."""
+    x, w = Value("x", (20, 30), "float32"), Value("w", (30, 40), "float32")
+    s = schedule_for(Node("MatMul", "mm", [x, w], [Value("y", (20, 40), "float32")]), SM80)
+    assert s.info["schedule"] == "gpu tiled gemm"
+    assert [v.name for v in s.input_values] == ["x", "w"]
+    check_races(lower(s.schedule, target=SM80))
 
 
 # ---------------------------------------------------------------- through bundles
