@@ -2,12 +2,15 @@
 the groups whose anchor is a convolution, dense layer or matmul, how many of them the
 strategy table's tiled GEMM takes (the others — a matrix-vector product, a depthwise
 convolution — keep the generic one-thread-per-output kernel), and the most shared memory
-one of its kernels allocates.
+one of its kernels allocates. ``--races``: also run the race checker
+(:func:`toolchain.tir.race.check_races`, the interpreter's bounds checks included) on the
+first block of every tiled kernel, all its threads (slow: minutes for the zoo).
 
     python benchmarks/cuda_schedules.py                  # every zoo model, cuda-sm90
     python benchmarks/cuda_schedules.py --models resnet18 --target cuda-sm80
     python benchmarks/cuda_schedules.py --models resnet8 --show fused_conv2d_relu_1
                                               # that group's kernels, lowered
+    python benchmarks/cuda_schedules.py --races  # + the race checker on each tiled kernel
 
 It counts what is compiled; it measures no time (for that, ``benchmarks/cuda.py
 --schedules tiled,generic`` on a machine with a GPU).
@@ -29,6 +32,7 @@ from toolchain.schedules.generic.fused import anchor_of  # noqa: E402
 from toolchain.schedules.gpu.gemm import GEMM_OPS, lowered_shared_bytes  # noqa: E402
 from toolchain.schedules.gpu.generic import fused_schedule  # noqa: E402
 from toolchain.target import load_target  # noqa: E402
+from toolchain.tir.race import check_races  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
 
@@ -37,10 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="cuda-sm90")
     ap.add_argument("--models", default=None, help="comma-separated zoo names")
     ap.add_argument("--show", default=None, help="print the lowered kernels of this group")
+    ap.add_argument("--races", action="store_true",
+                    help="check every tiled kernel's first block for data races")
     args = ap.parse_args(argv)
     t = load_target(args.target)
     names = args.models.split(",") if args.models else list(ZOO)
-    print(f"{'model':26s} {'GEMM groups':>12s} {'tiled':>6s} {'most shared B':>14s}")
+    print(f"{'model':26s} {'GEMM groups':>12s} {'tiled':>6s} {'most shared B':>14s}"
+          + ("  races" if args.races else ""))
     for name in names:
         spec = ZOO[name]
         graph = run_pipeline(from_onnx(spec.build(), input_shapes=spec.input_shapes),
@@ -57,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             if s.info["schedule"] == "gpu tiled gemm":
                 tiled += 1
                 most = max(most, *lowered_shared_bytes(s.schedule, t).values())
-        print(f"{name:26s} {groups:12d} {tiled:6d} {most:14d}", flush=True)
+                if args.races:
+                    check_races(lower(s.schedule, target=t), max_blocks=1)  # raises
+        print(f"{name:26s} {groups:12d} {tiled:6d} {most:14d}"
+              + ("  none" if args.races else ""), flush=True)
     return 0
 
 
