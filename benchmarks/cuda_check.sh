@@ -30,9 +30,9 @@ step() {  # step SECONDS DESCRIPTION COMMAND...
 }
 
 nvidia-smi -L 2>&1 | tee -a "$log" || { echo "no NVIDIA GPU here" | tee -a "$log"; exit 1; }
-step 210 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
+step 150 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py
-step 240 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
+step 300 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
     --models resnet18,transformer_encoder --gemm 1024,2048,4096 --schedules tiled,generic \
     --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
