@@ -4,6 +4,7 @@ references measured in the same run.
     python benchmarks/cuda.py                  # zoo models + GEMM 1024..4096 (needs a GPU)
     python benchmarks/cuda.py --models lenet5,ds_cnn --gemm 1024
     python benchmarks/cuda.py --models resnet18 --gemm ''    # + PyTorch eager's ResNet-18
+    python benchmarks/cuda.py --schedules tiled,generic   # both GPU schedules, one run
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -16,6 +17,13 @@ references measured in the same run.
   included), then the kernels alone (Kiln: ``<m>_run_device``, launch and sync included;
   cuBLAS: CUDA events): the kernel ratio Kiln / cuBLAS is what to read.
 
+``--schedules``: ``tiled`` (the default: the strategy table's tiled GEMM for the
+convolution, dense and matmul groups), ``generic`` (those groups as one thread per output,
+the schedule before the tiled GEMM existed: the GPU entries of
+:data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with ``register_schedule``), or
+both (each model and GEMM size compiled and measured with each, in the same run; the
+``generic/tiled`` column is the kernels' time ratio).
+
 Without a GPU it says so and exits 0 (the CUDA bundles are checked on the CPU by the SIMT
 emulation in ``tests/bundle/test_cuda.py``).
 """
@@ -23,9 +31,11 @@ emulation in ``tests/bundle/test_cuda.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,6 +50,29 @@ from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
+SCHEDULES = ("tiled", "generic")
+
+
+@contextlib.contextmanager
+def schedule(name: str) -> Iterator[None]:
+    """Compile under the GPU schedule ``name``: ``tiled`` is the strategy table as it is;
+    ``generic`` registers the generic fused schedule for the GEMM ops on ``gpu``."""
+    from toolchain.schedules.gpu.gemm import GEMM_OPS
+    from toolchain.schedules.gpu.generic import fused_schedule
+    from toolchain.schedules.registry import register_schedule, unregister_schedule
+
+    if name not in SCHEDULES:
+        raise SystemExit(f"--schedules: unknown schedule {name!r} (one of {SCHEDULES})")
+    if name == "generic":
+        for op in GEMM_OPS:
+            register_schedule(op, "gpu")(fused_schedule)
+    try:
+        yield
+    finally:
+        if name == "generic":
+            for op in GEMM_OPS:
+                unregister_schedule(op, "gpu")
+
 
 def _ms(fn, repeat: int) -> float:
     fn()  # warm up (first run: workspace, weights upload, module load)
@@ -51,31 +84,38 @@ def _ms(fn, repeat: int) -> float:
     return 1e3 * float(np.median(times))
 
 
-def zoo(names: list[str], target: str, root: Path, repeat: int) -> None:
+def zoo(names: list[str], target: str, root: Path, repeat: int,
+        schedules: list[str]) -> None:
     import onnxruntime as ort
 
-    print(f"{'model':26s} {'max rel err':>12s} {'kiln ms':>9s} {'kernels ms':>11s} "
-          f"{'launches':>9s} {'ort ms':>9s}  ort provider")
+    print(f"{'model':26s} {'schedule':>8s} {'max rel err':>12s} {'kiln ms':>9s} "
+          f"{'kernels ms':>11s} {'launches':>9s} {'generic/tiled':>14s} {'ort ms':>9s}  "
+          "ort provider")
     for name in names:
         spec = ZOO[name]
         model = spec.build()
         feeds = spec.inputs(model)
         want = run_graph(from_onnx(model, input_shapes=spec.input_shapes), feeds)
-        d = compile_model(model, target, root / name, input_shapes=spec.input_shapes,
-                          progress=False, force=True)
-        mod = load_bundle(d)
-        got = mod(feeds)
-        err = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
-                  / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
-        kiln = _ms(lambda m=mod, f=feeds: m(f), repeat)
-        kernels = 1e3 * mod.device_time(feeds, repeat)
-        launches = mod.metadata["device"]["launches"]
         sess = ort.InferenceSession(model.SerializeToString(), providers=[
             p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
             if p in ort.get_available_providers()])
         ref = _ms(lambda s=sess, f=feeds: s.run(None, f), repeat)
-        print(f"{name:26s} {err:12.2e} {kiln:9.3f} {kernels:11.3f} {launches:9d} {ref:9.3f}  "
-              f"{sess.get_providers()[0]}", flush=True)
+        kernels_of: dict[str, float] = {}
+        for sname in schedules:
+            with schedule(sname):
+                d = compile_model(model, target, root / f"{name}_{sname}",
+                                  input_shapes=spec.input_shapes, progress=False, force=True)
+            mod = load_bundle(d)
+            got = mod(feeds)
+            err = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
+                      / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
+            kiln = _ms(lambda m=mod, f=feeds: m(f), repeat)
+            kernels_of[sname] = 1e3 * mod.device_time(feeds, repeat)
+            launches = mod.metadata["device"]["launches"]
+            ratio = (f"{kernels_of['generic'] / kernels_of['tiled']:14.2f}"
+                     if len(kernels_of) == 2 else f"{'':14s}")
+            print(f"{name:26s} {sname:>8s} {err:12.2e} {kiln:9.3f} {kernels_of[sname]:11.3f} "
+                  f"{launches:9d} {ratio} {ref:9.3f}  {sess.get_providers()[0]}", flush=True)
 
 
 def torch_resnet18(repeat: int) -> None:
@@ -112,37 +152,50 @@ def _gemm_model(n: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def gemm(sizes: list[int], target: str, root: Path, repeat: int) -> None:
-    import torch
+def _cublas(torch, a: np.ndarray, b: np.ndarray, repeat: int) -> tuple[float, float]:
+    """PyTorch's ``a @ b`` (cuBLAS): ms host to host, and ms of the kernel (CUDA events)."""
+    host = _ms(lambda: (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu(), repeat)
+    at, bt = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    at @ bt
+    start.record()
+    for _ in range(repeat):
+        at @ bt
+    end.record()
+    torch.cuda.synchronize()
+    return host, start.elapsed_time(end) / repeat
 
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
-    print(f"\n{'GEMM n':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} {'kiln kernel ms':>15s} "
-          f"{'cuBLAS kernel ms':>17s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
-          f"{'max rel err':>12s}")
+
+def gemm(sizes: list[int], target: str, root: Path, repeat: int,
+         schedules: list[str]) -> None:
+    try:
+        import torch
+    except ImportError:
+        torch = None  # Kiln's columns alone; cuBLAS's read nan
+        print("\nPyTorch is not installed: no cuBLAS reference in this run")
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
+    print(f"\n{'GEMM n':>8s} {'schedule':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} "
+          f"{'kiln kernel ms':>15s} {'cuBLAS kernel ms':>17s} {'kernel ratio':>13s} "
+          f"{'kiln TFLOP/s':>13s} {'max rel err':>12s}")
     rng = np.random.default_rng(0)
     for n in sizes:
         a = rng.standard_normal((n, n)).astype(np.float32)
         b = rng.standard_normal((n, n)).astype(np.float32)
-        mod = load_bundle(compile_model(_gemm_model(n), target, root / f"gemm{n}",
-                                        progress=False, force=True))
-        got = mod({"A": a, "B": b})["C"]
         want = a.astype(np.float64) @ b
-        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        kiln = _ms(lambda m=mod, x=a, y=b: m({"A": x, "B": y}), repeat)
-        cublas = _ms(lambda x=a, y=b: (torch.from_numpy(x).cuda()
-                                       @ torch.from_numpy(y).cuda()).cpu(), repeat)
-        at, bt = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        at @ bt
-        start.record()
-        for _ in range(repeat):
-            at @ bt
-        end.record()
-        torch.cuda.synchronize()
-        kernel = start.elapsed_time(end) / repeat
-        kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
-        print(f"{n:8d} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} {kernel:17.3f} "
-              f"{kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} {err:12.2e}", flush=True)
+        cublas, kernel = _cublas(torch, a, b, repeat) if torch is not None else (np.nan,
+                                                                                np.nan)
+        for sname in schedules:
+            with schedule(sname):
+                d = compile_model(_gemm_model(n), target, root / f"gemm{n}_{sname}",
+                                  progress=False, force=True)
+            mod = load_bundle(d)
+            got = mod({"A": a, "B": b})["C"]
+            err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+            kiln = _ms(lambda m=mod, x=a, y=b: m({"A": x, "B": y}), repeat)
+            kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
+            print(f"{n:8d} {sname:>8s} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} {kernel:17.3f} "
+                  f"{kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} {err:12.2e}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=None, help="comma-separated zoo names")
     ap.add_argument("--gemm", default="1024,2048,4096", help="sizes ('' for none)")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--schedules", default="tiled",
+                    help="comma-separated GPU schedules to compare: tiled, generic")
     args = ap.parse_args(argv)
+    schedules = [s for s in args.schedules.split(",") if s]
+    for s in schedules:
+        if s not in SCHEDULES:
+            ap.error(f"--schedules: unknown schedule {s!r} (one of {', '.join(SCHEDULES)})")
     if not gpu_available():
         print("no NVIDIA GPU here (nvidia-smi -L): nothing to measure; the CUDA bundles are "
               "checked on the CPU by tests/bundle/test_cuda.py (SIMT emulation)")
@@ -160,12 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
     with tempfile.TemporaryDirectory() as tmp:
         if names:
-            zoo(names, args.target, Path(tmp), args.repeat)
+            zoo(names, args.target, Path(tmp), args.repeat, schedules)
         if "resnet18" in names:
             torch_resnet18(args.repeat)
         sizes = [int(s) for s in args.gemm.split(",") if s]
         if sizes:
-            gemm(sizes, args.target, Path(tmp), args.repeat)
+            gemm(sizes, args.target, Path(tmp), args.repeat, schedules)
     return 0
 
 

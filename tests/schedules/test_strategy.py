@@ -53,7 +53,9 @@ def test_lookup_walks_the_keys_most_specific_first() -> None:
     assert lookup("QConv", m7) is STRATEGIES[("QConv", "cortex_m")]
     assert lookup("QConv", load_target("x86_64-avx2")) is STRATEGIES[("QConv", "cpu")]
     assert lookup("NoSuchOp", load_target("c-generic")) is STRATEGIES[("*", "cpu")]
-    assert lookup("Conv", load_target("cuda-sm80")) is None
+    cuda = load_target("cuda-sm80")  # keys [cuda, gpu]
+    assert lookup("Conv", cuda) is STRATEGIES[("Conv", "gpu")]  # the tiled implicit GEMM
+    assert lookup("Relu", cuda) is None  # only inside a fused group on a GPU
 
 
 def test_an_added_schedule_comes_before_the_table_at_its_key() -> None:

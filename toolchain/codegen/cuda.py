@@ -35,7 +35,7 @@ from toolchain.codegen.artifact import support_of
 from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
 from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import ExprMutator, StmtExprVisitor
+from toolchain.tir.functor import ExprMutator, StmtExprVisitor, uses_var
 
 
 class _Lane(ExprMutator):
@@ -156,7 +156,10 @@ class CUDARenderer(CStyleRenderer):
                                    "run the lowering pipeline (inject_virtual_thread)")
         idx = self.code_for_workitem[tag]
         start = "" if ir.is_const_int(s.min, 0) else f"{self.expr(s.min)} + "
-        self.emit(f"{{ const {self.ctype(s.loop_var.dtype)} {v} = {start}(int32_t){idx};")
+        if uses_var(s.body, s.loop_var):
+            self.emit(f"{{ const {self.ctype(s.loop_var.dtype)} {v} = {start}(int32_t){idx};")
+        else:  # a grid axis of extent 1 the body never reads (nvcc warns of it)
+            self.emit(f"{{ /* {v} = {start}{idx}: unused */")
         self.ranges[s.loop_var] = ir.Range(s.min, s.extent)
         self.block(s.body)
         self.emit("}")

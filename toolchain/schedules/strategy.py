@@ -23,6 +23,7 @@ from toolchain.schedules.cortex_m import fp32 as cortex_m_fp32
 from toolchain.schedules.cortex_m import int8 as cortex_m_int8
 from toolchain.schedules.generic import attention, conv2d, dense, fused, ops
 from toolchain.schedules.generic import int8 as generic_int8
+from toolchain.schedules.gpu import gemm as gpu_gemm
 from toolchain.schedules.gpu import generic as gpu_generic
 from toolchain.schedules.registry import ScheduleFn
 from toolchain.schedules.x86 import int8 as x86_int8
@@ -47,6 +48,9 @@ STRATEGIES: dict[tuple[str, str], ScheduleFn] = {
     # whole-tensor scratch
     **{(op, "cortex_m"): cortex_m_int8.schedule_cortex_m for op in ("QConv", "QGemm", "QAdd")},
     ("Conv", "cortex_m"): cortex_m_fp32.schedule_conv2d_m,
-    # GPUs (CUDA): every fused group as kernels of one thread per output element
+    # GPUs (CUDA): a group whose anchor is a GEMM (dense, matmul, batch matmul,
+    # convolution as an implicit GEMM) gets shared-memory and register tiles; every other
+    # group kernels of one thread per output element
+    **{(op, "gpu"): gpu_gemm.schedule_tiled for op in gpu_gemm.GEMM_OPS},
     ("Fused", "gpu"): gpu_generic.fused_schedule,
 }

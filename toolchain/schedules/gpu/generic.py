@@ -39,6 +39,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from toolchain.errors import KilnError
@@ -60,10 +61,13 @@ def _spatial_loops(sch: Schedule, block: Any, loops: list[Any]) -> int:
     return min(n, len(loops))
 
 
-def _inline(sch: Schedule) -> None:
-    """Inline every stage that can be (consumers first, so chains collapse)."""
+def _inline(sch: Schedule, keep: set[str] | frozenset[str] = frozenset()) -> None:
+    """Inline every stage that can be (consumers first, so chains collapse), but those
+    named in ``keep``."""
     root = sch.get_block("root")
     for b in reversed(sch.get_child_blocks(root)):
+        if sch.get(b).name_hint in keep:
+            continue
         try:
             sch.compute_inline(b)
         except KilnError:
@@ -147,34 +151,72 @@ def _accumulate_in_registers(sch: Schedule, block: Any, threads: int
     return trial, copy
 
 
-def schedule_gpu(func: ir.PrimFunc, target: Target) -> Schedule:
-    """The generic GPU schedule of ``func`` (see the module docstring)."""
+#: ``(schedule, block) -> schedule or None``: a better kernel for one reduction stage
+#: (the tiled GEMM of :mod:`toolchain.schedules.gpu.gemm`), tried before the generic one
+StageSchedule = Callable[[Schedule, Any, Target], "Schedule | None"]
+
+
+def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None = None,
+                 keep: Callable[[Schedule], set[str]] | None = None) -> Schedule:
+    """The generic GPU schedule of ``func`` (see the module docstring); ``tiled``, when
+    given, schedules the reduction stages it takes (returns a schedule for) instead.
+    ``keep(sch)`` names stages not to inline at first (the operands ``tiled`` stages into
+    shared memory); one left over after its consumer is scheduled is inlined then (or, if
+    it cannot be, gets a kernel of its own)."""
     sch = Schedule(func, target)
-    _inline(sch)
+    kept = keep(sch) if keep is not None else set()
+    _inline(sch, kept)
     threads = min(THREADS, target.max_threads_per_block or THREADS)
     # the stages left after inlining; a reduction's write-back block (made below) is
     # scheduled with it, and the element-wise stages folded into that block are gone
     for name in [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_block("root"))]:
-        if name not in st.block_names(sch.mod):
+        if name not in st.block_names(sch.mod) or name in kept:
             continue
         b = sch.get_block(name)
+        if tiled is not None and _is_reduction(sch, b):
+            done = tiled(sch, b, target)
+            if done is not None:
+                sch = done
+                continue
+            _inline_kept(sch, b, kept)
         better = _accumulate_in_registers(sch, b, threads) if _is_reduction(sch, b) else None
         if better is not None:
             sch = better[0]
         else:
             _bind(sch, b, threads)
+    for name in sorted(kept & set(st.block_names(sch.mod))):  # a kept stage left over
+        b = sch.get_block(name)
+        if not any((sch.get(lp).thread_tag or "") for lp in sch.get_loops(b)):
+            _bind(sch, b, threads)
     sch.verify(target)
     return sch
 
 
+def _inline_kept(sch: Schedule, block: Any, kept: set[str]) -> None:
+    """Inline the kept producers of ``block`` (its tiled kernel did not apply)."""
+    for p in sch.get_producers(block):
+        if sch.get(p).name_hint in kept:
+            try:
+                sch.compute_inline(p)
+            except KilnError:
+                pass  # it gets a kernel of its own
+
+
 def fused_schedule(node: Node, target: Target) -> OpSchedule:
-    """The strategy-table entry for ``Fused`` nodes on GPU targets: the group's composed
-    compute (:func:`~toolchain.schedules.generic.fused.fused_compute`) under
-    :func:`schedule_gpu`."""
+    """The strategy-table entry for ``Fused`` nodes on GPU targets: a group whose anchor
+    op has an entry of its own on the target (``("Conv", "gpu")``: the tiled GEMM) is
+    scheduled by that entry, handed the whole group (its kernels include the tail); any
+    other group is its composed compute
+    (:func:`~toolchain.schedules.generic.fused.fused_compute`) under :func:`schedule_gpu`."""
     from toolchain import te
     from toolchain.codegen.names import TE_NAMES, sanitize
-    from toolchain.schedules.generic.fused import fused_compute
+    from toolchain.schedules import registry
+    from toolchain.schedules.generic.fused import anchor_of, fused_compute
 
+    anchor = anchor_of(node)
+    fn = registry.lookup(anchor.op, target) if anchor is not None else None
+    if fn is not None and fn is not fused_schedule:
+        return fn(node, target)  # the anchor's kernel (the tiled GEMM), tail included
     fc = fused_compute(node)
     func = te.create_prim_func(fc.inputs + fc.outputs,
                                name=sanitize(node.attrs["kernel"], **TE_NAMES))

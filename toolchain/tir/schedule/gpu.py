@@ -2,8 +2,9 @@
 
 A *kernel* is one top-level loop nest under the root block that binds a ``blockIdx`` or
 ``threadIdx`` axis. Its threads per block are the product of its ``threadIdx.*`` extents;
-its shared memory is the footprint of every ``shared`` buffer touched in one block, i.e.
-the accessed region relaxed over every loop except the ``blockIdx`` ones.
+its shared memory is the footprint of every ``shared`` buffer one block holds at once: the
+accessed region relaxed over the thread loops and the loops inside the innermost loop
+around all of the buffer's accesses (a tile ``compute_at`` a step loop counts one step).
 """
 
 from __future__ import annotations
@@ -36,39 +37,111 @@ def thread_extents(kernel: ir.Stmt) -> dict[str, ir.PrimExpr]:
     return out
 
 
+def _common_loops(paths: list[tuple[ir.Stmt, ...]]) -> set[ir.Var]:
+    """The variables of the serial loops around every one of ``paths`` (outermost first,
+    up to where the paths part)."""
+    common: set[ir.Var] = set()
+    first = paths[0]
+    for d, s in enumerate(first):
+        if not all(len(p) > d and p[d] is s for p in paths[1:]):
+            break
+        if isinstance(s, ir.For) and not s.thread_tag:
+            common.add(s.loop_var)
+    return common
+
+
 def shared_footprint(kernel: ir.Stmt) -> dict[ir.Buffer, int]:
-    """Bytes of each shared buffer one thread block of ``kernel`` touches."""
-    sizes: dict[ir.Buffer, list[int]] = {}
+    """Bytes of each shared buffer one thread block of ``kernel`` holds at once.
+
+    A buffer's accesses are relaxed over the loops inside the innermost loop around all of
+    them and over the thread loops; the serial loops around all of them are fixed (the
+    largest tile over their values is taken): a tile fetched by ``cache_read(...,
+    "shared")`` + ``compute_at(k_0)`` counts one step of ``k_0``, not the whole ``k``
+    range (the allocation lives inside ``k_0`` once lowered)."""
+    uses: dict[ir.Buffer, list[tuple[ir.BlockRealize, tuple[ir.Stmt, ...], ir.BufferRegion]]]
+    uses = {}
     for r, path in st.blocks_under(kernel):
-        path = path + (r,)
-        relax = {n.loop_var: ir.Range(n.min, n.extent) for n in path
-                 if isinstance(n, ir.For) and not (n.thread_tag or "").startswith("blockIdx")}
-        fixed = {n.loop_var: ir.Range(n.min, n.extent) for n in path
-                 if isinstance(n, ir.For) and (n.thread_tag or "").startswith("blockIdx")}
-        vmap = dict(zip((iv.var for iv in r.block.iter_vars), r.iter_values, strict=True))
         for reg in r.block.reads + r.block.writes:
-            if not reg.buffer.scope.startswith("shared"):
-                continue
-            exts = []
-            for rg in reg.region:
-                lo = arith.relax(substitute(rg.min, vmap), relax)
-                hi = arith.relax(substitute(rg.min + rg.extent - 1, vmap), relax)
-                if lo is None or hi is None:
-                    exts.append(_const_dim(reg.buffer, len(exts)))
-                    continue
-                ext = arith.simplify(hi[1] - lo[0] + 1, {**relax, **fixed})
-                _, ub = arith.const_bound(ext, fixed)
-                exts.append(ub if ub is not None else _const_dim(reg.buffer, len(exts)))
-            old = sizes.get(reg.buffer)
-            sizes[reg.buffer] = exts if old is None else [max(a, b) for a, b in
-                                                          zip(old, exts, strict=True)]
+            if reg.buffer.scope.startswith("shared"):
+                uses.setdefault(reg.buffer, []).append((r, path + (r,), reg))
     out = {}
-    for buf, exts in sizes.items():
+    for buf, accs in uses.items():
+        # one block alone (a reduction into shared memory) may carry values across its
+        # loops: then every loop but blockIdx counts
+        blocks = {id(r) for r, _, _ in accs}
+        around = _common_loops([p for _, p, _ in accs]) if len(blocks) > 1 else set()
+        exts: list[int] | None = None
+        # a copy made by cache_read + compute_at writes what its readers read: where its
+        # own (div/mod) indices cannot be bounded, the readers' regions say the size
+        readers = [a for a in accs if not _is_copy_into(a[0], buf)]
+        for r, path, reg in accs:
+            cur = _extents(r, path, reg, around)
+            if readers and len(readers) < len(accs) and _is_copy_into(r, buf):
+                cur = [e if e is not None else 0 for e in cur]
+            cur = [e if e is not None else _const_dim(buf, d) for d, e in enumerate(cur)]
+            exts = cur if exts is None else [max(a, b) for a, b in zip(exts, cur, strict=True)]
         n = 1
-        for e in exts:
+        for e in exts or []:
             n *= e
         out[buf] = n * ir.bits_of(buf.dtype) // 8 * ir.lanes_of(buf.dtype)
     return out
+
+
+def _extents(r: ir.BlockRealize, path: tuple[ir.Stmt, ...], reg: ir.BufferRegion,
+             around: set[ir.Var]) -> list[int | None]:
+    """Per dimension, the most elements of ``reg`` one block touches for fixed values of
+    the loops in ``around`` (and of the ``blockIdx`` loops); None where not bounded."""
+    loops = [n for n in path if isinstance(n, ir.For)]
+    fixed_of = {n.loop_var: ir.Range(n.min, n.extent) for n in loops
+                if (n.thread_tag or "").startswith("blockIdx") or n.loop_var in around}
+    relax = {n.loop_var: ir.Range(n.min, n.extent) for n in loops
+             if n.loop_var not in fixed_of}
+    vmap = dict(zip((iv.var for iv in r.block.iter_vars), r.iter_values, strict=True))
+    exts = []
+    for rg in reg.region:
+        lo = arith.relax(substitute(rg.min, vmap), relax)
+        hi = arith.relax(substitute(rg.min + rg.extent - 1, vmap), relax)
+        if lo is None or hi is None:
+            exts.append(None)
+            continue
+        ub = _most(hi[1], lo[0], {**relax, **fixed_of}, fixed_of)
+        cap = _const_dim(reg.buffer, len(exts))
+        exts.append(min(ub, cap) if ub is not None else None)
+    return exts
+
+
+def _is_copy_into(r: ir.BlockRealize, buf: ir.Buffer) -> bool:
+    """Whether block ``r`` only copies another buffer into ``buf`` (a cache_read copy)."""
+    body = r.block.body
+    return (isinstance(body, ir.BufferStore) and body.buffer is buf
+            and isinstance(body.value, ir.BufferLoad) and r.block.init is None)
+
+
+def _sides(e: ir.PrimExpr, kind: type) -> list[ir.PrimExpr]:
+    """``e`` and, where it is ``T.max(a, b) + c`` (``kind`` Max) or ``T.min(a, b) + c``
+    (Min), ``a + c`` and ``b + c``: each side bounds ``e`` from below (Max) or above."""
+    const = None
+    if isinstance(e, ir.Add) and isinstance(e.b, ir.IntImm):
+        e, const = e.a, e.b
+    elif isinstance(e, ir.Sub) and isinstance(e.b, ir.IntImm):
+        e, const = e.a, ir.IntImm(-e.b.value)
+    out = [e if const is None else e + const]
+    if isinstance(e, kind):
+        out += [x if const is None else x + const for x in (e.a, e.b)]
+    return out
+
+
+def _most(hi: ir.PrimExpr, lo: ir.PrimExpr, ranges: dict, fixed: dict) -> int | None:
+    """A constant upper bound of ``hi - lo + 1``; a clamped bound (``T.max(y - 1, 0)``, a
+    padded window's first row) is bounded by either of its sides."""
+    los, his = _sides(lo, ir.Max), _sides(hi, ir.Min)
+    best = None
+    for h in his:
+        for low in los:
+            _, ub = arith.const_bound(arith.simplify(h - low + 1, ranges), fixed)
+            if ub is not None and (best is None or ub < best):
+                best = ub
+    return best
 
 
 def _const_dim(buf: ir.Buffer, d: int) -> int:

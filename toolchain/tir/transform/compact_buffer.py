@@ -183,6 +183,67 @@ def _inner_ranges(path: tuple[ir.Stmt, ...], lca: ir.For | None) -> dict[ir.Var,
     return ranges
 
 
+def _size(region: list) -> float:
+    """Elements of a region (infinite where an extent is not a constant)."""
+    n = 1.0
+    for _, e in region:
+        if not isinstance(e, ir.IntImm):
+            return float("inf")
+        n *= e.value
+    return n
+
+
+def _block_floor(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
+    """The innermost ``blockIdx`` loop around every access of a ``shared`` or ``local``
+    buffer: such a buffer never holds values from one GPU block to the next (each block
+    has its own), so its allocation never has to leave that loop."""
+    if buf.scope not in ("shared", "local"):
+        return None
+    floor = None
+    for s in accesses[0].path:
+        if not all(any(x is s for x in a.path) for a in accesses[1:]):
+            break
+        if isinstance(s, ir.For) and (s.thread_tag or "").startswith("blockIdx"):
+            floor = s
+    return floor
+
+
+def _thread_vars(accesses: list[_Access], lca: ir.For | None) -> dict[str, ir.Var]:
+    """A canonical variable per ``threadIdx`` axis bound below ``lca`` on the paths of a
+    ``local`` buffer's accesses: each thread keeps its own copy, so its region is the one
+    of a single thread (the thread variables fixed, not relaxed)."""
+    tags: dict[str, ir.Var] = {}
+    for a in accesses:
+        for s in _inner_loops(a.path, lca):
+            tag = s.thread_tag or ""
+            if tag.startswith("threadIdx") and tag not in tags:
+                tags[tag] = ir.Var(tag.replace(".", "_"))
+    return tags
+
+
+def _inner_loops(path: tuple[ir.Stmt, ...], lca: ir.For | None) -> list[ir.For]:
+    inside = lca is None
+    out = []
+    for s in path:
+        if inside and isinstance(s, ir.For):
+            out.append(s)
+        if s is lca:
+            inside = True
+    return out
+
+
+def _canonical(a: _Access, canon: dict[str, ir.Var]) -> _Access:
+    """``a`` with its thread-bound loop variables replaced by the canonical ones (and
+    those loops left off its path, so they are not relaxed)."""
+    sub = {s.loop_var: canon[s.thread_tag] for s in a.path
+           if isinstance(s, ir.For) and (s.thread_tag or "") in canon}
+    if not sub:
+        return a
+    path = tuple(s for s in a.path if not (isinstance(s, ir.For)
+                                           and (s.thread_tag or "") in canon))
+    return _Access(path, tuple(substitute(i, sub) for i in a.indices), a.write)
+
+
 def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list | None:
     """Per dimension ``(lo, extent)`` of the region touched below ``lca``."""
     out = []
@@ -214,11 +275,33 @@ def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list
 
 
 class _Rewrite(StmtExprMutator):
-    def __init__(self, old: ir.Buffer, new: ir.Buffer, offsets: list[ir.PrimExpr]) -> None:
+    """Index the new buffer: ``offsets`` subtracted (their canonical thread variables, if
+    any, replaced by the loop variables bound to the same thread axes at each access)."""
+
+    def __init__(self, old: ir.Buffer, new: ir.Buffer, offsets: list[ir.PrimExpr],
+                 canon: dict[str, ir.Var] | None = None) -> None:
         self.old, self.new, self.offsets = old, new, offsets
+        self.canon = canon or {}
+        self.bound: dict[str, ir.Var] = {}
+
+    def visit_For(self, s: ir.For) -> ir.Stmt:
+        tag = s.thread_tag or ""
+        if tag not in self.canon:
+            return super().visit_For(s)
+        outer = self.bound.get(tag)
+        self.bound[tag] = s.loop_var
+        try:
+            return super().visit_For(s)
+        finally:
+            if outer is None:
+                self.bound.pop(tag)
+            else:
+                self.bound[tag] = outer
 
     def _idx(self, idx: tuple[ir.PrimExpr, ...]) -> tuple[ir.PrimExpr, ...]:
-        return tuple(i if ir.is_const_int(o, 0) else arith.simplify(i - o)
+        back = {v: self.bound[t] for t, v in self.canon.items() if t in self.bound}
+        return tuple(i if ir.is_const_int(o, 0) else
+                     arith.simplify(i - (substitute(o, back) if back else o))
                      for i, o in zip(idx, self.offsets, strict=True))
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
@@ -253,14 +336,22 @@ class _Compact(StmtExprMutator):
         if acc.opaque or not acc.found or buf.strides:
             return s if body is s.body else ir.Allocate(buf, body)
         lca = _lca(acc.found, buf)
-        while lca is not None and not _private_per_iteration(acc.found, lca):
+        floor = _block_floor(acc.found, buf)
+        while (lca is not None and lca is not floor
+               and not _private_per_iteration(acc.found, lca)):
             lca = _enclosing_loop(acc.found[0].path, lca)
-        region = _region(acc.found, buf, lca)
+        canon = _thread_vars(acc.found, lca) if buf.scope == "local" else {}
+        found = [_canonical(a, canon) for a in acc.found] if canon else acc.found
+        region = _region(found, buf, lca)
+        if canon:
+            whole = _region(acc.found, buf, lca)
+            if not _size(region) < _size(whole):
+                canon, region = {}, whole  # per thread no smaller: the block's region
         shape = tuple(ext for _, ext in region)
         new = buf
         if any(a is not b for a, b in zip(shape, buf.shape, strict=True)):
             new = ir.Buffer(buf.name, shape, buf.dtype, buf.scope, (), buf.align)
-            body = _Rewrite(buf, new, [lo for lo, _ in region]).visit_stmt(body)
+            body = _Rewrite(buf, new, [lo for lo, _ in region], canon).visit_stmt(body)
             if lca is not None:  # the rewrite rebuilt the loop: find it again
                 lca = _find_loop(body, lca.loop_var)
         if lca is None:
@@ -305,5 +396,25 @@ def compact_buffer_allocation(func: ir.PrimFunc) -> ir.PrimFunc:
                 C_local[i_1, j_1] = ...
             for ax0, ax1 in T.grid(8, 16):
                 C[i_0 * 8 + ax0, j_0 * 16 + ax1] = C_local[ax0, ax1]
+
+    On a GPU a ``local`` buffer is each thread's own: its accesses under ``threadIdx``
+    loops are sized per thread (the loop variables bound to one thread axis taken as the
+    same thread), and a ``shared`` or ``local`` buffer never leaves the innermost
+    ``blockIdx`` loop. Before (the tiled GEMM's accumulator, 2 x 2 threads of 4 x 2)::
+
+        for j_0 in T.thread_binding(2, thread="blockIdx.x"):
+            C_local = T.allocate((8, 8), "float32", scope="local")
+            ...
+            for i_1 in T.thread_binding(2, thread="threadIdx.y"):
+                for j_1 in T.thread_binding(2, thread="threadIdx.x"):
+                    for k, i_2, j_2 in T.grid(64, 4, 2):
+                        C_local[i_1 * 4 + i_2, j_1 * 2 + j_2] = ...
+            for ax0_0 in T.thread_binding(2, thread="threadIdx.y"):
+                for ax1_0 in T.thread_binding(2, thread="threadIdx.x"):
+                    for ax0_1, ax1_1 in T.grid(4, 2):
+                        C[..] = C_local[ax0_0 * 4 + ax0_1, ax1_0 * 2 + ax1_1]
+
+    After: ``C_local = T.allocate((4, 2), "float32", scope="local")``, read and written as
+    ``C_local[i_2, j_2]`` and ``C_local[ax0_1, ax1_1]``.
     """
     return _Compact().visit(func)

@@ -1,0 +1,480 @@
+"""The tiled GPU schedule of GEMM-shaped reductions: dense, matmul, batch matmul and
+convolution as an implicit GEMM.
+
+A reduction block ``C[...] += X[...] * Y[...]`` (each operand a load, possibly behind a
+padding ``if_then_else`` or a cast) is a GEMM when its spatial axes split into those only
+``X`` reads (the rows of one operand), those only ``Y`` reads (the columns of the other)
+and those both read (a batch). The output's innermost axis decides which operand's axis
+the thread's ``x`` runs along (so neighbouring threads write neighbouring outputs); the
+other operand's innermost axis is the ``y`` axis; every other spatial axis goes to
+``blockIdx.z``. A convolution in the CUDA path's layout (NCHW: output ``[n, co, oh, ow]``,
+data read at ``[n, ci, oh*s + kh, ow*s + kw]``, weights at ``[co, ci, kh, kw]``) thus runs
+``ow`` along ``x``, ``co`` along ``y`` and ``n * oh`` over ``blockIdx.z``: each block
+computes a ``BN x BM`` tile of one output row and of ``BN`` output channels, an implicit
+GEMM whose data tile is gathered from the input, never written out as im2col: the
+padding stage is kept out of the convolution (:func:`operand_stages`) and computed straight
+into the shared tile (``set_scope(pad, "shared")`` + ``compute_at``), its guard in the
+fetch, so the tile is a fixed-size window of the padded input.
+
+The kernel (:func:`tile_gemm`), for a block tile ``BY x BX`` of ``TY x TX`` threads, each
+thread an ``RY x RX`` register tile (``BY = TY * RY``, ``BX = TX * RX``):
+
+- the accumulator in registers: ``cache_write(C, "local")``, the element-wise tail (bias,
+  activation, residual add) folded into its write-back (``reverse_compute_inline``);
+- the outer reduction axis split by ``BK`` (a divisor of it): per step the block fetches
+  the ``X`` and ``Y`` tiles it needs into shared memory cooperatively
+  (``cache_read(..., "shared")`` + ``compute_at`` the step loop, the copy's loops fused and
+  spread over the block's threads), the other reduction axes (a convolution's window) run
+  inside the step;
+- the barriers between fetch and use are placed by the lowering pass ``inject_barriers``;
+- shapes that the tiles do not divide get guards (``T.where``) from the non-divisible
+  splits: the threads past the edge fetch nothing and write nothing.
+
+Tile sizes come from the target's descriptor and the shapes (:func:`choose_tiles`): the
+threads per block (``max_threads_per_block``; at least a ``warp_size`` where the shape
+allows), the shared
+memory per block (``max_shared_memory_per_block``) and the registers per thread
+(``max_registers_per_thread``), never from the target's name.
+
+Before (``Relu(MatMul(A, W))``, 64 x 32 times 32 x 48)::
+
+    for i, j, k in T.grid(64, 48, 32):
+        with T.block("C"): C[vi, vj] += A[vi, vk] * W[vk, vj]
+    for i, j in T.grid(64, 48):
+        with T.block("D"): D[vi, vj] = T.max(C[vi, vj], 0)
+
+after (``tile_gemm``; :func:`choose_tiles` gives 16 x 16 threads, each 4 x 2 outputs: a
+64 x 32 tile per block, two blocks; ``BK`` = 32, so one step), abridged::
+
+    for i_0 in T.thread_binding(1, thread="blockIdx.y"):
+        for j_0 in T.thread_binding(2, thread="blockIdx.x"):
+            for k_0 in range(1):
+                for ax0_ax1_fused_0 in range(4):                    # W's tile -> W_shared
+                    for ax0_ax1_fused_1 in T.thread_binding(16, thread="threadIdx.y"):
+                        for ax0_ax1_fused_2 in T.thread_binding(16, thread="threadIdx.x"):
+                            with T.block("W_shared"):
+                                ...
+                                T.where(j_0 * 32 + ax0_ax1_fused_1 % 2 * 16 + ax0_ax1_fused_2 < 48)
+                                W_shared[v0, v1] = W[v0, v1]
+                for ax0_ax1_fused_0_1 in range(8): ...              # A's tile -> A_shared
+                for i_1 in T.thread_binding(16, thread="threadIdx.y"):
+                    for j_1 in T.thread_binding(16, thread="threadIdx.x"):
+                        for k_1, i_2, j_2 in T.grid(32, 4, 2):
+                            with T.block("C"):
+                                ...
+                                T.where(j_0 * 32 + j_1 * 2 + j_2 < 48)
+                                C_local[vi, vj] += A_shared[vi, vk] * W_shared[vk, vj]
+            for ax0_0 in T.thread_binding(16, thread="threadIdx.y"):  # write-back + relu
+                for ax1_0 in T.thread_binding(16, thread="threadIdx.x"):
+                    for ax0_1, ax1_1 in T.grid(4, 2):
+                        with T.block("C_local"):
+                            ...
+                            D[v0_2, v1_2] = T.max(C_local[v0_2, v1_2], 0)
+
+Lowered, ``C_local`` is 8 floats per thread (its register tile), ``A_shared`` and
+``W_shared`` one step's tiles, with one barrier between the fetches and the products.
+
+>>> from toolchain import te
+>>> from toolchain.target import load_target
+>>> from toolchain.tir.schedule import Schedule
+>>> A = te.placeholder((64, 32), name="A"); W = te.placeholder((32, 48), name="W")
+>>> k = te.reduce_axis((0, 32), name="k")
+>>> C = te.compute((64, 48), lambda i, j: te.sum(A[i, k] * W[k, j], axis=k), name="C")
+>>> t = load_target("cuda-sm80")
+>>> sch = tile_gemm(Schedule(te.create_prim_func([A, W, C]), t), "C", t)
+>>> 'scope="shared"' in str(sch.mod) and 'scope="local"' in str(sch.mod)
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from toolchain.errors import KilnError
+from toolchain.graph.ir import Node
+from toolchain.schedules.registry import OpSchedule
+from toolchain.target import Target
+from toolchain.tir import ir
+from toolchain.tir.functor import StmtExprVisitor, free_vars
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
+
+#: most threads per block the tiled kernels use (fewer where the descriptor says so)
+MAX_THREADS = 256
+#: the register tile of a thread along each axis, at most
+MAX_REG_TILE = 4
+#: registers a thread needs beside its accumulators (indices, fetched operands), a guess
+#: on the safe side used only to keep the register tile inside the descriptor's limit
+REGISTER_OVERHEAD = 32
+
+
+@dataclass(frozen=True)
+class GemmAxes:
+    """How a reduction block is a GEMM: indices (into the block's loops, which follow its
+    iteration variables) of the ``x`` axis, the ``y`` axis, the other spatial axes (over
+    ``blockIdx.z``) and the reduction axes; which operand the ``x`` axis reads."""
+
+    x: int
+    y: int
+    others: tuple[int, ...]
+    reduce: tuple[int, ...]
+    extents: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """A block tile ``(ty * ry) x (tx * rx)`` of ``ty x tx`` threads, each an ``ry x rx``
+    register tile, and the reduction step ``bk`` of the outer reduction axis."""
+
+    ty: int
+    tx: int
+    ry: int
+    rx: int
+    bk: int
+
+    @property
+    def threads(self) -> int:
+        return self.ty * self.tx
+
+
+class _Loads(StmtExprVisitor):
+    def __init__(self) -> None:
+        self.loads: list[ir.BufferLoad] = []
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        self.loads.append(e)
+        super().visit_BufferLoad(e)
+
+
+def _operand(e: ir.PrimExpr) -> ir.BufferLoad | None:
+    """The one load an operand of the product is: a load, a cast of one, or a padding
+    ``if_then_else(cond, load, 0)``."""
+    if isinstance(e, ir.BufferLoad):
+        return e
+    if isinstance(e, ir.Cast):
+        return _operand(e.value)
+    if isinstance(e, ir.Call) and e.op == "tir.if_then_else" and len(e.args) == 3:
+        other = e.args[2]
+        if isinstance(other, (ir.FloatImm, ir.IntImm)) and other.value == 0:
+            return _operand(e.args[1])
+    return None
+
+
+def gemm_axes(block: ir.Block) -> GemmAxes | None:
+    """How ``block`` is a GEMM (see :class:`GemmAxes`), or None when it is not one: not a
+    sum of products of two loads, or no spatial axis read by one operand only on a side.
+
+    >>> from toolchain import te
+    >>> A = te.placeholder((4, 3), name="A"); B = te.placeholder((3, 5), name="B")
+    >>> k = te.reduce_axis((0, 3), name="k")
+    >>> C = te.compute((4, 5), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    >>> from toolchain.tir.schedule import Schedule
+    >>> sch = Schedule(te.create_prim_func([A, B, C]))
+    >>> gemm_axes(sch.get(sch.get_block("C")))
+    GemmAxes(x=1, y=0, others=(), reduce=(2,), extents=(4, 5, 3))
+    """
+    body = block.body
+    if not isinstance(body, ir.BufferStore) or block.init is None:
+        return None
+    ivs = block.iter_vars
+    if not all(isinstance(iv.dom.extent, ir.IntImm) for iv in ivs):
+        return None
+    value = body.value
+    if not (isinstance(value, ir.Add) and isinstance(value.a, ir.BufferLoad)
+            and value.a.buffer is body.buffer and isinstance(value.b, ir.Mul)):
+        return None
+    x_load, y_load = _operand(value.b.a), _operand(value.b.b)
+    if x_load is None or y_load is None:
+        return None
+    spatial = [i for i, iv in enumerate(ivs) if iv.iter_type == ir.IterType.SPATIAL]
+    reduce = tuple(i for i, iv in enumerate(ivs) if iv.iter_type == ir.IterType.REDUCE)
+    if not reduce or len(spatial) + len(reduce) != len(ivs):
+        return None
+    if [i for i in spatial] != list(range(len(spatial))):
+        return None  # the reduction axes must be innermost
+    out_vars = [free_vars(i) for i in body.indices]
+    if any(len(v) > 1 for v in out_vars):
+        return None
+    used = [{v for i in ld.indices for v in free_vars(i)} for ld in (x_load, y_load)]
+    only = [[i for i in spatial if ivs[i].var in used[s] and ivs[i].var not in used[1 - s]
+             and ivs[i].dom.extent.value > 1] for s in (0, 1)]
+    if not only[0] or not only[1]:
+        return None
+    # the x axis: the operand axis innermost in the output
+    pos = {ivs[i].var: d for i in spatial for d, v in enumerate(out_vars) if ivs[i].var in v}
+    if any(ivs[i].var not in pos for i in spatial):
+        return None
+    inner = max(only[0] + only[1], key=lambda i: pos[ivs[i].var])
+    y = max(only[1] if inner in only[0] else only[0], key=lambda i: pos[ivs[i].var])
+    others = tuple(i for i in spatial if i not in (inner, y))
+    return GemmAxes(inner, y, others, reduce, tuple(int(iv.dom.extent.value) for iv in ivs))
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1) if n >= 1 else 0
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << (max(1, n) - 1).bit_length()
+
+
+def choose_tiles(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target,
+                 itemsize: int = 4) -> Tiles:
+    """Tile sizes for an ``ext_y x ext_x`` output and an outer reduction axis of
+    ``ext_k`` (each step also reads ``window`` elements per row of the inner reduction
+    axes: a convolution's ``kh * kw``), from the target's descriptor.
+
+    Threads: a power of two from one warp up to ``min(256, max_threads_per_block)``,
+    ``x`` first (up to 16 or the axis), the rest on ``y``; shrunk so that no more than
+    half of a block's threads idle on an axis smaller than the tile. Register tile: up to
+    4 x 4 outputs a thread, kept under ``max_registers_per_thread``. ``bk``: the largest
+    of 32, 16, 8, 4, 2, 1 (at most ``ext_k``) whose two shared tiles fit in
+    ``max_shared_memory_per_block``.
+
+    >>> from toolchain.target import load_target
+    >>> choose_tiles(1024, 1024, 1024, 1, load_target("cuda-sm80"))
+    Tiles(ty=16, tx=16, ry=4, rx=4, bk=32)
+    >>> choose_tiles(1, 500, 800, 1, load_target("cuda-sm80"))  # a dense layer, batch 1
+    Tiles(ty=1, tx=16, ry=1, rx=4, bk=32)
+    """
+    warp = target.warp_size or 32
+    most = min(MAX_THREADS, target.max_threads_per_block or MAX_THREADS)
+    regs = target.max_registers_per_thread or 255
+    smem = target.max_shared_memory_per_block or 48 * 1024
+    rx = min(MAX_REG_TILE, _pow2_at_most(ext_x // 16) or 1)
+    ry = min(MAX_REG_TILE, _pow2_at_most(ext_y // 16) or 1)
+    while rx * ry + rx + ry + REGISTER_OVERHEAD > regs and rx * ry > 1:
+        if rx >= ry:
+            rx //= 2
+        else:
+            ry //= 2
+    tx = min(16, most, _pow2_at_least(math.ceil(ext_x / rx)))
+    ty = min(16, max(1, most // tx), _pow2_at_least(math.ceil(ext_y / ry)))
+    while tx * ty < warp and tx < min(16, most) and tx * rx < ext_x * 2:
+        tx *= 2  # at least a warp where the axis allows: idle lanes cost as much
+    bk = 1  # a divisor of ext_k: no guard in the step loop, so each step's tile is private
+    for cand in range(min(32, ext_k), 0, -1):
+        if ext_k % cand == 0 and (ty * ry + tx * rx) * cand * window * itemsize <= smem // 2:
+            bk = cand
+            break
+    return Tiles(ty, tx, ry, rx, bk)
+
+
+def _spread(sch: Schedule, copy: Any, step: Any, tiles: Tiles) -> None:
+    """Spread a shared copy's loops (those under the step loop ``step``) over the block's
+    threads: fused, split ``[None, ty, tx]`` (guarded where that does not divide), bound."""
+    step_var = sch.get(step).loop_var
+    loops = sch.get_loops(copy)
+    at = next(i for i, lp in enumerate(loops) if sch.get(lp).loop_var is step_var)
+    own = loops[at + 1:]
+    fused = sch.fuse(*own) if len(own) > 1 else own[0]
+    _, ty, tx = sch.split(fused, [None, tiles.ty, tiles.tx])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+
+
+def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = None
+              ) -> Schedule:
+    """``sch`` (a copy; the original is untouched) with the GEMM block ``block`` (a
+    handle or a name) tiled as the module docstring says, its element-wise consumers folded
+    into the write-back. ``tiles`` overrides :func:`choose_tiles`. Raises
+    :class:`~toolchain.errors.KilnError` (a schedule error naming the step) where the
+    block is not a GEMM or a step does not apply."""
+    sch = sch.copy()
+    b = sch.get_block(block) if isinstance(block, str) else block
+    blk = sch.get(b)
+    axes = gemm_axes(blk)
+    if axes is None:
+        raise KilnError(f"tile_gemm: block {blk.name_hint!r} is not a GEMM-shaped reduction "
+                        "(a sum over products of two loads with row and column axes)")
+    loops = sch.get_loops(b)
+    if len(loops) != len(blk.iter_vars):
+        raise KilnError(f"tile_gemm: block {blk.name_hint!r} is already scheduled "
+                        f"({len(loops)} loops for {len(blk.iter_vars)} axes)")
+    ext = axes.extents
+    k0 = axes.reduce[0]
+    window = math.prod(ext[i] for i in axes.reduce[1:])
+    itemsize = ir.bits_of(blk.body.buffer.dtype) // 8 or 4
+    t = tiles or choose_tiles(ext[axes.y], ext[axes.x], ext[k0], window, target, itemsize)
+    cl = sch.cache_write(b, 0, "local")
+    _fold_tail(sch, cl)
+    # the shared copies are made before any loop of the nest is bound to the grid: the
+    # launch-limit check then sees each copy only once it holds one step's tile
+    copies = [_stage(sch, b, _operand_buffer(sch.get(b), k)) for k in (0, 1)]
+    others = [loops[i] for i in axes.others]
+    rest = [loops[i] for i in axes.reduce[1:]]
+    by, ty, yy = sch.split(loops[axes.y], [None, t.ty, t.ry])
+    bx, tx, xx = sch.split(loops[axes.x], [None, t.tx, t.rx])
+    ko, ki = sch.split(loops[k0], [None, t.bk])
+    sch.reorder(*others, by, bx, ko, ty, tx, ki, *rest, yy, xx)
+    bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
+    for s in copies:
+        sch.compute_at(s, ko)
+    sch.reverse_compute_at(cl, bx)
+    wb = sch.get_loops(cl)
+    bx_var = sch.get(bx).loop_var
+    own = wb[next(i for i, lp in enumerate(wb) if sch.get(lp).loop_var is bx_var) + 1:]
+    if len(own) != 2:
+        raise KilnError(f"tile_gemm: the write-back of {blk.name_hint!r} has {len(own)} "
+                        "loops per tile, expected 2 (rows and columns)")
+    wy, wyy = sch.split(own[0], [t.ty, None])
+    wx, wxx = sch.split(own[1], [t.tx, None])
+    sch.reorder(wy, wx, wyy, wxx)
+    for s in copies:
+        _spread(sch, s, ko, t)
+    for loop, tag in ((wy, "threadIdx.y"), (wx, "threadIdx.x"), (ty, "threadIdx.y"),
+                      (tx, "threadIdx.x"), (by, "blockIdx.y"), (bx, "blockIdx.x")):
+        sch.bind(loop, tag)
+    if bz is not None:
+        sch.bind(bz, "blockIdx.z")
+    return sch
+
+
+def _stage(sch: Schedule, block: Any, name: str) -> Any:
+    """The block that will fill the shared tile of operand buffer ``name``: its producer
+    stage in the function (a padding or a transpose kept out of the consumer), moved to
+    shared memory; else a ``cache_read`` copy of the parameter."""
+    for p in sch.get_producers(block):
+        if any(w.buffer.name == name for w in sch.get(p).writes):
+            sch.set_scope(p, name, "shared")
+            return p
+    return sch.cache_read(block, name, "shared")
+
+
+def operand_stages(sch: Schedule) -> set[str]:
+    """The names of the blocks that produce an operand of a GEMM-shaped block of ``sch``
+    (read by nothing else): staged into shared memory by :func:`tile_gemm` instead of
+    being inlined (a padded convolution's window then is a fixed-size tile of the padded
+    input, computed per step with its padding guard)."""
+    keep: set[str] = set()
+    for b in sch.get_child_blocks(sch.get_block("root")):
+        blk = sch.get(b)
+        if gemm_axes(blk) is None:
+            continue
+        names = {ld.buffer.name for ld in _operand_loads(blk)}
+        for p in sch.get_producers(b):
+            pb = sch.get(p)
+            if (len(pb.writes) == 1 and pb.writes[0].buffer.name in names
+                    and len(sch.get_consumers(p)) == 1 and pb.init is None):
+                keep.add(pb.name_hint)
+    return keep
+
+
+def _operand_loads(blk: ir.Block) -> list[ir.BufferLoad]:
+    mul = blk.body.value.b
+    return [ld for ld in (_operand(mul.a), _operand(mul.b)) if ld is not None]
+
+
+def _operand_buffer(blk: ir.Block, which: int) -> ir.Buffer | str:
+    """The buffer of the product's ``which``-th operand (for ``cache_read``)."""
+    mul = blk.body.value.b
+    load = _operand(mul.a if which == 0 else mul.b)
+    assert load is not None
+    return load.buffer.name
+
+
+def _fold_tail(sch: Schedule, copy: Any) -> None:
+    """Fold the element-wise consumers of the accumulator's write-back into it."""
+    changed = True
+    while changed:
+        changed = False
+        for c in sch.get_consumers(copy):
+            try:
+                sch.reverse_compute_inline(c)
+                changed = True
+                break
+            except KilnError:
+                continue
+
+
+#: the ops whose groups get the tiled kernel (their strategy-table entries on ``gpu``)
+GEMM_OPS = ("Conv", "MatMul", "Gemm")
+
+
+def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+    """:func:`tile_gemm` where it applies and its lowered kernel stays inside the target's
+    shared memory per block (the allocations :func:`lowered_shared_bytes` counts), with the
+    step ``bk`` and then the register tile halved until it does; else None (the caller
+    keeps its generic kernel for the stage)."""
+    blk = sch.get(block)
+    axes = gemm_axes(blk)
+    if axes is None:
+        return None
+    ext = axes.extents
+    window = math.prod(ext[i] for i in axes.reduce[1:])
+    t = choose_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], window, target,
+                     ir.bits_of(blk.body.buffer.dtype) // 8 or 4)
+    limit = target.max_shared_memory_per_block or 48 * 1024
+    for _ in range(12):
+        try:
+            out = tile_gemm(sch, block, target, t)
+            out.verify(target)
+            if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
+                return out
+        except KilnError:
+            return None
+        t = _smaller(t, ext[axes.reduce[0]])
+        if t is None:
+            return None
+    return None
+
+
+def _smaller(t: Tiles, ext_k: int) -> Tiles | None:
+    """The next smaller tiles: the step first (a smaller divisor of ``ext_k``), then the
+    register tile."""
+    for cand in range(t.bk - 1, 0, -1):
+        if ext_k % cand == 0 and cand <= t.bk // 2:
+            return replace(t, bk=cand)
+    if t.ry > 1 or t.rx > 1:
+        return replace(t, ry=max(1, t.ry // 2), rx=max(1, t.rx // 2))
+    return None
+
+
+def lowered_shared_bytes(sch: Schedule, target: Target) -> dict[str, int]:
+    """Bytes of ``shared`` memory each kernel of ``sch`` allocates once lowered (what
+    ``ptxas`` counts), keyed by the kernel's outer loop variable."""
+    from toolchain.driver import lower
+    from toolchain.tir.transform.inject_barriers import kernels_of
+
+    func = lower(sch, target=target)
+    _, kernels = kernels_of(func.body)
+    out = {}
+    for k in kernels:
+        total = 0
+        for node, _ in st.walk(k):
+            if isinstance(node, ir.Allocate) and node.buffer.scope.startswith("shared"):
+                n = math.prod(int(d.value) if isinstance(d, ir.IntImm) else 1 << 30
+                              for d in node.buffer.shape)
+                total += n * ir.bits_of(node.buffer.dtype) // 8
+        name = k.loop_var.name if isinstance(k, ir.For) else type(k).__name__
+        out[name] = total
+    return out
+
+
+def schedule_tiled(node: Node, target: Target) -> OpSchedule:
+    """The strategy-table entry of dense, matmul, batch matmul and convolution on GPU
+    targets: ``node`` (a ``Fused`` group whose anchor is one of :data:`GEMM_OPS`, or the op
+    alone) as kernels of :func:`~toolchain.schedules.gpu.generic.schedule_gpu` whose GEMM
+    stages are tiled (:func:`try_tile_gemm`); a stage the tiles do not fit (a
+    matrix-vector product: one row or one column) keeps the generic kernel."""
+    from toolchain import te
+    from toolchain.codegen.names import TE_NAMES, sanitize
+    from toolchain.schedules.generic.fused import fused_compute
+    from toolchain.schedules.gpu.generic import schedule_gpu
+    from toolchain.topi.registry import node_compute
+
+    if node.op == "Fused":
+        fc = fused_compute(node)
+        ins, outs, name = fc.inputs, fc.outputs, node.attrs["kernel"]
+        in_vals, out_vals = list(fc.input_values), list(fc.output_values)
+    else:
+        nc = node_compute(node)
+        ins, outs, name = nc.inputs, nc.outputs, node.name
+        in_vals, out_vals = list(nc.input_values), list(node.outputs)
+    func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))
+    sch = schedule_gpu(func, target, tiled=try_tile_gemm, keep=operand_stages)
+    tiled = "T.thread_binding" in str(sch.mod) and 'scope="shared"' in str(sch.mod)
+    return OpSchedule(sch, in_vals, out_vals,
+                      {"schedule": "gpu tiled gemm" if tiled else "gpu generic"})
