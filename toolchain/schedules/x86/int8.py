@@ -63,7 +63,7 @@ Example::
     ('int8 x86 quads', (1, 4, 1, 1, 8, 4), dtype('int8'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx2")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
-    ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int16'))
+    ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int8'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "c-generic")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
     ('int8 x86', (1, 16, 8), dtype('int8'))
