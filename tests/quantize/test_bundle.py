@@ -93,3 +93,41 @@ def test_int8_bundle_llvm_kernels_bit_exact_with_c(name: str, target: str,
             np.testing.assert_allclose(out["llvm"][k], want, rtol=1e-6, atol=1e-7)
         else:
             np.testing.assert_array_equal(out["llvm"][k], want, err_msg=k)
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_avx2_pair_weights_stored_as_int8_bit_exact(backend: str, tmp_path: Path) -> None:
+    """x86_64-avx2's int8 convolutions and dense layers multiply int16 channel pairs
+    (``dot_i16_*x2``, vpmaddwd) but keep their packed weights int8 in the bundle (one byte
+    a weight, widened by the intrinsic as it loads them): LeNet-5's packed weights take
+    about as many bytes as it has weights (2x with int16 packing), and the bundle (C
+    intrinsics or their ``llvm_impl``) equals the integer reference bit for bit."""
+    from toolchain.target import load_target, runs_here
+    from toolchain.zoo import ZOO
+    from toolchain.zoo.quantized import kiln_qdq
+
+    if not runs_here(load_target("x86_64-avx2")):
+        pytest.skip("this CPU lacks x86_64-avx2's features")
+    spec = ZOO["lenet5"]
+    model = spec.build()
+    qdq = kiln_qdq(model)
+    onnx.save(qdq, tmp_path / "q.onnx")
+    pkg = toolchain.compile(tmp_path / "q.onnx", "x86_64-avx2", output=tmp_path / "b",
+                            backend=backend)
+    graph = quantize_ops(from_onnx(qdq))
+    raw = sum(int(n.input(1).size) for n in graph.nodes if n.op in ("QConv", "QGemm"))
+    packed = [w for w in pkg.metadata["weights"] if w["tensor"].endswith("_w_q_x86")]
+    assert len(packed) == 5  # two convolutions, three dense layers: all int16 pairs
+    for w in packed:
+        assert w["dtype"] == "int8" and w["bytes"] == int(np.prod(w["shape"])), w
+        assert w["shape"][-1] == 2  # the pair-interleaved layout [Mo, C/2, KH, KW, L, 2]
+    assert raw <= sum(w["bytes"] for w in packed) < 1.1 * raw  # lane padding only
+    if backend == "c":
+        src = (tmp_path / "b" / "src" / "kernels.c").read_text()
+        assert "kiln_avx2_dot_i16_16x2" in src and "_mm256_cvtepi8_epi16" in src
+    inputs = spec.inputs(model)
+    got = toolchain.run(pkg, inputs).outputs
+    want = run_graph(graph, inputs)
+    assert set(got) == set(want) == {"logits", "probs"}
+    np.testing.assert_array_equal(got["logits"], want["logits"])  # int8 kernels' integers
+    np.testing.assert_allclose(got["probs"], want["probs"], rtol=1e-5, atol=1e-6)  # float

@@ -273,17 +273,19 @@ def qadd_x86(a: te.Tensor, b: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
 
 
 def pack_x86_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
-    """``[M, C, KH, KW]`` int8 weights -> int16 ``[Mo, ceil(C/2), KH, KW, L, 2]``: per
+    """``[M, C, KH, KW]`` int8 weights -> int8 ``[Mo, ceil(C/2), KH, KW, L, 2]``: per
     output channel ``mo * L + l`` the weights of input channels ``2 c2`` and ``2 c2 + 1``
     side by side (zero-padded channels), the ``B[j, k]`` operand of the ``dot_i16_*x2``
-    intrinsics (one ``vpdpwssd`` / ``vpmaddwd`` per pair of input channels).
+    intrinsics (one ``vpdpwssd`` / ``vpmaddwd`` per pair of input channels). Stored as
+    int8, half the bytes of the int16 the multiply takes: the intrinsic widens ``B`` as it
+    loads it (``vpmovsxbw``), so flash holds one byte per weight.
 
     >>> pack_x86_pairs(np.arange(1, 4, dtype=np.int8).reshape(1, 3, 1, 1), 2)[0, :, 0, 0].tolist()
     [[[1, 2], [0, 0]], [[3, 0], [0, 0]]]
     """
     m, c, kh, kw = w.shape
     mo, c2 = -(-m // lanes), -(-c // 2)
-    out = np.zeros((mo * lanes, c2 * 2, kh, kw), np.int16)
+    out = np.zeros((mo * lanes, c2 * 2, kh, kw), np.int8)
     out[:m, :c] = w
     out = out.reshape(mo, lanes, c2, 2, kh, kw)
     return np.ascontiguousarray(out.transpose(0, 2, 4, 5, 1, 3))
@@ -363,7 +365,7 @@ def _blocked_grouped_acc(xp: te.Tensor, wp: te.Tensor, g: int, name: str, stride
 
 
 def pack_x86_dense_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
-    """Dense ``[M, K]`` int8 weights -> int16 ``[Mo, ceil(K/2), 1, 1, L, 2]``: the weights of
+    """Dense ``[M, K]`` int8 weights -> int8 ``[Mo, ceil(K/2), 1, 1, L, 2]``: the weights of
     a 1x1 convolution (:func:`pack_x86_pairs`), so the dense layer takes the same nest and
     the same ``dot_i16_*x2`` intrinsics.
 

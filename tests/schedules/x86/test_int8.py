@@ -175,9 +175,10 @@ def test_weights_packed_at_compile_time() -> None:
     op = schedule_x86_int8(node, "c-generic")
     np.testing.assert_array_equal(op.input_values[1].data, packed)
     assert op.input_values[1].data.dtype == np.int8  # stored as int8, widened in the kernel
-    # AVX2: int16 pairs of input channels [Mo, C/2, KH, KW, L, 2], channel 3 zero
+    # AVX2: pairs of input channels [Mo, C/2, KH, KW, L, 2], channel 3 zero, stored as
+    # int8 (the dot_i16 intrinsic widens them as it loads)
     pairs = schedule_x86_int8(node, "x86_64-avx2").input_values[1].data
-    assert pairs.shape == (2, 2, 3, 3, 16, 2) and pairs.dtype == np.int16
+    assert pairs.shape == (2, 2, 3, 3, 16, 2) and pairs.dtype == np.int8
     np.testing.assert_array_equal(pairs[1, 1, :, :, 3, 0], w[19, 2])
     np.testing.assert_array_equal(pairs[0, 0, :, :, 5, 1], w[5, 1])
     assert not pairs[:, 1, ..., 1].any() and not pairs[1, ..., 4:, :].any()
@@ -422,3 +423,31 @@ def test_qconv_column_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, backend:
     packed = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
     assert packed.shape == (-(-m // x86_lanes(m)), -(-kw // 4), kh, 1, x86_lanes(m), 4)
     np.testing.assert_array_equal(packed[0, 0, :, 0, 1, :min(kw, 4)], wt.data[1, 0, :, :4])
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2"])
+@pytest.mark.parametrize("m", [8, 20], ids=["8x2", "16x2"])
+def test_pair_weights_int8_widened_bit_exact(m: int, target: str, backend: str) -> None:
+    """The int16-pair kernels (forced on x86_64-avx512, where the u8 quads would take this
+    node) keep their weights int8 and widen them in ``dot_i16_{8,16}x2`` (vpmovsxbw):
+    extreme weights (-128, 127) against shifted inputs down to -255 (x_zp 127) stay exact."""
+    from toolchain.autotune.apply import forcing
+    from toolchain.autotune.tasks import task_of
+
+    w = RNG.integers(-128, 128, (m, 5, 3, 3)).astype(np.int8)
+    w[0], w[-1, ::2] = -128, 127  # sign extension of every lane position and both extremes
+    x = Value("x", (1, 5, 6, 7), "int8")
+    attrs = {**_attrs("int8", 127, -1), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": 1}
+    node = Node("QConv", "c", [x, Value.constant("w", w), *_requant(m)],
+                [Value("y", (1, m, 6, 7), "int8")], attrs)
+    task = task_of(node, target)
+    with forcing({task.space.workload: task.space.trace({"intrinsic": "dot_i16_pairs",
+                                                         "pixels": 7})}):
+        info = _check(node, _qx((1, 5, 6, 7), "int8"), target, backend)
+        packed = schedule_x86_int8(node, target).input_values[1].data
+    assert info["schedule"] == "int8 x86 pairs"
+    assert info["intrinsic"].endswith(f"dot_i16_{x86_lanes(m)}x2")
+    assert packed.dtype == np.int8 and packed.shape[-1] == 2
+    assert packed.nbytes < 2 * w.size  # one byte a weight, channel and lane padding only

@@ -2,9 +2,10 @@
 
 QConv (group 1) and QGemm on ``x86_64-avx2`` / ``x86_64-avx512`` multiply **int16 pairs**
 of input channels (of ``k`` for a dense layer, taken as a 1x1 convolution over its rows):
-the weights are packed at compile time to int16 ``[M/L, C/2, KH, KW, L, 2]``
+the weights are packed at compile time to int8 ``[M/L, C/2, KH, KW, L, 2]``
 (:func:`~toolchain.topi.int8_x86.pack_x86_pairs`, ``L`` = 16 or 8 output channels,
-zero-padded), the zero-point-shifted input is re-laid per output row as channel pairs
+zero-padded; one byte a weight in the bundle, widened to int16 by the intrinsic as it
+loads them), the zero-point-shifted input is re-laid per output row as channel pairs
 (``x86_pairs``), and each ``L`` lanes x 2 step is one call of the target's ``dot_i16_Lx2``
 intrinsic (``vpdpwssd`` with AVX-512 VNNI, ``vpmaddwd`` + ``vpaddd`` on AVX2)::
 
@@ -62,7 +63,7 @@ Example::
     ('int8 x86 quads', (1, 4, 1, 1, 8, 4), dtype('int8'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "x86_64-avx2")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
-    ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int16'))
+    ('int8 x86 pairs', (1, 8, 1, 1, 8, 2), dtype('int8'))
     >>> op = schedule_x86_int8(Node("QGemm", "fc", [x, *c], [y], attrs), "c-generic")
     >>> op.info["schedule"], op.input_values[1].data.shape, op.input_values[1].data.dtype
     ('int8 x86', (1, 16, 8), dtype('int8'))
