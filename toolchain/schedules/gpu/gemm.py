@@ -94,6 +94,7 @@ from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
+from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -299,7 +300,7 @@ def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = N
     itemsize = ir.bits_of(blk.body.buffer.dtype) // 8 or 4
     t = tiles or choose_tiles(ext[axes.y], ext[axes.x], ext[k0], window, target, itemsize)
     cl = sch.cache_write(b, 0, "local")
-    _fold_tail(sch, cl)
+    fold_tail(sch, cl)
     # the shared copies are made before any loop of the nest is bound to the grid: the
     # launch-limit check then sees each copy only once it holds one step's tile
     copies = [_stage(sch, b, _operand_buffer(sch.get(b), k)) for k in (0, 1)]
@@ -373,20 +374,6 @@ def _operand_buffer(blk: ir.Block, which: int) -> ir.Buffer | str:
     load = _operand(mul.a if which == 0 else mul.b)
     assert load is not None
     return load.buffer.name
-
-
-def _fold_tail(sch: Schedule, copy: Any) -> None:
-    """Fold the element-wise consumers of the accumulator's write-back into it."""
-    changed = True
-    while changed:
-        changed = False
-        for c in sch.get_consumers(copy):
-            try:
-                sch.reverse_compute_inline(c)
-                changed = True
-                break
-            except KilnError:
-                continue
 
 
 #: the ops whose groups get the tiled kernel (their strategy-table entries on ``gpu``)

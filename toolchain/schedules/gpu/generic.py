@@ -120,6 +120,21 @@ def _is_reduction(sch: Schedule, block: Any) -> bool:
     return any(iv.iter_type != ir.IterType.SPATIAL for iv in sch.get(block).iter_vars)
 
 
+def fold_tail(sch: Schedule, copy: Any) -> None:
+    """Fold the element-wise consumers of a write-back block ``copy`` (bias, activation,
+    residual add) into it, one at a time, until none folds."""
+    changed = True
+    while changed:
+        changed = False
+        for c in sch.get_consumers(copy):
+            try:
+                sch.reverse_compute_inline(c)
+                changed = True
+                break
+            except KilnError:
+                continue
+
+
 def _accumulate_in_registers(sch: Schedule, block: Any, threads: int
                              ) -> tuple[Schedule, Any] | None:
     """A reduction's kernel with its accumulator in a register and the element-wise
@@ -130,16 +145,7 @@ def _accumulate_in_registers(sch: Schedule, block: Any, threads: int
     trial = sch.copy()
     try:
         copy = trial.cache_write(block, 0, "local")
-        changed = True
-        while changed:  # fold the element-wise tail (bias, activation, ...) into the copy
-            changed = False
-            for c in trial.get_consumers(copy):
-                try:
-                    trial.reverse_compute_inline(c)
-                    changed = True
-                    break
-                except KilnError:
-                    continue
+        fold_tail(trial, copy)  # the element-wise tail (bias, activation, ...) into the copy
         # no guard on the threads: the accumulator then lives in one register per thread
         # (compaction keeps a guarded buffer whole)
         tx = _bind(trial, block, threads, exact=True)
