@@ -27,6 +27,9 @@ op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else
   (:func:`toolchain.topi.int8_x86.blocked_layouts`); the attributes ``data_layout`` /
   ``out_layout`` say which. A chain of int8 convolutions then hands channel blocks from
   kernel to kernel instead of re-laying NCHW at each kernel's edges;
+  On an ``nhwc`` target (Cortex-M) a dense ``QConv`` whose input is the model's own
+  NHWC -> NCHW ``Transpose`` (read by it alone) reads the transpose's source in ``NHWC``
+  instead (``data_layout="NHWC"``; the transform cancels the transpose in ``simplify``);
 * ``qadd`` — ``QAdd`` on such a target follows its inputs into their blocked layout (a
   QConv's output is blocked for a QAdd whose inputs all come from such QConvs or QAdds);
 * ``qpool`` — ``QAvgPool`` after such a chain reads its ``NCHW{L}c`` input as it is
@@ -208,6 +211,8 @@ class _Rewriter:
     def qconv(self, node: Node) -> Node | None:
         from toolchain.topi.int8_x86 import blocked_layouts
 
+        if self.target.kind == "nhwc":
+            return self.qconv_nhwc_input(node)
         lays = blocked_layouts(node) if self.target.int8 else None
         if lays is None:
             return None
@@ -221,6 +226,26 @@ class _Rewriter:
         attrs = dict(node.attrs, data_layout=data, out_layout=out)
         return node.replace(inputs=(self.get(x, data), *node.inputs[1:]),
                             outputs=(self.produced(y, out),), attrs=attrs)
+
+    def qconv_nhwc_input(self, node: Node) -> Node | None:
+        """On an ``nhwc`` target, a dense QConv (group 1) whose input is the model's own
+        NHWC -> NCHW ``Transpose`` (a TensorFlow export's first convolution) and is read by
+        it alone reads that transpose's NHWC source instead (``data_layout="NHWC"``): the
+        ``LayoutTransform`` inserted here cancels the transpose in the second ``simplify``,
+        so the NCHW copy of the image is never made (the Cortex-M kernel gathers its
+        im2col rows channels-last).  Its output stays NCHW."""
+        x = node.inputs[0]
+        src = self.producer.get(x)
+        if src is None or src.op != "Transpose" or x.rank != 4 or \
+                tuple(int(p) for p in src.attrs.get("perm", ())) != (0, 3, 1, 2) or \
+                int(node.attrs.get("group", 1)) != 1 or \
+                node.attrs.get("data_layout", "NCHW") != "NCHW" or \
+                self.layout_of(src.inputs[0]) != "NCHW" or x in self.graph.outputs or \
+                [n for n in self.consumers.get(x, []) if n is not node] or \
+                any(v is x for v in node.inputs[1:]):
+            return None
+        return node.replace(inputs=(self.get(x, "NHWC"), *node.inputs[1:]),
+                            attrs=dict(node.attrs, data_layout="NHWC"))
 
     def reads_blocked(self, node: Node, v: Value, layout: str) -> bool:
         """Whether ``node`` reads ``v`` in channel-blocked ``layout`` on an int8 target: a
