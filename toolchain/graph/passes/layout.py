@@ -2,7 +2,8 @@
 
 Targets name a layout kind (``target_layout``):
 
-* ``"nchw"`` — generic C: everything stays in ONNX's ``NCHW`` (the pass does nothing);
+* ``"nchw"`` — generic C: everything stays in ONNX's ``NCHW`` (the pass does nothing but
+  the ``qconv`` rule's NHWC first convolution, where the target has that kernel);
 * ``"nchwc"`` (block 8), ``"nchw8c"``, ``"nchw16c"`` … — AVX CPUs: channel-blocked
   ``NCHW{b}c`` where ``b`` is the largest divisor of the tensor's channel count not above
   the target's block (so every tensor has exactly one blocked form);
