@@ -114,8 +114,10 @@ def test_overlapped_arena_is_bit_exact_when_poisoned(qmodel: Path, tmp_path: Pat
 
 @pytest.mark.slow
 def test_vww_overlapped_arena_is_bit_exact_when_poisoned(tmp_path: Path) -> None:
-    """MobileNetV1 VWW (the issue's model): its first convolution's output starts 7 planes
-    before the transposed input, its 8 -> 16 pointwise one grows out of its input."""
+    """MobileNetV1 VWW (the issue's model): its first convolution reads the caller's NHWC
+    image (no transposed copy in the arena), its 8 -> 16 pointwise one grows out of its
+    input; the stride-2 depthwise convolution after it (its input and its scratch) is the
+    peak."""
     from toolchain.zoo.quantized import anchor_model
 
     onnx.save(anchor_model("mobilenet_v1"), tmp_path / "vww.onnx")
@@ -125,7 +127,8 @@ def test_vww_overlapped_arena_is_bit_exact_when_poisoned(tmp_path: Path) -> None
     assert any(t["inplace_of"] and t["size"] > by_name[t["inplace_of"]]["size"]
                for t in plan["tensors"])
     report = arena_report(tmp_path / "m4")
-    assert (report["no_overlap"], report["arena"]) == (55_296, 43_776)
+    assert (report["no_overlap"], report["arena"]) == (55_296, 41_792)
+    assert not any("Transpose" in k["ops"] for k in pkg.metadata["kernels"])
     assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"),
                               tmp_path / "vww.onnx", tails=("probs",)))
 
@@ -148,3 +151,62 @@ def test_a_lead_64_bytes_short_is_caught(qmodel: Path, tmp_path: Path,
     toolchain.compile(qmodel, "cortex-m4", output=tmp_path / "bad")
     assert shortened
     assert not any(_poisoned_runs(_host_copy(tmp_path / "bad", tmp_path / "host"), qmodel))
+
+
+def _nhwc_model() -> onnx.ModelProto:
+    """A TensorFlow-style export: an NHWC image transposed to NCHW by the model itself,
+    then a 3 x 3 stride-2 convolution (TF "SAME" pads), a depthwise and a pointwise one."""
+    rng = np.random.default_rng(7)
+    inits, nodes = [], [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])]
+    src, c = "t", 3
+    for i, (m, k, s, g, pads) in enumerate([(8, 3, 2, 1, [0, 0, 1, 1]),
+                                            (8, 3, 1, 8, [1, 1, 1, 1]),
+                                            (16, 1, 1, 1, [0, 0, 0, 0])]):
+        w = (rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32) * .1,
+                                          f"b{i}")]
+        nodes += [helper.make_node("Conv", [src, f"w{i}", f"b{i}"], [f"c{i}"],
+                                   kernel_shape=[k, k], strides=[s, s], group=g, pads=pads),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        src, c = f"r{i}", m
+    inits.append(numpy_helper.from_array(
+        (rng.standard_normal((4, c)) / np.sqrt(c)).astype(np.float32), "wf"))
+    nodes += [helper.make_node("GlobalAveragePool", [src], ["gap"]),
+              helper.make_node("Flatten", ["gap"], ["flat"]),
+              helper.make_node("Gemm", ["flat", "wf"], ["y"], transB=1)]
+    graph = helper.make_graph(
+        nodes, "nhwc_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                          [1, 12, 12, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("integer_io", [True, False], ids=["int8-io", "float-io"])
+def test_first_convolution_reads_the_nhwc_input(integer_io: bool, tmp_path: Path) -> None:
+    """The model's own NHWC -> NCHW transpose is folded into the first convolution on
+    ``cortex-m4`` (it gathers its im2col rows channels-last): no transpose kernel, the
+    convolution reads the caller's image (int8 I/O) or the quantized image, and the
+    outputs are bit-exact with the integer reference with the arena poisoned."""
+    model = _nhwc_model()
+    path = tmp_path / "nhwc.onnx"
+    onnx.save(quantize_model(model, calibration(model), integer_io=integer_io)[0], path)
+    pkg = toolchain.compile(path, "cortex-m4", output=tmp_path / "m4")
+    kernels = pkg.metadata["kernels"]
+    assert not any("Transpose" in k["ops"] or "LayoutTransform" in k["ops"] for k in kernels)
+    first = next(k for k in kernels if k["ops"] == ["QConv"])
+    want_input = "x" if integer_io else kernels[0]["outputs"][0]
+    assert first["inputs"][0] == want_input, first
+    module = _host_copy(tmp_path / "m4", tmp_path / "host")
+    want_graph = quantize_ops(from_onnx(onnx.load(path)))
+    rng = np.random.default_rng(3)
+    for poison in (0x5A, 0xA5):
+        x = rng.integers(-128, 128, (1, 12, 12, 3)).astype(np.int8) if integer_io else \
+            rng.standard_normal((1, 12, 12, 3)).astype(np.float32)
+        module.arena.fill(poison)
+        got, want = module({"x": x}), run_graph(want_graph, {"x": x})
+        for k, w in want.items():
+            if integer_io:
+                assert np.array_equal(got[k], w), k
+            else:
+                np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6)

@@ -31,7 +31,7 @@ def _steps(a: AccessOrder) -> list[tuple[list[int], list[int]]]:
         for ky, kx in itertools.product(range(kh), range(kw)):
             iy, ix = oy * sh - top + ky * dh, ox * sw - left + kx * dw
             if 0 <= iy < h and 0 <= ix < w:
-                e = (ch * h + iy) * w + ix
+                e = (iy * w + ix) * c + ch if a.in_layout == "NHWC" else (ch * h + iy) * w + ix
                 found += range(e * size, (e + 1) * size)
         return found
 
@@ -76,6 +76,11 @@ CASES = [
     AccessOrder("channels", (1, 3, 6, 6), (1, 3, 3, 3), 1, (3, 3), (2, 2), (0, 0, 1, 1)),
     AccessOrder("rows", (1, 2, 6, 6), (1, 2, 6, 6), 1, (3, 3), pads=(1, 1, 1, 1)),
     AccessOrder("rows", (1, 2, 7, 7), (1, 2, 3, 3), 2, (3, 3), (2, 2)),
+    # a first convolution reading the caller's channels-last image (docs/embedded.md)
+    AccessOrder("pixels", (1, 3, 6, 6), (1, 4, 3, 3), 1, (3, 3), (2, 2), (0, 0, 1, 1),
+                in_layout="NHWC"),
+    AccessOrder("pixels", (1, 2, 5, 6), (1, 3, 5, 6), 2, (3, 3), pads=(1, 1, 1, 1),
+                in_layout="NHWC"),
 ]
 
 
@@ -106,3 +111,16 @@ def test_bad_access_orders_are_named() -> None:
         AccessOrder("pixels", (2, 2, 4, 4), (2, 2, 4, 4), 1)
     with pytest.raises(OptionError, match="channel c to channel c"):
         AccessOrder("channels", (1, 2, 4, 4), (1, 3, 4, 4), 1)
+    with pytest.raises(OptionError, match="cannot read an input in 'NHWC'"):
+        AccessOrder("channels", (1, 2, 4, 4), (1, 2, 4, 4), 1, in_layout="NHWC")
+
+
+def test_an_nhwc_input_needs_its_own_lead() -> None:
+    """The NCHW lead of a stride-2 first convolution is not legal for the same tensor
+    stored channels-last: the layout is part of the contract."""
+    nchw = AccessOrder("pixels", (1, 3, 8, 8), (1, 8, 4, 4), 1, (3, 3), (2, 2), (0, 0, 1, 1))
+    nhwc = AccessOrder(*[getattr(nchw, f) for f in ("kind", "in_shape", "out_shape",
+                                                    "itemsize", "window", "strides", "pads")],
+                       in_layout="NHWC")
+    assert nchw.lead(1) != nhwc.lead(1)
+    assert nhwc.clobbered(nchw.lead(1)) > 0 or nchw.clobbered(nhwc.lead(1)) > 0

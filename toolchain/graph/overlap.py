@@ -58,7 +58,9 @@ class AccessOrder:
     * ``"rows"``: one output row of one channel a step (a depthwise convolution padding
       one band of input rows per output row).
 
-    ``pads`` are ONNX's ``(top, left, bottom, right)``.
+    ``pads`` are ONNX's ``(top, left, bottom, right)``.  ``in_layout`` ``"NHWC"`` (the
+    ``"pixels"`` order only): the input is stored channels-last (``in_shape`` stays its
+    NCHW shape), as a first convolution reads the caller's image (docs/embedded.md).
     """
 
     kind: str
@@ -69,10 +71,15 @@ class AccessOrder:
     strides: tuple[int, int] = (1, 1)
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
     dilations: tuple[int, int] = (1, 1)
+    in_layout: str = "NCHW"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise OptionError(f"access order {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.in_layout not in ("NCHW", "NHWC") or \
+                (self.in_layout == "NHWC" and self.kind != "pixels"):
+            raise OptionError(f"access order {self.kind!r} cannot read an input in "
+                              f"{self.in_layout!r} (NCHW, or NHWC for 'pixels')")
         if len(self.in_shape) != 4 or len(self.out_shape) != 4 \
                 or self.in_shape[0] != 1 or self.out_shape[0] != 1:
             raise OptionError(f"access order {self.kind!r} takes NCHW tensors of batch 1, "
@@ -99,8 +106,9 @@ class AccessOrder:
                 iy, ix = oy * sh - top + ky * dh, ox * sw - left + kx * dw
                 ok = (iy >= 0) & (iy < h) & (ix >= 0) & (ix < w)
                 np.maximum.at(plane, (iy[ok], ix[ok]), step[ok])
-        if self.kind == "pixels":
-            read = np.broadcast_to(plane, (c, h, w))
+        if self.kind == "pixels":  # every channel of a pixel read at the pixel's step
+            read = np.broadcast_to(plane[:, :, None], (h, w, c)) \
+                if self.in_layout == "NHWC" else np.broadcast_to(plane, (c, h, w))
             write = np.broadcast_to(step, (m, ho, wo))
         else:
             base = np.arange(c, dtype=np.int64)[:, None, None] * per_plane

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
+from toolchain.graph.ops.qops import nchw_qconv
 from toolchain.quantize.fixed_point import requantize_te, shift_powers
 from toolchain.topi.nn.conv2d import conv2d_nchw, pad_spatial
 from toolchain.topi.registry import ComputeFn, Ctx
@@ -272,6 +273,10 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
     dot product with :func:`pack_dsp_weights`-packed weights ``wp`` (``wshape``: the
     unpacked ``[M, C, KH, KW]``); same integers as :func:`qconv2d_nchw`.
 
+    ``attrs["data_layout"] == "NHWC"``: ``x`` is read channels-last (the caller's image of
+    a model whose first node transposes it to NCHW, docs/embedded.md "NHWC input"); the
+    im2col row is the same, only its gather's indexing changes.  The output stays NCHW.
+
     ``even_pixels`` (batch 1): the im2col and accumulator rows are rounded up to an even
     count, the extra row repeating the last pixel, so that a schedule may take the pixels
     two at a time (the extra row is computed, never stored)."""
@@ -279,8 +284,10 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
-    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr))
-    n, _, hp, wdt = (int(d.value) for d in xp.shape)
+    nhwc = attrs.get("data_layout", "NCHW") == "NHWC"
+    spatial = (1, 2) if nhwc else (2, 3)
+    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), spatial, (pt, pl), (pb, pr))
+    n, hp, wdt = (int(xp.shape[a].value) for a in (0, *spatial))
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     k = c * kh * kw
     kp = int(wp.shape[1].value)
@@ -299,7 +306,8 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
         if kp > k:
             ch = te.minimum(ch, te.const(c - 1))
         ry, rx = te.floordiv(r, kw), te.floormod(r, kw)
-        v = xp[b, ch, y * sh + ry * dh, xx * sw + rx * dw]
+        iy, ix = y * sh + ry * dh, xx * sw + rx * dw
+        v = xp[b, iy, ix, ch] if nhwc else xp[b, ch, iy, ix]
         return te.if_then_else(kk < k, v, te.const(0, "int16")) if kp > k else v
 
     col = te.compute((rows + pad_row, kp), col_f, name="im2col", tag="injective")
@@ -658,7 +666,7 @@ def dsp_applies(node: Any) -> bool:
 def dsp_depthwise(node: Any) -> bool:
     """Whether QConv ``node`` is a depthwise convolution the DSP kernel takes (one output
     channel per input channel, no dilation)."""
-    w, x = node.input(1), node.input(0)
+    w, x = node.input(1), nchw_qconv(node).input(0)
     g = int(node.attrs["group"])
     return (g > 1 and len(w.shape) == 4 and w.shape[1] == 1 and g == w.shape[0] == x.shape[1]
             and tuple(node.attrs["dilations"]) == (1, 1))
@@ -673,16 +681,21 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
             zp = int(ctx.attrs["y_zero_point"])
             ctx.packed_tensor(4, lambda t: pack_shift_halves(t, zp),
                               "the Cortex-M DSP requantization")
-    if ctx.options.get("algorithm") == "dsp" and dsp_depthwise(ctx.node):
+    nhwc = ctx.attrs.get("data_layout", "NCHW") == "NHWC"
+    dense_dsp = ctx.options.get("algorithm") == "dsp" and not dsp_depthwise(ctx.node)
+    # an NHWC input only the dense DSP kernel gathers as it is; the others read it
+    # through an NCHW view (inlined into their loads)
+    x = nhwc_as_nchw(ctx.tensor(0)) if nhwc and not dense_dsp else ctx.tensor(0)
+    if ctx.options.get("algorithm") == "dsp" and not dense_dsp:
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")
-        return [qdwconv_dsp(ctx.tensor(0), wp, kw, *_requant_tensors(ctx), ctx.attrs)]
+        return [qdwconv_dsp(x, wp, kw, *_requant_tensors(ctx), ctx.attrs)]
     if ctx.options.get("algorithm") == "x86":
         m = int(ctx.node.input(1).shape[0])
         wp = ctx.packed_tensor(1, lambda w: pack_x86_weights(w, x86_lanes(m)),
                                "the x86 int8 convolution")
-        return [qconv2d_x86(ctx.tensor(0), wp, m, *_requant_tensors(ctx), ctx.attrs)]
-    if ctx.options.get("algorithm") == "dsp":
+        return [qconv2d_x86(x, wp, m, *_requant_tensors(ctx), ctx.attrs)]
+    if dense_dsp:
         wshape = tuple(ctx.node.input(1).shape)
         if ctx.options.get("q15_weights"):
             wp = ctx.packed_tensor(1, pack_dsp_weights_q15, "the Cortex-M DSP convolution",
@@ -691,7 +704,18 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
             wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
         return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs,
                             bool(ctx.options.get("even_pixels")))]
-    return [qconv2d_nchw(ctx.tensor(0), ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
+    return [qconv2d_nchw(x, ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
+
+
+def nhwc_as_nchw(x: te.Tensor) -> te.Tensor:
+    """An ``NHWC`` tensor read as ``NCHW`` (an injective view a schedule inlines).
+
+    >>> [d.value for d in nhwc_as_nchw(te.placeholder((1, 4, 5, 3), "int8", "x")).shape]
+    [1, 3, 4, 5]
+    """
+    n, h, w, c = x.shape
+    return te.compute((n, c, h, w), lambda b, ch, y, xx: x[b, y, xx, ch], name="x_nchw",
+                      tag="injective")
 
 
 def _qgemm(ctx: Ctx) -> list[te.Tensor]:

@@ -9,6 +9,7 @@ import pytest
 from tests.graph.passes.helpers import GraphBuilder, assert_same_results, ops
 from toolchain.errors import OptionError
 from toolchain.graph.passes import parse_layout_target, transform_layout
+from toolchain.graph.passes.layout import LayoutTarget, layout_for_target
 from toolchain.graph.passes.layout_ops import (
     from_layout,
     kernel_from_layout,
@@ -227,13 +228,12 @@ def test_channel_concat_follows_its_inputs_when_the_blocks_agree():
 def test_layout_for_shipped_and_described_targets():
     from types import SimpleNamespace
 
-    from toolchain.graph.passes import layout_for_target
     from toolchain.target import load_target
 
     assert layout_for_target(load_target("c-generic")).kind == "nchw"
     assert layout_for_target(load_target("cuda-sm80")).kind == "nchw"
     assert layout_for_target(load_target("x86_64-avx2")) == parse_layout_target("nchw8c")
-    assert layout_for_target(load_target("cortex-m7")) == parse_layout_target("nhwc")
+    assert layout_for_target(load_target("cortex-m7")) == LayoutTarget("nhwc", nhwc_qconv=True)
     # the layout is what the descriptor declares, never guessed from the name
     unnamed = SimpleNamespace(name="x86_64-avx2", kind="c", vector_width_bits=256)
     assert layout_for_target(unnamed).kind == "nchw"
@@ -268,3 +268,71 @@ def test_spatial_pad_between_convs_follows_the_layout(target, pad_shape):
     out = transform_layout(g, target)
     assert out.node("pad").outputs[0].shape == (1, 18, 4, 4)
     assert_same_results(g, out)
+
+
+def _qconv(b, x, cout, name, group=1, k=3, stride=2):
+    cin = int(x.shape[1])
+    rng = np.random.default_rng(len(name))
+    w = rng.integers(-9, 10, (cout, cin // group, k, k)).astype(np.int8)
+    consts = [b.const(f"{name}.w", w),
+              b.const(f"{name}.b", rng.integers(-50, 50, cout).astype(np.int32)),
+              b.const(f"{name}.m", np.full(cout, 1 << 30, np.int32)),
+              b.const(f"{name}.s", np.tile(np.array([[1, 1 << 27]], np.int32), (cout, 1)))]
+    attrs = {"strides": (stride, stride), "pads": (0, 0, 1, 1), "group": group,
+             "x_zero_point": 3, "y_zero_point": -2, "out_min": -128, "out_max": 127,
+             "out_dtype": "int8"}
+    return b.op("QConv", [x, *consts], attrs, name=name)
+
+
+DSP = {kind: LayoutTarget(kind, nhwc_qconv=True) for kind in ("nhwc", "nchw")}
+
+
+@pytest.mark.parametrize("kind", ["nhwc", "nchw"])
+@pytest.mark.parametrize("other_reader", [False, True])
+def test_dsp_target_folds_the_models_transpose_into_a_dense_qconv(other_reader, kind):
+    """A TensorFlow export's Transpose(NHWC -> NCHW) before a dense int8 convolution: on a
+    target whose dense int8 kernel gathers NHWC (``nhwc_qconv``, NHWC or NCHW activations,
+    as the Cortex-M boards compile) the QConv reads the NHWC source (``data_layout``) and
+    ``simplify`` removes the transpose, unless another node reads the NCHW copy too."""
+    from toolchain.graph.passes.dce import dead_code_elimination
+    from toolchain.graph.passes.simplify import simplify
+
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 8, 3), "int8")
+    t = b.op("Transpose", [x], {"perm": (0, 3, 1, 2)}, name="t")
+    y = _qconv(b, t, 4, "conv")
+    outs = [y, b.op("Relu", [t], name="relu")] if other_reader else [y]
+    g = b.graph(outs)
+    out = dead_code_elimination(simplify(transform_layout(g, DSP[kind])))
+    conv = out.node("conv")
+    if other_reader:
+        assert conv.attrs.get("data_layout", "NCHW") == "NCHW" and "Transpose" in ops(out)
+    else:
+        assert ops(out) == ["QConv"] and conv.inputs[0] is x
+        assert conv.attrs["data_layout"] == "NHWC"
+    # targets without the flag: the rule is not taken
+    for plain in ("nhwc", "nchw16c", "nchw"):
+        assert "data_layout" not in transform_layout(g, plain).node("conv").attrs
+    rng = np.random.default_rng(0)
+    assert_same_results(g, out, {"x": rng.integers(-128, 128, (1, 8, 8, 3)).astype(np.int8)})
+
+
+def test_dsp_target_keeps_the_transpose_before_a_depthwise_qconv():
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 8, 4), "int8")
+    t = b.op("Transpose", [x], {"perm": (0, 3, 1, 2)}, name="t")
+    g = b.graph([_qconv(b, t, 4, "dw", group=4)])
+    out = transform_layout(g, DSP["nhwc"])
+    assert "data_layout" not in out.node("dw").attrs and "Transpose" in ops(out)
+
+
+def test_cortex_m_targets_declare_the_nhwc_qconv_capability():
+    from dataclasses import replace
+
+    from toolchain.target import load_target
+
+    m4 = load_target("cortex-m4")
+    assert layout_for_target(m4).nhwc_qconv
+    assert layout_for_target(replace(m4, layout="nchw")).nhwc_qconv  # the boards' layout
+    assert not layout_for_target(load_target("x86_64-avx512")).nhwc_qconv
+    assert not layout_for_target(load_target("c-generic")).nhwc_qconv

@@ -616,3 +616,50 @@ def test_int8_ds_cnn_on_qemu_bit_exact_with_host(board: str, target: str, tmp_pa
     assert set(run.outputs) == set(m.host)
     for name, want in m.host.items():
         np.testing.assert_array_equal(run.outputs[name], want, err_msg=name)
+
+
+# --------------------------------------------------------------------------- NHWC input
+
+def _nhwc(node: Node) -> Node:
+    """``node`` reading its input channels-last (``data_layout="NHWC"``, the layout pass's
+    fold of a model's NHWC -> NCHW transpose)."""
+    x = node.inputs[0]
+    n, c, h, w = x.shape
+    return node.replace(inputs=(Value(x.name, (n, h, w, c), x.dtype), *node.inputs[1:]),
+                        attrs={**node.attrs, "data_layout": "NHWC"})
+
+
+@pytest.mark.parametrize("c,m,k,stride,pads,hw,dtype", [
+    (3, 8, 3, 2, (0, 0, 1, 1), (12, 12), "int8"),   # VWW's first layer, two pixels a step
+    (3, 5, 3, 2, (1, 1, 1, 1), (7, 6), "uint8"),    # odd channels: one pixel, 1x4 calls
+    (4, 8, 3, 1, (1, 1, 1, 1), (5, 7), "int8"),     # odd width: flat pixel pairs
+    (6, 8, 1, 1, (0, 0, 0, 0), (4, 4), "int8"),     # pointwise (no in-place with NHWC)
+])
+def test_dsp_convolution_reads_an_nhwc_input(c, m, k, stride, pads, hw, dtype) -> None:
+    """The DSP convolution gathers its im2col rows from an NHWC input: the same integers
+    as the reference on the NCHW tensor; the overlap contract says NHWC; never in place."""
+    plain = _conv(c, m, k, stride, pads, dtype, hw)
+    node = _nhwc(plain)
+    x = _qx((1, c, *hw), dtype)
+    got, info = _run_host(node, np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    assert info["schedule"] == "int8 dsp"
+    np.testing.assert_array_equal(got, _reference(plain, x))
+    op = schedule_for(node, "cortex-m4")
+    assert op.in_place is None and op.overlap is not None
+    assert op.overlap.in_layout == "NHWC" and op.overlap.in_shape == (1, c, *hw)
+
+
+def test_generic_int8_kernel_reads_an_nhwc_input() -> None:
+    """Where the DSP kernel refuses a QConv, the generic int8 kernel takes it: it reads an
+    NHWC input through an NCHW view (toolchain.topi.int8.nhwc_as_nchw)."""
+    from toolchain.schedules.generic.int8 import schedule_int8
+
+    plain = _conv(3, 4, 3, 2, (0, 0, 1, 1), "int8", (8, 8))
+    node = _nhwc(plain)
+    x = _qx((1, 3, 8, 8), "int8")
+    s = schedule_int8(node, "cortex-m4")
+    mod = build(s.schedule, "c-generic", extra_flags=["-Wall", "-Wextra", "-Werror"])
+    out = np.empty(node.outputs[0].shape, node.outputs[0].dtype)
+    mod(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), *[v.data for v in s.input_values[1:]],
+        out)
+    np.testing.assert_array_equal(out, _reference(plain, x))

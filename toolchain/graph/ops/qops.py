@@ -14,7 +14,9 @@ of the arithmetic (int64 intermediates, no float):
   (:func:`~toolchain.quantize.fixed_point.shift_table`). ``data_layout`` / ``out_layout``
   (default ``NCHW``): the layouts ``x`` and ``y`` are stored in, ``NCHW{b}c`` where the
   layout pass keeps an x86 int8 chain channel-blocked
-  (:func:`toolchain.topi.int8_x86.blocked_layouts`); the arithmetic is the same.
+  (:func:`toolchain.topi.int8_x86.blocked_layouts`), an ``NHWC`` input where it folds a
+  model's own NHWC -> NCHW ``Transpose`` into the convolution on an ``nhwc`` target; the
+  arithmetic is the same.
 * **QGemm** ``(x, w, bias, multiplier, shift_pow)``: ``x`` is ``[..., K]``, ``w`` is ``[N, K]``
   (already transposed), same accumulation and requantization per output column.
 * **QAdd** ``(a, b)``: as TFLite: each side ``(v - v_zp) * 2**left_shift`` is requantized
@@ -119,7 +121,7 @@ def _qconv_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     for k in ("data_layout", "out_layout"):
         check_layout(attrs[k], f"{node.describe()}: {k}: ")
     x, w = input_value(node, 0, "x"), input_value(node, 1, "w")
-    if attrs["data_layout"] != "NCHW" and x.rank == 5:
+    if attrs["data_layout"] != "NCHW" and x.rank == (4 if attrs["data_layout"] == "NHWC" else 5):
         x = Value(x.name, nchw_shape(x.shape, attrs["data_layout"]), x.dtype)
     check_dtype(node, x, "input 0 (x)", Q_TYPES)
     check_dtype(node, w, "input 1 (w)", ("int8",))

@@ -2,7 +2,8 @@
 
 Targets name a layout kind (``target_layout``):
 
-* ``"nchw"`` — generic C: everything stays in ONNX's ``NCHW`` (the pass does nothing);
+* ``"nchw"`` — generic C: everything stays in ONNX's ``NCHW`` (the pass does nothing but
+  the ``qconv`` rule's NHWC first convolution, where the target has that kernel);
 * ``"nchwc"`` (block 8), ``"nchw8c"``, ``"nchw16c"`` … — AVX CPUs: channel-blocked
   ``NCHW{b}c`` where ``b`` is the largest divisor of the tensor's channel count not above
   the target's block (so every tensor has exactly one blocked form);
@@ -27,6 +28,11 @@ op follows its inputs when its ``OpDef`` has the ``layout_agnostic`` trait, else
   (:func:`toolchain.topi.int8_x86.blocked_layouts`); the attributes ``data_layout`` /
   ``out_layout`` say which. A chain of int8 convolutions then hands channel blocks from
   kernel to kernel instead of re-laying NCHW at each kernel's edges;
+  On a target whose dense int8 convolution gathers NHWC (``LayoutTarget.nhwc_qconv``: it
+  declares the Cortex-M DSP dot intrinsics; in any activation layout, ``nchw`` included)
+  a dense ``QConv`` whose input is the model's own NHWC -> NCHW ``Transpose`` (read by it
+  alone) reads the transpose's source in ``NHWC`` instead (``data_layout="NHWC"``; the
+  transform cancels the transpose in ``simplify``);
 * ``qadd`` — ``QAdd`` on such a target follows its inputs into their blocked layout (a
   QConv's output is blocked for a QAdd whose inputs all come from such QConvs or QAdds);
 * ``qpool`` — ``QAvgPool`` after such a chain reads its ``NCHW{L}c`` input as it is
@@ -85,6 +91,10 @@ class LayoutTarget:
     block: int = 8
     #: the target has the x86 int8 kernels that read and write channel blocks (QConv rule)
     int8: bool = field(default=False, repr=False)
+    #: the target's dense int8 convolution gathers an NHWC input as it is (the Cortex-M
+    #: DSP kernels): a model's own NHWC -> NCHW transpose before one is folded into it,
+    #: whatever the activation layout (``qconv`` rule)
+    nhwc_qconv: bool = field(default=False, repr=False)
 
     def data_layout(self, channels: int) -> str:
         """The layout of a tensor with ``channels`` channels on this target."""
@@ -145,7 +155,9 @@ def layout_for_target(target: Any) -> LayoutTarget:
     has = getattr(target, "has_intrinsic", None)
     int8 = lt.kind == "nchwc" and has is not None and all(
         has(f"dot_u8s8_{n}x4") for n in (8, 16))
-    return LayoutTarget(lt.kind, lt.block, int8) if int8 else lt
+    # every dense DSP convolution can fall back to this one (toolchain.schedules.cortex_m)
+    nhwc_qconv = has is not None and has("dot_q15q7_1x4")
+    return LayoutTarget(lt.kind, lt.block, int8, nhwc_qconv) if int8 or nhwc_qconv else lt
 
 
 class _Rewriter:
@@ -208,6 +220,8 @@ class _Rewriter:
     def qconv(self, node: Node) -> Node | None:
         from toolchain.topi.int8_x86 import blocked_layouts
 
+        if self.target.nhwc_qconv:
+            return self.qconv_nhwc_input(node)
         lays = blocked_layouts(node) if self.target.int8 else None
         if lays is None:
             return None
@@ -221,6 +235,28 @@ class _Rewriter:
         attrs = dict(node.attrs, data_layout=data, out_layout=out)
         return node.replace(inputs=(self.get(x, data), *node.inputs[1:]),
                             outputs=(self.produced(y, out),), attrs=attrs)
+
+    def qconv_nhwc_input(self, node: Node) -> Node | None:
+        """On a target whose dense int8 convolution gathers NHWC (``nhwc_qconv``: the
+        Cortex-M DSP kernels, in any activation layout), a dense QConv (group 1) whose
+        input is the model's own
+        NHWC -> NCHW ``Transpose`` (a TensorFlow export's first convolution) and is read by
+        it alone reads that transpose's NHWC source instead (``data_layout="NHWC"``): the
+        ``LayoutTransform`` inserted here cancels the transpose in the second ``simplify``,
+        so the NCHW copy of the image is never made (the Cortex-M kernel gathers its
+        im2col rows channels-last).  Its output stays NCHW."""
+        x = node.inputs[0]
+        src = self.producer.get(x)
+        if src is None or src.op != "Transpose" or x.rank != 4 or \
+                tuple(int(p) for p in src.attrs.get("perm", ())) != (0, 3, 1, 2) or \
+                int(node.attrs.get("group", 1)) != 1 or \
+                node.attrs.get("data_layout", "NCHW") != "NCHW" or \
+                self.layout_of(src.inputs[0]) != "NCHW" or x in self.graph.outputs or \
+                [n for n in self.consumers.get(x, []) if n is not node] or \
+                any(v is x for v in node.inputs[1:]):
+            return None
+        return node.replace(inputs=(self.get(x, "NHWC"), *node.inputs[1:]),
+                            attrs=dict(node.attrs, data_layout="NHWC"))
 
     def reads_blocked(self, node: Node, v: Value, layout: str) -> bool:
         """Whether ``node`` reads ``v`` in channel-blocked ``layout`` on an int8 target: a
@@ -355,6 +391,8 @@ class _Rewriter:
         rules = {"conv": self.conv, "pool": self.pool, "follow": self.follow,
                  "concat": self.concat, "pad": self.pad, "qconv": self.qconv,
                  "qpool": self.qpool, "qadd": self.qadd}
+        if self.target.kind == "nchw":  # only the first convolution's NHWC input
+            rules = {"qconv": self.qconv}
         for node in self.graph.nodes:
             rule = rules.get(_preference(node.op))
             new = rule(node) if rule is not None else None
@@ -399,6 +437,6 @@ def transform_layout(graph: Graph, target_layout: str | LayoutTarget = "nchw") -
         ['LayoutTransform', 'LayoutConv', 'Relu', 'LayoutTransform']
     """
     target = parse_layout_target(target_layout)
-    if target.kind == "nchw":
+    if target.kind == "nchw" and not target.nhwc_qconv:
         return graph
     return _Rewriter(graph, target).run()

@@ -359,7 +359,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
                       q15_weights=wide and pair is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
-    same_shape = node.input(0).shape == node.outputs[0].shape and \
+    nchw_in = node.attrs.get("data_layout", "NCHW") == "NCHW"
+    same_shape = nchw_in and node.input(0).shape == node.outputs[0].shape and \
         node.input(0).dtype == node.outputs[0].dtype
     in_place = False
     staged_rows = True
@@ -404,8 +405,15 @@ def _access_order(node: Node, depthwise: bool, staged: bool) -> AccessOrder | No
     builds each output pixel's im2col row (every channel of its window) before it writes
     that pixel's channels (one pixel a step: the two-pixel kernels read both pixels first,
     which the one-pixel order covers); a depthwise one pads a channel's plane (``staged``)
-    or one output row's band of input rows before it writes them."""
-    x, y = node.input(0), node.outputs[0]
+    or one output row's band of input rows before it writes them.  A dense one reading an
+    ``NHWC`` input (``data_layout``) gathers each pixel's channels from it the same way."""
+    from toolchain.graph.ops.qops import nchw_qconv
+
+    layout = node.attrs.get("data_layout", "NCHW")
+    if layout not in ("NCHW", "NHWC") or node.attrs.get("out_layout", "NCHW") != "NCHW" or \
+            (depthwise and layout != "NCHW"):
+        return None
+    x, y = nchw_qconv(node).input(0), node.outputs[0]  # NCHW shapes
     if len(x.shape) != 4 or int(x.shape[0]) != 1 or x.dtype != y.dtype:
         return None
     kind = ("channels" if staged else "rows") if depthwise else "pixels"
@@ -414,5 +422,5 @@ def _access_order(node: Node, depthwise: bool, staged: bool) -> AccessOrder | No
                        np.dtype(x.dtype).itemsize, (int(w.shape[2]), int(w.shape[3])),
                        tuple(int(v) for v in node.attrs["strides"]),
                        tuple(int(v) for v in node.attrs["pads"]),
-                       tuple(int(v) for v in node.attrs["dilations"]))
+                       tuple(int(v) for v in node.attrs["dilations"]), layout)
 
