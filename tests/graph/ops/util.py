@@ -20,13 +20,14 @@ from toolchain.graph.ops.common import KILN_TO_ONNX
 
 Arrays = Sequence[np.ndarray | None]
 
-_RNG = np.random.default_rng(0)
+#: the data of :func:`data`; reseeded from each test's id by ``tests/conftest.py``
+RNG = np.random.default_rng(0)
 
 
 def data(dtype: str, shape: Sequence[int] = (3, 4), *, positive: bool = False,
          nonzero: bool = False, seed: int | None = None) -> np.ndarray:
     """Random test data of a Kiln dtype: normal*3 for floats, small ints, random bools."""
-    rng = _RNG if seed is None else np.random.default_rng(seed)
+    rng = RNG if seed is None else np.random.default_rng(seed)
     shape = tuple(shape)
     if dtype == "bool":
         return rng.random(shape) > 0.5
