@@ -131,3 +131,41 @@ def test_avx2_pair_weights_stored_as_int8_bit_exact(backend: str, tmp_path: Path
     assert set(got) == set(want) == {"logits", "probs"}
     np.testing.assert_array_equal(got["logits"], want["logits"])  # int8 kernels' integers
     np.testing.assert_allclose(got["probs"], want["probs"], rtol=1e-5, atol=1e-6)  # float
+
+
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_avx2_depthwise_weights_stored_as_int8_bit_exact(backend: str, tmp_path: Path) -> None:
+    """x86_64-avx2's depthwise kernel (int32 lanes, ``pack_dw_weights``) keeps its packed
+    weights int8 ``[C/L, KH, KW, L]`` in the bundle, widened in the kernel: DS-CNN's four
+    depthwise layers take one byte a weight (four with int32 packing), and the bundle (C
+    or LLVM kernels) equals the integer reference bit for bit."""
+    from toolchain.target import load_target, runs_here
+    from toolchain.zoo import ZOO
+    from toolchain.zoo.quantized import kiln_qdq
+
+    if not runs_here(load_target("x86_64-avx2")):
+        pytest.skip("this CPU lacks x86_64-avx2's features")
+    spec = ZOO["ds_cnn"]
+    model = spec.build()
+    qdq = kiln_qdq(model)
+    onnx.save(qdq, tmp_path / "q.onnx")
+    pkg = toolchain.compile(tmp_path / "q.onnx", "x86_64-avx2", output=tmp_path / "b",
+                            backend=backend)
+    graph = quantize_ops(from_onnx(qdq))
+    dw = [n for n in graph.nodes if n.op == "QConv" and int(n.attrs.get("group", 1)) > 1]
+    names = {f"{n.input(1).name}_x86" for n in dw}
+    packed = [w for w in pkg.metadata["weights"] if w["tensor"] in names]
+    assert len(dw) == len(packed) == 4, [w["tensor"] for w in pkg.metadata["weights"]]
+    for w, n in zip(sorted(packed, key=lambda w: w["tensor"]),
+                    sorted(dw, key=lambda n: f"{n.input(1).name}_x86"), strict=True):
+        assert w["dtype"] == "int8" and w["bytes"] == int(n.input(1).size), w
+        assert len(w["shape"]) == 4  # [C/L, KH, KW, L]: the int32-lane kernel, not pairs
+    inputs = spec.inputs(model)
+    got = toolchain.run(pkg, inputs).outputs
+    want = run_graph(graph, inputs)
+    assert set(got) == set(want)
+    for k, v in want.items():
+        if v.dtype.kind == "f" and k in ("dense/Softmax:0", "probs"):  # float tail
+            np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(got[k], v, err_msg=k)

@@ -138,13 +138,15 @@ def find_tensor(out: te.Tensor, name: str) -> te.Tensor:
 
 
 def pack_dw_weights(w: np.ndarray, lanes: int) -> np.ndarray:
-    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int32 ``[C/L, KH, KW, L]``.
+    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int8 ``[C/L, KH, KW, L]`` (stored as
+    int8, widened in the kernel: :func:`qdwconv_x86`).
 
-    >>> pack_dw_weights(np.arange(4, dtype=np.int8).reshape(4, 1, 1, 1), 2)[:, 0, 0].tolist()
-    [[0, 1], [2, 3]]
+    >>> p = pack_dw_weights(np.arange(4, dtype=np.int8).reshape(4, 1, 1, 1), 2)
+    >>> p[:, 0, 0].tolist(), p.dtype.name
+    ([[0, 1], [2, 3]], 'int8')
     """
     c, _, kh, kw = w.shape
-    out = np.asarray(w, np.int32).reshape(c // lanes, lanes, kh, kw)
+    out = np.asarray(w, np.int8).reshape(c // lanes, lanes, kh, kw)
     return np.ascontiguousarray(np.moveaxis(out, 1, -1))
 
 
@@ -178,7 +180,7 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
     rx = te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
         te.cast(band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li], "int32")
-        * wp[co, ry, rx, li],
+        * te.cast(te.cast(wp[co, ry, rx, li], "int16"), "int32"),
         axis=[ry, rx]), name="x86_acc", tag="conv")
     return lane_requant(acc, bias, mult, shifts, attrs, fits=fits), acc
 
