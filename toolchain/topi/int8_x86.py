@@ -176,16 +176,11 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
         band = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
                           xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
-    # the int8 weights widened once per channel block (through int16: gcc turns a direct
-    # 16 x int8 -> 16 x int32 conversion into byte loads and inserts)
-    wide = te.compute((co_n, kh, kw, lanes), lambda co, r, s, li:
-                      te.cast(te.cast(wp[co, r, s, li], "int16"), "int32"), name="x86_dww",
-                      tag="injective")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
         te.cast(band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li], "int32")
-        * wide[co, ry, rx, li],
+        * te.cast(te.cast(wp[co, ry, rx, li], "int16"), "int32"),
         axis=[ry, rx]), name="x86_acc", tag="conv")
     return lane_requant(acc, bias, mult, shifts, attrs, fits=fits), acc
 

@@ -265,9 +265,6 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
         band = sch.get_block("x86_band")
         sch.compute_at(band, mo)
         sch.vectorize(sch.get_loops(band)[-1])
-        wide = sch.get_block("x86_dww")  # the int8 weights widened once per channel block
-        sch.compute_at(wide, mo)
-        sch.vectorize(sch.get_loops(wide)[-1])
     else:  # the columns, then their pairs zipped (L channels of one column and the next)
         band = sch.get_block("x86_dwpairs")
         sch.compute_at(band, mo)
