@@ -131,3 +131,47 @@ def test_avx2_pair_weights_stored_as_int8_bit_exact(backend: str, tmp_path: Path
     assert set(got) == set(want) == {"logits", "probs"}
     np.testing.assert_array_equal(got["logits"], want["logits"])  # int8 kernels' integers
     np.testing.assert_allclose(got["probs"], want["probs"], rtol=1e-5, atol=1e-6)  # float
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+@pytest.mark.parametrize("backend", ["c", "llvm"])
+def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: str,
+                                                        tmp_path: Path) -> None:
+    """The x86 depthwise kernels keep their packed weights int8 in the bundle, widened in
+    the kernel: x86_64-avx2's int32 lanes ``[C/L, KH, KW, L]`` (``pack_dw_weights``, four
+    bytes a weight before), x86_64-avx512's lane-wise pairs ``[C/L, KH, ceil(KW/2), L, 2]``
+    (``pack_dw_pairs``, ``dot_i16_lanes_Lx2`` widening them as it loads; two bytes a weight
+    before). DS-CNN's four depthwise layers take one byte a weight (plus the zero column
+    of the pairs), and the bundle (C or LLVM kernels) equals the integer reference."""
+    from toolchain.target import load_target, runs_here
+    from toolchain.zoo import ZOO
+    from toolchain.zoo.quantized import kiln_qdq
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this CPU lacks {target}'s features")
+    spec = ZOO["ds_cnn"]
+    model = spec.build()
+    qdq = kiln_qdq(model)
+    onnx.save(qdq, tmp_path / "q.onnx")
+    pkg = toolchain.compile(tmp_path / "q.onnx", target, output=tmp_path / "b",
+                            backend=backend)
+    graph = quantize_ops(from_onnx(qdq))
+    dw = {f"{n.input(1).name}_x86": n.input(1) for n in graph.nodes
+          if n.op == "QConv" and int(n.attrs.get("group", 1)) > 1}
+    packed = [w for w in pkg.metadata["weights"] if w["tensor"] in dw]
+    assert len(dw) == len(packed) == 4, [w["tensor"] for w in pkg.metadata["weights"]]
+    pairs = target == "x86_64-avx512"
+    for w in packed:
+        c, _, kh, kw = dw[w["tensor"]].shape
+        cols = 2 * -(-kw // 2) if pairs else kw  # the pairs' zero column past KW
+        assert w["dtype"] == "int8" and w["bytes"] == c * kh * cols, w
+        assert len(w["shape"]) == (5 if pairs else 4) and (not pairs or w["shape"][-1] == 2)
+    inputs = spec.inputs(model)
+    got = toolchain.run(pkg, inputs).outputs
+    want = run_graph(graph, inputs)
+    assert set(got) == set(want)
+    for k, v in want.items():
+        if v.dtype.kind == "f" and k in ("dense/Softmax:0", "probs"):  # float tail
+            np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(got[k], v, err_msg=k)

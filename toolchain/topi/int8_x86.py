@@ -138,13 +138,15 @@ def find_tensor(out: te.Tensor, name: str) -> te.Tensor:
 
 
 def pack_dw_weights(w: np.ndarray, lanes: int) -> np.ndarray:
-    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int32 ``[C/L, KH, KW, L]``.
+    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int8 ``[C/L, KH, KW, L]`` (stored as
+    int8, widened in the kernel: :func:`qdwconv_x86`).
 
-    >>> pack_dw_weights(np.arange(4, dtype=np.int8).reshape(4, 1, 1, 1), 2)[:, 0, 0].tolist()
-    [[0, 1], [2, 3]]
+    >>> p = pack_dw_weights(np.arange(4, dtype=np.int8).reshape(4, 1, 1, 1), 2)
+    >>> p[:, 0, 0].tolist(), p.dtype.name
+    ([[0, 1], [2, 3]], 'int8')
     """
     c, _, kh, kw = w.shape
-    out = np.asarray(w, np.int32).reshape(c // lanes, lanes, kh, kw)
+    out = np.asarray(w, np.int8).reshape(c // lanes, lanes, kh, kw)
     return np.ascontiguousarray(np.moveaxis(out, 1, -1))
 
 
@@ -178,22 +180,24 @@ def qdwconv_x86(x: te.Tensor, wp: te.Tensor, bias: te.Tensor, mult: te.Tensor,
     rx = te.reduce_axis((0, kw), name="rx")
     acc = te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
         te.cast(band[b, co, y * sh + ry * dh, xx * sw + rx * dw, li], "int32")
-        * wp[co, ry, rx, li],
+        * te.cast(te.cast(wp[co, ry, rx, li], "int16"), "int32"),
         axis=[ry, rx]), name="x86_acc", tag="conv")
     return lane_requant(acc, bias, mult, shifts, attrs, fits=fits), acc
 
 
 def pack_dw_pairs(w: np.ndarray, lanes: int) -> np.ndarray:
-    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int16 ``[C/L, KH, ceil(KW/2), L, 2]``:
+    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int8 ``[C/L, KH, ceil(KW/2), L, 2]``:
     per channel the weights of kernel columns ``2 q`` and ``2 q + 1`` side by side (0 past
-    ``KW``), the ``B[j, k]`` operand of the lane-wise ``dot_i16_lanes_Lx2`` intrinsics.
+    ``KW``), the ``B[j, k]`` operand of the lane-wise ``dot_i16_lanes_Lx2`` intrinsics
+    (stored as int8, widened to int16 by the intrinsic as it loads them).
 
-    >>> pack_dw_pairs(np.arange(1, 7, dtype=np.int8).reshape(2, 1, 1, 3), 2)[0, 0].tolist()
-    [[[1, 2], [4, 5]], [[3, 0], [6, 0]]]
+    >>> p = pack_dw_pairs(np.arange(1, 7, dtype=np.int8).reshape(2, 1, 1, 3), 2)
+    >>> p[0, 0].tolist(), p.dtype.name
+    ([[[1, 2], [4, 5]], [[3, 0], [6, 0]]], 'int8')
     """
     c, _, kh, kw = w.shape
     q = -(-kw // 2)
-    out = np.zeros((c, kh, q * 2), np.int16)
+    out = np.zeros((c, kh, q * 2), np.int8)
     out[:, :, :kw] = np.asarray(w)[:, 0]
     out = out.reshape(c // lanes, lanes, kh, q, 2)
     return np.ascontiguousarray(out.transpose(0, 2, 3, 1, 4))

@@ -451,3 +451,36 @@ def test_pair_weights_int8_widened_bit_exact(m: int, target: str, backend: str) 
     assert info["intrinsic"].endswith(f"dot_i16_{x86_lanes(m)}x2")
     assert packed.dtype == np.int8 and packed.shape[-1] == 2
     assert packed.nbytes < 2 * w.size  # one byte a weight, channel and lane padding only
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("target,hw", [("x86_64-avx2", (9, 10)), ("x86_64-avx512", (9, 10)),
+                                       ("x86_64-avx512", (60, 41))],
+                         ids=["avx2", "avx512-pairs", "avx512-row"])
+def test_depthwise_weights_int8_widened_bit_exact(target: str, hw: tuple[int, int],
+                                                  backend: str) -> None:
+    """The depthwise kernels keep their weights int8, one byte a weight, and widen them in
+    the kernel: the int32-lane kernel (x86_64-avx2 always; x86_64-avx512 where its pair
+    band does not fit the plane) ``[C/L, KH, KW, L]``, x86_64-avx512's lane-wise pairs
+    ``[C/L, KH, ceil(KW/2), L, 2]`` (``dot_i16_lanes_16x2``, vpmovsxbw). Extreme weights
+    (-128, 127) against shifted inputs down to -255 (x_zp 127) stay exact."""
+    h, w = hw
+    c = 32
+    wt = RNG.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
+    wt[0], wt[-1, :, ::2] = -128, 127  # sign extension in every lane block, both extremes
+    x = Value("x", (1, c, h, w), "uint8")
+    attrs = {**_attrs("uint8", 127, 130), "strides": [1, 1], "pads": [1, 1, 1, 1],
+             "dilations": [1, 1], "group": c}
+    node = Node("QConv", "dw", [x, Value.constant("w", wt), *_requant(c)],
+                [Value("y", (1, c, h, w), "uint8")], attrs)
+    info = _check(node, _qx((1, c, h, w), "uint8"), target, backend)
+    assert info["schedule"] == "int8 x86 depthwise"
+    packed = schedule_x86_int8(node, target).input_values[1].data
+    assert packed.dtype == np.int8
+    if "intrinsic" in info:  # pairs of kernel columns, a zero column past KW
+        assert info["intrinsic"].endswith("dot_i16_lanes_16x2") and h < 60
+        assert packed.shape == (2, 3, 2, 16, 2) and packed.nbytes == c * 3 * 4
+        np.testing.assert_array_equal(packed[1, 2, 1, 15], [wt[31, 0, 2, 2], 0])
+    else:
+        assert packed.shape == (2, 3, 3, 16) and packed.nbytes == wt.size  # [C/L, KH, KW, L]
+        np.testing.assert_array_equal(packed[1, 2, 0, 15], wt[31, 0, 2, 0])
