@@ -30,33 +30,37 @@ from toolchain.quantize.ptq import quantize_model
 from toolchain.zoo.quantized import arena_report, calibration
 
 
-def _float_model() -> onnx.ModelProto:
-    rng = np.random.default_rng(5)
-    inits, nodes = [], []
-    layers = [  # (out channels, kernel, stride, group): 16x16 -> 8x8 -> 4x4
-        (8, 1, 1, 1), (8, 3, 1, 1), (16, 3, 2, 1), (16, 3, 1, 16), (32, 1, 1, 1),
-        (32, 3, 2, 32)]
-    src, c = "x", 3
-    for i, (m, k, s, g) in enumerate(layers):
+def _cnn(name: str, x_shape: list[int], layers: list[tuple], seed: int,
+         nodes: list | None = None, src: str = "x") -> onnx.ModelProto:
+    """Convolutions ``layers`` = (out channels, kernel, stride, group, pads), each with a
+    Relu, on ``src`` (3 channels), then a 4-way classifier (pool, flatten, Gemm)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes, c = [], list(nodes or []), 3
+    for i, (m, k, s, g, pads) in enumerate(layers):
         w = (rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"),
                   numpy_helper.from_array(rng.standard_normal(m).astype(np.float32) * .1,
                                           f"b{i}")]
         nodes += [helper.make_node("Conv", [src, f"w{i}", f"b{i}"], [f"c{i}"],
-                                   kernel_shape=[k, k], strides=[s, s], group=g,
-                                   pads=[k // 2] * 4),
+                                   kernel_shape=[k, k], strides=[s, s], group=g, pads=pads),
                   helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
         src, c = f"r{i}", m
-    wf = (rng.standard_normal((4, c)) / np.sqrt(c)).astype(np.float32)
-    inits.append(numpy_helper.from_array(wf, "wf"))
+    inits.append(numpy_helper.from_array(
+        (rng.standard_normal((4, c)) / np.sqrt(c)).astype(np.float32), "wf"))
     nodes += [helper.make_node("GlobalAveragePool", [src], ["gap"]),
               helper.make_node("Flatten", ["gap"], ["flat"]),
               helper.make_node("Gemm", ["flat", "wf"], ["y"], transB=1)]
     graph = helper.make_graph(
-        nodes, "overlap_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                             [1, 3, 16, 16])],
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _float_model() -> onnx.ModelProto:
+    layers = [  # (out channels, kernel, stride, group): 16x16 -> 8x8 -> 4x4
+        (8, 1, 1, 1), (8, 3, 1, 1), (16, 3, 2, 1), (16, 3, 1, 16), (32, 1, 1, 1),
+        (32, 3, 2, 32)]
+    return _cnn("overlap_cnn", [1, 3, 16, 16], [(*x, [x[1] // 2] * 4) for x in layers], 5)
 
 
 @pytest.fixture(scope="module")
@@ -156,30 +160,11 @@ def test_a_lead_64_bytes_short_is_caught(qmodel: Path, tmp_path: Path,
 def _nhwc_model() -> onnx.ModelProto:
     """A TensorFlow-style export: an NHWC image transposed to NCHW by the model itself,
     then a 3 x 3 stride-2 convolution (TF "SAME" pads), a depthwise and a pointwise one."""
-    rng = np.random.default_rng(7)
-    inits, nodes = [], [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])]
-    src, c = "t", 3
-    for i, (m, k, s, g, pads) in enumerate([(8, 3, 2, 1, [0, 0, 1, 1]),
-                                            (8, 3, 1, 8, [1, 1, 1, 1]),
-                                            (16, 1, 1, 1, [0, 0, 0, 0])]):
-        w = (rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
-        inits += [numpy_helper.from_array(w, f"w{i}"),
-                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32) * .1,
-                                          f"b{i}")]
-        nodes += [helper.make_node("Conv", [src, f"w{i}", f"b{i}"], [f"c{i}"],
-                                   kernel_shape=[k, k], strides=[s, s], group=g, pads=pads),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
-        src, c = f"r{i}", m
-    inits.append(numpy_helper.from_array(
-        (rng.standard_normal((4, c)) / np.sqrt(c)).astype(np.float32), "wf"))
-    nodes += [helper.make_node("GlobalAveragePool", [src], ["gap"]),
-              helper.make_node("Flatten", ["gap"], ["flat"]),
-              helper.make_node("Gemm", ["flat", "wf"], ["y"], transB=1)]
-    graph = helper.make_graph(
-        nodes, "nhwc_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                          [1, 12, 12, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return _cnn("nhwc_cnn", [1, 12, 12, 3], [(8, 3, 2, 1, [0, 0, 1, 1]),
+                                             (8, 3, 1, 8, [1, 1, 1, 1]),
+                                             (16, 1, 1, 1, [0, 0, 0, 0])], 7,
+                nodes=[helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])],
+                src="t")
 
 
 @pytest.mark.parametrize("integer_io", [True, False], ids=["int8-io", "float-io"])

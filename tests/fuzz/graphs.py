@@ -553,17 +553,18 @@ def random_model(seed: int, max_nodes: int = 10, families: tuple[str, ...] | Non
         if not b.tensors:
             break
         fn(b)
+    return to_model(b, f"fuzz{seed}", inputs, shape)
+
+
+def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], x_shape: tuple[int, ...]
+             ) -> tuple[onnx.ModelProto, dict]:
+    """The model of builder ``b``: the last tensor its nodes produced its output (a Relu of
+    the input ``x`` of shape ``x_shape`` where none is left), and (drawn by ``b.rng``) up
+    to two earlier ones; the ``inputs`` it uses, checked by ONNX."""
     produced = [o for n in b.nodes for o in n.output if o in b.tensors]
     if not produced:
-        b.node("Relu", ["x"], shape)
+        b.node("Relu", ["x"], x_shape)
         produced = [b.nodes[-1].output[0]]
-    return to_model(b, f"fuzz{seed}", inputs, produced)
-
-
-def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], produced: list[str]
-             ) -> tuple[onnx.ModelProto, dict]:
-    """The model of builder ``b``: the last of ``produced`` its output, and (drawn by
-    ``b.rng``) up to two earlier ones; the ``inputs`` it uses, checked by ONNX."""
     outs = [produced[-1]]
     for o in produced[:-1]:  # intermediate tensors as extra outputs
         if b.rng.random() < 0.2 and len(outs) < 3:
