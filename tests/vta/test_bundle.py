@@ -135,6 +135,10 @@ def test_kiln_run_refuses_a_device_that_does_not_apply(
     rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
                "--split"])
     assert rc == 2 and "--split applies to a bundle" in capsys.readouterr().err
+    for mhz in ("0", "nan", "inf"):
+        rc = main(["run", str(cnn_bundle[0].path), "--inputs", str(tmp_path / "in.npz"),
+                   "--split", "--accel-mhz", mhz])
+        assert rc == 2 and f"--accel-mhz {mhz}: must be a positive" in capsys.readouterr().err
 
 
 def test_mlp_bundle_runs_its_gemms_on_the_accelerator(tmp_path: Path) -> None:

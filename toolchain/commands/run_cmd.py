@@ -215,8 +215,8 @@ def run_bundle(args: argparse.Namespace) -> int:
     if args.split and not accelerated(read_metadata(args.model)):
         raise OptionError(f"--split applies to bundles compiled with --target vta; "
                           f"{args.model} runs no layer on the accelerator")
-    if args.accel_mhz <= 0:
-        raise OptionError(f"--accel-mhz {args.accel_mhz:g}: must be positive")
+    if not (np.isfinite(args.accel_mhz) and args.accel_mhz > 0):
+        raise OptionError(f"--accel-mhz {args.accel_mhz:g}: must be a positive number of MHz")
     module = BundleModule(args.model, device=args.device, profile=args.split)
     if args.threads is not None:
         if args.threads < 1:
