@@ -180,6 +180,8 @@ def test_blocked_qconv_bit_exact(cfg: tuple, backend: str) -> None:
     assert info.get("zip", "").endswith("zip_u8_16x4") == (group == 1 and c <= 4
                                                             and w % 16 == 0)
     assert info.get("data_layout", "NCHW") == din and info.get("out_layout", "NCHW") == dout
+    # a blocked output tile is stored by vpmovdb, L lanes a call (not byte by byte)
+    assert info.get("store", "").endswith(f"narrow_i32_i8_{info['lanes']}") == (dout != "NCHW")
 
 
 def test_blocked_qconv_without_a_kernel_is_refused_by_name() -> None:

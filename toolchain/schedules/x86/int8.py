@@ -229,15 +229,35 @@ def dw_lanes(node: Node) -> int:
     return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
 
 
+def narrow_intrinsic(target: Target, dtype: str, lanes: int) -> str | None:
+    """The target's intrinsic that stores ``lanes`` requantized int32 lanes as ``dtype``
+    (``narrow_i32_i8_16`` ...; None where it declares none: the store stays a vectorized
+    conversion)."""
+    name = f"narrow_i32_{'u8' if dtype == 'uint8' else 'i8'}_{lanes}"
+    return target.intrinsic(name) if target.has_intrinsic(name) else None
+
+
+def _store_lanes(sch: Schedule, lane_loop: Any, narrow: str | None) -> None:
+    """The store of an ``NCHW{L}c`` output tile, ``L`` requantized int32 lanes a pixel: one
+    ``narrow`` call (``vpmovdb``; gcc 12 turns the vectorized 16 x int32 -> 16 x int8
+    conversion into 16 byte inserts, about 24 instructions a pixel: MobileNet's 24 x 24 x
+    32 depthwise layer 8.3 -> TODO us), else the vectorized conversion."""
+    if narrow is None:
+        sch.vectorize(lane_loop)
+    else:
+        sch.tensorize(lane_loop, narrow)
+
+
 def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
-                 zip_intrin: str | None = None) -> Schedule:
+                 zip_intrin: str | None = None, narrow: str | None = None) -> Schedule:
     """Per block of L channels the input band (L channels contiguous, int16) re-laid once
     for the whole padded plane (``plane``; every input row re-laid once) or per output row
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
     (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW (or stored as it is in
     ``NCHW{L}c``). ``intrin``: the lane-wise ``dot_i16_lanes_Lx2`` over the column-pair
     band of :func:`toolchain.topi.int8_x86.qdwconv_x86_pairs` instead, zipped from the
-    columns by ``zip_intrin``."""
+    columns by ``zip_intrin``. ``narrow``: the ``narrow_i32_*`` intrinsic that stores an
+    ``NCHW{L}c`` output's L requantized lanes (:func:`_store_lanes`)."""
     sch = Schedule(func)
     names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
@@ -254,7 +274,7 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     xo, xi = sch.split(x, [None, tile])
     if len(loops) == 5:
         sch.reorder(*((mo, y) if plane else (y, mo)), xo, xi, mi)
-        sch.vectorize(mi)
+        _store_lanes(sch, mi, narrow)
     else:
         sch.reorder(*((mo, y) if plane else (y, mo)), xo, mi, xi)
     req = sch.get_block("x86_req")
@@ -339,8 +359,10 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     plane = pairs or (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
     try:
+        narrow = narrow_intrinsic(target, str(y.dtype), lanes) if len(y.shape) == 5 else None
         sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
-                                                   target.intrinsic(zipper)) if pairs else ()))
+                                                   target.intrinsic(zipper)) if pairs else
+                                                  (None, None)), narrow=narrow)
     except KilnError as err:
         if real is not node:
             raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
@@ -352,7 +374,8 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     return OpSchedule(sch, values, list(real.outputs),
                       {"schedule": "int8 x86 depthwise", "lanes": lanes,
                        "band": "plane" if plane else "row", **_layout_info(real),
-                       **({"intrinsic": target.intrinsic(intrin)} if pairs else {})})
+                       **({"intrinsic": target.intrinsic(intrin)} if pairs else {}),
+                       **({"store": narrow} if narrow else {})})
 
 
 def compute_options(node: Node, target: Target) -> dict[str, Any]:
@@ -418,12 +441,13 @@ def _zip_planes(sch: Schedule, planes: Any, band: Any, zip_intrin: str | None) -
 
 
 def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
-                    plane: bool = False, zip_intrin: str | None = None) -> Schedule:
+                    plane: bool = False, zip_intrin: str | None = None,
+                    narrow: str | None = None) -> Schedule:
     """The tiled convolution nest of :func:`_schedule_conv` over int16 channel pairs: the
     pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
     the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call (or, over the
     u8 quad band of :func:`toolchain.topi.int8_x86.qconv2d_x86_quads`, ``L`` lanes x 4 one
-    ``dot_u8s8_*x4`` call)."""
+    ``dot_u8s8_*x4`` call). ``narrow``: as for :func:`_schedule_dw`."""
     sch = Schedule(func)
     names = block_names(sch)
     for b in ("x_shifted", "pad"):
@@ -439,7 +463,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
         tile = tile or pixel_tile(int(sch.get(x).extent.value))
         xo, xi = sch.split(x, [None, tile])
         sch.reorder(y, mo, xo, xi, mi)
-        sch.vectorize(mi)
+        _store_lanes(sch, mi, narrow)
         req = sch.get_block("x86_req")
         sch.compute_at(req, xo)
         acc = sch.get_block("x86_acc")
@@ -558,7 +582,10 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         zipper = "zip_u8_16x4"
         zipper = target.intrinsic(zipper) if "x86_planes" in block_names(Schedule(func)) \
             and target.has_intrinsic(zipper) else None
-        sch = _schedule_pairs(func, lanes, intrin, tile, plane=plane, zip_intrin=zipper)
+        narrow = narrow_intrinsic(target, str(y.dtype), lanes) \
+            if not dense and len(y.shape) == 5 else None
+        sch = _schedule_pairs(func, lanes, intrin, tile, plane=plane, zip_intrin=zipper,
+                              narrow=narrow)
     except KilnError:
         return None
     values = [xv] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
@@ -566,7 +593,8 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
                       {"schedule": f"int8 x86 {kind}", "lanes": lanes, "intrinsic": intrin,
                        **({} if dense else {"band": "plane" if plane else "row"}),
                        **({"quads": "kernel columns"} if cols else {}),
-                       **({"zip": zipper} if zipper else {}), **_layout_info(real)})
+                       **({"zip": zipper} if zipper else {}),
+                       **({"store": narrow} if narrow else {}), **_layout_info(real)})
 
 
 def _layout_info(node: Node) -> dict[str, str]:
