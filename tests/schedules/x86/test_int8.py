@@ -456,14 +456,14 @@ def test_pair_weights_int8_widened_bit_exact(m: int, target: str, backend: str) 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target,hw", [("x86_64-avx2", (9, 10)), ("x86_64-avx512", (9, 10)),
                                        ("x86_64-avx512", (60, 41))],
-                         ids=["avx2", "avx512-pairs", "avx512-row"])
+                         ids=["avx2", "avx512-quads", "avx512-row"])
 def test_depthwise_weights_int8_widened_bit_exact(target: str, hw: tuple[int, int],
                                                   backend: str) -> None:
     """The depthwise kernels keep their weights int8, one byte a weight, and widen them in
-    the kernel: the int32-lane kernel (x86_64-avx2 always; x86_64-avx512 where its pair
-    band does not fit the plane) ``[C/L, KH, KW, L]``, x86_64-avx512's lane-wise pairs
-    ``[C/L, KH, ceil(KW/2), L, 2]`` (``dot_i16_lanes_16x2``, vpmovsxbw). Extreme weights
-    (-128, 127) against shifted inputs down to -255 (x_zp 127) stay exact."""
+    the kernel: the int32-lane kernel (x86_64-avx2) ``[C/L, KH, KW, L]``, x86_64-avx512's
+    lane-wise u8 column quads ``[C/L, KH, ceil(KW/4), L, 4]`` (``dot_u8s8_lanes_16x4``,
+    vpdpbusd; the band per plane, or per output row where the plane does not fit). Extreme
+    weights (-128, 127) against shifted inputs down to -255 (x_zp 127) stay exact."""
     h, w = hw
     c = 32
     wt = RNG.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
@@ -477,10 +477,11 @@ def test_depthwise_weights_int8_widened_bit_exact(target: str, hw: tuple[int, in
     assert info["schedule"] == "int8 x86 depthwise"
     packed = schedule_x86_int8(node, target).input_values[1].data
     assert packed.dtype == np.int8
-    if "intrinsic" in info:  # pairs of kernel columns, a zero column past KW
-        assert info["intrinsic"].endswith("dot_i16_lanes_16x2") and h < 60
-        assert packed.shape == (2, 3, 2, 16, 2) and packed.nbytes == c * 3 * 4
-        np.testing.assert_array_equal(packed[1, 2, 1, 15], [wt[31, 0, 2, 2], 0])
+    if target == "x86_64-avx512":  # quads of kernel columns, a zero column past KW
+        assert info["intrinsic"].endswith("dot_u8s8_lanes_16x4")
+        assert info["band"] == ("row" if h == 60 else "plane")
+        assert packed.shape == (2, 3, 1, 16, 4) and packed.nbytes == c * 3 * 4
+        np.testing.assert_array_equal(packed[1, 2, 0, 15], [*wt[31, 0, 2], 0])
     else:
         assert packed.shape == (2, 3, 3, 16) and packed.nbytes == wt.size  # [C/L, KH, KW, L]
         np.testing.assert_array_equal(packed[1, 2, 0, 15], wt[31, 0, 2, 0])

@@ -249,7 +249,8 @@ def _store_lanes(sch: Schedule, lane_loop: Any, narrow: str | None) -> None:
 
 
 def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
-                 zip_intrin: str | None = None, narrow: str | None = None) -> Schedule:
+                 zip_intrin: str | None = None, narrow: str | None = None,
+                 cols_plane: bool = False) -> Schedule:
     """Per block of L channels the input band (L channels contiguous, int16) re-laid once
     for the whole padded plane (``plane``; every input row re-laid once) or per output row
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
@@ -257,8 +258,11 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     ``NCHW{L}c``). ``intrin``: the lane-wise ``dot_i16_lanes_Lx2`` over the column-pair
     band of :func:`toolchain.topi.int8_x86.qdwconv_x86_pairs` instead, zipped from the
     columns by ``zip_intrin``. ``narrow``: the ``narrow_i32_*`` intrinsic that stores an
-    ``NCHW{L}c`` output's L requantized lanes (:func:`_store_lanes`)."""
+    ``NCHW{L}c`` output's L requantized lanes (:func:`_store_lanes`). ``cols_plane``
+    (with ``intrin``, not ``plane``): the columns once for the whole plane, their zipped
+    pairs (quads) per output row."""
     sch = Schedule(func)
+    outer = plane or cols_plane  # the block loop outside the row loop
     names = block_names(sch)
     sch.compute_inline(sch.get_block("x_shifted"))
     if "pad" in names:
@@ -273,10 +277,10 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     tile = pixel_tile(int(sch.get(x).extent.value))
     xo, xi = sch.split(x, [None, tile])
     if len(loops) == 5:
-        sch.reorder(*((mo, y) if plane else (y, mo)), xo, xi, mi)
+        sch.reorder(*((mo, y) if outer else (y, mo)), xo, xi, mi)
         _store_lanes(sch, mi, narrow)
     else:
-        sch.reorder(*((mo, y) if plane else (y, mo)), xo, mi, xi)
+        sch.reorder(*((mo, y) if outer else (y, mo)), xo, mi, xi)
     req = sch.get_block("x86_req")
     sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
@@ -285,9 +289,9 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
         band = sch.get_block("x86_band")
         sch.compute_at(band, mo)
         sch.vectorize(sch.get_loops(band)[-1])
-    else:  # the columns, then their pairs zipped (L channels of one column and the next)
-        band = sch.get_block("x86_dwpairs")
-        sch.compute_at(band, mo)
+    else:  # the columns, then their pairs (quads) zipped (L channels of adjacent columns)
+        band = sch.get_block("x86_dwquads" if "x86_dwquads" in names else "x86_dwpairs")
+        sch.compute_at(band, y if cols_plane and not plane else mo)
         cols = sch.get_block("x86_band")
         sch.compute_at(cols, mo)
         sch.vectorize(sch.get_loops(cols)[-1])
@@ -312,19 +316,35 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     return sch
 
 
+def dw_quads_apply(node: Node, target: Target, lanes: int) -> bool:
+    """Whether depthwise QConv ``node`` takes the u8 column quads
+    (:func:`toolchain.topi.int8_x86.qdwconv_x86_quads`): the target declares
+    ``dot_u8s8_lanes_{L}x4`` and ``zip_u8_lanes_{L}x4``, dilation 1 along the columns, and
+    the folded bias stays inside int32 (:func:`toolchain.topi.int8_x86.quads_apply`)."""
+    from toolchain.topi.int8_x86 import quads_apply
+
+    return target.has_intrinsic(f"dot_u8s8_lanes_{lanes}x4") and \
+        target.has_intrinsic(f"zip_u8_lanes_{lanes}x4") and \
+        tuple(node.attrs.get("dilations", (1, 1)))[1] == 1 and quads_apply(node)
+
+
 def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> OpSchedule:
     """The x86 depthwise schedule (the generic one where the nest refuses). ``real``: the
     graph's node where it reads and writes ``NCHW{L}c`` (``node`` its NCHW form)."""
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi.int8_x86 import (
+        fold_quad_bias,
         lane_requant,
         pack_blocked,
         pack_dw_pairs,
+        pack_dw_quads,
         pack_dw_weights,
         pad_channels,
         pad_shifts,
         qdwconv_x86,
         qdwconv_x86_pairs,
+        qdwconv_x86_quads,
+        quad_offset,
         requant_fits_int32,
         unpack_lanes,
     )
@@ -333,23 +353,30 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     vals = list(node.inputs)
     _, _, h, w = (int(d) for d in vals[0].shape)
     pt, pl, pb, pr = attrs["pads"]
-    intrin, zipper = f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2"
+    kw = int(vals[1].shape[3])
+    quads = dw_quads_apply(node, target, lanes)
+    intrin, zipper = (f"dot_u8s8_lanes_{lanes}x4", f"zip_u8_lanes_{lanes}x4") if quads else \
+        (f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2")
     # the columns and their int16 pairs (three times the single-column band) for the whole
     # plane, or the single columns: pairs re-laid per output row cost more than they save
     # (MobileNet's 48 x 48 x 8 layer 13.3 -> 17.0 us)
-    pairs = target.has_intrinsic(intrin) and target.has_intrinsic(zipper) and \
+    pairs = quads or target.has_intrinsic(intrin) and target.has_intrinsic(zipper) and \
         tuple(attrs["dilations"])[1] == 1 and \
         (h + pt + pb) * (w + pl + pr + 1) * lanes * 6 <= DW_PLANE_BYTES
-    pack_w = pack_dw_pairs if pairs else pack_dw_weights
+    pack_w = pack_dw_quads if quads else pack_dw_pairs if pairs else pack_dw_weights
     packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
              3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
+    if quads:  # sum (x - zp) w = sum (x + off) w - (zp + off) sum w: off the bias
+        zu = int(attrs["x_zero_point"]) + quad_offset(str(vals[0].dtype))
+        packs[2] = lambda v: pad_channels(fold_quad_bias(v, vals[1].data, zu), lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
     real = real or node
     xv = real.inputs[0]
     x = te.placeholder(tuple(xv.shape), str(xv.dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
     if pairs:
-        acc = qdwconv_x86_pairs(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3])))
+        compute = qdwconv_x86_quads if quads else qdwconv_x86_pairs
+        acc = compute(x, ph[1], dict(attrs, kernel_width=kw))
         req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
     else:
         req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
@@ -357,12 +384,21 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     out = pack_blocked(req, str(y.dtype), "qconv") if len(y.shape) == 5 else \
         unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
-    plane = pairs or (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
+    plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
+    cols_plane = False
+    if quads:  # the u8 columns and their quads at the output columns
+        ow, q = int(real.outputs[0].shape[3]), -(-kw // 4)
+        cols = (h + pt + pb) * (w + pl + pr + 4 * q - kw) * lanes
+        plane = cols + (h + pt + pb) * ow * q * lanes * 4 <= DW_PLANE_BYTES
+        cols_plane = cols <= DW_PLANE_BYTES
+    elif pairs:
+        plane = True
     try:
         narrow = narrow_intrinsic(target, str(y.dtype), lanes) if len(y.shape) == 5 else None
         sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
                                                    target.intrinsic(zipper)) if pairs else
-                                                  (None, None)), narrow=narrow)
+                                                  (None, None)), narrow=narrow,
+                           cols_plane=cols_plane)
     except KilnError as err:
         if real is not node:
             raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
@@ -374,6 +410,7 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     return OpSchedule(sch, values, list(real.outputs),
                       {"schedule": "int8 x86 depthwise", "lanes": lanes,
                        "band": "plane" if plane else "row", **_layout_info(real),
+                       **({"columns": "plane"} if cols_plane and not plane else {}),
                        **({"intrinsic": target.intrinsic(intrin)} if pairs else {}),
                        **({"store": narrow} if narrow else {})})
 
