@@ -139,10 +139,10 @@ def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: st
                                                         tmp_path: Path) -> None:
     """The x86 depthwise kernels keep their packed weights int8 in the bundle, widened in
     the kernel: x86_64-avx2's int32 lanes ``[C/L, KH, KW, L]`` (``pack_dw_weights``, four
-    bytes a weight before), x86_64-avx512's lane-wise u8 x s8 column quads
-    ``[C/L, KH, ceil(KW/4), L, 4]`` (``pack_dw_quads``, ``dot_u8s8_lanes_Lx4``; the pairs
+    bytes a weight before), x86_64-avx512's lane-wise u8 x s8 row quads
+    ``[C/L, KW, ceil(KH/4), L, 4]`` (``pack_dw_quads``, ``dot_u8s8_lanes_Lx4``; the pairs
     ``[C/L, KH, ceil(KW/2), L, 2]`` before). DS-CNN's four depthwise layers take one byte a
-    weight (plus the zero column of the quads), and the bundle (C or LLVM kernels) equals
+    weight (plus the zero row of the quads), and the bundle (C or LLVM kernels) equals
     the integer reference."""
     from toolchain.target import load_target, runs_here
     from toolchain.zoo import ZOO
@@ -164,8 +164,8 @@ def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: st
     quads = target == "x86_64-avx512"
     for w in packed:
         c, _, kh, kw = dw[w["tensor"]].shape
-        cols = 4 * -(-kw // 4) if quads else kw  # the quads' zero column past KW
-        assert w["dtype"] == "int8" and w["bytes"] == c * kh * cols, w
+        rows = 4 * -(-kh // 4) if quads else kh  # the quads' zero row past KH
+        assert w["dtype"] == "int8" and w["bytes"] == c * rows * kw, w
         assert len(w["shape"]) == (5 if quads else 4) and (not quads or w["shape"][-1] == 4)
     inputs = spec.inputs(model)
     got = toolchain.run(pkg, inputs).outputs

@@ -247,51 +247,52 @@ def qdwconv_x86_pairs(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
 
 
 def pack_dw_quads(w: np.ndarray, lanes: int) -> np.ndarray:
-    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int8 ``[C/L, KH, ceil(KW/4), L, 4]``:
-    per channel the weights of kernel columns ``4 q .. 4 q + 3`` side by side (0 past
-    ``KW``), the ``B[j, k]`` operand of the lane-wise ``dot_u8s8_lanes_Lx4`` intrinsics.
+    """Depthwise ``[C, 1, KH, KW]`` int8 weights -> int8 ``[C/L, KW, ceil(KH/4), L, 4]``:
+    per channel and kernel column the weights of kernel rows ``4 q .. 4 q + 3`` side by side
+    (0 past ``KH``), the ``B[j, k]`` operand of the lane-wise ``dot_u8s8_lanes_Lx4``
+    intrinsics (:func:`qdwconv_x86_quads`).
 
-    >>> pack_dw_quads(np.arange(1, 7, dtype=np.int8).reshape(2, 1, 1, 3), 2)[0, 0].tolist()
-    [[[1, 2, 3, 0], [4, 5, 6, 0]]]
+    >>> pack_dw_quads(np.arange(1, 7, dtype=np.int8).reshape(1, 1, 3, 2), 1)[0, :, 0].tolist()
+    [[[1, 3, 5, 0]], [[2, 4, 6, 0]]]
     """
     c, _, kh, kw = w.shape
-    q = -(-kw // 4)
-    out = np.zeros((c, kh, q * 4), np.int8)
-    out[:, :, :kw] = np.asarray(w)[:, 0]
-    out = out.reshape(c // lanes, lanes, kh, q, 4)
-    return np.ascontiguousarray(out.transpose(0, 2, 3, 1, 4))
+    q = -(-kh // 4)
+    out = np.zeros((c, q * 4, kw), np.int8)
+    out[:, :kh] = np.asarray(w)[:, 0]
+    out = out.reshape(c // lanes, lanes, q, 4, kw)
+    return np.ascontiguousarray(out.transpose(0, 4, 2, 1, 3))
 
 
 def qdwconv_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
     """The biased accumulators ``x86_acc[n, co, y, x, l]`` of a depthwise convolution over
-    :func:`pack_dw_quads` weights, four kernel columns per lane-wise ``dot_u8s8_lanes_Lx4``
-    call (``vpdpbusd``: a 3-wide kernel row is one call, a 3 x 3 kernel three). The input is
-    made unsigned (:func:`to_unsigned`) and padded with ``x_zp + off``, as the quad
+    :func:`pack_dw_quads` weights, four kernel rows per lane-wise ``dot_u8s8_lanes_Lx4``
+    call (``vpdpbusd``: a 3-high kernel column is one call, a 3 x 3 kernel three). The
+    input is made unsigned (:func:`to_unsigned`) and padded with ``x_zp + off``, as the quad
     convolutions do, so ``(x_zp + off) * sum w`` comes off the bias at compile time
-    (:func:`fold_quad_bias`). Its ``L``-channel columns (``x86_band[n, co, yy, xx, l]``,
-    ``NCHW{L}c`` copied or NCHW gathered per block; ``4 ceil(KW/4) - KW`` more padding
-    columns on the right) are zipped per output column (``zip_u8_lanes_Lx4``: four
-    16-byte loads, two rounds of unpacks) into::
+    (:func:`fold_quad_bias`). Its ``L``-channel pixels (``x86_band[n, co, yy, xx, l]``,
+    ``NCHW{L}c`` copied or NCHW gathered per block; ``4 ceil(KH/4) - KH`` more padding rows
+    at the bottom) are zipped per output row (``zip_u8_lanes_Lx4``: four 16-byte loads, two
+    rounds of unpacks a padded column) into::
 
-        x86_dwquads[n, co, yy, x, q, l, k] = x86_band[n, co, yy, x*sw + 4 q + k, l]
-        x86_acc[n, co, y, x, l] = sum over ry, q, k of
-            x86_dwquads[n, co, y*sh + ry*dh, x, q, l, k] * wp[co, ry, q, l, k]
+        x86_dwquads[n, co, y, xx, q, l, k] = x86_band[n, co, y*sh + 4 q + k, xx, l]
+        x86_acc[n, co, y, x, l] = sum over rx, q, k of
+            x86_dwquads[n, co, y, x*sw + rx*dw, q, l, k] * wp[co, rx, q, l, k]
 
-    Only the output columns are zipped, so a stride-2 layer zips half the input's columns.
-    Dilation 1 along the columns. The same integers as :func:`qdwconv_x86` once the bias
-    is folded."""
+    One output row's quads are one padded row (``Wp L 4`` bytes) and each is zipped once.
+    Dilation 1 along the rows. The same integers as :func:`qdwconv_x86` once the bias is
+    folded."""
     from toolchain.topi.nn.conv2d import pad_spatial
 
-    co_n, kh, q_n, lanes, _ = (int(d.value) for d in wp.shape)
+    co_n, kw, q_n, lanes, _ = (int(d.value) for d in wp.shape)
     sh, sw = attrs["strides"]
-    dh, _ = attrs["dilations"]
+    _, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
-    kw = int(attrs["kernel_width"])
-    extra = 4 * q_n - kw
+    kh = int(attrs["kernel_height"])
+    extra = 4 * q_n - kh
     off = quad_offset(str(x.dtype))
     xu = te.compute(x.shape, lambda *i: to_unsigned(x[i], off), name="x_shifted",
                     tag="injective")
-    xp = pad_spatial(xu, (2, 3), (pt, pl), (pb, pr + extra), value=attrs["x_zero_point"] + off)
+    xp = pad_spatial(xu, (2, 3), (pt, pl), (pb + extra, pr), value=attrs["x_zero_point"] + off)
     n, _, hp, wdt = (int(d.value) for d in xp.shape[:4])
     if len(x.shape) == 5:
         cols = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
@@ -299,16 +300,16 @@ def qdwconv_x86_quads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> te.
     else:
         cols = te.compute((n, co_n, hp, wdt, lanes), lambda b, co, yy, xx, li:
                           xp[b, co * lanes + li, yy, xx], name="x86_band", tag="injective")
-    oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - extra - kw) // sw + 1
-    band = te.compute((n, co_n, hp, ow, q_n, lanes, 4), lambda b, co, yy, ox, q, li, k:
-                      cols[b, co, yy, ox * sw + q * 4 + k, li], name="x86_dwquads",
+    oh, ow = (hp - extra - kh) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
+    band = te.compute((n, co_n, oh, wdt, q_n, lanes, 4), lambda b, co, y, xx, q, li, k:
+                      cols[b, co, y * sh + q * 4 + k, xx, li], name="x86_dwquads",
                       tag="injective")
-    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
     rq = te.reduce_axis((0, q_n), name="rq")
     rk = te.reduce_axis((0, 4), name="rk")
     return te.compute((n, co_n, oh, ow, lanes), lambda b, co, y, xx, li: te.sum(
-        te.cast(band[b, co, y * sh + ry * dh, xx, rq, li, rk], "int32")
-        * te.cast(wp[co, ry, rq, li, rk], "int32"), axis=[ry, rq, rk]),
+        te.cast(band[b, co, y, xx * sw + rx * dw, rq, li, rk], "int32")
+        * te.cast(wp[co, rx, rq, li, rk], "int32"), axis=[rx, rq, rk]),
         name="x86_acc", tag="conv")
 
 

@@ -125,7 +125,7 @@ DEPTHWISE = [  # (c, hw, k, stride, pads)
     (8, (12, 12), 3, 2, (0, 0, 1, 1)),     # MobileNet-like stride 2, TF SAME, 8 lanes
     (32, (7, 13), 3, 1, (1, 1, 1, 1)),     # row of 13: one pixel per tile
     (16, (6, 6), 5, 1, (2, 2, 2, 2)),      # 5x5
-    (16, (60, 41), 3, 1, (1, 1, 1, 1)),    # plane band over DW_PLANE_BYTES: per-row bands
+    (16, (100, 41), 3, 1, (1, 1, 1, 1)),   # padded pixels over DW_PLANE_BYTES: per row
 ]
 
 
@@ -145,9 +145,12 @@ def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, backend
     info = _check(node, _qx((1, c, h, w), dtype), "x86_64-avx512", backend)
     assert info["schedule"] == "int8 x86 depthwise"
     assert info["lanes"] == (16 if c % 16 == 0 else 8)
-    plane = (h + pads[0] + pads[2]) * (w + pads[1] + pads[3]) * info["lanes"] * 2
-    assert info["band"] == ("plane" if plane <= DW_PLANE_BYTES else "row")
-    assert h < 60 or info["band"] == "row"  # the row-band case is one
+    # u8 row quads (vpdpbusd) zipped per output row; the padded pixels (4 rows to a
+    # quad) once for the plane where they fit DW_PLANE_BYTES, else per output row
+    cols = (h + pads[0] + pads[2] + 4 * -(-k // 4) - k) * (w + pads[1] + pads[3]) * \
+        info["lanes"]
+    assert info["band"] == "row" and info["intrinsic"].endswith("x4")
+    assert info.get("columns") == ("plane" if cols <= DW_PLANE_BYTES else None)
 
 
 def test_depthwise_odd_channels_keep_generic_schedule() -> None:
@@ -455,15 +458,16 @@ def test_pair_weights_int8_widened_bit_exact(m: int, target: str, backend: str) 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
 @pytest.mark.parametrize("target,hw", [("x86_64-avx2", (9, 10)), ("x86_64-avx512", (9, 10)),
-                                       ("x86_64-avx512", (60, 41))],
+                                       ("x86_64-avx512", (120, 41))],
                          ids=["avx2", "avx512-quads", "avx512-row"])
 def test_depthwise_weights_int8_widened_bit_exact(target: str, hw: tuple[int, int],
                                                   backend: str) -> None:
     """The depthwise kernels keep their weights int8, one byte a weight, and widen them in
     the kernel: the int32-lane kernel (x86_64-avx2) ``[C/L, KH, KW, L]``, x86_64-avx512's
-    lane-wise u8 column quads ``[C/L, KH, ceil(KW/4), L, 4]`` (``dot_u8s8_lanes_16x4``,
-    vpdpbusd; the band per plane, or per output row where the plane does not fit). Extreme
-    weights (-128, 127) against shifted inputs down to -255 (x_zp 127) stay exact."""
+    lane-wise u8 row quads ``[C/L, KW, ceil(KH/4), L, 4]`` (``dot_u8s8_lanes_16x4``,
+    vpdpbusd; zipped per output row, from the padded pixels of the plane or, where they do
+    not fit, of the row). Extreme weights (-128, 127) against shifted inputs down to -255
+    (x_zp 127) stay exact."""
     h, w = hw
     c = 32
     wt = RNG.integers(-128, 128, (c, 1, 3, 3)).astype(np.int8)
@@ -477,11 +481,11 @@ def test_depthwise_weights_int8_widened_bit_exact(target: str, hw: tuple[int, in
     assert info["schedule"] == "int8 x86 depthwise"
     packed = schedule_x86_int8(node, target).input_values[1].data
     assert packed.dtype == np.int8
-    if target == "x86_64-avx512":  # quads of kernel columns, a zero column past KW
+    if target == "x86_64-avx512":  # quads of kernel rows, a zero row past KH
         assert info["intrinsic"].endswith("dot_u8s8_lanes_16x4")
-        assert info["band"] == ("row" if h == 60 else "plane")
+        assert info.get("columns") == ("plane" if h < 60 else None)
         assert packed.shape == (2, 3, 1, 16, 4) and packed.nbytes == c * 3 * 4
-        np.testing.assert_array_equal(packed[1, 2, 0, 15], [*wt[31, 0, 2], 0])
+        np.testing.assert_array_equal(packed[1, 2, 0, 15], [*wt[31, 0, :, 2], 0])
     else:
         assert packed.shape == (2, 3, 3, 16) and packed.nbytes == wt.size  # [C/L, KH, KW, L]
         np.testing.assert_array_equal(packed[1, 2, 0, 15], wt[31, 0, 2, 0])

@@ -146,8 +146,8 @@ def test_blocked_qavgpool_bit_exact(backend: str, kernel: tuple[int, int]) -> No
 BLOCKED = [  # (c, m, hw, k, stride, group, data_layout, out_layout)
     (64, 64, (25, 5), 3, 1, 64, "NCHW16c", "NCHW16c"),   # DS-CNN depthwise
     (8, 8, (12, 12), 3, 2, 8, "NCHW8c", "NCHW8c"),       # MobileNet-like, 8 lanes
-    (16, 16, (13, 11), 5, 2, 16, "NCHW16c", "NCHW16c"),  # 5 x 5: two quads a kernel row
-    (8, 8, (48, 40), 3, 1, 8, "NCHW8c", "NCHW8c"),       # quads re-laid per output row
+    (16, 16, (13, 11), 5, 2, 16, "NCHW16c", "NCHW16c"),  # 5 x 5: two quads a kernel column
+    (8, 8, (48, 40), 3, 1, 8, "NCHW8c", "NCHW8c"),       # MobileNet's 48 x 48 x 8 layer
     (32, 64, (6, 7), 1, 1, 1, "NCHW16c", "NCHW16c"),     # pointwise quads from blocks
     (24, 16, (9, 9), 3, 1, 1, "NCHW8c", "NCHW16c"),      # 3 blocks of 8 into 16 lanes
     (16, 32, (6, 5), 1, 1, 1, "NCHW16c", "NCHW"),        # last of a chain: NCHW out
@@ -176,11 +176,10 @@ def test_blocked_qconv_bit_exact(cfg: tuple, backend: str) -> None:
     assert len(np.unique(want)) > 3
     info = op.op_schedule.info
     assert info["schedule"] == ("int8 x86 depthwise" if group > 1 else "int8 x86 quads")
-    if group > 1:  # lane-wise u8 column quads (vpdpbusd), the whole plane where it fits
+    if group > 1:  # lane-wise u8 row quads (vpdpbusd), zipped per output row from the
+        # padded pixels laid out once for the plane
         assert info["intrinsic"].endswith(f"dot_u8s8_lanes_{info['lanes']}x4")
-        assert info["band"] == ("row" if h * w > 1000 else "plane")
-        # a row band zips per output row from columns laid out once for the plane
-        assert info.get("columns") == ("plane" if h * w > 1000 else None)
+        assert info["band"] == "row" and info["columns"] == "plane"
     # one quad of channels: the quad band zipped from four planes, 16 pixels a call
     assert info.get("zip", "").endswith("zip_u8_16x4") == (group == 1 and c <= 4
                                                             and w % 16 == 0)

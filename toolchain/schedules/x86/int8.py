@@ -319,13 +319,13 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
 def dw_quads_apply(node: Node, target: Target, lanes: int) -> bool:
     """Whether depthwise QConv ``node`` takes the u8 column quads
     (:func:`toolchain.topi.int8_x86.qdwconv_x86_quads`): the target declares
-    ``dot_u8s8_lanes_{L}x4`` and ``zip_u8_lanes_{L}x4``, dilation 1 along the columns, and
+    ``dot_u8s8_lanes_{L}x4`` and ``zip_u8_lanes_{L}x4``, dilation 1 along the rows, and
     the folded bias stays inside int32 (:func:`toolchain.topi.int8_x86.quads_apply`)."""
     from toolchain.topi.int8_x86 import quads_apply
 
     return target.has_intrinsic(f"dot_u8s8_lanes_{lanes}x4") and \
         target.has_intrinsic(f"zip_u8_lanes_{lanes}x4") and \
-        tuple(node.attrs.get("dilations", (1, 1)))[1] == 1 and quads_apply(node)
+        tuple(node.attrs.get("dilations", (1, 1)))[0] == 1 and quads_apply(node)
 
 
 def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> OpSchedule:
@@ -353,7 +353,7 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     vals = list(node.inputs)
     _, _, h, w = (int(d) for d in vals[0].shape)
     pt, pl, pb, pr = attrs["pads"]
-    kw = int(vals[1].shape[3])
+    kh = int(vals[1].shape[2])
     quads = dw_quads_apply(node, target, lanes)
     intrin, zipper = (f"dot_u8s8_lanes_{lanes}x4", f"zip_u8_lanes_{lanes}x4") if quads else \
         (f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2")
@@ -376,7 +376,8 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
     if pairs:
         compute = qdwconv_x86_quads if quads else qdwconv_x86_pairs
-        acc = compute(x, ph[1], dict(attrs, kernel_width=kw))
+        acc = compute(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3]),
+                                     kernel_height=kh))
         req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
     else:
         req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
@@ -386,11 +387,10 @@ def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) ->
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
     plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
     cols_plane = False
-    if quads:  # the u8 columns and their quads at the output columns
-        ow, q = int(real.outputs[0].shape[3]), -(-kw // 4)
-        cols = (h + pt + pb) * (w + pl + pr + 4 * q - kw) * lanes
-        plane = cols + (h + pt + pb) * ow * q * lanes * 4 <= DW_PLANE_BYTES
-        cols_plane = cols <= DW_PLANE_BYTES
+    if quads:  # the u8 pixels once for the plane where they fit; one row of quads at a time
+        plane = False
+        cols_plane = (h + pt + pb + 4 * -(-kh // 4) - kh) * (w + pl + pr) * lanes \
+            <= DW_PLANE_BYTES
     elif pairs:
         plane = True
     try:
