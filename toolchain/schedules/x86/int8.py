@@ -81,21 +81,16 @@ from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule, resolve_target
+from toolchain.schedules.x86.int8_dw import (
+    DW_MIN_VECTOR_BITS,
+    DW_PLANE_BYTES,
+    depthwise,
+    dw_lanes,
+    narrow_intrinsic,
+    store_lanes,
+)
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
-
-#: narrowest vector (bits) for which depthwise QConv takes the channel-vectorized kernel:
-#: 8 int32 lanes (AVX2 and wider). Below it (c-generic's 128 bits) the re-laid input band,
-#: KH rows x L channels of int32, would only add to the arena the portable target is
-#: judged by (DS-CNN 16,000 -> 17,344 bytes)
-DW_MIN_VECTOR_BITS = 256
-
-#: largest int16 band of one block of channels re-laid for the whole padded plane (each
-#: input row once; DS-CNN: 27 x 7 x 16 x 2 = 6,048 bytes); larger planes are re-laid per
-#: output row (KH rows each time). 64 KiB takes MobileNet's 48 x 48 planes (8 channels,
-#: 40 KB): its depthwise layers 32 -> 22 and 38 -> 24 us, the x86_64-avx512 arena 55,296 ->
-#: 76,864 bytes (the AVX targets only; c-generic keeps the generic depthwise kernel).
-DW_PLANE_BYTES = 65536
 
 #: most channel pairs whose band re-lay is vectorized across the pairs (ResNet-8 16 -> 16
 #: channels, 8 pairs: 81 -> 50 us)
@@ -214,207 +209,6 @@ def _lane_requant(nc: Any, node: Node, lanes: int) -> tuple[list, list, dict]:
     return inputs, [unpack_lanes(req, shape, out.dtype, out.op.name)], packs
 
 
-def dw_lanes(node: Node) -> int:
-    """Channels per vector of the x86 depthwise kernel for QConv ``node`` (16 or 8), 0 when
-    it does not apply (not depthwise with multiplier 1, channels not a multiple of 8, or
-    non-constant weights)."""
-    from toolchain.topi.int8 import dsp_depthwise
-
-    w = node.input(1)
-    if node.op != "QConv" or w is None or w.data is None or len(w.shape) != 4:
-        return 0
-    if int(node.attrs.get("group", 1)) == 1 or not dsp_depthwise(node):
-        return 0
-    c = int(w.shape[0])
-    return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
-
-
-def narrow_intrinsic(target: Target, dtype: str, lanes: int) -> str | None:
-    """The target's intrinsic that stores ``lanes`` requantized int32 lanes as ``dtype``
-    (``narrow_i32_i8_16`` ...; None where it declares none: the store stays a vectorized
-    conversion)."""
-    name = f"narrow_i32_{'u8' if dtype == 'uint8' else 'i8'}_{lanes}"
-    return target.intrinsic(name) if target.has_intrinsic(name) else None
-
-
-def _store_lanes(sch: Schedule, lane_loop: Any, narrow: str | None) -> None:
-    """The store of an ``NCHW{L}c`` output tile, ``L`` requantized int32 lanes a pixel: one
-    ``narrow`` call (``vpmovdb``; gcc 12 turns the vectorized 16 x int32 -> 16 x int8
-    conversion into 16 byte inserts, about 24 instructions a pixel: MobileNet's 24 x 24 x
-    32 depthwise layer 8.3 -> TODO us), else the vectorized conversion."""
-    if narrow is None:
-        sch.vectorize(lane_loop)
-    else:
-        sch.tensorize(lane_loop, narrow)
-
-
-def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
-                 zip_intrin: str | None = None, narrow: str | None = None,
-                 cols_plane: bool = False) -> Schedule:
-    """Per block of L channels the input band (L channels contiguous, int16) re-laid once
-    for the whole padded plane (``plane``; every input row re-laid once) or per output row
-    (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
-    (ry, rx) in int32 vectors, requantized lane-wise, copied to NCHW (or stored as it is in
-    ``NCHW{L}c``). ``intrin``: the lane-wise ``dot_i16_lanes_Lx2`` over the column-pair
-    band of :func:`toolchain.topi.int8_x86.qdwconv_x86_pairs` instead, zipped from the
-    columns by ``zip_intrin``. ``narrow``: the ``narrow_i32_*`` intrinsic that stores an
-    ``NCHW{L}c`` output's L requantized lanes (:func:`_store_lanes`). ``cols_plane``
-    (with ``intrin``, not ``plane``): the columns once for the whole plane, their zipped
-    pairs (quads) per output row."""
-    sch = Schedule(func)
-    outer = plane or cols_plane  # the block loop outside the row loop
-    names = block_names(sch)
-    sch.compute_inline(sch.get_block("x_shifted"))
-    if "pad" in names:
-        sch.compute_inline(sch.get_block("pad"))
-    out = sch.get_block(names[-1])
-    loops = sch.get_loops(out)
-    if len(loops) == 5:  # NCHW{L}c output: the tile is stored as it is
-        _, mo, y, x, mi = loops
-    else:
-        _, ch, y, x = loops
-        mo, mi = sch.split(ch, [None, lanes])
-    tile = pixel_tile(int(sch.get(x).extent.value))
-    xo, xi = sch.split(x, [None, tile])
-    if len(loops) == 5:
-        sch.reorder(*((mo, y) if outer else (y, mo)), xo, xi, mi)
-        _store_lanes(sch, mi, narrow)
-    else:
-        sch.reorder(*((mo, y) if outer else (y, mo)), xo, mi, xi)
-    req = sch.get_block("x86_req")
-    sch.compute_at(req, xo)
-    acc = sch.get_block("x86_acc")
-    sch.compute_at(acc, xo)
-    if intrin is None:
-        band = sch.get_block("x86_band")
-        sch.compute_at(band, mo)
-        sch.vectorize(sch.get_loops(band)[-1])
-    else:  # the columns, then their pairs (quads) zipped (L channels of adjacent columns)
-        band = sch.get_block("x86_dwquads" if "x86_dwquads" in names else "x86_dwpairs")
-        sch.compute_at(band, y if cols_plane and not plane else mo)
-        cols = sch.get_block("x86_band")
-        sch.compute_at(cols, mo)
-        sch.vectorize(sch.get_loops(cols)[-1])
-        sch.tensorize(sch.get_loops(band)[-2], zip_intrin)
-    loops = sch.get_loops(acc)
-    inner = loops[loops.index(xo) + 1:]
-    spatial = 2 if tile > 1 else 1
-    sp, red = inner[:spatial], inner[spatial:]
-    if intrin is None:
-        sch.reorder(*red, *sp)
-    else:
-        sch.reorder(*red[:-1], *sp, red[-1])
-    init = sch.decompose_reduction(acc, red[0])
-    if intrin is None:
-        sch.vectorize(sp[-1])
-    if tile > 1:
-        sch.unroll(sp[0])
-    if intrin is not None:
-        sch.tensorize(sp[-1], intrin)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.vectorize(sch.get_loops(req)[-1])
-    return sch
-
-
-def dw_quads_apply(node: Node, target: Target, lanes: int) -> bool:
-    """Whether depthwise QConv ``node`` takes the u8 column quads
-    (:func:`toolchain.topi.int8_x86.qdwconv_x86_quads`): the target declares
-    ``dot_u8s8_lanes_{L}x4`` and ``zip_u8_lanes_{L}x4``, dilation 1 along the rows, and
-    the folded bias stays inside int32 (:func:`toolchain.topi.int8_x86.quads_apply`)."""
-    from toolchain.topi.int8_x86 import quads_apply
-
-    return target.has_intrinsic(f"dot_u8s8_lanes_{lanes}x4") and \
-        target.has_intrinsic(f"zip_u8_lanes_{lanes}x4") and \
-        tuple(node.attrs.get("dilations", (1, 1)))[0] == 1 and quads_apply(node)
-
-
-def _depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> OpSchedule:
-    """The x86 depthwise schedule (the generic one where the nest refuses). ``real``: the
-    graph's node where it reads and writes ``NCHW{L}c`` (``node`` its NCHW form)."""
-    from toolchain.graph.ops.nn_common import attrs_of
-    from toolchain.topi.int8_x86 import (
-        fold_quad_bias,
-        lane_requant,
-        pack_blocked,
-        pack_dw_pairs,
-        pack_dw_quads,
-        pack_dw_weights,
-        pad_channels,
-        pad_shifts,
-        qdwconv_x86,
-        qdwconv_x86_pairs,
-        qdwconv_x86_quads,
-        quad_offset,
-        requant_fits_int32,
-        unpack_lanes,
-    )
-
-    attrs = attrs_of(node)
-    vals = list(node.inputs)
-    _, _, h, w = (int(d) for d in vals[0].shape)
-    pt, pl, pb, pr = attrs["pads"]
-    kh = int(vals[1].shape[2])
-    quads = dw_quads_apply(node, target, lanes)
-    intrin, zipper = (f"dot_u8s8_lanes_{lanes}x4", f"zip_u8_lanes_{lanes}x4") if quads else \
-        (f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2")
-    # the columns and their int16 pairs (three times the single-column band) for the whole
-    # plane, or the single columns: pairs re-laid per output row cost more than they save
-    # (MobileNet's 48 x 48 x 8 layer 13.3 -> 17.0 us)
-    pairs = quads or target.has_intrinsic(intrin) and target.has_intrinsic(zipper) and \
-        tuple(attrs["dilations"])[1] == 1 and \
-        (h + pt + pb) * (w + pl + pr + 1) * lanes * 6 <= DW_PLANE_BYTES
-    pack_w = pack_dw_quads if quads else pack_dw_pairs if pairs else pack_dw_weights
-    packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
-             3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
-    if quads:  # sum (x - zp) w = sum (x + off) w - (zp + off) sum w: off the bias
-        zu = int(attrs["x_zero_point"]) + quad_offset(str(vals[0].dtype))
-        packs[2] = lambda v: pad_channels(fold_quad_bias(v, vals[1].data, zu), lanes)
-    data = {k: f(vals[k].data) for k, f in packs.items()}
-    real = real or node
-    xv = real.inputs[0]
-    x = te.placeholder(tuple(xv.shape), str(xv.dtype), "x")
-    ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
-    if pairs:
-        compute = qdwconv_x86_quads if quads else qdwconv_x86_pairs
-        acc = compute(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3]),
-                                     kernel_height=kh))
-        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
-    else:
-        req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
-    y = real.outputs[0]
-    out = pack_blocked(req, str(y.dtype), "qconv") if len(y.shape) == 5 else \
-        unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
-    func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
-    plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
-    cols_plane = False
-    if quads:  # the u8 pixels once for the plane where they fit; one row of quads at a time
-        plane = False
-        cols_plane = (h + pt + pb + 4 * -(-kh // 4) - kh) * (w + pl + pr) * lanes \
-            <= DW_PLANE_BYTES
-    elif pairs:
-        plane = True
-    try:
-        narrow = narrow_intrinsic(target, str(y.dtype), lanes) if len(y.shape) == 5 else None
-        sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
-                                                   target.intrinsic(zipper)) if pairs else
-                                                  (None, None)), narrow=narrow,
-                           cols_plane=cols_plane)
-    except KilnError as err:
-        if real is not node:
-            raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
-                                f"channel-blocked convolution: {err}") from err
-        op = schedule_int8(node, target)
-        op.info["x86_refused"] = str(err)
-        return op
-    values = [xv] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
-    return OpSchedule(sch, values, list(real.outputs),
-                      {"schedule": "int8 x86 depthwise", "lanes": lanes,
-                       "band": "plane" if plane else "row", **_layout_info(real),
-                       **({"columns": "plane"} if cols_plane and not plane else {}),
-                       **({"intrinsic": target.intrinsic(intrin)} if pairs else {}),
-                       **({"store": narrow} if narrow else {})})
-
-
 def compute_options(node: Node, target: Target) -> dict[str, Any]:
     """Compute options for ``node`` inside a fused group on a CPU target: QAdd requantizes
     with ``kiln_x86_requantize`` (the target's C helpers) where its shifts fit int32, as the
@@ -500,7 +294,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
         tile = tile or pixel_tile(int(sch.get(x).extent.value))
         xo, xi = sch.split(x, [None, tile])
         sch.reorder(y, mo, xo, xi, mi)
-        _store_lanes(sch, mi, narrow)
+        store_lanes(sch, mi, narrow)
         req = sch.get_block("x86_req")
         sch.compute_at(req, xo)
         acc = sch.get_block("x86_acc")
@@ -631,10 +425,10 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
                        **({} if dense else {"band": "plane" if plane else "row"}),
                        **({"quads": "kernel columns"} if cols else {}),
                        **({"zip": zipper} if zipper else {}),
-                       **({"store": narrow} if narrow else {}), **_layout_info(real)})
+                       **({"store": narrow} if narrow else {}), **layout_info(real)})
 
 
-def _layout_info(node: Node) -> dict[str, str]:
+def layout_info(node: Node) -> dict[str, str]:
     """``data_layout`` / ``out_layout`` of a QConv the layout pass channel-blocked (none
     for an NCHW one: its schedule info stays as it was)."""
     return {k: node.attrs[k] for k in ("data_layout", "out_layout")
@@ -650,7 +444,7 @@ def _schedule_blocked(node: Node, t: Target) -> OpSchedule:
 
     plain = nchw_qconv(node)
     if dw_lanes(plain) and (t.vector_width_bits or 0) >= DW_MIN_VECTOR_BITS:
-        return _depthwise(plain, t, dw_lanes(plain), real=node)
+        return depthwise(plain, t, dw_lanes(plain), real=node)
     lanes = x86_lanes(int(node.input(1).shape[0]))
     if t.has_intrinsic(f"dot_u8s8_{lanes}x4"):
         point = decide(int8_space(plain, t, lanes, t.has_intrinsic(f"dot_i16_{lanes}x2"),
@@ -700,10 +494,10 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     load_intrinsics(t)  # kiln_x86_requantize (c_helpers), the lane-wise requantization
     if node.op == "QAdd":
         return _schedule_qadd(node, t)
-    if node.op == "QConv" and _layout_info(node):
+    if node.op == "QConv" and layout_info(node):
         return _schedule_blocked(node, t)
     if dw_lanes(node) and (t.vector_width_bits or 0) >= DW_MIN_VECTOR_BITS:
-        return _depthwise(node, t, dw_lanes(node))
+        return depthwise(node, t, dw_lanes(node))
     if node.op not in ("QConv", "QGemm") or not x86_applies(node):
         return schedule_int8(node, target)
     lanes = x86_lanes(int(node.input(1).shape[0]))
