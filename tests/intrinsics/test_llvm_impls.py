@@ -26,6 +26,7 @@ EXPECTED = {
     ("x86_64-avx512", "dot_i16"): "vpdpwssd",
     ("x86_64-avx512", "dot_u8i8"): "vpdpbusd",
     ("x86_64-avx512", "dot_u8s8"): "vpdpbusd",
+    ("x86_64-avx512", "narrow_i32"): "vpmovdb",
     ("x86_64-avx2", "dot_i16"): "vpmaddwd",
     ("x86_64-avx2", "dot_u8i8"): "vpmaddubsw",
     ("cortex-m4", "dot_"): "smlad",
