@@ -366,8 +366,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                name: str | None = None, dump_ir: str | Path | None = None,
                progress: bool | None | CompileProgress = None, emulate: bool = False,
                backend: str | None = None, weights: str | None = None,
-               skip_passes: tuple[str, ...] = (), ram_budget: int | None = None
-               ) -> BundleSpec:
+               skip_passes: tuple[str, ...] = (), ram_budget: int | None = None,
+               patch: tuple[str, int, tuple[int, int]] | None = None) -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
     ``backend="llvm"``: the kernels as object code for the target's triple (LLVM), the rest
@@ -375,7 +375,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     :data:`~toolchain.bundle.weights.MODES` (None: ``auto``); ``skip_passes``: default graph
     passes left out; ``ram_budget``: the most arena bytes, met by running the first layers
     in patches where the plain plan needs more (docs/embedded.md, "Patch-based inference";
-    None: no limit, no patches)."""
+    None: no limit, no patches); ``patch``: a patch stage chosen by hand instead, as
+    ``(first node, layers, (rows, columns) of tiles)``."""
     if ram_budget is not None and ram_budget < 1:
         raise OptionError(f"--ram-budget {ram_budget}: must be a positive number of bytes")
     from toolchain.bundle.weights import MODES
@@ -426,7 +427,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     layout = parse_layout_target("nchw") if accel is not None else layout_for_target(t)
     try:
         fused, kernels, plan = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
-                                        backend, passes, accel, ram_budget)
+                                        backend, passes, accel, ram_budget, patch)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -437,7 +438,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                        f"{str(exc).splitlines()[0][:160]})")
         fused, kernels, plan = _kernels(graph, parse_layout_target("nchw"), t, prefix,
                                         dump_ir, bar, emulate, backend, passes,
-                                        ram_budget=ram_budget)
+                                        ram_budget=ram_budget, patch=patch)
     release_freed_memory()
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
@@ -450,6 +451,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["skip_passes"] = sorted(set(skip_passes))
     if ram_budget is not None:
         options["ram_budget"] = ram_budget
+    if patch is not None:
+        options["patch"] = [patch[0], patch[1], list(patch[2])]
     if not isinstance(progress, CompileProgress):
         bar.close()  # the caller's bar goes on to rendering and writing
     return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source,
@@ -488,7 +491,7 @@ def _layout_name(layout: Any) -> str:
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
              bar: CompileProgress, emulate: bool = False, backend: str | None = None,
              passes: tuple[Any, ...] | None = None, accel: AcceleratorPart | None = None,
-             ram_budget: int | None = None
+             ram_budget: int | None = None, patch: Any = None
              ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """The fused graph in ``layout`` (in the order its kernels run), its compiled kernels
     and its memory plan."""
@@ -498,7 +501,8 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
     fused = run_pipeline(graph, layout, dump_dir=dump_ir, passes=passes)
     bar.stage("scheduling")
     try:
-        return _compile_kernels(fused, t, prefix, bar, emulate, backend, accel, ram_budget)
+        return _compile_kernels(fused, t, prefix, bar, emulate, backend, accel, ram_budget,
+                                patch)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
         arith.clear_cache()
@@ -522,7 +526,7 @@ def kiln_fault(node: Node, target: Target) -> Iterator[None]:
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
                      bar: CompileProgress, emulate: bool = False,
                      backend: str | None = None, accel: AcceleratorPart | None = None,
-                     ram_budget: int | None = None
+                     ram_budget: int | None = None, patch: Any = None
                      ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """(``fused`` in the order the bundle runs it, one :class:`CompiledKernel` per Fused
     node in that order (a patch stage: one per layer), the memory plan).
@@ -540,6 +544,10 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
     ks = KernelSet(t, KernelCache(t, emulate, backend), accel, prefix)
     ks.schedule(fused, bar.kernels(list(fused.nodes)))
     ordered, kernels, plan = ks.finish(fused)
+    if patch is not None:
+        from toolchain.bundle.patching import patch_by_hand
+
+        return patch_by_hand(ks, ordered, plan, *patch)
     if ram_budget is not None and plan.arena_bytes > ram_budget:
         from toolchain.bundle.patching import meet_budget
 

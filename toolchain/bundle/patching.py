@@ -263,6 +263,25 @@ def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, bud
         f"({best[1]}). Raise the budget, or choose a board with more RAM")
 
 
-__all__ = ["MAX_GRID", "MAX_LAYERS", "PatchCall", "candidates", "loop_context",
+def patch_by_hand(ks: Any, graph: Graph, plan: MemoryPlan, first: str, layers: int,
+                  grid: tuple[int, int]) -> tuple[Graph, list[Any], MemoryPlan]:
+    """``graph`` with the stage of ``layers`` convolutions from node ``first`` in a
+    ``grid`` of tiles, its kernels and plan; an :class:`OptionError` when those nodes are
+    not such a chain."""
+    for run in chains(graph):
+        names = [n.name for n in run]
+        if first in names and names.index(first) + layers <= len(run) and layers >= 1:
+            nodes = run[names.index(first):names.index(first) + layers]
+            stage = PatchStage("patch_stage_0", tuple(patch_layer(n) for n in nodes),  # type: ignore[misc]
+                               tuple(grid))  # type: ignore[arg-type]
+            trial = apply_stage(graph, stage, arena_without=plan.arena_bytes)
+            ks.schedule(trial, trial.nodes)
+            return ks.finish(trial)  # type: ignore[no-any-return]
+    runs = "; ".join(f"{r[0].name} ({len(r)} layers)" for r in chains(graph)) or "none"
+    raise OptionError(f"patch stage from {first!r}, {layers} layers: not a chain of "
+                      f"convolutions of the graph (chains start at: {runs})")
+
+
+__all__ = ["patch_by_hand", "MAX_GRID", "MAX_LAYERS", "PatchCall", "candidates", "loop_context",
            "meet_budget", "origin_tables", "schedule_stage", "stage_scratch", "step_bytes",
            "tile_args"]

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
 
 #: ops a patch layer's kernel may be (one node in its fused group)
@@ -93,7 +94,7 @@ class PatchStage:
     def __post_init__(self) -> None:
         out = self.layers[-1].out_shape
         if not (1 <= self.grid[0] <= out[1] and 1 <= self.grid[1] <= out[2]):
-            raise ValueError(f"patch grid {self.grid} does not fit the output {out}")
+            raise OptionError(f"patch grid {self.grid} does not fit the output {out}")
 
     def tile_out(self) -> tuple[int, int]:
         """The output tile's rows and columns."""
@@ -204,7 +205,10 @@ def patch_layer(node: Node) -> PatchLayer | None:
     if x is None or w is None or x.rank != 4 or y.rank != 4 or w.rank != 4 or y.shape[0] != 1:
         return None
     layout = conv.attrs.get("data_layout", "NCHW")
-    if layout not in ("NCHW", "NHWC"):
+    if layout != "NCHW":
+        # a first convolution reading the caller's NHWC image: patched bundles with one
+        # after it were not bit-exact on cortex-m4 (2 x 2 tiles of a 24 x 24 image; one
+        # layer alone was), cause not found yet: such layers stay out of patch stages
         return None
     c = x.shape[3] if layout == "NHWC" else x.shape[1]
     h, wd = (x.shape[1], x.shape[2]) if layout == "NHWC" else (x.shape[2], x.shape[3])
@@ -277,7 +281,7 @@ def apply_stage(graph: Graph, stage: PatchStage, arena_without: int | None = Non
     names = [x.node for x in stage.layers]
     pos = [i for i, n in enumerate(graph.nodes) if n.name in names]
     if len(pos) != len(names) or pos != list(range(pos[0], pos[0] + len(names))):
-        raise ValueError(f"{stage.name}: layers {names} are not consecutive nodes")
+        raise OptionError(f"{stage.name}: layers {names} are not consecutive nodes")
     nodes = list(graph.nodes)
     node = stage_node(stage, nodes[pos[0]:pos[-1] + 1], arena_without)
     return graph.replace(nodes=[*nodes[:pos[0]], node, *nodes[pos[-1] + 1:]])

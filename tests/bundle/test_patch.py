@@ -1,0 +1,117 @@
+"""Patch-based inference through compiled bundles (docs/embedded.md, "Patch-based inference").
+
+The overlap tests' small int8 CNN (16 x 16 image; pointwise, 3 x 3, stride-2, depthwise,
+pointwise and stride-2 depthwise convolutions, padding 1) is compiled for this host with
+patch stages chosen by hand (several chains and grids: 2 x 2, 3 x 3, odd and uneven ones,
+stride 2 inside the chain, padding at every border) and by ``ram_budget``; every run
+starts from an arena poisoned with a different byte and must equal the integer reference
+bit for bit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import toolchain
+from toolchain.bundle.host import BundleModule
+from toolchain.errors import OptionError
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.passes.quantize_ops import quantize_ops
+from toolchain.graph.reference import run_graph
+from toolchain.quantize.ptq import quantize_model
+from toolchain.zoo.quantized import calibration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_overlap import _float_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def qmodel(tmp_path_factory) -> Path:
+    model = _float_model()
+    path = tmp_path_factory.mktemp("patch") / "cnn_int8.onnx"
+    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
+    return path
+
+
+def _exact_when_poisoned(path: Path, qmodel: Path) -> list[bool]:
+    module = BundleModule(path)
+    want_graph = quantize_ops(from_onnx(onnx.load(qmodel)))
+    rng = np.random.default_rng(2)
+    exact = []
+    for poison in (0x5A, 0xA5, 0x00):
+        x = rng.integers(-128, 128, (1, 3, 16, 16)).astype(np.int8)
+        module.arena.fill(poison)
+        got, want = module({"x": x}), run_graph(want_graph, {"x": x})
+        exact.append(all(np.array_equal(got[k], w) for k, w in want.items()))
+    return exact
+
+
+@pytest.mark.parametrize("first,layers,grid", [
+    ("fused_q_conv_0", 2, (2, 2)),   # 1x1 then 3x3 (padding 1)
+    ("fused_q_conv_0", 4, (3, 3)),   # through the stride-2 3x3: 8x8 output, uneven tiles
+    ("fused_q_conv_1", 5, (3, 2)),   # both stride-2 layers: a 4x4 output, odd grid
+    ("fused_q_conv_2", 2, (4, 1)),   # a stride-2 conv then a depthwise, rows only
+])
+def test_patch_stage_is_bit_exact(qmodel: Path, tmp_path: Path, first: str, layers: int,
+                                  grid: tuple[int, int]) -> None:
+    pkg = toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
+                            patch=(first, layers, grid))
+    stage, = pkg.metadata["patch_stages"]
+    assert stage["grid"] == list(grid) and len(stage["layers"]) == layers
+    assert stage["layers"][0] == first and stage["extra_macs"] >= 0
+    assert stage["arena_without"] is not None
+    assert sum(k["name"].endswith("_tile") for k in pkg.metadata["kernels"]) == layers
+    assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
+
+
+def test_a_wrong_padding_byte_is_caught(qmodel: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: the gather pads with the wrong byte and the outputs change."""
+    from toolchain.bundle import patching
+
+    real = patching.loop_context
+
+    def wrong(*args, **kwargs):
+        ctx = real(*args, **kwargs)
+        if "gather" in ctx:
+            ctx["gather"] = ctx["gather"].rsplit(",", 1)[0] + ", 7"
+        return ctx
+
+    monkeypatch.setattr(patching, "loop_context", wrong)
+    toolchain.compile(qmodel, "c-generic", output=tmp_path / "bad",
+                      patch=("fused_q_conv_1", 2, (2, 2)))
+    assert not any(_exact_when_poisoned(tmp_path / "bad", qmodel))
+
+
+def test_ram_budget_chooses_a_stage_that_fits(qmodel: Path, tmp_path: Path) -> None:
+    plain = toolchain.compile(qmodel, "c-generic", output=tmp_path / "plain")
+    assert "patch_stages" not in plain.metadata
+    budget = plain.metadata["arena_bytes"] - 1024
+    pkg = toolchain.compile(qmodel, "c-generic", output=tmp_path / "b", ram_budget=budget)
+    assert pkg.metadata["arena_bytes"] <= budget
+    stage, = pkg.metadata["patch_stages"]
+    assert stage["arena_without"] == plain.metadata["arena_bytes"]
+    assert pkg.metadata["options"]["ram_budget"] == budget
+    assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
+    # a budget the plain plan meets changes nothing
+    same = toolchain.compile(qmodel, "c-generic", output=tmp_path / "same",
+                             ram_budget=plain.metadata["arena_bytes"])
+    assert "patch_stages" not in same.metadata
+    assert same.metadata["memory_plan"] == plain.metadata["memory_plan"]
+
+
+def test_an_impossible_budget_names_the_smallest_arena(qmodel: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match=r"--ram-budget 256 B cannot be met.*smallest arena"):
+        toolchain.compile(qmodel, "c-generic", output=tmp_path / "b", ram_budget=256)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_stage_by_hand_must_be_a_chain(qmodel: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="not a chain of convolutions"):
+        toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
+                          patch=("fused_q_avg_pool_6", 1, (2, 2)))
