@@ -27,7 +27,7 @@ from toolchain.quantize.ptq import quantize_model
 from toolchain.zoo.quantized import calibration
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_overlap import _float_model  # noqa: E402
+from test_overlap import _cnn, _float_model, _host_copy, _poisoned_runs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,28 @@ def test_patch_stage_is_bit_exact(qmodel: Path, tmp_path: Path, first: str, laye
     assert stage["arena_without"] is not None
     assert sum(k["name"].endswith("_tile") for k in pkg.metadata["kernels"]) == layers
     assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
+
+
+def test_nhwc_first_layer_on_cortex_m4(tmp_path: Path) -> None:
+    """A first convolution that reads the caller's NHWC image (stride 2, TF "SAME" pads
+    0, 0, 1, 1) and a depthwise one after it, in 2 x 2 tiles: the gather copies NHWC
+    pixels and pads rows and columns the real tensor never pads (-2, -1), and the
+    cortex-m4 DSP kernels (built for this host, -O3) run on the tiles.  A gather that
+    formed pointers outside the image was miscompiled at -O3 and failed here."""
+    from onnx import helper
+
+    model = _cnn("nhwc24", [1, 24, 24, 3], [(8, 3, 2, 1, [0, 0, 1, 1]),
+                                           (8, 3, 1, 8, [1, 1, 1, 1]),
+                                           (16, 1, 1, 1, [0, 0, 0, 0])], 7,
+                 nodes=[helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])],
+                 src="t")
+    path = tmp_path / "nhwc24.onnx"
+    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
+    pkg = toolchain.compile(path, "cortex-m4", output=tmp_path / "m4",
+                            patch=("fused_q_conv_0", 2, (2, 2)))
+    stage, = pkg.metadata["patch_stages"]
+    assert stage["tile_sizes"] == [[17, 17], [8, 8], [6, 6]]
+    assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"), path))
 
 
 def test_a_wrong_padding_byte_is_caught(qmodel: Path, tmp_path: Path,

@@ -449,8 +449,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["backend"] = "llvm"  # kernels as object files (docs/llvm.md)
     if skip_passes:
         options["skip_passes"] = sorted(set(skip_passes))
-    if ram_budget is not None:
-        options["ram_budget"] = ram_budget
+    if ram_budget is not None and any(k.patch is not None for k in kernels):
+        options["ram_budget"] = ram_budget  # only where it made a patch stage
     if patch is not None:
         options["patch"] = [patch[0], patch[1], list(patch[2])]
     if not isinstance(progress, CompileProgress):

