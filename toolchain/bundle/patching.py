@@ -237,6 +237,7 @@ def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, bud
     for stage in stages:
         bound = _step_bound(stage, graph, align)
         if bound > budget:
+            best = min(best, (bound, f"at least, with {stage.describe()}"))
             continue
         trial = apply_stage(graph, stage, arena_without=plan.arena_bytes)
         overwrite, overlap = ks.declared(trial)
@@ -257,6 +258,9 @@ def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, bud
             break
     where = (f"steps {min(over)}..{max(over)} ({graph.nodes[min(over)].name} .. "
              f"{graph.nodes[max(over)].name}) exceed it" if over else "the placement exceeds it")
+    if not stages:
+        where += (f"; no chain of at most {MAX_LAYERS} single-convolution kernels holds "
+                  "those steps, so no patch stage can help")
     raise OptionError(
         f"--ram-budget {budget:,} B cannot be met: the plain plan needs an arena of "
         f"{plan.arena_bytes:,} B ({where}); the smallest arena found is {best[0]:,} B "

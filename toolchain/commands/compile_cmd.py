@@ -141,12 +141,8 @@ def _run(args: argparse.Namespace) -> int:
           f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
           "weights are packed for the target's kernels: kiln inspect's memory plan counts the "
           "graph before both)")
-    for st in meta.get("patch_stages", ()):
-        print(f"  patch stage {st['name']}: layers {st['layers'][0]} .. {st['layers'][-1]} "
-              f"({len(st['layers'])}), {st['grid'][0]}x{st['grid'][1]} tiles of "
-              f"{st['tile'][0]}x{st['tile'][1]}, halo {st['halo'][0]}x{st['halo'][1]}; arena "
-              f"{meta['arena_bytes']:,} B instead of {st['arena_without']:,} B, "
-              f"+{st['extra_macs']:.1%} MACs recomputed")
+    for line in patch_lines(meta):
+        print(line)
     threaded = sum(1 for k in meta["kernels"] if k.get("threaded"))
     if threaded:
         print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
@@ -208,12 +204,33 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
           f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")
     print(f"  kernels {meta['kernel_count']}, arena {meta['arena_bytes']:,} B, weights "
           f"{weights_note(meta)}")
+    for line in patch_lines(meta):
+        print(line)
     if report is not None:
         print("  " + format_report(report).replace("\n", "\n  "))
     print(f"  run on QEMU {board.qemu.machine}: kiln run {args.output} --inputs IN.npz --check")
     if not board.is_emulator:
         print(f"  flash: kiln flash {args.output} --board {board.name}")
     return 0
+
+
+def patch_lines(meta: dict[str, Any]) -> list[str]:
+    """The compile summary's lines for the bundle's patch stages (docs/embedded.md,
+    "Patch-based inference"): layers, grid, halo, the arena with and without, the extra
+    multiply-adds.
+
+    >>> patch_lines({"arena_bytes": 900, "patch_stages": [{"name": "patch_stage_0",
+    ...     "layers": ["c0", "c1"], "grid": [2, 3], "tile": [4, 3], "halo": [5, 5],
+    ...     "arena_without": 2000, "extra_macs": 0.25}]})[0]  # doctest: +NORMALIZE_WHITESPACE
+    '  patch stage patch_stage_0: layers c0 .. c1 (2), 2x3 tiles of 4x3 output pixels,
+    halo 5x5; arena 900 B instead of 2,000 B, +25.0% MACs recomputed'
+    """
+    return [f"  patch stage {st['name']}: layers {st['layers'][0]} .. {st['layers'][-1]} "
+            f"({len(st['layers'])}), {st['grid'][0]}x{st['grid'][1]} tiles of "
+            f"{st['tile'][0]}x{st['tile'][1]} output pixels, halo {st['halo'][0]}x"
+            f"{st['halo'][1]}; arena {meta['arena_bytes']:,} B instead of "
+            f"{st['arena_without']:,} B, +{st['extra_macs']:.1%} MACs recomputed"
+            for st in meta.get("patch_stages", ())]
 
 
 def weights_note(meta: dict[str, Any]) -> str:
