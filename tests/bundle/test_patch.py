@@ -91,6 +91,30 @@ def test_nhwc_first_layer_on_cortex_m4(tmp_path: Path) -> None:
     assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"), path))
 
 
+@pytest.mark.parametrize("target,first", [("c-generic", "fused_conv2d_relu_0"),
+                                          ("cortex-m4", "fused_conv2d_relu_1")])
+def test_float_patch_stage(target: str, first: str, tmp_path: Path) -> None:
+    """float32 kernels made of a convolution and its Relu: NCHW ``Conv`` on c-generic, NHWC
+    ``LayoutConv`` (the Cortex-M float kernels, built for the host) on cortex-m4, four layers
+    in 3 x 3 tiles, the arena poisoned; the outputs equal the reference to float rounding."""
+    model = _float_model()
+    path = tmp_path / "cnn.onnx"
+    onnx.save(model, path)
+    pkg = toolchain.compile(path, target, output=tmp_path / "b", patch=(first, 4, (3, 3)))
+    stage, = pkg.metadata["patch_stages"]
+    assert stage["tile_sizes"] == [[13, 13], [13, 13], [11, 11], [5, 5], [3, 3]]
+    assert pkg.metadata["arena_bytes"] < stage["arena_without"]
+    module = (_host_copy(tmp_path / "b", tmp_path / "host") if target == "cortex-m4"
+              else BundleModule(tmp_path / "b"))
+    graph = from_onnx(model)
+    rng = np.random.default_rng(4)
+    for poison in (0x5A, 0x7F):
+        x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+        module.arena.fill(poison)
+        got, want = module({"x": x}), run_graph(graph, {"x": x})
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
+
+
 def test_a_wrong_padding_byte_is_caught(qmodel: Path, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The control: the gather pads with the wrong byte and the outputs change."""

@@ -19,8 +19,8 @@ grid up to :data:`MAX_GRID` a side, cheapest in extra multiply-adds first; a can
 compiled (its tile kernels scheduled, the whole graph planned again) only when a bound on
 its step fits, and the first that meets the budget is taken.
 
-Example: the stage scratch of a 2-layer stage whose tile buffers are 196 and 100 bytes,
-with a tile kernel needing 48 bytes of scratch, 64-byte alignment::
+Example: the stage scratch of a 2-layer stage whose tile buffers are 196, 100 and 16 bytes
+(slots of 256 and 128 bytes, 64-byte aligned) and a tile kernel needing 48 bytes of scratch::
 
     >>> from types import SimpleNamespace as K
     >>> from toolchain.graph.patch import PatchLayer, PatchStage
@@ -30,7 +30,7 @@ with a tile kernel needing 48 bytes of scratch, 64-byte alignment::
     ...                    (1, 1, 1, 1), 0, 1, "NCHW", 36)
     >>> call = PatchCall(PatchStage("p", (conv, conv2), (2, 2)), 0, None, None, 0)
     >>> stage_scratch([K(patch=call, source=K(scratch_bytes=48))], 64)
-    {'p': 576}
+    {'p': 448}
 """
 
 from __future__ import annotations
@@ -139,13 +139,15 @@ def loop_context(call: PatchCall, model: str, src: str, dst: str, base: str,
         nxt = layers[i + 1]
         c, h, w = nxt.in_shape
         ctx["border"] = (f"{slot[(i + 1) % 2]}, {c}, {sizes[i + 1][0]}, {sizes[i + 1][1]}, {h}, "
-                         f"{w}, ry[{i + 1}], rx[{i + 1}], {nxt.itemsize}, {nxt.fill}")
+                         f"{w}, ry[{i + 1}], rx[{i + 1}], {nxt.itemsize}, "
+                         f"{int(nxt.in_layout == 'NHWC')}, {nxt.fill}")
     if ctx["last"]:
         y = layers[-1]
         c, h, w = y.out_shape
         n = len(layers)
         ctx["scatter"] = (f"(uint8_t *)({dst}), {slot[n % 2]}, {c}, {sizes[n][0]}, "
-                          f"{sizes[n][1]}, {h}, {w}, ry[{n}], rx[{n}], {y.itemsize}")
+                          f"{sizes[n][1]}, {h}, {w}, ry[{n}], rx[{n}], {y.itemsize}, "
+                          f"{int(y.out_layout == 'NHWC')}")
         ctx["comment"] = stage.describe()
     return ctx
 

@@ -49,13 +49,14 @@ from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
 
 #: ops a patch layer's kernel may be (one node in its fused group)
-CONV_OPS = ("QConv", "Conv")
+CONV_OPS = ("QConv", "Conv", "LayoutConv")
 
 
 @dataclass(frozen=True)
 class PatchLayer:
     """One convolution of a patch stage: its fused node, NCHW shapes without the batch
-    (``in_shape`` stays NCHW when the kernel reads NHWC, ``in_layout``), window, strides,
+    (``in_shape``, ``out_shape`` stay (C, H, W) when the kernel reads or writes NHWC:
+    ``in_layout``, ``out_layout``), window, strides,
     dilations, ONNX pads ``(top, left, bottom, right)``, the padding byte ``fill`` (each
     element of the padding is this byte repeated), the element size and the multiply-adds
     per output pixel (every channel)."""
@@ -71,6 +72,7 @@ class PatchLayer:
     itemsize: int
     in_layout: str
     macs_per_pixel: int
+    out_layout: str = "NCHW"
 
     def span(self, axis: int, start: int, size: int) -> tuple[int, int]:
         """(start, size) of the input span an output span of ``axis`` (0: rows) reads."""
@@ -179,36 +181,60 @@ class PatchStage:
                 "full_macs": self.full_macs(), "extra_macs": round(self.overhead(), 6)}
 
 
+#: elementwise ops a patch layer's kernel may apply after its convolution (with constant
+#: scalar operands only: a tile changes no broadcast)
+POINTWISE_OPS = ("Relu", "Clip", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh")
+
+
 def _one_conv(node: Node) -> Node | None:
-    """The convolution a fused node is made of, or None."""
+    """The convolution a fused node is made of (then only pointwise ops with constant
+    scalar operands, each on the previous one's output), or None."""
     if node.op != "Fused" or len(node.outputs) != 1:
         return None
     inner: Graph = node.attrs["graph"]
-    if len(inner.nodes) != 1 or inner.nodes[0].op not in CONV_OPS:
+    if not inner.nodes or inner.nodes[0].op not in CONV_OPS:
         return None
     conv = inner.nodes[0]
+    prev = conv.outputs[0]
+    for n in inner.nodes[1:]:
+        extra = [v for v in n.inputs[1:] if v is not None]
+        if (n.op not in POINTWISE_OPS or n.inputs[0] is not prev or len(n.outputs) != 1
+                or n.outputs[0].shape != prev.shape
+                or any(v.data is None or v.size != 1 for v in extra)):
+            return None
+        prev = n.outputs[0]
+    if prev is not inner.outputs[0]:
+        return None
     data = [v for v in node.inputs if v is not None and v.data is None]
     if len(data) != 1 or conv.inputs[0] is not inner.inputs[0] or node.inputs[0] is not data[0]:
         return None  # the data input first, weights (constants) after
-    if any(v is not None and v.data is None for v in node.inputs[1:]):
-        return None
     return conv
 
 
+def _spatial(v: Value, layout: str) -> tuple[int, int, int]:
+    """(channels, rows, columns) of a batch-1 4-D tensor in ``layout``."""
+    _, a, b, c = (int(d) for d in v.shape)
+    return (c, a, b) if layout == "NHWC" else (a, b, c)
+
+
 def patch_layer(node: Node) -> PatchLayer | None:
-    """The :class:`PatchLayer` of a fused node made of one batch-1 2-D convolution, or None
-    when it is not one (another op, several ops, several data inputs, batch > 1)."""
+    """The :class:`PatchLayer` of a fused node made of one batch-1 2-D convolution (and
+    pointwise ops after it), or None when it is not one (another op, several data inputs,
+    batch > 1, a layout other than NCHW and NHWC)."""
     conv = _one_conv(node)
     if conv is None:
         return None
-    x, w, y = conv.inputs[0], conv.inputs[1], conv.outputs[0]
-    if x is None or w is None or x.rank != 4 or y.rank != 4 or w.rank != 4 or y.shape[0] != 1:
+    inner: Graph = node.attrs["graph"]
+    x, w, y = conv.inputs[0], conv.inputs[1], inner.outputs[0]
+    if x is None or w is None or x.rank != 4 or y.rank != 4 or y.shape[0] != 1:
         return None
     layout = conv.attrs.get("data_layout", "NCHW")
-    if layout not in ("NCHW", "NHWC"):
+    out_layout = conv.attrs.get("out_layout", "NHWC" if conv.op == "LayoutConv" else "NCHW")
+    if layout not in ("NCHW", "NHWC") or out_layout not in ("NCHW", "NHWC"):
         return None
-    c = x.shape[3] if layout == "NHWC" else x.shape[1]
-    h, wd = (x.shape[1], x.shape[2]) if layout == "NHWC" else (x.shape[2], x.shape[3])
+    if conv.op == "LayoutConv" and conv.attrs.get("kernel_layout") not in ("OIHW", "OHWI"):
+        return None
+    (c, h, wd), (m, ho, wo) = _spatial(x, layout), _spatial(y, out_layout)
     pads = tuple(int(p) for p in conv.attrs.get("pads") or (0, 0, 0, 0))
     if len(pads) != 4 or conv.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
         return None
@@ -220,19 +246,20 @@ def patch_layer(node: Node) -> PatchLayer | None:
         return None
     if y.dtype != x.dtype:
         return None
-    window = (int(w.shape[2]), int(w.shape[3]))
-    return PatchLayer(node.name, (int(c), int(h), int(wd)),
-                      (int(y.shape[1]), int(y.shape[2]), int(y.shape[3])), window,
+    ks = conv.attrs.get("kernel_shape")
+    window = (int(ks[0]), int(ks[1])) if ks else (int(w.shape[2]), int(w.shape[3]))
+    group = int(conv.attrs.get("group", 1) or 1)
+    return PatchLayer(node.name, (c, h, wd), (m, ho, wo), window,
                       tuple(int(s) for s in conv.attrs.get("strides") or (1, 1)),  # type: ignore[arg-type]
                       tuple(int(d) for d in conv.attrs.get("dilations") or (1, 1)),  # type: ignore[arg-type]
                       pads, fill, x.nbytes // x.size,  # type: ignore[arg-type]
-                      layout, int(y.shape[1]) * int(w.shape[1]) * window[0] * window[1])
+                      layout, m * (c // group) * window[0] * window[1], out_layout)
 
 
 def chains(graph: Graph) -> list[list[Node]]:
     """Maximal runs of consecutive nodes (in ``graph``'s order) that a patch stage may take:
     each a :func:`patch_layer`, each reading the previous one's output, which nothing else
-    reads and which is not a graph output; only the first may read NHWC."""
+    reads and which is not a graph output, in the layout the previous one writes."""
     readers: dict[int, int] = {}
     for n in graph.nodes:
         for v in n.inputs:
@@ -245,7 +272,8 @@ def chains(graph: Graph) -> list[list[Node]]:
         layer = patch_layer(n)
         joins = (layer is not None and run and n.inputs[0] is run[-1].outputs[0]
                  and readers.get(id(run[-1].outputs[0])) == 1
-                 and id(run[-1].outputs[0]) not in outs and layer.in_layout == "NCHW")
+                 and id(run[-1].outputs[0]) not in outs
+                 and layer.in_layout == patch_layer(run[-1]).out_layout)  # type: ignore[union-attr]
         if joins:
             run.append(n)
             continue
@@ -284,28 +312,46 @@ def apply_stage(graph: Graph, stage: PatchStage, arena_without: int | None = Non
     return graph.replace(nodes=[*nodes[:pos[0]], node, *nodes[pos[-1] + 1:]])
 
 
+def _tile_shape(chw: tuple[int, int, int], layout: str) -> tuple[int, int, int, int]:
+    c, h, w = chw
+    return (1, h, w, c) if layout == "NHWC" else (1, c, h, w)
+
+
 def tile_node(node: Node, layer: PatchLayer, index: int, sizes: tuple[tuple[int, int],
               tuple[int, int]], stage: str) -> tuple[Node, Value]:
     """The layer's fused node on tiles: input ``sizes[0]`` (rows, columns), output
-    ``sizes[1]``, no padding (the tile buffer holds it); and the tile input's value."""
+    ``sizes[1]``, no padding (the tile buffer holds it); and the tile input's value.
+
+    Before: ``y[1, 8, 48, 48] = QConv(x[1, 3, 96, 96], w, pads=[1, 1, 1, 1], strides=[2, 2])``;
+    after (sizes ``(9, 9), (4, 4)``): ``y[1, 8, 4, 4] = QConv(x[1, 3, 9, 9], w, pads=[0, 0, 0, 0],
+    strides=[2, 2])``."""
     inner: Graph = node.attrs["graph"]
     conv = inner.nodes[0]
-    x, y = conv.inputs[0], conv.outputs[0]
+    x = conv.inputs[0]
     assert x is not None
     (ih, iw), (oh, ow) = sizes
-    c = layer.in_shape[0]
-    shape = (1, ih, iw, c) if layer.in_layout == "NHWC" else (1, c, ih, iw)
-    tx = Value(f"{stage}:tile{index}", shape, x.dtype)
-    ty = Value(f"{stage}:tile{index + 1}", (1, layer.out_shape[0], oh, ow), y.dtype)
-    ix = Value(x.name, shape, x.dtype)
-    attrs = dict(conv.attrs)
-    attrs["pads"] = [0, 0, 0, 0]
-    body = conv.replace(inputs=(ix, *conv.inputs[1:]), outputs=(ty,), attrs=attrs)
+    in_shape = _tile_shape((layer.in_shape[0], ih, iw), layer.in_layout)
+    out_shape = _tile_shape((layer.out_shape[0], oh, ow), layer.out_layout)
+    tx = Value(f"{stage}:tile{index}", in_shape, x.dtype)
+    ix = Value(x.name, in_shape, x.dtype)
+    last = inner.outputs[0]
+    ty = Value(f"{stage}:tile{index + 1}", out_shape, last.dtype)
+    new: dict[int, Value] = {id(x): ix}
+    body = []
+    for n in inner.nodes:
+        out = n.outputs[0]
+        new[id(out)] = ty if out is last else Value(out.name, out_shape, out.dtype)
+        attrs = dict(n.attrs)
+        if n is conv:
+            attrs["pads"] = [0, 0, 0, 0]
+        body.append(n.replace(inputs=tuple(new.get(id(v), v) if v is not None else None
+                                           for v in n.inputs),
+                              outputs=(new[id(out)],), attrs=attrs))
     name = f"{node.attrs['kernel']}_tile"
-    g = Graph(name, [ix, *inner.inputs[1:]], [ty], [body])
+    g = Graph(name, [ix, *inner.inputs[1:]], [ty], body)
     return Node("Fused", f"{node.name}:tile", (tx, *node.inputs[1:]), (ty,),
                 {"graph": g, "pattern": node.attrs["pattern"], "kernel": name}), tx
 
 
-__all__ = ["CONV_OPS", "PatchLayer", "PatchStage", "apply_stage", "chains", "patch_layer",
-           "stage_node", "tile_node"]
+__all__ = ["CONV_OPS", "POINTWISE_OPS", "PatchLayer", "PatchStage", "apply_stage", "chains",
+           "patch_layer", "stage_node", "tile_node"]
