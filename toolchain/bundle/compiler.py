@@ -402,6 +402,10 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
     t = resolve_target(target)
+    if (ram_budget is not None or patch is not None) and (t.kind != "c" or emulate):
+        raise OptionError(f"--ram-budget (patch stages) needs a CPU target whose bundle is C; "
+                          f"target {t.name!r} has kind {t.kind!r}"
+                          + (" and --emulate" if emulate else ""))
     accel = None
     if t.is_accelerator:
         if backend == "llvm" or emulate:
