@@ -10,6 +10,7 @@ bit for bit.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -149,6 +150,35 @@ def test_ram_budget_chooses_a_stage_that_fits(qmodel: Path, tmp_path: Path) -> N
                              ram_budget=plain.metadata["arena_bytes"])
     assert "patch_stages" not in same.metadata
     assert same.metadata["memory_plan"] == plain.metadata["memory_plan"]
+
+
+def test_a_board_budgets_its_ram(qmodel: Path, tmp_path: Path) -> None:
+    """``compile --board`` budgets the board's RAM less its stack and the runtime's
+    estimate: a board too small for the plain arena gets a patch stage and fits; one too
+    small for any stage is refused with the board's numbers, as before."""
+    from toolchain.boards import compile_board
+    from toolchain.boards.build import RUNTIME_RAM_ESTIMATE
+    from toolchain.boards.descriptor import BOARDS_DIR
+    from toolchain.errors import TargetError
+
+    plain = toolchain.compile(qmodel, "cortex-m4", output=tmp_path / "plain")
+    yaml = (BOARDS_DIR / "qemu-mps2-an386.yaml").read_text()
+    base = 16384 + RUNTIME_RAM_ESTIMATE + 64  # stack, runtime, the int8 output
+
+    def board(name: str, arena: int) -> Path:
+        text = yaml.replace("name: qemu-mps2-an386", f"name: {name}").replace(
+            "ram: {origin: 0x20000000, size: 0x400000}",
+            f"ram: {{origin: 0x20000000, size: {base + arena}}}")
+        (tmp_path / f"{name}.yaml").write_text(text)
+        return tmp_path / f"{name}.yaml"
+
+    out, _ = compile_board(qmodel, board("small", plain.metadata["arena_bytes"] - 512),
+                           tmp_path / "b", build=False)
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["arena_bytes"] <= plain.metadata["arena_bytes"] - 512
+    assert meta["patch_stages"][0]["arena_without"] == plain.metadata["arena_bytes"]
+    with pytest.raises(TargetError, match="does not fit board tiny: RAM needs"):
+        compile_board(qmodel, board("tiny", 256), tmp_path / "c", build=False)
 
 
 def test_an_impossible_budget_names_the_smallest_arena(qmodel: Path, tmp_path: Path) -> None:

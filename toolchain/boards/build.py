@@ -158,11 +158,19 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
         label = f"model {Path(model).name}" if isinstance(model, (str, Path)) else "the model"
         raise _refuse(b, label, raw, 0, "estimate from the model's weights alone, "
                       "before compiling")
+    default_budget = ram_budget is None
     if ram_budget is None:
         ram_budget = max(b.ram.size - b.stack_bytes - RUNTIME_RAM_ESTIMATE, 1)
-    spec = build_spec(model, b.compile_target(), input_shapes=input_shapes, name=name,
-                      dump_ir=dump_ir, progress=progress, backend=backend, weights=weights,
-                      ram_budget=ram_budget)
+    args = {"input_shapes": input_shapes, "name": name, "dump_ir": dump_ir,
+            "progress": progress, "backend": backend, "weights": weights}
+    try:
+        spec = build_spec(model, b.compile_target(), ram_budget=ram_budget, **args)
+    except OptionError:
+        if not default_budget:
+            raise
+        # no patch stage fits the board's RAM: the plain bundle, refused below with the
+        # board's numbers
+        spec = build_spec(model, b.compile_target(), **args)
     files = render_files(spec)
     meta = json.loads(files["metadata.json"])
     flash_need, ram_need = estimate(meta, b)
