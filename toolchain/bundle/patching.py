@@ -41,7 +41,7 @@ from typing import Any
 
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
-from toolchain.graph.memory import MemoryPlan, plan_memory
+from toolchain.graph.memory import MemoryPlan, input_views, plan_memory
 from toolchain.graph.ops.registry import get_op
 from toolchain.graph.patch import PatchStage, apply_stage, chains, patch_layer, tile_node
 
@@ -213,11 +213,12 @@ def _step_bound(stage: PatchStage, graph: Graph, alignment: int) -> int:
     first = graph.node(stage.layers[0].node)
     last = graph.node(stage.layers[-1].node)
     ext = set(graph.inputs) | set(graph.outputs)
+    views = input_views(graph)  # views of the caller's input take no arena bytes
     x, y = first.inputs[0], last.outputs[0]
     assert x is not None
 
     def arena(v: Value) -> int:
-        return 0 if v in ext else -(-v.nbytes // alignment) * alignment
+        return 0 if v in ext or v.name in views else -(-v.nbytes // alignment) * alignment
     return arena(x) + arena(y) + sum(stage.slot_bytes(alignment))
 
 
