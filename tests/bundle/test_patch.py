@@ -116,6 +116,27 @@ def test_float_patch_stage(target: str, first: str, tmp_path: Path) -> None:
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
 
 
+def test_a_transpose_in_front_is_taken_in(tmp_path: Path) -> None:
+    """On c-generic (NCHW kernels) a TensorFlow-style model keeps its NHWC -> NCHW
+    transpose as a kernel; a stage starting at the first convolution takes it in: the
+    gather reads the NHWC image into NCHW tiles, the transposed copy never exists."""
+    from onnx import helper
+
+    model = _cnn("nhwc24", [1, 24, 24, 3], [(8, 3, 2, 1, [0, 0, 1, 1]),
+                                           (8, 3, 1, 8, [1, 1, 1, 1]),
+                                           (16, 1, 1, 1, [0, 0, 0, 0])], 7,
+                 nodes=[helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])],
+                 src="t")
+    path = tmp_path / "nhwc24.onnx"
+    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
+    pkg = toolchain.compile(path, "c-generic", output=tmp_path / "b",
+                            patch=("fused_q_conv_1", 2, (3, 2)))
+    stage, = pkg.metadata["patch_stages"]
+    assert stage["absorbs"] == "fused_transpose_0"
+    assert not any("Transpose" in k["ops"] for k in pkg.metadata["kernels"])
+    assert all(_poisoned_runs(BundleModule(tmp_path / "b"), path))
+
+
 def test_a_wrong_padding_byte_is_caught(qmodel: Path, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The control: the gather pads with the wrong byte and the outputs change."""

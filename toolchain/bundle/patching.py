@@ -43,7 +43,14 @@ from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.memory import MemoryPlan, input_views, plan_memory
 from toolchain.graph.ops.registry import get_op
-from toolchain.graph.patch import PatchStage, apply_stage, chains, patch_layer, tile_node
+from toolchain.graph.patch import (
+    PatchStage,
+    apply_stage,
+    chains,
+    lead_in,
+    patch_layer,
+    tile_node,
+)
 
 #: the most tiles a side of the grid the choice tries
 MAX_GRID = 12
@@ -76,7 +83,8 @@ def schedule_stage(node: Node, schedule_one: Callable[[Node], tuple[Any, ...]]
     sizes = stage.tile_sizes()
     tiles = stage.grid[0] * stage.grid[1]
     out = []
-    for i, (n, layer) in enumerate(zip(node.attrs["graph"].nodes, stage.layers, strict=True)):
+    convs = [n for n in node.attrs["graph"].nodes if n.name != stage.absorbs]
+    for i, (n, layer) in enumerate(zip(convs, stage.layers, strict=True)):
         tnode, tx = tile_node(n, layer, i, (sizes[i], sizes[i + 1]), stage.name)
         func, params, how, _, _ = schedule_one(tnode)
         flops = get_op("Fused").flops_of(tnode) * tiles
@@ -132,9 +140,10 @@ def loop_context(call: PatchCall, model: str, src: str, dst: str, base: str,
     if i == 0:
         x = layers[0]
         c, h, w = x.in_shape
+        # 0: NCHW, 1: NHWC, 2: an NHWC source gathered into NCHW tiles (stage.absorbs)
+        mode = 2 if stage.absorbs else int(x.in_layout == "NHWC")
         ctx["gather"] = (f"{slot[0]}, (const uint8_t *)({src}), {c}, {h}, {w}, {sizes[0][0]}, "
-                         f"{sizes[0][1]}, ry[0], rx[0], {x.itemsize}, "
-                         f"{int(x.in_layout == 'NHWC')}, {x.fill}")
+                         f"{sizes[0][1]}, ry[0], rx[0], {x.itemsize}, {mode}, {x.fill}")
     if i + 1 < len(layers) and layers[i + 1].padded:
         nxt = layers[i + 1]
         c, h, w = nxt.in_shape
@@ -178,18 +187,21 @@ def step_bytes(plan: MemoryPlan) -> list[int]:
 
 def candidates(graph: Graph, over: set[int]) -> list[tuple[int, list[Node]]]:
     """(first step, nodes) of every chain that holds all the steps in ``over`` (those
-    that exceed the budget): a contiguous part of a run of :func:`chains`."""
+    that exceed the budget): a contiguous part of a run of :func:`chains`, at most
+    :data:`MAX_LAYERS` long; one that starts the run also holds the step of a transpose it
+    takes in (:func:`~toolchain.graph.patch.lead_in`)."""
     pos = {n.name: i for i, n in enumerate(graph.nodes)}
     lo, hi = min(over), max(over)
     out = []
     for run in chains(graph):
         first = pos[run[0].name]
-        if not (first <= lo and hi < first + len(run)):
-            continue
-        for a in range(lo - first, -1, -1):
-            for b in range(hi - first + 1, len(run) + 1):
-                if b - a <= MAX_LAYERS:
-                    out.append((first + a, run[a:b]))
+        lead = 1 if lead_in(graph, run[0]) is not None else 0
+        for a in range(len(run)):
+            start = first + a - (lead if a == 0 else 0)
+            if start > lo:
+                break
+            for b in range(max(a + 1, hi - first + 1), min(len(run), a + MAX_LAYERS) + 1):
+                out.append((start, run[a:b]))
     return out
 
 
@@ -198,11 +210,13 @@ def _stages(graph: Graph, over: set[int]) -> list[PatchStage]:
     found = []
     for _, nodes in candidates(graph, over):
         layers = tuple(patch_layer(n) for n in nodes)
+        lead = lead_in(graph, nodes[0])
         _, h, w = layers[-1].out_shape  # type: ignore[union-attr]
         for gy in range(1, min(MAX_GRID, h) + 1):
             for gx in range(1, min(MAX_GRID, w) + 1):
                 if (gy, gx) != (1, 1):
-                    found.append(PatchStage("patch_stage_0", layers, (gy, gx)))  # type: ignore[arg-type]
+                    found.append(PatchStage("patch_stage_0", layers, (gy, gx),  # type: ignore[arg-type]
+                                            lead.name if lead is not None else ""))
     return sorted(found, key=lambda s: (s.macs() - s.full_macs(), s.grid[0] * s.grid[1],
                                         s.layers[0].node, len(s.layers), s.grid))
 
@@ -210,7 +224,7 @@ def _stages(graph: Graph, over: set[int]) -> list[PatchStage]:
 def _step_bound(stage: PatchStage, graph: Graph, alignment: int) -> int:
     """Bytes the stage's step needs at least: its input (when in the arena), its output
     and both slots."""
-    first = graph.node(stage.layers[0].node)
+    first = graph.node(stage.absorbs or stage.layers[0].node)
     last = graph.node(stage.layers[-1].node)
     ext = set(graph.inputs) | set(graph.outputs)
     views = input_views(graph)  # views of the caller's input take no arena bytes
@@ -279,8 +293,9 @@ def patch_by_hand(ks: Any, graph: Graph, plan: MemoryPlan, first: str, layers: i
         names = [n.name for n in run]
         if first in names and names.index(first) + layers <= len(run) and layers >= 1:
             nodes = run[names.index(first):names.index(first) + layers]
+            lead = lead_in(graph, nodes[0])
             stage = PatchStage("patch_stage_0", tuple(patch_layer(n) for n in nodes),  # type: ignore[misc]
-                               tuple(grid))  # type: ignore[arg-type]
+                               tuple(grid), lead.name if lead is not None else "")  # type: ignore[arg-type]
             trial = apply_stage(graph, stage, arena_without=plan.arena_bytes)
             ks.schedule(trial, trial.nodes)
             return ks.finish(trial)  # type: ignore[no-any-return]

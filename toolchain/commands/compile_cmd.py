@@ -228,7 +228,9 @@ def patch_lines(meta: dict[str, Any]) -> list[str]:
     return [f"  patch stage {st['name']}: layers {st['layers'][0]} .. {st['layers'][-1]} "
             f"({len(st['layers'])}), {st['grid'][0]}x{st['grid'][1]} tiles of "
             f"{st['tile'][0]}x{st['tile'][1]} output pixels, halo {st['halo'][0]}x"
-            f"{st['halo'][1]}; arena {meta['arena_bytes']:,} B instead of "
+            f"{st['halo'][1]}"
+            + (f", takes in {st['absorbs']} (gathers NHWC)" if st.get("absorbs") else "")
+            + f"; arena {meta['arena_bytes']:,} B instead of "
             f"{st['arena_without']:,} B, +{st['extra_macs']:.1%} MACs recomputed"
             for st in meta.get("patch_stages", ())]
 

@@ -92,6 +92,10 @@ class PatchStage:
     name: str
     layers: tuple[PatchLayer, ...]
     grid: tuple[int, int]
+    #: the node of an NHWC -> NCHW transpose in front of the first layer that the stage
+    #: takes in ("": none): the gather reads the NHWC tensor and writes NCHW tiles, and
+    #: the transposed copy never exists (see :func:`lead_in`)
+    absorbs: str = ""
 
     def __post_init__(self) -> None:
         out = self.layers[-1].out_shape
@@ -158,7 +162,8 @@ class PatchStage:
         return (f"patch stage {self.name}: {len(self.layers)} layers "
                 f"({self.layers[0].node} .. {self.layers[-1].node}), "
                 f"{self.grid[0]}x{self.grid[1]} tiles of {th}x{tw} output pixels, "
-                f"input tile {self.tile_sizes()[0][0]}x{self.tile_sizes()[0][1]}, "
+                f"input tile {self.tile_sizes()[0][0]}x{self.tile_sizes()[0][1]}"
+                f"{f' (gathered from NHWC: {self.absorbs} taken in)' if self.absorbs else ''}, "
                 f"+{self.overhead():.1%} MACs")
 
     def halo(self) -> tuple[int, int]:
@@ -174,6 +179,7 @@ class PatchStage:
         """Plain data (``metadata.json``'s ``patch_stages``)."""
         sizes = self.tile_sizes()
         return {"name": self.name, "layers": [x.node for x in self.layers],
+                **({"absorbs": self.absorbs} if self.absorbs else {}),
                 "grid": list(self.grid), "tile": list(self.tile_out()),
                 "tile_sizes": [list(s) for s in sizes],
                 "halo": list(self.halo()),
@@ -285,6 +291,26 @@ def chains(graph: Graph) -> list[list[Node]]:
     return runs
 
 
+def lead_in(graph: Graph, first: Node) -> Node | None:
+    """The kernel right before ``first`` (a patch layer reading NCHW) that only transposes
+    an NHWC tensor to the NCHW one ``first`` alone reads (``Transpose``, perm 0 3 1 2), or
+    None: a stage starting at ``first`` may take it in (``PatchStage.absorbs``)."""
+    pos = {n.name: i for i, n in enumerate(graph.nodes)}
+    i = pos.get(first.name, 0)
+    layer = patch_layer(first)
+    if i == 0 or layer is None or layer.in_layout != "NCHW":
+        return None
+    prev = graph.nodes[i - 1]
+    inner = prev.attrs.get("graph") if prev.op == "Fused" else None
+    if (inner is None or len(inner.nodes) != 1 or inner.nodes[0].op != "Transpose"
+            or list(inner.nodes[0].attrs.get("perm", ())) != [0, 3, 1, 2]
+            or prev.outputs[0] is not first.inputs[0] or len(prev.inputs) != 1
+            or prev.outputs[0] in graph.outputs):
+        return None
+    readers = sum(1 for n in graph.nodes for v in n.inputs if v is prev.outputs[0])
+    return prev if readers == 1 else None
+
+
 def stage_node(stage: PatchStage, nodes: list[Node], arena_without: int | None = None
                ) -> Node:
     """The fused node that runs ``nodes`` (the stage's layers) as one step: its inner graph
@@ -303,7 +329,7 @@ def apply_stage(graph: Graph, stage: PatchStage, arena_without: int | None = Non
     Before (``graph``'s nodes)::  conv_0, dw_1, pw_2, rest...
     After::                       patch_0 (attrs["patch"]: conv_0, dw_1, pw_2 in tiles), rest...
     """
-    names = [x.node for x in stage.layers]
+    names = [*([stage.absorbs] if stage.absorbs else []), *(x.node for x in stage.layers)]
     pos = [i for i, n in enumerate(graph.nodes) if n.name in names]
     if len(pos) != len(names) or pos != list(range(pos[0], pos[0] + len(names))):
         raise OptionError(f"{stage.name}: layers {names} are not consecutive nodes")
