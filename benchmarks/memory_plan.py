@@ -7,6 +7,7 @@ arena of the file's node order vs the searched order.
     python benchmarks/memory_plan.py resnet8 mlp        # some models
     python benchmarks/memory_plan.py --no-inplace       # without in-place reuse
     python benchmarks/memory_plan.py --random 20        # also 20 random lifetime sets
+    python benchmarks/memory_plan.py --target cortex-m4 --patch-ratio 0.5 mobilenet_v2
 
 Each model is imported by the frontend, optimised by the default pass pipeline
 (``toolchain.graph.passes.run_pipeline``) and planned by ``toolchain.graph.memory``:
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="plan as kiln compile does for this target (its layout, scratch)")
     parser.add_argument("--alignment", type=int, default=64)
     parser.add_argument("--no-inplace", action="store_true", help="disable in-place reuse")
+    parser.add_argument("--patch-ratio", type=float, default=None, metavar="R",
+                        help="with --target: compile each model again with a RAM budget of "
+                             "R x its file-order lower bound (patch-based inference)")
     parser.add_argument("--random", type=int, default=0, metavar="N",
                         help="also plan N random sets of 120 lifetimes: greedy vs local search")
     args = parser.parse_args(argv)
@@ -87,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
               f"| {plan.naive_bytes:,} | {ratio:.3f} | {before:,} | {plan.arena_bytes:,} "
               f"| {change} | {ms:.1f} |")
     print(f"\nworst arena / lower bound: {worst:.3f} (goal <= 1.05)")
+    if args.patch_ratio is not None:
+        if not args.target:
+            parser.error("--patch-ratio needs --target (it compiles the models)")
+        _patched(args)
     if args.random:
         _random_sets(args.random, args.alignment)
     return 0
@@ -109,6 +117,39 @@ def _plan(name: str, args: argparse.Namespace) -> tuple[int, int, MemoryPlan, fl
     _, plan = plan_in_best_order(fused, alignment=args.alignment,
                                  inplace=not args.no_inplace)
     return len(graph.nodes), len(fused.nodes), plan, (time.perf_counter() - start) * 1e3
+
+
+def _patched(args: argparse.Namespace) -> None:
+    """Per model: the arena with a RAM budget of ``--patch-ratio`` x the file-order lower
+    bound (patch stages, docs/embedded.md), against that bound, or why it is not met."""
+    from toolchain.bundle.compiler import build_spec
+    from toolchain.errors import OptionError
+
+    print(f"\nwith --ram-budget = {args.patch_ratio} x the file-order lower bound "
+          f"(target {args.target}):\n")
+    print("| model | file-order bound (B) | budget (B) | arena (B) | arena / bound "
+          "| patch stage | extra MACs |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | ---: |")
+    for name in args.models or list(MODELS):
+        spec = MODELS[name]
+        plain = build_spec(spec.build(), args.target, input_shapes=spec.input_shapes,
+                           name=name, progress=False).plan
+        bound = plain.file_lower_bound or plain.lower_bound
+        budget = int(args.patch_ratio * bound)
+        try:
+            built = build_spec(spec.build(), args.target, input_shapes=spec.input_shapes,
+                               name=name, progress=False, ram_budget=budget)
+        except OptionError as exc:
+            print(f"| {name} | {bound:,} | {budget:,} | not met | | "
+                  f"{str(exc).split('; ')[-1][:90]} | |")
+            continue
+        stages = [k.patch.stage for k in built.kernels
+                  if k.patch is not None and k.patch.index == 0]
+        what = "; ".join(f"{s.layers[0].node} .. {s.layers[-1].node} ({len(s.layers)}), "
+                         f"{s.grid[0]}x{s.grid[1]}" for s in stages) or "none needed"
+        extra = f"+{stages[0].overhead():.1%}" if stages else ""
+        print(f"| {name} | {bound:,} | {budget:,} | {built.plan.arena_bytes:,} "
+              f"| {built.plan.arena_bytes / bound:.3f} | {what} | {extra} |")
 
 
 def _random_sets(n: int, alignment: int) -> None:

@@ -114,13 +114,17 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
             output: str | Path | None = None, *, name: str | None = None,
             force: bool = False, dump_ir: str | Path | None = None,
             backend: str | None = None, weights: str | None = None,
-            records: str | Path | None = None) -> Package:
+            records: str | Path | None = None, ram_budget: int | None = None,
+            patch: Any = None) -> Package:
     """Compile ``model`` (a :class:`Model`, a path or a ModelProto) into a bundle at
     ``output`` (default: a new temporary directory); returns the :class:`Package`.
     ``backend="llvm"``: the kernels as object files compiled by LLVM (``docs/llvm.md``);
     ``weights``: ``incbin``, ``c-array`` or ``external`` (default ``auto``: docs/bundle.md);
     ``records``: a tuning records file (``kiln tune``): the best record per kernel is
-    applied, the other kernels keep their default schedules (``docs/tuning.md``)."""
+    applied, the other kernels keep their default schedules (``docs/tuning.md``);
+    ``ram_budget``: the most arena bytes, met by patch-based inference of the first layers
+    where needed (``docs/embedded.md``); ``patch``: a patch stage chosen by hand,
+    ``(first node, layers, (rows, columns) of tiles)``."""
     import contextlib
 
     from toolchain.bundle import compile_model
@@ -138,7 +142,8 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
     with steer:
         path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
                              name=name or m.name, dump_ir=dump_ir, force=force,
-                             progress=False, backend=backend, weights=weights)
+                             progress=False, backend=backend, weights=weights,
+                             ram_budget=ram_budget, patch=patch)
     return Package(path, read_metadata(path), m)
 
 

@@ -147,6 +147,34 @@ def test_vww_with_overlapped_arena_on_qemu(tmp_path):
     np.testing.assert_allclose(run.outputs["probs"], want["probs"], rtol=1e-5, atol=1e-6)
 
 
+def test_vww_in_patches_within_24_kib_on_qemu(tmp_path):
+    """MobileNetV1 VWW with ``ram_budget=24 KiB`` (issue 18's goal): its first four
+    convolutions run as a patch stage (tiles of the 24 x 24 x 16 output, the 96 x 96 image
+    gathered per tile), the arena fits the budget, and the firmware's outputs equal Kiln's
+    integer reference bit for bit."""
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+    from toolchain.zoo.quantized import anchor_model
+
+    q = anchor_model("mobilenet_v1")
+    onnx.save(q, tmp_path / "vww.onnx")
+    g = from_onnx(q)
+    x = {v.name: np.random.default_rng(7).integers(-128, 128, v.shape).astype(np.int8)
+         for v in g.inputs}
+    path, _ = compile_board(tmp_path / "vww.onnx", "qemu-mps2-an386", tmp_path / "b",
+                            ram_budget=24 * 1024)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["arena_bytes"] <= 24 * 1024
+    stage, = meta["patch_stages"]
+    assert stage["arena_without"] == 41_792 and stage["layers"][0] == "fused_q_conv_0"
+    run = run_on_qemu(path, x, timeout=120)
+    want = run_graph(quantize_ops(g), x)
+    np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
+    np.testing.assert_allclose(run.outputs["probs"], want["probs"], rtol=1e-5, atol=1e-6)
+
+
 def _last_layer(qdq: onnx.ModelProto, output: str) -> str:
     """The int8 tensor the model's last integer layer reads (``x_q -> DQ -> Gemm/Conv -> Q ->
     DQ -> output``)."""

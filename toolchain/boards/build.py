@@ -128,11 +128,13 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
                   name: str | None = None, dump_ir: str | Path | None = None,
                   force: bool = False, progress: bool | None = None,
                   build: bool = True, backend: str | None = None,
-                  weights: str | None = None) -> tuple[Path, dict[str, Any] | None]:
+                  weights: str | None = None, ram_budget: int | None = None
+                  ) -> tuple[Path, dict[str, Any] | None]:
     """Compile ``model`` for ``board`` into ``output``; (path, size report or None);
     ``backend="llvm"``: the kernels as object files for the board's triple; ``weights``:
     ``incbin`` (the default) or ``c-array`` (the firmware links its weights: not
-    ``external``)."""
+    ``external``); ``ram_budget``: the most arena bytes (default: the board's RAM less its
+    stack and the runtime's estimate), met by patch-based inference where needed."""
     from toolchain.bundle.compiler import build_spec
     from toolchain.bundle.render import (
         check_destination,
@@ -156,8 +158,19 @@ def compile_board(model: Any, board: str | Board, output: str | Path, *,
         label = f"model {Path(model).name}" if isinstance(model, (str, Path)) else "the model"
         raise _refuse(b, label, raw, 0, "estimate from the model's weights alone, "
                       "before compiling")
-    spec = build_spec(model, b.compile_target(), input_shapes=input_shapes, name=name,
-                      dump_ir=dump_ir, progress=progress, backend=backend, weights=weights)
+    default_budget = ram_budget is None
+    if ram_budget is None:
+        ram_budget = max(b.ram.size - b.stack_bytes - RUNTIME_RAM_ESTIMATE, 1)
+    args = {"input_shapes": input_shapes, "name": name, "dump_ir": dump_ir,
+            "progress": progress, "backend": backend, "weights": weights}
+    try:
+        spec = build_spec(model, b.compile_target(), ram_budget=ram_budget, **args)
+    except OptionError:
+        if not default_budget:
+            raise
+        # no patch stage fits the board's RAM: the plain bundle, refused below with the
+        # board's numbers
+        spec = build_spec(model, b.compile_target(), **args)
     files = render_files(spec)
     meta = json.loads(files["metadata.json"])
     flash_need, ram_need = estimate(meta, b)

@@ -86,6 +86,8 @@ class CompiledKernel:
     #: outer input names the kernel may write its output over (its schedule's
     #: ``OpSchedule.in_place``); the memory planner decides whether it does
     overwrite: tuple[str, ...] = ()
+    #: a tile kernel of a patch stage (:mod:`toolchain.bundle.patching`): which, and where
+    patch: Any = None
 
 
 @dataclass
@@ -364,13 +366,19 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                name: str | None = None, dump_ir: str | Path | None = None,
                progress: bool | None | CompileProgress = None, emulate: bool = False,
                backend: str | None = None, weights: str | None = None,
-               skip_passes: tuple[str, ...] = ()) -> BundleSpec:
+               skip_passes: tuple[str, ...] = (), ram_budget: int | None = None,
+               patch: tuple[str, int, tuple[int, int]] | None = None) -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
     ``backend="llvm"``: the kernels as object code for the target's triple (LLVM), the rest
     of the bundle C as always; ``weights``: how the bundle stores its weights, one of
     :data:`~toolchain.bundle.weights.MODES` (None: ``auto``); ``skip_passes``: default graph
-    passes left out."""
+    passes left out; ``ram_budget``: the most arena bytes, met by running the first layers
+    in patches where the plain plan needs more (docs/embedded.md, "Patch-based inference";
+    None: no limit, no patches); ``patch``: a patch stage chosen by hand instead, as
+    ``(first node, layers, (rows, columns) of tiles)``."""
+    if ram_budget is not None and ram_budget < 1:
+        raise OptionError(f"--ram-budget {ram_budget}: must be a positive number of bytes")
     from toolchain.bundle.weights import MODES
     from toolchain.graph.passes import DEFAULT_PASSES
     from toolchain.graph.passes.pipeline import check_lowered
@@ -394,6 +402,10 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
     t = resolve_target(target)
+    if (ram_budget is not None or patch is not None) and (t.kind != "c" or emulate):
+        raise OptionError(f"--ram-budget (patch stages) needs a CPU target whose bundle is C; "
+                          f"target {t.name!r} has kind {t.kind!r}"
+                          + (" and --emulate" if emulate else ""))
     accel = None
     if t.is_accelerator:
         if backend == "llvm" or emulate:
@@ -419,7 +431,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     layout = parse_layout_target("nchw") if accel is not None else layout_for_target(t)
     try:
         fused, kernels, plan = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
-                                        backend, passes, accel)
+                                        backend, passes, accel, ram_budget, patch)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -429,7 +441,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         layout_note = (f"nchw (the target's {_layout_name(layout)} failed: "
                        f"{str(exc).splitlines()[0][:160]})")
         fused, kernels, plan = _kernels(graph, parse_layout_target("nchw"), t, prefix,
-                                        dump_ir, bar, emulate, backend, passes)
+                                        dump_ir, bar, emulate, backend, passes,
+                                        ram_budget=ram_budget, patch=patch)
     release_freed_memory()
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
@@ -440,6 +453,10 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["backend"] = "llvm"  # kernels as object files (docs/llvm.md)
     if skip_passes:
         options["skip_passes"] = sorted(set(skip_passes))
+    if ram_budget is not None and any(k.patch is not None for k in kernels):
+        options["ram_budget"] = ram_budget  # only where it made a patch stage
+    if patch is not None:
+        options["patch"] = [patch[0], patch[1], list(patch[2])]
     if not isinstance(progress, CompileProgress):
         bar.close()  # the caller's bar goes on to rendering and writing
     return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source,
@@ -477,7 +494,8 @@ def _layout_name(layout: Any) -> str:
 
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
              bar: CompileProgress, emulate: bool = False, backend: str | None = None,
-             passes: tuple[Any, ...] | None = None, accel: AcceleratorPart | None = None
+             passes: tuple[Any, ...] | None = None, accel: AcceleratorPart | None = None,
+             ram_budget: int | None = None, patch: Any = None
              ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """The fused graph in ``layout`` (in the order its kernels run), its compiled kernels
     and its memory plan."""
@@ -487,7 +505,8 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
     fused = run_pipeline(graph, layout, dump_dir=dump_ir, passes=passes)
     bar.stage("scheduling")
     try:
-        return _compile_kernels(fused, t, prefix, bar, emulate, backend, accel)
+        return _compile_kernels(fused, t, prefix, bar, emulate, backend, accel, ram_budget,
+                                patch)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
         arith.clear_cache()
@@ -510,39 +529,60 @@ def kiln_fault(node: Node, target: Target) -> Iterator[None]:
 
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
                      bar: CompileProgress, emulate: bool = False,
-                     backend: str | None = None, accel: AcceleratorPart | None = None
+                     backend: str | None = None, accel: AcceleratorPart | None = None,
+                     ram_budget: int | None = None, patch: Any = None
                      ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """(``fused`` in the order the bundle runs it, one :class:`CompiledKernel` per Fused
-    node in that order, the memory plan).
+    node in that order (a patch stage: one per layer), the memory plan).
 
     The kernels are scheduled and rendered in the file's order first: that gives each
     kernel's scratch and declared in-place inputs, which the order search needs
     (:func:`~toolchain.graph.order.plan_in_best_order`).  When it picks another order, the
-    kernels whose in-place pairs change are rendered again (``restrict`` differs)."""
+    kernels whose in-place pairs change are rendered again (``restrict`` differs).  With a
+    ``ram_budget`` the arena exceeds, a patch stage is chosen to meet it
+    (:func:`toolchain.bundle.patching.meet_budget`)."""
     for node in fused.nodes:
         if node.op != "Fused":
             raise UnsupportedError(f"{node.describe()}: the pipeline left a node that is not "
                                    "a fused kernel")
-    cache = KernelCache(t, emulate, backend)
-    reuse = ScheduleReuse(trusted=is_value_blind(lookup("Fused", t)))
-    scheduled: dict[str, tuple[Node, Any, list[Value], str]] = {}
-    overwrite: dict[str, tuple[str, ...]] = {}
-    overlap: dict[str, tuple[str, int]] = {}  # node -> (input, lead): OpSchedule.overlap
-    for node in bar.kernels(list(fused.nodes)):
-        vta = inner_layer(node) if accel is not None else None
-        if vta is not None:
-            assert accel is not None and accel.partition is not None
-            ak = accelerator_kernel(node, accel.partition.layers[vta.name],
-                                    sum(isinstance(v[1], AcceleratorKernel)
-                                        for v in scheduled.values()))
-            scheduled[node.name] = (node, ak, ak.params, "accelerator")
-            continue
+    ks = KernelSet(t, KernelCache(t, emulate, backend), accel, prefix)
+    ks.schedule(fused, bar.kernels(list(fused.nodes)))
+    ordered, kernels, plan = ks.finish(fused)
+    if patch is not None:
+        from toolchain.bundle.patching import patch_by_hand
+
+        return patch_by_hand(ks, ordered, plan, *patch)
+    if ram_budget is not None and plan.arena_bytes > ram_budget:
+        from toolchain.bundle.patching import meet_budget
+
+        return meet_budget(ks, ordered, kernels, plan, ram_budget)
+    return ordered, kernels, plan
+
+
+class KernelSet:
+    """The scheduled kernels of a compile, by node name, and what the memory planner needs
+    from them; :meth:`finish` plans and renders a fused graph made of them."""
+
+    def __init__(self, t: Target, cache: KernelCache, accel: AcceleratorPart | None,
+                 prefix: str) -> None:
+        self.target, self.cache, self.accel, self.prefix = t, cache, accel, prefix
+        self.reuse = ScheduleReuse(trusted=is_value_blind(lookup("Fused", t)))
+        self.scheduled: dict[str, Any] = {}
+        self.overwrite: dict[str, tuple[str, ...]] = {}
+        #: node -> (input, lead): OpSchedule.overlap
+        self.overlap: dict[str, tuple[str, int]] = {}
+        self.names = bundle_namer({f"{prefix}_{s}" for s in RESERVED_SUFFIXES})
+
+    def schedule_one(self, node: Node) -> tuple[Any, list[Value], str, Any, Any]:
+        """(lowered function, outer parameter values, how, the input it may write over or
+        None, (input, access order) or None) of one fused node."""
+        t = self.target
         with kiln_fault(node, t):
-            hit = reuse.find(node)
+            hit = self.reuse.find(node)
             if hit is None:
                 with packing.recording() as rec:
-                    hit = _schedule(node, t, cache)
-                reuse.remember(node, rec, *hit)
+                    hit = _schedule(node, t, self.cache)
+                self.reuse.remember(node, rec, *hit)
             release_mapped_pages()  # the weights it read are packed by now
         func, ins, outs, how, host, lap = hit
         params = _outer_values(node, ins, outs)
@@ -550,43 +590,89 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
         if n_buf != len(params) or n_buf != len(func.params):
             raise InternalError(f"{node.describe()}: kernel has {len(func.params)} "
                                 f"parameters for {len(params)} tensors")
-        if host is not None:
-            overwrite[node.name] = (params[next(i for i, v in enumerate(ins) if v is host)].name,)
-        if lap is not None and any(v is lap[0] for v in ins):
-            lead = lap[1].lead(ALIGNMENT)
-            if lead is not None:
-                overlap[node.name] = (params[next(i for i, v in enumerate(ins)
-                                                  if v is lap[0])].name, lead)
-        scheduled[node.name] = (node, func, params, how)
-    names = bundle_namer({f"{prefix}_{s}" for s in RESERVED_SUFFIXES})
-    plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite,
-                       overlap=overlap)
-    kernels = _render_kernels(fused, scheduled, plan, overwrite, cache, names, prefix, t)
-    scratch = {k.node.name: k.source.scratch_bytes for k in kernels if k.source.scratch_bytes}
-    pairs = _in_place_pairs(fused, plan)
-    ordered, plan = plan_in_best_order(fused, alignment=ALIGNMENT, scratch=scratch,
-                                       overwrite=overwrite, overlap=overlap)
-    # the aliased pairs decide each kernel's `restrict`: render again when they changed
-    # (another order; or overlaps chosen otherwise by the searched placement)
-    if ordered is not fused or _in_place_pairs(ordered, plan) != pairs:
-        kernels = _render_kernels(ordered, scheduled, plan, overwrite, cache, names, prefix, t)
-    final = _in_place_pairs(ordered, plan)
-    for k in kernels:
-        if k.schedule != "accelerator" and k.in_place != (k.node.name in final):
-            raise InternalError(f"{k.node.describe()}: rendered for in_place={k.in_place}, "
-                                "but the memory plan says otherwise")
-    return ordered, kernels, plan
+        return func, params, how, (None if host is None else params[
+            next(i for i, v in enumerate(ins) if v is host)]), (
+            None if lap is None or not any(v is lap[0] for v in ins) else
+            (params[next(i for i, v in enumerate(ins) if v is lap[0])], lap[1]))
+
+    def schedule(self, fused: Graph, nodes: Any) -> None:
+        """Schedule the nodes not scheduled yet (a patch stage: its tile kernels)."""
+        from toolchain.bundle.patching import schedule_stage
+
+        accel = self.accel
+        for node in nodes:
+            if node.name in self.scheduled:
+                continue
+            if "patch" in node.attrs:
+                self.scheduled[node.name] = schedule_stage(node, self.schedule_one)
+                continue
+            vta = inner_layer(node) if accel is not None else None
+            if vta is not None:
+                assert accel is not None and accel.partition is not None
+                ak = accelerator_kernel(node, accel.partition.layers[vta.name],
+                                        sum(isinstance(v[1], AcceleratorKernel)
+                                            for v in self.scheduled.values()))
+                self.scheduled[node.name] = (node, ak, ak.params, "accelerator")
+                continue
+            func, params, how, host, lap = self.schedule_one(node)
+            if host is not None:
+                self.overwrite[node.name] = (host.name,)
+            if lap is not None:
+                lead = lap[1].lead(ALIGNMENT)
+                if lead is not None:
+                    self.overlap[node.name] = (lap[0].name, lead)
+            self.scheduled[node.name] = (node, func, params, how)
+
+    def declared(self, fused: Graph) -> tuple[dict[str, tuple[str, ...]],
+                                              dict[str, tuple[str, int]]]:
+        """The in-place inputs and overlaps the kernels of ``fused``'s nodes declare."""
+        names = {n.name for n in fused.nodes}
+        return ({k: v for k, v in self.overwrite.items() if k in names},
+                {k: v for k, v in self.overlap.items() if k in names})
+
+    def finish(self, fused: Graph) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
+        """Plan ``fused`` (every node scheduled), render its kernels, search the order."""
+        from toolchain.bundle.patching import stage_scratch
+
+        overwrite, overlap = self.declared(fused)
+        args = (self.scheduled, overwrite, self.cache, self.names, self.prefix, self.target)
+        plan = plan_memory(fused, alignment=ALIGNMENT, search_moves=0, overwrite=overwrite,
+                           overlap=overlap)
+        kernels = _render_kernels(fused, plan, *args)
+        scratch = {k.node.name: k.source.scratch_bytes for k in kernels
+                   if k.source.scratch_bytes and k.patch is None}
+        scratch.update(stage_scratch(kernels, ALIGNMENT))
+        pairs = _in_place_pairs(fused, plan)
+        ordered, plan = plan_in_best_order(fused, alignment=ALIGNMENT, scratch=scratch,
+                                           overwrite=overwrite, overlap=overlap)
+        # the aliased pairs decide each kernel's `restrict`: render again when they changed
+        # (another order; or overlaps chosen otherwise by the searched placement)
+        if ordered is not fused or _in_place_pairs(ordered, plan) != pairs:
+            kernels = _render_kernels(ordered, plan, *args)
+        final = _in_place_pairs(ordered, plan)
+        for k in kernels:
+            if k.schedule != "accelerator" and k.in_place != (k.node.name in final):
+                raise InternalError(f"{k.node.describe()}: rendered for in_place={k.in_place}, "
+                                    "but the memory plan says otherwise")
+        return ordered, kernels, plan
 
 
-def _render_kernels(fused: Graph, scheduled: dict[str, tuple[Node, Any, list[Value], str]],
-                    plan: MemoryPlan, overwrite: dict[str, tuple[str, ...]],
-                    cache: KernelCache, names: Any, prefix: str, t: Target
-                    ) -> list[CompiledKernel]:
+def _render_kernels(fused: Graph, plan: MemoryPlan, scheduled: dict[str, Any],
+                    overwrite: dict[str, tuple[str, ...]], cache: KernelCache, names: Any,
+                    prefix: str, t: Target) -> list[CompiledKernel]:
     """The kernels of ``fused``'s nodes in its order, rendered for the in-place pairs of
     ``plan`` (a plan of that order)."""
     in_place = _in_place_pairs(fused, plan)
     kernels: list[CompiledKernel] = []
     for i, n in enumerate(fused.nodes):
+        if "patch" in n.attrs:  # a patch stage: its tile kernels, each restrict
+            for node, func, params, how, call in scheduled[n.name]:
+                with kiln_fault(node, t):
+                    src = cache.render(func, "", True) if cache.rendered(func, True) else \
+                        cache.render(func, names.fresh(node.attrs["kernel"],
+                                                       prefix=f"{prefix}_"), True)
+                kernels.append(CompiledKernel(i, node, src, params, how, call.flops, patch=call))
+            continue
         node, func, params, how = scheduled[n.name]
         if isinstance(func, AcceleratorKernel):
             from toolchain.bundle.render import template_env

@@ -41,6 +41,7 @@ from toolchain.bundle import weights as weights_mod
 from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
 from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
 from toolchain.bundle.names import bundle_namer, comment
+from toolchain.bundle.patching import origin_tables
 from toolchain.bundle.weights import WeightsBlob, format_bytes
 from toolchain.codegen.artifact import merge_support
 from toolchain.codegen.cstyle import render_helpers
@@ -162,6 +163,9 @@ def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
     already where they must be)."""
     calls = []
     for k in spec.kernels:
+        if k.patch is not None:
+            calls.append(_patch_call(spec, loc, k))
+            continue
         args = [loc.of(v) for v in k.params]
         if k.source.scratch_bytes:
             args.append(f"a + {spec.plan.tensor(k.node.name + ':scratch').offset}")
@@ -178,11 +182,44 @@ def kernel_calls(spec: BundleSpec, loc: Locations) -> list[dict[str, Any]]:
         calls.append({"index": k.index, "kernel": k.source.name, "args": args,
                       "error": "KILN_ERR_ACCELERATOR" if k.schedule == "accelerator"
                       else "KILN_ERR_KERNEL",
-                      "elided": elided, "threaded": threaded,
+                      "elided": elided, "threaded": threaded, "patch": None,
                       "how": comment(f"a view of input {view}") if view else "in place",
                       "comment": comment(f"{ops} ({k.node.attrs['pattern']}), "
                                          f"{k.flops:,} FLOPs")})
     return calls
+
+
+def _patch_call(spec: BundleSpec, loc: Locations, k: Any) -> dict[str, Any]:
+    """The call of a patch stage's tile kernel, in its stage's tile loop
+    (:mod:`toolchain.bundle.patching`)."""
+    from toolchain.bundle.patching import loop_context, tile_args
+
+    stage = k.patch.stage
+    base = f"a + {spec.plan.tensor(stage.name + ':scratch').offset}"
+    tiles = tile_args(k.patch, base, ALIGNMENT)
+    args = [tiles.get(id(v)) or loc.of(v) for v in k.params]
+    if k.source.scratch_bytes:
+        args.append(tiles[0])
+    if k.source.threaded:  # run whole on this thread: tiles are small
+        args = [*args, "0", "1"]
+    node = spec.fused.node(stage.name)
+    x, y = node.inputs[0], node.outputs[0]
+    assert x is not None
+    ops = " ".join(n.op for n in k.node.attrs["graph"].nodes)
+    return {"index": k.index, "kernel": k.source.name, "args": args,
+            "error": "KILN_ERR_KERNEL", "elided": False, "threaded": False,
+            "how": "", "comment": comment(f"{ops} ({k.node.attrs['pattern']}) on a tile, "
+                                          f"{k.flops:,} FLOPs over the tiles"),
+            "patch": loop_context(k.patch, spec.model, loc.of(x), loc.of(y), base, ALIGNMENT)}
+
+
+def patch_stages(spec: BundleSpec) -> list[Any]:
+    """The patch stages of ``spec``'s kernels, in call order."""
+    out: list[Any] = []
+    for k in spec.kernels:
+        if k.patch is not None and k.patch.index == 0:
+            out.append(k.patch)
+    return out
 
 
 def kernel_functions(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -385,6 +422,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "preludes": preludes, "max_threads": max_threads(spec),
            "threaded": any(c["threaded"] for c in calls),
            "default_threads": default_threads(spec, calls),
+           "patch_stages": origin_tables([p.stage for p in patch_stages(spec)]),
            "kernel_objects": [k["object"] for k in kernels if k["object"]],
            # the driver only where some layer runs on the accelerator
            "accelerator": spec.accelerator is not None and bool(accelerator_layers(spec)),
@@ -514,6 +552,8 @@ def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[
             "bytes": ctx["blob_bytes"], "align": ALIGNMENT,
             "crc32": f"0x{ctx['blob_crc32']:08x}"},
         "memory_plan": spec.plan.to_dict(),
+        **({"patch_stages": [{**p.stage.to_dict(), "arena_without": p.arena_without}
+                             for p in patch_stages(spec)]} if patch_stages(spec) else {}),
         **({"accelerator": accelerator_metadata(spec)} if spec.accelerator is not None else {}),
     }
 

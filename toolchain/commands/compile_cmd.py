@@ -77,6 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", metavar="RECORDS.jsonl",
                         help="apply the best tuning record per kernel (from kiln tune; "
                              "kernels without one keep the default schedule; docs/tuning.md)")
+    parser.add_argument("--ram-budget", type=int, metavar="BYTES",
+                        help="the most arena bytes: where the plain plan needs more, the first "
+                             "convolutions run tile by tile (patch-based inference, "
+                             "docs/embedded.md); with --board, default: the board's RAM less "
+                             "its stack")
     parser.add_argument("--board", metavar="NAME|FILE.yaml",
                         help="also write a firmware project for this board (boards/*.yaml): "
                              "fit check, cross build, size report (see docs/embedded.md)")
@@ -114,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
                         emulate=args.emulate, backend=args.backend, weights=args.weights,
-                        skip_passes=tuple(args.skip_pass))
+                        skip_passes=tuple(args.skip_pass), ram_budget=args.ram_budget)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
@@ -136,6 +141,8 @@ def _run(args: argparse.Namespace) -> int:
           f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
           "weights are packed for the target's kernels: kiln inspect's memory plan counts the "
           "graph before both)")
+    for line in patch_lines(meta):
+        print(line)
     threaded = sum(1 for k in meta["kernels"] if k.get("threaded"))
     if threaded:
         print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
@@ -190,18 +197,42 @@ def compile_for_board(args: argparse.Namespace, shapes: dict[str, tuple[int, ...
                                 name=args.name, dump_ir=args.dump_ir, force=args.force,
                                 progress=False if args.no_progress else None,
                                 backend=getattr(args, "backend", None),
-                                weights=getattr(args, "weights", None))
+                                weights=getattr(args, "weights", None),
+                                ram_budget=getattr(args, "ram_budget", None))
     meta = json.loads((out / "metadata.json").read_text())
     print(f"wrote {args.output}: model {meta['model']['name']} for board {board.name} "
           f"({board.core}, target {board.target}) in {time.perf_counter() - start:.1f} s")
     print(f"  kernels {meta['kernel_count']}, arena {meta['arena_bytes']:,} B, weights "
           f"{weights_note(meta)}")
+    for line in patch_lines(meta):
+        print(line)
     if report is not None:
         print("  " + format_report(report).replace("\n", "\n  "))
     print(f"  run on QEMU {board.qemu.machine}: kiln run {args.output} --inputs IN.npz --check")
     if not board.is_emulator:
         print(f"  flash: kiln flash {args.output} --board {board.name}")
     return 0
+
+
+def patch_lines(meta: dict[str, Any]) -> list[str]:
+    """The compile summary's lines for the bundle's patch stages (docs/embedded.md,
+    "Patch-based inference"): layers, grid, halo, the arena with and without, the extra
+    multiply-adds.
+
+    >>> patch_lines({"arena_bytes": 900, "patch_stages": [{"name": "patch_stage_0",
+    ...     "layers": ["c0", "c1"], "grid": [2, 3], "tile": [4, 3], "halo": [5, 5],
+    ...     "arena_without": 2000, "extra_macs": 0.25}]})[0]  # doctest: +NORMALIZE_WHITESPACE
+    '  patch stage patch_stage_0: layers c0 .. c1 (2), 2x3 tiles of 4x3 output pixels,
+    halo 5x5; arena 900 B instead of 2,000 B, +25.0% MACs recomputed'
+    """
+    return [f"  patch stage {st['name']}: layers {st['layers'][0]} .. {st['layers'][-1]} "
+            f"({len(st['layers'])}), {st['grid'][0]}x{st['grid'][1]} tiles of "
+            f"{st['tile'][0]}x{st['tile'][1]} output pixels, halo {st['halo'][0]}x"
+            f"{st['halo'][1]}"
+            + (f", takes in {st['absorbs']} (gathers NHWC)" if st.get("absorbs") else "")
+            + f"; arena {meta['arena_bytes']:,} B instead of "
+            f"{st['arena_without']:,} B, +{st['extra_macs']:.1%} MACs recomputed"
+            for st in meta.get("patch_stages", ())]
 
 
 def weights_note(meta: dict[str, Any]) -> str:
