@@ -256,8 +256,9 @@ def group_names(cases: Mapping[str, Any], eligible: Callable[[Any], bool],
     >>> from types import SimpleNamespace as NS
     >>> m = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []),
     ...                            opset_imports=[onnx.helper.make_opsetid("", 17)])
+    >>> m.ir_version = 8
     >>> group_names({n: NS(model=m) for n in "abc"}, lambda c: True, size=2)
-    {'a': 'ir10-17-0', 'b': 'ir10-17-0', 'c': 'ir10-17-1'}
+    {'a': 'ir8-17-0', 'b': 'ir8-17-0', 'c': 'ir8-17-1'}
     """
     by_key: dict[str, list[str]] = {}
     for name in sorted(cases):
