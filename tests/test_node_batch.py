@@ -148,3 +148,36 @@ def test_a_batch_that_breaks_while_its_cases_pass_alone_fails_them(tmp_path: Pat
                            lambda n: ("fail", "alone") if n == "a" else ("pass", ""),
                            tmp_path, run=run)
     assert out == {"a": ("fail", "alone"), "b": ("pass", "")}
+
+
+def _unary(op: str) -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], op,
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 7
+    return m
+
+
+def test_a_case_with_two_data_sets_is_two_parts_of_the_batch(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Each data set of a case is its own part (its own frozen operands); the case passes
+    only if every one of its parts does."""
+    sizes = _counting(monkeypatch)
+    x1, x2 = np.array([-1, 0, 2], np.float32), np.array([3, -4, 5], np.float32)
+    parts = {"relu": [nb.Part("relu", _unary("Relu"), {"x": x}, {"y": np.maximum(x, 0)})
+                      for x in (x1, x2)],
+             "neg": [nb.Part("neg", _unary("Neg"), {"x": x1}, {"y": -x1})]}
+
+    def check(part: nb.Part, got) -> None:
+        np.testing.assert_array_equal(got["y"], part.expected["y"])
+
+    out = nb.batch_results(["relu", "neg"], parts.__getitem__, check,
+                           lambda n: ("fail", "built alone"), tmp_path, STRICT)
+    assert out == {"relu": ("pass", ""), "neg": ("pass", "")} and sizes == [3]
+    parts["relu"][1].expected["y"] = x2  # the second data set's expectation is wrong
+    out = nb.batch_results(["relu", "neg"], parts.__getitem__, check,
+                           lambda n: ("fail", "built alone"), tmp_path / "again", STRICT)
+    assert out["neg"] == ("pass", "") and out["relu"][0] == "fail"
+    assert "built alone" in out["relu"][1] and "Mismatched" in out["relu"][1]
