@@ -4,7 +4,9 @@ expected outputs within the test case's rtol/atol.
 
 ``test_node_bundle`` runs every case the reference passes through a **compiled bundle** on
 the host target (shape operands frozen as initializers, built with the strict warning
-flags): a bundle must pass every node test the reference passes.
+flags): a bundle must pass every node test the reference passes. The cases are built in
+batches of up to 24 disjoint parts, one bundle a batch (:mod:`tests.node_batch`: most of a
+one-node bundle's cost is fixed), and every case still reports its own outcome.
 
 Each test case is its own pytest item.  Cases are skipped (with the reason) when they use
 an op outside Kiln's registry (and not expandable into registered ops through its ONNX
