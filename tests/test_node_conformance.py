@@ -4,7 +4,9 @@ expected outputs within the test case's rtol/atol.
 
 ``test_node_bundle`` runs every case the reference passes through a **compiled bundle** on
 the host target (shape operands frozen as initializers, built with the strict warning
-flags): a bundle must pass every node test the reference passes.
+flags): a bundle must pass every node test the reference passes. The cases are built in
+batches of up to 24 disjoint parts, one bundle a batch (:mod:`tests.node_batch`: most of a
+one-node bundle's cost is fixed), and every case still reports its own outcome.
 
 Each test case is its own pytest item.  Cases are skipped (with the reason) when they use
 an op outside Kiln's registry (and not expandable into registered ops through its ONNX
@@ -22,6 +24,7 @@ from __future__ import annotations
 import collections
 import functools
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +33,7 @@ import onnx.version_converter
 import pytest
 
 from tests.bundle.helpers import STRICT
+from tests.node_batch import Part, batch_results, batchable, group_names
 from toolchain.errors import UnsupportedError
 from toolchain.frontend.backend import KilnBackend
 from toolchain.frontend.onnx import MIN_OPSET, ONNX_DTYPES
@@ -127,28 +131,37 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: fl
 
 
 @functools.cache
-def run_case(name: str) -> tuple[str, str]:
-    """``("pass" | "skip" | "fail", detail)`` of one node test (memoised)."""
+def _reference(name: str) -> tuple[str, str, tuple[frozenset[str], ...]]:
+    """``run_case``'s outcome, and per data set the inputs the import bound as constants
+    (what a bundle of the case freezes: :func:`case_parts`)."""
     case = _cases()[name]
     reason = _skip_reason(case)
     if reason:
-        return "skip", reason
+        return "skip", reason, ()
     rep = KilnBackend.prepare(case.model)
     out_names = [o.name for o in case.model.graph.output]
+    bounds = []
     try:
         for inputs, expected in case.data_sets:
+            feeds = dict(zip(rep.input_names, [_array(x) for x in inputs], strict=False))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                got = rep.run([_array(x) for x in inputs])
+                got = rep.run(feeds)
+            bounds.append(frozenset(rep.graph_for(feeds)[1]))
             for out_name, g, w in zip(out_names, got, expected, strict=True):
                 _compare(out_name, g, _array(w), case.rtol, case.atol)
     except UnsupportedError as exc:
         lines = str(exc).splitlines()
         detail = lines[1].strip(" -") if len(lines) > 1 else lines[0]
-        return "skip", f"Kiln refuses it: {detail}"
+        return "skip", f"Kiln refuses it: {detail}", ()
     except Exception as exc:  # a failure to report, whatever it is
-        return "fail", f"{type(exc).__name__}: {exc}"
-    return "pass", ""
+        return "fail", f"{type(exc).__name__}: {exc}", ()
+    return "pass", "", tuple(bounds)
+
+
+def run_case(name: str) -> tuple[str, str]:
+    """``("pass" | "skip" | "fail", detail)`` of one node test (memoised)."""
+    return _reference(name)[:2]
 
 
 def bound_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
@@ -165,35 +178,65 @@ def bound_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     return out
 
 
+def case_parts(name: str) -> list[Part]:
+    """What a bundle of case ``name`` (which the reference passes) builds, one part per
+    data set: the model with that data set's shape operands frozen (:func:`bound_model`),
+    the feeds of its other inputs, and the expected outputs."""
+    case = _cases()[name]
+    status, detail, bounds = _reference(name)
+    assert status == "pass", f"{name}: the reference does not pass it ({status}: {detail})"
+    inits = {i.name for i in case.model.graph.initializer}
+    input_names = [i.name for i in case.model.graph.input if i.name not in inits]
+    out_names = [o.name for o in case.model.graph.output]
+    parts = []
+    for bound, (inputs, expected) in zip(bounds, case.data_sets, strict=True):
+        feeds = dict(zip(input_names, [_array(x) for x in inputs], strict=False))
+        parts.append(Part(name, bound_model(case.model, feeds, set(bound)),
+                          {k: v for k, v in feeds.items() if k not in bound},
+                          {k: _array(w) for k, w in zip(out_names, expected, strict=True)}))
+    return parts
+
+
+def check_part(part: Part, got: Mapping[str, np.ndarray]) -> None:
+    """Raise (AssertionError) unless ``got`` holds ``part``'s expected outputs, within
+    its case's tolerances."""
+    case = _cases()[part.case]
+    for out_name, want in part.expected.items():
+        _compare(out_name, got[out_name], want, case.rtol, case.atol)
+
+
 def run_case_bundle(name: str, tmp: Path) -> tuple[str, str]:
-    """``run_case`` through a compiled bundle on the host target (built with the strict
-    flags): ``("pass" | "skip" | "fail", detail)``; skipped when the reference does not pass
-    the case, or when the bundle refuses it (an UnsupportedError, with its reason)."""
+    """``run_case`` through a compiled bundle of its own on the host target (built with the
+    strict flags): ``("pass" | "skip" | "fail", detail)``; skipped when the reference does
+    not pass the case, or when the bundle refuses it (an UnsupportedError, with its
+    reason)."""
     from toolchain.bundle import compile_model, load_bundle
 
     status, _ = run_case(name)
     if status != "pass":
         return "skip", f"the reference executor does not pass it either ({status})"
-    case = _cases()[name]
-    rep = KilnBackend.prepare(case.model)
-    out_names = [o.name for o in case.model.graph.output]
     try:
-        for k, (inputs, expected) in enumerate(case.data_sets):
-            feeds = dict(zip(rep.input_names, [_array(x) for x in inputs], strict=False))
-            _, bound = rep.graph_for(feeds)
+        for k, part in enumerate(case_parts(name)):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                path = compile_model(bound_model(case.model, feeds, bound), "host",
-                                     tmp / f"case{k}", progress=False)
+                path = compile_model(part.model, "host", tmp / f"case{k}", progress=False)
             bundle = load_bundle(path, extra_flags=STRICT)
-            got = bundle({t["name"]: feeds[t["name"]] for t in bundle.inputs})
-            for out_name, w in zip(out_names, expected, strict=True):
-                _compare(out_name, got[out_name], _array(w), case.rtol, case.atol)
+            check_part(part, bundle({t["name"]: part.feeds[t["name"]] for t in bundle.inputs}))
     except UnsupportedError as exc:
         return "skip", f"Kiln refuses it in a bundle: {str(exc).splitlines()[0]}"
     except Exception as exc:  # a failure to report, whatever it is
         return "fail", f"{type(exc).__name__}: {exc}"
     return "pass", ""
+
+
+def run_batch(names: Sequence[str], tmp: Path) -> dict[str, tuple[str, str]]:
+    """``run_case_bundle`` of every case of ``names``, those the reference passes built
+    as one batch (:func:`tests.node_batch.batch_results`: the outcomes are each case's
+    own)."""
+    passing = [n for n in names if run_case(n)[0] == "pass"]
+    out = {n: run_case_bundle(n, tmp / n) for n in names if n not in passing}
+    return {**out, **batch_results(passing, case_parts, check_part,
+                                   lambda n: run_case_bundle(n, tmp / n), tmp, STRICT)}
 
 
 #: known failures caused by op definitions (owned elsewhere), each with the reason; they
@@ -236,18 +279,59 @@ KNOWN_BUNDLE_FAILURES: dict[str, str] = {
     for name in ("test_dft_inverse", "test_dft_inverse_opset19")}
 
 
+@functools.lru_cache(maxsize=1)
+def bundle_batches() -> dict[str, str]:
+    """Case name -> batch of ``test_node_bundle`` (:mod:`tests.node_batch`): every case
+    a batch can hold, i.e. without control-flow bodies or local functions, and not a known
+    bundle failure (an xfail is built alone, so its XPASS stays its own)."""
+    return group_names(_cases(), lambda c: c.name not in KNOWN_BUNDLE_FAILURES
+                       and batchable(c.model))
+
+
 def _bundle_params():
+    batches = bundle_batches()
     for name in sorted(_cases()):
         marks = [pytest.mark.xfail(reason=KNOWN_BUNDLE_FAILURES[name], strict=False)] \
             if name in KNOWN_BUNDLE_FAILURES else []
+        if name in batches:  # a batch's items run on one worker (--dist loadgroup)
+            marks.append(pytest.mark.xdist_group(f"nodes-{batches[name]}"))
         yield pytest.param(name, marks=marks, id=name)
 
 
+#: per worker: batch -> its cases' outcomes (built by the batch's first item that runs)
+_BATCH_OUTCOMES: dict[str, dict[str, tuple[str, str]]] = {}
+
+
+_SELECTED = pytest.StashKey[frozenset]()
+
+
+def _selected(session: pytest.Session) -> frozenset[str]:
+    """The cases of this session's ``test_node_bundle`` items (a ``-k`` run builds only
+    those)."""
+    if _SELECTED not in session.stash:
+        session.stash[_SELECTED] = frozenset(
+            item.callspec.params["name"] for item in session.items
+            if getattr(item, "originalname", "") == "test_node_bundle"
+            and hasattr(item, "callspec"))
+    return session.stash[_SELECTED]
+
+
 @pytest.mark.parametrize("name", list(_bundle_params()))
-def test_node_bundle(name: str, tmp_path: Path) -> None:
+def test_node_bundle(name: str, tmp_path: Path, request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> None:
     """The node test through a compiled bundle: a bundle passes every node test the
-    reference executor passes (what users run is the bundle)."""
-    status, detail = run_case_bundle(name, tmp_path)
+    reference executor passes (what users run is the bundle). Cases are built in batches
+    of disjoint parts (:mod:`tests.node_batch`); each item reports its own case."""
+    batch = bundle_batches().get(name)
+    if batch is None:
+        status, detail = run_case_bundle(name, tmp_path)
+    else:
+        if batch not in _BATCH_OUTCOMES:
+            chosen = _selected(request.session)
+            names = [n for n, b in bundle_batches().items() if b == batch and n in chosen]
+            _BATCH_OUTCOMES[batch] = run_batch(names or [name],
+                                               tmp_path_factory.mktemp(f"batch-{batch}"))
+        status, detail = _BATCH_OUTCOMES[batch].get(name) or run_case_bundle(name, tmp_path)
     if status == "skip":
         pytest.skip(detail)
     assert status == "pass", detail

@@ -19,8 +19,12 @@ planner really allocates:
 Search: the bytes live *between* steps depend only on the set of nodes already run, so a
 dynamic programme over those sets (the scheduled "frontier" states of Serenity) finds the
 order with the smallest peak, level by level (a level = number of nodes run; two ways to the
-same set keep the one with the smaller peak).  Three things keep it bounded:
+same set keep the one with the smaller peak).  Four things keep it bounded:
 
+* **components**: nodes that share no node output (independent subgraphs, e.g. heads that
+  only share the graph's input) leave nothing live in the arena once each is done, so
+  running them one after another, each in its best order, is best: each is searched alone
+  (a graph of many independent parts no longer makes one search of their product);
 * **segments**: a node that every other node comes before or after (an articulation point of
   the schedule: the end of a residual block, a concat after branches) splits the graph into
   parts whose orders are independent; each part is searched alone;
@@ -173,9 +177,28 @@ def _peak(p: _Problem, order: Iterable[int], done: int = 0, mem: int = 0
     return peak, done, mem
 
 
+def _components(p: _Problem) -> list[int]:
+    """Per node, the index of its connected component (nodes linked through the arena
+    values and other node outputs they share), numbered by first node in file order."""
+    root = list(range(len(p.preds)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    for i, mask in enumerate(p.preds):
+        for j in _bits(mask):
+            root[find(j)] = find(i)
+    number: dict[int, int] = {}
+    return [number.setdefault(find(i), len(number)) for i in range(len(p.preds))]
+
+
 def _segments(p: _Problem) -> list[list[int]]:
-    """The nodes in parts whose orders are independent: split at every node that all
-    others come before or after (each such node a part of its own), in file order."""
+    """The nodes in parts whose orders are independent: component by component (in the
+    order of their first nodes), each split at every node that all others of its
+    component come before or after (each such node a part of its own), in file order."""
     n = len(p.preds)
     anc = [0] * n
     for i in range(n):  # the file order is topological
@@ -189,14 +212,18 @@ def _segments(p: _Problem) -> list[list[int]]:
         for s in p.succs[i]:
             m |= desc[s] | (1 << s)
         desc[i] = m
+    comp = _components(p)
+    comp_size = [0] * (max(comp, default=-1) + 1)
+    for c in comp:
+        comp_size[c] += 1
     cuts = 0
     for i in range(n):
-        if anc[i].bit_count() + desc[i].bit_count() + 1 == n:
+        if anc[i].bit_count() + desc[i].bit_count() + 1 == comp_size[comp[i]]:
             cuts |= 1 << i
-    parts: dict[tuple[int, bool], list[int]] = {}
+    parts: dict[tuple[int, int, bool], list[int]] = {}
     for i in range(n):
         before = (anc[i] & cuts).bit_count()
-        parts.setdefault((before, bool(cuts >> i & 1)), []).append(i)
+        parts.setdefault((comp[i], before, bool(cuts >> i & 1)), []).append(i)
     return [parts[k] for k in sorted(parts)]
 
 
@@ -275,17 +302,19 @@ def search_order(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int
     declared = {k: frozenset(v) for k, v in (overwrite or {}).items()}
     p = _problem(graph, alignment, dict(scratch or {}), declared, inplace)
     parts = _segments(p)
-    # each part's file order, from the state the file order reaches before it
+    # each part's file order, from the state the parts before it reach (the file order
+    # itself when the graph is connected; else the components one after another)
     done, mem, file_peaks, starts = 0, 0, [], []
     for part in parts:
         starts.append((done, mem))
         peak, done, mem = _peak(p, part, done, mem)
         file_peaks.append(peak)
-    file_peak = max(file_peaks, default=0)
+    file_peak = _peak(p, range(len(graph.nodes)))[0]
+    parts_peak = max(file_peaks, default=0)  # <= file_peak
     found: list[tuple[list[int] | None, int]] = []
     exact, states = True, 0
     for part, (done, mem), peak in zip(parts, starts, file_peaks, strict=True):
-        if len(part) < 2 or peak < file_peak:
+        if len(part) < 2 or peak < parts_peak:
             found.append((None, peak))  # one order, or not where the peak is
             continue
         order, best, ok, n = _search_part(p, part, done, mem, peak, beam, budget)
@@ -297,7 +326,7 @@ def search_order(graph: Graph, *, alignment: int = 64, scratch: Mapping[str, int
                                                            strict=True)
                   for i in (better if better is not None and part_peak > new_peak else part))
     peak = _peak(p, order)[0]
-    if peak >= file_peak:  # cannot happen; the guarantee, spelled out
+    if peak >= file_peak:  # nothing gained (components apart, no better part order found)
         order, peak = tuple(range(len(graph.nodes))), file_peak
     return OrderSearch(order, file_peak, peak, exact, states, len(parts))
 

@@ -263,3 +263,32 @@ def test_two_long_chains_fall_back_to_the_beam_with_bounded_states():
     assert found.states <= STATE_BUDGET + 1 < len(graph.nodes) * BEAM  # a narrower beam
     small = search_order(graph, beam=4)
     assert small.states <= len(graph.nodes) * 4 + 1 and small.peak <= small.file_peak
+
+
+def _independent_pairs(k: int) -> Graph:
+    """``k`` independent Exp -> GlobalAveragePool pairs (each its own output), written
+    interleaved: every pair's big intermediate is live at once in the file order."""
+    firsts, seconds, xs, ys = [], [], [], []
+    for i in range(k):
+        x, a = Value(f"x{i}", (1, 16, 8, 8), "float32"), Value(f"a{i}", (1, 16, 8, 8), "float32")
+        y = Value(f"y{i}", (1, 16, 1, 1), "float32")
+        firsts.append(Node("Exp", f"e{i}", [x], [a]))
+        seconds.append(Node("GlobalAveragePool", f"p{i}", [a], [y]))
+        xs.append(x)
+        ys.append(y)
+    return Graph("pairs", xs, ys, [*firsts, *seconds])
+
+
+def test_independent_components_are_searched_apart_and_run_one_after_another():
+    """Parts that share nothing (node cases built as one bundle): each component alone,
+    the optimum (one intermediate live), a few states instead of the product's beam."""
+    graph = _independent_pairs(24)
+    found = search_order(graph)
+    assert _is_topological(graph, found.order)
+    assert found.file_peak == 24 * 4096 and found.peak == 4096
+    assert found.exact and found.segments == 48 and found.states <= 4 * 24
+    assert [graph.nodes[i].name for i in found.order[:4]] == ["e0", "p0", "e1", "p1"]
+    # in order already: unchanged
+    ordered = reorder(graph, found.order)
+    again = search_order(ordered)
+    assert not again.changed and again.peak == 4096
