@@ -95,7 +95,8 @@ def _context(layer: CompiledConv2d | CompiledDense, index: int) -> dict[str, Any
         "insn_addr": prog.insn_addr, "insn_count": len(prog.insns),
         "window_bytes": prog.insn_addr + len(prog.insn_bytes),
         "data": data.offset, "out": out.offset, "plane": out.nbytes // layer.planes,
-        "planes": layer.planes,
+        "planes": layer.planes, "out_int8": layer.requant is not None,
+        "out_ctype": "int8_t" if layer.requant is not None else "int32_t",
         "batch": cfg.batch, "bi": cfg.block_in, "bo": cfg.block_out}
     if isinstance(layer, CompiledConv2d):
         s = layer.shape
