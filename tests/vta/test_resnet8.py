@@ -16,8 +16,8 @@ import toolchain
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
-from toolchain.zoo import ZOO
 from toolchain.quantize.ptq import quantize_model
+from toolchain.zoo import ZOO
 from toolchain.zoo.quantized import calibration, kiln_qdq
 
 from ..tools import needs
