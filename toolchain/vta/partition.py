@@ -8,12 +8,17 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
 * a QConv with ``group = 1``, no dilation, square filters, equal strides and symmetric
   padding, batch 1 and an int8 input, whose program :func:`~toolchain.vta.compile.
   compile_conv2d` builds; a QGemm with a 2-D int8 input whose program
-  :func:`~toolchain.vta.compile.compile_dense` builds. The accelerator runs the GEMM and
-  returns int32 accumulators (``VtaConv2d`` / ``VtaDense``); the host adds the bias, the
-  input zero point's correction, requantizes and clamps (``QRequant``, which fuses with
-  what follows). Kiln's requantization needs the high half of a 32x32-bit product, which
-  the accelerator's int32 ALU does not give, so this split is what keeps the layer bit-exact
-  with :func:`toolchain.graph.reference.run_graph`;
+  :func:`~toolchain.vta.compile.compile_dense` builds. Where the layer's requantization
+  multipliers are all powers of two (``kiln quantize --power-of-two-scales``) and the
+  ALU can compute it exactly (:func:`~toolchain.vta.requant.plan_requant`), the
+  accelerator runs the whole layer — GEMM, bias, rounding shifts, clamp — and stores
+  int8 (one ``VtaConv2d``/``VtaDense`` node with the bias, multipliers and shift table as
+  inputs). Otherwise it runs the GEMM and returns int32 accumulators; the host adds the
+  bias, the input zero point's correction, requantizes and clamps (``QRequant``, which
+  fuses with what follows): Kiln's requantization by a general multiplier needs the high
+  half of a 32x32-bit product, which the int32 ALU does not give, so this split is what
+  keeps such a layer bit-exact with :func:`toolchain.graph.reference.run_graph`. The
+  reason says which, and why;
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
   accelerator's schedules refuse with one and with two virtual threads (a padded 1x1
@@ -31,10 +36,14 @@ Before::
 
     %y = QConv(%x, %w, %b, %m, %s, pads=[1, 1, 1, 1], x_zero_point=-128, ...)
 
-After::
+After (multipliers not powers of two)::
 
     %y_acc = VtaConv2d(%x, %w, pads=[1, 1, 1, 1])          # accelerator
     %y = QRequant(%y_acc, %b_vta, %m, %s, axis=1, ...)    # host
+
+After (power-of-two scales)::
+
+    %y = VtaConv2d(%x, %w, %b_vta, %m, %s, pads=[1, 1, 1, 1], y_zero_point=..., ...)
 
 Example::
 
