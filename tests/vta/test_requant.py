@@ -84,6 +84,25 @@ def test_convolutions_requantized_on_the_accelerator_are_bit_exact(case: tuple) 
         np.testing.assert_array_equal(got.T.reshape(want.shape), want)
 
 
+@pytest.mark.parametrize("lo", [-128, 0])
+def test_channel_blocks_sharing_their_constants_are_each_requantized(lo: int) -> None:
+    """One shift for every channel (per-tensor scales): the channel blocks share their
+    shift and offset rows, and each block's rows still get the ops."""
+    rng = np.random.default_rng(6)
+    w = rng.integers(-128, 128, (48, 8, 3, 3), dtype=np.int8)
+    x = rng.integers(-128, 128, (8, 4, 4), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, 48).astype(np.int32)
+    n = np.full(48, 9)
+    plan = plan_requant(bias, np.full(48, 1 << 30), _shift_pow(n), 0, lo, 127,
+                        128 * np.abs(w.astype(np.int64)).sum(axis=(1, 2, 3)))
+    assert isinstance(plan, RequantPlan)
+    acc = qconv_acc(x[None], w, {"strides": (1, 1), "pads": (1,) * 4, "dilations": (1, 1),
+                                 "group": 1, "x_zero_point": 0})[0]
+    conv = compile_conv2d(w, 4, 4, 0, pad=1, requant=plan, vthreads=1)
+    got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=True).dram)
+    np.testing.assert_array_equal(got, _want(acc, bias, n, 0, lo, 127))
+
+
 def test_a_dense_layer_requantized_on_the_accelerator_is_bit_exact() -> None:
     rng = np.random.default_rng(4)
     w = rng.integers(-128, 128, (70, 20), dtype=np.int8)

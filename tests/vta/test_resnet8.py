@@ -84,7 +84,8 @@ def test_resnet8_on_the_rtl_is_bit_exact_with_the_integer_reference(
 @pytest.fixture(scope="module")
 def resnet8_pow2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.ModelProto]:
     """ResNet-8 quantized with power-of-two scales: every layer requantizes on the
-    accelerator (bias, rounding shifts, clamp as ALU work) and stores int8."""
+    accelerator (bias, rounding shifts, clamp as ALU work) and stores int8, and the
+    residual adds run there too."""
     d = tmp_path_factory.mktemp("vta_resnet8_pow2")
     model = ZOO["resnet8"].build()
     q = quantize_model(model, calibration(model), power_of_two_scales=True)[0]
@@ -96,11 +97,13 @@ def test_resnet8_with_power_of_two_scales_requantizes_on_the_accelerator(
         resnet8_pow2: tuple[Any, onnx.ModelProto]) -> None:
     pkg, q = resnet8_pow2
     acc = json.loads((pkg.path / "metadata.json").read_text())["accelerator"]
-    assert len(acc["layers"]) == 10
+    assert len(acc["layers"]) == 13              # 9 convolutions, 3 adds, the classifier
     assert all(x["epilogue"] == "accelerator" for x in acc["layers"])
-    layers = [p for p in acc["placements"] if p["op"] in ("QConv", "QGemm")]
-    assert all("clamp on the accelerator, int8 out" in p["reason"] for p in layers)
-    assert all("QRequant" not in k["ops"] for k in pkg.metadata["kernels"])
+    layers = [p for p in acc["placements"] if p["op"] in ("QConv", "QGemm", "QAdd")]
+    assert all("clamp on the accelerator" in p["reason"] and "int8 out" in p["reason"]
+               for p in layers)
+    ops = {op for k in pkg.metadata["kernels"] for op in k["ops"]}
+    assert "QRequant" not in ops and "QAdd" not in ops
     ref = quantize_ops(from_onnx(q))
     x = {"input": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     run = toolchain.run(pkg, x)

@@ -808,4 +808,5 @@ COMPUTES: dict[str, ComputeFn] = {
     "QRequant": _qrequant,
     "VtaConv2d": _vta_conv2d,
     "VtaDense": _vta_dense,
+    "VtaAdd": lambda ctx: [qadd(ctx.tensor(0), ctx.tensor(1), ctx.attrs)],
 }

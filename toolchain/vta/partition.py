@@ -71,7 +71,7 @@ from toolchain.vta.compile import (
     compile_dense,
 )
 from toolchain.vta.config import config_from_target
-from toolchain.vta.requant import RequantPlan, plan_requant
+from toolchain.vta.requant import RequantPlan, plan_qadd, plan_requant
 from toolchain.vta.timing import estimate_cycles
 
 ACCELERATOR, HOST = "accelerator", "host"
@@ -79,7 +79,7 @@ ACCELERATOR, HOST = "accelerator", "host"
 #: why an op that is not an integer GEMM layer stays on the host
 HOST_REASONS = {
     "QAdd": "its fixed-point requantization needs 64-bit products the accelerator's "
-            "int32 ALU lacks",
+            "int32 ALU lacks unless its scales are powers of two",
     "QAvgPool": "pooling: the accelerator has no pooling unit",
     "MaxPool": "pooling: the accelerator has no pooling unit",
     "QRequant": "requantization needs 64-bit products the accelerator's int32 ALU lacks",
@@ -319,7 +319,38 @@ def _gemm(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     return nodes, what
 
 
-_LAYERS = {"QConv": _conv, "QGemm": _gemm}
+def _add(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | str:
+    a, b = n.inputs[0], n.inputs[1]
+    if a is None or b is None:
+        return "an input is missing"
+    if a.dtype != "int8" or b.dtype != "int8" or n.attrs["out_dtype"] != "int8":
+        return f"{a.dtype} + {b.dtype} -> {n.attrs['out_dtype']}: the accelerator adds int8"
+    if a.rank != 4 or a.shape[0] != 1:
+        return f"shape {list(a.shape)}: the accelerator adds one NCHW image"
+    got = plan_qadd(n.attrs, a.shape[1])
+    if isinstance(got, str):
+        return f"{HOST_REASONS['QAdd']} ({got})"
+    plan, (da, db) = got
+    c, pixels = a.shape[1], int(np.prod(a.shape[2:]))
+    w = np.zeros((2 * c, c), np.int8)              # [a; b] channels x output channels
+    w[np.arange(c), np.arange(c)] = da
+    w[c + np.arange(c), np.arange(c)] = db
+    name = f"{n.name}_vta"
+    problems: list[str] = []
+    layer = _threads(compile_dense, (w, pixels, 0, target),
+                     {"layer": name, "requant": plan}, problems, name)
+    if layer is None:
+        return problems[-1]
+    part.layers[name] = layer
+    t = layer.tiles
+    what = (f"{c} channels on {pixels} pixels: both inputs into the accumulators by a GEMM "
+            f"with weights {da} and {db} (K = {2 * c}, tiles {t.tm},{t.tn},{t.tk} split "
+            f"{t.split}, {len(layer.program.insns)} instructions), then the rounding shift "
+            "and clamp on the accelerator (power-of-two scales), int8 out")
+    return [Node("VtaAdd", name, [a, b], list(n.outputs), dict(n.attrs))], what
+
+
+_LAYERS = {"QConv": _conv, "QGemm": _gemm, "QAdd": _add}
 
 
 def host_reason(n: Node) -> str:

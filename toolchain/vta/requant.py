@@ -81,30 +81,40 @@ POW2_MULTIPLIER = 1 << 30
 @dataclass(frozen=True)
 class RequantPlan:
     """A layer's requantization as the ALU computes it: per output channel ``c`` the bias
-    (``[C]``, or ``[C, OH, OW]`` when it depends on the position), the shift ``n >= 1``,
-    the output zero point and the clamp ``[lo, hi]``."""
+    (``[C]``, or ``[C, OH, OW]`` when it depends on the position), the shift ``n``, the
+    output zero point and the clamp ``[lo, hi]``; ``q = (x + rounding - sign_weight
+    [x < 0]) >> n`` with ``rounding`` (``[C]``) by default QConv's ``2**(n-1) + 1`` (1 for
+    ``n = 1``) and ``sign_weight`` 2 (a QAdd's: :func:`plan_qadd`)."""
 
     bias: np.ndarray
     shift: np.ndarray
     zero_point: int
     lo: int
     hi: int
+    rounding: np.ndarray | None = None
+    sign_weight: int = 2
 
     @property
     def sign(self) -> bool:
         """Whether the sign term is needed: the clamp lets values below the zero point
         through (no ReLU folded into it)."""
-        return self.lo < self.zero_point
+        return self.lo < self.zero_point and self.sign_weight > 0
 
     @property
     def channels(self) -> int:
         return int(self.shift.shape[0])
 
+    def round_const(self) -> np.ndarray:
+        """``[C]`` int64: the rounding constant added before the shift."""
+        if self.rounding is not None:
+            return np.asarray(self.rounding, np.int64)
+        n = self.shift.astype(np.int64)
+        return np.where(n >= 2, (np.int64(1) << np.maximum(n - 1, 0)) + 1, 1)
+
     def offset(self) -> np.ndarray:
         """``[C]`` int64: what is added after the sign term, ``c + zero_point * 2**n``."""
-        n = self.shift.astype(np.int64)
-        c = np.where(n >= 2, (np.int64(1) << np.maximum(n - 1, 0)) + 1, 1)
-        return c + self.zero_point * (np.int64(1) << n)
+        return self.round_const() + self.zero_point * (np.int64(1) << self.shift.astype(
+            np.int64))
 
     def reference(self, acc: np.ndarray) -> np.ndarray:
         """The int8 result of ``acc`` (``[C, ...]`` int32) by the formula of the module
@@ -114,7 +124,7 @@ class RequantPlan:
         b = self.bias.astype(np.int64)
         x = a + b.reshape(b.shape + (1,) * (a.ndim - b.ndim))
         n = self.shift.astype(np.int64).reshape((-1, *ex))
-        rnd = np.where(n >= 2, (np.int64(1) << np.maximum(n - 1, 0)) + 1 - 2 * (x < 0), 1)
+        rnd = self.round_const().reshape((-1, *ex)) - self.sign_weight * (x < 0)
         q = (x + rnd) >> n
         return np.clip(q + self.zero_point, self.lo, self.hi).astype(np.int8)
 
@@ -162,6 +172,55 @@ def plan_requant(bias: np.ndarray, multiplier: np.ndarray, shift_pow: np.ndarray
         return ("acc + bias + rounding constants can leave int32 "
                 f"(bound {int(worst.max())}); the ALU wraps")
     return plan
+
+
+def plan_qadd(attrs: dict, channels: int) -> tuple[RequantPlan, tuple[int, int]] | str:
+    """A QAdd with power-of-two scales as ``u = (a - za) 2**da + (b - zb) 2**db`` (``da``,
+    ``db`` the weights ``<= 64`` of the GEMM that brings both int8 inputs into ACC) and a
+    :class:`RequantPlan` of ``u``; or why the ALU cannot compute it exactly.
+
+    With multipliers ``2**30``, ``(v - zv) << left_shift`` through SRDHM and the right
+    shift ``e`` is exactly ``(v - zv) 2**(left_shift - 1 - e)`` (``pv``, below); the sum is
+    ``2**p u`` with ``p = min(pa, pb)``, and the output requantization by ``2**-n`` of
+    ``2**p u`` is ``(u + 2**(m-1) - [u < 0]) >> m`` with ``m = n - p >= 1`` (the reference's
+    ``+1`` becomes less than one unit of ``u``), or ``u`` itself for ``m = 0``.
+
+    Example::
+
+        >>> attrs = {"a_zero_point": 1, "b_zero_point": -128, "a_multiplier": 1 << 30,
+        ...          "a_shift": 0, "b_multiplier": 1 << 30, "b_shift": 0,
+        ...          "y_multiplier": 1 << 30, "y_shift": -19, "left_shift": 20,
+        ...          "y_zero_point": -128, "out_min": -128, "out_max": 127}
+        >>> plan, weights = plan_qadd(attrs, 16)
+        >>> weights, int(plan.bias[0]), int(plan.shift[0]), plan.sign
+        ((1, 1), 127, 1, False)
+    """
+    ls = int(attrs["left_shift"])
+    p = {}
+    for k in "aby":
+        if int(attrs[f"{k}_multiplier"]) != POW2_MULTIPLIER:
+            return (f"{k}'s multiplier {attrs[f'{k}_multiplier']} is not 2**30: its scales "
+                    "are not powers of two (kiln quantize --power-of-two-scales)")
+    for k in "ab":
+        s = int(attrs[f"{k}_shift"])
+        if s > 0 and 255 << (ls + s) > INT32_MAX or ls < 1 or ls - 1 + s < 0:
+            return f"{k}'s shift {s} with left shift {ls} is not exact on the ALU"
+        p[k] = ls - 1 + s
+    base = min(p["a"], p["b"])
+    da, db = 1 << (p["a"] - base), 1 << (p["b"] - base)
+    if max(da, db) > 64:
+        return f"input scales 2**{abs(p['a'] - p['b'])} apart: the GEMM's int8 weights hold 64"
+    n = 1 - int(attrs["y_shift"])
+    m = n - base
+    if base < 1 or m < 0 or m > 31:
+        return f"output shift {n} against input scale 2**{base}: not one rounding shift"
+    zp, lo, hi = (int(attrs[k]) for k in ("y_zero_point", "out_min", "out_max"))
+    bias = np.full(channels, -int(attrs["a_zero_point"]) * da
+                   - int(attrs["b_zero_point"]) * db, np.int32)
+    rounding = np.full(channels, (1 << (m - 1)) if m else 0, np.int64)
+    plan = RequantPlan(bias, np.full(channels, m, np.int64), zp, lo, hi, rounding,
+                       1 if m else 0)
+    return plan, (da, db)
 
 
 # ---- constants ----------------------------------------------------------------------------
@@ -366,13 +425,22 @@ def requant_epilogue(insns: Sequence[AnyInstruction], uops: Sequence[Sequence[Uo
             tile(insn, u, ALU_SHR, imm=-32, dst=s)   # a left shift by 32: S = 0
             tile(insn, u, ALU_ADD, dst=s, src=0)
             tile(insn, u, ALU_SHR, imm=31, dst=s)
-            tile(insn, u, ALU_SHR, imm=-1, dst=s)
+            if plan.sign_weight == 2:
+                tile(insn, u, ALU_SHR, imm=-1, dst=s)
             tile(insn, u, ALU_ADD, src=s)
-            broadcast(ALU_ADD, {consts.offset_row[b]: r for b, r in by_block.items()})
-        broadcast(ALU_SHR, {consts.shift_row[b]: r for b, r in by_block.items()})
+            broadcast(ALU_ADD, _by_row(consts.offset_row, by_block))
+        broadcast(ALU_SHR, _by_row(consts.shift_row, by_block))
         tile(insn, u, ALU_MIN, imm=plan.hi)
         tile(insn, u, ALU_MAX, imm=plan.lo)
     return out, out_uops, k.uops
+
+
+def _by_row(row_of_block: Sequence[int], rows: dict[int, list[int]]) -> dict[int, list[int]]:
+    """Channel blocks' rows grouped by their constant row (blocks may share one)."""
+    out: dict[int, list[int]] = {}
+    for block, r in rows.items():
+        out.setdefault(row_of_block[block], []).extend(r)
+    return out
 
 
 def load_constants(region_elem: int, consts: Constants) -> Load:

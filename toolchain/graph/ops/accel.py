@@ -1,4 +1,4 @@
-"""Ops of a graph partitioned for an accelerator: VtaConv2d, VtaDense, QRequant.
+"""Ops of a graph partitioned for an accelerator: VtaConv2d, VtaDense, VtaAdd, QRequant.
 
 The partition pass (:func:`toolchain.vta.partition.partition`) splits each integer layer
 it sends to the accelerator in two:
@@ -11,6 +11,9 @@ it sends to the accelerator in two:
   With the optional inputs ``bias``, ``multiplier`` and ``shift_pow`` (and QConv's output
   attributes) the accelerator also requantizes: the output is QRequant's (int8), computed
   by the layer's program (power-of-two scales: :mod:`toolchain.vta.requant`).
+* **VtaAdd** ``(a, b)``: a QAdd (same attributes, same result) that the accelerator
+  computes (power-of-two scales: both inputs through the GEMM, the requantization on the
+  ALU; :func:`toolchain.vta.requant.plan_qadd`).
 * **QRequant** ``(acc, bias, multiplier, shift_pow)``: the host's epilogue,
   ``clamp(requantize(acc + bias) + y_zero_point, out_min, out_max)`` with per-channel
   (``axis``) multipliers as QConv's; ``bias`` is ``[C]``, or ``[C, *spatial]`` when the
@@ -133,6 +136,27 @@ def _requant_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
                    (sp[:, 0].reshape(col), sp[:, 1].reshape(col)))]
 
 
+#: VtaAdd's attributes: QAdd's
+ADD_ATTRS = (
+    *(Attr(n, "int", 0) for n in ("a_zero_point", "b_zero_point")),
+    *(Attr(n, "int") for n in ("a_multiplier", "a_shift", "b_multiplier", "b_shift",
+                               "y_multiplier", "y_shift")),
+    Attr("left_shift", "int", 20), *OUT_ATTRS,
+)
+
+
+def _vta_add_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    from toolchain.graph.ops.registry import get_op
+
+    return list(get_op("QAdd").infer(node))
+
+
+def _vta_add_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    from toolchain.graph.ops.registry import get_op
+
+    return list(get_op("QAdd").reference(ins, attrs))
+
+
 OPS: tuple[OpDef, ...] = (
     defop("VtaConv2d", ("x", "w", "bias?", "multiplier?", "shift_pow?"), PatternKind.OPAQUE,
           attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0)),
@@ -146,6 +170,10 @@ OPS: tuple[OpDef, ...] = (
           flops=lambda n: 2 * n.outputs[0].size * int(n.inputs[1].shape[1]),  # type: ignore[union-attr]
           doc="int32 accumulators of an int8 matrix product (with bias, multiplier and "
               "shift_pow: requantized), computed by the accelerator"),
+    defop("VtaAdd", ("a", "b"), PatternKind.OPAQUE, attrs=ADD_ATTRS,
+          infer=_vta_add_infer, reference=_vta_add_ref,
+          flops=lambda n: 8 * n.outputs[0].size,
+          doc="a QAdd computed by the accelerator (power-of-two scales)"),
     defop("QRequant", ("acc", "bias", "multiplier", "shift_pow"), PatternKind.INJECTIVE,
           attrs=(Attr("axis", "int", 1), *OUT_ATTRS),
           infer=_requant_infer, reference=_requant_ref, elementwise=False,
