@@ -16,7 +16,8 @@ Then, per accelerator layer:
   (padding not counted: the RGB layer uses 3 of 16 input lanes);
 * ``int32``: for a layer whose epilogue runs on the accelerator, the same layer compiled
   the other way (int32 byte planes for the host to requantise, as without power-of-two
-  scales) on the same RTL: the accelerator's cycles before and after;
+  scales) on the same RTL: the accelerator's cycles before and after (a QAdd that runs on
+  the accelerator, ``add``, ran on the host before);
 * ``int8``: the same convolution compiled with its requantisation on the accelerator
   (``compile_conv2d(..., output="int8")``: SHR/MIN/MAX, one int8 store; ``i2c`` after the
   shape: as the bundle does, an im2col GEMM, ``compile_conv2d_im2col``) — the program the
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
           f"({', '.join(sorted({p['op'] for p in on}))}); host: "
           + ", ".join(sorted({p["op"] for p in acc["placements"] if p["device"] == "host"})))
 
-    nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm")}
+    nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm", "QAdd")}
     flat = {p["node"] + "_vta" for p in acc["placements"] if "im2col GEMM" in p["reason"]}
     epi = {x["node"]: "acc" if x["epilogue"] == "accelerator" else f"host/{x['planes']}"
            for x in acc["layers"]}
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     tot = {"cycles": 0, "macs": 0, "conv_macs": 0, "int8": 0, "hand": 0, "gemm": 0,
-           "int32": 0}
+           "int32": 0, "gemm_layers": 0}
     total_macs = 0
     for n in graph.nodes:
         if n.op == "QConv":
@@ -198,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     for c in rtl.accelerator:
         node = nodes[c["layer"]]
         w = node.inputs[1].shape
-        if node.op == "QGemm":
+        if node.op == "QAdd":  # not a GEMM layer: its MACs are not the model's
+            _, ch, h, wd = node.outputs[0].shape
+            macs, shape = 0, f"add {ch} ch {h}x{wd}"
+        elif node.op == "QGemm":
             m, k = node.inputs[0].shape
             macs, shape = m * k * w[0], f"dense {m}x{k} by {k}x{w[0]}"
         else:
@@ -209,10 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         line = (f"{c['layer']:26} {shape:24} {epi[c['layer']]:>6} {c['cycles']:>10,} "
                 f"{c['gemm_cycles'] / c['cycles']:>6.1%} "
                 f"{macs / (cfg.macs_per_step * c['cycles']):>6.1%}")
-        before = (int32_cycles(node, target, c["layer"] in flat)
-                  if epi[c["layer"]] == "acc" else c["cycles"])
-        tot["int32"] += before
-        line += f" {before:>9,} {c['cycles'] / before:>6.3f}"
+        if node.op == "QAdd":  # without the accelerator epilogue it runs on the host
+            line += f" {'host':>9} {'':>6}"
+        else:
+            before = (int32_cycles(node, target, c["layer"] in flat)
+                      if epi[c["layer"]] == "acc" else c["cycles"])
+            tot["int32"] += before
+            tot["gemm_layers"] += c["cycles"]
+            line += f" {before:>9,} {c['cycles'] / before:>6.3f}"
         tot["cycles"] += c["cycles"]
         tot["gemm"] += c["gemm_cycles"]
         tot["macs"] += macs
@@ -229,13 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     line = (f"{'total':26} {'':24} {'':6} {tot['cycles']:>10,} "
             f"{tot['gemm'] / tot['cycles']:>6.1%} "
             f"{tot['macs'] / (cfg.macs_per_step * tot['cycles']):>6.1%}"
-            f" {tot['int32']:>9,} {tot['cycles'] / tot['int32']:>6.3f}")
+            f" {tot['int32']:>9,} {tot['gemm_layers'] / tot['int32']:>6.3f}")
     if not args.no_hand:
         conv = tot["conv_macs"] / cfg.macs_per_step
         line += (f" {tot['int8']:>9,} {conv / tot['int8']:>6.1%}"
                  f" {tot['hand']:>9,} {conv / tot['hand']:>6.1%}"
                  f" {tot['int8'] / tot['hand']:>9.3f}")
     print(line)
+    if tot["gemm_layers"] != tot["cycles"]:
+        adds = tot["cycles"] - tot["gemm_layers"]
+        print(f"(the ratio of the total: convolutions and matrix products only, "
+              f"{tot['gemm_layers']:,} cycles; the adds take {adds:,})")
     print(f"\nMACs on the accelerator: {tot['macs']:,} of the model's {total_macs:,} in its "
           f"convolutions and matrix products ({tot['macs'] / total_macs:.1%}); the int8 and "
           "hand columns cover the convolutions")

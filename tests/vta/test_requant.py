@@ -157,3 +157,55 @@ def test_cover_hits_every_row_once_with_affine_loops() -> None:
                for i in range(no) for j in range(ni)]
         assert sorted(got) == rows and len(got) == len(rows)
     assert cover(list(range(8, 14)) + list(range(24, 30))) == [(8, 2, 16, 6, 1)]
+
+
+def _qadd_attrs(za: int, zb: int, sa: int, sb: int, sy: int, zy: int, lo: int) -> dict:
+    return {"a_zero_point": za, "b_zero_point": zb, "a_multiplier": 1 << 30, "a_shift": sa,
+            "b_multiplier": 1 << 30, "b_shift": sb, "y_multiplier": 1 << 30, "y_shift": sy,
+            "left_shift": 20, "y_zero_point": zy, "out_min": lo, "out_max": 127,
+            "out_dtype": "int8"}
+
+
+# ResNet-8's three adds (power-of-two scales), then signed clamps, a left shift, m = 0
+QADDS = [(1, -128, 0, 0, -19, -128, -128), (-41, -35, -2, 0, -17, -128, -128),
+         (-40, -56, -1, 0, -17, -128, -128), (-40, -56, -1, 0, -17, 3, -128),
+         (7, -56, -3, -1, -20, 3, -128), (7, -56, 1, -1, -20, -9, -128),
+         (7, -56, -1, -1, -18, -9, -128)]
+
+
+@pytest.mark.parametrize("case", QADDS)
+def test_a_qadd_with_power_of_two_scales_is_one_rounding_shift_of_a_gemm(case: tuple) -> None:
+    """Every pair of int8 inputs: the plan's formula equals QAdd's reference, and the
+    compiled program (both inputs through the GEMM, the epilogue on the ALU) equals it on
+    the simulator."""
+    from toolchain.graph.ops import get_op
+    from toolchain.vta.requant import plan_qadd
+
+    attrs = _qadd_attrs(*case)
+    c = 4
+    a = np.tile(np.arange(-128, 128, dtype=np.int8), 256 * c // 4).reshape(1, c, -1)
+    b = np.repeat(np.arange(-128, 128, dtype=np.int8), 256 * c // 4).reshape(1, c, -1)
+    want = get_op("QAdd").reference([a, b], attrs)[0][0]                  # [C, P]
+    got = plan_qadd(attrs, c)
+    assert not isinstance(got, str), got
+    plan, (da, db) = got
+    u = a[0].astype(np.int64) * da + b[0].astype(np.int64) * db
+    np.testing.assert_array_equal(plan.reference(u), want)
+    if case[0] == 7 and case[2] == -3:  # one program on the simulator (a signed clamp)
+        pix = 64
+        w = np.zeros((2 * c, c), np.int8)
+        w[np.arange(c), np.arange(c)] = da
+        w[c + np.arange(c), np.arange(c)] = db
+        x = np.concatenate([a[0, :, :pix], b[0, :, :pix]]).T.copy()        # [P, 2C]
+        layer = compile_dense(w, pix, 0, requant=plan, vthreads=1)
+        out = layer.read_output(run_fsim(layer.program, layer.image(x), tokens=True).dram)
+        np.testing.assert_array_equal(out.T, want[:, :pix])
+
+
+def test_qadds_the_alu_cannot_compute_exactly_are_refused_with_the_reason() -> None:
+    from toolchain.vta.requant import plan_qadd
+
+    attrs = _qadd_attrs(0, 0, 0, 0, -19, 0, -128)
+    assert "not 2**30" in plan_qadd({**attrs, "b_multiplier": 3 << 28}, 4)
+    assert "64" in plan_qadd({**attrs, "a_shift": -8}, 4)           # weights 1 and 256
+    assert "rounding shift" in plan_qadd({**attrs, "y_shift": 1}, 4)
