@@ -7,11 +7,17 @@ on the Verilog RTL (``kiln run --device rtl``: Verilator, the target's DRAM late
 bandwidth), and both must equal Kiln's integer reference bit for bit on the int8 outputs.
 Then, per accelerator layer:
 
-* ``bundle``: the layer's program as the bundle runs it (int32 accumulators stored as
-  ``planes`` byte planes, as few as its weights allow, requantised on the host) — RTL
-  cycles, ``busy`` = GEMM cycles / cycles (the GEMM core's occupancy, padded channels
-  included) and ``util`` = the layer's own MACs / (MACs per cycle x cycles) (padding not
-  counted: the RGB layer uses 3 of 16 input lanes);
+* ``bundle``: the layer's program as the bundle runs it — ``epi`` says where its
+  epilogue runs: ``acc`` (bias, rounding shifts and clamp as ALU work, int8 stored; layers
+  with power-of-two scales, :mod:`toolchain.vta.requant`) or ``host/N`` (int32
+  accumulators stored as N byte planes, as few as its weights allow, requantised on the
+  host) — RTL cycles, ``busy`` = GEMM cycles / cycles (the GEMM core's occupancy, padded
+  channels included) and ``util`` = the layer's own MACs / (MACs per cycle x cycles)
+  (padding not counted: the RGB layer uses 3 of 16 input lanes);
+* ``int32``: for a layer whose epilogue runs on the accelerator, the same layer compiled
+  the other way (int32 byte planes for the host to requantise, as without power-of-two
+  scales) on the same RTL: the accelerator's cycles before and after (a QAdd that runs on
+  the accelerator, ``add``, ran on the host before);
 * ``int8``: the same convolution compiled with its requantisation on the accelerator
   (``compile_conv2d(..., output="int8")``: SHR/MIN/MAX, one int8 store; ``i2c`` after the
   shape: as the bundle does, an im2col GEMM, ``compile_conv2d_im2col``) — the program the
@@ -28,6 +34,7 @@ accelerator kernels (packing, staging, unpacking), timed by the bundle's profili
 this CPU (``kiln run --split``), against the RTL cycles at ``--accel-mhz``.
 
     PYTHONPATH=. python benchmarks/vta_models.py                  # resnet8, ~1 minute
+    PYTHONPATH=. python benchmarks/vta_models.py --power-of-two-scales --no-hand
     PYTHONPATH=. python benchmarks/vta_models.py --no-hand        # the bundle's table only
 """
 
@@ -48,17 +55,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import toolchain  # noqa: E402
 from toolchain.bundle.host import BundleModule  # noqa: E402
 from toolchain.commands.run_cmd import split_report, time_split  # noqa: E402
+from toolchain.errors import ScheduleError  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
+from toolchain.quantize.ptq import quantize_model  # noqa: E402
 from toolchain.target import load_target  # noqa: E402
 from toolchain.vta import gemm_workload  # noqa: E402
-from toolchain.vta.compile import compile_conv2d, compile_conv2d_im2col, im2col  # noqa: E402
+from toolchain.vta.compile import (  # noqa: E402
+    compile_conv2d,
+    compile_conv2d_im2col,
+    compile_dense,
+    im2col,
+)
 from toolchain.vta.config import config_from_target  # noqa: E402
 from toolchain.vta.rtl_device import run_rtl_device  # noqa: E402
 from toolchain.vta.workloads import expected_conv  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
-from toolchain.zoo.quantized import kiln_qdq  # noqa: E402
+from toolchain.zoo.quantized import calibration, kiln_qdq  # noqa: E402
 
 
 def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
@@ -90,12 +104,37 @@ def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
             "hand_gemm": c_h["gemm_cycles"], "ok": ok}
 
 
+def int32_cycles(node, target, as_im2col: bool) -> int:
+    """RTL cycles of ``node`` compiled with int32 output (byte planes for the host to
+    requantise), two virtual threads or else one, as the partition compiles it."""
+    w = np.asarray(node.inputs[1].data)
+    for vthreads in (2, 1):
+        try:
+            if node.op == "QGemm":
+                layer = compile_dense(np.ascontiguousarray(w.T), node.inputs[0].shape[0], 0,
+                                      target, vthreads=vthreads, output="int32")
+            else:
+                _, _, h, wd = node.inputs[0].shape
+                kw = {"stride": int(node.attrs["strides"][0]),
+                      "pad": int(node.attrs["pads"][0]), "vthreads": vthreads,
+                      "output": "int32"}
+                fn = compile_conv2d_im2col if as_im2col else compile_conv2d
+                layer = fn(w, h, wd, 0, target, **kw)
+            break
+        except ScheduleError:
+            continue
+    return run_rtl_device(layer.program, layer.program.dram)[1]["cycles"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet8", help="zoo model (default resnet8)")
     ap.add_argument("--no-hand", action="store_true",
                     help="skip the int8 / hand generator comparison")
     ap.add_argument("--seed", type=int, default=0, help="input seed")
+    ap.add_argument("--power-of-two-scales", action="store_true",
+                    help="quantize with power-of-two scales (kiln quantize "
+                         "--power-of-two-scales): the layers requantize on the accelerator")
     ap.add_argument("--accel-mhz", type=float, default=100.0,
                     help="the accelerator clock of the host/accelerator split (default 100)")
     ap.add_argument("--repeat", type=int, default=5,
@@ -105,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     target = load_target("vta")
     cfg = config_from_target(target)
     model = ZOO[args.model].build()
-    q = kiln_qdq(model)
+    q = (quantize_model(model, calibration(model), power_of_two_scales=True)[0]
+         if args.power_of_two_scales else kiln_qdq(model))
     graph = quantize_ops(from_onnx(q))
     feeds = {v.name: np.random.default_rng(args.seed).standard_normal(v.shape)
              .astype(np.float32) for v in graph.inputs}
@@ -137,16 +177,19 @@ def main(argv: list[str] | None = None) -> int:
           f"({', '.join(sorted({p['op'] for p in on}))}); host: "
           + ", ".join(sorted({p["op"] for p in acc["placements"] if p["device"] == "host"})))
 
-    nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm")}
+    nodes = {n.name + "_vta": n for n in graph.nodes if n.op in ("QConv", "QGemm", "QAdd")}
     flat = {p["node"] + "_vta" for p in acc["placements"] if "im2col GEMM" in p["reason"]}
-    planes = {x["node"]: x["planes"] for x in acc["layers"]}
-    head = (f"{'layer':26} {'shape':24} {'planes':>6} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
+    epi = {x["node"]: "acc" if x["epilogue"] == "accelerator" else f"host/{x['planes']}"
+           for x in acc["layers"]}
+    head = (f"{'layer':26} {'shape':24} {'epi':>6} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
+            f" {'int32 cyc':>9} {'ratio':>6}"
             + ("" if args.no_hand else f" {'int8 cyc':>9} {'util':>6} {'hand cyc':>9} "
                f"{'util':>6} {'int8/hand':>9} {'check':>5}"))
     print()
     print(head)
     print("-" * len(head))
-    tot = {"cycles": 0, "macs": 0, "conv_macs": 0, "int8": 0, "hand": 0, "gemm": 0}
+    tot = {"cycles": 0, "macs": 0, "conv_macs": 0, "int8": 0, "hand": 0, "gemm": 0,
+           "int32": 0, "gemm_layers": 0}
     total_macs = 0
     for n in graph.nodes:
         if n.op == "QConv":
@@ -156,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     for c in rtl.accelerator:
         node = nodes[c["layer"]]
         w = node.inputs[1].shape
-        if node.op == "QGemm":
+        if node.op == "QAdd":  # not a GEMM layer: its MACs are not the model's
+            _, ch, h, wd = node.outputs[0].shape
+            macs, shape = 0, f"add {ch} ch {h}x{wd}"
+        elif node.op == "QGemm":
             m, k = node.inputs[0].shape
             macs, shape = m * k * w[0], f"dense {m}x{k} by {k}x{w[0]}"
         else:
@@ -164,9 +210,17 @@ def main(argv: list[str] | None = None) -> int:
             macs = oh * ow * int(np.prod(w))
             shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}" + (
                 " i2c" if c["layer"] in flat else "")
-        line = (f"{c['layer']:26} {shape:24} {planes[c['layer']]:>6} {c['cycles']:>10,} "
+        line = (f"{c['layer']:26} {shape:24} {epi[c['layer']]:>6} {c['cycles']:>10,} "
                 f"{c['gemm_cycles'] / c['cycles']:>6.1%} "
                 f"{macs / (cfg.macs_per_step * c['cycles']):>6.1%}")
+        if node.op == "QAdd":  # without the accelerator epilogue it runs on the host
+            line += f" {'host':>9} {'':>6}"
+        else:
+            before = (int32_cycles(node, target, c["layer"] in flat)
+                      if epi[c["layer"]] == "acc" else c["cycles"])
+            tot["int32"] += before
+            tot["gemm_layers"] += c["cycles"]
+            line += f" {before:>9,} {c['cycles'] / before:>6.3f}"
         tot["cycles"] += c["cycles"]
         tot["gemm"] += c["gemm_cycles"]
         tot["macs"] += macs
@@ -182,13 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(head))
     line = (f"{'total':26} {'':24} {'':6} {tot['cycles']:>10,} "
             f"{tot['gemm'] / tot['cycles']:>6.1%} "
-            f"{tot['macs'] / (cfg.macs_per_step * tot['cycles']):>6.1%}")
+            f"{tot['macs'] / (cfg.macs_per_step * tot['cycles']):>6.1%}"
+            f" {tot['int32']:>9,} {tot['gemm_layers'] / tot['int32']:>6.3f}")
     if not args.no_hand:
         conv = tot["conv_macs"] / cfg.macs_per_step
         line += (f" {tot['int8']:>9,} {conv / tot['int8']:>6.1%}"
                  f" {tot['hand']:>9,} {conv / tot['hand']:>6.1%}"
                  f" {tot['int8'] / tot['hand']:>9.3f}")
     print(line)
+    if tot["gemm_layers"] != tot["cycles"]:
+        adds = tot["cycles"] - tot["gemm_layers"]
+        print(f"(the ratio of the total: convolutions and matrix products only, "
+              f"{tot['gemm_layers']:,} cycles; the adds take {adds:,})")
     print(f"\nMACs on the accelerator: {tot['macs']:,} of the model's {total_macs:,} in its "
           f"convolutions and matrix products ({tot['macs'] / total_macs:.1%}); the int8 and "
           "hand columns cover the convolutions")

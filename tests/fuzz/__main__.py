@@ -56,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="int8 graphs of accelerator-shaped layers (square convs, 2-D "
                          "Gemm; implies --int8) and a count of the bundles that put "
                          "layers on the accelerator")
+    ap.add_argument("--power-of-two-scales", action="store_true",
+                    help="quantize with power-of-two scales (implies --int8): on vta the "
+                         "layers then requantize on the accelerator")
     ap.add_argument("--max-nodes", type=int, default=10)
     ap.add_argument("--out", default="fuzz-findings", help="where failing models go")
     args = ap.parse_args(argv)
-    args.int8 = args.int8 or args.accelerator
+    args.int8 = args.int8 or args.accelerator or args.power_of_two_scales
     default = "vta" if args.accelerator else ",".join(TARGETS + BACKENDS)
     targets = tuple(t for t in (args.targets or default).split(",") if t)
     out = Path(args.out)
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         if counts[f"{t} bundles"]:
             print(f"{t}: {counts[f'{t} with accelerator layers']} of "
                   f"{counts[f'{t} bundles']} bundles put layers on the accelerator "
-                  f"({counts[f'{t} accelerator layers']} layers in all)")
+                  f"({counts[f'{t} accelerator layers']} layers in all, "
+                  f"{counts[f'{t} requantizing layers']} with their epilogue there)")
     return 1 if found else 0
 
 
@@ -94,7 +98,7 @@ def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
     counts: collections.Counter[str] = collections.Counter()
     model, inputs = make(seed, args)
     if args.int8:
-        findings = check_int8(model, inputs, targets, counts)
+        findings = check_int8(model, inputs, targets, counts, args.power_of_two_scales)
     else:
         findings = check(model, inputs, targets)
     for f in findings:

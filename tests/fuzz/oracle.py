@@ -134,9 +134,10 @@ def slug(target: str) -> str:
     return target.replace(":", "_").replace("/", "_")
 
 
-def accelerator_layers(bundle: Path) -> int | None:
+def accelerator_layers(bundle: Path, epilogue: str | None = None) -> int | None:
     """How many layers the bundle in ``bundle`` runs on an accelerator (its
-    ``metadata.json``'s ``accelerator.layers``); None for a bundle of a target without
+    ``metadata.json``'s ``accelerator.layers``; with ``epilogue``, those whose epilogue
+    runs there: ``"accelerator"`` or ``"host"``); None for a bundle of a target without
     one."""
     import json
 
@@ -144,7 +145,9 @@ def accelerator_layers(bundle: Path) -> int | None:
     if not meta.is_file():
         return None
     acc = json.loads(meta.read_text()).get("accelerator")
-    return None if acc is None else len(acc.get("layers", []))
+    if acc is None:
+        return None
+    return sum(epilogue in (None, x.get("epilogue")) for x in acc.get("layers", []))
 
 
 def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
@@ -176,6 +179,8 @@ def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                 placed[f"{target} bundles"] += 1
                 placed[f"{target} with accelerator layers"] += layers > 0
                 placed[f"{target} accelerator layers"] += layers
+                placed[f"{target} requantizing layers"] += accelerator_layers(
+                    out, "accelerator") or 0
             bad = judge(got)
             if bad:
                 findings.append(Finding("wrong", target, bad))
@@ -303,11 +308,13 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
 
 def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                targets: tuple[str, ...] = ("c-generic",),
-               placed: Counter[str] | None = None) -> list[Finding]:
+               placed: Counter[str] | None = None,
+               power_of_two: bool = False) -> list[Finding]:
     """``model`` quantized by Kiln's post-training quantization (calibrated on seeded
-    data) and compiled for ``targets``: the integer kernels must equal the integer
-    reference (``run_graph`` of ``quantize_ops``) bit for bit. ``placed`` counts the
-    accelerator bundles and their layers (:func:`on_targets`)."""
+    data; ``power_of_two``: with power-of-two scales) and compiled for ``targets``: the
+    integer kernels must equal the integer reference (``run_graph`` of ``quantize_ops``)
+    bit for bit. ``placed`` counts the accelerator bundles and their layers
+    (:func:`on_targets`)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
@@ -320,7 +327,7 @@ def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            qdq, _ = quantize_model(model, cal)
+            qdq, _ = quantize_model(model, cal, power_of_two_scales=power_of_two)
             graph = quantize_ops(from_onnx(qdq))
             want = run_graph(graph, inputs)
         except Exception as exc:  # noqa: BLE001 - every failure is a finding

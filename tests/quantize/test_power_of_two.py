@@ -97,8 +97,10 @@ def test_power_of_two_bundles_are_bit_exact_with_the_integer_reference(
     pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / "b")
     graph = quantize_ops(from_onnx(pow2_model))
     devices = ["fsim"]
-    if target == "vta":  # the convolutions and the classifier run on the accelerator
-        assert len(pkg.metadata["accelerator"]["layers"]) == 3
+    if target == "vta":  # the convolutions, the residual add and the classifier run on
+        layers = pkg.metadata["accelerator"]["layers"]  # the accelerator, requantizing
+        assert [x["op"] for x in layers] == ["VtaConv2d", "VtaConv2d", "VtaAdd", "VtaDense"]
+        assert all(x["epilogue"] == "accelerator" for x in layers)
         if why_missing("verilator", "c++", "make", "perl") is None:
             devices.append("rtl")  # the Verilator objects are cached per RTL content
     for seed in range(3):

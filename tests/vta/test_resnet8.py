@@ -16,8 +16,9 @@ import toolchain
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
+from toolchain.quantize.ptq import quantize_model
 from toolchain.zoo import ZOO
-from toolchain.zoo.quantized import kiln_qdq
+from toolchain.zoo.quantized import calibration, kiln_qdq
 
 from ..tools import needs
 
@@ -43,6 +44,9 @@ def test_every_convolution_and_the_gemm_of_resnet8_run_on_the_accelerator(
     assert where["/stack1/Add"]["device"] == where["/AveragePool"]["device"] == "host"
     assert where["/fc/Gemm"]["device"] == "accelerator"
     assert len(acc["layers"]) == 10
+    # the default quantization's multipliers are not powers of two: requantized on the host
+    assert all(x["epilogue"] == "host" for x in acc["layers"])
+    assert "on the host (multiplier" in where["/stack1/conv1/Conv"]["reason"]
 
 
 def test_resnet8_on_the_fsim_is_bit_exact_with_the_integer_reference(
@@ -74,4 +78,45 @@ def test_resnet8_on_the_rtl_is_bit_exact_with_the_integer_reference(
     want = run_graph(quantize_ops(from_onnx(q)), x)
     np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
     assert len(run.accelerator) == 10
+    assert all(c["cycles"] > c["gemm_cycles"] > 0 for c in run.accelerator)
+
+
+@pytest.fixture(scope="module")
+def resnet8_pow2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, onnx.ModelProto]:
+    """ResNet-8 quantized with power-of-two scales: every layer requantizes on the
+    accelerator (bias, rounding shifts, clamp as ALU work) and stores int8, and the
+    residual adds run there too."""
+    d = tmp_path_factory.mktemp("vta_resnet8_pow2")
+    model = ZOO["resnet8"].build()
+    q = quantize_model(model, calibration(model), power_of_two_scales=True)[0]
+    onnx.save(q, d / "resnet8_pow2.onnx")
+    return toolchain.compile(d / "resnet8_pow2.onnx", "vta", output=d / "bundle"), q
+
+
+def test_resnet8_with_power_of_two_scales_requantizes_on_the_accelerator(
+        resnet8_pow2: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, q = resnet8_pow2
+    acc = json.loads((pkg.path / "metadata.json").read_text())["accelerator"]
+    assert len(acc["layers"]) == 13              # 9 convolutions, 3 adds, the classifier
+    assert all(x["epilogue"] == "accelerator" for x in acc["layers"])
+    layers = [p for p in acc["placements"] if p["op"] in ("QConv", "QGemm", "QAdd")]
+    assert all("clamp on the accelerator" in p["reason"] and "int8 out" in p["reason"]
+               for p in layers)
+    ops = {op for k in pkg.metadata["kernels"] for op in k["ops"]}
+    assert "QRequant" not in ops and "QAdd" not in ops
+    ref = quantize_ops(from_onnx(q))
+    x = {"input": np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    run = toolchain.run(pkg, x)
+    want = run_graph(ref, x)
+    np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
+
+
+@needs("verilator", "c++", "make", "perl")
+def test_resnet8_with_power_of_two_scales_on_the_rtl_is_bit_exact(
+        resnet8_pow2: tuple[Any, onnx.ModelProto]) -> None:
+    pkg, q = resnet8_pow2
+    x = {"input": np.random.default_rng(4).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    run = toolchain.run(pkg, x, device="rtl")
+    want = run_graph(quantize_ops(from_onnx(q)), x)
+    np.testing.assert_array_equal(run.outputs["logits"], want["logits"])
     assert all(c["cycles"] > c["gemm_cycles"] > 0 for c in run.accelerator)

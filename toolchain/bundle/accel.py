@@ -31,7 +31,7 @@ from toolchain.vta.compile import CompiledConv2d, CompiledDense
 from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
 
 #: the ops whose kernels are accelerator programs
-ACCELERATOR_OPS = ("VtaConv2d", "VtaDense")
+ACCELERATOR_OPS = ("VtaConv2d", "VtaDense", "VtaAdd")
 #: the glue's header, which accelerator kernels include
 GLUE_HEADER = "kiln_vta_bundle.h"
 #: runtime files an accelerator bundle carries besides the CPU runtime
@@ -55,9 +55,11 @@ class AcceleratorKernel:
         later calls return the first rendering."""
         if self.rendered is not None:
             return self.rendered
-        ctx = _context(self.layer, self.index)
+        ctx = _context(self.layer, self.index, self.node.attrs["graph"].nodes[0].op)
         body = env.get_template("vta_kernel.c.j2").render(ctx).rstrip("\n").split("\n")
-        params = ["const void *restrict x", "const uint8_t *restrict image",
+        inputs = ["const void *restrict x"] + (
+            ["const void *restrict x2"] if ctx["kind"] == "add" else [])
+        params = [*inputs, "const uint8_t *restrict image",
                   "const uint8_t *restrict insns", "void *restrict acc",
                   "uint8_t *kiln_scratch"]
         self.rendered = KernelArtifact(name, params, body, scratch_bytes=ctx["window_bytes"],
@@ -78,15 +80,16 @@ def accelerator_kernel(node: Node, layer: CompiledConv2d | CompiledDense,
     """The kernel of Fused ``node`` (wrapping one VtaConv2d/VtaDense) running ``layer``."""
     inner = node.attrs["graph"]
     vta = inner.nodes[0]
-    pos = next(i for i, v in enumerate(inner.inputs) if v is vta.inputs[0])
+    data = vta.inputs[:2] if vta.op == "VtaAdd" else vta.inputs[:1]
+    pos = [next(i for i, v in enumerate(inner.inputs) if v is d) for d in data]
     prog = layer.program
     image = Value.constant(f"{vta.name}_dram_image", np.asarray(prog.dram, np.uint8).copy())
     insns = Value.constant(f"{vta.name}_insns", np.frombuffer(prog.insn_bytes, np.uint8).copy())
-    return AcceleratorKernel(node, layer, [node.inputs[pos], image, insns, node.outputs[0]],
-                             index)
+    return AcceleratorKernel(node, layer, [*(node.inputs[i] for i in pos), image, insns,
+                                           node.outputs[0]], index)
 
 
-def _context(layer: CompiledConv2d | CompiledDense, index: int) -> dict[str, Any]:
+def _context(layer: CompiledConv2d | CompiledDense, index: int, op: str) -> dict[str, Any]:
     prog = layer.program
     cfg = prog.config
     data, out = prog.regions["data"], prog.regions["out"]
@@ -95,13 +98,20 @@ def _context(layer: CompiledConv2d | CompiledDense, index: int) -> dict[str, Any
         "insn_addr": prog.insn_addr, "insn_count": len(prog.insns),
         "window_bytes": prog.insn_addr + len(prog.insn_bytes),
         "data": data.offset, "out": out.offset, "plane": out.nbytes // layer.planes,
-        "planes": layer.planes,
+        "planes": layer.planes, "out_int8": layer.requant is not None,
+        "out_ctype": "int8_t" if layer.requant is not None else "int32_t",
         "batch": cfg.batch, "bi": cfg.block_in, "bo": cfg.block_out}
     if isinstance(layer, CompiledConv2d):
         s = layer.shape
         oh, ow = s.out_hw
         ctx.update(kind="conv", ic=s.ic, h=s.h, w=s.w, oc=s.oc, oh=oh, ow=ow,
                    data_layout=f"NCHW{cfg.batch}n{cfg.block_in}c")
+    elif op == "VtaAdd":  # a QAdd: both inputs side by side as the GEMM's K, NCHW out
+        d = layer.shape
+        ctx.update(kind="add", m=d.m, kdim=d.k, c=d.n, oc=d.n, kb=-(-d.k // cfg.block_in),
+                   nb=-(-d.n // cfg.block_out),
+                   data_layout=f"rows of both inputs' channels (M/{cfg.batch}, K/"
+                               f"{cfg.block_in}, {cfg.batch}, {cfg.block_in})")
     elif layer.conv is not None:  # a convolution as an im2col GEMM: rows built while packing
         s, d = layer.conv, layer.shape
         oh, ow = s.out_hw

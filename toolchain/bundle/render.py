@@ -471,6 +471,7 @@ def accelerator_layers(spec: BundleSpec) -> list[dict[str, Any]]:
         out.append({"node": vta.name, "kernel": k.source.name, "op": vta.op,
                     "tiles": str(layer.tiles), "instructions": len(layer.program.insns),
                     "planes": layer.planes,
+                    "epilogue": "accelerator" if layer.requant is not None else "host",
                     "window_bytes": k.source.scratch_bytes,
                     "window_offset": spec.plan.tensor(k.node.name + ":scratch").offset})
     return out

@@ -771,27 +771,32 @@ def requant_positions(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: 
     return te.compute(acc.shape, f, name=name, tag="injective")
 
 
-def _qrequant(ctx: Ctx) -> list[te.Tensor]:
-    acc, bias = ctx.tensor(0), ctx.tensor(1)
-    ax = int(ctx.attrs["axis"])
-    mult, shifts = ctx.tensor(2), ctx.tensor(3)
+def _requant_of(ctx: Ctx, acc: te.Tensor, first: int, ax: int) -> te.Tensor:
+    """QRequant of ``acc`` with bias, multiplier and shift table at inputs ``first..+2``."""
+    bias, mult, shifts = ctx.tensor(first), ctx.tensor(first + 1), ctx.tensor(first + 2)
     if len(bias.shape) == 1:
-        return [requant_epilogue(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")]
-    return [requant_positions(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")]
+        return requant_epilogue(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")
+    return requant_positions(acc, bias, mult, shifts, ax, ctx.attrs, "qrequant")
+
+
+def _qrequant(ctx: Ctx) -> list[te.Tensor]:
+    return [_requant_of(ctx, ctx.tensor(0), 1, int(ctx.attrs["axis"]))]
 
 
 def _vta_conv2d(ctx: Ctx) -> list[te.Tensor]:
     # the accelerator computes it in a bundle; this is the same sum on the CPU
-    return [conv2d_nchw(shifted(ctx.tensor(0), 0), ctx.tensor(1), tuple(ctx.attrs["strides"]),
-                        tuple(ctx.attrs["pads"]), (1, 1), 1, out_dtype="int32")]
+    acc = conv2d_nchw(shifted(ctx.tensor(0), 0), ctx.tensor(1), tuple(ctx.attrs["strides"]),
+                      tuple(ctx.attrs["pads"]), (1, 1), 1, out_dtype="int32")
+    return [acc if ctx.node.input(2) is None else _requant_of(ctx, acc, 2, 1)]
 
 
 def _vta_dense(ctx: Ctx) -> list[te.Tensor]:
     x, w = ctx.tensor(0), ctx.tensor(1)
     k = te.reduce_axis((0, int(w.shape[1].value)), name="k")
-    return [te.compute((x.shape[0], w.shape[0]), lambda i, j: te.sum(
+    acc = te.compute((x.shape[0], w.shape[0]), lambda i, j: te.sum(
         te.cast(x[i, k], "int32") * te.cast(w[j, k], "int32"), axis=k), name="vta_dense_acc",
-        tag="dense")]
+        tag="dense")
+    return [acc if ctx.node.input(2) is None else _requant_of(ctx, acc, 2, 1)]
 
 
 #: graph op -> its compute: the table :func:`toolchain.topi.registry.computes` reads
@@ -803,4 +808,5 @@ COMPUTES: dict[str, ComputeFn] = {
     "QRequant": _qrequant,
     "VtaConv2d": _vta_conv2d,
     "VtaDense": _vta_dense,
+    "VtaAdd": lambda ctx: [qadd(ctx.tensor(0), ctx.tensor(1), ctx.attrs)],
 }

@@ -31,7 +31,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +44,13 @@ from toolchain.vta.codegen import emit_instructions
 from toolchain.vta.config import VTAConfig, config_from_target
 from toolchain.vta.deps import insert_tokens
 from toolchain.vta.program import Program
+from toolchain.vta.requant import (
+    Constants,
+    RequantPlan,
+    build_constants,
+    load_constants,
+    requant_epilogue,
+)
 from toolchain.vta.schedule import (
     ConvShape,
     ConvTiles,
@@ -110,6 +117,9 @@ class CompiledDense:
     #: the convolution this GEMM computes as im2col rows x flattened filters
     #: (:func:`compile_conv2d_im2col`), or None for a dense layer
     conv: ConvShape | None = None
+    #: the requantization the program runs (bias, rounding shift, clamp: int8 out), or
+    #: None (``clip(acc >> shift)``, or the accumulators)
+    requant: RequantPlan | None = None
 
     @property
     def planes(self) -> int:
@@ -140,35 +150,79 @@ class CompiledDense:
 
 def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str = "vta", *,
                   tiles: Tiles | None = None, vthreads: int = 2,
-                  layer: str = "dense", output: str = "int8") -> CompiledDense:
+                  layer: str = "dense", output: str = "int8",
+                  requant: RequantPlan | None = None) -> CompiledDense:
     """Compile ``out[M, N] = clip((x[M, K] @ weight[K, N]) >> shift, -128, 127)`` (int8 in
     and out, int32 accumulation) into one accelerator program; see the module docstring.
     ``output="int32"``: the raw accumulators instead (``shift`` is then unused).
+    ``requant``: the layer's own requantization instead of the shift (bias, rounding
+    shift per channel, zero point, clamp: :mod:`toolchain.vta.requant`; ``shift`` unused).
 
     Without ``tiles``, the :data:`CANDIDATES` best tilings of
     :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the fewest
     cycles on :func:`~toolchain.vta.timing.estimate_cycles` is kept."""
+    return _dense(weight, m, shift, target, tiles, vthreads, layer, output, requant, None)
+
+
+def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: Tiles | None,
+           vthreads: int, layer: str, output: str, requant: RequantPlan | None,
+           conv: ConvShape | None) -> CompiledDense:
     t = load_target(target) if isinstance(target, str) else target
     cfg = config_from_target(t)
     w = np.asarray(weight)
     if w.ndim != 2 or w.dtype != np.int8 or min(w.shape) < 1 or m < 1:
         raise ScheduleError(f"layer {layer!r}: needs an int8 (K, N) weight and M >= 1, got "
                             f"{w.dtype} {w.shape} and M={m}")
-    shift = _check_output(output, shift, layer)
+    shift = _check_output(output, 0 if requant is not None else shift, layer, requant)
     shape = DenseShape(m, w.shape[0], w.shape[1])
     mb, kb, nb = blocks(shape, cfg)
     arrays = {"data": np.zeros((mb, kb, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_weight(w, cfg),
               "out": _out_array((mb, nb, cfg.batch, cfg.block_out), output,
                                 planes_needed(np.abs(w.astype(np.int64)).sum(axis=0)))}
+    epi, tt = None, t
+    if requant is not None:
+        e = np.arange(mb * nb)
+        lanes = (e // nb)[:, None] * cfg.batch + np.arange(cfg.batch)[None, :]
+        if conv is None:
+            pos = np.where(lanes < m, 0, -1)
+        else:
+            pos = np.where(lanes < m, lanes, -1)
+        epi, tt = _epilogue(requant, cfg, t, e % nb, pos, layer)
 
     def build(tl: Tiles) -> CompiledDense:
-        func = lower_dense(_scheduled(dense_schedule, shape, shift, t, tl, vthreads, layer))
-        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
-                              output)
-        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows, output)
+        func = lower_dense(_scheduled(dense_schedule, shape, shift, tt, tl, vthreads, layer))
+        prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
+                              output, epi)
+        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows, output,
+                             conv, requant)
 
-    return _best(build, tiles, lambda: candidate_tiles(shape, cfg, vthreads, CANDIDATES), layer)
+    return _best(build, tiles, lambda: candidate_tiles(shape, config_from_target(tt), vthreads,
+                                                      CANDIDATES), layer)
+
+
+@dataclass(frozen=True)
+class _Epilogue:
+    """A requantising epilogue: the plan, its constant rows and the sign tile's offset."""
+
+    plan: RequantPlan
+    consts: Constants
+    sign_offset: int
+
+
+def _epilogue(plan: RequantPlan, cfg: VTAConfig, t: Target, block: np.ndarray,
+              position: np.ndarray, layer: str) -> tuple[_Epilogue, Target]:
+    """The epilogue's constants and the target the layer is scheduled for: its ACC
+    buffer less the constant rows, halved for the sign tile where the plan needs one."""
+    consts = build_constants(plan, cfg, block, position)
+    free = cfg.acc_depth - len(consts.rows)
+    tile_rows = free // 2 if plan.sign else free
+    if tile_rows < 1:
+        raise ScheduleError(f"layer {layer!r}: {len(consts.rows)} constant rows of the "
+                            f"requantization leave no ACC rows for the tiles")
+    consts.base = 2 * tile_rows if plan.sign else tile_rows
+    buffers = {**t.buffers, "accumulator": tile_rows * cfg.acc_row_bytes}
+    return _Epilogue(plan, consts, tile_rows), replace(t, buffers=buffers)
 
 
 def _check_shift(shift: int, layer: str) -> None:
@@ -176,11 +230,15 @@ def _check_shift(shift: int, layer: str) -> None:
         raise ScheduleError(f"layer {layer!r}: shift {shift} is outside 0..31")
 
 
-def _check_output(output: str, shift: int, layer: str) -> int:
+def _check_output(output: str, shift: int, layer: str,
+                  requant: RequantPlan | None = None) -> int:
     """The shift the schedule uses: ``shift`` for int8 results, 0 for accumulators."""
     if output not in OUTPUTS:
         raise ScheduleError(f"layer {layer!r}: output {output!r} must be one of "
                             f"{', '.join(OUTPUTS)}")
+    if requant is not None and output != "int8":
+        raise ScheduleError(f"layer {layer!r}: a requantising epilogue gives int8, not "
+                            f"{output}")
     if output == "int32":
         return 0
     _check_shift(shift, layer)
@@ -229,20 +287,29 @@ def _best(build, tiles, candidates, layer: str):
 
 
 def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
-             layer: str, what: str, output: str = "int8") -> tuple[Program, dict[str, int]]:
+             layer: str, what: str, output: str = "int8", epi: _Epilogue | None = None
+             ) -> tuple[Program, dict[str, int]]:
     """Emit, add tokens, check: the program of a lowered layer. ``arrays`` give the DRAM
     regions of the parameters by name (constants, e.g. packed weights, or zeros);
-    ``output="int32"`` widens the epilogue to byte planes (:func:`widen_epilogue`)."""
+    ``output="int32"`` widens the epilogue to byte planes (:func:`widen_epilogue`); ``epi``
+    replaces it by a requantization (:func:`~toolchain.vta.requant.requant_epilogue`)."""
     b = ProgramBuilder(cfg)
     regions = {name: b.data(name, a) for name, a in arrays.items()}
     em = emit_instructions(func, t, regions, layer)
-    insns, uops = list(em.insns), list(em.uops)
+    insns, uops, kernel = list(em.insns), list(em.uops), list(em.kernel)
+    head: list = []
     if output == "int32":
         plane = arrays["out"][0].nbytes // (cfg.batch * cfg.block_out)
         insns, uops = widen_epilogue(insns, uops, plane, layer, arrays["out"].shape[0])
-    b.load_uops(b.uops("uops", em.kernel), sram_base=0)
-    head = b.insns.pop()
-    for insn in insert_tokens([head, *insns], [[], *uops]):
+    elif epi is not None:
+        out_elem = regions["out"].elem(cfg.out_row_bytes)
+        insns, uops, kernel = requant_epilogue(insns, uops, kernel, epi.plan, epi.consts,
+                                               out_elem, epi.sign_offset, layer)
+        consts = b.data("requant", epi.consts.rows)
+        head.append(load_constants(consts.elem(cfg.acc_row_bytes), epi.consts))
+    b.load_uops(b.uops("uops", kernel), sram_base=0)
+    head.insert(0, b.insns.pop())
+    for insn in insert_tokens([*head, *insns], [[] for _ in head] + uops):
         b.emit(insn)
     b.finish()
     prog = b.build()
@@ -290,6 +357,7 @@ class CompiledConv2d:
     func: ir.PrimFunc
     rows_used: dict[str, int]
     output: str = "int8"
+    requant: RequantPlan | None = None
 
     @property
     def planes(self) -> int:
@@ -320,11 +388,13 @@ class CompiledConv2d:
 def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
                    target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
                    tiles: ConvTiles | None = None, vthreads: int = 2,
-                   layer: str = "conv", output: str = "int8") -> CompiledConv2d:
+                   layer: str = "conv", output: str = "int8",
+                   requant: RequantPlan | None = None) -> CompiledConv2d:
     """Compile ``out = clip(conv2d(x, weight, stride, pad) >> shift, -128, 127)`` for one
     ``(IC, H, W)`` int8 image and ``(OC, IC, K, K)`` int8 filters into one accelerator
     program (tiles as :func:`compile_dense`; the zero padding is done by the input DMA).
-    ``output="int32"``: the raw accumulators instead (``shift`` is then unused).
+    ``output="int32"``: the raw accumulators instead (``shift`` is then unused);
+    ``requant``: the layer's requantization instead (as :func:`compile_dense`).
 
     Example::
 
@@ -342,25 +412,33 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
         raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
                             f"{wt.dtype} {wt.shape}")
-    shift = _check_output(output, shift, layer)
+    shift = _check_output(output, 0 if requant is not None else shift, layer, requant)
     shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
     oh, ow = shape.out_hw
     if stride < 1 or pad < 0 or oh < 1 or ow < 1:
         raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
                             f"a {h}x{w} image and {shape.k}x{shape.k} filters")
     cb, ob = conv_blocks(shape, cfg)
+    epi, tt = None, t
+    if requant is not None:
+        e = np.arange(ob * oh * ow)
+        pos = np.full((len(e), cfg.batch), -1)
+        pos[:, 0] = e % (oh * ow)
+        epi, tt = _epilogue(requant, cfg, t, e // (oh * ow), pos, layer)
     arrays = {"data": np.zeros((1, cb, h, w, cfg.batch, cfg.block_in), np.int8),
               "weight": pack_filters(wt, cfg),
               "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output,
                                 planes_needed(np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))))}
 
     def build(tl: ConvTiles) -> CompiledConv2d:
-        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, t, tl, vthreads, layer))
-        prog, rows = _program(func, t, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
-                              output)
-        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows, output)
+        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, tt, tl, vthreads, layer))
+        prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
+                              output, epi)
+        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows, output,
+                              requant)
 
-    return _best(build, tiles, lambda: candidate_conv_tiles(shape, cfg, vthreads, CANDIDATES),
+    return _best(build, tiles, lambda: candidate_conv_tiles(shape, config_from_target(tt), vthreads,
+                                                           CANDIDATES),
                  layer)
 
 
@@ -389,7 +467,8 @@ def im2col(x: np.ndarray, shape: ConvShape) -> np.ndarray:
 def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
                           target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
                           vthreads: int = 2, layer: str = "conv",
-                          output: str = "int8") -> CompiledDense:
+                          output: str = "int8",
+                          requant: RequantPlan | None = None) -> CompiledDense:
     """The convolution of :func:`compile_conv2d` as a GEMM of its im2col rows
     (:func:`im2col`, built by the caller: the bundle's kernel while it packs the input) by
     the flattened filters ``(IC*K*K, OC)``. It pays where the input channels fill the
@@ -420,8 +499,5 @@ def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
         raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
                             f"a {h}x{w} image and {shape.k}x{shape.k} filters")
     flat = np.ascontiguousarray(wt.reshape(wt.shape[0], -1).T)      # (IC*K*K, OC)
-    gemm = compile_dense(flat, oh * ow, shift, target, vthreads=vthreads, layer=layer,
-                         output=output)
-    gemm.conv = shape
-    return gemm
+    return _dense(flat, oh * ow, shift, target, None, vthreads, layer, output, requant, shape)
 

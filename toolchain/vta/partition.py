@@ -8,12 +8,17 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
 * a QConv with ``group = 1``, no dilation, square filters, equal strides and symmetric
   padding, batch 1 and an int8 input, whose program :func:`~toolchain.vta.compile.
   compile_conv2d` builds; a QGemm with a 2-D int8 input whose program
-  :func:`~toolchain.vta.compile.compile_dense` builds. The accelerator runs the GEMM and
-  returns int32 accumulators (``VtaConv2d`` / ``VtaDense``); the host adds the bias, the
-  input zero point's correction, requantizes and clamps (``QRequant``, which fuses with
-  what follows). Kiln's requantization needs the high half of a 32x32-bit product, which
-  the accelerator's int32 ALU does not give, so this split is what keeps the layer bit-exact
-  with :func:`toolchain.graph.reference.run_graph`;
+  :func:`~toolchain.vta.compile.compile_dense` builds. Where the layer's requantization
+  multipliers are all powers of two (``kiln quantize --power-of-two-scales``) and the
+  ALU can compute it exactly (:func:`~toolchain.vta.requant.plan_requant`), the
+  accelerator runs the whole layer — GEMM, bias, rounding shifts, clamp — and stores
+  int8 (one ``VtaConv2d``/``VtaDense`` node with the bias, multipliers and shift table as
+  inputs). Otherwise it runs the GEMM and returns int32 accumulators; the host adds the
+  bias, the input zero point's correction, requantizes and clamps (``QRequant``, which
+  fuses with what follows): Kiln's requantization by a general multiplier needs the high
+  half of a 32x32-bit product, which the int32 ALU does not give, so this split is what
+  keeps such a layer bit-exact with :func:`toolchain.graph.reference.run_graph`. The
+  reason says which, and why;
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
   accelerator's schedules refuse with one and with two virtual threads (a padded 1x1
@@ -31,10 +36,14 @@ Before::
 
     %y = QConv(%x, %w, %b, %m, %s, pads=[1, 1, 1, 1], x_zero_point=-128, ...)
 
-After::
+After (multipliers not powers of two)::
 
     %y_acc = VtaConv2d(%x, %w, pads=[1, 1, 1, 1])          # accelerator
     %y = QRequant(%y_acc, %b_vta, %m, %s, axis=1, ...)    # host
+
+After (power-of-two scales)::
+
+    %y = VtaConv2d(%x, %w, %b_vta, %m, %s, pads=[1, 1, 1, 1], y_zero_point=..., ...)
 
 Example::
 
@@ -62,6 +71,7 @@ from toolchain.vta.compile import (
     compile_dense,
 )
 from toolchain.vta.config import config_from_target
+from toolchain.vta.requant import RequantPlan, plan_qadd, plan_requant
 from toolchain.vta.timing import estimate_cycles
 
 ACCELERATOR, HOST = "accelerator", "host"
@@ -69,7 +79,7 @@ ACCELERATOR, HOST = "accelerator", "host"
 #: why an op that is not an integer GEMM layer stays on the host
 HOST_REASONS = {
     "QAdd": "its fixed-point requantization needs 64-bit products the accelerator's "
-            "int32 ALU lacks",
+            "int32 ALU lacks unless its scales are powers of two",
     "QAvgPool": "pooling: the accelerator has no pooling unit",
     "MaxPool": "pooling: the accelerator has no pooling unit",
     "QRequant": "requantization needs 64-bit products the accelerator's int32 ALU lacks",
@@ -170,6 +180,48 @@ def _requant(n: Node, acc: Value, bias: np.ndarray) -> Node:
     return Node("QRequant", n.name, ins, list(n.outputs), attrs)
 
 
+def _plan(n: Node, bias: np.ndarray, acc_bound: np.ndarray, target: Target
+          ) -> RequantPlan | str:
+    """The requantization of QConv/QGemm ``n`` on the accelerator, or why it stays on the
+    host."""
+    if n.attrs["out_dtype"] != "int8":
+        return f"{n.attrs['out_dtype']} output: the accelerator stores int8"
+    missing = {"ADD", "SHR", "MIN", "MAX"} - set(config_from_target(target).alu_ops)
+    if missing:
+        return f"the target's ALU lacks {', '.join(sorted(missing))}"
+    return plan_requant(bias, np.asarray(n.inputs[3].data), np.asarray(n.inputs[4].data),
+                        int(n.attrs["y_zero_point"]), int(n.attrs["out_min"]),
+                        int(n.attrs["out_max"]), acc_bound)
+
+
+def _fused(n: Node, op: str, name: str, x: Value, w: Value, bias: np.ndarray,
+           attrs: dict[str, Any]) -> Node:
+    """``op`` with the requantization inputs: the accelerator layer's int8 output."""
+    keep = {k: n.attrs[k] for k in ("y_zero_point", "out_min", "out_max", "out_dtype")}
+    ins = [x, w, Value.constant(f"{n.name}_bias_vta", bias), n.inputs[3], n.inputs[4]]
+    return Node(op, name, ins, list(n.outputs), {**attrs, **keep})
+
+
+def _with_epilogue(compile_fn, args: tuple, kw: dict[str, Any], plan: RequantPlan | str,
+                   problems: list[str], name: str):
+    """The layer compiled with its requantization (``plan``) where it has one and that
+    compiles, else with int32 output; and why the epilogue is not on the accelerator."""
+    if not isinstance(plan, str):
+        layer = _threads(compile_fn, args, {**kw, "output": "int8", "requant": plan},
+                         problems, name)
+        if layer is not None:
+            return layer, None
+        plan = problems[-1]
+    return _threads(compile_fn, args, kw, problems, name), plan
+
+
+def _epilogue_words(host_why: str | None) -> str:
+    if host_why is None:
+        return ("bias, requantization (rounding shifts: power-of-two scales) and clamp on "
+                "the accelerator, int8 out")
+    return f"bias, requantization and clamp on the host ({host_why})"
+
+
 def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | str:
     why = _conv_refusal(n)
     if why is not None:
@@ -178,30 +230,36 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     assert x is not None and w is not None
     a = n.attrs
     name = f"{n.name}_vta"
-    args = (np.asarray(w.data), x.shape[2], x.shape[3], 0, target)
-    kw = {"stride": int(a["strides"][0]), "pad": int(a["pads"][0]), "layer": name,
-          "output": "int32"}
+    wt = np.asarray(w.data)
+    k, ic, stride, pad = w.shape[2], w.shape[1], int(a["strides"][0]), int(a["pads"][0])
+    out_hw = tuple((d + 2 * pad - k) // stride + 1 for d in x.shape[2:])
+    try:
+        bias = _position_bias(n, (1, w.shape[0], *out_hw))
+    except ScheduleError as exc:
+        return str(exc)
+    bound = 128 * np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))
+    plan = _plan(n, bias, bound, target)
+    args = (wt, x.shape[2], x.shape[3], 0, target)
+    kw = {"stride": stride, "pad": pad, "layer": name, "output": "int32"}
     problems: list[str] = []
-    layer = _threads(compile_conv2d, args, kw, problems, name)
+    layer, host_why = _with_epilogue(compile_conv2d, args, kw, plan, problems, name)
     bi = config_from_target(target).block_in
-    k, ic = w.shape[2], w.shape[1]
     if -(-ic * k * k // bi) < k * k * -(-ic // bi):  # im2col fills the GEMM's lanes better
-        flat = _threads(compile_conv2d_im2col, args, kw, problems, name)
-        if flat is not None and (layer is None or estimate_cycles(flat.program)
-                                 < estimate_cycles(layer.program)):
-            layer = flat
+        flat, flat_why = _with_epilogue(compile_conv2d_im2col, args, kw, plan, problems, name)
+        if flat is not None and (layer is None or (flat_why is None, -estimate_cycles(
+                flat.program)) > (host_why is None, -estimate_cycles(layer.program))):
+            layer, host_why = flat, flat_why
     if layer is None:
         return problems[-1]
     s = layer.conv if isinstance(layer, CompiledDense) else layer.shape
     assert s is not None
-    acc = Value(f"{n.outputs[0].name}_acc", (1, w.shape[0], *s.out_hw), "int32")
-    try:
-        bias = _position_bias(n, acc.shape)
-    except ScheduleError as exc:
-        return str(exc)
     part.layers[name] = layer
-    vta = Node("VtaConv2d", name, [x, w], [acc],
-               {"strides": tuple(a["strides"]), "pads": tuple(a["pads"])})
+    attrs = {"strides": tuple(a["strides"]), "pads": tuple(a["pads"])}
+    if host_why is None:
+        nodes = [_fused(n, "VtaConv2d", name, x, w, bias, attrs)]
+    else:
+        acc = Value(f"{n.outputs[0].name}_acc", (1, w.shape[0], *s.out_hw), "int32")
+        nodes = [Node("VtaConv2d", name, [x, w], [acc], attrs), _requant(n, acc, bias)]
     t = layer.tiles
     if isinstance(layer, CompiledDense):
         how = (f"as an im2col GEMM {layer.shape.m}x{layer.shape.k} by {layer.shape.k}x"
@@ -211,9 +269,9 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     else:
         how = f"(tiles {t.toh},{t.toc},{t.tic} split {t.split}"
     what = (f"{s.k}x{s.k} conv stride {s.s}, {s.ic}->{s.oc} channels on {s.h}x{s.w}: GEMM on "
-            f"the accelerator {how}, {len(layer.program.insns)} instructions); bias, "
-            "requantization and clamp on the host")
-    return [vta, _requant(n, acc, bias)], what
+            f"the accelerator {how}, {len(layer.program.insns)} instructions); "
+            + _epilogue_words(host_why))
+    return nodes, what
 
 
 def _threads(compile_fn, args: tuple, kw: dict[str, Any], problems: list[str], name: str):
@@ -236,28 +294,63 @@ def _gemm(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
         return f"{x.dtype} input of rank {x.rank}: the accelerator takes a 2-D int8 input"
     name = f"{n.name}_vta"
     wt = np.ascontiguousarray(np.asarray(w.data).T)            # (K, N)
-    problems: list[str] = []
-    layer = _threads(compile_dense, (wt, x.shape[0], 0, target),
-                     {"layer": name, "output": "int32"}, problems, name)
-    if layer is None:
-        return f"M={x.shape[0]} rows: {problems[-1]}"
     zp = int(n.attrs["x_zero_point"])
     bias = np.asarray(n.inputs[2].data, np.int64)  # type: ignore[union-attr]
     try:
         bias32 = _int32(bias - zp * np.asarray(w.data, np.int64).sum(axis=1), n)
     except ScheduleError as exc:
         return str(exc)
-    acc = Value(f"{n.outputs[0].name}_acc", (x.shape[0], w.shape[0]), "int32")
+    plan = _plan(n, bias32, 128 * np.abs(wt.astype(np.int64)).sum(axis=0), target)
+    problems: list[str] = []
+    layer, host_why = _with_epilogue(compile_dense, (wt, x.shape[0], 0, target),
+                                     {"layer": name, "output": "int32"}, plan, problems, name)
+    if layer is None:
+        return f"M={x.shape[0]} rows: {problems[-1]}"
     part.layers[name] = layer
-    vta = Node("VtaDense", name, [x, w], [acc], {})
+    if host_why is None:
+        nodes = [_fused(n, "VtaDense", name, x, w, bias32, {})]
+    else:
+        acc = Value(f"{n.outputs[0].name}_acc", (x.shape[0], w.shape[0]), "int32")
+        nodes = [Node("VtaDense", name, [x, w], [acc], {}), _requant(n, acc, bias32)]
     s, t = layer.shape, layer.tiles
     what = (f"{s.m}x{s.k} by {s.k}x{s.n}: GEMM on the accelerator (tiles {t.tm},{t.tn},"
-            f"{t.tk} split {t.split}, {len(layer.program.insns)} instructions); bias, "
-            "requantization and clamp on the host")
-    return [vta, _requant(n, acc, bias32)], what
+            f"{t.tk} split {t.split}, {len(layer.program.insns)} instructions); "
+            + _epilogue_words(host_why))
+    return nodes, what
 
 
-_LAYERS = {"QConv": _conv, "QGemm": _gemm}
+def _add(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | str:
+    a, b = n.inputs[0], n.inputs[1]
+    if a is None or b is None:
+        return "an input is missing"
+    if a.dtype != "int8" or b.dtype != "int8" or n.attrs["out_dtype"] != "int8":
+        return f"{a.dtype} + {b.dtype} -> {n.attrs['out_dtype']}: the accelerator adds int8"
+    if a.rank != 4 or a.shape[0] != 1:
+        return f"shape {list(a.shape)}: the accelerator adds one NCHW image"
+    got = plan_qadd(n.attrs, a.shape[1])
+    if isinstance(got, str):
+        return f"{HOST_REASONS['QAdd']} ({got})"
+    plan, (da, db) = got
+    c, pixels = a.shape[1], int(np.prod(a.shape[2:]))
+    w = np.zeros((2 * c, c), np.int8)              # [a; b] channels x output channels
+    w[np.arange(c), np.arange(c)] = da
+    w[c + np.arange(c), np.arange(c)] = db
+    name = f"{n.name}_vta"
+    problems: list[str] = []
+    layer = _threads(compile_dense, (w, pixels, 0, target),
+                     {"layer": name, "requant": plan}, problems, name)
+    if layer is None:
+        return problems[-1]
+    part.layers[name] = layer
+    t = layer.tiles
+    what = (f"{c} channels on {pixels} pixels: both inputs into the accumulators by a GEMM "
+            f"with weights {da} and {db} (K = {2 * c}, tiles {t.tm},{t.tn},{t.tk} split "
+            f"{t.split}, {len(layer.program.insns)} instructions), then the rounding shift "
+            "and clamp on the accelerator (power-of-two scales), int8 out")
+    return [Node("VtaAdd", name, [a, b], list(n.outputs), dict(n.attrs))], what
+
+
+_LAYERS = {"QConv": _conv, "QGemm": _gemm, "QAdd": _add}
 
 
 def host_reason(n: Node) -> str:

@@ -1,4 +1,4 @@
-"""Ops of a graph partitioned for an accelerator: VtaConv2d, VtaDense, QRequant.
+"""Ops of a graph partitioned for an accelerator: VtaConv2d, VtaDense, VtaAdd, QRequant.
 
 The partition pass (:func:`toolchain.vta.partition.partition`) splits each integer layer
 it sends to the accelerator in two:
@@ -8,6 +8,12 @@ it sends to the accelerator in two:
   accelerator — the layer's program is compiled at partition time and the bundle calls it
   through the C driver. ``w`` is ``[OC, IC, K, K]`` / ``[N, K]``. Opaque: nothing fuses
   into them (their kernel is an instruction stream, not a loop nest).
+  With the optional inputs ``bias``, ``multiplier`` and ``shift_pow`` (and QConv's output
+  attributes) the accelerator also requantizes: the output is QRequant's (int8), computed
+  by the layer's program (power-of-two scales: :mod:`toolchain.vta.requant`).
+* **VtaAdd** ``(a, b)``: a QAdd (same attributes, same result) that the accelerator
+  computes (power-of-two scales: both inputs through the GEMM, the requantization on the
+  ALU; :func:`toolchain.vta.requant.plan_qadd`).
 * **QRequant** ``(acc, bias, multiplier, shift_pow)``: the host's epilogue,
   ``clamp(requantize(acc + bias) + y_zero_point, out_min, out_max)`` with per-channel
   (``axis``) multipliers as QConv's; ``bias`` is ``[C]``, or ``[C, *spatial]`` when the
@@ -36,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import ModelError
-from toolchain.graph.ir import Node, TensorType
+from toolchain.graph.ir import Node, TensorType, Value
 from toolchain.graph.ops.common import check_dtype, defop, input_value
 from toolchain.graph.ops.qops import Q_TYPES, conv_out_shape, finish, qconv_acc
 from toolchain.graph.ops.registry import Attr, OpDef, PatternKind
@@ -48,6 +54,26 @@ OUT_ATTRS = (
 )
 
 
+def _epilogue(node: Node, acc: TensorType, attrs: dict[str, Any]) -> TensorType:
+    """The output of an accelerator layer: ``acc``, or QRequant's of it when the node has
+    the requantization inputs."""
+    given = [node.input(i) is not None for i in (2, 3, 4)]
+    if not any(given):
+        return acc
+    if not all(given):
+        raise ModelError(f"{node.describe()}: bias, multiplier and shift_pow go together")
+    probe = Node("QRequant", node.name, [Value("acc", acc.shape, "int32"), *node.inputs[2:5]],
+                 [], {**{k: attrs[k] for k in ("y_zero_point", "out_min", "out_max",
+                                                "out_dtype")}, "axis": 1})
+    return _requant_infer(probe, {**probe.attrs})[0]
+
+
+def _with_epilogue(acc: np.ndarray, ins: list[Any], attrs: dict[str, Any]) -> np.ndarray:
+    if ins[2] is None:
+        return acc
+    return _requant_ref([acc, *ins[2:5]], {**attrs, "axis": 1})[0]
+
+
 def _vta_conv_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     x, w = input_value(node, 0, "x"), input_value(node, 1, "w")
     check_dtype(node, x, "input 0 (x)", ("int8",))
@@ -56,12 +82,13 @@ def _vta_conv_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
         raise ModelError(f"{node.describe()}: x {list(x.shape)} and w {list(w.shape)} do not "
                          "make a 2-D convolution")
     full = {**attrs, "dilations": (1, 1)}
-    return [TensorType(conv_out_shape(x.shape, w.shape, full), "int32")]
+    return [_epilogue(node, TensorType(conv_out_shape(x.shape, w.shape, full), "int32"), attrs)]
 
 
 def _vta_conv_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     full = {**attrs, "dilations": (1, 1), "group": 1, "x_zero_point": 0}
-    return [qconv_acc(np.asarray(ins[0]), np.asarray(ins[1]), full).astype(np.int32)]
+    acc = qconv_acc(np.asarray(ins[0]), np.asarray(ins[1]), full).astype(np.int32)
+    return [_with_epilogue(acc, ins, attrs)]
 
 
 def _vta_dense_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
@@ -71,12 +98,12 @@ def _vta_dense_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
     if x.rank != 2 or w.rank != 2 or x.shape[1] != w.shape[1]:
         raise ModelError(f"{node.describe()}: x {list(x.shape)} and w {list(w.shape)} (which "
                          "is [N, K]) do not multiply")
-    return [TensorType((x.shape[0], w.shape[0]), "int32")]
+    return [_epilogue(node, TensorType((x.shape[0], w.shape[0]), "int32"), attrs)]
 
 
 def _vta_dense_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
     x, w = (np.asarray(a, np.int64) for a in ins[:2])
-    return [(x @ w.T).astype(np.int32)]
+    return [_with_epilogue((x @ w.T).astype(np.int32), ins, attrs)]
 
 
 def _requant_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
@@ -109,16 +136,44 @@ def _requant_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
                    (sp[:, 0].reshape(col), sp[:, 1].reshape(col)))]
 
 
+#: VtaAdd's attributes: QAdd's
+ADD_ATTRS = (
+    *(Attr(n, "int", 0) for n in ("a_zero_point", "b_zero_point")),
+    *(Attr(n, "int") for n in ("a_multiplier", "a_shift", "b_multiplier", "b_shift",
+                               "y_multiplier", "y_shift")),
+    Attr("left_shift", "int", 20), *OUT_ATTRS,
+)
+
+
+def _vta_add_infer(node: Node, attrs: dict[str, Any]) -> list[TensorType]:
+    from toolchain.graph.ops.registry import get_op
+
+    return list(get_op("QAdd").infer(node))
+
+
+def _vta_add_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
+    from toolchain.graph.ops.registry import get_op
+
+    return list(get_op("QAdd").reference(ins, attrs))
+
+
 OPS: tuple[OpDef, ...] = (
-    defop("VtaConv2d", ("x", "w"), PatternKind.OPAQUE,
-          attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0))),
+    defop("VtaConv2d", ("x", "w", "bias?", "multiplier?", "shift_pow?"), PatternKind.OPAQUE,
+          attrs=(Attr("strides", "ints", (1, 1)), Attr("pads", "ints", (0, 0, 0, 0)),
+                 *OUT_ATTRS),
           infer=_vta_conv_infer, reference=_vta_conv_ref,
           flops=lambda n: 2 * n.outputs[0].size * int(np.prod(n.inputs[1].shape[1:])),  # type: ignore[union-attr]
-          doc="int32 accumulators of an int8 convolution, computed by the accelerator"),
-    defop("VtaDense", ("x", "w"), PatternKind.OPAQUE,
-          infer=_vta_dense_infer, reference=_vta_dense_ref,
+          doc="int32 accumulators of an int8 convolution (with bias, multiplier and "
+              "shift_pow: requantized), computed by the accelerator"),
+    defop("VtaDense", ("x", "w", "bias?", "multiplier?", "shift_pow?"), PatternKind.OPAQUE,
+          attrs=OUT_ATTRS, infer=_vta_dense_infer, reference=_vta_dense_ref,
           flops=lambda n: 2 * n.outputs[0].size * int(n.inputs[1].shape[1]),  # type: ignore[union-attr]
-          doc="int32 accumulators of an int8 matrix product, computed by the accelerator"),
+          doc="int32 accumulators of an int8 matrix product (with bias, multiplier and "
+              "shift_pow: requantized), computed by the accelerator"),
+    defop("VtaAdd", ("a", "b"), PatternKind.OPAQUE, attrs=ADD_ATTRS,
+          infer=_vta_add_infer, reference=_vta_add_ref,
+          flops=lambda n: 8 * n.outputs[0].size,
+          doc="a QAdd computed by the accelerator (power-of-two scales)"),
     defop("QRequant", ("acc", "bias", "multiplier", "shift_pow"), PatternKind.INJECTIVE,
           attrs=(Attr("axis", "int", 1), *OUT_ATTRS),
           infer=_requant_infer, reference=_requant_ref, elementwise=False,
