@@ -1,6 +1,7 @@
 """Instructions per 16 MACs of Cortex-M4 int8 convolution dot loops, from the disassembly.
 
     python benchmarks/cortex_m_dot_loops.py            # needs arm-none-eabi-gcc / -objdump
+    python benchmarks/cortex_m_dot_loops.py --check    # + each loop run under QEMU
 
 The k x k int8 convolutions of the ``cortex-m4`` target take two output pixels x two
 channels a step. With weights widened to int16 at compile time (``dot_q15q15_2x2``) the
@@ -11,13 +12,17 @@ load macros) and the int8-weight candidates that amortise the unpacking over fou
 with the target's flags at ``-O3`` (``KERNEL_OPT``), and prints per loop: its instructions
 (from the backward branch's target to the branch), the MACs one pass does, instructions
 per 16 MACs, the stack loads/stores inside the loop (spills) and the ratio to the int16
-loop. Static counts of one loop pass, which is what executes (no data-dependent branch);
-the candidates are not kernels of the target (their im2col layouts differ), only the
-arithmetic of each tile (docs/int8.md, "int8 weights in flash").
+loop. Static counts of one loop pass, which is what executes (no data-dependent branch).
+The candidates are not kernels of the target (their im2col layouts differ), only the
+arithmetic of each tile (docs/int8.md, "int8 weights in flash"); ``--check`` links every
+loop into one program for QEMU's mps2-an386 (picolibc semihosting) that runs it on random
+int16 activations and int8 weights (K = 144) against a plain C dot product, prints
+``exact`` or ``MISMATCH`` per loop and makes the script exit non-zero on a mismatch.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import subprocess
@@ -25,7 +30,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O3"]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def flags() -> list[str]:
+    """The ``cortex-m4`` target's cflags with ``-O3``, the firmware's ``KERNEL_OPT``."""
+    from toolchain.target import load_target
+
+    return [f for f in load_target("cortex-m4").cflags if not f.startswith("-O")] + ["-O3"]
+
 
 PRELUDE = r"""
 #include <stdint.h>
@@ -135,6 +148,69 @@ LOOPS: dict[str, tuple[int, str, str]] = {
   c[0] = c0; c[1] = c1; c[2] = c2; c[3] = c3;"""),
 }
 
+#: name -> (output pixels, channels, im2col interleaved per 4 k) of each loop's tile, for
+#: ``--check`` (``q15q15`` loops read int16 weights in k order, the others int8 weights in
+#: ``pack_dsp_weights``' [w0, w2, w1, w3] order)
+TILES: dict[str, tuple[int, int, bool]] = {
+    "q15q15_2x2": (2, 2, False), "q15q7_2x2": (2, 2, False), "q15q7_4x2": (4, 2, False),
+    "q15q7_4x1": (4, 1, False), "q15q7_4x1_ldm": (4, 1, True), "q15q7_4x1_ldm_x2": (4, 1, True),
+}
+
+CHECK_MAIN = r"""
+#include <stdio.h>
+static int16_t A[4 * K] __attribute__((aligned(8))), AI[4 * K] __attribute__((aligned(8)));
+static int8_t W[2 * K], WP[2 * K] __attribute__((aligned(8)));
+static int16_t W16[2 * K] __attribute__((aligned(8)));
+static int32_t REF[4][2];
+static uint32_t seed = 12345;
+static int rnd(void) { seed = seed * 1103515245u + 12345u; return (int)(seed >> 16); }
+static int check(const char *name, void (*f)(const int16_t *, const int8_t *, int32_t *),
+                 int pixels, int channels, int interleaved, int wide) {
+  int32_t c[8] = {0}, bad = 0;
+  f(interleaved ? AI : A, wide ? (const int8_t *)W16 : WP, c);
+  for (int p = 0; p < pixels; p++)
+    for (int j = 0; j < channels; j++) bad |= c[p * channels + j] != REF[p][j];
+  printf("%s %s\n", bad ? "MISMATCH" : "exact", name);
+  return bad;
+}
+int main(void) {
+  for (int i = 0; i < 4 * K; i++) A[i] = (int16_t)(rnd() % 511 - 255);
+  for (int i = 0; i < 2 * K; i++) W[i] = (int8_t)(rnd() % 256 - 128), W16[i] = W[i];
+  for (int i = 0; i < 2 * K; i++)  /* [w0, w2, w1, w3] per group of 4 */
+    WP[i] = W[(i & ~3) + ((i & 3) == 1 ? 2 : (i & 3) == 2 ? 1 : i & 3)];
+  for (int p = 0; p < 4; p++)
+    for (int k = 0; k < K; k++) AI[(k / 4) * 16 + p * 4 + k % 4] = A[p * K + k];
+  for (int p = 0; p < 4; p++)
+    for (int j = 0; j < 2; j++)
+      for (int k = 0; k < K; k++) REF[p][j] += A[p * K + k] * W[j * K + k];
+  int bad = 0;
+"""
+
+
+def check_source() -> str:
+    """A program that runs every loop once on random data against a plain C dot product."""
+    calls = "".join(f'  bad |= check("{n}", {n}, {p}, {c}, {int(i)}, '
+                    f'{int(n.startswith("q15q15"))});\n' for n, (p, c, i) in TILES.items())
+    return CHECK_MAIN + calls + "  return bad;\n}\n"
+
+
+def run_check(gcc: str, src: str, tmp: Path) -> int:
+    """Link ``src`` + :func:`check_source` for QEMU's mps2-an386 (picolibc semihosting) and
+    run it; its exit status (non-zero: a loop's sums differ from the reference)."""
+    from toolchain.boards.descriptor import load_board
+    from toolchain.boards.qemu import qemu_command
+
+    board = load_board("qemu-mps2-an386")
+    c, elf = tmp / "check.c", tmp / "check.elf"
+    c.write_text(src + check_source())
+    mem = {"__flash": board.flash.origin, "__flash_size": board.flash.size,
+           "__ram": board.ram.origin, "__ram_size": board.ram.size}
+    subprocess.run([gcc, *flags(), "--specs=picolibc.specs", "--oslib=semihost",
+                    "--crt0=semihost", *(f"-Wl,--defsym={k}={v:#x}" for k, v in mem.items()),
+                    str(c), "-o", str(elf)], check=True)
+    return subprocess.run(qemu_command(board, elf), timeout=120).returncode
+
+
 _INSN = re.compile(r"^\s*([0-9a-f]+):\s+(?:[0-9a-f]{4}\s?){1,2}\s+(\S+)\s*(.*)$")
 
 
@@ -153,7 +229,11 @@ def loop_stats(disasm: str, name: str) -> tuple[int, int]:
     raise RuntimeError(f"no loop found in {name}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true",
+                    help="also run every loop under QEMU (mps2-an386) against a C reference")
+    args = ap.parse_args(argv)
     gcc, objdump = shutil.which("arm-none-eabi-gcc"), shutil.which("arm-none-eabi-objdump")
     if gcc is None or objdump is None:
         print("arm-none-eabi-gcc and arm-none-eabi-objdump are needed", file=sys.stderr)
@@ -164,9 +244,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kiln-dot-loops-") as tmp:
         c, o = Path(tmp) / "loops.c", Path(tmp) / "loops.o"
         c.write_text(src)
-        subprocess.run([gcc, *FLAGS, "-c", str(c), "-o", str(o)], check=True)
+        subprocess.run([gcc, *flags(), "-c", str(c), "-o", str(o)], check=True)
         disasm = subprocess.run([objdump, "-d", str(o)], check=True, capture_output=True,
                                 text=True).stdout
+        status = run_check(gcc, src, Path(tmp)) if args.check else 0
     stats = {n: loop_stats(disasm, n) for n in LOOPS}
     ref = stats["q15q15_2x2"][0] * 16 / LOOPS["q15q15_2x2"][0]
     print(f"{'loop':18} {'insns':>5} {'MACs':>4} {'/16 MACs':>8} {'spills':>6} "
@@ -175,7 +256,7 @@ def main() -> int:
         insns, spills = stats[n]
         per16 = insns * 16 / macs
         print(f"{n:18} {insns:5d} {macs:4d} {per16:8.2f} {spills:6d} {per16 / ref:7.3f}  {what}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":
