@@ -7,12 +7,13 @@ The k x k int8 convolutions of the ``cortex-m4`` target take two output pixels x
 channels a step. With weights widened to int16 at compile time (``dot_q15q15_2x2``) the
 loop needs no SXTB16; with int8 weights (``dot_q15q7_2x2``, the ``cortex-m4-compact``
 variant) each weight word is unpacked by two SXTB16 for only two pixels. This script
-compiles the two shipped loops (the bodies of ``targets/cortex-m4.yaml``, K = 144, the same
-load macros) and the int8-weight candidates that amortise the unpacking over four pixels,
-with the target's flags at ``-O3`` (``KERNEL_OPT``), and prints per loop: its instructions
-(from the backward branch's target to the branch), the MACs one pass does, instructions
-per 16 MACs, the stack loads/stores inside the loop (spills) and the ratio to the int16
-loop. Static counts of one loop pass, which is what executes (no data-dependent branch).
+compiles copies of the two shipped loops (of the ``targets/cortex-m4.yaml`` bodies,
+K = 144, the same load macros) and int8-weight candidates that amortise the unpacking
+over four pixels, with the target's flags at ``-O3`` (``KERNEL_OPT``), and prints per
+loop: its instructions (from the backward branch's target to the branch), the MACs one
+pass does, instructions per 16 MACs, the stack loads/stores inside the loop (spills) and
+the ratio to the int16 loop. Static counts of one loop pass, which is what executes (no
+data-dependent branch).
 The candidates are not kernels of the target (their im2col layouts differ), only the
 arithmetic of each tile (docs/int8.md, "int8 weights in flash"); ``--check`` links every
 loop into one program for QEMU's mps2-an386 (picolibc semihosting) that runs it on random
