@@ -124,7 +124,12 @@ class CUDABackend:
         from toolchain.codegen.artifact import support_of
         from toolchain.codegen.cuda import CUDARenderer
         from toolchain.errors import UnsupportedError
+        from toolchain.tir.transform.legalize_f16 import legalize_f16
 
+        # float16 as everywhere else in Kiln: 16-bit storage, float32 arithmetic (a sum
+        # accumulates in float32, as the SIMT emulation and the CPU bundles compute it);
+        # shared tiles stay float16 (the operands tensor cores read)
+        lowered = legalize_f16(lowered, keep_scopes=("shared",))
         body, scratch = lowered.body, []
         # global buffers between kernels, and a local one compaction could not shrink into
         # its thread (a whole tensor, each thread its own element): device scratch
