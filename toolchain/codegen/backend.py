@@ -100,8 +100,10 @@ class SimtCBackend:
                     return
                 super().stmt_Evaluate(s)
 
+        # shared tiles keep float16 storage as on the GPU (the same values; tensor-core
+        # intrinsics take pointers to them)
         art = render_kernel(emulate_threads(lowered, name), name, restrict=restrict,
-                            renderer=_Serial)
+                            renderer=_Serial, keep_scopes=("shared",))
         art.backend = self.name
         return art
 

@@ -170,6 +170,37 @@ class CUDARenderer(CStyleRenderer):
     def render_simd_pragma(self, s: ir.For) -> None:
         pass
 
+    def stmt_Allocate(self, s: ir.Allocate) -> None:
+        buf = s.buffer
+        if not buf.scope.startswith("wmma."):
+            super().stmt_Allocate(s)
+            return
+        # tensor-core fragments: one per 16 x 16 tile of a buffer 16 rows high (the
+        # tensor-core schedule's warp tile: toolchain.schedules.gpu.tensorcore), addressed
+        # by the tile's first column (address_of below); the type comes from the target's
+        # c_helpers (kiln_wmma_acc)
+        n = ir.const_int(buf.shape[0]) if len(buf.shape) == 1 else None
+        if n is None or n % 256:
+            raise UnsupportedError(f"cuda code generation: fragment buffer {buf.name} "
+                                   f"({buf.scope}) must hold whole 16 x 16 tiles, not {buf.shape}")
+        if buf.scope != "wmma.accumulator":
+            raise UnsupportedError(f"cuda code generation: fragment scope {buf.scope} of "
+                                   f"{buf.name}: only wmma.accumulator buffers are declared")
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"kiln_wmma_acc {self.names(buf.data, buf.name)}[{n // 256}];")
+        self.stmt(s.body)
+        self.indent -= 1
+        self.emit("}")
+
+    def expr_Call(self, e: ir.Call) -> tuple[str, int]:
+        if e.op == "tir.address_of" and isinstance(e.args[0], ir.BufferLoad) and \
+                e.args[0].buffer.scope.startswith("wmma."):
+            load = e.args[0]
+            return (f"&{self.var(load.buffer.data)}[({self.expr(load.indices[0])}) / 16]",
+                    15)
+        return super().expr_Call(e)
+
     def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
                           body: ir.Stmt) -> None:
         raise UnsupportedError(

@@ -10,7 +10,8 @@ Each entry under ``intrinsics:`` of ``targets/<target>.yaml`` becomes a
 
 The C body of ``<function>`` is a jinja2 template (``impl``) that sees each operand's
 pointer (``{{ A }}``) and element strides per dimension (``{{ A_s0 }}``, ``{{ A_s1 }}``…) as
-they are in the *lowered* kernel, and the declared loop extents (``{{ ext_g }}`` for
+they are in the *lowered* kernel (``{{ A_t0 }}``, ``{{ A_t1 }}``…: those of the dimensions
+the declared tile spans, the buffer's last ones), and the declared loop extents (``{{ ext_g }}`` for
 ``extents: {g: 16}``: one body can serve several extents); :func:`attach_intrinsics` (a
 built-in lowering pass of phase 1, after buffer compaction) renders one ``static inline``
 specialisation per stride combination into the kernel's C prelude.
@@ -94,6 +95,13 @@ class IntrinsicSpec:
     #: whether a call reads its output operand before writing it (``+=``, or the output
     #: on the right-hand side); ``C[b, o] = 0`` or ``C = A >> imm`` only write it
     reads_output: bool = True
+    #: threads that execute one call together (32: a warp-collective operation such as
+    #: ``wmma``; the SIMT emulation runs it once, on the first of them)
+    lanes: int = 1
+    #: what precedes the C definition (``static inline``, or a macro for device code)
+    qualifier: str = "static inline"
+    #: operand name -> C type of its pointer parameter, where not its dtype's (a fragment)
+    types: dict[str, str] = field(default_factory=dict)
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
@@ -167,7 +175,9 @@ def _compile(t: Target) -> _Loaded:
                              {str(k): int(v) for k, v in dict(spec["extents"]).items()},
                              block.key if block else "", spec.get("llvm_impl", ""),
                              spec.get("instruction", ""),
-                             beh.accumulate or beh.output.name in {a.name for a in beh.inputs()})
+                             beh.accumulate or beh.output.name in {a.name for a in beh.inputs()},
+                             int(spec.get("lanes", 1)), spec.get("qualifier", "static inline"),
+                             {str(k): str(v) for k, v in dict(spec.get("types", {})).items()})
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
                    tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()))
@@ -350,13 +360,20 @@ class _Specialise(StmtExprMutator):
             return super().visit_Call(e)
         env: dict[str, object] = {f"ext_{k}": v for k, v in spec.extents.items()}
         params, loads = [], []
-        for opname, arg in zip(spec.operands, e.args, strict=True):
+        for k, (opname, arg) in enumerate(zip(spec.operands, e.args, strict=True)):
             load = arg.args[0]
             loads.append(load)
-            for d, s in enumerate(_strides(load.buffer)):
+            strides = _strides(load.buffer)
+            for d, s in enumerate(strides):
                 env[f"{opname}_s{d}"] = s
+            # the strides of the dimensions the tile spans (its last ones: a buffer may have
+            # more, e.g. a batch), ``A_t0`` for the tile's first
+            rank = len(spec.tiles[k]) if k < len(spec.tiles) else 0
+            for d, s in enumerate(strides[len(strides) - rank:] if rank else ()):
+                env[f"{opname}_t{d}"] = s
             env[opname] = opname
-            params.append(f"{self.ctype[load.buffer.dtype]} *{opname}")
+            ctype = spec.types.get(opname) or self.ctype[load.buffer.dtype]
+            params.append(f"{ctype} *{opname}")
         key = hashlib.sha1(repr(sorted(env.items())).encode()).hexdigest()[:8]
         fname = f"{spec.function}_{key}"
         if fname not in self.defs:
@@ -367,7 +384,7 @@ class _Specialise(StmtExprMutator):
                                     f"{ {k: v for k, v in env.items() if '_s' in k} })") from None
             lines = "\n".join("  " + ln for ln in body.splitlines() if ln.strip())
             self.defs[fname] = CDefinition(
-                fname, f"static inline int32_t {fname}({', '.join(params)}) {{\n"
+                fname, f"{spec.qualifier} int32_t {fname}({', '.join(params)}) {{\n"
                        f"{lines}\n  return 0;\n}}")
             self._use(spec.headers, _Helpers(spec.target, spec.helpers, (), spec.helpers_key)
                       if spec.helpers else None)

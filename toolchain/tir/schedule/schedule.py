@@ -194,6 +194,7 @@ class Schedule:
     cache_read = _primitive(cache.cache_read)
     cache_write = _primitive(cache.cache_write)
     set_scope = _primitive(cache.set_scope)
+    set_dtype = _primitive(cache.set_dtype)
     storage_align = _primitive(cache.storage_align)
     decompose_reduction = _primitive(reduction.decompose_reduction)
     rfactor = _primitive(reduction.rfactor)

@@ -375,6 +375,18 @@ class _Planner:
                     out.extend(planner.access(x.buffer, x.indices, False, stmt))
 
             def visit_Call(self, x: ir.Call) -> None:
+                written = planner.intrinsic_writes(x)
+                if written is not None:  # a declared intrinsic: its output alone is written
+                    for k, a in enumerate(x.args):
+                        ptr = a.args[0] if isinstance(a, ir.Call) and \
+                            a.op == "tir.address_of" and a.args else None
+                        if isinstance(ptr, ir.BufferLoad) and is_shared(ptr.buffer):
+                            out.append(_Access(ptr.buffer, False, None, stmt=stmt))
+                            if k == written:
+                                out.append(_Access(ptr.buffer, True, None, stmt=stmt))
+                        for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
+                            self.visit_expr(i)
+                    return
                 arg = x.args[0] if x.op == "tir.address_of" and x.args else None
                 if isinstance(arg, ir.BufferLoad) and is_shared(arg.buffer):
                     # a pointer handed to a call: it may read or write anything
@@ -387,6 +399,17 @@ class _Planner:
 
         _Loads().visit_expr(e)
         return out
+
+    @staticmethod
+    def intrinsic_writes(call: ir.Call) -> int | None:
+        """For a call to a declared tensor intrinsic, the position of the operand it
+        writes (its last buffer operand; the others it only reads); else None."""
+        from toolchain.intrinsics import intrinsic_of_function
+
+        spec = intrinsic_of_function(call.op)
+        if spec is None or spec.instruction or len(call.args) != len(spec.operands):
+            return None
+        return len(spec.operands) - 1
 
     def access(self, buf: ir.Buffer, indices: tuple[ir.PrimExpr, ...], write: bool,
                stmt: ir.Stmt) -> list[_Access]:

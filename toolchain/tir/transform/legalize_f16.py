@@ -132,6 +132,13 @@ class _Legalize(StmtExprMutator):
         return ir.LetStmt(self.var(s.var), self.visit_expr(s.value), self.visit_stmt(s.body))
 
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802
+        if e.op == "tir.address_of" and isinstance(e.args[0], ir.BufferLoad) and (
+                e.args[0].buffer.data in self.storage or not _is_f16(e.args[0].dtype)):
+            # a pointer into float16 storage (a tensor-core operand) or into a wider buffer
+            load = e.args[0]
+            buf = self.visit_buffer(load.buffer)
+            idx = tuple(self.visit_expr(i) for i in load.indices)
+            return ir.Call(e.dtype, e.op, (ir.BufferLoad(buf, idx),))
         if e.op == "tir.address_of":
             raise UnsupportedError(f"{self.where}: the address of a float16 element "
                                    f"({e.args[0]}) cannot be taken in float32 compute")
