@@ -134,6 +134,8 @@ class Tiles:
     ry: int
     rx: int
     bk: int
+    #: two shared tiles per operand, the next step's fetched during this one's products
+    double_buffer: bool = True
 
     @property
     def threads(self) -> int:
@@ -236,9 +238,9 @@ def choose_tiles(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target
 
     >>> from toolchain.target import load_target
     >>> choose_tiles(1024, 1024, 1024, 1, load_target("cuda-sm80"))
-    Tiles(ty=16, tx=16, ry=4, rx=4, bk=32)
+    Tiles(ty=16, tx=16, ry=4, rx=4, bk=32, double_buffer=True)
     >>> choose_tiles(1, 500, 800, 1, load_target("cuda-sm80"))  # a dense layer, batch 1
-    Tiles(ty=1, tx=16, ry=1, rx=4, bk=32)
+    Tiles(ty=1, tx=16, ry=1, rx=4, bk=32, double_buffer=True)
     """
     warp = target.warp_size or 32
     most = min(MAX_THREADS, target.max_threads_per_block or MAX_THREADS)
@@ -313,6 +315,8 @@ def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = N
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
+        if t.double_buffer and ext[k0] > t.bk:
+            sch.double_buffer(s)
     sch.reverse_compute_at(cl, bx)
     wb = sch.get_loops(cl)
     bx_var = sch.get(bx).loop_var
@@ -408,7 +412,8 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
                 return out
         except KilnError:
-            return None
+            if not t.double_buffer:  # a step that does not apply, or limits even single
+                return None
         t = _smaller(t, ext[axes.reduce[0]])
         if t is None:
             return None
@@ -416,8 +421,10 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
 
 
 def _smaller(t: Tiles, ext_k: int) -> Tiles | None:
-    """The next smaller tiles: the step first (a smaller divisor of ``ext_k``), then the
-    register tile."""
+    """The next smaller tiles: single-buffered first, then the step (a smaller divisor
+    of ``ext_k``), then the register tile."""
+    if t.double_buffer:
+        return replace(t, double_buffer=False)
     for cand in range(t.bk - 1, 0, -1):
         if ext_k % cand == 0 and cand <= t.bk // 2:
             return replace(t, bk=cand)

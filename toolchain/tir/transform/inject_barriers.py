@@ -79,6 +79,7 @@ def reverse(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -242,6 +243,10 @@ def _np_eval(e: ir.PrimExpr, env: dict[ir.Var, np.ndarray]) -> np.ndarray:  # no
     return ops[type(e)](a, b)
 
 
+#: most combinations of enclosing loop values compared one by one (``_Overlap._jointly``)
+MAX_JOINT = 64
+
+
 class _Overlap:
     """Do two accesses touch one element from two different threads? (See the module
     docstring: enumeration over the block's threads and the accesses' loops.)"""
@@ -249,6 +254,9 @@ class _Overlap:
     def __init__(self, threads: dict[ir.Var, int] | None) -> None:
         self.threads = threads
         self.memo: dict[tuple[int, int], bool] = {}
+        #: the serial loops around the statements being compared (the planner keeps it):
+        #: both accesses see the same value of each
+        self.outer: dict[ir.Var, ir.Range] = {}
 
     def conflict(self, a: _Access, b: _Access) -> bool:
         if a.buffer.data is not b.buffer.data or not (a.write or b.write):
@@ -263,7 +271,36 @@ class _Overlap:
             return True
         split = self._common_offset(a, b)
         if split is None:
+            return self._jointly(a, b)
+        return self._overlap(a, b, split)
+
+    def _jointly(self, a: _Access, b: _Access) -> bool:
+        """The accesses compared for each value of the enclosing serial loops their
+        indices share (a double-buffered tile's ``k % 2`` and ``(k + 1) % 2`` halves),
+        where those loops are few and short; else a conflict."""
+        assert a.index is not None and b.index is not None and self.threads is not None
+        own = set(self.threads) | {v for v, _ in a.inner} | {v for v, _ in b.inner}
+        outer = [v for v in free_vars([a.index, b.index]) if v not in own]
+        ranges = []
+        for v in outer:
+            r = self.outer.get(v)
+            lo = ir.const_int(arith.simplify(r.min)) if r is not None else None
+            ext = ir.const_int(arith.simplify(r.extent)) if r is not None else None
+            if lo is None or ext is None:
+                return True
+            ranges.append(range(lo, lo + ext))
+        if math.prod(len(r) for r in ranges) > MAX_JOINT:
             return True
+        for values in itertools.product(*ranges):
+            env = {v: ir.IntImm(x, v.dtype) for v, x in zip(outer, values, strict=True)}
+            split = (arith.simplify(substitute(a.index, env)),
+                     arith.simplify(substitute(b.index, env)))
+            if self._overlap(a, b, split):
+                return True
+        return False
+
+    def _overlap(self, a: _Access, b: _Access, split: tuple[ir.PrimExpr, ir.PrimExpr]
+                 ) -> bool:
         pa, pb = self._points(a, split[0]), self._points(b, split[1])
         if pa is None or pb is None:
             return True
@@ -500,8 +537,12 @@ class _Planner:
         if varying:
             self.varying.add(s.loop_var)
             self.divergent.append(f"loop {s.loop_var.name} (its bounds depend on the thread)")
+        self.overlap.outer[s.loop_var] = rng
         try:
             body, sub = self.plan(s.body)
+        finally:
+            del self.overlap.outer[s.loop_var]
+        try:
             ext = [a.under(s.loop_var, rng) for a in sub.all]
             head = [a.under(s.loop_var, rng) for a in sub.head] if sub.synced else ext
             tail = [a.under(s.loop_var, rng) for a in sub.tail] if sub.synced else ext
