@@ -19,12 +19,21 @@ from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
+from toolchain.driver import lower
 from toolchain.errors import ScheduleError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
-from toolchain.schedules.gpu.tensorcore import choose_wmma_tiles, tensor_core_intrinsics
+from toolchain.schedules.gpu.tensorcore import (
+    choose_wmma_tiles,
+    tensor_core_intrinsics,
+    try_tile_wmma,
+)
 from toolchain.target import load_target, parse_target
+from toolchain.tir import ir
+from toolchain.tir.race import check_races, find_races
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
+from toolchain.tir.transform.inject_barriers import is_barrier
 
 NVCC = shutil.which("nvcc")
 SM80 = load_target("cuda-sm80")
@@ -95,6 +104,26 @@ def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
         sch.set_dtype(cl, 0, "float32")
     with pytest.raises(ScheduleError, match="widens"):
         sch.set_dtype(sch.get_block("C"), 0, "float16")
+
+
+def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
+    """The race checker runs each intrinsic call as its declared behaviour on the operands'
+    elements (``behaviour_of_call``): a 32 x 32 x 48 float16 GEMM (two warps, three
+    double-buffered steps, one barrier a step) has no race, and taking out any one of its
+    three barriers makes one."""
+    A = te.placeholder((32, 48), name="A", dtype="float16")
+    B = te.placeholder((48, 32), name="B", dtype="float16")
+    k = te.reduce_axis((0, 48), name="k")
+    C = te.compute((32, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    assert sch is not None
+    f = lower(sch, target=SM80)
+    assert "k_0 % 2 *" in str(f)  # double-buffered
+    check_races(f)
+    barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert len(barriers) == 3  # after the first fetch, at the end of a step, before the tail
+    for b in barriers:
+        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

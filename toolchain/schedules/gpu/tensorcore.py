@@ -58,7 +58,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.errors import KilnError
@@ -90,6 +90,8 @@ class WmmaTiles:
     wx: int
     fn: int
     kf: int
+    #: the A and B tiles double-buffered (the next step fetched during this one's products)
+    double_buffer: bool = True
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
@@ -152,9 +154,9 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
     >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=4, wx=2, fn=2, kf=2)
+    WmmaTiles(wy=4, wx=2, fn=2, kf=2, double_buffer=True)
     >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=1, wx=1, fn=1, kf=1)
+    WmmaTiles(wy=1, wx=1, fn=1, kf=1, double_buffer=True)
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -206,6 +208,8 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
+        if t.double_buffer and axes.extents[axes.reduce[0]] > tc.k * t.kf:
+            sch.double_buffer(s)
     sch.reverse_compute_at(cf, bx)
     sch.reverse_compute_at(cs, bx)
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
@@ -270,15 +274,16 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     if t is None:
         return None
     limit = target.max_shared_memory_per_block or 48 * 1024
-    try:
-        out = tile_gemm_wmma(sch, b, target, tc, t)
-        out.verify(target)
-        # lowering also renders the intrinsics for the operands' strides (which may refuse)
-        if max(lowered_shared_bytes(out, target).values(), default=0) > limit:
-            return None
-    except KilnError:
-        return None
-    return out
+    for tiles in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
+        try:
+            out = tile_gemm_wmma(sch, b, target, tc, tiles)
+            out.verify(target)
+            # lowering also renders the intrinsics for the operands' strides (may refuse)
+            if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
+                return out
+        except KilnError:
+            continue
+    return None
 
 
 __all__ = ["TensorCore", "WmmaTiles", "choose_wmma_tiles", "tensor_core_intrinsics",

@@ -412,6 +412,14 @@ class _Planner:
                     out.extend(planner.access(x.buffer, x.indices, False, stmt))
 
             def visit_Call(self, x: ir.Call) -> None:
+                tiles = planner.intrinsic_tiles(x, stmt)
+                if tiles is not None:  # a specialised intrinsic: the elements of its tiles
+                    out.extend(tiles)
+                    for a in x.args:
+                        ptr = a.args[0] if isinstance(a, ir.Call) and a.args else a
+                        for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
+                            self.visit_expr(i)
+                    return
                 written = planner.intrinsic_writes(x)
                 if written is not None:  # a declared intrinsic: its output alone is written
                     for k, a in enumerate(x.args):
@@ -435,6 +443,29 @@ class _Planner:
                 super().visit_Call(x)
 
         _Loads().visit_expr(e)
+        return out
+
+    def intrinsic_tiles(self, call: ir.Call, stmt: ir.Stmt) -> list[_Access] | None:
+        """The shared elements a specialised intrinsic call reads and writes (its
+        operands' tiles: :func:`~toolchain.intrinsics.operand_elements`), or None."""
+        from toolchain.intrinsics import operand_elements
+
+        ops = operand_elements(call)
+        if ops is None:
+            return None
+        out: list[_Access] = []
+        for buf, first, dims, written in ops:
+            if not is_shared(buf):
+                continue
+            tvars = [ir.Var(f"tile{d}") for d in range(len(dims))]
+            idx: ir.PrimExpr = first
+            for v, (_, stride) in zip(tvars, dims, strict=True):
+                idx = idx + v * stride
+            for write in (False, True) if written else (False,):
+                acc = self.access(buf, (idx,), write, stmt)
+                for v, (ext, _) in zip(tvars, dims, strict=True):
+                    acc = [a.under(v, ir.Range(0, ext)) for a in acc]
+                out.extend(acc)
         return out
 
     @staticmethod
