@@ -62,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
                         help="fp16: the model's float32 tensors and weights stored as float16 "
                              "inside the bundle (float32 sums; tensor cores for GEMMs on CUDA "
-                             "targets), float32 inputs and outputs at its API (docs/tensor_cores.md)")
+                             "targets), float32 inputs and outputs at its API "
+                             "(docs/tensor_cores.md)")
     parser.add_argument("--backend", choices=("c", "llvm"), default="c",
                         help="c (default): kernels as C source; llvm: kernels as object files "
                              "for the target's triple, compiled in-process by LLVM, next to "

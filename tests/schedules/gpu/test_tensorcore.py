@@ -81,8 +81,12 @@ def test_the_intrinsics_are_found_by_behaviour_not_by_name() -> None:
 def test_tiles_divide_the_shapes_or_are_refused() -> None:
     tc = tensor_core_intrinsics(SM80)
     t = choose_wmma_tiles(64, 96, 48, tc, SM80)
-    assert t is not None and t.wy == 4
-    assert 64 % (16 * t.wy) == 0 and 96 % (16 * t.wx * t.fn) == 0 and 48 % (16 * t.kf) == 0
+    assert t is not None and t.wy * t.fm == 4  # the 64 rows: 4 fragments high
+    assert 64 % (16 * t.wy * t.fm) == 0 and 96 % (16 * t.wx * t.fn) == 0
+    assert 48 % (16 * t.kf) == 0
+    big = choose_wmma_tiles(4096, 4096, 4096, tc, SM80)
+    by, bx, bk = 16 * big.wy * big.fm, 16 * big.wx * big.fn, 16 * big.kf
+    assert by * bx * 4 + 2 * (by + bx) * bk * 2 <= SM80.max_shared_memory_per_block
     assert choose_wmma_tiles(40, 32, 32, tc, SM80) is None
 
 

@@ -7,14 +7,15 @@ intrinsics for three behaviours -- zeroing an accumulator fragment (``C[i, j] = 
 (``D[i, j] = C[i, j]``) -- never at the target's name. ``cuda-sm80`` / ``cuda-sm90``
 declare them as ``wmma`` 16 x 16 x 16 (``targets/cuda-sm80.yaml``).
 
-The kernel (:func:`tile_gemm_wmma`) for a block of ``wy x wx`` warps, each warp a 16 x
-``16 fn`` tile of C (one row of ``fn`` fragments), the reduction in steps of ``16 kf``:
+The kernel (:func:`tile_gemm_wmma`) for a block of ``wy x wx`` warps, each warp a
+``16 fm x 16 fn`` tile of C (``fm x fn`` fragments), the reduction in steps of ``16 kf``:
 
 - ``C`` staged twice: ``C_shared`` (a float32 tile of the block, the element-wise tail
   folded into its write-back) filled from ``C_frag`` (``wmma.accumulator``, the warp's
   fragments); ``set_dtype(.., "float32")`` makes the sum float32;
-- per step the block fetches the A and B tiles into shared memory (float16), all its
-  threads cooperating, then each warp runs ``fn * kf`` tensorized 16 x 16 x 16 products;
+- per step the block fetches the A and B tiles into shared memory (float16, two halves:
+  the next step's fetched during this one's products), all its threads cooperating, then
+  each warp runs ``fm * fn * kf`` tensorized 16 x 16 x 16 products;
 - at the end each warp stores its fragments to ``C_shared`` (tensorized), and all threads
   write the block's tile out with the tail.
 
@@ -31,17 +32,18 @@ sums in float32 on float16 storage). Before (a float16 ``MatMul`` 64 x 32 x 64):
     for i, j, k in T.grid(64, 64, 32):
         with T.block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
 
-after, abridged (one block of 4 x 2 warps, ``fn`` = 2, ``kf`` = 2)::
+after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn`` = 2,
+``kf`` = 2; the fetches and the fragments' store left out)::
 
     for k_0 in range(1):
-        ... A_shared, B_shared fetched by 256 threads ...
-        for i_1 in T.thread_binding(4, thread="threadIdx.z"):
+        ... A_shared, B_shared fetched by 128 threads ...
+        for i_1 in T.thread_binding(2, thread="threadIdx.z"):
             for j_1 in T.thread_binding(2, thread="threadIdx.y"):
-                for k_1, j_2 in T.grid(2, 2):
+                for k_1, i_2, j_2 in T.grid(2, 2, 2):
                     T.call_extern("int32", "kiln_wmma_f16_16x16x16",
-                                  T.address_of(A_shared[i_1 * 16, k_1 * 16]),
-                                  T.address_of(B_shared[k_1 * 16, j_1 * 32 + j_2 * 16]),
-                                  T.address_of(C_frag[i_1 * 16, j_1 * 32 + j_2 * 16]))
+                        T.address_of(A_shared[i_1 * 32 + i_2 * 16, k_1 * 16]),
+                        T.address_of(B_shared[k_1 * 16, j_1 * 32 + j_2 * 16]),
+                        T.address_of(C_frag[i_1 * 32 + i_2 * 16, j_1 * 32 + j_2 * 16]))
 
 >>> from toolchain import te
 >>> from toolchain.target import load_target
@@ -84,10 +86,12 @@ class TensorCore:
 
 @dataclass(frozen=True)
 class WmmaTiles:
-    """``wy x wx`` warps per block, each a ``m x (fn n)`` tile; steps of ``kf k``."""
+    """``wy x wx`` warps per block, each a ``(fm m) x (fn n)`` tile of ``fm x fn``
+    fragments; steps of ``kf k``."""
 
     wy: int
     wx: int
+    fm: int
     fn: int
     kf: int
     #: the A and B tiles double-buffered (the next step fetched during this one's products)
@@ -147,16 +151,17 @@ def _is_gemm(beh: Any) -> bool:
 
 def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
                       target: Target) -> WmmaTiles | None:
-    """The largest tiles (up to 4 x 2 warps, 2 fragments a warp, 2 steps of ``k``) that
-    divide the shapes, within the target's threads; None when ``ext_y``, ``ext_x`` or
-    ``ext_k`` is not a multiple of the fragment's.
+    """The largest tiles (up to 4 x 2 warps, 2 x 2 fragments a warp, 2 steps of ``k``)
+    that divide the shapes, with fewer warps on ``y`` until the block's shared memory (the
+    float32 output tile and two halves of each operand's tile) fits the target's; None
+    when ``ext_y``, ``ext_x`` or ``ext_k`` is not a multiple of the fragment's.
 
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
     >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=4, wx=2, fn=2, kf=2, double_buffer=True)
+    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True)
     >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=1, wx=1, fn=1, kf=1, double_buffer=True)
+    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True)
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -169,14 +174,22 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
             f //= 2
         return f
 
-    wy = largest(ext_y, tc.m, 4)
+    smem = target.max_shared_memory_per_block or 48 * 1024
+    fm = largest(ext_y, tc.m, 2)
     fn = largest(ext_x, tc.n, 2)
+    wy = largest(ext_y, tc.m * fm, 4)
     wx = largest(ext_x, tc.n * fn, 2)
-    while wy * wx * warp > most and wy > 1:
+    kf = largest(ext_k, tc.k, 2)
+
+    def shared(wy: int) -> int:
+        by, bx, bk = wy * fm * tc.m, wx * fn * tc.n, kf * tc.k
+        return by * bx * 4 + 2 * (by + bx) * bk * 2
+
+    while (wy * wx * warp > most or shared(wy) > smem) and wy > 1:
         wy //= 2
     if wy * wx * warp > most:
         return None
-    return WmmaTiles(wy, wx, fn, largest(ext_k, tc.k, 2))
+    return WmmaTiles(wy, wx, fm, fn, kf)
 
 
 def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
@@ -201,10 +214,10 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)
     others = [loops[i] for i in axes.others]
-    by, wy, yi = sch.split(loops[axes.y], [None, t.wy, tc.m])
+    by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
     bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
     ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
-    sch.reorder(*others, by, bx, ko, wy, wx, kf, fx, yi, xi, ki)
+    sch.reorder(*others, by, bx, ko, wy, wx, kf, fy, fx, yi, xi, ki)
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
@@ -215,18 +228,18 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
                   sch.get(wx).loop_var.name + "_init": "threadIdx.y"}
     init = sch.decompose_reduction(b, ko)
-    # the init block's loops: copies of the spatial loops under ko (wy, wx, fx, yi, xi;
-    # those of extent 1 left out), the tile's two innermost
+    # the init block's loops: copies of the spatial loops under ko (wy, wx, fy, fx, yi,
+    # xi; those of extent 1 left out), the tile's two innermost
     init_loops = sch.get_loops(init)
     init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
                   if sch.get(lp).loop_var.name in warp_names]
     sch.tensorize(init_loops[-2], tc.fill)
     sch.tensorize(yi, tc.mma)
-    # the fragments' store: per warp, 16 x (16 fn) of the block's tile
+    # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
     ay, ax = _own(sch, cf, bx)
-    swy, sy = sch.split(ay, [t.wy, tc.m])
+    swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
     swx, sfx, sx = sch.split(ax, [t.wx, t.fn, tc.n])
-    sch.reorder(swy, swx, sfx, sy, sx)
+    sch.reorder(swy, swx, sfy, sfx, sy, sx)
     sch.tensorize(sy, tc.store)
     # the write-back with the tail, and the fetches: all threads, lanes innermost
     for s, at in ((cs, bx), *((c, ko) for c in copies)):
