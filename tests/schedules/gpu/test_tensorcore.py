@@ -130,6 +130,35 @@ def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
         assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
 
 
+def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
+    """The CUDA renderer passes an intrinsic the fragment of its 16 x 16 tile (the
+    emulation, which keeps fragments as float tiles, cannot check this): for a warp tile
+    of 2 x 2 fragments, the four products of a step name fragments 0..3, each once, and
+    the fill and the store name the same four."""
+    from toolchain.codegen.backend import CUDABackend
+
+    A = te.placeholder((64, 32), name="A", dtype="float16")
+    B = te.placeholder((32, 64), name="B", dtype="float16")
+    k = te.reduce_axis((0, 32), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    assert sch is not None
+    art = CUDABackend().kernel(lower(sch, target=SM80), "g")
+    body = "\n".join(line for k in art.launches for line in k["body"])
+    import re
+
+    frags: dict[str, list[int]] = {}
+    for fn, expr in re.findall(r"(kiln_wmma_\w+?)_[0-9a-f]{8}\([^;]*?"
+                               r"&C_shared_wmma_accumulator\[([^\]]*)\]", body):
+        # a constant index (the fragment loops are unrolled) in C's integer arithmetic
+        assert re.fullmatch(r"[0-9()+*/% ]+", expr), expr
+        frags.setdefault(fn, []).append(eval(expr.replace("/", "//")))  # noqa: S307
+    assert sorted(frags["kiln_wmma_f16_16x16x16"]) == [0, 0, 1, 1, 2, 2, 3, 3]  # kf = 2
+    assert sorted(frags["kiln_wmma_fill_16x16"]) == [0, 1, 2, 3]
+    assert sorted(frags["kiln_wmma_store_16x16"]) == [0, 1, 2, 3]
+    assert "kiln_wmma_acc C_shared_wmma_accumulator[4];" in body
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_fp16_gemms_emulated_match_the_reference(name: str, tmp_path: Path) -> None:
     build, wmma = MODELS[name]

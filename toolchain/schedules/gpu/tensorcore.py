@@ -233,13 +233,22 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     init_loops = sch.get_loops(init)
     init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
                   if sch.get(lp).loop_var.name in warp_names]
+    # the fragment loops unrolled: a fragment array indexed by constants stays in registers
+    frag_names = {sch.get(lp).loop_var.name + "_init" for lp in (fy, fx)}
+    for lp in init_loops[:-2]:
+        if sch.get(lp).loop_var.name in frag_names:
+            sch.unroll(lp)
     sch.tensorize(init_loops[-2], tc.fill)
+    for lp in (kf, fy, fx):
+        sch.unroll(lp)
     sch.tensorize(yi, tc.mma)
     # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
     ay, ax = _own(sch, cf, bx)
     swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
     swx, sfx, sx = sch.split(ax, [t.wx, t.fn, tc.n])
     sch.reorder(swy, swx, sfy, sfx, sy, sx)
+    sch.unroll(sfy)
+    sch.unroll(sfx)
     sch.tensorize(sy, tc.store)
     # the write-back with the tail, and the fetches: all threads, lanes innermost
     for s, at in ((cs, bx), *((c, ko) for c in copies)):
