@@ -81,6 +81,26 @@ def test_precision_is_checked(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+def test_kiln_compile_precision_fp16(tmp_path: Path) -> None:
+    """The command line: ``kiln compile --precision fp16 --emulate`` writes the bundle, and
+    the value is checked by the parser."""
+    import onnx
+
+    from toolchain.cli import main
+
+    model, feeds = gemm_model(32, 16, 16)
+    onnx.save(model, tmp_path / "g.onnx")
+    out = tmp_path / "b"
+    assert main(["compile", str(tmp_path / "g.onnx"), "--target", "cuda-sm80", "--emulate",
+                 "--precision", "fp16", "-o", str(out), "--no-progress"]) == 0
+    assert json.loads((out / "metadata.json").read_text())["options"]["precision"] == "fp16"
+    want = run_graph(from_onnx(model), feeds)["y"]
+    got = load_bundle(out)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
+    with pytest.raises(SystemExit):
+        main(["compile", str(tmp_path / "g.onnx"), "--precision", "fp8", "-o", str(out)])
+
+
 @pytest.mark.parametrize("name", ["lenet5", "transformer_encoder"])
 def test_fp16_zoo_models_emulated_match_the_float32_reference(name: str, tmp_path: Path) -> None:
     spec = ZOO[name]

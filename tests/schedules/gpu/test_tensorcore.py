@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 from tests.bundle.helpers import make_model, random_inputs
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
@@ -57,6 +57,19 @@ def _dense_trans_b() -> tuple[object, dict]:
     return m, random_inputs(m, seed=8)
 
 
+def _float16_io() -> tuple[object, dict]:
+    """A float16 model (benchmarks/cuda.py's fp16 GEMM): no conversion at the API."""
+    f16 = TensorProto.FLOAT16
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", f16, [48, 32]),
+                           helper.make_tensor_value_info("b", f16, [32, 64])],
+                          [helper.make_tensor_value_info("y", f16, [48, 64])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(9)
+    return m, {"a": rng.standard_normal((48, 32)).astype(np.float16),
+               "b": rng.standard_normal((32, 64)).astype(np.float16)}
+
+
 #: name -> (model and feeds, whether the GEMM takes tensor cores)
 MODELS = {
     "matmul_128x96x64": (lambda: gemm_model(128, 96, 64), True),   # 3 steps of k, 2 blocks
@@ -64,6 +77,7 @@ MODELS = {
     "batch_matmul_tanh": (_batch_matmul, True),
     "matmul_40x24x20": (lambda: gemm_model(40, 24, 20), False),    # not multiples of 16
     "gemm_trans_b": (_dense_trans_b, False),  # B[n, k]: no row-major tile, SIMT kernel
+    "float16_io": (_float16_io, True),
 }
 
 
@@ -172,6 +186,7 @@ def test_fp16_gemms_emulated_match_the_reference(name: str, tmp_path: Path) -> N
         assert "threadIdx_x % 32 == 0" in src
     got = load_bundle(d)(feeds)
     for k, v in want.items():
+        v = v.astype(np.float64)
         err = float(np.max(np.abs(got[k] - v))) / float(np.max(np.abs(v)))
         assert err < FP16_TOL, f"{name}: {k} off by {err:.2e} of its range"
 
@@ -201,4 +216,5 @@ def test_fp16_gemms_on_the_gpu_match_the_reference(name: str, tmp_path: Path) ->
     for _ in range(2):
         got = mod(feeds)
         for k, v in want.items():
+            v = v.astype(np.float64)
             assert float(np.max(np.abs(got[k] - v))) / float(np.max(np.abs(v))) < FP16_TOL
