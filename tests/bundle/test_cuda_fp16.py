@@ -134,7 +134,7 @@ def test_fp16_bundle_compiles_for_sm80_and_sm90(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
-@pytest.mark.parametrize("name", ["lenet5", "resnet8", "transformer_encoder"])
+@pytest.mark.parametrize("name", ["lenet5", "transformer_encoder"])
 def test_fp16_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path) -> None:
     spec = ZOO[name]
     model = spec.build()

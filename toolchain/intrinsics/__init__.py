@@ -493,7 +493,11 @@ class _Specialise(StmtExprMutator):
             env[opname] = opname
             ctype = spec.types.get(opname) or self.ctype[load.buffer.dtype]
             params.append(f"{ctype} *{opname}")
-        key = hashlib.sha1(repr(sorted(env.items())).encode()).hexdigest()[:8]
+        # the name's hash leaves out the tile strides (``A_t0``): they follow from the
+        # per-dimension ones, and specialised names stay what they were before them
+        key = hashlib.sha1(repr(sorted((k, v) for k, v in env.items() if "_t" not in k
+                                       or not k.split("_t")[-1].isdigit())).encode()
+                           ).hexdigest()[:8]
         fname = f"{spec.function}_{key}"
         _SPECIALISED[fname] = (spec, {k: v for k, v in env.items() if "_t" in k
                                       and isinstance(v, int)})
