@@ -5,6 +5,7 @@ references measured in the same run.
     python benchmarks/cuda.py --models lenet5,ds_cnn --gemm 1024
     python benchmarks/cuda.py --models resnet18 --gemm ''    # + PyTorch eager's ResNet-18
     python benchmarks/cuda.py --schedules tiled,generic   # both GPU schedules, one run
+    python benchmarks/cuda.py --models '' --gemm 4096 --gemm-precision fp16   # tensor cores
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -16,6 +17,10 @@ references measured in the same run.
   (cuBLAS, TF32 off) on the same GPU: both from host arrays to host arrays (the copies
   included), then the kernels alone (Kiln: ``<m>_run_device``, launch and sync included;
   cuBLAS: CUDA events): the kernel ratio Kiln / cuBLAS is what to read.
+  ``--gemm-precision fp16``: float16 A, B and C compiled with ``--precision fp16`` (the
+  tensor-core kernel where the shapes allow: the ``kernel`` column says ``wmma`` or
+  ``simt``), against PyTorch's float16 ``a @ b`` with float32 accumulation; the issue's
+  goal is a kernel ratio of at most 1 / 0.7 = 1.43 at n = 4096.
 
 ``--schedules``: ``tiled`` (the default: the strategy table's tiled GEMM for the
 convolution, dense and matmul groups), ``generic`` (those groups as one thread per output,
@@ -144,11 +149,18 @@ def torch_resnet18(repeat: int) -> None:
     print(f"{'resnet18 (PyTorch eager)':26s} {'':12s} {host:9.3f} {device:11.3f}", flush=True)
 
 
-def _gemm_model(n: int) -> onnx.ModelProto:
+#: --gemm-precision -> (ONNX element type of A, B and C, numpy dtype)
+GEMM_TYPES = {"fp32": (TensorProto.FLOAT, np.float32), "fp16": (TensorProto.FLOAT16, np.float16)}
+
+
+def _gemm_model(n: int, precision: str = "fp32") -> onnx.ModelProto:
+    """``C = A @ B``, ``n x n``; fp16: float16 inputs and output (the bundle then is the one
+    GEMM kernel, on tensor cores: no float32 conversions at its API to time with it)."""
+    et = GEMM_TYPES[precision][0]
     g = helper.make_graph(
         [helper.make_node("MatMul", ["A", "B"], ["C"])], "gemm",
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "AB"],
-        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])])
+        [helper.make_tensor_value_info(x, et, [n, n]) for x in "AB"],
+        [helper.make_tensor_value_info("C", et, [n, n])])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -167,7 +179,10 @@ def _cublas(torch, a: np.ndarray, b: np.ndarray, repeat: int) -> tuple[float, fl
 
 
 def gemm(sizes: list[int], target: str, root: Path, repeat: int,
-         schedules: list[str]) -> None:
+         schedules: list[str], precision: str = "fp32") -> None:
+    """The GEMM table for ``precision``: fp32 (TF32 off on both sides) or fp16 (float16
+    A, B and C; Kiln's tensor-core kernel, float32 sums, against cuBLAS's float16 GEMM
+    with float32 accumulation: PyTorch's reduced-precision reduction off)."""
     try:
         import torch
     except ImportError:
@@ -175,27 +190,45 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
         print("\nPyTorch is not installed: no cuBLAS reference in this run")
     else:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
-    print(f"\n{'GEMM n':>8s} {'schedule':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} "
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    print(f"\n{'GEMM n':>8s} {'prec':>5s} {'schedule':>8s} {'kiln ms':>10s} {'cuBLAS ms':>10s} "
           f"{'kiln kernel ms':>15s} {'cuBLAS kernel ms':>17s} {'kernel ratio':>13s} "
-          f"{'kiln TFLOP/s':>13s} {'max rel err':>12s}")
+          f"{'kiln TFLOP/s':>13s} {'max rel err':>12s}  kernel")
     rng = np.random.default_rng(0)
+    dt = GEMM_TYPES[precision][1]
     for n in sizes:
-        a = rng.standard_normal((n, n)).astype(np.float32)
-        b = rng.standard_normal((n, n)).astype(np.float32)
-        want = a.astype(np.float64) @ b
-        cublas, kernel = _cublas(torch, a, b, repeat) if torch is not None else (np.nan,
-                                                                                np.nan)
+        a = rng.standard_normal((n, n)).astype(dt)
+        b = rng.standard_normal((n, n)).astype(dt)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        try:
+            cublas, kernel = _cublas(torch, a, b, repeat) if torch is not None else (np.nan,
+                                                                                    np.nan)
+        except Exception as e:  # noqa: BLE001 - the Kiln columns still count
+            print(f"cuBLAS reference failed for n={n}: {type(e).__name__}: {e}")
+            cublas, kernel = np.nan, np.nan
         for sname in schedules:
+            t0 = time.perf_counter()
             with schedule(sname):
-                d = compile_model(_gemm_model(n), target, root / f"gemm{n}_{sname}",
-                                  progress=False, force=True)
+                d = compile_model(_gemm_model(n, precision), target,
+                                  root / f"gemm{n}_{precision}_{sname}", progress=False,
+                                  force=True, precision=precision)
+            kinds = sorted({k.get("schedule", "?") for k in _kernel_kinds(d)})
             mod = load_bundle(d)
             got = mod({"A": a, "B": b})["C"]
-            err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+            err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
             kiln = _ms(lambda m=mod, x=a, y=b: m({"A": x, "B": y}), repeat)
             kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
-            print(f"{n:8d} {sname:>8s} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} {kernel:17.3f} "
-                  f"{kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} {err:12.2e}", flush=True)
+            print(f"{n:8d} {precision:>5s} {sname:>8s} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} "
+                  f"{kernel:17.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
+                  f"{err:12.2e}  {','.join(kinds)} (compile+build "
+                  f"{time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def _kernel_kinds(bundle: Path) -> list[dict]:
+    """What the bundle's kernels are (tensor cores or not): ``nvcuda::wmma`` in its
+    source says whether the tensor-core kernel was chosen."""
+    src = (bundle / "src" / "kernels.cu").read_text()
+    return [{"schedule": "wmma" if "nvcuda::wmma::mma_sync" in src else "simt"}]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--schedules", default="tiled",
                     help="comma-separated GPU schedules to compare: tiled, generic")
+    ap.add_argument("--gemm-precision", default="fp32",
+                    help="comma-separated: fp32 (TF32 off), fp16 (--precision fp16: tensor "
+                         "cores, float32 sums; against cuBLAS fp16)")
     args = ap.parse_args(argv)
     schedules = [s for s in args.schedules.split(",") if s]
     for s in schedules:
@@ -215,7 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         print("no NVIDIA GPU here (nvidia-smi -L): nothing to measure; the CUDA bundles are "
               "checked on the CPU by tests/bundle/test_cuda.py (SIMT emulation)")
         return 0
-    names = args.models.split(",") if args.models else \
+    precisions = [p for p in args.gemm_precision.split(",") if p]
+    for p in precisions:
+        if p not in GEMM_TYPES:
+            ap.error(f"--gemm-precision: unknown precision {p!r} (one of "
+                     f"{', '.join(GEMM_TYPES)})")
+    names = [n for n in args.models.split(",") if n] if args.models is not None else \
         [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
     with tempfile.TemporaryDirectory() as tmp:
         if names:
@@ -223,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         if "resnet18" in names:
             torch_resnet18(args.repeat)
         sizes = [int(s) for s in args.gemm.split(",") if s]
-        if sizes:
-            gemm(sizes, args.target, Path(tmp), args.repeat, schedules)
+        for p in precisions if sizes else ():
+            gemm(sizes, args.target, Path(tmp), args.repeat, schedules, p)
     return 0
 
 

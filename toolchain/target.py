@@ -206,6 +206,12 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "cflags": ((list,), "a list of strings", False),
     "cpu_flags": ((list,), "a list of strings", False),
     "description": ((str,), "a string", False),
+    "lanes": ((int,), "the number of threads that execute one call together (32: a warp-"
+                      "collective GPU operation)", False),
+    "qualifier": ((str,), "what precedes the C definition (default 'static inline'; "
+                          "a macro from c_helpers for CUDA device functions)", False),
+    "types": ((dict,), "a mapping of operand name to the C type of its pointer parameter "
+                       "(default: the C type of its dtype)", False),
 }
 
 

@@ -30,7 +30,8 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
                   force: bool = False, progress: bool | None = None,
                   emulate: bool = False, backend: str | None = None,
                   weights: str | None = None, skip_passes: tuple[str, ...] = (),
-                  ram_budget: int | None = None, patch: Any = None) -> Path:
+                  ram_budget: int | None = None, patch: Any = None,
+                  precision: str = "fp32") -> Path:
     """Compile ``model`` (a path, bytes or ModelProto) for ``target`` into the bundle
     directory ``output`` (written atomically); returns its path. ``emulate`` (GPU targets):
     a C bundle whose kernels are the GPU kernels' own code run thread by thread on the CPU
@@ -44,7 +45,9 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
     attention pattern stays separate kernels, for comparisons). ``ram_budget``: the most
     arena bytes; the first layers run in patches where the plain plan needs more
     (docs/embedded.md, "Patch-based inference"); ``patch``: a stage chosen by hand,
-    ``(first node, layers, (rows, columns))``."""
+    ``(first node, layers, (rows, columns))``. ``precision="fp16"``:
+    float16 tensors and weights inside the bundle, float32 at its API, float32 sums
+    (:mod:`toolchain.graph.passes.precision`; tensor cores on CUDA: docs/cuda.md)."""
     check_destination(Path(output).absolute(), force)
     # no cyclic garbage collection while the stages build their IR (toolchain.gcpause):
     # it would only traverse it, alive until the bundle is written; freed by reference
@@ -53,20 +56,21 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
         return _compile(model, target, output, input_shapes=input_shapes, name=name,
                         dump_ir=dump_ir, force=force, progress=progress, emulate=emulate,
                         backend=backend, weights=weights, skip_passes=skip_passes,
-                        ram_budget=ram_budget, patch=patch)
+                        ram_budget=ram_budget, patch=patch, precision=precision)
 
 
 def _compile(model: Any, target: Any, output: str | Path, *,
              input_shapes: dict[str, tuple[int, ...]] | None, name: str | None,
              dump_ir: str | Path | None, force: bool, progress: bool | None, emulate: bool,
              backend: str | None, weights: str | None, skip_passes: tuple[str, ...],
-             ram_budget: int | None = None, patch: Any = None) -> Path:
+             ram_budget: int | None = None, patch: Any = None,
+             precision: str = "fp32") -> Path:
     bar = CompileProgress(progress)  # names the stage: import ... writing
     try:
         spec = build_spec(model, target, input_shapes=input_shapes, name=name,
                           dump_ir=dump_ir, progress=bar, emulate=emulate, backend=backend,
                           weights=weights, skip_passes=skip_passes, ram_budget=ram_budget,
-                          patch=patch)
+                          patch=patch, precision=precision)
         bar.stage("rendering")
         cuda = spec.target.kind == "cuda" and not emulate
         files = render_cuda_files(spec) if cuda else render_files(spec)

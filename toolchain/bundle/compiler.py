@@ -367,7 +367,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                progress: bool | None | CompileProgress = None, emulate: bool = False,
                backend: str | None = None, weights: str | None = None,
                skip_passes: tuple[str, ...] = (), ram_budget: int | None = None,
-               patch: tuple[str, int, tuple[int, int]] | None = None) -> BundleSpec:
+               patch: tuple[str, int, tuple[int, int]] | None = None,
+               precision: str = "fp32") -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
     ``backend="llvm"``: the kernels as object code for the target's triple (LLVM), the rest
@@ -376,12 +377,15 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     passes left out; ``ram_budget``: the most arena bytes, met by running the first layers
     in patches where the plain plan needs more (docs/embedded.md, "Patch-based inference";
     None: no limit, no patches); ``patch``: a patch stage chosen by hand instead, as
-    ``(first node, layers, (rows, columns) of tiles)``."""
+    ``(first node, layers, (rows, columns) of tiles)``; ``precision``: ``fp16`` stores the
+    model's float32 tensors as float16 (:func:`~toolchain.graph.passes.precision.to_fp16`;
+    float32 inputs and outputs)."""
     if ram_budget is not None and ram_budget < 1:
         raise OptionError(f"--ram-budget {ram_budget}: must be a positive number of bytes")
     from toolchain.bundle.weights import MODES
     from toolchain.graph.passes import DEFAULT_PASSES
     from toolchain.graph.passes.pipeline import check_lowered
+    from toolchain.graph.passes.precision import PRECISIONS, to_fp16
 
     unknown = sorted(set(skip_passes) - set(DEFAULT_PASSES))
     if unknown:
@@ -389,6 +393,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                           f"are: {', '.join(dict.fromkeys(DEFAULT_PASSES))}")
     passes = tuple(p for p in DEFAULT_PASSES if p not in skip_passes)
 
+    if precision not in PRECISIONS:
+        raise OptionError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     if weights not in (None, *MODES):
         raise OptionError(f"weights {weights!r}: choose one of {', '.join(MODES)} "
                           "(docs/bundle.md, 'Weights')")
@@ -424,6 +430,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                           "--name NAME")
     graph = from_onnx(loadable, input_shapes=input_shapes)
     del loadable
+    if precision == "fp16":
+        graph = to_fp16(graph)
     check_lowered(graph, [p for p in passes if isinstance(p, str)])
     release_freed_memory()
     check_index_range(graph)
@@ -447,6 +455,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
                "name": prefix, "alignment": ALIGNMENT, "weights": weights or "auto"}
+    if precision != "fp32":
+        options["precision"] = precision  # float16 tensors inside, float32 at the API
     if emulate:
         options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
     if backend == "llvm":

@@ -271,18 +271,20 @@ class BundleRenderer(CRenderer):
 
 def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[int] = True,
                   renderer: type[BundleRenderer] | None = None,
-                  threads: int = 1, vector_loads: bool = True) -> KernelArtifact:
+                  threads: int = 1, vector_loads: bool = True,
+                  keep_scopes: tuple[str, ...] = ()) -> KernelArtifact:
     """Render a lowered PrimFunc as the bundle kernel ``name``: the C backend's
     :class:`~toolchain.codegen.artifact.KernelArtifact` (its ``support`` is the typed
     :class:`~toolchain.codegen.artifact.CSupport` the lowering attached);
     ``restrict``: True (every pointer parameter), False (none) or the positions of the
     parameters that alias each other (those without, the others with); ``threads`` > 1:
     SPMD when the kernel has parallel loops (``KernelArtifact.threaded``);
-    ``vector_loads``: see :class:`~toolchain.codegen.cstyle.CStyleRenderer`."""
+    ``vector_loads``: see :class:`~toolchain.codegen.cstyle.CStyleRenderer`;
+    ``keep_scopes``: allocations of these scopes keep float16 storage (``legalize_f16``)."""
     r = (renderer or BundleRenderer)(restrict=restrict, threads=threads,
                                      vector_loads=vector_loads)
     r.reset()
-    legal = legalize_f16(func)
+    legal = legalize_f16(func, keep_scopes)
     support = support_of(func)
     if legal is not func:  # kiln_f16 and its conversions
         support = support.merge(CSupport(headers=(RUNTIME_HEADER,)))

@@ -100,8 +100,10 @@ class SimtCBackend:
                     return
                 super().stmt_Evaluate(s)
 
+        # shared tiles keep float16 storage as on the GPU (the same values; tensor-core
+        # intrinsics take pointers to them)
         art = render_kernel(emulate_threads(lowered, name), name, restrict=restrict,
-                            renderer=_Serial)
+                            renderer=_Serial, keep_scopes=("shared",))
         art.backend = self.name
         return art
 
@@ -124,7 +126,12 @@ class CUDABackend:
         from toolchain.codegen.artifact import support_of
         from toolchain.codegen.cuda import CUDARenderer
         from toolchain.errors import UnsupportedError
+        from toolchain.tir.transform.legalize_f16 import legalize_f16
 
+        # float16 as everywhere else in Kiln: 16-bit storage, float32 arithmetic (a sum
+        # accumulates in float32, as the SIMT emulation and the CPU bundles compute it);
+        # shared tiles stay float16 (the operands tensor cores read)
+        lowered = legalize_f16(lowered, keep_scopes=("shared",))
         body, scratch = lowered.body, []
         # global buffers between kernels, and a local one compaction could not shrink into
         # its thread (a whole tensor, each thread its own element): device scratch

@@ -67,6 +67,10 @@ class _Launch(StmtExprVisitor):
         super().visit_For(s)
 
 
+#: the precedence a rendered call has (an atom: it binds tighter than any operator)
+_CALL_PREC = 20
+
+
 class CUDARenderer(CStyleRenderer):
     """CUDA C for NVIDIA GPUs (see the module docstring)."""
 
@@ -169,6 +173,53 @@ class CUDARenderer(CStyleRenderer):
 
     def render_simd_pragma(self, s: ir.For) -> None:
         pass
+
+    def stmt_Allocate(self, s: ir.Allocate) -> None:
+        buf = s.buffer
+        if not buf.scope.startswith("wmma."):
+            super().stmt_Allocate(s)
+            return
+        # tensor-core fragments: one per 16 x 16 tile of the buffer (the tensor-core
+        # schedule's warp tile: toolchain.schedules.gpu.tensorcore), addressed through
+        # the intrinsic calls (expr_Call below); the type comes from the target's
+        # c_helpers (kiln_wmma_acc)
+        n = ir.const_int(buf.shape[0]) if len(buf.shape) == 1 else None
+        if n is None or n % 256:
+            raise UnsupportedError(f"cuda code generation: fragment buffer {buf.name} "
+                                   f"({buf.scope}) must hold whole 16 x 16 tiles, not {buf.shape}")
+        if buf.scope != "wmma.accumulator":
+            raise UnsupportedError(f"cuda code generation: fragment scope {buf.scope} of "
+                                   f"{buf.name}: only wmma.accumulator buffers are declared")
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"kiln_wmma_acc {self.names(buf.data, buf.name)}[{n // 256}];")
+        self.stmt(s.body)
+        self.indent -= 1
+        self.emit("}")
+
+    def expr_Call(self, e: ir.Call) -> tuple[str, int]:
+        from toolchain.intrinsics import operand_elements
+
+        ops = operand_elements(e)
+        if ops is not None and any(b.scope.startswith("wmma.") for b, _, _, _ in ops):
+            # a fragment operand: the fragment of the 16 x 16 tile whose first element is
+            # at flat index f of a buffer with rows of L elements (its tile's row stride):
+            # fragments row-major, L / 16 a row
+            args = []
+            for (buf, first, dims, _), arg in zip(ops, e.args, strict=True):
+                if not buf.scope.startswith("wmma."):
+                    args.append(self.expr(arg))
+                    continue
+                row = dims[0][1]
+                f = self.expr(first)
+                frag = f"({f}) / {16 * row} * {row // 16} + ({f}) % {row} / 16"
+                args.append(f"&{self.var(buf.data)}[{frag}]")
+            return f"{e.op}({', '.join(args)})", _CALL_PREC
+        if e.op == "tir.address_of" and isinstance(e.args[0], ir.BufferLoad) and \
+                e.args[0].buffer.scope.startswith("wmma."):
+            raise UnsupportedError(f"cuda code generation: the address of fragment buffer "
+                                   f"{e.args[0].buffer.name} outside a tensor intrinsic call")
+        return super().expr_Call(e)
 
     def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
                           body: ir.Stmt) -> None:

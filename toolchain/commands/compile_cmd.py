@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emulate", action="store_true",
                         help="GPU targets: write a C bundle whose kernels are the GPU kernels' "
                              "code run thread by thread on the CPU (checks them without a GPU)")
+    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                        help="fp16: the model's float32 tensors and weights stored as float16 "
+                             "inside the bundle (float32 sums; tensor cores for GEMMs on CUDA "
+                             "targets), float32 inputs and outputs at its API "
+                             "(docs/tensor_cores.md)")
     parser.add_argument("--backend", choices=("c", "llvm"), default="c",
                         help="c (default): kernels as C source; llvm: kernels as object files "
                              "for the target's triple, compiled in-process by LLVM, next to "
@@ -110,6 +115,11 @@ def _run(args: argparse.Namespace) -> int:
 
             raise OptionError("--cores does not go with --board: a board's firmware runs on "
                               "one core")
+        if args.precision != "fp32":
+            from toolchain.errors import OptionError
+
+            raise OptionError("--precision fp16 does not go with --board yet (the board "
+                              "flow compiles float32 models as they are)")
         return compile_for_board(args, input_shapes(args))
     if not Path(args.model).is_file():
         raise InputError(f"model file {args.model} does not exist")
@@ -119,7 +129,8 @@ def _run(args: argparse.Namespace) -> int:
                         name=args.name, dump_ir=args.dump_ir, force=args.force,
                         progress=False if args.no_progress else None,
                         emulate=args.emulate, backend=args.backend, weights=args.weights,
-                        skip_passes=tuple(args.skip_pass), ram_budget=args.ram_budget)
+                        skip_passes=tuple(args.skip_pass), ram_budget=args.ram_budget,
+                        precision=args.precision)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]

@@ -10,7 +10,8 @@ Each entry under ``intrinsics:`` of ``targets/<target>.yaml`` becomes a
 
 The C body of ``<function>`` is a jinja2 template (``impl``) that sees each operand's
 pointer (``{{ A }}``) and element strides per dimension (``{{ A_s0 }}``, ``{{ A_s1 }}``…) as
-they are in the *lowered* kernel, and the declared loop extents (``{{ ext_g }}`` for
+they are in the *lowered* kernel (``{{ A_t0 }}``, ``{{ A_t1 }}``…: those of the dimensions
+the declared tile spans, the buffer's last ones), and the declared loop extents (``{{ ext_g }}`` for
 ``extents: {g: 16}``: one body can serve several extents); :func:`attach_intrinsics` (a
 built-in lowering pass of phase 1, after buffer compaction) renders one ``static inline``
 specialisation per stride combination into the kernel's C prelude.
@@ -61,9 +62,10 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["IntrinsicSpec", "attach_intrinsics", "get_spec", "intrinsic_flags",
+__all__ = ["IntrinsicSpec", "attach_intrinsics", "behaviour_of_call", "get_spec", "intrinsic_flags",
            "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
-           "load_intrinsics", "operand_tiles", "parse_behaviour", "scalar_vars"]
+           "load_intrinsics", "operand_elements", "operand_tiles", "parse_behaviour",
+           "scalar_vars"]
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,18 @@ class IntrinsicSpec:
     #: whether a call reads its output operand before writing it (``+=``, or the output
     #: on the right-hand side); ``C[b, o] = 0`` or ``C = A >> imm`` only write it
     reads_output: bool = True
+    #: threads that execute one call together (32: a warp-collective operation such as
+    #: ``wmma``; the SIMT emulation runs it once, on the first of them)
+    lanes: int = 1
+    #: what precedes the C definition (``static inline``, or a macro for device code)
+    qualifier: str = "static inline"
+    #: operand name -> C type of its pointer parameter, where not its dtype's (a fragment)
+    types: dict[str, str] = field(default_factory=dict)
 
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
+#: specialised function (``attach_intrinsics``) -> its spec and its operands' tile strides
+_SPECIALISED: dict[str, tuple[IntrinsicSpec, dict[str, int]]] = {}
 _BY_FUNCTION: dict[str, IntrinsicSpec] = {}
 
 
@@ -167,7 +178,9 @@ def _compile(t: Target) -> _Loaded:
                              {str(k): int(v) for k, v in dict(spec["extents"]).items()},
                              block.key if block else "", spec.get("llvm_impl", ""),
                              spec.get("instruction", ""),
-                             beh.accumulate or beh.output.name in {a.name for a in beh.inputs()})
+                             beh.accumulate or beh.output.name in {a.name for a in beh.inputs()},
+                             int(spec.get("lanes", 1)), spec.get("qualifier", "static inline"),
+                             {str(k): str(v) for k, v in dict(spec.get("types", {})).items()})
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
                    tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()))
@@ -283,6 +296,122 @@ def operand_tiles(call: ir.Call) -> list[tuple[ir.BufferLoad, ir.BufferLoad, boo
     return out
 
 
+def operand_elements(call: ir.Call) -> list[tuple[ir.Buffer, ir.PrimExpr,
+                                                  tuple[tuple[int, int], ...], bool]] | None:
+    """What a call to a specialised intrinsic (after :func:`attach_intrinsics`, on
+    flattened buffers) touches: per operand ``(buffer, first element's flat index, ((extent,
+    stride) per tile dimension), written)``; None for any other call or operand form.
+
+    >>> _ = load_intrinsics("cuda-sm80")
+    >>> from toolchain.tir import ir
+    >>> A, B = ir.Buffer("A", (512,), "float16"), ir.Buffer("B", (512,), "float16")
+    >>> C = ir.Buffer("C", (256,), "float32", scope="wmma.accumulator")
+    >>> ptr = lambda b, i: ir.Call("handle", "tir.address_of", [b[i]])
+    >>> f = _Specialise({"float16": "kiln_f16", "float32": "float"}).visit_expr(ir.Call(
+    ...     "int32", "kiln_wmma_f16_16x16x16",
+    ...     [ptr(b, 0) for b in (ir.Buffer("A", (16, 32), "float16"),
+    ...      ir.Buffer("B", (16, 32), "float16"),
+    ...      ir.Buffer("C", (16, 16), "float32", scope="wmma.accumulator"))]))
+    >>> call = ir.Call("int32", f.op, [ptr(A, 16), ptr(B, 0), ptr(C, 0)])
+    >>> [(b.name, str(i), dims, w) for b, i, dims, w in operand_elements(call)]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('A', '16', ((16, 32), (16, 1)), False), ('B', '0', ((16, 32), (16, 1)), False),
+     ('C', '0', ((16, 16), (16, 1)), True)]
+    """
+    found = _SPECIALISED.get(call.op)
+    if found is None:
+        return None
+    spec, strides = found
+    if len(call.args) != len(spec.operands):
+        return None
+    out = []
+    for k, (name, arg) in enumerate(zip(spec.operands, call.args, strict=True)):
+        if not (isinstance(arg, ir.Call) and arg.op == "tir.address_of" and arg.args
+                and isinstance(arg.args[0], ir.BufferLoad) and len(arg.args[0].indices) == 1):
+            return None
+        tile = spec.tiles[k]
+        dims = tuple((ext, strides.get(f"{name}_t{d}", -1)) for d, ext in enumerate(tile))
+        if any(st < 0 for _, st in dims):
+            return None
+        load = arg.args[0]
+        out.append((load.buffer, load.indices[0], dims, k == len(spec.operands) - 1))
+    return out
+
+
+def behaviour_of_call(call: ir.Call) -> ir.Stmt | None:
+    """The declared behaviour of a specialised intrinsic call (after
+    :func:`attach_intrinsics`, on flattened buffers) as plain loops over its operands'
+    elements: what the TIR interpreter runs in its place (the race checker sees every
+    element it reads and writes). None for any other call.
+
+    >>> _ = load_intrinsics("cuda-sm80")
+    >>> from toolchain.tir import ir
+    >>> ptr = lambda b, i: ir.Call("handle", "tir.address_of", [b[i]])
+    >>> f = _Specialise({"float32": "float"}).visit_expr(ir.Call(
+    ...     "int32", "kiln_wmma_fill_16x16",
+    ...     [ptr(ir.Buffer("C", (16, 32), "float32", scope="wmma.accumulator"), 0)]))
+    >>> C = ir.Buffer("C", (512,), "float32", scope="wmma.accumulator")
+    >>> print(behaviour_of_call(ir.Call("int32", f.op, [ptr(C, 16)])))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    for i, j in T.grid(16, 16):
+        C[i * 32 + j + 16] = T.float32(0.0)
+    """
+    from toolchain.tir.functor import substitute
+
+    ops = operand_elements(call)
+    if ops is None:
+        return None
+    spec, _ = _SPECIALISED[call.op]
+    desc = TensorIntrin.get(spec.name).desc
+    body = desc.body
+    if isinstance(body, ir.BlockRealize) and body.block.name_hint == "root":
+        body = body.block.body
+    loops = []
+    while isinstance(body, ir.For):
+        loops.append(body)
+        body = body.body
+    if not isinstance(body, ir.BlockRealize):
+        return None
+    fresh = {lp.loop_var: ir.Var(lp.loop_var.name, lp.loop_var.dtype) for lp in loops}
+    vmap = {iv.var: substitute(v, fresh) for iv, v in zip(body.block.iter_vars,
+                                                          body.iter_values, strict=True)}
+    flat = {b.data: op for b, op in zip(desc.buffers, ops, strict=True)}
+
+    class _Flat(StmtExprMutator):
+        def _at(self, b: ir.Buffer, idx: tuple[ir.PrimExpr, ...]
+                ) -> tuple[ir.Buffer, tuple[ir.PrimExpr, ...]]:
+            buf, first, dims, _ = flat[b.data]
+            off: ir.PrimExpr = first
+            for i, (_, stride) in zip(idx, dims, strict=True):
+                off = off + i * stride
+            return buf, (off,)
+
+        def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:  # noqa: N802
+            idx = tuple(self.visit_expr(i) for i in e.indices)
+            return ir.BufferLoad(*self._at(e.buffer, idx)) if e.buffer.data in flat else e
+
+        def visit_BufferStore(self, st: ir.BufferStore) -> ir.Stmt:  # noqa: N802
+            idx = tuple(self.visit_expr(i) for i in st.indices)
+            buf, at = self._at(st.buffer, idx)
+            return ir.BufferStore(buf, self.visit_expr(st.value), at)
+
+    from toolchain.tir import arith
+
+    class _Simplify(StmtExprMutator):
+        def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:  # noqa: N802
+            return ir.BufferLoad(e.buffer, tuple(arith.simplify(i) for i in e.indices))
+
+        def visit_BufferStore(self, st: ir.BufferStore) -> ir.Stmt:  # noqa: N802
+            return ir.BufferStore(st.buffer, self.visit_expr(st.value),
+                                  tuple(arith.simplify(i) for i in st.indices))
+
+    out: ir.Stmt = _Simplify().visit_stmt(_Flat().visit_stmt(substitute(body.block.body,
+                                                                         vmap)))
+    for lp in reversed(loops):
+        out = ir.For(fresh[lp.loop_var], lp.min, lp.extent, "serial", out)
+    return out
+
+
 def _one_block(text: str) -> str:
     """``text`` without blank lines (the bundle splits preludes into blocks at them)."""
     return "\n".join(ln for ln in text.strip("\n").splitlines() if ln.strip())
@@ -350,15 +479,28 @@ class _Specialise(StmtExprMutator):
             return super().visit_Call(e)
         env: dict[str, object] = {f"ext_{k}": v for k, v in spec.extents.items()}
         params, loads = [], []
-        for opname, arg in zip(spec.operands, e.args, strict=True):
+        for k, (opname, arg) in enumerate(zip(spec.operands, e.args, strict=True)):
             load = arg.args[0]
             loads.append(load)
-            for d, s in enumerate(_strides(load.buffer)):
+            strides = _strides(load.buffer)
+            for d, s in enumerate(strides):
                 env[f"{opname}_s{d}"] = s
+            # the strides of the dimensions the tile spans (its last ones: a buffer may have
+            # more, e.g. a batch), ``A_t0`` for the tile's first
+            rank = len(spec.tiles[k]) if k < len(spec.tiles) else 0
+            for d, s in enumerate(strides[len(strides) - rank:] if rank else ()):
+                env[f"{opname}_t{d}"] = s
             env[opname] = opname
-            params.append(f"{self.ctype[load.buffer.dtype]} *{opname}")
-        key = hashlib.sha1(repr(sorted(env.items())).encode()).hexdigest()[:8]
+            ctype = spec.types.get(opname) or self.ctype[load.buffer.dtype]
+            params.append(f"{ctype} *{opname}")
+        # the name's hash leaves out the tile strides (``A_t0``): they follow from the
+        # per-dimension ones, and specialised names stay what they were before them
+        key = hashlib.sha1(repr(sorted((k, v) for k, v in env.items() if "_t" not in k
+                                       or not k.split("_t")[-1].isdigit())).encode()
+                           ).hexdigest()[:8]
         fname = f"{spec.function}_{key}"
+        _SPECIALISED[fname] = (spec, {k: v for k, v in env.items() if "_t" in k
+                                      and isinstance(v, int)})
         if fname not in self.defs:
             try:
                 body = _ENV.from_string(spec.template).render(**env)
@@ -367,7 +509,7 @@ class _Specialise(StmtExprMutator):
                                     f"{ {k: v for k, v in env.items() if '_s' in k} })") from None
             lines = "\n".join("  " + ln for ln in body.splitlines() if ln.strip())
             self.defs[fname] = CDefinition(
-                fname, f"static inline int32_t {fname}({', '.join(params)}) {{\n"
+                fname, f"{spec.qualifier} int32_t {fname}({', '.join(params)}) {{\n"
                        f"{lines}\n  return 0;\n}}")
             self._use(spec.headers, _Helpers(spec.target, spec.helpers, (), spec.helpers_key)
                       if spec.helpers else None)

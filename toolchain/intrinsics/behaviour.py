@@ -338,7 +338,8 @@ def behaviour_func(b: Behaviour, extents: dict[str, int], dtypes: dict[str, str]
         if isinstance(e, Scalar):
             return scalars[e.name]
         if isinstance(e, Const):
-            return ir.IntImm(e.value, odt)
+            return ir.FloatImm(float(e.value), odt) if ir.is_float(odt) else ir.IntImm(e.value,
+                                                                                      odt)
         if isinstance(e, BinOp):
             x, y = lower(e.lhs, env), lower(e.rhs, env)
             return binop(e.op, x, y)

@@ -163,6 +163,15 @@ class _Instrument(StmtExprMutator):
         if is_barrier(s):
             return ir.Evaluate(ir.Call("int32", "kiln_race_sync", []))
         self.stmt = _short(s)
+        if isinstance(s.value, ir.Call):
+            from toolchain.intrinsics import behaviour_of_call
+
+            loops = behaviour_of_call(s.value)
+            if loops is not None:  # a tensor intrinsic: its elements, as declared
+                stmt = _short(s)
+                out = self.visit_stmt(loops)
+                self.stmt = stmt
+                return out
         return super().visit_Evaluate(s)
 
 

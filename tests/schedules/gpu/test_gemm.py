@@ -84,7 +84,7 @@ def test_the_accumulator_is_a_per_thread_register_tile() -> None:
     """Each thread keeps its ``ry x rx`` outputs (not the block's whole tile) in ``local``
     memory, and every shared tile lives inside the k-step loop."""
     sch = gemm.tile_gemm(_matmul(0, 64, 64, 64), "C", SM80,
-                         gemm.Tiles(ty=8, tx=8, ry=4, rx=2, bk=16))
+                         gemm.Tiles(ty=8, tx=8, ry=4, rx=2, bk=16, double_buffer=False))
     text = str(lower(sch, target=SM80))
     assert 'C_local = T.allocate((8,), "float32", scope="local")' in text
     assert 'A_shared = T.allocate((512,), "float32", scope="shared")' in text  # 32 x 16
@@ -101,7 +101,8 @@ def test_the_shared_memory_check_counts_one_step_of_k() -> None:
     sch.verify(SM80)
     foot = {b.name: n for b, n in shared_footprint(st.root_block(sch.mod).body).items()}
     assert foot == {"A_shared": 64 * 32 * 4, "W_shared": 32 * 64 * 4}
-    assert max(gemm.lowered_shared_bytes(sch, SM80).values()) == 2 * 64 * 32 * 4
+    # double-buffered: two tiles of each operand
+    assert max(gemm.lowered_shared_bytes(sch, SM80).values()) == 2 * 2 * 64 * 32 * 4
 
 
 def test_tiles_follow_the_descriptor_limits() -> None:

@@ -134,6 +134,8 @@ class Tiles:
     ry: int
     rx: int
     bk: int
+    #: two shared tiles per operand, the next step's fetched during this one's products
+    double_buffer: bool = True
 
     @property
     def threads(self) -> int:
@@ -236,9 +238,9 @@ def choose_tiles(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target
 
     >>> from toolchain.target import load_target
     >>> choose_tiles(1024, 1024, 1024, 1, load_target("cuda-sm80"))
-    Tiles(ty=16, tx=16, ry=4, rx=4, bk=32)
+    Tiles(ty=16, tx=16, ry=4, rx=4, bk=32, double_buffer=True)
     >>> choose_tiles(1, 500, 800, 1, load_target("cuda-sm80"))  # a dense layer, batch 1
-    Tiles(ty=1, tx=16, ry=1, rx=4, bk=32)
+    Tiles(ty=1, tx=16, ry=1, rx=4, bk=32, double_buffer=True)
     """
     warp = target.warp_size or 32
     most = min(MAX_THREADS, target.max_threads_per_block or MAX_THREADS)
@@ -303,7 +305,7 @@ def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = N
     fold_tail(sch, cl)
     # the shared copies are made before any loop of the nest is bound to the grid: the
     # launch-limit check then sees each copy only once it holds one step's tile
-    copies = [_stage(sch, b, _operand_buffer(sch.get(b), k)) for k in (0, 1)]
+    copies = [stage_operand(sch, b, operand_buffer(sch.get(b), k)) for k in (0, 1)]
     others = [loops[i] for i in axes.others]
     rest = [loops[i] for i in axes.reduce[1:]]
     by, ty, yy = sch.split(loops[axes.y], [None, t.ty, t.ry])
@@ -313,6 +315,8 @@ def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = N
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
+        if t.double_buffer and ext[k0] > t.bk:
+            sch.double_buffer(s)
     sch.reverse_compute_at(cl, bx)
     wb = sch.get_loops(cl)
     bx_var = sch.get(bx).loop_var
@@ -333,7 +337,7 @@ def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = N
     return sch
 
 
-def _stage(sch: Schedule, block: Any, name: str) -> Any:
+def stage_operand(sch: Schedule, block: Any, name: str) -> Any:
     """The block that will fill the shared tile of operand buffer ``name``: its producer
     stage in the function (a padding or a transpose kept out of the consumer), moved to
     shared memory; else a ``cache_read`` copy of the parameter."""
@@ -368,7 +372,7 @@ def _operand_loads(blk: ir.Block) -> list[ir.BufferLoad]:
     return [ld for ld in (_operand(mul.a), _operand(mul.b)) if ld is not None]
 
 
-def _operand_buffer(blk: ir.Block, which: int) -> ir.Buffer | str:
+def operand_buffer(blk: ir.Block, which: int) -> ir.Buffer | str:
     """The buffer of the product's ``which``-th operand (for ``cache_read``)."""
     mul = blk.body.value.b
     load = _operand(mul.a if which == 0 else mul.b)
@@ -381,14 +385,21 @@ GEMM_OPS = ("Conv", "MatMul", "Gemm")
 
 
 def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
-    """:func:`tile_gemm` where it applies and its lowered kernel stays inside the target's
-    shared memory per block (the allocations :func:`lowered_shared_bytes` counts), with the
-    step ``bk`` and then the register tile halved until it does; else None (the caller
-    keeps its generic kernel for the stage)."""
+    """The tensor-core kernel (:func:`~toolchain.schedules.gpu.tensorcore.try_tile_wmma`:
+    a float16 GEMM on a target that declares tensor-core intrinsics, shapes multiples of
+    its tiles); else :func:`tile_gemm` where it applies and its lowered kernel stays inside
+    the target's shared memory per block (the allocations :func:`lowered_shared_bytes`
+    counts), with the step ``bk`` and then the register tile halved until it does; else
+    None (the caller keeps its generic kernel for the stage)."""
+    from toolchain.schedules.gpu.tensorcore import try_tile_wmma
+
     blk = sch.get(block)
     axes = gemm_axes(blk)
     if axes is None:
         return None
+    wmma = try_tile_wmma(sch, block, target)  # tensor cores first, where the target has them
+    if wmma is not None:
+        return wmma
     ext = axes.extents
     window = math.prod(ext[i] for i in axes.reduce[1:])
     t = choose_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], window, target,
@@ -401,7 +412,8 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
                 return out
         except KilnError:
-            return None
+            if not t.double_buffer:  # a step that does not apply, or limits even single
+                return None
         t = _smaller(t, ext[axes.reduce[0]])
         if t is None:
             return None
@@ -409,8 +421,10 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
 
 
 def _smaller(t: Tiles, ext_k: int) -> Tiles | None:
-    """The next smaller tiles: the step first (a smaller divisor of ``ext_k``), then the
-    register tile."""
+    """The next smaller tiles: single-buffered first, then the step (a smaller divisor
+    of ``ext_k``), then the register tile."""
+    if t.double_buffer:
+        return replace(t, double_buffer=False)
     for cand in range(t.bk - 1, 0, -1):
         if ext_k % cand == 0 and cand <= t.bk // 2:
             return replace(t, bk=cand)
@@ -462,6 +476,8 @@ def schedule_tiled(node: Node, target: Target) -> OpSchedule:
         in_vals, out_vals = list(nc.input_values), list(node.outputs)
     func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))
     sch = schedule_gpu(func, target, tiled=try_tile_gemm, keep=operand_stages)
-    tiled = "T.thread_binding" in str(sch.mod) and 'scope="shared"' in str(sch.mod)
-    return OpSchedule(sch, in_vals, out_vals,
-                      {"schedule": "gpu tiled gemm" if tiled else "gpu generic"})
+    text = str(sch.mod)
+    tiled = "T.thread_binding" in text and 'scope="shared"' in text
+    kind = "gpu tensor-core gemm" if "'tensorized':" in text and tiled else \
+        "gpu tiled gemm" if tiled else "gpu generic"
+    return OpSchedule(sch, in_vals, out_vals, {"schedule": kind})

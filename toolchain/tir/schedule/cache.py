@@ -223,6 +223,84 @@ def set_scope(state: ScheduleState, block: BlockRV, buffer_index: int | str,
     _check_gpu(state)
 
 
+class _Widen(StmtExprMutator):
+    """The writers of ``old`` compute in ``new.dtype``; its other readers see it rounded
+    back to ``old.dtype`` (where they read it before)."""
+
+    def __init__(self, old: ir.Buffer, new: ir.Buffer) -> None:
+        self.old, self.new = old, new
+        self.depth = 0  # > 0 inside the value of a store into the buffer
+
+    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        return self.new if b is self.old else b
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:  # noqa: N802
+        load = super().visit_BufferLoad(e)
+        wide = self.new.dtype
+        if self.depth:  # inside a writer: every float operand widened, the buffer as it is
+            if e.buffer is self.old or not ir.is_float(load.dtype) or load.dtype == wide:
+                return load
+            return ir.Cast(wide, load)
+        return ir.Cast(self.old.dtype, load) if e.buffer is self.old else load
+
+    def visit_FloatImm(self, e: ir.FloatImm) -> ir.PrimExpr:  # noqa: N802
+        return ir.FloatImm(e.value, self.new.dtype) if self.depth else e
+
+    def visit_Cast(self, e: ir.Cast) -> ir.PrimExpr:  # noqa: N802
+        v = self.visit_expr(e.value)
+        if self.depth and ir.is_float(e.dtype) and ir.bits_of(e.dtype) < ir.bits_of(
+                self.new.dtype):
+            return v if v.dtype == self.new.dtype else ir.Cast(self.new.dtype, v)
+        return ir.Cast(e.dtype, v)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:  # noqa: N802
+        if s.buffer is not self.old:
+            return super().visit_BufferStore(s)
+        self.depth += 1
+        try:
+            value = self.visit_expr(s.value)
+        finally:
+            self.depth -= 1
+        if value.dtype != self.new.dtype:
+            value = ir.Cast(self.new.dtype, value)
+        return ir.BufferStore(self.new, value, tuple(self.visit_expr(i) for i in s.indices))
+
+
+def set_dtype(state: ScheduleState, block: BlockRV, buffer_index: int | str,
+              dtype: str) -> None:
+    """Widen the float dtype of an intermediate the block writes (an accumulator): its
+    writers compute in ``dtype`` (float16 loads and constants widened), its other readers
+    read it rounded back to the old dtype, as before. A float16 GEMM then sums in float32
+    (what tensor cores do), the rounding left where the result leaves the accumulator.
+
+    Before (``C_local`` a ``cache_write`` of a float16 GEMM)::
+
+        C_local = T.alloc_buffer((64, 64), "float16", scope="local")
+        C_local[vi, vj] = C_local[vi, vj] + A[vi, vk] * B[vk, vj]
+        ...
+        C[v0, v1] = C_local[v0, v1]
+
+    ``sch.set_dtype(sch.get_block("C"), 0, "float32")``; after::
+
+        C_local = T.alloc_buffer((64, 64), "float32", scope="local")
+        C_local[vi, vj] = C_local[vi, vj] + T.Cast("float32", A[vi, vk]) * T.Cast(
+            "float32", B[vk, vj])
+        ...
+        C[v0, v1] = T.Cast("float16", C_local[v0, v1])
+    """
+    r, _ = state.get_block(block)
+    buf = _pick(r.block.writes, buffer_index, r.block, "writes", "set_dtype")
+    if any(p is buf for p in state.func.params):
+        raise ScheduleError(f"set_dtype: {buf.name} is an argument of the function; its "
+                            "dtype is the caller's. Stage it with cache_write first")
+    if not (ir.is_float(buf.dtype) and ir.is_float(dtype)
+            and ir.bits_of(dtype) >= ir.bits_of(buf.dtype)):
+        raise ScheduleError(f"set_dtype: {buf.name} is {buf.dtype}; set_dtype widens a float "
+                            f"buffer to a float type at least as wide, not to {dtype}")
+    new = replace(buf, dtype=dtype, data=None)
+    state.replace(state.func.with_body(_Widen(buf, new).visit_stmt(state.func.body)))
+
+
 def storage_align(state: ScheduleState, block: BlockRV, buffer_index: int | str, axis: int,
                   factor: int, offset: int) -> None:
     """Pad a buffer's stride on ``axis`` so ``stride % factor == offset`` (bank conflicts).

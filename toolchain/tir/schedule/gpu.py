@@ -169,6 +169,8 @@ def check_gpu_limits(func: ir.PrimFunc, target: Any) -> None:
         max_smem = getattr(target, "max_shared_memory_per_block", None)
         if max_smem and any(t.startswith("blockIdx") for t in tags):
             foot = shared_footprint(k)
+            doubled = set(func.attrs.get("double_buffer", ()))  # two tiles each (lowering)
+            foot = {b: n * 2 if b.name in doubled else n for b, n in foot.items()}
             total = sum(foot.values())
             if total > max_smem:
                 parts = ", ".join(f"{b.name} {n} B" for b, n in foot.items())

@@ -44,6 +44,7 @@ from typing import Any
 from toolchain.errors import ScheduleError
 from toolchain.tir import ir
 from toolchain.tir.schedule import cache, compute_location, loops, queries, reduction
+from toolchain.tir.schedule import double_buffer as double_buffer_mod
 from toolchain.tir.schedule import tensorize as tensorize_mod
 from toolchain.tir.schedule.handles import BlockRV, LoopRV
 from toolchain.tir.schedule.state import ScheduleState
@@ -194,6 +195,8 @@ class Schedule:
     cache_read = _primitive(cache.cache_read)
     cache_write = _primitive(cache.cache_write)
     set_scope = _primitive(cache.set_scope)
+    set_dtype = _primitive(cache.set_dtype)
+    double_buffer = _primitive(double_buffer_mod.double_buffer)
     storage_align = _primitive(cache.storage_align)
     decompose_reduction = _primitive(reduction.decompose_reduction)
     rfactor = _primitive(reduction.rfactor)

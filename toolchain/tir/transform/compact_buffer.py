@@ -197,7 +197,7 @@ def _block_floor(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
     """The innermost ``blockIdx`` loop around every access of a ``shared`` or ``local``
     buffer: such a buffer never holds values from one GPU block to the next (each block
     has its own), so its allocation never has to leave that loop."""
-    if buf.scope not in ("shared", "local"):
+    if buf.scope not in ("shared", "local") and not _fragment(buf):
         return None
     floor = None
     for s in accesses[0].path:
@@ -206,6 +206,12 @@ def _block_floor(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
         if isinstance(s, ir.For) and (s.thread_tag or "").startswith("blockIdx"):
             floor = s
     return floor
+
+
+def _fragment(buf: ir.Buffer) -> bool:
+    """A tensor-core fragment (``wmma.*`` scopes): registers of a warp, private to it as
+    a ``local`` buffer is to a thread (the warp's loops are its ``threadIdx`` loops)."""
+    return buf.scope.startswith("wmma.")
 
 
 def _thread_vars(accesses: list[_Access], lca: ir.For | None) -> dict[str, ir.Var]:
@@ -340,7 +346,7 @@ class _Compact(StmtExprMutator):
         while (lca is not None and lca is not floor
                and not _private_per_iteration(acc.found, lca)):
             lca = _enclosing_loop(acc.found[0].path, lca)
-        canon = _thread_vars(acc.found, lca) if buf.scope == "local" else {}
+        canon = _thread_vars(acc.found, lca) if buf.scope == "local" or _fragment(buf) else {}
         found = [_canonical(a, canon) for a in acc.found] if canon else acc.found
         region = _region(found, buf, lca)
         if canon:

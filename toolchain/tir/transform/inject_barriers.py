@@ -79,6 +79,7 @@ def reverse(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -242,6 +243,10 @@ def _np_eval(e: ir.PrimExpr, env: dict[ir.Var, np.ndarray]) -> np.ndarray:  # no
     return ops[type(e)](a, b)
 
 
+#: most combinations of enclosing loop values compared one by one (``_Overlap._jointly``)
+MAX_JOINT = 64
+
+
 class _Overlap:
     """Do two accesses touch one element from two different threads? (See the module
     docstring: enumeration over the block's threads and the accesses' loops.)"""
@@ -249,6 +254,9 @@ class _Overlap:
     def __init__(self, threads: dict[ir.Var, int] | None) -> None:
         self.threads = threads
         self.memo: dict[tuple[int, int], bool] = {}
+        #: the serial loops around the statements being compared (the planner keeps it):
+        #: both accesses see the same value of each
+        self.outer: dict[ir.Var, ir.Range] = {}
 
     def conflict(self, a: _Access, b: _Access) -> bool:
         if a.buffer.data is not b.buffer.data or not (a.write or b.write):
@@ -263,7 +271,36 @@ class _Overlap:
             return True
         split = self._common_offset(a, b)
         if split is None:
+            return self._jointly(a, b)
+        return self._overlap(a, b, split)
+
+    def _jointly(self, a: _Access, b: _Access) -> bool:
+        """The accesses compared for each value of the enclosing serial loops their
+        indices share (a double-buffered tile's ``k % 2`` and ``(k + 1) % 2`` halves),
+        where those loops are few and short; else a conflict."""
+        assert a.index is not None and b.index is not None and self.threads is not None
+        own = set(self.threads) | {v for v, _ in a.inner} | {v for v, _ in b.inner}
+        outer = [v for v in free_vars([a.index, b.index]) if v not in own]
+        ranges = []
+        for v in outer:
+            r = self.outer.get(v)
+            lo = ir.const_int(arith.simplify(r.min)) if r is not None else None
+            ext = ir.const_int(arith.simplify(r.extent)) if r is not None else None
+            if lo is None or ext is None:
+                return True
+            ranges.append(range(lo, lo + ext))
+        if math.prod(len(r) for r in ranges) > MAX_JOINT:
             return True
+        for values in itertools.product(*ranges):
+            env = {v: ir.IntImm(x, v.dtype) for v, x in zip(outer, values, strict=True)}
+            split = (arith.simplify(substitute(a.index, env)),
+                     arith.simplify(substitute(b.index, env)))
+            if self._overlap(a, b, split):
+                return True
+        return False
+
+    def _overlap(self, a: _Access, b: _Access, split: tuple[ir.PrimExpr, ir.PrimExpr]
+                 ) -> bool:
         pa, pb = self._points(a, split[0]), self._points(b, split[1])
         if pa is None or pb is None:
             return True
@@ -375,6 +412,26 @@ class _Planner:
                     out.extend(planner.access(x.buffer, x.indices, False, stmt))
 
             def visit_Call(self, x: ir.Call) -> None:
+                tiles = planner.intrinsic_tiles(x, stmt)
+                if tiles is not None:  # a specialised intrinsic: the elements of its tiles
+                    out.extend(tiles)
+                    for a in x.args:
+                        ptr = a.args[0] if isinstance(a, ir.Call) and a.args else a
+                        for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
+                            self.visit_expr(i)
+                    return
+                written = planner.intrinsic_writes(x)
+                if written is not None:  # a declared intrinsic: its output alone is written
+                    for k, a in enumerate(x.args):
+                        ptr = a.args[0] if isinstance(a, ir.Call) and \
+                            a.op == "tir.address_of" and a.args else None
+                        if isinstance(ptr, ir.BufferLoad) and is_shared(ptr.buffer):
+                            out.append(_Access(ptr.buffer, False, None, stmt=stmt))
+                            if k == written:
+                                out.append(_Access(ptr.buffer, True, None, stmt=stmt))
+                        for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
+                            self.visit_expr(i)
+                    return
                 arg = x.args[0] if x.op == "tir.address_of" and x.args else None
                 if isinstance(arg, ir.BufferLoad) and is_shared(arg.buffer):
                     # a pointer handed to a call: it may read or write anything
@@ -387,6 +444,40 @@ class _Planner:
 
         _Loads().visit_expr(e)
         return out
+
+    def intrinsic_tiles(self, call: ir.Call, stmt: ir.Stmt) -> list[_Access] | None:
+        """The shared elements a specialised intrinsic call reads and writes (its
+        operands' tiles: :func:`~toolchain.intrinsics.operand_elements`), or None."""
+        from toolchain.intrinsics import operand_elements
+
+        ops = operand_elements(call)
+        if ops is None:
+            return None
+        out: list[_Access] = []
+        for buf, first, dims, written in ops:
+            if not is_shared(buf):
+                continue
+            tvars = [ir.Var(f"tile{d}") for d in range(len(dims))]
+            idx: ir.PrimExpr = first
+            for v, (_, stride) in zip(tvars, dims, strict=True):
+                idx = idx + v * stride
+            for write in (False, True) if written else (False,):
+                acc = self.access(buf, (idx,), write, stmt)
+                for v, (ext, _) in zip(tvars, dims, strict=True):
+                    acc = [a.under(v, ir.Range(0, ext)) for a in acc]
+                out.extend(acc)
+        return out
+
+    @staticmethod
+    def intrinsic_writes(call: ir.Call) -> int | None:
+        """For a call to a declared tensor intrinsic, the position of the operand it
+        writes (its last buffer operand; the others it only reads); else None."""
+        from toolchain.intrinsics import intrinsic_of_function
+
+        spec = intrinsic_of_function(call.op)
+        if spec is None or spec.instruction or len(call.args) != len(spec.operands):
+            return None
+        return len(spec.operands) - 1
 
     def access(self, buf: ir.Buffer, indices: tuple[ir.PrimExpr, ...], write: bool,
                stmt: ir.Stmt) -> list[_Access]:
@@ -477,8 +568,12 @@ class _Planner:
         if varying:
             self.varying.add(s.loop_var)
             self.divergent.append(f"loop {s.loop_var.name} (its bounds depend on the thread)")
+        self.overlap.outer[s.loop_var] = rng
         try:
             body, sub = self.plan(s.body)
+        finally:
+            del self.overlap.outer[s.loop_var]
+        try:
             ext = [a.under(s.loop_var, rng) for a in sub.all]
             head = [a.under(s.loop_var, rng) for a in sub.head] if sub.synced else ext
             tail = [a.under(s.loop_var, rng) for a in sub.tail] if sub.synced else ext

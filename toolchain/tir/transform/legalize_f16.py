@@ -132,6 +132,13 @@ class _Legalize(StmtExprMutator):
         return ir.LetStmt(self.var(s.var), self.visit_expr(s.value), self.visit_stmt(s.body))
 
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:  # noqa: N802
+        if e.op == "tir.address_of" and isinstance(e.args[0], ir.BufferLoad) and (
+                e.args[0].buffer.data in self.storage or not _is_f16(e.args[0].dtype)):
+            # a pointer into float16 storage (a tensor-core operand) or into a wider buffer
+            load = e.args[0]
+            buf = self.visit_buffer(load.buffer)
+            idx = tuple(self.visit_expr(i) for i in load.indices)
+            return ir.Call(e.dtype, e.op, (ir.BufferLoad(buf, idx),))
         if e.op == "tir.address_of":
             raise UnsupportedError(f"{self.where}: the address of a float16 element "
                                    f"({e.args[0]}) cannot be taken in float32 compute")
@@ -264,9 +271,13 @@ class _Accumulate(StmtExprMutator):
         return ir.Allocate(local, body)
 
 
-def legalize_f16(func: ir.PrimFunc) -> ir.PrimFunc:
+def legalize_f16(func: ir.PrimFunc, keep_scopes: tuple[str, ...] = ()) -> ir.PrimFunc:
     """``func`` with float16 kept for its parameters' storage and computed in float32
-    (see the module docstring); a function without float16 is returned as it is."""
+    (see the module docstring); a function without float16 is returned as it is.
+    ``keep_scopes``: allocations of these memory scopes stay float16 too (the CUDA
+    backend keeps ``shared`` tiles in float16: half the shared memory, and the operands
+    tensor cores read; the values are the same, since a tile only holds what was loaded
+    from float16 memory)."""
     uses = _Uses()
     uses.visit_stmt(func.body)
     if not uses.found:
@@ -274,6 +285,15 @@ def legalize_f16(func: ir.PrimFunc) -> ir.PrimFunc:
     halves = {p.name: p for p in func.params if isinstance(p, ir.Buffer) and _is_f16(p.dtype)}
     func = _Accumulate(halves).visit(func)
     storage = {p.data for p in func.params if isinstance(p, ir.Buffer) and p.data is not None}
+    if keep_scopes:
+        from toolchain.tir.functor import post_order_visit
+
+        def keep(x: object) -> None:
+            if isinstance(x, ir.Allocate) and x.buffer.scope in keep_scopes \
+                    and x.buffer.data is not None:
+                storage.add(x.buffer.data)
+
+        post_order_visit(func.body, keep)
     return _Legalize(f"kernel {func.name} (float16 as float32)", storage).visit(func)
 
 

@@ -7,7 +7,8 @@ phase   built-in passes (then the user's passes for that phase, in order)
 1       lower_init_block, lower_blocks, compact_buffer_allocation,
         inject_virtual_thread, attach_intrinsics
 2       flatten_buffer, simplify
-3       vectorize_loop, unroll_loop, simplify, storage_rewrite, inject_barriers
+3       vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
+        inject_barriers
 4       simplify, remove_noop
 ======  ===========================================================================
 
@@ -60,6 +61,7 @@ from toolchain.tir import ir
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
 from toolchain.tir.transform.inject_barriers import inject_barriers
+from toolchain.tir.transform.inject_double_buffer import inject_double_buffer
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
 from toolchain.tir.transform.remove_noop import remove_noop
@@ -79,7 +81,8 @@ PHASES: dict[int, tuple[Pass, ...]] = {
     1: (lower_init_block, lower_blocks, compact_buffer_allocation, inject_virtual_thread,
         attach_intrinsics),
     2: (flatten_buffer, simplify),
-    3: (vectorize_loop, unroll_loop, simplify, storage_rewrite, inject_barriers),
+    3: (vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
+        inject_barriers),
     4: (simplify, remove_noop),
 }
 

@@ -203,6 +203,17 @@ class _Block(StmtExprMutator):
             return new, (ir.Broadcast(arith.simplify(off + i.value), i.lanes),)
         return new, (arith.simplify(off + i),)
 
+    def visit_Evaluate(self, s: ir.Evaluate) -> ir.Stmt:
+        out = super().visit_Evaluate(s)
+        lanes = _collective_lanes(s)
+        if lanes > 1:
+            # a warp-collective call (wmma): all lanes make it together on the GPU, with the
+            # same operands; here the first lane of each group makes it once for the group
+            # (its copy of the fragments stands for the warp's registers; the other lanes'
+            # copies would hold the same values, 32 times the work)
+            out = ir.IfThenElse(ir.EQ(arith.simplify(self.tid % lanes), ir.IntImm(0)), out)
+        return out
+
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         e2 = super().visit_BufferLoad(e)
         if e.buffer.data not in self.expanded:
@@ -301,6 +312,17 @@ class _Block(StmtExprMutator):
             return ir.AttrStmt(s.node, s.key, self.visit_expr(s.value), self.fission(s.body))
         raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: cannot split "
                                f"{type(s).__name__} at a barrier")
+
+
+def _collective_lanes(s: ir.Evaluate) -> int:
+    """How many threads make the call ``s`` together (a declared intrinsic's ``lanes``;
+    1 for any other statement)."""
+    if not isinstance(s.value, ir.Call):
+        return 1
+    from toolchain.intrinsics import intrinsic_of_function
+
+    spec = intrinsic_of_function(s.value.op)
+    return spec.lanes if spec is not None else 1
 
 
 def _block_dims(kernel: str, k: ir.Stmt) -> dict[str, int]:

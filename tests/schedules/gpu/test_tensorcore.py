@@ -1,0 +1,220 @@
+"""Tensor cores (``toolchain.schedules.gpu.tensorcore``): the wmma intrinsics found in the
+CUDA descriptors by their declared behaviour, ``set_dtype``, and float16 GEMMs compiled with
+``--precision fp16`` -- run by the SIMT emulation (the fragments computed in C) against the
+float32 reference, built by nvcc for sm_80 and sm_90 with every warning an error, and on a
+GPU where there is one. Tolerance: ``FP16_TOL`` (tests/bundle/test_cuda_fp16.py says why)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from tests.bundle.helpers import make_model, random_inputs
+from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
+from toolchain import te
+from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle.host import gpu_available
+from toolchain.driver import lower
+from toolchain.errors import ScheduleError
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.reference import run_graph
+from toolchain.schedules.gpu.tensorcore import (
+    choose_wmma_tiles,
+    tensor_core_intrinsics,
+    try_tile_wmma,
+)
+from toolchain.target import load_target, parse_target
+from toolchain.tir import ir
+from toolchain.tir.race import check_races, find_races
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
+from toolchain.tir.transform.inject_barriers import is_barrier
+
+NVCC = shutil.which("nvcc")
+SM80 = load_target("cuda-sm80")
+MMA_CALL = "kiln_wmma_f16_16x16x16_"
+
+
+def _batch_matmul() -> tuple[object, dict]:
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["c"]),
+             helper.make_node("Tanh", ["c"], ["y"])]
+    m = make_model(nodes, {"a": (np.float32, [2, 32, 48]), "b": (np.float32, [2, 48, 64])},
+                   {"y": (np.float32, [2, 32, 64])})
+    return m, random_inputs(m, seed=7)
+
+
+def _dense_trans_b() -> tuple[object, dict]:
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)]
+    m = make_model(nodes, {"x": (np.float32, [32, 48])}, {"y": (np.float32, [32, 64])},
+                   {"w": rng.standard_normal((64, 48)).astype(np.float32),
+                    "b": rng.standard_normal(64).astype(np.float32)})
+    return m, random_inputs(m, seed=8)
+
+
+def _float16_io() -> tuple[object, dict]:
+    """A float16 model (benchmarks/cuda.py's fp16 GEMM): no conversion at the API."""
+    f16 = TensorProto.FLOAT16
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                          [helper.make_tensor_value_info("a", f16, [48, 32]),
+                           helper.make_tensor_value_info("b", f16, [32, 64])],
+                          [helper.make_tensor_value_info("y", f16, [48, 64])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(9)
+    return m, {"a": rng.standard_normal((48, 32)).astype(np.float16),
+               "b": rng.standard_normal((32, 64)).astype(np.float16)}
+
+
+#: name -> (model and feeds, whether the GEMM takes tensor cores)
+MODELS = {
+    "matmul_128x96x64": (lambda: gemm_model(128, 96, 64), True),   # 3 steps of k, 2 blocks
+    "matmul_48x16x16": (lambda: gemm_model(48, 16, 16), True),     # one warp a block
+    "batch_matmul_tanh": (_batch_matmul, True),
+    "matmul_40x24x20": (lambda: gemm_model(40, 24, 20), False),    # not multiples of 16
+    "gemm_trans_b": (_dense_trans_b, False),  # B[n, k]: no row-major tile, SIMT kernel
+    "float16_io": (_float16_io, True),
+}
+
+
+def test_the_intrinsics_are_found_by_behaviour_not_by_name() -> None:
+    for name in ("cuda-sm80", "cuda-sm90"):
+        tc = tensor_core_intrinsics(load_target(name))
+        assert tc is not None and (tc.m, tc.n, tc.k) == (16, 16, 16)
+        assert tc.accumulator == "wmma.accumulator"
+    renamed = parse_target("name: my-gpu\nkind: cuda\nextends: cuda-sm80\n")
+    assert tensor_core_intrinsics(renamed).mma == "my-gpu.wmma_f16_16x16x16"
+    assert tensor_core_intrinsics(load_target("c-generic")) is None
+    assert tensor_core_intrinsics(load_target("cortex-m4")) is None
+
+
+def test_tiles_divide_the_shapes_or_are_refused() -> None:
+    tc = tensor_core_intrinsics(SM80)
+    t = choose_wmma_tiles(64, 96, 48, tc, SM80)
+    assert t is not None and t.wy * t.fm == 4  # the 64 rows: 4 fragments high
+    assert 64 % (16 * t.wy * t.fm) == 0 and 96 % (16 * t.wx * t.fn) == 0
+    assert 48 % (16 * t.kf) == 0
+    big = choose_wmma_tiles(4096, 4096, 4096, tc, SM80)
+    by, bx, bk = 16 * big.wy * big.fm, 16 * big.wx * big.fn, 16 * big.kf
+    assert by * bx * 4 + 2 * (by + bx) * bk * 2 <= SM80.max_shared_memory_per_block
+    assert choose_wmma_tiles(40, 32, 32, tc, SM80) is None
+
+
+def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
+    A = te.placeholder((16, 16), name="A", dtype="float16")
+    B = te.placeholder((16, 16), name="B", dtype="float16")
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((16, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]))
+    cl = sch.cache_write(sch.get_block("C"), 0, "local")
+    sch.set_dtype(sch.get_block("C"), 0, "float32")
+    text = str(sch.mod)
+    assert 'C_local = T.alloc_buffer((16, 16), "float32", scope="local")' in text
+    assert ('C_local[vi, vj] = C_local[vi, vj] + T.Cast("float32", A[vi, vk]) * '
+            'T.Cast("float32", B[vk, vj])') in text
+    assert 'C[v0, v1] = T.Cast("float16", C_local[v0, v1])' in text
+    assert "T.float32(0" in text  # the init too
+    with pytest.raises(ScheduleError, match="argument of the function"):
+        sch.set_dtype(cl, 0, "float32")
+    with pytest.raises(ScheduleError, match="widens"):
+        sch.set_dtype(sch.get_block("C"), 0, "float16")
+
+
+def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
+    """The race checker runs each intrinsic call as its declared behaviour on the operands'
+    elements (``behaviour_of_call``): a 32 x 32 x 48 float16 GEMM (two warps, three
+    double-buffered steps, one barrier a step) has no race, and taking out any one of its
+    three barriers makes one."""
+    A = te.placeholder((32, 48), name="A", dtype="float16")
+    B = te.placeholder((48, 32), name="B", dtype="float16")
+    k = te.reduce_axis((0, 48), name="k")
+    C = te.compute((32, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    assert sch is not None
+    f = lower(sch, target=SM80)
+    assert "k_0 % 2 *" in str(f)  # double-buffered
+    check_races(f)
+    barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert len(barriers) == 3  # after the first fetch, at the end of a step, before the tail
+    for b in barriers:
+        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
+
+
+def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
+    """The CUDA renderer passes an intrinsic the fragment of its 16 x 16 tile (the
+    emulation, which keeps fragments as float tiles, cannot check this): for a warp tile
+    of 2 x 2 fragments, the four products of a step name fragments 0..3, each once, and
+    the fill and the store name the same four."""
+    from toolchain.codegen.backend import CUDABackend
+
+    A = te.placeholder((64, 32), name="A", dtype="float16")
+    B = te.placeholder((32, 64), name="B", dtype="float16")
+    k = te.reduce_axis((0, 32), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    assert sch is not None
+    art = CUDABackend().kernel(lower(sch, target=SM80), "g")
+    body = "\n".join(line for k in art.launches for line in k["body"])
+    import re
+
+    frags: dict[str, list[int]] = {}
+    for fn, expr in re.findall(r"(kiln_wmma_\w+?)_[0-9a-f]{8}\([^;]*?"
+                               r"&C_shared_wmma_accumulator\[([^\]]*)\]", body):
+        # a constant index (the fragment loops are unrolled) in C's integer arithmetic
+        assert re.fullmatch(r"[0-9()+*/% ]+", expr), expr
+        frags.setdefault(fn, []).append(eval(expr.replace("/", "//")))  # noqa: S307
+    assert sorted(frags["kiln_wmma_f16_16x16x16"]) == [0, 0, 1, 1, 2, 2, 3, 3]  # kf = 2
+    assert sorted(frags["kiln_wmma_fill_16x16"]) == [0, 1, 2, 3]
+    assert sorted(frags["kiln_wmma_store_16x16"]) == [0, 1, 2, 3]
+    assert "kiln_wmma_acc C_shared_wmma_accumulator[4];" in body
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_fp16_gemms_emulated_match_the_reference(name: str, tmp_path: Path) -> None:
+    build, wmma = MODELS[name]
+    model, feeds = build()
+    want = run_graph(from_onnx(model), feeds)
+    d = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False, emulate=True,
+                      precision="fp16")
+    src = (d / "src/kernels.c").read_text()
+    assert (MMA_CALL in src) == wmma
+    if wmma:  # the warp-collective calls made once per warp in the emulation
+        assert "threadIdx_x % 32 == 0" in src
+    got = load_bundle(d)(feeds)
+    for k, v in want.items():
+        v = v.astype(np.float64)
+        err = float(np.max(np.abs(got[k] - v))) / float(np.max(np.abs(v)))
+        assert err < FP16_TOL, f"{name}: {k} off by {err:.2e} of its range"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
+    model, _ = gemm_model(128, 96, 64)
+    d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
+    src = (d / "src/kernels.cu").read_text()
+    assert "nvcuda::wmma::mma_sync" in src and "kiln_wmma_acc " in src
+    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
+    res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
+                          "-Iruntime", "-Isrc", "-c", "src/kernels.cu", "-o",
+                          str(tmp_path / "k.o")], cwd=d, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize("name", list(MODELS))
+def test_fp16_gemms_on_the_gpu_match_the_reference(name: str, tmp_path: Path) -> None:
+    model, feeds = MODELS[name][0]()
+    want = run_graph(from_onnx(model), feeds)
+    mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / name, progress=False,
+                                    precision="fp16"))
+    for _ in range(2):
+        got = mod(feeds)
+        for k, v in want.items():
+            v = v.astype(np.float64)
+            assert float(np.max(np.abs(got[k] - v))) / float(np.max(np.abs(v))) < FP16_TOL

@@ -1,0 +1,312 @@
+"""The tensor-core GEMM: float16 operands, float32 sums, ``wmma`` fragments.
+
+Chosen by capability: :func:`tensor_core_intrinsics` looks through the target's declared
+intrinsics for three behaviours -- zeroing an accumulator fragment (``C[i, j] = 0`` on a
+``*accumulator`` scope), a float16 x float16 -> float32 multiply-accumulate into one
+(``C[i, j] += A[i, k] * B[k, j]``) and the store of a fragment to shared memory
+(``D[i, j] = C[i, j]``) -- never at the target's name. ``cuda-sm80`` / ``cuda-sm90``
+declare them as ``wmma`` 16 x 16 x 16 (``targets/cuda-sm80.yaml``).
+
+The kernel (:func:`tile_gemm_wmma`) for a block of ``wy x wx`` warps, each warp a
+``16 fm x 16 fn`` tile of C (``fm x fn`` fragments), the reduction in steps of ``16 kf``:
+
+- ``C`` staged twice: ``C_shared`` (a float32 tile of the block, the element-wise tail
+  folded into its write-back) filled from ``C_frag`` (``wmma.accumulator``, the warp's
+  fragments); ``set_dtype(.., "float32")`` makes the sum float32;
+- per step the block fetches the A and B tiles into shared memory (float16, two halves:
+  the next step's fetched during this one's products), all its threads cooperating, then
+  each warp runs ``fm * fn * kf`` tensorized 16 x 16 x 16 products;
+- at the end each warp stores its fragments to ``C_shared`` (tensorized), and all threads
+  write the block's tile out with the tail.
+
+Lanes: the warps are ``threadIdx.z`` (``wy``) and ``threadIdx.y`` (``wx``); ``threadIdx.x``
+runs over the 32 lanes of a warp in the fetches and the write-back, and the fragment
+operations, warp-collective, are made by every lane together (the SIMT emulation makes
+each once per warp: :mod:`toolchain.tir.transform.simt`).
+
+It applies where the shapes are multiples of the tiles (16 on every axis at least) and the
+operands are plain row-major loads (``A[.., i, k]``, ``B[.., k, j]``); elsewhere
+:func:`try_tile_wmma` returns None and the caller keeps the SIMT tiled kernel (which also
+sums in float32 on float16 storage). Before (a float16 ``MatMul`` 64 x 32 x 64)::
+
+    for i, j, k in T.grid(64, 64, 32):
+        with T.block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
+
+after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn`` = 2,
+``kf`` = 2; the fetches and the fragments' store left out)::
+
+    for k_0 in range(1):
+        ... A_shared, B_shared fetched by 128 threads ...
+        for i_1 in T.thread_binding(2, thread="threadIdx.z"):
+            for j_1 in T.thread_binding(2, thread="threadIdx.y"):
+                for k_1, i_2, j_2 in T.grid(2, 2, 2):
+                    T.call_extern("int32", "kiln_wmma_f16_16x16x16",
+                        T.address_of(A_shared[i_1 * 32 + i_2 * 16, k_1 * 16]),
+                        T.address_of(B_shared[k_1 * 16, j_1 * 32 + j_2 * 16]),
+                        T.address_of(C_frag[i_1 * 32 + i_2 * 16, j_1 * 32 + j_2 * 16]))
+
+>>> from toolchain import te
+>>> from toolchain.target import load_target
+>>> from toolchain.tir.schedule import Schedule
+>>> A = te.placeholder((64, 32), name="A", dtype="float16")
+>>> B = te.placeholder((32, 64), name="B", dtype="float16")
+>>> k = te.reduce_axis((0, 32), name="k")
+>>> C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+>>> t = load_target("cuda-sm80")
+>>> sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), t), "C", t)
+>>> "kiln_wmma_f16_16x16x16" in str(sch.mod)
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from toolchain.errors import KilnError
+from toolchain.intrinsics.behaviour import Access, Const, parse_behaviour
+from toolchain.schedules.gpu.generic import fold_tail
+from toolchain.target import Target
+from toolchain.tir import ir
+from toolchain.tir.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """A target's tensor-core intrinsics (registered names) and their tile."""
+
+    fill: str
+    mma: str
+    store: str
+    m: int
+    n: int
+    k: int
+    accumulator: str  # the fragments' memory scope
+
+
+@dataclass(frozen=True)
+class WmmaTiles:
+    """``wy x wx`` warps per block, each a ``(fm m) x (fn n)`` tile of ``fm x fn``
+    fragments; steps of ``kf k``."""
+
+    wy: int
+    wx: int
+    fm: int
+    fn: int
+    kf: int
+    #: the A and B tiles double-buffered (the next step fetched during this one's products)
+    double_buffer: bool = True
+
+
+def tensor_core_intrinsics(target: Target) -> TensorCore | None:
+    """The fill / multiply-accumulate / store intrinsics of ``target``, found by their
+    declared behaviour, dtypes and scopes (None when it declares no such set).
+
+    >>> from toolchain.target import load_target
+    >>> tc = tensor_core_intrinsics(load_target("cuda-sm90"))
+    >>> tc.mma, (tc.m, tc.n, tc.k)
+    ('cuda-sm90.wmma_f16_16x16x16', (16, 16, 16))
+    >>> tensor_core_intrinsics(load_target("c-generic")) is None
+    True
+    """
+    fill = mma = store = None
+    shape, scope = None, None
+    for name, spec in target.intrinsics.items():
+        if "instruction" in spec:
+            continue
+        beh = parse_behaviour(spec["behaviour"], name)
+        scopes, dtypes = dict(spec.get("scopes", {})), dict(spec["dtypes"])
+        out = beh.output.name
+        if not scopes.get(out, "").endswith("accumulator") and not any(
+                str(v).endswith("accumulator") for v in scopes.values()):
+            continue
+        ext = {str(k): int(v) for k, v in dict(spec["extents"]).items()}
+        if beh.accumulate and len(beh.inputs()) == 2 and len(ext) == 3:
+            a, b = beh.inputs()
+            if (dtypes.get(a.name), dtypes.get(b.name), dtypes.get(out)) == (
+                    "float16", "float16", "float32") and _is_gemm(beh):
+                mma, scope = name, scopes[out]
+                shape = tuple(ext[v.terms[0][0]] for v in (a.index[0], b.index[1], a.index[1]))
+        elif not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
+            fill = name
+        elif (not beh.accumulate and isinstance(beh.expr, Access)
+              and scopes.get(out) == "shared" and dtypes.get(out) == "float32"):
+            store = name
+    if fill is None or mma is None or store is None or shape is None or scope is None:
+        return None
+    m, n, k = shape
+    return TensorCore(target.intrinsic(fill), target.intrinsic(mma), target.intrinsic(store),
+                      m, n, k, scope)
+
+
+def _is_gemm(beh: Any) -> bool:
+    """``C[i, j] += A[i, k] * B[k, j]`` exactly (row-major operands)."""
+    a, b = beh.inputs()
+    idx = [tuple(t.terms for t in x.index) for x in (beh.output, a, b)]
+    if any(len(i) != 2 or any(len(t) != 1 or t[0][1] != 1 for t in i) for i in idx):
+        return False
+    (ci, cj), (ai, ak), (bk, bj) = ([t[0][0] for t in i] for i in idx)
+    return ci == ai and cj == bj and ak == bk and len({ci, cj, ak}) == 3
+
+
+def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
+                      target: Target) -> WmmaTiles | None:
+    """The largest tiles (up to 4 x 2 warps, 2 x 2 fragments a warp, 2 steps of ``k``)
+    that divide the shapes, with fewer warps on ``y`` until the block's shared memory (the
+    float32 output tile and two halves of each operand's tile) fits the target's; None
+    when ``ext_y``, ``ext_x`` or ``ext_k`` is not a multiple of the fragment's.
+
+    >>> from toolchain.target import load_target
+    >>> t = load_target("cuda-sm80")
+    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
+    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True)
+    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
+    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True)
+    """
+    if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
+        return None
+    warp = target.warp_size or 32
+    most = target.max_threads_per_block or 1024
+
+    def largest(total: int, unit: int, cap: int) -> int:
+        f = cap
+        while f > 1 and total % (unit * f):
+            f //= 2
+        return f
+
+    smem = target.max_shared_memory_per_block or 48 * 1024
+    fm = largest(ext_y, tc.m, 2)
+    fn = largest(ext_x, tc.n, 2)
+    wy = largest(ext_y, tc.m * fm, 4)
+    wx = largest(ext_x, tc.n * fn, 2)
+    kf = largest(ext_k, tc.k, 2)
+
+    def shared(wy: int) -> int:
+        by, bx, bk = wy * fm * tc.m, wx * fn * tc.n, kf * tc.k
+        return by * bx * 4 + 2 * (by + bx) * bk * 2
+
+    while (wy * wx * warp > most or shared(wy) > smem) and wy > 1:
+        wy //= 2
+    if wy * wx * warp > most:
+        return None
+    return WmmaTiles(wy, wx, fm, fn, kf)
+
+
+def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
+                   t: WmmaTiles) -> Schedule:
+    """``sch`` (a copy) with the float16 GEMM block ``block`` on tensor cores (see the
+    module docstring). Raises :class:`~toolchain.errors.KilnError` (a schedule error)
+    where a step does not apply -- e.g. an operand that is not a row-major tile."""
+    from toolchain.schedules.gpu.gemm import gemm_axes, operand_buffer, stage_operand
+
+    sch = sch.copy()
+    b = sch.get_block(block) if isinstance(block, str) else block
+    blk = sch.get(b)
+    axes = gemm_axes(blk)
+    if axes is None or len(axes.reduce) != 1:
+        raise KilnError(f"tile_gemm_wmma: block {blk.name_hint!r} is not a GEMM with one "
+                        "reduction axis")
+    warp = target.warp_size or 32
+    cs = sch.cache_write(b, 0, "shared")
+    sch.set_dtype(b, 0, "float32")  # float32 sums (and the tile the fragments store to)
+    fold_tail(sch, cs)
+    cf = sch.cache_write(b, 0, tc.accumulator)
+    copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
+    loops = sch.get_loops(b)
+    others = [loops[i] for i in axes.others]
+    by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
+    bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
+    ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
+    sch.reorder(*others, by, bx, ko, wy, wx, kf, fy, fx, yi, xi, ki)
+    bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
+    for s in copies:
+        sch.compute_at(s, ko)
+        if t.double_buffer and axes.extents[axes.reduce[0]] > tc.k * t.kf:
+            sch.double_buffer(s)
+    sch.reverse_compute_at(cf, bx)
+    sch.reverse_compute_at(cs, bx)
+    warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
+                  sch.get(wx).loop_var.name + "_init": "threadIdx.y"}
+    init = sch.decompose_reduction(b, ko)
+    # the init block's loops: copies of the spatial loops under ko (wy, wx, fy, fx, yi,
+    # xi; those of extent 1 left out), the tile's two innermost
+    init_loops = sch.get_loops(init)
+    init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
+                  if sch.get(lp).loop_var.name in warp_names]
+    # the fragment loops unrolled: a fragment array indexed by constants stays in registers
+    frag_names = {sch.get(lp).loop_var.name + "_init" for lp in (fy, fx)}
+    for lp in init_loops[:-2]:
+        if sch.get(lp).loop_var.name in frag_names:
+            sch.unroll(lp)
+    sch.tensorize(init_loops[-2], tc.fill)
+    for lp in (kf, fy, fx):
+        sch.unroll(lp)
+    sch.tensorize(yi, tc.mma)
+    # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
+    ay, ax = _own(sch, cf, bx)
+    swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
+    swx, sfx, sx = sch.split(ax, [t.wx, t.fn, tc.n])
+    sch.reorder(swy, swx, sfy, sfx, sy, sx)
+    sch.unroll(sfy)
+    sch.unroll(sfx)
+    sch.tensorize(sy, tc.store)
+    # the write-back with the tail, and the fetches: all threads, lanes innermost
+    for s, at in ((cs, bx), *((c, ko) for c in copies)):
+        own = _own(sch, s, at)
+        fused = sch.fuse(*own) if len(own) > 1 else own[0]
+        _, lz, ly, lx = sch.split(fused, [None, t.wy, t.wx, warp])
+        sch.bind(lz, "threadIdx.z")
+        sch.bind(ly, "threadIdx.y")
+        sch.bind(lx, "threadIdx.x")
+    for loop, tag in (*init_warps, (swy, "threadIdx.z"),
+                      (swx, "threadIdx.y"), (wy, "threadIdx.z"), (wx, "threadIdx.y"),
+                      (by, "blockIdx.y"), (bx, "blockIdx.x")):
+        sch.bind(loop, tag)
+    if bz is not None:
+        sch.bind(bz, "blockIdx.z")
+    return sch
+
+
+def _own(sch: Schedule, block: Any, at: Any) -> list[Any]:
+    """The loops of ``block`` under loop ``at``."""
+    var = sch.get(at).loop_var
+    loops = sch.get_loops(block)
+    return loops[next(i for i, lp in enumerate(loops) if sch.get(lp).loop_var is var) + 1:]
+
+
+def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+    """:func:`tile_gemm_wmma` where the target has tensor cores, the block is a float16
+    GEMM whose shapes the tiles divide and whose lowered kernel fits the target's shared
+    memory; else None (the caller keeps its other kernel)."""
+    from toolchain.schedules.gpu.gemm import gemm_axes, lowered_shared_bytes
+
+    tc = tensor_core_intrinsics(target)
+    if tc is None:
+        return None
+    b = sch.get_block(block) if isinstance(block, str) else block
+    blk = sch.get(b)
+    axes = gemm_axes(blk)
+    if axes is None or len(axes.reduce) != 1 or blk.body.buffer.dtype != "float16":
+        return None
+    mul = blk.body.value.b
+    if not all(isinstance(x, ir.BufferLoad) and x.dtype == "float16" for x in (mul.a, mul.b)):
+        return None  # a padded or cast operand: the SIMT tiled kernel
+    ext = axes.extents
+    t = choose_wmma_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], tc, target)
+    if t is None:
+        return None
+    limit = target.max_shared_memory_per_block or 48 * 1024
+    for tiles in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
+        try:
+            out = tile_gemm_wmma(sch, b, target, tc, tiles)
+            out.verify(target)
+            # lowering also renders the intrinsics for the operands' strides (may refuse)
+            if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
+                return out
+        except KilnError:
+            continue
+    return None
+
+
+__all__ = ["TensorCore", "WmmaTiles", "choose_wmma_tiles", "tensor_core_intrinsics",
+           "tile_gemm_wmma", "try_tile_wmma"]
