@@ -29,26 +29,22 @@ from toolchain.tir import ir
 
 
 class _Dispatch:
-    """Dispatch ``visit(node)`` to ``visit_<ClassName>`` (cached per class)."""
+    """Dispatch ``visit(node)`` to ``visit_<ClassName>`` (resolved once per visitor class
+    and node class: each subclass has its own table, keyed by the node's class)."""
 
-    _cache: dict[tuple[type, type], Callable[..., Any]]
+    _table: dict[type, Callable[..., Any]]
 
     def __init_subclass__(cls) -> None:
-        cls._cache = {}
+        cls._table = {}
 
-    def _method(self, node: Any) -> Callable[..., Any]:
-        key = (type(self), type(node))
-        m = self._cache.get(key)
-        if m is None:
-            for klass in type(node).__mro__:
-                fn = getattr(type(self), "visit_" + klass.__name__, None)
-                if fn is not None:
-                    m = fn
-                    break
-            else:
-                raise TypeError(f"{type(self).__name__} cannot visit {type(node).__name__}")
-            self._cache[key] = m
-        return m
+    @classmethod
+    def _resolve(cls, node_type: type) -> Callable[..., Any]:
+        for klass in node_type.__mro__:
+            fn = getattr(cls, "visit_" + klass.__name__, None)
+            if fn is not None:
+                cls._table[node_type] = fn
+                return fn
+        raise TypeError(f"{cls.__name__} cannot visit {node_type.__name__}")
 
 
 class ExprVisitor(_Dispatch):
@@ -56,7 +52,8 @@ class ExprVisitor(_Dispatch):
 
     def visit_expr(self, e: ir.PrimExpr) -> None:
         """Visit ``e`` (dispatches on its class)."""
-        self._method(e)(self, e)
+        t = type(e)
+        (self._table.get(t) or self._resolve(t))(self, e)
 
     def visit_IntImm(self, e: ir.IntImm) -> None:
         pass
@@ -110,7 +107,8 @@ class StmtExprVisitor(ExprVisitor):
 
     def visit_stmt(self, s: ir.Stmt) -> None:
         """Visit ``s`` (dispatches on its class)."""
-        self._method(s)(self, s)
+        t = type(s)
+        (self._table.get(t) or self._resolve(t))(self, s)
 
     def visit(self, node: Any) -> None:
         """Visit any statement, expression or PrimFunc."""
@@ -182,7 +180,8 @@ class ExprMutator(_Dispatch):
 
     def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
         """Mutate ``e`` (dispatches on its class)."""
-        return self._method(e)(self, e)
+        t = type(e)
+        return (self._table.get(t) or self._resolve(t))(self, e)
 
     def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
         """Hook to replace buffers (identity by default)."""
@@ -255,7 +254,8 @@ class StmtExprMutator(ExprMutator):
 
     def visit_stmt(self, s: ir.Stmt) -> ir.Stmt:
         """Mutate ``s`` (dispatches on its class)."""
-        return self._method(s)(self, s)
+        t = type(s)
+        return (self._table.get(t) or self._resolve(t))(self, s)
 
     def visit(self, node: Any) -> Any:
         """Mutate a statement, an expression, or a PrimFunc's body."""

@@ -262,9 +262,11 @@ class BinaryOp(PrimExpr):
     dtype: str = ""
 
     def __post_init__(self) -> None:
-        a, b = pair_of(self.a, self.b)
-        object.__setattr__(self, "a", a)
-        object.__setattr__(self, "b", b)
+        a, b = self.a, self.b
+        if not (isinstance(a, PrimExpr) and isinstance(b, PrimExpr)):  # Python numbers
+            a, b = pair_of(a, b)
+            object.__setattr__(self, "a", a)
+            object.__setattr__(self, "b", b)
         if not self.dtype:
             object.__setattr__(self, "dtype", self._result_dtype(a, b))
 
