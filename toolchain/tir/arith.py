@@ -762,10 +762,10 @@ def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
     Only the ranges of Vars reachable from ``e`` (through the ranges' own bounds too) can
     change the answer, so unrelated loops in scope do not split the memo.
     """
-    found: list[ir.Var] = []
-    k = expr_key(e, found)
+    k, found = _key_and_vars(e)
     if not ranges or not found:
         return tag, k
+    found = list(found)
     sig = []
     seen: set[ir.Var] = set()
     n = 0
@@ -779,6 +779,18 @@ def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
         if r is not None:
             sig.append((v, expr_key(r.min, found), expr_key(r.extent, found)))
     return tag, k, tuple(sig)
+
+
+def _key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
+    """``expr_key(e)`` and the Vars it met (each once, in first-use order), remembered on
+    ``e`` (immutable, like :func:`term_key`): the memo asks for the keys of the same
+    expressions again and again (every hit walked the whole expression before)."""
+    known = e.__dict__.get("_expr_key")
+    if known is None:
+        found: list[ir.Var] = []
+        known = (expr_key(e, found), tuple(dict.fromkeys(found)))
+        object.__setattr__(e, "_expr_key", known)
+    return known
 
 
 def _remember(key: Any, value: tuple[Any, Any]) -> None:

@@ -138,6 +138,10 @@ def pair_of(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
     return convert(a), convert(b)
 
 
+#: what the simplifier remembers on an expression (``toolchain.tir.arith``): never pickled
+_REMEMBERED = frozenset({"_term_key", "_expr_key"})
+
+
 class PrimExpr(Node):
     """Base of scalar/vector expressions; every subclass has a ``dtype`` field."""
 
@@ -145,8 +149,8 @@ class PrimExpr(Node):
     dtype: str
 
     def __getstate__(self) -> dict[str, Any]:
-        # the simplifier's remembered key names children by id(): not valid elsewhere
-        return {k: v for k, v in self.__dict__.items() if k != "_term_key"}
+        # the simplifier's remembered keys (names children by id(): not valid elsewhere)
+        return {k: v for k, v in self.__dict__.items() if k not in _REMEMBERED}
 
     def __add__(self, o: Any) -> PrimExpr:
         return Add(*pair_of(self, o))
