@@ -391,12 +391,42 @@ class _PostOrder(StmtExprVisitor):
         self.fn = fn
 
     def visit_expr(self, e: ir.PrimExpr) -> None:
-        super().visit_expr(e)
-        self.fn(e)
+        _post_order_expr(e, self.fn, self)
 
     def visit_stmt(self, s: ir.Stmt) -> None:
         super().visit_stmt(s)
         self.fn(s)
+
+
+_LEAVES = (ir.IntImm, ir.FloatImm, ir.StringImm, ir.Var)
+
+
+def _post_order_expr(e: ir.PrimExpr, fn: Callable[[Any], None], visitor: _PostOrder) -> None:
+    """What ``_PostOrder`` does for an expression, children in :class:`ExprVisitor`'s
+    order, without a dispatch and two calls per node (every analysis that collects
+    Vars or loads walks whole kernels this way); any other node goes through the
+    visitor's dispatch."""
+    t = type(e)
+    if t in _LEAVES:
+        pass
+    elif isinstance(e, ir.BinaryOp):
+        _post_order_expr(e.a, fn, visitor)
+        _post_order_expr(e.b, fn, visitor)
+    elif t is ir.BufferLoad:
+        for i in e.indices:
+            _post_order_expr(i, fn, visitor)
+    elif t is ir.Cast or t is ir.Broadcast:
+        _post_order_expr(e.value, fn, visitor)
+    elif t is ir.Call:
+        for a in e.args:
+            _post_order_expr(a, fn, visitor)
+    elif t is ir.Select:
+        _post_order_expr(e.condition, fn, visitor)
+        _post_order_expr(e.true_value, fn, visitor)
+        _post_order_expr(e.false_value, fn, visitor)
+    else:
+        StmtExprVisitor.visit_expr(visitor, e)
+    fn(e)
 
 
 def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:
