@@ -21,14 +21,16 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from toolchain.codegen.artifact import CSupport, KernelArtifact
 from toolchain.graph.ir import Node, Value
-from toolchain.vta.compile import CompiledConv2d, CompiledDense
-from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
+
+if TYPE_CHECKING:  # the accelerator's modules load when an accelerator bundle is built
+    from toolchain.vta.compile import CompiledConv2d, CompiledDense
+    from toolchain.vta.config import VTAConfig
 
 #: the ops whose kernels are accelerator programs
 ACCELERATOR_OPS = ("VtaConv2d", "VtaDense", "VtaAdd")
@@ -90,6 +92,8 @@ def accelerator_kernel(node: Node, layer: CompiledConv2d | CompiledDense,
 
 
 def _context(layer: CompiledConv2d | CompiledDense, index: int, op: str) -> dict[str, Any]:
+    from toolchain.vta.compile import CompiledConv2d
+
     prog = layer.program
     cfg = prog.config
     data, out = prog.regions["data"], prog.regions["out"]
@@ -136,6 +140,7 @@ def rtl_files(cfg: VTAConfig) -> dict[str, str]:
 
     Example::
 
+        >>> from toolchain.vta.config import VTAConfig
         >>> files = rtl_files(VTAConfig())
         >>> "rtl/vta_params.svh" in files and "rtl/sim/kiln_vta_rtl.cpp" in files
         True
@@ -156,5 +161,7 @@ def rtl_files(cfg: VTAConfig) -> dict[str, str]:
 
 def glue_context(cfg: VTAConfig, layers: list[str]) -> dict[str, Any]:
     """The values ``vta_bundle.{h,c}.j2`` are rendered with (besides the bundle's)."""
+    from toolchain.vta.config import ALU_OP_NAMES
+
     mask = sum(1 << ALU_OP_NAMES.index(op) for op in cfg.alu_ops)
     return {"cfg": cfg, "alu_mask": mask, "layers": layers}

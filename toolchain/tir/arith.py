@@ -64,8 +64,11 @@ _FOLD_FLOAT = {
 }
 
 
+_INT_SET = frozenset(_INT)
+
+
 def _is_int(dtype: str) -> bool:
-    return dtype in _INT
+    return dtype in _INT_SET
 
 
 def _wrap(v: int, dtype: str) -> int:
@@ -84,11 +87,12 @@ def term_key(e: ir.PrimExpr) -> Any:
     A compound expression remembers its key: expressions are immutable, and the
     simplifier asks for the keys of the same subtrees again and again (a tenth of a
     small model's compile time went here)."""
-    if isinstance(e, ir.Var):
+    t = type(e)
+    if t is ir.Var:
         return ("v", id(e))
-    if isinstance(e, ir.IntImm):
+    if t is ir.IntImm:
         return ("i", e.value, e.dtype)
-    if isinstance(e, ir.FloatImm):
+    if t is ir.FloatImm:
         return ("f", e.value, e.dtype)
     known = e.__dict__.get("_term_key")
     if known is None:
@@ -127,19 +131,25 @@ class Lin:
 
     def add_term(self, atom: ir.PrimExpr, coeff: int) -> None:
         k = term_key(atom)
-        if k in self.terms:
-            self.terms[k][1] += coeff
-            if self.terms[k][1] == 0:
-                del self.terms[k]
+        terms = self.terms
+        known = terms.get(k)
+        if known is not None:
+            known[1] += coeff
+            if known[1] == 0:
+                del terms[k]
         elif coeff:
-            self.terms[k] = [atom, coeff]
+            terms[k] = [atom, coeff]
 
     def add(self, other: Lin, scale: int = 1) -> Lin:
         out = self.copy()
-        out.const += other.const * scale
-        for a, c in other.terms.values():
-            out.add_term(a, c * scale)
+        out.add_into(other, scale)
         return out
+
+    def add_into(self, other: Lin, scale: int = 1) -> None:
+        """``self += other * scale`` in place (what :meth:`add` returns, without the copy)."""
+        self.const += other.const * scale
+        for a, c in other.terms.values():
+            self.add_term(a, c * scale)
 
     def scale(self, s: int) -> Lin:
         if s == 0:
@@ -245,22 +255,25 @@ def _recombine_divmod(lin: Lin) -> bool:
 
 def to_lin(e: ir.PrimExpr) -> Lin | None:
     """Linear form of an (already simplified) integer expression, or None if not integer."""
-    if not _is_int(e.dtype):
+    dt = e.dtype
+    if dt not in _INT_SET:
         return None
-    if isinstance(e, ir.IntImm):
-        return Lin(e.dtype, e.value)
-    if isinstance(e, (ir.Add, ir.Sub)):
+    t = type(e)
+    if t is ir.IntImm:
+        return Lin(dt, e.value)
+    if t is ir.Add or t is ir.Sub:
         a, b = to_lin(e.a), to_lin(e.b)
         if a is not None and b is not None:
-            return a.add(b, 1 if isinstance(e, ir.Add) else -1)
-    if isinstance(e, ir.Mul):
+            a.add_into(b, 1 if t is ir.Add else -1)  # a is this call's own: no copy
+            return a
+    elif t is ir.Mul:
         a, b = to_lin(e.a), to_lin(e.b)
         if a is not None and b is not None:
-            if b.is_const:
+            if not b.terms:
                 return a.scale(b.const)
-            if a.is_const:
+            if not a.terms:
                 return b.scale(a.const)
-    lin = Lin(e.dtype)
+    lin = Lin(dt)
     lin.add_term(e, 1)
     return lin
 
@@ -749,10 +762,10 @@ def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
     Only the ranges of Vars reachable from ``e`` (through the ranges' own bounds too) can
     change the answer, so unrelated loops in scope do not split the memo.
     """
-    found: list[ir.Var] = []
-    k = expr_key(e, found)
+    k, found = _key_and_vars(e)
     if not ranges or not found:
         return tag, k
+    found = list(found)
     sig = []
     seen: set[ir.Var] = set()
     n = 0
@@ -766,6 +779,18 @@ def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
         if r is not None:
             sig.append((v, expr_key(r.min, found), expr_key(r.extent, found)))
     return tag, k, tuple(sig)
+
+
+def _key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
+    """``expr_key(e)`` and the Vars it met (each once, in first-use order), remembered on
+    ``e`` (immutable, like :func:`term_key`): the memo asks for the keys of the same
+    expressions again and again (every hit walked the whole expression before)."""
+    known = e.__dict__.get("_expr_key")
+    if known is None:
+        found: list[ir.Var] = []
+        known = (expr_key(e, found), tuple(dict.fromkeys(found)))
+        object.__setattr__(e, "_expr_key", known)
+    return known
 
 
 def _remember(key: Any, value: tuple[Any, Any]) -> None:

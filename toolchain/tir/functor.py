@@ -29,26 +29,22 @@ from toolchain.tir import ir
 
 
 class _Dispatch:
-    """Dispatch ``visit(node)`` to ``visit_<ClassName>`` (cached per class)."""
+    """Dispatch ``visit(node)`` to ``visit_<ClassName>`` (resolved once per visitor class
+    and node class: each subclass has its own table, keyed by the node's class)."""
 
-    _cache: dict[tuple[type, type], Callable[..., Any]]
+    _table: dict[type, Callable[..., Any]]
 
     def __init_subclass__(cls) -> None:
-        cls._cache = {}
+        cls._table = {}
 
-    def _method(self, node: Any) -> Callable[..., Any]:
-        key = (type(self), type(node))
-        m = self._cache.get(key)
-        if m is None:
-            for klass in type(node).__mro__:
-                fn = getattr(type(self), "visit_" + klass.__name__, None)
-                if fn is not None:
-                    m = fn
-                    break
-            else:
-                raise TypeError(f"{type(self).__name__} cannot visit {type(node).__name__}")
-            self._cache[key] = m
-        return m
+    @classmethod
+    def _resolve(cls, node_type: type) -> Callable[..., Any]:
+        for klass in node_type.__mro__:
+            fn = getattr(cls, "visit_" + klass.__name__, None)
+            if fn is not None:
+                cls._table[node_type] = fn
+                return fn
+        raise TypeError(f"{cls.__name__} cannot visit {node_type.__name__}")
 
 
 class ExprVisitor(_Dispatch):
@@ -56,7 +52,8 @@ class ExprVisitor(_Dispatch):
 
     def visit_expr(self, e: ir.PrimExpr) -> None:
         """Visit ``e`` (dispatches on its class)."""
-        self._method(e)(self, e)
+        t = type(e)
+        (self._table.get(t) or self._resolve(t))(self, e)
 
     def visit_IntImm(self, e: ir.IntImm) -> None:
         pass
@@ -110,7 +107,8 @@ class StmtExprVisitor(ExprVisitor):
 
     def visit_stmt(self, s: ir.Stmt) -> None:
         """Visit ``s`` (dispatches on its class)."""
-        self._method(s)(self, s)
+        t = type(s)
+        (self._table.get(t) or self._resolve(t))(self, s)
 
     def visit(self, node: Any) -> None:
         """Visit any statement, expression or PrimFunc."""
@@ -182,7 +180,8 @@ class ExprMutator(_Dispatch):
 
     def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
         """Mutate ``e`` (dispatches on its class)."""
-        return self._method(e)(self, e)
+        t = type(e)
+        return (self._table.get(t) or self._resolve(t))(self, e)
 
     def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
         """Hook to replace buffers (identity by default)."""
@@ -255,7 +254,8 @@ class StmtExprMutator(ExprMutator):
 
     def visit_stmt(self, s: ir.Stmt) -> ir.Stmt:
         """Mutate ``s`` (dispatches on its class)."""
-        return self._method(s)(self, s)
+        t = type(s)
+        return (self._table.get(t) or self._resolve(t))(self, s)
 
     def visit(self, node: Any) -> Any:
         """Mutate a statement, an expression, or a PrimFunc's body."""
@@ -391,12 +391,42 @@ class _PostOrder(StmtExprVisitor):
         self.fn = fn
 
     def visit_expr(self, e: ir.PrimExpr) -> None:
-        super().visit_expr(e)
-        self.fn(e)
+        _post_order_expr(e, self.fn, self)
 
     def visit_stmt(self, s: ir.Stmt) -> None:
         super().visit_stmt(s)
         self.fn(s)
+
+
+_LEAVES = (ir.IntImm, ir.FloatImm, ir.StringImm, ir.Var)
+
+
+def _post_order_expr(e: ir.PrimExpr, fn: Callable[[Any], None], visitor: _PostOrder) -> None:
+    """What ``_PostOrder`` does for an expression, children in :class:`ExprVisitor`'s
+    order, without a dispatch and two calls per node (every analysis that collects
+    Vars or loads walks whole kernels this way); any other node goes through the
+    visitor's dispatch."""
+    t = type(e)
+    if t in _LEAVES:
+        pass
+    elif isinstance(e, ir.BinaryOp):
+        _post_order_expr(e.a, fn, visitor)
+        _post_order_expr(e.b, fn, visitor)
+    elif t is ir.BufferLoad:
+        for i in e.indices:
+            _post_order_expr(i, fn, visitor)
+    elif t is ir.Cast or t is ir.Broadcast:
+        _post_order_expr(e.value, fn, visitor)
+    elif t is ir.Call:
+        for a in e.args:
+            _post_order_expr(a, fn, visitor)
+    elif t is ir.Select:
+        _post_order_expr(e.condition, fn, visitor)
+        _post_order_expr(e.true_value, fn, visitor)
+        _post_order_expr(e.false_value, fn, visitor)
+    else:
+        StmtExprVisitor.visit_expr(visitor, e)
+    fn(e)
 
 
 def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:

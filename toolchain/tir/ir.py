@@ -138,6 +138,10 @@ def pair_of(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
     return convert(a), convert(b)
 
 
+#: what the simplifier remembers on an expression (``toolchain.tir.arith``): never pickled
+_REMEMBERED = frozenset({"_term_key", "_expr_key"})
+
+
 class PrimExpr(Node):
     """Base of scalar/vector expressions; every subclass has a ``dtype`` field."""
 
@@ -145,8 +149,8 @@ class PrimExpr(Node):
     dtype: str
 
     def __getstate__(self) -> dict[str, Any]:
-        # the simplifier's remembered key names children by id(): not valid elsewhere
-        return {k: v for k, v in self.__dict__.items() if k != "_term_key"}
+        # the simplifier's remembered keys (names children by id(): not valid elsewhere)
+        return {k: v for k, v in self.__dict__.items() if k not in _REMEMBERED}
 
     def __add__(self, o: Any) -> PrimExpr:
         return Add(*pair_of(self, o))
@@ -262,9 +266,11 @@ class BinaryOp(PrimExpr):
     dtype: str = ""
 
     def __post_init__(self) -> None:
-        a, b = pair_of(self.a, self.b)
-        object.__setattr__(self, "a", a)
-        object.__setattr__(self, "b", b)
+        a, b = self.a, self.b
+        if not (isinstance(a, PrimExpr) and isinstance(b, PrimExpr)):  # Python numbers
+            a, b = pair_of(a, b)
+            object.__setattr__(self, "a", a)
+            object.__setattr__(self, "b", b)
         if not self.dtype:
             object.__setattr__(self, "dtype", self._result_dtype(a, b))
 
