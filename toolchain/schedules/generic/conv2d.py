@@ -62,7 +62,6 @@ from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
-from toolchain.schedules.generic.dense import GemmPlan
 from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
@@ -184,14 +183,17 @@ def _layout_block(layout: str) -> int | None:
 
 
 def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NCHW",
-                 out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
-                 ) -> tuple[list[te.Tensor], list[Value], str]:
+                 out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
+                 subsample: bool = False) -> tuple[list[te.Tensor], list[Value], str]:
     """Tensors of the blocked convolution; returns (args, input values, product name).
 
     ``data_layout``/``out_layout`` (``NCHW``, ``NHWC``, ``NCHW{b}c``) are the layouts of
     the node's input and output; ``w_oihw`` the constant weights in OIHW when the node's
     are stored in another kernel layout. An output in ``NCHW{ob}c`` is the product itself
-    (the schedule inlines the bias into the register tile's write-back)."""
+    (the schedule inlines the bias into the register tile's write-back). ``subsample``
+    (a strided 1x1 convolution without padding, :func:`is_pointwise`): the pack copies
+    only the pixels the convolution reads, ``[N, C/cb, OH, OWp, cb]``, and the product
+    reads it with stride 1."""
     xv, wv = node.inputs[0], node.inputs[1]
     bv = node.input(2)
     cb, ob = plan.cb, plan.ob
@@ -221,7 +223,12 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
             return val * te.cast(inside, "float32")
         return te.if_then_else(inside, val, zero)
 
-    if ib == cb and (g.pt, g.pl, hp, wp) == (0, 0, g.h, g.w):
+    sh, sw = g.sh, g.sw
+    if subsample:
+        xp = te.compute((g.n, g.c // cb, g.oh, owp, cb), lambda n, c0, y, xx, c1: in_at(
+            n, c0, c1, y * g.sh, te.min(xx, g.ow - 1) * g.sw), name="data_pack")
+        sh = sw = 1
+    elif ib == cb and (g.pt, g.pl, hp, wp) == (0, 0, g.h, g.w):
         xp = x  # already blocked, nothing to pad (1x1 convs): read the input in place
     else:
         xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
@@ -252,7 +259,7 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     rkw = te.reduce_axis((0, g.kw), name="rkw")
     rc1 = te.reduce_axis((0, cb), name="rc1")
     conv = te.compute((g.n, op_ // ob, g.oh, owp, ob), lambda n, o0, y, xx, o1: te.sum(
-        xp[n, rc0, y * g.sh + rkh * g.dh, xx * g.sw + rkw * g.dw, rc1]
+        xp[n, rc0, y * sh + rkh * g.dh, xx * sw + rkw * g.dw, rc1]
         * wp_t[o0, rc0, rkh, rkw, rc1, o1], axis=[rc0, rkh, rkw, rc1]), name="conv")
     bias = None
     if bv is not None:
@@ -295,7 +302,7 @@ def direct_blocked_out(g: ConvGeom, plan: ConvPlan, out_layout: str) -> bool:
     return _layout_block(out_layout) == plan.ob and op_ == g.o and owp == g.ow
 
 
-def _loop_defaults(g: ConvGeom, plan: ConvPlan) -> dict[str, Any]:
+def loop_defaults(g: ConvGeom, plan: ConvPlan) -> dict[str, Any]:
     """The heuristic's loop decisions: the window loop unrolls for short windows of few
     channels (or any window of at most 3), the inner channel loop for blocks up to 4; an
     NCHW output is written back channel by channel (``epilogue``)."""
@@ -348,7 +355,7 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     lanes = plan.lanes
     top = max(ceil_div(g.o, lanes) * lanes, plan.ob)
     obs = with_default([lanes * m for m in (1, 2, 3, 4) if lanes * m <= top], plan.ob)
-    loops = _loop_defaults(g, plan)
+    loops = loop_defaults(g, plan)
 
     def need(q: Mapping[str, Any]) -> int:
         vecs = q["ob"] // lanes
@@ -448,7 +455,7 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
 
     ``knobs`` are the loop decisions of :func:`conv_space` (``order``, ``unroll_kw``,
     ``unroll_cb``); None: the heuristic's (:func:`conv_space`'s defaults)."""
-    k = dict(knobs) if knobs is not None else _loop_defaults(g, plan)
+    k = dict(knobs) if knobs is not None else loop_defaults(g, plan)
     blk = sch.get_block("conv")
     n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
     xo, xi = sch.split(xx, [None, plan.rw])
@@ -525,78 +532,6 @@ def is_pointwise(g: ConvGeom) -> bool:
         and g.ow == (g.w - 1) // g.sw + 1
 
 
-def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
-                    ) -> tuple[list[te.Tensor], list[Value]]:
-    """``Y[n, o, pixels] = W[o, c] @ X[n, c, pixels]`` with the (strided) pixels of X packed
-    into ``nr``-wide panels and W (padded to a multiple of ``mr`` rows) constant."""
-    xv, wv = node.inputs[0], node.inputs[1]
-    bv = node.input(2)
-    nr, mp, np_ = plan.nr, plan.mp, plan.np_
-    hw = g.oh * g.ow
-    x = te.placeholder(xv.shape, "float32", "X")
-    def matrix(data: np.ndarray) -> np.ndarray:
-        wm = np.zeros((mp, g.c), np.float32)
-        wm[:g.o] = data.reshape(g.o, g.c)
-        return wm
-
-    wm = packed_constant(wv, "_matrix", matrix)
-    w = te.placeholder(wm.shape, "float32", "W_mat")
-    args, values = [x, w], [xv, wm]
-    zero = ir.FloatImm(0.0, "float32")
-    src = x
-    if (g.sh, g.sw) != (1, 1) or (g.oh, g.ow) != (g.h, g.w):
-        # subsample first: the pack then reads pixel q at flat offset q (no div/mod)
-        src = te.compute((g.n, g.c, g.oh, g.ow),
-                         lambda n, c, y, xx: x[n, c, y * g.sh, xx * g.sw], name="X_sub")
-
-    def pack(n: Expr, j0: Expr, c: Expr, j1: Expr) -> Expr:
-        q = te.min(j0 * nr + j1, hw - 1)
-        val = src[n, c, q // g.ow, q % g.ow]
-        return te.if_then_else(j0 * nr + j1 < hw, val, zero) if np_ != hw else val
-
-    bp = te.compute((g.n, np_ // nr, g.c, nr), pack, name="B_packed")
-    r = te.reduce_axis((0, g.c), name="rc")
-    bias = None
-    if bv is not None:
-        bias = te.placeholder(bv.shape, "float32", "bias")
-        args.append(bias)
-        values.append(bv)
-    prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
-        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
-
-    def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
-        v = prod[n, o, y * g.ow + xx]
-        return v + bias[o] if bias is not None else v
-
-    out = te.compute((g.n, g.o, g.oh, g.ow), epi, name="C")
-    return args + [out], values
-
-
-def _schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
-    from toolchain.schedules.generic.dense import (
-        gemm_space,
-        gemm_workload,
-        plan_gemm,
-        schedule_gemm,
-        tuned_gemm,
-    )
-
-    plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
-    key = gemm_workload("conv1x1", (g.n,), g.o, g.oh * g.ow, g.c, p,
-                        f"in{g.c}x{g.h}x{g.w}s{g.sh}x{g.sw}")
-    plan = tuned_gemm(plan, decide(gemm_space(plan, p, key)))
-    args, values = conv1x1_compute(node, g, plan)
-    name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
-    sch = Schedule(te.create_prim_func(args, name=name))
-    epi = sch.get_block("C")
-    sch.fuse(*sch.get_loops(epi)[2:])  # rows of the output are contiguous pixels
-    schedule_gemm(sch, plan, p, 1, "C_prod")
-    info: dict[str, Any] = {"schedule": "conv2d_1x1_gemm", "layout": "NCHW (GEMM)",
-                            "mr": plan.mr, "nr": plan.nr, "packed_weight": True,
-                            "flops": g.flops}
-    return OpSchedule(sch, values, list(node.outputs), info)
-
-
 def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
     """The Winograd tile for ``g`` under :data:`ALGORITHM` (None: direct convolution).
 
@@ -650,7 +585,9 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
         return _generic(node, t, "grouped, non-2-D or non-float32 convolution")
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
-        return _schedule_conv1x1(node, g, p)
+        from toolchain.schedules.generic.conv1x1 import schedule_conv1x1
+
+        return schedule_conv1x1(node, g, p)
     const_w = node.inputs[1].data is not None
     plan = plan_conv(g, p)
     point = decide(conv_space(g, p, plan, const_w=const_w,
