@@ -41,6 +41,7 @@ from toolchain.schedules.generic.conv2d import (
     ConvGeom,
     conv_compute,
     conv_space,
+    has_unblock,
     loop_defaults,
     plan_conv,
     schedule_conv,
@@ -56,6 +57,7 @@ from toolchain.schedules.generic.dense import (
 )
 from toolchain.schedules.packing import packed_constant
 from toolchain.schedules.registry import OpSchedule
+from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 
@@ -158,13 +160,15 @@ def _when(alg: str, holds: Callable[[Mapping[str, Any]], bool] | None
     return lambda q: q["algorithm"] == alg and holds(q)
 
 
-def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan) -> Space:
+def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: bool = False
+                  ) -> Space:
     """The knobs of a 1x1 convolution: the GEMM's (``mr``, ``nr``, ``mc_tiles``), then
     ``algorithm`` (``gemm``, the heuristic's, or ``direct``), ``b_pack`` for a strided one
     (GEMM only) and the direct convolution's :data:`DIRECT_KNOBS` (direct only). Each
     algorithm's rules bind only its own points; the space's kind stays ``gemm`` and its
     workload key that of the GEMM, so records written before ``algorithm`` existed replay
-    (as ``gemm``, ``panels``).
+    (as ``gemm``, ``panels``). ``unblock``: the target declares the transposing
+    write-back (:func:`~toolchain.schedules.generic.conv2d.has_unblock`).
 
     >>> from toolchain.schedules.generic.common import cpu_params
     >>> g = ConvGeom(1, 256, 14, 14, 512, 1, 1, 7, 7, 2, 2, 1, 1, 0, 0)
@@ -180,7 +184,7 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan) -> Space:
     key = gemm_workload("conv1x1", (g.n,), g.o, g.oh * g.ow, g.c, p,
                         f"in{g.c}x{g.h}x{g.w}s{g.sh}x{g.sw}")
     gemm = gemm_space(plan, p, key)
-    direct = conv_space(g, p, plan_conv(g, p))
+    direct = conv_space(g, p, plan_conv(g, p), unblock=unblock)
     knobs = [replace(k, active=_when("gemm", k.active)) for k in gemm.knobs]
     knobs.append(Knob("algorithm", ("gemm", "direct"), "gemm",
                       "the packed GEMM over the pixels, or the channel-blocked direct "
@@ -203,16 +207,17 @@ def _unless(alg: str, holds: Callable[[Mapping[str, Any]], bool]
     return lambda q: q["algorithm"] != alg or holds(q)
 
 
-def schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
+def schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams, target: Target) -> OpSchedule:
     """The schedule of a pointwise Conv with constant weights (the module docstring)."""
     plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
-    point = decide(conv1x1_space(g, p, plan))
+    point = decide(conv1x1_space(g, p, plan, has_unblock(target, p.lanes("float32"))))
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
     if point["algorithm"] == "direct":
         cplan = tuned_plan(plan_conv(g, p), point)
         args, values, _ = conv_compute(node, g, cplan, subsample=(g.sh, g.sw) != (1, 1))
         sch = Schedule(te.create_prim_func(args, name=name))
-        schedule_conv(sch, g, cplan, p, knobs={**loop_defaults(g, cplan), **point})
+        schedule_conv(sch, g, cplan, p, knobs={**loop_defaults(g, cplan), **point},
+                      target=target)
         return OpSchedule(sch, values, list(node.outputs), {
             "schedule": "conv2d_nchwc", "layout": f"NCHW{cplan.cb}c", "cb": cplan.cb,
             "ob": cplan.ob, "rw": cplan.rw, "packed_weight": True, "flops": g.flops})

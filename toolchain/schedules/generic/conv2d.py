@@ -289,6 +289,22 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     return args + [out], values, conv.name
 
 
+def unblock_intrinsic(lanes: int, bias: bool) -> str:
+    """The tensor intrinsic that writes a ``lanes`` pixels x ``lanes`` channels block of a
+    ``[..., pixels, ob]`` product into an NCHW output, transposed in registers (plus the
+    channels' bias): ``C[n, j, y, i] = A[i, j] (+ B[j])``, declared by the AVX targets.
+
+    >>> unblock_intrinsic(16, True), unblock_intrinsic(8, False)
+    ('unblock_bias_f32_16x16', 'unblock_f32_8x8')
+    """
+    return f"unblock{'_bias' if bias else ''}_f32_{lanes}x{lanes}"
+
+
+def has_unblock(t: Target, lanes: int) -> bool:
+    """Whether ``t`` declares both :func:`unblock_intrinsic` variants for ``lanes``."""
+    return all(t.has_intrinsic(unblock_intrinsic(lanes, b)) for b in (False, True))
+
+
 def vector_pack(ib: int | None, cb: int) -> bool:
     """Whether the padded copy of a ``NCHW{ib}c`` input into blocks of ``cb`` channels is
     a loop of whole vectors: same block, a power of two of at least 4 lanes (others, like
@@ -325,8 +341,8 @@ def conv_workload(g: ConvGeom, p: CpuParams, lanes: int, layouts: tuple[str, str
 
 
 def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, str] = (
-        "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False
-               ) -> Space:
+        "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False,
+               unblock: bool = False) -> Space:
     """The knobs of the convolution around the heuristic's choices (its default point).
 
     The direct convolution's ``ob`` (output channels per register tile, whole vectors),
@@ -341,7 +357,10 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     one output channel's whole plane after the other, each vector gathered from ``lanes``
     pixels ``ob`` floats apart) or ``pixel_tiles`` (for each ``lanes`` pixels of a row, the
     ``ob`` channels of the tile: the ``lanes x ob`` block it reads stays in L1; C1 of
-    ResNet-18 gains about a third). Rules: the tile fits the register file; an unrolled
+    ResNet-18 gains about a third); where the target declares the ``unblock_*`` tensor
+    intrinsics (``unblock``) and the output rows are whole vectors, also ``transposed``
+    (:func:`unblock_intrinsic`: the order of ``pixel_tiles``, each ``lanes x lanes``
+    block transposed in registers). Rules: the tile fits the register file; an unrolled
     channel loop has at most 16 steps.
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
@@ -377,9 +396,12 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
              "unroll the inner channel loop"),
     )
     if layouts[1] == "NCHW":
-        knobs += (Knob("epilogue", ("channel_rows", "pixel_tiles"), loops["epilogue"],
+        orders = ("channel_rows", "pixel_tiles") + (
+            ("transposed",) if unblock and g.ow % lanes == 0 else ())
+        knobs += (Knob("epilogue", orders, loops["epilogue"],
                        "write-back order of the NCHW output: whole channel planes, or "
-                       "the tile's channels for each vector of pixels",
+                       "the tile's channels for each vector of pixels (gathered, or "
+                       "transposed in registers)",
                        active=lambda q: g.o % q["ob"] == 0),)
     rules = [
         Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
@@ -450,11 +472,14 @@ def tuned_plan(plan: ConvPlan, point: Mapping[str, Any]) -> ConvPlan:
 
 def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
                   out_layout: str = "NCHW", data_layout: str = "NCHW",
-                  knobs: Mapping[str, Any] | None = None) -> None:
+                  knobs: Mapping[str, Any] | None = None, target: Target | None = None
+                  ) -> None:
     """Register-tile, vectorize and unroll the blocked convolution.
 
     ``knobs`` are the loop decisions of :func:`conv_space` (``order``, ``unroll_kw``,
-    ``unroll_cb``); None: the heuristic's (:func:`conv_space`'s defaults)."""
+    ``unroll_cb``, ``epilogue``); None: the heuristic's (:func:`conv_space`'s defaults).
+    ``epilogue="transposed"`` tensorizes the write-back with ``target``'s
+    :func:`unblock_intrinsic`."""
     k = dict(knobs) if knobs is not None else loop_defaults(g, plan)
     blk = sch.get_block("conv")
     n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
@@ -497,13 +522,23 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         ol = sch.get_loops(out)
         if g.o % plan.ob == 0:
             sch.split(ol[1], [None, plan.ob])
+        epilogue = k.get("epilogue", "channel_rows")
         if g.ow % plan.lanes == 0:
             _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
-            sch.vectorize(wi)
-        if g.o % plan.ob == 0 and k.get("epilogue", "channel_rows") == "pixel_tiles":
+            if epilogue != "transposed":
+                sch.vectorize(wi)
+        if g.o % plan.ob == 0 and epilogue in ("pixel_tiles", "transposed"):
             # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
             el = sch.get_loops(out)
             sch.reorder(el[3], el[4], el[2])
+            if epilogue == "transposed":
+                # ... o1 x1 -> ... o1_0 | o1_1 x1: lanes x lanes blocks, one call each
+                _, o1i = sch.split(sch.get_loops(out)[-2], [None, plan.lanes])
+                if target is None:
+                    raise ValueError("schedule_conv: epilogue='transposed' needs the target "
+                                     "whose unblock intrinsic it calls")
+                bias = any(b.name == "bias" for b in sch.mod.buffers)
+                sch.tensorize(o1i, target.intrinsic(unblock_intrinsic(plan.lanes, bias)))
     packs = "data_pack" in st.block_names(sch.mod)
     if packs and vector_pack(_layout_block(data_layout), plan.cb):
         sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
@@ -587,11 +622,12 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     if is_pointwise(g) and node.inputs[1].data is not None:
         from toolchain.schedules.generic.conv1x1 import schedule_conv1x1
 
-        return schedule_conv1x1(node, g, p)
+        return schedule_conv1x1(node, g, p, t)
     const_w = node.inputs[1].data is not None
     plan = plan_conv(g, p)
     point = decide(conv_space(g, p, plan, const_w=const_w,
-                              winograd=_winograd_default(g, p, const_w)))
+                              winograd=_winograd_default(g, p, const_w),
+                              unblock=has_unblock(t, plan.lanes)))
     if point.get("algorithm", "direct") != "direct":
         from toolchain.schedules.generic.winograd import schedule_winograd
 
@@ -601,7 +637,7 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
-    schedule_conv(sch, g, plan, p, knobs=point)
+    schedule_conv(sch, g, plan, p, knobs=point, target=t)
     info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
                             "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
                             "packed_weight": values[1].data is not None, "flops": g.flops}
