@@ -20,7 +20,8 @@ from toolchain.target import load_target, runs_here
 
 
 def _conv(bias: bool, stride: int = 1) -> onnx.ModelProto:
-    """3x3 convolution, 8 -> 32 channels on 16x16 (pad 1), with or without a bias."""
+    """3x3 convolution, 8 -> 32 channels on 16x16 (pad 1), with or without a bias; stride
+    2 and 4 give 8- and 4-pixel output rows."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(
         (rng.standard_normal((32, 8, 3, 3)) * 0.3).astype(np.float32), "w")]
@@ -49,25 +50,29 @@ def test_offered_where_the_intrinsics_and_whole_vector_rows_are():
     epilogues = lambda *a: conv_task(*a).space.knob("epilogue").choices  # noqa: E731
     assert "transposed" in epilogues((1, 3, 224, 224), 64, 7, 2, "x86_64-avx512")  # 112
     assert "transposed" in epilogues((1, 64, 56, 56), 64, 3, 1, "x86_64-avx2")  # 56 = 7 x 8
-    # 28-pixel rows are whole vectors neither of 16 nor of 8 lanes
-    assert "transposed" not in epilogues((1, 64, 56, 56), 128, 3, 2, "x86_64-avx512")
-    assert "transposed" not in epilogues((1, 64, 56, 56), 128, 3, 2, "x86_64-avx2")
+    # 28-pixel rows: blocks of 4 pixels; 7-pixel rows: none
+    assert "transposed" in epilogues((1, 64, 56, 56), 128, 3, 2, "x86_64-avx512")
+    assert "transposed" in epilogues((1, 64, 56, 56), 128, 3, 2, "x86_64-avx2")
+    assert "transposed" not in epilogues((1, 256, 14, 14), 512, 3, 2, "x86_64-avx512")
     assert "transposed" not in epilogues((1, 3, 224, 224), 64, 7, 2, "c-generic")
 
 
-@pytest.mark.parametrize("base", ["x86_64-avx2", "x86_64-avx512"])
-@pytest.mark.parametrize("bias", [True, False])
-def test_transposed_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, bias: bool):
+@pytest.mark.parametrize("base, bias, stride", [
+    ("x86_64-avx512", True, 1), ("x86_64-avx512", False, 2), ("x86_64-avx512", True, 4),
+    ("x86_64-avx2", False, 1), ("x86_64-avx2", True, 4)])
+def test_transposed_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, bias: bool,
+                                                     stride: int):
+    """Blocks of 16/8/4 pixels on AVX-512, 8/4 on AVX2, with and without a bias."""
     import toolchain
 
     if not runs_here(load_target(base)):
         pytest.skip(f"{base} code does not run on this machine")
     target = str(_nchw_variant(base, tmp_path))
-    model = _conv(bias)
+    model = _conv(bias, stride)
     onnx.save(model, tmp_path / "m.onnx")
     task, = extract_tasks(model, target)
     s = task.space
-    knobs = {"epilogue": "transposed", "rw": 4}
+    knobs = {"epilogue": "transposed", "rw": 2}
     if "algorithm" in s.default():
         knobs["algorithm"] = "direct"
     trace = s.trace(s.canonical({**s.default(), **knobs}))
@@ -80,6 +85,8 @@ def test_transposed_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, 
         assert set(applied) == {s.workload}
         if backend == "c":
             src = (Path(pkg.path) / "src" / "kernels.c").read_text()
-            assert f"unblock{'_bias' if bias else ''}_f32_" in src
+            lanes = 16 if base.endswith("512") else 8
+            name = f"unblock{'_bias' if bias else ''}_f32_{min(lanes, 16 // stride)}x{lanes}"
+            assert name in src
         got = toolchain.run(pkg, {"x": x}).outputs["y"]
         assert max_rel(got, ref) <= 1e-5, backend

@@ -41,11 +41,11 @@ from toolchain.schedules.generic.conv2d import (
     ConvGeom,
     conv_compute,
     conv_space,
-    has_unblock,
     loop_defaults,
     plan_conv,
     schedule_conv,
     tuned_plan,
+    unblock_pixels,
 )
 from toolchain.schedules.generic.dense import (
     GemmPlan,
@@ -160,15 +160,15 @@ def _when(alg: str, holds: Callable[[Mapping[str, Any]], bool] | None
     return lambda q: q["algorithm"] == alg and holds(q)
 
 
-def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: bool = False
+def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int, ...] = ()
                   ) -> Space:
     """The knobs of a 1x1 convolution: the GEMM's (``mr``, ``nr``, ``mc_tiles``), then
     ``algorithm`` (``gemm``, the heuristic's, or ``direct``), ``b_pack`` for a strided one
     (GEMM only) and the direct convolution's :data:`DIRECT_KNOBS` (direct only). Each
     algorithm's rules bind only its own points; the space's kind stays ``gemm`` and its
     workload key that of the GEMM, so records written before ``algorithm`` existed replay
-    (as ``gemm``, ``panels``). ``unblock``: the target declares the transposing
-    write-back (:func:`~toolchain.schedules.generic.conv2d.has_unblock`).
+    (as ``gemm``, ``panels``). ``unblock``: the pixel counts of the transposing
+    write-back the target declares (:func:`~toolchain.schedules.generic.conv2d.unblock_pixels`).
 
     >>> from toolchain.schedules.generic.common import cpu_params
     >>> g = ConvGeom(1, 256, 14, 14, 512, 1, 1, 7, 7, 2, 2, 1, 1, 0, 0)
@@ -210,7 +210,7 @@ def _unless(alg: str, holds: Callable[[Mapping[str, Any]], bool]
 def schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams, target: Target) -> OpSchedule:
     """The schedule of a pointwise Conv with constant weights (the module docstring)."""
     plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
-    point = decide(conv1x1_space(g, p, plan, has_unblock(target, p.lanes("float32"))))
+    point = decide(conv1x1_space(g, p, plan, unblock_pixels(target, p.lanes("float32"))))
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
     if point["algorithm"] == "direct":
         cplan = tuned_plan(plan_conv(g, p), point)

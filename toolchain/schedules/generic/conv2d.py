@@ -289,20 +289,28 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     return args + [out], values, conv.name
 
 
-def unblock_intrinsic(lanes: int, bias: bool) -> str:
-    """The tensor intrinsic that writes a ``lanes`` pixels x ``lanes`` channels block of a
+def unblock_intrinsic(pixels: int, lanes: int, bias: bool) -> str:
+    """The tensor intrinsic that writes a ``pixels x lanes`` (channels) block of a
     ``[..., pixels, ob]`` product into an NCHW output, transposed in registers (plus the
     channels' bias): ``C[n, j, y, i] = A[i, j] (+ B[j])``, declared by the AVX targets.
 
-    >>> unblock_intrinsic(16, True), unblock_intrinsic(8, False)
-    ('unblock_bias_f32_16x16', 'unblock_f32_8x8')
+    >>> unblock_intrinsic(16, 16, True), unblock_intrinsic(4, 8, False)
+    ('unblock_bias_f32_16x16', 'unblock_f32_4x8')
     """
-    return f"unblock{'_bias' if bias else ''}_f32_{lanes}x{lanes}"
+    return f"unblock{'_bias' if bias else ''}_f32_{pixels}x{lanes}"
 
 
-def has_unblock(t: Target, lanes: int) -> bool:
-    """Whether ``t`` declares both :func:`unblock_intrinsic` variants for ``lanes``."""
-    return all(t.has_intrinsic(unblock_intrinsic(lanes, b)) for b in (False, True))
+def unblock_pixels(t: Target, lanes: int) -> tuple[int, ...]:
+    """The pixel counts (``lanes``, ``lanes / 2`` ... down to 4) of the
+    :func:`unblock_intrinsic` blocks ``t`` declares, with and without a bias.
+
+    >>> unblock_pixels(resolve_target("x86_64-avx512"), 16), unblock_pixels(
+    ...     resolve_target("c-generic"), 4)
+    ((16, 8, 4), ())
+    """
+    counts = [lanes >> e for e in range(lanes.bit_length()) if lanes >> e >= 4]
+    return tuple(q for q in counts
+                 if all(t.has_intrinsic(unblock_intrinsic(q, lanes, b)) for b in (False, True)))
 
 
 def vector_pack(ib: int | None, cb: int) -> bool:
@@ -342,7 +350,7 @@ def conv_workload(g: ConvGeom, p: CpuParams, lanes: int, layouts: tuple[str, str
 
 def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, str] = (
         "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False,
-               unblock: bool = False) -> Space:
+               unblock: tuple[int, ...] = ()) -> Space:
     """The knobs of the convolution around the heuristic's choices (its default point).
 
     The direct convolution's ``ob`` (output channels per register tile, whole vectors),
@@ -358,10 +366,10 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     pixels ``ob`` floats apart) or ``pixel_tiles`` (for each ``lanes`` pixels of a row, the
     ``ob`` channels of the tile: the ``lanes x ob`` block it reads stays in L1; C1 of
     ResNet-18 gains about a third); where the target declares the ``unblock_*`` tensor
-    intrinsics (``unblock``) and the output rows are whole vectors, also ``transposed``
-    (:func:`unblock_intrinsic`: the order of ``pixel_tiles``, each ``lanes x lanes``
-    block transposed in registers). Rules: the tile fits the register file; an unrolled
-    channel loop has at most 16 steps.
+    intrinsics for blocks of ``P`` pixels (``unblock``: :func:`unblock_pixels`) and ``P``
+    divides the output width, also ``transposed`` (the order of ``pixel_tiles``, blocks
+    of ``P`` pixels x ``lanes`` channels transposed in registers, the largest such ``P``).
+    Rules: the tile fits the register file; an unrolled channel loop has at most 16 steps.
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
@@ -397,7 +405,7 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     )
     if layouts[1] == "NCHW":
         orders = ("channel_rows", "pixel_tiles") + (
-            ("transposed",) if unblock and g.ow % lanes == 0 else ())
+            ("transposed",) if any(g.ow % q == 0 for q in unblock) else ())
         knobs += (Knob("epilogue", orders, loops["epilogue"],
                        "write-back order of the NCHW output: whole channel planes, or "
                        "the tile's channels for each vector of pixels (gathered, or "
@@ -518,27 +526,7 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         sch.reverse_compute_inline(out)
         out = None
     elif out_layout == "NCHW":
-        # epilogue: split the channel loop by ob so o // ob and o % ob fold away
-        ol = sch.get_loops(out)
-        if g.o % plan.ob == 0:
-            sch.split(ol[1], [None, plan.ob])
-        epilogue = k.get("epilogue", "channel_rows")
-        if g.ow % plan.lanes == 0:
-            _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
-            if epilogue != "transposed":
-                sch.vectorize(wi)
-        if g.o % plan.ob == 0 and epilogue in ("pixel_tiles", "transposed"):
-            # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
-            el = sch.get_loops(out)
-            sch.reorder(el[3], el[4], el[2])
-            if epilogue == "transposed":
-                # ... o1 x1 -> ... o1_0 | o1_1 x1: lanes x lanes blocks, one call each
-                _, o1i = sch.split(sch.get_loops(out)[-2], [None, plan.lanes])
-                if target is None:
-                    raise ValueError("schedule_conv: epilogue='transposed' needs the target "
-                                     "whose unblock intrinsic it calls")
-                bias = any(b.name == "bias" for b in sch.mod.buffers)
-                sch.tensorize(o1i, target.intrinsic(unblock_intrinsic(plan.lanes, bias)))
+        _nchw_epilogue(sch, g, plan, out, k.get("epilogue", "channel_rows"), target)
     packs = "data_pack" in st.block_names(sch.mod)
     if packs and vector_pack(_layout_block(data_layout), plan.cb):
         sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
@@ -559,6 +547,36 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
     if plan.ob % plan.lanes == 0:
         _, v = sch.split(wl, [None, plan.lanes])
         sch.vectorize(v)
+
+
+def _nchw_epilogue(sch: Schedule, g: ConvGeom, plan: ConvPlan, out: Any, epilogue: str,
+                   target: Target | None) -> None:
+    """The write-back of the product's tiles into an NCHW output in the ``epilogue`` order
+    (:func:`conv_space`); ``transposed`` tensorizes ``P`` pixels x ``lanes`` channels
+    blocks with ``target``'s :func:`unblock_intrinsic`."""
+    # split the channel loop by ob so o // ob and o % ob fold away
+    ol = sch.get_loops(out)
+    if g.o % plan.ob == 0:
+        sch.split(ol[1], [None, plan.ob])
+    pixels = 0
+    if epilogue == "transposed":
+        if target is None:
+            raise ValueError("schedule_conv: epilogue='transposed' needs the target whose "
+                             "unblock intrinsics it calls")
+        pixels = max(q for q in unblock_pixels(target, plan.lanes) if g.ow % q == 0)
+        sch.split(sch.get_loops(out)[-1], [None, pixels])
+    elif g.ow % plan.lanes == 0:
+        _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
+        sch.vectorize(wi)
+    if g.o % plan.ob == 0 and epilogue in ("pixel_tiles", "transposed"):
+        # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
+        el = sch.get_loops(out)
+        sch.reorder(el[3], el[4], el[2])
+    if pixels:
+        # ... o1 x1 -> ... o1_0 | o1_1 x1: pixels x lanes blocks, one call each
+        _, o1i = sch.split(sch.get_loops(out)[-2], [None, plan.lanes])
+        bias = any(b.name == "bias" for b in sch.mod.buffers)
+        sch.tensorize(o1i, target.intrinsic(unblock_intrinsic(pixels, plan.lanes, bias)))
 
 
 def is_pointwise(g: ConvGeom) -> bool:
@@ -627,7 +645,7 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
     plan = plan_conv(g, p)
     point = decide(conv_space(g, p, plan, const_w=const_w,
                               winograd=_winograd_default(g, p, const_w),
-                              unblock=has_unblock(t, plan.lanes)))
+                              unblock=unblock_pixels(t, plan.lanes)))
     if point.get("algorithm", "direct") != "direct":
         from toolchain.schedules.generic.winograd import schedule_winograd
 
