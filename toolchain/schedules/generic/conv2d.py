@@ -429,9 +429,14 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
                     ) -> tuple[tuple[Knob, ...], list[Rule]]:
     """``algorithm`` first, the direct knobs active for ``direct`` only, then the Winograd
     GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct)."""
-    from toolchain.schedules.generic.winograd import F4_TUNE_MAX_CHANNELS, winograd_gemm_plan
+    from toolchain.schedules.generic.winograd import (
+        F4_TUNE_MAX_CHANNELS,
+        F4H_TUNE_MAX_CHANNELS,
+        winograd_gemm_plan,
+    )
 
-    algs = ("direct", "winograd2") + (("winograd4",) if g.c <= F4_TUNE_MAX_CHANNELS else ())
+    algs = ("direct", "winograd2") + (("winograd4",) if g.c <= F4_TUNE_MAX_CHANNELS else ()) \
+        + (("winograd4h",) if g.c <= F4H_TUNE_MAX_CHANNELS else ())
     default = "direct" if m is None else f"winograd{m}"
     wplan = winograd_gemm_plan(g, m or 2, p)
     lanes = wplan.lanes
@@ -647,10 +652,11 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
                               winograd=_winograd_default(g, p, const_w),
                               unblock=unblock_pixels(t, plan.lanes)))
     if point.get("algorithm", "direct") != "direct":
-        from toolchain.schedules.generic.winograd import schedule_winograd
+        from toolchain.schedules.generic.winograd import algorithm_tile, schedule_winograd
 
-        return schedule_winograd(node, g, p, int(point["algorithm"][-1]),
-                                 tiles=(point["wino_mr"], point["wino_nr"]))
+        m, points = algorithm_tile(point["algorithm"])
+        return schedule_winograd(node, g, p, m, tiles=(point["wino_mr"], point["wino_nr"]),
+                                 points=points)
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
@@ -722,11 +728,11 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     point = decide(conv_space(g, p, plan, (a["data_layout"], a["out_layout"]),
                               winograd=_winograd_default(g, p, True)))
     if point.get("algorithm", "direct") != "direct":
-        from toolchain.schedules.generic.winograd import schedule_winograd
+        from toolchain.schedules.generic.winograd import algorithm_tile, schedule_winograd
 
-        return schedule_winograd(node, g, p, int(point["algorithm"][-1]), a["data_layout"],
-                                 a["out_layout"], w_oihw,
-                                 tiles=(point["wino_mr"], point["wino_nr"]))
+        m, points = algorithm_tile(point["algorithm"])
+        return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
+                                 tiles=(point["wino_mr"], point["wino_nr"]), points=points)
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
