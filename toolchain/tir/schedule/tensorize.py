@@ -9,8 +9,10 @@ A tensor intrinsic is a pair of PrimFuncs with the same buffer parameters:
 
 ``tensorize(loop, name)`` matches the nest under ``loop`` with ``desc`` (loop count and
 extents, the expression tree, dtypes, and every buffer index up to a constant offset per
-buffer dimension) and replaces it by ``impl`` with each intrinsic buffer rebased at the
-matched offset. A mismatch says which loop, index, or dtype differs. A schedule buffer may
+buffer dimension; an index that only folds given the loops' ranges, such as
+``(o_0 * 32 + o_1_0 * 16 + o_1_1) // 32`` with ``o_1_0 < 2``, ``o_1_1 < 16``, is folded with
+them) and replaces it by ``impl`` with each intrinsic buffer rebased at the matched offset.
+A mismatch says which loop, index, or dtype differs. A schedule buffer may
 have more (leading) dimensions than the intrinsic's — a packed layout ``(M/16, K/16, 1, 16)``
 against a ``(1, 16)`` tile — if its leading indices stay fixed over the tile. A free
 variable of ``desc`` (a *scalar operand*, e.g. an ALU immediate) matches any value that is
