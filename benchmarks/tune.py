@@ -5,6 +5,7 @@
     python benchmarks/tune.py --only C2,C6,D1024 --budgets 32 --curves C6 --svg build/curves
     python benchmarks/tune.py --resnet 8                       # + ResNet-18, 8 trials/task
     python benchmarks/tune.py --flush-mb 0                     # tune warm, as the table times
+    python benchmarks/tune.py --point C4:ry=2,rw=7,epilogue=transposed  # one point, no tuning
 
 For every case (the ResNet-18 convolutions C1-C12 of ``benchmarks/ops.py``, a depthwise
 convolution and the dense shapes, batch 1, fp32, single thread) it tunes the kernel alone
@@ -140,8 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resnet", type=int, default=0, metavar="N",
                    help="also tune ResNet-18's kernels (N trials per task) and time the "
                         "bundle with records vs onnxruntime")
+    p.add_argument("--point", action="append", default=[], metavar="CASE:K=V,...",
+                   help="no tuning: time this point of CASE (its other knobs at their "
+                        "defaults) against the default and onnxruntime, e.g. "
+                        "C4:ry=2,rw=7,order=window_outer,epilogue=transposed (repeatable)")
     args = p.parse_args(argv)
     target = args.target or ops.default_target()
+    if args.point:
+        return time_points(args.point, target, args.repeat, args.rounds)
     budgets = sorted(int(b) for b in args.budgets.split(","))
     names = set(args.only.split(",")) if args.only else None
     curves = set(filter(None, args.curves.split(",")))
@@ -220,6 +227,29 @@ def main(argv: list[str] | None = None) -> int:
                     "GFLOP/s (best so far)"))
     if args.resnet:
         resnet(target, args.resnet, args.jobs, args.seed, flush_mb=args.flush_mb)
+    return 0
+
+
+def time_points(specs: list[str], target: str, repeat: int, rounds: int) -> int:
+    """``--point``: each given point against its case's default and onnxruntime, timed
+    alternately in this run (as the tuned rows of the table)."""
+    tasks = dict(make_tasks({s.split(":", 1)[0] for s in specs}, target))
+    print(f"CPU: {ops.cpu_model()}; target {target}; single thread; load "
+          f"{os.getloadavg()[0]:.1f}")
+    print("| case | point | point/default | point/ort | default/ort | rel err |")
+    print("|---|---|---:|---:|---:|---:|")
+    for spec in specs:
+        case, _, kvs = spec.partition(":")
+        space = tasks[case].space
+        point = space.default()
+        for kv in filter(None, kvs.split(",")):
+            k, _, v = kv.partition("=")
+            point[k] = {"True": True, "False": False}.get(v, int(v) if v.isdigit() else v)
+        trace = space.trace(space.canonical(point))
+        m = compare(tasks[case], trace, repeat, rounds)
+        print(f"| {case} | {kvs} | {m['default'] / m['tuned']:.2f} | "
+              f"{m['ort'] / m['tuned']:.2f} | {m['ort'] / m['default']:.2f} | "
+              f"{m['rel_err']:.1e} |", flush=True)
     return 0
 
 

@@ -36,6 +36,9 @@ EXPECTED = {
     ("x86_64-avx512", "fma_f32_8x32"): "vfmadd231ps",
     ("x86_64-avx512", "fma_f32_6x16"): "zmm",
     ("x86_64-avx2", "fma_f32_6x16"): "vfmadd231ps",
+    # the NCHW write-back's in-register transposes: two-source lane permutes
+    ("x86_64-avx512", "unblock"): "vperm",
+    ("x86_64-avx2", "unblock"): "ymm",
 }
 
 

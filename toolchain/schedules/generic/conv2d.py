@@ -62,7 +62,6 @@ from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
-from toolchain.schedules.generic.dense import GemmPlan
 from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
@@ -184,14 +183,17 @@ def _layout_block(layout: str) -> int | None:
 
 
 def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NCHW",
-                 out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
-                 ) -> tuple[list[te.Tensor], list[Value], str]:
+                 out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
+                 subsample: bool = False) -> tuple[list[te.Tensor], list[Value], str]:
     """Tensors of the blocked convolution; returns (args, input values, product name).
 
     ``data_layout``/``out_layout`` (``NCHW``, ``NHWC``, ``NCHW{b}c``) are the layouts of
     the node's input and output; ``w_oihw`` the constant weights in OIHW when the node's
     are stored in another kernel layout. An output in ``NCHW{ob}c`` is the product itself
-    (the schedule inlines the bias into the register tile's write-back)."""
+    (the schedule inlines the bias into the register tile's write-back). ``subsample``
+    (a strided 1x1 convolution without padding, :func:`is_pointwise`): the pack copies
+    only the pixels the convolution reads, ``[N, C/cb, OH, OWp, cb]``, and the product
+    reads it with stride 1."""
     xv, wv = node.inputs[0], node.inputs[1]
     bv = node.input(2)
     cb, ob = plan.cb, plan.ob
@@ -221,7 +223,12 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
             return val * te.cast(inside, "float32")
         return te.if_then_else(inside, val, zero)
 
-    if ib == cb and (g.pt, g.pl, hp, wp) == (0, 0, g.h, g.w):
+    sh, sw = g.sh, g.sw
+    if subsample:
+        xp = te.compute((g.n, g.c // cb, g.oh, owp, cb), lambda n, c0, y, xx, c1: in_at(
+            n, c0, c1, y * g.sh, te.min(xx, g.ow - 1) * g.sw), name="data_pack")
+        sh = sw = 1
+    elif ib == cb and (g.pt, g.pl, hp, wp) == (0, 0, g.h, g.w):
         xp = x  # already blocked, nothing to pad (1x1 convs): read the input in place
     else:
         xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
@@ -252,7 +259,7 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     rkw = te.reduce_axis((0, g.kw), name="rkw")
     rc1 = te.reduce_axis((0, cb), name="rc1")
     conv = te.compute((g.n, op_ // ob, g.oh, owp, ob), lambda n, o0, y, xx, o1: te.sum(
-        xp[n, rc0, y * g.sh + rkh * g.dh, xx * g.sw + rkw * g.dw, rc1]
+        xp[n, rc0, y * sh + rkh * g.dh, xx * sw + rkw * g.dw, rc1]
         * wp_t[o0, rc0, rkh, rkw, rc1, o1], axis=[rc0, rkh, rkw, rc1]), name="conv")
     bias = None
     if bv is not None:
@@ -282,6 +289,30 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     return args + [out], values, conv.name
 
 
+def unblock_intrinsic(pixels: int, lanes: int, bias: bool) -> str:
+    """The tensor intrinsic that writes a ``pixels x lanes`` (channels) block of a
+    ``[..., pixels, ob]`` product into an NCHW output, transposed in registers (plus the
+    channels' bias): ``C[n, j, y, i] = A[i, j] (+ B[j])``, declared by the AVX targets.
+
+    >>> unblock_intrinsic(16, 16, True), unblock_intrinsic(4, 8, False)
+    ('unblock_bias_f32_16x16', 'unblock_f32_4x8')
+    """
+    return f"unblock{'_bias' if bias else ''}_f32_{pixels}x{lanes}"
+
+
+def unblock_pixels(t: Target, lanes: int) -> tuple[int, ...]:
+    """The pixel counts (``lanes``, ``lanes / 2`` ... down to 4) of the
+    :func:`unblock_intrinsic` blocks ``t`` declares, with and without a bias.
+
+    >>> unblock_pixels(resolve_target("x86_64-avx512"), 16), unblock_pixels(
+    ...     resolve_target("c-generic"), 4)
+    ((16, 8, 4), ())
+    """
+    counts = [lanes >> e for e in range(lanes.bit_length()) if lanes >> e >= 4]
+    return tuple(q for q in counts
+                 if all(t.has_intrinsic(unblock_intrinsic(q, lanes, b)) for b in (False, True)))
+
+
 def vector_pack(ib: int | None, cb: int) -> bool:
     """Whether the padded copy of a ``NCHW{ib}c`` input into blocks of ``cb`` channels is
     a loop of whole vectors: same block, a power of two of at least 4 lanes (others, like
@@ -295,7 +326,7 @@ def direct_blocked_out(g: ConvGeom, plan: ConvPlan, out_layout: str) -> bool:
     return _layout_block(out_layout) == plan.ob and op_ == g.o and owp == g.ow
 
 
-def _loop_defaults(g: ConvGeom, plan: ConvPlan) -> dict[str, Any]:
+def loop_defaults(g: ConvGeom, plan: ConvPlan) -> dict[str, Any]:
     """The heuristic's loop decisions: the window loop unrolls for short windows of few
     channels (or any window of at most 3), the inner channel loop for blocks up to 4; an
     NCHW output is written back channel by channel (``epilogue``)."""
@@ -318,8 +349,8 @@ def conv_workload(g: ConvGeom, p: CpuParams, lanes: int, layouts: tuple[str, str
 
 
 def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, str] = (
-        "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False
-               ) -> Space:
+        "NCHW", "NCHW"), const_w: bool = True, winograd: int | None | bool = False,
+               unblock: tuple[int, ...] = ()) -> Space:
     """The knobs of the convolution around the heuristic's choices (its default point).
 
     The direct convolution's ``ob`` (output channels per register tile, whole vectors),
@@ -334,8 +365,11 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     one output channel's whole plane after the other, each vector gathered from ``lanes``
     pixels ``ob`` floats apart) or ``pixel_tiles`` (for each ``lanes`` pixels of a row, the
     ``ob`` channels of the tile: the ``lanes x ob`` block it reads stays in L1; C1 of
-    ResNet-18 gains about a third). Rules: the tile fits the register file; an unrolled
-    channel loop has at most 16 steps.
+    ResNet-18 gains about a third); where the target declares the ``unblock_*`` tensor
+    intrinsics for blocks of ``P`` pixels (``unblock``: :func:`unblock_pixels`) and ``P``
+    divides the output width, also ``transposed`` (the order of ``pixel_tiles``, blocks
+    of ``P`` pixels x ``lanes`` channels transposed in registers, the largest such ``P``).
+    Rules: the tile fits the register file; an unrolled channel loop has at most 16 steps.
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
@@ -348,7 +382,7 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     lanes = plan.lanes
     top = max(ceil_div(g.o, lanes) * lanes, plan.ob)
     obs = with_default([lanes * m for m in (1, 2, 3, 4) if lanes * m <= top], plan.ob)
-    loops = _loop_defaults(g, plan)
+    loops = loop_defaults(g, plan)
 
     def need(q: Mapping[str, Any]) -> int:
         vecs = q["ob"] // lanes
@@ -370,9 +404,12 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
              "unroll the inner channel loop"),
     )
     if layouts[1] == "NCHW":
-        knobs += (Knob("epilogue", ("channel_rows", "pixel_tiles"), loops["epilogue"],
+        orders = ("channel_rows", "pixel_tiles") + (
+            ("transposed",) if any(g.ow % q == 0 for q in unblock) else ())
+        knobs += (Knob("epilogue", orders, loops["epilogue"],
                        "write-back order of the NCHW output: whole channel planes, or "
-                       "the tile's channels for each vector of pixels",
+                       "the tile's channels for each vector of pixels (gathered, or "
+                       "transposed in registers)",
                        active=lambda q: g.o % q["ob"] == 0),)
     rules = [
         Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
@@ -392,9 +429,14 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
                     ) -> tuple[tuple[Knob, ...], list[Rule]]:
     """``algorithm`` first, the direct knobs active for ``direct`` only, then the Winograd
     GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct)."""
-    from toolchain.schedules.generic.winograd import F4_TUNE_MAX_CHANNELS, winograd_gemm_plan
+    from toolchain.schedules.generic.winograd import (
+        F4_TUNE_MAX_CHANNELS,
+        F4H_TUNE_MAX_CHANNELS,
+        winograd_gemm_plan,
+    )
 
-    algs = ("direct", "winograd2") + (("winograd4",) if g.c <= F4_TUNE_MAX_CHANNELS else ())
+    algs = ("direct", "winograd2") + (("winograd4",) if g.c <= F4_TUNE_MAX_CHANNELS else ()) \
+        + (("winograd4h",) if g.c <= F4H_TUNE_MAX_CHANNELS else ())
     default = "direct" if m is None else f"winograd{m}"
     wplan = winograd_gemm_plan(g, m or 2, p)
     lanes = wplan.lanes
@@ -443,12 +485,15 @@ def tuned_plan(plan: ConvPlan, point: Mapping[str, Any]) -> ConvPlan:
 
 def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
                   out_layout: str = "NCHW", data_layout: str = "NCHW",
-                  knobs: Mapping[str, Any] | None = None) -> None:
+                  knobs: Mapping[str, Any] | None = None, target: Target | None = None
+                  ) -> None:
     """Register-tile, vectorize and unroll the blocked convolution.
 
     ``knobs`` are the loop decisions of :func:`conv_space` (``order``, ``unroll_kw``,
-    ``unroll_cb``); None: the heuristic's (:func:`conv_space`'s defaults)."""
-    k = dict(knobs) if knobs is not None else _loop_defaults(g, plan)
+    ``unroll_cb``, ``epilogue``); None: the heuristic's (:func:`conv_space`'s defaults).
+    ``epilogue="transposed"`` tensorizes the write-back with ``target``'s
+    :func:`unblock_intrinsic`."""
+    k = dict(knobs) if knobs is not None else loop_defaults(g, plan)
     blk = sch.get_block("conv")
     n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
     xo, xi = sch.split(xx, [None, plan.rw])
@@ -486,17 +531,7 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         sch.reverse_compute_inline(out)
         out = None
     elif out_layout == "NCHW":
-        # epilogue: split the channel loop by ob so o // ob and o % ob fold away
-        ol = sch.get_loops(out)
-        if g.o % plan.ob == 0:
-            sch.split(ol[1], [None, plan.ob])
-        if g.ow % plan.lanes == 0:
-            _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
-            sch.vectorize(wi)
-        if g.o % plan.ob == 0 and k.get("epilogue", "channel_rows") == "pixel_tiles":
-            # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
-            el = sch.get_loops(out)
-            sch.reorder(el[3], el[4], el[2])
+        _nchw_epilogue(sch, g, plan, out, k.get("epilogue", "channel_rows"), target)
     packs = "data_pack" in st.block_names(sch.mod)
     if packs and vector_pack(_layout_block(data_layout), plan.cb):
         sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
@@ -519,82 +554,40 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         sch.vectorize(v)
 
 
+def _nchw_epilogue(sch: Schedule, g: ConvGeom, plan: ConvPlan, out: Any, epilogue: str,
+                   target: Target | None) -> None:
+    """The write-back of the product's tiles into an NCHW output in the ``epilogue`` order
+    (:func:`conv_space`); ``transposed`` tensorizes ``P`` pixels x ``lanes`` channels
+    blocks with ``target``'s :func:`unblock_intrinsic`."""
+    # split the channel loop by ob so o // ob and o % ob fold away
+    ol = sch.get_loops(out)
+    if g.o % plan.ob == 0:
+        sch.split(ol[1], [None, plan.ob])
+    pixels = 0
+    if epilogue == "transposed":
+        if target is None:
+            raise ValueError("schedule_conv: epilogue='transposed' needs the target whose "
+                             "unblock intrinsics it calls")
+        pixels = max(q for q in unblock_pixels(target, plan.lanes) if g.ow % q == 0)
+        sch.split(sch.get_loops(out)[-1], [None, pixels])
+    elif g.ow % plan.lanes == 0:
+        _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
+        sch.vectorize(wi)
+    if g.o % plan.ob == 0 and epilogue in ("pixel_tiles", "transposed"):
+        # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
+        el = sch.get_loops(out)
+        sch.reorder(el[3], el[4], el[2])
+    if pixels:
+        # ... o1 x1 -> ... o1_0 | o1_1 x1: pixels x lanes blocks, one call each
+        _, o1i = sch.split(sch.get_loops(out)[-2], [None, plan.lanes])
+        bias = any(b.name == "bias" for b in sch.mod.buffers)
+        sch.tensorize(o1i, target.intrinsic(unblock_intrinsic(pixels, plan.lanes, bias)))
+
+
 def is_pointwise(g: ConvGeom) -> bool:
     """A 1x1 convolution without padding or dilation: a GEMM over the pixels."""
     return (g.kh, g.kw, g.pt, g.pl) == (1, 1, 0, 0) and g.oh == (g.h - 1) // g.sh + 1 \
         and g.ow == (g.w - 1) // g.sw + 1
-
-
-def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan
-                    ) -> tuple[list[te.Tensor], list[Value]]:
-    """``Y[n, o, pixels] = W[o, c] @ X[n, c, pixels]`` with the (strided) pixels of X packed
-    into ``nr``-wide panels and W (padded to a multiple of ``mr`` rows) constant."""
-    xv, wv = node.inputs[0], node.inputs[1]
-    bv = node.input(2)
-    nr, mp, np_ = plan.nr, plan.mp, plan.np_
-    hw = g.oh * g.ow
-    x = te.placeholder(xv.shape, "float32", "X")
-    def matrix(data: np.ndarray) -> np.ndarray:
-        wm = np.zeros((mp, g.c), np.float32)
-        wm[:g.o] = data.reshape(g.o, g.c)
-        return wm
-
-    wm = packed_constant(wv, "_matrix", matrix)
-    w = te.placeholder(wm.shape, "float32", "W_mat")
-    args, values = [x, w], [xv, wm]
-    zero = ir.FloatImm(0.0, "float32")
-    src = x
-    if (g.sh, g.sw) != (1, 1) or (g.oh, g.ow) != (g.h, g.w):
-        # subsample first: the pack then reads pixel q at flat offset q (no div/mod)
-        src = te.compute((g.n, g.c, g.oh, g.ow),
-                         lambda n, c, y, xx: x[n, c, y * g.sh, xx * g.sw], name="X_sub")
-
-    def pack(n: Expr, j0: Expr, c: Expr, j1: Expr) -> Expr:
-        q = te.min(j0 * nr + j1, hw - 1)
-        val = src[n, c, q // g.ow, q % g.ow]
-        return te.if_then_else(j0 * nr + j1 < hw, val, zero) if np_ != hw else val
-
-    bp = te.compute((g.n, np_ // nr, g.c, nr), pack, name="B_packed")
-    r = te.reduce_axis((0, g.c), name="rc")
-    bias = None
-    if bv is not None:
-        bias = te.placeholder(bv.shape, "float32", "bias")
-        args.append(bias)
-        values.append(bv)
-    prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
-        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
-
-    def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
-        v = prod[n, o, y * g.ow + xx]
-        return v + bias[o] if bias is not None else v
-
-    out = te.compute((g.n, g.o, g.oh, g.ow), epi, name="C")
-    return args + [out], values
-
-
-def _schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams) -> OpSchedule:
-    from toolchain.schedules.generic.dense import (
-        gemm_space,
-        gemm_workload,
-        plan_gemm,
-        schedule_gemm,
-        tuned_gemm,
-    )
-
-    plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
-    key = gemm_workload("conv1x1", (g.n,), g.o, g.oh * g.ow, g.c, p,
-                        f"in{g.c}x{g.h}x{g.w}s{g.sh}x{g.sw}")
-    plan = tuned_gemm(plan, decide(gemm_space(plan, p, key)))
-    args, values = conv1x1_compute(node, g, plan)
-    name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
-    sch = Schedule(te.create_prim_func(args, name=name))
-    epi = sch.get_block("C")
-    sch.fuse(*sch.get_loops(epi)[2:])  # rows of the output are contiguous pixels
-    schedule_gemm(sch, plan, p, 1, "C_prod")
-    info: dict[str, Any] = {"schedule": "conv2d_1x1_gemm", "layout": "NCHW (GEMM)",
-                            "mr": plan.mr, "nr": plan.nr, "packed_weight": True,
-                            "flops": g.flops}
-    return OpSchedule(sch, values, list(node.outputs), info)
 
 
 def winograd_choice(g: ConvGeom, p: CpuParams) -> int | None:
@@ -650,21 +643,25 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
         return _generic(node, t, "grouped, non-2-D or non-float32 convolution")
     p = cpu_params(t)
     if is_pointwise(g) and node.inputs[1].data is not None:
-        return _schedule_conv1x1(node, g, p)
+        from toolchain.schedules.generic.conv1x1 import schedule_conv1x1
+
+        return schedule_conv1x1(node, g, p, t)
     const_w = node.inputs[1].data is not None
     plan = plan_conv(g, p)
     point = decide(conv_space(g, p, plan, const_w=const_w,
-                              winograd=_winograd_default(g, p, const_w)))
+                              winograd=_winograd_default(g, p, const_w),
+                              unblock=unblock_pixels(t, plan.lanes)))
     if point.get("algorithm", "direct") != "direct":
-        from toolchain.schedules.generic.winograd import schedule_winograd
+        from toolchain.schedules.generic.winograd import algorithm_tile, schedule_winograd
 
-        return schedule_winograd(node, g, p, int(point["algorithm"][-1]),
-                                 tiles=(point["wino_mr"], point["wino_nr"]))
+        m, points = algorithm_tile(point["algorithm"])
+        return schedule_winograd(node, g, p, m, tiles=(point["wino_mr"], point["wino_nr"]),
+                                 points=points)
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
     sch = Schedule(te.create_prim_func(args, name=name))
-    schedule_conv(sch, g, plan, p, knobs=point)
+    schedule_conv(sch, g, plan, p, knobs=point, target=t)
     info: dict[str, Any] = {"schedule": "conv2d_nchwc", "layout": f"NCHW{plan.cb}c",
                             "cb": plan.cb, "ob": plan.ob, "rw": plan.rw,
                             "packed_weight": values[1].data is not None, "flops": g.flops}
@@ -731,11 +728,11 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
     point = decide(conv_space(g, p, plan, (a["data_layout"], a["out_layout"]),
                               winograd=_winograd_default(g, p, True)))
     if point.get("algorithm", "direct") != "direct":
-        from toolchain.schedules.generic.winograd import schedule_winograd
+        from toolchain.schedules.generic.winograd import algorithm_tile, schedule_winograd
 
-        return schedule_winograd(node, g, p, int(point["algorithm"][-1]), a["data_layout"],
-                                 a["out_layout"], w_oihw,
-                                 tiles=(point["wino_mr"], point["wino_nr"]))
+        m, points = algorithm_tile(point["algorithm"])
+        return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
+                                 tiles=(point["wino_mr"], point["wino_nr"]), points=points)
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"

@@ -62,6 +62,9 @@ F4_MAX_CHANNELS = 512
 #: within 1e-5 of the reference (largest error / largest output against onnxruntime,
 #: three seeds: 7.1-8.1e-6 at 128 channels, 1.0-1.4e-5 at 256, 1.9e-5 at 512)
 F4_TUNE_MAX_CHANNELS = 128
+#: most input channels for which the tuner is offered F(4x4) with the points 0, ±1, 1/2,
+#: -2 (``winograd4h``), whose error is about 2.5x smaller (docs/tuning.md)
+F4H_TUNE_MAX_CHANNELS = 512
 #: fewest input and output channels for which Winograd beats the direct convolution
 MIN_CHANNELS = 32
 
@@ -82,6 +85,18 @@ def winograd_tile(g: Any, p: CpuParams) -> int | None:
     if ceil_div(tiles, lanes) * lanes > 2 * tiles:
         return None  # more than half of every GEMM row would be padding
     return 2
+
+
+def algorithm_tile(algorithm: str) -> tuple[int, str]:
+    """``(m, points)`` of a Winograd ``algorithm`` knob value: ``winograd2``,
+    ``winograd4`` (Lavin & Gray's points) or ``winograd4h`` (F(4×4) with the points
+    0, ±1, 1/2, −2: :data:`F4H_TUNE_MAX_CHANNELS`).
+
+    >>> algorithm_tile("winograd4"), algorithm_tile("winograd4h")
+    ((4, 'lavin'), (4, 'half'))
+    """
+    half = algorithm.endswith("h")
+    return int(algorithm[len("winograd"):len(algorithm) - half]), "half" if half else "lavin"
 
 
 def forced_tile(g: Any, algorithm: str) -> int | None:
@@ -150,15 +165,18 @@ def _block(layout: str) -> int | None:
 
 
 def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: str = "NCHW",
-                     out_layout: str = "NCHW", w_oihw: np.ndarray | None = None
-                     ) -> tuple[list[te.Tensor], list[Value]]:
+                     out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
+                     points: str = "lavin") -> tuple[list[te.Tensor], list[Value]]:
     """The five stages of the module docstring; returns (kernel args, input values).
 
     ``data_layout``/``out_layout`` (``NCHW``, ``NHWC``, ``NCHW{b}c``) are the layouts of
-    the node's input and output (a ``LayoutConv``); ``w_oihw`` its weights in OIHW."""
+    the node's input and output (a ``LayoutConv``); ``w_oihw`` its weights in OIHW;
+    ``points`` the interpolation points (:func:`~toolchain.topi.nn.winograd.
+    winograd_matrices`)."""
     xv, wv, bv = node.inputs[0], node.inputs[1], node.input(2)
     ib, ob = _block(data_layout), _block(out_layout)
-    at, _, bt = winograd_matrices(m)
+    at, _, bt = winograd_matrices(m, points)
+    tag = f"{m}h" if points == "half" else f"{m}"
     al = m + 2
     nh, nw = ceil_div(g.oh, m), ceil_div(g.ow, m)
     nr, pp, kp = plan.nr, plan.np_, plan.mp
@@ -166,15 +184,16 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
     from toolchain.schedules.generic.conv2d import oihw_weights
 
     def transform(oihw: np.ndarray) -> np.ndarray:
-        u = winograd_weight_transform(oihw, m).transpose(0, 1, 3, 2)  # [α, α, K, C]
+        u = winograd_weight_transform(oihw, m, points).transpose(0, 1, 3, 2)  # [α,α,K,C]
         up = np.zeros((al, al, kp, g.c), np.float32)
         up[:, :, :g.o] = u
         return up
 
     if wv.data is not None:  # w_oihw, if given, is oihw_weights(node, wv.data)
-        upv = packed_constant(wv, f"_winograd{m}", lambda w: transform(oihw_weights(node, w)))
+        upv = packed_constant(wv, f"_winograd{tag}", lambda w: transform(oihw_weights(node,
+                                                                                       w)))
     else:
-        upv = Value.constant(f"{wv.name}_winograd{m}", transform(w_oihw))
+        upv = Value.constant(f"{wv.name}_winograd{tag}", transform(w_oihw))
     ut = te.placeholder(upv.shape, "float32", "U")
     args, values = [x, ut], [xv, upv]
     zero = ir.FloatImm(0.0, "float32")
@@ -267,12 +286,15 @@ def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
 
 def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str = "NCHW",
                       out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
-                      tiles: tuple[int, int] | None = None) -> OpSchedule:
+                      tiles: tuple[int, int] | None = None, points: str = "lavin"
+                      ) -> OpSchedule:
     """Build and schedule the Winograd kernel of a Conv (or ``LayoutConv``) node;
-    ``tiles``: the GEMMs' ``(mr, nr)`` of a tuned point (None: the heuristic's)."""
+    ``tiles``: the GEMMs' ``(mr, nr)`` of a tuned point (None: the heuristic's);
+    ``points``: F(4×4)'s interpolation points."""
     plan = winograd_gemm_plan(g, m, p, tiles)
-    args, values = winograd_compute(node, g, m, plan, data_layout, out_layout, w_oihw)
-    name = f"conv2d_winograd{m}_{g.c}x{g.h}x{g.w}_{g.o}"
+    args, values = winograd_compute(node, g, m, plan, data_layout, out_layout, w_oihw,
+                                    points)
+    name = f"conv2d_winograd{m}{'h' if points == 'half' else ''}_{g.c}x{g.h}x{g.w}_{g.o}"
     sch = Schedule(te.create_prim_func(args, name=name))
     lanes = plan.lanes
     # input transform: per (c, vector of tiles), all α² outputs unrolled
@@ -308,6 +330,7 @@ def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str
     return OpSchedule(sch, values, list(node.outputs), info)
 
 
-__all__ = ["F4_MAX_CHANNELS", "F4_TUNE_MAX_CHANNELS", "MIN_CHANNELS", "forced_tile",
+__all__ = ["F4H_TUNE_MAX_CHANNELS", "F4_MAX_CHANNELS", "F4_TUNE_MAX_CHANNELS", "MIN_CHANNELS",
+           "algorithm_tile", "forced_tile",
            "schedule_winograd", "winograd_applies", "winograd_compute", "winograd_gemm_plan",
            "winograd_tile", "cpu_params"]

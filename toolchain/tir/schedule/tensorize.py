@@ -9,8 +9,10 @@ A tensor intrinsic is a pair of PrimFuncs with the same buffer parameters:
 
 ``tensorize(loop, name)`` matches the nest under ``loop`` with ``desc`` (loop count and
 extents, the expression tree, dtypes, and every buffer index up to a constant offset per
-buffer dimension) and replaces it by ``impl`` with each intrinsic buffer rebased at the
-matched offset. A mismatch says which loop, index, or dtype differs. A schedule buffer may
+buffer dimension; an index that only folds given the loops' ranges, such as
+``(o_0 * 32 + o_1_0 * 16 + o_1_1) // 32`` with ``o_1_0 < 2``, ``o_1_1 < 16``, is folded with
+them) and replaces it by ``impl`` with each intrinsic buffer rebased at the matched offset.
+A mismatch says which loop, index, or dtype differs. A schedule buffer may
 have more (leading) dimensions than the intrinsic's — a packed layout ``(M/16, K/16, 1, 16)``
 against a ``(1, 16)`` tile — if its leading indices stay fixed over the tile. A free
 variable of ``desc`` (a *scalar operand*, e.g. an ALU immediate) matches any value that is
@@ -94,8 +96,12 @@ def _desc_nest(desc: ir.PrimFunc, name: str) -> tuple[list[ir.For], ir.BlockReal
 
 class _Matcher:
     def __init__(self, intrin: str, svars: dict[ir.Var, ir.Var], inner: set[ir.Var],
-                 dvars: set[ir.Var]) -> None:
+                 dvars: set[ir.Var], ranges: dict[ir.Var, ir.Range] | None = None) -> None:
         self.intrin = intrin
+        #: the extents of the enclosing loops and of the intrinsic's own (desc) loops: an
+        #: index that only folds with them (``(o_0 * 32 + o_1_0 * 16 + j) // 32`` with
+        #: ``o_1_0 < 2``, ``j < 16``) is retried with them where the plain fold fails
+        self.ranges = ranges or {}
         self.svars = svars  # schedule loop var -> desc loop var
         self.inner = inner
         self.dvars = dvars
@@ -125,6 +131,8 @@ class _Matcher:
         for d, si in enumerate(sidx[:lead]):
             mapped = arith.simplify(substitute(si, self.svars))
             if set(free_vars(mapped)) & self.dvars:
+                mapped = arith.simplify(mapped, self.ranges)
+            if set(free_vars(mapped)) & self.dvars:
                 self.fail(f"index {d} of {sb.name} ({si}) depends on the loops the intrinsic "
                           f"covers, but the intrinsic's {db.name} has only {len(didx)} "
                           "dimensions; reorder so the tile's loops index its trailing "
@@ -133,6 +141,8 @@ class _Matcher:
         for d, (si, di) in enumerate(zip(sidx[lead:], didx, strict=True), start=lead):
             mapped = substitute(si, self.svars)
             off = arith.simplify(mapped - di)
+            if set(free_vars(off)) & self.dvars:
+                off = arith.simplify(mapped - di, self.ranges)
             if set(free_vars(off)) & self.dvars:
                 self.fail(f"index {d} of {sb.name} differs: the schedule has {si} where the "
                           f"intrinsic has {di} for {db.name} (loop variables in nest order: "
@@ -307,7 +317,9 @@ def tensorize(state: ScheduleState, loop: LoopRV | BlockRV, intrin: str) -> None
                             f"intrinsic {'has none' if sb.init is not None else 'has one'}; "
                             f"{fix}")
     svars = {a.loop_var: b.loop_var for a, b in zip(sloops, dloops, strict=True)}
-    m = _Matcher(intrin, svars, set(svars), {b.loop_var for b in dloops})
+    ranges = {lp.loop_var: ir.Range(lp.min, lp.extent)
+              for lp in (*st.loops_of(path), *dloops)}
+    m = _Matcher(intrin, svars, set(svars), {b.loop_var for b in dloops}, ranges)
     m.store(_bound_body(sr, sb.body), _bound_body(dr, dr.block.body))
     if sb.init is not None:
         m.store(_bound_body(sr, sb.init), _bound_body(dr, dr.block.init))

@@ -81,21 +81,63 @@ _MATRICES: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
 }
 
 
-def winograd_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(Aᵀ, G, Bᵀ)`` for F(m×m, 3×3), m in {2, 4}, as float64 arrays."""
+#: F(4×4, 3×3) with the points 0, 1, −1, 1/2, −2, ∞ (``points="half"``): the same
+#: multiplications, a denser Bᵀ (26 non-zeros against 22) and smaller entries in Aᵀ and G,
+#: so the float32 error is about 2.5× smaller (Barabasz et al., "Error analysis and
+#: improving the accuracy of Winograd convolution for DNNs", 2020; measured in
+#: ``docs/tuning.md``). Aᵀ[i, j] = p_j^i, G[j, k] = p_j^k / Π_{l≠j}(p_j − p_l), Bᵀ solves
+#: Aᵀ[(G g) ⊙ (Bᵀ d)] = the correlation of d and g.
+_F4_HALF: tuple[np.ndarray, np.ndarray, np.ndarray] = (
+    np.array([[1, 1, 1, 1, 1, 0],
+              [0, 1, -1, 1 / 2, -2, 0],
+              [0, 1, 1, 1 / 4, 4, 0],
+              [0, 1, -1, 1 / 8, -8, 1]], np.float64),
+    np.array([[1, 0, 0],
+              [1 / 3, 1 / 3, 1 / 3],
+              [-1 / 3, 1 / 3, -1 / 3],
+              [-16 / 15, -8 / 15, -4 / 15],
+              [1 / 15, -2 / 15, 4 / 15],
+              [0, 0, 1]], np.float64),
+    np.array([[2, -3, -4, 3, 2, 0],
+              [0, -2, 1, 5, 2, 0],
+              [0, 2, -5, 1, 2, 0],
+              [0, -4, -2, 4, 2, 0],
+              [0, 1, -2, -1, 2, 0],
+              [0, 2, -3, -4, 3, 2]], np.float64) / 2,
+)
+
+#: the interpolation points a Winograd tile can use: Lavin & Gray's (0, ±1, ±2 for F(4×4))
+#: or, for F(4×4) only, 0, ±1, 1/2, −2
+POINTS = ("lavin", "half")
+
+
+def winograd_matrices(m: int, points: str = "lavin"
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(Aᵀ, G, Bᵀ)`` for F(m×m, 3×3), m in {2, 4}, as float64 arrays; ``points``
+    (:data:`POINTS`) picks F(4×4)'s interpolation points.
+
+    >>> at, g, bt = winograd_matrices(4, "half")
+    >>> d, w = np.arange(6.0), np.array([1.0, -2.0, 0.5])
+    >>> np.allclose(at @ ((g @ w) * (bt @ d)), np.correlate(d, w, "valid"))
+    True
+    """
     if m not in _MATRICES:
         raise OptionError(f"winograd: tile size m = {m} is not supported (use 2 or 4)")
-    at, g, bt = _MATRICES[m]
+    if points not in POINTS or (points == "half" and m != 4):
+        raise OptionError(f"winograd: points {points!r} are not offered for F({m}x{m}) "
+                          f"(F(4x4) takes {', '.join(POINTS)}; F(2x2) lavin)")
+    at, g, bt = _F4_HALF if points == "half" else _MATRICES[m]
     return at.copy(), g.copy(), bt.copy()
 
 
-def winograd_weight_transform(weight: np.ndarray, m: int) -> np.ndarray:
+def winograd_weight_transform(weight: np.ndarray, m: int, points: str = "lavin"
+                              ) -> np.ndarray:
     """Compile-time kernel transform: OIHW ``[K, C, 3, 3]`` → ``U[α, α, C, K]``,
     ``U[:, :, c, k] = G g[k, c] Gᵀ`` computed in float64, returned in the weight's dtype."""
     w = np.asarray(weight)
     if w.ndim != 4 or w.shape[2:] != (3, 3):
         raise OptionError(f"winograd: weights {list(w.shape)} must be [K, C, 3, 3]")
-    _, g, _ = winograd_matrices(m)
+    _, g, _ = winograd_matrices(m, points)
     u = np.einsum("ai,kcij,bj->abck", g, w.astype(np.float64), g)
     return np.ascontiguousarray(u.astype(w.dtype))
 

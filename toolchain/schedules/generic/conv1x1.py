@@ -1,0 +1,235 @@
+"""CPU schedules of 1x1 convolutions (no padding, any stride): a GEMM or the direct kernel.
+
+A pointwise convolution is ``Y[o, pixels] = W[o, c] @ X[c, pixels]`` per image. By default
+it is the packed GEMM of :mod:`toolchain.schedules.generic.dense` over the (subsampled)
+pixels, whose tail of pixels is padded to the register tile's ``nr`` columns (ResNet-18's
+C11, 7x7 = 49 pixels, computes 64 columns). Its tuning space (:func:`conv1x1_space`, kind
+``gemm``) adds ``algorithm``: ``direct`` runs the channel-blocked direct convolution of
+:mod:`toolchain.schedules.generic.conv2d` instead (register tiles of output pixels by
+output channels, no pixel padding; a strided one packs only the pixels it reads), with
+its knobs; and for strided ones ``b_pack`` (``panels``: subsample, then ``nr``-wide
+panels; ``rows``: one strided copy the GEMM reads in place).
+
+Example (before: ``Conv`` 1x1 stride 2, 8 -> 16 channels on 8x8; after, the default: the
+GEMM over the 16 subsampled pixels, ``C_prod[o, j] = sum_c W_mat[o, c] * B_packed[j/nr,
+c, j%nr]``)::
+
+    >>> import numpy as np
+    >>> from toolchain.graph.ir import Node, Value
+    >>> from toolchain.schedules.generic.conv2d import schedule_conv2d
+    >>> w = np.ones((16, 8, 1, 1), np.float32)
+    >>> node = Node("Conv", "c", [Value("x", (1, 8, 8, 8), "float32"), Value.constant(
+    ...     "w", w)], [Value("y", (1, 16, 4, 4), "float32")], {"strides": [2, 2]})
+    >>> schedule_conv2d(node, "x86_64-avx2").info["schedule"]
+    'conv2d_1x1_gemm'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space
+from toolchain.graph.ir import Node, Value
+from toolchain.schedules.generic.common import CpuParams, ceil_div
+from toolchain.schedules.generic.conv2d import (
+    ConvGeom,
+    conv_compute,
+    conv_space,
+    loop_defaults,
+    plan_conv,
+    schedule_conv,
+    tuned_plan,
+    unblock_pixels,
+)
+from toolchain.schedules.generic.dense import (
+    GemmPlan,
+    gemm_space,
+    gemm_workload,
+    plan_gemm,
+    schedule_gemm,
+    tuned_gemm,
+)
+from toolchain.schedules.packing import packed_constant
+from toolchain.schedules.registry import OpSchedule
+from toolchain.target import Target
+from toolchain.tir import ir
+from toolchain.tir.schedule import Schedule
+
+Expr = ir.PrimExpr
+
+#: the direct convolution's knobs a 1x1 convolution keeps (its window loops have one step)
+DIRECT_KNOBS = ("ob", "rw", "ry", "cb", "unroll_cb", "epilogue")
+
+
+def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan, b_pack: str = "panels"
+                    ) -> tuple[list[te.Tensor], list[Value]]:
+    """``Y[n, o, pixels] = W[o, c] @ X[n, c, pixels]`` with the (strided) pixels of X packed
+    into ``nr``-wide panels and W (padded to a multiple of ``mr`` rows) constant.
+
+    ``b_pack="rows"``: the (strided) pixels are copied once into rows of
+    ``ceil(np_ / OW) * OW`` floats per input channel (``B_rows``, zeros past the last
+    pixel) that the GEMM reads in place, where ``panels`` copies twice for a strided
+    convolution (subsample, then panels)."""
+    xv, wv = node.inputs[0], node.inputs[1]
+    bv = node.input(2)
+    nr, mp, np_ = plan.nr, plan.mp, plan.np_
+    hw = g.oh * g.ow
+    x = te.placeholder(xv.shape, "float32", "X")
+    def matrix(data: np.ndarray) -> np.ndarray:
+        wm = np.zeros((mp, g.c), np.float32)
+        wm[:g.o] = data.reshape(g.o, g.c)
+        return wm
+
+    wm = packed_constant(wv, "_matrix", matrix)
+    w = te.placeholder(wm.shape, "float32", "W_mat")
+    args, values = [x, w], [xv, wm]
+    zero = ir.FloatImm(0.0, "float32")
+    if b_pack == "rows":
+        return _rows_compute(x, w, bv, args, values, g, plan)
+    src = x
+    if (g.sh, g.sw) != (1, 1) or (g.oh, g.ow) != (g.h, g.w):
+        # subsample first: the pack then reads pixel q at flat offset q (no div/mod)
+        src = te.compute((g.n, g.c, g.oh, g.ow),
+                         lambda n, c, y, xx: x[n, c, y * g.sh, xx * g.sw], name="X_sub")
+
+    def pack(n: Expr, j0: Expr, c: Expr, j1: Expr) -> Expr:
+        q = te.min(j0 * nr + j1, hw - 1)
+        val = src[n, c, q // g.ow, q % g.ow]
+        return te.if_then_else(j0 * nr + j1 < hw, val, zero) if np_ != hw else val
+
+    bp = te.compute((g.n, np_ // nr, g.c, nr), pack, name="B_packed")
+    r = te.reduce_axis((0, g.c), name="rc")
+    bias = None
+    if bv is not None:
+        bias = te.placeholder(bv.shape, "float32", "bias")
+        args.append(bias)
+        values.append(bv)
+    prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
+        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
+
+    def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
+        v = prod[n, o, y * g.ow + xx]
+        return v + bias[o] if bias is not None else v
+
+    out = te.compute((g.n, g.o, g.oh, g.ow), epi, name="C")
+    return args + [out], values
+
+
+def _rows_compute(x: te.Tensor, w: te.Tensor, bv: Value | None, args: list[te.Tensor],
+                  values: list[Value], g: ConvGeom, plan: GemmPlan
+                  ) -> tuple[list[te.Tensor], list[Value]]:
+    """The ``b_pack="rows"`` tensors of :func:`conv1x1_compute`: ``B_rows[n, c, y, x]``
+    holds ``ceil(np_ / OW)`` rows per channel (rows past the image are zeros) and the
+    product reads its pixel ``j`` at ``[j // OW, j % OW]``, which flattens to ``j``."""
+    rows = ceil_div(plan.np_, g.ow)
+
+    def row(n: Expr, c: Expr, y: Expr, xx: Expr) -> Expr:
+        val = x[n, c, te.min(y, g.oh - 1) * g.sh, xx * g.sw]
+        return te.if_then_else(y < g.oh, val, ir.FloatImm(0.0, "float32")) \
+            if rows > g.oh else val
+
+    br = te.compute((g.n, g.c, rows, g.ow), row, name="B_rows")
+    r = te.reduce_axis((0, g.c), name="rc")
+    bias = None
+    if bv is not None:
+        bias = te.placeholder(bv.shape, "float32", "bias")
+        args.append(bias)
+        values.append(bv)
+    prod = te.compute((g.n, plan.mp, plan.np_), lambda n, i, j: te.sum(
+        w[i, r] * br[n, r, j // g.ow, j % g.ow], axis=r), name="C_prod")
+
+    def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
+        v = prod[n, o, y * g.ow + xx]
+        return v + bias[o] if bias is not None else v
+
+    out = te.compute((g.n, g.o, g.oh, g.ow), epi, name="C")
+    return args + [out], values
+
+
+def _when(alg: str, holds: Callable[[Mapping[str, Any]], bool] | None
+          ) -> Callable[[Mapping[str, Any]], bool]:
+    """A knob's activity (or a rule) that only matters for algorithm ``alg``."""
+    if holds is None:
+        return lambda q: q["algorithm"] == alg
+    return lambda q: q["algorithm"] == alg and holds(q)
+
+
+def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int, ...] = ()
+                  ) -> Space:
+    """The knobs of a 1x1 convolution: the GEMM's (``mr``, ``nr``, ``mc_tiles``), then
+    ``algorithm`` (``gemm``, the heuristic's, or ``direct``), ``b_pack`` for a strided one
+    (GEMM only) and the direct convolution's :data:`DIRECT_KNOBS` (direct only). Each
+    algorithm's rules bind only its own points; the space's kind stays ``gemm`` and its
+    workload key that of the GEMM, so records written before ``algorithm`` existed replay
+    (as ``gemm``, ``panels``). ``unblock``: the pixel counts of the transposing
+    write-back the target declares (:func:`~toolchain.schedules.generic.conv2d.unblock_pixels`).
+
+    >>> from toolchain.schedules.generic.common import cpu_params
+    >>> g = ConvGeom(1, 256, 14, 14, 512, 1, 1, 7, 7, 2, 2, 1, 1, 0, 0)
+    >>> p = cpu_params("x86_64-avx512")
+    >>> s = conv1x1_space(g, p, plan_gemm(512, 49, 256, p))
+    >>> [k.name for k in s.knobs]  # doctest: +NORMALIZE_WHITESPACE
+    ['mr', 'nr', 'mc_tiles', 'algorithm', 'b_pack', 'ob', 'rw', 'ry', 'cb', 'unroll_cb',
+     'epilogue']
+    >>> d = {**s.default(), "algorithm": "direct", "rw": 7, "cb": 8, "unroll_cb": True}
+    >>> s.is_valid(d), s.canonical(d)["nr"] == s.default()["nr"]
+    (True, True)
+    """
+    key = gemm_workload("conv1x1", (g.n,), g.o, g.oh * g.ow, g.c, p,
+                        f"in{g.c}x{g.h}x{g.w}s{g.sh}x{g.sw}")
+    gemm = gemm_space(plan, p, key)
+    direct = conv_space(g, p, plan_conv(g, p), unblock=unblock)
+    knobs = [replace(k, active=_when("gemm", k.active)) for k in gemm.knobs]
+    knobs.append(Knob("algorithm", ("gemm", "direct"), "gemm",
+                      "the packed GEMM over the pixels, or the channel-blocked direct "
+                      "convolution (tiles of output pixels x output channels)"))
+    if (g.sh, g.sw) != (1, 1):
+        knobs.append(Knob("b_pack", ("panels", "rows"), "panels",
+                          "the GEMM's pixels: subsampled, then copied into nr-wide panels; "
+                          "or one strided copy into rows the GEMM reads in place",
+                          active=_when("gemm", None)))
+    knobs += [replace(direct.knob(n), active=_when("direct", direct.knob(n).active))
+              for n in DIRECT_KNOBS]
+    rules = [Rule(r.message, _unless("gemm", r.holds)) for r in gemm.rules] + \
+        [Rule(r.message, _unless("direct", r.holds)) for r in direct.rules]
+    return Space("gemm", key, tuple(knobs), tuple(rules))
+
+
+def _unless(alg: str, holds: Callable[[Mapping[str, Any]], bool]
+            ) -> Callable[[Mapping[str, Any]], bool]:
+    """A rule of algorithm ``alg``: it holds for the other algorithm's points."""
+    return lambda q: q["algorithm"] != alg or holds(q)
+
+
+def schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams, target: Target) -> OpSchedule:
+    """The schedule of a pointwise Conv with constant weights (the module docstring)."""
+    plan = plan_gemm(g.o, g.oh * g.ow, g.c, p)
+    point = decide(conv1x1_space(g, p, plan, unblock_pixels(target, p.lanes("float32"))))
+    name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
+    if point["algorithm"] == "direct":
+        cplan = tuned_plan(plan_conv(g, p), point)
+        args, values, _ = conv_compute(node, g, cplan, subsample=(g.sh, g.sw) != (1, 1))
+        sch = Schedule(te.create_prim_func(args, name=name))
+        schedule_conv(sch, g, cplan, p, knobs={**loop_defaults(g, cplan), **point},
+                      target=target)
+        return OpSchedule(sch, values, list(node.outputs), {
+            "schedule": "conv2d_nchwc", "layout": f"NCHW{cplan.cb}c", "cb": cplan.cb,
+            "ob": cplan.ob, "rw": cplan.rw, "packed_weight": True, "flops": g.flops})
+    plan = tuned_gemm(plan, point)
+    args, values = conv1x1_compute(node, g, plan, point.get("b_pack", "panels"))
+    sch = Schedule(te.create_prim_func(args, name=name))
+    epi = sch.get_block("C")
+    sch.fuse(*sch.get_loops(epi)[2:])  # rows of the output are contiguous pixels
+    schedule_gemm(sch, plan, p, 1, "C_prod")
+    info: dict[str, Any] = {"schedule": "conv2d_1x1_gemm", "layout": "NCHW (GEMM)",
+                            "mr": plan.mr, "nr": plan.nr, "packed_weight": True,
+                            "flops": g.flops}
+    return OpSchedule(sch, values, list(node.outputs), info)
+
+
