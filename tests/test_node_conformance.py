@@ -91,8 +91,11 @@ def _cases() -> dict[str, object]:
             pass  # not there yet (or written by another onnx): make and keep them
         cases = _load_cases()
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(tmp, path)
+        try:
+            tmp.write_bytes(pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(tmp, path)
+        except OSError:  # a full disk: the cases are made again next time
+            tmp.unlink(missing_ok=True)
         return cases
 
 
