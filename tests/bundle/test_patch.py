@@ -10,6 +10,7 @@ bit for bit.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -39,9 +40,30 @@ def qmodel(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def nhwc24(tmp_path_factory) -> Path:
+    """A TensorFlow-style int8 model: the NHWC image transposed to NCHW, a stride-2
+    convolution (TF "SAME" pads 0, 0, 1, 1), a depthwise one and a pointwise one."""
+    from onnx import helper
+
+    model = _cnn("nhwc24", [1, 24, 24, 3], [(8, 3, 2, 1, [0, 0, 1, 1]),
+                                           (8, 3, 1, 8, [1, 1, 1, 1]),
+                                           (16, 1, 1, 1, [0, 0, 0, 0])], 7,
+                 nodes=[helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])],
+                 src="t")
+    path = tmp_path_factory.mktemp("patch") / "nhwc24.onnx"
+    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
+    return path
+
+
+@functools.cache
+def _reference(qmodel: Path):
+    return quantize_ops(from_onnx(onnx.load(qmodel)))
+
+
 def _exact_when_poisoned(path: Path, qmodel: Path) -> list[bool]:
     module = BundleModule(path)
-    want_graph = quantize_ops(from_onnx(onnx.load(qmodel)))
+    want_graph = _reference(qmodel)
     rng = np.random.default_rng(2)
     exact = []
     for poison in (0x5A, 0xA5, 0x00):
@@ -70,26 +92,17 @@ def test_patch_stage_is_bit_exact(qmodel: Path, tmp_path: Path, first: str, laye
     assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
 
 
-def test_nhwc_first_layer_on_cortex_m4(tmp_path: Path) -> None:
+def test_nhwc_first_layer_on_cortex_m4(nhwc24: Path, tmp_path: Path) -> None:
     """A first convolution that reads the caller's NHWC image (stride 2, TF "SAME" pads
     0, 0, 1, 1) and a depthwise one after it, in 2 x 2 tiles: the gather copies NHWC
     pixels and pads rows and columns the real tensor never pads (-2, -1), and the
     cortex-m4 DSP kernels (built for this host, -O3) run on the tiles.  A gather that
     formed pointers outside the image was miscompiled at -O3 and failed here."""
-    from onnx import helper
-
-    model = _cnn("nhwc24", [1, 24, 24, 3], [(8, 3, 2, 1, [0, 0, 1, 1]),
-                                           (8, 3, 1, 8, [1, 1, 1, 1]),
-                                           (16, 1, 1, 1, [0, 0, 0, 0])], 7,
-                 nodes=[helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])],
-                 src="t")
-    path = tmp_path / "nhwc24.onnx"
-    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
-    pkg = toolchain.compile(path, "cortex-m4", output=tmp_path / "m4",
+    pkg = toolchain.compile(nhwc24, "cortex-m4", output=tmp_path / "m4",
                             patch=("fused_q_conv_0", 2, (2, 2)))
     stage, = pkg.metadata["patch_stages"]
     assert stage["tile_sizes"] == [[17, 17], [8, 8], [6, 6]]
-    assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"), path))
+    assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"), nhwc24))
 
 
 @pytest.mark.parametrize("target,first", [("c-generic", "fused_conv2d_relu_0"),
@@ -116,25 +129,16 @@ def test_float_patch_stage(target: str, first: str, tmp_path: Path) -> None:
         np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
 
 
-def test_a_transpose_in_front_is_taken_in(tmp_path: Path) -> None:
+def test_a_transpose_in_front_is_taken_in(nhwc24: Path, tmp_path: Path) -> None:
     """On c-generic (NCHW kernels) a TensorFlow-style model keeps its NHWC -> NCHW
     transpose as a kernel; a stage starting at the first convolution takes it in: the
     gather reads the NHWC image into NCHW tiles, the transposed copy never exists."""
-    from onnx import helper
-
-    model = _cnn("nhwc24", [1, 24, 24, 3], [(8, 3, 2, 1, [0, 0, 1, 1]),
-                                           (8, 3, 1, 8, [1, 1, 1, 1]),
-                                           (16, 1, 1, 1, [0, 0, 0, 0])], 7,
-                 nodes=[helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2])],
-                 src="t")
-    path = tmp_path / "nhwc24.onnx"
-    onnx.save(quantize_model(model, calibration(model), integer_io=True)[0], path)
-    pkg = toolchain.compile(path, "c-generic", output=tmp_path / "b",
+    pkg = toolchain.compile(nhwc24, "c-generic", output=tmp_path / "b",
                             patch=("fused_q_conv_1", 2, (3, 2)))
     stage, = pkg.metadata["patch_stages"]
     assert stage["absorbs"] == "fused_transpose_0"
     assert not any("Transpose" in k["ops"] for k in pkg.metadata["kernels"])
-    assert all(_poisoned_runs(BundleModule(tmp_path / "b"), path))
+    assert all(_poisoned_runs(BundleModule(tmp_path / "b"), nhwc24))
 
 
 def test_a_wrong_padding_byte_is_caught(qmodel: Path, tmp_path: Path,
