@@ -70,6 +70,31 @@ def test_patch_stage_is_bit_exact(qmodel: Path, tmp_path: Path, first: str, laye
     assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
 
 
+@pytest.mark.parametrize("first,layers,grid", [
+    ("fused_q_conv_0", 6, (2, 2)),   # the whole chain, its 4x4 output summed in 4 tiles
+    ("fused_q_conv_2", 4, (3, 1)),   # rows only: tiles of 2 rows, the last moved back
+    ("fused_q_conv_3", 3, (1, 3)),   # columns: 3 tiles of 2 columns, overlapping at the end
+    ("fused_q_conv_1", 5, (4, 4)),   # one output pixel a tile
+])
+def test_stage_ending_in_the_pool_is_bit_exact(qmodel: Path, tmp_path: Path, first: str,
+                                               layers: int, grid: tuple[int, int]) -> None:
+    """A stage whose last step is the global average pool: each tile's own pixels are
+    summed per channel, the 4 x 4 x 32 tensor before the pool never exists, and the
+    pool's requantisation in C equals QAvgPool's reference bit for bit."""
+    pkg = toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
+                            patch=(first, layers, grid, True))
+    stage, = pkg.metadata["patch_stages"]
+    assert stage["grid"] == list(grid) and stage["pool"].startswith("fused_q_avg_pool")
+    assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
+
+
+def test_stage_ending_in_the_pool_needs_one(qmodel: Path, tmp_path: Path) -> None:
+    with pytest.raises(OptionError, match="no global average pool"):
+        toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
+                          patch=("fused_q_conv_0", 3, (2, 2), True))
+    assert not (tmp_path / "b").exists()
+
+
 def test_nhwc_first_layer_on_cortex_m4(tmp_path: Path) -> None:
     """A first convolution that reads the caller's NHWC image (stride 2, TF "SAME" pads
     0, 0, 1, 1) and a depthwise one after it, in 2 x 2 tiles: the gather copies NHWC
