@@ -38,6 +38,15 @@ the input; the tiles start at input row -2 and 2 (rows -2, -1 are padding)::
     [[-2, -1, 0], [2, 3, 2]]
     >>> stage.slot_bytes(), round(stage.overhead(), 3)
     ((196, 100), 0.45)
+
+The same chain in 2 x 1 full-width tiles, ending in a global average pool of its 4 x 4 x 4
+output: the tiles hold the real columns only (the kernels keep their column padding), and
+a 16-byte int32 accumulator replaces the output::
+
+    >>> pool = PoolEnd("gap", 4, 0, 1 << 30, -4, 0, -128, 127, True)
+    >>> rows = PatchStage("patch_0", (conv, conv2), (2, 1), pool=pool)
+    >>> rows.tile_sizes(), rows.origins(1), rows.acc_bytes()
+    ([(7, 8), (5, 8), (2, 4)], [[0, 0, 0]], 16)
 """
 
 from __future__ import annotations
