@@ -117,18 +117,23 @@ def test_nhwc_first_layer_on_cortex_m4(tmp_path: Path) -> None:
     assert all(_poisoned_runs(_host_copy(tmp_path / "m4", tmp_path / "host"), path))
 
 
-@pytest.mark.parametrize("target,first", [("c-generic", "fused_conv2d_relu_0"),
-                                          ("cortex-m4", "fused_conv2d_relu_1")])
-def test_float_patch_stage(target: str, first: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("target,first,grid", [("c-generic", "fused_conv2d_relu_0", (3, 3)),
+                                               ("cortex-m4", "fused_conv2d_relu_1", (3, 3)),
+                                               ("cortex-m4", "fused_conv2d_relu_1", (4, 1))])
+def test_float_patch_stage(target: str, first: str, grid: tuple[int, int],
+                           tmp_path: Path) -> None:
     """float32 kernels made of a convolution and its Relu: NCHW ``Conv`` on c-generic, NHWC
     ``LayoutConv`` (the Cortex-M float kernels, built for the host) on cortex-m4, four layers
-    in 3 x 3 tiles, the arena poisoned; the outputs equal the reference to float rounding."""
+    in 3 x 3 tiles (and on cortex-m4 in 4 x 1 full-width ones: the NHWC kernels keep their
+    column padding), the arena poisoned; the outputs equal the reference to float rounding."""
     model = _float_model()
     path = tmp_path / "cnn.onnx"
     onnx.save(model, path)
-    pkg = toolchain.compile(path, target, output=tmp_path / "b", patch=(first, 4, (3, 3)))
+    pkg = toolchain.compile(path, target, output=tmp_path / "b", patch=(first, 4, grid))
     stage, = pkg.metadata["patch_stages"]
-    assert stage["tile_sizes"] == [[13, 13], [13, 13], [11, 11], [5, 5], [3, 3]]
+    assert stage["tile_sizes"] == ([[13, 13], [13, 13], [11, 11], [5, 5], [3, 3]]
+                                   if grid == (3, 3) else  # full-width rows
+                                   [[11, 16], [11, 16], [9, 16], [4, 8], [2, 8]])
     assert pkg.metadata["arena_bytes"] < stage["arena_without"]
     module = (_host_copy(tmp_path / "b", tmp_path / "host") if target == "cortex-m4"
               else BundleModule(tmp_path / "b"))
