@@ -262,3 +262,38 @@ def test_kws_within_6_kib_ends_in_the_pool(tmp_path: Path) -> None:
     module = _host_copy(tmp_path / "m4", tmp_path / "host")
     floats = tuple(t["name"] for t in module.outputs if t["dtype"] != "int8")
     assert all(_poisoned_runs(module, path, floats))
+
+
+def test_pool_requantisation_matches_fixed_point(qmodel: Path, tmp_path: Path) -> None:
+    """The bundle's ``patch_pool_finish`` (its C, compiled alone) against
+    ``fixed_point.requantize`` over 200,000 sums, shifts -12..3 (ties of every rounding
+    step included: a right shift of 1 ties on every odd value) and both clamps."""
+    import ctypes
+    import subprocess
+
+    from toolchain.quantize.fixed_point import requantize
+
+    toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
+                      patch=("fused_q_conv_0", 6, (2, 2), True))
+    text = next(p.read_text() for p in (tmp_path / "b" / "src").glob("*.c")
+                if "_patch_pool_finish(" in p.read_text())
+    start = text.index("static void ", text.index("The pool's output from the sums"))
+    body = text[start:text.index("\n}\n", start) + 3].replace("static void ", "void ", 1)
+    name = body.split("(")[0].split()[-1]
+    c = tmp_path / "finish.c"
+    c.write_text("#include <stdint.h>\n#include <stddef.h>\n" + body)
+    lib = tmp_path / "finish.so"
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(c)], check=True)
+    fn = getattr(ctypes.CDLL(str(lib)), name)
+    rng = np.random.default_rng(3)
+    acc = np.concatenate([rng.integers(-(1 << 20), 1 << 20, 100_000),
+                          rng.integers(-(1 << 31), (1 << 31) - 1, 100_000)]).astype(np.int32)
+    out = np.empty(acc.size, np.int8)
+    for shift in range(-12, 4):
+        m = int(rng.integers(1 << 30, (1 << 31) - 1))
+        for zp, lo, hi in ((-3, -128, 127), (5, 0, 127)):
+            fn(out.ctypes.data_as(ctypes.c_void_p), acc.ctypes.data_as(ctypes.c_void_p),
+               ctypes.c_int(acc.size), ctypes.c_int32(m), ctypes.c_int(shift),
+               ctypes.c_int(zp), ctypes.c_int(lo), ctypes.c_int(hi))
+            want = np.clip(requantize(acc, m, shift) + zp, lo, hi)
+            np.testing.assert_array_equal(out.astype(np.int64), want, err_msg=f"shift {shift}")
