@@ -4,6 +4,8 @@
                                              # (fp32, int8)
     python benchmarks/embedded.py --models ds_cnn --boards nucleo-l4r5zi --precisions int8 \\
         --kernels
+    python benchmarks/embedded.py --models ds_cnn --boards qemu-mps2-an386 --precisions int8 \\
+        --ram-budget 6144                     # patch stages (docs/embedded.md)
 
 Per model, board and precision it compiles with ``--board`` (fit check, cross build), reads
 flash and RAM from the linked ELF's map (toolchain.boards.size), runs the firmware once on
@@ -79,7 +81,8 @@ def _check(model: onnx.ModelProto, inputs: dict, outputs: dict, precision: str) 
     return text
 
 
-def _row(model: str, board: str, precision: str, work: Path, kernels: bool) -> dict:
+def _row(model: str, board: str, precision: str, work: Path, kernels: bool,
+         ram_budget: int | None = None) -> dict:
     from toolchain.boards import compile_board, run_on_qemu
     from toolchain.errors import TargetError
 
@@ -91,7 +94,7 @@ def _row(model: str, board: str, precision: str, work: Path, kernels: bool) -> d
     t0 = time.perf_counter()
     try:
         out, report = compile_board(path, board, work / f"{model}-{precision}-{board}",
-                                    name=f"{model}_{precision}")
+                                    name=f"{model}_{precision}", ram_budget=ram_budget)
     except TargetError as exc:
         return {**key, "refused": str(exc)}
     compile_s = time.perf_counter() - t0
@@ -142,6 +145,8 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--boards", default=",".join(BOARDS))
     ap.add_argument("--precisions", default=",".join(PRECISIONS))
+    ap.add_argument("--ram-budget", type=int, default=None,
+                    help="the most arena bytes (patch stages; default: the board's RAM)")
     ap.add_argument("--kernels", action="store_true",
                     help="also print instructions per kernel (firmware built with "
                          "-DKILN_ENABLE_TIMING)")
@@ -151,7 +156,8 @@ def main() -> int:
         for model in args.models.split(","):
             for precision in args.precisions.split(","):
                 for board in args.boards.split(","):
-                    rows.append(_row(model, board, precision, Path(tmp), args.kernels))
+                    rows.append(_row(model, board, precision, Path(tmp), args.kernels,
+                                     args.ram_budget))
                     print(f"  done {model} {precision} on {board}", file=sys.stderr)
     print_table(rows)
     if args.kernels:

@@ -54,7 +54,8 @@ def patched(path: Path, target: str, out: Path, budget: int, arena: int) -> str:
     st = stages[0]
     return (f"--ram-budget {budget:,}: arena {meta['arena_bytes']:,} B "
             f"({meta['arena_bytes'] / arena:.2f}x of {arena:,}), patch stage "
-            f"{st['layers'][0]} .. {st['layers'][-1]} ({len(st['layers'])} layers), grid "
+            f"{st['layers'][0]} .. {st['layers'][-1]} ({len(st['layers'])} layers"
+            f"{', ending in ' + st['pool'] if 'pool' in st else ''}), grid "
             f"{st['grid'][0]}x{st['grid'][1]}, +{st['extra_macs']:.1%} MACs")
 
 

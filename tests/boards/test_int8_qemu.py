@@ -175,6 +175,38 @@ def test_vww_in_patches_within_24_kib_on_qemu(tmp_path):
     np.testing.assert_allclose(run.outputs["probs"], want["probs"], rtol=1e-5, atol=1e-6)
 
 
+def test_kws_in_patches_within_6_kib_on_qemu(tmp_path):
+    """DS-CNN KWS with ``ram_budget=6 KiB`` (issue 18's goal): every activation before the
+    global average pool is 8,000 B, so the stage runs the whole chain (the first
+    convolution and the four depthwise/pointwise blocks) in row tiles and ends in the
+    pool, summed per tile; the arena fits, and the firmware's outputs equal Kiln's
+    integer reference bit for bit."""
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+    from toolchain.zoo.quantized import anchor_model
+
+    q = anchor_model("ds_cnn")
+    onnx.save(q, tmp_path / "kws.onnx")
+    g = from_onnx(q)
+    x = {v.name: np.random.default_rng(7).integers(-128, 128, v.shape).astype(np.int8)
+         for v in g.inputs}
+    path, _ = compile_board(tmp_path / "kws.onnx", "qemu-mps2-an386", tmp_path / "b",
+                            ram_budget=6 * 1024)
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["arena_bytes"] <= 6 * 1024
+    stage, = meta["patch_stages"]
+    assert stage["arena_without"] == 8_064 and stage["pool"].startswith("fused_q_avg_pool")
+    run = run_on_qemu(path, x, timeout=120)
+    want = run_graph(quantize_ops(g), x)
+    for name, w in want.items():
+        if w.dtype == np.int8:
+            np.testing.assert_array_equal(run.outputs[name], w)
+        else:
+            np.testing.assert_allclose(run.outputs[name], w, rtol=1e-5, atol=1e-6)
+
+
 def _last_layer(qdq: onnx.ModelProto, output: str) -> str:
     """The int8 tensor the model's last integer layer reads (``x_q -> DQ -> Gemm/Conv -> Q ->
     DQ -> output``)."""

@@ -367,7 +367,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                progress: bool | None | CompileProgress = None, emulate: bool = False,
                backend: str | None = None, weights: str | None = None,
                skip_passes: tuple[str, ...] = (), ram_budget: int | None = None,
-               patch: tuple[str, int, tuple[int, int]] | None = None,
+               patch: tuple[Any, ...] | None = None,
                precision: str = "fp32") -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
@@ -377,7 +377,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     passes left out; ``ram_budget``: the most arena bytes, met by running the first layers
     in patches where the plain plan needs more (docs/embedded.md, "Patch-based inference";
     None: no limit, no patches); ``patch``: a patch stage chosen by hand instead, as
-    ``(first node, layers, (rows, columns) of tiles)``; ``precision``: ``fp16`` stores the
+    ``(first node, layers, (rows, columns) of tiles)``, with ``True`` after it for a stage
+    that ends in the global average pool after those layers; ``precision``: ``fp16`` stores the
     model's float32 tensors as float16 (:func:`~toolchain.graph.passes.precision.to_fp16`;
     float32 inputs and outputs)."""
     if ram_budget is not None and ram_budget < 1:

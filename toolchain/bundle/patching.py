@@ -49,11 +49,15 @@ from toolchain.graph.patch import (
     chains,
     lead_in,
     patch_layer,
+    pool_end,
     tile_node,
 )
 
 #: the most tiles a side of the grid the choice tries
 MAX_GRID = 12
+#: the most rows of tiles a grid of one tile a row may have for a stage ending in a global
+#: average pool (its tiles sum into the pool: a tile may be one row, MCUNet-style streaming)
+MAX_POOL_ROWS = 64
 #: the most layers a stage takes
 MAX_LAYERS = 16
 #: the most candidates compiled in full before the choice gives up
@@ -83,9 +87,11 @@ def schedule_stage(node: Node, schedule_one: Callable[[Node], tuple[Any, ...]]
     sizes = stage.tile_sizes()
     tiles = stage.grid[0] * stage.grid[1]
     out = []
-    convs = [n for n in node.attrs["graph"].nodes if n.name != stage.absorbs]
+    skip = {stage.absorbs, stage.pool.node if stage.pool else ""}
+    convs = [n for n in node.attrs["graph"].nodes if n.name not in skip]
     for i, (n, layer) in enumerate(zip(convs, stage.layers, strict=True)):
-        tnode, tx = tile_node(n, layer, i, (sizes[i], sizes[i + 1]), stage.name)
+        tnode, tx = tile_node(n, layer, i, (sizes[i], sizes[i + 1]), stage.name,
+                              stage.full_rows)
         func, params, how, _, _ = schedule_one(tnode)
         flops = get_op("Fused").flops_of(tnode) * tiles
         out.append((tnode, func, params, how,
@@ -99,14 +105,15 @@ def _slots(stage: PatchStage, alignment: int) -> tuple[int, int]:
 
 
 def stage_scratch(kernels: list[Any], alignment: int) -> dict[str, int]:
-    """Per stage node: its step's scratch (both slots and the largest tile kernel
-    scratch), from its compiled tile kernels (``CompiledKernel.patch``)."""
+    """Per stage node: its step's scratch (both slots, the pool's accumulator and the
+    largest tile kernel scratch), from its compiled tile kernels (``CompiledKernel.patch``)."""
     out: dict[str, int] = {}
     for k in kernels:
         if k.patch is None:
             continue
         stage = k.patch.stage
         a, b = _slots(stage, alignment)
+        b += stage.acc_bytes(alignment)
         own = -(-k.source.scratch_bytes // alignment) * alignment
         out[stage.name] = max(out.get(stage.name, a + b), a + b + own)
     return out
@@ -119,7 +126,7 @@ def tile_args(call: PatchCall, base: str, alignment: int) -> dict[int, str]:
     slot = [f"{base}", f"{base} + {a}"]
     return {id(call.tile_in): f"(void *)({slot[call.index % 2]})",
             id(call.tile_out): f"(void *)({slot[(call.index + 1) % 2]})",
-            0: f"{base} + {a + b}"}
+            0: f"{base} + {a + b + call.stage.acc_bytes(alignment)}"}
 
 
 def loop_context(call: PatchCall, model: str, src: str, dst: str, base: str,
@@ -130,8 +137,9 @@ def loop_context(call: PatchCall, model: str, src: str, dst: str, base: str,
     stage = call.stage
     sizes = stage.tile_sizes()
     layers = stage.layers
-    a, _ = _slots(stage, alignment)
+    a, b = _slots(stage, alignment)
     slot = [base, f"{base} + {a}"]
+    acc = f"(int32_t *)(void *)({base} + {a + b})"
     i = call.index
     ctx: dict[str, Any] = {"first": i == 0, "last": i == len(layers) - 1,
                            "name": stage.name, "grid": list(stage.grid),
@@ -144,6 +152,8 @@ def loop_context(call: PatchCall, model: str, src: str, dst: str, base: str,
         mode = 2 if stage.absorbs else int(x.in_layout == "NHWC")
         ctx["gather"] = (f"{slot[0]}, (const uint8_t *)({src}), {c}, {h}, {w}, {sizes[0][0]}, "
                          f"{sizes[0][1]}, ry[0], rx[0], {x.itemsize}, {mode}, {x.fill}")
+    if i == 0 and stage.pool is not None:
+        ctx["pool_zero"] = {"acc": acc, "channels": stage.pool.channels}
     if i + 1 < len(layers) and layers[i + 1].padded:
         nxt = layers[i + 1]
         c, h, w = nxt.in_shape
@@ -154,16 +164,27 @@ def loop_context(call: PatchCall, model: str, src: str, dst: str, base: str,
         y = layers[-1]
         c, h, w = y.out_shape
         n = len(layers)
+        ctx["comment"] = stage.describe()
+        pool = stage.pool
+        if pool is not None:  # each tile adds its own share (tiles moved back overlap)
+            th, tw = stage.tile_out()
+            ctx["pool_sum"] = (f"{acc}, {slot[n % 2]}, {c}, {sizes[n][0]}, {sizes[n][1]}, "
+                               f"ty * {th} - ry[{n}], tx * {tw} - rx[{n}], "
+                               f"{int(y.out_layout == 'NHWC')}, {int(pool.signed)}, "
+                               f"{pool.x_zero_point}")
+            ctx["pool_finish"] = (f"(uint8_t *)({dst}), {acc}, {c}, {pool.multiplier}, "
+                                  f"{pool.shift}, {pool.y_zero_point}, {pool.out_min}, "
+                                  f"{pool.out_max}")
+            return ctx
         ctx["scatter"] = (f"(uint8_t *)({dst}), {slot[n % 2]}, {c}, {sizes[n][0]}, "
                           f"{sizes[n][1]}, {h}, {w}, ry[{n}], rx[{n}], {y.itemsize}, "
                           f"{int(y.out_layout == 'NHWC')}")
-        ctx["comment"] = stage.describe()
     return ctx
 
 
 def origin_tables(stages: list[PatchStage]) -> list[dict[str, Any]]:
     """Per stage, its tiles' starts in every tensor (rows and columns: C tables)."""
-    return [{"name": s.name, "levels": len(s.layers) + 1,
+    return [{"name": s.name, "levels": len(s.layers) + 1, "pool": s.pool is not None,
              "rows": s.origins(0), "cols": s.origins(1),
              "gy": s.grid[0], "gx": s.grid[1]} for s in stages]
 
@@ -185,38 +206,44 @@ def step_bytes(plan: MemoryPlan) -> list[int]:
     return live
 
 
-def candidates(graph: Graph, over: set[int]) -> list[tuple[int, list[Node]]]:
-    """(first step, nodes) of every chain that holds all the steps in ``over`` (those
-    that exceed the budget): a contiguous part of a run of :func:`chains`, at most
-    :data:`MAX_LAYERS` long; one that starts the run also holds the step of a transpose it
-    takes in (:func:`~toolchain.graph.patch.lead_in`)."""
+def candidates(graph: Graph, over: set[int]) -> list[tuple[int, list[Node], bool]]:
+    """(first step, nodes, whether the stage ends in the pool after them) of every chain
+    that holds all the steps in ``over`` (those that exceed the budget): a contiguous part
+    of a run of :func:`chains`, at most :data:`MAX_LAYERS` long; one that starts the run
+    also holds the step of a transpose it takes in
+    (:func:`~toolchain.graph.patch.lead_in`), one that ends it also the step of a global
+    average pool after it (:func:`~toolchain.graph.patch.pool_end`)."""
     pos = {n.name: i for i, n in enumerate(graph.nodes)}
     lo, hi = min(over), max(over)
     out = []
     for run in chains(graph):
         first = pos[run[0].name]
         lead = 1 if lead_in(graph, run[0]) is not None else 0
+        pooled = pool_end(graph, run[-1]) is not None
         for a in range(len(run)):
             start = first + a - (lead if a == 0 else 0)
             if start > lo:
                 break
             for b in range(max(a + 1, hi - first + 1), min(len(run), a + MAX_LAYERS) + 1):
-                out.append((start, run[a:b]))
+                out.append((start, run[a:b], False))
+            if pooled and len(run) - a <= MAX_LAYERS and hi <= first + len(run):
+                out.append((start, run[a:], True))
     return out
 
 
 def _stages(graph: Graph, over: set[int]) -> list[PatchStage]:
     """Every candidate stage, cheapest in extra multiply-adds first."""
     found = []
-    for _, nodes in candidates(graph, over):
+    for _, nodes, pooled in candidates(graph, over):
         layers = tuple(patch_layer(n) for n in nodes)
         lead = lead_in(graph, nodes[0])
+        pool = pool_end(graph, nodes[-1]) if pooled else None
         _, h, w = layers[-1].out_shape  # type: ignore[union-attr]
-        for gy in range(1, min(MAX_GRID, h) + 1):
+        for gy in range(1, min(MAX_POOL_ROWS if pool else MAX_GRID, h) + 1):
             for gx in range(1, min(MAX_GRID, w) + 1):
-                if (gy, gx) != (1, 1):
+                if (gy, gx) != (1, 1) and (gy <= MAX_GRID or gx == 1):
                     found.append(PatchStage("patch_stage_0", layers, (gy, gx),  # type: ignore[arg-type]
-                                            lead.name if lead is not None else ""))
+                                            lead.name if lead is not None else "", pool))
     return sorted(found, key=lambda s: (s.macs() - s.full_macs(), s.grid[0] * s.grid[1],
                                         s.layers[0].node, len(s.layers), s.grid))
 
@@ -225,7 +252,7 @@ def _step_bound(stage: PatchStage, graph: Graph, alignment: int) -> int:
     """Bytes the stage's step needs at least: its input (when in the arena), its output
     and both slots."""
     first = graph.node(stage.absorbs or stage.layers[0].node)
-    last = graph.node(stage.layers[-1].node)
+    last = graph.node(stage.pool.node if stage.pool else stage.layers[-1].node)
     ext = set(graph.inputs) | set(graph.outputs)
     views = input_views(graph)  # views of the caller's input take no arena bytes
     x, y = first.inputs[0], last.outputs[0]
@@ -233,7 +260,7 @@ def _step_bound(stage: PatchStage, graph: Graph, alignment: int) -> int:
 
     def arena(v: Value) -> int:
         return 0 if v in ext or v.name in views else -(-v.nbytes // alignment) * alignment
-    return arena(x) + arena(y) + sum(stage.slot_bytes(alignment))
+    return arena(x) + arena(y) + sum(stage.slot_bytes(alignment)) + stage.acc_bytes(alignment)
 
 
 def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, budget: int
@@ -260,7 +287,8 @@ def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, bud
         overwrite, overlap = ks.declared(trial)
         estimate = plan_memory(trial, alignment=align, search_moves=0,
                                overwrite=overwrite, overlap=overlap,
-                               scratch={stage.name: sum(stage.slot_bytes(align))}).arena_bytes
+                               scratch={stage.name: sum(stage.slot_bytes(align))
+                                        + stage.acc_bytes(align)}).arena_bytes
         if estimate > budget:
             best = min(best, (estimate, f"at least, with {stage.describe()}"))
             continue
@@ -285,17 +313,22 @@ def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, bud
 
 
 def patch_by_hand(ks: Any, graph: Graph, plan: MemoryPlan, first: str, layers: int,
-                  grid: tuple[int, int]) -> tuple[Graph, list[Any], MemoryPlan]:
+                  grid: tuple[int, int], pool: bool = False
+                  ) -> tuple[Graph, list[Any], MemoryPlan]:
     """``graph`` with the stage of ``layers`` convolutions from node ``first`` in a
-    ``grid`` of tiles, its kernels and plan; an :class:`OptionError` when those nodes are
-    not such a chain."""
+    ``grid`` of tiles (``pool``: ending in the global average pool after them), its
+    kernels and plan; an :class:`OptionError` when those nodes are not such a chain."""
     for run in chains(graph):
         names = [n.name for n in run]
         if first in names and names.index(first) + layers <= len(run) and layers >= 1:
             nodes = run[names.index(first):names.index(first) + layers]
             lead = lead_in(graph, nodes[0])
+            end = pool_end(graph, nodes[-1]) if pool else None
+            if pool and end is None:
+                raise OptionError(f"patch stage from {first!r}, {layers} layers: no global "
+                                  f"average pool reads {nodes[-1].name}'s output alone")
             stage = PatchStage("patch_stage_0", tuple(patch_layer(n) for n in nodes),  # type: ignore[misc]
-                               tuple(grid), lead.name if lead is not None else "")  # type: ignore[arg-type]
+                               tuple(grid), lead.name if lead is not None else "", end)  # type: ignore[arg-type]
             trial = apply_stage(graph, stage, arena_without=plan.arena_bytes)
             ks.schedule(trial, trial.nodes)
             return ks.finish(trial)  # type: ignore[no-any-return]
@@ -304,6 +337,7 @@ def patch_by_hand(ks: Any, graph: Graph, plan: MemoryPlan, first: str, layers: i
                       f"convolutions of the graph (chains start at: {runs})")
 
 
-__all__ = ["patch_by_hand", "MAX_GRID", "MAX_LAYERS", "PatchCall", "candidates", "loop_context",
+__all__ = ["patch_by_hand", "MAX_GRID", "MAX_LAYERS", "MAX_POOL_ROWS", "PatchCall", "candidates",
+           "loop_context",
            "meet_budget", "origin_tables", "schedule_stage", "stage_scratch", "step_bytes",
            "tile_args"]

@@ -38,6 +38,15 @@ the input; the tiles start at input row -2 and 2 (rows -2, -1 are padding)::
     [[-2, -1, 0], [2, 3, 2]]
     >>> stage.slot_bytes(), round(stage.overhead(), 3)
     ((196, 100), 0.45)
+
+The same chain in 2 x 1 full-width tiles, ending in a global average pool of its 4 x 4 x 4
+output: the tiles hold the real columns only (the kernels keep their column padding), and
+a 16-byte int32 accumulator replaces the output::
+
+    >>> pool = PoolEnd("gap", 4, 0, 1 << 30, -4, 0, -128, 127, True)
+    >>> rows = PatchStage("patch_0", (conv, conv2), (2, 1), pool=pool)
+    >>> rows.tile_sizes(), rows.origins(1), rows.acc_bytes()
+    ([(7, 8), (5, 8), (2, 4)], [[0, 0, 0]], 16)
 """
 
 from __future__ import annotations
@@ -85,6 +94,24 @@ class PatchLayer:
 
 
 @dataclass(frozen=True)
+class PoolEnd:
+    """A global int8 average pool (``QAvgPool`` over the whole last tensor) that ends a
+    stage: per tile the stage adds the tile's own share of each channel's ``x - x_zp`` to
+    an int32 accumulator, and after the last tile requantises it as ``QAvgPool`` does
+    (:func:`toolchain.quantize.fixed_point.requantize`, then ``+ y_zp``, clamped)."""
+
+    node: str
+    channels: int
+    x_zero_point: int
+    multiplier: int
+    shift: int
+    y_zero_point: int
+    out_min: int
+    out_max: int
+    signed: bool
+
+
+@dataclass(frozen=True)
 class PatchStage:
     """A chain of :class:`PatchLayer` run per tile of a ``grid`` (rows, columns) of the last
     layer's output; ``name`` is the stage's node name in the graph."""
@@ -96,11 +123,24 @@ class PatchStage:
     #: takes in ("": none): the gather reads the NHWC tensor and writes NCHW tiles, and
     #: the transposed copy never exists (see :func:`lead_in`)
     absorbs: str = ""
+    #: the global average pool the stage ends in (None: it writes the last layer's output)
+    pool: PoolEnd | None = None
 
     def __post_init__(self) -> None:
         out = self.layers[-1].out_shape
         if not (1 <= self.grid[0] <= out[1] and 1 <= self.grid[1] <= out[2]):
             raise OptionError(f"patch grid {self.grid} does not fit the output {out}")
+
+    @property
+    def full_rows(self) -> bool:
+        """One tile a row of the grid (``grid[1] == 1``): every tile spans its tensors'
+        columns, so the tile kernels keep the layers' left and right padding and the tile
+        buffers hold the real columns only."""
+        return self.grid[1] == 1
+
+    def acc_bytes(self, alignment: int = 1) -> int:
+        """Bytes of the pool's int32 accumulator (0 without a pool)."""
+        return 0 if self.pool is None else -(-4 * self.pool.channels // alignment) * alignment
 
     def tile_out(self) -> tuple[int, int]:
         """The output tile's rows and columns."""
@@ -113,7 +153,8 @@ class PatchStage:
         sizes = [self.tile_out()]
         for layer in reversed(self.layers):
             h, w = sizes[0]
-            sizes.insert(0, (layer.span(0, 0, h)[1], layer.span(1, 0, w)[1]))
+            cols = layer.in_shape[2] if self.full_rows else layer.span(1, 0, w)[1]
+            sizes.insert(0, (layer.span(0, 0, h)[1], cols))
         return sizes
 
     def origins(self, axis: int) -> list[list[int]]:
@@ -121,6 +162,8 @@ class PatchStage:
         chain's input first); starts below 0 lie in the padding."""
         n = self.layers[-1].out_shape[1 + axis]
         t = self.tile_out()[axis]
+        if axis == 1 and self.full_rows:
+            return [[0] * (len(self.layers) + 1)]
         sizes = [s[axis] for s in self.tile_sizes()]
         out = []
         for g in range(self.grid[axis]):
@@ -163,7 +206,8 @@ class PatchStage:
                 f"({self.layers[0].node} .. {self.layers[-1].node}), "
                 f"{self.grid[0]}x{self.grid[1]} tiles of {th}x{tw} output pixels, "
                 f"input tile {self.tile_sizes()[0][0]}x{self.tile_sizes()[0][1]}"
-                f"{f' (gathered from NHWC: {self.absorbs} taken in)' if self.absorbs else ''}, "
+                f"{f' (gathered from NHWC: {self.absorbs} taken in)' if self.absorbs else ''}"
+                f"{', summed into the pool ' + self.pool.node if self.pool else ''}, "
                 f"+{self.overhead():.1%} MACs")
 
     def halo(self) -> tuple[int, int]:
@@ -173,13 +217,14 @@ class PatchStage:
         for x in self.layers:
             sy, sx = sy * x.strides[0], sx * x.strides[1]
         (ih, iw), (th, tw) = self.tile_sizes()[0], self.tile_out()
-        return ih - th * sy, iw - tw * sx
+        return ih - th * sy, max(iw - tw * sx, 0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (``metadata.json``'s ``patch_stages``)."""
         sizes = self.tile_sizes()
         return {"name": self.name, "layers": [x.node for x in self.layers],
                 **({"absorbs": self.absorbs} if self.absorbs else {}),
+                **({"pool": self.pool.node} if self.pool else {}),
                 "grid": list(self.grid), "tile": list(self.tile_out()),
                 "tile_sizes": [list(s) for s in sizes],
                 "halo": list(self.halo()),
@@ -311,6 +356,36 @@ def lead_in(graph: Graph, first: Node) -> Node | None:
     return prev if readers == 1 else None
 
 
+def pool_end(graph: Graph, last: Node) -> PoolEnd | None:
+    """The :class:`PoolEnd` of the kernel right after ``last`` (a patch layer) when it is
+    one int8 global average pool (``QAvgPool``, window the whole tensor, no padding, in
+    the layout ``last`` writes) of ``last``'s output, which nothing else reads; else None.
+    """
+    pos = {n.name: i for i, n in enumerate(graph.nodes)}
+    i = pos.get(last.name, len(graph.nodes)) + 1
+    layer = patch_layer(last)
+    if layer is None or i >= len(graph.nodes):
+        return None
+    node = graph.nodes[i]
+    inner = node.attrs.get("graph") if node.op == "Fused" else None
+    if inner is None or len(inner.nodes) != 1 or inner.nodes[0].op != "QAvgPool":
+        return None
+    pool, y = inner.nodes[0], last.outputs[0]
+    a = pool.attrs
+    c, h, w = layer.out_shape
+    readers = sum(1 for n in graph.nodes for v in n.inputs if v is y)
+    if (len(node.inputs) != 1 or node.inputs[0] is not y or readers != 1
+            or y in graph.outputs or node.outputs[0] in graph.outputs
+            or a.get("data_layout", "NCHW") != layer.out_layout
+            or [int(k) for k in a["kernel_shape"]] != [h, w]
+            or any(int(p) for p in a.get("pads") or (0, 0, 0, 0))
+            or node.outputs[0].size != c or y.dtype not in ("int8", "uint8")):
+        return None
+    return PoolEnd(node.name, c, int(a.get("x_zero_point", 0)), int(a["multiplier"]),
+                   int(a["shift"]), int(a.get("y_zero_point", 0)), int(a.get("out_min", -128)),
+                   int(a.get("out_max", 127)), y.dtype == "int8")
+
+
 def stage_node(stage: PatchStage, nodes: list[Node], arena_without: int | None = None
                ) -> Node:
     """The fused node that runs ``nodes`` (the stage's layers) as one step: its inner graph
@@ -329,7 +404,8 @@ def apply_stage(graph: Graph, stage: PatchStage, arena_without: int | None = Non
     Before (``graph``'s nodes)::  conv_0, dw_1, pw_2, rest...
     After::                       patch_0 (attrs["patch"]: conv_0, dw_1, pw_2 in tiles), rest...
     """
-    names = [*([stage.absorbs] if stage.absorbs else []), *(x.node for x in stage.layers)]
+    names = [*([stage.absorbs] if stage.absorbs else []), *(x.node for x in stage.layers),
+             *([stage.pool.node] if stage.pool else [])]
     pos = [i for i, n in enumerate(graph.nodes) if n.name in names]
     if len(pos) != len(names) or pos != list(range(pos[0], pos[0] + len(names))):
         raise OptionError(f"{stage.name}: layers {names} are not consecutive nodes")
@@ -344,9 +420,11 @@ def _tile_shape(chw: tuple[int, int, int], layout: str) -> tuple[int, int, int, 
 
 
 def tile_node(node: Node, layer: PatchLayer, index: int, sizes: tuple[tuple[int, int],
-              tuple[int, int]], stage: str) -> tuple[Node, Value]:
+              tuple[int, int]], stage: str, full_rows: bool = False) -> tuple[Node, Value]:
     """The layer's fused node on tiles: input ``sizes[0]`` (rows, columns), output
-    ``sizes[1]``, no padding (the tile buffer holds it); and the tile input's value.
+    ``sizes[1]``, no padding (the tile buffer holds it; with ``full_rows``, tiles that
+    span every column, the left and right padding stays the kernel's); and the tile
+    input's value.
 
     Before: ``y[1, 8, 48, 48] = QConv(x[1, 3, 96, 96], w, pads=[1, 1, 1, 1], strides=[2, 2])``;
     after (sizes ``(9, 9), (4, 4)``): ``y[1, 8, 4, 4] = QConv(x[1, 3, 9, 9], w, pads=[0, 0, 0, 0],
@@ -369,7 +447,8 @@ def tile_node(node: Node, layer: PatchLayer, index: int, sizes: tuple[tuple[int,
         new[id(out)] = ty if out is last else Value(out.name, out_shape, out.dtype)
         attrs = dict(n.attrs)
         if n is conv:
-            attrs["pads"] = [0, 0, 0, 0]
+            attrs["pads"] = ([0, layer.pads[1], 0, layer.pads[3]] if full_rows
+                             else [0, 0, 0, 0])
         body.append(n.replace(inputs=tuple(new.get(id(v), v) if v is not None else None
                                            for v in n.inputs),
                               outputs=(new[id(out)],), attrs=attrs))
@@ -379,5 +458,5 @@ def tile_node(node: Node, layer: PatchLayer, index: int, sizes: tuple[tuple[int,
                 {"graph": g, "pattern": node.attrs["pattern"], "kernel": name}), tx
 
 
-__all__ = ["CONV_OPS", "POINTWISE_OPS", "PatchLayer", "PatchStage", "apply_stage", "chains",
-           "patch_layer", "stage_node", "tile_node"]
+__all__ = ["CONV_OPS", "POINTWISE_OPS", "PatchLayer", "PatchStage", "PoolEnd", "apply_stage",
+           "chains", "patch_layer", "pool_end", "stage_node", "tile_node"]
