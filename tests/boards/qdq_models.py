@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -90,6 +91,7 @@ class QdqModel:
         self.ort = dict(zip(names, sess.run(names, self.inputs), strict=True))
         self.steps = output_steps(self.qdq)
         self.bundles: dict[str, tuple[Path, dict]] = {}
+        self.runs: dict[str, Any] = {}
 
     def for_board(self, board: str) -> tuple[Path, dict]:
         """The board bundle (compiled and linked once), and its size report."""
@@ -99,3 +101,12 @@ class QdqModel:
             self.bundles[board] = compile_board(self.path, board, self.root / board,
                                                 name=f"{self.name}_int8")
         return self.bundles[board]
+
+    def run_on(self, board: str) -> Any:
+        """The board bundle's run under QEMU on :attr:`inputs` (run once): the result the
+        int8 board tests check and the LLVM-backend build of the model is compared with."""
+        from toolchain.boards import run_on_qemu
+
+        if board not in self.runs:
+            self.runs[board] = run_on_qemu(self.for_board(board)[0], self.inputs, timeout=180)
+        return self.runs[board]

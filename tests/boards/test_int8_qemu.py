@@ -41,10 +41,8 @@ def _producers(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _check(m, board: str) -> None:
-    from toolchain.boards import run_on_qemu
-
-    path, report = m.for_board(board)
-    run = run_on_qemu(path, m.inputs, timeout=120)
+    _, report = m.for_board(board)
+    run = m.run_on(board)
     assert set(run.outputs) == set(m.host) == set(m.ort)
     made_by = _producers(m.qdq)
     for name, host in m.host.items():

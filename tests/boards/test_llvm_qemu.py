@@ -50,12 +50,17 @@ def _assert_bit_exact(runs: dict, name: str) -> None:
     pytest.param("autoencoder", BOARD, marks=pytest.mark.slow),
     pytest.param("ds_cnn", "qemu-mps2-an500", marks=pytest.mark.slow),  # cortex-m7
 ])
-def test_int8_model_llvm_objects_bit_exact_with_c_build(name, board, tmp_path) -> None:
-    from toolchain.zoo.quantized import kiln_qdq
+def test_int8_model_llvm_objects_bit_exact_with_c_build(name, board, qdq_compiled,
+                                                        tmp_path) -> None:
+    """The C build and its QEMU run are the int8 board tests' (``qdq_compiled``: the same
+    Kiln-quantized model, built and run once a session)."""
+    from toolchain.boards import compile_board, run_on_qemu
 
-    spec = ZOO[name]
-    model = spec.build(batch=1) if name == "autoencoder" else spec.build()
-    runs = _both_backends(kiln_qdq(model), spec.inputs(model), tmp_path, board)
+    m = qdq_compiled(name, "kiln")
+    path, _ = compile_board(m.path, board, tmp_path / "llvm", name=f"{name}_int8",
+                            backend="llvm")
+    runs = {"c": m.run_on(board), "llvm": run_on_qemu(path, m.inputs, timeout=180)}
+    assert set(runs["c"].outputs) == set(runs["llvm"].outputs)
     _assert_bit_exact(runs, name)
 
 

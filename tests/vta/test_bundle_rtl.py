@@ -147,3 +147,46 @@ def test_kiln_run_on_the_rtl_prints_hardware_and_driver_counters(
     assert us == pytest.approx(total[0] / 200, abs=0.06)  # cycles at 200 MHz, in us
     host, accel = (float(v.rstrip("%,")) for v in split[4].split()[1:4:2])
     assert host + accel == pytest.approx(100, abs=0.11) and 0 < host < 100
+
+
+def test_kiln_verilates_a_bundle_as_its_makefile_does(
+        cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
+    """`make DEVICE=rtl` and Kiln's own RTL build (`kiln run --device rtl`) run the same
+    Verilator command relative to the bundle folder, so ccache (CCACHE_BASEDIR at the
+    folder, exported by the Makefile) gives one the other's compiled objects."""
+    from toolchain.vta.rtl_device import VERILATOR_MAKEFLAGS, verilate_command
+
+    pkg, _ = cnn_bundle
+    text = (pkg.path / "Makefile").read_text()
+    assert f"VERILATOR_MAKEFLAGS ?= {VERILATOR_MAKEFLAGS}\n" in text
+    assert "export CCACHE_BASEDIR ?= $(CURDIR)\n" in text
+    srcs = next(ln for ln in text.splitlines() if ln.startswith("RTL_SRCS = ")).split()[2:]
+    recipe = next(ln for ln in text.splitlines() if ln.startswith("\t$(VERILATOR) "))
+    want = verilate_command("$(CURDIR)", srcs, "$(VERILATOR)", "$(VERILATOR_MAKEFLAGS)")
+    quoted = [f'"{a}"' if " " in a or a.startswith("$(VERILATOR_M") else a for a in want]
+    assert recipe.strip().replace("$(RTL_SRCS)", " ".join(srcs)) == " ".join(quoted)
+
+
+def test_the_rtl_build_is_keyed_by_the_rtl_and_the_command(
+        cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bundles with the same RTL share one Verilator build; an edited RTL file or another
+    Verilator flag builds anew; an incomplete rtl/ is refused by name."""
+    from toolchain.errors import BuildError
+    from toolchain.vta import rtl_device
+
+    pkg, _ = cnn_bundle
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        shutil.copytree(pkg.path / "rtl", d / "rtl")
+        shutil.copytree(pkg.path / "runtime", d / "runtime")
+    first = rtl_device.bundle_rtl_build_dir(a / "rtl")[0]
+    assert rtl_device.bundle_rtl_build_dir(b / "rtl")[0] == first
+    sv = b / "rtl" / "vta_fifo.sv"
+    sv.write_text(sv.read_text() + "\n// edited\n")
+    assert rtl_device.bundle_rtl_build_dir(b / "rtl")[0] != first
+    monkeypatch.setattr(rtl_device, "MAKE_VERILATE", (*rtl_device.MAKE_VERILATE, "-O2"))
+    assert rtl_device.bundle_rtl_build_dir(a / "rtl")[0] != first
+    (a / "rtl" / "vta_params.svh").unlink()
+    with pytest.raises(BuildError, match="vta_params.svh"):
+        rtl_device.bundle_rtl_build_dir(a / "rtl")

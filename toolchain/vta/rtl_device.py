@@ -4,8 +4,9 @@
 device will: the C driver (``runtime_c/kiln_vta.c``) loads the program into the DRAM window
 and calls the device, which clocks the Verilator model of ``vta_sim_top`` in the same process
 (no cocotb, no files) while the DRAM model reads and writes the window itself.  The model is
-built once per configuration into ``sim_build/rtl-device-<hash>/`` (``verilator --cc
---build``, then linked with the driver into one shared library loaded with ctypes).
+built once per configuration into ``sim_build/rtl-device-<hash>/`` (verilated as a bundle
+of that configuration verilates it, :func:`bundle_rtl_objects`, so the two share the build,
+then linked with the driver into one shared library loaded with ctypes).
 
 It returns ``(dram, counters)`` like :func:`toolchain.vta.rtl.run_rtl` (the same counter
 names), and raises :class:`~toolchain.vta.cfsim.CFsimError` with the driver's error code on a
@@ -24,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import hashlib
+import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
@@ -39,9 +41,6 @@ from toolchain.vta.rtl import COUNTERS, RTL_DIR, build_root, params_svh, rtl_sou
 
 DEVICE_CPP = RTL_DIR / "sim" / "kiln_vta_rtl.cpp"
 GLUE = Path(__file__).with_name("rtl_glue.c")
-_ARGS = ("--cc", "--build", "-j", "2", "-O3", "--x-assign", "0", "--x-initial", "0",
-         "-Wno-fatal", "--top-module", "vta_sim_top")
-
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
@@ -57,7 +56,7 @@ def build_device(config: VTAConfig | None = None) -> Path:
     svh = params_svh(cfg)
     files = [*rtl_sources(), DEVICE_CPP, DEVICE_CPP.with_suffix(".h"), GLUE,
              *(RUNTIME / n for n in ("kiln_vta.h", "kiln_vta.c"))]
-    h = hashlib.sha256(svh.encode() + " ".join(_ARGS).encode())
+    h = hashlib.sha256(svh.encode() + " ".join(MAKE_VERILATE).encode())
     for f in files:
         h.update(f.name.encode() + f.read_bytes())
     bdir = build_root() / f"rtl-device-{h.hexdigest()[:16]}"
@@ -69,40 +68,58 @@ def build_device(config: VTAConfig | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if lib.exists():
             return lib
-        (bdir / "include").mkdir(exist_ok=True)
-        (bdir / "include" / "vta_params.svh").write_text(svh)
+        # the model as a bundle carries it, verilated by the bundles' own build (shared
+        # with every bundle of this configuration, and through ccache with `make DEVICE=rtl`)
+        from toolchain.bundle.accel import rtl_files
+
+        stage = bdir / "model"
+        for name, text in {**rtl_files(cfg),
+                           "runtime/kiln_vta.h": (RUNTIME / "kiln_vta.h").read_text()}.items():
+            (stage / name).parent.mkdir(parents=True, exist_ok=True)
+            (stage / name).write_text(text)
+        link = bundle_rtl_objects(stage / "rtl")
         env = verilator_env()
         inc = [f"-I{RUNTIME}", f"-I{RTL_DIR / 'sim'}"]
-        _run(["verilator", *_ARGS, "-Mdir", str(bdir / "obj"), f"-I{bdir / 'include'}",
-              f"-I{RTL_DIR}", "-CFLAGS", " ".join(["-fPIC", *inc]),
-              *map(str, rtl_sources()), str(DEVICE_CPP)], bdir, env, bdir / "verilator.log")
         objs = []
         for src in (RUNTIME / "kiln_vta.c", GLUE):
             obj = bdir / f"{src.stem}.o"
             _run(["gcc", "-std=c99", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", *inc, "-c",
                   str(src), "-o", str(obj)], bdir, env, bdir / f"{src.stem}.log")
             objs.append(str(obj))
-        obj_dir = bdir / "obj"
         tmp = bdir / "lib.tmp.so"
-        _run(["g++", "-shared", "-o", str(tmp), *objs, str(obj_dir / f"{DEVICE_CPP.stem}.o"),
-              "-Wl,--whole-archive", str(obj_dir / "Vvta_sim_top__ALL.a"),
-              "-Wl,--no-whole-archive", str(obj_dir / "libverilated.a"), "-lpthread"],
-             bdir, env, bdir / "link.log")
+        _run(["g++", "-shared", "-o", str(tmp), *objs, *link], bdir, env, bdir / "link.log")
         tmp.replace(lib)
     return lib
 
 
-def bundle_rtl_objects(rtl_dir: Path) -> list[str]:
-    """Verilate a bundle's ``rtl/`` (its ``*.sv``, ``vta_params.svh`` and the C++ device
-    ``sim/kiln_vta_rtl.cpp``) once per content into position-independent objects; the link
-    arguments that add the RTL device to a shared library of the bundle (link with ``g++``).
+#: how a bundle's ``make DEVICE=rtl`` verilates its ``rtl/`` (``templates/bundle/Makefile.j2``
+#: writes the same command; :func:`bundle_rtl_objects` runs it too, so the two compile the
+#: same C++ with the same flags, relative to the bundle folder, and ccache shares the objects)
+MAKE_VERILATE = ("--cc", "--build", "-j", "2", "-O3", "--x-assign", "0", "--x-initial", "0",
+                 "-Wno-fatal", "--top-module", "vta_sim_top", "-Mdir", "build/rtl")
+VERILATOR_MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
+
+
+def verilate_command(root: str, sources: list[str], verilator: str = "verilator",
+                     makeflags: str = VERILATOR_MAKEFLAGS) -> list[str]:
+    """The Verilator command that builds a bundle's RTL device in the bundle folder ``root``
+    (``sources``: the ``rtl/*.sv`` files, relative to it), as its Makefile runs it.
 
     Example::
 
-        >>> args = bundle_rtl_objects(Path("bundle/rtl"))      # doctest: +SKIP
-        >>> args[0].endswith("kiln_vta_rtl.o")                  # doctest: +SKIP
-        True
+        >>> verilate_command("/b", ["rtl/vta_pkg.sv"])[-3:]
+        ['-I/b/runtime -I/b/rtl/sim -fPIC', 'rtl/vta_pkg.sv', '/b/rtl/sim/kiln_vta_rtl.cpp']
     """
+    return [verilator, *MAKE_VERILATE, "-MAKEFLAGS", makeflags, "-Irtl", "-CFLAGS",
+            f"-I{root}/runtime -I{root}/rtl/sim -fPIC", *sources,
+            f"{root}/rtl/sim/{DEVICE_CPP.name}"]
+
+
+def bundle_rtl_build_dir(rtl_dir: Path) -> tuple[Path, list[Path], list[str], list[str]]:
+    """Where :func:`bundle_rtl_objects` builds the RTL of the bundle whose ``rtl/`` is
+    ``rtl_dir`` (a folder keyed by the files' names and content and the Verilator command),
+    the files, their paths in the bundle and the RTL sources among them (a clear error if
+    one is missing)."""
     pkg = rtl_dir / "vta_pkg.sv"
     svs = [pkg, *sorted(p for p in rtl_dir.glob("*.sv") if p != pkg),
            *sorted((rtl_dir / "sim").glob("*.sv"))]
@@ -114,11 +131,33 @@ def bundle_rtl_objects(rtl_dir: Path) -> list[str]:
     if missing:
         raise BuildError(f"the bundle's RTL is incomplete: missing {', '.join(missing)} "
                          "(recompile the bundle with kiln compile --target vta)")
-    h = hashlib.sha256(" ".join(_ARGS).encode())
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    bdir = build_root() / f"bundle-rtl-{h.hexdigest()[:16]}"
-    obj = bdir / "obj"
+    rel = [f.relative_to(rtl_dir.parent).as_posix() for f in files]
+    sources = rel[:len(svs)]
+    h = hashlib.sha256(" ".join(verilate_command("", sources)).encode())
+    for f, name in zip(files, rel, strict=True):
+        h.update(name.encode() + b"\0" + f.read_bytes())
+    return build_root() / f"bundle-rtl-{h.hexdigest()[:16]}", files, rel, sources
+
+
+def bundle_rtl_objects(rtl_dir: Path) -> list[str]:
+    """Verilate a bundle's ``rtl/`` (its ``*.sv``, ``vta_params.svh`` and the C++ device
+    ``sim/kiln_vta_rtl.cpp``) once per content into position-independent objects; the link
+    arguments that add the RTL device to a shared library of the bundle (link with ``g++``).
+
+    The build runs in ``sim_build/bundle-rtl-<hash>/``, keyed by the files and the command,
+    so every bundle with the same RTL shares it; there the files are laid out as in the
+    bundle and verilated with its Makefile's command (:func:`verilate_command`), with
+    ``CCACHE_BASEDIR`` at the folder, so with ccache (``OBJCACHE``) a bundle's ``make
+    DEVICE=rtl`` and this build reuse each other's compiled objects.
+
+    Example::
+
+        >>> args = bundle_rtl_objects(Path("bundle/rtl"))      # doctest: +SKIP
+        >>> args[0].endswith("kiln_vta_rtl.o")                  # doctest: +SKIP
+        True
+    """
+    bdir, files, rel, sources = bundle_rtl_build_dir(rtl_dir)
+    obj = bdir / "build" / "rtl"
     args = [str(obj / f"{DEVICE_CPP.stem}.o"), "-Wl,--whole-archive",
             str(obj / "Vvta_sim_top__ALL.a"), "-Wl,--no-whole-archive",
             str(obj / "libverilated.a"), "-lpthread"]
@@ -129,9 +168,12 @@ def bundle_rtl_objects(rtl_dir: Path) -> list[str]:
     with open(bdir / ".lock", "w") as lock:  # one builder per directory (parallel pytest)
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
-            inc = [f"-I{runtime}", f"-I{rtl_dir / 'sim'}"]
-            _run(["verilator", *_ARGS, "-Mdir", str(obj), f"-I{rtl_dir}", "-CFLAGS",
-                  " ".join(["-fPIC", *inc]), *map(str, svs), str(cpp)], bdir, verilator_env(),
+            for f, name in zip(files, rel, strict=True):  # the bundle's layout
+                (bdir / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, bdir / name)
+            (bdir / "build").mkdir(exist_ok=True)  # as the Makefile's `| build`
+            env = {**verilator_env(), "CCACHE_BASEDIR": str(bdir)}
+            _run(verilate_command(str(bdir), sources), bdir, env,
                  bdir / "verilator.log")
             done.write_text("ok\n")
     return args
