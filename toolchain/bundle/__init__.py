@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from toolchain.bundle.compiler import BundleSpec, CompileProgress, build_spec
+from toolchain.bundle.compiler import BundleSpec, build_spec
+from toolchain.bundle.progress import CompileProgress
 from toolchain.bundle.render import check_destination, render_files, write_bundle
 from toolchain.bundle.render_cuda import render_cuda_files
 from toolchain.gcpause import paused_gc
