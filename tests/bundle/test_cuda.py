@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.bundle.helpers import nvcc_object
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.errors import TargetError
@@ -80,14 +80,11 @@ def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, tmp_path: Path) ->
     spec = ZOO[name]
     d = compile_model(spec.build(), "cuda-sm90", tmp_path / name,
                       input_shapes=spec.input_shapes, progress=False)
-    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
     model = json.loads((d / "metadata.json").read_text())["model"]["name"]
     unit = tmp_path / "bundle.cu"
     unit.write_text("".join(f'#include "{(d / "src" / f).resolve()}"\n'
                             for f in (f"{model}.cu", "kernels.cu")))
-    res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
-                          "-Iruntime", "-Isrc", "-c", str(unit), "-o", str(tmp_path / "bundle.o")],
-                         cwd=d, capture_output=True, text=True, check=False)
+    res = nvcc_object(d, unit, tmp_path / "bundle.o")
     assert res.returncode == 0, res.stderr[-3000:]
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.bundle.helpers import nvcc_object
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.errors import OptionError
@@ -126,11 +126,7 @@ def test_fp16_bundle_compiles_for_sm80_and_sm90(tmp_path: Path) -> None:
     d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
     src = (d / "src/kernels.cu").read_text()
     assert "__half" in src and "float gemm" in src  # half tiles, float accumulators
-    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
-    res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
-                          "-Iruntime", "-Isrc", "-c", "src/kernels.cu", "-o",
-                          str(tmp_path / "k.o")], cwd=d, capture_output=True, text=True,
-                         check=False)
+    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o")
     assert res.returncode == 0, res.stderr[-3000:]
 
 

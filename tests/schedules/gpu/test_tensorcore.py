@@ -7,14 +7,13 @@ GPU where there is one. Tolerance: ``FP16_TOL`` (tests/bundle/test_cuda_fp16.py 
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from tests.bundle.helpers import make_model, random_inputs
+from tests.bundle.helpers import make_model, nvcc_object, random_inputs
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
@@ -197,11 +196,7 @@ def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> Non
     d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
     src = (d / "src/kernels.cu").read_text()
     assert "nvcuda::wmma::mma_sync" in src and "kiln_wmma_acc " in src
-    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
-    res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
-                          "-Iruntime", "-Isrc", "-c", "src/kernels.cu", "-o",
-                          str(tmp_path / "k.o")], cwd=d, capture_output=True, text=True,
-                         check=False)
+    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o")
     assert res.returncode == 0, res.stderr[-3000:]
 
 
