@@ -104,6 +104,17 @@ def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan, b_pack: str = "pane
         return te.if_then_else(j0 * nr + j1 < hw, val, zero) if np_ != hw else val
 
     bp = te.compute((g.n, np_ // nr, g.c, nr), pack, name="B_packed")
+    return _product(g, w, mp, np_, lambda n, r, j: bp[n, j // nr, r, j % nr], bv, args,
+                    values)
+
+
+def _product(g: ConvGeom, w: te.Tensor, mp: int, np_: int,
+             read_b: Callable[[Expr, Expr, Expr], Expr], bv: Value | None,
+             args: list[te.Tensor], values: list[Value]
+             ) -> tuple[list[te.Tensor], list[Value]]:
+    """The GEMM ``C_prod[n, i, j] = sum_r W[i, r] * read_b(n, r, j)`` and the NCHW output
+    ``C`` (with the bias, if the node has one) that both packings of
+    :func:`conv1x1_compute` end in."""
     r = te.reduce_axis((0, g.c), name="rc")
     bias = None
     if bv is not None:
@@ -111,7 +122,7 @@ def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan, b_pack: str = "pane
         args.append(bias)
         values.append(bv)
     prod = te.compute((g.n, mp, np_), lambda n, i, j: te.sum(
-        w[i, r] * bp[n, j // nr, r, j % nr], axis=r), name="C_prod")
+        w[i, r] * read_b(n, r, j), axis=r), name="C_prod")
 
     def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
         v = prod[n, o, y * g.ow + xx]
@@ -135,21 +146,8 @@ def _rows_compute(x: te.Tensor, w: te.Tensor, bv: Value | None, args: list[te.Te
             if rows > g.oh else val
 
     br = te.compute((g.n, g.c, rows, g.ow), row, name="B_rows")
-    r = te.reduce_axis((0, g.c), name="rc")
-    bias = None
-    if bv is not None:
-        bias = te.placeholder(bv.shape, "float32", "bias")
-        args.append(bias)
-        values.append(bv)
-    prod = te.compute((g.n, plan.mp, plan.np_), lambda n, i, j: te.sum(
-        w[i, r] * br[n, r, j // g.ow, j % g.ow], axis=r), name="C_prod")
-
-    def epi(n: Expr, o: Expr, y: Expr, xx: Expr) -> Expr:
-        v = prod[n, o, y * g.ow + xx]
-        return v + bias[o] if bias is not None else v
-
-    out = te.compute((g.n, g.o, g.oh, g.ow), epi, name="C")
-    return args + [out], values
+    return _product(g, w, plan.mp, plan.np_, lambda n, r, j: br[n, r, j // g.ow, j % g.ow],
+                    bv, args, values)
 
 
 def _when(alg: str, holds: Callable[[Mapping[str, Any]], bool] | None
