@@ -6,35 +6,16 @@ numbers, the descriptor's shared-memory limit counts both halves."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from tests.codegen.gpu_workloads import run_simt
-from tests.schedules.gpu.test_gemm import SM80, SMALL
-from toolchain import te
+from tests.schedules.gpu.test_gemm import SM80, SMALL, check_relu_matmul, relu_matmul
 from toolchain.driver import lower
 from toolchain.errors import ScheduleError
 from toolchain.schedules.gpu import gemm
 from toolchain.tir import ir
 from toolchain.tir.race import DataRaceError, check_races
-from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
 from toolchain.tir.transform.inject_barriers import is_barrier
-
-
-def _matmul(b: int, m: int, n: int, k: int) -> Schedule:
-    """``D = relu(A @ W)``, batched when ``b`` > 0, before tiling."""
-    lead = (b,) if b else ()
-    A = te.placeholder((*lead, m, k), name="A")
-    W = te.placeholder((*lead, k, n), name="W")
-    r = te.reduce_axis((0, k), name="k")
-    if b:
-        C = te.compute((b, m, n), lambda z, i, j: te.sum(A[z, i, r] * W[z, r, j], axis=r),
-                       name="C")
-    else:
-        C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * W[r, j], axis=r), name="C")
-    D = te.compute(C.shape, lambda *ix: te.max(C[ix], te.const(0.0)), name="D")
-    return Schedule(te.create_prim_func([A, W, D], name="mm"), SM80)
 
 
 def _step_loop(f: ir.PrimFunc) -> ir.For:
@@ -61,28 +42,22 @@ def test_double_buffered_gemm_is_race_free_with_one_barrier_a_step(shape, double
     b, m, n, k = shape
     t = gemm.choose_tiles(m, n, k, 1, SM80)
     t = gemm.Tiles(t.ty, t.tx, t.ry, t.rx, bk=8)  # several steps
-    single = lower(gemm.tile_gemm(_matmul(b, m, n, k), "C", SM80,
+    single = lower(gemm.tile_gemm(relu_matmul(b, m, n, k), "C", SM80,
                                   gemm.Tiles(t.ty, t.tx, t.ry, t.rx, t.bk, False)), target=SM80)
-    f = lower(gemm.tile_gemm(_matmul(b, m, n, k), "C", SM80, t), target=SM80)
+    f = lower(gemm.tile_gemm(relu_matmul(b, m, n, k), "C", SM80, t), target=SM80)
     text = str(f)
     # the next tile into the other half
     assert ("if k_0 + 1 <" in text and "k_0 % 2 *" in text) == doubled
     assert _barriers(_step_loop(single).body) == 2  # after the fetch and at the end
     assert _barriers(_step_loop(f).body) == (1 if doubled else 2)  # at the end only
     check_races(f)  # every block of these small instances
-    rng = np.random.default_rng(2)
-    lead = (b,) if b else ()
-    a = rng.standard_normal((*lead, m, k)).astype(np.float32)
-    w = rng.standard_normal((*lead, k, n)).astype(np.float32)
-    d = np.full((*lead, m, n), np.nan, np.float32)
-    run_simt(f, a, w, d, name=f"db_{b}_{m}_{n}_{k}")
-    np.testing.assert_allclose(d, np.maximum(a @ w, 0), rtol=1e-5, atol=1e-5)
+    check_relu_matmul(f, shape, seed=2, name=f"db_{b}_{m}_{n}_{k}")
 
 
 def test_the_race_checker_sees_the_barrier_double_buffering_needs() -> None:
     """Without the barrier at the end of a step, the next step's fetch overwrites the half
     this step's products read (and they read what other threads fetched): a race."""
-    f = lower(gemm.tile_gemm(_matmul(0, 64, 64, 64), "C", SM80,
+    f = lower(gemm.tile_gemm(relu_matmul(0, 64, 64, 64), "C", SM80,
                              gemm.Tiles(8, 8, 4, 4, 8)), target=SM80)
     loop = _step_loop(f)
     body = loop.body
@@ -93,10 +68,10 @@ def test_the_race_checker_sees_the_barrier_double_buffering_needs() -> None:
 
 
 def test_double_buffer_refuses_what_it_cannot_overlap() -> None:
-    sch = gemm.tile_gemm(_matmul(0, 64, 64, 64), "C", SM80, gemm.Tiles(8, 8, 4, 4, 8, False))
+    sch = gemm.tile_gemm(relu_matmul(0, 64, 64, 64), "C", SM80, gemm.Tiles(8, 8, 4, 4, 8, False))
     with pytest.raises(ScheduleError, match="must write one shared buffer"):
         sch.double_buffer(sch.get_block("C"))
-    plain = _matmul(0, 16, 16, 16)
+    plain = relu_matmul(0, 16, 16, 16)
     cr = plain.cache_read(plain.get_block("C"), "A", "shared")
     with pytest.raises(ScheduleError, match="under no serial loop"):
         plain.double_buffer(cr)
@@ -106,11 +81,11 @@ def test_the_shared_memory_limit_counts_both_halves() -> None:
     """The small descriptor (4 KiB of shared memory): tiles that fit once do not fit
     twice, so the tiled GEMM it gets is single-buffered (or smaller)."""
     t = gemm.Tiles(4, 8, 1, 1, 16)  # (4 + 8) x 16 floats = 768 B a step
-    ok = gemm.tile_gemm(_matmul(0, 64, 64, 64), "C", SMALL, t)
+    ok = gemm.tile_gemm(relu_matmul(0, 64, 64, 64), "C", SMALL, t)
     ok.verify(SMALL)
     big = gemm.Tiles(8, 8, 4, 1, 16)  # (32 + 8) x 16 x 4 = 2560 B; doubled 5120 > 4096
     with pytest.raises(ScheduleError, match="shared memory"):
-        gemm.tile_gemm(_matmul(0, 64, 64, 64), "C", SMALL, big).verify(SMALL)
-    sch = gemm.try_tile_gemm(_matmul(0, 64, 64, 64), "C", SMALL)
+        gemm.tile_gemm(relu_matmul(0, 64, 64, 64), "C", SMALL, big).verify(SMALL)
+    sch = gemm.try_tile_gemm(relu_matmul(0, 64, 64, 64), "C", SMALL)
     assert sch is not None
     assert max(gemm.lowered_shared_bytes(sch, SMALL).values()) <= 4096

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,7 +44,7 @@ SMALL = parse_target("name: tiny-gpu\nkind: cuda\nextends: cuda-sm80\n"
                      "max_registers_per_thread: 40\n")
 
 
-def _matmul(b: int, m: int, n: int, k: int) -> Schedule:
+def relu_matmul(b: int, m: int, n: int, k: int) -> Schedule:
     """``D = relu(A @ W)``, batched when ``b`` > 0, as the schedule before tiling."""
     lead = (b,) if b else ()
     A = te.placeholder((*lead, m, k), name="A")
@@ -66,24 +67,33 @@ SHAPES = [(0, 64, 64, 32), (0, 50, 70, 37), (0, 7, 9, 5), (3, 17, 29, 23)]
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_tiled_matmul_is_race_free_and_gives_numpys_numbers(shape) -> None:
     b, m, n, k = shape
-    sch = gemm.tile_gemm(_matmul(b, m, n, k), "C", SM80)
+    sch = gemm.tile_gemm(relu_matmul(b, m, n, k), "C", SM80)
     f = lower(sch, target=SM80)
     text = str(f)
     assert "T.storage_sync('shared')" in text and 'scope="shared"' in text
     check_races(f)  # every block of these small instances
-    rng = np.random.default_rng(1)
+    check_relu_matmul(f, shape, seed=1, name=f"mm_{b}_{m}_{n}_{k}")
+
+
+def check_relu_matmul(f: Any, shape: tuple[int, int, int, int], seed: int,
+                      name: str) -> None:
+    """``f`` (a lowered :func:`relu_matmul` of ``shape`` = (batch, M, N, K)) run by the SIMT
+    emulation on random data gives numpy's ``relu(A @ W)`` (every output written: the
+    result starts as NaN)."""
+    b, m, n, k = shape
+    rng = np.random.default_rng(seed)
     lead = (b,) if b else ()
     a = rng.standard_normal((*lead, m, k)).astype(np.float32)
     w = rng.standard_normal((*lead, k, n)).astype(np.float32)
     d = np.full((*lead, m, n), np.nan, np.float32)
-    run_simt(f, a, w, d, name=f"mm_{b}_{m}_{n}_{k}")
+    run_simt(f, a, w, d, name=name)
     np.testing.assert_allclose(d, np.maximum(a @ w, 0), rtol=1e-5, atol=1e-5)
 
 
 def test_the_accumulator_is_a_per_thread_register_tile() -> None:
     """Each thread keeps its ``ry x rx`` outputs (not the block's whole tile) in ``local``
     memory, and every shared tile lives inside the k-step loop."""
-    sch = gemm.tile_gemm(_matmul(0, 64, 64, 64), "C", SM80,
+    sch = gemm.tile_gemm(relu_matmul(0, 64, 64, 64), "C", SM80,
                          gemm.Tiles(ty=8, tx=8, ry=4, rx=2, bk=16, double_buffer=False))
     text = str(lower(sch, target=SM80))
     assert 'C_local = T.allocate((8,), "float32", scope="local")' in text
@@ -96,7 +106,7 @@ def test_the_shared_memory_check_counts_one_step_of_k() -> None:
     """K = 2048: the A tile over the whole k range would be 64 x 2048 floats (512 KiB);
     after ``compute_at`` the step loop each block holds one step's tiles, which is what
     the launch-limit check counts (and what the lowered kernel allocates)."""
-    sch = gemm.tile_gemm(_matmul(0, 64, 64, 2048), "C", SM80,
+    sch = gemm.tile_gemm(relu_matmul(0, 64, 64, 2048), "C", SM80,
                          gemm.Tiles(ty=16, tx=16, ry=4, rx=4, bk=32))
     sch.verify(SM80)
     foot = {b.name: n for b, n in shared_footprint(st.root_block(sch.mod).body).items()}
@@ -112,7 +122,7 @@ def test_tiles_follow_the_descriptor_limits() -> None:
     assert t.threads <= 64 and t.rx * t.ry + t.rx + t.ry + gemm.REGISTER_OVERHEAD <= 40
     big = gemm.choose_tiles(256, 256, 256, 1, SM80)
     assert big.threads > t.threads
-    sch = _matmul(0, 96, 80, 72)
+    sch = relu_matmul(0, 96, 80, 72)
     small = gemm.try_tile_gemm(Schedule(sch.mod, SMALL), sch.get_block("C"), SMALL)
     assert small is not None
     for k in kernels_of(lower(small, target=SMALL).body)[1]:
@@ -131,7 +141,7 @@ def test_tiles_follow_the_descriptor_limits() -> None:
 
 def test_a_matrix_vector_product_keeps_the_generic_kernel() -> None:
     """One row (a batch-1 dense layer): no tile to share, so no GEMM axes."""
-    sch = _matmul(0, 1, 50, 40)
+    sch = relu_matmul(0, 1, 50, 40)
     assert gemm.gemm_axes(sch.get(sch.get_block("C"))) is None
     assert gemm.try_tile_gemm(sch, sch.get_block("C"), SM80) is None
 
@@ -141,7 +151,7 @@ def test_where_no_tile_fits_the_generic_kernel_stays(tmp_path: Path) -> None:
     fit, so the GEMM keeps the generic kernel, and the bundle is still right."""
     tiny = parse_target("name: no-smem-gpu\nkind: cuda\nextends: cuda-sm80\n"
                         "max_shared_memory_per_block: 256\n")
-    sch = _matmul(0, 96, 80, 72)
+    sch = relu_matmul(0, 96, 80, 72)
     assert gemm.try_tile_gemm(Schedule(sch.mod, tiny), sch.get_block("C"), tiny) is None
     model = MODELS["batch_matmul"]()
     node = run_pipeline(from_onnx(model), layout_for_target(tiny)).nodes[0]
