@@ -123,17 +123,23 @@ def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
         sch.set_dtype(sch.get_block("C"), 0, "float16")
 
 
+def _wmma_gemm(m: int, n: int, k: int) -> Schedule:
+    """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores."""
+    A = te.placeholder((m, k), name="A", dtype="float16")
+    B = te.placeholder((k, n), name="B", dtype="float16")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    assert sch is not None
+    return sch
+
+
 def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
     """The race checker runs each intrinsic call as its declared behaviour on the operands'
     elements (``behaviour_of_call``): a 32 x 32 x 48 float16 GEMM (two warps, three
     double-buffered steps, one barrier a step) has no race, and taking out any one of its
     three barriers makes one."""
-    A = te.placeholder((32, 48), name="A", dtype="float16")
-    B = te.placeholder((48, 32), name="B", dtype="float16")
-    k = te.reduce_axis((0, 48), name="k")
-    C = te.compute((32, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
-    assert sch is not None
+    sch = _wmma_gemm(32, 32, 48)
     f = lower(sch, target=SM80)
     assert "k_0 % 2 *" in str(f)  # double-buffered
     check_races(f)
@@ -150,12 +156,7 @@ def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
     the fill and the store name the same four."""
     from toolchain.codegen.backend import CUDABackend
 
-    A = te.placeholder((64, 32), name="A", dtype="float16")
-    B = te.placeholder((32, 64), name="B", dtype="float16")
-    k = te.reduce_axis((0, 32), name="k")
-    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
-    assert sch is not None
+    sch = _wmma_gemm(64, 64, 32)
     art = CUDABackend().kernel(lower(sch, target=SM80), "g")
     body = "\n".join(line for k in art.launches for line in k["body"])
     import re
