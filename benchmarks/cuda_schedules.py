@@ -1,7 +1,8 @@
 """Which GPU schedule each zoo model's GEMM-shaped groups get (no GPU needed): per model,
 the groups whose anchor is a convolution, dense layer or matmul, how many of them the
 strategy table's tiled GEMM takes (the others — a matrix-vector product, a depthwise
-convolution — keep the generic one-thread-per-output kernel), and the most shared memory
+convolution — keep the generic one-thread-per-output kernel), how many of those are split-K
+(partial sums, then their sum: ``gemm.split_k``), and the most shared memory
 one of its kernels allocates. ``--races``: also run the race checker
 (:func:`toolchain.tir.race.check_races`, the interpreter's bounds checks included) on the
 first block of every tiled kernel, all its threads (slow: minutes for the zoo).
@@ -46,13 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t = load_target(args.target)
     names = args.models.split(",") if args.models else list(ZOO)
-    print(f"{'model':26s} {'GEMM groups':>12s} {'tiled':>6s} {'most shared B':>14s}"
+    print(f"{'model':26s} {'GEMM groups':>12s} {'tiled':>6s} {'split-K':>8s} "
+          f"{'most shared B':>14s}"
           + ("  races" if args.races else ""))
     for name in names:
         spec = ZOO[name]
         graph = run_pipeline(from_onnx(spec.build(), input_shapes=spec.input_shapes),
                              layout_for_target(t))
-        groups = tiled = most = 0
+        groups = tiled = split = most = 0
         for node in graph.nodes:
             anchor = anchor_of(node)
             if anchor is None or anchor.op not in GEMM_OPS:
@@ -63,10 +65,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(lower(s.schedule, target=t))
             if s.info["schedule"] == "gpu tiled gemm":
                 tiled += 1
+                split += '_rf")' in str(s.schedule.mod)  # an rfactor block: split-K
                 most = max(most, *lowered_shared_bytes(s.schedule, t).values())
                 if args.races:
                     check_races(lower(s.schedule, target=t), max_blocks=1)  # raises
-        print(f"{name:26s} {groups:12d} {tiled:6d} {most:14d}"
+        print(f"{name:26s} {groups:12d} {tiled:6d} {split:8d} {most:14d}"
               + ("  none" if args.races else ""), flush=True)
     return 0
 

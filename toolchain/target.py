@@ -49,6 +49,8 @@ class Target:
     #: streaming multiprocessors (GPU), registers per thread at most
     sm_count: int | None = None
     max_registers_per_thread: int | None = None
+    #: threads an SM holds at most (GPU: the occupancy rule of the tiled kernels)
+    max_threads_per_sm: int | None = None
     #: extra memory scopes -> capacity in bytes (0 = registers / not limited)
     memory_scopes: dict[str, int] = field(default_factory=dict)
     #: C compiler (None: the host's ``cc``/``$CC``) and extra flags for generated code
@@ -145,6 +147,7 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "warp_size": ((int,), "an integer", False),
     "sm_count": ((int,), "an integer", False),
     "max_registers_per_thread": ((int,), "an integer", False),
+    "max_threads_per_sm": ((int,), "an integer", False),
     "memory_scopes": ((dict,), "a mapping of scope name to size in bytes", False),
     "compiler": ((str,), "a string", False),
     "cflags": ((list,), "a list of strings", False),

@@ -209,6 +209,13 @@ MODELS = {
     "conv_asym_pads": lambda: _conv((2, 1), [0, 1, 2, 1], (2, 3), 3, 9, (9, 10),
                                     [1, 9, 5, 10], relu=False),
     "conv_1x1": lambda: _conv((1, 1), [0, 0, 0, 0], (1, 1), 6, 10, (7, 5), [1, 10, 7, 5]),
+    # 1024 products per output, 64 outputs: split-K in 8 parts (gemm.split_k), a 1 x 1
+    # window (rfactor leaves its unit loops: gemm's _fuse_unit_loops)
+    "conv1x1_split_k": lambda: _conv((1, 1), [0, 0, 0, 0], (1, 1), 1024, 8, (2, 4),
+                                     [1, 8, 2, 4]),
+    # 1152 products: split-K with the padded window in shared memory (ResNet-18's layer4)
+    "conv3x3_split_k": lambda: _conv((1, 1), [1, 1, 1, 1], (3, 3), 128, 8, (2, 4),
+                                     [1, 8, 2, 4]),
     "batch_matmul": _batch_matmul,
     "dense_batch5": _dense,
 }
@@ -239,7 +246,7 @@ def test_odd_shaped_models_are_tiled_race_free_and_match_the_reference(
 def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
     gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode",
                "arch=compute_90,code=sm_90"]
-    for name in ("conv_asym_pads", "batch_matmul"):  # the zoo's bundles cover the rest
+    for name in ("conv_asym_pads", "batch_matmul", "conv1x1_split_k"):  # the zoo: the rest
         d = compile_model(MODELS[name](), "cuda-sm90", tmp_path / name, progress=False)
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name

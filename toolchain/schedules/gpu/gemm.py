@@ -34,7 +34,12 @@ Tile sizes come from the target's descriptor and the shapes (:func:`choose_tiles
 threads per block (``max_threads_per_block``; at least a ``warp_size`` where the shape
 allows), the shared
 memory per block (``max_shared_memory_per_block``) and the registers per thread
-(``max_registers_per_thread``), never from the target's name.
+(``max_registers_per_thread``), never from the target's name; and from its size
+(``sm_count``, ``max_threads_per_sm``): the **occupancy rule** (:func:`fills_gpu`) shrinks
+the tiles until the grid gives every SM a block and enough warps, and where one output a
+thread still does not, **split-K** (:func:`split_k`) sums the reduction in parts on more
+blocks and adds the parts in a second kernel. A tile mostly outside the output keeps the
+generic kernel (:func:`useful_fraction`). ``docs/cuda.md``, "The occupancy rule".
 
 Before (``Relu(MatMul(A, W))``, 64 x 32 times 32 x 48)::
 
@@ -109,6 +114,18 @@ MAX_REG_TILE = 4
 #: registers a thread needs beside its accumulators (indices, fetched operands), a guess
 #: on the safe side used only to keep the register tile inside the descriptor's limit
 REGISTER_OVERHEAD = 32
+#: the occupancy rule (:func:`choose_tiles`): warps an SM should hold on average, as a
+#: fraction of the most it can (1/8: 8 of 64 warps; the register tiles' independent
+#: products hide the rest of the latency)
+MIN_OCCUPANCY = 1 / 8
+#: the tiled kernel is kept only where at least this fraction of its output tiles is
+#: inside the output (:func:`useful_fraction`); below it, the generic kernel (one thread
+#: per output, no idle thread) is used
+MIN_USEFUL = 0.5
+#: split-K (:func:`split_k_factor`) only for outputs that sum at least this many products
+SPLIT_K_MIN = 1024
+#: and into at most this many parts
+MAX_SPLIT_K = 8
 
 
 @dataclass(frozen=True)
@@ -223,24 +240,75 @@ def _pow2_at_least(n: int) -> int:
     return 1 << (max(1, n) - 1).bit_length()
 
 
+def grid_blocks(t: Tiles, ext_y: int, ext_x: int, batch: int = 1) -> int:
+    """Thread blocks of the grid the tiles ``t`` launch for an ``ext_y x ext_x`` output
+    (times ``batch``, the ``blockIdx.z`` axes: a convolution's ``n * oh``).
+
+    >>> grid_blocks(Tiles(16, 16, 4, 4, 32), 1024, 1024)
+    256
+    """
+    return (math.ceil(ext_y / (t.ty * t.ry)) * math.ceil(ext_x / (t.tx * t.rx))
+            * max(1, batch))
+
+
+def min_warps_per_sm(target: Target) -> int:
+    """Warps an SM should hold for the tiled kernels to hide memory latency:
+    :data:`MIN_OCCUPANCY` of the most it can hold (``max_threads_per_sm / warp_size``;
+    2048 / 32 on every NVIDIA GPU since Volta: 8 warps)."""
+    warp = target.warp_size or 32
+    return max(1, int((target.max_threads_per_sm or 2048) // warp * MIN_OCCUPANCY))
+
+
+def fills_gpu(t: Tiles, ext_y: int, ext_x: int, batch: int, target: Target) -> bool:
+    """The occupancy rule's test: the grid gives every SM a block (``blocks >= sm_count``)
+    and every SM :func:`min_warps_per_sm` warps on average. True on a descriptor without
+    ``sm_count`` (no rule)."""
+    if not target.sm_count:
+        return True
+    blocks = grid_blocks(t, ext_y, ext_x, batch)
+    warps = blocks * math.ceil(t.threads / (target.warp_size or 32))
+    return blocks >= target.sm_count and warps >= min_warps_per_sm(target) * target.sm_count
+
+
+def useful_fraction(t: Tiles, ext_y: int, ext_x: int) -> float:
+    """The fraction of the grid's output tiles that are inside the output (the rest are
+    threads idling past a ragged edge).
+
+    >>> useful_fraction(Tiles(16, 8, 1, 1, 32), 512, 7)
+    0.875
+    """
+    by, bx = t.ty * t.ry, t.tx * t.rx
+    return ext_y * ext_x / (math.ceil(ext_y / by) * by * math.ceil(ext_x / bx) * bx)
+
+
 def choose_tiles(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target,
-                 itemsize: int = 4) -> Tiles:
-    """Tile sizes for an ``ext_y x ext_x`` output and an outer reduction axis of
-    ``ext_k`` (each step also reads ``window`` elements per row of the inner reduction
-    axes: a convolution's ``kh * kw``), from the target's descriptor.
+                 itemsize: int = 4, batch: int = 1) -> Tiles:
+    """Tile sizes for an ``ext_y x ext_x`` output (``batch`` of them: the ``blockIdx.z``
+    axes) and an outer reduction axis of ``ext_k`` (each step also reads ``window``
+    elements per row of the inner reduction axes: a convolution's ``kh * kw``), from the
+    target's descriptor.
 
     Threads: a power of two from one warp up to ``min(256, max_threads_per_block)``,
     ``x`` first (up to 16 or the axis), the rest on ``y``; shrunk so that no more than
     half of a block's threads idle on an axis smaller than the tile. Register tile: up to
-    4 x 4 outputs a thread, kept under ``max_registers_per_thread``. ``bk``: the largest
-    of 32, 16, 8, 4, 2, 1 (at most ``ext_k``) whose two shared tiles fit in
-    ``max_shared_memory_per_block``.
+    4 x 4 outputs a thread, kept under ``max_registers_per_thread``.
+
+    **The occupancy rule** (:func:`fills_gpu`; on a descriptor with ``sm_count``): while
+    the grid has fewer blocks than SMs, or fewer warps than :func:`min_warps_per_sm` per
+    SM, halve the register tile (its longer side; re-deriving the threads); then, while it
+    still has fewer blocks than SMs, halve the threads on ``y`` (down to one warp a block).
+    A big GEMM keeps its 4 x 4 register tiles (1024^3 on 108 SMs: 256 blocks of 8 warps);
+    ResNet-18's 7 x 7 x 512 convolutions at batch 1 get one output a thread (224 blocks
+    on 132 SMs instead of 56).
+
+    ``bk``: the largest of 32, 16, 8, 4, 2, 1 (at most ``ext_k``) whose two shared tiles
+    fit in ``max_shared_memory_per_block``.
 
     >>> from toolchain.target import load_target
     >>> choose_tiles(1024, 1024, 1024, 1, load_target("cuda-sm80"))
     Tiles(ty=16, tx=16, ry=4, rx=4, bk=32, double_buffer=True)
-    >>> choose_tiles(1, 500, 800, 1, load_target("cuda-sm80"))  # a dense layer, batch 1
-    Tiles(ty=1, tx=16, ry=1, rx=4, bk=32, double_buffer=True)
+    >>> choose_tiles(512, 7, 512, 9, load_target("cuda-sm90"), batch=7)  # ResNet-18 layer4
+    Tiles(ty=16, tx=8, ry=1, rx=1, bk=16, double_buffer=True)
     """
     warp = target.warp_size or 32
     most = min(MAX_THREADS, target.max_threads_per_block or MAX_THREADS)
@@ -253,16 +321,29 @@ def choose_tiles(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target
             rx //= 2
         else:
             ry //= 2
+    t = _threads(ext_y, ext_x, ry, rx, warp, most)
+    while not fills_gpu(t, ext_y, ext_x, batch, target) and t.ry * t.rx > 1:
+        ry, rx = (ry // 2, rx) if ry >= rx else (ry, rx // 2)
+        t = _threads(ext_y, ext_x, ry, rx, warp, most)
+    while (target.sm_count and grid_blocks(t, ext_y, ext_x, batch) < target.sm_count
+           and t.ty > 1 and t.threads > warp):
+        t = replace(t, ty=t.ty // 2)
+    bk = 1  # a divisor of ext_k: no guard in the step loop, so each step's tile is private
+    for cand in range(min(32, ext_k), 0, -1):
+        if ext_k % cand == 0 and (t.ty * t.ry + t.tx * t.rx) * cand * window * itemsize \
+                <= smem // 2:
+            bk = cand
+            break
+    return replace(t, bk=bk)
+
+
+def _threads(ext_y: int, ext_x: int, ry: int, rx: int, warp: int, most: int) -> Tiles:
+    """The threads of a block for ``ry x rx`` register tiles (``bk`` left at 1)."""
     tx = min(16, most, _pow2_at_least(math.ceil(ext_x / rx)))
     ty = min(16, max(1, most // tx), _pow2_at_least(math.ceil(ext_y / ry)))
     while tx * ty < warp and tx < min(16, most) and tx * rx < ext_x * 2:
         tx *= 2  # at least a warp where the axis allows: idle lanes cost as much
-    bk = 1  # a divisor of ext_k: no guard in the step loop, so each step's tile is private
-    for cand in range(min(32, ext_k), 0, -1):
-        if ext_k % cand == 0 and (ty * ry + tx * rx) * cand * window * itemsize <= smem // 2:
-            bk = cand
-            break
-    return Tiles(ty, tx, ry, rx, bk)
+    return Tiles(ty, tx, ry, rx, 1)
 
 
 def _spread(sch: Schedule, copy: Any, step: Any, tiles: Tiles) -> None:
@@ -300,7 +381,8 @@ def tile_gemm(sch: Schedule, block: Any, target: Target, tiles: Tiles | None = N
     k0 = axes.reduce[0]
     window = math.prod(ext[i] for i in axes.reduce[1:])
     itemsize = ir.bits_of(blk.body.buffer.dtype) // 8 or 4
-    t = tiles or choose_tiles(ext[axes.y], ext[axes.x], ext[k0], window, target, itemsize)
+    t = tiles or choose_tiles(ext[axes.y], ext[axes.x], ext[k0], window, target, itemsize,
+                              batch=math.prod(ext[i] for i in axes.others))
     cl = sch.cache_write(b, 0, "local")
     fold_tail(sch, cl)
     # the shared copies are made before any loop of the nest is bound to the grid: the
@@ -387,7 +469,8 @@ GEMM_OPS = ("Conv", "MatMul", "Gemm")
 def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     """The tensor-core kernel (:func:`~toolchain.schedules.gpu.tensorcore.try_tile_wmma`:
     a float16 GEMM on a target that declares tensor-core intrinsics, shapes multiples of
-    its tiles); else :func:`tile_gemm` where it applies and its lowered kernel stays inside
+    its tiles); else :func:`tile_gemm` where it applies, at least :data:`MIN_USEFUL` of its
+    tiles are inside the output (:func:`useful_fraction`) and its lowered kernel stays inside
     the target's shared memory per block (the allocations :func:`lowered_shared_bytes`
     counts), with the step ``bk`` and then the register tile halved until it does; else
     None (the caller keeps its generic kernel for the stage)."""
@@ -401,9 +484,30 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     if wmma is not None:
         return wmma
     ext = axes.extents
+    split = split_k_factor(ext[axes.y], ext[axes.x], ext[axes.reduce[0]],
+                           math.prod(ext[i] for i in axes.reduce[1:]), target,
+                           ir.bits_of(blk.body.buffer.dtype) // 8 or 4,
+                           math.prod(ext[i] for i in axes.others))
+    if split > 1:
+        out = split_k(sch, block, target, split)
+        if out is not None:
+            return out
+    return _tile_fitting(sch, block, target)
+
+
+def _tile_fitting(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+    """:func:`try_tile_gemm` without tensor cores and split-K: the tiles of
+    :func:`choose_tiles`, made smaller until the lowered kernel's shared memory fits."""
+    blk = sch.get(block)
+    axes = gemm_axes(blk)
+    assert axes is not None
+    ext = axes.extents
     window = math.prod(ext[i] for i in axes.reduce[1:])
     t = choose_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], window, target,
-                     ir.bits_of(blk.body.buffer.dtype) // 8 or 4)
+                     ir.bits_of(blk.body.buffer.dtype) // 8 or 4,
+                     batch=math.prod(ext[i] for i in axes.others))
+    if useful_fraction(t, ext[axes.y], ext[axes.x]) < MIN_USEFUL:
+        return None  # most of the tile past the output's edge: one thread per output
     limit = target.max_shared_memory_per_block or 48 * 1024
     for _ in range(12):
         try:
@@ -418,6 +522,92 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
         if t is None:
             return None
     return None
+
+
+def split_k_factor(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target,
+                   itemsize: int = 4, batch: int = 1) -> int:
+    """How many parts split-K cuts the outer reduction axis into (1: none). Where the
+    tiles of :func:`choose_tiles` do not fill the GPU (:func:`fills_gpu`) even at one
+    output a thread, and each output sums at least :data:`SPLIT_K_MIN` products, the
+    smallest of 2, 4 ... :data:`MAX_SPLIT_K` that divides ``ext_k`` and with which they do
+    (the parts are more ``blockIdx.z`` blocks), else the largest of those that divides.
+
+    >>> from toolchain.target import load_target
+    >>> split_k_factor(512, 7, 512, 9, load_target("cuda-sm90"), batch=7)  # ResNet-18 layer4
+    2
+    >>> split_k_factor(1024, 1024, 1024, 1, load_target("cuda-sm90"))  # fills: no split
+    1
+    """
+    t = choose_tiles(ext_y, ext_x, ext_k, window, target, itemsize, batch)
+    if (fills_gpu(t, ext_y, ext_x, batch, target) or t.ry * t.rx > 1
+            or ext_k * window < SPLIT_K_MIN):
+        return 1
+    best = 1
+    for s in (2 ** i for i in range(1, MAX_SPLIT_K.bit_length())):
+        if ext_k % s or s > MAX_SPLIT_K:
+            continue
+        best = s
+        ts = choose_tiles(ext_y, ext_x, ext_k // s, window, target, itemsize, batch * s)
+        if fills_gpu(ts, ext_y, ext_x, batch * s, target):
+            break
+    return best
+
+
+def split_k(sch: Schedule, block: Any, target: Target, parts: int) -> Schedule | None:
+    """Split-K: the outer reduction axis of GEMM block ``block`` split into ``parts``
+    (``rfactor``): a tiled kernel computes ``parts`` partial sums of every output (the
+    parts on ``blockIdx.z``, into the kernel's scratch), a second, generic kernel adds
+    them up with the block's element-wise tail (bias, activation) folded in. None (``sch``
+    untouched) where a step does not apply.
+
+    Before (a 3 x 3 convolution, 64 input channels, split in 4)::
+
+        for nn, m, y, x, rc, ry, rx in T.grid(1, 16, 5, 5, 64, 3, 3):
+            with T.block("conv2d_nchw"): conv2d_nchw[..] += pad[..] * w[..]
+
+    after ``split`` + ``rfactor``, before tiling::
+
+        for nn, m, y, x, rc_0, rc_1, ry, rx in T.grid(1, 16, 5, 5, 4, 16, 3, 3):
+            with T.block("conv2d_nchw_rf"):     # rc_0 is a spatial axis: blockIdx.z
+                conv2d_nchw_rf[vrc_0, vnn, vm, vy, vx] += pad[vnn, vrc_0 * 16 + vrc_1, ..] * w[..]
+        for ax0, ax1, ax2, ax3, ax4 in T.grid(1, 16, 5, 5, 4):
+            with T.block("conv2d_nchw"):
+                conv2d_nchw[..] += conv2d_nchw_rf[ax4, ..]
+    """
+    from toolchain.schedules.gpu.generic import THREADS, generic_stage
+
+    name = sch.get(block).name_hint
+    trial = sch.copy()
+    try:
+        b = trial.get_block(name)
+        axes = gemm_axes(trial.get(b))
+        if axes is None:
+            return None
+        ko, _ = trial.split(trial.get_loops(b)[axes.reduce[0]], [parts, None])
+        rf = trial.rfactor(ko, 0)
+        _fuse_unit_loops(trial, rf)
+        tiled = _tile_fitting(trial, rf, target)
+        if tiled is None:
+            return None
+        return generic_stage(tiled, tiled.get_block(name),
+                             min(THREADS, target.max_threads_per_block or THREADS))
+    except KilnError:
+        return None
+
+
+def _fuse_unit_loops(sch: Schedule, block: Any) -> None:
+    """Fuse each loop of extent 1 under ``block``'s first reduction loop into the loop
+    before it: ``rfactor`` drops the unit axes (a 1 x 1 convolution's window) from the
+    block but leaves their loops, and :func:`tile_gemm` wants one loop an axis."""
+    blk = sch.get(block)
+    first = next(i for i, iv in enumerate(blk.iter_vars) if iv.iter_type == ir.IterType.REDUCE)
+    while len(loops := sch.get_loops(block)) > len(blk.iter_vars):
+        unit = [i for i in range(first + 1, len(loops))
+                if isinstance(sch.get(loops[i]).extent, ir.IntImm)
+                and sch.get(loops[i]).extent.value == 1]
+        if not unit:
+            return
+        sch.fuse(loops[unit[0] - 1], loops[unit[0]])
 
 
 def _smaller(t: Tiles, ext_k: int) -> Tiles | None:

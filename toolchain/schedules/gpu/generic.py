@@ -157,6 +157,18 @@ def _accumulate_in_registers(sch: Schedule, block: Any, threads: int
     return trial, copy
 
 
+def generic_stage(sch: Schedule, block: Any, threads: int) -> Schedule:
+    """One stage as the generic kernel of ``threads``-thread blocks: a reduction with its
+    accumulator in a register and its element-wise tail folded in where that applies
+    (a new schedule), else its fused spatial loops bound (``sch`` itself, changed)."""
+    better = _accumulate_in_registers(sch, block, threads) if _is_reduction(sch, block) \
+        else None
+    if better is not None:
+        return better[0]
+    _bind(sch, block, threads)
+    return sch
+
+
 #: ``(schedule, block) -> schedule or None``: a better kernel for one reduction stage
 #: (the tiled GEMM of :mod:`toolchain.schedules.gpu.gemm`), tried before the generic one
 StageSchedule = Callable[[Schedule, Any, Target], "Schedule | None"]
@@ -185,11 +197,7 @@ def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None 
                 sch = done
                 continue
             _inline_kept(sch, b, kept)
-        better = _accumulate_in_registers(sch, b, threads) if _is_reduction(sch, b) else None
-        if better is not None:
-            sch = better[0]
-        else:
-            _bind(sch, b, threads)
+        sch = generic_stage(sch, b, threads)
     for name in sorted(kept & set(st.block_names(sch.mod))):  # a kept stage left over
         b = sch.get_block(name)
         if not any((sch.get(lp).thread_tag or "") for lp in sch.get_loops(b)):
