@@ -6,6 +6,8 @@ references measured in the same run.
     python benchmarks/cuda.py --models resnet18 --gemm ''    # + PyTorch eager's ResNet-18
     python benchmarks/cuda.py --schedules tiled,generic   # both GPU schedules, one run
     python benchmarks/cuda.py --models '' --gemm 4096 --gemm-precision fp16   # tensor cores
+    python benchmarks/cuda.py --models resnet18 --gemm '' --per-kernel \
+        --schedules tiled,tiled-no-occupancy,generic     # each kernel's GPU ms, side by side
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -23,11 +25,18 @@ references measured in the same run.
   goal is a kernel ratio of at most 1 / 0.7 = 1.43 at n = 4096.
 
 ``--schedules``: ``tiled`` (the default: the strategy table's tiled GEMM for the
-convolution, dense and matmul groups), ``generic`` (those groups as one thread per output,
-the schedule before the tiled GEMM existed: the GPU entries of
-:data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with ``register_schedule``), or
-both (each model and GEMM size compiled and measured with each, in the same run; the
-``generic/tiled`` column is the kernels' time ratio).
+convolution, dense and matmul groups, tiles by the occupancy rule), ``generic`` (those
+groups as one thread per output, the schedule before the tiled GEMM existed: the GPU
+entries of :data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with
+``register_schedule``), ``tiled-no-occupancy`` (the tiled GEMM on a copy of the
+descriptor without ``sm_count``: the tiles chosen as before the occupancy rule; zoo
+models only), or several (each model and GEMM size compiled and measured with each, in the
+same run; the ``x/tiled`` column is the kernels' time over ``tiled``'s).
+
+``--per-kernel`` (with ``--models``): instead of the whole-model table, each model's
+profiling build (``-DKILN_PROFILE``: CUDA events around every launch) under each schedule,
+one row per bundle kernel: its ops and output shape, per schedule the launch (kind, grid
+blocks x threads) and its GPU milliseconds, and the ratio to the first schedule.
 
 Without a GPU it says so and exits 0 (the CUDA bundles are checked on the CPU by the SIMT
 emulation in ``tests/bundle/test_cuda.py``).
@@ -42,6 +51,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -55,13 +65,29 @@ from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
-SCHEDULES = ("tiled", "generic")
+SCHEDULES = ("tiled", "generic", "tiled-no-occupancy")
+
+
+def schedule_target(name: str, target: str) -> Any:
+    """The target to compile for under the GPU schedule ``name``: the descriptor itself,
+    or for ``tiled-no-occupancy`` a variant without ``sm_count`` (the tiles then ignore the
+    occupancy rule of :func:`toolchain.schedules.gpu.gemm.choose_tiles`: the choice before
+    the rule existed)."""
+    from dataclasses import replace
+
+    from toolchain.target import load_target
+
+    t = load_target(target)
+    if name == "tiled-no-occupancy":
+        return replace(t, name=f"{t.name}-no-occupancy", sm_count=None)
+    return t
 
 
 @contextlib.contextmanager
 def schedule(name: str) -> Iterator[None]:
-    """Compile under the GPU schedule ``name``: ``tiled`` is the strategy table as it is;
-    ``generic`` registers the generic fused schedule for the GEMM ops on ``gpu``."""
+    """Compile under the GPU schedule ``name``: ``tiled`` is the strategy table as it is
+    (with ``tiled-no-occupancy``: compile for :func:`schedule_target`); ``generic``
+    registers the generic fused schedule for the GEMM ops on ``gpu``."""
     from toolchain.schedules.gpu.gemm import GEMM_OPS
     from toolchain.schedules.gpu.generic import fused_schedule
     from toolchain.schedules.registry import register_schedule, unregister_schedule
@@ -94,7 +120,7 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
     import onnxruntime as ort
 
     print(f"{'model':26s} {'schedule':>8s} {'max rel err':>12s} {'kiln ms':>9s} "
-          f"{'kernels ms':>11s} {'launches':>9s} {'generic/tiled':>14s} {'ort ms':>9s}  "
+          f"{'kernels ms':>11s} {'launches':>9s} {'x/tiled':>14s} {'ort ms':>9s}  "
           "ort provider")
     for name in names:
         spec = ZOO[name]
@@ -108,7 +134,8 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
         kernels_of: dict[str, float] = {}
         for sname in schedules:
             with schedule(sname):
-                d = compile_model(model, target, root / f"{name}_{sname}",
+                d = compile_model(model, schedule_target(sname, target),
+                                  root / f"{name}_{sname}",
                                   input_shapes=spec.input_shapes, progress=False, force=True)
             mod = load_bundle(d)
             got = mod(feeds)
@@ -117,10 +144,93 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
             kiln = _ms(lambda m=mod, f=feeds: m(f), repeat)
             kernels_of[sname] = 1e3 * mod.device_time(feeds, repeat)
             launches = mod.metadata["device"]["launches"]
-            ratio = (f"{kernels_of['generic'] / kernels_of['tiled']:14.2f}"
-                     if len(kernels_of) == 2 else f"{'':14s}")
+            ratio = (f"{kernels_of[sname] / kernels_of['tiled']:14.2f}"
+                     if sname != "tiled" and "tiled" in kernels_of else f"{'':14s}")
             print(f"{name:26s} {sname:>8s} {err:12.2e} {kiln:9.3f} {kernels_of[sname]:11.3f} "
                   f"{launches:9d} {ratio} {ref:9.3f}  {sess.get_providers()[0]}", flush=True)
+
+
+def per_kernel(names: list[str], target: str, root: Path, repeat: int,
+               schedules: list[str]) -> None:
+    """``--per-kernel``: each model compiled under each schedule and run in its profiling
+    build (``-DKILN_PROFILE``: CUDA events around every launch); one row per bundle kernel
+    (a fused group: its ops and output shape), per schedule the launch (kind, grid blocks
+    x threads a block; ``+n`` more launches) and its milliseconds on the GPU (median of
+    ``repeat``), and each schedule's ms over the first one's."""
+    for name in names:
+        spec = ZOO[name]
+        model = spec.build()
+        feeds = spec.inputs(model)
+        rows: dict[str, list[dict]] = {}
+        for sname in schedules:
+            with schedule(sname):
+                d = compile_model(model, schedule_target(sname, target),
+                                  root / f"{name}_{sname}_profile",
+                                  input_shapes=spec.input_shapes, progress=False, force=True)
+            rows[sname] = load_bundle(d, profile=True).launch_times(feeds, repeat)
+        print(f"\n{name}: per-kernel GPU ms (CUDA events, median of {repeat}); "
+              f"ratios: ms / {schedules[0]}'s ms")
+        for line in per_kernel_table(rows):
+            print(line, flush=True)
+
+
+def _launch_label(r: dict) -> str:
+    blocks = int(np.prod([int(g) for g in r["grid"]]))
+    return f"{r['kind']} {blocks}x{int(np.prod([int(b) for b in r['block']]))}"
+
+
+def per_kernel_table(rows: dict[str, list[dict]]) -> list[str]:
+    """The lines of the ``--per-kernel`` table from each schedule's
+    :meth:`~toolchain.bundle.host.BundleModule.launch_times` rows (keyed by schedule, the
+    first one the reference of the ratios): one line per step, then the totals.
+
+    >>> r = {"step": 0, "ops": ["Conv", "Relu"], "shape": [[1, 8, 4, 4]], "kernel": "k0",
+    ...      "grid": ["2", "1", "1"], "block": ["64", "1", "1"], "kind": "tiled", "ms": 0.02}
+    >>> g = dict(r, kind="simple", grid=["1", "1", "1"], block=["128", "1", "1"], ms=0.01)
+    >>> lines = per_kernel_table({"tiled": [r], "generic": [g, dict(g, step=1)]})
+    >>> lines[0].split()[:5]
+    ['step', 'ops', 'output', 'shape', 'tiled']
+    >>> [line.split() for line in lines[1:]]  # doctest: +NORMALIZE_WHITESPACE
+    [['0', 'Conv+Relu', '1x8x4x4', 'tiled', '2x64', '0.020', 'simple', '1x128', '0.010', '0.50'],
+     ['1', 'Conv+Relu', '1x8x4x4', '-', '-', 'simple', '1x128', '0.010', '-'],
+     ['total', '0.020', '0.020', '1.00']]
+    """
+    names = list(rows)
+    steps: dict[int, dict[str, list[dict]]] = {}
+    for sname, rs in rows.items():
+        for r in rs:
+            steps.setdefault(r["step"], {}).setdefault(sname, []).append(r)
+    head = f"{'step':>4s}  {'ops':18s}  {'output shape':24s}"
+    for i, sname in enumerate(names):
+        head += f"  {sname + ' launch':16s} {sname + ' ms':>10s}" + ("  ratio" if i else "")
+    out = [head]
+    totals = dict.fromkeys(names, 0.0)
+    for step in sorted(steps):
+        by = steps[step]
+        first = next(iter(by.values()))[0]
+        line = (f"{step:4d}  {'+'.join(first['ops'])[:18]:18s}  "
+                f"{','.join('x'.join(map(str, sh)) for sh in first['shape'])[:24]:24s}")
+        base = sum(r["ms"] for r in by[names[0]]) if names[0] in by else None
+        for i, sname in enumerate(names):
+            rs = by.get(sname)
+            if not rs:
+                line += f"  {'-':16s} {'-':>10s}" + (f"  {'-':>5s}" if i else "")
+                continue
+            ms = sum(r["ms"] for r in rs)
+            totals[sname] += ms
+            main = max(rs, key=lambda r: r["ms"])
+            label = _launch_label(main) + (f" +{len(rs) - 1}" if len(rs) > 1 else "")
+            line += f"  {label:16s} {ms:10.3f}"
+            if i:
+                line += f"  {ms / base:5.2f}" if base else f"  {'-':>5s}"
+        out.append(line)
+    line = f"{'':4s}  {'total':18s}  {'':24s}"
+    for i, sname in enumerate(names):
+        line += f"  {'':16s} {totals[sname]:10.3f}"
+        if i:
+            line += f"  {totals[sname] / totals[names[0]]:5.2f}" if totals[names[0]] else ""
+    out.append(line)
+    return out
 
 
 def torch_resnet18(repeat: int) -> None:
@@ -238,7 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gemm", default="1024,2048,4096", help="sizes ('' for none)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--schedules", default="tiled",
-                    help="comma-separated GPU schedules to compare: tiled, generic")
+                    help="comma-separated GPU schedules to compare: tiled, generic, "
+                         "tiled-no-occupancy")
+    ap.add_argument("--per-kernel", action="store_true",
+                    help="for --models: each kernel's GPU ms per schedule (profiling build, "
+                         "CUDA events), side by side, instead of the whole-model table")
     ap.add_argument("--gemm-precision", default="fp32",
                     help="comma-separated: fp32 (TF32 off), fp16 (--precision fp16: tensor "
                          "cores, float32 sums; against cuBLAS fp16)")
@@ -259,13 +373,18 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.models.split(",") if n] if args.models is not None else \
         [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
     with tempfile.TemporaryDirectory() as tmp:
-        if names:
+        if names and args.per_kernel:
+            per_kernel(names, args.target, Path(tmp), args.repeat, schedules)
+        elif names:
             zoo(names, args.target, Path(tmp), args.repeat, schedules)
-        if "resnet18" in names:
+        if "resnet18" in names and not args.per_kernel:
             torch_resnet18(args.repeat)
         sizes = [int(s) for s in args.gemm.split(",") if s]
-        for p in precisions if sizes else ():
-            gemm(sizes, args.target, Path(tmp), args.repeat, schedules, p)
+        # the occupancy rule leaves GEMMs of 1024 and up as they were (tests/schedules/gpu/
+        # test_occupancy.py): no tiled-no-occupancy rows for them
+        gemm_schedules = [s for s in schedules if s != "tiled-no-occupancy"]
+        for p in precisions if sizes and gemm_schedules else ():
+            gemm(sizes, args.target, Path(tmp), args.repeat, gemm_schedules, p)
     return 0
 
 

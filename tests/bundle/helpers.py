@@ -102,12 +102,15 @@ def compile_run(model: onnx.ModelProto, tmp: Path, inputs: Mapping[str, np.ndarr
     return path, load_bundle(path, extra_flags=STRICT)(inputs)
 
 
-def nvcc_object(bundle: Path, source: str | Path, out: Path) -> subprocess.CompletedProcess:
+def nvcc_object(bundle: Path, source: str | Path, out: Path,
+                flags: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """``source`` compiled by nvcc in ``bundle``'s folder (its ``include``, ``runtime`` and
     ``src`` on the include path) to object code for sm_80 and sm_90 in one run, every
-    warning an error; the caller checks ``returncode`` and shows ``stderr``."""
+    warning an error (``flags`` added: ``-DKILN_PROFILE``); the caller checks
+    ``returncode`` and shows ``stderr``."""
     gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
-    return subprocess.run(["nvcc", "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
+    return subprocess.run(["nvcc", "-O3", *gencode, *flags, "-Werror", "all-warnings",
+                           "-Iinclude",
                            "-Iruntime", "-Isrc", "-c", str(source), "-o", str(out)],
                           cwd=bundle, capture_output=True, text=True, check=False)
 

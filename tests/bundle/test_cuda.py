@@ -88,6 +88,24 @@ def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, tmp_path: Path) ->
     assert res.returncode == 0, res.stderr[-3000:]
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_the_profiling_build_times_every_launch_listed_in_the_metadata(
+        lenet_cuda: Path, tmp_path: Path) -> None:
+    """``-DKILN_PROFILE`` puts an event before every launch and one after the last, and
+    ``device.launch_table`` lists the launches in the order of their events."""
+    launcher = (lenet_cuda / "src/lenet5.cu").read_text()
+    table = json.loads((lenet_cuda / "metadata.json").read_text())["device"]["launch_table"]
+    launches = [ln.split("<<<")[0].strip() for ln in launcher.splitlines() if "<<<" in ln]
+    assert [r["kernel"] for r in table] == launches and len(launches) > 3
+    marks = [ln.strip() for ln in launcher.splitlines() if ln.strip().startswith("KILN_MARK(")]
+    assert marks == [f"KILN_MARK({i});" for i in range(len(launches) + 1)]
+    assert {r["kind"] for r in table} <= {"tiled", "simple", "wmma"}
+    assert table[0]["ops"][0] == "Conv" and table[0]["shape"] == [[1, 6, 28, 28]]
+    res = nvcc_object(lenet_cuda, lenet_cuda / "src/lenet5.cu", tmp_path / "p.o",
+                      ["-DKILN_PROFILE"])
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_simt_emulation_matches_the_reference(name: str, tmp_path: Path) -> None:
     """The CUDA kernels' own lowered code, run thread by thread on the CPU."""
@@ -116,6 +134,17 @@ def test_cuda_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path)
     assert _rel_err(mod(feeds), want) < 1e-4
     assert _rel_err(mod(feeds), want) < 1e-4  # a second run reuses the workspace
     assert mod.device_time(feeds, repeat=3) > 0  # the kernels alone (<m>_run_device)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+def test_the_profiling_build_on_the_gpu_gives_each_launchs_time(lenet_cuda: Path) -> None:
+    model, feeds, want = _reference("lenet5")
+    mod = load_bundle(lenet_cuda, profile=True)
+    assert _rel_err(mod(feeds), want) < 1e-4  # the events change nothing else
+    rows = mod.launch_times(feeds, repeat=3)
+    assert len(rows) == mod.metadata["device"]["launches"]
+    assert all(r["ms"] > 0 for r in rows)
 
 
 def test_an_int8_model_emulated_gives_the_cpu_bundles_numbers(tmp_path: Path) -> None:

@@ -246,8 +246,10 @@ def gpu_available() -> bool:
     return res.returncode == 0 and "GPU" in res.stdout
 
 
-def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
-    """Compile a CUDA bundle with nvcc into a cached shared library; return its path."""
+def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False) -> Path:
+    """Compile a CUDA bundle with nvcc into a cached shared library; return its path.
+    ``profile``: the profiling build (``-DKILN_PROFILE``: each launch between CUDA events,
+    ``<m>_profile_ms``; :meth:`BundleModule.launch_times`)."""
     import shutil
 
     d = Path(path)
@@ -262,7 +264,8 @@ def build_cuda(path: str | Path, nvcc: str | None = None) -> Path:
     weights, wflags = _weights_sources(d, meta)
     c = [*weights, d / "runtime" / "kiln_runtime.c"]
     _present(d, cu + c)
-    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC"]
+    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC",
+             *(["-DKILN_PROFILE"] if profile else [])]
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.cuh", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
     blob = [d / "src" / "weights.bin"] if wflags else []
@@ -299,7 +302,7 @@ def build_host(path: str | Path, cc: str | None = None,
     meta = read_metadata(d)
     check_device(meta, device, str(d))
     if is_cuda_bundle(meta):
-        return build_cuda(d)
+        return build_cuda(d, profile=profile)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
     flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta),
@@ -552,6 +555,34 @@ class BundleModule:
                 raise BuildError(f"{self.model}_run_device returned {rc} "
                                  f"({_ERRORS.get(rc, 'unknown')})")
         return float(np.median(times[1:]))
+
+    def launch_times(self, inputs: Mapping[str, Any], repeat: int = 20
+                     ) -> list[dict[str, Any]]:
+        """A CUDA bundle's profiling build (``profile=True``): each device launch's
+        milliseconds on the GPU (CUDA events around it), the median of ``repeat`` runs of
+        the kernels on ``inputs`` (copied to the device once first): the rows of
+        ``metadata.json``'s ``device.launch_table`` (step, ops, shape, kernel, grid, block,
+        kind) with ``ms`` added."""
+        if not (is_cuda_bundle(self.metadata) and self.profiled):
+            raise TargetError(f"bundle {self.model}: launch_times needs a CUDA bundle's "
+                              "profiling build (BundleModule(..., profile=True))")
+        table = self.metadata["device"]["launch_table"]
+        count = getattr(self._lib, f"{self.model}_profile_launches")
+        count.restype = ctypes.c_int
+        if count() != len(table):
+            raise BuildError(f"bundle {self.model}: {count()} launches, but metadata.json "
+                             f"lists {len(table)}")
+        fn = getattr(self._lib, f"{self.model}_profile_ms")
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p]
+        self(inputs)
+        ms = np.zeros((repeat + 1, max(len(table), 1)), np.float32)
+        for r in range(repeat + 1):  # the first run outside the table (warm-up)
+            rc = fn(ms[r].ctypes.data)
+            if rc != 0:
+                raise BuildError(f"{self.model}_profile_ms returned {rc} "
+                                 f"({_ERRORS.get(rc, 'unknown')})")
+        med = np.median(ms[1:], axis=0)
+        return [{**row, "ms": float(med[i])} for i, row in enumerate(table)]
 
     def time(self, inputs: Mapping[str, Any], repeat: int = 20) -> dict[str, float]:
         """Seconds per call through ctypes: min and median of ``repeat`` calls, and the

@@ -102,10 +102,38 @@ def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, A
             places += [f"(void *)(a + {base + o})" for o in src.scratch_offsets]
         args = [f"({t} *){a}" for t, a in zip(src.param_types, places, strict=True)]
         out.append({"index": call["index"], "kernel": src.name, "comment": call["comment"],
+                    "ops": [n.op for n in k.node.attrs["graph"].nodes],
+                    "shape": [list(v.shape) for v in k.node.outputs],
                     "launches": [{"name": ln["name"], "grid": ln["grid"],
-                                  "block": ln["block"], "args": args}
+                                  "block": ln["block"], "args": args,
+                                  "kind": launch_kind(ln)}
                                  for ln in src.launches]})
+    n = 0
+    for c in out:  # the profiling build's event index of each launch
+        for ln in c["launches"]:
+            ln["slot"] = n
+            n += 1
     return out
+
+
+def launch_kind(launch: dict[str, Any]) -> str:
+    """What a device kernel is, read from its rendered body: ``wmma`` (tensor cores),
+    ``tiled`` (shared-memory tiles) or ``simple`` (no shared memory: the generic schedule's
+    one thread per output, or an element-wise kernel)."""
+    body = "\n".join(launch.get("body") or ())
+    if "nvcuda::wmma" in body or "kiln_wmma_" in body:
+        return "wmma"
+    return "tiled" if "__shared__" in body else "simple"
+
+
+def launch_table(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``metadata.json``'s ``device.launch_table``: every device launch in order (the
+    profiling build's ``<m>_profile_ms`` fills one time per row) with its step (the
+    bundle kernel), ops, output shapes, function, grid, block and kind."""
+    return [{"step": c["index"], "ops": c["ops"], "shape": c["shape"], "kernel": ln["name"],
+             "grid": [str(g) for g in ln["grid"]], "block": [str(b) for b in ln["block"]],
+             "kind": ln["kind"]}
+            for c in calls for ln in c["launches"]]
 
 
 def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
@@ -144,6 +172,7 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
            "gencode": arch.replace("sm_", ""), "prelude_includes": includes,
            "preludes": preludes, "helpers": helpers, "cuda": True, "vector_types": [],
            "compiler": None, "arch_flags": "", **weights_context(spec, loc)}
+    ctx["n_launches"] = sum(len(c["launches"]) for c in ctx["calls"])
     m = spec.model
     files: dict[str, Any] = {
         f"include/{m}.h": env.get_template("model.h.j2").render(ctx),
@@ -163,7 +192,8 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
         "inputs": {t["field"]: t["ws_offset"] for t in inputs},
         "outputs": {t["field"]: t["ws_offset"] for t in outputs},
         "weights": {w["name"]: w["ws_offset"] for w in loc.weights},
-        "launches": sum(len(c["launches"]) for c in ctx["calls"]),
+        "launches": ctx["n_launches"],
+        "launch_table": launch_table(ctx["calls"]),
     }
     meta["target"]["cflags"] = [f"-arch={arch}"]
     for entry, call in zip(meta["kernels"], calls, strict=True):
@@ -181,4 +211,4 @@ def _cuda_loader() -> Any:
                                 jinja2.FileSystemLoader(str(TEMPLATES))])
 
 
-__all__ = ["WS_ALIGN", "render_cuda_files"]
+__all__ = ["WS_ALIGN", "launch_kind", "launch_table", "render_cuda_files"]
