@@ -151,27 +151,37 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
 
 
 def per_kernel(names: list[str], target: str, root: Path, repeat: int,
-               schedules: list[str]) -> None:
+               schedules: list[str]) -> bool:
     """``--per-kernel``: each model compiled under each schedule and run in its profiling
     build (``-DKILN_PROFILE``: CUDA events around every launch); one row per bundle kernel
     (a fused group: its ops and output shape), per schedule the launch (kind, grid blocks
     x threads a block; ``+n`` more launches) and its milliseconds on the GPU (median of
-    ``repeat``), and each schedule's ms over the first one's."""
+    ``repeat``), and each schedule's ms over the first one's. A schedule that fails is
+    reported and left out of the table (the others still print); False if one did."""
+    ok = True
     for name in names:
         spec = ZOO[name]
         model = spec.build()
         feeds = spec.inputs(model)
         rows: dict[str, list[dict]] = {}
         for sname in schedules:
-            with schedule(sname):
-                d = compile_model(model, schedule_target(sname, target),
-                                  root / f"{name}_{sname}_profile",
-                                  input_shapes=spec.input_shapes, progress=False, force=True)
-            rows[sname] = load_bundle(d, profile=True).launch_times(feeds, repeat)
+            try:
+                with schedule(sname):
+                    d = compile_model(model, schedule_target(sname, target),
+                                      root / f"{name}_{sname}_profile",
+                                      input_shapes=spec.input_shapes, progress=False,
+                                      force=True)
+                rows[sname] = load_bundle(d, profile=True).launch_times(feeds, repeat)
+            except Exception as e:  # noqa: BLE001 - the other schedules still count
+                print(f"{name} under {sname}: {type(e).__name__}: {e}", flush=True)
+                ok = False
+        if not rows:
+            continue
         print(f"\n{name}: per-kernel GPU ms (CUDA events, median of {repeat}); "
-              f"ratios: ms / {schedules[0]}'s ms")
+              f"ratios: ms / {next(iter(rows))}'s ms")
         for line in per_kernel_table(rows):
             print(line, flush=True)
+    return ok
 
 
 def _launch_label(r: dict) -> str:
@@ -200,9 +210,10 @@ def per_kernel_table(rows: dict[str, list[dict]]) -> list[str]:
     for sname, rs in rows.items():
         for r in rs:
             steps.setdefault(r["step"], {}).setdefault(sname, []).append(r)
+    wide = {n: max(16, len(n) + 7) for n in names}  # "<schedule> launch"
     head = f"{'step':>4s}  {'ops':18s}  {'output shape':24s}"
     for i, sname in enumerate(names):
-        head += f"  {sname + ' launch':16s} {sname + ' ms':>10s}" + ("  ratio" if i else "")
+        head += f"  {sname + ' launch':{wide[sname]}s} {'ms':>7s}" + ("  ratio" if i else "")
     out = [head]
     totals = dict.fromkeys(names, 0.0)
     for step in sorted(steps):
@@ -214,19 +225,19 @@ def per_kernel_table(rows: dict[str, list[dict]]) -> list[str]:
         for i, sname in enumerate(names):
             rs = by.get(sname)
             if not rs:
-                line += f"  {'-':16s} {'-':>10s}" + (f"  {'-':>5s}" if i else "")
+                line += f"  {'-':{wide[sname]}s} {'-':>7s}" + (f"  {'-':>5s}" if i else "")
                 continue
             ms = sum(r["ms"] for r in rs)
             totals[sname] += ms
-            main = max(rs, key=lambda r: r["ms"])
+            main = next((r for r in rs if r["kind"] != "simple"), rs[0])  # split-K: tiled
             label = _launch_label(main) + (f" +{len(rs) - 1}" if len(rs) > 1 else "")
-            line += f"  {label:16s} {ms:10.3f}"
+            line += f"  {label:{wide[sname]}s} {ms:7.3f}"
             if i:
                 line += f"  {ms / base:5.2f}" if base else f"  {'-':>5s}"
         out.append(line)
     line = f"{'':4s}  {'total':18s}  {'':24s}"
     for i, sname in enumerate(names):
-        line += f"  {'':16s} {totals[sname]:10.3f}"
+        line += f"  {'':{wide[sname]}s} {totals[sname]:7.3f}"
         if i:
             line += f"  {totals[sname] / totals[names[0]]:5.2f}" if totals[names[0]] else ""
     out.append(line)
@@ -372,9 +383,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"{', '.join(GEMM_TYPES)})")
     names = [n for n in args.models.split(",") if n] if args.models is not None else \
         [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
+    status = 0
     with tempfile.TemporaryDirectory() as tmp:
         if names and args.per_kernel:
-            per_kernel(names, args.target, Path(tmp), args.repeat, schedules)
+            status = 0 if per_kernel(names, args.target, Path(tmp), args.repeat,
+                                     schedules) else 1
         elif names:
             zoo(names, args.target, Path(tmp), args.repeat, schedules)
         if "resnet18" in names and not args.per_kernel:
@@ -385,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         gemm_schedules = [s for s in schedules if s != "tiled-no-occupancy"]
         for p in precisions if sizes and gemm_schedules else ():
             gemm(sizes, args.target, Path(tmp), args.repeat, gemm_schedules, p)
-    return 0
+    return status
 
 
 if __name__ == "__main__":
