@@ -36,7 +36,8 @@ same run; the ``x/tiled`` column is the kernels' time over ``tiled``'s).
 ``--per-kernel`` (with ``--models``): instead of the whole-model table, each model's
 profiling build (``-DKILN_PROFILE``: CUDA events around every launch) under each schedule,
 one row per bundle kernel: its ops and output shape, per schedule the launch (kind, grid
-blocks x threads) and its GPU milliseconds, and the ratio to the first schedule.
+blocks x threads) and its GPU milliseconds, and the ratio to the first schedule; with
+ResNet-18, then cuDNN's time for each of PyTorch eager's convolutions alone.
 
 Without a GPU it says so and exits 0 (the CUDA bundles are checked on the CPU by the SIMT
 emulation in ``tests/bundle/test_cuda.py``).
@@ -244,6 +245,61 @@ def per_kernel_table(rows: dict[str, list[dict]]) -> list[str]:
     return out
 
 
+def torch_resnet18_convolutions(repeat: int) -> None:
+    """``--per-kernel`` with ResNet-18: cuDNN's GPU time for each convolution of PyTorch
+    eager's ResNet-18 at batch 1 (torchvision's; fp32, TF32 off, ``cudnn.benchmark``),
+    each on the input it gets in the model, alone (``F.conv2d``, no bias, batch norm or
+    activation), ``repeat`` calls queued behind a busy-wait kernel between two CUDA events:
+    the per-layer reference for the Kiln table's Conv rows (match them by output shape and
+    order; Kiln's rows also carry the bias, activation and residual add)."""
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        print(f"PyTorch's per-convolution times: not measured ({e.name} is not installed)")
+        return
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    net = torchvision.models.resnet18().cuda().eval()
+    seen: dict[str, tuple] = {}
+    hooks = [m.register_forward_hook(
+        lambda _m, args, out, n=name: seen.setdefault(n, (args[0], tuple(out.shape))))
+        for name, m in net.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    wait = getattr(torch.cuda, "_sleep", None)
+    print(f"\nresnet18 (PyTorch eager): cuDNN ms per convolution (CUDA events, mean of "
+          f"{repeat})")
+    print(f"{'layer':22s} {'input':>14s} {'output':>14s} {'kernel':>8s} {'cuDNN ms':>9s}")
+    total = 0.0
+    with torch.no_grad():
+        net(torch.randn(1, 3, 224, 224, device="cuda"))
+        for h in hooks:
+            h.remove()
+        for name, (x, out) in seen.items():
+            m = net.get_submodule(name)
+
+            def conv(x=x, m=m):
+                return torch.nn.functional.conv2d(x, m.weight, None, m.stride, m.padding)
+
+            conv()  # cudnn.benchmark picks its algorithm
+            torch.cuda.synchronize()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            if wait is not None:
+                wait(4_000_000)  # the calls queue behind it: GPU time, not launch latency
+            start.record()
+            for _ in range(repeat):
+                conv()
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end) / repeat
+            total += ms
+            kh, kw = m.kernel_size
+            print(f"{name:22s} {'x'.join(map(str, x.shape)):>14s} "
+                  f"{'x'.join(map(str, out)):>14s} {f'{kh}x{kw}/{m.stride[0]}':>8s} "
+                  f"{ms:9.4f}", flush=True)
+    print(f"{'total':22s} {'':14s} {'':14s} {'':8s} {total:9.4f}", flush=True)
+
+
 def torch_resnet18(repeat: int) -> None:
     """PyTorch eager's ResNet-18 at batch 1 (torchvision's, the zoo model's architecture;
     fp32, TF32 off, ``cudnn.benchmark``): the reference the issue's ResNet-18 goal names,
@@ -390,8 +446,12 @@ def main(argv: list[str] | None = None) -> int:
                                      schedules) else 1
         elif names:
             zoo(names, args.target, Path(tmp), args.repeat, schedules)
-        if "resnet18" in names and not args.per_kernel:
-            torch_resnet18(args.repeat)
+        if "resnet18" in names:
+            try:
+                (torch_resnet18_convolutions if args.per_kernel else torch_resnet18)(
+                    args.repeat)
+            except Exception as e:  # noqa: BLE001 - a reference; Kiln's rows still count
+                print(f"PyTorch eager resnet18: failed: {type(e).__name__}: {e}")
         sizes = [int(s) for s in args.gemm.split(",") if s]
         # the occupancy rule leaves GEMMs of 1024 and up as they were (tests/schedules/gpu/
         # test_occupancy.py): no tiled-no-occupancy rows for them
