@@ -262,9 +262,14 @@ def torch_resnet18_convolutions(repeat: int) -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     net = torchvision.models.resnet18().cuda().eval()
     seen: dict[str, tuple] = {}
-    hooks = [m.register_forward_hook(
-        lambda _m, args, out, n=name: seen.setdefault(n, (args[0], tuple(out.shape))))
-        for name, m in net.named_modules() if isinstance(m, torch.nn.Conv2d)]
+
+    def keep(name: str):  # a forward hook that returns something replaces the output
+        def hook(_m, args, out) -> None:
+            seen.setdefault(name, (args[0], tuple(out.shape)))
+        return hook
+
+    hooks = [m.register_forward_hook(keep(name))
+             for name, m in net.named_modules() if isinstance(m, torch.nn.Conv2d)]
     wait = getattr(torch.cuda, "_sleep", None)
     print(f"\nresnet18 (PyTorch eager): cuDNN ms per convolution (CUDA events, mean of "
           f"{repeat})")
