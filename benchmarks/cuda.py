@@ -116,11 +116,20 @@ def _ms(fn, repeat: int) -> float:
     return 1e3 * float(np.median(times))
 
 
+def _rel_err(got: dict, want: dict) -> float:
+    """The largest absolute difference over the largest magnitude, across the outputs."""
+    return max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
+               / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
+
+
 def zoo(names: list[str], target: str, root: Path, repeat: int,
         schedules: list[str]) -> None:
+    """Per model and schedule: the bundle's largest relative error against the reference
+    executor and against onnxruntime (the issue's 1e-4 goal), its host-to-host and
+    kernels-only milliseconds, and onnxruntime's on its best provider here."""
     import onnxruntime as ort
 
-    print(f"{'model':26s} {'schedule':>8s} {'max rel err':>12s} {'kiln ms':>9s} "
+    print(f"{'model':26s} {'schedule':>8s} {'max rel err':>12s} {'vs ort':>9s} {'kiln ms':>9s} "
           f"{'kernels ms':>11s} {'launches':>9s} {'x/tiled':>14s} {'ort ms':>9s}  "
           "ort provider")
     for name in names:
@@ -132,6 +141,8 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
             p for p in ("CUDAExecutionProvider", "CPUExecutionProvider")
             if p in ort.get_available_providers()])
         ref = _ms(lambda s=sess, f=feeds: s.run(None, f), repeat)
+        theirs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds),
+                          strict=True))
         kernels_of: dict[str, float] = {}
         for sname in schedules:
             with schedule(sname):
@@ -140,14 +151,14 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
                                   input_shapes=spec.input_shapes, progress=False, force=True)
             mod = load_bundle(d)
             got = mod(feeds)
-            err = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k])))
-                      / max(1e-6, float(np.max(np.abs(want[k])))) for k in want)
+            err, err_ort = _rel_err(got, want), _rel_err(got, theirs)
             kiln = _ms(lambda m=mod, f=feeds: m(f), repeat)
             kernels_of[sname] = 1e3 * mod.device_time(feeds, repeat)
             launches = mod.metadata["device"]["launches"]
             ratio = (f"{kernels_of[sname] / kernels_of['tiled']:14.2f}"
                      if sname != "tiled" and "tiled" in kernels_of else f"{'':14s}")
-            print(f"{name:26s} {sname:>8s} {err:12.2e} {kiln:9.3f} {kernels_of[sname]:11.3f} "
+            print(f"{name:26s} {sname:>8s} {err:12.2e} {err_ort:9.2e} {kiln:9.3f} "
+                  f"{kernels_of[sname]:11.3f} "
                   f"{launches:9d} {ratio} {ref:9.3f}  {sess.get_providers()[0]}", flush=True)
 
 
