@@ -1,14 +1,20 @@
 """What makes the LLVM backend's builds cheaper (docs/llvm.md, "Build time") changes no
 result: a pure expression is emitted once per region, only where its value dominates the
-use; integer constants are typed directly.
+use; integer constants are typed directly; ``llvm.opt_level`` picks O2 or O3.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from toolchain.codegen.llvm import LLVMCodegen
+from toolchain.codegen.llvm_target import machine_for, optimize
 from toolchain.driver import build
+from toolchain.errors import TargetError
+from toolchain.target import load_target, parse_target
 from toolchain.tir import ir
 
 RNG = np.random.default_rng(5)
@@ -72,3 +78,28 @@ def test_values_do_not_leak_out_of_loops_branches_and_bindings() -> None:
         want += [nv * 5 if nv > 0 else 0, 0 if nv > 0 else nv * 5 + 1, nv * 5 + 2,
                  (nv + 1) * 2, (nv + 2) * 2, 0, 0, 0]
         np.testing.assert_array_equal(b, want)
+
+
+def test_opt_level_key() -> None:
+    """``llvm.opt_level``: 3 unless a descriptor says 2 (the x86 ones do); part of the
+    object cache key; anything else is refused with the file and the key."""
+    assert machine_for(load_target("cortex-m4")).opt_level == 3
+    m = machine_for(load_target("x86_64-avx2"))
+    assert m.opt_level == 2
+    o3 = machine_for(parse_target("{name: s, kind: c, llvm: {cpu: x86-64-v3, opt_level: 3}}"))
+    assert o3.key() != m.key() and o3.key().replace("O3", "O2") == m.key()
+    # both levels vectorize the loop the schedule left scalar
+    i = ir.Var("i")
+    A, B = ir.Buffer("A", (256,), "float32"), ir.Buffer("B", (256,), "float32")
+    body = ir.For(i, 0, 256, "serial", B.store(A[i] * 3.0, [i]))
+    text = LLVMCodegen(m).generate(_func(body, A, B), "scale").ir
+    for machine in (m, o3):
+        assert re.search(r"vmulps\t.*%ymm", _asm(text, machine))
+    for bad in ("1", "4", "true", "'2'"):
+        with pytest.raises(TargetError, match="llvm.opt_level"):
+            parse_target(f"{{name: s, kind: c, llvm: {{opt_level: {bad}}}}}")
+
+
+def _asm(text: str, machine) -> str:  # type: ignore[no-untyped-def]
+    mod, tm = optimize(text, machine)
+    return tm.emit_assembly(mod)
