@@ -80,6 +80,19 @@ def test_values_do_not_leak_out_of_loops_branches_and_bindings() -> None:
         np.testing.assert_array_equal(b, want)
 
 
+def test_a_variable_bound_again_inside_its_binding_gets_the_inner_value() -> None:
+    """``let v = n + 1 in (B[0] = v * 2; let v = n + 2 in B[1] = v * 2)`` with one ``v``
+    and one ``v * 2`` object: the inner store uses the inner binding."""
+    n, v = ir.Var("n"), ir.Var("v")
+    B = ir.Buffer("B", (2,), "int32")
+    g = v * 2
+    body = ir.LetStmt(v, n + 1, ir.SeqStmt((B.store(g, [0]),
+                                            ir.LetStmt(v, n + 2, B.store(g, [1])))))
+    b = np.zeros(2, "int32")
+    build(_func(body, B, scalars=(n,)), backend="llvm")(b, 5)
+    np.testing.assert_array_equal(b, [12, 14])
+
+
 def test_opt_level_key() -> None:
     """``llvm.opt_level``: 3 unless a descriptor says 2 (the x86 ones do); part of the
     object cache key; anything else is refused with the file and the key."""

@@ -408,13 +408,20 @@ class LLVMCodegen(MathCalls):
 
     @contextmanager
     def bound(self, var: ir.Var, value: ll.Value) -> Iterator[None]:
-        """``var`` bound to ``value`` in a new :meth:`region`."""
+        """``var`` bound to ``value`` in a new :meth:`region`; where it shadows a binding
+        of the same variable, nothing emitted before is reused inside (those values were
+        computed with the outer binding)."""
         old = self.vars.get(var)
         self.vars[var] = value
+        saved = None
+        if old is not None:
+            saved, self.memo, self.memo_log = (self.memo, self.memo_log), {}, []
         try:
             with self.region():
                 yield
         finally:
+            if saved is not None:
+                self.memo, self.memo_log = saved
             if old is None:
                 self.vars.pop(var, None)
             else:
