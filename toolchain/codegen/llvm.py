@@ -210,9 +210,10 @@ class LLVMCodegen(MathCalls):
         #: access groups of the enclosing vectorized loops, innermost last
         self.groups: list[AccessGroup] = []
         #: values of pure expressions already emitted where the builder is (see typed)
-        self.memo: dict[tuple[ir.PrimExpr, str], ll.Value] = {}
-        self.memo_log: list[tuple[ir.PrimExpr, str]] = []
-        self.pure: dict[ir.PrimExpr, bool] = {}
+        self.memo: dict[tuple[int, str], ll.Value] = {}
+        self.memo_log: list[tuple[int, str]] = []
+        self.shape: dict[ir.PrimExpr, int | None] = {}
+        self.shapes: dict[tuple, int] = {}
         self.stmt(func.body)
         self.b.ret(ll.Constant(I32, 0))
         ll.IRBuilder(self.entry_block).branch(body)
@@ -325,18 +326,20 @@ class LLVMCodegen(MathCalls):
 
         An integer constant becomes a constant of ``dtype`` (no ``sext i32 16 to i64``).
         A pure expression (arithmetic, casts, selects of constants and variables: no load,
-        no call) is emitted once per region: the unrolled register tiles repeat the same
-        index expression objects in every copy (C1: 3,537 uses of 731 nodes), and LLVM
-        would only merge them again. A value is reused while the builder stays in the
-        region that defined it (:meth:`region`: a loop body, a branch, a binding), so it
-        always dominates its uses."""
+        no call) is emitted once per region and structure (:meth:`shape_of`): the unrolled
+        register tiles repeat the same index expressions in every copy (C1: 3,537 uses of
+        731 expression objects, 163 distinct), and LLVM would only merge them again. A
+        value is reused while the builder stays in the region that defined it
+        (:meth:`region`: a loop body, a branch, a binding), so it always dominates its
+        uses."""
         if type(e) is ir.IntImm and dtype in INT_CONSTANTS:
             lo, hi = INT_CONSTANTS[dtype]
             if lo <= e.value <= hi and e.dtype in INT_CONSTANTS:
                 return ll.Constant(SCALAR_TYPES[dtype], e.value)
-        if type(e) in LEAVES or not self.is_pure(e):
+        shape = None if type(e) in LEAVES else self.shape_of(e)
+        if shape is None:
             return self.cast(self.expr(e), e.dtype, dtype)
-        key = (e, dtype)
+        key = (shape, dtype)
         v = self.memo.get(key)
         if v is None:
             v = self.cast(self.expr(e), e.dtype, dtype)
@@ -344,28 +347,38 @@ class LLVMCodegen(MathCalls):
             self.memo_log.append(key)
         return v
 
-    def is_pure(self, e: ir.PrimExpr) -> bool:
-        """Whether ``e`` reads no memory and calls nothing (its value depends only on the
-        variables' bindings)."""
-        p = self.pure.get(e)
-        if p is None:
-            t = type(e)
-            if t in LEAVES or isinstance(e, ir.Var):
-                p = True
-            elif isinstance(e, ir.BinaryOp):
-                p = self.is_pure(e.a) and self.is_pure(e.b)
-            elif t is ir.Cast or t is ir.Broadcast:
-                p = self.is_pure(e.value)
-            elif t is ir.Not:
-                p = self.is_pure(e.a)
-            elif t is ir.Ramp:
-                p = self.is_pure(e.base) and self.is_pure(e.stride)
-            elif t is ir.Select:
-                p = all(self.is_pure(x) for x in (e.condition, e.true_value, e.false_value))
-            else:
-                p = False
-            self.pure[e] = p
-        return p
+    def shape_of(self, e: ir.PrimExpr) -> int | None:
+        """A number equal for structurally equal pure expressions (the same variables,
+        constants and operations), None for an expression that reads memory or calls:
+        its value depends on more than the variables' bindings. Numbered once per node
+        (hash-consing), so equal index expressions built apart share one value."""
+        n = self.shape.get(e, -1)
+        if n != -1:
+            return n
+        t = type(e)
+        if t is ir.IntImm or t is ir.FloatImm:
+            key: tuple | None = (t, repr(e.value), e.dtype)  # repr: -0.0 is not 0.0
+        elif isinstance(e, ir.Var):
+            key = (ir.Var, e)
+        elif isinstance(e, ir.BinaryOp):
+            key = self._shape_key(t, e.dtype, e.a, e.b)
+        elif t is ir.Cast or t is ir.Broadcast:
+            key = self._shape_key(t, e.dtype, e.value)
+        elif t is ir.Not:
+            key = self._shape_key(t, e.dtype, e.a)
+        elif t is ir.Ramp:
+            key = self._shape_key(t, e.dtype, e.base, e.stride)
+        elif t is ir.Select:
+            key = self._shape_key(t, e.dtype, e.condition, e.true_value, e.false_value)
+        else:
+            key = None
+        n = None if key is None else self.shapes.setdefault(key, len(self.shapes))
+        self.shape[e] = n
+        return n
+
+    def _shape_key(self, t: type, dtype: str, *args: ir.PrimExpr) -> tuple | None:
+        parts = [self.shape_of(a) for a in args]
+        return None if None in parts else (t, dtype, *parts)
 
     @contextmanager
     def region(self) -> Iterator[None]:
