@@ -1,5 +1,5 @@
-"""LLVM machines for Kiln targets: triple, CPU and features from the descriptor, the O3
-pipeline, object code.
+"""LLVM machines for Kiln targets: triple, CPU and features from the descriptor, the O3 (or
+O2) pipeline, object code.
 
 A descriptor says what LLVM should compile for under its ``llvm:`` key (validated by
 :mod:`toolchain.target`)::
