@@ -47,6 +47,8 @@ from llvmlite import ir as ll
 from toolchain.codegen.artifact import llvm_support_of
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.llvm_analysis import (
+    LEAVES,
+    PureShapes,
     free_scalars,
     is_register_tile,
     loop_elem_bits,
@@ -69,8 +71,6 @@ from toolchain.tir.functor import StmtExprVisitor
 
 I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
-#: expressions :meth:`LLVMCodegen.typed` never reuses (emitting them costs nothing)
-LEAVES = frozenset({ir.IntImm, ir.FloatImm, ir.Var})
 #: integer dtypes whose constants :meth:`LLVMCodegen.typed` emits directly: their range
 INT_CONSTANTS = {f"{u}int{n}": ((0, 2**n - 1) if u else (-2**(n - 1), 2**(n - 1) - 1))
                  for u in ("", "u") for n in (8, 16, 32, 64)}
@@ -212,8 +212,7 @@ class LLVMCodegen(MathCalls):
         #: values of pure expressions already emitted where the builder is (see typed)
         self.memo: dict[tuple[int, str], ll.Value] = {}
         self.memo_log: list[tuple[int, str]] = []
-        self.shape: dict[ir.PrimExpr, int | None] = {}
-        self.shapes: dict[tuple, int] = {}
+        self.shape_of = PureShapes()
         self.stmt(func.body)
         self.b.ret(ll.Constant(I32, 0))
         ll.IRBuilder(self.entry_block).branch(body)
@@ -326,7 +325,7 @@ class LLVMCodegen(MathCalls):
 
         An integer constant becomes a constant of ``dtype`` (no ``sext i32 16 to i64``).
         A pure expression (arithmetic, casts, selects of constants and variables: no load,
-        no call) is emitted once per region and structure (:meth:`shape_of`): the unrolled
+        no call) is emitted once per region and structure (:class:`.PureShapes`): the unrolled
         register tiles repeat the same index expressions in every copy (C1: 3,537 uses of
         731 expression objects, 163 distinct), and LLVM would only merge them again. A
         value is reused while the builder stays in the region that defined it
@@ -346,39 +345,6 @@ class LLVMCodegen(MathCalls):
             self.memo[key] = v
             self.memo_log.append(key)
         return v
-
-    def shape_of(self, e: ir.PrimExpr) -> int | None:
-        """A number equal for structurally equal pure expressions (the same variables,
-        constants and operations), None for an expression that reads memory or calls:
-        its value depends on more than the variables' bindings. Numbered once per node
-        (hash-consing), so equal index expressions built apart share one value."""
-        n = self.shape.get(e, -1)
-        if n != -1:
-            return n
-        t = type(e)
-        if t is ir.IntImm or t is ir.FloatImm:
-            key: tuple | None = (t, repr(e.value), e.dtype)  # repr: -0.0 is not 0.0
-        elif isinstance(e, ir.Var):
-            key = (ir.Var, e)
-        elif isinstance(e, ir.BinaryOp):
-            key = self._shape_key(t, e.dtype, e.a, e.b)
-        elif t is ir.Cast or t is ir.Broadcast:
-            key = self._shape_key(t, e.dtype, e.value)
-        elif t is ir.Not:
-            key = self._shape_key(t, e.dtype, e.a)
-        elif t is ir.Ramp:
-            key = self._shape_key(t, e.dtype, e.base, e.stride)
-        elif t is ir.Select:
-            key = self._shape_key(t, e.dtype, e.condition, e.true_value, e.false_value)
-        else:
-            key = None
-        n = None if key is None else self.shapes.setdefault(key, len(self.shapes))
-        self.shape[e] = n
-        return n
-
-    def _shape_key(self, t: type, dtype: str, *args: ir.PrimExpr) -> tuple | None:
-        parts = [self.shape_of(a) for a in args]
-        return None if None in parts else (t, dtype, *parts)
 
     @contextmanager
     def region(self) -> Iterator[None]:
