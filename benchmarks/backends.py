@@ -15,8 +15,11 @@ then other ops: softmax, erf, sigmoid, layer norm, max pool, transpose), each wi
 default schedule, scheduled and lowered once; the same lowered kernel is then built twice
 with an empty ``KILN_CACHE_DIR`` (:func:`toolchain.runtime.build_lowered`):
 
-* **C build** -- C text, gcc in a subprocess (the descriptor's ``-march`` and flags), dlopen;
-* **JIT build** -- LLVM IR through llvmlite, O3 and object emission in-process, MCJIT load;
+* **C build** -- C text, gcc in a subprocess (``-O3``, the descriptor's ``-march`` and
+  flags; ``cc`` as found on the PATH, so no ccache unless it stands in for ``cc``), dlopen;
+* **JIT build** -- LLVM IR through llvmlite, the descriptor's pipeline (``llvm.opt_level``:
+  O2 with both vectorizers on the x86 descriptors, else O3) and object emission
+  in-process, MCJIT load;
 
 (build time: the wall clock, and the CPU time of this thread plus the processes it ran,
 which a machine loaded by other jobs inflates less), and timed: the best thread CPU time
