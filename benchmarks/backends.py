@@ -16,7 +16,7 @@ default schedule, scheduled and lowered once; the same lowered kernel is then bu
 with an empty ``KILN_CACHE_DIR`` (:func:`toolchain.runtime.build_lowered`):
 
 * **C build** -- C text, gcc in a subprocess (``-O3``, the descriptor's ``-march`` and
-  flags; ``cc`` as found on the PATH, so no ccache unless it stands in for ``cc``), dlopen;
+  flags; ``cc`` as found on the PATH, with ``CCACHE_DISABLE=1`` should that be ccache), dlopen;
 * **JIT build** -- LLVM IR through llvmlite, the descriptor's pipeline (``llvm.opt_level``:
   O2 with both vectorizers on the x86 descriptors, else O3) and object emission
   in-process, MCJIT load;
@@ -60,6 +60,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# cold means cold on the C side too: where ccache stands in for cc (a PATH with
+# /usr/lib/ccache first), a rerun would find the same C text in ccache's own cache
+os.environ["CCACHE_DISABLE"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
