@@ -4,6 +4,7 @@ ResNet-18 from ONNX to a callable host module, cold.
 
     python benchmarks/backends.py                         # everything (a few minutes)
     python benchmarks/backends.py --ops-only --repeat 5   # the op table only
+    python benchmarks/backends.py --ops-only --phases     # + where the JIT's time goes
     python benchmarks/backends.py --only C2,C6,D768 --models ''
     python benchmarks/backends.py --no-ops --models ds_cnn,resnet8 --no-resnet18
     python benchmarks/backends.py --target x86_64-avx2
@@ -14,8 +15,11 @@ then other ops: softmax, erf, sigmoid, layer norm, max pool, transpose), each wi
 default schedule, scheduled and lowered once; the same lowered kernel is then built twice
 with an empty ``KILN_CACHE_DIR`` (:func:`toolchain.runtime.build_lowered`):
 
-* **C build** -- C text, gcc in a subprocess (the descriptor's ``-march`` and flags), dlopen;
-* **JIT build** -- LLVM IR through llvmlite, O3 and object emission in-process, MCJIT load;
+* **C build** -- C text, gcc in a subprocess (``-O3``, the descriptor's ``-march`` and
+  flags; ``cc`` as found on the PATH, with ``CCACHE_DISABLE=1`` should that be ccache), dlopen;
+* **JIT build** -- LLVM IR through llvmlite, the descriptor's pipeline (``llvm.opt_level``:
+  O2 with both vectorizers on the x86 descriptors, else O3) and object emission
+  in-process, MCJIT load;
 
 (build time: the wall clock, and the CPU time of this thread plus the processes it ran,
 which a machine loaded by other jobs inflates less), and timed: the best thread CPU time
@@ -56,6 +60,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# cold means cold on the C side too: where ccache stands in for cc (a PATH with
+# /usr/lib/ccache first), a rerun would find the same C text in ccache's own cache
+os.environ["CCACHE_DISABLE"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -144,8 +151,9 @@ def warm_up(target) -> None:
         _cold(lambda b=backend: build_lowered(lowered, s.schedule.mod, target, backend=b))
 
 
-def bench_op(case: tuple, target, repeat: int, rounds: int) -> dict:
-    """Schedule + lower once, build with each backend (cold), time both kernels."""
+def bench_op(case: tuple, target, repeat: int, rounds: int, phases: bool = False) -> dict:
+    """Schedule + lower once, build with each backend (cold), time both kernels;
+    ``phases``: also the JIT's phases (:func:`jit_phases`)."""
     from toolchain.runtime import build_lowered
     from toolchain.schedules import make_node, schedule_for
     from toolchain.tir.transform.pipeline import lower
@@ -180,7 +188,30 @@ def bench_op(case: tuple, target, repeat: int, rounds: int) -> dict:
     return {"case": name, "front_s": front, "c_build_s": build_s["c"],
             "jit_build_s": build_s["llvm"], "c_build_cpu_s": cpu_s["c"],
             "jit_build_cpu_s": cpu_s["llvm"], "c_s": best["c"], "llvm_s": best["llvm"],
-            "max_diff": diff}
+            "max_diff": diff, **(jit_phases(lowered, target) if phases else {})}
+
+
+def jit_phases(lowered, target, repeat: int = 3) -> dict[str, float]:
+    """Thread CPU seconds of each phase of an in-process build of ``lowered`` (best of
+    ``repeat``): translation to LLVM IR text (Python), parse + verify + the optimisation
+    pipeline, object emission. The MCJIT load (~1 ms) and the cache write are left out."""
+    from toolchain.codegen.llvm import LLVMCodegen
+    from toolchain.codegen.llvm_target import machine_for, optimize, quiet_remarks
+
+    machine = machine_for(target)
+    best = {"translate_s": float("inf"), "passes_s": float("inf"), "emit_s": float("inf")}
+    for _ in range(repeat):
+        t0 = time.thread_time()
+        k = LLVMCodegen(machine).generate(lowered)
+        t1 = time.thread_time()
+        mod, tm = optimize(k.ir, machine, jit=True, extra=k.definitions)
+        t2 = time.thread_time()
+        with quiet_remarks():
+            tm.emit_object(mod)
+        t3 = time.thread_time()
+        for key, v in zip(best, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            best[key] = min(best[key], v)
+    return best
 
 
 def bench_model(name: str, target, repeat: int, rounds: int) -> dict:
@@ -323,6 +354,17 @@ def _op_table(rows: list[dict]) -> None:
               f"{r['max_diff']:9.1e} |")
 
 
+def _phase_table(rows: list[dict]) -> None:
+    print(f"| {'op':<9} | {'translate ms':>12} | {'parse+passes ms':>15} | {'emit ms':>7} | "
+          f"{'JIT CPU ms':>10} | {'C build CPU ms':>14} |")
+    print(_rule(9, 12, 15, 7, 10, 14))
+    for r in [*rows, {"case": "total", **{k: sum(x[k] for x in rows) for k in (
+            "translate_s", "passes_s", "emit_s", "jit_build_cpu_s", "c_build_cpu_s")}}]:
+        print(f"| {r['case']:<9} | {r['translate_s'] * 1e3:12.1f} | {r['passes_s'] * 1e3:15.1f} | "
+              f"{r['emit_s'] * 1e3:7.1f} | {r['jit_build_cpu_s'] * 1e3:10.1f} | "
+              f"{r['c_build_cpu_s'] * 1e3:14.1f} |")
+
+
 def _model_table(rows: list[dict]) -> None:
     print(f"| {'model':<20} | {'C compile+build s':>17} | {'LLVM compile+build s':>20} | "
           f"{'LLVM/C':>6} | {'C us':>8} | {'LLVM us':>8} | {'LLVM/C':>6} | {'max|diff|':>9} |")
@@ -360,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "G1024, softmax, erf, sigmoid, layernorm, maxpool, transpose)")
     p.add_argument("--convs-only", action="store_true", help="ops: C1-C12 and dense only")
     p.add_argument("--no-ops", action="store_true", help="skip the op table")
+    p.add_argument("--phases", action="store_true", help="ops: also the JIT's phases in "
+                   "thread CPU time (translation, parse + passes, emission; best of 3)")
     p.add_argument("--ops-only", action="store_true", help="only the op table")
     p.add_argument("--models", default="lenet5,ds_cnn,resnet8,mobilenet_v1,mobilenet_v2,"
                    "transformer_encoder,ds_cnn:int8,resnet8:int8",
@@ -392,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_up(target)
         rows = []
         for case in cases:
-            rows.append(bench_op(case, target, args.repeat, args.rounds))
+            rows.append(bench_op(case, target, args.repeat, args.rounds, args.phases))
         print("\nops: build = one lowered kernel to a callable module, cold; C = gcc "
               "subprocess, JIT = llvmlite in-process")
         _op_table(rows)
@@ -406,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
         jit_cpu = gmean([r["c_build_cpu_s"] / r["jit_build_cpu_s"] for r in rows])
         print(f"geomean build speed-up C/JIT: {jit:.1f}x (goal >= {GOAL_JIT:.0f}x); in CPU "
               f"time (this thread + the compiler's processes): {jit_cpu:.1f}x")
+        if args.phases:
+            print("\nJIT phases, thread CPU (best of 3; the cold build's CPU and gcc's next "
+                  "to them):")
+            _phase_table(rows)
         report["ops"] = rows
     names = [n for n in args.models.split(",") if n] if not args.ops_only else []
     if names:

@@ -80,7 +80,8 @@ class Target:
     keys: tuple[str, ...] = ()
     #: what the LLVM backend compiles for: ``triple``, ``cpu``, ``features`` (a list of
     #: ``+feature``/``-feature``), ``fast_math`` (LLVM fast-math flags allowed) and
-    #: ``loop_unroll`` (``all`` or ``scheduled``); see :mod:`toolchain.codegen.llvm_target`
+    #: ``loop_unroll`` (``all`` or ``scheduled``), ``opt_level`` (3 or 2); see
+    #: :mod:`toolchain.codegen.llvm_target`
     llvm: dict[str, Any] = field(default_factory=dict)
     #: the LLVM backend's versions of the ``c_helpers`` functions: C name -> ``{returns,
     #: params, body}`` (LLVM IR; :mod:`toolchain.intrinsics` renders the definition)
@@ -161,7 +162,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
     "c_helpers_headers": ((list,), "a list of header names c_helpers needs", False),
-    "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math, loop_unroll", False),
+    "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math, loop_unroll, "
+                       "opt_level", False),
     "llvm_helpers": ((dict,), "a mapping of c_helpers function name to its LLVM IR "
                               "(returns, params, body)", False),
     "gemm": ((dict,), "a mapping with keys batch, block_in, block_out", False),
@@ -373,11 +375,12 @@ _LLVM_SCHEMA: dict[str, tuple[type, str]] = {
     "fast_math": (list, "a list of LLVM fast-math flags (contract, reassoc, nnan, ...)"),
     "loop_unroll": (str, "'all' (LLVM's unrollers on every loop) or 'scheduled' (only the "
                          "loops the schedule unrolled)"),
+    "opt_level": (int, "the level of LLVM's optimisation pipeline, 3 (O3) or 2 (O2)"),
 }
 
 
 def _check_llvm(val: dict, path: str, line: int) -> dict[str, Any]:
-    from toolchain.codegen.llvm_target import FAST_MATH_FLAGS, LOOP_UNROLL
+    from toolchain.codegen.llvm_target import FAST_MATH_FLAGS, LOOP_UNROLL, OPT_LEVELS
 
     out: dict[str, Any] = {}
     for k, v in val.items():
@@ -394,6 +397,9 @@ def _check_llvm(val: dict, path: str, line: int) -> dict[str, Any]:
             if bad:
                 raise TargetError(f"{path}:{line}: key 'llvm.fast_math': {bad} are not LLVM "
                                   f"fast-math flags ({', '.join(FAST_MATH_FLAGS)})")
+        if k == "opt_level" and (isinstance(v, bool) or v not in OPT_LEVELS):
+            raise TargetError(f"{path}:{line}: key 'llvm.opt_level' must be one of "
+                              f"{', '.join(map(str, OPT_LEVELS))}, got {v!r}")
         if k == "loop_unroll" and v not in LOOP_UNROLL:
             raise TargetError(f"{path}:{line}: key 'llvm.loop_unroll' must be one of "
                               f"{', '.join(LOOP_UNROLL)}, got {v!r}")

@@ -47,6 +47,8 @@ from llvmlite import ir as ll
 from toolchain.codegen.artifact import llvm_support_of
 from toolchain.codegen.c import CRenderer
 from toolchain.codegen.llvm_analysis import (
+    LEAVES,
+    PureShapes,
     free_scalars,
     is_register_tile,
     loop_elem_bits,
@@ -69,6 +71,9 @@ from toolchain.tir.functor import StmtExprVisitor
 
 I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
+#: integer dtypes whose constants :meth:`LLVMCodegen.typed` emits directly: their range
+INT_CONSTANTS = {f"{u}int{n}": ((0, 2**n - 1) if u else (-2**(n - 1), 2**(n - 1) - 1))
+                 for u in ("", "u") for n in (8, 16, 32, 64)}
 #: TIR scalar dtype -> LLVM value type (bool is i1 in registers, i8 in memory)
 SCALAR_TYPES: dict[str, ll.Type] = {
     "float16": ll.HalfType(), "float32": ll.FloatType(), "float64": ll.DoubleType(),
@@ -76,6 +81,13 @@ SCALAR_TYPES: dict[str, ll.Type] = {
     "uint16": ll.IntType(16), "uint32": I32, "uint64": I64, "bool": I1, "handle": PTR,
 }
 _CMP = {ir.EQ: "==", ir.NE: "!=", ir.LT: "<", ir.LE: "<=", ir.GT: ">", ir.GE: ">="}
+#: TIR arithmetic -> the llvmlite builder's method (integers; floats)
+_INT_OPS = {ir.Add: "add", ir.Sub: "sub", ir.Mul: "mul"}
+_FLOAT_OPS = {ir.Add: "fadd", ir.Sub: "fsub", ir.Mul: "fmul", ir.Div: "fdiv", ir.Mod: "frem"}
+#: dtype -> LLVM value type, as :meth:`LLVMCodegen.vtype` made it
+_VTYPES: dict[str, ll.Type] = {}
+#: expression class -> the name of its ``expr_*`` hook (found along the MRO once)
+_EXPR_HOOKS: dict[type, str] = {}
 #: an ``unrolled`` loop of at most this many iterations is unrolled fully, longer ones by
 #: this factor (the C backend's ``#pragma GCC unroll 16``)
 UNROLL = 16
@@ -197,6 +209,10 @@ class LLVMCodegen(MathCalls):
         self.heap: list[ll.Value] = []
         #: access groups of the enclosing vectorized loops, innermost last
         self.groups: list[AccessGroup] = []
+        #: values of pure expressions already emitted where the builder is (see typed)
+        self.memo: dict[tuple[int, str], ll.Value] = {}
+        self.memo_log: list[tuple[int, str]] = []
+        self.shape_of = PureShapes()
         self.stmt(func.body)
         self.b.ret(ll.Constant(I32, 0))
         ll.IRBuilder(self.entry_block).branch(body)
@@ -236,11 +252,14 @@ class LLVMCodegen(MathCalls):
     # ------------------------------------------------------------------ types
     def vtype(self, dtype: str) -> ll.Type:
         """The LLVM value type of a TIR dtype (``float32x8`` -> ``<8 x float>``)."""
-        elem, lanes = ir.element_of(dtype), ir.lanes_of(dtype)
-        if elem not in SCALAR_TYPES:
-            raise self.refuse(f"dtype {dtype!r} has no LLVM type")
-        t = SCALAR_TYPES[elem]
-        return ll.VectorType(t, lanes) if lanes > 1 else t
+        t = _VTYPES.get(dtype)
+        if t is None:
+            elem, lanes = ir.element_of(dtype), ir.lanes_of(dtype)
+            if elem not in SCALAR_TYPES:
+                raise self.refuse(f"dtype {dtype!r} has no LLVM type")
+            t = SCALAR_TYPES[elem]
+            t = _VTYPES[dtype] = ll.VectorType(t, lanes) if lanes > 1 else t
+        return t
 
     def mtype(self, dtype: str) -> ll.Type:
         """The in-memory type (bool is a byte, as C's ``bool`` and numpy's)."""
@@ -262,6 +281,8 @@ class LLVMCodegen(MathCalls):
     def cast(self, v: ll.Value, src: str, dst: str) -> ll.Value:
         """Convert ``v`` of TIR dtype ``src`` to ``dst`` as C does (a scalar is broadcast
         to the lanes of a vector ``dst``)."""
+        if src == dst:
+            return v
         b = self.b
         ls, ld = ir.lanes_of(src), ir.lanes_of(dst)
         if ls == 1 and ld > 1:
@@ -300,8 +321,43 @@ class LLVMCodegen(MathCalls):
                                      ll.Constant(ll.VectorType(I32, lanes), [0] * lanes))
 
     def typed(self, e: ir.PrimExpr, dtype: str) -> ll.Value:
-        """``e`` evaluated and converted to ``dtype``."""
-        return self.cast(self.expr(e), e.dtype, dtype)
+        """``e`` evaluated and converted to ``dtype``.
+
+        An integer constant becomes a constant of ``dtype`` (no ``sext i32 16 to i64``).
+        A pure expression (arithmetic, casts, selects of constants and variables: no load,
+        no call) is emitted once per region and structure (:class:`.PureShapes`): the unrolled
+        register tiles repeat the same index expressions in every copy (C1: 3,537 uses of
+        731 expression objects, 163 distinct), and LLVM would only merge them again. A
+        value is reused while the builder stays in the region that defined it
+        (:meth:`region`: a loop body, a branch, a binding), so it always dominates its
+        uses."""
+        if type(e) is ir.IntImm and dtype in INT_CONSTANTS:
+            lo, hi = INT_CONSTANTS[dtype]
+            if lo <= e.value <= hi and e.dtype in INT_CONSTANTS:
+                return ll.Constant(SCALAR_TYPES[dtype], e.value)
+        shape = None if type(e) in LEAVES else self.shape_of(e)
+        if shape is None:
+            return self.cast(self.expr(e), e.dtype, dtype)
+        key = (shape, dtype)
+        v = self.memo.get(key)
+        if v is None:
+            v = self.cast(self.expr(e), e.dtype, dtype)
+            self.memo[key] = v
+            self.memo_log.append(key)
+        return v
+
+    @contextmanager
+    def region(self) -> Iterator[None]:
+        """Code emitted inside may reuse the values of pure expressions emitted before;
+        the ones it emits are forgotten when it ends (they do not dominate what
+        follows)."""
+        mark = len(self.memo_log)
+        try:
+            yield
+        finally:
+            for key in self.memo_log[mark:]:
+                del self.memo[key]
+            del self.memo_log[mark:]
 
     # ------------------------------------------------------------------ statements
     def stmt(self, s: ir.Stmt) -> None:
@@ -331,11 +387,20 @@ class LLVMCodegen(MathCalls):
 
     @contextmanager
     def bound(self, var: ir.Var, value: ll.Value) -> Iterator[None]:
+        """``var`` bound to ``value`` in a new :meth:`region`; where it shadows a binding
+        of the same variable, nothing emitted before is reused inside (those values were
+        computed with the outer binding)."""
         old = self.vars.get(var)
         self.vars[var] = value
+        saved = None
+        if old is not None:
+            saved, self.memo, self.memo_log = (self.memo, self.memo_log), {}, []
         try:
-            yield
+            with self.region():
+                yield
         finally:
+            if saved is not None:
+                self.memo, self.memo_log = saved
             if old is None:
                 self.vars.pop(var, None)
             else:
@@ -344,13 +409,13 @@ class LLVMCodegen(MathCalls):
     def stmt_IfThenElse(self, s: ir.IfThenElse) -> None:  # noqa: N802
         cond = self.typed(s.condition, "bool")
         if s.else_case is None:
-            with self.b.if_then(cond):
+            with self.b.if_then(cond), self.region():
                 self.stmt(s.then_case)
             return
         with self.b.if_else(cond) as (then, other):
-            with then:
+            with then, self.region():
                 self.stmt(s.then_case)
-            with other:
+            with other, self.region():
                 self.stmt(s.else_case)
 
     def stmt_For(self, s: ir.For) -> None:  # noqa: N802
@@ -524,11 +589,14 @@ class LLVMCodegen(MathCalls):
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: ir.PrimExpr) -> ll.Value:
-        for klass in type(e).__mro__:
-            fn = getattr(self, "expr_" + klass.__name__, None)
-            if fn is not None:
-                return fn(e)
-        raise self.refuse(f"cannot translate {type(e).__name__} {e}")
+        name = _EXPR_HOOKS.get(type(e))
+        if name is None:
+            name = next((f"expr_{k.__name__}" for k in type(e).__mro__
+                         if hasattr(self, f"expr_{k.__name__}")), "")
+            _EXPR_HOOKS[type(e)] = name
+        if not name:
+            raise self.refuse(f"cannot translate {type(e).__name__} {e}")
+        return getattr(self, name)(e)
 
     def expr_IntImm(self, e: ir.IntImm) -> ll.Value:  # noqa: N802
         return ll.Constant(self.vtype(e.dtype), e.value)
@@ -553,9 +621,8 @@ class LLVMCodegen(MathCalls):
         if ir.is_float(elem):
             return self.float_binary(e, x, y)
         unsigned = elem.startswith("uint") or elem == "bool"
-        if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
-            op = {ir.Add: b.add, ir.Sub: b.sub, ir.Mul: b.mul}[type(e)]
-            inst = op(x, y)
+        if type(e) in _INT_OPS:
+            inst = getattr(b, _INT_OPS[type(e)])(x, y)
             if not unsigned:
                 inst.flags.append("nsw")  # signed overflow is undefined in C as well
             return inst
@@ -573,10 +640,8 @@ class LLVMCodegen(MathCalls):
 
     def float_binary(self, e: ir.BinaryOp, x: ll.Value, y: ll.Value) -> ll.Value:
         b = self.b
-        simple = {ir.Add: b.fadd, ir.Sub: b.fsub, ir.Mul: b.fmul, ir.Div: b.fdiv,
-                  ir.Mod: b.frem}
-        if type(e) in simple:
-            return self.flag(simple[type(e)](x, y))
+        if type(e) in _FLOAT_OPS:
+            return self.flag(getattr(b, _FLOAT_OPS[type(e)])(x, y))
         if isinstance(e, (ir.Min, ir.Max)):
             # a < b ? a : b (the C helpers' NaN behaviour); LLVM forms minnum/maxnum or
             # a vector min/max from it where the fast-math flags allow
@@ -723,9 +788,9 @@ class LLVMCodegen(MathCalls):
         cond = self.typed(c, "bool")
         # only the branch taken is evaluated: padding loads rely on it
         with b.if_else(cond) as (then, other):
-            with then:
+            with then, self.region():
                 tv, tb = self.typed(t, e.dtype), b.block
-            with other:
+            with other, self.region():
                 fv, fb = self.typed(f, e.dtype), b.block
         phi = b.phi(tv.type)
         phi.add_incoming(tv, tb)

@@ -1,6 +1,6 @@
 """What the LLVM backend asks of a lowered function before translating it: the symbolic
 sizes that become trailing arguments, which loops are unit-stride, which local buffers
-are register tiles.
+are register tiles, which expressions are the same pure computation.
 
 >>> from toolchain.tir import ir
 >>> n = ir.Var("n"); A, B = ir.Buffer("A", (n,)), ir.Buffer("B", (n,)); j = ir.Var("j")
@@ -95,4 +95,56 @@ def loop_elem_bits(s: ir.For) -> int:
     return widest[0]
 
 
-__all__ = ["free_scalars", "is_register_tile", "loop_elem_bits", "unit_stride"]
+#: expressions the LLVM backend never reuses (emitting them costs nothing)
+LEAVES = frozenset({ir.IntImm, ir.FloatImm, ir.Var})
+
+
+class PureShapes:
+    """``shapes(e)``: a number equal for structurally equal pure expressions (the same
+    variables, constants and operations), None for an expression that reads memory or
+    calls (its value depends on more than the variables' bindings). Each node is numbered
+    once (hash-consing), so equal index expressions built apart get one number.
+
+    >>> i = ir.Var("i"); A = ir.Buffer("A", (8,)); shapes = PureShapes()
+    >>> shapes(i * 2 + 1) == shapes(i * 2 + 1), shapes(i * 2) == shapes(i * 3)
+    (True, False)
+    >>> shapes(A[i] + 1) is None
+    True
+    """
+
+    def __init__(self) -> None:
+        self.shape: dict[ir.PrimExpr, int | None] = {}
+        self.numbers: dict[tuple, int] = {}
+
+    def __call__(self, e: ir.PrimExpr) -> int | None:
+        n = self.shape.get(e, -1)
+        if n != -1:
+            return n
+        t = type(e)
+        if t is ir.IntImm or t is ir.FloatImm:
+            key: tuple | None = (t, repr(e.value), e.dtype)  # repr: -0.0 is not 0.0
+        elif isinstance(e, ir.Var):
+            key = (ir.Var, e)
+        elif isinstance(e, ir.BinaryOp):
+            key = self._key(t, e.dtype, e.a, e.b)
+        elif t is ir.Cast or t is ir.Broadcast:
+            key = self._key(t, e.dtype, e.value)
+        elif t is ir.Not:
+            key = self._key(t, e.dtype, e.a)
+        elif t is ir.Ramp:
+            key = self._key(t, e.dtype, e.base, e.stride)
+        elif t is ir.Select:
+            key = self._key(t, e.dtype, e.condition, e.true_value, e.false_value)
+        else:
+            key = None
+        n = None if key is None else self.numbers.setdefault(key, len(self.numbers))
+        self.shape[e] = n
+        return n
+
+    def _key(self, t: type, dtype: str, *args: ir.PrimExpr) -> tuple | None:
+        parts = [self(a) for a in args]
+        return None if None in parts else (t, dtype, *parts)
+
+
+__all__ = ["LEAVES", "PureShapes", "free_scalars", "is_register_tile", "loop_elem_bits",
+           "unit_stride"]

@@ -1,5 +1,5 @@
-"""LLVM machines for Kiln targets: triple, CPU and features from the descriptor, the O3
-pipeline, object code.
+"""LLVM machines for Kiln targets: triple, CPU and features from the descriptor, the O3 (or
+O2) pipeline, object code.
 
 A descriptor says what LLVM should compile for under its ``llvm:`` key (validated by
 :mod:`toolchain.target`)::
@@ -18,8 +18,8 @@ used where the descriptor lists them.
 >>> m = machine_for(load_target("cortex-m4"))
 >>> m.triple, m.cpu, m.fast_math
 ('thumbv7em-unknown-none-eabihf', 'cortex-m4', ('contract',))
->>> m.loop_unroll
-'all'
+>>> m.loop_unroll, m.opt_level
+('all', 3)
 """
 
 from __future__ import annotations
@@ -39,8 +39,14 @@ from toolchain.target import Target
 FAST_MATH_FLAGS = ("contract", "reassoc", "nnan", "ninf", "nsz", "arcp", "afn", "fast")
 #: used when the descriptor lists none: GCC's default for GNU C
 DEFAULT_FAST_MATH = ("contract",)
-#: the optimisation pipeline :func:`optimize` runs (part of the JIT's object cache key)
-PIPELINE = "O3"
+#: the optimisation pipeline :func:`optimize` runs: LLVM's default pipeline at the
+#: machine's ``opt_level``, with the loop and SLP vectorizers (part of the JIT's object
+#: cache key, with the level)
+PIPELINE = "default+vectorize"
+#: values of a descriptor's ``llvm.opt_level``: 3 (the default, O3 as clang runs it) or 2
+#: (O2 with both vectorizers, as clang -O2: less unrolling and fewer passes; the x86
+#: descriptors' choice, docs/llvm.md "Build time")
+OPT_LEVELS = (2, 3)
 #: values of a descriptor's ``llvm.loop_unroll``: LLVM's unrollers on every loop (``all``,
 #: the default: O3 as clang runs it), or only on the loops the schedule unrolled
 #: (``scheduled``: ``llvm.loop.unroll.full/count`` metadata) and those the vectorizer
@@ -79,12 +85,15 @@ class LLVMMachine:
     vector_bits: int | None = None
     #: which loops LLVM may unroll (:data:`LOOP_UNROLL`)
     loop_unroll: str = "all"
+    #: the level of LLVM's optimisation pipeline (:data:`OPT_LEVELS`)
+    opt_level: int = 3
 
     def key(self) -> str:
         """The part of an object cache key that names the machine."""
         llvm = llvm_binding()
         return "|".join((self.triple, self.cpu, self.features, ",".join(self.fast_math),
-                         self.loop_unroll, ".".join(map(str, llvm.llvm_version_info))))
+                         self.loop_unroll, f"O{self.opt_level}",
+                         ".".join(map(str, llvm.llvm_version_info))))
 
     def target_machine(self, jit: bool = False):  # type: ignore[no-untyped-def]
         """An llvmlite ``TargetMachine`` at O3 (position-independent code)."""
@@ -117,13 +126,15 @@ def machine_for(target: Target) -> LLVMMachine:
     fm = tuple(spec.get("fast_math", DEFAULT_FAST_MATH))
     triple = spec.get("triple") or llvm_binding().get_process_triple()
     return LLVMMachine(triple, spec.get("cpu", "generic"), ",".join(spec.get("features", ())),
-                       fm, target.vector_width_bits, spec.get("loop_unroll", "all"))
+                       fm, target.vector_width_bits, spec.get("loop_unroll", "all"),
+                       spec.get("opt_level", 3))
 
 
 def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
              extra: Sequence[str] = ()):  # type: ignore[no-untyped-def]
     """Parse and verify LLVM IR text (and link in the modules ``extra``: the definitions of
-    functions it calls), run the O3 pipeline for ``machine``; returns the llvmlite
+    functions it calls), run the optimisation pipeline for ``machine`` (O3, or O2 where
+    its ``opt_level`` says so; both vectorizers either way); returns the llvmlite
     ``ModuleRef`` and its ``TargetMachine``."""
     llvm = llvm_binding()
     tm = machine.target_machine(jit=jit)
@@ -152,7 +163,7 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
         mod.link_in(other)
     mod.triple = machine.triple
     mod.data_layout = str(tm.target_data)
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=machine.opt_level)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
     # loop_unroll: scheduled runs LLVM's unrollers "only when forced": on the loops whose
@@ -209,6 +220,7 @@ def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
         return bytes(tm.emit_object(mod))
 
 
-__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LOOP_UNROLL", "PIPELINE", "LLVMMachine",
+__all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LOOP_UNROLL", "OPT_LEVELS", "PIPELINE",
+           "LLVMMachine",
            "emit_object", "host_machine", "llvm_binding", "machine_for", "optimize",
            "quiet_remarks", "uses_inline_asm"]
