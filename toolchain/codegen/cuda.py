@@ -23,6 +23,7 @@ Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compi
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import tempfile
@@ -233,6 +234,14 @@ class CUDARenderer(CStyleRenderer):
         if lanes == 1:
             super().stmt_BufferStore(s)
             return
+        word = _vector_copy(s)
+        if word is not None:  # one 4/8/16-byte load and store instead of lane by lane
+            src = _copied(s.value)
+            assert src is not None
+            dst_at = f"&{self.var(s.buffer.data)}[{self.expr(s.indices[0].base)}]"
+            src_at = f"&{self.var(src.buffer.data)}[{self.expr(src.indices[0].base)}]"
+            self.emit(f"*({word} *)({dst_at}) = *(const {word} *)({src_at});")
+            return
         for k in range(lanes):
             lane = _Lane(k)
             self.stmt_BufferStore(ir.BufferStore(
@@ -243,6 +252,66 @@ class CUDARenderer(CStyleRenderer):
         if ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"cuda code generation: vector load {e} outside a store")
         return super().expr_BufferLoad(e)
+
+
+#: bytes of a vector copy -> the CUDA type that moves them in one access
+_WORDS = {4: "uint32_t", 8: "uint2", 16: "uint4"}
+
+
+def _copied(e: ir.PrimExpr) -> ir.BufferLoad | None:
+    """The load ``e`` copies unchanged: ``e`` itself, or ``e`` under casts that widen
+    and narrow back to its own type exactly (float16 -> float32 -> float16: what
+    ``legalize_f16`` makes of a float16 copy)."""
+    want = e.dtype
+    while isinstance(e, ir.Cast):
+        inner = e.value
+        if not (isinstance(inner, ir.Cast) and ir.element_of(inner.value.dtype)
+                == ir.element_of(want) and ir.bits_of(inner.dtype) >= ir.bits_of(want)
+                and ir.is_float(inner.dtype) == ir.is_float(want)):
+            return None
+        e = inner.value
+    return e if isinstance(e, ir.BufferLoad) and e.dtype == want else None
+
+
+def _divisible(e: ir.PrimExpr, n: int) -> bool:
+    """Whether ``e`` is a multiple of ``n`` for every value of its variables (a sufficient
+    syntactic check: constants, sums, products with a constant, ``x % c`` with ``c`` a
+    multiple of ``n``)."""
+    if n == 1:
+        return True
+    if isinstance(e, ir.IntImm):
+        return e.value % n == 0
+    if isinstance(e, (ir.Add, ir.Sub)):
+        return _divisible(e.a, n) and _divisible(e.b, n)
+    if isinstance(e, ir.Mul):
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, ir.IntImm):
+                return _divisible(x, n // math.gcd(c.value, n))
+        return _divisible(e.a, n) or _divisible(e.b, n)
+    if isinstance(e, ir.FloorMod) and isinstance(e.b, ir.IntImm):
+        return e.b.value % n == 0 and _divisible(e.a, n)
+    return False
+
+
+def _vector_copy(s: ir.BufferStore) -> str | None:
+    """The word type that copies the vector store ``s`` in one access: a copy (see
+    :func:`_copied`) between two flat buffers of the same type, both indices contiguous
+    ramps whose first element is a multiple of the lanes in buffers at least that aligned;
+    else None (the store is written lane by lane)."""
+    src = _copied(s.value)
+    if src is None or len(s.indices) != 1 or len(src.indices) != 1:
+        return None
+    lanes = ir.lanes_of(s.value.dtype)
+    nbytes = lanes * ir.bits_of(s.value.dtype) // 8
+    word = _WORDS.get(nbytes)
+    if word is None or src.buffer.dtype != s.buffer.dtype:
+        return None
+    for buf, idx in ((s.buffer, s.indices[0]), (src.buffer, src.indices[0])):
+        if not (isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1)
+                and buf.elem_offset is None and buf.align >= nbytes
+                and _divisible(arith.simplify(idx.base), lanes)):
+            return None
+    return word
 
 
 def compile_ptx(source: str, arch: str = "sm_80", nvcc: str | None = None) -> str:

@@ -22,10 +22,13 @@ from toolchain.driver import lower
 from toolchain.errors import ScheduleError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
+from toolchain.schedules.gpu.gemm import wmma_tiles
 from toolchain.schedules.gpu.tensorcore import (
+    WmmaTiles,
     choose_wmma_tiles,
     tensor_core_intrinsics,
     try_tile_wmma,
+    wmma_shared_bytes,
 )
 from toolchain.target import load_target, parse_target
 from toolchain.tir import ir
@@ -99,7 +102,10 @@ def test_tiles_divide_the_shapes_or_are_refused() -> None:
     assert 48 % (16 * t.kf) == 0
     big = choose_wmma_tiles(4096, 4096, 4096, tc, SM80)
     by, bx, bk = 16 * big.wy * big.fm, 16 * big.wx * big.fn, 16 * big.kf
-    assert by * bx * 4 + 2 * (by + bx) * bk * 2 <= SM80.max_shared_memory_per_block
+    pad = big.pad
+    assert by * bx * 4 + 2 * (by * (bk + pad) + bk * (bx + pad)) * 2 == \
+        wmma_shared_bytes(big, tc) <= SM80.max_shared_memory_per_block
+    assert big.pad == 8 and big.vector == 8  # 128 threads: 64 x 32 and 32 x 64 in 16 bytes
     assert choose_wmma_tiles(40, 32, 32, tc, SM80) is None
 
 
@@ -199,6 +205,56 @@ def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> Non
     assert "nvcuda::wmma::mma_sync" in src and "kiln_wmma_acc " in src
     res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o")
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+#: tile variants (the knobs benchmarks/cuda.py --gemm-sweep turns) on a GEMM 128 x 96 x 64
+#: (M x K x N) they all divide: plain, padded + 16-byte fetches, 8 warps of 2 x 4
+#: fragments, single-buffered steps of 48 with 8-byte fetches, 2 warps of 4 x 2 and
+#: 4-byte fetches into rows padded by 16
+VARIANTS = [WmmaTiles(2, 2, 2, 2, 2), WmmaTiles(2, 2, 2, 2, 2, pad=8, vector=8),
+            WmmaTiles(4, 1, 2, 4, 2, pad=8, vector=8),
+            WmmaTiles(2, 2, 2, 2, 3, double_buffer=False, pad=8, vector=4),
+            WmmaTiles(1, 2, 4, 2, 1, pad=16, vector=2)]
+
+
+@pytest.mark.parametrize("tiles", VARIANTS, ids=WmmaTiles.label)
+def test_each_tile_variant_emulated_matches_the_reference(tiles: WmmaTiles,
+                                                          tmp_path: Path) -> None:
+    model, feeds = gemm_model(128, 96, 64)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    with wmma_tiles(tiles):
+        d = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False,
+                          emulate=True, precision="fp16")
+    src = (d / "src/kernels.c").read_text()
+    assert MMA_CALL in src
+    assert ("float16x" in src) == (tiles.vector > 1)  # the vectorized fetches
+    got = load_bundle(d)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
+
+
+def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
+    """The default kernel's operand tiles are padded (rows of 16 kf + 8 halves for A,
+    16 wx fn + 8 for B: the strides the fragment loads are specialised for) and fetched
+    with one 16-byte load and store a thread (``uint4``); a copy the renderer cannot prove
+    16-byte aligned stays lane by lane."""
+    from toolchain.codegen.backend import CUDABackend
+    from toolchain.codegen.cuda import CUDARenderer
+
+    sch = _wmma_gemm(64, 64, 64)  # 2 x 2 warps of 2 x 2 fragments, steps of 32
+    f = lower(sch, target=SM80)
+    art = CUDABackend().kernel(f, "g")
+    body = "\n".join(line for k in art.launches for line in k["body"])
+    assert body.count("*(uint4 *)") == 4  # A and B, first step and the next ones
+    assert "load_matrix_sync(a, A, 40)" in str(f.attrs) and \
+        "load_matrix_sync(b, B, 72)" in str(f.attrs)
+    assert "2 * 2560" in body and "2 * 2304" in body  # two halves of 64 x 40, 32 x 72
+    x = te.placeholder((64,), name="x", dtype="float16")
+    y = te.compute((56,), lambda i: x[i + 1], name="y")  # starts one half in: not aligned
+    s2 = Schedule(te.create_prim_func([x, y]))
+    _, v = s2.split(s2.get_loops(s2.get_block("y"))[0], [None, 8])
+    s2.vectorize(v)
+    src = CUDARenderer().render(lower(s2), name="shift").code
+    assert "uint4" not in src and "x[" in src
 
 
 @pytest.mark.gpu

@@ -96,6 +96,21 @@ class WmmaTiles:
     kf: int
     #: the A and B tiles double-buffered (the next step fetched during this one's products)
     double_buffer: bool = True
+    #: halves added to each row of the shared A and B tiles (0: none; 8 puts the 8 rows a
+    #: fragment load reads at once in 8 different 16-byte bank groups)
+    pad: int = 0
+    #: halves a thread fetches per access (8: one 16-byte load and store; 1: scalar)
+    vector: int = 1
+
+    def label(self) -> str:
+        """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
+        double buffer or ``sb``, padding, fetch width).
+
+        >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
+        '4x2w.2x2f.kf2.db.p8.v8'
+        """
+        return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
+                f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}")
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
@@ -149,19 +164,39 @@ def _is_gemm(beh: Any) -> bool:
     return ci == ai and cj == bj and ak == bk and len({ci, cj, ak}) == 3
 
 
+def wmma_shared_bytes(t: WmmaTiles, tc: TensorCore) -> int:
+    """Shared memory of the kernel with tiles ``t``: the block's float32 output tile and
+    one or two halves (double buffer) of each padded float16 operand tile."""
+    by, bx, bk = t.wy * t.fm * tc.m, t.wx * t.fn * tc.n, t.kf * tc.k
+    halves = 2 if t.double_buffer else 1
+    return by * bx * 4 + halves * (by * (bk + t.pad) + bk * (bx + t.pad)) * 2
+
+
+def fetch_vector(t: WmmaTiles, tc: TensorCore, warp: int, most: int = 8) -> int:
+    """The widest fetch (8, 4, 2 or 1 halves a thread) that splits both operand tiles
+    evenly over the block's threads."""
+    threads = t.wy * t.wx * warp
+    by, bx, bk = t.wy * t.fm * tc.m, t.wx * t.fn * tc.n, t.kf * tc.k
+    v = most
+    while v > 1 and ((by * bk) % (threads * v) or (bk * bx) % (threads * v)):
+        v //= 2
+    return v
+
+
 def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
                       target: Target) -> WmmaTiles | None:
     """The largest tiles (up to 4 x 2 warps, 2 x 2 fragments a warp, 2 steps of ``k``)
-    that divide the shapes, with fewer warps on ``y`` until the block's shared memory (the
-    float32 output tile and two halves of each operand's tile) fits the target's; None
-    when ``ext_y``, ``ext_x`` or ``ext_k`` is not a multiple of the fragment's.
+    that divide the shapes, with fewer warps on ``y`` until the block's shared memory
+    (:func:`wmma_shared_bytes`) fits the target's; operand rows padded by 8 halves and
+    fetched 8 halves (16 bytes) a thread where the tiles split so (:func:`fetch_vector`);
+    None when ``ext_y``, ``ext_x`` or ``ext_k`` is not a multiple of the fragment's.
 
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
     >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True)
+    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True, pad=8, vector=8)
     >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True)
+    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True, pad=8, vector=8)
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -177,19 +212,13 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
     smem = target.max_shared_memory_per_block or 48 * 1024
     fm = largest(ext_y, tc.m, 2)
     fn = largest(ext_x, tc.n, 2)
-    wy = largest(ext_y, tc.m * fm, 4)
-    wx = largest(ext_x, tc.n * fn, 2)
-    kf = largest(ext_k, tc.k, 2)
-
-    def shared(wy: int) -> int:
-        by, bx, bk = wy * fm * tc.m, wx * fn * tc.n, kf * tc.k
-        return by * bx * 4 + 2 * (by + bx) * bk * 2
-
-    while (wy * wx * warp > most or shared(wy) > smem) and wy > 1:
-        wy //= 2
-    if wy * wx * warp > most:
+    t = WmmaTiles(largest(ext_y, tc.m * fm, 4), largest(ext_x, tc.n * fn, 2), fm, fn,
+                  largest(ext_k, tc.k, 2), pad=8)
+    while (t.wy * t.wx * warp > most or wmma_shared_bytes(t, tc) > smem) and t.wy > 1:
+        t = replace(t, wy=t.wy // 2)
+    if t.wy * t.wx * warp > most:
         return None
-    return WmmaTiles(wy, wx, fm, fn, kf)
+    return replace(t, vector=fetch_vector(t, tc, warp))
 
 
 def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
@@ -250,14 +279,23 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     sch.unroll(sfy)
     sch.unroll(sfx)
     sch.tensorize(sy, tc.store)
-    # the write-back with the tail, and the fetches: all threads, lanes innermost
+    # the write-back with the tail, and the fetches: all threads, lanes innermost; each
+    # fetch t.vector halves a thread (a vectorized loop: one 16-byte access for 8) into
+    # rows padded by t.pad halves (storage_align: stride % 64 == (row + pad) % 64)
     for s, at in ((cs, bx), *((c, ko) for c in copies)):
         own = _own(sch, s, at)
+        row = ir.const_int(sch.get(own[-1]).extent)
         fused = sch.fuse(*own) if len(own) > 1 else own[0]
-        _, lz, ly, lx = sch.split(fused, [None, t.wy, t.wx, warp])
-        sch.bind(lz, "threadIdx.z")
-        sch.bind(ly, "threadIdx.y")
-        sch.bind(lx, "threadIdx.x")
+        vec = t.vector if s is not cs else 1
+        parts = sch.split(fused, [None, t.wy, t.wx, warp] + ([vec] if vec > 1 else []))
+        for lp, tag in zip(parts[1:4], ("threadIdx.z", "threadIdx.y", "threadIdx.x"),
+                           strict=True):
+            sch.bind(lp, tag)
+        if vec > 1:
+            sch.vectorize(parts[4])
+        if s is not cs and t.pad and row is not None:
+            nd = sch.get(s).writes[0].buffer.ndim
+            sch.storage_align(s, 0, axis=nd - 2, factor=64, offset=(row + t.pad) % 64)
     for loop, tag in (*init_warps, (swy, "threadIdx.z"),
                       (swx, "threadIdx.y"), (wy, "threadIdx.z"), (wx, "threadIdx.y"),
                       (by, "blockIdx.y"), (bx, "blockIdx.x")):
@@ -274,10 +312,12 @@ def _own(sch: Schedule, block: Any, at: Any) -> list[Any]:
     return loops[next(i for i, lp in enumerate(loops) if sch.get(lp).loop_var is var) + 1:]
 
 
-def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+def try_tile_wmma(sch: Schedule, block: Any, target: Target,
+                  tiles: WmmaTiles | None = None) -> Schedule | None:
     """:func:`tile_gemm_wmma` where the target has tensor cores, the block is a float16
     GEMM whose shapes the tiles divide and whose lowered kernel fits the target's shared
-    memory; else None (the caller keeps its other kernel)."""
+    memory; else None (the caller keeps its other kernel). ``tiles`` (the kernel's knobs)
+    instead of :func:`choose_wmma_tiles`: None too where they do not divide the shapes."""
     from toolchain.schedules.gpu.gemm import gemm_axes, lowered_shared_bytes
 
     tc = tensor_core_intrinsics(target)
@@ -295,10 +335,16 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     t = choose_wmma_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], tc, target)
     if t is None:
         return None
+    if tiles is not None:
+        if (ext[axes.y] % (tiles.wy * tiles.fm * tc.m) or ext[axes.x] % (tiles.wx * tiles.fn
+                                                                         * tc.n)
+                or ext[axes.reduce[0]] % (tiles.kf * tc.k)):
+            return None
+        t = tiles
     limit = target.max_shared_memory_per_block or 48 * 1024
-    for tiles in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
+    for cand in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
         try:
-            out = tile_gemm_wmma(sch, b, target, tc, tiles)
+            out = tile_gemm_wmma(sch, b, target, tc, cand)
             out.verify(target)
             # lowering also renders the intrinsics for the operands' strides (may refuse)
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
@@ -308,5 +354,5 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     return None
 
 
-__all__ = ["TensorCore", "WmmaTiles", "choose_wmma_tiles", "tensor_core_intrinsics",
-           "tile_gemm_wmma", "try_tile_wmma"]
+__all__ = ["TensorCore", "WmmaTiles", "choose_wmma_tiles", "fetch_vector",
+           "tensor_core_intrinsics", "tile_gemm_wmma", "try_tile_wmma", "wmma_shared_bytes"]
