@@ -6,6 +6,7 @@ references measured in the same run.
     python benchmarks/cuda.py --models resnet18 --gemm ''    # + PyTorch eager's ResNet-18
     python benchmarks/cuda.py --schedules tiled,generic   # both GPU schedules, one run
     python benchmarks/cuda.py --models '' --gemm 4096 --gemm-precision fp16   # tensor cores
+    python benchmarks/cuda.py --models '' --gemm '' --gemm-sweep 4096   # its tile variants
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -22,6 +23,17 @@ references measured in the same run.
   ``simt``), against PyTorch's float16 ``a @ b`` with float32 accumulation; the issue's
   goal is a kernel ratio of at most 1 / 0.7 = 1.43 at n = 4096.
 
+``--gemm-sweep N``: the fp16 tensor-core GEMM ``N``^3 built with the default tiles and
+each variant of ``--sweep-tiles`` (:data:`SWEEP`: the kernel's knobs -- warps a block,
+fragments a warp, the step ``kf``, double buffer, padding of the shared rows, halves a
+thread fetches at once), each one's kernel time and ratio to cuBLAS's fp16 kernel
+(measured once, same run); the fastest is the candidate for
+:func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`. The ``kernel ms`` columns
+are the GEMM kernel alone: the fp16 models have float16 inputs and output, so there is no
+Cast kernel to time with it (``kiln ms`` adds the host copies); Kiln's include one launch
+and a ``cudaDeviceSynchronize`` each (tens of microseconds: visible at n = 1024, not at
+4096), cuBLAS's are back-to-back launches between CUDA events.
+
 ``--schedules``: ``tiled`` (the default: the strategy table's tiled GEMM for the
 convolution, dense and matmul groups), ``generic`` (those groups as one thread per output,
 the schedule before the tiled GEMM existed: the GPU entries of
@@ -37,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import tempfile
 import time
@@ -53,6 +66,7 @@ from toolchain.bundle import compile_model, load_bundle  # noqa: E402
 from toolchain.bundle.host import gpu_available  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
+from toolchain.schedules.gpu.tensorcore import WmmaTiles  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
 SCHEDULES = ("tiled", "generic")
@@ -224,6 +238,73 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
                   f"{time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+#: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names):
+#: the kernel before padding and 16-byte fetches, each of the two alone, then larger block
+#: tiles (128 x 64 with 8 or 4 warps, 64 x 128 with 32 x 64 warp tiles) and a longer step,
+#: single-buffered where two halves would not fit the 48 KiB of static shared memory
+SWEEP = ("2x2w.2x2f.kf2.db.p0.v1", "2x2w.2x2f.kf2.db.p8.v1", "2x2w.2x2f.kf2.db.p0.v8",
+         "4x2w.2x2f.kf2.sb.p8.v8", "2x2w.4x2f.kf2.sb.p8.v8", "2x2w.2x4f.kf2.sb.p8.v8",
+         "2x4w.2x2f.kf2.sb.p8.v8", "2x2w.2x2f.kf4.sb.p8.v8", "4x2w.2x2f.kf1.db.p0.v8")
+
+
+def parse_tiles(label: str) -> WmmaTiles:
+    """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``."""
+    m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)", label)
+    if m is None:
+        raise SystemExit(f"--sweep-tiles: {label!r} is not a tile label such as "
+                         "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
+                         "padding, fetch width)")
+    wy, wx, fm, fn, kf, db, pad, vec = m.groups()
+    return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
+                     int(vec))
+
+
+def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:
+    """The fp16 tensor-core GEMM ``n``^3 built with each tile variant of ``labels`` (and
+    the default tiles first), each one's kernel time next to cuBLAS's fp16 GEMM measured
+    once in the same run: which knobs make the kernel fastest on this GPU."""
+    from toolchain.schedules.gpu.gemm import wmma_tiles
+    from toolchain.schedules.gpu.tensorcore import choose_wmma_tiles, tensor_core_intrinsics
+    from toolchain.target import load_target
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("\nPyTorch is not installed: no cuBLAS reference in this run")
+    else:
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float16)
+    b = rng.standard_normal((n, n)).astype(np.float16)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    kernel = _cublas(torch, a, b, repeat)[1] if torch is not None else np.nan
+    t = load_target(target)
+    default = choose_wmma_tiles(n, n, n, tensor_core_intrinsics(t), t)
+    print(f"\nfp16 GEMM {n}^3 tile sweep on {target} (cuBLAS fp16 kernel {kernel:.3f} ms; "
+          f"default tiles {default.label() if default else 'none'})")
+    print(f"{'tiles':>26s} {'kiln kernel ms':>15s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
+          f"{'max rel err':>12s}  kernel")
+    for label in ["default", *labels]:
+        t0 = time.perf_counter()
+        ctx = wmma_tiles(parse_tiles(label)) if label != "default" else contextlib.nullcontext()
+        try:
+            with ctx:
+                d = compile_model(_gemm_model(n, "fp16"), target, root / f"sweep{n}_{label}",
+                                  progress=False, force=True, precision="fp16")
+            mod = load_bundle(d)
+            got = mod({"A": a, "B": b})["C"]
+            kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
+        except Exception as e:  # noqa: BLE001 - one variant failing does not end the sweep
+            print(f"{label:>26s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        err = float(np.max(np.abs(got.astype(np.float32) - want)) / np.max(np.abs(want)))
+        kinds = ",".join(sorted({k.get("schedule", "?") for k in _kernel_kinds(d)}))
+        print(f"{label:>26s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
+              f"{err:12.2e}  {kinds} (compile+build {time.perf_counter() - t0:.0f} s)",
+              flush=True)
+
+
 def _kernel_kinds(bundle: Path) -> list[dict]:
     """What the bundle's kernels are (tensor cores or not): ``nvcuda::wmma`` in its
     source says whether the tensor-core kernel was chosen."""
@@ -242,7 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gemm-precision", default="fp32",
                     help="comma-separated: fp32 (TF32 off), fp16 (--precision fp16: tensor "
                          "cores, float32 sums; against cuBLAS fp16)")
+    ap.add_argument("--gemm-sweep", type=int, default=0, metavar="N",
+                    help="the fp16 tensor-core GEMM N^3 with each tile variant of "
+                         "--sweep-tiles (and the default tiles), against cuBLAS fp16")
+    ap.add_argument("--sweep-tiles", default=",".join(SWEEP),
+                    help="comma-separated tile labels (WmmaTiles.label(): "
+                         "4x2w.2x2f.kf2.db.p8.v8 = warps, fragments a warp, step, "
+                         "db|sb, padding, fetch width)")
     args = ap.parse_args(argv)
+    sweep_labels = [x for x in args.sweep_tiles.split(",") if x]
+    for label in sweep_labels:
+        parse_tiles(label)
     schedules = [s for s in args.schedules.split(",") if s]
     for s in schedules:
         if s not in SCHEDULES:
@@ -266,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(s) for s in args.gemm.split(",") if s]
         for p in precisions if sizes else ():
             gemm(sizes, args.target, Path(tmp), args.repeat, schedules, p)
+        if args.gemm_sweep:
+            gemm_sweep(args.gemm_sweep, args.target, Path(tmp), args.repeat, sweep_labels)
     return 0
 
 

@@ -7,11 +7,16 @@
 #      against cuBLAS fp16 (PyTorch, float32 accumulation) in the same run: the goal
 #      is "kernel ratio" <= 1.43 (>= 70 % of cuBLAS) at 4096; the `kernel` column says
 #      whether the tensor-core kernel was chosen (wmma) or the SIMT one;
-#   3. benchmarks/cuda.py with both GPU schedules in one run (tiled: the strategy table's
+#   3. the fp16 tensor-core GEMM at 4096 built with each tile variant of benchmarks/cuda.py's
+#      SWEEP (warps a block, fragments a warp, step, double buffer, shared-row padding,
+#      16-byte fetches) and the default tiles, each one's kernel ratio to cuBLAS fp16: the
+#      fastest row is the candidate default for choose_wmma_tiles;
+#   4. benchmarks/cuda.py with both GPU schedules in one run (tiled: the strategy table's
 #      tiled GEMM; generic: one thread per output) on ResNet-18 (+ PyTorch eager's where
 #      torch/torchvision are installed) and the transformer encoder, and the GEMM table
 #      against cuBLAS.
-# Each step has its own time limit so that the whole check ends within 9 minutes; the log
+# Each step has its own time limit, 560 s in all, so that the whole check ends inside one
+# 10-minute device command (steps 1, 2 and 4 took 36, 23 and 83 s on an H200); the log
 # is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output folder).
 #
 #   bash benchmarks/cuda_check.sh            # from the repository root or anywhere
@@ -34,12 +39,14 @@ step() {  # step SECONDS DESCRIPTION COMMAND...
 }
 
 nvidia-smi -L 2>&1 | tee -a "$log" || { echo "no NVIDIA GPU here" | tee -a "$log"; exit 1; }
-step 180 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
+step 120 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py
-step 110 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
+step 90 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
-step 250 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
+step 150 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
+    --models '' --gemm '' --gemm-sweep 4096 --repeat 20
+step 200 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
     --models resnet18,transformer_encoder --gemm 1024,2048,4096 --schedules tiled,generic \
     --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"

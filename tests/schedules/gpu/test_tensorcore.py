@@ -232,6 +232,30 @@ def test_each_tile_variant_emulated_matches_the_reference(tiles: WmmaTiles,
     assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
 
 
+def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
+    """``benchmarks/cuda.py --gemm-sweep 4096`` measures what it names: each label of its
+    SWEEP parses back to itself and gives the wmma kernel (inside the shared memory of a
+    block: no silent fall-back to the SIMT kernel) for the fp16 GEMM 4096^3 on sm_90."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda.py"
+    spec = importlib.util.spec_from_file_location("bench_cuda", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sm90 = load_target("cuda-sm90")
+    A = te.placeholder((4096, 4096), name="A", dtype="float16")
+    B = te.placeholder((4096, 4096), name="B", dtype="float16")
+    r = te.reduce_axis((0, 4096), name="k")
+    C = te.compute((4096, 4096), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    func = te.create_prim_func([A, B, C])
+    for label in bench.SWEEP:
+        tiles = bench.parse_tiles(label)
+        assert tiles.label() == label
+        assert wmma_shared_bytes(tiles, tensor_core_intrinsics(sm90)) <= \
+            sm90.max_shared_memory_per_block, label
+        assert try_tile_wmma(Schedule(func, sm90), "C", sm90, tiles) is not None, label
+
+
 def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
     """The default kernel's operand tiles are padded (rows of 16 kf + 8 halves for A,
     16 wx fn + 8 for B: the strides the fragment loads are specialised for) and fetched
