@@ -239,24 +239,29 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 
 
 #: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names):
-#: the kernel before padding and 16-byte fetches, each of the two alone, then larger block
-#: tiles (128 x 64 with 8 or 4 warps, 64 x 128 with 32 x 64 warp tiles) and a longer step,
-#: single-buffered where two halves would not fit the 48 KiB of static shared memory
-SWEEP = ("2x2w.2x2f.kf2.db.p0.v1", "2x2w.2x2f.kf2.db.p8.v1", "2x2w.2x2f.kf2.db.p0.v8",
-         "4x2w.2x2f.kf2.sb.p8.v8", "2x2w.4x2f.kf2.sb.p8.v8", "2x2w.2x4f.kf2.sb.p8.v8",
-         "2x4w.2x2f.kf2.sb.p8.v8", "2x2w.2x2f.kf4.sb.p8.v8", "4x2w.2x2f.kf1.db.p0.v8")
+#: the kernel as it was first measured (one product call per fragment, no padding,
+#: 2-byte fetches), then padding + 16-byte fetches with per-fragment calls, one warp-tile
+#: call without padding, larger block tiles (128 x 64 with 8 or 4 warps, 64 x 128 with
+#: 32 x 64 warp tiles, 2 warps of 64 x 64) and a longer step, single-buffered (``sb``)
+#: where two halves would not fit the 48 KiB of static shared memory with the float32
+#: output tile
+SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "2x2w.2x2f.kf2.db.p8.v8.frag",
+         "2x2w.2x2f.kf2.db.p0.v8", "4x2w.2x2f.kf2.sb.p8.v8", "2x2w.4x2f.kf2.sb.p8.v8",
+         "2x2w.2x4f.kf2.sb.p8.v8", "2x2w.2x2f.kf4.sb.p8.v8", "1x2w.4x4f.kf2.sb.p8.v8",
+         "2x1w.4x4f.kf2.sb.p8.v8")
 
 
 def parse_tiles(label: str) -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``."""
-    m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)", label)
+    m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
+                     r"(\.frag)?", label)
     if m is None:
         raise SystemExit(f"--sweep-tiles: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
-                         "padding, fetch width)")
-    wy, wx, fm, fn, kf, db, pad, vec = m.groups()
+                         "padding, fetch width, optional .frag)")
+    wy, wx, fm, fn, kf, db, pad, vec, frag = m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
-                     int(vec))
+                     int(vec), frag is None)
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:
@@ -329,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep-tiles", default=",".join(SWEEP),
                     help="comma-separated tile labels (WmmaTiles.label(): "
                          "4x2w.2x2f.kf2.db.p8.v8 = warps, fragments a warp, step, "
-                         "db|sb, padding, fetch width)")
+                         "db|sb, padding, fetch width; .frag: a product call a fragment)")
     args = ap.parse_args(argv)
     sweep_labels = [x for x in args.sweep_tiles.split(",") if x]
     for label in sweep_labels:

@@ -6,7 +6,9 @@ GPU where there is one. Tolerance: ``FP16_TOL`` (tests/bundle/test_cuda_fp16.py 
 
 from __future__ import annotations
 
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +41,7 @@ from toolchain.tir.transform.inject_barriers import is_barrier
 
 NVCC = shutil.which("nvcc")
 SM80 = load_target("cuda-sm80")
-MMA_CALL = "kiln_wmma_f16_16x16x16_"
+MMA_CALL = "kiln_wmma_f16_"  # the products (16 x 16 x 16 or a warp tile), not fill/store
 
 
 def _batch_matmul() -> tuple[object, dict]:
@@ -129,13 +131,13 @@ def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
         sch.set_dtype(sch.get_block("C"), 0, "float16")
 
 
-def _wmma_gemm(m: int, n: int, k: int) -> Schedule:
+def _wmma_gemm(m: int, n: int, k: int, tiles: WmmaTiles | None = None) -> Schedule:
     """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores."""
     A = te.placeholder((m, k), name="A", dtype="float16")
     B = te.placeholder((k, n), name="B", dtype="float16")
     r = te.reduce_axis((0, k), name="k")
     C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80, tiles)
     assert sch is not None
     return sch
 
@@ -158,15 +160,23 @@ def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
 def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
     """The CUDA renderer passes an intrinsic the fragment of its 16 x 16 tile (the
     emulation, which keeps fragments as float tiles, cannot check this): for a warp tile
-    of 2 x 2 fragments, the four products of a step name fragments 0..3, each once, and
-    the fill and the store name the same four."""
+    of 2 x 2 fragments called one at a time (``warp_mma=False``), the four products of a
+    step name fragments 0..3, each once, and the fill and the store name the same four;
+    called as one warp tile (the default), each step's call names fragment 0, and the
+    intrinsic's own body reaches the other three (``C[x * 2 + y]``)."""
     from toolchain.codegen.backend import CUDABackend
 
-    sch = _wmma_gemm(64, 64, 32)
+    tiles = WmmaTiles(2, 2, 2, 2, 2, pad=8, vector=8)
+    f = lower(_wmma_gemm(64, 64, 32, tiles), target=SM80)
+    warp = CUDABackend().kernel(f, "g")
+    body = "\n".join(line for k in warp.launches for line in k["body"])
+    calls = re.findall(r"kiln_wmma_f16_32x32x16_[0-9a-f]{8}\([^;]*?"
+                       r"&C_shared_wmma_accumulator\[([^\]]*)\]", body)
+    assert len(calls) == 2 and all(eval(c.replace("/", "//")) == 0 for c in calls)  # noqa: S307
+    assert "mma_sync(C[x * 2 + y], a[x], b[y], C[x * 2 + y])" in str(f.attrs)
+    sch = _wmma_gemm(64, 64, 32, replace(tiles, warp_mma=False))
     art = CUDABackend().kernel(lower(sch, target=SM80), "g")
     body = "\n".join(line for k in art.launches for line in k["body"])
-    import re
-
     frags: dict[str, list[int]] = {}
     for fn, expr in re.findall(r"(kiln_wmma_\w+?)_[0-9a-f]{8}\([^;]*?"
                                r"&C_shared_wmma_accumulator\[([^\]]*)\]", body):
@@ -269,8 +279,8 @@ def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
     art = CUDABackend().kernel(f, "g")
     body = "\n".join(line for k in art.launches for line in k["body"])
     assert body.count("*(uint4 *)") == 4  # A and B, first step and the next ones
-    assert "load_matrix_sync(a, A, 40)" in str(f.attrs) and \
-        "load_matrix_sync(b, B, 72)" in str(f.attrs)
+    assert "load_matrix_sync(a[x], A + x * 640, 40)" in str(f.attrs) and \
+        "load_matrix_sync(b[y], B + y * 16, 72)" in str(f.attrs)
     assert "2 * 2560" in body and "2 * 2304" in body  # two halves of 64 x 40, 32 x 72
     x = te.placeholder((64,), name="x", dtype="float16")
     y = te.compute((56,), lambda i: x[i + 1], name="y")  # starts one half in: not aligned

@@ -5,17 +5,25 @@ intrinsics for three behaviours -- zeroing an accumulator fragment (``C[i, j] = 
 ``*accumulator`` scope), a float16 x float16 -> float32 multiply-accumulate into one
 (``C[i, j] += A[i, k] * B[k, j]``) and the store of a fragment to shared memory
 (``D[i, j] = C[i, j]``) -- never at the target's name. ``cuda-sm80`` / ``cuda-sm90``
-declare them as ``wmma`` 16 x 16 x 16 (``targets/cuda-sm80.yaml``).
+declare them as ``wmma`` 16 x 16 x 16 (``targets/cuda-sm80.yaml``), and the same product
+over a warp tile of 2 x 2, 4 x 2, 2 x 4 and 4 x 4 fragments (``wmma_f16_32x32x16`` ...:
+one call loads each A and B fragment of a 16-deep slice once and makes ``fm * fn``
+products; ``TensorCore.warp_mma``, found by the same behaviour with larger extents).
 
 The kernel (:func:`tile_gemm_wmma`) for a block of ``wy x wx`` warps, each warp a
-``16 fm x 16 fn`` tile of C (``fm x fn`` fragments), the reduction in steps of ``16 kf``:
+``16 fm x 16 fn`` tile of C (``fm x fn`` fragments), the reduction in steps of ``16 kf``
+(the knobs: :class:`WmmaTiles`):
 
 - ``C`` staged twice: ``C_shared`` (a float32 tile of the block, the element-wise tail
   folded into its write-back) filled from ``C_frag`` (``wmma.accumulator``, the warp's
   fragments); ``set_dtype(.., "float32")`` makes the sum float32;
 - per step the block fetches the A and B tiles into shared memory (float16, two halves:
-  the next step's fetched during this one's products), all its threads cooperating, then
-  each warp runs ``fm * fn * kf`` tensorized 16 x 16 x 16 products;
+  the next step's fetched during this one's products), all its threads cooperating,
+  ``vector`` halves a thread at once (8: one 16-byte load and store), into rows padded by
+  ``pad`` halves (``storage_align``: the 8 rows a fragment load reads at once fall in 8
+  different bank groups); then each warp makes ``kf`` warp-tile products (or, where the
+  target declares none for ``fm x fn`` or ``warp_mma`` is off, ``fm * fn * kf``
+  16 x 16 x 16 ones);
 - at the end each warp stores its fragments to ``C_shared`` (tensorized), and all threads
   write the block's tile out with the tail.
 
@@ -33,17 +41,18 @@ sums in float32 on float16 storage). Before (a float16 ``MatMul`` 64 x 32 x 64):
         with T.block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
 
 after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn`` = 2,
-``kf`` = 2; the fetches and the fragments' store left out)::
+``kf`` = 2; the fetches and the fragments' fill and store left out)::
 
     for k_0 in range(1):
-        ... A_shared, B_shared fetched by 128 threads ...
+        ... A_shared (64 x 32, rows of 40), B_shared (32 x 64, rows of 72) fetched by
+            128 threads, 8 halves each at once ...
         for i_1 in T.thread_binding(2, thread="threadIdx.z"):
             for j_1 in T.thread_binding(2, thread="threadIdx.y"):
-                for k_1, i_2, j_2 in T.grid(2, 2, 2):
-                    T.call_extern("int32", "kiln_wmma_f16_16x16x16",
-                        T.address_of(A_shared[i_1 * 32 + i_2 * 16, k_1 * 16]),
-                        T.address_of(B_shared[k_1 * 16, j_1 * 32 + j_2 * 16]),
-                        T.address_of(C_frag[i_1 * 32 + i_2 * 16, j_1 * 32 + j_2 * 16]))
+                for k_1 in T.unroll(2):
+                    T.call_extern("int32", "kiln_wmma_f16_32x32x16",
+                        T.address_of(A_shared[i_1 * 32, k_1 * 16]),
+                        T.address_of(B_shared[k_1 * 16, j_1 * 32]),
+                        T.address_of(C_frag[i_1 * 32, j_1 * 32]))
 
 >>> from toolchain import te
 >>> from toolchain.target import load_target
@@ -54,7 +63,7 @@ after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn``
 >>> C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
 >>> t = load_target("cuda-sm80")
 >>> sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), t), "C", t)
->>> "kiln_wmma_f16_16x16x16" in str(sch.mod)
+>>> "kiln_wmma_f16_32x32x16" in str(sch.mod)
 True
 """
 
@@ -82,6 +91,13 @@ class TensorCore:
     n: int
     k: int
     accumulator: str  # the fragments' memory scope
+    #: (fm, fn) -> the product over a warp tile of fm x fn fragments in one call (each
+    #: operand fragment loaded once), where the target declares one
+    warp_mma: tuple[tuple[tuple[int, int], str], ...] = ()
+
+    def warp_product(self, fm: int, fn: int) -> str | None:
+        """The intrinsic for an ``fm x fn``-fragment warp tile, or None."""
+        return dict(self.warp_mma).get((fm, fn))
 
 
 @dataclass(frozen=True)
@@ -101,16 +117,21 @@ class WmmaTiles:
     pad: int = 0
     #: halves a thread fetches per access (8: one 16-byte load and store; 1: scalar)
     vector: int = 1
+    #: one call for the warp's fm x fn fragments where the target declares that product
+    #: (each operand fragment loaded once a k slice); False: one call per fragment
+    warp_mma: bool = True
 
     def label(self) -> str:
         """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
-        double buffer or ``sb``, padding, fetch width).
+        double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
+        call per fragment).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
         """
         return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
-                f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}")
+                f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
+                f"{'' if self.warp_mma else '.frag'}")
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
@@ -124,8 +145,8 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
     >>> tensor_core_intrinsics(load_target("c-generic")) is None
     True
     """
-    fill = mma = store = None
-    shape, scope = None, None
+    fill = store = None
+    products: dict[tuple[int, int, int], tuple[str, str]] = {}  # shape -> (name, scope)
     for name, spec in target.intrinsics.items():
         if "instruction" in spec:
             continue
@@ -140,18 +161,23 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
             a, b = beh.inputs()
             if (dtypes.get(a.name), dtypes.get(b.name), dtypes.get(out)) == (
                     "float16", "float16", "float32") and _is_gemm(beh):
-                mma, scope = name, scopes[out]
                 shape = tuple(ext[v.terms[0][0]] for v in (a.index[0], b.index[1], a.index[1]))
+                products[shape] = (name, scopes[out])
         elif not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
             fill = name
         elif (not beh.accumulate and isinstance(beh.expr, Access)
               and scopes.get(out) == "shared" and dtypes.get(out) == "float32"):
             store = name
-    if fill is None or mma is None or store is None or shape is None or scope is None:
+    if fill is None or store is None or not products:
         return None
-    m, n, k = shape
+    m, n, k = min(products, key=lambda sh: sh[0] * sh[1] * sh[2])  # the fragment's
+    mma, scope = products[(m, n, k)]
+    warp = tuple(sorted(((sm // m, sn // n), target.intrinsic(name))
+                        for (sm, sn, sk), (name, sc) in products.items()
+                        if sk == k and sc == scope and sm % m == 0 and sn % n == 0
+                        and (sm, sn) != (m, n)))
     return TensorCore(target.intrinsic(fill), target.intrinsic(mma), target.intrinsic(store),
-                      m, n, k, scope)
+                      m, n, k, scope, warp)
 
 
 def _is_gemm(beh: Any) -> bool:
@@ -194,9 +220,9 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
     >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True, pad=8, vector=8)
+    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True, pad=8, vector=8, warp_mma=True)
     >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True, pad=8, vector=8)
+    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True, pad=8, vector=8, warp_mma=True)
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -243,10 +269,17 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)
     others = [loops[i] for i in axes.others]
-    by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
-    bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
+    product = tc.warp_product(t.fm, t.fn) if t.warp_mma else None
+    if product is not None:  # one call a warp tile: (16 fm) x (16 fn) x 16 under kf
+        by, wy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm * tc.m])
+        bx, wx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn * tc.n])
+        frags: tuple[Any, ...] = ()
+    else:  # one call a fragment: 16 x 16 x 16 under kf, fy, fx
+        by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
+        bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
+        frags = (fy, fx)
     ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
-    sch.reorder(*others, by, bx, ko, wy, wx, kf, fy, fx, yi, xi, ki)
+    sch.reorder(*others, by, bx, ko, wy, wx, kf, *frags, yi, xi, ki)
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
@@ -257,20 +290,29 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
                   sch.get(wx).loop_var.name + "_init": "threadIdx.y"}
     init = sch.decompose_reduction(b, ko)
-    # the init block's loops: copies of the spatial loops under ko (wy, wx, fy, fx, yi,
+    # the init block's loops: copies of the spatial loops under ko (wy, wx, [fy, fx,] yi,
     # xi; those of extent 1 left out), the tile's two innermost
     init_loops = sch.get_loops(init)
     init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
                   if sch.get(lp).loop_var.name in warp_names]
     # the fragment loops unrolled: a fragment array indexed by constants stays in registers
-    frag_names = {sch.get(lp).loop_var.name + "_init" for lp in (fy, fx)}
-    for lp in init_loops[:-2]:
-        if sch.get(lp).loop_var.name in frag_names:
+    if product is not None:  # the warp tile's rows and columns split into fragments
+        iy, ix = init_loops[-2:]
+        ify, iyi = sch.split(iy, [t.fm, tc.m])
+        ifx, ixi = sch.split(ix, [t.fn, tc.n])
+        sch.reorder(ify, ifx, iyi, ixi)
+        init_frags, fill_at = [ify, ifx], iyi
+    else:
+        frag_names = {sch.get(lp).loop_var.name + "_init" for lp in frags}
+        init_frags = [lp for lp in init_loops[:-2] if sch.get(lp).loop_var.name in frag_names]
+        fill_at = init_loops[-2]
+    for lp in init_frags:
+        if ir.const_int(sch.get(lp).extent) != 1:
             sch.unroll(lp)
-    sch.tensorize(init_loops[-2], tc.fill)
-    for lp in (kf, fy, fx):
+    sch.tensorize(fill_at, tc.fill)
+    for lp in (kf, *frags):
         sch.unroll(lp)
-    sch.tensorize(yi, tc.mma)
+    sch.tensorize(yi, product or tc.mma)
     # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
     ay, ax = _own(sch, cf, bx)
     swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
