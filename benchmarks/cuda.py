@@ -240,15 +240,17 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 
 #: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names):
 #: the kernel as it was first measured (one product call per fragment, no padding,
-#: 2-byte fetches), then padding + 16-byte fetches with per-fragment calls, one warp-tile
-#: call without padding, larger block tiles (128 x 64 with 8 or 4 warps, 64 x 128 with
-#: 32 x 64 warp tiles, 2 warps of 64 x 64) and a longer step, single-buffered (``sb``)
-#: where two halves would not fit the 48 KiB of static shared memory with the float32
-#: output tile
+#: 2-byte fetches), padding + 16-byte fetches with per-fragment calls, one warp-tile call
+#: without padding; block tiles inside the 48 KiB of static shared memory (128 x 64 and
+#: 64 x 128, single-buffered: ``sb``); then beyond it, in dynamic shared memory (the
+#: launcher opts in: up to 227 KiB on sm_90): 128 x 64 double-buffered, 128 x 128 with
+#: 8 warps of 32 x 64 or 64 x 32 or 4 warps of 64 x 64, 128 x 128 with steps of 64,
+#: 128 x 256 (16 warps) and 256 x 128 (8 warps of 64 x 64)
 SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "2x2w.2x2f.kf2.db.p8.v8.frag",
-         "2x2w.2x2f.kf2.db.p0.v8", "4x2w.2x2f.kf2.sb.p8.v8", "2x2w.4x2f.kf2.sb.p8.v8",
-         "2x2w.2x4f.kf2.sb.p8.v8", "2x2w.2x2f.kf4.sb.p8.v8", "1x2w.4x4f.kf2.sb.p8.v8",
-         "2x1w.4x4f.kf2.sb.p8.v8")
+         "2x2w.2x2f.kf2.db.p0.v8", "4x2w.2x2f.kf2.sb.p8.v8", "2x2w.2x4f.kf2.sb.p8.v8",
+         "4x2w.2x2f.kf2.db.p8.v8", "4x2w.2x4f.kf2.db.p8.v8", "2x4w.4x2f.kf2.db.p8.v8",
+         "2x2w.4x4f.kf2.db.p8.v8", "4x2w.2x4f.kf4.db.p8.v8", "4x4w.2x4f.kf2.db.p8.v8",
+         "4x2w.4x4f.kf2.db.p8.v8")
 
 
 def parse_tiles(label: str) -> WmmaTiles:

@@ -103,7 +103,8 @@ def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, A
         args = [f"({t} *){a}" for t, a in zip(src.param_types, places, strict=True)]
         out.append({"index": call["index"], "kernel": src.name, "comment": call["comment"],
                     "launches": [{"name": ln["name"], "grid": ln["grid"],
-                                  "block": ln["block"], "args": args}
+                                  "block": ln["block"], "smem": ln.get("smem", 0),
+                                  "args": args}
                                  for ln in src.launches]})
     return out
 

@@ -85,6 +85,13 @@ class CUDARenderer(CStyleRenderer):
     vector_locals: ClassVar[bool] = False
     #: CUDA's own expf / erff / tanhf are fast device functions
     fast_math: ClassVar[bool] = False
+    #: the most bytes of static ``__shared__`` arrays a kernel may declare (CUDA's limit
+    #: on every architecture); a kernel whose shared buffers need more takes them from
+    #: dynamic shared memory (``extern __shared__``, sized at launch: the kernel's
+    #: ``smem``), which a target may offer up to its ``max_shared_memory_per_block_optin``
+    static_smem_bytes: ClassVar[int] = 48 * 1024
+    #: alignment of each shared buffer carved out of dynamic shared memory
+    smem_align: ClassVar[int] = 128
     type_map: ClassVar[dict[str, str]] = {**CStyleRenderer.type_map, "float16": "__half"}
     code_for_workitem: ClassVar[dict[str, str]] = {
         f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
@@ -96,6 +103,9 @@ class CUDARenderer(CStyleRenderer):
         #: ``__restrict__`` on every pointer parameter (True), none (False), or all but
         #: these positions (the pair a memory plan puts in one buffer)
         self.restricted = restrict
+        #: the kernel being rendered: its shared buffers' byte offsets in dynamic shared
+        #: memory (empty: static ``__shared__`` arrays)
+        self.dynamic_smem: dict[ir.Var, int] = {}
 
     def param_qualifier(self, index: int) -> str:
         r = self.restricted
@@ -131,13 +141,45 @@ class CUDARenderer(CStyleRenderer):
             launch.visit_stmt(item)
             grid = [self._dim(launch.extents, f"blockIdx.{a}") for a in "xyz"]
             block = [self._dim(launch.extents, f"threadIdx.{a}") for a in "xyz"]
+            self.dynamic_smem, smem = self._carve_shared(item)
+            if smem:
+                self.emit(f"extern __shared__ __align__({self.smem_align}) unsigned char "
+                          "kiln_smem[];")
             self.stmt(item)
             threads = 1
             for b in block:
                 threads *= int(b) if b.isdigit() else 1024
             kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
-                            "threads": min(threads, 1024), "body": self.lines})
+                            "threads": min(threads, 1024), "smem": smem,
+                            "body": self.lines})
+        self.dynamic_smem = {}
         return params, extra, kernels
+
+    def _carve_shared(self, kernel: ir.Stmt) -> tuple[dict[ir.Var, int], int]:
+        """Where a kernel's shared buffers lie in dynamic shared memory, and its bytes:
+        ``({}, 0)`` when their static arrays fit :attr:`static_smem_bytes`; else each
+        buffer at its own offset (aligned to :attr:`smem_align`, none reused)."""
+        found: list[ir.Buffer] = []
+
+        class _Shared(StmtExprVisitor):
+            def visit_Allocate(self, s: ir.Allocate) -> None:
+                if s.buffer.scope == "shared" and all(s.buffer.data is not b.data
+                                                      for b in found):
+                    found.append(s.buffer)
+                super().visit_Allocate(s)
+
+        _Shared().visit_stmt(kernel)
+        offsets, total = {}, 0
+        for buf in found:
+            n = ir.const_int(buf.shape[0]) if len(buf.shape) == 1 else None
+            if n is None:
+                return {}, 0  # not flattened or symbolic: the static path reports it
+            offsets[buf.data] = total
+            total += -(-n * ir.bits_of(buf.dtype) // 8 // self.smem_align) * self.smem_align
+        static = sum(ir.const_int(b.shape[0]) * ir.bits_of(b.dtype) // 8 for b in found)
+        if static <= self.static_smem_bytes:
+            return {}, 0
+        return offsets, total
 
     def _dim(self, extents: dict[str, ir.PrimExpr], tag: str) -> str:
         return self.expr(extents[tag]) if tag in extents else "1"
@@ -177,6 +219,16 @@ class CUDARenderer(CStyleRenderer):
 
     def stmt_Allocate(self, s: ir.Allocate) -> None:
         buf = s.buffer
+        if buf.data in self.dynamic_smem:  # a slice of the kernel's dynamic shared memory
+            et = self.ctype(buf.dtype)
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"{et} *{self.names(buf.data, buf.name)} = ({et} *)(kiln_smem + "
+                      f"{self.dynamic_smem[buf.data]});")
+            self.stmt(s.body)
+            self.indent -= 1
+            self.emit("}")
+            return
         if not buf.scope.startswith("wmma."):
             super().stmt_Allocate(s)
             return

@@ -244,8 +244,9 @@ def test_each_tile_variant_emulated_matches_the_reference(tiles: WmmaTiles,
 
 def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
     """``benchmarks/cuda.py --gemm-sweep 4096`` measures what it names: each label of its
-    SWEEP parses back to itself and gives the wmma kernel (inside the shared memory of a
-    block: no silent fall-back to the SIMT kernel) for the fp16 GEMM 4096^3 on sm_90."""
+    SWEEP parses back to itself and gives the wmma kernel (inside the shared memory a
+    block may opt in to: no silent fall-back to the SIMT kernel) for the fp16 GEMM
+    4096^3 on sm_90."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda.py"
@@ -262,8 +263,40 @@ def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
         tiles = bench.parse_tiles(label)
         assert tiles.label() == label
         assert wmma_shared_bytes(tiles, tensor_core_intrinsics(sm90)) <= \
-            sm90.max_shared_memory_per_block, label
+            sm90.max_shared_memory_per_block_optin, label
         assert try_tile_wmma(Schedule(func, sm90), "C", sm90, tiles) is not None, label
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_tiles_beyond_48_kib_take_dynamic_shared_memory(tmp_path: Path) -> None:
+    """A 128 x 128 block tile (2 x 2 warps of 4 x 4 fragments: 64 KiB of float32 output
+    tile + two halves of each padded operand tile, 101 KiB) is past CUDA's 48 KiB of
+    static shared memory: the schedule opts in (``DYNAMIC_SHARED_MEMORY`` on its block
+    loop: the limit checked is the target's opt-in amount), the kernel carves its shared
+    buffers out of ``extern __shared__`` memory, the launcher raises the kernel's limit
+    once and passes the bytes at launch; the emulation matches the reference and nvcc
+    builds the kernels and the launcher."""
+    tiles = WmmaTiles(2, 2, 4, 4, 2, pad=8, vector=8)
+    need = wmma_shared_bytes(tiles, tensor_core_intrinsics(SM80))
+    assert need > SM80.max_shared_memory_per_block
+    model, feeds = gemm_model(128, 64, 128)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    with wmma_tiles(tiles):
+        emu = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False,
+                            emulate=True, precision="fp16")
+        d = compile_model(model, "cuda-sm80", tmp_path / "cu", progress=False,
+                          precision="fp16")
+    got = load_bundle(emu)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
+    src = (d / "src/kernels.cu").read_text()
+    assert "kiln_wmma_f16_64x64x16_" in src and "extern __shared__" in src
+    assert "__shared__ float" not in src and "__shared__ __half" not in src
+    launcher = (d / "src/gemm.cu").read_text()
+    assert f"cudaFuncAttributeMaxDynamicSharedMemorySize, {need})" in launcher
+    assert f"dim3(32, 2, 2), {need}>>>" in launcher
+    for source in ("src/kernels.cu", "src/gemm.cu"):
+        res = nvcc_object(d, source, tmp_path / "o.o")
+        assert res.returncode == 0, res.stderr[-3000:]
 
 
 def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:

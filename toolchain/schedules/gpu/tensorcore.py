@@ -78,6 +78,7 @@ from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule.gpu import DYNAMIC_SHARED_MEMORY
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,9 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
         frags = (fy, fx)
     ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
     sch.reorder(*others, by, bx, ko, wy, wx, kf, *frags, yi, xi, ki)
+    static = target.max_shared_memory_per_block or 48 * 1024
+    if wmma_shared_bytes(t, tc) > static:  # beyond the static 48 KiB: opt in (dynamic)
+        sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
@@ -347,6 +351,14 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     return sch
 
 
+def _smem_limit(target: Target, need: int) -> int:
+    """The shared memory the kernel may use: the target's static amount, or the amount a
+    block may opt in to (dynamic shared memory) where ``need`` is beyond the static."""
+    static = target.max_shared_memory_per_block or 48 * 1024
+    optin = target.max_shared_memory_per_block_optin
+    return optin if optin and need > static else static
+
+
 def _own(sch: Schedule, block: Any, at: Any) -> list[Any]:
     """The loops of ``block`` under loop ``at``."""
     var = sch.get(at).loop_var
@@ -383,8 +395,8 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
                 or ext[axes.reduce[0]] % (tiles.kf * tc.k)):
             return None
         t = tiles
-    limit = target.max_shared_memory_per_block or 48 * 1024
     for cand in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
+        limit = _smem_limit(target, wmma_shared_bytes(cand, tc))
         try:
             out = tile_gemm_wmma(sch, b, target, tc, cand)
             out.verify(target)
