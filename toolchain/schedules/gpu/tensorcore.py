@@ -210,20 +210,47 @@ def fetch_vector(t: WmmaTiles, tc: TensorCore, warp: int, most: int = 8) -> int:
     return v
 
 
+@dataclass(frozen=True)
+class WmmaCaps:
+    """The largest tiles :func:`choose_wmma_tiles` starts from (each halved where it does
+    not divide the shape), the padding of the shared rows, and whether the tiles may use
+    the shared memory a block can opt in to (dynamic shared memory) or only the static
+    amount."""
+
+    wy: int = 4
+    wx: int = 2
+    fm: int = 2
+    fn: int = 2
+    kf: int = 2
+    pad: int = 8
+    optin: bool = False
+
+
+#: the default tensor-core tiles' caps: the kernel first measured on an H200 had 2 x 2
+#: warps of 2 x 2 fragments; ``benchmarks/cuda.py --gemm-sweep`` measures the others
+#: (docs/tensor_cores.md): set these from its figures
+DEFAULT_CAPS = WmmaCaps()
+
+
 def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
-                      target: Target) -> WmmaTiles | None:
-    """The largest tiles (up to 4 x 2 warps, 2 x 2 fragments a warp, 2 steps of ``k``)
-    that divide the shapes, with fewer warps on ``y`` until the block's shared memory
-    (:func:`wmma_shared_bytes`) fits the target's; operand rows padded by 8 halves and
-    fetched 8 halves (16 bytes) a thread where the tiles split so (:func:`fetch_vector`);
-    None when ``ext_y``, ``ext_x`` or ``ext_k`` is not a multiple of the fragment's.
+                      target: Target, caps: WmmaCaps = DEFAULT_CAPS) -> WmmaTiles | None:
+    """The largest tiles up to ``caps`` (:data:`DEFAULT_CAPS`: 4 x 2 warps, 2 x 2
+    fragments a warp, 2 steps of ``k``) that divide the shapes, then fewer warps on ``y``,
+    on ``x``, fewer fragments, until the block's threads and shared memory
+    (:func:`wmma_shared_bytes`; the opt-in amount where ``caps.optin``) fit the target's;
+    operand rows padded by ``caps.pad`` halves and fetched 8 halves (16 bytes) a thread
+    where the tiles split so (:func:`fetch_vector`); None when ``ext_y``, ``ext_x`` or
+    ``ext_k`` is not a multiple of the fragment's.
 
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
-    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True, pad=8, vector=8, warp_mma=True)
-    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True, pad=8, vector=8, warp_mma=True)
+    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t).label()
+    '2x2w.2x2f.kf2.db.p8.v8'
+    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t).label()
+    '1x1w.1x1f.kf1.db.p8.v8'
+    >>> big = WmmaCaps(wy=4, wx=2, fm=2, fn=4, optin=True)  # 128 x 128, 101 KiB
+    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t, big).label()
+    '4x2w.2x4f.kf2.db.p8.v8'
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -237,14 +264,19 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
         return f
 
     smem = target.max_shared_memory_per_block or 48 * 1024
-    fm = largest(ext_y, tc.m, 2)
-    fn = largest(ext_x, tc.n, 2)
-    t = WmmaTiles(largest(ext_y, tc.m * fm, 4), largest(ext_x, tc.n * fn, 2), fm, fn,
-                  largest(ext_k, tc.k, 2), pad=8)
-    while (t.wy * t.wx * warp > most or wmma_shared_bytes(t, tc) > smem) and t.wy > 1:
-        t = replace(t, wy=t.wy // 2)
-    if t.wy * t.wx * warp > most:
-        return None
+    if caps.optin and target.max_shared_memory_per_block_optin:
+        smem = target.max_shared_memory_per_block_optin
+    fm = largest(ext_y, tc.m, caps.fm)
+    fn = largest(ext_x, tc.n, caps.fn)
+    t = WmmaTiles(largest(ext_y, tc.m * fm, caps.wy), largest(ext_x, tc.n * fn, caps.wx),
+                  fm, fn, largest(ext_k, tc.k, caps.kf), pad=caps.pad)
+    while t.wy * t.wx * warp > most or wmma_shared_bytes(t, tc) > smem:
+        for knob in ("wy", "wx", "fn", "fm"):
+            if getattr(t, knob) > 1:
+                t = replace(t, **{knob: getattr(t, knob) // 2})
+                break
+        else:
+            return None
     return replace(t, vector=fetch_vector(t, tc, warp))
 
 
@@ -408,5 +440,6 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
     return None
 
 
-__all__ = ["TensorCore", "WmmaTiles", "choose_wmma_tiles", "fetch_vector",
-           "tensor_core_intrinsics", "tile_gemm_wmma", "try_tile_wmma", "wmma_shared_bytes"]
+__all__ = ["DEFAULT_CAPS", "TensorCore", "WmmaCaps", "WmmaTiles", "choose_wmma_tiles",
+           "fetch_vector", "tensor_core_intrinsics", "tile_gemm_wmma", "try_tile_wmma",
+           "wmma_shared_bytes"]
