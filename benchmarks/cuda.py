@@ -238,32 +238,34 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
                   f"{time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-#: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names):
-#: the kernel as it was first measured (one product call per fragment, no padding,
-#: 2-byte fetches), padding + 16-byte fetches with per-fragment calls, one warp-tile call
-#: without padding; block tiles inside the 48 KiB of static shared memory (128 x 64 and
-#: 64 x 128, single-buffered: ``sb``); then beyond it, in dynamic shared memory (the
-#: launcher opts in: up to 227 KiB on sm_90): 128 x 64 double-buffered, 128 x 128 with
-#: 8 warps of 32 x 64 or 64 x 32 or 4 warps of 64 x 64, 128 x 128 with steps of 64,
-#: 128 x 256 (16 warps) and 256 x 128 (8 warps of 64 x 64)
-SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "2x2w.2x2f.kf2.db.p8.v8.frag",
-         "2x2w.2x2f.kf2.db.p0.v8", "4x2w.2x2f.kf2.sb.p8.v8", "2x2w.2x4f.kf2.sb.p8.v8",
-         "4x2w.2x2f.kf2.db.p8.v8", "4x2w.2x4f.kf2.db.p8.v8", "2x4w.4x2f.kf2.db.p8.v8",
-         "2x2w.4x4f.kf2.db.p8.v8", "4x2w.2x4f.kf4.db.p8.v8", "4x4w.2x4f.kf2.db.p8.v8",
-         "4x2w.4x4f.kf2.db.p8.v8")
+#: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
+#: the likeliest first (a step cut short keeps them): the kernel as it was first measured
+#: (one product call per fragment, no padding, 2-byte fetches); 128 x 128 block tiles in
+#: dynamic shared memory (the launcher opts in: up to 227 KiB on sm_90) with 8 warps of
+#: 32 x 64 or 64 x 32 or 4 warps of 64 x 64, with and without asynchronous fetches
+#: (``.async``: cp.async); 128 x 64 double-buffered (dynamic) and single-buffered inside
+#: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
+#: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
+#: (16 warps) and 256 x 128 (8 warps of 64 x 64)
+SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "4x2w.2x4f.kf2.db.p8.v8",
+         "4x2w.2x4f.kf2.db.p8.v8.async", "2x4w.4x2f.kf2.db.p8.v8", "2x2w.4x4f.kf2.db.p8.v8",
+         "2x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x2f.kf2.db.p8.v8", "4x2w.2x2f.kf2.sb.p8.v8",
+         "2x2w.2x2f.kf2.db.p8.v8.frag", "2x2w.2x2f.kf2.db.p0.v8",
+         "2x2w.2x2f.kf2.db.p8.v8.async", "4x4w.2x4f.kf2.db.p8.v8.async",
+         "4x2w.4x4f.kf2.db.p8.v8.async")
 
 
 def parse_tiles(label: str) -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
-                     r"(\.frag)?", label)
+                     r"(\.frag)?(\.async)?", label)
     if m is None:
         raise SystemExit(f"--sweep-tiles: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
                          "padding, fetch width, optional .frag)")
-    wy, wx, fm, fn, kf, db, pad, vec, frag = m.groups()
+    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy = m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
-                     int(vec), frag is None)
+                     int(vec), frag is None, async_copy is not None)
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:

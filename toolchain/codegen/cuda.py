@@ -37,6 +37,7 @@ from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
 from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import ExprMutator, StmtExprVisitor, uses_var
+from toolchain.tir.schedule.gpu import ASYNC_COPY
 
 
 class _Lane(ExprMutator):
@@ -106,6 +107,9 @@ class CUDARenderer(CStyleRenderer):
         #: the kernel being rendered: its shared buffers' byte offsets in dynamic shared
         #: memory (empty: static ``__shared__`` arrays)
         self.dynamic_smem: dict[ir.Var, int] = {}
+        #: the kernel being rendered copies global -> shared asynchronously (its schedule
+        #: annotated a loop ``ASYNC_COPY``)
+        self.async_copy = False
 
     def param_qualifier(self, index: int) -> str:
         r = self.restricted
@@ -142,6 +146,7 @@ class CUDARenderer(CStyleRenderer):
             grid = [self._dim(launch.extents, f"blockIdx.{a}") for a in "xyz"]
             block = [self._dim(launch.extents, f"threadIdx.{a}") for a in "xyz"]
             self.dynamic_smem, smem = self._carve_shared(item)
+            self.async_copy = _annotated(item, ASYNC_COPY)
             if smem:
                 self.emit(f"extern __shared__ __align__({self.smem_align}) unsigned char "
                           "kiln_smem[];")
@@ -152,7 +157,7 @@ class CUDARenderer(CStyleRenderer):
             kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
                             "threads": min(threads, 1024), "smem": smem,
                             "body": self.lines})
-        self.dynamic_smem = {}
+        self.dynamic_smem, self.async_copy = {}, False
         return params, extra, kernels
 
     def _carve_shared(self, kernel: ir.Stmt) -> tuple[dict[ir.Var, int], int]:
@@ -253,6 +258,10 @@ class CUDARenderer(CStyleRenderer):
     def expr_Call(self, e: ir.Call) -> tuple[str, int]:
         from toolchain.intrinsics import operand_elements
 
+        if e.op == "tir.storage_sync" and self.async_copy:  # the copies land first
+            return ("(__pipeline_commit(), __pipeline_wait_prior(0), "
+                    f"{self.barrier})"), _CALL_PREC
+
         ops = operand_elements(e)
         if ops is not None and any(b.scope.startswith("wmma.") for b, _, _, _ in ops):
             # a fragment operand: the fragment of the 16 x 16 tile whose first element is
@@ -292,6 +301,11 @@ class CUDARenderer(CStyleRenderer):
             assert src is not None
             dst_at = f"&{self.var(s.buffer.data)}[{self.expr(s.indices[0].base)}]"
             src_at = f"&{self.var(src.buffer.data)}[{self.expr(src.indices[0].base)}]"
+            if self.async_copy and s.buffer.scope == "shared" and \
+                    src.buffer.scope in ("", "global"):
+                nbytes = ir.lanes_of(s.value.dtype) * ir.bits_of(s.value.dtype) // 8
+                self.emit(f"__pipeline_memcpy_async({dst_at}, {src_at}, {nbytes});")
+                return
             self.emit(f"*({word} *)({dst_at}) = *(const {word} *)({src_at});")
             return
         for k in range(lanes):
@@ -304,6 +318,20 @@ class CUDARenderer(CStyleRenderer):
         if ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"cuda code generation: vector load {e} outside a store")
         return super().expr_BufferLoad(e)
+
+
+def _annotated(s: ir.Stmt, key: str) -> bool:
+    """Whether a loop of ``s`` carries annotation ``key``."""
+    found: list[bool] = []
+
+    class _Find(StmtExprVisitor):
+        def visit_For(self, f: ir.For) -> None:
+            if f.annotations.get(key):
+                found.append(True)
+            super().visit_For(f)
+
+    _Find().visit_stmt(s)
+    return bool(found)
 
 
 #: bytes of a vector copy -> the CUDA type that moves them in one access

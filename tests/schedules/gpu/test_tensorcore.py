@@ -157,6 +157,23 @@ def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
         assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
 
 
+def test_a_long_reduction_keeps_one_barrier_a_step() -> None:
+    """With 80 double-buffered steps (more than the barrier planner enumerates) the step's
+    fetch into half ``(k + 1) % 2`` and its products from half ``k % 2`` still need no
+    barrier between them (the halves repeat every 2 steps: two values of ``k`` decide),
+    so the step loop holds one barrier, at its end, as a short one does (whose
+    race-freedom, with the same two values of ``k`` deciding, the race test above runs);
+    the fetch of the next step then overlaps this step's products."""
+    sch = _wmma_gemm(32, 32, 16 * 80, WmmaTiles(1, 1, 2, 2, 1, pad=8, vector=8))
+    f = lower(sch, target=SM80)
+    assert "(k_0 + 1) % 2 *" in str(f)
+    (step,) = [n for n, _ in st.walk(f.body) if isinstance(n, ir.For)
+               and n.loop_var.name == "k_0"]
+    assert ir.const_int(step.extent) == 80
+    inside = [n for n, _ in st.walk(step.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert len(inside) == 1 and is_barrier(step.body.seq[-1])
+
+
 def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
     """The CUDA renderer passes an intrinsic the fragment of its 16 x 16 tile (the
     emulation, which keeps fragments as float tiles, cannot check this): for a warp tile
@@ -268,15 +285,17 @@ def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-def test_tiles_beyond_48_kib_take_dynamic_shared_memory(tmp_path: Path) -> None:
+def test_tiles_beyond_48_kib_take_dynamic_shared_memory_and_async_copies(tmp_path: Path) -> None:
     """A 128 x 128 block tile (2 x 2 warps of 4 x 4 fragments: 64 KiB of float32 output
     tile + two halves of each padded operand tile, 101 KiB) is past CUDA's 48 KiB of
     static shared memory: the schedule opts in (``DYNAMIC_SHARED_MEMORY`` on its block
     loop: the limit checked is the target's opt-in amount), the kernel carves its shared
     buffers out of ``extern __shared__`` memory, the launcher raises the kernel's limit
     once and passes the bytes at launch; the emulation matches the reference and nvcc
-    builds the kernels and the launcher."""
-    tiles = WmmaTiles(2, 2, 4, 4, 2, pad=8, vector=8)
+    builds the kernels and the launcher. The same tiles with ``async_copy``: the operand
+    fetches are ``__pipeline_memcpy_async`` (cp.async), each barrier waits for them
+    first."""
+    tiles = WmmaTiles(2, 2, 4, 4, 2, pad=8, vector=8, async_copy=True)
     need = wmma_shared_bytes(tiles, tensor_core_intrinsics(SM80))
     assert need > SM80.max_shared_memory_per_block
     model, feeds = gemm_model(128, 64, 128)
@@ -291,6 +310,9 @@ def test_tiles_beyond_48_kib_take_dynamic_shared_memory(tmp_path: Path) -> None:
     src = (d / "src/kernels.cu").read_text()
     assert "kiln_wmma_f16_64x64x16_" in src and "extern __shared__" in src
     assert "__shared__ float" not in src and "__shared__ __half" not in src
+    assert src.count("__pipeline_memcpy_async(") == 4 and "uint4" not in src
+    assert "(__pipeline_commit(), __pipeline_wait_prior(0), __syncthreads());" in src
+    assert "__syncthreads();" not in src.replace("__syncthreads());", "")
     launcher = (d / "src/gemm.cu").read_text()
     assert f"cudaFuncAttributeMaxDynamicSharedMemorySize, {need})" in launcher
     assert f"dim3(32, 2, 2), {need}>>>" in launcher

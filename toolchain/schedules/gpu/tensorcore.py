@@ -78,7 +78,7 @@ from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
-from toolchain.tir.schedule.gpu import DYNAMIC_SHARED_MEMORY
+from toolchain.tir.schedule.gpu import ASYNC_COPY, DYNAMIC_SHARED_MEMORY
 
 
 @dataclass(frozen=True)
@@ -121,18 +121,21 @@ class WmmaTiles:
     #: one call for the warp's fm x fn fragments where the target declares that product
     #: (each operand fragment loaded once a k slice); False: one call per fragment
     warp_mma: bool = True
+    #: the 16-byte operand fetches asynchronous (``cp.async`` on sm_80+: ASYNC_COPY), the
+    #: step's barrier waiting for them; needs ``vector`` 2, 4 or 8
+    async_copy: bool = False
 
     def label(self) -> str:
         """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
         double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
-        call per fragment).
+        call per fragment; ``.async``: asynchronous fetches).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
         """
         return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
                 f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
-                f"{'' if self.warp_mma else '.frag'}")
+                f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}")
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
@@ -316,6 +319,8 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     static = target.max_shared_memory_per_block or 48 * 1024
     if wmma_shared_bytes(t, tc) > static:  # beyond the static 48 KiB: opt in (dynamic)
         sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
+    if t.async_copy:  # the operand tiles are read only after the step's barrier
+        sch.annotate(bx, ASYNC_COPY, 1)
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)

@@ -156,6 +156,16 @@ def _const_dim(buf: ir.Buffer, d: int) -> int:
 DYNAMIC_SHARED_MEMORY = "dynamic_shared_memory"
 
 
+#: a loop annotation by which a schedule lets the CUDA renderer make the kernel's aligned
+#: 4/8/16-byte vector copies from global to shared memory asynchronous
+#: (``__pipeline_memcpy_async``: ``cp.async`` on sm_80+, a plain copy before), each
+#: barrier of the kernel then first waiting for them (``__pipeline_commit``,
+#: ``__pipeline_wait_prior(0)``). The schedule promises that no thread reads an element
+#: copied so before a barrier (the tensor-core GEMM's operand tiles: read by the products
+#: after the step's barrier).
+ASYNC_COPY = "async_copy"
+
+
 def shared_memory_limit(target: Any, kernel: ir.Stmt | None = None) -> int | None:
     """The shared memory a block of ``kernel`` may use on ``target``: the opt-in amount
     where the kernel has a loop annotated :data:`DYNAMIC_SHARED_MEMORY` and the target
