@@ -5,7 +5,11 @@ Each top-level statement of the lowered function is one ``__global__`` kernel; i
 and in :attr:`CSource.kernels`). ``shared`` allocations are ``__shared__`` arrays, and the
 barriers the lowering placed (``T.storage_sync('shared')``, from the shared-memory
 read/write sets: :mod:`toolchain.tir.transform.inject_barriers`) are ``__syncthreads()``.
-Vector expressions are written lane by lane (CUDA C has no GCC vector extensions).
+Vector expressions are written lane by lane (CUDA C has no GCC vector extensions), except a
+contiguous copy the renderer can prove aligned: one ``uint32_t``/``uint2``/``uint4`` access
+(or ``__pipeline_memcpy_async`` from global to shared in a kernel annotated ``ASYNC_COPY``).
+A kernel whose shared buffers exceed the 48 KiB of static shared memory gets them from
+dynamic shared memory (``extern __shared__``; its ``smem`` bytes are the launch's).
 Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compile_ptx`).
 
 >>> from toolchain import te
