@@ -39,12 +39,12 @@ step() {  # step SECONDS DESCRIPTION COMMAND...
 }
 
 nvidia-smi -L 2>&1 | tee -a "$log" || { echo "no NVIDIA GPU here" | tee -a "$log"; exit 1; }
-step 120 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
+step 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py
-step 90 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
+step 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
-step 180 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
+step 240 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm '' --gemm-sweep 4096 --repeat 20
 step 180 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
     --models resnet18,transformer_encoder --gemm 1024,2048,4096 --schedules tiled,generic \
