@@ -331,13 +331,42 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
                   sch.get(wx).loop_var.name + "_init": "threadIdx.y"}
     init = sch.decompose_reduction(b, ko)
-    # the init block's loops: copies of the spatial loops under ko (wy, wx, [fy, fx,] yi,
-    # xi; those of extent 1 left out), the tile's two innermost
+    init_warps = _fill_fragments(sch, init, warp_names, frags, product is not None, t, tc)
+    for lp in (kf, *frags):
+        sch.unroll(lp)
+    sch.tensorize(yi, product or tc.mma)
+    # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
+    ay, ax = _own(sch, cf, bx)
+    swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
+    swx, sfx, sx = sch.split(ax, [t.wx, t.fn, tc.n])
+    sch.reorder(swy, swx, sfy, sfx, sy, sx)
+    sch.unroll(sfy)
+    sch.unroll(sfx)
+    sch.tensorize(sy, tc.store)
+    for s, at in ((cs, bx), *((c, ko) for c in copies)):
+        _spread(sch, s, at, t, warp, fetch=s is not cs)
+    for loop, tag in (*init_warps, (swy, "threadIdx.z"),
+                      (swx, "threadIdx.y"), (wy, "threadIdx.z"), (wx, "threadIdx.y"),
+                      (by, "blockIdx.y"), (bx, "blockIdx.x")):
+        sch.bind(loop, tag)
+    if bz is not None:
+        sch.bind(bz, "blockIdx.z")
+    return sch
+
+
+def _fill_fragments(sch: Schedule, init: Any, warp_names: dict[str, str],
+                    frags: tuple[Any, ...], warp_tile: bool, t: WmmaTiles,
+                    tc: TensorCore) -> list[tuple[Any, str]]:
+    """Tensorize the reduction's init block ``init`` as one fill a fragment, the fragment
+    loops unrolled (a fragment array indexed by constants stays in registers); returns
+    its warp loops with their thread tags (bound by the caller). Its loops are copies of
+    the spatial loops under the step loop (wy, wx, [fy, fx,] yi, xi; those of extent 1
+    left out), the tile's two innermost; with one product a warp tile (``warp_tile``)
+    there is no fy, fx: the warp tile's rows and columns are split into fragments here."""
     init_loops = sch.get_loops(init)
     init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
                   if sch.get(lp).loop_var.name in warp_names]
-    # the fragment loops unrolled: a fragment array indexed by constants stays in registers
-    if product is not None:  # the warp tile's rows and columns split into fragments
+    if warp_tile:
         iy, ix = init_loops[-2:]
         ify, iyi = sch.split(iy, [t.fm, tc.m])
         ifx, ixi = sch.split(ix, [t.fn, tc.n])
@@ -351,41 +380,27 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
         if ir.const_int(sch.get(lp).extent) != 1:
             sch.unroll(lp)
     sch.tensorize(fill_at, tc.fill)
-    for lp in (kf, *frags):
-        sch.unroll(lp)
-    sch.tensorize(yi, product or tc.mma)
-    # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
-    ay, ax = _own(sch, cf, bx)
-    swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
-    swx, sfx, sx = sch.split(ax, [t.wx, t.fn, tc.n])
-    sch.reorder(swy, swx, sfy, sfx, sy, sx)
-    sch.unroll(sfy)
-    sch.unroll(sfx)
-    sch.tensorize(sy, tc.store)
-    # the write-back with the tail, and the fetches: all threads, lanes innermost; each
-    # fetch t.vector halves a thread (a vectorized loop: one 16-byte access for 8) into
-    # rows padded by t.pad halves (storage_align: stride % 64 == (row + pad) % 64)
-    for s, at in ((cs, bx), *((c, ko) for c in copies)):
-        own = _own(sch, s, at)
-        row = ir.const_int(sch.get(own[-1]).extent)
-        fused = sch.fuse(*own) if len(own) > 1 else own[0]
-        vec = t.vector if s is not cs else 1
-        parts = sch.split(fused, [None, t.wy, t.wx, warp] + ([vec] if vec > 1 else []))
-        for lp, tag in zip(parts[1:4], ("threadIdx.z", "threadIdx.y", "threadIdx.x"),
-                           strict=True):
-            sch.bind(lp, tag)
-        if vec > 1:
-            sch.vectorize(parts[4])
-        if s is not cs and t.pad and row is not None:
-            nd = sch.get(s).writes[0].buffer.ndim
-            sch.storage_align(s, 0, axis=nd - 2, factor=64, offset=(row + t.pad) % 64)
-    for loop, tag in (*init_warps, (swy, "threadIdx.z"),
-                      (swx, "threadIdx.y"), (wy, "threadIdx.z"), (wx, "threadIdx.y"),
-                      (by, "blockIdx.y"), (bx, "blockIdx.x")):
-        sch.bind(loop, tag)
-    if bz is not None:
-        sch.bind(bz, "blockIdx.z")
-    return sch
+    return init_warps
+
+
+def _spread(sch: Schedule, s: Any, at: Any, t: WmmaTiles, warp: int, fetch: bool) -> None:
+    """The loops of the write-back or an operand fetch ``s`` under loop ``at`` over all the
+    block's threads, lanes innermost; a fetch ``t.vector`` halves a thread (a vectorized
+    loop: one 16-byte access for 8) into rows padded by ``t.pad`` halves
+    (``storage_align``: stride % 64 == (row + pad) % 64)."""
+    own = _own(sch, s, at)
+    row = ir.const_int(sch.get(own[-1]).extent)
+    fused = sch.fuse(*own) if len(own) > 1 else own[0]
+    vec = t.vector if fetch else 1
+    parts = sch.split(fused, [None, t.wy, t.wx, warp] + ([vec] if vec > 1 else []))
+    for lp, tag in zip(parts[1:4], ("threadIdx.z", "threadIdx.y", "threadIdx.x"),
+                       strict=True):
+        sch.bind(lp, tag)
+    if vec > 1:
+        sch.vectorize(parts[4])
+    if fetch and t.pad and row is not None:
+        nd = sch.get(s).writes[0].buffer.ndim
+        sch.storage_align(s, 0, axis=nd - 2, factor=64, offset=(row + t.pad) % 64)
 
 
 def _smem_limit(target: Target, need: int) -> int:

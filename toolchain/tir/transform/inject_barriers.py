@@ -93,8 +93,8 @@ from toolchain.tir.functor import (
     free_vars,
     post_order_visit,
     substitute,
-    uses_var,
 )
+from toolchain.tir.period import mod_period
 
 #: the builtin of a barrier statement (its argument: the memory scope it orders)
 SYNC_OP = "tir.storage_sync"
@@ -248,41 +248,6 @@ def _np_eval(e: ir.PrimExpr, env: dict[ir.Var, np.ndarray]) -> np.ndarray:  # no
 MAX_JOINT = 64
 
 
-def _polynomial_in(e: ir.PrimExpr, v: ir.Var) -> bool:
-    """Whether ``e`` depends on ``v`` through sums and products only (an integer
-    polynomial in ``v``: ``e % m`` then repeats with period ``m`` in ``v``)."""
-    if e is v or not uses_var(e, v):
-        return True
-    if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
-        return _polynomial_in(e.a, v) and _polynomial_in(e.b, v)
-    return False
-
-
-def _mod_period(exprs: tuple[ir.PrimExpr, ...], v: ir.Var) -> int | None:
-    """A period in ``v`` of every expression of ``exprs``: the lcm of the ``m`` of each
-    ``x % m`` (``m`` a constant, ``x`` a polynomial in ``v``) that ``v`` occurs in, when it
-    occurs nowhere else -- a double buffer's ``k % 2`` and ``(k + 1) % 2`` halves repeat
-    every 2 steps, so two values of ``k`` say what all of them would; else None."""
-    mods: list[int] = []
-
-    def walk(e: ir.PrimExpr) -> bool:
-        if e is v:
-            return False  # v outside a modulo
-        if isinstance(e, ir.FloorMod) and isinstance(e.b, ir.IntImm) and e.b.value > 0 \
-                and uses_var(e.a, v):
-            if not _polynomial_in(e.a, v):
-                return False
-            mods.append(e.b.value)
-            return True
-        if isinstance(e, (ir.Add, ir.Sub, ir.Mul, ir.FloorDiv, ir.FloorMod)):
-            return walk(e.a) and walk(e.b)
-        return not uses_var(e, v)
-
-    if not all(walk(e) for e in exprs) or not mods:
-        return None
-    return math.lcm(*mods)
-
-
 class _Overlap:
     """Do two accesses touch one element from two different threads? (See the module
     docstring: enumeration over the block's threads and the accesses' loops.)"""
@@ -324,7 +289,7 @@ class _Overlap:
             ext = ir.const_int(arith.simplify(r.extent)) if r is not None else None
             if lo is None or ext is None:
                 return True
-            period = _mod_period((a.index, b.index), v)
+            period = mod_period((a.index, b.index), v)
             ranges.append(range(lo, lo + (ext if period is None else min(ext, period))))
         if math.prod(len(r) for r in ranges) > MAX_JOINT:
             return True
