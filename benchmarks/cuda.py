@@ -246,13 +246,13 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 #: (``.async``: cp.async); 128 x 64 double-buffered (dynamic) and single-buffered inside
 #: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
 #: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
-#: (16 warps) and 256 x 128 (8 warps of 64 x 64)
+#: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
 SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "4x2w.2x4f.kf2.db.p8.v8",
          "4x2w.2x4f.kf2.db.p8.v8.async", "2x4w.4x2f.kf2.db.p8.v8", "2x2w.4x4f.kf2.db.p8.v8",
          "2x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x2f.kf2.db.p8.v8", "4x2w.2x2f.kf2.sb.p8.v8",
          "2x2w.2x2f.kf2.db.p8.v8.frag", "2x2w.2x2f.kf2.db.p0.v8",
          "2x2w.2x2f.kf2.db.p8.v8.async", "4x4w.2x4f.kf2.db.p8.v8.async",
-         "4x2w.4x4f.kf2.db.p8.v8.async")
+         "4x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x4f.kf4.db.p8.v8.async")
 
 
 def parse_tiles(label: str) -> WmmaTiles:
