@@ -30,7 +30,8 @@ thread fetches at once), each one's kernel time and ratio to cuBLAS's fp16 kerne
 (measured once, same run); the fastest is the candidate for
 :func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`. The ``kernel ms`` columns
 are the GEMM kernel alone: the fp16 models have float16 inputs and output, so there is no
-Cast kernel to time with it (``kiln ms`` adds the host copies); Kiln's include one launch
+Cast kernel to time with it (the ``kernel`` column says how many launches a run makes: 1;
+``kiln ms`` adds the host copies); Kiln's include one launch
 and a ``cudaDeviceSynchronize`` each (tens of microseconds: visible at n = 1024, not at
 4096), cuBLAS's are back-to-back launches between CUDA events.
 
@@ -234,7 +235,8 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
             kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
             print(f"{n:8d} {precision:>5s} {sname:>8s} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} "
                   f"{kernel:17.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
-                  f"{err:12.2e}  {','.join(kinds)} (compile+build "
+                  f"{err:12.2e}  {','.join(kinds)}, {mod.metadata['device']['launches']} "
+                  f"launch(es) (compile+build "
                   f"{time.perf_counter() - t0:.0f} s)", flush=True)
 
 
@@ -310,7 +312,8 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
         err = float(np.max(np.abs(got.astype(np.float32) - want)) / np.max(np.abs(want)))
         kinds = ",".join(sorted({k.get("schedule", "?") for k in _kernel_kinds(d)}))
         print(f"{label:>28s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
-              f"{err:12.2e}  {kinds} (compile+build {time.perf_counter() - t0:.0f} s)",
+              f"{err:12.2e}  {kinds}, {mod.metadata['device']['launches']} launch(es) "
+              f"(compile+build {time.perf_counter() - t0:.0f} s)",
               flush=True)
 
 
