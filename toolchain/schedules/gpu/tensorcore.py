@@ -227,6 +227,8 @@ class WmmaCaps:
     kf: int = 2
     pad: int = 8
     optin: bool = False
+    #: the operand fetches asynchronous (``WmmaTiles.async_copy``) where they are vectors
+    async_copy: bool = False
 
 
 #: the default tensor-core tiles' caps: the kernel first measured on an H200 had 2 x 2
@@ -251,9 +253,9 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
     '2x2w.2x2f.kf2.db.p8.v8'
     >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t).label()
     '1x1w.1x1f.kf1.db.p8.v8'
-    >>> big = WmmaCaps(wy=4, wx=2, fm=2, fn=4, optin=True)  # 128 x 128, 101 KiB
+    >>> big = WmmaCaps(wy=4, wx=2, fm=2, fn=4, optin=True, async_copy=True)  # 128 x 128
     >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t, big).label()
-    '4x2w.2x4f.kf2.db.p8.v8'
+    '4x2w.2x4f.kf2.db.p8.v8.async'
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -280,7 +282,8 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
                 break
         else:
             return None
-    return replace(t, vector=fetch_vector(t, tc, warp))
+    vector = fetch_vector(t, tc, warp)
+    return replace(t, vector=vector, async_copy=caps.async_copy and vector > 1)
 
 
 def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
