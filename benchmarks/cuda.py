@@ -8,6 +8,7 @@ references measured in the same run.
     python benchmarks/cuda.py --models '' --gemm 4096 --gemm-precision fp16   # tensor cores
     python benchmarks/cuda.py --models resnet18 --gemm '' --per-kernel \
         --schedules tiled,tiled-no-occupancy,generic     # each kernel's GPU ms, side by side
+    python benchmarks/cuda.py --models '' --gemm '' --gemm-sweep 4096   # its tile variants
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -23,6 +24,18 @@ references measured in the same run.
   tensor-core kernel where the shapes allow: the ``kernel`` column says ``wmma`` or
   ``simt``), against PyTorch's float16 ``a @ b`` with float32 accumulation; the issue's
   goal is a kernel ratio of at most 1 / 0.7 = 1.43 at n = 4096.
+
+``--gemm-sweep N``: the fp16 tensor-core GEMM ``N``^3 built with the default tiles and
+each variant of ``--sweep-tiles`` (:data:`SWEEP`: the kernel's knobs -- warps a block,
+fragments a warp, the step ``kf``, double buffer, padding of the shared rows, halves a
+thread fetches at once), each one's kernel time and ratio to cuBLAS's fp16 kernel
+(measured once, same run); the fastest is the candidate for
+:func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`. The ``kernel ms`` columns
+are the GEMM kernel alone: the fp16 models have float16 inputs and output, so there is no
+Cast kernel to time with it (the ``kernel`` column says how many launches a run makes: 1;
+``kiln ms`` adds the host copies); Kiln's include one launch
+and a ``cudaDeviceSynchronize`` each (tens of microseconds: visible at n = 1024, not at
+4096), cuBLAS's are back-to-back launches between CUDA events.
 
 ``--schedules``: ``tiled`` (the default: the strategy table's tiled GEMM for the
 convolution, dense and matmul groups, tiles by the occupancy rule), ``generic`` (those
@@ -47,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 import tempfile
 import time
@@ -64,6 +78,7 @@ from toolchain.bundle import compile_model, load_bundle  # noqa: E402
 from toolchain.bundle.host import gpu_available  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.reference import run_graph  # noqa: E402
+from toolchain.schedules.gpu.tensorcore import WmmaTiles  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
 SCHEDULES = ("tiled", "generic", "tiled-no-occupancy")
@@ -413,8 +428,86 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
             kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
             print(f"{n:8d} {precision:>5s} {sname:>8s} {kiln:10.3f} {cublas:10.3f} {kk:15.3f} "
                   f"{kernel:17.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
-                  f"{err:12.2e}  {','.join(kinds)} (compile+build "
+                  f"{err:12.2e}  {','.join(kinds)}, {mod.metadata['device']['launches']} "
+                  f"launch(es) (compile+build "
                   f"{time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+#: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
+#: the likeliest first (a step cut short keeps them): the kernel as it was first measured
+#: (one product call per fragment, no padding, 2-byte fetches); 128 x 128 block tiles in
+#: dynamic shared memory (the launcher opts in: up to 227 KiB on sm_90) with 8 warps of
+#: 32 x 64 or 64 x 32 or 4 warps of 64 x 64, with and without asynchronous fetches
+#: (``.async``: cp.async); 128 x 64 double-buffered (dynamic) and single-buffered inside
+#: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
+#: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
+#: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
+SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "4x2w.2x4f.kf2.db.p8.v8",
+         "4x2w.2x4f.kf2.db.p8.v8.async", "2x4w.4x2f.kf2.db.p8.v8", "2x2w.4x4f.kf2.db.p8.v8",
+         "2x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x2f.kf2.db.p8.v8", "4x2w.2x2f.kf2.sb.p8.v8",
+         "2x2w.2x2f.kf2.db.p8.v8.frag", "2x2w.2x2f.kf2.db.p0.v8",
+         "2x2w.2x2f.kf2.db.p8.v8.async", "4x4w.2x4f.kf2.db.p8.v8.async",
+         "4x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x4f.kf4.db.p8.v8.async")
+
+
+def parse_tiles(label: str) -> WmmaTiles:
+    """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``."""
+    m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
+                     r"(\.frag)?(\.async)?", label)
+    if m is None:
+        raise SystemExit(f"--sweep-tiles: {label!r} is not a tile label such as "
+                         "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
+                         "padding, fetch width, optional .frag)")
+    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy = m.groups()
+    return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
+                     int(vec), frag is None, async_copy is not None)
+
+
+def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:
+    """The fp16 tensor-core GEMM ``n``^3 built with each tile variant of ``labels`` (and
+    the default tiles first), each one's kernel time next to cuBLAS's fp16 GEMM measured
+    once in the same run: which knobs make the kernel fastest on this GPU."""
+    from toolchain.schedules.gpu.gemm import wmma_tiles
+    from toolchain.schedules.gpu.tensorcore import choose_wmma_tiles, tensor_core_intrinsics
+    from toolchain.target import load_target
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("\nPyTorch is not installed: no cuBLAS reference in this run")
+    else:
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float16)
+    b = rng.standard_normal((n, n)).astype(np.float16)
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    kernel = _cublas(torch, a, b, repeat)[1] if torch is not None else np.nan
+    t = load_target(target)
+    default = choose_wmma_tiles(n, n, n, tensor_core_intrinsics(t), t)
+    print(f"\nfp16 GEMM {n}^3 tile sweep on {target} (cuBLAS fp16 kernel {kernel:.3f} ms; "
+          f"default tiles {default.label() if default else 'none'})")
+    print(f"{'tiles':>28s} {'kiln kernel ms':>15s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
+          f"{'max rel err':>12s}  kernel")
+    for label in ["default", *labels]:
+        t0 = time.perf_counter()
+        ctx = wmma_tiles(parse_tiles(label)) if label != "default" else contextlib.nullcontext()
+        try:
+            with ctx:
+                d = compile_model(_gemm_model(n, "fp16"), target, root / f"sweep{n}_{label}",
+                                  progress=False, force=True, precision="fp16")
+            mod = load_bundle(d)
+            got = mod({"A": a, "B": b})["C"]
+            kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
+        except Exception as e:  # noqa: BLE001 - one variant failing does not end the sweep
+            print(f"{label:>28s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        err = float(np.max(np.abs(got.astype(np.float32) - want)) / np.max(np.abs(want)))
+        kinds = ",".join(sorted({k.get("schedule", "?") for k in _kernel_kinds(d)}))
+        print(f"{label:>28s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
+              f"{err:12.2e}  {kinds}, {mod.metadata['device']['launches']} launch(es) "
+              f"(compile+build {time.perf_counter() - t0:.0f} s)",
+              flush=True)
 
 
 def _kernel_kinds(bundle: Path) -> list[dict]:
@@ -439,7 +532,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gemm-precision", default="fp32",
                     help="comma-separated: fp32 (TF32 off), fp16 (--precision fp16: tensor "
                          "cores, float32 sums; against cuBLAS fp16)")
+    ap.add_argument("--gemm-sweep", type=int, default=0, metavar="N",
+                    help="the fp16 tensor-core GEMM N^3 with each tile variant of "
+                         "--sweep-tiles (and the default tiles), against cuBLAS fp16")
+    ap.add_argument("--sweep-tiles", default=",".join(SWEEP),
+                    help="comma-separated tile labels (WmmaTiles.label(): "
+                         "4x2w.2x2f.kf2.db.p8.v8 = warps, fragments a warp, step, "
+                         "db|sb, padding, fetch width; .frag: a product call a fragment)")
     args = ap.parse_args(argv)
+    sweep_labels = [x for x in args.sweep_tiles.split(",") if x]
+    for label in sweep_labels:
+        parse_tiles(label)
     schedules = [s for s in args.schedules.split(",") if s]
     for s in schedules:
         if s not in SCHEDULES:
@@ -474,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
         gemm_schedules = [s for s in schedules if s != "tiled-no-occupancy"]
         for p in precisions if sizes and gemm_schedules else ():
             gemm(sizes, args.target, Path(tmp), args.repeat, gemm_schedules, p)
+        if args.gemm_sweep:
+            gemm_sweep(args.gemm_sweep, args.target, Path(tmp), args.repeat, sweep_labels)
     return status
 
 

@@ -7,48 +7,61 @@
 #      against cuBLAS fp16 (PyTorch, float32 accumulation) in the same run: the issue's goal
 #      is "kernel ratio" <= 1.43 (>= 70 % of cuBLAS) at 4096; the `kernel` column says
 #      whether the tensor-core kernel was chosen (wmma) or the SIMT one;
-#   3. per-kernel GPU milliseconds (the bundles' profiling build: CUDA events around every
-#      launch) of ResNet-18 and the transformer encoder under the three GPU schedules, side
-#      by side: tiled (the default, with the occupancy rule), tiled-no-occupancy (the tiles
-#      chosen without it: the default before) and generic (one thread per output);
-#   4. benchmarks/cuda.py with the GPU schedules in one run (the three above) on ResNet-18
-#      (+ PyTorch eager's where torch/torchvision are installed) and the transformer
-#      encoder, and the GEMM table (tiled, generic) against cuBLAS.
-# Each step has its own time limit so that the whole check ends within 560 s (about 5
-# minutes expected: steps 1, 2 and 4 took 36 s, 23 s and 83 s on an H200 before step 3
-# existed and step 4 measured two schedules); the log
-# is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output folder).
+#   3. the fp16 tensor-core GEMM at 4096 built with each tile variant of benchmarks/cuda.py's
+#      SWEEP (warps a block, fragments a warp, step, double buffer, shared-row padding,
+#      16-byte fetches, dynamic shared memory, cp.async) and the default tiles, each one's
+#      kernel ratio to cuBLAS fp16: the fastest row is the candidate default for
+#      choose_wmma_tiles;
+#   4. per-kernel GPU milliseconds (the bundles' profiling build: CUDA events around every
+#      launch) of ResNet-18 and the transformer encoder under three GPU schedules, side by
+#      side: tiled (the default: occupancy rule, split-K), tiled-no-occupancy (the tiles
+#      chosen without the rule) and generic (one thread per output), then cuDNN's time for
+#      each of PyTorch eager's ResNet-18 convolutions;
+#   5. benchmarks/cuda.py on every zoo model (tiled; error against the reference executor
+#      and against onnxruntime, latency), ResNet-18 next to PyTorch eager's, and the fp32
+#      GEMM table (tiled, generic) against cuBLAS.
+# Each step has its own time limit (90 + 60 + 240 + 180 + 240 s); the whole check is longer
+# than one 10-minute device command, so give the steps to run as arguments:
 #
-#   bash benchmarks/cuda_check.sh            # from the repository root or anywhere
+#   bash benchmarks/cuda_check.sh            # every step (from anywhere)
+#   bash benchmarks/cuda_check.sh 1 2 3      # steps 1-3 (about 4 minutes on an H200)
+#   bash benchmarks/cuda_check.sh 1 4 5      # steps 1, 4, 5
+#
+# The log is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output
+# folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="${OUT:-${TMPDIR:-/tmp}}/cuda_check.log"
 : > "$log"
 status=0
+steps=" ${*:-1 2 3 4 5} "
 
-step() {  # step SECONDS DESCRIPTION COMMAND...
-    local limit=$1 what=$2
-    shift 2
-    echo "== $what (at most ${limit}s): $*" | tee -a "$log"
+step() {  # step NUMBER SECONDS DESCRIPTION COMMAND...
+    local n=$1 limit=$2 what=$3
+    shift 3
+    [[ "$steps" == *" $n "* ]] || return 0
+    echo "== $n. $what (at most ${limit}s): $*" | tee -a "$log"
     local t0=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee -a "$log"
     local rc=${PIPESTATUS[0]}
-    echo "== $what: exit $rc after $((SECONDS - t0))s" | tee -a "$log"
+    echo "== $n. $what: exit $rc after $((SECONDS - t0))s" | tee -a "$log"
     [ "$rc" -eq 0 ] || status=1
 }
 
 nvidia-smi -L 2>&1 | tee -a "$log" || { echo "no NVIDIA GPU here" | tee -a "$log"; exit 1; }
-step 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
+step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py
-step 110 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
+step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
-step 180 "per-kernel GPU ms" python benchmarks/cuda.py --target cuda-sm90 \
+step 3 240 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
+    --models '' --gemm '' --gemm-sweep 4096 --repeat 20
+step 4 180 "per-kernel GPU ms" python benchmarks/cuda.py --target cuda-sm90 \
     --models resnet18,transformer_encoder --gemm '' --per-kernel \
     --schedules tiled,tiled-no-occupancy,generic --repeat 20
-step 180 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
-    --models resnet18,transformer_encoder --gemm 1024,2048,4096 \
-    --schedules tiled,generic,tiled-no-occupancy --repeat 20
+step 5 240 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
+    --models lenet5,mlp,ds_cnn,resnet8,mobilenet_v1,autoencoder,resnet18,mobilenet_v2,transformer_encoder,transformer_encoder_gelu,lstm_classifier,vit_tiny,fcn_opset11 \
+    --gemm 1024,2048,4096 --schedules tiled --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
 exit $status

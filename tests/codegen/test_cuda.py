@@ -57,7 +57,7 @@ def test_shared_memory_matmul_renders_kernel_with_barriers():
     assert code.index("A_shared[ax0_1 * 16 + ax1_1] =") < first < code.index("k_1 = 0;") < last
     assert set(code[last + len("__syncthreads();"):].split()) == {"}"}  # end of the k loop
     assert src.kernels == [{"name": "kiln_mm_kernel0", "grid": ["16", "16", "1"],
-                            "block": ["16", "16", "1"], "threads": 256}]
+                            "block": ["16", "16", "1"], "threads": 256, "smem": 0}]
     assert get_renderer("cuda").dialect == "cuda"
 
 

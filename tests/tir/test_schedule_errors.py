@@ -227,6 +227,34 @@ def test_shared_memory_over_the_target_limit() -> None:
     assert "A_shared 32768 B, B_shared 32768 B" in msg and "(49152 B)" in msg
 
 
+def test_a_kernel_that_opts_in_may_use_the_opt_in_shared_memory() -> None:
+    """The same 64 KiB of shared tiles pass the check once the kernel's block loop is
+    annotated ``DYNAMIC_SHARED_MEMORY`` (cuda-sm80 lets a block opt in to 163 KiB), and
+    the CUDA renderer carves them out of dynamic shared memory (``extern __shared__``,
+    the kernel's ``smem`` bytes given at launch)."""
+    from toolchain.codegen.cuda import CUDARenderer
+    from toolchain.tir.schedule.gpu import DYNAMIC_SHARED_MEMORY
+    from toolchain.tir.transform import lower
+
+    sch = Schedule(W.matmul(256, 256, 256)[0], target="cuda-sm80")
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1 = sch.split(i, [None, 32])
+    j0, j1 = sch.split(j, [None, 32])
+    sch.reorder(i0, j0, i1, j1, k)
+    sch.annotate(i0, DYNAMIC_SHARED_MEMORY, 1)
+    sch.bind(i0, "blockIdx.x")
+    sch.bind(j0, "blockIdx.y")
+    sch.bind(i1, "threadIdx.y")
+    sch.bind(j1, "threadIdx.x")
+    for name in ("A", "B"):
+        sch.compute_at(sch.cache_read(c, name, "shared"), j0)  # 64 KiB: no error now
+    src = CUDARenderer().render(lower(sch), name="mm")
+    assert src.kernels[0]["smem"] == 65536
+    assert "extern __shared__ __align__(128) unsigned char kiln_smem[];" in src.code
+    assert "(float *)(kiln_smem + 32768)" in src.code
+
+
 def test_failed_primitive_leaves_the_schedule_unchanged() -> None:
     sch = Schedule(_grid(4, 2048), target="cuda-sm80")
     i, j = sch.get_loops(sch.get_block("B"))

@@ -105,8 +105,8 @@ def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, A
                     "ops": [n.op for n in k.node.attrs["graph"].nodes],
                     "shape": [list(v.shape) for v in k.node.outputs],
                     "launches": [{"name": ln["name"], "grid": ln["grid"],
-                                  "block": ln["block"], "args": args,
-                                  "kind": launch_kind(ln)}
+                                  "block": ln["block"], "smem": ln.get("smem", 0),
+                                  "args": args, "kind": launch_kind(ln)}
                                  for ln in src.launches]})
     n = 0
     for c in out:  # the profiling build's event index of each launch

@@ -5,7 +5,11 @@ Each top-level statement of the lowered function is one ``__global__`` kernel; i
 and in :attr:`CSource.kernels`). ``shared`` allocations are ``__shared__`` arrays, and the
 barriers the lowering placed (``T.storage_sync('shared')``, from the shared-memory
 read/write sets: :mod:`toolchain.tir.transform.inject_barriers`) are ``__syncthreads()``.
-Vector expressions are written lane by lane (CUDA C has no GCC vector extensions).
+Vector expressions are written lane by lane (CUDA C has no GCC vector extensions), except a
+contiguous copy the renderer can prove aligned: one ``uint32_t``/``uint2``/``uint4`` access
+(or ``__pipeline_memcpy_async`` from global to shared in a kernel annotated ``ASYNC_COPY``).
+A kernel whose shared buffers exceed the 48 KiB of static shared memory gets them from
+dynamic shared memory (``extern __shared__``; its ``smem`` bytes are the launch's).
 Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compile_ptx`).
 
 >>> from toolchain import te
@@ -23,6 +27,7 @@ Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compi
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import tempfile
@@ -36,6 +41,7 @@ from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
 from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import ExprMutator, StmtExprVisitor, uses_var
+from toolchain.tir.schedule.gpu import ASYNC_COPY
 
 
 class _Lane(ExprMutator):
@@ -84,6 +90,13 @@ class CUDARenderer(CStyleRenderer):
     vector_locals: ClassVar[bool] = False
     #: CUDA's own expf / erff / tanhf are fast device functions
     fast_math: ClassVar[bool] = False
+    #: the most bytes of static ``__shared__`` arrays a kernel may declare (CUDA's limit
+    #: on every architecture); a kernel whose shared buffers need more takes them from
+    #: dynamic shared memory (``extern __shared__``, sized at launch: the kernel's
+    #: ``smem``), which a target may offer up to its ``max_shared_memory_per_block_optin``
+    static_smem_bytes: ClassVar[int] = 48 * 1024
+    #: alignment of each shared buffer carved out of dynamic shared memory
+    smem_align: ClassVar[int] = 128
     type_map: ClassVar[dict[str, str]] = {**CStyleRenderer.type_map, "float16": "__half"}
     code_for_workitem: ClassVar[dict[str, str]] = {
         f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx") for a in "xyz"}
@@ -95,6 +108,12 @@ class CUDARenderer(CStyleRenderer):
         #: ``__restrict__`` on every pointer parameter (True), none (False), or all but
         #: these positions (the pair a memory plan puts in one buffer)
         self.restricted = restrict
+        #: the kernel being rendered: its shared buffers' byte offsets in dynamic shared
+        #: memory (empty: static ``__shared__`` arrays)
+        self.dynamic_smem: dict[ir.Var, int] = {}
+        #: the kernel being rendered copies global -> shared asynchronously (its schedule
+        #: annotated a loop ``ASYNC_COPY``)
+        self.async_copy = False
 
     def param_qualifier(self, index: int) -> str:
         r = self.restricted
@@ -130,13 +149,46 @@ class CUDARenderer(CStyleRenderer):
             launch.visit_stmt(item)
             grid = [self._dim(launch.extents, f"blockIdx.{a}") for a in "xyz"]
             block = [self._dim(launch.extents, f"threadIdx.{a}") for a in "xyz"]
+            self.dynamic_smem, smem = self._carve_shared(item)
+            self.async_copy = _annotated(item, ASYNC_COPY)
+            if smem:
+                self.emit(f"extern __shared__ __align__({self.smem_align}) unsigned char "
+                          "kiln_smem[];")
             self.stmt(item)
             threads = 1
             for b in block:
                 threads *= int(b) if b.isdigit() else 1024
             kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
-                            "threads": min(threads, 1024), "body": self.lines})
+                            "threads": min(threads, 1024), "smem": smem,
+                            "body": self.lines})
+        self.dynamic_smem, self.async_copy = {}, False
         return params, extra, kernels
+
+    def _carve_shared(self, kernel: ir.Stmt) -> tuple[dict[ir.Var, int], int]:
+        """Where a kernel's shared buffers lie in dynamic shared memory, and its bytes:
+        ``({}, 0)`` when their static arrays fit :attr:`static_smem_bytes`; else each
+        buffer at its own offset (aligned to :attr:`smem_align`, none reused)."""
+        found: list[ir.Buffer] = []
+
+        class _Shared(StmtExprVisitor):
+            def visit_Allocate(self, s: ir.Allocate) -> None:
+                if s.buffer.scope == "shared" and all(s.buffer.data is not b.data
+                                                      for b in found):
+                    found.append(s.buffer)
+                super().visit_Allocate(s)
+
+        _Shared().visit_stmt(kernel)
+        offsets, total = {}, 0
+        for buf in found:
+            n = ir.const_int(buf.shape[0]) if len(buf.shape) == 1 else None
+            if n is None:
+                return {}, 0  # not flattened or symbolic: the static path reports it
+            offsets[buf.data] = total
+            total += -(-n * ir.bits_of(buf.dtype) // 8 // self.smem_align) * self.smem_align
+        static = sum(ir.const_int(b.shape[0]) * ir.bits_of(b.dtype) // 8 for b in found)
+        if static <= self.static_smem_bytes:
+            return {}, 0
+        return offsets, total
 
     def _dim(self, extents: dict[str, ir.PrimExpr], tag: str) -> str:
         return self.expr(extents[tag]) if tag in extents else "1"
@@ -176,6 +228,16 @@ class CUDARenderer(CStyleRenderer):
 
     def stmt_Allocate(self, s: ir.Allocate) -> None:
         buf = s.buffer
+        if buf.data in self.dynamic_smem:  # a slice of the kernel's dynamic shared memory
+            et = self.ctype(buf.dtype)
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"{et} *{self.names(buf.data, buf.name)} = ({et} *)(kiln_smem + "
+                      f"{self.dynamic_smem[buf.data]});")
+            self.stmt(s.body)
+            self.indent -= 1
+            self.emit("}")
+            return
         if not buf.scope.startswith("wmma."):
             super().stmt_Allocate(s)
             return
@@ -199,6 +261,10 @@ class CUDARenderer(CStyleRenderer):
 
     def expr_Call(self, e: ir.Call) -> tuple[str, int]:
         from toolchain.intrinsics import operand_elements
+
+        if e.op == "tir.storage_sync" and self.async_copy:  # the copies land first
+            return ("(__pipeline_commit(), __pipeline_wait_prior(0), "
+                    f"{self.barrier})"), _CALL_PREC
 
         ops = operand_elements(e)
         if ops is not None and any(b.scope.startswith("wmma.") for b, _, _, _ in ops):
@@ -233,6 +299,19 @@ class CUDARenderer(CStyleRenderer):
         if lanes == 1:
             super().stmt_BufferStore(s)
             return
+        word = _vector_copy(s)
+        if word is not None:  # one 4/8/16-byte load and store instead of lane by lane
+            src = _copied(s.value)
+            assert src is not None
+            dst_at = f"&{self.var(s.buffer.data)}[{self.expr(s.indices[0].base)}]"
+            src_at = f"&{self.var(src.buffer.data)}[{self.expr(src.indices[0].base)}]"
+            if self.async_copy and s.buffer.scope == "shared" and \
+                    src.buffer.scope in ("", "global"):
+                nbytes = ir.lanes_of(s.value.dtype) * ir.bits_of(s.value.dtype) // 8
+                self.emit(f"__pipeline_memcpy_async({dst_at}, {src_at}, {nbytes});")
+                return
+            self.emit(f"*({word} *)({dst_at}) = *(const {word} *)({src_at});")
+            return
         for k in range(lanes):
             lane = _Lane(k)
             self.stmt_BufferStore(ir.BufferStore(
@@ -243,6 +322,80 @@ class CUDARenderer(CStyleRenderer):
         if ir.lanes_of(e.dtype) > 1:
             raise UnsupportedError(f"cuda code generation: vector load {e} outside a store")
         return super().expr_BufferLoad(e)
+
+
+def _annotated(s: ir.Stmt, key: str) -> bool:
+    """Whether a loop of ``s`` carries annotation ``key``."""
+    found: list[bool] = []
+
+    class _Find(StmtExprVisitor):
+        def visit_For(self, f: ir.For) -> None:
+            if f.annotations.get(key):
+                found.append(True)
+            super().visit_For(f)
+
+    _Find().visit_stmt(s)
+    return bool(found)
+
+
+#: bytes of a vector copy -> the CUDA type that moves them in one access
+_WORDS = {4: "uint32_t", 8: "uint2", 16: "uint4"}
+
+
+def _copied(e: ir.PrimExpr) -> ir.BufferLoad | None:
+    """The load ``e`` copies unchanged: ``e`` itself, or ``e`` under casts that widen
+    and narrow back to its own type exactly (float16 -> float32 -> float16: what
+    ``legalize_f16`` makes of a float16 copy)."""
+    want = e.dtype
+    while isinstance(e, ir.Cast):
+        inner = e.value
+        if not (isinstance(inner, ir.Cast) and ir.element_of(inner.value.dtype)
+                == ir.element_of(want) and ir.bits_of(inner.dtype) >= ir.bits_of(want)
+                and ir.is_float(inner.dtype) == ir.is_float(want)):
+            return None
+        e = inner.value
+    return e if isinstance(e, ir.BufferLoad) and e.dtype == want else None
+
+
+def _divisible(e: ir.PrimExpr, n: int) -> bool:
+    """Whether ``e`` is a multiple of ``n`` for every value of its variables (a sufficient
+    syntactic check: constants, sums, products with a constant, ``x % c`` with ``c`` a
+    multiple of ``n``)."""
+    if n == 1:
+        return True
+    if isinstance(e, ir.IntImm):
+        return e.value % n == 0
+    if isinstance(e, (ir.Add, ir.Sub)):
+        return _divisible(e.a, n) and _divisible(e.b, n)
+    if isinstance(e, ir.Mul):
+        for c, x in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, ir.IntImm):
+                return _divisible(x, n // math.gcd(c.value, n))
+        return _divisible(e.a, n) or _divisible(e.b, n)
+    if isinstance(e, ir.FloorMod) and isinstance(e.b, ir.IntImm):
+        return e.b.value % n == 0 and _divisible(e.a, n)
+    return False
+
+
+def _vector_copy(s: ir.BufferStore) -> str | None:
+    """The word type that copies the vector store ``s`` in one access: a copy (see
+    :func:`_copied`) between two flat buffers of the same type, both indices contiguous
+    ramps whose first element is a multiple of the lanes in buffers at least that aligned;
+    else None (the store is written lane by lane)."""
+    src = _copied(s.value)
+    if src is None or len(s.indices) != 1 or len(src.indices) != 1:
+        return None
+    lanes = ir.lanes_of(s.value.dtype)
+    nbytes = lanes * ir.bits_of(s.value.dtype) // 8
+    word = _WORDS.get(nbytes)
+    if word is None or src.buffer.dtype != s.buffer.dtype:
+        return None
+    for buf, idx in ((s.buffer, s.indices[0]), (src.buffer, src.indices[0])):
+        if not (isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1)
+                and buf.elem_offset is None and buf.align >= nbytes
+                and _divisible(arith.simplify(idx.base), lanes)):
+            return None
+    return word
 
 
 def compile_ptx(source: str, arch: str = "sm_80", nvcc: str | None = None) -> str:

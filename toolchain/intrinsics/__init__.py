@@ -438,6 +438,10 @@ _ENV.globals["require"] = _require
 
 
 def _strides(buf: ir.Buffer) -> list[int]:
+    """The element strides of ``buf``: its own (a ``storage_align``-padded tile), else
+    row-major ones of its constant shape."""
+    if buf.strides and all(isinstance(s, ir.IntImm) for s in buf.strides):
+        return [int(s.value) for s in buf.strides]
     dims = []
     for d in buf.shape:
         if not isinstance(d, ir.IntImm):

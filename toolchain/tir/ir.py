@@ -473,6 +473,8 @@ class Buffer(Node):
 
     ``strides`` empty means compact row-major; ``align`` is the byte alignment the
     allocation must have; ``data`` is its pointer Var (created from the name if omitted).
+    ``dim_align``: the ``(axis, factor, offset)`` padding rules ``storage_align`` asked
+    for, kept so that buffer compaction can pad the compacted shape's strides again.
 
     Example::
 
@@ -489,6 +491,7 @@ class Buffer(Node):
     align: int = 64
     elem_offset: PrimExpr | None = None
     data: Var | None = None
+    dim_align: tuple[tuple[int, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(convert(s) for s in self.shape))

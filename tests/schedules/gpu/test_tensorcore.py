@@ -6,7 +6,9 @@ GPU where there is one. Tolerance: ``FP16_TOL`` (tests/bundle/test_cuda_fp16.py 
 
 from __future__ import annotations
 
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +24,13 @@ from toolchain.driver import lower
 from toolchain.errors import ScheduleError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
+from toolchain.schedules.gpu.gemm import wmma_tiles
 from toolchain.schedules.gpu.tensorcore import (
+    WmmaTiles,
     choose_wmma_tiles,
     tensor_core_intrinsics,
     try_tile_wmma,
+    wmma_shared_bytes,
 )
 from toolchain.target import load_target, parse_target
 from toolchain.tir import ir
@@ -36,7 +41,7 @@ from toolchain.tir.transform.inject_barriers import is_barrier
 
 NVCC = shutil.which("nvcc")
 SM80 = load_target("cuda-sm80")
-MMA_CALL = "kiln_wmma_f16_16x16x16_"
+MMA_CALL = "kiln_wmma_f16_"  # the products (16 x 16 x 16 or a warp tile), not fill/store
 
 
 def _batch_matmul() -> tuple[object, dict]:
@@ -99,7 +104,10 @@ def test_tiles_divide_the_shapes_or_are_refused() -> None:
     assert 48 % (16 * t.kf) == 0
     big = choose_wmma_tiles(4096, 4096, 4096, tc, SM80)
     by, bx, bk = 16 * big.wy * big.fm, 16 * big.wx * big.fn, 16 * big.kf
-    assert by * bx * 4 + 2 * (by + bx) * bk * 2 <= SM80.max_shared_memory_per_block
+    pad = big.pad
+    assert by * bx * 4 + 2 * (by * (bk + pad) + bk * (bx + pad)) * 2 == \
+        wmma_shared_bytes(big, tc) <= SM80.max_shared_memory_per_block
+    assert big.pad == 8 and big.vector == 8  # 128 threads: 64 x 32 and 32 x 64 in 16 bytes
     assert choose_wmma_tiles(40, 32, 32, tc, SM80) is None
 
 
@@ -123,13 +131,13 @@ def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
         sch.set_dtype(sch.get_block("C"), 0, "float16")
 
 
-def _wmma_gemm(m: int, n: int, k: int) -> Schedule:
+def _wmma_gemm(m: int, n: int, k: int, tiles: WmmaTiles | None = None) -> Schedule:
     """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores."""
     A = te.placeholder((m, k), name="A", dtype="float16")
     B = te.placeholder((k, n), name="B", dtype="float16")
     r = te.reduce_axis((0, k), name="k")
     C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80)
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80, tiles)
     assert sch is not None
     return sch
 
@@ -149,18 +157,43 @@ def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
         assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
 
 
+def test_a_long_reduction_keeps_one_barrier_a_step() -> None:
+    """With 80 double-buffered steps (more than the barrier planner enumerates) the step's
+    fetch into half ``(k + 1) % 2`` and its products from half ``k % 2`` still need no
+    barrier between them (the halves repeat every 2 steps: two values of ``k`` decide),
+    so the step loop holds one barrier, at its end, as a short one does (whose
+    race-freedom, with the same two values of ``k`` deciding, the race test above runs);
+    the fetch of the next step then overlaps this step's products."""
+    sch = _wmma_gemm(32, 32, 16 * 80, WmmaTiles(1, 1, 2, 2, 1, pad=8, vector=8))
+    f = lower(sch, target=SM80)
+    assert "(k_0 + 1) % 2 *" in str(f)
+    (step,) = [n for n, _ in st.walk(f.body) if isinstance(n, ir.For)
+               and n.loop_var.name == "k_0"]
+    assert ir.const_int(step.extent) == 80
+    inside = [n for n, _ in st.walk(step.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert len(inside) == 1 and is_barrier(step.body.seq[-1])
+
+
 def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
     """The CUDA renderer passes an intrinsic the fragment of its 16 x 16 tile (the
     emulation, which keeps fragments as float tiles, cannot check this): for a warp tile
-    of 2 x 2 fragments, the four products of a step name fragments 0..3, each once, and
-    the fill and the store name the same four."""
+    of 2 x 2 fragments called one at a time (``warp_mma=False``), the four products of a
+    step name fragments 0..3, each once, and the fill and the store name the same four;
+    called as one warp tile (the default), each step's call names fragment 0, and the
+    intrinsic's own body reaches the other three (``C[x * 2 + y]``)."""
     from toolchain.codegen.backend import CUDABackend
 
-    sch = _wmma_gemm(64, 64, 32)
+    tiles = WmmaTiles(2, 2, 2, 2, 2, pad=8, vector=8)
+    f = lower(_wmma_gemm(64, 64, 32, tiles), target=SM80)
+    warp = CUDABackend().kernel(f, "g")
+    body = "\n".join(line for k in warp.launches for line in k["body"])
+    calls = re.findall(r"kiln_wmma_f16_32x32x16_[0-9a-f]{8}\([^;]*?"
+                       r"&C_shared_wmma_accumulator\[([^\]]*)\]", body)
+    assert len(calls) == 2 and all(eval(c.replace("/", "//")) == 0 for c in calls)  # noqa: S307
+    assert "mma_sync(C[x * 2 + y], a[x], b[y], C[x * 2 + y])" in str(f.attrs)
+    sch = _wmma_gemm(64, 64, 32, replace(tiles, warp_mma=False))
     art = CUDABackend().kernel(lower(sch, target=SM80), "g")
     body = "\n".join(line for k in art.launches for line in k["body"])
-    import re
-
     frags: dict[str, list[int]] = {}
     for fn, expr in re.findall(r"(kiln_wmma_\w+?)_[0-9a-f]{8}\([^;]*?"
                                r"&C_shared_wmma_accumulator\[([^\]]*)\]", body):
@@ -199,6 +232,118 @@ def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> Non
     assert "nvcuda::wmma::mma_sync" in src and "kiln_wmma_acc " in src
     res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o")
     assert res.returncode == 0, res.stderr[-3000:]
+
+
+#: tile variants (the knobs benchmarks/cuda.py --gemm-sweep turns) on a GEMM 128 x 96 x 64
+#: (M x K x N) they all divide: plain, padded + 16-byte fetches, 8 warps of 2 x 4
+#: fragments, single-buffered steps of 48 with 8-byte fetches, 2 warps of 4 x 2 and
+#: 4-byte fetches into rows padded by 16
+VARIANTS = [WmmaTiles(2, 2, 2, 2, 2), WmmaTiles(2, 2, 2, 2, 2, pad=8, vector=8),
+            WmmaTiles(4, 1, 2, 4, 2, pad=8, vector=8),
+            WmmaTiles(2, 2, 2, 2, 3, double_buffer=False, pad=8, vector=4),
+            WmmaTiles(1, 2, 4, 2, 1, pad=16, vector=2)]
+
+
+@pytest.mark.parametrize("tiles", VARIANTS, ids=WmmaTiles.label)
+def test_each_tile_variant_emulated_matches_the_reference(tiles: WmmaTiles,
+                                                          tmp_path: Path) -> None:
+    model, feeds = gemm_model(128, 96, 64)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    with wmma_tiles(tiles):
+        d = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False,
+                          emulate=True, precision="fp16")
+    src = (d / "src/kernels.c").read_text()
+    assert MMA_CALL in src
+    assert ("float16x" in src) == (tiles.vector > 1)  # the vectorized fetches
+    got = load_bundle(d)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
+
+
+def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
+    """``benchmarks/cuda.py --gemm-sweep 4096`` measures what it names: each label of its
+    SWEEP parses back to itself and gives the wmma kernel (inside the shared memory a
+    block may opt in to: no silent fall-back to the SIMT kernel) for the fp16 GEMM
+    4096^3 on sm_90."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda.py"
+    spec = importlib.util.spec_from_file_location("bench_cuda", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sm90 = load_target("cuda-sm90")
+    A = te.placeholder((4096, 4096), name="A", dtype="float16")
+    B = te.placeholder((4096, 4096), name="B", dtype="float16")
+    r = te.reduce_axis((0, 4096), name="k")
+    C = te.compute((4096, 4096), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    func = te.create_prim_func([A, B, C])
+    for label in bench.SWEEP:
+        tiles = bench.parse_tiles(label)
+        assert tiles.label() == label
+        assert wmma_shared_bytes(tiles, tensor_core_intrinsics(sm90)) <= \
+            sm90.max_shared_memory_per_block_optin, label
+        assert try_tile_wmma(Schedule(func, sm90), "C", sm90, tiles) is not None, label
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_tiles_beyond_48_kib_take_dynamic_shared_memory_and_async_copies(tmp_path: Path) -> None:
+    """A 128 x 128 block tile (2 x 2 warps of 4 x 4 fragments: 64 KiB of float32 output
+    tile + two halves of each padded operand tile, 101 KiB) is past CUDA's 48 KiB of
+    static shared memory: the schedule opts in (``DYNAMIC_SHARED_MEMORY`` on its block
+    loop: the limit checked is the target's opt-in amount), the kernel carves its shared
+    buffers out of ``extern __shared__`` memory, the launcher raises the kernel's limit
+    once and passes the bytes at launch; the emulation matches the reference and nvcc
+    builds the kernels and the launcher. The same tiles with ``async_copy``: the operand
+    fetches are ``__pipeline_memcpy_async`` (cp.async), each barrier waits for them
+    first."""
+    tiles = WmmaTiles(2, 2, 4, 4, 2, pad=8, vector=8, async_copy=True)
+    need = wmma_shared_bytes(tiles, tensor_core_intrinsics(SM80))
+    assert need > SM80.max_shared_memory_per_block
+    model, feeds = gemm_model(128, 64, 128)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    with wmma_tiles(tiles):
+        emu = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False,
+                            emulate=True, precision="fp16")
+        d = compile_model(model, "cuda-sm80", tmp_path / "cu", progress=False,
+                          precision="fp16")
+    got = load_bundle(emu)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
+    src = (d / "src/kernels.cu").read_text()
+    assert "kiln_wmma_f16_64x64x16_" in src and "extern __shared__" in src
+    assert "__shared__ float" not in src and "__shared__ __half" not in src
+    assert src.count("__pipeline_memcpy_async(") == 4 and "uint4" not in src
+    assert "(__pipeline_commit(), __pipeline_wait_prior(0), __syncthreads());" in src
+    assert "__syncthreads();" not in src.replace("__syncthreads());", "")
+    launcher = (d / "src/gemm.cu").read_text()
+    assert f"cudaFuncAttributeMaxDynamicSharedMemorySize, {need})" in launcher
+    assert f"dim3(32, 2, 2), {need}>>>" in launcher
+    for source in ("src/kernels.cu", "src/gemm.cu"):
+        res = nvcc_object(d, source, tmp_path / "o.o")
+        assert res.returncode == 0, res.stderr[-3000:]
+
+
+def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
+    """The default kernel's operand tiles are padded (rows of 16 kf + 8 halves for A,
+    16 wx fn + 8 for B: the strides the fragment loads are specialised for) and fetched
+    with one 16-byte load and store a thread (``uint4``); a copy the renderer cannot prove
+    16-byte aligned stays lane by lane."""
+    from toolchain.codegen.backend import CUDABackend
+    from toolchain.codegen.cuda import CUDARenderer
+
+    sch = _wmma_gemm(64, 64, 64)  # 2 x 2 warps of 2 x 2 fragments, steps of 32
+    f = lower(sch, target=SM80)
+    art = CUDABackend().kernel(f, "g")
+    body = "\n".join(line for k in art.launches for line in k["body"])
+    assert body.count("*(uint4 *)") == 4  # A and B, first step and the next ones
+    assert "load_matrix_sync(a[x], A + x * 640, 40)" in str(f.attrs) and \
+        "load_matrix_sync(b[y], B + y * 16, 72)" in str(f.attrs)
+    assert "2 * 2560" in body and "2 * 2304" in body  # two halves of 64 x 40, 32 x 72
+    x = te.placeholder((64,), name="x", dtype="float16")
+    y = te.compute((56,), lambda i: x[i + 1], name="y")  # starts one half in: not aligned
+    s2 = Schedule(te.create_prim_func([x, y]))
+    _, v = s2.split(s2.get_loops(s2.get_block("y"))[0], [None, 8])
+    s2.vectorize(v)
+    src = CUDARenderer().render(lower(s2), name="shift").code
+    assert "uint4" not in src and "x[" in src
 
 
 @pytest.mark.gpu

@@ -93,13 +93,17 @@ True
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
 from toolchain.schedules.gpu.generic import fold_tail
+from toolchain.schedules.gpu.tensorcore import WmmaTiles, try_tile_wmma
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -466,23 +470,25 @@ def operand_buffer(blk: ir.Block, which: int) -> ir.Buffer | str:
 GEMM_OPS = ("Conv", "MatMul", "Gemm")
 
 
-def try_tile_gemm(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+def try_tile_gemm(sch: Schedule, block: Any, target: Target,
+                  wmma: WmmaTiles | None = None) -> Schedule | None:
     """The tensor-core kernel (:func:`~toolchain.schedules.gpu.tensorcore.try_tile_wmma`:
     a float16 GEMM on a target that declares tensor-core intrinsics, shapes multiples of
     its tiles); else :func:`tile_gemm` where it applies, at least :data:`MIN_USEFUL` of its
     tiles are inside the output (:func:`useful_fraction`) and its lowered kernel stays inside
     the target's shared memory per block (the allocations :func:`lowered_shared_bytes`
     counts), with the step ``bk`` and then the register tile halved until it does; else
-    None (the caller keeps its generic kernel for the stage)."""
-    from toolchain.schedules.gpu.tensorcore import try_tile_wmma
+    None (the caller keeps its generic kernel for the stage). ``wmma``: the tensor-core
+    kernel's tiles instead of :func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`
+    (``benchmarks/cuda.py --gemm-sweep``)."""
 
     blk = sch.get(block)
     axes = gemm_axes(blk)
     if axes is None:
         return None
-    wmma = try_tile_wmma(sch, block, target)  # tensor cores first, where the target has them
-    if wmma is not None:
-        return wmma
+    tc = try_tile_wmma(sch, block, target, wmma)  # tensor cores first, where the target has them
+    if tc is not None:
+        return tc
     ext = axes.extents
     split = split_k_factor(ext[axes.y], ext[axes.x], ext[axes.reduce[0]],
                            math.prod(ext[i] for i in axes.reduce[1:]), target,
@@ -610,6 +616,23 @@ def _fuse_unit_loops(sch: Schedule, block: Any) -> None:
         sch.fuse(loops[unit[0] - 1], loops[unit[0]])
 
 
+@contextlib.contextmanager
+def wmma_tiles(tiles: WmmaTiles) -> Iterator[None]:
+    """Compile the GEMM ops (:data:`GEMM_OPS`) on ``gpu`` targets with the tensor-core
+    kernel's tiles ``tiles`` (its knobs: warps, fragments, step, double buffer, padding,
+    fetch width) inside the ``with``: :func:`schedule_tiled` registered with them
+    (``benchmarks/cuda.py --gemm-sweep``, the variant tests)."""
+    from toolchain.schedules.registry import register_schedule, unregister_schedule
+
+    for op in GEMM_OPS:
+        register_schedule(op, "gpu")(functools.partial(schedule_tiled, wmma=tiles))
+    try:
+        yield
+    finally:
+        for op in GEMM_OPS:
+            unregister_schedule(op, "gpu")
+
+
 def _smaller(t: Tiles, ext_k: int) -> Tiles | None:
     """The next smaller tiles: single-buffered first, then the step (a smaller divisor
     of ``ext_k``), then the register tile."""
@@ -644,12 +667,14 @@ def lowered_shared_bytes(sch: Schedule, target: Target) -> dict[str, int]:
     return out
 
 
-def schedule_tiled(node: Node, target: Target) -> OpSchedule:
+def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) -> OpSchedule:
     """The strategy-table entry of dense, matmul, batch matmul and convolution on GPU
     targets: ``node`` (a ``Fused`` group whose anchor is one of :data:`GEMM_OPS`, or the op
     alone) as kernels of :func:`~toolchain.schedules.gpu.generic.schedule_gpu` whose GEMM
     stages are tiled (:func:`try_tile_gemm`); a stage the tiles do not fit (a
-    matrix-vector product: one row or one column) keeps the generic kernel."""
+    matrix-vector product: one row or one column) keeps the generic kernel. ``wmma``: the
+    tensor-core tiles to use (see :func:`try_tile_gemm`; ``functools.partial`` makes a
+    schedule function of it for ``register_schedule``)."""
     from toolchain import te
     from toolchain.codegen.names import TE_NAMES, sanitize
     from toolchain.schedules.generic.fused import fused_compute
@@ -665,7 +690,8 @@ def schedule_tiled(node: Node, target: Target) -> OpSchedule:
         ins, outs, name = nc.inputs, nc.outputs, node.name
         in_vals, out_vals = list(nc.input_values), list(node.outputs)
     func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))
-    sch = schedule_gpu(func, target, tiled=try_tile_gemm, keep=operand_stages)
+    tiled = try_tile_gemm if wmma is None else functools.partial(try_tile_gemm, wmma=wmma)
+    sch = schedule_gpu(func, target, tiled=tiled, keep=operand_stages)
     text = str(sch.mod)
     tiled = "T.thread_binding" in text and 'scope="shared"' in text
     kind = "gpu tensor-core gemm" if "'tensorized':" in text and tiled else \

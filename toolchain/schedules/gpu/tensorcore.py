@@ -5,17 +5,25 @@ intrinsics for three behaviours -- zeroing an accumulator fragment (``C[i, j] = 
 ``*accumulator`` scope), a float16 x float16 -> float32 multiply-accumulate into one
 (``C[i, j] += A[i, k] * B[k, j]``) and the store of a fragment to shared memory
 (``D[i, j] = C[i, j]``) -- never at the target's name. ``cuda-sm80`` / ``cuda-sm90``
-declare them as ``wmma`` 16 x 16 x 16 (``targets/cuda-sm80.yaml``).
+declare them as ``wmma`` 16 x 16 x 16 (``targets/cuda-sm80.yaml``), and the same product
+over a warp tile of 2 x 2, 4 x 2, 2 x 4 and 4 x 4 fragments (``wmma_f16_32x32x16`` ...:
+one call loads each A and B fragment of a 16-deep slice once and makes ``fm * fn``
+products; ``TensorCore.warp_mma``, found by the same behaviour with larger extents).
 
 The kernel (:func:`tile_gemm_wmma`) for a block of ``wy x wx`` warps, each warp a
-``16 fm x 16 fn`` tile of C (``fm x fn`` fragments), the reduction in steps of ``16 kf``:
+``16 fm x 16 fn`` tile of C (``fm x fn`` fragments), the reduction in steps of ``16 kf``
+(the knobs: :class:`WmmaTiles`):
 
 - ``C`` staged twice: ``C_shared`` (a float32 tile of the block, the element-wise tail
   folded into its write-back) filled from ``C_frag`` (``wmma.accumulator``, the warp's
   fragments); ``set_dtype(.., "float32")`` makes the sum float32;
 - per step the block fetches the A and B tiles into shared memory (float16, two halves:
-  the next step's fetched during this one's products), all its threads cooperating, then
-  each warp runs ``fm * fn * kf`` tensorized 16 x 16 x 16 products;
+  the next step's fetched during this one's products), all its threads cooperating,
+  ``vector`` halves a thread at once (8: one 16-byte load and store), into rows padded by
+  ``pad`` halves (``storage_align``: the 8 rows a fragment load reads at once fall in 8
+  different bank groups); then each warp makes ``kf`` warp-tile products (or, where the
+  target declares none for ``fm x fn`` or ``warp_mma`` is off, ``fm * fn * kf``
+  16 x 16 x 16 ones);
 - at the end each warp stores its fragments to ``C_shared`` (tensorized), and all threads
   write the block's tile out with the tail.
 
@@ -33,17 +41,18 @@ sums in float32 on float16 storage). Before (a float16 ``MatMul`` 64 x 32 x 64):
         with T.block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
 
 after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn`` = 2,
-``kf`` = 2; the fetches and the fragments' store left out)::
+``kf`` = 2; the fetches and the fragments' fill and store left out)::
 
     for k_0 in range(1):
-        ... A_shared, B_shared fetched by 128 threads ...
+        ... A_shared (64 x 32, rows of 40), B_shared (32 x 64, rows of 72) fetched by
+            128 threads, 8 halves each at once ...
         for i_1 in T.thread_binding(2, thread="threadIdx.z"):
             for j_1 in T.thread_binding(2, thread="threadIdx.y"):
-                for k_1, i_2, j_2 in T.grid(2, 2, 2):
-                    T.call_extern("int32", "kiln_wmma_f16_16x16x16",
-                        T.address_of(A_shared[i_1 * 32 + i_2 * 16, k_1 * 16]),
-                        T.address_of(B_shared[k_1 * 16, j_1 * 32 + j_2 * 16]),
-                        T.address_of(C_frag[i_1 * 32 + i_2 * 16, j_1 * 32 + j_2 * 16]))
+                for k_1 in T.unroll(2):
+                    T.call_extern("int32", "kiln_wmma_f16_32x32x16",
+                        T.address_of(A_shared[i_1 * 32, k_1 * 16]),
+                        T.address_of(B_shared[k_1 * 16, j_1 * 32]),
+                        T.address_of(C_frag[i_1 * 32, j_1 * 32]))
 
 >>> from toolchain import te
 >>> from toolchain.target import load_target
@@ -54,7 +63,7 @@ after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn``
 >>> C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
 >>> t = load_target("cuda-sm80")
 >>> sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), t), "C", t)
->>> "kiln_wmma_f16_16x16x16" in str(sch.mod)
+>>> "kiln_wmma_f16_32x32x16" in str(sch.mod)
 True
 """
 
@@ -69,6 +78,7 @@ from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule.gpu import ASYNC_COPY, DYNAMIC_SHARED_MEMORY
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,13 @@ class TensorCore:
     n: int
     k: int
     accumulator: str  # the fragments' memory scope
+    #: (fm, fn) -> the product over a warp tile of fm x fn fragments in one call (each
+    #: operand fragment loaded once), where the target declares one
+    warp_mma: tuple[tuple[tuple[int, int], str], ...] = ()
+
+    def warp_product(self, fm: int, fn: int) -> str | None:
+        """The intrinsic for an ``fm x fn``-fragment warp tile, or None."""
+        return dict(self.warp_mma).get((fm, fn))
 
 
 @dataclass(frozen=True)
@@ -96,6 +113,29 @@ class WmmaTiles:
     kf: int
     #: the A and B tiles double-buffered (the next step fetched during this one's products)
     double_buffer: bool = True
+    #: halves added to each row of the shared A and B tiles (0: none; 8 puts the 8 rows a
+    #: fragment load reads at once in 8 different 16-byte bank groups)
+    pad: int = 0
+    #: halves a thread fetches per access (8: one 16-byte load and store; 1: scalar)
+    vector: int = 1
+    #: one call for the warp's fm x fn fragments where the target declares that product
+    #: (each operand fragment loaded once a k slice); False: one call per fragment
+    warp_mma: bool = True
+    #: the 16-byte operand fetches asynchronous (``cp.async`` on sm_80+: ASYNC_COPY), the
+    #: step's barrier waiting for them; needs ``vector`` 2, 4 or 8
+    async_copy: bool = False
+
+    def label(self) -> str:
+        """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
+        double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
+        call per fragment; ``.async``: asynchronous fetches).
+
+        >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
+        '4x2w.2x2f.kf2.db.p8.v8'
+        """
+        return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
+                f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
+                f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}")
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
@@ -109,8 +149,8 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
     >>> tensor_core_intrinsics(load_target("c-generic")) is None
     True
     """
-    fill = mma = store = None
-    shape, scope = None, None
+    fill = store = None
+    products: dict[tuple[int, int, int], tuple[str, str]] = {}  # shape -> (name, scope)
     for name, spec in target.intrinsics.items():
         if "instruction" in spec:
             continue
@@ -125,18 +165,23 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
             a, b = beh.inputs()
             if (dtypes.get(a.name), dtypes.get(b.name), dtypes.get(out)) == (
                     "float16", "float16", "float32") and _is_gemm(beh):
-                mma, scope = name, scopes[out]
                 shape = tuple(ext[v.terms[0][0]] for v in (a.index[0], b.index[1], a.index[1]))
+                products[shape] = (name, scopes[out])
         elif not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
             fill = name
         elif (not beh.accumulate and isinstance(beh.expr, Access)
               and scopes.get(out) == "shared" and dtypes.get(out) == "float32"):
             store = name
-    if fill is None or mma is None or store is None or shape is None or scope is None:
+    if fill is None or store is None or not products:
         return None
-    m, n, k = shape
+    m, n, k = min(products, key=lambda sh: sh[0] * sh[1] * sh[2])  # the fragment's
+    mma, scope = products[(m, n, k)]
+    warp = tuple(sorted(((sm // m, sn // n), target.intrinsic(name))
+                        for (sm, sn, sk), (name, sc) in products.items()
+                        if sk == k and sc == scope and sm % m == 0 and sn % n == 0
+                        and (sm, sn) != (m, n)))
     return TensorCore(target.intrinsic(fill), target.intrinsic(mma), target.intrinsic(store),
-                      m, n, k, scope)
+                      m, n, k, scope, warp)
 
 
 def _is_gemm(beh: Any) -> bool:
@@ -149,19 +194,68 @@ def _is_gemm(beh: Any) -> bool:
     return ci == ai and cj == bj and ak == bk and len({ci, cj, ak}) == 3
 
 
+def wmma_shared_bytes(t: WmmaTiles, tc: TensorCore) -> int:
+    """Shared memory of the kernel with tiles ``t``: the block's float32 output tile and
+    one or two halves (double buffer) of each padded float16 operand tile."""
+    by, bx, bk = t.wy * t.fm * tc.m, t.wx * t.fn * tc.n, t.kf * tc.k
+    halves = 2 if t.double_buffer else 1
+    return by * bx * 4 + halves * (by * (bk + t.pad) + bk * (bx + t.pad)) * 2
+
+
+def fetch_vector(t: WmmaTiles, tc: TensorCore, warp: int, most: int = 8) -> int:
+    """The widest fetch (8, 4, 2 or 1 halves a thread) that splits both operand tiles
+    evenly over the block's threads."""
+    threads = t.wy * t.wx * warp
+    by, bx, bk = t.wy * t.fm * tc.m, t.wx * t.fn * tc.n, t.kf * tc.k
+    v = most
+    while v > 1 and ((by * bk) % (threads * v) or (bk * bx) % (threads * v)):
+        v //= 2
+    return v
+
+
+@dataclass(frozen=True)
+class WmmaCaps:
+    """The largest tiles :func:`choose_wmma_tiles` starts from (each halved where it does
+    not divide the shape), the padding of the shared rows, and whether the tiles may use
+    the shared memory a block can opt in to (dynamic shared memory) or only the static
+    amount."""
+
+    wy: int = 4
+    wx: int = 2
+    fm: int = 2
+    fn: int = 2
+    kf: int = 2
+    pad: int = 8
+    optin: bool = False
+    #: the operand fetches asynchronous (``WmmaTiles.async_copy``) where they are vectors
+    async_copy: bool = False
+
+
+#: the default tensor-core tiles' caps: the kernel first measured on an H200 had 2 x 2
+#: warps of 2 x 2 fragments; ``benchmarks/cuda.py --gemm-sweep`` measures the others
+#: (docs/tensor_cores.md): set these from its figures
+DEFAULT_CAPS = WmmaCaps()
+
+
 def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
-                      target: Target) -> WmmaTiles | None:
-    """The largest tiles (up to 4 x 2 warps, 2 x 2 fragments a warp, 2 steps of ``k``)
-    that divide the shapes, with fewer warps on ``y`` until the block's shared memory (the
-    float32 output tile and two halves of each operand's tile) fits the target's; None
-    when ``ext_y``, ``ext_x`` or ``ext_k`` is not a multiple of the fragment's.
+                      target: Target, caps: WmmaCaps = DEFAULT_CAPS) -> WmmaTiles | None:
+    """The largest tiles up to ``caps`` (:data:`DEFAULT_CAPS`: 4 x 2 warps, 2 x 2
+    fragments a warp, 2 steps of ``k``) that divide the shapes, then fewer warps on ``y``,
+    on ``x``, fewer fragments, until the block's threads and shared memory
+    (:func:`wmma_shared_bytes`; the opt-in amount where ``caps.optin``) fit the target's;
+    operand rows padded by ``caps.pad`` halves and fetched 8 halves (16 bytes) a thread
+    where the tiles split so (:func:`fetch_vector`); None when ``ext_y``, ``ext_x`` or
+    ``ext_k`` is not a multiple of the fragment's.
 
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
-    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=2, wx=2, fm=2, fn=2, kf=2, double_buffer=True)
-    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t)
-    WmmaTiles(wy=1, wx=1, fm=1, fn=1, kf=1, double_buffer=True)
+    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t).label()
+    '2x2w.2x2f.kf2.db.p8.v8'
+    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t).label()
+    '1x1w.1x1f.kf1.db.p8.v8'
+    >>> big = WmmaCaps(wy=4, wx=2, fm=2, fn=4, optin=True, async_copy=True)  # 128 x 128
+    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t, big).label()
+    '4x2w.2x4f.kf2.db.p8.v8.async'
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
@@ -175,21 +269,21 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
         return f
 
     smem = target.max_shared_memory_per_block or 48 * 1024
-    fm = largest(ext_y, tc.m, 2)
-    fn = largest(ext_x, tc.n, 2)
-    wy = largest(ext_y, tc.m * fm, 4)
-    wx = largest(ext_x, tc.n * fn, 2)
-    kf = largest(ext_k, tc.k, 2)
-
-    def shared(wy: int) -> int:
-        by, bx, bk = wy * fm * tc.m, wx * fn * tc.n, kf * tc.k
-        return by * bx * 4 + 2 * (by + bx) * bk * 2
-
-    while (wy * wx * warp > most or shared(wy) > smem) and wy > 1:
-        wy //= 2
-    if wy * wx * warp > most:
-        return None
-    return WmmaTiles(wy, wx, fm, fn, kf)
+    if caps.optin and target.max_shared_memory_per_block_optin:
+        smem = target.max_shared_memory_per_block_optin
+    fm = largest(ext_y, tc.m, caps.fm)
+    fn = largest(ext_x, tc.n, caps.fn)
+    t = WmmaTiles(largest(ext_y, tc.m * fm, caps.wy), largest(ext_x, tc.n * fn, caps.wx),
+                  fm, fn, largest(ext_k, tc.k, caps.kf), pad=caps.pad)
+    while t.wy * t.wx * warp > most or wmma_shared_bytes(t, tc) > smem:
+        for knob in ("wy", "wx", "fn", "fm"):
+            if getattr(t, knob) > 1:
+                t = replace(t, **{knob: getattr(t, knob) // 2})
+                break
+        else:
+            return None
+    vector = fetch_vector(t, tc, warp)
+    return replace(t, vector=vector, async_copy=caps.async_copy and vector > 1)
 
 
 def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
@@ -214,10 +308,22 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)
     others = [loops[i] for i in axes.others]
-    by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
-    bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
+    product = tc.warp_product(t.fm, t.fn) if t.warp_mma else None
+    if product is not None:  # one call a warp tile: (16 fm) x (16 fn) x 16 under kf
+        by, wy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm * tc.m])
+        bx, wx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn * tc.n])
+        frags: tuple[Any, ...] = ()
+    else:  # one call a fragment: 16 x 16 x 16 under kf, fy, fx
+        by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
+        bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
+        frags = (fy, fx)
     ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
-    sch.reorder(*others, by, bx, ko, wy, wx, kf, fy, fx, yi, xi, ki)
+    sch.reorder(*others, by, bx, ko, wy, wx, kf, *frags, yi, xi, ki)
+    static = target.max_shared_memory_per_block or 48 * 1024
+    if wmma_shared_bytes(t, tc) > static:  # beyond the static 48 KiB: opt in (dynamic)
+        sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
+    if t.async_copy:  # the operand tiles are read only after the step's barrier
+        sch.annotate(bx, ASYNC_COPY, 1)
     bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
     for s in copies:
         sch.compute_at(s, ko)
@@ -228,20 +334,10 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
                   sch.get(wx).loop_var.name + "_init": "threadIdx.y"}
     init = sch.decompose_reduction(b, ko)
-    # the init block's loops: copies of the spatial loops under ko (wy, wx, fy, fx, yi,
-    # xi; those of extent 1 left out), the tile's two innermost
-    init_loops = sch.get_loops(init)
-    init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
-                  if sch.get(lp).loop_var.name in warp_names]
-    # the fragment loops unrolled: a fragment array indexed by constants stays in registers
-    frag_names = {sch.get(lp).loop_var.name + "_init" for lp in (fy, fx)}
-    for lp in init_loops[:-2]:
-        if sch.get(lp).loop_var.name in frag_names:
-            sch.unroll(lp)
-    sch.tensorize(init_loops[-2], tc.fill)
-    for lp in (kf, fy, fx):
+    init_warps = _fill_fragments(sch, init, warp_names, frags, product is not None, t, tc)
+    for lp in (kf, *frags):
         sch.unroll(lp)
-    sch.tensorize(yi, tc.mma)
+    sch.tensorize(yi, product or tc.mma)
     # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
     ay, ax = _own(sch, cf, bx)
     swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
@@ -250,14 +346,8 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     sch.unroll(sfy)
     sch.unroll(sfx)
     sch.tensorize(sy, tc.store)
-    # the write-back with the tail, and the fetches: all threads, lanes innermost
     for s, at in ((cs, bx), *((c, ko) for c in copies)):
-        own = _own(sch, s, at)
-        fused = sch.fuse(*own) if len(own) > 1 else own[0]
-        _, lz, ly, lx = sch.split(fused, [None, t.wy, t.wx, warp])
-        sch.bind(lz, "threadIdx.z")
-        sch.bind(ly, "threadIdx.y")
-        sch.bind(lx, "threadIdx.x")
+        _spread(sch, s, at, t, warp, fetch=s is not cs)
     for loop, tag in (*init_warps, (swy, "threadIdx.z"),
                       (swx, "threadIdx.y"), (wy, "threadIdx.z"), (wx, "threadIdx.y"),
                       (by, "blockIdx.y"), (bx, "blockIdx.x")):
@@ -267,6 +357,63 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     return sch
 
 
+def _fill_fragments(sch: Schedule, init: Any, warp_names: dict[str, str],
+                    frags: tuple[Any, ...], warp_tile: bool, t: WmmaTiles,
+                    tc: TensorCore) -> list[tuple[Any, str]]:
+    """Tensorize the reduction's init block ``init`` as one fill a fragment, the fragment
+    loops unrolled (a fragment array indexed by constants stays in registers); returns
+    its warp loops with their thread tags (bound by the caller). Its loops are copies of
+    the spatial loops under the step loop (wy, wx, [fy, fx,] yi, xi; those of extent 1
+    left out), the tile's two innermost; with one product a warp tile (``warp_tile``)
+    there is no fy, fx: the warp tile's rows and columns are split into fragments here."""
+    init_loops = sch.get_loops(init)
+    init_warps = [(lp, warp_names[sch.get(lp).loop_var.name]) for lp in init_loops[:-2]
+                  if sch.get(lp).loop_var.name in warp_names]
+    if warp_tile:
+        iy, ix = init_loops[-2:]
+        ify, iyi = sch.split(iy, [t.fm, tc.m])
+        ifx, ixi = sch.split(ix, [t.fn, tc.n])
+        sch.reorder(ify, ifx, iyi, ixi)
+        init_frags, fill_at = [ify, ifx], iyi
+    else:
+        frag_names = {sch.get(lp).loop_var.name + "_init" for lp in frags}
+        init_frags = [lp for lp in init_loops[:-2] if sch.get(lp).loop_var.name in frag_names]
+        fill_at = init_loops[-2]
+    for lp in init_frags:
+        if ir.const_int(sch.get(lp).extent) != 1:
+            sch.unroll(lp)
+    sch.tensorize(fill_at, tc.fill)
+    return init_warps
+
+
+def _spread(sch: Schedule, s: Any, at: Any, t: WmmaTiles, warp: int, fetch: bool) -> None:
+    """The loops of the write-back or an operand fetch ``s`` under loop ``at`` over all the
+    block's threads, lanes innermost; a fetch ``t.vector`` halves a thread (a vectorized
+    loop: one 16-byte access for 8) into rows padded by ``t.pad`` halves
+    (``storage_align``: stride % 64 == (row + pad) % 64)."""
+    own = _own(sch, s, at)
+    row = ir.const_int(sch.get(own[-1]).extent)
+    fused = sch.fuse(*own) if len(own) > 1 else own[0]
+    vec = t.vector if fetch else 1
+    parts = sch.split(fused, [None, t.wy, t.wx, warp] + ([vec] if vec > 1 else []))
+    for lp, tag in zip(parts[1:4], ("threadIdx.z", "threadIdx.y", "threadIdx.x"),
+                       strict=True):
+        sch.bind(lp, tag)
+    if vec > 1:
+        sch.vectorize(parts[4])
+    if fetch and t.pad and row is not None:
+        nd = sch.get(s).writes[0].buffer.ndim
+        sch.storage_align(s, 0, axis=nd - 2, factor=64, offset=(row + t.pad) % 64)
+
+
+def _smem_limit(target: Target, need: int) -> int:
+    """The shared memory the kernel may use: the target's static amount, or the amount a
+    block may opt in to (dynamic shared memory) where ``need`` is beyond the static."""
+    static = target.max_shared_memory_per_block or 48 * 1024
+    optin = target.max_shared_memory_per_block_optin
+    return optin if optin and need > static else static
+
+
 def _own(sch: Schedule, block: Any, at: Any) -> list[Any]:
     """The loops of ``block`` under loop ``at``."""
     var = sch.get(at).loop_var
@@ -274,10 +421,12 @@ def _own(sch: Schedule, block: Any, at: Any) -> list[Any]:
     return loops[next(i for i, lp in enumerate(loops) if sch.get(lp).loop_var is var) + 1:]
 
 
-def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+def try_tile_wmma(sch: Schedule, block: Any, target: Target,
+                  tiles: WmmaTiles | None = None) -> Schedule | None:
     """:func:`tile_gemm_wmma` where the target has tensor cores, the block is a float16
     GEMM whose shapes the tiles divide and whose lowered kernel fits the target's shared
-    memory; else None (the caller keeps its other kernel)."""
+    memory; else None (the caller keeps its other kernel). ``tiles`` (the kernel's knobs)
+    instead of :func:`choose_wmma_tiles`: None too where they do not divide the shapes."""
     from toolchain.schedules.gpu.gemm import gemm_axes, lowered_shared_bytes
 
     tc = tensor_core_intrinsics(target)
@@ -295,10 +444,16 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     t = choose_wmma_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], tc, target)
     if t is None:
         return None
-    limit = target.max_shared_memory_per_block or 48 * 1024
-    for tiles in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
+    if tiles is not None:
+        if (ext[axes.y] % (tiles.wy * tiles.fm * tc.m) or ext[axes.x] % (tiles.wx * tiles.fn
+                                                                         * tc.n)
+                or ext[axes.reduce[0]] % (tiles.kf * tc.k)):
+            return None
+        t = tiles
+    for cand in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
+        limit = _smem_limit(target, wmma_shared_bytes(cand, tc))
         try:
-            out = tile_gemm_wmma(sch, b, target, tc, tiles)
+            out = tile_gemm_wmma(sch, b, target, tc, cand)
             out.verify(target)
             # lowering also renders the intrinsics for the operands' strides (may refuse)
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
@@ -308,5 +463,6 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target) -> Schedule | None:
     return None
 
 
-__all__ = ["TensorCore", "WmmaTiles", "choose_wmma_tiles", "tensor_core_intrinsics",
-           "tile_gemm_wmma", "try_tile_wmma"]
+__all__ = ["DEFAULT_CAPS", "TensorCore", "WmmaCaps", "WmmaTiles", "choose_wmma_tiles",
+           "fetch_vector", "tensor_core_intrinsics", "tile_gemm_wmma", "try_tile_wmma",
+           "wmma_shared_bytes"]

@@ -149,8 +149,38 @@ def _const_dim(buf: ir.Buffer, d: int) -> int:
     return s.value if isinstance(s, ir.IntImm) else 1
 
 
+#: a loop annotation (``sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)``) by which a schedule
+#: asks for the shared memory a block may opt in to (``max_shared_memory_per_block_optin``:
+#: the CUDA renderer then carves the kernel's shared buffers out of dynamic shared memory
+#: and the launcher raises the kernel's limit) instead of ``max_shared_memory_per_block``
+DYNAMIC_SHARED_MEMORY = "dynamic_shared_memory"
+
+
+#: a loop annotation by which a schedule lets the CUDA renderer make the kernel's aligned
+#: 4/8/16-byte vector copies from global to shared memory asynchronous
+#: (``__pipeline_memcpy_async``: ``cp.async`` on sm_80+, a plain copy before), each
+#: barrier of the kernel then first waiting for them (``__pipeline_commit``,
+#: ``__pipeline_wait_prior(0)``). The schedule promises that no thread reads an element
+#: copied so before a barrier (the tensor-core GEMM's operand tiles: read by the products
+#: after the step's barrier).
+ASYNC_COPY = "async_copy"
+
+
+def shared_memory_limit(target: Any, kernel: ir.Stmt | None = None) -> int | None:
+    """The shared memory a block of ``kernel`` may use on ``target``: the opt-in amount
+    where the kernel has a loop annotated :data:`DYNAMIC_SHARED_MEMORY` and the target
+    declares one, else ``max_shared_memory_per_block`` (None: no limit declared)."""
+    optin = getattr(target, "max_shared_memory_per_block_optin", None)
+    if optin and kernel is not None and any(
+            isinstance(n, ir.For) and n.annotations.get(DYNAMIC_SHARED_MEMORY)
+            for n, _ in st.walk(kernel)):
+        return int(optin)
+    return getattr(target, "max_shared_memory_per_block", None)
+
+
 def check_gpu_limits(func: ir.PrimFunc, target: Any) -> None:
-    """Raise ScheduleError if a kernel exceeds the target's threads or shared memory."""
+    """Raise ScheduleError if a kernel exceeds the target's threads or shared memory
+    (:func:`shared_memory_limit`)."""
     for k in _kernels(func):
         tags = thread_extents(k)
         max_threads = getattr(target, "max_threads_per_block", None)
@@ -166,7 +196,7 @@ def check_gpu_limits(func: ir.PrimFunc, target: Any) -> None:
                     f"({' x '.join(parts)}), more than target {target.name!r} allows "
                     f"({max_threads}): split the thread-bound loop and bind the outer part to "
                     "blockIdx (or leave it serial)")
-        max_smem = getattr(target, "max_shared_memory_per_block", None)
+        max_smem = shared_memory_limit(target, k)
         if max_smem and any(t.startswith("blockIdx") for t in tags):
             foot = shared_footprint(k)
             doubled = set(func.attrs.get("double_buffer", ()))  # two tiles each (lowering)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
-from toolchain.tir.transform.lower_blocks import CARRIED
+from toolchain.tir.transform.lower_blocks import CARRIED, aligned_strides
 
 
 @dataclass
@@ -339,7 +339,7 @@ class _Compact(StmtExprMutator):
         buf = s.buffer
         acc = _Accesses(buf.data)
         acc.visit_stmt(body)
-        if acc.opaque or not acc.found or buf.strides:
+        if acc.opaque or not acc.found or (buf.strides and not buf.dim_align):
             return s if body is s.body else ir.Allocate(buf, body)
         lca = _lca(acc.found, buf)
         floor = _block_floor(acc.found, buf)
@@ -357,6 +357,9 @@ class _Compact(StmtExprMutator):
         new = buf
         if any(a is not b for a, b in zip(shape, buf.shape, strict=True)):
             new = ir.Buffer(buf.name, shape, buf.dtype, buf.scope, (), buf.align)
+            if buf.dim_align:  # storage_align's padding, on the compacted shape
+                new = replace(new, strides=aligned_strides(new, buf.dim_align),
+                              dim_align=buf.dim_align)
             body = _Rewrite(buf, new, [lo for lo, _ in region], canon).visit_stmt(body)
             if lca is not None:  # the rewrite rebuilt the loop: find it again
                 lca = _find_loop(body, lca.loop_var)

@@ -19,9 +19,13 @@ def buffer_strides(buf: ir.Buffer) -> tuple[ir.PrimExpr, ...]:
 
 
 def flat_size(buf: ir.Buffer) -> ir.PrimExpr:
-    """Number of elements the flattened buffer spans (padding of strides included)."""
+    """Number of elements the flattened buffer spans (padding of strides included; a
+    ``storage_align``-padded buffer keeps its last row's padding too, so copies of it laid
+    end to end -- a double buffer's halves -- start as aligned as its rows do)."""
     if not buf.shape:
         return ir.IntImm(1)
+    if buf.dim_align and buf.strides:
+        return arith.simplify(buf.shape[0] * buf.strides[0])
     size: ir.PrimExpr = ir.IntImm(1)
     for dim, stride in zip(buf.shape, buffer_strides(buf), strict=True):
         size = size + (dim - 1) * stride

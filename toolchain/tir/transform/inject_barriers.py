@@ -94,6 +94,7 @@ from toolchain.tir.functor import (
     post_order_visit,
     substitute,
 )
+from toolchain.tir.period import mod_period
 
 #: the builtin of a barrier statement (its argument: the memory scope it orders)
 SYNC_OP = "tir.storage_sync"
@@ -288,7 +289,8 @@ class _Overlap:
             ext = ir.const_int(arith.simplify(r.extent)) if r is not None else None
             if lo is None or ext is None:
                 return True
-            ranges.append(range(lo, lo + ext))
+            period = mod_period((a.index, b.index), v)
+            ranges.append(range(lo, lo + (ext if period is None else min(ext, period))))
         if math.prod(len(r) for r in ranges) > MAX_JOINT:
             return True
         for values in itertools.product(*ranges):

@@ -93,7 +93,10 @@ class _Half(StmtExprMutator):
     def _index(self, buf: ir.Buffer, idx: tuple[ir.PrimExpr, ...]
                ) -> tuple[ir.Buffer, tuple[ir.PrimExpr, ...]]:
         new, n = self.halves[buf.data]
-        return new, (self.which * n + idx[0],)
+        i = idx[0]
+        if isinstance(i, ir.Ramp):  # a vector access stays one Ramp (contiguous lanes)
+            return new, (ir.Ramp(self.which * n + i.base, i.stride, i.lanes),)
+        return new, (self.which * n + i,)
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:  # noqa: N802
         load = super().visit_BufferLoad(e)

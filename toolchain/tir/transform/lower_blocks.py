@@ -9,6 +9,7 @@ statements run under "first iteration of every reduce variable" guards, and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -65,7 +66,7 @@ def lower_init_block(func: ir.PrimFunc) -> ir.PrimFunc:
     return _InitLowerer().visit(func)
 
 
-def _aligned_strides(buf: ir.Buffer, aligns: list[tuple[int, int, int]]) -> tuple:
+def aligned_strides(buf: ir.Buffer, aligns: Sequence[tuple[int, int, int]]) -> tuple:
     """Row-major strides of ``buf`` with ``stride[axis] % factor == offset`` padding."""
     want = {axis: (factor, offset) for axis, factor, offset in aligns}
     strides: list[Any] = [None] * buf.ndim
@@ -132,7 +133,8 @@ class _BlockLowerer(StmtExprMutator):
         blk = _guard_init(s.block)  # in case lower_init_block did not run
         for b in blk.alloc_buffers:
             if b.name in self.aligns and not b.strides:
-                self.bmap[b] = replace(b, strides=_aligned_strides(b, self.aligns[b.name]))
+                self.bmap[b] = replace(b, strides=aligned_strides(b, self.aligns[b.name]),
+                                       dim_align=tuple(self.aligns[b.name]))
         body = blk.body
         vmap = {iv.var: v for iv, v in zip(blk.iter_vars, s.iter_values, strict=True)}
         body = self.visit_stmt(substitute(body, vmap))
