@@ -26,6 +26,7 @@ from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 from toolchain.schedules.gpu.gemm import wmma_tiles
 from toolchain.schedules.gpu.tensorcore import (
+    WmmaCaps,
     WmmaTiles,
     choose_wmma_tiles,
     tensor_core_intrinsics,
@@ -106,8 +107,10 @@ def test_tiles_divide_the_shapes_or_are_refused() -> None:
     by, bx, bk = 16 * big.wy * big.fm, 16 * big.wx * big.fn, 16 * big.kf
     pad = big.pad
     assert by * bx * 4 + 2 * (by * (bk + pad) + bk * (bx + pad)) * 2 == \
-        wmma_shared_bytes(big, tc) <= SM80.max_shared_memory_per_block
-    assert big.pad == 8 and big.vector == 8  # 128 threads: 64 x 32 and 32 x 64 in 16 bytes
+        wmma_shared_bytes(big, tc) <= SM80.max_shared_memory_per_block_optin
+    assert big.pad == 8 and big.vector == 8  # 256 threads: 128 x 32 and 32 x 128 in 16 bytes
+    static = choose_wmma_tiles(4096, 4096, 4096, tc, SM80, WmmaCaps(optin=False))
+    assert wmma_shared_bytes(static, tc) <= SM80.max_shared_memory_per_block
     assert choose_wmma_tiles(40, 32, 32, tc, SM80) is None
 
 
@@ -322,14 +325,16 @@ def test_tiles_beyond_48_kib_take_dynamic_shared_memory_and_async_copies(tmp_pat
 
 
 def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
-    """The default kernel's operand tiles are padded (rows of 16 kf + 8 halves for A,
+    """The kernel's operand tiles are padded (rows of 16 kf + 8 halves for A,
     16 wx fn + 8 for B: the strides the fragment loads are specialised for) and fetched
     with one 16-byte load and store a thread (``uint4``); a copy the renderer cannot prove
     16-byte aligned stays lane by lane."""
     from toolchain.codegen.backend import CUDABackend
     from toolchain.codegen.cuda import CUDARenderer
 
-    sch = _wmma_gemm(64, 64, 64)  # 2 x 2 warps of 2 x 2 fragments, steps of 32
+    tc = tensor_core_intrinsics(SM80)  # 2 x 2 warps of 2 x 2 fragments, steps of 32,
+    tiles = choose_wmma_tiles(64, 64, 64, tc, SM80, WmmaCaps(wy=2, wx=2, fm=2, fn=2))
+    sch = _wmma_gemm(64, 64, 64, tiles)  # synchronous fetches (the default's are cp.async)
     f = lower(sch, target=SM80)
     art = CUDABackend().kernel(f, "g")
     body = "\n".join(line for k in art.launches for line in k["body"])

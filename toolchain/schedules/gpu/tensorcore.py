@@ -40,8 +40,10 @@ sums in float32 on float16 storage). Before (a float16 ``MatMul`` 64 x 32 x 64):
     for i, j, k in T.grid(64, 64, 32):
         with T.block("C"): C[vi, vj] += A[vi, vk] * B[vk, vj]
 
-after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn`` = 2,
-``kf`` = 2; the fetches and the fragments' fill and store left out)::
+after, abridged (tiles capped at 2 x 2 warps of 2 x 2 fragments, ``WmmaCaps(wy=2, wx=2,
+fm=2, fn=2)``: one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn`` = 2,
+``kf`` = 2; the fetches and the fragments' fill and store left out; the default caps give
+this shape one block of 2 x 1 warps of 2 x 4 fragments)::
 
     for k_0 in range(1):
         ... A_shared (64 x 32, rows of 40), B_shared (32 x 64, rows of 72) fetched by
@@ -62,7 +64,9 @@ after, abridged (one block of 2 x 2 warps, each 2 x 2 fragments: ``fm`` = ``fn``
 >>> k = te.reduce_axis((0, 32), name="k")
 >>> C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
 >>> t = load_target("cuda-sm80")
->>> sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), t), "C", t)
+>>> tiles = choose_wmma_tiles(64, 64, 32, tensor_core_intrinsics(t), t,
+...                           WmmaCaps(wy=2, wx=2, fm=2, fn=2))
+>>> sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), t), "C", t, tiles)
 >>> "kiln_wmma_f16_32x32x16" in str(sch.mod)
 True
 """
@@ -231,16 +235,18 @@ class WmmaCaps:
     async_copy: bool = False
 
 
-#: the default tensor-core tiles' caps: the kernel first measured on an H200 had 2 x 2
-#: warps of 2 x 2 fragments; ``benchmarks/cuda.py --gemm-sweep`` measures the others
-#: (docs/tensor_cores.md): set these from its figures
-DEFAULT_CAPS = WmmaCaps()
+#: the default tensor-core tiles' caps: 4 x 2 warps of 2 x 4 fragments (a 128 x 128 block
+#: tile in the opt-in shared memory) fetched with ``cp.async``, the fastest of the 15 tile
+#: variants ``benchmarks/cuda.py --gemm-sweep 4096`` measured on an H200 (2026-11-27:
+#: 0.504 ms, 2.82x cuBLAS fp16's kernel; the 64 x 64 static-memory tiles 0.901 ms, 5.04x;
+#: docs/tensor_cores.md)
+DEFAULT_CAPS = WmmaCaps(wy=4, wx=2, fm=2, fn=4, optin=True, async_copy=True)
 
 
 def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
                       target: Target, caps: WmmaCaps = DEFAULT_CAPS) -> WmmaTiles | None:
-    """The largest tiles up to ``caps`` (:data:`DEFAULT_CAPS`: 4 x 2 warps, 2 x 2
-    fragments a warp, 2 steps of ``k``) that divide the shapes, then fewer warps on ``y``,
+    """The largest tiles up to ``caps`` (:data:`DEFAULT_CAPS`: 4 x 2 warps, 2 x 4
+    fragments a warp, 2 steps of ``k``, opt-in shared memory, ``cp.async``) that divide the shapes, then fewer warps on ``y``,
     on ``x``, fewer fragments, until the block's threads and shared memory
     (:func:`wmma_shared_bytes`; the opt-in amount where ``caps.optin``) fit the target's;
     operand rows padded by ``caps.pad`` halves and fetched 8 halves (16 bytes) a thread
@@ -250,12 +256,12 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
     >>> from toolchain.target import load_target
     >>> t = load_target("cuda-sm80")
     >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t).label()
-    '2x2w.2x2f.kf2.db.p8.v8'
-    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t).label()
-    '1x1w.1x1f.kf1.db.p8.v8'
-    >>> big = WmmaCaps(wy=4, wx=2, fm=2, fn=4, optin=True, async_copy=True)  # 128 x 128
-    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t, big).label()
     '4x2w.2x4f.kf2.db.p8.v8.async'
+    >>> choose_wmma_tiles(48, 16, 16, tensor_core_intrinsics(t), t).label()
+    '1x1w.1x1f.kf1.db.p8.v8.async'
+    >>> small = WmmaCaps(wy=2, wx=2, fm=2, fn=2)  # 64 x 64, static shared memory
+    >>> choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(t), t, small).label()
+    '2x2w.2x2f.kf2.db.p8.v8'
     """
     if ext_y % tc.m or ext_x % tc.n or ext_k % tc.k:
         return None
