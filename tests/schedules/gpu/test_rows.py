@@ -20,7 +20,7 @@ from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes import run_pipeline
 from toolchain.graph.passes.layout import layout_for_target
 from toolchain.graph.reference import run_graph
-from toolchain.schedules.gpu.generic import ROW_KERNEL_MAX, fused_schedule
+from toolchain.schedules.gpu.generic import ROW_WORK_MAX, fused_schedule
 from toolchain.target import load_target
 from toolchain.tir.race import check_races
 from toolchain.tir.transform.inject_barriers import kernels_of
@@ -64,7 +64,7 @@ CASES = {
     "softmax_rows_of_5": (lambda: _softmax([3, 7, 5]), 1),
     "softmax_middle_axis": (lambda: _softmax([2, 8, 5], axis=1), 3),
     "layer_norm_many_rows": (lambda: _layer_norm([40192, 4]), 3),
-    "layer_norm_long_rows": (lambda: _layer_norm([4, 2 * ROW_KERNEL_MAX]), 3),
+    "layer_norm_long_rows": (lambda: _layer_norm([4, ROW_WORK_MAX // 2]), 3),
 }
 
 
@@ -84,3 +84,25 @@ def test_row_kernels_emulated_match_the_reference(name: str, tmp_path: Path) -> 
     got = load_bundle(d)(feeds)
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-5)
+
+
+def test_the_encoders_layer_norms_and_attention_are_one_kernel_each() -> None:
+    """The transformer encoder (the zoo's): its four layer norms and two attention groups
+    (scores, max, weighted sum, sum, division: 5 launches before) are one launch each,
+    race-free; its matmuls (one reduction and a tail) keep their own kernels."""
+    from toolchain.schedules.registry import schedule_for
+    from toolchain.zoo import ZOO
+
+    spec = ZOO["transformer_encoder"]
+    graph = run_pipeline(from_onnx(spec.build(), input_shapes=spec.input_shapes),
+                         layout_for_target(SM90))
+    seen = {"LayerNormalization": 0, "FusedAttention": 0}
+    for node in graph.nodes:
+        ops = [n.op for n in node.attrs["graph"].nodes] if node.op == "Fused" else [node.op]
+        for op in seen:
+            if op in ops:
+                seen[op] += 1
+                f = lower(schedule_for(node, SM90).schedule, target=SM90)
+                assert len(kernels_of(f.body)[1]) == 1, node.name
+                check_races(f)
+    assert seen == {"LayerNormalization": 4, "FusedAttention": 2}

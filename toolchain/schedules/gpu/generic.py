@@ -210,21 +210,25 @@ def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None 
     return sch
 
 
-#: :func:`row_kernel` only for rows of at most this many outputs (the serial work it adds
-#: to a thread: one pass over the row, as each of the row's reductions already makes)
-ROW_KERNEL_MAX = 256
+#: :func:`row_kernel` only where a row's thread makes at most this many iterations, all
+#: its stages together (layer norm of 64: 3 x 64; the encoder's attention rows: 32 x 16
+#: scores, 32 for the max, 32 x 16 for the weighted sum, 32 for the sum, 16 outputs)
+ROW_WORK_MAX = 2048
 
 
 def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
-    """The group as **one kernel of one thread per row** where it is row reductions
-    (layer norm's sum and variance, softmax's max and sum) feeding one element-wise output
-    over the same rows, and the reductions' own kernels (one thread a row) would not fill
-    the GPU anyway (fewer blocks than ``sm_count``) and a row has at most
-    :data:`ROW_KERNEL_MAX` outputs: each reduction ``compute_at`` the row's thread, its
-    result in a register (``local``), then the row's outputs. One launch instead of one per
-    stage; the generic schedule launches them apart (the H200 run: the transformer
-    encoder's 2 x 32 x 64 layer norms, 3 launches, 0.014-0.017 ms, while one launch of a
-    small kernel takes 0.004). None (``sch`` untouched) where it does not apply.
+    """The group as **one kernel of one thread per row** where it is two or more
+    reductions (one reduction and its tail are one kernel already; layer
+    norm's sum and variance, softmax's max and sum, attention's scores, max, weighted sum
+    and sum) feeding one element-wise output, each computing for a row (the output's axes
+    but its last) only that row's part, where the reductions' own kernels would not fill
+    the GPU anyway (fewer blocks than ``sm_count`` at one thread a row) and a row's thread
+    makes at most :data:`ROW_WORK_MAX` iterations: each reduction ``compute_at`` the row's
+    thread, its results in registers or the thread's local memory (``local``), then the
+    row's outputs. One launch instead of one per stage (the H200 run: the transformer
+    encoder's 2 x 32 x 64 layer norms, 3 launches, 0.014-0.017 ms, its attention, 5
+    launches, 0.030 ms, while one launch of a small kernel takes 0.004). None (``sch``
+    untouched) where it does not apply.
 
     Before (``LayerNormalization`` of 2 x 32 x 64, inlined)::
 
@@ -248,7 +252,7 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
     if not target.sm_count:
         return None
     blocks = sch.get_child_blocks(sch.get_block("root"))
-    if len(blocks) < 2 or _is_reduction(sch, blocks[-1]) \
+    if len(blocks) < 3 or _is_reduction(sch, blocks[-1]) \
             or not all(_is_reduction(sch, b) for b in blocks[:-1]):
         return None
     out = blocks[-1]
@@ -260,7 +264,7 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
     rows = 1
     for e in ext[:-1]:
         rows *= int(e.value)
-    if int(ext[-1].value) > ROW_KERNEL_MAX or -(-rows // threads) >= target.sm_count:
+    if -(-rows // threads) >= target.sm_count:
         return None
     trial = sch.copy()
     try:
@@ -277,11 +281,16 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
         names = [sch.get(b).name_hint for b in blocks[:-1]]
         for name in reversed(names):
             trial.compute_at(trial.get_block(name), tx)
+        work = int(ext[-1].value)
         for name in names:
             b = trial.get_block(name)
-            if not _one_row(trial, b, tx):
-                return None  # the row's thread would compute more than its own row
+            n = _per_row(trial, b, tx, rows)
+            if n is None:
+                return None  # a row's thread would compute more than its own row's part
+            work += n
             trial.set_scope(b, trial.get(b).writes[0].buffer.name, "local")
+        if work > ROW_WORK_MAX:
+            return None
         trial.bind(tx, "threadIdx.x")
         trial.verify(target)
     except KilnError:
@@ -289,9 +298,10 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
     return trial
 
 
-def _one_row(sch: Schedule, block: Any, at: Any) -> bool:
-    """Whether ``block``, computed at loop ``at``, computes one element there: the loops
-    between them are its reduction axes only (their extents' product is the reduction's)."""
+def _per_row(sch: Schedule, block: Any, at: Any, rows: int) -> int | None:
+    """The iterations ``block`` makes under loop ``at`` (one row's thread) when they add
+    up, over the ``rows`` threads, to the block's own (no row computes another's part);
+    else None."""
     loops = sch.get_loops(block)
     at_var = sch.get(at).loop_var
     inner = loops[next(i for i, lp in enumerate(loops) if sch.get(lp).loop_var is at_var) + 1:]
@@ -299,15 +309,14 @@ def _one_row(sch: Schedule, block: Any, at: Any) -> bool:
     for lp in inner:
         e = sch.get(lp).extent
         if not isinstance(e, ir.IntImm):
-            return False
+            return None
         n *= int(e.value)
-    want = 1
+    total = 1
     for iv in sch.get(block).iter_vars:
-        if iv.iter_type != ir.IterType.SPATIAL:
-            if not isinstance(iv.dom.extent, ir.IntImm):
-                return False
-            want *= int(iv.dom.extent.value)
-    return n == want
+        if not isinstance(iv.dom.extent, ir.IntImm):
+            return None
+        total *= int(iv.dom.extent.value)
+    return n if n * rows == total else None
 
 
 def _inline_kept(sch: Schedule, block: Any, kept: set[str]) -> None:
