@@ -106,3 +106,19 @@ def test_the_encoders_layer_norms_and_attention_are_one_kernel_each() -> None:
                 assert len(kernels_of(f.body)[1]) == 1, node.name
                 check_races(f)
     assert seen == {"LayerNormalization": 4, "FusedAttention": 2}
+
+
+def test_a_reduction_that_is_also_an_output_keeps_its_kernels() -> None:
+    """A row sum the group also returns cannot live in the row's registers: the row
+    kernel refuses (``set_scope`` of a parameter) and the stages keep a kernel each."""
+    from toolchain import te
+    from toolchain.schedules.gpu.generic import schedule_gpu
+
+    X = te.placeholder((8, 16), name="X")
+    k, k2 = te.reduce_axis((0, 16), name="k"), te.reduce_axis((0, 16), name="k2")
+    S = te.compute((8,), lambda i: te.sum(X[i, k], axis=k), name="S")
+    M = te.compute((8,), lambda i: te.max(X[i, k2], axis=k2), name="M")
+    Y = te.compute((8, 16), lambda i, j: X[i, j] / S[i] + M[i], name="Y")
+    f = lower(schedule_gpu(te.create_prim_func([X, S, Y]), SM90), target=SM90)
+    assert len(kernels_of(f.body)[1]) == 3
+    assert 'scope="local"' in str(f) and "S[i] = S_local[0]" in str(f)
