@@ -90,10 +90,49 @@ def _without_sm_count(target):
 # ---------------------------------------------------------------- split-K
 
 def test_split_k_is_asked_for_only_where_one_output_a_thread_does_not_fill_the_gpu() -> None:
-    assert gemm.split_k_factor(512, 7, 512, 9, SM90, batch=7) == 2  # layer4: 448 blocks
+    # layer4: 2 parts fill the GPU (448 blocks) but each would sum 2,304 products in one
+    # chain (more than MAX_SERIAL): 4 parts of 1,152
+    assert gemm.split_k_factor(512, 7, 512, 9, SM90, batch=7) == 4
     assert gemm.split_k_factor(512, 7, 256, 1, SM90, batch=7) == 1  # 256 products: short
-    for _, co, hw, ci, window in RESNET18[:-3]:  # the stages before the last fill it
-        assert gemm.split_k_factor(co, hw, ci, window, SM90, batch=hw) == 1
+    for name, co, hw, ci, window in RESNET18[:-3]:  # the stages before the last fill it
+        want = 2 if name == "layer3" else 1  # layer3: 2,304 products an output a thread
+        assert gemm.split_k_factor(co, hw, ci, window, SM90, batch=hw) == want, name
+    assert gemm.split_k_factor(8, 3, 1024, 1, SM80, batch=2) == 8  # never fills: the most
+    assert gemm.split_k_factor(4096, 4096, 4096, 1, SM90) == 1
+
+
+def test_a_long_chain_is_split_only_at_one_output_a_thread_and_with_sm_count() -> None:
+    """The MAX_SERIAL rule: layer3 (256 -> 256, 14 x 14: 2,304 products an output, one
+    output a thread, the GPU already filled) is split in 2; a big GEMM with 4 x 4 register
+    tiles (4,096 products, independent chains) and a descriptor without ``sm_count`` (no
+    occupancy rule) are not."""
+    assert gemm.split_k_factor(256, 14, 256, 9, SM90, batch=14) == 2
+    assert gemm.split_k_factor(256, 14, 256, 9, _without_sm_count(SM90), batch=14) == 1
+    assert gemm.split_k_factor(2048, 2048, 4096, 1, SM90) == 1
+    assert gemm.split_k_factor(256, 14, 128, 9, SM90, batch=14) == 1  # layer3.0: 1,152
+
+
+def test_short_reductions_with_a_full_generic_grid_keep_the_generic_kernel() -> None:
+    """``prefers_generic``: ResNet-18's stem (147 products, 802,816 outputs) and the 1 x 1
+    downsampling convolutions whose generic grid fills the GPU keep one thread an output;
+    the long reductions and the transformer's small matmuls (too few outputs for the
+    generic grid) stay tiled."""
+    short = {name: gemm.prefers_generic(co * hw * hw, ci * window, SM90)
+             for name, co, hw, ci, window in RESNET18}
+    assert short == {"conv1": True, "layer1": True, "layer2.0": True, "layer2": False,
+                     "layer2.ds": True, "layer3.0": False, "layer3": False,
+                     "layer3.ds": True, "layer4.0": False, "layer4": False,
+                     "layer4.ds": False}
+    for outputs, k in ((2 * 32 * 192, 64), (2 * 32 * 64, 64), (2 * 32 * 256, 64),
+                       (2 * 32 * 64, 256)):  # the transformer encoder's matmuls
+        assert not gemm.prefers_generic(outputs, k, SM90)
+    assert not gemm.prefers_generic(64 * 112 * 112, 147, _without_sm_count(SM90))
+    from tests.schedules.gpu.test_gemm import relu_matmul
+
+    sch = relu_matmul(0, 512, 512, 16)  # 262,144 outputs, 16 products each
+    assert gemm.try_tile_gemm(sch, sch.get_block("C"), SM90) is None
+    sch = relu_matmul(0, 512, 512, 1024)
+    assert gemm.try_tile_gemm(sch, sch.get_block("C"), SM90) is not None
     assert gemm.split_k_factor(8, 3, 1024, 1, SM80, batch=2) == 8  # never fills: the most
     assert gemm.split_k_factor(4096, 4096, 4096, 1, SM90) == 1
 

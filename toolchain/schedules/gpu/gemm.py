@@ -130,6 +130,17 @@ MIN_USEFUL = 0.5
 SPLIT_K_MIN = 1024
 #: and into at most this many parts
 MAX_SPLIT_K = 8
+#: split-K also where one output a thread sums more than this many products (in one
+#: dependent chain): ResNet-18's 256 -> 256 3 x 3 convolutions at 14 x 14 (2,304 products,
+#: one output a thread, 224 blocks) ran 0.122 ms on an H200 where the 128 -> 256 one
+#: (1,152 products, the same tiles and grid) ran 0.041 ms (docs/cuda.md, "Short and long
+#: reductions")
+MAX_SERIAL = 2048
+#: the tiled kernel is not used for reductions shorter than this many products per output
+#: where the generic kernel's grid fills the GPU by itself (:func:`prefers_generic`):
+#: staging a tile in shared memory does not pay for the few products it feeds (ResNet-18's
+#: 7 x 7 x 3 stem, 147 products: 0.105 ms tiled, 0.053 ms generic on an H200)
+SHORT_REDUCTION = 1024
 
 
 @dataclass(frozen=True)
@@ -490,6 +501,10 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target,
     if tc is not None:
         return tc
     ext = axes.extents
+    if prefers_generic(ext[axes.y] * ext[axes.x] * math.prod(ext[i] for i in axes.others),
+                       ext[axes.reduce[0]] * math.prod(ext[i] for i in axes.reduce[1:]),
+                       target):
+        return None
     split = split_k_factor(ext[axes.y], ext[axes.x], ext[axes.reduce[0]],
                            math.prod(ext[i] for i in axes.reduce[1:]), target,
                            ir.bits_of(blk.body.buffer.dtype) // 8 or 4,
@@ -499,6 +514,32 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target,
         if out is not None:
             return out
     return _tile_fitting(sch, block, target)
+
+
+def prefers_generic(outputs: int, products: int, target: Target) -> bool:
+    """Whether a GEMM of ``outputs`` outputs, each summing ``products`` products, keeps the
+    generic kernel (one thread per output, no shared memory): its reduction is short
+    (under :data:`SHORT_REDUCTION`) and the generic grid alone fills the GPU by the
+    occupancy rule's test (a block for every SM and :func:`min_warps_per_sm` warps each;
+    never on a descriptor without ``sm_count``).
+
+    >>> from toolchain.target import load_target
+    >>> sm90 = load_target("cuda-sm90")
+    >>> prefers_generic(64 * 112 * 112, 3 * 7 * 7, sm90)  # ResNet-18's stem
+    True
+    >>> prefers_generic(256 * 14 * 14, 256 * 9, sm90)     # a long reduction: tiled
+    False
+    >>> prefers_generic(64 * 192, 64, sm90)               # too few outputs: tiled
+    False
+    """
+    if not target.sm_count or products >= SHORT_REDUCTION:
+        return False
+    from toolchain.schedules.gpu.generic import THREADS
+
+    threads = min(THREADS, target.max_threads_per_block or THREADS)
+    blocks = math.ceil(outputs / threads)
+    warps = blocks * math.ceil(threads / (target.warp_size or 32))
+    return blocks >= target.sm_count and warps >= min_warps_per_sm(target) * target.sm_count
 
 
 def _tile_fitting(sch: Schedule, block: Any, target: Target) -> Schedule | None:
@@ -533,20 +574,25 @@ def _tile_fitting(sch: Schedule, block: Any, target: Target) -> Schedule | None:
 def split_k_factor(ext_y: int, ext_x: int, ext_k: int, window: int, target: Target,
                    itemsize: int = 4, batch: int = 1) -> int:
     """How many parts split-K cuts the outer reduction axis into (1: none). Where the
-    tiles of :func:`choose_tiles` do not fill the GPU (:func:`fills_gpu`) even at one
-    output a thread, and each output sums at least :data:`SPLIT_K_MIN` products, the
-    smallest of 2, 4 ... :data:`MAX_SPLIT_K` that divides ``ext_k`` and with which they do
-    (the parts are more ``blockIdx.z`` blocks), else the largest of those that divides.
+    tiles of :func:`choose_tiles` have one output a thread, each output sums at least
+    :data:`SPLIT_K_MIN` products, and they do not fill the GPU (:func:`fills_gpu`) or a
+    thread's one output sums more than :data:`MAX_SERIAL` products: the smallest of 2, 4
+    ... :data:`MAX_SPLIT_K` that divides ``ext_k`` and with which they fill it and each
+    part sums at most :data:`MAX_SERIAL` (the parts are more ``blockIdx.z`` blocks), else
+    the largest of those that divides. Never on a descriptor without ``sm_count``.
 
     >>> from toolchain.target import load_target
     >>> split_k_factor(512, 7, 512, 9, load_target("cuda-sm90"), batch=7)  # ResNet-18 layer4
+    4
+    >>> split_k_factor(256, 14, 256, 9, load_target("cuda-sm90"), batch=14)  # layer3: long
     2
     >>> split_k_factor(1024, 1024, 1024, 1, load_target("cuda-sm90"))  # fills: no split
     1
     """
     t = choose_tiles(ext_y, ext_x, ext_k, window, target, itemsize, batch)
-    if (fills_gpu(t, ext_y, ext_x, batch, target) or t.ry * t.rx > 1
-            or ext_k * window < SPLIT_K_MIN):
+    products = ext_k * window
+    if t.ry * t.rx > 1 or products < SPLIT_K_MIN or not target.sm_count or (
+            fills_gpu(t, ext_y, ext_x, batch, target) and products <= MAX_SERIAL):
         return 1
     best = 1
     for s in (2 ** i for i in range(1, MAX_SPLIT_K.bit_length())):
@@ -554,7 +600,7 @@ def split_k_factor(ext_y: int, ext_x: int, ext_k: int, window: int, target: Targ
             continue
         best = s
         ts = choose_tiles(ext_y, ext_x, ext_k // s, window, target, itemsize, batch * s)
-        if fills_gpu(ts, ext_y, ext_x, batch * s, target):
+        if fills_gpu(ts, ext_y, ext_x, batch * s, target) and products // s <= MAX_SERIAL:
             break
     return best
 
