@@ -247,8 +247,9 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
                       target: Target, caps: WmmaCaps = DEFAULT_CAPS) -> WmmaTiles | None:
     """The largest tiles up to ``caps`` (:data:`DEFAULT_CAPS`: 4 x 2 warps, 2 x 4
     fragments a warp, 2 steps of ``k``, opt-in shared memory, ``cp.async``) that divide
-    the shapes, then fewer warps on ``y``, on ``x``, fewer fragments, until the block's threads and shared memory
-    (:func:`wmma_shared_bytes`; the opt-in amount where ``caps.optin``) fit the target's;
+    the shapes, then fewer warps on ``y``, on ``x``, fewer fragments, until the block's
+    threads and shared memory (:func:`wmma_shared_bytes`; the opt-in amount where
+    ``caps.optin``) fit the target's;
     operand rows padded by ``caps.pad`` halves and fetched 8 halves (16 bytes) a thread
     where the tiles split so (:func:`fetch_vector`); None when ``ext_y``, ``ext_x`` or
     ``ext_k`` is not a multiple of the fragment's.
