@@ -62,6 +62,20 @@ def pad_shifts(s: np.ndarray, lanes: int) -> np.ndarray:
     return np.ascontiguousarray(pad_channels(counts.astype(np.int32), lanes).T)
 
 
+def _acc_bound(node: Any) -> np.ndarray | None:
+    """Per output channel of QConv/QGemm ``node``, a bound on ``|acc + bias|`` from the
+    constant weights, bias and the input's range (``sum |w| * max |x - x_zp| + |bias|``),
+    or None where an operand is not constant or the input is not 8-bit."""
+    w, b, s = (node.input(k) for k in (1, 2, 4))
+    x = node.input(0)
+    if any(v is None or v.data is None for v in (w, b, s)) or x.dtype not in ("int8", "uint8"):
+        return None
+    lo, hi = (-128, 127) if x.dtype == "int8" else (0, 255)
+    zp = int(node.attrs.get("x_zero_point", 0))
+    wd = np.abs(np.asarray(w.data, np.int64).reshape(int(w.shape[0]), -1)).sum(axis=1)
+    return wd * max(abs(lo - zp), abs(hi - zp)) + np.abs(np.asarray(b.data, np.int64))
+
+
 def requant_fits_int32(node: Any) -> bool:
     """Whether every ``acc + bias`` of QConv/QGemm ``node`` fits int32 and no channel shifts
     left (``shift_pow`` left powers all 1), from the constant weights, bias and the input's
@@ -76,20 +90,63 @@ def requant_fits_int32(node: Any) -> bool:
     >>> requant_fits_int32(Node("QGemm", "fc", [x, *c], [y], {"x_zero_point": 0}))
     True
     """
-    w, b, s = (node.input(k) for k in (1, 2, 4))
-    x = node.input(0)
-    if any(v is None or v.data is None for v in (w, b, s)) or x.dtype not in ("int8", "uint8"):
+    bound = _acc_bound(node)
+    return bound is not None and bool(np.all(np.asarray(node.input(4).data)[:, 0] == 1)
+                                      and np.all(bound < 2**31 - 1))
+
+
+def requant_rounding_fits(node: Any) -> bool:
+    """Whether ``kiln_x86_requantize_z`` (the rounding shift with the output zero point
+    folded in, :func:`pad_round_shifts`) holds for QConv/QGemm ``node``: it
+    :func:`requant_fits_int32`, and for every channel ``h + c - 1`` stays inside int32,
+    where ``|h| <= (bound * mult + 2**30) / 2**31`` is the high product and
+    ``c = 2**(rs - 1) + y_zp * 2**rs``.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 4), "int8"); y = Value("y", (1, 1), "int8")
+    >>> def node(rs):
+    ...     c = [Value.constant("w", np.full((1, 4), 127, np.int8)),
+    ...          Value.constant("b", np.zeros(1, np.int32)),
+    ...          Value.constant("m", np.full(1, 1 << 30, np.int32)),
+    ...          Value.constant("s", np.array([[1, 2**(30 - rs)]], np.int32))]
+    ...     return Node("QGemm", "fc", [x, *c], [y], {"x_zero_point": 0, "y_zero_point": -128})
+    >>> [f(node(rs)) for f in (requant_fits_int32, requant_rounding_fits) for rs in (8, 30)]
+    [True, True, True, False]
+    """
+    if not requant_fits_int32(node):
         return False
-    lo, hi = (-128, 127) if x.dtype == "int8" else (0, 255)
-    zp = int(node.attrs.get("x_zero_point", 0))
-    wd = np.abs(np.asarray(w.data, np.int64).reshape(int(w.shape[0]), -1)).sum(axis=1)
-    bound = wd * max(abs(lo - zp), abs(hi - zp)) + np.abs(np.asarray(b.data, np.int64))
-    return bool(np.all(np.asarray(s.data)[:, 0] == 1) and np.all(bound < 2**31 - 1))
+    bound = _acc_bound(node)
+    mult = np.abs(np.asarray(node.input(3).data, np.int64))
+    rs = pad_shifts(node.input(4).data, 1)[1].astype(np.int64)
+    zp = abs(int(node.attrs.get("y_zero_point", 0)))
+    h = (bound * mult + 2**30) // 2**31 + 1
+    return bool(np.all(h + (zp + 1) * (1 << rs) < 2**31 - 1))
+
+
+def pad_round_shifts(s: np.ndarray, zp: int, lanes: int) -> np.ndarray:
+    """The ``[2, Mo*L]`` table of ``kiln_x86_requantize_z``: row 0 the rounding constant
+    with the output zero point, ``c = 2**rs >> 1 + zp * 2**rs``, row 1 the right shift
+    ``rs`` (:func:`pad_shifts`; every left shift must be 0: :func:`requant_rounding_fits`).
+    ``(h + c + max(h >> 31, -rs)) >> rs`` is then RDBPOT(h, rs) + zp: adding a multiple of
+    ``2**rs`` before an arithmetic shift adds it after.
+
+    >>> pad_round_shifts(np.array([[1, 2**30], [1, 2**27]], np.int32), -128, 4).tolist()
+    [[-128, -1020, 0, 0], [0, 3, 0, 0]]
+    """
+    counts = pad_shifts(s, lanes).astype(np.int64)
+    m = int(np.asarray(s).shape[0])
+    if np.any(counts[0]):
+        raise ValueError("pad_round_shifts: a channel shifts left")
+    rs = counts[1]
+    c = np.where(np.arange(rs.size) < m, (1 << rs) // 2 + zp * (1 << rs), 0)
+    if np.any(np.abs(c) >= 2**31):
+        raise ValueError(f"pad_round_shifts: rounding constant leaves int32: {c.tolist()}")
+    return np.stack([c, rs]).astype(np.int32)
 
 
 def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
-                 attrs: dict[str, Any], name: str = "x86_req", fits: bool = False
-                 ) -> te.Tensor:
+                 attrs: dict[str, Any], name: str = "x86_req", fits: bool = False,
+                 rounded: bool = False) -> te.Tensor:
     """Requantize every lane of ``acc`` (``[..., Mo, ..., L]`` int32, ``Mo`` at axis 1; a
     dense accumulator ``[P, Mo, L]`` too) against :func:`pad_channels`-padded tables
     ``bias[Mo*L]``, ``mult[Mo*L]`` and the shift counts of :func:`pad_shifts`,
@@ -98,7 +155,10 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
     to the output range): gcc then vectorizes the helper in full-width registers (an int8
     result made it pick 16-byte vectors, slower than the scalar epilogue). ``fits``: the
     caller proved (:func:`requant_fits_int32`) that ``acc + bias`` fits int32 and no
-    channel shifts left, so ``kiln_x86_requantize_r`` skips the int64 step."""
+    channel shifts left, so ``kiln_x86_requantize_r`` skips the int64 step. ``rounded``:
+    ``shifts`` is the :func:`pad_round_shifts` table (the caller proved
+    :func:`requant_rounding_fits`), so ``kiln_x86_requantize_z`` rounds in one add and
+    shift and adds the output zero point on the way."""
     from toolchain.tir import ir
 
     lanes = int(acc.shape[-1].value)
@@ -106,9 +166,11 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
 
     def f(*i: Any) -> Any:
         ch = i[1] * lanes + i[-1]
-        y = ir.Call("int32", "kiln_x86_requantize_r" if fits else "kiln_x86_requantize",
-                    [acc[i], bias[ch], mult[ch], shifts[0, ch], shifts[1, ch]])
-        y = y + te.const(attrs["y_zero_point"], "int32")
+        helper = "kiln_x86_requantize_z" if rounded else \
+            "kiln_x86_requantize_r" if fits else "kiln_x86_requantize"
+        y = ir.Call("int32", helper, [acc[i], bias[ch], mult[ch], shifts[0, ch], shifts[1, ch]])
+        if not rounded:
+            y = y + te.const(attrs["y_zero_point"], "int32")
         return te.maximum(te.minimum(y, hi), lo)
 
     return te.compute(acc.shape, f, name=name, tag="injective")

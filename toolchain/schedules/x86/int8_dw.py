@@ -182,9 +182,11 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         lane_requant,
         pack_blocked,
         pad_channels,
+        pad_round_shifts,
         pad_shifts,
         quad_offset,
         requant_fits_int32,
+        requant_rounding_fits,
         unpack_lanes,
     )
     from toolchain.topi.int8_x86_dw import (
@@ -216,6 +218,11 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
     if quads:  # sum (x - zp) w = sum (x + off) w - (zp + off) sum w: off the bias
         zu = int(attrs["x_zero_point"]) + quad_offset(str(vals[0].dtype))
         packs[2] = lambda v: pad_channels(fold_quad_bias(v, vals[1].data, zu), lanes)
+    # the quads' requantization rounds in one add and shift (the pairs keep theirs)
+    rounded = quads and requant_rounding_fits(node)
+    if rounded:
+        yzp = int(attrs["y_zero_point"])
+        packs[4] = lambda v: pad_round_shifts(v, yzp, lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
     real = real or node
     xv = real.inputs[0]
@@ -225,7 +232,8 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         compute = qdwconv_x86_quads if quads else qdwconv_x86_pairs
         acc = compute(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3]),
                                      kernel_height=kh))
-        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
+        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
+                           rounded=rounded)
     else:
         req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = real.outputs[0]
