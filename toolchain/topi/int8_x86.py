@@ -146,7 +146,7 @@ def pad_round_shifts(s: np.ndarray, zp: int, lanes: int) -> np.ndarray:
 
 def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
                  attrs: dict[str, Any], name: str = "x86_req", fits: bool = False,
-                 rounded: bool = False) -> te.Tensor:
+                 rounded: bool = False, biased: bool = False) -> te.Tensor:
     """Requantize every lane of ``acc`` (``[..., Mo, ..., L]`` int32, ``Mo`` at axis 1; a
     dense accumulator ``[P, Mo, L]`` too) against :func:`pad_channels`-padded tables
     ``bias[Mo*L]``, ``mult[Mo*L]`` and the shift counts of :func:`pad_shifts`,
@@ -158,7 +158,8 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
     channel shifts left, so ``kiln_x86_requantize_r`` skips the int64 step. ``rounded``:
     ``shifts`` is the :func:`pad_round_shifts` table (the caller proved
     :func:`requant_rounding_fits`), so ``kiln_x86_requantize_z`` rounds in one add and
-    shift and adds the output zero point on the way."""
+    shift and adds the output zero point on the way. ``biased``: ``acc`` already holds the
+    bias (:func:`bias_init`)."""
     from toolchain.tir import ir
 
     lanes = int(acc.shape[-1].value)
@@ -168,12 +169,38 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
         ch = i[1] * lanes + i[-1]
         helper = "kiln_x86_requantize_z" if rounded else \
             "kiln_x86_requantize_r" if fits else "kiln_x86_requantize"
-        y = ir.Call("int32", helper, [acc[i], bias[ch], mult[ch], shifts[0, ch], shifts[1, ch]])
+        b = te.const(0, "int32") if biased else bias[ch]
+        y = ir.Call("int32", helper, [acc[i], b, mult[ch], shifts[0, ch], shifts[1, ch]])
         if not rounded:
             y = y + te.const(attrs["y_zero_point"], "int32")
         return te.maximum(te.minimum(y, hi), lo)
 
     return te.compute(acc.shape, f, name=name, tag="injective")
+
+
+def bias_init(acc: te.Tensor, bias: te.Tensor) -> te.Tensor:
+    """``acc`` (an ``x86_acc`` reduction ``[n, Mo, ..., L]``) with its sums starting from
+    ``bias[mo * L + l]`` instead of 0: the bias is then loaded once per accumulator tile
+    (the init) instead of added to every requantized vector; :func:`lane_requant` with
+    ``biased=True`` adds none.
+
+    >>> a = te.placeholder((1, 2, 4), "int32", "a"); b = te.placeholder((4,), "int32", "b")
+    >>> k = te.reduce_axis((0, 4), name="k")
+    >>> acc = te.compute((1, 2, 2), lambda n, m, l: te.sum(a[n, m, k], axis=k), name="x86_acc")
+    >>> str(bias_init(acc, b).op.body.init)
+    'b[i1 * 2 + i2]'
+    """
+    from toolchain.tir.functor import substitute
+
+    op = acc.op
+    lanes = int(acc.shape[-1].value)
+
+    def f(*i: Any) -> Any:
+        vmap = dict(zip(op.axis, i, strict=True))
+        return te.sum(substitute(op.body.source, vmap), axis=list(op.body.axis),
+                      init=bias[i[1] * lanes + i[-1]])
+
+    return te.compute(acc.shape, f, name=op.name, tag=op.tag)
 
 
 def unpack_lanes(req: te.Tensor, shape: tuple[int, ...], dtype: str, name: str) -> te.Tensor:

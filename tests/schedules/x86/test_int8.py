@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -219,6 +221,9 @@ def test_requantization_is_lane_wise() -> None:
         # acc + bias provably within int32, no left shift: a helper without the int64 step
         assert f"kiln_x86_requantize{helper}(x86_acc" in src
         assert "kiln_x86_requantize(x86_acc" not in src
+        # the quads' accumulators start from the bias (bias_init): the helper adds 0
+        assert bool(re.search(r"kiln_x86_requantize_z\(x86_acc\[[^]]*\], 0,", src)) == (
+            helper == "_z")
         _check(node, _qx((1, 4, 6, 6), "int8"), target)
 
 

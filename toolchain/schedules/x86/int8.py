@@ -423,8 +423,10 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         compute = k8.qconv2d_x86_colquads
         attrs = dict(attrs, kernel_width=int(vals[1].shape[3]))
     acc = compute(x, ph[1], attrs)
+    if rounded:  # the accumulators start from the bias (one add less a vector)
+        acc = k8.bias_init(acc, ph[2])
     req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
-                       rounded=rounded)
+                       rounded=rounded, biased=rounded)
     y = real.outputs[0]
     if dense:
         out = unpack_dense(req, int(y.shape[1]), str(y.dtype))

@@ -178,6 +178,7 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.schedules.x86.int8 import layout_info
     from toolchain.topi.int8_x86 import (
+        bias_init,
         fold_quad_bias,
         lane_requant,
         pack_blocked,
@@ -232,8 +233,10 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         compute = qdwconv_x86_quads if quads else qdwconv_x86_pairs
         acc = compute(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3]),
                                      kernel_height=kh))
+        if rounded:  # the accumulators start from the bias (one add less a vector)
+            acc = bias_init(acc, ph[2])
         req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
-                           rounded=rounded)
+                           rounded=rounded, biased=rounded)
     else:
         req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = real.outputs[0]
