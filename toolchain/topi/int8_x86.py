@@ -123,6 +123,22 @@ def requant_rounding_fits(node: Any) -> bool:
     return bool(np.all(h + (zp + 1) * (1 << rs) < 2**31 - 1))
 
 
+def requant_shifts_right(node: Any) -> bool:
+    """Whether every channel of QConv/QGemm ``node`` shifts right (``rs >= 1``: real
+    factors below 1/2, every zoo model's), so ``kiln_x86_requantize_z1`` rounds ties away
+    from zero with ``h >> 31`` alone (no ``max(.., -rs)``).
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> s = lambda *p: Value.constant("s", np.array([[1, 2**q] for q in p], np.int32))
+    >>> [requant_shifts_right(Node("QGemm", "fc", [None] * 4 + [s(*p)], [], {}))
+    ...  for p in ((29, 25), (30, 25))]
+    [True, False]
+    """
+    s = node.input(4)
+    return s is not None and s.data is not None and bool(
+        np.all(pad_shifts(s.data, 1)[1] >= 1))
+
+
 def pad_round_shifts(s: np.ndarray, zp: int, lanes: int) -> np.ndarray:
     """The ``[2, Mo*L]`` table of ``kiln_x86_requantize_z``: row 0 the rounding constant
     with the output zero point, ``c = 2**rs >> 1 + zp * 2**rs``, row 1 the right shift
@@ -146,7 +162,8 @@ def pad_round_shifts(s: np.ndarray, zp: int, lanes: int) -> np.ndarray:
 
 def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
                  attrs: dict[str, Any], name: str = "x86_req", fits: bool = False,
-                 rounded: bool = False, biased: bool = False) -> te.Tensor:
+                 rounded: bool = False, biased: bool = False, right: bool = False
+                 ) -> te.Tensor:
     """Requantize every lane of ``acc`` (``[..., Mo, ..., L]`` int32, ``Mo`` at axis 1; a
     dense accumulator ``[P, Mo, L]`` too) against :func:`pad_channels`-padded tables
     ``bias[Mo*L]``, ``mult[Mo*L]`` and the shift counts of :func:`pad_shifts`,
@@ -159,7 +176,8 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
     ``shifts`` is the :func:`pad_round_shifts` table (the caller proved
     :func:`requant_rounding_fits`), so ``kiln_x86_requantize_z`` rounds in one add and
     shift and adds the output zero point on the way. ``biased``: ``acc`` already holds the
-    bias (:func:`bias_init`)."""
+    bias (:func:`bias_init`). ``right`` (with ``rounded``): every channel shifts right
+    (:func:`requant_shifts_right`), ``kiln_x86_requantize_z1``."""
     from toolchain.tir import ir
 
     lanes = int(acc.shape[-1].value)
@@ -167,7 +185,8 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
 
     def f(*i: Any) -> Any:
         ch = i[1] * lanes + i[-1]
-        helper = "kiln_x86_requantize_z" if rounded else \
+        helper = ("kiln_x86_requantize_z1" if right else "kiln_x86_requantize_z") if rounded \
+            else \
             "kiln_x86_requantize_r" if fits else "kiln_x86_requantize"
         b = te.const(0, "int32") if biased else bias[ch]
         y = ir.Call("int32", helper, [acc[i], b, mult[ch], shifts[0, ch], shifts[1, ch]])

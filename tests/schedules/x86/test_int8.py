@@ -16,7 +16,11 @@ from toolchain.schedules import compile_op
 from toolchain.schedules.registry import resolve_target
 from toolchain.schedules.x86.int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
-from toolchain.topi.int8_x86 import pad_round_shifts, requant_fits_int32
+from toolchain.topi.int8_x86 import (
+    pad_round_shifts,
+    requant_fits_int32,
+    requant_shifts_right,
+)
 
 RNG = np.random.default_rng(7)  # reseeded per test (tests/conftest.py)
 
@@ -205,7 +209,8 @@ def test_requantization_is_lane_wise() -> None:
              "dilations": [1, 1], "group": 1}
     node = Node("QConv", "c", [x, wt, *req], [y], attrs)
     counts = np.stack([np.log2(req[2].data[:, 0]), 30 - np.log2(req[2].data[:, 1])])
-    for target, helper in (("x86_64-avx2", "_r"), ("x86_64-avx512", "_z")):
+    assert requant_shifts_right(node)  # every channel shifts right: the z1 form
+    for target, helper in (("x86_64-avx2", "_r"), ("x86_64-avx512", "_z1")):
         op = schedule_x86_int8(node, target)
         lanes = op.info["lanes"]
         bias, mult, shifts = (v.data for v in op.input_values[2:5])
@@ -222,8 +227,8 @@ def test_requantization_is_lane_wise() -> None:
         assert f"kiln_x86_requantize{helper}(x86_acc" in src
         assert "kiln_x86_requantize(x86_acc" not in src
         # the quads' accumulators start from the bias (bias_init): the helper adds 0
-        assert bool(re.search(r"kiln_x86_requantize_z\(x86_acc\[[^]]*\], 0,", src)) == (
-            helper == "_z")
+        assert bool(re.search(r"kiln_x86_requantize_z1?\(x86_acc\[[^]]*\], 0,", src)) == (
+            helper == "_z1")
         _check(node, _qx((1, 4, 6, 6), "int8"), target)
 
 
@@ -307,12 +312,14 @@ def test_lane_requant_helper_edges(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("right", [False, True])
 @pytest.mark.parametrize("zp", [-128, 0, 127, 255])
-def test_rounded_requant_helper_edges(zp: int, backend: str) -> None:
+def test_rounded_requant_helper_edges(zp: int, right: bool, backend: str) -> None:
     """kiln_x86_requantize_z (RDBPOT as one add and shift, the output zero point in its
     rounding constant: the u8-quad kernels) vs the int64 reference plus the zero point:
-    every residue of right shifts 0-12 (ties of both signs), shifts up to 30, a zero
-    multiplier, and the largest sums ``requant_rounding_fits`` admits; C and LLVM."""
+    every residue of right shifts 0-12 (ties of both signs), shifts up to 22, a zero
+    multiplier, and the largest sums ``requant_rounding_fits`` admits; C and LLVM.
+    ``right``: kiln_x86_requantize_z1 on the channels that shift right (rs >= 1)."""
     from toolchain import build, te
     from toolchain.intrinsics import load_intrinsics
     from toolchain.quantize.fixed_point import quantize_multiplier, requantize
@@ -323,9 +330,12 @@ def test_rounded_requant_helper_edges(zp: int, backend: str) -> None:
     scales = [2.0**-k for k in range(1, 14)] + [0.75 * 2.0**-k for k in range(13)] + [
         1e-3, 0.0123, 2.0**-22, 0.0, 0.3, 0.999, 3e-7]
     pairs = [quantize_multiplier(r) for r in scales]
+    if right:  # rs >= 1 (0 shifts the zero multiplier by 0: left out too)
+        pairs = [p for p in pairs if p[1] <= -1]
+        assert len(pairs) >= 20
     m = np.array([p[0] for p in pairs], np.int32)
     sh = np.array([p[1] for p in pairs], np.int32)
-    lanes = len(scales)
+    lanes = len(pairs)
     rs = np.maximum(-sh, 0).astype(np.int64)
     # |h| + (|zp| + 1) 2**rs < 2**31 - 1 with |h| ~ |acc| m / 2**31: the admitted range
     top = ((2**31 - 2 - (abs(zp) + 1) * (1 << rs)) * 2**31 // np.maximum(m, 1) // 2
@@ -339,8 +349,10 @@ def test_rounded_requant_helper_edges(zp: int, backend: str) -> None:
     acc_t = te.placeholder(accs.shape, "int32", "acc")
     tabs = [te.placeholder((lanes,), "int32", n) for n in ("bias", "mult")]
     shifts_t = te.placeholder((2, lanes), "int32", "shifts")
-    out = lane_requant(acc_t, tabs[0], tabs[1], shifts_t, attrs, rounded=True)
+    out = lane_requant(acc_t, tabs[0], tabs[1], shifts_t, attrs, rounded=True, right=right)
     fn = build(Schedule(te.create_prim_func([acc_t, *tabs, shifts_t, out])), backend=backend)
+    assert f"kiln_x86_requantize_z{'1' if right else ''}(" in (
+        fn.get_source() if backend == "c" else fn.get_source().replace("@", ""))
     got = np.zeros(accs.shape, np.int32)
     fn(accs, bias, m, pad_round_shifts(shift_table(sh), zp, lanes), got)
     want = requantize(accs.astype(np.int64) + bias, m, sh) + zp

@@ -426,7 +426,8 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
     if rounded:  # the accumulators start from the bias (one add less a vector)
         acc = k8.bias_init(acc, ph[2])
     req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
-                       rounded=rounded, biased=rounded)
+                       rounded=rounded, biased=rounded,
+                       right=rounded and k8.requant_shifts_right(node))
     y = real.outputs[0]
     if dense:
         out = unpack_dense(req, int(y.shape[1]), str(y.dtype))

@@ -188,6 +188,7 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         quad_offset,
         requant_fits_int32,
         requant_rounding_fits,
+        requant_shifts_right,
         unpack_lanes,
     )
     from toolchain.topi.int8_x86_dw import (
@@ -236,7 +237,8 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         if rounded:  # the accumulators start from the bias (one add less a vector)
             acc = bias_init(acc, ph[2])
         req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
-                           rounded=rounded, biased=rounded)
+                           rounded=rounded, biased=rounded,
+                           right=rounded and requant_shifts_right(node))
     else:
         req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = real.outputs[0]
