@@ -229,6 +229,8 @@ def test_requantization_is_lane_wise() -> None:
         # the quads' accumulators start from the bias (bias_init): the helper adds 0
         assert bool(re.search(r"kiln_x86_requantize_z1?\(x86_acc\[[^]]*\], 0,", src)) == (
             helper == "_z1")
+        # on_call_helpers: the definition only in the kernels that call it
+        assert ("static inline int32_t kiln_x86_requantize_z1(" in src) == (helper == "_z1")
         _check(node, _qx((1, 4, 6, 6), "int8"), target)
 
 
