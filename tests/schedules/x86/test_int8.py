@@ -16,11 +16,8 @@ from toolchain.schedules import compile_op
 from toolchain.schedules.registry import resolve_target
 from toolchain.schedules.x86.int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
-from toolchain.topi.int8_x86 import (
-    pad_round_shifts,
-    requant_fits_int32,
-    requant_shifts_right,
-)
+from toolchain.topi.int8_x86 import requant_fits_int32
+from toolchain.topi.int8_x86_requant import pad_round_shifts, requant_shifts_right
 
 RNG = np.random.default_rng(7)  # reseeded per test (tests/conftest.py)
 
@@ -326,7 +323,8 @@ def test_rounded_requant_helper_edges(zp: int, right: bool, backend: str) -> Non
     from toolchain.intrinsics import load_intrinsics
     from toolchain.quantize.fixed_point import quantize_multiplier, requantize
     from toolchain.tir.schedule import Schedule
-    from toolchain.topi.int8_x86 import lane_requant, pad_round_shifts
+    from toolchain.topi.int8_x86 import lane_requant
+    from toolchain.topi.int8_x86_requant import pad_round_shifts
 
     load_intrinsics("c-generic")
     scales = [2.0**-k for k in range(1, 14)] + [0.75 * 2.0**-k for k in range(13)] + [

@@ -188,17 +188,13 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.schedules.x86.int8 import layout_info
     from toolchain.topi.int8_x86 import (
-        bias_init,
         fold_quad_bias,
         lane_requant,
         pack_blocked,
         pad_channels,
-        pad_round_shifts,
         pad_shifts,
         quad_offset,
         requant_fits_int32,
-        requant_rounding_fits,
-        requant_shifts_right,
         unpack_lanes,
     )
     from toolchain.topi.int8_x86_dw import (
@@ -208,6 +204,12 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         qdwconv_x86,
         qdwconv_x86_pairs,
         qdwconv_x86_quads,
+    )
+    from toolchain.topi.int8_x86_requant import (
+        bias_init,
+        pad_round_shifts,
+        requant_rounding_fits,
+        requant_shifts_right,
     )
 
     attrs = attrs_of(node)
