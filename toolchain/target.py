@@ -74,6 +74,10 @@ class Target:
     c_helpers: str = ""
     #: headers ``c_helpers`` needs (None: those of the target's intrinsics)
     c_helpers_headers: tuple[str, ...] | None = None
+    #: C helper functions in a definition of their own, placed only before the kernels that
+    #: call them (``c_helpers`` also comes with every intrinsic of the target); headers as
+    #: ``c_helpers``
+    on_call_helpers: str = ""
     #: what the target *is*, most specific first (``[x86, cpu]``, ``[cortex_m, arm, cpu]``):
     #: the keys of the schedule strategy table (:mod:`toolchain.schedules.registry`); the
     #: name is never one (a renamed ``extends:`` variant gets the same kernels)
@@ -162,6 +166,8 @@ _SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "intrinsics": ((dict,), "a mapping of intrinsic name to its description", False),
     "c_helpers": ((str,), "C text (helper functions the intrinsics call)", False),
     "c_helpers_headers": ((list,), "a list of header names c_helpers needs", False),
+    "on_call_helpers": ((str,), "C text (helper functions placed only before the kernels "
+                                "that call them)", False),
     "llvm": ((dict,), "a mapping with keys triple, cpu, features, fast_math, loop_unroll, "
                        "opt_level", False),
     "llvm_helpers": ((dict,), "a mapping of c_helpers function name to its LLVM IR "

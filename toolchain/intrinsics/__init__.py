@@ -144,16 +144,22 @@ class _Loaded:
     intrinsics: tuple[tuple[IntrinsicSpec, ir.PrimFunc, ir.PrimFunc], ...]
     helpers: _Helpers | None
     llvm_helpers: tuple[LLVMDefinition, ...] = ()
+    #: the ``on_call_helpers`` definition (placed only where a kernel calls its functions)
+    on_call: _Helpers | None = None
+
+
+def _helpers_block(t: Target, text: str, key: str) -> _Helpers | None:
+    """``text`` (C helpers of ``t``) as one definition keyed ``key:<names it defines>``."""
+    if not text.strip():
+        return None
+    headers = t.c_helpers_headers if t.c_helpers_headers is not None else \
+        tuple(dict.fromkeys(h for s in t.intrinsics.values() for h in s.get("headers", ())))
+    defined = [m.group(1) or m.group(2) for m in _HELPER_NAME.finditer(text)]
+    return _Helpers(t.name, _one_block(text), headers, f"{key}:" + ",".join(sorted(defined)))
 
 
 def _compile(t: Target) -> _Loaded:
-    block = None
-    if t.c_helpers.strip():
-        headers = t.c_helpers_headers if t.c_helpers_headers is not None else \
-            tuple(dict.fromkeys(h for s in t.intrinsics.values() for h in s.get("headers", ())))
-        defined = [m.group(1) or m.group(2) for m in _HELPER_NAME.finditer(t.c_helpers)]
-        block = _Helpers(t.name, _one_block(t.c_helpers), headers,
-                         "c_helpers:" + ",".join(sorted(defined)))
+    block = _helpers_block(t, t.c_helpers, "c_helpers")
     out = []
     for name, spec in t.intrinsics.items():
         where = _where(t, name, spec)
@@ -183,7 +189,8 @@ def _compile(t: Target) -> _Loaded:
                              {str(k): str(v) for k, v in dict(spec.get("types", {})).items()})
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
-                   tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()))
+                   tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()),
+                   _helpers_block(t, t.on_call_helpers, "on_call_helpers"))
 
 
 def llvm_helper_definition(name: str, helper: dict) -> LLVMDefinition:
@@ -245,9 +252,9 @@ def load_intrinsics(target: str | Target) -> list[str]:
         TensorIntrin.register(info.name, desc, impl, override=True)
         _SPECS[info.name] = info
         _BY_FUNCTION[info.function] = info
-    if done.helpers is not None:
-        for m in _HELPER_NAME.finditer(t.c_helpers):
-            _HELPERS[m.group(1) or m.group(2)] = done.helpers
+    for text, block in ((t.c_helpers, done.helpers), (t.on_call_helpers, done.on_call)):
+        for m in _HELPER_NAME.finditer(text if block is not None else ""):
+            _HELPERS[m.group(1) or m.group(2)] = block
     for d in done.llvm_helpers:
         _LLVM_HELPERS[d.key] = (t.name, d)
     return [info.name for info, _, _ in done.intrinsics]

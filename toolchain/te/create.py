@@ -70,7 +70,7 @@ def _block_for(t: Tensor, block_name: str) -> ir.Stmt:
         upd = ir.convert(body.combiner.combine(cur, src))
         if not ir.is_const_int(cond, 1):
             upd = ir.Select(cond, upd, cur)
-        init = ir.BufferStore(store_of, body.init, out_idx)
+        init = ir.BufferStore(store_of, substitute(body.init, vmap), out_idx)
         stmt: ir.Stmt = ir.BufferStore(store_of, upd, out_idx)
     else:
         init = None
@@ -82,6 +82,10 @@ def _block_for(t: Tensor, block_name: str) -> ir.Stmt:
     ranges = {iv.var: iv.dom for iv in iter_vars}
     excl = (store_of,) if init is not None else ()
     reads, writes = access_regions(stmt, ranges, exclude_reads=excl)
+    if init is not None:  # an init that reads (a bias the accumulators start from)
+        init_reads, _ = access_regions(init, ranges, exclude_reads=excl)
+        reads = [*reads, *(r for r in init_reads
+                           if all(r.buffer is not q.buffer for q in reads))]
     ann = dict(op.attrs)
     if op.tag:
         ann["tag"] = op.tag

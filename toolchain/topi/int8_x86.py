@@ -62,6 +62,20 @@ def pad_shifts(s: np.ndarray, lanes: int) -> np.ndarray:
     return np.ascontiguousarray(pad_channels(counts.astype(np.int32), lanes).T)
 
 
+def acc_bound(node: Any) -> np.ndarray | None:
+    """Per output channel of QConv/QGemm ``node``, a bound on ``|acc + bias|`` from the
+    constant weights, bias and the input's range (``sum |w| * max |x - x_zp| + |bias|``),
+    or None where an operand is not constant or the input is not 8-bit."""
+    w, b, s = (node.input(k) for k in (1, 2, 4))
+    x = node.input(0)
+    if any(v is None or v.data is None for v in (w, b, s)) or x.dtype not in ("int8", "uint8"):
+        return None
+    lo, hi = (-128, 127) if x.dtype == "int8" else (0, 255)
+    zp = int(node.attrs.get("x_zero_point", 0))
+    wd = np.abs(np.asarray(w.data, np.int64).reshape(int(w.shape[0]), -1)).sum(axis=1)
+    return wd * max(abs(lo - zp), abs(hi - zp)) + np.abs(np.asarray(b.data, np.int64))
+
+
 def requant_fits_int32(node: Any) -> bool:
     """Whether every ``acc + bias`` of QConv/QGemm ``node`` fits int32 and no channel shifts
     left (``shift_pow`` left powers all 1), from the constant weights, bias and the input's
@@ -76,19 +90,14 @@ def requant_fits_int32(node: Any) -> bool:
     >>> requant_fits_int32(Node("QGemm", "fc", [x, *c], [y], {"x_zero_point": 0}))
     True
     """
-    w, b, s = (node.input(k) for k in (1, 2, 4))
-    x = node.input(0)
-    if any(v is None or v.data is None for v in (w, b, s)) or x.dtype not in ("int8", "uint8"):
-        return False
-    lo, hi = (-128, 127) if x.dtype == "int8" else (0, 255)
-    zp = int(node.attrs.get("x_zero_point", 0))
-    wd = np.abs(np.asarray(w.data, np.int64).reshape(int(w.shape[0]), -1)).sum(axis=1)
-    bound = wd * max(abs(lo - zp), abs(hi - zp)) + np.abs(np.asarray(b.data, np.int64))
-    return bool(np.all(np.asarray(s.data)[:, 0] == 1) and np.all(bound < 2**31 - 1))
+    bound = acc_bound(node)
+    return bound is not None and bool(np.all(np.asarray(node.input(4).data)[:, 0] == 1)
+                                      and np.all(bound < 2**31 - 1))
 
 
 def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
-                 attrs: dict[str, Any], name: str = "x86_req", fits: bool = False
+                 attrs: dict[str, Any], name: str = "x86_req", fits: bool = False,
+                 rounded: bool = False, biased: bool = False, right: bool = False
                  ) -> te.Tensor:
     """Requantize every lane of ``acc`` (``[..., Mo, ..., L]`` int32, ``Mo`` at axis 1; a
     dense accumulator ``[P, Mo, L]`` too) against :func:`pad_channels`-padded tables
@@ -98,7 +107,13 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
     to the output range): gcc then vectorizes the helper in full-width registers (an int8
     result made it pick 16-byte vectors, slower than the scalar epilogue). ``fits``: the
     caller proved (:func:`requant_fits_int32`) that ``acc + bias`` fits int32 and no
-    channel shifts left, so ``kiln_x86_requantize_r`` skips the int64 step."""
+    channel shifts left, so ``kiln_x86_requantize_r`` skips the int64 step. ``rounded``:
+    ``shifts`` is the ``pad_round_shifts`` table and the caller proved
+    ``requant_rounding_fits`` (both :mod:`toolchain.topi.int8_x86_requant`), so
+    ``kiln_x86_requantize_z`` rounds in one add and shift and adds the output zero point on
+    the way. ``biased``: ``acc`` already holds the bias (``bias_init``). ``right`` (with
+    ``rounded``): every channel shifts right (``requant_shifts_right``),
+    ``kiln_x86_requantize_z1``."""
     from toolchain.tir import ir
 
     lanes = int(acc.shape[-1].value)
@@ -106,9 +121,13 @@ def lane_requant(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Te
 
     def f(*i: Any) -> Any:
         ch = i[1] * lanes + i[-1]
-        y = ir.Call("int32", "kiln_x86_requantize_r" if fits else "kiln_x86_requantize",
-                    [acc[i], bias[ch], mult[ch], shifts[0, ch], shifts[1, ch]])
-        y = y + te.const(attrs["y_zero_point"], "int32")
+        helper = ("kiln_x86_requantize_z1" if right else "kiln_x86_requantize_z") if rounded \
+            else \
+            "kiln_x86_requantize_r" if fits else "kiln_x86_requantize"
+        b = te.const(0, "int32") if biased else bias[ch]
+        y = ir.Call("int32", helper, [acc[i], b, mult[ch], shifts[0, ch], shifts[1, ch]])
+        if not rounded:
+            y = y + te.const(attrs["y_zero_point"], "int32")
         return te.maximum(te.minimum(y, hi), lo)
 
     return te.compute(acc.shape, f, name=name, tag="injective")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from toolchain.schedules.registry import resolve_target
 from toolchain.schedules.x86.int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
 from toolchain.topi.int8_x86 import requant_fits_int32
+from toolchain.topi.int8_x86_requant import pad_round_shifts, requant_shifts_right
 
 RNG = np.random.default_rng(7)  # reseeded per test (tests/conftest.py)
 
@@ -202,17 +205,30 @@ def test_requantization_is_lane_wise() -> None:
     attrs = {**_attrs("int8", 2, -1), "strides": [1, 1], "pads": [1, 1, 1, 1],
              "dilations": [1, 1], "group": 1}
     node = Node("QConv", "c", [x, wt, *req], [y], attrs)
-    op = schedule_x86_int8(node, "x86_64-avx512")
-    bias, mult, shifts = (v.data for v in op.input_values[2:5])
-    assert bias.shape == mult.shape == (32,) and shifts.shape == (2, 32)
     counts = np.stack([np.log2(req[2].data[:, 0]), 30 - np.log2(req[2].data[:, 1])])
-    np.testing.assert_array_equal(shifts[:, :20], counts)  # (ls, rs) shift counts
-    assert not bias[20:].any() and not mult[20:].any() and not shifts[:, 20:].any()
-    src = compile_op(node, "x86_64-avx512").module.source
-    assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width vectors
-    # acc + bias provably within int32, no left shift: the helper without the int64 step
-    assert "kiln_x86_requantize_r(x86_acc" in src and "kiln_x86_requantize(x86_acc" not in src
-    _check(node, _qx((1, 4, 6, 6), "int8"), "x86_64-avx512")
+    assert requant_shifts_right(node)  # every channel shifts right: the z1 form
+    for target, helper in (("x86_64-avx2", "_r"), ("x86_64-avx512", "_z1")):
+        op = schedule_x86_int8(node, target)
+        lanes = op.info["lanes"]
+        bias, mult, shifts = (v.data for v in op.input_values[2:5])
+        assert bias.shape == mult.shape == (32,) and shifts.shape == (2, 32)
+        if helper == "_r":  # (ls, rs) shift counts
+            np.testing.assert_array_equal(shifts[:, :20], counts)
+        else:  # the u8 quads: (rounding constant with the zero point, rs)
+            np.testing.assert_array_equal(shifts, pad_round_shifts(req[2].data, -1, lanes))
+            np.testing.assert_array_equal(shifts[1, :20], counts[1])
+        assert not bias[20:].any() and not mult[20:].any() and not shifts[:, 20:].any()
+        src = compile_op(node, target).module.source
+        assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width vectors
+        # acc + bias provably within int32, no left shift: a helper without the int64 step
+        assert f"kiln_x86_requantize{helper}(x86_acc" in src
+        assert "kiln_x86_requantize(x86_acc" not in src
+        # the quads' accumulators start from the bias (bias_init): the helper adds 0
+        assert bool(re.search(r"kiln_x86_requantize_z1?\(x86_acc\[[^]]*\], 0,", src)) == (
+            helper == "_z1")
+        # on_call_helpers: the definition only in the kernels that call it
+        assert ("static inline int32_t kiln_x86_requantize_z1(" in src) == (helper == "_z1")
+        _check(node, _qx((1, 4, 6, 6), "int8"), target)
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
@@ -291,6 +307,55 @@ def test_lane_requant_helper_edges(backend: str) -> None:
     got = np.zeros(accs.shape, np.int32)
     fn(accs, bias, m, pad_shifts(shift_table(sh), lanes), got)
     want = requantize(accs.astype(np.int64) + bias, m, sh)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("zp", [-128, 0, 127, 255])
+def test_rounded_requant_helper_edges(zp: int, right: bool, backend: str) -> None:
+    """kiln_x86_requantize_z (RDBPOT as one add and shift, the output zero point in its
+    rounding constant: the u8-quad kernels) vs the int64 reference plus the zero point:
+    every residue of right shifts 0-12 (ties of both signs), shifts up to 22, a zero
+    multiplier, and the largest sums ``requant_rounding_fits`` admits; C and LLVM.
+    ``right``: kiln_x86_requantize_z1 on the channels that shift right (rs >= 1)."""
+    from toolchain import build, te
+    from toolchain.intrinsics import load_intrinsics
+    from toolchain.quantize.fixed_point import quantize_multiplier, requantize
+    from toolchain.tir.schedule import Schedule
+    from toolchain.topi.int8_x86 import lane_requant
+    from toolchain.topi.int8_x86_requant import pad_round_shifts
+
+    load_intrinsics("c-generic")
+    scales = [2.0**-k for k in range(1, 14)] + [0.75 * 2.0**-k for k in range(13)] + [
+        1e-3, 0.0123, 2.0**-22, 0.0, 0.3, 0.999, 3e-7]
+    pairs = [quantize_multiplier(r) for r in scales]
+    if right:  # rs >= 1 (0 shifts the zero multiplier by 0: left out too)
+        pairs = [p for p in pairs if p[1] <= -1]
+        assert len(pairs) >= 20
+    m = np.array([p[0] for p in pairs], np.int32)
+    sh = np.array([p[1] for p in pairs], np.int32)
+    lanes = len(pairs)
+    rs = np.maximum(-sh, 0).astype(np.int64)
+    # |h| + (|zp| + 1) 2**rs < 2**31 - 1 with |h| ~ |acc| m / 2**31: the admitted range
+    top = ((2**31 - 2 - (abs(zp) + 1) * (1 << rs)) * 2**31 // np.maximum(m, 1) // 2
+           ).clip(0, 2**31 - 2)
+    small = np.repeat(np.arange(-5000, 5000), 1)[:, None] * np.ones(lanes, np.int64)
+    edge = np.stack([top, -top, top - 1, 1 - top])
+    rand = RNG.integers(-top - 1, top + 1, (64, lanes))
+    accs = np.concatenate([edge, small, rand]).astype(np.int32).reshape(1, 1, -1, lanes)
+    bias = np.zeros(lanes, np.int32)
+    attrs = {"y_zero_point": zp, "out_min": -2**31, "out_max": 2**31 - 1}
+    acc_t = te.placeholder(accs.shape, "int32", "acc")
+    tabs = [te.placeholder((lanes,), "int32", n) for n in ("bias", "mult")]
+    shifts_t = te.placeholder((2, lanes), "int32", "shifts")
+    out = lane_requant(acc_t, tabs[0], tabs[1], shifts_t, attrs, rounded=True, right=right)
+    fn = build(Schedule(te.create_prim_func([acc_t, *tabs, shifts_t, out])), backend=backend)
+    assert f"kiln_x86_requantize_z{'1' if right else ''}(" in (
+        fn.get_source() if backend == "c" else fn.get_source().replace("@", ""))
+    got = np.zeros(accs.shape, np.int32)
+    fn(accs, bias, m, pad_round_shifts(shift_table(sh), zp, lanes), got)
+    want = requantize(accs.astype(np.int64) + bias, m, sh) + zp
     np.testing.assert_array_equal(got, want)
 
 

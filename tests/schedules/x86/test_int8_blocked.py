@@ -148,6 +148,7 @@ BLOCKED = [  # (c, m, hw, k, stride, group, data_layout, out_layout)
     (8, 8, (12, 12), 3, 2, 8, "NCHW8c", "NCHW8c"),       # MobileNet-like, 8 lanes
     (16, 16, (13, 11), 5, 2, 16, "NCHW16c", "NCHW16c"),  # 5 x 5: two quads a kernel column
     (8, 8, (48, 40), 3, 1, 8, "NCHW8c", "NCHW8c"),       # MobileNet's 48 x 48 x 8 layer
+    (8, 8, (7, 10), 5, 1, 8, "NCHW8c", "NCHW8c"),        # 8 lanes, two quads a column
     (32, 64, (6, 7), 1, 1, 1, "NCHW16c", "NCHW16c"),     # pointwise quads from blocks
     (24, 16, (9, 9), 3, 1, 1, "NCHW8c", "NCHW16c"),      # 3 blocks of 8 into 16 lanes
     (16, 32, (6, 5), 1, 1, 1, "NCHW16c", "NCHW"),        # last of a chain: NCHW out
@@ -180,6 +181,11 @@ def test_blocked_qconv_bit_exact(cfg: tuple, backend: str) -> None:
         # padded pixels laid out once for the plane
         assert info["intrinsic"].endswith(f"dot_u8s8_lanes_{info['lanes']}x4")
         assert info["band"] == "row" and info["columns"] == "plane"
+        # 8 lanes: two pixels' quads zipped at once where a padded row has whole pairs
+        # and a kernel column one quad (48 x 40: 42 columns; not 13, nor a 5-high kernel)
+        wp = w + (2 * (k // 2) if stride == 1 else k // 2)
+        pair = info["lanes"] == 8 and k <= 4 and wp % 2 == 0
+        assert info.get("zip", "").endswith("zip_u8_lanes_8x4x2") == pair
     # one quad of channels: the quad band zipped from four planes, 16 pixels a call
     assert info.get("zip", "").endswith("zip_u8_16x4") == (group == 1 and c <= 4
                                                             and w % 16 == 0)

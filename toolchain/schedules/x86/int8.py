@@ -386,6 +386,7 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
     writes ``NCHW{b}c`` (``node`` its NCHW form)."""
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi import int8_x86 as k8
+    from toolchain.topi import int8_x86_requant as rq
     from toolchain.topi.int8_x86 import (
         lane_requant,
         pad_channels,
@@ -408,6 +409,11 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         zu = int(attrs["x_zero_point"]) + k8.quad_offset(str(vals[0].dtype))
         w = vals[1].data
         packs[2] = lambda v: pad_channels(k8.fold_quad_bias(v, w, zu), lanes)
+    # the quads' requantization rounds in one add and shift (the pairs keep theirs)
+    rounded = quads and rq.requant_rounding_fits(node)
+    if rounded:
+        yzp = int(attrs["y_zero_point"])
+        packs[4] = lambda v: rq.pad_round_shifts(v, yzp, lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
     real = real or node
     xv = real.inputs[0]
@@ -418,7 +424,11 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         compute = k8.qconv2d_x86_colquads
         attrs = dict(attrs, kernel_width=int(vals[1].shape[3]))
     acc = compute(x, ph[1], attrs)
-    req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
+    if rounded:  # the accumulators start from the bias (one add less a vector)
+        acc = rq.bias_init(acc, ph[2])
+    req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
+                       rounded=rounded, biased=rounded,
+                       right=rounded and rq.requant_shifts_right(node))
     y = real.outputs[0]
     if dense:
         out = unpack_dense(req, int(y.shape[1]), str(y.dtype))

@@ -92,7 +92,7 @@ def store_lanes(sch: Schedule, lane_loop: Any, narrow: str | None) -> None:
 
 def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
                  zip_intrin: str | None = None, narrow: str | None = None,
-                 cols_plane: bool = False) -> Schedule:
+                 cols_plane: bool = False, zip_pair: str | None = None) -> Schedule:
     """Per block of L channels the input band (L channels contiguous, int16) re-laid once
     for the whole padded plane (``plane``; every input row re-laid once) or per output row
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
@@ -102,7 +102,9 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     columns by ``zip_intrin``. ``narrow``: the ``narrow_i32_*`` intrinsic that stores an
     ``NCHW{L}c`` output's L requantized lanes (:func:`store_lanes`). ``cols_plane``
     (with ``intrin``, not ``plane``): the columns once for the whole plane, their zipped
-    pairs (quads) per output row."""
+    pairs (quads) per output row. ``zip_pair``: the intrinsic that zips two adjacent
+    pixels' quads at once (``zip_u8_lanes_8x4x2``: an 8-channel layer's quads of two pixels
+    are one 16-lane zip), used instead of ``zip_intrin``."""
     from toolchain.schedules.x86.int8 import pixel_tile
 
     sch = Schedule(func)
@@ -139,7 +141,15 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
         cols = sch.get_block("x86_band")
         sch.compute_at(cols, mo)
         sch.vectorize(sch.get_loops(cols)[-1])
-        sch.tensorize(sch.get_loops(band)[-2], zip_intrin)
+        if zip_pair is None:
+            sch.tensorize(sch.get_loops(band)[-2], zip_intrin)
+        else:  # [.., xx, (q of 1,) l, k] -> [.., xx/2, 2, l, k]: 2 x l x k zipped at once
+            bl = sch.get_loops(band)
+            q = bl[-3] if int(sch.get(bl[-3]).extent.value) == 1 else None
+            zo, zi = sch.split(bl[-4] if q is not None else bl[-3], [None, 2])
+            if q is not None:
+                sch.reorder(zo, q, zi)
+            sch.tensorize(zi, zip_pair)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
     spatial = 2 if tile > 1 else 1
@@ -195,6 +205,12 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         qdwconv_x86_pairs,
         qdwconv_x86_quads,
     )
+    from toolchain.topi.int8_x86_requant import (
+        bias_init,
+        pad_round_shifts,
+        requant_rounding_fits,
+        requant_shifts_right,
+    )
 
     attrs = attrs_of(node)
     vals = list(node.inputs)
@@ -216,6 +232,11 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
     if quads:  # sum (x - zp) w = sum (x + off) w - (zp + off) sum w: off the bias
         zu = int(attrs["x_zero_point"]) + quad_offset(str(vals[0].dtype))
         packs[2] = lambda v: pad_channels(fold_quad_bias(v, vals[1].data, zu), lanes)
+    # the quads' requantization rounds in one add and shift (the pairs keep theirs)
+    rounded = quads and requant_rounding_fits(node)
+    if rounded:
+        yzp = int(attrs["y_zero_point"])
+        packs[4] = lambda v: pad_round_shifts(v, yzp, lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
     real = real or node
     xv = real.inputs[0]
@@ -225,7 +246,11 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         compute = qdwconv_x86_quads if quads else qdwconv_x86_pairs
         acc = compute(x, ph[1], dict(attrs, kernel_width=int(vals[1].shape[3]),
                                      kernel_height=kh))
-        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node))
+        if rounded:  # the accumulators start from the bias (one add less a vector)
+            acc = bias_init(acc, ph[2])
+        req = lane_requant(acc, ph[2], ph[3], ph[4], attrs, fits=requant_fits_int32(node),
+                           rounded=rounded, biased=rounded,
+                           right=rounded and requant_shifts_right(node))
     else:
         req, _ = qdwconv_x86(x, ph[1], ph[2], ph[3], ph[4], attrs, requant_fits_int32(node))
     y = real.outputs[0]
@@ -240,12 +265,17 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
             <= DW_PLANE_BYTES
     elif pairs:
         plane = True
+    # 8 lanes: two pixels' quads are 64 contiguous bytes, zipped at once where a padded
+    # row has whole pairs and one quad a kernel column (MobileNet's 48 x 48 x 8 layer)
+    pair = f"zip_u8_lanes_{lanes}x4x2"
+    zip_pair = target.intrinsic(pair) if quads and target.has_intrinsic(pair) and \
+        kh <= 4 and (w + pl + pr) % 2 == 0 else None
     try:
         narrow = narrow_intrinsic(target, str(y.dtype), lanes) if len(y.shape) == 5 else None
         sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
                                                    target.intrinsic(zipper)) if pairs else
                                                   (None, None)), narrow=narrow,
-                           cols_plane=cols_plane)
+                           cols_plane=cols_plane, zip_pair=zip_pair)
     except KilnError as err:
         if real is not node:
             raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
@@ -259,4 +289,5 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
                        "band": "plane" if plane else "row", **layout_info(real),
                        **({"columns": "plane"} if cols_plane and not plane else {}),
                        **({"intrinsic": target.intrinsic(intrin)} if pairs else {}),
+                       **({"zip": zip_pair} if zip_pair else {}),
                        **({"store": narrow} if narrow else {})})
