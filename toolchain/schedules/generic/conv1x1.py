@@ -64,7 +64,7 @@ from toolchain.tir.schedule import Schedule
 Expr = ir.PrimExpr
 
 #: the direct convolution's knobs a 1x1 convolution keeps (its window loops have one step)
-DIRECT_KNOBS = ("ob", "rw", "ry", "cb", "unroll_cb", "epilogue")
+DIRECT_KNOBS = ("ob", "rw", "ry", "cb", "unroll_cb", "epilogue", "epilogue_at")
 
 
 def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan, b_pack: str = "panels"
@@ -174,7 +174,7 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
     >>> s = conv1x1_space(g, p, plan_gemm(512, 49, 256, p))
     >>> [k.name for k in s.knobs]  # doctest: +NORMALIZE_WHITESPACE
     ['mr', 'nr', 'mc_tiles', 'algorithm', 'b_pack', 'ob', 'rw', 'ry', 'cb', 'unroll_cb',
-     'epilogue']
+     'epilogue', 'epilogue_at']
     >>> d = {**s.default(), "algorithm": "direct", "rw": 7, "cb": 8, "unroll_cb": True}
     >>> s.is_valid(d), s.canonical(d)["nr"] == s.default()["nr"]
     (True, True)

@@ -375,7 +375,7 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
     >>> [f"{k}={v}" for k, v in s.default().items()]  # doctest: +NORMALIZE_WHITESPACE
     ['ob=16', 'rw=6', 'ry=1', 'cb=8', 'order=channels_outer', 'unroll_kw=True',
-     'unroll_cb=False', 'epilogue=channel_rows']
+     'unroll_cb=False', 'epilogue=channel_rows', 'epilogue_at=end']
     >>> s.is_valid({**s.default(), "rw": 14})  # 14 x 2 accumulators: too many registers
     False
     """
@@ -410,7 +410,11 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
                        "write-back order of the NCHW output: whole channel planes, or "
                        "the tile's channels for each vector of pixels (gathered, or "
                        "transposed in registers)",
-                       active=lambda q: g.o % q["ob"] == 0),)
+                       active=lambda q: g.o % q["ob"] == 0),
+                  Knob("epilogue_at", ("end", "rows"), "end",
+                       "where the NCHW write-back runs: after the whole product, or after "
+                       "each band of ob channels x ry rows (the product shrinks to a band)",
+                       active=lambda q: g.o % q["ob"] == 0))
     rules = [
         Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
              f"vectors and a broadcast) fits {budget} vector registers",
@@ -495,16 +499,27 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
     :func:`unblock_intrinsic`."""
     k = dict(knobs) if knobs is not None else loop_defaults(g, plan)
     blk = sch.get_block("conv")
-    n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
+    band = local = None
+    if out_layout == "NCHW" and k.get("epilogue_at", "end") == "rows":
+        local = sch.cache_write(blk, 0, "local")
+        band = _band_loops(sch, plan, (local, blk))
+        n, o0, y = band[:3]
+        *_, yi, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)  # under n o0 y 1 1
+        band = band[3:]
+    else:
+        n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
     xo, xi = sch.split(xx, [None, plan.rw])
     window_outer = k["order"] == "window_outer"
     red = [rkh, rkw, rc0, rc1] if window_outer else [rc0, rkh, rkw, rc1]
-    if plan.ry > 1:  # a tile of several short rows (small images)
+    if band is not None:  # the band's rows: yi, below the write-back's (n, o0, y)
+        sch.reorder(xo, *red, yi, xi, o1)
+    elif plan.ry > 1:  # a tile of several short rows (small images)
         y, yi = sch.split(y, [None, plan.ry])
         sch.reorder(n, o0, y, xo, *red, yi, xi, o1)
     else:
         sch.reorder(n, o0, y, xo, *red, xi, o1)
-    local = sch.cache_write(blk, 0, "local")
+    if local is None:
+        local = sch.cache_write(blk, 0, "local")
     sch.reverse_compute_at(local, xo)
     init = sch.decompose_reduction(blk, red[0])
     for b in (blk, init, local):
@@ -521,6 +536,8 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
             if plan.ry > 1:
                 sch.unroll(sch.get_loops(b)[-4])
     loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 (or kh kw rc0 rc1) | tile
+    if band is not None:  # n o0 y 1 1 xo | ...: the band's unit loops
+        loops = loops[:3] + loops[5:]
     if k["unroll_kw"]:
         sch.unroll(loops[5 if window_outer else 6])
     if k["unroll_cb"]:
@@ -531,7 +548,9 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         sch.reverse_compute_inline(out)
         out = None
     elif out_layout == "NCHW":
-        _nchw_epilogue(sch, g, plan, out, k.get("epilogue", "channel_rows"), target)
+        _nchw_epilogue(sch, g, plan, out, k.get("epilogue", "channel_rows"), target, band)
+        if band is not None:
+            out = None  # the write-back's band loop is the product's: parallel already
     packs = "data_pack" in st.block_names(sch.mod)
     if packs and vector_pack(_layout_block(data_layout), plan.cb):
         sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
@@ -554,15 +573,34 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         sch.vectorize(v)
 
 
+def _band_loops(sch: Schedule, plan: ConvPlan, blocks: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``epilogue_at=rows``: the NCHW write-back's loops ``n o y x`` become ``n o0 y0 | o1
+    y1 x`` (bands of ``ob`` channels x ``ry`` rows) and the product (``blk``) is computed
+    under ``y0``, band by band, so the write-back reads a band just written (and
+    :func:`~toolchain.tir.transform.compact_buffer_allocation` shrinks the product to one
+    band). Returns ``(n, o0, y0, o1, y1, x)``; the product's own loops under ``y0`` are
+    ``y1 x o1`` and its reduction loops."""
+    out = sch.get_block("conv_out")
+    n, o, y, x = sch.get_loops(out)
+    o0, o1 = sch.split(o, [None, plan.ob])
+    y0, y1 = sch.split(y, [None, plan.ry])
+    sch.reorder(o0, y0, o1, y1)
+    for b in blocks:  # the register tile's write-back, then the product before it
+        sch.compute_at(b, y0, preserve_unit_loops=True)
+    return n, o0, y0, o1, y1, x
+
+
 def _nchw_epilogue(sch: Schedule, g: ConvGeom, plan: ConvPlan, out: Any, epilogue: str,
-                   target: Target | None) -> None:
+                   target: Target | None, band: tuple[Any, ...] | None = None) -> None:
     """The write-back of the product's tiles into an NCHW output in the ``epilogue`` order
     (:func:`conv_space`); ``transposed`` tensorizes ``P`` pixels x ``lanes`` channels
-    blocks with ``target``'s :func:`unblock_intrinsic`."""
-    # split the channel loop by ob so o // ob and o % ob fold away
-    ol = sch.get_loops(out)
-    if g.o % plan.ob == 0:
-        sch.split(ol[1], [None, plan.ob])
+    blocks with ``target``'s :func:`unblock_intrinsic`. ``band``: the loops ``(o1, y1,
+    x)`` of one band of the product (:func:`_band_loops`, ``epilogue_at=rows``)."""
+    if band is None:
+        # split the channel loop by ob so o // ob and o % ob fold away
+        ol = sch.get_loops(out)
+        if g.o % plan.ob == 0:
+            sch.split(ol[1], [None, plan.ob])
     pixels = 0
     if epilogue == "transposed":
         if target is None:
@@ -574,8 +612,9 @@ def _nchw_epilogue(sch: Schedule, g: ConvGeom, plan: ConvPlan, out: Any, epilogu
         _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
         sch.vectorize(wi)
     if g.o % plan.ob == 0 and epilogue in ("pixel_tiles", "transposed"):
-        # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
-        el = sch.get_loops(out)
+        # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product (in a
+        # band: n o0 y0 o1 y1 x0 [x1] -> n o0 y0 y1 x0 o1 [x1])
+        el = sch.get_loops(out)[1 if band is not None else 0:]
         sch.reorder(el[3], el[4], el[2])
     if pixels:
         # ... o1 x1 -> ... o1_0 | o1_1 x1: pixels x lanes blocks, one call each
