@@ -68,6 +68,7 @@ from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
+from toolchain.tir.transform.partition_loop import PARTITION
 
 Expr = ir.PrimExpr
 
@@ -368,14 +369,20 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     ResNet-18 gains about a third); where the target declares the ``unblock_*`` tensor
     intrinsics for blocks of ``P`` pixels (``unblock``: :func:`unblock_pixels`) and ``P``
     divides the output width, also ``transposed`` (the order of ``pixel_tiles``, blocks
-    of ``P`` pixels x ``lanes`` channels transposed in registers, the largest such ``P``).
+    of ``P`` pixels x ``lanes`` channels transposed in registers, the largest such ``P``),
+    and ``epilogue_at``: ``end`` (the heuristic's: after the whole product) or ``rows``
+    (after each band of ``ob`` channels x ``ry`` rows, the product computed band by band
+    and shrunk to one). With padding and an input copied element by element, ``pack``:
+    ``select`` (the heuristic's: a padding condition and clamped index per element) or
+    ``partitioned`` (the copy's rows and columns split into border and interior loops,
+    :mod:`~toolchain.tir.transform.partition_loop`).
     Rules: the tile fits the register file; an unrolled channel loop has at most 16 steps.
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
     >>> [f"{k}={v}" for k, v in s.default().items()]  # doctest: +NORMALIZE_WHITESPACE
     ['ob=16', 'rw=6', 'ry=1', 'cb=8', 'order=channels_outer', 'unroll_kw=True',
-     'unroll_cb=False', 'epilogue=channel_rows', 'epilogue_at=end']
+     'unroll_cb=False', 'epilogue=channel_rows', 'epilogue_at=end', 'pack=select']
     >>> s.is_valid({**s.default(), "rw": 14})  # 14 x 2 accumulators: too many registers
     False
     """
@@ -415,6 +422,13 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
                        "where the NCHW write-back runs: after the whole product, or after "
                        "each band of ob channels x ry rows (the product shrinks to a band)",
                        active=lambda q: g.o % q["ob"] == 0))
+    ib = _layout_block(layouts[0])
+    if (g.pt, g.pl) != (0, 0):
+        knobs += (Knob("pack", ("select", "partitioned"), "select",
+                       "the padded input copy: one loop with a padding condition per "
+                       "element, or its rows and columns split into border and interior "
+                       "loops (no condition, no clamped index inside)",
+                       active=lambda q: not vector_pack(ib, q["cb"])),)
     rules = [
         Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
              f"vectors and a broadcast) fits {budget} vector registers",
@@ -557,6 +571,9 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
     elif packs:  # read rows of X contiguously (the writes stride by cb)
         pl = sch.get_loops(sch.get_block("data_pack"))
         sch.reorder(pl[3], pl[4])
+        if k.get("pack", "select") == "partitioned":  # n c0 | hh ww | c1
+            for loop in pl[2:4]:
+                sch.annotate(loop, PARTITION, 1)
     if p.cores > 1:
         sch.parallel(sch.fuse(n, o0, y))
         if out is not None:

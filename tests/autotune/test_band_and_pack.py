@@ -1,7 +1,11 @@
-"""The convolution's ``epilogue_at=rows``: the NCHW write-back runs after each band of
-``ob`` output channels x ``ry`` rows of the product (computed under the write-back's band
-loop), so the product shrinks to one band — for every write-back order, through compiled
-bundles within 1e-5 of onnxruntime; the default (``end``) is the schedule as before."""
+"""The convolution's ``epilogue_at=rows`` and ``pack=partitioned``.
+
+``epilogue_at=rows``: the NCHW write-back runs after each band of ``ob`` output channels x
+``ry`` rows of the product (computed under the write-back's band loop), so the product
+shrinks to one band — for every write-back order. ``pack=partitioned``: the padded input
+copy's rows and columns are split into border and interior loops. Both through compiled
+bundles within 1e-5 of onnxruntime; the defaults (``end``, ``select``) are the schedule as
+before."""
 
 from __future__ import annotations
 
@@ -50,13 +54,24 @@ def test_offered_with_the_old_schedule_as_default():
     assert s.canonical({**s.default(), "epilogue_at": "rows"})["epilogue_at"] == "end"
 
 
+def test_pack_offered_where_the_copy_pads_element_by_element():
+    s = conv_task((1, 3, 224, 224), 64, 7, 2, "x86_64-avx512").space
+    assert s.knob("pack").choices == ("select", "partitioned")
+    assert s.knob("pack").default == "select"
+    assert "pack" not in conv_task((1, 64, 56, 56), 64, 1, 1, "x86_64-avx512").space.default()
+
+
 @pytest.mark.parametrize("base, knobs, stride, kernel", [
     ("x86_64-avx512", {"epilogue": "transposed", "rw": 2, "ry": 4}, 1, 3),
-    ("x86_64-avx512", {"epilogue": "pixel_tiles", "rw": 4, "ry": 1}, 2, 3),
+    ("x86_64-avx512", {"epilogue": "transposed", "rw": 2, "ry": 4, "pack": "partitioned",
+                       "cb": 1}, 1, 3),
+    ("x86_64-avx512", {"epilogue": "pixel_tiles", "rw": 4, "ry": 1, "pack": "partitioned"},
+     2, 3),
     ("x86_64-avx2", {"epilogue": "channel_rows", "rw": 2, "ry": 2}, 1, 3),
     ("x86_64-avx2", {"epilogue": "transposed", "rw": 2, "ry": 2, "order": "window_outer"},
      2, 3),
-    ("c-generic", {"epilogue": "pixel_tiles", "rw": 2, "ry": 2}, 1, 3),
+    ("c-generic", {"epilogue": "pixel_tiles", "rw": 2, "ry": 2, "pack": "partitioned"}, 1,
+     3),
     ("x86_64-avx512", {"algorithm": "direct", "epilogue": "pixel_tiles", "rw": 4, "ry": 2},
      2, 1)])
 def test_band_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, knobs: dict,
@@ -81,6 +96,9 @@ def test_band_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, knobs:
             pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / at)
         assert set(applied) == {s.workload}
         arena[at] = json.loads((Path(pkg.path) / "metadata.json").read_text())["arena_bytes"]
+        src = (Path(pkg.path) / "src" / "kernels.c").read_text()
+        # the padding condition per element (a select) only in the unpartitioned copy
+        assert ("kiln_select" in src) == (knobs.get("pack") != "partitioned" and kernel > 1)
         got = toolchain.run(pkg, {"x": x}).outputs["y"]
         assert max_rel(got, ref) <= 1e-5, at
     # the product's scratch: all 32 channels x OH rows, or one band of ob x ry rows
