@@ -45,8 +45,8 @@ from toolchain.schedules.generic.conv2d import (
     plan_conv,
     schedule_conv,
     tuned_plan,
-    unblock_pixels,
 )
+from toolchain.schedules.generic.conv_epilogue import unblock_pixels
 from toolchain.schedules.generic.dense import (
     GemmPlan,
     gemm_space,
@@ -166,7 +166,8 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
     algorithm's rules bind only its own points; the space's kind stays ``gemm`` and its
     workload key that of the GEMM, so records written before ``algorithm`` existed replay
     (as ``gemm``, ``panels``). ``unblock``: the pixel counts of the transposing
-    write-back the target declares (:func:`~toolchain.schedules.generic.conv2d.unblock_pixels`).
+    write-back the target declares
+    (:func:`~toolchain.schedules.generic.conv_epilogue.unblock_pixels`).
 
     >>> from toolchain.schedules.generic.common import cpu_params
     >>> g = ConvGeom(1, 256, 14, 14, 512, 1, 1, 7, 7, 2, 2, 1, 1, 0, 0)
