@@ -54,6 +54,14 @@ def test_pieces_lose_their_conditions_and_clamps():
     assert "partition" not in str(cut)
 
 
+def test_outer_pieces_fold_first_so_border_rows_keep_one_column_loop():
+    trace: list = []
+    lower(_padded(6, 5, 2, True), trace=trace)
+    after = next(f for name, f in trace if name == "partition_loops")
+    # rows 0-1 and 8-9: one loop of zeros each; rows 2-7: the columns in 3 pieces
+    assert count(after.body, ir.For) == 3 + 1 + 3 + 1
+
+
 def test_loop_without_conditions_is_left_as_it_was():
     a = te.placeholder((8,), name="A")
     b = te.compute((8,), lambda i: a[i] * 2.0, name="B")

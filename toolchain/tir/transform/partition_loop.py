@@ -5,8 +5,10 @@ A padded copy (``data_pack[hh, ww] = if_then_else(3 <= ww < 227, X[clamp(ww - 3)
 evaluates its condition and clamps its index for every element, which keeps a C compiler
 from vectorizing the copy. Annotated (``sch.annotate(loop, PARTITION, 1)``), the loop is
 cut where any condition that depends on its variable alone (and constants) changes value:
-the pieces are sibling loops over the sub-ranges, and the ``simplify`` pass that follows
-(it knows each loop's range) folds the conditions and clamps of each piece away.
+the pieces are sibling loops over the sub-ranges. Outer loops are cut first, each piece's
+body with those conditions' values put in and folded (a border row keeps one loop of
+zeros; only the interior rows' columns are cut), and the ``simplify`` pass that follows
+(it knows each loop's range) folds what is left of the conditions and clamps away.
 
 Before (``ww`` annotated)::
 
@@ -84,9 +86,10 @@ def _free_vars(e: ir.PrimExpr) -> set[ir.Var]:
     return v.vars
 
 
-def _pieces(f: ir.For) -> list[tuple[int, int]] | None:
-    """``[(start, end), ...]``: the sub-ranges of ``f`` over which every condition on its
-    variable keeps one value; None when there is one (or the bounds are not constant)."""
+def _pieces(f: ir.For) -> list[tuple[int, int, dict[int, bool]]] | None:
+    """``[(start, end, values), ...]``: the sub-ranges of ``f`` over which every condition
+    on its variable keeps one value, with those values (by the condition's ``id``); None
+    when there is one piece (or the bounds are not constant)."""
     if not (isinstance(f.min, ir.IntImm) and isinstance(f.extent, ir.IntImm)) \
             or f.extent.value > MAX_EXTENT:
         return None
@@ -95,30 +98,63 @@ def _pieces(f: ir.For) -> list[tuple[int, int]] | None:
     if not finder.atoms:
         return None
     lo, hi = f.min.value, f.min.value + f.extent.value
-    cuts, last = [lo], None
+    pieces: list[tuple[int, int, dict[int, bool]]] = []
     for v in range(lo, hi):
         at = {f.loop_var: ir.Range(ir.IntImm(v, f.loop_var.dtype),
                                    ir.IntImm(1, f.loop_var.dtype))}
-        key = tuple(arith.prove(a, at) for a in finder.atoms)
-        if last is not None and key != last:
-            cuts.append(v)
-        last = key
-    cuts.append(hi)
-    return list(zip(cuts[:-1], cuts[1:], strict=True)) if len(cuts) > 2 else None
+        key = {id(a): arith.prove(a, at) for a in finder.atoms}
+        if pieces and pieces[-1][2] == key:
+            pieces[-1] = (pieces[-1][0], v + 1, key)
+        else:
+            pieces.append((v, v + 1, key))
+    return pieces if len(pieces) > 1 else None
+
+
+class _Fold(StmtExprMutator):
+    """One piece's body: its conditions' values put in and the conditions folded (a
+    branch that cannot be taken is dropped, so the loops inside split only where they
+    still matter)."""
+
+    def __init__(self, values: dict[int, bool]) -> None:
+        super().__init__()
+        self.values = values
+
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        if id(e) in self.values:
+            return ir.IntImm(int(self.values[id(e)]), "bool")
+        return super().visit_expr(e)
+
+    def _cond(self, c: ir.PrimExpr) -> ir.PrimExpr:
+        return arith.simplify(self.visit_expr(c))
+
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
+        if e.op != "tir.if_then_else":
+            return super().visit_Call(e)
+        c = self._cond(e.args[0])
+        if ir.is_const_int(c):
+            return self.visit_expr(e.args[1] if c.value else e.args[2])
+        return replace(e, args=(c, self.visit_expr(e.args[1]), self.visit_expr(e.args[2])))
+
+    def visit_Select(self, e: ir.Select) -> ir.PrimExpr:
+        c = self._cond(e.condition)
+        if ir.is_const_int(c):
+            return self.visit_expr(e.true_value if c.value else e.false_value)
+        return replace(e, condition=c, true_value=self.visit_expr(e.true_value),
+                       false_value=self.visit_expr(e.false_value))
 
 
 class _Partition(StmtExprMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
-        s = super().visit_For(s)
-        if not isinstance(s, ir.For) or PARTITION not in s.annotations:
-            return s
-        ann = {k: v for k, v in s.annotations.items() if k != PARTITION}
+        if PARTITION not in s.annotations:
+            return super().visit_For(s)
+        s = replace(s, annotations={k: v for k, v in s.annotations.items() if k != PARTITION})
         pieces = _pieces(s)
         if pieces is None:
-            return replace(s, annotations=ann)
-        return ir.seq(*(replace(s, min=ir.IntImm(a, s.loop_var.dtype),
-                                extent=ir.IntImm(b - a, s.loop_var.dtype), annotations=ann)
-                        for a, b in pieces))
+            return super().visit_For(s)
+        # outer loops first: a piece's folded body decides where its inner loops split
+        return ir.seq(*(self.visit_stmt(replace(
+            s, min=ir.IntImm(a, s.loop_var.dtype), extent=ir.IntImm(b - a, s.loop_var.dtype),
+            body=_Fold(values).visit_stmt(s.body))) for a, b, values in pieces))
 
 
 def partition_loops(func: ir.PrimFunc) -> ir.PrimFunc:
