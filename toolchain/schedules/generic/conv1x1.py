@@ -45,8 +45,8 @@ from toolchain.schedules.generic.conv2d import (
     plan_conv,
     schedule_conv,
     tuned_plan,
-    unblock_pixels,
 )
+from toolchain.schedules.generic.conv_epilogue import unblock_pixels
 from toolchain.schedules.generic.dense import (
     GemmPlan,
     gemm_space,
@@ -64,7 +64,7 @@ from toolchain.tir.schedule import Schedule
 Expr = ir.PrimExpr
 
 #: the direct convolution's knobs a 1x1 convolution keeps (its window loops have one step)
-DIRECT_KNOBS = ("ob", "rw", "ry", "cb", "unroll_cb", "epilogue")
+DIRECT_KNOBS = ("ob", "rw", "ry", "cb", "unroll_cb", "epilogue", "epilogue_at")
 
 
 def conv1x1_compute(node: Node, g: ConvGeom, plan: GemmPlan, b_pack: str = "panels"
@@ -166,7 +166,8 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
     algorithm's rules bind only its own points; the space's kind stays ``gemm`` and its
     workload key that of the GEMM, so records written before ``algorithm`` existed replay
     (as ``gemm``, ``panels``). ``unblock``: the pixel counts of the transposing
-    write-back the target declares (:func:`~toolchain.schedules.generic.conv2d.unblock_pixels`).
+    write-back the target declares
+    (:func:`~toolchain.schedules.generic.conv_epilogue.unblock_pixels`).
 
     >>> from toolchain.schedules.generic.common import cpu_params
     >>> g = ConvGeom(1, 256, 14, 14, 512, 1, 1, 7, 7, 2, 2, 1, 1, 0, 0)
@@ -174,7 +175,7 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
     >>> s = conv1x1_space(g, p, plan_gemm(512, 49, 256, p))
     >>> [k.name for k in s.knobs]  # doctest: +NORMALIZE_WHITESPACE
     ['mr', 'nr', 'mc_tiles', 'algorithm', 'b_pack', 'ob', 'rw', 'ry', 'cb', 'unroll_cb',
-     'epilogue']
+     'epilogue', 'epilogue_at']
     >>> d = {**s.default(), "algorithm": "direct", "rw": 7, "cb": 8, "unroll_cb": True}
     >>> s.is_valid(d), s.canonical(d)["nr"] == s.default()["nr"]
     (True, True)

@@ -62,12 +62,18 @@ from toolchain.errors import NoScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.generic.common import CpuParams, ceil_div, cpu_params, register_tile
+from toolchain.schedules.generic.conv_epilogue import (
+    band_loops,
+    nchw_epilogue,
+    unblock_pixels,
+)
 from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
+from toolchain.tir.transform.partition_loop import PARTITION
 
 Expr = ir.PrimExpr
 
@@ -289,30 +295,6 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     return args + [out], values, conv.name
 
 
-def unblock_intrinsic(pixels: int, lanes: int, bias: bool) -> str:
-    """The tensor intrinsic that writes a ``pixels x lanes`` (channels) block of a
-    ``[..., pixels, ob]`` product into an NCHW output, transposed in registers (plus the
-    channels' bias): ``C[n, j, y, i] = A[i, j] (+ B[j])``, declared by the AVX targets.
-
-    >>> unblock_intrinsic(16, 16, True), unblock_intrinsic(4, 8, False)
-    ('unblock_bias_f32_16x16', 'unblock_f32_4x8')
-    """
-    return f"unblock{'_bias' if bias else ''}_f32_{pixels}x{lanes}"
-
-
-def unblock_pixels(t: Target, lanes: int) -> tuple[int, ...]:
-    """The pixel counts (``lanes``, ``lanes / 2`` ... down to 4) of the
-    :func:`unblock_intrinsic` blocks ``t`` declares, with and without a bias.
-
-    >>> unblock_pixels(resolve_target("x86_64-avx512"), 16), unblock_pixels(
-    ...     resolve_target("c-generic"), 4)
-    ((16, 8, 4), ())
-    """
-    counts = [lanes >> e for e in range(lanes.bit_length()) if lanes >> e >= 4]
-    return tuple(q for q in counts
-                 if all(t.has_intrinsic(unblock_intrinsic(q, lanes, b)) for b in (False, True)))
-
-
 def vector_pack(ib: int | None, cb: int) -> bool:
     """Whether the padded copy of a ``NCHW{ib}c`` input into blocks of ``cb`` channels is
     a loop of whole vectors: same block, a power of two of at least 4 lanes (others, like
@@ -368,14 +350,20 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     ResNet-18 gains about a third); where the target declares the ``unblock_*`` tensor
     intrinsics for blocks of ``P`` pixels (``unblock``: :func:`unblock_pixels`) and ``P``
     divides the output width, also ``transposed`` (the order of ``pixel_tiles``, blocks
-    of ``P`` pixels x ``lanes`` channels transposed in registers, the largest such ``P``).
+    of ``P`` pixels x ``lanes`` channels transposed in registers, the largest such ``P``),
+    and ``epilogue_at``: ``end`` (the heuristic's: after the whole product) or ``rows``
+    (after each band of ``ob`` channels x ``ry`` rows, the product computed band by band
+    and shrunk to one). With padding and an input copied element by element, ``pack``:
+    ``select`` (the heuristic's: a padding condition and clamped index per element) or
+    ``partitioned`` (the copy's rows and columns split into border and interior loops,
+    :mod:`~toolchain.tir.transform.partition_loop`).
     Rules: the tile fits the register file; an unrolled channel loop has at most 16 steps.
 
     >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
     >>> s = conv_space(g, cpu_params("x86_64-avx2"), ConvPlan(8, 16, 6, 8))
     >>> [f"{k}={v}" for k, v in s.default().items()]  # doctest: +NORMALIZE_WHITESPACE
     ['ob=16', 'rw=6', 'ry=1', 'cb=8', 'order=channels_outer', 'unroll_kw=True',
-     'unroll_cb=False', 'epilogue=channel_rows']
+     'unroll_cb=False', 'epilogue=channel_rows', 'epilogue_at=end', 'pack=select']
     >>> s.is_valid({**s.default(), "rw": 14})  # 14 x 2 accumulators: too many registers
     False
     """
@@ -410,7 +398,18 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
                        "write-back order of the NCHW output: whole channel planes, or "
                        "the tile's channels for each vector of pixels (gathered, or "
                        "transposed in registers)",
-                       active=lambda q: g.o % q["ob"] == 0),)
+                       active=lambda q: g.o % q["ob"] == 0),
+                  Knob("epilogue_at", ("end", "rows"), "end",
+                       "where the NCHW write-back runs: after the whole product, or after "
+                       "each band of ob channels x ry rows (the product shrinks to a band)",
+                       active=lambda q: g.o % q["ob"] == 0))
+    ib = _layout_block(layouts[0])
+    if (g.pt, g.pl) != (0, 0):
+        knobs += (Knob("pack", ("select", "partitioned"), "select",
+                       "the padded input copy: one loop with a padding condition per "
+                       "element, or its rows and columns split into border and interior "
+                       "loops (no condition, no clamped index inside)",
+                       active=lambda q: not vector_pack(ib, q["cb"])),)
     rules = [
         Rule(f"the register tile (ry * rw * ob/{lanes} accumulators, ob/{lanes} weight "
              f"vectors and a broadcast) fits {budget} vector registers",
@@ -495,16 +494,27 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
     :func:`unblock_intrinsic`."""
     k = dict(knobs) if knobs is not None else loop_defaults(g, plan)
     blk = sch.get_block("conv")
-    n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
+    band = local = None
+    if out_layout == "NCHW" and k.get("epilogue_at", "end") == "rows":
+        local = sch.cache_write(blk, 0, "local")
+        band = band_loops(sch, plan, (local, blk))
+        n, o0, y = band[:3]
+        *_, yi, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)  # under n o0 y 1 1
+        band = band[3:]
+    else:
+        n, o0, y, xx, o1, rc0, rkh, rkw, rc1 = sch.get_loops(blk)
     xo, xi = sch.split(xx, [None, plan.rw])
     window_outer = k["order"] == "window_outer"
     red = [rkh, rkw, rc0, rc1] if window_outer else [rc0, rkh, rkw, rc1]
-    if plan.ry > 1:  # a tile of several short rows (small images)
+    if band is not None:  # the band's rows: yi, below the write-back's (n, o0, y)
+        sch.reorder(xo, *red, yi, xi, o1)
+    elif plan.ry > 1:  # a tile of several short rows (small images)
         y, yi = sch.split(y, [None, plan.ry])
         sch.reorder(n, o0, y, xo, *red, yi, xi, o1)
     else:
         sch.reorder(n, o0, y, xo, *red, xi, o1)
-    local = sch.cache_write(blk, 0, "local")
+    if local is None:
+        local = sch.cache_write(blk, 0, "local")
     sch.reverse_compute_at(local, xo)
     init = sch.decompose_reduction(blk, red[0])
     for b in (blk, init, local):
@@ -521,6 +531,8 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
             if plan.ry > 1:
                 sch.unroll(sch.get_loops(b)[-4])
     loops = sch.get_loops(blk)  # n o0 y xo | rc0 kh kw rc1 (or kh kw rc0 rc1) | tile
+    if band is not None:  # n o0 y 1 1 xo | ...: the band's unit loops
+        loops = loops[:3] + loops[5:]
     if k["unroll_kw"]:
         sch.unroll(loops[5 if window_outer else 6])
     if k["unroll_cb"]:
@@ -531,13 +543,18 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
         sch.reverse_compute_inline(out)
         out = None
     elif out_layout == "NCHW":
-        _nchw_epilogue(sch, g, plan, out, k.get("epilogue", "channel_rows"), target)
+        nchw_epilogue(sch, g, plan, out, k.get("epilogue", "channel_rows"), target, band)
+        if band is not None:
+            out = None  # the write-back's band loop is the product's: parallel already
     packs = "data_pack" in st.block_names(sch.mod)
     if packs and vector_pack(_layout_block(data_layout), plan.cb):
         sch.vectorize(sch.get_loops(sch.get_block("data_pack"))[4])  # one vector per block
     elif packs:  # read rows of X contiguously (the writes stride by cb)
         pl = sch.get_loops(sch.get_block("data_pack"))
         sch.reorder(pl[3], pl[4])
+        if k.get("pack", "select") == "partitioned":  # n c0 | hh ww | c1
+            for loop in pl[2:4]:
+                sch.annotate(loop, PARTITION, 1)
     if p.cores > 1:
         sch.parallel(sch.fuse(n, o0, y))
         if out is not None:
@@ -552,36 +569,6 @@ def schedule_conv(sch: Schedule, g: ConvGeom, plan: ConvPlan, p: CpuParams,
     if plan.ob % plan.lanes == 0:
         _, v = sch.split(wl, [None, plan.lanes])
         sch.vectorize(v)
-
-
-def _nchw_epilogue(sch: Schedule, g: ConvGeom, plan: ConvPlan, out: Any, epilogue: str,
-                   target: Target | None) -> None:
-    """The write-back of the product's tiles into an NCHW output in the ``epilogue`` order
-    (:func:`conv_space`); ``transposed`` tensorizes ``P`` pixels x ``lanes`` channels
-    blocks with ``target``'s :func:`unblock_intrinsic`."""
-    # split the channel loop by ob so o // ob and o % ob fold away
-    ol = sch.get_loops(out)
-    if g.o % plan.ob == 0:
-        sch.split(ol[1], [None, plan.ob])
-    pixels = 0
-    if epilogue == "transposed":
-        if target is None:
-            raise ValueError("schedule_conv: epilogue='transposed' needs the target whose "
-                             "unblock intrinsics it calls")
-        pixels = max(q for q in unblock_pixels(target, plan.lanes) if g.ow % q == 0)
-        sch.split(sch.get_loops(out)[-1], [None, pixels])
-    elif g.ow % plan.lanes == 0:
-        _, wi = sch.split(sch.get_loops(out)[-1], [None, plan.lanes])
-        sch.vectorize(wi)
-    if g.o % plan.ob == 0 and epilogue in ("pixel_tiles", "transposed"):
-        # n o0 o1 y x0 [x1] -> n o0 y x0 o1 [x1]: a lanes x ob block of the product
-        el = sch.get_loops(out)
-        sch.reorder(el[3], el[4], el[2])
-    if pixels:
-        # ... o1 x1 -> ... o1_0 | o1_1 x1: pixels x lanes blocks, one call each
-        _, o1i = sch.split(sch.get_loops(out)[-2], [None, plan.lanes])
-        bias = any(b.name == "bias" for b in sch.mod.buffers)
-        sch.tensorize(o1i, target.intrinsic(unblock_intrinsic(pixels, plan.lanes, bias)))
 
 
 def is_pointwise(g: ConvGeom) -> bool:

@@ -16,6 +16,7 @@ from toolchain.tir.transform.flatten_buffer import flatten_buffer
 from toolchain.tir.transform.inject_barriers import inject_barriers
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
+from toolchain.tir.transform.partition_loop import PARTITION, partition_loops
 from toolchain.tir.transform.pipeline import PHASES, Pass, lower
 from toolchain.tir.transform.remove_noop import remove_noop
 from toolchain.tir.transform.simplify import simplify
@@ -24,8 +25,8 @@ from toolchain.tir.transform.unroll_loop import unroll_loop
 from toolchain.tir.transform.vectorize_loop import vectorize_loop
 
 __all__ = [
-    "PHASES", "Pass", "compact_buffer_allocation", "flatten_buffer", "inject_barriers",
-    "inject_virtual_thread",
-    "lower", "lower_blocks", "lower_init_block", "remove_noop", "simplify", "storage_rewrite",
-    "unroll_loop", "vectorize_loop",
+    "PARTITION", "PHASES", "Pass", "compact_buffer_allocation", "flatten_buffer",
+    "inject_barriers", "inject_virtual_thread", "lower", "lower_blocks", "lower_init_block",
+    "partition_loops", "remove_noop", "simplify", "storage_rewrite", "unroll_loop",
+    "vectorize_loop",
 ]

@@ -6,7 +6,7 @@ phase   built-in passes (then the user's passes for that phase, in order)
 0       none: user passes see the scheduled, block-level IR
 1       lower_init_block, lower_blocks, compact_buffer_allocation,
         inject_virtual_thread, attach_intrinsics
-2       flatten_buffer, simplify
+2       flatten_buffer, partition_loops, simplify
 3       vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
         inject_barriers
 4       simplify, remove_noop
@@ -15,6 +15,11 @@ phase   built-in passes (then the user's passes for that phase, in order)
 A pass is any function ``PrimFunc -> PrimFunc``. ``lower(func, target=t)`` takes the
 resolved :class:`~toolchain.target.Target`: the passes that depend on it (those in
 :data:`TARGET_PASSES`) are called as ``pass(func, target=t)``.
+
+``partition_loops`` splits the loops a schedule annotated ``partition`` where the
+conditions in their body change value (padded copies: border and interior), so that
+``simplify`` folds each piece's conditions and clamps away
+(:mod:`toolchain.tir.transform.partition_loop`); other loops pass through.
 
 ``inject_barriers`` places ``T.storage_sync('shared')`` (``__syncthreads()``) between the
 statements of a GPU kernel whose shared-memory accesses conflict across threads; it runs
@@ -64,6 +69,7 @@ from toolchain.tir.transform.inject_barriers import inject_barriers
 from toolchain.tir.transform.inject_double_buffer import inject_double_buffer
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
+from toolchain.tir.transform.partition_loop import partition_loops
 from toolchain.tir.transform.remove_noop import remove_noop
 from toolchain.tir.transform.simplify import simplify
 from toolchain.tir.transform.storage_rewrite import storage_rewrite
@@ -80,7 +86,7 @@ PHASES: dict[int, tuple[Pass, ...]] = {
     0: (),
     1: (lower_init_block, lower_blocks, compact_buffer_allocation, inject_virtual_thread,
         attach_intrinsics),
-    2: (flatten_buffer, simplify),
+    2: (flatten_buffer, partition_loops, simplify),
     3: (vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
         inject_barriers),
     4: (simplify, remove_noop),
