@@ -15,7 +15,7 @@ from toolchain.runtime.build import compile_shared, find_compiler
 BUILD = sys.modules["toolchain.runtime.build"]  # the module (toolchain.runtime.build is a function)
 FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-march=x86-64-v3", "-Wall", "-Werror"]
 
-pytestmark = pytest.mark.skipif(not pch._is_gcc(find_compiler(None)),
+pytestmark = pytest.mark.skipif(not pch.is_gcc(find_compiler(None)),
                                 reason="precompiled headers are used with gcc only")
 
 
@@ -75,3 +75,9 @@ def test_only_gcc_and_only_sources_without_feature_macros() -> None:
     assert pch.headers_of("#define _POSIX_C_SOURCE 199309L\n#include <immintrin.h>\n") == ()
     assert pch.headers_of("#include <math.h>\n") == ()
     assert pch.pch_flags("/bin/false", FLAGS, "#include <immintrin.h>\n") == []
+
+
+def test_the_docstring_examples_run() -> None:
+    import doctest
+
+    assert doctest.testmod(pch).failed == 0

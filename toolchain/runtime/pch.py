@@ -71,7 +71,7 @@ def headers_of(source: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=8)
-def _is_gcc(compiler: str) -> bool:
+def is_gcc(compiler: str) -> bool:
     """True when ``compiler`` is gcc (gcc's ``.gch`` lookup): it defines ``__GNUC__`` and
     not ``__clang__``."""
     try:
@@ -91,7 +91,7 @@ def pch_flags(compiler: str, flags: Sequence[str], source: str) -> list[str]:
     a key's first build only leaves its one-line header in the cache as a mark; the second
     makes the ``.gch``, and every build from then on uses it."""
     headers = headers_of(source)
-    if not headers or not _is_gcc(compiler):
+    if not headers or not is_gcc(compiler):
         return []
     from toolchain.runtime.build import compiler_version
 
@@ -129,4 +129,4 @@ def _write_atomic(path: os.PathLike[str], data: bytes) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["HEADERS", "headers_of", "key_flags", "pch_flags"]
+__all__ = ["HEADERS", "headers_of", "is_gcc", "key_flags", "pch_flags"]
