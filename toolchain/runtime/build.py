@@ -23,6 +23,7 @@ from toolchain.codegen.artifact import support_of
 from toolchain.errors import BuildError, GeneratedCodeError, OptionError, TargetError
 from toolchain.runtime.cache import cache_dir, touch, trim
 from toolchain.runtime.module import Module
+from toolchain.runtime.pch import pch_flags
 from toolchain.target import Target, resolve_target
 from toolchain.tir import ir
 from toolchain.tir.transform.pipeline import lower
@@ -81,7 +82,11 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=d)
     os.close(fd)
     cmd = [compiler, *flags, str(src), "-o", tmp, "-lm"]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    pch = pch_flags(compiler, flags, source)  # <immintrin.h> precompiled: the same library
+    res = subprocess.run([*cmd[:-4], *pch, *cmd[-4:]], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0 and pch:  # whatever went wrong, the plain build says it
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         os.unlink(tmp)
         msg = (res.stderr or res.stdout).strip()

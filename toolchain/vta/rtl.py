@@ -327,11 +327,34 @@ def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | Non
         return out
 
 
+def cocotb_start_env(test_module: str | None) -> dict[str, str]:
+    """The simulator's environment for a quick cocotb start: pytest's assertion rewriting
+    only for the test bench ``test_module`` (its own file; None: no module at all), and no
+    pytest plugins loaded for it.
+
+    cocotb rewrites the asserts of every module imported after it starts (its default
+    pattern is ``*.py``): numpy, the accelerator's Python and the pytest plugins installed
+    (xdist, hypothesis ...) went through pytest's rewriting import hook in every simulator
+    process, 0.6 of its 1 CPU s when it runs a few short programs. Only a test bench's own
+    asserts need the rewriting (their failure messages show the values); the program
+    runner (:func:`run_batch`) has none. Settings in the environment are left as they are.
+
+    >>> cocotb_start_env("tests.hw.cocotb_units")["COCOTB_REWRITE_ASSERTION_FILES"]
+    'cocotb_units.py'
+    >>> cocotb_start_env(None)["COCOTB_REWRITE_ASSERTION_FILES"]
+    ''
+    """
+    files = "" if test_module is None else test_module.rpartition(".")[2] + ".py"
+    env = {"COCOTB_REWRITE_ASSERTION_FILES": files, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return {k: v for k, v in env.items() if k not in os.environ}  # the user's own settings win
+
+
 def _simulate(bdir: Path, spec: Path, tmp: Path) -> None:
     runner = _runner()
     env = verilator_env()
     env_extra = {"KILN_RTL_SPEC": str(spec), "PATH": env["PATH"],
-                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])}
+                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+                 **cocotb_start_env(None)}
     try:
         runner.test(test_module="toolchain.vta.rtl", hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
                     build_dir=bdir,
@@ -359,7 +382,7 @@ def run_cocotb(test_module: str, top: str, config: VTAConfig | None = None, *,
     results = tmp / "results.xml"
     env_extra = {"PATH": env["PATH"],
                  "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-                 **(extra_env or {})}
+                 **cocotb_start_env(test_module), **(extra_env or {})}
     try:
         _runner().test(test_module=test_module, hdl_toplevel=top, hdl_toplevel_lang="verilog",
                        build_dir=bdir, test_dir=tmp, extra_env=env_extra,

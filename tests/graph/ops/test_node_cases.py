@@ -9,14 +9,13 @@ that reason; training-mode Dropout must be refused with a clear error.
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
 from onnx import AttributeProto, helper, numpy_helper
 
+from tests.onnx_cases import single_node_cases
 from toolchain.errors import ModelError
 from toolchain.graph.ir import Node, Value, dtype_of
 from toolchain.graph.ops import get_op
@@ -34,17 +33,6 @@ OPS = frozenset(
     "ReduceProd ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSum ReduceLogSumExp ArgMin "
     "Hardmax BitwiseAnd BitwiseOr BitwiseXor".split()
 )
-_CASE_MODULES = (
-    "abs add argmax cast castlike clip constant constantofshape dequantizelinear div dropout "
-    "equal erf exp gelu greater hardsigmoid hardswish identity leakyrelu less log max min mul "
-    "neg not_ pow prelu quantizelinear reciprocal reducemax reducemean reducemin reducesum "
-    "relu shape sigmoid sqrt sub tanh where "
-    "ceil floor round sign sin cos tan asin acos atan sinh cosh asinh acosh atanh softplus "
-    "softsign mish bitwisenot elu selu celu thresholdedrelu shrink isnan isinf mod bitshift "
-    "and_ or_ xor less_or_equal greater_or_equal "
-    "reduceprod reducel1 reducel2 reducesumsquare reduce_log_sum reduce_log_sum_exp argmin "
-    "hardmax bitwiseand bitwiseor bitwisexor"
-).split()
 #: operands that a real model gives as initializers (Kiln needs them at compile time)
 _CONST_OPERANDS = {
     "ReduceMean": {1}, "ReduceSum": {1}, "ReduceMax": {1}, "ReduceMin": {1},
@@ -56,22 +44,7 @@ _DTYPE_ATTRS = {("Cast", "to"), ("QuantizeLinear", "output_dtype"),
                 ("DequantizeLinear", "output_dtype")}
 
 
-def _load_cases() -> list[Any]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in _CASE_MODULES:
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    from onnx.backend.test.case.node import _NodeTestCases
-
-    found = {}
-    for case in _NodeTestCases:
-        nodes = case.model.graph.node
-        if len(nodes) == 1 and nodes[0].op_type in OPS and nodes[0].domain in ("", "ai.onnx"):
-            found.setdefault(case.name, case)
-    return [found[k] for k in sorted(found)]
-
-
-CASES = _load_cases()
+CASES = single_node_cases(OPS)  # the onnx wheel's cases, made once (tests/onnx_cases.py)
 
 
 class Unsupported(Exception):

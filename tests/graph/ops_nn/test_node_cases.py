@@ -12,13 +12,13 @@ with the reason.  Older-opset forms are first upgraded the way the ONNX frontend
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
 from onnx import helper
 
+from tests.onnx_cases import single_node_cases
 from toolchain.errors import ModelError
 from toolchain.graph.ir import DTYPES, Node, Value
 from toolchain.graph.ops import get_op
@@ -31,22 +31,7 @@ NN_OPS = {
 }
 
 
-def _load_cases() -> list[Any]:
-    from onnx.backend.test.loader import load_model_tests
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = load_model_tests(kind="node")
-    out = []
-    for case in cases:
-        g = case.model.graph
-        if len(g.node) == 1 and g.node[0].op_type in NN_OPS and g.node[0].domain in ("",
-                                                                                   "ai.onnx"):
-            out.append(case)
-    return sorted(out, key=lambda c: c.name)
-
-
-CASES = _load_cases()
+CASES = single_node_cases(NN_OPS)  # the onnx wheel's cases, made once (tests/onnx_cases.py)
 
 
 #: cases Kiln refuses on purpose, with the error text it must give instead
