@@ -276,7 +276,7 @@ def test_cuda_graph_with_emulate_is_ignored_with_a_warning_and_a_note() -> None:
 @pytest.mark.parametrize("name", ["lenet5", "transformer_encoder"])
 def test_cuda_graph_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path) -> None:
     """Captured once, launched every run; released (graph, stream, workspace) and
-    captured again; its profiling build times the launches one by one."""
+    captured again; LeNet-5's profiling build times the launches one by one."""
     import ctypes
 
     model, feeds, want = _reference(name)
@@ -288,6 +288,8 @@ def test_cuda_graph_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path:
     assert mod.device_time(feeds, repeat=3) > 0  # <m>_run_device: the graph alone
     assert getattr(ctypes.CDLL(str(mod.library)), f"{mod.model}_release")() == 0
     assert _rel_err(mod(feeds), want) < 1e-4  # init again: a new workspace, a new graph
+    if name != "lenet5":
+        return  # (one profiling build is enough: step 1 of cuda_check.sh has 90 s)
     prof = load_bundle(d, profile=True)
     assert _rel_err(prof(feeds), want) < 1e-4
     rows = prof.launch_times(feeds, repeat=3)
