@@ -295,3 +295,49 @@ def test_cuda_graph_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path:
     rows = prof.launch_times(feeds, repeat=3)
     assert len(rows) == prof.metadata["device"]["launches"] and all(r["ms"] > 0 for r in rows)
     assert _rel_err(prof(feeds), want) < 1e-4  # the graph still runs after the timed launches
+
+
+def _outputs_not_computed() -> object:
+    """y = Relu(x), and three outputs no kernel computes: z = x (an input), w = c (a
+    constant), v = y again (an output listed twice)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def info(name: str, shape: list[int]) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"]),
+             helper.make_node("Identity", ["c"], ["w"]), helper.make_node("Identity", ["y"], ["v"])]
+    c = numpy_helper.from_array(np.linspace(-1, 2, 8, dtype=np.float32), "c")
+    g = helper.make_graph(nodes, "passthrough", [info("x", [2, 8])],
+                          [info("y", [2, 8]), info("z", [2, 8]), info("w", [8]),
+                           info("v", [2, 8])], [c])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_output_that_is_a_constant_is_uploaded_and_copied_to_its_slot(
+        tmp_path: Path) -> None:
+    """The device copy of a constant output comes from the weights init uploads (it used to
+    be copied from its own, never written, output slot onto itself)."""
+    d = compile_model(_outputs_not_computed(), "cuda-sm80", tmp_path / "p", progress=False,
+                      name="pt")
+    dev = json.loads((d / "metadata.json").read_text())["device"]
+    assert list(dev["weights"]) == ["w_w"]
+    launcher = (d / "src/pt.cu").read_text()
+    assert "cudaMemcpy(kiln_workspace + PT_WS_W_W, PT_WEIGHTS_DATA + 0, 32u" in launcher
+    assert (f"cudaMemcpy((void *)(a + {dev['outputs']['w']}), (void *)(a + PT_WS_W_W), 32u, "
+            "cudaMemcpyDeviceToDevice)") in launcher
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize("graph", [False, True], ids=["plain", "cuda_graph"])
+def test_outputs_no_kernel_computes_on_the_gpu(graph: bool, tmp_path: Path) -> None:
+    model = _outputs_not_computed()
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    want = run_graph(from_onnx(model), {"x": x})
+    mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / "p", progress=False,
+                                    name="pt", cuda_graph=graph))
+    for _ in range(2):
+        got = mod({"x": x})
+        for k in ("y", "z", "w", "v"):
+            np.testing.assert_array_equal(got[k], want[k])

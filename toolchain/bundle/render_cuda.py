@@ -67,7 +67,9 @@ class _DeviceLocations(Locations):
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
             self.expr.setdefault(id(v), f"(void *)(a + {t['ws_offset']})")
         for v, t in zip(spec.fused.outputs, outputs, strict=True):
-            if id(v) not in self.expr:
+            # (an output that is a constant lives with the weights, uploaded by init: `of`
+            # registers it, and run copies it to the output's slot)
+            if id(v) not in self.expr and v.data is None:
                 self.expr[id(v)] = f"(void *)(a + {t['ws_offset']})"
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
         self.model = spec.model

@@ -188,12 +188,12 @@ def _run(args: argparse.Namespace) -> int:
 def _graph_note(meta: dict[str, Any]) -> str:
     """The device line's note on ``--cuda-graph``.
 
-    >>> _graph_note({"options": {"cuda_graph": True}})
-    ', captured in one CUDA graph by <model>_init'
-    >>> _graph_note({"options": {}})
+    >>> _graph_note({"options": {"cuda_graph": True}, "model": {"name": "net"}})
+    ', captured in one CUDA graph by net_init'
+    >>> _graph_note({"options": {}, "model": {"name": "net"}})
     ''
     """
-    return (", captured in one CUDA graph by <model>_init"
+    return (f", captured in one CUDA graph by {meta['model']['name']}_init"
             if meta["options"].get("cuda_graph") is True else "")
 
 
