@@ -5,6 +5,7 @@ references measured in the same run.
     python benchmarks/cuda.py --models lenet5,ds_cnn --gemm 1024
     python benchmarks/cuda.py --models resnet18 --gemm ''    # + PyTorch eager's ResNet-18
     python benchmarks/cuda.py --schedules tiled,generic   # both GPU schedules, one run
+    python benchmarks/cuda.py --models lenet5,resnet18 --gemm '' --cuda-graph  # + graph
     python benchmarks/cuda.py --models '' --gemm 4096 --gemm-precision fp16   # tensor cores
     python benchmarks/cuda.py --models resnet18 --gemm '' --per-kernel \
         --schedules tiled,tiled-no-occupancy,generic     # each kernel's GPU ms, side by side
@@ -45,6 +46,11 @@ entries of :data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with
 descriptor without ``sm_count``: the tiles chosen as before the occupancy rule; zoo
 models only), or several (each model and GEMM size compiled and measured with each, in the
 same run; the ``x/tiled`` column is the kernels' time over ``tiled``'s).
+
+``--cuda-graph`` (zoo table): each model also compiled with ``--cuda-graph`` (the launch
+sequence captured once into a CUDA graph, one ``cudaGraphLaunch`` a run) and measured in the
+same run: its error, host-to-host and kernels-only milliseconds, and the kernels-only ratio
+graph / plain (below 1: the graph saves launch overhead).
 
 ``--per-kernel`` (with ``--models``): instead of the whole-model table, each model's
 profiling build (``-DKILN_PROFILE``: CUDA events around every launch) under each schedule,
@@ -138,15 +144,17 @@ def _rel_err(got: dict, want: dict) -> float:
 
 
 def zoo(names: list[str], target: str, root: Path, repeat: int,
-        schedules: list[str]) -> None:
+        schedules: list[str], graph: bool = False) -> None:
     """Per model and schedule: the bundle's largest relative error against the reference
     executor and against onnxruntime (the issue's 1e-4 goal), its host-to-host and
-    kernels-only milliseconds, and onnxruntime's on its best provider here."""
+    kernels-only milliseconds, and onnxruntime's on its best provider here; ``graph``: the
+    same for the ``--cuda-graph`` bundle, after them."""
     import onnxruntime as ort
 
     print(f"{'model':26s} {'schedule':>8s} {'max rel err':>12s} {'vs ort':>9s} {'kiln ms':>9s} "
           f"{'kernels ms':>11s} {'launches':>9s} {'x/tiled':>14s} {'ort ms':>9s}  "
-          "ort provider")
+          "ort provider" + (f" {'graph err':>10s} {'graph ms':>9s} {'graph kern ms':>14s} "
+                             f"{'graph/plain':>12s}" if graph else ""))
     for name in names:
         spec = ZOO[name]
         model = spec.build()
@@ -172,9 +180,22 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
             launches = mod.metadata["device"]["launches"]
             ratio = (f"{kernels_of[sname] / kernels_of['tiled']:14.2f}"
                      if sname != "tiled" and "tiled" in kernels_of else f"{'':14s}")
+            extra = ""
+            if graph:
+                with schedule(sname):
+                    g = load_bundle(compile_model(
+                        model, schedule_target(sname, target), root / f"{name}_{sname}_graph",
+                        input_shapes=spec.input_shapes, progress=False, force=True,
+                        cuda_graph=True))
+                g_err = _rel_err(g(feeds), want)
+                g_ms = _ms(lambda m=g, f=feeds: m(f), repeat)
+                g_kernels = 1e3 * g.device_time(feeds, repeat)
+                extra = (f" {g_err:10.2e} {g_ms:9.3f} {g_kernels:14.3f} "
+                         f"{g_kernels / kernels_of[sname]:12.2f}")
             print(f"{name:26s} {sname:>8s} {err:12.2e} {err_ort:9.2e} {kiln:9.3f} "
                   f"{kernels_of[sname]:11.3f} "
-                  f"{launches:9d} {ratio} {ref:9.3f}  {sess.get_providers()[0]}", flush=True)
+                  f"{launches:9d} {ratio} {ref:9.3f}  {sess.get_providers()[0]}{extra}",
+                  flush=True)
 
 
 def per_kernel(names: list[str], target: str, root: Path, repeat: int,
@@ -529,6 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-kernel", action="store_true",
                     help="for --models: each kernel's GPU ms per schedule (profiling build, "
                          "CUDA events), side by side, instead of the whole-model table")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="zoo table: also each model compiled with --cuda-graph (one graph "
+                         "launch a run), its error and times beside the plain bundle's")
     ap.add_argument("--gemm-precision", default="fp32",
                     help="comma-separated: fp32 (TF32 off), fp16 (--precision fp16: tensor "
                          "cores, float32 sums; against cuBLAS fp16)")
@@ -564,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 0 if per_kernel(names, args.target, Path(tmp), args.repeat,
                                      schedules) else 1
         elif names:
-            zoo(names, args.target, Path(tmp), args.repeat, schedules)
+            zoo(names, args.target, Path(tmp), args.repeat, schedules, args.cuda_graph)
         if "resnet18" in names:
             try:
                 (torch_resnet18_convolutions if args.per_kernel else torch_resnet18)(

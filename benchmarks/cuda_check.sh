@@ -19,13 +19,16 @@
 #      each of PyTorch eager's ResNet-18 convolutions;
 #   5. benchmarks/cuda.py on every zoo model (tiled; error against the reference executor
 #      and against onnxruntime, latency), ResNet-18 next to PyTorch eager's, and the fp32
-#      GEMM table (tiled, generic) against cuBLAS.
-# Each step has its own time limit (90 + 60 + 240 + 180 + 240 s); the whole check is longer
-# than one 10-minute device command, so give the steps to run as arguments:
+#      GEMM table (tiled, generic) against cuBLAS;
+#   6. --cuda-graph: three zoo models (few, mid and many launches) each as the plain bundle
+#      and as the graph bundle (one cudaGraphLaunch a run), error and milliseconds side by
+#      side in one run.
+# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 s); the whole check is
+# longer than one 10-minute device command, so give the steps to run as arguments:
 #
 #   bash benchmarks/cuda_check.sh            # every step (from anywhere)
 #   bash benchmarks/cuda_check.sh 1 2 3      # steps 1-3 (about 4 minutes on an H200)
-#   bash benchmarks/cuda_check.sh 1 4 5      # steps 1, 4, 5
+#   bash benchmarks/cuda_check.sh 4 5 6      # steps 4-6
 #
 # The log is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output
 # folder).
@@ -35,7 +38,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="${OUT:-${TMPDIR:-/tmp}}/cuda_check.log"
 : > "$log"
 status=0
-steps=" ${*:-1 2 3 4 5} "
+steps=" ${*:-1 2 3 4 5 6} "
 
 step() {  # step NUMBER SECONDS DESCRIPTION COMMAND...
     local n=$1 limit=$2 what=$3
@@ -63,5 +66,7 @@ step 4 180 "per-kernel GPU ms" python benchmarks/cuda.py --target cuda-sm90 \
 step 5 240 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
     --models lenet5,mlp,ds_cnn,resnet8,mobilenet_v1,autoencoder,resnet18,mobilenet_v2,transformer_encoder,transformer_encoder_gelu,lstm_classifier,vit_tiny,fcn_opset11 \
     --gemm 1024,2048,4096 --schedules tiled --repeat 20
+step 6 120 "CUDA graph vs plain launches" python benchmarks/cuda.py --target cuda-sm90 \
+    --models lenet5,transformer_encoder,mobilenet_v2 --gemm '' --cuda-graph --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
 exit $status

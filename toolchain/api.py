@@ -115,7 +115,7 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
             force: bool = False, dump_ir: str | Path | None = None,
             backend: str | None = None, weights: str | None = None,
             records: str | Path | None = None, ram_budget: int | None = None,
-            patch: Any = None) -> Package:
+            patch: Any = None, cuda_graph: bool = False) -> Package:
     """Compile ``model`` (a :class:`Model`, a path or a ModelProto) into a bundle at
     ``output`` (default: a new temporary directory); returns the :class:`Package`.
     ``backend="llvm"``: the kernels as object files compiled by LLVM (``docs/llvm.md``);
@@ -124,7 +124,8 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
     applied, the other kernels keep their default schedules (``docs/tuning.md``);
     ``ram_budget``: the most arena bytes, met by patch-based inference of the first layers
     where needed (``docs/embedded.md``); ``patch``: a patch stage chosen by hand,
-    ``(first node, layers, (rows, columns) of tiles)``."""
+    ``(first node, layers, (rows, columns) of tiles)``; ``cuda_graph`` (CUDA targets): the
+    launcher captures the kernel launches into one CUDA graph (``docs/cuda.md``)."""
     import contextlib
 
     from toolchain.bundle import compile_model
@@ -143,7 +144,7 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
         path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
                              name=name or m.name, dump_ir=dump_ir, force=force,
                              progress=False, backend=backend, weights=weights,
-                             ram_budget=ram_budget, patch=patch)
+                             ram_budget=ram_budget, patch=patch, cuda_graph=cuda_graph)
     return Package(path, read_metadata(path), m)
 
 

@@ -165,3 +165,179 @@ def test_an_int8_model_emulated_gives_the_cpu_bundles_numbers(tmp_path: Path) ->
     want, got = cpu(feeds), emu(feeds)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+# --cuda-graph: <m>_init captures the launch sequence into one CUDA graph, <m>_run launches it
+
+@pytest.fixture(scope="module")
+def lenet_graph(tmp_path_factory) -> Path:
+    """LeNet-5's graph bundle through the Python API (``kiln.compile(..., cuda_graph=True)``)."""
+    from toolchain.api import compile as kiln_compile
+
+    return kiln_compile(ZOO["lenet5"].build(), "cuda-sm80",
+                        tmp_path_factory.mktemp("graph") / "lenet5", cuda_graph=True).path
+
+
+def test_the_graph_bundle_differs_from_the_plain_one_in_its_launcher_alone(
+        lenet_cuda: Path, lenet_graph: Path) -> None:
+    """Same kernels, weights, demo and build files; the launcher captures the very launch
+    sequence of the plain one (same functions, grids, blocks and arguments, in order) on
+    its own stream, and the metadata records the option."""
+    plain = {p.relative_to(lenet_cuda): p.read_bytes() for p in lenet_cuda.rglob("*")
+             if p.is_file()}
+    graph = {p.relative_to(lenet_graph): p.read_bytes() for p in lenet_graph.rglob("*")
+             if p.is_file()}
+    assert plain.keys() == graph.keys()
+    differ = {str(f) for f in plain if plain[f] != graph[f]}
+    assert differ == {"src/lenet5.cu", "include/lenet5.h", "metadata.json"}
+    meta = json.loads(graph[Path("metadata.json")])
+    assert meta["options"]["cuda_graph"] is True
+    assert "cuda_graph" not in json.loads(plain[Path("metadata.json")])["options"]
+    old, new = plain[Path("src/lenet5.cu")].decode(), graph[Path("src/lenet5.cu")].decode()
+    assert "cudaGraph" not in old and "cudaStream" not in old
+    def launches(src: str) -> list[str]:  # (less the profiling build's head start)
+        return [ln.strip() for ln in src.splitlines() if "<<<" in ln
+                and "kiln_profile_wait" not in ln]
+
+    assert [ln.replace(", 0, s>>>", ">>>") for ln in launches(new)] == launches(old)
+    assert all(ln.endswith(");") and ", s>>>(" in ln for ln in launches(new))
+    for call in ("cudaStreamBeginCapture(kiln_stream", "cudaStreamEndCapture(kiln_stream",
+                 "cudaGraphInstantiateWithFlags(&kiln_graph_exec", "cudaGraphExecDestroy(",
+                 "cudaGraphDestroy(", "cudaStreamDestroy(", "cudaStreamSynchronize("):
+        assert call in new, call
+    run = new[new.index('extern "C" int lenet5_run('):]
+    assert run.count("cudaGraphLaunch(kiln_graph_exec, kiln_stream)") == 1 and "<<<" not in run
+    # every CUDA call of the launcher is checked (its result compared or kept)
+    import re
+
+    unchecked = [ln.strip() for ln in new.splitlines()
+                 if re.match(r"\s*(?!cudaEventDestroy)cuda\w+\(", ln)]
+    assert not unchecked and "cudaEventDestroy" in new  # (the regex sees the calls)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+@pytest.mark.parametrize("name", ["lenet5", "transformer_encoder"])
+def test_nvcc_builds_the_graph_launcher_for_sm80_and_sm90(name: str, tmp_path: Path) -> None:
+    """The graph launcher with its kernels, plain and the profiling build, warnings as
+    errors (the host compiler's -Wall -Wextra too)."""
+    spec = ZOO[name]
+    d = compile_model(spec.build(), "cuda-sm90", tmp_path / name, progress=False,
+                      input_shapes=spec.input_shapes, cuda_graph=True)
+    model = json.loads((d / "metadata.json").read_text())["model"]["name"]
+    unit = tmp_path / "bundle.cu"
+    unit.write_text("".join(f'#include "{(d / "src" / f).resolve()}"\n'
+                            for f in (f"{model}.cu", "kernels.cu")))
+    for flags in ([], ["-DKILN_PROFILE"]):
+        res = nvcc_object(d, unit, tmp_path / "bundle.o",
+                          [*flags, "-Xcompiler", "-Wall,-Wextra,-Werror"])
+        assert res.returncode == 0, (flags, res.stderr[-3000:])
+
+
+def test_cuda_graph_is_refused_for_a_cpu_target_before_any_work(tmp_path: Path) -> None:
+    from toolchain.cli import main
+    from toolchain.errors import OptionError
+
+    with pytest.raises(OptionError, match=r"--cuda-graph .* target 'c-generic' has kind 'c' "
+                       r"\(use --target cuda-sm80 or cuda-sm90\)"):
+        compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "cpu", progress=False,
+                      cuda_graph=True)
+    assert not (tmp_path / "cpu").exists()
+    assert main(["compile", "examples/lenet5.onnx", "--target", "x86_64-avx2", "--cuda-graph",
+                 "-o", str(tmp_path / "cli")]) == 2
+    assert not (tmp_path / "cli").exists()
+
+
+def test_cuda_graph_with_emulate_is_ignored_with_a_warning_and_a_note() -> None:
+    """The emulation runs the kernels on the CPU one by one: the option changes nothing
+    there but metadata.json's note (the same files otherwise), and says so."""
+    from toolchain.bundle import build_spec, render_files
+    from toolchain.bundle.render import Streamed
+    from toolchain.bundle.render_cuda import GRAPH_IGNORED
+    from toolchain.errors import KilnWarning
+
+    model, shapes = ZOO["mlp"].build(), ZOO["mlp"].input_shapes
+    plain = render_files(build_spec(model, "cuda-sm80", input_shapes=shapes, progress=False,
+                                    emulate=True))
+    with pytest.warns(KilnWarning, match="--cuda-graph with --emulate: ignored"):
+        spec = build_spec(model, "cuda-sm80", input_shapes=shapes, progress=False,
+                          emulate=True, cuda_graph=True)
+    graph = render_files(spec)
+    assert spec.options["cuda_graph"] == GRAPH_IGNORED
+    assert json.loads(graph["metadata.json"])["options"]["cuda_graph"] == GRAPH_IGNORED
+    def content(c: object) -> object:  # (the weights blob is streamed: its digest)
+        return c.digest() if isinstance(c, Streamed) else c
+
+    assert plain.keys() == graph.keys()
+    assert {f for f in plain if content(plain[f]) != content(graph[f])} == {"metadata.json"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize("name", ["lenet5", "transformer_encoder"])
+def test_cuda_graph_bundle_on_the_gpu_matches_the_reference(name: str, tmp_path: Path) -> None:
+    """Captured once, launched every run; released (graph, stream, workspace) and
+    captured again; LeNet-5's profiling build times the launches one by one."""
+    import ctypes
+
+    model, feeds, want = _reference(name)
+    d = compile_model(model, "cuda-sm90", tmp_path / name, input_shapes=ZOO[name].input_shapes,
+                      progress=False, cuda_graph=True)
+    mod = load_bundle(d)
+    assert _rel_err(mod(feeds), want) < 1e-4
+    assert _rel_err(mod(feeds), want) < 1e-4  # the same graph, launched again
+    assert mod.device_time(feeds, repeat=3) > 0  # <m>_run_device: the graph alone
+    assert getattr(ctypes.CDLL(str(mod.library)), f"{mod.model}_release")() == 0
+    assert _rel_err(mod(feeds), want) < 1e-4  # init again: a new workspace, a new graph
+    if name != "lenet5":
+        return  # (one profiling build is enough: step 1 of cuda_check.sh has 90 s)
+    prof = load_bundle(d, profile=True)
+    assert _rel_err(prof(feeds), want) < 1e-4
+    rows = prof.launch_times(feeds, repeat=3)
+    assert len(rows) == prof.metadata["device"]["launches"] and all(r["ms"] > 0 for r in rows)
+    assert _rel_err(prof(feeds), want) < 1e-4  # the graph still runs after the timed launches
+
+
+def _outputs_not_computed() -> object:
+    """y = Relu(x), and three outputs no kernel computes: z = x (an input), w = c (a
+    constant), v = y again (an output listed twice)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def info(name: str, shape: list[int]) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    nodes = [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["x"], ["z"]),
+             helper.make_node("Identity", ["c"], ["w"]), helper.make_node("Identity", ["y"], ["v"])]
+    c = numpy_helper.from_array(np.linspace(-1, 2, 8, dtype=np.float32), "c")
+    g = helper.make_graph(nodes, "passthrough", [info("x", [2, 8])],
+                          [info("y", [2, 8]), info("z", [2, 8]), info("w", [8]),
+                           info("v", [2, 8])], [c])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_output_that_is_a_constant_is_uploaded_and_copied_to_its_slot(
+        tmp_path: Path) -> None:
+    """The device copy of a constant output comes from the weights init uploads (it used to
+    be copied from its own, never written, output slot onto itself)."""
+    d = compile_model(_outputs_not_computed(), "cuda-sm80", tmp_path / "p", progress=False,
+                      name="pt")
+    dev = json.loads((d / "metadata.json").read_text())["device"]
+    assert list(dev["weights"]) == ["w_w"]
+    launcher = (d / "src/pt.cu").read_text()
+    assert "cudaMemcpy(kiln_workspace + PT_WS_W_W, PT_WEIGHTS_DATA + 0, 32u" in launcher
+    assert (f"cudaMemcpy((void *)(a + {dev['outputs']['w']}), (void *)(a + PT_WS_W_W), 32u, "
+            "cudaMemcpyDeviceToDevice)") in launcher
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize("graph", [False, True], ids=["plain", "cuda_graph"])
+def test_outputs_no_kernel_computes_on_the_gpu(graph: bool, tmp_path: Path) -> None:
+    model = _outputs_not_computed()
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    want = run_graph(from_onnx(model), {"x": x})
+    mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / "p", progress=False,
+                                    name="pt", cuda_graph=graph))
+    for _ in range(2):
+        got = mod({"x": x})
+        for k in ("y", "z", "w", "v"):
+            np.testing.assert_array_equal(got[k], want[k])

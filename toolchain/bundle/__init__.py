@@ -32,7 +32,7 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
                   emulate: bool = False, backend: str | None = None,
                   weights: str | None = None, skip_passes: tuple[str, ...] = (),
                   ram_budget: int | None = None, patch: Any = None,
-                  precision: str = "fp32") -> Path:
+                  precision: str = "fp32", cuda_graph: bool = False) -> Path:
     """Compile ``model`` (a path, bytes or ModelProto) for ``target`` into the bundle
     directory ``output`` (written atomically); returns its path. ``emulate`` (GPU targets):
     a C bundle whose kernels are the GPU kernels' own code run thread by thread on the CPU
@@ -48,7 +48,10 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
     (docs/embedded.md, "Patch-based inference"); ``patch``: a stage chosen by hand,
     ``(first node, layers, (rows, columns))``. ``precision="fp16"``:
     float16 tensors and weights inside the bundle, float32 at its API, float32 sums
-    (:mod:`toolchain.graph.passes.precision`; tensor cores on CUDA: docs/cuda.md)."""
+    (:mod:`toolchain.graph.passes.precision`; tensor cores on CUDA: docs/cuda.md).
+    ``cuda_graph`` (CUDA targets): ``<model>_init`` captures the kernel launches into one
+    CUDA graph that ``<model>_run`` launches (docs/cuda.md, "CUDA graphs"); with
+    ``emulate`` it is ignored and ``metadata.json`` says so."""
     check_destination(Path(output).absolute(), force)
     # no cyclic garbage collection while the stages build their IR (toolchain.gcpause):
     # it would only traverse it, alive until the bundle is written; freed by reference
@@ -57,7 +60,8 @@ def compile_model(model: Any, target: Any = "c-generic", output: str | Path = "b
         return _compile(model, target, output, input_shapes=input_shapes, name=name,
                         dump_ir=dump_ir, force=force, progress=progress, emulate=emulate,
                         backend=backend, weights=weights, skip_passes=skip_passes,
-                        ram_budget=ram_budget, patch=patch, precision=precision)
+                        ram_budget=ram_budget, patch=patch, precision=precision,
+                        cuda_graph=cuda_graph)
 
 
 def _compile(model: Any, target: Any, output: str | Path, *,
@@ -65,13 +69,13 @@ def _compile(model: Any, target: Any, output: str | Path, *,
              dump_ir: str | Path | None, force: bool, progress: bool | None, emulate: bool,
              backend: str | None, weights: str | None, skip_passes: tuple[str, ...],
              ram_budget: int | None = None, patch: Any = None,
-             precision: str = "fp32") -> Path:
+             precision: str = "fp32", cuda_graph: bool = False) -> Path:
     bar = CompileProgress(progress)  # names the stage: import ... writing
     try:
         spec = build_spec(model, target, input_shapes=input_shapes, name=name,
                           dump_ir=dump_ir, progress=bar, emulate=emulate, backend=backend,
                           weights=weights, skip_passes=skip_passes, ram_budget=ram_budget,
-                          patch=patch, precision=precision)
+                          patch=patch, precision=precision, cuda_graph=cuda_graph)
         bar.stage("rendering")
         cuda = spec.target.kind == "cuda" and not emulate
         files = render_cuda_files(spec) if cuda else render_files(spec)

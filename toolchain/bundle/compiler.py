@@ -322,7 +322,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                backend: str | None = None, weights: str | None = None,
                skip_passes: tuple[str, ...] = (), ram_budget: int | None = None,
                patch: tuple[Any, ...] | None = None,
-               precision: str = "fp32") -> BundleSpec:
+               precision: str = "fp32", cuda_graph: bool = False) -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
     ``backend="llvm"``: the kernels as object code for the target's triple (LLVM), the rest
@@ -334,7 +334,9 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     ``(first node, layers, (rows, columns) of tiles)``, with ``True`` after it for a stage
     that ends in the global average pool after those layers; ``precision``: ``fp16`` stores the
     model's float32 tensors as float16 (:func:`~toolchain.graph.passes.precision.to_fp16`;
-    float32 inputs and outputs)."""
+    float32 inputs and outputs); ``cuda_graph``: a CUDA bundle whose launcher captures its
+    launch sequence into a CUDA graph (:func:`~toolchain.bundle.render_cuda.cuda_graph_option`
+    checks the target)."""
     if ram_budget is not None and ram_budget < 1:
         raise OptionError(f"--ram-budget {ram_budget}: must be a positive number of bytes")
     from toolchain.bundle.weights import MODES
@@ -363,6 +365,10 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
     t = resolve_target(target)
+    if cuda_graph:
+        from toolchain.bundle.render_cuda import cuda_graph_option
+
+        graph_option = cuda_graph_option(t, emulate)  # before the work: a wrong target fails fast
     if (ram_budget is not None or patch is not None) and (t.kind != "c" or emulate):
         raise OptionError(f"--ram-budget (patch stages) needs a CPU target whose bundle is C; "
                           f"target {t.name!r} has kind {t.kind!r}"
@@ -414,6 +420,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["precision"] = precision  # float16 tensors inside, float32 at the API
     if emulate:
         options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
+    if cuda_graph:
+        options["cuda_graph"] = graph_option  # True, or why it was ignored (--emulate)
     if backend == "llvm":
         options["backend"] = "llvm"  # kernels as object files (docs/llvm.md)
     if skip_passes:

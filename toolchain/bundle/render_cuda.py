@@ -67,7 +67,9 @@ class _DeviceLocations(Locations):
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
             self.expr.setdefault(id(v), f"(void *)(a + {t['ws_offset']})")
         for v, t in zip(spec.fused.outputs, outputs, strict=True):
-            if id(v) not in self.expr:
+            # (an output that is a constant lives with the weights, uploaded by init: `of`
+            # registers it, and run copies it to the output's slot)
+            if id(v) not in self.expr and v.data is None:
                 self.expr[id(v)] = f"(void *)(a + {t['ws_offset']})"
         self.by_input = {v.name: self.expr[id(v)] for v in spec.graph.inputs}
         self.model = spec.model
@@ -136,6 +138,40 @@ def launch_table(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for c in calls for ln in c["launches"]]
 
 
+#: ``metadata.json``'s ``options.cuda_graph`` where ``--emulate`` came with ``--cuda-graph``
+GRAPH_IGNORED = ("ignored: --emulate runs the kernels on the CPU, one launch after another; "
+                 "there is no CUDA graph")
+
+
+def cuda_graph_option(target: Any, emulate: bool) -> bool | str:
+    """What ``--cuda-graph`` records in ``metadata.json``'s ``options``: ``True`` for a CUDA
+    bundle (its launcher captures the launch sequence into a CUDA graph), the note
+    :data:`GRAPH_IGNORED` with ``--emulate`` (a C bundle: the same kernels, no graph; a
+    :class:`~toolchain.errors.KilnWarning` says so); a target that is not CUDA is refused.
+
+    >>> from toolchain.target import load_target
+    >>> cuda_graph_option(load_target("cuda-sm90"), emulate=False)
+    True
+    >>> cuda_graph_option(load_target("c-generic"), emulate=False)
+    Traceback (most recent call last):
+    toolchain.errors.OptionError: --cuda-graph captures a CUDA bundle's kernel launches \
+into a CUDA graph; target 'c-generic' has kind 'c' (use --target cuda-sm80 or cuda-sm90)
+    """
+    import warnings
+
+    from toolchain.errors import KilnWarning, OptionError
+
+    if target.kind != "cuda":
+        raise OptionError(f"--cuda-graph captures a CUDA bundle's kernel launches into a CUDA "
+                          f"graph; target {target.name!r} has kind {target.kind!r} (use "
+                          "--target cuda-sm80 or cuda-sm90)")
+    if emulate:
+        warnings.warn(KilnWarning(f"--cuda-graph with --emulate: {GRAPH_IGNORED}; the "
+                                  "kernels are those the graph would launch"), stacklevel=3)
+        return GRAPH_IGNORED
+    return True
+
+
 def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
     """Every generated file of a CUDA bundle, by relative path (the weights as
     :class:`~toolchain.bundle.render.Streamed` writers)."""
@@ -171,7 +207,8 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
            "kernels": kernels, "target": spec.target.name, "arch": arch,
            "gencode": arch.replace("sm_", ""), "prelude_includes": includes,
            "preludes": preludes, "helpers": helpers, "cuda": True, "vector_types": [],
-           "compiler": None, "arch_flags": "", **weights_context(spec, loc)}
+           "compiler": None, "arch_flags": "", **weights_context(spec, loc),
+           "cuda_graph": spec.options.get("cuda_graph") is True}
     ctx["n_launches"] = sum(len(c["launches"]) for c in ctx["calls"])
     m = spec.model
     files: dict[str, Any] = {
@@ -211,4 +248,5 @@ def _cuda_loader() -> Any:
                                 jinja2.FileSystemLoader(str(TEMPLATES))])
 
 
-__all__ = ["WS_ALIGN", "launch_kind", "launch_table", "render_cuda_files"]
+__all__ = ["GRAPH_IGNORED", "WS_ALIGN", "cuda_graph_option", "launch_kind", "launch_table",
+           "render_cuda_files"]

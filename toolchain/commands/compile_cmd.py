@@ -25,6 +25,7 @@ examples:
   kiln compile model.onnx --target x86_64-avx2 --cores 4 -o build/model  # up to 4 threads
   kiln compile model.onnx --target cuda-sm90 -o build/model_gpu        # CUDA (nvcc)
   kiln compile model.onnx --target cuda-sm90 -o build/model_emu --emulate   # ... on the CPU
+  kiln compile model.onnx --target cuda-sm90 -o build/model_g --cuda-graph  # one graph launch
   kiln compile model.onnx --target cortex-m4 -o build/model_m4 --backend llvm  # kernels as .o
   kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
   cd build/model && make && ./main input.bin output.out.bin
@@ -59,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emulate", action="store_true",
                         help="GPU targets: write a C bundle whose kernels are the GPU kernels' "
                              "code run thread by thread on the CPU (checks them without a GPU)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="CUDA targets: <model>_init captures the kernel launches into one "
+                             "CUDA graph, which <model>_run launches (one launch a run instead "
+                             "of one a kernel; docs/cuda.md \"CUDA graphs\"); ignored, with a "
+                             "warning and a note in metadata.json, with --emulate")
     parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
                         help="fp16: the model's float32 tensors and weights stored as float16 "
                              "inside the bundle (float32 sums; tensor cores for GEMMs on CUDA "
@@ -115,6 +121,11 @@ def _run(args: argparse.Namespace) -> int:
 
             raise OptionError("--cores does not go with --board: a board's firmware runs on "
                               "one core")
+        if args.cuda_graph:
+            from toolchain.errors import OptionError
+
+            raise OptionError("--cuda-graph applies to CUDA targets; --board compiles for a "
+                              "board's CPU")
         if args.precision != "fp32":
             from toolchain.errors import OptionError
 
@@ -130,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
                         progress=False if args.no_progress else None,
                         emulate=args.emulate, backend=args.backend, weights=args.weights,
                         skip_passes=tuple(args.skip_pass), ram_budget=args.ram_budget,
-                        precision=args.precision)
+                        precision=args.precision, cuda_graph=args.cuda_graph)
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
@@ -147,7 +158,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  {'device ' if dev else ''}arena {arena:,} B (lower bound "
           f"{plan['lower_bound']:,} B, naive {plan['naive_bytes']:,} B{_order_note(plan)}), "
           f"weights {weights_note(meta)}" + (f"; device workspace {dev['workspace_bytes']:,} B "
-                                          f"({dev['launches']} launches)" if dev else ""))
+                                          f"({dev['launches']} launches"
+                                          f"{_graph_note(meta)})" if dev else ""))
     print(f"    (the arena holds the activations in the target's layout "
           f"({meta['target']['layout']}) and the kernels' scratch (the largest {scratch:,} B); "
           "weights are packed for the target's kernels: kiln inspect's memory plan counts the "
@@ -171,6 +183,18 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
           "--check")
     return 0
+
+
+def _graph_note(meta: dict[str, Any]) -> str:
+    """The device line's note on ``--cuda-graph``.
+
+    >>> _graph_note({"options": {"cuda_graph": True}, "model": {"name": "net"}})
+    ', captured in one CUDA graph by net_init'
+    >>> _graph_note({"options": {}, "model": {"name": "net"}})
+    ''
+    """
+    return (f", captured in one CUDA graph by {meta['model']['name']}_init"
+            if meta["options"].get("cuda_graph") is True else "")
 
 
 def with_cores(target: Any, cores: int | None) -> Any:
