@@ -675,28 +675,29 @@ def stage_quantized_transpose(sch: Schedule, cfg: CpuConfig) -> list[str]:
     to the integer type goes with the transpose (inline every other stage first).
     Returns the staged blocks.
 
-    Before (``inline_stages``: the division, rounding and clamp read 3 floats apart)::
+    Before (everything inlined: the division, rounding and clamp per output element,
+    reading 3 floats apart once ``schedule_loops`` has put the planes innermost)::
 
-        for i2, i3 in T.grid(96, 96):
-            for i1 in T.unroll(3):
-                t[0, i1, i2, i3] = T.Cast("int8", T.min(T.max(T.round(x[0, i2, i3, i1]
-                    / s[0]) + T.Cast("float32", zp[0]), T.float32(-128.0)), T.float32(127.0)))
+        for i0, i1, i2, i3 in T.grid(1, 3, 96, 96):
+            t[i0, i1, i2, i3] = T.Cast("int8", T.min(T.max(T.round(x[i0, i2, i3, i1]
+                / s[0]) + T.Cast("float32", zp[0]), T.float32(-128.0)), T.float32(127.0)))
 
-    after (``schedule_loops`` then vectorizes the row)::
+    after (block bodies only; ``schedule_loops`` then fuses and vectorizes ``ax2, ax3``)::
 
-        for i2 in range(96):
+        for i0, i2 in T.grid(1, 96):
             for ax2, ax3 in T.grid(96, 3):
-                v[0, 0, ax2, ax3] = T.min(T.max(T.round(x[0, i2, ax2, ax3] / s[0]) + ...
-            for i3 in range(96):
-                for i1 in T.unroll(3):
-                    t[0, i1, i2, i3] = T.Cast("int8", v[0, 0, i3, i1])
+                v[vi0, vi1, vi2, vi3] = T.min(T.max(T.round(x[vi0, vi1, vi2, vi3] / s[0])
+                    + T.Cast("float32", zp[0]), T.float32(-128.0)), T.float32(127.0))
+            for i3, i1 in T.grid(96, 3):
+                t[vi0, vi1, vi2, vi3] = T.Cast("int8", v[vi0, vi2, vi3, vi1])
     """
     values = _converted_values(sch)
     inline_stages(sch, skip=set(values))
     staged = []
     for name in values:
         readers = sch.get_consumers(BlockRV(name))
-        loop = _few_planes_row(sch, readers[0].name, name) if len(readers) == 1 else None
+        loop = (_few_planes_row(sch, readers[0].name, name, cfg) if len(readers) == 1
+                else None)
         if loop is not None and try_primitive(sch.compute_at, BlockRV(name), loop):
             staged.append(name)
     rest = set(values) - set(staged)
@@ -705,7 +706,8 @@ def stage_quantized_transpose(sch: Schedule, cfg: CpuConfig) -> list[str]:
     return staged
 
 
-def _few_planes_row(sch: Schedule, reader: str, value: str) -> LoopRV | None:
+def _few_planes_row(sch: Schedule, reader: str, value: str, cfg: CpuConfig
+                    ) -> LoopRV | None:
     """The row loop of ``reader`` if it is a few-planes transpose of block ``value``'s
     output (see :func:`_schedule_transpose`), its loops put in the reading order."""
     realize, _ = _find(sch, reader)
@@ -722,7 +724,7 @@ def _few_planes_row(sch: Schedule, reader: str, value: str) -> LoopRV | None:
     r = [f for f in loops if read.get(f.loop_var) == 1]
     if (not w or not r or w[0] is r[0] or w[0] is not loops[-1]
             or (loop_extent(r[0]) or SMALL_READ_LOOP + 1) > SMALL_READ_LOOP
-            or (loop_extent(w[0]) or 0) < CpuConfig.tile):
+            or (loop_extent(w[0]) or 0) < cfg.tile):
         return None
     rest = [f for f in loops if f is not r[0]]
     # the row: the loop outside the write-contiguous one, everything below it one row
