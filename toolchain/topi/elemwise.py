@@ -2,7 +2,8 @@
 comparisons, ``where``, ``clip``, ``cast`` and linear (de)quantization.
 
 Every function takes :class:`~toolchain.te.Tensor` operands and returns one new tensor
-(one ``te.compute``, i.e. one injective block). Binary and variadic ops broadcast their
+(one ``te.compute``, i.e. one injective block; ``quantize_linear`` is two: the saturated
+value, then its conversion). Binary and variadic ops broadcast their
 operands with numpy/ONNX multidirectional broadcasting (:func:`broadcast_to`'s rules).
 
 Semantics follow the op registry's numpy references (``docs/ops.md``): integer ``divide``
@@ -341,10 +342,15 @@ def quantize_linear(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None
         q = te.cast(te.round(te.cast(x[i], prec) / s), ext)
         if zero_point is not None:
             q = q + te.cast(zero_point[_param_index(zero_point, i, ax, block_size)], ext)
-        q = te.minimum(te.maximum(q, scalar(lo, ext)), scalar(hi, ext))
-        return te.cast(q, out_dtype)
+        return te.minimum(te.maximum(q, scalar(lo, ext)), scalar(hi, ext))
 
-    return te.compute(x.shape, f, name="quantize_linear", tag="elemwise")
+    # Two stages: the saturated, rounded value (an integer held in ``ext``) and its
+    # conversion. Inlined, they are the one expression ``cast(min(max(...)))``; kept apart,
+    # the value can be computed in the input's order and vectorized while the conversion
+    # goes with a layout change (``stage_quantized_transpose``, schedules/generic/ops.py).
+    v = te.compute(x.shape, f, name="quantize_linear_value", tag="elemwise")
+    return te.compute(x.shape, lambda *i: te.cast(v[i], out_dtype), name="quantize_linear",
+                      tag="elemwise")
 
 
 def dequantize_linear(x: te.Tensor, scale: te.Tensor, zero_point: te.Tensor | None = None, *,

@@ -314,3 +314,26 @@ def test_default_schedule_is_clean_under_asan_ubsan(case: tuple, tmp_path: Path)
     want = get_op(op).reference(list(arrays), dict(attrs))[0]
     got = np.fromfile(paths[len(s.input_values)], dtype=want.dtype).reshape(want.shape)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _quantize_transpose(h: int, w: int, c: int) -> str:
+    from toolchain.topi.elemwise import quantize_linear
+    from toolchain.topi.transform import transpose
+
+    x = te.placeholder((1, h, w, c), name="x")
+    s = te.placeholder((1,), name="s")
+    z = te.placeholder((1,), "int8", name="z")
+    t = transpose(quantize_linear(x, s, z, out_dtype="int8"), [0, 3, 1, 2])
+    return str(lower(schedule_cpu(te.create_prim_func([x, s, z, t]), CpuConfig(512))))
+
+
+def test_quantized_few_planes_transpose_stages_the_row() -> None:
+    """QuantizeLinear + NHWC -> NCHW of 3 channels: the quantized value of a row (96 x 3
+    floats) computed contiguously, 16 lanes, into a row buffer; the transpose only
+    converts. A row past STAGE_ROW_BYTES stays one inlined expression."""
+    text = _quantize_transpose(6, 96, 3)
+    assert 'quantize_linear_value = T.allocate((288,), "float32")' in text
+    assert "x[i2 * 288 + ax2_ax3_fused_0 * 16 + ax2_ax3_fused_1]" in text
+    assert 'T.Cast("int8", quantize_linear_value[i3 * 3 + 2])' in text
+    wide = _quantize_transpose(2, 800, 3)  # 9,600 bytes a row
+    assert "quantize_linear_value" not in wide and "T.round(x[i2 * 2400 + i3 * 3 + 2]" in wide

@@ -8,6 +8,10 @@ with stride 1) and applies, in order:
 
 1. **inline** — cheap injective stages (padding, casts, reshapes, ``mean = sum / n``) are
    inlined into their readers; expensive ones (``exp``, ``sqrt``) only when read once;
+   except the float value of a quantization read by a few-planes transpose (the float
+   NHWC input of an int8 model): it is computed a row at a time, in the input's order and
+   vectorized, into a row buffer the transpose converts from
+   (:func:`stage_quantized_transpose`);
 2. **rfactor** — a reduction whose innermost loop walks its input contiguously (softmax /
    layer-norm rows, ``ReduceSum`` over the last axis) is split by the vector width and
    rfactored, so the partial sums are one SIMD register;
@@ -266,16 +270,17 @@ def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
     return mine is not None and mine == theirs
 
 
-def inline_stages(sch: Schedule, names: set[str] | None = None) -> None:
+def inline_stages(sch: Schedule, names: set[str] | None = None,
+                  skip: set[str] = frozenset()) -> None:
     """Step 1: ``compute_inline`` every intermediate injective block worth inlining
-    (only blocks in ``names`` when given)."""
+    (only blocks in ``names`` when given, none in ``skip``)."""
     params = _params(sch)
     changed = True
     while changed:
         changed = False
         for realize in st.all_blocks(sch.mod):
             blk = realize.block
-            if names is not None and blk.name_hint not in names:
+            if (names is not None and blk.name_hint not in names) or blk.name_hint in skip:
                 continue
             if (blk.name_hint == "root" or blk.init is not None or is_reduce(blk)
                     or len(blk.writes) != 1 or id(blk.writes[0].buffer) in params
@@ -635,6 +640,105 @@ def parallelize(sch: Schedule, cfg: CpuConfig, names: set[str] | None = None) ->
         try_primitive(sch.parallel, loop)
 
 
+#: the largest row buffer :func:`stage_quantized_transpose` allocates (bytes, from the arena)
+STAGE_ROW_BYTES = 8192
+
+
+def _converted_values(sch: Schedule) -> list[str]:
+    """Intermediate float blocks whose only reader converts them to an integer type and
+    does nothing else (``q[i] = cast(int8, v[i])``): quantized values before their cast."""
+    params = _params(sch)
+    out = []
+    for realize in st.all_blocks(sch.mod):
+        blk = realize.block
+        if (blk.name_hint == "root" or len(blk.writes) != 1 or is_reduce(blk)
+                or id(blk.writes[0].buffer) in params
+                or not ir.is_float(blk.writes[0].buffer.dtype)):
+            continue
+        readers = sch.get_consumers(BlockRV(blk.name_hint))
+        if len(readers) != 1:
+            continue
+        rd, _ = _find(sch, readers[0].name)
+        body = rd.block.body
+        if (isinstance(body, ir.BufferStore) and isinstance(body.value, ir.Cast)
+                and not ir.is_float(body.value.dtype)
+                and isinstance(body.value.value, ir.BufferLoad)
+                and body.value.value.buffer is blk.writes[0].buffer):
+            out.append(blk.name_hint)
+    return out
+
+
+def stage_quantized_transpose(sch: Schedule, cfg: CpuConfig) -> list[str]:
+    """Step 1 for a quantizing few-planes transpose (the float NHWC input of an int8 model
+    quantized and laid out NCHW in one kernel): the float value of each input row is
+    computed in the input's order into a row buffer, vectorized, and only its conversion
+    to the integer type goes with the transpose (inline every other stage first).
+    Returns the staged blocks.
+
+    Before (everything inlined: the division, rounding and clamp per output element,
+    reading 3 floats apart once ``schedule_loops`` has put the planes innermost)::
+
+        for i0, i1, i2, i3 in T.grid(1, 3, 96, 96):
+            t[i0, i1, i2, i3] = T.Cast("int8", T.min(T.max(T.round(x[i0, i2, i3, i1]
+                / s[0]) + T.Cast("float32", zp[0]), T.float32(-128.0)), T.float32(127.0)))
+
+    after (block bodies only; ``schedule_loops`` then fuses and vectorizes ``ax2, ax3``)::
+
+        for i0, i2 in T.grid(1, 96):
+            for ax2, ax3 in T.grid(96, 3):
+                v[vi0, vi1, vi2, vi3] = T.min(T.max(T.round(x[vi0, vi1, vi2, vi3] / s[0])
+                    + T.Cast("float32", zp[0]), T.float32(-128.0)), T.float32(127.0))
+            for i3, i1 in T.grid(96, 3):
+                t[vi0, vi1, vi2, vi3] = T.Cast("int8", v[vi0, vi2, vi3, vi1])
+    """
+    values = _converted_values(sch)
+    inline_stages(sch, skip=set(values))
+    staged = []
+    for name in values:
+        readers = sch.get_consumers(BlockRV(name))
+        loop = (_few_planes_row(sch, readers[0].name, name, cfg) if len(readers) == 1
+                else None)
+        if loop is not None and try_primitive(sch.compute_at, BlockRV(name), loop):
+            staged.append(name)
+    rest = set(values) - set(staged)
+    if rest:
+        inline_stages(sch, names=rest)
+    return staged
+
+
+def _few_planes_row(sch: Schedule, reader: str, value: str, cfg: CpuConfig
+                    ) -> LoopRV | None:
+    """The row loop of ``reader`` if it is a few-planes transpose of block ``value``'s
+    output (see :func:`_schedule_transpose`), its loops put in the reading order."""
+    realize, _ = _find(sch, reader)
+    loops = _exclusive_loops(sch, reader)
+    vbuf = _find(sch, value)[0].block.writes[0].buffer
+    if not loops or not any(r.buffer is vbuf for r in realize.block.reads):
+        return None
+    acc = _access(realize, loops)
+    loads = _loads(realize.block.body, vbuf)
+    vmap = {iv.var: v for iv, v in zip(realize.block.iter_vars, realize.iter_values,
+                                       strict=True)}
+    read = _strides(loads[0].indices, vbuf, vmap, [f.loop_var for f in loops])
+    w = [f for f in loops if acc.write.get(f.loop_var) == 1]
+    r = [f for f in loops if read.get(f.loop_var) == 1]
+    if (not w or not r or w[0] is r[0] or w[0] is not loops[-1]
+            or (loop_extent(r[0]) or SMALL_READ_LOOP + 1) > SMALL_READ_LOOP
+            or (loop_extent(w[0]) or 0) < cfg.tile):
+        return None
+    rest = [f for f in loops if f is not r[0]]
+    # the row: the loop outside the write-contiguous one, everything below it one row
+    row = [f for f in rest if f is not w[0] and read.get(f.loop_var) != 0]
+    if not row:
+        return None
+    inside = rest[rest.index(row[-1]) + 1:] + [r[0]]
+    cells = math.prod(loop_extent(f) or 1 << 30 for f in inside if read.get(f.loop_var) != 0)
+    if cells * bits_of(vbuf.dtype) // 8 > STAGE_ROW_BYTES:
+        return None
+    try_primitive(sch.reorder, *[LoopRV(f.loop_var) for f in rest], LoopRV(r[0].loop_var))
+    return LoopRV(row[-1].loop_var)
+
+
 def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
     """The default CPU schedule of any non-GEMM compute (see the module docstring).
 
@@ -642,7 +746,7 @@ def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
     (c-generic). Returns the Schedule (``sch.mod`` is the scheduled PrimFunc)."""
     cfg = target if isinstance(target, CpuConfig) else cpu_config(target)
     sch = Schedule(func)
-    inline_stages(sch)
+    stage_quantized_transpose(sch, cfg)
     rfactor_rows(sch, cfg)
     attach_stages(sch, cfg)
     schedule_loops(sch, cfg)
