@@ -139,6 +139,9 @@ def block_reduce(sch: Schedule, block: Any, target: Target, threads: int) -> Sch
     module docstring); its element-wise consumers computed by the output's thread where
     they can be. A new schedule, or None (``sch`` untouched) where a step does not apply."""
     name = sch.get(block).name_hint
+    outputs = math.prod(int(iv.dom.extent.value) for iv in sch.get(block).iter_vars
+                        if iv.iter_type == ir.IterType.SPATIAL
+                        and isinstance(iv.dom.extent, ir.IntImm))
     trial = sch.copy()
     try:
         b = trial.get_block(name)
@@ -155,7 +158,7 @@ def block_reduce(sch: Schedule, block: Any, target: Target, threads: int) -> Sch
         row = trial.fuse(*spatial) if len(spatial) > 1 else spatial[0]
         bx, one = trial.split(row, [None, 1])
         trial.bind(bx, "blockIdx.x")
-        tail = _fold_consumers(trial, b, one)
+        tail = _fold_consumers(trial, b, one, outputs)
         _, tx = trial.split(one, [None, threads])  # the output's thread: t < 1
         trial.bind(tx, "threadIdx.x")
         trial.compute_at(rf2, bx)
@@ -175,16 +178,15 @@ def block_reduce(sch: Schedule, block: Any, target: Target, threads: int) -> Sch
     return trial
 
 
-def _fold_consumers(sch: Schedule, block: Any, at: Any) -> bool:
-    """Compute ``block``'s element-wise consumers (and theirs) under loop ``at`` (the
-    output's thread); whether every reader of ``block``'s result is now there."""
-    outputs = _extents(sch, block)
+def _fold_consumers(sch: Schedule, block: Any, at: Any, outputs: int) -> bool:
+    """Compute ``block``'s element-wise consumers over its ``outputs`` outputs under loop
+    ``at`` (the output's thread); whether every reader of ``block``'s result is now there."""
     done = True
     for c in sch.get_consumers(block):
         ivs = sch.get(c).iter_vars
-        if outputs is None or any(iv.iter_type != ir.IterType.SPATIAL
-                                  or not isinstance(iv.dom.extent, ir.IntImm) for iv in ivs) \
-                or math.prod(int(iv.dom.extent.value) for iv in ivs) != outputs[0]:
+        if any(iv.iter_type != ir.IterType.SPATIAL or not isinstance(iv.dom.extent, ir.IntImm)
+               for iv in ivs) \
+                or math.prod(int(iv.dom.extent.value) for iv in ivs) != outputs:
             done = False  # a reduction, or a stage over more than the outputs (a row)
             continue
         try:
