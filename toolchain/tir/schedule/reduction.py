@@ -185,19 +185,6 @@ def _check_rfactor_loops(f: ir.For, blk: ir.Block, spat: list, red: list,
     return red_loops
 
 
-def _fresh_buffer_name(func: ir.PrimFunc, base: str) -> str:
-    """``base``, or ``base_1``, ``base_2``... whichever no parameter or root allocation of
-    ``func`` is named (a second ``rfactor`` of the same output: the race checker and the
-    renderers tell buffers apart by name)."""
-    names = {p.name for p in func.params if isinstance(p, ir.Buffer)}
-    names |= {b.name for b in st.root_block(func).alloc_buffers}
-    name, n = base, 0
-    while name in names:
-        n += 1
-        name = f"{base}_{n}"
-    return name
-
-
 def rfactor(state: ScheduleState, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
     """Factor a reduction over ``loop`` into a partial-result buffer, then reduce it.
 
@@ -261,8 +248,7 @@ def rfactor(state: ScheduleState, loop: LoopRV, factor_axis: int = 0) -> BlockRV
     rf_idx.insert(factor_axis, vrf - f.min if not ir.is_const_int(f.min, 0) else vrf)
     shape = list(out.shape)
     shape.insert(factor_axis, f.extent)
-    rf_buf = ir.Buffer(_fresh_buffer_name(state.func, f"{out.name}_rf"), tuple(shape),
-                       out.dtype)
+    rf_buf = ir.Buffer(f"{out.name}_rf", tuple(shape), out.dtype)
     rf_load = ir.BufferLoad(rf_buf, tuple(rf_idx))
     rf_store = ir.BufferStore(rf_buf, comb(rf_load, substitute(src, red_sub)), tuple(rf_idx))
     init_val = blk.init.value if isinstance(blk.init, ir.BufferStore) else None
