@@ -186,7 +186,9 @@ def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None 
     given, schedules the reduction stages it takes (returns a schedule for) instead.
     ``keep(sch)`` names stages not to inline at first (the operands ``tiled`` stages into
     shared memory); one left over after its consumer is scheduled is inlined then (or, if
-    it cannot be, gets a kernel of its own)."""
+    it cannot be, gets a kernel of its own). A reduction stage neither takes is a block
+    reduction where :func:`~toolchain.schedules.gpu.reduce.prefers_block_reduce` says so
+    (long reductions, few outputs), else the generic kernel."""
     sch = Schedule(func, target)
     kept = keep(sch) if keep is not None else set()
     _inline(sch, kept)
