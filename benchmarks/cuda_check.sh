@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check of the CUDA bundles (issue 14), for a session that has an NVIDIA GPU:
 #   1. the tests marked `gpu` (every zoo model's bundle and the odd-shaped GEMM/conv models
-#      of tests/schedules/gpu/test_gemm.py built by nvcc, run on the GPU, compared with the
-#      reference executor);
+#      of tests/schedules/gpu/test_gemm.py, the block reductions of test_block_reduce.py,
+#      built by nvcc, run on the GPU, compared with the reference executor);
 #   2. the fp16 tensor-core GEMM (--precision fp16, nvcuda::wmma) at n = 1024 and 4096
 #      against cuBLAS fp16 (PyTorch, float32 accumulation) in the same run: the issue's goal
 #      is "kernel ratio" <= 1.43 (>= 70 % of cuBLAS) at 4096; the `kernel` column says
@@ -55,7 +55,8 @@ step() {  # step NUMBER SECONDS DESCRIPTION COMMAND...
 nvidia-smi -L 2>&1 | tee -a "$log" || { echo "no NVIDIA GPU here" | tee -a "$log"; exit 1; }
 step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
-    tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py
+    tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py \
+    tests/schedules/gpu/test_block_reduce.py
 step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
 step 3 240 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \

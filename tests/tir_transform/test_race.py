@@ -3,6 +3,8 @@ kernels with a barrier taken out (planted races) are reported."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.codegen.gpu_workloads import A8 as A
@@ -71,3 +73,21 @@ def test_races_name_the_kernel_of_a_function_with_several() -> None:
     f = racy.with_body(ir.seq(first, racy.body))
     races = find_races(f)
     assert races and {r.kernel for r in races} == {"k_k1"} and races[0].block == {}
+
+
+def test_two_shared_buffers_of_one_name_are_told_apart() -> None:
+    """Two ``rfactor``s of one output make two shared buffers named alike: thread 0
+    reading element 1 of the first is no race with thread 1 writing element 1 of the
+    second (the accesses were keyed by name: a race reported that was none); a real race
+    on the second is still found, under a suffixed name."""
+    S2 = ir.Buffer("S", (8,), "float32", scope="shared")
+    sync = ir.Evaluate(ir.Call("int32", "tir.storage_sync", [ir.StringImm("shared")]))
+
+    def kernel(read_back: Callable[[ir.Var], ir.PrimExpr]) -> ir.PrimFunc:
+        return one_block(lambda t, S: ir.Allocate(S2, ir.seq(
+            S.store(A[t], [t]), sync, S2.store(S[(t + 1) % 8], [t]),
+            B.store(S2[read_back(t)], [t]))))
+
+    assert find_races(kernel(lambda t: t)) == []
+    races = find_races(kernel(lambda t: 7 - t))
+    assert races and {r.buffer for r in races} == {"S_1"}

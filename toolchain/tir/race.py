@@ -108,12 +108,28 @@ class _Instrument(StmtExprMutator):
         self.threads: list[tuple[str, ir.Var]] = []
         self.blocks: list[tuple[str, ir.Var]] = []
         self.sites: list[_Site] = []
+        self.names: dict[int, tuple[str, object]] = {}
         self.stmt = ""
         #: the block tags of the kernel being instrumented, outermost first
         self.block_tags: list[str] = []
 
+    def name_of(self, buf: ir.Buffer) -> str:
+        """``buf``'s name, suffixed ``_1``, ``_2``... where another buffer (another pointer
+        Var: two ``rfactor``s of one output) has it already: accesses are keyed by it."""
+        var = buf.data if buf.data is not None else buf
+        key = id(var)  # by identity (a Var's == builds an expression)
+        if key not in self.names:
+            taken = {n for n, _ in self.names.values()}
+            name, n = buf.name, 0
+            while name in taken:
+                n += 1
+                name = f"{buf.name}_{n}"
+            self.names[key] = (name, var)  # the Var kept alive: its id stays its own
+        return self.names[key][0]
+
     def site(self, index: ir.PrimExpr, buf: ir.Buffer, write: bool) -> ir.PrimExpr:
-        self.sites.append(_Site(buf.name, write, self.stmt, tuple(t for t, _ in self.threads)))
+        self.sites.append(_Site(self.name_of(buf), write, self.stmt,
+                                tuple(t for t, _ in self.threads)))
         return ir.Call(index.dtype, "kiln_race_access",
                        [index, ir.IntImm(len(self.sites) - 1), *(v for _, v in self.threads)])
 

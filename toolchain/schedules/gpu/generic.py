@@ -44,6 +44,7 @@ from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
+from toolchain.schedules.gpu.reduce import try_block_reduce
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -116,6 +117,11 @@ def _bind(sch: Schedule, block: Any, threads: int, exact: bool = False) -> Any:
     return tx
 
 
+def _bound(sch: Schedule, block: Any) -> bool:
+    """Whether ``block`` is already under a loop bound to a thread axis."""
+    return any((sch.get(lp).thread_tag or "") for lp in sch.get_loops(block))
+
+
 def _is_reduction(sch: Schedule, block: Any) -> bool:
     return any(iv.iter_type != ir.IterType.SPATIAL for iv in sch.get(block).iter_vars)
 
@@ -180,7 +186,9 @@ def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None 
     given, schedules the reduction stages it takes (returns a schedule for) instead.
     ``keep(sch)`` names stages not to inline at first (the operands ``tiled`` stages into
     shared memory); one left over after its consumer is scheduled is inlined then (or, if
-    it cannot be, gets a kernel of its own)."""
+    it cannot be, gets a kernel of its own). A reduction stage neither takes is a block
+    reduction where :func:`~toolchain.schedules.gpu.reduce.prefers_block_reduce` says so
+    (long reductions, few outputs), else the generic kernel."""
     sch = Schedule(func, target)
     kept = keep(sch) if keep is not None else set()
     _inline(sch, kept)
@@ -195,16 +203,23 @@ def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None 
         if name not in st.block_names(sch.mod) or name in kept:
             continue
         b = sch.get_block(name)
+        if _bound(sch, b):
+            continue  # computed inside an earlier stage's kernel (a block reduction's tail)
         if tiled is not None and _is_reduction(sch, b):
             done = tiled(sch, b, target)
             if done is not None:
                 sch = done
                 continue
             _inline_kept(sch, b, kept)
+        if _is_reduction(sch, b):
+            done = try_block_reduce(sch, b, target, threads)
+            if done is not None:
+                sch = done
+                continue
         sch = generic_stage(sch, b, threads)
     for name in sorted(kept & set(st.block_names(sch.mod))):  # a kept stage left over
         b = sch.get_block(name)
-        if not any((sch.get(lp).thread_tag or "") for lp in sch.get_loops(b)):
+        if not _bound(sch, b):
             _bind(sch, b, threads)
     sch.verify(target)
     return sch
