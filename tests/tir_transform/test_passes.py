@@ -336,6 +336,20 @@ def test_lower_trace_records_every_pass():
     assert len(names) == sum(len(p) for p in T.PHASES.values())
 
 
+def test_lower_stops_after_the_named_pass():
+    from toolchain.errors import OptionError
+
+    full: list = []
+    T.lower(W.row_sum()[0], trace=full)
+    trace: list = []
+    out = T.lower(W.row_sum()[0], trace=trace, stop_after=T.storage_rewrite)
+    names = [n for n, _ in full]
+    assert [n for n, _ in trace] == names[:names.index("storage_rewrite") + 1]
+    assert out is trace[-1][1]
+    with pytest.raises(OptionError, match="not a built-in pass"):
+        T.lower(W.row_sum()[0], stop_after=lambda f: f)
+
+
 @pytest.mark.parametrize("make", [W.matmul_relu, W.conv2d, W.row_sum, W.elementwise_chain])
 def test_lowered_ir_runs_in_the_reference_interpreter(make):
     """Lowering alone (no C compiler) keeps the meaning: the interpreter agrees with numpy."""

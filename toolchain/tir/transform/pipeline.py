@@ -104,7 +104,7 @@ def _as_func(obj: Any) -> ir.PrimFunc:
 
 def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
           trace: list[tuple[str, ir.PrimFunc]] | None = None, *,
-          target: Target | None = None) -> ir.PrimFunc:
+          target: Target | None = None, stop_after: Pass | None = None) -> ir.PrimFunc:
     """Run the lowering pipeline on a Schedule or PrimFunc and return the lowered PrimFunc.
 
     ``target`` is the resolved target the function is lowered for (its intrinsics and C
@@ -113,7 +113,15 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
     ``passes`` maps a phase number (see :data:`PHASES`) to extra passes run after that
     phase's built-ins. If ``trace`` is a list, ``(pass name, function after it)`` is
     appended for every pass (handy to print what each step did).
+
+    ``stop_after``: a built-in pass of :data:`PHASES` after which lowering stops (the
+    passes after it, built-in or extra, do not run): what a caller that only reads what
+    that pass decided pays (the GPU GEMM search counts shared memory after
+    ``storage_rewrite``, before ``inject_barriers``).
     """
+    if stop_after is not None and not any(stop_after in fns for fns in PHASES.values()):
+        raise OptionError(f"lower: stop_after={getattr(stop_after, '__name__', stop_after)!r}"
+                          " is not a built-in pass of the pipeline")
     extra = dict(passes or {})
     for phase, fns in extra.items():
         if phase not in PHASES:
@@ -134,4 +142,6 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
             func = out
             if trace is not None:
                 trace.append((getattr(fn, "__name__", repr(fn)), func))
+            if fn is stop_after:
+                return func
     return func
