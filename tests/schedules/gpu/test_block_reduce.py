@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, random_inputs
+from tests.bundle.helpers import make_model, nvcc_object, random_inputs
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
@@ -141,16 +140,11 @@ def test_block_reductions_emulated_match_the_reference(name: str, tmp_path: Path
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
 def test_block_reductions_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
-    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode",
-               "arch=compute_90,code=sm_90"]
     for name in ("classifier_512x1000", "softmax_4x2048"):
         d = compile_model(MODELS[name][0](), "cuda-sm90", tmp_path / name, progress=False)
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
-        res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
-                              "-Iruntime", "-Isrc", "-c", "src/kernels.cu", "-o",
-                              str(tmp_path / f"{name}.o")],
-                             cwd=d, capture_output=True, text=True, check=False)
+        res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o")
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
 
 

@@ -7,7 +7,6 @@ and sm_90 with every warning an error; tiles sized from the descriptor's limits.
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, random_inputs
+from tests.bundle.helpers import make_model, nvcc_object, random_inputs
 from tests.codegen.gpu_workloads import run_simt
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
@@ -244,16 +243,11 @@ def test_odd_shaped_models_are_tiled_race_free_and_match_the_reference(
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
 def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
-    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode",
-               "arch=compute_90,code=sm_90"]
     for name in ("conv_asym_pads", "batch_matmul", "conv1x1_split_k"):  # the zoo: the rest
         d = compile_model(MODELS[name](), "cuda-sm90", tmp_path / name, progress=False)
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
-        res = subprocess.run([NVCC, "-O3", *gencode, "-Werror", "all-warnings", "-Iinclude",
-                              "-Iruntime", "-Isrc", "-c", "src/kernels.cu", "-o",
-                              str(tmp_path / f"{name}.o")],
-                             cwd=d, capture_output=True, text=True, check=False)
+        res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o")
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
 
 
