@@ -15,35 +15,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from tests.autotune.conv_models import conv_model, nchw_variant
 from tests.bundle.helpers import max_rel, run_ort
 from toolchain.autotune.apply import applying
 from toolchain.autotune.tasks import conv_task, extract_tasks
 from toolchain.target import load_target, runs_here
-
-
-def _conv(stride: int, kernel: int = 3) -> onnx.ModelProto:
-    """8 -> 32 channels on 16x16 with a bias (3x3 pad 1, or 1x1)."""
-    rng = np.random.default_rng(0)
-    pad = kernel // 2
-    inits = [numpy_helper.from_array(
-        (rng.standard_normal((32, 8, kernel, kernel)) * 0.3).astype(np.float32), "w"),
-        numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")]
-    out = 16 // stride
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[pad] * 4,
-                          strides=[stride, stride], kernel_shape=[kernel, kernel])], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, out, out])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _nchw_variant(base: str, tmp_path: Path) -> Path:
-    p = tmp_path / f"{base}-nchw.yaml"
-    p.write_text(f"name: {base}-nchw\nextends: {base}\nlayout: nchw\n"
-                 f"description: {base} with NCHW activations (test)\n")
-    return p
 
 
 def test_offered_with_the_old_schedule_as_default():
@@ -80,8 +57,8 @@ def test_band_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, knobs:
 
     if not runs_here(load_target(base)):
         pytest.skip(f"{base} code does not run on this machine")
-    target = str(_nchw_variant(base, tmp_path)) if base != "c-generic" else base
-    model = _conv(stride, kernel)
+    target = str(nchw_variant(base, tmp_path)) if base != "c-generic" else base
+    model = conv_model(stride, kernel)
     onnx.save(model, tmp_path / "m.onnx")
     task, = extract_tasks(model, target)
     s = task.space

@@ -11,39 +11,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from tests.autotune.conv_models import conv_model, nchw_variant
 from tests.bundle.helpers import max_rel, run_ort
 from toolchain.autotune.apply import applying
 from toolchain.autotune.tasks import conv_task, extract_tasks
 from toolchain.target import load_target, runs_here
-
-
-def _conv(bias: bool, stride: int = 1) -> onnx.ModelProto:
-    """3x3 convolution, 8 -> 32 channels on 16x16 (pad 1), with or without a bias; stride
-    2 and 4 give 8- and 4-pixel output rows."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(
-        (rng.standard_normal((32, 8, 3, 3)) * 0.3).astype(np.float32), "w")]
-    ins = ["x", "w"]
-    if bias:
-        inits.append(numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b"))
-        ins.append("b")
-    out = 16 // stride
-    g = helper.make_graph(
-        [helper.make_node("Conv", ins, ["y"], pads=[1] * 4, strides=[stride, stride],
-                          kernel_shape=[3, 3])], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, out, out])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _nchw_variant(base: str, tmp_path: Path) -> Path:
-    """``base`` computing in NCHW (its convolutions write NCHW outputs themselves)."""
-    p = tmp_path / f"{base}-nchw.yaml"
-    p.write_text(f"name: {base}-nchw\nextends: {base}\nlayout: nchw\n"
-                 f"description: {base} with NCHW activations (test)\n")
-    return p
 
 
 def test_offered_where_the_intrinsics_and_whole_vector_rows_are():
@@ -67,8 +40,8 @@ def test_transposed_points_run_in_bundles_within_1e5(tmp_path: Path, base: str, 
 
     if not runs_here(load_target(base)):
         pytest.skip(f"{base} code does not run on this machine")
-    target = str(_nchw_variant(base, tmp_path))
-    model = _conv(bias, stride)
+    target = str(nchw_variant(base, tmp_path))
+    model = conv_model(stride, bias=bias)
     onnx.save(model, tmp_path / "m.onnx")
     task, = extract_tasks(model, target)
     s = task.space
