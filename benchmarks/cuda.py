@@ -292,6 +292,20 @@ def per_kernel_table(rows: dict[str, list[dict]]) -> list[str]:
     return out
 
 
+def _eager_resnet18(what: str) -> tuple[Any, Any] | None:
+    """``torch`` and torchvision's ResNet-18 on the GPU in eval mode, fp32 with TF32 off and
+    ``cudnn.benchmark`` on; None (saying ``what`` is not measured) without torch."""
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        print(f"{what}: not measured ({e.name} is not installed)")
+        return None
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    return torch, torchvision.models.resnet18().cuda().eval()
+
+
 def torch_resnet18_convolutions(repeat: int) -> None:
     """``--per-kernel`` with ResNet-18: cuDNN's GPU time for each convolution of PyTorch
     eager's ResNet-18 at batch 1 (torchvision's; fp32, TF32 off, ``cudnn.benchmark``),
@@ -299,15 +313,10 @@ def torch_resnet18_convolutions(repeat: int) -> None:
     activation), ``repeat`` calls queued behind a busy-wait kernel between two CUDA events:
     the per-layer reference for the Kiln table's Conv rows (match them by output shape and
     order; Kiln's rows also carry the bias, activation and residual add)."""
-    try:
-        import torch
-        import torchvision
-    except ImportError as e:
-        print(f"PyTorch's per-convolution times: not measured ({e.name} is not installed)")
+    eager = _eager_resnet18("PyTorch's per-convolution times")
+    if eager is None:
         return
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    net = torchvision.models.resnet18().cuda().eval()
+    torch, net = eager
     seen: dict[str, tuple] = {}
 
     def keep(name: str):  # a forward hook that returns something replaces the output
@@ -356,15 +365,10 @@ def torch_resnet18(repeat: int) -> None:
     """PyTorch eager's ResNet-18 at batch 1 (torchvision's, the zoo model's architecture;
     fp32, TF32 off, ``cudnn.benchmark``): the reference the issue's ResNet-18 goal names,
     host to host like Kiln's ms and with the input already on the GPU like its kernels."""
-    try:
-        import torch
-        import torchvision
-    except ImportError as e:
-        print(f"PyTorch eager resnet18: not measured ({e.name} is not installed)")
+    eager = _eager_resnet18("PyTorch eager resnet18")
+    if eager is None:
         return
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    net = torchvision.models.resnet18().cuda().eval()
+    torch, net = eager
     xh = torch.randn(1, 3, 224, 224)
     xd = xh.cuda()
     with torch.no_grad():
