@@ -5,6 +5,7 @@ ResNet-18 from ONNX to a callable host module, cold.
     python benchmarks/backends.py                         # everything (a few minutes)
     python benchmarks/backends.py --ops-only --repeat 5   # the op table only
     python benchmarks/backends.py --ops-only --phases     # + where the JIT's time goes
+    python benchmarks/backends.py --ops-only --variants O1,O2-cg1,min   # LLVM pipelines
     python benchmarks/backends.py --only C2,C6,D768 --models ''
     python benchmarks/backends.py --no-ops --models ds_cnn,resnet8 --no-resnet18
     python benchmarks/backends.py --target x86_64-avx2
@@ -26,6 +27,14 @@ which a machine loaded by other jobs inflates less), and timed: the best thread 
 of ``--repeat`` calls (``Module.bind``: no argument
 checks in the loop), the two sides alternately for ``--rounds`` rounds. The outputs of the
 two builds are compared (``max|diff|``).
+
+**LLVM variants** (``--variants``): the same kernels also built through other LLVM
+pipelines than the descriptor's (:func:`parse_variant`: ``O1``, ``O2-cg1``, ``O2-novec``,
+``min-cg0``...), each cold build timed in CPU and each kernel timed in the same rounds as
+the two builds above; a table gives per variant the build CPU of all the kernels, the
+geomean C/JIT build speed-up and the geomean LLVM/C kernel time. ``min`` is not a
+pipeline Kiln ships: a handful of cleanup passes and no vectorizer or unroller beyond the
+schedule's, the floor of what LLVM's passes can cost (docs/llvm.md, "Build time").
 
 **Models** (``--models``): the zoo model compiled into a bundle with each backend
 (``kiln compile``: kernels as C text or as LLVM objects) and built for this host
@@ -151,9 +160,91 @@ def warm_up(target) -> None:
         _cold(lambda b=backend: build_lowered(lowered, s.schedule.mod, target, backend=b))
 
 
-def bench_op(case: tuple, target, repeat: int, rounds: int, phases: bool = False) -> dict:
+#: ``--variants``: the passes of the ``min`` pipeline (llvmlite's names), in order
+MIN_PASSES = ("sroa", "instruction_combine", "simplify_cfg", "loop_rotate", "loop_unroll",
+              "sroa", "instruction_combine", "simplify_cfg")
+
+
+def parse_variant(spec: str) -> dict:
+    """An LLVM pipeline variant for ``--variants``: ``O1``/``O2``/``O3`` (LLVM's default
+    pipeline at that level, with both vectorizers as Kiln runs it) or ``min``
+    (:data:`MIN_PASSES`), then any of ``-cgN`` (the target machine's code-generation level,
+    default 3), ``-novec`` / ``-noslp`` (without the loop / SLP vectorizer), ``-nounroll``
+    (LLVM's unrollers only where the schedule asked: ``loop_unroll: scheduled``).
+
+    >>> parse_variant("O1-cg2-novec")
+    {'name': 'O1-cg2-novec', 'level': 1, 'codegen': 2, 'vec': False, 'slp': True, 'unroll': True}
+    """
+    head, *flags = spec.split("-")
+    if head != "min" and head not in ("O1", "O2", "O3"):
+        raise SystemExit(f"--variants: {spec!r} starts with neither O1, O2, O3 nor min")
+    out = {"name": spec, "level": None if head == "min" else int(head[1]), "codegen": 3,
+           "vec": True, "slp": True, "unroll": True}
+    for f in flags:
+        if f.startswith("cg") and f[2:] in ("0", "1", "2", "3"):
+            out["codegen"] = int(f[2:])
+        elif f in ("novec", "noslp", "nounroll"):
+            out[{"novec": "vec", "noslp": "slp", "nounroll": "unroll"}[f]] = False
+        else:
+            raise SystemExit(f"--variants: {spec!r}: unknown part {f!r} (cgN, novec, noslp, "
+                             "nounroll)")
+    return out
+
+
+def variant_object(kernel, machine, v: dict) -> bytes:
+    """Object code of an :class:`~toolchain.codegen.llvm.LLVMKernel` through the pipeline
+    variant ``v`` (:func:`parse_variant`): the steps of
+    :func:`toolchain.codegen.llvm_target.optimize` and ``emit_object`` with other knobs."""
+    from toolchain.codegen.llvm_target import llvm_binding, quiet_remarks
+
+    llvm = llvm_binding()
+    tm = llvm.Target.from_triple(machine.triple).create_target_machine(
+        cpu=machine.cpu, features=machine.features, opt=v["codegen"], reloc="pic",
+        codemodel="jitdefault", jit=True)
+    mod = llvm.parse_assembly(kernel.ir)
+    mod.verify()
+    for text in kernel.definitions:
+        mod.link_in(llvm.parse_assembly(text))
+    mod.triple, mod.data_layout = machine.triple, str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=v["level"] or 0)
+    pto.loop_vectorization, pto.slp_vectorization = v["vec"], v["slp"]
+    pto.loop_unrolling = (machine.loop_unroll == "all" and v["unroll"]) or \
+        bool(kernel.definitions)
+    pb = llvm.create_pass_builder(tm, pto)
+    if v["level"] is None:
+        mpm = llvm.create_new_module_pass_manager()
+        for name in MIN_PASSES:
+            getattr(mpm, f"add_{name}_pass")()
+    else:
+        mpm = pb.getModulePassManager()
+    with quiet_remarks():
+        mpm.run(mod, pb)
+        return bytes(tm.emit_object(mod))
+
+
+def variant_build(lowered, func, target, v: dict):
+    """A cold in-process build of ``lowered`` through the variant ``v``, as
+    :func:`toolchain.runtime.jit.jit_build` does it (translate, optimize and emit, write
+    the object to the cache folder, load it with MCJIT)."""
+    from toolchain.codegen.llvm import LLVMCodegen
+    from toolchain.codegen.llvm_target import machine_for
+    from toolchain.runtime.cache import cache_dir
+    from toolchain.runtime.jit import JITModule
+
+    machine = machine_for(target)
+    k = LLVMCodegen(machine).generate(lowered)
+    obj = variant_object(k, machine, v)
+    path = cache_dir() / f"{k.entry}-{v['name']}.o"
+    path.write_bytes(obj)
+    return JITModule(obj, path, k.entry, func, k.ir, k.extra_args, {"backend": "llvm"},
+                     machine)
+
+
+def bench_op(case: tuple, target, repeat: int, rounds: int, phases: bool = False,
+             variants: tuple[dict, ...] = ()) -> dict:
     """Schedule + lower once, build with each backend (cold), time both kernels;
-    ``phases``: also the JIT's phases (:func:`jit_phases`)."""
+    ``phases``: also the JIT's phases (:func:`jit_phases`); ``variants``: also build and
+    time the kernel through these LLVM pipelines (:func:`parse_variant`)."""
     from toolchain.runtime import build_lowered
     from toolchain.schedules import make_node, schedule_for
     from toolchain.tir.transform.pipeline import lower
@@ -170,6 +261,10 @@ def bench_op(case: tuple, target, repeat: int, rounds: int, phases: bool = False
         mods[backend], build_s[backend] = _cold(lambda b=backend: build_lowered(
             lowered, func, target, extra_flags=target.cflags, backend=b), cpu)
         cpu_s[backend] = cpu["s"]
+    for v in variants:
+        cpu = {}
+        mods[v["name"]], _ = _cold(lambda v=v: variant_build(lowered, func, target, v), cpu)
+        cpu_s[v["name"]] = cpu["s"]
     rng = np.random.default_rng(1)
     feeds = iter([rng.standard_normal(x).astype(F32) for x in inputs if isinstance(x, tuple)])
     ins = [v.data if v.data is not None else next(feeds) for v in s.input_values]
@@ -179,16 +274,19 @@ def bench_op(case: tuple, target, repeat: int, rounds: int, phases: bool = False
     for c in calls.values():
         c()
     n_out = len(s.output_values)
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(args["c"][-n_out:],
-                                                           args["llvm"][-n_out:], strict=True))
-    best = {"c": float("inf"), "llvm": float("inf")}
+    diffs = {b: max(float(np.abs(x - y).max()) for x, y in zip(
+        args["c"][-n_out:], args[b][-n_out:], strict=True)) for b in mods if b != "c"}
+    diff = diffs["llvm"]
+    best = {b: float("inf") for b in mods}
     for _ in range(rounds):  # alternate: the machine's load hits both sides alike
-        for b in ("c", "llvm"):
+        for b in mods:
             best[b] = min(best[b], _best(calls[b], repeat))
     return {"case": name, "front_s": front, "c_build_s": build_s["c"],
             "jit_build_s": build_s["llvm"], "c_build_cpu_s": cpu_s["c"],
             "jit_build_cpu_s": cpu_s["llvm"], "c_s": best["c"], "llvm_s": best["llvm"],
-            "max_diff": diff, **(jit_phases(lowered, target) if phases else {})}
+            "max_diff": diff, **(jit_phases(lowered, target) if phases else {}),
+            "variants": {v["name"]: {"cpu_s": cpu_s[v["name"]], "t_s": best[v["name"]],
+                                     "max_diff": diffs[v["name"]]} for v in variants}}
 
 
 def jit_phases(lowered, target, repeat: int = 3) -> dict[str, float]:
@@ -365,6 +463,32 @@ def _phase_table(rows: list[dict]) -> None:
               f"{r['c_build_cpu_s'] * 1e3:14.1f} |")
 
 
+def _variant_table(rows: list[dict], names: list[str], shipped: str) -> None:
+    """Per LLVM pipeline: build CPU over all the kernels, geomean C/JIT build speed-up (CPU),
+    geomean LLVM/C kernel time over the layers (C1-C12, dense) and over the other ops."""
+    layer = [r for r in rows if r["case"][0] in "CDG"]
+    other = [r for r in rows if r not in layer]
+    print(f"| {'LLVM pipeline':<22} | {'build CPU s':>11} | {'C/JIT CPU':>9} | "
+          f"{'LLVM/C layers':>13} | {'LLVM/C other':>12} | {'max|diff|':>9} |")
+    print(_rule(22, 11, 9, 13, 12, 9))
+    gcc = sum(r["c_build_cpu_s"] for r in rows)
+    print(f"| {'gcc -O3 (subprocess)':<22} | {gcc:11.3f} | {1.0:9.2f} | {1.0:13.3f} | "
+          f"{1.0:12.3f} | {'':>9} |")
+    cols = [(f"descriptor: {shipped}", lambda r: (
+        r["jit_build_cpu_s"], r["llvm_s"], r["max_diff"]))]
+    cols += [(n, lambda r, n=n: (r["variants"][n]["cpu_s"], r["variants"][n]["t_s"],
+                                 r["variants"][n]["max_diff"])) for n in names]
+    for label, get in cols:
+        vals = {r["case"]: get(r) for r in rows}
+        cpu = sum(v[0] for v in vals.values())
+        speedup = gmean([r["c_build_cpu_s"] / vals[r["case"]][0] for r in rows])
+        lt = gmean([vals[r["case"]][1] / r["c_s"] for r in layer])
+        ot = gmean([vals[r["case"]][1] / r["c_s"] for r in other])
+        diff = max(v[2] for v in vals.values())
+        print(f"| {label:<22} | {cpu:11.3f} | {speedup:9.2f} | {lt:13.3f} | {ot:12.3f} | "
+              f"{diff:9.1e} |")
+
+
 def _model_table(rows: list[dict]) -> None:
     print(f"| {'model':<20} | {'C compile+build s':>17} | {'LLVM compile+build s':>20} | "
           f"{'LLVM/C':>6} | {'C us':>8} | {'LLVM us':>8} | {'LLVM/C':>6} | {'max|diff|':>9} |")
@@ -405,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--phases", action="store_true", help="ops: also the JIT's phases in "
                    "thread CPU time (translation, parse + passes, emission; best of 3)")
     p.add_argument("--ops-only", action="store_true", help="only the op table")
+    p.add_argument("--variants", default="", help="ops: also build and time every kernel "
+                   "through these LLVM pipelines (comma-separated: O1, O2-cg1, O2-novec, "
+                   "min-cg0, ...; see parse_variant) and print a table of them")
     p.add_argument("--models", default="lenet5,ds_cnn,resnet8,mobilenet_v1,mobilenet_v2,"
                    "transformer_encoder,ds_cnn:int8,resnet8:int8",
                    help="zoo models as whole bundles (comma-separated, NAME:int8 for Kiln's "
@@ -433,10 +560,12 @@ def main(argv: list[str] | None = None) -> int:
             cases = [c for c in cases if c[0] in want]
         elif args.convs_only:
             cases = [c for c in cases if c[0][0] in "CDG"]
+        variants = tuple(parse_variant(v) for v in args.variants.split(",") if v)
         warm_up(target)
         rows = []
         for case in cases:
-            rows.append(bench_op(case, target, args.repeat, args.rounds, args.phases))
+            rows.append(bench_op(case, target, args.repeat, args.rounds, args.phases,
+                                 variants))
         print("\nops: build = one lowered kernel to a callable module, cold; C = gcc "
               "subprocess, JIT = llvmlite in-process")
         _op_table(rows)
@@ -454,6 +583,14 @@ def main(argv: list[str] | None = None) -> int:
             print("\nJIT phases, thread CPU (best of 3; the cold build's CPU and gcc's next "
                   "to them):")
             _phase_table(rows)
+        if variants:
+            from toolchain.codegen.llvm_target import machine_for
+
+            m = machine_for(target)
+            print(f"\nLLVM pipelines, {len(rows)} kernels: cold build CPU (this thread), "
+                  "geomean C/JIT build speed-up in CPU, geomean LLVM/C kernel time (all "
+                  "timed in the same rounds)")
+            _variant_table(rows, [v["name"] for v in variants], f"O{m.opt_level}")
         report["ops"] = rows
     names = [n for n in args.models.split(",") if n] if not args.ops_only else []
     if names:
