@@ -116,3 +116,45 @@ def test_opt_level_key() -> None:
 def _asm(text: str, machine) -> str:  # type: ignore[no-untyped-def]
     mod, tm = optimize(text, machine)
     return tm.emit_assembly(mod)
+
+
+def _benchmark_backends():  # type: ignore[no-untyped-def]
+    """``benchmarks/backends.py`` as a module (it is a script, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "backends.py"
+    spec = importlib.util.spec_from_file_location("kiln_bench_backends", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_benchmarks_pipeline_variants_build_correct_kernels(tmp_path, monkeypatch
+                                                                ) -> None:
+    """``benchmarks/backends.py --variants`` times kernels built through other LLVM
+    pipelines (docs/llvm.md, "Build time"): each variant's kernel computes what the
+    descriptor's does (a strided loop left to LLVM, a reduction), bad names are refused."""
+    from toolchain.target import host_target
+    from toolchain.tir.transform import lower
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    bench = _benchmark_backends()
+    i, k = ir.Var("i"), ir.Var("k")
+    A, B = ir.Buffer("A", (1024,), "float32"), ir.Buffer("B", (64,), "float32")
+    body = ir.For(i, 0, 64, "serial", ir.SeqStmt((
+        B.store(ir.FloatImm(0.0, "float32"), [i]),
+        ir.For(k, 0, 8, "serial", B.store(B[i] + A[i * 2 + k * 128] * 1.5, [i])))))
+    func = _func(body, A, B)
+    a = RNG.standard_normal(1024).astype("float32")
+    want = np.array([sum(a[j * 2 + kk * 128] * np.float32(1.5) for kk in range(8))
+                     for j in range(64)], "float32")
+    for name in ("O1-cg1", "O2-novec-noslp-nounroll", "min", "min-cg0"):
+        v = bench.parse_variant(name)
+        mod = bench.variant_build(lower(func), func, host_target(), v)
+        b = np.zeros(64, "float32")
+        mod(a, b)
+        np.testing.assert_allclose(b, want, rtol=1e-5, err_msg=name)
+    for bad in ("O4", "O2-cg5", "O2-fast"):
+        with pytest.raises(SystemExit, match="--variants"):
+            bench.parse_variant(bad)
