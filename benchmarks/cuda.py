@@ -522,7 +522,7 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
     default = choose_wmma_tiles(n, n, n, tensor_core_intrinsics(t), t)
     print(f"\nfp16 GEMM {n}^3 tile sweep on {target} (cuBLAS fp16 kernel {kernel:.3f} ms; "
           f"default tiles {default.label() if default else 'none'})")
-    print(f"{'tiles':>28s} {'kiln kernel ms':>15s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
+    print(f"{'tiles':>38s} {'kiln kernel ms':>15s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
           f"{'max rel err':>12s}  kernel")
     for label in ["default", *labels]:
         t0 = time.perf_counter()
@@ -535,11 +535,11 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
             got = mod({"A": a, "B": b})["C"]
             kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
         except Exception as e:  # noqa: BLE001 - one variant failing does not end the sweep
-            print(f"{label:>28s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            print(f"{label:>38s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             continue
         err = float(np.max(np.abs(got.astype(np.float32) - want)) / np.max(np.abs(want)))
         kinds = ",".join(sorted({k.get("schedule", "?") for k in _kernel_kinds(d)}))
-        print(f"{label:>28s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
+        print(f"{label:>38s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
               f"{err:12.2e}  {kinds}, {mod.metadata['device']['launches']} launch(es) "
               f"(compile+build {time.perf_counter() - t0:.0f} s)",
               flush=True)

@@ -20,6 +20,7 @@ from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import MODELS
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
@@ -261,3 +262,21 @@ def test_the_fp16_transformer_emulated_on_mma_sync_matches_the_reference(
     got = load_bundle(d)(feeds)
     for k, v in want.items():
         assert _rel(np.asarray(got[k]), v) < FP16_TOL, k
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize(("name", "tiles"), CASES, ids=[f"{n}-{t.label()}" for n, t in CASES])
+def test_mma_gemms_on_the_gpu_match_the_reference(name: str, tiles: WmmaTiles,
+                                                  tmp_path: Path) -> None:
+    """The PTX itself (ldmatrix, mma.sync, the register layout the epilogue assumes), which
+    the emulation can only follow as the ISA documents it, on the hardware."""
+    model, feeds = MODELS[name][0]()
+    want = run_graph(from_onnx(model), feeds)
+    with wmma_tiles(tiles):
+        mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / "g", progress=False,
+                                        precision="fp16"))
+    for _ in range(2):
+        got = mod(feeds)
+        for k, v in want.items():
+            assert _rel(np.asarray(got[k]), v) < FP16_TOL, k

@@ -29,6 +29,13 @@ fetch after it overwrites what this step read), none between a step's fetch and 
 compute (different halves) -- one ``__syncthreads()`` a step instead of two, and the
 global loads of the next tile in flight while the tensor or FMA units work.
 
+A buffer marked with ``stages`` n > 2 (the function attribute ``buffer_stages``:
+``double_buffer(.., stages=n)``) gets n copies: steps ``0 .. n - 2`` fetched before the
+loop, step ``k`` fetching step ``k + n - 1`` into copy ``(k + n - 1) % n`` and computing on
+copy ``k % n``; the loop is annotated ``pipeline_stages`` (n), which the CUDA renderer
+reads to let the latest ``n - 2`` groups of asynchronous copies stay in flight at the
+loop's barriers (:mod:`toolchain.codegen.cuda`).
+
 >>> from toolchain.tir import ir
 >>> A = ir.Buffer("A", (16,)); S = ir.Buffer("S", (4,), scope="shared")
 >>> C = ir.Buffer("C", (4,)); k = ir.Var("k"); t = ir.Var("t")
@@ -48,6 +55,20 @@ for k in range(4):
             S[(k + 1) % 2 * 4 + t] = A[k * 4 + t + 4]
     for t in range(4):
         C[t] = C[t] + S[k % 2 * 4 + t]
+>>> three = ir.PrimFunc((A, C), ir.For(k, 0, 4, "serial", body), "f",
+...                     {"double_buffer": ("S",), "buffer_stages": (("S", 3),)})
+>>> print(inject_double_buffer(three).body)  # doctest: +NORMALIZE_WHITESPACE
+S = T.allocate((12,), "float32", scope="shared")
+for t in range(4):
+    S[t] = A[t]
+for t in range(4):
+    S[t + 4] = A[t + 4]
+for k in T.serial(4, annotations={'pipeline_stages': 3}):
+    if k + 2 < 4:
+        for t in range(4):
+            S[(k + 2) % 3 * 4 + t] = A[k * 4 + t + 8]
+    for t in range(4):
+        C[t] = C[t] + S[k % 3 * 4 + t]
 """
 
 from __future__ import annotations

@@ -22,7 +22,13 @@ of data races (:mod:`toolchain.tir.race` checks that). It is what
   - shared allocations move to the start of the block (once per block, as on the GPU);
   - what a thread keeps across a barrier — a ``let`` value that depends on the thread, a
     ``local`` array whose scope holds a barrier — becomes a per-thread array indexed by the
-    linear thread id (``x`` -> ``x_per_thread[tid]``).
+    linear thread id (``x`` -> ``x_per_thread[tid]``);
+  - an ``mma.accumulator`` buffer (``mma.sync``'s registers, one lane's share of its
+    warp's tile: :mod:`~toolchain.tir.transform.mma_fragments`) is always such an array,
+    interleaved by lane -- register ``r`` of lane ``l`` of warp ``w`` at
+    ``(w * R + r) * 32 + l`` -- so that a warp-collective call, made once per warp,
+    reaches every lane's registers at a stride of 32 (``KILN_MMA_ACC`` in the CUDA
+    descriptors' ``c_helpers``).
 
 Before (lowered, barriers placed by :mod:`~toolchain.tir.transform.inject_barriers`)::
 
