@@ -459,7 +459,12 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 
 
 #: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
-#: the likeliest first (a step cut short keeps them): the kernel as it was first measured
+#: the likeliest first (a step cut short keeps them): the ``.mma`` kernel (mma.sync on
+#: ldmatrix fragments, accumulators in registers, no float32 shared tile:
+#: toolchain/schedules/gpu/mma.py) with the default's tiles and 2, 3 (``.s3``) or 4 stages
+#: of cp.async operand tiles, 4 warps of 64 x 64, 16 warps (128 x 256), steps of 64; the
+#: default (wmma) with 3 stages; mma.sync with synchronous fetches; then the kernel as it
+#: was first measured
 #: (one product call per fragment, no padding, 2-byte fetches); 128 x 128 block tiles in
 #: dynamic shared memory (the launcher opts in: up to 227 KiB on sm_90) with 8 warps of
 #: 32 x 64 or 64 x 32 or 4 warps of 64 x 64, with and without asynchronous fetches
@@ -467,7 +472,11 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 #: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
 #: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
 #: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
-SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "4x2w.2x4f.kf2.db.p8.v8",
+SWEEP = ("4x2w.2x4f.kf2.db.p8.v8.async.mma", "4x2w.2x4f.kf2.db.p8.v8.async.s3.mma",
+         "4x2w.2x4f.kf2.db.p8.v8.async.s4.mma", "2x2w.4x4f.kf2.db.p8.v8.async.s3.mma",
+         "4x4w.2x4f.kf2.db.p8.v8.async.s3.mma", "4x2w.2x4f.kf4.db.p8.v8.async.s3.mma",
+         "4x2w.2x4f.kf2.db.p8.v8.async.s3", "4x2w.2x4f.kf2.db.p8.v8.mma",
+         "2x2w.2x2f.kf2.db.p0.v1.frag", "4x2w.2x4f.kf2.db.p8.v8",
          "4x2w.2x4f.kf2.db.p8.v8.async", "2x4w.4x2f.kf2.db.p8.v8", "2x2w.4x4f.kf2.db.p8.v8",
          "2x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x2f.kf2.db.p8.v8", "4x2w.2x2f.kf2.sb.p8.v8",
          "2x2w.2x2f.kf2.db.p8.v8.frag", "2x2w.2x2f.kf2.db.p0.v8",
@@ -478,14 +487,15 @@ SWEEP = ("2x2w.2x2f.kf2.db.p0.v1.frag", "4x2w.2x4f.kf2.db.p8.v8",
 def parse_tiles(label: str) -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
-                     r"(\.frag)?(\.async)?", label)
+                     r"(\.frag)?(\.async)?(?:\.s(\d))?(\.mma)?", label)
     if m is None:
         raise SystemExit(f"--sweep-tiles: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
-                         "padding, fetch width, optional .frag)")
-    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy = m.groups()
+                         "padding, fetch width, optional .frag, .async, .sN stages, .mma)")
+    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, mma = m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
-                     int(vec), frag is None, async_copy is not None)
+                     int(vec), frag is None, async_copy is not None, mma is not None,
+                     int(stages or 2))
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:
@@ -512,7 +522,7 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
     default = choose_wmma_tiles(n, n, n, tensor_core_intrinsics(t), t)
     print(f"\nfp16 GEMM {n}^3 tile sweep on {target} (cuBLAS fp16 kernel {kernel:.3f} ms; "
           f"default tiles {default.label() if default else 'none'})")
-    print(f"{'tiles':>28s} {'kiln kernel ms':>15s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
+    print(f"{'tiles':>38s} {'kiln kernel ms':>15s} {'kernel ratio':>13s} {'kiln TFLOP/s':>13s} "
           f"{'max rel err':>12s}  kernel")
     for label in ["default", *labels]:
         t0 = time.perf_counter()
@@ -525,20 +535,23 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
             got = mod({"A": a, "B": b})["C"]
             kk = 1e3 * mod.device_time({"A": a, "B": b}, repeat)
         except Exception as e:  # noqa: BLE001 - one variant failing does not end the sweep
-            print(f"{label:>28s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            print(f"{label:>38s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             continue
         err = float(np.max(np.abs(got.astype(np.float32) - want)) / np.max(np.abs(want)))
         kinds = ",".join(sorted({k.get("schedule", "?") for k in _kernel_kinds(d)}))
-        print(f"{label:>28s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
+        print(f"{label:>38s} {kk:15.3f} {kk / kernel:13.2f} {2 * n ** 3 / kk / 1e9:13.2f} "
               f"{err:12.2e}  {kinds}, {mod.metadata['device']['launches']} launch(es) "
               f"(compile+build {time.perf_counter() - t0:.0f} s)",
               flush=True)
 
 
 def _kernel_kinds(bundle: Path) -> list[dict]:
-    """What the bundle's kernels are (tensor cores or not): ``nvcuda::wmma`` in its
-    source says whether the tensor-core kernel was chosen."""
+    """What the bundle's kernels are (tensor cores or not): a call of an ``mma.sync``
+    product (``kiln_mma_f16_*``) or ``nvcuda::wmma`` in its source says whether a
+    tensor-core kernel was chosen, and which."""
     src = (bundle / "src" / "kernels.cu").read_text()
+    if "kiln_mma_f16_" in src:
+        return [{"schedule": "mma"}]
     return [{"schedule": "wmma" if "nvcuda::wmma::mma_sync" in src else "simt"}]
 
 

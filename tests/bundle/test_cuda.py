@@ -102,7 +102,7 @@ def test_the_profiling_build_times_every_launch_listed_in_the_metadata(
     assert [r["kernel"] for r in table] == launches and len(launches) > 3
     marks = [ln.strip() for ln in launcher.splitlines() if ln.strip().startswith("KILN_MARK(")]
     assert marks == [f"KILN_MARK({i});" for i in range(len(launches) + 1)]
-    assert {r["kind"] for r in table} <= {"tiled", "simple", "wmma"}
+    assert {r["kind"] for r in table} <= {"tiled", "simple", "wmma", "mma"}
     assert table[0]["ops"][0] == "Conv" and table[0]["shape"] == [[1, 6, 28, 28]]
     res = nvcc_object(lenet_cuda, lenet_cuda / "src/lenet5.cu", tmp_path / "p.o",
                       ["-DKILN_PROFILE"])

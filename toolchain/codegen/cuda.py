@@ -42,6 +42,7 @@ from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import ExprMutator, StmtExprVisitor, uses_var
 from toolchain.tir.schedule.gpu import ASYNC_COPY
+from toolchain.tir.transform.inject_double_buffer import PIPELINE_STAGES
 
 
 class _Lane(ExprMutator):
@@ -114,6 +115,19 @@ class CUDARenderer(CStyleRenderer):
         #: the kernel being rendered copies global -> shared asynchronously (its schedule
         #: annotated a loop ``ASYNC_COPY``)
         self.async_copy = False
+        #: the pipelined step loops being rendered (PIPELINE_STAGES): their stages, loop
+        #: variable and first value, as C
+        self.stages: list[tuple[int, str, str]] = []
+
+    def stmt_For(self, s: ir.For) -> None:
+        n = s.annotations.get(PIPELINE_STAGES)
+        if n is not None:
+            self.stages.append((int(n), self.var(s.loop_var), self.expr(s.min)))
+        try:
+            super().stmt_For(s)
+        finally:
+            if n is not None:
+                self.stages.pop()
 
     def param_qualifier(self, index: int) -> str:
         r = self.restricted
@@ -263,7 +277,16 @@ class CUDARenderer(CStyleRenderer):
         from toolchain.intrinsics import operand_elements
 
         if e.op == "tir.storage_sync" and self.async_copy:  # the copies land first
-            return ("(__pipeline_commit(), __pipeline_wait_prior(0), "
+            # inside a step loop pipelined over n stages (inject_double_buffer), the groups
+            # of copies committed by the n - 2 latest barriers may stay in flight: the
+            # tile the next step reads was fetched n - 1 barriers ago or more. Not in the
+            # first step: the fetches before the loop (n - 1 steps' tiles) are one group,
+            # committed by its first barrier (or the one before it), which waits for all
+            wait = "0"
+            if self.stages and self.stages[-1][0] > 2:
+                n, k, lo = self.stages[-1]
+                wait = f"{k} == {lo} ? 0 : {n - 2}"
+            return (f"(__pipeline_commit(), __pipeline_wait_prior({wait}), "
                     f"{self.barrier})"), _CALL_PREC
 
         ops = operand_elements(e)

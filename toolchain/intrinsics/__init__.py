@@ -62,8 +62,8 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["IntrinsicSpec", "attach_intrinsics", "behaviour_of_call", "get_spec", "intrinsic_flags",
-           "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
+__all__ = ["MMA_SCOPE", "IntrinsicSpec", "attach_intrinsics", "behaviour_of_call", "get_spec",
+           "intrinsic_flags", "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
            "load_intrinsics", "operand_elements", "operand_tiles", "parse_behaviour",
            "scalar_vars"]
 
@@ -104,6 +104,10 @@ class IntrinsicSpec:
     #: operand name -> C type of its pointer parameter, where not its dtype's (a fragment)
     types: dict[str, str] = field(default_factory=dict)
 
+
+#: the memory scope of ``mma.sync`` accumulators: each lane's own registers, the warp's
+#: tile spread over its lanes in the PTX ISA's layout (toolchain.tir.transform.mma_fragments)
+MMA_SCOPE = "mma.accumulator"
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
 #: specialised function (``attach_intrinsics``) -> its spec and its operands' tile strides
@@ -499,6 +503,11 @@ class _Specialise(StmtExprMutator):
             # the strides of the dimensions the tile spans (its last ones: a buffer may have
             # more, e.g. a batch), ``A_t0`` for the tile's first
             rank = len(spec.tiles[k]) if k < len(spec.tiles) else 0
+            if load.buffer.scope == MMA_SCOPE:
+                # a lane's registers (mma_fragments): the tile is spread over the warp's
+                # lanes, not laid out in the buffer; its elements all stand at the first
+                # register (private to the thread: no barrier or race check concerns them)
+                strides = [0] * rank
             for d, s in enumerate(strides[len(strides) - rank:] if rank else ()):
                 env[f"{opname}_t{d}"] = s
             env[opname] = opname

@@ -128,23 +128,35 @@ class WmmaTiles:
     #: the 16-byte operand fetches asynchronous (``cp.async`` on sm_80+: ASYNC_COPY), the
     #: step's barrier waiting for them; needs ``vector`` 2, 4 or 8
     async_copy: bool = False
+    #: the products as ``mma.sync`` m16n8k16 on ``ldmatrix`` fragments, the accumulators
+    #: in registers written out by the epilogue (no float32 shared tile):
+    #: :mod:`toolchain.schedules.gpu.mma`; False: ``wmma``
+    mma: bool = False
+    #: copies of each operand tile with ``double_buffer`` (2; 3 or 4: the fetch of step
+    #: ``k + stages - 1`` issued in step ``k``, a deeper ``cp.async`` pipeline)
+    stages: int = 2
 
     def label(self) -> str:
         """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
         double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
-        call per fragment; ``.async``: asynchronous fetches).
+        call per fragment; ``.async``: asynchronous fetches; ``.s3``: three stages of
+        operand tiles; ``.mma``: ``mma.sync``).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
         """
         return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
                 f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
-                f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}")
+                f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}"
+                f"{f'.s{self.stages}' if self.stages != 2 else ''}{'.mma' if self.mma else ''}")
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
     """The fill / multiply-accumulate / store intrinsics of ``target``, found by their
-    declared behaviour, dtypes and scopes (None when it declares no such set).
+    declared behaviour, dtypes and scopes (None when it declares no such set): the
+    accumulator scope whose fragments are stored to shared memory (``wmma``; the
+    ``mma.sync`` set, stored by the kernel's epilogue from registers, is
+    :func:`toolchain.schedules.gpu.mma.mma_intrinsics`).
 
     >>> from toolchain.target import load_target
     >>> tc = tensor_core_intrinsics(load_target("cuda-sm90"))
@@ -153,16 +165,32 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
     >>> tensor_core_intrinsics(load_target("c-generic")) is None
     True
     """
-    fill = store = None
-    products: dict[tuple[int, int, int], tuple[str, str]] = {}  # shape -> (name, scope)
+    for found in tensor_core_sets(target).values():
+        if found.store:
+            return found
+    return None
+
+
+def tensor_core_sets(target: Target) -> dict[str, TensorCore]:
+    """Per accumulator scope, the fill, products and store (``""`` where there is none)
+    that ``target`` declares on it, found by behaviour, dtypes and scopes; a scope without
+    a fill or a float16 x float16 -> float32 product is left out.
+
+    >>> from toolchain.target import load_target
+    >>> sorted(tensor_core_sets(load_target("cuda-sm80")))
+    ['mma.accumulator', 'wmma.accumulator']
+    """
+    fills: dict[str, str] = {}
+    stores: dict[str, str] = {}
+    products: dict[str, dict[tuple[int, int, int], str]] = {}  # scope -> shape -> name
     for name, spec in target.intrinsics.items():
         if "instruction" in spec:
             continue
         beh = parse_behaviour(spec["behaviour"], name)
         scopes, dtypes = dict(spec.get("scopes", {})), dict(spec["dtypes"])
         out = beh.output.name
-        if not scopes.get(out, "").endswith("accumulator") and not any(
-                str(v).endswith("accumulator") for v in scopes.values()):
+        acc = next((str(v) for v in scopes.values() if str(v).endswith("accumulator")), None)
+        if acc is None:
             continue
         ext = {str(k): int(v) for k, v in dict(spec["extents"]).items()}
         if beh.accumulate and len(beh.inputs()) == 2 and len(ext) == 3:
@@ -170,22 +198,25 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
             if (dtypes.get(a.name), dtypes.get(b.name), dtypes.get(out)) == (
                     "float16", "float16", "float32") and _is_gemm(beh):
                 shape = tuple(ext[v.terms[0][0]] for v in (a.index[0], b.index[1], a.index[1]))
-                products[shape] = (name, scopes[out])
+                products.setdefault(acc, {})[shape] = name
         elif not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
-            fill = name
+            fills[acc] = name
         elif (not beh.accumulate and isinstance(beh.expr, Access)
               and scopes.get(out) == "shared" and dtypes.get(out) == "float32"):
-            store = name
-    if fill is None or store is None or not products:
-        return None
-    m, n, k = min(products, key=lambda sh: sh[0] * sh[1] * sh[2])  # the fragment's
-    mma, scope = products[(m, n, k)]
-    warp = tuple(sorted(((sm // m, sn // n), target.intrinsic(name))
-                        for (sm, sn, sk), (name, sc) in products.items()
-                        if sk == k and sc == scope and sm % m == 0 and sn % n == 0
-                        and (sm, sn) != (m, n)))
-    return TensorCore(target.intrinsic(fill), target.intrinsic(mma), target.intrinsic(store),
-                      m, n, k, scope, warp)
+            stores[acc] = name
+    sets = {}
+    for scope, prods in products.items():
+        if scope not in fills:
+            continue
+        m, n, k = min(prods, key=lambda sh: sh[0] * sh[1] * sh[2])  # the fragment's
+        warp = tuple(sorted(((sm // m, sn // n), target.intrinsic(name))
+                            for (sm, sn, sk), name in prods.items()
+                            if sk == k and sm % m == 0 and sn % n == 0 and (sm, sn) != (m, n)))
+        store = stores.get(scope)
+        sets[scope] = TensorCore(target.intrinsic(fills[scope]),
+                                 target.intrinsic(prods[(m, n, k)]),
+                                 target.intrinsic(store) if store else "", m, n, k, scope, warp)
+    return sets
 
 
 def _is_gemm(beh: Any) -> bool:
@@ -202,7 +233,7 @@ def wmma_shared_bytes(t: WmmaTiles, tc: TensorCore) -> int:
     """Shared memory of the kernel with tiles ``t``: the block's float32 output tile and
     one or two halves (double buffer) of each padded float16 operand tile."""
     by, bx, bk = t.wy * t.fm * tc.m, t.wx * t.fn * tc.n, t.kf * tc.k
-    halves = 2 if t.double_buffer else 1
+    halves = t.stages if t.double_buffer else 1
     return by * bx * 4 + halves * (by * (bk + t.pad) + bk * (bx + t.pad)) * 2
 
 
@@ -335,18 +366,18 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     for s in copies:
         sch.compute_at(s, ko)
         if t.double_buffer and axes.extents[axes.reduce[0]] > tc.k * t.kf:
-            sch.double_buffer(s)
+            sch.double_buffer(s, stages=t.stages)
     sch.reverse_compute_at(cf, bx)
     sch.reverse_compute_at(cs, bx)
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
                   sch.get(wx).loop_var.name + "_init": "threadIdx.y"}
     init = sch.decompose_reduction(b, ko)
-    init_warps = _fill_fragments(sch, init, warp_names, frags, product is not None, t, tc)
+    init_warps = fill_fragments(sch, init, warp_names, frags, product is not None, t, tc)
     for lp in (kf, *frags):
         sch.unroll(lp)
     sch.tensorize(yi, product or tc.mma)
     # the fragments' store: per warp, (16 fm) x (16 fn) of the block's tile
-    ay, ax = _own(sch, cf, bx)
+    ay, ax = loops_under(sch, cf, bx)
     swy, sfy, sy = sch.split(ay, [t.wy, t.fm, tc.m])
     swx, sfx, sx = sch.split(ax, [t.wx, t.fn, tc.n])
     sch.reorder(swy, swx, sfy, sfx, sy, sx)
@@ -354,7 +385,7 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     sch.unroll(sfx)
     sch.tensorize(sy, tc.store)
     for s, at in ((cs, bx), *((c, ko) for c in copies)):
-        _spread(sch, s, at, t, warp, fetch=s is not cs)
+        spread_over_block(sch, s, at, t, warp, fetch=s is not cs)
     for loop, tag in (*init_warps, (swy, "threadIdx.z"),
                       (swx, "threadIdx.y"), (wy, "threadIdx.z"), (wx, "threadIdx.y"),
                       (by, "blockIdx.y"), (bx, "blockIdx.x")):
@@ -364,7 +395,7 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     return sch
 
 
-def _fill_fragments(sch: Schedule, init: Any, warp_names: dict[str, str],
+def fill_fragments(sch: Schedule, init: Any, warp_names: dict[str, str],
                     frags: tuple[Any, ...], warp_tile: bool, t: WmmaTiles,
                     tc: TensorCore) -> list[tuple[Any, str]]:
     """Tensorize the reduction's init block ``init`` as one fill a fragment, the fragment
@@ -393,12 +424,12 @@ def _fill_fragments(sch: Schedule, init: Any, warp_names: dict[str, str],
     return init_warps
 
 
-def _spread(sch: Schedule, s: Any, at: Any, t: WmmaTiles, warp: int, fetch: bool) -> None:
+def spread_over_block(sch: Schedule, s: Any, at: Any, t: WmmaTiles, warp: int, fetch: bool) -> None:
     """The loops of the write-back or an operand fetch ``s`` under loop ``at`` over all the
     block's threads, lanes innermost; a fetch ``t.vector`` halves a thread (a vectorized
     loop: one 16-byte access for 8) into rows padded by ``t.pad`` halves
     (``storage_align``: stride % 64 == (row + pad) % 64)."""
-    own = _own(sch, s, at)
+    own = loops_under(sch, s, at)
     row = ir.const_int(sch.get(own[-1]).extent)
     fused = sch.fuse(*own) if len(own) > 1 else own[0]
     vec = t.vector if fetch else 1
@@ -413,7 +444,7 @@ def _spread(sch: Schedule, s: Any, at: Any, t: WmmaTiles, warp: int, fetch: bool
         sch.storage_align(s, 0, axis=nd - 2, factor=64, offset=(row + t.pad) % 64)
 
 
-def _smem_limit(target: Target, need: int) -> int:
+def smem_limit(target: Target, need: int) -> int:
     """The shared memory the kernel may use: the target's static amount, or the amount a
     block may opt in to (dynamic shared memory) where ``need`` is beyond the static."""
     static = target.max_shared_memory_per_block or 48 * 1024
@@ -421,7 +452,7 @@ def _smem_limit(target: Target, need: int) -> int:
     return optin if optin and need > static else static
 
 
-def _own(sch: Schedule, block: Any, at: Any) -> list[Any]:
+def loops_under(sch: Schedule, block: Any, at: Any) -> list[Any]:
     """The loops of ``block`` under loop ``at``."""
     var = sch.get(at).loop_var
     loops = sch.get_loops(block)
@@ -457,10 +488,18 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
                 or ext[axes.reduce[0]] % (tiles.kf * tc.k)):
             return None
         t = tiles
+    build, need = tile_gemm_wmma, wmma_shared_bytes
+    if t.mma:  # mma.sync + ldmatrix, accumulators in registers, where the target has them
+        from toolchain.schedules.gpu.mma import mma_intrinsics, mma_shared_bytes, tile_gemm_mma
+
+        tc = mma_intrinsics(target)
+        if tc is None:
+            return None
+        build, need = tile_gemm_mma, mma_shared_bytes
     for cand in (t, replace(t, double_buffer=False)):  # double-buffered where it fits
-        limit = _smem_limit(target, wmma_shared_bytes(cand, tc))
+        limit = smem_limit(target, need(cand, tc))
         try:
-            out = tile_gemm_wmma(sch, b, target, tc, cand)
+            out = build(sch, b, target, tc, cand)
             out.verify(target)
             # lowering also renders the intrinsics for the operands' strides (may refuse)
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
@@ -471,5 +510,6 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
 
 
 __all__ = ["DEFAULT_CAPS", "TensorCore", "WmmaCaps", "WmmaTiles", "choose_wmma_tiles",
-           "fetch_vector", "tensor_core_intrinsics", "tile_gemm_wmma", "try_tile_wmma",
+           "fetch_vector", "fill_fragments", "loops_under", "smem_limit", "spread_over_block",
+           "tensor_core_intrinsics", "tensor_core_sets", "tile_gemm_wmma", "try_tile_wmma",
            "wmma_shared_bytes"]

@@ -10,7 +10,7 @@ from toolchain.tir.schedule.handles import BlockRV
 from toolchain.tir.schedule.state import ScheduleState
 
 
-def double_buffer(state: ScheduleState, block: BlockRV) -> None:
+def double_buffer(state: ScheduleState, block: BlockRV, stages: int = 2) -> None:
     """Double-buffer the shared buffer that ``block`` fills, a copy ``compute_at`` a serial
     step loop (the tiled GEMM's fetch of one operand's tile per reduction step).
 
@@ -37,11 +37,21 @@ def double_buffer(state: ScheduleState, block: BlockRV) -> None:
             C_local[0] = C_local[0] + A_shared[k_0 % 2 * 256 + i] * B[..]
             T.storage_sync('shared')
 
+    ``stages`` > 2: a deeper pipeline (``stages`` copies of the tile, the fetches of steps
+    ``0 .. stages - 2`` before the loop, step ``k`` fetching step ``k + stages - 1`` into
+    copy ``(k + stages - 1) % stages``), so that a fetch has ``stages - 1`` steps of
+    products to land in (with ``cp.async``: the kernel's barriers inside the loop wait for
+    all but the ``stages - 2`` latest groups of copies; ``toolchain.codegen.cuda``).
+
     Refuses a block that writes no ``shared`` buffer or is under no serial loop (nothing
-    to overlap). It costs twice the buffer's shared memory, which ``Schedule.verify`` and
-    the tiled GEMM's lowered count see.
+    to overlap), and ``stages`` outside 2..8. It costs ``stages`` times the buffer's
+    shared memory, which ``Schedule.verify`` and the tiled GEMM's lowered count see.
     """
-    from toolchain.tir.transform.inject_double_buffer import DOUBLE_BUFFER
+    from toolchain.tir.transform.inject_double_buffer import BUFFER_STAGES, DOUBLE_BUFFER
+
+    if not 2 <= stages <= 8:
+        raise ScheduleError(f"double_buffer: stages must be 2 (double buffering) to 8, not "
+                            f"{stages}")
 
     r, loops = state.get_block(block)
     if len(r.block.writes) != 1 or not r.block.writes[0].buffer.scope.startswith("shared"):
@@ -56,7 +66,12 @@ def double_buffer(state: ScheduleState, block: BlockRV) -> None:
                             "buffering overlaps with the step's products)")
     names = tuple(dict.fromkeys((*state.func.attrs.get(DOUBLE_BUFFER, ()), buf.name)))
     f = state.func
-    state.replace(ir.PrimFunc(f.params, f.body, f.name, {**f.attrs, DOUBLE_BUFFER: names}))
+    attrs = {**f.attrs, DOUBLE_BUFFER: names}
+    if stages != 2:  # (name, stages) pairs; absent: every buffer two
+        depth = dict(f.attrs.get(BUFFER_STAGES, ()))
+        depth[buf.name] = stages
+        attrs[BUFFER_STAGES] = tuple(sorted(depth.items()))
+    state.replace(ir.PrimFunc(f.params, f.body, f.name, attrs))
 
 
 def _reads_under(loop: ir.For, buf: ir.Buffer, writer: ir.Block) -> bool:

@@ -209,9 +209,10 @@ def _block_floor(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
 
 
 def _fragment(buf: ir.Buffer) -> bool:
-    """A tensor-core fragment (``wmma.*`` scopes): registers of a warp, private to it as
-    a ``local`` buffer is to a thread (the warp's loops are its ``threadIdx`` loops)."""
-    return buf.scope.startswith("wmma.")
+    """A tensor-core fragment (``wmma.*``, ``mma.*`` scopes): registers of a warp, private
+    to it as a ``local`` buffer is to a thread (the warp's loops are its ``threadIdx``
+    loops; an ``mma.*`` tile is shared out among the warp's lanes, ``threadIdx.x``)."""
+    return buf.scope.startswith(("wmma.", "mma."))
 
 
 def _thread_vars(accesses: list[_Access], lca: ir.For | None) -> dict[str, ir.Var]:
@@ -347,6 +348,8 @@ class _Compact(StmtExprMutator):
                and not _private_per_iteration(acc.found, lca)):
             lca = _enclosing_loop(acc.found[0].path, lca)
         canon = _thread_vars(acc.found, lca) if buf.scope == "local" or _fragment(buf) else {}
+        if buf.scope.startswith("mma."):  # the lanes hold the warp's tile between them
+            canon.pop("threadIdx.x", None)
         found = [_canonical(a, canon) for a in acc.found] if canon else acc.found
         region = _region(found, buf, lca)
         if canon:

@@ -29,6 +29,13 @@ fetch after it overwrites what this step read), none between a step's fetch and 
 compute (different halves) -- one ``__syncthreads()`` a step instead of two, and the
 global loads of the next tile in flight while the tensor or FMA units work.
 
+A buffer marked with ``stages`` n > 2 (the function attribute ``buffer_stages``:
+``double_buffer(.., stages=n)``) gets n copies: steps ``0 .. n - 2`` fetched before the
+loop, step ``k`` fetching step ``k + n - 1`` into copy ``(k + n - 1) % n`` and computing on
+copy ``k % n``; the loop is annotated ``pipeline_stages`` (n), which the CUDA renderer
+reads to let the latest ``n - 2`` groups of asynchronous copies stay in flight at the
+loop's barriers (:mod:`toolchain.codegen.cuda`).
+
 >>> from toolchain.tir import ir
 >>> A = ir.Buffer("A", (16,)); S = ir.Buffer("S", (4,), scope="shared")
 >>> C = ir.Buffer("C", (4,)); k = ir.Var("k"); t = ir.Var("t")
@@ -48,6 +55,20 @@ for k in range(4):
             S[(k + 1) % 2 * 4 + t] = A[k * 4 + t + 4]
     for t in range(4):
         C[t] = C[t] + S[k % 2 * 4 + t]
+>>> three = ir.PrimFunc((A, C), ir.For(k, 0, 4, "serial", body), "f",
+...                     {"double_buffer": ("S",), "buffer_stages": (("S", 3),)})
+>>> print(inject_double_buffer(three).body)  # doctest: +NORMALIZE_WHITESPACE
+S = T.allocate((12,), "float32", scope="shared")
+for t in range(4):
+    S[t] = A[t]
+for t in range(4):
+    S[t + 4] = A[t + 4]
+for k in T.serial(4, annotations={'pipeline_stages': 3}):
+    if k + 2 < 4:
+        for t in range(4):
+            S[(k + 2) % 3 * 4 + t] = A[k * 4 + t + 8]
+    for t in range(4):
+        C[t] = C[t] + S[k % 3 * 4 + t]
 """
 
 from __future__ import annotations
@@ -59,6 +80,10 @@ from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
 
 #: the function attribute that lists the double-buffered shared buffers (by name)
 DOUBLE_BUFFER = "double_buffer"
+#: the function attribute giving buffers more than two stages: ``((name, stages), ...)``
+BUFFER_STAGES = "buffer_stages"
+#: the annotation of a step loop pipelined over more than two stages (value: the stages)
+PIPELINE_STAGES = "pipeline_stages"
 
 
 class _Touches(StmtExprVisitor):
@@ -114,8 +139,9 @@ class _Half(StmtExprMutator):
 
 
 class _Inject(StmtExprMutator):
-    def __init__(self, names: set[str]) -> None:
+    def __init__(self, names: set[str], stages: dict[str, int]) -> None:
         self.names = names
+        self.stages = stages
 
     def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802
         s2 = super().visit_For(s)
@@ -143,20 +169,26 @@ class _Inject(StmtExprMutator):
             n_fetch += 1
         if n_fetch == 0 or any(_touches(x, datas).writes for x in stmts[n_fetch:]):
             return None  # not "fetch, then compute": left single-buffered
-        halves = {b.data: (ir.Buffer(b.name, (ir.const_int(b.shape[0]) * 2,), b.dtype,
+        n = max(self.stages.get(b.name, 2) for b in marked)  # copies of each tile
+        halves = {b.data: (ir.Buffer(b.name, (ir.const_int(b.shape[0]) * n,), b.dtype,
                                      b.scope, align=b.align), ir.const_int(b.shape[0]))
                   for b in marked}
         fetch, compute = ir.seq(*stmts[:n_fetch]), ir.seq(*stmts[n_fetch:])
         k, lo = s.loop_var, s.min
         step = arith.simplify(k - lo)
-        first = _Half(halves, ir.IntImm(0)).visit_stmt(substitute(fetch, {k: lo}))
-        nxt = _Half(halves, (step + 1) % 2).visit_stmt(substitute(fetch, {k: k + 1}))
-        inner: ir.Stmt = ir.seq(ir.IfThenElse(k + 1 < lo + s.extent, nxt),
-                                _Half(halves, step % 2).visit_stmt(compute))
+        ahead = n - 1  # steps a fetch runs ahead of the products
+        first = ir.seq(*(_Half(halves, ir.IntImm(j)).visit_stmt(substitute(fetch, {k: lo + j}))
+                         for j in range(min(ahead, ext))))
+        nxt = _Half(halves, (step + ahead) % n).visit_stmt(substitute(fetch, {k: k + ahead}))
+        inner: ir.Stmt = ir.seq(ir.IfThenElse(k + ahead < lo + s.extent, nxt),
+                                _Half(halves, step % n).visit_stmt(compute))
         for b in reversed(allocs):
             if b.data not in datas:
                 inner = ir.Allocate(b, inner)
-        out: ir.Stmt = ir.seq(first, replace(s, body=inner))
+        loop = replace(s, body=inner)
+        if n > 2:
+            loop = replace(loop, annotations={**loop.annotations, PIPELINE_STAGES: n})
+        out: ir.Stmt = ir.seq(first, loop)
         for new, _ in reversed(list(halves.values())):
             out = ir.Allocate(new, out)
         return out
@@ -172,10 +204,10 @@ def inject_double_buffer(func: ir.PrimFunc) -> ir.PrimFunc:
         return func
     from toolchain.tir.transform.simplify import simplify
 
-    body = _Inject(set(names)).visit_stmt(func.body)
-    attrs = {k: v for k, v in func.attrs.items() if k != DOUBLE_BUFFER}
+    body = _Inject(set(names), dict(func.attrs.get(BUFFER_STAGES, ()))).visit_stmt(func.body)
+    attrs = {k: v for k, v in func.attrs.items() if k not in (DOUBLE_BUFFER, BUFFER_STAGES)}
     out = ir.PrimFunc(func.params, body, func.name, attrs)
     return out if body is func.body else simplify(out)
 
 
-__all__ = ["DOUBLE_BUFFER", "inject_double_buffer"]
+__all__ = ["BUFFER_STAGES", "DOUBLE_BUFFER", "PIPELINE_STAGES", "inject_double_buffer"]

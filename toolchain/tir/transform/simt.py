@@ -22,7 +22,13 @@ of data races (:mod:`toolchain.tir.race` checks that). It is what
   - shared allocations move to the start of the block (once per block, as on the GPU);
   - what a thread keeps across a barrier — a ``let`` value that depends on the thread, a
     ``local`` array whose scope holds a barrier — becomes a per-thread array indexed by the
-    linear thread id (``x`` -> ``x_per_thread[tid]``).
+    linear thread id (``x`` -> ``x_per_thread[tid]``);
+  - an ``mma.accumulator`` buffer (``mma.sync``'s registers, one lane's share of its
+    warp's tile: :mod:`~toolchain.tir.transform.mma_fragments`) is always such an array,
+    interleaved by lane -- register ``r`` of lane ``l`` of warp ``w`` at
+    ``(w * R + r) * 32 + l`` -- so that a warp-collective call, made once per warp,
+    reaches every lane's registers at a stride of 32 (``KILN_MMA_ACC`` in the CUDA
+    descriptors' ``c_helpers``).
 
 Before (lowered, barriers placed by :mod:`~toolchain.tir.transform.inject_barriers`)::
 
@@ -91,6 +97,7 @@ from toolchain.tir.transform.inject_barriers import (
     thread_extents,
     with_kernels,
 )
+from toolchain.tir.transform.mma_fragments import SCOPE as MMA_SCOPE
 
 #: For annotation marking a block loop / a thread loop of the emulation (value: the tag)
 SIMT_BLOCK = "simt_block"
@@ -196,6 +203,9 @@ class _Block(StmtExprMutator):
                     ) -> tuple[ir.Buffer, tuple[ir.PrimExpr, ...]]:
         new, n = self.expanded[buf.data]
         off = self.tid * n if n != 1 else self.tid
+        if buf.scope == MMA_SCOPE:  # register r of lane l of warp w at (w n + r) 32 + l
+            warp = self.tid // 32 * (n * 32) + self.tid % 32
+            return new, (arith.simplify(warp + idx[0] * 32),)
         i = idx[0]
         if isinstance(i, ir.Ramp):
             return new, (ir.Ramp(arith.simplify(off + i.base), i.stride, i.lanes),)
@@ -213,6 +223,31 @@ class _Block(StmtExprMutator):
             # copies would hold the same values, 32 times the work)
             out = ir.IfThenElse(ir.EQ(arith.simplify(self.tid % lanes), ir.IntImm(0)), out)
         return out
+
+    def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
+        if s.buffer.scope == MMA_SCOPE:  # a warp's registers: its lanes' apart, as on a GPU
+            self._expand(s.buffer)
+            return self.visit_stmt(s.body)
+        return super().visit_Allocate(s)
+
+    def _expand(self, b: ir.Buffer) -> None:
+        """``b`` (one thread's) as one array for the block's threads: ``tid * n + i``,
+        or, for mma.sync accumulators, interleaved by lane (``KILN_MMA_ACC`` of the
+        target's ``c_helpers``: a warp-collective call made once reaches every lane's
+        registers at a stride of 32)."""
+        n = ir.const_int(b.shape[0]) if len(b.shape) == 1 else None
+        if n is None:
+            raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: buffer "
+                                   f"{b.name} lives across a barrier but has no "
+                                   f"static flat size ({b.shape})")
+        if b.scope == MMA_SCOPE and self.threads % 32:
+            raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: mma.sync "
+                                   f"accumulator {b.name} in a block of {self.threads} "
+                                   "threads, not whole warps")
+        buf = ir.Buffer(f"{b.name}_per_thread", (n * self.threads,), b.dtype, "global",
+                        align=b.align)
+        self.expanded[b.data] = (buf, n)
+        self.new_buffers.append(buf)
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         e2 = super().visit_BufferLoad(e)
@@ -297,16 +332,7 @@ class _Block(StmtExprMutator):
             finally:
                 del self.subst[s.var]
         if isinstance(s, ir.Allocate):
-            n = ir.const_int(s.buffer.shape[0]) if len(s.buffer.shape) == 1 else None
-            if n is None:
-                raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: buffer "
-                                       f"{s.buffer.name} lives across a barrier but has no "
-                                       f"static flat size ({s.buffer.shape})")
-            b = s.buffer
-            buf = ir.Buffer(f"{b.name}_per_thread", (n * self.threads,), b.dtype, "global",
-                            align=b.align)
-            self.expanded[b.data] = (buf, n)
-            self.new_buffers.append(buf)
+            self._expand(s.buffer)
             return self.fission(s.body)
         if isinstance(s, ir.AttrStmt):
             return ir.AttrStmt(s.node, s.key, self.visit_expr(s.value), self.fission(s.body))
