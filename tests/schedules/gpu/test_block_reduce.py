@@ -104,7 +104,7 @@ def test_the_rule_reads_shapes_and_the_descriptor() -> None:
 def test_block_reductions_only_where_the_rule_says_and_race_free(name: str) -> None:
     build, expected, launches = MODELS[name]
     srcs, n = _kernel_sources(build())
-    used = any("_rf = T.allocate" in s and 'scope="shared"' in s for s in srcs)
+    used = any("T.shfl_xor_sync(" in s for s in srcs)  # the warp-shuffle block reduction
     assert used == expected, "\n".join(srcs)
     assert n == launches, "\n".join(srcs)
     if expected:
@@ -144,6 +144,7 @@ def test_block_reductions_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) ->
         d = compile_model(MODELS[name][0](), "cuda-sm90", tmp_path / name, progress=False)
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
+        assert "__shfl_xor_sync(0xffffffffu, " in src, name
         res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o")
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
 
@@ -186,7 +187,7 @@ def test_the_zoo_groups_with_block_reductions_are_race_free(name: str) -> None:
         if not ops & {"Gemm", "MatMul", "ReduceMean", "ReduceSum", "Softmax"}:
             continue
         sch = schedule_for(node, SM90).schedule
-        if "_rf_1" in str(sch.mod):
+        if "shfl_xor_sync" in str(lower(sch, target=SM90)):
             seen.add(node.name)
             check_races(lower(sch, target=SM90), max_blocks=2)  # every block alike
     assert seen == ZOO_GROUPS[name]

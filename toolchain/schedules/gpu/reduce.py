@@ -78,6 +78,9 @@ FAN_IN = 8
 #: the least block size of a block reduction (a warp)
 MIN_THREADS = 32
 
+#: lanes of a warp: the shuffle reduction needs a descriptor that says ``warp_size: 32``
+WARP = 32
+
 
 def prefers_block_reduce(outputs: int, length: int, target: Target, threads: int = 256
                          ) -> bool:
@@ -123,21 +126,103 @@ def _extents(sch: Schedule, block: Any) -> tuple[int, int] | None:
     return math.prod(ext[:n_sp]), math.prod(ext[n_sp:])
 
 
+def shuffle_threads(length: int, most: int) -> int | None:
+    """The block size of a shuffle block reduction over ``length`` elements: the largest
+    power of two up to ``most`` and ``length / 4`` (each thread at least four elements)
+    that divides ``length``, at least a warp; else None. (A guarded split would leave
+    ``rfactor`` a separate init block, which ``compute_at`` cannot move into the threads.)
+
+    >>> shuffle_threads(512, 256), shuffle_threads(4096, 1024), shuffle_threads(1000, 256)
+    (128, 1024, None)
+    """
+    t = 1 << (max(1, min(most, length // 4)).bit_length() - 1)
+    while t >= WARP:
+        if length % t == 0:
+            return t
+        t //= 2
+    return None
+
+
 def try_block_reduce(sch: Schedule, block: Any, target: Target, threads: int
                      ) -> Schedule | None:
     """:func:`block_reduce` where :func:`prefers_block_reduce` takes the stage (``threads``:
-    the generic kernel's block size, the most a block reduction uses); else None."""
+    the generic kernel's block size, the most a block reduction uses); else None. On a
+    descriptor with ``warp_size`` 32 the reduction is the shuffle one
+    (:func:`shuffle_reduce`), else the shared-memory tree."""
     ext = _extents(sch, block)
     if ext is None or not prefers_block_reduce(ext[0], ext[1], target, threads):
         return None
+    if target.warp_size == WARP:
+        t = shuffle_threads(ext[1], threads)
+        return None if t is None else shuffle_reduce(sch, block, target, t)
     t = block_threads(ext[1], threads)
     return None if t is None else block_reduce(sch, block, target, t)
 
 
+def shuffle_reduce(sch: Schedule, block: Any, target: Target, threads: int
+                   ) -> Schedule | None:
+    """Reduction stage ``block`` as one block of ``threads`` threads (a power of two, 1 to
+    1,024) per output, summed by warp shuffles: thread ``t`` sums elements ``t, t + T, ...``
+    in a register (``rfactor``; ``T`` divides the length), then the
+    reduction over ``t`` is bound to ``threadIdx.x`` (a cross-thread reduction, lowered by
+    :mod:`~toolchain.tir.transform.lower_thread_allreduce`: a shuffle butterfly per warp,
+    ``T / 32`` partials in ``shared`` memory, one barrier, a second butterfly). Its one
+    element-wise consumer over the outputs (bias, activation, the mean's division) is
+    computed by thread 0 in the same kernel. A new schedule, or None (``sch`` untouched)
+    where a step does not apply."""
+    name = sch.get(block).name_hint
+    ext = _extents(sch, block)
+    if ext is None:
+        return None
+    trial = sch.copy()
+    try:
+        b = trial.get_block(name)
+        n_red = sum(1 for iv in trial.get(b).iter_vars if iv.iter_type != ir.IterType.SPATIAL)
+        loops = trial.get_loops(b)
+        red = trial.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
+        _, inner = trial.split(red, [None, threads])
+        rf = trial.rfactor(inner, 0)  # partial[t] over elements t, t + T, ... (a register)
+        b = trial.get_block(name)
+        cons = trial.get_consumers(b)
+        tail = len(cons) == 1 and _over(trial, cons[0], ext[0])
+        if tail:  # the consumer's loops make the kernel; the reduction goes inside
+            lps = trial.get_loops(cons[0])
+            row = trial.fuse(*lps) if len(lps) > 1 else lps[0]
+            bx, one = trial.split(row, [None, 1])
+            _, tx = trial.split(one, [None, threads])  # the output's thread: t < 1
+            trial.bind(bx, "blockIdx.x")
+            trial.bind(tx, "threadIdx.x")
+            trial.compute_at(b, bx)
+        else:
+            *spatial, _ = trial.get_loops(b)
+            row = trial.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+            bx, _ = trial.split(row, [None, 1])
+            trial.bind(bx, "blockIdx.x")
+        tree = trial.get_loops(b)[-1]
+        trial.bind(tree, "threadIdx.x")  # the cross-thread reduction
+        trial.compute_at(rf, tree)
+        trial.set_scope(rf, 0, "local")
+        if tail:
+            trial.set_scope(b, 0, "local")  # every thread's copy of the total
+        trial.verify(target)
+    except KilnError:
+        return None
+    return trial
+
+
+def _over(sch: Schedule, block: Any, outputs: int) -> bool:
+    """Whether ``block`` is element-wise over ``outputs`` elements (spatial, constant)."""
+    ivs = sch.get(block).iter_vars
+    return all(iv.iter_type == ir.IterType.SPATIAL and isinstance(iv.dom.extent, ir.IntImm)
+               for iv in ivs) and math.prod(int(iv.dom.extent.value) for iv in ivs) == outputs
+
+
 def block_reduce(sch: Schedule, block: Any, target: Target, threads: int) -> Schedule | None:
     """Reduction stage ``block`` as one block of ``threads`` threads per output (see the
-    module docstring); its element-wise consumers computed by the output's thread where
-    they can be. A new schedule, or None (``sch`` untouched) where a step does not apply."""
+    module docstring), the partials summed by a shared-memory tree (the reduction on a
+    descriptor without ``warp_size`` 32; :func:`shuffle_reduce` otherwise); its
+    element-wise consumers computed by the output's thread where they can be. A new
+    schedule, or None (``sch`` untouched) where a step does not apply."""
     name = sch.get(block).name_hint
     outputs = math.prod(int(iv.dom.extent.value) for iv in sch.get(block).iter_vars
                         if iv.iter_type == ir.IterType.SPATIAL

@@ -273,6 +273,26 @@ def tile(state: ScheduleState, loops: list[LoopRV], factors: list[list[Any]]) ->
     return order
 
 
+def _cross_thread(blocks: list[ir.BlockRealize], f: ir.For, kind: str, tag: str | None
+                  ) -> bool:
+    """Whether binding ``f`` to ``tag`` makes cross-thread reductions: ``threadIdx.x``,
+    and every block whose reduce variable ``f`` feeds is one the lowering turns into warp
+    shuffles (:mod:`~toolchain.tir.transform.lower_thread_allreduce`); raises with the
+    reason where a block is not."""
+    if kind != "thread_binding" or tag != "threadIdx.x":
+        return False
+    from toolchain.tir.transform.lower_thread_allreduce import cross_thread_reduce_var
+
+    for r in blocks:
+        if any(iv.iter_type == ir.IterType.REDUCE and f.loop_var in free_vars(v)
+               for iv, v in zip(r.block.iter_vars, r.iter_values, strict=True)):
+            why = cross_thread_reduce_var(r, f.loop_var)
+            if why is not None:
+                raise ScheduleError(f"bind: loop {f.loop_var.name} to threadIdx.x as a "
+                                    f"cross-thread reduction: {why}")
+    return True
+
+
 def _set_kind(state: ScheduleState, loop: LoopRV, kind: str, tag: str | None = None) -> ir.For:
     f, path = state.get_loop(loop)
     prim = {"parallel": "parallel", "vectorized": "vectorize", "unrolled": "unroll",
@@ -283,7 +303,7 @@ def _set_kind(state: ScheduleState, loop: LoopRV, kind: str, tag: str | None = N
     blocks = [r for r, _ in st.blocks_under(f.body)]
     if kind in ("parallel", "vectorized", "thread_binding"):
         kinds = _binding_kinds(blocks, f.loop_var)
-        if "reduce" in kinds:
+        if "reduce" in kinds and not _cross_thread(blocks, f, kind, tag):
             raise ScheduleError(
                 f"{prim}: loop {f.loop_var.name} (extent {f.extent}) feeds the reduce var "
                 f"{kinds['reduce'][0]}: its iterations accumulate into the same element, so "
