@@ -6,6 +6,7 @@ against the reference executor, the race checker, and broken shuffles that must 
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,11 +55,10 @@ def _emulate(f: ir.PrimFunc, x: np.ndarray) -> np.ndarray:
     return y
 
 
-#: (row length, block size): a block size must divide the length (a power of two: 2 to
-#: 1,024 threads, within one warp or several); lengths such as 31, 33 or 4,097 keep the
-#: one-thread-per-output kernel (see the bundles below)
-SHAPES = [(8, 2), (16, 16), (32, 32), (1000, 8), (64, 64), (96, 32), (1024, 128),
-          (2048, 1024), (4096, 256)]
+#: (row length, block size): 2 to 1,024 threads, within one warp or several; lengths
+#: shorter than the block (1, 31), one past a multiple (33, 4097), not a power of two
+SHAPES = [(1, 32), (31, 32), (32, 32), (33, 32), (1000, 64), (4097, 1024), (33, 1024),
+          (16, 16), (8, 2), (96, 32), (1024, 128), (2048, 1024), (4096, 256), (1000, 512)]
 
 
 @pytest.mark.parametrize(("n", "threads"), SHAPES)
@@ -67,12 +67,21 @@ def test_shuffle_reductions_emulated_match_numpy(n: int, threads: int) -> None:
     kind = "max" if n % 3 == 0 else "sum"
     f = _lowered(2, n, threads, kind)
     src = str(f)
-    assert "T.shfl_xor_sync(" in src
-    assert ("T.storage_sync('shared')" in src) == (threads > 32)  # one barrier, across warps
+    assert ("T.shfl_xor_sync(" in src) == (n > 1)  # a row of one: thread 0 copies it
+    assert ("T.storage_sync('shared')" in src) == (threads > 32 and n > 1)  # across warps
     want = x.sum(axis=1) if kind == "sum" else x.max(axis=1)
     np.testing.assert_allclose(_emulate(f, x), want, rtol=1e-5, atol=1e-5)
     if threads > 32:
         check_races(f, max_blocks=1)
+
+
+def test_a_row_shorter_than_the_block_reads_nothing_past_its_end() -> None:
+    """31 elements on 32 threads (no partials): thread 31 contributes the identity and
+    reads no element (a guarded load, not a clamped one)."""
+    src = str(_lowered(2, 31, 32))
+    pat = (r"if (\w+) < 31:\n\s+y_red\[0\] = x\[\w+ \* 31 \+ \1\]\n\s+else:\n"
+           r"\s+y_red\[0\] = T.float32\(0.0\)")
+    assert re.search(pat, src), src
 
 
 class _Edit(StmtExprMutator):
@@ -167,10 +176,10 @@ def _classifier():
 
 
 BUNDLES = {
-    "reduce_sum_3x4097": lambda: _reduce("ReduceSum", [3, 4097]),  # no shuffles: 4097
-    "reduce_sum_2x33": lambda: _reduce("ReduceSum", [2, 33]),
+    "reduce_sum_3x4097": lambda: _reduce("ReduceSum", [3, 4097]),
+    "reduce_sum_2x33": lambda: _reduce("ReduceSum", [2, 33]),  # short: a thread a row
     "reduce_sum_2x1": lambda: _reduce("ReduceSum", [2, 1]),
-    "reduce_max_2x1000": lambda: _reduce("ReduceMax", [2, 1000]),  # no shuffles: 1000
+    "reduce_max_2x1000": lambda: _reduce("ReduceMax", [2, 1000]),
     "reduce_max_2x2048": lambda: _reduce("ReduceMax", [2, 2048]),
     "reduce_mean_2x1536": lambda: _reduce("ReduceMean", [2, 1536]),
     "softmax_2x4097": lambda: _softmax([2, 4097]),

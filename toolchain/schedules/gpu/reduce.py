@@ -126,21 +126,16 @@ def _extents(sch: Schedule, block: Any) -> tuple[int, int] | None:
     return math.prod(ext[:n_sp]), math.prod(ext[n_sp:])
 
 
-def shuffle_threads(length: int, most: int) -> int | None:
+def shuffle_threads(length: int, most: int) -> int:
     """The block size of a shuffle block reduction over ``length`` elements: the largest
-    power of two up to ``most`` and ``length / 4`` (each thread at least four elements)
-    that divides ``length``, at least a warp; else None. (A guarded split would leave
-    ``rfactor`` a separate init block, which ``compute_at`` cannot move into the threads.)
+    power of two up to ``most`` and ``length / 4`` (each thread at least four elements),
+    at least a warp. It need not divide ``length``: the last threads' elements past the
+    end are guarded.
 
-    >>> shuffle_threads(512, 256), shuffle_threads(4096, 1024), shuffle_threads(1000, 256)
-    (128, 1024, None)
+    >>> shuffle_threads(512, 256), shuffle_threads(4097, 1024), shuffle_threads(1000, 256)
+    (128, 1024, 128)
     """
-    t = 1 << (max(1, min(most, length // 4)).bit_length() - 1)
-    while t >= WARP:
-        if length % t == 0:
-            return t
-        t //= 2
-    return None
+    return max(WARP, 1 << (max(1, min(most, length // 4)).bit_length() - 1))
 
 
 def try_block_reduce(sch: Schedule, block: Any, target: Target, threads: int
@@ -153,8 +148,7 @@ def try_block_reduce(sch: Schedule, block: Any, target: Target, threads: int
     if ext is None or not prefers_block_reduce(ext[0], ext[1], target, threads):
         return None
     if target.warp_size == WARP:
-        t = shuffle_threads(ext[1], threads)
-        return None if t is None else shuffle_reduce(sch, block, target, t)
+        return shuffle_reduce(sch, block, target, shuffle_threads(ext[1], threads))
     t = block_threads(ext[1], threads)
     return None if t is None else block_reduce(sch, block, target, t)
 
@@ -163,7 +157,8 @@ def shuffle_reduce(sch: Schedule, block: Any, target: Target, threads: int
                    ) -> Schedule | None:
     """Reduction stage ``block`` as one block of ``threads`` threads (a power of two, 1 to
     1,024) per output, summed by warp shuffles: thread ``t`` sums elements ``t, t + T, ...``
-    in a register (``rfactor``; ``T`` divides the length), then the
+    in a register (``rfactor``; elements past the end guarded; no partials where the
+    row is no longer than the block: thread ``t`` takes element ``t``), then the
     reduction over ``t`` is bound to ``threadIdx.x`` (a cross-thread reduction, lowered by
     :mod:`~toolchain.tir.transform.lower_thread_allreduce`: a shuffle butterfly per warp,
     ``T / 32`` partials in ``shared`` memory, one barrier, a second butterfly). Its one
@@ -180,9 +175,13 @@ def shuffle_reduce(sch: Schedule, block: Any, target: Target, threads: int
         n_red = sum(1 for iv in trial.get(b).iter_vars if iv.iter_type != ir.IterType.SPATIAL)
         loops = trial.get_loops(b)
         red = trial.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
-        _, inner = trial.split(red, [None, threads])
-        rf = trial.rfactor(inner, 0)  # partial[t] over elements t, t + T, ... (a register)
-        b = trial.get_block(name)
+        rf = None
+        if ext[1] > threads:  # else each thread has at most one element: no partials
+            _, inner = trial.split(red, [None, threads])
+            # partial[t] over elements t, t + T, ... (a register), initialised in the block
+            # (its only writer: compute_at moves it into the thread)
+            rf = trial.rfactor(inner, 0, init_in_block=True)
+            b = trial.get_block(name)
         cons = trial.get_consumers(b)
         tail = len(cons) == 1 and _over(trial, cons[0], ext[0])
         if tail:  # the consumer's loops make the kernel; the reduction goes inside
@@ -194,14 +193,17 @@ def shuffle_reduce(sch: Schedule, block: Any, target: Target, threads: int
             trial.bind(tx, "threadIdx.x")
             trial.compute_at(b, bx)
         else:
-            *spatial, _ = trial.get_loops(b)
+            *spatial, _ = trial.get_loops(b)  # the reduction is one loop now
             row = trial.fuse(*spatial) if len(spatial) > 1 else spatial[0]
             bx, _ = trial.split(row, [None, 1])
             trial.bind(bx, "blockIdx.x")
         tree = trial.get_loops(b)[-1]
+        if rf is None:  # threads past the row's end contribute the identity
+            _, tree = trial.split(tree, [None, threads])
         trial.bind(tree, "threadIdx.x")  # the cross-thread reduction
-        trial.compute_at(rf, tree)
-        trial.set_scope(rf, 0, "local")
+        if rf is not None:
+            trial.compute_at(rf, tree)
+            trial.set_scope(rf, 0, "local")
         if tail:
             trial.set_scope(b, 0, "local")  # every thread's copy of the total
         trial.verify(target)

@@ -132,8 +132,8 @@ def reducer_of(block: ir.Block) -> Reducer | None:
 def cross_thread_reduce_var(r: ir.BlockRealize, var: ir.Var) -> str | None:
     """Why loop variable ``var`` (bound to ``threadIdx.x``) cannot feed the reduce
     variable of ``r`` as a cross-thread reduction; None when it can: ``r``'s one reduce
-    variable is bound to ``var`` itself, the block is a :func:`reducer_of` form and its
-    predicate is free of ``var``."""
+    variable is bound to ``var`` itself and the block is a :func:`reducer_of` form (a
+    predicate on ``var``: the threads it leaves out contribute the identity)."""
     block = r.block
     red = [(iv, v) for iv, v in zip(block.iter_vars, r.iter_values, strict=True)
            if iv.iter_type == ir.IterType.REDUCE]
@@ -143,9 +143,20 @@ def cross_thread_reduce_var(r: ir.BlockRealize, var: ir.Var) -> str | None:
     if reducer_of(block) is None:
         return (f"block {block.name_hint!r} is not `C[i] = C[i] + x` (or max/min) with the "
                 "identity as its init")
-    if var in free_vars(r.predicate):
-        return f"block {block.name_hint!r} has a predicate on loop {var.name}"
     return None
+
+
+def _conjuncts(e: ir.PrimExpr) -> list[ir.PrimExpr]:
+    if isinstance(e, ir.And):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [] if ir.is_const_int(e, 1) else [e]
+
+
+def _all(conds: list[ir.PrimExpr]) -> ir.PrimExpr | None:
+    out = None
+    for c in conds:
+        out = c if out is None else ir.And(out, c)
+    return out
 
 
 class _Lower(StmtExprMutator):
@@ -200,14 +211,21 @@ class _Lower(StmtExprMutator):
             return [buf.store(red.combine(acc, shfl_xor(acc, 1 << k, width, mask)), [0])
                     for k in reversed(range(lanes.bit_length() - 1))]
 
-        body = [buf.store(substitute(red.value, vmap), [0]),
-                *butterfly(min(threads, WARP), min(threads, WARP))]
+        # a guard on the thread (a row shorter than the block): the threads it leaves out
+        # contribute the identity; the other guards decide whether the output is written
+        conds = _conjuncts(r.predicate)
+        mine = _all([c for c in conds if t in free_vars(c)])
+        rest = _all([c for c in conds if t not in free_vars(c)])
+        first: ir.Stmt = buf.store(substitute(red.value, vmap), [0])
+        if mine is not None:
+            first = ir.IfThenElse(mine, first, buf.store(red.identity, [0]))
+        body = [first, *butterfly(min(threads, WARP), min(threads, WARP))]
         out_idx = [substitute(i, vmap) for i in red.store.indices]
         write: ir.Stmt = ir.BufferStore(red.store.buffer, acc, tuple(out_idx))
         if red.store.buffer.scope != "local":
             write = ir.IfThenElse(ir.EQ(t, ir.IntImm(0)), write)
-        if not ir.is_const_int(r.predicate, 1):
-            write = ir.IfThenElse(substitute(r.predicate, vmap), write)
+        if rest is not None:
+            write = ir.IfThenElse(rest, write)
         if threads > WARP:
             warps = threads // WARP
             part = ir.Buffer(self._name(f"{red.store.buffer.name}_warps"), (warps,), dtype,
