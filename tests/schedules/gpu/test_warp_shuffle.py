@@ -167,6 +167,16 @@ def _softmax(shape: list[int]):
                       {"x": (np.float32, shape)}, {"y": (np.float32, shape)})
 
 
+def _layer_norm(shape: list[int]):
+    rng = np.random.default_rng(5)
+    n = shape[-1]
+    return make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"],
+                                        axis=-1, epsilon=1e-5)],
+                      {"x": (np.float32, shape)}, {"y": (np.float32, shape)},
+                      {"g": rng.standard_normal(n).astype(np.float32),
+                       "b": rng.standard_normal(n).astype(np.float32)}, opset=17)
+
+
 def _classifier():
     rng = np.random.default_rng(3)
     return make_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
@@ -185,7 +195,31 @@ BUNDLES = {
     "softmax_2x4097": lambda: _softmax([2, 4097]),
     "softmax_2x4096": lambda: _softmax([2, 4096]),
     "classifier_512x1000": _classifier,
+    "layer_norm_2x3x1000": lambda: _layer_norm([2, 3, 1000]),
+    "layer_norm_2x4097": lambda: _layer_norm([2, 4097]),
 }
+
+#: long-row groups: one launch, a block a row (softmax: max then sum; layer norm: mean
+#: then variance), each reduction one shuffle allreduce with one barrier
+ROWS = {"softmax_2x4097": 2, "softmax_2x4096": 2, "layer_norm_2x3x1000": 2,
+        "layer_norm_2x4097": 2}
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_long_rows_are_one_launch_of_a_block_a_row(name: str) -> None:
+    from toolchain.graph.passes import run_pipeline
+    from toolchain.graph.passes.layout import layout_for_target
+    from toolchain.schedules.registry import schedule_for
+    from toolchain.tir.transform.inject_barriers import kernels_of
+
+    graph = run_pipeline(from_onnx(BUNDLES[name]()), layout_for_target(SM90))
+    (node,) = graph.nodes
+    f = lower(schedule_for(node, SM90).schedule, target=SM90)
+    assert len(kernels_of(f.body)[1]) == 1, str(f)
+    src = str(f)
+    assert src.count("T.storage_sync('shared')") == ROWS[name], src
+    assert src.count("_warps = T.allocate(") == 2
+    check_races(f, max_blocks=1)
 
 
 @pytest.mark.parametrize("name", list(BUNDLES))
@@ -206,5 +240,6 @@ def test_without_warp_size_the_shared_tree_stays() -> None:
 
     f = lower(try_block_reduce(sch, sch.get_block("y"), tree, 256), target=tree)
     assert "shfl" not in str(f) and "y_rf_1" in str(f)
+    sch = Schedule(_row_reduce(2, 2048, "sum"), SM90)
     f = lower(try_block_reduce(sch, sch.get_block("y"), SM90, 256), target=SM90)
     assert "T.shfl_xor_sync(" in str(f)

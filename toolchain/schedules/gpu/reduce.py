@@ -4,8 +4,12 @@ The generic kernel (:mod:`toolchain.schedules.gpu.generic`) gives each output on
 which sums the whole reduction alone. Where there are few outputs and long reductions (a
 batch-1 classifier ``Gemm``: 1,000 outputs of 512 products on a 132-SM GPU is 4 blocks of
 250 threads, neighbouring threads reading weights a row apart) the GPU stays mostly idle.
-:func:`block_reduce` instead gives each output one block of ``T`` threads (schedule
-primitives only, no warp shuffles):
+A block reduction instead gives each output one block of ``T`` threads. On a descriptor
+with ``warp_size: 32`` it is :func:`shuffle_reduce` (the partials summed by warp
+shuffles: a cross-thread reduction, lowered by
+:mod:`~toolchain.tir.transform.lower_thread_allreduce`), and :func:`block_row_kernel`
+makes a softmax or layer norm with long rows one launch, a block a row. Elsewhere it is
+:func:`block_reduce`, a shared-memory tree:
 
 1. the reduction is split ``[None, T]`` and ``rfactor``-ed on its inner part: thread ``t``
    sums elements ``t, t + T, t + 2T, ...`` (consecutive threads read consecutive
@@ -281,3 +285,97 @@ def _fold_consumers(sch: Schedule, block: Any, at: Any, outputs: int) -> bool:
         except KilnError:
             done = False
     return done and bool(sch.get_consumers(block))
+
+
+def block_row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
+    """A group of row reductions feeding one element-wise output (softmax: max, then the
+    sum of exponentials, then the division; layer norm: the mean, then the variance, then
+    the normalisation) as **one kernel of one block per row**, for rows too long for
+    :func:`~toolchain.schedules.gpu.generic.row_kernel`'s thread a row: each reduction a
+    shuffle allreduce of the block's ``T`` threads (every thread strides over the row into
+    a register, a warp butterfly, ``T / 32`` partials in ``shared`` memory, one barrier,
+    a second butterfly: every thread holds the row's value), then the row's outputs,
+    ``T`` threads striding over them. Only on a descriptor with ``warp_size`` 32, where
+    every reduction gives one value a row (the output's axes but its last) and a row has
+    at least :data:`BLOCK_REDUCE_MIN` elements. None (``sch`` untouched) where it does
+    not apply.
+
+    Before (``Softmax`` of 2 x 4097, inlined)::
+
+        for i0, i1, k in T.grid(2, 1, 4097):
+            with T.block("softmax_max"): ...
+        for i0, i1, k in T.grid(2, 1, 4097):
+            with T.block("softmax_sum"): ...
+        for i0, i1 in T.grid(2, 4097):
+            with T.block("softmax"): ...
+
+    after, lowered (``T`` = 256; the sum's steps like the max's)::
+
+        for row in T.thread_binding(2, thread="blockIdx.x"):
+            softmax_max = T.allocate((1,), "float32", scope="local")
+            for t in T.thread_binding(256, thread="threadIdx.x"):
+                softmax_max_rf[0] = T.float32("-inf")
+                softmax_max_rf[0] = T.max(softmax_max_rf[0], x[row * 4097 + t])  # 17 steps
+                softmax_max_red[0] = softmax_max_rf[0]
+                softmax_max_red[0] = T.max(softmax_max_red[0], T.shfl_xor_sync(..., 16, 32))
+                ...
+                softmax_max_warps[t // 32] = ...; T.storage_sync('shared'); ...
+                softmax_max[0] = softmax_max_red[0]
+            ...
+            for i1_0 in range(17):
+                for t in T.thread_binding(256, thread="threadIdx.x"):
+                    if i1_0 * 256 + t < 4097:
+                        softmax[..] = T.exp(x[..] - softmax_max[0]) / softmax_sum[0]
+    """
+    from toolchain.tir.schedule import state as st
+
+    if target.warp_size != WARP:
+        return None
+    blocks = sch.get_child_blocks(sch.get_block("root"))
+    if len(blocks) < 3 or any(iv.iter_type != ir.IterType.SPATIAL
+                              for iv in sch.get(blocks[-1]).iter_vars):
+        return None
+    out = blocks[-1]
+    lps = sch.get_loops(out)
+    ext = [sch.get(lp).extent for lp in lps]
+    if len(lps) < 2 or not all(isinstance(e, ir.IntImm) for e in ext) \
+            or len(sch.get(out).writes) != 1:
+        return None
+    length = int(ext[-1].value)
+    rows = math.prod(int(e.value) for e in ext[:-1])
+    if length < BLOCK_REDUCE_MIN or any(_extents(sch, b) != (rows, length)
+                                        for b in blocks[:-1]):
+        return None
+    t = shuffle_threads(length, threads)
+    names = [sch.get(b).name_hint for b in blocks[:-1]]
+    trial = sch.copy()
+    try:
+        rfs = {}
+        for name in names:  # at the root: each reduction's per-thread partials
+            b = trial.get_block(name)
+            n_red = sum(1 for iv in trial.get(b).iter_vars
+                        if iv.iter_type != ir.IterType.SPATIAL)
+            loops = trial.get_loops(b)
+            red = trial.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
+            _, inner = trial.split(red, [None, t])
+            rfs[name] = trial.rfactor(inner, 0, init_in_block=True)
+        b_out = trial.get_block(sch.get(out).name_hint)
+        lps = trial.get_loops(b_out)
+        row = trial.fuse(*lps[:-1]) if len(lps) > 2 else lps[0]
+        trial.bind(row, "blockIdx.x")
+        _, tx = trial.split(lps[-1], [None, t])
+        trial.bind(tx, "threadIdx.x")
+        for name in reversed(names):  # the last reduction first: its readers are inside
+            b = trial.get_block(name)
+            trial.compute_at(b, row)
+            tree = trial.get_loops(b)[-1]
+            trial.bind(tree, "threadIdx.x")  # the cross-thread reduction
+            trial.compute_at(rfs[name], tree)
+            trial.set_scope(rfs[name], 0, "local")
+            trial.set_scope(b, 0, "local")  # every thread's copy of the row's value
+        trial.verify(target)
+        if len(st.block_names(trial.mod)) != len(blocks) * 2 - 1:
+            return None
+    except KilnError:
+        return None
+    return trial

@@ -35,18 +35,19 @@ after::
     for t in T.thread_binding(64, thread="threadIdx.x"):
         C_red = T.allocate((1,), "float32", scope="local")
         C_red[0] = C_rf[t]
-        C_red[0] = C_red[0] + T.shfl_xor_sync(4294967295U, C_red[0], 16, 32)
+        C_red[0] = C_red[0] + T.shfl_xor_sync(T.uint32(4294967295), C_red[0], 16, 32)
         ...                                   # offsets 8, 4, 2, 1
         C_warps = T.allocate((2,), "float32", scope="shared")
         if t % 32 == 0:
             C_warps[t // 32] = C_red[0]
-        if t % 32 < 2:
-            C_red[0] = C_warps[t % 32]
-        else:
-            C_red[0] = T.float32(0.0)
-        C_red[0] = C_red[0] + T.shfl_xor_sync(4294967295U, C_red[0], 1, 32)
+        C_red[0] = C_warps[t % 2]             # a barrier before it (inject_barriers)
+        C_red[0] = C_red[0] + T.shfl_xor_sync(T.uint32(4294967295), C_red[0], 1, 32)
         if t == 0:
             C[0] = C_red[0]
+
+A guard on the thread (``T.where(t < 31)``: a row shorter than the block) makes the
+threads it leaves out contribute the identity (``if t < 31: C_red[0] = x[t] else:
+C_red[0] = 0``); the block's other guards decide whether the output is written.
 """
 
 from __future__ import annotations
@@ -182,7 +183,10 @@ class _Lower(StmtExprMutator):
                     and v in self.threads:
                 why = cross_thread_reduce_var(s, v)
                 if why is not None:
-                    raise ScheduleError(f"lower_thread_allreduce: {why}")
+                    raise ScheduleError(
+                        f"lower_thread_allreduce: its reduce variable is bound to threadIdx.x "
+                        f"loop {v.name}, but {why}; apply decompose_reduction and the like "
+                        "before binding, or bind a loop of the rfactor block instead")
                 return self._allreduce(s, v, self.threads[v])
         return super().visit_BlockRealize(s)
 

@@ -22,7 +22,27 @@ of data races (:mod:`toolchain.tir.race` checks that). It is what
   - shared allocations move to the start of the block (once per block, as on the GPU);
   - what a thread keeps across a barrier — a ``let`` value that depends on the thread, a
     ``local`` array whose scope holds a barrier — becomes a per-thread array indexed by the
-    linear thread id (``x`` -> ``x_per_thread[tid]``).
+    linear thread id (``x`` -> ``x_per_thread[tid]``);
+  - a warp shuffle (``T.shfl_xor_sync`` / ``T.shfl_down_sync``, from
+    :mod:`~toolchain.tir.transform.lower_thread_allreduce`) cuts the block like a barrier,
+    into two phases: every thread puts the shuffled value in its slot of a lane array,
+    then every thread reads its source lane's slot (the lanes in lock step). A source lane
+    past the block's threads or outside the mask, or a caller outside the mask, reads NaN
+    (the type's least integer): a wrong offset, width or mask shows in the results::
+
+        y_red[0] = y_red[0] + T.shfl_xor_sync(T.uint32(4294967295), y_red[0], 16, 32)
+
+    becomes::
+
+        for threadIdx_x in T.serial(64, annotations={'simt_thread': 'threadIdx.x'}):
+            shfl_lanes_float32[threadIdx_x] = y_red_per_thread[threadIdx_x]
+        for threadIdx_x in T.serial(64, annotations={'simt_thread': 'threadIdx.x'}):
+            src_lane: T.int32 = ...           # (threadIdx_x % 32) ^ 16, in arithmetic
+            y_red_per_thread[threadIdx_x] = y_red_per_thread[threadIdx_x] + T.Select(
+                src_lane < 32 and threadIdx_x % 32 < 32 and
+                threadIdx_x + src_lane - threadIdx_x % 32 < 64,
+                shfl_lanes_float32[T.min(threadIdx_x + src_lane - threadIdx_x % 32, 63)],
+                T.float32("nan"))
 
 Before (lowered, barriers placed by :mod:`~toolchain.tir.transform.inject_barriers`)::
 
