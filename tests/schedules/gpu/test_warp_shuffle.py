@@ -7,6 +7,7 @@ against the reference executor, the race checker, and broken shuffles that must 
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, random_inputs
+from tests.bundle.helpers import make_model, nvcc_object, random_inputs
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.driver import lower
@@ -243,3 +244,13 @@ def test_without_warp_size_the_shared_tree_stays() -> None:
     sch = Schedule(_row_reduce(2, 2048, "sum"), SM90)
     f = lower(try_block_reduce(sch, sch.get_block("y"), SM90, 256), target=SM90)
     assert "T.shfl_xor_sync(" in str(f)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is missing")
+@pytest.mark.parametrize("name", ["layer_norm_2x4097", "reduce_max_2x1000", "softmax_2x4097"])
+def test_shuffle_kernels_compile_with_nvcc_for_sm80_and_sm90(name: str, tmp_path: Path) -> None:
+    d = compile_model(BUNDLES[name](), "cuda-sm90", tmp_path / name, progress=False)
+    src = (d / "src/kernels.cu").read_text()
+    assert "__shfl_xor_sync(0xffffffffu, " in src and "__syncthreads();" in src, src
+    res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o")
+    assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
