@@ -26,9 +26,10 @@
 #   7. per-kernel GPU milliseconds of the block reductions, warp shuffles (tiled, the
 #      default) against the shared-memory tree (tiled-shared-tree) in one run: ResNet-18's
 #      and MobileNet v2's classifiers (Gemm 1x1000), the FCN's long-row softmax (one row of
-#      5,120) and the autoencoder's ReduceMean; the transformer encoder's softmax/layer
-#      norm rows (row kernels, unchanged by either) for reference.
-# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 150 s); the whole check is
+#      5,120), the autoencoder's ReduceMean and LeNet-5's first dense layer; the
+#      transformer encoder's softmax/layer norm rows (row kernels, unchanged by either)
+#      for reference.
+# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 s); the whole check is
 # longer than one 10-minute device command, so give the steps to run as arguments:
 #
 #   bash benchmarks/cuda_check.sh            # every step (from anywhere)
@@ -75,8 +76,9 @@ step 5 240 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
     --gemm 1024,2048,4096 --schedules tiled --repeat 20
 step 6 120 "CUDA graph vs plain launches" python benchmarks/cuda.py --target cuda-sm90 \
     --models lenet5,transformer_encoder,mobilenet_v2 --gemm '' --cuda-graph --repeat 20
-step 7 150 "block reductions: warp shuffles vs shared tree" python benchmarks/cuda.py \
-    --target cuda-sm90 --models resnet18,mobilenet_v2,fcn_opset11,autoencoder,transformer_encoder \
+step 7 240 "block reductions: warp shuffles vs shared tree" python benchmarks/cuda.py \
+    --target cuda-sm90 \
+    --models resnet18,mobilenet_v2,fcn_opset11,autoencoder,lenet5,transformer_encoder \
     --gemm '' --per-kernel --schedules tiled,tiled-shared-tree --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
 exit $status
