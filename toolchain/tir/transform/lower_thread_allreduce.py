@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, free_vars, substitute
+from toolchain.tir.functor import StmtExprMutator, free_vars, post_order_visit, substitute
 
 #: lanes of a warp (every CUDA GPU so far)
 WARP = 32
@@ -122,7 +122,11 @@ def reducer_of(block: ir.Block) -> Reducer | None:
 
     a, b = s.value.a, s.value.b
     value = b if same(a) else a if same(b) else None
-    if value is None or same(value) \
+    reads: list[bool] = []
+    if value is not None:  # the value must not read the accumulator itself
+        post_order_visit(value, lambda x: reads.append(True) if isinstance(x, ir.BufferLoad)
+                         and x.buffer is s.buffer else None)
+    if value is None or reads \
             or not all(ir.structural_equal(x, y)
                        for x, y in zip(init.indices, s.indices, strict=True)) \
             or not _is_identity(kind, init.value):
