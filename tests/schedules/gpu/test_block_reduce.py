@@ -65,8 +65,8 @@ def _reduce(op: str, shape: list[int], out: list[int]):
 
 
 #: name -> (model, whether a block reduction is expected, launches): the element-wise
-#: tail (bias, ReLU, the mean's division) runs on the output's thread; softmax's
-#: division keeps its kernel (it reads the row, not one output)
+#: tail (bias, ReLU, the mean's division) runs on the output's thread; a long-row
+#: softmax is one kernel of a block a row (``reduce.block_row_kernel``)
 MODELS = {
     "classifier_512x1000": (_classifier, True, 1),
     "matvec_relu_1024x96": (_matvec_relu, True, 1),
