@@ -44,8 +44,10 @@ groups as one thread per output, the schedule before the tiled GEMM existed: the
 entries of :data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with
 ``register_schedule``), ``tiled-no-occupancy`` (the tiled GEMM on a copy of the
 descriptor without ``sm_count``: the tiles chosen as before the occupancy rule; zoo
-models only), or several (each model and GEMM size compiled and measured with each, in the
-same run; the ``x/tiled`` column is the kernels' time over ``tiled``'s).
+models only), ``tiled-shared-tree`` (the descriptor without ``warp_size``: block
+reductions as the shared-memory tree instead of warp shuffles; zoo models only), or
+several (each model and GEMM size compiled and measured with each, in the same run;
+the ``x/tiled`` column is the kernels' time over ``tiled``'s).
 
 ``--cuda-graph`` (zoo table): each model also compiled with ``--cuda-graph`` (the launch
 sequence captured once into a CUDA graph, one ``cudaGraphLaunch`` a run) and measured in the
@@ -87,12 +89,14 @@ from toolchain.graph.reference import run_graph  # noqa: E402
 from toolchain.schedules.gpu.tensorcore import WmmaTiles  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
-SCHEDULES = ("tiled", "generic", "tiled-no-occupancy")
+SCHEDULES = ("tiled", "generic", "tiled-no-occupancy", "tiled-shared-tree")
 
 
 def schedule_target(name: str, target: str) -> Any:
     """The target to compile for under the GPU schedule ``name``: the descriptor itself,
-    or for ``tiled-no-occupancy`` a variant without ``sm_count`` (the tiles then ignore the
+    or for ``tiled-shared-tree`` a variant without ``warp_size`` (block reductions as the
+    shared tree, not warp shuffles), or for ``tiled-no-occupancy`` a variant without
+    ``sm_count`` (the tiles then ignore the
     occupancy rule of :func:`toolchain.schedules.gpu.gemm.choose_tiles`: the choice before
     the rule existed)."""
     from dataclasses import replace
@@ -102,6 +106,8 @@ def schedule_target(name: str, target: str) -> Any:
     t = load_target(target)
     if name == "tiled-no-occupancy":
         return replace(t, name=f"{t.name}-no-occupancy", sm_count=None)
+    if name == "tiled-shared-tree":  # no warp_size: block reductions as the shared tree
+        return replace(t, name=f"{t.name}-shared-tree", warp_size=None)
     return t
 
 
@@ -563,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--schedules", default="tiled",
                     help="comma-separated GPU schedules to compare: tiled, generic, "
-                         "tiled-no-occupancy")
+                         "tiled-no-occupancy, tiled-shared-tree")
     ap.add_argument("--per-kernel", action="store_true",
                     help="for --models: each kernel's GPU ms per schedule (profiling build, "
                          "CUDA events), side by side, instead of the whole-model table")
@@ -615,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(s) for s in args.gemm.split(",") if s]
         # the occupancy rule leaves GEMMs of 1024 and up as they were (tests/schedules/gpu/
         # test_occupancy.py): no tiled-no-occupancy rows for them
-        gemm_schedules = [s for s in schedules if s != "tiled-no-occupancy"]
+        gemm_schedules = [s for s in schedules
+                          if s not in ("tiled-no-occupancy", "tiled-shared-tree")]
         for p in precisions if sizes and gemm_schedules else ():
             gemm(sizes, args.target, Path(tmp), args.repeat, gemm_schedules, p)
         if args.gemm_sweep:

@@ -27,12 +27,19 @@
 #   6. --cuda-graph: three zoo models (few, mid and many launches) each as the plain bundle
 #      and as the graph bundle (one cudaGraphLaunch a run), error and milliseconds side by
 #      side in one run.
-# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 s); the whole check is
+#   7. per-kernel GPU milliseconds of the block reductions, warp shuffles (tiled, the
+#      default) against the shared-memory tree (tiled-shared-tree) in one run: ResNet-18's
+#      and MobileNet v2's classifiers (Gemm 1x1000), the FCN's long-row softmax (one row of
+#      5,120), the autoencoder's ReduceMean and LeNet-5's first dense layer; the
+#      transformer encoder's softmax/layer norm rows (row kernels, unchanged by either)
+#      for reference.
+# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 s); the whole check is
 # longer than one 10-minute device command, so give the steps to run as arguments:
 #
 #   bash benchmarks/cuda_check.sh            # every step (from anywhere)
 #   bash benchmarks/cuda_check.sh 1 2 3      # steps 1-3 (about 4 minutes on an H200)
 #   bash benchmarks/cuda_check.sh 4 5 6      # steps 4-6
+#   bash benchmarks/cuda_check.sh 7          # shuffles vs the shared tree
 #
 # The log is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output
 # folder).
@@ -42,7 +49,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="${OUT:-${TMPDIR:-/tmp}}/cuda_check.log"
 : > "$log"
 status=0
-steps=" ${*:-1 2 3 4 5 6} "
+steps=" ${*:-1 2 3 4 5 6 7} "
 
 step() {  # step NUMBER SECONDS DESCRIPTION COMMAND...
     local n=$1 limit=$2 what=$3
@@ -60,7 +67,8 @@ nvidia-smi -L 2>&1 | tee -a "$log" || { echo "no NVIDIA GPU here" | tee -a "$log
 step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py \
-    tests/schedules/gpu/test_block_reduce.py tests/schedules/gpu/test_mma.py
+    tests/schedules/gpu/test_block_reduce.py tests/schedules/gpu/test_mma.py \
+    tests/schedules/gpu/test_warp_shuffle.py
 step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
 step 3 240 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
@@ -73,5 +81,9 @@ step 5 240 "benchmark" python benchmarks/cuda.py --target cuda-sm90 \
     --gemm 1024,2048,4096 --schedules tiled --repeat 20
 step 6 120 "CUDA graph vs plain launches" python benchmarks/cuda.py --target cuda-sm90 \
     --models lenet5,transformer_encoder,mobilenet_v2 --gemm '' --cuda-graph --repeat 20
+step 7 240 "block reductions: warp shuffles vs shared tree" python benchmarks/cuda.py \
+    --target cuda-sm90 \
+    --models resnet18,mobilenet_v2,fcn_opset11,autoencoder,lenet5,transformer_encoder \
+    --gemm '' --per-kernel --schedules tiled,tiled-shared-tree --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
 exit $status

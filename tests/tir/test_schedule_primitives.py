@@ -281,3 +281,40 @@ def test_copy_is_independent() -> None:
     assert "i_0" not in str(other.mod) and len(other.trace) == 2
     other.parallel(i)
     assert "T.parallel(8)" in str(other.mod)
+
+
+def test_compute_at_keeps_a_guarded_producers_own_guard() -> None:
+    """A producer whose split does not divide (``k_0 * 32 + k_1 < 100``) keeps that guard
+    when ``compute_at`` regenerates its loops (it was dropped: reads past the row)."""
+    x = te.placeholder((2, 100), "float32", "x")
+    k = te.reduce_axis((0, 100), "k")
+    y = te.compute((2,), lambda i: te.sum(x[i, k], axis=k), name="y")
+    sch = Schedule(te.create_prim_func([x, y], name="rows"))
+    _, kk = sch.get_loops(sch.get_block("y"))
+    _, inner = sch.split(kk, [None, 32])
+    rf = sch.rfactor(inner, 0, init_in_block=True)  # the init stays in the block
+    assert "y_rf_init" not in str(sch.mod)
+    i, t = sch.get_loops(sch.get_block("y"))
+    sch.compute_at(rf, t)
+    assert "T.where(" in str(sch.mod) and "< 100" in str(sch.mod)
+    a = np.random.default_rng(0).standard_normal((2, 100)).astype(np.float32)
+    out = np.zeros(2, np.float32)
+    run(_lower(sch), a, out)
+    np.testing.assert_allclose(out, a.sum(axis=1), rtol=1e-5)
+
+
+def test_rfactor_keeps_a_separate_init_where_a_first_step_may_not_run() -> None:
+    x = te.placeholder((2, 20), "float32", "x")
+    k = te.reduce_axis((0, 20), "k")
+    y = te.compute((2,), lambda i: te.sum(x[i, k], axis=k), name="y")
+    sch = Schedule(te.create_prim_func([x, y], name="short"))
+    _, kk = sch.get_loops(sch.get_block("y"))
+    _, inner = sch.split(kk, [None, 32])  # threads 20..31 have no element
+    sch.rfactor(inner, 0, init_in_block=True)
+    assert "y_rf_init" in str(sch.mod)
+
+
+def _lower(sch: Schedule) -> ir.PrimFunc:
+    from toolchain.driver import lower
+
+    return lower(sch)

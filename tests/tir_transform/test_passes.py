@@ -331,7 +331,7 @@ def test_lower_trace_records_every_pass():
     trace: list = []
     T.lower(W.row_sum()[0], trace=trace)
     names = [n for n, _ in trace]
-    assert names[:2] == ["lower_init_block", "lower_blocks"]
+    assert names[:3] == ["lower_thread_allreduce", "lower_init_block", "lower_blocks"]
     assert names[-1] == "remove_noop"
     assert len(names) == sum(len(p) for p in T.PHASES.values())
 

@@ -43,6 +43,7 @@ from toolchain.tir import arith, ir
 from toolchain.tir.functor import ExprMutator, StmtExprVisitor, uses_var
 from toolchain.tir.schedule.gpu import ASYNC_COPY
 from toolchain.tir.transform.inject_double_buffer import PIPELINE_STAGES
+from toolchain.tir.transform.lower_thread_allreduce import SHUFFLES
 
 
 class _Lane(ExprMutator):
@@ -304,6 +305,12 @@ class CUDARenderer(CStyleRenderer):
                 frag = f"({f}) / {16 * row} * {row // 16} + ({f}) % {row} / 16"
                 args.append(f"&{self.var(buf.data)}[{frag}]")
             return f"{e.op}({', '.join(args)})", _CALL_PREC
+        if e.op in SHUFFLES:  # T.shfl_xor_sync(mask, value, offset, width)
+            mask, *rest = e.args
+            m = ir.const_int(mask)
+            head = f"{m:#x}u" if m is not None else self.expr(mask)
+            name = "__" + e.op[len("tir."):]
+            return f"{name}({head}, {', '.join(self.expr(a) for a in rest)})", _CALL_PREC
         if e.op == "tir.address_of" and isinstance(e.args[0], ir.BufferLoad) and \
                 e.args[0].buffer.scope.startswith("wmma."):
             raise UnsupportedError(f"cuda code generation: the address of fragment buffer "

@@ -7,6 +7,7 @@ rows' inner axis)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -43,12 +44,12 @@ def _softmax(shape: list[int], axis: int = -1):
                       {"x": (np.float32, shape)}, {"y": (np.float32, shape)})
 
 
-def _kernels(model) -> list[int]:
-    """Per node of the fused graph on cuda-sm90: its kernel count (launches)."""
-    graph = run_pipeline(from_onnx(model), layout_for_target(SM90))
+def _kernels(model, target=SM90) -> list[int]:
+    """Per node of the fused graph on ``target``: its kernel count (launches)."""
+    graph = run_pipeline(from_onnx(model), layout_for_target(target))
     out = []
     for node in graph.nodes:
-        f = lower(fused_schedule(node, SM90).schedule, target=SM90)
+        f = lower(fused_schedule(node, target).schedule, target=target)
         check_races(f)
         out.append(len(kernels_of(f.body)[1]))
     return out
@@ -57,14 +58,16 @@ def _kernels(model) -> list[int]:
 #: name -> (model, launches of its one group): the transformer encoder's layer norm
 #: (64 rows of 64) and attention-sized softmax (256 rows of 32) as one kernel; a softmax
 #: over the middle axis (a row is not the output's inner loop), many rows (157 blocks of
-#: one-thread-a-row reductions fill 132 SMs) and long rows keep one kernel a stage
+#: one-thread-a-row reductions fill 132 SMs) keep one kernel a stage; long rows are one
+#: kernel of a block a row (``reduce.block_row_kernel``, warp shuffles: see
+#: test_warp_shuffle.py), and three again on a descriptor without ``warp_size``
 CASES = {
     "layer_norm_2x32x64": (lambda: _layer_norm([2, 32, 64]), 1),
     "softmax_2x4x32x32": (lambda: _softmax([2, 4, 32, 32]), 1),
     "softmax_rows_of_5": (lambda: _softmax([3, 7, 5]), 1),
     "softmax_middle_axis": (lambda: _softmax([2, 8, 5], axis=1), 3),
     "layer_norm_many_rows": (lambda: _layer_norm([40192, 4]), 3),
-    "layer_norm_long_rows": (lambda: _layer_norm([4, ROW_WORK_MAX // 2]), 3),
+    "layer_norm_long_rows": (lambda: _layer_norm([4, ROW_WORK_MAX // 2]), 1),
 }
 
 
@@ -72,6 +75,11 @@ CASES = {
 def test_row_groups_are_one_kernel_only_where_the_rule_says(name: str) -> None:
     build, launches = CASES[name]
     assert _kernels(build()) == [launches]
+
+
+def test_long_rows_without_warp_shuffles_keep_a_kernel_a_stage() -> None:
+    assert _kernels(_layer_norm([4, ROW_WORK_MAX // 2]),
+                    replace(SM90, warp_size=None)) == [3]
 
 
 @pytest.mark.parametrize("name", ["layer_norm_2x32x64", "softmax_2x4x32x32",

@@ -44,7 +44,7 @@ from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
-from toolchain.schedules.gpu.reduce import try_block_reduce
+from toolchain.schedules.gpu.reduce import block_row_kernel, try_block_reduce
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -193,8 +193,8 @@ def schedule_gpu(func: ir.PrimFunc, target: Target, tiled: StageSchedule | None 
     kept = keep(sch) if keep is not None else set()
     _inline(sch, kept)
     threads = min(THREADS, target.max_threads_per_block or THREADS)
-    if not kept:
-        rows = row_kernel(sch, target, threads)
+    if not kept:  # a row reduction group: a thread a row, else (long rows) a block a row
+        rows = row_kernel(sch, target, threads) or block_row_kernel(sch, target, threads)
         if rows is not None:
             return rows
     # the stages left after inlining; a reduction's write-back block (made below) is

@@ -14,7 +14,7 @@ from dataclasses import replace
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
 from toolchain.tir.analysis import access_regions
-from toolchain.tir.functor import StmtExprMutator, substitute
+from toolchain.tir.functor import StmtExprMutator, free_vars, substitute
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.handles import BlockRV, LoopRV
 from toolchain.tir.schedule.state import ScheduleState
@@ -130,6 +130,21 @@ def _dim_vars(blk: ir.Block, region: ir.BufferRegion, prim: str,
     return out
 
 
+def _carried_guard(realize: ir.BlockRealize, values: list[ir.PrimExpr],
+                   ranges: dict) -> list[ir.PrimExpr]:
+    """``realize``'s own predicate (a guard from a split that does not divide) over the
+    block's new bindings ``values``, where each loop it names was bound to one block
+    variable alone and the new loops do not already imply it; else nothing."""
+    if ir.is_const_int(realize.predicate, 1):
+        return []
+    inv = {v: new for v, new in zip(realize.iter_values, values, strict=True)
+           if isinstance(v, ir.Var)}
+    if not all(v in inv for v in free_vars(realize.predicate)):
+        return []
+    guard = arith.simplify(substitute(realize.predicate, inv), ranges)
+    return [] if arith.prove(guard, ranges) else [guard]
+
+
 def _regenerate(realize: ir.BlockRealize, dims: dict[ir.Var, int],
                 region: list[tuple[ir.PrimExpr, ir.PrimExpr]], outer_ranges: dict,
                 preserve_unit_loops: bool) -> ir.Stmt:
@@ -161,6 +176,7 @@ def _regenerate(realize: ir.BlockRealize, dims: dict[ir.Var, int],
                 preds.append(val >= iv.dom.min)
             if not hi_ok:
                 preds.append(val < iv.dom.min + iv.dom.extent)
+    preds += _carried_guard(realize, values, ranges)
     pred: ir.PrimExpr = ir.IntImm(1, "bool")
     for p in preds:
         pred = p if ir.is_const_int(pred, 1) else ir.And(pred, p)

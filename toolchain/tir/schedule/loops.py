@@ -273,6 +273,28 @@ def tile(state: ScheduleState, loops: list[LoopRV], factors: list[list[Any]]) ->
     return order
 
 
+def _cross_thread(blocks: list[ir.BlockRealize], f: ir.For, kind: str, tag: str | None,
+                  target: Any) -> bool:
+    """Whether binding ``f`` to ``tag`` makes cross-thread reductions: ``threadIdx.x``
+    on a schedule whose target declares ``warp_size`` 32 (the lowering uses warp
+    shuffles), and every block whose reduce variable ``f`` feeds is one the lowering turns
+    into shuffles (:mod:`~toolchain.tir.transform.lower_thread_allreduce`); raises with
+    the reason where a block is not."""
+    if kind != "thread_binding" or tag != "threadIdx.x" \
+            or getattr(target, "warp_size", None) != 32:
+        return False
+    from toolchain.tir.transform.lower_thread_allreduce import cross_thread_reduce_var
+
+    for r in blocks:
+        if any(iv.iter_type == ir.IterType.REDUCE and f.loop_var in free_vars(v)
+               for iv, v in zip(r.block.iter_vars, r.iter_values, strict=True)):
+            why = cross_thread_reduce_var(r, f.loop_var)
+            if why is not None:
+                raise ScheduleError(f"bind: loop {f.loop_var.name} to threadIdx.x as a "
+                                    f"cross-thread reduction: {why}")
+    return True
+
+
 def _set_kind(state: ScheduleState, loop: LoopRV, kind: str, tag: str | None = None) -> ir.For:
     f, path = state.get_loop(loop)
     prim = {"parallel": "parallel", "vectorized": "vectorize", "unrolled": "unroll",
@@ -283,12 +305,13 @@ def _set_kind(state: ScheduleState, loop: LoopRV, kind: str, tag: str | None = N
     blocks = [r for r, _ in st.blocks_under(f.body)]
     if kind in ("parallel", "vectorized", "thread_binding"):
         kinds = _binding_kinds(blocks, f.loop_var)
-        if "reduce" in kinds:
+        if "reduce" in kinds and not _cross_thread(blocks, f, kind, tag, state.target):
             raise ScheduleError(
                 f"{prim}: loop {f.loop_var.name} (extent {f.extent}) feeds the reduce var "
                 f"{kinds['reduce'][0]}: its iterations accumulate into the same element, so "
                 f"they cannot run concurrently; {prim} a spatial loop, or rfactor the "
-                "reduction first")
+                "reduction first (or, on a target with warp_size 32, bind it to "
+                "threadIdx.x: a cross-thread reduction)")
         if "opaque" in kinds:
             raise ScheduleError(f"{prim}: loop {f.loop_var.name} feeds opaque var "
                                 f"{kinds['opaque'][0]}")
@@ -346,6 +369,17 @@ def bind(state: ScheduleState, loop: LoopRV, thread: str) -> None:
 
     Every loop bound to the same axis in one kernel must have the same extent; with a
     target, the threads per block are checked against its limit.
+
+    A loop feeding a reduce variable may be bound to ``threadIdx.x`` on a target with
+    ``warp_size: 32`` when it makes a *cross-thread reduction* (the block a one-variable
+    ``C[i] = C[i] + x`` / max / min, typically the second half of an ``rfactor``): the
+    lowering sums it with warp shuffles
+    (:mod:`~toolchain.tir.transform.lower_thread_allreduce`)::
+
+        for t in T.thread_binding(128, thread="threadIdx.x"):
+            with T.block("C"):
+                vt = T.axis.reduce(128, t)
+                C[0] = C[0] + C_rf[vt]
 
     Before ``for i_0, i_1, j in T.grid(4, 32, 128)``; ``sch.bind(i_0, "blockIdx.x")`` and
     ``sch.bind(i_1, "threadIdx.x")``; after::

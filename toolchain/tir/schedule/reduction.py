@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.errors import ScheduleError
-from toolchain.tir import ir
+from toolchain.tir import arith, ir
 from toolchain.tir.functor import free_vars, substitute
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.cache import check_no_reader_in_nest
@@ -185,8 +185,25 @@ def _check_rfactor_loops(f: ir.For, blk: ir.Block, spat: list, red: list,
     return red_loops
 
 
-def rfactor(state: ScheduleState, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
+def _first_step_runs(r: ir.BlockRealize, red_loops: list[ir.For], f: ir.For,
+                     bpath: tuple[ir.Stmt, ...]) -> bool:
+    """Whether ``r``'s predicate holds, for every value of the other loops, at the first
+    step of the reduction loops but ``f`` (each partial of ``f`` sees that step)."""
+    first = {n.loop_var: n.min for n in red_loops if n is not f}
+    ranges = {n.loop_var: ir.Range(n.min, n.extent) for n in st.loops_of(bpath)
+              if n.loop_var not in first}
+    return arith.prove(substitute(r.predicate, first), ranges)
+
+
+def rfactor(state: ScheduleState, loop: LoopRV, factor_axis: int = 0, *,
+            init_in_block: bool = False) -> BlockRV:
     """Factor a reduction over ``loop`` into a partial-result buffer, then reduce it.
+
+    Where a guard (a split that does not divide) might skip a partial's first step, the
+    partials are initialised by a nest of their own (``<name>_rf_init``) before the
+    reduction; ``init_in_block=True`` keeps the init in the ``rfactor`` block instead
+    wherever the guard provably lets every partial's first step run (a length of at least
+    ``loop``'s extent: then ``compute_at`` can move the block, its only writer).
 
     Makes the partial sums independent so ``loop`` can be parallelized/bound. Before
     (``B[vi] += A[vi, vk]``, ``k`` split into ``k_0, k_1``)::
@@ -256,7 +273,8 @@ def rfactor(state: ScheduleState, loop: LoopRV, factor_axis: int = 0) -> BlockRV
         raise ScheduleError(f"rfactor: the init of block {blk.name_hint!r} is not a store")
     rf_name = state.fresh_block_name(f"{blk.name_hint}_rf")
     rf_init = ir.BufferStore(rf_buf, init_val, tuple(rf_idx))
-    guarded = not ir.is_const_int(r.predicate, 1)
+    guarded = not ir.is_const_int(r.predicate, 1) and not (
+        init_in_block and _first_step_runs(r, red_loops, f, bpath))
     # with a guard, some partial results may never see an iteration: initialise them all
     # up front instead of at the first (possibly skipped) reduction step
     rf_blk = refresh_regions(ir.Block(rf_name, tuple(rf_ivs), (), (), rf_store,

@@ -4,8 +4,9 @@
 phase   built-in passes (then the user's passes for that phase, in order)
 ======  ===========================================================================
 0       none: user passes see the scheduled, block-level IR
-1       lower_init_block, lower_blocks, compact_buffer_allocation,
-        lower_mma_fragments, inject_virtual_thread, attach_intrinsics
+1       lower_thread_allreduce, lower_init_block, lower_blocks,
+        compact_buffer_allocation, lower_mma_fragments, inject_virtual_thread,
+        attach_intrinsics
 2       flatten_buffer, partition_loops, simplify
 3       vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
         inject_barriers
@@ -70,6 +71,7 @@ from toolchain.tir.transform.inject_double_buffer import inject_double_buffer
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
 from toolchain.tir.transform.mma_fragments import lower_mma_fragments
+from toolchain.tir.transform.lower_thread_allreduce import lower_thread_allreduce
 from toolchain.tir.transform.partition_loop import partition_loops
 from toolchain.tir.transform.remove_noop import remove_noop
 from toolchain.tir.transform.simplify import simplify
@@ -85,8 +87,8 @@ TARGET_PASSES: tuple[Pass, ...] = (attach_intrinsics,)
 #: The built-in passes of each phase, in order.
 PHASES: dict[int, tuple[Pass, ...]] = {
     0: (),
-    1: (lower_init_block, lower_blocks, compact_buffer_allocation, lower_mma_fragments,
-        inject_virtual_thread, attach_intrinsics),
+    1: (lower_thread_allreduce, lower_init_block, lower_blocks, compact_buffer_allocation,
+        lower_mma_fragments, inject_virtual_thread, attach_intrinsics),
     2: (flatten_buffer, partition_loops, simplify),
     3: (vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
         inject_barriers),

@@ -29,6 +29,26 @@ of data races (:mod:`toolchain.tir.race` checks that). It is what
     ``(w * R + r) * 32 + l`` -- so that a warp-collective call, made once per warp,
     reaches every lane's registers at a stride of 32 (``KILN_MMA_ACC`` in the CUDA
     descriptors' ``c_helpers``).
+  - a warp shuffle (``T.shfl_xor_sync`` / ``T.shfl_down_sync``, from
+    :mod:`~toolchain.tir.transform.lower_thread_allreduce`) cuts the block like a barrier,
+    into two phases: every thread puts the shuffled value in its slot of a lane array,
+    then every thread reads its source lane's slot (the lanes in lock step). A source lane
+    past the block's threads or outside the mask, or a caller outside the mask, reads NaN
+    (the type's least integer): a wrong offset, width or mask shows in the results::
+
+        y_red[0] = y_red[0] + T.shfl_xor_sync(T.uint32(4294967295), y_red[0], 16, 32)
+
+    becomes::
+
+        for threadIdx_x in T.serial(64, annotations={'simt_thread': 'threadIdx.x'}):
+            shfl_lanes_float32[threadIdx_x] = y_red_per_thread[threadIdx_x]
+        for threadIdx_x in T.serial(64, annotations={'simt_thread': 'threadIdx.x'}):
+            src_lane: T.int32 = ...           # (threadIdx_x % 32) ^ 16, in arithmetic
+            y_red_per_thread[threadIdx_x] = y_red_per_thread[threadIdx_x] + T.Select(
+                src_lane < 32 and threadIdx_x % 32 < 32 and
+                threadIdx_x + src_lane - threadIdx_x % 32 < 64,
+                shfl_lanes_float32[T.min(threadIdx_x + src_lane - threadIdx_x % 32, 63)],
+                T.float32("nan"))
 
 Before (lowered, barriers placed by :mod:`~toolchain.tir.transform.inject_barriers`)::
 
@@ -98,6 +118,7 @@ from toolchain.tir.transform.inject_barriers import (
     with_kernels,
 )
 from toolchain.tir.transform.mma_fragments import SCOPE as MMA_SCOPE
+from toolchain.tir.transform.lower_thread_allreduce import SHFL_XOR, WARP, is_shuffle
 
 #: For annotation marking a block loop / a thread loop of the emulation (value: the tag)
 SIMT_BLOCK = "simt_block"
@@ -112,6 +133,18 @@ def has_barrier(node: ir.Node) -> bool:
     post_order_visit(node, lambda x: found.append(True)
                      if isinstance(x, ir.Stmt) and is_barrier(x) else None)
     return bool(found)
+
+
+def has_shuffle(node: ir.Node) -> bool:
+    """True if ``node`` holds a warp shuffle (``T.shfl_xor_sync`` / ``T.shfl_down_sync``)."""
+    found: list[bool] = []
+    post_order_visit(node, lambda x: found.append(True) if is_shuffle(x) else None)
+    return bool(found)
+
+
+def _splits(node: ir.Node) -> bool:
+    """Whether the emulation cuts ``node`` into phases (a barrier or a warp shuffle)."""
+    return has_barrier(node) or has_shuffle(node)
 
 
 class _Serialize(StmtExprMutator):
@@ -276,17 +309,67 @@ class _Block(StmtExprMutator):
             "reaches it (undefined on a GPU), so the kernel cannot be split into phases. "
             "Keep barriers out of thread-dependent conditions and loops")
 
+    def shuffle(self, s: ir.BufferStore) -> ir.Stmt:
+        """``s``, whose value holds one warp shuffle, as two phases: every thread puts the
+        shuffled operand in its slot of a lane array, then every thread reads its source
+        lane's slot (lock step: all lanes' values are in before any is read). A source lane
+        that does not exist (past the block's threads or the mask), or a caller outside
+        the mask, reads a poison value (NaN, or the type's least integer): a wrong offset,
+        width or mask shows in the results."""
+        calls: list[ir.Call] = []
+        post_order_visit(s.value, lambda x: calls.append(x) if is_shuffle(x) else None)
+        if len(calls) != 1 or has_shuffle(ir.seq(*(ir.Evaluate(a) for a in calls[0].args))):
+            raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: `{s}` must hold "
+                                   "exactly one warp shuffle")
+        call = calls[0]
+        mask, value, offset, width = (self.visit_expr(a) for a in call.args)
+        m, off, w = ir.const_int(mask), ir.const_int(offset), ir.const_int(width)
+        if m is None or m & (m + 1) or w is None or w & (w - 1) or not 0 < w <= WARP \
+                or off is None or (call.op == SHFL_XOR and off & (off - 1)):
+            raise UnsupportedError(
+                f"SIMT emulation: kernel {self.kernel}: `{call}`: the mask must be a constant "
+                "of lanes 0 .. n - 1, the width a power of two up to 32 and the offset a "
+                "constant (a power of two for shfl_xor)")
+        lanes = self.lane_array(call.dtype)
+        put = self.wrap(lanes.store(value, [self.tid]))
+        lane = ir.FloorMod(self.tid, WARP)
+        seg = ir.FloorMod(lane, w)
+        if call.op == SHFL_XOR:  # lane ^ off for a power-of-two off, in arithmetic
+            src = ir.Select(ir.EQ(ir.FloorMod(ir.FloorDiv(lane, off), 2), 0), lane + off,
+                            lane - off)
+            src = ir.Select(ir.LT(ir.FloorDiv(src, w), ir.FloorDiv(lane, w) + 1), src, lane)
+        else:  # shfl_down: past the segment, the lane's own value
+            src = ir.Select(ir.LT(seg + off, w), lane + off, lane)
+        n = (m + 1).bit_length() - 1  # lanes in the mask
+        v = ir.Var("src_lane")
+        who = arith.simplify(self.tid - lane + v)
+        ok = ir.And(ir.And(ir.LT(v, n), ir.LT(lane, n)), ir.LT(who, self.threads))
+        got = ir.Select(ok, lanes[ir.Min(who, self.threads - 1)], _poison(call.dtype))
+        take = ir.LetStmt(v, arith.simplify(src), _Replace(call, got).visit_stmt(s))
+        return ir.seq(put, self.wrap(take))
+
+    def lane_array(self, dtype: str) -> ir.Buffer:
+        """The block's per-thread slots for shuffled values of ``dtype``."""
+        for b in self.new_buffers:
+            if b.name == f"shfl_lanes_{dtype}":
+                return b
+        buf = ir.Buffer(f"shfl_lanes_{dtype}", (self.threads,), dtype)
+        self.new_buffers.append(buf)
+        return buf
+
     def fission(self, s: ir.Stmt) -> ir.Stmt:  # noqa: C901 - one case per statement kind
         """Block-level code running ``s`` for every thread, split at its barriers."""
-        if not has_barrier(s):
+        if not _splits(s):
             return self.wrap(s)
         if is_barrier(s):
             return barrier()
+        if isinstance(s, ir.BufferStore):
+            return self.shuffle(s)
         if isinstance(s, ir.SeqStmt):
             out: list[ir.Stmt] = []
             group: list[ir.Stmt] = []
             for x in s.seq:
-                if has_barrier(x):
+                if _splits(x):
                     if group:
                         out.append(self.wrap(ir.seq(*group)))
                         group = []
@@ -340,6 +423,22 @@ class _Block(StmtExprMutator):
                                f"{type(s).__name__} at a barrier")
 
 
+class _Replace(StmtExprMutator):
+    """Replace one expression node (by identity)."""
+
+    def __init__(self, old: ir.PrimExpr, new: ir.PrimExpr) -> None:
+        self.old, self.new = old, new
+
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        return self.new if e is self.old else super().visit_expr(e)
+
+
+def _poison(dtype: str) -> ir.PrimExpr:
+    if dtype.startswith("float"):
+        return ir.FloatImm(math.nan, dtype)
+    return ir.IntImm(-(2 ** (int(dtype.lstrip("uint") or 32) - 1)), dtype)
+
+
 def _collective_lanes(s: ir.Evaluate) -> int:
     """How many threads make the call ``s`` together (a declared intrinsic's ``lanes``;
     1 for any other statement)."""
@@ -365,7 +464,7 @@ def _block_dims(kernel: str, k: ir.Stmt) -> dict[str, int]:
 
 
 def _emulate_kernel(kernel: str, k: ir.Stmt) -> ir.Stmt:
-    if not has_shared(k) and not has_barrier(k):
+    if not has_shared(k) and not _splits(k):
         return _Serialize(kernel).visit_stmt(k)
     dims = _block_dims(kernel, k)
 
@@ -395,4 +494,4 @@ def emulate_threads(func: ir.PrimFunc, name: str | None = None) -> ir.PrimFunc:
     return func.with_body(with_kernels(allocs, new))
 
 
-__all__ = ["SIMT_BLOCK", "SIMT_THREAD", "emulate_threads", "has_barrier"]
+__all__ = ["SIMT_BLOCK", "SIMT_THREAD", "emulate_threads", "has_barrier", "has_shuffle"]
