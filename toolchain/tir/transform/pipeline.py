@@ -70,8 +70,8 @@ from toolchain.tir.transform.inject_barriers import inject_barriers
 from toolchain.tir.transform.inject_double_buffer import inject_double_buffer
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
-from toolchain.tir.transform.mma_fragments import lower_mma_fragments
 from toolchain.tir.transform.lower_thread_allreduce import lower_thread_allreduce
+from toolchain.tir.transform.mma_fragments import lower_mma_fragments
 from toolchain.tir.transform.partition_loop import partition_loops
 from toolchain.tir.transform.remove_noop import remove_noop
 from toolchain.tir.transform.simplify import simplify

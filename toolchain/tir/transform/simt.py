@@ -117,8 +117,8 @@ from toolchain.tir.transform.inject_barriers import (
     thread_extents,
     with_kernels,
 )
-from toolchain.tir.transform.mma_fragments import SCOPE as MMA_SCOPE
 from toolchain.tir.transform.lower_thread_allreduce import SHFL_XOR, WARP, is_shuffle
+from toolchain.tir.transform.mma_fragments import SCOPE as MMA_SCOPE
 
 #: For annotation marking a block loop / a thread loop of the emulation (value: the tag)
 SIMT_BLOCK = "simt_block"
