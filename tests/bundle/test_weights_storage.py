@@ -173,6 +173,26 @@ def test_external_demo_loads_the_file_and_names_a_bad_one(bundles, tmp_path):
     assert res.returncode == 0, res.stderr  # default --weights src/weights.bin
 
 
+def test_a_model_without_weights_runs_with_external_weights(tmp_path):
+    """An external-weights bundle of a model with no constants (weights.bin empty) loads:
+    the host library and the demo ``main`` both hand ``<m>_set_weights`` an aligned
+    address (the host once passed numpy's address of an empty slice: error 6)."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": (F, [4])},
+                       {"y": (F, [4])}, {})
+    path = compile_model(model, "c-generic", tmp_path / "b", name="relu",
+                         weights="external", progress=False)
+    assert (path / "src" / "weights.bin").stat().st_size == 0
+    x = np.array([-1, 2, -3, 4], F)
+    np.testing.assert_array_equal(load_bundle(path)({"x": x})["y"], [0, 2, 0, 4])
+    make(path, cflags=STRICT_CFLAGS)
+    x.tofile(tmp_path / "x.bin")
+    res = subprocess.run(["./main", "--repeat", "1", str(tmp_path / "x.bin"),
+                          str(tmp_path / "y.bin")], cwd=path, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", F), [0, 2, 0, 4])
+
+
 def test_auto_mode_goes_external_above_the_threshold(tmp_path, monkeypatch):
     import toolchain.bundle.weights as weights
 

@@ -438,7 +438,9 @@ class BundleModule:
         fn = getattr(self._lib, f"{self.model}_set_weights")
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        rc = fn(data.ctypes.data, size)
+        # the aligned address itself: numpy gives an empty slice (a model without weights)
+        # an address of its own, not its offset into ``raw``
+        rc = fn(raw.ctypes.data + skip, size)
         if rc != 0:
             raise InputError(f"{self.model}_set_weights({path}) returned {rc} "
                              f"({_ERRORS.get(rc, 'unknown')})")
