@@ -22,11 +22,14 @@ SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
                  "qdq_builds": "quantize-qdq-builds"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list) -> None:
     """The suite runs in parallel (pytest-xdist, ``--dist loadgroup``): the Verilator
     models are built once into ``sim_build/`` per configuration, so every test that may
     build or run one stays on one worker (group ``rtl``); so do the users of each
-    fixture in :data:`SHARED_BUILDS` (its group)."""
+    fixture in :data:`SHARED_BUILDS` (its group). ``tryfirst``: xdist's worker reads the
+    ``xdist_group`` marks in its own ``pytest_collection_modifyitems``, which ran before
+    this one and saw none of these (every test of the group was scheduled on its own)."""
     for item in items:
         path = str(item.fspath).replace(os.sep, "/")
         if "/tests/hw/" in path or "/tests/vta/" in path:
