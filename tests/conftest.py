@@ -15,14 +15,30 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+#: session- or module-scoped fixtures that build something costly (quantized models, host
+#: builds, QEMU runs) for several tests, and the xdist group their users share: a fixture
+#: is built once in each worker that runs one of its users, so they stay on one worker
+SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
+                 "qdq_builds": "quantize-qdq-builds"}
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list) -> None:
     """The suite runs in parallel (pytest-xdist, ``--dist loadgroup``): the Verilator
     models are built once into ``sim_build/`` per configuration, so every test that may
-    build or run one stays on one worker (group ``rtl``)."""
+    build or run one stays on one worker (group ``rtl``); so do the users of each
+    fixture in :data:`SHARED_BUILDS` (its group). ``tryfirst``: xdist's worker reads the
+    ``xdist_group`` marks in its own ``pytest_collection_modifyitems``, which ran before
+    this one and saw none of these (every test of the group was scheduled on its own)."""
     for item in items:
         path = str(item.fspath).replace(os.sep, "/")
         if "/tests/hw/" in path or "/tests/vta/" in path:
             item.add_marker(pytest.mark.xdist_group("rtl"))
+            continue
+        shared = sorted({SHARED_BUILDS[f] for f in getattr(item, "fixturenames", ())
+                         if f in SHARED_BUILDS})
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -62,10 +62,51 @@ def test_int8_bundle_bit_exact(name: str, target: str, tmp_path: Path) -> None:
         assert meta["arena_bytes"] <= ANCHORS[name]
 
 
+class KilnQdqBuilds:
+    """A zoo model as Kiln's quantization writes it (``kiln_qdq``), compiled through
+    ``toolchain.compile`` and run on the zoo's sample inputs once per (target, backend):
+    the LLVM test below compares a target's two backends, the depthwise test checks the
+    x86 weights of the same DS-CNN bundles (the same model, target and options)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.models: dict[str, tuple[Path, dict]] = {}
+        self.builds: dict[tuple[str, str, str], tuple[object, dict]] = {}
+
+    def model(self, name: str) -> tuple[Path, dict]:
+        """The QDQ model's path and the zoo's sample inputs."""
+        from toolchain.zoo import ZOO
+        from toolchain.zoo.quantized import kiln_qdq
+
+        if name not in self.models:
+            spec = ZOO[name]
+            model = spec.build()
+            path = self.root / name / "q.onnx"  # (the bundles' name, "q", as before)
+            path.parent.mkdir()
+            onnx.save(kiln_qdq(model), path)
+            self.models[name] = path, spec.inputs(model)
+        return self.models[name]
+
+    def build(self, name: str, target: str, backend: str) -> tuple[object, dict]:
+        """The compiled package and its outputs on the sample inputs."""
+        key = name, target, backend
+        if key not in self.builds:
+            path, inputs = self.model(name)
+            pkg = toolchain.compile(path, target, output=self.root / name / f"{target}_{backend}",
+                                    backend=backend)
+            self.builds[key] = pkg, toolchain.run(pkg, inputs).outputs
+        return self.builds[key]
+
+
+@pytest.fixture(scope="module")
+def qdq_builds(tmp_path_factory) -> KilnQdqBuilds:
+    return KilnQdqBuilds(tmp_path_factory.mktemp("qdq_builds"))
+
+
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2", "x86_64-avx512"])
 @pytest.mark.parametrize("name", ["ds_cnn", pytest.param("resnet8", marks=pytest.mark.slow)])
 def test_int8_bundle_llvm_kernels_bit_exact_with_c(name: str, target: str,
-                                                   tmp_path: Path) -> None:
+                                                   qdq_builds: KilnQdqBuilds) -> None:
     """``--backend llvm``: the int8 kernels as LLVM objects (the requantization helpers'
     ``llvm_helpers``, the dot intrinsics' ``llvm_impl``: vpdpwssd, vpmaddwd) give the C
     bundle's outputs bit for bit, float tails included on the AVX targets. c-generic names
@@ -73,20 +114,12 @@ def test_int8_bundle_llvm_kernels_bit_exact_with_c(name: str, target: str,
     float Softmax tail), its LLVM kernels for the portable CPU (no FMA), so that tail
     agrees to rounding there."""
     from toolchain.target import load_target, runs_here
-    from toolchain.zoo import ZOO
-    from toolchain.zoo.quantized import kiln_qdq
 
     if not runs_here(load_target(target)):
         pytest.skip(f"this CPU lacks {target}'s features")
-    spec = ZOO[name]
-    model = spec.build()
-    onnx.save(kiln_qdq(model), tmp_path / "q.onnx")
-    inputs = spec.inputs(model)
     out = {}
     for backend in ("c", "llvm"):
-        pkg = toolchain.compile(tmp_path / "q.onnx", target, output=tmp_path / backend,
-                                backend=backend)
-        out[backend] = toolchain.run(pkg, inputs).outputs
+        pkg, out[backend] = qdq_builds.build(name, target, backend)
     assert pkg.metadata["kernel_objects"]
     for k, want in out["c"].items():
         if k in ("dense/Softmax:0", "probs") and load_target(target).arch is None:
@@ -136,7 +169,7 @@ def test_avx2_pair_weights_stored_as_int8_bit_exact(backend: str, tmp_path: Path
 @pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: str,
-                                                        tmp_path: Path) -> None:
+                                                        qdq_builds: KilnQdqBuilds) -> None:
     """The x86 depthwise kernels keep their packed weights int8 in the bundle, widened in
     the kernel: x86_64-avx2's int32 lanes ``[C/L, KH, KW, L]`` (``pack_dw_weights``, four
     bytes a weight before), x86_64-avx512's lane-wise u8 x s8 row quads
@@ -145,18 +178,12 @@ def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: st
     weight (plus the zero row of the quads), and the bundle (C or LLVM kernels) equals
     the integer reference."""
     from toolchain.target import load_target, runs_here
-    from toolchain.zoo import ZOO
-    from toolchain.zoo.quantized import kiln_qdq
 
     if not runs_here(load_target(target)):
         pytest.skip(f"this CPU lacks {target}'s features")
-    spec = ZOO["ds_cnn"]
-    model = spec.build()
-    qdq = kiln_qdq(model)
-    onnx.save(qdq, tmp_path / "q.onnx")
-    pkg = toolchain.compile(tmp_path / "q.onnx", target, output=tmp_path / "b",
-                            backend=backend)
-    graph = quantize_ops(from_onnx(qdq))
+    pkg, got = qdq_builds.build("ds_cnn", target, backend)
+    path, inputs = qdq_builds.model("ds_cnn")
+    graph = quantize_ops(from_onnx(onnx.load(path)))
     dw = {f"{n.input(1).name}_x86": n.input(1) for n in graph.nodes
           if n.op == "QConv" and int(n.attrs.get("group", 1)) > 1}
     packed = [w for w in pkg.metadata["weights"] if w["tensor"] in dw]
@@ -167,8 +194,6 @@ def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: st
         rows = 4 * -(-kh // 4) if quads else kh  # the quads' zero row past KH
         assert w["dtype"] == "int8" and w["bytes"] == c * rows * kw, w
         assert len(w["shape"]) == (5 if quads else 4) and (not quads or w["shape"][-1] == 4)
-    inputs = spec.inputs(model)
-    got = toolchain.run(pkg, inputs).outputs
     want = run_graph(graph, inputs)
     assert set(got) == set(want)
     for k, v in want.items():
