@@ -131,7 +131,8 @@ def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
     def region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]]) -> ir.BufferRegion:
         from toolchain.tir.functor import free_vars
 
-        if any(v in inner_vars for idx in idx_list for i in idx for v in free_vars(i)):
+        if inner_vars and any(v in inner_vars for idx in idx_list for i in idx
+                              for v in free_vars(i)):
             relaxed = []
             inner_r = {v: allr[v] for v in inner_vars}
             for idx in idx_list:

@@ -488,17 +488,34 @@ def _disprove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:
 def prove(cond: Any, ranges: Ranges | None = None) -> bool:
     """True if ``cond`` is provably true for all values of the ranged Vars.
 
+    Memoised like :func:`simplify` (the schedule asks the same questions of every region
+    it recomputes: ``min >= 0``, ``min + extent <= dim``).
+
     >>> from toolchain.tir.ir import Var, Range
     >>> i, n = Var("i"), Var("n")
     >>> prove(i < n, {i: Range(0, n)}), prove(i < 7, {i: Range(0, 8)})
     (True, False)
     """
-    return _prove(ir.convert(cond), ranges, fast=False)
+    return _proved("prove", _prove, ir.convert(cond), ranges)
 
 
 def disprove(cond: Any, ranges: Ranges | None = None) -> bool:
     """True if ``cond`` is provably false for all values of the ranged Vars."""
-    return _disprove(ir.convert(cond), ranges, fast=False)
+    return _proved("disprove", _disprove, ir.convert(cond), ranges)
+
+
+def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> bool:
+    """``decide(cond, ranges)``, through the memo (the answer depends only on the
+    structure of ``cond`` and the ranges of the Vars it reaches: :func:`_memo_key`)."""
+    if type(cond) is ir.IntImm:
+        return decide(cond, ranges, False)
+    key = _memo_key(tag, cond, ranges)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit[1]
+    out = decide(cond, ranges, False)
+    _remember(key, (cond, out))
+    return out
 
 
 # ----------------------------------------------------------------------- simplifier
@@ -508,7 +525,10 @@ class _Simplifier(ExprMutator):
         self.ranges = ranges or {}
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
-        a, b = self.visit_expr(e.a), self.visit_expr(e.b)
+        a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
+        table = self._table
+        a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
+        b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
             if t in _FOLD_CMP:
@@ -787,10 +807,29 @@ def _key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
     expressions again and again (every hit walked the whole expression before)."""
     known = e.__dict__.get("_expr_key")
     if known is None:
-        found: list[ir.Var] = []
-        known = (expr_key(e, found), tuple(dict.fromkeys(found)))
+        if isinstance(e, ir.BinaryOp):
+            # from its operands' (often remembered already: a new ``x >= 0`` or ``a - b``
+            # around old expressions costs two look-ups, not a walk of both)
+            ka, va = _leaf_key_and_vars(e.a)
+            kb, vb = _leaf_key_and_vars(e.b)
+            vs = va if not vb else vb if not va else tuple(dict.fromkeys(va + vb))
+            known = ((type(e), ka, kb, e.dtype), vs)
+        else:
+            found: list[ir.Var] = []
+            known = (expr_key(e, found), tuple(dict.fromkeys(found)))
         object.__setattr__(e, "_expr_key", known)
     return known
+
+
+def _leaf_key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
+    """:func:`_key_and_vars`, with Vars and integer constants keyed on the spot (what
+    ``expr_key`` gives them) instead of remembered on every leaf."""
+    t = type(e)
+    if t is ir.Var:
+        return e, (e,)
+    if t is ir.IntImm:
+        return ("i", e.value, e.dtype), ()
+    return _key_and_vars(e)
 
 
 def _remember(key: Any, value: tuple[Any, Any]) -> None:
