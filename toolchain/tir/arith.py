@@ -299,10 +299,13 @@ class _Bounds:
         lo, hi = Lin(e.dtype, lin.const), Lin(e.dtype, lin.const)
         for atom, c in lin.terms.values():
             b = self.atom(atom, depth)
+            # in place: lo and hi are this call's own (``add`` copied them every term)
             if c > 0:
-                lo, hi = lo.add(b[0], c), hi.add(b[1], c)
+                lo.add_into(b[0], c)
+                hi.add_into(b[1], c)
             else:
-                lo, hi = lo.add(b[1], c), hi.add(b[0], c)
+                lo.add_into(b[1], c)
+                hi.add_into(b[0], c)
         return lo, hi
 
     def _has_ranged(self, e: ir.PrimExpr) -> bool:
@@ -797,7 +800,12 @@ def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
         seen.add(v)
         r = ranges.get(v)
         if r is not None:
-            sig.append((v, expr_key(r.min, found), expr_key(r.extent, found)))
+            # the bounds' keys and Vars as ``expr_key`` gives them, remembered on them
+            kmin, vmin = _known_key(r.min) or _key_and_vars(r.min)
+            kext, vext = _known_key(r.extent) or _key_and_vars(r.extent)
+            sig.append((v, kmin, kext))
+            found += vmin
+            found += vext
     return tag, k, tuple(sig)
 
 
@@ -808,28 +816,29 @@ def _key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
     known = e.__dict__.get("_expr_key")
     if known is None:
         if isinstance(e, ir.BinaryOp):
-            # from its operands' (often remembered already: a new ``x >= 0`` or ``a - b``
-            # around old expressions costs two look-ups, not a walk of both)
-            ka, va = _leaf_key_and_vars(e.a)
-            kb, vb = _leaf_key_and_vars(e.b)
-            vs = va if not vb else vb if not va else tuple(dict.fromkeys(va + vb))
-            known = ((type(e), ka, kb, e.dtype), vs)
-        else:
+            # a new ``x >= 0`` or ``a - b`` around expressions keyed already: two look-ups,
+            # not a walk of both (a fresh tree is walked once, as ``expr_key`` does)
+            ka, kb = _known_key(e.a), _known_key(e.b)
+            if ka is not None and kb is not None:
+                va, vb = ka[1], kb[1]
+                vs = va if not vb else vb if not va else tuple(dict.fromkeys(va + vb))
+                known = ((type(e), ka[0], kb[0], e.dtype), vs)
+        if known is None:
             found: list[ir.Var] = []
             known = (expr_key(e, found), tuple(dict.fromkeys(found)))
         object.__setattr__(e, "_expr_key", known)
     return known
 
 
-def _leaf_key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
-    """:func:`_key_and_vars`, with Vars and integer constants keyed on the spot (what
-    ``expr_key`` gives them) instead of remembered on every leaf."""
+def _known_key(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]] | None:
+    """What :func:`_key_and_vars` gives ``e`` if it is at hand: a Var or an integer
+    constant (keyed as ``expr_key`` keys them), or an expression that remembers it."""
     t = type(e)
     if t is ir.Var:
         return e, (e,)
     if t is ir.IntImm:
         return ("i", e.value, e.dtype), ()
-    return _key_and_vars(e)
+    return e.__dict__.get("_expr_key")
 
 
 def _remember(key: Any, value: tuple[Any, Any]) -> None:
