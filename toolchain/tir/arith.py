@@ -187,6 +187,21 @@ class Lin:
         return out
 
 
+def _same_tree(x: ir.PrimExpr, y: ir.PrimExpr) -> bool:
+    """``x`` and ``y`` are the same arithmetic over the same atoms (objects): what a
+    linear form rebuilt into an expression gives when the expression was canonical."""
+    if x is y:
+        return True
+    t = type(x)
+    if t is not type(y) or x.dtype != y.dtype:
+        return False
+    if t is ir.IntImm:
+        return x.value == y.value and type(x.value) is type(y.value)
+    if isinstance(x, ir.BinaryOp):
+        return _same_tree(x.a, y.a) and _same_tree(x.b, y.b)
+    return False
+
+
 def _const_div(e: Any, cls: type) -> tuple[ir.PrimExpr, int] | None:
     """``(a, c)`` if ``e`` is ``cls(a, c)`` with a constant ``c > 0``."""
     if isinstance(e, cls) and isinstance(e.b, ir.IntImm) and e.b.value > 0:
@@ -550,7 +565,7 @@ class _Simplifier(ExprMutator):
         if t in (ir.And, ir.Or):
             return self._logic(t, a, b, e)
         if t in _FOLD_CMP:
-            return self._compare(t, a, b)
+            return self._compare(t, a, b, e)
         node = e if (a is e.a and b is e.b) else t(a, b)
         if _is_int(e.dtype):
             return self._int(node)
@@ -580,8 +595,11 @@ class _Simplifier(ExprMutator):
                 return ir.IntImm(1, e.dtype) if x.value else y
         return e if (a is e.a and b is e.b) else t(a, b)
 
-    def _compare(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr) -> ir.PrimExpr:
+    def _compare(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr,
+                 e: ir.BinaryOp) -> ir.PrimExpr:
         node = t(a, b)
+        if a is e.a and b is e.b and node.dtype == e.dtype:
+            node = e  # unchanged: keep it (the callers then keep theirs)
         if _is_int(a.dtype) and _is_int(b.dtype):
             if _prove(node, self.ranges, fast=True):
                 return ir.IntImm(1, node.dtype)
@@ -596,13 +614,17 @@ class _Simplifier(ExprMutator):
                 return e
             if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
                 return self.visit_expr(lin.to_expr())
-            return lin.to_expr()
+            out = lin.to_expr()
+            # already canonical (most sums are): keep ``e``, so that the callers see
+            # "unchanged" and do not rebuild every enclosing node
+            return e if _same_tree(out, e) else out
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
             c = e.b.value
             if c == 1:
                 return e.a if isinstance(e, ir.FloorDiv) else ir.IntImm(0, e.dtype)
             if c > 0:
-                return self._divmod(e, c)
+                out = self._divmod(e, c)
+                return e if _same_tree(out, e) else out  # as for sums, above
         if isinstance(e, (ir.Min, ir.Max)):
             a, b = e.a, e.b
             is_min = isinstance(e, ir.Min)
