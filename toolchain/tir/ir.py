@@ -406,6 +406,11 @@ class Cast(PrimExpr):
     dtype: str
     value: PrimExpr
 
+    def __init__(self, dtype: str, value: PrimExpr) -> None:
+        d = self.__dict__  # by hand, as IntImm's
+        d["dtype"] = dtype
+        d["value"] = value
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Let(PrimExpr):
@@ -429,8 +434,11 @@ class Call(PrimExpr):
     op: str
     args: tuple[PrimExpr, ...] = ()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "args", tuple(convert(a) for a in self.args))
+    def __init__(self, dtype: str, op: str, args: Sequence[Any] = ()) -> None:
+        d = self.__dict__  # by hand, as IntImm's
+        d["dtype"] = dtype
+        d["op"] = op
+        d["args"] = tuple([convert(a) for a in args])
 
 
 @dataclass(frozen=True, eq=False, repr=False)
