@@ -110,3 +110,32 @@ def test_constants_and_vars_skip_the_memo() -> None:
     assert arith.simplify(IntImm(3)).value == 3
     assert arith.simplify(i, {i: Range(5, 1)}).value == 5  # a loop of one iteration
     assert not arith._MEMO
+
+
+def test_canonical_expressions_come_back_themselves() -> None:
+    """A sum, div/mod or comparison the simplifier cannot improve is returned as is, not
+    as an equal copy (the enclosing nodes and statements are then kept too)."""
+    i, j = Var("i"), Var("j")
+    r = {i: Range(0, 4), j: Range(0, 64)}
+    for e in (i * 32 + j, j // 8, j % 8 * 4 + i, i < j):
+        assert arith.simplify(e, r) is e, str(e)
+    assert str(arith.simplify(i * 2 + i, r)) == "i * 3"  # a real change still rebuilds
+
+
+def test_prove_is_memoised_per_ranges() -> None:
+    i, n = Var("i"), Var("n")
+    assert arith.prove(i < 8, {i: Range(0, 8)})
+    assert any(k[0] == "prove" for k in arith._MEMO)
+    assert not arith.prove(i < 8, {i: Range(0, 9)})  # other ranges: another key
+    assert arith.prove(i < 8, {i: Range(0, 8)})  # the hit gives the same answer
+    assert arith.prove(i < n, {i: Range(0, n)}) and not arith.prove(i < n)
+    assert arith.disprove(i > 8, {i: Range(0, 8)})
+
+
+def test_keys_built_from_remembered_operand_keys_equal_expr_key() -> None:
+    i, j = Var("i"), Var("j")
+    inner = (i * 32 + j) // 8
+    arith._key_and_vars(inner)  # remembered on ``inner``
+    for e in (inner >= 0, inner - j, j + inner, inner * 2):
+        found: list = []
+        assert arith._key_and_vars(e) == (expr_key(e, found), tuple(dict.fromkeys(found)))

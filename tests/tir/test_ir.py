@@ -105,3 +105,35 @@ def test_stmt_only_mutator_leaves_expressions() -> None:
 
     Count().visit(loop)
     assert len(seen) == 1
+
+
+def test_hand_written_inits_match_the_dataclass_fields() -> None:
+    """BinaryOp, IntImm, Cast and Call have their own ``__init__`` (speed): keywords,
+    ``dataclasses.replace``, the dtype rules and Python-number operands still work."""
+    i = ir.Var("i")
+    assert ir.Add(a=i, b=2).b.dtype == "int32" and ir.Add(i, 2.0).dtype == "float32"
+    assert ir.LT(i, 3).dtype == "bool" and ir.Add(i, i, dtype="int64").dtype == "int64"
+    assert dataclasses.replace(ir.Mul(i, 4), b=ir.IntImm(8)).b.value == 8
+    assert ir.IntImm(True, "bool").dtype == "bool"
+    assert dataclasses.replace(ir.Cast("int8", i), dtype="int16").dtype == "int16"
+    call = ir.Call("float32", "exp", [1.0])
+    assert isinstance(call.args, tuple) and isinstance(call.args[0], ir.FloatImm)
+    assert [f.name for f in dataclasses.fields(call)] == ["dtype", "op", "args"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        call.op = "log"  # type: ignore[misc]
+
+
+def test_mutator_with_its_own_visit_expr_sees_every_operand() -> None:
+    """Operands are dispatched inline only where ``visit_expr`` is the plain dispatch; a
+    mutator that overrides it still gets every operand of a binary op and a cast."""
+    seen: list[str] = []
+
+    class Spy(StmtExprMutator):
+        def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+            seen.append(type(e).__name__)
+            return super().visit_expr(e)
+
+    i = ir.Var("i")
+    Spy().visit_expr(ir.Cast("float32", i * 2 + 1))
+    assert seen == ["Cast", "Add", "Mul", "Var", "IntImm", "IntImm"]
+    assert not Spy._direct and StmtExprMutator._direct

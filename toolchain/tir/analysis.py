@@ -77,11 +77,14 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
     for d in range(buf.ndim):
         exprs = _unique([arith.simplify(e, None) for e in _unique([i[d] for i in idx_list])])
         first = exprs[0]
-        offs = []
+        offs: list[int] | None = []
         for e in exprs:
             diff = arith.simplify(e - first)
-            offs.append(diff.value if isinstance(diff, ir.IntImm) else None)
-        if all(o is not None for o in offs):
+            if not isinstance(diff, ir.IntImm):
+                offs = None  # not a constant offset: the bounds below, not the offsets
+                break
+            offs.append(diff.value)
+        if offs is not None:
             lo, hi = min(offs), max(offs)
             region.append(ir.Range(arith.simplify(first + lo), hi - lo + 1))
             continue
@@ -131,7 +134,8 @@ def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
     def region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]]) -> ir.BufferRegion:
         from toolchain.tir.functor import free_vars
 
-        if any(v in inner_vars for idx in idx_list for i in idx for v in free_vars(i)):
+        if inner_vars and any(v in inner_vars for idx in idx_list for i in idx
+                              for v in free_vars(i)):
             relaxed = []
             inner_r = {v: allr[v] for v in inner_vars}
             for idx in idx_list:

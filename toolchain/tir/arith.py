@@ -187,6 +187,21 @@ class Lin:
         return out
 
 
+def _same_tree(x: ir.PrimExpr, y: ir.PrimExpr) -> bool:
+    """``x`` and ``y`` are the same arithmetic over the same atoms (objects): what a
+    linear form rebuilt into an expression gives when the expression was canonical."""
+    if x is y:
+        return True
+    t = type(x)
+    if t is not type(y) or x.dtype != y.dtype:
+        return False
+    if t is ir.IntImm:
+        return x.value == y.value and type(x.value) is type(y.value)
+    if isinstance(x, ir.BinaryOp):
+        return _same_tree(x.a, y.a) and _same_tree(x.b, y.b)
+    return False
+
+
 def _const_div(e: Any, cls: type) -> tuple[ir.PrimExpr, int] | None:
     """``(a, c)`` if ``e`` is ``cls(a, c)`` with a constant ``c > 0``."""
     if isinstance(e, cls) and isinstance(e.b, ir.IntImm) and e.b.value > 0:
@@ -299,10 +314,13 @@ class _Bounds:
         lo, hi = Lin(e.dtype, lin.const), Lin(e.dtype, lin.const)
         for atom, c in lin.terms.values():
             b = self.atom(atom, depth)
+            # in place: lo and hi are this call's own (``add`` copied them every term)
             if c > 0:
-                lo, hi = lo.add(b[0], c), hi.add(b[1], c)
+                lo.add_into(b[0], c)
+                hi.add_into(b[1], c)
             else:
-                lo, hi = lo.add(b[1], c), hi.add(b[0], c)
+                lo.add_into(b[1], c)
+                hi.add_into(b[0], c)
         return lo, hi
 
     def _has_ranged(self, e: ir.PrimExpr) -> bool:
@@ -488,17 +506,34 @@ def _disprove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:
 def prove(cond: Any, ranges: Ranges | None = None) -> bool:
     """True if ``cond`` is provably true for all values of the ranged Vars.
 
+    Memoised like :func:`simplify` (the schedule asks the same questions of every region
+    it recomputes: ``min >= 0``, ``min + extent <= dim``).
+
     >>> from toolchain.tir.ir import Var, Range
     >>> i, n = Var("i"), Var("n")
     >>> prove(i < n, {i: Range(0, n)}), prove(i < 7, {i: Range(0, 8)})
     (True, False)
     """
-    return _prove(ir.convert(cond), ranges, fast=False)
+    return _proved("prove", _prove, ir.convert(cond), ranges)
 
 
 def disprove(cond: Any, ranges: Ranges | None = None) -> bool:
     """True if ``cond`` is provably false for all values of the ranged Vars."""
-    return _disprove(ir.convert(cond), ranges, fast=False)
+    return _proved("disprove", _disprove, ir.convert(cond), ranges)
+
+
+def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> bool:
+    """``decide(cond, ranges)``, through the memo (the answer depends only on the
+    structure of ``cond`` and the ranges of the Vars it reaches: :func:`_memo_key`)."""
+    if type(cond) is ir.IntImm:
+        return decide(cond, ranges, False)
+    key = _memo_key(tag, cond, ranges)
+    hit = _MEMO.get(key)
+    if hit is not None:
+        return hit[1]
+    out = decide(cond, ranges, False)
+    _remember(key, (cond, out))
+    return out
 
 
 # ----------------------------------------------------------------------- simplifier
@@ -508,7 +543,10 @@ class _Simplifier(ExprMutator):
         self.ranges = ranges or {}
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
-        a, b = self.visit_expr(e.a), self.visit_expr(e.b)
+        a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
+        table = self._table
+        a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
+        b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
             if t in _FOLD_CMP:
@@ -527,7 +565,7 @@ class _Simplifier(ExprMutator):
         if t in (ir.And, ir.Or):
             return self._logic(t, a, b, e)
         if t in _FOLD_CMP:
-            return self._compare(t, a, b)
+            return self._compare(t, a, b, e)
         node = e if (a is e.a and b is e.b) else t(a, b)
         if _is_int(e.dtype):
             return self._int(node)
@@ -557,8 +595,11 @@ class _Simplifier(ExprMutator):
                 return ir.IntImm(1, e.dtype) if x.value else y
         return e if (a is e.a and b is e.b) else t(a, b)
 
-    def _compare(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr) -> ir.PrimExpr:
+    def _compare(self, t: type, a: ir.PrimExpr, b: ir.PrimExpr,
+                 e: ir.BinaryOp) -> ir.PrimExpr:
         node = t(a, b)
+        if a is e.a and b is e.b and node.dtype == e.dtype:
+            node = e  # unchanged: keep it (the callers then keep theirs)
         if _is_int(a.dtype) and _is_int(b.dtype):
             if _prove(node, self.ranges, fast=True):
                 return ir.IntImm(1, node.dtype)
@@ -573,13 +614,17 @@ class _Simplifier(ExprMutator):
                 return e
             if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
                 return self.visit_expr(lin.to_expr())
-            return lin.to_expr()
+            out = lin.to_expr()
+            # already canonical (most sums are): keep ``e``, so that the callers see
+            # "unchanged" and do not rebuild every enclosing node
+            return e if _same_tree(out, e) else out
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
             c = e.b.value
             if c == 1:
                 return e.a if isinstance(e, ir.FloorDiv) else ir.IntImm(0, e.dtype)
             if c > 0:
-                return self._divmod(e, c)
+                out = self._divmod(e, c)
+                return e if _same_tree(out, e) else out  # as for sums, above
         if isinstance(e, (ir.Min, ir.Max)):
             a, b = e.a, e.b
             is_min = isinstance(e, ir.Min)
@@ -777,7 +822,12 @@ def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
         seen.add(v)
         r = ranges.get(v)
         if r is not None:
-            sig.append((v, expr_key(r.min, found), expr_key(r.extent, found)))
+            # the bounds' keys and Vars as ``expr_key`` gives them, remembered on them
+            kmin, vmin = _known_key(r.min) or _key_and_vars(r.min)
+            kext, vext = _known_key(r.extent) or _key_and_vars(r.extent)
+            sig.append((v, kmin, kext))
+            found += vmin
+            found += vext
     return tag, k, tuple(sig)
 
 
@@ -787,10 +837,30 @@ def _key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
     expressions again and again (every hit walked the whole expression before)."""
     known = e.__dict__.get("_expr_key")
     if known is None:
-        found: list[ir.Var] = []
-        known = (expr_key(e, found), tuple(dict.fromkeys(found)))
+        if isinstance(e, ir.BinaryOp):
+            # a new ``x >= 0`` or ``a - b`` around expressions keyed already: two look-ups,
+            # not a walk of both (a fresh tree is walked once, as ``expr_key`` does)
+            ka, kb = _known_key(e.a), _known_key(e.b)
+            if ka is not None and kb is not None:
+                va, vb = ka[1], kb[1]
+                vs = va if not vb else vb if not va else tuple(dict.fromkeys(va + vb))
+                known = ((type(e), ka[0], kb[0], e.dtype), vs)
+        if known is None:
+            found: list[ir.Var] = []
+            known = (expr_key(e, found), tuple(dict.fromkeys(found)))
         object.__setattr__(e, "_expr_key", known)
     return known
+
+
+def _known_key(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]] | None:
+    """What :func:`_key_and_vars` gives ``e`` if it is at hand: a Var or an integer
+    constant (keyed as ``expr_key`` keys them), or an expression that remembers it."""
+    t = type(e)
+    if t is ir.Var:
+        return e, (e,)
+    if t is ir.IntImm:
+        return ("i", e.value, e.dtype), ()
+    return e.__dict__.get("_expr_key")
 
 
 def _remember(key: Any, value: tuple[Any, Any]) -> None:

@@ -33,9 +33,14 @@ class _Dispatch:
     and node class: each subclass has its own table, keyed by the node's class)."""
 
     _table: dict[type, Callable[..., Any]]
+    #: True where ``visit_expr`` is the plain dispatch (not overridden): the hottest
+    #: ``visit_<Node>`` methods then dispatch their operands inline, one call per node
+    #: instead of two
+    _direct: bool
 
     def __init_subclass__(cls) -> None:
         cls._table = {}
+        cls._direct = getattr(cls.visit_expr, "_plain_dispatch", False)  # type: ignore
 
     @classmethod
     def _resolve(cls, node_type: type) -> Callable[..., Any]:
@@ -47,9 +52,16 @@ class _Dispatch:
         raise TypeError(f"{cls.__name__} cannot visit {node_type.__name__}")
 
 
+def _plain_dispatch(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a base class's ``visit_expr`` as the plain dispatch (see ``_direct``)."""
+    fn._plain_dispatch = True  # type: ignore[attr-defined]
+    return fn
+
+
 class ExprVisitor(_Dispatch):
     """Walk an expression tree."""
 
+    @_plain_dispatch
     def visit_expr(self, e: ir.PrimExpr) -> None:
         """Visit ``e`` (dispatches on its class)."""
         t = type(e)
@@ -68,8 +80,15 @@ class ExprVisitor(_Dispatch):
         pass
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> None:
-        self.visit_expr(e.a)
-        self.visit_expr(e.b)
+        if self._direct:
+            table = self._table
+            a, b = e.a, e.b
+            ta, tb = type(a), type(b)
+            (table.get(ta) or self._resolve(ta))(self, a)
+            (table.get(tb) or self._resolve(tb))(self, b)
+        else:
+            self.visit_expr(e.a)
+            self.visit_expr(e.b)
 
     def visit_Not(self, e: ir.Not) -> None:
         self.visit_expr(e.a)
@@ -178,6 +197,7 @@ class StmtExprVisitor(ExprVisitor):
 class ExprMutator(_Dispatch):
     """Rebuild an expression tree bottom-up; unchanged subtrees keep their identity."""
 
+    @_plain_dispatch
     def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
         """Mutate ``e`` (dispatches on its class)."""
         t = type(e)
@@ -200,8 +220,15 @@ class ExprMutator(_Dispatch):
         return e
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:
-        a, b = self.visit_expr(e.a), self.visit_expr(e.b)
-        if a is e.a and b is e.b:
+        a0, b0 = e.a, e.b
+        if self._direct:
+            table = self._table
+            ta, tb = type(a0), type(b0)
+            a = (table.get(ta) or self._resolve(ta))(self, a0)
+            b = (table.get(tb) or self._resolve(tb))(self, b0)
+        else:
+            a, b = self.visit_expr(a0), self.visit_expr(b0)
+        if a is a0 and b is b0:
             return e
         return type(e)(a, b)
 
@@ -210,22 +237,29 @@ class ExprMutator(_Dispatch):
         return e if a is e.a else ir.Not(a)
 
     def visit_Select(self, e: ir.Select) -> ir.PrimExpr:
-        c, t, f = (self.visit_expr(x) for x in (e.condition, e.true_value, e.false_value))
+        visit = self.visit_expr
+        c, t, f = visit(e.condition), visit(e.true_value), visit(e.false_value)
         if c is e.condition and t is e.true_value and f is e.false_value:
             return e
         return ir.Select(c, t, f)
 
     def visit_Cast(self, e: ir.Cast) -> ir.PrimExpr:
-        v = self.visit_expr(e.value)
-        return e if v is e.value else ir.Cast(e.dtype, v)
+        v0 = e.value
+        if self._direct:
+            t = type(v0)
+            v = (self._table.get(t) or self._resolve(t))(self, v0)
+        else:
+            v = self.visit_expr(v0)
+        return e if v is v0 else ir.Cast(e.dtype, v)
 
     def visit_Let(self, e: ir.Let) -> ir.PrimExpr:
         v, b = self.visit_expr(e.value), self.visit_expr(e.body)
         return e if v is e.value and b is e.body else ir.Let(e.var, v, b)
 
     def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
-        args = tuple(self.visit_expr(a) for a in e.args)
-        if all(x is y for x, y in zip(args, e.args, strict=False)):
+        visit = self.visit_expr
+        args = tuple([visit(a) for a in e.args])
+        if _same(args, e.args):
             return e
         return ir.Call(e.dtype, e.op, args)
 
@@ -239,14 +273,21 @@ class ExprMutator(_Dispatch):
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         buf = self.visit_buffer(e.buffer)
-        idx = tuple(self.visit_expr(i) for i in e.indices)
-        if buf is e.buffer and all(x is y for x, y in zip(idx, e.indices, strict=False)):
+        visit = self.visit_expr
+        idx = tuple([visit(i) for i in e.indices])
+        if buf is e.buffer and _same(idx, e.indices):
             return e
         return ir.BufferLoad(buf, idx)
 
 
 def _same(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=False))
+    """Same length and the same objects, in order."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):  # noqa: B905 - lengths checked
+        if x is not y:
+            return False
+    return True
 
 
 class StmtExprMutator(ExprMutator):

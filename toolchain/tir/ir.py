@@ -234,6 +234,13 @@ class IntImm(PrimExpr):
     value: int
     dtype: str = "int32"
 
+    def __init__(self, value: int, dtype: str = "int32") -> None:
+        # written out instead of the dataclass's (one ``object.__setattr__`` call per
+        # field): constants are made by the hundred thousand while lowering
+        d = self.__dict__
+        d["value"] = value
+        d["dtype"] = dtype
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FloatImm(PrimExpr):
@@ -265,14 +272,21 @@ class BinaryOp(PrimExpr):
     b: PrimExpr
     dtype: str = ""
 
-    def __post_init__(self) -> None:
-        a, b = self.a, self.b
+    def __init__(self, a: Any, b: Any, dtype: str = "") -> None:
+        # written out instead of the dataclass's ``__init__`` + ``__post_init__`` (a third
+        # of the cost): the simplifier and the mutators build these by the hundred thousand
         if not (isinstance(a, PrimExpr) and isinstance(b, PrimExpr)):  # Python numbers
             a, b = pair_of(a, b)
-            object.__setattr__(self, "a", a)
-            object.__setattr__(self, "b", b)
-        if not self.dtype:
-            object.__setattr__(self, "dtype", self._result_dtype(a, b))
+        d = self.__dict__
+        d["a"] = a
+        d["b"] = b
+        if not dtype:
+            da = a.dtype
+            dtype = da if da == b.dtype and self._same_dtype else self._result_dtype(a, b)
+        d["dtype"] = dtype
+
+    #: the result has its operands' dtype when they agree (comparisons: ``bool``)
+    _same_dtype = True
 
     @staticmethod
     def _result_dtype(a: PrimExpr, b: PrimExpr) -> str:
@@ -316,6 +330,8 @@ class Max(BinaryOp):
 
 
 class _Compare(BinaryOp):
+    _same_dtype = False
+
     @staticmethod
     def _result_dtype(a: PrimExpr, b: PrimExpr) -> str:
         return with_lanes("bool", max(lanes_of(a.dtype), lanes_of(b.dtype)))
@@ -390,6 +406,11 @@ class Cast(PrimExpr):
     dtype: str
     value: PrimExpr
 
+    def __init__(self, dtype: str, value: PrimExpr) -> None:
+        d = self.__dict__  # by hand, as IntImm's
+        d["dtype"] = dtype
+        d["value"] = value
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Let(PrimExpr):
@@ -413,8 +434,11 @@ class Call(PrimExpr):
     op: str
     args: tuple[PrimExpr, ...] = ()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "args", tuple(convert(a) for a in self.args))
+    def __init__(self, dtype: str, op: str, args: Sequence[Any] = ()) -> None:
+        d = self.__dict__  # by hand, as IntImm's
+        d["dtype"] = dtype
+        d["op"] = op
+        d["args"] = tuple([convert(a) for a in args])
 
 
 @dataclass(frozen=True, eq=False, repr=False)

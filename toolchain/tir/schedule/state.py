@@ -303,9 +303,18 @@ def children(s: ir.Stmt) -> list[ir.Stmt]:
 def walk(s: ir.Stmt, path: tuple[ir.Stmt, ...] = ()) -> Iterator[tuple[ir.Stmt,
                                                                      tuple[ir.Stmt, ...]]]:
     """Pre-order ``(node, ancestors)`` over statements."""
-    yield s, path
-    for c in children(s):
-        yield from walk(c, path + (s,))
+    # an explicit stack, not nested generators: ``yield from`` passed every node up
+    # through one generator per level, and the schedule walks whole functions often
+    stack = [(s, path)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, above = pop()
+        yield node, above
+        kids = children(node)
+        if kids:
+            inner = above + (node,)
+            for c in reversed(kids):
+                push((c, inner))
 
 
 def find_loop(func: ir.PrimFunc, var: ir.Var) -> tuple[ir.For, tuple[ir.Stmt, ...]] | None:
