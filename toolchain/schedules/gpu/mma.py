@@ -48,10 +48,10 @@ from toolchain.schedules.gpu.tensorcore import (
     loops_under,
     spread_over_block,
     tensor_core_sets,
+    warp_pipeline,
 )
 from toolchain.target import Target
 from toolchain.tir.schedule import Schedule
-from toolchain.tir.schedule.gpu import ASYNC_COPY, DYNAMIC_SHARED_MEMORY
 
 #: the labels' fragment (a 16 x 16 tile of C, as for wmma): ``fn`` of them across a
 #: warp are ``2 fn`` tiles of mma.sync's 16 x 8
@@ -102,27 +102,11 @@ def tile_gemm_mma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     fold_tail(sch, cf)
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)
-    others = [loops[i] for i in axes.others]
     product = tc.warp_product(t.fm, nt) if t.warp_mma else None
-    if product is not None:  # one call a warp tile under kf
-        by, wy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm * tc.m])
-        bx, wx, xi = sch.split(loops[axes.x], [None, t.wx, nt * tc.n])
-        frags: tuple[Any, ...] = ()
-    else:  # one m16n8k16 call a 16 x 8 tile under kf, fy, fx
-        by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
-        bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, nt, tc.n])
-        frags = (fy, fx)
-    ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
-    sch.reorder(*others, by, bx, ko, wy, wx, kf, *frags, yi, xi, ki)
-    if mma_shared_bytes(t, tc) > (target.max_shared_memory_per_block or 48 * 1024):
-        sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
-    if t.async_copy:  # the operand tiles are read only after the step's barrier
-        sch.annotate(bx, ASYNC_COPY, 1)
-    bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
-    for s in copies:
-        sch.compute_at(s, ko)
-        if t.double_buffer and axes.extents[axes.reduce[0]] > tc.k * t.kf:
-            sch.double_buffer(s, stages=t.stages)
+    w = warp_pipeline(sch, loops, axes, t, tc, nt, product is not None, copies,
+                      mma_shared_bytes(t, tc) > (target.max_shared_memory_per_block
+                                                 or 48 * 1024))
+    by, bx, wy, wx, ko, kf, frags, yi, bz = w
     sch.reverse_compute_at(cf, bx)
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
                   sch.get(wx).loop_var.name + "_init": "threadIdx.y"}

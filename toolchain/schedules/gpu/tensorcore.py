@@ -345,28 +345,11 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     cf = sch.cache_write(b, 0, tc.accumulator)
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)
-    others = [loops[i] for i in axes.others]
     product = tc.warp_product(t.fm, t.fn) if t.warp_mma else None
-    if product is not None:  # one call a warp tile: (16 fm) x (16 fn) x 16 under kf
-        by, wy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm * tc.m])
-        bx, wx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn * tc.n])
-        frags: tuple[Any, ...] = ()
-    else:  # one call a fragment: 16 x 16 x 16 under kf, fy, fx
-        by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
-        bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, t.fn, tc.n])
-        frags = (fy, fx)
-    ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
-    sch.reorder(*others, by, bx, ko, wy, wx, kf, *frags, yi, xi, ki)
-    static = target.max_shared_memory_per_block or 48 * 1024
-    if wmma_shared_bytes(t, tc) > static:  # beyond the static 48 KiB: opt in (dynamic)
-        sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
-    if t.async_copy:  # the operand tiles are read only after the step's barrier
-        sch.annotate(bx, ASYNC_COPY, 1)
-    bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
-    for s in copies:
-        sch.compute_at(s, ko)
-        if t.double_buffer and axes.extents[axes.reduce[0]] > tc.k * t.kf:
-            sch.double_buffer(s, stages=t.stages)
+    w = warp_pipeline(sch, loops, axes, t, tc, t.fn, product is not None, copies,
+                      wmma_shared_bytes(t, tc) > (target.max_shared_memory_per_block
+                                                  or 48 * 1024))
+    by, bx, wy, wx, ko, kf, frags, yi, bz = w
     sch.reverse_compute_at(cf, bx)
     sch.reverse_compute_at(cs, bx)
     warp_names = {sch.get(wy).loop_var.name + "_init": "threadIdx.z",
@@ -393,6 +376,41 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     if bz is not None:
         sch.bind(bz, "blockIdx.z")
     return sch
+
+
+def warp_pipeline(sch: Schedule, loops: list[Any], axes: Any, t: WmmaTiles, tc: TensorCore,
+                  cols: int, warp_tile: bool, copies: list[Any], dynamic: bool
+                  ) -> tuple[Any, ...]:
+    """The loop structure both tensor-core GEMMs (wmma here, ``mma.sync`` in
+    :mod:`~toolchain.schedules.gpu.mma`) share: the output rows and columns split into
+    blocks, warps and (unless ``warp_tile``: one product call a warp tile) ``tc.m x
+    tc.n`` tiles, ``cols`` of them across a warp; the reduction into block steps of
+    ``t.kf`` calls; the operand ``copies`` fetched at each step (``t.stages`` deep where
+    ``t.double_buffer``), with dynamic shared memory where ``dynamic`` and asynchronous
+    copies where ``t.async_copy``. Returns ``(by, bx, wy, wx, ko, kf, frags, yi, bz)``:
+    ``frags`` the tile loops (empty for a warp tile), ``bz`` the fused batch loop or
+    None."""
+    others = [loops[i] for i in axes.others]
+    if warp_tile:
+        by, wy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm * tc.m])
+        bx, wx, xi = sch.split(loops[axes.x], [None, t.wx, cols * tc.n])
+        frags: tuple[Any, ...] = ()
+    else:
+        by, wy, fy, yi = sch.split(loops[axes.y], [None, t.wy, t.fm, tc.m])
+        bx, wx, fx, xi = sch.split(loops[axes.x], [None, t.wx, cols, tc.n])
+        frags = (fy, fx)
+    ko, kf, ki = sch.split(loops[axes.reduce[0]], [None, t.kf, tc.k])
+    sch.reorder(*others, by, bx, ko, wy, wx, kf, *frags, yi, xi, ki)
+    if dynamic:  # beyond the static 48 KiB: opt in (dynamic)
+        sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
+    if t.async_copy:  # the operand tiles are read only after the step's barrier
+        sch.annotate(bx, ASYNC_COPY, 1)
+    bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
+    for s in copies:
+        sch.compute_at(s, ko)
+        if t.double_buffer and axes.extents[axes.reduce[0]] > tc.k * t.kf:
+            sch.double_buffer(s, stages=t.stages)
+    return by, bx, wy, wx, ko, kf, frags, yi, bz
 
 
 def fill_fragments(sch: Schedule, init: Any, warp_names: dict[str, str],
@@ -512,4 +530,4 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
 __all__ = ["DEFAULT_CAPS", "TensorCore", "WmmaCaps", "WmmaTiles", "choose_wmma_tiles",
            "fetch_vector", "fill_fragments", "loops_under", "smem_limit", "spread_over_block",
            "tensor_core_intrinsics", "tensor_core_sets", "tile_gemm_wmma", "try_tile_wmma",
-           "wmma_shared_bytes"]
+           "warp_pipeline", "wmma_shared_bytes"]
