@@ -17,7 +17,7 @@ import pytest
 
 from tests.bundle.helpers import nvcc_object
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
-from tests.schedules.gpu.test_tensorcore import MODELS
+from tests.schedules.gpu.test_tensorcore import MODELS, wmma_gemm
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
@@ -31,7 +31,6 @@ from toolchain.schedules.gpu.tensorcore import (
     WmmaTiles,
     loops_under,
     tensor_core_intrinsics,
-    try_tile_wmma,
 )
 from toolchain.target import load_target
 from toolchain.tir import ir
@@ -59,16 +58,6 @@ def _emulated(model: object, tiles: WmmaTiles, out: Path, target: str | Path = "
     return d, (d / "src/kernels.c").read_text()
 
 
-def _gemm_schedule(m: int, n: int, k: int, tiles: WmmaTiles) -> Schedule:
-    A = te.placeholder((m, k), name="A", dtype="float16")
-    B = te.placeholder((k, n), name="B", dtype="float16")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80, tiles)
-    assert sch is not None
-    return sch
-
-
 def test_the_mma_intrinsics_are_found_by_behaviour() -> None:
     """Both CUDA descriptors declare the mma.sync set (a fill, m16n8k16 and warp tiles of
     it, on an accumulator scope with no store); wmma stays the default's set; c-generic
@@ -90,7 +79,7 @@ def test_the_accumulators_stay_in_registers_and_the_epilogue_stores_them() -> No
     constant indices (the register loops unrolled)."""
     from toolchain.codegen.backend import CUDABackend
 
-    sch = _gemm_schedule(256, 256, 64, DEFAULT_MMA)
+    sch = wmma_gemm(256, 256, 64, DEFAULT_MMA)
     f = lower(sch, target=SM80)
     assert max(lowered_shared_bytes(sch, SM80).values()) == mma_shared_bytes(
         DEFAULT_MMA, mma_intrinsics(SM80)) == 37888
@@ -216,7 +205,7 @@ def test_a_deeper_pipeline_keeps_one_barrier_a_step_and_waits_for_its_tile(
     from toolchain.codegen.backend import CUDABackend
 
     tiles = WmmaTiles(1, 1, 2, 2, 1, pad=8, vector=8, async_copy=True, mma=True, stages=3)
-    f = lower(_gemm_schedule(32, 32, 16 * 4, tiles), target=SM80)
+    f = lower(wmma_gemm(32, 32, 16 * 4, tiles), target=SM80)
     text = str(f)
     assert "if k_0 + 2 < 4" in text and "(k_0 + 2) % 3 * " in text and "k_0 % 3 * " in text
     barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]

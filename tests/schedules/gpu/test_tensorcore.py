@@ -134,8 +134,9 @@ def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
         sch.set_dtype(sch.get_block("C"), 0, "float16")
 
 
-def _wmma_gemm(m: int, n: int, k: int, tiles: WmmaTiles | None = None) -> Schedule:
-    """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores."""
+def wmma_gemm(m: int, n: int, k: int, tiles: WmmaTiles | None = None) -> Schedule:
+    """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores (``tiles``: the
+    wmma or, with ``mma=True``, the ``mma.sync`` kernel; test_mma.py uses it too)."""
     A = te.placeholder((m, k), name="A", dtype="float16")
     B = te.placeholder((k, n), name="B", dtype="float16")
     r = te.reduce_axis((0, k), name="k")
@@ -150,7 +151,7 @@ def test_the_wmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
     elements (``behaviour_of_call``): a 32 x 32 x 48 float16 GEMM (two warps, three
     double-buffered steps, one barrier a step) has no race, and taking out any one of its
     three barriers makes one."""
-    sch = _wmma_gemm(32, 32, 48)
+    sch = wmma_gemm(32, 32, 48)
     f = lower(sch, target=SM80)
     assert "k_0 % 2 *" in str(f)  # double-buffered
     check_races(f)
@@ -167,7 +168,7 @@ def test_a_long_reduction_keeps_one_barrier_a_step() -> None:
     so the step loop holds one barrier, at its end, as a short one does (whose
     race-freedom, with the same two values of ``k`` deciding, the race test above runs);
     the fetch of the next step then overlaps this step's products."""
-    sch = _wmma_gemm(32, 32, 16 * 80, WmmaTiles(1, 1, 2, 2, 1, pad=8, vector=8))
+    sch = wmma_gemm(32, 32, 16 * 80, WmmaTiles(1, 1, 2, 2, 1, pad=8, vector=8))
     f = lower(sch, target=SM80)
     assert "(k_0 + 1) % 2 *" in str(f)
     (step,) = [n for n, _ in st.walk(f.body) if isinstance(n, ir.For)
@@ -187,14 +188,14 @@ def test_each_product_gets_its_own_fragment_in_the_cuda_source() -> None:
     from toolchain.codegen.backend import CUDABackend
 
     tiles = WmmaTiles(2, 2, 2, 2, 2, pad=8, vector=8)
-    f = lower(_wmma_gemm(64, 64, 32, tiles), target=SM80)
+    f = lower(wmma_gemm(64, 64, 32, tiles), target=SM80)
     warp = CUDABackend().kernel(f, "g")
     body = "\n".join(line for k in warp.launches for line in k["body"])
     calls = re.findall(r"kiln_wmma_f16_32x32x16_[0-9a-f]{8}\([^;]*?"
                        r"&C_shared_wmma_accumulator\[([^\]]*)\]", body)
     assert len(calls) == 2 and all(eval(c.replace("/", "//")) == 0 for c in calls)  # noqa: S307
     assert "mma_sync(C[x * 2 + y], a[x], b[y], C[x * 2 + y])" in str(f.attrs)
-    sch = _wmma_gemm(64, 64, 32, replace(tiles, warp_mma=False))
+    sch = wmma_gemm(64, 64, 32, replace(tiles, warp_mma=False))
     art = CUDABackend().kernel(lower(sch, target=SM80), "g")
     body = "\n".join(line for k in art.launches for line in k["body"])
     frags: dict[str, list[int]] = {}
@@ -339,7 +340,7 @@ def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
 
     tc = tensor_core_intrinsics(SM80)  # 2 x 2 warps of 2 x 2 fragments, steps of 32,
     tiles = choose_wmma_tiles(64, 64, 64, tc, SM80, WmmaCaps(wy=2, wx=2, fm=2, fn=2))
-    sch = _wmma_gemm(64, 64, 64, tiles)  # synchronous fetches (the default's are cp.async)
+    sch = wmma_gemm(64, 64, 64, tiles)  # synchronous fetches (the default's are cp.async)
     f = lower(sch, target=SM80)
     art = CUDABackend().kernel(f, "g")
     body = "\n".join(line for k in art.launches for line in k["body"])
