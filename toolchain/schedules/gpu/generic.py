@@ -44,7 +44,7 @@ from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
-from toolchain.schedules.gpu.reduce import block_row_kernel, try_block_reduce
+from toolchain.schedules.gpu.reduce import block_row_kernel, row_shape, try_block_reduce
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -271,14 +271,10 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
             or not all(_is_reduction(sch, b) for b in blocks[:-1]):
         return None
     out = blocks[-1]
-    loops = sch.get_loops(out)
-    ext = [sch.get(lp).extent for lp in loops]
-    if len(loops) < 2 or not all(isinstance(e, ir.IntImm) for e in ext) \
-            or len(sch.get(out).writes) != 1:
+    shape = row_shape(sch, out)
+    if shape is None:
         return None
-    rows = 1
-    for e in ext[:-1]:
-        rows *= int(e.value)
+    rows, work = shape
     if -(-rows // threads) >= target.sm_count:
         return None
     trial = sch.copy()
@@ -296,7 +292,6 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
         names = [sch.get(b).name_hint for b in blocks[:-1]]
         for name in reversed(names):
             trial.compute_at(trial.get_block(name), tx)
-        work = int(ext[-1].value)
         for name in names:
             b = trial.get_block(name)
             n = _per_row(trial, b, tx, rows)

@@ -287,6 +287,17 @@ def _fold_consumers(sch: Schedule, block: Any, at: Any, outputs: int) -> bool:
     return done and bool(sch.get_consumers(block))
 
 
+def row_shape(sch: Schedule, out: Any) -> tuple[int, int] | None:
+    """``(rows, row length)`` of a row kernel's last block ``out``: at least two loops of
+    constant extent, the last one along the row, and one buffer written; None otherwise
+    (shared by :func:`block_row_kernel` and :func:`toolchain.schedules.gpu.generic.row_kernel`)."""
+    ext = [sch.get(lp).extent for lp in sch.get_loops(out)]
+    if len(ext) < 2 or not all(isinstance(e, ir.IntImm) for e in ext) \
+            or len(sch.get(out).writes) != 1:
+        return None
+    return math.prod(int(e.value) for e in ext[:-1]), int(ext[-1].value)
+
+
 def block_row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
     """A group of row reductions feeding one element-wise output (softmax: max, then the
     sum of exponentials, then the division; layer norm: the mean, then the variance, then
@@ -336,13 +347,10 @@ def block_row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | 
                               for iv in sch.get(blocks[-1]).iter_vars):
         return None
     out = blocks[-1]
-    lps = sch.get_loops(out)
-    ext = [sch.get(lp).extent for lp in lps]
-    if len(lps) < 2 or not all(isinstance(e, ir.IntImm) for e in ext) \
-            or len(sch.get(out).writes) != 1:
+    shape = row_shape(sch, out)
+    if shape is None:
         return None
-    length = int(ext[-1].value)
-    rows = math.prod(int(e.value) for e in ext[:-1])
+    rows, length = shape
     if length < BLOCK_REDUCE_MIN or any(_extents(sch, b) != (rows, length)
                                         for b in blocks[:-1]):
         return None
