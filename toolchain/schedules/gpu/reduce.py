@@ -176,9 +176,7 @@ def shuffle_reduce(sch: Schedule, block: Any, target: Target, threads: int
     trial = sch.copy()
     try:
         b = trial.get_block(name)
-        n_red = sum(1 for iv in trial.get(b).iter_vars if iv.iter_type != ir.IterType.SPATIAL)
-        loops = trial.get_loops(b)
-        red = trial.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
+        red = reduction_loop(trial, b)
         rf = None
         if ext[1] > threads:  # else each thread has at most one element: no partials
             _, inner = trial.split(red, [None, threads])
@@ -235,10 +233,7 @@ def block_reduce(sch: Schedule, block: Any, target: Target, threads: int) -> Sch
                         and isinstance(iv.dom.extent, ir.IntImm))
     trial = sch.copy()
     try:
-        b = trial.get_block(name)
-        n_red = sum(1 for iv in trial.get(b).iter_vars if iv.iter_type != ir.IterType.SPATIAL)
-        loops = trial.get_loops(b)
-        red = trial.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
+        red = reduction_loop(trial, trial.get_block(name))
         _, inner = trial.split(red, [None, threads])
         rf = trial.rfactor(inner, 0)  # partial[t] over elements t, t + T, ...
         *spatial, tree = trial.get_loops(trial.get_block(name))
@@ -285,6 +280,13 @@ def _fold_consumers(sch: Schedule, block: Any, at: Any, outputs: int) -> bool:
         except KilnError:
             done = False
     return done and bool(sch.get_consumers(block))
+
+
+def reduction_loop(sch: Schedule, b: Any) -> Any:
+    """Block ``b``'s reduction loops (its innermost ones) fused into one loop."""
+    n_red = sum(1 for iv in sch.get(b).iter_vars if iv.iter_type != ir.IterType.SPATIAL)
+    loops = sch.get_loops(b)
+    return sch.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
 
 
 def row_shape(sch: Schedule, out: Any) -> tuple[int, int] | None:
@@ -360,11 +362,7 @@ def block_row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | 
     try:
         rfs = {}
         for name in names:  # at the root: each reduction's per-thread partials
-            b = trial.get_block(name)
-            n_red = sum(1 for iv in trial.get(b).iter_vars
-                        if iv.iter_type != ir.IterType.SPATIAL)
-            loops = trial.get_loops(b)
-            red = trial.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
+            red = reduction_loop(trial, trial.get_block(name))
             _, inner = trial.split(red, [None, t])
             rfs[name] = trial.rfactor(inner, 0, init_in_block=True)
         b_out = trial.get_block(sch.get(out).name_hint)
