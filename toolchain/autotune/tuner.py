@@ -71,6 +71,10 @@ class TaskState:
     best_point: Point | None = None
     default_cost: float = math.inf
     exhausted: bool = False
+    #: points measured right after the default, before the explorer's (the space's
+    #: :meth:`~toolchain.autotune.space.Space.seed_points` and the best points of
+    #: similar workloads' records)
+    seeds: list[Point] = field(default_factory=list)
 
     @property
     def space(self) -> Space:
@@ -115,7 +119,9 @@ Measure = Callable[[list[tuple[TaskState, Point]]], list[tuple[np.ndarray | None
 class Tuner:
     """The loop (see the module docstring). ``transfer``: per space kind, groups of
     ``(features, costs)`` from earlier records, added to every training of that kind's
-    model. ``on_result(state, point, features, result)`` sees every trial."""
+    model. ``seeds``: per workload, more points to measure right after the default (after
+    the space's own :attr:`~toolchain.autotune.space.Space.seeds`; points outside the
+    space are dropped). ``on_result(state, point, features, result)`` sees every trial."""
 
     def __init__(self, tasks: Sequence[Any], measure: Measure,
                  featurize: Callable[[TaskState, Point], np.ndarray], strategy: str = "xgb",
@@ -124,7 +130,7 @@ class Tuner:
                  on_result: Callable[..., None] | None = None, evals: int | None = None,
                  progress: Any = None,
                  featurize_many: Callable[[TaskState, list[Point]], list[np.ndarray]] | None
-                 = None) -> None:
+                 = None, seeds: Mapping[str, Sequence[Point]] | None = None) -> None:
         if strategy not in STRATEGIES:
             from toolchain.errors import OptionError
 
@@ -141,6 +147,7 @@ class Tuner:
         many = featurize_many or (lambda st, pts: [self.featurize(st, p) for p in pts])
         for t in tasks:
             st = TaskState(t)
+            st.seeds = t.space.seed_points((seeds or {}).get(t.space.workload, ()))
             if strategy == "xgb":
                 model = self.models.setdefault(t.space.kind, CostModel(seed=seed))
                 st.explorer = ModelSearch(t.space, random.Random(self.rng.random()), model,
@@ -199,11 +206,15 @@ class Tuner:
             default = st.space.default()
             if st.space.key(default) not in st.tried:
                 points.append(default)
+            taken = st.tried | {st.space.key(p) for p in points}
+            for seed in st.seeds:
+                if len(points) < n and st.space.key(seed) not in taken:
+                    points.append(seed)
+                    taken.add(st.space.key(seed))
             if len(points) < n:
                 if self.strategy == "xgb" and st.costs:
                     self._train(st.space.kind)
-                more = st.explorer.next_batch(st.tried | {st.space.key(p) for p in points},
-                                              n - len(points))
+                more = st.explorer.next_batch(taken, n - len(points))
                 points += more
             if not points:
                 st.exhausted = True
@@ -278,6 +289,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                              [round(float(x), 4) for x in feats]))
 
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    seeds = {t.space.workload: transfer_seeds(t.space, transfer) for t in tasks}
     for wl, recs in _by_workload(transfer).items():
         if wl in by_key:
             continue
@@ -288,7 +300,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                  np.asarray([r.cost for r in with_f])))
     bar = _Progress(trials, progress, runner.unit)
     tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, record, evals,
-                  bar.update, feat_many)
+                  bar.update, feat_many, seeds)
     for st in tuner.states:
         for r in _by_workload(earlier).get(st.space.workload, []):
             try:
@@ -301,6 +313,32 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
         return tuner.run(trials)
     finally:
         bar.close()
+
+
+def transfer_seeds(space: Space, records: Sequence[Any], per_workload: int = 2
+                   ) -> list[Point]:
+    """The best ``per_workload`` points of each other workload's ``records`` that are
+    points of ``space`` too (same kind, every decision a valid choice here): every
+    workload's best first, then every workload's second... What measured well on a
+    similar layer is tried early on this one.
+    A record of another kind, or whose trace breaks this space's rules, gives nothing."""
+    ranked: list[tuple[float, Point]] = []
+    for wl, recs in _by_workload(records).items():
+        if wl == space.workload:
+            continue
+        ok = sorted((r for r in recs if r.space == space.kind and math.isfinite(r.cost)),
+                    key=lambda r: r.cost)
+        got = 0
+        for r in ok:
+            try:
+                p = space.canonical(space.point_of(r.trace))
+            except Exception:  # noqa: BLE001 - outside this space: not a seed
+                continue
+            ranked.append((got, p))
+            got += 1
+            if got == per_workload:
+                break
+    return [p for _, p in sorted(ranked, key=lambda x: x[0])]
 
 
 def _by_workload(records: Sequence[Any]) -> dict[str, list[Any]]:

@@ -47,6 +47,7 @@ from toolchain.schedules.generic.conv2d import (
     tuned_plan,
 )
 from toolchain.schedules.generic.conv_epilogue import unblock_pixels
+from toolchain.schedules.generic.conv_seeds import gemm_seeds, only_knobs
 from toolchain.schedules.generic.dense import (
     GemmPlan,
     gemm_space,
@@ -197,7 +198,9 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
               for n in DIRECT_KNOBS]
     rules = [Rule(r.message, _unless("gemm", r.holds)) for r in gemm.rules] + \
         [Rule(r.message, _unless("direct", r.holds)) for r in direct.rules]
-    return Space("gemm", key, tuple(knobs), tuple(rules))
+    seeds = gemm_seeds(g, plan.lanes, p.vector_registers)
+    return Space("gemm", key, tuple(knobs), tuple(rules),
+                 only_knobs(seeds, {k.name for k in knobs}))
 
 
 def _unless(alg: str, holds: Callable[[Mapping[str, Any]], bool]
