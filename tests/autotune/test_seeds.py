@@ -124,3 +124,40 @@ def test_seeded_points_run_in_bundles_within_1e5(tmp_path: Path, stride: int, ke
         assert set(applied) == {s.workload}
         got = toolchain.run(pkg, {"x": x}).outputs["y"]
         assert max_rel(got, ref) <= 1e-5, p
+
+
+def test_in_place_b_is_offered_for_stride_1_and_refused_where_panels_pad():
+    s = conv_task((1, 64, 56, 56), 64, 1, 1, "x86_64-avx512").space  # C3: 3136 pixels
+    knob = s.knob("b_pack")
+    assert knob.choices == ("panels", "in_place") and knob.default == "panels"
+    p = s.canonical({**s.default(), "b_pack": "in_place", "mc_tiles": 4})
+    assert s.point_of(type(s.trace(p)).from_json(s.trace(p).to_json())) == p
+    assert not s.is_valid({**p, "nr": 48})  # 3136 pixels are not whole panels of 48
+    assert s.canonical({**p, "algorithm": "direct"})["b_pack"] == "panels"
+    strided = conv_task((1, 64, 56, 56), 128, 1, 2, "x86_64-avx512").space
+    assert "in_place" not in strided.knob("b_pack").choices
+
+
+@pytest.mark.parametrize("nr", [16, 32, 64])
+def test_in_place_b_runs_in_bundles_within_1e5(tmp_path: Path, nr: int):
+    import toolchain
+
+    base = "x86_64-avx512"
+    if not runs_here(load_target(base)):
+        pytest.skip(f"{base} code does not run on this machine")
+    target = str(nchw_variant(base, tmp_path))
+    model = conv_model(1, 1)
+    onnx.save(model, tmp_path / "m.onnx")
+    task, = extract_tasks(model, target)
+    s = task.space
+    p = s.canonical({**s.default(), "b_pack": "in_place", "nr": nr, "mr": 4,
+                     "mc_tiles": 1})
+    x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    ref = run_ort(model, {"x": x})["y"]
+    with applying({s.workload: s.trace(p)}) as applied:
+        pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / "b")
+    assert set(applied) == {s.workload}
+    src = (Path(pkg.path) / "src" / "kernels.c").read_text()
+    assert "B_packed" not in src and "X_sub" not in src
+    got = toolchain.run(pkg, {"x": x}).outputs["y"]
+    assert max_rel(got, ref) <= 1e-5
