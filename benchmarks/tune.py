@@ -59,7 +59,7 @@ def make_tasks(names: set[str] | None, target: str) -> list[tuple[str, object]]:
 
 
 def tune(task: object, budget: int, strategy: str, seed: int, jobs: int, writer=None,
-         flush_mb: float = 8):
+         flush_mb: float = 8, confirm: int = 4):
     from toolchain.autotune.measure import LocalBuilder, LocalRunner
     from toolchain.autotune.tuner import tune_tasks
 
@@ -67,7 +67,8 @@ def tune(task: object, budget: int, strategy: str, seed: int, jobs: int, writer=
     try:
         with LocalRunner(repeat=3, flush_bytes=int(flush_mb * (1 << 20))) as runner:
             st, = tune_tasks([task], budget, builder=builder, runner=runner, writer=writer,
-                             strategy=strategy, batch=8, seed=seed, progress=False)
+                             strategy=strategy, batch=8, seed=seed, progress=False,
+                             confirm=confirm)
     finally:
         builder.close()
     return st
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flush-mb", type=float, default=8,
                    help="MiB the tuner's runner rewrites between repeats (0: warm caches, "
                         "as the table's side-by-side measurement runs)")
+    p.add_argument("--confirm", type=int, default=4, metavar="K",
+                   help="after each search, time its K best points and the default twice "
+                        "more and pick by the least time (0: pick by the search's own)")
     p.add_argument("--resnet", type=int, default=0, metavar="N",
                    help="also tune ResNet-18's kernels (N trials per task) and time the "
                         "bundle with records vs onnxruntime")
@@ -153,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     names = set(args.only.split(",")) if args.only else None
     curves = set(filter(None, args.curves.split(",")))
     print(f"CPU: {ops.cpu_model()}; target {target}; single thread; budgets {budgets}; "
-          f"the tuner flushes {args.flush_mb:g} MiB between repeats")
+          f"the tuner flushes {args.flush_mb:g} MiB between repeats; confirms its "
+          f"{args.confirm} best points; load {os.getloadavg()[0]:.1f}")
     writer = None
     if args.records:
         from toolchain.autotune.records import RecordWriter
@@ -165,13 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         res = {}
         for b in budgets:
             t0 = time.perf_counter()
-            st = tune(task, b, "xgb", args.seed, args.jobs, writer, args.flush_mb)
+            st = tune(task, b, "xgb", args.seed, args.jobs, writer, args.flush_mb,
+                      args.confirm)
             res[b] = st
             print(f"  {name}: {b} trials in {time.perf_counter() - t0:.0f} s, best/default "
                   f"{st.default_cost / st.best:.2f}x", file=sys.stderr, flush=True)
         final = res[budgets[-1]]
         rnd = tune(task, budgets[-1], "random", args.seed, args.jobs, writer,
-                   args.flush_mb) \
+                   args.flush_mb, 0) \
             if name in curves else None
         trace = task.space.trace(final.best_point)
         m = compare(task, trace, args.repeat, args.rounds)
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if writer is not None:
         writer.commit()
     print(f"\ntuned at {budgets} trials per task ({time.perf_counter() - t_start:.0f} s); "
-          "GFLOP/s measured alternately in this run")
+          f"GFLOP/s measured alternately in this run; load {os.getloadavg()[0]:.1f}")
     head = "| case | default | tuned | ort | tuned/default | tuned/ort | default/ort | " + \
         " | ".join(f"best@{b}/default" for b in budgets) + " | 90% at | rel err |"
     print(head)
