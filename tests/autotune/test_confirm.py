@@ -17,7 +17,7 @@ def noisy_tuner(slow_first: dict[int, float], log: list) -> tuple[Tuner, Space]:
 
     def measure(items):
         out = []
-        for st, p in items:
+        for _st, p in items:
             a = p["a"]
             cost = 1 + abs(a - 3) / 10
             if a in slow_first and a not in seen:
