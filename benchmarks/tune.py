@@ -6,6 +6,7 @@
     python benchmarks/tune.py --resnet 8                       # + ResNet-18, 8 trials/task
     python benchmarks/tune.py --flush-mb 0                     # tune warm, as the table times
     python benchmarks/tune.py --point C4:ry=2,rw=7,epilogue=transposed  # one point, no tuning
+    python benchmarks/tune.py --peak --point C3:b_pack=in_place  # + one core's FMA peak
 
 For every case (the ResNet-18 convolutions C1-C12 of ``benchmarks/ops.py``, a depthwise
 convolution and the dense shapes, batch 1, fp32, single thread) it tunes the kernel alone
@@ -59,7 +60,7 @@ def make_tasks(names: set[str] | None, target: str) -> list[tuple[str, object]]:
 
 
 def tune(task: object, budget: int, strategy: str, seed: int, jobs: int, writer=None,
-         flush_mb: float = 8):
+         flush_mb: float = 8, confirm: int = 4):
     from toolchain.autotune.measure import LocalBuilder, LocalRunner
     from toolchain.autotune.tuner import tune_tasks
 
@@ -67,7 +68,8 @@ def tune(task: object, budget: int, strategy: str, seed: int, jobs: int, writer=
     try:
         with LocalRunner(repeat=3, flush_bytes=int(flush_mb * (1 << 20))) as runner:
             st, = tune_tasks([task], budget, builder=builder, runner=runner, writer=writer,
-                             strategy=strategy, batch=8, seed=seed, progress=False)
+                             strategy=strategy, batch=8, seed=seed, progress=False,
+                             confirm=confirm)
     finally:
         builder.close()
     return st
@@ -110,6 +112,53 @@ def compare(task, best_trace, repeat: int, rounds: int) -> dict:
     return {**best, "rel_err": err}
 
 
+PEAK_C = r"""
+#include <stdio.h>
+#include <time.h>
+typedef float vec __attribute__((vector_size(LANES * 4)));
+static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(void) {
+  vec a[24], b, c; for (int l = 0; l < LANES; ++l) { b[l] = 1.0000001f; c[l] = 1e-7f; }
+  for (int i = 0; i < 24; ++i) for (int l = 0; l < LANES; ++l) a[i][l] = (float)i;
+  long n = 20000000; double best = 1e30;
+  for (int r = 0; r < 5; ++r) {
+    double t0 = cpu();
+    for (long k = 0; k < n; ++k) {
+      #pragma GCC unroll 24
+      for (int i = 0; i < 24; ++i) a[i] = a[i] * b + c;
+    }
+    double t = cpu() - t0; if (t < best) best = t;
+  }
+  float s = 0; for (int i = 0; i < 24; ++i) for (int l = 0; l < LANES; ++l) s += a[i][l];
+  printf("%f %f\n", 24.0 * 2 * LANES * n / best / 1e9, s);
+  return 0;
+}
+"""
+
+
+def fma_peak(lanes: int) -> float:
+    """One core's fused multiply-add peak in GFLOP/s (thread CPU time, as the table's
+    timings): 24 independent chains of ``lanes``-wide FMAs, compiled for this CPU."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = Path(d) / "peak.c", Path(d) / "peak"
+        src.write_text(PEAK_C.replace("LANES", str(lanes)))
+        subprocess.run(["cc", "-O2", "-march=native", f"-mprefer-vector-width={lanes * 32}",
+                        "-ffp-contract=fast", str(src), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[0])
+
+
+def tuner_gain(st) -> float:
+    """The tuner's own best/default: its default's least time over its best point's (both
+    after confirming, where the search confirmed its points)."""
+    best = min(st.confirmed.values()) if st.confirmed else st.best
+    return st.default_cost / best
+
+
 def to_90(curve: list[float]) -> int | None:
     """The trial (1-based) at which the best-so-far cost reached 90 % of the final
     throughput."""
@@ -138,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flush-mb", type=float, default=8,
                    help="MiB the tuner's runner rewrites between repeats (0: warm caches, "
                         "as the table's side-by-side measurement runs)")
+    p.add_argument("--confirm", type=int, default=4, metavar="K",
+                   help="after each search, time its K best points and the default twice "
+                        "more and pick by the least time (0: pick by the search's own)")
+    p.add_argument("--peak", action="store_true",
+                   help="also measure one core's FMA peak and print each kernel's share")
     p.add_argument("--resnet", type=int, default=0, metavar="N",
                    help="also tune ResNet-18's kernels (N trials per task) and time the "
                         "bundle with records vs onnxruntime")
@@ -147,13 +201,19 @@ def main(argv: list[str] | None = None) -> int:
                         "C4:ry=2,rw=7,order=window_outer,epilogue=transposed (repeatable)")
     args = p.parse_args(argv)
     target = args.target or ops.default_target()
+    lanes = {"x86_64-avx512": 16, "x86_64-avx2": 8}.get(target, 4)
+    peak = fma_peak(lanes) if args.peak else None
+    if peak is not None:
+        print(f"one core's FMA peak ({lanes} lanes, 24 chains, thread CPU time): "
+              f"{peak:.0f} GFLOP/s")
     if args.point:
-        return time_points(args.point, target, args.repeat, args.rounds)
+        return time_points(args.point, target, args.repeat, args.rounds, peak)
     budgets = sorted(int(b) for b in args.budgets.split(","))
     names = set(args.only.split(",")) if args.only else None
     curves = set(filter(None, args.curves.split(",")))
     print(f"CPU: {ops.cpu_model()}; target {target}; single thread; budgets {budgets}; "
-          f"the tuner flushes {args.flush_mb:g} MiB between repeats")
+          f"the tuner flushes {args.flush_mb:g} MiB between repeats; confirms its "
+          f"{args.confirm} best points; load {os.getloadavg()[0]:.1f}")
     writer = None
     if args.records:
         from toolchain.autotune.records import RecordWriter
@@ -165,13 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         res = {}
         for b in budgets:
             t0 = time.perf_counter()
-            st = tune(task, b, "xgb", args.seed, args.jobs, writer, args.flush_mb)
+            st = tune(task, b, "xgb", args.seed, args.jobs, writer, args.flush_mb,
+                      args.confirm)
             res[b] = st
             print(f"  {name}: {b} trials in {time.perf_counter() - t0:.0f} s, best/default "
-                  f"{st.default_cost / st.best:.2f}x", file=sys.stderr, flush=True)
+                  f"{tuner_gain(st):.2f}x", file=sys.stderr, flush=True)
         final = res[budgets[-1]]
         rnd = tune(task, budgets[-1], "random", args.seed, args.jobs, writer,
-                   args.flush_mb) \
+                   args.flush_mb, 0) \
             if name in curves else None
         trace = task.space.trace(final.best_point)
         m = compare(task, trace, args.repeat, args.rounds)
@@ -180,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if writer is not None:
         writer.commit()
     print(f"\ntuned at {budgets} trials per task ({time.perf_counter() - t_start:.0f} s); "
-          "GFLOP/s measured alternately in this run")
+          f"GFLOP/s measured alternately in this run; load {os.getloadavg()[0]:.1f}")
     head = "| case | default | tuned | ort | tuned/default | tuned/ort | default/ort | " + \
         " | ".join(f"best@{b}/default" for b in budgets) + " | 90% at | rel err |"
     print(head)
@@ -189,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         m, f = r["m"], r["flops"]
         gd, gt, go = (f / m[k] / 1e9 for k in ("default", "tuned", "ort"))
-        at = [f"{r['res'][b].default_cost / r['res'][b].best:.2f}" for b in budgets]
+        at = [f"{tuner_gain(r['res'][b]):.2f}" for b in budgets]
         n90 = to_90(r["res"][budgets[-1]].curve)
         print(f"| {r['case']} | {gd:.1f} | {gt:.1f} | {go:.1f} | {gt / gd:.2f} | "
               f"{gt / go:.2f} | {gd / go:.2f} | " + " | ".join(at) +
@@ -200,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     if conv_t:
         print(f"C1-C12 ({len(conv_t)} convs) geomean tuned/ort {geomean(conv_t):.2f} "
               f"(lowest {min(conv_t):.2f}), default/ort {geomean(conv_d):.2f}")
+    if peak is not None:
+        print("share of the FMA peak, tuned / ort: " + ", ".join(
+            f"{r['case']} {100 * r['flops'] / r['m']['tuned'] / 1e9 / peak:.0f} / "
+            f"{100 * r['flops'] / r['m']['ort'] / 1e9 / peak:.0f} %" for r in rows))
     n90s = [to_90(r["res"][budgets[-1]].curve) for r in rows]
     within = sum(1 for n in n90s if n is not None and n <= 64)
     print(f"90 % of the final best within 64 trials: {within} of {len(rows)} tasks")
@@ -230,14 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def time_points(specs: list[str], target: str, repeat: int, rounds: int) -> int:
+def time_points(specs: list[str], target: str, repeat: int, rounds: int,
+                peak: float | None = None) -> int:
     """``--point``: each given point against its case's default and onnxruntime, timed
     alternately in this run (as the tuned rows of the table)."""
     tasks = dict(make_tasks({s.split(":", 1)[0] for s in specs}, target))
     print(f"CPU: {ops.cpu_model()}; target {target}; single thread; load "
           f"{os.getloadavg()[0]:.1f}")
-    print("| case | point | point/default | point/ort | default/ort | rel err |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| case | point | point/default | point/ort | default/ort | rel err | point, ort "
+          "GFLOP/s |" + (" point, ort % of peak |" if peak else ""))
+    print("|---|---|---:|---:|---:|---:|---:|" + ("---:|" if peak else ""))
     for spec in specs:
         case, _, kvs = spec.partition(":")
         space = tasks[case].space
@@ -247,9 +314,11 @@ def time_points(specs: list[str], target: str, repeat: int, rounds: int) -> int:
             point[k] = {"True": True, "False": False}.get(v, int(v) if v.isdigit() else v)
         trace = space.trace(space.canonical(point))
         m = compare(tasks[case], trace, repeat, rounds)
+        gt, go = (tasks[case].flops / m[k] / 1e9 for k in ("tuned", "ort"))
+        share = f" {100 * gt / peak:.0f}, {100 * go / peak:.0f} |" if peak else ""
         print(f"| {case} | {kvs} | {m['default'] / m['tuned']:.2f} | "
               f"{m['ort'] / m['tuned']:.2f} | {m['ort'] / m['default']:.2f} | "
-              f"{m['rel_err']:.1e} |", flush=True)
+              f"{m['rel_err']:.1e} | {gt:.0f}, {go:.0f} |{share}", flush=True)
     return 0
 
 

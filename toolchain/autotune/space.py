@@ -150,6 +150,10 @@ class Space:
     workload: str
     knobs: tuple[Knob, ...]
     rules: tuple[Rule, ...] = ()
+    #: partial points (knob -> value over the default) the tuner measures right after the
+    #: default: the schedule's priors, points of this kind of workload that measured well
+    #: (:meth:`seed_points`); they change no kernel that is built without the tuner
+    seeds: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         names = [k.name for k in self.knobs]
@@ -189,6 +193,33 @@ class Space:
     def default(self) -> dict[str, Any]:
         """The heuristic's point (what the schedule builds without records)."""
         return {k.name: k.default for k in self.knobs}
+
+    def seed_points(self, extra: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The :attr:`seeds` (then ``extra``) as valid canonical points, in order: each
+        seed's knobs over the default; a seed naming a knob the space lacks or breaking a
+        rule is dropped, as are repeats and the default itself.
+
+        >>> s = Space("toy", "toy|n=8", (Knob("tile", (2, 4, 8), 4),
+        ...                             Knob("unroll", (False, True), False)),
+        ...           (Rule("unroll only tiles up to 4", lambda p: p["tile"] <= 4 or
+        ...                 not p["unroll"]),),
+        ...           seeds=({"tile": 8}, {"tile": 8, "unroll": True}, {"tile": 4},
+        ...                  {"depth": 2}, {"unroll": True}, {"tile": 8}))
+        >>> s.seed_points()
+        [{'tile': 8, 'unroll': False}, {'tile': 4, 'unroll': True}]
+        """
+        names = {k.name for k in self.knobs}
+        seen = {self.key(self.default())}
+        out = []
+        for seed in (*self.seeds, *extra):
+            if not set(seed) <= names:
+                continue
+            p = self.canonical({**self.default(), **seed})
+            if not self.is_valid(p) or self.key(p) in seen:
+                continue
+            seen.add(self.key(p))
+            out.append(p)
+        return out
 
     def canonical(self, point: Mapping[str, Any]) -> dict[str, Any]:
         """``point`` with every inactive knob at its default."""

@@ -71,6 +71,12 @@ class TaskState:
     best_point: Point | None = None
     default_cost: float = math.inf
     exhausted: bool = False
+    #: points measured right after the default, before the explorer's (the space's
+    #: :meth:`~toolchain.autotune.space.Space.seed_points` and the best points of
+    #: similar workloads' records)
+    seeds: list[Point] = field(default_factory=list)
+    #: after :meth:`Tuner.confirm`: the least cost of each re-measured point (by key)
+    confirmed: dict[tuple, float] = field(default_factory=dict)
 
     @property
     def space(self) -> Space:
@@ -115,7 +121,9 @@ Measure = Callable[[list[tuple[TaskState, Point]]], list[tuple[np.ndarray | None
 class Tuner:
     """The loop (see the module docstring). ``transfer``: per space kind, groups of
     ``(features, costs)`` from earlier records, added to every training of that kind's
-    model. ``on_result(state, point, features, result)`` sees every trial."""
+    model. ``seeds``: per workload, more points to measure right after the default (after
+    the space's own :attr:`~toolchain.autotune.space.Space.seeds`; points outside the
+    space are dropped). ``on_result(state, point, features, result)`` sees every trial."""
 
     def __init__(self, tasks: Sequence[Any], measure: Measure,
                  featurize: Callable[[TaskState, Point], np.ndarray], strategy: str = "xgb",
@@ -124,7 +132,7 @@ class Tuner:
                  on_result: Callable[..., None] | None = None, evals: int | None = None,
                  progress: Any = None,
                  featurize_many: Callable[[TaskState, list[Point]], list[np.ndarray]] | None
-                 = None) -> None:
+                 = None, seeds: Mapping[str, Sequence[Point]] | None = None) -> None:
         if strategy not in STRATEGIES:
             from toolchain.errors import OptionError
 
@@ -141,6 +149,7 @@ class Tuner:
         many = featurize_many or (lambda st, pts: [self.featurize(st, p) for p in pts])
         for t in tasks:
             st = TaskState(t)
+            st.seeds = t.space.seed_points((seeds or {}).get(t.space.workload, ()))
             if strategy == "xgb":
                 model = self.models.setdefault(t.space.kind, CostModel(seed=seed))
                 st.explorer = ModelSearch(t.space, random.Random(self.rng.random()), model,
@@ -199,11 +208,15 @@ class Tuner:
             default = st.space.default()
             if st.space.key(default) not in st.tried:
                 points.append(default)
+            taken = st.tried | {st.space.key(p) for p in points}
+            for seed in st.seeds:
+                if len(points) < n and st.space.key(seed) not in taken:
+                    points.append(seed)
+                    taken.add(st.space.key(seed))
             if len(points) < n:
                 if self.strategy == "xgb" and st.costs:
                     self._train(st.space.kind)
-                more = st.explorer.next_batch(st.tried | {st.space.key(p) for p in points},
-                                              n - len(points))
+                more = st.explorer.next_batch(taken, n - len(points))
                 points += more
             if not points:
                 st.exhausted = True
@@ -217,6 +230,39 @@ class Tuner:
                 if self.progress is not None:
                     self.progress(st)
         return self.states
+
+
+    def confirm(self, top: int = 4, rounds: int = 2) -> None:
+        """Measure each task's ``top`` best distinct points and its default ``rounds``
+        more times, all of them in one batch a round (alternately), and keep each point's
+        least cost over every measurement: the pick (``best_point``) and the default's
+        cost are then the least of several timings, so a point that lost once to a busy
+        machine is not dropped for it. The tuning curve is left as measured."""
+        for st in self.states:
+            least: dict[tuple, float] = {}
+            pts: dict[tuple, Point] = {}
+            for p, c in zip(st.points, st.costs, strict=True):
+                k = st.space.key(p)
+                if math.isfinite(c) and c < least.get(k, math.inf):
+                    least[k], pts[k] = c, p
+            keys = sorted(least, key=least.__getitem__)[:top]
+            dkey = st.space.key(st.space.default())
+            if dkey in least and dkey not in keys:
+                keys.append(dkey)
+            if len(keys) < 2:
+                continue
+            for _ in range(rounds):
+                batch = [pts[k] for k in keys]
+                for p, (feats, res) in zip(batch, self.measure([(st, p) for p in batch]),
+                                           strict=True):
+                    cost = min(res.costs) if res.costs and res.error is None else math.inf
+                    least[st.space.key(p)] = min(least[st.space.key(p)], cost)
+                    if self.on_result is not None:
+                        self.on_result(st, p, feats, res)
+            st.best_point = dict(pts[min(keys, key=least.__getitem__)])
+            if dkey in least:
+                st.default_cost = least[dkey]
+            st.confirmed = {k: least[k] for k in keys}
 
 
 def synthetic_measure(cost: Callable[[Point], float]) -> Measure:
@@ -239,11 +285,15 @@ def trace_of(st: TaskState, point: Point) -> Trace:
 def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                writer: Any = None, strategy: str = "xgb", batch: int = 8, seed: int = 0,
                earlier: Sequence[Any] = (), transfer: Sequence[Any] = (),
-               progress: bool | None = None, evals: int | None = None) -> list[TaskState]:
+               progress: bool | None = None, evals: int | None = None,
+               confirm: int = 0, confirm_rounds: int = 2) -> list[TaskState]:
     """Tune real kernels: builds by ``builder``, measurements by ``runner``, every trial
     appended to ``writer`` (a :class:`~toolchain.autotune.records.RecordWriter`) as a
     record. ``earlier``: records of these workloads to resume from (they count against
-    ``trials``); ``transfer``: records of other workloads to train the models with."""
+    ``trials``); ``transfer``: records of other workloads to train the models with (and
+    whose best points are tried early, :func:`transfer_seeds`). ``confirm``: after the
+    search, re-measure each task's ``confirm`` best points and its default
+    ``confirm_rounds`` times (:meth:`Tuner.confirm`; recorded like trials)."""
     from toolchain.autotune.measure import BuildInput, featurize
     from toolchain.autotune.records import Record
 
@@ -278,6 +328,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                              [round(float(x), 4) for x in feats]))
 
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    seeds = {t.space.workload: transfer_seeds(t.space, transfer) for t in tasks}
     for wl, recs in _by_workload(transfer).items():
         if wl in by_key:
             continue
@@ -288,7 +339,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                  np.asarray([r.cost for r in with_f])))
     bar = _Progress(trials, progress, runner.unit)
     tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, record, evals,
-                  bar.update, feat_many)
+                  bar.update, feat_many, seeds)
     for st in tuner.states:
         for r in _by_workload(earlier).get(st.space.workload, []):
             try:
@@ -298,9 +349,38 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
             tuner.seed_state(st, point, None if r.features is None else
                              np.asarray(r.features, np.float32), r.cost)
     try:
-        return tuner.run(trials)
+        states = tuner.run(trials)
+        if confirm:
+            tuner.confirm(confirm, confirm_rounds)
+        return states
     finally:
         bar.close()
+
+
+def transfer_seeds(space: Space, records: Sequence[Any], per_workload: int = 2
+                   ) -> list[Point]:
+    """The best ``per_workload`` points of each other workload's ``records`` that are
+    points of ``space`` too (same kind, every decision a valid choice here): every
+    workload's best first, then every workload's second... What measured well on a
+    similar layer is tried early on this one.
+    A record of another kind, or whose trace breaks this space's rules, gives nothing."""
+    ranked: list[tuple[float, Point]] = []
+    for wl, recs in _by_workload(records).items():
+        if wl == space.workload:
+            continue
+        ok = sorted((r for r in recs if r.space == space.kind and math.isfinite(r.cost)),
+                    key=lambda r: r.cost)
+        got = 0
+        for r in ok:
+            try:
+                p = space.canonical(space.point_of(r.trace))
+            except Exception:  # noqa: BLE001 - outside this space: not a seed
+                continue
+            ranked.append((got, p))
+            got += 1
+            if got == per_workload:
+                break
+    return [p for _, p in sorted(ranked, key=lambda x: x[0])]
 
 
 def _by_workload(records: Sequence[Any]) -> dict[str, list[Any]]:

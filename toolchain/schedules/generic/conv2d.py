@@ -67,6 +67,7 @@ from toolchain.schedules.generic.conv_epilogue import (
     nchw_epilogue,
     unblock_pixels,
 )
+from toolchain.schedules.generic.conv_seeds import direct_seeds, only_knobs, winograd_seeds
 from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
@@ -417,11 +418,14 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
         Rule("an unrolled inner channel loop has at most 16 steps",
              lambda q: not q["unroll_cb"] or q["cb"] <= 16),
     ]
+    seeds = direct_seeds(g, lanes, plan.ob, budget, plan.cb, any(
+        k.name == "epilogue" and "transposed" in k.choices for k in knobs))
     if winograd is not False:
         knobs, more = _winograd_knobs(g, p, winograd, knobs)
         rules += more
+        seeds = winograd_seeds(lanes) + [{"algorithm": "direct", **s} for s in seeds[:2]]
     return Space("conv2d", conv_workload(g, p, lanes, layouts, const_w), knobs,
-                 tuple(rules))
+                 tuple(rules), only_knobs(seeds, {k.name for k in knobs}))
 
 
 def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob, ...]
