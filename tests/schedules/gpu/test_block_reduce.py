@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, nvcc_object, random_inputs
+from tests.bundle.helpers import emulated_matches_reference, make_model, nvcc_object, random_inputs
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
@@ -129,13 +129,7 @@ def test_the_classifier_is_one_coalesced_launch() -> None:
 
 @pytest.mark.parametrize("name", [n for n, (_, e, _) in MODELS.items() if e])
 def test_block_reductions_emulated_match_the_reference(name: str, tmp_path: Path) -> None:
-    model = MODELS[name][0]()
-    feeds = random_inputs(model, seed=6)
-    want = run_graph(from_onnx(model), feeds)
-    got = load_bundle(compile_model(model, "cuda-sm90", tmp_path / name, progress=False,
-                                    emulate=True))(feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-4)
+    emulated_matches_reference(MODELS[name][0](), tmp_path / name, seed=6)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")

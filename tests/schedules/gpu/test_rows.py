@@ -14,13 +14,11 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, random_inputs
-from toolchain.bundle import compile_model, load_bundle
+from tests.bundle.helpers import emulated_matches_reference, make_model
 from toolchain.driver import lower
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes import run_pipeline
 from toolchain.graph.passes.layout import layout_for_target
-from toolchain.graph.reference import run_graph
 from toolchain.schedules.gpu.generic import ROW_WORK_MAX, fused_schedule
 from toolchain.target import load_target
 from toolchain.tir.race import check_races
@@ -85,13 +83,8 @@ def test_long_rows_without_warp_shuffles_keep_a_kernel_a_stage() -> None:
 @pytest.mark.parametrize("name", ["layer_norm_2x32x64", "softmax_2x4x32x32",
                                   "softmax_middle_axis"])
 def test_row_kernels_emulated_match_the_reference(name: str, tmp_path: Path) -> None:
-    model = CASES[name][0]()
-    feeds = random_inputs(model, seed=2)
-    want = run_graph(from_onnx(model), feeds)
-    d = compile_model(model, "cuda-sm90", tmp_path / name, progress=False, emulate=True)
-    got = load_bundle(d)(feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-5)
+    emulated_matches_reference(CASES[name][0](), tmp_path / name, seed=2, rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_the_encoders_layer_norms_and_attention_are_one_kernel_each() -> None:

@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, nvcc_object, random_inputs
+from tests.bundle.helpers import emulated_matches_reference, make_model, nvcc_object
 from toolchain import te
-from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle import compile_model
 from toolchain.driver import lower
 from toolchain.errors import ScheduleError
 from toolchain.frontend.onnx import from_onnx
-from toolchain.graph.reference import run_graph
 from toolchain.schedules.gpu.reduce import shuffle_reduce
 from toolchain.target import load_target
 from toolchain.tir import ir
@@ -225,13 +224,7 @@ def test_long_rows_are_one_launch_of_a_block_a_row(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(BUNDLES))
 def test_shuffle_bundles_emulated_match_the_reference(name: str, tmp_path: Path) -> None:
-    model = BUNDLES[name]()
-    feeds = random_inputs(model, seed=9)
-    want = run_graph(from_onnx(model), feeds)
-    d = compile_model(model, "cuda-sm90", tmp_path / name, progress=False, emulate=True)
-    got = load_bundle(d)(feeds)
-    for k, v in want.items():
-        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5)
+    emulated_matches_reference(BUNDLES[name](), tmp_path / name, seed=9, atol=1e-5)
 
 
 def test_without_warp_size_the_shared_tree_stays() -> None:
