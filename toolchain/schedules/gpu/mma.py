@@ -45,6 +45,7 @@ from toolchain.schedules.gpu.tensorcore import (
     TensorCore,
     WmmaTiles,
     fill_fragments,
+    gemm_block,
     loops_under,
     spread_over_block,
     tensor_core_sets,
@@ -84,15 +85,9 @@ def tile_gemm_mma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     """``sch`` (a copy) with the float16 GEMM block ``block`` on ``mma.sync`` (see the
     module docstring); ``t.fm x t.fn`` are 16 x 16 fragments a warp. Raises
     :class:`~toolchain.errors.KilnError` where a step does not apply."""
-    from toolchain.schedules.gpu.gemm import gemm_axes, operand_buffer, stage_operand
+    from toolchain.schedules.gpu.gemm import operand_buffer, stage_operand
 
-    sch = sch.copy()
-    b = sch.get_block(block) if isinstance(block, str) else block
-    blk = sch.get(b)
-    axes = gemm_axes(blk)
-    if axes is None or len(axes.reduce) != 1:
-        raise KilnError(f"tile_gemm_mma: block {blk.name_hint!r} is not a GEMM with one "
-                        "reduction axis")
+    sch, b, axes = gemm_block(sch, block, "tile_gemm_mma")
     warp = target.warp_size or 32
     if warp != 32:
         raise KilnError(f"tile_gemm_mma: mma.sync needs warps of 32 lanes, the target has {warp}")

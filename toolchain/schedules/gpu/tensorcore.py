@@ -324,20 +324,30 @@ def choose_wmma_tiles(ext_y: int, ext_x: int, ext_k: int, tc: TensorCore,
     return replace(t, vector=vector, async_copy=caps.async_copy and vector > 1)
 
 
-def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
-                   t: WmmaTiles) -> Schedule:
-    """``sch`` (a copy) with the float16 GEMM block ``block`` on tensor cores (see the
-    module docstring). Raises :class:`~toolchain.errors.KilnError` (a schedule error)
-    where a step does not apply -- e.g. an operand that is not a row-major tile."""
-    from toolchain.schedules.gpu.gemm import gemm_axes, operand_buffer, stage_operand
+def gemm_block(sch: Schedule, block: Any, who: str) -> tuple[Schedule, Any, Any]:
+    """``(a copy of sch, the block, its GEMM axes)`` for a tensor-core kernel (``who``
+    names it in the error): a block that is not a GEMM with one reduction axis is a
+    :class:`~toolchain.errors.KilnError`."""
+    from toolchain.schedules.gpu.gemm import gemm_axes
 
     sch = sch.copy()
     b = sch.get_block(block) if isinstance(block, str) else block
     blk = sch.get(b)
     axes = gemm_axes(blk)
     if axes is None or len(axes.reduce) != 1:
-        raise KilnError(f"tile_gemm_wmma: block {blk.name_hint!r} is not a GEMM with one "
-                        "reduction axis")
+        raise KilnError(f"{who}: block {blk.name_hint!r} is not a GEMM with one reduction "
+                        "axis")
+    return sch, b, axes
+
+
+def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
+                   t: WmmaTiles) -> Schedule:
+    """``sch`` (a copy) with the float16 GEMM block ``block`` on tensor cores (see the
+    module docstring). Raises :class:`~toolchain.errors.KilnError` (a schedule error)
+    where a step does not apply -- e.g. an operand that is not a row-major tile."""
+    from toolchain.schedules.gpu.gemm import operand_buffer, stage_operand
+
+    sch, b, axes = gemm_block(sch, block, "tile_gemm_wmma")
     warp = target.warp_size or 32
     cs = sch.cache_write(b, 0, "shared")
     sch.set_dtype(b, 0, "float32")  # float32 sums (and the tile the fragments store to)
@@ -528,6 +538,6 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
 
 
 __all__ = ["DEFAULT_CAPS", "TensorCore", "WmmaCaps", "WmmaTiles", "choose_wmma_tiles",
-           "fetch_vector", "fill_fragments", "loops_under", "smem_limit", "spread_over_block",
-           "tensor_core_intrinsics", "tensor_core_sets", "tile_gemm_wmma", "try_tile_wmma",
-           "warp_pipeline", "wmma_shared_bytes"]
+           "fetch_vector", "fill_fragments", "gemm_block", "loops_under", "smem_limit",
+           "spread_over_block", "tensor_core_intrinsics", "tensor_core_sets", "tile_gemm_wmma",
+           "try_tile_wmma", "warp_pipeline", "wmma_shared_bytes"]
