@@ -44,7 +44,7 @@ from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
-from toolchain.schedules.gpu.reduce import block_row_kernel, row_shape, try_block_reduce
+from toolchain.schedules.gpu.reduce import block_row_kernel, row_group, try_block_reduce
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target
 from toolchain.tir import ir
@@ -266,15 +266,11 @@ def row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
     """
     if not target.sm_count:
         return None
-    blocks = sch.get_child_blocks(sch.get_block("root"))
-    if len(blocks) < 3 or _is_reduction(sch, blocks[-1]) \
-            or not all(_is_reduction(sch, b) for b in blocks[:-1]):
+    group = row_group(sch)
+    if group is None or not all(_is_reduction(sch, b) for b in group[0][:-1]):
         return None
+    blocks, rows, work = group
     out = blocks[-1]
-    shape = row_shape(sch, out)
-    if shape is None:
-        return None
-    rows, work = shape
     if -(-rows // threads) >= target.sm_count:
         return None
     trial = sch.copy()

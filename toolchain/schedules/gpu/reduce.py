@@ -289,15 +289,22 @@ def reduction_loop(sch: Schedule, b: Any) -> Any:
     return sch.fuse(*loops[-n_red:]) if n_red > 1 else loops[-1]
 
 
-def row_shape(sch: Schedule, out: Any) -> tuple[int, int] | None:
-    """``(rows, row length)`` of a row kernel's last block ``out``: at least two loops of
-    constant extent, the last one along the row, and one buffer written; None otherwise
-    (shared by :func:`block_row_kernel` and :func:`toolchain.schedules.gpu.generic.row_kernel`)."""
+def row_group(sch: Schedule) -> tuple[list[Any], int, int] | None:
+    """``(blocks, rows, row length)`` of a row kernel's group: at least three blocks, the
+    last an element-wise output (no reduction variable) over at least two loops of
+    constant extent, the last one along the row, writing one buffer; None otherwise
+    (shared by :func:`block_row_kernel` and :func:`toolchain.schedules.gpu.generic.row_kernel`,
+    which each add their own conditions on the blocks before it)."""
+    blocks = sch.get_child_blocks(sch.get_block("root"))
+    if len(blocks) < 3 or any(iv.iter_type != ir.IterType.SPATIAL
+                              for iv in sch.get(blocks[-1]).iter_vars):
+        return None
+    out = blocks[-1]
     ext = [sch.get(lp).extent for lp in sch.get_loops(out)]
     if len(ext) < 2 or not all(isinstance(e, ir.IntImm) for e in ext) \
             or len(sch.get(out).writes) != 1:
         return None
-    return math.prod(int(e.value) for e in ext[:-1]), int(ext[-1].value)
+    return blocks, math.prod(int(e.value) for e in ext[:-1]), int(ext[-1].value)
 
 
 def block_row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | None:
@@ -344,15 +351,11 @@ def block_row_kernel(sch: Schedule, target: Target, threads: int) -> Schedule | 
 
     if target.warp_size != WARP:
         return None
-    blocks = sch.get_child_blocks(sch.get_block("root"))
-    if len(blocks) < 3 or any(iv.iter_type != ir.IterType.SPATIAL
-                              for iv in sch.get(blocks[-1]).iter_vars):
+    group = row_group(sch)
+    if group is None:
         return None
+    blocks, rows, length = group
     out = blocks[-1]
-    shape = row_shape(sch, out)
-    if shape is None:
-        return None
-    rows, length = shape
     if length < BLOCK_REDUCE_MIN or any(_extents(sch, b) != (rows, length)
                                         for b in blocks[:-1]):
         return None
