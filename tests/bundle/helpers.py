@@ -121,6 +121,24 @@ def emulated_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
     return d
 
 
+def gpu_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
+                          target: str = "cuda-sm90") -> None:
+    """Compile ``model`` for ``target`` into ``out``, run it twice on this machine's GPU
+    (the second run reuses the device workspace) on random inputs (``seed``) and compare
+    every output with the reference executor's."""
+    from toolchain.bundle import compile_model, load_bundle
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    feeds = random_inputs(model, seed=seed)
+    want = run_graph(from_onnx(model), feeds)
+    mod = load_bundle(compile_model(model, target, out, progress=False))
+    for _ in range(2):
+        got = mod(feeds)
+        for k, v in want.items():
+            np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-4, err_msg=k)
+
+
 def nvcc_object(bundle: Path, source: str | Path, out: Path,
                 flags: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """``source`` compiled by nvcc in ``bundle``'s folder (its ``include``, ``runtime`` and

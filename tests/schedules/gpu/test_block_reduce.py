@@ -15,14 +15,18 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import emulated_matches_reference, make_model, nvcc_object, random_inputs
-from toolchain.bundle import compile_model, load_bundle
+from tests.bundle.helpers import (
+    emulated_matches_reference,
+    gpu_matches_reference,
+    make_model,
+    nvcc_object,
+)
+from toolchain.bundle import compile_model
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes import run_pipeline
 from toolchain.graph.passes.layout import layout_for_target
-from toolchain.graph.reference import run_graph
 from toolchain.schedules.gpu.reduce import block_threads, prefers_block_reduce
 from toolchain.schedules.registry import schedule_for
 from toolchain.target import load_target
@@ -147,14 +151,7 @@ def test_block_reductions_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) ->
 @pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
 @pytest.mark.parametrize("name", [n for n, (_, e, _) in MODELS.items() if e])
 def test_block_reductions_on_the_gpu_match_the_reference(name: str, tmp_path: Path) -> None:
-    model = MODELS[name][0]()
-    feeds = random_inputs(model, seed=7)
-    want = run_graph(from_onnx(model), feeds)
-    mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / name, progress=False))
-    for _ in range(2):  # the second run reuses the workspace
-        got = mod(feeds)
-        for k, v in want.items():
-            np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-4)
+    gpu_matches_reference(MODELS[name][0](), tmp_path / name, seed=7)
 
 
 #: the zoo's groups that get a block reduction on cuda-sm90 (fast models; ResNet-18's

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import emulated_matches_reference, make_model, nvcc_object, random_inputs
+from tests.bundle.helpers import (
+    emulated_matches_reference,
+    gpu_matches_reference,
+    make_model,
+    nvcc_object,
+    random_inputs,
+)
 from tests.codegen.gpu_workloads import run_simt
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
@@ -250,11 +256,4 @@ def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -
 @pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
 @pytest.mark.parametrize("name", list(MODELS))
 def test_odd_shaped_models_on_the_gpu_match_the_reference(name: str, tmp_path: Path) -> None:
-    model = MODELS[name]()
-    feeds = random_inputs(model, seed=5)
-    want = run_graph(from_onnx(model), feeds)
-    mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / name, progress=False))
-    for _ in range(2):  # the second run reuses the workspace
-        got = mod(feeds)
-        for k, v in want.items():
-            np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-4)
+    gpu_matches_reference(MODELS[name](), tmp_path / name, seed=5)
