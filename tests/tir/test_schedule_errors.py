@@ -209,13 +209,20 @@ def test_too_many_threads_for_the_target() -> None:
     assert "'cuda-sm80' allows (1024)" in msg and "split" in msg
 
 
-def test_shared_memory_over_the_target_limit() -> None:
+def _gpu_matmul_tiles() -> tuple[Schedule, object, tuple[object, ...]]:
+    """A 256³ float32 matmul on cuda-sm80 in 32 x 32 output tiles: the schedule, block
+    ``C`` and its loops ``(i0, j0, i1, j1)`` (the reduction loop innermost)."""
     sch = Schedule(W.matmul(256, 256, 256)[0], target="cuda-sm80")
     c = sch.get_block("C")
     i, j, k = sch.get_loops(c)
     i0, i1 = sch.split(i, [None, 32])
     j0, j1 = sch.split(j, [None, 32])
     sch.reorder(i0, j0, i1, j1, k)
+    return sch, c, (i0, j0, i1, j1)
+
+
+def test_shared_memory_over_the_target_limit() -> None:
+    sch, c, (i0, j0, i1, j1) = _gpu_matmul_tiles()
     sch.bind(i0, "blockIdx.x")
     sch.bind(j0, "blockIdx.y")
     a_sh = sch.cache_read(c, 0, "shared")
@@ -236,12 +243,7 @@ def test_a_kernel_that_opts_in_may_use_the_opt_in_shared_memory() -> None:
     from toolchain.tir.schedule.gpu import DYNAMIC_SHARED_MEMORY
     from toolchain.tir.transform import lower
 
-    sch = Schedule(W.matmul(256, 256, 256)[0], target="cuda-sm80")
-    c = sch.get_block("C")
-    i, j, k = sch.get_loops(c)
-    i0, i1 = sch.split(i, [None, 32])
-    j0, j1 = sch.split(j, [None, 32])
-    sch.reorder(i0, j0, i1, j1, k)
+    sch, c, (i0, j0, i1, j1) = _gpu_matmul_tiles()
     sch.annotate(i0, DYNAMIC_SHARED_MEMORY, 1)
     sch.bind(i0, "blockIdx.x")
     sch.bind(j0, "blockIdx.y")
