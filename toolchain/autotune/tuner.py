@@ -231,7 +231,6 @@ class Tuner:
                     self.progress(st)
         return self.states
 
-
     def confirm(self, top: int = 4, rounds: int = 2) -> None:
         """Measure each task's ``top`` best distinct points and its default ``rounds``
         more times, all of them in one batch a round (alternately), and keep each point's
