@@ -392,7 +392,7 @@ def torch_resnet18(repeat: int) -> None:
 GEMM_TYPES = {"fp32": (TensorProto.FLOAT, np.float32), "fp16": (TensorProto.FLOAT16, np.float16)}
 
 
-def _gemm_model(n: int, precision: str = "fp32") -> onnx.ModelProto:
+def gemm_model(n: int, precision: str = "fp32") -> onnx.ModelProto:
     """``C = A @ B``, ``n x n``; fp16: float16 inputs and output (the bundle then is the one
     GEMM kernel, on tensor cores: no float32 conversions at its API to time with it)."""
     et = GEMM_TYPES[precision][0]
@@ -448,7 +448,7 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
         for sname in schedules:
             t0 = time.perf_counter()
             with schedule(sname):
-                d = compile_model(_gemm_model(n, precision), target,
+                d = compile_model(gemm_model(n, precision), target,
                                   root / f"gemm{n}_{precision}_{sname}", progress=False,
                                   force=True, precision=precision)
             kinds = sorted({k.get("schedule", "?") for k in _kernel_kinds(d)})
@@ -490,12 +490,13 @@ SWEEP = ("4x2w.2x4f.kf2.db.p8.v8.async.mma", "4x2w.2x4f.kf2.db.p8.v8.async.s3.mm
          "4x2w.4x4f.kf2.db.p8.v8.async", "4x2w.2x4f.kf4.db.p8.v8.async")
 
 
-def parse_tiles(label: str) -> WmmaTiles:
-    """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``."""
+def parse_tiles(label: str, option: str = "--sweep-tiles") -> WmmaTiles:
+    """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``; a bad label is a
+    ``SystemExit`` naming ``option``, the command-line option it came from."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
                      r"(\.frag)?(\.async)?(?:\.s(\d))?(\.mma)?", label)
     if m is None:
-        raise SystemExit(f"--sweep-tiles: {label!r} is not a tile label such as "
+        raise SystemExit(f"{option}: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
                          "padding, fetch width, optional .frag, .async, .sN stages, .mma)")
     wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, mma = m.groups()
@@ -535,7 +536,7 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
         ctx = wmma_tiles(parse_tiles(label)) if label != "default" else contextlib.nullcontext()
         try:
             with ctx:
-                d = compile_model(_gemm_model(n, "fp16"), target, root / f"sweep{n}_{label}",
+                d = compile_model(gemm_model(n, "fp16"), target, root / f"sweep{n}_{label}",
                                   progress=False, force=True, precision="fp16")
             mod = load_bundle(d)
             got = mod({"A": a, "B": b})["C"]

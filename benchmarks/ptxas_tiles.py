@@ -51,7 +51,8 @@ def ptxas_report(bundle: Path, arch: str) -> dict[str, dict[str, int]]:
                           "-Iruntime", "-Isrc", "-c", "src/kernels.cu", "-o", "kernels.o"],
                          cwd=bundle, capture_output=True, text=True, check=False)
     if res.returncode:
-        raise RuntimeError(res.stderr[-2000:])
+        raise SystemExit(f"nvcc -arch={arch} failed on {bundle}/src/kernels.cu:\n"
+                         f"{res.stderr[-2000:]}")
     out: dict[str, dict[str, int]] = {}
     name = None
     for line in res.stderr.splitlines():
@@ -88,15 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     from toolchain.schedules.gpu.gemm import wmma_tiles
 
     labels = ["default", *[x for x in args.tiles.split(",") if x]]
+    tiles = {x: bench.parse_tiles(x, "--tiles") for x in labels[1:]}  # refused before any build
     print(f"fp16 GEMM {args.n}^3 for {args.target}: the GEMM kernel as ptxas builds it")
     print(f"{'tiles':>38s} {'arch':>6s} {'threads':>7s} {'regs':>5s} {'spill st/ld':>12s} "
           f"{'stack':>6s} {'static smem':>11s} {'dyn smem':>9s}  kernel")
     with tempfile.TemporaryDirectory() as tmp:
         for label in labels:
-            ctx = (wmma_tiles(bench.parse_tiles(label)) if label != "default"
-                   else contextlib.nullcontext())
+            ctx = wmma_tiles(tiles[label]) if label in tiles else contextlib.nullcontext()
             with ctx:
-                d = compile_model(bench._gemm_model(args.n, "fp16"), args.target,
+                d = compile_model(bench.gemm_model(args.n, "fp16"), args.target,
                                   Path(tmp) / label, progress=False, force=True,
                                   precision="fp16")
             table = json.loads((d / "metadata.json").read_text())["device"]["launch_table"]
