@@ -7,16 +7,16 @@ import gc
 
 import pytest
 
-from toolchain.tir import arith
+from toolchain.tir import arith, memo
 from toolchain.tir.ir import Call, FloatImm, IntImm, Range, Select, Var
 from toolchain.tir.structural import expr_key
 
 
 @pytest.fixture(autouse=True)
 def _fresh_memo():
-    arith.clear_cache()
+    memo.clear_cache()
     yield
-    arith.clear_cache()
+    memo.clear_cache()
 
 
 def _exprs(i: Var, j: Var, n: Var) -> list:
@@ -30,7 +30,7 @@ def test_memoised_answers_equal_fresh_answers() -> None:
     ranges = {i: Range(0, 4), j: Range(0, 32)}
     first = [str(arith.simplify(e, ranges)) for e in _exprs(i, j, n)]
     again = [str(arith.simplify(e, ranges)) for e in _exprs(i, j, n)]  # memo hits
-    arith.clear_cache()
+    memo.clear_cache()
     fresh = [str(arith._Simplifier(ranges).visit_expr(e)) for e in _exprs(i, j, n)]
     assert first == again == fresh
     assert first[:2] == ["i", "j"]
@@ -56,8 +56,8 @@ def test_ranges_reached_through_another_range_count() -> None:
 def test_unrelated_ranges_share_the_memo() -> None:
     i, j, other = Var("i"), Var("j"), Var("other")
     e = (i * 32 + j) % 32
-    key_a = arith._memo_key("simplify", e, {j: Range(0, 32)})
-    key_b = arith._memo_key("simplify", e, {j: Range(0, 32), other: Range(0, 7)})
+    key_a = memo.memo_key("simplify", e, {j: Range(0, 32)})
+    key_b = memo.memo_key("simplify", e, {j: Range(0, 32), other: Range(0, 7)})
     assert key_a == key_b
 
 
@@ -88,12 +88,12 @@ def test_float_constants_keep_their_sign_in_keys() -> None:
 
 
 def test_memo_is_cleared_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arith, "_MEMO_LIMIT", 4)
+    monkeypatch.setattr(memo, "MEMO_LIMIT", 4)
     i, j = Var("i"), Var("j")
     r = {j: Range(0, 8)}
     for k in range(20):
         assert str(arith.simplify((i * 8 + j + k * 8) // 8, r)) == (f"i + {k}" if k else "i")
-        assert len(arith._MEMO) <= 4
+        assert len(memo.MEMO) <= 4
 
 
 def test_bound_exprs_memo_respects_ranges() -> None:
@@ -109,7 +109,7 @@ def test_constants_and_vars_skip_the_memo() -> None:
     i = Var("i")
     assert arith.simplify(IntImm(3)).value == 3
     assert arith.simplify(i, {i: Range(5, 1)}).value == 5  # a loop of one iteration
-    assert not arith._MEMO
+    assert not memo.MEMO
 
 
 def test_canonical_expressions_come_back_themselves() -> None:
@@ -125,7 +125,7 @@ def test_canonical_expressions_come_back_themselves() -> None:
 def test_prove_is_memoised_per_ranges() -> None:
     i, n = Var("i"), Var("n")
     assert arith.prove(i < 8, {i: Range(0, 8)})
-    assert any(k[0] == "prove" for k in arith._MEMO)
+    assert any(k[0] == "prove" for k in memo.MEMO)
     assert not arith.prove(i < 8, {i: Range(0, 9)})  # other ranges: another key
     assert arith.prove(i < 8, {i: Range(0, 8)})  # the hit gives the same answer
     assert arith.prove(i < n, {i: Range(0, n)}) and not arith.prove(i < n)
@@ -135,7 +135,7 @@ def test_prove_is_memoised_per_ranges() -> None:
 def test_keys_built_from_remembered_operand_keys_equal_expr_key() -> None:
     i, j = Var("i"), Var("j")
     inner = (i * 32 + j) // 8
-    arith._key_and_vars(inner)  # remembered on ``inner``
+    memo.key_and_vars(inner)  # remembered on ``inner``
     for e in (inner >= 0, inner - j, j + inner, inner * 2):
         found: list = []
-        assert arith._key_and_vars(e) == (expr_key(e, found), tuple(dict.fromkeys(found)))
+        assert memo.key_and_vars(e) == (expr_key(e, found), tuple(dict.fromkeys(found)))

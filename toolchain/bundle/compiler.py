@@ -58,7 +58,7 @@ from toolchain.schedules.packing import is_value_blind
 from toolchain.schedules.registry import lookup
 from toolchain.target import Target
 from toolchain.target import resolve_target as resolve_target_once
-from toolchain.tir import arith
+from toolchain.tir import memo
 
 #: the CPU target that runs an accelerator bundle's host kernels
 HOST_OF_ACCELERATOR = "c-generic"
@@ -482,7 +482,7 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
                                 patch)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
-        arith.clear_cache()
+        memo.clear_cache()
 
 
 @contextlib.contextmanager

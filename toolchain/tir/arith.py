@@ -32,7 +32,7 @@ from typing import Any
 
 from toolchain.tir import ir
 from toolchain.tir.functor import ExprMutator
-from toolchain.tir.structural import expr_key
+from toolchain.tir.memo import memoised
 
 Ranges = Mapping[ir.Var, ir.Range]
 _INT = ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
@@ -415,15 +415,13 @@ def const_bound(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[int | Non
 def bound_exprs(e: ir.PrimExpr, ranges: Ranges | None = None) -> tuple[ir.PrimExpr,
                                                                          ir.PrimExpr]:
     """Symbolic inclusive bounds ``(lo, hi)`` of an integer expression as expressions."""
-    key = _memo_key("bound_exprs", e, ranges)
-    hit = _MEMO.get(key)
-    if hit is not None:
-        return hit[1]
+    return memoised("bound_exprs", e, ranges, lambda: _bound_exprs(e, ranges))[1]
+
+
+def _bound_exprs(e: ir.PrimExpr, ranges: Ranges | None) -> tuple[ir.PrimExpr, ir.PrimExpr]:
     s = simplify(e, ranges)
     b = _Bounds(ranges, keep_free=True).of(s)
-    out = (s, s) if b is None else (simplify(b[0].to_expr()), simplify(b[1].to_expr()))
-    _remember(key, (e, out))
-    return out
+    return (s, s) if b is None else (simplify(b[0].to_expr()), simplify(b[1].to_expr()))
 
 
 def relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
@@ -524,16 +522,11 @@ def disprove(cond: Any, ranges: Ranges | None = None) -> bool:
 
 def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> bool:
     """``decide(cond, ranges)``, through the memo (the answer depends only on the
-    structure of ``cond`` and the ranges of the Vars it reaches: :func:`_memo_key`)."""
+    structure of ``cond`` and the ranges of the Vars it reaches:
+    :func:`~toolchain.tir.memo.memo_key`)."""
     if type(cond) is ir.IntImm:
         return decide(cond, ranges, False)
-    key = _memo_key(tag, cond, ranges)
-    hit = _MEMO.get(key)
-    if hit is not None:
-        return hit[1]
-    out = decide(cond, ranges, False)
-    _remember(key, (cond, out))
-    return out
+    return memoised(tag, cond, ranges, lambda: decide(cond, ranges, False))[1]
 
 
 # ----------------------------------------------------------------------- simplifier
@@ -759,8 +752,8 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
 
     Folds constants, brings integer sums into canonical affine form, applies div/mod
     rules using the ``ranges`` of Vars, and decides comparisons it can prove. Results are
-    memoised (see :func:`clear_cache`): unrolled and flattened code asks for the same index
-    expressions under the same loop ranges again and again.
+    memoised (:mod:`toolchain.tir.memo`): unrolled and flattened code asks for the same
+    index expressions under the same loop ranges again and again.
 
     >>> from toolchain.tir.ir import Var
     >>> i, j = Var("i"), Var("j")
@@ -775,13 +768,9 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
             return _Simplifier(ranges).visit_Var(e)
         if ir.is_float(e.dtype):  # value expressions: large, rarely repeated, not memoised
             return _Simplifier(ranges).visit_expr(e)
-        key = _memo_key("simplify", e, ranges)
-        hit = _MEMO.get(key)
-        if hit is not None:
-            return e if hit[1] is hit[0] else hit[1]
-        out = _Simplifier(ranges).visit_expr(e)
-        _remember(key, (e, out))
-        return out
+        first, out = memoised("simplify", e, ranges,
+                              lambda: _Simplifier(ranges).visit_expr(e))
+        return e if out is first else out  # unchanged: this very expression
     if isinstance(e, ir.Stmt):
         from toolchain.tir.functor import StmtExprMutator
 
@@ -791,87 +780,3 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
 
         return _S().visit_stmt(e)
     return e
-
-
-# ----------------------------------------------------------------------- memo
-
-#: memo of simplify / bound_exprs: key -> (input, result); cleared when it grows past
-#: ``_MEMO_LIMIT`` entries (each entry keeps its input alive, see ``expr_key``)
-_MEMO: dict[Any, tuple[Any, Any]] = {}
-_MEMO_LIMIT = 1 << 15  # ResNet-18 needs ~10 k, MobileNetV2 ~15 k
-
-
-def _memo_key(tag: str, e: ir.PrimExpr, ranges: Ranges | None) -> Any:
-    """``(tag, structural key of e, ranges of the Vars e depends on)``.
-
-    Only the ranges of Vars reachable from ``e`` (through the ranges' own bounds too) can
-    change the answer, so unrelated loops in scope do not split the memo.
-    """
-    k, found = _key_and_vars(e)
-    if not ranges or not found:
-        return tag, k
-    found = list(found)
-    sig = []
-    seen: set[ir.Var] = set()
-    n = 0
-    while n < len(found):
-        v = found[n]
-        n += 1
-        if v in seen:
-            continue
-        seen.add(v)
-        r = ranges.get(v)
-        if r is not None:
-            # the bounds' keys and Vars as ``expr_key`` gives them, remembered on them
-            kmin, vmin = _known_key(r.min) or _key_and_vars(r.min)
-            kext, vext = _known_key(r.extent) or _key_and_vars(r.extent)
-            sig.append((v, kmin, kext))
-            found += vmin
-            found += vext
-    return tag, k, tuple(sig)
-
-
-def _key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
-    """``expr_key(e)`` and the Vars it met (each once, in first-use order), remembered on
-    ``e`` (immutable, like :func:`term_key`): the memo asks for the keys of the same
-    expressions again and again (every hit walked the whole expression before)."""
-    known = e.__dict__.get("_expr_key")
-    if known is None:
-        if isinstance(e, ir.BinaryOp):
-            # a new ``x >= 0`` or ``a - b`` around expressions keyed already: two look-ups,
-            # not a walk of both (a fresh tree is walked once, as ``expr_key`` does)
-            ka, kb = _known_key(e.a), _known_key(e.b)
-            if ka is not None and kb is not None:
-                va, vb = ka[1], kb[1]
-                vs = va if not vb else vb if not va else tuple(dict.fromkeys(va + vb))
-                known = ((type(e), ka[0], kb[0], e.dtype), vs)
-        if known is None:
-            found: list[ir.Var] = []
-            known = (expr_key(e, found), tuple(dict.fromkeys(found)))
-        object.__setattr__(e, "_expr_key", known)
-    return known
-
-
-def _known_key(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]] | None:
-    """What :func:`_key_and_vars` gives ``e`` if it is at hand: a Var or an integer
-    constant (keyed as ``expr_key`` keys them), or an expression that remembers it."""
-    t = type(e)
-    if t is ir.Var:
-        return e, (e,)
-    if t is ir.IntImm:
-        return ("i", e.value, e.dtype), ()
-    return e.__dict__.get("_expr_key")
-
-
-def _remember(key: Any, value: tuple[Any, Any]) -> None:
-    if len(_MEMO) >= _MEMO_LIMIT:
-        _MEMO.clear()
-    _MEMO[key] = value
-
-
-def clear_cache() -> None:
-    """Forget every memoised result (they are pure, so this only frees memory).
-
-    >>> clear_cache()
-    """
-    _MEMO.clear()
