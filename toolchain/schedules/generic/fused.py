@@ -47,6 +47,7 @@ from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.registry import PatternKind, get_op
 from toolchain.graph.overlap import AccessOrder
 from toolchain.schedules import packing, registry
+from toolchain.schedules.generic import access
 from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
 from toolchain.te.rebind import SwapBuffers, rebind
@@ -466,14 +467,14 @@ def fuse_tail(sch: Schedule, anchor_buf: ir.Buffer, tail: list[str], cfg: cpu_op
         if found is None:
             continue
         w, wpath = found
-        if not cpu_ops.is_reduce(w.block) and cpu_ops.try_primitive(
+        if not access.is_reduce(w.block) and cpu_ops.try_primitive(
                 sch.reverse_compute_inline, BlockRV(name)) is not None:
             notes.append(f"{name}: inlined into {w.block.name_hint}")
             continue
         loops = [f for f in st.loops_of(wpath)]
         spatial = []
         for f in loops:
-            if cpu_ops.feeds_reduce(w, f.loop_var) or f.kind == "vectorized":
+            if access.feeds_reduce(w, f.loop_var) or f.kind == "vectorized":
                 break
             spatial.append(f)
         for f in reversed(spatial):
@@ -500,11 +501,11 @@ def _iterations(sch: Schedule, block: str, loop: ir.For, spatial_only: bool) -> 
     under = loops[next(k for k, f in enumerate(loops) if f.loop_var is loop.loop_var) + 1:]
     n = 1
     for f in under:
-        if spatial_only and cpu_ops.feeds_reduce(realize, f.loop_var):
+        if spatial_only and access.feeds_reduce(realize, f.loop_var):
             continue
-        if cpu_ops.loop_extent(f) is None:
+        if access.loop_extent(f) is None:
             return None
-        n *= cpu_ops.loop_extent(f) or 0
+        n *= access.loop_extent(f) or 0
     return n
 
 

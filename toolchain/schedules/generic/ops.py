@@ -51,14 +51,25 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from toolchain.codegen.names import sanitize
-from toolchain.errors import KilnError, ScheduleError
+from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
-from toolchain.tir import arith, ir
+from toolchain.schedules.generic.access import (
+    Access,
+    access_strides,
+    block_access,
+    exclusive_loops,
+    feeds_reduce,
+    find_block,
+    is_reduce,
+    loads_of,
+    loop_extent,
+)
+from toolchain.tir import ir
 from toolchain.tir.dtype import bits_of
 from toolchain.tir.functor import post_order_visit, substitute, uses_var
 from toolchain.tir.schedule import Schedule
@@ -102,118 +113,6 @@ def cpu_config(target: Any = None) -> CpuConfig:
     bits = getattr(target, "vector_width_bits", None) or 128
     cores = getattr(target, "cores", None) or getattr(target, "num_cores", None) or 1
     return CpuConfig(vector_bits=int(bits), cores=int(cores))
-
-
-# ------------------------------------------------------------------------------ analysis
-
-def _find(sch: Schedule, name: str) -> tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]:
-    found = st.find_block(sch.mod, name)
-    if found is None:
-        raise ScheduleError(f"no block {name!r}")
-    return found
-
-
-def is_reduce(blk: ir.Block) -> bool:
-    return any(iv.iter_type == "reduce" for iv in blk.iter_vars)
-
-
-def _loads(node: Any, buf: ir.Buffer) -> list[ir.BufferLoad]:
-    out: list[ir.BufferLoad] = []
-    post_order_visit(node, lambda x: out.append(x) if isinstance(x, ir.BufferLoad)
-                     and x.buffer is buf else None)
-    return out
-
-
-def _const_shape(buf: ir.Buffer) -> list[int] | None:
-    dims = []
-    for s in buf.shape:
-        if not isinstance(s, ir.IntImm):
-            return None
-        dims.append(int(s.value))
-    return dims
-
-
-def _strides(indices: Sequence[ir.PrimExpr], buf: ir.Buffer, vmap: dict[ir.Var, Any],
-             loop_vars: Iterable[ir.Var]) -> dict[ir.Var, int | None]:
-    """Flat-memory stride of each loop var in ``buf[indices]`` (``None``: not affine).
-
-    ``vmap`` maps block vars to their bindings (expressions of loop vars)."""
-    shape = _const_shape(buf)
-    loop_vars = list(loop_vars)
-    if shape is None:
-        return dict.fromkeys(loop_vars)
-    flat: ir.PrimExpr = ir.IntImm(0)
-    for idx, d in zip(indices, shape, strict=True):
-        flat = flat * d + substitute(idx, vmap)
-    lin = arith.to_lin(arith.simplify(flat))
-    out: dict[ir.Var, int | None] = {}
-    for v in loop_vars:
-        if lin is None:
-            out[v] = None
-            continue
-        coeff, clean = 0, True
-        for atom, c in lin.terms.values():
-            if atom is v:
-                coeff = c
-            elif uses_var(atom, v):
-                clean = False
-        out[v] = coeff if clean else None
-    return out
-
-
-@dataclass
-class _Access:
-    """Strides of one block's output and main (largest) input per enclosing loop var."""
-
-    write: dict[ir.Var, int | None]
-    read: dict[ir.Var, int | None]
-    reads: list[dict[ir.Var, int | None]]
-
-
-def _access(realize: ir.BlockRealize, loops: Sequence[ir.For]) -> _Access:
-    blk = realize.block
-    vmap = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True)}
-    lvars = [f.loop_var for f in loops]
-    out_buf = blk.writes[0].buffer
-    stores: list[ir.BufferStore] = []
-    post_order_visit(blk.body, lambda x: stores.append(x) if isinstance(x, ir.BufferStore)
-                     else None)
-    write = (_strides(stores[0].indices, out_buf, vmap, lvars) if stores
-             else dict.fromkeys(lvars))
-    reads = []
-    main: dict[ir.Var, int | None] = dict.fromkeys(lvars, 0)
-    size = -1
-    for region in blk.reads:
-        if region.buffer is out_buf:
-            continue
-        loads = _loads(blk.body, region.buffer)
-        if not loads:
-            continue
-        s = _strides(loads[0].indices, region.buffer, vmap, lvars)
-        reads.append(s)
-        n = math.prod(_const_shape(region.buffer) or [1 << 30])
-        if n > size:
-            size, main = n, s
-    return _Access(write, main, reads)
-
-
-def loop_extent(f: ir.For) -> int | None:
-    return int(f.extent.value) if isinstance(f.extent, ir.IntImm) else None
-
-
-def feeds_reduce(realize: ir.BlockRealize, var: ir.Var) -> bool:
-    return any(iv.iter_type == "reduce" and uses_var(v, var)
-               for iv, v in zip(realize.block.iter_vars, realize.iter_values, strict=True))
-
-
-def _exclusive_loops(sch: Schedule, name: str) -> list[ir.For]:
-    """The loops around block ``name`` that hold no other block (innermost suffix)."""
-    _, path = _find(sch, name)
-    loops = st.loops_of(path)
-    k = len(loops)
-    while k > 0 and len(st.blocks_under(loops[k - 1])) == 1:
-        k -= 1
-    return loops[k:]
 
 
 def _expensive(blk: ir.Block) -> bool:
@@ -263,7 +162,7 @@ def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
     consumers = sch.get_consumers(BlockRV(blk.name_hint))
     if len(consumers) != 1:
         return False
-    reader, _ = _find(sch, consumers[0].name)
+    reader, _ = find_block(sch, consumers[0].name)
     if is_reduce(reader.block):
         return False
     mine, theirs = _spatial_size(realize), _spatial_size(reader)
@@ -308,7 +207,7 @@ def _reduce_plan(realize: ir.BlockRealize, loops: Sequence[ir.For], cfg: CpuConf
     """How to run a reduction block: ``vector_out`` (vectorize an output-contiguous loop
     with the reduce loops outside it), ``rfactor`` (contiguous inner reduction) or
     ``scalar``."""
-    acc = _access(realize, loops)
+    acc = block_access(realize, loops)
     spatial = [f for f in loops if not feeds_reduce(realize, f.loop_var)]
     reduce = [f for f in loops if feeds_reduce(realize, f.loop_var)]
     window = reduce and all(loop_extent(f) for f in reduce) and math.prod(
@@ -332,7 +231,7 @@ def rfactor_rows(sch: Schedule, cfg: CpuConfig) -> None:
         blk = realize.block
         if blk.name_hint == "root" or not is_reduce(blk) or blk.init is None:
             continue
-        _, path = _find(sch, blk.name_hint)
+        _, path = find_block(sch, blk.name_hint)
         loops = st.loops_of(path)
         if _reduce_plan(realize, loops, cfg) != "rfactor":
             continue
@@ -365,12 +264,12 @@ def _tree_tail(sch: Schedule, name: str, lanes: int) -> None:
     """
     if lanes <= _TREE or lanes % _TREE:
         return
-    _, path = _find(sch, name)
+    _, path = find_block(sch, name)
     loops = st.loops_of(path)
     if not loops or loop_extent(loops[-1]) != lanes:
         return
     _, inner = sch.split(LoopRV(loops[-1].loop_var), [None, _TREE])
-    realize, _ = _find(sch, name)
+    realize, _ = find_block(sch, name)
     try_primitive(sch.rfactor, inner, len(realize.block.writes[0].buffer.shape))
 
 
@@ -380,7 +279,7 @@ def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> Loo
     is computed twice), stopping before a reader's reduce loop or vector loop."""
     blk = realize.block
     buf = blk.writes[0].buffer
-    readers = [_find(sch, c.name) for c in sch.get_consumers(BlockRV(blk.name_hint))]
+    readers = [find_block(sch, c.name) for c in sch.get_consumers(BlockRV(blk.name_hint))]
     if not readers:
         return None
     paths = [st.loops_of(p) for _, p in readers]
@@ -399,14 +298,14 @@ def _attach_loop(sch: Schedule, realize: ir.BlockRealize, cfg: CpuConfig) -> Loo
                 break
             vmap = {iv.var: v for iv, v in zip(rd.block.iter_vars, rd.iter_values, strict=True)}
             used = any(uses_var(substitute(ld, vmap), f.loop_var)
-                       for ld in _loads(rd.block.body, buf))
+                       for ld in loads_of(rd.block.body, buf))
             if not used and loop_extent(f) != 1:
                 ok = False
                 break
             loops = st.loops_of(path)
             spatial = [g for g in loops if not feeds_reduce(rd, g.loop_var)]
             if spatial and f is spatial[-1] and len(st.blocks_under(f)) == 1:
-                acc = _access(rd, loops)
+                acc = block_access(rd, loops)
                 if acc.write.get(f.loop_var) == 1 and (loop_extent(f) or 0) >= 4:
                     ok = False  # the reader's vector loop: keep it whole
                     break
@@ -424,7 +323,7 @@ def attach_stages(sch: Schedule, cfg: CpuConfig) -> None:
         if (blk.name_hint == "root" or len(blk.writes) != 1
                 or id(blk.writes[0].buffer) in params):
             continue
-        cur, path = _find(sch, blk.name_hint)
+        cur, path = find_block(sch, blk.name_hint)
         if st.loops_of(path) and len(st.blocks_under(st.loops_of(path)[0])) > 1:
             continue  # already placed inside another nest
         if not ir.is_const_int(cur.predicate, 1):
@@ -469,11 +368,11 @@ def _fusable(a: dict[ir.Var, int | None], outer: ir.For, inner_stride: int | Non
 
 
 def _schedule_spatial(sch: Schedule, name: str, cfg: CpuConfig) -> None:
-    realize, _ = _find(sch, name)
-    loops = _exclusive_loops(sch, name)
+    realize, _ = find_block(sch, name)
+    loops = exclusive_loops(sch, name)
     if not loops:
         return
-    acc = _access(realize, loops)
+    acc = block_access(realize, loops)
     lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
     last = loops[-1]
     if _schedule_transpose(sch, loops, acc, cfg, lanes):
@@ -506,7 +405,7 @@ def _schedule_spatial(sch: Schedule, name: str, cfg: CpuConfig) -> None:
 SMALL_READ_LOOP = 4
 
 
-def _schedule_transpose(sch: Schedule, loops: Sequence[ir.For], acc: _Access,
+def _schedule_transpose(sch: Schedule, loops: Sequence[ir.For], acc: Access,
                         cfg: CpuConfig, lanes: int) -> bool:
     """Tile a transpose-like block: the loop reading contiguously and the loop writing
     contiguously become a tile x tile block, so each side touches whole cache lines."""
@@ -535,8 +434,8 @@ def _schedule_transpose(sch: Schedule, loops: Sequence[ir.For], acc: _Access,
 
 
 def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
-    realize, _ = _find(sch, name)
-    loops = _exclusive_loops(sch, name)
+    realize, _ = find_block(sch, name)
+    loops = exclusive_loops(sch, name)
     if not loops:
         return
     plan = _reduce_plan(realize, loops, cfg)
@@ -546,7 +445,7 @@ def _schedule_reduce(sch: Schedule, name: str, cfg: CpuConfig) -> None:
         loop_extent(f) or 0 for f in reduce) <= cfg.unroll_window
     lanes = cfg.lanes(realize.block.writes[0].buffer.dtype)
     if plan == "vector_out":
-        acc = _access(realize, loops)
+        acc = block_access(realize, loops)
         v = [f for f in spatial
              if acc.write.get(f.loop_var) == 1 and (loop_extent(f) or 0) >= 2][-1]
         rest = [LoopRV(f.loop_var) for f in spatial if f is not v]
@@ -658,7 +557,7 @@ def _converted_values(sch: Schedule) -> list[str]:
         readers = sch.get_consumers(BlockRV(blk.name_hint))
         if len(readers) != 1:
             continue
-        rd, _ = _find(sch, readers[0].name)
+        rd, _ = find_block(sch, readers[0].name)
         body = rd.block.body
         if (isinstance(body, ir.BufferStore) and isinstance(body.value, ir.Cast)
                 and not ir.is_float(body.value.dtype)
@@ -710,16 +609,16 @@ def _few_planes_row(sch: Schedule, reader: str, value: str, cfg: CpuConfig
                     ) -> LoopRV | None:
     """The row loop of ``reader`` if it is a few-planes transpose of block ``value``'s
     output (see :func:`_schedule_transpose`), its loops put in the reading order."""
-    realize, _ = _find(sch, reader)
-    loops = _exclusive_loops(sch, reader)
-    vbuf = _find(sch, value)[0].block.writes[0].buffer
+    realize, _ = find_block(sch, reader)
+    loops = exclusive_loops(sch, reader)
+    vbuf = find_block(sch, value)[0].block.writes[0].buffer
     if not loops or not any(r.buffer is vbuf for r in realize.block.reads):
         return None
-    acc = _access(realize, loops)
-    loads = _loads(realize.block.body, vbuf)
+    acc = block_access(realize, loops)
+    loads = loads_of(realize.block.body, vbuf)
     vmap = {iv.var: v for iv, v in zip(realize.block.iter_vars, realize.iter_values,
                                        strict=True)}
-    read = _strides(loads[0].indices, vbuf, vmap, [f.loop_var for f in loops])
+    read = access_strides(loads[0].indices, vbuf, vmap, [f.loop_var for f in loops])
     w = [f for f in loops if acc.write.get(f.loop_var) == 1]
     r = [f for f in loops if read.get(f.loop_var) == 1]
     if (not w or not r or w[0] is r[0] or w[0] is not loops[-1]
