@@ -4,6 +4,7 @@ barely changes (wall-clock durations grow with the load; CPU time mostly does no
     python benchmarks/suite_time.py                          # the whole suite
     python benchmarks/suite_time.py tests/schedules -n 0     # any pytest arguments
     python benchmarks/suite_time.py --top 15 tests/bundle
+    python benchmarks/suite_time.py --save rows.jsonl        # keep every test's row
 
 Runs ``pytest`` with the given arguments (``-p no:cacheprovider`` added) and a plugin that
 records, for every test, the CPU time of the process running it and of the processes it
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: the plugin pytest loads (``-p kiln_suite_cpu``): one JSON line per test and per worker
 PLUGIN = '''
-import json, os, resource
+import json, os, resource, time
 
 def _cpu():
     s = resource.getrusage(resource.RUSAGE_SELF)
@@ -54,9 +55,10 @@ import pytest
 
 def _timed(item):
     a = _cpu()
+    t = time.time()
     yield
     b = _cpu()
-    _write([item.nodeid, b[0] - a[0], b[1] - a[1]])
+    _write([item.nodeid, b[0] - a[0], b[1] - a[1], t, time.time()])
 
 # a test's set-up (fixtures that compile models) counts with its call
 pytest_runtest_setup = pytest.hookimpl(hookwrapper=True)(_timed)
@@ -83,7 +85,7 @@ def summarise(rows: list[list], top: int) -> list[str]:
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
     starts = []
     tests = set()
-    for nodeid, py, sub in rows:
+    for nodeid, py, sub, *_when in rows:
         if nodeid.startswith("<"):
             starts.append(py + sub)
             continue
@@ -112,6 +114,9 @@ def summarise(rows: list[list], top: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=30, help="rows to print (default 30)")
+    ap.add_argument("--save", type=Path, metavar="FILE",
+                    help="also write every row (JSON lines: node id, Python CPU s, subprocess "
+                         "CPU s, wall start and end, worker) to FILE")
     args, pytest_args = ap.parse_known_args(argv)
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "kiln_suite_cpu.py").write_text(PLUGIN)
@@ -122,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                              "-p", "kiln_suite_cpu", *pytest_args], cwd=ROOT, env=env,
                             check=False).returncode
         wall = time.perf_counter() - t0
-        rows = [json.loads(line) for f in sorted(Path(d).glob("*.jsonl"))
+        rows = [[*json.loads(line), f.stem] for f in sorted(Path(d).glob("*.jsonl"))
                 for line in f.read_text().splitlines()]
+    if args.save:
+        args.save.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print("\n".join(summarise(rows, args.top)))
     cpu = sum(r[1] + r[2] for r in rows)
     print(f"wall {wall:.0f} s (pytest exit {rc}); this CPU on 2 ideal cores: {cpu / 2:.0f} s")
