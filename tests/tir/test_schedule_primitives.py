@@ -8,6 +8,7 @@ import pytest
 
 from tests.tir import workloads as W
 from toolchain import te
+from toolchain.errors import ScheduleError
 from toolchain.tir import ir
 from toolchain.tir.interpreter import run
 from toolchain.tir.schedule import Schedule
@@ -318,3 +319,24 @@ def _lower(sch: Schedule) -> ir.PrimFunc:
     from toolchain.driver import lower
 
     return lower(sch)
+
+
+def test_compute_at_refuses_to_drop_a_guard_it_cannot_carry() -> None:
+    """The rfactor block's guard ``k_0 * 32 + k_1 < 100`` says more than its variables'
+    domains (4 × 32 = 128 steps); once ``k_1`` is fused with ``i`` no block variable alone
+    stands for it, and moving the block used to drop the guard silently: the lowered
+    kernel read ``x`` past its rows (the interpreter's index 200 of 200)."""
+    x = te.placeholder((2, 100), "float32", "x")
+    k = te.reduce_axis((0, 100), "k")
+    y = te.compute((2,), lambda i: te.sum(x[i, k], axis=k), name="y")
+    sch = Schedule(te.create_prim_func([x, y], name="rows"))
+    _, kk = sch.get_loops(sch.get_block("y"))
+    _, inner = sch.split(kk, [None, 32])
+    rf = sch.rfactor(inner, 0, init_in_block=True)
+    i, k0, k1 = sch.get_loops(rf)
+    sch.reorder(k1, i, k0)
+    sch.fuse(k1, i)
+    yi, _ = sch.get_loops(sch.get_block("y"))
+    with pytest.raises(ScheduleError, match=r"'y_rf' is guarded by k_0 \* 32 \+ "
+                                            r"k_1_i_fused // 2 < 100"):
+        sch.compute_at(rf, yi)

@@ -18,6 +18,7 @@ from toolchain.tir.functor import StmtExprMutator, free_vars, substitute
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.handles import BlockRV, LoopRV
 from toolchain.tir.schedule.state import ScheduleState
+from toolchain.tir.structural import structural_equal
 
 
 def _only_writer(func: ir.PrimFunc, buf: ir.Buffer, blk: ir.Block, prim: str) -> None:
@@ -130,24 +131,69 @@ def _dim_vars(blk: ir.Block, region: ir.BufferRegion, prim: str,
     return out
 
 
-def _carried_guard(realize: ir.BlockRealize, values: list[ir.PrimExpr],
-                   ranges: dict) -> list[ir.PrimExpr]:
+def _conjuncts(e: ir.PrimExpr) -> list[ir.PrimExpr]:
+    return _conjuncts(e.a) + _conjuncts(e.b) if isinstance(e, ir.And) else [e]
+
+
+def _domain_bound(realize: ir.BlockRealize, cond: ir.PrimExpr) -> bool:
+    """Whether ``cond`` only bounds one block variable's binding by its domain
+    (``binding < min + extent`` or ``binding >= min``, as a split that does not divide
+    writes it): the moved block's new loops and bounds check keep each variable in its
+    domain, so such a guard holds by construction."""
+    if not isinstance(cond, (ir.LT, ir.GE)):
+        return False
+    for value, iv in zip(realize.iter_values, realize.block.iter_vars, strict=True):
+        if structural_equal(cond.a, value):
+            bound = iv.dom.min + iv.dom.extent if isinstance(cond, ir.LT) else iv.dom.min
+            if arith.prove(ir.EQ(cond.b, bound), {}):
+                return True
+    return False
+
+
+def _carried_guard(realize: ir.BlockRealize, values: list[ir.PrimExpr], ranges: dict,
+                   prim: str) -> list[ir.PrimExpr]:
     """``realize``'s own predicate (a guard from a split that does not divide) over the
-    block's new bindings ``values``, where each loop it names was bound to one block
-    variable alone and the new loops do not already imply it; else nothing."""
+    block's new bindings ``values``, conjunct by conjunct: one whose loops were each bound
+    to one block variable alone is rewritten over the new loops (and kept unless they
+    already imply it); one that bounds a block variable by its domain holds by
+    construction; any other would be lost, so it is refused.
+
+    Before (``B`` split by 4, not dividing 10, then moved under ``C``'s loop ``i``)::
+
+        for j_0, j_1 in T.grid(3, 4):
+            with T.block("B"):
+                T.where(j_0 * 4 + j_1 < 10)
+                vi = T.axis.spatial(8, i); vj = T.axis.spatial(10, j_0 * 4 + j_1)
+
+    After: the new nest runs ``vj`` over its domain, so the guard holds by construction::
+
+        for ax1 in range(10):
+            with T.block("B"):
+                vi = T.axis.spatial(8, i); vj = T.axis.spatial(10, ax1)
+    """
     if ir.is_const_int(realize.predicate, 1):
         return []
     inv = {v: new for v, new in zip(realize.iter_values, values, strict=True)
            if isinstance(v, ir.Var)}
-    if not all(v in inv for v in free_vars(realize.predicate)):
-        return []
-    guard = arith.simplify(substitute(realize.predicate, inv), ranges)
-    return [] if arith.prove(guard, ranges) else [guard]
+    kept = []
+    for cond in _conjuncts(realize.predicate):
+        if all(v in inv for v in free_vars(cond)):
+            guard = arith.simplify(substitute(cond, inv), ranges)
+            if not arith.prove(guard, ranges):
+                kept.append(guard)
+        elif not _domain_bound(realize, cond):
+            raise ScheduleError(
+                f"{prim}: block {realize.block.name_hint!r} is guarded by {cond}, over "
+                "loops that are not each bound to one block variable; moving the block "
+                "would drop that guard (it would compute outside it). Apply "
+                f"{prim} before splitting or fusing the block's own loops, or split by a "
+                "divisor of the extent")
+    return kept
 
 
 def _regenerate(realize: ir.BlockRealize, dims: dict[ir.Var, int],
                 region: list[tuple[ir.PrimExpr, ir.PrimExpr]], outer_ranges: dict,
-                preserve_unit_loops: bool) -> ir.Stmt:
+                preserve_unit_loops: bool, prim: str) -> ir.Stmt:
     """A new loop nest running ``realize``'s block over ``region`` (other vars: full)."""
     blk = realize.block
     loops: list[tuple[ir.Var, ir.PrimExpr]] = []
@@ -176,7 +222,7 @@ def _regenerate(realize: ir.BlockRealize, dims: dict[ir.Var, int],
                 preds.append(val >= iv.dom.min)
             if not hi_ok:
                 preds.append(val < iv.dom.min + iv.dom.extent)
-    preds += _carried_guard(realize, values, ranges)
+    preds += _carried_guard(realize, values, ranges, prim)
     pred: ir.PrimExpr = ir.IntImm(1, "bool")
     for p in preds:
         pred = p if ir.is_const_int(pred, 1) else ir.And(pred, p)
@@ -260,7 +306,7 @@ def _move(state: ScheduleState, block: BlockRV, loop: LoopRV, preserve_unit_loop
     own = next(x for x in (blk.writes if not reverse else blk.reads) if x.buffer is buf)
     dims = _dim_vars(blk, own, prim, "writes" if not reverse else "reads")
     outer = st.loop_ranges(lpath + (f,))
-    nest = _regenerate(r, dims, region, outer, preserve_unit_loops)
+    nest = _regenerate(r, dims, region, outer, preserve_unit_loops, prim)
     body = ir.seq(f.body, nest) if reverse else ir.seq(nest, f.body)
     state.update({id(top): None, id(f): replace(f, body=body)})
 
