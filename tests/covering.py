@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-#: run every combination of a covered parametrization (and the larger counts elsewhere)
+#: run every combination of a covered parametrization (docs/testing.md, "The thorough run")
 THOROUGH = os.environ.get("KILN_TEST_THOROUGH", "") == "1"
 
 #: the type of a ``pytest.param(...)`` (pytest does not export it by name)
