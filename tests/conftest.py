@@ -14,6 +14,15 @@ import pytest
 # suites run generated code that uses them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+#: the cyclic garbage collector's thresholds for the test processes (Python's default is
+#: ``(700, 10, 10)``). A Kiln compile makes and drops millions of short-lived TIR nodes, so
+#: at the default a worker ran a full collection every few hundred thousand allocations,
+#: each walking everything the session keeps (collected items, fixtures, the arithmetic
+#: memo): 20-25 % of the tests' Python CPU on the schedule tests (docs/testing.md,
+#: "Where the suite's time goes"). Garbage is still collected, in larger batches.
+GC_THRESHOLDS = (10_000, 20, 20)
+gc.set_threshold(*GC_THRESHOLDS)
+
 
 #: session- or module-scoped fixtures that build something costly (quantized models, host
 #: builds, QEMU runs) for several tests, and the xdist group their users share: a fixture

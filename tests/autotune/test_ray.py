@@ -4,19 +4,25 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from tests.tools import needs
 from toolchain.autotune.tasks import conv_task
 
-ray = pytest.importorskip("ray")
-
-pytestmark = [needs("arm-none-eabi-gcc", "picolibc", "qemu-system-arm"),
+# ray is imported by the test only (0.3-0.6 CPU s): every worker collects this file, one
+# runs it
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                                 reason="ray is not installed (pip install ray)"),
+              needs("arm-none-eabi-gcc", "picolibc", "qemu-system-arm"),
               pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")
 def cluster():
+    import ray
+
     from toolchain.autotune.ray_backend import connect
 
     connect("local", num_cpus=2)

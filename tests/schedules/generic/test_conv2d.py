@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.covering import params
 from tests.schedules._cpu_targets import HOST_BACKENDS, RUNNABLE, cross_compile_m4
 from toolchain.codegen import get_renderer
 from toolchain.graph.ops.registry import get_op
@@ -45,10 +46,12 @@ def _run(target, xs, ws, attrs, const_w=True, bias=True, seed=0, backend="c"):
     return op
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("target", RUNNABLE)
-@pytest.mark.parametrize("xs, ws, attrs", CASES)
+@pytest.mark.parametrize("xs, ws, attrs, target, backend", params(
+    [pytest.param(*c, id=f"xs{k}-ws{k}-attrs{k}") for k, c in enumerate(CASES)], RUNNABLE,
+    HOST_BACKENDS))
 def test_conv_constant_weights(target, xs, ws, attrs, backend) -> None:
+    """Every case on every target, each through one of the two backends (both backends meet
+    every case and every target: ``tests/covering.py``)."""
     op = _run(target, xs, ws, attrs, backend=backend)
     info = op.metadata["info"]
     pointwise = ws[2:] == (1, 1)

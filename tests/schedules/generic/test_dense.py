@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tests.covering import params
 from tests.schedules._cpu_targets import HOST_BACKENDS, RUNNABLE, cross_compile_m4
 from toolchain.codegen import get_renderer
 from toolchain.errors import InputError, UnsupportedError
@@ -38,10 +39,10 @@ def _defaults(op: str) -> dict:
 SHAPES = [(64, 32, 48), (7, 13, 5), (1, 70, 33), (33, 70, 50)]
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("target", RUNNABLE)
-@pytest.mark.parametrize("m, k, n", SHAPES)
+@pytest.mark.parametrize("m, k, n, target, backend", params(SHAPES, RUNNABLE, HOST_BACKENDS))
 def test_matmul_constant_weights(target: str, m: int, k: int, n: int, backend: str) -> None:
+    """Every shape on every target, each through one of the two backends (both meet every
+    shape and every target: ``tests/covering.py``)."""
     rng = np.random.default_rng(m * 100 + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
@@ -62,13 +63,11 @@ def test_matmul_runtime_operands_and_batches(target: str) -> None:
     _check(compile_op("MatMul", target, inputs=[a.shape, w]), [a, w])
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("target", RUNNABLE)
-@pytest.mark.parametrize("attrs, cshape", [
-    ({"transB": 1}, (19,)),
-    ({"transA": 1, "alpha": 0.5, "beta": 2.0}, (10, 19)),
-    ({"alpha": -1.5}, None),
-])
+@pytest.mark.parametrize("attrs, cshape, target, backend", params([
+    pytest.param({"transB": 1}, (19,), id="attrs0-cshape0"),
+    pytest.param({"transA": 1, "alpha": 0.5, "beta": 2.0}, (10, 19), id="attrs1-cshape1"),
+    pytest.param({"alpha": -1.5}, None, id="attrs2-None"),
+], RUNNABLE, HOST_BACKENDS))
 def test_gemm(target: str, attrs: dict, cshape, backend: str) -> None:
     rng = np.random.default_rng(4)
     a = rng.standard_normal((12, 10) if attrs.get("transA") else (10, 12)).astype(np.float32)

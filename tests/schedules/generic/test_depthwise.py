@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.covering import params
 from tests.schedules._cpu_targets import HOST_BACKENDS, RUNNABLE
 from toolchain.errors import UnsupportedError
 from toolchain.graph.ops.registry import get_op
@@ -42,10 +43,12 @@ def _ref(x, w, b, attrs):
 BLOCKED = [t for t in RUNNABLE if t.startswith("x86_64")]  # NCHW{b}c targets
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("target", BLOCKED)
-@pytest.mark.parametrize("xs, k, attrs", CASES)
+@pytest.mark.parametrize("xs, k, attrs, target, backend", params(
+    [pytest.param(*c, id=f"xs{i}-{c[1]}-attrs{i}") for i, c in enumerate(CASES)], BLOCKED,
+    HOST_BACKENDS))
 def test_depthwise_conv_nchw(target, xs, k, attrs, backend) -> None:
+    """Every case on both blocked targets, each through one of the two backends (both meet
+    every case and every target: ``tests/covering.py``)."""
     x, w, b = _data(xs, k)
     op = compile_op("Conv", target, inputs=[xs, w, b], attrs={**attrs, "group": xs[1]},
                     backend=backend)

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from tests.covering import params
 from tests.schedules._cpu_targets import HOST_BACKENDS
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
@@ -63,10 +64,9 @@ CONVS = [  # (c, m, hw, k, stride, pads, dilation)
 ]
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2"])
-@pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 3, -2), ("uint8", 131, 120)])
-@pytest.mark.parametrize("cfg", CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}s{c[4]}")
+@pytest.mark.parametrize("cfg,dtype,xzp,yzp,target,backend", params(
+    CONVS, [("int8", 3, -2), ("uint8", 131, 120)], ["x86_64-avx512", "x86_64-avx2"],
+    HOST_BACKENDS, ids=[lambda c: f"c{c[0]}m{c[1]}k{c[3]}s{c[4]}"], together=(1, 2, 3)))
 def test_qconv_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, target: str,
                          backend: str) -> None:
     """Group-1 convolutions on the AVX targets: u8 channel quads and the dot_u8s8_*x4
@@ -105,10 +105,9 @@ def test_qconv_other_x86_targets(target: str) -> None:
     assert _check(node, _qx((1, 6, 8, 8), "int8"), target)["schedule"] == want
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("target", ["x86_64-avx512", "x86_64-avx2", "c-generic"])
-@pytest.mark.parametrize("p,k,n", [(1, 40, 10), (3, 64, 33), (2, 7, 16), (8, 640, 128),
-                                   (13, 1, 8)])
+@pytest.mark.parametrize("p,k,n,target,backend", params(
+    [(1, 40, 10), (3, 64, 33), (2, 7, 16), (8, 640, 128), (13, 1, 8)],
+    ["x86_64-avx512", "x86_64-avx2", "c-generic"], HOST_BACKENDS))
 def test_qgemm_bit_exact(p: int, k: int, n: int, target: str, backend: str) -> None:
     """Dense layers: u8 quads (x86_64-avx512) or int16 pairs (x86_64-avx2) of k (a 1x1
     convolution over the rows, tiles of rows), odd k and one k included; the int32 kernel
@@ -132,9 +131,9 @@ DEPTHWISE = [  # (c, hw, k, stride, pads)
 ]
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("dtype,xzp,yzp", [("int8", 1, -3), ("uint8", 127, 130)])
-@pytest.mark.parametrize("cfg", DEPTHWISE, ids=lambda c: f"c{c[0]}k{c[2]}s{c[3]}")
+@pytest.mark.parametrize("cfg,dtype,xzp,yzp,backend", params(
+    DEPTHWISE, [("int8", 1, -3), ("uint8", 127, 130)], HOST_BACKENDS,
+    ids=[lambda c: f"c{c[0]}k{c[2]}s{c[3]}"]))
 def test_depthwise_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int, backend: str) -> None:
     c, (h, w), k, stride, pads = cfg
     oh = (h + pads[0] + pads[2] - k) // stride + 1
@@ -399,11 +398,9 @@ QUAD_CONVS = [  # (c, m, hw, k, stride, pads): channel tails (C not a multiple o
 ]
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("dtype,xzp,yzp", [("int8", -128, 127), ("int8", 127, -128),
-                                           ("int8", 0, 0), ("uint8", 0, 255),
-                                           ("uint8", 255, 0)])
-@pytest.mark.parametrize("cfg", QUAD_CONVS, ids=lambda c: f"c{c[0]}m{c[1]}k{c[3]}")
+@pytest.mark.parametrize("cfg,dtype,xzp,yzp,backend", params(
+    QUAD_CONVS, [("int8", -128, 127), ("int8", 127, -128), ("int8", 0, 0), ("uint8", 0, 255),
+                 ("uint8", 255, 0)], HOST_BACKENDS, ids=[lambda c: f"c{c[0]}m{c[1]}k{c[3]}"]))
 def test_qconv_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int,
                                backend: str) -> None:
     """The u8 x s8 quad kernel (dot_u8s8_*x4, vpdpbusd; activations made unsigned and
@@ -424,10 +421,9 @@ def test_qconv_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, yzp: int,
     assert info["band"] == ("plane" if k > 2 * stride or (c <= 4 and k > stride) else "row")
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("dtype,xzp", [("int8", -128), ("int8", 127), ("uint8", 255),
-                                       ("uint8", 0)])
-@pytest.mark.parametrize("p,k,n", [(3, 13, 20), (8, 640, 128), (6, 5, 8)])
+@pytest.mark.parametrize("p,k,n,dtype,xzp,backend", params(
+    [(3, 13, 20), (8, 640, 128), (6, 5, 8)],
+    [("int8", -128), ("int8", 127), ("uint8", 255), ("uint8", 0)], HOST_BACKENDS))
 def test_qgemm_quads_bit_exact(p: int, k: int, n: int, dtype: str, xzp: int,
                                backend: str) -> None:
     """Dense layers through the quad kernel: k tails (13, 5), zero points at the edges."""
@@ -470,10 +466,9 @@ COLQUAD_CONVS = [  # (m, hw, (kh, kw), stride, pads, dilation): one input channe
 ]
 
 
-@pytest.mark.parametrize("backend", HOST_BACKENDS)
-@pytest.mark.parametrize("dtype,xzp", [("int8", -128), ("int8", 127), ("uint8", 0),
-                                       ("uint8", 255)])
-@pytest.mark.parametrize("cfg", COLQUAD_CONVS, ids=lambda c: f"m{c[0]}k{c[2][0]}x{c[2][1]}")
+@pytest.mark.parametrize("cfg,dtype,xzp,backend", params(
+    COLQUAD_CONVS, [("int8", -128), ("int8", 127), ("uint8", 0), ("uint8", 255)],
+    HOST_BACKENDS, ids=[lambda c: f"m{c[0]}k{c[2][0]}x{c[2][1]}"]))
 def test_qconv_column_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, backend: str) -> None:
     """One input channel: the quads run along the kernel's columns (four taps of a row a
     vpdpbusd instead of one channel and three zeros), bit-exact with the reference."""
