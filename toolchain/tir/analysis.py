@@ -161,6 +161,9 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
     """Intersect a region with the buffer's shape (guarded padding reads may go outside)."""
     out = []
     for rg, dim in zip(r.region, r.buffer.shape, strict=True):
+        if _plainly_inside(rg, dim, ranges):
+            out.append(rg)
+            continue
         end = rg.min + rg.extent
         if arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim, ranges):
             out.append(rg)
@@ -169,6 +172,39 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
         hi = arith.simplify(ir.Min(end, dim), ranges)
         out.append(ir.Range(lo, arith.simplify(hi - lo, ranges)))
     return ir.BufferRegion(r.buffer, tuple(out))
+
+
+_SIGNED = ("int32", "int64")
+
+
+def _plainly_inside(rg: ir.Range, dim: ir.PrimExpr, ranges: Mapping[ir.Var, ir.Range]) -> bool:
+    """``0 <= rg.min`` and ``rg.min + rg.extent <= dim`` at a glance, where the region
+    starts at a constant or at a lone Var with a constant range and the extent and ``dim``
+    are constants (a fresh block's ``A[vi, vj]``): what :func:`~toolchain.tir.arith.prove`
+    answers there too, without building and simplifying the two conditions (False only
+    means "not at a glance": :func:`clip_region` then asks ``prove``).
+
+    >>> i = ir.Var("i")
+    >>> _plainly_inside(ir.Range(i, 2), ir.IntImm(8), {i: ir.Range(0, 7)})
+    True
+    >>> _plainly_inside(ir.Range(i, 2), ir.IntImm(8), {i: ir.Range(0, 8)})
+    False
+    """
+    m, x = rg.min, rg.extent
+    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
+            or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
+        return False
+    if type(m) is ir.IntImm:
+        lo = hi = m.value
+    elif type(m) is ir.Var:
+        b = ranges.get(m)
+        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm \
+                or b.extent.value < 1:
+            return False
+        lo, hi = b.min.value, b.min.value + b.extent.value - 1
+    else:
+        return False
+    return 0 <= lo and hi + x.value <= dim.value < 1 << 31
 
 
 class _WellFormed(StmtExprVisitor):
