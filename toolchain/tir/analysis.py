@@ -75,7 +75,13 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
     idx_list = list(unique.values())
     region = []
     for d in range(buf.ndim):
-        exprs = _unique([arith.simplify(e, None) for e in _unique([i[d] for i in idx_list])])
+        column = _unique([i[d] for i in idx_list])
+        if len(column) == 1 and type(column[0]) is ir.Var:
+            # one lone Var (a fresh block's ``A[vi, vj]``): the element it names, as the
+            # steps below give it (``simplify(v + 0)`` is ``v``), without them
+            region.append(ir.Range(column[0], 1))
+            continue
+        exprs = _unique([arith.simplify(e, None) for e in column])
         first = exprs[0]
         offs: list[int] | None = []
         for e in exprs:
