@@ -4,11 +4,13 @@ optionally against another source tree measured in the same run.
     python benchmarks/compile_cpu.py                          # this tree
     python benchmarks/compile_cpu.py --ref /tmp/old-kiln      # this tree vs another, ratios
     python benchmarks/compile_cpu.py --workloads nodes,resnet18 --rounds 3
+    python benchmarks/compile_cpu.py --workloads resnet8,mobilenet_v2 --target cuda-sm90
 
 Workloads: ``nodes`` -- 24 single-op graphs like the ONNX node tests (Conv, pooling,
 MatMul, Softmax, Gather, Resize ...; small shapes) compiled one after another for the host
 target, the way the node-conformance suite compiles its ~1,540 cases; ``resnet8``,
-``mobilenet_v1``, ``resnet18`` -- zoo models for the host target. Each workload runs in a
+``mobilenet_v1``, ``resnet18``, ``mobilenet_v2`` -- zoo models, for the host target or
+``--target``. Each workload runs in a
 fresh process per tree (``PYTHONPATH`` = the tree), compiles once untimed (imports, the
 templates, the target), then ``--repeat`` times timed (``time.process_time``: Python's own
 CPU; a compile runs no subprocess); the minimum is printed. With ``--ref`` the two trees
@@ -28,7 +30,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKLOADS = ("nodes", "resnet8", "mobilenet_v1", "resnet18")
+WORKLOADS = ("nodes", "resnet8", "mobilenet_v1", "resnet18", "mobilenet_v2")
 
 _CHILD = r"""
 import gc, json, sys, time, warnings
@@ -37,7 +39,7 @@ from onnx import TensorProto, helper, numpy_helper
 from toolchain.bundle import build_spec, render_files
 from toolchain.gcpause import paused_gc
 
-work, repeat = sys.argv[1], int(sys.argv[2])
+work, repeat, target = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 F = TensorProto.FLOAT
 rng = np.random.default_rng(0)
 
@@ -100,7 +102,7 @@ def run():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with paused_gc():
-                render_files(build_spec(m, "host", input_shapes=shapes, name=name,
+                render_files(build_spec(m, target, input_shapes=shapes, name=name,
                                         progress=False))
 
 
@@ -116,9 +118,9 @@ print(json.dumps({"cpu_s": best, "models": len(items)}))
 """
 
 
-def measure(tree: Path, work: str, repeat: int) -> dict:
+def measure(tree: Path, work: str, repeat: int, target: str = "host") -> dict:
     """One workload in a fresh process on ``tree``: ``{"cpu_s": best, "models": n}``."""
-    res = subprocess.run([sys.executable, "-c", _CHILD, work, str(repeat)], cwd=tree,
+    res = subprocess.run([sys.executable, "-c", _CHILD, work, str(repeat), target], cwd=tree,
                          env=dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1"),
                          capture_output=True, text=True)
     if res.returncode != 0:
@@ -133,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--repeat", type=int, default=3, help="timed compiles per process")
     ap.add_argument("--rounds", type=int, default=2, help="processes per tree (alternating)")
+    ap.add_argument("--target", default="host", help="the target compiled for (default host)")
     args = ap.parse_args(argv)
     works = [w for w in args.workloads.split(",") if w]
     bad = [w for w in works if w not in WORKLOADS]
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         n = 0
         for _ in range(args.rounds):
             for name, tree in reversed(trees):
-                r = measure(tree, work, args.repeat)
+                r = measure(tree, work, args.repeat, args.target)
                 best[name] = min(best.get(name, float("inf")), r["cpu_s"])
                 n = r["models"]
         row = f"{work:14} {n:>6} " + " ".join(f"{best[name]:>11.3f}" for name, _ in trees)

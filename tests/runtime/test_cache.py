@@ -70,3 +70,25 @@ def test_a_new_build_trims_the_cache(tmp_cache, monkeypatch):
     build(te.create_prim_func([a, b]), "c")
     assert not stale.exists()
     assert any(p.suffix == ".so" for p in tmp_cache.iterdir())
+
+
+def test_a_process_writing_entry_after_entry_looks_again_only_when_due(tmp_cache,
+                                                                       monkeypatch):
+    """Every build looked at every entry (a stat each, 15 ms for a suite run's cache):
+    now its first write to the folder looks, then again after a sixteenth of the size
+    limit written by this process or a minute."""
+    monkeypatch.setenv("KILN_CACHE_MAX_MB", "1")
+    monkeypatch.setenv("KILN_CACHE_MAX_DAYS", "1")
+    first = _entry(tmp_cache, "first.so", 10_000, 0)
+    stale = _entry(tmp_cache, "stale.so", 10, 5 * 86400)
+    assert cache.trim(first) == (1, 10) and not stale.exists()  # the first write looks
+    stale = _entry(tmp_cache, "stale.so", 10, 5 * 86400)
+    assert cache.trim(_entry(tmp_cache, "small.so", 10_000, 0)) == (0, 0)
+    assert stale.exists()  # 20 kB written since: not due
+    assert cache.trim(_entry(tmp_cache, "big.so", MB // 16, 0)) == (1, 10)
+    stale = _entry(tmp_cache, "stale.so", 10, 5 * 86400)
+    assert cache.trim(_entry(tmp_cache, "small2.so", 10, 0)) == (0, 0)
+    now = time.time()
+    monkeypatch.setattr(cache.time, "time", lambda: now + cache.RESCAN_SECONDS)
+    assert cache.trim(_entry(tmp_cache, "later.so", 10, 0)) == (1, 10)  # a minute on
+    assert cache.trim() == (0, 0)  # asked for, it always looks

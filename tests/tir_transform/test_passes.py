@@ -350,6 +350,49 @@ def test_lower_stops_after_the_named_pass():
         T.lower(W.row_sum()[0], stop_after=lambda f: f)
 
 
+def test_a_lowering_stopped_early_is_resumed_by_the_whole_lowering_of_that_function(
+        monkeypatch):
+    """The GPU GEMM search lowers its chosen kernel up to ``storage_rewrite`` and the bundle
+    compiler then lowers the same function in full: that lowering runs only the passes
+    after ``storage_rewrite`` (for the same target, with no extra passes or trace), and
+    gives what a lowering from the start gives."""
+    from toolchain.target import load_target
+    from toolchain.tir.transform import pipeline
+
+    ran: list[str] = []
+
+    def recorded(fn):
+        def run(f, **kw):
+            ran.append(fn.__name__)
+            return fn(f, **kw)
+        run.__name__ = fn.__name__
+        return run
+
+    phases = {k: tuple(map(recorded, fns)) for k, fns in pipeline.PHASES.items()}
+    wrapped = {fn.__name__: fn for fns in phases.values() for fn in fns}
+    monkeypatch.setattr(pipeline, "PHASES", phases)
+    monkeypatch.setattr(pipeline, "TARGET_PASSES",
+                        tuple(wrapped[fn.__name__] for fn in pipeline.TARGET_PASSES))
+    every = [fn.__name__ for fns in phases.values() for fn in fns]
+    first = every[:every.index("storage_rewrite") + 1]
+    fresh = str(T.lower(W.matmul_relu()[0]))
+    func = W.matmul_relu()[0]
+    ran.clear()
+    T.lower(func, stop_after=wrapped["storage_rewrite"])
+    assert ran == first
+    ran.clear()
+    assert str(T.lower(func)) == fresh
+    assert ran == every[len(first):]  # resumed
+    for kw in ({"passes": {max(phases): [lambda f: f]}}, {"trace": []}):
+        ran.clear()
+        assert str(T.lower(func, **kw)) == fresh
+        assert ran == every  # extra passes, a trace: from the start
+    c = load_target("c-generic")
+    ran.clear()
+    assert str(T.lower(func, target=c)) == str(T.lower(W.matmul_relu()[0], target=c))
+    assert ran[:len(first)] == first  # another target: from the start
+
+
 @pytest.mark.parametrize("make", [W.matmul_relu, W.conv2d, W.row_sum, W.elementwise_chain])
 def test_lowered_ir_runs_in_the_reference_interpreter(make):
     """Lowering alone (no C compiler) keeps the meaning: the interpreter agrees with numpy."""

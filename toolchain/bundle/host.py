@@ -363,7 +363,7 @@ def build_host(path: str | Path, cc: str | None = None,
         os.unlink(tmp)
         raise
     os.replace(tmp, lib)
-    trim()
+    trim(lib)
     return lib
 
 

@@ -93,7 +93,7 @@ def compile_shared(source: str, flags: Sequence[str], cc: str | None = None,
         raise GeneratedCodeError(f"compiling generated C failed (exit {res.returncode}).\n"
                          f"command: {' '.join(cmd)}\nsource kept at: {src}\n{msg}")
     os.replace(tmp, lib)
-    trim()
+    trim(lib)
     info["cached"] = False
     return lib, info
 

@@ -102,7 +102,7 @@ def object_for(kernel_ir: str, entry: str, machine: LLVMMachine, cache: Path,
     with os.fdopen(fd, "wb") as f:
         f.write(obj)
     os.replace(tmp, path)
-    trim()
+    trim(path)
     return obj, info
 
 

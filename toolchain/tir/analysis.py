@@ -75,7 +75,13 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
     idx_list = list(unique.values())
     region = []
     for d in range(buf.ndim):
-        exprs = _unique([arith.simplify(e, None) for e in _unique([i[d] for i in idx_list])])
+        column = _unique([i[d] for i in idx_list])
+        if len(column) == 1 and type(column[0]) is ir.Var:
+            # one lone Var (a fresh block's ``A[vi, vj]``): the element it names, as the
+            # steps below give it (``simplify(v + 0)`` is ``v``), without them
+            region.append(ir.Range(column[0], 1))
+            continue
+        exprs = _unique([arith.simplify(e, None) for e in column])
         first = exprs[0]
         offs: list[int] | None = []
         for e in exprs:
@@ -161,6 +167,9 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
     """Intersect a region with the buffer's shape (guarded padding reads may go outside)."""
     out = []
     for rg, dim in zip(r.region, r.buffer.shape, strict=True):
+        if _plainly_inside(rg, dim, ranges):
+            out.append(rg)
+            continue
         end = rg.min + rg.extent
         if arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim, ranges):
             out.append(rg)
@@ -169,6 +178,39 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
         hi = arith.simplify(ir.Min(end, dim), ranges)
         out.append(ir.Range(lo, arith.simplify(hi - lo, ranges)))
     return ir.BufferRegion(r.buffer, tuple(out))
+
+
+_SIGNED = ("int32", "int64")
+
+
+def _plainly_inside(rg: ir.Range, dim: ir.PrimExpr, ranges: Mapping[ir.Var, ir.Range]) -> bool:
+    """``0 <= rg.min`` and ``rg.min + rg.extent <= dim`` at a glance, where the region
+    starts at a constant or at a lone Var with a constant range and the extent and ``dim``
+    are constants (a fresh block's ``A[vi, vj]``): what :func:`~toolchain.tir.arith.prove`
+    answers there too, without building and simplifying the two conditions (False only
+    means "not at a glance": :func:`clip_region` then asks ``prove``).
+
+    >>> i = ir.Var("i")
+    >>> _plainly_inside(ir.Range(i, 2), ir.IntImm(8), {i: ir.Range(0, 7)})
+    True
+    >>> _plainly_inside(ir.Range(i, 2), ir.IntImm(8), {i: ir.Range(0, 8)})
+    False
+    """
+    m, x = rg.min, rg.extent
+    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
+            or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
+        return False
+    if type(m) is ir.IntImm:
+        lo = hi = m.value
+    elif type(m) is ir.Var:
+        b = ranges.get(m)
+        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm \
+                or b.extent.value < 1:
+            return False
+        lo, hi = b.min.value, b.min.value + b.extent.value - 1
+    else:
+        return False
+    return 0 <= lo and hi + x.value <= dim.value < 1 << 31
 
 
 class _WellFormed(StmtExprVisitor):

@@ -120,7 +120,11 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
     ``stop_after``: a built-in pass of :data:`PHASES` after which lowering stops (the
     passes after it, built-in or extra, do not run): what a caller that only reads what
     that pass decided pays (the GPU GEMM search counts shared memory after
-    ``storage_rewrite``, before ``inject_barriers``).
+    ``storage_rewrite``, before ``inject_barriers``). The function remembers where such a
+    lowering stopped (for the same ``target``, without extra passes), and the whole
+    lowering of that same function object later starts from there instead of from the
+    beginning: the passes are pure, so the result is the same (the GEMM search's chosen
+    kernel, lowered for its shared memory, is then lowered in full by the bundle compiler).
     """
     if stop_after is not None and not any(stop_after in fns for fns in PHASES.values()):
         raise OptionError(f"lower: stop_after={getattr(stop_after, '__name__', stop_after)!r}"
@@ -134,9 +138,18 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
             if not callable(fn):
                 raise OptionError(f"lower: phase {phase} pass {fn!r} is not callable; a pass "
                                   "is a function PrimFunc -> PrimFunc")
-    func = _as_func(sch_or_func)
+    start = func = _as_func(sch_or_func)
+    plain = not extra and trace is None  # what a stopped lowering may be resumed for
+    resume = start.__dict__.get(_STOPPED) if plain and stop_after is None else None
+    if resume is not None and resume[0] is target:
+        _, skip, func = resume
+    else:
+        skip = None
     for phase, builtins in PHASES.items():
         for fn in (*builtins, *extra.get(phase, ())):
+            if skip is not None:  # already run, up to and with ``skip``
+                skip = None if fn is skip else skip
+                continue
             out = fn(func, target=target) if fn in TARGET_PASSES and target is not None \
                 else fn(func)
             if not isinstance(out, ir.PrimFunc):
@@ -146,5 +159,11 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
             if trace is not None:
                 trace.append((getattr(fn, "__name__", repr(fn)), func))
             if fn is stop_after:
+                if plain:
+                    object.__setattr__(start, _STOPPED, (target, fn, func))
                 return func
     return func
+
+
+#: the attribute a function lowered with ``stop_after`` keeps ``(target, pass, result)`` in
+_STOPPED = "_lowered_until"
