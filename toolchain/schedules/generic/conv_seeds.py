@@ -16,10 +16,14 @@ layer of the same kind gets its own version of each:
 * **Winograd** (where offered): F(4x4) with the accurate points on 2-vector-wide GEMM
   tiles of 8 and 12 rows and 1-vector-wide ones of 16 rows; F(2x2) at 12 x 1 vector;
   then only the first two direct seeds (Winograd won every 3x3 stride-1 layer measured);
-* **1x1**: the strided GEMM's single-copy pixel rows, the stride-1 GEMM reading X in
-  place (with the heuristic's cache block and with 4 tiles a block), GEMM tiles of 8
-  rows x 2 vectors and 16 x 1, and the direct kernel on the widest row of pixels with
-  16-channel blocks or on 2 x 2 pixels of 4 vectors of channels.
+* **1x1**: the GEMM storing its tiles with the bias straight into the output
+  (``gemm_epilogue=fused``, where no tile pads): strided, on single-copy pixel rows in
+  tiles of 16 or 8 rows x 1 vector, one tile a cache block; stride 1, reading X in place
+  in tiles of the heuristic's shape or 4 rows x 4 vectors; then the strided GEMM's
+  single-copy pixel rows, the stride-1 GEMM reading X in place (with the heuristic's
+  cache block and with 4 tiles a block), GEMM tiles of 8 rows x 2 vectors and 16 x 1,
+  and the direct kernel on the widest row of pixels with 16-channel blocks or on 2 x 2
+  pixels of 4 vectors of channels.
 
 A seed naming a knob its space lacks loses that decision; one its space's rules refuse is
 dropped (:meth:`~toolchain.autotune.space.Space.seed_points`). Seeds never change a kernel
@@ -88,10 +92,15 @@ def winograd_seeds(lanes: int) -> list[Seed]:
 def gemm_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
     """A 1x1 convolution's seeds (GEMM and direct; the module docstring)."""
     out: list[Seed] = []
+    fused = {"algorithm": "gemm", "gemm_epilogue": "fused"}
     if (g.sh, g.sw) != (1, 1):
-        out.append({"algorithm": "gemm", "b_pack": "rows"})
+        out += [{**fused, "b_pack": "rows", "mr": 16, "nr": lanes, "mc_tiles": 1},
+                {**fused, "b_pack": "rows", "mr": 8, "nr": lanes, "mc_tiles": 1},
+                {"algorithm": "gemm", "b_pack": "rows"}]
     else:
-        out += [{"algorithm": "gemm", "b_pack": "in_place"},
+        out += [{**fused, "b_pack": "in_place"},
+                {**fused, "b_pack": "in_place", "mr": 4, "nr": 4 * lanes},
+                {"algorithm": "gemm", "b_pack": "in_place"},
                 {"algorithm": "gemm", "b_pack": "in_place", "mc_tiles": 4}]
     out += [{"algorithm": "gemm", "mr": 8, "nr": 2 * lanes, "mc_tiles": 4},
             {"algorithm": "gemm", "mr": 16, "nr": lanes, "mc_tiles": 16}]
