@@ -237,6 +237,10 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
                           active=_when("gemm", None)))
     knobs += [replace(direct.knob(n), active=_when("direct", direct.knob(n).active))
               for n in DIRECT_KNOBS]
+    knobs.append(Knob("direct_pack", ("copy", "none"), "copy",
+                      "the direct kernel's pixels: copied (subsampled) into channel blocks "
+                      "first, or broadcast straight from X (no copy)",
+                      active=_when("direct", None)))
     rules = [Rule(r.message, _unless("gemm", r.holds)) for r in gemm.rules] + \
         [Rule(r.message, _unless("direct", r.holds)) for r in direct.rules] + \
         [Rule("b_pack=in_place needs the pixels in whole nr-wide panels",
@@ -264,7 +268,8 @@ def schedule_conv1x1(node: Node, g: ConvGeom, p: CpuParams, target: Target) -> O
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k1s{g.sh}"
     if point["algorithm"] == "direct":
         cplan = tuned_plan(plan_conv(g, p), point)
-        args, values, _ = conv_compute(node, g, cplan, subsample=(g.sh, g.sw) != (1, 1))
+        args, values, _ = conv_compute(node, g, cplan, subsample=(g.sh, g.sw) != (1, 1),
+                                       in_place=point.get("direct_pack") == "none")
         sch = Schedule(te.create_prim_func(args, name=name))
         schedule_conv(sch, g, cplan, p, knobs={**loop_defaults(g, cplan), **point},
                       target=target)
