@@ -476,7 +476,11 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
              Knob("wino_mr", with_default(mrs, wplan.mr), wplan.mr,
                   "rows of the Winograd GEMMs' register tile", active=is_wino),
              Knob("wino_nr", with_default(nrs, wplan.nr), wplan.nr,
-                  "columns of the Winograd GEMMs' register tile", active=is_wino))
+                  "columns of the Winograd GEMMs' register tile", active=is_wino),
+             Knob("wino_pad", ("select", "partitioned"), "select",
+                  "the Winograd input's zero-padded copy: a padding condition and clamped "
+                  "index per element, or its rows and columns split into border and "
+                  "interior loops (no condition inside: a vector copy)", active=is_wino))
     budget = max(p.vector_registers, wplan.mr * (wplan.nr // lanes) + wplan.nr // lanes + 1)
     rule = Rule(f"the Winograd GEMM tile (wino_mr * wino_nr/{lanes} accumulators, "
                 f"wino_nr/{lanes} vectors and a broadcast) fits {budget} vector registers",
@@ -660,7 +664,7 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
 
         m, points = algorithm_tile(point["algorithm"])
         return schedule_winograd(node, g, p, m, tiles=(point["wino_mr"], point["wino_nr"]),
-                                 points=points)
+                                 points=points, pad=point.get("wino_pad", "select"))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
@@ -736,7 +740,8 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
 
         m, points = algorithm_tile(point["algorithm"])
         return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
-                                 tiles=(point["wino_mr"], point["wino_nr"]), points=points)
+                                 tiles=(point["wino_mr"], point["wino_nr"]), points=points,
+                                 pad=point.get("wino_pad", "select"))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"

@@ -15,7 +15,9 @@ layer of the same kind gets its own version of each:
   each band of rows, and the padded input copied by partitioned loops;
 * **Winograd** (where offered): F(4x4) with the accurate points on 2-vector-wide GEMM
   tiles of 8 and 12 rows and 1-vector-wide ones of 16 rows; F(2x2) at 12 x 1 vector;
-  then only the first two direct seeds (Winograd won every 3x3 stride-1 layer measured);
+  each with the padded input copied by partitioned loops, then by the per-element
+  select; then only the first two direct seeds (Winograd won every 3x3 stride-1 layer
+  measured);
 * **1x1**: the GEMM storing its tiles with the bias straight into the output
   (``gemm_epilogue=fused``, where no tile pads): strided, on single-copy pixel rows in
   tiles of 16 or 8 rows x 1 vector, one tile a cache block; stride 1, reading X in place
@@ -83,10 +85,13 @@ def direct_seeds(g: ConvGeom, lanes: int, ob: int, budget: int, cb: int,
 
 
 def winograd_seeds(lanes: int) -> list[Seed]:
-    """Winograd GEMM tiles that measured best on ResNet-18's 3x3 stride-1 layers."""
-    return [{"algorithm": "winograd4h", "wino_mr": mr, "wino_nr": nr}
-            for mr, nr in ((8, 2 * lanes), (12, 2 * lanes), (16, lanes))] + \
+    """Winograd GEMM tiles that measured best on ResNet-18's 3x3 stride-1 layers, each
+    with the partitioned padded copy, then with the per-element one."""
+    tiles = [{"algorithm": "winograd4h", "wino_mr": mr, "wino_nr": nr}
+             for mr, nr in ((8, 2 * lanes), (12, 2 * lanes), (16, lanes))] + \
         [{"algorithm": "winograd2", "wino_mr": 12, "wino_nr": lanes}]
+    return [{**t, "wino_pad": "partitioned"} for t in tiles] + \
+        [{**t, "wino_pad": "select"} for t in tiles]
 
 
 def gemm_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
