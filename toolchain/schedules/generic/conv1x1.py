@@ -16,6 +16,9 @@ bias into the NCHW output) or ``fused`` (where ``mr`` divides the output channel
 ``nr`` the output pixels: the pass is inlined into the register tiles' write-back, which
 stores each tile plus its bias straight into the output, at ``[j // OW, j % OW]`` for
 flat pixel ``j`` — no product buffer; C3 at 97 % of one core's FMA peak, from 81 %).
+The direct kernel's ``direct_pack``: ``copy`` (the heuristic's: the pixels it reads are
+copied into channel blocks first) or ``none`` (each pixel broadcast straight from X: a
+1x1 kernel broadcasts its pixels one by one anyway, so it needs no copy; C8 gains 4 %).
 
 Example (before: ``Conv`` 1x1 stride 2, 8 -> 16 channels on 8x8; after, the default: the
 GEMM over the 16 subsampled pixels, ``C_prod[o, j] = sum_c W_mat[o, c] * B_packed[j/nr,
@@ -205,7 +208,7 @@ def conv1x1_space(g: ConvGeom, p: CpuParams, plan: GemmPlan, unblock: tuple[int,
     >>> s = conv1x1_space(g, p, plan_gemm(512, 49, 256, p))
     >>> [k.name for k in s.knobs]  # doctest: +NORMALIZE_WHITESPACE
     ['mr', 'nr', 'mc_tiles', 'algorithm', 'b_pack', 'ob', 'rw', 'ry', 'cb', 'unroll_cb',
-     'epilogue', 'epilogue_at']
+     'epilogue', 'epilogue_at', 'direct_pack']
     >>> d = {**s.default(), "algorithm": "direct", "rw": 7, "cb": 8, "unroll_cb": True}
     >>> s.is_valid(d), s.canonical(d)["nr"] == s.default()["nr"]
     (True, True)

@@ -24,8 +24,10 @@ layer of the same kind gets its own version of each:
   in tiles of the heuristic's shape or 4 rows x 4 vectors; then the strided GEMM's
   single-copy pixel rows, the stride-1 GEMM reading X in place (with the heuristic's
   cache block and with 4 tiles a block), GEMM tiles of 8 rows x 2 vectors and 16 x 1,
-  and the direct kernel on the widest row of pixels with 16-channel blocks or on 2 x 2
-  pixels of 4 vectors of channels.
+  the direct kernel broadcasting the widest row of pixels straight from X (no copy:
+  ``direct_pack=none``) written back transposed by bands where it can, or as the
+  heuristic writes it, and the direct kernel on the widest row of pixels with 16-channel
+  blocks or on 2 x 2 pixels of 4 vectors of channels.
 
 A seed naming a knob its space lacks loses that decision; one its space's rules refuse is
 dropped (:meth:`~toolchain.autotune.space.Space.seed_points`). Seeds never change a kernel
@@ -110,6 +112,9 @@ def gemm_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
     out += [{"algorithm": "gemm", "mr": 8, "nr": 2 * lanes, "mc_tiles": 4},
             {"algorithm": "gemm", "mr": 16, "nr": lanes, "mc_tiles": 16}]
     one = _tiles(g, 2, budget)[:1]
+    bare = {"algorithm": "direct", "ob": 2 * lanes, "cb": 1, "direct_pack": "none"}
+    out += [{**bare, "ry": ry, "rw": rw, **epi} for ry, rw in one
+            for epi in ({"epilogue": "transposed", "epilogue_at": "rows"}, {})]
     out += [{"algorithm": "direct", "ob": 2 * lanes, "ry": ry, "rw": rw, "cb": 16,
              "epilogue": "pixel_tiles"} for ry, rw in one if g.c % 16 == 0]
     if g.oh % 2 == 0 and g.ow % 2 == 0:
