@@ -448,6 +448,12 @@ def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
                 ...
                 T.writes(C[vi, vj])
                 C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
+
+    The consumer may also read a flattened index that covers the producer's dimension
+    exactly (a 1x1 convolution's product over flat pixels, read back as rows): with
+    ``B[vi, vp]`` over 12 pixels and ``C[vi, vy, vx] = B[vi, vy * 4 + vx] + 1.0``
+    (``vx`` in ``[0, 4)``), the producer then stores ``C[vi, vp // 4, vp % 4]``. A read
+    that leaves elements of B out (B of 13 pixels) is refused.
     """
     r, path = state.get_block(block)
     blk = r.block
