@@ -1,7 +1,8 @@
 """The 1x1 convolution's space: ``algorithm`` (the packed GEMM or the direct kernel, whose
-strided pack copies only the pixels it reads) and ``b_pack`` (one strided copy the GEMM
-reads in place) — offered where they apply, replaying old records as before, and run
-through compiled bundles within 1e-5 of onnxruntime."""
+strided pack copies only the pixels it reads, or nothing: ``direct_pack=none``) and
+``b_pack`` (one strided copy the GEMM reads in place) — offered where they apply,
+replaying old records as before, and run through compiled bundles within 1e-5 of
+onnxruntime."""
 
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def test_knobs_defaults_and_where_they_apply():
     assert s.canonical({**direct, "mr": 3})["mr"] == d["mr"]
     assert s.canonical({**d, "rw": 3})["rw"] == d["rw"]
     assert s.canonical({**direct, "b_pack": "rows"})["b_pack"] == "panels"
+    # the direct kernel's pixels: copied (the default) or broadcast straight from X
+    assert s.knob("direct_pack").choices == ("copy", "none") and d["direct_pack"] == "copy"
+    assert s.canonical({**d, "direct_pack": "none"})["direct_pack"] == "copy"
+    assert s.canonical({**direct, "direct_pack": "none"})["direct_pack"] == "none"
     with pytest.raises(InvalidPoint, match="fits 32 vector registers"):
         s.check({**direct, "rw": 7, "ob": 64})
     # an unstrided 1x1 convolution copies its pixels once (panels) or not at all
@@ -66,6 +71,8 @@ def test_a_record_from_before_algorithm_existed_replays_the_gemm():
     (2, {"algorithm": "direct", "epilogue": "pixel_tiles"}),
     (2, {"b_pack": "rows", "nr": 8}),
     (1, {"algorithm": "direct", "rw": 4}),
+    (2, {"algorithm": "direct", "rw": 4, "cb": 8, "direct_pack": "none"}),
+    (1, {"algorithm": "direct", "rw": 4, "cb": 4, "direct_pack": "none"}),
 ])
 def test_points_run_in_bundles_within_1e5(tmp_path: Path, stride: int, knobs):
     from toolchain.bundle import compile_model, load_bundle
@@ -83,6 +90,8 @@ def test_points_run_in_bundles_within_1e5(tmp_path: Path, stride: int, knobs):
     assert set(applied) == {s.workload}
     src = lambda p: (Path(p) / "src" / "kernels.c").read_text()  # noqa: E731
     assert src(tuned) != src(default)
+    if knobs.get("direct_pack") == "none":
+        assert "data_pack" not in src(tuned)
     for path in (default, tuned):
         got = load_bundle(path)({"x": x})["y"]
         assert max_rel(got, ref) <= 1e-5, path

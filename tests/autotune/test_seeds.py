@@ -97,7 +97,19 @@ def test_the_known_best_families_are_seeds_of_resnet18_layers():
     c8 = conv_task((1, 128, 28, 28), 256, 1, 2, t).space
     assert has(c8, {"algorithm": "direct", "ob": 64, "ry": 2, "rw": 2, "cb": 1})
     assert has(c8, {"algorithm": "gemm", "b_pack": "rows"})
-    for s in (c1, c4, c9, c8):
+    c3 = conv_task((1, 64, 56, 56), 64, 1, 1, t).space
+    assert has(c3, {"algorithm": "gemm", "b_pack": "in_place", "gemm_epilogue": "fused",
+                    "mr": 8, "nr": 32})
+    c5 = conv_task((1, 64, 56, 56), 128, 1, 2, t).space
+    assert has(c5, {"algorithm": "gemm", "b_pack": "rows", "gemm_epilogue": "fused",
+                    "mr": 16, "nr": 16, "mc_tiles": 1})
+    assert has(c5, {"algorithm": "direct", "ry": 1, "rw": 14, "cb": 1,
+                    "direct_pack": "none", "epilogue": "transposed", "epilogue_at": "rows"})
+    assert has(c8, {"algorithm": "direct", "ry": 1, "rw": 14, "cb": 1,
+                    "direct_pack": "none"})
+    c2 = conv_task((1, 64, 56, 56), 64, 3, 1, t).space
+    assert has(c2, {"algorithm": "winograd4h", "wino_pad": "partitioned"})
+    for s in (c1, c4, c9, c8, c3, c5, c2):
         assert all(s.is_valid(p) for p in s.seed_points())
         assert s.key(s.default()) not in {s.key(p) for p in s.seed_points()}
 

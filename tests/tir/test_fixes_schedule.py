@@ -106,3 +106,45 @@ def test_reverse_compute_at_accepts_a_mixed_radix_tile() -> None:
     out = sch.cache_write(sch.get_block("Y"), 0, "local")
     sch.reverse_compute_at(out, y)
     _check(sch, wl)
+
+
+def _flat_then_rows(rows: int, width: int, flat: int) -> W.Workload:
+    """``B[i, p] = A[i, p] * 2`` over ``flat`` pixels, read back as rows:
+    ``C[i, y, x] = B[i, y * width + x] + 1`` (a 1x1 convolution's product and output)."""
+    import numpy as np
+
+    from toolchain import te
+
+    a = te.placeholder((3, flat), name="A")
+    b = te.compute((3, flat), lambda i, p: a[i, p] * 2.0, name="B")
+    c = te.compute((3, rows, width), lambda i, y, x: b[i, y * width + x] + 1.0, name="C")
+    rng = np.random.default_rng(0)
+
+    def inputs() -> list:
+        return [rng.standard_normal((3, flat)).astype("float32"),
+                np.zeros((3, rows, width), "float32")]
+
+    return (te.create_prim_func([a, c]), inputs,
+            lambda av, cv: (av * 2 + 1).reshape(3, rows, width))
+
+
+def test_reverse_compute_inline_through_a_flattened_index() -> None:
+    """C reads B at ``y * 4 + x`` covering B's 12 pixels exactly: inlined, the producer
+    (split across rows, 8 pixels a step) stores C at ``[p // 4, p % 4]``."""
+    wl = _flat_then_rows(3, 4, 12)
+    sch = Schedule(wl[0])
+    _, p = _block_loops(sch, "B")
+    sch.split(p, [None, 8])
+    sch.reverse_compute_inline(sch.get_block("C"))
+    assert "C[" in str(sch.mod)
+    with pytest.raises(ScheduleError):
+        sch.get_block("C")
+    _check(sch, wl)
+
+
+def test_reverse_compute_inline_refuses_a_flattened_index_that_pads() -> None:
+    """B has 13 pixels, C reads 12 of them: inlining would store a 13th output pixel."""
+    wl = _flat_then_rows(3, 4, 13)
+    sch = Schedule(wl[0])
+    with pytest.raises(ScheduleError, match=r"B\[vi \* 8 \+ vj\] covering"):
+        sch.reverse_compute_inline(sch.get_block("C"))

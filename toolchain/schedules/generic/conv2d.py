@@ -191,7 +191,8 @@ def _layout_block(layout: str) -> int | None:
 
 def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NCHW",
                  out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
-                 subsample: bool = False) -> tuple[list[te.Tensor], list[Value], str]:
+                 subsample: bool = False, in_place: bool = False
+                 ) -> tuple[list[te.Tensor], list[Value], str]:
     """Tensors of the blocked convolution; returns (args, input values, product name).
 
     ``data_layout``/``out_layout`` (``NCHW``, ``NHWC``, ``NCHW{b}c``) are the layouts of
@@ -200,7 +201,8 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     (the schedule inlines the bias into the register tile's write-back). ``subsample``
     (a strided 1x1 convolution without padding, :func:`is_pointwise`): the pack copies
     only the pixels the convolution reads, ``[N, C/cb, OH, OWp, cb]``, and the product
-    reads it with stride 1."""
+    reads it with stride 1. ``in_place`` (a 1x1 convolution without padding): no copy at
+    all, the product broadcasts each pixel of each input channel straight from X."""
     xv, wv = node.inputs[0], node.inputs[1]
     bv = node.input(2)
     cb, ob = plan.cb, plan.ob
@@ -231,7 +233,15 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         return te.if_then_else(inside, val, zero)
 
     sh, sw = g.sh, g.sw
-    if subsample:
+    if in_place:
+        if not is_pointwise(g):
+            raise ValueError("in_place reads need a 1x1 convolution without padding")
+
+        def xread(n: Expr, c0: Expr, y: Expr, xx: Expr, c1: Expr) -> Expr:
+            return in_at(n, c0, c1, y * g.sh, te.min(xx, g.ow - 1) * g.sw)
+
+        sh = sw = 1
+    elif subsample:
         xp = te.compute((g.n, g.c // cb, g.oh, owp, cb), lambda n, c0, y, xx, c1: in_at(
             n, c0, c1, y * g.sh, te.min(xx, g.ow - 1) * g.sw), name="data_pack")
         sh = sw = 1
@@ -239,6 +249,9 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         xp = x  # already blocked, nothing to pad (1x1 convs): read the input in place
     else:
         xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
+    if not in_place:
+        def xread(n: Expr, c0: Expr, y: Expr, xx: Expr, c1: Expr) -> Expr:
+            return xp[n, c0, y, xx, c1]
     const_w = wv.data is not None or w_oihw is not None
     if const_w:
         if wv.data is not None:  # w_oihw, if given, is oihw_weights(node, wv.data)
@@ -266,7 +279,7 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
     rkw = te.reduce_axis((0, g.kw), name="rkw")
     rc1 = te.reduce_axis((0, cb), name="rc1")
     conv = te.compute((g.n, op_ // ob, g.oh, owp, ob), lambda n, o0, y, xx, o1: te.sum(
-        xp[n, rc0, y * sh + rkh * g.dh, xx * sw + rkw * g.dw, rc1]
+        xread(n, rc0, y * sh + rkh * g.dh, xx * sw + rkw * g.dw, rc1)
         * wp_t[o0, rc0, rkh, rkw, rc1, o1], axis=[rc0, rkh, rkw, rc1]), name="conv")
     bias = None
     if bv is not None:
@@ -463,7 +476,11 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
              Knob("wino_mr", with_default(mrs, wplan.mr), wplan.mr,
                   "rows of the Winograd GEMMs' register tile", active=is_wino),
              Knob("wino_nr", with_default(nrs, wplan.nr), wplan.nr,
-                  "columns of the Winograd GEMMs' register tile", active=is_wino))
+                  "columns of the Winograd GEMMs' register tile", active=is_wino),
+             Knob("wino_pad", ("select", "partitioned"), "select",
+                  "the Winograd input's zero-padded copy: a padding condition and clamped "
+                  "index per element, or its rows and columns split into border and "
+                  "interior loops (no condition inside: a vector copy)", active=is_wino))
     budget = max(p.vector_registers, wplan.mr * (wplan.nr // lanes) + wplan.nr // lanes + 1)
     rule = Rule(f"the Winograd GEMM tile (wino_mr * wino_nr/{lanes} accumulators, "
                 f"wino_nr/{lanes} vectors and a broadcast) fits {budget} vector registers",
@@ -647,7 +664,7 @@ def schedule_conv2d(node: Node, target: str | Target | None = None) -> OpSchedul
 
         m, points = algorithm_tile(point["algorithm"])
         return schedule_winograd(node, g, p, m, tiles=(point["wino_mr"], point["wino_nr"]),
-                                 points=points)
+                                 points=points, pad=point.get("wino_pad", "select"))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan)
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"
@@ -723,7 +740,8 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
 
         m, points = algorithm_tile(point["algorithm"])
         return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
-                                 tiles=(point["wino_mr"], point["wino_nr"]), points=points)
+                                 tiles=(point["wino_mr"], point["wino_nr"]), points=points,
+                                 pad=point.get("wino_pad", "select"))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"

@@ -15,11 +15,19 @@ layer of the same kind gets its own version of each:
   each band of rows, and the padded input copied by partitioned loops;
 * **Winograd** (where offered): F(4x4) with the accurate points on 2-vector-wide GEMM
   tiles of 8 and 12 rows and 1-vector-wide ones of 16 rows; F(2x2) at 12 x 1 vector;
-  then only the first two direct seeds (Winograd won every 3x3 stride-1 layer measured);
-* **1x1**: the strided GEMM's single-copy pixel rows, the stride-1 GEMM reading X in
-  place (with the heuristic's cache block and with 4 tiles a block), GEMM tiles of 8
-  rows x 2 vectors and 16 x 1, and the direct kernel on the widest row of pixels with
-  16-channel blocks or on 2 x 2 pixels of 4 vectors of channels.
+  each with the padded input copied by partitioned loops, then by the per-element
+  select; then only the first two direct seeds (Winograd won every 3x3 stride-1 layer
+  measured);
+* **1x1**: the GEMM storing its tiles with the bias straight into the output
+  (``gemm_epilogue=fused``, where no tile pads): strided, on single-copy pixel rows in
+  tiles of 16 or 8 rows x 1 vector, one tile a cache block; stride 1, reading X in place
+  in tiles of the heuristic's shape or 4 rows x 4 vectors; then the strided GEMM's
+  single-copy pixel rows, the stride-1 GEMM reading X in place (with the heuristic's
+  cache block and with 4 tiles a block), GEMM tiles of 8 rows x 2 vectors and 16 x 1,
+  the direct kernel broadcasting the widest row of pixels straight from X (no copy:
+  ``direct_pack=none``) written back transposed by bands where it can, or as the
+  heuristic writes it, and the direct kernel on the widest row of pixels with 16-channel
+  blocks or on 2 x 2 pixels of 4 vectors of channels.
 
 A seed naming a knob its space lacks loses that decision; one its space's rules refuse is
 dropped (:meth:`~toolchain.autotune.space.Space.seed_points`). Seeds never change a kernel
@@ -79,23 +87,34 @@ def direct_seeds(g: ConvGeom, lanes: int, ob: int, budget: int, cb: int,
 
 
 def winograd_seeds(lanes: int) -> list[Seed]:
-    """Winograd GEMM tiles that measured best on ResNet-18's 3x3 stride-1 layers."""
-    return [{"algorithm": "winograd4h", "wino_mr": mr, "wino_nr": nr}
-            for mr, nr in ((8, 2 * lanes), (12, 2 * lanes), (16, lanes))] + \
+    """Winograd GEMM tiles that measured best on ResNet-18's 3x3 stride-1 layers, each
+    with the partitioned padded copy, then with the per-element one."""
+    tiles = [{"algorithm": "winograd4h", "wino_mr": mr, "wino_nr": nr}
+             for mr, nr in ((8, 2 * lanes), (12, 2 * lanes), (16, lanes))] + \
         [{"algorithm": "winograd2", "wino_mr": 12, "wino_nr": lanes}]
+    return [{**t, "wino_pad": "partitioned"} for t in tiles] + \
+        [{**t, "wino_pad": "select"} for t in tiles]
 
 
 def gemm_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
     """A 1x1 convolution's seeds (GEMM and direct; the module docstring)."""
     out: list[Seed] = []
+    fused = {"algorithm": "gemm", "gemm_epilogue": "fused"}
     if (g.sh, g.sw) != (1, 1):
-        out.append({"algorithm": "gemm", "b_pack": "rows"})
+        out += [{**fused, "b_pack": "rows", "mr": 16, "nr": lanes, "mc_tiles": 1},
+                {**fused, "b_pack": "rows", "mr": 8, "nr": lanes, "mc_tiles": 1},
+                {"algorithm": "gemm", "b_pack": "rows"}]
     else:
-        out += [{"algorithm": "gemm", "b_pack": "in_place"},
+        out += [{**fused, "b_pack": "in_place"},
+                {**fused, "b_pack": "in_place", "mr": 4, "nr": 4 * lanes},
+                {"algorithm": "gemm", "b_pack": "in_place"},
                 {"algorithm": "gemm", "b_pack": "in_place", "mc_tiles": 4}]
     out += [{"algorithm": "gemm", "mr": 8, "nr": 2 * lanes, "mc_tiles": 4},
             {"algorithm": "gemm", "mr": 16, "nr": lanes, "mc_tiles": 16}]
     one = _tiles(g, 2, budget)[:1]
+    bare = {"algorithm": "direct", "ob": 2 * lanes, "cb": 1, "direct_pack": "none"}
+    out += [{**bare, "ry": ry, "rw": rw, **epi} for ry, rw in one
+            for epi in ({"epilogue": "transposed", "epilogue_at": "rows"}, {})]
     out += [{"algorithm": "direct", "ob": 2 * lanes, "ry": ry, "rw": rw, "cb": 16,
              "epilogue": "pixel_tiles"} for ry, rw in one if g.c % 16 == 0]
     if g.oh % 2 == 0 and g.ow % 2 == 0:

@@ -51,6 +51,7 @@ from toolchain.schedules.packing import packed_constant
 from toolchain.schedules.registry import OpSchedule
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform.partition_loop import PARTITION
 from toolchain.topi.nn.winograd import winograd_matrices, winograd_weight_transform
 
 Expr = ir.PrimExpr
@@ -286,11 +287,13 @@ def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
 
 def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str = "NCHW",
                       out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
-                      tiles: tuple[int, int] | None = None, points: str = "lavin"
-                      ) -> OpSchedule:
+                      tiles: tuple[int, int] | None = None, points: str = "lavin",
+                      pad: str = "select") -> OpSchedule:
     """Build and schedule the Winograd kernel of a Conv (or ``LayoutConv``) node;
     ``tiles``: the GEMMs' ``(mr, nr)`` of a tuned point (None: the heuristic's);
-    ``points``: F(4×4)'s interpolation points."""
+    ``points``: F(4×4)'s interpolation points; ``pad``: ``partitioned`` cuts the padded
+    copy's rows and columns into border and interior loops (the ``partition_loops``
+    lowering pass), so the interior is a plain copy a C compiler vectorizes."""
     plan = winograd_gemm_plan(g, m, p, tiles)
     args, values = winograd_compute(node, g, m, plan, data_layout, out_layout, w_oihw,
                                     points)
@@ -318,6 +321,11 @@ def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str
         y0, y1 = sch.split(ol[2], [None, m])
         x0, x1 = sch.split(ol[3], [None, m])
         sch.reorder(y0, x0, y1, x1)
+    if pad == "partitioned":
+        for loop in sch.get_loops(sch.get_block("wino_pad"))[2:]:  # n c | r s
+            sch.annotate(loop, PARTITION, 1)
+        # the tiles' rows past the image (a GEMM panel's padding): a loop of zeros
+        sch.annotate(sch.get_loops(sch.get_block("wino_tiles"))[3], PARTITION, 1)
     if p.cores > 1:
         sch.parallel(sch.get_loops(sch.get_block("wino_pad"))[1])
         sch.parallel(sch.get_loops(sch.get_block("wino_tiles"))[0])

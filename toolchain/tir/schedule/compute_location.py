@@ -454,6 +454,35 @@ def compute_inline(state: ScheduleState, block: BlockRV) -> None:
     state.remove_block(blk.name_hint)
 
 
+def _radix_inverse(blk: ir.Block, buf: ir.Buffer, index: tuple[ir.PrimExpr, ...],
+                   at: tuple[ir.PrimExpr, ...]) -> dict[ir.Var, ir.PrimExpr] | None:
+    """The consumer's block vars in terms of the producer's store indices ``at`` when the
+    consumer reads ``buf`` at ``index``: each index a mixed-radix number of distinct block
+    vars (``vy * 56 + vx`` with ``vx`` in ``[0, 56)``) spanning ``buf``'s dimension
+    exactly, and every block var used once; else None. ``vy * 56 + vx`` read at ``j``
+    gives ``vy = j // 56``, ``vx = j % 56``: a bijection, so inlining stays exact."""
+    dom = {iv.var: iv.dom for iv in blk.iter_vars if iv.iter_type == "spatial"}
+    out: dict[ir.Var, ir.PrimExpr] = {}
+    for idx, size, p in zip(index, buf.shape, at, strict=True):
+        lin = arith.to_lin(idx)
+        if lin is None or lin.const != 0:
+            return None
+        digits = sorted(((c, a) for a, c in lin.terms.values()), key=lambda t: t[0])
+        step = 1
+        for k, (coeff, v) in enumerate(digits):
+            if not (isinstance(v, ir.Var) and v in dom and v not in out and coeff == step
+                    and ir.is_const_int(dom[v].min, 0) and isinstance(dom[v].extent,
+                                                                      ir.IntImm)):
+                return None
+            ext = dom[v].extent.value
+            q = p if step == 1 else ir.FloorDiv(p, ir.convert(step))
+            out[v] = q if k == len(digits) - 1 else ir.FloorMod(q, ir.convert(ext))
+            step *= ext
+        if not digits or not ir.is_const_int(size, step):
+            return None
+    return out if set(out) == set(dom) and len(dom) == len(blk.iter_vars) else None
+
+
 def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
     """Inline an elementwise consumer into its producer; the consumer disappears.
 
@@ -465,6 +494,12 @@ def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
                 ...
                 T.writes(C[vi, vj])
                 C[vi, vj] = A[vi, vj] * T.float32(2.0) + T.float32(1.0)
+
+    The consumer may also read a flattened index that covers the producer's dimension
+    exactly (a 1x1 convolution's product over flat pixels, read back as rows): with
+    ``B[vi, vp]`` over 12 pixels and ``C[vi, vy, vx] = B[vi, vy * 4 + vx] + 1.0``
+    (``vx`` in ``[0, 4)``), the producer then stores ``C[vi, vp // 4, vp % 4]``. A read
+    that leaves elements of B out (B of 13 pixels) is refused.
     """
     r, path = state.get_block(block)
     blk = r.block
@@ -502,14 +537,19 @@ def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
     ok = all(isinstance(i, ir.Var) for i in first) and len(set(first)) == len(first)
     ok = ok and all(ir.structural_equal(x, first) for x in loads)
     cvars = {iv.var for iv in blk.iter_vars}
-    if not ok or set(first) != cvars:
+    vmap: dict[ir.Var, ir.PrimExpr] | None = None
+    if ok and set(first) == cvars:
+        vmap = dict(zip(first, pstore.indices, strict=True))
+    elif all(ir.structural_equal(x, first) for x in loads):
+        vmap = _radix_inverse(blk, buf, first, pstore.indices)
+    if vmap is None:
         raise ScheduleError(
             f"reverse_compute_inline: block {blk.name_hint!r} must read {buf.name} at "
-            "one index tuple made of all its block vars (like B[vi, vj]), found "
+            "one index tuple made of all its block vars (like B[vi, vj], or B[vi * 8 + vj] "
+            "covering B's dimension exactly), found "
             + ", ".join("[" + ", ".join(str(i) for i in idx) + "]" for idx in loads))
-    vmap = dict(zip(first, pstore.indices, strict=True))
-    value = substitute(_ReplaceLoad(buf, list(first), pstore.value).visit_expr(store.value),
-                       vmap)
+    holes = [ir.Var(f"_{d}") for d in range(len(first))]
+    value = substitute(_ReplaceLoad(buf, holes, pstore.value).visit_expr(store.value), vmap)
     new_store = ir.BufferStore(store.buffer, value,
                                tuple(substitute(i, vmap) for i in store.indices))
     pblk = refresh_regions(replace(pr.block, body=new_store))
