@@ -14,9 +14,10 @@ checks that choice against plain ``-O3`` (the reference, measured in the same ru
   target, ``host`` being the ``c-generic`` bundle with ``-march=native``: ``make -B main``
   in two copies of the bundle, one with ``KILN_LOOP_FLAGS=`` (the Makefile's switch; gcc's
   transformations on) and one with the candidate flags, each round in alternating order; the
-  CPU seconds of the build (``make`` and every compiler it ran) and the best of ``--repeat``
-  runs of ``./main --repeat N --threads 1`` (its own ``kiln-time-ns min``), min over
-  ``--rounds``; the two builds' outputs compared byte for byte;
+  CPU seconds of the build (``make`` and every compiler it ran; min over the first
+  ``--cc-rounds``) and the best of ``--repeat`` runs of ``./main --repeat N --threads 1``
+  (its own ``kiln-time-ns min``), min over ``--rounds``; the two builds' outputs compared
+  byte for byte;
 * ``--ops``: cases of ``benchmarks/ops.py`` built by :func:`toolchain.schedules.compile_op`
   (Kiln's host build, :func:`toolchain.build`), the reference with the flags' positive forms
   appended (gcc takes the last), each round in a fresh build cache; best thread CPU time.
@@ -101,7 +102,7 @@ def run_main(d: Path, inputs: list[str], outputs: list[str], repeat: int) -> flo
 
 
 def bench_bundle(model, name: str, target: str, flags: list[str], rounds: int, repeat: int,
-                 work: Path, input_shapes) -> dict:
+                 work: Path, input_shapes, cc_rounds: int) -> dict:
     """Build and time one bundle both ways; a table row."""
     from toolchain.bundle import compile_model
 
@@ -121,7 +122,7 @@ def bench_bundle(model, name: str, target: str, flags: list[str], rounds: int, r
     rt = dict(cc)
     for r in range(rounds):
         order = ("ref", "new") if r % 2 == 0 else ("new", "ref")
-        for k in order:
+        for k in order if r < cc_rounds else ():
             cc[k] = min(cc[k], make_main(dirs[k], loop[k], target == "host"))
         for k in order:
             rt[k] = min(rt[k], run_main(dirs[k], inputs, outputs, repeat))
@@ -194,12 +195,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="the candidate flags (default: Kiln's LOOP_FLAGS)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeat", type=int, default=50, help="model runs per round")
+    p.add_argument("--cc-rounds", type=int, default=2,
+                   help="rounds that build the bundles again (the first ones)")
     args = p.parse_args(argv)
     flags = args.flags.split()
     targets = args.targets.split(",")
     models = [] if args.models == "none" else args.models.split(",")
     print(f"load average {os.getloadavg()[0]:.1f}; candidate: {' '.join(flags)}; "
-          f"reference: plain -O3; min of {args.rounds} rounds, runs of {args.repeat}")
+          f"reference: plain -O3; min of {args.rounds} rounds, runs of {args.repeat}, builds "
+          f"in the first {args.cc_rounds}")
     print(f"{'bundle':38s} {'cc ref':>7s} {'cc new':>7s} {'ratio':>7s} {'run ref µs':>10s} "
           f"{'run new µs':>10s} {'ratio':>7s}  same outputs")
     rows = []
@@ -213,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             for tag, model in variants:
                 for target in targets:
                     rows.append(bench_bundle(model, tag, target, flags, args.rounds,
-                                             args.repeat, work, spec.input_shapes))
+                                             args.repeat, work, spec.input_shapes,
+                                             max(1, min(args.cc_rounds, args.rounds))))
                     print_row(rows[-1])
         cases = {"": [], "quick": sorted(QUICK), "all": [c[0] for c in CONVS + DENSE]}.get(
             args.ops, args.ops.split(","))
