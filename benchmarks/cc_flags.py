@@ -17,7 +17,8 @@ checks that choice against plain ``-O3`` (the reference, measured in the same ru
   CPU seconds of the build (``make`` and every compiler it ran; min over the first
   ``--cc-rounds``) and the best of ``--repeat`` runs of ``./main --repeat N --threads 1``
   (its own ``kiln-time-ns min``), min over ``--rounds``; the two builds' outputs compared
-  byte for byte;
+  byte for byte, and their object code (``kernels.o`` and the model's ``.o``): where gcc
+  made the same code both ways, the run-time ratio shows the measurement's noise;
 * ``--ops``: cases of ``benchmarks/ops.py`` built by :func:`toolchain.schedules.compile_op`
   (Kiln's host build, :func:`toolchain.build`), the reference with the flags' positive forms
   appended (gcc takes the last), each round in a fresh build cache; best thread CPU time.
@@ -128,9 +129,12 @@ def bench_bundle(model, name: str, target: str, flags: list[str], rounds: int, r
             rt[k] = min(rt[k], run_main(dirs[k], inputs, outputs, repeat))
     same = all((dirs["ref"] / o).read_bytes() == (dirs["new"] / o).read_bytes()
                for o in outputs)
+    code = "same" if all((dirs["ref"] / "build" / o).read_bytes() ==
+                         (dirs["new"] / "build" / o).read_bytes()
+                         for o in ("kernels.o", f"{meta['model']['name']}.o")) else "differs"
     for d in (src, *dirs.values()):
         shutil.rmtree(d)
-    return {"bundle": f"{name}/{target}", "cc": cc, "run": rt, "same": same}
+    return {"bundle": f"{name}/{target}", "cc": cc, "run": rt, "same": same, "code": code}
 
 
 def bench_op(case: tuple, target: str, flags: list[str], rounds: int, repeat: int,
@@ -168,14 +172,14 @@ def bench_op(case: tuple, target: str, flags: list[str], rounds: int, repeat: in
             outs[k] = args[-1].copy()
             rt[k] = min(rt[k], best_time(raw_call(op.module, args), repeat))
     return {"bundle": f"op {case[0]}/{target}", "cc": cc, "run": rt,
-            "same": outs["ref"].tobytes() == outs["new"].tobytes()}
+            "same": outs["ref"].tobytes() == outs["new"].tobytes(), "code": "-"}
 
 
 def print_row(row: dict) -> None:
     cc, rt = row["cc"], row["run"]
     print(f"{row['bundle']:38s} {cc['ref']:7.2f} {cc['new']:7.2f} {cc['new'] / cc['ref']:6.2f}x"
           f" {rt['ref'] * 1e6:10.1f} {rt['new'] * 1e6:10.1f} {rt['new'] / rt['ref']:6.3f}x"
-          f"  {'yes' if row['same'] else 'NO'}", flush=True)
+          f"  {'yes' if row['same'] else 'NO':3s}  {row['code']}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
           f"reference: plain -O3; min of {args.rounds} rounds, runs of {args.repeat}, builds "
           f"in the first {args.cc_rounds}")
     print(f"{'bundle':38s} {'cc ref':>7s} {'cc new':>7s} {'ratio':>7s} {'run ref µs':>10s} "
-          f"{'run new µs':>10s} {'ratio':>7s}  same outputs")
+          f"{'run new µs':>10s} {'ratio':>7s}  same outputs, object code")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -232,10 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         ref = sum(r["cc"]["ref"] for r in rows)
         new = sum(r["cc"]["new"] for r in rows)
         ratios = np.array([r["run"]["new"] / r["run"]["ref"] for r in rows])
+        twins = [r["run"]["new"] / r["run"]["ref"] for r in rows if r["code"] == "same"]
         print(f"compile CPU s, all rows: {ref:.1f} -> {new:.1f} ({new / ref:.2f}x); run time "
               f"ratio: geometric mean {float(np.exp(np.log(ratios).mean())):.3f}x, range "
               f"{ratios.min():.3f}-{ratios.max():.3f}x; outputs identical in "
-              f"{sum(r['same'] for r in rows)} of {len(rows)}")
+              f"{sum(r['same'] for r in rows)} of {len(rows)}; object code identical in "
+              f"{len(twins)} bundles" + (f", whose run-time ratios ({min(twins):.3f}-"
+                                         f"{max(twins):.3f}x) are this run's noise"
+                                         if twins else ""))
     print(f"load average {os.getloadavg()[0]:.1f} at {time.strftime('%H:%M:%S')}")
     return 0
 
