@@ -7,7 +7,7 @@
 
 Kiln builds its generated C with GCC's ``-O3`` but turns off the loop transformations that
 redo what its schedules already did (:data:`toolchain.runtime.build.LOOP_FLAGS`:
-unroll-and-jam, loop distribution, predictive commoning; docs/bundle.md). This script
+unroll-and-jam and loop distribution; docs/bundle.md). This script
 checks that choice against plain ``-O3`` (the reference, measured in the same run):
 
 * every zoo bundle (fp32; ``--int8`` adds the Kiln-quantized MLPerf-Tiny models) for each
