@@ -31,11 +31,12 @@ import numpy as np
 
 from toolchain.errors import BuildError, GeneratedCodeError, InputError, TargetError
 from toolchain.graph.ir import np_dtype
-from toolchain.runtime.build import compiler_version, find_compiler
+from toolchain.runtime.build import compiler_version, find_compiler, loop_flags
 from toolchain.runtime.cache import cache_dir, touch, trim
 from toolchain.runtime.pch import pch_flags
 
-#: flags of a host build (the target's flags are added; ``-march=native`` if it has none)
+#: flags of a host build (the target's flags are added; ``-march=native`` if it has none;
+#: and :data:`toolchain.runtime.build.LOOP_FLAGS` where the compiler takes them)
 HOST_FLAGS = ("-O3", "-std=c99", "-ffp-contract=fast", "-fPIC", "-shared")
 
 _ERRORS = {1: "a NULL argument", 2: "the arena is misaligned", 3: "a kernel failed",
@@ -324,8 +325,8 @@ def build_host(path: str | Path, cc: str | None = None,
         return build_cuda(d, profile=profile)
     model = meta["model"]["name"]
     compiler = find_compiler(cc)
-    flags = [*HOST_FLAGS, *host_flags(meta, compiler), *thread_flags(meta),
-             *device_flags(meta, device), *extra_flags]
+    flags = [*HOST_FLAGS, *loop_flags(compiler), *host_flags(meta, compiler),
+             *thread_flags(meta), *device_flags(meta, device), *extra_flags]
     weights, wflags = _weights_sources(d, meta)
     srcs = [*_sources(d, model, meta, device), *weights]
     if profile:

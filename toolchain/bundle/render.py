@@ -49,6 +49,7 @@ from toolchain.codegen.names import Namer
 from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.ops.registry import get_op
+from toolchain.runtime.build import LOOP_FLAGS
 from toolchain.target import HOST_COMPILERS
 from toolchain.tir.ir import bits_of
 
@@ -417,6 +418,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "align": ALIGNMENT, "calls": calls, "copies": copies, "kernels": kernels,
            "vector_types": _vector_types(spec),
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
+           "loop_flags": " ".join(LOOP_FLAGS),  # off where the compiler takes them
            "compiler": spec.target.compiler, "prelude_includes": includes,
            "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes, "max_threads": max_threads(spec),

@@ -31,6 +31,13 @@ from toolchain.tir.transform.pipeline import lower
 #: Flags for every host build (``-march=native`` is replaced by ``march``).
 BASE_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-shared")
 
+#: GCC's ``-O3`` loop transformations that redo what Kiln's schedules did (they tile, unroll
+#: and vectorize): left out of every build of Kiln's code, as gcc allows. On every zoo
+#: bundle gcc makes the same object code without them, in about a quarter less of its time
+#: (ResNet-18's kernels less than half; ``benchmarks/cc_flags.py``, docs/bundle.md "The C
+#: compiler's flags"); the bundle Makefile and CMakeLists probe the same.
+LOOP_FLAGS = ("-fno-loop-unroll-and-jam", "-fno-tree-loop-distribution")
+
 
 def find_compiler(cc: str | None = None) -> str:
     """The C compiler: ``cc`` argument, ``$CC``, or ``cc`` on PATH."""
@@ -47,6 +54,23 @@ def compiler_version(cc: str) -> str:
     """First line of ``cc --version``."""
     out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
     return (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else "?"
+
+
+@lru_cache(maxsize=8)
+def loop_flags(cc: str) -> tuple[str, ...]:
+    """:data:`LOOP_FLAGS` if ``cc`` takes them without a word (gcc), else ``()`` (clang
+    refuses ``-fno-loop-unroll-and-jam``; a compiler that only warns would break the
+    ``-Werror`` builds): probed once per compiler and process.
+
+    >>> loop_flags(find_compiler()) in (LOOP_FLAGS, ())
+    True
+    """
+    try:
+        probe = subprocess.run([cc, "-Werror", *LOOP_FLAGS, "-x", "c", "-c", "-o", os.devnull,
+                                os.devnull], capture_output=True, text=True, check=False)
+    except OSError:
+        return ()
+    return LOOP_FLAGS if probe.returncode == 0 and not probe.stderr.strip() else ()
 
 
 def _resolve_target(target: str | Target) -> Target:
@@ -177,7 +201,8 @@ def build_lowered(lowered: ir.PrimFunc, func: ir.PrimFunc, target: str | Target 
         raise OptionError(f"build: unknown backend {backend!r}; host builds use 'c' (C via "
                           "cc) or 'llvm' (in-process through llvmlite)")
     src = get_renderer("c", openmp=openmp).render(lowered, name=name)
-    flags = list(BASE_FLAGS)
+    compiler = find_compiler(cc or t.compiler)
+    flags = [*BASE_FLAGS, *loop_flags(compiler)]
     if march == "auto":
         march = "native" if t.name == "host" else t.arch
     if march:
@@ -190,6 +215,6 @@ def build_lowered(lowered: ir.PrimFunc, func: ir.PrimFunc, target: str | Target 
     flags.extend(extra_flags)
     # what the kernel's intrinsics need (typed, recorded by the lowering)
     flags += [f for f in support_of(lowered).flags if f not in flags]
-    lib, info = compile_shared(src.code, flags, cc or t.compiler, stem=src.entry)
+    lib, info = compile_shared(src.code, flags, compiler, stem=src.entry)
     info["target"] = t.name
     return Module(lib, src.entry, func, src.code, src.extra_args, info)
