@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from toolchain.autotune.measure import BuildResult, LocalRunner
 from toolchain.autotune.space import Trace
 from toolchain.runtime.build import compile_shared
@@ -37,3 +39,36 @@ def test_a_build_error_is_passed_through_not_run():
     with LocalRunner() as r:
         res, = r.run([b])
     assert res.costs is None and res.error == "build: GeneratedCodeError: boom"
+
+
+_HEAP_PROBE = """
+import ctypes, sys
+from toolchain.autotune.measure import keep_heap
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena ordblks smblks hblks hblkhd usmblks "
+                                               "fsmblks uordblks fordblks keepcost").split()]
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+kept = keep_heap() if sys.argv[1] == "keep" else None
+before = libc.mallinfo2().hblks
+p = libc.malloc(4 << 20)  # a Winograd kernel's temporary
+print(kept, libc.mallinfo2().hblks - before)  # blocks mapped apart by this malloc
+libc.free(ctypes.c_void_p(p))
+"""
+
+
+def test_the_timing_child_serves_a_kernels_temporaries_from_its_heap() -> None:
+    """A 4 MiB ``malloc`` is mapped apart (and unmapped at ``free``: page faults on every
+    timed call) by default, and comes from the heap after :func:`keep_heap`, as a
+    bundle's temporaries come from its arena."""
+    import ctypes
+    import subprocess
+    import sys
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("the C library has no mallinfo2 (glibc 2.33 or later)")
+    out = {m: subprocess.run([sys.executable, "-c", _HEAP_PROBE, m], capture_output=True,
+                             text=True, check=True).stdout.split() for m in ("plain", "keep")}
+    assert out["plain"] == ["None", "1"]
+    assert out["keep"] == ["True", "0"]

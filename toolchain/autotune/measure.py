@@ -7,7 +7,9 @@
 * :class:`LocalRunner` — times kernels on this CPU in a child process pinned to one core
   (which busy-works 50 ms before each trial: a core that idled while the batch was built
   runs its first milliseconds at a lower clock). Each repeat is the mean thread CPU time
-  of ``number`` calls, after one untimed repeat; the data caches are flushed (a buffer
+  of ``number`` calls, after one untimed repeat (the child keeps freed blocks in its
+  heap, :func:`keep_heap`, so a kernel's temporaries cost what a bundle's arena does:
+  no page faults per call); the data caches are flushed (a buffer
   larger than the L2 rewritten) between repeats, and the trial's cost is the least repeat
   (``Record.cost``). A kernel that crashes the child or runs past ``timeout`` is a failed
   trial (its error recorded); the child is restarted.
@@ -238,6 +240,26 @@ def _recv(stream: Any) -> Any:
     return pickle.loads(data)
 
 
+#: glibc's ``mallopt`` parameters (malloc.h) and the largest mmap threshold it accepts
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
+
+
+def keep_heap() -> bool:
+    """Keep freed blocks of up to 32 MiB in this process's heap (glibc): a host-built
+    kernel allocates its temporaries with ``malloc`` on every call (a bundle takes them from its
+    arena), and glibc serves a block over 128 KiB by ``mmap`` and unmaps it on ``free``,
+    so every timed call would pay the page faults of its temporaries (a Winograd kernel's
+    0.5–2 MB most). Called by the timing child; False where the C library has no
+    ``mallopt`` (not glibc) or refuses."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
+                and mallopt(_M_TRIM_THRESHOLD, 2 * _MMAP_THRESHOLD_MAX))
+
+
 def child_main(argv: Sequence[str]) -> int:
     """The timing child (``python -m toolchain.autotune.measure CPU FLUSH_BYTES``): pinned
     to ``CPU`` (-1: not pinned), answers requests on stdin until told to stop."""
@@ -247,6 +269,7 @@ def child_main(argv: Sequence[str]) -> int:
             os.sched_setaffinity(0, {cpu})
         except OSError:
             pass
+    keep_heap()  # time what a bundle runs: temporaries without page faults per call
     flush = np.zeros(flush_bytes // 4, np.float32) if flush_bytes else None
     if flush is not None:
         flush += 1.0  # map its pages now, not inside the first trial
