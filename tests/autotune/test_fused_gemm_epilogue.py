@@ -7,15 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 
-from tests.autotune.conv_models import conv_model, nchw_variant
-from tests.bundle.helpers import max_rel, run_ort
-from toolchain.autotune.apply import applying
+from tests.autotune.conv_models import bundle_at_point, conv_model, nchw_variant
 from toolchain.autotune.space import InvalidPoint
-from toolchain.autotune.tasks import conv_task, extract_tasks
+from toolchain.autotune.tasks import conv_task
 from toolchain.target import load_target, runs_here
 
 
@@ -42,24 +38,11 @@ def test_offered_where_tiles_divide_and_refused_where_they_pad():
                                                       (2, False, "panels", 4, 64)])
 def test_fused_write_back_runs_in_bundles_within_1e5(tmp_path: Path, stride: int, bias: bool,
                                                      b_pack: str, mr: int, nr: int):
-    import toolchain
-
     base = "x86_64-avx512"
     if not runs_here(load_target(base)):
         pytest.skip(f"{base} code does not run on this machine")
-    target = str(nchw_variant(base, tmp_path))
-    model = conv_model(stride, 1, bias)
-    onnx.save(model, tmp_path / "m.onnx")
-    task, = extract_tasks(model, target)
-    s = task.space
-    p = s.canonical({**s.default(), "b_pack": b_pack, "nr": nr, "mr": mr, "mc_tiles": 1,
-                     "gemm_epilogue": "fused"})
-    x = np.random.default_rng(4).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    ref = run_ort(model, {"x": x})["y"]
-    with applying({s.workload: s.trace(p)}) as applied:
-        pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / "b")
-    assert set(applied) == {s.workload}
-    src = (Path(pkg.path) / "src" / "kernels.c").read_text()
+    src, err = bundle_at_point(conv_model(stride, 1, bias), str(nchw_variant(base, tmp_path)),
+                               tmp_path, {"b_pack": b_pack, "nr": nr, "mr": mr,
+                                          "mc_tiles": 1, "gemm_epilogue": "fused"}, seed=4)
     assert "C_prod_local" in src and "C_prod[" not in src and "C_prod +" not in src
-    got = toolchain.run(pkg, {"x": x}).outputs["y"]
-    assert max_rel(got, ref) <= 1e-5
+    assert err <= 1e-5

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-from tests.autotune.conv_models import conv_model, nchw_variant
+from tests.autotune.conv_models import bundle_at_point, conv_model, nchw_variant
 from tests.bundle.helpers import max_rel, run_ort
 from toolchain.autotune.apply import applying
 from toolchain.autotune.records import Record
@@ -152,24 +152,11 @@ def test_in_place_b_is_offered_for_stride_1_and_refused_where_panels_pad():
 
 @pytest.mark.parametrize("nr", [16, 32, 64])
 def test_in_place_b_runs_in_bundles_within_1e5(tmp_path: Path, nr: int):
-    import toolchain
-
     base = "x86_64-avx512"
     if not runs_here(load_target(base)):
         pytest.skip(f"{base} code does not run on this machine")
-    target = str(nchw_variant(base, tmp_path))
-    model = conv_model(1, 1)
-    onnx.save(model, tmp_path / "m.onnx")
-    task, = extract_tasks(model, target)
-    s = task.space
-    p = s.canonical({**s.default(), "b_pack": "in_place", "nr": nr, "mr": 4,
-                     "mc_tiles": 1})
-    x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    ref = run_ort(model, {"x": x})["y"]
-    with applying({s.workload: s.trace(p)}) as applied:
-        pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / "b")
-    assert set(applied) == {s.workload}
-    src = (Path(pkg.path) / "src" / "kernels.c").read_text()
+    src, err = bundle_at_point(conv_model(1, 1), str(nchw_variant(base, tmp_path)), tmp_path,
+                               {"b_pack": "in_place", "nr": nr, "mr": 4, "mc_tiles": 1},
+                               seed=3)
     assert "B_packed" not in src and "X_sub" not in src
-    got = toolchain.run(pkg, {"x": x}).outputs["y"]
-    assert max_rel(got, ref) <= 1e-5
+    assert err <= 1e-5

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 
-from tests.autotune.conv_models import conv_model
-from tests.bundle.helpers import max_rel, run_ort
-from toolchain.autotune.apply import applying
-from toolchain.autotune.tasks import conv_task, extract_tasks
+from tests.autotune.conv_models import bundle_at_point, conv_model
+from toolchain.autotune.tasks import conv_task
 from toolchain.target import load_target, runs_here
 
 
@@ -35,22 +31,10 @@ def test_offered_to_winograd_points_only():
                                               ("c-generic", "winograd2")])
 def test_partitioned_pad_runs_in_bundles_within_1e5(tmp_path: Path, target: str,
                                                     algorithm: str):
-    import toolchain
-
     if not runs_here(load_target(target)):
         pytest.skip(f"{target} code does not run on this machine")
-    model = conv_model(1, 3)
-    onnx.save(model, tmp_path / "m.onnx")
-    task, = extract_tasks(model, target)
-    s = task.space
-    p = s.canonical({**s.default(), "algorithm": algorithm, "wino_pad": "partitioned"})
-    x = np.random.default_rng(5).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    ref = run_ort(model, {"x": x})["y"]
-    with applying({s.workload: s.trace(p)}) as applied:
-        pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / "b")
-    assert set(applied) == {s.workload}
-    src = (Path(pkg.path) / "src" / "kernels.c").read_text()
+    src, err = bundle_at_point(conv_model(1, 3), target, tmp_path,
+                               {"algorithm": algorithm, "wino_pad": "partitioned"}, seed=5)
     pads = [ln for ln in src.splitlines() if ln.lstrip().startswith("wino_pad[")]
     assert pads and not any("select" in ln for ln in pads)  # no per-element test
-    got = toolchain.run(pkg, {"x": x}).outputs["y"]
-    assert max_rel(got, ref) <= 1e-5
+    assert err <= 1e-5

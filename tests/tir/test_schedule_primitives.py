@@ -284,16 +284,22 @@ def test_copy_is_independent() -> None:
     assert "T.parallel(8)" in str(other.mod)
 
 
-def test_compute_at_keeps_a_guarded_producers_own_guard() -> None:
-    """A producer whose split does not divide (``k_0 * 32 + k_1 < 100``) keeps that guard
-    when ``compute_at`` regenerates its loops (it was dropped: reads past the row)."""
+def _rfactored_row_sums() -> tuple[Schedule, object]:
+    """Row sums of a 2 x 100 array, the reduction split by 32 (``k_0 * 32 + k_1 < 100``
+    guards the last step) and rfactored on ``k_1`` with its init in the block."""
     x = te.placeholder((2, 100), "float32", "x")
     k = te.reduce_axis((0, 100), "k")
     y = te.compute((2,), lambda i: te.sum(x[i, k], axis=k), name="y")
     sch = Schedule(te.create_prim_func([x, y], name="rows"))
     _, kk = sch.get_loops(sch.get_block("y"))
     _, inner = sch.split(kk, [None, 32])
-    rf = sch.rfactor(inner, 0, init_in_block=True)  # the init stays in the block
+    return sch, sch.rfactor(inner, 0, init_in_block=True)  # the init stays in the block
+
+
+def test_compute_at_keeps_a_guarded_producers_own_guard() -> None:
+    """A producer whose split does not divide (``k_0 * 32 + k_1 < 100``) keeps that guard
+    when ``compute_at`` regenerates its loops (it was dropped: reads past the row)."""
+    sch, rf = _rfactored_row_sums()
     assert "y_rf_init" not in str(sch.mod)
     i, t = sch.get_loops(sch.get_block("y"))
     sch.compute_at(rf, t)
@@ -326,13 +332,7 @@ def test_compute_at_refuses_to_drop_a_guard_it_cannot_carry() -> None:
     domains (4 × 32 = 128 steps); once ``k_1`` is fused with ``i`` no block variable alone
     stands for it, and moving the block used to drop the guard silently: the lowered
     kernel read ``x`` past its rows (the interpreter's index 200 of 200)."""
-    x = te.placeholder((2, 100), "float32", "x")
-    k = te.reduce_axis((0, 100), "k")
-    y = te.compute((2,), lambda i: te.sum(x[i, k], axis=k), name="y")
-    sch = Schedule(te.create_prim_func([x, y], name="rows"))
-    _, kk = sch.get_loops(sch.get_block("y"))
-    _, inner = sch.split(kk, [None, 32])
-    rf = sch.rfactor(inner, 0, init_in_block=True)
+    sch, rf = _rfactored_row_sums()
     i, k0, k1 = sch.get_loops(rf)
     sch.reorder(k1, i, k0)
     sch.fuse(k1, i)
