@@ -51,6 +51,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from toolchain.autotune.space import Trace
+from toolchain.gcpause import paused_gc
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,11 @@ def build_one(inp: BuildInput) -> BuildResult:
     t0 = time.perf_counter()
     res = BuildResult(inp.trace)
     try:
-        s = _scheduled(inp)
         feats: list[np.ndarray] = []
-        mod = build(s.schedule, inp.target, extra_flags=list(inp.target.cflags),
-                    on_lowered=lambda f: feats.append(extract(f)))
+        with paused_gc():  # scheduling and lowering build large IR (toolchain.gcpause)
+            s = _scheduled(inp)
+            mod = build(s.schedule, inp.target, extra_flags=list(inp.target.cflags),
+                        on_lowered=lambda f: feats.append(extract(f)))
         if mod.extra_args:
             raise KilnError("kernels with symbolic sizes cannot be measured")
         res.lib, res.entry = str(mod.lib_path), mod.entry

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import InputError, KilnError
+from toolchain.gcpause import paused_gc
 from toolchain.graph.ir import Node, Value, dtype_of
 from toolchain.graph.ops.registry import get_op
 from toolchain.schedules.registry import (
@@ -150,14 +151,15 @@ def compile_op(op: str | Node, target: str | Target | None = None, *,
         if inputs is None:
             raise InputError(f"compile_op({op!r}): give inputs=[shapes or arrays]")
         node = make_node(op, inputs, attrs, name)
-    s = schedule_for(node, t)
+    # the intrinsics' own flags (-mavx512vnni) come from the lowered kernel's typed support
+    flags = [*t.cflags, *build_kwargs.pop("extra_flags", ())]
+    with paused_gc():  # scheduling and lowering build large IR (toolchain.gcpause)
+        s = schedule_for(node, t)
+        mod = build(s.schedule, t, name=name, extra_flags=flags, **build_kwargs)
     try:
         flops = get_op(node.op).flops_of(node)
     except KilnError:
         flops = 0
-    # the intrinsics' own flags (-mavx512vnni) come from the lowered kernel's typed support
-    flags = [*t.cflags, *build_kwargs.pop("extra_flags", ())]
-    mod = build(s.schedule, t, name=name, extra_flags=flags, **build_kwargs)
     meta = {"target": t.name, "op": node.op, "node": node.name, "flops": flops,
             "info": dict(s.info), "build": dict(mod.build_info)}
     return CompiledOp(node, mod, s, meta)
