@@ -251,6 +251,12 @@ class CStyleRenderer:
     vector_locals: ClassVar[bool] = True
     #: largest allocation (bytes) placed on the stack; bigger ones use the heap
     max_stack_bytes: ClassVar[int] = 64 * 1024
+    #: a ``local`` buffer (a register tile, ``cache_write(..., "local")``) up to this size
+    #: stays on the stack even above ``max_stack_bytes``: the largest register file Kiln
+    #: targets, 32 AVX-512 registers. In scratch or heap memory the compiler cannot keep
+    #: it in registers, and every accumulation loads and stores it (a 28-vector tile of
+    #: ResNet-18's stem ran 2.5x slower in a bundle, whose limit is 1 KiB)
+    max_register_tile_bytes: ClassVar[int] = 2048
     #: float32 exp / erf / tanh / sigmoid / pow / min / max call the vectorizable helpers of
     #: :mod:`.fastmath` instead of libm (relative error < 1e-6)
     fast_math: ClassVar[bool] = True
@@ -516,7 +522,9 @@ class CStyleRenderer:
             self.stmt(s.body)
             return
         nbytes = n * ir.bits_of(buf.dtype) // 8 if n is not None else None
-        if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"):
+        if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"
+                                   or (buf.scope == "local"
+                                       and nbytes <= self.max_register_tile_bytes)):
             self.emit(f"{self.alloc_prefix(buf)}{et} {name}[{n}] "
                       f"__attribute__((aligned({max(buf.align, 16)})));")
             self.stmt(s.body)
