@@ -167,6 +167,25 @@ def test_kiln_verilates_a_bundle_as_its_makefile_does(
     assert recipe.strip().replace("$(RTL_SRCS)", " ".join(srcs)) == " ".join(quoted)
 
 
+def test_cmake_verilates_a_bundle_as_its_makefile_does(
+        cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
+    """The CMake RTL build runs the Makefile's Verilator command in a copy of the bundle's
+    layout (``kiln_rtl/`` in the build folder), with CCACHE_BASEDIR there, so ccache gives it
+    `make DEVICE=rtl`'s compiled objects."""
+    from toolchain.vta.rtl_device import verilate_command
+
+    pkg, _ = cnn_bundle
+    text = (pkg.path / "CMakeLists.txt").read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("set(KILN_RTL_SRCS "))
+    srcs = line.strip()[:-1].split()[1:]
+    block = text[text.index("${KILN_VERILATOR} --cc"):text.index("    WORKING_DIRECTORY")]
+    want = verilate_command("${KILN_RTL_ROOT}", srcs, "${KILN_VERILATOR}")
+    quoted = [f'"{a}"' if " " in a else a for a in want]
+    assert " ".join(block.split()).replace("${KILN_RTL_SRCS}", " ".join(srcs)) == " ".join(quoted)
+    assert "WORKING_DIRECTORY ${KILN_RTL_ROOT}\n" in text
+    assert "CCACHE_BASEDIR=${KILN_RTL_ROOT}\n" in text
+
+
 def test_the_rtl_build_is_keyed_by_the_rtl_and_the_command(
         cnn_bundle: tuple[Any, onnx.ModelProto], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
