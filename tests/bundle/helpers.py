@@ -37,6 +37,18 @@ def make_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, tuple[Any, 
     return m
 
 
+
+def layer_norm_model(shape: list[int], seed: int) -> onnx.ModelProto:
+    """LayerNormalization over the last axis of ``shape`` (epsilon 1e-5), with seeded
+    normal scale and bias."""
+    rng = np.random.default_rng(seed)
+    n = shape[-1]
+    return make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"],
+                                        axis=-1, epsilon=1e-5)],
+                      {"x": (np.float32, shape)}, {"y": (np.float32, shape)},
+                      {"g": rng.standard_normal(n).astype(np.float32),
+                       "b": rng.standard_normal(n).astype(np.float32)})
+
 def random_inputs(model: onnx.ModelProto, seed: int = 0,
                   shapes: Mapping[str, tuple[int, ...]] | None = None,
                   vocab: int = 4) -> dict[str, np.ndarray]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import emulated_matches_reference, make_model
+from tests.bundle.helpers import emulated_matches_reference, layer_norm_model, make_model
 from toolchain.driver import lower
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes import run_pipeline
@@ -28,13 +28,7 @@ SM90 = load_target("cuda-sm90")
 
 
 def _layer_norm(shape: list[int]):
-    rng = np.random.default_rng(1)
-    c = shape[-1]
-    return make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"],
-                                        axis=-1, epsilon=1e-5)],
-                      {"x": (np.float32, shape)}, {"y": (np.float32, shape)},
-                      {"g": rng.standard_normal(c).astype(np.float32),
-                       "b": rng.standard_normal(c).astype(np.float32)})
+    return layer_norm_model(shape, seed=1)
 
 
 def _softmax(shape: list[int], axis: int = -1):

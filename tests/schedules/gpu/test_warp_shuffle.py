@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import emulated_matches_reference, make_model, nvcc_object
+from tests.bundle.helpers import (
+    emulated_matches_reference,
+    layer_norm_model,
+    make_model,
+    nvcc_object,
+)
 from toolchain import te
 from toolchain.bundle import compile_model
 from toolchain.driver import lower
@@ -168,13 +173,7 @@ def _softmax(shape: list[int]):
 
 
 def _layer_norm(shape: list[int]):
-    rng = np.random.default_rng(5)
-    n = shape[-1]
-    return make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"],
-                                        axis=-1, epsilon=1e-5)],
-                      {"x": (np.float32, shape)}, {"y": (np.float32, shape)},
-                      {"g": rng.standard_normal(n).astype(np.float32),
-                       "b": rng.standard_normal(n).astype(np.float32)}, opset=17)
+    return layer_norm_model(shape, seed=5)
 
 
 def _classifier():
