@@ -248,10 +248,10 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX = -1, -3, 32 << 20
 
 def keep_heap() -> bool:
     """Keep freed blocks of up to 32 MiB in this process's heap (glibc): a host-built
-    kernel allocates its temporaries with ``malloc`` on every call (a bundle takes them from its
-    arena), and glibc serves a block over 128 KiB by ``mmap`` and unmaps it on ``free``,
-    so every timed call would pay the page faults of its temporaries (a Winograd kernel's
-    0.5–2 MB most). Called by the timing child; False where the C library has no
+    kernel allocates its temporaries with ``malloc`` on every call (a bundle takes them
+    from its arena), and glibc serves a block over 128 KiB by ``mmap`` and unmaps it on
+    ``free``, so every timed call would pay the page faults of its temporaries (a
+    Winograd kernel's 0.5–2 MB most). Called by the timing child; False where the C library has no
     ``mallopt`` (not glibc) or refuses."""
     try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -105,6 +105,10 @@ def _as_func(obj: Any) -> ir.PrimFunc:
     raise OptionError(f"lower: expected a PrimFunc or a Schedule, got {type(obj).__name__}")
 
 
+#: the attribute a function lowered with ``stop_after`` keeps ``(target, pass, result)`` in
+_STOPPED = "_lowered_until"
+
+
 def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
           trace: list[tuple[str, ir.PrimFunc]] | None = None, *,
           target: Target | None = None, stop_after: Pass | None = None) -> ir.PrimFunc:
@@ -164,6 +168,3 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
                 return func
     return func
 
-
-#: the attribute a function lowered with ``stop_after`` keeps ``(target, pass, result)`` in
-_STOPPED = "_lowered_until"
