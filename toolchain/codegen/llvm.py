@@ -238,13 +238,22 @@ class LLVMCodegen(MathCalls):
         _Allocs().visit_stmt(body)
         for s in found:
             n = ir.const_int(s.buffer.shape[0]) if len(s.buffer.shape) == 1 else None
-            if n is None or is_register_tile(s):
+            if n is None:
                 continue
             nbytes = n * ir.bits_of(s.buffer.dtype) // 8
-            if nbytes > self.max_stack_bytes and s.buffer.data not in offsets:
+            if nbytes > self.max_stack_bytes and not self.register_tile(s, nbytes) \
+                    and s.buffer.data not in offsets:
                 offsets[s.buffer.data] = total
                 total += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
         return offsets, total
+
+    @staticmethod
+    def register_tile(s: ir.Allocate, nbytes: int) -> bool:
+        """Whether allocation ``s`` (``nbytes``) stays an ``alloca`` above the stack limit:
+        a tile accessed by whole vectors (any size), or a ``local`` one within the C
+        renderer's ``max_register_tile_bytes`` (the same rule as C bundles)."""
+        return is_register_tile(s) or (s.buffer.scope == "local"
+                                       and nbytes <= CRenderer.max_register_tile_bytes)
 
     def refuse(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"llvm code generation: kernel {self.kernel}: {what}")
@@ -504,7 +513,7 @@ class LLVMCodegen(MathCalls):
                 self.stmt(s.body)
             return
         if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"
-                                   or is_register_tile(s)):
+                                   or self.register_tile(s, nbytes)):
             # in the entry block: a loop around it must not grow the stack
             eb = ll.IRBuilder(self.entry_block)
             eb.position_at_start(self.entry_block)
