@@ -81,13 +81,15 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.overlap import AccessOrder
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
-from toolchain.schedules.registry import OpSchedule, resolve_target
-from toolchain.target import Target
+from toolchain.schedules.registry import OpSchedule
+from toolchain.target import Target, resolve_target
 from toolchain.tir.schedule import Schedule
 
 #: groups of four k one dot call takes, largest first: 4 G k in one call for G >= 4 (a C loop
@@ -113,17 +115,65 @@ def dot_intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]
 PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool = False
-                   ) -> tuple[str, int] | None:
+def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool = False,
+                   unrolled: bool = False) -> tuple[str, int] | None:
     """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
     pixels (0: pairs of the flattened pixel index, any count); None where it does not
     apply (odd channel count or odd width: one pixel a call). ``wide``: over int16 weights
-    (``dot_q15q15``, see :func:`wide_weights`)."""
+    (``dot_q15q15``, see :func:`wide_weights`); ``unrolled``: its straight-line variant
+    (``dot_q15q15_2x2x{4G}u``, a tuning choice: :func:`dsp_conv_space`)."""
     if channels % 2 or width % 2:
         return None
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
-    return target.intrinsic(f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}"), groups
+    name = f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}{'u' if unrolled else ''}"
+    return target.intrinsic(name), groups
+
+
+def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
+                   width: int) -> Space | None:
+    """The knobs of the two-pixel DSP convolution of QConv ``node`` (kernel ``window``,
+    padded reduction ``k``, pairs along rows of ``width`` pixels or, 0, of the flattened
+    pixel index), or None where the two-pixel kernel does not apply:
+
+    * ``wide`` -- int16 weights widened at compile time (``dot_q15q15_2x2``, 14
+      instructions per 16 MACs, twice the flash of those weights) or int8 ones
+      (``dot_q15q7_2x2``: SXTB16 in the loop, 18); the heuristic's :func:`wide_weights`
+      (k x k only) is the default, the 1 x 1 layers may take them too;
+    * ``unroll`` -- ``loop`` (the intrinsic's C loop over the groups of four k) or
+      ``full`` (its straight-line variant ``dot_q15q15_2x2x{4G}u``: 12 per 16 MACs, a
+      longer body; int16 weights only).
+
+    Both are offered only where the target declares the intrinsics (a flash-tight variant
+    that drops ``dot_q15q15_*`` has a one-point space). The workload key holds the
+    geometry, the layouts and which of the intrinsics the target has.
+
+    >>> w = Value.constant("w", np.ones((16, 16, 3, 3), np.int8))
+    >>> n = Node("QConv", "c", [Value("x", (1, 16, 8, 8), "int8"), w],
+    ...          [Value("y", (1, 16, 8, 8), "int8")], {"pads": [1] * 4, "strides": [1, 1]})
+    >>> s = dsp_conv_space(n, resolve_target("cortex-m4"), (3, 3), 144, 8)
+    >>> s.default(), s.size, len(s.valid_points())
+    ({'wide': True, 'unroll': 'loop'}, 4, 3)
+    """
+    channels = int(node.input(1).shape[0])
+    if pair_intrinsic(target, channels, k, width) is None:
+        return None
+    groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
+    has_wide = target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}")
+    has_full = has_wide and target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}u")
+    knobs = (Knob("wide", (False, True) if has_wide else (False,),
+                  wide_weights(target, window, k), "int16 weights (dot_q15q15) or int8"),
+             Knob("unroll", ("loop", "full") if has_full else ("loop",), "loop",
+                  "the dot's loop over the groups of four k, or straight-line code"))
+    rules = (Rule("the straight-line dot (unroll=full) is the int16-weight one (wide=True)",
+                  lambda q: q["unroll"] == "loop" or q["wide"]),)
+    x, y, a = node.input(0), node.outputs[0], node.attrs
+    key = (f"cm_int8_conv|{x.dtype}|{'x'.join(map(str, x.shape))}|o{channels}|"
+           f"k{'x'.join(map(str, window))}|s{'x'.join(map(str, a['strides']))}|"
+           f"p{'x'.join(map(str, a['pads']))}|d{'x'.join(map(str, a.get('dilations', [1, 1])))}|"
+           f"out{'x'.join(map(str, y.shape))}|{a.get('data_layout', 'NCHW')}|"
+           f"pairs{width}|w16={int(has_wide)}|u={int(has_full)}")
+    return Space("cm_int8_conv", key, knobs, rules)
 
 
 def wide_weights(target: Target, window: tuple[int, ...] | None, k: int) -> bool:
@@ -353,9 +403,13 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     wide = wide_weights(t, window, kp)
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
-        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide)
-        if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0, wide)
+        if ow % 2 and int(node.outputs[0].shape[0]) == 1:
+            ow = 0  # pairs of the flattened pixel index
+        space = dsp_conv_space(node, t, window, kp, ow)
+        point = decide(space) if space is not None else {"wide": wide, "unroll": "loop"}
+        wide = point["wide"]
+        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide, point["unroll"] == "full")
+        flat = pair if ow == 0 else None
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
                       q15_weights=wide and pair is not None)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
