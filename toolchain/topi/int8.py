@@ -268,7 +268,7 @@ def dsp_dot(col: te.Tensor, wp: te.Tensor, name: str = "dsp_acc") -> te.Tensor:
 
 def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.Tensor,
                 mult: te.Tensor, shifts: te.Tensor, attrs: dict[str, Any],
-                even_pixels: bool = False) -> te.Tensor:
+                even_pixels: bool = False, fold_zp: bool = False) -> te.Tensor:
     """Integer NCHW convolution (group 1) as im2col (q7 -> q15, like CMSIS-NN) and a
     dot product with :func:`pack_dsp_weights`-packed weights ``wp`` (``wshape``: the
     unpacked ``[M, C, KH, KW]``); same integers as :func:`qconv2d_nchw`.
@@ -279,14 +279,23 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
 
     ``even_pixels`` (batch 1): the im2col and accumulator rows are rounded up to an even
     count, the extra row repeating the last pixel, so that a schedule may take the pixels
-    two at a time (the extra row is computed, never stored)."""
+    two at a time (the extra row is computed, never stored).
+
+    ``fold_zp``: ``bias`` is :func:`fold_zero_point`'s (``bias - x_zp * sum_k w``), so the
+    im2col rows hold ``int16(x)`` itself and the padding ``x_zp`` (whose product the folded
+    bias takes back out): no subtraction per element; the same integers."""
     m, c, kh, kw = wshape
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
     nhwc = attrs.get("data_layout", "NCHW") == "NHWC"
     spatial = (1, 2) if nhwc else (2, 3)
-    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), spatial, (pt, pl), (pb, pr))
+    if fold_zp:
+        xs = te.compute(x.shape, lambda *i: te.cast(x[i], "int16"), name="x_shifted",
+                        tag="injective")
+        xp = pad_spatial(xs, spatial, (pt, pl), (pb, pr), value=attrs["x_zero_point"])
+    else:
+        xp = pad_spatial(shifted(x, attrs["x_zero_point"]), spatial, (pt, pl), (pb, pr))
     n, hp, wdt = (int(xp.shape[a].value) for a in (0, *spatial))
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     k = c * kh * kw
@@ -702,8 +711,15 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
                                    "int16")
         else:
             wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
-        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs,
-                            bool(ctx.options.get("even_pixels")))]
+        bias, mult, shifts = _requant_tensors(ctx)
+        if ctx.options.get("fold_zp"):
+            # own names: the shift table's packing above closes over ``zp`` (y's)
+            w8, x_zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
+            bias = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w8, x_zp).astype(np.int32),
+                                     "the Cortex-M DSP convolution")
+        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, bias, mult, shifts, ctx.attrs,
+                            bool(ctx.options.get("even_pixels")),
+                            bool(ctx.options.get("fold_zp")))]
     return [qconv2d_nchw(x, ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 

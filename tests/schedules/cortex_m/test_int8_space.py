@@ -1,7 +1,7 @@
 """The search space of the Cortex-M int8 DSP convolution (``cm_int8_conv``): the default is
 the heuristic, traces round-trip, invalid points are refused, every point is bit-exact with
 the integer reference (host build: the portable C of the intrinsics; QEMU: the Arm asm),
-records change the generated kernel, and the straight-line dot counts fewer instructions."""
+records change the generated kernel, and the tuned points count fewer instructions."""
 
 from __future__ import annotations
 
@@ -42,12 +42,13 @@ def _space(node, target="cortex-m4"):
 def test_default_is_the_heuristic_and_traces_round_trip() -> None:
     kxk = _space(_conv(16, 16, 3, 1, (1, 1, 1, 1), hw=(6, 8)))
     assert kxk.kind == "cm_int8_conv"
-    assert kxk.default() == {"wide": True, "unroll": "loop"}   # k x k: int16 weights
+    d = {"unroll": "loop", "zero_point": "im2col"}
+    assert kxk.default() == {"wide": True, **d}   # k x k: int16 weights
     pw = _space(_conv(8, 8, 1, 1, (0, 0, 0, 0), hw=(4, 6)))
-    assert pw.default() == {"wide": False, "unroll": "loop"}   # 1 x 1: int8 weights
+    assert pw.default() == {"wide": False, **d}   # 1 x 1: int8 weights
     for s in (kxk, pw):
         points = s.valid_points()
-        assert len(points) == 3
+        assert len(points) == 6
         for p in points:
             t = s.trace(p)
             assert Trace.from_json(t.to_json()) == t and s.point_of(t) == p
@@ -58,16 +59,19 @@ def test_invalid_points_are_refused_before_building() -> None:
     node = _conv(16, 16, 3, 1, (1, 1, 1, 1), hw=(6, 8))
     s = _space(node)
     with pytest.raises(InvalidPoint, match="straight-line dot"):
-        s.check({"wide": False, "unroll": "full"})
+        s.check({"wide": False, "unroll": "full", "zero_point": "im2col"})
     with pytest.raises(InvalidPoint):
         with forcing({s.workload: Trace("cm_int8_conv", (("wide", False), ("unroll", "full")))}):
             schedule_for(node, "cortex-m4")
+    with pytest.raises(InvalidPoint, match="not one of|choices|zero_point"):
+        s.check({"wide": True, "unroll": "loop", "zero_point": "weights"})
     # a target without the int16-weight dots offers int8 weights and the loop only
     compact = _space(node, parse_target(COMPACT))
-    assert compact.size == 1 and compact.default() == {"wide": False, "unroll": "loop"}
+    assert compact.size == 2
+    assert compact.default() == {"wide": False, "unroll": "loop", "zero_point": "im2col"}
     assert compact.workload != s.workload   # the capability is part of the key
     with pytest.raises(InvalidPoint):
-        compact.check({"wide": True, "unroll": "loop"})
+        compact.check({"wide": True, "unroll": "loop", "zero_point": "im2col"})
 
 
 @pytest.mark.parametrize("c,m,k,stride,pads,hw", SHAPES)
@@ -91,7 +95,7 @@ def test_records_change_the_generated_kernel(tmp_path) -> None:
     node = _conv(8, 8, 1, 1, (0, 0, 0, 0), hw=(4, 6))
     s = _space(node)
     base = schedule_for(node, "cortex-m4")
-    trace = s.trace({"wide": True, "unroll": "full"})
+    trace = s.trace({"wide": True, "unroll": "full", "zero_point": "bias"})
     with applying({s.workload: trace}) as applied:
         tuned = schedule_for(node, "cortex-m4")
     assert applied == {s.workload: trace}
@@ -99,6 +103,10 @@ def test_records_change_the_generated_kernel(tmp_path) -> None:
     assert tuned.info["intrinsic"] == "cortex-m4.dot_q15q15_2x2x8u"
     w_base, w_tuned = base.input_values[1].data, tuned.input_values[1].data
     assert (w_base.dtype, w_tuned.dtype) == (np.int8, np.int16)
+    # the zero point (5) folded into the bias: bias - 5 * sum_k w
+    w = node.inputs[1].data.astype(np.int64).reshape(8, -1)
+    np.testing.assert_array_equal(tuned.input_values[2].data,
+                                  base.input_values[2].data - 5 * w.sum(axis=1))
     code = get_renderer("c", openmp=False).render(
         lower(tuned.schedule.mod, target=load_target("cortex-m4")), name=None).code
     assert "kiln_m4_dot_q15q15_2x2x8u_" in code and "smlad %0, %4, %8, %0" in code
@@ -117,22 +125,23 @@ def test_the_straight_line_dot_counts_fewer_instructions(tmp_path) -> None:
                  _conv(32, 32, 1, 1, (0, 0, 0, 0), hw=(4, 6))):
         task = task_of(node, "cortex-m4")
         s = task.space
-        points = [{"wide": False, "unroll": "loop"}, {"wide": True, "unroll": "loop"},
-                  {"wide": True, "unroll": "full"}]
+        points = [{"wide": False}, {"wide": True}, {"wide": True, "unroll": "full"},
+                  {"wide": True, "unroll": "full", "zero_point": "bias"}]
         builds = QemuBuilder("cortex-m4", tmp_path).build(
-            [BuildInput(task.node, task.target, s.workload, s.trace(p)) for p in points])
-        assert [b.error for b in builds] == [None] * 3
-        narrow, wide, full = (r.costs[0] for r in QemuRunner("cortex-m4").run(builds))
-        assert full < wide < narrow, (narrow, wide, full)
+            [BuildInput(task.node, task.target, s.workload, s.trace({**s.default(), **p}))
+             for p in points])
+        assert [b.error for b in builds] == [None] * 4
+        narrow, wide, full, fold = (r.costs[0] for r in QemuRunner("cortex-m4").run(builds))
+        assert fold < full < wide < narrow, (narrow, wide, full, fold)
 
 
 @pytest.mark.slow
 @needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
 @pytest.mark.parametrize("model", ["ds_cnn", "resnet8"])
 def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tmp_path):
-    """Every convolution at int16 weights and the straight-line dot (its Arm asm: K = 40 in
-    flattened pairs, 64 pointwise, 144, and 576 with the second row pointers on ResNet-8):
-    the firmware's integers equal the reference's bit for bit."""
+    """Every convolution at int16 weights, the straight-line dot (its Arm asm: K = 40 in
+    flattened pairs, 64 pointwise, 144, and 576 with the second row pointers on ResNet-8)
+    and the zero point in the bias: the firmware's integers equal the reference's."""
     import onnx
 
     from toolchain.autotune.tasks import extract_tasks
@@ -147,7 +156,8 @@ def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tm
     onnx.save(m, path)
     tasks = [t for t in extract_tasks(path, "cortex-m4") if t.space.kind == "cm_int8_conv"]
     assert tasks
-    traces = {t.space.workload: t.space.trace({"wide": True, "unroll": "full"}) for t in tasks}
+    point = {"wide": True, "unroll": "full", "zero_point": "bias"}
+    traces = {t.space.workload: t.space.trace(point) for t in tasks}
     with applying(traces) as applied:
         bundle, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "fw", name=model)
     assert len(applied) == len(tasks)

@@ -130,6 +130,17 @@ def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool
     return target.intrinsic(name), groups
 
 
+def _foldable(node: Node) -> bool:
+    """Whether the input zero point of QConv ``node`` folds into an int32 bias."""
+    from toolchain.topi.int8 import fold_zero_point
+
+    w, b = node.input(1), node.input(2) if len(node.inputs) > 2 else None
+    if b is None or b.data is None or w is None or w.data is None:
+        return False
+    folded = fold_zero_point(b.data, w.data, node.attrs.get("x_zero_point", 0))
+    return bool(np.all(np.abs(folded) < 2**31 - 1))
+
+
 def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
                    width: int) -> Space | None:
     """The knobs of the two-pixel DSP convolution of QConv ``node`` (kernel ``window``,
@@ -142,18 +153,24 @@ def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
       (k x k only) is the default, the 1 x 1 layers may take them too;
     * ``unroll`` -- ``loop`` (the intrinsic's C loop over the groups of four k) or
       ``full`` (its straight-line variant ``dot_q15q15_2x2x{4G}u``: 12 per 16 MACs, a
-      longer body; int16 weights only).
+      longer body; int16 weights only);
+    * ``zero_point`` -- ``im2col`` (each im2col element is ``int16(x) - x_zp``) or ``bias``
+      (the input zero point folded into the bias at compile time, ``bias - x_zp * sum_k
+      w``: the im2col copies ``int16(x)``, the padding is ``x_zp``; offered where the
+      folded bias fits int32).
 
     Both are offered only where the target declares the intrinsics (a flash-tight variant
     that drops ``dot_q15q15_*`` has a one-point space). The workload key holds the
     geometry, the layouts and which of the intrinsics the target has.
 
     >>> w = Value.constant("w", np.ones((16, 16, 3, 3), np.int8))
-    >>> n = Node("QConv", "c", [Value("x", (1, 16, 8, 8), "int8"), w],
-    ...          [Value("y", (1, 16, 8, 8), "int8")], {"pads": [1] * 4, "strides": [1, 1]})
+    >>> b = Value.constant("b", np.zeros(16, np.int32))
+    >>> n = Node("QConv", "c", [Value("x", (1, 16, 8, 8), "int8"), w, b],
+    ...          [Value("y", (1, 16, 8, 8), "int8")],
+    ...          {"pads": [1] * 4, "strides": [1, 1], "x_zero_point": -128})
     >>> s = dsp_conv_space(n, resolve_target("cortex-m4"), (3, 3), 144, 8)
     >>> s.default(), s.size, len(s.valid_points())
-    ({'wide': True, 'unroll': 'loop'}, 4, 3)
+    ({'wide': True, 'unroll': 'loop', 'zero_point': 'im2col'}, 8, 6)
     """
     channels = int(node.input(1).shape[0])
     if pair_intrinsic(target, channels, k, width) is None:
@@ -164,7 +181,10 @@ def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
     knobs = (Knob("wide", (False, True) if has_wide else (False,),
                   wide_weights(target, window, k), "int16 weights (dot_q15q15) or int8"),
              Knob("unroll", ("loop", "full") if has_full else ("loop",), "loop",
-                  "the dot's loop over the groups of four k, or straight-line code"))
+                  "the dot's loop over the groups of four k, or straight-line code"),
+             Knob("zero_point", ("im2col", "bias") if _foldable(node) else ("im2col",),
+                  "im2col", "the input zero point subtracted per im2col element or folded "
+                  "into the bias"))
     rules = (Rule("the straight-line dot (unroll=full) is the int16-weight one (wide=True)",
                   lambda q: q["unroll"] == "loop" or q["wide"]),)
     x, y, a = node.input(0), node.outputs[0], node.attrs
@@ -400,18 +420,21 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
+    fold_zp = False
     wide = wide_weights(t, window, kp)
     if window is not None and not s8:
         ow = int(node.outputs[0].shape[3])
         if ow % 2 and int(node.outputs[0].shape[0]) == 1:
             ow = 0  # pairs of the flattened pixel index
         space = dsp_conv_space(node, t, window, kp, ow)
-        point = decide(space) if space is not None else {"wide": wide, "unroll": "loop"}
-        wide = point["wide"]
+        point = decide(space) if space is not None else \
+            {"wide": wide, "unroll": "loop", "zero_point": "im2col"}
+        wide, fold_zp = point["wide"], point["zero_point"] == "bias"
         pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide, point["unroll"] == "full")
         flat = pair if ow == 0 else None
+    extra = {"fold_zp": True} if fold_zp and pair is not None else {}
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
-                      q15_weights=wide and pair is not None)
+                      q15_weights=wide and pair is not None, **extra)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     nchw_in = node.attrs.get("data_layout", "NCHW") == "NCHW"
     same_shape = nchw_in and node.input(0).shape == node.outputs[0].shape and \
