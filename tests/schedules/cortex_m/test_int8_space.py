@@ -89,6 +89,53 @@ def test_every_point_is_bit_exact_on_the_host(c, m, k, stride, pads, hw) -> None
         np.testing.assert_array_equal(got, want, err_msg=str(p))
 
 
+DEPTHWISE = [
+    dict(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8),
+    dict(c=8, m=8, k=3, stride=2, pads=(0, 0, 1, 1), group=8, hw=(9, 7)),   # TF SAME
+    dict(c=4, m=4, k=5, stride=1, pads=(2, 2, 2, 2), group=4, dtype="uint8"),
+    dict(c=6, m=6, k=3, stride=1, pads=(1, 1, 1, 1), group=6, hw=(70, 60)),  # row bands
+]
+
+
+@pytest.mark.parametrize("cfg", DEPTHWISE)
+def test_every_depthwise_point_is_bit_exact_on_the_host(cfg) -> None:
+    node = _conv(**cfg)
+    x = _qx(node.inputs[0].shape, node.inputs[0].dtype)
+    want = _reference(node, x)
+    s = _space(node)
+    assert s.kind == "cm_int8_depthwise" and s.default() == {"pad": "select",
+                                                            "zero_point": "im2col"}
+    points = s.valid_points()
+    assert len(points) == 4
+    for p in points:
+        t = s.trace(p)
+        assert Trace.from_json(t.to_json()) == t
+        with forcing({s.workload: t}):
+            got, info = _run_host(node, x)
+        assert info["intrinsic"] == "cortex-m4.dwconv_q15q7_1x4"
+        np.testing.assert_array_equal(got, want, err_msg=str(p))
+    with pytest.raises(InvalidPoint):
+        s.check({"pad": "rows", "zero_point": "im2col"})
+
+
+def test_a_partitioned_depthwise_plane_has_no_padding_test() -> None:
+    node = _conv(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8)
+    s = _space(node)
+    code = {}
+    for pad in ("select", "partitioned"):
+        with forcing({s.workload: s.trace({"pad": pad, "zero_point": "bias"})}):
+            op = schedule_for(node, "cortex-m4")
+        code[pad] = get_renderer("c", openmp=False).render(
+            lower(op.schedule.mod, target=load_target("cortex-m4")), name=None).code
+    pad_lines = {k: [ln for ln in v.splitlines() if "pad[" in ln and "= " in ln]
+                 for k, v in code.items()}
+    def tested(ln: str) -> bool:   # a padding test or a clamped index
+        return any(t in ln for t in ("?", "kiln_select", "kiln_max", "kiln_min"))
+
+    assert any(tested(ln) for ln in pad_lines["select"])
+    assert pad_lines["partitioned"] and not any(tested(ln) for ln in pad_lines["partitioned"])
+
+
 def test_records_change_the_generated_kernel(tmp_path) -> None:
     """A record's point replaces the default: int16 weights for a 1 x 1 layer (twice the
     weight bytes) and the straight-line dot, whose Arm build has no dot loop."""
@@ -141,7 +188,8 @@ def test_the_straight_line_dot_counts_fewer_instructions(tmp_path) -> None:
 def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tmp_path):
     """Every convolution at int16 weights, the straight-line dot (its Arm asm: K = 40 in
     flattened pairs, 64 pointwise, 144, and 576 with the second row pointers on ResNet-8)
-    and the zero point in the bias: the firmware's integers equal the reference's."""
+    and the zero point in the bias, every depthwise one (DS-CNN) with the partitioned plane
+    and the folded zero point: the firmware's integers equal the reference's."""
     import onnx
 
     from toolchain.autotune.tasks import extract_tasks
@@ -154,10 +202,12 @@ def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tm
     m = anchor_model(model)
     path = tmp_path / f"{model}.onnx"
     onnx.save(m, path)
-    tasks = [t for t in extract_tasks(path, "cortex-m4") if t.space.kind == "cm_int8_conv"]
-    assert tasks
-    point = {"wide": True, "unroll": "full", "zero_point": "bias"}
-    traces = {t.space.workload: t.space.trace(point) for t in tasks}
+    points = {"cm_int8_conv": {"wide": True, "unroll": "full", "zero_point": "bias"},
+              "cm_int8_depthwise": {"pad": "partitioned", "zero_point": "bias"}}
+    tasks = [t for t in extract_tasks(path, "cortex-m4") if t.space.kind in points]
+    assert {t.space.kind for t in tasks} == ({"cm_int8_conv"} if model == "resnet8"
+                                             else set(points))
+    traces = {t.space.workload: t.space.trace(points[t.space.kind]) for t in tasks}
     with applying(traces) as applied:
         bundle, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "fw", name=model)
     assert len(applied) == len(tasks)

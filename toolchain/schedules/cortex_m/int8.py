@@ -91,6 +91,7 @@ from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, sche
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target, resolve_target
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform.partition_loop import PARTITION
 
 #: groups of four k one dot call takes, largest first: 4 G k in one call for G >= 4 (a C loop
 #: over the groups inside the intrinsic, the four accumulators in registers for the whole
@@ -262,11 +263,46 @@ def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
 PLANE_BYTES = 8192
 
 
-def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
+def dsp_depthwise_space(node: Node, target: Target) -> Space:
+    """The knobs of the DSP depthwise convolution of QConv ``node``:
+
+    * ``pad`` -- the padded int16 plane written element by element with a padding test
+      (``select``, the heuristic) or by loops cut into border and interior pieces
+      (``partitioned``: :mod:`~toolchain.tir.transform.partition_loop`; the interior is a
+      plain copy; offered where the plane has a padding);
+    * ``zero_point`` -- ``im2col`` (each plane element is ``int16(x) - x_zp``) or ``bias``
+      (folded into the bias at compile time, the plane pads with ``x_zp``; offered where the
+      folded bias fits int32).
+
+    >>> w = Value.constant("w", np.ones((8, 1, 3, 3), np.int8))
+    >>> b = Value.constant("b", np.zeros(8, np.int32))
+    >>> n = Node("QConv", "dw", [Value("x", (1, 8, 6, 6), "int8"), w, b],
+    ...          [Value("y", (1, 8, 6, 6), "int8")],
+    ...          {"pads": [1] * 4, "strides": [1, 1], "group": 8, "x_zero_point": 3})
+    >>> s = dsp_depthwise_space(n, resolve_target("cortex-m4")); s.default(), s.size
+    ({'pad': 'select', 'zero_point': 'im2col'}, 4)
+    """
+    x, y, a = node.input(0), node.outputs[0], node.attrs
+    padded = any(int(v) for v in a["pads"]) or int(node.input(1).shape[3]) % 4 != 0
+    knobs = (Knob("pad", ("select", "partitioned") if padded else ("select",), "select",
+                  "the padded plane by a test per element or by border/interior loops"),
+             Knob("zero_point", ("im2col", "bias") if _foldable(node) else ("im2col",),
+                  "im2col", "the input zero point subtracted per plane element or folded "
+                  "into the bias"))
+    key = (f"cm_int8_depthwise|{x.dtype}|{'x'.join(map(str, x.shape))}|"
+           f"k{'x'.join(map(str, node.input(1).shape[2:]))}|"
+           f"s{'x'.join(map(str, a['strides']))}|p{'x'.join(map(str, a['pads']))}|"
+           f"out{'x'.join(map(str, y.shape))}|plane{PLANE_BYTES}")
+    return Space("cm_int8_depthwise", key, knobs)
+
+
+def _schedule_depthwise(func: Any, intrin: str, partitioned: bool = False
+                        ) -> tuple[Schedule, bool]:
     """The padded int16 input of one channel (or of one output row's band of input rows
     when the plane is larger than :data:`PLANE_BYTES`), one intrinsic call per kernel row
     and four kernel columns; and whether a whole channel's plane is staged before the
-    channel is written (the kernel may then write over its input)."""
+    channel is written (the kernel may then write over its input). ``partitioned``: the
+    padded copy's loops are cut into border and interior pieces."""
     sch = Schedule(func)
     sch.compute_inline(sch.get_block("x_shifted"))
     _, c, y, x = sch.get_loops(sch.get_block("qconv"))
@@ -276,6 +312,9 @@ def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
         _, _, hp, wp = (int(d.value) for d in _buffer_shape(sch, "pad"))
         staged = 2 * hp * wp <= PLANE_BYTES
         sch.compute_at(sch.get_block("pad"), c if staged else y)
+        if partitioned:
+            for loop in sch.get_loops(sch.get_block("pad"))[-2:]:
+                sch.annotate(loop, PARTITION, 1)
     acc = sch.get_block("dw_acc")
     loops = sch.get_loops(acc)
     h = loops[-2]
@@ -432,7 +471,9 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
         wide, fold_zp = point["wide"], point["zero_point"] == "bias"
         pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide, point["unroll"] == "full")
         flat = pair if ow == 0 else None
-    extra = {"fold_zp": True} if fold_zp and pair is not None else {}
+    dw_point = decide(dsp_depthwise_space(node, t)) if depthwise else {}
+    fold_zp = fold_zp and pair is not None or dw_point.get("zero_point") == "bias"
+    extra = {"fold_zp": True} if fold_zp else {}
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
                       q15_weights=wide and pair is not None, **extra)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
@@ -444,7 +485,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     try:
         if depthwise:
             intrin = t.intrinsic("dwconv_q15q7_1x4")
-            sch, in_place = _schedule_depthwise(func, intrin)
+            sch, in_place = _schedule_depthwise(func, intrin,
+                                                dw_point["pad"] == "partitioned")
             # no padded copy: the pixels read the input directly (no access order)
             staged_rows = "pad" in block_names(sch)
         elif s8:
