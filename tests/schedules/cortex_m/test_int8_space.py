@@ -222,3 +222,29 @@ def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tm
     assert ints
     for k in ints:
         np.testing.assert_array_equal(run.outputs[k], ref[k], err_msg=k)
+
+
+@pytest.mark.slow
+@needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
+def test_kiln_tune_on_qemu_then_compile_for_the_board_with_the_records(tmp_path, capsys):
+    """``kiln tune MODEL --target cortex-m4 --runner qemu`` finds DS-CNN's int8 tasks (the
+    convolutions and the depthwise layers), writes instruction counts, and ``kiln compile
+    --board qemu-mps2-an386 --records`` builds the tuned kernels (slow: ~20 cross builds)."""
+    import onnx
+
+    from toolchain.autotune.records import load_records
+    from toolchain.cli import main
+    from toolchain.zoo.quantized import anchor_model
+
+    model = tmp_path / "ds_cnn.onnx"
+    onnx.save(anchor_model("ds_cnn"), model)
+    out = tmp_path / "r.jsonl"
+    assert main(["tune", str(model), "--target", "cortex-m4", "--runner", "qemu", "--trials",
+                 "20", "-o", str(out), "--no-progress"]) == 0
+    recs = load_records(out)
+    assert {r.space for r in recs} == {"cm_int8_conv", "cm_int8_depthwise"}
+    assert all(r.unit == "instructions" and r.costs for r in recs)
+    assert main(["compile", str(model), "--board", "qemu-mps2-an386", "--records", str(out),
+                 "-o", str(tmp_path / "fw")]) == 0
+    assert "tuning records: 3 kernel schedules" in capsys.readouterr().out
+    assert "_2x2x64u_" in (tmp_path / "fw" / "src" / "kernels.c").read_text()
