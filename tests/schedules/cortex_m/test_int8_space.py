@@ -55,6 +55,17 @@ def test_default_is_the_heuristic_and_traces_round_trip() -> None:
     assert kxk.workload != pw.workload
 
 
+def test_the_seeds_are_the_instruction_saving_points() -> None:
+    """The tuner's first points after the default (the prior, docs/tuning.md): every
+    saving knob on; none on a target without the int16-weight dots."""
+    node = _conv(16, 16, 3, 1, (1, 1, 1, 1), hw=(6, 8))
+    assert _space(node).seed_points()[0] == {"wide": True, "unroll": "full",
+                                             "zero_point": "bias"}
+    assert _space(node, parse_target(COMPACT)).seed_points() == []
+    dw = _conv(c=8, m=8, k=3, stride=1, pads=(1, 1, 1, 1), group=8)
+    assert _space(dw).seed_points() == [{"pad": "partitioned", "zero_point": "bias"}]
+
+
 def test_invalid_points_are_refused_before_building() -> None:
     node = _conv(16, 16, 3, 1, (1, 1, 1, 1), hw=(6, 8))
     s = _space(node)

@@ -194,7 +194,11 @@ def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
            f"p{'x'.join(map(str, a['pads']))}|d{'x'.join(map(str, a.get('dilations', [1, 1])))}|"
            f"out{'x'.join(map(str, y.shape))}|{a.get('data_layout', 'NCHW')}|"
            f"pairs{width}|w16={int(has_wide)}|u={int(has_full)}")
-    return Space("cm_int8_conv", key, knobs, rules)
+    # the prior: every knob that saves instructions on (measured best on every layer of
+    # DS-CNN, ResNet-8 and MobileNetV1, docs/tuning.md); dropped where the space lacks it
+    seeds = ({"wide": True, "unroll": "full", "zero_point": "bias"},
+             {"wide": True, "unroll": "full"})
+    return Space("cm_int8_conv", key, knobs, rules, seeds=seeds)
 
 
 def wide_weights(target: Target, window: tuple[int, ...] | None, k: int) -> bool:
@@ -293,7 +297,8 @@ def dsp_depthwise_space(node: Node, target: Target) -> Space:
            f"k{'x'.join(map(str, node.input(1).shape[2:]))}|"
            f"s{'x'.join(map(str, a['strides']))}|p{'x'.join(map(str, a['pads']))}|"
            f"out{'x'.join(map(str, y.shape))}|plane{PLANE_BYTES}")
-    return Space("cm_int8_depthwise", key, knobs)
+    seeds = ({"pad": "partitioned", "zero_point": "bias"},)  # the prior, as above
+    return Space("cm_int8_depthwise", key, knobs, seeds=seeds)
 
 
 def _schedule_depthwise(func: Any, intrin: str, partitioned: bool = False
