@@ -446,6 +446,23 @@ def compute_options(node: Node, target: Any) -> dict[str, Any]:
     return {}
 
 
+def _pair_point(node: Node, t: Target, window: tuple[int, ...], kp: int
+                ) -> tuple[tuple[str, int] | None, tuple[str, int] | None, bool, bool]:
+    """The two-pixel kernel of QConv ``node`` at the point :func:`decide` gives its space
+    (:func:`dsp_conv_space`): ``(pair, flat, wide, fold_zp)`` -- the intrinsic and groups
+    (None: one pixel a step), the same when the pairs are of the flattened pixel index,
+    int16 weights, the zero point folded into the bias."""
+    ow = int(node.outputs[0].shape[3])
+    if ow % 2 and int(node.outputs[0].shape[0]) == 1:
+        ow = 0  # pairs of the flattened pixel index
+    space = dsp_conv_space(node, t, window, kp, ow)
+    point = decide(space) if space is not None else \
+        {"wide": wide_weights(t, window, kp), "unroll": "loop", "zero_point": "im2col"}
+    pair = pair_intrinsic(t, int(node.input(1).shape[0]), kp, ow, point["wide"],
+                          point["unroll"] == "full")
+    return pair, pair if ow == 0 else None, point["wide"], point["zero_point"] == "bias"
+
+
 def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     """The Cortex-M int8 schedule of ``node`` (generic int8 schedule where DSP kernels do
     not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other ops)."""
@@ -464,18 +481,9 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
-    fold_zp = False
-    wide = wide_weights(t, window, kp)
+    fold_zp, wide = False, wide_weights(t, window, kp)
     if window is not None and not s8:
-        ow = int(node.outputs[0].shape[3])
-        if ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            ow = 0  # pairs of the flattened pixel index
-        space = dsp_conv_space(node, t, window, kp, ow)
-        point = decide(space) if space is not None else \
-            {"wide": wide, "unroll": "loop", "zero_point": "im2col"}
-        wide, fold_zp = point["wide"], point["zero_point"] == "bias"
-        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide, point["unroll"] == "full")
-        flat = pair if ow == 0 else None
+        pair, flat, wide, fold_zp = _pair_point(node, t, window, kp)
     dw_point = decide(dsp_depthwise_space(node, t)) if depthwise else {}
     fold_zp = fold_zp and pair is not None or dw_point.get("zero_point") == "bias"
     extra = {"fold_zp": True} if fold_zp else {}
