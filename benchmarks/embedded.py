@@ -186,7 +186,8 @@ def print_tuned(pairs: list[tuple[dict, dict]], trials: int) -> None:
         flash = f"{_kib(r['flash']['total'])}/{_kib(t['flash']['total'])}"
         print(f"{r['model']:<13} {r['board']:<16} {r['precision']:<4} "
               f"{r['instructions'] or 0:>12,} {t['instructions'] or 0:>12,} {ratio:>13.3f} "
-              f"{flash:>15} {r.get('tune_s', 0):>7.0f} {t['check']:>11}")
+              f"{flash:>15} {format(r['tune_s'], '.0f') if 'tune_s' in r else '-':>7} "
+              f"{t['check']:>11}")
 
 
 def main() -> int:
