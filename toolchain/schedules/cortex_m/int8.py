@@ -160,9 +160,10 @@ def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
       w``: the im2col copies ``int16(x)``, the padding is ``x_zp``; offered where the
       folded bias fits int32).
 
-    Both are offered only where the target declares the intrinsics (a flash-tight variant
-    that drops ``dot_q15q15_*`` has a one-point space). The workload key holds the
-    geometry, the layouts and which of the intrinsics the target has.
+    ``wide`` and ``unroll`` are offered only where the target declares the intrinsics (a
+    flash-tight variant that drops ``dot_q15q15_*`` keeps int8 weights and the loop). The
+    workload key holds the geometry, the layouts, which of the intrinsics the target has
+    and whether the zero point folds.
 
     >>> w = Value.constant("w", np.ones((16, 16, 3, 3), np.int8))
     >>> b = Value.constant("b", np.zeros(16, np.int32))
@@ -179,11 +180,12 @@ def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
     has_wide = target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}")
     has_full = has_wide and target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}u")
+    fold = _foldable(node)
     knobs = (Knob("wide", (False, True) if has_wide else (False,),
                   wide_weights(target, window, k), "int16 weights (dot_q15q15) or int8"),
              Knob("unroll", ("loop", "full") if has_full else ("loop",), "loop",
                   "the dot's loop over the groups of four k, or straight-line code"),
-             Knob("zero_point", ("im2col", "bias") if _foldable(node) else ("im2col",),
+             Knob("zero_point", ("im2col", "bias") if fold else ("im2col",),
                   "im2col", "the input zero point subtracted per im2col element or folded "
                   "into the bias"))
     rules = (Rule("the straight-line dot (unroll=full) is the int16-weight one (wide=True)",
@@ -193,7 +195,7 @@ def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
            f"k{'x'.join(map(str, window))}|s{'x'.join(map(str, a['strides']))}|"
            f"p{'x'.join(map(str, a['pads']))}|d{'x'.join(map(str, a.get('dilations', [1, 1])))}|"
            f"out{'x'.join(map(str, y.shape))}|{a.get('data_layout', 'NCHW')}|"
-           f"pairs{width}|w16={int(has_wide)}|u={int(has_full)}")
+           f"pairs{width}|w16={int(has_wide)}|u={int(has_full)}|fold={int(fold)}")
     # the prior: every knob that saves instructions on (measured best on every layer of
     # DS-CNN, ResNet-8 and MobileNetV1, docs/tuning.md); dropped where the space lacks it
     seeds = ({"wide": True, "unroll": "full", "zero_point": "bias"},
@@ -288,15 +290,16 @@ def dsp_depthwise_space(node: Node, target: Target) -> Space:
     """
     x, y, a = node.input(0), node.outputs[0], node.attrs
     padded = any(int(v) for v in a["pads"]) or int(node.input(1).shape[3]) % 4 != 0
+    fold = _foldable(node)
     knobs = (Knob("pad", ("select", "partitioned") if padded else ("select",), "select",
                   "the padded plane by a test per element or by border/interior loops"),
-             Knob("zero_point", ("im2col", "bias") if _foldable(node) else ("im2col",),
+             Knob("zero_point", ("im2col", "bias") if fold else ("im2col",),
                   "im2col", "the input zero point subtracted per plane element or folded "
                   "into the bias"))
     key = (f"cm_int8_depthwise|{x.dtype}|{'x'.join(map(str, x.shape))}|"
            f"k{'x'.join(map(str, node.input(1).shape[2:]))}|"
            f"s{'x'.join(map(str, a['strides']))}|p{'x'.join(map(str, a['pads']))}|"
-           f"out{'x'.join(map(str, y.shape))}|plane{PLANE_BYTES}")
+           f"out{'x'.join(map(str, y.shape))}|plane{PLANE_BYTES}|fold={int(fold)}")
     seeds = ({"pad": "partitioned", "zero_point": "bias"},)  # the prior, as above
     return Space("cm_int8_depthwise", key, knobs, seeds=seeds)
 
