@@ -6,6 +6,8 @@
         --kernels
     python benchmarks/embedded.py --models ds_cnn --boards qemu-mps2-an386 --precisions int8 \\
         --ram-budget 6144                     # patch stages (docs/embedded.md)
+    python benchmarks/embedded.py --models ds_cnn,resnet8,mobilenet_v1 \\
+        --boards qemu-mps2-an386 --precisions int8 --tune 64   # default vs tuned (QEMU)
 
 Per model, board and precision it compiles with ``--board`` (fit check, cross build), reads
 flash and RAM from the linked ELF's map (toolchain.boards.size), runs the firmware once on
@@ -25,6 +27,12 @@ clock advances 1 ns per instruction, so the 25 MHz CMSDK timer the firmware read
 the inference counts instructions in steps of 40 (exact to within 40).  Instructions are
 not cycles: a Cortex-M4 needs ~1.2-2 cycles per instruction on this code (loads, FPU,
 flash wait states), so multiply by that for a rough time at the board's clock.
+
+``--tune N`` tunes each model's kernels for the board's target first (``kiln tune --runner
+qemu``: each trial one kernel's instructions under QEMU, N trials a model, records in a
+temporary folder), ``--records R`` takes records from a file instead; then every row is
+compiled and run twice, with the default schedules and with the records
+(``kiln compile --records``), and a second table prints both counts and tuned / default.
 """
 
 from __future__ import annotations
@@ -81,8 +89,28 @@ def _check(model: onnx.ModelProto, inputs: dict, outputs: dict, precision: str) 
     return text
 
 
+def _tune(path: Path, board: str, trials: int, out: Path) -> Path:
+    """Tune the kernels of model ``path`` for ``board``'s target under QEMU (``kiln tune
+    --runner qemu``), ``trials`` in all; the records go to ``out``."""
+    from toolchain.autotune.qemu import QemuBuilder, QemuRunner
+    from toolchain.autotune.records import RecordWriter
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.autotune.tuner import tune_tasks
+    from toolchain.boards.descriptor import load_board
+
+    target = load_board(board).target
+    tasks = extract_tasks(path, target)
+    builder, runner = QemuBuilder(target, work=out.parent / "firmware"), QemuRunner(target)
+    with RecordWriter(out) as writer:
+        tune_tasks(tasks, trials, builder=builder, runner=runner, writer=writer,
+                   progress=False)
+    return out
+
+
 def _row(model: str, board: str, precision: str, work: Path, kernels: bool,
-         ram_budget: int | None = None) -> dict:
+         ram_budget: int | None = None, records: Path | None = None) -> dict:
+    from toolchain.autotune.apply import applying
+    from toolchain.autotune.records import best_traces, load_records
     from toolchain.boards import compile_board, run_on_qemu
     from toolchain.errors import TargetError
 
@@ -92,9 +120,12 @@ def _row(model: str, board: str, precision: str, work: Path, kernels: bool,
     inputs = _inputs(m)
     key = {"model": model, "board": board, "precision": precision}
     t0 = time.perf_counter()
+    traces = best_traces(load_records(records)) if records else {}
+    tag = "-tuned" if records else ""
     try:
-        out, report = compile_board(path, board, work / f"{model}-{precision}-{board}",
-                                    name=f"{model}_{precision}", ram_budget=ram_budget)
+        with applying(traces):
+            out, report = compile_board(path, board, work / f"{model}-{precision}-{board}{tag}",
+                                        name=f"{model}_{precision}", ram_budget=ram_budget)
     except TargetError as exc:
         return {**key, "refused": str(exc)}
     compile_s = time.perf_counter() - t0
@@ -140,6 +171,25 @@ def print_table(rows: list[dict]) -> None:
           "inference.")
 
 
+def print_tuned(pairs: list[tuple[dict, dict]], trials: int) -> None:
+    """Default vs tuned instructions per model (the same run, QEMU -icount)."""
+    print(f"\ndefault vs tuned schedules ({f'--tune {trials}' if trials else 'records'}; "
+          "instructions: QEMU -icount, one inference)")
+    head = (f"{'model':<13} {'board':<16} {'prec':<4} {'default':>12} {'tuned':>12} "
+            f"{'tuned/default':>13} {'flash KiB':>15} {'tune s':>7} {'check':>11}")
+    print(head)
+    print("-" * len(head))
+    for r, t in pairs:
+        if "refused" in r or "refused" in t:
+            continue
+        ratio = t["instructions"] / r["instructions"] if r["instructions"] else float("nan")
+        flash = f"{_kib(r['flash']['total'])}/{_kib(t['flash']['total'])}"
+        print(f"{r['model']:<13} {r['board']:<16} {r['precision']:<4} "
+              f"{r['instructions'] or 0:>12,} {t['instructions'] or 0:>12,} {ratio:>13.3f} "
+              f"{flash:>15} {format(r['tune_s'], '.0f') if 'tune_s' in r else '-':>7} "
+              f"{t['check']:>11}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -150,21 +200,39 @@ def main() -> int:
     ap.add_argument("--kernels", action="store_true",
                     help="also print instructions per kernel (firmware built with "
                          "-DKILN_ENABLE_TIMING)")
+    ap.add_argument("--tune", type=int, default=0, metavar="N",
+                    help="tune each model for the board under QEMU (N trials), then compare "
+                         "default and tuned instructions")
+    ap.add_argument("--records", type=Path, default=None, metavar="R.jsonl",
+                    help="compare default and tuned instructions with these records")
     args = ap.parse_args()
-    rows = []
+    rows, tuned = [], []
     with tempfile.TemporaryDirectory(prefix="kiln-embedded-") as tmp:
         for model in args.models.split(","):
             for precision in args.precisions.split(","):
                 for board in args.boards.split(","):
                     rows.append(_row(model, board, precision, Path(tmp), args.kernels,
                                      args.ram_budget))
+                    records = args.records
+                    if args.tune:
+                        t0 = time.perf_counter()
+                        records = _tune(Path(tmp) / f"{model}_{precision}.onnx", board,
+                                        args.tune, Path(tmp) / f"{model}-{precision}-{board}"
+                                        f".jsonl")
+                        rows[-1]["tune_s"] = time.perf_counter() - t0
+                    if records:
+                        tuned.append((rows[-1], _row(model, board, precision, Path(tmp),
+                                                     args.kernels, args.ram_budget, records)))
                     print(f"  done {model} {precision} on {board}", file=sys.stderr)
     print_table(rows)
+    if tuned:
+        print_tuned(tuned, args.tune)
     if args.kernels:
-        for r in rows:
+        for r in rows + [t for _, t in tuned]:
             if r.get("kernels"):
-                print(f"\n{r['model']} {r['precision']} on {r['board']}: instructions per "
-                      "kernel")
+                how = " (tuned)" if r in (t for _, t in tuned) else ""
+                print(f"\n{r['model']} {r['precision']} on {r['board']}{how}: instructions "
+                      "per kernel")
                 for index, name, ticks in r["kernels"]:
                     print(f"  {index:>3} {name:<48} {round(ticks * 1e9 / r['hz']):>12,}")
     return 0

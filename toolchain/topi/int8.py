@@ -268,7 +268,7 @@ def dsp_dot(col: te.Tensor, wp: te.Tensor, name: str = "dsp_acc") -> te.Tensor:
 
 def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.Tensor,
                 mult: te.Tensor, shifts: te.Tensor, attrs: dict[str, Any],
-                even_pixels: bool = False) -> te.Tensor:
+                even_pixels: bool = False, fold_zp: bool = False) -> te.Tensor:
     """Integer NCHW convolution (group 1) as im2col (q7 -> q15, like CMSIS-NN) and a
     dot product with :func:`pack_dsp_weights`-packed weights ``wp`` (``wshape``: the
     unpacked ``[M, C, KH, KW]``); same integers as :func:`qconv2d_nchw`.
@@ -279,14 +279,23 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
 
     ``even_pixels`` (batch 1): the im2col and accumulator rows are rounded up to an even
     count, the extra row repeating the last pixel, so that a schedule may take the pixels
-    two at a time (the extra row is computed, never stored)."""
+    two at a time (the extra row is computed, never stored).
+
+    ``fold_zp``: ``bias`` is :func:`fold_zero_point`'s (``bias - x_zp * sum_k w``), so the
+    im2col rows hold ``int16(x)`` itself and the padding ``x_zp`` (whose product the folded
+    bias takes back out): no subtraction per element; the same integers."""
     m, c, kh, kw = wshape
     sh, sw = attrs["strides"]
     dh, dw = attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
     nhwc = attrs.get("data_layout", "NCHW") == "NHWC"
     spatial = (1, 2) if nhwc else (2, 3)
-    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), spatial, (pt, pl), (pb, pr))
+    if fold_zp:
+        xs = te.compute(x.shape, lambda *i: te.cast(x[i], "int16"), name="x_shifted",
+                        tag="injective")
+        xp = pad_spatial(xs, spatial, (pt, pl), (pb, pr), value=attrs["x_zero_point"])
+    else:
+        xp = pad_spatial(shifted(x, attrs["x_zero_point"]), spatial, (pt, pl), (pb, pr))
     n, hp, wdt = (int(xp.shape[a].value) for a in (0, *spatial))
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     k = c * kh * kw
@@ -332,18 +341,24 @@ def pack_dsp_depthwise(w: np.ndarray) -> np.ndarray:
 
 
 def qdwconv_dsp(x: te.Tensor, wp: te.Tensor, kw: int, bias: te.Tensor, mult: te.Tensor,
-                shifts: te.Tensor, attrs: dict[str, Any]) -> te.Tensor:
+                shifts: te.Tensor, attrs: dict[str, Any], fold_zp: bool = False) -> te.Tensor:
     """Integer NCHW depthwise convolution (channel multiplier 1, no dilation) over
     :func:`pack_dsp_depthwise`-packed ``wp``: four kernel columns at a time, the input padded
     on the right so the last group reads inside it (times a zero weight); same integers as
-    :func:`qconv2d_nchw`."""
+    :func:`qconv2d_nchw`. ``fold_zp``: ``bias`` is :func:`fold_zero_point`'s, the padded
+    plane holds ``int16(x)`` and pads with ``x_zp`` (as :func:`qconv2d_dsp`)."""
     c, kh, kwp = (int(d.value) for d in wp.shape)
     sh, sw = attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
     n, _, h, w = (int(d.value) for d in x.shape)
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     extra = max(0, (ow - 1) * sw + kwp - (w + pl + pr))
-    xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr + extra))
+    if fold_zp:
+        xs = te.compute(x.shape, lambda *i: te.cast(x[i], "int16"), name="x_shifted",
+                        tag="injective")
+        xp = pad_spatial(xs, (2, 3), (pt, pl), (pb, pr + extra), value=attrs["x_zero_point"])
+    else:
+        xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr + extra))
     ry = te.reduce_axis((0, kh), name="ry")
     rxo = te.reduce_axis((0, kwp // 4), name="rxo")
     hh = te.reduce_axis((0, 2), name="h")
@@ -689,7 +704,14 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp" and not dense_dsp:
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")
-        return [qdwconv_dsp(x, wp, kw, *_requant_tensors(ctx), ctx.attrs)]
+        bias, mult, shifts = _requant_tensors(ctx)
+        if ctx.options.get("fold_zp"):
+            # own names: the shift table's packing above closes over ``zp`` (y's)
+            w8, x_zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
+            bias = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w8, x_zp).astype(np.int32),
+                                     "the Cortex-M DSP depthwise convolution")
+        return [qdwconv_dsp(x, wp, kw, bias, mult, shifts, ctx.attrs,
+                            bool(ctx.options.get("fold_zp")))]
     if ctx.options.get("algorithm") == "x86":
         m = int(ctx.node.input(1).shape[0])
         wp = ctx.packed_tensor(1, lambda w: pack_x86_weights(w, x86_lanes(m)),
@@ -702,8 +724,15 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
                                    "int16")
         else:
             wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
-        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, *_requant_tensors(ctx), ctx.attrs,
-                            bool(ctx.options.get("even_pixels")))]
+        bias, mult, shifts = _requant_tensors(ctx)
+        if ctx.options.get("fold_zp"):
+            # own names: the shift table's packing above closes over ``zp`` (y's)
+            w8, x_zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
+            bias = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w8, x_zp).astype(np.int32),
+                                     "the Cortex-M DSP convolution")
+        return [qconv2d_dsp(ctx.tensor(0), wp, wshape, bias, mult, shifts, ctx.attrs,
+                            bool(ctx.options.get("even_pixels")),
+                            bool(ctx.options.get("fold_zp")))]
     return [qconv2d_nchw(x, ctx.tensor(1), *_requant_tensors(ctx), ctx.attrs)]
 
 

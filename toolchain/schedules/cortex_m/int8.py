@@ -81,14 +81,17 @@ from typing import Any
 import numpy as np
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.overlap import AccessOrder
 from toolchain.intrinsics import load_intrinsics
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
-from toolchain.schedules.registry import OpSchedule, resolve_target
-from toolchain.target import Target
+from toolchain.schedules.registry import OpSchedule
+from toolchain.target import Target, resolve_target
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform.partition_loop import PARTITION
 
 #: groups of four k one dot call takes, largest first: 4 G k in one call for G >= 4 (a C loop
 #: over the groups inside the intrinsic, the four accumulators in registers for the whole
@@ -113,17 +116,91 @@ def dot_intrinsic(target: Target, channels: int, k: int) -> tuple[str, int, int]
 PAIR_GROUPS = (36, 32, 24, 18, 16, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
 
 
-def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool = False
-                   ) -> tuple[str, int] | None:
+def pair_intrinsic(target: Target, channels: int, k: int, width: int, wide: bool = False,
+                   unrolled: bool = False) -> tuple[str, int] | None:
     """(registered name, groups of four k a call) of the two-pixel x two-channel dot for
     ``channels`` outputs, a (padded) reduction of ``k`` and an output row of ``width``
     pixels (0: pairs of the flattened pixel index, any count); None where it does not
     apply (odd channel count or odd width: one pixel a call). ``wide``: over int16 weights
-    (``dot_q15q15``, see :func:`wide_weights`)."""
+    (``dot_q15q15``, see :func:`wide_weights`); ``unrolled``: its straight-line variant
+    (``dot_q15q15_2x2x{4G}u``, a tuning choice: :func:`dsp_conv_space`)."""
     if channels % 2 or width % 2:
         return None
     groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
-    return target.intrinsic(f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}"), groups
+    name = f"dot_q15{'q15' if wide else 'q7'}_2x2x{4 * groups}{'u' if unrolled else ''}"
+    return target.intrinsic(name), groups
+
+
+def _foldable(node: Node) -> bool:
+    """Whether the input zero point of QConv ``node`` folds into an int32 bias."""
+    from toolchain.topi.int8 import fold_zero_point
+
+    w, b = node.input(1), node.input(2) if len(node.inputs) > 2 else None
+    if b is None or b.data is None or w is None or w.data is None:
+        return False
+    folded = fold_zero_point(b.data, w.data, node.attrs.get("x_zero_point", 0))
+    return bool(np.all(np.abs(folded) < 2**31 - 1))
+
+
+def dsp_conv_space(node: Node, target: Target, window: tuple[int, ...], k: int,
+                   width: int) -> Space | None:
+    """The knobs of the two-pixel DSP convolution of QConv ``node`` (kernel ``window``,
+    padded reduction ``k``, pairs along rows of ``width`` pixels or, 0, of the flattened
+    pixel index), or None where the two-pixel kernel does not apply:
+
+    * ``wide`` -- int16 weights widened at compile time (``dot_q15q15_2x2``, 14
+      instructions per 16 MACs, twice the flash of those weights) or int8 ones
+      (``dot_q15q7_2x2``: SXTB16 in the loop, 18); the heuristic's :func:`wide_weights`
+      (k x k only) is the default, the 1 x 1 layers may take them too;
+    * ``unroll`` -- ``loop`` (the intrinsic's C loop over the groups of four k) or
+      ``full`` (its straight-line variant ``dot_q15q15_2x2x{4G}u``: 12 per 16 MACs, a
+      longer body; int16 weights only);
+    * ``zero_point`` -- ``im2col`` (each im2col element is ``int16(x) - x_zp``) or ``bias``
+      (the input zero point folded into the bias at compile time, ``bias - x_zp * sum_k
+      w``: the im2col copies ``int16(x)``, the padding is ``x_zp``; offered where the
+      folded bias fits int32).
+
+    ``wide`` and ``unroll`` are offered only where the target declares the intrinsics (a
+    flash-tight variant that drops ``dot_q15q15_*`` keeps int8 weights and the loop). The
+    workload key holds the geometry, the layouts, which of the intrinsics the target has
+    and whether the zero point folds.
+
+    >>> w = Value.constant("w", np.ones((16, 16, 3, 3), np.int8))
+    >>> b = Value.constant("b", np.zeros(16, np.int32))
+    >>> n = Node("QConv", "c", [Value("x", (1, 16, 8, 8), "int8"), w, b],
+    ...          [Value("y", (1, 16, 8, 8), "int8")],
+    ...          {"pads": [1] * 4, "strides": [1, 1], "x_zero_point": -128})
+    >>> s = dsp_conv_space(n, resolve_target("cortex-m4"), (3, 3), 144, 8)
+    >>> s.default(), s.size, len(s.valid_points())
+    ({'wide': True, 'unroll': 'loop', 'zero_point': 'im2col'}, 8, 6)
+    """
+    channels = int(node.input(1).shape[0])
+    if pair_intrinsic(target, channels, k, width) is None:
+        return None
+    groups = next(g for g in PAIR_GROUPS if (k // 4) % g == 0)
+    has_wide = target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}")
+    has_full = has_wide and target.has_intrinsic(f"dot_q15q15_2x2x{4 * groups}u")
+    fold = _foldable(node)
+    knobs = (Knob("wide", (False, True) if has_wide else (False,),
+                  wide_weights(target, window, k), "int16 weights (dot_q15q15) or int8"),
+             Knob("unroll", ("loop", "full") if has_full else ("loop",), "loop",
+                  "the dot's loop over the groups of four k, or straight-line code"),
+             Knob("zero_point", ("im2col", "bias") if fold else ("im2col",),
+                  "im2col", "the input zero point subtracted per im2col element or folded "
+                  "into the bias"))
+    rules = (Rule("the straight-line dot (unroll=full) is the int16-weight one (wide=True)",
+                  lambda q: q["unroll"] == "loop" or q["wide"]),)
+    x, y, a = node.input(0), node.outputs[0], node.attrs
+    key = (f"cm_int8_conv|{x.dtype}|{'x'.join(map(str, x.shape))}|o{channels}|"
+           f"k{'x'.join(map(str, window))}|s{'x'.join(map(str, a['strides']))}|"
+           f"p{'x'.join(map(str, a['pads']))}|d{'x'.join(map(str, a.get('dilations', [1, 1])))}|"
+           f"out{'x'.join(map(str, y.shape))}|{a.get('data_layout', 'NCHW')}|"
+           f"pairs{width}|w16={int(has_wide)}|u={int(has_full)}|fold={int(fold)}")
+    # the prior: every knob that saves instructions on (measured best on every layer of
+    # DS-CNN, ResNet-8 and MobileNetV1, docs/tuning.md); dropped where the space lacks it
+    seeds = ({"wide": True, "unroll": "full", "zero_point": "bias"},
+             {"wide": True, "unroll": "full"})
+    return Space("cm_int8_conv", key, knobs, rules, seeds=seeds)
 
 
 def wide_weights(target: Target, window: tuple[int, ...] | None, k: int) -> bool:
@@ -192,11 +269,48 @@ def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
 PLANE_BYTES = 8192
 
 
-def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
+def dsp_depthwise_space(node: Node, target: Target) -> Space:
+    """The knobs of the DSP depthwise convolution of QConv ``node``:
+
+    * ``pad`` -- the padded int16 plane written element by element with a padding test
+      (``select``, the heuristic) or by loops cut into border and interior pieces
+      (``partitioned``: :mod:`~toolchain.tir.transform.partition_loop`; the interior is a
+      plain copy; offered where the plane has a padding);
+    * ``zero_point`` -- ``im2col`` (each plane element is ``int16(x) - x_zp``) or ``bias``
+      (folded into the bias at compile time, the plane pads with ``x_zp``; offered where the
+      folded bias fits int32).
+
+    >>> w = Value.constant("w", np.ones((8, 1, 3, 3), np.int8))
+    >>> b = Value.constant("b", np.zeros(8, np.int32))
+    >>> n = Node("QConv", "dw", [Value("x", (1, 8, 6, 6), "int8"), w, b],
+    ...          [Value("y", (1, 8, 6, 6), "int8")],
+    ...          {"pads": [1] * 4, "strides": [1, 1], "group": 8, "x_zero_point": 3})
+    >>> s = dsp_depthwise_space(n, resolve_target("cortex-m4")); s.default(), s.size
+    ({'pad': 'select', 'zero_point': 'im2col'}, 4)
+    """
+    x, y, a = node.input(0), node.outputs[0], node.attrs
+    padded = any(int(v) for v in a["pads"]) or int(node.input(1).shape[3]) % 4 != 0
+    fold = _foldable(node)
+    knobs = (Knob("pad", ("select", "partitioned") if padded else ("select",), "select",
+                  "the padded plane by a test per element or by border/interior loops"),
+             Knob("zero_point", ("im2col", "bias") if fold else ("im2col",),
+                  "im2col", "the input zero point subtracted per plane element or folded "
+                  "into the bias"))
+    key = (f"cm_int8_depthwise|{x.dtype}|{'x'.join(map(str, x.shape))}|"
+           f"k{'x'.join(map(str, node.input(1).shape[2:]))}|"
+           f"s{'x'.join(map(str, a['strides']))}|p{'x'.join(map(str, a['pads']))}|"
+           f"out{'x'.join(map(str, y.shape))}|plane{PLANE_BYTES}|fold={int(fold)}")
+    seeds = ({"pad": "partitioned", "zero_point": "bias"},)  # the prior, as above
+    return Space("cm_int8_depthwise", key, knobs, seeds=seeds)
+
+
+def _schedule_depthwise(func: Any, intrin: str, partitioned: bool = False
+                        ) -> tuple[Schedule, bool]:
     """The padded int16 input of one channel (or of one output row's band of input rows
     when the plane is larger than :data:`PLANE_BYTES`), one intrinsic call per kernel row
     and four kernel columns; and whether a whole channel's plane is staged before the
-    channel is written (the kernel may then write over its input)."""
+    channel is written (the kernel may then write over its input). ``partitioned``: the
+    padded copy's loops are cut into border and interior pieces."""
     sch = Schedule(func)
     sch.compute_inline(sch.get_block("x_shifted"))
     _, c, y, x = sch.get_loops(sch.get_block("qconv"))
@@ -206,6 +320,9 @@ def _schedule_depthwise(func: Any, intrin: str) -> tuple[Schedule, bool]:
         _, _, hp, wp = (int(d.value) for d in _buffer_shape(sch, "pad"))
         staged = 2 * hp * wp <= PLANE_BYTES
         sch.compute_at(sch.get_block("pad"), c if staged else y)
+        if partitioned:
+            for loop in sch.get_loops(sch.get_block("pad"))[-2:]:
+                sch.annotate(loop, PARTITION, 1)
     acc = sch.get_block("dw_acc")
     loops = sch.get_loops(acc)
     h = loops[-2]
@@ -332,6 +449,23 @@ def compute_options(node: Node, target: Any) -> dict[str, Any]:
     return {}
 
 
+def _pair_point(node: Node, t: Target, window: tuple[int, ...], kp: int
+                ) -> tuple[tuple[str, int] | None, tuple[str, int] | None, bool, bool]:
+    """The two-pixel kernel of QConv ``node`` at the point :func:`decide` gives its space
+    (:func:`dsp_conv_space`): ``(pair, flat, wide, fold_zp)`` -- the intrinsic and groups
+    (None: one pixel a step), the same when the pairs are of the flattened pixel index,
+    int16 weights, the zero point folded into the bias."""
+    ow = int(node.outputs[0].shape[3])
+    if ow % 2 and int(node.outputs[0].shape[0]) == 1:
+        ow = 0  # pairs of the flattened pixel index
+    space = dsp_conv_space(node, t, window, kp, ow)
+    point = decide(space) if space is not None else \
+        {"wide": wide_weights(t, window, kp), "unroll": "loop", "zero_point": "im2col"}
+    pair = pair_intrinsic(t, int(node.input(1).shape[0]), kp, ow, point["wide"],
+                          point["unroll"] == "full")
+    return pair, pair if ow == 0 else None, point["wide"], point["zero_point"] == "bias"
+
+
 def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     """The Cortex-M int8 schedule of ``node`` (generic int8 schedule where DSP kernels do
     not apply: depthwise/grouped convolutions, QGemm with a >2-D input, other ops)."""
@@ -350,14 +484,14 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     s8 = node.op == "QGemm" and qgemm_s8_applies(node)
     window = tuple(w.shape[2:]) if node.op == "QConv" and not depthwise else None
     pair = flat = None
-    wide = wide_weights(t, window, kp)
+    fold_zp, wide = False, wide_weights(t, window, kp)
     if window is not None and not s8:
-        ow = int(node.outputs[0].shape[3])
-        pair = pair_intrinsic(t, int(w.shape[0]), kp, ow, wide)
-        if pair is None and ow % 2 and int(node.outputs[0].shape[0]) == 1:
-            pair = flat = pair_intrinsic(t, int(w.shape[0]), kp, 0, wide)
+        pair, flat, wide, fold_zp = _pair_point(node, t, window, kp)
+    dw_point = decide(dsp_depthwise_space(node, t)) if depthwise else {}
+    fold_zp = fold_zp and pair is not None or dw_point.get("zero_point") == "bias"
+    extra = {"fold_zp": True} if fold_zp else {}
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
-                      q15_weights=wide and pair is not None)
+                      q15_weights=wide and pair is not None, **extra)
     func = te.create_prim_func(list(nc.inputs) + list(nc.outputs), name=int8_kernel_name(node.name))
     nchw_in = node.attrs.get("data_layout", "NCHW") == "NCHW"
     same_shape = nchw_in and node.input(0).shape == node.outputs[0].shape and \
@@ -367,7 +501,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     try:
         if depthwise:
             intrin = t.intrinsic("dwconv_q15q7_1x4")
-            sch, in_place = _schedule_depthwise(func, intrin)
+            sch, in_place = _schedule_depthwise(func, intrin,
+                                                dw_point["pad"] == "partitioned")
             # no padded copy: the pixels read the input directly (no access order)
             staged_rows = "pad" in block_names(sch)
         elif s8:
