@@ -240,7 +240,8 @@ def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tm
 def test_kiln_tune_on_qemu_then_compile_for_the_board_with_the_records(tmp_path, capsys):
     """``kiln tune MODEL --target cortex-m4 --runner qemu`` finds DS-CNN's int8 tasks (the
     convolutions and the depthwise layers), writes instruction counts, and ``kiln compile
-    --board qemu-mps2-an386 --records`` builds the tuned kernels (slow: 8 trials, each a cross build)."""
+    --board qemu-mps2-an386 --records`` builds the tuned kernels (slow: 8 trials, each a
+    cross build)."""
     import onnx
 
     from toolchain.autotune.records import load_records
