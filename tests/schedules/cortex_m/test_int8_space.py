@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.covering import THOROUGH
 from tests.schedules._cpu_targets import cross_compile_m4
 from tests.schedules.cortex_m.test_int8 import _conv, _qx, _reference, _run_host
 from tests.tools import needs
@@ -30,6 +31,11 @@ SHAPES = [
     (4, 8, 3, 1, (1, 1, 1, 1), (5, 7)),
     (6, 10, 3, 2, (1, 1, 1, 1), (9, 8)),
 ]
+
+
+def pair_index(pair: tuple[bool, str]) -> int:
+    """0, 1 or 2 for the (wide, unroll) pairs (False, loop), (True, loop), (True, full)."""
+    return int(pair[0]) + int(pair[1] == "full")
 
 
 def _space(node, target="cortex-m4"):
@@ -85,19 +91,31 @@ def test_invalid_points_are_refused_before_building() -> None:
         compact.check({"wide": True, "unroll": "loop", "zero_point": "im2col"})
 
 
-@pytest.mark.parametrize("c,m,k,stride,pads,hw", SHAPES)
-def test_every_point_is_bit_exact_on_the_host(c, m, k, stride, pads, hw) -> None:
+@pytest.mark.parametrize("i", range(len(SHAPES)),
+                         ids=[f"c{c}-m{m}-k{k}-s{st}-{h}x{w}" for c, m, k, st, _, (h, w) in SHAPES])
+def test_every_point_is_bit_exact_on_the_host(i: int) -> None:
+    """Every (weights, unroll) pair on every shape, the zero point's two ways alternating
+    from shape to shape (each way meets each shape and each pair; ``KILN_TEST_THOROUGH=1``:
+    every point on every shape)."""
+    c, m, k, stride, pads, hw = SHAPES[i]
     node = _conv(c, m, k, stride, pads, hw=hw)
     x = _qx(node.inputs[0].shape, "int8")
     want = _reference(node, x)
     s = _space(node)
+    ways = ("im2col", "bias")
+    tested = set()
     for p in s.valid_points():
+        pair = (p["wide"], p["unroll"])
+        if not THOROUGH and p["zero_point"] != ways[(i + pair_index(pair)) % 2]:
+            continue
+        tested.add(pair)
         with forcing({s.workload: s.trace(p)}):
             got, info = _run_host(node, x)
         kind = "q15q15" if p["wide"] else "q15q7"
         assert f"dot_{kind}_2x2x" in info["intrinsic"], (p, info)
         assert info["intrinsic"].endswith("u") == (p["unroll"] == "full"), (p, info)
         np.testing.assert_array_equal(got, want, err_msg=str(p))
+    assert len(tested) == 3   # every (weights, unroll) pair, whatever the zero point
 
 
 DEPTHWISE = [
