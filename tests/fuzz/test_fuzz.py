@@ -4,6 +4,7 @@ further with ``python -m tests.fuzz --count N --seed S`` (docs/testing.md)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from tests.fuzz.__main__ import BACKENDS, TARGETS
 from tests.fuzz.accel import random_accel_model
+from tests.fuzz.batch import FloatBatch
 from tests.fuzz.graphs import FAMILIES, INT8_FAMILIES, random_model
 from tests.fuzz.oracle import Finding, check, check_int8, shrink
 from tests.tools import needs
@@ -32,8 +34,27 @@ def _report(seed: int, model, findings, flag: str = "") -> str:
             + f"\nreproduce: python -m tests.fuzz --count 1 --seed {seed}{flag}")
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+#: float graphs built as one bundle per target (tests/fuzz/batch.py); a batch's seeds
+#: share an xdist group, so one worker builds it
+FLOAT_BATCH = 8
+
+
+def _batch_of(seed: int) -> int:
+    return (seed - SEEDS.start) // FLOAT_BATCH
+
+
+@functools.cache
+def _float_batch(batch: int) -> FloatBatch:
+    seeds = [s for s in SEEDS if _batch_of(s) == batch]
+    return FloatBatch([random_model(s) for s in seeds], TARGETS)
+
+
+@pytest.mark.parametrize("seed", [
+    pytest.param(s, marks=pytest.mark.xdist_group(f"fuzz-float-{_batch_of(s)}")) for s in SEEDS])
 def test_random_graph_matches_onnxruntime_on_every_target(seed: int) -> None:
+    """Clean in its batch, or checked alone (the findings and report of the graph alone)."""
+    if _float_batch(_batch_of(seed)).passes((seed - SEEDS.start) % FLOAT_BATCH):
+        return
     model, inputs = random_model(seed)
     findings = check(model, inputs, TARGETS)
     assert not findings, _report(seed, model, findings)
