@@ -1,7 +1,8 @@
 """Several fuzz graphs built as one bundle per target (the CI batch's float graphs).
 
-A float graph's check builds three small bundles (``c-generic`` and both AVX targets),
-and for graphs of a few nodes most of a build is the C compiler's fixed cost. A *batch*
+A float graph's check builds three small bundles (``c-generic`` and both AVX targets, or
+the LLVM, GPU-emulation and threaded builds), and for graphs of a few nodes most of a
+build is the C compiler's fixed cost. A *batch*
 merges a group of graphs into one model whose parts are disjoint (every name of part
 ``i`` prefixed ``p<i>_``: :func:`tests.node_batch.merge_models`, as the node cases are
 batched), builds and runs it once per target, and hands each graph its part's outputs.

@@ -39,29 +39,36 @@ def _report(seed: int, model, findings, flag: str = "") -> str:
 FLOAT_BATCH = 8
 
 
-def _batch_of(seed: int) -> int:
-    return (seed - SEEDS.start) // FLOAT_BATCH
-
-
 @functools.cache
-def _float_batch(batch: int) -> FloatBatch:
-    seeds = [s for s in SEEDS if _batch_of(s) == batch]
-    return FloatBatch([random_model(s) for s in seeds], TARGETS)
+def _batch(seeds: range, targets: tuple[str, ...], n: int) -> FloatBatch:
+    return FloatBatch([random_model(s) for s in seeds[n * FLOAT_BATCH:(n + 1) * FLOAT_BATCH]],
+                      targets)
 
 
-@pytest.mark.parametrize("seed", [
-    pytest.param(s, marks=pytest.mark.xdist_group(f"fuzz-float-{_batch_of(s)}")) for s in SEEDS])
+def _clean_in_its_batch(seeds: range, targets: tuple[str, ...], seed: int) -> bool:
+    n, i = divmod(seed - seeds.start, FLOAT_BATCH)
+    return _batch(seeds, targets, n).passes(i)
+
+
+def _batched(seeds: range, group: str) -> list:
+    return [pytest.param(s, marks=pytest.mark.xdist_group(
+        f"fuzz-{group}-{(s - seeds.start) // FLOAT_BATCH}")) for s in seeds]
+
+
+@pytest.mark.parametrize("seed", _batched(SEEDS, "float"))
 def test_random_graph_matches_onnxruntime_on_every_target(seed: int) -> None:
     """Clean in its batch, or checked alone (the findings and report of the graph alone)."""
-    if _float_batch(_batch_of(seed)).passes((seed - SEEDS.start) % FLOAT_BATCH):
+    if _clean_in_its_batch(SEEDS, TARGETS, seed):
         return
     model, inputs = random_model(seed)
     findings = check(model, inputs, TARGETS)
     assert not findings, _report(seed, model, findings)
 
 
-@pytest.mark.parametrize("seed", BACKEND_SEEDS)
+@pytest.mark.parametrize("seed", _batched(BACKEND_SEEDS, "backends"))
 def test_random_graph_matches_through_llvm_and_the_gpu_emulation(seed: int) -> None:
+    if _clean_in_its_batch(BACKEND_SEEDS, BACKENDS, seed):
+        return
     model, inputs = random_model(seed)
     findings = check(model, inputs, BACKENDS)
     assert not findings, _report(seed, model, findings, f" --targets {','.join(BACKENDS)}")
