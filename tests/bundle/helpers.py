@@ -152,15 +152,25 @@ def gpu_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
 
 
 def nvcc_object(bundle: Path, source: str | Path, out: Path,
-                flags: Sequence[str] = ()) -> subprocess.CompletedProcess:
+                flags: Sequence[str] = (), device_only: bool = False
+                ) -> subprocess.CompletedProcess:
     """``source`` compiled by nvcc in ``bundle``'s folder (its ``include``, ``runtime`` and
     ``src`` on the include path) to object code for sm_80 and sm_90 in one run, every
     warning an error (``flags`` added: ``-DKILN_PROFILE``); the caller checks
-    ``returncode`` and shows ``stderr``."""
+    ``returncode`` and shows ``stderr``.
+
+    ``device_only`` is for a source with no host code (a bundle's ``kernels.cu``): nvcc
+    makes the fat binary of the two architectures' object code (``-fatbin``) and stops
+    there. The device side is the same commands as ``-c``'s (the preprocessor, ``cicc``
+    with its warnings promoted and ``ptxas --warning-as-error`` for each architecture:
+    ``nvcc --dryrun`` lists them); what it leaves out is the host side, ``cudafe++`` and
+    the host compiler over the kernels' launch stubs, half of nvcc's fixed cost of about
+    1 CPU s a run. A bundle's kernels still go through the host side with its launcher
+    (``tests/bundle/test_cuda.py``, ``test_weights_storage.py``)."""
     gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
     return subprocess.run(["nvcc", "-O3", *gencode, *flags, "-Werror", "all-warnings",
-                           "-Iinclude",
-                           "-Iruntime", "-Isrc", "-c", str(source), "-o", str(out)],
+                           "-Iinclude", "-Iruntime", "-Isrc",
+                           "-fatbin" if device_only else "-c", str(source), "-o", str(out)],
                           cwd=bundle, capture_output=True, text=True, check=False)
 
 

@@ -126,7 +126,7 @@ def test_fp16_bundle_compiles_for_sm80_and_sm90(tmp_path: Path) -> None:
     d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
     src = (d / "src/kernels.cu").read_text()
     assert "__half" in src and "float gemm" in src  # half tiles, float accumulators
-    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o")
+    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o", device_only=True)
     assert res.returncode == 0, res.stderr[-3000:]
 
 

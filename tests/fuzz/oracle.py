@@ -86,7 +86,9 @@ def max_rel(got: np.ndarray, want: np.ndarray) -> float:
     return max(float(np.abs(g - w).max()) - ATOL, 0.0) / scale
 
 
-def _compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | None:
+def compare_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with ``got`` against onnxruntime's ``want`` (the first output off by
+    more than the tolerance), or None."""
     for name, w in want.items():
         err = max_rel(np.asarray(got[name]), w)
         if not err <= RTOL:
@@ -209,13 +211,13 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         warnings.simplefilter("ignore")
         try:
             ref = run_graph(from_onnx(model), inputs)
-            bad = _compare(ref, want)
+            bad = compare_outputs(ref, want)
             if bad:
                 findings.append(Finding("wrong", "reference", bad))
         except Exception as exc:  # noqa: BLE001 - every failure is a finding
             findings.append(Finding(_classify(exc), "reference",
                                     f"{type(exc).__name__}: {str(exc)[:2000]}"))
-        findings += on_targets(model, inputs, targets, lambda got: _compare(got, want))
+        findings += on_targets(model, inputs, targets, lambda got: compare_outputs(got, want))
     if any(f.kind == "wrong" for f in findings):
         tie = near_tie(model, inputs)
         if tie is not None:

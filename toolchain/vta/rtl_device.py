@@ -37,7 +37,16 @@ from toolchain.vta.cfsim import RUNTIME, CFsimError, error_message, error_struct
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import INSN_BYTES
 from toolchain.vta.program import Program
-from toolchain.vta.rtl import COUNTERS, RTL_DIR, build_root, params_svh, rtl_sources, verilator_env
+from toolchain.vta.rtl import (
+    COUNTERS,
+    PIC_FLAGS,
+    RTL_DIR,
+    VERILATOR_MAKEFLAGS,
+    build_root,
+    params_svh,
+    rtl_sources,
+    verilator_env,
+)
 
 DEVICE_CPP = RTL_DIR / "sim" / "kiln_vta_rtl.cpp"
 GLUE = Path(__file__).with_name("rtl_glue.c")
@@ -97,7 +106,6 @@ def build_device(config: VTAConfig | None = None) -> Path:
 #: same C++ with the same flags, relative to the bundle folder, and ccache shares the objects)
 MAKE_VERILATE = ("--cc", "--build", "-j", "2", "-O3", "--x-assign", "0", "--x-initial", "0",
                  "-Wno-fatal", "--top-module", "vta_sim_top", "-Mdir", "build/rtl")
-VERILATOR_MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O2"
 
 
 def verilate_command(root: str, sources: list[str], verilator: str = "verilator",
@@ -107,11 +115,14 @@ def verilate_command(root: str, sources: list[str], verilator: str = "verilator"
 
     Example::
 
-        >>> verilate_command("/b", ["rtl/vta_pkg.sv"])[-3:]
-        ['-I/b/runtime -I/b/rtl/sim -fPIC', 'rtl/vta_pkg.sv', '/b/rtl/sim/kiln_vta_rtl.cpp']
+        >>> cmd = verilate_command("/b", ["rtl/vta_pkg.sv"])
+        >>> cmd[-3]
+        '-I/b/runtime -I/b/rtl/sim -fPIC -fno-semantic-interposition'
+        >>> cmd[-2:]
+        ['rtl/vta_pkg.sv', '/b/rtl/sim/kiln_vta_rtl.cpp']
     """
     return [verilator, *MAKE_VERILATE, "-MAKEFLAGS", makeflags, "-Irtl", "-CFLAGS",
-            f"-I{root}/runtime -I{root}/rtl/sim -fPIC", *sources,
+            f"-I{root}/runtime -I{root}/rtl/sim {PIC_FLAGS}", *sources,
             f"{root}/rtl/sim/{DEVICE_CPP.name}"]
 
 

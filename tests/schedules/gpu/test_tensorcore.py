@@ -234,7 +234,7 @@ def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> Non
     d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
     src = (d / "src/kernels.cu").read_text()
     assert "nvcuda::wmma::mma_sync" in src and "kiln_wmma_acc " in src
-    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o")
+    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o", device_only=True)
     assert res.returncode == 0, res.stderr[-3000:]
 
 
@@ -325,9 +325,13 @@ def test_tiles_beyond_48_kib_take_dynamic_shared_memory_and_async_copies(tmp_pat
     launcher = (d / "src/gemm.cu").read_text()
     assert f"cudaFuncAttributeMaxDynamicSharedMemorySize, {need})" in launcher
     assert f"dim3(32, 2, 2), {need}>>>" in launcher
-    for source in ("src/kernels.cu", "src/gemm.cu"):
-        res = nvcc_object(d, source, tmp_path / "o.o")
-        assert res.returncode == 0, res.stderr[-3000:]
+    # the launcher and the kernels as one translation unit, the launcher first (it cannot
+    # lean on what the kernels include): one nvcc run, as tests/bundle/test_cuda.py does
+    unit = tmp_path / "bundle.cu"
+    unit.write_text("".join(f'#include "{(d / "src" / f).resolve()}"\n'
+                            for f in ("gemm.cu", "kernels.cu")))
+    res = nvcc_object(d, unit, tmp_path / "o.o")
+    assert res.returncode == 0, res.stderr[-3000:]
 
 
 def test_padded_tiles_and_16_byte_fetches_in_the_cuda_source() -> None:
