@@ -33,7 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
+from toolchain.tir.functor import (
+    StmtExprMutator,
+    StmtExprVisitor,
+    StmtMutator,
+    StmtVisitor,
+    substitute,
+)
 from toolchain.tir.transform.lower_blocks import CARRIED, aligned_strides
 
 
@@ -324,7 +330,7 @@ class _Rewrite(StmtExprMutator):
         return s2
 
 
-class _Place(StmtExprMutator):
+class _Place(StmtMutator):
     def __init__(self, loop: ir.For, buf: ir.Buffer) -> None:
         self.loop, self.buf = loop, buf
 
@@ -334,7 +340,7 @@ class _Place(StmtExprMutator):
         return super().visit_For(s)
 
 
-class _Compact(StmtExprMutator):
+class _Compact(StmtMutator):
     def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
         body = self.visit_stmt(s.body)
         buf = s.buffer
@@ -374,7 +380,7 @@ class _Compact(StmtExprMutator):
 def _find_loop(s: ir.Stmt, var: ir.Var) -> ir.For | None:
     found: list[ir.For] = []
 
-    class _F(StmtExprVisitor):
+    class _F(StmtVisitor):
         def visit_For(self, f: ir.For) -> None:
             if f.loop_var is var:
                 found.append(f)
