@@ -3,8 +3,8 @@
 A :class:`~toolchain.tir.functor.StmtExprMutator` or ``StmtExprVisitor`` subclass that
 overrides no expression method enters every expression of a kernel and leaves it as it
 was; :class:`~toolchain.tir.functor.StmtMutator` / ``StmtVisitor`` give the same result
-without that walk (expressions are most of a kernel's nodes: a cubic Resize's lowering
-spent a sixth of its time in such walks). This checks every such class in ``toolchain/``.
+without that walk (expressions are most of a kernel's nodes). This checks every such
+class in ``toolchain/``.
 """
 
 from __future__ import annotations

@@ -343,7 +343,8 @@ def _index(func: ir.PrimFunc) -> _Index:
     return idx
 
 
-#: the attribute a PrimFunc keeps its :class:`_Index` in
+#: the attribute a PrimFunc keeps its :class:`_Index` in (``PrimFunc.__getstate__`` leaves
+#: it out of pickles)
 _INDEX = "_schedule_index"
 
 
