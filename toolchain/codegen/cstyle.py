@@ -120,10 +120,11 @@ def c_templates(keep_trailing_newline: bool = True) -> jinja2.Environment:
                               undefined=jinja2.StrictUndefined)
 
 
-def free_scalars(func: ir.PrimFunc, bound: set[ir.Var] | None = None) -> list[ir.Var]:
+def free_scalars(func: ir.PrimFunc, bound: set[ir.Var] | None = None,
+                 used: list[ir.Var] | None = None) -> list[ir.Var]:
     """Scalar variables the body uses but nothing binds (symbolic sizes; ``bound``: the
     parameters, default all of them), sorted by their C name: the trailing arguments of
-    the C and LLVM kernels."""
+    the C and LLVM kernels. ``used``: ``free_vars(func.body)``, where the caller has it."""
     if bound is None:
         bound = {p.data if isinstance(p, ir.Buffer) else p for p in func.params}
     defined: set[ir.Var] = set(bound)
@@ -148,7 +149,8 @@ def free_scalars(func: ir.PrimFunc, bound: set[ir.Var] | None = None) -> list[ir
             super().visit_Allocate(s)
 
     _Def().visit_stmt(func.body)
-    free = [v for v in free_vars(func.body) if v not in defined and v.dtype != "handle"]
+    used = free_vars(func.body) if used is None else used
+    free = [v for v in used if v not in defined and v.dtype != "handle"]
     return sorted(free, key=lambda v: sanitize(v.name))
 
 
@@ -355,10 +357,11 @@ class CStyleRenderer:
             else:
                 params.append(f"{self.ctype(p.dtype)} {self.names(p, p.name)}")
                 bound.add(p)
-        extra = free_scalars(func, bound)
+        in_body = free_vars(body)  # one walk for both questions where body is the function's
+        extra = free_scalars(func, bound, in_body if body is func.body else None)
         for v in extra:
             params.append(f"{self.ctype(v.dtype)} {self.names(v, v.name)}")
-        used = set(free_vars(body))
+        used = set(in_body)
         for p in list(func.params) + extra:
             var = p.data if isinstance(p, ir.Buffer) else p
             if var not in used and not _accesses(body, var):

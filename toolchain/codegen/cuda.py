@@ -40,7 +40,7 @@ from toolchain.codegen.artifact import support_of
 from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
 from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import ExprMutator, StmtExprVisitor, uses_var
+from toolchain.tir.functor import ExprMutator, StmtVisitor, uses_var
 from toolchain.tir.schedule.gpu import ASYNC_COPY
 from toolchain.tir.transform.inject_double_buffer import PIPELINE_STAGES
 from toolchain.tir.transform.lower_thread_allreduce import SHUFFLES
@@ -65,7 +65,7 @@ class _Lane(ExprMutator):
         return ir.BufferLoad(e.buffer, tuple(self.visit_expr(i) for i in e.indices))
 
 
-class _Launch(StmtExprVisitor):
+class _Launch(StmtVisitor):
     def __init__(self) -> None:
         self.extents: dict[str, ir.PrimExpr] = {}
 
@@ -185,7 +185,7 @@ class CUDARenderer(CStyleRenderer):
         buffer at its own offset (aligned to :attr:`smem_align`, none reused)."""
         found: list[ir.Buffer] = []
 
-        class _Shared(StmtExprVisitor):
+        class _Shared(StmtVisitor):
             def visit_Allocate(self, s: ir.Allocate) -> None:
                 if s.buffer.scope == "shared" and all(s.buffer.data is not b.data
                                                       for b in found):
@@ -358,7 +358,7 @@ def _annotated(s: ir.Stmt, key: str) -> bool:
     """Whether a loop of ``s`` carries annotation ``key``."""
     found: list[bool] = []
 
-    class _Find(StmtExprVisitor):
+    class _Find(StmtVisitor):
         def visit_For(self, f: ir.For) -> None:
             if f.annotations.get(key):
                 found.append(True)

@@ -67,7 +67,7 @@ from toolchain.codegen.names import sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.gcpause import paused_gc
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprVisitor
+from toolchain.tir.functor import StmtVisitor
 
 I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
@@ -230,7 +230,7 @@ class LLVMCodegen(MathCalls):
         total = 0
         found: list[ir.Allocate] = []
 
-        class _Allocs(StmtExprVisitor):
+        class _Allocs(StmtVisitor):
             def visit_Allocate(self, s: ir.Allocate) -> None:
                 found.append(s)
                 super().visit_Allocate(s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from toolchain.codegen.cstyle import free_scalars
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprVisitor, substitute
+from toolchain.tir.functor import StmtExprVisitor, StmtVisitor, substitute
 
 
 def unit_stride(s: ir.For) -> bool:
@@ -85,7 +85,7 @@ def loop_elem_bits(s: ir.For) -> int:
     """The widest element a loop body stores (what its vector lanes would hold)."""
     widest = [8]
 
-    class _Stores(StmtExprVisitor):
+    class _Stores(StmtVisitor):
         def visit_BufferStore(self, st: ir.BufferStore) -> None:
             e = ir.element_of(st.buffer.dtype)
             widest[0] = max(widest[0], 8 if e == "bool" else ir.bits_of(e))

@@ -345,9 +345,29 @@ def order_peak(graph: Graph, order: Sequence[int] | None = None, *, alignment: i
         ...                                  Node("Neg", "n", [a], [y])]))
         1024
     """
+    return order_peaks(graph, [range(len(graph.nodes)) if order is None else order],
+                       alignment=alignment, scratch=scratch, overwrite=overwrite,
+                       inplace=inplace)[0]
+
+
+def order_peaks(graph: Graph, orders: Iterable[Sequence[int]], *, alignment: int = 64,
+                scratch: Mapping[str, int] | None = None,
+                overwrite: Mapping[str, Iterable[str]] | None = None,
+                inplace: bool = True) -> list[int]:
+    """:func:`order_peak` of each order of ``orders``, the graph analysed once (its
+    values, sizes and in-place candidates: most of what one order's bound costs), for a
+    caller that compares many orders of one graph.
+
+        >>> from toolchain.graph.ir import Graph, Node, Value
+        >>> x, a, b, y = (Value(n, (256,), "float32") for n in ("x", "a", "b", "y"))
+        >>> g = Graph("g", [x], [y], [Node("Exp", "e", [x], [a]), Node("Neg", "n", [x], [b]),
+        ...                           Node("Add", "s", [a, b], [y])])
+        >>> order_peaks(g, [(0, 1, 2), (1, 0, 2)])
+        [2048, 2048]
+    """
     declared = {k: frozenset(v) for k, v in (overwrite or {}).items()}
     p = _problem(graph, alignment, dict(scratch or {}), declared, inplace)
-    return _peak(p, range(len(graph.nodes)) if order is None else order)[0]
+    return [_peak(p, order)[0] for order in orders]
 
 
 def reorder(graph: Graph, order: Sequence[int]) -> Graph:
@@ -464,5 +484,5 @@ def plan_in_best_order(graph: Graph, *, alignment: int = 64,
     return best, plan
 
 
-__all__ = ["BEAM", "STATE_BUDGET", "OrderSearch", "order_peak", "plan_in_best_order", "reorder",
-           "schedule_for_memory", "search_order"]
+__all__ = ["BEAM", "STATE_BUDGET", "OrderSearch", "order_peak", "order_peaks",
+           "plan_in_best_order", "reorder", "schedule_for_memory", "search_order"]

@@ -59,7 +59,7 @@ from toolchain.errors import ScheduleError, TargetError
 from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
 from toolchain.target import Target, load_target
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.functor import StmtExprMutator, post_order_visit
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
 __all__ = ["MMA_SCOPE", "IntrinsicSpec", "attach_intrinsics", "behaviour_of_call", "get_spec",
@@ -539,6 +539,21 @@ class _Specialise(StmtExprMutator):
         return ir.Call(e.dtype, fname, list(e.args))
 
 
+def _calls_registered(body: ir.Stmt) -> bool:
+    """Whether ``body`` calls a registered intrinsic, C helper or LLVM helper: the only
+    calls :class:`_Specialise` acts on (one read-only walk, where the rewrite would
+    rebuild the whole kernel to find none)."""
+    found: list[ir.Call] = []
+
+    def f(x: object) -> None:
+        if isinstance(x, ir.Call) and (x.op in _BY_FUNCTION or x.op in _HELPERS
+                                       or x.op in _LLVM_HELPERS):
+            found.append(x)
+
+    post_order_visit(body, f)
+    return bool(found)
+
+
 def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,
                       target: Target | None = None) -> ir.PrimFunc:
     """Lowering pass (phase 1, built in: see :mod:`toolchain.tir.transform.pipeline`):
@@ -560,6 +575,8 @@ def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,
 
     if target is not None and (target.intrinsics or target.c_helpers.strip()):
         load_intrinsics(target)
+    if not _calls_registered(func.body):
+        return func  # what the rewrite below gives such a kernel, without rebuilding it
     m = _Specialise(CStyleRenderer.type_map, targets)
     body = m.visit_stmt(func.body)
     old = support_of(func)

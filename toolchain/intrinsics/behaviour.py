@@ -376,9 +376,9 @@ def _drop_unit_loops(f: ir.PrimFunc) -> ir.PrimFunc:
     Before: ``for i, j in T.grid(1, 4): C[vi, vj] ...``; after: ``for j in range(4):`` with
     ``vi`` bound to 0 — the matched tile then sits at one row of a 2-D operand.
     """
-    from toolchain.tir.functor import StmtExprMutator, substitute
+    from toolchain.tir.functor import StmtMutator, substitute
 
-    class _Drop(StmtExprMutator):
+    class _Drop(StmtMutator):
         def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802 - visitor naming
             if ir.is_const_int(s.extent, 1) and ir.is_const_int(s.min, 0):
                 return self.visit_stmt(substitute(s.body, {s.loop_var: ir.IntImm(0)}))

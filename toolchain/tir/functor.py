@@ -4,7 +4,9 @@
   call ``super()`` to keep walking).
 * :class:`ExprMutator` / :class:`StmtExprMutator` rebuild a tree; a node whose children
   did not change is returned as is (identity), so "did anything change?" is ``new is old``.
-* :class:`StmtVisitor` / :class:`StmtMutator` do the same for statements only.
+* :class:`StmtVisitor` / :class:`StmtMutator` do the same for statements only: the
+  base of a pass or analysis that overrides no expression method (it gives the same
+  result without entering every expression, most of a kernel's nodes).
 * Buffers are not rewritten by default; override :meth:`StmtExprMutator.visit_buffer` to
   swap buffers (it is called for every load, store, region and allocation).
 

@@ -807,6 +807,11 @@ class PrimFunc(Node):
         """A copy with a new body."""
         return PrimFunc(self.params, body, self.name, self.attrs)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # what the schedule's index remembers about this version (every statement's
+        # ancestors): made again on demand, not worth pickling
+        return {k: v for k, v in self.__dict__.items() if k != "_schedule_index"}
+
     def script(self) -> str:
         """The function as TVMScript-like text (same as ``str(func)``)."""
         return str(self)

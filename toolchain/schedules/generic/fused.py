@@ -52,7 +52,7 @@ from toolchain.schedules.generic import ops as cpu_ops
 from toolchain.schedules.registry import OpSchedule
 from toolchain.te.rebind import SwapBuffers, rebind
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, post_order_visit
+from toolchain.tir.functor import StmtMutator, post_order_visit
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
 from toolchain.tir.schedule.schedule import BlockRV, LoopRV
@@ -306,7 +306,7 @@ def fused_schedule(node: Node, target: Any) -> OpSchedule:
                       overlap=lap)
 
 
-class _Rename(StmtExprMutator):
+class _Rename(StmtMutator):
     def __init__(self, names: dict[str, str]) -> None:
         self.names = names
 

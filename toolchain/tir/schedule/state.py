@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.errors import ScheduleError
@@ -317,26 +317,51 @@ def walk(s: ir.Stmt, path: tuple[ir.Stmt, ...] = ()) -> Iterator[tuple[ir.Stmt,
                 push((c, inner))
 
 
+@dataclass
+class _Index:
+    """Where each loop and block of one function is (the first in pre-order, as a walk
+    finds it), with its ancestors: made by one walk the first time a function version is
+    asked, kept on that (immutable) PrimFunc. A schedule asks for several loops and blocks
+    of each version between two primitives; each question walked the whole function."""
+
+    loops: dict[ir.Var, tuple[ir.For, tuple[ir.Stmt, ...]]]  # Vars hash by identity
+    blocks: dict[str, tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]]
+    realizes: list[ir.BlockRealize]
+
+
+def _index(func: ir.PrimFunc) -> _Index:
+    idx = func.__dict__.get(_INDEX)
+    if idx is None:
+        idx = _Index({}, {}, [])
+        for node, path in walk(func.body):
+            if isinstance(node, ir.For):
+                idx.loops.setdefault(node.loop_var, (node, path))
+            elif isinstance(node, ir.BlockRealize):
+                idx.blocks.setdefault(node.block.name_hint, (node, path))
+                idx.realizes.append(node)
+        object.__setattr__(func, _INDEX, idx)
+    return idx
+
+
+#: the attribute a PrimFunc keeps its :class:`_Index` in (``PrimFunc.__getstate__`` leaves
+#: it out of pickles)
+_INDEX = "_schedule_index"
+
+
 def find_loop(func: ir.PrimFunc, var: ir.Var) -> tuple[ir.For, tuple[ir.Stmt, ...]] | None:
     """The ``For`` whose loop var is ``var`` and its ancestors, or None."""
-    for node, path in walk(func.body):
-        if isinstance(node, ir.For) and node.loop_var is var:
-            return node, path
-    return None
+    return _index(func).loops.get(var)
 
 
 def find_block(func: ir.PrimFunc, name: str) -> tuple[ir.BlockRealize,
                                                       tuple[ir.Stmt, ...]] | None:
     """The ``BlockRealize`` of the block named ``name`` and its ancestors, or None."""
-    for node, path in walk(func.body):
-        if isinstance(node, ir.BlockRealize) and node.block.name_hint == name:
-            return node, path
-    return None
+    return _index(func).blocks.get(name)
 
 
 def all_blocks(func: ir.PrimFunc) -> list[ir.BlockRealize]:
     """Every BlockRealize in program order (the root block included)."""
-    return [n for n, _ in walk(func.body) if isinstance(n, ir.BlockRealize)]
+    return list(_index(func).realizes)
 
 
 def block_names(func: ir.PrimFunc) -> list[str]:

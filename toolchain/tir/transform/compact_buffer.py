@@ -31,9 +31,16 @@ After (one row per pixel; the row ``im2col[0, ko * 8 .. ko * 8 + 7]`` per call):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
+from toolchain.tir.functor import (
+    StmtExprMutator,
+    StmtExprVisitor,
+    StmtMutator,
+    StmtVisitor,
+    substitute,
+)
 from toolchain.tir.transform.lower_blocks import CARRIED, aligned_strides
 
 
@@ -53,8 +60,9 @@ class _Access:
 
 
 class _Accesses(StmtExprVisitor):
-    def __init__(self, data: ir.Var) -> None:
+    def __init__(self, data: ir.Var, tiles: dict[int, tuple[ir.Call, Any]]) -> None:
         self.data = data
+        self.tiles = tiles  # call id -> (call, its operand_tiles): shared by one pass run
         self.path: list[ir.Stmt] = []
         self.found: list[_Access] = []
         self.opaque = False
@@ -78,7 +86,10 @@ class _Accesses(StmtExprVisitor):
     def visit_Call(self, e: ir.Call) -> None:
         from toolchain.intrinsics import operand_tiles
 
-        tiles = operand_tiles(e)
+        hit = self.tiles.get(id(e))
+        if hit is None or hit[0] is not e:  # each allocation's walk meets the same calls
+            hit = self.tiles[id(e)] = (e, operand_tiles(e))
+        tiles = hit[1]
         if tiles is not None:  # a registered intrinsic: it touches its operand tiles
             for first, last, read, written in tiles:
                 for i in first.indices:
@@ -154,12 +165,14 @@ def _private_per_iteration(accesses: list[_Access], loop: ir.For) -> bool:
                     any(x is s for x in r.path) for r in reads):
                 return False
     outer = _outer_ranges(accesses[0].path, loop)
+    w_inner = [_inner_ranges(w.path, loop) for w in writes]
+    r_inner = [_inner_ranges(r.path, loop) for r in reads]
     for d in range(len(accesses[0].indices)):
-        wb = [arith.relax(w.indices[d], _inner_ranges(w.path, loop)) for w in writes]
+        wb = [arith.relax(w.indices[d], inner) for w, inner in zip(writes, w_inner, strict=True)]
         if any(b is None for b in wb):
             return False
-        for r in reads:
-            rb = arith.relax(r.indices[d], _inner_ranges(r.path, loop))
+        for r, inner in zip(reads, r_inner, strict=True):
+            rb = arith.relax(r.indices[d], inner)
             if rb is None or not (any(arith.prove(b[0] <= rb[0], outer) for b in wb)
                                   and any(arith.prove(rb[1] <= b[1], outer) for b in wb)):
                 return False
@@ -254,10 +267,10 @@ def _canonical(a: _Access, canon: dict[str, ir.Var]) -> _Access:
 def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list | None:
     """Per dimension ``(lo, extent)`` of the region touched below ``lca``."""
     out = []
+    inner = [_inner_ranges(a.path, lca) for a in accesses]
     for d, dim in enumerate(buf.shape):
         los, his = [], []
-        for a in accesses:
-            r = _inner_ranges(a.path, lca)
+        for a, r in zip(accesses, inner, strict=True):
             bounds = arith.relax(a.indices[d], r)
             if bounds is None:  # not expressible without the relaxed loop vars
                 break
@@ -324,7 +337,7 @@ class _Rewrite(StmtExprMutator):
         return s2
 
 
-class _Place(StmtExprMutator):
+class _Place(StmtMutator):
     def __init__(self, loop: ir.For, buf: ir.Buffer) -> None:
         self.loop, self.buf = loop, buf
 
@@ -334,11 +347,14 @@ class _Place(StmtExprMutator):
         return super().visit_For(s)
 
 
-class _Compact(StmtExprMutator):
+class _Compact(StmtMutator):
+    def __init__(self) -> None:
+        self.tiles: dict[int, tuple[ir.Call, Any]] = {}
+
     def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
         body = self.visit_stmt(s.body)
         buf = s.buffer
-        acc = _Accesses(buf.data)
+        acc = _Accesses(buf.data, self.tiles)
         acc.visit_stmt(body)
         if acc.opaque or not acc.found or (buf.strides and not buf.dim_align):
             return s if body is s.body else ir.Allocate(buf, body)
@@ -374,7 +390,7 @@ class _Compact(StmtExprMutator):
 def _find_loop(s: ir.Stmt, var: ir.Var) -> ir.For | None:
     found: list[ir.For] = []
 
-    class _F(StmtExprVisitor):
+    class _F(StmtVisitor):
         def visit_For(self, f: ir.For) -> None:
             if f.loop_var is var:
                 found.append(f)

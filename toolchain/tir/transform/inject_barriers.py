@@ -89,7 +89,7 @@ from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import (
     ExprVisitor,
-    StmtExprVisitor,
+    StmtVisitor,
     free_vars,
     post_order_visit,
     substitute,
@@ -136,7 +136,7 @@ def thread_extents(kernel: ir.Stmt) -> dict[str, ir.PrimExpr]:
     as the CUDA backend reads it)."""
     out: dict[str, ir.PrimExpr] = {}
 
-    class _Launch(StmtExprVisitor):
+    class _Launch(StmtVisitor):
         def visit_For(self, s: ir.For) -> None:
             if s.kind == "thread_binding" and s.thread_tag:
                 out.setdefault(s.thread_tag, s.extent)

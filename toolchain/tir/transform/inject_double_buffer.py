@@ -76,7 +76,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, substitute
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, StmtMutator, substitute
 
 #: the function attribute that lists the double-buffered shared buffers (by name)
 DOUBLE_BUFFER = "double_buffer"
@@ -138,7 +138,7 @@ class _Half(StmtExprMutator):
         return ir.BufferStore(buf, store.value, idx)
 
 
-class _Inject(StmtExprMutator):
+class _Inject(StmtMutator):
     def __init__(self, names: set[str], stages: dict[str, int]) -> None:
         self.names = names
         self.stages = stages

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, substitute, uses_var
+from toolchain.tir.functor import StmtExprMutator, StmtMutator, substitute, uses_var
 
 #: loop annotation of a nest that folds into one accelerator instruction (never split)
 INSTRUCTION = "instruction"
@@ -90,7 +90,7 @@ def _inject(s: ir.Stmt, vt: ir.Var, n: int) -> ir.Stmt:
     return ir.seq(*(arith.simplify(substitute(s, {vt: k})) for k in range(n)))
 
 
-class _VThread(StmtExprMutator):
+class _VThread(StmtMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
         body = self.visit_stmt(s.body)
         if not (s.kind == "thread_binding" and (s.thread_tag or "").startswith("vthread")):

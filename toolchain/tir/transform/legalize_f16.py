@@ -35,7 +35,7 @@ from dataclasses import replace
 
 from toolchain.errors import UnsupportedError
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, free_vars
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, StmtMutator, free_vars
 from toolchain.tir.structural import expr_key
 from toolchain.tir.transform.lower_blocks import CARRIED
 
@@ -207,7 +207,7 @@ class _Redirect(StmtExprMutator):
         return super().visit_BufferStore(s)
 
 
-class _Accumulate(StmtExprMutator):
+class _Accumulate(StmtMutator):
     """A reduction that accumulates straight into a float16 parameter (an unscheduled
     compute: ``for k (carried C): C[i] = C[i] + ...``) accumulates in a local instead,
     stored to the parameter once after its loop; the local becomes float32 (``_Legalize``),

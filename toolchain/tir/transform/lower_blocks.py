@@ -14,7 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, free_vars, substitute
+from toolchain.tir.functor import (
+    StmtExprMutator,
+    StmtMutator,
+    StmtVisitor,
+    free_vars,
+    substitute,
+)
 
 #: Loop annotation set by :func:`lower_blocks`: names of buffers whose values are carried
 #: from one iteration to the next (the loop was bound to a reduce block var). Allocation
@@ -37,7 +43,7 @@ def _guard_init(s: ir.Block) -> ir.Block:
     return replace(s, init=None, body=ir.seq(init, s.body))
 
 
-class _InitLowerer(StmtExprMutator):
+class _InitLowerer(StmtMutator):
     def visit_Block(self, s: ir.Block) -> ir.Stmt:
         return _guard_init(super().visit_Block(s))
 
@@ -85,7 +91,7 @@ def aligned_strides(buf: ir.Buffer, aligns: Sequence[tuple[int, int, int]]) -> t
     return tuple(strides)
 
 
-class _AlignCollector(StmtExprVisitor):
+class _AlignCollector(StmtVisitor):
     def __init__(self) -> None:
         self.aligns: dict[str, list[tuple[int, int, int]]] = {}
 
@@ -95,7 +101,7 @@ class _AlignCollector(StmtExprVisitor):
         super().visit_Block(s)
 
 
-class _CarriedCollector(StmtExprVisitor):
+class _CarriedCollector(StmtVisitor):
     """Loop vars bound to reduce block vars -> names of the buffers the block writes."""
 
     def __init__(self) -> None:

@@ -57,7 +57,12 @@ from dataclasses import dataclass
 
 from toolchain.errors import ScheduleError
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, free_vars, post_order_visit, substitute
+from toolchain.tir.functor import (
+    StmtMutator,
+    free_vars,
+    post_order_visit,
+    substitute,
+)
 
 #: lanes of a warp (every CUDA GPU so far)
 WARP = 32
@@ -164,7 +169,7 @@ def _all(conds: list[ir.PrimExpr]) -> ir.PrimExpr | None:
     return out
 
 
-class _Lower(StmtExprMutator):
+class _Lower(StmtMutator):
     def __init__(self) -> None:
         self.threads: dict[ir.Var, int] = {}  # threadIdx.x loop var -> extent
         self.uses: dict[str, int] = {}

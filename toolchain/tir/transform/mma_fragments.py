@@ -53,7 +53,7 @@ from __future__ import annotations
 from toolchain.errors import UnsupportedError
 from toolchain.intrinsics import MMA_SCOPE
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, post_order_visit, substitute
+from toolchain.tir.functor import StmtExprMutator, StmtVisitor, substitute
 
 #: the register-accumulator scope this pass lays out (the ISA's m16n8 layout)
 SCOPE = MMA_SCOPE
@@ -119,13 +119,27 @@ class _Registers(StmtExprMutator):
                               self._index(s.buffer.data, s.indices))
 
 
+class _Scopes(StmtVisitor):
+    """The memory scopes a statement allocates (statements only: an allocation is one)."""
+
+    def __init__(self) -> None:
+        self.scopes: set[str] = set()
+
+    def visit_Allocate(self, s: ir.Allocate) -> None:
+        self.scopes.add(s.buffer.scope)
+        super().visit_Allocate(s)
+
+
+def _allocates(body: ir.Stmt, scope: str) -> bool:
+    walk = _Scopes()
+    walk.visit_stmt(body)
+    return scope in walk.scopes
+
+
 def lower_mma_fragments(func: ir.PrimFunc) -> ir.PrimFunc:
     """Lowering pass (phase 1, after buffer compaction): each ``mma.accumulator`` buffer
     as one lane's registers (see the module docstring); other functions unchanged."""
-    found: list[bool] = []
-    post_order_visit(func.body, lambda x: found.append(True) if isinstance(x, ir.Allocate)
-                     and x.buffer.scope == SCOPE else None)
-    if not found:
+    if not _allocates(func.body, SCOPE):
         return func
     return func.with_body(_Registers(f"kernel {func.name}").visit_stmt(func.body))
 

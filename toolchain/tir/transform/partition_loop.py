@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor, StmtMutator
 
 #: the loop annotation that asks for the split
 PARTITION = "partition"
@@ -143,7 +143,7 @@ class _Fold(StmtExprMutator):
                        false_value=self.visit_expr(e.false_value))
 
 
-class _Partition(StmtExprMutator):
+class _Partition(StmtMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
         if PARTITION not in s.annotations:
             return super().visit_For(s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
+from toolchain.tir.functor import StmtExprVisitor, StmtMutator
 
 
 def is_noop(s: ir.Stmt | None) -> bool:
@@ -47,7 +47,7 @@ def uses_buffer(s: ir.Stmt, data: ir.Var) -> bool:
     return v.found
 
 
-class _RemoveNoOp(StmtExprMutator):
+class _RemoveNoOp(StmtMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
         body = self.visit_stmt(s.body)
         if is_noop(body) or ir.is_const_int(s.extent, 0):

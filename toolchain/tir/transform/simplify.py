@@ -62,5 +62,18 @@ def simplify(func: ir.PrimFunc) -> ir.PrimFunc:
 
         for i_0, i_1 in T.grid(4, 32):
             B[i_0 * 32 + i_1] = A[i_0 * 32 + i_1]
+
+    A function this pass returned unchanged is returned at once the next time (the
+    pipeline simplifies three times; where the passes between change nothing, the last
+    simplification repeats one that found nothing to do).
     """
-    return _Simplify().visit(func)
+    if func.__dict__.get(_FIXED_POINT):
+        return func
+    out = _Simplify().visit(func)
+    if out is func:
+        object.__setattr__(func, _FIXED_POINT, True)
+    return out
+
+
+#: the attribute marking a function ``simplify`` returned as it was (a fixed point)
+_FIXED_POINT = "_simplified"

@@ -107,7 +107,7 @@ from dataclasses import replace
 
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, free_vars, post_order_visit
+from toolchain.tir.functor import StmtExprMutator, StmtMutator, free_vars, post_order_visit
 from toolchain.tir.transform.inject_barriers import (
     barrier,
     has_shared,
@@ -147,7 +147,7 @@ def _splits(node: ir.Node) -> bool:
     return has_barrier(node) or has_shuffle(node)
 
 
-class _Serialize(StmtExprMutator):
+class _Serialize(StmtMutator):
     """Thread-bound loops as serial loops (kernels whose threads never communicate)."""
 
     def __init__(self, kernel: str) -> None:
@@ -162,7 +162,7 @@ class _Serialize(StmtExprMutator):
         return super().visit_For(s)
 
 
-class _HoistShared(StmtExprMutator):
+class _HoistShared(StmtMutator):
     """Remove the shared allocations of a block body, remembering their buffers."""
 
     def __init__(self) -> None:

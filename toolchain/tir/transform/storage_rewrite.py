@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator
+from toolchain.tir.functor import StmtExprMutator, StmtMutator
 from toolchain.tir.transform.remove_noop import uses_buffer
 
 
@@ -52,7 +52,7 @@ def _plan(allocs: list[ir.Buffer], seq: tuple[ir.Stmt, ...]) -> dict[ir.Var, ir.
     return out
 
 
-class _StorageRewrite(StmtExprMutator):
+class _StorageRewrite(StmtMutator):
     def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
         chain: list[ir.Buffer] = []
         node: ir.Stmt = s

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
+from toolchain.tir.functor import StmtExprMutator, StmtMutator, StmtVisitor
 
 #: Innermost serial loops with a constant extent up to this are unrolled automatically.
 AUTO_MAX_EXTENT = 4
@@ -14,7 +14,7 @@ AUTO_MAX_EXTENT = 4
 MAX_UNROLLED_STMTS = 4096
 
 
-class _HasLoop(StmtExprVisitor):
+class _HasLoop(StmtVisitor):
     def __init__(self) -> None:
         self.found = False
 
@@ -105,7 +105,7 @@ def specialize(s: ir.Stmt, vmap: Mapping[ir.Var, ir.PrimExpr]) -> ir.Stmt:
     return _Specialize({k: ir.convert(v) for k, v in vmap.items()}).visit_stmt(s)
 
 
-class _Unroll(StmtExprMutator):
+class _Unroll(StmtMutator):
     def __init__(self, auto_max_extent: int) -> None:
         self.auto = auto_max_extent
         self.max_step = 0

@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import ExprMutator, StmtExprMutator, post_order_visit, uses_var
+from toolchain.tir.functor import (
+    ExprMutator,
+    StmtExprMutator,
+    StmtMutator,
+    post_order_visit,
+    uses_var,
+)
 
 #: Widest vector the expansion produces (lanes); wider loops use the simd pragma.
 MAX_LANES = 64
@@ -147,7 +153,7 @@ def _has_loop(s: ir.Stmt) -> bool:
     return bool(found)
 
 
-class _Vectorize(StmtExprMutator):
+class _Vectorize(StmtMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
         body = self.visit_stmt(s.body)
         if s.kind != "vectorized":
