@@ -287,8 +287,8 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
 
     attrs = attrs_of(node)
     vals = list(node.inputs)
-    _, _, h, w = (int(d) for d in vals[0].shape)
-    pt, pl, pb, pr = attrs["pads"]
+    w = int(vals[0].shape[3])
+    _, pl, _, pr = attrs["pads"]
     kh = int(vals[1].shape[2])
     real = real or node
     point = decide(dw_space(node, target, lanes, real))
