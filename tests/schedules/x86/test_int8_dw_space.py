@@ -89,8 +89,8 @@ def test_every_point_bit_exact(c: int, hw: tuple[int, int], dtype: str, xzp: int
                                yzp: int) -> None:
     """Each (kernel, whole-plane) pair of the space, its pixel tiles taken in turn (every
     point with ``KILN_TEST_THOROUGH=1``), built for the host and run: the reference's
-    integers. The 8-channel uint8 layer zips two pixels' quads at once. (5 and 3 host
-    builds: about 7 and 3 s on the loaded 2-core machine.)"""
+    integers. The 8-channel uint8 layer zips two pixels' quads at once. (5 host builds
+    each: about 7 and 3 s on the loaded 2-core machine.)"""
     node = _dw(c, hw, dtype, xzp, yzp)
     target = load_target("x86_64-avx512")
     s = task_of(node, target).space
