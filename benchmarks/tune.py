@@ -1,26 +1,28 @@
 """Auto-tuning benchmark: tuned vs default vs onnxruntime, model vs random search.
 
-    python benchmarks/tune.py                                  # C1-C12, DW1, D512/D1024/D768 at 64
+    python benchmarks/tune.py                                  # C1-C12, DW1, D1-D9, dense at 64
     python benchmarks/tune.py --budgets 64,256                 # the issue's two budgets
     python benchmarks/tune.py --only C2,C6,D1024 --budgets 32 --curves C6 --svg build/curves
     python benchmarks/tune.py --resnet 8                       # + ResNet-18, 8 trials/task
+    python benchmarks/tune.py --only none --mobilenet 8        # MobileNetV2 alone
     python benchmarks/tune.py --flush-mb 0                     # tune warm, as the table times
     python benchmarks/tune.py --point C4:ry=2,rw=7,epilogue=transposed  # one point, no tuning
     python benchmarks/tune.py --peak --point C3:b_pack=in_place  # + one core's FMA peak
 
-For every case (the ResNet-18 convolutions C1-C12 of ``benchmarks/ops.py``, a depthwise
-convolution and the dense shapes, batch 1, fp32, single thread) it tunes the kernel alone
-with the xgboost-guided search at each budget (trials per task), then measures in one run,
-alternately, the default schedule, the tuned one (the best record of the largest budget)
-and onnxruntime (one-node model, one thread), and prints GFLOP/s and the ratios. The
-tuned kernel's output is checked against onnxruntime. ``--curves`` also tunes the named
-cases with random search at the largest budget and prints both best-so-far curves (and
-with ``--svg`` draws them); "90 %" is the trial at which the model-guided search reached
-90 % of its final best. ``--resnet N`` tunes the kernels of the whole ResNet-18 (``kiln
-tune`` with N trials per task) and times the bundle with and without the records against
-onnxruntime. Goals of the issue (reported, not asserted): tuned C1-C12 at least 1.3x
-onnxruntime in geometric mean with no layer below 1.0x; 90 % of the final best within 64
-trials per task. The machine is shared: read the ratios, measured in the same run.
+For every case (the ResNet-18 convolutions C1-C12 of ``benchmarks/ops.py``, the depthwise
+convolutions DW1 and D1-D9 and the dense shapes, batch 1, fp32, single thread) it tunes
+the kernel alone with the xgboost-guided search at each budget (trials per task), then
+measures in one run, alternately, the default schedule, the tuned one (the best record of
+the largest budget) and onnxruntime (one-node model, one thread), and prints GFLOP/s and
+the ratios. The tuned kernel's output is checked against onnxruntime. ``--curves`` also
+tunes the named cases with random search at the largest budget and prints both best-so-far
+curves (and with ``--svg`` draws them); "90 %" is the trial at which the model-guided
+search reached 90 % of its final best. ``--resnet N`` tunes the kernels of the whole
+ResNet-18 (``kiln tune`` with N trials per task) and times the bundle with and without the
+records against onnxruntime; ``--mobilenet N`` does the same for the zoo's MobileNetV2.
+Goals of the issue (reported, not asserted): tuned C1-C12 at least 1.3x onnxruntime in
+geometric mean with no layer below 1.0x; 90 % of the final best within 64 trials per task.
+The machine is shared: read the ratios, measured in the same run.
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import ops  # noqa: E402  (benchmarks/ops.py: cases, onnxruntime and timing helpers)
 
-#: (name, input NCHW, kernel, stride): a MobileNet-style depthwise layer
-DEPTHWISE = [("DW1", (1, 128, 28, 28), 3, 1)]
+#: (name, input NCHW, kernel, stride): a MobileNet-style depthwise layer, and the TVM
+#: paper's D1-D9 (MobileNet's 3x3 depthwise layers, batch 1, as benchmarks/ops_misc.py)
+DEPTHWISE = [("DW1", (1, 128, 28, 28), 3, 1)] + [
+    (f"D{i}", (1, c, hw, hw), 3, s) for i, (c, hw, s) in enumerate(
+        [(32, 112, 1), (64, 112, 2), (128, 56, 1), (128, 56, 2), (256, 28, 1),
+         (256, 28, 2), (512, 14, 1), (512, 14, 2), (1024, 7, 1)], 1)]
 
 
 def make_tasks(names: set[str] | None, target: str) -> list[tuple[str, object]]:
@@ -174,7 +180,8 @@ def geomean(xs: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", help="comma-separated cases (C1..C12, DW1, D512, D1024, D768)")
+    p.add_argument("--only", help="comma-separated cases (C1..C12, DW1, D1..D9, D512, D1024, D768; "
+                   "'none': only the whole models)")
     p.add_argument("--budgets", default="64", help="trials per task, comma-separated")
     p.add_argument("--curves", default="", help="cases also tuned by random search")
     p.add_argument("--svg", help="folder for the tuning-curve SVGs")
@@ -195,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resnet", type=int, default=0, metavar="N",
                    help="also tune ResNet-18's kernels (N trials per task) and time the "
                         "bundle with records vs onnxruntime")
+    p.add_argument("--mobilenet", type=int, default=0, metavar="N",
+                   help="the same for the zoo's MobileNetV2")
     p.add_argument("--point", action="append", default=[], metavar="CASE:K=V,...",
                    help="no tuning: time this point of CASE (its other knobs at their "
                         "defaults) against the default and onnxruntime, e.g. "
@@ -292,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                     "GFLOP/s (best so far)"))
     if args.resnet:
         resnet(target, args.resnet, args.jobs, args.seed, flush_mb=args.flush_mb)
+    if args.mobilenet:
+        whole_model("mobilenet_v2", "MobileNetV2", target, args.mobilenet, args.jobs,
+                    args.seed, flush_mb=args.flush_mb)
     return 0
 
 
@@ -324,9 +336,15 @@ def time_points(specs: list[str], target: str, repeat: int, rounds: int,
 
 def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20,
            flush_mb: float = 8) -> None:
-    """Tune ResNet-18's kernels (``per_task`` trials each, spread by the task scheduler),
-    compile it with and without the records, and time both bundles (their C demo main,
-    ``benchmarks/models.py``) and onnxruntime in this run."""
+    """``--resnet``: the whole ResNet-18 (:func:`whole_model`)."""
+    whole_model("resnet18", "ResNet-18", target, per_task, jobs, seed, runs, flush_mb)
+
+
+def whole_model(zoo_name: str, label: str, target: str, per_task: int, jobs: int,
+                seed: int, runs: int = 20, flush_mb: float = 8) -> None:
+    """Tune a zoo model's kernels (``per_task`` trials each, spread by the task
+    scheduler), compile it with and without the records, and time both bundles (their C
+    demo main, ``benchmarks/models.py``) and onnxruntime in this run."""
     import tempfile
 
     import models  # benchmarks/models.py
@@ -339,12 +357,12 @@ def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20,
     from toolchain.bundle import compile_model
     from toolchain.zoo import ZOO
 
-    spec = ZOO["resnet18"]
+    spec = ZOO[zoo_name]
     model = spec.build()
     feeds = spec.inputs(model)
     tasks = extract_tasks(model, target, spec.input_shapes)
-    work = Path(tempfile.mkdtemp(prefix="kiln-tune-resnet-"))
-    out = work / "resnet18.jsonl"
+    work = Path(tempfile.mkdtemp(prefix=f"kiln-tune-{zoo_name}-"))
+    out = work / f"{zoo_name}.jsonl"
     t0 = time.perf_counter()
     builder = LocalBuilder(jobs)
     try:
@@ -354,13 +372,13 @@ def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20,
                        seed=seed, progress=False)
     finally:
         builder.close()
-    print(f"\nResNet-18 on {target}: {len(tasks)} tasks, {per_task * len(tasks)} trials in "
+    print(f"\n{label} on {target}: {len(tasks)} tasks, {per_task * len(tasks)} trials in "
           f"{time.perf_counter() - t0:.0f} s (records: {out})")
     default = compile_model(model, target, work / "default", input_shapes=spec.input_shapes,
-                            name="resnet18", progress=False)
+                            name=zoo_name, progress=False)
     with applying(best_traces(load_records(out))) as applied:
         tuned = compile_model(model, target, work / "tuned", input_shapes=spec.input_shapes,
-                              name="resnet18", progress=False)
+                              name=zoo_name, progress=False)
     td, tt, to = math.inf, math.inf, math.inf
     for _ in range(2):  # alternately
         td = min(td, models.time_kiln(default, feeds, runs))

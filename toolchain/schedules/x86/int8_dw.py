@@ -35,6 +35,8 @@ from __future__ import annotations
 from typing import Any
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space, divisors, with_default
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
@@ -92,7 +94,8 @@ def store_lanes(sch: Schedule, lane_loop: Any, narrow: str | None) -> None:
 
 def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
                  zip_intrin: str | None = None, narrow: str | None = None,
-                 cols_plane: bool = False, zip_pair: str | None = None) -> Schedule:
+                 cols_plane: bool = False, zip_pair: str | None = None,
+                 tile: int | None = None) -> Schedule:
     """Per block of L channels the input band (L channels contiguous, int16) re-laid once
     for the whole padded plane (``plane``; every input row re-laid once) or per output row
     (KH rows; larger planes), then per tile of output pixels x L channels accumulated over
@@ -104,7 +107,8 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     (with ``intrin``, not ``plane``): the columns once for the whole plane, their zipped
     pairs (quads) per output row. ``zip_pair``: the intrinsic that zips two adjacent
     pixels' quads at once (``zip_u8_lanes_8x4x2``: an 8-channel layer's quads of two pixels
-    are one 16-lane zip), used instead of ``zip_intrin``."""
+    are one 16-lane zip), used instead of ``zip_intrin``. ``tile``: output pixels per
+    register tile (None: :func:`~toolchain.schedules.x86.int8.pixel_tile`)."""
     from toolchain.schedules.x86.int8 import pixel_tile
 
     sch = Schedule(func)
@@ -120,7 +124,7 @@ def _schedule_dw(func: Any, lanes: int, plane: bool, intrin: str | None = None,
     else:
         _, ch, y, x = loops
         mo, mi = sch.split(ch, [None, lanes])
-    tile = pixel_tile(int(sch.get(x).extent.value))
+    tile = tile or pixel_tile(int(sch.get(x).extent.value))
     xo, xi = sch.split(x, [None, tile])
     if len(loops) == 5:
         sch.reorder(*((mo, y) if outer else (y, mo)), xo, xi, mi)
@@ -182,6 +186,75 @@ def dw_quads_apply(node: Node, target: Target, lanes: int) -> bool:
         tuple(node.attrs.get("dilations", (1, 1)))[0] == 1 and quads_apply(node)
 
 
+def dw_space(node: Node, target: Target, lanes: int, real: Node) -> Space:
+    """The knobs of the x86 int8 depthwise kernel of QConv ``node`` (NCHW; ``real``: the
+    graph's node, maybe ``NCHW{L}c``), each default the heuristic's choice:
+
+    * ``intrinsic``: ``dot_u8s8_quads`` (u8 row quads, ``vpdpbusd``; where
+      :func:`dw_quads_apply`), ``dot_i16_pairs`` (int16 column pairs; where the target
+      has them and their band fits :data:`DW_PLANE_BYTES`) or ``int32`` (int16 band, int32
+      lanes);
+    * ``pixels``: output pixels per register tile (divisors of the output width up to
+      ``MAX_ROW``; default :func:`~toolchain.schedules.x86.int8.pixel_tile`);
+    * ``whole_plane``: the band (int32: int16 pixels; quads: u8 columns) re-laid once for
+      the whole padded plane rather than per output row; only where it fits
+      :data:`DW_PLANE_BYTES` (a rule); the pairs always take the plane.
+
+    >>> import numpy as np
+    >>> from toolchain.target import load_target
+    >>> t = load_target("x86_64-avx512")
+    >>> x = Value("x", (1, 16, 14, 14), "int8"); y = Value("y", (1, 16, 14, 14), "int8")
+    >>> c = [Value.constant("w", np.ones((16, 1, 3, 3), np.int8)),
+    ...      Value.constant("b", np.zeros(16, np.int32)),
+    ...      Value.constant("m", np.full(16, 1 << 30, np.int32)),
+    ...      Value.constant("s", np.full((16, 2), 1 << 30, np.int32))]
+    >>> a = {"group": 16, "dilations": (1, 1), "pads": (1, 1, 1, 1), "strides": (1, 1),
+    ...      "x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
+    ...      "out_dtype": "int8"}
+    >>> node = Node("QConv", "dw", [x, *c], [y], a)
+    >>> s = dw_space(node, t, 16, node)
+    >>> s.default()
+    {'intrinsic': 'dot_u8s8_quads', 'pixels': 7, 'whole_plane': True}
+    >>> s.knob("intrinsic").choices, s.knob("pixels").choices
+    (('dot_u8s8_quads', 'dot_i16_pairs', 'int32'), (1, 2, 7))
+    """
+    from toolchain.graph.ops.nn_common import attrs_of
+    from toolchain.schedules.x86.int8 import MAX_ROW, pixel_tile
+
+    attrs = attrs_of(node)
+    _, _, h, w = (int(d) for d in node.inputs[0].shape)
+    pt, pl, pb, pr = attrs["pads"]
+    kh = int(node.inputs[1].shape[2])
+    hp, wp = h + pt + pb, w + pl + pr
+    quads = dw_quads_apply(node, target, lanes)
+    pairs = target.has_intrinsic(f"dot_i16_lanes_{lanes}x2") and \
+        target.has_intrinsic(f"zip_i16_{lanes}x2") and tuple(attrs["dilations"])[1] == 1 \
+        and hp * (wp + 1) * lanes * 6 <= DW_PLANE_BYTES
+    kinds = (("dot_u8s8_quads",) if quads else ()) + (("dot_i16_pairs",) if pairs else ()) \
+        + ("int32",)
+    fits = {"int32": hp * wp * lanes * 2 <= DW_PLANE_BYTES,
+            "dot_u8s8_quads": (hp + 4 * -(-kh // 4) - kh) * wp * lanes <= DW_PLANE_BYTES,
+            "dot_i16_pairs": True}
+    width = int(node.outputs[0].shape[3])
+    tile = pixel_tile(width)
+    knobs = (
+        Knob("intrinsic", kinds, kinds[0], "u8 row quads through dot_u8s8 (vpdpbusd), "
+             "int16 column pairs through dot_i16, or int32 lanes"),
+        Knob("pixels", with_default(divisors(width, MAX_ROW), tile), tile,
+             "output pixels per register tile"),
+        Knob("whole_plane", (False, True), fits[kinds[0]],
+             "the band re-laid once for the padded plane (else per output row)",
+             active=lambda p: p["intrinsic"] != "dot_i16_pairs"),
+    )
+    rules = (Rule(f"whole_plane: the band fits {DW_PLANE_BYTES} bytes",
+                  lambda p: not p["whole_plane"] or fits[p["intrinsic"]]),)
+    a = {k: attrs.get(k) for k in ("strides", "pads", "dilations")}
+    key = (f"int8_depthwise|x{'x'.join(map(str, node.inputs[0].shape))}"
+           f"{node.inputs[0].dtype}|k{kh}x{int(node.inputs[1].shape[3])}|{a}|lanes{lanes}|"
+           f"v{target.vector_width_bits}|{'/'.join(kinds)}|out{len(real.outputs[0].shape)}d")
+    return Space("int8_depthwise", key, knobs, rules)
+
+
 def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> OpSchedule:
     """The x86 depthwise schedule (the generic one where the nest refuses). ``real``: the
     graph's node where it reads and writes ``NCHW{L}c`` (``node`` its NCHW form)."""
@@ -214,18 +287,18 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
 
     attrs = attrs_of(node)
     vals = list(node.inputs)
-    _, _, h, w = (int(d) for d in vals[0].shape)
-    pt, pl, pb, pr = attrs["pads"]
+    w = int(vals[0].shape[3])
+    _, pl, _, pr = attrs["pads"]
     kh = int(vals[1].shape[2])
-    quads = dw_quads_apply(node, target, lanes)
+    real = real or node
+    point = decide(dw_space(node, target, lanes, real))
+    quads = point["intrinsic"] == "dot_u8s8_quads"
     intrin, zipper = (f"dot_u8s8_lanes_{lanes}x4", f"zip_u8_lanes_{lanes}x4") if quads else \
         (f"dot_i16_lanes_{lanes}x2", f"zip_i16_{lanes}x2")
     # the columns and their int16 pairs (three times the single-column band) for the whole
     # plane, or the single columns: pairs re-laid per output row cost more than they save
-    # (MobileNet's 48 x 48 x 8 layer 13.3 -> 17.0 us)
-    pairs = quads or target.has_intrinsic(intrin) and target.has_intrinsic(zipper) and \
-        tuple(attrs["dilations"])[1] == 1 and \
-        (h + pt + pb) * (w + pl + pr + 1) * lanes * 6 <= DW_PLANE_BYTES
+    # (MobileNet's 48 x 48 x 8 layer 13.3 -> 17.0 us); dw_space offers them where they fit
+    pairs = point["intrinsic"] != "int32"
     pack_w = pack_dw_quads if quads else pack_dw_pairs if pairs else pack_dw_weights
     packs = {1: lambda v: pack_w(v, lanes), 2: lambda v: pad_channels(v, lanes),
              3: lambda v: pad_channels(v, lanes), 4: lambda v: pad_shifts(v, lanes)}
@@ -238,7 +311,6 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         yzp = int(attrs["y_zero_point"])
         packs[4] = lambda v: pad_round_shifts(v, yzp, lanes)
     data = {k: f(vals[k].data) for k, f in packs.items()}
-    real = real or node
     xv = real.inputs[0]
     x = te.placeholder(tuple(xv.shape), str(xv.dtype), "x")
     ph = {k: te.placeholder(d.shape, str(d.dtype), f"in{k}") for k, d in data.items()}
@@ -257,14 +329,10 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
     out = pack_blocked(req, str(y.dtype), "qconv") if len(y.shape) == 5 else \
         unpack_lanes(req, tuple(int(d) for d in y.shape), str(y.dtype), "qconv")
     func = te.create_prim_func([x, *ph.values(), out], name=int8_kernel_name(node.name))
-    plane = (h + pt + pb) * (w + pl + pr) * lanes * 2 <= DW_PLANE_BYTES
-    cols_plane = False
-    if quads:  # the u8 pixels once for the plane where they fit; one row of quads at a time
-        plane = False
-        cols_plane = (h + pt + pb + 4 * -(-kh // 4) - kh) * (w + pl + pr) * lanes \
-            <= DW_PLANE_BYTES
-    elif pairs:
-        plane = True
+    # int32: the int16 band once for the plane (whole_plane) or per output row; quads: the
+    # u8 pixels once for the plane (whole_plane) or per row, one row of quads at a time
+    plane = pairs and not quads or not pairs and point["whole_plane"]
+    cols_plane = quads and point["whole_plane"]
     # 8 lanes: two pixels' quads are 64 contiguous bytes, zipped at once where a padded
     # row has whole pairs and one quad a kernel column (MobileNet's 48 x 48 x 8 layer)
     pair = f"zip_u8_lanes_{lanes}x4x2"
@@ -275,7 +343,8 @@ def depthwise(node: Node, target: Any, lanes: int, real: Node | None = None) -> 
         sch = _schedule_dw(func, lanes, plane, *((target.intrinsic(intrin),
                                                    target.intrinsic(zipper)) if pairs else
                                                   (None, None)), narrow=narrow,
-                           cols_plane=cols_plane, zip_pair=zip_pair)
+                           cols_plane=cols_plane, zip_pair=zip_pair,
+                           tile=point["pixels"])
     except KilnError as err:
         if real is not node:
             raise ScheduleError(f"{real.describe()}: the x86 depthwise kernel refused a "
