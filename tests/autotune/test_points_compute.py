@@ -9,14 +9,24 @@ import numpy as np
 
 from toolchain.autotune.apply import forcing
 from toolchain.autotune.tasks import conv_task, dense_task, task_of
+from toolchain.graph.ops import get_op
 from toolchain.schedules import compile_op
 
 
+def _reference(node, x: np.ndarray) -> np.ndarray:
+    """The op's numpy reference on ``x`` and the node's constants."""
+    args = [x if i == 0 else v.data for i, v in enumerate(node.inputs)]
+    return get_op(node.op).reference(args, node.attrs)[0]
+
+
 def _check(task, n_points: int, seed: int) -> None:
+    """``n_points`` sampled points each compute the op's reference. (Against the numpy
+    reference, not a build of the default point: one compile less per test, and the
+    default schedules have their own tests, ``tests/schedules``.)"""
     rng = random.Random(seed)
     x = np.random.default_rng(seed).standard_normal(task.node.inputs[0].shape).astype(
         np.float32)
-    want = compile_op(task.node, task.target)(x)[0]
+    want = _reference(task.node, x)
     for _ in range(n_points):
         p = task.space.sample(rng)
         with forcing({task.space.workload: task.space.trace(p)}):
@@ -54,7 +64,7 @@ def test_algorithm_knob_winograd_and_direct_compute_the_same():
     s = task.space
     assert s.default()["algorithm"] == "winograd2"  # the heuristic's choice is the default
     x = np.random.default_rng(5).standard_normal((1, 32, 10, 10)).astype(np.float32)
-    want = compile_op(task.node, task.target)(x)[0]
+    want = _reference(task.node, x)
     for alg, mr in [("direct", None), ("winograd4", 3)]:
         p = {**s.default(), "algorithm": alg} if mr is None else \
             {**s.default(), "algorithm": alg, "wino_mr": mr}
