@@ -157,9 +157,10 @@ def tune(model, spec, target: str, per_task: int, out: Path, jobs: int) -> None:
     tasks = extract_tasks(model, target, spec.input_shapes)
     builder = LocalBuilder(jobs)
     try:
-        with RecordWriter(out) as w, LocalRunner(repeat=3, flush_bytes=0) as r:
+        with RecordWriter(out) as w, LocalRunner(repeat=3, flush_bytes=0,
+                                                 rotate_bytes=64 << 20) as r:
             tune_tasks(tasks, per_task * len(tasks), builder=builder, runner=r, writer=w,
-                       progress=False)
+                       progress=False, confirm=4)
     finally:
         builder.close()
 
