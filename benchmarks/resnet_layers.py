@@ -7,7 +7,8 @@ For every kernel of the ResNet-18 bundle (x86_64-avx512 unless ``--target``; one
 it prints, measured in this run:
 
 * **tuner**: the least cost of the record the tuned bundle applies (the kernel alone,
-  built for the host by the tuner and timed in its child process, warm caches);
+  built for the host by the tuner and timed in its child process: cold where the records
+  were tuned with ``rotate_bytes``, as ``--trials`` and ``tune.py --resnet`` do);
 * **tuned**, **default**: the kernel's least time inside the whole bundle, with and
   without the records (``make profile``, ``main_profile --repeat N --threads 1``);
 * **ort**: onnxruntime's time for the same node inside its whole-model run
