@@ -72,3 +72,34 @@ def test_the_timing_child_serves_a_kernels_temporaries_from_its_heap() -> None:
                              text=True, check=True).stdout.split() for m in ("plain", "keep")}
     assert out["plain"] == ["None", "1"]
     assert out["keep"] == ["True", "0"]
+
+
+NOTE_SRC = """
+#include <stdint.h>
+static const void *seen[512];
+static int n;
+int32_t kiln_note(float *a) {
+  for (int i = 0; i < n; ++i) if (seen[i] == a) return 0;
+  if (n < 512) seen[n++] = a;
+  return 0;
+}
+int32_t kiln_distinct(void) { int k = n; n = 0; return k; }
+"""
+
+
+@pytest.mark.parametrize("rotate_bytes,copies", [(0, 1), (10 * 4096, 10), (1, 2)])
+def test_cold_timing_cycles_through_copies_of_the_arguments(rotate_bytes: int, copies: int):
+    """``rotate_bytes``: the timed calls cycle through enough copies of the arguments
+    (4 KiB here) to span that many bytes, at least two: every one is used, so no call
+    finds the previous call's data in the caches; 0 keeps one warm set."""
+    import ctypes
+
+    from toolchain.autotune.measure import rotation, time_kernel
+
+    lib, _ = compile_shared(NOTE_SRC, ["-O1", "-fPIC", "-shared"], stem="kiln_rotate_test")
+    assert rotation(4096, rotate_bytes) == copies
+    req = {"lib": str(lib), "entry": "kiln_note", "args": [((1024,), "float32")],
+           "repeat": 3, "min_repeat_s": 1.0, "max_number": 40, "rotate_bytes": rotate_bytes}
+    costs = time_kernel(req, None)
+    assert len(costs) == 3 and min(costs) > 0
+    assert ctypes.CDLL(str(lib)).kiln_distinct() == copies

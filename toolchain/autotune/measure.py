@@ -11,7 +11,11 @@
   heap, :func:`keep_heap`, so a kernel's temporaries cost what a bundle's arena does:
   no page faults per call); the data caches are flushed (a buffer
   larger than the L2 rewritten) between repeats, and the trial's cost is the least repeat
-  (``Record.cost``). A kernel that crashes the child or runs past ``timeout`` is a failed
+  (``Record.cost``). ``rotate_bytes``: the calls cycle through copies of the kernel's
+  arguments spanning that many bytes (:func:`rotation`), so each call finds its weights
+  out of the caches, as in a model whose weights exceed the last-level cache (ResNet-18:
+  a point fastest with warm weights ran 35 % slower in the bundle than another; docs/
+  tuning.md, session 15). A kernel that crashes the child or runs past ``timeout`` is a failed
   trial (its error recorded); the child is restarted.
 * Other devices plug in as :class:`Runner`\\ s, one table :data:`RUNNERS`: boards under QEMU
   count instructions (:mod:`toolchain.autotune.qemu`), a GPU runner would time launches
@@ -198,7 +202,10 @@ def _spin(seconds: float) -> None:
         x *= 1.0000001
 
 
-def _time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
+def time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
+    """The repeats of one trial in this process (the timing child's work): ``req`` names
+    the library, entry, argument shapes and the runner's settings (module docstring);
+    ``flush``: the buffer rewritten between repeats (None: none)."""
     _spin(req.get("spin_s", 0.05))
     lib = ctypes.CDLL(req["lib"])
     fn = getattr(lib, req["entry"])
@@ -206,23 +213,43 @@ def _time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
               else np.zeros(shape, dtype) for shape, dtype in req["args"]]
-    ptrs = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+    sets = [[ctypes.c_void_p(a.ctypes.data) for a in arrays]]
+    copies = rotation(sum(a.nbytes for a in arrays), req.get("rotate_bytes", 0))
+    keep = [[a.copy() for a in arrays] for _ in range(copies - 1)]
+    sets += [[ctypes.c_void_p(a.ctypes.data) for a in c] for c in keep]
     t = time.thread_time()
-    if fn(*ptrs) != 0:
+    if fn(*sets[0]) != 0:
         raise RuntimeError("the kernel returned an error (out of memory for scratch)")
     first = max(time.thread_time() - t, 1e-7)
     number = int(min(req["max_number"], max(1, req["min_repeat_s"] / first)))
+    calls = 0
     for _ in range(number):  # one untimed repeat: the core's clock and caches settle
-        fn(*ptrs)
+        fn(*sets[calls % copies])
+        calls += 1
     costs = []
     for _ in range(req["repeat"]):
         if flush is not None:
             flush += 1.0  # rewrite a buffer larger than the caches: evict the kernel's data
         t = time.thread_time()
         for _ in range(number):
-            fn(*ptrs)
+            fn(*sets[calls % copies])
+            calls += 1
         costs.append((time.thread_time() - t) / number)
     return costs
+
+
+def rotation(set_bytes: int, rotate_bytes: int) -> int:
+    """How many copies of a kernel's arguments (``set_bytes`` each) the timed calls cycle
+    through so that they span ``rotate_bytes`` (at least two, at most 256; one when
+    ``rotate_bytes`` is 0): each call then finds its weights and inputs out of the caches,
+    as a kernel deep in a model whose weights exceed the last-level cache does.
+
+    >>> rotation(17 << 20, 64 << 20), rotation(2 << 20, 64 << 20), rotation(1, 0)
+    (4, 32, 1)
+    """
+    if rotate_bytes <= 0:
+        return 1
+    return min(256, max(2, -(-rotate_bytes // max(set_bytes, 1))))
 
 
 def _send(stream: Any, obj: Any) -> None:
@@ -284,7 +311,7 @@ def child_main(argv: Sequence[str]) -> int:
         if req is None:
             return 0
         try:
-            _send(out, ("ok", _time_kernel(req, flush)))
+            _send(out, ("ok", time_kernel(req, flush)))
         except Exception as exc:  # noqa: BLE001 - reported as a failed trial
             _send(out, ("error", f"{type(exc).__name__}: {exc}"))
 
@@ -298,10 +325,13 @@ class LocalRunner:
 
     def __init__(self, repeat: int = 3, timeout: float = 10.0, min_repeat_s: float = 0.002,
                  max_number: int = 100, flush_bytes: int = 8 << 20,
-                 cpu: int | None = None) -> None:
+                 cpu: int | None = None, rotate_bytes: int = 0) -> None:
         self.repeat, self.timeout = repeat, timeout
         self.min_repeat_s, self.max_number = min_repeat_s, max_number
         self.flush_bytes = flush_bytes
+        #: cold timings: the calls cycle through copies of the arguments spanning this
+        #: many bytes (:func:`rotation`; 0: every call on the same, warm, arguments)
+        self.rotate_bytes = rotate_bytes
         if cpu is None and hasattr(os, "sched_getaffinity"):
             cpu = max(os.sched_getaffinity(0))
         self.cpu = cpu
@@ -334,7 +364,8 @@ class LocalRunner:
             self._start()
         assert self._proc is not None and self._proc.stdout is not None
         req = {"lib": b.lib, "entry": b.entry, "args": b.args, "repeat": self.repeat,
-               "min_repeat_s": self.min_repeat_s, "max_number": self.max_number}
+               "min_repeat_s": self.min_repeat_s, "max_number": self.max_number,
+               "rotate_bytes": self.rotate_bytes}
         try:
             _send(self._proc.stdin, req)
             ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout)

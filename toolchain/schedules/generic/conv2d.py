@@ -434,17 +434,20 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     seeds = direct_seeds(g, lanes, plan.ob, budget, plan.cb, any(
         k.name == "epilogue" and "transposed" in k.choices for k in knobs))
     if winograd is not False:
-        knobs, more = _winograd_knobs(g, p, winograd, knobs)
+        knobs, more = _winograd_knobs(g, p, winograd, knobs, blocked=ib is not None)
         rules += more
-        seeds = winograd_seeds(lanes) + [{"algorithm": "direct", **s} for s in seeds[:2]]
+        seeds = winograd_seeds(lanes, ib is not None) + \
+            [{"algorithm": "direct", **s} for s in seeds[:2]]
     return Space("conv2d", conv_workload(g, p, lanes, layouts, const_w), knobs,
                  tuple(rules), only_knobs(seeds, {k.name for k in knobs}))
 
 
-def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob, ...]
-                    ) -> tuple[tuple[Knob, ...], list[Rule]]:
+def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob, ...],
+                    blocked: bool = False) -> tuple[tuple[Knob, ...], list[Rule]]:
     """``algorithm`` first, the direct knobs active for ``direct`` only, then the Winograd
-    GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct)."""
+    GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct);
+    ``blocked``: the input is channel-blocked (``NCHW{b}c``), which adds
+    ``wino_pad_order``."""
     from toolchain.schedules.generic.winograd import (
         F4_TUNE_MAX_CHANNELS,
         F4H_TUNE_MAX_CHANNELS,
@@ -481,6 +484,12 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
                   "the Winograd input's zero-padded copy: a padding condition and clamped "
                   "index per element, or its rows and columns split into border and "
                   "interior loops (no condition inside: a vector copy)", active=is_wino))
+    if blocked:
+        knobs += (Knob("wino_pad_order", ("planes", "blocks"), "planes",
+                       "the padded copy of a channel-blocked input: plane by plane (each "
+                       "element gathered from its block) or block by block with the "
+                       "block's channels innermost (each input vector read once)",
+                       active=is_wino),)
     budget = max(p.vector_registers, wplan.mr * (wplan.nr // lanes) + wplan.nr // lanes + 1)
     rule = Rule(f"the Winograd GEMM tile (wino_mr * wino_nr/{lanes} accumulators, "
                 f"wino_nr/{lanes} vectors and a broadcast) fits {budget} vector registers",
@@ -741,7 +750,8 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
         m, points = algorithm_tile(point["algorithm"])
         return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
                                  tiles=(point["wino_mr"], point["wino_nr"]), points=points,
-                                 pad=point.get("wino_pad", "select"))
+                                 pad=point.get("wino_pad", "select"),
+                                 pad_order=point.get("wino_pad_order", "planes"))
     plan = tuned_plan(plan, point)
     args, values, _ = conv_compute(node, g, plan, a["data_layout"], a["out_layout"], w_oihw)
     name = f"conv2d_{a['data_layout']}_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}"

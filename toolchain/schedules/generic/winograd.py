@@ -288,12 +288,17 @@ def _vectorize_last(sch: Schedule, block: Any, lanes: int) -> None:
 def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str = "NCHW",
                       out_layout: str = "NCHW", w_oihw: np.ndarray | None = None,
                       tiles: tuple[int, int] | None = None, points: str = "lavin",
-                      pad: str = "select") -> OpSchedule:
+                      pad: str = "select", pad_order: str = "planes") -> OpSchedule:
     """Build and schedule the Winograd kernel of a Conv (or ``LayoutConv``) node;
     ``tiles``: the GEMMs' ``(mr, nr)`` of a tuned point (None: the heuristic's);
     ``points``: F(4×4)'s interpolation points; ``pad``: ``partitioned`` cuts the padded
     copy's rows and columns into border and interior loops (the ``partition_loops``
-    lowering pass), so the interior is a plain copy a C compiler vectorizes."""
+    lowering pass), so the interior is a plain copy a C compiler vectorizes;
+    ``pad_order``: for a channel-blocked input (``NCHW{b}c``), ``blocks`` copies it block
+    by block with the block's ``b`` channels innermost — each input vector read once and
+    scattered to ``b`` planes, instead of each element gathered plane by plane (``planes``:
+    a 16-float stride between consecutive reads on AVX-512); ResNet-18's C2 in a bundle
+    went 608 → 550-577 µs."""
     plan = winograd_gemm_plan(g, m, p, tiles)
     args, values = winograd_compute(node, g, m, plan, data_layout, out_layout, w_oihw,
                                     points)
@@ -321,8 +326,13 @@ def schedule_winograd(node: Node, g: Any, p: CpuParams, m: int, data_layout: str
         y0, y1 = sch.split(ol[2], [None, m])
         x0, x1 = sch.split(ol[3], [None, m])
         sch.reorder(y0, x0, y1, x1)
+    pad_rows = sch.get_loops(sch.get_block("wino_pad"))[2:]  # n c | r s
+    ib = _block(data_layout)
+    if pad_order == "blocks" and ib is not None:
+        c0, c1 = sch.split(sch.get_loops(sch.get_block("wino_pad"))[1], [None, ib])
+        sch.reorder(c0, *pad_rows, c1)
     if pad == "partitioned":
-        for loop in sch.get_loops(sch.get_block("wino_pad"))[2:]:  # n c | r s
+        for loop in pad_rows:
             sch.annotate(loop, PARTITION, 1)
         # the tiles' rows past the image (a GEMM panel's padding): a loop of zeros
         sch.annotate(sch.get_loops(sch.get_block("wino_tiles"))[3], PARTITION, 1)
