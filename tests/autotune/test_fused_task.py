@@ -62,7 +62,9 @@ def test_a_models_task_builds_the_fused_kernel_and_its_record_applies(tmp_path):
     # the record, keyed by the anchor's workload, still steers the bundle, and it is right
     bundle_src, err = bundle_at_point(model, TARGET, tmp_path, {"rw": 1}, seed=3)
     assert err < 1e-5
-    assert "6.0f" in bundle_src
+    # rw=1 writes a row of pixels back in one 2-D loop nest (gcc vectorizes it), not one
+    # 8-lane Clip loop per pixel (which gcc unrolls into scalar compares and branches)
+    assert bundle_src.count("6.0f);") == 1
 
 
 def test_anchors_shared_by_several_tails_measure_the_commonest():
