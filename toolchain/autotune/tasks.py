@@ -1,11 +1,17 @@
 """Tuning tasks: the tunable kernels of a model, or single ops for benchmarks and tests.
 
-A :class:`Task` is one anchor node (a conv or dense with its weights bound, as the bundle
-compiler schedules it) on one target, with the :class:`~toolchain.autotune.space.Space`
+A :class:`Task` is one node on one target, with the :class:`~toolchain.autotune.space.Space`
 its default schedule declared. :func:`extract_tasks` runs a model through the graph passes
-and schedules each fused kernel's anchor once with its default point, collecting the
-spaces (:func:`~toolchain.autotune.apply.declared`); kernels with the same workload are
-one task whose ``weight`` counts them.
+and takes each fused kernel as the bundle compiles it: the ``Fused`` node (the anchor — a
+conv or dense, weights bound — and its element-wise tail: bias, ReLU/Clip, residual Add)
+scheduled once with its default point, collecting the anchor's space
+(:func:`~toolchain.autotune.apply.declared`). A point is measured on that whole kernel
+(the tail's write-back costs what the point makes it cost: a depthwise ``rw=1`` point is
+as fast as the default alone, 30x slower with its Clip), and its record applies by the
+anchor's workload key. Kernels with the same workload are one task whose ``weight``
+counts them; where their tails differ, the task measures the tail most of them have.
+The single-op tasks (:func:`conv_task`, :func:`depthwise_task`, :func:`dense_task`)
+measure the op alone.
 
 >>> t = dense_task(1, 64, 32, "c-generic")
 >>> t.space.kind, t.weight, t.flops
@@ -42,7 +48,6 @@ def task_of(node: Any, target: Any, name: str | None = None) -> Task | None:
     """The task of one node (None when its default schedule declares no space)."""
     from toolchain.autotune.apply import declared
     from toolchain.errors import KilnError
-    from toolchain.graph.ops.registry import get_op
     from toolchain.schedules.registry import schedule_for
 
     t = resolve_target(target)
@@ -53,11 +58,17 @@ def task_of(node: Any, target: Any, name: str | None = None) -> Task | None:
             return None
     if not seen:
         return None
+    return Task(name or node.name, node, t, seen[-1], 1, _flops(node))
+
+
+def _flops(node: Any) -> int:
+    from toolchain.errors import KilnError
+    from toolchain.graph.ops.registry import get_op
+
     try:
-        flops = int(get_op(node.op).flops_of(node))
+        return int(get_op(node.op).flops_of(node))
     except KilnError:
-        flops = 0
-    return Task(name or node.name, node, t, seen[-1], 1, flops)
+        return 0
 
 
 def conv_task(x_shape: tuple[int, ...], out_channels: int, kernel: int, stride: int,
@@ -119,26 +130,38 @@ def extract_tasks(model: Any, target: Any,
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes import run_pipeline
     from toolchain.graph.passes.layout import layout_for_target
-    from toolchain.schedules.generic.fused import anchor_of, bind_constants
+    from toolchain.schedules.generic.fused import anchor_of
 
     t = resolve_target(target)
     source = str(model) if isinstance(model, str | Path) else model
     graph = from_onnx(source, input_shapes=dict(input_shapes or {}) or None)
     fused = run_pipeline(graph, layout_for_target(t))
-    tasks: dict[str, Task] = {}
+    # workload -> tail -> the kernels with that anchor workload and tail, in graph order
+    groups: dict[str, dict[tuple[str, ...], list[Task]]] = {}
     for node in fused.nodes:
         if node.op != "Fused":
             continue
         anchor = anchor_of(node)
         if anchor is None:
             continue
-        bound, _ = bind_constants(node, anchor)
-        task = task_of(bound, t, node.attrs.get("kernel", node.name))
+        # the whole group, scheduled as the bundle does (the anchor's schedule, its
+        # weights bound, declares the space; the tail is moved into its output tile)
+        task = task_of(node, t, node.attrs.get("kernel", node.name))
         if task is None:
             continue
-        key = task.space.workload
-        if key in tasks:
-            tasks[key].weight += 1
-        else:
-            tasks[key] = task
-    return sorted(tasks.values(), key=lambda x: -(x.flops * x.weight))
+        task.flops = _flops(anchor)
+        groups.setdefault(task.space.workload, {}).setdefault(tail_of(node), []).append(task)
+    tasks = []
+    for by_tail in groups.values():
+        # one record serves every kernel of the workload: time the tail most of them run
+        # (max keeps the first tail seen among equals: deterministic)
+        same = max(by_tail.values(), key=len)
+        same[0].weight = sum(len(v) for v in by_tail.values())
+        tasks.append(same[0])
+    return sorted(tasks, key=lambda x: -(x.flops * x.weight))
+
+
+def tail_of(node: Any) -> tuple[str, ...]:
+    """The ops of a ``Fused`` node's inner graph, in order (anchor included): kernels with
+    the same anchor workload and the same tail time alike."""
+    return tuple(n.op for n in node.attrs["graph"].nodes)

@@ -265,7 +265,10 @@ def schedule_dw(sch: Schedule, g: DwGeom, cb: int, rw: int, p: CpuParams, direct
     xo, xi = sch.split(xx, [None, rw])
     sch.reorder(n, c0, y, xo, rkh, rkw, xi, c1)
     local = sch.cache_write(blk, 0, "local")
-    sch.reverse_compute_at(local, xo)
+    # one pixel a tile (rw=1): write back a row's tiles at once, a 2-D loop as for rw > 1;
+    # a lone 16-lane loop with a fused Clip is unrolled by gcc into scalar compares and
+    # branches, not vectorized (30x slower: the bundle has no ``omp simd``, docs/tuning.md)
+    sch.reverse_compute_at(local, y if rw == 1 and g.ow > 1 else xo)
     init = sch.decompose_reduction(blk, rkh)
     for b in (blk, init, local):
         *_, rows, cols = sch.get_loops(b)
