@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -32,6 +33,7 @@ class Compiled:
         self.npz = root / f"{name}_in.npz"
         np.savez(self.npz, **self.inputs)
         self.bundles: dict[str, tuple[Path, dict]] = {}
+        self.runs: dict[str, Any] = {}
 
     def for_board(self, board: str) -> tuple[Path, dict]:
         from toolchain.boards import compile_board
@@ -40,6 +42,15 @@ class Compiled:
             self.bundles[board] = compile_board(self.path, board, self.root / f"{board}",
                                                 name=self.name)
         return self.bundles[board]
+
+    def run_on(self, board: str) -> Any:
+        """The board bundle's run under QEMU on :attr:`inputs` (run once): what the fp32
+        board tests check and the LLVM-backend build of the model is compared with."""
+        from toolchain.boards import run_on_qemu
+
+        if board not in self.runs:
+            self.runs[board] = run_on_qemu(self.for_board(board)[0], self.inputs, timeout=120)
+        return self.runs[board]
 
 
 @pytest.fixture(scope="session")

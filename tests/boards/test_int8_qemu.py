@@ -17,6 +17,7 @@ and for a real board (linked with its flash/RAM limits), run under QEMU, and com
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -34,6 +35,15 @@ FLOAT_REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceSumSquare"}
 MAX_STEPS = {"ds_cnn": 1, "resnet8": 1, "mobilenet_v1": 6, "autoencoder": 2}
 
 pytestmark = [needs_qemu, pytest.mark.slow]
+
+
+@functools.cache
+def _anchor_model(name: str) -> onnx.ModelProto:
+    """:func:`toolchain.zoo.quantized.anchor_model`, quantized once per module (the VWW
+    overlap test and the VWW patch-stage test read the same model; no test changes it)."""
+    from toolchain.zoo.quantized import anchor_model
+
+    return anchor_model(name)
 
 
 def _producers(model: onnx.ModelProto) -> dict[str, str]:
@@ -101,9 +111,8 @@ def test_integer_io_model_on_qemu(tmp_path):
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
-    from toolchain.zoo.quantized import anchor_model
 
-    q = anchor_model("autoencoder")
+    q = _anchor_model("autoencoder")
     onnx.save(q, tmp_path / "ad.onnx")
     x = {"input": np.random.default_rng(4).integers(-128, 128, (1, 640)).astype(np.int8)}
     path, report = compile_board(tmp_path / "ad.onnx", "nucleo-l4r5zi", tmp_path / "b")
@@ -124,9 +133,8 @@ def test_vww_with_overlapped_arena_on_qemu(tmp_path):
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
-    from toolchain.zoo.quantized import anchor_model
 
-    q = anchor_model("mobilenet_v1")
+    q = _anchor_model("mobilenet_v1")
     onnx.save(q, tmp_path / "vww.onnx")
     g = from_onnx(q)
     x = {v.name: np.random.default_rng(6).integers(-128, 128, v.shape).astype(np.int8)
@@ -166,9 +174,8 @@ def test_patch_stage_meets_issue_18_budget_on_qemu(tmp_path, model, budget, aren
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
-    from toolchain.zoo.quantized import anchor_model
 
-    q = anchor_model(model)
+    q = _anchor_model(model)
     onnx.save(q, tmp_path / "m.onnx")
     g = from_onnx(q)
     x = {v.name: np.random.default_rng(7).integers(-128, 128, v.shape).astype(np.int8)

@@ -10,28 +10,13 @@ alike.
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 
 from tests.boards.conftest import needs_qemu
-from toolchain.zoo import ZOO
 
 pytestmark = [needs_qemu]
 
 BOARD = "qemu-mps2-an386"
-
-
-def _both_backends(model: onnx.ModelProto, inputs: dict, tmp_path, board: str = BOARD):
-    from toolchain.boards import compile_board, run_on_qemu
-
-    onnx.save(model, tmp_path / "m.onnx")
-    runs = {}
-    for backend in ("c", "llvm"):
-        path, _ = compile_board(tmp_path / "m.onnx", board, tmp_path / backend,
-                                backend=backend)
-        runs[backend] = run_on_qemu(path, inputs, timeout=180)
-    assert set(runs["c"].outputs) == set(runs["llvm"].outputs)
-    return runs
 
 
 def _assert_bit_exact(runs: dict, name: str) -> None:
@@ -65,8 +50,13 @@ def test_int8_model_llvm_objects_bit_exact_with_c_build(name, board, qdq_compile
 
 
 @pytest.mark.parametrize("name", ["lenet5", pytest.param("ds_cnn", marks=pytest.mark.slow)])
-def test_fp32_model_llvm_objects_bit_exact_with_c_build(name, tmp_path) -> None:
-    spec = ZOO[name]
-    model = spec.build()
-    runs = _both_backends(model, spec.inputs(model), tmp_path)
+def test_fp32_model_llvm_objects_bit_exact_with_c_build(name, zoo_compiled, tmp_path) -> None:
+    """The C build and its QEMU run are the fp32 board tests' (``zoo_compiled``: the zoo
+    model on its sample inputs, built and run once a session)."""
+    from toolchain.boards import compile_board, run_on_qemu
+
+    c = zoo_compiled(name)
+    path, _ = compile_board(c.path, BOARD, tmp_path / "llvm", name=name, backend="llvm")
+    runs = {"c": c.run_on(BOARD), "llvm": run_on_qemu(path, c.inputs, timeout=180)}
+    assert set(runs["c"].outputs) == set(runs["llvm"].outputs)
     _assert_bit_exact(runs, name)

@@ -37,11 +37,11 @@ def _host_outputs(c, tmp_path_factory) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("board", BOARDS)
 @pytest.mark.parametrize("name", MODELS)
 def test_zoo_model_on_qemu_matches_host(name, board, zoo_compiled, tmp_path_factory):
-    from toolchain.boards import load_board, run_on_qemu
+    from toolchain.boards import load_board
 
     c = zoo_compiled(name)
     path, report = c.for_board(board)
-    run = run_on_qemu(path, c.inputs, timeout=120)
+    run = c.run_on(board)
     host = _host_outputs(c, tmp_path_factory)
     assert set(run.outputs) == set(host)
     rows = compare(run.outputs, host, 1e-4)

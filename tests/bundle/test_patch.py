@@ -56,6 +56,25 @@ def nhwc24(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def pool_stage(qmodel: Path, tmp_path_factory):
+    """``get(first, layers, grid)``: ``qmodel`` compiled for c-generic with a patch stage
+    ending in the pool, once per module: the whole chain in 2 x 2 tiles is both a
+    bit-exactness case and the bundle whose ``patch_pool_finish`` is checked alone (the
+    tests only read the bundle)."""
+    done: dict = {}
+
+    def get(first: str, layers: int, grid: tuple[int, int]):
+        key = first, layers, grid
+        if key not in done:
+            out = tmp_path_factory.mktemp("pool_stage") / "b"
+            done[key] = out, toolchain.compile(qmodel, "c-generic", output=out,
+                                               patch=(first, layers, grid, True))
+        return done[key]
+
+    return get
+
+
 @functools.cache
 def _reference(qmodel: Path):
     return quantize_ops(from_onnx(onnx.load(qmodel)))
@@ -98,16 +117,15 @@ def test_patch_stage_is_bit_exact(qmodel: Path, tmp_path: Path, first: str, laye
     ("fused_q_conv_3", 3, (1, 3)),   # columns: 3 tiles of 2 columns, overlapping at the end
     ("fused_q_conv_1", 5, (4, 4)),   # one output pixel a tile
 ])
-def test_stage_ending_in_the_pool_is_bit_exact(qmodel: Path, tmp_path: Path, first: str,
+def test_stage_ending_in_the_pool_is_bit_exact(qmodel: Path, pool_stage, first: str,
                                                layers: int, grid: tuple[int, int]) -> None:
     """A stage whose last step is the global average pool: each tile's own pixels are
     summed per channel, the 4 x 4 x 32 tensor before the pool never exists, and the
     pool's requantisation in C equals QAvgPool's reference bit for bit."""
-    pkg = toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
-                            patch=(first, layers, grid, True))
+    path, pkg = pool_stage(first, layers, grid)
     stage, = pkg.metadata["patch_stages"]
     assert stage["grid"] == list(grid) and stage["pool"].startswith("fused_q_avg_pool")
-    assert all(_exact_when_poisoned(tmp_path / "b", qmodel))
+    assert all(_exact_when_poisoned(path, qmodel))
 
 
 def test_stage_ending_in_the_pool_needs_one(qmodel: Path, tmp_path: Path) -> None:
@@ -268,7 +286,7 @@ def test_kws_within_6_kib_ends_in_the_pool(tmp_path: Path) -> None:
     assert all(_poisoned_runs(module, path, floats))
 
 
-def test_pool_requantisation_matches_fixed_point(qmodel: Path, tmp_path: Path) -> None:
+def test_pool_requantisation_matches_fixed_point(pool_stage, tmp_path: Path) -> None:
     """The bundle's ``patch_pool_finish`` (its C, compiled alone) against
     ``fixed_point.requantize`` over 200,000 sums, shifts -12..3 (ties of every rounding
     step included: a right shift of 1 ties on every odd value) and both clamps."""
@@ -277,9 +295,8 @@ def test_pool_requantisation_matches_fixed_point(qmodel: Path, tmp_path: Path) -
 
     from toolchain.quantize.fixed_point import requantize
 
-    toolchain.compile(qmodel, "c-generic", output=tmp_path / "b",
-                      patch=("fused_q_conv_0", 6, (2, 2), True))
-    text = next(p.read_text() for p in (tmp_path / "b" / "src").glob("*.c")
+    path, _ = pool_stage("fused_q_conv_0", 6, (2, 2))
+    text = next(p.read_text() for p in (path / "src").glob("*.c")
                 if "_patch_pool_finish(" in p.read_text())
     start = text.index("static void ", text.index("The pool's output from the sums"))
     body = text[start:text.index("\n}\n", start) + 3].replace("static void ", "void ", 1)

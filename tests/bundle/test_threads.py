@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,34 @@ def split_every_kernel(monkeypatch):
 
     monkeypatch.setattr(render, "MIN_PARALLEL_FLOPS", 0)
     monkeypatch.setattr(render, "MIN_PARALLEL_BYTES", 0)
+
+
+@pytest.fixture(scope="module")
+def split_bundle(tmp_path_factory):
+    """``get(name, n, dest)``: zoo model ``name`` compiled for ``cores(n)`` with every
+    kernel split (as :func:`split_every_kernel`), by Kiln once per module, copied to
+    ``dest`` for each test to build in; with its model, inputs and onnxruntime's outputs.
+    The parametrized builds of one model (thread libraries, sanitizers) differ only in
+    ``make``'s flags: Kiln's compile and the reference are the same for all of them."""
+    from toolchain.bundle import render
+
+    done: dict = {}
+
+    def get(name: str, n: int, dest: Path):
+        if (name, n) not in done:
+            spec = ZOO[name]
+            model = spec.build()
+            inputs = spec.inputs(model)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(render, "MIN_PARALLEL_FLOPS", 0)
+                mp.setattr(render, "MIN_PARALLEL_BYTES", 0)
+                path = compile_model(model, cores(n), tmp_path_factory.mktemp(name) / "b")
+            done[name, n] = (path, model, inputs, run_ort(model, inputs))
+        path, model, inputs, ref = done[name, n]
+        shutil.copytree(path, dest)
+        return dest, model, inputs, ref
+
+    return get
 
 
 def cores(n: int, base: str = "c-generic"):
@@ -145,18 +174,14 @@ def test_small_kernels_stay_on_the_callers_thread(tmp_path):
     assert "kiln_parallel" not in run and ", 0, 1)" in run
 
 
-@pytest.mark.usefixtures("split_every_kernel")
 @pytest.mark.parametrize("threads", ["pthread", "openmp", "none"])
-def test_make_with_each_thread_library(threads, tmp_path):
+def test_make_with_each_thread_library(threads, tmp_path, split_bundle):
     """``make THREADS=...``: the pool, OpenMP, or none (serial) all give the same bytes."""
-    spec = ZOO["resnet8"]
-    model = spec.build()
-    inputs = spec.inputs(model)
-    path = compile_model(model, cores(2), tmp_path / "b")
+    path, model, inputs, ref = split_bundle("resnet8", 2, tmp_path / "b")
     make(path, "main", f"THREADS={threads}", cflags="-O2 -std=c99 " + " ".join(STRICT))
     meta = json.loads((path / "metadata.json").read_text())
     one = _main_threads(path, inputs, meta, "1")
-    assert_matches(one, run_ort(model, inputs))
+    assert_matches(one, ref)
     two = run_main(path, inputs, meta)  # the default: the target's cores
     for k, v in one.items():
         np.testing.assert_array_equal(two[k], v, err_msg=f"THREADS={threads}")
@@ -169,19 +194,14 @@ def _main_threads(path, inputs, meta, n):
     return run_main(path, inputs, meta, options=("--threads", n))
 
 
-@pytest.mark.usefixtures("split_every_kernel")
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
-def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path):
+def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path, split_bundle):
     """TSan (the pool's atomics and barriers, the kernels' shared buffers) and ASan/UBSan
     on a threaded bundle run with 2 and 3 threads."""
-    spec = ZOO["mobilenet_v1"]
-    model = spec.build()
-    inputs = spec.inputs(model)
-    path = compile_model(model, cores(3), tmp_path / "b")
+    path, model, inputs, ref = split_bundle("mobilenet_v1", 3, tmp_path / "b")
     make(path, "main", cflags=f"-O1 -g -std=c99 -fsanitize={sanitizer} "
                               "-fno-sanitize-recover=all -fno-omit-frame-pointer")
     meta = json.loads((path / "metadata.json").read_text())
-    ref = run_ort(model, inputs)
     for n in ("2", "3"):
         assert_matches(_main_threads(path, inputs, meta, n), ref)
 

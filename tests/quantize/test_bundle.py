@@ -28,31 +28,49 @@ def test_quantize_ops_runs_first_in_the_default_pipeline() -> None:
     assert passes.index("quantize_ops") < passes.index("constant_fold")
 
 
+@pytest.fixture(scope="module")
+def quantized_reference():
+    """``get(name)`` -> (QDQ model, inputs, integer reference's outputs): the zoo model
+    quantized on seeded calibration data and run by the reference once per module; each
+    target's test below compiles and runs its own bundle of it."""
+    from toolchain.zoo import ZOO
+
+    done: dict[str, tuple[onnx.ModelProto, dict, dict]] = {}
+
+    def get(name: str) -> tuple[onnx.ModelProto, dict, dict]:
+        if name not in done:
+            model = ZOO[name].build()
+            g = from_onnx(model)
+            rng = np.random.default_rng(11)
+            cal = {v.name: rng.standard_normal((8, *v.shape)).astype(np.float32)
+                   for v in g.inputs}
+            qdq, _ = quantize_model(model, cal)
+            inp = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
+            done[name] = qdq, inp, run_graph(quantize_ops(from_onnx(qdq)), inp)
+        return done[name]
+
+    return get
+
+
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx512"])
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"])
-def test_int8_bundle_bit_exact(name: str, target: str, tmp_path: Path) -> None:
+def test_int8_bundle_bit_exact(name: str, target: str, tmp_path: Path,
+                               quantized_reference) -> None:
     """c-generic's portable kernels and x86_64-avx512's (u8 x s8 quads through vpdpbusd,
     the depthwise bands, the lane-wise requantization) equal the integer reference."""
     from toolchain.target import load_target, runs_here
-    from toolchain.zoo import ZOO
 
     if not runs_here(load_target(target)):
         pytest.skip(f"this CPU lacks {target}'s features")
 
-    model = ZOO[name].build()
-    g = from_onnx(model)
-    rng = np.random.default_rng(11)
-    cal = {v.name: rng.standard_normal((8, *v.shape)).astype(np.float32) for v in g.inputs}
-    qdq, _ = quantize_model(model, cal)
+    qdq, inp, want = quantized_reference(name)
     onnx.save(qdq, tmp_path / f"{name}_int8.onnx")
     pkg = toolchain.compile(tmp_path / f"{name}_int8.onnx", target,
                             output=tmp_path / "bundle")
     meta = json.loads((tmp_path / "bundle" / "metadata.json").read_text())
     src = (tmp_path / "bundle" / "src" / "kernels.c").read_text()
     assert "int8_t" in src
-    inp = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
     got = toolchain.run(pkg, inp).outputs
-    want = run_graph(quantize_ops(from_onnx(qdq)), inp)
     for k, w in want.items():
         if k in ("dense/Softmax:0", "probs", "anomaly_score"):  # float tails (exp, mean)
             np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6)
