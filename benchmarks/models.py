@@ -197,6 +197,29 @@ def time_kiln(bundle: Path, feeds: dict, runs: int, threads: int = 1) -> float:
     return int(m.group(1)) * 1e-9
 
 
+def with_records(model: onnx.ModelProto, target: str, work: Path, name: str, records: Path,
+                 feeds: dict, runs: int, rounds: int, input_shapes: dict | None = None
+                 ) -> tuple[int, float, float, float]:
+    """``model`` compiled without and with the best ``records`` into ``work``, both bundles
+    and onnxruntime timed alternately ``rounds`` times (least of each): the number of
+    kernel schedules the records set, and the default, tuned and onnxruntime seconds."""
+    from toolchain.autotune.apply import applying
+    from toolchain.autotune.records import best_traces, load_records
+    from toolchain.bundle import compile_model
+
+    default = compile_model(model, target, work / "default", input_shapes=input_shapes,
+                            name=name, progress=False)
+    with applying(best_traces(load_records(records))) as applied:
+        tuned = compile_model(model, target, work / "tuned", input_shapes=input_shapes,
+                              name=name, progress=False)
+    td = tt = to = math.inf
+    for _ in range(rounds):  # alternately
+        td = min(td, time_kiln(default, feeds, runs))
+        tt = min(tt, time_kiln(tuned, feeds, runs))
+        to = min(to, time_ort(model, feeds, runs))
+    return len(applied), td, tt, to
+
+
 def profile(bundle: Path, runs: int) -> None:
     """Per-kernel mean times of the bundle (``make profile``), printed as a table."""
     meta = json.loads((bundle / "metadata.json").read_text())

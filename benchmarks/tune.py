@@ -362,12 +362,10 @@ def whole_model(zoo_name: str, label: str, target: str, per_task: int, jobs: int
 
     import models  # benchmarks/models.py
 
-    from toolchain.autotune.apply import applying
     from toolchain.autotune.measure import LocalBuilder, LocalRunner
-    from toolchain.autotune.records import RecordWriter, best_traces, load_records
+    from toolchain.autotune.records import RecordWriter
     from toolchain.autotune.tasks import extract_tasks
     from toolchain.autotune.tuner import tune_tasks
-    from toolchain.bundle import compile_model
     from toolchain.zoo import ZOO
 
     spec = ZOO[zoo_name]
@@ -388,17 +386,9 @@ def whole_model(zoo_name: str, label: str, target: str, per_task: int, jobs: int
         builder.close()
     print(f"\n{label} on {target}: {len(tasks)} tasks, {per_task * len(tasks)} trials in "
           f"{time.perf_counter() - t0:.0f} s (records: {out})")
-    default = compile_model(model, target, work / "default", input_shapes=spec.input_shapes,
-                            name=zoo_name, progress=False)
-    with applying(best_traces(load_records(out))) as applied:
-        tuned = compile_model(model, target, work / "tuned", input_shapes=spec.input_shapes,
-                              name=zoo_name, progress=False)
-    td, tt, to = math.inf, math.inf, math.inf
-    for _ in range(2):  # alternately
-        td = min(td, models.time_kiln(default, feeds, runs))
-        tt = min(tt, models.time_kiln(tuned, feeds, runs))
-        to = min(to, models.time_ort(model, feeds, runs))
-    print(f"  {len(applied)} kernel schedules from records; speed vs onnxruntime (ort time /"
+    applied, td, tt, to = models.with_records(model, target, work, zoo_name, out, feeds,
+                                              runs, 2, spec.input_shapes)
+    print(f"  {applied} kernel schedules from records; speed vs onnxruntime (ort time /"
           f" kiln time): default {to / td:.2f}, tuned {to / tt:.2f}; tuned/default "
           f"{td / tt:.2f}")
 

@@ -14,7 +14,6 @@ tuner best/default and the three speeds. The machine is shared: read the ratios.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -33,12 +32,10 @@ def tune_model(name: str, per_task: int, target: str, jobs: int, runs: int) -> N
     onnxruntime."""
     import models  # benchmarks/models.py
 
-    from toolchain.autotune.apply import applying
     from toolchain.autotune.measure import LocalBuilder, LocalRunner
-    from toolchain.autotune.records import RecordWriter, best_traces, load_records
+    from toolchain.autotune.records import RecordWriter
     from toolchain.autotune.tasks import extract_tasks
     from toolchain.autotune.tuner import tune_tasks
-    from toolchain.bundle import compile_model
     from toolchain.zoo.quantized import anchor_model
 
     model = anchor_model(name)
@@ -62,15 +59,8 @@ def tune_model(name: str, per_task: int, target: str, jobs: int, runs: int) -> N
     inp = model.graph.input[0]
     shape = tuple(d.dim_value for d in inp.type.tensor_type.shape.dim)
     feeds = {inp.name: np.random.default_rng(0).integers(-128, 128, shape).astype(np.int8)}
-    default = compile_model(model, target, work / "default", name=name, progress=False)
-    with applying(best_traces(load_records(out))) as applied:
-        tuned = compile_model(model, target, work / "tuned", name=name, progress=False)
-    td = tt = to = math.inf
-    for _ in range(3):  # alternately
-        td = min(td, models.time_kiln(default, feeds, runs))
-        tt = min(tt, models.time_kiln(tuned, feeds, runs))
-        to = min(to, models.time_ort(model, feeds, runs))
-    print(f"  {len(applied)} kernel schedules from records; {td * 1e6:.1f} us default, "
+    applied, td, tt, to = models.with_records(model, target, work, name, out, feeds, runs, 3)
+    print(f"  {applied} kernel schedules from records; {td * 1e6:.1f} us default, "
           f"{tt * 1e6:.1f} us tuned; speed vs onnxruntime: default {to / td:.2f}, tuned "
           f"{to / tt:.2f}; tuned/default {td / tt:.2f}")
 
