@@ -57,6 +57,18 @@ def shifted(x: te.Tensor, zero_point: int, name: str = "x_shifted") -> te.Tensor
                       name=name, tag="injective")
 
 
+def padded_q15(x: te.Tensor, zero_point: int, spatial: tuple[int, int],
+               lo: tuple[int, int], hi: tuple[int, int], fold_zp: bool = False) -> te.Tensor:
+    """``x`` widened to int16 and padded on its ``spatial`` axes: :func:`shifted` padded
+    with 0, or (``fold_zp``: the bias is :func:`fold_zero_point`'s, which takes the zero
+    point's products back out) ``int16(x)`` itself padded with the zero point."""
+    if not fold_zp:
+        return pad_spatial(shifted(x, zero_point), spatial, lo, hi)
+    xs = te.compute(x.shape, lambda *i: te.cast(x[i], "int16"), name="x_shifted",
+                    tag="injective")
+    return pad_spatial(xs, spatial, lo, hi, value=zero_point)
+
+
 def requant_epilogue(acc: te.Tensor, bias: te.Tensor, mult: te.Tensor, shifts: te.Tensor,
                      axis: int, attrs: dict[str, Any], name: str) -> te.Tensor:
     """Per-channel (along ``axis``) bias add, requantization and clamp of int32 ``acc``."""
@@ -290,12 +302,7 @@ def qconv2d_dsp(x: te.Tensor, wp: te.Tensor, wshape: tuple[int, ...], bias: te.T
     pt, pl, pb, pr = attrs["pads"]
     nhwc = attrs.get("data_layout", "NCHW") == "NHWC"
     spatial = (1, 2) if nhwc else (2, 3)
-    if fold_zp:
-        xs = te.compute(x.shape, lambda *i: te.cast(x[i], "int16"), name="x_shifted",
-                        tag="injective")
-        xp = pad_spatial(xs, spatial, (pt, pl), (pb, pr), value=attrs["x_zero_point"])
-    else:
-        xp = pad_spatial(shifted(x, attrs["x_zero_point"]), spatial, (pt, pl), (pb, pr))
+    xp = padded_q15(x, attrs["x_zero_point"], spatial, (pt, pl), (pb, pr), fold_zp)
     n, hp, wdt = (int(xp.shape[a].value) for a in (0, *spatial))
     oh, ow = (hp - dh * (kh - 1) - 1) // sh + 1, (wdt - dw * (kw - 1) - 1) // sw + 1
     k = c * kh * kw
@@ -353,12 +360,7 @@ def qdwconv_dsp(x: te.Tensor, wp: te.Tensor, kw: int, bias: te.Tensor, mult: te.
     n, _, h, w = (int(d.value) for d in x.shape)
     oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     extra = max(0, (ow - 1) * sw + kwp - (w + pl + pr))
-    if fold_zp:
-        xs = te.compute(x.shape, lambda *i: te.cast(x[i], "int16"), name="x_shifted",
-                        tag="injective")
-        xp = pad_spatial(xs, (2, 3), (pt, pl), (pb, pr + extra), value=attrs["x_zero_point"])
-    else:
-        xp = pad_spatial(shifted(x, attrs["x_zero_point"]), (2, 3), (pt, pl), (pb, pr + extra))
+    xp = padded_q15(x, attrs["x_zero_point"], (2, 3), (pt, pl), (pb, pr + extra), fold_zp)
     ry = te.reduce_axis((0, kh), name="ry")
     rxo = te.reduce_axis((0, kwp // 4), name="rxo")
     hh = te.reduce_axis((0, 2), name="h")
@@ -667,6 +669,18 @@ def _requant_tensors(ctx: Ctx) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
     return ctx.tensor(2), ctx.tensor(3), ctx.tensor(4)
 
 
+def _dsp_requant_tensors(ctx: Ctx, what: str) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    """The bias, multipliers and shifts of a DSP convolution; with the ``fold_zp`` option
+    the bias is :func:`fold_zero_point`'s (the input zero point taken out at compile
+    time)."""
+    bias, mult, shifts = _requant_tensors(ctx)
+    if ctx.options.get("fold_zp"):
+        w8, x_zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
+        bias = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w8, x_zp).astype(np.int32),
+                                 what)
+    return bias, mult, shifts
+
+
 def dsp_applies(node: Any) -> bool:
     """Whether the ``algorithm="dsp"`` computes handle ``node`` (constant weights; QConv:
     2-D, group 1; QGemm: 2-D input)."""
@@ -693,8 +707,8 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
                      "requantize_bounded": requantize_bounded(ctx.node),
                      "requantize_shift": requantize_shift(ctx.node)}
         if ctx.attrs["requantize_shift"]:
-            zp = int(ctx.attrs["y_zero_point"])
-            ctx.packed_tensor(4, lambda t: pack_shift_halves(t, zp),
+            ctx.packed_tensor(4, lambda t, zp=int(ctx.attrs["y_zero_point"]):
+                              pack_shift_halves(t, zp),
                               "the Cortex-M DSP requantization")
     nhwc = ctx.attrs.get("data_layout", "NCHW") == "NHWC"
     dense_dsp = ctx.options.get("algorithm") == "dsp" and not dsp_depthwise(ctx.node)
@@ -704,12 +718,7 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
     if ctx.options.get("algorithm") == "dsp" and not dense_dsp:
         kw = int(ctx.node.input(1).shape[3])
         wp = ctx.packed_tensor(1, pack_dsp_depthwise, "the Cortex-M DSP depthwise convolution")
-        bias, mult, shifts = _requant_tensors(ctx)
-        if ctx.options.get("fold_zp"):
-            # own names: the shift table's packing above closes over ``zp`` (y's)
-            w8, x_zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
-            bias = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w8, x_zp).astype(np.int32),
-                                     "the Cortex-M DSP depthwise convolution")
+        bias, mult, shifts = _dsp_requant_tensors(ctx, "the Cortex-M DSP depthwise convolution")
         return [qdwconv_dsp(x, wp, kw, bias, mult, shifts, ctx.attrs,
                             bool(ctx.options.get("fold_zp")))]
     if ctx.options.get("algorithm") == "x86":
@@ -724,12 +733,7 @@ def _qconv(ctx: Ctx) -> list[te.Tensor]:
                                    "int16")
         else:
             wp = ctx.packed_tensor(1, pack_dsp_weights, "the Cortex-M DSP convolution")
-        bias, mult, shifts = _requant_tensors(ctx)
-        if ctx.options.get("fold_zp"):
-            # own names: the shift table's packing above closes over ``zp`` (y's)
-            w8, x_zp = ctx.node.input(1).data, ctx.attrs["x_zero_point"]
-            bias = ctx.packed_tensor(2, lambda v: fold_zero_point(v, w8, x_zp).astype(np.int32),
-                                     "the Cortex-M DSP convolution")
+        bias, mult, shifts = _dsp_requant_tensors(ctx, "the Cortex-M DSP convolution")
         return [qconv2d_dsp(ctx.tensor(0), wp, wshape, bias, mult, shifts, ctx.attrs,
                             bool(ctx.options.get("even_pixels")),
                             bool(ctx.options.get("fold_zp")))]
