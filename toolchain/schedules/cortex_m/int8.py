@@ -37,7 +37,8 @@ Odd channel counts keep one pixel a step: ``dot_q15q7_4x{4G}`` (four channels, G
 :data:`MAX_GROUPS`) or ``dot_q15q7_1x4`` when 4 does not divide the channels.
 
 Depthwise convolutions (channel multiplier 1) pad the channel's int16 input plane once and
-call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs.
+call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs
+(the tile and the dot call are tunable: :func:`dsp_dense_space`).
 The integers are those of the generic kernels (int32 accumulation, same requantization).
 
 Both stage their input before writing over it, so they may run **in place** when the output
