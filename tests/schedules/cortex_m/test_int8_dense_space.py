@@ -52,6 +52,7 @@ def test_default_is_the_heuristic_and_traces_round_trip() -> None:
             t = s.trace(p)
             back = Trace.from_json(json.loads(json.dumps(t.to_json())))
             assert back == t and s.canonical(s.point_of(back)) == p
+    assert s8.seed_points() == [{"outputs": 4, "kc": 4}] and q15.seed_points() == []
     # one output a tile: kc and groups do not matter (one point each)
     assert sum(p["outputs"] == 1 for p in s8.iter_points()) == 1
     # 10 outputs, 4 k: one tile shape, one call shape: no space at all
