@@ -37,7 +37,8 @@ Odd channel counts keep one pixel a step: ``dot_q15q7_4x{4G}`` (four channels, G
 :data:`MAX_GROUPS`) or ``dot_q15q7_1x4`` when 4 does not divide the channels.
 
 Depthwise convolutions (channel multiplier 1) pad the channel's int16 input plane once and
-call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs.
+call ``dwconv_q15q7_1x4`` per kernel row; dense layers accumulate per tile of four outputs
+(the tile and the dot call are tunable: :func:`dsp_dense_space`).
 The integers are those of the generic kernels (int32 accumulation, same requantization).
 
 Both stage their input before writing over it, so they may run **in place** when the output
@@ -334,6 +335,58 @@ def _schedule_depthwise(func: Any, intrin: str, partitioned: bool = False
     return sch, staged
 
 
+def dsp_dense_space(node: Node, target: Target, s8: bool, kp: int) -> Space | None:
+    """The knobs of the Cortex-M int8 dense layer QGemm ``node`` (``[P, K] x [M, K]``; ``kp``:
+    ``K`` rounded up to 4), each default the heuristic's choice (None where there is no
+    choice):
+
+    * ``outputs`` per tile, one dot call each: 4 (where 4 divides ``M``; the default) or 1
+      (``dot_s8s8_1x4`` / ``dot_q15q7_1x4``);
+    * for the int8 x int8 kernel (``s8``: :func:`~toolchain.topi.int8.qgemm_s8_applies`)
+      ``kc``: k per ``dot_s8s8_4x{kc}`` call, 8 (the default where 8 divides ``K``) or 4;
+    * for the int16 ``x_q15`` kernel ``groups`` of four k per ``dot_q15q7_4x{4G}`` call
+      (the :data:`MAX_GROUPS` entries dividing ``kp / 4`` the target declares; the default
+      the largest: :func:`dot_intrinsic`).
+
+    A rule refuses a ``kc`` that does not divide ``K``. The tuner's first point after the
+    default (the seed) is ``kc=4``: it counts fewer instructions than 8 under QEMU (1,600
+    against 1,760 on DS-CNN's 64 -> 12 shape, 28,520 against 32,000 on 256 -> 64).
+
+    >>> from toolchain.target import load_target
+    >>> x = Value("x", (1, 48), "uint8"); y = Value("y", (1, 8), "uint8")
+    >>> w = Value.constant("w", np.ones((8, 48), np.int8))
+    >>> s = dsp_dense_space(Node("QGemm", "fc", [x, w], [y], {}), load_target("cortex-m4"),
+    ...                     False, 48)
+    >>> s.default(), s.knob("groups").choices
+    ({'outputs': 4, 'groups': 12}, (12, 6, 4, 2, 1))
+    """
+    p, k = (int(d) for d in node.input(0).shape)
+    m = int(node.input(1).shape[0])
+    four = m % 4 == 0
+    tiled = lambda p_: p_["outputs"] == 4  # noqa: E731
+    knobs = [Knob("outputs", (4, 1) if four else (1,), 4 if four else 1,
+                  "outputs per tile (one dot call)")]
+    rules: tuple[Rule, ...] = ()
+    if s8:
+        kcs = tuple(c for c in (8, 4) if target.has_intrinsic(f"dot_s8s8_4x{c}"))
+        default = 8 if k % 8 == 0 and four and 8 in kcs else 4
+        knobs.append(Knob("kc", kcs or (4,), default, "k per dot_s8s8_4x{kc} call",
+                          active=tiled))
+        rules = (Rule("kc divides K", lambda p_: k % p_["kc"] == 0),)
+        caps = "s8:" + "/".join(map(str, kcs))
+    else:
+        default = next(g for g in MAX_GROUPS if (kp // 4) % g == 0)
+        groups = tuple(g for g in MAX_GROUPS if (kp // 4) % g == 0 and
+                       (g == default or target.has_intrinsic(f"dot_q15q7_4x{4 * g}")))
+        knobs.append(Knob("groups", groups, default, "groups of four k per dot call",
+                          active=tiled))
+        caps = "q15:" + "/".join(map(str, groups))
+    key = f"cm_int8_dense|x{p}x{k}{node.input(0).dtype}|m{m}|{caps}"
+    space = Space("cm_int8_dense", key, tuple(knobs), rules,
+                  seeds=({"kc": 4},) if s8 else ())
+    return space if len(space.valid_points()) > 1 else None
+
+
 def _schedule_s8(func: Any, intrin: str, lanes: int, kc: int) -> Schedule:
     """int8 x int8 dense: accumulators per tile of ``lanes`` outputs, ``kc`` k per call."""
     sch = Schedule(func)
@@ -488,6 +541,13 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     if window is not None and not s8:
         pair, flat, wide, fold_zp = _pair_point(node, t, window, kp)
     dw_point = decide(dsp_depthwise_space(node, t)) if depthwise else {}
+    dense = dsp_dense_space(node, t, s8, kp) if node.op == "QGemm" else None
+    fc_point = decide(dense) if dense is not None else {}
+    if fc_point.get("outputs") == 1 and not s8:  # one output a call
+        intrin, lanes, groups = t.intrinsic("dot_q15q7_1x4"), 1, 1
+    elif "groups" in fc_point:
+        groups = fc_point["groups"]
+        intrin = t.intrinsic(f"dot_q15q7_4x{4 * groups}")
     fold_zp = fold_zp and pair is not None or dw_point.get("zero_point") == "bias"
     extra = {"fold_zp": True} if fold_zp else {}
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
@@ -507,6 +567,9 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             staged_rows = "pad" in block_names(sch)
         elif s8:
             kc = 8 if int(w.shape[1]) % 8 == 0 and lanes == 4 else 4
+            if fc_point:
+                lanes = fc_point["outputs"]
+                kc = fc_point["kc"] if lanes == 4 else 4
             intrin = t.intrinsic(f"dot_s8s8_{lanes}x{kc}")
             sch = _schedule_s8(func, intrin, lanes, kc)
         else:

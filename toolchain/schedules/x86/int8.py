@@ -75,7 +75,7 @@ from typing import Any
 
 from toolchain import te
 from toolchain.autotune.apply import decide
-from toolchain.autotune.space import Knob, Space, divisors, with_default
+from toolchain.autotune.space import Knob, Rule, Space, divisors, with_default
 from toolchain.errors import KilnError, ScheduleError
 from toolchain.graph.ir import Node, Value
 from toolchain.intrinsics import load_intrinsics
@@ -145,14 +145,19 @@ def _schedule_conv(func: Any, lanes: int, tile: int | None = None) -> Schedule:
 
 
 def _tile_nest(sch: Schedule, ch: Any, x: Any, lanes: int, y: Any = None,
-               tile: int | None = None) -> tuple[Any, int, Any, Any]:
+               tile: int | None = None, vectors: int = 1) -> tuple[Any, int, Any, Any]:
     """Output channels by ``lanes`` and pixels by :func:`pixel_tile` (``y, mo, xo, mi,
     xi``), the accumulators and their requantization computed at ``xo``: ``(xo, tile,
-    x86_acc, x86_req)``."""
+    x86_acc, x86_req)``. ``vectors`` > 1 (a tuned dense point): that many vectors of
+    ``lanes`` channels in one tile (``y, moo, xo, moi, mi, xi``)."""
     mo, mi = sch.split(ch, [None, lanes])
     tile = tile or pixel_tile(int(sch.get(x).extent.value))
     xo, xi = sch.split(x, [None, tile])
-    sch.reorder(*([y] if y is not None else []), mo, xo, mi, xi)
+    if vectors > 1:
+        mo, moi = sch.split(mo, [None, vectors])
+        sch.reorder(*([y] if y is not None else []), mo, xo, moi, mi, xi)
+    else:
+        sch.reorder(*([y] if y is not None else []), mo, xo, mi, xi)
     req = sch.get_block("x86_req")
     sch.compute_at(req, xo)
     acc = sch.get_block("x86_acc")
@@ -293,12 +298,16 @@ def _zip_planes(sch: Schedule, planes: Any, band: Any, zip_intrin: str | None) -
 
 def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
                     plane: bool = False, zip_intrin: str | None = None,
-                    narrow: str | None = None) -> Schedule:
+                    narrow: str | None = None, vectors: int = 1, unroll_k: int = 1
+                    ) -> Schedule:
     """The tiled convolution nest of :func:`_schedule_conv` over int16 channel pairs: the
     pair band (:func:`toolchain.topi.int8_x86.qconv2d_x86_pairs`) re-laid per output row,
     the pair loop ``rh`` innermost and ``L`` lanes x 2 one ``dot_i16_*x2`` call (or, over the
     u8 quad band of :func:`toolchain.topi.int8_x86.qconv2d_x86_quads`, ``L`` lanes x 4 one
-    ``dot_u8s8_*x4`` call). ``narrow``: as for :func:`_schedule_dw`."""
+    ``dot_u8s8_*x4`` call). ``narrow``: as for :func:`_schedule_dw`. A dense layer's tuned
+    point (:func:`dense_space`) may also take ``vectors`` of ``L`` outputs per tile
+    (independent accumulators, each row's pair or quad broadcast once for all) and unroll
+    the reduction's steps by ``unroll_k``."""
     sch = Schedule(func)
     names = block_names(sch)
     for b in ("x_shifted", "pad"):
@@ -308,7 +317,7 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
     loops = sch.get_loops(out)
     if len(loops) == 2:  # dense [P, M]: the pairs of every row re-laid once (at the root)
         x, ch = loops
-        xo, tile, acc, req = _tile_nest(sch, ch, x, lanes)
+        xo, tile, acc, req = _tile_nest(sch, ch, x, lanes, tile=tile, vectors=vectors)
     elif len(loops) == 5:  # NCHW{L}c output: the tile is stored as it is
         _, mo, y, x, mi = loops
         tile = tile or pixel_tile(int(sch.get(x).extent.value))
@@ -335,15 +344,20 @@ def _schedule_pairs(func: Any, lanes: int, intrin: str, tile: int | None = None,
             _vectorize_pairs(sch, band, None if plane else y)
     loops = sch.get_loops(acc)
     inner = loops[loops.index(xo) + 1:]
-    spatial = 2 if tile > 1 else 1
+    spatial = 1 + (tile > 1) + (vectors > 1)
     sp, red = inner[:spatial], inner[spatial:]
     if len(red) < 2:
         raise ScheduleError("x86 int8 pairs/quads: one pair (quad) of channels and a 1x1 "
                             "kernel; the int16 pair or int32 kernel takes it")
     sch.reorder(*red[:-1], *sp, red[-1])
-    init = sch.decompose_reduction(acc, red[0])
-    if tile > 1:
-        sch.unroll(sp[0])
+    if unroll_k > 1:  # dense_space's rule: the factor divides the steps
+        ko, ki = sch.split(red[0], [None, unroll_k])
+        init = sch.decompose_reduction(acc, ko)
+        sch.unroll(ki)
+    else:
+        init = sch.decompose_reduction(acc, red[0])
+    for loop in sp[:-1]:  # the tile's vectors and rows
+        sch.unroll(loop)
     sch.tensorize(sp[-1], intrin)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.vectorize(sch.get_loops(req)[-1])
@@ -379,11 +393,13 @@ def plane_band(node: Node) -> bool:
 
 
 def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
-            quads: bool = False, real: Node | None = None) -> OpSchedule | None:
+            quads: bool = False, real: Node | None = None, vectors: int = 1,
+            unroll_k: int = 1) -> OpSchedule | None:
     """The x86 convolution (or 2-D dense layer, as a 1x1 convolution over its rows) over
     int16 pairs of input channels, or (``quads``) u8 quads with the zero point folded into
     the bias (None where the nest refuses). ``real``: the graph's node where it reads or
-    writes ``NCHW{b}c`` (``node`` its NCHW form)."""
+    writes ``NCHW{b}c`` (``node`` its NCHW form). ``vectors``, ``unroll_k``: a dense
+    layer's tuned point (:func:`dense_space`)."""
     from toolchain.graph.ops.nn_common import attrs_of
     from toolchain.topi import int8_x86 as k8
     from toolchain.topi import int8_x86_requant as rq
@@ -446,7 +462,7 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
         narrow = narrow_intrinsic(target, str(y.dtype), lanes) \
             if not dense and len(y.shape) == 5 else None
         sch = _schedule_pairs(func, lanes, intrin, tile, plane=plane, zip_intrin=zipper,
-                              narrow=narrow)
+                              narrow=narrow, vectors=vectors, unroll_k=unroll_k)
     except KilnError:
         return None
     values = [xv] + [Value.constant(f"{vals[k].name}_x86", d) for k, d in data.items()]
@@ -455,7 +471,9 @@ def _paired(node: Node, target: Target, lanes: int, tile: int | None = None,
                        **({} if dense else {"band": "plane" if plane else "row"}),
                        **({"quads": "kernel columns"} if cols else {}),
                        **({"zip": zipper} if zipper else {}),
-                       **({"store": narrow} if narrow else {}), **layout_info(real)})
+                       **({"store": narrow} if narrow else {}),
+                       **({"vectors": vectors} if vectors > 1 else {}),
+                       **({"unroll_k": unroll_k} if unroll_k > 1 else {}), **layout_info(real)})
 
 
 def layout_info(node: Node) -> dict[str, str]:
@@ -512,6 +530,75 @@ def int8_space(node: Node, t: Target, lanes: int, pairs: bool, quads: bool = Fal
     return Space("int8_conv", key, tuple(knobs))
 
 
+#: most output vectors (of ``L`` channels) in one tuned dense tile
+MAX_DENSE_VECTORS = 4
+
+#: unroll factors of a dense layer's reduction steps
+DENSE_UNROLLS = (1, 2, 4, 8)
+
+
+def dense_space(node: Node, t: Target, lanes: int, pairs: bool, quads: bool) -> Space:
+    """The knobs of the x86 int8 dense kernel of QGemm ``node`` (``[P, K] x [M, K]``), each
+    default the heuristic's choice:
+
+    * ``intrinsic``: ``dot_u8s8_quads`` (u8 quads of ``k``, ``vpdpbusd``; where the
+      target has it and the zero point folds), ``dot_i16_pairs`` (int16 pairs) or
+      ``int32`` (int32 lanes, :func:`_schedule_dense`);
+    * ``rows``: rows of the batch per register tile (divisors of ``P`` up to
+      :data:`MAX_ROW`; default :func:`pixel_tile`);
+    * ``vectors``: vectors of ``L`` outputs per tile (divisors of ``M / L`` up to
+      :data:`MAX_DENSE_VECTORS`; default 1): independent accumulator chains, each row's
+      pair or quad broadcast once for all of them;
+    * ``unroll_k``: the reduction's steps (pairs or quads of ``k``) unrolled by 1 (the
+      default), 2, 4 or 8.
+
+    Rules: ``unroll_k`` divides the steps of the chosen intrinsic, and the tile's
+    ``vectors * rows`` accumulators stay within :data:`MAX_ROW`. The knobs of the tile
+    are pinned for ``int32``.
+
+    >>> import numpy as np
+    >>> from toolchain.target import load_target
+    >>> x = Value("x", (1, 40), "int8"); y = Value("y", (1, 64), "int8")
+    >>> c = [Value.constant("w", np.ones((64, 40), np.int8)),
+    ...      Value.constant("b", np.zeros(64, np.int32)),
+    ...      Value.constant("m", np.full(64, 1 << 30, np.int32)),
+    ...      Value.constant("s", np.full((64, 2), 1 << 30, np.int32))]
+    >>> a = {"x_zero_point": 0, "y_zero_point": 0, "out_min": -128, "out_max": 127,
+    ...      "out_dtype": "int8"}
+    >>> s = dense_space(Node("QGemm", "fc", [x, *c], [y], a), load_target("x86_64-avx512"),
+    ...                 16, True, True)
+    >>> s.default()
+    {'intrinsic': 'dot_u8s8_quads', 'rows': 1, 'vectors': 1, 'unroll_k': 1}
+    >>> s.knob("vectors").choices, s.is_valid({**s.default(), "unroll_k": 4})
+    ((1, 2, 4), False)
+    """
+    p, k = (int(d) for d in node.inputs[0].shape)
+    m = int(node.input(1).shape[0])
+    default = pixel_tile(p)
+    kinds = (("dot_u8s8_quads",) if quads else ()) + (("dot_i16_pairs",) if pairs else ()) \
+        + ("int32",)
+    steps = {"dot_u8s8_quads": -(-k // 4), "dot_i16_pairs": -(-k // 2), "int32": 1}
+    tiled = lambda p_: p_["intrinsic"] != "int32"  # noqa: E731
+    knobs = (
+        Knob("intrinsic", kinds, kinds[0], "u8 quads of k through dot_u8s8 (vpdpbusd), "
+             "int16 pairs through dot_i16, or int32 lanes"),
+        Knob("rows", with_default(divisors(p, MAX_ROW), default), default,
+             "rows of the batch per register tile", active=tiled),
+        Knob("vectors", divisors(-(-m // lanes), MAX_DENSE_VECTORS), 1,
+             f"vectors of {lanes} outputs per register tile", active=tiled),
+        Knob("unroll_k", DENSE_UNROLLS, 1, "reduction steps unrolled", active=tiled),
+    )
+    rules = (
+        Rule("unroll_k divides the reduction's steps",
+             lambda p_: steps[p_["intrinsic"]] % p_["unroll_k"] == 0),
+        Rule(f"the tile's vectors * rows accumulators are at most {MAX_ROW}",
+             lambda p_: p_["vectors"] * p_["rows"] <= MAX_ROW),
+    )
+    key = (f"int8_dense|x{p}x{k}{node.inputs[0].dtype}|m{m}|lanes{lanes}|"
+           f"v{t.vector_width_bits}|{'/'.join(kinds)}")
+    return Space("int8_dense", key, knobs, rules)
+
+
 def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     """The x86 int8 schedule of ``node`` (QAdd: :func:`_schedule_qadd`; the generic int8
     schedule where the tiled kernels do not apply: grouped convolutions, QGemm with a >2-D
@@ -533,16 +620,20 @@ def schedule_x86_int8(node: Node, target: Any) -> OpSchedule:
     lanes = x86_lanes(int(node.input(1).shape[0]))
     pairs = t.has_intrinsic(f"dot_i16_{lanes}x2")
     quads = t.has_intrinsic(f"dot_u8s8_{lanes}x4") and quads_apply(node)
-    point = decide(int8_space(node, t, lanes, pairs, quads)) if node.op == "QConv" else {}
-    tile = point.get("pixels")
+    if node.op == "QConv":
+        point = decide(int8_space(node, t, lanes, pairs, quads))
+    else:
+        point = decide(dense_space(node, t, lanes, pairs, quads)) if pairs or quads else {}
+    tile = point.get("pixels", point.get("rows"))
+    tuned = {"vectors": point.get("vectors", 1), "unroll_k": point.get("unroll_k", 1)}
     kind = point.get("intrinsic", "dot_u8s8_quads" if quads else "dot_i16_pairs")
     if quads and kind == "dot_u8s8_quads":
-        op = _paired(node, t, lanes, tile, quads=True)  # u8 x s8 channel quads (vpdpbusd)
+        op = _paired(node, t, lanes, tile, quads=True, **tuned)  # u8 x s8 quads (vpdpbusd)
         if op is not None:
             return op
         kind = "dot_i16_pairs"
     if pairs and kind == "dot_i16_pairs":
-        op = _paired(node, t, lanes, tile)  # int16 channel pairs (vpdpwssd, vpmaddwd)
+        op = _paired(node, t, lanes, tile, **tuned)  # int16 channel pairs (vpdpwssd, vpmaddwd)
         if op is not None:
             return op
     nc = node_compute(node, algorithm="x86")
