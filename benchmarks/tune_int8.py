@@ -5,10 +5,11 @@
 
 Each model is the int8 anchor model of the MLPerf Tiny set (``anchor_model``: Kiln's
 post-training quantization, int8 input and output). Its tunable kernels (``int8_conv``,
-``int8_depthwise``) are tuned with ``kiln tune``'s loop (N trials a task, the local runner,
-caches warm), then the bundle compiled with and without the records and onnxruntime are
-timed alternately in this run (one thread, min of 3 x ``--runs``). It prints each task's
-tuner best/default and the three speeds. The machine is shared: read the ratios.
+``int8_depthwise``, ``int8_dense``) are tuned with ``kiln tune``'s loop (N trials a task,
+the local runner, caches warm), then the bundle compiled with and without the records and
+onnxruntime are timed alternately in this run (one thread, min of 3 x ``--runs``). It
+prints each task's tuner best/default and the three speeds. The machine is shared: read
+the ratios.
 """
 
 from __future__ import annotations
