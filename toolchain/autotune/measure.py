@@ -2,8 +2,10 @@
 
 * :func:`build_one` — schedule the task's node at the trace's point (an invalid point is
   refused before anything is built), lower it, read its :mod:`features
-  <toolchain.autotune.features>` and compile it for the host. :class:`LocalBuilder` runs
-  it in a process pool (``jobs`` workers; one job: in this process).
+  <toolchain.autotune.features>` and compile it as the bundle does
+  (:mod:`toolchain.autotune.bundle_build`: the bundle's C and flags; temporaries in a
+  ``kiln_scratch`` area the timing child passes). :class:`LocalBuilder` runs it in a
+  process pool (``jobs`` workers; one job: in this process).
 * :class:`LocalRunner` — times kernels on this CPU in a child process pinned to one core
   (which busy-works 50 ms before each trial: a core that idled while the batch was built
   runs its first milliseconds at a lower clock). Each repeat is the mean thread CPU time
