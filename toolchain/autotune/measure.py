@@ -2,8 +2,10 @@
 
 * :func:`build_one` — schedule the task's node at the trace's point (an invalid point is
   refused before anything is built), lower it, read its :mod:`features
-  <toolchain.autotune.features>` and compile it for the host. :class:`LocalBuilder` runs
-  it in a process pool (``jobs`` workers; one job: in this process).
+  <toolchain.autotune.features>` and compile it as the bundle does
+  (:mod:`toolchain.autotune.bundle_build`: the bundle's C and flags; temporaries in a
+  ``kiln_scratch`` area the timing child passes). :class:`LocalBuilder` runs it in a
+  process pool (``jobs`` workers; one job: in this process).
 * :class:`LocalRunner` — times kernels on this CPU in a child process pinned to one core
   (which busy-works 50 ms before each trial: a core that idled while the batch was built
   runs its first milliseconds at a lower clock). Each repeat is the mean thread CPU time
@@ -80,6 +82,9 @@ class BuildResult:
     features: list[float] | None = None
     error: str | None = None
     seconds: float = 0.0
+    #: bytes of the ``kiln_scratch`` area the kernel takes after its arguments (0: none;
+    #: :mod:`toolchain.autotune.bundle_build`)
+    scratch_bytes: int = 0
     #: what the runner needs beyond the library (the QEMU runner: the C source)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -111,25 +116,28 @@ def featurize(inp: BuildInput) -> list[float]:
 
 def build_one(inp: BuildInput) -> BuildResult:
     """Schedule, lower, featurize and compile one trial (errors are returned, not raised)."""
+    from toolchain.autotune.bundle_build import build_as_bundle
     from toolchain.autotune.features import extract
     from toolchain.errors import KilnError
-    from toolchain.runtime.build import build
     from toolchain.tir import ir
+    from toolchain.tir.transform.pipeline import lower
 
     t0 = time.perf_counter()
     res = BuildResult(inp.trace)
     try:
-        feats: list[np.ndarray] = []
         with paused_gc():  # scheduling and lowering build large IR (toolchain.gcpause)
             s = _scheduled(inp)
-            mod = build(s.schedule, inp.target, extra_flags=list(inp.target.cflags),
-                        on_lowered=lambda f: feats.append(extract(f)))
-        if mod.extra_args:
-            raise KilnError("kernels with symbolic sizes cannot be measured")
-        res.lib, res.entry = str(mod.lib_path), mod.entry
-        res.args = [(tuple(int(d.value) for d in p.shape), p.dtype)
-                    for p in mod.func.params if isinstance(p, ir.Buffer)]
-        res.features = feats[0].tolist()
+            lowered = lower(s.schedule.mod, target=inp.target)
+            feats = extract(lowered)
+            built = build_as_bundle(lowered, inp.target)  # the bundle's C and flags
+        func = s.schedule.mod  # its parameters' shapes (the lowered ones are flat)
+        params = [p for p in func.params if isinstance(p, ir.Buffer)]
+        if len(params) != len(func.params):
+            raise KilnError("kernels with scalar parameters cannot be measured")
+        res.lib, res.entry = str(built.lib), built.entry
+        res.args = [(tuple(int(d.value) for d in p.shape), p.dtype) for p in params]
+        res.scratch_bytes = built.scratch_bytes
+        res.features = feats.tolist()
     except KilnError as exc:
         res.error = build_error(exc)
     res.seconds = time.perf_counter() - t0
@@ -213,10 +221,12 @@ def time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
               else np.zeros(shape, dtype) for shape, dtype in req["args"]]
-    sets = [[ctypes.c_void_p(a.ctypes.data) for a in arrays]]
+    scratch = scratch_area(req.get("scratch_bytes", 0))
+    tail = [] if scratch is None else [ctypes.c_void_p(scratch.ctypes.data)]
+    sets = [[ctypes.c_void_p(a.ctypes.data) for a in arrays] + tail]
     copies = rotation(sum(a.nbytes for a in arrays), req.get("rotate_bytes", 0))
     keep = [[a.copy() for a in arrays] for _ in range(copies - 1)]
-    sets += [[ctypes.c_void_p(a.ctypes.data) for a in c] for c in keep]
+    sets += [[ctypes.c_void_p(a.ctypes.data) for a in c] + tail for c in keep]
     t = time.thread_time()
     if fn(*sets[0]) != 0:
         raise RuntimeError("the kernel returned an error (out of memory for scratch)")
@@ -236,6 +246,21 @@ def time_kernel(req: dict[str, Any], flush: np.ndarray | None) -> list[float]:
             calls += 1
         costs.append((time.thread_time() - t) / number)
     return costs
+
+
+def scratch_area(nbytes: int, align: int = 64) -> np.ndarray | None:
+    """A kernel's ``kiln_scratch`` area of ``nbytes`` (None for 0), its start ``align``-byte
+    aligned as a bundle's arena slices are (``bundle.emit.SCRATCH_ALIGN``), its pages
+    touched (a bundle's arena is mapped before the kernels run).
+
+    >>> a = scratch_area(100); a.nbytes, a.ctypes.data % 64, scratch_area(0)
+    (100, 0, None)
+    """
+    if nbytes <= 0:
+        return None
+    raw = np.zeros(nbytes + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start:start + nbytes]
 
 
 def rotation(set_bytes: int, rotate_bytes: int) -> int:
@@ -365,7 +390,7 @@ class LocalRunner:
         assert self._proc is not None and self._proc.stdout is not None
         req = {"lib": b.lib, "entry": b.entry, "args": b.args, "repeat": self.repeat,
                "min_repeat_s": self.min_repeat_s, "max_number": self.max_number,
-               "rotate_bytes": self.rotate_bytes}
+               "rotate_bytes": self.rotate_bytes, "scratch_bytes": b.scratch_bytes}
         try:
             _send(self._proc.stdin, req)
             ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout)
