@@ -5,12 +5,11 @@ the reference."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from tests.covering import THOROUGH
+from tests.schedules.space_checks import assert_default_and_traces
 from toolchain.autotune.apply import forcing
 from toolchain.autotune.space import InvalidPoint, Trace
 from toolchain.autotune.tasks import task_of
@@ -50,15 +49,7 @@ def test_default_is_the_heuristic_and_traces_round_trip() -> None:
                            "unroll_k": 1}
     assert s.knob("intrinsic").choices == ("dot_u8s8_quads", "dot_i16_pairs", "int32")
     assert s.knob("rows").choices == (1, 2) and s.knob("vectors").choices == (1, 2, 4)
-    plain = compile_op(node, task.target)
-    with forcing({s.workload: s.trace(s.default())}):
-        forced = compile_op(node, task.target)
-    assert forced.op_schedule.info == plain.op_schedule.info
-    assert str(forced.op_schedule.schedule.mod) == str(plain.op_schedule.schedule.mod)
-    for p in s.iter_points():
-        t = s.trace(p)
-        back = Trace.from_json(json.loads(json.dumps(t.to_json())))
-        assert back == t and s.canonical(s.point_of(back)) == p
+    assert_default_and_traces(node, task.target, s)
     a2 = task_of(node, "x86_64-avx2").space
     assert a2.knob("intrinsic").choices == ("dot_i16_pairs", "int32")
     assert a2.workload != s.workload
