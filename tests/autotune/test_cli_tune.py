@@ -33,6 +33,7 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["tune", "nope.onnx", "--trials", "4"], "model file nope.onnx does not exist"),
     (["tune", MODEL, "--trials", "0"], "--trials 0: must be at least 1"),
+    (["tune", MODEL, "--trials", "2", "--cold-mb", "-1"], "--cold-mb -1: must be 0 or more"),
 ])
 def test_bad_input_is_refused_and_writes_nothing(tmp_path, capsys, argv, words):
     out = tmp_path / "r.jsonl"
@@ -83,3 +84,21 @@ def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_
     path.write_text(json.dumps(bad.to_json()) + "\n")
     assert _bundle(tmp_path, "fallback", path) == _bundle(tmp_path, "default", None)
     assert "tuning record not applied" in capsys.readouterr().err
+
+
+def test_cold_mb_reaches_the_local_runner(tmp_path, monkeypatch):
+    """``--cold-mb N``: the local runner cycles each kernel's arguments through N MiB of
+    copies (``rotate_bytes``), as ``benchmarks/tune.py --resnet`` tunes."""
+    from toolchain.autotune import measure
+
+    seen, make = {}, measure.make_runner
+
+    def spy(kind, **options):
+        seen.update(options)
+        return make(kind, **options)
+
+    monkeypatch.setattr(measure, "make_runner", spy)
+    out = tmp_path / "r.jsonl"
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
+                 "--no-progress", "--repeat", "1", "--trials", "1", "--cold-mb", "16"]) == 0
+    assert seen["rotate_bytes"] == 16 << 20 and len(load_records(out)) == 1

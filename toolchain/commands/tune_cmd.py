@@ -62,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush-mb", type=int, default=8, metavar="MB",
                         help="MiB rewritten between timed repeats to flush the caches "
                              "(default 8; 0: measure warm, as kernels run inside a network)")
+    parser.add_argument("--cold-mb", type=int, default=0, metavar="MB",
+                        help="local runner: the timed calls cycle through copies of each "
+                             "kernel's arguments spanning this many MiB, so every call finds "
+                             "its weights out of the caches, as in a model whose weights "
+                             "exceed them (e.g. 64 for ResNet-18; default 0: warm)")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
                         help="seconds a kernel may run before the trial fails (default 10)")
     parser.add_argument("--transfer", action="append", default=[], metavar="RECORDS.jsonl",
@@ -100,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"--batch {args.batch}: must be at least 1")
     if args.flush_mb < 0:
         raise OptionError(f"--flush-mb {args.flush_mb}: must be 0 or more")
+    if args.cold_mb < 0:
+        raise OptionError(f"--cold-mb {args.cold_mb}: must be 0 or more")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
     target = resolve_target(args.target)
@@ -159,7 +166,8 @@ def _measurement(args: argparse.Namespace, target: object) -> tuple[object, obje
 
         return QemuBuilder(target), make_runner("qemu", target=target, timeout=args.timeout)
     return LocalBuilder(jobs), make_runner("local", repeat=args.repeat, timeout=args.timeout,
-                                           flush_bytes=args.flush_mb << 20)
+                                           flush_bytes=args.flush_mb << 20,
+                                           rotate_bytes=args.cold_mb << 20)
 
 
 def _plot(folder: str, states: list, unit: str) -> None:
