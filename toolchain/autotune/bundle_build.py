@@ -76,50 +76,19 @@ def bundle_artifact(lowered: ir.PrimFunc, target: Any) -> KernelArtifact:
     return backend.kernel(lowered, ENTRY)
 
 
-def kernel_file(art: KernelArtifact) -> str:
-    """One kernel's C file, laid out as the bundle's ``kernels.c`` (templates/bundle/
-    kernels.c.j2) for that kernel alone: the C headers, its support's headers, helpers,
-    vector typedefs, support definitions, then the function."""
-    from toolchain.bundle.emit import BundleRenderer
-    from toolchain.codegen.cstyle import render_helpers
-
-    lines = ["#include <math.h>", "#include <stdbool.h>", "#include <stddef.h>",
-             "#include <stdint.h>", ""]
-    lines += [f"#include <{h}>" for h in art.support.headers]
-    helpers = render_helpers(art.helpers, BundleRenderer.helper_qualifier)
-    if helpers:
-        lines += ["", helpers]
-    for name, (elem, lanes) in sorted(art.vector_types.items()):
-        ct = BundleRenderer.type_map[elem]
-        size = max(ir.bits_of(elem) // 8, 1)
-        splat = ", ".join(["kiln_s_"] * lanes)
-        lines += [f"typedef {ct} {name} __attribute__((vector_size({size * lanes})));",
-                  f"typedef {ct} {name}_u __attribute__((vector_size({size * lanes}), "
-                  f"aligned({size}), may_alias));",
-                  f"#define {name}_splat(x) __extension__({{ {ct} kiln_s_ = (x); \\",
-                  f"  ({name}){{ {splat} }}; }})"]
-    lines += ["", *(d.text for d in art.support.definitions), ""]
-    lines += [f"int32_t {art.name}({', '.join(art.params)}) {{", *art.body, "  return 0;", "}",
-              ""]
-    return "\n".join(lines)
-
-
 def bundle_flags(target: Any, art: KernelArtifact, compiler: str) -> list[str]:
     """The flags the bundle's Makefile compiles ``art`` with on ``target`` (with
-    ``compiler``), then :data:`SHARED_FLAGS`; ``-I`` the bundle runtime where the kernel
-    includes its header (float16 kernels)."""
+    ``compiler``): :data:`BUNDLE_CFLAGS`, the bundle's kernel flags
+    (:func:`toolchain.bundle.render.kernel_flags`), gcc's loop flags where ``compiler``
+    takes them, ``-I`` the bundle runtime where the kernel includes its header (float16
+    kernels), then :data:`SHARED_FLAGS`."""
     from toolchain.bundle.emit import RUNTIME_HEADER
-    from toolchain.bundle.render import RUNTIME
+    from toolchain.bundle.render import RUNTIME, kernel_flags
     from toolchain.runtime.build import loop_flags
     from toolchain.target import resolve_target
 
-    t = resolve_target(target)
-    flags = [*BUNDLE_CFLAGS]
-    if t.arch:
-        flags.append(f"-march={t.arch}")
-    flags += [f for f in t.cflags if not f.startswith("-O") and f not in flags]
-    flags += loop_flags(compiler)
-    flags += [f for f in art.flags if f not in flags]
+    flags = [*BUNDLE_CFLAGS, *kernel_flags(resolve_target(target), [art]),
+             *loop_flags(compiler)]
     if RUNTIME_HEADER in art.support.headers:
         flags.append(f"-I{RUNTIME}")
     return [*flags, *SHARED_FLAGS]
@@ -128,11 +97,12 @@ def bundle_flags(target: Any, art: KernelArtifact, compiler: str) -> list[str]:
 def build_as_bundle(lowered: ir.PrimFunc, target: Any) -> BundleBuild:
     """Render ``lowered`` as the bundle does for ``target`` and compile it into a cached
     shared library (:func:`toolchain.runtime.build.compile_shared`)."""
+    from toolchain.bundle.render import kernel_file
     from toolchain.runtime.build import compile_shared, find_compiler
     from toolchain.target import resolve_target
 
     art = bundle_artifact(lowered, target)
-    code = kernel_file(art)
+    code = kernel_file(art, "the tuner's trial")
     compiler = find_compiler(resolve_target(target).compiler)
     flags = bundle_flags(target, art, compiler)
     lib, _ = compile_shared(code, flags, compiler, stem=ENTRY)

@@ -43,7 +43,7 @@ from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
 from toolchain.bundle.names import bundle_namer, comment
 from toolchain.bundle.patching import origin_tables
 from toolchain.bundle.weights import WeightsBlob, format_bytes
-from toolchain.codegen.artifact import merge_support
+from toolchain.codegen.artifact import KernelArtifact, merge_support
 from toolchain.codegen.cstyle import render_helpers
 from toolchain.codegen.names import Namer
 from toolchain.errors import OptionError
@@ -264,9 +264,14 @@ def output_copies(spec: BundleSpec, loc: Locations, outputs: list[dict[str, Any]
 
 
 def _vector_types(spec: BundleSpec) -> list[dict[str, Any]]:
+    return vector_types_of(k.source for k in spec.kernels)
+
+
+def vector_types_of(sources: Iterable[KernelArtifact]) -> list[dict[str, Any]]:
+    """The vector typedefs ``kernels.c`` declares for ``sources``, each once, by name."""
     seen: dict[str, tuple[str, int]] = {}
-    for k in spec.kernels:
-        seen.update(k.source.vector_types)
+    for src in sources:
+        seen.update(src.vector_types)
     out = []
     for name, (elem, lanes) in sorted(seen.items()):
         ct = c_type(elem)
@@ -290,16 +295,37 @@ def _helpers(spec: BundleSpec) -> str:
                           BundleRenderer.helper_qualifier)
 
 
+def kernel_file(art: KernelArtifact, comment_text: str) -> str:
+    """``kernels.c`` holding the one kernel ``art`` and what it needs (its support's
+    headers and definitions, helpers, vector types), without the bundle's ``kernels.h``:
+    the tuner's build of a trial (:mod:`toolchain.autotune.bundle_build`) compiles the C a
+    bundle would."""
+    support = art.support
+    return template_env().get_template("kernels.c.j2").render({
+        "version": __version__, "model": art.name, "kernels_header": False,
+        "prelude_includes": [f"#include <{h}>" for h in support.headers],
+        "preludes": [d.text for d in support.definitions],
+        "helpers": render_helpers(art.helpers, BundleRenderer.helper_qualifier),
+        "vector_types": vector_types_of([art]),
+        "kernels": [{"index": 0, "name": art.name, "params": art.params, "body": art.body,
+                     "comment": comment_text, "object": None}]})
+
+
 def build_flags(spec: BundleSpec) -> list[str]:
     """Flags beyond ``-O3 -std=c99`` the kernels need: the target's ``-march`` and
     ``cflags`` (optimisation levels left to the Makefile), and the intrinsics' flags."""
-    t = spec.target
-    if t.kind != "c":
+    if spec.target.kind != "c":
         return []  # a GPU target's kernels emulated in C: portable code for this host
-    flags = [f"-march={t.arch}"] if t.arch else []
-    flags += [f for f in t.cflags if not f.startswith("-O") and f not in flags]
-    for k in spec.kernels:
-        flags += [f for f in k.source.flags if f not in flags]
+    return kernel_flags(spec.target, [k.source for k in spec.kernels])
+
+
+def kernel_flags(target: Any, sources: Iterable[KernelArtifact]) -> list[str]:
+    """The target's ``-march`` and ``cflags`` (optimisation levels left out), then the
+    flags ``sources``' intrinsics need, each once."""
+    flags = [f"-march={target.arch}"] if target.arch else []
+    flags += [f for f in target.cflags if not f.startswith("-O") and f not in flags]
+    for src in sources:
+        flags += [f for f in src.flags if f not in flags]
     return flags
 
 
@@ -416,7 +442,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "inputs": inputs, "outputs": outputs, "arena_bytes": spec.plan.arena_bytes,
            "arena_align": ALIGNMENT, "weight_bytes": weight_bytes, "weights": loc.weights,
            "align": ALIGNMENT, "calls": calls, "copies": copies, "kernels": kernels,
-           "vector_types": _vector_types(spec),
+           "vector_types": _vector_types(spec), "kernels_header": True,
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "loop_flags": " ".join(LOOP_FLAGS),  # off where the compiler takes them
            "compiler": spec.target.compiler, "prelude_includes": includes,
