@@ -34,6 +34,8 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     (["tune", "nope.onnx", "--trials", "4"], "model file nope.onnx does not exist"),
     (["tune", MODEL, "--trials", "0"], "--trials 0: must be at least 1"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "-1"], "--cold-mb -1: must be 0 or more"),
+    (["tune", MODEL, "--trials", "2", "--cold-mb", "8", "--runner", "qemu"],
+     "--runner qemu counts instructions"),
 ])
 def test_bad_input_is_refused_and_writes_nothing(tmp_path, capsys, argv, words):
     out = tmp_path / "r.jsonl"

@@ -107,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"--flush-mb {args.flush_mb}: must be 0 or more")
     if args.cold_mb < 0:
         raise OptionError(f"--cold-mb {args.cold_mb}: must be 0 or more")
+    if args.cold_mb and (args.runner != "local" or args.ray):
+        raise OptionError(f"--cold-mb {args.cold_mb}: cold timings are the local runner's; "
+                          + ("--ray measures warm" if args.ray else
+                             "--runner qemu counts instructions, which caches do not change")
+                          + " (leave --cold-mb out)")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
     target = resolve_target(args.target)
