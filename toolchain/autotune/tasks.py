@@ -124,9 +124,11 @@ def dense_task(m: int, k: int, n: int, target: Any, name: str | None = None,
 
 
 def extract_tasks(model: Any, target: Any,
-                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> list[Task]:
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  precision: str = "fp32") -> list[Task]:
     """The tunable kernels of ``model`` (a path or ModelProto) on ``target``, heaviest
-    (FLOPs x weight) first."""
+    (FLOPs x weight) first; ``precision="fp16"``: of the model as ``kiln compile
+    --precision fp16`` builds it (float16 inside: the CUDA tensor-core kernels)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes import run_pipeline
     from toolchain.graph.passes.layout import layout_for_target
@@ -135,6 +137,10 @@ def extract_tasks(model: Any, target: Any,
     t = resolve_target(target)
     source = str(model) if isinstance(model, str | Path) else model
     graph = from_onnx(source, input_shapes=dict(input_shapes or {}) or None)
+    if precision == "fp16":
+        from toolchain.graph.passes.precision import to_fp16
+
+        graph = to_fp16(graph)
     fused = run_pipeline(graph, layout_for_target(t))
     # workload -> tail -> the kernels with that anchor workload and tail, in graph order
     groups: dict[str, dict[tuple[str, ...], list[Task]]] = {}
