@@ -209,7 +209,15 @@ def simt_space(name: str, shape: tuple[int, int, int, int, int], itemsize: int, 
     )
     dtype = "f16" if itemsize == 2 else f"b{itemsize}"
     workload = f"cuda_gemm|{dtype}|y{y}x{x}k{k}w{window}z{batch}|{ops}|{caps_key(target)}"
-    return Space("cuda_gemm", workload, knobs, rules)
+    return Space("cuda_gemm", workload, knobs, rules, seeds=SIMT_SEEDS)
+
+
+#: the tuner's first points after the default (invalid ones are dropped): the generic
+#: kernel (2x faster than the tiled one on ResNet-18 at batch 1 in the first GPU run,
+#: docs/cuda.md), split-K, and square register tiles
+SIMT_SEEDS = ({"kernel": "generic"}, {"kernel": "tiled", "split_k": 2},
+              {"kernel": "tiled", "split_k": 4}, {"kernel": "tiled", "ry": 2, "rx": 2},
+              {"kernel": "tiled", "ry": 4, "rx": 4, "ty": 8, "tx": 16})
 
 
 def tiles_of(point: Mapping[str, Any]) -> Tiles:
@@ -333,7 +341,17 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
              lambda p: not p["async_copy"] or p["vector"] > 1),
     )
     workload = f"cuda_tensorcore|y{y}x{x}k{k}z{batch}|{ops}|{caps_key(target)}"
-    return Space("cuda_tensorcore", workload, knobs, rules)
+    return Space("cuda_tensorcore", workload, knobs, rules, seeds=TENSORCORE_SEEDS)
+
+
+#: the tuner's first points after the default: the leading variants of
+#: ``benchmarks/cuda.py``'s tile sweep (mma.sync with 2-4 stages, 16 warps, steps of 64;
+#: the default with 3 stages), as changes to the default's knobs
+TENSORCORE_SEEDS = ({"intrinsic": "mma"}, {"intrinsic": "mma", "stages": 3},
+                    {"intrinsic": "mma", "stages": 4},
+                    {"intrinsic": "mma", "stages": 3, "wy": 2, "wx": 2, "fm": 4, "fn": 4},
+                    {"intrinsic": "mma", "stages": 3, "wx": 4},
+                    {"intrinsic": "mma", "stages": 3, "kf": 4}, {"stages": 3})
 
 
 def shared_need(t: WmmaTiles) -> int:
@@ -397,5 +415,6 @@ def decide_tensorcore(sch: Schedule, block: Any, target: Target, default: WmmaTi
     return out
 
 
-__all__ = ["decide_simt", "decide_tensorcore", "describe", "gemm_shape", "shared_need",
-           "simt_space", "tensorcore_space", "tile_elements", "tiles_of", "wmma_tiles_of"]
+__all__ = ["SIMT_SEEDS", "TENSORCORE_SEEDS", "decide_simt", "decide_tensorcore", "describe",
+           "gemm_shape", "shared_need", "simt_space", "tensorcore_space", "tile_elements",
+           "tiles_of", "wmma_tiles_of"]
