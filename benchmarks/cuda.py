@@ -617,10 +617,14 @@ def tuned(names: list[str], sizes: list[int], target: str, root: Path, repeat: i
         diff = _rel_err(outs["tuned"], outs["default"])
         ref, what = np.nan, "PyTorch"
         if label.startswith("gemm"):
-            import torch
-
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-            ref, what = _cublas(torch, feeds["A"], feeds["B"], repeat)[1], "cuBLAS fp16 kernel"
+            try:
+                import torch
+            except ImportError:
+                print("PyTorch is not installed: no cuBLAS reference")
+            else:
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+                ref, what = (_cublas(torch, feeds["A"], feeds["B"], repeat)[1],
+                             "cuBLAS fp16 kernel")
         elif label == "resnet18":
             got = torch_resnet18(repeat)
             ref, what = (got[1] if got else np.nan), "PyTorch eager kernels"
