@@ -568,12 +568,16 @@ def tuned(names: list[str], sizes: list[int], target: str, root: Path, repeat: i
     per task the tuner's default and best kernel times; per case the bundles' kernels ms,
     tuned / default and each against cuBLAS fp16's GEMM kernel or PyTorch eager's
     ResNet-18 (cuDNN), both measured in the same run."""
+    import importlib.util
+
     from toolchain.autotune.apply import applying
     from toolchain.autotune.cuda import CudaBuilder, GpuRunner
     from toolchain.autotune.records import RecordWriter, best_traces, load_records
     from toolchain.autotune.tasks import extract_tasks
     from toolchain.autotune.tuner import tune_tasks
 
+    # the cost model needs xgboost (the [tune] extra); without it, random search
+    strategy = "xgb" if importlib.util.find_spec("xgboost") else "random"
     rng = np.random.default_rng(0)
     cases = [(f"gemm{n}_fp16", gemm_model(n, "fp16"), None) for n in sizes]
     cases += [(name, ZOO[name].build(), ZOO[name].input_shapes) for name in names]
@@ -581,14 +585,14 @@ def tuned(names: list[str], sizes: list[int], target: str, root: Path, repeat: i
         t0 = time.perf_counter()
         tasks = extract_tasks(model, target, shapes)
         print(f"\n{label}: {len(tasks)} tasks ({', '.join(sorted({t.space.kind for t in tasks}))}"
-              f"), {trials} trials on {target} ({time.perf_counter() - t0:.0f} s to extract)",
-              flush=True)
+              f"), {trials} trials on {target}, {strategy} search "
+              f"({time.perf_counter() - t0:.0f} s to extract)", flush=True)
         out = root / f"{label}.jsonl"
         builder, runner = CudaBuilder(target, "gpu", jobs), GpuRunner(repeat=3, timeout=30)
         try:
             with RecordWriter(out) as w:
                 states = tune_tasks(tasks, trials, builder=builder, runner=runner, writer=w,
-                                    batch=jobs, progress=False)
+                                    strategy=strategy, batch=jobs, progress=False)
         finally:
             builder.close()
         print(f"{'task':34s} {'kind':>15s} {'trials':>6s} {'failed':>6s} {'default ms':>11s} "
