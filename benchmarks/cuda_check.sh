@@ -40,7 +40,7 @@
 #      and without, against cuBLAS fp16's kernel in the same run;
 #   9. the same for ResNet-18's convolutions (the SIMT implicit-GEMM space: threads,
 #      register tiles, step, double buffer, split-K, or the generic kernel), 44 trials over
-#      its 11 kernels (the default and three seeds each), then the whole model tuned and
+#      its 11 kernels (each its default, seeds, random points), then the whole model tuned and
 #      default against PyTorch eager (cuDNN). Random search where xgboost is missing (the
 #      GPU machines' image has none): the seeds are measured either way.
 # Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 + 180 + 300 s); the whole check is
