@@ -132,7 +132,6 @@ def test_sampled_matmul_points_emulated_give_numpys_numbers() -> None:
     a = np.random.default_rng(0).standard_normal((48, 64)).astype(np.float32)
     w = task.node.inputs[1].data
     points = sampled(task.space, 4, seed=2)
-    assert any(p["kernel"] == "tiled" and p["split_k"] > 1 for p in points) or True
     for i, p in enumerate([*points, {**task.space.default(), "split_k": 2, "bk": 8}]):
         with forcing({task.space.workload: task.space.trace(p)}):
             f = lower(schedule_for(task.node, SM80).schedule.mod, target=SM80)
@@ -165,6 +164,8 @@ def test_sampled_convolution_points_through_emulated_bundles_match_the_reference
 
 def test_sampled_tensor_core_points_through_emulated_bundles_match_the_reference(
         tmp_path: Path) -> None:
+    """(About 10 s: three emulated float16 bundles, the wmma and mma.sync fragments
+    computed element by element in C.)"""
     model, feeds = gemm_model(64, 64, 128)
     want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
     (task,) = extract_tasks(model, SM80, precision="fp16")
@@ -181,7 +182,7 @@ def test_sampled_tensor_core_points_through_emulated_bundles_match_the_reference
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
 def test_sampled_points_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
     """Every space's default and sampled points, as the bundle renders them, in one file
-    compiled once for both architectures (nvcc's fixed cost dominates)."""
+    compiled once for both architectures (nvcc's fixed cost dominates: about 8 s)."""
     from toolchain.autotune.cuda import kernel_sources
     from toolchain.codegen.backend import CUDABackend
 
