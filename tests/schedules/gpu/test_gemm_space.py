@@ -140,6 +140,30 @@ def test_sampled_matmul_points_emulated_give_numpys_numbers() -> None:
         np.testing.assert_allclose(out, a @ w, rtol=1e-5, atol=1e-4, err_msg=str(p))
 
 
+def batch_matmul_task() -> Any:
+    """``A[2, 24, 40] @ B[2, 40, 32]`` (both inputs): the batch on ``blockIdx.z``."""
+    from toolchain.autotune.tasks import task_of
+    from toolchain.schedules import make_node
+
+    task = task_of(make_node("MatMul", [(2, 24, 40), (2, 40, 32)], name="bmm"), SM80)
+    assert task is not None and task.space.kind == "cuda_gemm"
+    return task
+
+
+def test_sampled_batch_matmul_points_emulated_give_numpys_numbers() -> None:
+    task = batch_matmul_task()
+    assert "z2|" in task.space.workload
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((2, 24, 40)).astype(np.float32)
+    b = rng.standard_normal((2, 40, 32)).astype(np.float32)
+    for i, p in enumerate(sampled(task.space, 3, seed=9)):
+        with forcing({task.space.workload: task.space.trace(p)}):
+            f = lower(schedule_for(task.node, SM80).schedule.mod, target=SM80)
+        out = np.full((2, 24, 32), np.nan, np.float32)
+        run_simt(f, a, b, out, name=f"space_bmm{i}")
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-4, err_msg=str(p))
+
+
 def _emulated(model: Any, feeds: dict[str, np.ndarray], traces: dict[str, Trace], out: Path,
               precision: str = "fp32") -> dict[str, np.ndarray]:
     with forcing(traces):
@@ -189,7 +213,7 @@ def test_sampled_points_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> N
     conv, _ = conv_model()
     mm, _ = gemm_model(64, 64, 128)
     tasks = [*extract_tasks(conv, SM80), *extract_tasks(mm, SM80, precision="fp16"),
-             dense_task(48, 64, 40, SM80)]
+             dense_task(48, 64, 40, SM80), batch_matmul_task()]
     arts = []
     for task in tasks:
         s = task.space

@@ -156,6 +156,7 @@ def simt_space(name: str, shape: tuple[int, int, int, int, int], itemsize: int, 
     most = target.max_threads_per_block or 1024
     regs = target.max_registers_per_thread or 255
     smem = target.max_shared_memory_per_block or 48 * 1024
+    least = min(target.warp_size or 32, d.threads)
     where = describe(name, shape)
 
     def tiled(p: Mapping[str, Any]) -> bool:
@@ -191,6 +192,9 @@ def simt_space(name: str, shape: tuple[int, int, int, int, int], itemsize: int, 
              lambda p: not tiled(p) or steps(p) % p["bk"] == 0),
         Rule(f"{where}: threads per block ty*tx at most {most} (the target's "
              "max_threads_per_block)", lambda p: not tiled(p) or p["ty"] * p["tx"] <= most),
+        Rule(f"{where}: threads per block ty*tx at least {least} (a warp, or the "
+             "heuristic's block where the output is smaller: fewer leave a warp's lanes idle)",
+             lambda p: not tiled(p) or p["ty"] * p["tx"] >= least),
         Rule(f"{where}: a thread's ry*rx accumulators, ry + rx operands and "
              f"{REGISTER_OVERHEAD} more registers at most {regs} (the target's "
              "max_registers_per_thread)",
