@@ -39,7 +39,10 @@ memory per block (``max_shared_memory_per_block``) and the registers per thread
 the tiles until the grid gives every SM a block and enough warps, and where one output a
 thread still does not, **split-K** (:func:`split_k`) sums the reduction in parts on more
 blocks and adds the parts in a second kernel. A tile mostly outside the output keeps the
-generic kernel (:func:`useful_fraction`). ``docs/cuda.md``, "The occupancy rule".
+generic kernel (:func:`useful_fraction`). ``docs/cuda.md``, "The occupancy rule". These
+choices (generic or tiled, split-K, threads, register tile, step, double buffer) are the
+default point of the ``cuda_gemm`` search space (:mod:`toolchain.schedules.gpu.gemm_space`:
+:func:`try_tile_gemm` builds the point tuning or records decide; ``kiln tune``).
 
 Before (``Relu(MatMul(A, W))``, 64 x 32 times 32 x 48)::
 
