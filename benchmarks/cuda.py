@@ -595,12 +595,15 @@ def tuned(names: list[str], sizes: list[int], target: str, root: Path, repeat: i
                                     strategy=strategy, batch=jobs, progress=False)
         finally:
             builder.close()
-        print(f"{'task':34s} {'kind':>15s} {'trials':>6s} {'failed':>6s} {'default ms':>11s} "
-              f"{'best ms':>9s} {'default/best':>13s}  best point")
+        print(f"{'task':34s} {'GEMM (y x k w z)':>24s} {'kind':>15s} {'trials':>6s} "
+              f"{'failed':>6s} {'default ms':>11s} {'best ms':>9s} {'default/best':>13s}  "
+              "best point")
         for st in states:
             failed = sum(not math.isfinite(c) for c in st.costs)
             point = st.space.trace(st.best_point) if st.best_point else "-"
-            print(f"{st.task.name[:34]:34s} {st.space.kind:>15s} {len(st.costs):6d} "
+            gemm_shape = re.search(r"\|(y\d+x\d+k\d+\w*)\|", st.space.workload)
+            print(f"{st.task.name[:34]:34s} {gemm_shape.group(1) if gemm_shape else '':>24s} "
+                  f"{st.space.kind:>15s} {len(st.costs):6d} "
                   f"{failed:6d} {1e3 * st.default_cost:11.4f} {1e3 * st.best:9.4f} "
                   f"{st.default_cost / st.best:13.2f}  {point}", flush=True)
         errors = sorted({r.error for r in load_records(out) if r.error})
