@@ -195,3 +195,18 @@ def test_records_change_the_generated_c(tasks, tmp_path) -> None:
     # twice the lanes: more of the GELU chain's loops run 2 x lanes steps
     steps = f"< {v // 16}; ++"
     assert body(b, gelu.name).count(steps) > body(a, gelu.name).count(steps)
+
+
+def test_kiln_tune_generic_lists_the_cpu_ops_spaces(tmp_path, capsys) -> None:
+    import onnx
+
+    from toolchain.cli import main
+
+    path = tmp_path / "ops.onnx"
+    onnx.save(ops_model(), path)
+    assert main(["tune", str(path), "--target", "c-generic", "--spaces"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["tune", str(path), "--target", "c-generic", "--spaces", "--generic"]) == 0
+    generic = capsys.readouterr().out
+    assert "space attention" in plain and "space cpu_ops" not in plain
+    assert "space cpu_ops for cpu_ops|Softmax" in generic and "vector_bits: 64" not in generic
