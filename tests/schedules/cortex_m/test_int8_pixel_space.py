@@ -177,3 +177,63 @@ def test_the_tuned_points_count_fewer_instructions(tmp_path) -> None:
     assert [b.error for b in builds] == [None] * 4
     base, fold, unrolled, block = (r.costs[0] for r in QemuRunner("cortex-m4").run(builds))
     assert block < unrolled < fold < base, (base, fold, unrolled, block)
+
+
+def _odd_model():
+    """1x3x12x12 -> 3x3 conv 3 -> 7 -> ReLU -> 3x3 conv 7 -> 5 (stride 2) -> ReLU -> 1x1
+    conv 5 -> 3, seeded weights: every convolution one pixel a step."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    nodes, inits, x = [], [], "input"
+    for i, (c, m, k, s) in enumerate([(3, 7, 3, 1), (7, 5, 3, 2), (5, 3, 1, 1)]):
+        w = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(m) * 0.1).astype(np.float32),
+                                          f"b{i}")]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[k, k],
+                                   strides=[s, s], pads=[k // 2] * 4),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        x = f"r{i}"
+    graph = helper.make_graph(nodes, "odd", [helper.make_tensor_value_info(
+        "input", TensorProto.FLOAT, [1, 3, 12, 12])], [helper.make_tensor_value_info(
+            x, TensorProto.FLOAT, [1, 3, 6, 6])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.slow
+@needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
+def test_a_tuned_firmware_is_bit_exact_on_qemu(tmp_path) -> None:
+    """Every one-pixel convolution at its largest block, its row unrolled as far as it
+    goes and the zero point folded (the Arm build's SMLAD/SXTB16 code, not the host's
+    portable C): the firmware's integers equal the reference's (slow: a cross build)."""
+    import onnx
+
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.boards import compile_board, run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+    from toolchain.quantize.ptq import quantize_model
+    from toolchain.zoo.quantized import calibration
+
+    f = _odd_model()
+    m = quantize_model(f, calibration(f), integer_io=True)[0]
+    path = tmp_path / "odd.onnx"
+    onnx.save(m, path)
+    tasks = [t for t in extract_tasks(path, "cortex-m4") if t.space.kind == "cm_int8_conv1"]
+    assert len(tasks) == 3
+    traces = {t.space.workload: t.space.trace(
+        {k.name: k.choices[-1] for k in t.space.knobs}) for t in tasks}
+    assert all(tr.as_dict()["zero_point"] == "bias" for tr in traces.values())
+    with applying(traces) as applied:
+        bundle, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "fw", name="odd")
+    assert len(applied) == 3
+    rng = np.random.default_rng(0)
+    inputs = {"input": rng.integers(-128, 128, (1, 3, 12, 12)).astype(np.int8)}
+    run = run_on_qemu(bundle, inputs, timeout=120)
+    ref = run_graph(quantize_ops(from_onnx(m)), inputs)
+    ints = [k for k in ref if ref[k].dtype.kind in "iu"]
+    assert ints
+    for k in ints:
+        np.testing.assert_array_equal(run.outputs[k], ref[k], err_msg=k)
