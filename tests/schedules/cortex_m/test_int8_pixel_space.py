@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.covering import THOROUGH
 from tests.schedules.cortex_m.test_int8 import (
     RNG,
     _conv,
@@ -74,11 +75,13 @@ def test_default_is_the_heuristic_and_traces_round_trip() -> None:
     node = _conv(8, 3, 3, 1, (1, 1, 1, 1), hw=(6, 8))
     s = _space(node)
     assert s.kind == "cm_int8_conv1"
-    assert s.default() == {"block": 1, "unroll_k": 1, "zero_point": "im2col"}
+    assert s.default() == {"block": 1, "unroll_k": 1, "zero_point": "im2col",
+                           "im2col": "loops"}
     assert s.knob("block").choices == (1, 3)
     assert s.knob("unroll_k").choices == (1, 2)            # 18 calls a row
+    assert s.knob("im2col").choices == ("loops", "window")  # K = 72: not all of it
     points = s.valid_points()
-    assert len(points) == 8
+    assert len(points) == 16
     for p in points:
         t = s.trace(p)
         assert Trace.from_json(t.to_json()) == t and s.point_of(t) == p
@@ -98,30 +101,50 @@ def test_invalid_points_are_refused_before_building() -> None:
     node = _conv(8, 3, 3, 1, (1, 1, 1, 1), hw=(6, 8))
     s = _space(node)
     with pytest.raises(InvalidPoint, match="unroll_k=4 is not one of"):
-        s.check({"block": 1, "unroll_k": 4, "zero_point": "im2col"})
+        s.check({"block": 1, "unroll_k": 4, "zero_point": "im2col", "im2col": "loops"})
     with pytest.raises(InvalidPoint):
         with forcing({s.workload: Trace("cm_int8_conv1", (("unroll_k", 3),))}):
             schedule_for(node, "cortex-m4")
     nine = _space(_conv(4, 9, 3, 1, (1, 1, 1, 1), hw=(4, 5)))
     with pytest.raises(InvalidPoint, match="block=9 is not one of"):   # 9 accumulators
-        nine.check({"block": 9, "unroll_k": 1, "zero_point": "im2col"})
+        nine.check({"block": 9, "unroll_k": 1, "zero_point": "im2col", "im2col": "loops"})
+    with pytest.raises(InvalidPoint, match="im2col='all' is not one of"):   # K = 72 > 64
+        s.check({**s.default(), "im2col": "all"})
     with pytest.raises(InvalidPoint, match="space 'cm_int8_conv'"):
         s.point_of(Trace("cm_int8_conv", (("wide", True),)))
 
 
+def covering(space) -> list[dict]:
+    """The default, the point of every knob's last choice, and for each i the point of
+    every knob's i-th choice (its last where it has fewer): every value of every knob
+    (``KILN_TEST_THOROUGH=1``: every point)."""
+    if THOROUGH:
+        return space.valid_points()
+    out = [space.default()]
+    for i in range(max(len(k.choices) for k in space.knobs)):
+        p = {k.name: k.choices[min(i, len(k.choices) - 1)] for k in space.knobs}
+        if space.is_valid(p) and p not in out:
+            out.append(p)
+    last = {k.name: k.choices[-1] for k in space.knobs}
+    return out + ([last] if space.is_valid(last) and last not in out else [])
+
+
 @pytest.mark.parametrize("i", range(len(SHAPES)),
                          ids=[f"c{c}-m{m}-k{k}-s{st}" for c, m, k, st, _, _ in SHAPES])
-def test_every_point_is_bit_exact_on_the_host(i: int) -> None:
+def test_every_knob_value_is_bit_exact_on_the_host(i: int) -> None:
     c, m, k, stride, pads, hw = SHAPES[i]
     node = _conv(c, m, k, stride, pads, hw=hw)
     x = _qx(node.inputs[0].shape, "int8")
     want = _reference(node, x)
     s = _space(node)
-    for p in s.valid_points():
+    seen = set()
+    for p in covering(s):
+        seen.update(p.items())
         with forcing({s.workload: s.trace(p)}):
             got, info = _run_host(node, x)
         assert info["intrinsic"] == "cortex-m4.dot_q15q7_1x4", (p, info)
         np.testing.assert_array_equal(got, want, err_msg=str(p))
+    assert {(kn.name, v) for kn in s.knobs for v in kn.choices} <= seen
 
 
 def test_four_channel_calls_in_a_batch_are_bit_exact() -> None:
@@ -129,8 +152,8 @@ def test_four_channel_calls_in_a_batch_are_bit_exact() -> None:
     x = _qx(node.inputs[0].shape, "int8")
     want = _reference(node, x)
     s = _space(node)
-    assert len(s.valid_points()) == 4   # unroll_k 1 or 3 (all three calls)
-    for p in s.valid_points():
+    assert s.knob("unroll_k").choices == (1, 3)   # 1 or all three calls
+    for p in covering(s):
         with forcing({s.workload: s.trace(p)}):
             got, info = _run_host(node, x)
         assert info["intrinsic"] == "cortex-m4.dot_q15q7_4x24"
@@ -144,7 +167,7 @@ def test_records_change_the_generated_kernel() -> None:
     node = _conv(8, 3, 3, 1, (1, 1, 1, 1), hw=(6, 8))
     s = _space(node)
     base = schedule_for(node, "cortex-m4")
-    trace = s.trace({"block": 3, "unroll_k": 2, "zero_point": "bias"})
+    trace = s.trace({"block": 3, "unroll_k": 2, "zero_point": "bias", "im2col": "loops"})
     with applying({s.workload: trace}) as applied:
         tuned = schedule_for(node, "cortex-m4")
     assert applied == {s.workload: trace}
@@ -162,7 +185,8 @@ def test_records_change_the_generated_kernel() -> None:
 def test_the_tuned_points_count_fewer_instructions(tmp_path) -> None:
     """Under QEMU (deterministic counts) on 8 -> 3 channels, 3 x 3: the folded zero point,
     the unrolled row and the block of three channels each save instructions (176,440 ->
-    132,440 together)."""
+    132,440 together); on 5 -> 3 (K = 45, padded to 48) the im2col copy unrolled whole
+    (its padding tests fold) does."""
     from toolchain.autotune.measure import BuildInput
     from toolchain.autotune.qemu import QemuBuilder, QemuRunner
     from toolchain.autotune.tasks import task_of
@@ -177,6 +201,13 @@ def test_the_tuned_points_count_fewer_instructions(tmp_path) -> None:
     assert [b.error for b in builds] == [None] * 4
     base, fold, unrolled, block = (r.costs[0] for r in QemuRunner("cortex-m4").run(builds))
     assert block < unrolled < fold < base, (base, fold, unrolled, block)
+    task = task_of(_conv(5, 3, 3, 1, (1, 1, 1, 1), hw=(12, 12)), "cortex-m4")
+    s = task.space
+    builds = QemuBuilder("cortex-m4", tmp_path).build(
+        [BuildInput(task.node, task.target, s.workload, s.trace({**s.default(), **p}))
+         for p in ({}, {"im2col": "all"})])
+    base, whole = (r.costs[0] for r in QemuRunner("cortex-m4").run(builds))
+    assert whole < 0.8 * base, (base, whole)
 
 
 def _odd_model():

@@ -88,7 +88,11 @@ from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.overlap import AccessOrder
 from toolchain.intrinsics import load_intrinsics
-from toolchain.schedules.cortex_m.int8_pixel import pixel_conv_space, tensorize_pixel
+from toolchain.schedules.cortex_m.int8_pixel import (
+    pixel_conv_space,
+    tensorize_pixel,
+    unroll_im2col,
+)
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target, resolve_target
@@ -443,6 +447,8 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
             sch.unroll(ry)
             sch.unroll(pi)
             sch.unroll(rx)
+        elif point:  # one pixel: the window's loops (and the channels') unrolled
+            unroll_im2col(sch, point, c, ry, rx)
     if pairs:
         _tensorize_pairs(sch, intrin, groups)
         # epilogue (channel, pixel): a channel's requantization parameters loaded once

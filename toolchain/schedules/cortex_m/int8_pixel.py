@@ -14,7 +14,12 @@ of the row.  Its space (:func:`pixel_conv_space`, kind ``cm_int8_conv1``) offers
   words loaded once for the block, its accumulators in registers);
 * ``unroll_k``: the row's calls unrolled by 1 (the heuristic), 2, 4 or 8 (dividing them),
   or all of them up to 16: fewer loop updates and branches per call;
-* ``zero_point``: ``im2col`` or ``bias`` (folded at compile time, as ``cm_int8_conv``).
+* ``zero_point``: ``im2col`` or ``bias`` (folded at compile time, as ``cm_int8_conv``);
+* ``im2col`` (a k x k window): the im2col copy's loops over (channel, kernel row, kernel
+  column) as loops (``loops``, the heuristic), the window unrolled (``window``: kh x kw
+  statements a channel) or every loop unrolled (``all``, a row of at most
+  :data:`UNROLL_ROW` elements: the padding of K to a multiple of 4 and the channel index
+  fold to constants).
 
 Before (``block=1``, ``unroll_k=1``; 3 channels, K = 72)::
 
@@ -42,7 +47,7 @@ after (``block=3``, ``unroll_k=2``)::
 ...          {"pads": [1] * 4, "strides": [1, 1], "x_zero_point": 5})
 >>> s = pixel_conv_space(n, resolve_target("cortex-m4"), 72, 1, 1, True)
 >>> s.default()
-{'block': 1, 'unroll_k': 1, 'zero_point': 'im2col'}
+{'block': 1, 'unroll_k': 1, 'zero_point': 'im2col', 'im2col': 'loops'}
 >>> s.knob("block").choices
 (1, 3)
 >>> s.knob("unroll_k").choices
@@ -67,6 +72,9 @@ BLOCK_CHANNELS = 8
 UNROLLS = (1, 2, 4, 8)
 FULL_UNROLL = 16
 
+#: the longest im2col row ``im2col=all`` unrolls (elements)
+UNROLL_ROW = 64
+
 
 def pixel_conv_space(node: Node, target: Target, kp: int, lanes: int, groups: int,
                      fold: bool) -> Space | None:
@@ -88,6 +96,11 @@ def pixel_conv_space(node: Node, target: Target, kp: int, lanes: int, groups: in
              Knob("zero_point", ("im2col", "bias") if fold else ("im2col",), "im2col",
                   "the input zero point subtracted per im2col element or folded into the "
                   "bias"))
+    window = tuple(int(d) for d in node.input(1).shape[2:])
+    if window != (1, 1):
+        knobs += (Knob("im2col", ("loops", "window", "all") if kp <= UNROLL_ROW else
+                       ("loops", "window"), "loops", "the im2col copy's loops unrolled: "
+                       "none, the window's, all"),)
     rules = (Rule("unroll_k divides the row's dot calls", lambda q: calls % q["unroll_k"] == 0),)
     x, y, a = node.input(0), node.outputs[0], node.attrs
     key = (f"cm_int8_conv1|{x.dtype}|{'x'.join(map(str, x.shape))}|o{m}|"
@@ -97,14 +110,25 @@ def pixel_conv_space(node: Node, target: Target, kp: int, lanes: int, groups: in
            f"out{'x'.join(map(str, y.shape))}|{a.get('data_layout', 'NCHW')}|"
            f"l{lanes}g{groups}|fold={int(fold)}")
     # the prior (docs/tuning.md, session 16): the folded zero point with the largest
-    # block, or the row unrolled; a seed the space refuses is dropped
+    # block and the im2col unrolled, or the row unrolled; a seed the space refuses (or
+    # naming a knob it lacks) is dropped
     top = blocks[-1]
-    seeds = ({"block": top, "unroll_k": 2, "zero_point": "bias"},
+    seeds = ({"block": top, "zero_point": "bias", "im2col": "all"},
+             {"block": top, "zero_point": "bias", "im2col": "window"},
+             {"block": top, "unroll_k": 2, "zero_point": "bias"},
              {"block": top, "zero_point": "bias"},
              {"unroll_k": 8, "zero_point": "bias"}, {"unroll_k": 4, "zero_point": "bias"},
              {"zero_point": "bias"})
     space = Space("cm_int8_conv1", key, knobs, rules, seeds=seeds)
     return space if space.size > 1 else None
+
+
+def unroll_im2col(sch: Schedule, point: dict[str, Any], c: Any, ry: Any, rx: Any) -> None:
+    """The im2col copy's (channel ``c``, kernel row ``ry``, column ``rx``) loops unrolled
+    as ``point["im2col"]`` says (``loops``: none)."""
+    how = point.get("im2col", "loops")
+    for loop in {"loops": (), "window": (ry, rx), "all": (c, ry, rx)}[how]:
+        sch.unroll(loop)
 
 
 def tensorize_pixel(sch: Schedule, intrin: str, lanes: int, groups: int,
