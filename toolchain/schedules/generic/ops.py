@@ -645,7 +645,10 @@ def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
     """The default CPU schedule of any non-GEMM compute (see the module docstring).
 
     ``func`` comes from ``te.create_prim_func``; ``target`` is a name, a Target or None
-    (c-generic). Returns the Schedule (``sch.mod`` is the scheduled PrimFunc)."""
+    (c-generic), or a :class:`CpuConfig` (a tuned point of
+    :mod:`~toolchain.schedules.generic.ops_space` may turn steps 2 and 3 off, or change
+    the vector width, window unrolling and transpose tile). Returns the Schedule
+    (``sch.mod`` is the scheduled PrimFunc)."""
     cfg = target if isinstance(target, CpuConfig) else cpu_config(target)
     sch = Schedule(func)
     stage_quantized_transpose(sch, cfg)
