@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spaces", action="store_true",
                         help="print each task's search space (knobs, defaults, rules) and "
                              "exit without tuning")
+    parser.add_argument("--generic", action="store_true",
+                        help="also tune the kernels of the rule-driven CPU schedule (softmax, "
+                             "layer norm, element-wise chains, pooling, transposes: the "
+                             "cpu_ops space)")
     parser.add_argument("--search", choices=("xgb", "random"), default="xgb",
                         help="xgb (default): simulated annealing over an xgboost rank model; "
                              "random: uniform random search")
@@ -103,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"model file {args.model} does not exist")
     if args.spaces:
         target = resolve_target(args.target)
-        for t in extract_tasks(args.model, target, input_shapes(args), args.precision):
+        for t in extract_tasks(args.model, target, input_shapes(args), args.precision,
+                               generic=args.generic):
             print(f"{t.name} (x{t.weight}, {t.flops:,} FLOPs): {t.space}")
         return 0
     if args.trials is None or args.output is None:
@@ -132,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         refuse_without_gpu(args.runner)
     transfer = [r for f in args.transfer for r in load_records(f)]
     writer = RecordWriter(args.output, resume=True)
-    tasks = extract_tasks(args.model, target, input_shapes(args), args.precision)
+    tasks = extract_tasks(args.model, target, input_shapes(args), args.precision,
+                          generic=args.generic)
     if not tasks:
         print(f"{args.model}: no kernel with a tunable schedule on {target.name}; nothing "
               "to tune")
