@@ -35,14 +35,23 @@ _NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
        "bool": np.bool_}
 
 
+#: per dtype string: the numpy scalar type a value is cast to (None: kept as it is) and
+#: whether it is an integer type (a float is truncated first)
+_CASTS: dict[str, tuple[Any, bool]] = {}
+
+
 def _cast(x: Any, dtype: str) -> Any:
-    e = ir.element_of(dtype)
-    if e not in _NP:
+    to = _CASTS.get(dtype)
+    if to is None:
+        t = _NP.get(ir.element_of(dtype))
+        to = _CASTS[dtype] = (t, t is not None and np.dtype(t).kind in "iu")
+    t, integer = to
+    if t is None or type(x) is t:  # (a scalar of the type already: the cast gives it back)
         return x
     arr = np.asarray(x)
-    if np.issubdtype(np.dtype(_NP[e]), np.integer) and np.issubdtype(arr.dtype, np.floating):
+    if integer and arr.dtype.kind == "f":
         arr = np.trunc(arr)
-    out = arr.astype(_NP[e])
+    out = arr.astype(t)
     return out if out.ndim else out[()]
 
 
