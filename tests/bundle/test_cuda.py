@@ -5,6 +5,7 @@ machine with a GPU the bundles themselves (``-m gpu``)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -278,8 +279,6 @@ def test_the_graph_bundle_differs_from_the_plain_one_in_its_launcher_alone(
     run = new[new.index('extern "C" int lenet5_run('):]
     assert run.count("cudaGraphLaunch(kiln_graph_exec, kiln_stream)") == 1 and "<<<" not in run
     # every CUDA call of the launcher is checked (its result compared or kept)
-    import re
-
     unchecked = [ln.strip() for ln in new.splitlines()
                  if re.match(r"\s*(?!cudaEventDestroy)cuda\w+\(", ln)]
     assert not unchecked and "cudaEventDestroy" in new  # (the regex sees the calls)
@@ -445,3 +444,33 @@ def test_outputs_no_kernel_computes_on_the_gpu(graph: bool, tmp_path: Path) -> N
         got = mod({"x": x})
         for k in ("y", "z", "w", "v"):
             np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_one_translation_unit_keeps_each_bundle_apart(tmp_path: Path) -> None:
+    """``nvcc_unit``, what the nvcc batches above compile: a namespace a bundle, every macro
+    a source defines undone after it, the headers from outside a bundle once, each just
+    before the first source that needs it, and every launcher before any kernels (so a
+    launcher cannot lean on what only the kernels include). Two bundles of one model name
+    (the same API and kernel names) are refused."""
+    model = _outputs_not_computed()
+    a, b = (compile_model(model, "cuda-sm80", tmp_path / n, progress=False, name=n)
+            for n in ("pa", "pb"))
+    nvcc_unit([[_launcher(d), d / "src/kernels.cu"] for d in (a, b)], tmp_path / "u.cu")
+    lines = (tmp_path / "u.cu").read_text().splitlines()
+    sources = [ln for ln in lines if ln.startswith('#include "') and "/src/" in ln]
+    assert sources == [f'#include "{f.resolve()}"' for f in (
+        a / "src/pa.cu", b / "src/pb.cu", a / "src/kernels.cu", b / "src/kernels.cu")]
+    for i, src in enumerate(sources):
+        at = lines.index(src)
+        assert lines[at - 1] == f"namespace kiln_unit_{i % 2} {{" and lines[at + 1] == "}"
+        defined = re.findall(r"^\s*#\s*define\s+(\w+)", Path(src[10:-1]).read_text(), re.M)
+        assert defined or i >= 2
+        undone = lines[at + 2:at + 2 + len(set(defined))]
+        assert undone == [f"#undef {m}" for m in sorted(set(defined))]
+    outside = [ln for ln in lines if ln.startswith("#include") and ln not in sources]
+    assert len(outside) == len(set(outside)) and '#include <math.h>' in outside
+    assert lines.index('#include <math.h>') > lines.index(sources[1])  # the kernels' own
+    assert lines.index("#include <cuda_runtime.h>") < lines.index(sources[0])
+    twin = compile_model(model, "cuda-sm80", tmp_path / "again", progress=False, name="pa")
+    with pytest.raises(ValueError, match="same model header"):
+        nvcc_unit([[_launcher(d)] for d in (a, twin)], tmp_path / "v.cu")
