@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from toolchain.schedules.generic.conv2d import ConvGeom
 
-__all__ = ["direct_seeds", "gemm_seeds", "only_knobs", "winograd_seeds"]
+__all__ = ["channel_tile", "direct_seeds", "gemm_seeds", "only_knobs", "winograd_channel_seeds",
+           "winograd_seeds"]
 
 Seed = dict[str, Any]
 
@@ -100,6 +101,35 @@ def winograd_seeds(lanes: int, blocked: bool = False) -> list[Seed]:
         [{**f2, "wino_pad": "partitioned"}, {**f2, "wino_pad": "partitioned", **order}] + \
         [{**t, "wino_pad": "select"} for t in [*tiles, f2]]
     return [dict(t) for t in dict.fromkeys(tuple(x.items()) for x in seeds)]
+
+
+def channel_tile(tiles: int, vecs: int, budget: int) -> int:
+    """Rows of a channels-innermost Winograd GEMM tile (``vecs`` vectors of output
+    channels wide): the fewest padded rows of ``tiles``, then the most rows that fit.
+
+    >>> channel_tile(196, 2, 32), channel_tile(16, 2, 32), channel_tile(16, 1, 32)
+    (14, 8, 16)
+    """
+    rows = [r for r in (*range(1, 9), 10, 12, 14, 16, 20, 24, 28)
+            if r * vecs + vecs + 1 <= budget]
+    return min(rows, key=lambda r: (-(-tiles // r) * r, -r))
+
+
+def winograd_channel_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
+    """Channels-innermost Winograd points (``wino_layout=channels``, where input and output
+    are channel-blocked), measured before the other seeds: F(4x4) with the accurate
+    points on 2 and 1 vectors of output channels, F(2x2) on 3 and 2 (C12 of ResNet-18
+    reads its 16.8 MB of F(2x2) weights as one stream per GEMM there); the rows from
+    :func:`channel_tile`, the padded copy partitioned."""
+    out: list[Seed] = []
+    for alg, m, vecs in (("winograd4h", 4, 2), ("winograd2", 2, 3), ("winograd4h", 4, 1),
+                         ("winograd2", 2, 2)):
+        tiles = g.n * -(-g.oh // m) * -(-g.ow // m)
+        if vecs > 1 and lanes * (vecs - 1) >= g.o:
+            continue
+        out.append({"algorithm": alg, "wino_layout": "channels", "wino_pad": "partitioned",
+                    "wino_mr": channel_tile(tiles, vecs, budget), "wino_nr": vecs * lanes})
+    return out
 
 
 def gemm_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
