@@ -118,14 +118,22 @@ def channel_tile(tiles: int, vecs: int, budget: int) -> int:
 def winograd_channel_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
     """Channels-innermost Winograd points (``wino_layout=channels``, where input and output
     are channel-blocked), measured before the other seeds: F(4x4) with the accurate
-    points on 2 and 1 vectors of output channels, F(2x2) on 3 and 2 (C12 of ResNet-18
-    reads its 16.8 MB of F(2x2) weights as one stream per GEMM there); the rows from
-    :func:`channel_tile`, the padded copy partitioned."""
+    points on 2 vectors of output channels, F(2x2) on 3 and 4, F(4x4) on 1, F(2x2) on 2
+    (F(4x4) only where it has at least 8 tiles: on fewer, its weights, 4x the direct
+    ones, are what the kernel waits for); the rows from :func:`channel_tile`, the padded
+    copy partitioned.
+
+    >>> from toolchain.schedules.generic.conv2d import ConvGeom
+    >>> c12 = ConvGeom(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1)
+    >>> [(s["algorithm"], s["wino_mr"], s["wino_nr"])
+    ...  for s in winograd_channel_seeds(c12, 16, 32)]
+    [('winograd2', 8, 48), ('winograd2', 4, 64), ('winograd2', 8, 32)]
+    """
     out: list[Seed] = []
-    for alg, m, vecs in (("winograd4h", 4, 2), ("winograd2", 2, 3), ("winograd4h", 4, 1),
-                         ("winograd2", 2, 2)):
+    for alg, m, vecs in (("winograd4h", 4, 2), ("winograd2", 2, 3), ("winograd2", 2, 4),
+                         ("winograd4h", 4, 1), ("winograd2", 2, 2)):
         tiles = g.n * -(-g.oh // m) * -(-g.ow // m)
-        if vecs > 1 and lanes * (vecs - 1) >= g.o:
+        if (vecs > 1 and lanes * (vecs - 1) >= g.o) or (m == 4 and tiles < 8):
             continue
         out.append({"algorithm": alg, "wino_layout": "channels", "wino_pad": "partitioned",
                     "wino_mr": channel_tile(tiles, vecs, budget), "wino_nr": vecs * lanes})
