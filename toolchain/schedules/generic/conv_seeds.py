@@ -6,7 +6,10 @@ families of points that measured best on ResNet-18's C1-C12 (``docs/tuning.md``,
 "Results"), written as rules of the shape rather than as the points themselves, so a
 layer of the same kind gets its own version of each:
 
-* **direct**: register tiles of the widest row of pixels that divides the output width and
+* **direct**: where the heuristic's tile is one vector of output channels, first two
+  vectors of them on the widest row that fits (ResNet-18's strided C4: 570 -> 510 us,
+  C1: 1,091 -> 1,050, cold, session 16); then register tiles of the widest row of
+  pixels that divides the output width and
   fits the register file (1 row), half of it, and 2 rows of the widest that fits; each
   with one input channel per block read window-outer, and with blocks of 16 channels (the
   heuristic's block where a layer has fewer than 16); the window and the channel block not
@@ -37,6 +40,8 @@ built without the tuner.
 >>> g = ConvGeom(1, 64, 56, 56, 128, 3, 3, 28, 28, 2, 2, 1, 1, 1, 1)  # C4
 >>> [(s["ry"], s["rw"], s["cb"]) for s in direct_seeds(g, 16, 32, 32, 64)]
 [(1, 14, 1), (1, 14, 16), (1, 7, 1), (1, 7, 16), (2, 7, 1), (2, 7, 16)]
+>>> [(s.get("ob"), s["rw"], s["cb"]) for s in direct_seeds(g, 16, 16, 32, 64)][:3]
+[(32, 14, 16), (32, 14, 1), (None, 14, 1)]
 """
 
 from __future__ import annotations
@@ -83,8 +88,13 @@ def direct_seeds(g: ConvGeom, lanes: int, ob: int, budget: int, cb: int,
               "epilogue_at": "rows", "pack": "partitioned"}
     blocks = [{"cb": 1, "order": "window_outer"},
               {"cb": 16 if g.c % 16 == 0 else cb, "order": "channels_outer"}]
-    return [{"ry": ry, "rw": rw, **blk, **common}
-            for ry, rw in _tiles(g, ob // lanes, budget) for blk in blocks]
+    wide: list[Seed] = []
+    if ob < 2 * lanes and g.o % (2 * lanes) == 0:
+        # two vectors of output channels on the widest row: half the broadcasts per FMA
+        wide = [{"ob": 2 * lanes, "ry": ry, "rw": rw, **blk, **common}
+                for ry, rw in _tiles(g, 2, budget)[:1] for blk in reversed(blocks)]
+    return wide + [{"ry": ry, "rw": rw, **blk, **common}
+                   for ry, rw in _tiles(g, ob // lanes, budget) for blk in blocks]
 
 
 def winograd_seeds(lanes: int, blocked: bool = False) -> list[Seed]:
