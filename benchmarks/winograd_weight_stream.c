@@ -9,7 +9,8 @@
  *          16 x MR x C floats (L2), then the 16 GEMMs read it; the next block's weights
  *          are prefetched during the GEMMs (without that the transform waits on memory)
  *
- * and the transform alone (otf_transform, warm). Driven by winograd_weight_stream.py,
+ * and the transform alone (otf_transform, warm). Each variant cycles through its own
+ * NROT copies of its weights (rows and panels 2 x NROT x 33.5 MB, otf NROT x 18.9 MB). Driven by winograd_weight_stream.py,
  * which builds it with -O3 -march=x86-64-v4 and prints each against rows. AVX-512 only.
  */
 #include <immintrin.h>
@@ -105,10 +106,10 @@ __attribute__((noinline)) static void otf(const float *W, const float *V, float 
 int main(int argc, char **argv) {
   int nrot = argc > 1 ? atoi(argv[1]) : 4, reps = argc > 2 ? atoi(argv[2]) : 20;
   size_t usz = (size_t)E * K * C, wsz = (size_t)9 * K * C;
-  float *U = aligned_alloc(64, usz * 4 * nrot), *W = aligned_alloc(64, wsz * 4 * nrot);
+  float *U = aligned_alloc(64, usz * 4 * 2 * nrot), *W = aligned_alloc(64, wsz * 4 * nrot);
   float *V = aligned_alloc(64, E * C * 16 * 4), *M = aligned_alloc(64, E * K * 16 * 4);
   float *Ub = aligned_alloc(64, (size_t)E * MR * CS * 4);
-  for (size_t i = 0; i < usz * nrot; i++) U[i] = (float)(i % 7) * 0.1f;
+  for (size_t i = 0; i < usz * 2 * nrot; i++) U[i] = (float)(i % 7) * 0.1f;
   for (size_t i = 0; i < wsz * nrot; i++) W[i] = (float)(i % 5) * 0.1f;
   for (int i = 0; i < E * C * 16; i++) V[i] = (float)(i % 3) * 0.1f;
   const char *names[] = {"rows", "panels", "otf", "otf_transform"};
@@ -118,7 +119,7 @@ int main(int argc, char **argv) {
       int k = rep % nrot;
       double t = now();
       if (mode == 0) rows(U + k * usz, V, M);
-      else if (mode == 1) panels(U + k * usz, V, M);
+      else if (mode == 1) panels(U + (nrot + k) * usz, V, M); /* its own copies */
       else otf(W + (mode == 3 ? 0 : k * wsz), V, M, Ub, mode == 2);
       t = now() - t;
       if (t < best[mode]) best[mode] = t;
