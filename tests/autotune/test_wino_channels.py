@@ -50,6 +50,7 @@ def test_channels_layout_runs_in_bundles_within_1e5(tmp_path: Path, knobs: dict)
                                {**knobs, "wino_layout": "channels"}, seed=7)
     assert err <= 1e-5
     assert "wino_tiles" not in src  # no tile copy: the transform reads the padded input
-    planes, _ = bundle_at_point(conv_model(1, 3), "x86_64-avx512", tmp_path / "p",
-                                {**knobs, "wino_nr": 16}, seed=7)
-    assert "wino_tiles" in planes
+    if knobs["algorithm"] == "winograd4h":  # (once: the planes layout copies tiles)
+        planes, _ = bundle_at_point(conv_model(1, 3), "x86_64-avx512", tmp_path / "p",
+                                    {**knobs, "wino_nr": 16}, seed=7)
+        assert "wino_tiles" in planes

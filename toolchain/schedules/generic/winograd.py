@@ -26,6 +26,10 @@ layer while its weights are 4× the direct ones (F(2×2): 16/9×); it is used on
 for (``cpu_conv2d.ALGORITHM = "winograd4"``, up to :data:`F4_MAX_CHANNELS` input channels:
 its error grows with C, 2.3e-5 of the largest output at C = 512).
 
+This is the tuning space's ``wino_layout=planes`` (tiles innermost); a channel-blocked
+``LayoutConv`` may instead be tuned to ``channels``
+(:mod:`toolchain.schedules.generic.winograd_channels`).
+
 >>> from toolchain.schedules.generic.conv2d import ConvGeom
 >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
 >>> winograd_tile(g, cpu_params("x86_64-avx512")), winograd_tile(
