@@ -396,7 +396,33 @@ def run_cocotb(test_module: str, top: str, config: VTAConfig | None = None, *,
     Used by ``tests/hw`` for module-level test benches (``top`` is ``vta_sim_top`` or
     ``tb_units``).  The module must be importable from the repository root.
     """
-    from cocotb_tools.runner import get_results
+    outcomes, log = run_cocotb_cases(test_module, top, config, testcase=testcase,
+                                     extra_env=extra_env)
+    failed = [name for name, why in outcomes.items() if why]
+    if failed or not outcomes:
+        raise SimulationError(f"cocotb tests of {test_module} on {top} failed "
+                              f"({', '.join(failed) or 'none ran'} of {len(outcomes)}):\n"
+                              f"{log[-6000:]}")
+
+
+def run_cocotb_cases(test_module: str, top: str, config: VTAConfig | None = None, *,
+                     testcase: str | list[str] | None = None,
+                     extra_env: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """Run the cocotb tests of ``test_module`` against ``top`` in one simulator process, as
+    :func:`run_cocotb` does; return each test's outcome by name (``""``: passed, else the
+    failure's message) and the end of the simulator's log (where its folder is kept).
+
+    cocotb runs a module's tests one after another in one simulation (a bench starts from
+    its own reset); a test that did not run (the simulator stopped) is missing.
+
+    Example::
+
+        >>> outcomes, log = run_cocotb_cases("tests.hw.cocotb_units", "tb_units",
+        ...                                  testcase=["dram_read_latency"])  # doctest: +SKIP
+        >>> outcomes                                                           # doctest: +SKIP
+        {'dram_read_latency': ''}
+    """
+    from xml.etree import ElementTree
 
     bdir = build(config, top=top)
     env = verilator_env()
@@ -405,18 +431,28 @@ def run_cocotb(test_module: str, top: str, config: VTAConfig | None = None, *,
     env_extra = {"PATH": env["PATH"],
                  "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
                  **cocotb_start_env(test_module), **(extra_env or {})}
-    try:
+    outcomes: dict[str, str] = {}
+    try:  # the runner exits non-zero when a test fails: the results file says which
         _runner().test(test_module=test_module, hdl_toplevel=top, hdl_toplevel_lang="verilog",
                        build_dir=bdir, test_dir=tmp, extra_env=env_extra,
                        results_xml=str(results), log_file=tmp / "sim.log", testcase=testcase)
-        total, failed = get_results(results)
+        stopped = ""
     except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
-        total, failed = -1, str(exc)
-    if failed:
-        log = (tmp / "sim.log").read_text(errors="replace") if (tmp / "sim.log").exists() else ""
-        raise SimulationError(f"cocotb tests of {test_module} on {top} failed "
-                              f"({failed} of {total}); log {tmp}/sim.log:\n{log[-6000:]}")
+        stopped = f"the simulator stopped ({exc})"
+    try:
+        for case in ElementTree.parse(results).getroot().iter("testcase"):
+            bad = [c for c in case if c.tag in ("failure", "error")]
+            outcomes[case.get("name", "?")] = "; ".join(
+                c.get("message") or c.text or c.tag for c in bad)
+    except (OSError, ElementTree.ParseError) as exc:
+        outcomes["<simulator>"] = f"{stopped or 'no results'}; {exc}"
+    if stopped and not any(outcomes.values()):
+        outcomes["<simulator>"] = stopped
+    log = (tmp / "sim.log").read_text(errors="replace") if (tmp / "sim.log").exists() else ""
+    if any(outcomes.values()) or not outcomes:
+        return outcomes, f"log {tmp}/sim.log:\n{log[-6000:]}"
     shutil.rmtree(tmp, ignore_errors=True)
+    return outcomes, log[-6000:]
 
 
 def _counters(raw: dict[str, int], cfg: VTAConfig) -> dict[str, int]:
