@@ -307,16 +307,24 @@ def run_rtl(program: Any, dram: np.ndarray | None = None, config: VTAConfig | No
 
 def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | None = None, *,
               latency: int | None = None, bandwidth: float | None = None,
-              timeout_cycles: int = 50_000_000) -> list[tuple[np.ndarray, dict[str, int]]]:
+              timeout_cycles: int = 50_000_000,
+              timings: list[tuple[int | None, float | None]] | None = None,
+              ) -> list[tuple[np.ndarray, dict[str, int]]]:
     """Run several ``(program, dram)`` pairs in one simulator process (reset between runs).
 
     Saves the simulator start-up per program; otherwise identical to :func:`run_rtl`.  The
-    first failing run raises its :class:`SimulationError`.
+    first failing run raises its :class:`SimulationError`. ``timings`` gives each run its
+    own ``(latency, bandwidth)`` (None: ``latency``/``bandwidth``, then the target's).
     """
     if not runs:
         return []
     cfg = config or runs[0][0].config
-    jobs = [_job(p, d, cfg, latency, bandwidth, timeout_cycles) for p, d in runs]
+    if timings is not None and len(timings) != len(runs):
+        raise SimulationError(f"run_batch: {len(timings)} timings for {len(runs)} runs")
+    each = timings or [(None, None)] * len(runs)
+    jobs = [_job(p, d, cfg, latency if lat is None else lat,
+                 bandwidth if bw is None else bw, timeout_cycles)
+            for (p, d), (lat, bw) in zip(runs, each, strict=True)]
     bdir = build(cfg)
     with tempfile.TemporaryDirectory(prefix="kiln-rtl-") as tmp:
         spec = []
