@@ -19,6 +19,10 @@ import pytest
 
 from toolchain.zoo.quantized import ANCHORS, anchor_model, arena_report
 
+#: each anchor model is compiled once per worker that runs one of its tests (``_report``):
+#: the file runs on one worker
+pytestmark = pytest.mark.xdist_group("int8-arena")
+
 _REPORTS: dict[str, dict] = {}
 
 
