@@ -92,14 +92,16 @@ class QdqModel:
         self.steps = output_steps(self.qdq)
         self.bundles: dict[str, tuple[Path, dict]] = {}
         self.runs: dict[str, Any] = {}
+        self.specs: dict[tuple[str, str], Any] = {}
 
     def for_board(self, board: str) -> tuple[Path, dict]:
-        """The board bundle (compiled and linked once), and its size report."""
-        from toolchain.boards import compile_board
+        """The board bundle (compiled and linked once), and its size report; boards of one
+        target share Kiln's compile (:func:`tests.boards.conftest.compile_for_board`)."""
+        from tests.boards.conftest import compile_for_board
 
         if board not in self.bundles:
-            self.bundles[board] = compile_board(self.path, board, self.root / board,
-                                                name=f"{self.name}_int8")
+            self.bundles[board] = compile_for_board(self.path, board, self.root / board,
+                                                    f"{self.name}_int8", self.specs)
         return self.bundles[board]
 
     def run_on(self, board: str) -> Any:
