@@ -84,7 +84,10 @@ class QdqModel:
         self.qdq = kiln_qdq(model) if quantizer == "kiln" else ort_qdq(model, root)
         self.path = root / f"{name}_{quantizer}_int8.onnx"
         onnx.save(self.qdq, self.path)
-        host = compile_model(self.path, "c-generic", root / "host", name=f"{name}_int8")
+        # named as tests/quantize/test_bundle.py names its c-generic bundles of the same
+        # Kiln-quantized models (KilnQdqBuilds, "q"): the same sources, so one of the two
+        # finds the library in the build cache (KILN_CACHE_DIR is the workers' own)
+        host = compile_model(self.path, "c-generic", root / "host", name="q")
         self.host = load_bundle(host)(self.inputs)
         sess = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
