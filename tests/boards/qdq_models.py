@@ -86,7 +86,7 @@ class QdqModel:
         onnx.save(self.qdq, self.path)
         # named as tests/quantize/test_bundle.py names its c-generic bundles of the same
         # Kiln-quantized models (KilnQdqBuilds, "q"): the same sources, so one of the two
-        # finds the library in the build cache (KILN_CACHE_DIR is the workers' own)
+        # finds the library in the build cache (the workers share KILN_CACHE_DIR)
         host = compile_model(self.path, "c-generic", root / "host", name="q")
         self.host = load_bundle(host)(self.inputs)
         sess = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
