@@ -32,7 +32,10 @@ gc.set_threshold(*GC_THRESHOLDS)
 #: is built once in each worker that runs one of its users, so they stay on one worker
 SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
                  "qdq_builds": "quantize-qdq-builds", "cuda_sm90_zoo": "cuda-nvcc",
-                 "shuffle_kernels": "cuda-shuffle-nvcc"}
+                 "shuffle_kernels": "cuda-shuffle-nvcc",
+                 "quantized_reference": "quantize-reference",
+                 "zoo_bundle": "bundle-safety-zoo", "split_bundle": "bundle-threads-split",
+                 "pool_stage": "bundle-patch-pool"}
 
 
 @pytest.hookimpl(tryfirst=True)
