@@ -126,13 +126,18 @@ def dense_task(m: int, k: int, n: int, target: Any, name: str | None = None,
 def extract_tasks(model: Any, target: Any,
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> list[Task]:
     """The tunable kernels of ``model`` (a path or ModelProto) on ``target``, heaviest
-    (FLOPs x weight) first."""
+    (FLOPs x weight) first (on an accelerator target: its layers,
+    :func:`toolchain.autotune.vta.extract_vta_tasks`)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes import run_pipeline
     from toolchain.graph.passes.layout import layout_for_target
     from toolchain.schedules.generic.fused import anchor_of
 
     t = resolve_target(target)
+    if t.is_accelerator:  # the accelerator's layers and their tiling spaces
+        from toolchain.autotune.vta import extract_vta_tasks
+
+        return extract_vta_tasks(model, t, input_shapes)
     source = str(model) if isinstance(model, str | Path) else model
     graph = from_onnx(source, input_shapes=dict(input_shapes or {}) or None)
     fused = run_pipeline(graph, layout_for_target(t))
