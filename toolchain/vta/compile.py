@@ -222,7 +222,7 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
     tag = _epilogue_tag(output, requant, arrays["out"])
     return _best(build, tiles, vthreads,
                  lambda: candidate_tiles(shape, tcfg, vthreads, CANDIDATES),
-                 lambda d, s=(): dense_space(shape, tcfg, tag, d, s), layer)
+                 lambda d: dense_space(shape, tcfg, tag, d), layer)
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
 
 def _best(build, tiles, vthreads: int, candidates, space, layer: str):
     """``build(tiles, vthreads)``; without tiles the point a tuning trace gives the
-    layer's space (``space(default, seeds)``), else the candidate whose program has the
+    layer's space (``space(default)``), else the candidate whose program has the
     fewest modelled cycles (the space's default, declared with it)."""
     if tiles is not None:
         return build(tiles, vthreads)
@@ -331,8 +331,7 @@ def _best(build, tiles, vthreads: int, candidates, space, layer: str):
     if best is None:
         raise ScheduleError("; ".join(problems))
     done = best[1]
-    done.space = space((done.tiles, vthreads), [(c, vthreads) for c in cands
-                                                 if c != done.tiles])
+    done.space = space((done.tiles, vthreads))
     declare(done.space)
     return done
 
@@ -499,7 +498,7 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     tag = _epilogue_tag(output, requant, arrays["out"])
     done = _best(build, tiles, vthreads,
                  lambda: candidate_conv_tiles(shape, tcfg, vthreads, CANDIDATES),
-                 lambda d, s=(): conv_space(shape, tcfg, tag, d, s), layer)
+                 lambda d: conv_space(shape, tcfg, tag, d), layer)
     done.recompile = partial(compile_conv2d, weight, h, w, shift, target, stride=stride,
                              pad=pad, tiles=tiles, vthreads=vthreads, layer=layer,
                              output=output, requant=requant)
