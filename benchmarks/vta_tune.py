@@ -14,11 +14,13 @@ RTL (Verilator, through the C driver; every run's output checked against the C s
 ``--rtl top`` only the default and the model's 8 best points. Per layer it prints the
 default (the compiler's search) and the best point on each, the ratios default/best, the
 RTL cycles of the model's best point, and the rank correlation of the model with the RTL
-over the space. Then ``kiln tune``'s loop on the cycle model at the ``--trials`` budgets (the
-share of the exhaustive gain it reaches), the compile time of the model with and without records
-(the records skip the per-layer search: CPU seconds, min of ``--repeat``), and the bundles
-compiled with the model's and the RTL's best records, run on the C simulator against the
-integer reference and, with ``--rtl``, on the RTL (whole-model cycles).
+over the space. Then ``kiln tune``'s loop on the cycle model at the ``--trials`` budgets
+(the share of the exhaustive gain it reaches; with ``--rtl all`` also on the RTL at
+``--rtl-trials``), the compile time of the model with and without records (the records
+skip the per-layer search: CPU seconds, min of ``--repeat``), and the bundles compiled with
+the model's and the RTL's best records: their outputs must be the default bundle's bit for
+bit, the default's the integer reference's (a float softmax within 1e-5), and, with
+``--rtl``, the RTL's the C simulator's (whole-model RTL cycles).
 """
 
 from __future__ import annotations
@@ -143,22 +145,27 @@ def layer_table(tasks, results, rtl: str) -> tuple[dict, dict]:
     return best_model, best_rtl
 
 
-def tuner_share(tasks, trials: int, results) -> None:
-    """kiln tune's loop on the cycle model: the share of the exhaustive gain reached."""
+def tuner_share(tasks, trials: int, results, on: str) -> None:
+    """kiln tune's loop on the cycle model (``on="model"``) or the RTL (``"rtl"``): the
+    share of the exhaustive gain it reaches."""
     from toolchain.autotune.tuner import tune_tasks
-    from toolchain.autotune.vta import CycleModelRunner, VtaBuilder
+    from toolchain.autotune.vta import vta_measurement
 
-    states = tune_tasks(tasks, trials, builder=VtaBuilder(), runner=CycleModelRunner(),
-                        seed=0, progress=False)
+    builder, runner = vta_measurement(on)
+    states = tune_tasks(tasks, trials, builder=builder, runner=runner, seed=0,
+                        progress=False)
     gain = best = 0.0
     for t, st in zip(tasks, states, strict=True):
-        m = results[t.space.workload]["model"]
-        d, opt = st.default_cost, min(c for c, _ in m.values())
+        res = results[t.space.workload]
+        costs = [c for c, _ in res["model"].values()] if on == "model" else \
+            list(res["rtl"].values())
+        d, opt = st.default_cost, min(costs)
         gain += t.weight * (d - opt)
         best += t.weight * (d - st.best)
     share = f"{best / gain:.0%} of the exhaustive gain" if gain > 0 else \
-        "no gain to find (the default is the model's optimum everywhere)"
-    print(f"\nkiln tune's loop (xgb), {trials} trials on the cycle model: {share}")
+        "no gain to find (the default is the optimum everywhere)"
+    where = "the cycle model" if on == "model" else "the RTL"
+    print(f"kiln tune's loop (xgb), {trials} trials on {where}: {share}")
 
 
 def compile_seconds(model, shapes, records: dict | None, repeat: int) -> float:
@@ -237,8 +244,12 @@ def run_model(name: str, args: argparse.Namespace) -> None:
           f"{' and the RTL' if args.rtl == 'all' else ''} in {time.perf_counter() - t0:.0f} s"
           f" (cycles; the default tiling as toh/tm toc/tn tic/tk split resident vthreads)\n")
     best_model, best_rtl = layer_table(tasks, results, args.rtl)
+    print()
     for trials in (int(x) for x in args.trials.split(",") if int(x) > 0):
-        tuner_share(tasks, trials, results)
+        tuner_share(tasks, trials, results, "model")
+    for trials in (int(x) for x in args.rtl_trials.split(",") if int(x) > 0):
+        if args.rtl == "all":
+            tuner_share(tasks, trials, results, "rtl")
     plain = compile_seconds(model, shapes, None, args.repeat)
     tuned = compile_seconds(model, shapes, best_model, args.repeat)
     print(f"\ncompile (build_spec, CPU s, min of {args.repeat}): {plain:.2f} without records, "
@@ -275,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", default="64,200",
                     help="kiln tune's budgets for the model on the cycle model, comma-"
                          "separated (0: skip)")
+    ap.add_argument("--rtl-trials", default="200",
+                    help="with --rtl all: kiln tune's budgets on the RTL (0: skip)")
     ap.add_argument("--repeat", type=int, default=3, help="compile timings (min of)")
     ap.add_argument("--power-of-two-scales", action="store_true",
                     help="quantize with power-of-two scales (requantization on the "
