@@ -14,13 +14,14 @@ RTL (Verilator, through the C driver; every run's output checked against the C s
 ``--rtl top`` only the default and the model's 8 best points. Per layer it prints the
 default (the compiler's search) and the best point on each, the ratios default/best, the
 RTL cycles of the model's best point, and the rank correlation of the model with the RTL
-over the space. Then ``kiln tune``'s loop on the cycle model at the ``--trials`` budgets
-(the share of the exhaustive gain it reaches; with ``--rtl all`` also on the RTL at
-``--rtl-trials``), the compile time of the model with and without records (the records
-skip the per-layer search: CPU seconds, min of ``--repeat``), and the bundles compiled with
-the model's and the RTL's best records: their outputs must be the default bundle's bit for
-bit, the default's the integer reference's (a float softmax within 1e-5), and, with
-``--rtl``, the RTL's the C simulator's (whole-model RTL cycles).
+over the space; with ``--rtl all`` also how well the model plus ``k`` cycles per
+instruction ranks the points on the RTL. Then ``kiln tune``'s loop on the cycle model at
+the ``--trials`` budgets (the share of the exhaustive gain it reaches; with ``--rtl all``
+also on the RTL at ``--rtl-trials``), the compile time of the model with and without
+records (the records skip the per-layer search: CPU seconds, min of ``--repeat``), and the
+bundles compiled with the model's and the RTL's best records: their outputs must be the
+default bundle's bit for bit, the default's the integer reference's (a float softmax within
+1e-5), and, with ``--rtl``, the RTL's the C simulator's (whole-model RTL cycles).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def measure_space(task, rtl: str) -> dict:
     s = task.space
     points = s.valid_points()
     builder = VtaBuilder(images=rtl != "none")
-    model, rtl_cost, errors = {}, {}, []
+    model, rtl_cost, insns, errors = {}, {}, {}, []
     runner = RtlRunner() if rtl != "none" else None
     built = {}
     for p in points:
@@ -69,6 +70,7 @@ def measure_space(task, rtl: str) -> dict:
             errors.append(r.error)
             continue
         model[s.key(p)] = (r.costs[0], p)
+        insns[s.key(p)] = len(b.extra["program"].insns)
         if rtl == "all":
             rr = runner.run([b])[0]
             if rr.costs is None:
@@ -87,7 +89,7 @@ def measure_space(task, rtl: str) -> dict:
             else:
                 rtl_cost[k] = rr.costs[0]
     return {"model": model, "rtl": rtl_cost, "errors": errors, "default": dkey,
-            "points": len(points)}
+            "points": len(points), "insns": insns}
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -143,6 +145,35 @@ def layer_table(tasks, results, rtl: str) -> tuple[dict, dict]:
     print("\nthe best points (toh/tm toc/tn tic/tk split resident vthreads):")
     print("\n".join(notes))
     return best_model, best_rtl
+
+
+#: cycles per instruction added to the cycle model in :func:`per_instruction`
+EXTRA = (0, 10, 20, 30, 50)
+
+
+def per_instruction(tasks, results) -> None:
+    """How the RTL ranks the points against the cycle model plus ``k`` cycles per
+    instruction (what the model leaves out: fetch, issue, token hand-offs): the rank
+    correlation per layer and the RTL cycles of each corrected model's best points."""
+    print("\ncycle model + k cycles per instruction against the RTL (every point):")
+    print("| k | rank corr. min | median | RTL default / RTL of its best points | "
+          "RTL default / RTL best |")
+    print("| --- | --- | --- | --- | --- |")
+    for k in EXTRA:
+        cors, d_tot, pick_tot, best_tot = [], 0.0, 0.0, 0.0
+        for t in tasks:
+            res = results[t.space.workload]
+            m, r, n, dk = res["model"], res["rtl"], res["insns"], res["default"]
+            keys = [x for x in r if x in m]
+            adj = {x: m[x][0] + k * n[x] for x in keys}
+            cors.append(spearman([adj[x] for x in keys], [r[x] for x in keys]))
+            pick = min(keys, key=lambda x: (adj[x], x != dk))
+            d_tot += t.weight * r[dk]
+            pick_tot += t.weight * r[pick]
+            best_tot += t.weight * min(r.values())
+        ok = [c for c in cors if not math.isnan(c)]
+        print(f"| {k} | {min(ok):.2f} | {float(np.median(ok)):.2f} | "
+              f"{d_tot / pick_tot:.3f} | {d_tot / best_tot:.3f} |")
 
 
 def tuner_share(tasks, trials: int, results, on: str) -> None:
@@ -244,6 +275,8 @@ def run_model(name: str, args: argparse.Namespace) -> None:
           f"{' and the RTL' if args.rtl == 'all' else ''} in {time.perf_counter() - t0:.0f} s"
           f" (cycles; the default tiling as toh/tm toc/tn tic/tk split resident vthreads)\n")
     best_model, best_rtl = layer_table(tasks, results, args.rtl)
+    if args.rtl == "all":
+        per_instruction(tasks, results)
     print()
     for trials in (int(x) for x in args.trials.split(",") if int(x) > 0):
         tuner_share(tasks, trials, results, "model")
