@@ -110,6 +110,7 @@ def test_tune_then_compile_with_records_is_bit_exact_on_the_simulator(cnn, tmp_p
     (["--target", "vta", "--runner", "local"], "target 'vta' is an accelerator"),
     (["--target", "vta", "--ray", "local"], "--ray: target 'vta' is an accelerator"),
     (["--target", "c-generic", "--runner", "model"], "--runner model measures accelerator"),
+    (["--target", "vta", "--cold-mb", "8"], "--runner model counts accelerator cycles"),
 ])
 def test_runners_that_do_not_measure_the_target_are_refused(cnn, tmp_path, capsys, argv,
                                                             words) -> None:

@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     if args.cold_mb and (args.runner != "local" or args.ray):
         raise OptionError(f"--cold-mb {args.cold_mb}: cold timings are the local runner's; "
                           + ("--ray measures warm" if args.ray else
-                             "--runner qemu counts instructions, which caches do not change")
+                             "--runner qemu counts instructions, which caches do not change"
+                             if args.runner == "qemu" else
+                             f"--runner {args.runner} counts accelerator cycles")
                           + " (leave --cold-mb out)")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
