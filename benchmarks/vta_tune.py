@@ -14,14 +14,16 @@ RTL (Verilator, through the C driver; every run's output checked against the C s
 ``--rtl top`` only the default and the model's 8 best points. Per layer it prints the
 default (the compiler's search) and the best point on each, the ratios default/best, the
 RTL cycles of the model's best point, and the rank correlation of the model with the RTL
-over the space; with ``--rtl all`` also how well the model plus ``k`` cycles per
-instruction ranks the points on the RTL. Then ``kiln tune``'s loop on the cycle model at
-the ``--trials`` budgets (the share of the exhaustive gain it reaches; with ``--rtl all``
-also on the RTL at ``--rtl-trials``), the compile time of the model with and without
-records (the records skip the per-layer search: CPU seconds, min of ``--repeat``), and the
-bundles compiled with the model's and the RTL's best records: their outputs must be the
-default bundle's bit for bit, the default's the integer reference's (a float softmax within
-1e-5), and, with ``--rtl``, the RTL's the C simulator's (whole-model RTL cycles).
+over the space (the plain model: what the compiler's search uses); with ``--rtl all`` also
+how well the model plus ``k`` cycles per instruction ranks the points on the RTL. Then
+``kiln tune``'s loop on its model runner (the model plus ``INSN_CYCLES`` an instruction) at
+the ``--trials`` budgets (the share of the runner's exhaustive gain it reaches; with
+``--rtl all`` also on the RTL at ``--rtl-trials``), the compile time of the model with and
+without records (the records skip the per-layer search: CPU seconds, min of ``--repeat``),
+and the bundles compiled with the best records of the plain model, the model runner and
+the RTL: their outputs must be the default bundle's bit for bit, the default's the integer
+reference's (a float softmax within 1e-5), and, with ``--rtl``, the RTL's the C
+simulator's (whole-model RTL cycles).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+
+from toolchain.autotune.vta import INSN_CYCLES  # noqa: E402
 
 TOP = 8
 
@@ -55,7 +59,7 @@ def quantized_model(name: str, pow2: bool):
 def measure_space(task, rtl: str) -> dict:
     """Every valid point's model cycles (and RTL cycles per ``rtl``)."""
     from toolchain.autotune.measure import BuildInput
-    from toolchain.autotune.vta import CycleModelRunner, RtlRunner, VtaBuilder
+    from toolchain.autotune.vta import RtlRunner, VtaBuilder
 
     s = task.space
     points = s.valid_points()
@@ -65,12 +69,11 @@ def measure_space(task, rtl: str) -> dict:
     built = {}
     for p in points:
         b = builder.build_one(BuildInput(task.node, task.target, s.workload, s.trace(p)))
-        r = CycleModelRunner().run([b])[0]
-        if r.costs is None:
-            errors.append(r.error)
+        if b.error is not None:
+            errors.append(b.error)
             continue
-        model[s.key(p)] = (r.costs[0], p)
-        insns[s.key(p)] = len(b.extra["program"].insns)
+        model[s.key(p)] = (b.extra["cycles"], p)     # the plain model (the compiler's)
+        insns[s.key(p)] = b.extra["insns"]
         if rtl == "all":
             rr = runner.run([b])[0]
             if rr.costs is None:
@@ -151,6 +154,19 @@ def layer_table(tasks, results, rtl: str) -> tuple[dict, dict]:
 EXTRA = (0, 10, 20, 30, 50)
 
 
+def runner_best(tasks, results) -> dict:
+    """The best trace per workload on the model runner (the model plus
+    :data:`~toolchain.autotune.vta.INSN_CYCLES` an instruction): what ``kiln tune`` keeps
+    with a budget that covers the space."""
+    out = {}
+    for t in tasks:
+        res = results[t.space.workload]
+        m, n, dk = res["model"], res["insns"], res["default"]
+        k = min(m, key=lambda x: (m[x][0] + INSN_CYCLES * n[x], x != dk))
+        out[t.space.workload] = t.space.trace(m[k][1])
+    return out
+
+
 def per_instruction(tasks, results) -> None:
     """How the RTL ranks the points against the cycle model plus ``k`` cycles per
     instruction (what the model leaves out: fetch, issue, token hand-offs): the rank
@@ -188,14 +204,14 @@ def tuner_share(tasks, trials: int, results, on: str) -> None:
     gain = best = 0.0
     for t, st in zip(tasks, states, strict=True):
         res = results[t.space.workload]
-        costs = [c for c, _ in res["model"].values()] if on == "model" else \
-            list(res["rtl"].values())
+        costs = [c + INSN_CYCLES * res["insns"][k] for k, (c, _) in res["model"].items()] \
+            if on == "model" else list(res["rtl"].values())
         d, opt = st.default_cost, min(costs)
         gain += t.weight * (d - opt)
         best += t.weight * (d - st.best)
     share = f"{best / gain:.0%} of the exhaustive gain" if gain > 0 else \
         "no gain to find (the default is the optimum everywhere)"
-    where = "the cycle model" if on == "model" else "the RTL"
+    where = f"the model runner (+{INSN_CYCLES}/insn)" if on == "model" else "the RTL"
     print(f"kiln tune's loop (xgb), {trials} trials on {where}: {share}")
 
 
@@ -291,6 +307,8 @@ def run_model(name: str, args: argparse.Namespace) -> None:
     rtl = args.rtl != "none"
     cyc, outs = {}, {}
     for label, recs in (("default", None), ("model-best records", best_model),
+                        (f"model-runner-best records (+{INSN_CYCLES}/insn)",
+                         runner_best(tasks, results)),
                         ("RTL-best records", best_rtl or None)):
         if label != "default" and recs is None:
             continue

@@ -46,9 +46,16 @@ def test_the_tasks_are_the_accelerator_layers_with_their_tiling_spaces(cnn) -> N
     builds = VtaBuilder().build([BuildInput(t.node, t.target, t.space.workload,
                                             t.space.trace(t.space.default())) for t in tasks])
     assert all(b.error is None and b.features for b in builds)
-    # the default point is the compiler's own choice: its cycles are the search's minimum
+    # the model runner's cost: the cycle model plus INSN_CYCLES an instruction
+    from toolchain.autotune.vta import INSN_CYCLES
+    from toolchain.vta.timing import estimate_cycles
+
     costs = CycleModelRunner().run(builds)
-    assert all(r.costs and r.costs[0] > 0 for r in costs)
+    for b, r in zip(builds, costs, strict=True):
+        prog = b.extra["program"]
+        assert r.costs == [estimate_cycles(prog) + INSN_CYCLES * len(prog.insns)]
+    assert CycleModelRunner(0).run(builds[:1])[0].costs == [b.extra["cycles"]
+                                                           for b in builds[:1]]
 
 
 def test_an_invalid_point_is_a_failed_trial_that_names_the_rule(cnn) -> None:
