@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local (default): time kernels on this CPU; qemu: count the "
                              "instructions of kernels built for a Cortex-M board under QEMU; "
                              "for an accelerator target (--target vta): model (default: the "
-                             "cycle model) or rtl (cycles of the Verilog RTL, Verilator)")
+                             "cycle model plus 30 cycles an instruction) or rtl (cycles of "
+                             "the Verilog RTL, Verilator)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="build processes (default: the CPUs, at most 4)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
