@@ -129,16 +129,21 @@ def extract_tasks(model: Any, target: Any,
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                   precision: str = "fp32", generic: bool = False) -> list[Task]:
     """The tunable kernels of ``model`` (a path or ModelProto) on ``target``, heaviest
-    (FLOPs x weight) first; ``precision="fp16"``: of the model as ``kiln compile
-    --precision fp16`` builds it (float16 inside: the CUDA tensor-core kernels);
-    ``generic`` (``kiln tune --generic``): also the groups without a complex anchor (the
-    ``cpu_ops`` space of the rule-driven schedule)."""
+    (FLOPs x weight) first (on an accelerator target: its layers,
+    :func:`toolchain.autotune.vta.extract_vta_tasks`); ``precision="fp16"``: of the model
+    as ``kiln compile --precision fp16`` builds it (float16 inside: the CUDA tensor-core
+    kernels); ``generic`` (``kiln tune --generic``): also the groups without a complex
+    anchor (the ``cpu_ops`` space of the rule-driven schedule)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes import run_pipeline
     from toolchain.graph.passes.layout import layout_for_target
     from toolchain.schedules.generic.fused import anchor_of
 
     t = resolve_target(target)
+    if t.is_accelerator:  # the accelerator's layers and their tiling spaces
+        from toolchain.autotune.vta import extract_vta_tasks
+
+        return extract_vta_tasks(model, t, input_shapes)
     source = str(model) if isinstance(model, str | Path) else model
     graph = from_onnx(source, input_shapes=dict(input_shapes or {}) or None)
     if precision == "fp16":

@@ -10,6 +10,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
 
@@ -26,6 +27,8 @@ examples:
   kiln tune model.onnx --target x86_64-avx2 --trials 256 -o r.jsonl --ray local
   kiln tune model.onnx --target cuda-sm90 --trials 64 -o gpu.jsonl      # on the GPU
   kiln tune model.onnx --target cuda-sm80 --trials 16 -o chk.jsonl --runner emulate
+  kiln tune model_int8.onnx --target vta --trials 200 -o vta.jsonl   # accelerator tilings
+  kiln tune model_int8.onnx --target vta --runner rtl --trials 64 -o vta_rtl.jsonl
   kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
 
 --trials is the budget of the whole model, spread over its kernels by expected gain;
@@ -58,13 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "random: uniform random search")
     parser.add_argument("--batch", type=int, default=8, metavar="N",
                         help="trials measured per round (default 8)")
-    parser.add_argument("--runner", choices=("local", "qemu", "emulate"), default="local",
+    parser.add_argument("--runner", choices=("local", "qemu", "emulate", "model", "rtl"),
+                        default=None,
                         help="local (default): time kernels on this CPU (a CUDA target: on "
                              "this machine's GPU, CUDA events); qemu: count the "
                              "instructions of kernels built for a Cortex-M board under QEMU; "
                              "emulate (CUDA targets): build each point with nvcc and check "
                              "it against the default by the SIMT emulation on the CPU, no "
-                             "timing (records of such a run are never applied)")
+                             "timing (records of such a run are never applied); for an "
+                             "accelerator target (--target vta): model (default: the cycle "
+                             "model plus 30 cycles an instruction) or rtl (cycles of the "
+                             "Verilog RTL, Verilator)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="build processes (default: the CPUs, at most 4)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
@@ -121,16 +128,19 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"--flush-mb {args.flush_mb}: must be 0 or more")
     if args.cold_mb < 0:
         raise OptionError(f"--cold-mb {args.cold_mb}: must be 0 or more")
+    target = resolve_target(args.target)
+    args.runner = _runner_for(args.runner, target, args.ray)
     if args.cold_mb and (args.runner != "local" or args.ray):
         raise OptionError(f"--cold-mb {args.cold_mb}: cold timings are the local runner's; "
                           + ("--ray measures warm" if args.ray else
                              "--runner qemu counts instructions, which caches do not change"
                              if args.runner == "qemu" else
-                             f"--runner {args.runner} times nothing on this CPU")
+                             f"--runner {args.runner} times nothing on this CPU"
+                             if args.runner == "emulate" else
+                             f"--runner {args.runner} counts accelerator cycles")
                           + " (leave --cold-mb out)")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
-    target = resolve_target(args.target)
     if target.kind == "cuda":  # no GPU: refused before anything is read or written
         from toolchain.autotune.cuda import refuse_without_gpu
 
@@ -182,9 +192,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measurement(args: argparse.Namespace, target: object) -> tuple[object, object]:
+def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
+    """The runner kind: the one asked for where it measures ``target``'s kernels, else
+    the target's default (an accelerator's cycle model, the local CPU)."""
+    from toolchain.errors import OptionError
+
+    if not target.is_accelerator:
+        if runner in ("model", "rtl"):
+            raise OptionError(f"--runner {runner} measures accelerator layers; target "
+                              f"{target.name!r} is a CPU (use local or qemu)")
+        return runner or "local"
+    if runner in ("local", "qemu", "emulate"):
+        raise OptionError(f"--runner {runner}: target {target.name!r} is an accelerator; its "
+                          "layers are measured by the cycle model (--runner model, the "
+                          "default) or the Verilog RTL (--runner rtl)")
+    if ray:
+        raise OptionError(f"--ray: target {target.name!r} is an accelerator, whose trials run "
+                          "in this process (the cycle model takes milliseconds); leave --ray "
+                          "out")
+    return runner or "model"
+
+
+def _measurement(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
     from toolchain.autotune.measure import LocalBuilder, make_runner
 
+    if target.is_accelerator:
+        from toolchain.autotune.vta import vta_measurement
+
+        return vta_measurement(args.runner)
     jobs = args.jobs or min(4, os.cpu_count() or 1)
     if getattr(target, "kind", None) == "cuda" or args.runner == "emulate":
         return _cuda_measurement(args, target, jobs)
