@@ -200,7 +200,8 @@ def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
     if not target.is_accelerator:
         if runner in ("model", "rtl"):
             raise OptionError(f"--runner {runner} measures accelerator layers; target "
-                              f"{target.name!r} is a CPU (use local or qemu)")
+                              f"{target.name!r} is not an accelerator (a CPU: local or qemu; "
+                              "a CUDA target: local or emulate)")
         return runner or "local"
     if runner in ("local", "qemu", "emulate"):
         raise OptionError(f"--runner {runner}: target {target.name!r} is an accelerator; its "
