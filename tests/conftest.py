@@ -38,6 +38,26 @@ SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
                  "pool_stage": "bundle-patch-pool"}
 
 
+@pytest.fixture(scope="session")
+def qdq_compiled(tmp_path_factory):
+    """``qdq_compiled(name, quantizer)`` -> :class:`tests.boards.qdq_models.QdqModel`
+    (quantized, host-built and run under onnxruntime once per session; its board bundles
+    and QEMU runs made once too). Here, not in ``tests/boards/conftest.py``, so that the
+    Cortex-M schedule tests read the same builds and runs as the board tests (one session
+    fixture is one instance only where it has one definition)."""
+    from tests.boards.qdq_models import QdqModel
+
+    cache: dict[tuple[str, str], QdqModel] = {}
+
+    def get(name: str, quantizer: str = "kiln") -> QdqModel:
+        if (name, quantizer) not in cache:
+            root = tmp_path_factory.mktemp(f"int8_{name}_{quantizer}")
+            cache[name, quantizer] = QdqModel(root, name, quantizer)
+        return cache[name, quantizer]
+
+    return get
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list) -> None:
     """The suite runs in parallel (pytest-xdist, ``--dist loadgroup``): the Verilator

@@ -112,20 +112,3 @@ def zoo_compiled(tmp_path_factory):
         return cache[name]
 
     return get
-
-
-@pytest.fixture(scope="session")
-def qdq_compiled(tmp_path_factory):
-    """``qdq_compiled(name, quantizer)`` -> :class:`tests.boards.qdq_models.QdqModel`
-    (quantized, host-built and run under onnxruntime once per session)."""
-    from tests.boards.qdq_models import QdqModel
-
-    cache: dict[tuple[str, str], QdqModel] = {}
-
-    def get(name: str, quantizer: str = "kiln") -> QdqModel:
-        if (name, quantizer) not in cache:
-            root = tmp_path_factory.mktemp(f"int8_{name}_{quantizer}")
-            cache[name, quantizer] = QdqModel(root, name, quantizer)
-        return cache[name, quantizer]
-
-    return get

@@ -22,7 +22,7 @@ def _run_sanitized(sch, arrays, tmp_path):
     src = tmp_path / "main.c"
     src.write_text(prog)
     exe = tmp_path / "main"
-    cmd = [CC, "-std=gnu11", "-O1", "-g", "-fsanitize=address,undefined",
+    cmd = [CC, "-std=gnu11", "-O1", "-g1", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-fopenmp",
            "-Wall", "-Wextra", "-Werror", str(src), "-o", str(exe), "-lm"]
     res = subprocess.run(cmd, capture_output=True, text=True)

@@ -594,35 +594,27 @@ def test_arm_build_contains_smlad_and_sxtb16(c: int, k: int, tmp_path) -> None:
 
 # --------------------------------------------------------------------------- QEMU, bit-exact
 
-@pytest.fixture(scope="module")
-def ds_cnn_int8(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """DS-CNN quantized by Kiln, with its host ``c-generic`` build's outputs: made once
-    for both boards (each board bundle is its own, :meth:`QdqModel.for_board`)."""
+@pytest.mark.slow
+@pytest.mark.parametrize("board,target", [("qemu-mps2-an500", "cortex-m7"),
+                                          ("qemu-mps2-an386", "cortex-m4")])
+def test_int8_ds_cnn_on_qemu_bit_exact_with_host(board: str, target: str,
+                                                 qdq_compiled: Any) -> None:
+    """DS-CNN int8 on the board's QEMU machine (DSP kernels, ACLE intrinsics) equals the host
+    c-generic int8 build bit for bit, and the firmware's kernels are the tensorized ones.
+    The model, its host build, board bundles and QEMU runs are the board tests'
+    (``qdq_compiled``, tests/conftest.py: ``test_int8_qemu.py`` runs the same bundle on
+    ``qemu-mps2-an386``, ``test_llvm_qemu.py`` on ``qemu-mps2-an500``), made once a session
+    on one worker (the ``boards`` group)."""
     from tests.boards.conftest import HAVE_CROSS, HAVE_QEMU
 
     if not (HAVE_CROSS and HAVE_QEMU):
         pytest.skip("arm-none-eabi-gcc + picolibc and qemu-system-arm are needed")
-    from tests.boards.qdq_models import QdqModel
-
-    return QdqModel(tmp_path_factory.mktemp("ds_cnn_int8"), "ds_cnn", "kiln")
-
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("cortex-m-ds-cnn")  # one worker builds the shared model
-@pytest.mark.parametrize("board,target", [("qemu-mps2-an500", "cortex-m7"),
-                                          ("qemu-mps2-an386", "cortex-m4")])
-def test_int8_ds_cnn_on_qemu_bit_exact_with_host(board: str, target: str,
-                                                 ds_cnn_int8: Any) -> None:
-    """DS-CNN int8 on the board's QEMU machine (DSP kernels, ACLE intrinsics) equals the host
-    c-generic int8 build bit for bit, and the firmware's kernels are the tensorized ones."""
-    from toolchain.boards import run_on_qemu
-
-    m = ds_cnn_int8
+    m = qdq_compiled("ds_cnn", "kiln")
     bundle, _ = m.for_board(board)
     kernels = (bundle / "src" / "kernels.c").read_text()
     prefix = "kiln_m7_" if target == "cortex-m7" else "kiln_m4_"
     assert f"{prefix}dot_q15q7_2x2x" in kernels and f"{prefix}dwconv_q15q7_1x4_" in kernels
-    run = run_on_qemu(bundle, m.inputs, timeout=120)
+    run = m.run_on(board)
     assert set(run.outputs) == set(m.host)
     for name, want in m.host.items():
         np.testing.assert_array_equal(run.outputs[name], want, err_msg=name)

@@ -297,7 +297,7 @@ def test_default_schedule_is_clean_under_asan_ubsan(case: tuple, tmp_path: Path)
     src = tmp_path / "main.c"
     src.write_text(render_standalone_main(mod.func, mod.get_source(), mod.entry))
     exe = tmp_path / "main"
-    res = subprocess.run(["cc", "-std=gnu11", "-O1", "-g", "-march=native",
+    res = subprocess.run(["cc", "-std=gnu11", "-O1", "-g1", "-march=native",
                           "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                           "-fopenmp", str(src), "-o", str(exe), "-lm"],
                          capture_output=True, text=True, check=False)
