@@ -10,6 +10,7 @@ references measured in the same run.
     python benchmarks/cuda.py --models resnet18 --gemm '' --per-kernel \
         --schedules tiled,tiled-no-occupancy,generic     # each kernel's GPU ms, side by side
     python benchmarks/cuda.py --models '' --gemm '' --gemm-sweep 4096   # its tile variants
+    python benchmarks/cuda.py --models resnet18 --gemm 4096 --tune 32  # tuned vs default
 
 * **zoo** — every (non-slow) zoo model compiled for ``--target`` (default ``cuda-sm90``),
   built with nvcc, run on the GPU: the largest error relative to the reference executor's
@@ -60,6 +61,11 @@ one row per bundle kernel: its ops and output shape, per schedule the launch (ki
 blocks x threads) and its GPU milliseconds, and the ratio to the first schedule; with
 ResNet-18, then cuDNN's time for each of PyTorch eager's convolutions alone.
 
+``--tune N``: instead of the tables above, the fp16 GEMMs of ``--gemm`` and the models
+of ``--models`` tuned on this GPU with ``N`` trials each (:func:`tuned`; ``kiln tune``'s
+CUDA builder and GPU runner), then their bundles with the records and without, timed in
+the same run next to cuBLAS fp16's GEMM kernel and PyTorch eager's ResNet-18.
+
 Without a GPU it says so and exits 0 (the CUDA bundles are checked on the CPU by the SIMT
 emulation in ``tests/bundle/test_cuda.py``).
 """
@@ -68,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import re
 import sys
 import tempfile
@@ -367,13 +374,13 @@ def torch_resnet18_convolutions(repeat: int) -> None:
     print(f"{'total':22s} {'':14s} {'':14s} {'':8s} {total:9.4f}", flush=True)
 
 
-def torch_resnet18(repeat: int) -> None:
+def torch_resnet18(repeat: int) -> tuple[float, float] | None:
     """PyTorch eager's ResNet-18 at batch 1 (torchvision's, the zoo model's architecture;
     fp32, TF32 off, ``cudnn.benchmark``): the reference the issue's ResNet-18 goal names,
     host to host like Kiln's ms and with the input already on the GPU like its kernels."""
     eager = _eager_resnet18("PyTorch eager resnet18")
     if eager is None:
-        return
+        return None
     torch, net = eager
     xh = torch.randn(1, 3, 224, 224)
     xd = xh.cuda()
@@ -386,6 +393,7 @@ def torch_resnet18(repeat: int) -> None:
 
         device = _ms(on_device, repeat)
     print(f"{'resnet18 (PyTorch eager)':26s} {'':12s} {host:9.3f} {device:11.3f}", flush=True)
+    return host, device
 
 
 #: --gemm-precision -> (ONNX element type of A, B and C, numpy dtype)
@@ -552,6 +560,88 @@ def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) 
               flush=True)
 
 
+def tuned(names: list[str], sizes: list[int], target: str, root: Path, repeat: int,
+          trials: int, jobs: int) -> None:
+    """``--tune N``: the fp16 GEMMs ``sizes`` and the zoo models ``names`` tuned on this
+    GPU with ``N`` trials each (``kiln tune``'s builder and runner: nvcc, CUDA events, L2
+    flushed), then compiled with their records and without (the default) in one run:
+    per task the tuner's default and best kernel times; per case the bundles' kernels ms,
+    tuned / default and each against cuBLAS fp16's GEMM kernel or PyTorch eager's
+    ResNet-18 (cuDNN), both measured in the same run."""
+    import importlib.util
+
+    from toolchain.autotune.apply import applying
+    from toolchain.autotune.cuda import CudaBuilder, GpuRunner
+    from toolchain.autotune.records import RecordWriter, best_traces, load_records
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.autotune.tuner import tune_tasks
+
+    # the cost model needs xgboost (the [tune] extra); without it, random search
+    strategy = "xgb" if importlib.util.find_spec("xgboost") else "random"
+    rng = np.random.default_rng(0)
+    cases = [(f"gemm{n}_fp16", gemm_model(n, "fp16"), None) for n in sizes]
+    cases += [(name, ZOO[name].build(), ZOO[name].input_shapes) for name in names]
+    for label, model, shapes in cases:
+        t0 = time.perf_counter()
+        tasks = extract_tasks(model, target, shapes)
+        print(f"\n{label}: {len(tasks)} tasks ({', '.join(sorted({t.space.kind for t in tasks}))}"
+              f"), {trials} trials on {target}, {strategy} search "
+              f"({time.perf_counter() - t0:.0f} s to extract)", flush=True)
+        out = root / f"{label}.jsonl"
+        builder, runner = CudaBuilder(target, "gpu", jobs), GpuRunner(repeat=3, timeout=30)
+        try:
+            with RecordWriter(out) as w:
+                states = tune_tasks(tasks, trials, builder=builder, runner=runner, writer=w,
+                                    strategy=strategy, batch=jobs, progress=False)
+        finally:
+            builder.close()
+        print(f"{'task':34s} {'GEMM (y x k w z)':>24s} {'kind':>15s} {'trials':>6s} "
+              f"{'failed':>6s} {'default ms':>11s} {'best ms':>9s} {'default/best':>13s}  "
+              "best point")
+        for st in states:
+            failed = sum(not math.isfinite(c) for c in st.costs)
+            point = st.space.trace(st.best_point) if st.best_point else "-"
+            gemm_shape = re.search(r"\|(y\d+x\d+k\d+\w*)\|", st.space.workload)
+            print(f"{st.task.name[:34]:34s} {gemm_shape.group(1) if gemm_shape else '':>24s} "
+                  f"{st.space.kind:>15s} {len(st.costs):6d} "
+                  f"{failed:6d} {1e3 * st.default_cost:11.4f} {1e3 * st.best:9.4f} "
+                  f"{st.default_cost / st.best:13.2f}  {point}", flush=True)
+        errors = sorted({r.error for r in load_records(out) if r.error})
+        for e in errors[:3]:  # why trials failed (a build error, a launch refused ...)
+            print(f"  failed trial: {e[:300]}")
+        g = from_onnx(model, input_shapes=shapes)
+        feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in g.inputs}
+        ms, outs = {}, {}
+        for kind in ("default", "tuned"):
+            ctx = applying(best_traces(load_records(out))) if kind == "tuned" else \
+                contextlib.nullcontext()
+            with ctx:
+                d = compile_model(model, target, root / f"{label}_{kind}", input_shapes=shapes,
+                                  progress=False, force=True)
+            mod = load_bundle(d)
+            outs[kind] = mod(feeds)
+            ms[kind] = 1e3 * mod.device_time(feeds, repeat)
+        diff = _rel_err(outs["tuned"], outs["default"])
+        ref, what = np.nan, "PyTorch"
+        if label.startswith("gemm"):
+            try:
+                import torch
+            except ImportError:
+                print("PyTorch is not installed: no cuBLAS reference")
+            else:
+                torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+                ref, what = (_cublas(torch, feeds["A"], feeds["B"], repeat)[1],
+                             "cuBLAS fp16 kernel")
+        elif label == "resnet18":
+            got = torch_resnet18(repeat)
+            ref, what = (got[1] if got else np.nan), "PyTorch eager kernels"
+        print(f"{label}: kernels ms default {ms['default']:.3f}, tuned {ms['tuned']:.3f} "
+              f"(tuned/default {ms['tuned'] / ms['default']:.2f}); {what} {ref:.3f} ms: "
+              f"default/ref {ms['default'] / ref:.2f}, tuned/ref {ms['tuned'] / ref:.2f}; "
+              f"tuned vs default output {diff:.1e} ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+
+
 def _kernel_kinds(bundle: Path) -> list[dict]:
     """What the bundle's kernels are (tensor cores or not): a call of an ``mma.sync``
     product (``kiln_mma_f16_*``) or ``nvcuda::wmma`` in its source says whether a
@@ -587,6 +677,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated tile labels (WmmaTiles.label(): "
                          "4x2w.2x2f.kf2.db.p8.v8 = warps, fragments a warp, step, "
                          "db|sb, padding, fetch width; .frag: a product call a fragment)")
+    ap.add_argument("--tune", type=int, default=0, metavar="N",
+                    help="tune --models and the fp16 GEMMs --gemm with N trials each on "
+                         "this GPU, then time their bundles tuned and default against "
+                         "cuBLAS / PyTorch (instead of the other tables)")
+    ap.add_argument("--tune-jobs", type=int, default=8, metavar="N",
+                    help="with --tune: nvcc builds in parallel, and trials a batch")
     args = ap.parse_args(argv)
     sweep_labels = [x for x in args.sweep_tiles.split(",") if x]
     for label in sweep_labels:
@@ -607,6 +703,11 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in args.models.split(",") if n] if args.models is not None else \
         [n for n, s in ZOO.items() if not s.slow and n != "fcn_opset11"]
     status = 0
+    if args.tune:
+        with tempfile.TemporaryDirectory() as tmp:
+            tuned(names, [int(s) for s in args.gemm.split(",") if s], args.target, Path(tmp),
+                  args.repeat, args.tune, args.tune_jobs)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         if names and args.per_kernel:
             status = 0 if per_kernel(names, args.target, Path(tmp), args.repeat,

@@ -33,13 +33,24 @@
 #      5,120), the autoencoder's ReduceMean and LeNet-5's first dense layer; the
 #      transformer encoder's softmax/layer norm rows (row kernels, unchanged by either)
 #      for reference.
-# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 s); the whole check is
+#   8. auto-tuning on the GPU (issue 16; benchmarks/cuda.py --tune): the fp16 4096^3 GEMM's
+#      tensor-core space (warps, fragments, step, stages, padding, fetch width, cp.async,
+#      wmma or mma.sync) tuned with 32 trials (nvcc builds in parallel, each kernel timed
+#      with CUDA events, the L2 flushed between repeats), then its bundle with the records
+#      and without, against cuBLAS fp16's kernel in the same run;
+#   9. the same for ResNet-18's convolutions (the SIMT implicit-GEMM space: threads,
+#      register tiles, step, double buffer, split-K, or the generic kernel), 44 trials over
+#      its 11 kernels (each its default, seeds, random points), then the whole model tuned and
+#      default against PyTorch eager (cuDNN). Random search where xgboost is missing (the
+#      GPU machines' image has none): the seeds are measured either way.
+# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 + 180 + 300 s); the whole check is
 # longer than one 10-minute device command, so give the steps to run as arguments:
 #
 #   bash benchmarks/cuda_check.sh            # every step (from anywhere)
 #   bash benchmarks/cuda_check.sh 1 2 3      # steps 1-3 (about 4 minutes on an H200)
 #   bash benchmarks/cuda_check.sh 4 5 6      # steps 4-6
 #   bash benchmarks/cuda_check.sh 7          # shuffles vs the shared tree
+#   bash benchmarks/cuda_check.sh 8 9        # tuned vs default vs cuBLAS / cuDNN (~6 min)
 #
 # The log is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output
 # folder).
@@ -49,7 +60,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="${OUT:-${TMPDIR:-/tmp}}/cuda_check.log"
 : > "$log"
 status=0
-steps=" ${*:-1 2 3 4 5 6 7} "
+steps=" ${*:-1 2 3 4 5 6 7 8 9} "
 
 step() {  # step NUMBER SECONDS DESCRIPTION COMMAND...
     local n=$1 limit=$2 what=$3
@@ -68,7 +79,7 @@ step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py \
     tests/schedules/gpu/test_block_reduce.py tests/schedules/gpu/test_mma.py \
-    tests/schedules/gpu/test_warp_shuffle.py
+    tests/schedules/gpu/test_warp_shuffle.py tests/autotune/test_cuda_tune.py
 step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
 step 3 240 "fp16 GEMM tile sweep vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
@@ -85,5 +96,9 @@ step 7 240 "block reductions: warp shuffles vs shared tree" python benchmarks/cu
     --target cuda-sm90 \
     --models resnet18,mobilenet_v2,fcn_opset11,autoencoder,lenet5,transformer_encoder \
     --gemm '' --per-kernel --schedules tiled,tiled-shared-tree --repeat 20
+step 8 180 "fp16 GEMM 4096 tuned vs default vs cuBLAS" python benchmarks/cuda.py \
+    --target cuda-sm90 --models '' --gemm 4096 --tune 32 --tune-jobs 12 --repeat 20
+step 9 300 "ResNet-18 tuned vs default vs PyTorch eager" python benchmarks/cuda.py \
+    --target cuda-sm90 --models resnet18 --gemm '' --tune 44 --tune-jobs 12 --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
 exit $status

@@ -33,6 +33,10 @@ qemu``: each trial one kernel's instructions under QEMU, N trials a model, recor
 temporary folder), ``--records R`` takes records from a file instead; then every row is
 compiled and run twice, with the default schedules and with the records
 (``kiln compile --records``), and a second table prints both counts and tuned / default.
+
+``--models odd_cnn`` (not in the default set) is a small CNN built here (:func:`odd_cnn`)
+whose convolutions have odd channel counts (15, 7, 5, 3) and a depthwise layer of 7: the
+one-pixel kernels the two-pixel DSP tile does not take (``cm_int8_conv1``, docs/tuning.md).
 """
 
 from __future__ import annotations
@@ -48,11 +52,55 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
-from toolchain.zoo.quantized import ANCHORS, anchor_float, anchor_model  # noqa: E402
+from toolchain.zoo.quantized import (  # noqa: E402
+    ANCHORS,
+    anchor_float,
+    anchor_model,
+    calibration,  # noqa: E402
+)
 
 MODELS = ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"]
 BOARDS = ["qemu-mps2-an386", "nucleo-l4r5zi"]
 PRECISIONS = ["fp32", "int8"]
+
+
+def odd_cnn() -> onnx.ModelProto:
+    """A 1x3x24x24 CNN with odd channel counts (seeded weights): 3x3 convolutions 3 -> 15,
+    15 -> 7 (stride 2), a 3x3 depthwise of 7, 1x1 7 -> 5 and 3x3 5 -> 3, each with ReLU."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    nodes, inits, x = [], [], "input"
+    layers = [(3, 15, 3, 1, 1), (15, 7, 3, 2, 1), (7, 7, 3, 1, 7), (7, 5, 1, 1, 1),
+              (5, 3, 3, 1, 1)]
+    for i, (c, m, k, s, g) in enumerate(layers):
+        w = (rng.standard_normal((m, c // g, k, k)) / np.sqrt(c // g * k * k)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(m).astype(np.float32) * 0.1,
+                                          f"b{i}")]
+        nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], f"conv_{i}",
+                                   kernel_shape=[k, k], strides=[s, s], pads=[k // 2] * 4,
+                                   group=g),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], f"relu_{i}")]
+        x = f"r{i}"
+    graph = helper.make_graph(nodes, "odd_cnn",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                             [1, 3, 24, 24])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                                             [1, 3, 12, 12])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _model(name: str, precision: str) -> onnx.ModelProto:
+    """The float or int8 model ``name`` (an anchor, or :func:`odd_cnn` quantized the same
+    way)."""
+    if name != "odd_cnn":
+        return anchor_float(name) if precision == "fp32" else anchor_model(name)
+    from toolchain.quantize.ptq import quantize_model
+
+    m = odd_cnn()
+    return m if precision == "fp32" else \
+        quantize_model(m, calibration(m), integer_io=True)[0]
 
 
 def _inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -114,7 +162,7 @@ def _row(model: str, board: str, precision: str, work: Path, kernels: bool,
     from toolchain.boards import compile_board, run_on_qemu
     from toolchain.errors import TargetError
 
-    m = anchor_float(model) if precision == "fp32" else anchor_model(model)
+    m = _model(model, precision)
     path = work / f"{model}_{precision}.onnx"
     onnx.save(m, path)
     inputs = _inputs(m)
@@ -157,7 +205,8 @@ def print_table(rows: list[dict]) -> None:
             continue
         f, ram = r["flash"], r["ram"]
         part = {k: f[k]["text"] + f[k]["rodata"] for k in ("weights", "kernels", "runtime")}
-        anchor = _kib(ANCHORS[r["model"]][1]) if r["precision"] == "int8" else "-"
+        anchor = _kib(ANCHORS[r["model"]][1]) \
+            if r["precision"] == "int8" and r["model"] in ANCHORS else "-"
         stack = f"{_kib(r['stack_used'])}/{_kib(ram['stack']).split('.')[0]}"
         print(f"{lead} {_kib(f['total']):>7} {_kib(part['kernels']):>8} "
               f"{_kib(part['weights']):>8} {_kib(part['runtime']):>8} {_kib(ram['total']):>7} "

@@ -5,6 +5,8 @@
     python benchmarks/tune.py --only C2,C6,D1024 --budgets 32 --curves C6 --svg build/curves
     python benchmarks/tune.py --resnet 8                       # + ResNet-18, 8 trials/task
     python benchmarks/tune.py --only none --mobilenet 8        # MobileNetV2 alone
+    python benchmarks/tune.py --only none --transformer 16 --kinds attention,cpu_ops
+                                         # the encoder's attention and generic-op kernels
     python benchmarks/tune.py --flush-mb 0                     # tune warm, as the table times
     python benchmarks/tune.py --point C4:ry=2,rw=7,epilogue=transposed  # one point, no tuning
     python benchmarks/tune.py --peak --point C3:b_pack=in_place  # + one core's FMA peak
@@ -21,7 +23,12 @@ search reached 90 % of its final best. ``--resnet N`` tunes the kernels of the w
 ResNet-18 (``kiln tune`` with N trials per task, timed cold: ``--cold-mb``) and times the
 bundle with and without the records against onnxruntime (per layer:
 ``benchmarks/resnet_layers.py``); ``--mobilenet N`` does the same for the zoo's
-MobileNetV2. Goals of the issue (reported, not asserted): tuned C1-C12 at least 1.3x
+MobileNetV2, ``--transformer N`` for its transformer encoder. ``--kinds K,...`` tunes
+only the tasks of those space kinds (the others keep their defaults; ``cpu_ops``, the
+rule-driven schedule of softmax, layer norm, element-wise chains and transposes, is tuned
+only when named there) and then also prints each tuned kernel's time in the default and
+the tuned bundle (``make profile``, alternately, least of each).
+Goals of the issue (reported, not asserted): tuned C1-C12 at least 1.3x
 onnxruntime in geometric mean with no layer below 1.0x; 90 % of the final best within 64
 trials per task. The machine is shared: read the ratios, measured in the same run.
 """
@@ -205,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
                         "bundle with records vs onnxruntime")
     p.add_argument("--mobilenet", type=int, default=0, metavar="N",
                    help="the same for the zoo's MobileNetV2")
+    p.add_argument("--transformer", type=int, default=0, metavar="N",
+                   help="the same for the zoo's transformer encoder")
+    p.add_argument("--kinds", default=None, metavar="K,...",
+                   help="--resnet/--mobilenet/--transformer: tune only the tasks of these "
+                        "space kinds (e.g. attention,cpu_ops) and print their kernels")
     p.add_argument("--cold-mb", type=float, default=64, metavar="MB",
                    help="--resnet/--mobilenet: the tuner's calls cycle through copies of each "
                         "kernel's arguments spanning this many MiB, so every call finds its "
@@ -305,13 +317,16 @@ def main(argv: list[str] | None = None) -> int:
                         "xgboost + annealing": [r["flops"] / c / 1e9 for c in st.curve],
                         "random": [r["flops"] / c / 1e9 for c in rs.curve]},
                     "GFLOP/s (best so far)"))
+    kinds = set(args.kinds.split(",")) if args.kinds else None
     if args.resnet:
         resnet(target, args.resnet, args.jobs, args.seed, flush_mb=args.flush_mb,
-               cold_mb=args.cold_mb, confirm=args.confirm)
-    if args.mobilenet:
-        whole_model("mobilenet_v2", "MobileNetV2", target, args.mobilenet, args.jobs,
-                    args.seed, flush_mb=args.flush_mb, cold_mb=args.cold_mb,
-                    confirm=args.confirm)
+               cold_mb=args.cold_mb, confirm=args.confirm, kinds=kinds)
+    for n, zoo_name, label in ((args.mobilenet, "mobilenet_v2", "MobileNetV2"),
+                               (args.transformer, "transformer_encoder", "Transformer encoder")):
+        if n:
+            whole_model(zoo_name, label, target, n, args.jobs, args.seed,
+                        flush_mb=args.flush_mb, cold_mb=args.cold_mb, confirm=args.confirm,
+                        kinds=kinds)
     return 0
 
 
@@ -343,15 +358,16 @@ def time_points(specs: list[str], target: str, repeat: int, rounds: int,
 
 
 def resnet(target: str, per_task: int, jobs: int, seed: int, runs: int = 20,
-           flush_mb: float = 8, cold_mb: float = 64, confirm: int = 4) -> None:
+           flush_mb: float = 8, cold_mb: float = 64, confirm: int = 4,
+           kinds: set[str] | None = None) -> None:
     """``--resnet``: the whole ResNet-18 (:func:`whole_model`)."""
     whole_model("resnet18", "ResNet-18", target, per_task, jobs, seed, runs, flush_mb,
-                cold_mb, confirm)
+                cold_mb, confirm, kinds)
 
 
 def whole_model(zoo_name: str, label: str, target: str, per_task: int, jobs: int,
                 seed: int, runs: int = 20, flush_mb: float = 8, cold_mb: float = 64,
-                confirm: int = 4) -> None:
+                confirm: int = 4, kinds: set[str] | None = None) -> None:
     """Tune a zoo model's kernels (``per_task`` trials each, spread by the task scheduler;
     timed cold, ``cold_mb``: ResNet-18's 47-98 MB of weights do not stay in the caches
     between runs, and the points fastest with warm weights were up to 35 % slower in the
@@ -371,7 +387,10 @@ def whole_model(zoo_name: str, label: str, target: str, per_task: int, jobs: int
     spec = ZOO[zoo_name]
     model = spec.build()
     feeds = spec.inputs(model)
-    tasks = extract_tasks(model, target, spec.input_shapes)
+    tasks = extract_tasks(model, target, spec.input_shapes,
+                          generic=kinds is not None and "cpu_ops" in kinds)
+    if kinds is not None:
+        tasks = [t for t in tasks if t.space.kind in kinds]
     work = Path(tempfile.mkdtemp(prefix=f"kiln-tune-{zoo_name}-"))
     out = work / f"{zoo_name}.jsonl"
     t0 = time.perf_counter()
@@ -391,6 +410,64 @@ def whole_model(zoo_name: str, label: str, target: str, per_task: int, jobs: int
     print(f"  {applied} kernel schedules from records; speed vs onnxruntime (ort time /"
           f" kiln time): default {to / td:.2f}, tuned {to / tt:.2f}; tuned/default "
           f"{td / tt:.2f}")
+    if kinds is not None:
+        kernel_table(work, tasks, runs)
+        ort_ops(model, feeds, runs)
+
+
+def ort_ops(model, feeds: dict, runs: int) -> None:
+    """onnxruntime's nodes in its whole-model run (profiled, one thread, least per node),
+    summed by op: the reference for the kernel table (its graph optimizer fuses nodes, so
+    compare a Kiln kernel with the nodes doing the same work, e.g. LayerNormalization)."""
+    from resnet_layers import ort_node_times  # benchmarks/resnet_layers.py
+
+    by_op: dict[str, list[float]] = {}
+    for op, t in ort_node_times(model, feeds, runs).values():
+        by_op.setdefault(op, []).append(t)
+    print("\n| onnxruntime op | nodes | us per node (mean of least) | us total |")
+    print("|---|---:|---:|---:|")
+    for op, ts in sorted(by_op.items(), key=lambda kv: -sum(kv[1])):
+        print(f"| {op} | {len(ts)} | {sum(ts) / len(ts) * 1e6:.2f} | {sum(ts) * 1e6:.2f} |")
+
+
+def _kernel_ns(bundle: Path, runs: int) -> dict[str, float]:
+    """Least ns per kernel of ``bundle`` over ``runs`` runs (``make profile``; the inputs
+    ``models.time_kiln`` wrote)."""
+    import json
+    import re
+    import subprocess
+
+    import models  # benchmarks/models.py
+
+    meta = json.loads((bundle / "metadata.json").read_text())
+    flags = " ".join([models.CFLAGS, *meta["target"]["cflags"]])
+    subprocess.run(["make", "-s", "-C", str(bundle), "profile", f"CFLAGS={flags}"],
+                   capture_output=True, text=True, check=True)
+    args = [str(bundle / f"bench_in_{t['field']}.bin") for t in meta["inputs"]]
+    args += [str(bundle / f"bench_out_{t['field']}.bin") for t in meta["outputs"]]
+    out = subprocess.run([str(bundle / "main_profile"), "--repeat", str(runs), *args],
+                         capture_output=True, text=True, check=True).stdout
+    return {m.group(1): float(m.group(2))
+            for m in re.finditer(r"kiln-profile \d+ (\S+) (\d+)", out)}
+
+
+def kernel_table(work: Path, tasks: list, runs: int, rounds: int = 3) -> None:
+    """The tuned tasks' kernels in the default and the tuned bundle (alternately, least of
+    ``rounds``): microseconds and tuned / default."""
+    best: dict[str, dict[str, float]] = {"default": {}, "tuned": {}}
+    for _ in range(rounds):
+        for which in best:
+            for k, ns in _kernel_ns(work / which, runs).items():
+                best[which][k] = min(best[which].get(k, math.inf), ns)
+    print("\n| kernel | space | x | default us | tuned us | tuned/default |")
+    print("|---|---|---:|---:|---:|---:|")
+    for t in tasks:
+        name = next((k for k in best["default"] if k.endswith(t.name)), None)
+        if name is None:
+            continue
+        d, u = best["default"][name], best["tuned"].get(name, math.nan)
+        print(f"| {t.name} | {t.space.kind} | {t.weight} | {d / 1e3:.2f} | {u / 1e3:.2f} | "
+              f"{u / d:.2f} |")
 
 
 if __name__ == "__main__":

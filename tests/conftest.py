@@ -31,7 +31,11 @@ gc.set_threshold(*GC_THRESHOLDS)
 #: builds, QEMU runs) for several tests, and the xdist group their users share: a fixture
 #: is built once in each worker that runs one of its users, so they stay on one worker
 SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
-                 "qdq_builds": "quantize-qdq-builds"}
+                 "qdq_builds": "quantize-qdq-builds", "cuda_sm90_zoo": "cuda-nvcc",
+                 "shuffle_kernels": "cuda-shuffle-nvcc",
+                 "quantized_reference": "quantize-reference",
+                 "zoo_bundle": "bundle-safety-zoo", "split_bundle": "bundle-threads-split",
+                 "pool_stage": "bundle-patch-pool"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -160,3 +160,19 @@ def test_in_place_b_runs_in_bundles_within_1e5(tmp_path: Path, nr: int):
                                seed=3)
     assert "B_packed" not in src and "X_sub" not in src
     assert err <= 1e-5
+
+
+def test_blocked_strided_conv_seeds_two_vectors_of_channels_first(tmp_path: Path):
+    """A ``NCHW16c`` output's heuristic tile is one vector of output channels; the first
+    seeds take two (half the broadcasts per FMA), and the first runs in a bundle within
+    1e-5 of onnxruntime."""
+    base = "x86_64-avx512"
+    task, = extract_tasks(conv_model(2, 3), base)
+    s = task.space
+    assert s.default()["ob"] == 16
+    first = s.seed_points()[0]
+    assert first["ob"] == 32 and first["rw"] == 8
+    if not runs_here(load_target(base)):
+        pytest.skip(f"{base} code does not run on this machine")
+    _, err = bundle_at_point(conv_model(2, 3), base, tmp_path, first, seed=4)
+    assert err <= 1e-5

@@ -84,7 +84,10 @@ class QdqModel:
         self.qdq = kiln_qdq(model) if quantizer == "kiln" else ort_qdq(model, root)
         self.path = root / f"{name}_{quantizer}_int8.onnx"
         onnx.save(self.qdq, self.path)
-        host = compile_model(self.path, "c-generic", root / "host", name=f"{name}_int8")
+        # named as tests/quantize/test_bundle.py names its c-generic bundles of the same
+        # Kiln-quantized models (KilnQdqBuilds, "q"): the same sources, so one of the two
+        # finds the library in the build cache (the workers share KILN_CACHE_DIR)
+        host = compile_model(self.path, "c-generic", root / "host", name="q")
         self.host = load_bundle(host)(self.inputs)
         sess = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
@@ -92,14 +95,16 @@ class QdqModel:
         self.steps = output_steps(self.qdq)
         self.bundles: dict[str, tuple[Path, dict]] = {}
         self.runs: dict[str, Any] = {}
+        self.specs: dict[tuple[str, str], Any] = {}
 
     def for_board(self, board: str) -> tuple[Path, dict]:
-        """The board bundle (compiled and linked once), and its size report."""
-        from toolchain.boards import compile_board
+        """The board bundle (compiled and linked once), and its size report; boards of one
+        target share Kiln's compile (:func:`tests.boards.conftest.compile_for_board`)."""
+        from tests.boards.conftest import compile_for_board
 
         if board not in self.bundles:
-            self.bundles[board] = compile_board(self.path, board, self.root / board,
-                                                name=f"{self.name}_int8")
+            self.bundles[board] = compile_for_board(self.path, board, self.root / board,
+                                                    f"{self.name}_int8", self.specs)
         return self.bundles[board]
 
     def run_on(self, board: str) -> Any:

@@ -331,3 +331,23 @@ def test_kernels_build_at_kernel_opt_and_the_rest_at_opt(tmp_path):
     assert flags() == {"kernels.o": "-O3", "kiln_runtime.o": "-O2", "main.o": "-O2"}
     assert flags("KERNEL_OPT=-Os")["kernels.o"] == "-Os"
     assert set(flags("OPT=-O1").values()) == {"-O1"}
+
+
+def test_firmware_builds_compile_through_ccache_where_installed(tmp_path, monkeypatch):
+    """Kiln's ``make`` of a firmware passes ``CC="<ccache> arm-none-eabi-gcc"`` where
+    ``ccache`` is on PATH (a caller's own ``CC`` wins), and nothing where it is not."""
+    from toolchain.boards import build
+
+    seen = []
+    monkeypatch.setattr(build, "require_tool", lambda name, hint: name)
+    monkeypatch.setattr(build.subprocess, "run", lambda cmd, **kw: seen.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, "", ""))
+    monkeypatch.setattr(build.shutil, "which",
+                        lambda name: "/opt/bin/ccache" if name == "ccache" else None)
+    build.make(tmp_path, "qemu")
+    build.make(tmp_path, "qemu", extra={"CC": "my-gcc", "EXTRA_CFLAGS": "-DX"})
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    build.make(tmp_path, "board")
+    assert seen[0][-1] == "CC=/opt/bin/ccache arm-none-eabi-gcc"
+    assert seen[1][-2:] == ["CC=my-gcc", "EXTRA_CFLAGS=-DX"]
+    assert not any(a.startswith("CC=") for a in seen[2])

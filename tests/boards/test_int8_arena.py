@@ -17,7 +17,12 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from toolchain.zoo.quantized import ANCHORS, anchor_model, arena_report
+from tests.boards.conftest import ANCHORS_GROUP, anchor
+from toolchain.zoo.quantized import ANCHORS, arena_report
+
+#: each anchor model is quantized and compiled once per worker that runs one of its tests
+#: (``_report``): the file runs on one worker
+pytestmark = pytest.mark.xdist_group(ANCHORS_GROUP)
 
 _REPORTS: dict[str, dict] = {}
 
@@ -27,7 +32,7 @@ def _report(name: str, tmp_path_factory) -> dict:
 
     if name not in _REPORTS:
         d = tmp_path_factory.mktemp(f"anchor_{name}")
-        onnx.save(anchor_model(name), d / "m.onnx")
+        onnx.save(anchor(name), d / "m.onnx")
         toolchain.compile(d / "m.onnx", "cortex-m4", output=d / "bundle")
         _REPORTS[name] = {**arena_report(d / "bundle"), "bundle": d / "bundle"}
     return _REPORTS[name]

@@ -17,14 +17,13 @@ and for a real board (linked with its flash/RAM limits), run under QEMU, and com
 
 from __future__ import annotations
 
-import functools
 import json
 
 import numpy as np
 import onnx
 import pytest
 
-from tests.boards.conftest import needs_qemu
+from tests.boards.conftest import ANCHORS_GROUP, anchor, needs_qemu
 
 MODELS = ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"]
 BOARDS = ["qemu-mps2-an386", "nucleo-l4r5zi"]
@@ -35,15 +34,6 @@ FLOAT_REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceSumSquare"}
 MAX_STEPS = {"ds_cnn": 1, "resnet8": 1, "mobilenet_v1": 6, "autoencoder": 2}
 
 pytestmark = [needs_qemu, pytest.mark.slow]
-
-
-@functools.cache
-def _anchor_model(name: str) -> onnx.ModelProto:
-    """:func:`toolchain.zoo.quantized.anchor_model`, quantized once per module (the VWW
-    overlap test and the VWW patch-stage test read the same model; no test changes it)."""
-    from toolchain.zoo.quantized import anchor_model
-
-    return anchor_model(name)
 
 
 def _producers(model: onnx.ModelProto) -> dict[str, str]:
@@ -104,6 +94,7 @@ def test_int8_flash_smaller_than_fp32(qdq_compiled, zoo_compiled):
     assert int8["ram"]["arena"] < 0.5 * fp32["ram"]["arena"]
 
 
+@pytest.mark.xdist_group(ANCHORS_GROUP)
 def test_integer_io_model_on_qemu(tmp_path):
     """The autoencoder with int8 input and output (``integer_io``, as the arena anchors are
     measured) on nucleo-l4r5zi: bit-exact with Kiln's integer reference."""
@@ -112,7 +103,7 @@ def test_integer_io_model_on_qemu(tmp_path):
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
 
-    q = _anchor_model("autoencoder")
+    q = anchor("autoencoder")
     onnx.save(q, tmp_path / "ad.onnx")
     x = {"input": np.random.default_rng(4).integers(-128, 128, (1, 640)).astype(np.int8)}
     path, report = compile_board(tmp_path / "ad.onnx", "nucleo-l4r5zi", tmp_path / "b")
@@ -123,6 +114,7 @@ def test_integer_io_model_on_qemu(tmp_path):
     assert report["ram"]["outputs"] == 640  # the int8 output, outside the arena
 
 
+@pytest.mark.xdist_group(ANCHORS_GROUP)
 def test_vww_with_overlapped_arena_on_qemu(tmp_path):
     """MobileNetV1 VWW as the arena anchor is measured (int8 I/O) on the M4 board: its
     first convolution reads the caller's NHWC image (the model's transpose folded into its
@@ -134,7 +126,7 @@ def test_vww_with_overlapped_arena_on_qemu(tmp_path):
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
 
-    q = _anchor_model("mobilenet_v1")
+    q = anchor("mobilenet_v1")
     onnx.save(q, tmp_path / "vww.onnx")
     g = from_onnx(q)
     x = {v.name: np.random.default_rng(6).integers(-128, 128, v.shape).astype(np.int8)
@@ -153,6 +145,7 @@ def test_vww_with_overlapped_arena_on_qemu(tmp_path):
     np.testing.assert_allclose(run.outputs["probs"], want["probs"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.xdist_group(ANCHORS_GROUP)
 @pytest.mark.parametrize("model,budget,arena_without,stage_check,exact", [
     # MobileNetV1 VWW: its first four convolutions run as a patch stage (tiles of the
     # 24 x 24 x 16 output, the 96 x 96 image gathered per tile)
@@ -175,7 +168,7 @@ def test_patch_stage_meets_issue_18_budget_on_qemu(tmp_path, model, budget, aren
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
 
-    q = _anchor_model(model)
+    q = anchor(model)
     onnx.save(q, tmp_path / "m.onnx")
     g = from_onnx(q)
     x = {v.name: np.random.default_rng(7).integers(-128, 128, v.shape).astype(np.int8)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -172,6 +173,104 @@ def nvcc_object(bundle: Path, source: str | Path, out: Path,
                            "-Iinclude", "-Iruntime", "-Isrc",
                            "-fatbin" if device_only else "-c", str(source), "-o", str(out)],
                           cwd=bundle, capture_output=True, text=True, check=False)
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.M)
+_DEFINE = re.compile(r"^\s*#\s*define\s+(\w+)", re.M)
+
+
+def _bundle_of(source: Path) -> Path:
+    """The bundle folder a source lives in (``<bundle>/src/x.cu``)."""
+    return source.resolve().parent.parent
+
+
+def _resolve(name: str, quoted: bool, here: Path, dirs: Sequence[Path]) -> Path | None:
+    """Where the preprocessor finds ``name``: the including file's folder first for a
+    quoted include, then ``dirs`` in order; None for a header outside them (the system's)."""
+    for d in ([here] if quoted else []) + list(dirs):
+        if (d / name).is_file():
+            return (d / name).resolve()
+    return None
+
+
+def nvcc_unit(bundles: Sequence[Sequence[Path]], unit: Path) -> list[str]:
+    """Write one CUDA translation unit holding several bundles' sources (``bundles[i]``:
+    bundle ``i``'s sources, its launcher first, then its kernels) and return the include
+    flags to compile it with (run from any folder): nvcc's fixed cost per run (the CUDA
+    headers through the preprocessor, ``cudafe++``, ``cicc`` and the host compiler, about
+    0.9 CPU s) is paid once for all of them instead of once a bundle.
+
+    Each bundle's sources go into a namespace of their own (``kiln_unit_<i>``: their static
+    names -- ``kiln_workspace``, the device helpers -- stay apart), and every macro a source
+    defines is ``#undef``-ed after it, so no bundle sees another's. The headers the
+    sources include from outside their own bundle's ``src`` and ``include`` (the system's
+    and the CUDA toolkit's, the runtime's ``kiln_runtime.h``) are included once, at file
+    scope, just before the first source that needs them, in the sources' order: the first
+    sources of every bundle (the launchers) all come before any second source (the
+    kernels), so a launcher still cannot lean on what only the kernels include, as in a
+    launcher-then-kernels unit of one bundle. ``extern "C"`` names (the kernels, the API)
+    carry each model's name, so the models must be distinct. Raises ``ValueError`` where
+    a bundle's quoted include would find another bundle's header, the runtime headers
+    differ, or two bundles have the same model header."""
+    roots = [_bundle_of(srcs[0]) for srcs in bundles]
+    runtime = roots[0] / "runtime"
+    for r in roots[1:]:
+        for h in (r / "runtime").glob("*.h"):
+            if h.read_bytes() != (runtime / h.name).read_bytes():
+                raise ValueError(f"{h} differs from {runtime / h.name}")
+    names = [h.name for r in roots for h in (r / "include").glob("*.h")]
+    if len(names) != len(set(names)):
+        raise ValueError(f"two bundles have the same model header: {sorted(names)}")
+    search = [*(r / "include" for r in roots), runtime]
+    hoisted: list[str] = []
+    text: list[str] = []
+
+    def outside(path: Path, root: Path, seen: set[Path]) -> list[str]:
+        """The includes ``path`` reaches (through its bundle's own headers) that are not
+        its bundle's own, as ``#include`` lines."""
+        if path in seen:
+            return []
+        seen.add(path)
+        own = [root / "include", root / "runtime", root / "src"]
+        found = []
+        for kind, name in _INCLUDE.findall(path.read_text()):
+            quoted = kind == '"'
+            mine = _resolve(name, quoted, path.parent, own)
+            merged = _resolve(name, quoted, path.parent, search)
+            if mine != merged and not (mine and mine.parent == root / "runtime"):
+                raise ValueError(f"{path}: #include {name} would find {merged}, not {mine}")
+            if mine is not None and mine.parent != root / "runtime":
+                found += outside(mine, root, seen)
+            else:
+                found.append(f'#include "{merged}"' if merged else f"#include <{name}>")
+        return found
+
+    for step in range(max(len(srcs) for srcs in bundles)):
+        for i, srcs in enumerate(bundles):
+            if step >= len(srcs):
+                continue
+            src = srcs[step].resolve()
+            for line in outside(src, roots[i], set()):
+                if line not in hoisted:
+                    hoisted.append(line)
+                    text.append(line + "\n")
+            macros = sorted(set(_DEFINE.findall(src.read_text())))
+            text.append(f'namespace kiln_unit_{i} {{\n#include "{src}"\n}}\n' +
+                        "".join(f"#undef {m}\n" for m in macros))
+    unit.write_text("".join(text))
+    return [f"-I{d}" for d in search]
+
+
+def nvcc_kernels(bundles: Sequence[Path], out: Path) -> subprocess.CompletedProcess:
+    """The kernels (``src/kernels.cu``, no host code) of several bundles of distinct model
+    names compiled by one nvcc run to the fat binary of sm_80 and sm_90 object code
+    (:func:`nvcc_object`'s ``device_only``), every warning an error, as one translation
+    unit (:func:`nvcc_unit`: one fixed cost, not one a bundle); an error names the
+    bundle's file. The caller checks ``returncode`` and shows ``stderr``."""
+    unit = out / "kernels_unit.cu"
+    include = nvcc_unit([[b / "src" / "kernels.cu"] for b in bundles], unit)
+    return nvcc_object(bundles[0], unit, out / "kernels_unit.fatbin", include,
+                       device_only=True)
 
 
 def make(bundle: Path, *args: str, cflags: str | None = None) -> subprocess.CompletedProcess:

@@ -5,13 +5,16 @@ machine with a GPU the bundles themselves (``-m gpu``)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import nvcc_object
+from tests.bundle.helpers import nvcc_object, nvcc_unit
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.errors import TargetError
@@ -69,24 +72,92 @@ def test_bundle_files_and_workspace_layout(lenet_cuda: Path) -> None:
     assert len(live) < meta["kernel_count"] and dev["launches"] >= len(live)
 
 
+#: the host compiler's warnings too, as errors, in every nvcc check of a bundle's host code
+STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror")
+
+
+@dataclass
+class NvccBatch:
+    """Bundles Kiln compiled (by test name; or the error its compile raised) and nvcc's
+    run over all of them as one translation unit (``nvcc_unit``), None where no unit
+    could be made of them."""
+
+    bundles: dict[str, Path | Exception]
+    run: subprocess.CompletedProcess | None
+
+    def bundle(self, name: str) -> Path:
+        """The bundle of ``name``; raises what its compile raised."""
+        got = self.bundles[name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    @property
+    def built(self) -> bool:
+        """Whether nvcc built every bundle of the batch, warnings as errors."""
+        return self.run is not None and self.run.returncode == 0
+
+
+def _nvcc_batch(bundles: dict[str, Path | Exception], sources: object, out: Path,
+                flags: tuple[str, ...] | list[str]) -> NvccBatch:
+    """``sources(bundle)`` of every bundle Kiln built, compiled by one nvcc run."""
+    built = [d for d in bundles.values() if isinstance(d, Path)]
+    try:
+        include = nvcc_unit([sources(d) for d in built], out / "unit.cu")
+    except ValueError:
+        return NvccBatch(bundles, None)
+    return NvccBatch(bundles, nvcc_object(built[0], out / "unit.cu", out / "unit.o",
+                                          [*include, *flags]))
+
+
+def _launcher(d: Path) -> Path:
+    return d / "src" / f"{json.loads((d / 'metadata.json').read_text())['model']['name']}.cu"
+
+
+def _sm90_bundles(names: list[str], out: Path, **options: object) -> dict[str, Path | Exception]:
+    got: dict[str, Path | Exception] = {}
+    for name in names:
+        spec = ZOO[name]
+        try:
+            got[name] = compile_model(spec.build(), "cuda-sm90", out / name, progress=False,
+                                      input_shapes=spec.input_shapes, **options)
+        except Exception as e:  # (its own test raises it)
+            got[name] = e
+    return got
+
+
+@pytest.fixture(scope="module")
+def cuda_sm90_zoo(tmp_path_factory) -> NvccBatch:
+    """Every fast zoo model's ``cuda-sm90`` bundle, and nvcc's object code of all of them
+    for sm_80 and sm_90 from one translation unit: each bundle's two CUDA sources (the host
+    call sequence, then the kernels), every warning an error, the host compiler's
+    ``-Wall -Wextra`` too. One run, where a run a bundle paid nvcc's fixed cost (the CUDA
+    headers through its front end, ``cudafe++`` and the host compiler, about 0.9 CPU s)
+    twelve times; the users share an xdist group (``SHARED_BUILDS``)."""
+    out = tmp_path_factory.mktemp("sm90")
+    return _nvcc_batch(_sm90_bundles(MODELS, out), lambda d: [_launcher(d), d / "src/kernels.cu"],
+                       out, STRICT_HOST)
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed: "
                     "https://developer.nvidia.com/cuda-downloads")
 @pytest.mark.parametrize("name", MODELS)
-def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, tmp_path: Path) -> None:
-    """The bundle's two CUDA sources (the kernels and the host call sequence) as one
-    translation unit, one nvcc run for both architectures: nvcc's fixed cost per source
-    (the CUDA headers through its front end and the host compiler, about 1 CPU s) is paid
-    once, a third of this test's compiler time. The call sequence comes first, so it cannot
-    lean on what the kernels include; each source alone goes through nvcc in
-    ``tests/bundle/test_weights_storage.py`` (the bundle's Makefile and Kiln's host build)."""
-    spec = ZOO[name]
-    d = compile_model(spec.build(), "cuda-sm90", tmp_path / name,
-                      input_shapes=spec.input_shapes, progress=False)
-    model = json.loads((d / "metadata.json").read_text())["model"]["name"]
+def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, cuda_sm90_zoo: NvccBatch,
+                                                   tmp_path: Path) -> None:
+    """The bundle's two CUDA sources (the kernels and the host call sequence) compiled by
+    nvcc for both architectures, warnings as errors: with the other zoo bundles in
+    ``cuda_sm90_zoo``'s one translation unit, or -- where that run failed -- as a unit of
+    their own (the call sequence first, so it cannot lean on what the kernels include),
+    whose errors are this model's. Each source alone goes through nvcc in
+    ``tests/bundle/test_weights_storage.py`` (the bundle's Makefile and Kiln's host
+    build)."""
+    d = cuda_sm90_zoo.bundle(name)
+    if cuda_sm90_zoo.built:
+        return
     unit = tmp_path / "bundle.cu"
-    unit.write_text("".join(f'#include "{(d / "src" / f).resolve()}"\n'
-                            for f in (f"{model}.cu", "kernels.cu")))
-    res = nvcc_object(d, unit, tmp_path / "bundle.o")
+    unit.write_text("".join(f'#include "{f.resolve()}"\n'
+                            for f in (_launcher(d), d / "src" / "kernels.cu")))
+    res = nvcc_object(d, unit, tmp_path / "bundle.o", STRICT_HOST)
     assert res.returncode == 0, res.stderr[-3000:]
 
 
@@ -208,31 +279,60 @@ def test_the_graph_bundle_differs_from_the_plain_one_in_its_launcher_alone(
     run = new[new.index('extern "C" int lenet5_run('):]
     assert run.count("cudaGraphLaunch(kiln_graph_exec, kiln_stream)") == 1 and "<<<" not in run
     # every CUDA call of the launcher is checked (its result compared or kept)
-    import re
-
     unchecked = [ln.strip() for ln in new.splitlines()
                  if re.match(r"\s*(?!cudaEventDestroy)cuda\w+\(", ln)]
     assert not unchecked and "cudaEventDestroy" in new  # (the regex sees the calls)
 
 
+GRAPH_MODELS = ["lenet5", "transformer_encoder"]
+
+
+@pytest.fixture(scope="module")
+def cuda_graph_launchers(tmp_path_factory, cuda_sm90_zoo: NvccBatch
+                         ) -> tuple[NvccBatch, NvccBatch]:
+    """The graph bundles (``cuda_graph=True``, ``cuda-sm90``) of :data:`GRAPH_MODELS`, and
+    nvcc's runs over their launchers as one translation unit: plain, and the profiling
+    build (``-DKILN_PROFILE``), warnings as errors (the host compiler's ``-Wall -Wextra``
+    too). A bundle's kernels go in too only where they differ from its plain bundle's,
+    which ``cuda_sm90_zoo`` compiles with the same flags."""
+    out = tmp_path_factory.mktemp("graph")
+    bundles = _sm90_bundles(GRAPH_MODELS, out, cuda_graph=True)
+    plain = cuda_sm90_zoo.bundles
+
+    def sources(d: Path) -> list[Path]:
+        kernels = d / "src" / "kernels.cu"
+        same = isinstance(plain[d.name], Path) and \
+            (plain[d.name] / "src" / "kernels.cu").read_bytes() == kernels.read_bytes()
+        return [_launcher(d)] if same else [_launcher(d), kernels]
+
+    (out / "profile").mkdir()
+    return (_nvcc_batch(bundles, sources, out, STRICT_HOST),
+            _nvcc_batch(bundles, sources, out / "profile", ["-DKILN_PROFILE", *STRICT_HOST]))
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-@pytest.mark.parametrize("name", ["lenet5", "transformer_encoder"])
-def test_nvcc_builds_the_graph_launcher_for_sm80_and_sm90(name: str, tmp_path: Path) -> None:
-    """The graph launcher with its kernels, plain and the profiling build, warnings as
-    errors (the host compiler's -Wall -Wextra too). ``KILN_PROFILE`` changes the launcher
-    alone (``model.cu.j2``; the kernels' file has no such branch, checked here), so the
-    profiling build compiles the launcher without the kernels a second time."""
-    spec = ZOO[name]
-    d = compile_model(spec.build(), "cuda-sm90", tmp_path / name, progress=False,
-                      input_shapes=spec.input_shapes, cuda_graph=True)
-    model = json.loads((d / "metadata.json").read_text())["model"]["name"]
-    assert "KILN_PROFILE" not in (d / "src" / "kernels.cu").read_text()
-    unit = tmp_path / "bundle.cu"
-    unit.write_text("".join(f'#include "{(d / "src" / f).resolve()}"\n'
-                            for f in (f"{model}.cu", "kernels.cu")))
-    for flags, source in (([], unit), (["-DKILN_PROFILE"], d / "src" / f"{model}.cu")):
-        res = nvcc_object(d, source, tmp_path / "bundle.o",
-                          [*flags, "-Xcompiler", "-Wall,-Wextra,-Werror"])
+@pytest.mark.parametrize("name", GRAPH_MODELS)
+def test_nvcc_builds_the_graph_launcher_for_sm80_and_sm90(
+        name: str, cuda_graph_launchers: tuple[NvccBatch, NvccBatch], tmp_path: Path) -> None:
+    """The graph launcher, plain and the profiling build, warnings as errors (the host
+    compiler's -Wall -Wextra too), each build of both models' launchers one nvcc run
+    (``cuda_graph_launchers``; where a run failed, this model's launcher alone says
+    whether it is the one). ``KILN_PROFILE`` changes the launcher alone (``model.cu.j2``;
+    the kernels' file has no such branch, checked here), and the kernels are the plain
+    bundle's (``--cuda-graph`` changes the launcher only), which
+    ``test_nvcc_builds_object_code_for_sm80_and_sm90`` compiles: the kernels go through
+    nvcc here only where they differ."""
+    plain, profile = cuda_graph_launchers
+    d = plain.bundle(name)
+    kernels = (d / "src" / "kernels.cu").read_text()
+    assert "KILN_PROFILE" not in kernels
+    for batch, flags in ((plain, []), (profile, ["-DKILN_PROFILE"])):
+        if batch.built:
+            continue
+        unit = tmp_path / "bundle.cu"
+        unit.write_text("".join(f'#include "{f.resolve()}"\n'
+                                for f in (_launcher(d), d / "src" / "kernels.cu")))
+        res = nvcc_object(d, unit, tmp_path / "bundle.o", [*flags, *STRICT_HOST])
         assert res.returncode == 0, (flags, res.stderr[-3000:])
 
 
@@ -344,3 +444,33 @@ def test_outputs_no_kernel_computes_on_the_gpu(graph: bool, tmp_path: Path) -> N
         got = mod({"x": x})
         for k in ("y", "z", "w", "v"):
             np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_one_translation_unit_keeps_each_bundle_apart(tmp_path: Path) -> None:
+    """``nvcc_unit``, what the nvcc batches above compile: a namespace a bundle, every macro
+    a source defines undone after it, the headers from outside a bundle once, each just
+    before the first source that needs it, and every launcher before any kernels (so a
+    launcher cannot lean on what only the kernels include). Two bundles of one model name
+    (the same API and kernel names) are refused."""
+    model = _outputs_not_computed()
+    a, b = (compile_model(model, "cuda-sm80", tmp_path / n, progress=False, name=n)
+            for n in ("pa", "pb"))
+    nvcc_unit([[_launcher(d), d / "src/kernels.cu"] for d in (a, b)], tmp_path / "u.cu")
+    lines = (tmp_path / "u.cu").read_text().splitlines()
+    sources = [ln for ln in lines if ln.startswith('#include "') and "/src/" in ln]
+    assert sources == [f'#include "{f.resolve()}"' for f in (
+        a / "src/pa.cu", b / "src/pb.cu", a / "src/kernels.cu", b / "src/kernels.cu")]
+    for i, src in enumerate(sources):
+        at = lines.index(src)
+        assert lines[at - 1] == f"namespace kiln_unit_{i % 2} {{" and lines[at + 1] == "}"
+        defined = re.findall(r"^\s*#\s*define\s+(\w+)", Path(src[10:-1]).read_text(), re.M)
+        assert defined or i >= 2
+        undone = lines[at + 2:at + 2 + len(set(defined))]
+        assert undone == [f"#undef {m}" for m in sorted(set(defined))]
+    outside = [ln for ln in lines if ln.startswith("#include") and ln not in sources]
+    assert len(outside) == len(set(outside)) and '#include <math.h>' in outside
+    assert lines.index('#include <math.h>') > lines.index(sources[1])  # the kernels' own
+    assert lines.index("#include <cuda_runtime.h>") < lines.index(sources[0])
+    twin = compile_model(model, "cuda-sm80", tmp_path / "again", progress=False, name="pa")
+    with pytest.raises(ValueError, match="same model header"):
+        nvcc_unit([[_launcher(d)] for d in (a, twin)], tmp_path / "v.cu")

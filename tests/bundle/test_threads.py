@@ -199,7 +199,9 @@ def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path, split_bundle):
     """TSan (the pool's atomics and barriers, the kernels' shared buffers) and ASan/UBSan
     on a threaded bundle run with 2 and 3 threads."""
     path, model, inputs, ref = split_bundle("mobilenet_v1", 3, tmp_path / "b")
-    make(path, "main", cflags=f"-O1 -g -std=c99 -fsanitize={sanitizer} "
+    # line tables only (-g1): the reports' frames name file and line as with -g, for
+    # half the compile (tests/bundle/test_safety.py, SANITIZER_DEBUG)
+    make(path, "main", cflags=f"-O1 -g1 -std=c99 -fsanitize={sanitizer} "
                               "-fno-sanitize-recover=all -fno-omit-frame-pointer")
     meta = json.loads((path / "metadata.json").read_text())
     for n in ("2", "3"):
@@ -245,7 +247,7 @@ int main(void) {
 }
 """)
     exe = tmp_path / "stress"
-    res = subprocess.run(["cc", "-std=c99", "-O1", "-g", "-fsanitize=thread", *STRICT,
+    res = subprocess.run(["cc", "-std=c99", "-O1", "-g1", "-fsanitize=thread", *STRICT,
                           "-DKILN_THREADS_PTHREAD", "-pthread", f"-I{RUNTIME}", str(src),
                           str(RUNTIME / "kiln_threads.c"), "-o", str(exe)],
                          capture_output=True, text=True, check=False)

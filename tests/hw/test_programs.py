@@ -1,6 +1,8 @@
 """Whole-program RTL tests: GEMM, ALU and padded loads against numpy; workloads, random
 programs and DRAM-timing independence against the functional simulator; deadlock and
-timeout reporting. Each test batches its programs into one simulator process."""
+timeout reporting. The tests whose programs pass run them in one simulator process for the
+file (``rtl_batch``, tests/hw/rtl_batch.py; alone if that batch fails), the error tests
+in one each."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.hw.progs import RandomProgram, exact_acc_readout, planes_to_int32, program
+from tests.hw.rtl_batch import RtlBatch, selected_jobs
 from toolchain.errors import SimulationError
 from toolchain.vta import gemm_workload, run_fsim
 from toolchain.vta.builder import ProgramBuilder
@@ -30,7 +33,7 @@ from toolchain.vta.isa import (
     Uop,
 )
 from toolchain.vta.program import Program
-from toolchain.vta.rtl import run_batch, run_rtl
+from toolchain.vta.rtl import run_rtl
 
 CFG = VTAConfig()
 BI, BO = CFG.block_in, CFG.block_out
@@ -75,9 +78,13 @@ def _gemm_case(seed: int) -> tuple[Program, np.ndarray, int, int]:
     return program(insns, b.dram_image()), acc.astype(np.int32), na, r_out.offset
 
 
-def test_gemm_int32_exact_against_numpy(core_model: str) -> None:
+def _gemm_int32_job():
     cases = [_gemm_case(seed) for seed in range(3)]
-    results = run_batch([(p, None) for p, *_ in cases], CFG)
+    return cases, [(p, None) for p, *_ in cases], None
+
+
+def test_gemm_int32_exact_against_numpy(rtl_batch: RtlBatch) -> None:
+    cases, results = rtl_batch.results(_gemm_int32_job)
     for (prog, expect, rows, off), (dram, counters) in zip(cases, results, strict=True):
         got = planes_to_int32(dram[off:off + 4 * rows * BO], rows, CFG)[:, 0, :]
         np.testing.assert_array_equal(got, expect)
@@ -102,8 +109,7 @@ def _alu_numpy(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ((r + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
-@pytest.mark.parametrize("use_imm", [False, True])
-def test_alu_ops_against_numpy(core_model: str, use_imm: bool) -> None:
+def _alu_job(use_imm: bool):
     rng = np.random.default_rng(7 + use_imm)
     na, half = 32, 16
     runs, expects = [], []
@@ -129,13 +135,18 @@ def test_alu_ops_against_numpy(core_model: str, use_imm: bool) -> None:
         expect[:half] = _alu_numpy(op, acc0[:half], operand)
         runs.append((program(insns, b.dram_image()), None))
         expects.append((expect, r_out.offset))
-    for (expect, off), (dram, _c) in zip(expects, run_batch(runs, CFG), strict=True):
+    return (expects, na), runs, None
+
+
+@pytest.mark.parametrize("use_imm", [False, True])
+def test_alu_ops_against_numpy(rtl_batch: RtlBatch, use_imm: bool) -> None:
+    (expects, na), results = rtl_batch.results(_alu_job, use_imm=use_imm)
+    for (expect, off), (dram, _c) in zip(expects, results, strict=True):
         got = planes_to_int32(dram[off:off + 4 * na * BO], na, CFG)[:, 0, :]
         np.testing.assert_array_equal(got, expect)
 
 
-def test_padded_loads_against_numpy(core_model: str) -> None:
-    """INP (seen through an identity GEMM) and ACC loads with padding and strides."""
+def _padded_job():
     rng = np.random.default_rng(3)
     src_inp = rng.integers(-128, 128, (40, BI), dtype=np.int8)
     src_acc = rng.integers(-2**31, 2**31, (40, BO), dtype=np.int64).astype(np.int32)
@@ -159,23 +170,37 @@ def test_padded_loads_against_numpy(core_model: str) -> None:
         Store(sram_base=100, dram_base=r_out.elem(BO) + h * w, x_size=h * w, x_stride=h * w),
     ]
     prog = program(insns, b.dram_image())
-    dram, _ = run_rtl(prog)
+    ctx = dict(prog=prog, src_inp=src_inp, src_acc=src_acc, y=y, x=x, stride=stride, pads=pads,
+               h=h, w=w, out=(r_out.offset, r_out.nbytes))
+    return ctx, [(prog, None)], None
+
+
+def test_padded_loads_against_numpy(rtl_batch: RtlBatch) -> None:
+    """INP (seen through an identity GEMM) and ACC loads with padding and strides."""
+    c, [(dram, _)] = rtl_batch.results(_padded_job)
+    prog, src_inp, src_acc, pads, h, w = (c[k] for k in ("prog", "src_inp", "src_acc", "pads",
+                                                          "h", "w"))
+    y, x, stride = c["y"], c["x"], c["stride"]
+    out, nbytes = c["out"]
     block = np.stack([src_inp[2 + r * stride: 2 + r * stride + x] for r in range(y)])
     want_inp = np.pad(block, ((pads[0], pads[1]), (pads[2], pads[3]), (0, 0)))
     block = np.stack([src_acc[3 + r * stride: 3 + r * stride + x] for r in range(y)])
     want_acc = np.pad(block, ((pads[0], pads[1]), (pads[2], pads[3]), (0, 0)))
-    got = dram[r_out.offset:r_out.offset + r_out.nbytes].view(np.int8).reshape(2, h, w, BO)
+    got = dram[out:out + nbytes].view(np.int8).reshape(2, h, w, BO)
     np.testing.assert_array_equal(got[0], want_inp)
     np.testing.assert_array_equal(got[1], (want_acc & 0xFF).astype(np.uint8).view(np.int8))
     np.testing.assert_array_equal(dram, run_fsim(prog).dram)
 
 
-@pytest.mark.parametrize("latency,bandwidth", [(64, 16), (200, 4)])
-def test_gemm_workloads_match_fsim_and_numpy(core_model: str, latency: int,
-                                              bandwidth: float) -> None:
+def _gemm_workloads_job(latency: int, bandwidth: float):
     wl = gemm_workload(40, 96, 48, seed=1, tiling=(16, 1, 3))
-    results = run_batch([(wl.serial, None), (wl.vthread, None)], CFG, latency=latency,
-                        bandwidth=bandwidth)
+    return wl, [(wl.serial, None), (wl.vthread, None)], [(latency, bandwidth)] * 2
+
+
+@pytest.mark.parametrize("latency,bandwidth", [(64, 16), (200, 4)])
+def test_gemm_workloads_match_fsim_and_numpy(rtl_batch: RtlBatch, latency: int,
+                                              bandwidth: float) -> None:
+    wl, results = rtl_batch.results(_gemm_workloads_job, latency=latency, bandwidth=bandwidth)
     fs = run_fsim(wl.serial).dram
     for dram, counters in results:
         np.testing.assert_array_equal(dram, fs)
@@ -185,14 +210,17 @@ def test_gemm_workloads_match_fsim_and_numpy(core_model: str, latency: int,
     assert vthread < serial
 
 
-@pytest.mark.parametrize("chunk", range(3))
-def test_random_programs_match_fsim(core_model: str, chunk: int) -> None:
-    """Random tiles, strides, paddings, micro-op loops; DRAM after FINISH must match."""
+def _random_job(chunk: int):
     seeds = range(chunk * 6, chunk * 6 + 6)
     progs = [RandomProgram(seed).build() for seed in seeds]
     timing = [(64, 16), (9, 16), (150, 3)][chunk]
-    results = run_batch([(p, None) for p in progs], CFG, latency=timing[0],
-                        bandwidth=timing[1])
+    return (seeds, progs), [(p, None) for p in progs], [timing] * len(progs)
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_random_programs_match_fsim(rtl_batch: RtlBatch, chunk: int) -> None:
+    """Random tiles, strides, paddings, micro-op loops; DRAM after FINISH must match."""
+    (seeds, progs), results = rtl_batch.results(_random_job, chunk=chunk)
     for seed, prog, (dram, _c) in zip(seeds, progs, results, strict=True):
         want = run_fsim(prog).dram
         diff = np.flatnonzero(dram != want)
@@ -200,10 +228,14 @@ def test_random_programs_match_fsim(core_model: str, chunk: int) -> None:
         np.testing.assert_array_equal(run_fsim(prog, tokens=True, seed=seed).dram, want)
 
 
-def test_result_does_not_depend_on_dram_timing(core_model: str) -> None:
+def _timing_job():
     prog = RandomProgram(100).build()
-    outs = [run_rtl(prog, latency=lat, bandwidth=bw)[0]
-            for lat, bw in ((2, 16), (300, 16), (40, 0.5))]
+    return prog, [(prog, None)] * 3, [(2, 16), (300, 16), (40, 0.5)]
+
+
+def test_result_does_not_depend_on_dram_timing(rtl_batch: RtlBatch) -> None:
+    _prog, results = rtl_batch.results(_timing_job)
+    outs = [dram for dram, _c in results]
     for out in outs[1:]:
         np.testing.assert_array_equal(out, outs[0])
 
@@ -258,9 +290,13 @@ def test_store_past_image_is_reported(core_model: str) -> None:
         run_rtl(prog)
 
 
-def test_counters_account_for_the_work(core_model: str) -> None:
+def _counters_job():
     wl = gemm_workload(32, 64, 32, seed=2, tiling=(16, 1, 2), requant="shift")
-    (dram, c), = run_batch([(wl.vthread, None)], CFG)
+    return wl, [(wl.vthread, None)], None
+
+
+def test_counters_account_for_the_work(rtl_batch: RtlBatch) -> None:
+    wl, [(dram, c)] = rtl_batch.results(_counters_job)
     fs = run_fsim(wl.vthread)
     assert c["gemm_cycles"] == fs.counters["macs"] // CFG.macs_per_step
     assert c["alu_cycles"] > 0 and c["store_busy"] > 0 and c["load_busy"] > 0
@@ -270,9 +306,7 @@ def test_counters_account_for_the_work(core_model: str) -> None:
     assert c["dram_rd_bytes"] >= len(wl.vthread.insns) * 16
 
 
-def test_paired_reset_and_alu_match_fsim(core_model: str) -> None:
-    """Reset GEMMs and immediate ALU ops with one micro-op and an odd inner destination
-    factor run two steps a cycle; overlapping rows across pairs exercise the forwarding."""
+def _paired_job():
     rng = np.random.default_rng(11)
     na = 64
     acc0 = rng.integers(-2**20, 2**20, (na, BO), dtype=np.int64).astype(np.int32)
@@ -300,15 +334,19 @@ def test_paired_reset_and_alu_match_fsim(core_model: str) -> None:
                       dst_factor_out=9, dst_factor_in=1))
     insns += exact_acc_readout(na, r_out.elem(BO))
     prog = program(insns, b.dram_image())
-    dram, counters = run_rtl(prog)
+    return (prog, steps, na), [(prog, None)], None
+
+
+def test_paired_reset_and_alu_match_fsim(rtl_batch: RtlBatch) -> None:
+    """Reset GEMMs and immediate ALU ops with one micro-op and an odd inner destination
+    factor run two steps a cycle; overlapping rows across pairs exercise the forwarding."""
+    (prog, steps, na), [(dram, counters)] = rtl_batch.results(_paired_job)
     np.testing.assert_array_equal(dram, run_fsim(prog).dram)
     # the four paired ALU instructions, then the 3 SHR readout loops (outer loop: unpaired)
     assert counters["alu_cycles"] == steps + 3 * na
 
 
-def test_random_gemm_workloads_with_virtual_threads(core_model: str) -> None:
-    """Random GEMM shapes and tilings: the double-buffered programs overlap load, compute and
-    store through tokens; at random DRAM timing they must equal fsim and numpy."""
+def _random_vthreads_job():
     rng = np.random.default_rng(5)
     wls = []
     while len(wls) < 4:
@@ -321,7 +359,13 @@ def test_random_gemm_workloads_with_virtual_threads(core_model: str) -> None:
         wls.append(gemm_workload(m, k, n, seed=len(wls), tiling=(tm, tn, tk), requant=requant))
     progs = [p for wl in wls for p in (wl.serial, wl.vthread)]
     lat, bw = int(rng.integers(2, 200)), float(rng.choice([1, 3, 8, 16]))
-    results = run_batch([(p, None) for p in progs], CFG, latency=lat, bandwidth=bw)
+    return (wls, progs), [(p, None) for p in progs], [(lat, bw)] * len(progs)
+
+
+def test_random_gemm_workloads_with_virtual_threads(rtl_batch: RtlBatch) -> None:
+    """Random GEMM shapes and tilings: the double-buffered programs overlap load, compute and
+    store through tokens; at random DRAM timing they must equal fsim and numpy."""
+    (wls, progs), results = rtl_batch.results(_random_vthreads_job)
     for i, (prog, (dram, _c)) in enumerate(zip(progs, results, strict=True)):
         wl = wls[i // 2]
         np.testing.assert_array_equal(dram, run_fsim(prog).dram)
@@ -345,9 +389,7 @@ def test_full_command_queue_deadlock_names_fetch(core_model: str) -> None:
     assert "fetch: instruction #64 (GEMM) waits for room in the compute command queue" in msg
 
 
-def test_full_token_queue_blocks_the_pusher(core_model: str) -> None:
-    """Compute pushes 12 c2l tokens faster than slow loads pop them: the 8-deep queue fills,
-    compute waits to push (counted as compute_wait) and the program still finishes."""
+def _full_token_job():
     b = ProgramBuilder(CFG)
     r = b.data("inp", np.arange(12 * BI, dtype=np.int64).astype(np.int8).reshape(12, BI))
     for _ in range(12):
@@ -356,7 +398,34 @@ def test_full_token_queue_blocks_the_pusher(core_model: str) -> None:
         b.load(MEM_INP, n, r, n, x_size=1, pop_next=True)
     b.finish()
     prog = b.build()
-    dram, counters = run_rtl(prog, latency=300)
+    return prog, [(prog, None)], [(300, None)]
+
+
+def test_full_token_queue_blocks_the_pusher(rtl_batch: RtlBatch) -> None:
+    """Compute pushes 12 c2l tokens faster than slow loads pop them: the 8-deep queue fills,
+    compute waits to push (counted as compute_wait) and the program still finishes."""
+    prog, [(dram, counters)] = rtl_batch.results(_full_token_job)
     np.testing.assert_array_equal(dram, run_fsim(prog, tokens=True).dram)
     assert counters["compute_wait"] > 0
     assert counters["cycles"] > 12 * 300 // 2
+
+
+#: the tests whose programs pass, by name: their jobs run in ``rtl_batch``
+JOBS = {
+    "test_gemm_int32_exact_against_numpy": _gemm_int32_job,
+    "test_alu_ops_against_numpy": _alu_job,
+    "test_padded_loads_against_numpy": _padded_job,
+    "test_gemm_workloads_match_fsim_and_numpy": _gemm_workloads_job,
+    "test_random_programs_match_fsim": _random_job,
+    "test_result_does_not_depend_on_dram_timing": _timing_job,
+    "test_counters_account_for_the_work": _counters_job,
+    "test_paired_reset_and_alu_match_fsim": _paired_job,
+    "test_random_gemm_workloads_with_virtual_threads": _random_vthreads_job,
+    "test_full_token_queue_blocks_the_pusher": _full_token_job,
+}
+
+
+@pytest.fixture(scope="module")
+def rtl_batch(core_model: str, request: pytest.FixtureRequest) -> RtlBatch:
+    """The selected tests' passing programs, run in one simulator process."""
+    return RtlBatch(CFG, selected_jobs(request, JOBS))

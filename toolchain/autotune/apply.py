@@ -11,6 +11,11 @@ point :func:`decide` returns:
 :func:`declared` collects the spaces the schedules declare inside it (how the tuner finds
 a model's tasks: schedule each kernel once with its default point and look).
 
+A schedule whose default point is costly to find (the accelerator's tilings: a search that
+builds candidate programs, :mod:`toolchain.vta.tiling`) asks :func:`steered` first and runs
+its search only when no trace decides; it then declares its space (:func:`declare`) with
+the search's choice as the default.
+
 Example::
 
     >>> from toolchain.autotune.space import Knob, Space, Trace
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,23 +97,53 @@ def declared() -> Iterator[list[Space]]:
         yield seen
 
 
-def decide(space: Space) -> dict[str, Any]:
-    """The point the schedule of ``space`` builds (see the module docstring)."""
+@dataclass(frozen=True)
+class Steered:
+    """The point a trace gives a schedule (:func:`steered`): ``forced`` by the tuner's
+    builder, else from a record; ``commit()`` counts a record as applied (call it once the
+    kernel is built from the point)."""
+
+    point: dict[str, Any]
+    forced: bool
+    commit: Callable[[], None] = field(compare=False)
+
+
+def steered(space: Space) -> Steered | None:
+    """The forced or recorded point for ``space``'s workload, or None where the schedule
+    builds its default (no trace; or a record that is no longer a valid point: warned).
+    A forced trace that is not a valid point raises
+    :class:`~toolchain.autotune.space.InvalidPoint`."""
     s = _STEER.get()
     if s is None:
-        return space.default()
-    if s.seen is not None:
-        s.seen.append(space)
+        return None
     if space.workload in s.forced:
-        return space.canonical(space.point_of(s.forced[space.workload]))
+        return Steered(space.canonical(space.point_of(s.forced[space.workload])), True,
+                       lambda: None)
     if space.workload in s.records:
         trace = s.records[space.workload]
         try:
             point = space.canonical(space.point_of(trace))
         except InvalidPoint as exc:
             warnings.warn(f"tuning record not applied (the default schedule is used): {exc}",
-                          KilnWarning, stacklevel=2)
-            return space.default()
-        s.applied[space.workload] = trace
-        return point
-    return space.default()
+                          KilnWarning, stacklevel=3)
+            return None
+        return Steered(point, False,
+                       lambda: s.applied.__setitem__(space.workload, trace))
+    return None
+
+
+def declare(space: Space) -> None:
+    """Note ``space`` for :func:`declared` (what :func:`decide` does before deciding)."""
+    s = _STEER.get()
+    if s is not None and s.seen is not None:
+        s.seen.append(space)
+
+
+def decide(space: Space) -> dict[str, Any]:
+    """The point the schedule of ``space`` builds (see the module docstring)."""
+    declare(space)
+    got = steered(space)
+    if got is None:
+        return space.default()
+    got.commit()
+    return got.point

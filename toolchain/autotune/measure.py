@@ -20,8 +20,9 @@
   tuning.md, session 15). A kernel that crashes the child or runs past ``timeout`` is a failed
   trial (its error recorded); the child is restarted.
 * Other devices plug in as :class:`Runner`\\ s, one table :data:`RUNNERS`: boards under QEMU
-  count instructions (:mod:`toolchain.autotune.qemu`), a GPU runner would time launches
-  the same way (not built yet: no GPU here).
+  count instructions (:mod:`toolchain.autotune.qemu`); CUDA targets have their own builder
+  and runners (:mod:`toolchain.autotune.cuda`: nvcc, CUDA events on the GPU, or the SIMT
+  emulation's check), which ``kiln tune`` picks by the target's kind.
 
 Example::
 
@@ -441,7 +442,8 @@ def _qemu_runner(**options: Any) -> Runner:
     return QemuRunner(**options)
 
 
-#: runner kind -> factory (``kiln tune --runner``); a GPU runner joins here
+#: runner kind -> factory (``kiln tune --runner``, CPU targets; a CUDA target's builder and
+#: runner: :func:`toolchain.autotune.cuda.cuda_measurement`)
 RUNNERS: dict[str, Any] = {"local": LocalRunner, "qemu": _qemu_runner}
 
 

@@ -142,11 +142,18 @@ def load_records(path: str | Path) -> list[Record]:
     return parse_lines(text, str(p))
 
 
+#: units of runs that check points without timing them (``kiln tune --runner emulate``:
+#: the cost is one plus the error against the default point): never applied
+UNTIMED_UNITS = ("check",)
+
+
 def best_records(records: Iterable[Record]) -> dict[str, Record]:
-    """Per workload, the successful record of least cost (the first one on a tie)."""
+    """Per workload, the successful timed record of least cost (the first one on a tie;
+    records in :data:`UNTIMED_UNITS` are left out)."""
     best: dict[str, Record] = {}
     for r in records:
-        if r.ok and (r.workload not in best or r.cost < best[r.workload].cost):
+        if r.ok and r.unit not in UNTIMED_UNITS and (
+                r.workload not in best or r.cost < best[r.workload].cost):
             best[r.workload] = r
     return best
 

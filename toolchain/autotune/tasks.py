@@ -3,8 +3,10 @@
 A :class:`Task` is one node on one target, with the :class:`~toolchain.autotune.space.Space`
 its default schedule declared. :func:`extract_tasks` runs a model through the graph passes
 and takes each fused kernel as the bundle compiles it: the ``Fused`` node (the anchor — a
-conv or dense, weights bound — and its element-wise tail: bias, ReLU/Clip, residual Add)
-scheduled once with its default point, collecting the anchor's space
+conv or dense, weights bound — and its element-wise tail: bias, ReLU/Clip, residual Add;
+with ``generic`` also a group the rule-driven schedule takes — softmax, layer norm, an
+element-wise chain, pooling: the ``cpu_ops`` space) scheduled once with its default point,
+collecting the anchor's space
 (:func:`~toolchain.autotune.apply.declared`). A point is measured on that whole kernel
 (the tail's write-back costs what the point makes it cost: a depthwise ``rw=1`` point is
 as fast as the default alone, 30x slower with its Clip), and its record applies by the
@@ -124,17 +126,30 @@ def dense_task(m: int, k: int, n: int, target: Any, name: str | None = None,
 
 
 def extract_tasks(model: Any, target: Any,
-                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> list[Task]:
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  precision: str = "fp32", generic: bool = False) -> list[Task]:
     """The tunable kernels of ``model`` (a path or ModelProto) on ``target``, heaviest
-    (FLOPs x weight) first."""
+    (FLOPs x weight) first (on an accelerator target: its layers,
+    :func:`toolchain.autotune.vta.extract_vta_tasks`); ``precision="fp16"``: of the model
+    as ``kiln compile --precision fp16`` builds it (float16 inside: the CUDA tensor-core
+    kernels); ``generic`` (``kiln tune --generic``): also the groups without a complex
+    anchor (the ``cpu_ops`` space of the rule-driven schedule)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes import run_pipeline
     from toolchain.graph.passes.layout import layout_for_target
     from toolchain.schedules.generic.fused import anchor_of
 
     t = resolve_target(target)
+    if t.is_accelerator:  # the accelerator's layers and their tiling spaces
+        from toolchain.autotune.vta import extract_vta_tasks
+
+        return extract_vta_tasks(model, t, input_shapes)
     source = str(model) if isinstance(model, str | Path) else model
     graph = from_onnx(source, input_shapes=dict(input_shapes or {}) or None)
+    if precision == "fp16":
+        from toolchain.graph.passes.precision import to_fp16
+
+        graph = to_fp16(graph)
     fused = run_pipeline(graph, layout_for_target(t))
     # workload -> tail -> the kernels with that anchor workload and tail, in graph order
     groups: dict[str, dict[tuple[str, ...], list[Task]]] = {}
@@ -142,14 +157,13 @@ def extract_tasks(model: Any, target: Any,
         if node.op != "Fused":
             continue
         anchor = anchor_of(node)
-        if anchor is None:
-            continue
         # the whole group, scheduled as the bundle does (the anchor's schedule, its
         # weights bound, declares the space; the tail is moved into its output tile)
         task = task_of(node, t, node.attrs.get("kernel", node.name))
-        if task is None:
+        if task is None or (task.space.kind == "cpu_ops" and not generic):
             continue
-        task.flops = _flops(anchor)
+        task.flops = _flops(anchor) if anchor is not None else \
+            sum(_flops(n) for n in node.attrs["graph"].nodes)
         groups.setdefault(task.space.workload, {}).setdefault(tail_of(node), []).append(task)
     tasks = []
     for by_tail in groups.values():

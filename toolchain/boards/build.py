@@ -91,13 +91,28 @@ def _initializer_bytes(model: Any) -> int:
     return total
 
 
+def compiler_cache() -> dict[str, str]:
+    """``make``'s ``CC`` for Kiln's firmware builds: the cross compiler through ``ccache``
+    where it is installed (``{}`` otherwise: the Makefile's ``arm-none-eabi-gcc``).
+
+    The objects are the compiler's own, byte for byte, whichever build made them first; a
+    model's kernels compiled for one board are found again for another board of the same
+    core (``ccache`` hashes the preprocessed source, so the other board's section
+    ``-D`` flags, which ``kernels.c`` does not read, do not count), and so are the runtime
+    and the start-up code of every bundle for that core. The generated Makefile is
+    unchanged: ``make`` run by hand compiles with ``arm-none-eabi-gcc`` itself."""
+    ccache = shutil.which("ccache")
+    return {"CC": f"{ccache} arm-none-eabi-gcc"} if ccache else {}
+
+
 def make(firmware: Path, *goals: str, extra: dict[str, str] | None = None,
          timeout: float = 600, board: Board | None = None) -> None:
-    """``make -C firmware goals`` with the cross compiler; link overflows -> TargetError."""
+    """``make -C firmware goals`` with the cross compiler (through :func:`compiler_cache`);
+    link overflows -> TargetError."""
     require_tool("arm-none-eabi-gcc", INSTALL_HINT)
     require_tool("make", "install make (apt-get install make)")
     cmd = ["make", "-C", str(firmware), "-j2", *goals,
-           *(f"{k}={v}" for k, v in (extra or {}).items())]
+           *(f"{k}={v}" for k, v in {**compiler_cache(), **(extra or {})}.items())]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

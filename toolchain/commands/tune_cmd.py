@@ -10,6 +10,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
 
@@ -24,6 +25,10 @@ examples:
   kiln tune model.onnx --target x86_64-avx2 --spaces       # the knobs of each kernel
   kiln tune model.onnx --target cortex-m4 --runner qemu --trials 64 -o m4.jsonl
   kiln tune model.onnx --target x86_64-avx2 --trials 256 -o r.jsonl --ray local
+  kiln tune model.onnx --target cuda-sm90 --trials 64 -o gpu.jsonl      # on the GPU
+  kiln tune model.onnx --target cuda-sm80 --trials 16 -o chk.jsonl --runner emulate
+  kiln tune model_int8.onnx --target vta --trials 200 -o vta.jsonl   # accelerator tilings
+  kiln tune model_int8.onnx --target vta --runner rtl --trials 64 -o vta_rtl.jsonl
   kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
 
 --trials is the budget of the whole model, spread over its kernels by expected gain;
@@ -47,14 +52,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spaces", action="store_true",
                         help="print each task's search space (knobs, defaults, rules) and "
                              "exit without tuning")
+    parser.add_argument("--generic", action="store_true",
+                        help="also tune the kernels of the rule-driven CPU schedule (softmax, "
+                             "layer norm, element-wise chains, pooling, transposes: the "
+                             "cpu_ops space)")
     parser.add_argument("--search", choices=("xgb", "random"), default="xgb",
                         help="xgb (default): simulated annealing over an xgboost rank model; "
                              "random: uniform random search")
     parser.add_argument("--batch", type=int, default=8, metavar="N",
                         help="trials measured per round (default 8)")
-    parser.add_argument("--runner", choices=("local", "qemu"), default="local",
-                        help="local (default): time kernels on this CPU; qemu: count the "
-                             "instructions of kernels built for a Cortex-M board under QEMU")
+    parser.add_argument("--runner", choices=("local", "qemu", "emulate", "model", "rtl"),
+                        default=None,
+                        help="local (default): time kernels on this CPU (a CUDA target: on "
+                             "this machine's GPU, CUDA events); qemu: count the "
+                             "instructions of kernels built for a Cortex-M board under QEMU; "
+                             "emulate (CUDA targets): build each point with nvcc and check "
+                             "it against the default by the SIMT emulation on the CPU, no "
+                             "timing (records of such a run are never applied); for an "
+                             "accelerator target (--target vta): model (default: the cycle "
+                             "model plus 30 cycles an instruction) or rtl (cycles of the "
+                             "Verilog RTL, Verilator)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="build processes (default: the CPUs, at most 4)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
@@ -76,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="build and measure on a Ray cluster (docs/tuning.md)")
     parser.add_argument("--ray-devices", type=int, default=1, metavar="N",
                         help="with --ray: measurement actors (devices) to start (default 1)")
+    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                        help="tune the model as kiln compile --precision builds it (fp16: "
+                             "float16 inside, the CUDA tensor-core kernels; default fp32)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--plot", metavar="DIR",
                         help="write a tuning-curve SVG per task into DIR")
@@ -94,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"model file {args.model} does not exist")
     if args.spaces:
         target = resolve_target(args.target)
-        for t in extract_tasks(args.model, target, input_shapes(args)):
+        for t in extract_tasks(args.model, target, input_shapes(args), args.precision,
+                               generic=args.generic):
             print(f"{t.name} (x{t.weight}, {t.flops:,} FLOPs): {t.space}")
         return 0
     if args.trials is None or args.output is None:
@@ -107,17 +128,27 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"--flush-mb {args.flush_mb}: must be 0 or more")
     if args.cold_mb < 0:
         raise OptionError(f"--cold-mb {args.cold_mb}: must be 0 or more")
+    target = resolve_target(args.target)
+    args.runner = _runner_for(args.runner, target, args.ray)
     if args.cold_mb and (args.runner != "local" or args.ray):
         raise OptionError(f"--cold-mb {args.cold_mb}: cold timings are the local runner's; "
                           + ("--ray measures warm" if args.ray else
-                             "--runner qemu counts instructions, which caches do not change")
+                             "--runner qemu counts instructions, which caches do not change"
+                             if args.runner == "qemu" else
+                             f"--runner {args.runner} times nothing on this CPU"
+                             if args.runner == "emulate" else
+                             f"--runner {args.runner} counts accelerator cycles")
                           + " (leave --cold-mb out)")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
-    target = resolve_target(args.target)
+    if target.kind == "cuda":  # no GPU: refused before anything is read or written
+        from toolchain.autotune.cuda import refuse_without_gpu
+
+        refuse_without_gpu(args.runner)
     transfer = [r for f in args.transfer for r in load_records(f)]
     writer = RecordWriter(args.output, resume=True)
-    tasks = extract_tasks(args.model, target, input_shapes(args))
+    tasks = extract_tasks(args.model, target, input_shapes(args), args.precision,
+                          generic=args.generic)
     if not tasks:
         print(f"{args.model}: no kernel with a tunable schedule on {target.name}; nothing "
               "to tune")
@@ -152,15 +183,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {st.task.name}: {st.trials} trials, best {shown} ({speed})")
     if args.plot:
         _plot(args.plot, states, unit)
+    if unit == "check":  # --runner emulate: nothing was timed
+        print("  (points checked by the SIMT emulation, not timed: kiln compile never "
+              "applies these records)")
+        return 0
     print(f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
           "-o DIR")
     return 0
 
 
-def _measurement(args: argparse.Namespace, target: object) -> tuple[object, object]:
+def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
+    """The runner kind: the one asked for where it measures ``target``'s kernels, else
+    the target's default (an accelerator's cycle model, the local CPU)."""
+    from toolchain.errors import OptionError
+
+    if not target.is_accelerator:
+        if runner in ("model", "rtl"):
+            raise OptionError(f"--runner {runner} measures accelerator layers; target "
+                              f"{target.name!r} is not an accelerator (a CPU: local or qemu; "
+                              "a CUDA target: local or emulate)")
+        return runner or "local"
+    if runner in ("local", "qemu", "emulate"):
+        raise OptionError(f"--runner {runner}: target {target.name!r} is an accelerator; its "
+                          "layers are measured by the cycle model (--runner model, the "
+                          "default) or the Verilog RTL (--runner rtl)")
+    if ray:
+        raise OptionError(f"--ray: target {target.name!r} is an accelerator, whose trials run "
+                          "in this process (the cycle model takes milliseconds); leave --ray "
+                          "out")
+    return runner or "model"
+
+
+def _measurement(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
     from toolchain.autotune.measure import LocalBuilder, make_runner
 
+    if target.is_accelerator:
+        from toolchain.autotune.vta import vta_measurement
+
+        return vta_measurement(args.runner)
     jobs = args.jobs or min(4, os.cpu_count() or 1)
+    if getattr(target, "kind", None) == "cuda" or args.runner == "emulate":
+        return _cuda_measurement(args, target, jobs)
     if args.ray:
         from toolchain.autotune.ray_backend import ray_measurement
 
@@ -173,6 +236,25 @@ def _measurement(args: argparse.Namespace, target: object) -> tuple[object, obje
     return LocalBuilder(jobs), make_runner("local", repeat=args.repeat, timeout=args.timeout,
                                            flush_bytes=args.flush_mb << 20,
                                            rotate_bytes=args.cold_mb << 20)
+
+
+def _cuda_measurement(args: argparse.Namespace, target: object, jobs: int
+                      ) -> tuple[object, object]:
+    """The CUDA builder and the GPU runner (or the emulation's check): docs/tuning.md."""
+    from toolchain.autotune.cuda import cuda_measurement
+    from toolchain.errors import OptionError
+
+    if getattr(target, "kind", None) != "cuda":
+        raise OptionError(f"--runner emulate checks CUDA kernels; target "
+                          f"{target.name!r} is not a CUDA target (use --target cuda-sm80)")
+    if args.ray or args.runner == "qemu" or args.cold_mb:
+        bad = "--ray" if args.ray else "--runner qemu" if args.runner == "qemu" else \
+            "--cold-mb"
+        raise OptionError(f"{bad} is not offered for a CUDA target: it is tuned on this "
+                          "machine's GPU (--runner local) or checked without one "
+                          "(--runner emulate)")
+    return cuda_measurement(target, args.runner, jobs, repeat=args.repeat,
+                            timeout=args.timeout)
 
 
 def _plot(folder: str, states: list, unit: str) -> None:

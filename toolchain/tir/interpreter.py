@@ -35,14 +35,26 @@ _NP = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
        "bool": np.bool_}
 
 
+#: per dtype string: the numpy scalar type a value is cast to (None: kept as it is) and
+#: its kind (``f``, ``i``, ``u``, ``b``: an integer type truncates a float first)
+_CASTS: dict[str, tuple[Any, str]] = {}
+
+
 def _cast(x: Any, dtype: str) -> Any:
-    e = ir.element_of(dtype)
-    if e not in _NP:
+    to = _CASTS.get(dtype)
+    if to is None:
+        t = _NP.get(ir.element_of(dtype))
+        to = _CASTS[dtype] = (t, "" if t is None else np.dtype(t).kind)
+    t, kind = to
+    if t is None or type(x) is t:  # (a scalar of the type already: the cast gives it back)
         return x
+    if kind == "f" and (type(x) is float or isinstance(x, np.floating)):
+        return t(x)  # a float scalar to another float type: the same rounding as astype
     arr = np.asarray(x)
-    if np.issubdtype(np.dtype(_NP[e]), np.integer) and np.issubdtype(arr.dtype, np.floating):
+    integer = kind in "iu"
+    if integer and arr.dtype.kind == "f":
         arr = np.trunc(arr)
-    out = arr.astype(_NP[e])
+    out = arr.astype(t)
     return out if out.ndim else out[()]
 
 

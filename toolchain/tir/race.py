@@ -228,22 +228,30 @@ class _Tracker:
         self.readers: dict[tuple[str, int], list[tuple[tuple[int, ...] | None, int]]] = {}
 
     def access(self, index: Any, site: Any, *thread: Any) -> Any:
-        s = self.sites[int(site)]
-        tid = tuple(int(v) for v in thread) if s.tags else None
-        for e in np.atleast_1d(np.asarray(index)).ravel():
+        site = int(site)
+        s = self.sites[site]
+        tid = tuple(map(int, thread)) if s.tags else None
+        me = (tid, site)
+        writer, readers = self.writer, self.readers
+        # (one element mostly: a scalar index, without numpy's round trip)
+        elements = (index,) if isinstance(index, (int, np.integer)) else \
+            np.asarray(index).ravel()
+        for e in elements:
             key = (s.buffer, int(e))
-            w = self.writer.get(key)
+            w = writer.get(key)
             if w is not None and (w[0] != tid or tid is None):
-                self.report(key, w, (tid, int(site)))
+                self.report(key, w, me)
             if s.write:
-                for r in self.readers.get(key, ()):
+                for r in readers.get(key, ()):
                     if r[0] != tid or tid is None:
-                        self.report(key, r, (tid, int(site)))
-                self.writer[key] = (tid, int(site))
+                        self.report(key, r, me)
+                writer[key] = me
             else:
-                rs = self.readers.setdefault(key, [])
-                if len(rs) < 2 and all(r[0] != tid for r in rs):
-                    rs.append((tid, int(site)))
+                rs = readers.get(key)
+                if rs is None:
+                    readers[key] = [me]
+                elif len(rs) == 1 and rs[0][0] != tid:  # (two readers of other threads kept)
+                    rs.append(me)
         return index
 
     def report(self, key: tuple[str, int], first: tuple[tuple[int, ...] | None, int],

@@ -31,11 +31,16 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
 
 import numpy as np
 
-from toolchain.errors import ScheduleError
+from toolchain.autotune.apply import declare, steered
+from toolchain.autotune.space import Space
+from toolchain.errors import KilnWarning, ScheduleError
 from toolchain.target import Target, load_target
 from toolchain.tir import ir
 from toolchain.vta.builder import ProgramBuilder
@@ -64,6 +69,7 @@ from toolchain.vta.schedule import (
     dense_schedule,
     lower_dense,
 )
+from toolchain.vta.tiling import conv_space, dense_space, point_of, tiles_of
 from toolchain.vta.timing import estimate_cycles
 from toolchain.vta.widen import join_planes, planes_needed, widen_epilogue
 
@@ -120,6 +126,17 @@ class CompiledDense:
     #: the requantization the program runs (bias, rounding shift, clamp: int8 out), or
     #: None (``clip(acc >> shift)``, or the accumulators)
     requant: RequantPlan | None = None
+    #: the layer's tiling space (:mod:`toolchain.vta.tiling`; its default: the search's
+    #: choice), or None where the tiles were given or a trace decided them
+    space: Space | None = field(default=None, repr=False, compare=False)
+    #: the call that compiled the layer (picklable): called inside
+    #: :func:`~toolchain.autotune.apply.forcing` it builds another point of ``space``
+    recompile: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def point(self) -> dict[str, Any]:
+        """The tiling as a point of its space (:func:`~toolchain.vta.tiling.point_of`)."""
+        return point_of(self.tiles, self.vthreads)
 
     @property
     def planes(self) -> int:
@@ -160,8 +177,12 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
 
     Without ``tiles``, the :data:`CANDIDATES` best tilings of
     :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the fewest
-    cycles on :func:`~toolchain.vta.timing.estimate_cycles` is kept."""
-    return _dense(weight, m, shift, target, tiles, vthreads, layer, output, requant, None)
+    cycles on :func:`~toolchain.vta.timing.estimate_cycles` is kept, unless a tuning trace
+    decides the tiling (:mod:`toolchain.vta.tiling`)."""
+    done = _dense(weight, m, shift, target, tiles, vthreads, layer, output, requant, None)
+    done.recompile = partial(compile_dense, weight, m, shift, target, tiles=tiles,
+                             vthreads=vthreads, layer=layer, output=output, requant=requant)
+    return done
 
 
 def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: Tiles | None,
@@ -190,15 +211,18 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
             pos = np.where(lanes < m, lanes, -1)
         epi, tt = _epilogue(requant, cfg, t, e % nb, pos, layer)
 
-    def build(tl: Tiles) -> CompiledDense:
-        func = lower_dense(_scheduled(dense_schedule, shape, shift, tt, tl, vthreads, layer))
-        prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
+    def build(tl: Tiles, vt: int) -> CompiledDense:
+        func = lower_dense(_scheduled(dense_schedule, shape, shift, tt, tl, vt, layer))
+        prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vt} threads",
                               output, epi)
-        return CompiledDense(layer, shape, shift, tl, vthreads, prog, func, rows, output,
+        return CompiledDense(layer, shape, shift, tl, vt, prog, func, rows, output,
                              conv, requant)
 
-    return _best(build, tiles, lambda: candidate_tiles(shape, config_from_target(tt), vthreads,
-                                                      CANDIDATES), layer)
+    tcfg = config_from_target(tt)
+    tag = _epilogue_tag(output, requant, arrays["out"])
+    return _best(build, tiles, vthreads,
+                 lambda: candidate_tiles(shape, tcfg, vthreads, CANDIDATES),
+                 lambda d: dense_space(shape, tcfg, tag, d), layer)
 
 
 @dataclass(frozen=True)
@@ -262,10 +286,33 @@ def _scheduled(make, shape, shift: int, t: Target, tiles, vthreads: int, layer: 
         raise ScheduleError(f"layer {layer!r}: {exc}") from None
 
 
-def _best(build, tiles, candidates, layer: str):
-    """``build(tiles)``, or the candidate whose program has the fewest modelled cycles."""
+def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> str:
+    """What a layer's program ends with, for its workload key: ``int8`` (shift and clip),
+    ``requant`` (:mod:`~toolchain.vta.requant`) or ``int32xP`` (``P`` byte planes)."""
+    if output == "int32":
+        return f"int32x{out.shape[0]}"
+    return "requant" if requant is not None else "int8"
+
+
+def _best(build, tiles, vthreads: int, candidates, space, layer: str):
+    """``build(tiles, vthreads)``; without tiles the point a tuning trace gives the
+    layer's space (``space(default)``), else the candidate whose program has the
+    fewest modelled cycles (the space's default, declared with it)."""
     if tiles is not None:
-        return build(tiles)
+        return build(tiles, vthreads)
+    probe = space(None)
+    got = steered(probe)
+    if got is not None:
+        try:
+            done = build(*tiles_of(probe, got.point))
+        except ScheduleError as exc:
+            if got.forced:  # the tuner's point: a failed trial
+                raise
+            warnings.warn(f"tuning record not applied (the default search is used): {exc}",
+                          KilnWarning, stacklevel=3)
+        else:
+            got.commit()
+            return done
     try:
         cands = candidates()
     except ScheduleError as exc:
@@ -274,7 +321,7 @@ def _best(build, tiles, candidates, layer: str):
     problems = []
     for cand in cands:  # the analytic ranking is rough: keep the best modelled program
         try:
-            done = build(cand)
+            done = build(cand, vthreads)
         except ScheduleError as exc:
             problems.append(str(exc))
             continue
@@ -283,7 +330,10 @@ def _best(build, tiles, candidates, layer: str):
             best = (cycles, done)
     if best is None:
         raise ScheduleError("; ".join(problems))
-    return best[1]
+    done = best[1]
+    done.space = space((done.tiles, vthreads))
+    declare(done.space)
+    return done
 
 
 def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
@@ -358,6 +408,13 @@ class CompiledConv2d:
     rows_used: dict[str, int]
     output: str = "int8"
     requant: RequantPlan | None = None
+    space: Space | None = field(default=None, repr=False, compare=False)
+    recompile: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def point(self) -> dict[str, Any]:
+        """The tiling as a point of its space (:func:`~toolchain.vta.tiling.point_of`)."""
+        return point_of(self.tiles, self.vthreads)
 
     @property
     def planes(self) -> int:
@@ -430,16 +487,22 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
               "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output,
                                 planes_needed(np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))))}
 
-    def build(tl: ConvTiles) -> CompiledConv2d:
-        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, tt, tl, vthreads, layer))
-        prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vthreads} threads",
+    def build(tl: ConvTiles, vt: int) -> CompiledConv2d:
+        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, tt, tl, vt, layer))
+        prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vt} threads",
                               output, epi)
-        return CompiledConv2d(layer, shape, shift, tl, vthreads, prog, func, rows, output,
+        return CompiledConv2d(layer, shape, shift, tl, vt, prog, func, rows, output,
                               requant)
 
-    return _best(build, tiles, lambda: candidate_conv_tiles(shape, config_from_target(tt), vthreads,
-                                                           CANDIDATES),
-                 layer)
+    tcfg = config_from_target(tt)
+    tag = _epilogue_tag(output, requant, arrays["out"])
+    done = _best(build, tiles, vthreads,
+                 lambda: candidate_conv_tiles(shape, tcfg, vthreads, CANDIDATES),
+                 lambda d: conv_space(shape, tcfg, tag, d), layer)
+    done.recompile = partial(compile_conv2d, weight, h, w, shift, target, stride=stride,
+                             pad=pad, tiles=tiles, vthreads=vthreads, layer=layer,
+                             output=output, requant=requant)
+    return done
 
 
 # ---- convolution as an im2col GEMM ----------------------------------------------------------
@@ -499,5 +562,9 @@ def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
         raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
                             f"a {h}x{w} image and {shape.k}x{shape.k} filters")
     flat = np.ascontiguousarray(wt.reshape(wt.shape[0], -1).T)      # (IC*K*K, OC)
-    return _dense(flat, oh * ow, shift, target, None, vthreads, layer, output, requant, shape)
+    done = _dense(flat, oh * ow, shift, target, None, vthreads, layer, output, requant, shape)
+    done.recompile = partial(compile_conv2d_im2col, weight, h, w, shift, target,
+                             stride=stride, pad=pad, vthreads=vthreads, layer=layer,
+                             output=output, requant=requant)
+    return done
 

@@ -48,6 +48,14 @@ CLOCK_NS = 2
 #: counters read back from the core (port ``cnt_<name>``), in the order the README lists them
 COUNTERS = ("cycles", "gemm", "alu", "load_busy", "compute_busy", "store_busy", "load_wait",
             "compute_wait", "store_wait", "rd_beats", "wr_beats")
+#: the engines' state ports read back after a run (:func:`_stuck_message` explains them)
+STATE_PORTS = ("ld_state", "cp_state", "st_state", "ld_head", "cp_head", "st_head",
+               "ld_qcount", "cp_qcount", "st_qcount", "tok_l2c", "tok_c2l", "tok_c2s",
+               "tok_s2c", "fetched")
+#: the cocotb test module the simulator runs (standard library and cocotb only: the
+#: simulator process imports neither numpy nor this package; it reads what to do, and which
+#: ports to read back, from the spec file :func:`run_batch` writes)
+RUNNER_MODULE = RTL_DIR / "sim" / "kiln_cocotb_runner.py"
 _STATES = ("idle", "waiting for tokens", "executing", "waiting to push tokens")
 
 
@@ -299,16 +307,24 @@ def run_rtl(program: Any, dram: np.ndarray | None = None, config: VTAConfig | No
 
 def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | None = None, *,
               latency: int | None = None, bandwidth: float | None = None,
-              timeout_cycles: int = 50_000_000) -> list[tuple[np.ndarray, dict[str, int]]]:
+              timeout_cycles: int = 50_000_000,
+              timings: list[tuple[int | None, float | None]] | None = None,
+              ) -> list[tuple[np.ndarray, dict[str, int]]]:
     """Run several ``(program, dram)`` pairs in one simulator process (reset between runs).
 
     Saves the simulator start-up per program; otherwise identical to :func:`run_rtl`.  The
-    first failing run raises its :class:`SimulationError`.
+    first failing run raises its :class:`SimulationError`. ``timings`` gives each run its
+    own ``(latency, bandwidth)`` (None: ``latency``/``bandwidth``, then the target's).
     """
     if not runs:
         return []
     cfg = config or runs[0][0].config
-    jobs = [_job(p, d, cfg, latency, bandwidth, timeout_cycles) for p, d in runs]
+    if timings is not None and len(timings) != len(runs):
+        raise SimulationError(f"run_batch: {len(timings)} timings for {len(runs)} runs")
+    each = timings or [(None, None)] * len(runs)
+    jobs = [_job(p, d, cfg, latency if lat is None else lat,
+                 bandwidth if bw is None else bw, timeout_cycles)
+            for (p, d), (lat, bw) in zip(runs, each, strict=True)]
     bdir = build(cfg)
     with tempfile.TemporaryDirectory(prefix="kiln-rtl-") as tmp:
         spec = []
@@ -320,7 +336,8 @@ def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | Non
                          "latency": job.latency, "bw16": job.bw16,
                          "timeout": job.timeout_cycles, "result": str(Path(tmp, f"r{n}.json"))})
         spec_path = Path(tmp, "spec.json")
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps({"clock_ns": CLOCK_NS, "counters": list(COUNTERS),
+                                         "state": list(STATE_PORTS), "jobs": spec}))
         _simulate(bdir, spec_path, Path(tmp))
         out = []
         for n, (job, s) in enumerate(zip(jobs, spec, strict=True)):
@@ -364,11 +381,12 @@ def cocotb_start_env(test_module: str | None) -> dict[str, str]:
 def _simulate(bdir: Path, spec: Path, tmp: Path) -> None:
     runner = _runner()
     env = verilator_env()
-    env_extra = {"KILN_RTL_SPEC": str(spec), "PATH": env["PATH"],
-                 "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-                 **cocotb_start_env(None)}
+    # the runner module runs from the simulator's folder (cocotb's runner sets the
+    # simulator's PYTHONPATH to this process's sys.path, where hw/rtl/sim is not)
+    shutil.copyfile(RUNNER_MODULE, tmp / RUNNER_MODULE.name)
+    env_extra = {"KILN_RTL_SPEC": str(spec), "PATH": env["PATH"], **cocotb_start_env(None)}
     try:
-        runner.test(test_module="toolchain.vta.rtl", hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
+        runner.test(test_module=RUNNER_MODULE.stem, hdl_toplevel=TOP, hdl_toplevel_lang="verilog",
                     build_dir=bdir,
                     test_dir=tmp, extra_env=env_extra, results_xml=str(tmp / "results.xml"),
                     log_file=tmp / "sim.log", testcase="kiln_run_programs")
@@ -386,7 +404,33 @@ def run_cocotb(test_module: str, top: str, config: VTAConfig | None = None, *,
     Used by ``tests/hw`` for module-level test benches (``top`` is ``vta_sim_top`` or
     ``tb_units``).  The module must be importable from the repository root.
     """
-    from cocotb_tools.runner import get_results
+    outcomes, log = run_cocotb_cases(test_module, top, config, testcase=testcase,
+                                     extra_env=extra_env)
+    failed = [name for name, why in outcomes.items() if why]
+    if failed or not outcomes:
+        raise SimulationError(f"cocotb tests of {test_module} on {top} failed "
+                              f"({', '.join(failed) or 'none ran'} of {len(outcomes)}):\n"
+                              f"{log[-6000:]}")
+
+
+def run_cocotb_cases(test_module: str, top: str, config: VTAConfig | None = None, *,
+                     testcase: str | list[str] | None = None,
+                     extra_env: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """Run the cocotb tests of ``test_module`` against ``top`` in one simulator process, as
+    :func:`run_cocotb` does; return each test's outcome by name (``""``: passed, else the
+    failure's message) and the end of the simulator's log (where its folder is kept).
+
+    cocotb runs a module's tests one after another in one simulation (a bench starts from
+    its own reset); a test that did not run (the simulator stopped) is missing.
+
+    Example::
+
+        >>> outcomes, log = run_cocotb_cases("tests.hw.cocotb_units", "tb_units",
+        ...                                  testcase=["dram_read_latency"])  # doctest: +SKIP
+        >>> outcomes                                                           # doctest: +SKIP
+        {'dram_read_latency': ''}
+    """
+    from xml.etree import ElementTree
 
     bdir = build(config, top=top)
     env = verilator_env()
@@ -395,18 +439,28 @@ def run_cocotb(test_module: str, top: str, config: VTAConfig | None = None, *,
     env_extra = {"PATH": env["PATH"],
                  "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
                  **cocotb_start_env(test_module), **(extra_env or {})}
-    try:
+    outcomes: dict[str, str] = {}
+    try:  # the runner exits non-zero when a test fails: the results file says which
         _runner().test(test_module=test_module, hdl_toplevel=top, hdl_toplevel_lang="verilog",
                        build_dir=bdir, test_dir=tmp, extra_env=env_extra,
                        results_xml=str(results), log_file=tmp / "sim.log", testcase=testcase)
-        total, failed = get_results(results)
+        stopped = ""
     except (SystemExit, RuntimeError, subprocess.CalledProcessError) as exc:
-        total, failed = -1, str(exc)
-    if failed:
-        log = (tmp / "sim.log").read_text(errors="replace") if (tmp / "sim.log").exists() else ""
-        raise SimulationError(f"cocotb tests of {test_module} on {top} failed "
-                              f"({failed} of {total}); log {tmp}/sim.log:\n{log[-6000:]}")
+        stopped = f"the simulator stopped ({exc})"
+    try:
+        for case in ElementTree.parse(results).getroot().iter("testcase"):
+            bad = [c for c in case if c.tag in ("failure", "error")]
+            outcomes[case.get("name", "?")] = "; ".join(
+                c.get("message") or c.text or c.tag for c in bad)
+    except (OSError, ElementTree.ParseError) as exc:
+        outcomes["<simulator>"] = f"{stopped or 'no results'}; {exc}"
+    if stopped and not any(outcomes.values()):
+        outcomes["<simulator>"] = stopped
+    log = (tmp / "sim.log").read_text(errors="replace") if (tmp / "sim.log").exists() else ""
+    if any(outcomes.values()) or not outcomes:
+        return outcomes, f"log {tmp}/sim.log:\n{log[-6000:]}"
     shutil.rmtree(tmp, ignore_errors=True)
+    return outcomes, log[-6000:]
 
 
 def _counters(raw: dict[str, int], cfg: VTAConfig) -> dict[str, int]:
@@ -455,64 +509,6 @@ def _stuck_message(res: dict[str, Any], program: Any, job: RtlJob) -> str:
     lines.append("  token queues: " + ", ".join(f"{q}={n}" for q, n in tokens.items()))
     lines.append("Check the program's push/pop pairs with `kiln sim --check`.")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------- cocotb side
-# The simulator process imports this module as its cocotb test module; the test below only
-# exists there (KILN_RTL_SPEC set), so importing toolchain.vta.rtl elsewhere never needs cocotb.
-if os.environ.get("KILN_RTL_SPEC"):  # pragma: no cover - runs inside the simulator
-    import cocotb
-
-    @cocotb.test()
-    async def kiln_run_programs(dut: Any) -> None:
-        """Run every job of the spec file; write a result JSON and a DRAM dump for each."""
-        from cocotb.clock import Clock
-
-        spec = json.loads(Path(os.environ["KILN_RTL_SPEC"]).read_text())
-        Clock(dut.clk, CLOCK_NS, unit="ns").start()
-        for job in spec:
-            result = await run_one(dut, job)
-            Path(job["result"]).write_text(json.dumps(result))
-
-
-async def run_one(dut: Any, job: dict[str, Any]) -> dict[str, Any]:
-    """Reset, load DRAM, start, wait for done / deadlock / timeout, dump DRAM (cocotb)."""
-    from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
-
-    os.environ["KILN_DRAM_IN"] = job["dram_in"]
-    os.environ["KILN_DRAM_OUT"] = job["dram_out"]
-    dut.rst_n.value = 0
-    dut.start.value = 0
-    dut.sram_clear.value = 1
-    dut.backdoor_load.value = 1
-    dut.backdoor_dump.value = 0
-    dut.dram_latency.value = job["latency"]
-    dut.dram_bw16.value = job["bw16"]
-    dut.insn_addr.value = job["insn_addr"]
-    dut.insn_count.value = job["insn_count"]
-    await ClockCycles(dut.clk, 2)
-    dut.backdoor_load.value = 0
-    dut.sram_clear.value = 0
-    dut.rst_n.value = 1
-    await RisingEdge(dut.clk)
-    dut.start.value = 1
-    await RisingEdge(dut.clk)
-    dut.start.value = 0
-    await First(RisingEdge(dut.done), RisingEdge(dut.deadlock),
-                Timer(job["timeout"] * CLOCK_NS, unit="ns"))
-    await RisingEdge(dut.clk)
-    status = ("done" if int(dut.done.value) else
-              "deadlock" if int(dut.deadlock.value) else "timeout")
-    dut.backdoor_dump.value = 1
-    await RisingEdge(dut.clk)
-    dut.backdoor_dump.value = 0
-    await RisingEdge(dut.clk)
-    counters = {n: int(getattr(dut, f"cnt_{n}").value) for n in COUNTERS}
-    state_names = ("ld_state", "cp_state", "st_state", "ld_head", "cp_head", "st_head",
-                   "ld_qcount", "cp_qcount", "st_qcount", "tok_l2c", "tok_c2l", "tok_c2s",
-                   "tok_s2c", "fetched")
-    state = {n: int(getattr(dut, n).value) for n in state_names}
-    return {"status": status, "counters": counters, "state": state}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from tests.bundle.helpers import (
     emulated_matches_reference,
     gpu_matches_reference,
     make_model,
-    nvcc_object,
+    nvcc_kernels,
 )
 from toolchain.bundle import compile_model
 from toolchain.bundle.host import gpu_available
@@ -138,13 +138,17 @@ def test_block_reductions_emulated_match_the_reference(name: str, tmp_path: Path
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
 def test_block_reductions_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
+    """Both models' kernels in one nvcc run (``nvcc_kernels``: each model named apart)."""
+    built = []
     for name in ("classifier_512x1000", "softmax_4x2048"):
-        d = compile_model(MODELS[name][0](), "cuda-sm90", tmp_path / name, progress=False)
+        d = compile_model(MODELS[name][0](), "cuda-sm90", tmp_path / name, progress=False,
+                          name=name)
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
         assert "__shfl_xor_sync(0xffffffffu, " in src, name
-        res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o", device_only=True)
-        assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
+        built.append(d)
+    res = nvcc_kernels(built, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
 
 
 @pytest.mark.gpu

@@ -18,7 +18,7 @@ from tests.bundle.helpers import (
     emulated_matches_reference,
     gpu_matches_reference,
     make_model,
-    nvcc_object,
+    nvcc_kernels,
     random_inputs,
 )
 from tests.codegen.gpu_workloads import run_simt
@@ -244,12 +244,17 @@ def test_odd_shaped_models_are_tiled_race_free_and_match_the_reference(
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
 def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
+    """The three models' kernels in one nvcc run (``nvcc_kernels``: each model named
+    apart)."""
+    built = []
     for name in ("conv_asym_pads", "batch_matmul", "conv1x1_split_k"):  # the zoo: the rest
-        d = compile_model(MODELS[name](), "cuda-sm90", tmp_path / name, progress=False)
+        d = compile_model(MODELS[name](), "cuda-sm90", tmp_path / name, progress=False,
+                          name=name)
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
-        res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o", device_only=True)
-        assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
+        built.append(d)
+    res = nvcc_kernels(built, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
 
 
 @pytest.mark.gpu

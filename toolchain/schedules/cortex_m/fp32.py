@@ -64,6 +64,7 @@ from toolchain.schedules.generic.depthwise import DwGeom, dw_geometry, is_depthw
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
+from toolchain.tir.transform.partition_loop import PARTITION
 
 #: output pixels a register tile holds (each weight load feeds this many FMAs)
 PIXELS = 2
@@ -252,11 +253,44 @@ def dw_plane_compute(node: Node, g: DwGeom, staged: bool
     return args + [te.compute(acc.shape, out_f, name="dwconv")], values
 
 
+def dw_plane_space(g: DwGeom) -> Space:
+    """The knobs of the Cortex-M float32 depthwise convolution (kind ``cm_depthwise``):
+
+    * ``staged`` -- the channel's zero-padded plane copied first (the heuristic where it
+      fits :data:`PLANE_BYTES`; the pixels then read it without a bounds test, and a
+      same-shape layer runs in place) or the input read with the bounds tested per tap;
+    * ``pad`` -- the staged plane written with a padding test per element (``select``,
+      the heuristic) or by border and interior loops (``partitioned``: the
+      ``partition_loops`` pass; the interior is a plain copy); staged planes with a
+      padding only;
+    * ``unroll`` -- the window's loops unrolled: ``window`` (the heuristic: the kh x kw
+      weights in registers across the channel's pixels), ``columns`` (kw only) or ``none``.
+
+    >>> g = DwGeom(1, 8, 10, 10, 3, 3, 10, 10, 1, 1, 1, 1, 1, 1)
+    >>> s = dw_plane_space(g); s.default(), s.size
+    ({'staged': True, 'pad': 'select', 'unroll': 'window'}, 12)
+    """
+    hp, wp = g.padded
+    fits = 4 * hp * wp <= PLANE_BYTES
+    padded = g.pt > 0 or g.pl > 0 or hp > g.h or wp > g.w
+    knobs = (Knob("staged", (True, False) if fits else (False,), fits,
+                  "the channel's padded plane copied first, or bounds tested per tap"),
+             Knob("pad", ("select", "partitioned") if fits and padded else ("select",),
+                  "select", "the staged plane by a test per element or by border/interior "
+                  "loops", active=lambda q: q["staged"]),
+             Knob("unroll", ("window", "columns", "none"), "window",
+                  "the window's loops unrolled (both, the columns, neither)"))
+    key = (f"cm_depthwise|{g.n}x{g.c}x{g.h}x{g.w}|k{g.kh}x{g.kw}|s{g.sh}x{g.sw}|"
+           f"d{g.dh}x{g.dw}|p{g.pt}x{g.pl}|out{g.oh}x{g.ow}|plane{PLANE_BYTES}")
+    return Space("cm_depthwise", key, knobs, seeds=({"pad": "partitioned"},))
+
+
 def schedule_depthwise_m(node: Node, g: DwGeom) -> OpSchedule:
     """Per channel: the padded plane staged (when it fits :data:`PLANE_BYTES`), one
-    accumulator per output pixel, the bias (and a fused activation) as it is written."""
-    hp, wp = g.padded
-    staged = 4 * hp * wp <= PLANE_BYTES
+    accumulator per output pixel, the bias (and a fused activation) as it is written;
+    at the point :func:`decide` gives :func:`dw_plane_space`."""
+    point = decide(dw_plane_space(g))
+    staged = point["staged"]
     args, values = dw_plane_compute(node, g, staged)
     name = f"dwconv_{g.c}x{g.h}x{g.w}_k{g.kh}s{g.sh}_plane"
     sch = Schedule(te.create_prim_func(args, name=name))
@@ -265,10 +299,16 @@ def schedule_depthwise_m(node: Node, g: DwGeom) -> OpSchedule:
     sch.compute_at(acc, x)
     ry, rx = sch.get_loops(acc)[-2:]
     sch.decompose_reduction(acc, ry)  # init once, before ry
-    sch.unroll(ry)  # the kh x kw weights of the channel stay in registers across pixels
-    sch.unroll(rx)
+    if point["unroll"] == "window":
+        # the kh x kw weights of the channel stay in registers across pixels
+        sch.unroll(ry)
+    if point["unroll"] != "none":
+        sch.unroll(rx)
     if staged:
         sch.compute_at(sch.get_block("pad"), c)
+        if point["pad"] == "partitioned":
+            for loop in sch.get_loops(sch.get_block("pad"))[-2:]:
+                sch.annotate(loop, PARTITION, 1)
     info: dict[str, Any] = {"schedule": "depthwise_plane", "layout": "NCHW",
                             "staged": staged, "flops": g.flops}
     # channel c's plane is staged before channel c is written

@@ -88,6 +88,11 @@ from toolchain.errors import KilnError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.overlap import AccessOrder
 from toolchain.intrinsics import load_intrinsics
+from toolchain.schedules.cortex_m.int8_pixel import (
+    pixel_conv_space,
+    tensorize_pixel,
+    unroll_im2col,
+)
 from toolchain.schedules.generic.int8 import block_names, int8_kernel_name, schedule_int8
 from toolchain.schedules.registry import OpSchedule
 from toolchain.target import Target, resolve_target
@@ -242,25 +247,6 @@ def _tensorize_pairs(sch: Schedule, intrin: str, groups: int) -> None:
         sch.reorder(mo, koo, xi, mi, h, l_)
     sch.decompose_reduction(acc, koo)
     sch.tensorize(xi, intrin)
-
-
-def _tensorize_acc(sch: Schedule, intrin: str, lanes: int, groups: int) -> None:
-    """``dsp_acc`` (loops m, ko, h, l under the pixel) -> init + one intrinsic per tile."""
-    acc = sch.get_block("dsp_acc")
-    m, ko, h, l_ = sch.get_loops(acc)[-4:]
-    if lanes == 1:
-        sch.decompose_reduction(acc, ko)
-        sch.tensorize(h, intrin)
-        return
-    mo, mi = sch.split(m, [None, lanes])
-    if groups > 1:
-        koo, g = sch.split(ko, [None, groups])
-        sch.reorder(mo, koo, mi, g, h, l_)
-        sch.decompose_reduction(acc, koo)
-    else:
-        sch.reorder(mo, ko, mi, h, l_)
-        sch.decompose_reduction(acc, ko)
-    sch.tensorize(mi, intrin)
 
 
 #: largest padded int16 input plane of one channel kept whole (kernel scratch); larger
@@ -425,11 +411,12 @@ def _stage_channel_params(sch: Schedule, out: Any, channel: Any) -> None:
 
 
 def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
-                  window: tuple[int, int] | None = None, pairs: bool | str = False
-                  ) -> Schedule:
+                  window: tuple[int, int] | None = None, pairs: bool | str = False,
+                  point: dict[str, Any] | None = None) -> Schedule:
     """One output pixel a step (``pairs``: two neighbouring pixels of a row, or with
     ``"flat"`` two of the flattened pixel index; the two-pixel intrinsic ``intrin`` with
-    ``groups``), im2col row(s) and accumulators at that step."""
+    ``groups``), im2col row(s) and accumulators at that step; one pixel a step at ``point``
+    of :func:`~toolchain.schedules.cortex_m.int8_pixel.pixel_conv_space`."""
     sch = Schedule(func)
     names = block_names(sch)
     for b in ("x_shifted", "pad"):
@@ -460,6 +447,8 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
             sch.unroll(ry)
             sch.unroll(pi)
             sch.unroll(rx)
+        elif point:  # one pixel: the window's loops (and the channels') unrolled
+            unroll_im2col(sch, point, c, ry, rx)
     if pairs:
         _tensorize_pairs(sch, intrin, groups)
         # epilogue (channel, pixel): a channel's requantization parameters loaded once
@@ -468,7 +457,7 @@ def _schedule_dsp(func: Any, op: str, intrin: str, lanes: int, groups: int,
         sch.unroll(xi)
         _stage_channel_params(sch, out, m)
     else:
-        _tensorize_acc(sch, intrin, lanes, groups)
+        tensorize_pixel(sch, intrin, lanes, groups, point)
     return sch
 
 
@@ -540,6 +529,9 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     fold_zp, wide = False, wide_weights(t, window, kp)
     if window is not None and not s8:
         pair, flat, wide, fold_zp = _pair_point(node, t, window, kp)
+    px_space = pixel_conv_space(node, t, kp, lanes, groups, _foldable(node)) \
+        if window is not None and pair is None else None
+    px_point = decide(px_space) if px_space is not None else {}
     dw_point = decide(dsp_depthwise_space(node, t)) if depthwise else {}
     dense = dsp_dense_space(node, t, s8, kp) if node.op == "QGemm" else None
     fc_point = decide(dense) if dense is not None else {}
@@ -548,7 +540,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
     elif "groups" in fc_point:
         groups = fc_point["groups"]
         intrin = t.intrinsic(f"dot_q15q7_4x{4 * groups}")
-    fold_zp = fold_zp and pair is not None or dw_point.get("zero_point") == "bias"
+    fold_zp = fold_zp and pair is not None or "bias" in (dw_point.get("zero_point"),
+                                                         px_point.get("zero_point"))
     extra = {"fold_zp": True} if fold_zp else {}
     nc = node_compute(node, algorithm="dsp", even_pixels=flat is not None,
                       q15_weights=wide and pair is not None, **extra)
@@ -576,7 +569,8 @@ def schedule_cortex_m(node: Node, target: Any) -> OpSchedule:
             if pair is not None:
                 intrin, groups = pair
             sch = _schedule_dsp(func, node.op, intrin, lanes, groups, window,
-                                pairs="flat" if flat else pair is not None)
+                                pairs="flat" if flat else pair is not None,
+                                point=px_point or None)
             # output pixel p reads input pixel p alone, copied to im2col first
             in_place = window == (1, 1) and tuple(node.attrs["strides"]) == (1, 1) and \
                 not any(node.attrs["pads"])

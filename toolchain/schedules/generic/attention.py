@@ -60,11 +60,13 @@ import math
 from typing import Any
 
 from toolchain import te
+from toolchain.autotune.apply import decide
+from toolchain.autotune.space import Knob, Rule, Space, divisors
 from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
 from toolchain.schedules.generic.ops import CpuConfig, cpu_config
-from toolchain.schedules.registry import OpSchedule
+from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule import state as st
@@ -140,12 +142,79 @@ def _register_tile(sch: Schedule, blk: Any, copy: Any, lanes: int, vectors: int 
             sch.unroll(loop)
 
 
+#: most query rows a block may take (the space's ``rows``)
+MAX_ROWS = 16
+
+
+def _tile_vectors(cols: int, lanes: int, most: int = 2) -> tuple[int, ...]:
+    """The column vectors a register tile over ``cols`` columns may take (dividing the
+    vectors, at most 4); the heuristic's is the largest of them up to ``most``."""
+    n = cols // lanes if lanes >= 2 and cols % lanes == 0 else 0
+    return tuple(k for k in (1, 2, 4) if n and n % k == 0) or (1,)
+
+
+def attention_space(node: Node, cfg: CpuConfig, registers: int = 16) -> Space:
+    """The knobs of the ``FusedAttention`` schedule (kind ``attention``), each default the
+    heuristic's:
+
+    * ``rows`` -- query rows per block (divisors of ``Sq`` up to :data:`MAX_ROWS`; the
+      heuristic: the largest up to :data:`ROWS`);
+    * ``score_vectors`` / ``acc_vectors`` -- key vectors per register tile of the scores,
+      head-size vectors per tile of the V product (the heuristic: 2 where they divide);
+    * ``fold`` -- the row max and sum folded in vectors of 4 before the scalar steps (the
+      heuristic where the lanes exceed 4) or in one scalar chain.
+
+    Rule: a tile's ``rows x vectors`` accumulators, its vectors and a broadcast fit the
+    vector registers (or the default's count where that is more).
+
+    >>> from toolchain.graph.ir import Value
+    >>> q = Value("q", (1, 2, 32, 16), "float32"); kt = Value("kt", (1, 2, 16, 32), "float32")
+    >>> n = Node("FusedAttention", "a", [q, kt, q], [q], {"scale": 0.25})
+    >>> s = attention_space(n, CpuConfig(vector_bits=256), 16); s.default()
+    {'rows': 8, 'score_vectors': 2, 'acc_vectors': 2, 'fold': True}
+    >>> s.knob("rows").choices
+    (1, 2, 4, 8, 16)
+    """
+    lanes = cfg.lanes("float32")
+    q, kt, v = (node.inputs[i] for i in range(3))
+    sq, sk, dv = int(q.shape[-2]), int(kt.shape[-1]), int(v.shape[-1])
+    skp = -(-sk // lanes) * lanes
+    rows = divisors(sq, MAX_ROWS)
+    row_default = max(k for k in rows if k <= ROWS)
+    sv, av = _tile_vectors(skp, lanes), _tile_vectors(dv, lanes)
+    knobs = (Knob("rows", rows, row_default, "query rows per block"),
+             Knob("score_vectors", sv, max(k for k in sv if k <= 2),
+                  "key vectors per register tile of the scores"),
+             Knob("acc_vectors", av, max(k for k in av if k <= 2),
+                  "head-size vectors per register tile of the V product"),
+             Knob("fold", (True, False) if lanes > _TREE else (True,), True,
+                  "the row max/sum folded in vectors of 4 before the scalar steps"))
+
+    def need(p: Any) -> int:
+        return max(p["rows"] * p[k] + p[k] + 1 for k in ("score_vectors", "acc_vectors"))
+
+    budget = max(registers, need({k.name: k.default for k in knobs}))
+    rules = (Rule(f"a tile's rows x vectors accumulators, its vectors and a broadcast fit "
+                  f"{budget} vector registers", lambda p: need(p) <= budget),)
+    mask = node.input(3) if len(node.inputs) > 3 else None
+    key = (f"attention|q{'x'.join(map(str, q.shape))}|kt{'x'.join(map(str, kt.shape))}|"
+           f"v{'x'.join(map(str, v.shape))}|mask={'x'.join(map(str, mask.shape)) if mask else 0}"
+           f"|v{lanes}r{registers}c{cfg.cores}")
+    return Space("attention", key, knobs, rules,
+                 seeds=({"rows": 16, "score_vectors": 1, "acc_vectors": 1, "fold": False},
+                        {"rows": 16, "score_vectors": 1, "acc_vectors": 1}, {"rows": 4},
+                        {"fold": False}))
+
+
 def schedule_attention_func(func: ir.PrimFunc, node: Node, target: Any = None,
-                            config: CpuConfig | None = None, rows: int = ROWS) -> Schedule:
-    """Schedule the PrimFunc of a ``FusedAttention`` compute (see the module docstring)."""
+                            config: CpuConfig | None = None, rows: int = ROWS,
+                            point: dict[str, Any] | None = None) -> Schedule:
+    """Schedule the PrimFunc of a ``FusedAttention`` compute (see the module docstring);
+    ``point``: a point of :func:`attention_space` (None: the heuristic's, with ``rows``)."""
     cfg = config or cpu_config(target)
     sch = Schedule(func)
     lanes = cfg.lanes("float32")
+    p = point or {"rows": None, "score_vectors": 2, "acc_vectors": 2, "fold": True}
     sch.compute_inline(sch.get_block("attn_logit"))
     # row max and row sum: partial results per vector lane, folded at the end (rfactor
     # must come before the stages are moved into one loop nest)
@@ -156,7 +225,8 @@ def schedule_attention_func(func: ir.PrimFunc, node: Node, target: Any = None,
         if lanes >= 4 and n % lanes == 0 and n >= 2 * lanes:
             try:
                 partial.append(sch.rfactor(sch.split(j, [None, lanes])[1], 3))
-                if lanes > _TREE:  # fold the lanes in vectors of _TREE, then _TREE scalars
+                # fold the lanes in vectors of _TREE, then _TREE scalars
+                if lanes > _TREE and p["fold"]:
                     k = sch.get_loops(sch.get_block(name))[-1]
                     partial.append(sch.rfactor(sch.split(k, [None, _TREE])[1], 3))
             except KilnError:  # a refusal leaves the split: still correct
@@ -173,7 +243,7 @@ def schedule_attention_func(func: ir.PrimFunc, node: Node, target: Any = None,
     sq = _extent(sch, i) or 1
     # a divisor of Sq: a guarded last block would keep the lowering from shrinking the
     # intermediates to one block (its guard differs from stage to stage)
-    r = max(k for k in range(1, min(rows, sq) + 1) if sq % k == 0)
+    r = p["rows"] or max(k for k in range(1, min(rows, sq) + 1) if sq % k == 0)
     io, ii = sch.split(i, [None, r])
     outer = sch.fuse(b, h, io)
     stages = [n for n in st.block_names(sch.mod)
@@ -189,7 +259,8 @@ def schedule_attention_func(func: ir.PrimFunc, node: Node, target: Any = None,
     for name in ("attn_score", "attn_acc"):
         blk = sch.get_block(name)
         if name in copies:
-            _register_tile(sch, blk, copies[name], lanes)
+            _register_tile(sch, blk, copies[name], lanes,
+                           p["score_vectors" if name == "attn_score" else "acc_vectors"])
         else:
             _plain_reduction(sch, blk, lanes)
     _vectorize(sch, sch.get_loops(sch.get_block("attn_exp"))[-1], lanes)
@@ -217,5 +288,8 @@ def schedule_attention(node: Node, target: Any) -> OpSchedule:
                           fill=float(a.get("fill", -math.inf)), empty=str(a.get("empty", "nan")),
                           key_block=cfg.lanes("float32"))
     func = te.create_prim_func([*ph, out], name=sanitize(f"attention_{node.name}", **TE_NAMES))
-    sch = schedule_attention_func(func, node, target, cfg)
+    regs = int(getattr(resolve_target(target), "vector_registers", None) or 16) \
+        if target is not None else 16
+    point = decide(attention_space(node, cfg, regs))
+    sch = schedule_attention_func(func, node, target, cfg, point=point)
     return OpSchedule(sch, ins, list(node.outputs), {"schedule": "attention", "rows": ROWS})

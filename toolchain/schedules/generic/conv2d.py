@@ -67,7 +67,12 @@ from toolchain.schedules.generic.conv_epilogue import (
     nchw_epilogue,
     unblock_pixels,
 )
-from toolchain.schedules.generic.conv_seeds import direct_seeds, only_knobs, winograd_seeds
+from toolchain.schedules.generic.conv_seeds import (
+    direct_seeds,
+    only_knobs,
+    winograd_channel_seeds,
+    winograd_seeds,
+)
 from toolchain.schedules.packing import packed_constant, value_blind
 from toolchain.schedules.registry import OpSchedule, resolve_target
 from toolchain.target import Target
@@ -434,20 +439,26 @@ def conv_space(g: ConvGeom, p: CpuParams, plan: ConvPlan, layouts: tuple[str, st
     seeds = direct_seeds(g, lanes, plan.ob, budget, plan.cb, any(
         k.name == "epilogue" and "transposed" in k.choices for k in knobs))
     if winograd is not False:
-        knobs, more = _winograd_knobs(g, p, winograd, knobs, blocked=ib is not None)
+        chan = ib is not None and _layout_block(layouts[1]) is not None
+        knobs, more = _winograd_knobs(g, p, winograd, knobs, blocked=ib is not None,
+                                      channels=chan)
         rules += more
-        seeds = winograd_seeds(lanes, ib is not None) + \
+        seeds = (winograd_channel_seeds(g, lanes, p.vector_registers) if chan else []) + \
+            winograd_seeds(lanes, ib is not None) + \
             [{"algorithm": "direct", **s} for s in seeds[:2]]
     return Space("conv2d", conv_workload(g, p, lanes, layouts, const_w), knobs,
                  tuple(rules), only_knobs(seeds, {k.name for k in knobs}))
 
 
 def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob, ...],
-                    blocked: bool = False) -> tuple[tuple[Knob, ...], list[Rule]]:
+                    blocked: bool = False, channels: bool = False
+                    ) -> tuple[tuple[Knob, ...], list[Rule]]:
     """``algorithm`` first, the direct knobs active for ``direct`` only, then the Winograd
     GEMM tile (its default: the heuristic's plan for the default tile, F(2x2) if direct);
     ``blocked``: the input is channel-blocked (``NCHW{b}c``), which adds
-    ``wino_pad_order``."""
+    ``wino_pad_order``; ``channels``: input and output are, which adds ``wino_layout``
+    (:mod:`~toolchain.schedules.generic.winograd_channels`; its GEMM columns are output
+    channels, so ``wino_nr`` goes up to four vectors of them there)."""
     from toolchain.schedules.generic.winograd import (
         F4_TUNE_MAX_CHANNELS,
         F4H_TUNE_MAX_CHANNELS,
@@ -466,6 +477,10 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
                 if r + 2 <= max(p.vector_registers, wplan.mr + 2))
     tiles2 = g.n * ceil_div(g.oh, 2) * ceil_div(g.ow, 2)
     nrs = tuple(lanes * v for v in (1, 2, 3, 4) if v == 1 or lanes * (v - 1) < tiles2)
+    nrs_c = tuple(lanes * v for v in (1, 2, 3, 4) if v == 1 or lanes * (v - 1) < g.o)
+    planes_nrs = nrs
+    if channels:
+        nrs = tuple(sorted(set(nrs) | set(nrs_c)))
 
     def is_direct(q: Mapping[str, Any]) -> bool:
         return q["algorithm"] == "direct"
@@ -490,12 +505,23 @@ def _winograd_knobs(g: ConvGeom, p: CpuParams, m: int | None, direct: tuple[Knob
                        "element gathered from its block) or block by block with the "
                        "block's channels innermost (each input vector read once)",
                        active=is_wino),)
+    if channels:
+        knobs += (Knob("wino_layout", ("planes", "channels"), "planes",
+                       "tiles innermost (weights as GEMM rows, the blocked input copied "
+                       "into planes and tiles) or channels innermost (tiles as GEMM rows, "
+                       "output channels as columns, every stage on whole channel vectors)",
+                       active=is_wino),)
     budget = max(p.vector_registers, wplan.mr * (wplan.nr // lanes) + wplan.nr // lanes + 1)
     rule = Rule(f"the Winograd GEMM tile (wino_mr * wino_nr/{lanes} accumulators, "
                 f"wino_nr/{lanes} vectors and a broadcast) fits {budget} vector registers",
                 lambda q: q["wino_mr"] * (q["wino_nr"] // lanes) + q["wino_nr"] // lanes + 1
                 <= budget)
-    return knobs, [rule]
+    rules = [rule]
+    if channels and nrs != planes_nrs:
+        rules.append(Rule(f"with the tiles innermost, wino_nr is one of {planes_nrs}",
+                          lambda q: q["algorithm"] == "direct" or q["wino_nr"] in planes_nrs
+                          or q["wino_layout"] == "channels"))
+    return knobs, rules
 
 
 def _both(first: Callable[[Mapping[str, Any]], bool],
@@ -748,6 +774,14 @@ def schedule_layout_conv(node: Node, target: str | Target | None = None) -> OpSc
         from toolchain.schedules.generic.winograd import algorithm_tile, schedule_winograd
 
         m, points = algorithm_tile(point["algorithm"])
+        if point.get("wino_layout", "planes") == "channels":
+            from toolchain.schedules.generic.winograd_channels import (
+                schedule_winograd_channels,
+            )
+
+            return schedule_winograd_channels(
+                node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
+                (point["wino_mr"], point["wino_nr"]), points, point.get("wino_pad", "select"))
         return schedule_winograd(node, g, p, m, a["data_layout"], a["out_layout"], w_oihw,
                                  tiles=(point["wino_mr"], point["wino_nr"]), points=points,
                                  pad=point.get("wino_pad", "select"),

@@ -6,7 +6,10 @@ families of points that measured best on ResNet-18's C1-C12 (``docs/tuning.md``,
 "Results"), written as rules of the shape rather than as the points themselves, so a
 layer of the same kind gets its own version of each:
 
-* **direct**: register tiles of the widest row of pixels that divides the output width and
+* **direct**: where the heuristic's tile is one vector of output channels, first two
+  vectors of them on the widest row that fits (ResNet-18's strided C4: 570 -> 510 us,
+  C1: 1,091 -> 1,050, cold, session 16); then register tiles of the widest row of
+  pixels that divides the output width and
   fits the register file (1 row), half of it, and 2 rows of the widest that fits; each
   with one input channel per block read window-outer, and with blocks of 16 channels (the
   heuristic's block where a layer has fewer than 16); the window and the channel block not
@@ -37,6 +40,8 @@ built without the tuner.
 >>> g = ConvGeom(1, 64, 56, 56, 128, 3, 3, 28, 28, 2, 2, 1, 1, 1, 1)  # C4
 >>> [(s["ry"], s["rw"], s["cb"]) for s in direct_seeds(g, 16, 32, 32, 64)]
 [(1, 14, 1), (1, 14, 16), (1, 7, 1), (1, 7, 16), (2, 7, 1), (2, 7, 16)]
+>>> [(s.get("ob"), s["rw"], s["cb"]) for s in direct_seeds(g, 16, 16, 32, 64)][:3]
+[(32, 14, 16), (32, 14, 1), (None, 14, 1)]
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from toolchain.schedules.generic.conv2d import ConvGeom
 
-__all__ = ["direct_seeds", "gemm_seeds", "only_knobs", "winograd_seeds"]
+__all__ = ["channel_tile", "direct_seeds", "gemm_seeds", "only_knobs", "winograd_channel_seeds",
+           "winograd_seeds"]
 
 Seed = dict[str, Any]
 
@@ -82,8 +88,13 @@ def direct_seeds(g: ConvGeom, lanes: int, ob: int, budget: int, cb: int,
               "epilogue_at": "rows", "pack": "partitioned"}
     blocks = [{"cb": 1, "order": "window_outer"},
               {"cb": 16 if g.c % 16 == 0 else cb, "order": "channels_outer"}]
-    return [{"ry": ry, "rw": rw, **blk, **common}
-            for ry, rw in _tiles(g, ob // lanes, budget) for blk in blocks]
+    wide: list[Seed] = []
+    if ob < 2 * lanes and g.o % (2 * lanes) == 0:
+        # two vectors of output channels on the widest row: half the broadcasts per FMA
+        wide = [{"ob": 2 * lanes, "ry": ry, "rw": rw, **blk, **common}
+                for ry, rw in _tiles(g, 2, budget)[:1] for blk in reversed(blocks)]
+    return wide + [{"ry": ry, "rw": rw, **blk, **common}
+                   for ry, rw in _tiles(g, ob // lanes, budget) for blk in blocks]
 
 
 def winograd_seeds(lanes: int, blocked: bool = False) -> list[Seed]:
@@ -100,6 +111,43 @@ def winograd_seeds(lanes: int, blocked: bool = False) -> list[Seed]:
         [{**f2, "wino_pad": "partitioned"}, {**f2, "wino_pad": "partitioned", **order}] + \
         [{**t, "wino_pad": "select"} for t in [*tiles, f2]]
     return [dict(t) for t in dict.fromkeys(tuple(x.items()) for x in seeds)]
+
+
+def channel_tile(tiles: int, vecs: int, budget: int) -> int:
+    """Rows of a channels-innermost Winograd GEMM tile (``vecs`` vectors of output
+    channels wide): the fewest padded rows of ``tiles``, then the most rows that fit.
+
+    >>> channel_tile(196, 2, 32), channel_tile(16, 2, 32), channel_tile(16, 1, 32)
+    (14, 8, 16)
+    """
+    rows = [r for r in (*range(1, 9), 10, 12, 14, 16, 20, 24, 28)
+            if r * vecs + vecs + 1 <= budget]
+    return min(rows, key=lambda r: (-(-tiles // r) * r, -r))
+
+
+def winograd_channel_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:
+    """Channels-innermost Winograd points (``wino_layout=channels``, where input and output
+    are channel-blocked), measured before the other seeds: F(4x4) with the accurate
+    points on 2 vectors of output channels, F(2x2) on 3 and 4, F(4x4) on 1, F(2x2) on 2
+    (F(4x4) only where it has at least 8 tiles: on fewer, its weights, 4x the direct
+    ones, are what the kernel waits for); the rows from :func:`channel_tile`, the padded
+    copy partitioned.
+
+    >>> from toolchain.schedules.generic.conv2d import ConvGeom
+    >>> c12 = ConvGeom(1, 512, 7, 7, 512, 3, 3, 7, 7, 1, 1, 1, 1, 1, 1)
+    >>> [(s["algorithm"], s["wino_mr"], s["wino_nr"])
+    ...  for s in winograd_channel_seeds(c12, 16, 32)]
+    [('winograd2', 8, 48), ('winograd2', 4, 64), ('winograd2', 8, 32)]
+    """
+    out: list[Seed] = []
+    for alg, m, vecs in (("winograd4h", 4, 2), ("winograd2", 2, 3), ("winograd2", 2, 4),
+                         ("winograd4h", 4, 1), ("winograd2", 2, 2)):
+        tiles = g.n * -(-g.oh // m) * -(-g.ow // m)
+        if (vecs > 1 and lanes * (vecs - 1) >= g.o) or (m == 4 and tiles < 8):
+            continue
+        out.append({"algorithm": alg, "wino_layout": "channels", "wino_pad": "partitioned",
+                    "wino_mr": channel_tile(tiles, vecs, budget), "wino_nr": vecs * lanes})
+    return out
 
 
 def gemm_seeds(g: ConvGeom, lanes: int, budget: int) -> list[Seed]:

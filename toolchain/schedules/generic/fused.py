@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from toolchain import te
+from toolchain.autotune.apply import decide
 from toolchain.codegen.names import TE_NAMES, sanitize
 from toolchain.errors import NoScheduleError, UnsupportedError
 from toolchain.graph.ir import Graph, Node, Value
@@ -49,6 +50,7 @@ from toolchain.graph.overlap import AccessOrder
 from toolchain.schedules import packing, registry
 from toolchain.schedules.generic import access
 from toolchain.schedules.generic import ops as cpu_ops
+from toolchain.schedules.generic.ops_space import ops_space, tuned_config
 from toolchain.schedules.registry import OpSchedule
 from toolchain.te.rebind import SwapBuffers, rebind
 from toolchain.tir import ir
@@ -285,6 +287,9 @@ def schedule_fused(node: Node, target: Any = None, anchor_scheduler: Any = None,
     fc = fused_compute(node, options=opts)
     func = te.create_prim_func(fc.inputs + fc.outputs,
                                name=sanitize(node.attrs["kernel"], **TE_NAMES))
+    space = ops_space(node, func, cfg) if config is None else None
+    if space is not None:  # the rules' knobs: the target's unless tuned (records)
+        cfg = tuned_config(cfg, decide(space))
     return FusedKernel(cpu_ops.schedule_cpu(func, cfg), fc.input_values, fc.output_values)
 
 

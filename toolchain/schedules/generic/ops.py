@@ -103,6 +103,9 @@ class CpuConfig:
     unroll_window: int = 16
     #: transpose tile edge
     tile: int = 16
+    #: steps 2 (rfactor) and 3 (attach) on: tuning knobs (:mod:`.ops_space`)
+    rfactor: bool = True
+    attach: bool = True
 
     def lanes(self, dtype: str) -> int:
         """SIMD lanes of ``dtype`` (at least 1)."""
@@ -669,12 +672,17 @@ def schedule_cpu(func: ir.PrimFunc, target: Any = None) -> Schedule:
     """The default CPU schedule of any non-GEMM compute (see the module docstring).
 
     ``func`` comes from ``te.create_prim_func``; ``target`` is a name, a Target or None
-    (c-generic). Returns the Schedule (``sch.mod`` is the scheduled PrimFunc)."""
+    (c-generic), or a :class:`CpuConfig` (a tuned point of
+    :mod:`~toolchain.schedules.generic.ops_space` may turn steps 2 and 3 off, or change
+    the vector width, window unrolling and transpose tile). Returns the Schedule
+    (``sch.mod`` is the scheduled PrimFunc)."""
     cfg = target if isinstance(target, CpuConfig) else cpu_config(target)
     sch = Schedule(func)
     stage_quantized_transpose(sch, cfg)
-    rfactor_rows(sch, cfg)
-    attach_stages(sch, cfg)
+    if cfg.rfactor:
+        rfactor_rows(sch, cfg)
+    if cfg.attach:
+        attach_stages(sch, cfg)
     schedule_loops(sch, cfg)
     parallelize(sch, cfg)
     return sch

@@ -26,6 +26,10 @@ layer while its weights are 4× the direct ones (F(2×2): 16/9×); it is used on
 for (``cpu_conv2d.ALGORITHM = "winograd4"``, up to :data:`F4_MAX_CHANNELS` input channels:
 its error grows with C, 2.3e-5 of the largest output at C = 512).
 
+This is the tuning space's ``wino_layout=planes`` (tiles innermost); a channel-blocked
+``LayoutConv`` may instead be tuned to ``channels``
+(:mod:`toolchain.schedules.generic.winograd_channels`).
+
 >>> from toolchain.schedules.generic.conv2d import ConvGeom
 >>> g = ConvGeom(1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1)
 >>> winograd_tile(g, cpu_params("x86_64-avx512")), winograd_tile(
@@ -115,7 +119,7 @@ def forced_tile(g: Any, algorithm: str) -> int | None:
     return 2 if m == 4 and g.c > F4_MAX_CHANNELS else m
 
 
-def _lin(coefs: np.ndarray, terms: list[Expr]) -> Expr:
+def lin_terms(coefs: np.ndarray, terms: list[Expr]) -> Expr:
     """``Σ coefs[i] * terms[i]`` over the non-zero coefficients (±1 without a multiply)."""
     out: Expr | None = None
     for c, t in zip(coefs, terms, strict=True):
@@ -131,7 +135,7 @@ def _lin(coefs: np.ndarray, terms: list[Expr]) -> Expr:
     return out if out is not None else ir.FloatImm(0.0, "float32")
 
 
-def _select2(n: int, i: Expr, j: Expr, value: Any) -> Expr:
+def select_pair(n: int, i: Expr, j: Expr, value: Any) -> Expr:
     """``value(a, b)`` for the (constant after unrolling) pair ``(i, j)`` in ``n x n``."""
     out: Expr = value(n - 1, n - 1)
     for a in range(n):
@@ -236,10 +240,10 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
         q = j0 * nr + j1
 
         def val(a: int, b: int) -> Expr:
-            rows = [_lin(bt[b], [d[c, r, s, q] for s in range(al)]) for r in range(al)]
-            return _lin(bt[a], rows)
+            rows = [lin_terms(bt[b], [d[c, r, s, q] for s in range(al)]) for r in range(al)]
+            return lin_terms(bt[a], rows)
 
-        return _select2(al, e1, e2, val)
+        return select_pair(al, e1, e2, val)
 
     v = te.compute((al, al, pp // nr, g.c, nr), vtrans, name="wino_V")
     rc = te.reduce_axis((0, g.c), name="rc")
@@ -248,10 +252,10 @@ def winograd_compute(node: Node, g: Any, m: int, plan: GemmPlan, data_layout: st
 
     def ytrans(k: Expr, i: Expr, j: Expr, q: Expr) -> Expr:
         def val(a: int, b: int) -> Expr:
-            rows = [_lin(at[b], [mm[r, s, k, q] for s in range(al)]) for r in range(al)]
-            return _lin(at[a], rows)
+            rows = [lin_terms(at[b], [mm[r, s, k, q] for s in range(al)]) for r in range(al)]
+            return lin_terms(at[a], rows)
 
-        return _select2(m, i, j, val)
+        return select_pair(m, i, j, val)
 
     y2 = te.compute((g.o, m, m, pp), ytrans, name="wino_Y")
     bias = None

@@ -39,7 +39,10 @@ memory per block (``max_shared_memory_per_block``) and the registers per thread
 the tiles until the grid gives every SM a block and enough warps, and where one output a
 thread still does not, **split-K** (:func:`split_k`) sums the reduction in parts on more
 blocks and adds the parts in a second kernel. A tile mostly outside the output keeps the
-generic kernel (:func:`useful_fraction`). ``docs/cuda.md``, "The occupancy rule".
+generic kernel (:func:`useful_fraction`). ``docs/cuda.md``, "The occupancy rule". These
+choices (generic or tiled, split-K, threads, register tile, step, double buffer) are the
+default point of the ``cuda_gemm`` search space (:mod:`toolchain.schedules.gpu.gemm_space`:
+:func:`try_tile_gemm` builds the point tuning or records decide; ``kiln tune``).
 
 Before (``Relu(MatMul(A, W))``, 64 x 32 times 32 x 48)::
 
@@ -455,7 +458,7 @@ def operand_stages(sch: Schedule) -> set[str]:
         blk = sch.get(b)
         if gemm_axes(blk) is None:
             continue
-        names = {ld.buffer.name for ld in _operand_loads(blk)}
+        names = {ld.buffer.name for ld in operand_loads(blk)}
         for p in sch.get_producers(b):
             pb = sch.get(p)
             if (len(pb.writes) == 1 and pb.writes[0].buffer.name in names
@@ -464,7 +467,7 @@ def operand_stages(sch: Schedule) -> set[str]:
     return keep
 
 
-def _operand_loads(blk: ir.Block) -> list[ir.BufferLoad]:
+def operand_loads(blk: ir.Block) -> list[ir.BufferLoad]:
     mul = blk.body.value.b
     return [ld for ld in (_operand(mul.a), _operand(mul.b)) if ld is not None]
 
@@ -500,20 +503,35 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target,
     tc = try_tile_wmma(sch, block, target, wmma)  # tensor cores first, where the target has them
     if tc is not None:
         return tc
+    from toolchain.schedules.gpu.gemm_space import decide_simt
+
+    # the heuristic's kernel, then the point tuning or records ask for (the default point
+    # is the heuristic's: nothing changes without them)
+    return decide_simt(sch, block, target, *heuristic_tiles(sch, block, target))
+
+
+def heuristic_tiles(sch: Schedule, block: Any, target: Target
+                    ) -> tuple[Schedule | None, int, Tiles | None]:
+    """The SIMT kernel the heuristic builds for GEMM block ``block`` (None: the generic
+    kernel), its split-K parts (1: none) and its tiles (None with the generic kernel)."""
+    blk = sch.get(block)
+    axes = gemm_axes(blk)
+    assert axes is not None
     ext = axes.extents
     if prefers_generic(ext[axes.y] * ext[axes.x] * math.prod(ext[i] for i in axes.others),
                        ext[axes.reduce[0]] * math.prod(ext[i] for i in axes.reduce[1:]),
                        target):
-        return None
+        return None, 1, None
     split = split_k_factor(ext[axes.y], ext[axes.x], ext[axes.reduce[0]],
                            math.prod(ext[i] for i in axes.reduce[1:]), target,
                            ir.bits_of(blk.body.buffer.dtype) // 8 or 4,
                            math.prod(ext[i] for i in axes.others))
     if split > 1:
-        out = split_k(sch, block, target, split)
-        if out is not None:
-            return out
-    return _tile_fitting(sch, block, target)
+        got = split_k_tiles(sch, block, target, split)
+        if got is not None:
+            return got[0], split, got[1]
+    got = fit_tiles(sch, block, target)
+    return (None, 1, None) if got is None else (got[0], 1, got[1])
 
 
 def prefers_generic(outputs: int, products: int, target: Target) -> bool:
@@ -542,9 +560,10 @@ def prefers_generic(outputs: int, products: int, target: Target) -> bool:
     return blocks >= target.sm_count and warps >= min_warps_per_sm(target) * target.sm_count
 
 
-def _tile_fitting(sch: Schedule, block: Any, target: Target) -> Schedule | None:
+def fit_tiles(sch: Schedule, block: Any, target: Target) -> tuple[Schedule, Tiles] | None:
     """:func:`try_tile_gemm` without tensor cores and split-K: the tiles of
-    :func:`choose_tiles`, made smaller until the lowered kernel's shared memory fits."""
+    :func:`choose_tiles`, made smaller until the lowered kernel's shared memory fits;
+    the kernel and its tiles."""
     blk = sch.get(block)
     axes = gemm_axes(blk)
     assert axes is not None
@@ -561,7 +580,7 @@ def _tile_fitting(sch: Schedule, block: Any, target: Target) -> Schedule | None:
             out = tile_gemm(sch, block, target, t)
             out.verify(target)
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
-                return out
+                return out, t
         except KilnError:
             if not t.double_buffer:  # a step that does not apply, or limits even single
                 return None
@@ -606,11 +625,20 @@ def split_k_factor(ext_y: int, ext_x: int, ext_k: int, window: int, target: Targ
 
 
 def split_k(sch: Schedule, block: Any, target: Target, parts: int) -> Schedule | None:
+    """:func:`split_k_tiles`' kernels alone."""
+    got = split_k_tiles(sch, block, target, parts)
+    return None if got is None else got[0]
+
+
+def split_k_tiles(sch: Schedule, block: Any, target: Target, parts: int,
+                  tiles: Tiles | None = None) -> tuple[Schedule, Tiles] | None:
     """Split-K: the outer reduction axis of GEMM block ``block`` split into ``parts``
     (``rfactor``): a tiled kernel computes ``parts`` partial sums of every output (the
     parts on ``blockIdx.z``, into the kernel's scratch), a second, generic kernel adds
-    them up with the block's element-wise tail (bias, activation) folded in. None (``sch``
-    untouched) where a step does not apply.
+    them up with the block's element-wise tail (bias, activation) folded in; returned with
+    the partial sums' tiles. None (``sch`` untouched) where a step does not apply.
+    ``tiles``: the partial sums' kernel with exactly these tiles (a tuning point; its
+    limits are checked by the caller) instead of :func:`fit_tiles`' choice.
 
     Before (a 3 x 3 convolution, 64 input channels, split in 4)::
 
@@ -638,12 +666,16 @@ def split_k(sch: Schedule, block: Any, target: Target, parts: int) -> Schedule |
         ko, _ = trial.split(trial.get_loops(b)[axes.reduce[0]], [parts, None])
         rf = trial.rfactor(ko, 0)
         _fuse_unit_loops(trial, rf)
-        tiled = _tile_fitting(trial, rf, target)
-        if tiled is None:
+        got = fit_tiles(trial, rf, target) if tiles is None else \
+            (tile_gemm(trial, rf, target, tiles), tiles)
+        if got is None:
             return None
+        tiled, t = got
         return generic_stage(tiled, tiled.get_block(name),
-                             min(THREADS, target.max_threads_per_block or THREADS))
+                             min(THREADS, target.max_threads_per_block or THREADS)), t
     except KilnError:
+        if tiles is not None:
+            raise
         return None
 
 

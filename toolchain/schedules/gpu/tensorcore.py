@@ -531,7 +531,12 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
             out.verify(target)
             # lowering also renders the intrinsics for the operands' strides (may refuse)
             if max(lowered_shared_bytes(out, target).values(), default=0) <= limit:
-                return out
+                if tiles is not None:  # the caller's tiles: no search space
+                    return out
+                from toolchain.schedules.gpu.gemm_space import decide_tensorcore
+
+                # the heuristic's tiles are the default point of the kernel's space
+                return decide_tensorcore(sch, b, target, cand, out)
         except KilnError:
             continue
     return None
