@@ -48,3 +48,31 @@ def test_an_edited_runtime_is_compiled_again(cache, tmp_path):
     assert after != before
     assert len(list(cache.glob("runtime-kiln_runtime-*.o"))) == 2
     assert ctypes.CDLL(str(after)).kiln_test_marker() == 7
+
+
+def test_accelerator_bundles_share_the_driver_and_simulator_objects(cache, tmp_path):
+    """A ``vta`` bundle's C driver and functional simulator (fixed runtime files) are
+    compiled once per content and flags like the rest of the runtime: a second bundle's
+    library links the same objects, and still runs bit-exact."""
+    import onnx
+
+    from tests.vta.qmodels import quantized, small_mlp
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+
+    q = quantized(small_mlp())
+    onnx.save(q, tmp_path / "mlp.onnx")
+    path = compile_model(tmp_path / "mlp.onnx", "vta", tmp_path / "b", progress=False)
+    first = build_host(path)
+    kernels = path / "src" / "kernels.c"
+    kernels.write_text(kernels.read_text() + "\n/* another bundle's kernels */\n")
+    second = load_bundle(path)
+    assert second.library != first
+    for stem in ("kiln_vta", "kiln_vta_fsim", "kiln_runtime"):
+        assert len(list(cache.glob(f"runtime-{stem}-*.o"))) == 1, stem
+    x = {"x": np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)}
+    want = run_graph(quantize_ops(from_onnx(q)), x)
+    got = second(x)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])

@@ -282,3 +282,22 @@ def test_resize_antialias_matches_onnxruntime(tmp_path):
                     ("cub", TensorProto.FLOAT, [1, 2, 9, 5]),
                     ("cub_hp", TensorProto.FLOAT, [1, 2, 9, 5])], inits, opset=19)
     _check(model, {"x": x}, tmp_path, rtol=1e-5)
+
+
+def test_cubic_resize_keeps_its_weight_tables(tmp_path):
+    """Cubic Resize's weight tables (Keys' kernel at four taps, with exclude_outside their
+    normalisation: hundreds of IR nodes an entry) are stored once per output coordinate,
+    not recomputed inside every tap of every output element (megabytes of C in the ONNX
+    node cases); the bundle still matches onnxruntime."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    nodes = [helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="cubic",
+                              exclude_outside=1, cubic_coeff_a=-0.5)]
+    model = _model(nodes, [("x", TensorProto.FLOAT, [1, 2, 5, 6])],
+                   [("y", TensorProto.FLOAT, [1, 2, 10, 11])],
+                   [("sc", np.array([1, 1, 2.0, 1.9], np.float32))], opset=19)
+    path, got = compile_run(model, tmp_path, {"x": x}, target=host_target())
+    assert_matches(got, run_ort(model, {"x": x}), rtol=2e-5)
+    kernels = (path / "src" / "kernels.c").read_text()
+    assert "double resize_weight_2[" in kernels and "double resize_weight_3[" in kernels
+    assert len(kernels) < 60_000, len(kernels)

@@ -14,6 +14,13 @@ crashed on a target, a part's outputs off — sends the graph to :func:`check` a
 its findings, their report and ``python -m tests.fuzz``'s reproduction line are those
 of the graph by itself.
 
+The int8 graphs are batched the same way (:class:`Int8Batch`): each graph is quantized
+and run by the integer reference on its own, exactly as :func:`tests.fuzz.oracle.check_int8`
+does, and only the quantized models are merged; a part passes when every target's outputs
+equal its integer reference bit for bit (the float sums the quantizer leaves within their
+tolerance, as ``check_int8`` judges them). Anything else checks the graph alone with
+``check_int8``.
+
 Example::
 
     >>> from tests.fuzz.graphs import random_model
@@ -32,7 +39,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from tests.fuzz.oracle import compare_outputs, run_on, run_ort, slug
+from tests.fuzz.oracle import (
+    compare_outputs,
+    exact_outputs,
+    quantized_reference,
+    run_on,
+    run_ort,
+    slug,
+)
 from tests.node_batch import merge_models, part_prefix
 from toolchain.errors import TargetError
 
@@ -47,31 +61,8 @@ class FloatBatch:
         self.models = list(models)
         #: per target: each part's outputs under its own names, or None (the batch failed
         #: there); a target this host cannot run is left out, as :func:`check` skips it
-        self.outputs: dict[str, list[dict[str, np.ndarray]] | None] = {}
-        try:
-            merged = merge_models([m for m, _ in self.models], "fuzzbatch")
-        except ValueError:
-            self.outputs = {t: None for t in targets}
-            return
-        feeds = {part_prefix(i) + k: v for i, (_, inputs) in enumerate(self.models)
-                 for k, v in inputs.items()}
-        with tempfile.TemporaryDirectory(prefix="kiln-fuzz-batch-") as tmp, \
-                warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for target in targets:
-                try:
-                    got = run_on(merged, feeds, target, Path(tmp) / slug(target))
-                except TargetError as exc:
-                    if "this host" in str(exc) or "CPU" in str(exc):
-                        continue  # skipped alone too
-                    self.outputs[target] = None
-                    continue
-                except Exception:  # noqa: BLE001 - the graphs will be checked alone
-                    self.outputs[target] = None
-                    continue
-                self.outputs[target] = [
-                    {k[len(p):]: v for k, v in got.items() if k.startswith(p)}
-                    for p in map(part_prefix, range(len(self.models)))]
+        self.outputs = run_parts([m for m, _ in self.models],
+                                 [inputs for _, inputs in self.models], targets)
 
     def passes(self, i: int) -> bool:
         """Whether part ``i`` is clean: onnxruntime runs it, the reference executor and
@@ -94,5 +85,78 @@ class FloatBatch:
         for parts in self.outputs.values():
             got = parts[i]
             if set(got) != set(want) or compare_outputs(got, want) is not None:
+                return False
+        return True
+
+
+def run_parts(models: Sequence[onnx.ModelProto], inputs: Sequence[dict[str, np.ndarray]],
+              targets: Sequence[str]) -> dict[str, list[dict[str, np.ndarray]] | None]:
+    """``models`` merged into one model of disjoint parts, built and run once per target
+    (:func:`tests.fuzz.oracle.run_on`): per target each part's outputs under its own
+    names, or None where the batch failed (every target None when the models cannot be
+    merged). A target this host cannot run is left out, as the oracle skips it."""
+    try:
+        merged = merge_models(models, "fuzzbatch")
+    except ValueError:
+        return {t: None for t in targets}
+    feeds = {part_prefix(i) + k: v for i, part in enumerate(inputs) for k, v in part.items()}
+    outputs: dict[str, list[dict[str, np.ndarray]] | None] = {}
+    with tempfile.TemporaryDirectory(prefix="kiln-fuzz-batch-") as tmp, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for target in targets:
+            try:
+                got = run_on(merged, feeds, target, Path(tmp) / slug(target))
+            except TargetError as exc:
+                if "this host" in str(exc) or "CPU" in str(exc):
+                    continue  # skipped alone too
+                outputs[target] = None
+                continue
+            except Exception:  # noqa: BLE001 - the graphs will be checked alone
+                outputs[target] = None
+                continue
+            outputs[target] = [{k[len(p):]: v for k, v in got.items() if k.startswith(p)}
+                               for p in map(part_prefix, range(len(models)))]
+    return outputs
+
+
+class Int8Batch:
+    """Int8 graphs (``(model, inputs)`` pairs), each quantized and run by the integer
+    reference on its own as :func:`~tests.fuzz.oracle.check_int8` does, their quantized
+    models built as one bundle for each of ``targets`` and run once; :meth:`passes` says
+    whether part ``i`` equals its integer reference there."""
+
+    def __init__(self, models: Sequence[tuple[onnx.ModelProto, dict]],
+                 targets: Sequence[str]) -> None:
+        self.models = list(models)
+        #: per graph: (what its outputs are judged against, the float-computed tensors),
+        #: or None where quantizing it or its reference run failed (checked alone)
+        self.wanted: list[tuple[dict[str, np.ndarray], set[str]] | None] = []
+        qdqs: list[onnx.ModelProto] = []
+        for model, inputs in self.models:
+            try:
+                qdq, want, rounded = quantized_reference(model, inputs)
+            except Exception:  # noqa: BLE001 - check_int8 alone says what it is
+                self.wanted.append(None)
+                continue
+            self.wanted.append((want, rounded))
+            qdqs.append(qdq)
+        self.index = [None if w is None else sum(x is not None for x in self.wanted[:i])
+                      for i, w in enumerate(self.wanted)]
+        self.outputs = run_parts(qdqs, [inputs for (_, inputs), w in
+                                        zip(self.models, self.wanted, strict=True)
+                                        if w is not None], targets) if qdqs else {}
+
+    def passes(self, i: int) -> bool:
+        """Whether part ``i`` is clean: quantized, and every target's outputs equal its
+        integer reference (``check_int8``'s judgement)."""
+        wanted, k = self.wanted[i], self.index[i]
+        if wanted is None or k is None or not self.outputs or \
+                any(parts is None for parts in self.outputs.values()):
+            return False
+        want, rounded = wanted
+        for parts in self.outputs.values():
+            got = parts[k]
+            if set(got) != set(want) or exact_outputs(got, want, rounded) is not None:
                 return False
         return True

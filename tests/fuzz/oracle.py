@@ -308,6 +308,29 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
     return None
 
 
+def quantized_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+                        power_of_two: bool = False
+                        ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], set[str]]:
+    """``model`` quantized by Kiln's post-training quantization (calibrated on seeded
+    data; ``power_of_two``: with power-of-two scales), the integer reference's outputs
+    (``run_graph`` of ``quantize_ops``) on ``inputs``, and the tensors float arithmetic
+    computed (:func:`_float_computed`): what :func:`check_int8` judges a bundle against."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+    from toolchain.quantize.ptq import quantize_model
+
+    rng = np.random.default_rng(0)
+    cal = {k: rng.standard_normal((8, *v.shape)).astype(np.float32)
+           for k, v in inputs.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        qdq, _ = quantize_model(model, cal, power_of_two_scales=power_of_two)
+        graph = quantize_ops(from_onnx(qdq))
+        want = run_graph(graph, inputs)
+    return qdq, want, _float_computed(graph)
+
+
 def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                targets: tuple[str, ...] = ("c-generic",),
                placed: Counter[str] | None = None,
@@ -317,28 +340,15 @@ def check_int8(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
     integer kernels must equal the integer reference (``run_graph`` of ``quantize_ops``)
     bit for bit. ``placed`` counts the accelerator bundles and their layers
     (:func:`on_targets`)."""
-    from toolchain.frontend.onnx import from_onnx
-    from toolchain.graph.passes.quantize_ops import quantize_ops
-    from toolchain.graph.reference import run_graph
-    from toolchain.quantize.ptq import quantize_model
-
-    rng = np.random.default_rng(0)
-    cal = {k: rng.standard_normal((8, *v.shape)).astype(np.float32)
-           for k, v in inputs.items()}
-    findings = []
+    try:
+        qdq, want, rounded = quantized_reference(model, inputs, power_of_two)
+    except Exception as exc:  # noqa: BLE001 - every failure is a finding
+        return [Finding(_classify(exc), "quantize",
+                        f"{type(exc).__name__}: {str(exc)[:2000]}")]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            qdq, _ = quantize_model(model, cal, power_of_two_scales=power_of_two)
-            graph = quantize_ops(from_onnx(qdq))
-            want = run_graph(graph, inputs)
-        except Exception as exc:  # noqa: BLE001 - every failure is a finding
-            return [Finding(_classify(exc), "quantize",
-                            f"{type(exc).__name__}: {str(exc)[:2000]}")]
-        rounded = _float_computed(graph)
-        findings += on_targets(qdq, inputs, targets,
-                               lambda got: _exact(got, want, rounded), placed)
-    return findings
+        return on_targets(qdq, inputs, targets,
+                          lambda got: exact_outputs(got, want, rounded), placed)
 
 
 #: float ops that move or select values without arithmetic (and the dequantization, one
@@ -363,8 +373,11 @@ def _float_computed(graph: Graph) -> set[str]:
     return computed
 
 
-def _exact(got: dict[str, np.ndarray], want: dict[str, np.ndarray],
-           rounded: set[str] = frozenset()) -> str | None:
+def exact_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray],
+                  rounded: set[str] = frozenset()) -> str | None:
+    """What is wrong with an int8 bundle's outputs ``got`` against the integer reference's
+    ``want`` (the first output that differs; those in ``rounded``, computed by float
+    arithmetic, within the float tolerance or one quantization step), or None."""
     for name, w in want.items():
         if name in rounded and w.dtype.kind == "f":
             err = max_rel(np.asarray(got[name]), w)

@@ -78,6 +78,17 @@ from toolchain.tir.schedule.schedule import BlockRV, LoopRV
 
 #: calls that cost about as much as an add (inlined even when read many times)
 _CHEAP_CALLS = frozenset({"tir.if_then_else", "fabs", "floor", "ceil", "trunc", "round"})
+#: the tag of a lookup-table stage (Resize's source indices and tap weights per output
+#: coordinate, ``toolchain/topi/resize.py``): its consumer reads several entries an element
+#: (one per tap), so inlined, each read recomputes an entry
+TABLE_TAG = "resize_table"
+#: a table stage whose body has more IR nodes than this is stored, not inlined, however
+#: cheap each operation: cubic Resize's weight tables (500 to 2,700 nodes in the ONNX node
+#: cases) were copied into each of the four taps of each axis (and the first axis's
+#: stage, so grown, four times into the second's), megabytes of C; stored once per output
+#: coordinate, the outputs are the same bit for bit (float64 entries; docs/testing.md,
+#: "The node bundles' and the fuzzer's share, session 16")
+INLINE_NODE_LIMIT = 512
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,20 @@ def _expensive(blk: ir.Block) -> bool:
     return bool(found)
 
 
+def _large_table(blk: ir.Block) -> bool:
+    """A table stage (:data:`TABLE_TAG`) of more than :data:`INLINE_NODE_LIMIT` nodes."""
+    if blk.annotations.get("tag") != TABLE_TAG:
+        return False
+    nodes = 0
+
+    def f(_: Any) -> None:
+        nonlocal nodes
+        nodes += 1
+
+    post_order_visit(blk.body, f)
+    return nodes > INLINE_NODE_LIMIT
+
+
 def try_primitive(fn: Any, *args: Any) -> Any:
     """Apply one primitive; a refusal (ScheduleError) leaves the schedule as it was."""
     try:
@@ -160,6 +185,8 @@ def _worth_inlining(sch: Schedule, realize: ir.BlockRealize) -> bool:
     # (padding stays inlined into pooling windows: materialized per output row it costs
     # more, because the padded copy itself is a guarded, conditional, scalar loop)
     blk = realize.block
+    if _large_table(blk):  # read once per tap: its size says nothing of its reads
+        return False
     if not _expensive(blk):
         return True
     consumers = sch.get_consumers(BlockRV(blk.name_hint))
