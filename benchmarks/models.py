@@ -220,8 +220,10 @@ def with_records(model: onnx.ModelProto, target: str, work: Path, name: str, rec
     return len(applied), td, tt, to
 
 
-def profile(bundle: Path, runs: int) -> None:
-    """Per-kernel mean times of the bundle (``make profile``), printed as a table."""
+def profile_output(bundle: Path, runs: int) -> tuple[dict, str]:
+    """The bundle's metadata and what its ``main_profile`` prints over ``runs`` runs
+    (``make profile``; the inputs :func:`time_kiln` wrote): ``kiln-profile INDEX KERNEL
+    NS`` lines."""
     meta = json.loads((bundle / "metadata.json").read_text())
     flags = " ".join([CFLAGS, *meta["target"]["cflags"]])
     subprocess.run(["make", "-s", "-C", str(bundle), "profile", f"CFLAGS={flags}"],
@@ -230,6 +232,12 @@ def profile(bundle: Path, runs: int) -> None:
     args += [str(bundle / f"bench_out_{t['field']}.bin") for t in meta["outputs"]]
     out = subprocess.run([str(bundle / "main_profile"), "--repeat", str(runs), *args],
                          capture_output=True, text=True, check=True).stdout
+    return meta, out
+
+
+def profile(bundle: Path, runs: int) -> None:
+    """Per-kernel mean times of the bundle (``make profile``), printed as a table."""
+    meta, out = profile_output(bundle, runs)
     ns = {int(m.group(1)): float(m.group(2))
           for m in re.finditer(r"kiln-profile (\d+) \S+ (\d+)", out)}
     total = sum(ns.values()) or 1.0

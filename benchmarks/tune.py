@@ -433,20 +433,11 @@ def ort_ops(model, feeds: dict, runs: int) -> None:
 def _kernel_ns(bundle: Path, runs: int) -> dict[str, float]:
     """Least ns per kernel of ``bundle`` over ``runs`` runs (``make profile``; the inputs
     ``models.time_kiln`` wrote)."""
-    import json
     import re
-    import subprocess
 
     import models  # benchmarks/models.py
 
-    meta = json.loads((bundle / "metadata.json").read_text())
-    flags = " ".join([models.CFLAGS, *meta["target"]["cflags"]])
-    subprocess.run(["make", "-s", "-C", str(bundle), "profile", f"CFLAGS={flags}"],
-                   capture_output=True, text=True, check=True)
-    args = [str(bundle / f"bench_in_{t['field']}.bin") for t in meta["inputs"]]
-    args += [str(bundle / f"bench_out_{t['field']}.bin") for t in meta["outputs"]]
-    out = subprocess.run([str(bundle / "main_profile"), "--repeat", str(runs), *args],
-                         capture_output=True, text=True, check=True).stdout
+    _, out = models.profile_output(bundle, runs)
     return {m.group(1): float(m.group(2))
             for m in re.finditer(r"kiln-profile \d+ (\S+) (\d+)", out)}
 
