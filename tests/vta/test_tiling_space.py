@@ -108,7 +108,7 @@ def test_a_record_skips_the_search_and_changes_the_program(monkeypatch) -> None:
     other = next(p for p in space.valid_points() if p != space.default()
                  and p["vthreads"] == 2)
     timed = []
-    monkeypatch.setattr(vcompile, "estimate_cycles", lambda prog: timed.append(prog) or 0)
+    monkeypatch.setattr(vcompile, "program_cost", lambda prog: timed.append(prog) or 0)
     with applying({space.workload: space.trace(other)}) as applied:
         tuned = _dense()
     assert not timed, "a compile whose record decides the tiling runs no search"

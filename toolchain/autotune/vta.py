@@ -11,8 +11,9 @@
   point's analytic quantities (:func:`toolchain.vta.tiling.features`).
 * :class:`CycleModelRunner` (``--runner model``, the default for an accelerator target) —
   the program's cycles on the cycle model (:func:`~toolchain.vta.timing.estimate_cycles`)
-  plus :data:`INSN_CYCLES` per instruction: deterministic, milliseconds. The plain model
-  (the compiler's own search ranks its candidates on it) leaves out what each instruction
+  plus :data:`~toolchain.vta.timing.INSN_CYCLES` per instruction (what the compiler's own
+  search ranks its candidates by, :func:`~toolchain.vta.timing.program_cost`):
+  deterministic, milliseconds. The plain model leaves out what each instruction
   costs the RTL beyond its work (fetch, issue, token hand-offs) and so ranks small tiles
   too well: tuned on it, MobileNetV1's layers ran 0.91x the default's speed on the RTL
   (``benchmarks/vta_tune.py``; docs/tuning.md, session 16).
@@ -45,14 +46,10 @@ import numpy as np
 from toolchain.autotune.measure import BuildInput, BuildResult, MeasureResult, build_error
 from toolchain.autotune.tasks import Task
 from toolchain.errors import KilnError, OptionError
+from toolchain.vta.timing import INSN_CYCLES
 
 #: ``kiln tune --runner`` for an accelerator target
 VTA_RUNNERS = ("model", "rtl")
-#: cycles the model runner adds per instruction: with 30 the model's exhaustive picks
-#: are the RTL's optimum on ResNet-8's 930 points (fitted there: rank correlation with the
-#: RTL 0.94-1.00 per layer against 0.03-1.00 for the plain model) and 1.047x the default
-#: on MobileNetV1's 2,248 (not fitted; the RTL's optimum 1.055x, the plain model 0.910x)
-INSN_CYCLES = 30
 
 
 @dataclass(frozen=True)

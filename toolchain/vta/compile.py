@@ -70,7 +70,7 @@ from toolchain.vta.schedule import (
     lower_dense,
 )
 from toolchain.vta.tiling import conv_space, dense_space, point_of, tiles_of
-from toolchain.vta.timing import estimate_cycles
+from toolchain.vta.timing import program_cost
 from toolchain.vta.widen import join_planes, planes_needed, widen_epilogue
 
 #: tilings compiled and compared on the cycle model when the caller gives none
@@ -176,8 +176,9 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     shift per channel, zero point, clamp: :mod:`toolchain.vta.requant`; ``shift`` unused).
 
     Without ``tiles``, the :data:`CANDIDATES` best tilings of
-    :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the fewest
-    cycles on :func:`~toolchain.vta.timing.estimate_cycles` is kept, unless a tuning trace
+    :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the lowest
+    :func:`~toolchain.vta.timing.program_cost` (modelled cycles plus a per-instruction
+    cost) is kept, unless a tuning trace
     decides the tiling (:mod:`toolchain.vta.tiling`)."""
     done = _dense(weight, m, shift, target, tiles, vthreads, layer, output, requant, None)
     done.recompile = partial(compile_dense, weight, m, shift, target, tiles=tiles,
@@ -297,7 +298,8 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
 def _best(build, tiles, vthreads: int, candidates, space, layer: str):
     """``build(tiles, vthreads)``; without tiles the point a tuning trace gives the
     layer's space (``space(default)``), else the candidate whose program has the
-    fewest modelled cycles (the space's default, declared with it)."""
+    lowest :func:`~toolchain.vta.timing.program_cost` (the space's default, declared with
+    it)."""
     if tiles is not None:
         return build(tiles, vthreads)
     probe = space(None)
@@ -325,7 +327,7 @@ def _best(build, tiles, vthreads: int, candidates, space, layer: str):
         except ScheduleError as exc:
             problems.append(str(exc))
             continue
-        cycles = estimate_cycles(done.program)
+        cycles = program_cost(done.program)
         if best is None or cycles < best[0]:
             best = (cycles, done)
     if best is None:

@@ -28,7 +28,7 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
 A convolution whose input channels fill the GEMM's BLOCK_IN lanes badly (an RGB first
 layer: 3 channels per tap padded to 16) is also compiled as an im2col GEMM
 (:func:`~toolchain.vta.compile.compile_conv2d_im2col`: K = 27 in 2 blocks instead of 9);
-the program with fewer modelled cycles (:func:`~toolchain.vta.timing.estimate_cycles`) is
+the program with the lower modelled cost (:func:`~toolchain.vta.timing.program_cost`) is
 kept, and the reason says which. Either way two virtual threads are tried first, then one
 (7 output rows and one channel block, a classifier's single row).
 
@@ -72,7 +72,7 @@ from toolchain.vta.compile import (
 )
 from toolchain.vta.config import config_from_target
 from toolchain.vta.requant import RequantPlan, plan_qadd, plan_requant
-from toolchain.vta.timing import estimate_cycles
+from toolchain.vta.timing import program_cost
 
 ACCELERATOR, HOST = "accelerator", "host"
 
@@ -246,8 +246,8 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     bi = config_from_target(target).block_in
     if -(-ic * k * k // bi) < k * k * -(-ic // bi):  # im2col fills the GEMM's lanes better
         flat, flat_why = _with_epilogue(compile_conv2d_im2col, args, kw, plan, problems, name)
-        if flat is not None and (layer is None or (flat_why is None, -estimate_cycles(
-                flat.program)) > (host_why is None, -estimate_cycles(layer.program))):
+        if flat is not None and (layer is None or (flat_why is None, -program_cost(
+                flat.program)) > (host_why is None, -program_cost(layer.program))):
             layer, host_why = flat, flat_why
     if layer is None:
         return problems[-1]

@@ -4,8 +4,9 @@ Without tiles, :func:`~toolchain.vta.compile.compile_dense` and
 :func:`~toolchain.vta.compile.compile_conv2d` choose a layer's tiling by a search: the
 :data:`~toolchain.vta.compile.CANDIDATES` best tilings of an analytic ranking
 (:func:`~toolchain.vta.schedule.candidate_tiles`, :func:`~toolchain.vta.schedule.
-candidate_conv_tiles`) are compiled and the program with the fewest cycles on the cycle
-model (:func:`~toolchain.vta.timing.estimate_cycles`) is kept. This module declares the
+candidate_conv_tiles`) are compiled and the program with the lowest cost on the cycle
+model (:func:`~toolchain.vta.timing.program_cost`: cycles plus a per-instruction cost) is
+kept. This module declares the
 choices that search makes as a :class:`~toolchain.autotune.space.Space`, through the same
 API as the CPU schedules:
 

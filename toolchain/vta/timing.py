@@ -14,12 +14,19 @@ the k-th push, which is available when its instruction finishes). Durations:
 Command-queue and token-queue depths, and DRAM contention between load and store, are left
 out (the static checker handles the depths).
 
+What the compiler ranks candidate programs by is :func:`program_cost`: the estimate plus
+:data:`INSN_CYCLES` per instruction, what each instruction costs the RTL beyond its modelled
+work (fetch, issue, token hand-offs; the plain estimate ranks small tiles too well).
+
 Example::
 
     >>> from toolchain.vta import gemm_workload
     >>> wl = gemm_workload(256, 576, 64, seed=0)
     >>> estimate_cycles(wl.serial), estimate_cycles(wl.vthread)
     (52144, 40880)
+    >>> program_cost(wl.vthread) - estimate_cycles(wl.vthread) == INSN_CYCLES * len(
+    ...     wl.vthread.insns)
+    True
 """
 
 from __future__ import annotations
@@ -32,6 +39,12 @@ from toolchain.vta.program import Program
 
 #: cycles an engine spends starting a GEMM/ALU instruction (pipeline fill)
 STARTUP = 4
+#: cycles each instruction costs the RTL beyond its modelled work (fetch, issue, token
+#: hand-offs): with 30, ranking by the model plus this per instruction picks the RTL's
+#: optimum on ResNet-8's 930 tiling points (rank correlation with the RTL 0.94-1.00 per
+#: layer, 0.03-1.00 without) and 1.047x the default on MobileNetV1's 2,248 (not fitted;
+#: ``benchmarks/vta_tune.py``, docs/tuning.md session 16)
+INSN_CYCLES = 30
 
 
 def duration(insn: AnyInstruction, program: Program) -> int:
@@ -79,3 +92,9 @@ def estimate_cycles(program: Program) -> int:
         free[eng] = finish
         end = max(end, finish)
     return end
+
+
+def program_cost(program: Program) -> int:
+    """What the compiler ranks candidate programs by: :func:`estimate_cycles` plus
+    :data:`INSN_CYCLES` per instruction (see the module docstring)."""
+    return estimate_cycles(program) + INSN_CYCLES * len(program.insns)
