@@ -127,3 +127,20 @@ def test_a_record_that_is_no_longer_valid_is_warned_and_the_search_runs() -> Non
             applying({space.workload: bad}) as applied:
         again = _dense()
     assert not applied and _same(again, default) and again.space is not None
+
+
+@pytest.mark.parametrize("make", [_dense, _conv])
+def test_the_search_keeps_the_candidate_with_the_lowest_cost_per_instruction_included(
+        monkeypatch, make) -> None:
+    """The default search ranks candidates by the cycle model plus INSN_CYCLES an
+    instruction (what each instruction costs the RTL beyond its modelled work), not by the
+    plain model: the kept program is the cheapest of the candidates on that cost."""
+    from toolchain.vta.timing import INSN_CYCLES, estimate_cycles, program_cost
+
+    seen = []
+    monkeypatch.setattr(vcompile, "program_cost",
+                        lambda prog: seen.append(prog) or program_cost(prog))
+    done = make()
+    assert len(seen) > 1
+    costs = [estimate_cycles(p) + INSN_CYCLES * len(p.insns) for p in seen]
+    assert estimate_cycles(done.program) + INSN_CYCLES * len(done.program.insns) == min(costs)
