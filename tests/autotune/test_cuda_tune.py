@@ -66,6 +66,17 @@ def test_a_cpu_target_refuses_the_emulate_runner(tmp_path, capsys):
     assert "is not a CUDA target" in capsys.readouterr().err
 
 
+def test_fp16_precision_is_refused_for_a_target_without_tensor_cores(tmp_path, capsys):
+    """(It used to tune nothing, or the fp32 kernels, without a word.)"""
+    model = mlp(tmp_path)
+    out = tmp_path / "r.jsonl"
+    for extra in (["--spaces"], ["--trials", "2", "-o", str(out), "--no-progress"]):
+        assert main(["tune", str(model), "--target", "c-generic", "--precision", "fp16",
+                     *extra]) == 2
+        assert "is not one (leave --precision out)" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @needs_nvcc
 def test_emulate_runner_checks_points_and_its_records_are_never_applied(tmp_path, capsys):
     """(Three nvcc runs, ``-fatbin`` for sm_80: the two points and the default's, about

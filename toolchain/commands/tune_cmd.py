@@ -114,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"model file {args.model} does not exist")
     if args.spaces:
         target = resolve_target(args.target)
+        _check_precision(args.precision, target)
         for t in extract_tasks(args.model, target, input_shapes(args), args.precision,
                                generic=args.generic):
             print(f"{t.name} (x{t.weight}, {t.flops:,} FLOPs): {t.space}")
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cold_mb < 0:
         raise OptionError(f"--cold-mb {args.cold_mb}: must be 0 or more")
     target = resolve_target(args.target)
+    _check_precision(args.precision, target)
     args.runner = _runner_for(args.runner, target, args.ray)
     if args.cold_mb and (args.runner != "local" or args.ray):
         raise OptionError(f"--cold-mb {args.cold_mb}: cold timings are the local runner's; "
@@ -190,6 +192,17 @@ def run(args: argparse.Namespace) -> int:
     print(f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
           "-o DIR")
     return 0
+
+
+def _check_precision(precision: str, target: Any) -> None:
+    """``--precision fp16`` tunes the CUDA tensor-core kernels: refused elsewhere, where
+    no space would see it (before, such a run tuned nothing or fp32 kernels silently)."""
+    from toolchain.errors import OptionError
+
+    if precision != "fp32" and target.kind != "cuda":
+        raise OptionError(f"--precision {precision} tunes the float16 tensor-core kernels of "
+                          f"a CUDA target; target {target.name!r} is not one (leave "
+                          "--precision out)")
 
 
 def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
