@@ -310,12 +310,18 @@ def test_unknown_mode_is_refused():
 @needs("nvcc", "make")
 def test_cuda_bundle_links_its_weights(tmp_path, mode):
     """nvcc builds a CUDA bundle's library and demo in each mode (the .incbin stub by the
-    host C compiler), and Kiln's host build too; running needs a GPU (test_cuda.py)."""
-    from toolchain.bundle.host import build_cuda
+    host C compiler), and Kiln's host build too; running needs a GPU (test_cuda.py).
+
+    ``make`` runs nvcc through ``ccache`` where installed, as Kiln's own build does
+    (``nvcc_launcher``): both compile each source with the same command, so the kernels
+    (the same ``kernels.cu`` in both modes) and the runtime are compiled once, not four
+    times; each mode's own sources (``net.cu``, the weights, ``main.c``) still go through
+    nvcc, and both link."""
+    from toolchain.bundle.host import build_cuda, nvcc_launcher
 
     path = compile_model(_net(), "cuda-sm80", tmp_path / "b", name="net", weights=mode,
                          progress=False)
-    make(path)
+    make(path, f"NVCC={' '.join([*nvcc_launcher(), 'nvcc'])}")
     assert (path / "main").is_file()
     syms = subprocess.run(["nm", str(path / "libnet.a")], capture_output=True, text=True,
                           check=True).stdout
