@@ -34,7 +34,7 @@ SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
                  "qdq_builds": "quantize-qdq-builds", "cuda_sm90_zoo": "cuda-nvcc",
                  "shuffle_kernels": "cuda-shuffle-nvcc",
                  "quantized_reference": "quantize-reference",
-                 "zoo_c_bundle": "bundle-zoo",
+                 "zoo_c_bundle": "bundle-zoo", "lenet_llvm": "codegen-aarch64-lenet",
                  "pool_stage": "bundle-patch-pool"}
 
 
