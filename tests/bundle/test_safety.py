@@ -219,14 +219,14 @@ def test_cortex_m4_library_cross_compiles_strict(tmp_path):
     assert not {u for u in undefined if u.startswith(("pthread_", "omp_", "GOMP_"))}
 
 
-def test_run_checks_arguments_and_arena_alignment(tmp_path):
-    """<model>_run refuses NULLs and a misaligned arena with the documented codes."""
+def test_run_checks_arguments_and_arena_alignment(zoo_c_bundle):
+    """<model>_run refuses NULLs and a misaligned arena with the documented codes
+    (LeNet-5's c-generic bundle: ``zoo_c_bundle``'s compile, read only)."""
     import ctypes
 
     from toolchain.bundle import load_bundle
 
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
-    mod = load_bundle(path)
+    mod = load_bundle(zoo_c_bundle("lenet5").path)
     x = np.zeros((1, 1, 28, 28), F)
     out = [np.zeros((1, 10), F), np.zeros((1, 10), F)]
     ins = (ctypes.c_void_p * 1)(x.ctypes.data)
@@ -242,8 +242,8 @@ def test_run_checks_arguments_and_arena_alignment(tmp_path):
     assert b"aligned" in strerror(2) and b"NULL" in strerror(1)
 
 
-def test_timing_hooks_see_every_kernel(tmp_path):
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+def test_timing_hooks_see_every_kernel(tmp_path, zoo_c_bundle):
+    path = zoo_c_bundle("lenet5").copy(tmp_path / "b").path
     meta = json.loads((path / "metadata.json").read_text())
     hook = path / "hook.c"
     hook.write_text(
@@ -275,8 +275,8 @@ def test_timing_hooks_see_every_kernel(tmp_path):
     assert flat[0]["name"] not in (path / "src" / "kernels.c").read_text()
 
 
-def test_make_profile_reports_every_kernel(tmp_path):
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+def test_make_profile_reports_every_kernel(tmp_path, zoo_c_bundle):
+    path = zoo_c_bundle("lenet5").copy(tmp_path / "b").path
     meta = json.loads((path / "metadata.json").read_text())
     make(path, "profile", cflags=STRICT_CFLAGS)
     np.zeros((1, 1, 28, 28), F).tofile(path / "x.bin")

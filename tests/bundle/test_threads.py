@@ -116,8 +116,8 @@ def test_set_threads_clamps_to_the_targets_cores(tmp_path):
     assert [b.set_threads(n) for n in (0, -5, 1, 2, 64)] == [1, 1, 1, 2, 2]
 
 
-def test_single_core_bundle_has_no_thread_library(tmp_path):
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+def test_single_core_bundle_has_no_thread_library(zoo_c_bundle):
+    path = zoo_c_bundle("lenet5").path  # c-generic: one core (read only)
     meta = json.loads((path / "metadata.json").read_text())
     assert meta["max_threads"] == 1 and not any(k["threaded"] for k in meta["kernels"])
     assert "THREADS ?= none" in (path / "Makefile").read_text()
