@@ -12,7 +12,9 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from tests.bundle.helpers import STRICT
 from tests.bundle.test_float16 import _f32_cases
@@ -209,3 +211,40 @@ def test_cortex_m_uses_hardware_where_the_fpu_converts(tmp_path, cpu):
                           str(src)],
                          check=True, capture_output=True, text=True).stdout
     assert ("vcvtb.f32.f16" in asm) == (cpu == "cortex-m55")
+
+
+def _copy_net() -> onnx.ModelProto:
+    """Transpose (a copy through float32), Add and Sigmoid of a [256, 256] float16 input."""
+    s = [256, 256]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+             helper.make_node("Add", ["x", "x"], ["a"]),
+             helper.make_node("Sigmoid", ["x"], ["g"])]
+    g = helper.make_graph(nodes, "copy16",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT16, s)],
+                          [helper.make_tensor_value_info(k, TensorProto.FLOAT16, s)
+                           for k in ("t", "a", "g")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2"])
+def test_bundle_built_both_ways_is_bit_identical(tmp_path, target):
+    """A float16 bundle's library as Kiln builds it (hardware conversions where this CPU
+    has F16C) and with -DKILN_F16_SOFTWARE: the same bits for all 65,536 input patterns,
+    and the Transpose copies every pattern exactly (signalling NaNs included)."""
+    from toolchain.bundle import compile_model
+    from toolchain.bundle.host import BundleModule
+    from toolchain.target import load_target, runs_here
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this host cannot run {target} code")
+    path = compile_model(_copy_net(), target, tmp_path / "b")
+    kernels = (path / "src" / "kernels.c").read_text()
+    assert "kiln_h2f_x" in kernels and "kiln_f2h_x" in kernels  # whole vectors
+    x = {"x": np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+         .reshape(256, 256)}
+    hw, sw = (BundleModule(path, extra_flags=f)(x) for f in ((), ("-DKILN_F16_SOFTWARE",)))
+    for k in hw:
+        np.testing.assert_array_equal(hw[k].view(np.uint16), sw[k].view(np.uint16), err_msg=k)
+    np.testing.assert_array_equal(hw["t"].view(np.uint16), x["x"].T.view(np.uint16))
