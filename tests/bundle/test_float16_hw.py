@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 from tests.bundle.helpers import STRICT
 from tests.bundle.test_float16 import _f32_cases
-from tests.tools import have, require
+from tests.tools import require
 from toolchain.bundle.emit import f16_definitions
 from toolchain.target import host_cpu_flags
 
@@ -201,8 +201,7 @@ def test_cortex_m_uses_hardware_where_the_fpu_converts(tmp_path, cpu):
     """Cortex-M55 (IEEE __fp16, FP16 conversions: ``__ARM_FP & 2``) converts with vcvtb;
     Cortex-M4's FPv4-SP (``__ARM_FP`` 4) keeps the software path: the C builds strict
     either way (not run here: no Cortex-M55 board under QEMU in the suite)."""
-    if not have("arm-none-eabi-gcc"):
-        require("arm-none-eabi-gcc")
+    require("arm-none-eabi-gcc")
     fpu = ["-mfpu=fpv4-sp-d16"] if cpu == "cortex-m4" else []
     src = tmp_path / "conv.c"
     src.write_text(driver_source().split("#include <stdio.h>")[0] + _ENTRIES)
