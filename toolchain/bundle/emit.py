@@ -47,11 +47,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 from toolchain.codegen.artifact import CDefinition, CSupport, KernelArtifact, support_of
 from toolchain.codegen.c import CRenderer
-from toolchain.codegen.cstyle import ATOM
+from toolchain.codegen.cstyle import ATOM, c_templates
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import post_order_visit
@@ -59,6 +60,32 @@ from toolchain.tir.transform.legalize_f16 import legalize_f16
 
 #: the bundle runtime's header: ``kiln_f16`` and its conversions (float16 kernels)
 RUNTIME_HEADER = "kiln_runtime.h"
+
+@functools.cache
+def f16_scalar() -> CDefinition:
+    """The float16 conversions of the kernels (``templates/c/float16.c.j2``): the
+    capability macros and ``kiln_h2f`` / ``kiln_f2h`` of one value (those of vectors:
+    :func:`f16_vector`)."""
+    text = c_templates(False).get_template("c/float16.c.j2").render(
+        part="scalar", dir="", lanes=1, chunked=False)
+    return CDefinition("kiln_f16_convert", text.strip("\n"))
+
+
+@functools.cache
+def f16_vector(direction: str, lanes: int) -> CDefinition:
+    """``kiln_h2f_x<lanes>`` (``direction`` "h2f") or ``kiln_f2h_x<lanes>`` ("f2h"): a
+    vector's float16 conversion, 8 (x86 F16C) or 4 lanes (F16C, AArch64) an instruction
+    for 4, 8 or 16 lanes, else one lane at a time through the scalar helpers."""
+    text = c_templates(False).get_template("c/float16.c.j2").render(
+        part="vector", dir=direction, lanes=lanes, chunked=lanes in (4, 8, 16))
+    return CDefinition(f"kiln_{direction}_x{lanes}", text.strip("\n"))
+
+
+def f16_definitions(used: set[tuple[str, int]]) -> tuple[CDefinition, ...]:
+    """The definitions for the conversions ``used`` ((direction, lanes) pairs): the scalar
+    ones first (the vector ones call them), then by direction and lanes."""
+    return (f16_scalar(), *(f16_vector(d, n) for d, n in sorted(used) if n > 1))
+
 
 #: alignment of each scratch slice (bytes)
 SCRATCH_ALIGN = 64
@@ -108,6 +135,8 @@ class BundleRenderer(CRenderer):
         self._keep: list[Any] = []
         #: rendered SPMD (the kernel takes kiln_thread / kiln_nthreads)
         self.spmd = False
+        #: the float16 conversions used: (``"h2f"`` or ``"f2h"``, lanes)
+        self.f16_lanes: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ SPMD kernels
     def render_body(self, body: ir.Stmt) -> None:
@@ -246,32 +275,35 @@ class BundleRenderer(CRenderer):
         return f"__extension__ {text}", prec
 
     def expr_Cast(self, e: ir.Cast) -> tuple[str, int]:
-        """float16 <-> float32 through the runtime's bit-exact helpers (round to nearest
-        even); a vector converts lane by lane."""
+        """float16 <-> float32 through ``kiln_h2f`` / ``kiln_f2h`` (:func:`f16_scalar`:
+        hardware where the C compiler provides it, else the runtime's bit-exact helpers;
+        round to nearest even); a vector through ``kiln_h2f_x<N>`` / ``kiln_f2h_x<N>``,
+        whole vectors where the hardware converts several lanes an instruction."""
         src, dst = ir.element_of(e.value.dtype), ir.element_of(e.dtype)
         if "float16" not in (src, dst):
             return super().expr_Cast(e)
-        fn = {("float16", "float32"): "kiln_f16_to_f32", ("float32", "float16"): "kiln_f32_to_f16",
-              ("float64", "float16"): "kiln_f64_to_f16"}.get((src, dst))
-        if fn is None:
+        direction = {("float16", "float32"): "h2f", ("float32", "float16"): "f2h",
+                     ("float64", "float16"): "d2h"}.get((src, dst))
+        if direction is None:
             raise UnsupportedError(f"bundle code generation: cast {e} (float16 converts "
                                    "to float32 and from float32/float64 only; run "
                                    "legalize_f16 first)")
         lanes = ir.lanes_of(e.dtype)
+        if direction == "d2h":  # rare (a float64 graph cast): the runtime's, lane by lane
+            if lanes == 1:
+                return f"kiln_f64_to_f16({self.expr(e.value)})", ATOM
+            tmp = self.names.fresh("cvt")
+            parts = ", ".join(f"kiln_f64_to_f16({tmp}[{k}])" for k in range(lanes))
+            return (f"__extension__ ({{ const {self.ctype(e.value.dtype)} {tmp} = "
+                    f"{self.expr(e.value)}; ({self.ctype(e.dtype)}){{{parts}}}; }})"), ATOM
+        self.f16_lanes.add((direction, 1))
         if lanes == 1:
-            return f"{fn}({self.expr(e.value)})", ATOM
-        vt = self.ctype(e.dtype)
-        v = e.value
-        if (isinstance(v, ir.BufferLoad) and v.buffer.data not in self.vec_locals
-                and isinstance(v.indices[0], ir.Ramp)):
-            name = self.var(v.buffer.data)
-            parts = ", ".join(f"{fn}({name}[{self._lane(v.indices[0], k)}])"
-                              for k in range(lanes))
-            return f"({vt}){{{parts}}}", ATOM
-        tmp = self.names.fresh("cvt")
-        parts = ", ".join(f"{fn}({tmp}[{k}])" for k in range(lanes))
-        return (f"__extension__ ({{ const {self.ctype(e.value.dtype)} {tmp} = "
-                f"{self.expr(e.value)}; ({vt}){{{parts}}}; }})"), ATOM
+            return f"kiln_{direction}({self.expr(e.value)})", ATOM
+        self.f16_lanes.add((direction, lanes))
+        src_t, dst_t = self.ctype(e.value.dtype), self.ctype(e.dtype)
+        a, r = self.names.fresh("cvt"), self.names.fresh("cvt")
+        return (f"__extension__ ({{ const {src_t} {a} = {self.expr(e.value)}; {dst_t} {r}; "
+                f"kiln_{direction}_x{lanes}(&{r}, &{a}); {r}; }})"), ATOM
 
     def render_heap_alloc(self, buf: ir.Buffer, name: str, et: str, size: ir.PrimExpr,
                           body: ir.Stmt) -> None:
@@ -314,6 +346,8 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[in
     if r.scratch_bytes:
         params = [*params, "uint8_t* kiln_scratch"]
         support = support.merge(CSupport(definitions=(SCRATCH_SLICE,)))
+    if r.f16_lanes:  # after the vector types; the scalar helpers first
+        support = support.merge(CSupport(definitions=f16_definitions(r.f16_lanes)))
     if r.spmd:
         params = [*params, "int32_t kiln_thread", "int32_t kiln_nthreads"]
         support = support.merge(CSupport(headers=(RUNTIME_HEADER,)))  # kiln_barrier

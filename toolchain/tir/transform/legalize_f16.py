@@ -10,8 +10,10 @@ the nearest float16 (and continues in float32), and the function's own temporari
 where its graph has a float16 tensor in memory, and a reduction accumulates in float32
 (as onnxruntime's CPU kernels do).
 
-The C renderer of a bundle then only meets float16 in two casts (``kiln_f16_to_f32`` and
-``kiln_f32_to_f16`` of the bundle runtime), in pointer types (``kiln_f16``) and in bit
+The C renderer of a bundle then only meets float16 in two casts (``kiln_h2f`` and
+``kiln_f2h``, and their whole-vector forms: hardware conversions where the C compiler
+provides them, else the runtime's ``kiln_f16_to_f32`` / ``kiln_f32_to_f16``, the same bits;
+``toolchain.bundle.emit.f16_definitions``), in pointer types (``kiln_f16``) and in bit
 casts (ONNX BitCast) of the 16 bits, which are rounded back from float32 first (exact).
 
 Example::
