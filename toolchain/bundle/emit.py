@@ -55,7 +55,7 @@ from toolchain.codegen.c import CRenderer
 from toolchain.codegen.cstyle import ATOM, c_templates
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
-from toolchain.tir.functor import post_order_visit
+from toolchain.tir.functor import StmtVisitor
 from toolchain.tir.transform.legalize_f16 import legalize_f16
 
 #: the bundle runtime's header: ``kiln_f16`` and its conversions (float16 kernels)
@@ -357,7 +357,22 @@ def render_kernel(func: ir.PrimFunc, name: str, *, restrict: bool | frozenset[in
 
 def has_parallel(s: ir.Stmt) -> bool:
     """Whether ``s`` holds a ``parallel`` loop."""
-    found = []
-    post_order_visit(s, lambda n: found.append(1) if isinstance(n, ir.For)
-                     and n.kind == "parallel" else None)
-    return bool(found)
+    finder = _FindParallel()
+    finder.visit_stmt(s)
+    return finder.found
+
+
+class _FindParallel(StmtVisitor):
+    # loops are statements: no expression is entered, and the walk stops at the first
+    # parallel loop (``spine`` asks again at every level of a kernel)
+    found = False
+
+    def visit_stmt(self, s: ir.Stmt) -> None:
+        if not self.found:
+            super().visit_stmt(s)
+
+    def visit_For(self, s: ir.For) -> None:
+        if s.kind == "parallel":
+            self.found = True
+        else:
+            self.visit_stmt(s.body)

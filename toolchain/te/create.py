@@ -38,19 +38,20 @@ from toolchain.tir.functor import substitute
 def _topo(outputs: Sequence[Tensor]) -> list[Tensor]:
     order: list[Tensor] = []
     seen: set[int] = set()
-
-    def visit(t: Tensor) -> None:
-        if id(t) in seen:
-            return
-        seen.add(id(t))
-        if isinstance(t.op, ComputeOp):
-            for inp in t.op.input_tensors():
-                visit(inp)
-        order.append(t)
-
     for t in outputs:
-        visit(t)
+        _topo_visit(t, seen, order)
     return order
+
+
+def _topo_visit(t: Tensor, seen: set[int], order: list[Tensor]) -> None:
+    # not a closure calling itself (a reference cycle left to the cyclic collector)
+    if id(t) in seen:
+        return
+    seen.add(id(t))
+    if isinstance(t.op, ComputeOp):
+        for inp in t.op.input_tensors():
+            _topo_visit(inp, seen, order)
+    order.append(t)
 
 
 def _block_for(t: Tensor, block_name: str) -> ir.Stmt:

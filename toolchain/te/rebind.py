@@ -67,28 +67,31 @@ def rebind(outputs: list[te.Tensor], mapping: dict[int, te.Tensor]) -> list[te.T
     'c[i] * T.float32(2.0)'
     """
     memo: dict[int, te.Tensor] = {}
+    return [_rebound(t, mapping, memo) for t in outputs]
 
-    def get(t: te.Tensor) -> te.Tensor:
-        if id(t.buffer) in mapping:
-            return mapping[id(t.buffer)]
-        if not isinstance(t.op, te.ComputeOp):
-            return t
-        if id(t) in memo:
-            return memo[id(t)]
-        swap = {}
-        for dep in t.op.input_tensors():
-            new = get(dep)
-            if new is not dep:
-                swap[id(dep.buffer)] = new.buffer
-        out = t
-        body = _map_body(t.op.body, SwapBuffers(swap)) if swap else t.op.body
-        body = _map_body(body, _UnitIndex(t.op.axis))
-        if body is not t.op.body:
-            op = te.ComputeOp(t.op.name, t.op.axis, body, t.op.tag, dict(t.op.attrs))
-            out = te.Tensor(ir.Buffer(t.name, t.shape, t.dtype), op)
-        memo[id(t)] = out
-        return out
 
-    return [get(t) for t in outputs]
+def _rebound(t: te.Tensor, mapping: dict[int, te.Tensor],
+             memo: dict[int, te.Tensor]) -> te.Tensor:
+    # a module function, not a closure calling itself: that is a reference cycle keeping
+    # the rebuilt DAG for the cyclic collector
+    if id(t.buffer) in mapping:
+        return mapping[id(t.buffer)]
+    if not isinstance(t.op, te.ComputeOp):
+        return t
+    if id(t) in memo:
+        return memo[id(t)]
+    swap = {}
+    for dep in t.op.input_tensors():
+        new = _rebound(dep, mapping, memo)
+        if new is not dep:
+            swap[id(dep.buffer)] = new.buffer
+    out = t
+    body = _map_body(t.op.body, SwapBuffers(swap)) if swap else t.op.body
+    body = _map_body(body, _UnitIndex(t.op.axis))
+    if body is not t.op.body:
+        op = te.ComputeOp(t.op.name, t.op.axis, body, t.op.tag, dict(t.op.attrs))
+        out = te.Tensor(ir.Buffer(t.name, t.shape, t.dtype), op)
+    memo[id(t)] = out
+    return out
 
 

@@ -331,7 +331,7 @@ class StmtExprMutator(ExprMutator):
         body = self.visit_stmt(s.body)
         if mn is s.min and ext is s.extent and body is s.body:
             return s
-        return replace(s, min=mn, extent=ext, body=body)
+        return ir.For(s.loop_var, mn, ext, s.kind, body, s.thread_tag, s.annotations)
 
     def visit_IfThenElse(self, s: ir.IfThenElse) -> ir.Stmt:
         c = self.visit_expr(s.condition)

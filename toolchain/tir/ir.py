@@ -479,12 +479,17 @@ class BufferLoad(PrimExpr):
     indices: tuple[PrimExpr, ...]
     dtype: str = ""
 
-    def __post_init__(self) -> None:
-        idx = tuple(convert(i) for i in self.indices)
-        object.__setattr__(self, "indices", idx)
-        if not self.dtype:
+    def __init__(self, buffer: Buffer, indices: Any, dtype: str = "") -> None:
+        # written out, as ``BinaryOp``'s (the dataclass's frozen ``__setattr__`` per field
+        # and ``__post_init__``): the mutators rebuild loads by the ten thousand
+        idx = tuple(i if isinstance(i, PrimExpr) else convert(i) for i in indices)
+        d = self.__dict__
+        d["buffer"] = buffer
+        d["indices"] = idx
+        if not dtype:
             lanes = max([lanes_of(i.dtype) for i in idx] or [1])
-            object.__setattr__(self, "dtype", with_lanes(self.buffer.dtype, lanes))
+            dtype = with_lanes(buffer.dtype, lanes)
+        d["dtype"] = dtype
 
 
 # --------------------------------------------------------------------------------------
@@ -635,9 +640,12 @@ class BufferStore(Stmt):
     value: PrimExpr
     indices: tuple[PrimExpr, ...]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "indices", tuple(convert(i) for i in self.indices))
-        object.__setattr__(self, "value", convert(self.value, self.buffer.dtype))
+    def __init__(self, buffer: Buffer, value: Any, indices: Any) -> None:
+        # written out, as ``BufferLoad``'s
+        d = self.__dict__
+        d["buffer"] = buffer
+        d["value"] = value if isinstance(value, PrimExpr) else convert(value, buffer.dtype)
+        d["indices"] = tuple(i if isinstance(i, PrimExpr) else convert(i) for i in indices)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -652,10 +660,20 @@ class For(Stmt):
     thread_tag: str | None = None
     annotations: Mapping[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "min", convert(self.min))
-        object.__setattr__(self, "extent", convert(self.extent))
-        object.__setattr__(self, "kind", ForKind(self.kind))
+    def __init__(self, loop_var: Var, min: Any, extent: Any, kind: Any,  # noqa: A002
+                 body: Stmt, thread_tag: str | None = None,
+                 annotations: Mapping[str, Any] | None = None) -> None:
+        # written out, as ``BinaryOp``'s: the dataclass's ``__init__`` (a frozen
+        # ``__setattr__`` per field) + ``__post_init__`` and the enum call on a kind that
+        # is a ``ForKind`` already cost more than the rest of a mutator's ``visit_For``
+        d = self.__dict__
+        d["loop_var"] = loop_var
+        d["min"] = min if isinstance(min, PrimExpr) else convert(min)
+        d["extent"] = extent if isinstance(extent, PrimExpr) else convert(extent)
+        d["kind"] = kind if type(kind) is ForKind else ForKind(kind)
+        d["body"] = body
+        d["thread_tag"] = thread_tag
+        d["annotations"] = {} if annotations is None else annotations
 
 
 @dataclass(frozen=True, eq=False, repr=False)

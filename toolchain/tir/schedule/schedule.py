@@ -140,21 +140,25 @@ class Schedule:
 
     # ------------------------------------------------------------------ trace (internal)
     def _record(self, kind: str, args: tuple, kwargs: dict, out: Any) -> None:
-        def ref(v: Any) -> Any:
-            if isinstance(v, (LoopRV, BlockRV)):
-                name = self._rv_names.get(id(v))
-                if name is None:
-                    name = self._name_rv(v)
-                return RVRef(name)
-            if isinstance(v, (list, tuple)):
-                return [ref(x) for x in v]
-            return v
-
         outs = list(out) if isinstance(out, (list, tuple)) else ([] if out is None else [out])
         names = tuple(self._name_rv(o) for o in outs)
+        ref = self._ref
         self._trace.append(Instruction(kind, tuple(ref(a) for a in args),
                                        {k: ref(v) for k, v in kwargs.items()}, names,
                                        isinstance(out, (list, tuple))))
+
+    def _ref(self, v: Any) -> Any:
+        # a method, not a recursive closure: a closure that calls itself is a reference
+        # cycle (function -> cell -> function) holding ``self``, so every Schedule, with
+        # all its IR, waited for the cyclic garbage collector instead of being freed at once
+        if isinstance(v, (LoopRV, BlockRV)):
+            name = self._rv_names.get(id(v))
+            if name is None:
+                name = self._name_rv(v)
+            return RVRef(name)
+        if isinstance(v, (list, tuple)):
+            return [self._ref(x) for x in v]
+        return v
 
     def _name_rv(self, rv: Any) -> str:
         if id(rv) not in self._rv_names:

@@ -402,17 +402,20 @@ def loop_ranges(path: tuple[ir.Stmt, ...]) -> dict[ir.Var, ir.Range]:
 
 def blocks_under(s: ir.Stmt) -> list[tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]]:
     """Blocks under ``s`` not nested in another block under ``s``, with paths from ``s``."""
-    out = []
-
-    def rec(node: ir.Stmt, path: tuple[ir.Stmt, ...]) -> None:
-        if isinstance(node, ir.BlockRealize):
-            out.append((node, path))
-            return
-        for c in children(node):
-            rec(c, path + (node,))
-
-    rec(s, ())
+    out: list[tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]] = []
+    _blocks_under(s, (), out)
     return out
+
+
+def _blocks_under(node: ir.Stmt, path: tuple[ir.Stmt, ...],
+                  out: list[tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]]) -> None:
+    # a module function, not a closure calling itself: that would be a reference cycle
+    # (function -> cell -> function) keeping ``out`` and its IR for the cyclic collector
+    if isinstance(node, ir.BlockRealize):
+        out.append((node, path))
+        return
+    for c in children(node):
+        _blocks_under(c, path + (node,), out)
 
 
 class _Replace(StmtExprMutator):
@@ -512,25 +515,27 @@ def with_root_allocs(func: ir.PrimFunc, add: tuple[ir.Buffer, ...] = (),
 
 def simplify_bindings(s: ir.Stmt, ranges: dict[ir.Var, ir.Range]) -> ir.Stmt:
     """Simplify every block binding and predicate under ``s`` with the loop ranges."""
+    return _SimplifyBindings(ranges).visit_stmt(s)
 
-    class _M(StmtExprMutator):
-        def __init__(self) -> None:
-            self.ranges = dict(ranges)
 
-        def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
-            return e
+class _SimplifyBindings(StmtExprMutator):
+    # a module class, not one made per call: a class is a reference cycle (type <-> its
+    # dict and methods) that only the cyclic collector frees, and costly to create
+    def __init__(self, ranges: dict[ir.Var, ir.Range]) -> None:
+        self.ranges = dict(ranges)
 
-        def visit_For(self, f: ir.For) -> ir.Stmt:
-            self.ranges[f.loop_var] = ir.Range(f.min, f.extent)
-            body = self.visit_stmt(f.body)
-            return f if body is f.body else replace(f, body=body)
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        return e
 
-        def visit_BlockRealize(self, r: ir.BlockRealize) -> ir.Stmt:
-            vals = tuple(arith.simplify(v, self.ranges) for v in r.iter_values)
-            pred = arith.simplify(r.predicate, self.ranges)
-            return ir.BlockRealize(vals, pred, r.block)
+    def visit_For(self, f: ir.For) -> ir.Stmt:
+        self.ranges[f.loop_var] = ir.Range(f.min, f.extent)
+        body = self.visit_stmt(f.body)
+        return f if body is f.body else replace(f, body=body)
 
-    return _M().visit_stmt(s)
+    def visit_BlockRealize(self, r: ir.BlockRealize) -> ir.Stmt:
+        vals = tuple(arith.simplify(v, self.ranges) for v in r.iter_values)
+        pred = arith.simplify(r.predicate, self.ranges)
+        return ir.BlockRealize(vals, pred, r.block)
 
 
 def make_loop_nest(loops: list[tuple[ir.Var, ir.PrimExpr]], body: ir.Stmt) -> ir.Stmt:

@@ -388,16 +388,21 @@ class _Compact(StmtMutator):
 
 
 def _find_loop(s: ir.Stmt, var: ir.Var) -> ir.For | None:
-    found: list[ir.For] = []
+    finder = _FindLoop(var)
+    finder.visit_stmt(s)
+    return finder.found[0] if finder.found else None
 
-    class _F(StmtVisitor):
-        def visit_For(self, f: ir.For) -> None:
-            if f.loop_var is var:
-                found.append(f)
-            super().visit_For(f)
 
-    _F().visit_stmt(s)
-    return found[0] if found else None
+class _FindLoop(StmtVisitor):
+    # a module class, not one made per call (a class is a reference cycle)
+    def __init__(self, var: ir.Var) -> None:
+        self.var = var
+        self.found: list[ir.For] = []
+
+    def visit_For(self, f: ir.For) -> None:
+        if f.loop_var is self.var:
+            self.found.append(f)
+        super().visit_For(f)
 
 
 def compact_buffer_allocation(func: ir.PrimFunc) -> ir.PrimFunc:

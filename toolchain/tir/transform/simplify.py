@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, substitute
 
@@ -26,7 +24,7 @@ class _Simplify(StmtExprMutator):
             del self.ranges[s.loop_var]
         if mn is s.min and ext is s.extent and body is s.body:
             return s
-        return replace(s, min=mn, extent=ext, body=body)
+        return ir.For(s.loop_var, mn, ext, s.kind, body, s.thread_tag, s.annotations)
 
     def visit_IfThenElse(self, s: ir.IfThenElse) -> ir.Stmt:
         c = self.visit_expr(s.condition)
