@@ -33,7 +33,7 @@ gc.set_threshold(*GC_THRESHOLDS)
 SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
                  "int8_builds": "boards", "cuda_sm90_zoo": "cuda-nvcc",
                  "shuffle_kernels": "cuda-shuffle-nvcc",
-                 "zoo_bundle": "bundle-safety-zoo", "split_bundle": "bundle-threads-split",
+                 "zoo_c_bundle": "bundle-zoo", "lenet_llvm": "codegen-aarch64-lenet",
                  "pool_stage": "bundle-patch-pool"}
 
 

@@ -38,13 +38,10 @@ def nchw_variant(base: str, tmp_path: Path) -> Path:
     return p
 
 
-def bundle_at_point(model: onnx.ModelProto, target: str, tmp_path: Path, knobs: dict,
-                    seed: int) -> tuple[str, float]:
-    """Compile ``model`` (one convolution, input ``x`` of 1 x 8 x 16 x 16) for ``target``
-    with its task's default point changed by ``knobs``, run the bundle and onnxruntime on
-    one random input: the kernels' C source and the largest relative error."""
+def _compile_at_point(model: onnx.ModelProto, target: str, tmp_path: Path, knobs: dict):
+    """``model`` compiled for ``target`` with its one task's default point changed by
+    ``knobs``: the bundle and its kernels' C source."""
     import toolchain
-    from tests.bundle.helpers import max_rel, run_ort
     from toolchain.autotune.apply import applying
     from toolchain.autotune.tasks import extract_tasks
 
@@ -52,10 +49,28 @@ def bundle_at_point(model: onnx.ModelProto, target: str, tmp_path: Path, knobs: 
     task, = extract_tasks(model, target)
     s = task.space
     p = s.canonical({**s.default(), **knobs})
-    x = np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)
-    ref = run_ort(model, {"x": x})["y"]
     with applying({s.workload: s.trace(p)}) as applied:
         pkg = toolchain.compile(tmp_path / "m.onnx", target, output=tmp_path / "b")
     assert set(applied) == {s.workload}
-    src = (Path(pkg.path) / "src" / "kernels.c").read_text()
+    return pkg, (Path(pkg.path) / "src" / "kernels.c").read_text()
+
+
+def kernels_at_point(model: onnx.ModelProto, target: str, tmp_path: Path,
+                     knobs: dict) -> str:
+    """The kernels' C source of :func:`bundle_at_point`'s bundle, neither built nor run:
+    for a test that only compares the C of two points (the other point runs)."""
+    return _compile_at_point(model, target, tmp_path, knobs)[1]
+
+
+def bundle_at_point(model: onnx.ModelProto, target: str, tmp_path: Path, knobs: dict,
+                    seed: int) -> tuple[str, float]:
+    """Compile ``model`` (one convolution, input ``x`` of 1 x 8 x 16 x 16) for ``target``
+    with its task's default point changed by ``knobs``, run the bundle and onnxruntime on
+    one random input: the kernels' C source and the largest relative error."""
+    import toolchain
+    from tests.bundle.helpers import max_rel, run_ort
+
+    x = np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    ref = run_ort(model, {"x": x})["y"]
+    pkg, src = _compile_at_point(model, target, tmp_path, knobs)
     return src, max_rel(toolchain.run(pkg, {"x": x}).outputs["y"], ref)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -317,3 +319,26 @@ def clip_softmax_clip(hi2: float) -> tuple[onnx.ModelProto, dict[str, np.ndarray
     inits = {"lo": np.array(0.0, f), "hi": np.array(6.0, f), "hi2": np.array(hi2, f)}
     model = make_model(nodes, {"x": (f, [1, 16])}, {"y": (f, [1, 16])}, inits)
     return model, {"x": np.linspace(-8, 8, 16, dtype=f)[None]}
+
+
+@dataclass(frozen=True)
+class ZooBundle:
+    """A zoo model's bundle as Kiln compiled it (read it; build in :meth:`copy`), with the
+    model, its inputs and onnxruntime's outputs on them."""
+
+    path: Path
+    model: onnx.ModelProto
+    inputs: dict[str, np.ndarray]
+    ref: dict[str, np.ndarray]
+
+    def copy(self, dest: Path) -> ZooBundle:
+        """The bundle copied to ``dest``, for a test that builds in it (``make``)."""
+        shutil.copytree(self.path, dest)
+        return replace(self, path=dest)
+
+
+def cores(n: int, base: str = "c-generic") -> Any:
+    """``base`` with ``cores: n`` (what a descriptor that extends it would say)."""
+    from toolchain.target import load_target
+
+    return replace(load_target(base), cores=n)

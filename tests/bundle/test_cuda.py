@@ -8,16 +8,23 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.bundle.helpers import nvcc_object, nvcc_unit
-from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle import (
+    build_spec,
+    compile_model,
+    load_bundle,
+    render_cuda_files,
+    render_files,
+    write_bundle,
+)
 from toolchain.bundle.host import gpu_available
-from toolchain.errors import TargetError
+from toolchain.errors import OptionError, TargetError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 from toolchain.zoo import ZOO
@@ -80,14 +87,23 @@ STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror")
 class NvccBatch:
     """Bundles Kiln compiled (by test name; or the error its compile raised) and nvcc's
     run over all of them as one translation unit (``nvcc_unit``), None where no unit
-    could be made of them."""
+    could be made of them (or nvcc is not installed); ``emulated``: the same compiles'
+    SIMT emulations (``build_spec(..., also_emulate=True)``), where they were made."""
 
     bundles: dict[str, Path | Exception]
     run: subprocess.CompletedProcess | None
+    emulated: dict[str, Path | Exception] = field(default_factory=dict)
 
     def bundle(self, name: str) -> Path:
         """The bundle of ``name``; raises what its compile raised."""
         got = self.bundles[name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def emulation(self, name: str) -> Path:
+        """The emulated bundle of ``name``; raises what its compile raised."""
+        got = self.emulated[name]
         if isinstance(got, Exception):
             raise got
         return got
@@ -102,6 +118,8 @@ def _nvcc_batch(bundles: dict[str, Path | Exception], sources: object, out: Path
                 flags: tuple[str, ...] | list[str]) -> NvccBatch:
     """``sources(bundle)`` of every bundle Kiln built, compiled by one nvcc run."""
     built = [d for d in bundles.values() if isinstance(d, Path)]
+    if NVCC is None:
+        return NvccBatch(bundles, None)
     try:
         include = nvcc_unit([sources(d) for d in built], out / "unit.cu")
     except ValueError:
@@ -126,6 +144,25 @@ def _sm90_bundles(names: list[str], out: Path, **options: object) -> dict[str, P
     return got
 
 
+def _sm90_and_emulated(names: list[str], out: Path
+                       ) -> tuple[dict[str, Path | Exception], dict[str, Path | Exception]]:
+    """Each model's ``cuda-sm90`` bundle and its SIMT emulation from one compile (the same
+    files as a plain and an ``emulate`` compile: ``test_also_emulate_...`` below)."""
+    cuda: dict[str, Path | Exception] = {}
+    emulated: dict[str, Path | Exception] = {}
+    for name in names:
+        spec = ZOO[name]
+        try:
+            both = build_spec(spec.build(), "cuda-sm90", progress=False, also_emulate=True,
+                              input_shapes=spec.input_shapes)
+            assert both.emulation is not None
+            cuda[name] = write_bundle(render_cuda_files(both), out / name)
+            emulated[name] = write_bundle(render_files(both.emulation), out / f"{name}_emu")
+        except Exception as e:  # (its own tests raise it)
+            cuda[name] = emulated[name] = e
+    return cuda, emulated
+
+
 @pytest.fixture(scope="module")
 def cuda_sm90_zoo(tmp_path_factory) -> NvccBatch:
     """Every fast zoo model's ``cuda-sm90`` bundle, and nvcc's object code of all of them
@@ -133,10 +170,15 @@ def cuda_sm90_zoo(tmp_path_factory) -> NvccBatch:
     call sequence, then the kernels), every warning an error, the host compiler's
     ``-Wall -Wextra`` too. One run, where a run a bundle paid nvcc's fixed cost (the CUDA
     headers through its front end, ``cudafe++`` and the host compiler, about 0.9 CPU s)
-    twelve times; the users share an xdist group (``SHARED_BUILDS``)."""
+    twelve times; the users share an xdist group (``SHARED_BUILDS``). With each bundle its
+    SIMT emulation, from the same compile: one schedule and lowering a model, not two
+    (the zoo's ``cuda-sm80`` and ``cuda-sm90`` kernels are the same text, so the emulation
+    checks the kernels nvcc builds)."""
     out = tmp_path_factory.mktemp("sm90")
-    return _nvcc_batch(_sm90_bundles(MODELS, out), lambda d: [_launcher(d), d / "src/kernels.cu"],
-                       out, STRICT_HOST)
+    cuda, emulated = _sm90_and_emulated(MODELS, out)
+    batch = _nvcc_batch(cuda, lambda d: [_launcher(d), d / "src/kernels.cu"], out, STRICT_HOST)
+    batch.emulated = emulated
+    return batch
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed: "
@@ -181,14 +223,37 @@ def test_the_profiling_build_times_every_launch_listed_in_the_metadata(
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_simt_emulation_matches_the_reference(name: str, tmp_path: Path) -> None:
-    """The CUDA kernels' own lowered code, run thread by thread on the CPU."""
-    model, feeds, want = _reference(name)
-    d = compile_model(model, "cuda-sm80", tmp_path / name, input_shapes=ZOO[name].input_shapes,
-                      progress=False, emulate=True)
+def test_simt_emulation_matches_the_reference(name: str, cuda_sm90_zoo: NvccBatch) -> None:
+    """The CUDA kernels' own lowered code, run thread by thread on the CPU: the emulation
+    of the very kernels nvcc builds in ``cuda_sm90_zoo``."""
+    _, feeds, want = _reference(name)
+    d = cuda_sm90_zoo.emulation(name)
     meta = json.loads((d / "metadata.json").read_text())
     assert meta["options"]["emulate"] and meta["target"]["kind"] == "cuda"
     assert _rel_err(load_bundle(d)(feeds), want) < 1e-4
+
+
+def _files(d: Path) -> dict[Path, bytes]:
+    return {p.relative_to(d): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+def test_also_emulate_gives_the_files_of_two_compiles(lenet_cuda: Path, tmp_path: Path) -> None:
+    """``build_spec(..., also_emulate=True)``: the CUDA bundle and its ``emulation`` are
+    byte for byte a plain compile's and an ``emulate`` compile's (``cuda_sm90_zoo`` leans
+    on it); it refuses what it does not render twice before any work."""
+    model = ZOO["lenet5"].build()
+    both = build_spec(model, "cuda-sm80", progress=False, also_emulate=True)
+    assert both.emulation is not None and both.emulation.emulation is None
+    cuda = write_bundle(render_cuda_files(both), tmp_path / "cuda" / "lenet5")
+    emu = write_bundle(render_files(both.emulation), tmp_path / "emu" / "lenet5")
+    alone = compile_model(model, "cuda-sm80", tmp_path / "alone" / "lenet5", progress=False,
+                          emulate=True)
+    assert _files(cuda) == _files(lenet_cuda)
+    assert _files(emu) == _files(alone)
+    for target, options in (("c-generic", {}), ("cuda-sm80", {"cuda_graph": True}),
+                            ("cuda-sm80", {"emulate": True})):
+        with pytest.raises(OptionError, match="also_emulate"):
+            build_spec(model, target, progress=False, also_emulate=True, **options)
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the message on a machine without a GPU")

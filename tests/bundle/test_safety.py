@@ -15,6 +15,7 @@ from onnx import helper
 
 from tests.bundle.helpers import (
     STRICT,
+    ZooBundle,
     assert_matches,
     compile_run,
     make,
@@ -75,31 +76,10 @@ def test_hostile_names_give_valid_c(tmp_path):
     make(path, cflags=STRICT_CFLAGS)  # the library and main.c, strict
 
 
-@pytest.fixture(scope="module")
-def zoo_bundle(tmp_path_factory):
-    """``get(name, dest)``: zoo model ``name`` compiled for c-generic by Kiln once per
-    module and copied to ``dest`` (each test builds in its own copy), with the model, its
-    inputs and onnxruntime's outputs: ResNet-8's bundle is the no-malloc test's and the
-    ASan/UBSan test's, LeNet-5's the ASan/UBSan and the valgrind tests'."""
-    done: dict = {}
-
-    def get(name: str, dest: Path):
-        if name not in done:
-            spec = ZOO[name]
-            model = spec.build()
-            inputs = spec.inputs(model)
-            path = compile_model(model, "c-generic", tmp_path_factory.mktemp(name) / name,
-                                 input_shapes=spec.input_shapes)
-            done[name] = path, model, inputs, run_ort(model, inputs)
-        path, model, inputs, ref = done[name]
-        shutil.copytree(path, dest)
-        return dest, model, inputs, ref
-
-    return get
-
-
-def test_no_malloc_anywhere(tmp_path, zoo_bundle):
-    path = zoo_bundle("resnet8", tmp_path / "b")[0]
+def test_no_malloc_anywhere(tmp_path, zoo_c_bundle):
+    """ResNet-8's c-generic bundle (``zoo_c_bundle``: Kiln's compile shared with
+    ``test_zoo.py`` and the sanitizer test below; each test builds in its own copy)."""
+    path = zoo_c_bundle("resnet8").copy(tmp_path / "b").path
     sources = list(path.rglob("*.c")) + list(path.rglob("*.h"))
     lib_sources = [p for p in sources if p.name != "main.c"]
     # a CPU bundle's runtime is the CPU runtime alone (not the accelerator's driver)
@@ -183,23 +163,26 @@ def test_existing_output_is_refused_unless_force(tmp_path):
     assert (other / "keep.txt").read_text() == "mine"
 
 
-def _sanitized_run(bundle, flags: str, prefix=()) -> None:
-    path, _, inputs, ref = bundle
-    make(path, "main", cflags=flags)
-    meta = json.loads((path / "metadata.json").read_text())
-    assert_matches(run_main(path, inputs, meta, prefix=prefix), ref)
+def _sanitized_run(bundle: ZooBundle, flags: str, prefix=()) -> None:
+    """``make main`` with ``flags`` in ``bundle`` (a copy of ``zoo_c_bundle``'s: Kiln's
+    c-generic compile of the zoo model, shared with ``test_zoo.py``), run on the model's
+    inputs (under ``prefix``), the outputs against onnxruntime's."""
+    make(bundle.path, "main", cflags=flags)
+    meta = json.loads((bundle.path / "metadata.json").read_text())
+    assert_matches(run_main(bundle.path, bundle.inputs, meta, prefix=prefix), bundle.ref)
 
 
 @pytest.mark.parametrize("name", ["lenet5", "transformer_encoder", "resnet8"])
-def test_bundle_clean_under_asan_ubsan(name, tmp_path, zoo_bundle):
+def test_bundle_clean_under_asan_ubsan(name, tmp_path, zoo_c_bundle):
     flags = (f"-O1 {SANITIZER_DEBUG} -std=c99 -fsanitize=address,undefined "
              "-fno-sanitize-recover=all -fno-omit-frame-pointer")
-    _sanitized_run(zoo_bundle(name, tmp_path / name), flags)
+    _sanitized_run(zoo_c_bundle(name).copy(tmp_path / name), flags)
 
 
 @needs("valgrind", "make")
-def test_bundle_clean_under_valgrind(tmp_path, zoo_bundle):
-    _sanitized_run(zoo_bundle("lenet5", tmp_path / "lenet5"), f"-O1 {SANITIZER_DEBUG} -std=c99",
+def test_bundle_clean_under_valgrind(tmp_path, zoo_c_bundle):
+    _sanitized_run(zoo_c_bundle("lenet5").copy(tmp_path / "lenet5"),
+                   f"-O1 {SANITIZER_DEBUG} -std=c99",
                    prefix=("valgrind", "--error-exitcode=9", "--quiet"))
 
 
@@ -236,14 +219,14 @@ def test_cortex_m4_library_cross_compiles_strict(tmp_path):
     assert not {u for u in undefined if u.startswith(("pthread_", "omp_", "GOMP_"))}
 
 
-def test_run_checks_arguments_and_arena_alignment(tmp_path):
-    """<model>_run refuses NULLs and a misaligned arena with the documented codes."""
+def test_run_checks_arguments_and_arena_alignment(zoo_c_bundle):
+    """<model>_run refuses NULLs and a misaligned arena with the documented codes
+    (LeNet-5's c-generic bundle: ``zoo_c_bundle``'s compile, read only)."""
     import ctypes
 
     from toolchain.bundle import load_bundle
 
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
-    mod = load_bundle(path)
+    mod = load_bundle(zoo_c_bundle("lenet5").path)
     x = np.zeros((1, 1, 28, 28), F)
     out = [np.zeros((1, 10), F), np.zeros((1, 10), F)]
     ins = (ctypes.c_void_p * 1)(x.ctypes.data)
@@ -259,8 +242,8 @@ def test_run_checks_arguments_and_arena_alignment(tmp_path):
     assert b"aligned" in strerror(2) and b"NULL" in strerror(1)
 
 
-def test_timing_hooks_see_every_kernel(tmp_path):
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+def test_timing_hooks_see_every_kernel(tmp_path, zoo_c_bundle):
+    path = zoo_c_bundle("lenet5").copy(tmp_path / "b").path
     meta = json.loads((path / "metadata.json").read_text())
     hook = path / "hook.c"
     hook.write_text(
@@ -292,8 +275,8 @@ def test_timing_hooks_see_every_kernel(tmp_path):
     assert flat[0]["name"] not in (path / "src" / "kernels.c").read_text()
 
 
-def test_make_profile_reports_every_kernel(tmp_path):
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+def test_make_profile_reports_every_kernel(tmp_path, zoo_c_bundle):
+    path = zoo_c_bundle("lenet5").copy(tmp_path / "b").path
     meta = json.loads((path / "metadata.json").read_text())
     make(path, "profile", cflags=STRICT_CFLAGS)
     np.zeros((1, 1, 28, 28), F).tofile(path / "x.bin")

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import STRICT, assert_matches, make, run_main, run_ort
+from tests.bundle.helpers import STRICT, assert_matches, cores, make, run_main
 from tests.tools import require
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.emit import render_kernel
-from toolchain.target import load_target
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.transform import lower
 from toolchain.zoo import ZOO
@@ -37,39 +34,6 @@ def split_every_kernel(monkeypatch):
 
     monkeypatch.setattr(render, "MIN_PARALLEL_FLOPS", 0)
     monkeypatch.setattr(render, "MIN_PARALLEL_BYTES", 0)
-
-
-@pytest.fixture(scope="module")
-def split_bundle(tmp_path_factory):
-    """``get(name, n, dest)``: zoo model ``name`` compiled for ``cores(n)`` with every
-    kernel split (as :func:`split_every_kernel`), by Kiln once per module, copied to
-    ``dest`` for each test to build in; with its model, inputs and onnxruntime's outputs.
-    The parametrized builds of one model (thread libraries, sanitizers) differ only in
-    ``make``'s flags: Kiln's compile and the reference are the same for all of them."""
-    from toolchain.bundle import render
-
-    done: dict = {}
-
-    def get(name: str, n: int, dest: Path):
-        if (name, n) not in done:
-            spec = ZOO[name]
-            model = spec.build()
-            inputs = spec.inputs(model)
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setattr(render, "MIN_PARALLEL_FLOPS", 0)
-                mp.setattr(render, "MIN_PARALLEL_BYTES", 0)
-                path = compile_model(model, cores(n), tmp_path_factory.mktemp(name) / "b")
-            done[name, n] = (path, model, inputs, run_ort(model, inputs))
-        path, model, inputs, ref = done[name, n]
-        shutil.copytree(path, dest)
-        return dest, model, inputs, ref
-
-    return get
-
-
-def cores(n: int, base: str = "c-generic"):
-    """``base`` with ``cores: n`` (what a descriptor that extends it would say)."""
-    return replace(load_target(base), cores=n)
 
 
 def _two_stage(n: int = 64):
@@ -118,13 +82,13 @@ def test_scratch_inside_a_parallel_loop_gets_a_slice_per_thread():
     assert "(size_t)kiln_thread * 2048" in "\n".join(k3.body)
 
 
-@pytest.mark.usefixtures("split_every_kernel")
 @pytest.mark.parametrize("name", ["resnet8", "mobilenet_v1", "transformer_encoder"])
-def test_thread_counts_are_bit_identical(name, tmp_path):
-    spec = ZOO[name]
-    model = spec.build()
-    inputs = spec.inputs(model)
-    path = compile_model(model, cores(3), tmp_path / "b", input_shapes=spec.input_shapes)
+def test_thread_counts_are_bit_identical(name, zoo_c_bundle):
+    """The model for 3 cores, every kernel split (``zoo_c_bundle``'s ``split``, as
+    :func:`split_every_kernel`: the bundle the thread-library and sanitizer tests build),
+    run with 1, 2, 3, 2 and 1 threads in one process."""
+    three = zoo_c_bundle(name, 3, split=True)
+    path, inputs = three.path, three.inputs
     meta = json.loads((path / "metadata.json").read_text())
     assert meta["max_threads"] == 3
     assert sum(k["threaded"] for k in meta["kernels"]) >= 3
@@ -137,13 +101,12 @@ def test_thread_counts_are_bit_identical(name, tmp_path):
         for o in outs:
             for k, v in got[1][0].items():
                 np.testing.assert_array_equal(o[k], v, err_msg=f"{name} output {k}")
-    assert_matches(got[3][0], run_ort(model, inputs))
-    # the same model for one core: the schedules differ, so only close. Named and built
-    # (strict flags) as tests/bundle/test_zoo.py builds it: the same bundle, byte for byte,
-    # so one of the two tests finds its library in the build cache (resnet8: 4 CPU s of gcc)
-    one = compile_model(model, cores(1), tmp_path / "one", input_shapes=spec.input_shapes,
-                        name=name)
-    assert_matches(got[2][0], load_bundle(one, extra_flags=STRICT)(inputs), rtol=1e-5)
+    assert_matches(got[3][0], three.ref)
+    # the same model for one core: the schedules differ, so only close. It is
+    # tests/bundle/test_zoo.py's bundle of the model (the same compile, built with the
+    # same strict flags: its library comes from the build cache; resnet8: 4 CPU s of gcc)
+    one = zoo_c_bundle(name)
+    assert_matches(got[2][0], load_bundle(one.path, extra_flags=STRICT)(inputs), rtol=1e-5)
 
 
 @pytest.mark.usefixtures("split_every_kernel")
@@ -153,8 +116,8 @@ def test_set_threads_clamps_to_the_targets_cores(tmp_path):
     assert [b.set_threads(n) for n in (0, -5, 1, 2, 64)] == [1, 1, 1, 2, 2]
 
 
-def test_single_core_bundle_has_no_thread_library(tmp_path):
-    path = compile_model(ZOO["lenet5"].build(), "c-generic", tmp_path / "b")
+def test_single_core_bundle_has_no_thread_library(zoo_c_bundle):
+    path = zoo_c_bundle("lenet5").path  # c-generic: one core (read only)
     meta = json.loads((path / "metadata.json").read_text())
     assert meta["max_threads"] == 1 and not any(k["threaded"] for k in meta["kernels"])
     assert "THREADS ?= none" in (path / "Makefile").read_text()
@@ -175,16 +138,18 @@ def test_small_kernels_stay_on_the_callers_thread(tmp_path):
 
 
 @pytest.mark.parametrize("threads", ["pthread", "openmp", "none"])
-def test_make_with_each_thread_library(threads, tmp_path, split_bundle):
-    """``make THREADS=...``: the pool, OpenMP, or none (serial) all give the same bytes."""
-    path, model, inputs, ref = split_bundle("resnet8", 2, tmp_path / "b")
+def test_make_with_each_thread_library(threads, tmp_path, zoo_c_bundle):
+    """``make THREADS=...``: the pool, OpenMP, or none (serial) all give the same bytes
+    (ResNet-8 for 3 cores, every kernel split: the thread-count test's bundle)."""
+    b = zoo_c_bundle("resnet8", 3, split=True).copy(tmp_path / "b")
+    path, inputs, ref = b.path, b.inputs, b.ref
     make(path, "main", f"THREADS={threads}", cflags="-O2 -std=c99 " + " ".join(STRICT))
     meta = json.loads((path / "metadata.json").read_text())
     one = _main_threads(path, inputs, meta, "1")
     assert_matches(one, ref)
-    two = run_main(path, inputs, meta)  # the default: the target's cores
+    many = run_main(path, inputs, meta)  # the default: the target's cores
     for k, v in one.items():
-        np.testing.assert_array_equal(two[k], v, err_msg=f"THREADS={threads}")
+        np.testing.assert_array_equal(many[k], v, err_msg=f"THREADS={threads}")
     nm = subprocess.run(["nm", "-u", str(path / "main")], capture_output=True, text=True,
                         check=False).stdout
     assert ("pthread_create" in nm) == (threads == "pthread")
@@ -195,10 +160,12 @@ def _main_threads(path, inputs, meta, n):
 
 
 @pytest.mark.parametrize("sanitizer", ["thread", "address,undefined"])
-def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path, split_bundle):
+def test_threaded_bundle_is_sanitizer_clean(sanitizer, tmp_path, zoo_c_bundle):
     """TSan (the pool's atomics and barriers, the kernels' shared buffers) and ASan/UBSan
-    on a threaded bundle run with 2 and 3 threads."""
-    path, model, inputs, ref = split_bundle("mobilenet_v1", 3, tmp_path / "b")
+    on a threaded bundle (MobileNet v1 for 3 cores, every kernel split) run with 2 and 3
+    threads."""
+    b = zoo_c_bundle("mobilenet_v1", 3, split=True).copy(tmp_path / "b")
+    path, inputs, ref = b.path, b.inputs, b.ref
     # line tables only (-g1): the reports' frames name file and line as with -g, for
     # half the compile (tests/bundle/test_safety.py, SANITIZER_DEBUG)
     make(path, "main", cflags=f"-O1 -g1 -std=c99 -fsanitize={sanitizer} "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import shutil
 import subprocess
 import zlib
 from pathlib import Path
@@ -33,6 +34,15 @@ from toolchain.errors import InputError
 F = np.float32
 STRICT_CFLAGS = "-O1 -std=c99 " + " ".join(STRICT)
 MODES = ("incbin", "c-array", "external")
+
+
+def _ccache_cc() -> tuple[str, ...]:
+    """``make``'s ``CC`` through ``ccache`` where it is installed: the three modes' bundles
+    (and the section-macro rebuilds) compile the same ``kernels.c``, model file and runtime
+    with the same flags, so each is compiled once; each mode's weights, its ``main.c``
+    where it differs, and every link still run."""
+    ccache = shutil.which("ccache")
+    return (f"CC={ccache} cc",) if ccache else ()
 
 
 def _net():
@@ -65,7 +75,7 @@ def test_modes_build_strict_and_agree_byte_for_byte(bundles):
     inputs = random_inputs(_net(), seed=4)
     outs, libs = {}, {}
     for mode, path in bundles.items():  # the same flags give the same bits in every mode
-        make(path, cflags=STRICT_CFLAGS)
+        make(path, *_ccache_cc(), cflags=STRICT_CFLAGS)
         outs[mode] = run_main(path, inputs, _meta(path))["y"].tobytes()
         libs[mode] = load_bundle(path, extra_flags=STRICT)(inputs)["y"].tobytes()
     assert outs["incbin"] == outs["c-array"] == outs["external"]
@@ -156,7 +166,7 @@ def test_external_weights_refuse_wrong_size_corruption_misalignment(bundles, tmp
 
 def test_external_demo_loads_the_file_and_names_a_bad_one(bundles, tmp_path):
     path = bundles["external"]
-    make(path, cflags=STRICT_CFLAGS)
+    make(path, *_ccache_cc(), cflags=STRICT_CFLAGS)
     x = tmp_path / "x.bin"
     random_inputs(_net(), seed=6)["x"].tofile(x)
     blob = (path / "src" / "weights.bin").read_bytes()
@@ -239,7 +249,7 @@ def _sections(obj: Path) -> str:
 def test_section_macros_place_weights_and_arena(bundles, tmp_path, mode):
     path = bundles[mode]
     subprocess.run(["make", "-s", "-C", str(path), "clean"], check=True)
-    make(path, "CPPFLAGS=-DKILN_WEIGHTS_SECTION=.rodata.kiln_weights "
+    make(path, *_ccache_cc(), "CPPFLAGS=-DKILN_WEIGHTS_SECTION=.rodata.kiln_weights "
          "-DKILN_ARENA_SECTION=.bss.kiln_arena -DKILN_WEIGHTS_ALIGN=256",
          cflags=STRICT_CFLAGS)
     weights = _sections(path / "build" / "weights.o")
@@ -310,12 +320,18 @@ def test_unknown_mode_is_refused():
 @needs("nvcc", "make")
 def test_cuda_bundle_links_its_weights(tmp_path, mode):
     """nvcc builds a CUDA bundle's library and demo in each mode (the .incbin stub by the
-    host C compiler), and Kiln's host build too; running needs a GPU (test_cuda.py)."""
-    from toolchain.bundle.host import build_cuda
+    host C compiler), and Kiln's host build too; running needs a GPU (test_cuda.py).
+
+    ``make`` runs nvcc through ``ccache`` where installed, as Kiln's own build does
+    (``nvcc_launcher``): both compile each source with the same command, so the kernels
+    (the same ``kernels.cu`` in both modes) and the runtime are compiled once, not four
+    times; each mode's own sources (``net.cu``, the weights, ``main.c``) still go through
+    nvcc, and both link."""
+    from toolchain.bundle.host import build_cuda, nvcc_launcher
 
     path = compile_model(_net(), "cuda-sm80", tmp_path / "b", name="net", weights=mode,
                          progress=False)
-    make(path)
+    make(path, f"NVCC={' '.join([*nvcc_launcher(), 'nvcc'])}")
     assert (path / "main").is_file()
     syms = subprocess.run(["nm", str(path / "libnet.a")], capture_output=True, text=True,
                           check=True).stdout

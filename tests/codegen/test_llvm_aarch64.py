@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
 from tests.tools import require
 from toolchain.bundle.host import read_metadata
@@ -46,10 +47,19 @@ def _run_qemu(bundle: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarra
             for t in meta["outputs"]}
 
 
-def test_aarch64_objects_and_cross_link(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def lenet_llvm(tmp_path_factory) -> Path:
+    """LeNet-5 compiled through the LLVM backend for AArch64, once for the module: the
+    cross-link test and the QEMU run read the same bundle (``make main`` builds in it
+    once; the other test's ``make`` finds ``main`` up to date)."""
+    return _compile("examples/lenet5.onnx", tmp_path_factory.mktemp("lenet_llvm") / "b",
+                    "llvm")
+
+
+def test_aarch64_objects_and_cross_link(lenet_llvm) -> None:
     """Every kernel is an AArch64 ELF object; the cross linker resolves them with the
     bundle's C parts (no undefined kernel symbol)."""
-    b = _compile("examples/lenet5.onnx", tmp_path / "b", "llvm")
+    b = lenet_llvm
     meta = read_metadata(b)
     assert meta["options"]["backend"] == "llvm" and meta["kernel_objects"]
     for o in meta["kernel_objects"]:
@@ -66,10 +76,10 @@ def test_aarch64_objects_and_cross_link(tmp_path) -> None:
     assert int.from_bytes(head[18:20], "little") == EM_AARCH64  # an AArch64 executable
 
 
-def test_aarch64_fp32_bundle_runs_under_qemu(tmp_path) -> None:
+def test_aarch64_fp32_bundle_runs_under_qemu(lenet_llvm) -> None:
     from toolchain.bundle.check import compare, reference_outputs
 
-    b = _compile("examples/lenet5.onnx", tmp_path / "b", "llvm")
+    b = lenet_llvm
     meta = read_metadata(b)
     feeds = {t["name"]: np.random.default_rng(0).standard_normal(t["shape"]).astype("float32")
              for t in meta["inputs"]}

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["builder", "checker", "config", "deps", "disasm", "fsim", "isa", "program",
            "randprog", "schedule", "cfsim", "widen", "compile",
-           "tokens", "workloads", "__init__"]
+           "tokens", "workloads", "rtl", "__init__"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -51,17 +51,25 @@ def connect(address: str, num_cpus: int = 2) -> None:
     if ray.is_initialized():
         return
     root = str(Path(__file__).resolve().parents[2])
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}}
+    before = os.environ.get("PYTHONPATH")
     try:
         if address == "local":
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                     runtime_env=env)
+            # The local cluster's processes inherit this environment, so its workers find
+            # this Kiln by it. A job-level ``runtime_env`` would say the same, but Ray
+            # starts fresh workers for a job with one and leaves the ``num_cpus`` it
+            # started with the cluster idle (a Python start and Ray's import each).
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, before) if p)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise KilnError(f"--ray {address}: cannot connect to a Ray cluster there ({exc}); "
                         "start one with 'ray start --head' or use --ray local") from None
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def _build_remote(inp: BuildInput, runner: str) -> BuildResult:

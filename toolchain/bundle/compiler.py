@@ -105,6 +105,8 @@ class BundleSpec:
     source: dict[str, Any] = field(default_factory=dict)
     #: an accelerator bundle: the accelerator's target and the partition (None: CPU only)
     accelerator: AcceleratorPart | None = None
+    #: ``build_spec(..., also_emulate=True)``: the SIMT emulation of the same kernels
+    emulation: BundleSpec | None = None
 
 
 @dataclass
@@ -251,6 +253,12 @@ class KernelCache:
             self._sources[key] = self.backend.kernel(lowered, name, restrict=restrict)
         return self._sources[key]
 
+    def emulated(self) -> KernelCache:
+        """A cache of the same lowered functions whose sources are the SIMT emulation's."""
+        twin = KernelCache(self.target, emulate=True)
+        twin._lowered = self._lowered
+        return twin
+
     def rendered(self, lowered: Any, restrict: bool | frozenset[int]) -> bool:
         """True if ``lowered`` already has a C function with this ``restrict``."""
         return (id(lowered), restrict) in self._sources
@@ -322,7 +330,8 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                backend: str | None = None, weights: str | None = None,
                skip_passes: tuple[str, ...] = (), ram_budget: int | None = None,
                patch: tuple[Any, ...] | None = None,
-               precision: str = "fp32", cuda_graph: bool = False) -> BundleSpec:
+               precision: str = "fp32", cuda_graph: bool = False,
+               also_emulate: bool = False) -> BundleSpec:
     """Run the compile flow up to (not including) the rendered files; ``emulate``: a GPU
     target's kernels rendered as C for the CPU (the SIMT emulation, a C bundle);
     ``backend="llvm"``: the kernels as object code for the target's triple (LLVM), the rest
@@ -336,7 +345,13 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     model's float32 tensors as float16 (:func:`~toolchain.graph.passes.precision.to_fp16`;
     float32 inputs and outputs); ``cuda_graph``: a CUDA bundle whose launcher captures its
     launch sequence into a CUDA graph (:func:`~toolchain.bundle.render_cuda.cuda_graph_option`
-    checks the target)."""
+    checks the target); ``also_emulate``: a CUDA bundle's spec whose ``emulation`` is the
+    spec ``emulate=True`` gives, from the same schedules and lowered kernels (each
+    rendered, planned and ordered for its backend as its own compile would: the same
+    files), so a test checks the bundle nvcc builds and its emulation for one compile."""
+    if also_emulate and (emulate or cuda_graph or backend is not None):
+        raise OptionError("also_emulate renders a plain CUDA bundle's kernels a second "
+                          "time; it does not go with emulate, cuda_graph or backend")
     if ram_budget is not None and ram_budget < 1:
         raise OptionError(f"--ram-budget {ram_budget}: must be a positive number of bytes")
     from toolchain.bundle.weights import MODES
@@ -365,6 +380,10 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     from toolchain.graph.passes.layout import layout_for_target, parse_layout_target
 
     t = resolve_target(target)
+    if also_emulate and t.kind != "cuda":
+        raise OptionError(f"also_emulate: target {t.name!r} has kind {t.kind!r}; the SIMT "
+                          "emulation is of a GPU target's kernels")
+    twin: list[Any] | None = [] if also_emulate else None
     if cuda_graph:
         from toolchain.bundle.render_cuda import cuda_graph_option
 
@@ -400,7 +419,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     layout = parse_layout_target("nchw") if accel is not None else layout_for_target(t)
     try:
         fused, kernels, plan = _kernels(graph, layout, t, prefix, dump_ir, bar, emulate,
-                                        backend, passes, accel, ram_budget, patch)
+                                        backend, passes, accel, ram_budget, patch, twin)
         layout_note = _layout_name(layout)
     except UnsupportedError as exc:
         if layout.kind == "nchw":
@@ -411,7 +430,7 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                        f"{str(exc).splitlines()[0][:160]})")
         fused, kernels, plan = _kernels(graph, parse_layout_target("nchw"), t, prefix,
                                         dump_ir, bar, emulate, backend, passes,
-                                        ram_budget=ram_budget, patch=patch)
+                                        ram_budget=ram_budget, patch=patch, twin=twin)
     release_freed_memory()
     plan.check()
     options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
@@ -430,10 +449,19 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
         options["ram_budget"] = ram_budget  # only where it made a patch stage
     if patch is not None:
         options["patch"] = [patch[0], patch[1], list(patch[2])]
+    emulation = None
+    if twin:  # its options are an emulate compile's: "emulate" where that one puts it
+        twin_fused, twin_kernels, twin_plan = twin[-1]
+        twin_plan.check()
+        items = list(options.items())
+        at = [k for k, _ in items].index("weights") + 1 + ("precision" in options)
+        emulation = BundleSpec(prefix, graph, twin_fused, t, layout_note, twin_kernels,
+                               twin_plan, dict([*items[:at], ("emulate", True), *items[at:]]),
+                               source)
     if not isinstance(progress, CompileProgress):
         bar.close()  # the caller's bar goes on to rendering and writing
     return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source,
-                      accel)
+                      accel, emulation)
 
 
 #: kernels index tensors with 32-bit signed integers (loop variables and flat offsets)
@@ -468,10 +496,10 @@ def _layout_name(layout: Any) -> str:
 def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
              bar: CompileProgress, emulate: bool = False, backend: str | None = None,
              passes: tuple[Any, ...] | None = None, accel: AcceleratorPart | None = None,
-             ram_budget: int | None = None, patch: Any = None
+             ram_budget: int | None = None, patch: Any = None, twin: list[Any] | None = None
              ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """The fused graph in ``layout`` (in the order its kernels run), its compiled kernels
-    and its memory plan."""
+    and its memory plan; ``twin``: gets the same of the kernels' SIMT emulation."""
     from toolchain.graph.passes import run_pipeline
 
     bar.stage("passes")
@@ -479,7 +507,7 @@ def _kernels(graph: Graph, layout: Any, t: Target, prefix: str, dump_ir: Any,
     bar.stage("scheduling")
     try:
         return _compile_kernels(fused, t, prefix, bar, emulate, backend, accel, ram_budget,
-                                patch)
+                                patch, twin)
     finally:
         # the memo keeps this model's IR alive; its entries rarely help another model
         memo.clear_cache()
@@ -503,7 +531,8 @@ def kiln_fault(node: Node, target: Target) -> Iterator[None]:
 def _compile_kernels(fused: Graph, t: Target, prefix: str,
                      bar: CompileProgress, emulate: bool = False,
                      backend: str | None = None, accel: AcceleratorPart | None = None,
-                     ram_budget: int | None = None, patch: Any = None
+                     ram_budget: int | None = None, patch: Any = None,
+                     twin: list[Any] | None = None
                      ) -> tuple[Graph, list[CompiledKernel], MemoryPlan]:
     """(``fused`` in the order the bundle runs it, one :class:`CompiledKernel` per Fused
     node in that order (a patch stage: one per layer), the memory plan).
@@ -521,6 +550,8 @@ def _compile_kernels(fused: Graph, t: Target, prefix: str,
     ks = KernelSet(t, KernelCache(t, emulate, backend), accel, prefix)
     ks.schedule(fused, bar.kernels(list(fused.nodes)))
     ordered, kernels, plan = ks.finish(fused)
+    if twin is not None:  # (no patch stage, no budget: a CUDA target's kernels)
+        twin.append(ks.emulated().finish(fused))
     if patch is not None:
         from toolchain.bundle.patching import patch_by_hand
 
@@ -595,6 +626,14 @@ class KernelSet:
                 if lead is not None:
                     self.overlap[node.name] = (lap[0].name, lead)
             self.scheduled[node.name] = (node, func, params, how)
+
+    def emulated(self) -> KernelSet:
+        """This set's scheduled and lowered kernels (shared, not copied), to be rendered
+        by the SIMT emulation under names of their own, as an ``emulate`` compile's."""
+        twin = KernelSet(self.target, self.cache.emulated(), self.accel, self.prefix)
+        twin.scheduled, twin.overwrite, twin.overlap = \
+            self.scheduled, self.overwrite, self.overlap
+        return twin
 
     def declared(self, fused: Graph) -> tuple[dict[str, tuple[str, ...]],
                                               dict[str, tuple[str, int]]]:

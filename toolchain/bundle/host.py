@@ -144,8 +144,8 @@ def _cached_library(d: Path, model: str, files: list[Path], tool: str, flags: li
     return cache_dir() / f"bundle-{model}{tag}-{h.hexdigest()[:24]}.so"
 
 
-def _run_build(cmd: list[str], d: Path) -> None:
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+def _run_build(cmd: list[str], d: Path, cwd: Path | None = None) -> None:
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
     if res.returncode != 0:
         raise GeneratedCodeError(f"building bundle {d} failed (exit {res.returncode}).\ncommand: "
                          f"{' '.join(cmd)}\n{(res.stderr or res.stdout).strip()[-4000:]}")
@@ -269,10 +269,30 @@ def gpu_available() -> bool:
     return res.returncode == 0 and "GPU" in res.stdout
 
 
+#: the include flags of a CUDA bundle's Makefile (``CPPFLAGS``), relative to its folder
+MAKE_INCLUDES = ("-Iinclude", "-Iruntime", "-Isrc")
+
+
+def nvcc_launcher() -> list[str]:
+    """What runs nvcc in Kiln's CUDA builds: ``ccache`` where it is installed (it caches
+    nvcc's objects by the preprocessed source and the command), else nothing.
+
+    :func:`build_cuda` compiles each source with the bundle Makefile's own command in the
+    bundle's folder (relative paths), so its objects are the ones ``make
+    NVCC="ccache nvcc"`` made in this or any copy of the bundle, and a bundle's kernels
+    (the same ``kernels.cu`` in every weights mode) are compiled once. The objects are
+    nvcc's own either way; the library is still cached whole (:func:`_cached_library`)."""
+    import shutil
+
+    ccache = shutil.which("ccache")
+    return [ccache] if ccache else []
+
+
 def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False) -> Path:
     """Compile a CUDA bundle with nvcc into a cached shared library; return its path.
     ``profile``: the profiling build (``-DKILN_PROFILE``: each launch between CUDA events,
-    ``<m>_profile_ms``; :meth:`BundleModule.launch_times`)."""
+    ``<m>_profile_ms``; :meth:`BundleModule.launch_times`). Each source is compiled with
+    the bundle Makefile's command, through ``ccache`` where installed (:func:`nvcc_launcher`)."""
     import shutil
 
     d = Path(path)
@@ -287,8 +307,10 @@ def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False)
     weights, wflags = _weights_sources(d, meta)
     c = [*weights, d / "runtime" / "kiln_runtime.c"]
     _present(d, cu + c)
-    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}", "-Xcompiler", "-fPIC",
-             *(["-DKILN_PROFILE"] if profile else [])]
+    # the Makefile's NVCCFLAGS (``make NVCCFLAGS="... -DKILN_PROFILE"`` for profiling),
+    # then its -fPIC
+    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}",
+             *(["-DKILN_PROFILE"] if profile else []), "-Xcompiler", "-fPIC"]
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.cuh", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
     blob = [d / "src" / "weights.bin"] if wflags else []
@@ -303,9 +325,10 @@ def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False)
             if f.suffix == ".S":  # the weights' .incbin stub: the host C compiler
                 _run_build([find_compiler(None), "-fPIC", *wflags, *inc, "-c", str(f), "-o",
                             str(obj)], d)
-            else:
+            else:  # the bundle Makefile's command, in the bundle's folder
                 lang = ["-x", "c"] if f.suffix == ".c" else []
-                _run_build([nvcc, *flags, *inc, *lang, "-c", str(f), "-o", str(obj)], d)
+                _run_build([*nvcc_launcher(), nvcc, *MAKE_INCLUDES, *flags, *lang, "-c",
+                            str(f.relative_to(d)), "-o", str(obj.absolute())], d, cwd=d)
             objs.append(str(obj))
         tmp = Path(work) / "bundle.so"
         _run_build([nvcc, *flags, "-shared", *objs, "-o", str(tmp), "-lm"], d)

@@ -18,7 +18,14 @@ from onnx import TensorProto, helper
 from tests.bundle.helpers import make_model, nvcc_object, random_inputs
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from toolchain import te
-from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle import (
+    build_spec,
+    compile_model,
+    load_bundle,
+    render_cuda_files,
+    render_files,
+    write_bundle,
+)
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
 from toolchain.errors import ScheduleError
@@ -309,11 +316,12 @@ def test_tiles_beyond_48_kib_take_dynamic_shared_memory_and_async_copies(tmp_pat
     assert need > SM80.max_shared_memory_per_block
     model, feeds = gemm_model(128, 64, 128)
     want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
-    with wmma_tiles(tiles):
-        emu = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False,
-                            emulate=True, precision="fp16")
-        d = compile_model(model, "cuda-sm80", tmp_path / "cu", progress=False,
-                          precision="fp16")
+    with wmma_tiles(tiles):  # the bundle and its emulation from one compile
+        both = build_spec(model, "cuda-sm80", progress=False, precision="fp16",
+                          also_emulate=True)
+    assert both.emulation is not None
+    emu = write_bundle(render_files(both.emulation), tmp_path / "emu")
+    d = write_bundle(render_cuda_files(both), tmp_path / "cu")
     got = load_bundle(emu)(feeds)["y"]
     assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
     src = (d / "src/kernels.cu").read_text()
