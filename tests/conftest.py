@@ -31,15 +31,24 @@ gc.set_threshold(*GC_THRESHOLDS)
 #: builds, QEMU runs) for several tests, and the xdist group their users share: a fixture
 #: is built once in each worker that runs one of its users, so they stay on one worker
 SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
-                 "qdq_builds": "quantize-qdq-builds", "cuda_sm90_zoo": "cuda-nvcc",
+                 "int8_builds": "boards", "cuda_sm90_zoo": "cuda-nvcc",
                  "shuffle_kernels": "cuda-shuffle-nvcc",
-                 "quantized_reference": "quantize-reference",
                  "zoo_c_bundle": "bundle-zoo", "lenet_llvm": "codegen-aarch64-lenet",
                  "pool_stage": "bundle-patch-pool"}
 
 
 @pytest.fixture(scope="session")
-def qdq_compiled(tmp_path_factory):
+def int8_builds(tmp_path_factory):
+    """:class:`tests.boards.qdq_models.Int8Builds`: the Kiln-quantized zoo models and their
+    host bundles, made once a session for the board tests (their host builds) and
+    ``tests/quantize/test_bundle.py`` (the same bundles, x86 and LLVM ones too)."""
+    from tests.boards.qdq_models import Int8Builds
+
+    return Int8Builds(tmp_path_factory.mktemp("int8_builds"))
+
+
+@pytest.fixture(scope="session")
+def qdq_compiled(tmp_path_factory, int8_builds):
     """``qdq_compiled(name, quantizer)`` -> :class:`tests.boards.qdq_models.QdqModel`
     (quantized, host-built and run under onnxruntime once per session; its board bundles
     and QEMU runs made once too). Here, not in ``tests/boards/conftest.py``, so that the
@@ -52,7 +61,7 @@ def qdq_compiled(tmp_path_factory):
     def get(name: str, quantizer: str = "kiln") -> QdqModel:
         if (name, quantizer) not in cache:
             root = tmp_path_factory.mktemp(f"int8_{name}_{quantizer}")
-            cache[name, quantizer] = QdqModel(root, name, quantizer)
+            cache[name, quantizer] = QdqModel(root, name, quantizer, int8_builds)
         return cache[name, quantizer]
 
     return get

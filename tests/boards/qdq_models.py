@@ -1,7 +1,12 @@
 """int8 (QDQ) versions of the MLPerf-Tiny-style zoo models for the board tests.
 
-A :class:`QdqModel` is one zoo model quantized either by Kiln itself
-(:func:`toolchain.zoo.quantized.kiln_qdq`, what ``kiln quantize`` runs) or by
+:class:`Int8Builds` holds the zoo models quantized by Kiln itself
+(:func:`toolchain.zoo.quantized.kiln_qdq`, what ``kiln quantize`` runs) and their host
+bundles, compiled and run once a session per (target, backend): the board tests' host
+builds and ``tests/quantize/test_bundle.py``'s x86 and LLVM bundles are the same ones.
+
+A :class:`QdqModel` is one zoo model quantized either by Kiln itself (an
+:class:`Int8Builds` model) or by
 ``onnxruntime.quantization.quantize_static`` (QDQ format, per-channel int8 weights, the zoo
 model as it is: onnxruntime keeps BatchNormalization and writes its bias scales with shape
 [1] and a scalar zero point). Both use the same 8 seeded random calibration samples
@@ -11,7 +16,9 @@ on the same QDQ model, and board bundles compiled once each.
 
 Example::
 
-    >>> m = QdqModel(tmp_path, "ds_cnn", "kiln")          # doctest: +SKIP
+    >>> builds = Int8Builds(tmp_path)                     # doctest: +SKIP
+    >>> pkg, outputs = builds.build("ds_cnn", "x86_64-avx2", "llvm")  # doctest: +SKIP
+    >>> m = QdqModel(tmp_path, "ds_cnn", "kiln", builds)  # doctest: +SKIP
     >>> bundle, report = m.for_board("nucleo-l4r5zi")     # doctest: +SKIP
 """
 
@@ -53,6 +60,50 @@ def ort_qdq(model: onnx.ModelProto, work: Path) -> onnx.ModelProto:
     return onnx.load(dst)
 
 
+class Int8Builds:
+    """Zoo models as Kiln's quantization writes them (``kiln_qdq``) and their bundles, made
+    once a session: :meth:`model` quantizes a model once, :meth:`build` compiles it for a
+    (target, backend) through ``toolchain.compile`` and runs it on the zoo's sample inputs
+    once. Every bundle is named ``q``, so a library of the same sources made by another
+    test is found in the build cache. ``batch`` picks the zoo model's batch (``None``: its
+    own)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.models: dict[tuple[str, int | None], tuple[Path, onnx.ModelProto, dict]] = {}
+        self.builds: dict[tuple[str, int | None, str, str], tuple[Any, dict]] = {}
+
+    def model(self, name: str, batch: int | None = None
+              ) -> tuple[Path, onnx.ModelProto, dict[str, np.ndarray]]:
+        """The QDQ model's path and the model, and the zoo's sample inputs."""
+        from toolchain.zoo import ZOO
+
+        key = name, batch
+        if key not in self.models:
+            spec = ZOO[name]
+            model = spec.build() if batch is None else spec.build(batch=batch)
+            qdq = kiln_qdq(model)
+            path = self.root / (name if batch is None else f"{name}_b{batch}") / "q.onnx"
+            path.parent.mkdir(parents=True)
+            onnx.save(qdq, path)
+            self.models[key] = path, qdq, spec.inputs(model)
+        return self.models[key]
+
+    def build(self, name: str, target: str, backend: str = "c", batch: int | None = None
+              ) -> tuple[Any, dict[str, np.ndarray]]:
+        """The compiled package (``toolchain.Package``) and its outputs on the sample
+        inputs."""
+        import toolchain
+
+        key = name, batch, target, backend
+        if key not in self.builds:
+            path, _, inputs = self.model(name, batch)
+            pkg = toolchain.compile(path, target, output=path.parent / f"{target}_{backend}",
+                                    backend=backend)
+            self.builds[key] = pkg, toolchain.run(pkg, inputs).outputs
+        return self.builds[key]
+
+
 def output_steps(qdq: onnx.ModelProto) -> dict[str, float]:
     """``{output: quantization step}`` for each graph output written by a per-tensor
     DequantizeLinear (outputs computed by float ops, e.g. the autoencoder's score, are
@@ -71,24 +122,27 @@ def output_steps(qdq: onnx.ModelProto) -> dict[str, float]:
 class QdqModel:
     """A zoo model in QDQ int8 form with its host, onnxruntime and board results."""
 
-    def __init__(self, root: Path, name: str, quantizer: str) -> None:
+    def __init__(self, root: Path, name: str, quantizer: str, builds: Int8Builds) -> None:
         import onnxruntime as ort
 
         from toolchain.bundle import compile_model, load_bundle
         from toolchain.zoo import ZOO
 
-        spec = ZOO[name]
-        model = spec.build(batch=1) if name == "autoencoder" else spec.build()
         self.name, self.quantizer, self.root = name, quantizer, root
-        self.inputs = spec.inputs(model)
-        self.qdq = kiln_qdq(model) if quantizer == "kiln" else ort_qdq(model, root)
-        self.path = root / f"{name}_{quantizer}_int8.onnx"
-        onnx.save(self.qdq, self.path)
-        # named as tests/quantize/test_bundle.py names its c-generic bundles of the same
-        # Kiln-quantized models (KilnQdqBuilds, "q"): the same sources, so one of the two
-        # finds the library in the build cache (the workers share KILN_CACHE_DIR)
-        host = compile_model(self.path, "c-generic", root / "host", name="q")
-        self.host = load_bundle(host)(self.inputs)
+        batch = 1 if name == "autoencoder" else None
+        if quantizer == "kiln":
+            # the model and its c-generic host build are tests/quantize/test_bundle.py's
+            self.path, self.qdq, self.inputs = builds.model(name, batch)
+            self.host = builds.build(name, "c-generic", "c", batch)[1]
+        else:
+            spec = ZOO[name]
+            model = spec.build() if batch is None else spec.build(batch=batch)
+            self.inputs = spec.inputs(model)
+            self.qdq = ort_qdq(model, root)
+            self.path = root / f"{name}_{quantizer}_int8.onnx"
+            onnx.save(self.qdq, self.path)
+            host = compile_model(self.path, "c-generic", root / "host", name="q")
+            self.host = load_bundle(host)(self.inputs)
         sess = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         self.ort = dict(zip(names, sess.run(names, self.inputs), strict=True))

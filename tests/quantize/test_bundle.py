@@ -15,7 +15,6 @@ from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.passes import pipeline
 from toolchain.graph.passes.quantize_ops import quantize_ops
 from toolchain.graph.reference import run_graph
-from toolchain.quantize.ptq import quantize_model
 
 #: microTVM + CMSIS-NN workspace bytes, MLPerf Tiny v0.5 (issue 6); AD's zoo model has
 #: batch 8 and float I/O, so it has no comparable anchor
@@ -29,24 +28,24 @@ def test_quantize_ops_runs_first_in_the_default_pipeline() -> None:
 
 
 @pytest.fixture(scope="module")
-def quantized_reference():
-    """``get(name)`` -> (QDQ model, inputs, integer reference's outputs): the zoo model
-    quantized on seeded calibration data and run by the reference once per module; each
-    target's test below compiles and runs its own bundle of it."""
-    from toolchain.zoo import ZOO
+def quantized_reference(int8_builds):
+    """``get(name)`` -> (QDQ model, inputs, integer reference's outputs): the zoo model as
+    Kiln quantizes it on its seeded calibration data (``int8_builds``: the model whose
+    bundles the tests below read) and run by the reference on inputs drawn after those
+    calibration samples, once per module."""
+    from toolchain.zoo.quantized import CALIBRATION_SAMPLES, CALIBRATION_SEED
 
     done: dict[str, tuple[onnx.ModelProto, dict, dict]] = {}
 
     def get(name: str) -> tuple[onnx.ModelProto, dict, dict]:
         if name not in done:
-            model = ZOO[name].build()
-            g = from_onnx(model)
-            rng = np.random.default_rng(11)
-            cal = {v.name: rng.standard_normal((8, *v.shape)).astype(np.float32)
-                   for v in g.inputs}
-            qdq, _ = quantize_model(model, cal)
+            _, qdq, _ = int8_builds.model(name)
+            g = from_onnx(qdq)
+            rng = np.random.default_rng(CALIBRATION_SEED)
+            for v in g.inputs:  # the calibration samples (kiln_qdq's), then the inputs
+                rng.standard_normal((CALIBRATION_SAMPLES, *v.shape))
             inp = {v.name: rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs}
-            done[name] = qdq, inp, run_graph(quantize_ops(from_onnx(qdq)), inp)
+            done[name] = qdq, inp, run_graph(quantize_ops(g), inp)
         return done[name]
 
     return get
@@ -54,21 +53,20 @@ def quantized_reference():
 
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx512"])
 @pytest.mark.parametrize("name", ["ds_cnn", "resnet8", "mobilenet_v1", "autoencoder"])
-def test_int8_bundle_bit_exact(name: str, target: str, tmp_path: Path,
-                               quantized_reference) -> None:
+def test_int8_bundle_bit_exact(name: str, target: str, quantized_reference,
+                               int8_builds) -> None:
     """c-generic's portable kernels and x86_64-avx512's (u8 x s8 quads through vpdpbusd,
-    the depthwise bands, the lane-wise requantization) equal the integer reference."""
+    the depthwise bands, the lane-wise requantization) equal the integer reference (the
+    bundle is the one the LLVM, depthwise and board tests read: ``int8_builds``)."""
     from toolchain.target import load_target, runs_here
 
     if not runs_here(load_target(target)):
         pytest.skip(f"this CPU lacks {target}'s features")
 
-    qdq, inp, want = quantized_reference(name)
-    onnx.save(qdq, tmp_path / f"{name}_int8.onnx")
-    pkg = toolchain.compile(tmp_path / f"{name}_int8.onnx", target,
-                            output=tmp_path / "bundle")
-    meta = json.loads((tmp_path / "bundle" / "metadata.json").read_text())
-    src = (tmp_path / "bundle" / "src" / "kernels.c").read_text()
+    _, inp, want = quantized_reference(name)
+    pkg, _ = int8_builds.build(name, target)
+    meta = json.loads((pkg.path / "metadata.json").read_text())
+    src = (pkg.path / "src" / "kernels.c").read_text()
     assert "int8_t" in src
     got = toolchain.run(pkg, inp).outputs
     for k, w in want.items():
@@ -80,51 +78,10 @@ def test_int8_bundle_bit_exact(name: str, target: str, tmp_path: Path,
         assert meta["arena_bytes"] <= ANCHORS[name]
 
 
-class KilnQdqBuilds:
-    """A zoo model as Kiln's quantization writes it (``kiln_qdq``), compiled through
-    ``toolchain.compile`` and run on the zoo's sample inputs once per (target, backend):
-    the LLVM test below compares a target's two backends, the depthwise test checks the
-    x86 weights of the same DS-CNN bundles (the same model, target and options)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.models: dict[str, tuple[Path, dict]] = {}
-        self.builds: dict[tuple[str, str, str], tuple[object, dict]] = {}
-
-    def model(self, name: str) -> tuple[Path, dict]:
-        """The QDQ model's path and the zoo's sample inputs."""
-        from toolchain.zoo import ZOO
-        from toolchain.zoo.quantized import kiln_qdq
-
-        if name not in self.models:
-            spec = ZOO[name]
-            model = spec.build()
-            path = self.root / name / "q.onnx"  # (the bundles' name, "q", as before)
-            path.parent.mkdir()
-            onnx.save(kiln_qdq(model), path)
-            self.models[name] = path, spec.inputs(model)
-        return self.models[name]
-
-    def build(self, name: str, target: str, backend: str) -> tuple[object, dict]:
-        """The compiled package and its outputs on the sample inputs."""
-        key = name, target, backend
-        if key not in self.builds:
-            path, inputs = self.model(name)
-            pkg = toolchain.compile(path, target, output=self.root / name / f"{target}_{backend}",
-                                    backend=backend)
-            self.builds[key] = pkg, toolchain.run(pkg, inputs).outputs
-        return self.builds[key]
-
-
-@pytest.fixture(scope="module")
-def qdq_builds(tmp_path_factory) -> KilnQdqBuilds:
-    return KilnQdqBuilds(tmp_path_factory.mktemp("qdq_builds"))
-
-
 @pytest.mark.parametrize("target", ["c-generic", "x86_64-avx2", "x86_64-avx512"])
 @pytest.mark.parametrize("name", ["ds_cnn", pytest.param("resnet8", marks=pytest.mark.slow)])
 def test_int8_bundle_llvm_kernels_bit_exact_with_c(name: str, target: str,
-                                                   qdq_builds: KilnQdqBuilds) -> None:
+                                                   int8_builds) -> None:
     """``--backend llvm``: the int8 kernels as LLVM objects (the requantization helpers'
     ``llvm_helpers``, the dot intrinsics' ``llvm_impl``: vpdpwssd, vpmaddwd) give the C
     bundle's outputs bit for bit, float tails included on the AVX targets. c-generic names
@@ -137,7 +94,7 @@ def test_int8_bundle_llvm_kernels_bit_exact_with_c(name: str, target: str,
         pytest.skip(f"this CPU lacks {target}'s features")
     out = {}
     for backend in ("c", "llvm"):
-        pkg, out[backend] = qdq_builds.build(name, target, backend)
+        pkg, out[backend] = int8_builds.build(name, target, backend)
     assert pkg.metadata["kernel_objects"]
     for k, want in out["c"].items():
         if k in ("dense/Softmax:0", "probs") and load_target(target).arch is None:
@@ -187,7 +144,7 @@ def test_avx2_pair_weights_stored_as_int8_bit_exact(backend: str, tmp_path: Path
 @pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
 @pytest.mark.parametrize("backend", ["c", "llvm"])
 def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: str,
-                                                        qdq_builds: KilnQdqBuilds) -> None:
+                                                        int8_builds) -> None:
     """The x86 depthwise kernels keep their packed weights int8 in the bundle, widened in
     the kernel: x86_64-avx2's int32 lanes ``[C/L, KH, KW, L]`` (``pack_dw_weights``, four
     bytes a weight before), x86_64-avx512's lane-wise u8 x s8 row quads
@@ -199,9 +156,9 @@ def test_x86_depthwise_weights_stored_as_int8_bit_exact(target: str, backend: st
 
     if not runs_here(load_target(target)):
         pytest.skip(f"this CPU lacks {target}'s features")
-    pkg, got = qdq_builds.build("ds_cnn", target, backend)
-    path, inputs = qdq_builds.model("ds_cnn")
-    graph = quantize_ops(from_onnx(onnx.load(path)))
+    pkg, got = int8_builds.build("ds_cnn", target, backend)
+    _, qdq, inputs = int8_builds.model("ds_cnn")
+    graph = quantize_ops(from_onnx(qdq))
     dw = {f"{n.input(1).name}_x86": n.input(1) for n in graph.nodes
           if n.op == "QConv" and int(n.attrs.get("group", 1)) > 1}
     packed = [w for w in pkg.metadata["weights"] if w["tensor"] in dw]
