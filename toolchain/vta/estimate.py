@@ -97,6 +97,7 @@ class _Layout:
     gemm_steps: int     # micro-op steps of a thread's GEMM a step
     acc_rows: int       # accumulator rows of a tile
     paired: bool        # a reset or immediate ALU op is one micro-op: two rows a cycle
+    late_reset: bool    # each thread's reset just before its GEMM (one input block)
 
 
 def _layout(shape: DenseShape | ConvShape, cfg: VTAConfig, tiles: Tiles | ConvTiles,
@@ -110,6 +111,7 @@ def _layout(shape: DenseShape | ConvShape, cfg: VTAConfig, tiles: Tiles | ConvTi
         wgt, whole = t.tn * t.tk, nb * kb
         gemm, acc = t.tm * t.tn * t.tk, t.tm * t.tn
         paired = True                    # the tile's rows and columns are the two loops
+        late = False
     else:
         assert isinstance(tiles, ConvTiles)
         cb, ob = conv_blocks(shape, cfg)
@@ -123,10 +125,11 @@ def _layout(shape: DenseShape | ConvShape, cfg: VTAConfig, tiles: Tiles | ConvTi
         wgt, whole = t.toc * t.tic * shape.k ** 2, ob * cb * shape.k ** 2
         gemm = t.toh * ow * t.toc * t.tic * shape.k ** 2
         paired = t.toc == 1              # else a micro-op per output-channel block
+        late = cb == 1                   # tiles computed at the thread loop (docs/vta.md)
     res = tiles.resident
     return _Layout(count, steps, vthreads, inp_loads, inp,
                    0 if res else wgt * cfg.wgt_row_bytes,
-                   whole * cfg.wgt_row_bytes if res else 0, gemm, acc, paired)
+                   whole * cfg.wgt_row_bytes if res else 0, gemm, acc, paired, late)
 
 
 def _epilogue(tag: str) -> tuple[int, int, int]:
@@ -175,7 +178,7 @@ def _cycles(lay: _Layout, cfg: VTAConfig, imm: int, tensor: int, stores: int) ->
     comp = store = 0
     gemm_end, store_end = [0] * vt, [0] * vt
     for _ in range(lay.tiles // vt):
-        for t in range(vt):                       # resets wait for the previous store
+        for t in range(0 if lay.late_reset else vt):   # a reset waits for the last store
             comp = max(comp, store_end[t]) + half
         for _ in range(lay.steps):
             ready = []
@@ -186,6 +189,8 @@ def _cycles(lay: _Layout, cfg: VTAConfig, imm: int, tensor: int, stores: int) ->
                 load += lay.inp_loads * inp_d
                 ready.append(load)
             for t in range(vt):
+                if lay.late_reset:
+                    comp = max(comp, store_end[t]) + half
                 comp = max(comp, ready[t]) + gemm_d
                 gemm_end[t] = comp
         if planes:     # int32 planes: store, then (shift, store) per further plane
