@@ -119,9 +119,15 @@ def _layout(shape: DenseShape | ConvShape, cfg: VTAConfig, tiles: Tiles | ConvTi
         t = tiles
         count, steps = (oh // t.toh) * (ob // t.toc), cb // t.tic
         _, _, acc = conv_rows(shape, ConvTiles(t.toh, t.toc, t.tic), cfg)
-        # a load reads the tile's window: its rows and the columns the taps reach
-        window = ((t.toh - 1) * shape.s + shape.k) * ((ow - 1) * shape.s + shape.k)
-        inp_loads, inp = t.tic, window * cfg.inp_row_bytes
+        # a load reads the tile's window: its rows and the columns the taps reach; one
+        # per input-channel block, or one 2-D load of them all where nothing is padded
+        # and each block's window is one image row (blocks x columns)
+        rows, cols = (t.toh - 1) * shape.s + shape.k, (ow - 1) * shape.s + shape.k
+        window = rows * cols * cfg.inp_row_bytes
+        if shape.pad == 0 and rows == 1:
+            inp_loads, inp = 1, t.tic * window
+        else:
+            inp_loads, inp = t.tic, window
         wgt, whole = t.toc * t.tic * shape.k ** 2, ob * cb * shape.k ** 2
         gemm = t.toh * ow * t.toc * t.tic * shape.k ** 2
         paired = t.toc == 1              # else a micro-op per output-channel block
