@@ -78,6 +78,10 @@ from toolchain.vta.widen import join_planes, planes_needed, widen_epilogue
 #: points of the layer's whole tiling space with the lowest predicted cost
 #: (:func:`toolchain.vta.estimate.shortlist`)
 CANDIDATES = 8
+#: ... of those, the ones predicted within this fraction of the best (the prediction's
+#: instruction counts are exact and its cycles close: farther points never won on the
+#: zoo's accelerator layers, ``benchmarks/vta_search.py``)
+SLACK = 0.1
 #: the virtual threads a layer gets where its tiles are given without a thread count
 VTHREADS = 2
 #: what a layer hands back: requantised int8 (``clip(acc >> shift)``), or the raw int32
@@ -184,10 +188,10 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     tiling.dense_space`; only those with ``vthreads`` threads where it is given) is ranked
     by its predicted :func:`~toolchain.vta.timing.program_cost`
     (:func:`~toolchain.vta.estimate.shortlist`, nothing built), the :data:`CANDIDATES`
-    best are compiled and the one whose program has the lowest ``program_cost``
-    (modelled cycles plus a per-instruction cost) is kept, unless a tuning trace decides
-    the tiling (:mod:`toolchain.vta.tiling`). Given ``tiles`` without ``vthreads``: 2
-    threads."""
+    best (those predicted within :data:`SLACK` of the best) are compiled and the one whose
+    program has the lowest ``program_cost`` (modelled cycles plus a per-instruction cost)
+    is kept, unless a tuning trace decides the tiling (:mod:`toolchain.vta.tiling`).
+    Given ``tiles`` without ``vthreads``: 2 threads."""
     done = _dense(weight, m, shift, target, tiles, vthreads, layer, output, requant, None)
     done.recompile = partial(compile_dense, weight, m, shift, target, tiles=tiles,
                              vthreads=vthreads, layer=layer, output=output, requant=requant)
@@ -232,7 +236,7 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
     return _best(build, tiles, vthreads,
                  lambda vt: candidate_tiles(shape, tcfg, vt, 1),
                  lambda d: dense_space(shape, tcfg, tag, d),
-                 lambda pts: shortlist(shape, tcfg, tag, pts, CANDIDATES), layer)
+                 lambda pts: shortlist(shape, tcfg, tag, pts, CANDIDATES, SLACK), layer)
 
 
 @dataclass(frozen=True)
@@ -516,7 +520,7 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     done = _best(build, tiles, vthreads,
                  lambda vt: candidate_conv_tiles(shape, tcfg, vt, 1),
                  lambda d: conv_space(shape, tcfg, tag, d),
-                 lambda pts: shortlist(shape, tcfg, tag, pts, CANDIDATES), layer)
+                 lambda pts: shortlist(shape, tcfg, tag, pts, CANDIDATES, SLACK), layer)
     done.recompile = partial(compile_conv2d, weight, h, w, shift, target, stride=stride,
                              pad=pad, tiles=tiles, vthreads=vthreads, layer=layer,
                              output=output, requant=requant)

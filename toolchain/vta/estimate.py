@@ -218,11 +218,12 @@ def _cycles(lay: _Layout, cfg: VTAConfig, imm: int, tensor: int, stores: int) ->
 
 
 def shortlist(shape: DenseShape | ConvShape, cfg: VTAConfig, epilogue: str,
-              points: Iterable[tuple[Tiles | ConvTiles, int]], count: int
-              ) -> list[tuple[Tiles | ConvTiles, int]]:
+              points: Iterable[tuple[Tiles | ConvTiles, int]], count: int,
+              slack: float | None = None) -> list[tuple[Tiles | ConvTiles, int]]:
     """The ``count`` points with the lowest predicted cost, best first (ties: the order
-    given). A point's instructions and its GEMM work bound its cost from below without
-    the timing, so points that cannot make the list are not timed.
+    given); with ``slack``, only those predicted within ``1 + slack`` times the best. A
+    point's instructions and its GEMM work bound its cost from below without the timing,
+    so points that cannot make the list are not timed.
 
     Example::
 
@@ -245,4 +246,7 @@ split='m', resident=False)]
             break
         best.append((predict(shape, cfg, epilogue, tl, vt).cost, i, tl, vt))
         best.sort(key=lambda b: (b[0], b[1]))
-    return [(tl, vt) for _, _, tl, vt in best[:count]]
+    best = best[:count]
+    if slack is not None and best:
+        best = [b for b in best if b[0] <= best[0][0] * (1 + slack)]
+    return [(tl, vt) for _, _, tl, vt in best]
