@@ -236,7 +236,7 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
     return _best(build, tiles, vthreads,
                  lambda vt: candidate_tiles(shape, tcfg, vt, 1),
                  lambda d: dense_space(shape, tcfg, tag, d),
-                 lambda pts: shortlist(shape, tcfg, tag, pts, CANDIDATES, SLACK), layer)
+                 partial(shortlist, shape, tcfg, tag), layer)
 
 
 @dataclass(frozen=True)
@@ -310,9 +310,9 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
 
 def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
     """``build(tiles, vthreads)``; without tiles the point a tuning trace gives the
-    layer's space (``space(default)``), else the search: ``rank(points)`` short-lists the
-    space's valid points (those with ``vthreads`` threads where it is given) by their
-    predicted cost, each is built and the program with the lowest
+    layer's space (``space(default)``), else the search: ``rank(points, count, slack)``
+    short-lists the space's valid points (those with ``vthreads`` threads where it is
+    given) by their predicted cost, each is built and the program with the lowest
     :func:`~toolchain.vta.timing.program_cost` is kept (the space's default, declared with
     it). ``fits(vthreads)`` raises the analytic search's error where no point is valid."""
     if tiles is not None:
@@ -338,9 +338,25 @@ def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
         except ScheduleError as exc:
             raise ScheduleError(f"layer {layer!r}: {exc}") from None
         raise ScheduleError(f"layer {layer!r}: no point of {probe.workload} is valid")
+    problems: list[str] = []
+    short = rank(points, CANDIDATES, SLACK)
+    best = _cheapest(build, short, problems, stop_at_first=False)
+    if best is None:  # the schedule refused every short-listed point: the next ones
+        rest = [p for p in rank(points, len(points), None) if p not in short]
+        best = _cheapest(build, rest, problems, stop_at_first=True)
+    if best is None:
+        raise ScheduleError("; ".join(list(dict.fromkeys(problems))[:CANDIDATES]))
+    done = best[1]
+    done.space = space((done.tiles, done.vthreads))
+    declare(done.space)
+    return done
+
+
+def _cheapest(build, points, problems: list[str], stop_at_first: bool):
+    """``(program_cost, layer)`` of the cheapest of ``points`` that builds (the first one
+    with ``stop_at_first``), or None; each refusal's message goes to ``problems``."""
     best = None
-    problems = []
-    for cand, vt in rank(points):  # the prediction ranks: keep the best built program
+    for cand, vt in points:
         try:
             done = build(cand, vt)
         except ScheduleError as exc:
@@ -349,12 +365,9 @@ def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
         cycles = program_cost(done.program)
         if best is None or cycles < best[0]:
             best = (cycles, done)
-    if best is None:
-        raise ScheduleError("; ".join(problems))
-    done = best[1]
-    done.space = space((done.tiles, done.vthreads))
-    declare(done.space)
-    return done
+        if stop_at_first:
+            break
+    return best
 
 
 def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
@@ -520,7 +533,7 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     done = _best(build, tiles, vthreads,
                  lambda vt: candidate_conv_tiles(shape, tcfg, vt, 1),
                  lambda d: conv_space(shape, tcfg, tag, d),
-                 lambda pts: shortlist(shape, tcfg, tag, pts, CANDIDATES, SLACK), layer)
+                 partial(shortlist, shape, tcfg, tag), layer)
     done.recompile = partial(compile_conv2d, weight, h, w, shift, target, stride=stride,
                              pad=pad, tiles=tiles, vthreads=vthreads, layer=layer,
                              output=output, requant=requant)
