@@ -13,11 +13,13 @@ does; the search ranks the whole space by the prediction and builds only a short
 The stream of a tiling (what :mod:`toolchain.vta.codegen` emits; ``T`` tiles in ``T/vt``
 rounds of ``vt`` virtual threads, ``S`` reduction steps a tile):
 
-* a round: each thread's accumulator reset (a GEMM with ``reset``); per step, each
+* a round: each thread's accumulator reset (a GEMM with ``reset``; a convolution with
+  one input-channel block resets just before each thread's GEMM); per step, each
   thread's weight load (none when the weights are resident: one load before everything)
-  and its input load(s) — one for a GEMM, one per input-channel block for a convolution —
-  then each thread's GEMM; then each thread's epilogue (ALU instructions) and its
-  store(s);
+  and its input load(s) — one for a GEMM, one per input-channel block for a convolution
+  (one 2-D load of them all where nothing is padded and a block's window is one image
+  row) — then each thread's GEMM; then each thread's epilogue (ALU instructions) and its
+  store(s) (byte planes: store, then shift and store per further plane);
 * the epilogue by the layer's output: ``int8`` three immediate ALU ops (shift, clip,
   clip) and one store; ``int32xP`` ``P - 1`` shifts and ``P`` stores (byte planes);
   ``requant`` the requantization of :mod:`toolchain.vta.requant` (modelled as five ALU
