@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["builder", "checker", "config", "deps", "disasm", "fsim", "isa", "program",
-           "randprog", "schedule", "cfsim", "widen", "compile",
+           "randprog", "schedule", "cfsim", "widen", "compile", "estimate",
            "tokens", "workloads", "rtl", "__init__"]
 
 

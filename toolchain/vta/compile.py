@@ -48,6 +48,7 @@ from toolchain.vta.checker import check_program
 from toolchain.vta.codegen import emit_instructions
 from toolchain.vta.config import VTAConfig, config_from_target
 from toolchain.vta.deps import insert_tokens
+from toolchain.vta.estimate import shortlist
 from toolchain.vta.program import Program
 from toolchain.vta.requant import (
     Constants,
@@ -73,8 +74,16 @@ from toolchain.vta.tiling import conv_space, dense_space, point_of, tiles_of
 from toolchain.vta.timing import program_cost
 from toolchain.vta.widen import join_planes, planes_needed, widen_epilogue
 
-#: tilings compiled and compared on the cycle model when the caller gives none
+#: tilings compiled and compared on the cycle model when the caller gives none: the
+#: points of the layer's whole tiling space with the lowest predicted cost
+#: (:func:`toolchain.vta.estimate.shortlist`)
 CANDIDATES = 8
+#: ... of those, the ones predicted within this fraction of the best (the prediction's
+#: instruction counts are exact and its cycles close: farther points never won on the
+#: zoo's accelerator layers, ``benchmarks/vta_search.py``)
+SLACK = 0.1
+#: the virtual threads a layer gets where its tiles are given without a thread count
+VTHREADS = 2
 #: what a layer hands back: requantised int8 (``clip(acc >> shift)``), or the raw int32
 #: accumulators as byte planes for the host to requantise (:mod:`toolchain.vta.widen`)
 OUTPUTS = ("int8", "int32")
@@ -166,7 +175,7 @@ class CompiledDense:
 
 
 def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str = "vta", *,
-                  tiles: Tiles | None = None, vthreads: int = 2,
+                  tiles: Tiles | None = None, vthreads: int | None = None,
                   layer: str = "dense", output: str = "int8",
                   requant: RequantPlan | None = None) -> CompiledDense:
     """Compile ``out[M, N] = clip((x[M, K] @ weight[K, N]) >> shift, -128, 127)`` (int8 in
@@ -175,11 +184,14 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
     ``requant``: the layer's own requantization instead of the shift (bias, rounding
     shift per channel, zero point, clamp: :mod:`toolchain.vta.requant`; ``shift`` unused).
 
-    Without ``tiles``, the :data:`CANDIDATES` best tilings of
-    :func:`~toolchain.vta.schedule.candidate_tiles` are compiled and the one with the lowest
-    :func:`~toolchain.vta.timing.program_cost` (modelled cycles plus a per-instruction
-    cost) is kept, unless a tuning trace
-    decides the tiling (:mod:`toolchain.vta.tiling`)."""
+    Without ``tiles``, every point of the layer's tiling space (:func:`~toolchain.vta.
+    tiling.dense_space`; only those with ``vthreads`` threads where it is given) is ranked
+    by its predicted :func:`~toolchain.vta.timing.program_cost`
+    (:func:`~toolchain.vta.estimate.shortlist`, nothing built), the :data:`CANDIDATES`
+    best (those predicted within :data:`SLACK` of the best) are compiled and the one whose
+    program has the lowest ``program_cost`` (modelled cycles plus a per-instruction cost)
+    is kept, unless a tuning trace decides the tiling (:mod:`toolchain.vta.tiling`).
+    Given ``tiles`` without ``vthreads``: 2 threads."""
     done = _dense(weight, m, shift, target, tiles, vthreads, layer, output, requant, None)
     done.recompile = partial(compile_dense, weight, m, shift, target, tiles=tiles,
                              vthreads=vthreads, layer=layer, output=output, requant=requant)
@@ -187,7 +199,7 @@ def compile_dense(weight: np.ndarray, m: int, shift: int, target: Target | str =
 
 
 def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: Tiles | None,
-           vthreads: int, layer: str, output: str, requant: RequantPlan | None,
+           vthreads: int | None, layer: str, output: str, requant: RequantPlan | None,
            conv: ConvShape | None) -> CompiledDense:
     t = load_target(target) if isinstance(target, str) else target
     cfg = config_from_target(t)
@@ -222,8 +234,9 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
     tcfg = config_from_target(tt)
     tag = _epilogue_tag(output, requant, arrays["out"])
     return _best(build, tiles, vthreads,
-                 lambda: candidate_tiles(shape, tcfg, vthreads, CANDIDATES),
-                 lambda d: dense_space(shape, tcfg, tag, d), layer)
+                 lambda vt: candidate_tiles(shape, tcfg, vt, 1),
+                 lambda d: dense_space(shape, tcfg, tag, d),
+                 partial(shortlist, shape, tcfg, tag), layer)
 
 
 @dataclass(frozen=True)
@@ -295,13 +308,15 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
     return "requant" if requant is not None else "int8"
 
 
-def _best(build, tiles, vthreads: int, candidates, space, layer: str):
+def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
     """``build(tiles, vthreads)``; without tiles the point a tuning trace gives the
-    layer's space (``space(default)``), else the candidate whose program has the
-    lowest :func:`~toolchain.vta.timing.program_cost` (the space's default, declared with
-    it)."""
+    layer's space (``space(default)``), else the search: ``rank(points, count, slack)``
+    short-lists the space's valid points (those with ``vthreads`` threads where it is
+    given) by their predicted cost, each is built and the program with the lowest
+    :func:`~toolchain.vta.timing.program_cost` is kept (the space's default, declared with
+    it). ``fits(vthreads)`` raises the analytic search's error where no point is valid."""
     if tiles is not None:
-        return build(tiles, vthreads)
+        return build(tiles, VTHREADS if vthreads is None else vthreads)
     probe = space(None)
     got = steered(probe)
     if got is not None:
@@ -315,27 +330,44 @@ def _best(build, tiles, vthreads: int, candidates, space, layer: str):
         else:
             got.commit()
             return done
-    try:
-        cands = candidates()
-    except ScheduleError as exc:
-        raise ScheduleError(f"layer {layer!r}: {exc}") from None
-    best = None
-    problems = []
-    for cand in cands:  # the analytic ranking is rough: keep the best modelled program
+    points = [tiles_of(probe, p) for p in probe.valid_points()]
+    points = [(t, vt) for t, vt in points if vthreads is None or vt == vthreads]
+    if not points:
         try:
-            done = build(cand, vthreads)
+            fits(VTHREADS if vthreads is None else vthreads)
+        except ScheduleError as exc:
+            raise ScheduleError(f"layer {layer!r}: {exc}") from None
+        raise ScheduleError(f"layer {layer!r}: no point of {probe.workload} is valid")
+    problems: list[str] = []
+    short = rank(points, CANDIDATES, SLACK)
+    best = _cheapest(build, short, problems, stop_at_first=False)
+    if best is None:  # the schedule refused every short-listed point: the next ones
+        rest = [p for p in rank(points, len(points), None) if p not in short]
+        best = _cheapest(build, rest, problems, stop_at_first=True)
+    if best is None:
+        raise ScheduleError("; ".join(list(dict.fromkeys(problems))[:CANDIDATES]))
+    done = best[1]
+    done.space = space((done.tiles, done.vthreads))
+    declare(done.space)
+    return done
+
+
+def _cheapest(build, points, problems: list[str], stop_at_first: bool):
+    """``(program_cost, layer)`` of the cheapest of ``points`` that builds (the first one
+    with ``stop_at_first``), or None; each refusal's message goes to ``problems``."""
+    best = None
+    for cand, vt in points:
+        try:
+            done = build(cand, vt)
         except ScheduleError as exc:
             problems.append(str(exc))
             continue
         cycles = program_cost(done.program)
         if best is None or cycles < best[0]:
             best = (cycles, done)
-    if best is None:
-        raise ScheduleError("; ".join(problems))
-    done = best[1]
-    done.space = space((done.tiles, vthreads))
-    declare(done.space)
-    return done
+        if stop_at_first:
+            break
+    return best
 
 
 def _program(func: ir.PrimFunc, t: Target, cfg: VTAConfig, arrays: dict[str, np.ndarray],
@@ -446,7 +478,7 @@ class CompiledConv2d:
 
 def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
                    target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
-                   tiles: ConvTiles | None = None, vthreads: int = 2,
+                   tiles: ConvTiles | None = None, vthreads: int | None = None,
                    layer: str = "conv", output: str = "int8",
                    requant: RequantPlan | None = None) -> CompiledConv2d:
     """Compile ``out = clip(conv2d(x, weight, stride, pad) >> shift, -128, 127)`` for one
@@ -499,8 +531,9 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     tcfg = config_from_target(tt)
     tag = _epilogue_tag(output, requant, arrays["out"])
     done = _best(build, tiles, vthreads,
-                 lambda: candidate_conv_tiles(shape, tcfg, vthreads, CANDIDATES),
-                 lambda d: conv_space(shape, tcfg, tag, d), layer)
+                 lambda vt: candidate_conv_tiles(shape, tcfg, vt, 1),
+                 lambda d: conv_space(shape, tcfg, tag, d),
+                 partial(shortlist, shape, tcfg, tag), layer)
     done.recompile = partial(compile_conv2d, weight, h, w, shift, target, stride=stride,
                              pad=pad, tiles=tiles, vthreads=vthreads, layer=layer,
                              output=output, requant=requant)
@@ -531,7 +564,7 @@ def im2col(x: np.ndarray, shape: ConvShape) -> np.ndarray:
 
 def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
                           target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
-                          vthreads: int = 2, layer: str = "conv",
+                          vthreads: int | None = None, layer: str = "conv",
                           output: str = "int8",
                           requant: RequantPlan | None = None) -> CompiledDense:
     """The convolution of :func:`compile_conv2d` as a GEMM of its im2col rows

@@ -21,16 +21,16 @@ accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
   reason says which, and why;
 * everything else stays on the host with the reason: depthwise or grouped convolutions,
   pooling, QAdd (its requantization has the same 64-bit products), float ops, and layers the
-  accelerator's schedules refuse with one and with two virtual threads (a padded 1x1
-  convolution's two-thread tiling can leave a tile of all-zero rows no DMA loads; with
-  one thread it compiles) — the compiler's own message says why.
+  accelerator's schedules refuse at every point of their tiling space — the compiler's
+  own message says why.
 
 A convolution whose input channels fill the GEMM's BLOCK_IN lanes badly (an RGB first
 layer: 3 channels per tap padded to 16) is also compiled as an im2col GEMM
 (:func:`~toolchain.vta.compile.compile_conv2d_im2col`: K = 27 in 2 blocks instead of 9);
 the program with the lower modelled cost (:func:`~toolchain.vta.timing.program_cost`) is
-kept, and the reason says which. Either way two virtual threads are tried first, then one
-(7 output rows and one channel block, a classifier's single row).
+kept, and the reason says which. Either way the tiling and the virtual threads (1-4) are
+the default search's (:func:`~toolchain.vta.compile.compile_dense`: the layer's whole
+tiling space ranked by the predicted cost, the best 8 built).
 
 Before::
 
@@ -275,14 +275,13 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
 
 
 def _threads(compile_fn, args: tuple, kw: dict[str, Any], problems: list[str], name: str):
-    """``compile_fn(*args, **kw)`` with two virtual threads, else one (an odd number of
-    row tiles and one channel block, a single row); None (the problems noted) if neither
+    """``compile_fn(*args, **kw)``, its tiling and virtual threads (1-4) chosen by the
+    search over the layer's whole tiling space; None (the problem noted) if no point
     compiles."""
-    for vthreads in (2, 1):
-        try:
-            return compile_fn(*args, vthreads=vthreads, **kw)
-        except ScheduleError as exc:
-            problems.append(_short(exc, name))
+    try:
+        return compile_fn(*args, **kw)
+    except ScheduleError as exc:
+        problems.append(_short(exc, name))
     return None
 
 

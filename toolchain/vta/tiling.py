@@ -1,14 +1,13 @@
 """The accelerator's tilings as search spaces: what ``kiln tune`` varies for a VTA layer.
 
 Without tiles, :func:`~toolchain.vta.compile.compile_dense` and
-:func:`~toolchain.vta.compile.compile_conv2d` choose a layer's tiling by a search: the
-:data:`~toolchain.vta.compile.CANDIDATES` best tilings of an analytic ranking
-(:func:`~toolchain.vta.schedule.candidate_tiles`, :func:`~toolchain.vta.schedule.
-candidate_conv_tiles`) are compiled and the program with the lowest cost on the cycle
-model (:func:`~toolchain.vta.timing.program_cost`: cycles plus a per-instruction cost) is
-kept. This module declares the
-choices that search makes as a :class:`~toolchain.autotune.space.Space`, through the same
-API as the CPU schedules:
+:func:`~toolchain.vta.compile.compile_conv2d` choose a layer's tiling by a search over
+the space this module declares: every valid point is ranked by its predicted cost
+(:func:`toolchain.vta.estimate.shortlist`, nothing built), the
+:data:`~toolchain.vta.compile.CANDIDATES` best are compiled and the program with the lowest
+cost on the cycle model (:func:`~toolchain.vta.timing.program_cost`: cycles plus a
+per-instruction cost) is kept. The space is a :class:`~toolchain.autotune.space.Space`,
+declared through the same API as the CPU schedules:
 
 * ``vta_dense`` (a dense layer, a QAdd's GEMM, a convolution as an im2col GEMM): ``tm``
   rows of BATCH, ``tn`` blocks of BLOCK_OUT, ``tk`` blocks of BLOCK_IN per tile;
