@@ -1,7 +1,7 @@
 """float16 kernels: the hardware conversions against the software path, same bundle, same run.
 
-    python benchmarks/float16.py                        # every model on both CPU targets
-    python benchmarks/float16.py --repeat 50 --targets x86_64-avx2
+    python benchmarks/fp16_convert.py                        # every model on both CPU targets
+    python benchmarks/fp16_convert.py --repeat 50 --targets x86_64-avx2
 
 Each model (every tensor float16: fp16 attention, an fp16 MatMul with fp16 weights, the
 fp16 conv net of tests/bundle/test_float16.py) is compiled once per target and its
