@@ -165,8 +165,10 @@ class CUDABackend:
 class LLVMBackend:
     """Bundle kernels as object code for the target's triple
     (:class:`~toolchain.codegen.llvm.LLVMCodegen`, the
-    O3 pipeline, ``TargetMachine.emit_object``): ``KernelArtifact.object_code``, with the
-    C prototype in ``params`` so the bundle's ``model.c`` calls it like a C kernel."""
+    O3 pipeline, ``TargetMachine.emit_object``, kept in the build cache by
+    :func:`~toolchain.codegen.llvm_target.cached_object`): ``KernelArtifact.object_code``,
+    with the C prototype in ``params`` so the bundle's ``model.c`` calls it like a C
+    kernel."""
 
     name = "llvm"
 
@@ -178,8 +180,9 @@ class LLVMBackend:
         from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
         from toolchain.codegen.artifact import CSupport, support_of
         from toolchain.codegen.llvm import LLVMCodegen
-        from toolchain.codegen.llvm_target import emit_object, host_machine
+        from toolchain.codegen.llvm_target import cached_object, host_machine
         from toolchain.errors import UnsupportedError
+        from toolchain.runtime.cache import cache_dir
         from toolchain.tir.transform.legalize_f16 import legalize_f16
 
         machine = self.machine or host_machine()
@@ -199,7 +202,8 @@ class LLVMBackend:
                                    "shape")
         return KernelArtifact(name, k.params, [], {}, k.scratch_bytes, support, [], "llvm",
                               param_types=k.param_types,
-                              object_code=emit_object(k.ir, machine, extra=k.definitions),
+                              object_code=cached_object(k.ir, machine, cache_dir(), name,
+                                                        extra=k.definitions),
                               llvm_ir="\n".join([k.ir, *k.definitions]))
 
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolchain.errors import BuildError, GeneratedCodeError, TargetError
 from toolchain.target import Target
@@ -220,7 +222,53 @@ def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
         return bytes(tm.emit_object(mod))
 
 
+def object_key(module_ir: str, machine: LLVMMachine, jit: bool = False,
+               extra: Sequence[str] = ()) -> str:
+    """The content hash naming :func:`emit_object`'s result: the IR text, the linked
+    modules, the machine (:meth:`LLVMMachine.key`: triple, CPU, features, fast-math flags,
+    unrolling, level, LLVM version), the pipeline, llvmlite's version and whether the
+    object is for the JIT (its code model differs)."""
+    import llvmlite
+
+    parts = [module_ir, *extra, machine.key(), PIPELINE, llvmlite.__version__,
+             "jit" if jit else "object"]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def cached_object(module_ir: str, machine: LLVMMachine, cache: Path, name: str,
+                  extra: Sequence[str] = ()) -> bytes:
+    r""":func:`emit_object` (not for the JIT) through the build cache ``cache``: the object
+    is kept as ``llvm-<name>-<hash>.o`` (:func:`object_key`), so compiling a kernel again
+    (the same model compiled again, into another folder or after an edit elsewhere) parses
+    no IR and runs no pass; the bytes are those :func:`emit_object` made.
+
+    >>> import tempfile
+    >>> from toolchain.target import load_target
+    >>> m = machine_for(load_target("cortex-m4"))
+    >>> text = "define i32 @f(i32 %x) {\n  %y = add i32 %x, 1\n  ret i32 %y\n}\n"
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     first = cached_object(text, m, Path(d), "f")
+    ...     again = cached_object(text, m, Path(d), "f")
+    ...     files = [p.name[:7] for p in Path(d).iterdir()]
+    >>> first == again == emit_object(text, m), files
+    (True, ['llvm-f-'])
+    """
+    from toolchain.runtime.cache import touch, trim
+
+    path = cache / f"llvm-{name}-{object_key(module_ir, machine, extra=extra)[:24]}.o"
+    if path.exists():
+        touch(path)
+        return path.read_bytes()
+    obj = emit_object(module_ir, machine, extra=extra)
+    fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
+    with os.fdopen(fd, "wb") as f:
+        f.write(obj)
+    os.replace(tmp, path)
+    trim(path)
+    return obj
+
+
 __all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LOOP_UNROLL", "OPT_LEVELS", "PIPELINE",
-           "LLVMMachine",
-           "emit_object", "host_machine", "llvm_binding", "machine_for", "optimize",
-           "quiet_remarks", "uses_inline_asm"]
+           "LLVMMachine", "cached_object",
+           "emit_object", "host_machine", "llvm_binding", "machine_for", "object_key",
+           "optimize", "quiet_remarks", "uses_inline_asm"]
