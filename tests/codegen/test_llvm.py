@@ -286,6 +286,30 @@ def test_cross_objects(target: str, machine: int) -> None:
     assert "@net_k0" in art.llvm_ir.replace('"', "")
 
 
+def test_bundle_objects_are_cached_by_content(tmp_path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """A bundle kernel compiled again (same IR, same machine) comes from the build cache:
+    the same bytes, no LLVM pass run; another machine misses."""
+    import toolchain.codegen.llvm_target as llvm_target
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    func, _, _ = W.matmul(8, 8, 8)
+    avx2, m4 = load_target("x86_64-avx2"), load_target("cortex-m4")
+    first = backend_for(avx2, backend="llvm").kernel(lower(func, target=avx2), "net_k0")
+    assert [p.name.startswith("llvm-net_k0-") for p in tmp_path.glob("*.o")] == [True]
+    emitted = llvm_target.emit_object
+
+    def no_pass(*a, **k):
+        raise AssertionError("a cached kernel ran LLVM again")
+
+    monkeypatch.setattr(llvm_target, "emit_object", no_pass)
+    again = backend_for(avx2, backend="llvm").kernel(lower(func, target=avx2), "net_k0")
+    assert again.object_code == first.object_code
+    assert again.object_code == emitted(first.llvm_ir, llvm_target.machine_for(avx2))
+    with pytest.raises(AssertionError, match="ran LLVM again"):
+        backend_for(m4, backend="llvm").kernel(lower(func, target=m4), "net_k0")
+
+
 def test_bundle_kernel_uses_scratch_not_heap() -> None:
     A = te.placeholder((4096,), name="A")
     B = te.compute((4096,), lambda i: A[i] * 2.0, name="B")
