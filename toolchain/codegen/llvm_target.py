@@ -260,11 +260,16 @@ def cached_object(module_ir: str, machine: LLVMMachine, cache: Path, name: str,
         touch(path)
         return path.read_bytes()
     obj = emit_object(module_ir, machine, extra=extra)
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
-    with os.fdopen(fd, "wb") as f:
-        f.write(obj)
-    os.replace(tmp, path)
-    trim(path)
+    tmp = None
+    try:  # a cache that cannot be written (full disk, read-only) only costs the next compile
+        fd, tmp = tempfile.mkstemp(suffix=".o", dir=cache)
+        with os.fdopen(fd, "wb") as f:
+            f.write(obj)
+        os.replace(tmp, path)
+        trim(path)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return obj
 
 
