@@ -102,9 +102,9 @@ INT8_TARGETS = ("c-generic", "x86_64-avx512")
 
 
 @functools.cache
-def _int8_batch() -> Int8Batch:
-    return Int8Batch([random_model(s, families=INT8_FAMILIES) for s in INT8_SEEDS],
-                     INT8_TARGETS)
+def _int8_batch(seeds: range = INT8_SEEDS, targets: tuple[str, ...] = INT8_TARGETS
+                ) -> Int8Batch:
+    return Int8Batch([random_model(s, families=INT8_FAMILIES) for s in seeds], targets)
 
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xdist_group("fuzz-int8"))
@@ -184,16 +184,27 @@ def test_float_sums_of_an_int8_graph_get_the_float_tolerance(monkeypatch) -> Non
 
 
 @needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
-@pytest.mark.parametrize("seed", BOARD_SEEDS)
+@pytest.mark.parametrize("seed", _batched(BOARD_SEEDS, "board"))
 def test_random_graph_on_a_cortex_m_board_under_qemu(seed: int) -> None:
+    """Clean in its batch (one firmware), or checked alone."""
+    if _clean_in_its_batch(BOARD_SEEDS, (BOARD,), seed):
+        return
     model, inputs = random_model(seed)
     findings = check(model, inputs, (BOARD,))
     assert not findings, _report(seed, model, findings, f" --targets {BOARD}")
 
 
+#: the int8 graphs on the board: one firmware, one xdist group
+INT8_BOARD_SEEDS = INT8_SEEDS[:3]
+
+
 @needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
-@pytest.mark.parametrize("seed", INT8_SEEDS[:3])
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.xdist_group(
+    "fuzz-int8-board")) for s in INT8_BOARD_SEEDS])
 def test_random_int8_graph_on_a_cortex_m_board_is_bit_exact(seed: int) -> None:
+    """Clean in its batch (one firmware), or checked alone."""
+    if _int8_batch(INT8_BOARD_SEEDS, (BOARD,)).passes(seed - INT8_BOARD_SEEDS.start):
+        return
     model, inputs = random_model(seed, families=INT8_FAMILIES)
     findings = check_int8(model, inputs, (BOARD,))
     assert not findings, _report(seed, model, findings, f" --int8 --targets {BOARD}")
