@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
 
@@ -17,12 +16,9 @@ from toolchain.autotune.space import Trace
 from toolchain.autotune.tasks import extract_tasks
 from toolchain.autotune.vta import CycleModelRunner, VtaBuilder
 from toolchain.cli import main
-from toolchain.frontend.onnx import from_onnx
-from toolchain.graph.passes.quantize_ops import quantize_ops
-from toolchain.graph.reference import run_graph
 
 from ..tools import needs
-from ..vta.qmodels import quantized, small_cnn
+from ..vta.qmodels import assert_cnn_bundle_bit_exact, quantized, small_cnn
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +66,6 @@ def test_an_invalid_point_is_a_failed_trial_that_names_the_rule(cnn) -> None:
     assert CycleModelRunner().run([b])[0].costs is None
 
 
-def _run(pkg, q: onnx.ModelProto) -> None:
-    ref = quantize_ops(from_onnx(q))
-    for seed in (5, 6):
-        x = {"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-        got, want = toolchain.run(pkg, x).outputs, run_graph(ref, x)
-        for k in want:
-            np.testing.assert_array_equal(got[k], want[k])
-
-
 def test_tune_then_compile_with_records_is_bit_exact_on_the_simulator(cnn, tmp_path,
                                                                       capsys) -> None:
     """The product end to end (about 10 s: kiln tune, kiln compile, the bundle built and
@@ -110,7 +97,7 @@ def test_tune_then_compile_with_records_is_bit_exact_on_the_simulator(cnn, tmp_p
     where = {p["node"]: p["reason"] for p in meta["accelerator"]["placements"]}
     assert f"tiles {other['toh']},{other['toc']},{other['tic']} split {other['split']}" \
         in where["conv2"]
-    _run(pkg, q)
+    assert_cnn_bundle_bit_exact(pkg, q)
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -62,3 +62,20 @@ def quantized(model: onnx.ModelProto, samples: int = 8, seed: int = 1) -> onnx.M
     cal = {v.name: rng.standard_normal((samples, *v.shape)).astype(np.float32)
            for v in from_onnx(model).inputs}
     return quantize_model(model, cal)[0]
+
+
+def assert_cnn_bundle_bit_exact(pkg, q: onnx.ModelProto, seeds: tuple[int, ...] = (5, 6)
+                                ) -> None:
+    """The bundle ``pkg`` of :func:`small_cnn` quantized as ``q`` gives exactly the integer
+    reference's outputs (``quantize_ops`` of the imported graph) on random inputs."""
+    import toolchain
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.quantize_ops import quantize_ops
+    from toolchain.graph.reference import run_graph
+
+    ref = quantize_ops(from_onnx(q))
+    for seed in seeds:
+        x = {"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+        got, want = toolchain.run(pkg, x).outputs, run_graph(ref, x)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
