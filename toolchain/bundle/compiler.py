@@ -433,35 +433,37 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                                         ram_budget=ram_budget, patch=patch, twin=twin)
     release_freed_memory()
     plan.check()
-    options = {"input_shapes": {k: list(v) for k, v in sorted((input_shapes or {}).items())},
-               "name": prefix, "alignment": ALIGNMENT, "weights": weights or "auto"}
-    if precision != "fp32":
-        options["precision"] = precision  # float16 tensors inside, float32 at the API
-    if emulate:
-        options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
-    if cuda_graph:
-        options["cuda_graph"] = graph_option  # True, or why it was ignored (--emulate)
-    if backend == "llvm":
-        options["backend"] = "llvm"  # kernels as object files (docs/llvm.md)
-    if skip_passes:
-        options["skip_passes"] = sorted(set(skip_passes))
-    if ram_budget is not None and any(k.patch is not None for k in kernels):
-        options["ram_budget"] = ram_budget  # only where it made a patch stage
-    if patch is not None:
-        options["patch"] = [patch[0], patch[1], list(patch[2])]
+
+    def options_for(emulated: bool) -> dict[str, Any]:
+        options = {"input_shapes": {k: list(v) for k, v in
+                                    sorted((input_shapes or {}).items())},
+                   "name": prefix, "alignment": ALIGNMENT, "weights": weights or "auto"}
+        if precision != "fp32":
+            options["precision"] = precision  # float16 tensors inside, float32 at the API
+        if emulated:
+            options["emulate"] = True  # the GPU kernels' code as C, run thread by thread
+        if cuda_graph:
+            options["cuda_graph"] = graph_option  # True, or why it was ignored (--emulate)
+        if backend == "llvm":
+            options["backend"] = "llvm"  # kernels as object files (docs/llvm.md)
+        if skip_passes:
+            options["skip_passes"] = sorted(set(skip_passes))
+        if ram_budget is not None and any(k.patch is not None for k in kernels):
+            options["ram_budget"] = ram_budget  # only where it made a patch stage
+        if patch is not None:
+            options["patch"] = [patch[0], patch[1], list(patch[2])]
+        return options
+
     emulation = None
-    if twin:  # its options are an emulate compile's: "emulate" where that one puts it
+    if twin:  # the spec an ``emulate=True`` compile gives, options included
         twin_fused, twin_kernels, twin_plan = twin[-1]
         twin_plan.check()
-        items = list(options.items())
-        at = [k for k, _ in items].index("weights") + 1 + ("precision" in options)
         emulation = BundleSpec(prefix, graph, twin_fused, t, layout_note, twin_kernels,
-                               twin_plan, dict([*items[:at], ("emulate", True), *items[at:]]),
-                               source)
+                               twin_plan, options_for(True), source)
     if not isinstance(progress, CompileProgress):
         bar.close()  # the caller's bar goes on to rendering and writing
-    return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan, options, source,
-                      accel, emulation)
+    return BundleSpec(prefix, graph, fused, t, layout_note, kernels, plan,
+                      options_for(emulate), source, accel, emulation)
 
 
 #: kernels index tensors with 32-bit signed integers (loop variables and flat offsets)
