@@ -32,19 +32,23 @@ from toolchain.tir.structural import structural_key
 F = np.float32
 
 
-def _twin_convs(same_shape: bool = True):
-    """x -> conv+relu -> conv+relu -> y: two groups equal up to their weights (or not)."""
+def _twin_convs(same_shape: bool = True, p: str = ""):
+    """x -> conv+relu -> conv+relu -> y: two groups equal up to their weights (or not);
+    ``p`` prefixes every tensor name."""
     rng = np.random.default_rng(1)
     c2 = 4 if same_shape else 6
-    inits = {"w1": (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(F),
-             "b1": rng.standard_normal(4).astype(F),
-             "w2": (rng.standard_normal((c2, 4, 3, 3)) * 0.3).astype(F),
-             "b2": rng.standard_normal(c2).astype(F)}
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c2"], ["y"])]
-    return make_model(nodes, {"x": (F, [1, 4, 8, 8])}, {"y": (F, [1, c2, 8, 8])}, inits)
+    inits = {p + "w1": (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(F),
+             p + "b1": rng.standard_normal(4).astype(F),
+             p + "w2": (rng.standard_normal((c2, 4, 3, 3)) * 0.3).astype(F),
+             p + "b2": rng.standard_normal(c2).astype(F)}
+    nodes = [helper.make_node("Conv", [p + "x", p + "w1", p + "b1"], [p + "c1"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", [p + "c1"], [p + "r1"]),
+             helper.make_node("Conv", [p + "r1", p + "w2", p + "b2"], [p + "c2"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", [p + "c2"], [p + "y"])]
+    return make_model(nodes, {p + "x": (F, [1, 4, 8, 8])}, {p + "y": (F, [1, c2, 8, 8])},
+                      inits)
 
 
 def _functions(bundle) -> list[str]:
@@ -150,15 +154,52 @@ def test_weight_text_is_the_exact_bytes() -> None:
     assert text.count('",\n') == 1  # two chunks of 8 bytes
 
 
+def _bundle_files(out) -> dict:
+    return {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
 def test_compiling_twice_gives_identical_bundles(tmp_path) -> None:
     from toolchain.bundle import compile_model
 
     model = _twin_convs()
-    files = []
-    for k in range(2):
-        out = compile_model(model, "x86_64-avx512", tmp_path / f"b{k}", progress=False)
-        files.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*"))
-                      if p.is_file()})
+    files = [_bundle_files(compile_model(model, "x86_64-avx512", tmp_path / f"b{k}",
+                                         progress=False)) for k in range(2)]
     assert files[0].keys() == files[1].keys()
     for rel in files[0]:
         assert files[0][rel] == files[1][rel], rel
+
+
+def test_a_later_compile_takes_the_kernels_lowered_before_and_writes_the_same_bundle(
+        tmp_path, monkeypatch) -> None:
+    """``LOWERED_IN_PROCESS``: a compile lowers only kernels that no earlier compile in the
+    process lowered, names included, for an equal target; what it writes is what a fresh
+    process writes, whatever was compiled in between (the same model under other names,
+    for another target)."""
+    from toolchain.bundle import compile_model
+    from toolchain.bundle.compiler import LOWERED_IN_PROCESS
+    from toolchain.tir.transform import pipeline
+
+    real, lowered = pipeline.lower, []
+    monkeypatch.setattr(pipeline, "lower",
+                        lambda func, *a, **k: lowered.append(func) or real(func, *a, **k))
+
+    def compile_(model, target, name):
+        lowered.clear()
+        return _bundle_files(compile_model(model, target, tmp_path / name, progress=False))
+
+    LOWERED_IN_PROCESS.clear()
+    fresh = compile_(_twin_convs(), "x86_64-avx512", "fresh")
+    assert len(lowered) == 3  # the layout transforms in and out, the shared conv kernel
+    # the same model under other names: the transforms name their buffers after the
+    # model's tensors (lowered anew); the conv kernel's names are its own (taken)
+    renamed = compile_(_twin_convs(p="other_"), "x86_64-avx512", "renamed")
+    assert len(lowered) == 2
+    generic = compile_(_twin_convs(), "c-generic", "generic")
+    assert len(lowered) > 0  # another target: lowered anew
+    again = compile_(_twin_convs(), "x86_64-avx512", "again")
+    assert lowered == []
+    assert again == fresh
+    LOWERED_IN_PROCESS.clear()
+    assert compile_(_twin_convs(p="other_"), "x86_64-avx512", "renamed_fresh") == renamed
+    assert len(lowered) == 3
+    assert renamed != fresh and generic != fresh

@@ -132,9 +132,11 @@ _NAME_ATTRS = {"global_symbol"}
 class _KeyBuilder:
     """Builds :func:`structural_key`: Vars and Buffers numbered by first appearance."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: list[Any] | None = None) -> None:
         self.index: dict[int, int] = {}
         self.keep: list[Any] = []  # ids stay unique while the objects live
+        #: where given (:func:`keys`), the names the key leaves out, in order of appearance
+        self.names = names
 
     def ref(self, obj: Any) -> tuple[bool, int]:
         k = id(obj)
@@ -147,7 +149,9 @@ class _KeyBuilder:
     def key(self, x: Any) -> Any:  # noqa: C901 - one branch per kind of value
         t = type(x)
         if t is Var:
-            _, n = self.ref(x)
+            first, n = self.ref(x)
+            if first and self.names is not None:
+                self.names.append(x.name)
             return ("var", n, x.dtype)
         if t is IntImm:
             return ("i", x.value, x.dtype)
@@ -161,12 +165,18 @@ class _KeyBuilder:
             first, n = self.ref(x)
             if not first:
                 return ("buf", n)
+            if self.names is not None:
+                self.names.append(x.name)
             return ("buf", n, *(self.key(getattr(x, f)) for f in _fields(t)))
         if isinstance(x, Node):
+            if self.names is not None:
+                self.names.extend(getattr(x, f) for f in _name_fields(t))
             return (t, *(self.key(getattr(x, f)) for f in _fields(t)))
         if t is tuple or t is list:
             return (t, *(self.key(v) for v in x))
         if isinstance(x, dict) or hasattr(x, "items"):
+            if self.names is not None:
+                self.names.extend((k, str(x[k])) for k in sorted(_NAME_ATTRS) if k in x)
             return ("map", *sorted(((str(k), self.key(v)) for k, v in x.items()
                                     if k not in _NAME_ATTRS), key=lambda kv: kv[0]))
         if x is None or isinstance(x, (bool, int, str, bytes)):
@@ -182,6 +192,15 @@ class _KeyBuilder:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _name_fields(t: type) -> tuple[str, ...]:
+    """The dataclass fields of node class ``t`` that only name things (cached)."""
+    out = _NAMES.get(t)
+    if out is None:
+        out = _NAMES[t] = tuple(f.name for f in fields(t) if f.name in _NAME_FIELDS)
+    return out
 
 
 def _fields(t: type) -> tuple[str, ...]:
@@ -210,3 +229,21 @@ def structural_key(node: Any) -> Any:
     True
     """
     return _KeyBuilder().key(node)
+
+
+def keys(node: Any) -> tuple[Any, Any]:
+    """``(structural_key(node), exact)`` from one walk: ``exact`` adds every name (of Vars
+    and Buffers at their first appearance, ``name`` fields, the ``global_symbol``
+    attribute) in order, so two trees with equal exact keys print the same.
+
+    >>> from toolchain import te
+    >>> def add_one(name):
+    ...     A = te.placeholder((8,), name=name)
+    ...     return te.create_prim_func([A, te.compute((8,), lambda i: A[i] + 1.0)])
+    >>> (a, ea), (x, ex), (_, ea2) = keys(add_one("A")), keys(add_one("X")), keys(add_one("A"))
+    >>> a == x, ea == ex, ea == ea2
+    (True, False, True)
+    """
+    b = _KeyBuilder(names=[])
+    k = b.key(node)
+    return k, (k, tuple(b.names or ()))
