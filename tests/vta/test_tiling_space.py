@@ -140,7 +140,60 @@ def test_the_search_keeps_the_candidate_with_the_lowest_cost_per_instruction_inc
     seen = []
     monkeypatch.setattr(vcompile, "program_cost",
                         lambda prog: seen.append(prog) or program_cost(prog))
+    vcompile.CHOSEN.clear()  # the search itself, not the point it chose before
     done = make()
     assert len(seen) > 1
     costs = [estimate_cycles(p) + INSN_CYCLES * len(p.insns) for p in seen]
     assert estimate_cycles(done.program) + INSN_CYCLES * len(done.program.insns) == min(costs)
+
+
+@pytest.mark.parametrize("make", [_dense, _conv])
+def test_a_layer_compiled_again_builds_the_point_its_search_chose_once(monkeypatch,
+                                                                       make) -> None:
+    """``CHOSEN``: the default search is a function of the layer's inputs and target, so
+    the same layer compiled again in the process builds the chosen point alone, to the
+    same program; other weights, another requantization or a forced point search (or
+    build) anew, and the search after a ``clear()`` chooses the same point."""
+    from toolchain.vta.timing import program_cost
+
+    built = []
+    monkeypatch.setattr(vcompile, "program_cost",
+                        lambda prog: built.append(prog) or program_cost(prog))
+    vcompile.CHOSEN.clear()
+    first = make()
+    assert len(built) > 1
+    built.clear()
+    with declared() as seen:
+        again = make()
+    assert built == [] and _same(again, first) and again.point == first.point
+    assert [s.workload for s in seen] == [first.space.workload]  # still declared
+    vcompile.CHOSEN.clear()
+    assert _same(make(), first) and len(built) > 1
+
+
+@pytest.mark.parametrize("change", [{"weight": "reversed"}, {"shift": 9},
+                                    {"target": "renamed"}, {"layer": "conv2"}])
+def test_a_layer_with_other_inputs_is_searched_anew(monkeypatch, tmp_path, change) -> None:
+    """... by its weights, shift, layer name, and target (here one equal to ``vta`` but
+    for its name: the workload key is the same)."""
+    from toolchain.target import load_target
+    from toolchain.vta.timing import program_cost
+
+    if change.get("target") == "renamed":
+        path = tmp_path / "vta-renamed.yaml"
+        path.write_text("name: vta-renamed\nkind: vta\nextends: vta\n")
+        change = {"target": load_target(str(path))}
+
+    built = []
+    monkeypatch.setattr(vcompile, "program_cost",
+                        lambda prog: built.append(prog) or program_cost(prog))
+    small = np.random.default_rng(4).integers(-128, 128, (16, 16, 1, 1), dtype=np.int8)
+    args = {"weight": small, "h": 4, "w": 4, "shift": 10, "layer": "conv"}
+    if change.get("weight") == "reversed":
+        change = {"weight": small[::-1].copy()}
+    vcompile.CHOSEN.clear()
+    compile_conv2d(**args)
+    assert len(built) > 1
+    built.clear()
+    compile_conv2d(**{**args, **change})
+    assert len(built) > 1

@@ -31,8 +31,10 @@ Example::
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -236,7 +238,8 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
     return _best(build, tiles, vthreads,
                  lambda vt: candidate_tiles(shape, tcfg, vt, 1),
                  lambda d: dense_space(shape, tcfg, tag, d),
-                 partial(shortlist, shape, tcfg, tag), layer)
+                 partial(shortlist, shape, tcfg, tag), layer,
+                 (t, ("dense", w, m, shift, layer, output, requant, conv)))
 
 
 @dataclass(frozen=True)
@@ -308,13 +311,81 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
     return "requant" if requant is not None else "int8"
 
 
-def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
+class _Chosen:
+    """The tiles each search chose, by the layer's exact inputs (its compile function's
+    arguments: weights and requantization by digest) and target: the search is a function
+    of those alone, so a layer compiled again in this process builds the point it chose
+    before, once, not its whole short list (a test session, a notebook, the compiles of
+    one model with other bundle options). The ``limit`` most recent are kept.
+
+    >>> chosen = _Chosen(limit=1)
+    >>> key = _inputs_key("conv2d", np.ones((2, 2), np.int8), 3, None)
+    >>> chosen.put(key, "vta", ("tiles", 2))
+    >>> chosen.get(_inputs_key("conv2d", np.ones((2, 2), np.int8), 3, None), "vta")
+    ('tiles', 2)
+    >>> chosen.get(_inputs_key("conv2d", np.zeros((2, 2), np.int8), 3, None), "vta")
+    >>> chosen.get(key, "vta-other")
+    """
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._entries: collections.OrderedDict[Any, tuple[Any, Any]] = \
+            collections.OrderedDict()
+
+    def get(self, key: Any, target: Any) -> Any | None:
+        hit = self._entries.get(key)
+        if key is None or hit is None or not (hit[0] is target or hit[0] == target):
+            return None
+        self._entries.move_to_end(key)
+        return hit[1]
+
+    def put(self, key: Any, target: Any, point: Any) -> None:
+        if key is None:
+            return
+        self._entries[key] = (target, point)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.limit:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+#: the points this process's default searches chose (:func:`_best`)
+CHOSEN = _Chosen()
+
+
+def _inputs_key(*values: Any) -> tuple | None:
+    """A hashable key of a layer's inputs: arrays by dtype, shape and digest, dataclasses
+    field by field; None where a value is of another kind (then nothing is remembered)."""
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, np.ndarray):
+            a = np.ascontiguousarray(v)
+            out.append(("nd", str(a.dtype), a.shape,
+                        hashlib.blake2b(memoryview(a).cast("B"), digest_size=20).digest()))
+        elif is_dataclass(v) and not isinstance(v, type):
+            inner = _inputs_key(*(getattr(v, f.name) for f in fields(v)))
+            if inner is None:
+                return None
+            out.append((type(v).__name__, inner))
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            out.append((type(v).__name__, v))
+        else:
+            return None
+    return tuple(out)
+
+
+def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str,
+          inputs: tuple[Target, tuple]):
     """``build(tiles, vthreads)``; without tiles the point a tuning trace gives the
     layer's space (``space(default)``), else the search: ``rank(points, count, slack)``
     short-lists the space's valid points (those with ``vthreads`` threads where it is
     given) by their predicted cost, each is built and the program with the lowest
     :func:`~toolchain.vta.timing.program_cost` is kept (the space's default, declared with
-    it). ``fits(vthreads)`` raises the analytic search's error where no point is valid."""
+    it). ``fits(vthreads)`` raises the analytic search's error where no point is valid.
+    ``inputs``: the target and the compile function's other arguments; a search made for
+    equal ones before in this process is not made again (:data:`CHOSEN`)."""
     if tiles is not None:
         return build(tiles, VTHREADS if vthreads is None else vthreads)
     probe = space(None)
@@ -330,6 +401,14 @@ def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
         else:
             got.commit()
             return done
+    target, args = inputs
+    key = _inputs_key(probe.workload, vthreads, *args)
+    point = CHOSEN.get(key, target)
+    if point is not None:
+        done = build(*point)
+        done.space = space((done.tiles, done.vthreads))
+        declare(done.space)
+        return done
     points = [tiles_of(probe, p) for p in probe.valid_points()]
     points = [(t, vt) for t, vt in points if vthreads is None or vt == vthreads]
     if not points:
@@ -347,6 +426,7 @@ def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str):
     if best is None:
         raise ScheduleError("; ".join(list(dict.fromkeys(problems))[:CANDIDATES]))
     done = best[1]
+    CHOSEN.put(key, target, (done.tiles, done.vthreads))
     done.space = space((done.tiles, done.vthreads))
     declare(done.space)
     return done
@@ -533,7 +613,8 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
     done = _best(build, tiles, vthreads,
                  lambda vt: candidate_conv_tiles(shape, tcfg, vt, 1),
                  lambda d: conv_space(shape, tcfg, tag, d),
-                 partial(shortlist, shape, tcfg, tag), layer)
+                 partial(shortlist, shape, tcfg, tag), layer,
+                 (t, ("conv2d", wt, h, w, shift, stride, pad, layer, output, requant)))
     done.recompile = partial(compile_conv2d, weight, h, w, shift, target, stride=stride,
                              pad=pad, tiles=tiles, vthreads=vthreads, layer=layer,
                              output=output, requant=requant)
