@@ -47,6 +47,24 @@ def test_expected_result_is_numpy_gemm():
     assert (np.clip(c >> 4, -128, 127) != (c >> 4).astype(np.int8)).any()  # clipping matters
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_expected_result_of_bytes_is_exact_where_int32_wraps(dtype):
+    """Byte operands go through float64: exact, with the int32 wrap-around, at the
+    extremes (200,000 products of (-128)^2 or 255 * -128 overflow int32)."""
+    lo = np.iinfo(dtype).min if dtype == "int8" else np.iinfo(dtype).max
+    a = np.full((2, 200_000), lo, dtype)
+    a[1, ::3] = 7
+    b = np.full((200_000, 3), -128, np.int8)
+    acc = a.astype(np.int64) @ b.astype(np.int64)
+    assert abs(acc).max() > 2**31  # wraps
+    acc = ((acc + 2**31) % 2**32) - 2**31
+    for shift, requant in ((0, "none"), (3, "shift"), (3, "clip")):
+        want = acc >> shift if requant != "none" else acc
+        want = np.clip(want, -128, 127) if requant == "clip" else want
+        np.testing.assert_array_equal(expected_result(a, b, shift, requant),
+                                      (want & 0xFF).astype(np.uint8).view(np.int8))
+
+
 def test_vthread_program_overlaps_and_serial_does_not():
     """In the virtual-thread program a load of the next group is free to run before the
     current GEMM (only a c2l token two groups back gates it); serially it is not."""

@@ -119,8 +119,14 @@ class Workload:
 
 
 def expected_result(a: np.ndarray, b: np.ndarray, shift: int, requant: str) -> np.ndarray:
-    """numpy oracle: int32 GEMM, then the requantisation the programs perform, as int8."""
-    acc = a.astype(np.int64) @ b.astype(np.int64)
+    """numpy oracle: int32 GEMM, then the requantisation the programs perform, as int8.
+
+    Byte operands multiply in float64 (BLAS; exact: every partial sum of ``K`` products
+    of at most 2**14 stays below 2**53 for any ``K`` under 2**39), others in int64."""
+    if a.dtype.itemsize == 1 and b.dtype.itemsize == 1 and a.shape[-1] < 2**39:
+        acc = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.int64)
+    else:
+        acc = a.astype(np.int64) @ b.astype(np.int64)
     acc = ((acc + 2**31) % 2**32) - 2**31                         # int32 wrap-around
     if requant != "none":
         acc = acc >> shift
