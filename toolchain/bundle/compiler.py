@@ -22,7 +22,6 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 from collections.abc import Iterator
@@ -57,7 +56,7 @@ from toolchain.graph.overlap import AccessOrder
 from toolchain.schedules import packing
 from toolchain.schedules.packing import is_value_blind
 from toolchain.schedules.registry import lookup
-from toolchain.target import Target
+from toolchain.target import ByTarget, Target
 from toolchain.target import resolve_target as resolve_target_once
 from toolchain.tir import memo
 
@@ -199,58 +198,15 @@ def _schedule(node: Node, target: Target, cache: KernelCache
         f"fallback: {why}", None, None
 
 
-class LoweredKernels:
-    """Lowered kernels kept across compiles, by the scheduled function's exact key
-    (:func:`~toolchain.tir.structural.keys`: the structure and every name) and the target:
-    lowering is a function of those two alone, so an equal function gets the very lowered
-    function an earlier compile made, and the bundle is the one a fresh process writes.
-    The ``limit`` most recently used are kept (each entry keeps its scheduled function
-    alive: its key may hold that function's ``id``).
-
-    A test session compiles the same model for the same target many times, with other
-    bundle options (threads, weights storage, safety checks, patches): those compiles
-    lower each kernel once.
-
-    >>> from toolchain import te
-    >>> from toolchain.tir.structural import keys
-    >>> def add_one(name):
-    ...     A = te.placeholder((8,), name=name)
-    ...     return te.create_prim_func([A, te.compute((8,), lambda i: A[i] + 1.0)])
-    >>> seen = LoweredKernels(limit=1)
-    >>> f = add_one("A")
-    >>> seen.put(keys(f)[1], f, None, "lowered A")
-    >>> seen.get(keys(add_one("A"))[1], None), seen.get(keys(add_one("X"))[1], None)
-    ('lowered A', None)
-    """
-
-    def __init__(self, limit: int = 256) -> None:
-        self.limit = limit
-        # exact key -> (scheduled function, target, lowered function)
-        self._entries: collections.OrderedDict[Any, tuple[Any, Any, Any]] = \
-            collections.OrderedDict()
-
-    def get(self, exact: Any, target: Target | None) -> Any | None:
-        """The function lowered for ``exact`` on ``target`` (or an equal target), or None."""
-        hit = self._entries.get(exact)
-        if hit is None or not (hit[1] is target or hit[1] == target):
-            return None
-        self._entries.move_to_end(exact)
-        return hit[2]
-
-    def put(self, exact: Any, func: Any, target: Target | None, lowered: Any) -> None:
-        """Keep ``lowered``, the lowering of ``func`` (exact key ``exact``) for ``target``."""
-        self._entries[exact] = (func, target, lowered)
-        self._entries.move_to_end(exact)
-        while len(self._entries) > self.limit:
-            self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        """Forget every lowered kernel."""
-        self._entries.clear()
-
-
-#: the lowered kernels of this process's compiles (:meth:`KernelCache.lower`)
-LOWERED_IN_PROCESS = LoweredKernels()
+#: lowered kernels kept across compiles (:meth:`KernelCache.lower`): by the scheduled
+#: function's exact key (:func:`~toolchain.tir.structural.keys`: its structure and every
+#: name) and the target, ``(scheduled function, lowered function)``. Lowering is a function
+#: of those two alone, so an equal function gets the very lowered function an earlier
+#: compile made and the bundle is the one a fresh process writes; each entry keeps its
+#: scheduled function alive (its key may hold that function's ``id``). A test session,
+#: a notebook or the tuner's final compile compiles a model again with other bundle
+#: options (threads, weights storage, safety checks, patches): each kernel is lowered once.
+LOWERED_IN_PROCESS = ByTarget(limit=256)
 
 
 class KernelCache:
@@ -299,11 +255,11 @@ class KernelCache:
         key, exact = keys(func)
         hit = self._lowered.get(key)
         if hit is None:
-            lowered = LOWERED_IN_PROCESS.get(exact, self.target)
-            if lowered is None:
-                lowered = lower(func, target=self.target)
-                LOWERED_IN_PROCESS.put(exact, func, self.target, lowered)
-            hit = self._lowered[key] = (func, lowered)
+            hit = LOWERED_IN_PROCESS.get(exact, self.target)
+            if hit is None:
+                hit = (func, lower(func, target=self.target))
+                LOWERED_IN_PROCESS.put(exact, self.target, hit)
+            self._lowered[key] = hit
         return hit[1]
 
     def render(self, lowered: Any, name: str, restrict: bool | frozenset[int]) -> KernelSource:
@@ -786,4 +742,4 @@ def weight_array(v: Value) -> np.ndarray:
 
 
 __all__ = ["ALIGNMENT", "LOWERED_IN_PROCESS", "BundleSpec", "CompileProgress", "CompiledKernel",
-           "LoweredKernels", "build_spec", "c_type", "comment", "resolve_target", "weight_array"]
+           "build_spec", "c_type", "comment", "resolve_target", "weight_array"]

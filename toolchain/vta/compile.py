@@ -31,7 +31,6 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import warnings
 from dataclasses import dataclass, field, fields, is_dataclass, replace
@@ -43,7 +42,7 @@ import numpy as np
 from toolchain.autotune.apply import declare, steered
 from toolchain.autotune.space import Space
 from toolchain.errors import KilnWarning, ScheduleError
-from toolchain.target import Target, load_target
+from toolchain.target import ByTarget, Target, load_target
 from toolchain.tir import ir
 from toolchain.vta.builder import ProgramBuilder
 from toolchain.vta.checker import check_program
@@ -311,48 +310,11 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
     return "requant" if requant is not None else "int8"
 
 
-class _Chosen:
-    """The tiles each search chose, by the layer's exact inputs (its compile function's
-    arguments: weights and requantization by digest) and target: the search is a function
-    of those alone, so a layer compiled again in this process builds the point it chose
-    before, once, not its whole short list (a test session, a notebook, the compiles of
-    one model with other bundle options). The ``limit`` most recent are kept.
-
-    >>> chosen = _Chosen(limit=1)
-    >>> key = _inputs_key("conv2d", np.ones((2, 2), np.int8), 3, None)
-    >>> chosen.put(key, "vta", ("tiles", 2))
-    >>> chosen.get(_inputs_key("conv2d", np.ones((2, 2), np.int8), 3, None), "vta")
-    ('tiles', 2)
-    >>> chosen.get(_inputs_key("conv2d", np.zeros((2, 2), np.int8), 3, None), "vta")
-    >>> chosen.get(key, "vta-other")
-    """
-
-    def __init__(self, limit: int = 1024) -> None:
-        self.limit = limit
-        self._entries: collections.OrderedDict[Any, tuple[Any, Any]] = \
-            collections.OrderedDict()
-
-    def get(self, key: Any, target: Any) -> Any | None:
-        hit = self._entries.get(key)
-        if key is None or hit is None or not (hit[0] is target or hit[0] == target):
-            return None
-        self._entries.move_to_end(key)
-        return hit[1]
-
-    def put(self, key: Any, target: Any, point: Any) -> None:
-        if key is None:
-            return
-        self._entries[key] = (target, point)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.limit:
-            self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
-#: the points this process's default searches chose (:func:`_best`)
-CHOSEN = _Chosen()
+#: the tiles each default search chose (:func:`_best`), by the layer's exact inputs (its
+#: compile function's arguments: weights and requantization by digest) and target: the
+#: search is a function of those alone, so a layer compiled again in this process builds
+#: the point it chose before, once, not its whole short list
+CHOSEN = ByTarget(limit=1024)
 
 
 def _inputs_key(*values: Any) -> tuple | None:
