@@ -14,7 +14,6 @@ line.
 
 from __future__ import annotations
 
-import collections
 import fnmatch
 import functools
 from collections.abc import Sequence
@@ -679,47 +678,3 @@ def _compose(text: str) -> yaml.Node:
     descriptors' YAML took 40 ms of each. An edited file has another text."""
     return yaml.compose(text)
 
-
-class ByTarget:
-    """What a process made for a target, by key, across compiles: a value is found only
-    for the target it was made for (or an equal one); the ``limit`` most recently used
-    are kept. ``put`` with the key None keeps nothing (an input that has no key).
-
-    >>> seen = ByTarget(limit=1)
-    >>> vta, other = load_target("vta"), load_target("c-generic")
-    >>> seen.put(("conv", 3), vta, "tiles")
-    >>> seen.get(("conv", 3), vta), seen.get(("conv", 3), other), seen.get(("conv", 4), vta)
-    ('tiles', None, None)
-    >>> seen.put(("conv", 4), vta, "more tiles")
-    >>> len(seen), seen.get(("conv", 3), vta)
-    (1, None)
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._entries: collections.OrderedDict[Any, tuple[Any, Any]] = \
-            collections.OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Any, target: Target | None) -> Any | None:
-        """The value put for ``key`` and ``target`` (or an equal target), or None."""
-        hit = self._entries.get(key) if key is not None else None
-        if hit is None or not (hit[0] is target or hit[0] == target):
-            return None
-        self._entries.move_to_end(key)
-        return hit[1]
-
-    def put(self, key: Any, target: Target | None, value: Any) -> None:
-        """Keep ``value``, made for ``key`` and ``target``."""
-        if key is None:
-            return
-        self._entries[key] = (target, value)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.limit:
-            self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        """Forget every value."""
-        self._entries.clear()

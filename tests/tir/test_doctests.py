@@ -15,7 +15,7 @@ MODULES = [
     "toolchain.tir.schedule",
     "toolchain.tir.schedule.schedule", "toolchain.tir.schedule.trace",
     "toolchain.tir.schedule.state", "toolchain.tir.schedule.handles",
-    "toolchain.tir.schedule.queries", "toolchain.target",
+    "toolchain.tir.schedule.queries", "toolchain.target", "toolchain.inprocess",
 ]
 
 

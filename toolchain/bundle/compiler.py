@@ -53,10 +53,11 @@ from toolchain.graph.memory import MemoryPlan, plan_memory
 from toolchain.graph.ops.registry import get_op
 from toolchain.graph.order import plan_in_best_order
 from toolchain.graph.overlap import AccessOrder
+from toolchain.inprocess import ByTarget
 from toolchain.schedules import packing
 from toolchain.schedules.packing import is_value_blind
 from toolchain.schedules.registry import lookup
-from toolchain.target import ByTarget, Target
+from toolchain.target import Target
 from toolchain.target import resolve_target as resolve_target_once
 from toolchain.tir import memo
 

@@ -36,15 +36,12 @@ False
 
 from __future__ import annotations
 
-import enum
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.overlap import AccessOrder
+from toolchain.inprocess import Unkeyable, array_digest, value_key
 from toolchain.schedules import packing
 
 #: what scheduling a group gives: (lowered PrimFunc, inner input values, output values, how,
@@ -53,41 +50,13 @@ Hit = tuple[Any, list[Value], list[Value], str, Value | None,
             tuple[Value, AccessOrder] | None]
 
 
-def _digest(a: np.ndarray) -> tuple[str, tuple[int, ...], bytes]:
-    a = np.ascontiguousarray(a)
-    return (str(a.dtype), a.shape, hashlib.blake2b(memoryview(a).cast("B"),
-                                                   digest_size=20).digest())
-
-
-class _Unkeyable(Exception):
-    """An attribute this module cannot compare exactly: the group is not shared."""
-
-
-def _canon(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return ("f", v.hex())  # exact; -0.0 and 0.0 differ, every NaN is one key
-    if isinstance(v, enum.Enum):
-        return (type(v).__name__, v.value)
-    if isinstance(v, np.ndarray):
-        return ("nd", *_digest(v))
-    if isinstance(v, np.generic):
-        return _canon(v.item())
-    if isinstance(v, (list, tuple)):
-        return tuple(_canon(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _canon(x)) for k, x in v.items()))
-    raise _Unkeyable(type(v).__name__)
-
-
 def group_key(node: Node) -> tuple | None:
     """A hashable key equal for two ``Fused`` nodes that schedule to the same kernel up
     to their weights (see the module docstring), or None where the group holds something
     this cannot compare exactly (never shared)."""
     inner: Graph = node.attrs["graph"]
     try:
-        attrs = _canon({k: v for k, v in node.attrs.items() if k not in ("graph", "kernel")})
+        attrs = value_key({k: v for k, v in node.attrs.items() if k not in ("graph", "kernel")})
         ref: dict[int, tuple] = {id(v): ("in", i) for i, v in enumerate(inner.inputs)}
         ins = tuple(None if v is None else (v.shape, v.dtype, v.data is not None)
                     for v in node.inputs)
@@ -100,15 +69,15 @@ def group_key(node: Node) -> tuple | None:
                 elif id(v) in ref:
                     args.append(ref[id(v)])
                 elif v.data is not None:  # an inner constant: baked into the code
-                    args.append(("const", *_digest(v.data)))
+                    args.append(("const", *array_digest(v.data)))
                 else:
                     return None
             for j, v in enumerate(n.outputs):
                 ref[id(v)] = ("out", k, j)
-            body.append((n.op, _canon(n.attrs), tuple(args),
+            body.append((n.op, value_key(n.attrs), tuple(args),
                          tuple((v.shape, v.dtype) for v in n.outputs)))
-        outs = tuple(ref.get(id(v)) or ("const", *_digest(v.data)) for v in inner.outputs)
-    except (_Unkeyable, TypeError):
+        outs = tuple(ref.get(id(v)) or ("const", *array_digest(v.data)) for v in inner.outputs)
+    except (Unkeyable, TypeError):
         return None
     return (attrs, ins, tuple((v.shape, v.dtype) for v in inner.inputs), tuple(body), outs)
 
@@ -150,7 +119,7 @@ class ScheduleReuse:
         key = group_key(node)
         for e in self._entries.get(key, ()) if key is not None else ():
             if all(node.inputs[i] is not None and node.inputs[i].data is not None
-                   and _digest(node.inputs[i].data) == d for i, d in e.valued.items()):
+                   and array_digest(node.inputs[i].data) == d for i, d in e.valued.items()):
                 got = self._rebind(node, e)
                 if got is not None:
                     self.reused += 1
@@ -214,7 +183,7 @@ class ScheduleReuse:
             return
         # a bound constant both packed and passed, or passed by a schedule that is not
         # value-blind, keeps its values in the match
-        valued = {i: _digest(v.data) for i, v in enumerate(node.inputs)
+        valued = {i: array_digest(v.data) for i, v in enumerate(node.inputs)
                   if v is not None and v.data is not None and i not in seen_free}
         host_i = next((k for k, v in enumerate(ins) if v is host), None) \
             if host is not None else None

@@ -246,4 +246,4 @@ def keys(node: Any) -> tuple[Any, Any]:
     """
     b = _KeyBuilder(names=[])
     k = b.key(node)
-    return k, (k, tuple(b.names or ()))
+    return k, (k, tuple(b.names))

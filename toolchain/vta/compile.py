@@ -31,9 +31,8 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import warnings
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import astuple, dataclass, field, is_dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -42,7 +41,8 @@ import numpy as np
 from toolchain.autotune.apply import declare, steered
 from toolchain.autotune.space import Space
 from toolchain.errors import KilnWarning, ScheduleError
-from toolchain.target import ByTarget, Target, load_target
+from toolchain.inprocess import ByTarget, Unkeyable, value_key
+from toolchain.target import Target, load_target
 from toolchain.tir import ir
 from toolchain.vta.builder import ProgramBuilder
 from toolchain.vta.checker import check_program
@@ -317,25 +317,15 @@ def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> 
 CHOSEN = ByTarget(limit=1024)
 
 
-def _inputs_key(*values: Any) -> tuple | None:
-    """A hashable key of a layer's inputs: arrays by dtype, shape and digest, dataclasses
-    field by field; None where a value is of another kind (then nothing is remembered)."""
-    out: list[Any] = []
-    for v in values:
-        if isinstance(v, np.ndarray):
-            a = np.ascontiguousarray(v)
-            out.append(("nd", str(a.dtype), a.shape,
-                        hashlib.blake2b(memoryview(a).cast("B"), digest_size=20).digest()))
-        elif is_dataclass(v) and not isinstance(v, type):
-            inner = _inputs_key(*(getattr(v, f.name) for f in fields(v)))
-            if inner is None:
-                return None
-            out.append((type(v).__name__, inner))
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            out.append((type(v).__name__, v))
-        else:
-            return None
-    return tuple(out)
+def _inputs_key(*values: Any) -> Any:
+    """:func:`~toolchain.inprocess.value_key` of a layer's inputs (dataclasses such as
+    :class:`ConvShape` and :class:`~toolchain.vta.requant.RequantPlan` field by field), or
+    None where one cannot be keyed exactly (then nothing is remembered)."""
+    try:
+        return value_key([astuple(v) if is_dataclass(v) and not isinstance(v, type) else v
+                          for v in values])
+    except Unkeyable:
+        return None
 
 
 def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str,
@@ -368,9 +358,17 @@ def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str,
     point = CHOSEN.get(key, target)
     if point is not None:
         done = build(*point)
-        done.space = space((done.tiles, done.vthreads))
-        declare(done.space)
-        return done
+    else:
+        done = _search(build, probe, vthreads, fits, rank, layer)
+        CHOSEN.put(key, target, (done.tiles, done.vthreads))
+    done.space = space((done.tiles, done.vthreads))
+    declare(done.space)
+    return done
+
+
+def _search(build, probe: Space, vthreads: int | None, fits, rank, layer: str):
+    """The layer :func:`_best`'s search keeps: the cheapest short-listed point of
+    ``probe``'s space that builds (the next points where none does)."""
     points = [tiles_of(probe, p) for p in probe.valid_points()]
     points = [(t, vt) for t, vt in points if vthreads is None or vt == vthreads]
     if not points:
@@ -387,12 +385,7 @@ def _best(build, tiles, vthreads: int | None, fits, space, rank, layer: str,
         best = _cheapest(build, rest, problems, stop_at_first=True)
     if best is None:
         raise ScheduleError("; ".join(list(dict.fromkeys(problems))[:CANDIDATES]))
-    done = best[1]
-    CHOSEN.put(key, target, (done.tiles, done.vthreads))
-    done.space = space((done.tiles, done.vthreads))
-    declare(done.space)
-    return done
-
+    return best[1]
 
 def _cheapest(build, points, problems: list[str], stop_at_first: bool):
     """``(program_cost, layer)`` of the cheapest of ``points`` that builds (the first one
