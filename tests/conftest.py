@@ -86,6 +86,19 @@ def pytest_collection_modifyitems(items: list) -> None:
             item.add_marker(pytest.mark.xdist_group(shared[0]))
 
 
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` (the suite's default) through :class:`tests.xdist_scheduling.
+    GroupScheduling`: xdist's own scheduler with its per-test bookkeeping made constant
+    instead of growing with the tests already run; the same tests go to the same
+    workers."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.xdist_scheduling import GroupScheduling
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection built (some 10,000 items, the ONNX node cases with their models and
     data) lives as long as the session: moved out of the cyclic garbage collector's reach
