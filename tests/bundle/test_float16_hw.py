@@ -24,7 +24,7 @@ from toolchain.target import host_cpu_flags
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime_c"
 #: vector widths the kernels use (2: no hardware chunk, one lane at a time)
-LANES = (2, 4, 8, 16)
+LANES = (2, 4, 8, 16, 32)
 #: the conversion paths the driver writes, in its order
 PATHS = ("software", "scalar", *(f"x{n}" for n in LANES))
 

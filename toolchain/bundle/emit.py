@@ -75,9 +75,11 @@ def f16_scalar() -> CDefinition:
 def f16_vector(direction: str, lanes: int) -> CDefinition:
     """``kiln_h2f_x<lanes>`` (``direction`` "h2f") or ``kiln_f2h_x<lanes>`` ("f2h"): a
     vector's float16 conversion, 8 (x86 F16C) or 4 lanes (F16C, AArch64) an instruction
-    for 4, 8 or 16 lanes, else one lane at a time through the scalar helpers."""
+    for a power of two from 4 lanes up (32: AVX-512's vectors of halves), else one lane
+    at a time through the scalar helpers."""
+    chunked = lanes >= 4 and lanes & (lanes - 1) == 0
     text = c_templates(False).get_template("c/float16.c.j2").render(
-        part="vector", dir=direction, lanes=lanes, chunked=lanes in (4, 8, 16))
+        part="vector", dir=direction, lanes=lanes, chunked=chunked)
     return CDefinition(f"kiln_{direction}_x{lanes}", text.strip("\n"))
 
 
