@@ -341,19 +341,49 @@ def _index(func: ir.PrimFunc) -> _Index:
     if idx is None:
         idx = _Index({}, {}, [], {}, set())
         loops, blocks, realizes, nodes = idx.loops, idx.blocks, idx.realizes, idx.nodes
-        for node, path in walk(func.body):
-            if isinstance(node, ir.For):
+        # the pre-order of :func:`walk`, written out: a leaf (a store) is not pushed, and
+        # the kinds of statement are told apart by their exact class
+        stack: list[tuple[ir.Stmt, tuple[ir.Stmt, ...]]] = [(func.body, ())]
+        pop, push = stack.pop, stack.append
+        For, Realize, Block, Seq = ir.For, ir.BlockRealize, ir.Block, ir.SeqStmt
+        leaves = (ir.BufferStore, ir.Evaluate)
+        while stack:
+            node, path = pop()
+            t = type(node)
+            if t is For:
                 loops.setdefault(node.loop_var, (node, path))
-            elif isinstance(node, ir.BlockRealize):
+            elif t is Realize:
                 blocks.setdefault(node.block.name_hint, (node, path))
                 realizes.append((node, path))
-            elif not isinstance(node, ir.Block):
+            elif t is Seq:
+                inner = path + (node,)
+                for c in reversed(node.seq):
+                    if type(c) not in leaves:
+                        push((c, inner))
+                continue
+            elif t is not Block:
+                kids = children(node)
+                if kids:
+                    inner = path + (node,)
+                    for c in reversed(kids):
+                        push((c, inner))
                 continue
             key = id(node)
             if key in nodes:
                 idx.shared.add(key)
             else:
                 nodes[key] = (node, path)
+            inner = path + (node,)
+            if t is For:
+                if type(node.body) not in leaves:
+                    push((node.body, inner))
+            elif t is Realize:
+                push((node.block, inner))
+            else:
+                if type(node.body) not in leaves:
+                    push((node.body, inner))
+                if node.init is not None and type(node.init) not in leaves:
+                    push((node.init, inner))
         object.__setattr__(func, _INDEX, idx)
     return idx
 
