@@ -320,9 +320,10 @@ def walk(s: ir.Stmt, path: tuple[ir.Stmt, ...] = ()) -> Iterator[tuple[ir.Stmt,
 @dataclass
 class _Index:
     """Where each loop and block of one function is (the first in pre-order, as a walk
-    finds it), with its ancestors: made by one walk the first time a function version is
-    asked, kept on that (immutable) PrimFunc. A schedule asks for several loops and blocks
-    of each version between two primitives; each question walked the whole function.
+    finds it), with its ancestors: made in one pass (the pre-order of :func:`walk`) the
+    first time a function version is asked, kept on that (immutable) PrimFunc. A schedule
+    asks for several loops and blocks of each version between two primitives; each
+    question walked the whole function.
 
     ``nodes`` holds every For, BlockRealize and Block by ``id`` (so that
     :func:`replace_stmts` rebuilds only the ancestors of what it replaces), ``shared`` the
@@ -528,15 +529,15 @@ def _replace_on_paths(func: ir.PrimFunc,
     body = func.body
     if not mapping:
         return body
-    root_block = body.block if isinstance(body, ir.BlockRealize) else None
+    root = body.block if isinstance(body, ir.BlockRealize) else None
     located: list[tuple[ir.Stmt, tuple[ir.Stmt, ...]]] = []
     idx = None
     for key in mapping:
         if key == id(body):  # the root: never inside itself, so at one place
             located.append((body, ()))
             continue
-        if root_block is not None and key == id(root_block):
-            located.append((root_block, (body,)))
+        if root is not None and key == id(root):
+            located.append((root, (body,)))
             continue
         if idx is None:
             idx = _index(func)
