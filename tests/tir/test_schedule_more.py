@@ -105,6 +105,28 @@ def test_register_refuses_mismatched_buffers() -> None:
         TensorIntrin.register("test_bad", desc, other)
 
 
+def test_register_again_keeps_the_intrinsic_and_checks_new_functions() -> None:
+    import pytest
+
+    from toolchain.errors import ScheduleError
+
+    desc, impl = _mma_pair(4)
+    first = TensorIntrin.register("test_again", desc, impl, override=True)
+    # the same functions again (what load_intrinsics does per schedule): the same one
+    assert TensorIntrin.register("test_again", desc, impl, override=True) is first
+    assert TensorIntrin.get("test_again") is first
+    # other functions under the name are checked as the first ones were
+    other, _ = _mma_pair(8)
+    with pytest.raises(ScheduleError, match="desc buffers .* and impl buffers"):
+        TensorIntrin.register("test_again", desc, other, override=True)
+    assert TensorIntrin.get("test_again") is first
+    with pytest.raises(ScheduleError, match="already registered"):
+        TensorIntrin.register("test_again", desc, impl)
+    desc2, impl2 = _mma_pair(4)  # equal, not the same objects: registered anew
+    second = TensorIntrin.register("test_again", desc2, impl2, override=True)
+    assert second is not first and TensorIntrin.get("test_again") is second
+
+
 def test_gpu_tiled_matmul_with_shared_memory_runs() -> None:
     wl = W.matmul(32, 32, 32)
     sch = Schedule(wl[0], target="cuda-sm80")

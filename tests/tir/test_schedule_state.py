@@ -247,3 +247,123 @@ def test_schedule_modules_import_no_private_names_from_each_other() -> None:
              for p in sorted((_ROOT / "tir" / "schedule").glob("*.py"))
              for n, line in enumerate(p.read_text().splitlines(), 1) if bad.search(line)]
     assert not found, "\n".join(found)
+
+
+# --------------------------------------------------------------------------- replace_stmts
+def _three_stages() -> ir.PrimFunc:
+    A = te.placeholder((8, 4), name="A")
+    B = te.compute((8, 4), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((8, 4), lambda i, j: B[i, j] + 1.0, name="C")
+    D = te.compute((8, 4), lambda i, j: C[i, j] - B[i, j], name="D")
+    return te.create_prim_func([A, D])
+
+
+def _same_tree(a: ir.Stmt | None, b: ir.Stmt | None) -> bool:
+    """The same statement objects where either is an old one, equal new ones elsewhere."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or a is None:
+        return False
+    kids_a, kids_b = st.children(a), st.children(b)
+    return (len(kids_a) == len(kids_b) and str(a) == str(b)
+            and all(_same_tree(x, y) for x, y in zip(kids_a, kids_b, strict=True)))
+
+
+@pytest.fixture
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times replace_stmts fell back to the walk over the whole function."""
+    calls: list[int] = []
+    whole = st.replace_in
+
+    def counted(s: ir.Stmt, mapping: dict) -> ir.Stmt:
+        calls.append(len(mapping))
+        return whole(s, mapping)
+
+    monkeypatch.setattr(st, "replace_in", counted)
+    return calls
+
+
+def test_replace_stmts_rebuilds_only_the_ancestors_like_the_walk(walks: list[int]) -> None:
+    f = _three_stages()
+    (rb, pb), (rc, pc), (rd, pd) = (st.find_block(f, n) for n in "BCD")
+    ib, jc = st.loops_of(pb)[0], st.loops_of(pc)[1]
+    mapping = {id(ib): replace(ib, kind="parallel"),  # a loop
+               id(jc): replace(jc, kind="unrolled"),  # a loop in another nest
+               id(rd.block): replace(rd.block, annotations={"k": 1}),  # a block
+               id(rb): None}  # under the replaced loop ib: the walk never reaches it
+    new = st.replace_stmts(f, mapping)
+    assert walks == []
+    ref = st.replace_stmts_by_walk(f, mapping)
+    assert str(new) == str(ref) and _same_tree(new.body, ref.body)
+    assert new is not f and new.params is f.params
+    assert "for i in T.parallel(8):" in str(new) and "T.unroll(4)" in str(new)
+    assert st.find_block(new, "B")[0] is rb  # under the replaced loop: the same object
+    # the root block (found without the index) with a nest under it: the nest is not
+    # reached; then a removal from a sequence
+    top = st.exclusive_nest_top(rc, pc)
+    root = st.root_block(f)
+    mapping = {id(top): None, id(root): replace(root, annotations={"k": 2})}
+    new = st.replace_stmts(f, mapping)
+    assert walks == [4]  # only replace_stmts_by_walk's above
+    assert str(new) == str(st.replace_stmts_by_walk(f, mapping))
+    assert st.block_names(new) == ["B", "C", "D"]
+    gone = st.replace_stmts(f, {id(top): None})
+    assert walks == [4, 2]
+    assert st.block_names(gone) == ["B", "D"]
+    assert str(gone) == str(st.replace_stmts_by_walk(f, {id(top): None}))
+
+
+def _shared_loop_func() -> tuple[ir.PrimFunc, ir.For]:
+    """The same For object twice under the root block (no block of its own)."""
+    A = ir.Buffer("A", (4,), "float32")
+    i = ir.Var("i")
+    loop = ir.For(i, 0, 4, "serial", ir.BufferStore(A, ir.convert(1.0, "float32"), (i,)))
+    root = ir.Block("root", (), (), (), ir.seq(loop, loop))
+    return ir.PrimFunc((A,), ir.BlockRealize((), ir.IntImm(1, "bool"), root)), loop
+
+
+def test_replace_stmts_falls_back_for_a_shared_statement(walks: list[int]) -> None:
+    f, loop = _shared_loop_func()
+    new = st.replace_stmts(f, {id(loop): replace(loop, kind="unrolled")})
+    assert walks == [1]  # the walk, which replaces it at both places
+    assert str(new).count("T.unroll(4)") == 2
+    assert st.root_index(f, loop) == 0  # the first item holding it, as a walk finds it
+
+
+def test_replace_stmts_falls_back_for_what_the_index_does_not_hold(walks: list[int]) -> None:
+    f = _three_stages()
+    rb, _ = st.find_block(f, "B")
+    store = rb.block.body  # a BufferStore: not in the index
+    other = ir.BufferStore(store.buffer, ir.convert(0.0, "float32"), store.indices)
+    new = st.replace_stmts(f, {id(store): other})
+    assert walks == [1] and st.find_block(new, "B")[0].block.body is other
+    stranger = _grid(2, 2).body  # not in f at all: nothing changes
+    assert str(st.replace_stmts(f, {id(stranger): None})) == str(f) and walks == [1, 1]
+    # None where the parent is no sequence: as the walk leaves it
+    _, pb = st.find_block(f, "B")
+    inner = st.loops_of(pb)[1]
+    new = st.replace_stmts(f, {id(inner): None})
+    assert len(walks) == 3
+    assert str(new) == str(st.replace_stmts_by_walk(f, {id(inner): None}))
+
+
+def test_readers_writers_and_root_index_agree_with_a_walk() -> None:
+    sch = Schedule(_three_stages())
+    sch.compute_at(sch.get_block("C"), sch.get_loops(sch.get_block("D"))[0])
+    f = sch.mod
+    blocks = [(n, p) for n, p in st.walk(f.body)
+              if isinstance(n, ir.BlockRealize) and n.block.name_hint != "root"]
+    for buf in [b for r, _ in blocks for b in (x.buffer for x in r.block.writes)]:
+        for skip in (None, blocks[0][0].block):
+            assert st.readers(f, buf, skip) == [
+                (n, p) for n, p in blocks if n.block is not skip
+                and any(x.buffer is buf for x in n.block.reads)]
+            assert st.writers(f, buf, skip) == [
+                (n, p) for n, p in blocks if n.block is not skip
+                and any(x.buffer is buf for x in n.block.writes)]
+    items = st.root_items(f)
+    for n, _ in st.walk(f.body):
+        if n is f.body or n is st.root_block(f) or n is st.root_block(f).body:
+            continue
+        assert st.root_index(f, n) == next(
+            k for k, item in enumerate(items) if any(x is n for x, _ in st.walk(item)))

@@ -46,7 +46,9 @@ def _relaxed_region(realize: ir.BlockRealize, rel_path: tuple[ir.Stmt, ...],
         cur = []
         for dim, rg in zip(reg.buffer.shape, reg.region, strict=True):
             lo = arith.relax(substitute(rg.min, vmap), inner)
-            hi = arith.relax(substitute(rg.min + rg.extent - 1, vmap), inner)
+            # one element (most regions): its last is its first, relaxed once
+            hi = lo if ir.is_const_int(rg.extent, 1) else arith.relax(
+                substitute(rg.min + rg.extent - 1, vmap), inner)
             if lo is None or hi is None:  # not expressible: take the whole dimension
                 cur.append((ir.convert(0), arith.simplify(dim - 1)))
             else:

@@ -320,25 +320,71 @@ def walk(s: ir.Stmt, path: tuple[ir.Stmt, ...] = ()) -> Iterator[tuple[ir.Stmt,
 @dataclass
 class _Index:
     """Where each loop and block of one function is (the first in pre-order, as a walk
-    finds it), with its ancestors: made by one walk the first time a function version is
-    asked, kept on that (immutable) PrimFunc. A schedule asks for several loops and blocks
-    of each version between two primitives; each question walked the whole function."""
+    finds it), with its ancestors: made in one pass (the pre-order of :func:`walk`) the
+    first time a function version is asked, kept on that (immutable) PrimFunc. A schedule
+    asks for several loops and blocks of each version between two primitives; each
+    question walked the whole function.
+
+    ``nodes`` holds every For, BlockRealize and Block by ``id`` (so that
+    :func:`replace_stmts` rebuilds only the ancestors of what it replaces), ``shared`` the
+    ids of those met more than once (a statement object at several places: those are
+    replaced by a whole walk, as everywhere they are)."""
 
     loops: dict[ir.Var, tuple[ir.For, tuple[ir.Stmt, ...]]]  # Vars hash by identity
     blocks: dict[str, tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]]
-    realizes: list[ir.BlockRealize]
+    realizes: list[tuple[ir.BlockRealize, tuple[ir.Stmt, ...]]]  # every one, pre-order
+    nodes: dict[int, tuple[ir.Stmt, tuple[ir.Stmt, ...]]]
+    shared: set[int]
 
 
 def _index(func: ir.PrimFunc) -> _Index:
     idx = func.__dict__.get(_INDEX)
     if idx is None:
-        idx = _Index({}, {}, [])
-        for node, path in walk(func.body):
-            if isinstance(node, ir.For):
-                idx.loops.setdefault(node.loop_var, (node, path))
-            elif isinstance(node, ir.BlockRealize):
-                idx.blocks.setdefault(node.block.name_hint, (node, path))
-                idx.realizes.append(node)
+        idx = _Index({}, {}, [], {}, set())
+        loops, blocks, realizes, nodes = idx.loops, idx.blocks, idx.realizes, idx.nodes
+        # the pre-order of :func:`walk`, written out: a leaf (a store) is not pushed, and
+        # the kinds of statement are told apart by their exact class
+        stack: list[tuple[ir.Stmt, tuple[ir.Stmt, ...]]] = [(func.body, ())]
+        pop, push = stack.pop, stack.append
+        For, Realize, Block, Seq = ir.For, ir.BlockRealize, ir.Block, ir.SeqStmt
+        leaves = (ir.BufferStore, ir.Evaluate)
+        while stack:
+            node, path = pop()
+            t = type(node)
+            if t is For:
+                loops.setdefault(node.loop_var, (node, path))
+            elif t is Realize:
+                blocks.setdefault(node.block.name_hint, (node, path))
+                realizes.append((node, path))
+            elif t is Seq:
+                inner = path + (node,)
+                for c in reversed(node.seq):
+                    if type(c) not in leaves:
+                        push((c, inner))
+                continue
+            elif t is not Block:
+                kids = children(node)
+                if kids:
+                    inner = path + (node,)
+                    for c in reversed(kids):
+                        push((c, inner))
+                continue
+            key = id(node)
+            if key in nodes:
+                idx.shared.add(key)
+            else:
+                nodes[key] = (node, path)
+            inner = path + (node,)
+            if t is For:
+                if type(node.body) not in leaves:
+                    push((node.body, inner))
+            elif t is Realize:
+                push((node.block, inner))
+            else:
+                if type(node.body) not in leaves:
+                    push((node.body, inner))
+                if node.init is not None and type(node.init) not in leaves:
+                    push((node.init, inner))
         object.__setattr__(func, _INDEX, idx)
     return idx
 
@@ -361,7 +407,7 @@ def find_block(func: ir.PrimFunc, name: str) -> tuple[ir.BlockRealize,
 
 def all_blocks(func: ir.PrimFunc) -> list[ir.BlockRealize]:
     """Every BlockRealize in program order (the root block included)."""
-    return list(_index(func).realizes)
+    return [r for r, _ in _index(func).realizes]
 
 
 def block_names(func: ir.PrimFunc) -> list[str]:
@@ -443,8 +489,119 @@ def replace_in(s: ir.Stmt, mapping: dict[int, ir.Stmt | None]) -> ir.Stmt:
 
 
 def replace_stmts(func: ir.PrimFunc, mapping: dict[int, ir.Stmt | None]) -> ir.PrimFunc:
-    """Replace statements (keyed by ``id``) in ``func``; ``None`` removes from a sequence."""
+    """Replace statements (keyed by ``id``) in ``func``; ``None`` removes from a sequence.
+
+    Loops, blocks and block realizes are found through the function's index and only
+    their ancestors are rebuilt; anything else (another kind of statement, one met at
+    several places, a statement not in ``func``, ``None`` outside a sequence) takes a walk
+    over the whole function. Both give the same function:
+
+    >>> from dataclasses import replace as with_
+    >>> from toolchain import te
+    >>> A = te.placeholder((8,), name="A")
+    >>> f = te.create_prim_func([A, te.compute((8,), lambda i: A[i], name="B")])
+    >>> loop = loops_of(find_block(f, "B")[1])[0]
+    >>> new = replace_stmts(f, {id(loop): with_(loop, kind="unrolled")})
+    >>> str(new) == str(replace_stmts_by_walk(f, {id(loop): with_(loop, kind="unrolled")}))
+    True
+    >>> find_block(new, "B")[0] is find_block(f, "B")[0]  # under the loop: kept as it was
+    True
+    """
+    body = _replace_on_paths(func, mapping)
+    if body is _NOT_LOCATED:
+        body = replace_in(func.body, mapping)
+    return func.with_body(body)
+
+
+def replace_stmts_by_walk(func: ir.PrimFunc, mapping: dict[int, ir.Stmt | None]) -> ir.PrimFunc:
+    """:func:`replace_stmts` by a walk over the whole function (what it falls back to)."""
     return func.with_body(replace_in(func.body, mapping))
+
+
+#: what :func:`_replace_on_paths` returns when it cannot place every replaced statement
+_NOT_LOCATED: Any = object()
+
+
+def _replace_on_paths(func: ir.PrimFunc,
+                      mapping: dict[int, ir.Stmt | None]) -> ir.Stmt | None:
+    """``func``'s body with ``mapping`` applied, rebuilding only the ancestors of the
+    replaced statements (as :class:`_Replace` rebuilds them), or ``_NOT_LOCATED``."""
+    body = func.body
+    if not mapping:
+        return body
+    root = body.block if isinstance(body, ir.BlockRealize) else None
+    located: list[tuple[ir.Stmt, tuple[ir.Stmt, ...]]] = []
+    idx = None
+    for key in mapping:
+        if key == id(body):  # the root: never inside itself, so at one place
+            located.append((body, ()))
+            continue
+        if root is not None and key == id(root):
+            located.append((root, (body,)))
+            continue
+        if idx is None:
+            idx = _index(func)
+        hit = idx.nodes.get(key)
+        if hit is None or key in idx.shared:
+            return _NOT_LOCATED
+        located.append(hit)
+    new_of: dict[int, ir.Stmt | None] = {}
+    todo: dict[int, tuple[int, ir.Stmt]] = {}  # id -> (depth, ancestor to rebuild)
+    for node, path in located:
+        if any(id(a) in mapping for a in path):
+            continue  # inside a replaced statement: the walk never reaches it
+        new = mapping[id(node)]
+        if new is None and not (path and isinstance(path[-1], ir.SeqStmt)):
+            return _NOT_LOCATED  # removed from something not a sequence: as the walk does
+        new_of[id(node)] = new
+        for depth, a in enumerate(path):
+            todo[id(a)] = (depth, a)
+    for _, a in sorted(todo.values(), key=lambda t: -t[0]):
+        new_of[id(a)] = _rebuilt(a, new_of)
+    return new_of.get(id(body), body)
+
+
+def _rebuilt(s: ir.Stmt, new_of: dict[int, ir.Stmt | None]) -> ir.Stmt:
+    """``s`` with its children replaced per ``new_of``, built as :class:`_Replace` builds it
+    (``s`` itself when no child changed)."""
+    get = new_of.get
+    if isinstance(s, ir.SeqStmt):
+        new = [get(id(x), x) for x in s.seq]
+        if all(a is b for a, b in zip(new, s.seq, strict=True)):
+            return s
+        return ir.seq(*[x for x in new if x is not None])
+    if isinstance(s, ir.For):
+        body = get(id(s.body), s.body)
+        if body is s.body:
+            return s
+        return ir.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag,
+                      s.annotations)
+    if isinstance(s, ir.BlockRealize):
+        blk = get(id(s.block), s.block)
+        return s if blk is s.block else ir.BlockRealize(s.iter_values, s.predicate, blk)
+    if isinstance(s, ir.Block):
+        init = get(id(s.init), s.init) if s.init is not None else None
+        body = get(id(s.body), s.body)
+        if init is s.init and body is s.body:
+            return s
+        return replace(s, iter_vars=s.iter_vars, reads=s.reads, writes=s.writes, init=init,
+                       body=body, alloc_buffers=s.alloc_buffers)
+    if isinstance(s, ir.IfThenElse):
+        t = get(id(s.then_case), s.then_case)
+        e = get(id(s.else_case), s.else_case) if s.else_case is not None else None
+        if t is s.then_case and e is s.else_case:
+            return s
+        return ir.IfThenElse(s.condition, t, e)
+    if isinstance(s, ir.LetStmt):
+        b = get(id(s.body), s.body)
+        return s if b is s.body else ir.LetStmt(s.var, s.value, b)
+    if isinstance(s, ir.AttrStmt):
+        b = get(id(s.body), s.body)
+        return s if b is s.body else ir.AttrStmt(s.node, s.key, s.value, b)
+    if isinstance(s, ir.Allocate):
+        b = get(id(s.body), s.body)
+        return s if b is s.body else ir.Allocate(s.buffer, b)
+    raise ScheduleError(f"internal: {type(s).__name__} has no child statements")
 
 
 def replace_block(func: ir.PrimFunc, old: ir.Block, new: ir.Block) -> ir.PrimFunc:
@@ -470,7 +627,19 @@ def root_items(func: ir.PrimFunc) -> list[ir.Stmt]:
 
 def root_index(func: ir.PrimFunc, target: ir.Stmt) -> int:
     """The position in :func:`root_items` of the statement that contains ``target``."""
-    for k, item in enumerate(root_items(func)):
+    items = root_items(func)
+    if isinstance(target, (ir.For, ir.BlockRealize, ir.Block)):
+        idx = _index(func)
+        hit = idx.nodes.get(id(target))
+        if hit is not None and hit[0] is target and id(target) not in idx.shared:
+            # path: the root realize, the root block, [its body's SeqStmt,] the item...
+            path = hit[1] + (target,)
+            if len(path) > 2 and path[0] is func.body:
+                item = path[3] if len(items) > 1 and len(path) > 3 else path[2]
+                for k, x in enumerate(items):
+                    if x is item:
+                        return k
+    for k, item in enumerate(items):
         if any(n is target for n, _ in walk(item)):
             return k
     raise ScheduleError("internal: statement not found under the root block")
@@ -490,18 +659,16 @@ def insert_root(func: ir.PrimFunc, pos: int, stmt: ir.Stmt,
 def readers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block | None = None) -> list[tuple[
         ir.BlockRealize, tuple[ir.Stmt, ...]]]:
     """Non-root blocks (other than ``skip``) that read ``buf``, with paths, program order."""
-    return [(node, path) for node, path in walk(func.body)
-            if (isinstance(node, ir.BlockRealize) and node.block is not skip
-                and node.block.name_hint != "root"
+    return [(node, path) for node, path in _index(func).realizes
+            if (node.block is not skip and node.block.name_hint != "root"
                 and any(rd.buffer is buf for rd in node.block.reads))]
 
 
 def writers(func: ir.PrimFunc, buf: ir.Buffer, skip: ir.Block | None = None) -> list[tuple[
         ir.BlockRealize, tuple[ir.Stmt, ...]]]:
     """Non-root blocks (other than ``skip``) that write ``buf``, with paths, program order."""
-    return [(node, path) for node, path in walk(func.body)
-            if (isinstance(node, ir.BlockRealize) and node.block is not skip
-                and node.block.name_hint != "root"
+    return [(node, path) for node, path in _index(func).realizes
+            if (node.block is not skip and node.block.name_hint != "root"
                 and any(w.buffer is buf for w in node.block.writes))]
 
 

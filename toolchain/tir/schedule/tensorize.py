@@ -45,10 +45,31 @@ class TensorIntrin:
     @staticmethod
     def register(name: str, desc: ir.PrimFunc, impl: ir.PrimFunc,
                  override: bool = False) -> TensorIntrin:
-        """Register ``name``; ``desc`` and ``impl`` must take matching buffers."""
-        if name in TensorIntrin._registry and not override:
+        """Register ``name``; ``desc`` and ``impl`` must take matching buffers.
+
+        Registering the same ``desc`` and ``impl`` objects again (``override=True``, as
+        :func:`toolchain.intrinsics.load_intrinsics` does for every schedule) keeps the
+        intrinsic registered, unchecked again: they were checked the first time.
+
+        >>> from toolchain import te
+        >>> A = te.placeholder((4,), name="A")
+        >>> f = te.create_prim_func([A, te.compute((4,), lambda i: A[i] + 1.0, name="B")])
+        >>> first = TensorIntrin.register("doc.add_one", f, f, override=True)
+        >>> TensorIntrin.register("doc.add_one", f, f, override=True) is first
+        True
+        >>> TensorIntrin.register("doc.add_one", f, f)
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.ScheduleError: tensor intrinsic 'doc.add_one' is already registered
+        (pass override=True to replace it)
+        >>> del TensorIntrin._registry["doc.add_one"]
+        """
+        known = TensorIntrin._registry.get(name)
+        if known is not None and not override:
             raise ScheduleError(f"tensor intrinsic {name!r} is already registered "
                                 "(pass override=True to replace it)")
+        if known is not None and known.desc is desc and known.impl is impl:
+            return known
         db, ib = desc.buffers, impl.buffers
         if len(db) != len(ib) or any(
                 a.dtype != b.dtype or not ir.structural_equal(a.shape, b.shape)
