@@ -164,3 +164,55 @@ def test_bounds_are_sound(e: ir.PrimExpr) -> None:
             for c in range(-3, 1):
                 v = _eval(e, {_V[0]: a, _V[1]: b, _V[2]: c})
                 assert (lo is None or lo <= v) and (hi is None or v <= hi), (str(e), lo, hi, v)
+
+
+def _random_sum(rng, depth: int) -> ir.PrimExpr:
+    """A random integer expression over i, j, k, small constants and ``i // 4``."""
+    if depth == 0 or rng.random() < 0.3:
+        r = rng.random()
+        if r < 0.5:
+            return rng.choice((i, j, k))
+        if r < 0.8:
+            return ir.IntImm(rng.randint(-4, 4))
+        return ir.FloorDiv(i, 4)
+    op = rng.choice((ir.Add, ir.Sub, ir.Mul, ir.Add, ir.Sub))
+    return op(_random_sum(rng, depth - 1), _random_sum(rng, depth - 1))
+
+
+def test_built_already_answers_what_building_and_comparing_answers() -> None:
+    """``_built_already(lin, e)`` (no allocation) against ``_same_tree(lin.to_expr(), e)``,
+    on random sums and on their simplified (canonical) forms: the same verdict every time,
+    and the canonical forms are recognised."""
+    import random
+
+    rng = random.Random(20)
+    canonical_seen = 0
+    for _ in range(800):
+        e = rng.choice((ir.Add, ir.Sub, ir.Mul))(_random_sum(rng, 3), _random_sum(rng, 3))
+        for x in (e, arith._Simplifier({}).visit_expr(e)):
+            if not isinstance(x, (ir.Add, ir.Sub, ir.Mul)):
+                continue
+            lin = arith.to_lin(x)
+            if arith._recombine_divmod(lin):
+                continue
+            built = arith._same_tree(lin.to_expr(), x)
+            assert arith._built_already(lin, x) == built, str(x)
+            canonical_seen += built
+    assert canonical_seen > 300
+
+
+@pytest.mark.parametrize("e", [i * 4 + j - 3, 5 - i, 0 - i * 2 - j, i + j + 7, i * 2 + j * 3,
+                               i - 1])
+def test_canonical_sum_comes_back_itself(e: ir.PrimExpr) -> None:
+    assert simplify(e) is e
+
+
+def test_built_already_refuses_mixed_dtypes() -> None:
+    """Atoms of another dtype than the sum's: the built nodes' dtypes would need the
+    promotion rules, so the check answers "build and compare" (False)."""
+    x64 = ir.Var("x64", "int64")
+    e = ir.Add(x64, ir.IntImm(1, "int64"))
+    lin = arith.to_lin(e)
+    lin.dtype = "int32"
+    assert not arith._built_already(lin, e)
+    assert arith._built_already(arith.to_lin(e), e)

@@ -187,6 +187,83 @@ class Lin:
         return out
 
 
+def _built_already(lin: Lin, e: ir.PrimExpr) -> bool:
+    """Whether ``lin.to_expr()`` would build a tree :func:`_same_tree` as ``e`` (a form on
+    which :func:`_recombine_divmod` has nothing left to do), found without building it.
+
+    The simplifier's canonical sums (most of those it meets) come back as themselves; this
+    walks ``e`` down its left spine, as ``to_expr`` would have built it, instead of
+    allocating a copy and comparing the two. ``False`` means "build and compare": it is
+    also the answer wherever an atom's dtype is not ``lin``'s (the built nodes' dtypes
+    would then need ``binary_dtype``).
+
+    >>> from toolchain.tir.ir import Var
+    >>> i, j = Var("i"), Var("j")
+    >>> e = i * 4 + j - 3
+    >>> _built_already(to_lin(e), e), _built_already(to_lin(j + i), j + i)
+    (True, True)
+    >>> _built_already(to_lin(3 + i), 3 + i)  # built as i + 3
+    False
+    """
+    dt = lin.dtype
+    pos: list[tuple[ir.PrimExpr, Any]] = []
+    neg: list[tuple[ir.PrimExpr, Any]] = []
+    for a, c in lin.terms.values():
+        if a.dtype != dt:
+            return False
+        if c > 0:
+            pos.append((a, c))
+        elif c < 0:
+            neg.append((a, -c))
+    const = lin.const
+    if not pos and not neg:
+        return _is_imm(e, const, dt)
+    # the chain to_expr builds, outermost operation first: (op, atom or None, value), the
+    # value a coefficient of the atom or, without one, a constant
+    chain: list[tuple[type, ir.PrimExpr | None, Any]] = []
+    if not pos and const > 0:
+        first: tuple[ir.PrimExpr | None, Any] = (None, const)  # ``const - terms``
+        const = 0
+    elif pos:
+        first = pos[0]
+    else:
+        first = (None, None)  # ``0 - term`` opens the chain: checked below
+    if const > 0:
+        chain.append((ir.Add, None, const))
+    elif const < 0:
+        chain.append((ir.Sub, None, -const))
+    start = 1 if first[1] is None else 0  # the first negative term is in ``0 - term``
+    chain.extend((ir.Sub, a, c) for a, c in reversed(neg[start:]))
+    chain.extend((ir.Add, a, c) for a, c in reversed(pos[1:]))
+    x = e
+    for op, a, c in chain:
+        if type(x) is not op or x.dtype != dt:
+            return False
+        if not (_is_imm(x.b, c, dt) if a is None else _is_term(x.b, a, c, dt)):
+            return False
+        x = x.a
+    a, c = first
+    if c is None:
+        a, c = neg[0]
+        return (type(x) is ir.Sub and x.dtype == dt and _is_imm(x.a, 0, dt)
+                and _is_term(x.b, a, c, dt))
+    return _is_imm(x, c, dt) if a is None else _is_term(x, a, c, dt)
+
+
+def _is_imm(y: ir.PrimExpr, v: Any, dt: str) -> bool:
+    """``y`` is what ``ir.IntImm(v, dt)`` would be under :func:`_same_tree`."""
+    return (type(y) is ir.IntImm and y.dtype == dt and y.value == v
+            and type(y.value) is type(v))
+
+
+def _is_term(y: ir.PrimExpr, a: ir.PrimExpr, c: Any, dt: str) -> bool:
+    """``y`` is what ``to_expr``'s term ``a * c`` would be under :func:`_same_tree`."""
+    if c == 1:
+        return _same_tree(a, y)
+    return (type(y) is ir.Mul and y.dtype == dt and _same_tree(a, y.a)
+            and _is_imm(y.b, c, dt))
+
+
 def _same_tree(x: ir.PrimExpr, y: ir.PrimExpr) -> bool:
     """``x`` and ``y`` are the same arithmetic over the same atoms (objects): what a
     linear form rebuilt into an expression gives when the expression was canonical."""
@@ -607,6 +684,8 @@ class _Simplifier(ExprMutator):
                 return e
             if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
                 return self.visit_expr(lin.to_expr())
+            if _built_already(lin, e):
+                return e
             out = lin.to_expr()
             # already canonical (most sums are): keep ``e``, so that the callers see
             # "unchanged" and do not rebuild every enclosing node
