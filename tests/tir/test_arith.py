@@ -216,3 +216,37 @@ def test_built_already_refuses_mixed_dtypes() -> None:
     lin.dtype = "int32"
     assert not arith._built_already(lin, e)
     assert arith._built_already(arith.to_lin(e), e)
+
+
+def test_sum_chain_takes_each_operand_form_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``x0 + x1 + ... + x19``: the linear form of each prefix grows from the one the
+    simplifier kept for the prefix before it (not from the leaves again: ~n^2 / 2 calls)."""
+    xs = [ir.Var(f"x{m}") for m in range(20)]
+    chain = xs[0]
+    for x in xs[1:]:
+        chain = chain + x
+    calls = []
+    real = arith.to_lin
+
+    def counted(e: ir.PrimExpr) -> arith.Lin | None:
+        calls.append(e)
+        return real(e)
+
+    monkeypatch.setattr(arith, "to_lin", counted)
+    assert arith._Simplifier({}).visit_expr(chain) is chain
+    assert len(calls) <= 2 * len(xs)
+
+
+def test_reused_operand_forms_give_what_fresh_forms_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simplifier with the kept forms and with every form made afresh: the same trees
+    (``term_key`` compares structure, Vars by identity) on random sums, with ranges."""
+    import random
+
+    rng = random.Random(7)
+    exprs = [rng.choice((ir.Add, ir.Sub, ir.Mul))(_random_sum(rng, 3), _random_sum(rng, 3))
+             for _ in range(400)]
+    ranges = {i: ir.Range(0, 4), j: ir.Range(0, 8)}
+    kept = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
+    monkeypatch.setattr(arith, "_lin_of_pair", lambda e, a, b: arith.to_lin(e))
+    fresh = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
+    assert [arith.term_key(x) for x in kept] == [arith.term_key(x) for x in fresh]

@@ -370,6 +370,26 @@ def to_lin(e: ir.PrimExpr) -> Lin | None:
     return lin
 
 
+def _lin_of_pair(e: ir.PrimExpr, lin_a: Lin | None, lin_b: Lin | None) -> Lin | None:
+    """:func:`to_lin` of an integer ``+``, ``-`` or ``*`` whose operands' linear forms are
+    ``lin_a`` and ``lin_b`` where given (each then owned by this call), the same form
+    built the same way (terms in the same order, the same atom objects)."""
+    a = lin_a if lin_a is not None else to_lin(e.a)
+    b = lin_b if lin_b is not None else to_lin(e.b)
+    if a is not None and b is not None:
+        t = type(e)
+        if t is not ir.Mul:
+            a.add_into(b, 1 if t is ir.Add else -1)
+            return a
+        if not b.terms:
+            return a.scale(b.const)
+        if not a.terms:
+            return b.scale(a.const)
+    lin = Lin(e.dtype)
+    lin.add_term(e, 1)
+    return lin
+
+
 # ----------------------------------------------------------------------- bounds
 
 class _Bounds:
@@ -611,12 +631,23 @@ def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> 
 class _Simplifier(ExprMutator):
     def __init__(self, ranges: Ranges | None) -> None:
         self.ranges = ranges or {}
+        #: ``(sum, its linear form)`` for the sum :meth:`_int` last kept as it was: the
+        #: linear form of the enclosing sum starts from it instead of from the sum's leaves
+        #: (a chain ``t1 + t2 + ... + tn`` took n linear forms of its prefixes, n^2 / 2
+        #: terms). Taken (and cleared) by the parent right after the child's visit.
+        self.kept: tuple[ir.PrimExpr, Lin] | None = None
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
         table = self._table
         a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
+        kept = self.kept
+        self.kept = None
+        lin_a = kept[1] if kept is not None and kept[0] is a else None
         b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
+        kept = self.kept
+        self.kept = None
+        lin_b = kept[1] if kept is not None and kept[0] is b else None
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
             if t in _FOLD_CMP:
@@ -638,6 +669,8 @@ class _Simplifier(ExprMutator):
             return self._compare(t, a, b, e)
         node = e if (a is e.a and b is e.b) else t(a, b)
         if _is_int(e.dtype):
+            if t is ir.Add or t is ir.Sub or t is ir.Mul:
+                return self._sum(node, _lin_of_pair(node, lin_a, lin_b))
             return self._int(node)
         if ir.is_float(e.dtype):
             return self._float(node)
@@ -677,19 +710,25 @@ class _Simplifier(ExprMutator):
                 return ir.IntImm(0, node.dtype)
         return node
 
+    def _sum(self, e: ir.PrimExpr, lin: Lin | None) -> ir.PrimExpr:
+        """An integer ``+``, ``-`` or ``*`` in canonical form; ``lin``: ``to_lin(e)``."""
+        if lin is None:
+            return e
+        if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
+            return self.visit_expr(lin.to_expr())
+        if not _built_already(lin, e):
+            out = lin.to_expr()
+            if not _same_tree(out, e):
+                return out
+        # already canonical (most sums are): keep ``e``, so that the callers see
+        # "unchanged" and do not rebuild every enclosing node; ``lin`` is still
+        # ``to_lin(e)`` (neither check changes it), for the enclosing sum's
+        self.kept = (e, lin)
+        return e
+
     def _int(self, e: ir.PrimExpr) -> ir.PrimExpr:  # noqa: C901
         if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
-            lin = to_lin(e)
-            if lin is None:
-                return e
-            if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
-                return self.visit_expr(lin.to_expr())
-            if _built_already(lin, e):
-                return e
-            out = lin.to_expr()
-            # already canonical (most sums are): keep ``e``, so that the callers see
-            # "unchanged" and do not rebuild every enclosing node
-            return e if _same_tree(out, e) else out
+            return self._sum(e, to_lin(e))
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
             c = e.b.value
             if c == 1:
