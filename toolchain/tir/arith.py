@@ -213,41 +213,37 @@ def _built_already(lin: Lin, e: ir.PrimExpr) -> bool:
             return False
         if c > 0:
             pos.append((a, c))
-        elif c < 0:
+        else:  # add_term drops zero coefficients
             neg.append((a, -c))
     const = lin.const
     if not pos and not neg:
         return _is_imm(e, const, dt)
-    # the chain to_expr builds, outermost operation first: (op, atom or None, value), the
-    # value a coefficient of the atom or, without one, a constant
-    chain: list[tuple[type, ir.PrimExpr | None, Any]] = []
-    if not pos and const > 0:
-        first: tuple[ir.PrimExpr | None, Any] = (None, const)  # ``const - terms``
-        const = 0
-    elif pos:
-        first = pos[0]
-    else:
-        first = (None, None)  # ``0 - term`` opens the chain: checked below
-    if const > 0:
-        chain.append((ir.Add, None, const))
-    elif const < 0:
-        chain.append((ir.Sub, None, -const))
-    start = 1 if first[1] is None else 0  # the first negative term is in ``0 - term``
-    chain.extend((ir.Sub, a, c) for a, c in reversed(neg[start:]))
-    chain.extend((ir.Add, a, c) for a, c in reversed(pos[1:]))
+    # outermost first: the constant, the negative terms, the positive ones, the first
     x = e
-    for op, a, c in chain:
-        if type(x) is not op or x.dtype != dt:
-            return False
-        if not (_is_imm(x.b, c, dt) if a is None else _is_term(x.b, a, c, dt)):
+    if pos or const < 0:
+        if const:  # ``+ const`` or ``- const`` (no positive terms: ``0 - t - const``)
+            if type(x) is not (ir.Add if const > 0 else ir.Sub) or x.dtype != dt \
+                    or not _is_imm(x.b, const if const > 0 else -const, dt):
+                return False
+            x = x.a
+    for n in range(len(neg) - 1, 0 if not pos and const <= 0 else -1, -1):
+        a, c = neg[n]
+        if type(x) is not ir.Sub or x.dtype != dt or not _is_term(x.b, a, c, dt):
             return False
         x = x.a
-    a, c = first
-    if c is None:
-        a, c = neg[0]
-        return (type(x) is ir.Sub and x.dtype == dt and _is_imm(x.a, 0, dt)
-                and _is_term(x.b, a, c, dt))
-    return _is_imm(x, c, dt) if a is None else _is_term(x, a, c, dt)
+    if pos:
+        for n in range(len(pos) - 1, 0, -1):
+            a, c = pos[n]
+            if type(x) is not ir.Add or x.dtype != dt or not _is_term(x.b, a, c, dt):
+                return False
+            x = x.a
+        a, c = pos[0]
+        return _is_term(x, a, c, dt)
+    if const > 0:  # ``const - t1 - t2 ...``
+        return _is_imm(x, const, dt)
+    a, c = neg[0]  # ``0 - t1 - t2 ...``
+    return (type(x) is ir.Sub and x.dtype == dt and _is_imm(x.a, 0, dt)
+            and _is_term(x.b, a, c, dt))
 
 
 def _is_imm(y: ir.PrimExpr, v: Any, dt: str) -> bool:
