@@ -164,3 +164,89 @@ def test_bounds_are_sound(e: ir.PrimExpr) -> None:
             for c in range(-3, 1):
                 v = _eval(e, {_V[0]: a, _V[1]: b, _V[2]: c})
                 assert (lo is None or lo <= v) and (hi is None or v <= hi), (str(e), lo, hi, v)
+
+
+def _random_sum(rng, depth: int) -> ir.PrimExpr:
+    """A random integer expression over i, j, k, small constants and ``i // 4``."""
+    if depth == 0 or rng.random() < 0.3:
+        r = rng.random()
+        if r < 0.5:
+            return rng.choice((i, j, k))
+        if r < 0.8:
+            return ir.IntImm(rng.randint(-4, 4))
+        return ir.FloorDiv(i, 4)
+    op = rng.choice((ir.Add, ir.Sub, ir.Mul, ir.Add, ir.Sub))
+    return op(_random_sum(rng, depth - 1), _random_sum(rng, depth - 1))
+
+
+def test_built_already_answers_what_building_and_comparing_answers() -> None:
+    """``_built_already(lin, e)`` (no allocation) against ``_same_tree(lin.to_expr(), e)``,
+    on random sums and on their simplified (canonical) forms: the same verdict every time,
+    and the canonical forms are recognised."""
+    import random
+
+    rng = random.Random(20)
+    canonical_seen = 0
+    for _ in range(800):
+        e = rng.choice((ir.Add, ir.Sub, ir.Mul))(_random_sum(rng, 3), _random_sum(rng, 3))
+        for x in (e, arith._Simplifier({}).visit_expr(e)):
+            if not isinstance(x, (ir.Add, ir.Sub, ir.Mul)):
+                continue
+            lin = arith.to_lin(x)
+            if arith._recombine_divmod(lin):
+                continue
+            built = arith._same_tree(lin.to_expr(), x)
+            assert arith._built_already(lin, x) == built, str(x)
+            canonical_seen += built
+    assert canonical_seen > 300
+
+
+@pytest.mark.parametrize("e", [i * 4 + j - 3, 5 - i, 0 - i * 2 - j, i + j + 7, i * 2 + j * 3,
+                               i - 1])
+def test_canonical_sum_comes_back_itself(e: ir.PrimExpr) -> None:
+    assert simplify(e) is e
+
+
+def test_built_already_refuses_mixed_dtypes() -> None:
+    """Atoms of another dtype than the sum's: the built nodes' dtypes would need the
+    promotion rules, so the check answers "build and compare" (False)."""
+    x64 = ir.Var("x64", "int64")
+    e = ir.Add(x64, ir.IntImm(1, "int64"))
+    lin = arith.to_lin(e)
+    lin.dtype = "int32"
+    assert not arith._built_already(lin, e)
+    assert arith._built_already(arith.to_lin(e), e)
+
+
+def test_sum_chain_takes_each_operand_form_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``x0 + x1 + ... + x19``: the linear form of each prefix grows from the one the
+    simplifier kept for the prefix before it (not from the leaves again: ~n^2 / 2 calls)."""
+    xs = [ir.Var(f"x{m}") for m in range(20)]
+    chain = xs[0]
+    for x in xs[1:]:
+        chain = chain + x
+    calls = []
+    real = arith.to_lin
+
+    def counted(e: ir.PrimExpr) -> arith.Lin | None:
+        calls.append(e)
+        return real(e)
+
+    monkeypatch.setattr(arith, "to_lin", counted)
+    assert arith._Simplifier({}).visit_expr(chain) is chain
+    assert len(calls) <= 2 * len(xs)
+
+
+def test_reused_operand_forms_give_what_fresh_forms_give(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simplifier with the kept forms and with every form made afresh: the same trees
+    (``term_key`` compares structure, Vars by identity) on random sums, with ranges."""
+    import random
+
+    rng = random.Random(7)
+    exprs = [rng.choice((ir.Add, ir.Sub, ir.Mul))(_random_sum(rng, 3), _random_sum(rng, 3))
+             for _ in range(400)]
+    ranges = {i: ir.Range(0, 4), j: ir.Range(0, 8)}
+    kept = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
+    monkeypatch.setattr(arith, "_lin_of_pair", lambda e, a, b: arith.to_lin(e))
+    fresh = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
+    assert [arith.term_key(x) for x in kept] == [arith.term_key(x) for x in fresh]

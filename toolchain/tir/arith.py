@@ -187,6 +187,79 @@ class Lin:
         return out
 
 
+def _built_already(lin: Lin, e: ir.PrimExpr) -> bool:
+    """Whether ``lin.to_expr()`` would build a tree :func:`_same_tree` as ``e`` (a form on
+    which :func:`_recombine_divmod` has nothing left to do), found without building it.
+
+    The simplifier's canonical sums (most of those it meets) come back as themselves; this
+    walks ``e`` down its left spine, as ``to_expr`` would have built it, instead of
+    allocating a copy and comparing the two. ``False`` means "build and compare": it is
+    also the answer wherever an atom's dtype is not ``lin``'s (the built nodes' dtypes
+    would then need ``binary_dtype``).
+
+    >>> from toolchain.tir.ir import Var
+    >>> i, j = Var("i"), Var("j")
+    >>> e = i * 4 + j - 3
+    >>> _built_already(to_lin(e), e), _built_already(to_lin(j + i), j + i)
+    (True, True)
+    >>> _built_already(to_lin(3 + i), 3 + i)  # built as i + 3
+    False
+    """
+    dt = lin.dtype
+    pos: list[tuple[ir.PrimExpr, Any]] = []
+    neg: list[tuple[ir.PrimExpr, Any]] = []
+    for a, c in lin.terms.values():
+        if a.dtype != dt:
+            return False
+        if c > 0:
+            pos.append((a, c))
+        else:  # add_term drops zero coefficients
+            neg.append((a, -c))
+    const = lin.const
+    if not pos and not neg:
+        return _is_imm(e, const, dt)
+    # outermost first: the constant, the negative terms, the positive ones, the first
+    x = e
+    if pos or const < 0:
+        if const:  # ``+ const`` or ``- const`` (no positive terms: ``0 - t - const``)
+            if type(x) is not (ir.Add if const > 0 else ir.Sub) or x.dtype != dt \
+                    or not _is_imm(x.b, const if const > 0 else -const, dt):
+                return False
+            x = x.a
+    for n in range(len(neg) - 1, 0 if not pos and const <= 0 else -1, -1):
+        a, c = neg[n]
+        if type(x) is not ir.Sub or x.dtype != dt or not _is_term(x.b, a, c, dt):
+            return False
+        x = x.a
+    if pos:
+        for n in range(len(pos) - 1, 0, -1):
+            a, c = pos[n]
+            if type(x) is not ir.Add or x.dtype != dt or not _is_term(x.b, a, c, dt):
+                return False
+            x = x.a
+        a, c = pos[0]
+        return _is_term(x, a, c, dt)
+    if const > 0:  # ``const - t1 - t2 ...``
+        return _is_imm(x, const, dt)
+    a, c = neg[0]  # ``0 - t1 - t2 ...``
+    return (type(x) is ir.Sub and x.dtype == dt and _is_imm(x.a, 0, dt)
+            and _is_term(x.b, a, c, dt))
+
+
+def _is_imm(y: ir.PrimExpr, v: Any, dt: str) -> bool:
+    """``y`` is what ``ir.IntImm(v, dt)`` would be under :func:`_same_tree`."""
+    return (type(y) is ir.IntImm and y.dtype == dt and y.value == v
+            and type(y.value) is type(v))
+
+
+def _is_term(y: ir.PrimExpr, a: ir.PrimExpr, c: Any, dt: str) -> bool:
+    """``y`` is what ``to_expr``'s term ``a * c`` would be under :func:`_same_tree`."""
+    if c == 1:
+        return _same_tree(a, y)
+    return (type(y) is ir.Mul and y.dtype == dt and _same_tree(a, y.a)
+            and _is_imm(y.b, c, dt))
+
+
 def _same_tree(x: ir.PrimExpr, y: ir.PrimExpr) -> bool:
     """``x`` and ``y`` are the same arithmetic over the same atoms (objects): what a
     linear form rebuilt into an expression gives when the expression was canonical."""
@@ -289,6 +362,26 @@ def to_lin(e: ir.PrimExpr) -> Lin | None:
             if not a.terms:
                 return b.scale(a.const)
     lin = Lin(dt)
+    lin.add_term(e, 1)
+    return lin
+
+
+def _lin_of_pair(e: ir.PrimExpr, lin_a: Lin | None, lin_b: Lin | None) -> Lin | None:
+    """:func:`to_lin` of an integer ``+``, ``-`` or ``*`` whose operands' linear forms are
+    ``lin_a`` and ``lin_b`` where given (each then owned by this call), the same form
+    built the same way (terms in the same order, the same atom objects)."""
+    a = lin_a if lin_a is not None else to_lin(e.a)
+    b = lin_b if lin_b is not None else to_lin(e.b)
+    if a is not None and b is not None:
+        t = type(e)
+        if t is not ir.Mul:
+            a.add_into(b, 1 if t is ir.Add else -1)
+            return a
+        if not b.terms:
+            return a.scale(b.const)
+        if not a.terms:
+            return b.scale(a.const)
+    lin = Lin(e.dtype)
     lin.add_term(e, 1)
     return lin
 
@@ -534,12 +627,23 @@ def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> 
 class _Simplifier(ExprMutator):
     def __init__(self, ranges: Ranges | None) -> None:
         self.ranges = ranges or {}
+        #: ``(sum, its linear form)`` for the sum :meth:`_int` last kept as it was: the
+        #: linear form of the enclosing sum starts from it instead of from the sum's leaves
+        #: (a chain ``t1 + t2 + ... + tn`` took n linear forms of its prefixes, n^2 / 2
+        #: terms). Taken (and cleared) by the parent right after the child's visit.
+        self.kept: tuple[ir.PrimExpr, Lin] | None = None
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
         table = self._table
         a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
+        kept = self.kept
+        self.kept = None
+        lin_a = kept[1] if kept is not None and kept[0] is a else None
         b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
+        kept = self.kept
+        self.kept = None
+        lin_b = kept[1] if kept is not None and kept[0] is b else None
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
             if t in _FOLD_CMP:
@@ -561,6 +665,8 @@ class _Simplifier(ExprMutator):
             return self._compare(t, a, b, e)
         node = e if (a is e.a and b is e.b) else t(a, b)
         if _is_int(e.dtype):
+            if t is ir.Add or t is ir.Sub or t is ir.Mul:
+                return self._sum(node, _lin_of_pair(node, lin_a, lin_b))
             return self._int(node)
         if ir.is_float(e.dtype):
             return self._float(node)
@@ -600,17 +706,25 @@ class _Simplifier(ExprMutator):
                 return ir.IntImm(0, node.dtype)
         return node
 
+    def _sum(self, e: ir.PrimExpr, lin: Lin | None) -> ir.PrimExpr:
+        """An integer ``+``, ``-`` or ``*`` in canonical form; ``lin``: ``to_lin(e)``."""
+        if lin is None:
+            return e
+        if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
+            return self.visit_expr(lin.to_expr())
+        if not _built_already(lin, e):
+            out = lin.to_expr()
+            if not _same_tree(out, e):
+                return out
+        # already canonical (most sums are): keep ``e``, so that the callers see
+        # "unchanged" and do not rebuild every enclosing node; ``lin`` is still
+        # ``to_lin(e)`` (neither check changes it), for the enclosing sum's
+        self.kept = (e, lin)
+        return e
+
     def _int(self, e: ir.PrimExpr) -> ir.PrimExpr:  # noqa: C901
         if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
-            lin = to_lin(e)
-            if lin is None:
-                return e
-            if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
-                return self.visit_expr(lin.to_expr())
-            out = lin.to_expr()
-            # already canonical (most sums are): keep ``e``, so that the callers see
-            # "unchanged" and do not rebuild every enclosing node
-            return e if _same_tree(out, e) else out
+            return self._sum(e, to_lin(e))
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
             c = e.b.value
             if c == 1:
