@@ -135,14 +135,23 @@ print(json.dumps({"cpu_s": best, "models": len(items) or 8 * len(OPS)}))
 """
 
 
-def measure(tree: Path, work: str, repeat: int, target: str = "host") -> dict:
-    """One workload in a fresh process on ``tree``: ``{"cpu_s": best, "models": n}``."""
-    res = subprocess.run([sys.executable, "-c", _CHILD, work, str(repeat), target], cwd=tree,
+def run_child(tree: Path, child: str, args: list[str], what: str) -> dict:
+    """Run the script ``child`` with ``args`` in a fresh process on the Kiln source
+    ``tree`` (its ``toolchain`` first on the path, numeric libraries single-threaded) and
+    return the JSON object its last line prints; a failure exits naming ``what``. Shared
+    by the benchmarks that compare two trees (``schedule_cpu.py``, ``lower_replay.py``,
+    ``vta_compile_cpu.py``)."""
+    res = subprocess.run([sys.executable, "-c", child, *args], cwd=tree,
                          env=dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1"),
                          capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit(f"{work} on {tree}: exit {res.returncode}\n{res.stderr[-2000:]}")
+        raise SystemExit(f"{what} on {tree}: exit {res.returncode}\n{res.stderr[-2000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def measure(tree: Path, work: str, repeat: int, target: str = "host") -> dict:
+    """One workload in a fresh process on ``tree``: ``{"cpu_s": best, "models": n}``."""
+    return run_child(tree, _CHILD, [work, str(repeat), target], work)
 
 
 def main(argv: list[str] | None = None) -> int:

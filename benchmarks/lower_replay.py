@@ -20,13 +20,14 @@ replay with trees whose IR pickles alike.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_cpu import run_child  # noqa: E402  (benchmarks/compile_cpu.py)
 
 _CHILD = r"""
 import gc, importlib, json, pickle, sys, time
@@ -115,12 +116,7 @@ def pytest_unconfigure(config) -> None:  # noqa: ANN001 - pytest's hook
 
 def measure(tree: Path, path: Path, repeat: int) -> dict:
     """The replay in a fresh process on ``tree``."""
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(repeat)], cwd=tree,
-                         env=dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1"),
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"replay on {tree}: exit {res.returncode}\n{res.stderr[-2000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_child(tree, _CHILD, [str(path), str(repeat)], "replay")
 
 
 def main(argv: list[str] | None = None) -> int:

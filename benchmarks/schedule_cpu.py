@@ -22,13 +22,12 @@ table gives the best of each and the ratio (below 1: this tree is faster).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_cpu import run_child  # noqa: E402  (benchmarks/compile_cpu.py)
 
 _CHILD = r"""
 import gc, json, sys, time
@@ -128,12 +127,7 @@ print(json.dumps({"cpu_s": best, "primitives_s": prims, "kernels": len(KERNELS)}
 
 def measure(tree: Path, repeat: int) -> dict:
     """The kernels scheduled in a fresh process on ``tree``: ``{"cpu_s": best, ...}``."""
-    res = subprocess.run([sys.executable, "-c", _CHILD, str(repeat)], cwd=tree,
-                         env=dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1"),
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"{tree}: exit {res.returncode}\n{res.stderr[-2000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    return run_child(tree, _CHILD, [str(repeat)], "scheduling")
 
 
 def main(argv: list[str] | None = None) -> int:

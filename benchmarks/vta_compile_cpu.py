@@ -19,13 +19,12 @@ accelerator layers.)
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_cpu import run_child  # noqa: E402  (benchmarks/compile_cpu.py)
 
 _CHILD = r"""
 import json, sys, time, warnings
@@ -64,13 +63,8 @@ print(json.dumps({"cpu_s": best}))
 
 def measure(tree: Path, name: str, repeat: int, target: str, pow2: bool) -> float:
     """One model's best compile CPU seconds in a fresh process on ``tree``."""
-    res = subprocess.run([sys.executable, "-c", _CHILD, name, str(repeat), target,
-                          "1" if pow2 else "0"], cwd=tree,
-                         env=dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1"),
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"{name} on {tree}: exit {res.returncode}\n{res.stderr[-2000:]}")
-    return float(json.loads(res.stdout.strip().splitlines()[-1])["cpu_s"])
+    return float(run_child(tree, _CHILD, [name, str(repeat), target, "1" if pow2 else "0"],
+                           name)["cpu_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
