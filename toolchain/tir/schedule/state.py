@@ -483,6 +483,17 @@ class _Replace(StmtExprMutator):
         return ir.seq(*[x for x in new if x is not None])
 
 
+class _ReplaceChildren(_Replace):
+    """One level of :class:`_Replace`: :meth:`rebuild` replaces the direct children of a
+    statement per the mapping and does not descend into them."""
+
+    def visit_stmt(self, s: ir.Stmt) -> ir.Stmt:
+        return self.mapping.get(id(s), s)  # type: ignore[return-value]
+
+    def rebuild(self, s: ir.Stmt) -> ir.Stmt:
+        return StmtExprMutator.visit_stmt(self, s)
+
+
 def replace_in(s: ir.Stmt, mapping: dict[int, ir.Stmt | None]) -> ir.Stmt:
     """Replace statements (keyed by ``id``) under ``s``; ``None`` removes from a sequence."""
     return _Replace(mapping).visit_stmt(s)
@@ -562,46 +573,9 @@ def _replace_on_paths(func: ir.PrimFunc,
 
 
 def _rebuilt(s: ir.Stmt, new_of: dict[int, ir.Stmt | None]) -> ir.Stmt:
-    """``s`` with its children replaced per ``new_of``, built as :class:`_Replace` builds it
-    (``s`` itself when no child changed)."""
-    get = new_of.get
-    if isinstance(s, ir.SeqStmt):
-        new = [get(id(x), x) for x in s.seq]
-        if all(a is b for a, b in zip(new, s.seq, strict=True)):
-            return s
-        return ir.seq(*[x for x in new if x is not None])
-    if isinstance(s, ir.For):
-        body = get(id(s.body), s.body)
-        if body is s.body:
-            return s
-        return ir.For(s.loop_var, s.min, s.extent, s.kind, body, s.thread_tag,
-                      s.annotations)
-    if isinstance(s, ir.BlockRealize):
-        blk = get(id(s.block), s.block)
-        return s if blk is s.block else ir.BlockRealize(s.iter_values, s.predicate, blk)
-    if isinstance(s, ir.Block):
-        init = get(id(s.init), s.init) if s.init is not None else None
-        body = get(id(s.body), s.body)
-        if init is s.init and body is s.body:
-            return s
-        return replace(s, iter_vars=s.iter_vars, reads=s.reads, writes=s.writes, init=init,
-                       body=body, alloc_buffers=s.alloc_buffers)
-    if isinstance(s, ir.IfThenElse):
-        t = get(id(s.then_case), s.then_case)
-        e = get(id(s.else_case), s.else_case) if s.else_case is not None else None
-        if t is s.then_case and e is s.else_case:
-            return s
-        return ir.IfThenElse(s.condition, t, e)
-    if isinstance(s, ir.LetStmt):
-        b = get(id(s.body), s.body)
-        return s if b is s.body else ir.LetStmt(s.var, s.value, b)
-    if isinstance(s, ir.AttrStmt):
-        b = get(id(s.body), s.body)
-        return s if b is s.body else ir.AttrStmt(s.node, s.key, s.value, b)
-    if isinstance(s, ir.Allocate):
-        b = get(id(s.body), s.body)
-        return s if b is s.body else ir.Allocate(s.buffer, b)
-    raise ScheduleError(f"internal: {type(s).__name__} has no child statements")
+    """``s`` with its direct children replaced per ``new_of``, built by :class:`_Replace`'s
+    own rules (``s`` itself when no child changed)."""
+    return _ReplaceChildren(new_of).rebuild(s)
 
 
 def replace_block(func: ir.PrimFunc, old: ir.Block, new: ir.Block) -> ir.PrimFunc:
