@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from toolchain.tir import arith, ir
+from toolchain.tir import arith, ir, linear
 from toolchain.tir.arith import const_bound, prove, simplify
 
 i, j, k, n = ir.Var("i"), ir.Var("j"), ir.Var("k"), ir.Var("n")
@@ -192,11 +192,11 @@ def test_built_already_answers_what_building_and_comparing_answers() -> None:
         for x in (e, arith._Simplifier({}).visit_expr(e)):
             if not isinstance(x, (ir.Add, ir.Sub, ir.Mul)):
                 continue
-            lin = arith.to_lin(x)
-            if arith._recombine_divmod(lin):
+            lin = linear.to_lin(x)
+            if linear.recombine_divmod(lin):
                 continue
-            built = arith._same_tree(lin.to_expr(), x)
-            assert arith._built_already(lin, x) == built, str(x)
+            built = linear.same_tree(lin.to_expr(), x)
+            assert linear.built_already(lin, x) == built, str(x)
             canonical_seen += built
     assert canonical_seen > 300
 
@@ -212,10 +212,10 @@ def test_built_already_refuses_mixed_dtypes() -> None:
     promotion rules, so the check answers "build and compare" (False)."""
     x64 = ir.Var("x64", "int64")
     e = ir.Add(x64, ir.IntImm(1, "int64"))
-    lin = arith.to_lin(e)
+    lin = linear.to_lin(e)
     lin.dtype = "int32"
-    assert not arith._built_already(lin, e)
-    assert arith._built_already(arith.to_lin(e), e)
+    assert not linear.built_already(lin, e)
+    assert linear.built_already(linear.to_lin(e), e)
 
 
 def test_sum_chain_takes_each_operand_form_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,13 +226,14 @@ def test_sum_chain_takes_each_operand_form_once(monkeypatch: pytest.MonkeyPatch)
     for x in xs[1:]:
         chain = chain + x
     calls = []
-    real = arith.to_lin
+    real = linear.to_lin
 
-    def counted(e: ir.PrimExpr) -> arith.Lin | None:
+    def counted(e: ir.PrimExpr) -> linear.Lin | None:
         calls.append(e)
         return real(e)
 
-    monkeypatch.setattr(arith, "to_lin", counted)
+    monkeypatch.setattr(arith, "to_lin", counted)  # the simplifier's calls
+    monkeypatch.setattr(linear, "to_lin", counted)  # and lin_of_pair's
     assert arith._Simplifier({}).visit_expr(chain) is chain
     assert len(calls) <= 2 * len(xs)
 
@@ -247,6 +248,6 @@ def test_reused_operand_forms_give_what_fresh_forms_give(monkeypatch: pytest.Mon
              for _ in range(400)]
     ranges = {i: ir.Range(0, 4), j: ir.Range(0, 8)}
     kept = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
-    monkeypatch.setattr(arith, "_lin_of_pair", lambda e, a, b: arith.to_lin(e))
+    monkeypatch.setattr(arith, "lin_of_pair", lambda e, a, b: linear.to_lin(e))
     fresh = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
-    assert [arith.term_key(x) for x in kept] == [arith.term_key(x) for x in fresh]
+    assert [linear.term_key(x) for x in kept] == [linear.term_key(x) for x in fresh]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolchain.tir import arith, ir
+from toolchain.tir import arith, ir, linear
 from toolchain.tir.functor import StmtExprVisitor
 
 
@@ -71,7 +71,7 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
     """Smallest rectangular region covering every index tuple (over ``ranges``)."""
     unique: dict[Any, tuple[ir.PrimExpr, ...]] = {}
     for idx in idx_list:  # the same access written twice is analysed once
-        unique.setdefault(tuple(arith.term_key(i) for i in idx), idx)
+        unique.setdefault(tuple(linear.term_key(i) for i in idx), idx)
     idx_list = list(unique.values())
     region = []
     for d in range(buf.ndim):
@@ -110,7 +110,7 @@ def _unique(xs: list[ir.PrimExpr]) -> list[ir.PrimExpr]:
     element many times, e.g. through a gathered index, is analysed once per index)."""
     seen: dict[Any, ir.PrimExpr] = {}
     for x in xs:
-        seen.setdefault(arith.term_key(x), x)
+        seen.setdefault(linear.term_key(x), x)
     return list(seen.values())
 
 

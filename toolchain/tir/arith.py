@@ -1,8 +1,8 @@
 """Integer arithmetic: constant folding, affine canonical form, div/mod rules, bounds.
 
-The workhorse is the *linear form*: an integer expression is written as
-``c0 + c1*t1 + c2*t2 + ...`` where each ``t`` is an atom (a Var, or a non-linear
-subexpression such as ``x // 4``). Sums are collected, constants folded, and
+The workhorse is the *linear form* (:mod:`toolchain.tir.linear`): an integer expression
+is written as ``c0 + c1*t1 + c2*t2 + ...`` where each ``t`` is an atom (a Var, or a
+non-linear subexpression such as ``x // 4``). Sums are collected, constants folded, and
 ``(x // c) * c + x % c`` recombined into ``x``. Bounds are computed on linear forms
 too, symbolically: a Var with a known range is replaced by its end points, a free Var is
 its own bound, so ``i - n`` with ``i`` in ``[0, n)`` is proven ``< 0``.
@@ -32,10 +32,18 @@ from typing import Any
 
 from toolchain.tir import ir
 from toolchain.tir.functor import ExprMutator
+from toolchain.tir.linear import (
+    INT_DTYPES,
+    Lin,
+    built_already,
+    lin_of_pair,
+    recombine_divmod,
+    same_tree,
+    to_lin,
+)
 from toolchain.tir.memo import memoised
 
 Ranges = Mapping[ir.Var, ir.Range]
-_INT = ("int32", "int64", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 
 
 # ----------------------------------------------------------------------- constant folding
@@ -64,11 +72,10 @@ _FOLD_FLOAT = {
 }
 
 
-_INT_SET = frozenset(_INT)
 
 
 def _is_int(dtype: str) -> bool:
-    return dtype in _INT_SET
+    return dtype in INT_DTYPES
 
 
 def _wrap(v: int, dtype: str) -> int:
@@ -80,310 +87,6 @@ def _wrap(v: int, dtype: str) -> int:
 
 
 # ----------------------------------------------------------------------- linear forms
-
-def term_key(e: ir.PrimExpr) -> Any:
-    """Structural hash key of an expression (Vars/Buffers by identity).
-
-    A compound expression remembers its key: expressions are immutable, and the
-    simplifier asks for the keys of the same subtrees again and again (a tenth of a
-    small model's compile time went here)."""
-    t = type(e)
-    if t is ir.Var:
-        return ("v", id(e))
-    if t is ir.IntImm:
-        return ("i", e.value, e.dtype)
-    if t is ir.FloatImm:
-        return ("f", e.value, e.dtype)
-    known = e.__dict__.get("_term_key")
-    if known is None:
-        known = _compound_key(e)
-        object.__setattr__(e, "_term_key", known)
-    return known
-
-
-def _compound_key(e: ir.PrimExpr) -> Any:
-    if isinstance(e, ir.BinaryOp):
-        return (type(e).__name__, term_key(e.a), term_key(e.b))
-    if isinstance(e, ir.BufferLoad):
-        return ("ld", id(e.buffer), tuple(term_key(i) for i in e.indices))
-    if isinstance(e, ir.Cast):
-        return ("cast", e.dtype, term_key(e.value))
-    if isinstance(e, ir.Call):
-        return ("call", e.op, tuple(term_key(a) for a in e.args))
-    if isinstance(e, ir.Select):
-        return ("sel", term_key(e.condition), term_key(e.true_value), term_key(e.false_value))
-    return ("id", id(e))
-
-
-class Lin:
-    """``const + sum(coeff * atom)`` over an integer dtype; atoms keyed structurally."""
-
-    __slots__ = ("terms", "const", "dtype")
-
-    def __init__(self, dtype: str, const: int = 0,
-                 terms: dict[Any, list[Any]] | None = None) -> None:
-        self.dtype = dtype
-        self.const = const
-        self.terms: dict[Any, list[Any]] = terms if terms is not None else {}
-
-    def copy(self) -> Lin:
-        return Lin(self.dtype, self.const, {k: [a, c] for k, (a, c) in self.terms.items()})
-
-    def add_term(self, atom: ir.PrimExpr, coeff: int) -> None:
-        k = term_key(atom)
-        terms = self.terms
-        known = terms.get(k)
-        if known is not None:
-            known[1] += coeff
-            if known[1] == 0:
-                del terms[k]
-        elif coeff:
-            terms[k] = [atom, coeff]
-
-    def add(self, other: Lin, scale: int = 1) -> Lin:
-        out = self.copy()
-        out.add_into(other, scale)
-        return out
-
-    def add_into(self, other: Lin, scale: int = 1) -> None:
-        """``self += other * scale`` in place (what :meth:`add` returns, without the copy)."""
-        self.const += other.const * scale
-        for a, c in other.terms.values():
-            self.add_term(a, c * scale)
-
-    def scale(self, s: int) -> Lin:
-        if s == 0:
-            return Lin(self.dtype)
-        return Lin(self.dtype, self.const * s,
-                   {k: [a, c * s] for k, (a, c) in self.terms.items()})
-
-    @property
-    def is_const(self) -> bool:
-        return not self.terms
-
-    def to_expr(self) -> ir.PrimExpr:
-        _recombine_divmod(self)
-        dt = self.dtype
-        pos = [(a, c) for a, c in self.terms.values() if c > 0]
-        neg = [(a, -c) for a, c in self.terms.values() if c < 0]
-        out: ir.PrimExpr | None = None
-
-        def term(a: ir.PrimExpr, c: int) -> ir.PrimExpr:
-            return a if c == 1 else ir.Mul(a, ir.IntImm(c, dt))
-
-        for a, c in pos:
-            out = term(a, c) if out is None else ir.Add(out, term(a, c))
-        const = self.const
-        if out is None and neg and const > 0:
-            out, const = ir.IntImm(const, dt), 0
-        for a, c in neg:
-            out = ir.Sub(ir.IntImm(0, dt), term(a, c)) if out is None else ir.Sub(out, term(a, c))
-        if out is None:
-            return ir.IntImm(self.const, dt)
-        if const > 0:
-            out = ir.Add(out, ir.IntImm(const, dt))
-        elif const < 0:
-            out = ir.Sub(out, ir.IntImm(-const, dt))
-        return out
-
-
-def _built_already(lin: Lin, e: ir.PrimExpr) -> bool:
-    """Whether ``lin.to_expr()`` would build a tree :func:`_same_tree` as ``e`` (a form on
-    which :func:`_recombine_divmod` has nothing left to do), found without building it.
-
-    The simplifier's canonical sums (most of those it meets) come back as themselves; this
-    walks ``e`` down its left spine, as ``to_expr`` would have built it, instead of
-    allocating a copy and comparing the two. ``False`` means "build and compare": it is
-    also the answer wherever an atom's dtype is not ``lin``'s (the built nodes' dtypes
-    would then need ``binary_dtype``).
-
-    >>> from toolchain.tir.ir import Var
-    >>> i, j = Var("i"), Var("j")
-    >>> e = i * 4 + j - 3
-    >>> _built_already(to_lin(e), e), _built_already(to_lin(j + i), j + i)
-    (True, True)
-    >>> _built_already(to_lin(3 + i), 3 + i)  # built as i + 3
-    False
-    """
-    dt = lin.dtype
-    pos: list[tuple[ir.PrimExpr, Any]] = []
-    neg: list[tuple[ir.PrimExpr, Any]] = []
-    for a, c in lin.terms.values():
-        if a.dtype != dt:
-            return False
-        if c > 0:
-            pos.append((a, c))
-        else:  # add_term drops zero coefficients
-            neg.append((a, -c))
-    const = lin.const
-    if not pos and not neg:
-        return _is_imm(e, const, dt)
-    # outermost first: the constant, the negative terms, the positive ones, the first
-    x = e
-    if pos or const < 0:
-        if const:  # ``+ const`` or ``- const`` (no positive terms: ``0 - t - const``)
-            if type(x) is not (ir.Add if const > 0 else ir.Sub) or x.dtype != dt \
-                    or not _is_imm(x.b, const if const > 0 else -const, dt):
-                return False
-            x = x.a
-    for n in range(len(neg) - 1, 0 if not pos and const <= 0 else -1, -1):
-        a, c = neg[n]
-        if type(x) is not ir.Sub or x.dtype != dt or not _is_term(x.b, a, c, dt):
-            return False
-        x = x.a
-    if pos:
-        for n in range(len(pos) - 1, 0, -1):
-            a, c = pos[n]
-            if type(x) is not ir.Add or x.dtype != dt or not _is_term(x.b, a, c, dt):
-                return False
-            x = x.a
-        a, c = pos[0]
-        return _is_term(x, a, c, dt)
-    if const > 0:  # ``const - t1 - t2 ...``
-        return _is_imm(x, const, dt)
-    a, c = neg[0]  # ``0 - t1 - t2 ...``
-    return (type(x) is ir.Sub and x.dtype == dt and _is_imm(x.a, 0, dt)
-            and _is_term(x.b, a, c, dt))
-
-
-def _is_imm(y: ir.PrimExpr, v: Any, dt: str) -> bool:
-    """``y`` is what ``ir.IntImm(v, dt)`` would be under :func:`_same_tree`."""
-    return (type(y) is ir.IntImm and y.dtype == dt and y.value == v
-            and type(y.value) is type(v))
-
-
-def _is_term(y: ir.PrimExpr, a: ir.PrimExpr, c: Any, dt: str) -> bool:
-    """``y`` is what ``to_expr``'s term ``a * c`` would be under :func:`_same_tree`."""
-    if c == 1:
-        return _same_tree(a, y)
-    return (type(y) is ir.Mul and y.dtype == dt and _same_tree(a, y.a)
-            and _is_imm(y.b, c, dt))
-
-
-def _same_tree(x: ir.PrimExpr, y: ir.PrimExpr) -> bool:
-    """``x`` and ``y`` are the same arithmetic over the same atoms (objects): what a
-    linear form rebuilt into an expression gives when the expression was canonical."""
-    if x is y:
-        return True
-    t = type(x)
-    if t is not type(y) or x.dtype != y.dtype:
-        return False
-    if t is ir.IntImm:
-        return x.value == y.value and type(x.value) is type(y.value)
-    if isinstance(x, ir.BinaryOp):
-        return _same_tree(x.a, y.a) and _same_tree(x.b, y.b)
-    return False
-
-
-def _const_div(e: Any, cls: type) -> tuple[ir.PrimExpr, int] | None:
-    """``(a, c)`` if ``e`` is ``cls(a, c)`` with a constant ``c > 0``."""
-    if isinstance(e, cls) and isinstance(e.b, ir.IntImm) and e.b.value > 0:
-        return e.a, e.b.value
-    return None
-
-
-def _merge_partner(lin: Lin, a: ir.PrimExpr, c: int,
-                   coeff: int) -> tuple[Any, ir.PrimExpr] | None:
-    """A term ``q * (coeff * c)`` of ``lin`` with ``q * c + a % c == w``: ``(key, w)``.
-
-    Three forms of ``q`` (all exact for every integer ``a`` when ``c, m, n > 0``)::
-
-        a // c                          ->  w = a
-        (a % m) // c      with c | m    ->  w = a % m
-        (a // c) % n                    ->  w = a % (c * n)
-    """
-    ka = term_key(a)
-    for key, (atom, k) in lin.terms.items():
-        if k != coeff * c:
-            continue
-        div = _const_div(atom, ir.FloorDiv)
-        if div is not None and div[1] == c:
-            if term_key(div[0]) == ka:
-                return key, a
-            inner = _const_div(div[0], ir.FloorMod)
-            if inner is not None and inner[1] % c == 0 and term_key(inner[0]) == ka:
-                return key, div[0]
-        mod = _const_div(atom, ir.FloorMod)
-        if mod is not None:
-            inner = _const_div(mod[0], ir.FloorDiv)
-            if inner is not None and inner[1] == c and term_key(inner[0]) == ka:
-                return key, ir.FloorMod(a, ir.IntImm(c * mod[1], atom.dtype))
-    return None
-
-
-def _recombine_divmod(lin: Lin) -> bool:
-    """Rewrite ``q * (c*k) + (a % c) * k`` into ``w * k`` inside ``lin`` (see
-    :func:`_merge_partner` for the forms of ``q``), repeatedly, so that the indices of
-    fused-then-split loops (``x // 256 * 256 + x % 256 // 32 * 32 + x % 32``) become ``x``.
-    Returns whether anything changed.
-    """
-    any_change = False
-    changed = True
-    while changed:
-        changed = False
-        for key, (atom, coeff) in list(lin.terms.items()):
-            mod = _const_div(atom, ir.FloorMod)
-            if mod is None:
-                continue
-            found = _merge_partner(lin, mod[0], mod[1], coeff)
-            if found is None:
-                continue
-            del lin.terms[key]
-            del lin.terms[found[0]]
-            inner = to_lin(found[1])
-            if inner is None:
-                lin.add_term(found[1], coeff)
-            else:
-                merged = lin.add(inner, coeff)
-                lin.terms, lin.const = merged.terms, merged.const
-            changed = any_change = True
-            break
-    return any_change
-
-
-def to_lin(e: ir.PrimExpr) -> Lin | None:
-    """Linear form of an (already simplified) integer expression, or None if not integer."""
-    dt = e.dtype
-    if dt not in _INT_SET:
-        return None
-    t = type(e)
-    if t is ir.IntImm:
-        return Lin(dt, e.value)
-    if t is ir.Add or t is ir.Sub:
-        a, b = to_lin(e.a), to_lin(e.b)
-        if a is not None and b is not None:
-            a.add_into(b, 1 if t is ir.Add else -1)  # a is this call's own: no copy
-            return a
-    elif t is ir.Mul:
-        a, b = to_lin(e.a), to_lin(e.b)
-        if a is not None and b is not None:
-            if not b.terms:
-                return a.scale(b.const)
-            if not a.terms:
-                return b.scale(a.const)
-    lin = Lin(dt)
-    lin.add_term(e, 1)
-    return lin
-
-
-def _lin_of_pair(e: ir.PrimExpr, lin_a: Lin | None, lin_b: Lin | None) -> Lin | None:
-    """:func:`to_lin` of an integer ``+``, ``-`` or ``*`` whose operands' linear forms are
-    ``lin_a`` and ``lin_b`` where given (each then owned by this call), the same form
-    built the same way (terms in the same order, the same atom objects)."""
-    a = lin_a if lin_a is not None else to_lin(e.a)
-    b = lin_b if lin_b is not None else to_lin(e.b)
-    if a is not None and b is not None:
-        t = type(e)
-        if t is not ir.Mul:
-            a.add_into(b, 1 if t is ir.Add else -1)
-            return a
-        if not b.terms:
-            return a.scale(b.const)
-        if not a.terms:
-            return b.scale(a.const)
-    lin = Lin(e.dtype)
-    lin.add_term(e, 1)
-    return lin
 
 
 # ----------------------------------------------------------------------- bounds
@@ -666,7 +369,7 @@ class _Simplifier(ExprMutator):
         node = e if (a is e.a and b is e.b) else t(a, b)
         if _is_int(e.dtype):
             if t is ir.Add or t is ir.Sub or t is ir.Mul:
-                return self._sum(node, _lin_of_pair(node, lin_a, lin_b))
+                return self._sum(node, lin_of_pair(node, lin_a, lin_b))
             return self._int(node)
         if ir.is_float(e.dtype):
             return self._float(node)
@@ -710,11 +413,11 @@ class _Simplifier(ExprMutator):
         """An integer ``+``, ``-`` or ``*`` in canonical form; ``lin``: ``to_lin(e)``."""
         if lin is None:
             return e
-        if _recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
+        if recombine_divmod(lin):  # a new atom (x % 256): simplify it with the ranges
             return self.visit_expr(lin.to_expr())
-        if not _built_already(lin, e):
+        if not built_already(lin, e):
             out = lin.to_expr()
-            if not _same_tree(out, e):
+            if not same_tree(out, e):
                 return out
         # already canonical (most sums are): keep ``e``, so that the callers see
         # "unchanged" and do not rebuild every enclosing node; ``lin`` is still
@@ -731,7 +434,7 @@ class _Simplifier(ExprMutator):
                 return e.a if isinstance(e, ir.FloorDiv) else ir.IntImm(0, e.dtype)
             if c > 0:
                 out = self._divmod(e, c)
-                return e if _same_tree(out, e) else out  # as for sums, above
+                return e if same_tree(out, e) else out  # as for sums, above
         if isinstance(e, (ir.Min, ir.Max)):
             a, b = e.a, e.b
             is_min = isinstance(e, ir.Min)
