@@ -179,12 +179,6 @@ class _LoadRewriter(ExprMutator):
         return self.fn(e2) if isinstance(e2, ir.BufferLoad) else e2
 
 
-def _accesses(body: ir.Stmt, data: ir.Var) -> bool:
-    from toolchain.tir.transform.remove_noop import uses_buffer
-
-    return uses_buffer(body, data)
-
-
 class _VectorLocal(StmtExprVisitor):
     """Can a local buffer be declared as an array of vectors (register tiles)?"""
 
@@ -361,10 +355,17 @@ class CStyleRenderer:
         extra = free_scalars(func, bound, in_body if body is func.body else None)
         for v in extra:
             params.append(f"{self.ctype(v.dtype)} {self.names(v, v.name)}")
-        used = set(in_body)
+        named = set(in_body)
+        used: set[ir.Var] | None = None  # one walk for every buffer's accesses, if needed
         for p in list(func.params) + extra:
             var = p.data if isinstance(p, ir.Buffer) else p
-            if var not in used and not _accesses(body, var):
+            if var in named:
+                continue
+            if used is None:
+                from toolchain.tir.transform.remove_noop import vars_used
+
+                used = vars_used(body)
+            if var not in used:
                 self.emit(f"(void){self.names(var, var.name)};  /* unused */")
         return params, extra
 

@@ -47,6 +47,37 @@ def uses_buffer(s: ir.Stmt, data: ir.Var) -> bool:
     return v.found
 
 
+class _Used(StmtExprVisitor):
+    def __init__(self) -> None:
+        self.vars: set[ir.Var] = set()
+
+    def visit_Var(self, e: ir.Var) -> None:
+        self.vars.add(e)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        self.vars.add(e.buffer.data)
+        super().visit_BufferLoad(e)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        self.vars.add(s.buffer.data)
+        super().visit_BufferStore(s)
+
+
+def vars_used(s: ir.Stmt) -> set[ir.Var]:
+    """Every variable ``s`` names and the pointer of every buffer it reads or writes, in one
+    walk: ``uses_buffer(s, data)`` is ``data in vars_used(s)``, for any number of buffers.
+
+    >>> x = ir.Buffer("x", (4,), "float32")
+    >>> y = ir.Buffer("y", (4,), "float32")
+    >>> s = ir.BufferStore(x, ir.FloatImm(1.0, "float32"), [ir.IntImm(0)])
+    >>> [x.data in vars_used(s), y.data in vars_used(s)]
+    [True, False]
+    """
+    v = _Used()
+    v.visit_stmt(s)
+    return v.vars
+
+
 class _RemoveNoOp(StmtMutator):
     def visit_For(self, s: ir.For) -> ir.Stmt:
         body = self.visit_stmt(s.body)

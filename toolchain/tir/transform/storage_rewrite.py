@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator, StmtMutator
-from toolchain.tir.transform.remove_noop import uses_buffer
+from toolchain.tir.transform.remove_noop import vars_used
 
 
 class _Retarget(StmtExprMutator):
@@ -24,8 +24,9 @@ class _Retarget(StmtExprMutator):
 def _plan(allocs: list[ir.Buffer], seq: tuple[ir.Stmt, ...]) -> dict[ir.Var, ir.Buffer]:
     """Greedy first-fit of buffers into shared slots by lifetime (first/last statement)."""
     spans = []
+    uses = [vars_used(s) for s in seq]  # one walk per statement, not per buffer and statement
     for b in allocs:
-        used = [k for k, s in enumerate(seq) if uses_buffer(s, b.data)]
+        used = [k for k, names in enumerate(uses) if b.data in names]
         size = ir.const_int(b.shape[0]) if len(b.shape) == 1 else None
         if not used or size is None:
             continue
