@@ -62,6 +62,7 @@ from toolchain.vta.schedule import (
     ConvShape,
     ConvTiles,
     DenseShape,
+    Forks,
     Tiles,
     blocks,
     candidate_conv_tiles,
@@ -225,8 +226,11 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
             pos = np.where(lanes < m, lanes, -1)
         epi, tt = _epilogue(requant, cfg, t, e % nb, pos, layer)
 
+    forks = Forks()  # the schedule steps the candidate tilings share
+
     def build(tl: Tiles, vt: int) -> CompiledDense:
-        func = lower_dense(_scheduled(dense_schedule, shape, shift, tt, tl, vt, layer))
+        func = lower_dense(_scheduled(partial(dense_schedule, forks=forks), shape, shift, tt,
+                                      tl, vt, layer))
         prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vt} threads",
                               output, epi)
         return CompiledDense(layer, shape, shift, tl, vt, prog, func, rows, output,
@@ -556,8 +560,11 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
               "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output,
                                 planes_needed(np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))))}
 
+    forks = Forks()  # the schedule steps the candidate tilings share
+
     def build(tl: ConvTiles, vt: int) -> CompiledConv2d:
-        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, tt, tl, vt, layer))
+        func = lower_dense(_scheduled(partial(conv2d_schedule, forks=forks), shape, shift,
+                                      tt, tl, vt, layer))
         prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vt} threads",
                               output, epi)
         return CompiledConv2d(layer, shape, shift, tl, vt, prog, func, rows, output,
