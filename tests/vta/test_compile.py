@@ -246,3 +246,27 @@ def test_a_convolution_as_an_im2col_gemm_is_bit_exact(ic, h, oc, k, stride, pad)
                                         tokens=tokens, seed=2).dram)
         np.testing.assert_array_equal(got.T.reshape(oc, oh, ow),
                                       expected_conv(x, wt, stride, pad, 10))
+
+
+def test_a_layer_of_a_shape_lowered_before_reuses_its_functions(monkeypatch) -> None:
+    """``LOWERED``: a tiling's lowered function depends on the layer's shape, shift and
+    target alone, so a second layer of the same shape (other weights, another name) lowers
+    nothing, and its program is the one it gets with nothing kept."""
+    from toolchain.vta import compile as vcompile
+
+    _, w1 = _data(16, 64, 64, 1)
+    _, w2 = _data(16, 64, 64, 2)
+    vcompile.LOWERED.clear()
+    compile_dense(w1, 16, 7, layer="fc1")
+    lowered = []
+    real = vcompile.lower_dense
+    monkeypatch.setattr(vcompile, "lower_dense", lambda sch: lowered.append(sch) or real(sch))
+    second = compile_dense(w2, 16, 7, layer="fc2")
+    assert lowered == []
+    vcompile.LOWERED.clear()
+    vcompile.CHOSEN.clear()
+    alone = compile_dense(w2, 16, 7, layer="fc2")
+    assert len(lowered) > 1 and second.tiles == alone.tiles
+    assert second.program.insn_bytes == alone.program.insn_bytes
+    assert np.array_equal(second.program.dram, alone.program.dram)
+    assert str(second.func) == str(alone.func)

@@ -75,3 +75,34 @@ def test_bad_tiles_are_refused_with_the_reason() -> None:
         dense_schedule(DenseShape(16, 64, 64), 4, t, Tiles(3, 2, 2))
     with pytest.raises(ScheduleError, match="2 virtual threads need a number of row tiles"):
         dense_schedule(DenseShape(16, 64, 64), 4, t, Tiles(16, 2, 2))
+
+
+#: split, resident, virtual threads
+KNOBS = (("m", False, 1), ("m", True, 2), ("n", False, 2), ("n", True, 2))
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_tilings_continued_from_shared_forks_lower_to_what_starting_over_gives(kind) -> None:
+    """``Forks``: the candidates of one layer share the schedule's first steps (copied,
+    not redone); every tiling lowers to the function it lowers to without them."""
+    from toolchain.vta.schedule import ConvShape, ConvTiles, Forks, conv2d_schedule
+
+    t = load_target("vta")
+    if kind == "dense":
+        shape, make = DenseShape(16, 64, 64), dense_schedule
+        points = [(Tiles(2, 2, tk, split, res), vt) for tk in (1, 4)
+                  for split, res, vt in KNOBS]
+    else:
+        shape, make = ConvShape(8, 8, 32, 32, 3, 1, 1), conv2d_schedule
+        points = [(ConvTiles(4, 1, tic, split, res), vt) for tic in (1, 2)
+                  for split, res, vt in KNOBS]
+    forks = Forks()
+    for tiles, vt in points:
+        shared = lower_dense(make(shape, 4, t, tiles, vt, forks=forks))
+        alone = lower_dense(make(shape, 4, t, tiles, vt))
+        assert str(shared) == str(alone), (tiles, vt)
+    stages = [k[0] for k in forks.kept]
+    assert stages.count("compute") == 1
+    assert stages.count("step") < len(points) and stages.count("threads") < len(points)
+    with pytest.raises(ValueError, match="one layer"):
+        make(shape, 5, t, *points[0], forks=forks)

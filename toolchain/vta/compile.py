@@ -62,6 +62,7 @@ from toolchain.vta.schedule import (
     ConvShape,
     ConvTiles,
     DenseShape,
+    Forks,
     Tiles,
     blocks,
     candidate_conv_tiles,
@@ -225,8 +226,10 @@ def _dense(weight: np.ndarray, m: int, shift: int, target: Target | str, tiles: 
             pos = np.where(lanes < m, lanes, -1)
         epi, tt = _epilogue(requant, cfg, t, e % nb, pos, layer)
 
+    forks = Forks()  # the schedule steps the candidate tilings share
+
     def build(tl: Tiles, vt: int) -> CompiledDense:
-        func = lower_dense(_scheduled(dense_schedule, shape, shift, tt, tl, vt, layer))
+        func = _lowered(dense_schedule, forks, shape, shift, tt, tl, vt, layer)
         prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vt} threads",
                               output, epi)
         return CompiledDense(layer, shape, shift, tl, vt, prog, func, rows, output,
@@ -300,6 +303,28 @@ def _scheduled(make, shape, shift: int, t: Target, tiles, vthreads: int, layer: 
         return make(shape, shift, t, tiles, vthreads)
     except ScheduleError as exc:
         raise ScheduleError(f"layer {layer!r}: {exc}") from None
+
+
+#: the lowered functions of the tilings built, by the schedule's inputs (the schedule, the
+#: layer's shape and shift, the tiles and threads) and the target: a function of those
+#: alone, not of the weights or the layer's name, so layers of one shape — a model's
+#: repeated blocks, a layer compiled again with another output or other weights — lower a
+#: tiling once in a process (their programs differ in the DRAM image alone); the 128 most
+#: recently used are kept
+LOWERED = ByTarget(limit=128)
+
+
+def _lowered(make, forks: Forks, shape, shift: int, t: Target, tiles, vthreads: int,
+             layer: str) -> ir.PrimFunc:
+    """``lower_dense`` of ``make(shape, shift, t, tiles, vthreads, forks=forks)``, or the
+    function lowered for equal inputs before (:data:`LOWERED`)."""
+    key = (make.__name__, shape, shift, tiles, vthreads)
+    func = LOWERED.get(key, t)
+    if func is None:
+        func = lower_dense(_scheduled(partial(make, forks=forks), shape, shift, t, tiles,
+                                      vthreads, layer))
+        LOWERED.put(key, t, func)
+    return func
 
 
 def _epilogue_tag(output: str, requant: RequantPlan | None, out: np.ndarray) -> str:
@@ -556,8 +581,10 @@ def compile_conv2d(weight: np.ndarray, h: int, w: int, shift: int,
               "out": _out_array((1, ob, oh, ow, cfg.batch, cfg.block_out), output,
                                 planes_needed(np.abs(wt.astype(np.int64)).sum(axis=(1, 2, 3))))}
 
+    forks = Forks()  # the schedule steps the candidate tilings share
+
     def build(tl: ConvTiles, vt: int) -> CompiledConv2d:
-        func = lower_dense(_scheduled(conv2d_schedule, shape, shift, tt, tl, vt, layer))
+        func = _lowered(conv2d_schedule, forks, shape, shift, tt, tl, vt, layer)
         prog, rows = _program(func, tt, cfg, arrays, layer, f"tiles {tl}, {vt} threads",
                               output, epi)
         return CompiledConv2d(layer, shape, shift, tl, vt, prog, func, rows, output,

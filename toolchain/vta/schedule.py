@@ -40,7 +40,9 @@ Example::
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from toolchain import te
 from toolchain.errors import ScheduleError
@@ -240,9 +242,67 @@ def _virtual_threads(sch: Schedule, outer: tuple[LoopRV, LoopRV],
     return vt
 
 
+class Forks:
+    """The schedules of one layer's first steps, kept for its next candidate tiling.
+
+    :func:`dense_schedule` and :func:`conv2d_schedule` go through the same steps for every
+    tiling: the compute, then the output tiles and the virtual threads (which depend on
+    the tile sizes, the split and the thread count), then the reduction step (its size),
+    then the rest. Given one ``Forks`` for all the tilings of one layer (its shape, shift
+    and target), each such stage is scheduled once per distinct set of the parameters it
+    depends on and copied (:meth:`~toolchain.tir.schedule.Schedule.copy`) for the next
+    tiling that shares them. The primitives are deterministic and a copy carries the
+    function, the trace and the handles, so going on from the copy gives the function
+    starting over would.
+
+    Example::
+
+        >>> from toolchain.target import load_target
+        >>> t, forks = load_target("vta"), Forks()
+        >>> one = dense_schedule(DenseShape(16, 64, 64), 4, t, Tiles(2, 2, 2), forks=forks)
+        >>> two = dense_schedule(DenseShape(16, 64, 64), 4, t, Tiles(2, 2, 2, resident=True),
+        ...                      forks=forks)
+        >>> sorted(k[0] for k in forks.kept)
+        ['compute', 'step', 'threads']
+        >>> str(two.mod) == str(dense_schedule(DenseShape(16, 64, 64), 4, t,
+        ...                                    Tiles(2, 2, 2, resident=True)).mod)
+        True
+    """
+
+    def __init__(self) -> None:
+        self._layer: tuple[Any, int, Target] | None = None
+        #: a stage's key (its name and the parameters it depends on) -> (the schedule
+        #: after it, the handles the next steps take)
+        self.kept: dict[tuple[Any, ...], tuple[Schedule, tuple[Any, ...]]] = {}
+
+    def check(self, shape: Any, shift: int, target: Target) -> None:
+        """Refuse a layer other than the one these forks were first used for (the same
+        shape and shift, the same target object)."""
+        if self._layer is None:
+            self._layer = (shape, shift, target)
+        elif not (self._layer[0] == shape and self._layer[1] == shift
+                  and self._layer[2] is target):
+            raise ValueError("a Forks is for the tilings of one layer (shape, shift, target)")
+
+
+def _forked(forks: Forks | None, key: tuple[Any, ...],
+            make: Callable[[], tuple[Schedule, tuple[Any, ...]]]
+            ) -> tuple[Schedule, tuple[Any, ...]]:
+    """``make()`` — a schedule and the handles the next steps take — or, where ``forks``
+    kept one made for an equal ``key``, a copy of it (see :class:`Forks`)."""
+    if forks is None:
+        return make()
+    got = forks.kept.get(key)
+    if got is None:
+        got = forks.kept[key] = make()
+    sch, handles = got
+    return sch.copy(), handles
+
+
 def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles | None = None,
-                   vthreads: int = 2) -> Schedule:
-    """The scheduled, tensorized dense layer (see the module docstring)."""
+                   vthreads: int = 2, *, forks: Forks | None = None) -> Schedule:
+    """The scheduled, tensorized dense layer (see the module docstring). ``forks``: the
+    first steps shared with the layer's other tilings (:class:`Forks`)."""
     cfg = config_from_target(target)
     mb, kb, nb = blocks(shape, cfg)
     t = tiles or choose_tiles(shape, cfg, vthreads)
@@ -264,32 +324,47 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
                             f"divisible by {vthreads}; N has {nb // t.tn} tiles of {t.tn}")
     gemm_spec = target.intrinsics["gemm"]
     scope_inp, scope_wgt, scope_acc = (gemm_spec["scopes"][x] for x in ("A", "B", "C"))
-    sch = Schedule(te.create_prim_func(dense_compute(shape, shift, cfg)), target)
-    out = sch.get_block("out")
-    m, n, _, _ = sch.get_loops(out)
-    mo, mi = sch.split(m, [None, t.tm])
-    no, ni = sch.split(n, [None, t.tn])
-    vt = _virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads, scope_acc)
-    gemm = sch.get_block("gemm")
-    # compute_at leaves out the loops of extent 1 (a tile of one block, one row of BATCH,
-    # one block of K): name the ones that are there
-    axes = [n for n, e in (("m", t.tm), ("n", t.tn), ("b", cfg.batch), ("o", cfg.block_out),
-                           ("k", kb), ("ki", cfg.block_in)) if e > 1]
-    lp = dict(zip(axes, sch.get_loops(gemm)[-len(axes):], strict=True))
-    tile = [lp[n] for n in ("m", "n") if n in lp]
-    inner = [lp[n] for n in ("b", "o", "ki") if n in lp]
-    if "k" in lp:
-        k0, k1 = sch.split(lp["k"], [None, t.tk])
-        sch.reorder(k0, *tile, k1, *inner)
-        init = sch.decompose_reduction(gemm, k0)
-    else:  # one block of K: the tile's input and weights load once, under the thread loop
-        k0 = vt
-        if len(tile) + len(inner) > 1:
-            sch.reorder(*tile, *inner)
-        init = sch.decompose_reduction(gemm, (tile + inner)[0])
-    cin = sch.cache_read(gemm, "data", scope_inp)
-    cwt = sch.cache_read(gemm, "weight", scope_wgt)
-    sch.compute_at(cin, k0)
+    if forks is not None:
+        forks.check(shape, shift, target)
+
+    def compute() -> tuple[Schedule, tuple[Any, ...]]:
+        return Schedule(te.create_prim_func(dense_compute(shape, shift, cfg)), target), ()
+
+    def threads() -> tuple[Schedule, tuple[Any, ...]]:
+        sch, _ = _forked(forks, ("compute",), compute)
+        out = sch.get_block("out")
+        m, n, _, _ = sch.get_loops(out)
+        mo, mi = sch.split(m, [None, t.tm])
+        no, ni = sch.split(n, [None, t.tn])
+        return sch, (_virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads,
+                                      scope_acc),)
+
+    def step() -> tuple[Schedule, tuple[Any, ...]]:
+        sch, (vt,) = _forked(forks, ("threads", t.tm, t.tn, t.split, vthreads), threads)
+        gemm = sch.get_block("gemm")
+        # compute_at leaves out the loops of extent 1 (a tile of one block, one row of
+        # BATCH, one block of K): name the ones that are there
+        axes = [n for n, e in (("m", t.tm), ("n", t.tn), ("b", cfg.batch),
+                               ("o", cfg.block_out), ("k", kb), ("ki", cfg.block_in)) if e > 1]
+        lp = dict(zip(axes, sch.get_loops(gemm)[-len(axes):], strict=True))
+        tile = [lp[n] for n in ("m", "n") if n in lp]
+        inner = [lp[n] for n in ("b", "o", "ki") if n in lp]
+        if "k" in lp:
+            k0, k1 = sch.split(lp["k"], [None, t.tk])
+            sch.reorder(k0, *tile, k1, *inner)
+            init = sch.decompose_reduction(gemm, k0)
+        else:  # one block of K: the tile's input and weights load once, under the threads
+            k0 = vt
+            if len(tile) + len(inner) > 1:
+                sch.reorder(*tile, *inner)
+            init = sch.decompose_reduction(gemm, (tile + inner)[0])
+        cin = sch.cache_read(gemm, "data", scope_inp)
+        cwt = sch.cache_read(gemm, "weight", scope_wgt)
+        sch.compute_at(cin, k0)
+        return sch, (vt, gemm, k0, init, cin, cwt)
+
+    sch, (vt, gemm, k0, init, cin, cwt) = _forked(
+        forks, ("step", t.tm, t.tn, t.split, vthreads, t.tk), step)
     if not t.resident:
         sch.compute_at(cwt, k0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
@@ -434,12 +509,13 @@ def conv2d_compute(shape: ConvShape, shift: int, cfg: VTAConfig) -> list[te.Tens
 
 
 def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTiles,
-                    vthreads: int = 2) -> Schedule:
+                    vthreads: int = 2, *, forks: Forks | None = None) -> Schedule:
     """The scheduled, tensorized convolution: output-row x output-channel tiles (whole
     output width) with their accumulator and epilogue in ``vta.acc``; per reduction step
     of ``tic`` input-channel blocks the padded input tile (the ``pad`` stage itself, in
     ``vta.inp``: a guarded copy the emitter turns into 2-D DMAs with zero padding) and the
     weight tile in ``vta.wgt``; the GEMM over the tile's pixels, channels and kernel taps.
+    ``forks``: the first steps shared with the layer's other tilings (:class:`Forks`).
 
     Example::
 
@@ -467,35 +543,50 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
                             f"({cfg.wgt_depth} rows) to stay resident")
     gemm_spec = target.intrinsics["gemm"]
     scope_inp, scope_wgt, scope_acc = (gemm_spec["scopes"][x] for x in ("A", "B", "C"))
-    sch = Schedule(te.create_prim_func(conv2d_compute(shape, shift, cfg)), target)
-    out = sch.get_block("out")
-    _, oc, y, _, _, _ = sch.get_loops(out)
-    oco, oci = sch.split(oc, [None, t.toc])
-    yo, yi = sch.split(y, [None, t.toh])
-    vt = _virtual_threads(sch, (yo, oco), (oci, yi), t.split, vthreads, scope_acc)
-    gemm = sch.get_block("gemm")
-    # compute_at leaves out the loops of extent 1: name the ones that are there
-    _, ow = shape.out_hw
-    axes = [(n, e) for n, e in (("oc", t.toc), ("oh", t.toh), ("ow", ow),
-                                ("o", cfg.block_out), ("ic", cb), ("kh", shape.k),
-                                ("kw", shape.k), ("ki", cfg.block_in)) if e > 1]
-    lp = dict(zip((n for n, _ in axes), sch.get_loops(gemm)[-len(axes):], strict=True))
-    tile = [lp[n] for n in ("oc", "oh", "ow") if n in lp]
-    taps = [lp[n] for n in ("kh", "kw") if n in lp]
-    if "ic" in lp:
-        c0, c1 = sch.split(lp["ic"], [None, t.tic])
-        sch.reorder(c0, *tile, c1, *taps, lp["o"], lp["ki"])
-        init = sch.decompose_reduction(gemm, c0)
-    else:
-        # one block of input channels: no reduction loop over them, so the whole tile's
-        # input and weights are loaded once per tile, under the virtual-thread loop
-        c0 = vt
-        sch.reorder(*tile, *taps, lp["o"], lp["ki"])
-        init = sch.decompose_reduction(gemm, (tile or taps or [lp["o"]])[0])
-    pad = sch.get_block("pad")
-    sch.set_scope(pad, 0, scope_inp)
-    sch.compute_at(pad, c0)
-    cwt = sch.cache_read(gemm, "weight", scope_wgt)
+    if forks is not None:
+        forks.check(shape, shift, target)
+
+    def compute() -> tuple[Schedule, tuple[Any, ...]]:
+        return Schedule(te.create_prim_func(conv2d_compute(shape, shift, cfg)), target), ()
+
+    def threads() -> tuple[Schedule, tuple[Any, ...]]:
+        sch, _ = _forked(forks, ("compute",), compute)
+        out = sch.get_block("out")
+        _, oc, y, _, _, _ = sch.get_loops(out)
+        oco, oci = sch.split(oc, [None, t.toc])
+        yo, yi = sch.split(y, [None, t.toh])
+        return sch, (_virtual_threads(sch, (yo, oco), (oci, yi), t.split, vthreads,
+                                      scope_acc),)
+
+    def step() -> tuple[Schedule, tuple[Any, ...]]:
+        sch, (vt,) = _forked(forks, ("threads", t.toh, t.toc, t.split, vthreads), threads)
+        gemm = sch.get_block("gemm")
+        # compute_at leaves out the loops of extent 1: name the ones that are there
+        _, ow = shape.out_hw
+        axes = [(n, e) for n, e in (("oc", t.toc), ("oh", t.toh), ("ow", ow),
+                                    ("o", cfg.block_out), ("ic", cb), ("kh", shape.k),
+                                    ("kw", shape.k), ("ki", cfg.block_in)) if e > 1]
+        lp = dict(zip((n for n, _ in axes), sch.get_loops(gemm)[-len(axes):], strict=True))
+        tile = [lp[n] for n in ("oc", "oh", "ow") if n in lp]
+        taps = [lp[n] for n in ("kh", "kw") if n in lp]
+        if "ic" in lp:
+            c0, c1 = sch.split(lp["ic"], [None, t.tic])
+            sch.reorder(c0, *tile, c1, *taps, lp["o"], lp["ki"])
+            init = sch.decompose_reduction(gemm, c0)
+        else:
+            # one block of input channels: no reduction loop over them, so the whole
+            # tile's input and weights are loaded once per tile, under the thread loop
+            c0 = vt
+            sch.reorder(*tile, *taps, lp["o"], lp["ki"])
+            init = sch.decompose_reduction(gemm, (tile or taps or [lp["o"]])[0])
+        pad = sch.get_block("pad")
+        sch.set_scope(pad, 0, scope_inp)
+        sch.compute_at(pad, c0)
+        cwt = sch.cache_read(gemm, "weight", scope_wgt)
+        return sch, (vt, gemm, c0, init, pad, cwt)
+
+    sch, (vt, gemm, c0, init, pad, cwt) = _forked(
+        forks, ("step", t.toh, t.toc, t.split, vthreads, t.tic), step)
     if not t.resident:
         sch.compute_at(cwt, c0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), c0)
