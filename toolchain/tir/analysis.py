@@ -68,7 +68,13 @@ def _region_corners(r: ir.BufferRegion) -> list[tuple[ir.PrimExpr, ...]]:
 
 def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
                  ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
-    """Smallest rectangular region covering every index tuple (over ``ranges``)."""
+    """Smallest rectangular region covering every index tuple (over ``ranges``).
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> A = ir.Buffer("A", (8, 8))
+    >>> str(union_region(A, [(i + 1, j), (i - 1, j * 2)], {i: ir.Range(1, 6)}))
+    'A[i - 1:i + 2, T.min(j, j * 2):T.max(j, j * 2) + 1]'
+    """
     unique: dict[Any, tuple[ir.PrimExpr, ...]] = {}
     for idx in idx_list:  # the same access written twice is analysed once
         unique.setdefault(tuple(linear.term_key(i) for i in idx), idx)
@@ -81,19 +87,29 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
             # steps below give it (``simplify(v + 0)`` is ``v``), without them
             region.append(ir.Range(column[0], 1))
             continue
-        exprs = _unique([arith.simplify(e, None) for e in column])
-        first = exprs[0]
-        offs: list[int] | None = []
-        for e in exprs:
-            diff = arith.simplify(e - first)
-            if not isinstance(diff, ir.IntImm):
-                offs = None  # not a constant offset: the bounds below, not the offsets
-                break
-            offs.append(diff.value)
-        if offs is not None:
-            lo, hi = min(offs), max(offs)
-            region.append(ir.Range(arith.simplify(first + lo), hi - lo + 1))
-            continue
+        lins = _var_sums(column)
+        if lins is not None:
+            # canonical sums of Vars (``vh + vkh``, ``vi * 2 - 1``): what simplifying them,
+            # their differences and ``first + lo`` gives, read off their linear forms
+            rg = _offset_range(column, lins)
+            if rg is not None:
+                region.append(rg)
+                continue
+            exprs = column  # each is simplified already: the bounds below
+        else:
+            exprs = _unique([arith.simplify(e, None) for e in column])
+            first = exprs[0]
+            offs: list[int] | None = []
+            for e in exprs:
+                diff = arith.simplify(e - first)
+                if not isinstance(diff, ir.IntImm):
+                    offs = None  # not a constant offset: the bounds below, not the offsets
+                    break
+                offs.append(diff.value)
+            if offs is not None:
+                lo, hi = min(offs), max(offs)
+                region.append(ir.Range(arith.simplify(first + lo), hi - lo + 1))
+                continue
         los, his = [], []
         for e in exprs:
             lo_e, hi_e = arith.bound_exprs(e, ranges)
@@ -103,6 +119,61 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
         hi_x = _fold(_unique(his), ir.Max)
         region.append(ir.Range(lo_x, arith.simplify(hi_x - lo_x + 1)))
     return ir.BufferRegion(buf, tuple(region))
+
+
+_SMALL = 1 << 30  # constants this small fold the same with and without int32 wrapping
+
+
+def _var_sums(column: list[ir.PrimExpr]) -> list[linear.Lin] | None:
+    """The linear forms of ``column``'s expressions where each is a sum of Vars times
+    constants exactly as :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (so
+    :func:`~toolchain.tir.arith.simplify` returns it unchanged), all of one signed
+    dtype, with small constants; else None.
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> [str(x.to_expr()) for x in _var_sums([i * 2 + j - 1, j])]
+    ['i * 2 + j - 1', 'j']
+    >>> _var_sums([3 + i]), _var_sums([2 * i]), _var_sums([i // 2])  # built otherwise
+    (None, None, None)
+    """
+    dt = column[0].dtype
+    if dt not in _SIGNED:
+        return None
+    lins = []
+    for e in column:
+        if e.dtype != dt:
+            return None
+        lin = linear.to_lin(e)
+        if lin is None or not -_SMALL < lin.const < _SMALL:
+            return None
+        for a, c in lin.terms.values():
+            if type(a) is not ir.Var or not -_SMALL < c < _SMALL:
+                return None
+        if not linear.built_already(lin, e):
+            return None
+        lins.append(lin)
+    return lins
+
+
+def _offset_range(column: list[ir.PrimExpr], lins: list[linear.Lin]) -> ir.Range | None:
+    """The range covering ``column`` where its expressions differ by constants only (the
+    offsets :func:`union_region` finds by simplifying ``e - first``), else None."""
+    first = lins[0]
+    coeffs = {k: t[1] for k, t in first.terms.items()}
+    offs = []
+    for lin in lins:
+        if len(lin.terms) != len(coeffs) or any(
+                coeffs.get(k) != t[1] for k, t in lin.terms.items()):
+            return None
+        offs.append(lin.const - first.const)
+    lo, hi = min(offs), max(offs)
+    if lo == 0:
+        start = column[0]  # ``simplify(first + 0)``: ``first``, canonical already
+    else:
+        shifted = first.copy()
+        shifted.const += lo
+        start = shifted.to_expr()  # ``simplify(first + lo)``
+    return ir.Range(start, hi - lo + 1)
 
 
 def _unique(xs: list[ir.PrimExpr]) -> list[ir.PrimExpr]:
@@ -124,12 +195,13 @@ def _fold(xs: list[ir.PrimExpr], op: type) -> ir.PrimExpr:
 
 
 def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
-                   exclude_reads: Any = ()) -> tuple[list[ir.BufferRegion],
-                                                     list[ir.BufferRegion]]:
+                   exclude_reads: Any = (), reads_of_writes: bool = True,
+                   ) -> tuple[list[ir.BufferRegion], list[ir.BufferRegion]]:
     """The read and write regions of ``body`` in terms of the Vars in ``ranges``.
 
     Vars of loops inside ``body`` are relaxed over their ranges; accesses to buffers
-    allocated by nested blocks are skipped; buffers in ``exclude_reads`` are not reads.
+    allocated by nested blocks are skipped; buffers in ``exclude_reads`` are not reads,
+    nor (``reads_of_writes=False``: a reduction's update) the buffers ``body`` writes.
     """
     c = _Collect()
     c.visit_stmt(body)
@@ -157,21 +229,33 @@ def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
         return union_region(buf, idx_list, allr)
 
     reads = [clip_region(region(b, v), allr) for b, v in c.loads.items()
-             if b not in c.opaque and b not in exclude_reads]
+             if b not in c.opaque and b not in exclude_reads
+             and (reads_of_writes or b not in c.stores)]
     writes = [clip_region(region(b, v), allr) for b, v in c.stores.items()
               if b not in c.opaque]
     return reads, writes
 
 
 def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
-    """Intersect a region with the buffer's shape (guarded padding reads may go outside)."""
+    """Intersect a region with the buffer's shape (guarded padding reads may go outside).
+
+    >>> i = ir.Var("i")
+    >>> A = ir.Buffer("A", (8,))
+    >>> str(clip_region(ir.BufferRegion(A, (ir.Range(i - 1, 3),)), {i: ir.Range(0, 8)}))
+    'A[T.max(i - 1, 0):T.min(i + 2, 8)]'
+    """
     out = []
     for rg, dim in zip(r.region, r.buffer.shape, strict=True):
         if _plainly_inside(rg, dim, ranges):
             out.append(rg)
             continue
+        known = _linear_inside(rg, dim, ranges)
+        if known:
+            out.append(rg)
+            continue
         end = rg.min + rg.extent
-        if arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim, ranges):
+        if known is None and arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim,
+                                                                               ranges):
             out.append(rg)
             continue
         lo = arith.simplify(ir.Max(rg.min, 0), ranges)
@@ -211,6 +295,50 @@ def _plainly_inside(rg: ir.Range, dim: ir.PrimExpr, ranges: Mapping[ir.Var, ir.R
     else:
         return False
     return 0 <= lo and hi + x.value <= dim.value < 1 << 31
+
+
+def _linear_inside(rg: ir.Range, dim: ir.PrimExpr,
+                   ranges: Mapping[ir.Var, ir.Range]) -> bool | None:
+    """What ``prove(rg.min >= 0) and prove(rg.min + rg.extent <= dim)`` answers, where
+    ``rg.min`` is a sum of Vars with constant ranges times constants (``vh + vkh - 1``)
+    and the extent and ``dim`` are constants: the bounds of such a sum are exactly the
+    bounds ``prove`` finds (each Var's range, scaled), so they decide it here without
+    building and simplifying the two conditions. None: not such a region (ask ``prove``).
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> rs = {i: ir.Range(0, 4), j: ir.Range(0, 3)}
+    >>> [_linear_inside(ir.Range(i * 2 + j - k, 1), ir.IntImm(9), rs) for k in (0, 1)]
+    [True, False]
+    >>> _linear_inside(ir.Range(i // 2, 1), ir.IntImm(9), rs) is None
+    True
+    """
+    m, x = rg.min, rg.extent
+    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
+            or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
+        return None
+    lin = linear.to_lin(m)
+    if lin is None:
+        return None
+    lo = hi = lin.const
+    size = abs(lin.const) + abs(x.value) + abs(dim.value)
+    for a, c in lin.terms.values():
+        if type(a) is not ir.Var or a.dtype not in _SIGNED:
+            return None
+        b = ranges.get(a)
+        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm:
+            return None
+        v_lo = b.min.value
+        v_hi = v_lo + b.extent.value - 1
+        size += abs(c) * (abs(v_lo) + abs(v_hi)) + abs(b.extent.value)
+        if c > 0:
+            lo += c * v_lo
+            hi += c * v_hi
+        else:
+            lo += c * v_hi
+            hi += c * v_lo
+    if size >= _SMALL:
+        return None  # constants near the int32 limit: the simplifier wraps them
+    return 0 <= lo and hi + x.value <= dim.value
 
 
 class _WellFormed(StmtExprVisitor):
