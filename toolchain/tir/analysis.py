@@ -87,15 +87,16 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
             # steps below give it (``simplify(v + 0)`` is ``v``), without them
             region.append(ir.Range(column[0], 1))
             continue
-        lins = _var_sums(column)
-        if lins is not None:
-            # canonical sums of Vars (``vh + vkh``, ``vi * 2 - 1``): what simplifying them,
-            # their differences and ``first + lo`` gives, read off their linear forms
-            rg = _offset_range(column, lins)
+        sums = _var_sums(column)
+        if sums is not None:
+            # sums of Vars times constants (``vh + vkh``, ``vi * 2 - 1``, ``0 + vi``): what
+            # simplifying them, their differences and ``first + lo`` gives, read off their
+            # linear forms
+            exprs = [e for e, _ in sums]
+            rg = _offset_range(exprs[0], [lin for _, lin in sums])
             if rg is not None:
                 region.append(rg)
                 continue
-            exprs = column  # each is simplified already: the bounds below
         else:
             exprs = _unique([arith.simplify(e, None) for e in column])
             first = exprs[0]
@@ -124,53 +125,93 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
 _SMALL = 1 << 30  # constants this small fold the same with and without int32 wrapping
 
 
-def _var_sums(column: list[ir.PrimExpr]) -> list[linear.Lin] | None:
-    """The linear forms of ``column``'s expressions where each is a sum of Vars times
-    constants exactly as :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (so
-    :func:`~toolchain.tir.arith.simplify` returns it unchanged), all of one signed
-    dtype, with small constants; else None.
+def _var_sums(column: list[ir.PrimExpr]) -> list[tuple[ir.PrimExpr, linear.Lin]] | None:
+    """``(simplify(e), its linear form)`` for the distinct ``simplify(e)`` of ``column``
+    (first-seen order), where each ``e`` is a sum of Vars times constants of one signed
+    dtype (:func:`_small_lin`) and either built as
+    :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (``simplify`` keeps it) or of one
+    Var at most (``simplify`` builds it so: one term has no order); else None.
 
     >>> i, j = ir.Var("i"), ir.Var("j")
-    >>> [str(x.to_expr()) for x in _var_sums([i * 2 + j - 1, j])]
+    >>> [str(e) for e, _ in _var_sums([i * 2 + j - 1, 0 + j, j])]
     ['i * 2 + j - 1', 'j']
-    >>> _var_sums([3 + i]), _var_sums([2 * i]), _var_sums([i // 2])  # built otherwise
+    >>> _var_sums([3 + i + j]), _var_sums([i * j]), _var_sums([i // 2])
     (None, None, None)
     """
     dt = column[0].dtype
     if dt not in _SIGNED:
         return None
-    lins = []
+    out: dict[Any, tuple[ir.PrimExpr, linear.Lin]] = {}
     for e in column:
-        if e.dtype != dt:
+        lin = _small_lin(e, dt)
+        if lin is None:
             return None
-        lin = linear.to_lin(e)
-        if lin is None or not -_SMALL < lin.const < _SMALL:
-            return None
-        for a, c in lin.terms.values():
-            if type(a) is not ir.Var or not -_SMALL < c < _SMALL:
-                return None
         if not linear.built_already(lin, e):
+            if len(lin.terms) > 1:
+                return None  # the simplifier's term order is its own: ask it
+            e = lin.to_expr()
+        out.setdefault(linear.term_key(e), (e, lin))
+    return list(out.values())
+
+
+def _small_lin(e: ir.PrimExpr, dt: str) -> linear.Lin | None:
+    """:func:`~toolchain.tir.linear.to_lin` of ``e`` where ``e`` is made of Vars,
+    constants, ``+``, ``-`` and ``*`` by a constant, all of dtype ``dt``, and every
+    subexpression's constants are small (so that the simplifier's folding of two
+    constants, which wraps to the dtype, folds them exactly); else None.
+
+    >>> i = ir.Var("i")
+    >>> str(_small_lin((i + 2) * 3 - i, "int32").to_expr())
+    'i * 2 + 6'
+    >>> _small_lin(i * i, "int32"), _small_lin(i + (1 << 30), "int32")
+    (None, None)
+    """
+    if e.dtype != dt:
+        return None
+    t = type(e)
+    if t is ir.Var:
+        lin = linear.Lin(dt)
+        lin.add_term(e, 1)
+        return lin
+    if t is ir.IntImm:
+        return linear.Lin(dt, e.value) if -_SMALL < e.value < _SMALL else None
+    if t is not ir.Add and t is not ir.Sub and t is not ir.Mul:
+        return None
+    a, b = _small_lin(e.a, dt), _small_lin(e.b, dt)
+    if a is None or b is None:
+        return None
+    if t is ir.Mul:  # as ``to_lin`` scales
+        if not b.terms:
+            a = a.scale(b.const)
+        elif not a.terms:
+            a = b.scale(a.const)
+        else:
             return None
-        lins.append(lin)
-    return lins
+    else:
+        a.add_into(b, 1 if t is ir.Add else -1)
+    if not -_SMALL < a.const < _SMALL or any(
+            not -_SMALL < c < _SMALL for _, c in a.terms.values()):
+        return None
+    return a
 
 
-def _offset_range(column: list[ir.PrimExpr], lins: list[linear.Lin]) -> ir.Range | None:
-    """The range covering ``column`` where its expressions differ by constants only (the
-    offsets :func:`union_region` finds by simplifying ``e - first``), else None."""
-    first = lins[0]
-    coeffs = {k: t[1] for k, t in first.terms.items()}
+def _offset_range(first: ir.PrimExpr, lins: list[linear.Lin]) -> ir.Range | None:
+    """The range covering the expressions of ``lins`` (the first: ``first``, simplified)
+    where they differ by constants only (the offsets :func:`union_region` finds by
+    simplifying ``e - first``), else None."""
+    lin0 = lins[0]
+    coeffs = {k: t[1] for k, t in lin0.terms.items()}
     offs = []
     for lin in lins:
         if len(lin.terms) != len(coeffs) or any(
                 coeffs.get(k) != t[1] for k, t in lin.terms.items()):
             return None
-        offs.append(lin.const - first.const)
+        offs.append(lin.const - lin0.const)
     lo, hi = min(offs), max(offs)
     if lo == 0:
-        start = column[0]  # ``simplify(first + 0)``: ``first``, canonical already
+        start = first  # ``simplify(first + 0)``: ``first``, canonical already
     else:
-        shifted = first.copy()
+        shifted = lin0.copy()
         shifted.const += lo
         start = shifted.to_expr()  # ``simplify(first + lo)``
     return ir.Range(start, hi - lo + 1)
@@ -316,14 +357,12 @@ def _linear_inside(rg: ir.Range, dim: ir.PrimExpr,
     if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
             or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
         return None
-    lin = linear.to_lin(m)
+    lin = _small_lin(m, m.dtype)
     if lin is None:
         return None
     lo = hi = lin.const
     size = abs(lin.const) + abs(x.value) + abs(dim.value)
     for a, c in lin.terms.values():
-        if type(a) is not ir.Var or a.dtype not in _SIGNED:
-            return None
         b = ranges.get(a)
         if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm:
             return None
