@@ -61,6 +61,18 @@ def test_union_of_sums_of_vars_is_what_simplifying_gives() -> None:
     assert checked > 200
 
 
+def test_union_of_a_division_is_what_simplifying_gives() -> None:
+    rng = random.Random(5)
+    buf = ir.Buffer("A", (64,))
+    for _ in range(300):
+        x, c = _random_sum(rng), rng.randint(1, 16)
+        e = ir.FloorDiv(x, c) if rng.random() < 0.5 else ir.FloorMod(x, c)
+        want = _long_union([e])
+        got = union_region(buf, [(e,)], RANGES).region[0]
+        assert structural_equal(got.min, want.min), (e, got.min, want.min)
+        assert structural_equal(got.extent, want.extent), (e, got, want)
+
+
 def test_clip_of_sums_of_vars_is_what_proving_gives() -> None:
     rng = random.Random(11)
     kept = clipped = 0

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import gcd
 from typing import Any
 
 from toolchain.tir import arith, ir, linear
@@ -87,6 +88,11 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
             # steps below give it (``simplify(v + 0)`` is ``v``), without them
             region.append(ir.Range(column[0], 1))
             continue
+        if len(column) == 1 and _kept_divmod(column[0]):
+            # ``(vi * 6 + vj) // 15``, ``vc % 4``: simplified, ``e - e`` is 0 and ``e + 0``
+            # is ``e`` again (the simplifier keeps such a division, ``_kept_divmod``)
+            region.append(ir.Range(column[0], 1))
+            continue
         sums = _var_sums(column)
         if sums is not None:
             # sums of Vars times constants (``vh + vkh``, ``vi * 2 - 1``, ``0 + vi``): what
@@ -129,13 +135,15 @@ def _var_sums(column: list[ir.PrimExpr]) -> list[tuple[ir.PrimExpr, linear.Lin]]
     """``(simplify(e), its linear form)`` for the distinct ``simplify(e)`` of ``column``
     (first-seen order), where each ``e`` is a sum of Vars times constants of one signed
     dtype (:func:`_small_lin`) and either built as
-    :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (``simplify`` keeps it) or of one
-    Var at most (``simplify`` builds it so: one term has no order); else None.
+    :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (``simplify`` keeps it), or of one
+    Var at most (one term has no order), or with only positive Var coefficients in every
+    subexpression (the simplifier's canonical subexpressions then list their terms in the
+    order ``to_lin`` meets them): ``simplify`` builds it as ``to_expr`` does; else None.
 
     >>> i, j = ir.Var("i"), ir.Var("j")
-    >>> [str(e) for e, _ in _var_sums([i * 2 + j - 1, 0 + j, j])]
-    ['i * 2 + j - 1', 'j']
-    >>> _var_sums([3 + i + j]), _var_sums([i * j]), _var_sums([i // 2])
+    >>> [str(e) for e, _ in _var_sums([i * 2 + j - 1, 0 + j, j, i * 1 + j * 1])]
+    ['i * 2 + j - 1', 'j', 'i + j']
+    >>> _var_sums([3 - i + j]), _var_sums([i * j]), _var_sums([i // 2])
     (None, None, None)
     """
     dt = column[0].dtype
@@ -147,18 +155,19 @@ def _var_sums(column: list[ir.PrimExpr]) -> list[tuple[ir.PrimExpr, linear.Lin]]
         if lin is None:
             return None
         if not linear.built_already(lin, e):
-            if len(lin.terms) > 1:
-                return None  # the simplifier's term order is its own: ask it
+            if len(lin.terms) > 1 and _small_lin(e, dt, positive=True) is None:
+                return None  # the simplifier's term order may be its own: ask it
             e = lin.to_expr()
         out.setdefault(linear.term_key(e), (e, lin))
     return list(out.values())
 
 
-def _small_lin(e: ir.PrimExpr, dt: str) -> linear.Lin | None:
+def _small_lin(e: ir.PrimExpr, dt: str, positive: bool = False) -> linear.Lin | None:
     """:func:`~toolchain.tir.linear.to_lin` of ``e`` where ``e`` is made of Vars,
     constants, ``+``, ``-`` and ``*`` by a constant, all of dtype ``dt``, and every
     subexpression's constants are small (so that the simplifier's folding of two
-    constants, which wraps to the dtype, folds them exactly); else None.
+    constants, which wraps to the dtype, folds them exactly) and, with ``positive``, its
+    Vars' coefficients positive; else None.
 
     >>> i = ir.Var("i")
     >>> str(_small_lin((i + 2) * 3 - i, "int32").to_expr())
@@ -177,7 +186,7 @@ def _small_lin(e: ir.PrimExpr, dt: str) -> linear.Lin | None:
         return linear.Lin(dt, e.value) if -_SMALL < e.value < _SMALL else None
     if t is not ir.Add and t is not ir.Sub and t is not ir.Mul:
         return None
-    a, b = _small_lin(e.a, dt), _small_lin(e.b, dt)
+    a, b = _small_lin(e.a, dt, positive), _small_lin(e.b, dt, positive)
     if a is None or b is None:
         return None
     if t is ir.Mul:  # as ``to_lin`` scales
@@ -192,7 +201,39 @@ def _small_lin(e: ir.PrimExpr, dt: str) -> linear.Lin | None:
     if not -_SMALL < a.const < _SMALL or any(
             not -_SMALL < c < _SMALL for _, c in a.terms.values()):
         return None
+    if positive and any(c <= 0 for _, c in a.terms.values()):
+        return None
     return a
+
+
+def _kept_divmod(e: ir.PrimExpr) -> bool:
+    """Whether ``e`` is ``x // c`` or ``x % c`` that :func:`~toolchain.tir.arith.simplify`
+    (without ranges) returns as it is: ``x`` a canonical sum of Vars (:func:`_var_sums`)
+    with a constant in ``[0, c)``, no coefficient divisible by ``c``, and no divisor
+    ``g`` of ``c`` (``1 < g < c``) dividing all of them (the simplifier would split the
+    sum by ``g``), all of one signed dtype.
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> cases = ((i * 6 + j) // 15, i % 4, (i * 3 + 1) // 3, (i * 4 + j * 2) % 6)
+    >>> [_kept_divmod(e) for e in cases]
+    [True, True, False, False]
+    """
+    t = type(e)
+    if t is not ir.FloorDiv and t is not ir.FloorMod:
+        return False
+    dt, b = e.dtype, e.b
+    if type(b) is not ir.IntImm or dt not in _SIGNED or b.dtype != dt \
+            or not 1 < b.value < _SMALL:
+        return False
+    c = b.value
+    lin = _small_lin(e.a, dt)
+    if lin is None or not lin.terms or not 0 <= lin.const < c \
+            or not linear.built_already(lin, e.a):
+        return False
+    coeffs = [k for _, k in lin.terms.values()]
+    if any(k % c == 0 for k in coeffs):
+        return False
+    return all(any(k % g for k in coeffs) for g in {gcd(k, c) for k in coeffs} - {1, c})
 
 
 def _offset_range(first: ir.PrimExpr, lins: list[linear.Lin]) -> ir.Range | None:
