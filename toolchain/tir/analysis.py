@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import gcd
 from typing import Any
 
 from toolchain.tir import arith, ir, linear
@@ -68,7 +69,13 @@ def _region_corners(r: ir.BufferRegion) -> list[tuple[ir.PrimExpr, ...]]:
 
 def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
                  ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
-    """Smallest rectangular region covering every index tuple (over ``ranges``)."""
+    """Smallest rectangular region covering every index tuple (over ``ranges``).
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> A = ir.Buffer("A", (8, 8))
+    >>> str(union_region(A, [(i + 1, j), (i - 1, j * 2)], {i: ir.Range(1, 6)}))
+    'A[i - 1:i + 2, T.min(j, j * 2):T.max(j, j * 2) + 1]'
+    """
     unique: dict[Any, tuple[ir.PrimExpr, ...]] = {}
     for idx in idx_list:  # the same access written twice is analysed once
         unique.setdefault(tuple(linear.term_key(i) for i in idx), idx)
@@ -81,19 +88,35 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
             # steps below give it (``simplify(v + 0)`` is ``v``), without them
             region.append(ir.Range(column[0], 1))
             continue
-        exprs = _unique([arith.simplify(e, None) for e in column])
-        first = exprs[0]
-        offs: list[int] | None = []
-        for e in exprs:
-            diff = arith.simplify(e - first)
-            if not isinstance(diff, ir.IntImm):
-                offs = None  # not a constant offset: the bounds below, not the offsets
-                break
-            offs.append(diff.value)
-        if offs is not None:
-            lo, hi = min(offs), max(offs)
-            region.append(ir.Range(arith.simplify(first + lo), hi - lo + 1))
+        if len(column) == 1 and _kept_divmod(column[0]):
+            # ``(vi * 6 + vj) // 15``, ``vc % 4``: simplified, ``e - e`` is 0 and ``e + 0``
+            # is ``e`` again (the simplifier keeps such a division, ``_kept_divmod``)
+            region.append(ir.Range(column[0], 1))
             continue
+        sums = _var_sums(column)
+        if sums is not None:
+            # sums of Vars times constants (``vh + vkh``, ``vi * 2 - 1``, ``0 + vi``): what
+            # simplifying them, their differences and ``first + lo`` gives, read off their
+            # linear forms
+            exprs = [e for e, _ in sums]
+            rg = _offset_range(exprs[0], [lin for _, lin in sums])
+            if rg is not None:
+                region.append(rg)
+                continue
+        else:
+            exprs = _unique([arith.simplify(e, None) for e in column])
+            first = exprs[0]
+            offs: list[int] | None = []
+            for e in exprs:
+                diff = arith.simplify(e - first)
+                if not isinstance(diff, ir.IntImm):
+                    offs = None  # not a constant offset: the bounds below, not the offsets
+                    break
+                offs.append(diff.value)
+            if offs is not None:
+                lo, hi = min(offs), max(offs)
+                region.append(ir.Range(arith.simplify(first + lo), hi - lo + 1))
+                continue
         los, his = [], []
         for e in exprs:
             lo_e, hi_e = arith.bound_exprs(e, ranges)
@@ -103,6 +126,136 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
         hi_x = _fold(_unique(his), ir.Max)
         region.append(ir.Range(lo_x, arith.simplify(hi_x - lo_x + 1)))
     return ir.BufferRegion(buf, tuple(region))
+
+
+_SMALL = 1 << 30  # constants this small fold the same with and without int32 wrapping
+
+
+def _var_sums(column: list[ir.PrimExpr]) -> list[tuple[ir.PrimExpr, linear.Lin]] | None:
+    """``(simplify(e), its linear form)`` for the distinct ``simplify(e)`` of ``column``
+    (first-seen order), where each ``e`` is a sum of Vars times constants of one signed
+    dtype (:func:`_small_lin`) and either built as
+    :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (``simplify`` keeps it), or of one
+    Var at most (one term has no order), or with only positive Var coefficients in every
+    subexpression (the simplifier's canonical subexpressions then list their terms in the
+    order ``to_lin`` meets them): ``simplify`` builds it as ``to_expr`` does; else None.
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> [str(e) for e, _ in _var_sums([i * 2 + j - 1, 0 + j, j, i * 1 + j * 1])]
+    ['i * 2 + j - 1', 'j', 'i + j']
+    >>> _var_sums([3 - i + j]), _var_sums([i * j]), _var_sums([i // 2])
+    (None, None, None)
+    """
+    dt = column[0].dtype
+    if dt not in _SIGNED:
+        return None
+    out: dict[Any, tuple[ir.PrimExpr, linear.Lin]] = {}
+    for e in column:
+        lin = _small_lin(e, dt)
+        if lin is None:
+            return None
+        if not linear.built_already(lin, e):
+            if len(lin.terms) > 1 and _small_lin(e, dt, positive=True) is None:
+                return None  # the simplifier's term order may be its own: ask it
+            e = lin.to_expr()
+        out.setdefault(linear.term_key(e), (e, lin))
+    return list(out.values())
+
+
+def _small_lin(e: ir.PrimExpr, dt: str, positive: bool = False) -> linear.Lin | None:
+    """:func:`~toolchain.tir.linear.to_lin` of ``e`` where ``e`` is made of Vars,
+    constants, ``+``, ``-`` and ``*`` by a constant, all of dtype ``dt``, and every
+    subexpression's constants are small (so that the simplifier's folding of two
+    constants, which wraps to the dtype, folds them exactly) and, with ``positive``, its
+    Vars' coefficients positive; else None.
+
+    >>> i = ir.Var("i")
+    >>> str(_small_lin((i + 2) * 3 - i, "int32").to_expr())
+    'i * 2 + 6'
+    >>> _small_lin(i * i, "int32"), _small_lin(i + (1 << 30), "int32")
+    (None, None)
+    """
+    if e.dtype != dt:
+        return None
+    t = type(e)
+    if t is ir.Var:
+        lin = linear.Lin(dt)
+        lin.add_term(e, 1)
+        return lin
+    if t is ir.IntImm:
+        return linear.Lin(dt, e.value) if -_SMALL < e.value < _SMALL else None
+    if t is not ir.Add and t is not ir.Sub and t is not ir.Mul:
+        return None
+    a, b = _small_lin(e.a, dt, positive), _small_lin(e.b, dt, positive)
+    if a is None or b is None:
+        return None
+    if t is ir.Mul:  # as ``to_lin`` scales
+        if not b.terms:
+            a = a.scale(b.const)
+        elif not a.terms:
+            a = b.scale(a.const)
+        else:
+            return None
+    else:
+        a.add_into(b, 1 if t is ir.Add else -1)
+    if not -_SMALL < a.const < _SMALL or any(
+            not -_SMALL < c < _SMALL for _, c in a.terms.values()):
+        return None
+    if positive and any(c <= 0 for _, c in a.terms.values()):
+        return None
+    return a
+
+
+def _kept_divmod(e: ir.PrimExpr) -> bool:
+    """Whether ``e`` is ``x // c`` or ``x % c`` that :func:`~toolchain.tir.arith.simplify`
+    (without ranges) returns as it is: ``x`` a canonical sum of Vars (:func:`_var_sums`)
+    with a constant in ``[0, c)``, no coefficient divisible by ``c``, and no divisor
+    ``g`` of ``c`` (``1 < g < c``) dividing all of them (the simplifier would split the
+    sum by ``g``), all of one signed dtype.
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> cases = ((i * 6 + j) // 15, i % 4, (i * 3 + 1) // 3, (i * 4 + j * 2) % 6)
+    >>> [_kept_divmod(e) for e in cases]
+    [True, True, False, False]
+    """
+    t = type(e)
+    if t is not ir.FloorDiv and t is not ir.FloorMod:
+        return False
+    dt, b = e.dtype, e.b
+    if type(b) is not ir.IntImm or dt not in _SIGNED or b.dtype != dt \
+            or not 1 < b.value < _SMALL:
+        return False
+    c = b.value
+    lin = _small_lin(e.a, dt)
+    if lin is None or not lin.terms or not 0 <= lin.const < c \
+            or not linear.built_already(lin, e.a):
+        return False
+    coeffs = [k for _, k in lin.terms.values()]
+    if any(k % c == 0 for k in coeffs):
+        return False
+    return all(any(k % g for k in coeffs) for g in {gcd(k, c) for k in coeffs} - {1, c})
+
+
+def _offset_range(first: ir.PrimExpr, lins: list[linear.Lin]) -> ir.Range | None:
+    """The range covering the expressions of ``lins`` (the first: ``first``, simplified)
+    where they differ by constants only (the offsets :func:`union_region` finds by
+    simplifying ``e - first``), else None."""
+    lin0 = lins[0]
+    coeffs = {k: t[1] for k, t in lin0.terms.items()}
+    offs = []
+    for lin in lins:
+        if len(lin.terms) != len(coeffs) or any(
+                coeffs.get(k) != t[1] for k, t in lin.terms.items()):
+            return None
+        offs.append(lin.const - lin0.const)
+    lo, hi = min(offs), max(offs)
+    if lo == 0:
+        start = first  # ``simplify(first + 0)``: ``first``, canonical already
+    else:
+        shifted = lin0.copy()
+        shifted.const += lo
+        start = shifted.to_expr()  # ``simplify(first + lo)``
+    return ir.Range(start, hi - lo + 1)
 
 
 def _unique(xs: list[ir.PrimExpr]) -> list[ir.PrimExpr]:
@@ -124,12 +277,13 @@ def _fold(xs: list[ir.PrimExpr], op: type) -> ir.PrimExpr:
 
 
 def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
-                   exclude_reads: Any = ()) -> tuple[list[ir.BufferRegion],
-                                                     list[ir.BufferRegion]]:
+                   exclude_reads: Any = (), reads_of_writes: bool = True,
+                   ) -> tuple[list[ir.BufferRegion], list[ir.BufferRegion]]:
     """The read and write regions of ``body`` in terms of the Vars in ``ranges``.
 
     Vars of loops inside ``body`` are relaxed over their ranges; accesses to buffers
-    allocated by nested blocks are skipped; buffers in ``exclude_reads`` are not reads.
+    allocated by nested blocks are skipped; buffers in ``exclude_reads`` are not reads,
+    nor (``reads_of_writes=False``: a reduction's update) the buffers ``body`` writes.
     """
     c = _Collect()
     c.visit_stmt(body)
@@ -157,21 +311,33 @@ def access_regions(body: ir.Stmt, ranges: Mapping[ir.Var, ir.Range],
         return union_region(buf, idx_list, allr)
 
     reads = [clip_region(region(b, v), allr) for b, v in c.loads.items()
-             if b not in c.opaque and b not in exclude_reads]
+             if b not in c.opaque and b not in exclude_reads
+             and (reads_of_writes or b not in c.stores)]
     writes = [clip_region(region(b, v), allr) for b, v in c.stores.items()
               if b not in c.opaque]
     return reads, writes
 
 
 def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.BufferRegion:
-    """Intersect a region with the buffer's shape (guarded padding reads may go outside)."""
+    """Intersect a region with the buffer's shape (guarded padding reads may go outside).
+
+    >>> i = ir.Var("i")
+    >>> A = ir.Buffer("A", (8,))
+    >>> str(clip_region(ir.BufferRegion(A, (ir.Range(i - 1, 3),)), {i: ir.Range(0, 8)}))
+    'A[T.max(i - 1, 0):T.min(i + 2, 8)]'
+    """
     out = []
     for rg, dim in zip(r.region, r.buffer.shape, strict=True):
         if _plainly_inside(rg, dim, ranges):
             out.append(rg)
             continue
+        known = _linear_inside(rg, dim, ranges)
+        if known:
+            out.append(rg)
+            continue
         end = rg.min + rg.extent
-        if arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim, ranges):
+        if known is None and arith.prove(rg.min >= 0, ranges) and arith.prove(end <= dim,
+                                                                               ranges):
             out.append(rg)
             continue
         lo = arith.simplify(ir.Max(rg.min, 0), ranges)
@@ -211,6 +377,48 @@ def _plainly_inside(rg: ir.Range, dim: ir.PrimExpr, ranges: Mapping[ir.Var, ir.R
     else:
         return False
     return 0 <= lo and hi + x.value <= dim.value < 1 << 31
+
+
+def _linear_inside(rg: ir.Range, dim: ir.PrimExpr,
+                   ranges: Mapping[ir.Var, ir.Range]) -> bool | None:
+    """What ``prove(rg.min >= 0) and prove(rg.min + rg.extent <= dim)`` answers, where
+    ``rg.min`` is a sum of Vars with constant ranges times constants (``vh + vkh - 1``)
+    and the extent and ``dim`` are constants: the bounds of such a sum are exactly the
+    bounds ``prove`` finds (each Var's range, scaled), so they decide it here without
+    building and simplifying the two conditions. None: not such a region (ask ``prove``).
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> rs = {i: ir.Range(0, 4), j: ir.Range(0, 3)}
+    >>> [_linear_inside(ir.Range(i * 2 + j - k, 1), ir.IntImm(9), rs) for k in (0, 1)]
+    [True, False]
+    >>> _linear_inside(ir.Range(i // 2, 1), ir.IntImm(9), rs) is None
+    True
+    """
+    m, x = rg.min, rg.extent
+    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
+            or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
+        return None
+    lin = _small_lin(m, m.dtype)
+    if lin is None:
+        return None
+    lo = hi = lin.const
+    size = abs(lin.const) + abs(x.value) + abs(dim.value)
+    for a, c in lin.terms.values():
+        b = ranges.get(a)
+        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm:
+            return None
+        v_lo = b.min.value
+        v_hi = v_lo + b.extent.value - 1
+        size += abs(c) * (abs(v_lo) + abs(v_hi)) + abs(b.extent.value)
+        if c > 0:
+            lo += c * v_lo
+            hi += c * v_hi
+        else:
+            lo += c * v_hi
+            hi += c * v_lo
+    if size >= _SMALL:
+        return None  # constants near the int32 limit: the simplifier wraps them
+    return 0 <= lo and hi + x.value <= dim.value
 
 
 class _WellFormed(StmtExprVisitor):

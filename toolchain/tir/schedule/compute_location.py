@@ -380,10 +380,9 @@ def refresh_regions(blk: ir.Block) -> ir.Block:
     """Recompute a block's reads/writes from its body."""
     ranges = {iv.var: iv.dom for iv in blk.iter_vars}
     stmt = blk.body
-    reads, writes = access_regions(stmt, ranges)
-    wbufs = {w.buffer for w in writes}
-    if blk.init is not None:
-        reads = [x for x in reads if x.buffer not in wbufs]
+    # a reduction's update reads its output too: not a read of the block (its init and
+    # update are one), so not analysed as one
+    reads, writes = access_regions(stmt, ranges, reads_of_writes=blk.init is None)
     return replace(blk, reads=tuple(reads), writes=tuple(writes))
 
 
