@@ -138,8 +138,17 @@ class _Bounds:
             return self._self(a)  # nothing to relax inside: the atom is its own bound
         if isinstance(a, ir.Var) and a in self.ranges:
             r = self.ranges[a]
-            lo = self.of(r.min, depth - 1)
-            hi = self.of(simplify(r.min + r.extent - 1), depth - 1)
+            mn, ext = r.min, r.extent
+            if (type(mn) is ir.IntImm and type(ext) is ir.IntImm and mn.dtype in INT_DTYPES
+                    and ext.dtype in INT_DTYPES):
+                # most loops: the bounds ``simplify(min + extent - 1)`` gives below, folded
+                # as :meth:`_Simplifier.visit_BinaryOp` folds it (in the sum's dtype,
+                # wrapped to it), without building the sum and asking the memo for it
+                dt = mn.dtype if mn.dtype == ext.dtype else ir.binary_dtype(mn, ext)
+                last = _wrap(_wrap(mn.value + ext.value, dt) - 1, dt)
+                return Lin(mn.dtype, mn.value), Lin(dt, last)
+            lo = self.of(mn, depth - 1)
+            hi = self.of(simplify(mn + ext - 1), depth - 1)
             if lo is None or hi is None:
                 return self._self(a)
             return lo[0], hi[1]
@@ -266,21 +275,30 @@ def _prove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:  # noq
         b = _diff_bound(cond.a, cond.b, ranges, fast)
         if b is None:
             return False
-        lo, hi = b
-        lo_c = lo.const if lo.is_const else None
-        hi_c = hi.const if hi.is_const else None
-        if isinstance(cond, ir.LT):
-            return hi_c is not None and hi_c < 0
-        if isinstance(cond, ir.LE):
-            return hi_c is not None and hi_c <= 0
-        if isinstance(cond, ir.GT):
-            return lo_c is not None and lo_c > 0
-        if isinstance(cond, ir.GE):
-            return lo_c is not None and lo_c >= 0
-        if isinstance(cond, ir.EQ):
-            return lo_c == 0 and hi_c == 0
-        return (hi_c is not None and hi_c < 0) or (lo_c is not None and lo_c > 0)
+        t = type(cond)
+        if t not in _NEG:  # a subclass: the first of them it is an instance of
+            t = next(c for c in _NEG if isinstance(cond, c))
+        return _holds(t, b)
     return False
+
+
+def _holds(t: type, b: tuple[Lin, Lin]) -> bool:
+    """Whether ``t(x, y)`` (a comparison class) holds for every value, ``b`` being
+    ``_diff_bound(x, y)`` (not None)."""
+    lo, hi = b
+    lo_c = lo.const if lo.is_const else None
+    hi_c = hi.const if hi.is_const else None
+    if t is ir.LT:
+        return hi_c is not None and hi_c < 0
+    if t is ir.LE:
+        return hi_c is not None and hi_c <= 0
+    if t is ir.GT:
+        return lo_c is not None and lo_c > 0
+    if t is ir.GE:
+        return lo_c is not None and lo_c >= 0
+    if t is ir.EQ:
+        return lo_c == 0 and hi_c == 0
+    return (hi_c is not None and hi_c < 0) or (lo_c is not None and lo_c > 0)
 
 
 def _disprove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:
@@ -370,7 +388,7 @@ class _Simplifier(ExprMutator):
         if _is_int(e.dtype):
             if t is ir.Add or t is ir.Sub or t is ir.Mul:
                 return self._sum(node, lin_of_pair(node, lin_a, lin_b))
-            return self._int(node)
+            return self._int(node, lin_a)
         if ir.is_float(e.dtype):
             return self._float(node)
         return node
@@ -403,10 +421,14 @@ class _Simplifier(ExprMutator):
         if a is e.a and b is e.b and node.dtype == e.dtype:
             node = e  # unchanged: keep it (the callers then keep theirs)
         if _is_int(a.dtype) and _is_int(b.dtype):
-            if _prove(node, self.ranges, fast=True):
-                return ir.IntImm(1, node.dtype)
-            if _disprove(node, self.ranges, fast=True):
-                return ir.IntImm(0, node.dtype)
+            # ``_prove(node)`` and then ``_disprove(node)`` (``_prove`` of the negation):
+            # both decide on the same bounds of ``a - b``, taken once here
+            bounds = _diff_bound(a, b, self.ranges, fast=True)
+            if bounds is not None:
+                if _holds(t, bounds):
+                    return ir.IntImm(1, node.dtype)
+                if _holds(_NEG[t], bounds):
+                    return ir.IntImm(0, node.dtype)
         return node
 
     def _sum(self, e: ir.PrimExpr, lin: Lin | None) -> ir.PrimExpr:
@@ -425,7 +447,9 @@ class _Simplifier(ExprMutator):
         self.kept = (e, lin)
         return e
 
-    def _int(self, e: ir.PrimExpr) -> ir.PrimExpr:  # noqa: C901
+    def _int(self, e: ir.PrimExpr, lin_a: Lin | None = None) -> ir.PrimExpr:  # noqa: C901
+        """An integer operation other than ``+``, ``-``, ``*`` simplified; ``lin_a``, where
+        given, is ``to_lin(e.a)`` (the operand's form, kept by :meth:`_sum`)."""
         if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
             return self._sum(e, to_lin(e))
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
@@ -433,20 +457,27 @@ class _Simplifier(ExprMutator):
             if c == 1:
                 return e.a if isinstance(e, ir.FloorDiv) else ir.IntImm(0, e.dtype)
             if c > 0:
-                out = self._divmod(e, c)
+                out = self._divmod(e, c, lin_a)
                 return e if same_tree(out, e) else out  # as for sums, above
         if isinstance(e, (ir.Min, ir.Max)):
             a, b = e.a, e.b
             is_min = isinstance(e, ir.Min)
             # fast: a and b are simplified already (re-simplifying them at every level of
-            # a nested min/max chain costs time exponential in its depth)
-            if _prove(ir.LE(a, b), self.ranges, fast=True):
-                return a if is_min else b
-            if _prove(ir.LE(b, a), self.ranges, fast=True):
-                return b if is_min else a
+            # a nested min/max chain costs time exponential in its depth). ``a <= b`` and
+            # then ``b <= a``: the bounds of ``b - a`` are those of ``a - b`` negated and
+            # swapped (the same atoms, each bounded alike), so ``b <= a`` is ``a - b >= 0``
+            # on the bounds taken once
+            bounds = _diff_bound(a, b, self.ranges, fast=True)
+            if bounds is not None:
+                if _holds(ir.LE, bounds):
+                    return a if is_min else b
+                if _holds(ir.GE, bounds):
+                    return b if is_min else a
         return e
 
-    def _divmod(self, e: ir.BinaryOp, c: int) -> ir.PrimExpr:
+    def _divmod(self, e: ir.BinaryOp, c: int, lin_x: Lin | None = None) -> ir.PrimExpr:
+        """``e`` (``x // c`` or ``x % c``, ``c > 0``) simplified; ``lin_x``: ``to_lin(x)``
+        where the caller has it (read, not changed)."""
         x = e.a
         if isinstance(e, ir.FloorDiv) and isinstance(x, ir.FloorDiv) and isinstance(
                 x.b, ir.IntImm) and x.b.value > 0:
@@ -455,7 +486,7 @@ class _Simplifier(ExprMutator):
         if isinstance(e, ir.FloorMod) and isinstance(x, ir.FloorMod) and isinstance(
                 x.b, ir.IntImm) and x.b.value % c == 0:
             return self._divmod(ir.FloorMod(x.a, e.b), c)
-        lin = to_lin(x)
+        lin = to_lin(x) if lin_x is None else lin_x
         if lin is None:
             return e
         q = Lin(e.dtype, lin.const // c)
