@@ -41,9 +41,10 @@ from toolchain.tir.linear import (
     same_tree,
     to_lin,
 )
-from toolchain.tir.memo import memoised
+from toolchain.tir.memo import MEMO, memo_key, memoised, remember
 
 Ranges = Mapping[ir.Var, ir.Range]
+_IntImm = ir.IntImm
 
 
 # ----------------------------------------------------------------------- constant folding
@@ -238,6 +239,14 @@ def relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | N
     >>> str(lo), str(hi)
     ('i * 2', 'i * 2 + 1')
     """
+    # memoised as a whole: whether a Var of the bounds is ranged is decided by the Vars
+    # the memo key records (each Var of the bounds is reachable from ``e`` or from the
+    # ranges of Vars it reaches, and the key says which of those are ranged); a hit then
+    # skips walking the bounds again
+    return memoised("relax", e, ranges, lambda: _relax(e, ranges))[1]
+
+
+def _relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
     from toolchain.tir.functor import free_vars
 
     lo, hi = bound_exprs(e, ranges)
@@ -357,14 +366,22 @@ class _Simplifier(ExprMutator):
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
         table = self._table
-        a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
+        if type(a) is not _IntImm:  # a constant is its own result (``visit_IntImm``)
+            a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
         kept = self.kept
-        self.kept = None
-        lin_a = kept[1] if kept is not None and kept[0] is a else None
-        b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
+        if kept is None:
+            lin_a = None
+        else:
+            self.kept = None
+            lin_a = kept[1] if kept[0] is a else None
+        if type(b) is not _IntImm:
+            b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
         kept = self.kept
-        self.kept = None
-        lin_b = kept[1] if kept is not None and kept[0] is b else None
+        if kept is None:
+            lin_b = None
+        else:
+            self.kept = None
+            lin_b = kept[1] if kept[0] is b else None
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
             if t in _FOLD_CMP:
@@ -595,6 +612,20 @@ class _Simplifier(ExprMutator):
         return super().visit_Call(e)
 
 
+class _ValueSimplifier(_Simplifier):
+    """The simplifier of a float (value) expression, which is not memoised as a whole: an
+    integer or boolean subexpression it reaches through ``visit_expr`` (a select's or an
+    ``if_then_else``'s condition, a cast's operand) goes through :func:`simplify` and its
+    memo instead, as the indices of its loads do (the same padding conditions recur in
+    every value of an unrolled tile and in each of the pipeline's simplify passes)."""
+
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        t = type(e)
+        if t is not ir.Var and t is not _IntImm and not ir.is_float(e.dtype):
+            return simplify(e, self.ranges)
+        return (self._table.get(t) or self._resolve(t))(self, e)
+
+
 def simplify(e: Any, ranges: Ranges | None = None) -> Any:
     """Simplify an expression, or every expression inside a statement.
 
@@ -612,13 +643,17 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
         t = type(e)
         if t is ir.IntImm or t is ir.FloatImm or t is ir.StringImm:
             return e
-        if t is ir.Var:
-            return _Simplifier(ranges).visit_Var(e)
+        if t is ir.Var:  # ``_Simplifier.visit_Var``
+            r = ranges.get(e) if ranges else None
+            return r.min if r is not None and ir.is_const_int(r.extent, 1) else e
         if ir.is_float(e.dtype):  # value expressions: large, rarely repeated, not memoised
-            return _Simplifier(ranges).visit_expr(e)
-        first, out = memoised("simplify", e, ranges,
-                              lambda: _Simplifier(ranges).visit_expr(e))
-        return e if out is first else out  # unchanged: this very expression
+            return _ValueSimplifier(ranges).visit_expr(e)
+        # ``memoised``, written out (no closure per call: most calls are hits)
+        key = memo_key("simplify", e, ranges)
+        hit = MEMO.get(key)
+        if hit is None:
+            hit = remember(key, e, _Simplifier(ranges).visit_expr(e))
+        return e if hit[1] is hit[0] else hit[1]  # unchanged: this very expression
     if isinstance(e, ir.Stmt):
         from toolchain.tir.functor import StmtExprMutator
 
