@@ -15,8 +15,10 @@ def _general(e, coeff: int = 1) -> Lin:
 
 
 def _same(a: Lin, b: Lin) -> bool:
-    return (a.dtype, a.const, list(a.terms)) == (b.dtype, b.const, list(b.terms)) and all(
-        x[0] is y[0] and x[1] == y[1] for x, y in zip(a.terms.values(), b.terms.values(), strict=True))
+    if (a.dtype, a.const, list(a.terms)) != (b.dtype, b.const, list(b.terms)):
+        return False
+    pairs = zip(a.terms.values(), b.terms.values(), strict=True)
+    return all(x[0] is y[0] and x[1] == y[1] for x, y in pairs)
 
 
 def test_a_vars_form_is_its_term() -> None:
