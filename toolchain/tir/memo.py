@@ -1,5 +1,5 @@
 """The memo of the arithmetic analyses: :func:`~toolchain.tir.arith.simplify`,
-``bound_exprs``, ``prove`` and ``disprove`` are pure functions of an expression's
+``bound_exprs``, ``relax``, ``prove`` and ``disprove`` are pure functions of an expression's
 structure and of the ranges of the Vars it reaches, and unrolled, flattened code asks the
 same questions again and again (ResNet-18 asks about 10 k distinct ones, MobileNetV2 about
 15 k). Their answers are kept here by :func:`memo_key`; Kiln's compile clears them after
