@@ -251,3 +251,16 @@ def test_reused_operand_forms_give_what_fresh_forms_give(monkeypatch: pytest.Mon
     monkeypatch.setattr(arith, "lin_of_pair", lambda e, a, b: linear.to_lin(e))
     fresh = [arith._Simplifier(ranges).visit_expr(e) for e in exprs]
     assert [linear.term_key(x) for x in kept] == [linear.term_key(x) for x in fresh]
+
+
+def test_constant_ranges_bound_at_their_folded_end() -> None:
+    """A Var over a constant range is bounded by ``min`` and ``simplify(min + extent -
+    1)`` (folded directly, in the sum's dtype, wrapped to it)."""
+    from toolchain.tir.ir import IntImm, Range, Var
+
+    for mn, ext in ((IntImm(0), IntImm(8)), (IntImm(2, "int64"), IntImm(5)),
+                    (IntImm(250, "uint8"), IntImm(10, "uint8")), (IntImm(-3), IntImm(1))):
+        i = Var("i", mn.dtype)
+        last = simplify(mn + ext - 1)
+        assert const_bound(i, {i: Range(mn, ext)}) == (mn.value, last.value)
+    assert const_bound(Var("i"), {}) == (None, None)

@@ -141,3 +141,42 @@ def test_keys_built_from_remembered_operand_keys_equal_expr_key() -> None:
     for e in (inner >= 0, inner - j, j + inner, inner * 2):
         found: list = []
         assert memo.key_and_vars(e) == (expr_key(e, found), tuple(dict.fromkeys(found)))
+
+
+def test_constant_and_symbolic_ranges_key_alike() -> None:
+    """Each loop range's bounds are keyed once; a range whose bounds have Vars of their
+    own brings those Vars' ranges into the key (in the order met), as the walk did."""
+    i, j, k = Var("i"), Var("j"), Var("k")
+    e = i * 8 + j
+    r = {i: Range(0, 4), j: Range(0, 8)}
+    key = memo.memo_key("t", e, r)
+    assert key[2] == ((i, ("i", 0, "int32"), ("i", 4, "int32")),
+                      (j, ("i", 0, "int32"), ("i", 8, "int32")))
+    assert memo.memo_key("t", e, r) == key  # the ranges' keys remembered: the same key
+    sym = {i: Range(0, k), k: Range(1, 9), j: Range(0, 8)}
+    assert [v for v, *_ in memo.memo_key("t", e, sym)[2]] == [i, j, k]
+    assert memo.memo_key("t", e, {**sym, k: Range(1, 10)}) != memo.memo_key("t", e, sym)
+
+
+def test_relax_is_memoised_per_ranged_vars() -> None:
+    """``relax`` gives None when its bounds keep a ranged Var: which Vars are ranged is in
+    the key, so a hit under other ranges cannot answer it."""
+    i, j, other = Var("i"), Var("j"), Var("other")
+    assert arith.relax(i * j, {j: Range(0, 4)}) is None  # i * j is an atom: j stays
+    assert arith.relax(i * j, {other: Range(0, 4)}) is not None
+    assert arith.relax(i * j, {j: Range(0, 4)}) is None
+    assert any(k[0] == "relax" for k in memo.MEMO)
+
+
+def test_a_values_conditions_go_through_the_memo() -> None:
+    """A float value is not memoised, its integer conditions are (they recur in every
+    value of an unrolled tile): the same answer as simplifying them in place."""
+    i = Var("i")
+    x = Var("x", "float32")
+    r = {i: Range(0, 8)}
+    value = Select(i < 8, x, FloatImm(0.0)) + Select(i < 4, x, FloatImm(1.0))
+    out = arith.simplify(value, r)
+    assert str(out) == "x + T.Select(i < 4, x, T.float32(1.0))", str(out)
+    assert {k[0] for k in memo.MEMO} == {"simplify"}
+    memo.clear_cache()
+    assert str(arith._Simplifier(r).visit_expr(value)) == str(out)

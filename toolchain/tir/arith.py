@@ -41,9 +41,10 @@ from toolchain.tir.linear import (
     same_tree,
     to_lin,
 )
-from toolchain.tir.memo import memoised
+from toolchain.tir.memo import MEMO, memo_key, memoised, remember
 
 Ranges = Mapping[ir.Var, ir.Range]
+_IntImm = ir.IntImm
 
 
 # ----------------------------------------------------------------------- constant folding
@@ -138,8 +139,17 @@ class _Bounds:
             return self._self(a)  # nothing to relax inside: the atom is its own bound
         if isinstance(a, ir.Var) and a in self.ranges:
             r = self.ranges[a]
-            lo = self.of(r.min, depth - 1)
-            hi = self.of(simplify(r.min + r.extent - 1), depth - 1)
+            mn, ext = r.min, r.extent
+            if (type(mn) is ir.IntImm and type(ext) is ir.IntImm and mn.dtype in INT_DTYPES
+                    and ext.dtype in INT_DTYPES):
+                # most loops: the bounds ``simplify(min + extent - 1)`` gives below, folded
+                # as :meth:`_Simplifier.visit_BinaryOp` folds it (in the sum's dtype,
+                # wrapped to it), without building the sum and asking the memo for it
+                dt = mn.dtype if mn.dtype == ext.dtype else ir.binary_dtype(mn, ext)
+                last = _wrap(_wrap(mn.value + ext.value, dt) - 1, dt)
+                return Lin(mn.dtype, mn.value), Lin(dt, last)
+            lo = self.of(mn, depth - 1)
+            hi = self.of(simplify(mn + ext - 1), depth - 1)
             if lo is None or hi is None:
                 return self._self(a)
             return lo[0], hi[1]
@@ -229,6 +239,14 @@ def relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | N
     >>> str(lo), str(hi)
     ('i * 2', 'i * 2 + 1')
     """
+    # memoised as a whole: whether a Var of the bounds is ranged is decided by the Vars
+    # the memo key records (each Var of the bounds is reachable from ``e`` or from the
+    # ranges of Vars it reaches, and the key says which of those are ranged); a hit then
+    # skips walking the bounds again
+    return memoised("relax", e, ranges, lambda: _relax(e, ranges))[1]
+
+
+def _relax(e: ir.PrimExpr, ranges: Ranges) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
     from toolchain.tir.functor import free_vars
 
     lo, hi = bound_exprs(e, ranges)
@@ -266,21 +284,30 @@ def _prove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:  # noq
         b = _diff_bound(cond.a, cond.b, ranges, fast)
         if b is None:
             return False
-        lo, hi = b
-        lo_c = lo.const if lo.is_const else None
-        hi_c = hi.const if hi.is_const else None
-        if isinstance(cond, ir.LT):
-            return hi_c is not None and hi_c < 0
-        if isinstance(cond, ir.LE):
-            return hi_c is not None and hi_c <= 0
-        if isinstance(cond, ir.GT):
-            return lo_c is not None and lo_c > 0
-        if isinstance(cond, ir.GE):
-            return lo_c is not None and lo_c >= 0
-        if isinstance(cond, ir.EQ):
-            return lo_c == 0 and hi_c == 0
-        return (hi_c is not None and hi_c < 0) or (lo_c is not None and lo_c > 0)
+        t = type(cond)
+        if t not in _NEG:  # a subclass: the first of them it is an instance of
+            t = next(c for c in _NEG if isinstance(cond, c))
+        return _holds(t, b)
     return False
+
+
+def _holds(t: type, b: tuple[Lin, Lin]) -> bool:
+    """Whether ``t(x, y)`` (a comparison class) holds for every value, ``b`` being
+    ``_diff_bound(x, y)`` (not None)."""
+    lo, hi = b
+    lo_c = lo.const if lo.is_const else None
+    hi_c = hi.const if hi.is_const else None
+    if t is ir.LT:
+        return hi_c is not None and hi_c < 0
+    if t is ir.LE:
+        return hi_c is not None and hi_c <= 0
+    if t is ir.GT:
+        return lo_c is not None and lo_c > 0
+    if t is ir.GE:
+        return lo_c is not None and lo_c >= 0
+    if t is ir.EQ:
+        return lo_c == 0 and hi_c == 0
+    return (hi_c is not None and hi_c < 0) or (lo_c is not None and lo_c > 0)
 
 
 def _disprove(cond: ir.PrimExpr, ranges: Ranges | None, fast: bool) -> bool:
@@ -339,14 +366,22 @@ class _Simplifier(ExprMutator):
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
         table = self._table
-        a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
+        if type(a) is not _IntImm:  # a constant is its own result (``visit_IntImm``)
+            a = (table.get(type(a)) or self._resolve(type(a)))(self, a)
         kept = self.kept
-        self.kept = None
-        lin_a = kept[1] if kept is not None and kept[0] is a else None
-        b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
+        if kept is None:
+            lin_a = None
+        else:
+            self.kept = None
+            lin_a = kept[1] if kept[0] is a else None
+        if type(b) is not _IntImm:
+            b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
         kept = self.kept
-        self.kept = None
-        lin_b = kept[1] if kept is not None and kept[0] is b else None
+        if kept is None:
+            lin_b = None
+        else:
+            self.kept = None
+            lin_b = kept[1] if kept[0] is b else None
         t = type(e)
         if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
             if t in _FOLD_CMP:
@@ -370,7 +405,7 @@ class _Simplifier(ExprMutator):
         if _is_int(e.dtype):
             if t is ir.Add or t is ir.Sub or t is ir.Mul:
                 return self._sum(node, lin_of_pair(node, lin_a, lin_b))
-            return self._int(node)
+            return self._int(node, lin_a)
         if ir.is_float(e.dtype):
             return self._float(node)
         return node
@@ -403,10 +438,14 @@ class _Simplifier(ExprMutator):
         if a is e.a and b is e.b and node.dtype == e.dtype:
             node = e  # unchanged: keep it (the callers then keep theirs)
         if _is_int(a.dtype) and _is_int(b.dtype):
-            if _prove(node, self.ranges, fast=True):
-                return ir.IntImm(1, node.dtype)
-            if _disprove(node, self.ranges, fast=True):
-                return ir.IntImm(0, node.dtype)
+            # ``_prove(node)`` and then ``_disprove(node)`` (``_prove`` of the negation):
+            # both decide on the same bounds of ``a - b``, taken once here
+            bounds = _diff_bound(a, b, self.ranges, fast=True)
+            if bounds is not None:
+                if _holds(t, bounds):
+                    return ir.IntImm(1, node.dtype)
+                if _holds(_NEG[t], bounds):
+                    return ir.IntImm(0, node.dtype)
         return node
 
     def _sum(self, e: ir.PrimExpr, lin: Lin | None) -> ir.PrimExpr:
@@ -425,7 +464,9 @@ class _Simplifier(ExprMutator):
         self.kept = (e, lin)
         return e
 
-    def _int(self, e: ir.PrimExpr) -> ir.PrimExpr:  # noqa: C901
+    def _int(self, e: ir.PrimExpr, lin_a: Lin | None = None) -> ir.PrimExpr:  # noqa: C901
+        """An integer operation other than ``+``, ``-``, ``*`` simplified; ``lin_a``, where
+        given, is ``to_lin(e.a)`` (the operand's form, kept by :meth:`_sum`)."""
         if isinstance(e, (ir.Add, ir.Sub, ir.Mul)):
             return self._sum(e, to_lin(e))
         if isinstance(e, (ir.FloorDiv, ir.FloorMod)) and isinstance(e.b, ir.IntImm):
@@ -433,20 +474,27 @@ class _Simplifier(ExprMutator):
             if c == 1:
                 return e.a if isinstance(e, ir.FloorDiv) else ir.IntImm(0, e.dtype)
             if c > 0:
-                out = self._divmod(e, c)
+                out = self._divmod(e, c, lin_a)
                 return e if same_tree(out, e) else out  # as for sums, above
         if isinstance(e, (ir.Min, ir.Max)):
             a, b = e.a, e.b
             is_min = isinstance(e, ir.Min)
             # fast: a and b are simplified already (re-simplifying them at every level of
-            # a nested min/max chain costs time exponential in its depth)
-            if _prove(ir.LE(a, b), self.ranges, fast=True):
-                return a if is_min else b
-            if _prove(ir.LE(b, a), self.ranges, fast=True):
-                return b if is_min else a
+            # a nested min/max chain costs time exponential in its depth). ``a <= b`` and
+            # then ``b <= a``: the bounds of ``b - a`` are those of ``a - b`` negated and
+            # swapped (the same atoms, each bounded alike), so ``b <= a`` is ``a - b >= 0``
+            # on the bounds taken once
+            bounds = _diff_bound(a, b, self.ranges, fast=True)
+            if bounds is not None:
+                if _holds(ir.LE, bounds):
+                    return a if is_min else b
+                if _holds(ir.GE, bounds):
+                    return b if is_min else a
         return e
 
-    def _divmod(self, e: ir.BinaryOp, c: int) -> ir.PrimExpr:
+    def _divmod(self, e: ir.BinaryOp, c: int, lin_x: Lin | None = None) -> ir.PrimExpr:
+        """``e`` (``x // c`` or ``x % c``, ``c > 0``) simplified; ``lin_x``: ``to_lin(x)``
+        where the caller has it (read, not changed)."""
         x = e.a
         if isinstance(e, ir.FloorDiv) and isinstance(x, ir.FloorDiv) and isinstance(
                 x.b, ir.IntImm) and x.b.value > 0:
@@ -455,7 +503,7 @@ class _Simplifier(ExprMutator):
         if isinstance(e, ir.FloorMod) and isinstance(x, ir.FloorMod) and isinstance(
                 x.b, ir.IntImm) and x.b.value % c == 0:
             return self._divmod(ir.FloorMod(x.a, e.b), c)
-        lin = to_lin(x)
+        lin = to_lin(x) if lin_x is None else lin_x
         if lin is None:
             return e
         q = Lin(e.dtype, lin.const // c)
@@ -564,6 +612,20 @@ class _Simplifier(ExprMutator):
         return super().visit_Call(e)
 
 
+class _ValueSimplifier(_Simplifier):
+    """The simplifier of a float (value) expression, which is not memoised as a whole: an
+    integer or boolean subexpression it reaches through ``visit_expr`` (a select's or an
+    ``if_then_else``'s condition, a cast's operand) goes through :func:`simplify` and its
+    memo instead, as the indices of its loads do (the same padding conditions recur in
+    every value of an unrolled tile and in each of the pipeline's simplify passes)."""
+
+    def visit_expr(self, e: ir.PrimExpr) -> ir.PrimExpr:
+        t = type(e)
+        if t is not ir.Var and t is not _IntImm and not ir.is_float(e.dtype):
+            return simplify(e, self.ranges)
+        return (self._table.get(t) or self._resolve(t))(self, e)
+
+
 def simplify(e: Any, ranges: Ranges | None = None) -> Any:
     """Simplify an expression, or every expression inside a statement.
 
@@ -581,13 +643,17 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
         t = type(e)
         if t is ir.IntImm or t is ir.FloatImm or t is ir.StringImm:
             return e
-        if t is ir.Var:
-            return _Simplifier(ranges).visit_Var(e)
+        if t is ir.Var:  # ``_Simplifier.visit_Var``
+            r = ranges.get(e) if ranges else None
+            return r.min if r is not None and ir.is_const_int(r.extent, 1) else e
         if ir.is_float(e.dtype):  # value expressions: large, rarely repeated, not memoised
-            return _Simplifier(ranges).visit_expr(e)
-        first, out = memoised("simplify", e, ranges,
-                              lambda: _Simplifier(ranges).visit_expr(e))
-        return e if out is first else out  # unchanged: this very expression
+            return _ValueSimplifier(ranges).visit_expr(e)
+        # ``memoised``, written out (no closure per call: most calls are hits)
+        key = memo_key("simplify", e, ranges)
+        hit = MEMO.get(key)
+        if hit is None:
+            hit = remember(key, e, _Simplifier(ranges).visit_expr(e))
+        return e if hit[1] is hit[0] else hit[1]  # unchanged: this very expression
     if isinstance(e, ir.Stmt):
         from toolchain.tir.functor import StmtExprMutator
 

@@ -262,6 +262,11 @@ def recombine_divmod(lin: Lin) -> bool:
     fused-then-split loops (``x // 256 * 256 + x % 256 // 32 * 32 + x % 32``) become ``x``.
     Returns whether anything changed.
     """
+    for atom, _ in lin.terms.values():
+        if isinstance(atom, ir.FloorMod):
+            break
+    else:  # no ``a % c`` term: nothing to recombine (most forms)
+        return False
     any_change = False
     changed = True
     while changed:
@@ -292,6 +297,8 @@ def to_lin(e: ir.PrimExpr) -> Lin | None:
     if dt not in INT_DTYPES:
         return None
     t = type(e)
+    if t is ir.Var:  # what ``add_term(e, 1)`` below makes of it
+        return Lin(dt, 0, {("v", id(e)): [e, 1]})
     if t is ir.IntImm:
         return Lin(dt, e.value)
     if t is ir.Add or t is ir.Sub:
@@ -300,12 +307,17 @@ def to_lin(e: ir.PrimExpr) -> Lin | None:
             a.add_into(b, 1 if t is ir.Add else -1)  # a is this call's own: no copy
             return a
     elif t is ir.Mul:
-        a, b = to_lin(e.a), to_lin(e.b)
-        if a is not None and b is not None:
-            if not b.terms:
-                return a.scale(b.const)
-            if not a.terms:
-                return b.scale(a.const)
+        a, eb = to_lin(e.a), e.b
+        if type(eb) is ir.IntImm and eb.dtype in INT_DTYPES:  # ``x * c``: to_lin(c) is c
+            if a is not None:
+                return a.scale(eb.value)
+        else:
+            b = to_lin(eb)
+            if a is not None and b is not None:
+                if not b.terms:
+                    return a.scale(b.const)
+                if not a.terms:
+                    return b.scale(a.const)
     lin = Lin(dt)
     lin.add_term(e, 1)
     return lin

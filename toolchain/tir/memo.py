@@ -1,5 +1,5 @@
 """The memo of the arithmetic analyses: :func:`~toolchain.tir.arith.simplify`,
-``bound_exprs``, ``prove`` and ``disprove`` are pure functions of an expression's
+``bound_exprs``, ``relax``, ``prove`` and ``disprove`` are pure functions of an expression's
 structure and of the ranges of the Vars it reaches, and unrolled, flattened code asks the
 same questions again and again (ResNet-18 asks about 10 k distinct ones, MobileNetV2 about
 15 k). Their answers are kept here by :func:`memo_key`; Kiln's compile clears them after
@@ -47,6 +47,17 @@ def memoised(tag: str, e: ir.PrimExpr, ranges: Mapping[ir.Var, ir.Range] | None,
     return hit
 
 
+def remember(key: Any, e: ir.PrimExpr, answer: Any) -> tuple[Any, Any]:
+    """Keep ``(e, answer)`` under ``key`` (a :func:`memo_key` not in :data:`MEMO`) and
+    return it: :func:`memoised`'s second half, for callers that look the key up
+    themselves (``arith.simplify``, without a closure per call)."""
+    hit = (e, answer)
+    if len(MEMO) >= MEMO_LIMIT:
+        MEMO.clear()
+    MEMO[key] = hit
+    return hit
+
+
 def memo_key(tag: str, e: ir.PrimExpr, ranges: Mapping[ir.Var, ir.Range] | None) -> Any:
     """``(tag, structural key of e, ranges of the Vars e depends on)``.
 
@@ -56,25 +67,57 @@ def memo_key(tag: str, e: ir.PrimExpr, ranges: Mapping[ir.Var, ir.Range] | None)
     k, found = key_and_vars(e)
     if not ranges or not found:
         return tag, k
-    found = list(found)
+    sig = []
+    get = _RANGE_KEYS.get
+    for v in found:  # each Var once (``key_and_vars``)
+        r = ranges.get(v)
+        if r is not None:
+            rk = get(id(r))
+            if rk is None or rk[0] is not r:
+                rk = _range_key(r)
+            if rk[3]:  # bounds with Vars of their own: the walk below
+                return tag, k, _reached(found, ranges)
+            sig.append((v, rk[1], rk[2]))
+    return tag, k, tuple(sig)
+
+
+def _reached(found: tuple[ir.Var, ...], ranges: Mapping[ir.Var, ir.Range]) -> tuple:
+    """``(v, key of its min, key of its extent)`` for each ranged Var reachable from
+    ``found``, through the ranges' bounds too, in the order met."""
+    queue = list(found)
     sig = []
     seen: set[ir.Var] = set()
     n = 0
-    while n < len(found):
-        v = found[n]
+    while n < len(queue):
+        v = queue[n]
         n += 1
         if v in seen:
             continue
         seen.add(v)
         r = ranges.get(v)
         if r is not None:
-            # the bounds' keys and Vars as ``expr_key`` gives them, remembered on them
-            kmin, vmin = known_key(r.min) or key_and_vars(r.min)
-            kext, vext = known_key(r.extent) or key_and_vars(r.extent)
+            _, kmin, kext, more = _range_key(r)
             sig.append((v, kmin, kext))
-            found += vmin
-            found += vext
-    return tag, k, tuple(sig)
+            queue += more
+    return tuple(sig)
+
+
+#: ``id(range) -> (range, key of its min, key of its extent, their Vars)``: a loop's range
+#: is in scope of every expression of its body, so its bounds are keyed once (the entry
+#: holds the range, so the id stays its own; cleared with the memo)
+_RANGE_KEYS: dict[int, tuple[ir.Range, Any, Any, tuple[ir.Var, ...]]] = {}
+
+
+def _range_key(r: ir.Range) -> tuple[ir.Range, Any, Any, tuple[ir.Var, ...]]:
+    """The entry of ``r`` in ``_RANGE_KEYS``, made now."""
+    # the bounds' keys and Vars as ``expr_key`` gives them, remembered on them
+    kmin, vmin = known_key(r.min) or key_and_vars(r.min)
+    kext, vext = known_key(r.extent) or key_and_vars(r.extent)
+    known = (r, kmin, kext, vmin + vext)
+    if len(_RANGE_KEYS) >= MEMO_LIMIT:
+        _RANGE_KEYS.clear()
+    _RANGE_KEYS[id(r)] = known
+    return known
 
 
 def key_and_vars(e: ir.PrimExpr) -> tuple[Any, tuple[ir.Var, ...]]:
@@ -115,7 +158,8 @@ def clear_cache() -> None:
     >>> clear_cache()
     """
     MEMO.clear()
+    _RANGE_KEYS.clear()
 
 
 __all__ = ["MEMO", "MEMO_LIMIT", "clear_cache", "key_and_vars", "known_key", "memo_key",
-           "memoised"]
+           "memoised", "remember"]
