@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from math import gcd
 from typing import Any
 
 from toolchain.tir import arith, ir, linear
@@ -88,12 +87,12 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
             # steps below give it (``simplify(v + 0)`` is ``v``), without them
             region.append(ir.Range(column[0], 1))
             continue
-        if len(column) == 1 and _kept_divmod(column[0]):
+        if len(column) == 1 and arith.kept_as_is(column[0]):
             # ``(vi * 6 + vj) // 15``, ``vc % 4``: simplified, ``e - e`` is 0 and ``e + 0``
-            # is ``e`` again (the simplifier keeps such a division, ``_kept_divmod``)
+            # is ``e`` again (the simplifier keeps such a division, ``arith.kept_as_is``)
             region.append(ir.Range(column[0], 1))
             continue
-        sums = _var_sums(column)
+        sums = arith.simplified_sums(column)
         if sums is not None:
             # sums of Vars times constants (``vh + vkh``, ``vi * 2 - 1``, ``0 + vi``): what
             # simplifying them, their differences and ``first + lo`` gives, read off their
@@ -126,114 +125,6 @@ def union_region(buf: ir.Buffer, idx_list: list[tuple[ir.PrimExpr, ...]],
         hi_x = _fold(_unique(his), ir.Max)
         region.append(ir.Range(lo_x, arith.simplify(hi_x - lo_x + 1)))
     return ir.BufferRegion(buf, tuple(region))
-
-
-_SMALL = 1 << 30  # constants this small fold the same with and without int32 wrapping
-
-
-def _var_sums(column: list[ir.PrimExpr]) -> list[tuple[ir.PrimExpr, linear.Lin]] | None:
-    """``(simplify(e), its linear form)`` for the distinct ``simplify(e)`` of ``column``
-    (first-seen order), where each ``e`` is a sum of Vars times constants of one signed
-    dtype (:func:`_small_lin`) and either built as
-    :meth:`~toolchain.tir.linear.Lin.to_expr` builds it (``simplify`` keeps it), or of one
-    Var at most (one term has no order), or with only positive Var coefficients in every
-    subexpression (the simplifier's canonical subexpressions then list their terms in the
-    order ``to_lin`` meets them): ``simplify`` builds it as ``to_expr`` does; else None.
-
-    >>> i, j = ir.Var("i"), ir.Var("j")
-    >>> [str(e) for e, _ in _var_sums([i * 2 + j - 1, 0 + j, j, i * 1 + j * 1])]
-    ['i * 2 + j - 1', 'j', 'i + j']
-    >>> _var_sums([3 - i + j]), _var_sums([i * j]), _var_sums([i // 2])
-    (None, None, None)
-    """
-    dt = column[0].dtype
-    if dt not in _SIGNED:
-        return None
-    out: dict[Any, tuple[ir.PrimExpr, linear.Lin]] = {}
-    for e in column:
-        lin = _small_lin(e, dt)
-        if lin is None:
-            return None
-        if not linear.built_already(lin, e):
-            if len(lin.terms) > 1 and _small_lin(e, dt, positive=True) is None:
-                return None  # the simplifier's term order may be its own: ask it
-            e = lin.to_expr()
-        out.setdefault(linear.term_key(e), (e, lin))
-    return list(out.values())
-
-
-def _small_lin(e: ir.PrimExpr, dt: str, positive: bool = False) -> linear.Lin | None:
-    """:func:`~toolchain.tir.linear.to_lin` of ``e`` where ``e`` is made of Vars,
-    constants, ``+``, ``-`` and ``*`` by a constant, all of dtype ``dt``, and every
-    subexpression's constants are small (so that the simplifier's folding of two
-    constants, which wraps to the dtype, folds them exactly) and, with ``positive``, its
-    Vars' coefficients positive; else None.
-
-    >>> i = ir.Var("i")
-    >>> str(_small_lin((i + 2) * 3 - i, "int32").to_expr())
-    'i * 2 + 6'
-    >>> _small_lin(i * i, "int32"), _small_lin(i + (1 << 30), "int32")
-    (None, None)
-    """
-    if e.dtype != dt:
-        return None
-    t = type(e)
-    if t is ir.Var:
-        lin = linear.Lin(dt)
-        lin.add_term(e, 1)
-        return lin
-    if t is ir.IntImm:
-        return linear.Lin(dt, e.value) if -_SMALL < e.value < _SMALL else None
-    if t is not ir.Add and t is not ir.Sub and t is not ir.Mul:
-        return None
-    a, b = _small_lin(e.a, dt, positive), _small_lin(e.b, dt, positive)
-    if a is None or b is None:
-        return None
-    if t is ir.Mul:  # as ``to_lin`` scales
-        if not b.terms:
-            a = a.scale(b.const)
-        elif not a.terms:
-            a = b.scale(a.const)
-        else:
-            return None
-    else:
-        a.add_into(b, 1 if t is ir.Add else -1)
-    if not -_SMALL < a.const < _SMALL or any(
-            not -_SMALL < c < _SMALL for _, c in a.terms.values()):
-        return None
-    if positive and any(c <= 0 for _, c in a.terms.values()):
-        return None
-    return a
-
-
-def _kept_divmod(e: ir.PrimExpr) -> bool:
-    """Whether ``e`` is ``x // c`` or ``x % c`` that :func:`~toolchain.tir.arith.simplify`
-    (without ranges) returns as it is: ``x`` a canonical sum of Vars (:func:`_var_sums`)
-    with a constant in ``[0, c)``, no coefficient divisible by ``c``, and no divisor
-    ``g`` of ``c`` (``1 < g < c``) dividing all of them (the simplifier would split the
-    sum by ``g``), all of one signed dtype.
-
-    >>> i, j = ir.Var("i"), ir.Var("j")
-    >>> cases = ((i * 6 + j) // 15, i % 4, (i * 3 + 1) // 3, (i * 4 + j * 2) % 6)
-    >>> [_kept_divmod(e) for e in cases]
-    [True, True, False, False]
-    """
-    t = type(e)
-    if t is not ir.FloorDiv and t is not ir.FloorMod:
-        return False
-    dt, b = e.dtype, e.b
-    if type(b) is not ir.IntImm or dt not in _SIGNED or b.dtype != dt \
-            or not 1 < b.value < _SMALL:
-        return False
-    c = b.value
-    lin = _small_lin(e.a, dt)
-    if lin is None or not lin.terms or not 0 <= lin.const < c \
-            or not linear.built_already(lin, e.a):
-        return False
-    coeffs = [k for _, k in lin.terms.values()]
-    if any(k % c == 0 for k in coeffs):
-        return False
-    return all(any(k % g for k in coeffs) for g in {gcd(k, c) for k in coeffs} - {1, c})
 
 
 def _offset_range(first: ir.PrimExpr, lins: list[linear.Lin]) -> ir.Range | None:
@@ -328,9 +219,6 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
     """
     out = []
     for rg, dim in zip(r.region, r.buffer.shape, strict=True):
-        if _plainly_inside(rg, dim, ranges):
-            out.append(rg)
-            continue
         known = _linear_inside(rg, dim, ranges)
         if known:
             out.append(rg)
@@ -344,39 +232,6 @@ def clip_region(r: ir.BufferRegion, ranges: Mapping[ir.Var, ir.Range]) -> ir.Buf
         hi = arith.simplify(ir.Min(end, dim), ranges)
         out.append(ir.Range(lo, arith.simplify(hi - lo, ranges)))
     return ir.BufferRegion(r.buffer, tuple(out))
-
-
-_SIGNED = ("int32", "int64")
-
-
-def _plainly_inside(rg: ir.Range, dim: ir.PrimExpr, ranges: Mapping[ir.Var, ir.Range]) -> bool:
-    """``0 <= rg.min`` and ``rg.min + rg.extent <= dim`` at a glance, where the region
-    starts at a constant or at a lone Var with a constant range and the extent and ``dim``
-    are constants (a fresh block's ``A[vi, vj]``): what :func:`~toolchain.tir.arith.prove`
-    answers there too, without building and simplifying the two conditions (False only
-    means "not at a glance": :func:`clip_region` then asks ``prove``).
-
-    >>> i = ir.Var("i")
-    >>> _plainly_inside(ir.Range(i, 2), ir.IntImm(8), {i: ir.Range(0, 7)})
-    True
-    >>> _plainly_inside(ir.Range(i, 2), ir.IntImm(8), {i: ir.Range(0, 8)})
-    False
-    """
-    m, x = rg.min, rg.extent
-    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
-            or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
-        return False
-    if type(m) is ir.IntImm:
-        lo = hi = m.value
-    elif type(m) is ir.Var:
-        b = ranges.get(m)
-        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm \
-                or b.extent.value < 1:
-            return False
-        lo, hi = b.min.value, b.min.value + b.extent.value - 1
-    else:
-        return False
-    return 0 <= lo and hi + x.value <= dim.value < 1 << 31
 
 
 def _linear_inside(rg: ir.Range, dim: ir.PrimExpr,
@@ -395,17 +250,19 @@ def _linear_inside(rg: ir.Range, dim: ir.PrimExpr,
     True
     """
     m, x = rg.min, rg.extent
-    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in _SIGNED \
-            or x.dtype not in _SIGNED or dim.dtype not in _SIGNED:
+    signed = linear.SIGNED_DTYPES
+    if type(x) is not ir.IntImm or type(dim) is not ir.IntImm or m.dtype not in signed \
+            or x.dtype not in signed or dim.dtype not in signed:
         return None
-    lin = _small_lin(m, m.dtype)
+    lin = linear.small_lin(m, m.dtype)
     if lin is None:
         return None
     lo = hi = lin.const
     size = abs(lin.const) + abs(x.value) + abs(dim.value)
     for a, c in lin.terms.values():
         b = ranges.get(a)
-        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm:
+        if b is None or type(b.min) is not ir.IntImm or type(b.extent) is not ir.IntImm \
+                or b.extent.value < 1:
             return None
         v_lo = b.min.value
         v_hi = v_lo + b.extent.value - 1
@@ -416,7 +273,7 @@ def _linear_inside(rg: ir.Range, dim: ir.PrimExpr,
         else:
             lo += c * v_hi
             hi += c * v_lo
-    if size >= _SMALL:
+    if size >= linear.SMALL_CONST:
         return None  # constants near the int32 limit: the simplifier wraps them
     return 0 <= lo and hi + x.value <= dim.value
 

@@ -28,17 +28,22 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
+from math import gcd
 from typing import Any
 
 from toolchain.tir import ir
 from toolchain.tir.functor import ExprMutator
 from toolchain.tir.linear import (
     INT_DTYPES,
+    SIGNED_DTYPES,
+    SMALL_CONST,
     Lin,
     built_already,
     lin_of_pair,
     recombine_divmod,
     same_tree,
+    small_lin,
+    term_key,
     to_lin,
 )
 from toolchain.tir.memo import MEMO, memo_key, memoised, remember
@@ -542,8 +547,6 @@ class _Simplifier(ExprMutator):
         """
         if not r.terms:
             return None
-        from math import gcd
-
         for g in sorted({gcd(k, c) for _, k in r.terms.values()} - {1, c}, reverse=True):
             big = Lin(e.dtype, r.const // g)
             small = Lin(e.dtype, r.const % g)
@@ -663,3 +666,71 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
 
         return _S().visit_stmt(e)
     return e
+
+
+# ------------------------------------------ what simplify returns, without simplifying
+# The two functions below restate the simplifier's rules for two common cases so that the
+# region analysis (``toolchain.tir.analysis.union_region``) can skip calling it; a change
+# to the simplifier's canonical sums or to ``_divmod`` must keep them true
+# (``tests/tir/test_analysis.py`` checks them against ``simplify`` on random expressions).
+
+
+def simplified_sums(column: list[ir.PrimExpr]) -> list[tuple[ir.PrimExpr, Lin]] | None:
+    """``(simplify(e), its linear form)`` for the distinct ``simplify(e)`` of ``column``
+    (first-seen order), where each ``e`` is a sum of Vars times constants of one signed
+    dtype (:func:`~toolchain.tir.linear.small_lin`) and either built as
+    :meth:`~toolchain.tir.Lin.to_expr` builds it (``simplify`` keeps it), or of one
+    Var at most (one term has no order), or with only positive Var coefficients in every
+    subexpression (the simplifier's canonical subexpressions then list their terms in the
+    order ``to_lin`` meets them): ``simplify`` builds it as ``to_expr`` does; else None.
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> [str(e) for e, _ in simplified_sums([i * 2 + j - 1, 0 + j, j, i * 1 + j * 1])]
+    ['i * 2 + j - 1', 'j', 'i + j']
+    >>> simplified_sums([3 - i + j]), simplified_sums([i * j]), simplified_sums([i // 2])
+    (None, None, None)
+    """
+    dt = column[0].dtype
+    if dt not in SIGNED_DTYPES:
+        return None
+    out: dict[Any, tuple[ir.PrimExpr, Lin]] = {}
+    for e in column:
+        lin = small_lin(e, dt)
+        if lin is None:
+            return None
+        if not built_already(lin, e):
+            if len(lin.terms) > 1 and small_lin(e, dt, positive=True) is None:
+                return None  # the simplifier's term order may be its own: ask it
+            e = lin.to_expr()
+        out.setdefault(term_key(e), (e, lin))
+    return list(out.values())
+
+
+def kept_as_is(e: ir.PrimExpr) -> bool:
+    """Whether ``e`` is ``x // c`` or ``x % c`` that :func:`~toolchain.tir.arith.simplify`
+    (without ranges) returns as it is: ``x`` a canonical sum of Vars (:func:`simplified_sums`)
+    with a constant in ``[0, c)``, no coefficient divisible by ``c``, and no divisor
+    ``g`` of ``c`` (``1 < g < c``) dividing all of them (the simplifier would split the
+    sum by ``g``), all of one signed dtype.
+
+    >>> i, j = ir.Var("i"), ir.Var("j")
+    >>> cases = ((i * 6 + j) // 15, i % 4, (i * 3 + 1) // 3, (i * 4 + j * 2) % 6)
+    >>> [kept_as_is(e) for e in cases]
+    [True, True, False, False]
+    """
+    t = type(e)
+    if t is not ir.FloorDiv and t is not ir.FloorMod:
+        return False
+    dt, b = e.dtype, e.b
+    if type(b) is not ir.IntImm or dt not in SIGNED_DTYPES or b.dtype != dt \
+            or not 1 < b.value < SMALL_CONST:
+        return False
+    c = b.value
+    lin = small_lin(e.a, dt)
+    if lin is None or not lin.terms or not 0 <= lin.const < c \
+            or not built_already(lin, e.a):
+        return False
+    coeffs = [k for _, k in lin.terms.values()]
+    if any(k % c == 0 for k in coeffs):
+        return False
+    return all(any(k % g for k in coeffs) for g in {gcd(k, c) for k in coeffs} - {1, c})

@@ -341,3 +341,54 @@ def lin_of_pair(e: ir.PrimExpr, lin_a: Lin | None, lin_b: Lin | None) -> Lin | N
     lin = Lin(e.dtype)
     lin.add_term(e, 1)
     return lin
+
+
+#: constants this small fold the same with and without int32 wrapping (:func:`small_lin`)
+SMALL_CONST = 1 << 30
+
+#: the dtypes whose sums :func:`small_lin` and the region analysis read off directly
+SIGNED_DTYPES = ("int32", "int64")
+
+
+def small_lin(e: ir.PrimExpr, dt: str, positive: bool = False) -> Lin | None:
+    """:func:`to_lin` of ``e`` where ``e`` is made of Vars,
+    constants, ``+``, ``-`` and ``*`` by a constant, all of dtype ``dt``, and every
+    subexpression's constants are small (so that the simplifier's folding of two
+    constants, which wraps to the dtype, folds them exactly) and, with ``positive``, its
+    Vars' coefficients positive; else None.
+
+    >>> i = ir.Var("i")
+    >>> str(small_lin((i + 2) * 3 - i, "int32").to_expr())
+    'i * 2 + 6'
+    >>> small_lin(i * i, "int32"), small_lin(i + (1 << 30), "int32")
+    (None, None)
+    """
+    if e.dtype != dt:
+        return None
+    t = type(e)
+    if t is ir.Var:
+        lin = Lin(dt)
+        lin.add_term(e, 1)
+        return lin
+    if t is ir.IntImm:
+        return Lin(dt, e.value) if -SMALL_CONST < e.value < SMALL_CONST else None
+    if t is not ir.Add and t is not ir.Sub and t is not ir.Mul:
+        return None
+    a, b = small_lin(e.a, dt, positive), small_lin(e.b, dt, positive)
+    if a is None or b is None:
+        return None
+    if t is ir.Mul:  # as ``to_lin`` scales
+        if not b.terms:
+            a = a.scale(b.const)
+        elif not a.terms:
+            a = b.scale(a.const)
+        else:
+            return None
+    else:
+        a.add_into(b, 1 if t is ir.Add else -1)
+    if not -SMALL_CONST < a.const < SMALL_CONST or any(
+            not -SMALL_CONST < c < SMALL_CONST for _, c in a.terms.values()):
+        return None
+    if positive and any(c <= 0 for _, c in a.terms.values()):
+        return None
+    return a
