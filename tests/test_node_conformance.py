@@ -235,6 +235,23 @@ def run_batch(names: Sequence[str], tmp: Path) -> dict[str, tuple[str, str]]:
                                    lambda n: run_case_bundle(n, tmp / n), tmp, STRICT)}
 
 
+#: node tests whose bundle differs from the expected data only in float noise below the
+#: case's tolerance's reach (non-strict xfails: a fix shows up as XPASS)
+KNOWN_BUNDLE_FAILURES: dict[str, str] = {
+    name: "the inverse DFT's imaginary parts are exactly 0; the bundle computes them to "
+          "~3e-15, the expected data (float32 FFT) to 1.9e-7, and the case's atol is 1e-7"
+    for name in ("test_dft_inverse", "test_dft_inverse_opset19")}
+
+
+@functools.lru_cache(maxsize=1)
+def bundle_batches() -> dict[str, str]:
+    """Case name -> batch of ``test_node_bundle`` (:mod:`tests.node_batch`): every case
+    a batch can hold, i.e. without control-flow bodies or local functions, and not a known
+    bundle failure (an xfail is built alone, so its XPASS stays its own)."""
+    return group_names(_cases(), lambda c: c.name not in KNOWN_BUNDLE_FAILURES
+                       and batchable(c.model))
+
+
 #: known failures caused by op definitions (owned elsewhere), each with the reason; they
 #: run as non-strict xfails so a fix shows up as XPASS
 _FP16_ATTENTION = (
@@ -253,9 +270,12 @@ KNOWN_FAILURES: dict[str, str] = {
 
 
 def _params():
+    batches = bundle_batches()
     for name in sorted(_cases()):
         marks = [pytest.mark.xfail(reason=KNOWN_FAILURES[name], strict=False)] \
             if name in KNOWN_FAILURES else []
+        if name in batches:  # on the worker of its bundle batch, which needs its reference
+            marks.append(pytest.mark.xdist_group(f"nodes-{batches[name]}"))
         yield pytest.param(name, marks=marks, id=name)
 
 
@@ -265,23 +285,6 @@ def test_node(name: str) -> None:
     if status == "skip":
         pytest.skip(detail)
     assert status == "pass", detail
-
-
-#: node tests whose bundle differs from the expected data only in float noise below the
-#: case's tolerance's reach (non-strict xfails: a fix shows up as XPASS)
-KNOWN_BUNDLE_FAILURES: dict[str, str] = {
-    name: "the inverse DFT's imaginary parts are exactly 0; the bundle computes them to "
-          "~3e-15, the expected data (float32 FFT) to 1.9e-7, and the case's atol is 1e-7"
-    for name in ("test_dft_inverse", "test_dft_inverse_opset19")}
-
-
-@functools.lru_cache(maxsize=1)
-def bundle_batches() -> dict[str, str]:
-    """Case name -> batch of ``test_node_bundle`` (:mod:`tests.node_batch`): every case
-    a batch can hold, i.e. without control-flow bodies or local functions, and not a known
-    bundle failure (an xfail is built alone, so its XPASS stays its own)."""
-    return group_names(_cases(), lambda c: c.name not in KNOWN_BUNDLE_FAILURES
-                       and batchable(c.model))
 
 
 def _bundle_params():
@@ -313,21 +316,23 @@ def _selected(session: pytest.Session) -> frozenset[str]:
 
 
 @pytest.mark.parametrize("name", list(_bundle_params()))
-def test_node_bundle(name: str, tmp_path: Path, request: pytest.FixtureRequest,
+def test_node_bundle(name: str, request: pytest.FixtureRequest,
                      tmp_path_factory: pytest.TempPathFactory) -> None:
     """The node test through a compiled bundle: a bundle passes every node test the
     reference executor passes (what users run is the bundle). Cases are built in batches
     of disjoint parts (:mod:`tests.node_batch`); each item reports its own case."""
     batch = bundle_batches().get(name)
-    if batch is None:
-        status, detail = run_case_bundle(name, tmp_path)
-    else:
+    outcome = None
+    if batch is not None:
         if batch not in _BATCH_OUTCOMES:
             chosen = _selected(request.session)
             names = [n for n, b in bundle_batches().items() if b == batch and n in chosen]
             _BATCH_OUTCOMES[batch] = run_batch(names or [name],
                                                tmp_path_factory.mktemp(f"batch-{batch}"))
-        status, detail = _BATCH_OUTCOMES[batch].get(name) or run_case_bundle(name, tmp_path)
+        outcome = _BATCH_OUTCOMES[batch].get(name)
+    if outcome is None:  # built alone (the bundle's folder is made only if it builds)
+        outcome = run_case_bundle(name, tmp_path_factory.getbasetemp() / "alone" / name)
+    status, detail = outcome
     if status == "skip":
         pytest.skip(detail)
     assert status == "pass", detail
