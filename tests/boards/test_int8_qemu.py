@@ -4,7 +4,8 @@ Each model is quantized to QDQ ONNX (by Kiln's own post-training quantization, a
 DS-CNN also by ``onnxruntime.quantization.quantize_static``), compiled for the QEMU board
 and for a real board (linked with its flash/RAM limits), run under QEMU, and compared with
 
-* the host int8 build of the same QDQ model (``c-generic`` bundle): bit-exact. The integer
+* the host int8 build of the same QDQ model (``c-generic`` bundle; for onnxruntime's DS-CNN
+  Kiln's integer reference, which that build equals bit for bit): bit-exact. The integer
   kernels are the cortex-m4 target's (DSP schedules) on the board and the host's vectorized
   ones on the host, so this checks the board kernels against independently scheduled code;
   the only outputs allowed to differ are float reductions after the last DequantizeLinear
