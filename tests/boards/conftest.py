@@ -19,8 +19,9 @@ HAVE_QEMU = have("qemu-system-arm")
 needs_cross = needs("arm-none-eabi-gcc", "picolibc", "make")
 needs_qemu = needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
 
-#: the xdist group of the tests that read :func:`anchor` models (the arena tests and the
-#: anchor models' board runs): each model is quantized once, on one worker
+#: the xdist group of the tests that read :func:`anchor` models (the arena tests, the
+#: anchor models' board runs, the Cortex-M straight-line-dot and ``kiln tune`` whole-model
+#: tests): each model is quantized once, on one worker
 ANCHORS_GROUP = "boards-anchors"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.boards.conftest import ANCHORS_GROUP, anchor
 from tests.covering import THOROUGH
 from tests.schedules._cpu_targets import cross_compile_m4
 from tests.schedules.cortex_m.test_int8 import _conv, _qx, _reference, _run_host
@@ -212,6 +213,7 @@ def test_the_straight_line_dot_counts_fewer_instructions(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(ANCHORS_GROUP)
 @needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
 @pytest.mark.parametrize("model", ["ds_cnn", "resnet8"])
 def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tmp_path):
@@ -226,9 +228,8 @@ def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tm
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.passes.quantize_ops import quantize_ops
     from toolchain.graph.reference import run_graph
-    from toolchain.zoo.quantized import anchor_model
 
-    m = anchor_model(model)
+    m = anchor(model)  # quantized once a process (the arena and board tests read it too)
     path = tmp_path / f"{model}.onnx"
     onnx.save(m, path)
     points = {"cm_int8_conv": {"wide": True, "unroll": "full", "zero_point": "bias"},
@@ -254,6 +255,7 @@ def test_whole_models_with_the_straight_line_dot_are_bit_exact_on_qemu(model, tm
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(ANCHORS_GROUP)
 @needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
 def test_kiln_tune_on_qemu_then_compile_for_the_board_with_the_records(tmp_path, capsys):
     """``kiln tune MODEL --target cortex-m4 --runner qemu`` finds DS-CNN's int8 tasks (the
@@ -264,10 +266,9 @@ def test_kiln_tune_on_qemu_then_compile_for_the_board_with_the_records(tmp_path,
 
     from toolchain.autotune.records import load_records
     from toolchain.cli import main
-    from toolchain.zoo.quantized import anchor_model
 
     model = tmp_path / "ds_cnn.onnx"
-    onnx.save(anchor_model("ds_cnn"), model)
+    onnx.save(anchor("ds_cnn"), model)
     out = tmp_path / "r.jsonl"
     assert main(["tune", str(model), "--target", "cortex-m4", "--runner", "qemu", "--trials",
                  "8", "-o", str(out), "--no-progress"]) == 0
