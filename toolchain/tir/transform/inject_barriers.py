@@ -248,6 +248,53 @@ def _np_eval(e: ir.PrimExpr, env: dict[ir.Var, np.ndarray]) -> np.ndarray:  # no
 MAX_JOINT = 64
 
 
+def _two_threads_meet(ea: np.ndarray, ta: np.ndarray, eb: np.ndarray, tb: np.ndarray
+                      ) -> bool:
+    """Whether some element that both accesses touch (``ea``, ``eb``: the elements, ``ta``,
+    ``tb``: the thread of each) is touched by two different threads of either.
+
+    Over the elements' span (a shared buffer's: a few times the points at most) without a
+    sort: each common element's slot takes one of its points' threads (numpy keeps the
+    last of repeated indices), and two threads meet where a point's thread is not its
+    slot's. A span wider than that is sorted instead.
+
+    >>> e = np.array([0, 1, 2]); t = np.array([0, 1, 2])
+    >>> _two_threads_meet(e, t, e + 3, t), _two_threads_meet(e, t, e, t)
+    (False, False)
+    >>> _two_threads_meet(e, t, e[::-1], t)  # element 0: threads 0 and 2
+    True
+    """
+    if not ea.size or not eb.size:
+        return False
+    lo = min(int(ea.min()), int(eb.min()))
+    span = max(int(ea.max()), int(eb.max())) - lo + 1
+    if span > 4 * (ea.size + eb.size) + 4096:
+        common = np.intersect1d(ea, eb)
+        if not common.size:
+            return False
+        ma, mb = np.isin(ea, common), np.isin(eb, common)
+        e = np.concatenate([ea[ma], eb[mb]])
+        t = np.concatenate([ta[ma], tb[mb]])
+        order = np.argsort(e, kind="stable")
+        e, t = e[order], t[order]
+        starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
+        return bool(np.any(np.minimum.reduceat(t, starts) != np.maximum.reduceat(t, starts)))
+    ia, ib = ea - lo, eb - lo
+    in_a = np.zeros(span, np.bool_)
+    in_a[ia] = True
+    in_b = np.zeros(span, np.bool_)
+    in_b[ib] = True
+    common = in_a & in_b
+    if not common.any():
+        return False
+    ma, mb = common[ia], common[ib]
+    e = np.concatenate([ia[ma], ib[mb]])
+    t = np.concatenate([ta[ma], tb[mb]])
+    slot = np.empty(span, np.int64)
+    slot[e] = t
+    return bool(np.any(slot[e] != t))
+
+
 class _Overlap:
     """Do two accesses touch one element from two different threads? (See the module
     docstring: enumeration over the block's threads and the accesses' loops.)"""
@@ -306,17 +353,7 @@ class _Overlap:
         pa, pb = self._points(a, split[0]), self._points(b, split[1])
         if pa is None or pb is None:
             return True
-        (ea, ta), (eb, tb) = pa, pb
-        common = np.intersect1d(ea, eb)
-        if not common.size:
-            return False
-        ma, mb = np.isin(ea, common), np.isin(eb, common)
-        e = np.concatenate([ea[ma], eb[mb]])
-        t = np.concatenate([ta[ma], tb[mb]])
-        order = np.argsort(e, kind="stable")
-        e, t = e[order], t[order]
-        starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
-        return bool(np.any(np.minimum.reduceat(t, starts) != np.maximum.reduceat(t, starts)))
+        return _two_threads_meet(*pa, *pb)
 
     def _common_offset(self, a: _Access, b: _Access) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
         """Both indices with the variables that are the same for both accesses (block
