@@ -302,6 +302,9 @@ class _Overlap:
     def __init__(self, threads: dict[ir.Var, int] | None) -> None:
         self.threads = threads
         self.memo: dict[tuple[int, int], bool] = {}
+        #: each access's points at its own index (most comparisons of a kernel's accesses
+        #: take them there), by the access's id, with the access kept alive
+        self.own_points: dict[int, tuple[_Access, tuple[np.ndarray, np.ndarray] | None]] = {}
         #: the serial loops around the statements being compared (the planner keeps it):
         #: both accesses see the same value of each
         self.outer: dict[ir.Var, ir.Range] = {}
@@ -350,7 +353,7 @@ class _Overlap:
 
     def _overlap(self, a: _Access, b: _Access, split: tuple[ir.PrimExpr, ir.PrimExpr]
                  ) -> bool:
-        pa, pb = self._points(a, split[0]), self._points(b, split[1])
+        pa, pb = self._points_at(a, split[0]), self._points_at(b, split[1])
         if pa is None or pb is None:
             return True
         return _two_threads_meet(*pa, *pb)
@@ -370,6 +373,16 @@ class _Overlap:
         if not ir.structural_equal(da, db) or any(v in own for v in free_vars(da)):
             return None
         return a0, b0
+
+    def _points_at(self, acc: _Access, index: ir.PrimExpr
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`_points`, remembered where ``index`` is the access's own."""
+        if index is not acc.index:
+            return self._points(acc, index)
+        hit = self.own_points.get(id(acc))
+        if hit is None:
+            hit = self.own_points[id(acc)] = (acc, self._points(acc, index))
+        return hit[1]
 
     def _points(self, acc: _Access, index: ir.PrimExpr) -> tuple[np.ndarray, np.ndarray] | None:
         """(element, thread id) for every thread and loop value of ``acc``."""
