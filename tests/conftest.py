@@ -9,6 +9,7 @@ import re
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ gc.set_threshold(*GC_THRESHOLDS)
 #: is built once in each worker that runs one of its users, so they stay on one worker
 SHARED_BUILDS = {"qdq_compiled": "boards", "zoo_compiled": "boards",
                  "int8_builds": "boards", "cuda_sm90_zoo": "cuda-nvcc",
-                 "shuffle_kernels": "cuda-shuffle-nvcc",
+                 "kernels_nvcc": "cuda-kernels-nvcc",
                  "zoo_c_bundle": "bundle-zoo", "lenet_llvm": "codegen-aarch64-lenet",
                  "pool_stage": "bundle-patch-pool"}
 
@@ -65,6 +66,22 @@ def qdq_compiled(tmp_path_factory, int8_builds):
         return cache[name, quantizer]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def kernels_nvcc(request: pytest.FixtureRequest, tmp_path_factory) -> Any:
+    """:class:`tests.bundle.helpers.KernelChecks` of the device-only nvcc checks
+    (``NVCC_KERNEL_CHECKS``) defined by the modules of this session's tests that use it
+    (the GPU schedule files, ``tests/bundle/test_cuda_fp16.py``): their bundles, and one
+    nvcc run over all their kernels (a run a check paid nvcc's fixed cost each time). The
+    users share an xdist group (:data:`SHARED_BUILDS`), so one worker builds it."""
+    from tests.bundle.helpers import NVCC_KERNEL_CHECKS, KernelChecks
+
+    modules = {getattr(getattr(item, "module", None), "__name__", None)
+               for item in request.session.items
+               if "kernels_nvcc" in getattr(item, "fixturenames", ())}
+    names = [n for n, (module, _) in NVCC_KERNEL_CHECKS.items() if module in modules]
+    return KernelChecks.build(names, tmp_path_factory.mktemp("kernels_nvcc"))
 
 
 @pytest.hookimpl(tryfirst=True)

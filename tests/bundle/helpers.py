@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -273,6 +273,61 @@ def nvcc_kernels(bundles: Sequence[Path], out: Path) -> subprocess.CompletedProc
     include = nvcc_unit([[b / "src" / "kernels.cu"] for b in bundles], unit)
     return nvcc_object(bundles[0], unit, out / "kernels_unit.fatbin", include,
                        device_only=True)
+
+
+#: the device-only nvcc checks of the GPU tests that share one nvcc run (the session fixture
+#: ``kernels_nvcc``, ``tests/conftest.py``): check name -> (the test module that defines it,
+#: a builder of its bundles in a folder: ``cuda-sm90`` bundles by model name, each model
+#: compiled under a name of its own, since one translation unit holds them all)
+NVCC_KERNEL_CHECKS: dict[str, tuple[str, Callable[[Path], dict[str, Path]]]] = {}
+
+
+def nvcc_kernel_check(name: str) -> Callable[[Callable[[Path], dict[str, Path]]],
+                                             Callable[[Path], dict[str, Path]]]:
+    """Register a builder of check ``name``'s bundles (:data:`NVCC_KERNEL_CHECKS`)."""
+    def register(build: Callable[[Path], dict[str, Path]]) -> Callable[[Path], dict[str, Path]]:
+        NVCC_KERNEL_CHECKS[name] = (build.__module__, build)
+        return build
+    return register
+
+
+@dataclass
+class KernelChecks:
+    """The bundles of several device-only nvcc checks (by check name; or the error its
+    builder raised) and whether one nvcc run (:func:`nvcc_kernels`: the fat binary of
+    sm_80 and sm_90 object code, every warning an error) built all their kernels: nvcc's
+    fixed cost (about 0.7 CPU s a device-only run) paid once, not once a check."""
+
+    bundles: dict[str, dict[str, Path] | Exception]
+    built: bool
+
+    @classmethod
+    def build(cls, names: Sequence[str], out: Path) -> KernelChecks:
+        bundles: dict[str, dict[str, Path] | Exception] = {}
+        for name in names:
+            try:
+                bundles[name] = NVCC_KERNEL_CHECKS[name][1](out / name)
+            except Exception as e:  # (its own test raises it)
+                bundles[name] = e
+        ok = [d for got in bundles.values() if isinstance(got, dict) for d in got.values()]
+        built = bool(ok) and shutil.which("nvcc") is not None and \
+            nvcc_kernels(ok, out).returncode == 0
+        return cls(bundles, built)
+
+    def of(self, name: str) -> dict[str, Path]:
+        """Check ``name``'s bundles; raises what its builder raised."""
+        got = self.bundles[name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def check(self, name: str, tmp: Path) -> None:
+        """Assert that nvcc built check ``name``'s kernels: in the shared run, or -- where
+        that run failed -- in a run of their own, whose errors are this check's."""
+        if self.built:
+            return
+        res = nvcc_kernels(list(self.of(name).values()), tmp)
+        assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
 
 
 def make(bundle: Path, *args: str, cflags: str | None = None) -> subprocess.CompletedProcess:

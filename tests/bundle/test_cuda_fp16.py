@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.bundle.helpers import nvcc_object
+from tests.bundle.helpers import nvcc_kernel_check
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.errors import OptionError
@@ -120,14 +121,20 @@ def test_fp16_zoo_models_emulated_match_the_float32_reference(name: str, tmp_pat
     assert _rel_err(got, want) < FP16_TOL
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-def test_fp16_bundle_compiles_for_sm80_and_sm90(tmp_path: Path) -> None:
+@nvcc_kernel_check("fp16")
+def _fp16_gemm(out: Path) -> dict[str, Path]:
     model, _ = gemm_model(64, 48, 32)
-    d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
+    return {"fp16_gemm": compile_model(model, "cuda-sm90", out / "fp16_gemm", progress=False,
+                                       precision="fp16", name="fp16_gemm")}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_fp16_bundle_compiles_for_sm80_and_sm90(kernels_nvcc: Any, tmp_path: Path) -> None:
+    """Its kernels through nvcc with the GPU schedule tests' in one run (``kernels_nvcc``)."""
+    d = kernels_nvcc.of("fp16")["fp16_gemm"]
     src = (d / "src/kernels.cu").read_text()
     assert "__half" in src and "float gemm" in src  # half tiles, float accumulators
-    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o", device_only=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    kernels_nvcc.check("fp16", tmp_path)
 
 
 @pytest.mark.gpu

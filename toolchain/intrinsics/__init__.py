@@ -42,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -448,6 +449,14 @@ _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newlin
 _ENV.globals["require"] = _require
 
 
+@functools.lru_cache(maxsize=256)
+def _template(text: str) -> jinja2.Template:
+    """An intrinsic's ``impl`` (or ``llvm_impl``) template, compiled once per text (jinja2
+    compiles ``from_string`` anew every call: some 5 ms, paid by every specialised call
+    of a kernel before)."""
+    return _ENV.from_string(text)
+
+
 def _strides(buf: ir.Buffer) -> list[int]:
     """The element strides of ``buf``: its own (a ``storage_align``-padded tile), else
     row-major ones of its constant shape."""
@@ -523,7 +532,7 @@ class _Specialise(StmtExprMutator):
                                       and isinstance(v, int)})
         if fname not in self.defs:
             try:
-                body = _ENV.from_string(spec.template).render(**env)
+                body = _template(spec.template).render(**env)
             except ScheduleError as err:
                 raise ScheduleError(f"intrinsic {spec.name!r}: {err} (strides: "
                                     f"{ {k: v for k, v in env.items() if '_s' in k} })") from None
@@ -606,7 +615,7 @@ def llvm_definition(spec: IntrinsicSpec, fname: str, env: dict[str, object]
     define linkonce_odr i32 @f(ptr noalias %A, ptr noalias %B, p
     """
     try:
-        body = _ENV.from_string(spec.llvm_template).render(**env)
+        body = _template(spec.llvm_template).render(**env)
     except ScheduleError as err:
         raise ScheduleError(f"intrinsic {spec.name!r} (llvm_impl): {err}") from None
     params = ", ".join(f"ptr noalias %{op}" for op in spec.operands)

@@ -201,6 +201,8 @@ class _Tracker:
     def __init__(self, sites: list[_Site], kernels: list[tuple[str, tuple[str, ...]]],
                  limit: int, max_blocks: int | None) -> None:
         self.sites = sites
+        #: each site's (buffer, writes, whether it runs per thread), read by every access
+        self.site_info = [(s.buffer, s.write, bool(s.tags)) for s in sites]
         self.kernels = kernels
         self.limit = limit
         self.max_blocks = max_blocks
@@ -228,20 +230,21 @@ class _Tracker:
         self.readers: dict[tuple[str, int], list[tuple[tuple[int, ...] | None, int]]] = {}
 
     def access(self, index: Any, site: Any, *thread: Any) -> Any:
-        site = int(site)
-        s = self.sites[site]
-        tid = tuple(map(int, thread)) if s.tags else None
+        # (the thread indices as the emulation's loops give them, Python ints: compared
+        # by value, made ints in a report)
+        buffer, write, tagged = self.site_info[site]
+        tid = thread if tagged else None
         me = (tid, site)
         writer, readers = self.writer, self.readers
         # (one element mostly: a scalar index, without numpy's round trip)
-        elements = (index,) if isinstance(index, (int, np.integer)) else \
+        elements = (index,) if type(index) is int or isinstance(index, np.integer) else \
             np.asarray(index).ravel()
         for e in elements:
-            key = (s.buffer, int(e))
+            key = (buffer, int(e))
             w = writer.get(key)
             if w is not None and (w[0] != tid or tid is None):
                 self.report(key, w, me)
-            if s.write:
+            if write:
                 for r in readers.get(key, ()):
                     if r[0] != tid or tid is None:
                         self.report(key, r, me)
@@ -262,8 +265,8 @@ class _Tracker:
         a, b = self.sites[first[1]], self.sites[second[1]]
         self.races.append(DataRace(
             self.kernel, key[0], key[1], dict(self.block),
-            dict(zip(a.tags, first[0] or (), strict=False)), a.write, a.stmt,
-            dict(zip(b.tags, second[0] or (), strict=False)), b.write, b.stmt))
+            dict(zip(a.tags, map(int, first[0] or ()), strict=False)), a.write, a.stmt,
+            dict(zip(b.tags, map(int, second[0] or ()), strict=False)), b.write, b.stmt))
         if len(self.races) >= self.limit:
             raise _Stop
 

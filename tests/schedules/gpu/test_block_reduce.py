@@ -10,6 +10,7 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from tests.bundle.helpers import (
     emulated_matches_reference,
     gpu_matches_reference,
     make_model,
-    nvcc_kernels,
+    nvcc_kernel_check,
 )
 from toolchain.bundle import compile_model
 from toolchain.bundle.host import gpu_available
@@ -136,19 +137,23 @@ def test_block_reductions_emulated_match_the_reference(name: str, tmp_path: Path
     emulated_matches_reference(MODELS[name][0](), tmp_path / name, seed=6)
 
 
+@nvcc_kernel_check("block_reduce")
+def _block_reductions(out: Path) -> dict[str, Path]:
+    return {name: compile_model(MODELS[name][0](), "cuda-sm90", out / name, progress=False,
+                                name=name)
+            for name in ("classifier_512x1000", "softmax_4x2048")}
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-def test_block_reductions_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
-    """Both models' kernels in one nvcc run (``nvcc_kernels``: each model named apart)."""
-    built = []
-    for name in ("classifier_512x1000", "softmax_4x2048"):
-        d = compile_model(MODELS[name][0](), "cuda-sm90", tmp_path / name, progress=False,
-                          name=name)
+def test_block_reductions_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any,
+                                                              tmp_path: Path) -> None:
+    """Both models' kernels (each model named apart), in one nvcc run with the other GPU
+    tests' (``kernels_nvcc``)."""
+    for name, d in kernels_nvcc.of("block_reduce").items():
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
         assert "__shfl_xor_sync(0xffffffffu, " in src, name
-        built.append(d)
-    res = nvcc_kernels(built, tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
+    kernels_nvcc.check("block_reduce", tmp_path)
 
 
 @pytest.mark.gpu

@@ -18,7 +18,7 @@ from tests.bundle.helpers import (
     emulated_matches_reference,
     gpu_matches_reference,
     make_model,
-    nvcc_kernels,
+    nvcc_kernel_check,
     random_inputs,
 )
 from tests.codegen.gpu_workloads import run_simt
@@ -242,19 +242,22 @@ def test_odd_shaped_models_are_tiled_race_free_and_match_the_reference(
     assert "__syncthreads()" in (d / "src/kernels.c").read_text()  # the barriers' markers
 
 
+@nvcc_kernel_check("gemm")
+def _odd_shaped(out: Path) -> dict[str, Path]:
+    return {name: compile_model(MODELS[name](), "cuda-sm90", out / name, progress=False,
+                                name=name)
+            for name in ("conv_asym_pads", "batch_matmul", "conv1x1_split_k")}  # the zoo: the rest
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
-    """The three models' kernels in one nvcc run (``nvcc_kernels``: each model named
-    apart)."""
-    built = []
-    for name in ("conv_asym_pads", "batch_matmul", "conv1x1_split_k"):  # the zoo: the rest
-        d = compile_model(MODELS[name](), "cuda-sm90", tmp_path / name, progress=False,
-                          name=name)
+def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any,
+                                                               tmp_path: Path) -> None:
+    """The three models' kernels (each model named apart), in one nvcc run with the other
+    GPU tests' (``kernels_nvcc``)."""
+    for name, d in kernels_nvcc.of("gemm").items():
         src = (d / "src/kernels.cu").read_text()
         assert "__shared__" in src and "__syncthreads();" in src, name
-        built.append(d)
-    res = nvcc_kernels(built, tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
+    kernels_nvcc.check("gemm", tmp_path)
 
 
 @pytest.mark.gpu

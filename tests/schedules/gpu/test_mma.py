@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import nvcc_object
+from tests.bundle.helpers import nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import MODELS, wmma_gemm
 from toolchain import te
@@ -182,15 +183,21 @@ def test_wrong_ldmatrix_addresses_are_caught(tmp_path: Path) -> None:
     assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-def test_mma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
+@nvcc_kernel_check("mma")
+def _mma_gemm(out: Path) -> dict[str, Path]:
     model, _ = gemm_model(128, 96, 64)
     with wmma_tiles(WmmaTiles(2, 2, 2, 1, 2, pad=8, vector=8, async_copy=True, mma=True)):
-        d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
-    src = (d / "src/kernels.cu").read_text()
+        return {"mma_gemm": compile_model(model, "cuda-sm90", out / "mma_gemm", progress=False,
+                                          precision="fp16", name="mma_gemm")}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_mma_kernels_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any,
+                                                        tmp_path: Path) -> None:
+    """Through nvcc with the other GPU tests' kernels in one run (``kernels_nvcc``)."""
+    src = (kernels_nvcc.of("mma")["mma_gemm"] / "src/kernels.cu").read_text()
     assert "kiln_mma_f16_16x8x16_" in src and "kiln_ldmatrix_x2_trans(b[" in src
-    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o", device_only=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    kernels_nvcc.check("mma", tmp_path)
 
 
 def test_a_deeper_pipeline_keeps_one_barrier_a_step_and_waits_for_its_tile(

@@ -10,12 +10,13 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from tests.bundle.helpers import make_model, nvcc_object, random_inputs
+from tests.bundle.helpers import make_model, nvcc_kernel_check, nvcc_object, random_inputs
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from toolchain import te
 from toolchain.bundle import (
@@ -235,14 +236,20 @@ def test_fp16_gemms_emulated_match_the_reference(name: str, tmp_path: Path) -> N
         assert err < FP16_TOL, f"{name}: {k} off by {err:.2e} of its range"
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
-def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(tmp_path: Path) -> None:
+@nvcc_kernel_check("wmma")
+def _wmma_gemm(out: Path) -> dict[str, Path]:
     model, _ = gemm_model(128, 96, 64)
-    d = compile_model(model, "cuda-sm90", tmp_path / "g", progress=False, precision="fp16")
-    src = (d / "src/kernels.cu").read_text()
+    return {"wmma_gemm": compile_model(model, "cuda-sm90", out / "wmma_gemm", progress=False,
+                                       precision="fp16", name="wmma_gemm")}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_wmma_kernels_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any,
+                                                         tmp_path: Path) -> None:
+    """Through nvcc with the other GPU tests' kernels in one run (``kernels_nvcc``)."""
+    src = (kernels_nvcc.of("wmma")["wmma_gemm"] / "src/kernels.cu").read_text()
     assert "nvcuda::wmma::mma_sync" in src and "kiln_wmma_acc " in src
-    res = nvcc_object(d, "src/kernels.cu", tmp_path / "k.o", device_only=True)
-    assert res.returncode == 0, res.stderr[-3000:]
+    kernels_nvcc.check("wmma", tmp_path)
 
 
 #: tile variants (the knobs benchmarks/cuda.py --gemm-sweep turns) on a GEMM 128 x 96 x 64

@@ -10,6 +10,7 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from tests.bundle.helpers import (
     emulated_matches_reference,
     layer_norm_model,
     make_model,
-    nvcc_kernels,
+    nvcc_kernel_check,
     nvcc_object,
 )
 from toolchain import te
@@ -242,26 +243,22 @@ def test_without_warp_size_the_shared_tree_stays() -> None:
 NVCC_CHECKED = ["layer_norm_2x4097", "reduce_max_2x1000", "softmax_2x4097"]
 
 
-@pytest.fixture(scope="module")
-def shuffle_kernels(tmp_path_factory) -> tuple[dict[str, Path], bool]:
-    """The ``cuda-sm90`` bundles of :data:`NVCC_CHECKED` (each model named apart) and
-    whether nvcc built all their kernels in one run (``nvcc_kernels``)."""
-    out = tmp_path_factory.mktemp("shuffle")
-    built = {name: compile_model(BUNDLES[name](), "cuda-sm90", out / name, progress=False,
-                                 name=name) for name in NVCC_CHECKED}
-    return built, nvcc_kernels(list(built.values()), out).returncode == 0
+@nvcc_kernel_check("shuffle")
+def _shuffle_kernels(out: Path) -> dict[str, Path]:
+    """The ``cuda-sm90`` bundles of :data:`NVCC_CHECKED` (each model named apart)."""
+    return {name: compile_model(BUNDLES[name](), "cuda-sm90", out / name, progress=False,
+                                name=name) for name in NVCC_CHECKED}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is missing")
 @pytest.mark.parametrize("name", NVCC_CHECKED)
 def test_shuffle_kernels_compile_with_nvcc_for_sm80_and_sm90(
-        name: str, shuffle_kernels: tuple[dict[str, Path], bool], tmp_path: Path) -> None:
-    """Built with the others in one nvcc run; where that run failed, alone (its errors
-    are this model's)."""
-    built, together = shuffle_kernels
-    d = built[name]
+        name: str, kernels_nvcc: Any, tmp_path: Path) -> None:
+    """Built with the others (and the other GPU tests' kernels) in one nvcc run
+    (``kernels_nvcc``); where that run failed, alone (its errors are this model's)."""
+    d = kernels_nvcc.of("shuffle")[name]
     src = (d / "src/kernels.cu").read_text()
     assert "__shfl_xor_sync(0xffffffffu, " in src and "__syncthreads();" in src, src
-    if not together:
+    if not kernels_nvcc.built:
         res = nvcc_object(d, "src/kernels.cu", tmp_path / f"{name}.o", device_only=True)
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"

@@ -248,6 +248,53 @@ def _np_eval(e: ir.PrimExpr, env: dict[ir.Var, np.ndarray]) -> np.ndarray:  # no
 MAX_JOINT = 64
 
 
+def _two_threads_meet(ea: np.ndarray, ta: np.ndarray, eb: np.ndarray, tb: np.ndarray
+                      ) -> bool:
+    """Whether some element that both accesses touch (``ea``, ``eb``: the elements, ``ta``,
+    ``tb``: the thread of each) is touched by two different threads of either.
+
+    Over the elements' span (a shared buffer's: a few times the points at most) without a
+    sort: each common element's slot takes one of its points' threads (numpy keeps the
+    last of repeated indices), and two threads meet where a point's thread is not its
+    slot's. A span wider than that is sorted instead.
+
+    >>> e = np.array([0, 1, 2]); t = np.array([0, 1, 2])
+    >>> _two_threads_meet(e, t, e + 3, t), _two_threads_meet(e, t, e, t)
+    (False, False)
+    >>> _two_threads_meet(e, t, e[::-1], t)  # element 0: threads 0 and 2
+    True
+    """
+    if not ea.size or not eb.size:
+        return False
+    lo = min(int(ea.min()), int(eb.min()))
+    span = max(int(ea.max()), int(eb.max())) - lo + 1
+    if span > 4 * (ea.size + eb.size) + 4096:
+        common = np.intersect1d(ea, eb)
+        if not common.size:
+            return False
+        ma, mb = np.isin(ea, common), np.isin(eb, common)
+        e = np.concatenate([ea[ma], eb[mb]])
+        t = np.concatenate([ta[ma], tb[mb]])
+        order = np.argsort(e, kind="stable")
+        e, t = e[order], t[order]
+        starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
+        return bool(np.any(np.minimum.reduceat(t, starts) != np.maximum.reduceat(t, starts)))
+    ia, ib = ea - lo, eb - lo
+    in_a = np.zeros(span, np.bool_)
+    in_a[ia] = True
+    in_b = np.zeros(span, np.bool_)
+    in_b[ib] = True
+    common = in_a & in_b
+    if not common.any():
+        return False
+    ma, mb = common[ia], common[ib]
+    e = np.concatenate([ia[ma], ib[mb]])
+    t = np.concatenate([ta[ma], tb[mb]])
+    slot = np.empty(span, np.int64)
+    slot[e] = t
+    return bool(np.any(slot[e] != t))
+
+
 class _Overlap:
     """Do two accesses touch one element from two different threads? (See the module
     docstring: enumeration over the block's threads and the accesses' loops.)"""
@@ -255,6 +302,9 @@ class _Overlap:
     def __init__(self, threads: dict[ir.Var, int] | None) -> None:
         self.threads = threads
         self.memo: dict[tuple[int, int], bool] = {}
+        #: each access's points at its own index (most comparisons of a kernel's accesses
+        #: take them there), by the access's id, with the access kept alive
+        self.own_points: dict[int, tuple[_Access, tuple[np.ndarray, np.ndarray] | None]] = {}
         #: the serial loops around the statements being compared (the planner keeps it):
         #: both accesses see the same value of each
         self.outer: dict[ir.Var, ir.Range] = {}
@@ -303,20 +353,10 @@ class _Overlap:
 
     def _overlap(self, a: _Access, b: _Access, split: tuple[ir.PrimExpr, ir.PrimExpr]
                  ) -> bool:
-        pa, pb = self._points(a, split[0]), self._points(b, split[1])
+        pa, pb = self._points_at(a, split[0]), self._points_at(b, split[1])
         if pa is None or pb is None:
             return True
-        (ea, ta), (eb, tb) = pa, pb
-        common = np.intersect1d(ea, eb)
-        if not common.size:
-            return False
-        ma, mb = np.isin(ea, common), np.isin(eb, common)
-        e = np.concatenate([ea[ma], eb[mb]])
-        t = np.concatenate([ta[ma], tb[mb]])
-        order = np.argsort(e, kind="stable")
-        e, t = e[order], t[order]
-        starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
-        return bool(np.any(np.minimum.reduceat(t, starts) != np.maximum.reduceat(t, starts)))
+        return _two_threads_meet(*pa, *pb)
 
     def _common_offset(self, a: _Access, b: _Access) -> tuple[ir.PrimExpr, ir.PrimExpr] | None:
         """Both indices with the variables that are the same for both accesses (block
@@ -333,6 +373,16 @@ class _Overlap:
         if not ir.structural_equal(da, db) or any(v in own for v in free_vars(da)):
             return None
         return a0, b0
+
+    def _points_at(self, acc: _Access, index: ir.PrimExpr
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`_points`, remembered where ``index`` is the access's own."""
+        if index is not acc.index:
+            return self._points(acc, index)
+        hit = self.own_points.get(id(acc))
+        if hit is None:
+            hit = self.own_points[id(acc)] = (acc, self._points(acc, index))
+        return hit[1]
 
     def _points(self, acc: _Access, index: ir.PrimExpr) -> tuple[np.ndarray, np.ndarray] | None:
         """(element, thread id) for every thread and loop value of ``acc``."""
