@@ -359,14 +359,77 @@ def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> 
 
 # ----------------------------------------------------------------------- simplifier
 
+# The two shortcuts below answer, for the commonest sums, what :meth:`_Simplifier._sum`
+# answers (``node`` kept, canonical, with ``lin_of_pair``'s form of it) without building
+# the operands' forms and walking the sum again (``built_already``): a chain of index
+# terms ``i * 32 + j * 4 + k`` is built one term at a time, and each level walked the whole
+# chain below it. Each keeps its input exactly where ``_sum`` keeps it (``None``: ask it).
+
+
+def _var_times(node: ir.BinaryOp, v: ir.Var,
+               c: ir.IntImm) -> tuple[ir.PrimExpr, Lin, bool] | None:
+    """``node`` (``v * c``: ``c`` above 1, one dtype), its form and its positive-form
+    flag, as :meth:`_Simplifier._sum` keeps it (``to_lin(v).scale(c)`` is ``{v: c}``, and
+    ``to_expr`` builds ``v * c`` back)."""
+    dt, k = node.dtype, c.value
+    if type(k) is not int or k <= 1 or v.dtype != dt or c.dtype != dt:
+        return None
+    return node, Lin(dt, 0, {("v", id(v)): [v, k]}), True
+
+
+def _appended(node: ir.BinaryOp, a: ir.PrimExpr, b: ir.PrimExpr, lin_a: Lin,
+              positive: bool) -> tuple[ir.PrimExpr, Lin, bool] | None:
+    """``node`` (``a + b`` or ``a - b``, ``a`` a sum the simplifier kept with the form
+    ``lin_a``, no constant in it; ``positive``: every coefficient of ``lin_a`` is) where
+    ``b`` is what ``Lin.to_expr`` appends to ``a``'s chain: a constant above 0 (``+`` only
+    after a positive term), or a Var or ``Var * c`` (``c`` above 1) whose Var ``lin_a``
+    lacks (``+`` only after positive terms: negative ones come last). Then ``node`` is
+    canonical (``to_expr`` of the sum's form builds ``a``'s chain, then ``b``) and
+    ``recombine_divmod`` still finds nothing (no coefficient changed, no division added).
+    The form is ``lin_a`` grown in place, as ``lin_of_pair`` grows it."""
+    dt = node.dtype
+    if a.dtype != dt or b.dtype != dt or lin_a.dtype != dt or lin_a.const != 0 \
+            or not lin_a.terms:
+        return None
+    add = type(node) is ir.Add
+    if add and not positive:
+        return None
+    tb = type(b)
+    if tb is _IntImm:
+        k = b.value
+        if type(k) is not int or k <= 0:
+            return None
+        lin_a.const = k if add else -k
+        return node, lin_a, False
+    if tb is ir.Var:
+        v, k = b, 1
+    elif tb is ir.Mul:
+        v, c = b.a, b.b
+        if type(v) is not ir.Var or type(c) is not _IntImm or v.dtype != dt \
+                or c.dtype != dt:
+            return None
+        k = c.value
+        if type(k) is not int or k <= 1:
+            return None
+    else:
+        return None
+    key = ("v", id(v))
+    terms = lin_a.terms
+    if key in terms:
+        return None
+    terms[key] = [v, k if add else -k]
+    return node, lin_a, add
+
+
 class _Simplifier(ExprMutator):
     def __init__(self, ranges: Ranges | None) -> None:
         self.ranges = ranges or {}
-        #: ``(sum, its linear form)`` for the sum :meth:`_int` last kept as it was: the
-        #: linear form of the enclosing sum starts from it instead of from the sum's leaves
-        #: (a chain ``t1 + t2 + ... + tn`` took n linear forms of its prefixes, n^2 / 2
-        #: terms). Taken (and cleared) by the parent right after the child's visit.
-        self.kept: tuple[ir.PrimExpr, Lin] | None = None
+        #: ``(sum, its linear form, whether every coefficient is positive)`` for the sum
+        #: :meth:`_int` last kept as it was: the linear form of the enclosing sum starts
+        #: from it instead of from the sum's leaves (a chain ``t1 + t2 + ... + tn`` took n
+        #: linear forms of its prefixes, n^2 / 2 terms). Taken (and cleared) by the parent
+        #: right after the child's visit.
+        self.kept: tuple[ir.PrimExpr, Lin, bool] | None = None
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
@@ -378,7 +441,10 @@ class _Simplifier(ExprMutator):
             lin_a = None
         else:
             self.kept = None
-            lin_a = kept[1] if kept[0] is a else None
+            if kept[0] is a:
+                lin_a, kept_pos = kept[1], kept[2]
+            else:
+                lin_a = None
         if type(b) is not _IntImm:
             b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
         kept = self.kept
@@ -409,6 +475,17 @@ class _Simplifier(ExprMutator):
         node = e if (a is e.a and b is e.b) else t(a, b)
         if _is_int(e.dtype):
             if t is ir.Add or t is ir.Sub or t is ir.Mul:
+                if t is ir.Mul:
+                    if type(a) is ir.Var and type(b) is _IntImm:
+                        kept = _var_times(node, a, b)
+                        if kept is not None:
+                            self.kept = kept
+                            return node
+                elif lin_a is not None:
+                    kept = _appended(node, a, b, lin_a, kept_pos)
+                    if kept is not None:
+                        self.kept = kept
+                        return node
                 return self._sum(node, lin_of_pair(node, lin_a, lin_b))
             return self._int(node, lin_a)
         if ir.is_float(e.dtype):
@@ -466,7 +543,7 @@ class _Simplifier(ExprMutator):
         # already canonical (most sums are): keep ``e``, so that the callers see
         # "unchanged" and do not rebuild every enclosing node; ``lin`` is still
         # ``to_lin(e)`` (neither check changes it), for the enclosing sum's
-        self.kept = (e, lin)
+        self.kept = (e, lin, lin.const == 0 and all(k > 0 for _, k in lin.terms.values()))
         return e
 
     def _int(self, e: ir.PrimExpr, lin_a: Lin | None = None) -> ir.PrimExpr:  # noqa: C901
