@@ -50,6 +50,7 @@ from toolchain.tir.memo import MEMO, memo_key, memoised, remember
 
 Ranges = Mapping[ir.Var, ir.Range]
 _IntImm = ir.IntImm
+_FloatImm = ir.FloatImm
 
 
 # ----------------------------------------------------------------------- constant folding
@@ -454,39 +455,47 @@ class _Simplifier(ExprMutator):
             self.kept = None
             lin_b = kept[1] if kept[0] is b else None
         t = type(e)
-        if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
+        ta, tb = type(a), type(b)
+        if ta is _IntImm and tb is _IntImm:
             if t in _FOLD_CMP:
                 return ir.IntImm(int(_FOLD_CMP[t](a.value, b.value)), e.dtype)
-            if t in (ir.And, ir.Or):
+            if t is ir.And or t is ir.Or:
                 v = (a.value and b.value) if t is ir.And else (a.value or b.value)
                 return ir.IntImm(int(bool(v)), e.dtype)
             if t in _FOLD_INT and not (t in (ir.FloorDiv, ir.FloorMod, ir.Div, ir.Mod)
                                        and b.value == 0):
                 return ir.IntImm(_wrap(_FOLD_INT[t](a.value, b.value), e.dtype), e.dtype)
-        if isinstance(a, ir.FloatImm) and isinstance(b, ir.FloatImm):
+        elif ta is _FloatImm and tb is _FloatImm:
             if t in _FOLD_FLOAT:
                 return ir.FloatImm(_FOLD_FLOAT[t](a.value, b.value), e.dtype)
             if t in _FOLD_CMP:
                 return ir.IntImm(int(_FOLD_CMP[t](a.value, b.value)), e.dtype)
-        if t in (ir.And, ir.Or):
-            return self._logic(t, a, b, e)
-        if t in _FOLD_CMP:
-            return self._compare(t, a, b, e)
-        node = e if (a is e.a and b is e.b) else t(a, b)
-        if _is_int(e.dtype):
-            if t is ir.Add or t is ir.Sub or t is ir.Mul:
-                if t is ir.Mul:
-                    if type(a) is ir.Var and type(b) is _IntImm:
-                        kept = _var_times(node, a, b)
-                        if kept is not None:
-                            self.kept = kept
-                            return node
-                elif lin_a is not None:
+        if t is ir.Add or t is ir.Sub or t is ir.Mul:  # the commonest: first
+            node = e if (a is e.a and b is e.b) else t(a, b)
+            dt = e.dtype
+            if dt not in INT_DTYPES:
+                return self._float(node) if ir.is_float(dt) else node
+            if t is ir.Mul:
+                if ta is ir.Var and tb is _IntImm:
+                    kept = _var_times(node, a, b)
+                    if kept is not None:
+                        self.kept = kept
+                        return node
+            else:
+                if lin_a is None and ta is ir.Var:  # ``to_lin(a)``, every coefficient positive
+                    lin_a, kept_pos = Lin(a.dtype, 0, {("v", id(a)): [a, 1]}), True
+                if lin_a is not None:
                     kept = _appended(node, a, b, lin_a, kept_pos)
                     if kept is not None:
                         self.kept = kept
                         return node
-                return self._sum(node, lin_of_pair(node, lin_a, lin_b))
+            return self._sum(node, lin_of_pair(node, lin_a, lin_b))
+        if t is ir.And or t is ir.Or:
+            return self._logic(t, a, b, e)
+        if t in _FOLD_CMP:
+            return self._compare(t, a, b, e)
+        node = e if (a is e.a and b is e.b) else t(a, b)
+        if e.dtype in INT_DTYPES:
             return self._int(node, lin_a)
         if ir.is_float(e.dtype):
             return self._float(node)
@@ -726,8 +735,9 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
         if t is ir.Var:  # ``_Simplifier.visit_Var``
             r = ranges.get(e) if ranges else None
             return r.min if r is not None and ir.is_const_int(r.extent, 1) else e
-        if ir.is_float(e.dtype):  # value expressions: large, rarely repeated, not memoised
-            return _ValueSimplifier(ranges).visit_expr(e)
+        dt = e.dtype
+        if dt not in INT_DTYPES and ir.is_float(dt):  # value expressions: large, rarely
+            return _ValueSimplifier(ranges).visit_expr(e)  # repeated, not memoised
         # ``memoised``, written out (no closure per call: most calls are hits)
         key = memo_key("simplify", e, ranges)
         hit = MEMO.get(key)
