@@ -656,10 +656,12 @@ class _Simplifier(ExprMutator):
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         # through the memo: the same indices recur in every load of an unrolled tile
-        idx = tuple(simplify(i, self.ranges) for i in e.indices)
-        if all(x is y for x, y in zip(idx, e.indices, strict=True)):
-            return e
-        return ir.BufferLoad(e.buffer, idx)
+        ranges, indices = self.ranges, e.indices
+        idx = [simplify(i, ranges) for i in indices]  # no generators: two calls a load less
+        for x, y in zip(idx, indices, strict=True):
+            if x is not y:
+                return ir.BufferLoad(e.buffer, tuple(idx))
+        return e
 
     def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
         r = self.ranges.get(e)
