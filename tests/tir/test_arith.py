@@ -264,3 +264,75 @@ def test_constant_ranges_bound_at_their_folded_end() -> None:
         last = simplify(mn + ext - 1)
         assert const_bound(i, {i: Range(mn, ext)}) == (mn.value, last.value)
     assert const_bound(Var("i"), {}) == (None, None)
+
+
+def _index_chain(rng) -> ir.PrimExpr:  # noqa: ANN001 - a random.Random
+    """A random index sum built one term at a time, as the schedule and the lowering build
+    them: Var terms (a repeated Var now and then), ``Var * c`` with ``c`` in -2..8, other
+    atoms (``i // 4``, ``i % 4``, a ``min``), constants, ``+`` and ``-``, int32 or int64
+    (sometimes mixed)."""
+    dt = rng.choice(("int32", "int64"))
+    vs = [ir.Var(n, dt) for n in "pqr"] + [i, j]
+    out: ir.PrimExpr = rng.choice(vs)
+    for _ in range(rng.randint(1, 6)):
+        r = rng.random()
+        v = rng.choice(vs)
+        if r < 0.3:
+            term = v
+        elif r < 0.6:
+            term = ir.Mul(v, ir.IntImm(rng.randint(-2, 8), v.dtype))
+        elif r < 0.7:
+            term = rng.choice((ir.FloorDiv(v, ir.IntImm(4, v.dtype)),
+                               ir.FloorMod(v, ir.IntImm(4, v.dtype)),
+                               ir.Min(v, ir.IntImm(3, v.dtype))))
+        else:
+            term = ir.IntImm(rng.randint(-3, 5), rng.choice((dt, dt, "int32")))
+        op = ir.Add if rng.random() < 0.7 else ir.Sub
+        out = op(out, term) if rng.random() < 0.9 else op(term, out)
+    return out
+
+
+def test_sum_shortcuts_keep_what_the_long_way_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_var_times`` and ``_appended`` (a sum kept without building its operands' forms)
+    against the simplifier without them, on random index sums, alone and under ``// 3`` /
+    ``% 3`` (which read the kept form), with and without ranges: the same trees, the same
+    inputs kept as they are, and the same kept form (terms, atoms, order, constant)."""
+    import random
+
+    rng = random.Random(22)
+    exprs = []
+    for _ in range(600):
+        e = _index_chain(rng)
+        if rng.random() < 0.3:
+            e = rng.choice((ir.FloorDiv, ir.FloorMod))(e, ir.IntImm(3, e.dtype))
+        exprs.append(e)
+    ranges = {i: ir.Range(0, 4), j: ir.Range(0, 8)}
+
+    def run() -> list:
+        out = []
+        for e in exprs:
+            for rs in ({}, ranges):
+                s = arith._Simplifier(rs)
+                x = s.visit_expr(e)
+                kept = s.kept
+                form = None if kept is None else (
+                    kept[0] is x, kept[1].dtype, kept[1].const,
+                    [(k, linear.term_key(a), c) for k, (a, c) in kept[1].terms.items()])
+                out.append((linear.term_key(x), x is e, form))
+        return out
+
+    fast = run()
+    taken = [0]
+    real = arith._appended
+
+    def counted(*args):  # noqa: ANN002, ANN202
+        got = real(*args)
+        taken[0] += got is not None
+        return got
+
+    monkeypatch.setattr(arith, "_appended", counted)
+    assert run() == fast
+    assert taken[0] > 500  # the shortcut is taken, not only refused
+    monkeypatch.setattr(arith, "_var_times", lambda *a: None)
+    monkeypatch.setattr(arith, "_appended", lambda *a: None)
+    assert run() == fast

@@ -180,3 +180,43 @@ def test_a_values_conditions_go_through_the_memo() -> None:
     assert {k[0] for k in memo.MEMO} == {"simplify"}
     memo.clear_cache()
     assert str(arith._Simplifier(r).visit_expr(value)) == str(out)
+
+
+def _plain_key(e, found: list) -> object:  # noqa: ANN001 - an expression
+    """``expr_key`` of a tree of BinaryOps over Vars and IntImms, recursing into every
+    operand (the leaves keyed by their own cases)."""
+    if type(e) is Var:
+        found.append(e)
+        return e
+    if type(e) is IntImm:
+        return ("i", e.value, e.dtype)
+    return (type(e), _plain_key(e.a, found), _plain_key(e.b, found), e.dtype)
+
+
+def test_binary_keys_their_leaf_operands_as_the_leaf_cases_do() -> None:
+    """``expr_key`` keys a BinaryOp's Var and IntImm operands in place: the same key and
+    the same Vars, in the same order, as keying each operand by itself."""
+    import random
+
+    from toolchain.tir import ir
+
+    rng = random.Random(5)
+    vs = [Var("p"), Var("q", "int64"), Var("r")]
+
+    def tree(depth: int) -> object:
+        if depth == 0 or rng.random() < 0.3:
+            if rng.random() < 0.6:
+                return rng.choice(vs)
+            return IntImm(rng.randint(-3, 3), rng.choice(("int32", "int64")))
+        op = rng.choice((ir.Add, ir.Sub, ir.Mul, ir.FloorDiv, ir.Min, ir.LT))
+        return op(tree(depth - 1), tree(depth - 1))
+
+    for _ in range(300):
+        e = tree(5)
+        if type(e) in (Var, IntImm):
+            continue
+        want: list = []
+        got: list = []
+        assert expr_key(e, got) == _plain_key(e, want)
+        assert [id(v) for v in got] == [id(v) for v in want]
+        assert expr_key(e) == _plain_key(e, [])

@@ -50,6 +50,7 @@ from toolchain.tir.memo import MEMO, memo_key, memoised, remember
 
 Ranges = Mapping[ir.Var, ir.Range]
 _IntImm = ir.IntImm
+_FloatImm = ir.FloatImm
 
 
 # ----------------------------------------------------------------------- constant folding
@@ -359,14 +360,77 @@ def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> 
 
 # ----------------------------------------------------------------------- simplifier
 
+# The two shortcuts below answer, for the commonest sums, what :meth:`_Simplifier._sum`
+# answers (``node`` kept, canonical, with ``lin_of_pair``'s form of it) without building
+# the operands' forms and walking the sum again (``built_already``): a chain of index
+# terms ``i * 32 + j * 4 + k`` is built one term at a time, and each level walked the whole
+# chain below it. Each keeps its input exactly where ``_sum`` keeps it (``None``: ask it).
+
+
+def _var_times(node: ir.BinaryOp, v: ir.Var,
+               c: ir.IntImm) -> tuple[ir.PrimExpr, Lin, bool] | None:
+    """``node`` (``v * c``: ``c`` above 1, one dtype), its form and its positive-form
+    flag, as :meth:`_Simplifier._sum` keeps it (``to_lin(v).scale(c)`` is ``{v: c}``, and
+    ``to_expr`` builds ``v * c`` back)."""
+    dt, k = node.dtype, c.value
+    if type(k) is not int or k <= 1 or v.dtype != dt or c.dtype != dt:
+        return None
+    return node, Lin(dt, 0, {("v", id(v)): [v, k]}), True
+
+
+def _appended(node: ir.BinaryOp, a: ir.PrimExpr, b: ir.PrimExpr, lin_a: Lin,
+              positive: bool) -> tuple[ir.PrimExpr, Lin, bool] | None:
+    """``node`` (``a + b`` or ``a - b``, ``a`` a sum the simplifier kept with the form
+    ``lin_a``, no constant in it; ``positive``: every coefficient of ``lin_a`` is) where
+    ``b`` is what ``Lin.to_expr`` appends to ``a``'s chain: a constant above 0 (``+`` only
+    after a positive term), or a Var or ``Var * c`` (``c`` above 1) whose Var ``lin_a``
+    lacks (``+`` only after positive terms: negative ones come last). Then ``node`` is
+    canonical (``to_expr`` of the sum's form builds ``a``'s chain, then ``b``) and
+    ``recombine_divmod`` still finds nothing (no coefficient changed, no division added).
+    The form is ``lin_a`` grown in place, as ``lin_of_pair`` grows it."""
+    dt = node.dtype
+    if a.dtype != dt or b.dtype != dt or lin_a.dtype != dt or lin_a.const != 0 \
+            or not lin_a.terms:
+        return None
+    add = type(node) is ir.Add
+    if add and not positive:
+        return None
+    tb = type(b)
+    if tb is _IntImm:
+        k = b.value
+        if type(k) is not int or k <= 0:
+            return None
+        lin_a.const = k if add else -k
+        return node, lin_a, False
+    if tb is ir.Var:
+        v, k = b, 1
+    elif tb is ir.Mul:
+        v, c = b.a, b.b
+        if type(v) is not ir.Var or type(c) is not _IntImm or v.dtype != dt \
+                or c.dtype != dt:
+            return None
+        k = c.value
+        if type(k) is not int or k <= 1:
+            return None
+    else:
+        return None
+    key = ("v", id(v))
+    terms = lin_a.terms
+    if key in terms:
+        return None
+    terms[key] = [v, k if add else -k]
+    return node, lin_a, add
+
+
 class _Simplifier(ExprMutator):
     def __init__(self, ranges: Ranges | None) -> None:
         self.ranges = ranges or {}
-        #: ``(sum, its linear form)`` for the sum :meth:`_int` last kept as it was: the
-        #: linear form of the enclosing sum starts from it instead of from the sum's leaves
-        #: (a chain ``t1 + t2 + ... + tn`` took n linear forms of its prefixes, n^2 / 2
-        #: terms). Taken (and cleared) by the parent right after the child's visit.
-        self.kept: tuple[ir.PrimExpr, Lin] | None = None
+        #: ``(sum, its linear form, whether every coefficient is positive)`` for the sum
+        #: :meth:`_int` last kept as it was: the linear form of the enclosing sum starts
+        #: from it instead of from the sum's leaves (a chain ``t1 + t2 + ... + tn`` took n
+        #: linear forms of its prefixes, n^2 / 2 terms). Taken (and cleared) by the parent
+        #: right after the child's visit.
+        self.kept: tuple[ir.PrimExpr, Lin, bool] | None = None
 
     def visit_BinaryOp(self, e: ir.BinaryOp) -> ir.PrimExpr:  # noqa: C901
         a, b = e.a, e.b  # dispatched inline (``ExprMutator.visit_expr``, one call less)
@@ -378,7 +442,10 @@ class _Simplifier(ExprMutator):
             lin_a = None
         else:
             self.kept = None
-            lin_a = kept[1] if kept[0] is a else None
+            if kept[0] is a:
+                lin_a, kept_pos = kept[1], kept[2]
+            else:
+                lin_a = None
         if type(b) is not _IntImm:
             b = (table.get(type(b)) or self._resolve(type(b)))(self, b)
         kept = self.kept
@@ -388,28 +455,47 @@ class _Simplifier(ExprMutator):
             self.kept = None
             lin_b = kept[1] if kept[0] is b else None
         t = type(e)
-        if isinstance(a, ir.IntImm) and isinstance(b, ir.IntImm):
+        ta, tb = type(a), type(b)
+        if ta is _IntImm and tb is _IntImm:
             if t in _FOLD_CMP:
                 return ir.IntImm(int(_FOLD_CMP[t](a.value, b.value)), e.dtype)
-            if t in (ir.And, ir.Or):
+            if t is ir.And or t is ir.Or:
                 v = (a.value and b.value) if t is ir.And else (a.value or b.value)
                 return ir.IntImm(int(bool(v)), e.dtype)
             if t in _FOLD_INT and not (t in (ir.FloorDiv, ir.FloorMod, ir.Div, ir.Mod)
                                        and b.value == 0):
                 return ir.IntImm(_wrap(_FOLD_INT[t](a.value, b.value), e.dtype), e.dtype)
-        if isinstance(a, ir.FloatImm) and isinstance(b, ir.FloatImm):
+        elif ta is _FloatImm and tb is _FloatImm:
             if t in _FOLD_FLOAT:
                 return ir.FloatImm(_FOLD_FLOAT[t](a.value, b.value), e.dtype)
             if t in _FOLD_CMP:
                 return ir.IntImm(int(_FOLD_CMP[t](a.value, b.value)), e.dtype)
-        if t in (ir.And, ir.Or):
+        if t is ir.Add or t is ir.Sub or t is ir.Mul:  # the commonest: first
+            node = e if (a is e.a and b is e.b) else t(a, b)
+            dt = e.dtype
+            if dt not in INT_DTYPES:
+                return self._float(node) if ir.is_float(dt) else node
+            if t is ir.Mul:
+                if ta is ir.Var and tb is _IntImm:
+                    kept = _var_times(node, a, b)
+                    if kept is not None:
+                        self.kept = kept
+                        return node
+            else:
+                if lin_a is None and ta is ir.Var:  # ``to_lin(a)``, every coefficient positive
+                    lin_a, kept_pos = Lin(a.dtype, 0, {("v", id(a)): [a, 1]}), True
+                if lin_a is not None:
+                    kept = _appended(node, a, b, lin_a, kept_pos)
+                    if kept is not None:
+                        self.kept = kept
+                        return node
+            return self._sum(node, lin_of_pair(node, lin_a, lin_b))
+        if t is ir.And or t is ir.Or:
             return self._logic(t, a, b, e)
         if t in _FOLD_CMP:
             return self._compare(t, a, b, e)
         node = e if (a is e.a and b is e.b) else t(a, b)
-        if _is_int(e.dtype):
-            if t is ir.Add or t is ir.Sub or t is ir.Mul:
-                return self._sum(node, lin_of_pair(node, lin_a, lin_b))
+        if e.dtype in INT_DTYPES:
             return self._int(node, lin_a)
         if ir.is_float(e.dtype):
             return self._float(node)
@@ -466,7 +552,7 @@ class _Simplifier(ExprMutator):
         # already canonical (most sums are): keep ``e``, so that the callers see
         # "unchanged" and do not rebuild every enclosing node; ``lin`` is still
         # ``to_lin(e)`` (neither check changes it), for the enclosing sum's
-        self.kept = (e, lin)
+        self.kept = (e, lin, lin.const == 0 and all(k > 0 for _, k in lin.terms.values()))
         return e
 
     def _int(self, e: ir.PrimExpr, lin_a: Lin | None = None) -> ir.PrimExpr:  # noqa: C901
@@ -570,10 +656,12 @@ class _Simplifier(ExprMutator):
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         # through the memo: the same indices recur in every load of an unrolled tile
-        idx = tuple(simplify(i, self.ranges) for i in e.indices)
-        if all(x is y for x, y in zip(idx, e.indices, strict=True)):
-            return e
-        return ir.BufferLoad(e.buffer, idx)
+        ranges, indices = self.ranges, e.indices
+        idx = [simplify(i, ranges) for i in indices]  # no generators: two calls a load less
+        for x, y in zip(idx, indices, strict=True):
+            if x is not y:
+                return ir.BufferLoad(e.buffer, tuple(idx))
+        return e
 
     def visit_Var(self, e: ir.Var) -> ir.PrimExpr:
         r = self.ranges.get(e)
@@ -649,8 +737,9 @@ def simplify(e: Any, ranges: Ranges | None = None) -> Any:
         if t is ir.Var:  # ``_Simplifier.visit_Var``
             r = ranges.get(e) if ranges else None
             return r.min if r is not None and ir.is_const_int(r.extent, 1) else e
-        if ir.is_float(e.dtype):  # value expressions: large, rarely repeated, not memoised
-            return _ValueSimplifier(ranges).visit_expr(e)
+        dt = e.dtype
+        if dt not in INT_DTYPES and ir.is_float(dt):  # value expressions: large, rarely
+            return _ValueSimplifier(ranges).visit_expr(e)  # repeated, not memoised
         # ``memoised``, written out (no closure per call: most calls are hits)
         key = memo_key("simplify", e, ranges)
         hit = MEMO.get(key)

@@ -131,10 +131,13 @@ def convert(value: Any, dtype: str | None = None) -> PrimExpr:
 
 
 def pair_of(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
-    if isinstance(a, PrimExpr) and not isinstance(b, PrimExpr):
-        b = convert(b, element_of(a.dtype))
-    elif isinstance(b, PrimExpr) and not isinstance(a, PrimExpr):
-        a = convert(a, element_of(b.dtype))
+    """``a`` and ``b`` as expressions, a Python number taking the other's element dtype."""
+    if isinstance(a, PrimExpr):
+        if isinstance(b, PrimExpr):  # the operators' common case: nothing to convert
+            return a, b
+        return a, convert(b, element_of(a.dtype))
+    if isinstance(b, PrimExpr):
+        return convert(a, element_of(b.dtype)), b
     return convert(a), convert(b)
 
 

@@ -94,7 +94,23 @@ def expr_key(e: Any, found: list[Var] | None = None) -> Any:
     if t is IntImm:
         return ("i", e.value, e.dtype)
     if isinstance(e, BinaryOp):
-        return (t, expr_key(e.a, found), expr_key(e.b, found), e.dtype)
+        # a leaf operand (about half of them) keyed here, without a call: what the two
+        # cases above give it, its Vars met in the same order
+        a, b = e.a, e.b
+        ta, tb = type(a), type(b)
+        if ta is Var:
+            ka = a
+            if found is not None:
+                found.append(a)
+        else:
+            ka = ("i", a.value, a.dtype) if ta is IntImm else expr_key(a, found)
+        if tb is Var:
+            kb = b
+            if found is not None:
+                found.append(b)
+        else:
+            kb = ("i", b.value, b.dtype) if tb is IntImm else expr_key(b, found)
+        return (t, ka, kb, e.dtype)
     if t is FloatImm:
         return ("f", repr(e.value), e.dtype)
     if t is BufferLoad:
