@@ -46,6 +46,33 @@ def loads_of(node: Any, buf: ir.Buffer) -> list[ir.BufferLoad]:
     return out
 
 
+def first_accesses(node: Any) -> tuple[ir.BufferStore | None, dict[int, ir.BufferLoad]]:
+    """The first ``BufferStore`` under ``node`` and the first ``BufferLoad`` of each
+    buffer (by ``id`` of the buffer), in the order of :func:`post_order_visit`: what
+    ``loads_of(node, buf)[0]`` gives for every ``buf`` at once, in one walk (a block
+    reading several buffers walked its whole body once per buffer).
+
+    >>> from toolchain import te
+    >>> A = te.placeholder((4,), name="A")
+    >>> B = te.compute((4,), lambda i: A[i] + A[3 - i], name="B")
+    >>> realize = find_block(Schedule(te.create_prim_func([A, B])), "B")[0]
+    >>> store, loads = first_accesses(realize.block.body)
+    >>> store.buffer.name, [str(ld) for ld in loads.values()]
+    ('B', ['A[vi]'])
+    """
+    stores: list[ir.BufferStore] = []
+    loads: dict[int, ir.BufferLoad] = {}
+
+    def seen(x: Any) -> None:
+        if isinstance(x, ir.BufferLoad):
+            loads.setdefault(id(x.buffer), x)
+        elif isinstance(x, ir.BufferStore):
+            stores.append(x)
+
+    post_order_visit(node, seen)
+    return (stores[0] if stores else None), loads
+
+
 def const_shape(buf: ir.Buffer) -> list[int] | None:
     dims = []
     for s in buf.shape:
@@ -97,10 +124,8 @@ def block_access(realize: ir.BlockRealize, loops: Sequence[ir.For]) -> Access:
     vmap = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True)}
     lvars = [f.loop_var for f in loops]
     out_buf = blk.writes[0].buffer
-    stores: list[ir.BufferStore] = []
-    post_order_visit(blk.body, lambda x: stores.append(x) if isinstance(x, ir.BufferStore)
-                     else None)
-    write = (access_strides(stores[0].indices, out_buf, vmap, lvars) if stores
+    store, first_loads = first_accesses(blk.body)
+    write = (access_strides(store.indices, out_buf, vmap, lvars) if store is not None
              else dict.fromkeys(lvars))
     reads = []
     main: dict[ir.Var, int | None] = dict.fromkeys(lvars, 0)
@@ -108,10 +133,10 @@ def block_access(realize: ir.BlockRealize, loops: Sequence[ir.For]) -> Access:
     for region in blk.reads:
         if region.buffer is out_buf:
             continue
-        loads = loads_of(blk.body, region.buffer)
-        if not loads:
+        load = first_loads.get(id(region.buffer))
+        if load is None:
             continue
-        s = access_strides(loads[0].indices, region.buffer, vmap, lvars)
+        s = access_strides(load.indices, region.buffer, vmap, lvars)
         reads.append(s)
         n = math.prod(const_shape(region.buffer) or [1 << 30])
         if n > size:
@@ -139,4 +164,4 @@ def exclusive_loops(sch: Schedule, name: str) -> list[ir.For]:
 
 
 __all__ = ["Access", "access_strides", "block_access", "const_shape", "exclusive_loops",
-           "feeds_reduce", "find_block", "is_reduce", "loads_of", "loop_extent"]
+           "feeds_reduce", "find_block", "first_accesses", "is_reduce", "loads_of", "loop_extent"]
