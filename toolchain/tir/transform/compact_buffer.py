@@ -30,7 +30,7 @@ After (one row per pixel; the row ``im2col[0, ko * 8 .. ko * 8 + 7]`` per call):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.tir import arith, ir
@@ -49,12 +49,8 @@ class _Access:
     path: tuple[ir.Stmt, ...]
     indices: tuple[ir.PrimExpr, ...]
     write: bool = False
-    #: the indices as met, before the substitution below (kept: :func:`_distinct` keys
-    #: accesses by these objects' identities)
-    raw: tuple[ir.PrimExpr, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.raw = self.indices
         # a loop of extent 1 has one value: ``(b * 25 + y) * 5 + x`` under ``for b in
         # range(1)`` is the element ``y * 5 + x`` (so both forms compare as one pixel)
         unit = {s.loop_var: s.min for s in self.path
@@ -118,16 +114,6 @@ class _Accesses(StmtExprVisitor):
             self.found.append(_Access(tuple(self.path), s.indices, True))
 
 
-def _distinct(accesses: list[_Access]) -> list[_Access]:
-    """``accesses`` less repeats (the same statements on the path and the same index
-    objects, e.g. a read-modify-write intrinsic's read and write of one tile), in order:
-    their regions and bounds are the same, so each is relaxed and compared once."""
-    seen: dict[tuple, _Access] = {}
-    for a in accesses:
-        seen.setdefault((tuple(map(id, a.path)), tuple(map(id, a.raw))), a)
-    return list(seen.values())
-
-
 def _lca(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
     """The innermost loop enclosing every access that the allocation may move into."""
     common = list(accesses[0].path)
@@ -170,8 +156,8 @@ def _private_per_iteration(accesses: list[_Access], loop: ir.For) -> bool:
 
     if not accesses[0].write:
         return False
-    writes = _distinct([a for a in accesses if a.write])
-    reads = _distinct([a for a in accesses if not a.write])
+    writes = [a for a in accesses if a.write]
+    reads = [a for a in accesses if not a.write]
     for w in writes:
         inner = {s.loop_var for s in _below(w.path, loop) if isinstance(s, ir.For)}
         for s in _below(w.path, loop):
@@ -280,7 +266,6 @@ def _canonical(a: _Access, canon: dict[str, ir.Var]) -> _Access:
 
 def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list | None:
     """Per dimension ``(lo, extent)`` of the region touched below ``lca``."""
-    accesses = _distinct(accesses)
     out = []
     inner = [_inner_ranges(a.path, lca) for a in accesses]
     for d, dim in enumerate(buf.shape):
