@@ -248,9 +248,9 @@ class Forks:
     :func:`dense_schedule` and :func:`conv2d_schedule` go through the same steps for every
     tiling: the compute, then the output tiles, the virtual threads and the tensorized
     epilogue below them (which depend on the tile sizes, the split and the thread count),
-    then the reduction step (its size), then the rest. Given one ``Forks`` for all the
-    tilings of one layer (its shape, shift and target), each such stage is scheduled once
-    per distinct set of the parameters it depends on and copied
+    then the reduction step and the GEMM reset's tensorize (the step's size), then the rest.
+    Given one ``Forks`` for all the tilings of one layer (its shape, shift and target), each
+    such stage is scheduled once per distinct set of the parameters it depends on and copied
     (:meth:`~toolchain.tir.schedule.Schedule.copy`) for the next tiling that shares them.
     The primitives are deterministic and a copy carries the function, the trace and the
     handles, so going on from the copy gives the function starting over would.
@@ -362,6 +362,7 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
         cin = sch.cache_read(gemm, "data", scope_inp)
         cwt = sch.cache_read(gemm, "weight", scope_wgt)
         sch.compute_at(cin, k0)
+        _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
         return sch, (vt, gemm, k0, init, cin, cwt)
 
     sch, (vt, gemm, k0, init, cin, cwt) = _forked(
@@ -369,7 +370,6 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if not t.resident:
         sch.compute_at(cwt, k0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
-    _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
     _tensorize(sch, cin, target.intrinsic("load_inp"), k0, "load")
     _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else k0, "load")
     if vthreads > 1:
@@ -585,6 +585,7 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
         sch.set_scope(pad, 0, scope_inp)
         sch.compute_at(pad, c0)
         cwt = sch.cache_read(gemm, "weight", scope_wgt)
+        _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
         return sch, (vt, gemm, c0, init, pad, cwt)
 
     sch, (vt, gemm, c0, init, pad, cwt) = _forked(
@@ -592,7 +593,6 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
     if not t.resident:
         sch.compute_at(cwt, c0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), c0)
-    _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
     _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else c0, "load")
     pad_loops = sch.get_loops(pad)
     names = [sch.get(lp).loop_var for lp in pad_loops]
