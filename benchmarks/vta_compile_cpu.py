@@ -9,11 +9,12 @@ the PTQ whose layers requantize on the accelerator) once per process, then compi
 ``build_spec(..., target)`` (default ``vta``: the partition compiles every accelerator
 layer, the default tile search included) and rendered, once untimed, then ``--repeat``
 times timed (``time.process_time``, the collector paused as ``kiln compile`` does); the
-minimum is printed. The trees alternate for ``--rounds`` fresh processes each and the
-table gives the best of each and the ratio (below 1: this tree is faster). CPU time, so a
-loaded machine changes the figures less than wall time, but still some: compare within
-one run. (``benchmarks/compile_cpu.py`` times the fp32 zoo models, which have no
-accelerator layers.)
+minimum is printed (``--cold``: each timed compile searches again, the accelerator
+compile's ``CHOSEN`` and ``LOWERED`` cleared before it). The trees alternate for
+``--rounds`` fresh processes each and the table gives the best of each and the ratio
+(below 1: this tree is faster). CPU time, so a loaded machine changes the figures less
+than wall time, but still some: compare within one run. (``benchmarks/compile_cpu.py``
+times the fp32 zoo models, which have no accelerator layers.)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from toolchain.zoo import ZOO
 from toolchain.zoo.quantized import calibration, kiln_qdq
 
 name, repeat, target, pow2 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+cold = sys.argv[5] == "1"
 spec = ZOO[name]
 model = spec.build()
 if pow2:
@@ -54,6 +56,10 @@ def run():
 run()
 best = float("inf")
 for _ in range(repeat):
+    if cold:  # the search made again: no chosen point, no lowered function kept
+        import toolchain.vta.compile as vc
+        vc.CHOSEN.clear()
+        vc.LOWERED.clear()
     t = time.process_time()
     run()
     best = min(best, time.process_time() - t)
@@ -61,10 +67,11 @@ print(json.dumps({"cpu_s": best}))
 """
 
 
-def measure(tree: Path, name: str, repeat: int, target: str, pow2: bool) -> float:
+def measure(tree: Path, name: str, repeat: int, target: str, pow2: bool,
+            cold: bool = False) -> float:
     """One model's best compile CPU seconds in a fresh process on ``tree``."""
-    return float(run_child(tree, _CHILD, [name, str(repeat), target, "1" if pow2 else "0"],
-                           name)["cpu_s"])
+    return float(run_child(tree, _CHILD, [name, str(repeat), target, "1" if pow2 else "0",
+                                          "1" if cold else "0"], name)["cpu_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="resnet8", help="comma-separated int8 zoo models")
     ap.add_argument("--target", default="vta")
     ap.add_argument("--power-of-two-scales", action="store_true")
+    ap.add_argument("--cold", action="store_true",
+                    help="clear the accelerator compile's CHOSEN and LOWERED before each "
+                         "timed compile (the tile search made again)")
     ap.add_argument("--repeat", type=int, default=2, help="timed compiles per process")
     ap.add_argument("--rounds", type=int, default=2, help="processes per tree (alternating)")
     args = ap.parse_args(argv)
@@ -83,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for key, tree in (("ref", args.ref), ("new", ROOT)):
                 runs[key].append(measure(tree, name, args.repeat, args.target,
-                                         args.power_of_two_scales))
+                                         args.power_of_two_scales, args.cold))
         ref, new = min(runs["ref"]), min(runs["new"])
         each = "; ".join(f"{k} " + ", ".join(f"{x:.2f}" for x in v) for k, v in runs.items())
         print(f"| {name} | {ref:.2f} | {new:.2f} | {new / ref:.2f} | {each} |", flush=True)

@@ -246,14 +246,14 @@ class Forks:
     """The schedules of one layer's first steps, kept for its next candidate tiling.
 
     :func:`dense_schedule` and :func:`conv2d_schedule` go through the same steps for every
-    tiling: the compute, then the output tiles and the virtual threads (which depend on
-    the tile sizes, the split and the thread count), then the reduction step (its size),
-    then the rest. Given one ``Forks`` for all the tilings of one layer (its shape, shift
-    and target), each such stage is scheduled once per distinct set of the parameters it
-    depends on and copied (:meth:`~toolchain.tir.schedule.Schedule.copy`) for the next
-    tiling that shares them. The primitives are deterministic and a copy carries the
-    function, the trace and the handles, so going on from the copy gives the function
-    starting over would.
+    tiling: the compute, then the output tiles, the virtual threads and the tensorized
+    epilogue below them (which depend on the tile sizes, the split and the thread count),
+    then the reduction step and the GEMM reset's tensorize (the step's size), then the rest.
+    Given one ``Forks`` for all the tilings of one layer (its shape, shift and target), each
+    such stage is scheduled once per distinct set of the parameters it depends on and copied
+    (:meth:`~toolchain.tir.schedule.Schedule.copy`) for the next tiling that shares them.
+    The primitives are deterministic and a copy carries the function, the trace and the
+    handles, so going on from the copy gives the function starting over would.
 
     Example::
 
@@ -336,8 +336,9 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
         m, n, _, _ = sch.get_loops(out)
         mo, mi = sch.split(m, [None, t.tm])
         no, ni = sch.split(n, [None, t.tn])
-        return sch, (_virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads,
-                                      scope_acc),)
+        vt = _virtual_threads(sch, (mo, no), (mi, ni), t.split, vthreads, scope_acc)
+        _epilogue(sch, target, vt)
+        return sch, (vt,)
 
     def step() -> tuple[Schedule, tuple[Any, ...]]:
         sch, (vt,) = _forked(forks, ("threads", t.tm, t.tn, t.split, vthreads), threads)
@@ -361,6 +362,7 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
         cin = sch.cache_read(gemm, "data", scope_inp)
         cwt = sch.cache_read(gemm, "weight", scope_wgt)
         sch.compute_at(cin, k0)
+        _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
         return sch, (vt, gemm, k0, init, cin, cwt)
 
     sch, (vt, gemm, k0, init, cin, cwt) = _forked(
@@ -368,21 +370,20 @@ def dense_schedule(shape: DenseShape, shift: int, target: Target, tiles: Tiles |
     if not t.resident:
         sch.compute_at(cwt, k0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), k0)
-    _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
     _tensorize(sch, cin, target.intrinsic("load_inp"), k0, "load")
     _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else k0, "load")
-    _epilogue(sch, target, vt, vthreads)
+    if vthreads > 1:
+        sch.bind(vt, "vthread")
     return sch
 
 
-def _epilogue(sch: Schedule, target: Target, vt: LoopRV, vthreads: int) -> None:
-    """Tensorize the requantisation and the store below the thread loop; bind it."""
+def _epilogue(sch: Schedule, target: Target, vt: LoopRV) -> None:
+    """Tensorize the requantisation and the store below the thread loop (a step of the
+    output tiles and threads, shared by the tilings that share those: :class:`Forks`)."""
     for name, intrin in zip(EPILOGUE, ("alu_shr_imm", "alu_min_imm", "alu_max_imm"),
                             strict=True):
         _tensorize(sch, sch.get_block(name), target.intrinsic(intrin), vt)
     _tensorize(sch, sch.get_block("out"), target.intrinsic("store_out"), vt, "store")
-    if vthreads > 1:
-        sch.bind(vt, "vthread")
 
 
 def lower_dense(sch: Schedule) -> ir.PrimFunc:
@@ -555,8 +556,9 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
         _, oc, y, _, _, _ = sch.get_loops(out)
         oco, oci = sch.split(oc, [None, t.toc])
         yo, yi = sch.split(y, [None, t.toh])
-        return sch, (_virtual_threads(sch, (yo, oco), (oci, yi), t.split, vthreads,
-                                      scope_acc),)
+        vt = _virtual_threads(sch, (yo, oco), (oci, yi), t.split, vthreads, scope_acc)
+        _epilogue(sch, target, vt)
+        return sch, (vt,)
 
     def step() -> tuple[Schedule, tuple[Any, ...]]:
         sch, (vt,) = _forked(forks, ("threads", t.toh, t.toc, t.split, vthreads), threads)
@@ -583,6 +585,7 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
         sch.set_scope(pad, 0, scope_inp)
         sch.compute_at(pad, c0)
         cwt = sch.cache_read(gemm, "weight", scope_wgt)
+        _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
         return sch, (vt, gemm, c0, init, pad, cwt)
 
     sch, (vt, gemm, c0, init, pad, cwt) = _forked(
@@ -590,10 +593,10 @@ def conv2d_schedule(shape: ConvShape, shift: int, target: Target, tiles: ConvTil
     if not t.resident:
         sch.compute_at(cwt, c0)
     _tensorize(sch, gemm, target.intrinsic("gemm"), c0)
-    _tensorize(sch, init, target.intrinsic("gemm_reset"), vt)
     _tensorize(sch, cwt, target.intrinsic("load_wgt"), None if t.resident else c0, "load")
     pad_loops = sch.get_loops(pad)
     names = [sch.get(lp).loop_var for lp in pad_loops]
     sch.annotate(pad_loops[names.index(sch.get(c0).loop_var) + 1], INSTRUCTION, "load")
-    _epilogue(sch, target, vt, vthreads)
+    if vthreads > 1:
+        sch.bind(vt, "vthread")
     return sch
