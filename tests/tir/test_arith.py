@@ -293,10 +293,11 @@ def _index_chain(rng) -> ir.PrimExpr:  # noqa: ANN001 - a random.Random
 
 
 def test_sum_shortcuts_keep_what_the_long_way_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_var_times`` and ``_appended`` (a sum kept without building its operands' forms)
-    against the simplifier without them, on random index sums, alone and under ``// 3`` /
-    ``% 3`` (which read the kept form), with and without ranges: the same trees, the same
-    inputs kept as they are, and the same kept form (terms, atoms, order, constant)."""
+    """``linear.var_times`` and ``linear.appended`` (a sum kept without building its
+    operands' forms) against the simplifier without them, on random index sums, alone and
+    under ``// 3`` / ``% 3`` (which read the kept form), with and without ranges: the same
+    trees, the same inputs kept as they are, and the same kept form (terms, atoms, order,
+    constant)."""
     import random
 
     rng = random.Random(22)
@@ -323,16 +324,16 @@ def test_sum_shortcuts_keep_what_the_long_way_keeps(monkeypatch: pytest.MonkeyPa
 
     fast = run()
     taken = [0]
-    real = arith._appended
+    real = arith.appended
 
     def counted(*args):  # noqa: ANN002, ANN202
         got = real(*args)
         taken[0] += got is not None
         return got
 
-    monkeypatch.setattr(arith, "_appended", counted)
+    monkeypatch.setattr(arith, "appended", counted)
     assert run() == fast
     assert taken[0] > 500  # the shortcut is taken, not only refused
-    monkeypatch.setattr(arith, "_var_times", lambda *a: None)
-    monkeypatch.setattr(arith, "_appended", lambda *a: None)
+    monkeypatch.setattr(arith, "var_times", lambda *a: None)
+    monkeypatch.setattr(arith, "appended", lambda *a: None)
     assert run() == fast

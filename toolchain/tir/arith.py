@@ -38,6 +38,7 @@ from toolchain.tir.linear import (
     SIGNED_DTYPES,
     SMALL_CONST,
     Lin,
+    appended,
     built_already,
     lin_of_pair,
     recombine_divmod,
@@ -45,6 +46,7 @@ from toolchain.tir.linear import (
     small_lin,
     term_key,
     to_lin,
+    var_times,
 )
 from toolchain.tir.memo import MEMO, memo_key, memoised, remember
 
@@ -360,68 +362,6 @@ def _proved(tag: str, decide: Any, cond: ir.PrimExpr, ranges: Ranges | None) -> 
 
 # ----------------------------------------------------------------------- simplifier
 
-# The two shortcuts below answer, for the commonest sums, what :meth:`_Simplifier._sum`
-# answers (``node`` kept, canonical, with ``lin_of_pair``'s form of it) without building
-# the operands' forms and walking the sum again (``built_already``): a chain of index
-# terms ``i * 32 + j * 4 + k`` is built one term at a time, and each level walked the whole
-# chain below it. Each keeps its input exactly where ``_sum`` keeps it (``None``: ask it).
-
-
-def _var_times(node: ir.BinaryOp, v: ir.Var,
-               c: ir.IntImm) -> tuple[ir.PrimExpr, Lin, bool] | None:
-    """``node`` (``v * c``: ``c`` above 1, one dtype), its form and its positive-form
-    flag, as :meth:`_Simplifier._sum` keeps it (``to_lin(v).scale(c)`` is ``{v: c}``, and
-    ``to_expr`` builds ``v * c`` back)."""
-    dt, k = node.dtype, c.value
-    if type(k) is not int or k <= 1 or v.dtype != dt or c.dtype != dt:
-        return None
-    return node, Lin(dt, 0, {("v", id(v)): [v, k]}), True
-
-
-def _appended(node: ir.BinaryOp, a: ir.PrimExpr, b: ir.PrimExpr, lin_a: Lin,
-              positive: bool) -> tuple[ir.PrimExpr, Lin, bool] | None:
-    """``node`` (``a + b`` or ``a - b``, ``a`` a sum the simplifier kept with the form
-    ``lin_a``, no constant in it; ``positive``: every coefficient of ``lin_a`` is) where
-    ``b`` is what ``Lin.to_expr`` appends to ``a``'s chain: a constant above 0 (``+`` only
-    after a positive term), or a Var or ``Var * c`` (``c`` above 1) whose Var ``lin_a``
-    lacks (``+`` only after positive terms: negative ones come last). Then ``node`` is
-    canonical (``to_expr`` of the sum's form builds ``a``'s chain, then ``b``) and
-    ``recombine_divmod`` still finds nothing (no coefficient changed, no division added).
-    The form is ``lin_a`` grown in place, as ``lin_of_pair`` grows it."""
-    dt = node.dtype
-    if a.dtype != dt or b.dtype != dt or lin_a.dtype != dt or lin_a.const != 0 \
-            or not lin_a.terms:
-        return None
-    add = type(node) is ir.Add
-    if add and not positive:
-        return None
-    tb = type(b)
-    if tb is _IntImm:
-        k = b.value
-        if type(k) is not int or k <= 0:
-            return None
-        lin_a.const = k if add else -k
-        return node, lin_a, False
-    if tb is ir.Var:
-        v, k = b, 1
-    elif tb is ir.Mul:
-        v, c = b.a, b.b
-        if type(v) is not ir.Var or type(c) is not _IntImm or v.dtype != dt \
-                or c.dtype != dt:
-            return None
-        k = c.value
-        if type(k) is not int or k <= 1:
-            return None
-    else:
-        return None
-    key = ("v", id(v))
-    terms = lin_a.terms
-    if key in terms:
-        return None
-    terms[key] = [v, k if add else -k]
-    return node, lin_a, add
-
-
 class _Simplifier(ExprMutator):
     def __init__(self, ranges: Ranges | None) -> None:
         self.ranges = ranges or {}
@@ -477,7 +417,7 @@ class _Simplifier(ExprMutator):
                 return self._float(node) if ir.is_float(dt) else node
             if t is ir.Mul:
                 if ta is ir.Var and tb is _IntImm:
-                    kept = _var_times(node, a, b)
+                    kept = var_times(node, a, b)
                     if kept is not None:
                         self.kept = kept
                         return node
@@ -485,7 +425,7 @@ class _Simplifier(ExprMutator):
                 if lin_a is None and ta is ir.Var:  # ``to_lin(a)``, every coefficient positive
                     lin_a, kept_pos = Lin(a.dtype, 0, {("v", id(a)): [a, 1]}), True
                 if lin_a is not None:
-                    kept = _appended(node, a, b, lin_a, kept_pos)
+                    kept = appended(node, a, b, lin_a, kept_pos)
                     if kept is not None:
                         self.kept = kept
                         return node

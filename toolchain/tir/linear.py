@@ -392,3 +392,66 @@ def small_lin(e: ir.PrimExpr, dt: str, positive: bool = False) -> Lin | None:
     if positive and any(c <= 0 for _, c in a.terms.values()):
         return None
     return a
+
+
+# The two shortcuts below answer, for the commonest sums, what the simplifier's ``_sum``
+# (:mod:`toolchain.tir.arith`) answers (``node`` kept, canonical, with ``lin_of_pair``'s
+# form of it) without building the operands' forms and walking the sum again
+# (``built_already``): a chain of index terms ``i * 32 + j * 4 + k`` is built one term at a
+# time, and each level walked the whole chain below it. Each keeps its input exactly where
+# ``_sum`` keeps it (``None``: ask it).
+
+
+def var_times(node: ir.BinaryOp, v: ir.Var,
+              c: ir.IntImm) -> tuple[ir.PrimExpr, Lin, bool] | None:
+    """``node`` (``v * c``: ``c`` above 1, one dtype), its form and its positive-form
+    flag, as the simplifier's ``_sum`` keeps it (``to_lin(v).scale(c)`` is ``{v: c}``,
+    and ``to_expr`` builds ``v * c`` back)."""
+    dt, k = node.dtype, c.value
+    if type(k) is not int or k <= 1 or v.dtype != dt or c.dtype != dt:
+        return None
+    return node, Lin(dt, 0, {("v", id(v)): [v, k]}), True
+
+
+def appended(node: ir.BinaryOp, a: ir.PrimExpr, b: ir.PrimExpr, lin_a: Lin,
+              positive: bool) -> tuple[ir.PrimExpr, Lin, bool] | None:
+    """``node`` (``a + b`` or ``a - b``, ``a`` a sum the simplifier kept with the form
+    ``lin_a``, no constant in it; ``positive``: every coefficient of ``lin_a`` is) where
+    ``b`` is what ``Lin.to_expr`` appends to ``a``'s chain: a constant above 0 (``+`` only
+    after a positive term), or a Var or ``Var * c`` (``c`` above 1) whose Var ``lin_a``
+    lacks (``+`` only after positive terms: negative ones come last). Then ``node`` is
+    canonical (``to_expr`` of the sum's form builds ``a``'s chain, then ``b``) and
+    ``recombine_divmod`` still finds nothing (no coefficient changed, no division added).
+    The form is ``lin_a`` grown in place, as ``lin_of_pair`` grows it."""
+    dt = node.dtype
+    if a.dtype != dt or b.dtype != dt or lin_a.dtype != dt or lin_a.const != 0 \
+            or not lin_a.terms:
+        return None
+    add = type(node) is ir.Add
+    if add and not positive:
+        return None
+    tb = type(b)
+    if tb is ir.IntImm:
+        k = b.value
+        if type(k) is not int or k <= 0:
+            return None
+        lin_a.const = k if add else -k
+        return node, lin_a, False
+    if tb is ir.Var:
+        v, k = b, 1
+    elif tb is ir.Mul:
+        v, c = b.a, b.b
+        if type(v) is not ir.Var or type(c) is not ir.IntImm or v.dtype != dt \
+                or c.dtype != dt:
+            return None
+        k = c.value
+        if type(k) is not int or k <= 1:
+            return None
+    else:
+        return None
+    key = ("v", id(v))
+    terms = lin_a.terms
+    if key in terms:
+        return None
+    terms[key] = [v, k if add else -k]
+    return node, lin_a, add
