@@ -223,6 +223,8 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
                           "a macro from c_helpers for CUDA device functions)", False),
     "types": ((dict,), "a mapping of operand name to the C type of its pointer parameter "
                        "(default: the C type of its dtype)", False),
+    "arch_features": ((bool,), "true where the body needs the architecture-specific "
+                               "feature set (CUDA sm_90a: wgmma)", False),
 }
 
 

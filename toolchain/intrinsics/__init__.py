@@ -104,6 +104,9 @@ class IntrinsicSpec:
     qualifier: str = "static inline"
     #: operand name -> C type of its pointer parameter, where not its dtype's (a fragment)
     types: dict[str, str] = field(default_factory=dict)
+    #: whether the body needs the architecture-specific feature set (``sm_90a``: the
+    #: ``a`` targets of CUDA, e.g. ``wgmma``): a kernel calling it is compiled for that
+    arch_features: bool = False
 
 
 #: the memory scope of ``mma.sync`` accumulators: each lane's own registers, the warp's
@@ -191,7 +194,8 @@ def _compile(t: Target) -> _Loaded:
                              spec.get("instruction", ""),
                              beh.accumulate or beh.output.name in {a.name for a in beh.inputs()},
                              int(spec.get("lanes", 1)), spec.get("qualifier", "static inline"),
-                             {str(k): str(v) for k, v in dict(spec.get("types", {})).items()})
+                             {str(k): str(v) for k, v in dict(spec.get("types", {})).items()},
+                             bool(spec.get("arch_features", False)))
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
                    tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()),
