@@ -1,4 +1,5 @@
-"""Memory primitives: cache_read, cache_write, set_scope, storage_align.
+"""Memory primitives: cache_read, cache_write, set_scope, set_dtype, storage_align,
+transform_layout.
 
 Memory scopes: ``global``, ``shared``, ``local``, ``warp`` and any scope the schedule's
 target declares (``memory_scopes`` in its YAML, e.g. an accelerator's ``acc_buffer``).
@@ -325,6 +326,162 @@ def storage_align(state: ScheduleState, block: BlockRV, buffer_index: int | str,
     old.append([buf.name, axis, factor, offset])
     blk = replace(r.block, annotations={**r.block.annotations, "buffer_dim_align": old})
     state.update({id(r.block): blk})
+
+
+def _layout_axes(shape: tuple[int, ...], factors: list[list[int | None]], name: str
+                 ) -> list[list[int]]:
+    """``factors`` checked against ``shape``: per dimension the extents it splits into
+    (outer to inner, one ``None`` inferred), each dimension split exactly."""
+    if not isinstance(factors, (list, tuple)) or len(factors) != len(shape):
+        raise ScheduleError(f"transform_layout: {name} has {len(shape)} dimensions "
+                            f"{list(shape)}; factors must give one list of extents each, "
+                            f"got {factors!r}")
+    out = []
+    for d, (ext, fs) in enumerate(zip(shape, factors, strict=True)):
+        fs = list(fs) if isinstance(fs, (list, tuple)) else [fs]
+        known = [f for f in fs if f is not None]
+        if (not fs or fs.count(None) > 1
+                or any(not isinstance(f, int) or isinstance(f, bool) or f <= 0 for f in known)):
+            raise ScheduleError(f"transform_layout: factors of dimension {d} of {name} must be "
+                                f"positive integers with at most one None, got {fs!r}")
+        prod = 1
+        for f in known:
+            prod *= f
+        if None in fs:
+            if ext % prod:
+                raise ScheduleError(f"transform_layout: dimension {d} of {name} ({ext}) is not "
+                                    f"a multiple of {prod} (factors {fs!r})")
+            fs = [ext // prod if f is None else f for f in fs]
+        elif prod != ext:
+            raise ScheduleError(f"transform_layout: factors {fs!r} of dimension {d} of {name} "
+                                f"multiply to {prod}, not its extent {ext}")
+        out.append(fs)
+    return out
+
+
+class _Relayout(StmtExprMutator):
+    """Accesses of ``old`` as accesses of ``new`` at ``index(old indices)``."""
+
+    def __init__(self, old: ir.Buffer, new: ir.Buffer, axes: list[list[int]],
+                 order: list[int]) -> None:
+        self.old, self.new, self.axes, self.order = old, new, axes, order
+
+    def index(self, idx: tuple[ir.PrimExpr, ...]) -> tuple[ir.PrimExpr, ...]:
+        from toolchain.tir import arith
+
+        parts: list[ir.PrimExpr] = []
+        for x, fs in zip(idx, self.axes, strict=True):
+            for t, f in enumerate(fs):
+                stride = 1
+                for g in fs[t + 1:]:
+                    stride *= g
+                e = x // stride if stride > 1 else x
+                parts.append(arith.simplify(e % f if t else e))
+        return tuple(parts[k] for k in self.order)
+
+    def region(self, rg: tuple[ir.Range, ...]) -> tuple[ir.Range, ...]:
+        from toolchain.tir import arith
+
+        if all(ir.is_const_int(arith.simplify(r.extent), 1) for r in rg):
+            return tuple(ir.Range(i, 1) for i in self.index(tuple(r.min for r in rg)))
+        # a tile: its outermost part of each dimension as far as it reaches, the rest whole
+        parts: list[ir.Range] = []
+        for r, fs in zip(rg, self.axes, strict=True):
+            stride = 1
+            for g in fs[1:]:
+                stride *= g
+            lo = arith.simplify(r.min // stride)
+            hi = arith.simplify((r.min + r.extent - 1) // stride)
+            parts.append(ir.Range(lo, arith.simplify(hi - lo + 1)))
+            parts += [ir.Range(0, f) for f in fs[1:]]
+        return tuple(parts[k] for k in self.order)
+
+    def visit_buffer(self, b: ir.Buffer) -> ir.Buffer:
+        return self.new if b is self.old else b
+
+    def visit_region(self, r: ir.BufferRegion) -> ir.BufferRegion:
+        if r.buffer is not self.old:
+            return super().visit_region(r)
+        return ir.BufferRegion(self.new, self.region(tuple(self.visit_range(x)
+                                                           for x in r.region)))
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:  # noqa: N802
+        if e.buffer is not self.old:
+            return super().visit_BufferLoad(e)
+        return ir.BufferLoad(self.new, self.index(tuple(self.visit_expr(i) for i in e.indices)))
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:  # noqa: N802
+        if s.buffer is not self.old:
+            return super().visit_BufferStore(s)
+        return ir.BufferStore(self.new, self.visit_expr(s.value),
+                              self.index(tuple(self.visit_expr(i) for i in s.indices)))
+
+
+def transform_layout(state: ScheduleState, block: BlockRV, buffer_index: int | str,
+                     factors: list[list[int | None]], order: list[int]) -> None:
+    """Lay out an intermediate buffer the block writes anew: split each dimension into
+    ``factors`` (outer to inner, one ``None`` inferred; ``[None]`` keeps it whole) and
+    store the split axes in ``order`` (a permutation of them). Element ``(x0, x1, ...)``
+    becomes element ``order`` of ``(x0 // .., x0 % .., x1 // .., ...)``; every access and
+    block region of the buffer follows. The layout of a tile is then independent of the
+    loops that compute it: a tensor core that reads 8 x 8 "core matrices" each stored
+    contiguously, say.
+
+    Before (``A_shared``, a cache_read of a 64 x 32 float16 operand)::
+
+        A_shared = T.alloc_buffer((64, 32), "float16", scope="shared")
+        ...
+                A_shared[v0, v1] = A[v0, v1]
+        ...
+                C[vi, vj] = C[vi, vj] + A_shared[vi, vk] * B[vk, vj]
+
+    ``sch.transform_layout(sch.get_block("A_shared"), 0, factors=[[None], [None, 8]],
+    order=[1, 0, 2])`` (``k`` split by 8, the 8-column slices outermost); after::
+
+        A_shared = T.alloc_buffer((4, 64, 8), "float16", scope="shared")
+        ...
+                A_shared[v1 // 8, v0, v1 % 8] = A[v0, v1]
+        ...
+                C[vi, vj] = C[vi, vj] + A_shared[vk // 8, vi, vk % 8] * B[vk, vj]
+
+    The buffer keeps its name, scope and dtype; its shape must be constant; a function
+    argument (the caller's layout) and a buffer with a ``storage_align`` padding (an axis
+    the new layout no longer has) are refused. A block region that covers more than one
+    element keeps the whole extent of the inner split axes (a safe over-approximation).
+    """
+    r, _ = state.get_block(block)
+    buf = _pick(r.block.writes, buffer_index, r.block, "writes", "transform_layout")
+    if any(p is buf for p in state.func.params):
+        raise ScheduleError(f"transform_layout: {buf.name} is an argument of the function; "
+                            "its layout is the caller's. Stage it with cache_read/cache_write "
+                            "first")
+    shape = tuple(ir.const_int(d) for d in buf.shape)
+    if None in shape:
+        raise ScheduleError(f"transform_layout: {buf.name} has the symbolic shape "
+                            f"{buf.shape}; the layout needs constant extents")
+    axes = _layout_axes(shape, factors, buf.name)  # type: ignore[arg-type]
+    flat = [f for fs in axes for f in fs]
+    if not isinstance(order, (list, tuple)) or sorted(order) != list(range(len(flat))):
+        raise ScheduleError(f"transform_layout: order must be a permutation of the "
+                            f"{len(flat)} split axes 0 .. {len(flat) - 1}, got {order!r}")
+    aligned: list[str] = []
+
+    def grab(x: object) -> None:
+        if isinstance(x, ir.Block) and any(
+                a[0] == buf.name for a in x.annotations.get("buffer_dim_align", [])):
+            aligned.append(x.name_hint)
+
+    from toolchain.tir.functor import post_order_visit
+
+    post_order_visit(state.func.body, grab)
+    if aligned or buf.dim_align:
+        raise ScheduleError(f"transform_layout: {buf.name} has a storage_align padding (block "
+                            f"{(aligned or ['?'])[0]!r}); transform its layout first, then pad "
+                            "an axis of the new layout")
+    new = replace(buf, shape=tuple(ir.IntImm(flat[k]) for k in order), strides=(), data=None)
+    m = _Relayout(buf, new, axes, list(order))
+    state.replace(state.func.with_body(m.visit_stmt(state.func.body)))
+    _check_gpu(state)
 
 
 def _check_gpu(state: ScheduleState) -> None:

@@ -13,7 +13,8 @@ docstrings show the IR before, the call, and the IR after): :mod:`.queries` (get
 get_loops, ...), :mod:`.loops` (split, fuse, reorder, tile, parallel, vectorize, unroll,
 bind, annotate, pragma), :mod:`.compute_location` (compute_at, reverse_compute_at,
 compute_inline, reverse_compute_inline), :mod:`.cache` (cache_read, cache_write,
-set_scope, storage_align), :mod:`.reduction` (decompose_reduction, rfactor) and
+set_scope, set_dtype, storage_align, transform_layout), :mod:`.reduction`
+(decompose_reduction, rfactor) and
 :mod:`.tensorize` (blockize, tensorize, TensorIntrin).
 
 >>> from toolchain import te
@@ -202,6 +203,7 @@ class Schedule:
     set_dtype = _primitive(cache.set_dtype)
     double_buffer = _primitive(double_buffer_mod.double_buffer)
     storage_align = _primitive(cache.storage_align)
+    transform_layout = _primitive(cache.transform_layout)
     decompose_reduction = _primitive(reduction.decompose_reduction)
     rfactor = _primitive(reduction.rfactor)
     blockize = _primitive(tensorize_mod.blockize)
