@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -155,8 +156,8 @@ def gpu_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
 
 
 def nvcc_object(bundle: Path, source: str | Path, out: Path,
-                flags: Sequence[str] = (), device_only: bool = False
-                ) -> subprocess.CompletedProcess:
+                flags: Sequence[str] = (), device_only: bool = False,
+                sm90: str = "90") -> subprocess.CompletedProcess:
     """``source`` compiled by nvcc in ``bundle``'s folder (its ``include``, ``runtime`` and
     ``src`` on the include path) to object code for sm_80 and sm_90 in one run, every
     warning an error (``flags`` added: ``-DKILN_PROFILE``); the caller checks
@@ -169,8 +170,12 @@ def nvcc_object(bundle: Path, source: str | Path, out: Path,
     ``nvcc --dryrun`` lists them); what it leaves out is the host side, ``cudafe++`` and
     the host compiler over the kernels' launch stubs, half of nvcc's fixed cost of about
     1 CPU s a run. A bundle's kernels still go through the host side with its launcher
-    (``tests/bundle/test_cuda.py``, ``test_weights_storage.py``)."""
-    gencode = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"]
+    (``tests/bundle/test_cuda.py``, ``test_weights_storage.py``).
+
+    ``sm90="90a"`` builds the Hopper code for sm_90a instead (the architecture-specific
+    features a ``wgmma`` kernel needs; everything sm_90 builds, sm_90a builds)."""
+    gencode = ["-gencode", "arch=compute_80,code=sm_80",
+               "-gencode", f"arch=compute_{sm90},code=sm_{sm90}"]
     return subprocess.run(["nvcc", "-O3", *gencode, *flags, "-Werror", "all-warnings",
                            "-Iinclude", "-Iruntime", "-Isrc",
                            "-fatbin" if device_only else "-c", str(source), "-o", str(out)],
@@ -271,8 +276,11 @@ def nvcc_kernels(bundles: Sequence[Path], out: Path) -> subprocess.CompletedProc
     bundle's file. The caller checks ``returncode`` and shows ``stderr``."""
     unit = out / "kernels_unit.cu"
     include = nvcc_unit([[b / "src" / "kernels.cu"] for b in bundles], unit)
+    # a bundle built for sm_90a (wgmma) has the run make sm_90a code instead of sm_90's
+    sm90 = "90a" if any("-arch=sm_90a" in json.loads((b / "metadata.json").read_text())
+                        ["target"].get("cflags", []) for b in bundles) else "90"
     return nvcc_object(bundles[0], unit, out / "kernels_unit.fatbin", include,
-                       device_only=True)
+                       device_only=True, sm90=sm90)
 
 
 #: the device-only nvcc checks of the GPU tests that share one nvcc run (the session fixture

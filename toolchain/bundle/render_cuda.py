@@ -202,6 +202,8 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
     helpers = render_helpers((h for k in spec.kernels for h in k.source.helpers),
                              CUDARenderer.helper_qualifier)
     arch = spec.target.arch or "sm_80"
+    if needs_arch_features(spec.kernels, spec.target):
+        arch += "a"  # sm_90a: the architecture-specific features (wgmma) a kernel calls
     ctx = {"version": __version__, "model": spec.model, "MODEL": spec.model.upper(),
            "inputs": inputs, "outputs": outputs, "arena_bytes": 0,
            "device_arena_bytes": spec.plan.arena_bytes, "workspace_bytes": workspace,
@@ -240,6 +242,23 @@ def render_cuda_files(spec: BundleSpec) -> dict[str, Any]:
         entry["elided"] = call["elided"]
     files["metadata.json"] = json.dumps(meta, indent=2) + "\n"
     return files
+
+
+def needs_arch_features(kernels: Any, target: Any) -> bool:
+    """Whether a kernel of ``kernels`` calls an intrinsic that needs the architecture-
+    specific feature set (``arch_features: true`` in ``target``'s descriptor: ``wgmma``):
+    the bundle is then built for ``<arch>a`` (``sm_90a``), every other bundle as before."""
+    from toolchain.intrinsics import intrinsic_of_function, load_intrinsics
+
+    if not any(s.get("arch_features") for s in target.intrinsics.values()):
+        return False
+    load_intrinsics(target)
+    for k in kernels:
+        for d in k.source.support.definitions:
+            spec = intrinsic_of_function(d.key)
+            if spec is not None and spec.arch_features:
+                return True
+    return False
 
 
 def _cuda_loader() -> Any:

@@ -41,7 +41,7 @@ from toolchain.codegen.cstyle import TEMPLATES, CSource, CStyleRenderer
 from toolchain.errors import BuildError, GeneratedCodeError, UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import ExprMutator, StmtVisitor, uses_var
-from toolchain.tir.schedule.gpu import ASYNC_COPY
+from toolchain.tir.schedule.gpu import ASYNC_COPY, ASYNC_PROXY
 from toolchain.tir.transform.inject_double_buffer import PIPELINE_STAGES
 from toolchain.tir.transform.lower_thread_allreduce import SHUFFLES
 
@@ -116,6 +116,8 @@ class CUDARenderer(CStyleRenderer):
         #: the kernel being rendered copies global -> shared asynchronously (its schedule
         #: annotated a loop ``ASYNC_COPY``)
         self.async_copy = False
+        #: the kernel's shared memory is read by the async proxy (wgmma: ASYNC_PROXY)
+        self.async_proxy = False
         #: the pipelined step loops being rendered (PIPELINE_STAGES): their stages, loop
         #: variable and first value, as C
         self.stages: list[tuple[int, str, str]] = []
@@ -166,6 +168,7 @@ class CUDARenderer(CStyleRenderer):
             block = [self._dim(launch.extents, f"threadIdx.{a}") for a in "xyz"]
             self.dynamic_smem, smem = self._carve_shared(item)
             self.async_copy = _annotated(item, ASYNC_COPY)
+            self.async_proxy = _annotated(item, ASYNC_PROXY)
             if smem:
                 self.emit(f"extern __shared__ __align__({self.smem_align}) unsigned char "
                           "kiln_smem[];")
@@ -176,7 +179,7 @@ class CUDARenderer(CStyleRenderer):
             kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
                             "threads": min(threads, 1024), "smem": smem,
                             "body": self.lines})
-        self.dynamic_smem, self.async_copy = {}, False
+        self.dynamic_smem, self.async_copy, self.async_proxy = {}, False, False
         return params, extra, kernels
 
     def _carve_shared(self, kernel: ir.Stmt) -> tuple[dict[ir.Var, int], int]:
@@ -274,20 +277,35 @@ class CUDARenderer(CStyleRenderer):
         self.indent -= 1
         self.emit("}")
 
+    def stmt_Evaluate(self, s: ir.Evaluate) -> None:
+        if not (self.async_proxy and isinstance(s.value, ir.Call)
+                and s.value.op == "tir.storage_sync"):
+            super().stmt_Evaluate(s)
+            return
+        # shared memory the async proxy reads (wgmma's operands): each thread's writes --
+        # plain stores, or cp.async copies once waited for -- ordered before it, then the
+        # barrier
+        if self.async_copy:
+            self.emit(f"__pipeline_commit(); __pipeline_wait_prior({self._pipeline_wait()});")
+        self.emit('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
+        self.emit(f"{self.barrier};")
+
+    def _pipeline_wait(self) -> str:
+        """The groups of asynchronous copies a barrier may leave in flight: inside a step
+        loop pipelined over n stages (inject_double_buffer), those committed by the n - 2
+        latest barriers (the tile the next step reads was fetched n - 1 barriers ago or
+        more); not in the first step: the fetches before the loop (n - 1 steps' tiles)
+        are one group, committed by its first barrier (or the one before it)."""
+        if self.stages and self.stages[-1][0] > 2:
+            n, k, lo = self.stages[-1]
+            return f"{k} == {lo} ? 0 : {n - 2}"
+        return "0"
+
     def expr_Call(self, e: ir.Call) -> tuple[str, int]:
         from toolchain.intrinsics import operand_elements
 
         if e.op == "tir.storage_sync" and self.async_copy:  # the copies land first
-            # inside a step loop pipelined over n stages (inject_double_buffer), the groups
-            # of copies committed by the n - 2 latest barriers may stay in flight: the
-            # tile the next step reads was fetched n - 1 barriers ago or more. Not in the
-            # first step: the fetches before the loop (n - 1 steps' tiles) are one group,
-            # committed by its first barrier (or the one before it), which waits for all
-            wait = "0"
-            if self.stages and self.stages[-1][0] > 2:
-                n, k, lo = self.stages[-1]
-                wait = f"{k} == {lo} ? 0 : {n - 2}"
-            return (f"(__pipeline_commit(), __pipeline_wait_prior({wait}), "
+            return (f"(__pipeline_commit(), __pipeline_wait_prior({self._pipeline_wait()}), "
                     f"{self.barrier})"), _CALL_PREC
 
         ops = operand_elements(e)

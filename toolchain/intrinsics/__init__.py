@@ -63,10 +63,10 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator, post_order_visit
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["MMA_SCOPE", "IntrinsicSpec", "attach_intrinsics", "behaviour_of_call", "get_spec",
-           "intrinsic_flags", "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
-           "load_intrinsics", "operand_elements", "operand_tiles", "parse_behaviour",
-           "scalar_vars"]
+__all__ = ["MMA_SCOPE", "REGISTER_SCOPES", "WGMMA_SCOPE", "IntrinsicSpec", "attach_intrinsics",
+           "behaviour_of_call", "get_spec", "intrinsic_flags", "intrinsic_of_function",
+           "llvm_definition", "llvm_helper_definition", "load_intrinsics", "operand_elements",
+           "operand_tiles", "parse_behaviour", "scalar_vars"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,11 @@ class IntrinsicSpec:
 #: the memory scope of ``mma.sync`` accumulators: each lane's own registers, the warp's
 #: tile spread over its lanes in the PTX ISA's layout (toolchain.tir.transform.mma_fragments)
 MMA_SCOPE = "mma.accumulator"
+#: the memory scope of ``wgmma`` accumulators: each thread's own registers, a warpgroup's
+#: 64 x N tile spread over its 128 threads in the PTX ISA's layout (the same lowering)
+WGMMA_SCOPE = "wgmma.accumulator"
+#: register-accumulator scopes -> the threads a tile is spread over
+REGISTER_SCOPES = {MMA_SCOPE: 32, WGMMA_SCOPE: 128}
 
 _SPECS: dict[str, IntrinsicSpec] = {}     # registered name -> spec
 #: specialised function (``attach_intrinsics``) -> its spec and its operands' tile strides
@@ -516,10 +521,11 @@ class _Specialise(StmtExprMutator):
             # the strides of the dimensions the tile spans (its last ones: a buffer may have
             # more, e.g. a batch), ``A_t0`` for the tile's first
             rank = len(spec.tiles[k]) if k < len(spec.tiles) else 0
-            if load.buffer.scope == MMA_SCOPE:
+            if load.buffer.scope in REGISTER_SCOPES:
                 # a lane's registers (mma_fragments): the tile is spread over the warp's
-                # lanes, not laid out in the buffer; its elements all stand at the first
-                # register (private to the thread: no barrier or race check concerns them)
+                # (warpgroup's) threads, not laid out in the buffer; its elements all
+                # stand at the first register (private to the thread: no barrier or race
+                # check concerns them)
                 strides = [0] * rank
             for d, s in enumerate(strides[len(strides) - rank:] if rank else ()):
                 env[f"{opname}_t{d}"] = s

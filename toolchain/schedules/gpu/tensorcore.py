@@ -135,12 +135,16 @@ class WmmaTiles:
     #: copies of each operand tile with ``double_buffer`` (2; 3 or 4: the fetch of step
     #: ``k + stages - 1`` issued in step ``k``, a deeper ``cp.async`` pipeline)
     stages: int = 2
+    #: the products as Hopper's warpgroup MMA (``wgmma``, sm_90a): warps in warpgroups of
+    #: four down (``fm`` 1), core-matrix shared tiles, accumulators in registers:
+    #: :mod:`toolchain.schedules.gpu.wgmma`
+    wgmma: bool = False
 
     def label(self) -> str:
         """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
         double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
         call per fragment; ``.async``: asynchronous fetches; ``.s3``: three stages of
-        operand tiles; ``.mma``: ``mma.sync``).
+        operand tiles; ``.mma``: ``mma.sync``; ``.wgmma``: warpgroup MMA).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
@@ -148,7 +152,8 @@ class WmmaTiles:
         return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
                 f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
                 f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}"
-                f"{f'.s{self.stages}' if self.stages != 2 else ''}{'.mma' if self.mma else ''}")
+                f"{f'.s{self.stages}' if self.stages != 2 else ''}{'.mma' if self.mma else ''}"
+                f"{'.wgmma' if self.wgmma else ''}")
 
 
 def tensor_core_intrinsics(target: Target) -> TensorCore | None:
@@ -517,7 +522,18 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
             return None
         t = tiles
     build, need = tile_gemm_wmma, wmma_shared_bytes
-    if t.mma:  # mma.sync + ldmatrix, accumulators in registers, where the target has them
+    if t.wgmma:  # warpgroup MMA (sm_90a), where the target declares it
+        from toolchain.schedules.gpu.wgmma import (
+            tile_gemm_wgmma,
+            wgmma_intrinsics,
+            wgmma_shared_bytes,
+        )
+
+        wg = wgmma_intrinsics(target)
+        if wg is None:
+            return None
+        build, need, tc = tile_gemm_wgmma, (lambda c, _: wgmma_shared_bytes(c)), wg
+    elif t.mma:  # mma.sync + ldmatrix, accumulators in registers, where the target has them
         from toolchain.schedules.gpu.mma import mma_intrinsics, mma_shared_bytes, tile_gemm_mma
 
         tc = mma_intrinsics(target)

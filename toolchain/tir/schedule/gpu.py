@@ -166,6 +166,15 @@ DYNAMIC_SHARED_MEMORY = "dynamic_shared_memory"
 ASYNC_COPY = "async_copy"
 
 
+#: a loop annotation by which a schedule says that the kernel's shared memory is read by
+#: the async proxy (``wgmma`` reads its operands through matrix descriptors): the CUDA
+#: renderer makes every thread order its own writes to shared memory (plain stores,
+#: landed ``cp.async`` copies) before the async proxy's reads at each barrier --
+#: ``fence.proxy.async.shared::cta`` just before ``__syncthreads()`` (after the wait for
+#: the kernel's asynchronous copies, where it has them). The emulation needs nothing.
+ASYNC_PROXY = "async_proxy"
+
+
 def shared_memory_limit(target: Any, kernel: ir.Stmt | None = None) -> int | None:
     """The shared memory a block of ``kernel`` may use on ``target``: the opt-in amount
     where the kernel has a loop annotated :data:`DYNAMIC_SHARED_MEMORY` and the target

@@ -222,10 +222,11 @@ def _block_floor(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
 
 
 def _fragment(buf: ir.Buffer) -> bool:
-    """A tensor-core fragment (``wmma.*``, ``mma.*`` scopes): registers of a warp, private
-    to it as a ``local`` buffer is to a thread (the warp's loops are its ``threadIdx``
-    loops; an ``mma.*`` tile is shared out among the warp's lanes, ``threadIdx.x``)."""
-    return buf.scope.startswith(("wmma.", "mma."))
+    """A tensor-core fragment (``wmma.*``, ``mma.*``, ``wgmma.*`` scopes): registers of a
+    warp (warpgroup), private to it as a ``local`` buffer is to a thread (the warp's loops
+    are its ``threadIdx`` loops; an ``mma.*`` tile is shared out among the warp's lanes,
+    a ``wgmma.*`` one among the warpgroup's 128 threads, ``threadIdx.x``)."""
+    return buf.scope.startswith(("wmma.", "mma.", "wgmma."))
 
 
 def _thread_vars(accesses: list[_Access], lca: ir.For | None) -> dict[str, ir.Var]:
@@ -364,7 +365,7 @@ class _Compact(StmtMutator):
                and not _private_per_iteration(acc.found, lca)):
             lca = _enclosing_loop(acc.found[0].path, lca)
         canon = _thread_vars(acc.found, lca) if buf.scope == "local" or _fragment(buf) else {}
-        if buf.scope.startswith("mma."):  # the lanes hold the warp's tile between them
+        if buf.scope.startswith(("mma.", "wgmma.")):  # the lanes hold the tile between them
             canon.pop("threadIdx.x", None)
         found = [_canonical(a, canon) for a in acc.found] if canon else acc.found
         region = _region(found, buf, lca)

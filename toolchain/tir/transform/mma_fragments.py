@@ -1,4 +1,5 @@
-"""``lower_mma_fragments``: an ``mma.accumulator`` tile as each lane's own registers.
+"""``lower_mma_fragments``: an ``mma.accumulator`` (or ``wgmma.accumulator``) tile as each
+lane's own registers.
 
 An ``mma.sync`` accumulator (``mma.accumulator`` scope: ``targets/cuda-sm80.yaml``) is a
 warp's tile of C, ``R x C`` floats (``R`` a multiple of 16, ``C`` of 8) after buffer
@@ -35,6 +36,12 @@ after (16 registers a lane; ``tx`` is gone from the index)::
         for i_1, j_1, i_2, j_2 in T.grid(2, 2, 2, 2):
             D[..] = C_frag[(i_1 * 2 + j_1) * 4 + i_2 * 2 + j_2]
 
+A ``wgmma.accumulator`` (``targets/cuda-sm90.yaml``: a warpgroup's 64 x N tile, laid out
+``[64][N / 8][8]`` by ``transform_layout``) is the same layout over 128 threads: thread
+``t`` holds rows ``16 (t / 32) + (t % 32) / 4`` and ``+ 8`` of each 8-column slice, so
+with its ``threadIdx.x`` terms set to 0 element ``(i, c, f)`` is register
+``reg(i, 8 c + f)`` of ``N / 2``.
+
 >>> from toolchain.tir import ir
 >>> C = ir.Buffer("C_frag", (32, 16), "float32", scope="mma.accumulator")
 >>> D = ir.Buffer("D", (32, 16), "float32")
@@ -51,7 +58,7 @@ True
 from __future__ import annotations
 
 from toolchain.errors import UnsupportedError
-from toolchain.intrinsics import MMA_SCOPE
+from toolchain.intrinsics import MMA_SCOPE, REGISTER_SCOPES, WGMMA_SCOPE
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, StmtVisitor, substitute
 
@@ -87,23 +94,36 @@ class _Registers(StmtExprMutator):
 
     def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
         b = s.buffer
-        if b.scope != SCOPE:
+        if b.scope not in REGISTER_SCOPES:
             return super().visit_Allocate(s)
         dims = [ir.const_int(d) for d in b.shape]
-        if (len(dims) < 2 or None in dims or any(d != 1 for d in dims[:-2])
+        lanes = REGISTER_SCOPES[b.scope]
+        if b.scope == WGMMA_SCOPE:  # [64][N / 8][8]: a warpgroup's 64 x N tile
+            if len(dims) != 3 or None in dims or dims[0] != 64 or dims[2] != 8:
+                raise UnsupportedError(
+                    f"{self.where}: {WGMMA_SCOPE} buffer {b.name} has shape {b.shape}; a "
+                    "wgmma accumulator is one warpgroup's 64 x N tile laid out [64][N / 8][8] "
+                    "(transform_layout): compute it under the warpgroup's loops, its 128 "
+                    "threads on threadIdx.x")
+            rows, cols = 64, dims[1] * 8
+        elif (len(dims) < 2 or None in dims or any(d != 1 for d in dims[:-2])
                 or dims[-2] % 16 or dims[-1] % 8):
             raise UnsupportedError(
                 f"{self.where}: {SCOPE} buffer {b.name} has shape {b.shape}; an mma.sync "
                 "accumulator is one warp's tile of whole 16 x 8 tiles (rows, columns): "
                 "compute it under the warp's loops (threadIdx.y/z), its lanes on threadIdx.x")
-        rows, cols = dims[-2:]  # (a batch's leading extents of 1 before them)
-        regs = ir.Buffer(b.name, (rows * cols // 32,), b.dtype, SCOPE, (), b.align)
+        else:
+            rows, cols = dims[-2:]  # (a batch's leading extents of 1 before them)
+        regs = ir.Buffer(b.name, (rows * cols // lanes,), b.dtype, b.scope, (), b.align)
         self.new[b.data] = (regs, cols)
         return ir.Allocate(regs, self.visit_stmt(s.body))
 
     def _index(self, data: ir.Var, idx: tuple[ir.PrimExpr, ...]) -> tuple[ir.PrimExpr, ...]:
-        _, cols = self.new[data]
+        regs, cols = self.new[data]
         own = {v: ir.IntImm(0) for v in self.lanes}
+        if regs.scope == WGMMA_SCOPE:  # (i, c, f): column 8 c + f
+            i, c, f = (arith.simplify(substitute(self.visit_expr(x), own)) for x in idx)
+            return (register_of(i, arith.simplify(c * 8 + f), cols),)
         i, j = (arith.simplify(substitute(self.visit_expr(x), own)) for x in idx[-2:])
         return (register_of(i, j, cols),)
 
@@ -137,9 +157,12 @@ def _allocates(body: ir.Stmt, scope: str) -> bool:
 
 
 def lower_mma_fragments(func: ir.PrimFunc) -> ir.PrimFunc:
-    """Lowering pass (phase 1, after buffer compaction): each ``mma.accumulator`` buffer
-    as one lane's registers (see the module docstring); other functions unchanged."""
-    if not _allocates(func.body, SCOPE):
+    """Lowering pass (phase 1, after buffer compaction): each ``mma.accumulator`` and
+    ``wgmma.accumulator`` buffer as one thread's registers (see the module docstring);
+    other functions unchanged."""
+    walk = _Scopes()
+    walk.visit_stmt(func.body)
+    if not walk.scopes & REGISTER_SCOPES.keys():
         return func
     return func.with_body(_Registers(f"kernel {func.name}").visit_stmt(func.body))
 

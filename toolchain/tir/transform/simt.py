@@ -28,7 +28,8 @@ of data races (:mod:`toolchain.tir.race` checks that). It is what
     interleaved by lane -- register ``r`` of lane ``l`` of warp ``w`` at
     ``(w * R + r) * 32 + l`` -- so that a warp-collective call, made once per warp,
     reaches every lane's registers at a stride of 32 (``KILN_MMA_ACC`` in the CUDA
-    descriptors' ``c_helpers``).
+    descriptors' ``c_helpers``); a ``wgmma.accumulator`` the same over a warpgroup's 128
+    threads (register ``r`` of thread ``t`` of warpgroup ``g`` at ``(g R + r) 128 + t``).
   - a warp shuffle (``T.shfl_xor_sync`` / ``T.shfl_down_sync``, from
     :mod:`~toolchain.tir.transform.lower_thread_allreduce`) cuts the block like a barrier,
     into two phases: every thread puts the shuffled value in its slot of a lane array,
@@ -106,6 +107,7 @@ import math
 from dataclasses import replace
 
 from toolchain.errors import UnsupportedError
+from toolchain.intrinsics import REGISTER_SCOPES
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, StmtMutator, free_vars, post_order_visit
 from toolchain.tir.transform.inject_barriers import (
@@ -118,7 +120,6 @@ from toolchain.tir.transform.inject_barriers import (
     with_kernels,
 )
 from toolchain.tir.transform.lower_thread_allreduce import SHFL_XOR, WARP, is_shuffle
-from toolchain.tir.transform.mma_fragments import SCOPE as MMA_SCOPE
 
 #: For annotation marking a block loop / a thread loop of the emulation (value: the tag)
 SIMT_BLOCK = "simt_block"
@@ -236,9 +237,10 @@ class _Block(StmtExprMutator):
                     ) -> tuple[ir.Buffer, tuple[ir.PrimExpr, ...]]:
         new, n = self.expanded[buf.data]
         off = self.tid * n if n != 1 else self.tid
-        if buf.scope == MMA_SCOPE:  # register r of lane l of warp w at (w n + r) 32 + l
-            warp = self.tid // 32 * (n * 32) + self.tid % 32
-            return new, (arith.simplify(warp + idx[0] * 32),)
+        lanes = REGISTER_SCOPES.get(buf.scope)
+        if lanes:  # register r of lane l of warp (warpgroup) w at (w n + r) lanes + l
+            warp = self.tid // lanes * (n * lanes) + self.tid % lanes
+            return new, (arith.simplify(warp + idx[0] * lanes),)
         i = idx[0]
         if isinstance(i, ir.Ramp):
             return new, (ir.Ramp(arith.simplify(off + i.base), i.stride, i.lanes),)
@@ -258,7 +260,7 @@ class _Block(StmtExprMutator):
         return out
 
     def visit_Allocate(self, s: ir.Allocate) -> ir.Stmt:
-        if s.buffer.scope == MMA_SCOPE:  # a warp's registers: its lanes' apart, as on a GPU
+        if s.buffer.scope in REGISTER_SCOPES:  # a warp's registers: its lanes' apart
             self._expand(s.buffer)
             return self.visit_stmt(s.body)
         return super().visit_Allocate(s)
@@ -273,10 +275,11 @@ class _Block(StmtExprMutator):
             raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: buffer "
                                    f"{b.name} lives across a barrier but has no "
                                    f"static flat size ({b.shape})")
-        if b.scope == MMA_SCOPE and self.threads % 32:
-            raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: mma.sync "
+        lanes = REGISTER_SCOPES.get(b.scope)
+        if lanes and self.threads % lanes:
+            raise UnsupportedError(f"SIMT emulation: kernel {self.kernel}: {b.scope} "
                                    f"accumulator {b.name} in a block of {self.threads} "
-                                   "threads, not whole warps")
+                                   f"threads, not whole groups of {lanes}")
         buf = ir.Buffer(f"{b.name}_per_thread", (n * self.threads,), b.dtype, "global",
                         align=b.align)
         self.expanded[b.data] = (buf, n)

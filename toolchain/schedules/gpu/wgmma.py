@@ -1,0 +1,254 @@
+"""The tensor-core GEMM on Hopper's warpgroup MMA (``wgmma``, sm_90a): the ``.wgmma`` variant.
+
+``WmmaTiles(wgmma=True)`` (label ``4x1w.1x8f.kf2.sb.p0.v8.wgmma``): the block's warps in
+warpgroups of four consecutive ones (128 threads, ``threadIdx.x``), ``wy / 4`` of them
+down (``threadIdx.z``) and ``wx`` across (``threadIdx.y``); each warpgroup computes a
+``64 x 16 fn`` tile of C (``fm`` is 1: the four warps are its 16-row slices) with the
+target's ``wgmma`` products, found by behaviour (:func:`wgmma_intrinsics`)::
+
+    C[i, c, f] += A[d, i, e] * B[c, 8 * d + e, f]      (64 x N x 16 per d pair)
+
+-- the operands read from shared memory in 8 x 16-byte "core matrices" through matrix
+descriptors (``targets/cuda-sm90.yaml``), the accumulator in the 128 threads' registers
+(``wgmma.accumulator``, lowered by :mod:`toolchain.tir.transform.mma_fragments`). The
+shared tiles are not padded row-major tiles but the core-matrix layouts, made by
+``transform_layout`` after the operand copies are placed:
+
+- A (``BM x BK``) as ``[BK / 8][BM][8]``: the 8 halves of k ``8 q .. 8 q + 7`` of a row
+  consecutive, the rows consecutive (K-major core matrices, no swizzle);
+- B (``BK x BN``) as ``[BN / 8][BK][8]`` (MN-major core matrices: the ``.trans`` B);
+- the accumulator (``BM x BN``) as ``[BM][BN / 8][8]`` (the behaviour's ``C[i, c, f]``).
+
+The fetches write 8 halves of one row at once (one 16-byte store: the core matrix's row);
+every barrier of the kernel first orders the threads' shared stores for the async proxy
+wgmma reads through (``ASYNC_PROXY``: ``fence.proxy.async.shared::cta`` before
+``__syncthreads()``); the epilogue (the tail folded in) reads each thread's own registers:
+rows ``(warpgroup, 4 warps, 2, 8)``, columns ``(warpgroup, N / 8, 4, 2)``, the thread
+``32 w + 4 g + q`` (the ISA's layout). Kernels calling the products are built for sm_90a
+(the intrinsics' ``arch_features``).
+
+Not the default: it has not run on a GPU. ``benchmarks/cuda.py``'s ``SWEEP`` times it.
+
+>>> from toolchain.target import load_target
+>>> wg = wgmma_intrinsics(load_target("cuda-sm90"))
+>>> wg.accumulator, wg.product(128, 32), wg.fill(128)
+('wgmma.accumulator', 'cuda-sm90.wgmma_m64n128k32', 'cuda-sm90.wgmma_fill_64x128')
+>>> wgmma_intrinsics(load_target("cuda-sm80")) is None
+True
+>>> wgmma_shared_bytes(WmmaTiles(4, 1, 1, 8, 2, double_buffer=False, wgmma=True))
+12288
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.errors import KilnError
+from toolchain.intrinsics.behaviour import Const, parse_behaviour
+from toolchain.schedules.gpu.generic import fold_tail
+from toolchain.schedules.gpu.tensorcore import WmmaTiles, gemm_block, loops_under
+from toolchain.target import Target
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule.gpu import ASYNC_COPY, ASYNC_PROXY, DYNAMIC_SHARED_MEMORY
+
+#: threads of a warpgroup, rows of its accumulator tile
+WARPGROUP, ROWS = 128, 64
+#: halves in a core matrix's row (16 bytes)
+CORE = 8
+
+
+@dataclass(frozen=True)
+class WgmmaSet:
+    """A target's warpgroup MMA intrinsics: fills by N, products by (N, K)."""
+
+    fills: tuple[tuple[int, str], ...]
+    products: tuple[tuple[tuple[int, int], str], ...]
+    accumulator: str
+
+    def fill(self, n: int) -> str | None:
+        """The fill of a 64 x ``n`` accumulator, or None."""
+        return dict(self.fills).get(n)
+
+    def product(self, n: int, k: int) -> str | None:
+        """The 64 x ``n`` x ``k`` product, or None."""
+        return dict(self.products).get((n, k))
+
+
+def _core_matrix_gemm(beh: Any) -> bool:
+    """``C[i, c, f] += A[d, i, e] * B[c, 8 * d + e, f]`` exactly."""
+    if not beh.accumulate or len(beh.inputs()) != 2:
+        return False
+    a, b = beh.inputs()
+
+    def names(acc: Any) -> list[tuple[tuple[str, int], ...]]:
+        return [tuple(sorted(x.terms)) if not x.const else () for x in acc.index]
+
+    out, ai, bi = names(beh.output), names(a), names(b)
+    if len(out) != 3 or len(ai) != 3 or len(bi) != 3 or any(len(t) != 1 for t in out):
+        return False
+    (i, _), (c, _), (f, _) = (t[0] for t in out)
+    d, e = ai[0][0][0] if ai[0] else "", ai[2][0][0] if ai[2] else ""
+    return (ai == [((d, 1),), ((i, 1),), ((e, 1),)]
+            and bi == [((c, 1),), tuple(sorted(((d, 8), (e, 1)))), ((f, 1),)]
+            and len({i, c, f, d, e}) == 5)
+
+
+def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
+    """The target's warpgroup products (float16 x float16 -> float32, the core-matrix
+    behaviour of the module docstring, 128 lanes) and fills (``C[i, c, f] = 0``) on one
+    accumulator scope, found by behaviour; None where it declares none."""
+    fills: dict[str, dict[int, str]] = {}
+    products: dict[str, dict[tuple[int, int], str]] = {}
+    for name, spec in target.intrinsics.items():
+        if "instruction" in spec or int(spec.get("lanes", 1)) != WARPGROUP:
+            continue
+        beh = parse_behaviour(spec["behaviour"], name)
+        scopes, dtypes = dict(spec.get("scopes", {})), dict(spec["dtypes"])
+        ext = {str(k): int(v) for k, v in dict(spec["extents"]).items()}
+        acc = str(scopes.get(beh.output.name, ""))
+        if not acc.endswith("accumulator") or dtypes.get(beh.output.name) != "float32":
+            continue
+        if not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
+            i, c, f = (x.terms[0][0] for x in beh.output.index) \
+                if len(beh.output.index) == 3 else ("", "", "")
+            if ext.get(i) == ROWS and ext.get(f) == CORE:
+                fills.setdefault(acc, {})[ext[c] * CORE] = target.intrinsic(name)
+        elif _core_matrix_gemm(beh):
+            a, b = beh.inputs()
+            if (dtypes.get(a.name), dtypes.get(b.name)) != ("float16", "float16"):
+                continue
+            i, c, f = (x.terms[0][0] for x in beh.output.index)
+            d, e = a.index[0].terms[0][0], a.index[2].terms[0][0]
+            if ext[i] == ROWS and ext[f] == CORE and ext[e] == CORE:
+                products.setdefault(acc, {})[(ext[c] * CORE, ext[d] * CORE)] = \
+                    target.intrinsic(name)
+    for acc, prods in products.items():
+        if acc in fills:
+            return WgmmaSet(tuple(sorted(fills[acc].items())), tuple(sorted(prods.items())),
+                            acc)
+    return None
+
+
+def wgmma_shared_bytes(t: WmmaTiles) -> int:
+    """Shared memory of the ``.wgmma`` kernel with tiles ``t``: one or ``t.stages``
+    copies of each float16 operand tile (core matrices: no padding, no output tile)."""
+    by, bx, bk = 16 * t.wy, 16 * t.fn * t.wx, 16 * t.kf
+    halves = t.stages if t.double_buffer else 1
+    return halves * (by * bk + bk * bx) * 2
+
+
+def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str | None, int]:
+    """``(fill, product over the whole step or None, k of the product to use)`` for tiles
+    ``t``; :class:`~toolchain.errors.KilnError` where ``t`` is no warpgroup tiling the
+    target's products cover."""
+    n = 16 * t.fn
+    if t.wy % 4 or t.fm != 1:
+        raise KilnError(f"wgmma: a warpgroup is 4 warps down of 16 rows each (wy a multiple "
+                        f"of 4, fm 1), not {t.wy} x {t.fm}")
+    if t.pad:
+        raise KilnError("wgmma: core-matrix tiles take no padding (pad 0)")
+    fill = wg.fill(n)
+    whole = wg.product(n, 16 * t.kf)
+    if fill is None or (whole is None and wg.product(n, 16) is None):
+        raise KilnError(f"wgmma: the target declares no 64 x {n} warpgroup product and fill")
+    return fill, whole, 16 * t.kf if whole else 16
+
+
+def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
+                    t: WmmaTiles) -> Schedule:
+    """``sch`` (a copy) with the float16 GEMM block ``block`` on warpgroup MMA (see the
+    module docstring). Raises :class:`~toolchain.errors.KilnError` where a step does not
+    apply."""
+    from toolchain.schedules.gpu.gemm import operand_buffer, stage_operand
+
+    fill, whole, pk = check_tiles(t, wg)
+    n = 16 * t.fn
+    sch, b, axes = gemm_block(sch, block, "tile_gemm_wgmma")
+    wgy = t.wy // 4
+    cf = sch.cache_write(b, 0, wg.accumulator)
+    sch.set_dtype(b, 0, "float32")  # float32 sums in registers, rounded in the epilogue
+    fold_tail(sch, cf)
+    copies = [stage_operand(sch, b, operand_buffer(sch.get(b), x)) for x in (0, 1)]
+    loops = sch.get_loops(b)
+    others = [loops[i] for i in axes.others]
+    by, gy, yi = sch.split(loops[axes.y], [None, wgy, ROWS])
+    bx, gx, xc, xf = sch.split(loops[axes.x], [None, t.wx, n // CORE, CORE])
+    if whole:
+        ko, kd, ke = sch.split(loops[axes.reduce[0]], [None, 16 * t.kf // CORE, CORE])
+        steps: tuple[Any, ...] = ()
+    else:
+        ko, ks, kd, ke = sch.split(loops[axes.reduce[0]], [None, t.kf, 2, CORE])
+        steps = (ks,)
+    sch.reorder(*others, by, bx, ko, gy, gx, *steps, yi, xc, xf, kd, ke)
+    if wgmma_shared_bytes(t) > (target.max_shared_memory_per_block or 48 * 1024):
+        sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
+    if t.async_copy:  # the operand tiles are read only after the step's barrier
+        sch.annotate(bx, ASYNC_COPY, 1)
+    sch.annotate(bx, ASYNC_PROXY, 1)  # wgmma reads shared memory through the async proxy
+    bz = (sch.fuse(*others) if len(others) > 1 else others[0]) if others else None
+    for s in copies:
+        sch.compute_at(s, ko)
+    sch.reverse_compute_at(cf, bx)
+    # the core-matrix layouts (once the copies are placed: compute_at needs plain
+    # indices): A [k / 8][m][8], B [n / 8][k][8], C [m][n / 8][8]
+    for s in copies:
+        sch.transform_layout(s, 0, factors=[[None], [None, CORE]], order=[1, 0, 2])
+    sch.transform_layout(b, 0, factors=[[None], [None, CORE]], order=[0, 1, 2])
+    if t.double_buffer and axes.extents[axes.reduce[0]] > 16 * t.kf:
+        for s in copies:
+            sch.double_buffer(s, stages=t.stages)
+    names = {sch.get(gy).loop_var.name + "_init": "threadIdx.z",
+             sch.get(gx).loop_var.name + "_init": "threadIdx.y"}
+    init = sch.decompose_reduction(b, ko)
+    init_loops = sch.get_loops(init)
+    init_groups = [(lp, names[sch.get(lp).loop_var.name]) for lp in init_loops
+                   if sch.get(lp).loop_var.name in names]
+    sch.tensorize(init_loops[-3], fill)
+    for lp in steps:
+        sch.unroll(lp)
+    sch.tensorize(yi, whole or wg.product(n, pk) or "")
+    lanes = epilogue_loops(sch, cf, bx, t, n)
+    for s in copies:
+        spread_fetch(sch, s, ko, t)
+    for loop, tag in (*init_groups, *lanes, (gy, "threadIdx.z"), (gx, "threadIdx.y"),
+                      (by, "blockIdx.y"), (bx, "blockIdx.x")):
+        sch.bind(loop, tag)
+    if bz is not None:
+        sch.bind(bz, "blockIdx.z")
+    return sch
+
+
+def epilogue_loops(sch: Schedule, cf: Any, bx: Any, t: WmmaTiles, n: int
+                   ) -> list[tuple[Any, str]]:
+    """Split the write-back ``cf`` (registers -> global, with the tail) under ``bx`` so
+    that each thread reads the accumulator elements it holds: rows ``(warpgroup, warp,
+    2, g)``, columns ``(warpgroup, n / 8, q, 2)``, thread ``32 warp + 4 g + q`` (the
+    ISA's wgmma accumulator layout), the rest unrolled; returns the loops to bind."""
+    ay, ax = loops_under(sch, cf, bx)
+    sgy, sw, sh, sg = sch.split(ay, [t.wy // 4, 4, 2, 8])
+    sgx, sc, sq, s2 = sch.split(ax, [t.wx, n // CORE, 4, 2])
+    sch.reorder(sgy, sgx, sw, sg, sq, sc, sh, s2)
+    lane = sch.fuse(sw, sg, sq)
+    for lp in (sc, sh, s2):
+        sch.unroll(lp)
+    return [(sgy, "threadIdx.z"), (sgx, "threadIdx.y"), (lane, "threadIdx.x")]
+
+
+def spread_fetch(sch: Schedule, s: Any, at: Any, t: WmmaTiles) -> None:
+    """An operand fetch ``s`` under loop ``at`` over all the block's threads (warpgroups
+    on threadIdx.z/y, their 128 threads on threadIdx.x), ``t.vector`` halves a thread at
+    once (8: one core-matrix row, one 16-byte load and store)."""
+    own = loops_under(sch, s, at)
+    fused = sch.fuse(*own) if len(own) > 1 else own[0]
+    vec = t.vector
+    parts = sch.split(fused, [None, t.wy // 4, t.wx, WARPGROUP] + ([vec] if vec > 1 else []))
+    for lp, tag in zip(parts[1:4], ("threadIdx.z", "threadIdx.y", "threadIdx.x"),
+                       strict=True):
+        sch.bind(lp, tag)
+    if vec > 1:
+        sch.vectorize(parts[4])
+
+
+__all__ = ["WgmmaSet", "check_tiles", "epilogue_loops", "spread_fetch", "tile_gemm_wgmma",
+           "wgmma_intrinsics", "wgmma_shared_bytes"]
