@@ -287,7 +287,10 @@ class CUDARenderer(CStyleRenderer):
         # barrier
         if self.async_copy:
             self.emit(f"__pipeline_commit(); __pipeline_wait_prior({self._pipeline_wait()});")
+        # (sm_90 and later: built for an older architecture, the wgmma calls are traps)
+        self.emit("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900")
         self.emit('asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory");')
+        self.emit("#endif")
         self.emit(f"{self.barrier};")
 
     def _pipeline_wait(self) -> str:

@@ -49,6 +49,7 @@ from toolchain.intrinsics.behaviour import Const, parse_behaviour
 from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.schedules.gpu.tensorcore import WmmaTiles, gemm_block, loops_under
 from toolchain.target import Target
+from toolchain.tir import ir
 from toolchain.tir.schedule import Schedule
 from toolchain.tir.schedule.gpu import ASYNC_COPY, ASYNC_PROXY, DYNAMIC_SHARED_MEMORY
 
@@ -237,11 +238,18 @@ def epilogue_loops(sch: Schedule, cf: Any, bx: Any, t: WmmaTiles, n: int
 
 def spread_fetch(sch: Schedule, s: Any, at: Any, t: WmmaTiles) -> None:
     """An operand fetch ``s`` under loop ``at`` over all the block's threads (warpgroups
-    on threadIdx.z/y, their 128 threads on threadIdx.x), ``t.vector`` halves a thread at
-    once (8: one core-matrix row, one 16-byte load and store)."""
+    on threadIdx.z/y, their 128 threads on threadIdx.x), up to ``t.vector`` halves a
+    thread at once (8: one core-matrix row, one 16-byte load and store; fewer where the
+    tile does not split so over the threads: no guarded fetch)."""
     own = loops_under(sch, s, at)
+    size = 1
+    for lp in own:
+        size *= ir.const_int(sch.get(lp).extent) or 1
+    threads = t.wy // 4 * t.wx * WARPGROUP
+    vec = t.vector  # the widest up to t.vector that splits the tile over the threads evenly
+    while vec > 1 and size % (threads * vec):
+        vec //= 2
     fused = sch.fuse(*own) if len(own) > 1 else own[0]
-    vec = t.vector
     parts = sch.split(fused, [None, t.wy // 4, t.wx, WARPGROUP] + ([vec] if vec > 1 else []))
     for lp, tag in zip(parts[1:4], ("threadIdx.z", "threadIdx.y", "threadIdx.x"),
                        strict=True):

@@ -1,0 +1,213 @@
+"""The ``.wgmma`` tensor-core GEMM (``toolchain.schedules.gpu.wgmma``): Hopper's warpgroup
+MMA on core-matrix shared tiles (``transform_layout``), accumulators in the 128 threads'
+registers, the epilogue straight from them. Proven on the CPU: the SIMT emulation keeps
+every thread's registers apart and the intrinsics' emulation reads the operands through
+the descriptors as the hardware does (``tests/intrinsics/test_wgmma.py``); its bundles are
+compared with the float32 reference. The race checker runs the calls as their behaviour;
+nvcc builds the kernels for sm_90a. It is not the default (never run on a GPU here)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.bundle.helpers import nvcc_kernel_check
+from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
+from toolchain import te
+from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle.host import gpu_available
+from toolchain.driver import lower
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.reference import run_graph
+from toolchain.schedules.gpu import wgmma
+from toolchain.schedules.gpu.gemm import lowered_shared_bytes, wmma_tiles
+from toolchain.schedules.gpu.tensorcore import (
+    WmmaTiles,
+    choose_wmma_tiles,
+    loops_under,
+    tensor_core_intrinsics,
+    try_tile_wmma,
+)
+from toolchain.schedules.gpu.wgmma import wgmma_intrinsics, wgmma_shared_bytes
+from toolchain.target import load_target
+from toolchain.tir import ir
+from toolchain.tir.race import check_races, find_races
+from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import state as st
+from toolchain.tir.transform.inject_barriers import is_barrier
+
+NVCC = shutil.which("nvcc")
+SM90 = load_target("cuda-sm90")
+#: one warpgroup of 64 x 128, steps of 32 (one call: two m64n128k16), single-buffered
+ONE_GROUP = WmmaTiles(4, 1, 1, 8, 2, double_buffer=False, vector=8, wgmma=True)
+#: 2 x 2 warpgroups (128 x 256, 512 threads), steps of 16, double-buffered cp.async fetches
+FOUR_GROUPS = WmmaTiles(8, 2, 1, 8, 1, vector=8, async_copy=True, wgmma=True)
+
+
+def _rel(got: np.ndarray, want: np.ndarray) -> float:
+    want = want.astype(np.float64)
+    return float(np.max(np.abs(got - want))) / float(np.max(np.abs(want)))
+
+
+def _gemm(m: int, n: int, k: int, tiles: WmmaTiles) -> Schedule:
+    A = te.placeholder((m, k), name="A", dtype="float16")
+    B = te.placeholder((k, n), name="B", dtype="float16")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM90), "C", SM90, tiles)
+    assert sch is not None
+    return sch
+
+
+def test_found_by_behaviour_labelled_and_never_the_default() -> None:
+    """cuda-sm90 declares the warpgroup products and fills (found by behaviour, not by
+    name); cuda-sm80 none, so the variant is refused there; the default tiles stay wmma."""
+    wg = wgmma_intrinsics(SM90)
+    assert wg is not None and wg.accumulator == "wgmma.accumulator"
+    assert dict(wg.products) == {(64, 16): "cuda-sm90.wgmma_m64n64k16",
+                                 (128, 16): "cuda-sm90.wgmma_m64n128k16",
+                                 (128, 32): "cuda-sm90.wgmma_m64n128k32"}
+    assert wgmma_intrinsics(load_target("cuda-sm80")) is None
+    assert ONE_GROUP.label() == "4x1w.1x8f.kf2.sb.p0.v8.wgmma"
+    assert FOUR_GROUPS.label() == "8x2w.1x8f.kf1.db.p0.v8.async.wgmma"
+    t = choose_wmma_tiles(4096, 4096, 4096, tensor_core_intrinsics(SM90), SM90)
+    assert not t.wgmma
+    A = te.placeholder((128, 64), name="A", dtype="float16")
+    B = te.placeholder((64, 128), name="B", dtype="float16")
+    r = te.reduce_axis((0, 64), name="k")
+    C = te.compute((128, 128), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    sm80 = load_target("cuda-sm80")
+    assert try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), sm80), "C", sm80,
+                         ONE_GROUP) is None
+
+
+def test_core_matrix_tiles_registers_and_the_async_proxy_fence() -> None:
+    """The shared tiles are the core-matrix layouts (A [k / 8][m][8], B [n / 8][k][8]: no
+    padding, 12 KiB for 64 x 128 with steps of 32), the fetches one 16-byte row of a core
+    matrix a thread, the accumulator 64 registers a thread read with constant indices,
+    and every barrier in the CUDA source comes after ``fence.proxy.async``."""
+    from toolchain.codegen.backend import CUDABackend
+
+    sch = _gemm(128, 128, 64, ONE_GROUP)
+    text = str(sch.mod)
+    assert "A_shared[v1_1 // 8, v0_1, v1_1 % 8] =" in text  # A[m, k] at [k / 8][m][k % 8]
+    assert "B_shared[v1 // 8, v0, v1 % 8] =" in text  # B[k, n] at [n / 8][k][n % 8]
+    f = lower(sch, target=SM90)
+    assert max(lowered_shared_bytes(sch, SM90).values()) == wgmma_shared_bytes(ONE_GROUP) \
+        == 12288
+    art = CUDABackend().kernel(f, "g")
+    body = "\n".join(line for k in art.launches for line in k["body"])
+    assert "float C_wgmma_accumulator[64]" in body
+    reads = re.findall(r"C_wgmma_accumulator\[([^\]]*)\]", body)
+    # the declaration, the fill, the step's product, 64 reads by the epilogue
+    assert len(reads) == 1 + 1 + 1 + 64 and all(re.fullmatch(r"\d+", r) for r in reads)
+    lines = body.splitlines()
+    syncs = [i for i, ln in enumerate(lines) if "__syncthreads()" in ln]
+    assert syncs and all("fence.proxy.async.shared::cta" in lines[i - 2] for i in syncs)
+    assert "*(uint4 *)" in body  # 16-byte fetches: one core-matrix row
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in str(f.attrs)
+
+
+def test_the_wgmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
+    """The race checker runs each call as its declared behaviour on the core-matrix tiles
+    (the accumulator private to the threads): three double-buffered steps of 16 (a
+    64 x 64 warpgroup) have no race, one barrier before the loop and one a step, and
+    taking out either makes one."""
+    sch = _gemm(64, 64, 48, WmmaTiles(4, 1, 1, 4, 1, vector=8, async_copy=True, wgmma=True))
+    f = lower(sch, target=SM90)
+    assert "(k_0 + 1) % 2 * 1024" in str(f)  # double-buffered
+    check_races(f)
+    barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert len(barriers) == 2
+    for b in barriers:
+        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
+
+
+#: (m, k, n, tiles): one warpgroup, two 64-row blocks, two steps of 32; four warpgroups,
+#: double-buffered cp.async steps of 16 (six of them), two blocks across
+CASES = [(128, 64, 128, ONE_GROUP), (128, 96, 512, FOUR_GROUPS)]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "tiles"), CASES,
+                         ids=[f"{m}x{k}x{n}-{t.label()}" for m, k, n, t in CASES])
+def test_wgmma_gemms_emulated_match_the_reference(m: int, k: int, n: int, tiles: WmmaTiles,
+                                                  tmp_path: Path) -> None:
+    """A dense layer (MatMul, bias, ReLU folded into the epilogue) emulated: within the
+    fp16 tolerance of the float32 reference; the bundle is built for sm_90a."""
+    model, feeds = gemm_model(m, k, n)
+    want = run_graph(from_onnx(model), feeds)["y"]
+    with wmma_tiles(tiles):
+        d = compile_model(model, "cuda-sm90", tmp_path / "e", progress=False, emulate=True,
+                          precision="fp16")
+    src = (d / "src/kernels.c").read_text()
+    assert "kiln_wgmma_f16_64x128x" in src and "kiln_wgmma_fill_64x128" in src
+    assert _rel(load_bundle(d)(feeds)["y"], want) < FP16_TOL
+
+
+def test_a_wrong_thread_mapping_in_the_epilogue_is_caught(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """The epilogue's thread as ``32 w + 8 q + g`` instead of the ISA's ``32 w + 4 g + q``:
+    the threads read registers that hold other elements, and the emulated bundle is far
+    off the reference (the right mapping is within FP16_TOL above)."""
+
+    def swapped(sch: Schedule, cf: object, bx: object, t: WmmaTiles, n: int) -> list:
+        ay, ax = loops_under(sch, cf, bx)
+        sgy, sw, sh, sg = sch.split(ay, [t.wy // 4, 4, 2, 8])
+        sgx, sc, sq, s2 = sch.split(ax, [t.wx, n // 8, 4, 2])
+        sch.reorder(sgy, sgx, sw, sq, sg, sc, sh, s2)
+        lane = sch.fuse(sw, sq, sg)
+        return [(sgy, "threadIdx.z"), (sgx, "threadIdx.y"), (lane, "threadIdx.x")]
+
+    model, feeds = gemm_model(128, 64, 128)
+    want = run_graph(from_onnx(model), feeds)["y"]
+    monkeypatch.setattr(wgmma, "epilogue_loops", swapped)
+    with wmma_tiles(ONE_GROUP):
+        d = compile_model(model, "cuda-sm90", tmp_path / "e", progress=False, emulate=True,
+                          precision="fp16")
+    assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1
+
+
+@nvcc_kernel_check("wgmma")
+def _wgmma_gemm(out: Path) -> dict[str, Path]:
+    model, _ = gemm_model(128, 96, 512)
+    with wmma_tiles(FOUR_GROUPS):
+        return {"wgmma_gemm": compile_model(model, "cuda-sm90", out / "wgmma_gemm",
+                                            progress=False, precision="fp16",
+                                            name="wgmma_gemm")}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_wgmma_kernels_compile_with_nvcc_for_sm90a(kernels_nvcc: Any, tmp_path: Path) -> None:
+    """Through nvcc with the other GPU tests' kernels in one run (``kernels_nvcc``, whose
+    Hopper code is then sm_90a's); the bundle's own build files name sm_90a, the other
+    cuda-sm90 bundles keep sm_90."""
+    d = kernels_nvcc.of("wgmma")["wgmma_gemm"]
+    src = (d / "src/kernels.cu").read_text()
+    assert "kiln_wgmma_f16_64x128x16_" in src and "fence.proxy.async.shared::cta" in src
+    assert "-arch=sm_90a" in (d / "Makefile").read_text()
+    assert "CUDA_ARCHITECTURES 90a" in (d / "CMakeLists.txt").read_text()
+    kernels_nvcc.check("wgmma", tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
+@pytest.mark.parametrize(("m", "k", "n", "tiles"), CASES,
+                         ids=[f"{m}x{k}x{n}-{t.label()}" for m, k, n, t in CASES])
+def test_wgmma_gemms_on_the_gpu_match_the_reference(m: int, k: int, n: int,
+                                                    tiles: WmmaTiles, tmp_path: Path) -> None:
+    """The PTX itself (the descriptors, the core-matrix layouts, wgmma's register layout
+    the epilogue assumes), which the emulation can only follow as the ISA documents it,
+    on an H100/H200 (sm_90a)."""
+    model, feeds = gemm_model(m, k, n)
+    want = run_graph(from_onnx(model), feeds)["y"]
+    with wmma_tiles(tiles):
+        mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / "g", progress=False,
+                                        precision="fp16"))
+    for _ in range(2):
+        assert _rel(np.asarray(mod(feeds)["y"]), want) < FP16_TOL
