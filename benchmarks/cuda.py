@@ -473,7 +473,11 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 
 
 #: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
-#: the likeliest first (a step cut short keeps them): the ``.mma`` kernel (mma.sync on
+#: the likeliest first (a step cut short keeps them): the ``.wgmma`` kernel (Hopper's
+#: warpgroup MMA, sm_90a, on core-matrix shared tiles: toolchain/schedules/gpu/wgmma.py;
+#: never run on a GPU before) with 2 x 2 warpgroups of 64 x 128 (128 x 256) and 2 or 3
+#: cp.async stages, 2 x 1 (128 x 128) and 1 x 2 (64 x 256), steps of 32; the ``.mma``
+#: kernel (mma.sync on
 #: ldmatrix fragments, accumulators in registers, no float32 shared tile:
 #: toolchain/schedules/gpu/mma.py) with the default's tiles and 2, 3 (``.s3``) or 4 stages
 #: of cp.async operand tiles, 4 warps of 64 x 64, 16 warps (128 x 256), steps of 64; the
@@ -486,7 +490,9 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 #: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
 #: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
 #: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
-SWEEP = ("4x2w.2x4f.kf2.db.p8.v8.async.mma", "4x2w.2x4f.kf2.db.p8.v8.async.s3.mma",
+SWEEP = ("8x2w.1x8f.kf2.db.p0.v8.async.wgmma", "8x1w.1x8f.kf2.db.p0.v8.async.wgmma",
+         "8x2w.1x8f.kf2.db.p0.v8.async.s3.wgmma", "4x2w.1x8f.kf2.db.p0.v8.async.wgmma",
+         "4x2w.2x4f.kf2.db.p8.v8.async.mma", "4x2w.2x4f.kf2.db.p8.v8.async.s3.mma",
          "4x2w.2x4f.kf2.db.p8.v8.async.s4.mma", "2x2w.4x4f.kf2.db.p8.v8.async.s3.mma",
          "4x4w.2x4f.kf2.db.p8.v8.async.s3.mma", "4x2w.2x4f.kf4.db.p8.v8.async.s3.mma",
          "4x2w.2x4f.kf2.db.p8.v8.async.s3", "4x2w.2x4f.kf2.db.p8.v8.mma",
@@ -502,15 +508,16 @@ def parse_tiles(label: str, option: str = "--sweep-tiles") -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``; a bad label is a
     ``SystemExit`` naming ``option``, the command-line option it came from."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
-                     r"(\.frag)?(\.async)?(?:\.s(\d))?(\.mma)?", label)
+                     r"(\.frag)?(\.async)?(?:\.s(\d))?(\.mma)?(\.wgmma)?", label)
     if m is None:
         raise SystemExit(f"{option}: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
-                         "padding, fetch width, optional .frag, .async, .sN stages, .mma)")
-    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, mma = m.groups()
+                         "padding, fetch width, optional .frag, .async, .sN stages, .mma, "
+                         ".wgmma)")
+    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, mma, wgmma = m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
                      int(vec), frag is None, async_copy is not None, mma is not None,
-                     int(stages or 2))
+                     int(stages or 2), wgmma is not None)
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:

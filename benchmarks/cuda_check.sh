@@ -2,8 +2,9 @@
 # The GPU check of the CUDA bundles (issue 14), for a session that has an NVIDIA GPU:
 #   1. the tests marked `gpu` (every zoo model's bundle and the odd-shaped GEMM/conv models
 #      of tests/schedules/gpu/test_gemm.py, the block reductions of test_block_reduce.py,
-#      the mma.sync/ldmatrix GEMMs of test_mma.py -- the PTX fragment layouts on the
-#      hardware for the first time -- built by nvcc, run on the GPU, compared with the
+#      the mma.sync/ldmatrix GEMMs of test_mma.py and the wgmma GEMMs of test_wgmma.py
+#      -- the PTX fragment layouts and wgmma's descriptors on the hardware for the first
+#      time -- built by nvcc, run on the GPU, compared with the
 #      reference executor);
 #   2. the fp16 tensor-core GEMM (--precision fp16, nvcuda::wmma) at n = 1024 and 4096
 #      against cuBLAS fp16 (PyTorch, float32 accumulation) in the same run: the issue's goal
@@ -12,7 +13,9 @@
 #   3. the fp16 tensor-core GEMM at 4096 built with each tile variant of benchmarks/cuda.py's
 #      SWEEP (warps a block, fragments a warp, step, double buffer, shared-row padding,
 #      16-byte fetches, dynamic shared memory, cp.async, 3-4 pipeline stages `.s3`/`.s4`,
-#      mma.sync + ldmatrix with register accumulators `.mma`; the `.mma` rows first) and
+#      mma.sync + ldmatrix with register accumulators `.mma`, Hopper's warpgroup MMA on
+#      core-matrix tiles `.wgmma` (sm_90a: never run on a GPU before; the `.wgmma` rows
+#      first, then the `.mma` ones) and
 #      the default tiles, each one's kernel ratio to cuBLAS fp16: the fastest row is the
 #      candidate default for choose_wmma_tiles (benchmarks/ptxas_tiles.py prints each
 #      variant's registers, spills and shared memory, no GPU needed);
@@ -79,6 +82,7 @@ step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py \
     tests/schedules/gpu/test_block_reduce.py tests/schedules/gpu/test_mma.py \
+    tests/schedules/gpu/test_wgmma.py \
     tests/schedules/gpu/test_warp_shuffle.py tests/autotune/test_cuda_tune.py
 step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20

@@ -3,6 +3,8 @@
     python benchmarks/ptxas_tiles.py                      # the fp16 GEMM 4096^3, sm_80 and sm_90
     python benchmarks/ptxas_tiles.py --n 4096 --archs sm_90 \\
         --tiles 4x2w.2x4f.kf2.db.p8.v8.async.mma,4x2w.2x4f.kf2.db.p8.v8.async
+    python benchmarks/ptxas_tiles.py --archs sm_90a \
+        --tiles 8x2w.1x8f.kf2.db.p0.v8.async.wgmma   # wgmma: sm_90a (sm_90 builds a trap)
 
 No GPU needed (nvcc only): the float16 GEMM ``n``^3 of ``benchmarks/cuda.py`` is compiled
 with the default tiles and each label of ``--tiles`` (default: that script's ``SWEEP``,
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+)'")
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+a?)'")
 _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             table = json.loads((d / "metadata.json").read_text())["device"]["launch_table"]
             launches = {row["kernel"]: row for row in table}
             launcher = "\n".join(p.read_text() for p in (d / "src").glob("*.cu"))
-            kind = "mma" if "kiln_mma_f16_" in launcher else "wmma"
+            kind = "wgmma" if "kiln_wgmma_f16_" in launcher else \
+                "mma" if "kiln_mma_f16_" in launcher else "wmma"
             for arch in args.archs.split(","):
                 for name, r in ptxas_report(d, arch).items():
                     ln = launches.get(name, {})

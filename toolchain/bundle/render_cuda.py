@@ -119,11 +119,13 @@ def _launches(spec: BundleSpec, calls: list[dict[str, Any]]) -> list[dict[str, A
 
 
 def launch_kind(launch: dict[str, Any]) -> str:
-    """What a device kernel is, read from its rendered body: ``mma`` (tensor cores through
-    ``mma.sync``), ``wmma`` (through ``nvcuda::wmma``), ``tiled`` (shared-memory tiles) or
-    ``simple`` (no shared memory: the generic schedule's one thread per output, or an
-    element-wise kernel)."""
+    """What a device kernel is, read from its rendered body: ``wgmma`` (tensor cores
+    through Hopper's warpgroup MMA), ``mma`` (through ``mma.sync``), ``wmma`` (through
+    ``nvcuda::wmma``), ``tiled`` (shared-memory tiles) or ``simple`` (no shared memory:
+    the generic schedule's one thread per output, or an element-wise kernel)."""
     body = "\n".join(launch.get("body") or ())
+    if "kiln_wgmma_" in body:
+        return "wgmma"
     if "kiln_mma_" in body:
         return "mma"
     if "nvcuda::wmma" in body or "kiln_wmma_" in body:

@@ -280,8 +280,9 @@ def test_each_tile_variant_emulated_matches_the_reference(tiles: WmmaTiles,
 def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
     """``benchmarks/cuda.py --gemm-sweep 4096`` measures what it names: each label of its
     SWEEP parses back to itself and gives the wmma kernel, or the mma.sync one for a
-    ``.mma`` label (inside the shared memory a block may opt in to: no silent fall-back
-    to the SIMT kernel) for the fp16 GEMM 4096^3 on sm_90."""
+    ``.mma`` label, the warpgroup one for a ``.wgmma`` label (inside the shared memory a
+    block may opt in to: no silent fall-back to the SIMT kernel) for the fp16 GEMM 4096^3
+    on sm_90."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda.py"
@@ -295,16 +296,19 @@ def test_every_sweep_variant_is_a_tensor_core_kernel_at_4096() -> None:
     C = te.compute((4096, 4096), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
     func = te.create_prim_func([A, B, C])
     from toolchain.schedules.gpu.mma import mma_intrinsics, mma_shared_bytes
+    from toolchain.schedules.gpu.wgmma import wgmma_shared_bytes
 
     for label in bench.SWEEP:
         tiles = bench.parse_tiles(label)
         assert tiles.label() == label
-        need = (mma_shared_bytes(tiles, mma_intrinsics(sm90)) if tiles.mma
+        need = (wgmma_shared_bytes(tiles) if tiles.wgmma
+                else mma_shared_bytes(tiles, mma_intrinsics(sm90)) if tiles.mma
                 else wmma_shared_bytes(tiles, tensor_core_intrinsics(sm90)))
         assert need <= sm90.max_shared_memory_per_block_optin, label
         sch = try_tile_wmma(Schedule(func, sm90), "C", sm90, tiles)
         assert sch is not None, label
         assert ("kiln_mma_f16_" in str(sch.mod)) == tiles.mma, label
+        assert ("kiln_wgmma_f16_" in str(sch.mod)) == tiles.wgmma, label
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
