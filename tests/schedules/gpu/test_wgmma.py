@@ -149,6 +149,27 @@ def test_wgmma_gemms_emulated_match_the_reference(m: int, k: int, n: int, tiles:
     assert _rel(load_bundle(d)(feeds)["y"], want) < FP16_TOL
 
 
+def test_a_batch_matmul_with_a_tanh_tail_emulated_matches_the_reference(tmp_path: Path
+                                                                        ) -> None:
+    """Two 64 x 48 x 64 products (the batch on blockIdx.z: the tiles keep a leading
+    dimension of 1), Tanh folded into the epilogue, three double-buffered steps of 16."""
+    from onnx import helper
+
+    from tests.schedules.gpu.test_tensorcore import make_model, random_inputs
+
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["c"]),
+             helper.make_node("Tanh", ["c"], ["y"])]
+    model = make_model(nodes, {"a": (np.float32, [2, 64, 48]), "b": (np.float32, [2, 48, 64])},
+                       {"y": (np.float32, [2, 64, 64])})
+    feeds = random_inputs(model, seed=7)
+    want = run_graph(from_onnx(model), feeds)["y"]
+    with wmma_tiles(WmmaTiles(4, 1, 1, 4, 1, vector=8, async_copy=True, wgmma=True)):
+        d = compile_model(model, "cuda-sm90", tmp_path / "e", progress=False, emulate=True,
+                          precision="fp16")
+    assert "kiln_wgmma_f16_64x64x16" in (d / "src/kernels.c").read_text()
+    assert _rel(load_bundle(d)(feeds)["y"], want) < FP16_TOL
+
+
 def test_a_wrong_thread_mapping_in_the_epilogue_is_caught(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:

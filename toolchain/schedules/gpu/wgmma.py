@@ -193,9 +193,11 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
     sch.reverse_compute_at(cf, bx)
     # the core-matrix layouts (once the copies are placed: compute_at needs plain
     # indices): A [k / 8][m][8], B [n / 8][k][8], C [m][n / 8][8]
-    for s in copies:
-        sch.transform_layout(s, 0, factors=[[None], [None, CORE]], order=[1, 0, 2])
-    sch.transform_layout(b, 0, factors=[[None], [None, CORE]], order=[0, 1, 2])
+    for blk, operand in ((copies[0], True), (copies[1], True), (b, False)):
+        lead = sch.get(blk).writes[0].buffer.ndim - 2  # a batch's leading dimensions
+        order = [1, 0, 2] if operand else [0, 1, 2]
+        sch.transform_layout(blk, 0, factors=[[None]] * lead + [[None], [None, CORE]],
+                             order=list(range(lead)) + [lead + k for k in order])
     if t.double_buffer and axes.extents[axes.reduce[0]] > 16 * t.kf:
         for s in copies:
             sch.double_buffer(s, stages=t.stages)

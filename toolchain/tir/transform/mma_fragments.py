@@ -99,13 +99,14 @@ class _Registers(StmtExprMutator):
         dims = [ir.const_int(d) for d in b.shape]
         lanes = REGISTER_SCOPES[b.scope]
         if b.scope == WGMMA_SCOPE:  # [64][N / 8][8]: a warpgroup's 64 x N tile
-            if len(dims) != 3 or None in dims or dims[0] != 64 or dims[2] != 8:
+            if (len(dims) < 3 or None in dims or any(d != 1 for d in dims[:-3])
+                    or dims[-3] != 64 or dims[-1] != 8):
                 raise UnsupportedError(
                     f"{self.where}: {WGMMA_SCOPE} buffer {b.name} has shape {b.shape}; a "
                     "wgmma accumulator is one warpgroup's 64 x N tile laid out [64][N / 8][8] "
                     "(transform_layout): compute it under the warpgroup's loops, its 128 "
                     "threads on threadIdx.x")
-            rows, cols = 64, dims[1] * 8
+            rows, cols = 64, dims[-2] * 8  # (a batch's leading extents of 1 before them)
         elif (len(dims) < 2 or None in dims or any(d != 1 for d in dims[:-2])
                 or dims[-2] % 16 or dims[-1] % 8):
             raise UnsupportedError(
@@ -122,7 +123,7 @@ class _Registers(StmtExprMutator):
         regs, cols = self.new[data]
         own = {v: ir.IntImm(0) for v in self.lanes}
         if regs.scope == WGMMA_SCOPE:  # (i, c, f): column 8 c + f
-            i, c, f = (arith.simplify(substitute(self.visit_expr(x), own)) for x in idx)
+            i, c, f = (arith.simplify(substitute(self.visit_expr(x), own)) for x in idx[-3:])
             return (register_of(i, arith.simplify(c * 8 + f), cols),)
         i, j = (arith.simplify(substitute(self.visit_expr(x), own)) for x in idx[-2:])
         return (register_of(i, j, cols),)
