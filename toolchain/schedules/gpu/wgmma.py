@@ -139,21 +139,27 @@ def wgmma_shared_bytes(t: WmmaTiles) -> int:
     return halves * (by * bk + bk * bx) * 2
 
 
-def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str | None, int]:
-    """``(fill, product over the whole step or None, k of the product to use)`` for tiles
-    ``t``; :class:`~toolchain.errors.KilnError` where ``t`` is no warpgroup tiling the
-    target's products cover."""
+def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
+    """``(fill, product, whole)`` for tiles ``t``: the product over the whole step of
+    ``16 kf`` where the target declares it (``whole``), else the 16-deep one (called
+    ``kf`` times a step); :class:`~toolchain.errors.KilnError` where ``t`` is no
+    warpgroup tiling the target's products cover.
+
+    >>> from toolchain.target import load_target
+    >>> wg = wgmma_intrinsics(load_target("cuda-sm90"))
+    >>> check_tiles(WmmaTiles(4, 1, 1, 4, 2, wgmma=True), wg)[1:]
+    ('cuda-sm90.wgmma_m64n64k16', False)
+    """
     n = 16 * t.fn
     if t.wy % 4 or t.fm != 1:
         raise KilnError(f"wgmma: a warpgroup is 4 warps down of 16 rows each (wy a multiple "
                         f"of 4, fm 1), not {t.wy} x {t.fm}")
     if t.pad:
         raise KilnError("wgmma: core-matrix tiles take no padding (pad 0)")
-    fill = wg.fill(n)
-    whole = wg.product(n, 16 * t.kf)
-    if fill is None or (whole is None and wg.product(n, 16) is None):
+    fill, whole, k16 = wg.fill(n), wg.product(n, 16 * t.kf), wg.product(n, 16)
+    if fill is None or (whole or k16) is None:
         raise KilnError(f"wgmma: the target declares no 64 x {n} warpgroup product and fill")
-    return fill, whole, 16 * t.kf if whole else 16
+    return fill, whole or k16 or "", whole is not None
 
 
 def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
@@ -163,7 +169,7 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
     apply."""
     from toolchain.schedules.gpu.gemm import operand_buffer, stage_operand
 
-    fill, whole, pk = check_tiles(t, wg)
+    fill, product, whole = check_tiles(t, wg)
     n = 16 * t.fn
     sch, b, axes = gemm_block(sch, block, "tile_gemm_wgmma")
     wgy = t.wy // 4
@@ -210,7 +216,7 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
     sch.tensorize(init_loops[-3], fill)
     for lp in steps:
         sch.unroll(lp)
-    sch.tensorize(yi, whole or wg.product(n, pk) or "")
+    sch.tensorize(yi, product)
     lanes = epilogue_loops(sch, cf, bx, t, n)
     for s in copies:
         spread_fetch(sch, s, ko, t)
