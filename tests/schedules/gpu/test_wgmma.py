@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +119,10 @@ def test_the_wgmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
     (the accumulator private to the threads): three double-buffered steps of 16 (a
     64 x 64 warpgroup) have no race, one barrier before the loop and one a step, and
     taking out either makes one."""
-    sch = _gemm(64, 64, 48, WmmaTiles(4, 1, 1, 4, 1, vector=8, async_copy=True, wgmma=True))
+    sch = _gemm(64, 64, 48, WmmaTiles(4, 1, 1, 4, 1, pad=8, vector=8, async_copy=True,
+                                      wgmma=True))
     f = lower(sch, target=SM90)
-    assert "(k_0 + 1) % 2 * 1024" in str(f)  # double-buffered
+    assert "(k_0 + 1) % 2 * 1040" in str(f)  # double-buffered, 2 x (64 x 8 + 8) halves
     check_races(f)
     barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
     assert len(barriers) == 2
@@ -129,8 +131,9 @@ def test_the_wgmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
 
 
 #: (m, k, n, tiles): one warpgroup, two 64-row blocks, two steps of 32; four warpgroups,
-#: double-buffered cp.async steps of 16 (six of them), two blocks across
-CASES = [(128, 64, 128, ONE_GROUP), (128, 96, 512, FOUR_GROUPS)]
+#: double-buffered cp.async steps of 16 (six of them), two blocks across; both with the
+#: core-matrix slices padded (16 and 8 halves: descriptor offsets off powers of two)
+CASES = [(128, 64, 128, replace(ONE_GROUP, pad=16)), (128, 96, 512, replace(FOUR_GROUPS, pad=8))]
 
 
 @pytest.mark.parametrize(("m", "k", "n", "tiles"), CASES,
@@ -138,7 +141,9 @@ CASES = [(128, 64, 128, ONE_GROUP), (128, 96, 512, FOUR_GROUPS)]
 def test_wgmma_gemms_emulated_match_the_reference(m: int, k: int, n: int, tiles: WmmaTiles,
                                                   tmp_path: Path) -> None:
     """A dense layer (MatMul, bias, ReLU folded into the epilogue) emulated: within the
-    fp16 tolerance of the float32 reference; the bundle is built for sm_90a."""
+    fp16 tolerance of the float32 reference; the descriptors' offsets are the padded
+    strides (A's leading offset 16 (BM + pad / 8) bytes, B's stride offset 16 (BK + pad /
+    8))."""
     model, feeds = gemm_model(m, k, n)
     want = run_graph(from_onnx(model), feeds)["y"]
     with wmma_tiles(tiles):
@@ -146,6 +151,9 @@ def test_wgmma_gemms_emulated_match_the_reference(m: int, k: int, n: int, tiles:
                           precision="fp16")
     src = (d / "src/kernels.c").read_text()
     assert "kiln_wgmma_f16_64x128x" in src and "kiln_wgmma_fill_64x128" in src
+    bm, bk = 16 * tiles.wy, 16 * tiles.kf
+    assert f"((uint64_t)({16 * bm + 2 * tiles.pad} >> 4) << 16)" in src  # A: along K
+    assert f"((uint64_t)({16 * bk + 2 * tiles.pad} >> 4) << 32)" in src  # B: along N
     assert _rel(load_bundle(d)(feeds)["y"], want) < FP16_TOL
 
 
@@ -197,7 +205,7 @@ def test_a_wrong_thread_mapping_in_the_epilogue_is_caught(tmp_path: Path,
 @nvcc_kernel_check("wgmma")
 def _wgmma_gemm(out: Path) -> dict[str, Path]:
     model, _ = gemm_model(128, 96, 512)
-    with wmma_tiles(FOUR_GROUPS):
+    with wmma_tiles(replace(FOUR_GROUPS, pad=8)):
         return {"wgmma_gemm": compile_model(model, "cuda-sm90", out / "wgmma_gemm",
                                             progress=False, precision="fp16",
                                             name="wgmma_gemm")}

@@ -118,7 +118,8 @@ class WmmaTiles:
     #: the A and B tiles double-buffered (the next step fetched during this one's products)
     double_buffer: bool = True
     #: halves added to each row of the shared A and B tiles (0: none; 8 puts the 8 rows a
-    #: fragment load reads at once in 8 different 16-byte bank groups)
+    #: fragment load reads at once in 8 different 16-byte bank groups); ``wgmma``: after
+    #: each 8-wide slice of their core-matrix layouts
     pad: int = 0
     #: halves a thread fetches per access (8: one 16-byte load and store; 1: scalar)
     vector: int = 1

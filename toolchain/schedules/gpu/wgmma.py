@@ -17,7 +17,10 @@ shared tiles are not padded row-major tiles but the core-matrix layouts, made by
 - A (``BM x BK``) as ``[BK / 8][BM][8]``: the 8 halves of k ``8 q .. 8 q + 7`` of a row
   consecutive, the rows consecutive (K-major core matrices, no swizzle);
 - B (``BK x BN``) as ``[BN / 8][BK][8]`` (MN-major core matrices: the ``.trans`` B);
-- the accumulator (``BM x BN``) as ``[BM][BN / 8][8]`` (the behaviour's ``C[i, c, f]``).
+- the accumulator (``BM x BN``) as ``[BM][BN / 8][8]`` (the behaviour's ``C[i, c, f]``);
+- with ``t.pad`` (``p8``, ``p16``) each 8-wide slice of A and B ends ``pad`` halves after
+  its rows (``storage_align`` on the slice axis: the stores of a fetch phase, rows of
+  different slices, spread over the banks; the descriptors' offsets follow the strides).
 
 The fetches write 8 halves of one row at once (one 16-byte store: the core matrix's row);
 every barrier of the kernel first orders the threads' shared stores for the async proxy
@@ -133,10 +136,11 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
 
 def wgmma_shared_bytes(t: WmmaTiles) -> int:
     """Shared memory of the ``.wgmma`` kernel with tiles ``t``: one or ``t.stages``
-    copies of each float16 operand tile (core matrices: no padding, no output tile)."""
+    copies of each float16 operand tile (core matrices, ``t.pad`` halves after each
+    8-wide slice; no output tile)."""
     by, bx, bk = 16 * t.wy, 16 * t.fn * t.wx, 16 * t.kf
     halves = t.stages if t.double_buffer else 1
-    return halves * (by * bk + bk * bx) * 2
+    return halves * ((by * CORE + t.pad) * bk // CORE + (bk * CORE + t.pad) * bx // CORE) * 2
 
 
 def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
@@ -154,8 +158,9 @@ def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
     if t.wy % 4 or t.fm != 1:
         raise KilnError(f"wgmma: a warpgroup is 4 warps down of 16 rows each (wy a multiple "
                         f"of 4, fm 1), not {t.wy} x {t.fm}")
-    if t.pad:
-        raise KilnError("wgmma: core-matrix tiles take no padding (pad 0)")
+    if t.pad % CORE or t.pad >= 64:
+        raise KilnError(f"wgmma: the padding between core-matrix slices is whole 16-byte "
+                        f"rows under 128 bytes (pad 0, 8, 16 ... 56 halves), not {t.pad}")
     fill, whole, k16 = wg.fill(n), wg.product(n, 16 * t.kf), wg.product(n, 16)
     if fill is None or (whole or k16) is None:
         raise KilnError(f"wgmma: the target declares no 64 x {n} warpgroup product and fill")
@@ -204,6 +209,10 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
         order = [1, 0, 2] if operand else [0, 1, 2]
         sch.transform_layout(blk, 0, factors=[[None]] * lead + [[None], [None, CORE]],
                              order=list(range(lead)) + [lead + k for k in order])
+    if t.pad:  # the slices' stride off a multiple of 128 bytes: a fetch's rows spread
+        for s in copies:  # over the banks (the descriptors' offsets follow the strides)
+            nd = sch.get(s).writes[0].buffer.ndim
+            sch.storage_align(s, 0, axis=nd - 3, factor=64, offset=t.pad)
     if t.double_buffer and axes.extents[axes.reduce[0]] > 16 * t.kf:
         for s in copies:
             sch.double_buffer(s, stages=t.stages)
