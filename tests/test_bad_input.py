@@ -193,6 +193,17 @@ def test_npz_that_is_not_an_npz(relu, tmp_path, capsys):
     assert f"--inputs {tmp_path / 'in.npz'}: not a numpy .npz file" in err
 
 
+def test_npz_that_is_text_is_not_called_pickled_data(relu, tmp_path, capsys):
+    # numpy falls back to "pickled data ... load it unsafely with allow_pickle" for any
+    # file that is neither zip nor .npy: the message must not advise that
+    (tmp_path / "in.npz").write_text("hello")
+    rc, err = kiln(capsys, "run", relu, "--inputs", tmp_path / "in.npz")
+    assert rc == 2
+    assert (f"--inputs {tmp_path / 'in.npz'}: not a numpy .npz file (no zip archive header)"
+            in err)
+    assert "pickle" not in err
+
+
 def test_npy_instead_of_npz(relu, tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
     rc, err = kiln(capsys, "run", relu, "--inputs", tmp_path / "x.npy")

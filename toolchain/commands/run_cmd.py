@@ -94,6 +94,12 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"--inputs {path}: no such file")
+    with open(p, "rb") as f:
+        head = f.read(6)
+    if not head.startswith((b"PK", b"\x93NUMPY")):
+        # numpy would take it for pickled data and advise allow_pickle: never do that
+        raise InputError(f"--inputs {path}: not a numpy .npz file (no zip archive header); "
+                         "write one with np.savez(path, NAME=array, ...)")
     try:
         data = np.load(p, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
