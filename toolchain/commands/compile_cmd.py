@@ -145,8 +145,12 @@ def _run(args: argparse.Namespace) -> int:
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
-    print(f"wrote {args.output}: model {meta['model']['name']} for target "
-          f"{meta['target']['name']} in {time.perf_counter() - start:.1f} s")
+    acc = meta.get("accelerator")
+    # an accelerator bundle's metadata target is its host kernels' target: name both
+    target_note = (f"{acc['target']} (host kernels for {acc['host_target']})"
+                   if acc is not None else meta["target"]["name"])
+    print(f"wrote {args.output}: model {meta['model']['name']} for target {target_note} "
+          f"in {time.perf_counter() - start:.1f} s")
     print(f"  kernels {meta['kernel_count']} (from {meta['nodes_before_fusion']} nodes)"
           + (f", {len(fallback)} without a default schedule" if fallback else ""))
     for k in fallback:  # declared fallbacks only (toolchain.errors.NoScheduleError)
@@ -173,7 +177,6 @@ def _run(args: argparse.Namespace) -> int:
               "picks fewer; make THREADS=pthread|openmp|none)")
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
-    acc = meta.get("accelerator")
     if acc is not None:  # which node runs where, and why
         on = sum(p["device"] == "accelerator" for p in acc["placements"])
         print(f"  accelerator {acc['target']}: {on} of {len(acc['placements'])} nodes, host "
