@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("bundle", metavar="DIR", help="a bundle written by kiln compile --board")
-    parser.add_argument("--board", required=True, metavar="NAME",
-                        help="the board (must be the one the bundle was compiled for)")
+    parser.add_argument("--board", required=True, metavar="NAME|FILE.yaml",
+                        help="the board: a name from boards/ or a YAML file (must be the one "
+                             "the bundle was compiled for)")
     parser.add_argument("--probe", choices=("pyocd", "openocd"),
                         help="the flashing tool (default: the board's first recipe, pyocd)")
     parser.add_argument("--dry-run", action="store_true",
