@@ -261,3 +261,16 @@ def test_cross_target_compiles_but_does_not_run_here(kiln, lenet, tmp_path):
     assert "CC = arm-none-eabi-gcc" in (tmp_path / "m4" / "Makefile").read_text()
     code, _, err = kiln("run", tmp_path / "m4", "--inputs", d / "in.npz")
     assert code == 2 and "arm-none-eabi-gcc" in err and "cannot run on this host" in err
+    assert "--board" in err  # the way to run a Cortex-M model here: a board bundle on QEMU
+
+
+def test_aarch64_linux_bundle_refusal_says_how_to_run_it(kiln, lenet, tmp_path):
+    # a Linux cross target has a demo program to build and run under qemu-user, no board
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "aarch64-neon", "-o",
+                        tmp_path / "a64")
+    assert code == 0, err
+    code, _, err = kiln("run", tmp_path / "a64", "--inputs", d / "in.npz")
+    assert code == 2 and "cannot run on this host" in err
+    assert "make main" in err and "qemu-aarch64 -L /usr/aarch64-linux-gnu" in err
+    assert "board" not in err
