@@ -274,3 +274,13 @@ def test_aarch64_linux_bundle_refusal_says_how_to_run_it(kiln, lenet, tmp_path):
     assert code == 2 and "cannot run on this host" in err
     assert "make main" in err and "qemu-aarch64 -L /usr/aarch64-linux-gnu" in err
     assert "board" not in err
+
+
+def test_dump_ir_into_a_file_is_a_user_error(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    (tmp_path / "ir").write_text("not a folder")
+    code, _, err = kiln("compile", d / "lenet5.onnx", "-o", tmp_path / "b", "--dump-ir",
+                        tmp_path / "ir")
+    assert code == 2, err
+    assert f"--dump-ir {tmp_path / 'ir'}: is a file, not a directory" in err
+    assert not (tmp_path / "b").exists()
