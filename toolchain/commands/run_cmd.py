@@ -375,6 +375,9 @@ def run_board_bundle(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from toolchain.boards.project import is_board_bundle
 
+    if args.outputs and Path(args.outputs).is_dir():  # refused before a build and a run
+        raise OptionError(f"--outputs {args.outputs}: is a directory; name the .npz file to "
+                          f"write (e.g. {Path(args.outputs) / 'out.npz'})")
     if args.device != "fsim" and not Path(args.model).is_dir():
         raise OptionError(f"--device {args.device} applies to a bundle compiled with "
                           f"--target vta; {args.model} is an ONNX model")
