@@ -36,6 +36,12 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     (["tune", MODEL, "--trials", "2", "--cold-mb", "-1"], "--cold-mb -1: must be 0 or more"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "8", "--runner", "qemu"],
      "--runner qemu counts instructions"),
+    # a cross target's kernels cannot be timed on this CPU: every trial would fail
+    (["tune", MODEL, "--trials", "2", "--target", "cortex-m4"],
+     "target 'cortex-m4' is built with arm-none-eabi-gcc, whose code does not run here; "
+     "use --runner qemu"),
+    (["tune", MODEL, "--trials", "2", "--target", "aarch64-neon", "--runner", "local"],
+     "target 'aarch64-neon' is built with aarch64-linux-gnu-gcc"),
 ])
 def test_bad_input_is_refused_and_writes_nothing(tmp_path, capsys, argv, words):
     out = tmp_path / "r.jsonl"

@@ -215,7 +215,9 @@ def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
             raise OptionError(f"--runner {runner} measures accelerator layers; target "
                               f"{target.name!r} is not an accelerator (a CPU: local or qemu; "
                               "a CUDA target: local or emulate)")
-        return runner or "local"
+        chosen = runner or "local"
+        _refuse_local_cross(chosen, target, ray)
+        return chosen
     if runner in ("local", "qemu", "emulate"):
         raise OptionError(f"--runner {runner}: target {target.name!r} is an accelerator; its "
                           "layers are measured by the cycle model (--runner model, the "
@@ -225,6 +227,20 @@ def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
                           "in this process (the cycle model takes milliseconds); leave --ray "
                           "out")
     return runner or "model"
+
+
+def _refuse_local_cross(runner: str, target: Any, ray: str | None) -> None:
+    """Refuse timing a cross target's kernels on this CPU (each trial would fail to build)."""
+    from toolchain.errors import OptionError
+    from toolchain.target import HOST_COMPILERS
+
+    if runner != "local" or ray or target.kind != "c" or target.compiler in HOST_COMPILERS:
+        return
+    hint = ("use --runner qemu (instruction counts under QEMU, docs/tuning.md)"
+            if str(target.compiler).startswith("arm-none-eabi") else
+            "run kiln tune on a machine that runs it")
+    raise OptionError(f"--runner local times kernels on this CPU, but target {target.name!r} "
+                      f"is built with {target.compiler}, whose code does not run here; {hint}")
 
 
 def _measurement(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
