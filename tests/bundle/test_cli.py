@@ -4,6 +4,7 @@ API (toolchain.api)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -284,3 +285,17 @@ def test_dump_ir_into_a_file_is_a_user_error(kiln, lenet, tmp_path):
     assert code == 2, err
     assert f"--dump-ir {tmp_path / 'ir'}: is a file, not a directory" in err
     assert not (tmp_path / "b").exists()
+
+
+def test_cores_on_a_model_too_small_to_split_is_said(kiln, tmp_path):
+    # every digits kernel is under MIN_PARALLEL_FLOPS: --cores 4 gives no threaded kernel,
+    # and both commands say so instead of "compiled for at most 4" / nothing
+    digits = Path(__file__).resolve().parents[2] / "examples" / "digits"
+    code, out, err = kiln("compile", digits / "digits.onnx", "--cores", "4", "-o",
+                          tmp_path / "d")
+    assert code == 0, err
+    assert "threads: none of the 7 kernels is large enough to split" in out
+    code, out, err = kiln("run", tmp_path / "d", "--inputs", digits / "sample.npz",
+                          "--threads", "2")
+    assert code == 0, err
+    assert "note: running on 1 thread: no kernel of this bundle splits across threads" in out

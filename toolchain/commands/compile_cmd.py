@@ -171,6 +171,10 @@ def _run(args: argparse.Namespace) -> int:
     for line in patch_lines(meta):
         print(line)
     threaded = sum(1 for k in meta["kernels"] if k.get("threaded"))
+    if not threaded and meta.get("max_threads", 1) > 1:
+        print(f"  threads: none of the {meta['kernel_count']} kernels is large enough to split "
+              f"across the {meta['max_threads']} cores (that takes a parallel loop and 1 MFLOP "
+              "or 1 MiB of data, docs/bundle.md \"Threads\"): the bundle runs on one thread")
     if threaded:
         print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
               "kernels split their parallel loops; <model>_set_threads or main --threads N "

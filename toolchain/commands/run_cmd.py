@@ -228,7 +228,11 @@ def run_bundle(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise OptionError(f"--threads {args.threads}: must be at least 1")
         got = module.set_threads(args.threads)
-        if got != args.threads:
+        if got != args.threads and not any(k.get("threaded")
+                                           for k in module.metadata.get("kernels", ())):
+            print("note: running on 1 thread: no kernel of this bundle splits across threads "
+                  "(kiln compile said none is large enough)")
+        elif got != args.threads:
             print(f"note: running on {got} thread(s): the bundle was compiled for at most "
                   f"{module.metadata.get('max_threads', 1)} (kiln compile --cores N)")
     try:
