@@ -95,6 +95,15 @@ def test_errors(kws: tuple[Path, Path], tmp_path: Path,
     assert "--percentile 30" in msg
     assert "must be an .onnx" in _err(capsys, ["quantize", str(model), "--calibration",
                                                str(cal), "-o", str(tmp_path / "o.txt")])
+    # an output under a file, or a folder named like the model: user errors, not Kiln bugs
+    (tmp_path / "afile").write_text("x")
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(cal), "-o",
+                        str(tmp_path / "afile" / "q.onnx")])
+    assert f"{tmp_path / 'afile'} is a file, not a directory" in msg
+    (tmp_path / "d.onnx").mkdir()
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(cal), "-o",
+                        str(tmp_path / "d.onnx")])
+    assert f"-o {tmp_path / 'd.onnx'}: is a directory" in msg
     assert not Path(out).exists()
 
 
