@@ -110,3 +110,10 @@ def test_cold_mb_reaches_the_local_runner(tmp_path, monkeypatch):
     assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
                  "--no-progress", "--repeat", "1", "--trials", "1", "--cold-mb", "16"]) == 0
     assert seen["rotate_bytes"] == 16 << 20 and len(load_records(out)) == 1
+
+
+def test_records_path_under_a_file_says_so(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "r.jsonl"
+    assert main(["tune", MODEL, "--trials", "1", "-o", str(out), "--no-progress"]) == 2
+    assert f"folder {tmp_path / 'afile'} is a file, not a directory" in capsys.readouterr().err
