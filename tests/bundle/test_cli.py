@@ -299,3 +299,18 @@ def test_cores_on_a_model_too_small_to_split_is_said(kiln, tmp_path):
                           "--threads", "2")
     assert code == 0, err
     assert "note: running on 1 thread: no kernel of this bundle splits across threads" in out
+
+
+def test_check_of_an_fp16_precision_bundle_uses_the_float16_tolerance(kiln, lenet, tmp_path):
+    # --precision fp16 keeps a float32 API, so no output is float16, yet every tensor
+    # inside is: 1e-4 failed it with exit 1 ("a Kiln bug") at the documented 3e-4 error
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--precision", "fp16", "-o",
+                        tmp_path / "h")
+    assert code == 0, err
+    code, out, err = kiln("run", tmp_path / "h", "--inputs", d / "in.npz", "--check")
+    assert code == 0, out + err
+    assert "ok (float16 inside: tolerance 0.002)" in out and "check passed" in out
+    from toolchain import api
+
+    assert api.run(str(tmp_path / "h"), dict(np.load(d / "in.npz")), check=True).ok

@@ -198,16 +198,17 @@ def check_outputs(args: argparse.Namespace, metadata: dict[str, Any],
                   feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:
     """``--check``: compare a bundle's outputs with the reference executor and print the
     table; the exit status (0 also when ``--check`` was not given, 1 on a mismatch)."""
-    from toolchain.bundle.check import compare, format_rows, reference_outputs
+    from toolchain.bundle.check import compare, float16_inside, format_rows, reference_outputs
 
     if not args.check:
         return 0
     reference = reference_outputs(metadata, feeds, args.model_file)
-    rows = compare(outputs, reference, args.tolerance)
+    rows = compare(outputs, reference, args.tolerance, float16=float16_inside(metadata))
     print(format_rows(rows, args.tolerance))
     bad = [r["name"] for r in rows if not r["ok"]]
     if bad:
-        print(f"check FAILED: {', '.join(bad)} above tolerance {args.tolerance:g}")
+        print(f"check FAILED: {', '.join(bad)} above tolerance "
+              f"{max(r['tolerance'] for r in rows if not r['ok']):g}")
         return 1
     print(f"check passed: {len(rows)} output(s) match the reference executor")
     return 0
