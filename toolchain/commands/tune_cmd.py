@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             builder.close()
             runner.close()
-    print(f"wrote {args.output}: {writer.appended} new trials "
+    print(f"wrote {args.output}: {writer.appended} new {_trials(writer.appended)} "
           f"({writer.appended + len(writer.existing)} in all)")
     unit = runner.unit
     for st in states:
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             math.isfinite(base) else "no valid trial" if not math.isfinite(best) else ""
         shown = (f"{st.task.flops / best / 1e9:.1f} GFLOP/s" if unit == "s" and st.task.flops
                  and math.isfinite(best) else f"{best:.4g} {unit}")
-        print(f"  {st.task.name}: {st.trials} trials, best {shown} ({speed})")
+        print(f"  {st.task.name}: {st.trials} {_trials(st.trials)}, best {shown} ({speed})")
     if args.plot:
         _plot(args.plot, states, unit)
     if unit == "check":  # --runner emulate: nothing was timed
@@ -203,6 +203,15 @@ def _check_precision(precision: str, target: Any) -> None:
         raise OptionError(f"--precision {precision} tunes the float16 tensor-core kernels of "
                           f"a CUDA target; target {target.name!r} is not one (leave "
                           "--precision out)")
+
+
+def _trials(n: int) -> str:
+    """``trial`` or ``trials`` for a count.
+
+    >>> _trials(1), _trials(4)
+    ('trial', 'trials')
+    """
+    return "trial" if n == 1 else "trials"
 
 
 def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
