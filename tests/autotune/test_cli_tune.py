@@ -71,10 +71,14 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
     unrelated.write_text(json.dumps(rows[2].to_json()) + "\n")
     default = _bundle(tmp_path, "default", None)
     tuned = _bundle(tmp_path, "tuned", path)
-    assert "1 kernel schedules from" in capsys.readouterr().out
+    assert "1 kernel schedule from" in capsys.readouterr().out
     assert tuned != default
     # records of other workloads change nothing: the default schedules, byte for byte
     assert _bundle(tmp_path, "same", unrelated) == default
+    # ... and the summary says why none applied
+    assert (f"0 kernel schedules from {unrelated}, the rest default (none of its 1 "
+            f"workload is a kernel of this compile; tuned for {TARGET})"
+            in capsys.readouterr().out)
     # the Python API applies them the same way
     import toolchain
 

@@ -103,10 +103,21 @@ def run(args: argparse.Namespace) -> int:
         from toolchain.autotune.apply import applying
         from toolchain.autotune.records import best_traces, load_records
 
-        with applying(best_traces(load_records(args.records))) as applied:
+        records = load_records(args.records)
+        best = best_traces(records)
+        with applying(best) as applied:
             status = _run(args)
-        print(f"  tuning records: {len(applied)} kernel schedules from {args.records}, the "
-              "rest default")
+        n = len(applied)
+        why = ""
+        if not n and best:  # records of another target or model: say so
+            targets = ", ".join(sorted({r.target for r in records}))
+            why = (f" (none of its {len(best)} workload{'' if len(best) == 1 else 's'} is a "
+                   f"kernel of this compile; tuned for {targets})")
+        elif not n:
+            why = (" (it holds no timed successful trial: --runner emulate checks and failed "
+                   "trials are never applied)")
+        print(f"  tuning records: {n} kernel schedule{'' if n == 1 else 's'} from "
+              f"{args.records}, the rest default{why}")
         return status
     return _run(args)
 
