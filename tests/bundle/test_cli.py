@@ -314,3 +314,10 @@ def test_check_of_an_fp16_precision_bundle_uses_the_float16_tolerance(kiln, lene
     from toolchain import api
 
     assert api.run(str(tmp_path / "h"), dict(np.load(d / "in.npz")), check=True).ok
+
+
+def test_an_empty_name_is_refused(kiln, lenet, tmp_path):
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--name", "", "-o", tmp_path / "b")
+    assert code == 2 and "--name '': empty" in err, err
+    assert not (tmp_path / "b").exists()

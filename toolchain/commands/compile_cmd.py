@@ -124,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from toolchain.bundle import compile_model
-    from toolchain.errors import InputError
+    from toolchain.errors import InputError, OptionError
+
+    if args.name is not None and not args.name.strip():
+        raise OptionError("--name '': empty; give the API's C prefix, or leave --name out for "
+                          "the model file's name")
 
     if getattr(args, "board", None):
         if args.cores is not None:
