@@ -321,3 +321,9 @@ def test_an_empty_name_is_refused(kiln, lenet, tmp_path):
     code, _, err = kiln("compile", d / "lenet5.onnx", "--name", "", "-o", tmp_path / "b")
     assert code == 2 and "--name '': empty" in err, err
     assert not (tmp_path / "b").exists()
+
+
+def test_accel_mhz_without_split_is_refused(kiln, lenet, bundle):
+    d, _, _ = lenet
+    code, _, err = kiln("run", bundle, "--inputs", d / "in.npz", "--accel-mhz", "200")
+    assert code == 2 and "--accel-mhz applies with --split" in err, err

@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accelerator bundles: also time every kernel (a profiling "
                              "build) and print how the model's time splits between host "
                              "work and the accelerator")
-    parser.add_argument("--accel-mhz", type=float, default=100.0, metavar="MHZ",
+    parser.add_argument("--accel-mhz", type=float, default=None, metavar="MHZ",
                         help="--split: the accelerator's clock that turns RTL cycles into "
                              "time (default 100, the clock of VTA's FPGA builds)")
     parser.add_argument("--model-file", metavar="MODEL.onnx",
@@ -224,6 +224,8 @@ def run_bundle(args: argparse.Namespace) -> int:
     if args.split and not accelerated(read_metadata(args.model)):
         raise OptionError(f"--split applies to bundles compiled with --target vta; "
                           f"{args.model} runs no layer on the accelerator")
+    if args.accel_mhz is None:
+        args.accel_mhz = 100.0  # VTA's FPGA builds
     if not (np.isfinite(args.accel_mhz) and args.accel_mhz > 0):
         raise OptionError(f"--accel-mhz {args.accel_mhz:g}: must be a positive number of MHz")
     module = BundleModule(args.model, device=args.device, profile=args.split)
@@ -382,6 +384,9 @@ def run_board_bundle(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from toolchain.boards.project import is_board_bundle
 
+    if args.accel_mhz is not None and not args.split:
+        raise OptionError("--accel-mhz applies with --split (the clock that turns the "
+                          "accelerator's RTL cycles into time)")
     if args.outputs and Path(args.outputs).is_dir():  # refused before a build and a run
         raise OptionError(f"--outputs {args.outputs}: is a directory; name the .npz file to "
                           f"write (e.g. {Path(args.outputs) / 'out.npz'})")
