@@ -327,3 +327,10 @@ def test_accel_mhz_without_split_is_refused(kiln, lenet, bundle):
     d, _, _ = lenet
     code, _, err = kiln("run", bundle, "--inputs", d / "in.npz", "--accel-mhz", "200")
     assert code == 2 and "--accel-mhz applies with --split" in err, err
+
+
+@pytest.mark.parametrize("extra", [["--tolerance", "1e-3"], ["--model-file", "m.onnx"]])
+def test_check_options_without_check_are_refused(kiln, lenet, bundle, extra):
+    d, _, _ = lenet
+    code, _, err = kiln("run", bundle, "--inputs", d / "in.npz", *extra)
+    assert code == 2 and f"{extra[0]} applies with --check" in err, err

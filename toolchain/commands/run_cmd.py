@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="bundle only: compare with the reference executor and print "
                              "the max abs / rel error per output")
-    parser.add_argument("--tolerance", type=float, default=1e-4, metavar="REL",
+    parser.add_argument("--tolerance", type=float, default=None, metavar="REL",
                         help="bundle --check: largest accepted max rel error (default 1e-4; "
                              "at least 2e-3 for float16 outputs and --precision fp16 "
                              "bundles)")
@@ -384,6 +384,12 @@ def run_board_bundle(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from toolchain.boards.project import is_board_bundle
 
+    if not args.check and (args.tolerance is not None or args.model_file):
+        raise OptionError(f"{'--tolerance' if args.tolerance is not None else '--model-file'}"
+                          " applies with --check (the comparison with the reference "
+                          "executor)")
+    if args.tolerance is None:
+        args.tolerance = 1e-4
     if args.accel_mhz is not None and not args.split:
         raise OptionError("--accel-mhz applies with --split (the clock that turns the "
                           "accelerator's RTL cycles into time)")
