@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     board = load_board(args.board)
     d = Path(args.bundle)
+    if not d.exists():
+        raise InputError(f"{d}: no such directory; write the bundle with kiln compile MODEL "
+                         f"--board {board.name} -o {d}")
     if not is_board_bundle(d):
         raise InputError(f"{d} is not a board bundle (no firmware/ project); compile it with "
                          f"kiln compile MODEL --board {board.name} -o {d}")
