@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError("--latency/--bandwidth apply to --rtl only")
     if (args.tokens or args.seed is not None) and args.rtl:
         raise OptionError("--tokens/--seed apply to --fsim only")
+    if args.out_dram and Path(args.out_dram).is_dir():  # refused before the run
+        raise OptionError(f"--out-dram {args.out_dram}: is a directory; name the file to "
+                          "write the DRAM image to")
     dram = program.dram
     if args.dram:
         try:
