@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
     parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
-                        help="target descriptor: a name from targets/ or a YAML file "
-                             "(default: c-generic)")
+                        help="target descriptor: a name from targets/, a YAML file, or "
+                             "host (the widest shipped CPU descriptor this machine runs, "
+                             "with all its cores) (default: c-generic)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="the bundle directory to write")
     parser.add_argument("--name", metavar="NAME",

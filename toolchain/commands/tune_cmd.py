@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
     parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
-                        help="target descriptor (default: c-generic)")
+                        help="target descriptor: a name from targets/, a YAML file, or "
+                             "host (as kiln compile; default: c-generic)")
     parser.add_argument("--trials", type=int, metavar="N",
                         help="trials for the whole model (earlier records included)")
     parser.add_argument("-o", "--output", metavar="RECORDS.jsonl",
