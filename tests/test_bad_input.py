@@ -193,6 +193,17 @@ def test_npz_that_is_not_an_npz(relu, tmp_path, capsys):
     assert f"--inputs {tmp_path / 'in.npz'}: not a numpy .npz file" in err
 
 
+def test_npz_that_is_text_is_not_called_pickled_data(relu, tmp_path, capsys):
+    # numpy falls back to "pickled data ... load it unsafely with allow_pickle" for any
+    # file that is neither zip nor .npy: the message must not advise that
+    (tmp_path / "in.npz").write_text("hello")
+    rc, err = kiln(capsys, "run", relu, "--inputs", tmp_path / "in.npz")
+    assert rc == 2
+    assert (f"--inputs {tmp_path / 'in.npz'}: not a numpy .npz file (no zip archive header)"
+            in err)
+    assert "pickle" not in err
+
+
 def test_npy_instead_of_npz(relu, tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.zeros((2, 3), np.float32))
     rc, err = kiln(capsys, "run", relu, "--inputs", tmp_path / "x.npy")
@@ -219,3 +230,13 @@ def test_exit_status_2_from_a_real_process(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_outputs_naming_a_directory_is_refused_before_the_run(relu, tmp_path, capsys):
+    np.savez(tmp_path / "in.npz", x=np.zeros((2, 3), np.float32))
+    (tmp_path / "out").mkdir()
+    rc, err = kiln(capsys, "run", relu, "--inputs", tmp_path / "in.npz", "--outputs",
+                   tmp_path / "out")
+    assert rc == 2, err
+    assert f"--outputs {tmp_path / 'out'}: is a directory; name the .npz file to write" in err
+    assert list((tmp_path / "out").iterdir()) == [] and "internal error" not in err

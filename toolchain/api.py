@@ -168,7 +168,7 @@ def run(package: Package | str | Path, inputs: Mapping[str, np.ndarray] | None =
     random floats, zero integers) and, with ``check``, compare with the reference. An
     accelerator bundle runs its layers on ``device`` (``fsim`` or ``rtl``) and the result
     carries their counters (``RunResult.accelerator``)."""
-    from toolchain.bundle.check import compare, reference_outputs
+    from toolchain.bundle.check import compare, float16_inside, reference_outputs
     from toolchain.bundle.host import BundleModule
 
     path = package.path if isinstance(package, Package) else Path(package)
@@ -178,7 +178,8 @@ def run(package: Package | str | Path, inputs: Mapping[str, np.ndarray] | None =
     rows = None
     if check:
         src = package.model.source if isinstance(package, Package) and package.model else None
-        rows = compare(outputs, reference_outputs(module.metadata, feeds, src), tolerance)
+        rows = compare(outputs, reference_outputs(module.metadata, feeds, src), tolerance,
+                       float16=float16_inside(module.metadata))
     return RunResult(outputs, rows, module.accelerator_counters())
 
 

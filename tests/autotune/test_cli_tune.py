@@ -36,6 +36,12 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     (["tune", MODEL, "--trials", "2", "--cold-mb", "-1"], "--cold-mb -1: must be 0 or more"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "8", "--runner", "qemu"],
      "--runner qemu counts instructions"),
+    # a cross target's kernels cannot be timed on this CPU: every trial would fail
+    (["tune", MODEL, "--trials", "2", "--target", "cortex-m4"],
+     "target 'cortex-m4' is built with arm-none-eabi-gcc, whose code does not run here; "
+     "use --runner qemu"),
+    (["tune", MODEL, "--trials", "2", "--target", "aarch64-neon", "--runner", "local"],
+     "target 'aarch64-neon' is built with aarch64-linux-gnu-gcc"),
 ])
 def test_bad_input_is_refused_and_writes_nothing(tmp_path, capsys, argv, words):
     out = tmp_path / "r.jsonl"
@@ -65,10 +71,14 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
     unrelated.write_text(json.dumps(rows[2].to_json()) + "\n")
     default = _bundle(tmp_path, "default", None)
     tuned = _bundle(tmp_path, "tuned", path)
-    assert "1 kernel schedules from" in capsys.readouterr().out
+    assert "1 kernel schedule from" in capsys.readouterr().out
     assert tuned != default
     # records of other workloads change nothing: the default schedules, byte for byte
     assert _bundle(tmp_path, "same", unrelated) == default
+    # ... and the summary says why none applied
+    assert (f"0 kernel schedules from {unrelated}, the rest default (none of its 1 "
+            f"workload is a kernel of this compile; tuned for {TARGET})"
+            in capsys.readouterr().out)
     # the Python API applies them the same way
     import toolchain
 
@@ -104,3 +114,10 @@ def test_cold_mb_reaches_the_local_runner(tmp_path, monkeypatch):
     assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
                  "--no-progress", "--repeat", "1", "--trials", "1", "--cold-mb", "16"]) == 0
     assert seen["rotate_bytes"] == 16 << 20 and len(load_records(out)) == 1
+
+
+def test_records_path_under_a_file_says_so(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "r.jsonl"
+    assert main(["tune", MODEL, "--trials", "1", "-o", str(out), "--no-progress"]) == 2
+    assert f"folder {tmp_path / 'afile'} is a file, not a directory" in capsys.readouterr().err

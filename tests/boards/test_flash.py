@@ -65,6 +65,8 @@ def test_cli_wrong_board_and_not_a_board_bundle(bundle, tmp_path, capsys):
     assert "was compiled for board nucleo-l4r5zi, not nrf52840dk" in capsys.readouterr().err
     assert main(["flash", str(tmp_path), "--board", "nrf52840dk"]) == 2
     assert "is not a board bundle" in capsys.readouterr().err
+    assert main(["flash", str(tmp_path / "none"), "--board", "nrf52840dk"]) == 2
+    assert f"{tmp_path / 'none'}: no such directory" in capsys.readouterr().err
 
 
 def test_cli_missing_probe_tool_says_what_to_install(bundle, capsys, monkeypatch):

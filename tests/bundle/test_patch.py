@@ -255,9 +255,21 @@ def test_a_board_budgets_its_ram(qmodel: Path, tmp_path: Path) -> None:
 
 
 def test_an_impossible_budget_names_the_smallest_arena(qmodel: Path, tmp_path: Path) -> None:
-    with pytest.raises(OptionError, match=r"--ram-budget 256 B cannot be met.*smallest arena"):
+    with pytest.raises(OptionError, match=r"--ram-budget 256 B cannot be met.*smallest arena"
+                       ) as err:
         toolchain.compile(qmodel, "c-generic", output=tmp_path / "b", ram_budget=256)
     assert not (tmp_path / "b").exists()
+    assert "--integer-io" not in str(err.value)  # its input is int8 already
+
+
+def test_an_unmet_budget_over_a_float_input_suggests_integer_io(tmp_path: Path) -> None:
+    # with float I/O the first step quantizes the float image in the arena, which no
+    # patch stage holds: the error says how to take the image in int8 instead
+    model = _float_model()
+    path = tmp_path / "float_io_int8.onnx"
+    onnx.save(quantize_model(model, calibration(model))[0], path)
+    with pytest.raises(OptionError, match=r"cannot be met.*kiln quantize --integer-io"):
+        toolchain.compile(path, "c-generic", output=tmp_path / "b", ram_budget=256)
 
 
 def test_a_stage_by_hand_must_be_a_chain(qmodel: Path, tmp_path: Path) -> None:

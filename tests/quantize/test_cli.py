@@ -95,6 +95,15 @@ def test_errors(kws: tuple[Path, Path], tmp_path: Path,
     assert "--percentile 30" in msg
     assert "must be an .onnx" in _err(capsys, ["quantize", str(model), "--calibration",
                                                str(cal), "-o", str(tmp_path / "o.txt")])
+    # an output under a file, or a folder named like the model: user errors, not Kiln bugs
+    (tmp_path / "afile").write_text("x")
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(cal), "-o",
+                        str(tmp_path / "afile" / "q.onnx")])
+    assert f"{tmp_path / 'afile'} is a file, not a directory" in msg
+    (tmp_path / "d.onnx").mkdir()
+    msg = _err(capsys, ["quantize", str(model), "--calibration", str(cal), "-o",
+                        str(tmp_path / "d.onnx")])
+    assert f"-o {tmp_path / 'd.onnx'}: is a directory" in msg
     assert not Path(out).exists()
 
 
@@ -180,3 +189,14 @@ def test_int8_weights_are_stored_as_int8(tmp_path: Path, capsys) -> None:
             assert f"int8 {by['int8']:,}" in summary and f"int32 {by['int32']:,}" in summary
             assert by["int8"] > 2 * by["int32"], by  # weights int8, biases and tables int32
     assert sizes["int8"] < 0.4 * sizes["fp32"], sizes
+
+
+def test_an_already_quantized_model_is_refused(kws: tuple[Path, Path], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    model, cal = kws
+    once = tmp_path / "once.onnx"
+    assert cli.main(["quantize", str(model), "--calibration", str(cal), "-o", str(once)]) == 0
+    msg = _err(capsys, ["quantize", str(once), "--calibration", str(cal), "-o",
+                        str(tmp_path / "twice.onnx")])
+    assert "is already quantized" in msg and "kiln compile" in msg, msg
+    assert "onnx.checker" not in msg and not (tmp_path / "twice.onnx").exists()

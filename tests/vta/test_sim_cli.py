@@ -54,6 +54,14 @@ def test_default_action_is_fsim_and_dram_override(workload, tmp_path, capsys):
     np.testing.assert_array_equal(wl.read_output(dram), wl.expected)
 
 
+def test_out_dram_naming_a_directory_is_refused_before_the_run(workload, tmp_path, capsys):
+    _, path = workload
+    assert main(["sim", str(path), "--fsim", "--out-dram", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"--out-dram {tmp_path}: is a directory" in captured.err
+    assert "fsim counters:" not in captured.out  # nothing ran
+
+
 def test_check_ok(workload, capsys):
     _, path = workload
     assert main(["sim", str(path), "--check"]) == 0

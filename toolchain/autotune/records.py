@@ -177,8 +177,9 @@ class RecordWriter:
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
         if self.path.parent and not self.path.parent.is_dir():
-            raise InputError(f"records file {self.path}: folder {self.path.parent} does not "
-                             "exist")
+            raise InputError(f"records file {self.path}: folder {self.path.parent} "
+                             + ("is a file, not a directory" if self.path.parent.exists()
+                                else "does not exist"))
         if self.path.is_dir():
             raise InputError(f"records file {self.path} is a directory")
         self.existing: list[Record] = []

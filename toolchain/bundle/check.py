@@ -3,8 +3,9 @@
 Error measure (the same as the model-zoo tests): per output,
 ``max_abs = max|bundle - reference|`` and ``max_rel = max_abs / max|reference|`` — the error
 relative to the output's scale (element-wise relative error means nothing near zero).  An
-output passes when ``max_rel <= tolerance`` (default 1e-4; a float16 output at least
-:data:`FLOAT16_TOLERANCE`); integer and boolean outputs must match exactly.
+output passes when ``max_rel <= tolerance`` (default 1e-4; a float16 output, or any float
+output of a bundle that stores its tensors in float16 (``--precision fp16``, float32 API),
+at least :data:`FLOAT16_TOLERANCE`); integer and boolean outputs must match exactly.
 
 Example::
 
@@ -33,9 +34,21 @@ TOLERANCE = 1e-4
 FLOAT16_TOLERANCE = 2e-3
 
 
+def float16_inside(meta: Mapping[str, Any]) -> bool:
+    """Whether a bundle stores its tensors in float16 behind a float32 API
+    (``kiln compile --precision fp16``: ``options.precision`` in its metadata).
+
+    >>> float16_inside({"options": {"precision": "fp16"}}), float16_inside({})
+    (True, False)
+    """
+    return (meta.get("options") or {}).get("precision") == "fp16"
+
+
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-            tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
-    """One row per reference output: name, max_abs, max_rel, ok."""
+            tolerance: float = TOLERANCE, float16: bool = False) -> list[dict[str, Any]]:
+    """One row per reference output: name, max_abs, max_rel, ok (and the tolerance applied,
+    with ``why`` where it is the float16 one).  ``float16``: the bundle computes in float16
+    inside (:func:`float16_inside`), so every float output gets the float16 tolerance."""
     rows = []
     for name, ref in reference.items():
         got = outputs[name]
@@ -50,10 +63,12 @@ def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarra
         max_abs = float(diff.max()) if diff.size else 0.0
         scale = float(np.nanmax(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
         max_rel = max_abs / scale if scale > 0 else max_abs
-        tol = max(tolerance, FLOAT16_TOLERANCE) if ref.dtype == np.float16 else tolerance
+        why = ("float16" if ref.dtype == np.float16 else
+               "float16 inside" if float16 and not exact else None)
+        tol = max(tolerance, FLOAT16_TOLERANCE) if why else tolerance
         ok = max_abs == 0 if exact else bool(max_rel <= tol)
         rows.append({"name": name, "max_abs": max_abs, "max_rel": max_rel, "ok": ok,
-                     "tolerance": tol})
+                     "tolerance": tol, **({"why": why} if why else {})})
     return rows
 
 
@@ -107,5 +122,6 @@ def format_rows(rows: list[dict[str, Any]], tolerance: float = TOLERANCE) -> str
         own = r.get("tolerance", tolerance)
         lines.append(f"{r['name']:<{width}}  {r['max_abs']:>12.3e}  {r['max_rel']:>12.3e}  "
                      + ("ok" if r["ok"] else "FAIL")
-                     + (f" (float16: tolerance {own:g})" if own != tolerance else ""))
+                     + (f" ({r.get('why', 'float16')}: tolerance {own:g})"
+                        if own != tolerance else ""))
     return "\n".join(lines)

@@ -373,6 +373,14 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
                           "time; it does not go with emulate, cuda_graph or backend")
     if ram_budget is not None and ram_budget < 1:
         raise OptionError(f"--ram-budget {ram_budget}: must be a positive number of bytes")
+    if dump_ir is not None:  # refused before any work, as a user error
+        if Path(dump_ir).exists() and not Path(dump_ir).is_dir():
+            raise OptionError(f"--dump-ir {dump_ir}: is a file, not a directory")
+        try:
+            Path(dump_ir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OptionError(f"--dump-ir {dump_ir}: cannot create the directory "
+                              f"({exc.strerror or exc})") from None
     from toolchain.bundle.weights import MODES
     from toolchain.graph.passes import DEFAULT_PASSES
     from toolchain.graph.passes.pipeline import check_lowered

@@ -166,10 +166,20 @@ def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
 
     t = meta.get("target") or {}
     name = t.get("name", "?")
-    if t.get("compiler") not in HOST_COMPILERS:
-        raise TargetError(f"the bundle's target {name!r} is built with {t['compiler']}: it "
-                          "cannot run on this host; cross-compile it with `make lib` in the "
-                          "bundle directory (docs/bundle.md) and run it on the board")
+    compiler = t.get("compiler")
+    if compiler not in HOST_COMPILERS:
+        head = f"the bundle's target {name!r} is built with {compiler}: it cannot run on this host"
+        prefix = str(compiler).removesuffix("-gcc")
+        if prefix.endswith("-linux-gnu"):  # a Linux cross target: its demo runs under qemu-user
+            arch = prefix.split("-")[0]
+            raise TargetError(f"{head}; build its demo with `make main` in the bundle "
+                              f"directory and run it on {arch} Linux, or here under "
+                              f"QEMU's user mode: `qemu-{arch} -L /usr/{prefix} ./main IN.bin "
+                              "OUT.bin ...` (docs/llvm.md)")
+        raise TargetError(f"{head}; cross-compile it with `make lib` in the bundle directory "
+                          "(docs/bundle.md) and run it on the board, or compile the model with "
+                          "--board NAME, whose bundles kiln run runs under QEMU "
+                          "(docs/embedded.md)")
     missing = sorted(set(t.get("cpu_flags") or ()) - host_cpu_flags())
     if missing and host_cpu_flags():
         raise TargetError(f"the bundle's target {name!r} needs CPU features this host lacks "

@@ -306,10 +306,27 @@ def meet_budget(ks: Any, graph: Graph, kernels: list[Any], plan: MemoryPlan, bud
     if not stages:
         where += (f"; no chain of at most {MAX_LAYERS} single-convolution kernels holds "
                   "those steps, so no patch stage can help")
+    quantized_input = [s for s in sorted(over) if _quantizes_a_float_input(graph, s)]
+    if quantized_input:
+        s = quantized_input[0]
+        where += (f"; step {s} ({graph.nodes[s].name}) quantizes the float model input in the "
+                  "arena: a model quantized with kiln quantize --integer-io takes that input "
+                  "in int8 from the caller (docs/embedded.md)")
     raise OptionError(
         f"--ram-budget {budget:,} B cannot be met: the plain plan needs an arena of "
         f"{plan.arena_bytes:,} B ({where}); the smallest arena found is {best[0]:,} B "
         f"({best[1]}). Raise the budget, or choose a board with more RAM")
+
+
+def _quantizes_a_float_input(graph: Graph, step: int) -> bool:
+    """Whether kernel ``step`` of the fused ``graph`` quantizes a float graph input (a model
+    with float I/O: the int8 copy of the image lives in the arena)."""
+    node = graph.nodes[step]
+    body = node.attrs.get("graph")
+    ops = [n.op for n in body.nodes] if body is not None else [node.op]
+    return "QuantizeLinear" in ops and any(
+        v in graph.inputs and v.dtype in ("float32", "float16") for v in node.inputs
+        if v is not None)
 
 
 def patch_by_hand(ks: Any, graph: Graph, plan: MemoryPlan, first: str, layers: int,

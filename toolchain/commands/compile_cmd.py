@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
     parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
-                        help="target descriptor: a name from targets/ or a YAML file "
-                             "(default: c-generic)")
+                        help="target descriptor: a name from targets/, a YAML file, or "
+                             "host (the widest shipped CPU descriptor this machine runs, "
+                             "with all its cores) (default: c-generic)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="the bundle directory to write")
     parser.add_argument("--name", metavar="NAME",
@@ -103,17 +104,32 @@ def run(args: argparse.Namespace) -> int:
         from toolchain.autotune.apply import applying
         from toolchain.autotune.records import best_traces, load_records
 
-        with applying(best_traces(load_records(args.records))) as applied:
+        records = load_records(args.records)
+        best = best_traces(records)
+        with applying(best) as applied:
             status = _run(args)
-        print(f"  tuning records: {len(applied)} kernel schedules from {args.records}, the "
-              "rest default")
+        n = len(applied)
+        why = ""
+        if not n and best:  # records of another target or model: say so
+            targets = ", ".join(sorted({r.target for r in records}))
+            why = (f" (none of its {len(best)} workload{'' if len(best) == 1 else 's'} is a "
+                   f"kernel of this compile; tuned for {targets})")
+        elif not n:
+            why = (" (it holds no timed successful trial: --runner emulate checks and failed "
+                   "trials are never applied)")
+        print(f"  tuning records: {n} kernel schedule{'' if n == 1 else 's'} from "
+              f"{args.records}, the rest default{why}")
         return status
     return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     from toolchain.bundle import compile_model
-    from toolchain.errors import InputError
+    from toolchain.errors import InputError, OptionError
+
+    if args.name is not None and not args.name.strip():
+        raise OptionError("--name '': empty; give the API's C prefix, or leave --name out for "
+                          "the model file's name")
 
     if getattr(args, "board", None):
         if args.cores is not None:
@@ -145,8 +161,12 @@ def _run(args: argparse.Namespace) -> int:
     meta = json.loads((out / "metadata.json").read_text())
     plan = meta["memory_plan"]
     fallback = [k for k in meta["kernels"] if k["schedule"] != "default"]
-    print(f"wrote {args.output}: model {meta['model']['name']} for target "
-          f"{meta['target']['name']} in {time.perf_counter() - start:.1f} s")
+    acc = meta.get("accelerator")
+    # an accelerator bundle's metadata target is its host kernels' target: name both
+    target_note = (f"{acc['target']} (host kernels for {acc['host_target']})"
+                   if acc is not None else meta["target"]["name"])
+    print(f"wrote {args.output}: model {meta['model']['name']} for target {target_note} "
+          f"in {time.perf_counter() - start:.1f} s")
     print(f"  kernels {meta['kernel_count']} (from {meta['nodes_before_fusion']} nodes)"
           + (f", {len(fallback)} without a default schedule" if fallback else ""))
     for k in fallback:  # declared fallbacks only (toolchain.errors.NoScheduleError)
@@ -167,13 +187,16 @@ def _run(args: argparse.Namespace) -> int:
     for line in patch_lines(meta):
         print(line)
     threaded = sum(1 for k in meta["kernels"] if k.get("threaded"))
+    if not threaded and meta.get("max_threads", 1) > 1:
+        print(f"  threads: none of the {meta['kernel_count']} kernels is large enough to split "
+              f"across the {meta['max_threads']} cores (that takes a parallel loop and 1 MFLOP "
+              "or 1 MiB of data, docs/bundle.md \"Threads\"): the bundle runs on one thread")
     if threaded:
         print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
               "kernels split their parallel loops; <model>_set_threads or main --threads N "
               "picks fewer; make THREADS=pthread|openmp|none)")
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
-    acc = meta.get("accelerator")
     if acc is not None:  # which node runs where, and why
         on = sum(p["device"] == "accelerator" for p in acc["placements"])
         print(f"  accelerator {acc['target']}: {on} of {len(acc['placements'])} nodes, host "

@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("bundle", metavar="DIR", help="a bundle written by kiln compile --board")
-    parser.add_argument("--board", required=True, metavar="NAME",
-                        help="the board (must be the one the bundle was compiled for)")
+    parser.add_argument("--board", required=True, metavar="NAME|FILE.yaml",
+                        help="the board: a name from boards/ or a YAML file (must be the one "
+                             "the bundle was compiled for)")
     parser.add_argument("--probe", choices=("pyocd", "openocd"),
                         help="the flashing tool (default: the board's first recipe, pyocd)")
     parser.add_argument("--dry-run", action="store_true",
@@ -44,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     board = load_board(args.board)
     d = Path(args.bundle)
+    if not d.exists():
+        raise InputError(f"{d}: no such directory; write the bundle with kiln compile MODEL "
+                         f"--board {board.name} -o {d}")
     if not is_board_bundle(d):
         raise InputError(f"{d} is not a board bundle (no firmware/ project); compile it with "
                          f"kiln compile MODEL --board {board.name} -o {d}")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from toolchain.commands._model_args import add_model_arguments, load_graph
+from toolchain.errors import OptionError
 from toolchain.graph.ir import Graph, Value
 from toolchain.graph.ops.registry import get_op
 
@@ -145,6 +147,9 @@ def format_table(report: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.memory_plan and Path(args.memory_plan).is_dir():  # before the table
+        raise OptionError(f"--memory-plan {args.memory_plan}: is a directory; name the .svg "
+                          "file to write")
     graph = load_graph(args)
     report = summarize(graph, model=str(args.model))
     if args.json:

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix != ".onnx":
         raise OptionError(f"-o {out}: the output must be an .onnx file")
+    _check_output(out)  # before the calibration runs
     arrays = calibration_arrays(args.model, load_npz(args.calibration), args.map)
     model, result = quantize_model(
         args.model, arrays, per_channel=args.per_channel,
@@ -86,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
         activation_dtype="uint8" if args.uint8 else "int8", percentile=args.percentile,
         input_shapes=input_shapes(args), integer_io=args.integer_io,
         power_of_two_scales=args.power_of_two_scales)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OptionError(f"-o {out}: cannot create folder {out.parent} "
+                          f"({exc.strerror or exc})") from None
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".onnx.tmp")
     os.close(fd)
     try:
@@ -101,6 +106,17 @@ def run(args: argparse.Namespace) -> int:
     if s["float_ops"]:
         print(f"left in float (no int8 form): {', '.join(s['float_ops'])}")
     return 0
+
+
+def _check_output(out: Path) -> None:
+    """Refuse an ``-o`` that cannot hold the file (a user error, not a Kiln bug)."""
+    if out.is_dir():
+        raise OptionError(f"-o {out}: is a directory; name the .onnx file to write")
+    for p in (out.parent, *out.parent.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise OptionError(f"-o {out}: {p} is a file, not a directory")
+            break
 
 
 def calibration_arrays(model: str, arrays: dict, mapping: list[str]) -> dict:

@@ -69,8 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="bundle only: compare with the reference executor and print "
                              "the max abs / rel error per output")
-    parser.add_argument("--tolerance", type=float, default=1e-4, metavar="REL",
-                        help="bundle --check: largest accepted max rel error (default 1e-4)")
+    parser.add_argument("--tolerance", type=float, default=None, metavar="REL",
+                        help="bundle --check: largest accepted max rel error (default 1e-4; "
+                             "at least 2e-3 for float16 outputs and --precision fp16 "
+                             "bundles)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="bundle only: run the parallel kernels on N threads (default: "
                              "the target's cores; see kiln compile --cores)")
@@ -81,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accelerator bundles: also time every kernel (a profiling "
                              "build) and print how the model's time splits between host "
                              "work and the accelerator")
-    parser.add_argument("--accel-mhz", type=float, default=100.0, metavar="MHZ",
+    parser.add_argument("--accel-mhz", type=float, default=None, metavar="MHZ",
                         help="--split: the accelerator's clock that turns RTL cycles into "
                              "time (default 100, the clock of VTA's FPGA builds)")
     parser.add_argument("--model-file", metavar="MODEL.onnx",
@@ -94,6 +96,12 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"--inputs {path}: no such file")
+    with open(p, "rb") as f:
+        head = f.read(6)
+    if not head.startswith((b"PK", b"\x93NUMPY")):
+        # numpy would take it for pickled data and advise allow_pickle: never do that
+        raise InputError(f"--inputs {path}: not a numpy .npz file (no zip archive header); "
+                         "write one with np.savez(path, NAME=array, ...)")
     try:
         data = np.load(p, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):
@@ -192,16 +200,17 @@ def check_outputs(args: argparse.Namespace, metadata: dict[str, Any],
                   feeds: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> int:
     """``--check``: compare a bundle's outputs with the reference executor and print the
     table; the exit status (0 also when ``--check`` was not given, 1 on a mismatch)."""
-    from toolchain.bundle.check import compare, format_rows, reference_outputs
+    from toolchain.bundle.check import compare, float16_inside, format_rows, reference_outputs
 
     if not args.check:
         return 0
     reference = reference_outputs(metadata, feeds, args.model_file)
-    rows = compare(outputs, reference, args.tolerance)
+    rows = compare(outputs, reference, args.tolerance, float16=float16_inside(metadata))
     print(format_rows(rows, args.tolerance))
     bad = [r["name"] for r in rows if not r["ok"]]
     if bad:
-        print(f"check FAILED: {', '.join(bad)} above tolerance {args.tolerance:g}")
+        print(f"check FAILED: {', '.join(bad)} above tolerance "
+              f"{max(r['tolerance'] for r in rows if not r['ok']):g}")
         return 1
     print(f"check passed: {len(rows)} output(s) match the reference executor")
     return 0
@@ -215,6 +224,8 @@ def run_bundle(args: argparse.Namespace) -> int:
     if args.split and not accelerated(read_metadata(args.model)):
         raise OptionError(f"--split applies to bundles compiled with --target vta; "
                           f"{args.model} runs no layer on the accelerator")
+    if args.accel_mhz is None:
+        args.accel_mhz = 100.0  # VTA's FPGA builds
     if not (np.isfinite(args.accel_mhz) and args.accel_mhz > 0):
         raise OptionError(f"--accel-mhz {args.accel_mhz:g}: must be a positive number of MHz")
     module = BundleModule(args.model, device=args.device, profile=args.split)
@@ -222,7 +233,11 @@ def run_bundle(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise OptionError(f"--threads {args.threads}: must be at least 1")
         got = module.set_threads(args.threads)
-        if got != args.threads:
+        if got != args.threads and not any(k.get("threaded")
+                                           for k in module.metadata.get("kernels", ())):
+            print("note: running on 1 thread: no kernel of this bundle splits across threads "
+                  "(kiln compile said none is large enough)")
+        elif got != args.threads:
             print(f"note: running on {got} thread(s): the bundle was compiled for at most "
                   f"{module.metadata.get('max_threads', 1)} (kiln compile --cores N)")
     try:
@@ -369,6 +384,18 @@ def run_board_bundle(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from toolchain.boards.project import is_board_bundle
 
+    if not args.check and (args.tolerance is not None or args.model_file):
+        raise OptionError(f"{'--tolerance' if args.tolerance is not None else '--model-file'}"
+                          " applies with --check (the comparison with the reference "
+                          "executor)")
+    if args.tolerance is None:
+        args.tolerance = 1e-4
+    if args.accel_mhz is not None and not args.split:
+        raise OptionError("--accel-mhz applies with --split (the clock that turns the "
+                          "accelerator's RTL cycles into time)")
+    if args.outputs and Path(args.outputs).is_dir():  # refused before a build and a run
+        raise OptionError(f"--outputs {args.outputs}: is a directory; name the .npz file to "
+                          f"write (e.g. {Path(args.outputs) / 'out.npz'})")
     if args.device != "fsim" and not Path(args.model).is_dir():
         raise OptionError(f"--device {args.device} applies to a bundle compiled with "
                           f"--target vta; {args.model} is an ONNX model")

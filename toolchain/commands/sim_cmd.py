@@ -48,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fsim: honour the token queues (engines as separate streams)")
     parser.add_argument("--seed", type=int, default=None,
                         help="fsim --tokens: pick ready engines at random with this seed")
-    parser.add_argument("--target", metavar="YAML", default=None,
-                        help="VTA target file (default: targets/vta.yaml)")
+    parser.add_argument("--target", metavar="NAME|FILE.yaml", default=None,
+                        help="VTA target: a name from targets/ or a YAML file (default: vta, "
+                             "targets/vta.yaml)")
     parser.add_argument("--latency", type=int, default=None,
                         help="rtl: DRAM latency in cycles (default from the target)")
     parser.add_argument("--bandwidth", type=int, default=None,
@@ -88,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError("--latency/--bandwidth apply to --rtl only")
     if (args.tokens or args.seed is not None) and args.rtl:
         raise OptionError("--tokens/--seed apply to --fsim only")
+    if args.out_dram and Path(args.out_dram).is_dir():  # refused before the run
+        raise OptionError(f"--out-dram {args.out_dram}: is a directory; name the file to "
+                          "write the DRAM image to")
     dram = program.dram
     if args.dram:
         try:

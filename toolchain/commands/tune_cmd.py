@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_model_arguments(parser)
     parser.add_argument("--target", default="c-generic", metavar="NAME|FILE.yaml",
-                        help="target descriptor (default: c-generic)")
+                        help="target descriptor: a name from targets/, a YAML file, or "
+                             "host (as kiln compile; default: c-generic)")
     parser.add_argument("--trials", type=int, metavar="N",
                         help="trials for the whole model (earlier records included)")
     parser.add_argument("-o", "--output", metavar="RECORDS.jsonl",
@@ -170,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             builder.close()
             runner.close()
-    print(f"wrote {args.output}: {writer.appended} new trials "
+    print(f"wrote {args.output}: {writer.appended} new {_trials(writer.appended)} "
           f"({writer.appended + len(writer.existing)} in all)")
     unit = runner.unit
     for st in states:
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             math.isfinite(base) else "no valid trial" if not math.isfinite(best) else ""
         shown = (f"{st.task.flops / best / 1e9:.1f} GFLOP/s" if unit == "s" and st.task.flops
                  and math.isfinite(best) else f"{best:.4g} {unit}")
-        print(f"  {st.task.name}: {st.trials} trials, best {shown} ({speed})")
+        print(f"  {st.task.name}: {st.trials} {_trials(st.trials)}, best {shown} ({speed})")
     if args.plot:
         _plot(args.plot, states, unit)
     if unit == "check":  # --runner emulate: nothing was timed
@@ -205,6 +206,15 @@ def _check_precision(precision: str, target: Any) -> None:
                           "--precision out)")
 
 
+def _trials(n: int) -> str:
+    """``trial`` or ``trials`` for a count.
+
+    >>> _trials(1), _trials(4)
+    ('trial', 'trials')
+    """
+    return "trial" if n == 1 else "trials"
+
+
 def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
     """The runner kind: the one asked for where it measures ``target``'s kernels, else
     the target's default (an accelerator's cycle model, the local CPU)."""
@@ -215,7 +225,9 @@ def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
             raise OptionError(f"--runner {runner} measures accelerator layers; target "
                               f"{target.name!r} is not an accelerator (a CPU: local or qemu; "
                               "a CUDA target: local or emulate)")
-        return runner or "local"
+        chosen = runner or "local"
+        _refuse_local_cross(chosen, target, ray)
+        return chosen
     if runner in ("local", "qemu", "emulate"):
         raise OptionError(f"--runner {runner}: target {target.name!r} is an accelerator; its "
                           "layers are measured by the cycle model (--runner model, the "
@@ -225,6 +237,20 @@ def _runner_for(runner: str | None, target: Any, ray: str | None) -> str:
                           "in this process (the cycle model takes milliseconds); leave --ray "
                           "out")
     return runner or "model"
+
+
+def _refuse_local_cross(runner: str, target: Any, ray: str | None) -> None:
+    """Refuse timing a cross target's kernels on this CPU (each trial would fail to build)."""
+    from toolchain.errors import OptionError
+    from toolchain.target import HOST_COMPILERS
+
+    if runner != "local" or ray or target.kind != "c" or target.compiler in HOST_COMPILERS:
+        return
+    hint = ("use --runner qemu (instruction counts under QEMU, docs/tuning.md)"
+            if str(target.compiler).startswith("arm-none-eabi") else
+            "run kiln tune on a machine that runs it")
+    raise OptionError(f"--runner local times kernels on this CPU, but target {target.name!r} "
+                      f"is built with {target.compiler}, whose code does not run here; {hint}")
 
 
 def _measurement(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:

@@ -736,7 +736,9 @@ def write_memory_plan(graph: Graph, path: str | Path, *, target_layout: str = "n
         Path(path).parent.mkdir(parents=True, exist_ok=True)  # like -o: build/plan.svg
         Path(path).write_text(render_svg(plan, title=f"{graph.name}: memory plan"))
     except OSError as exc:
+        blocker = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a directory" if blocker else exc.strerror or exc
         raise OptionError(f"cannot write the memory plan picture to {str(path)!r}: "
-                          f"{exc.strerror or exc}; check that the folder can be created and "
+                          f"{why}; check that the folder can be created and "
                           "is writable") from None
     return plan

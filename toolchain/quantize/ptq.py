@@ -33,6 +33,11 @@ from toolchain.quantize.qdq import QdqResult, insert_qdq
 PREPARE_PASSES = ("constant_fold", "simplify", "fold_affine", "dead_code_elimination")
 
 
+#: ops of a model quantized already (QDQ or operator-oriented): not quantized again
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv",
+                           "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
 def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
                    calibration: Mapping[str, np.ndarray], *, per_channel: bool = True,
                    symmetric_activations: bool = False, activation_dtype: str = "int8",
@@ -48,6 +53,13 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     from toolchain.quantize.integer_io import integer_io as to_integer_io
 
     graph = from_onnx(model, input_shapes=input_shapes)
+    quantized = [n for n in graph.nodes if n.op in QUANTIZED_OPS]
+    if quantized:  # its scales would collide with the new ones
+        ops = ", ".join(sorted({n.op for n in quantized}))
+        where = os.fspath(model) if isinstance(model, (str, os.PathLike)) else graph.name
+        raise ModelError(f"{where}: the model is already quantized ({len(quantized)} "
+                         f"nodes: {ops}); kiln quantize takes a float model, and kiln "
+                         "compile takes this one as it is")
     graph = run_pipeline(graph, passes=list(PREPARE_PASSES))
     samples = split_samples(graph, calibration)
     ranges = collect_ranges(graph, samples, percentile)

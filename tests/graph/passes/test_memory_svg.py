@@ -64,7 +64,12 @@ def test_kiln_inspect_memory_plan_to_an_unwritable_place_is_a_user_error(tmp_pat
     assert main(["inspect", str(model), "--memory-plan", str(target)]) == 2
     err = capsys.readouterr().err
     assert f"cannot write the memory plan picture to '{target}'" in err
-    assert "check that the folder can be created" in err
+    assert f"{tmp_path / 'file'} is a file, not a directory" in err  # not "File exists"
+    # a folder as the picture: refused before the table is printed
+    assert main(["inspect", str(model), "--memory-plan", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"--memory-plan {tmp_path}: is a directory" in captured.err
+    assert captured.out == ""
 
 
 def test_kiln_inspect_json_stays_clean_with_a_memory_plan(tmp_path, capsys):
