@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from toolchain.errors import InputError
+from toolchain.errors import InputError, ModelError, OptionError
 
 
 @dataclass
@@ -62,6 +62,14 @@ class Package:
         return str(self.metadata["model"]["name"])
 
 
+class UnknownOutputError(InputError, KeyError):
+    """``result[name]`` of an output the model does not have: a Kiln error naming the
+    outputs there are, and a KeyError for code that treats a result as a mapping."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
 @dataclass
 class RunResult:
     """Outputs of one run, and with ``check=True`` the comparison rows (name, max_abs,
@@ -74,6 +82,9 @@ class RunResult:
     accelerator: list[dict[str, Any]] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.outputs:
+            raise UnknownOutputError(f"no output {name!r}; the outputs are: "
+                                     f"{', '.join(self.outputs) or 'none'}")
         return self.outputs[name]
 
     @property
@@ -99,15 +110,68 @@ def load(path: str | Path | Any, shape_dict: Mapping[str, Any] | None = None,
     The model is imported once here so that an unsupported op or a bad shape is reported
     now, not at compile time."""
     if isinstance(path, (str, Path)):
+        if Path(path).is_dir():
+            raise ModelError(f"load: {path}: is a directory, not an ONNX model file")
         if not Path(path).is_file():
             raise InputError(f"load: model file {path} does not exist")
         source: Any = str(path)
     else:
         source = path
-    shapes = {k: tuple(int(d) for d in v) for k, v in (shape_dict or {}).items()}
+    shapes = input_shapes(shape_dict)
     model = Model(source, shapes, name)
     model.graph()
     return model
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def input_shapes(shape_dict: Mapping[str, Any] | None) -> dict[str, tuple[int, ...]]:
+    """``shape_dict`` checked: input names to sequences of integers (an
+    :class:`OptionError` naming the input otherwise).
+
+    >>> input_shapes({"input": [1, 3, 96, 96]})
+    {'input': (1, 3, 96, 96)}
+    >>> input_shapes({"input": (1, 3.5)})
+    Traceback (most recent call last):
+    ...
+    toolchain.errors.OptionError: shape_dict['input'] = (1, 3.5): dimension 1 is 3.5, not an integer
+    """
+    if shape_dict is None:
+        return {}
+    if not isinstance(shape_dict, Mapping):
+        raise OptionError("shape_dict: expected a mapping of input names to shapes, e.g. "
+                          f"{{'input': (1, 3, 96, 96)}}; got a {type(shape_dict).__name__}")
+    shapes = {}
+    for k, v in shape_dict.items():
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+            raise OptionError(f"shape_dict[{k!r}] = {v!r}: expected a sequence of integers, "
+                              "e.g. (1, 3, 96, 96)")
+        dims = tuple(v)
+        for i, d in enumerate(dims):
+            if not _is_int(d):
+                raise OptionError(f"shape_dict[{k!r}] = {v!r}: dimension {i} is {d!r}, "
+                                  "not an integer")
+        shapes[str(k)] = tuple(int(d) for d in dims)
+    return shapes
+
+
+def _check_patch(patch: Any) -> None:
+    """``patch``: ``(first node, layers, (rows, columns))``, optionally with a fourth
+    ``pool`` flag; an :class:`OptionError` saying which part is wrong otherwise."""
+    form = "expected (first node name, layers, (rows, columns)[, pool])"
+    if not isinstance(patch, (tuple, list)) or len(patch) not in (3, 4):
+        raise OptionError(f"patch={patch!r}: {form}")
+    first, layers, grid = patch[:3]
+    if not isinstance(first, str):
+        raise OptionError(f"patch={patch!r}: the first node {first!r} is not a node name; {form}")
+    if not _is_int(layers):
+        raise OptionError(f"patch={patch!r}: layers {layers!r} is not an integer; {form}")
+    if (not isinstance(grid, (tuple, list)) or len(grid) != 2
+            or not all(_is_int(g) and g >= 1 for g in grid)):
+        raise OptionError(f"patch={patch!r}: the tile grid {grid!r} is not two positive "
+                          f"integers; {form}")
 
 
 def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa: A001
@@ -131,6 +195,10 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
     from toolchain.bundle import compile_model
     from toolchain.bundle.host import read_metadata
 
+    if ram_budget is not None and not _is_int(ram_budget):
+        raise OptionError(f"ram_budget={ram_budget!r}: expected a number of bytes (an int)")
+    if patch is not None:
+        _check_patch(patch)
     m = model if isinstance(model, Model) else load(model)
     if output is None:
         output = Path(tempfile.mkdtemp(prefix="kiln-bundle-")) / (name or m.name or "model")
@@ -171,6 +239,15 @@ def run(package: Package | str | Path, inputs: Mapping[str, np.ndarray] | None =
     from toolchain.bundle.check import compare, float16_inside, reference_outputs
     from toolchain.bundle.host import BundleModule
 
+    if not isinstance(package, (Package, str, Path)):
+        raise OptionError(f"run: expected a Package or a bundle directory, got "
+                          f"{type(package).__name__}")
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise InputError("run: inputs must map input names to arrays, e.g. "
+                         f"{{'input': x}}; got a {type(inputs).__name__}")
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float, np.floating))
+            or not tolerance > 0):
+        raise OptionError(f"run: tolerance={tolerance!r}: must be a positive number")
     path = package.path if isinstance(package, Package) else Path(package)
     module = BundleModule(path, device=device)
     feeds = dict(inputs) if inputs is not None else _default_inputs(module.metadata)
@@ -183,4 +260,5 @@ def run(package: Package | str | Path, inputs: Mapping[str, np.ndarray] | None =
     return RunResult(outputs, rows, module.accelerator_counters())
 
 
-__all__ = ["Model", "Package", "RunResult", "compile", "load", "run"]
+__all__ = ["Model", "Package", "RunResult", "UnknownOutputError", "compile", "input_shapes", "load",
+           "run"]

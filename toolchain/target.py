@@ -656,6 +656,9 @@ def resolve_target(target: str | Path | Target | None) -> Target:
         return target
     if target is None:
         return load_target("c-generic")
+    if not isinstance(target, (str, Path)):
+        raise TargetError(f"target {target!r}: expected a target name, a YAML file path or a "
+                          f"Target, not {type(target).__name__}")
     if str(target) in ("host", "native"):
         return host_target()
     return load_target(target)
