@@ -26,7 +26,7 @@ from tests.bundle.helpers import (
 )
 from toolchain import te
 from toolchain.bundle.compiler import KernelCache
-from toolchain.bundle.weights import _lines, format_bytes
+from toolchain.bundle.weights import escaped_lines, format_bytes
 from toolchain.tir.structural import structural_key
 
 F = np.float32
@@ -140,7 +140,7 @@ def test_vectorised_weight_text_equals_line_by_line(n, chunk, per_line, indent) 
     data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
     sizes, text = format_bytes(data, chunk, per_line, indent)
     raw = data.tobytes() or b"\0"
-    expect = ",\n".join(_lines(raw[s:s + chunk], per_line, indent).rstrip("\n")
+    expect = ",\n".join(escaped_lines(raw[s:s + chunk], per_line, indent).rstrip("\n")
                         for s in range(0, len(raw), chunk)) + "\n"
     assert text == expect
     assert sum(sizes) == len(raw)

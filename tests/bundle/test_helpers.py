@@ -80,7 +80,7 @@ def test_bool_and_float16_min_max_build_and_match(tmp_path: Path) -> None:
 
 def test_bool_helpers_render_once() -> None:
     """Kernels calling the same bool helper share one definition, right after the includes."""
-    from toolchain.bundle.render import _helpers
+    from toolchain.bundle.render import helper_definitions
 
     class _K:
         def __init__(self, *names: str) -> None:
@@ -89,7 +89,7 @@ def test_bool_helpers_render_once() -> None:
 
     spec = type("Spec", (), {"kernels": [_K("kiln_max_bool"), _K("kiln_min_bool",
                                                                  "kiln_max_bool")]})()
-    text = _helpers(spec)  # type: ignore[arg-type]
+    text = helper_definitions(spec)  # type: ignore[arg-type]
     assert text.splitlines() == [
         "static inline bool kiln_max_bool(bool a, bool b) { return a > b ? a : b; }",
         "static inline bool kiln_min_bool(bool a, bool b) { return a < b ? a : b; }"]

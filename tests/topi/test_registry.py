@@ -90,11 +90,11 @@ def test_packed_weights_are_described_by_packs_and_feeds() -> None:
 
 
 def test_the_compute_table_is_the_modules_tables_and_refuses_an_op_in_two(monkeypatch):
-    from toolchain.topi import _registry_nn, _registry_ops, int8, layout
+    from toolchain.topi import int8, layout, registry_nn, registry_ops
     from toolchain.topi.registry import computes
 
     table = computes()
-    modules = (_registry_nn, _registry_ops, int8, layout)
+    modules = (registry_nn, registry_ops, int8, layout)
     assert table == {op: fn for m in modules for op, fn in m.COMPUTES.items()}
     assert table["QConv"] is int8.COMPUTES["QConv"] and len(table) > 150
     monkeypatch.setitem(int8.COMPUTES, "Relu", int8.COMPUTES["QConv"])

@@ -288,7 +288,7 @@ def kernel_preludes(spec: BundleSpec) -> tuple[list[str], list[str]]:
     return [f"#include <{h}>" for h in support.headers], [d.text for d in support.definitions]
 
 
-def _helpers(spec: BundleSpec) -> str:
+def helper_definitions(spec: BundleSpec) -> str:
     """C definitions of the helper functions the kernels call (``kiln_max_bool``, ...),
     each once, sorted by name ("" when none is called)."""
     return render_helpers((h for k in spec.kernels for h in k.source.helpers),
@@ -446,7 +446,7 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "target": spec.target.name, "arch_flags": "".join(f" {f}" for f in flags),
            "loop_flags": " ".join(LOOP_FLAGS),  # off where the compiler takes them
            "compiler": spec.target.compiler, "prelude_includes": includes,
-           "helpers": _helpers(spec), "kernels_need_runtime": runtime_first,
+           "helpers": helper_definitions(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes, "max_threads": max_threads(spec),
            "threaded": any(c["threaded"] for c in calls),
            "default_threads": default_threads(spec, calls),

@@ -61,7 +61,7 @@ PER_LINE = 32
 CHUNK = 4032
 
 
-def _lines(data: bytes, per_line: int, indent: int) -> str:
+def escaped_lines(data: bytes, per_line: int, indent: int) -> str:
     """``data`` as indented ``"\\xHH..."`` lines (fixed width, last line shorter)."""
     n = len(data)
     hexed = np.frombuffer(data.hex().encode(), np.uint8).reshape(n, 2)
@@ -102,7 +102,7 @@ def _text(data: np.ndarray, chunk: int, per_line: int, indent: int) -> str:
     lines = chunk // per_line
     width = indent + 2 + 4 * per_line + 1  # '  "' + escapes + '"' + newline
     size = lines * width + 1  # + the comma after the chunk
-    tail = ",\n".join(_lines(data[s:s + chunk].tobytes(), per_line, indent).rstrip("\n")
+    tail = ",\n".join(escaped_lines(data[s:s + chunk].tobytes(), per_line, indent).rstrip("\n")
                       for s in range(count * chunk, len(data), chunk))
     tail_bytes = (tail + "\n").encode("ascii") if tail else b""
     out = np.empty(count * size + len(tail_bytes), np.uint8)

@@ -189,10 +189,10 @@ def computes() -> dict[str, ComputeFn]:
     >>> computes()["Relu"].__name__, computes()["QConv"].__name__
     ('_unary', '_qconv')
     """
-    from toolchain.topi import _registry_nn, _registry_ops, int8, layout
+    from toolchain.topi import int8, layout, registry_nn, registry_ops
 
     table: dict[str, ComputeFn] = {}
-    for module in (_registry_nn, _registry_ops, int8, layout):
+    for module in (registry_nn, registry_ops, int8, layout):
         for op, fn in module.COMPUTES.items():
             if op in table:
                 raise RuntimeError(f"op {op!r} has a compute in two tables "

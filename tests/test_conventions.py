@@ -1,0 +1,73 @@
+"""The contributor's conventions (shared/STYLE.md, docs/architecture.md) that a script can
+check cheaply, over the whole repository, so a violation does not come back unnoticed."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("toolchain", "tests", "benchmarks", "examples")
+
+
+# a file with no such line imports no private name (an import spread over lines has one
+# of its names, or its module, starting with "_" after "toolchain")
+_MAYBE = re.compile(r"^\s*from toolchain[\w.]*\._|^\s*from toolchain\S* import .*\b_|"
+                    r"^\s*_\w+,?\s*$", re.M)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _package(path: Path) -> str:
+    """The dotted package a repository file lives in (``toolchain.graph.passes``)."""
+    return ".".join(path.relative_to(ROOT).parent.parts)
+
+
+def private_imports(path: Path, text: str) -> list[str]:
+    """``from toolchain.x import _y`` lines of ``text`` (a private name taken from another
+    module), and imports of a private module from outside its package; a package's own
+    private modules (``graph/passes/_util.py``) are its business.
+
+    >>> private_imports(ROOT / "tests" / "t.py", "from toolchain.bundle.render import _helpers")
+    ['tests/t.py:1: from toolchain.bundle.render import _helpers']
+    >>> private_imports(ROOT / "toolchain" / "a" / "b.py", "from toolchain.a._util import f")
+    []
+    """
+    found = []
+    where = _package(path)
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.ImportFrom) or node.level:
+            continue
+        module = node.module or ""
+        if not module.startswith("toolchain"):
+            continue
+        names = [a.name for a in node.names]
+        parts = module.split(".")
+        private_parts = [i for i, p in enumerate(parts) if _private(p)]
+        if module == where:  # `from toolchain.pkg import _mod` inside pkg: its own module
+            bad = False
+        else:
+            bad = any(_private(n) for n in names) or bool(
+                private_parts and ".".join(parts[:private_parts[0]]) != where)
+        if bad:
+            rel = path.relative_to(ROOT)
+            found.append(f"{rel}:{node.lineno}: from {module} import {', '.join(names)}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    texts = ((p, p.read_text()) for top in SOURCES for p in sorted((ROOT / top).rglob("*.py")))
+    found = [hit for p, text in texts if _MAYBE.search(text)  # (parse only those)
+             for hit in private_imports(p, text)]
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
+
+
+def test_the_private_import_check_runs_its_examples() -> None:
+    import doctest
+    import sys
+
+    result = doctest.testmod(sys.modules[__name__])
+    assert result.failed == 0 and result.attempted >= 2
