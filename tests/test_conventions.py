@@ -70,4 +70,73 @@ def test_the_private_import_check_runs_its_examples() -> None:
     import sys
 
     result = doctest.testmod(sys.modules[__name__])
-    assert result.failed == 0 and result.attempted >= 2
+    assert result.failed == 0 and result.attempted >= 3
+
+
+def missing_hints(path: Path, text: str) -> list[str]:
+    """The public functions and public classes' public methods of a module ``text`` whose
+    parameters or return lack a type hint (``self``/``cls`` and ``__init__``'s return
+    aside).
+
+    >>> missing_hints(ROOT / "toolchain" / "m.py", "def f(x: int, **kw) -> int: ...")
+    ['toolchain/m.py:1: f (**kw)']
+    """
+    found = []
+
+    def check(fn: ast.FunctionDef | ast.AsyncFunctionDef, owner: str = "") -> None:
+        if _private(fn.name) or (fn.name.startswith("__") and fn.name != "__init__"):
+            return
+        a = fn.args
+        params = a.posonlyargs + a.args + a.kwonlyargs
+        if owner and params and params[0].arg in ("self", "cls"):
+            params = params[1:]
+        bad = [p.arg for p in params if p.annotation is None]
+        bad += [f"{star}{v.arg}" for star, v in (("*", a.vararg), ("**", a.kwarg))
+                if v is not None and v.annotation is None]
+        if fn.returns is None and fn.name != "__init__":
+            bad.append("return")
+        if bad:
+            found.append(f"{path.relative_to(ROOT)}:{fn.lineno}: {owner}{fn.name} "
+                         f"({', '.join(bad)})")
+
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            check(node)
+        elif isinstance(node, ast.ClassDef) and not _private(node.name):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    check(item, node.name + ".")
+    return found
+
+
+def test_public_functions_have_type_hints() -> None:
+    found = [hit for p in sorted((ROOT / "toolchain").rglob("*.py"))
+             if not any(_private(part) for part in p.relative_to(ROOT).with_suffix("").parts)
+             for hit in missing_hints(p, p.read_text())]
+    assert not found, "public functions without type hints:\n" + "\n".join(found)
+
+
+def _passes() -> list:
+    from toolchain.graph.passes.pipeline import PASSES
+    from toolchain.tir.transform.pipeline import PHASES, TARGET_PASSES
+
+    seen: list = []
+    for fn in [*PASSES.values(), *(f for fs in PHASES.values() for f in fs), *TARGET_PASSES]:
+        if fn not in seen:
+            seen.append(fn)
+    return seen
+
+
+def test_every_pass_shows_its_ir_before_and_after() -> None:
+    """Each pass of the graph pipeline and of the lowering phases has, in its docstring or
+    its module's, an example (a ``::`` block or a doctest) that says before and after."""
+    import inspect
+
+    def shows(doc: str | None) -> bool:
+        text = (doc or "").lower()
+        return ("::" in text or ">>>" in text) and "before" in text and "after" in text
+
+    found = [f"{fn.__module__}.{fn.__name__}" for fn in _passes()
+             if not (shows(fn.__doc__) or shows(inspect.getmodule(fn).__doc__))]
+    assert len(_passes()) > 20 and not found, "passes without a before/after example: " + \
+        ", ".join(found)

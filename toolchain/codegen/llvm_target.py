@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolchain.errors import BuildError, GeneratedCodeError, TargetError
 from toolchain.target import Target
@@ -57,7 +58,7 @@ LOOP_UNROLL = ("all", "scheduled")
 
 
 @functools.cache
-def llvm_binding():  # type: ignore[no-untyped-def]
+def llvm_binding() -> Any:
     """``llvmlite.binding``, with every target and asm printer registered once (llvmlite
     0.50 refuses the old ``initialize()``)."""
     try:
@@ -97,7 +98,7 @@ class LLVMMachine:
                          self.loop_unroll, f"O{self.opt_level}",
                          ".".join(map(str, llvm.llvm_version_info))))
 
-    def target_machine(self, jit: bool = False):  # type: ignore[no-untyped-def]
+    def target_machine(self, jit: bool = False) -> Any:
         """An llvmlite ``TargetMachine`` at O3 (position-independent code)."""
         llvm = llvm_binding()
         try:
@@ -133,7 +134,7 @@ def machine_for(target: Target) -> LLVMMachine:
 
 
 def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
-             extra: Sequence[str] = ()):  # type: ignore[no-untyped-def]
+             extra: Sequence[str] = ()) -> Any:
     """Parse and verify LLVM IR text (and link in the modules ``extra``: the definitions of
     functions it calls), run the optimisation pipeline for ``machine`` (O3, or O2 where
     its ``opt_level`` says so; both vectorizers either way); returns the llvmlite
@@ -183,7 +184,7 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     return mod, tm
 
 
-def uses_inline_asm(module) -> list[str]:  # type: ignore[no-untyped-def]
+def uses_inline_asm(module: Any) -> list[str]:
     """The functions of a parsed llvmlite module that call inline assembly."""
     kind = llvm_binding().ValueKind.inline_asm
     return [fn.name for fn in module.functions

@@ -578,8 +578,18 @@ def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,
     """Lowering pass (phase 1, built in: see :mod:`toolchain.tir.transform.pipeline`):
     specialise each tensorized call for its operand strides and record what its C needs.
 
-    Before: ``kiln_fma_f32_4x4(T.address_of(A[..]), ...)`` with no definition; after: the
-    call names ``kiln_fma_f32_4x4_<hash>`` and ``func.attrs["c_support"]`` is a typed
+    Before (after ``sch.tensorize(ii, "c-generic.fma_f32_4x4")``), a call with no
+    definition::
+
+        kiln_fma_f32_4x4(T.address_of(A[i_0 * 4, k_0 * 4]), T.address_of(B[..]),
+                         T.address_of(C_local[0, 0]))
+
+    After, the call names the definition for these strides::
+
+        kiln_fma_f32_4x4_<hash>(T.address_of(A[i_0 * 4, k_0 * 4]), T.address_of(B[..]),
+                                T.address_of(C_local[0, 0]))
+
+    and ``func.attrs["c_support"]`` is a typed
     :class:`~toolchain.codegen.artifact.CSupport`: the ``static inline`` definition for
     these operand strides (a :class:`~toolchain.codegen.artifact.CDefinition` keyed by the
     specialised name), the headers it includes and the compiler flags it needs. A kernel

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -335,7 +336,7 @@ def gemm_workload(m: int, k: int, n: int, config: VTAConfig | None = None, *,
                     expected, shift, requant, macs)
 
 
-def resnet18_workload(layer: str, config: VTAConfig | None = None, **kwargs) -> Workload:
+def resnet18_workload(layer: str, config: VTAConfig | None = None, **kwargs: Any) -> Workload:
     """The GEMM workload of a ResNet-18 layer of the TVM paper (``"C2"`` ... ``"C12"``).
 
     Example::

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -115,7 +116,8 @@ class Builder:
             self._consts[key] = name
         return self._consts[key]
 
-    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, **attrs) -> str | list[str]:
+    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1,
+           **attrs: Any) -> str | list[str]:
         """Append a node; returns its output name (a list when ``n_out > 1``)."""
         node_name = self._unique("/" + "/".join([*self._scope, op_type]))
         outs = [self._unique(f"{node_name}_output_{i}") for i in range(n_out)]

@@ -16,7 +16,7 @@ provides them, else the runtime's ``kiln_f16_to_f32`` / ``kiln_f32_to_f16``, the
 ``toolchain.bundle.emit.f16_definitions``), in pointer types (``kiln_f16``) and in bit
 casts (ONNX BitCast) of the 16 bits, which are rounded back from float32 first (exact).
 
-Example::
+Example (the lowered function before the pass, then after it)::
 
     >>> from toolchain import te
     >>> from toolchain.tir.transform import lower
