@@ -70,7 +70,7 @@ def test_the_private_import_check_runs_its_examples() -> None:
     import sys
 
     result = doctest.testmod(sys.modules[__name__])
-    assert result.failed == 0 and result.attempted >= 3
+    assert result.failed == 0 and result.attempted >= 5
 
 
 def missing_hints(path: Path, text: str) -> list[str]:
@@ -140,3 +140,35 @@ def test_every_pass_shows_its_ir_before_and_after() -> None:
              if not (shows(fn.__doc__) or shows(inspect.getmodule(fn).__doc__))]
     assert len(_passes()) > 20 and not found, "passes without a before/after example: " + \
         ", ".join(found)
+
+
+def import_time_registrations(path: Path, text: str) -> list[str]:
+    """Module-level calls or decorators of a ``register*`` function in ``text``: a
+    registration made by importing the module, where a registry should be a table that
+    names its entries.
+
+    >>> import_time_registrations(ROOT / "toolchain" / "m.py", "register_all()")
+    ['toolchain/m.py:1: register_all()']
+    >>> import_time_registrations(ROOT / "toolchain" / "m.py", "def f():\\n    register(x)")
+    []
+    """
+    def name(call: ast.expr) -> str:
+        fn = call.func if isinstance(call, ast.Call) else call
+        return fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+
+    found = []
+    for node in ast.parse(text).body:
+        calls = [node.value] if isinstance(node, ast.Expr) else []
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            calls = list(node.decorator_list)
+        found += [f"{path.relative_to(ROOT)}:{c.lineno}: {name(c)}()" for c in calls
+                  if isinstance(c, (ast.Call, ast.Name, ast.Attribute))
+                  and name(c).startswith("register")]
+    return found
+
+
+def test_registries_are_tables_not_import_side_effects() -> None:
+    found = [hit for p in sorted((ROOT / "toolchain").rglob("*.py"))
+             if "register" in (text := p.read_text())
+             for hit in import_time_registrations(p, text)]
+    assert not found, "registrations made at import time:\n" + "\n".join(found)

@@ -11,16 +11,3 @@
 """
 
 from __future__ import annotations
-
-import importlib as _importlib
-
-
-def register_all() -> None:
-    """Register the integer ops' computes and schedules (idempotent).
-
-    The integer ops themselves are in the op table (:mod:`toolchain.graph.ops.registry`);
-    the topi and schedule registries load only their own modules, so the int8 ones are
-    imported here. Importing :mod:`toolchain.graph.passes.quantize_ops` calls this.
-    """
-    for mod in ("toolchain.topi.int8", "toolchain.schedules.generic.int8"):
-        _importlib.import_module(mod)

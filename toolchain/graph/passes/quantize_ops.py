@@ -48,14 +48,11 @@ import numpy as np
 
 from toolchain.graph.ir import Graph, Node, Value
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
-from toolchain.quantize import register_all
 from toolchain.quantize.fixed_point import (
     quantize_multiplier,
     quantize_multipliers,
     shift_table,
 )
-
-register_all()
 
 _PASSTHROUGH = ("MaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                 "Concat")
