@@ -102,3 +102,13 @@ def test_container_errors(tmp_path):
 def test_insn_addr_follows_data_image():
     prog = _small_program()
     assert prog.insn_addr % 16 == 0 and prog.insn_addr >= len(prog.dram)
+
+
+def test_a_program_prints_as_its_listing():
+    prog = _small_program()
+    text = str(prog)
+    head, *listing = text.splitlines()
+    assert head.startswith(f"program for {prog.config.name}: {len(prog.insns)} instructions, "
+                           f"{len(prog.dram)} DRAM bytes; regions: x @0 int8[4, 1, 16], ")
+    assert "\n".join(listing) == disassemble(prog.insns)
+    assert "array(" not in text and len(text) < 2000

@@ -87,6 +87,18 @@ class Program:
     def __post_init__(self) -> None:
         self.dram = np.ascontiguousarray(np.asarray(self.dram, dtype=np.uint8).ravel())
 
+    def __str__(self) -> str:
+        """A header line (target, instructions, DRAM bytes, regions) and the listing of
+        :func:`~toolchain.vta.disasm.disassemble` (what ``kiln sim --disasm`` prints),
+        instead of the dataclass fields with the whole DRAM image."""
+        from toolchain.vta.disasm import disassemble
+
+        regions = ", ".join(f"{r.name} @{r.offset} {r.dtype}{list(r.shape)}"
+                            for r in self.regions.values()) or "none"
+        head = (f"program for {self.config.name}: {len(self.insns)} instructions, "
+                f"{len(self.dram)} DRAM bytes; regions: {regions}")
+        return head + ("\n" + disassemble(self.insns) if self.insns else "")
+
     @property
     def insn_bytes(self) -> bytes:
         """The encoded instruction stream."""
