@@ -160,3 +160,22 @@ def test_tag_and_attrs_become_block_annotations() -> None:
     B = te.compute((4,), lambda i: A[i] + 1.0, name="B", tag="elemwise",
                    attrs={"layout": "N"})
     assert "T.block_attr({'layout': 'N', 'tag': 'elemwise'})" in str(te.create_prim_func([A, B]))
+
+
+@pytest.mark.parametrize("shape, kw, says", [
+    ("abc", {}, "the shape 'abc' is not a sequence of dimensions"),
+    ((4, "4"), {}, r"dimension 1 of the shape \(4, '4'\) is '4', not an integer"),
+    ((4, 2.0), {}, "is 2.0, not an integer"),
+    ((-1, 4), {}, "dimension 0 of the shape .* is negative"),
+    ((4,), {"dtype": "float99"}, "dtype 'float99' is not one of float16"),
+])
+def test_placeholder_refuses_a_bad_shape_or_dtype(shape, kw, says) -> None:
+    with pytest.raises(OptionError, match=says):
+        te.placeholder(shape, name="A", **kw)
+
+
+def test_placeholder_takes_numpy_integers_and_expressions() -> None:
+    n = te.var("n") if hasattr(te, "var") else ir.Var("n")
+    assert str(te.placeholder((np.int64(4), n), name="A")) == \
+        "Tensor(A, shape=(4, n), dtype=float32)"
+    assert te.placeholder(np.array([2, 3]), name="B").shape[1].value == 3

@@ -325,6 +325,8 @@ def test_lower_rejects_unknown_phase_and_bad_pass():
         T.lower(W.row_sum()[0], passes={7: []})
     with pytest.raises(OptionError, match="is not callable"):
         T.lower(W.row_sum()[0], passes={1: ["simplify"]})
+    with pytest.raises(OptionError, match="passes maps a phase number to a list of passes"):
+        T.lower(W.row_sum()[0], passes=[T.simplify])  # a list, not {phase: [...]}
 
 
 def test_lower_trace_records_every_pass():

@@ -71,6 +71,9 @@ class CompiledOp:
         args = []
         for v in self.op_schedule.input_values:
             a = v.data if v.data is not None else np.ascontiguousarray(next(given))
+            if v.data is None and a.size != int(np.prod(v.shape or (1,))):
+                raise InputError(f"{self.node.describe()}: input {v.name!r} has shape "
+                                 f"{a.shape}, expected {tuple(v.shape)}")
             args.append(a.reshape(v.shape or (1,)))
         outs = list(out) if out is not None else [
             np.empty(v.shape or (1,), dtype=np.dtype(v.dtype))
@@ -111,6 +114,9 @@ def make_node(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any] | None = 
     (2, 3)
     """
     opdef = get_op(op)
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise InputError(f"{op}: attrs must map attribute names to values, e.g. "
+                         f"{{'axis': 1}}; got a {type(attrs).__name__}")
     ins = [None if s is None else _as_value(s, i) for i, s in enumerate(inputs)]
     name = name or op.lower()
     probe = Node(op, name, ins, [Value(f"{name}_out{i}", (), "float32")

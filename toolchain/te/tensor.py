@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import inspect
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,11 +158,39 @@ def _shape_str(shape: Sequence[ir.PrimExpr]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
+#: the scalar dtypes a tensor's elements may have
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+          "uint8", "uint16", "uint32", "uint64", "bool")
+
+
 def placeholder(shape: Sequence[Any], dtype: str = "float32", name: str = "placeholder") -> Tensor:
-    """An input tensor: ``A = te.placeholder((m, 64), name="A")``."""
+    """An input tensor: ``A = te.placeholder((m, 64), name="A")``. A shape that is not
+    integers or expressions, or an unknown dtype, is an :class:`OptionError`.
+
+    >>> placeholder((4, "4"), name="A")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    toolchain.errors.OptionError: te.placeholder('A'): dimension 1 of the shape (4, '4') is ...
+    """
     if isinstance(shape, (int, ir.PrimExpr)):
         shape = (shape,)
-    buf = ir.Buffer(name, tuple(shape), dtype)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise OptionError(f"te.placeholder({name!r}): the shape {shape!r} is not a sequence "
+                          "of dimensions, e.g. (m, 64)")
+    shape = tuple(shape)
+    for i, d in enumerate(shape):
+        integer = isinstance(d, numbers.Integral)
+        if isinstance(d, bool) or not (integer or isinstance(d, ir.PrimExpr)):
+            raise OptionError(f"te.placeholder({name!r}): dimension {i} of the shape "
+                              f"{shape!r} is {d!r}, not an integer or an expression")
+        if integer and int(d) < 0:
+            raise OptionError(f"te.placeholder({name!r}): dimension {i} of the shape "
+                              f"{shape!r} is negative")
+    if not isinstance(dtype, str) or ir.element_of(dtype) not in DTYPES:
+        raise OptionError(f"te.placeholder({name!r}): dtype {dtype!r} is not one of "
+                          f"{', '.join(DTYPES)}")
+    buf = ir.Buffer(name, tuple(int(d) if not isinstance(d, ir.PrimExpr) else d
+                                for d in shape), dtype)
     return Tensor(buf, PlaceholderOp(name))
 
 

@@ -135,6 +135,10 @@ def test_compile_op_errors() -> None:
         op(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
     with pytest.raises(InputError, match="input 0 must be a shape tuple"):
         compile_op("MatMul", "c-generic", inputs=["big", (3, 4)])
+    with pytest.raises(InputError, match=r"input 'x0' has shape \(3, 3\), expected \(2, 3\)"):
+        op(np.ones((3, 3), np.float32))  # (it was numpy's 'cannot reshape array')
+    with pytest.raises(InputError, match="attrs must map attribute names to values"):
+        compile_op("Softmax", "c-generic", inputs=[(1, 2)], attrs="axis=1")
     # MatMul has a GPU entry (the tiled GEMM); an element-wise op alone has none there
     node = Node("Relu", "r", [Value("x", (2, 3), "float32")], [Value("y", (2, 3), "float32")])
     with pytest.raises(UnsupportedError, match=r"node 'r' \(Relu\): no default schedule "

@@ -133,6 +133,9 @@ def lower(sch_or_func: Any, passes: Mapping[int, Sequence[Pass]] | None = None,
     if stop_after is not None and not any(stop_after in fns for fns in PHASES.values()):
         raise OptionError(f"lower: stop_after={getattr(stop_after, '__name__', stop_after)!r}"
                           " is not a built-in pass of the pipeline")
+    if passes is not None and not isinstance(passes, Mapping):
+        raise OptionError("lower: passes maps a phase number to a list of passes, e.g. "
+                          f"{{2: [my_pass]}}; got a {type(passes).__name__}")
     extra = dict(passes or {})
     for phase, fns in extra.items():
         if phase not in PHASES:
