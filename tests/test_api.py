@@ -86,3 +86,10 @@ def test_the_api_docstring_examples_run():
 
     result = doctest.testmod(toolchain.api, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted >= 2
+
+
+def test_dir_of_the_package_lists_the_lazy_api():
+    names = dir(toolchain)
+    assert set(toolchain.__all__) <= set(names)  # (it listed none of them)
+    for name in toolchain.__all__:
+        assert getattr(toolchain, name) is not None

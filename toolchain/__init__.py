@@ -28,3 +28,8 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     raise AttributeError(f"module 'toolchain' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy names above, so that dir(toolchain) and tab completion show the API.
+    return sorted({*globals(), *__all__})
