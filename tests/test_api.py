@@ -34,6 +34,17 @@ def test_load_with_a_bad_shape_dict(relu, shape_dict, says):
         toolchain.load(relu, shape_dict=shape_dict)
 
 
+@pytest.mark.parametrize("shape_dict, says", [
+    ({"nope": (2, 3)}, r"^shape_dict\['nope'\]: the model has no input 'nope'; its inputs are: x"),
+    ({"x": (3, 3)}, r"^shape_dict\['x'\] = \(3, 3\): dimension 0 of input 'x' is fixed to 2"),
+    ({"x": (2, 3, 1)}, r"^shape_dict\['x'\] = \(2, 3, 1\): the model declares input 'x' "
+                       "with rank 2"),
+])
+def test_load_names_shape_dict_not_the_cli_option(relu, shape_dict, says):
+    with pytest.raises(OptionError, match=says):  # (it said '--input-shape x=3,3')
+        toolchain.load(relu, shape_dict=shape_dict)
+
+
 def test_load_takes_numpy_integers_as_dimensions(relu):
     m = toolchain.load(relu, shape_dict={"x": np.array([2, 3])})
     assert m.input_shapes == {"x": (2, 3)}
@@ -45,7 +56,8 @@ def test_a_target_that_is_not_a_name(relu):
 
 
 @pytest.mark.parametrize("kw, says", [
-    ({"ram_budget": "10k"}, r"ram_budget='10k': expected a number of bytes"),
+    ({"ram_budget": "10k"}, r"ram_budget='10k': expected a positive number of bytes"),
+    ({"ram_budget": -5}, r"ram_budget=-5: expected a positive number of bytes"),
     ({"patch": "conv1"}, r"patch='conv1': expected \(first node name"),
     ({"patch": ("conv1", 2, 4)}, "the tile grid 4 is not two positive integers"),
     ({"patch": ("conv1", "2", (2, 2))}, "layers '2' is not an integer"),

@@ -46,7 +46,8 @@ class Model:
         """The imported :class:`~toolchain.graph.ir.Graph` (reference executor input)."""
         from toolchain.frontend.onnx import from_onnx
 
-        return from_onnx(self.source, input_shapes=self.input_shapes or None)
+        return from_onnx(self.source, input_shapes=self.input_shapes or None,
+                         shapes_option="shape_dict")
 
 
 @dataclass
@@ -195,8 +196,9 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
     from toolchain.bundle import compile_model
     from toolchain.bundle.host import read_metadata
 
-    if ram_budget is not None and not _is_int(ram_budget):
-        raise OptionError(f"ram_budget={ram_budget!r}: expected a number of bytes (an int)")
+    if ram_budget is not None and (not _is_int(ram_budget) or ram_budget < 1):
+        raise OptionError(f"ram_budget={ram_budget!r}: expected a positive number of bytes "
+                          "(an int)")
     if patch is not None:
         _check_patch(patch)
     m = model if isinstance(model, Model) else load(model)

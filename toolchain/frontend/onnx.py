@@ -82,12 +82,15 @@ def from_onnx(
     *,
     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
     bind: Mapping[str, np.ndarray] | None = None,
+    shapes_option: str = "--input-shape",
 ) -> Graph:
     """Import an ONNX model as a static-shape Kiln graph in canonical form.
 
     ``input_shapes`` gives static shapes to inputs whose shapes are dynamic
     (``{"input": (1, 3, 224, 224)}``); ``bind`` turns graph inputs into constants with the
     given values (for operands such as a Reshape's shape that arrive as inputs).
+    ``shapes_option``: how an error about ``input_shapes`` names them (the CLI's
+    ``--input-shape``; :func:`toolchain.load` says ``shape_dict``).
 
     Example::
 
@@ -109,7 +112,7 @@ def from_onnx(
     proto = _inline_functions(proto, label)
     _sort_nodes(proto, label)
     _run_checker(proto, label)
-    _apply_input_shapes(proto, dict(input_shapes or {}), label)
+    _apply_input_shapes(proto, dict(input_shapes or {}), label, shapes_option)
     _apply_bind(proto, dict(bind or {}), label)
     proto = expand_function_ops(proto, opset, label)
     onnx_types = _infer_onnx_types(proto, label)
@@ -504,28 +507,35 @@ def _dims(info: onnx.ValueInfoProto) -> list[int | str | None] | None:
 
 
 def _apply_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
-                        label: str) -> None:
+                        label: str, option: str = "--input-shape") -> None:
     inputs = _input_protos(proto)
+
+    def given(name: str, shape: Any = None) -> str:  # how the caller wrote this shape
+        if option == "--input-shape":  # (the CLI's NAME=D,D,... form)
+            return f"--input-shape {name}" + ("" if shape is None else
+                                              "=" + ",".join(map(str, shape)))
+        return f"{option}[{name!r}]" + ("" if shape is None else f" = {tuple(shape)}")
+
     for name, shape in shapes.items():
         if name not in inputs:
             raise OptionError(
-                f"--input-shape {name}=...: the model has no input {name!r}; its inputs are: "
-                + (", ".join(inputs) or "none")
+                f"{given(name)}{'=...' if option == '--input-shape' else ''}: the model has "
+                f"no input {name!r}; its inputs are: " + (", ".join(inputs) or "none")
             )
         shape = tuple(shape)
         if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
-            raise OptionError(f"--input-shape {name}: dimensions must be integers >= 0, "
+            raise OptionError(f"{given(name)}: dimensions must be integers >= 0, "
                               f"got {list(shape)}")
         dims = _dims(inputs[name])
         if dims is not None and len(dims) != len(shape):
             raise OptionError(
-                f"--input-shape {name}={','.join(map(str, shape))}: the model declares "
+                f"{given(name, shape)}: the model declares "
                 f"input {name!r} with rank {len(dims)} ({_fmt_dims(dims)}), not {len(shape)}"
             )
         for i, (d, s) in enumerate(zip(dims or [], shape, strict=False)):
             if isinstance(d, int) and d != s:
                 raise OptionError(
-                    f"--input-shape {name}={','.join(map(str, shape))}: dimension {i} of "
+                    f"{given(name, shape)}: dimension {i} of "
                     f"input {name!r} is fixed to {d} in the model ({_fmt_dims(dims)})"
                 )
         tensor_type = inputs[name].type.tensor_type
