@@ -510,16 +510,17 @@ def parse_tiles(label: str, option: str = "--sweep-tiles") -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``; a bad label is a
     ``SystemExit`` naming ``option``, the command-line option it came from."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
-                     r"(\.frag)?(\.async)?(?:\.s(\d))?(\.mma)?(\.wgmma)?", label)
+                     r"(\.frag)?(\.async)?(?:\.s(\d))?(?:\.ov(\d))?(\.mma)?(\.wgmma)?", label)
     if m is None:
         raise SystemExit(f"{option}: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
-                         "padding, fetch width, optional .frag, .async, .sN stages, .mma, "
-                         ".wgmma)")
-    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, mma, wgmma = m.groups()
+                         "padding, fetch width, optional .frag, .async, .sN stages, .ovN "
+                         "groups in flight, .mma, .wgmma)")
+    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, flying, mma, wgmma = \
+        m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
                      int(vec), frag is None, async_copy is not None, mma is not None,
-                     int(stages or 2), wgmma is not None)
+                     int(stages or 2), wgmma is not None, int(flying or 0))
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:
