@@ -65,9 +65,9 @@ from toolchain.intrinsics import attach_intrinsics
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
+from toolchain.tir.transform.drain_wgmma import drain_async_products
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
 from toolchain.tir.transform.inject_barriers import inject_barriers
-from toolchain.tir.transform.drain_wgmma import drain_async_products
 from toolchain.tir.transform.inject_double_buffer import inject_double_buffer
 from toolchain.tir.transform.inject_virtual_thread import inject_virtual_thread
 from toolchain.tir.transform.lower_blocks import lower_blocks, lower_init_block
