@@ -401,12 +401,17 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
 
 #: the tuner's first points after the default: the leading variants of
 #: ``benchmarks/cuda.py``'s tile sweep (mma.sync with 2-4 stages, 16 warps, steps of 64;
-#: the default with 3 stages), as changes to the default's knobs
+#: the default with 3 stages; then, where the target has them, the overlapped warpgroup
+#: kernels of 2 x 2 and 2 x 1 warpgroups), as changes to the default's knobs
+_WG = {"intrinsic": "wgmma", "wy": 8, "fm": 1, "fn": 8, "kf": 2, "pad": 8, "vector": 8,
+       "async_copy": True, "in_flight": 1}
 TENSORCORE_SEEDS = ({"intrinsic": "mma"}, {"intrinsic": "mma", "stages": 3},
                     {"intrinsic": "mma", "stages": 4},
                     {"intrinsic": "mma", "stages": 3, "wy": 2, "wx": 2, "fm": 4, "fn": 4},
                     {"intrinsic": "mma", "stages": 3, "wx": 4},
-                    {"intrinsic": "mma", "stages": 3, "kf": 4}, {"stages": 3})
+                    {"intrinsic": "mma", "stages": 3, "kf": 4}, {"stages": 3},
+                    {**_WG, "wx": 2, "stages": 4}, {**_WG, "wx": 2, "stages": 3},
+                    {**_WG, "wx": 1, "stages": 4})
 
 
 def shared_need(t: WmmaTiles) -> int:
