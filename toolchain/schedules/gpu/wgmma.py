@@ -30,6 +30,15 @@ rows ``(warpgroup, 4 warps, 2, 8)``, columns ``(warpgroup, N / 8, 4, 2)``, the t
 ``32 w + 4 g + q`` (the ISA's layout). Kernels calling the products are built for sm_90a
 (the intrinsics' ``arch_features``).
 
+With ``t.in_flight`` (``.ov1``) the products overlap: the step's call is the target's
+``in_flight`` product over the whole step (``fence``, the products, ``commit_group``,
+``wait_group 1``: its own group keeps reading its stage while the kernel goes on to the
+barrier and the next step's fetch; the previous step's is retired), the fetches run
+``stages - 1 - in_flight`` steps ahead (``double_buffer(.., in_flight=)``: a fetch never
+overwrites a stage an unretired group reads) and the lowering drains the last group after
+the step loop (:mod:`toolchain.tir.transform.drain_wgmma`), before the epilogue reads the
+registers.
+
 Not the default: it has not run on a GPU. ``benchmarks/cuda.py``'s ``SWEEP`` times it.
 
 >>> from toolchain.target import load_target

@@ -34,7 +34,11 @@ A buffer marked with ``stages`` n > 2 (the function attribute ``buffer_stages``:
 loop, step ``k`` fetching step ``k + n - 1`` into copy ``(k + n - 1) % n`` and computing on
 copy ``k % n``; the loop is annotated ``pipeline_stages`` (n), which the CUDA renderer
 reads to let the latest ``n - 2`` groups of asynchronous copies stay in flight at the
-loop's barriers (:mod:`toolchain.codegen.cuda`).
+loop's barriers (:mod:`toolchain.codegen.cuda`). A buffer whose readers stay in flight
+``g`` steps after their own (``buffer_in_flight``: ``double_buffer(.., in_flight=g)``,
+asynchronous products) is fetched only ``a = n - 1 - g`` steps ahead (into copy
+``(k + a) % n``, the one the products of step ``k - 1 - g`` read, retired by then), the
+loop annotated as an ``a + 1``-stage pipeline where ``a`` > 1.
 
 >>> from toolchain.tir import ir
 >>> A = ir.Buffer("A", (16,)); S = ir.Buffer("S", (4,), scope="shared")
