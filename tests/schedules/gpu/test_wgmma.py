@@ -311,10 +311,15 @@ def test_wgmma_kernels_compile_with_nvcc_for_sm90a(kernels_nvcc: Any, tmp_path: 
     kernels_nvcc.check("wgmma", tmp_path)
 
 
+#: on the GPU also the overlapped form: 2 x 2 warpgroups, steps of 32 over four stages
+GPU_CASES = [*CASES, (128, 192, 512, replace(FOUR_GROUPS, pad=8, kf=2, stages=4,
+                                             in_flight=1))]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
-@pytest.mark.parametrize(("m", "k", "n", "tiles"), CASES,
-                         ids=[f"{m}x{k}x{n}-{t.label()}" for m, k, n, t in CASES])
+@pytest.mark.parametrize(("m", "k", "n", "tiles"), GPU_CASES,
+                         ids=[f"{m}x{k}x{n}-{t.label()}" for m, k, n, t in GPU_CASES])
 def test_wgmma_gemms_on_the_gpu_match_the_reference(m: int, k: int, n: int,
                                                     tiles: WmmaTiles, tmp_path: Path) -> None:
     """The PTX itself (the descriptors, the core-matrix layouts, wgmma's register layout
