@@ -120,10 +120,23 @@ class _Drain(StmtMutator):
         return ir.seq(s, drain) if drain is not None else s
 
 
+def _defines_flying(func: ir.PrimFunc) -> bool:
+    """Whether ``attach_intrinsics`` recorded the definition of an in-flight intrinsic
+    for ``func`` (a cheap test before walking the body: most kernels have none)."""
+    from toolchain.codegen.artifact import support_of
+    from toolchain.intrinsics import intrinsic_of_function
+
+    for d in support_of(func).definitions:
+        spec = intrinsic_of_function(d.key)
+        if spec is not None and spec.in_flight:
+            return True
+    return False
+
+
 def drain_async_products(func: ir.PrimFunc) -> ir.PrimFunc:
     """Lowering pass (phase 3, after ``inject_double_buffer``; see the module docstring):
     a drain after each step loop of in-flight products."""
-    if not _has_flying(func.body):
+    if not _defines_flying(func) or not _has_flying(func.body):
         return func
     return ir.PrimFunc(func.params, _Drain().visit_stmt(func.body), func.name, func.attrs)
 
