@@ -107,6 +107,16 @@ def _drain_of(s: ir.Stmt, loop: ir.Var) -> ir.Stmt | None:
 
 
 class _Drain(StmtMutator):
+    def visit_SeqStmt(self, s: ir.SeqStmt) -> ir.Stmt:  # noqa: N802 - visitor naming
+        out: list[ir.Stmt] = []
+        for i, x in enumerate(s.seq):
+            y = self.visit_stmt(x)
+            if isinstance(x, ir.For) and isinstance(y, ir.SeqStmt) and len(y.seq) == 2 \
+                    and i + 1 < len(s.seq) and ir.structural_equal(y.seq[1], s.seq[i + 1]):
+                y = y.seq[0]  # drained already (the pass run again)
+            out.append(y)
+        return ir.seq(*out)
+
     def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802 - visitor naming
         if s.thread_tag or s.kind not in ("serial", "unrolled") or not _has_flying(s.body):
             return super().visit_For(s)
