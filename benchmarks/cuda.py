@@ -475,7 +475,10 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 #: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
 #: the likeliest first (a step cut short keeps them): the ``.wgmma`` kernel (Hopper's
 #: warpgroup MMA, sm_90a, on core-matrix shared tiles: toolchain/schedules/gpu/wgmma.py;
-#: never run on a GPU before) with 2 x 2 warpgroups of 64 x 128 (128 x 256), the core-
+#: never run on a GPU before) overlapped (``.ov1``: a step's products in flight through
+#: the barrier and the next step's fetch) with 2 x 2 warpgroups of 64 x 128 over 4 or 3
+#: stages (fetches 2 or 1 steps ahead) and 2 x 1 over 4; then, each call waiting for its
+#: own products, with 2 x 2 warpgroups of 64 x 128 (128 x 256), the core-
 #: matrix slices padded by 8 halves or not, 2 or 3 cp.async stages; 2 x 1 (128 x 128);
 #: 1 x 2 (64 x 256) padded by 16; steps of 32; the ``.mma``
 #: kernel (mma.sync on
@@ -491,7 +494,10 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 #: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
 #: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
 #: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
-SWEEP = ("8x2w.1x8f.kf2.db.p8.v8.async.wgmma", "8x2w.1x8f.kf2.db.p0.v8.async.wgmma",
+SWEEP = ("8x2w.1x8f.kf2.db.p8.v8.async.s4.ov1.wgmma",
+         "8x2w.1x8f.kf2.db.p8.v8.async.s3.ov1.wgmma",
+         "8x1w.1x8f.kf2.db.p8.v8.async.s4.ov1.wgmma", "8x2w.1x8f.kf2.db.p8.v8.async.wgmma",
+         "8x2w.1x8f.kf2.db.p0.v8.async.wgmma",
          "8x1w.1x8f.kf2.db.p8.v8.async.wgmma", "8x2w.1x8f.kf2.db.p8.v8.async.s3.wgmma",
          "4x2w.1x8f.kf2.db.p16.v8.async.wgmma",
          "4x2w.2x4f.kf2.db.p8.v8.async.mma", "4x2w.2x4f.kf2.db.p8.v8.async.s3.mma",
@@ -510,16 +516,17 @@ def parse_tiles(label: str, option: str = "--sweep-tiles") -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``; a bad label is a
     ``SystemExit`` naming ``option``, the command-line option it came from."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)\.v(\d+)"
-                     r"(\.frag)?(\.async)?(?:\.s(\d))?(\.mma)?(\.wgmma)?", label)
+                     r"(\.frag)?(\.async)?(?:\.s(\d))?(?:\.ov(\d))?(\.mma)?(\.wgmma)?", label)
     if m is None:
         raise SystemExit(f"{option}: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
-                         "padding, fetch width, optional .frag, .async, .sN stages, .mma, "
-                         ".wgmma)")
-    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, mma, wgmma = m.groups()
+                         "padding, fetch width, optional .frag, .async, .sN stages, .ovN "
+                         "groups in flight, .mma, .wgmma)")
+    wy, wx, fm, fn, kf, db, pad, vec, frag, async_copy, stages, flying, mma, wgmma = \
+        m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
                      int(vec), frag is None, async_copy is not None, mma is not None,
-                     int(stages or 2), wgmma is not None)
+                     int(stages or 2), wgmma is not None, int(flying or 0))
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:

@@ -15,7 +15,9 @@
 #      16-byte fetches, dynamic shared memory, cp.async, 3-4 pipeline stages `.s3`/`.s4`,
 #      mma.sync + ldmatrix with register accumulators `.mma`, Hopper's warpgroup MMA on
 #      core-matrix tiles `.wgmma` (sm_90a: never run on a GPU before; the `.wgmma` rows
-#      first, then the `.mma` ones) and
+#      first -- the overlapped ones `.ov1`, a step's products in flight through the next
+#      step's barrier and fetch (wgmma.wait_group 1), before those waiting for their own
+#      products -- then the `.mma` ones) and
 #      the default tiles, each one's kernel ratio to cuBLAS fp16: the fastest row is the
 #      candidate default for choose_wmma_tiles (benchmarks/ptxas_tiles.py prints each
 #      variant's registers, spills and shared memory, no GPU needed);

@@ -225,6 +225,9 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
                        "(default: the C type of its dtype)", False),
     "arch_features": ((bool,), "true where the body needs the architecture-specific "
                                "feature set (CUDA sm_90a: wgmma)", False),
+    "in_flight": ((int,), "the commit groups a call leaves running (wgmma.wait_group N): its "
+                          "products read their operands until retired by a later call or a "
+                          "drain (the function called with null operands)", False),
 }
 
 

@@ -203,11 +203,15 @@ def test_the_wgmma_intrinsics_declare_warpgroups_and_sm90a() -> None:
     load_intrinsics(t)
     wg = [n for n in t.intrinsics if n.startswith("wgmma_")]
     sm80 = load_target("cuda-sm80").intrinsics
-    assert len(wg) == 5 and not any(n.startswith("wgmma_") for n in sm80)
+    assert len(wg) == 8 and not any(n.startswith("wgmma_") for n in sm80)
     for n in wg:
         spec = get_spec(f"cuda-sm90.{n}")
         assert spec.lanes == 128 and spec.scopes["C"] == "wgmma.accumulator"
         assert spec.arch_features == ("fill" not in n)
+        # the overlapped products leave one group running: their wait says the same
+        assert spec.in_flight == (1 if n.endswith("_pipe") else 0)
+        assert ("wait_group.sync.aligned {{ keep }}" in spec.template) == (spec.in_flight > 0)
+        assert "set keep = 1 %}" in spec.template or not spec.in_flight
     assert sorted(tensor_core_sets(t)) == sorted(tensor_core_sets(load_target("cuda-sm80")))
 
 

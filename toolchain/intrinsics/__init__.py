@@ -107,6 +107,10 @@ class IntrinsicSpec:
     #: whether the body needs the architecture-specific feature set (``sm_90a``: the
     #: ``a`` targets of CUDA, e.g. ``wgmma``): a kernel calling it is compiled for that
     arch_features: bool = False
+    #: commit groups a call leaves running (``wgmma``'s ``wait_group N`` at its end: its
+    #: products may read their shared operands until a later call or a drain -- the same
+    #: function with null operand pointers -- retires them); 0: done when it returns
+    in_flight: int = 0
 
 
 #: the memory scope of ``mma.sync`` accumulators: each lane's own registers, the warp's
@@ -200,7 +204,8 @@ def _compile(t: Target) -> _Loaded:
                              beh.accumulate or beh.output.name in {a.name for a in beh.inputs()},
                              int(spec.get("lanes", 1)), spec.get("qualifier", "static inline"),
                              {str(k): str(v) for k, v in dict(spec.get("types", {})).items()},
-                             bool(spec.get("arch_features", False)))
+                             bool(spec.get("arch_features", False)),
+                             int(spec.get("in_flight", 0)))
         out.append((info, desc, impl))
     return _Loaded(t, tuple(out), block,
                    tuple(llvm_helper_definition(n, h) for n, h in t.llvm_helpers.items()),

@@ -12,6 +12,13 @@ the threads that read it. A write by another thread after a read or a write, or 
 after another thread's write, is a race, reported with the kernel, the buffer, the
 element, the block, both threads and both statements.
 
+A product left in flight (an intrinsic declared ``in_flight: g``, the overlapped
+``wgmma``) may read its shared operands until a later call retires it: the call of step
+``k`` of its loop also reads, where it stands, what the call of step ``k - g`` read (that
+product is retired there), and a drain (the call with null operands) what the last ``g``
+steps' calls read -- so a fetch that overwrites a stage before the wait retiring its reader
+races with that reader.
+
 It is a dynamic check: it sees the accesses of the inputs it runs (random ones by
 default) and of the blocks it runs (``max_blocks`` per kernel to keep it quick), so give it
 a small instance of the kernel (a 64 x 64 GEMM rather than 4096 x 4096); the index
@@ -112,6 +119,10 @@ class _Instrument(StmtExprMutator):
         self.stmt = ""
         #: the block tags of the kernel being instrumented, outermost first
         self.block_tags: list[str] = []
+        #: the serial loops around the statement being instrumented, outermost first
+        self.serial: list[ir.For] = []
+        #: the last in-flight call seen: (its step loop, the call, the groups it leaves)
+        self.flying: tuple[ir.For, ir.Call, int] | None = None
 
     def name_of(self, buf: ir.Buffer) -> str:
         """``buf``'s name, suffixed ``_1``, ``_2``... where another buffer (another pointer
@@ -137,7 +148,11 @@ class _Instrument(StmtExprMutator):
         tag = s.annotations.get(SIMT_THREAD) or s.annotations.get(SIMT_BLOCK)
         if tag is None:
             self.stmt = f"for {s.loop_var.name} in range({s.min}, {s.extent})"
-            return super().visit_For(s)
+            self.serial.append(s)
+            try:
+                return super().visit_For(s)
+            finally:
+                self.serial.pop()
         stack = self.threads if SIMT_THREAD in s.annotations else self.blocks
         if stack is self.blocks:
             self.block_tags.append(tag)
@@ -181,14 +196,68 @@ class _Instrument(StmtExprMutator):
         self.stmt = _short(s)
         if isinstance(s.value, ir.Call):
             from toolchain.intrinsics import behaviour_of_call
+            from toolchain.tir.transform.drain_wgmma import in_flight_call, is_drain
 
+            if is_drain(s.value):  # the products still in flight retire here
+                return self._retired(*self.flying, last=True) if self.flying else \
+                    ir.Evaluate(ir.IntImm(0))
             loops = behaviour_of_call(s.value)
+            g = in_flight_call(s)
+            if loops is not None and g:
+                return ir.seq(self._issued(s, loops), self._retired(
+                    self._step_loop(s.value), s.value, g, last=False))
             if loops is not None:  # a tensor intrinsic: its elements, as declared
                 stmt = _short(s)
                 out = self.visit_stmt(loops)
                 self.stmt = stmt
                 return out
         return super().visit_Evaluate(s)
+
+    def _issued(self, s: ir.Evaluate, loops: ir.Stmt) -> ir.Stmt:
+        stmt = _short(s)
+        out = self.visit_stmt(loops)
+        self.stmt = stmt
+        return out
+
+    def _step_loop(self, call: ir.Call) -> ir.For:
+        """The innermost serial loop whose variable the call's operands use."""
+        from toolchain.tir.functor import post_order_visit
+
+        used: set[int] = set()
+        post_order_visit(call, lambda n: used.add(id(n)) if isinstance(n, ir.Var) else None)
+        for lp in reversed(self.serial):
+            if id(lp.loop_var) in used:
+                return lp
+        raise ScheduleError(f"race check: the in-flight product {call.op} is in no step loop")
+
+    def _retired(self, loop: ir.For, call: ir.Call, g: int, last: bool) -> ir.Stmt:
+        """The reads of the products this statement retires: in step k of ``loop`` the
+        call of step ``k - g``; after it (``last``, a drain) those of its last g steps --
+        each shared element of their operand tiles read once."""
+        from toolchain.intrinsics import operand_elements
+        from toolchain.tir.functor import substitute
+
+        if not last:
+            self.flying = (loop, call, g)
+        k, out = loop.loop_var, []
+        for j in range(1, g + 1) if not last else range(g):
+            step = k - j if not last else loop.min + loop.extent - 1 - j
+            ops = operand_elements(substitute(call, {k: step}))
+            for buf, first, dims, written in ops or ():
+                if written or not is_shared(buf):
+                    continue
+                ivs = [ir.Var(f"retired_{d}") for d in range(len(dims))]
+                index = first
+                for v, (_, stride) in zip(ivs, dims, strict=True):
+                    index = index + v * stride
+                body: ir.Stmt = ir.Evaluate(ir.BufferLoad(buf, (index,)))
+                for v, (ext, _) in reversed(list(zip(ivs, dims, strict=True))):
+                    body = ir.For(v, 0, ext, "serial", body)
+                stmt = self.stmt
+                self.stmt = f"(retiring) {_short(ir.Evaluate(call))}"
+                out.append(ir.IfThenElse(ir.GE(step, loop.min), self.visit_stmt(body)))
+                self.stmt = stmt
+        return ir.seq(*out) if out else ir.Evaluate(ir.IntImm(0))
 
 
 class _Stop(Exception):

@@ -8,6 +8,7 @@ and sm_90 (one nvcc run for all of them)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 from pathlib import Path
@@ -24,6 +25,7 @@ from toolchain.autotune.apply import forcing
 from toolchain.autotune.space import InvalidPoint, Trace
 from toolchain.autotune.tasks import dense_task, extract_tasks
 from toolchain.bundle import compile_model, load_bundle
+from toolchain.errors import KilnError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 from toolchain.schedules.registry import schedule_for
@@ -164,11 +166,75 @@ def test_sampled_batch_matmul_points_emulated_give_numpys_numbers() -> None:
 
 
 def _emulated(model: Any, feeds: dict[str, np.ndarray], traces: dict[str, Trace], out: Path,
-              precision: str = "fp32") -> dict[str, np.ndarray]:
+              precision: str = "fp32", target: str = "cuda-sm80") -> dict[str, np.ndarray]:
     with forcing(traces):
-        d = compile_model(model, "cuda-sm80", out, progress=False, emulate=True,
+        d = compile_model(model, target, out, progress=False, emulate=True,
                           precision=precision)
     return load_bundle(d)(feeds)
+
+
+#: the warpgroup knobs of a 64 x 32 x 64 float16 GEMM's points tried below (16-byte
+#: cp.async fetches): (wy, fm, fn, kf, stages, pad, in_flight)
+WGMMA_GRID = list(itertools.product((2, 4, 8), (1, 2), (2, 4, 8), (1, 2), (1, 2, 3, 4),
+                                    (0, 8), (0, 1)))
+
+
+def test_every_valid_wgmma_point_of_a_small_gemm_schedules_and_emulates(
+        tmp_path: Path) -> None:
+    """cuda-sm90's tensor-core space offers the warpgroup kernel (``intrinsic`` wgmma,
+    ``in_flight`` 0 or 1; cuda-sm80's has neither). Of the grid's points, those the rules
+    let through are exactly those the kernel takes (every one of the 14 schedules and
+    lowers through the tuner's path; four padded by 8 -- the two in flight, the
+    single-buffered one and the one of steps of 32 -- emulated within the fp16 tolerance
+    of the reference: the others differ from them only in stages without products in
+    flight or in padding, which tests/schedules/gpu/test_wgmma.py emulates); the others
+    are refused naming the rule broken, and the kernel refuses them too."""
+    from toolchain.schedules.gpu.gemm_space import wmma_tiles_of
+    from toolchain.schedules.gpu.wgmma import check_tiles, wgmma_intrinsics
+
+    model, feeds = gemm_model(64, 32, 64)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    sm90 = load_target("cuda-sm90")
+    (task,) = [t for t in extract_tasks(model, sm90, precision="fp16")
+               if t.space.kind == "cuda_tensorcore"]
+    s, wg = task.space, wgmma_intrinsics(sm90)
+    assert wg is not None and s.knob("in_flight").choices == (0, 1)
+    assert s.knob("intrinsic").choices == ("wmma", "mma", "wgmma")
+    assert s.default()["intrinsic"] == "wmma" and s.default()["in_flight"] == 0
+    valid, reasons = [], set()
+    for wy, fm, fn, kf, stages, pad, flying in WGMMA_GRID:
+        p = s.canonical({**s.default(), "intrinsic": "wgmma", "wy": wy, "wx": 1, "fm": fm,
+                         "fn": fn, "kf": kf, "stages": stages, "pad": pad, "vector": 8,
+                         "async_copy": True, "in_flight": flying})
+        problems = s.problems(p)
+        wgmma_rule = [m for m in problems if m.startswith("wgmma")]
+        if not problems:
+            check_tiles(wmma_tiles_of(p), wg)
+            if p not in valid:
+                valid.append(p)
+        elif wgmma_rule:
+            reasons.update(wgmma_rule)
+            with pytest.raises(KilnError):
+                check_tiles(wmma_tiles_of(p), wg)
+    assert len(valid) == 14 and sum(p["in_flight"] for p in valid) == 4
+    assert reasons == {
+        "wgmma: a warpgroup is 4 warps down of one 16-row fragment each (wy a multiple of "
+        "4, fm 1)",
+        "wgmma: the target declares a 64 x fn*16 warpgroup product and fill (fn 4, 8)",
+        "wgmma in flight: double-buffered over at least in_flight + 2 stages (a stage for "
+        "the fetch, one for each group still reading)",
+        "wgmma in flight: one product call a step (the target's 64 x fn*16 x kf*16 product "
+        "leaving in_flight groups running: groups are counted in steps)"}
+    for i, p in enumerate(valid):
+        with forcing({s.workload: s.trace(p)}):
+            sch = schedule_for(task.node, sm90)
+        text = str(lower(sch.schedule, target=sm90))
+        assert ("_pipe_" in text) == bool(p["in_flight"]) and "kiln_wgmma_f16_64x64x16" in text
+        if p["pad"] == 8 and (p["in_flight"] or p["kf"] == 2 or p["stages"] == 1):
+            got = _emulated(model, feeds, {s.workload: s.trace(p)}, tmp_path / f"w{i}",
+                            "fp16", "cuda-sm90")
+            err = float(np.max(np.abs(got["y"] - want))) / float(np.max(np.abs(want)))
+            assert err < FP16_TOL, (wmma_tiles_of(p).label(), err)
 
 
 def test_sampled_convolution_points_through_emulated_bundles_match_the_reference(

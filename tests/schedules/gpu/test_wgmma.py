@@ -23,6 +23,7 @@ from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
+from toolchain.errors import KilnError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 from toolchain.schedules.gpu import wgmma
@@ -202,13 +203,96 @@ def test_a_wrong_thread_mapping_in_the_epilogue_is_caught(tmp_path: Path,
     assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1
 
 
+#: one warpgroup, 64 x 64 steps of 16, a group of products left in flight, three stages
+#: (the fetches one step ahead, a stage for the product in flight)
+IN_FLIGHT = WmmaTiles(4, 1, 1, 4, 1, vector=8, async_copy=True, wgmma=True, stages=3,
+                      in_flight=1)
+
+
+def _late_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fetches run ``stages - 1`` steps ahead as if nothing stayed in flight: step k+1
+    overwrites the stage step k's products (retired only by step k+1's call) still read
+    -- the wait that retires them placed a step too late for this pipeline."""
+    db = Schedule.double_buffer
+    monkeypatch.setattr(Schedule, "double_buffer",
+                        lambda self, s, stages=2, in_flight=0: db(self, s, stages=stages))
+
+
+def test_overlapped_products_tiles_label_and_refusals() -> None:
+    """``.ov1``: the product that leaves one group running (``wait_group 1``) over the
+    whole step, the fetches a step less ahead; refused with a reason where a stage would
+    be overwritten in flight (under in_flight + 2 stages, single-buffered) or the step
+    takes more than one call (no 64 x 64 x 32 product: groups are counted in steps)."""
+    wg = wgmma_intrinsics(SM90)
+    assert IN_FLIGHT.label() == "4x1w.1x4f.kf1.db.p0.v8.async.s3.ov1.wgmma"
+    assert wgmma.check_tiles(IN_FLIGHT, wg)[1:] == ("cuda-sm90.wgmma_m64n64k16_pipe", True)
+    for bad, why in ((replace(IN_FLIGHT, stages=2), "at least 3 stages"),
+                     (replace(IN_FLIGHT, double_buffer=False), "not 1"),
+                     (replace(IN_FLIGHT, kf=2), "64 x 64 x 32")):
+        with pytest.raises(KilnError, match=why):
+            wgmma.check_tiles(bad, wg)
+    f = lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90)
+    text = str(f)
+    assert "(k_0 + 1) % 3 * 1024" in text and "k_0 % 3 * 1024" in text  # 1 ahead, 3 stages
+    after = text[text.index("T.storage_sync('shared')\n            for i_1"):]
+    assert "_pipe_" in after and ", 0, 0, T.address_of(C_wgmma_accumulator[0])" in after
+
+
+def test_overlapped_kernel_is_race_free_and_a_late_wait_races(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race checker reads an in-flight product's operands until the call that retires
+    it: the overlapped 64 x 64 x 64 kernel has no race with one barrier before the loop
+    and one a step (the step's needed); with the fetches a step further ahead (the wait
+    too late for them) a fetch overwrites a stage an unretired product reads: a race."""
+    f = lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90)
+    check_races(f)
+    barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert len(barriers) == 2
+    assert find_races(st.replace_stmts(f, {id(barriers[-1]): None}), max_blocks=1)
+    _late_wait(monkeypatch)
+    races = find_races(lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90), max_blocks=1)
+    assert races and "is read by" in str(races[0])
+
+
+@pytest.mark.parametrize("broken", ["", "late wait", "no drain"])
+def test_overlapped_gemm_emulated_and_a_late_wait_or_no_drain_is_caught(
+        broken: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulation computes a product when a wait retires it (the next call's
+    ``wait_group 1``, or the drain), reading A and B then: the overlapped dense layer
+    (64 x 64 x 64, bias, ReLU; four steps) matches the reference; with the wait too late
+    for the pipeline (a stage overwritten before it) or without the drain (the last
+    product never retired) it is far off."""
+    from toolchain.bundle import compiler
+    from toolchain.tir.transform import pipeline
+
+    model, feeds = gemm_model(64, 64, 64)
+    want = run_graph(from_onnx(model), feeds)["y"]
+    if broken == "late wait":
+        _late_wait(monkeypatch)
+    elif broken == "no drain":
+        monkeypatch.setitem(pipeline.PHASES, 3, tuple(
+            p for p in pipeline.PHASES[3] if p.__name__ != "drain_async_products"))
+        # (lowered afresh: not the kernel an earlier compile of this process lowered)
+        monkeypatch.setattr(compiler, "LOWERED_IN_PROCESS",
+                            type(compiler.LOWERED_IN_PROCESS)(limit=4))
+    with wmma_tiles(IN_FLIGHT):
+        d = compile_model(model, "cuda-sm90", tmp_path / "e", progress=False, emulate=True,
+                          precision="fp16")
+    assert "kiln_wgmma_f16_64x64x16_pipe" in (d / "src/kernels.c").read_text()
+    err = _rel(load_bundle(d)(feeds)["y"], want)
+    assert err > 0.1 if broken else err < FP16_TOL
+
+
 @nvcc_kernel_check("wgmma")
 def _wgmma_gemm(out: Path) -> dict[str, Path]:
     model, _ = gemm_model(128, 96, 512)
     with wmma_tiles(replace(FOUR_GROUPS, pad=8)):
-        return {"wgmma_gemm": compile_model(model, "cuda-sm90", out / "wgmma_gemm",
-                                            progress=False, precision="fp16",
-                                            name="wgmma_gemm")}
+        plain = compile_model(model, "cuda-sm90", out / "wgmma_gemm", progress=False,
+                              precision="fp16", name="wgmma_gemm")
+    with wmma_tiles(replace(FOUR_GROUPS, pad=8, kf=2, stages=4, in_flight=1)):
+        flying = compile_model(model, "cuda-sm90", out / "wgmma_pipe", progress=False,
+                               precision="fp16", name="wgmma_pipe")
+    return {"wgmma_gemm": plain, "wgmma_pipe": flying}
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
@@ -221,13 +305,21 @@ def test_wgmma_kernels_compile_with_nvcc_for_sm90a(kernels_nvcc: Any, tmp_path: 
     assert "kiln_wgmma_f16_64x128x16_" in src and "fence.proxy.async.shared::cta" in src
     assert "-arch=sm_90a" in (d / "Makefile").read_text()
     assert "CUDA_ARCHITECTURES 90a" in (d / "CMakeLists.txt").read_text()
+    pipe = (kernels_nvcc.of("wgmma")["wgmma_pipe"] / "src/kernels.cu").read_text()
+    assert "wgmma.wait_group.sync.aligned 1;" in pipe and "_pipe_" in pipe
+    assert re.search(r"kiln_wgmma_f16_64x128x32_pipe_\w+\(0, 0, ", pipe)  # the drain
     kernels_nvcc.check("wgmma", tmp_path)
+
+
+#: on the GPU also the overlapped form: 2 x 2 warpgroups, steps of 32 over four stages
+GPU_CASES = [*CASES, (128, 192, 512, replace(FOUR_GROUPS, pad=8, kf=2, stages=4,
+                                             in_flight=1))]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
-@pytest.mark.parametrize(("m", "k", "n", "tiles"), CASES,
-                         ids=[f"{m}x{k}x{n}-{t.label()}" for m, k, n, t in CASES])
+@pytest.mark.parametrize(("m", "k", "n", "tiles"), GPU_CASES,
+                         ids=[f"{m}x{k}x{n}-{t.label()}" for m, k, n, t in GPU_CASES])
 def test_wgmma_gemms_on_the_gpu_match_the_reference(m: int, k: int, n: int,
                                                     tiles: WmmaTiles, tmp_path: Path) -> None:
     """The PTX itself (the descriptors, the core-matrix layouts, wgmma's register layout

@@ -16,8 +16,11 @@ tensorcore.choose_wmma_tiles`). Here each declares those choices as a
   ``fm x fn``, step ``kf`` (in 16s of ``k``), ``stages`` (1: single-buffered, 2: double,
   3-4: a deeper ``cp.async`` pipeline), row ``pad`` of the shared tiles (0 or 8 halves),
   fetch ``vector`` width, ``async_copy``, ``intrinsic`` (``wmma`` or ``mma``: ``mma.sync``
-  on ``ldmatrix`` fragments, accumulators in registers) and ``warp_mma`` (one product call
-  a warp tile).
+  on ``ldmatrix`` fragments, accumulators in registers; ``wgmma``, where the target
+  declares Hopper's warpgroup products: :mod:`toolchain.schedules.gpu.wgmma`, ``wy`` then
+  a multiple of 4 warps and ``fm`` 1), ``in_flight`` (``wgmma``: a step's products left
+  running through the next step's barrier and fetch, 0 or 1) and ``warp_mma`` (one
+  product call a warp tile).
 
 Rules refuse a point before anything is built, naming the block, its extents and the
 target descriptor's limit (threads per block, shared memory per block — the static amount
@@ -63,6 +66,7 @@ from toolchain.schedules.gpu.gemm import (
     useful_fraction,
 )
 from toolchain.schedules.gpu.tensorcore import WmmaTiles, smem_limit, wmma_shared_bytes
+from toolchain.schedules.gpu.wgmma import WgmmaSet
 from toolchain.target import Target
 from toolchain.tir import arith, ir
 from toolchain.tir.schedule import Schedule
@@ -286,13 +290,15 @@ def decide_simt(sch: Schedule, block: Any, target: Target, default: Schedule | N
 
 def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
                      target: Target, default: WmmaTiles, has_mma: bool,
-                     warp_products: tuple[set[tuple[int, int]], set[tuple[int, int]]]
-                     ) -> Space:
+                     warp_products: tuple[set[tuple[int, int]], set[tuple[int, int]]],
+                     wgmma: WgmmaSet | None = None) -> Space:
     """The ``cuda_tensorcore`` space of float16 GEMM block ``name`` with the heuristic's
     tiles ``default`` (:func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`, single-
     buffered where the double buffer did not fit). ``has_mma``: the target declares the
     ``mma.sync`` set; ``warp_products``: the ``(fm, fn)`` warp tiles with one product call,
-    for ``wmma`` and for ``mma.sync`` (its ``fn`` in 16 x 8 tiles)."""
+    for ``wmma`` and for ``mma.sync`` (its ``fn`` in 16 x 8 tiles); ``wgmma``: the
+    target's warpgroup products (the ``wgmma`` intrinsic and the ``in_flight`` knob; None:
+    neither, the space as before them)."""
     y, x, k, _, batch = shape
     frag = 16
     warp = target.warp_size or 32
@@ -305,7 +311,16 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
     def need(p: Mapping[str, Any]) -> int:
         return shared_need(wmma_tiles_of(p))
 
+    def is_wg(p: Mapping[str, Any]) -> bool:
+        return p["intrinsic"] == "wgmma"
+
+    def wg_product(p: Mapping[str, Any], k: int, flying: int = 0) -> bool:
+        assert wgmma is not None
+        return wgmma.product(p["fn"] * frag, k, flying) is not None
+
     def product(p: Mapping[str, Any]) -> bool:
+        if is_wg(p):
+            return False  # one call a warpgroup and step, always
         if p["intrinsic"] == "mma":
             return (p["fm"], 2 * p["fn"]) in warp_products[1]
         return (p["fm"], p["fn"]) in warp_products[0]
@@ -331,11 +346,18 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
         Knob("vector", with_default(VECTORS, d.vector), d.vector, "halves a thread fetches"),
         Knob("async_copy", (False, True), d.async_copy, "cp.async fetches",
              active=lambda p: p["vector"] > 1),
-        Knob("intrinsic", ("wmma", "mma") if has_mma else ("wmma",),
-             "mma" if d.mma else "wmma", "wmma fragments or mma.sync + ldmatrix"),
+        Knob("intrinsic", ("wmma", "mma") + (("wgmma",) if wgmma else ()) if has_mma
+             else ("wmma",) + (("wgmma",) if wgmma else ()),
+             "wgmma" if d.wgmma else "mma" if d.mma else "wmma",
+             "wmma fragments or mma.sync + ldmatrix" + (" or warpgroup MMA (sm_90a)"
+                                                         if wgmma else "")),
         Knob("warp_mma", (False, True), d.warp_mma,
              "one product call a warp tile (where the target declares it)", active=product),
     )
+    if wgmma is not None:
+        knobs += (Knob("in_flight", (0, 1), d.in_flight,
+                       "wgmma: groups of products a call leaves running (overlapping the "
+                       "next step's barrier and fetch)", active=is_wg),)
     rules = (
         Rule(f"{where}: the block tile wy*fm*16 x wx*fn*16 and the step kf*16 divide the "
              "GEMM", lambda p: y % (p["wy"] * p["fm"] * frag) == 0
@@ -355,25 +377,51 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
         Rule("cp.async needs a vector fetch (vector 2, 4 or 8)",
              lambda p: not p["async_copy"] or p["vector"] > 1),
     )
+    if wgmma is not None:
+        fns = sorted({n // frag for (n, _), _ in wgmma.products if wgmma.fill(n)})
+        rules += (
+            Rule("wgmma: a warpgroup is 4 warps down of one 16-row fragment each (wy a "
+                 "multiple of 4, fm 1)", lambda p: not is_wg(p) or
+                 (p["wy"] % 4 == 0 and p["fm"] == 1)),
+            Rule(f"wgmma: the target declares a 64 x fn*16 warpgroup product and fill "
+                 f"(fn {', '.join(map(str, fns))})", lambda p: not is_wg(p) or (
+                     wgmma.fill(p["fn"] * frag) is not None and wg_product(p, frag))),
+            Rule("wgmma in flight: double-buffered over at least in_flight + 2 stages (a "
+                 "stage for the fetch, one for each group still reading)",
+                 lambda p: not is_wg(p) or not p["in_flight"]
+                 or p["stages"] >= p["in_flight"] + 2),
+            Rule("wgmma in flight: one product call a step (the target's 64 x fn*16 x "
+                 "kf*16 product leaving in_flight groups running: groups are counted in "
+                 "steps)", lambda p: not is_wg(p) or not p["in_flight"]
+                 or wg_product(p, p["kf"] * frag, p["in_flight"])),
+        )
     workload = f"cuda_tensorcore|y{y}x{x}k{k}z{batch}|{ops}|{caps_key(target)}"
     return Space("cuda_tensorcore", workload, knobs, rules, seeds=TENSORCORE_SEEDS)
 
 
 #: the tuner's first points after the default: the leading variants of
 #: ``benchmarks/cuda.py``'s tile sweep (mma.sync with 2-4 stages, 16 warps, steps of 64;
-#: the default with 3 stages), as changes to the default's knobs
+#: the default with 3 stages; then, where the target has them, the overlapped warpgroup
+#: kernels of 2 x 2 and 2 x 1 warpgroups), as changes to the default's knobs
+_WG = {"intrinsic": "wgmma", "wy": 8, "fm": 1, "fn": 8, "kf": 2, "pad": 8, "vector": 8,
+       "async_copy": True, "in_flight": 1}
 TENSORCORE_SEEDS = ({"intrinsic": "mma"}, {"intrinsic": "mma", "stages": 3},
                     {"intrinsic": "mma", "stages": 4},
                     {"intrinsic": "mma", "stages": 3, "wy": 2, "wx": 2, "fm": 4, "fn": 4},
                     {"intrinsic": "mma", "stages": 3, "wx": 4},
-                    {"intrinsic": "mma", "stages": 3, "kf": 4}, {"stages": 3})
+                    {"intrinsic": "mma", "stages": 3, "kf": 4}, {"stages": 3},
+                    {**_WG, "wx": 2, "stages": 4}, {**_WG, "wx": 2, "stages": 3},
+                    {**_WG, "wx": 1, "stages": 4})
 
 
 def shared_need(t: WmmaTiles) -> int:
     """Shared bytes of a tensor-core kernel with tiles ``t`` (16 x 16 x 16 fragments)."""
     from toolchain.schedules.gpu.mma import mma_shared_bytes
     from toolchain.schedules.gpu.tensorcore import TensorCore
+    from toolchain.schedules.gpu.wgmma import wgmma_shared_bytes
 
+    if t.wgmma:
+        return wgmma_shared_bytes(t)
     tc = TensorCore("", "", "", 16, 16, 16, "")
     return mma_shared_bytes(t, tc) if t.mma else wmma_shared_bytes(t, tc)
 
@@ -385,7 +433,9 @@ def wmma_tiles_of(point: Mapping[str, Any]) -> WmmaTiles:
     return WmmaTiles(point["wy"], point["wx"], point["fm"], point["fn"], point["kf"],
                      double_buffer=stages > 1, pad=point["pad"], vector=point["vector"],
                      warp_mma=point["warp_mma"], async_copy=point["async_copy"],
-                     mma=point["intrinsic"] == "mma", stages=max(2, stages))
+                     mma=point["intrinsic"] == "mma", stages=max(2, stages),
+                     wgmma=point["intrinsic"] == "wgmma",
+                     in_flight=point.get("in_flight", 0))
 
 
 def decide_tensorcore(sch: Schedule, block: Any, target: Target, default: WmmaTiles,
@@ -396,21 +446,24 @@ def decide_tensorcore(sch: Schedule, block: Any, target: Target, default: WmmaTi
     may use is refused (:class:`~toolchain.autotune.space.InvalidPoint`)."""
     from toolchain.schedules.gpu.mma import mma_intrinsics, tile_gemm_mma
     from toolchain.schedules.gpu.tensorcore import tensor_core_intrinsics, tile_gemm_wmma
+    from toolchain.schedules.gpu.wgmma import tile_gemm_wgmma, wgmma_intrinsics
 
     blk = sch.get(block)
     shape, _, ops = gemm_shape(blk)
-    wm, mm = tensor_core_intrinsics(target), mma_intrinsics(target)
+    wm, mm, wg = tensor_core_intrinsics(target), mma_intrinsics(target), \
+        wgmma_intrinsics(target)
     products = ({fmn for fmn, _ in wm.warp_mma} if wm else set(),
                 {fmn for fmn, _ in mm.warp_mma} if mm else set())
     space = tensorcore_space(blk.name_hint, shape, ops, target, default, mm is not None,
-                             products)
+                             products, wg)
     if not space.is_valid(space.default()):
         return built
     point = decide(space)
     if space.key(point) == space.key(space.default()):
         return built
     t = wmma_tiles_of(point)
-    build, tc = (tile_gemm_mma, mm) if t.mma else (tile_gemm_wmma, wm)
+    build, tc = (tile_gemm_wgmma, wg) if t.wgmma else \
+        (tile_gemm_mma, mm) if t.mma else (tile_gemm_wmma, wm)
     where = describe(blk.name_hint, shape)
     assert tc is not None
     try:

@@ -140,12 +140,18 @@ class WmmaTiles:
     #: four down (``fm`` 1), core-matrix shared tiles, accumulators in registers:
     #: :mod:`toolchain.schedules.gpu.wgmma`
     wgmma: bool = False
+    #: ``wgmma``: the commit groups a product call leaves running (``wgmma.wait_group
+    #: N``: the step's products overlap the barrier and the next step's fetch), the
+    #: fetches running ``stages - 1 - in_flight`` steps ahead; 0: each call waits for its
+    #: own products
+    in_flight: int = 0
 
     def label(self) -> str:
         """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
         double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
         call per fragment; ``.async``: asynchronous fetches; ``.s3``: three stages of
-        operand tiles; ``.mma``: ``mma.sync``; ``.wgmma``: warpgroup MMA).
+        operand tiles; ``.ov1``: one group of products left in flight; ``.mma``: ``mma.sync``;
+        ``.wgmma``: warpgroup MMA).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
@@ -153,7 +159,8 @@ class WmmaTiles:
         return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
                 f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
                 f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}"
-                f"{f'.s{self.stages}' if self.stages != 2 else ''}{'.mma' if self.mma else ''}"
+                f"{f'.s{self.stages}' if self.stages != 2 else ''}"
+                f"{f'.ov{self.in_flight}' if self.in_flight else ''}{'.mma' if self.mma else ''}"
                 f"{'.wgmma' if self.wgmma else ''}")
 
 

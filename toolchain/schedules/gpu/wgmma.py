@@ -30,6 +30,15 @@ rows ``(warpgroup, 4 warps, 2, 8)``, columns ``(warpgroup, N / 8, 4, 2)``, the t
 ``32 w + 4 g + q`` (the ISA's layout). Kernels calling the products are built for sm_90a
 (the intrinsics' ``arch_features``).
 
+With ``t.in_flight`` (``.ov1``) the products overlap: the step's call is the target's
+``in_flight`` product over the whole step (``fence``, the products, ``commit_group``,
+``wait_group 1``: its own group keeps reading its stage while the kernel goes on to the
+barrier and the next step's fetch; the previous step's is retired), the fetches run
+``stages - 1 - in_flight`` steps ahead (``double_buffer(.., in_flight=)``: a fetch never
+overwrites a stage an unretired group reads) and the lowering drains the last group after
+the step loop (:mod:`toolchain.tir.transform.drain_wgmma`), before the epilogue reads the
+registers.
+
 Not the default: it has not run on a GPU. ``benchmarks/cuda.py``'s ``SWEEP`` times it.
 
 >>> from toolchain.target import load_target
@@ -69,13 +78,18 @@ class WgmmaSet:
     fills: tuple[tuple[int, str], ...]
     products: tuple[tuple[tuple[int, int], str], ...]
     accumulator: str
+    #: the products left in flight: ``((n, k, groups left running), name)``
+    in_flight: tuple[tuple[tuple[int, int, int], str], ...] = ()
 
     def fill(self, n: int) -> str | None:
         """The fill of a 64 x ``n`` accumulator, or None."""
         return dict(self.fills).get(n)
 
-    def product(self, n: int, k: int) -> str | None:
-        """The 64 x ``n`` x ``k`` product, or None."""
+    def product(self, n: int, k: int, in_flight: int = 0) -> str | None:
+        """The 64 x ``n`` x ``k`` product (``in_flight`` > 0: the one that leaves that
+        many commit groups running), or None."""
+        if in_flight:
+            return dict(self.in_flight).get((n, k, in_flight))
         return dict(self.products).get((n, k))
 
 
@@ -104,6 +118,7 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
     accumulator scope, found by behaviour; None where it declares none."""
     fills: dict[str, dict[int, str]] = {}
     products: dict[str, dict[tuple[int, int], str]] = {}
+    flying: dict[str, dict[tuple[int, int, int], str]] = {}
     for name, spec in target.intrinsics.items():
         if "instruction" in spec or int(spec.get("lanes", 1)) != WARPGROUP:
             continue
@@ -124,13 +139,17 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
                 continue
             i, c, f = (x.terms[0][0] for x in beh.output.index)
             d, e = a.index[0].terms[0][0], a.index[2].terms[0][0]
-            if ext[i] == ROWS and ext[f] == CORE and ext[e] == CORE:
+            g = int(spec.get("in_flight", 0))
+            if ext[i] == ROWS and ext[f] == CORE and ext[e] == CORE and g:
+                flying.setdefault(acc, {})[(ext[c] * CORE, ext[d] * CORE, g)] = \
+                    target.intrinsic(name)
+            elif ext[i] == ROWS and ext[f] == CORE and ext[e] == CORE:
                 products.setdefault(acc, {})[(ext[c] * CORE, ext[d] * CORE)] = \
                     target.intrinsic(name)
     for acc, prods in products.items():
         if acc in fills:
             return WgmmaSet(tuple(sorted(fills[acc].items())), tuple(sorted(prods.items())),
-                            acc)
+                            acc, tuple(sorted(flying.get(acc, {}).items())))
     return None
 
 
@@ -153,6 +172,8 @@ def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
     >>> wg = wgmma_intrinsics(load_target("cuda-sm90"))
     >>> check_tiles(WmmaTiles(4, 1, 1, 4, 2, wgmma=True), wg)[1:]
     ('cuda-sm90.wgmma_m64n64k16', False)
+    >>> check_tiles(WmmaTiles(4, 1, 1, 8, 2, stages=3, wgmma=True, in_flight=1), wg)[1:]
+    ('cuda-sm90.wgmma_m64n128k32_pipe', True)
     """
     n = 16 * t.fn
     if t.wy % 4 or t.fm != 1:
@@ -161,6 +182,18 @@ def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
     if t.pad % CORE or t.pad >= 64:
         raise KilnError(f"wgmma: the padding between core-matrix slices is whole 16-byte "
                         f"rows under 128 bytes (pad 0, 8, 16 ... 56 halves), not {t.pad}")
+    if t.in_flight:
+        if not t.double_buffer or t.stages < t.in_flight + 2:
+            raise KilnError(f"wgmma: {t.in_flight} group(s) of products in flight need "
+                            f"double-buffered tiles of at least {t.in_flight + 2} stages (a "
+                            f"stage for the fetch, one for each group still reading), not "
+                            f"{t.stages if t.double_buffer else 1}")
+        fill, whole = wg.fill(n), wg.product(n, 16 * t.kf, t.in_flight)
+        if fill is None or whole is None:
+            raise KilnError(f"wgmma: the target declares no 64 x {n} x {16 * t.kf} "
+                            f"warpgroup product leaving {t.in_flight} group(s) in flight "
+                            f"(one call a step: the groups are counted in steps)")
+        return fill, whole, True
     fill, whole, k16 = wg.fill(n), wg.product(n, 16 * t.kf), wg.product(n, 16)
     if fill is None or (whole or k16) is None:
         raise KilnError(f"wgmma: the target declares no 64 x {n} warpgroup product and fill")
@@ -214,8 +247,11 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
             nd = sch.get(s).writes[0].buffer.ndim
             sch.storage_align(s, 0, axis=nd - 3, factor=64, offset=t.pad)
     if t.double_buffer and axes.extents[axes.reduce[0]] > 16 * t.kf:
-        for s in copies:
-            sch.double_buffer(s, stages=t.stages)
+        for s in copies:  # (in flight: the fetches run stages - 1 - in_flight ahead)
+            if t.in_flight:
+                sch.double_buffer(s, stages=t.stages, in_flight=t.in_flight)
+            else:
+                sch.double_buffer(s, stages=t.stages)
     names = {sch.get(gy).loop_var.name + "_init": "threadIdx.z",
              sch.get(gx).loop_var.name + "_init": "threadIdx.y"}
     init = sch.decompose_reduction(b, ko)

@@ -10,7 +10,8 @@ from toolchain.tir.schedule.handles import BlockRV
 from toolchain.tir.schedule.state import ScheduleState
 
 
-def double_buffer(state: ScheduleState, block: BlockRV, stages: int = 2) -> None:
+def double_buffer(state: ScheduleState, block: BlockRV, stages: int = 2,
+                  in_flight: int = 0) -> None:
     """Double-buffer the shared buffer that ``block`` fills, a copy ``compute_at`` a serial
     step loop (the tiled GEMM's fetch of one operand's tile per reduction step).
 
@@ -43,15 +44,35 @@ def double_buffer(state: ScheduleState, block: BlockRV, stages: int = 2) -> None
     products to land in (with ``cp.async``: the kernel's barriers inside the loop wait for
     all but the ``stages - 2`` latest groups of copies; ``toolchain.codegen.cuda``).
 
+    ``in_flight`` g > 0: the step's products may still read their copy after the step
+    (asynchronous products -- ``wgmma`` -- retired g steps later): the fetches run only
+    ``stages - 1 - g`` steps ahead, so that step ``k`` overwrites the copy of step
+    ``k - 1 - g``, whose products are retired (the function attribute
+    ``buffer_in_flight``). With 3 stages and g 1 the loop above becomes::
+
+        for k_0 in T.serial(8, annotations={'pipeline_stages': 2}):  # fetches 1 ahead
+            if k_0 + 1 < 8:
+                A_shared[(k_0 + 1) % 3 * 256 + t] = A[(k_0 + 1) * 256 + t]
+            ... the products of step k_0 on A_shared[k_0 % 3 * 256 ..] (in flight)
+
     Refuses a block that writes no ``shared`` buffer or is under no serial loop (nothing
-    to overlap), and ``stages`` outside 2..8. It costs ``stages`` times the buffer's
+    to overlap), ``stages`` outside 2..8 and ``in_flight`` leaving no step to fetch ahead
+    (``stages - 1 - in_flight`` under 1). It costs ``stages`` times the buffer's
     shared memory, which ``Schedule.verify`` and the tiled GEMM's lowered count see.
     """
-    from toolchain.tir.transform.inject_double_buffer import BUFFER_STAGES, DOUBLE_BUFFER
+    from toolchain.tir.transform.inject_double_buffer import (
+        BUFFER_IN_FLIGHT,
+        BUFFER_STAGES,
+        DOUBLE_BUFFER,
+    )
 
     if not 2 <= stages <= 8:
         raise ScheduleError(f"double_buffer: stages must be 2 (double buffering) to 8, not "
                             f"{stages}")
+    if in_flight < 0 or stages - 1 - in_flight < 1:
+        raise ScheduleError(f"double_buffer: {stages} stages with {in_flight} steps of "
+                            "products in flight leave no step to fetch ahead (stages must "
+                            "be at least in_flight + 2)")
 
     r, loops = state.get_block(block)
     if len(r.block.writes) != 1 or not r.block.writes[0].buffer.scope.startswith("shared"):
@@ -71,6 +92,10 @@ def double_buffer(state: ScheduleState, block: BlockRV, stages: int = 2) -> None
         depth = dict(f.attrs.get(BUFFER_STAGES, ()))
         depth[buf.name] = stages
         attrs[BUFFER_STAGES] = tuple(sorted(depth.items()))
+    if in_flight:  # (name, steps in flight) pairs; absent: none
+        flying = dict(f.attrs.get(BUFFER_IN_FLIGHT, ()))
+        flying[buf.name] = in_flight
+        attrs[BUFFER_IN_FLIGHT] = tuple(sorted(flying.items()))
     state.replace(ir.PrimFunc(f.params, f.body, f.name, attrs))
 
 

@@ -34,7 +34,11 @@ A buffer marked with ``stages`` n > 2 (the function attribute ``buffer_stages``:
 loop, step ``k`` fetching step ``k + n - 1`` into copy ``(k + n - 1) % n`` and computing on
 copy ``k % n``; the loop is annotated ``pipeline_stages`` (n), which the CUDA renderer
 reads to let the latest ``n - 2`` groups of asynchronous copies stay in flight at the
-loop's barriers (:mod:`toolchain.codegen.cuda`).
+loop's barriers (:mod:`toolchain.codegen.cuda`). A buffer whose readers stay in flight
+``g`` steps after their own (``buffer_in_flight``: ``double_buffer(.., in_flight=g)``,
+asynchronous products) is fetched only ``a = n - 1 - g`` steps ahead (into copy
+``(k + a) % n``, the one the products of step ``k - 1 - g`` read, retired by then), the
+loop annotated as an ``a + 1``-stage pipeline where ``a`` > 1.
 
 >>> from toolchain.tir import ir
 >>> A = ir.Buffer("A", (16,)); S = ir.Buffer("S", (4,), scope="shared")
@@ -84,6 +88,9 @@ DOUBLE_BUFFER = "double_buffer"
 BUFFER_STAGES = "buffer_stages"
 #: the annotation of a step loop pipelined over more than two stages (value: the stages)
 PIPELINE_STAGES = "pipeline_stages"
+#: the function attribute giving buffers whose readers stay in flight for steps after
+#: their own (asynchronous products): ``((name, steps), ...)``
+BUFFER_IN_FLIGHT = "buffer_in_flight"
 
 
 class _Touches(StmtExprVisitor):
@@ -139,9 +146,11 @@ class _Half(StmtExprMutator):
 
 
 class _Inject(StmtMutator):
-    def __init__(self, names: set[str], stages: dict[str, int]) -> None:
+    def __init__(self, names: set[str], stages: dict[str, int],
+                 flying: dict[str, int] | None = None) -> None:
         self.names = names
         self.stages = stages
+        self.flying = flying or {}
 
     def visit_For(self, s: ir.For) -> ir.Stmt:  # noqa: N802
         s2 = super().visit_For(s)
@@ -176,7 +185,9 @@ class _Inject(StmtMutator):
         fetch, compute = ir.seq(*stmts[:n_fetch]), ir.seq(*stmts[n_fetch:])
         k, lo = s.loop_var, s.min
         step = arith.simplify(k - lo)
-        ahead = n - 1  # steps a fetch runs ahead of the products
+        # steps a fetch runs ahead of the products: n - 1, less the steps a copy's readers
+        # stay in flight after their own (the copy a fetch overwrites is theirs)
+        ahead = n - 1 - max(self.flying.get(b.name, 0) for b in marked)
         first = ir.seq(*(_Half(halves, ir.IntImm(j)).visit_stmt(substitute(fetch, {k: lo + j}))
                          for j in range(min(ahead, ext))))
         nxt = _Half(halves, (step + ahead) % n).visit_stmt(substitute(fetch, {k: k + ahead}))
@@ -186,8 +197,8 @@ class _Inject(StmtMutator):
             if b.data not in datas:
                 inner = ir.Allocate(b, inner)
         loop = replace(s, body=inner)
-        if n > 2:
-            loop = replace(loop, annotations={**loop.annotations, PIPELINE_STAGES: n})
+        if ahead > 1:  # (the renderer's cp.async groups in flight: ahead - 1)
+            loop = replace(loop, annotations={**loop.annotations, PIPELINE_STAGES: ahead + 1})
         out: ir.Stmt = ir.seq(first, loop)
         for new, _ in reversed(list(halves.values())):
             out = ir.Allocate(new, out)
@@ -204,10 +215,13 @@ def inject_double_buffer(func: ir.PrimFunc) -> ir.PrimFunc:
         return func
     from toolchain.tir.transform.simplify import simplify
 
-    body = _Inject(set(names), dict(func.attrs.get(BUFFER_STAGES, ()))).visit_stmt(func.body)
-    attrs = {k: v for k, v in func.attrs.items() if k not in (DOUBLE_BUFFER, BUFFER_STAGES)}
+    body = _Inject(set(names), dict(func.attrs.get(BUFFER_STAGES, ())),
+                   dict(func.attrs.get(BUFFER_IN_FLIGHT, ()))).visit_stmt(func.body)
+    attrs = {k: v for k, v in func.attrs.items()
+             if k not in (DOUBLE_BUFFER, BUFFER_STAGES, BUFFER_IN_FLIGHT)}
     out = ir.PrimFunc(func.params, body, func.name, attrs)
     return out if body is func.body else simplify(out)
 
 
-__all__ = ["BUFFER_STAGES", "DOUBLE_BUFFER", "PIPELINE_STAGES", "inject_double_buffer"]
+__all__ = ["BUFFER_IN_FLIGHT", "BUFFER_STAGES", "DOUBLE_BUFFER", "PIPELINE_STAGES",
+           "inject_double_buffer"]

@@ -8,8 +8,8 @@ phase   built-in passes (then the user's passes for that phase, in order)
         compact_buffer_allocation, lower_mma_fragments, inject_virtual_thread,
         attach_intrinsics
 2       flatten_buffer, partition_loops, simplify
-3       vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
-        inject_barriers
+3       vectorize_loop, unroll_loop, simplify, inject_double_buffer,
+        drain_async_products, storage_rewrite, inject_barriers
 4       simplify, remove_noop
 ======  ===========================================================================
 
@@ -65,6 +65,7 @@ from toolchain.intrinsics import attach_intrinsics
 from toolchain.target import Target
 from toolchain.tir import ir
 from toolchain.tir.transform.compact_buffer import compact_buffer_allocation
+from toolchain.tir.transform.drain_wgmma import drain_async_products
 from toolchain.tir.transform.flatten_buffer import flatten_buffer
 from toolchain.tir.transform.inject_barriers import inject_barriers
 from toolchain.tir.transform.inject_double_buffer import inject_double_buffer
@@ -90,8 +91,8 @@ PHASES: dict[int, tuple[Pass, ...]] = {
     1: (lower_thread_allreduce, lower_init_block, lower_blocks, compact_buffer_allocation,
         lower_mma_fragments, inject_virtual_thread, attach_intrinsics),
     2: (flatten_buffer, partition_loops, simplify),
-    3: (vectorize_loop, unroll_loop, simplify, inject_double_buffer, storage_rewrite,
-        inject_barriers),
+    3: (vectorize_loop, unroll_loop, simplify, inject_double_buffer, drain_async_products,
+        storage_rewrite, inject_barriers),
     4: (simplify, remove_noop),
 }
 
