@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import SimulationError
+from toolchain.vta.config import MAX_ACC_DEPTH, MAX_INP_DEPTH, MAX_UOP_DEPTH, MAX_WGT_DEPTH
 from toolchain.vta.isa import (
     MEM_OUT,
     MEM_UOP,
@@ -212,3 +213,15 @@ def test_rtl_decoders_match_the_doc():
         assert key in rtl, f"vta_pkg.sv decodes no field {key} (ISA.md {name})"
         assert rtl[key] == (lo + width - 1, lo), (
             f"{name}: ISA.md [{lo + width - 1}:{lo}], vta_pkg.sv [{rtl[key][0]}:{rtl[key][1]}]")
+
+
+def test_depth_limits_in_the_doc_are_the_loaders():
+    text = " ".join(ISA_MD.read_text().split())
+    limits = {name: int(n) for name, n in re.findall(r"(UOP|INP|ACC|WGT) depth ≤ (\d+)", text)}
+    assert limits == {"UOP": MAX_UOP_DEPTH, "INP": MAX_INP_DEPTH, "ACC": MAX_ACC_DEPTH,
+                      "WGT": MAX_WGT_DEPTH}
+    # and each is what its micro-op / instruction field can address
+    assert MAX_UOP_DEPTH == 1 << _fields("loop", 0)["uop_bgn"][1]
+    uop = _fields("uop")
+    assert (MAX_ACC_DEPTH, MAX_INP_DEPTH, MAX_WGT_DEPTH) == tuple(
+        1 << uop[f][1] for f in ("acc_idx", "inp_idx", "wgt_idx"))
