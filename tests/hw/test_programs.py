@@ -283,11 +283,18 @@ def test_program_without_finish_refused() -> None:
         run_rtl(prog)
 
 
-def test_store_past_image_is_reported(core_model: str) -> None:
+def test_store_past_image_is_refused_before_the_run() -> None:
+    # the RTL does not check DRAM ranges: run_rtl refuses the program before building or
+    # starting a model (a LOAD past the image used to run and return success)
     insns = [Store(sram_base=0, dram_base=1000, x_size=2, x_stride=2), Finish()]
     prog = Program(insns, np.zeros(64, np.uint8), {}, CFG)
-    with pytest.raises(SimulationError, match="past the end"):
+    with pytest.raises(SimulationError, match=r"refused before the RTL run: instruction 0 "
+                                              r"\(STORE\): DRAM element 1001 .* outside the "
+                                              r"64-byte DRAM image"):
         run_rtl(prog)
+    load = [Load(memory_type=MEM_INP, dram_base=1 << 24), Finish()]
+    with pytest.raises(SimulationError, match="DRAM element 16777216"):
+        run_rtl(Program(load, np.zeros(64, np.uint8), {}, CFG))
 
 
 def _counters_job():

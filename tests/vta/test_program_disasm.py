@@ -147,5 +147,6 @@ def test_container_with_trailing_bytes_is_refused():
     with pytest.raises(SimulationError, match=rf"p.bin: file has {len(data) + 3} bytes but its "
                                               rf"header accounts for {len(data)}"):
         Program.from_bytes(data + b"abc", source="p.bin")
-    with pytest.raises(SimulationError, match=r"p.bin: corrupt program file \(header size field is 65, expected 64\)"):
+    with pytest.raises(SimulationError, match=r"p.bin: corrupt program file \(header size "
+                                              r"field is 65, expected 64\)"):
         Program.from_bytes(data[:8] + (65).to_bytes(4, "little") + data[12:], source="p.bin")

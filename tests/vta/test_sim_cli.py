@@ -96,6 +96,48 @@ def test_user_errors_exit_2(tmp_path, workload, capsys):
     assert "cannot read DRAM image" in capsys.readouterr().err
 
 
+def _dram_past_the_image(tmp_path):
+    """A program whose STORE writes past its 64-byte DRAM image."""
+    from toolchain.vta.isa import Finish, Store
+    from toolchain.vta.program import Program
+
+    path = tmp_path / "past.bin"
+    Program([Store(dram_base=1000, x_size=2, x_stride=2), Finish()],
+            np.zeros(64, np.uint8)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("engine", ["--fsim", "--check", "--rtl"])
+def test_dram_access_past_the_image_exits_2_before_any_run(tmp_path, engine, monkeypatch,
+                                                            capsys):
+    path = _dram_past_the_image(tmp_path)
+    out = tmp_path / "out.bin"
+
+    def never(*args, **kwargs):
+        raise AssertionError("the RTL must not run")
+
+    import types
+    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", types.SimpleNamespace(run_rtl=never))
+    assert main(["sim", str(path), engine, *(["--out-dram", str(out)] if engine != "--check"
+                                             else [])]) == 2
+    err = capsys.readouterr().err
+    assert "static check failed" in err
+    assert ("instruction 0 (STORE): DRAM element 1001 (bytes 16016..16031) is outside the "
+            "64-byte DRAM image") in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_dram_image_too_small_for_the_program_exits_2(workload, tmp_path, capsys):
+    _, path = workload
+    small, out = tmp_path / "small.img", tmp_path / "out.bin"
+    small.write_bytes(bytes(100))
+    assert main(["sim", str(path), "--fsim", "--dram", str(small), "--out-dram", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"static check failed against --dram {small} (100 bytes)" in err
+    assert "is outside the 100-byte DRAM image" in err
+    assert not out.exists()
+
+
 def test_rtl_unavailable_is_a_clear_error(workload, monkeypatch, capsys):
     _, path = workload
     monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", None)  # import fails

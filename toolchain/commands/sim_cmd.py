@@ -100,11 +100,12 @@ def run(args: argparse.Namespace) -> int:
             raise OptionError(f"cannot read DRAM image {args.dram}: {exc.strerror}") from None
     if args.disasm:
         print(disassemble(program.insns))
-    report = check_program(program)
+    report = check_program(program, dram_bytes=len(dram))
     if args.check:
         print(report)
     if not report.ok:
-        raise SimulationError(f"{args.program}: static check failed\n{report}")
+        against = f" against --dram {args.dram} ({len(dram)} bytes)" if args.dram else ""
+        raise SimulationError(f"{args.program}: static check failed{against}\n{report}")
     run_fsim_now = args.fsim or not (args.rtl or args.disasm or args.check)
     if not (run_fsim_now or args.rtl):
         return 0

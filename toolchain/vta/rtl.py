@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import BuildError, SimulationError, TargetError
+from toolchain.vta.checker import dram_problems
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import OP_FINISH, OPCODE_NAMES
 
@@ -273,6 +274,11 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
         raise SimulationError("program does not end with FINISH; the accelerator would never "
                               "report done")
     data = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    problems = dram_problems(program.insns, cfg, len(data))
+    if problems:  # the RTL would read or overwrite whatever lies past the image
+        raise SimulationError("program refused before the RTL run: "
+                              + "; ".join(problems[:5])
+                              + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
     insns = program.insn_bytes
     addr = (len(data) + 15) // 16 * 16
     image = np.zeros(addr + len(insns), dtype=np.uint8)
