@@ -297,6 +297,19 @@ def test_store_past_image_is_refused_before_the_run() -> None:
         run_rtl(Program(load, np.zeros(64, np.uint8), {}, CFG))
 
 
+def test_program_longer_than_the_timeout_is_refused_before_the_run() -> None:
+    # 16383 x 16383 steps need >= 134 M cycles; at ~90 k cycles/s the default 50 M-cycle
+    # timeout would only stop it after ~9 minutes
+    k = np.zeros(4, np.uint8)
+    insns = [Load(memory_type=MEM_UOP, x_size=1, x_stride=1),
+             Gemm(uop_end=1, iter_out=16383, iter_in=16383), Finish()]
+    with pytest.raises(SimulationError, match=r"refused before the RTL run: its 268,402,689 "
+                                              r"micro-op steps need at least 134,201,344 cycles, "
+                                              r"more than timeout_cycles=50,000,000 "
+                                              r"\(instruction 1, GEMM"):
+        run_rtl(Program(insns, k, {}, CFG))
+
+
 def _counters_job():
     wl = gemm_workload(32, 64, 32, seed=2, tiling=(16, 1, 2), requant="shift")
     return wl, [(wl.vthread, None)], None

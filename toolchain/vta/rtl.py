@@ -279,6 +279,18 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
         raise SimulationError("program refused before the RTL run: "
                               + "; ".join(problems[:5])
                               + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
+    # GEMM/ALU run at most two micro-op steps a cycle (paired steps, hw/README.md), so a
+    # program with more than 2 x timeout_cycles steps cannot finish in time: refuse it now
+    # rather than simulate (~90 k cycles/s) until the timeout
+    steps = sum(getattr(insn, "steps", 0) for insn in program.insns)
+    if steps > 2 * timeout_cycles:
+        busiest = max(range(len(program.insns)),
+                      key=lambda i: getattr(program.insns[i], "steps", 0))
+        raise SimulationError(f"program refused before the RTL run: its {steps:,} micro-op "
+                              f"steps need at least {steps // 2:,} cycles, more than "
+                              f"timeout_cycles={timeout_cycles:,} (instruction {busiest}, "
+                              f"{OPCODE_NAMES[program.insns[busiest].OPCODE]}, has "
+                              f"{program.insns[busiest].steps:,})")
     insns = program.insn_bytes
     addr = (len(data) + 15) // 16 * 16
     image = np.zeros(addr + len(insns), dtype=np.uint8)
