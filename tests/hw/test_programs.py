@@ -263,9 +263,12 @@ def test_wrong_tokens_reported_as_deadlock(core_model: str) -> None:
 
 
 def test_timeout_stops_a_long_run(core_model: str) -> None:
-    wl = gemm_workload(64, 64, 64, seed=0)
-    with pytest.raises(SimulationError, match="timeout: not done after 300 cycles"):
-        run_rtl(wl.serial, timeout_cycles=300)
+    wl = gemm_workload(64, 64, 64, seed=0)  # 2048 micro-op steps: at least 1024 cycles
+    with pytest.raises(SimulationError, match="timeout: not done after 1100 cycles"):
+        run_rtl(wl.serial, timeout_cycles=1100)
+    with pytest.raises(SimulationError, match="refused before the RTL run: its 2,048 micro-op "
+                                              "steps need at least 1,024 cycles"):
+        run_rtl(wl.serial, timeout_cycles=1000)
 
 
 def test_bad_dram_settings_refused() -> None:
