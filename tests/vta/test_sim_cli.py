@@ -127,6 +127,30 @@ def test_dram_access_past_the_image_exits_2_before_any_run(tmp_path, engine, mon
     assert "Traceback" not in err and not out.exists()
 
 
+def test_rtl_run_of_a_loop_past_a_buffer_is_refused_before_the_run(tmp_path, monkeypatch,
+                                                                     capsys):
+    # ACC rows 2000..2049: the RTL's behaviour is undefined (it ran and exited 0)
+    import types
+
+    from toolchain.vta.isa import Uop
+
+    b = ProgramBuilder()
+    b.load_uops(b.uops("k", [Uop(acc=2000)]), 0)
+    b.gemm(0, 1, iter_in=50, dst=(0, 1), reset=True)
+    b.finish()
+    path = tmp_path / "acc.bin"
+    b.build().save(path)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the RTL must not run")
+
+    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", types.SimpleNamespace(run_rtl=never))
+    assert main(["sim", str(path), "--rtl"]) == 2
+    err = capsys.readouterr().err
+    assert "refused before the RTL run" in err
+    assert "instruction 1 (GEMM): ACC row 2048 is outside the buffer (depth 2048)" in err
+
+
 def test_dram_image_too_small_for_the_program_exits_2(workload, tmp_path, capsys):
     _, path = workload
     small, out = tmp_path / "small.img", tmp_path / "out.bin"

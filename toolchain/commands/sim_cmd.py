@@ -111,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.rtl:
         run_rtl = _load_rtl_runner()
+        # the RTL does not check buffer rows a micro-op loop computes (hw/ISA.md 2.3: then
+        # undefined); the functional simulator does, and runs far faster than the RTL
+        try:
+            run_fsim(program, dram)
+        except SimulationError as exc:
+            raise SimulationError(f"{args.program}: refused before the RTL run (the functional "
+                                  f"simulator, run first, reports: {exc})") from None
         latency = config.latency_cycles if args.latency is None else args.latency
         bandwidth = config.bytes_per_cycle if args.bandwidth is None else args.bandwidth
         out, counters = run_rtl(program, dram, config, latency=latency, bandwidth=bandwidth)
