@@ -192,3 +192,37 @@ def test_console_entry_point(workload):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "check: ok" in proc.stdout
+
+
+def _patched(data: bytes, what: str) -> bytes:
+    insn = 64 + 16 * 2  # instruction 2 of the container
+    word = int.from_bytes(data[insn:insn + 16], "little")
+    if what == "opcode":
+        word = word & ~7 | 6
+    elif what == "memory_type":
+        word = word & ~(7 << 7) | 7 << 7
+    elif what == "reserved":
+        word |= 1 << 127
+    elif what == "trailing":
+        return data + b"\0"
+    elif what == "truncated":
+        return data[:-1]
+    return data[:insn] + word.to_bytes(16, "little") + data[insn + 16:]
+
+
+@pytest.mark.parametrize("what, message", [
+    ("opcode", "instruction 2: invalid opcode 6"),
+    ("memory_type", "instruction 2: LOAD: memory_type 7 is not one of"),
+    ("reserved", "instruction 2: LOAD has reserved bits set"),
+    ("trailing", "trailing data after the container"),
+    ("truncated", "truncated or corrupt program file"),
+])
+def test_a_corrupt_program_file_exits_2_naming_the_problem(workload, tmp_path, what, message,
+                                                           capsys):
+    _, path = workload
+    bad, out = tmp_path / "bad.bin", tmp_path / "out.bin"
+    bad.write_bytes(_patched(path.read_bytes(), what))
+    assert main(["sim", str(bad), "--fsim", "--out-dram", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: {message}" in err or (message in err and str(bad) in err)
+    assert "Traceback" not in err and not out.exists()
