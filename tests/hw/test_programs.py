@@ -263,9 +263,12 @@ def test_wrong_tokens_reported_as_deadlock(core_model: str) -> None:
 
 
 def test_timeout_stops_a_long_run(core_model: str) -> None:
-    wl = gemm_workload(64, 64, 64, seed=0)
-    with pytest.raises(SimulationError, match="timeout: not done after 300 cycles"):
-        run_rtl(wl.serial, timeout_cycles=300)
+    wl = gemm_workload(64, 64, 64, seed=0)  # 2048 micro-op steps: at least 1024 cycles
+    with pytest.raises(SimulationError, match="timeout: not done after 1100 cycles"):
+        run_rtl(wl.serial, timeout_cycles=1100)
+    with pytest.raises(SimulationError, match="refused before the RTL run: its 2,048 micro-op "
+                                              "steps need at least 1,024 cycles"):
+        run_rtl(wl.serial, timeout_cycles=1000)
 
 
 def test_bad_dram_settings_refused() -> None:
@@ -283,11 +286,31 @@ def test_program_without_finish_refused() -> None:
         run_rtl(prog)
 
 
-def test_store_past_image_is_reported(core_model: str) -> None:
+def test_store_past_image_is_refused_before_the_run() -> None:
+    # the RTL does not check DRAM ranges: run_rtl refuses the program before building or
+    # starting a model (a LOAD past the image used to run and return success)
     insns = [Store(sram_base=0, dram_base=1000, x_size=2, x_stride=2), Finish()]
     prog = Program(insns, np.zeros(64, np.uint8), {}, CFG)
-    with pytest.raises(SimulationError, match="past the end"):
+    with pytest.raises(SimulationError, match=r"refused before the RTL run: instruction 0 "
+                                              r"\(STORE\): DRAM element 1001 .* outside the "
+                                              r"64-byte DRAM image"):
         run_rtl(prog)
+    load = [Load(memory_type=MEM_INP, dram_base=1 << 24), Finish()]
+    with pytest.raises(SimulationError, match="DRAM element 16777216"):
+        run_rtl(Program(load, np.zeros(64, np.uint8), {}, CFG))
+
+
+def test_program_longer_than_the_timeout_is_refused_before_the_run() -> None:
+    # 16383 x 16383 steps need >= 134 M cycles; at ~90 k cycles/s the default 50 M-cycle
+    # timeout would only stop it after ~9 minutes
+    k = np.zeros(4, np.uint8)
+    insns = [Load(memory_type=MEM_UOP, x_size=1, x_stride=1),
+             Gemm(uop_end=1, iter_out=16383, iter_in=16383), Finish()]
+    with pytest.raises(SimulationError, match=r"refused before the RTL run: its 268,402,689 "
+                                              r"micro-op steps need at least 134,201,344 cycles, "
+                                              r"more than timeout_cycles=50,000,000 "
+                                              r"\(instruction 1, GEMM"):
+        run_rtl(Program(insns, k, {}, CFG))
 
 
 def _counters_job():

@@ -107,3 +107,26 @@ def test_alu_op_not_offered_by_target():
     report = check_program([Alu(alu_op=ALU_MUL, use_imm=True, imm=3), Finish()], cfg)
     assert report.errors == ["instruction 0 (ALU MUL): target 'vta' does not offer this op "
                              "(alu.ops: MIN, MAX, ADD, SHR)"]
+
+
+def test_dram_blocks_are_checked_against_the_image_size():
+    # INP rows are 16 bytes: elements 3 + 1*5 + 1 = 9 is the last one read -> bytes 144..159
+    insns = [L(dram_base=3, y_size=2, x_size=2, x_stride=5), Finish()]
+    assert check_program(insns, dram_bytes=160).ok
+    assert check_program(insns).ok  # a bare list has no image: not checked
+    assert check_program(insns, dram_bytes=159).errors == [
+        "instruction 0 (LOAD INP): DRAM element 9 (bytes 144..159) is outside the 159-byte "
+        "DRAM image"]
+    # a STORE past the image; a LOAD with y_size 0 reads no DRAM wherever dram_base points
+    insns = [L(dram_base=10**6, y_size=0, y_pad_top=1), Store(dram_base=4), Finish()]
+    assert check_program(insns, dram_bytes=64).errors == [
+        "instruction 1 (STORE): DRAM element 4 (bytes 64..79) is outside the 64-byte DRAM "
+        "image"]
+
+
+def test_a_program_is_checked_against_its_own_image():
+    wl = gemm_workload(32, 32, 32, tiling=(16, 1, 1), seed=5)
+    prog = wl.vthread
+    assert check_program(prog, dram_bytes=len(prog.dram)).ok
+    errors = check_program(prog, dram_bytes=100).errors
+    assert errors and all("DRAM image" in e for e in errors)

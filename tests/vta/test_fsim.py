@@ -214,6 +214,20 @@ def test_out_of_range_accesses_are_errors_with_index():
         run_fsim(b.build())
 
 
+def test_a_loop_too_long_to_simulate_is_an_error_not_a_memory_blowup():
+    # 16383 x 16383 steps fit the fields; materialising their indices took > 8 GB
+    b = ProgramBuilder()
+    k = b.uops("k", [Uop()])
+    b.load_uops(k, 0)
+    b.gemm(0, 1, iter_out=16383, iter_in=16383)
+    b.finish()
+    with pytest.raises(SimulationError, match=r"instruction 1 \(GEMM\): 268,402,689 micro-op "
+                                              r"steps \(iter_out 16383 x iter_in 16383 x 1 "
+                                              r"micro-ops\) are more than the functional "
+                                              r"simulator runs in one instruction"):
+        run_fsim(b.build())
+
+
 def test_program_must_end_with_finish():
     b = ProgramBuilder()
     b.gemm(0, 0)

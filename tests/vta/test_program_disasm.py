@@ -112,3 +112,41 @@ def test_a_program_prints_as_its_listing():
                            f"{len(prog.dram)} DRAM bytes; regions: x @0 int8[4, 1, 16], ")
     assert "\n".join(listing) == disassemble(prog.insns)
     assert "array(" not in text and len(text) < 2000
+
+
+def _with_meta(data: bytes, meta: bytes) -> bytes:
+    """The container ``data`` with its metadata replaced by ``meta``."""
+    hacked = bytearray(data[:-int.from_bytes(data[48:56], "little")] + meta)
+    hacked[48:56] = len(meta).to_bytes(8, "little")
+    return bytes(hacked)
+
+
+@pytest.mark.parametrize("meta, message", [
+    (b"[1, 2]", r"p.bin: metadata is a JSON list, not an object"),
+    (b'{"target": 5}', r"p.bin: metadata 'target' is a JSON int, not an object"),
+    (b'{"regions": [1]}', r"p.bin: metadata 'regions' is a JSON list, not an object"),
+])
+def test_container_metadata_of_the_wrong_json_type_is_refused(meta, message):
+    with pytest.raises(SimulationError, match=message):
+        Program.from_bytes(_with_meta(_small_program().to_bytes(), meta), source="p.bin")
+
+
+def test_container_region_outside_the_dram_image_is_refused():
+    data = _small_program().to_bytes()
+    dram_size = int.from_bytes(data[32:40], "little")
+    meta = (b'{"regions": {"y": {"offset": %d, "shape": [2, 16], "dtype": "int8"}}}'
+            % (dram_size - 16))
+    with pytest.raises(SimulationError, match=rf"p.bin: region 'y' \(bytes {dram_size - 16}"
+                                              rf"\.\.{dram_size + 15}\) is outside the "
+                                              rf"{dram_size}-byte DRAM image"):
+        Program.from_bytes(_with_meta(data, meta), source="p.bin")
+
+
+def test_container_with_trailing_bytes_is_refused():
+    data = _small_program().to_bytes()
+    with pytest.raises(SimulationError, match=rf"p.bin: file has {len(data) + 3} bytes but its "
+                                              rf"header accounts for {len(data)}"):
+        Program.from_bytes(data + b"abc", source="p.bin")
+    with pytest.raises(SimulationError, match=r"p.bin: corrupt program file \(header size "
+                                              r"field is 65, expected 64\)"):
+        Program.from_bytes(data[:8] + (65).to_bytes(4, "little") + data[12:], source="p.bin")

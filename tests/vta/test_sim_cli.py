@@ -96,6 +96,72 @@ def test_user_errors_exit_2(tmp_path, workload, capsys):
     assert "cannot read DRAM image" in capsys.readouterr().err
 
 
+def _dram_past_the_image(tmp_path):
+    """A program whose STORE writes past its 64-byte DRAM image."""
+    from toolchain.vta.isa import Finish, Store
+    from toolchain.vta.program import Program
+
+    path = tmp_path / "past.bin"
+    Program([Store(dram_base=1000, x_size=2, x_stride=2), Finish()],
+            np.zeros(64, np.uint8)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("engine", ["--fsim", "--check", "--rtl"])
+def test_dram_access_past_the_image_exits_2_before_any_run(tmp_path, engine, monkeypatch,
+                                                            capsys):
+    path = _dram_past_the_image(tmp_path)
+    out = tmp_path / "out.bin"
+
+    def never(*args, **kwargs):
+        raise AssertionError("the RTL must not run")
+
+    import types
+    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", types.SimpleNamespace(run_rtl=never))
+    assert main(["sim", str(path), engine, *(["--out-dram", str(out)] if engine != "--check"
+                                             else [])]) == 2
+    err = capsys.readouterr().err
+    assert "static check failed" in err
+    assert ("instruction 0 (STORE): DRAM element 1001 (bytes 16016..16031) is outside the "
+            "64-byte DRAM image") in err
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_rtl_run_of_a_loop_past_a_buffer_is_refused_before_the_run(tmp_path, monkeypatch,
+                                                                     capsys):
+    # ACC rows 2000..2049: the RTL's behaviour is undefined (it ran and exited 0)
+    import types
+
+    from toolchain.vta.isa import Uop
+
+    b = ProgramBuilder()
+    b.load_uops(b.uops("k", [Uop(acc=2000)]), 0)
+    b.gemm(0, 1, iter_in=50, dst=(0, 1), reset=True)
+    b.finish()
+    path = tmp_path / "acc.bin"
+    b.build().save(path)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the RTL must not run")
+
+    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", types.SimpleNamespace(run_rtl=never))
+    assert main(["sim", str(path), "--rtl"]) == 2
+    err = capsys.readouterr().err
+    assert "refused before the RTL run" in err
+    assert "instruction 1 (GEMM): ACC row 2048 is outside the buffer (depth 2048)" in err
+
+
+def test_dram_image_too_small_for_the_program_exits_2(workload, tmp_path, capsys):
+    _, path = workload
+    small, out = tmp_path / "small.img", tmp_path / "out.bin"
+    small.write_bytes(bytes(100))
+    assert main(["sim", str(path), "--fsim", "--dram", str(small), "--out-dram", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"static check failed against --dram {small} (100 bytes)" in err
+    assert "is outside the 100-byte DRAM image" in err
+    assert not out.exists()
+
+
 def test_rtl_unavailable_is_a_clear_error(workload, monkeypatch, capsys):
     _, path = workload
     monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", None)  # import fails
@@ -126,3 +192,37 @@ def test_console_entry_point(workload):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "check: ok" in proc.stdout
+
+
+def _patched(data: bytes, what: str) -> bytes:
+    insn = 64 + 16 * 2  # instruction 2 of the container
+    word = int.from_bytes(data[insn:insn + 16], "little")
+    if what == "opcode":
+        word = word & ~7 | 6
+    elif what == "memory_type":
+        word = word & ~(7 << 7) | 7 << 7
+    elif what == "reserved":
+        word |= 1 << 127
+    elif what == "trailing":
+        return data + b"\0"
+    elif what == "truncated":
+        return data[:-1]
+    return data[:insn] + word.to_bytes(16, "little") + data[insn + 16:]
+
+
+@pytest.mark.parametrize("what, message", [
+    ("opcode", "instruction 2: invalid opcode 6"),
+    ("memory_type", "instruction 2: LOAD: memory_type 7 is not one of"),
+    ("reserved", "instruction 2: LOAD has reserved bits set"),
+    ("trailing", "trailing data after the container"),
+    ("truncated", "truncated or corrupt program file"),
+])
+def test_a_corrupt_program_file_exits_2_naming_the_problem(workload, tmp_path, what, message,
+                                                           capsys):
+    _, path = workload
+    bad, out = tmp_path / "bad.bin", tmp_path / "out.bin"
+    bad.write_bytes(_patched(path.read_bytes(), what))
+    assert main(["sim", str(bad), "--fsim", "--out-dram", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: {message}" in err or (message in err and str(bad) in err)
+    assert "Traceback" not in err and not out.exists()

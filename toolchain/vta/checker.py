@@ -5,6 +5,9 @@ index:
 
 - structure: exactly one FINISH and it is last; token flags legal for the engine; LOAD/STORE
   buffer ranges and GEMM/ALU micro-op ranges inside the buffers of the target;
+- DRAM (when the image size is known, ``dram_bytes``): every LOAD/STORE block inside the
+  DRAM data image (the RTL does not check it: an access past the image reads or overwrites
+  whatever lies there);
 - balance: per token queue, pushes that are never popped and pops that can never be satisfied;
 - deadlock: the fetch/engine/token protocol played without data (:mod:`toolchain.vta.tokens`)
   with the target's command- and token-queue depths.
@@ -94,6 +97,30 @@ def _structure(insns: Sequence[Instruction], cfg: VTAConfig) -> list[str]:
     return errors
 
 
+def dram_problems(insns: Sequence[Instruction], cfg: VTAConfig, dram_bytes: int) -> list[str]:
+    """Every LOAD/STORE whose DRAM block reaches past a ``dram_bytes``-byte data image, one
+    line each, worded like the functional simulator's run-time error.
+
+    Example::
+
+        >>> from toolchain.vta.isa import Load, MEM_INP
+        >>> load = Load(memory_type=MEM_INP, dram_base=3, x_size=2)   # elements 3 and 4
+        >>> print(*dram_problems([load], VTAConfig(), 64))
+        instruction 0 (LOAD INP): DRAM element 4 (bytes 64..79) is outside the 64-byte DRAM image
+    """
+    errors = []
+    for i, insn in enumerate(insns):
+        if not isinstance(insn, (Load, Store)) or not insn.y_size or not insn.x_size:
+            continue
+        row = cfg.row_bytes(insn.memory_type)
+        last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size - 1
+        if (last + 1) * row > dram_bytes:
+            errors.append(f"instruction {i} ({describe(insn)}): DRAM element {last} (bytes "
+                          f"{last * row}..{(last + 1) * row - 1}) is outside the {dram_bytes}-"
+                          "byte DRAM image")
+    return errors
+
+
 def _balance(insns: Sequence[Instruction]) -> list[str]:
     errors = []
     pushes: dict[str, list[int]] = {q: [] for q in QUEUE_NAMES}
@@ -119,8 +146,12 @@ def _balance(insns: Sequence[Instruction]) -> list[str]:
 
 
 def check_program(program: Program | Sequence[Instruction],
-                  config: VTAConfig | None = None) -> CheckReport:
+                  config: VTAConfig | None = None, *,
+                  dram_bytes: int | None = None) -> CheckReport:
     """Check a program (or a bare instruction list) statically; returns a report.
+
+    With ``dram_bytes`` (the size of the DRAM image it will run against) the LOAD/STORE
+    blocks are also checked against that image (:func:`dram_problems`).
 
     Example::
 
@@ -133,6 +164,8 @@ def check_program(program: Program | Sequence[Instruction],
         insns, cfg = list(program), config or VTAConfig()
     report = CheckReport(insn_count=len(insns))
     report.errors += _structure(insns, cfg)
+    if dram_bytes is not None:
+        report.errors += dram_problems(insns, cfg, dram_bytes)
     report.errors += _balance(insns)
     try:
         schedule(insns, cmd_depth=cfg.cmd_queue_depth, token_depth=cfg.token_queue_depth)

@@ -42,6 +42,15 @@ _HEADER = struct.Struct("<8sIIQQQQQQ")
 HEADER_BYTES = _HEADER.size  # 64
 
 
+def _json_object(value: object, what: str, source: str) -> dict:
+    """``value`` if it is a JSON object (dict); otherwise a SimulationError naming ``what``."""
+    if not isinstance(value, dict):
+        kind = {list: "list", str: "string", int: "int", float: "number", bool: "boolean",
+                type(None): "null"}.get(type(value), type(value).__name__)
+        raise SimulationError(f"{source}: {what} is a JSON {kind}, not an object")
+    return value
+
+
 @dataclass(frozen=True)
 class Region:
     """A named tensor in the DRAM image: byte offset, numpy shape and dtype.
@@ -149,15 +158,25 @@ class Program:
                                   f"{MAGIC!r} at offset 0)")
         (_m, hsize, count, insn_off, dram_off, dram_size, meta_off, meta_size,
          _r) = _HEADER.unpack_from(data)
-        end = max(insn_off + count * INSN_BYTES, dram_off + dram_size, meta_off + meta_size)
-        if hsize != HEADER_BYTES or end > len(data):
+        if hsize != HEADER_BYTES:
+            raise SimulationError(f"{source}: corrupt program file (header size field is "
+                                  f"{hsize}, expected {HEADER_BYTES})")
+        end = max(HEADER_BYTES, insn_off + count * INSN_BYTES, dram_off + dram_size,
+                  meta_off + meta_size)
+        if end > len(data):
             raise SimulationError(f"{source}: truncated or corrupt program file (header says "
                                   f"{end} bytes, file has {len(data)})")
+        if end < len(data):
+            raise SimulationError(f"{source}: file has {len(data)} bytes but its header "
+                                  f"accounts for {end}: trailing data after the container "
+                                  "(a corrupt or concatenated file?)")
         try:
             meta = json.loads(data[meta_off:meta_off + meta_size] or b"{}")
         except ValueError as exc:
             raise SimulationError(f"{source}: metadata is not valid JSON: {exc}") from None
-        target = meta.get("target", {})
+        _json_object(meta, "metadata", source)
+        target = _json_object(meta.get("target", {}), "metadata 'target'", source)
+        _json_object(meta.get("regions", {}), "metadata 'regions'", source)
         for key in ("batch", "block_in", "block_out"):
             if key in target and target[key] != getattr(config, key):
                 raise SimulationError(
@@ -175,6 +194,11 @@ class Program:
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise SimulationError(f"{source}: malformed region metadata ({exc!r}); expected "
                                   '{"regions": {NAME: {"offset", "shape", "dtype"}}}') from None
+        for r in regions.values():
+            if r.offset < 0 or r.offset + r.nbytes > dram_size:
+                raise SimulationError(f"{source}: region '{r.name}' (bytes {r.offset}.."
+                                      f"{r.offset + r.nbytes - 1}) is outside the "
+                                      f"{dram_size}-byte DRAM image")
         return Program(insns, dram, regions, config)
 
     @staticmethod

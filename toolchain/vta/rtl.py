@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.errors import BuildError, SimulationError, TargetError
+from toolchain.vta.checker import dram_problems
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import OP_FINISH, OPCODE_NAMES
 
@@ -273,6 +274,23 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
         raise SimulationError("program does not end with FINISH; the accelerator would never "
                               "report done")
     data = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    problems = dram_problems(program.insns, cfg, len(data))
+    if problems:  # the RTL would read or overwrite whatever lies past the image
+        raise SimulationError("program refused before the RTL run: "
+                              + "; ".join(problems[:5])
+                              + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""))
+    # GEMM/ALU run at most two micro-op steps a cycle (paired steps, hw/README.md), so a
+    # program with more than 2 x timeout_cycles steps cannot finish in time: refuse it now
+    # rather than simulate (~90 k cycles/s) until the timeout
+    steps = sum(getattr(insn, "steps", 0) for insn in program.insns)
+    if steps > 2 * timeout_cycles:
+        busiest = max(range(len(program.insns)),
+                      key=lambda i: getattr(program.insns[i], "steps", 0))
+        raise SimulationError(f"program refused before the RTL run: its {steps:,} micro-op "
+                              f"steps need at least {steps // 2:,} cycles, more than "
+                              f"timeout_cycles={timeout_cycles:,} (instruction {busiest}, "
+                              f"{OPCODE_NAMES[program.insns[busiest].OPCODE]}, has "
+                              f"{program.insns[busiest].steps:,})")
     insns = program.insn_bytes
     addr = (len(data) + 15) // 16 * 16
     image = np.zeros(addr + len(insns), dtype=np.uint8)
