@@ -357,7 +357,8 @@ class _Compact(StmtMutator):
         buf = s.buffer
         acc = _Accesses(buf.data, self.tiles)
         acc.visit_stmt(body)
-        if acc.opaque or not acc.found or (buf.strides and not buf.dim_align):
+        if acc.opaque or not acc.found or (buf.strides and not buf.dim_align) \
+                or buf.swizzle:  # a swizzled tile keeps its atoms: not compacted
             return s if body is s.body else ir.Allocate(buf, body)
         lca = _lca(acc.found, buf)
         floor = _block_floor(acc.found, buf)
