@@ -145,3 +145,30 @@ def test_bad_swizzles_are_refused(factors: list, swizzle: int, needle: str) -> N
     with pytest.raises(ScheduleError, match=needle):
         sch.transform_layout(a_sh, 0, factors=factors, order=[1, 0, 2], swizzle=swizzle)
     assert str(sch.mod) == before
+
+
+def test_a_swizzled_fetch_stays_one_16_byte_vector_store() -> None:
+    """A float16 tile of 128-byte rows fetched 8 halves a thread (vectorized): the XOR
+    touches only the chunk bits above the vector's lanes, so the lowered store is still
+    one 8-lane ``Ramp`` at the swizzled base, and the reader's index carries the XOR."""
+    from toolchain import te
+
+    A = te.placeholder((64, 64), name="A", dtype="float16")
+    C = te.compute((64, 64), lambda i, j: A[i, j] + A[i, j], name="C")
+    sch = Schedule(te.create_prim_func([A, C]), "cuda-sm90")
+    c = sch.get_block("C")
+    a_sh = sch.cache_read(c, 0, "shared")
+    io, _ = sch.split(sch.get_loops(c)[0], [None, 64])
+    sch.compute_at(a_sh, io)
+    sch.transform_layout(a_sh, 0, factors=[[None], [None]], order=[0, 1], swizzle=128)
+    _, t, v = sch.split(sch.fuse(*sch.get_loops(a_sh)[-2:]), [None, 128, 8])
+    sch.bind(t, "threadIdx.x")
+    sch.vectorize(v)
+    _, ct = sch.split(sch.fuse(*sch.get_loops(c)[-2:]), [None, 128])
+    sch.bind(ct, "threadIdx.x")
+    sch.bind(io, "blockIdx.x")
+    text = str(lower(sch))
+    store = [ln for ln in text.splitlines() if ln.strip().startswith("A_shared[")]
+    assert len(store) == 1 and store[0].strip().startswith("A_shared[T.Ramp(")
+    assert ", 1, 8)] = A[T.Ramp(" in store[0] and "% 2 * 32" in store[0]
+    assert "% 2 * 32" in next(ln for ln in text.splitlines() if "= A_shared[" in ln)
