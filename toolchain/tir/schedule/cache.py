@@ -458,8 +458,9 @@ def transform_layout(state: ScheduleState, block: BlockRV, buffer_index: int | s
     so every analysis before flattening sees an affine layout; the swizzle permutes
     elements within each 8-row group only, so accesses collide after it exactly when they
     did before. The buffer's ``align`` becomes 1024 bytes (one group: static ``__shared__``
-    arrays honour it; the dynamic-shared offsets, 128-byte aligned, do not yet). A
-    swizzled buffer is not compacted (its rows are the atoms).
+    arrays honour it; the dynamic-shared offsets, 128-byte aligned, do not yet).
+    Compaction shrinks such a buffer only to whole atoms (the last axis kept, a multiple
+    of 8 rows).
     """
     r, _ = state.get_block(block)
     buf = _pick(r.block.writes, buffer_index, r.block, "writes", "transform_layout")
