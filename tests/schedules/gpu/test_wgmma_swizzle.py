@@ -168,3 +168,45 @@ def test_a_gemm_with_swizzled_shared_tiles_through_the_gpu_lowering() -> None:
     cuda = "\n".join(str(x) for k in art.launches for x in k["body"])
     assert "__shared__ float A_shared[1024] __attribute__((aligned(1024)));" in cuda
     assert "% 2 * 16" in cuda  # the XOR's third bit, in the stores and the loads
+
+
+def test_swizzled_tiles_in_dynamic_shared_memory_start_on_1024_byte_boundaries() -> None:
+    """Tiles over the static limit (two 32 KB swizzled tiles) are carved out of dynamic
+    shared memory: the array declared ``__align__(1024)`` and each tile's offset a
+    multiple of 1024 bytes (the swizzle is on address bits 7-9)."""
+    import re
+
+    from toolchain import te
+    from toolchain.codegen.backend import CUDABackend
+    from toolchain.driver import lower
+    from toolchain.tir.schedule import Schedule
+    from toolchain.tir.schedule.gpu import DYNAMIC_SHARED_MEMORY
+
+    A = te.placeholder((128, 256), name="A")
+    B = te.placeholder((256, 128), name="B")
+    k = te.reduce_axis((0, 256), name="k")
+    C = te.compute((128, 128), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]), target="cuda-sm90")
+    c = sch.get_block("C")
+    i, j, kk = sch.get_loops(c)
+    ti, _ = sch.split(i, [16, None])
+    tj, _ = sch.split(j, [16, None])
+    ko, _ = sch.split(kk, [None, 64])
+    sch.reorder(ko, ti, tj)
+    for operand in (0, 1):  # A 128 x 64 and B 64 x 128 a step: 32 KB each
+        s = sch.cache_read(c, operand, "shared")
+        sch.compute_at(s, ko)
+        sch.transform_layout(s, 0, factors=[[None], [None, 32]], order=[1, 0, 2],
+                             swizzle=128)
+        _, ty, tx = sch.split(sch.fuse(*sch.get_loops(s)[-2:]), [None, 16, 16])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+    sch.annotate(ko, DYNAMIC_SHARED_MEMORY, 1)
+    sch.bind(ti, "threadIdx.y")
+    sch.bind(tj, "threadIdx.x")
+    art = CUDABackend().kernel(lower(sch), "sw128_dyn")
+    cuda = "\n".join(str(x) for k in art.launches for x in k["body"])
+    assert "extern __shared__ __align__(1024) unsigned char kiln_smem[];" in cuda
+    offsets = [int(x) for x in re.findall(r"kiln_smem \+ (\d+)", cuda)] or [0]
+    assert art.launches[0]["smem"] >= 64 * 1024
+    assert all(o % 1024 == 0 for o in offsets), offsets
