@@ -113,6 +113,9 @@ class CUDARenderer(CStyleRenderer):
         #: the kernel being rendered: its shared buffers' byte offsets in dynamic shared
         #: memory (empty: static ``__shared__`` arrays)
         self.dynamic_smem: dict[ir.Var, int] = {}
+        #: the alignment its ``extern __shared__`` array declares (``smem_align``, or a
+        #: larger one a buffer asks for: a swizzled tile's 1024 bytes)
+        self.smem_base_align = self.smem_align
         #: the kernel being rendered copies global -> shared asynchronously (its schedule
         #: annotated a loop ``ASYNC_COPY``)
         self.async_copy = False
@@ -170,7 +173,7 @@ class CUDARenderer(CStyleRenderer):
             self.async_copy = _annotated(item, ASYNC_COPY)
             self.async_proxy = _annotated(item, ASYNC_PROXY)
             if smem:
-                self.emit(f"extern __shared__ __align__({self.smem_align}) unsigned char "
+                self.emit(f"extern __shared__ __align__({self.smem_base_align}) unsigned char "
                           "kiln_smem[];")
             self.stmt(item)
             threads = 1
@@ -185,7 +188,8 @@ class CUDARenderer(CStyleRenderer):
     def _carve_shared(self, kernel: ir.Stmt) -> tuple[dict[ir.Var, int], int]:
         """Where a kernel's shared buffers lie in dynamic shared memory, and its bytes:
         ``({}, 0)`` when their static arrays fit :attr:`static_smem_bytes`; else each
-        buffer at its own offset (aligned to :attr:`smem_align`, none reused)."""
+        buffer at its own offset (aligned to :attr:`smem_align`, or to the buffer's own
+        ``align`` where larger -- a swizzled tile's 1024 bytes --, none reused)."""
         found: list[ir.Buffer] = []
 
         class _Shared(StmtVisitor):
@@ -197,10 +201,13 @@ class CUDARenderer(CStyleRenderer):
 
         _Shared().visit_stmt(kernel)
         offsets, total = {}, 0
+        self.smem_base_align = max([self.smem_align, *(b.align for b in found)])
         for buf in found:
             n = ir.const_int(buf.shape[0]) if len(buf.shape) == 1 else None
             if n is None:
                 return {}, 0  # not flattened or symbolic: the static path reports it
+            align = max(self.smem_align, buf.align)
+            total = -(-total // align) * align
             offsets[buf.data] = total
             total += -(-n * ir.bits_of(buf.dtype) // 8 // self.smem_align) * self.smem_align
         static = sum(ir.const_int(b.shape[0]) * ir.bits_of(b.dtype) // 8 for b in found)

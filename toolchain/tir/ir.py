@@ -507,6 +507,9 @@ class Buffer(Node):
     allocation must have; ``data`` is its pointer Var (created from the name if omitted).
     ``dim_align``: the ``(axis, factor, offset)`` padding rules ``storage_align`` asked
     for, kept so that buffer compaction can pad the compacted shape's strides again.
+    ``swizzle``: 0, or 128 for a tile of 128-byte rows whose 16-byte chunks are stored
+    XOR-permuted by the row within each group of 8 rows (``transform_layout(..,
+    swizzle=128)``); the indices stay logical until ``flatten_buffer`` applies it.
 
     Example::
 
@@ -524,6 +527,7 @@ class Buffer(Node):
     elem_offset: PrimExpr | None = None
     data: Var | None = None
     dim_align: tuple[tuple[int, int, int], ...] = ()
+    swizzle: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(convert(s) for s in self.shape))

@@ -163,6 +163,8 @@ class ScriptPrinter:
             extra += f", strides=({', '.join(self.expr(s) for s in b.strides)},)"
         if b.scope != "global":
             extra += f', scope="{b.scope}"'
+        if b.swizzle:
+            extra += f", swizzle={b.swizzle}"
         return f'(({shape}), "{b.dtype}"{extra})'
 
     # ---------------------------------------------------------------- statements

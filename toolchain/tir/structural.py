@@ -54,7 +54,8 @@ class _StructEq:
             if isinstance(a, Var) and a.dtype != b.dtype:
                 return False
             if isinstance(a, Buffer) and not (
-                a.dtype == b.dtype and a.scope == b.scope and self.eq(a.shape, b.shape)
+                a.dtype == b.dtype and a.scope == b.scope and a.swizzle == b.swizzle
+                and self.eq(a.shape, b.shape)
             ):
                 return False
             self.vmap[id(a)] = b

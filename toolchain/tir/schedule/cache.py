@@ -418,7 +418,8 @@ class _Relayout(StmtExprMutator):
 
 
 def transform_layout(state: ScheduleState, block: BlockRV, buffer_index: int | str,
-                     factors: list[list[int | None]], order: list[int]) -> None:
+                     factors: list[list[int | None]], order: list[int],
+                     swizzle: int = 0) -> None:
     """Lay out an intermediate buffer the block writes anew: split each dimension into
     ``factors`` (outer to inner, one ``None`` inferred; ``[None]`` keeps it whole) and
     store the split axes in ``order`` (a permutation of them). Element ``(x0, x1, ...)``
@@ -448,6 +449,18 @@ def transform_layout(state: ScheduleState, block: BlockRV, buffer_index: int | s
     argument (the caller's layout) and a buffer with a ``storage_align`` padding (an axis
     the new layout no longer has) are refused. A block region that covers more than one
     element keeps the whole extent of the inner split axes (a safe over-approximation).
+
+    ``swizzle=128``: the new layout's last axis is one 128-byte row (64 halves) and the
+    axis before it a multiple of 8 rows; the buffer is marked (``Buffer.swizzle``, printed
+    ``swizzle=128``) and ``flatten_buffer`` stores 16-byte chunk ``c`` of row ``r`` at
+    chunk ``c ^ (r % 8)`` (the 128-byte swizzle of wgmma's descriptors, layout type 1;
+    :mod:`toolchain.schedules.gpu.wgmma_swizzle`). The indices stay logical until then,
+    so every analysis before flattening sees an affine layout; the swizzle permutes
+    elements within each 8-row group only, so accesses collide after it exactly when they
+    did before. The buffer's ``align`` becomes 1024 bytes (one group: static ``__shared__``
+    arrays honour it; the dynamic-shared offsets, 128-byte aligned, do not yet).
+    Compaction shrinks such a buffer only to whole atoms (the last axis kept, a multiple
+    of 8 rows).
     """
     r, _ = state.get_block(block)
     buf = _pick(r.block.writes, buffer_index, r.block, "writes", "transform_layout")
@@ -479,6 +492,16 @@ def transform_layout(state: ScheduleState, block: BlockRV, buffer_index: int | s
                             f"{(aligned or ['?'])[0]!r}); transform its layout first, then pad "
                             "an axis of the new layout")
     new = replace(buf, shape=tuple(ir.IntImm(flat[k]) for k in order), strides=(), data=None)
+    if swizzle:
+        from toolchain.tir.dtype import bits_of
+
+        if swizzle != 128 or len(new.shape) < 2 \
+                or flat[order[-1]] * bits_of(buf.dtype) != 128 * 8 or flat[order[-2]] % 8:
+            raise ScheduleError(f"transform_layout: swizzle={swizzle!r} needs swizzle=128, a "
+                                f"last axis of one 128-byte row and a multiple of 8 rows "
+                                f"before it; the new shape of {buf.name} is "
+                                f"{[flat[k] for k in order]} of {buf.dtype}")
+        new = replace(new, swizzle=swizzle, align=max(buf.align, 1024))
     m = _Relayout(buf, new, axes, list(order))
     state.replace(state.func.with_body(m.visit_stmt(state.func.body)))
     _check_gpu(state)

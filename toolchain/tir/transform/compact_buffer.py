@@ -374,9 +374,13 @@ class _Compact(StmtMutator):
             if not _size(region) < _size(whole):
                 canon, region = {}, whole  # per thread no smaller: the block's region
         shape = tuple(ext for _, ext in region)
+        if buf.swizzle and not _whole_atoms(shape, buf):
+            shape = buf.shape  # a swizzled tile's rows stay whole 128-byte rows, 8 at least
         new = buf
         if any(a is not b for a, b in zip(shape, buf.shape, strict=True)):
             new = ir.Buffer(buf.name, shape, buf.dtype, buf.scope, (), buf.align)
+            if buf.swizzle:
+                new = replace(new, swizzle=buf.swizzle)
             if buf.dim_align:  # storage_align's padding, on the compacted shape
                 new = replace(new, strides=aligned_strides(new, buf.dim_align),
                               dim_align=buf.dim_align)
@@ -386,6 +390,14 @@ class _Compact(StmtMutator):
         if lca is None:
             return ir.Allocate(new, body)
         return _Place(lca, new).visit_stmt(body)
+
+
+def _whole_atoms(shape: tuple[ir.PrimExpr, ...], buf: ir.Buffer) -> bool:
+    """A compacted ``shape`` of the swizzled ``buf`` keeps its last axis (one 128-byte
+    row) and a multiple of 8 rows before it."""
+    rows = ir.const_int(shape[-2])
+    return (ir.const_int(shape[-1]) == ir.const_int(buf.shape[-1]) and rows is not None
+            and rows % 8 == 0)
 
 
 def _find_loop(s: ir.Stmt, var: ir.Var) -> ir.For | None:

@@ -3,7 +3,26 @@
 from __future__ import annotations
 
 from toolchain.tir import arith, ir
+from toolchain.tir.dtype import bits_of
 from toolchain.tir.functor import StmtExprMutator
+
+
+def swizzled_column(row: ir.PrimExpr, col: ir.PrimExpr, width: int) -> ir.PrimExpr:
+    """The stored column of element ``(row, col)`` of a row of ``width`` elements (128
+    bytes) under the 128-byte swizzle: its 16-byte chunk ``col // (width / 8)`` XORed
+    with ``row % 8``, the position within the chunk kept. TIR has no bitwise operators,
+    so the 3-bit XOR is written with ``//``, ``%``, ``+`` and ``*`` (bit by bit, the sum
+    of the two bits mod 2), which every pass, the interpreter and both renderers handle.
+
+    >>> [swizzled_column(ir.IntImm(3), ir.IntImm(8 * k + 1), 64).value for k in range(8)]
+    [25, 17, 9, 1, 57, 49, 41, 33]
+    """
+    per = width // 8  # elements of a 16-byte chunk
+    chunk, rr = col // per, row % 8
+    xor: ir.PrimExpr = ir.IntImm(0, col.dtype)
+    for bit in (1, 2, 4):
+        xor = xor + (chunk // bit + rr // bit) % 2 * bit
+    return arith.simplify(xor * per + col % per)
 
 
 def buffer_strides(buf: ir.Buffer) -> tuple[ir.PrimExpr, ...]:
@@ -49,6 +68,9 @@ class _Flatten(StmtExprMutator):
             return indices
         if not indices:
             return (ir.IntImm(0),)
+        if b.swizzle:
+            indices = (*indices[:-1], swizzled_column(indices[-2], indices[-1],
+                                                      b.swizzle * 8 // bits_of(b.dtype)))
         idx: ir.PrimExpr | None = None
         for i, s in zip(indices, buffer_strides(b), strict=True):
             term = i if ir.is_const_int(s, 1) else i * s
