@@ -41,7 +41,7 @@ from toolchain.schedules.gpu.tensorcore import (
     try_tile_wmma,
     wmma_shared_bytes,
 )
-from toolchain.target import load_target, parse_target
+from toolchain.target import Target, load_target, parse_target
 from toolchain.tir import ir
 from toolchain.tir.race import check_races, find_races
 from toolchain.tir.schedule import Schedule
@@ -142,14 +142,16 @@ def test_set_dtype_sums_in_float32_and_rounds_where_the_value_leaves() -> None:
         sch.set_dtype(sch.get_block("C"), 0, "float16")
 
 
-def wmma_gemm(m: int, n: int, k: int, tiles: WmmaTiles | None = None) -> Schedule:
-    """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores (``tiles``: the
-    wmma or, with ``mma=True``, the ``mma.sync`` kernel; test_mma.py uses it too)."""
+def wmma_gemm(m: int, n: int, k: int, tiles: WmmaTiles | None = None,
+              target: Target = SM80) -> Schedule:
+    """A float16 ``C = A @ B`` (M x K by K x N) tiled for the tensor cores of ``target``
+    (``tiles``: the wmma or, with ``mma=True``, the ``mma.sync`` kernel, with
+    ``wgmma=True`` Hopper's; test_mma.py and test_wgmma.py use it too)."""
     A = te.placeholder((m, k), name="A", dtype="float16")
     B = te.placeholder((k, n), name="B", dtype="float16")
     r = te.reduce_axis((0, k), name="k")
     C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM80), "C", SM80, tiles)
+    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), target), "C", target, tiles)
     assert sch is not None
     return sch
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.bundle.helpers import nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
+from tests.schedules.gpu.test_tensorcore import wmma_gemm
 from toolchain import te
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.bundle.host import gpu_available
@@ -57,13 +58,7 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def _gemm(m: int, n: int, k: int, tiles: WmmaTiles) -> Schedule:
-    A = te.placeholder((m, k), name="A", dtype="float16")
-    B = te.placeholder((k, n), name="B", dtype="float16")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    sch = try_tile_wmma(Schedule(te.create_prim_func([A, B, C]), SM90), "C", SM90, tiles)
-    assert sch is not None
-    return sch
+    return wmma_gemm(m, n, k, tiles, SM90)
 
 
 def test_found_by_behaviour_labelled_and_never_the_default() -> None:
