@@ -7,6 +7,9 @@ finding (``.txt``). Each graph is checked in a forked child process, so a bundle
 crashes (a segmentation fault in generated code) is a finding of kind ``crash`` with its
 seed and unshrunk model, not the end of the campaign. Exits 1 when anything was found.
 
+``--wide`` draws float graphs from the op families, dtypes (casts, integer arithmetic),
+ranks and structures the CI generator leaves out (:mod:`tests.fuzz.wide`).
+
 ``--accelerator`` draws int8 graphs shaped for an accelerator target
 (:mod:`tests.fuzz.accel`; targets default to ``vta``) and reports how many bundles put
 layers on the accelerator, so a campaign that silently stays on the host shows.
@@ -29,6 +32,7 @@ import onnx
 from tests.fuzz.accel import random_accel_model
 from tests.fuzz.graphs import INT8_FAMILIES, random_model
 from tests.fuzz.oracle import check, check_int8, shrink, slug
+from tests.fuzz.wide import random_wide_model
 
 #: every CPU target (one this host cannot run is skipped)
 TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
@@ -59,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power-of-two-scales", action="store_true",
                     help="quantize with power-of-two scales (implies --int8): on vta the "
                          "layers then requantize on the accelerator")
+    ap.add_argument("--wide", action="store_true",
+                    help="float graphs over the op families, dtypes, ranks and structures "
+                         "the CI generator never draws as well (tests/fuzz/wide.py)")
     ap.add_argument("--max-nodes", type=int, default=10)
     ap.add_argument("--out", default="fuzz-findings", help="where failing models go")
     args = ap.parse_args(argv)
@@ -89,6 +96,8 @@ def make(seed: int, args: argparse.Namespace) -> tuple[onnx.ModelProto, dict]:
     """The graph of ``seed`` for the options ``args``."""
     if args.accelerator:
         return random_accel_model(seed, args.max_nodes)
+    if args.wide:
+        return random_wide_model(seed, args.max_nodes)
     return random_model(seed, args.max_nodes, INT8_FAMILIES if args.int8 else None)
 
 

@@ -86,12 +86,18 @@ def max_rel(got: np.ndarray, want: np.ndarray) -> float:
     return max(float(np.abs(g - w).max()) - ATOL, 0.0) / scale
 
 
-def compare_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> str | None:
+#: the tolerance of a ``NAME:fp16`` bundle (float16 tensors and weights, float32 sums):
+#: a coarse check, for what is wrong by far more than float16 rounding
+FP16_RTOL = 5e-2
+
+
+def compare_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray],
+                    rtol: float = RTOL) -> str | None:
     """What is wrong with ``got`` against onnxruntime's ``want`` (the first output off by
-    more than the tolerance), or None."""
+    more than the tolerance ``rtol``), or None."""
     for name, w in want.items():
         err = max_rel(np.asarray(got[name]), w)
-        if not err <= RTOL:
+        if not err <= rtol:
             return f"output {name!r}: max rel err {err:.3g} (shape {np.shape(got[name])})"
     return None
 
@@ -101,8 +107,9 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
     """Compile ``model`` for ``target`` into ``out`` and run it: a target name (built for
     this host), ``NAME:llvm`` (kernels through the LLVM backend), ``NAME:emulate`` (a GPU
     target's kernels run thread by thread in C on this CPU), ``NAME:threads`` (compiled
-    for 3 cores and run on 3 threads: uneven chunks, the SPMD kernels and the pool) or
-    ``board:NAME`` (a firmware for that board, run under QEMU)."""
+    for 3 cores and run on 3 threads: uneven chunks, the SPMD kernels and the pool),
+    ``NAME:fp16`` (``precision="fp16"``, judged with :data:`FP16_RTOL`),
+    ``NAME:fp16emulate`` (both) or ``board:NAME`` (a firmware for that board, run under QEMU)."""
     from dataclasses import replace
 
     from toolchain.bundle import compile_model, load_bundle
@@ -121,7 +128,9 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
         bundle.set_threads(3)
         return bundle(inputs)
     kw = {"backend": "llvm"} if variant == "llvm" else \
-        {"emulate": True} if variant == "emulate" else {}
+        {"emulate": True} if variant == "emulate" else \
+        {"precision": "fp16"} if variant == "fp16" else \
+        {"precision": "fp16", "emulate": True} if variant == "fp16emulate" else {}
     return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
 
 
@@ -217,7 +226,10 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         except Exception as exc:  # noqa: BLE001 - every failure is a finding
             findings.append(Finding(_classify(exc), "reference",
                                     f"{type(exc).__name__}: {str(exc)[:2000]}"))
-        findings += on_targets(model, inputs, targets, lambda got: compare_outputs(got, want))
+        for target in targets:
+            rtol = FP16_RTOL if target.partition(":")[2].startswith("fp16") else RTOL
+            findings += on_targets(model, inputs, (target,),
+                                   lambda got, rtol=rtol: compare_outputs(got, want, rtol))
     if any(f.kind == "wrong" for f in findings):
         tie = near_tie(model, inputs)
         if tie is not None:
@@ -232,6 +244,41 @@ TIE_RTOL = 1e-4
 
 #: comparisons: a result that flips where the two operands are (nearly) equal
 COMPARISONS = ("Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal")
+#: ops that pick by rank along an axis: a result that flips where two values tie
+SELECTIONS = ("ArgMax", "ArgMin", "Hardmax", "TopK")
+#: elementwise ops with a jump (and a Cast from float to an integer or bool): a result
+#: that flips where the input is at the jump
+STEPS = ("Floor", "Ceil", "Round", "Sign", "ThresholdedRelu", "Shrink", "Mod")
+
+
+def _step_gap(node: onnx.NodeProto, x: np.ndarray, values: dict
+              ) -> tuple[np.ndarray, str] | None:
+    """How far each element of ``x``, the input of a :data:`STEPS` node (or a Cast), is
+    from the node's nearest jump, and what the jump is; None where there is none."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    op = node.op_type
+    if op == "Cast":
+        to = attrs.get("to")
+        if to == onnx.TensorProto.BOOL:
+            return np.abs(x), "zero"
+        if to in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
+            return None
+        return np.abs(x - np.round(x)), "an integer"
+    if op in ("Floor", "Ceil"):
+        return np.abs(x - np.round(x)), "an integer"
+    if op == "Round":
+        return np.abs(x - np.floor(x) - 0.5), "a half"
+    if op == "Sign":
+        return np.abs(x), "zero"
+    if op == "ThresholdedRelu":
+        return np.abs(x - attrs.get("alpha", 1.0)), "alpha"
+    if op == "Shrink":
+        return np.abs(np.abs(x) - attrs.get("lambd", 0.5)), "lambd"
+    if len(node.input) < 2 or node.input[1] not in values:
+        return None
+    q = x / np.asarray(values[node.input[1]], np.float64)  # Mod: a jump at whole quotients
+    return np.broadcast_to(np.abs(q - np.round(q)), np.broadcast_shapes(x.shape, q.shape)), \
+        "a multiple of the divisor"
 
 
 def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | None:
@@ -258,8 +305,8 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
     >>> near_tie(m, {"x": np.array([1e-9, 1.0], np.float32), "z": np.zeros(2, np.float32)})
     "Less 'y': 1 of 2 elements compare operands within 0.0001 (relative) + 1e-05"
     """
-    nodes = [n for n in model.graph.node
-             if n.op_type in ("ArgMax", "ArgMin") or n.op_type in COMPARISONS]
+    nodes = [n for n in model.graph.node if n.op_type in SELECTIONS or
+             n.op_type in COMPARISONS or n.op_type in STEPS or n.op_type == "Cast"]
     if not nodes:
         return None
     inferred = onnx.shape_inference.infer_shapes(model)
@@ -293,13 +340,35 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
             continue
         if n.input[0] not in values:
             continue
-        x = np.asarray(values[n.input[0]], np.float64)
-        axis = next((a.i for a in n.attribute if a.name == "axis"), 0) % max(x.ndim, 1)
+        x = np.asarray(values[n.input[0]])
+        if not np.issubdtype(x.dtype, np.floating):
+            continue  # integer arithmetic is exact
+        x = x.astype(np.float64)
+        if n.op_type in STEPS or n.op_type == "Cast":
+            step = _step_gap(n, x, values)
+            if step is None:
+                continue
+            gap, what = step
+            close = int(np.sum(gap <= TIE_RTOL * np.abs(x) + ATOL))
+            if close:
+                return (f"{n.op_type} {n.output[0]!r}: {close} of {gap.size} elements within "
+                        f"{TIE_RTOL:g} (relative) + {ATOL:g} of {what}")
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        axis = attrs.get("axis", 0 if n.op_type in ("ArgMax", "ArgMin") else -1) \
+            % max(x.ndim, 1)
         if x.ndim == 0 or x.shape[axis] < 2:
             continue
         s = np.sort(x, axis=axis)
-        best = (-1, -2) if n.op_type == "ArgMax" else (0, 1)
-        gap = np.abs(np.take(s, best[0], axis) - np.take(s, best[1], axis))
+        if n.op_type == "ArgMin" or (n.op_type == "TopK" and not attrs.get("largest", 1)):
+            s = np.flip(s, axis)
+        # the best two (ArgMax, Hardmax), or any neighbours among TopK's k + 1 best
+        last = 2 if n.op_type != "TopK" else min(
+            int(np.asarray(values.get(n.input[1], [x.shape[axis]])).ravel()[0]) + 1,
+            x.shape[axis])
+        s = np.flip(s, axis)
+        gaps = np.abs(np.diff(np.take(s, range(last), axis), axis=axis))
+        gap = gaps.min(axis=axis)
         scale = max(float(np.abs(x).max()), 1e-30)
         close = int(np.sum(gap <= TIE_RTOL * scale))
         if close:
