@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         counts["graphs"] += 1
         counts.update(isolated(seed, args, targets, out))
     found = sum(counts[k] for k in FINDINGS)
-    kinds = [k for k in sorted(counts) if k in (*FINDINGS, "invalid", "ambiguous")]
+    kinds = [k for k in sorted(counts) if k in (*FINDINGS, "invalid", "ambiguous",
+                                                 "onnxruntime")]
     print(f"{counts['graphs']} graphs on {', '.join(targets)} in "
           f"{time.perf_counter() - t0:.0f} s: {found} finding(s) "
           f"({', '.join(f'{k} {counts[k]}' for k in kinds)})")
@@ -112,7 +113,7 @@ def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
         findings = check(model, inputs, targets)
     for f in findings:
         counts[f.kind] += 1
-        if f.kind in ("invalid", "ambiguous"):
+        if f.kind in ("invalid", "ambiguous", "onnxruntime"):
             continue
         small = model if args.int8 else shrink(model, inputs, f, targets)
         save(out, f"{f.kind}-{slug(f.target)}-seed{seed}", small, inputs,

@@ -263,6 +263,30 @@ def test_a_jump_at_a_rounding_distance_is_ambiguous(op, x, attrs) -> None:
     assert near_tie(m, {"x": np.array([x[1], x[1]], np.float32)}) is None
 
 
+def test_onnxruntimes_own_optimization_bug_is_no_kiln_finding() -> None:
+    """Seed 254996 of ``--wide``, shrunk: onnxruntime 1.32 fuses a Transpose into a
+    MatMul whose second operand is 1-D and gets it wrong; without its graph optimizations
+    it agrees with numpy and Kiln (the reference executor here: no bundle is built)."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(254996)
+    w = rng.standard_normal(4).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+         helper.make_node("MatMul", ["t", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    findings = check(model, {"x": x}, ())
+    assert [f.kind for f in findings] == ["onnxruntime"], findings
+    from tests.fuzz.oracle import run_ort
+
+    want = np.transpose(x, (0, 2, 1)) @ w
+    assert np.allclose(run_ort(model, {"x": x}, optimize=False)["y"], want, atol=1e-5)
+
+
 def test_a_wrong_bundle_output_is_found_and_shrunk(monkeypatch) -> None:
     """The oracle can fail: a bundle that adds 1 to every output is reported as ``wrong``,
     and shrinking keeps a failing model no larger than the original."""

@@ -63,6 +63,8 @@ def _unary_wide(b: Builder) -> bool:
     attrs: dict = {}
     if op in ("Sinh", "Cosh", "Asin", "Acos", "Tan"):
         x = _bounded(b, x)
+    elif op in ("Sin", "Cos"):  # a large argument makes them ill-conditioned
+        x = b.node("Mul", [_bounded(b, x), b.const(np.array(4.0, F32))], s)[0]
     elif op == "Atanh":
         x = b.node("Mul", [_bounded(b, x), b.const(np.array(0.9, F32))], s)[0]
     elif op == "Acosh":
@@ -263,8 +265,16 @@ def _reduce_wide(b: Builder) -> bool:
                      select_last_index=b.randint(0, 1))[0]
         b.node("Cast", [idx], out, to=TensorProto.FLOAT)
         return True
-    if op == "ReduceProd":
+    if op == "ReduceProd":  # over at most 12 elements: a product of more is ill-conditioned
         x = b.node("Add", [_bounded(b, x), b.const(np.array(1.2, F32))], s)[0]
+        small = [i for i, d in enumerate(s) if d <= 12]
+        if not small:
+            return False
+        a = b.choice(small)
+        out = tuple(1 if i == a else d for i, d in enumerate(s)) if keep else \
+            tuple(d for i, d in enumerate(s) if i != a)
+        b.node(op, [x], out, keepdims=keep, axes=[a - len(s) if b.rng.random() < 0.4 else a])
+        return True
     elif op == "ReduceLogSum":
         x = b.node("Add", [b.node("Abs", [x], s)[0], b.const(np.array(0.5, F32))], s)[0]
     r = b.rng.random()
