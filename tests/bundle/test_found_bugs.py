@@ -258,3 +258,27 @@ def test_a_vector_load_at_a_negative_index_is_parenthesised(tmp_path, target):
                    {"x": (F, [8, 1])}, {"y": (F, [8])}, inits={"i": np.array(-1, I64)})
     path = _check(m, tmp_path, {"x": _rand(8, 1)}, target)
     assert "_u*)(x + (" in (path / "src" / "kernels.c").read_text()  # a vector load
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_resize_scales_stay_float32_under_precision_fp16(mode, tmp_path):
+    """Fuzzer seed 232013 with ``--precision fp16`` (``c-generic:fp16``): every float32
+    constant became float16, Resize's ``scales`` too, and Resize (scales are float32
+    only) refused the model. A constant the op takes only as float32 now stays float32;
+    the bundle and the reference executor of the float16 graph agree with onnxruntime
+    (to float16's rounding)."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.precision import to_fp16
+    from toolchain.graph.reference import run_graph
+
+    m = make_model([h.make_node("Resize", ["x", "", "s"], ["y"], mode=mode)],
+                   {"x": (F, [1, 2, 3, 4])}, {"y": (F, [1, 2, 6, 12])},
+                   inits={"s": np.array([1, 1, 2, 3], F)})
+    inputs = {"x": _rand(1, 2, 3, 4)}
+    want = run_ort(m, inputs)
+    graph = to_fp16(from_onnx(m))
+    assert [v.dtype for n in graph.nodes if n.op == "Resize" for v in n.inputs[2:3]] == \
+        ["float32"]
+    assert_matches(run_graph(graph, inputs), want, rtol=2e-3)
+    _, got = compile_run(m, tmp_path, inputs, precision="fp16")
+    assert_matches(got, want, rtol=2e-3)
