@@ -207,14 +207,16 @@ def _schedule(sch: Schedule, lanes: int, window: tuple[int, int], pixels: int = 
     own = sch.get_loops(acc)[2:]
     ap, am, ak = own[0], own[1] if channels > 1 else None, own[-1] if depth > 1 else None
     assert len(own) == 1 + (am is not None) + (ak is not None), own
+    mi = None
     if am is not None:
         mo, mi = sch.split(am, [None, lanes])
         sch.reorder(mo, *([ak] if ak is not None else []), ap, mi)
-        sch.unroll(mi)
     elif ak is not None:
         sch.reorder(ak, ap)
     sch.decompose_reduction(acc, ak if ak is not None else ap)
     sch.unroll(ap)
+    if mi is not None:
+        sch.unroll(mi)
 
 
 #: largest padded input plane of one channel a depthwise kernel stages (bytes): on the
