@@ -256,6 +256,14 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         tie = near_tie(model, inputs)
         if tie is not None:
             return [Finding("ambiguous", "onnxruntime", tie)]
+        # a float16 bundle rounds every tensor: its ties are float16's (seed 239566 of
+        # --wide: Equal(x, 0.1) true where x is 0.09998, both 0.09998 in float16)
+        half = [f for f in findings if f.kind == "wrong" and
+                f.target.partition(":")[2].startswith("fp16")]
+        tie = near_tie(model, inputs, FP16_TIE_RTOL) if half else None
+        if tie is not None:
+            findings = [f for f in findings if f not in half] + [
+                Finding("ambiguous", "onnxruntime", f"in float16: {tie}")]
     if any(f.kind == "onnxruntime" for f in findings):  # one such finding says it all
         findings = [f for f in findings if f.kind != "onnxruntime"] + [
             next(f for f in findings if f.kind == "onnxruntime")]
@@ -265,6 +273,10 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
 #: top two values of an ArgMax/ArgMin slice closer than this (relative to the input's
 #: largest magnitude) tie within the rounding differences of two implementations
 TIE_RTOL = 1e-4
+
+
+#: the same for a float16 bundle (``NAME:fp16``): float16 has 11 significant bits
+FP16_TIE_RTOL = 1e-3
 
 
 #: comparisons: a result that flips where the two operands are (nearly) equal
@@ -306,7 +318,8 @@ def _step_gap(node: onnx.NodeProto, x: np.ndarray, values: dict
         "a multiple of the divisor"
 
 
-def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | None:
+def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = TIE_RTOL
+             ) -> str | None:
     """The first node of ``model`` whose result hangs on rounding, as onnxruntime
     computes its inputs: an ``ArgMax``/``ArgMin`` with a slice whose best two values are
     within :data:`TIE_RTOL`, or a comparison (``Less``, ``Equal``, ...) with operands within
@@ -358,10 +371,10 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
                 continue
             gap = np.abs(a - b)
             scale = np.maximum(np.abs(a), np.abs(b))
-            close = int(np.sum(gap <= TIE_RTOL * scale + ATOL))
+            close = int(np.sum(gap <= rtol * scale + ATOL))
             if close:
                 return (f"{n.op_type} {n.output[0]!r}: {close} of {gap.size} elements "
-                        f"compare operands within {TIE_RTOL:g} (relative) + {ATOL:g}")
+                        f"compare operands within {rtol:g} (relative) + {ATOL:g}")
             continue
         if n.input[0] not in values:
             continue
@@ -374,10 +387,10 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
             if step is None:
                 continue
             gap, what = step
-            close = int(np.sum(gap <= TIE_RTOL * np.abs(x) + ATOL))
+            close = int(np.sum(gap <= rtol * np.abs(x) + ATOL))
             if close:
                 return (f"{n.op_type} {n.output[0]!r}: {close} of {gap.size} elements within "
-                        f"{TIE_RTOL:g} (relative) + {ATOL:g} of {what}")
+                        f"{rtol:g} (relative) + {ATOL:g} of {what}")
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
         axis = attrs.get("axis", 0 if n.op_type in ("ArgMax", "ArgMin") else -1) \
@@ -395,10 +408,10 @@ def near_tie(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> str | Non
         gaps = np.abs(np.diff(np.take(s, range(last), axis), axis=axis))
         gap = gaps.min(axis=axis)
         scale = max(float(np.abs(x).max()), 1e-30)
-        close = int(np.sum(gap <= TIE_RTOL * scale))
+        close = int(np.sum(gap <= rtol * scale))
         if close:
             return (f"{n.op_type} {n.output[0]!r}: {close} of {gap.size} slices have two "
-                    f"values within {TIE_RTOL:g} of each other (relative)")
+                    f"values within {rtol:g} of each other (relative)")
     return None
 
 
