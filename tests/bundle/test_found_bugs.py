@@ -12,6 +12,7 @@ from onnx import TensorProto
 from onnx import helper as h
 
 from tests.bundle.helpers import assert_matches, compile_run, make_model, run_ort
+from tests.tools import needs
 from toolchain.errors import KilnWarning
 
 F, I64 = np.float32, np.int64
@@ -258,3 +259,53 @@ def test_a_vector_load_at_a_negative_index_is_parenthesised(tmp_path, target):
                    {"x": (F, [8, 1])}, {"y": (F, [8])}, inits={"i": np.array(-1, I64)})
     path = _check(m, tmp_path, {"x": _rand(8, 1)}, target)
     assert "_u*)(x + (" in (path / "src" / "kernels.c").read_text()  # a vector load
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_resize_scales_stay_float32_under_precision_fp16(mode, tmp_path):
+    """Fuzzer seed 232013 with ``--precision fp16`` (``c-generic:fp16``): every float32
+    constant became float16, Resize's ``scales`` too, and Resize (scales are float32
+    only) refused the model. A constant the op takes only as float32 now stays float32;
+    the bundle and the reference executor of the float16 graph agree with onnxruntime
+    (to float16's rounding)."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.precision import to_fp16
+    from toolchain.graph.reference import run_graph
+
+    m = make_model([h.make_node("Resize", ["x", "", "s"], ["y"], mode=mode)],
+                   {"x": (F, [1, 2, 3, 4])}, {"y": (F, [1, 2, 6, 12])},
+                   inits={"s": np.array([1, 1, 2, 3], F)})
+    inputs = {"x": _rand(1, 2, 3, 4)}
+    want = run_ort(m, inputs)
+    graph = to_fp16(from_onnx(m))
+    assert [v.dtype for n in graph.nodes if n.op == "Resize" for v in n.inputs[2:3]] == \
+        ["float32"]
+    assert_matches(run_graph(graph, inputs), want, rtol=2e-3)
+    _, got = compile_run(m, tmp_path, inputs, precision="fp16")
+    assert_matches(got, want, rtol=2e-3)
+
+
+@needs("arm-none-eabi-gcc", "picolibc", "make", "qemu-system-arm")
+def test_cortex_m_convolutions_with_unit_loops_compile_and_match(tmp_path):
+    """Fuzzer seed 234098 (``--wide`` on ``board:qemu-mps2-an386``): a Conv with one
+    output channel, or a 1x1 window over one input channel, stopped the Cortex-M compile
+    with an internal ``ScheduleError`` (``compute_at`` elides the accumulator's loop of
+    extent 1, and the pixel-rows schedule reordered the loops it expected). Both convs
+    of this model now compile; the firmware under QEMU and the reference executor agree
+    with onnxruntime."""
+    from toolchain.boards import compile_board
+    from toolchain.boards.qemu import run_on_qemu
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    rng = np.random.default_rng(234098)
+    m = make_model([h.make_node("Conv", ["x", "w1"], ["y"], pads=[2, 0, 1, 0]),
+                    h.make_node("Conv", ["x", "w2"], ["z"])],
+                   {"x": (F, [1, 1, 3, 8])}, {"y": (F, [1, 1, 4, 8]), "z": (F, [1, 3, 3, 8])},
+                   inits={"w1": rng.standard_normal((1, 1, 3, 1)).astype(F),
+                          "w2": rng.standard_normal((3, 1, 1, 1)).astype(F)})
+    inputs = {"x": rng.standard_normal((1, 1, 3, 8)).astype(F)}
+    want = run_ort(m, inputs)
+    assert_matches(run_graph(from_onnx(m), inputs), want)
+    path, _ = compile_board(m, "qemu-mps2-an386", tmp_path / "fw", build=False)
+    assert_matches(run_on_qemu(path, inputs).outputs, want)

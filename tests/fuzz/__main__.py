@@ -7,6 +7,9 @@ finding (``.txt``). Each graph is checked in a forked child process, so a bundle
 crashes (a segmentation fault in generated code) is a finding of kind ``crash`` with its
 seed and unshrunk model, not the end of the campaign. Exits 1 when anything was found.
 
+``--wide`` draws float graphs from the op families, dtypes (casts, integer arithmetic),
+ranks and structures the CI generator leaves out (:mod:`tests.fuzz.wide`).
+
 ``--accelerator`` draws int8 graphs shaped for an accelerator target
 (:mod:`tests.fuzz.accel`; targets default to ``vta``) and reports how many bundles put
 layers on the accelerator, so a campaign that silently stays on the host shows.
@@ -29,6 +32,7 @@ import onnx
 from tests.fuzz.accel import random_accel_model
 from tests.fuzz.graphs import INT8_FAMILIES, random_model
 from tests.fuzz.oracle import check, check_int8, shrink, slug
+from tests.fuzz.wide import random_wide_model
 
 #: every CPU target (one this host cannot run is skipped)
 TARGETS = ("c-generic", "x86_64-avx2", "x86_64-avx512")
@@ -47,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated targets; NAME:llvm compiles the kernels through "
                          "LLVM, NAME:emulate runs a GPU target's kernels on the CPU, "
                          "NAME:threads compiles for 3 cores and runs on 3 threads, "
-                         "board:NAME runs a firmware for that board under QEMU "
+                         "board:NAME runs a firmware for that board under QEMU, "
+                         "NAME:fp16 compiles with --precision fp16 (a coarse tolerance), "
+                         "'reference' builds no bundle (the reference executor alone) "
                          "(default: every CPU target and backend; vta with --accelerator)")
     ap.add_argument("--int8", action="store_true",
                     help="quantize each graph (integer op families only) and require the "
@@ -59,21 +65,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power-of-two-scales", action="store_true",
                     help="quantize with power-of-two scales (implies --int8): on vta the "
                          "layers then requantize on the accelerator")
+    ap.add_argument("--wide", action="store_true",
+                    help="float graphs over the op families, dtypes, ranks and structures "
+                         "the CI generator never draws as well (tests/fuzz/wide.py)")
     ap.add_argument("--max-nodes", type=int, default=10)
     ap.add_argument("--out", default="fuzz-findings", help="where failing models go")
     args = ap.parse_args(argv)
     args.int8 = args.int8 or args.accelerator or args.power_of_two_scales
     default = "vta" if args.accelerator else ",".join(TARGETS + BACKENDS)
-    targets = tuple(t for t in (args.targets or default).split(",") if t)
+    # "reference": no bundle, the reference executor alone (thousands of graphs cheaply)
+    targets = tuple(t for t in (args.targets or default).split(",") if t and t != "reference")
     out = Path(args.out)
+    # imported once here, not again in every forked child (about 0.4 CPU s a graph)
+    import onnxruntime  # noqa: F401
+
+    import toolchain.bundle  # noqa: F401
+    import toolchain.frontend.onnx  # noqa: F401
+    import toolchain.graph.reference  # noqa: F401
     counts: collections.Counter[str] = collections.Counter()
     t0 = time.perf_counter()
     for seed in range(args.seed, args.seed + args.count):
         counts["graphs"] += 1
         counts.update(isolated(seed, args, targets, out))
     found = sum(counts[k] for k in FINDINGS)
-    kinds = [k for k in sorted(counts) if k in (*FINDINGS, "invalid", "ambiguous")]
-    print(f"{counts['graphs']} graphs on {', '.join(targets)} in "
+    kinds = [k for k in sorted(counts) if k in (*FINDINGS, "invalid", "ambiguous",
+                                                 "onnxruntime")]
+    print(f"{counts['graphs']} graphs on {', '.join(targets) or 'the reference executor'} in "
           f"{time.perf_counter() - t0:.0f} s: {found} finding(s) "
           f"({', '.join(f'{k} {counts[k]}' for k in kinds)})")
     for t in targets:
@@ -89,6 +106,8 @@ def make(seed: int, args: argparse.Namespace) -> tuple[onnx.ModelProto, dict]:
     """The graph of ``seed`` for the options ``args``."""
     if args.accelerator:
         return random_accel_model(seed, args.max_nodes)
+    if args.wide:
+        return random_wide_model(seed, args.max_nodes)
     return random_model(seed, args.max_nodes, INT8_FAMILIES if args.int8 else None)
 
 
@@ -103,7 +122,7 @@ def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
         findings = check(model, inputs, targets)
     for f in findings:
         counts[f.kind] += 1
-        if f.kind in ("invalid", "ambiguous"):
+        if f.kind in ("invalid", "ambiguous", "onnxruntime"):
             continue
         small = model if args.int8 else shrink(model, inputs, f, targets)
         save(out, f"{f.kind}-{slug(f.target)}-seed{seed}", small, inputs,

@@ -105,7 +105,7 @@ def _unary(b: Builder) -> bool:
     return True
 
 
-def _broadcast_shape(b: Builder, s: tuple[int, ...]) -> tuple[int, ...]:
+def broadcast_shape(b: Builder, s: tuple[int, ...]) -> tuple[int, ...]:
     """A shape that broadcasts with ``s``: a suffix, some dims 1, maybe a leading 1."""
     k = b.randint(0, len(s))
     out = tuple(d if b.rng.random() < 0.6 else 1 for d in s[k:])
@@ -118,9 +118,9 @@ def _binary(b: Builder) -> bool:
     x = b.pick()
     s = b.tensors[x]
     op = b.choice(["Add", "Sub", "Mul", "Div", "Max", "Min", "Add", "Mul", "Pow"])
-    other = b.pick(lambda t: t != s and _broadcastable(s, t)) if b.rng.random() < 0.4 else None
+    other = b.pick(lambda t: t != s and broadcastable(s, t)) if b.rng.random() < 0.4 else None
     if other is None:
-        cs = _broadcast_shape(b, s)
+        cs = broadcast_shape(b, s)
         if op in ("Div", "Pow"):
             y = b.const(b.rng.uniform(0.5, 2.0, cs).astype(F32))
         else:
@@ -140,7 +140,7 @@ def _binary(b: Builder) -> bool:
     return True
 
 
-def _broadcastable(a: tuple[int, ...], c: tuple[int, ...]) -> bool:
+def broadcastable(a: tuple[int, ...], c: tuple[int, ...]) -> bool:
     try:
         np.broadcast_shapes(a, c)
     except ValueError:
@@ -154,7 +154,7 @@ def _where(b: Builder) -> bool:
     cmp = b.choice(["Greater", "Less", "Equal"])
     thr = b.const(np.array(0.0 if cmp != "Equal" else 1.0, F32))
     c = b.node(cmp, [x, thr], None)[0]
-    os_ = _broadcast_shape(b, s)
+    os_ = broadcast_shape(b, s)
     other = b.weight(os_, 1.0)
     args = [c, x, other] if b.rng.random() < 0.5 else [c, other, x]
     b.node("Where", args, tuple(np.broadcast_shapes(s, os_)))
@@ -173,7 +173,7 @@ def _prelu(b: Builder) -> bool:
 
 # -- convolution and pooling ----------------------------------------------------------------
 
-def _window(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil: bool) -> int:
+def window(size: int, k: int, s: int, d: int, pb: int, pe: int, ceil: bool) -> int:
     span = size + pb + pe - ((k - 1) * d + 1)
     if span < 0:
         return 0
@@ -198,8 +198,8 @@ def _conv(b: Builder) -> bool:
     dl = (b.randint(1, 2) if h > 4 else 1, b.randint(1, 2) if w > 4 else 1)
     pads = [b.randint(0, k[0] - 1), b.randint(0, k[1] - 1), b.randint(0, k[0] - 1),
             b.randint(0, k[1] - 1)]
-    oh = _window(h, k[0], st[0], dl[0], pads[0], pads[2], False)
-    ow = _window(w, k[1], st[1], dl[1], pads[1], pads[3], False)
+    oh = window(h, k[0], st[0], dl[0], pads[0], pads[2], False)
+    ow = window(w, k[1], st[1], dl[1], pads[1], pads[3], False)
     if oh < 1 or ow < 1:
         return False
     inputs = [x, b.weight((m, c // groups, *k))]
@@ -252,8 +252,8 @@ def _pool(b: Builder) -> bool:
         attrs["dilations"] = [2, 2]
     if op == "AveragePool":
         attrs["count_include_pad"] = b.randint(0, 1)
-    oh = _window(h, k[0], st[0], dl[0], pads[0], pads[2], ceil)
-    ow = _window(w, k[1], st[1], dl[1], pads[1], pads[3], ceil)
+    oh = window(h, k[0], st[0], dl[0], pads[0], pads[2], ceil)
+    ow = window(w, k[1], st[1], dl[1], pads[1], pads[3], ceil)
     if oh < 1 or ow < 1:
         return False
     b.node(op, [x], (n, c, oh, ow), **attrs)
@@ -507,14 +507,14 @@ def _resize(b: Builder) -> bool:
     return True
 
 
-_GENERATORS: tuple[tuple[Callable[[Builder], bool], float], ...] = (
+GENERATORS: tuple[tuple[Callable[[Builder], bool], float], ...] = (
     (_unary, 3.0), (_binary, 3.0), (_where, 0.6), (_prelu, 0.5), (_conv, 2.0),
     (_conv_transpose, 0.6), (_pool, 1.5), (_matmul, 1.2), (_norm, 1.0), (_reduce, 1.0),
     (_reshape, 1.5), (_concat_split, 1.2), (_slice, 1.0), (_pad, 0.8), (_gather, 0.8),
     (_expand_tile, 0.6), (_resize, 0.6),
 )
 #: the op families the generator draws from (documentation and coverage checks)
-FAMILIES = tuple(fn.__name__.lstrip("_") for fn, _ in _GENERATORS)
+FAMILIES = tuple(fn.__name__.lstrip("_") for fn, _ in GENERATORS)
 
 
 #: the families whose ops Kiln quantizes to integer kernels (``random_model(families=)``
@@ -527,7 +527,7 @@ def random_model(seed: int, max_nodes: int = 10, families: tuple[str, ...] | Non
     """A random valid model and seeded inputs for it (``{name: array}``); ``families``
     restricts the op families drawn from (default: all of :data:`FAMILIES`)."""
     rng = np.random.default_rng(seed)
-    gens = tuple((fn, w) for fn, w in _GENERATORS
+    gens = tuple((fn, w) for fn, w in GENERATORS
                  if families is None or fn.__name__.lstrip("_") in families)
     b = Builder(rng)
     rank = int(rng.choice([4, 4, 4, 3, 2, 1])) if families is None or "conv" not in families \

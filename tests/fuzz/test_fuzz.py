@@ -10,12 +10,14 @@ from collections import Counter
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto
 
 from tests.fuzz.__main__ import BACKENDS, TARGETS
 from tests.fuzz.accel import random_accel_model
 from tests.fuzz.batch import FloatBatch, Int8Batch
 from tests.fuzz.graphs import FAMILIES, INT8_FAMILIES, random_model
 from tests.fuzz.oracle import Finding, check, check_int8, shrink
+from tests.fuzz.wide import WIDE_FAMILIES, random_wide_model
 from tests.tools import needs
 
 #: the CI batch: about a minute on one core in all
@@ -220,6 +222,69 @@ def test_the_generator_is_deterministic_and_covers_every_family() -> None:
                "ReduceMean", "Expand", "Tile", "PRelu", "Softmax"):
         assert op in ops, op
     assert len(FAMILIES) >= 15
+
+
+def test_the_wide_generator_is_deterministic_and_draws_what_ci_does_not() -> None:
+    """``--wide`` (campaigns only: no graph of it is compiled in CI)."""
+    a, _ = random_wide_model(7)
+    assert a.SerializeToString() == random_wide_model(7)[0].SerializeToString()
+    models = [random_wide_model(s)[0] for s in range(120)]
+    ops = {n.op_type for m in models for n in m.graph.node}
+    for op in ("TopK", "CumSum", "Trilu", "GatherElements", "GatherND", "ScatterElements",
+               "ScatterND", "Einsum", "Mod", "Round", "Sum", "LessOrEqual", "Xor",
+               "ReduceL2", "ArgMin", "LpPool", "ConstantOfShape", "OneHot"):
+        assert op in ops, op
+    assert len(WIDE_FAMILIES) >= 20
+    assert any(n.op_type == "Conv" and any(a.name == "auto_pad" for a in n.attribute)
+               for m in models for n in m.graph.node)
+    assert any(len(i.type.tensor_type.shape.dim) == 5 for m in models for i in m.graph.input)
+    assert any(o.name in {i.name for i in m.graph.input} for m in models
+               for o in m.graph.output)  # an input that is an output
+    assert any(n.op_type == "Cast" and n.attribute[0].i == TensorProto.INT32
+               for m in models for n in m.graph.node)
+
+
+@pytest.mark.parametrize("op, x, attrs", [
+    ("Floor", [2.0000002, 0.4], {}), ("Round", [2.4999998, 0.1], {}),
+    ("ThresholdedRelu", [1.0000001, 3.0], {"alpha": 1.0}),
+    ("Shrink", [-0.5000001, 2.0], {"lambd": 0.5})])
+def test_a_jump_at_a_rounding_distance_is_ambiguous(op, x, attrs) -> None:
+    """An op with a jump whose input (as onnxruntime computes it) is within rounding of
+    the jump: another implementation's last bit puts it on the other side."""
+    from onnx import helper
+
+    from tests.fuzz.oracle import near_tie
+
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert near_tie(m, {"x": np.array(x, np.float32)}) is not None
+    assert near_tie(m, {"x": np.array([x[1], x[1]], np.float32)}) is None
+
+
+def test_onnxruntimes_own_optimization_bug_is_no_kiln_finding() -> None:
+    """Seed 254996 of ``--wide``, shrunk: onnxruntime 1.32 fuses a Transpose into a
+    MatMul whose second operand is 1-D and gets it wrong; without its graph optimizations
+    it agrees with numpy and Kiln (the reference executor here: no bundle is built)."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(254996)
+    w = rng.standard_normal(4).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+         helper.make_node("MatMul", ["t", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    findings = check(model, {"x": x}, ())
+    assert [f.kind for f in findings] == ["onnxruntime"], findings
+    from tests.fuzz.oracle import run_ort
+
+    want = np.transpose(x, (0, 2, 1)) @ w
+    assert np.allclose(run_ort(model, {"x": x}, optimize=False)["y"], want, atol=1e-5)
 
 
 def test_a_wrong_bundle_output_is_found_and_shrunk(monkeypatch) -> None:

@@ -53,6 +53,11 @@ CASES = [
     dict(c=8, m=8, k=3, pads=(1, 1, 1, 1), group=8),            # depthwise, staged plane
     dict(c=4, m=4, k=5, stride=2, pads=(2, 2, 2, 2), group=4, hw=(11, 9)),
     dict(c=3, m=3, k=3, pads=(1, 1, 1, 1), group=3, hw=(70, 66)),  # plane too big: direct
+    # acc's loops of extent 1 elided by compute_at (fuzzer seed 234098: a ScheduleError)
+    dict(c=1, m=1, k=(3, 1), pads=(2, 0, 1, 0), hw=(3, 8)),     # one output channel
+    dict(c=2, m=1, k=3, hw=(5, 5)),
+    dict(c=1, m=3, k=1, hw=(4, 4)),                             # a one-step reduction
+    dict(c=1, m=1, k=1, hw=(4, 4), bias=False),                 # both
 ]
 
 

@@ -11,9 +11,11 @@ once), so a reduction -- a GEMM, a convolution, a softmax's sum -- accumulates i
 on CUDA targets with tensor cores the GEMMs take ``wmma`` (float16 products, float32 sums:
 ``docs/cuda.md``).
 
-Rules: a ``Cast`` to float32 inside the model casts to float16 instead; an op whose output
-is float32 whatever its inputs (``ConstantOfShape``, a ``Cast`` from an integer...) gets a
-``Cast`` to float16 after it; integer and boolean tensors are untouched. A finite constant
+Rules: a ``Cast`` to float32 inside the model casts to float16 instead; a float32
+constant that an op takes only as float32 (Resize's ``scales`` and ``roi``) stays
+float32; an op whose output is float32 whatever its inputs (``ConstantOfShape``, a
+``Cast`` from an integer...) gets a ``Cast`` to float16 after it; integer and boolean
+tensors are untouched. A finite constant
 beyond float16's range (|x| > 65504: an attention mask's -1e9, say) is clamped to
 ±65504, not made infinite (an infinity times zero would be NaN).
 
@@ -105,8 +107,17 @@ def to_fp16(graph: Graph) -> Graph:
         try:
             types = get_op(node.op).infer(probe)
         except ModelError as err:
-            raise ModelError(f"--precision fp16: {node.describe()} does not take its float16 "
-                             f"inputs ({err}); compile it with --precision fp32") from None
+            # a float32 constant the op takes only as float32 (Resize's scales and roi)
+            # stays float32
+            kept = [v if v is not None and v.is_constant else w
+                    for v, w in zip(node.inputs, ins, strict=True)]
+            probe = node.replace(inputs=kept, attrs=attrs)
+            try:
+                types = get_op(node.op).infer(probe)
+            except ModelError:
+                raise ModelError(f"--precision fp16: {node.describe()} does not take its "
+                                 f"float16 inputs ({err}); compile it with --precision fp32"
+                                 ) from None
         outs, casts = [], []
         for o, t in zip(node.outputs, types, strict=True):
             if t.dtype == o.dtype and o.dtype != "float32":

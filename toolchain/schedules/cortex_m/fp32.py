@@ -183,9 +183,13 @@ def conv_rows_compute(node: Node, g: ConvGeom, lanes: int | None = None,
 
 
 def _schedule(sch: Schedule, lanes: int, window: tuple[int, int], pixels: int = PIXELS,
-              unroll_rx: bool = True) -> None:
+              unroll_rx: bool = True, channels: int = 2, depth: int = 2) -> None:
     """``pixels`` output pixels at a time: ``col`` and ``acc`` under the pixel-pair
-    loop, ``pixels x lanes`` accumulators unrolled inside the reduction."""
+    loop, ``pixels x lanes`` accumulators unrolled inside the reduction. ``channels``
+    (output channels) and ``depth`` (the reduction's length, C·KH·KW): a loop of ``acc``
+    whose extent is 1 there is elided by ``compute_at``, so ``acc`` schedules the loops
+    it has (one output channel, or a 1x1 window over one input channel, left the
+    Cortex-M compile with a ScheduleError: fuzzer seed 234098)."""
     out = sch.get_block("conv")
     _, m, y, x = sch.get_loops(out)
     sch.reorder(y, x, m)
@@ -198,12 +202,21 @@ def _schedule(sch: Schedule, lanes: int, window: tuple[int, int], pixels: int = 
         _, ry, rx = sch.split(sch.get_loops(col)[-1], [None, window[0], window[1]])
         if unroll_rx:
             sch.unroll(rx)
-    ap, am, ak = sch.get_loops(acc)[-3:]
-    mo, mi = sch.split(am, [None, lanes])
-    sch.reorder(mo, ak, ap, mi)
-    sch.decompose_reduction(acc, ak)
+    # acc's own loops under the pixel-pair loop: pixels, then the channels (unless there
+    # is one), then the reduction (unless it has one step)
+    own = sch.get_loops(acc)[2:]
+    ap, am, ak = own[0], own[1] if channels > 1 else None, own[-1] if depth > 1 else None
+    assert len(own) == 1 + (am is not None) + (ak is not None), own
+    mi = None
+    if am is not None:
+        mo, mi = sch.split(am, [None, lanes])
+        sch.reorder(mo, *([ak] if ak is not None else []), ap, mi)
+    elif ak is not None:
+        sch.reorder(ak, ap)
+    sch.decompose_reduction(acc, ak if ak is not None else ap)
     sch.unroll(ap)
-    sch.unroll(mi)
+    if mi is not None:
+        sch.unroll(mi)
 
 
 #: largest padded input plane of one channel a depthwise kernel stages (bytes): on the
@@ -339,7 +352,8 @@ def schedule_conv2d_m(node: Node, target: Any = None) -> OpSchedule:
     args, values = conv_rows_compute(node, g, point["lanes"], point["pixels"])
     name = f"conv2d_{g.c}x{g.h}x{g.w}_{g.o}k{g.kh}s{g.sh}_rows"
     sch = Schedule(te.create_prim_func(args, name=name))
-    _schedule(sch, point["lanes"], (g.kh, g.kw), point["pixels"], point["unroll_rx"])
+    _schedule(sch, point["lanes"], (g.kh, g.kw), point["pixels"], point["unroll_rx"],
+              channels=g.o, depth=g.c * g.kh * g.kw)
     info: dict[str, Any] = {"schedule": "conv2d_pixel_rows", "layout": "NCHW",
                             "packed_weight": True, "flops": g.flops}
     # the pixel's channels are all in col before it is written
