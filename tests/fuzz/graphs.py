@@ -541,19 +541,27 @@ def random_model(seed: int, max_nodes: int = 10, families: tuple[str, ...] | Non
     if rng.random() < 0.3:
         b.tensors["x2"] = shape
         inputs["x2"] = rng.standard_normal(shape).astype(F32)
+    grow(b, gens, max_nodes)
+    return to_model(b, f"fuzz{seed}", inputs, shape)
+
+
+def grow(b: Builder, gens: tuple[tuple[Callable[[Builder], bool], float], ...],
+         max_nodes: int) -> None:
+    """Add 2 .. ``max_nodes`` nodes to ``b``, each from a generator of ``gens`` drawn by its
+    weight (a generator that finds nothing to build adds none; ``6 max_nodes`` draws at
+    most), forgetting tensors above 4,096 elements as sources."""
     weights = np.array([w for _, w in gens])
-    target = int(rng.integers(2, max_nodes + 1))
+    target = int(b.rng.integers(2, max_nodes + 1))
     tries = 0
     while len(b.nodes) < target and tries < 6 * max_nodes:
         tries += 1
-        fn = gens[int(rng.choice(len(gens), p=weights / weights.sum()))][0]
+        fn = gens[int(b.rng.choice(len(gens), p=weights / weights.sum()))][0]
         big = [n for n, s in b.tensors.items() if int(np.prod(s)) > 4096]
         for n in big:  # keep tensors small: the fuzzer runs thousands of graphs
             b.tensors.pop(n)
         if not b.tensors:
             break
         fn(b)
-    return to_model(b, f"fuzz{seed}", inputs, shape)
 
 
 def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], x_shape: tuple[int, ...]

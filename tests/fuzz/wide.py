@@ -731,17 +731,7 @@ def random_wide_model(seed: int, max_nodes: int = 10) -> tuple[onnx.ModelProto, 
         s2 = shape if rng.random() < 0.5 else g.broadcast_shape(b, shape)
         b.tensors["x2"] = s2
         inputs["x2"] = rng.standard_normal(s2).astype(F32)
-    weights = np.array([w for _, w in gens])
-    target = int(rng.integers(2, max_nodes + 1))
-    tries = 0
-    while len(b.nodes) < target and tries < 6 * max_nodes:
-        tries += 1
-        fn = gens[int(rng.choice(len(gens), p=weights / weights.sum()))][0]
-        for n in [n for n, s in b.tensors.items() if int(np.prod(s)) > 4096]:
-            b.tensors.pop(n)
-        if not b.tensors:
-            break
-        fn(b)
+    g.grow(b, gens, max_nodes)
     input_out = bool(rng.random() < 0.1)
     model, feeds = to_model(b, f"wide{seed}", inputs, shape)
     if input_out and "x" in feeds:  # the graph input is an output as well
