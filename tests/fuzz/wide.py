@@ -525,6 +525,22 @@ def _matmul_wide(b: Builder) -> bool:
     return True
 
 
+def _padded(b: Builder, mode: str, sp: tuple[int, ...], k: tuple[int, ...],
+            st: tuple[int, ...], dl: tuple[int, ...], attrs: dict) -> list[int]:
+    """A window's output extents over the spatial extents ``sp`` under ``auto_pad`` ``mode``
+    (``NOTSET`` draws explicit pads), its padding attributes added to ``attrs``."""
+    if mode == "NOTSET":
+        pads = [b.randint(0, kk - 1) for kk in k] + [b.randint(0, kk - 1) for kk in k]
+        attrs["pads"] = pads
+        return [g.window(d, kk, ss, dd, pads[i], pads[i + len(sp)], False)
+                for i, (d, kk, ss, dd) in enumerate(zip(sp, k, st, dl, strict=True))]
+    attrs["auto_pad"] = mode
+    if mode == "VALID":
+        return [g.window(d, kk, ss, dd, 0, 0, False)
+                for d, kk, ss, dd in zip(sp, k, st, dl, strict=True)]
+    return [-(-d // ss) for d, ss in zip(sp, st, strict=True)]
+
+
 def _conv_nd(b: Builder) -> bool:
     """Conv over 1 or 3 spatial axes, or ``auto_pad`` on 2."""
     x = b.pick(lambda s: len(s) in (3, 4, 5) and min(s[2:]) >= 1)
@@ -543,18 +559,7 @@ def _conv_nd(b: Builder) -> bool:
     dl = tuple(b.randint(1, 2) if d > 4 and not mode.startswith("SAME") else 1 for d in sp)
     attrs = {"kernel_shape": list(k), "strides": list(st), "dilations": list(dl),
              "group": groups}
-    if mode == "NOTSET":
-        pads = [b.randint(0, kk - 1) for kk in k] + [b.randint(0, kk - 1) for kk in k]
-        attrs["pads"] = pads
-        out = [g.window(d, kk, ss, dd, pads[i], pads[i + len(sp)], False)
-               for i, (d, kk, ss, dd) in enumerate(zip(sp, k, st, dl, strict=True))]
-    elif mode == "VALID":
-        attrs["auto_pad"] = mode
-        out = [g.window(d, kk, ss, dd, 0, 0, False)
-               for d, kk, ss, dd in zip(sp, k, st, dl, strict=True)]
-    else:
-        attrs["auto_pad"] = mode
-        out = [-(-d // ss) for d, ss in zip(sp, st, strict=True)]
+    out = _padded(b, mode, sp, k, st, dl, attrs)
     if min(out) < 1:
         return False
     ins = [x, b.weight((m, c // groups, *k))]
@@ -611,18 +616,7 @@ def _pool_wide(b: Builder) -> bool:
         else "NOTSET"
     if mode.startswith("SAME") and any(kk < ss for kk, ss in zip(k, st, strict=True)):
         mode = "NOTSET"
-    if mode == "NOTSET":
-        pads = [b.randint(0, kk - 1) for kk in k] + [b.randint(0, kk - 1) for kk in k]
-        attrs["pads"] = pads
-        out = [g.window(d, kk, ss, 1, pads[i], pads[i + len(sp)], False)
-               for i, (d, kk, ss) in enumerate(zip(sp, k, st, strict=True))]
-    elif mode == "VALID":
-        attrs["auto_pad"] = mode
-        out = [g.window(d, kk, ss, 1, 0, 0, False) for d, kk, ss in zip(sp, k, st,
-                                                                          strict=True)]
-    else:
-        attrs["auto_pad"] = mode
-        out = [-(-d // ss) for d, ss in zip(sp, st, strict=True)]
+    out = _padded(b, mode, sp, k, st, (1,) * len(sp), attrs)
     if min(out) < 1:
         return False
     shape = s[:2] + tuple(out)
