@@ -128,8 +128,10 @@ def test_the_wgmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
 
 #: (m, k, n, tiles): one warpgroup, two 64-row blocks, two steps of 32; four warpgroups,
 #: double-buffered cp.async steps of 16 (six of them), two blocks across; both with the
-#: core-matrix slices padded (16 and 8 halves: descriptor offsets off powers of two)
-CASES = [(128, 64, 128, replace(ONE_GROUP, pad=16)), (128, 96, 512, replace(FOUR_GROUPS, pad=8))]
+#: core-matrix slices padded (16 and 8 halves: descriptor offsets off powers of two); one
+#: 64-row block with each operand its own pad (A 16 halves, B 8: ``p16b8``)
+CASES = [(128, 64, 128, replace(ONE_GROUP, pad=16)), (128, 96, 512, replace(FOUR_GROUPS, pad=8)),
+         (64, 64, 128, replace(ONE_GROUP, pad=16, pad_b=8))]
 
 
 @pytest.mark.parametrize(("m", "k", "n", "tiles"), CASES,
@@ -138,7 +140,7 @@ def test_wgmma_gemms_emulated_match_the_reference(m: int, k: int, n: int, tiles:
                                                   tmp_path: Path) -> None:
     """A dense layer (MatMul, bias, ReLU folded into the epilogue) emulated: within the
     fp16 tolerance of the float32 reference; the descriptors' offsets are the padded
-    strides (A's leading offset 16 (BM + pad / 8) bytes, B's stride offset 16 (BK + pad /
+    strides (A's leading offset 16 (BM + pad / 8) bytes, B's stride offset 16 (BK + pad_b /
     8))."""
     model, feeds = gemm_model(m, k, n)
     want = run_graph(from_onnx(model), feeds)["y"]
@@ -148,8 +150,9 @@ def test_wgmma_gemms_emulated_match_the_reference(m: int, k: int, n: int, tiles:
     src = (d / "src/kernels.c").read_text()
     assert "kiln_wgmma_f16_64x128x" in src and "kiln_wgmma_fill_64x128" in src
     bm, bk = 16 * tiles.wy, 16 * tiles.kf
-    assert f"((uint64_t)({16 * bm + 2 * tiles.pad} >> 4) << 16)" in src  # A: along K
-    assert f"((uint64_t)({16 * bk + 2 * tiles.pad} >> 4) << 32)" in src  # B: along N
+    pad_a, pad_b = tiles.pads
+    assert f"((uint64_t)({16 * bm + 2 * pad_a} >> 4) << 16)" in src  # A: along K
+    assert f"((uint64_t)({16 * bk + 2 * pad_b} >> 4) << 32)" in src  # B: along N
     assert _rel(load_bundle(d)(feeds)["y"], want) < FP16_TOL
 
 
@@ -211,6 +214,44 @@ def _late_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     db = Schedule.double_buffer
     monkeypatch.setattr(Schedule, "double_buffer",
                         lambda self, s, stages=2, in_flight=0: db(self, s, stages=stages))
+
+
+def test_per_operand_pads_label_refusals_and_bank_conflicts() -> None:
+    """``pad_b``: B's own padding (``p16b8``), the label parsed back by the sweep's
+    ``parse_tiles``; each operand's pad refused with a reason unless whole 16-byte rows
+    under 128 bytes; the shared tiles and their bytes follow each pad; and by the fetch
+    stores' bank count (``store_ways``) every per-operand ``SWEEP`` row stores both
+    operands conflict-free, where one pad for both leaves one of them 2-way."""
+    import importlib.util
+
+    from toolchain.schedules.gpu.wgmma_swizzle import store_ways
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_cuda", Path(__file__).resolve().parents[3] / "benchmarks" / "cuda.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    both = replace(ONE_GROUP, pad=16, pad_b=8)
+    assert both.label() == "4x1w.1x8f.kf2.sb.p16b8.v8.wgmma" and both.pads == (16, 8)
+    assert bench.parse_tiles(both.label()) == both
+    assert bench.parse_tiles("4x1w.1x8f.kf2.sb.p16.v8.wgmma").pad_b is None
+    wg = wgmma_intrinsics(SM90)
+    for bad, why in ((replace(both, pad_b=4), "not 4 [(]B[)]"),
+                     (replace(both, pad_b=64), "not 64 [(]B[)]"),
+                     (replace(both, pad=12), "not 12 [(]A[)]")):
+        with pytest.raises(KilnError, match=why):
+            wgmma.check_tiles(bad, wg)
+    # A [4][64 + 2][8] (16 halves after each slice), B [16][32 + 1][8]: 4224 + 8448 bytes
+    assert wgmma_shared_bytes(both) == 2 * (4 * (64 * 8 + 16) + 16 * (32 * 8 + 8)) == 12672
+    sch = _gemm(64, 128, 64, both)
+    assert max(lowered_shared_bytes(sch, SM90).values()) == 12672
+    rows = [bench.parse_tiles(x) for x in bench.SWEEP if ".p16b8." in x]
+    assert rows and bench.SWEEP[:len(rows)] == tuple(t.label() for t in rows)
+    for t in rows:
+        bm, bn, bk, threads = 16 * t.wy, 16 * t.fn * t.wx, 16 * t.kf, 32 * t.wy * t.wx
+        ways = [(store_ways("K", rows=bm, cols=bk, threads=threads, layout="core", pad=a),
+                 store_ways("MN", rows=bk, cols=bn, threads=threads, layout="core", pad=b))
+                for a, b in (t.pads, (t.pad, t.pad), (t.pads[1], t.pads[1]))]
+        assert ways == [(1, 1), (1, 2), (2, 1)], t.label()
 
 
 def test_overlapped_products_tiles_label_and_refusals() -> None:

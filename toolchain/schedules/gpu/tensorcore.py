@@ -145,19 +145,35 @@ class WmmaTiles:
     #: fetches running ``stages - 1 - in_flight`` steps ahead; 0: each call waits for its
     #: own products
     in_flight: int = 0
+    #: ``wgmma``: B's padding where it differs from A's (``pad`` then A's only; label
+    #: ``p16b8``: A 16 halves, B 8); None: ``pad`` for both
+    pad_b: int | None = None
+
+    @property
+    def pads(self) -> tuple[int, int]:
+        """The A and B tiles' padding in halves: ``(pad, pad_b)``, ``pad_b`` defaulting
+        to ``pad``.
+
+        >>> WmmaTiles(4, 1, 1, 8, 2, pad=16, pad_b=8, wgmma=True).pads
+        (16, 8)
+        """
+        return self.pad, self.pad if self.pad_b is None else self.pad_b
 
     def label(self) -> str:
         """A short name: ``4x2w.2x2f.kf2.db.p8.v8`` (warps, fragments a warp, step,
-        double buffer or ``sb``, padding, fetch width; ``.frag`` at the end: one product
-        call per fragment; ``.async``: asynchronous fetches; ``.s3``: three stages of
-        operand tiles; ``.ov1``: one group of products left in flight; ``.mma``: ``mma.sync``;
-        ``.wgmma``: warpgroup MMA).
+        double buffer or ``sb``, padding (``p16b8``: A's 16, B's 8), fetch width;
+        ``.frag`` at the end: one product call per fragment; ``.async``: asynchronous
+        fetches; ``.s3``: three stages of operand tiles; ``.ov1``: one group of products
+        left in flight; ``.mma``: ``mma.sync``; ``.wgmma``: warpgroup MMA).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
+        >>> WmmaTiles(8, 2, 1, 8, 2, pad=16, pad_b=8, vector=8, wgmma=True).label()
+        '8x2w.1x8f.kf2.db.p16b8.v8.wgmma'
         """
+        pad_b = f"b{self.pad_b}" if self.pad_b is not None else ""
         return (f"{self.wy}x{self.wx}w.{self.fm}x{self.fn}f.kf{self.kf}."
-                f"{'db' if self.double_buffer else 'sb'}.p{self.pad}.v{self.vector}"
+                f"{'db' if self.double_buffer else 'sb'}.p{self.pad}{pad_b}.v{self.vector}"
                 f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}"
                 f"{f'.s{self.stages}' if self.stages != 2 else ''}"
                 f"{f'.ov{self.in_flight}' if self.in_flight else ''}{'.mma' if self.mma else ''}"

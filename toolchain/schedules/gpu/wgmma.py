@@ -20,7 +20,8 @@ shared tiles are not padded row-major tiles but the core-matrix layouts, made by
 - the accumulator (``BM x BN``) as ``[BM][BN / 8][8]`` (the behaviour's ``C[i, c, f]``);
 - with ``t.pad`` (``p8``, ``p16``) each 8-wide slice of A and B ends ``pad`` halves after
   its rows (``storage_align`` on the slice axis: the stores of a fetch phase, rows of
-  different slices, spread over the banks; the descriptors' offsets follow the strides).
+  different slices, spread over the banks; the descriptors' offsets follow the strides);
+  ``t.pad_b`` (``p16b8``: A 16 halves, B 8) gives B its own.
 
 The fetches write 8 halves of one row at once (one 16-byte store: the core matrix's row);
 every barrier of the kernel first orders the threads' shared stores for the async proxy
@@ -155,11 +156,12 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
 
 def wgmma_shared_bytes(t: WmmaTiles) -> int:
     """Shared memory of the ``.wgmma`` kernel with tiles ``t``: one or ``t.stages``
-    copies of each float16 operand tile (core matrices, ``t.pad`` halves after each
-    8-wide slice; no output tile)."""
+    copies of each float16 operand tile (core matrices, ``t.pads`` halves after each
+    8-wide slice of A and B; no output tile)."""
     by, bx, bk = 16 * t.wy, 16 * t.fn * t.wx, 16 * t.kf
     halves = t.stages if t.double_buffer else 1
-    return halves * ((by * CORE + t.pad) * bk // CORE + (bk * CORE + t.pad) * bx // CORE) * 2
+    pa, pb = t.pads
+    return halves * ((by * CORE + pa) * bk // CORE + (bk * CORE + pb) * bx // CORE) * 2
 
 
 def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
@@ -179,9 +181,11 @@ def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
     if t.wy % 4 or t.fm != 1:
         raise KilnError(f"wgmma: a warpgroup is 4 warps down of 16 rows each (wy a multiple "
                         f"of 4, fm 1), not {t.wy} x {t.fm}")
-    if t.pad % CORE or t.pad >= 64:
-        raise KilnError(f"wgmma: the padding between core-matrix slices is whole 16-byte "
-                        f"rows under 128 bytes (pad 0, 8, 16 ... 56 halves), not {t.pad}")
+    for operand, pad in zip("AB", t.pads, strict=True):
+        if pad % CORE or not 0 <= pad < 64:
+            raise KilnError(f"wgmma: the padding between core-matrix slices is whole "
+                            f"16-byte rows under 128 bytes (pad 0, 8, 16 ... 56 halves), not "
+                            f"{pad} ({operand})")
     if t.in_flight:
         if not t.double_buffer or t.stages < t.in_flight + 2:
             raise KilnError(f"wgmma: {t.in_flight} group(s) of products in flight need "
@@ -242,10 +246,10 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
         order = [1, 0, 2] if operand else [0, 1, 2]
         sch.transform_layout(blk, 0, factors=[[None]] * lead + [[None], [None, CORE]],
                              order=list(range(lead)) + [lead + k for k in order])
-    if t.pad:  # the slices' stride off a multiple of 128 bytes: a fetch's rows spread
-        for s in copies:  # over the banks (the descriptors' offsets follow the strides)
-            nd = sch.get(s).writes[0].buffer.ndim
-            sch.storage_align(s, 0, axis=nd - 3, factor=64, offset=t.pad)
+    for s, pad in zip(copies, t.pads, strict=True):
+        if pad:  # the slices' stride off a multiple of 128 bytes: a fetch's rows spread
+            nd = sch.get(s).writes[0].buffer.ndim  # over the banks (the descriptors'
+            sch.storage_align(s, 0, axis=nd - 3, factor=64, offset=pad)  # offsets follow)
     if t.double_buffer and axes.extents[axes.reduce[0]] > 16 * t.kf:
         for s in copies:  # (in flight: the fetches run stages - 1 - in_flight ahead)
             if t.in_flight:
