@@ -15,7 +15,8 @@
 #      16-byte fetches, dynamic shared memory, cp.async, 3-4 pipeline stages `.s3`/`.s4`,
 #      mma.sync + ldmatrix with register accumulators `.mma`, Hopper's warpgroup MMA on
 #      core-matrix tiles `.wgmma` (sm_90a: never run on a GPU before; the `.wgmma` rows
-#      first -- the overlapped ones `.ov1`, a step's products in flight through the next
+#      first -- each operand its own pad `p16b8` (A 16 halves, B 8: both operands' fetch
+#      stores conflict-free), then the overlapped ones `.ov1`, a step's products in flight through the next
 #      step's barrier and fetch (wgmma.wait_group 1), before those waiting for their own
 #      products -- then the `.mma` ones) and
 #      the default tiles, each one's kernel ratio to cuBLAS fp16: the fastest row is the
