@@ -219,7 +219,8 @@ def _late_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_per_operand_pads_label_refusals_and_bank_conflicts() -> None:
     """``pad_b``: B's own padding (``p16b8``), the label parsed back by the sweep's
     ``parse_tiles``; each operand's pad refused with a reason unless whole 16-byte rows
-    under 128 bytes; the shared tiles and their bytes follow each pad; and by the fetch
+    under 128 bytes, and outside the ``.wgmma`` kernel (wmma, mma.sync: no tensor-core
+    kernel); the shared tiles and their bytes follow each pad; and by the fetch
     stores' bank count (``store_ways``) every per-operand ``SWEEP`` row stores both
     operands conflict-free, where one pad for both leaves one of them 2-way."""
     import importlib.util
@@ -240,6 +241,15 @@ def test_per_operand_pads_label_refusals_and_bank_conflicts() -> None:
                      (replace(both, pad=12), "not 12 [(]A[)]")):
         with pytest.raises(KilnError, match=why):
             wgmma.check_tiles(bad, wg)
+    A = te.placeholder((128, 64), name="A", dtype="float16")
+    B = te.placeholder((64, 128), name="B", dtype="float16")
+    r = te.reduce_axis((0, 64), name="k")
+    C = te.compute((128, 128), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    func = te.create_prim_func([A, B, C])
+    wmma_tiles_b = WmmaTiles(2, 2, 2, 2, 2, pad=8, vector=8)  # wmma: one pad for both
+    assert try_tile_wmma(Schedule(func, SM90), "C", SM90, wmma_tiles_b) is not None
+    assert try_tile_wmma(Schedule(func, SM90), "C", SM90,
+                         replace(wmma_tiles_b, pad_b=16)) is None
     # A [4][64 + 2][8] (16 halves after each slice), B [16][32 + 1][8]: 4224 + 8448 bytes
     assert wgmma_shared_bytes(both) == 2 * (4 * (64 * 8 + 16) + 16 * (32 * 8 + 8)) == 12672
     sch = _gemm(64, 128, 64, both)

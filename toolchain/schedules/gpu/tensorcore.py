@@ -521,7 +521,8 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
     """:func:`tile_gemm_wmma` where the target has tensor cores, the block is a float16
     GEMM whose shapes the tiles divide and whose lowered kernel fits the target's shared
     memory; else None (the caller keeps its other kernel). ``tiles`` (the kernel's knobs)
-    instead of :func:`choose_wmma_tiles`: None too where they do not divide the shapes."""
+    instead of :func:`choose_wmma_tiles`: None too where they do not divide the shapes or
+    give B its own pad (``pad_b``) outside the ``.wgmma`` kernel."""
     from toolchain.schedules.gpu.gemm import gemm_axes, lowered_shared_bytes
 
     tc = tensor_core_intrinsics(target)
@@ -544,6 +545,8 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
                                                                          * tc.n)
                 or ext[axes.reduce[0]] % (tiles.kf * tc.k)):
             return None
+        if tiles.pad_b is not None and not tiles.wgmma:
+            return None  # per-operand pads are the wgmma kernel's alone
         t = tiles
     build, need = tile_gemm_wmma, wmma_shared_bytes
     if t.wgmma:  # warpgroup MMA (sm_90a), where the target declares it
