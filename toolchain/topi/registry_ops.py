@@ -6,6 +6,8 @@ tensors; see :mod:`toolchain.topi.registry` for the conventions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from toolchain import te
@@ -160,27 +162,27 @@ _REDUCE_KIND = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
                 "ReduceMin": "min"}
 
 
-def _reduce(ctx: Ctx) -> list[te.Tensor]:
+def _reduced(ctx: Ctx, reduce: Callable[..., te.Tensor], kind: str) -> list[te.Tensor]:
+    """``reduce`` of ``kind`` over the node's ``axes`` input (none: every axis, or the
+    input itself under ``noop_with_empty_axes``)."""
     x = ctx.tensor(0)
     axes = ctx.ints(1, "axes")
     if not axes:
         if ctx.attrs["noop_with_empty_axes"]:
             return [x]
         axes = None
-    return [red.reduce(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_KIND[ctx.node.op])]
+    return [reduce(x, axes, bool(ctx.attrs["keepdims"]), kind)]
+
+
+def _reduce(ctx: Ctx) -> list[te.Tensor]:
+    return _reduced(ctx, red.reduce, _REDUCE_KIND[ctx.node.op])
 
 
 _REDUCE_EXT = {op: kind for kind, op in red.EXT_KINDS.items()}
 
 
 def _reduce_ext(ctx: Ctx) -> list[te.Tensor]:
-    x = ctx.tensor(0)
-    axes = ctx.ints(1, "axes")
-    if not axes:
-        if ctx.attrs["noop_with_empty_axes"]:
-            return [x]
-        axes = None
-    return [red.reduce_ext(x, axes, bool(ctx.attrs["keepdims"]), _REDUCE_EXT[ctx.node.op])]
+    return _reduced(ctx, red.reduce_ext, _REDUCE_EXT[ctx.node.op])
 
 
 def _argmax(ctx: Ctx) -> list[te.Tensor]:
