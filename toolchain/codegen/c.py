@@ -25,6 +25,7 @@ class CRenderer(CStyleRenderer):
     """The host C dialect (GCC/Clang)."""
 
     dialect: ClassVar[str] = "c"
+    zero_scalar_locals: ClassVar[bool] = True
 
 
 def render_standalone_main(func: ir.PrimFunc, kernel_source: str, entry: str) -> str:

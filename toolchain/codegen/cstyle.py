@@ -253,6 +253,11 @@ class CStyleRenderer:
     #: it in registers, and every accumulation loads and stores it (a 28-vector tile of
     #: ResNet-18's stem ran 2.5x slower in a bundle, whose limit is 1 KiB)
     max_register_tile_bytes: ClassVar[int] = 2048
+    #: a one-element local (a reduction's accumulator) is declared ``= {0}``: its init is a
+    #: store under ``if (k == 0 && ...)`` inside the reduction loop, which GCC at -O1, -O2
+    #: and -Os reports as ``-Wmaybe-uninitialized`` (a firmware's -Wall -Werror build
+    #: failed); at -O3, the bundles' kernel level, the object code is the same
+    zero_scalar_locals: ClassVar[bool] = False
     #: float32 exp / erf / tanh / sigmoid / pow / min / max call the vectorizable helpers of
     #: :mod:`.fastmath` instead of libm (relative error < 1e-6)
     fast_math: ClassVar[bool] = True
@@ -529,8 +534,10 @@ class CStyleRenderer:
         if nbytes is not None and (nbytes <= self.max_stack_bytes or buf.scope == "shared"
                                    or (buf.scope == "local"
                                        and nbytes <= self.max_register_tile_bytes)):
+            init = (" = {0}" if self.zero_scalar_locals and n == 1 and buf.scope != "shared"
+                    else "")
             self.emit(f"{self.alloc_prefix(buf)}{et} {name}[{n}] "
-                      f"__attribute__((aligned({max(buf.align, 16)})));")
+                      f"__attribute__((aligned({max(buf.align, 16)}))){init};")
             self.stmt(s.body)
             return
         self.render_heap_alloc(buf, name, et, size, s.body)
