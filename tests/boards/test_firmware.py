@@ -4,6 +4,7 @@ code, the Cortex-M7 machine, the CMake add_subdirectory route and the CLI."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -192,6 +193,7 @@ def test_bundle_in_a_parent_cmake_firmware(tmp_path):
     from toolchain.boards.qemu import parse_output, qemu_command
 
     require("cmake")
+    require("readelf")
     path, inputs = _tiny(tmp_path)
     out, _ = compile_board(path, "qemu-mps2-an386", tmp_path / "bundle", name="tiny")
     expected = run_on_qemu(out, inputs).outputs  # also writes inputs.c with these inputs
@@ -213,6 +215,14 @@ target_link_options(app.elf PRIVATE --crt0=semihost -T {out}/firmware/qemu.ld)
                 ["cmake", "--build", str(build), "-j2"]):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the weight blob's object (CMake's ASM, not C) is built for the board's CPU too
+    arch = {}
+    for obj in ("weights_blob.S", "kernels.c"):
+        (found,) = build.glob(f"tiny/**/{obj}.obj")
+        attrs = subprocess.run(["readelf", "-A", str(found)], capture_output=True, text=True,
+                               check=True).stdout
+        arch[obj] = re.findall(r"Tag_CPU_arch: (\S+)", attrs)
+    assert arch["weights_blob.S"] == arch["kernels.c"] == ["v7E-M"], arch
     proc = subprocess.run(qemu_command(load_board("qemu-mps2-an386"), build / "app.elf"),
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
