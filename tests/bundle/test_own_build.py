@@ -25,6 +25,8 @@ FIRMWARE_WARNINGS = ("-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wsign-c
 LEVELS = (("-std=c99", "-O2"), ("-std=c11", "-Os"))
 CORTEX_M4 = ("--specs=picolibc.specs", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
              "-mfpu=fpv4-sp-d16")
+#: one worker compiles each of the module's two bundles once
+pytestmark = pytest.mark.xdist_group("own-build")
 #: what the library part of a bundle must not call on a board
 FORBIDDEN = {"malloc", "free", "calloc", "realloc", "printf", "puts", "putchar", "fopen",
              "abort", "exit"}
@@ -42,6 +44,11 @@ def _kws_int8(tmp_path_factory: pytest.TempPathFactory, target: str) -> Path:
 @pytest.fixture(scope="module")
 def kws_host(tmp_path_factory):
     return _kws_int8(tmp_path_factory, "c-generic")
+
+
+@pytest.fixture(scope="module")
+def kws_m4(tmp_path_factory):
+    return _kws_int8(tmp_path_factory, "cortex-m4")
 
 
 def _compile_all(cc: list[str], bundle: Path, out: Path, flags: tuple[str, ...],
@@ -73,14 +80,13 @@ def test_host_bundle_builds_under_firmware_warnings(std, opt, kws_host, tmp_path
 
 @needs("arm-none-eabi-gcc", "picolibc")
 @pytest.mark.parametrize("std,opt", LEVELS)
-def test_cortex_m4_bundle_builds_under_firmware_warnings(std, opt, tmp_path_factory,
-                                                         tmp_path):
+def test_cortex_m4_bundle_builds_under_firmware_warnings(std, opt, kws_m4, tmp_path):
     """The DSP helpers (arm_acle.h's __sxtb16, __smlad, __ssat) included: their operands
     once warned under -Wsign-conversion. The library part calls nothing of the C
     library's allocation or stdio (nm), and every function's stack frame is of fixed
     size (-fstack-usage: no VLA, no alloca) and under 2 KiB (docs/bundle.md: scratch
     above 1 KiB goes to the arena)."""
-    bundle = _kws_int8(tmp_path_factory, "cortex-m4")
+    bundle = kws_m4
     assert "__smlad" in (bundle / "src" / "kernels.c").read_text()
     objs = _compile_all(["arm-none-eabi-gcc", *CORTEX_M4], bundle, tmp_path,
                         (std, opt, "-fstack-usage", *FIRMWARE_WARNINGS), with_main=False)
