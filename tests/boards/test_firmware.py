@@ -86,6 +86,35 @@ def test_link_overflow_is_refused_with_the_linker_numbers(tmp_path):
         compile_board(path, tmp_path / "small.yaml", tmp_path / "c")
 
 
+@needs_cross
+def test_int8_firmware_builds_under_a_firmware_teams_warnings(tmp_path):
+    """The whole firmware of a board with section defines (nucleo-l4r5zi: main.c,
+    inputs.c, startup.c and the bundle, both links) at -Os under the strict set of
+    docs/bundle.md, "Into your own build", for an int8 conv (the DSP helpers) and global
+    average pool (its one-element accumulator): both warned before session 24."""
+    from tests.bundle.test_own_build import FIRMWARE_WARNINGS
+    from toolchain.boards import compile_board
+    from toolchain.zoo.quantized import kiln_qdq
+
+    rng = np.random.default_rng(0)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["c"], ["r"]),
+                    helper.make_node("GlobalAveragePool", ["r"], ["y"])],
+                   {"x": (np.float32, [1, 8, 8, 8])}, {"y": (np.float32, [1, 8, 1, 1])},
+                   {"w": rng.standard_normal((8, 8, 3, 3)).astype(np.float32),
+                    "b": rng.standard_normal(8).astype(np.float32)}, name="tinyq")
+    onnx.save(kiln_qdq(m), tmp_path / "tinyq.onnx")
+    out, _ = compile_board(tmp_path / "tinyq.onnx", "nucleo-l4r5zi", tmp_path / "b",
+                           build=False)
+    kernels = (out / "src" / "kernels.c").read_text()
+    assert "__smlad" in kernels and "qpool_sum" in kernels
+    res = subprocess.run(["make", "-s", "-C", str(out / "firmware"), "all", "OPT=-Os",
+                          "KERNEL_OPT=-Os", f"EXTRA_CFLAGS={' '.join(FIRMWARE_WARNINGS)}"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (out / "firmware" / "build" / "board" / "firmware.elf").is_file()
+
+
 @needs_qemu
 def test_firmware_exit_status_reaches_the_caller(tmp_path, capsys):
     from toolchain.boards import compile_board, run_on_qemu
