@@ -174,3 +174,37 @@ def test_two_bundles_in_one_cplusplus_program(kws_host, tmp_path):
     # floats within rounding: this build is -O2, load_bundle's -O3 -ffp-contract=fast
     np.testing.assert_allclose([float.fromhex(v) for v in lines[12:24]], p, rtol=1e-6)
     np.testing.assert_allclose([float.fromhex(v) for v in lines[24:]], y, rtol=1e-6)
+
+
+@needs("gcc")
+def test_header_usage_of_a_model_without_arena_compiles_pedantic(tmp_path):
+    """A model whose ``<MODEL>_ARENA_BYTES`` is 0 (one fused element-wise kernel): the
+    header's usage comment, followed as written, is ISO C (it showed
+    ``static uint8_t arena[NOARENA_ARENA_BYTES]``, a zero-length array that -Wpedantic
+    refuses) and runs."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["a"], ["s"]), helper.make_node("Mul", ["s", "a"], ["y"])],
+        "noarena", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    bundle = compile_model(model, "c-generic", tmp_path / "b", name="noarena")
+    header = (bundle / "include" / "noarena.h").read_text()
+    assert "#define NOARENA_ARENA_BYTES 0u" in header
+    usage = [line[5:].split(";")[0] + ";" for line in header.split("*/")[0].splitlines()
+             if line.startswith(" *   ")]  # the statements, without their notes
+    usage = [u.replace("{ ... }", "{ a }" if "inputs" in u else "{ y }") for u in usage]
+    main = tmp_path / "use.c"
+    main.write_text("#include \"noarena.h\"\nint main(void) {\n"
+                    "  static const float a[4] = { 0.f, 1.f, -1.f, 2.f };\n"
+                    "  static float y[4];\n  " + "\n  ".join(usage) +
+                    "\n  return rc != KILN_OK || y[1] < 0.7f || y[1] > 0.75f;\n}\n")
+    objs = _compile_all(["gcc"], bundle, tmp_path, ("-std=c99", "-O2", *FIRMWARE_WARNINGS),
+                        with_main=False)
+    exe = tmp_path / "use"
+    res = subprocess.run(["gcc", "-std=c99", *FIRMWARE_WARNINGS, f"-I{bundle / 'include'}",
+                          f"-I{bundle / 'runtime'}", str(main), *map(str, objs), "-lm",
+                          "-o", str(exe)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, main.read_text() + res.stderr
+    assert subprocess.run([str(exe)], check=False).returncode == 0
