@@ -200,3 +200,31 @@ def test_an_already_quantized_model_is_refused(kws: tuple[Path, Path], tmp_path:
                         str(tmp_path / "twice.onnx")])
     assert "is already quantized" in msg and "kiln compile" in msg, msg
     assert "onnx.checker" not in msg and not (tmp_path / "twice.onnx").exists()
+
+
+@pytest.mark.parametrize("failure", ["checker", "shape inference"])
+def test_a_quantized_model_that_fails_onnx_checks_is_a_kiln_bug(
+        kws: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], failure: str) -> None:
+    # the float model passed the frontend's checks: a bad model written by Kiln is Kiln's
+    # bug (exit 1, bug report), not the user's (it exited 2 as if the input were wrong)
+    from toolchain.quantize import ptq
+
+    def broken(graph):
+        model = to_onnx(graph)
+        if failure == "checker":  # a node reading a value nothing defines
+            model.graph.node.append(onnx.helper.make_node("Relu", ["nowhere"], ["r"]))
+        else:  # an output declared with a shape its producer cannot give
+            dims = model.graph.output[0].type.tensor_type.shape.dim
+            dims[-1].dim_value += 1
+        return model
+
+    to_onnx = ptq.to_onnx
+    monkeypatch.setattr(ptq, "to_onnx", broken)
+    model, cal = kws
+    out = tmp_path / "q.onnx"
+    assert cli.main(["quantize", str(model), "--calibration", str(cal), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    what = "onnx.checker" if failure == "checker" else "ONNX shape inference"
+    assert f"the quantized model Kiln wrote fails {what}" in err
+    assert "This is a Kiln bug" in err and not out.exists()
