@@ -10,7 +10,7 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.vta.builder import ProgramBuilder
-from toolchain.vta.isa import MEM_INP
+from toolchain.vta.isa import MEM_INP, MEM_UOP
 from toolchain.vta.workloads import gemm_workload
 
 
@@ -226,3 +226,32 @@ def test_a_corrupt_program_file_exits_2_naming_the_problem(workload, tmp_path, w
     err = capsys.readouterr().err
     assert f"{bad}: {message}" in err or (message in err and str(bad) in err)
     assert "Traceback" not in err and not out.exists()
+
+
+def test_run_rtl_refuses_what_kiln_sim_rtl_refuses_before_building(monkeypatch):
+    # run_rtl from Python used to skip the functional simulator's checks: a GEMM past a
+    # buffer ran on the RTL (undefined) and a 2^24-step loop simulated for minutes
+    from toolchain.errors import SimulationError
+    from toolchain.vta import rtl
+    from toolchain.vta.isa import Finish, Gemm, Load, Uop
+    from toolchain.vta.program import Program
+
+    def never(*args, **kwargs):
+        raise AssertionError("the RTL must not be built or run")
+
+    monkeypatch.setattr(rtl, "build", never)
+    b = ProgramBuilder()
+    b.load_uops(b.uops("k", [Uop(acc=2000)]), 0)
+    b.gemm(0, 1, iter_in=50, dst=(0, 1), reset=True)
+    b.finish()
+    with pytest.raises(SimulationError, match=r"^program: refused before the RTL run \(the "
+                                              r"functional simulator, run first, reports: "
+                                              r"instruction 1 \(GEMM\): ACC row 2048 is outside "
+                                              r"the buffer \(depth 2048\)"):
+        rtl.run_rtl(b.build())
+    insns = [Load(memory_type=MEM_UOP, x_size=1, x_stride=1),
+             Gemm(uop_end=1, iter_out=4097, iter_in=4097, reset=True), Finish()]
+    with pytest.raises(SimulationError, match=r"refused before the RTL run .* 16,785,409 "
+                                              r"micro-op steps .* more than the functional "
+                                              r"simulator runs in one instruction"):
+        rtl.run_batch([(Program(insns, np.zeros(4, np.uint8)), None)])

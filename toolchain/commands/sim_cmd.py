@@ -82,6 +82,7 @@ def _print_counters(title: str, counters: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from toolchain.vta import Program, check_program, disassemble, load_config, run_fsim
+    from toolchain.vta.fsim import refuse_unsafe
 
     config = load_config(args.target)
     program = Program.load(args.program, config)
@@ -111,13 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.rtl:
         run_rtl = _load_rtl_runner()
-        # the RTL does not check buffer rows a micro-op loop computes (hw/ISA.md 2.3: then
-        # undefined); the functional simulator does, and runs far faster than the RTL
-        try:
-            run_fsim(program, dram)
-        except SimulationError as exc:
-            raise SimulationError(f"{args.program}: refused before the RTL run (the functional "
-                                  f"simulator, run first, reports: {exc})") from None
+        refuse_unsafe(program, dram, where=args.program)  # named by its file (run_rtl: again)
         latency = config.latency_cycles if args.latency is None else args.latency
         bandwidth = config.bytes_per_cycle if args.bandwidth is None else args.bandwidth
         out, counters = run_rtl(program, dram, config, latency=latency, bandwidth=bandwidth)

@@ -265,6 +265,35 @@ class _Fault(Exception):
     """An instruction broke a rule of the ISA (wrapped into SimulationError with its index)."""
 
 
+def refuse_unsafe(program: Program, dram: np.ndarray | None = None, *,
+                  config: VTAConfig | None = None, where: str = "program") -> None:
+    """Refuse, before an RTL run, a program the RTL would run into undefined behaviour: it is
+    run first on this simulator (plain mode), whose checks the RTL lacks — a micro-op loop's
+    rows past a buffer, a DMA past the DRAM image, more than ``MAX_STEPS_PER_INSN`` steps in
+    one instruction. Its error becomes ``"<where>: refused before the RTL run (...)"``. Both
+    ``kiln sim --rtl`` and :func:`toolchain.vta.rtl.run_rtl` call it.
+
+    Example::
+
+        >>> from toolchain.vta.builder import ProgramBuilder
+        >>> from toolchain.vta.isa import Uop
+        >>> b = ProgramBuilder()
+        >>> _ = b.load_uops(b.uops("k", [Uop(acc=2047)]), 0)
+        >>> _ = b.gemm(0, 1, iter_in=2, dst=(0, 1), reset=True); _ = b.finish()
+        >>> refuse_unsafe(b.build())
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.SimulationError: program: refused before the RTL run (the \
+functional simulator, run first, reports: instruction 1 (GEMM): ACC row 2048 is outside the \
+buffer (depth 2048) at outer 0, inner 1, micro-op 0)
+    """
+    try:
+        run_fsim(program, dram, config=config)
+    except SimulationError as exc:
+        raise SimulationError(f"{where}: refused before the RTL run (the functional "
+                              f"simulator, run first, reports: {exc})") from None
+
+
 def run_fsim(program: Program, dram: np.ndarray | None = None, *, tokens: bool = False,
              seed: int | None = None, config: VTAConfig | None = None) -> FsimResult:
     """Run ``program`` on the functional simulator; returns DRAM after FINISH and counters.
