@@ -255,3 +255,20 @@ def test_run_rtl_refuses_what_kiln_sim_rtl_refuses_before_building(monkeypatch):
                                               r"micro-op steps .* more than the functional "
                                               r"simulator runs in one instruction"):
         rtl.run_batch([(Program(insns, np.zeros(4, np.uint8)), None)])
+
+
+def test_a_seed_without_token_mode_is_refused_not_ignored(workload, capsys):
+    # plain mode runs in program order: the seed did nothing and said nothing
+    from toolchain.errors import OptionError
+    from toolchain.vta.cfsim import run_cfsim
+    from toolchain.vta.fsim import run_fsim
+
+    wl, path = workload
+    assert main(["sim", str(path), "--fsim", "--seed", "3"]) == 2
+    assert "--seed 3 picks the engines' turns of --tokens; add --tokens" in \
+        capsys.readouterr().err
+    for run in (run_fsim, run_cfsim):
+        with pytest.raises(OptionError, match=r"seed=3 picks the engines' turns in token "
+                                              r"mode; pass tokens=True"):
+            run(wl.vthread, seed=3)
+    assert run_cfsim(wl.vthread, tokens=True, seed=3).counters["insn_FINISH"] == 1

@@ -90,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError("--latency/--bandwidth apply to --rtl only")
     if (args.tokens or args.seed is not None) and args.rtl:
         raise OptionError("--tokens/--seed apply to --fsim only")
+    if args.seed is not None and not args.tokens:  # it was ignored
+        raise OptionError(f"--seed {args.seed} picks the engines' turns of --tokens; add "
+                          "--tokens (without it the program runs in order)")
     if args.out_dram and Path(args.out_dram).is_dir():  # refused before the run
         raise OptionError(f"--out-dram {args.out_dram}: is a directory; name the file to "
                           "write the DRAM image to")

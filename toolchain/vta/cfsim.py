@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.errors import SimulationError
+from toolchain.errors import OptionError, SimulationError
 from toolchain.runtime.build import BASE_FLAGS, compile_shared
 from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
 from toolchain.vta.fsim import FsimResult
@@ -210,6 +210,9 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
         >>> run_cfsim_bytes(encode(Finish()), np.zeros(16, np.uint8), VTAConfig()).order
         [0]
     """
+    if seed is not None and not tokens:
+        raise OptionError(f"run_cfsim: seed={seed} picks the engines' turns in token mode; "
+                          "pass tokens=True with it (plain mode runs in program order)")
     image = np.asarray(dram, dtype=np.uint8).ravel()
     insn_addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
     window = _aligned(insn_addr + len(insn_bytes))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolchain.errors import SimulationError
+from toolchain.errors import OptionError, SimulationError
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import (
     ALU_ADD,
@@ -309,6 +309,9 @@ def run_fsim(program: Program, dram: np.ndarray | None = None, *, tokens: bool =
         >>> res.order
         [0]
     """
+    if seed is not None and not tokens:
+        raise OptionError(f"run_fsim: seed={seed} picks the engines' turns in token mode; "
+                          "pass tokens=True with it (plain mode runs in program order)")
     cfg = config or program.config
     insns = program.insns
     m = Machine(cfg, program.dram if dram is None else dram)
