@@ -228,3 +228,18 @@ def test_a_quantized_model_that_fails_onnx_checks_is_a_kiln_bug(
     what = "onnx.checker" if failure == "checker" else "ONNX shape inference"
     assert f"the quantized model Kiln wrote fails {what}" in err
     assert "This is a Kiln bug" in err and not out.exists()
+
+
+def test_quantize_model_checks_its_arguments_as_the_command_does(kws: tuple[Path, Path]
+                                                                 ) -> None:
+    # from Python these were taken as given: "int16" got uint8's range with an int16 zero
+    # point, a percentile under 50 an inverted range
+    from toolchain.errors import OptionError
+    from toolchain.quantize.ptq import quantize_model
+
+    model, cal = kws
+    arrays = dict(np.load(cal))
+    with pytest.raises(OptionError, match="activation_dtype 'int16' is not 'int8' or 'uint8'"):
+        quantize_model(str(model), arrays, activation_dtype="int16")
+    with pytest.raises(OptionError, match=r"percentile 30 is not in \(50, 100\]"):
+        quantize_model(str(model), arrays, percentile=30)

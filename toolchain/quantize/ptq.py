@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from toolchain.errors import InternalError, ModelError
+from toolchain.errors import InternalError, ModelError, OptionError
 from toolchain.graph.passes.pipeline import run_pipeline
 from toolchain.quantize.calibrate import collect_ranges, split_samples
 from toolchain.quantize.export import to_onnx
@@ -52,6 +52,14 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     from toolchain.frontend.onnx import from_onnx
     from toolchain.quantize.integer_io import integer_io as to_integer_io
 
+    # checked here, not only by the CLI: an int16 zero point with uint8's range, or a
+    # percentile under 50 (an inverted range), would give a silently wrong model
+    if activation_dtype not in ("int8", "uint8"):
+        raise OptionError(f"quantize_model: activation_dtype {activation_dtype!r} is not "
+                          "'int8' or 'uint8'")
+    if percentile is not None and not 50.0 < percentile <= 100.0:
+        raise OptionError(f"quantize_model: percentile {percentile} is not in (50, 100]; "
+                          "give e.g. 99.99")
     graph = from_onnx(model, input_shapes=input_shapes)
     quantized = [n for n in graph.nodes if n.op in QUANTIZED_OPS]
     if quantized:  # its scales would collide with the new ones

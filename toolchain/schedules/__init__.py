@@ -162,6 +162,9 @@ def compile_op(op: str | Node, target: str | Target | None = None, *,
 
     t = resolve_target(target)
     if isinstance(op, Node):
+        if inputs is not None or attrs is not None:
+            raise InputError(f"compile_op({op.describe()}): a Node carries its own inputs "
+                             "and attributes; pass inputs= and attrs= only with an op type")
         node = op
     else:
         if inputs is None:

@@ -146,6 +146,11 @@ def test_compile_op_errors() -> None:
         op.bound_args(np.ones(6, np.float32))
     with pytest.raises(InputError, match=r"takes 1 run-time inputs \(x0\), got 2"):
         op.bound_args(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+    with pytest.raises(InputError, match=r"compile_op\(node 'matmul' \(MatMul\)\): a Node "
+                                         r"carries its own inputs and attributes"):
+        compile_op(op.node, "c-generic", inputs=[(2, 3)])  # inputs= was ignored
+    with pytest.raises(InputError, match="a Node carries its own"):
+        compile_op(op.node, "c-generic", attrs={"axis": 1})
     with pytest.raises(InputError, match=r"out= takes 1 arrays, got 2"):
         op(np.ones((2, 3), np.float32), out=[np.empty((2, 4), np.float32)] * 2)
     with pytest.raises(InputError, match="attrs must map attribute names to values"):
