@@ -159,9 +159,12 @@ def test_calibration_arrays_by_mapping_and_extra_arrays_ignored(tmp_path: Path, 
     assert "no array for model input 'image' (arrays: images, labels)" in err
     assert "--map image=ARRAY" in err
     for bad, msg in [("image", "give INPUT=ARRAY"), ("img=images", "has no input 'img'"),
-                     ("image=pixels", "has no array 'pixels'")]:
+                     ("image=pixels", "has no array 'pixels'"),
+                     ("image=labels --map image=images", "--map 'image=images': input "
+                      "'image' is mapped twice")]:
         assert cli.main(["quantize", str(digits / "digits.onnx"), "--calibration",
-                         str(digits / "test_set.npz"), "--map", bad, "-o",
+                         str(digits / "test_set.npz"),
+                         *[a for m in bad.split(" --map ") for a in ("--map", m)], "-o",
                          str(tmp_path / "y.onnx")]) == 2
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()

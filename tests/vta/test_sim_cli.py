@@ -272,3 +272,17 @@ def test_a_seed_without_token_mode_is_refused_not_ignored(workload, capsys):
                                               r"mode; pass tokens=True"):
             run(wl.vthread, seed=3)
     assert run_cfsim(wl.vthread, tokens=True, seed=3).counters["insn_FINISH"] == 1
+
+
+def test_run_rtl_refuses_a_timeout_under_one_cycle(monkeypatch):
+    # a timeout under one cycle was taken: the RTL was built and started only to time out
+    from toolchain.errors import SimulationError
+    from toolchain.vta import rtl
+
+    b = ProgramBuilder()
+    b.finish()
+    monkeypatch.setattr(rtl, "build", lambda *a, **k: pytest.fail("built"))
+    for bad in (0, -1):
+        with pytest.raises(SimulationError, match=f"timeout_cycles must be at least 1 cycle, "
+                                                  f"got {bad}"):
+            rtl.run_rtl(b.build(), timeout_cycles=bad)

@@ -271,6 +271,8 @@ class RtlJob:
 
 def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | None,
          bandwidth: float | None, timeout_cycles: int) -> RtlJob:
+    if timeout_cycles < 1:
+        raise SimulationError(f"timeout_cycles must be at least 1 cycle, got {timeout_cycles}")
     if not program.insns or program.insns[-1].OPCODE != OP_FINISH:
         raise SimulationError("program does not end with FINISH; the accelerator would never "
                               "report done")
