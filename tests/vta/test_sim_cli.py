@@ -286,3 +286,19 @@ def test_run_rtl_refuses_a_timeout_under_one_cycle(monkeypatch):
         with pytest.raises(SimulationError, match=f"timeout_cycles must be at least 1 cycle, "
                                                   f"got {bad}"):
             rtl.run_rtl(b.build(), timeout_cycles=bad)
+
+
+@pytest.mark.parametrize("flags", [["--check", "--out-dram", "o.bin"], ["--disasm", "--tokens"],
+                                   ["--check", "--tokens", "--out-dram", "o.bin"]])
+def test_run_options_without_a_run_are_refused(workload, tmp_path, flags, capsys):
+    # --check --out-dram exited 0 and wrote nothing; --tokens was ignored
+    _, path = workload
+    flags = [str(tmp_path / f) if f == "o.bin" else f for f in flags]
+    assert main(["sim", str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    named = " and ".join(f for f in ("--out-dram", "--tokens") if f in flags)
+    assert f"{named} apply to a run, and --disasm and --check run nothing: add --fsim" in err
+    assert not (tmp_path / "o.bin").exists()
+    assert main(["sim", str(path), "--check", "--fsim", "--tokens", "--out-dram",
+                 str(tmp_path / "o.bin")]) == 0
+    assert (tmp_path / "o.bin").exists()

@@ -93,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     if args.seed is not None and not args.tokens:  # it was ignored
         raise OptionError(f"--seed {args.seed} picks the engines' turns of --tokens; add "
                           "--tokens (without it the program runs in order)")
+    ignored = [opt for opt, given in (("--out-dram", args.out_dram), ("--tokens", args.tokens))
+               if given]
+    if ignored and not (args.fsim or args.rtl or not (args.disasm or args.check)):
+        raise OptionError(f"{' and '.join(ignored)} apply to a run, and --disasm and --check "
+                          "run nothing: add --fsim")  # they were ignored
     if args.out_dram and Path(args.out_dram).is_dir():  # refused before the run
         raise OptionError(f"--out-dram {args.out_dram}: is a directory; name the file to "
                           "write the DRAM image to")
