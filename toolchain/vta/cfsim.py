@@ -42,7 +42,7 @@ from toolchain.vta.isa import (
     AnyInstruction,
     decode_program,
 )
-from toolchain.vta.program import Program
+from toolchain.vta.program import Program, dram_image
 from toolchain.vta.tokens import describe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,7 +213,7 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
     if seed is not None and not tokens:
         raise OptionError(f"run_cfsim: seed={seed} picks the engines' turns in token mode; "
                           "pass tokens=True with it (plain mode runs in program order)")
-    image = np.asarray(dram, dtype=np.uint8).ravel()
+    image = dram_image(dram)
     insn_addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
     window = _aligned(insn_addr + len(insn_bytes))
     window[:len(image)] = image

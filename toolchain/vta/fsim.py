@@ -51,7 +51,7 @@ from toolchain.vta.isa import (
     Store,
     uop_fields,
 )
-from toolchain.vta.program import Program
+from toolchain.vta.program import Program, dram_image
 from toolchain.vta.tokens import Deadlock, describe, schedule
 
 _CHUNK = 4096  # GEMM steps per vectorised batch (bounds temporary memory)
@@ -107,7 +107,7 @@ class Machine:
     def __init__(self, config: VTAConfig, dram: np.ndarray) -> None:
         c = config
         self.cfg = c
-        self.dram = np.array(dram, dtype=np.uint8).ravel()
+        self.dram = dram_image(dram).copy()
         self.uop = np.zeros((c.uop_depth,), np.uint32)
         self.inp = np.zeros((c.inp_depth, c.batch, c.block_in), np.int8)
         self.wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), np.int8)

@@ -43,6 +43,7 @@ from toolchain.vta.checker import dram_problems
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.fsim import refuse_unsafe
 from toolchain.vta.isa import OP_FINISH, OPCODE_NAMES
+from toolchain.vta.program import dram_image
 
 REPO = Path(__file__).resolve().parents[2]
 RTL_DIR = REPO / "hw" / "rtl"
@@ -276,7 +277,7 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
     if not program.insns or program.insns[-1].OPCODE != OP_FINISH:
         raise SimulationError("program does not end with FINISH; the accelerator would never "
                               "report done")
-    data = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    data = dram_image(program.dram if dram is None else dram)
     problems = dram_problems(program.insns, cfg, len(data))
     if problems:  # the RTL would read or overwrite whatever lies past the image
         raise SimulationError("program refused before the RTL run: "
