@@ -113,7 +113,9 @@ static const char *const messages[KILN_VTA_ERR_COUNT] = {
     "an ALU op the target does not offer",
     "deadlock: no engine can move (a token is never pushed, or a queue is full for good)",
     "the device did not report done in time",
-    "the device failed"};
+    "the device failed",
+    "a GEMM/ALU instruction with more micro-op steps than the simulator runs in one "
+    "instruction; split the loop"};
 
 const char *kiln_vta_strerror(int code) {
   return code >= 0 && code < KILN_VTA_ERR_COUNT ? messages[code] : "unknown error code";

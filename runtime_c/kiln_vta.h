@@ -33,7 +33,8 @@ extern "C" {
 #define KILN_VTA_ERR_DEADLOCK 8     /* no engine can move: token or command queue deadlock */
 #define KILN_VTA_ERR_TIMEOUT 9      /* the device did not report done in time (hardware) */
 #define KILN_VTA_ERR_DEVICE 10      /* a device-specific failure (bus error, model crashed) */
-#define KILN_VTA_ERR_COUNT 11
+#define KILN_VTA_ERR_STEPS 11       /* a GEMM/ALU loop longer than a simulator runs (a corrupt one) */
+#define KILN_VTA_ERR_COUNT 12
 
 /* ISA constants (hw/ISA.md section 2). */
 #define KILN_VTA_INSN_BYTES 16u

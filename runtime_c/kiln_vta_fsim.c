@@ -225,6 +225,10 @@ static int loop_checks(kiln_vta_fsim *s, const kiln_vta_insn *d, int alu) {
   if (d->uop_bgn > d->uop_end || d->uop_end > c->uop_depth) {
     return fault(s, KILN_VTA_ERR_SRAM_RANGE, KILN_VTA_MEM_UOP, d->uop_end, c->uop_depth);
   }
+  steps = (uint64_t)d->iter_out * d->iter_in * (d->uop_end - d->uop_bgn);
+  if (steps > KILN_VTA_FSIM_MAX_STEPS) {
+    return fault(s, KILN_VTA_ERR_STEPS, 0, steps, KILN_VTA_FSIM_MAX_STEPS);
+  }
   for (u = d->uop_bgn; u < d->uop_end; ++u) {
     uint32_t w = s->uop[u];
     ma = UOP_ACC(w) > ma ? UOP_ACC(w) : ma;
@@ -235,7 +239,6 @@ static int loop_checks(kiln_vta_fsim *s, const kiln_vta_insn *d, int alu) {
   if (alu && any_wgt) {
     return fault(s, KILN_VTA_ERR_ALU_UOP, KILN_VTA_MEM_UOP, mw, 0);
   }
-  steps = (uint64_t)d->iter_out * d->iter_in * (d->uop_end - d->uop_bgn);
   if (steps == 0) {
     return KILN_VTA_OK;
   }

@@ -36,6 +36,10 @@ extern "C" {
                           KILN_VTA_INP_DEPTH, KILN_VTA_WGT_DEPTH, KILN_VTA_ACC_DEPTH,         \
                           KILN_VTA_UOP_DEPTH, KILN_VTA_CMD_QUEUE_DEPTH)
 
+/* Micro-op steps one GEMM/ALU may execute (KILN_VTA_ERR_STEPS above), as in fsim.py: the
+ * loop fields allow 16383 x 16383 x 8192 steps, hours of simulation for a corrupt word. */
+#define KILN_VTA_FSIM_MAX_STEPS (1u << 24)
+
 typedef struct kiln_vta_fsim {
   kiln_vta_config cfg;
   /* Options (set after kiln_vta_fsim_init; all 0 by default). */

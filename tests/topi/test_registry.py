@@ -7,7 +7,7 @@ import pytest
 
 from tests.topi.util import make_node, rand
 from toolchain import te
-from toolchain.errors import ModelError, UnsupportedError
+from toolchain.errors import InputError, ModelError, UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import all_ops
 from toolchain.graph.passes.pipeline import LOWERS
@@ -87,6 +87,20 @@ def test_packed_weights_are_described_by_packs_and_feeds() -> None:
     assert fed[0] is x or np.array_equal(fed[0], x)
     np.testing.assert_array_equal(fed[1], winograd_weight_transform(w, 2))
     assert node_compute(node).packs == {}
+
+
+def test_feeds_refuses_a_name_that_is_no_kernel_input_and_a_wrong_shape() -> None:
+    # a misspelt key used to be dropped: the weight's own data ran in place of the array
+    w = rand(4, 3, 3, 3, seed=1)
+    nc = node_compute(make_node("Conv", [rand(1, 3, 6, 6), w], {}, const=(1,)))
+    x = rand(1, 3, 6, 6)
+    with pytest.raises(InputError, match=r"feeds: no kernel input named 'in_0' \(kernel "
+                                         r"inputs: in0, in1\)"):
+        nc.feeds({"in0": x, "in_0": x})
+    with pytest.raises(InputError, match=r"kernel input 'in1' has shape \(4, 27\), expected "
+                                         r"\(4, 3, 3, 3\)"):
+        nc.feeds({"in0": x, "in1": w.reshape(4, 27)})
+    np.testing.assert_array_equal(nc.feeds({"in0": x, "in1": 2 * w})[1], 2 * w)
 
 
 def test_the_compute_table_is_the_modules_tables_and_refuses_an_op_in_two(monkeypatch):

@@ -108,8 +108,9 @@ def run_node(node: Node, arrays: Sequence[np.ndarray | None], **options: Any
     from toolchain.topi.registry import node_compute
 
     nc = node_compute(node, **options)
+    kernel_inputs = {v.name for v in nc.input_values}  # not those read at compile time
     feeds = nc.feeds({v.name: a for v, a in zip(node.inputs, arrays, strict=True)
-                      if v is not None})
+                      if v is not None and v.name in kernel_inputs})
     outs = run_te(nc.inputs, nc.outputs, feeds)
     return [o.reshape(v.shape) for o, v in zip(outs, node.outputs, strict=True)]
 

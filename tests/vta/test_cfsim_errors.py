@@ -149,6 +149,36 @@ def test_buffer_rows_outside_the_buffers():
     _code(_prog([Gemm(uop_bgn=5, uop_end=4), Finish()]), "KILN_VTA_ERR_SRAM_RANGE")
 
 
+@pytest.mark.parametrize("alu", [False, True])
+def test_a_loop_over_the_step_limit_is_refused_like_the_python_simulator(alu):
+    # the C simulator had no limit: a corrupt loop word (16383 x 16383 x 8192 steps fit the
+    # fields) ran for hours where fsim.py refuses more than MAX_STEPS_PER_INSN in one
+    from toolchain.vta.fsim import MAX_STEPS_PER_INSN
+
+    def prog(n: int) -> Program:
+        b = ProgramBuilder()
+        b.load_uops(b.uops("k", [Uop(acc=0)]), 0)
+        if alu:
+            b.alu(ALU_ADD, 0, 1, iter_out=n, iter_in=n, imm=1)
+        else:
+            b.gemm(0, 1, iter_out=n, iter_in=n, reset=True)
+        b.finish()
+        return b.build()
+
+    assert MAX_STEPS_PER_INSN == 4096 * 4096
+    err = _code(prog(4097), "KILN_VTA_ERR_STEPS")
+    with pytest.raises(SimulationError) as py:
+        run_fsim(prog(4097))
+    assert err.insn == 1 and str(err) == f"KILN_VTA_ERR_STEPS: {py.value}"
+    assert ("16,785,409 micro-op steps (iter_out 4097 x iter_in 4097 x 1 micro-ops) are more "
+            "than the functional simulator runs in one instruction (16,777,216); split the "
+            "loop") in str(err)
+    # the limit itself runs (on the C simulator only: fsim.py would take 400 MB for it)
+    counters = run_cfsim(prog(4096)).counters
+    assert counters.get("alu_steps", 0) == (MAX_STEPS_PER_INSN if alu else 0)
+    assert counters["insn_ALU" if alu else "insn_GEMM"] == 1
+
+
 def test_alu_micro_op_with_weight_index():
     b = ProgramBuilder()
     k = b.uops("k", [Uop(acc=0, inp=1, wgt=3)])

@@ -227,7 +227,7 @@ def test_random_convolutions_with_few_channels_are_bit_exact(seed: int) -> None:
     ref = expected_conv(x, wt, stride, pad, 9)
     for tokens in (False, True):
         got = conv.read_output(run_fsim(conv.program, conv.image(x), tokens=tokens,
-                                        seed=seed + 1).dram)
+                                        seed=seed + 1 if tokens else None).dram)
         np.testing.assert_array_equal(got, ref, err_msg=f"{conv.shape} {conv.tiles}")
 
 
@@ -243,7 +243,7 @@ def test_a_convolution_as_an_im2col_gemm_is_bit_exact(ic, h, oc, k, stride, pad)
     oh, ow = gemm.conv.out_hw
     for tokens in (False, True):
         got = gemm.read_output(run_fsim(gemm.program, gemm.image(im2col(x, gemm.conv)),
-                                        tokens=tokens, seed=2).dram)
+                                        tokens=tokens, seed=2 if tokens else None).dram)
         np.testing.assert_array_equal(got.T.reshape(oc, oh, ow),
                                       expected_conv(x, wt, stride, pad, 10))
 

@@ -250,3 +250,26 @@ def test_token_mode_reports_deadlock_with_instruction_and_queue():
     assert "deadlock in token mode" in msg
     assert "load engine blocked at instruction 0 (LOAD INP) waiting to pop c2l" in msg
     assert "compute engine blocked at instruction 1 (GEMM) waiting to pop l2c" in msg
+
+
+def test_a_dram_image_of_another_dtype_is_refused_by_every_simulator(monkeypatch):
+    # it was cast to uint8: 300.5 ran as 44, -1 (int32) as 255, without a word
+    from toolchain.errors import InputError
+    from toolchain.vta import rtl
+    from toolchain.vta.cfsim import run_cfsim
+    from toolchain.vta.program import Program
+
+    b = ProgramBuilder()
+    b.finish()
+    prog = b.build()
+    monkeypatch.setattr(rtl, "build", lambda *a, **k: pytest.fail("the RTL was built"))
+    for bad in (np.full(32, 300.5), np.full(32, -1, np.int32)):
+        for run in (run_fsim, run_cfsim, rtl.run_rtl):
+            with pytest.raises(InputError, match=f"DRAM image: dtype {bad.dtype}, expected "
+                                                 "uint8 bytes"):
+                run(prog, bad)
+        with pytest.raises(InputError, match=f"Program.dram: dtype {bad.dtype}"):
+            Program(prog.insns, bad)
+    signed = np.array([-1, 2], np.int8)  # bytes as int8: taken bit for bit
+    assert run_fsim(prog, signed).dram.tolist() == [255, 2]
+    assert run_cfsim(prog, signed).dram.tolist() == [255, 2]

@@ -10,7 +10,7 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.vta.builder import ProgramBuilder
-from toolchain.vta.isa import MEM_INP
+from toolchain.vta.isa import MEM_INP, MEM_UOP
 from toolchain.vta.workloads import gemm_workload
 
 
@@ -226,3 +226,79 @@ def test_a_corrupt_program_file_exits_2_naming_the_problem(workload, tmp_path, w
     err = capsys.readouterr().err
     assert f"{bad}: {message}" in err or (message in err and str(bad) in err)
     assert "Traceback" not in err and not out.exists()
+
+
+def test_run_rtl_refuses_what_kiln_sim_rtl_refuses_before_building(monkeypatch):
+    # run_rtl from Python used to skip the functional simulator's checks: a GEMM past a
+    # buffer ran on the RTL (undefined) and a 2^24-step loop simulated for minutes
+    from toolchain.errors import SimulationError
+    from toolchain.vta import rtl
+    from toolchain.vta.isa import Finish, Gemm, Load, Uop
+    from toolchain.vta.program import Program
+
+    def never(*args, **kwargs):
+        raise AssertionError("the RTL must not be built or run")
+
+    monkeypatch.setattr(rtl, "build", never)
+    b = ProgramBuilder()
+    b.load_uops(b.uops("k", [Uop(acc=2000)]), 0)
+    b.gemm(0, 1, iter_in=50, dst=(0, 1), reset=True)
+    b.finish()
+    with pytest.raises(SimulationError, match=r"^program: refused before the RTL run \(the "
+                                              r"functional simulator, run first, reports: "
+                                              r"instruction 1 \(GEMM\): ACC row 2048 is outside "
+                                              r"the buffer \(depth 2048\)"):
+        rtl.run_rtl(b.build())
+    insns = [Load(memory_type=MEM_UOP, x_size=1, x_stride=1),
+             Gemm(uop_end=1, iter_out=4097, iter_in=4097, reset=True), Finish()]
+    with pytest.raises(SimulationError, match=r"refused before the RTL run .* 16,785,409 "
+                                              r"micro-op steps .* more than the functional "
+                                              r"simulator runs in one instruction"):
+        rtl.run_batch([(Program(insns, np.zeros(4, np.uint8)), None)])
+
+
+def test_a_seed_without_token_mode_is_refused_not_ignored(workload, capsys):
+    # plain mode runs in program order: the seed did nothing and said nothing
+    from toolchain.errors import OptionError
+    from toolchain.vta.cfsim import run_cfsim
+    from toolchain.vta.fsim import run_fsim
+
+    wl, path = workload
+    assert main(["sim", str(path), "--fsim", "--seed", "3"]) == 2
+    assert "--seed 3 picks the engines' turns of --tokens; add --tokens" in \
+        capsys.readouterr().err
+    for run in (run_fsim, run_cfsim):
+        with pytest.raises(OptionError, match=r"seed=3 picks the engines' turns in token "
+                                              r"mode; pass tokens=True"):
+            run(wl.vthread, seed=3)
+    assert run_cfsim(wl.vthread, tokens=True, seed=3).counters["insn_FINISH"] == 1
+
+
+def test_run_rtl_refuses_a_timeout_under_one_cycle(monkeypatch):
+    # a timeout under one cycle was taken: the RTL was built and started only to time out
+    from toolchain.errors import SimulationError
+    from toolchain.vta import rtl
+
+    b = ProgramBuilder()
+    b.finish()
+    monkeypatch.setattr(rtl, "build", lambda *a, **k: pytest.fail("built"))
+    for bad in (0, -1):
+        with pytest.raises(SimulationError, match=f"timeout_cycles must be at least 1 cycle, "
+                                                  f"got {bad}"):
+            rtl.run_rtl(b.build(), timeout_cycles=bad)
+
+
+@pytest.mark.parametrize("flags", [["--check", "--out-dram", "o.bin"], ["--disasm", "--tokens"],
+                                   ["--check", "--tokens", "--out-dram", "o.bin"]])
+def test_run_options_without_a_run_are_refused(workload, tmp_path, flags, capsys):
+    # --check --out-dram exited 0 and wrote nothing; --tokens was ignored
+    _, path = workload
+    flags = [str(tmp_path / f) if f == "o.bin" else f for f in flags]
+    assert main(["sim", str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    named = " and ".join(f for f in ("--out-dram", "--tokens") if f in flags)
+    assert f"{named} apply to a run, and --disasm and --check run nothing: add --fsim" in err
+    assert not (tmp_path / "o.bin").exists()
+    assert main(["sim", str(path), "--check", "--fsim", "--tokens", "--out-dram",
+                 str(tmp_path / "o.bin")]) == 0
+    assert (tmp_path / "o.bin").exists()

@@ -139,6 +139,9 @@ def calibration_arrays(model: str, arrays: dict, mapping: list[str]) -> dict:
         if key not in arrays:
             raise OptionError(f"--map {item!r}: the calibration file has no array {key!r} "
                               f"(arrays: {', '.join(sorted(arrays))})")
+        if name in out:  # the later one used to win silently
+            raise OptionError(f"--map {item!r}: input {name!r} is mapped twice; give one "
+                              "--map per input")
         out[name] = arrays[key]
     for name in inputs:
         if name not in out:

@@ -82,6 +82,7 @@ def _print_counters(title: str, counters: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from toolchain.vta import Program, check_program, disassemble, load_config, run_fsim
+    from toolchain.vta.fsim import refuse_unsafe
 
     config = load_config(args.target)
     program = Program.load(args.program, config)
@@ -89,6 +90,14 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError("--latency/--bandwidth apply to --rtl only")
     if (args.tokens or args.seed is not None) and args.rtl:
         raise OptionError("--tokens/--seed apply to --fsim only")
+    if args.seed is not None and not args.tokens:  # it was ignored
+        raise OptionError(f"--seed {args.seed} picks the engines' turns of --tokens; add "
+                          "--tokens (without it the program runs in order)")
+    ignored = [opt for opt, given in (("--out-dram", args.out_dram), ("--tokens", args.tokens))
+               if given]
+    if ignored and not (args.fsim or args.rtl or not (args.disasm or args.check)):
+        raise OptionError(f"{' and '.join(ignored)} apply to a run, and --disasm and --check "
+                          "run nothing: add --fsim")  # they were ignored
     if args.out_dram and Path(args.out_dram).is_dir():  # refused before the run
         raise OptionError(f"--out-dram {args.out_dram}: is a directory; name the file to "
                           "write the DRAM image to")
@@ -111,13 +120,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.rtl:
         run_rtl = _load_rtl_runner()
-        # the RTL does not check buffer rows a micro-op loop computes (hw/ISA.md 2.3: then
-        # undefined); the functional simulator does, and runs far faster than the RTL
-        try:
-            run_fsim(program, dram)
-        except SimulationError as exc:
-            raise SimulationError(f"{args.program}: refused before the RTL run (the functional "
-                                  f"simulator, run first, reports: {exc})") from None
+        refuse_unsafe(program, dram, where=args.program)  # named by its file (run_rtl: again)
         latency = config.latency_cycles if args.latency is None else args.latency
         bandwidth = config.bytes_per_cycle if args.bandwidth is None else args.bandwidth
         out, counters = run_rtl(program, dram, config, latency=latency, bandwidth=bandwidth)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from toolchain.errors import ModelError
+from toolchain.errors import InternalError, ModelError, OptionError
 from toolchain.graph.passes.pipeline import run_pipeline
 from toolchain.quantize.calibrate import collect_ranges, split_samples
 from toolchain.quantize.export import to_onnx
@@ -52,6 +52,14 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
     from toolchain.frontend.onnx import from_onnx
     from toolchain.quantize.integer_io import integer_io as to_integer_io
 
+    # checked here, not only by the CLI: an int16 zero point with uint8's range, or a
+    # percentile under 50 (an inverted range), would give a silently wrong model
+    if activation_dtype not in ("int8", "uint8"):
+        raise OptionError(f"quantize_model: activation_dtype {activation_dtype!r} is not "
+                          "'int8' or 'uint8'")
+    if percentile is not None and not 50.0 < percentile <= 100.0:
+        raise OptionError(f"quantize_model: percentile {percentile} is not in (50, 100]; "
+                          "give e.g. 99.99")
     graph = from_onnx(model, input_shapes=input_shapes)
     quantized = [n for n in graph.nodes if n.op in QUANTIZED_OPS]
     if quantized:  # its scales would collide with the new ones
@@ -73,18 +81,21 @@ def quantize_model(model: str | os.PathLike[str] | bytes | onnx.ModelProto,
         props = {f"kiln.io.{name}": f"{scale!r} {zp} {dtype}"
                  for name, (scale, zp, dtype) in sorted(result.io.items())}
         onnx.helper.set_model_props(out, props)
+    # the float model passed the frontend's checks, so a model Kiln writes that fails them
+    # is a Kiln bug: InternalError (the CLI exits 1 with a bug report), never a user error
     try:
         onnx.checker.check_model(out, full_check=True)
-    except onnx.checker.ValidationError as exc:  # a Kiln bug, but say where
-        raise ModelError(f"the quantized model fails onnx.checker: {exc}") from None
+    except onnx.checker.ValidationError as exc:
+        raise InternalError(f"the quantized model Kiln wrote fails onnx.checker: {exc}") \
+            from None
     except onnx.shape_inference.InferenceError as exc:
         # The model records Kiln's shapes; with ceil_mode pooling ONNX's shape inference
         # keeps a window the specification drops (a known ONNX bug: docs/frontend.md), so
         # its strict check disagrees. Anything else is a Kiln bug, said with where.
         if not any(n.op_type in ("MaxPool", "AveragePool", "LpPool") and any(
                 a.name == "ceil_mode" and a.i for a in n.attribute) for n in out.graph.node):
-            raise ModelError(f"the quantized model fails ONNX shape inference: {exc}") \
-                from None
+            raise InternalError(f"the quantized model Kiln wrote fails ONNX shape inference: "
+                                f"{exc}") from None
         onnx.checker.check_model(out)
     return out, result
 

@@ -63,6 +63,27 @@ class CompiledOp:
 
     def __call__(self, *arrays: np.ndarray, out: Sequence[np.ndarray] | None = None
                  ) -> list[np.ndarray]:
+        args = self._inputs(arrays)
+        outs = list(out) if out is not None else [
+            np.empty(v.shape or (1,), dtype=np.dtype(v.dtype))
+            for v in self.op_schedule.output_values]
+        if len(outs) != len(self.op_schedule.output_values):
+            raise InputError(f"{self.node.describe()}: out= takes "
+                             f"{len(self.op_schedule.output_values)} arrays, got {len(outs)}")
+        self.module(*args, *outs)
+        return [o.reshape(v.shape) for o, v in zip(outs, self.op_schedule.output_values,
+                                                   strict=True)]
+
+    def bound_args(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """All kernel arguments (constants filled in, fresh outputs) for timing loops."""
+        outs = [np.empty(v.shape or (1,), dtype=np.dtype(v.dtype))
+                for v in self.op_schedule.output_values]
+        return self._inputs(arrays) + outs
+
+    def _inputs(self, arrays: tuple[np.ndarray, ...]) -> list[np.ndarray]:
+        """The kernel's input arguments: the run-time ``arrays`` (checked: one per run-time
+        input, each of its value's shape; a rank-0 value also takes shape ``(1,)``) and the
+        constants, in kernel order."""
         want = self.runtime_inputs
         if len(arrays) != len(want):
             raise InputError(f"{self.node.describe()}: takes {len(want)} run-time inputs "
@@ -70,26 +91,15 @@ class CompiledOp:
         given = iter(arrays)
         args = []
         for v in self.op_schedule.input_values:
-            a = v.data if v.data is not None else np.ascontiguousarray(next(given))
-            if v.data is None and a.size != int(np.prod(v.shape or (1,))):
+            if v.data is not None:
+                args.append(v.data)
+                continue
+            a = np.ascontiguousarray(next(given))
+            if a.shape != tuple(v.shape) and not (v.shape == () and a.shape == (1,)):
                 raise InputError(f"{self.node.describe()}: input {v.name!r} has shape "
                                  f"{a.shape}, expected {tuple(v.shape)}")
             args.append(a.reshape(v.shape or (1,)))
-        outs = list(out) if out is not None else [
-            np.empty(v.shape or (1,), dtype=np.dtype(v.dtype))
-            for v in self.op_schedule.output_values]
-        self.module(*args, *outs)
-        return [o.reshape(v.shape) for o, v in zip(outs, self.op_schedule.output_values,
-                                                   strict=True)]
-
-    def bound_args(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        """All kernel arguments (constants filled in, fresh outputs) for timing loops."""
-        given = iter(arrays)
-        args = [v.data if v.data is not None else np.ascontiguousarray(next(given))
-                for v in self.op_schedule.input_values]
-        outs = [np.empty(v.shape or (1,), dtype=np.dtype(v.dtype))
-                for v in self.op_schedule.output_values]
-        return args + outs
+        return args
 
 
 def _as_value(spec: Any, i: int) -> Value:
@@ -152,6 +162,9 @@ def compile_op(op: str | Node, target: str | Target | None = None, *,
 
     t = resolve_target(target)
     if isinstance(op, Node):
+        if inputs is not None or attrs is not None:
+            raise InputError(f"compile_op({op.describe()}): a Node carries its own inputs "
+                             "and attributes; pass inputs= and attrs= only with an op type")
         node = op
     else:
         if inputs is None:

@@ -31,7 +31,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.codegen.names import TE_NAMES, sanitize
-from toolchain.errors import UnsupportedError
+from toolchain.errors import InputError, UnsupportedError
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops.nn_common import attrs_of
 from toolchain.graph.ops.registry import const_input
@@ -63,16 +63,28 @@ class NodeCompute:
     input_values: list[Value]
     packs: dict[int, PackFn] = field(default_factory=dict)
 
-    def feeds(self, arrays: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    def feeds(self, arrays: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """The kernel's input arrays: each value's data (or ``arrays[value.name]``), packed
-        where ``packs`` says so."""
+        where ``packs`` says so. A key of ``arrays`` that names no kernel input, or an
+        array whose shape is not its value's, raises :class:`~toolchain.errors.InputError`
+        (a misspelt name would otherwise leave the value's own data in its place)."""
+        arrays = {} if arrays is None else arrays
+        known = [v.name for v in self.input_values]
+        unknown = sorted(set(arrays) - set(known))
+        if unknown:
+            raise InputError(f"feeds: no kernel input named {', '.join(map(repr, unknown))} "
+                             f"(kernel inputs: {', '.join(known) or 'none'})")
         out = []
         for k, v in enumerate(self.input_values):
-            data = v.data if arrays is None or v.name not in arrays else arrays[v.name]
+            data = arrays.get(v.name, v.data)
             if data is None:
                 raise UnsupportedError(f"no data for kernel input {v.name!r}; pass it in "
                                        "arrays")
             data = np.asarray(data)
+            if v.name in arrays and data.shape != tuple(v.shape) and not (
+                    v.shape == () and data.shape == (1,)):
+                raise InputError(f"feeds: kernel input {v.name!r} has shape {data.shape}, "
+                                 f"expected {tuple(v.shape)}")
             out.append(self.packs[k](data) if k in self.packs else data)
         return out
 

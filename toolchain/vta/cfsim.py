@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.errors import SimulationError
+from toolchain.errors import OptionError, SimulationError
 from toolchain.runtime.build import BASE_FLAGS, compile_shared
 from toolchain.vta.config import ALU_OP_NAMES, VTAConfig
 from toolchain.vta.fsim import FsimResult
@@ -42,7 +42,7 @@ from toolchain.vta.isa import (
     AnyInstruction,
     decode_program,
 )
-from toolchain.vta.program import Program
+from toolchain.vta.program import Program, dram_image
 from toolchain.vta.tokens import describe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ ERROR_CODES = {
     0: "KILN_VTA_OK", 1: "KILN_VTA_ERR_ARGUMENT", 2: "KILN_VTA_ERR_DECODE",
     3: "KILN_VTA_ERR_FINISH", 4: "KILN_VTA_ERR_SRAM_RANGE", 5: "KILN_VTA_ERR_DRAM_RANGE",
     6: "KILN_VTA_ERR_ALU_UOP", 7: "KILN_VTA_ERR_UNSUPPORTED", 8: "KILN_VTA_ERR_DEADLOCK",
-    9: "KILN_VTA_ERR_TIMEOUT", 10: "KILN_VTA_ERR_DEVICE",
+    9: "KILN_VTA_ERR_TIMEOUT", 10: "KILN_VTA_ERR_DEVICE", 11: "KILN_VTA_ERR_STEPS",
 }
 _BAD = {1: "invalid opcode", 2: "reserved bits set", 3: "invalid memory type",
         4: "invalid ALU op", 5: "a token flag its engine does not have",
@@ -210,7 +210,10 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
         >>> run_cfsim_bytes(encode(Finish()), np.zeros(16, np.uint8), VTAConfig()).order
         [0]
     """
-    image = np.asarray(dram, dtype=np.uint8).ravel()
+    if seed is not None and not tokens:
+        raise OptionError(f"run_cfsim: seed={seed} picks the engines' turns in token mode; "
+                          "pass tokens=True with it (plain mode runs in program order)")
+    image = dram_image(dram)
     insn_addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
     window = _aligned(insn_addr + len(insn_bytes))
     window[:len(image)] = image
@@ -273,6 +276,11 @@ def error_message(rc: int, err: _Error, insns: list[AnyInstruction], data_bytes:
                 f"{', '.join(cfg.alu_ops)})")
     if rc == 8:
         return f"{code}deadlock in token mode: " + "; ".join(_blocked(err, insns, cfg))
+    if rc == 11 and err.insn < len(insns):
+        d = insns[err.insn]
+        return (f"{code}{where}{err.value:,} micro-op steps (iter_out {d.iter_out} x iter_in "
+                f"{d.iter_in} x {d.uop_end - d.uop_bgn} micro-ops) are more than the "
+                f"functional simulator runs in one instruction ({err.limit:,}); split the loop")
     return f"{code}{where}{lib.kiln_vta_strerror(rc).decode()}"
 
 

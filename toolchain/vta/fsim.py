@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolchain.errors import SimulationError
+from toolchain.errors import OptionError, SimulationError
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import (
     ALU_ADD,
@@ -51,7 +51,7 @@ from toolchain.vta.isa import (
     Store,
     uop_fields,
 )
-from toolchain.vta.program import Program
+from toolchain.vta.program import Program, dram_image
 from toolchain.vta.tokens import Deadlock, describe, schedule
 
 _CHUNK = 4096  # GEMM steps per vectorised batch (bounds temporary memory)
@@ -107,7 +107,7 @@ class Machine:
     def __init__(self, config: VTAConfig, dram: np.ndarray) -> None:
         c = config
         self.cfg = c
-        self.dram = np.array(dram, dtype=np.uint8).ravel()
+        self.dram = dram_image(dram).copy()
         self.uop = np.zeros((c.uop_depth,), np.uint32)
         self.inp = np.zeros((c.inp_depth, c.batch, c.block_in), np.int8)
         self.wgt = np.zeros((c.wgt_depth, c.block_out, c.block_in), np.int8)
@@ -265,6 +265,35 @@ class _Fault(Exception):
     """An instruction broke a rule of the ISA (wrapped into SimulationError with its index)."""
 
 
+def refuse_unsafe(program: Program, dram: np.ndarray | None = None, *,
+                  config: VTAConfig | None = None, where: str = "program") -> None:
+    """Refuse, before an RTL run, a program the RTL would run into undefined behaviour: it is
+    run first on this simulator (plain mode), whose checks the RTL lacks — a micro-op loop's
+    rows past a buffer, a DMA past the DRAM image, more than ``MAX_STEPS_PER_INSN`` steps in
+    one instruction. Its error becomes ``"<where>: refused before the RTL run (...)"``. Both
+    ``kiln sim --rtl`` and :func:`toolchain.vta.rtl.run_rtl` call it.
+
+    Example::
+
+        >>> from toolchain.vta.builder import ProgramBuilder
+        >>> from toolchain.vta.isa import Uop
+        >>> b = ProgramBuilder()
+        >>> _ = b.load_uops(b.uops("k", [Uop(acc=2047)]), 0)
+        >>> _ = b.gemm(0, 1, iter_in=2, dst=(0, 1), reset=True); _ = b.finish()
+        >>> refuse_unsafe(b.build())
+        Traceback (most recent call last):
+        ...
+        toolchain.errors.SimulationError: program: refused before the RTL run (the \
+functional simulator, run first, reports: instruction 1 (GEMM): ACC row 2048 is outside the \
+buffer (depth 2048) at outer 0, inner 1, micro-op 0)
+    """
+    try:
+        run_fsim(program, dram, config=config)
+    except SimulationError as exc:
+        raise SimulationError(f"{where}: refused before the RTL run (the functional "
+                              f"simulator, run first, reports: {exc})") from None
+
+
 def run_fsim(program: Program, dram: np.ndarray | None = None, *, tokens: bool = False,
              seed: int | None = None, config: VTAConfig | None = None) -> FsimResult:
     """Run ``program`` on the functional simulator; returns DRAM after FINISH and counters.
@@ -280,6 +309,9 @@ def run_fsim(program: Program, dram: np.ndarray | None = None, *, tokens: bool =
         >>> res.order
         [0]
     """
+    if seed is not None and not tokens:
+        raise OptionError(f"run_fsim: seed={seed} picks the engines' turns in token mode; "
+                          "pass tokens=True with it (plain mode runs in program order)")
     cfg = config or program.config
     insns = program.insns
     m = Machine(cfg, program.dram if dram is None else dram)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolchain.errors import SimulationError
+from toolchain.errors import InputError, SimulationError
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import INSN_BYTES, AnyInstruction, decode_program, encode_program
 
@@ -84,6 +84,21 @@ class Region:
         return raw.view(np.dtype(self.dtype).newbyteorder("<")).reshape(self.shape).copy()
 
 
+def dram_image(dram: np.ndarray, what: str = "DRAM image") -> np.ndarray:
+    """``dram`` as the flat uint8 array an accelerator run reads (int8 is reinterpreted
+    bit for bit). Another dtype raises :class:`~toolchain.errors.InputError`: a cast to
+    uint8 would wrap or truncate its values silently.
+
+    >>> dram_image(np.array([[1, -1]], np.int8)).tolist()
+    [1, 255]
+    """
+    a = np.asarray(dram)
+    if a.dtype not in (np.uint8, np.int8):
+        raise InputError(f"{what}: dtype {a.dtype}, expected uint8 bytes (or int8); pass "
+                         "the raw image, e.g. np.frombuffer(data, np.uint8)")
+    return a.view(np.uint8).ravel()
+
+
 @dataclass
 class Program:
     """Instructions + initial DRAM image + named regions, for one :class:`VTAConfig`."""
@@ -94,7 +109,7 @@ class Program:
     config: VTAConfig = field(default_factory=VTAConfig)
 
     def __post_init__(self) -> None:
-        self.dram = np.ascontiguousarray(np.asarray(self.dram, dtype=np.uint8).ravel())
+        self.dram = np.ascontiguousarray(dram_image(self.dram, "Program.dram"))
 
     def __str__(self) -> str:
         """A header line (target, instructions, DRAM bytes, regions) and the listing of

@@ -41,7 +41,9 @@ import numpy as np
 from toolchain.errors import BuildError, SimulationError, TargetError
 from toolchain.vta.checker import dram_problems
 from toolchain.vta.config import VTAConfig
+from toolchain.vta.fsim import refuse_unsafe
 from toolchain.vta.isa import OP_FINISH, OPCODE_NAMES
+from toolchain.vta.program import dram_image
 
 REPO = Path(__file__).resolve().parents[2]
 RTL_DIR = REPO / "hw" / "rtl"
@@ -270,10 +272,12 @@ class RtlJob:
 
 def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | None,
          bandwidth: float | None, timeout_cycles: int) -> RtlJob:
+    if timeout_cycles < 1:
+        raise SimulationError(f"timeout_cycles must be at least 1 cycle, got {timeout_cycles}")
     if not program.insns or program.insns[-1].OPCODE != OP_FINISH:
         raise SimulationError("program does not end with FINISH; the accelerator would never "
                               "report done")
-    data = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    data = dram_image(program.dram if dram is None else dram)
     problems = dram_problems(program.insns, cfg, len(data))
     if problems:  # the RTL would read or overwrite whatever lies past the image
         raise SimulationError("program refused before the RTL run: "
@@ -291,6 +295,9 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
                               f"timeout_cycles={timeout_cycles:,} (instruction {busiest}, "
                               f"{OPCODE_NAMES[program.insns[busiest].OPCODE]}, has "
                               f"{program.insns[busiest].steps:,})")
+    # the RTL does not check buffer rows a micro-op loop computes (hw/ISA.md 2.3: then
+    # undefined); the functional simulator does, and runs far faster than the RTL
+    refuse_unsafe(program, data, config=cfg)
     insns = program.insn_bytes
     addr = (len(data) + 15) // 16 * 16
     image = np.zeros(addr + len(insns), dtype=np.uint8)

@@ -36,7 +36,7 @@ from toolchain.errors import BuildError
 from toolchain.vta.cfsim import RUNTIME, CFsimError, error_message, error_struct
 from toolchain.vta.config import VTAConfig
 from toolchain.vta.isa import INSN_BYTES
-from toolchain.vta.program import Program
+from toolchain.vta.program import Program, dram_image
 from toolchain.vta.rtl import (
     COUNTERS,
     PIC_FLAGS,
@@ -207,7 +207,7 @@ def run_rtl_device(program: Program, dram: np.ndarray | None = None,
     """Run ``program`` on the RTL through the C driver; arguments and result as
     :func:`toolchain.vta.rtl.run_rtl`."""
     cfg = config or program.config
-    image = np.asarray(program.dram if dram is None else dram, dtype=np.uint8).ravel()
+    image = dram_image(program.dram if dram is None else dram)
     insns = program.insn_bytes
     addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
     window = np.zeros(addr + len(insns) + 64, np.uint8)

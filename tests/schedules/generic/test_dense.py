@@ -137,6 +137,22 @@ def test_compile_op_errors() -> None:
         compile_op("MatMul", "c-generic", inputs=["big", (3, 4)])
     with pytest.raises(InputError, match=r"input 'x0' has shape \(3, 3\), expected \(2, 3\)"):
         op(np.ones((3, 3), np.float32))  # (it was numpy's 'cannot reshape array')
+    # the right element count in the wrong shape ran as if reshaped (a transposed input
+    # gave a silent wrong product)
+    with pytest.raises(InputError, match=r"node 'matmul' \(MatMul\): input 'x0' has shape "
+                                         r"\(3, 2\), expected \(2, 3\)"):
+        op(np.ones((3, 2), np.float32))
+    with pytest.raises(InputError, match=r"input 'x0' has shape \(6,\), expected \(2, 3\)"):
+        op.bound_args(np.ones(6, np.float32))
+    with pytest.raises(InputError, match=r"takes 1 run-time inputs \(x0\), got 2"):
+        op.bound_args(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+    with pytest.raises(InputError, match=r"compile_op\(node 'matmul' \(MatMul\)\): a Node "
+                                         r"carries its own inputs and attributes"):
+        compile_op(op.node, "c-generic", inputs=[(2, 3)])  # inputs= was ignored
+    with pytest.raises(InputError, match="a Node carries its own"):
+        compile_op(op.node, "c-generic", attrs={"axis": 1})
+    with pytest.raises(InputError, match=r"out= takes 1 arrays, got 2"):
+        op(np.ones((2, 3), np.float32), out=[np.empty((2, 4), np.float32)] * 2)
     with pytest.raises(InputError, match="attrs must map attribute names to values"):
         compile_op("Softmax", "c-generic", inputs=[(1, 2)], attrs="axis=1")
     # MatMul has a GPU entry (the tiled GEMM); an element-wise op alone has none there
