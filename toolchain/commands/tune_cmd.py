@@ -107,7 +107,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from toolchain.autotune.records import RecordWriter, load_records
     from toolchain.autotune.tasks import extract_tasks
-    from toolchain.autotune.tuner import tune_tasks
     from toolchain.errors import InputError, OptionError
     from toolchain.target import resolve_target
 
@@ -149,7 +148,18 @@ def run(args: argparse.Namespace) -> int:
 
         refuse_without_gpu(args.runner)
     transfer = [r for f in args.transfer for r in load_records(f)]
-    writer = RecordWriter(args.output, resume=True)
+    writer = RecordWriter(args.output, resume=True)  # locked: one run per file
+    try:
+        return _tune(args, target, writer, transfer)
+    finally:
+        writer.release()
+
+
+def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) -> int:
+    """Tune ``args.model``'s tasks into ``writer`` and print the summary."""
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.autotune.tuner import tune_tasks
+
     tasks = extract_tasks(args.model, target, input_shapes(args), args.precision,
                           generic=args.generic)
     if not tasks:
