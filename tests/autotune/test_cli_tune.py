@@ -24,10 +24,16 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     assert len(recs) == 3 and all(r.target == TARGET and r.features for r in recs)
     assert not (tmp_path / "r.jsonl.partial").exists()
     assert list((tmp_path / "svg").glob("*.svg"))
+    capsys.readouterr()
     assert main([*args, "--trials", "5"]) == 0  # two more, the first three kept
     again = load_records(out)
     assert len(again) == 5 and [r.to_json() for r in again[:3]] == [r.to_json() for r in recs]
-    assert "2 new trials (5 in all)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "2 new trials (5 in all)" in text
+    # the first three tasks' defaults were timed by the first run, the last two's by this
+    lines = [ln for ln in text.splitlines() if "x the default" in ln]
+    assert len(lines) == 5
+    assert sum("x the default, timed in an earlier run)" in ln for ln in lines) == 3, text
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -121,3 +127,33 @@ def test_records_path_under_a_file_says_so(tmp_path, capsys):
     out = tmp_path / "afile" / "r.jsonl"
     assert main(["tune", MODEL, "--trials", "1", "-o", str(out), "--no-progress"]) == 2
     assert f"folder {tmp_path / 'afile'} is a file, not a directory" in capsys.readouterr().err
+
+
+def test_the_summary_says_when_the_default_point_failed(tmp_path, monkeypatch, capsys):
+    """A best point against a failed default: the summary printed ``best 4.1 GFLOP/s ()``."""
+    from toolchain.autotune import measure, tasks
+
+    dense = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm")
+    monkeypatch.setattr(tasks, "extract_tasks", lambda *a, **k: [dense])
+    make = measure.make_runner
+
+    class DefaultTimesOut:
+        def __init__(self, inner):
+            self.inner, self.name, self.unit = inner, inner.name, inner.unit
+
+        def run(self, builds):
+            got = self.inner.run(builds)
+            return [measure.MeasureResult(None, "run: timed out after 10 s"), *got[1:]]
+
+        def close(self):
+            self.inner.close()
+
+    monkeypatch.setattr(measure, "make_runner", lambda kind, **o: DefaultTimesOut(make(kind,
+                                                                                     **o)))
+    out = tmp_path / "r.jsonl"
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
+                 "--no-progress", "--repeat", "1", "--trials", "2", "--batch", "2"]) == 0
+    text = capsys.readouterr().out
+    assert (f"  {dense.name}: 2 trials (1 failed), best " in text
+            and " GFLOP/s (the default point failed: no speed-up to quote)" in text), text
+    assert [r.error for r in load_records(out)] == ["run: timed out after 10 s", None]

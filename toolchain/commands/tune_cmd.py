@@ -6,7 +6,6 @@ See docs/tuning.md.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 from pathlib import Path
@@ -157,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) -> int:
     """Tune ``args.model``'s tasks into ``writer`` and print the summary."""
+    from toolchain.autotune.records import UNTIMED_UNITS
     from toolchain.autotune.tasks import extract_tasks
-    from toolchain.autotune.tuner import tune_tasks
+    from toolchain.autotune.tuner import outcome, tune_tasks
 
     tasks = extract_tasks(args.model, target, input_shapes(args), args.precision,
                           generic=args.generic)
@@ -185,18 +185,15 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
           f"({writer.appended + len(writer.existing)} in all)")
     unit = runner.unit
     for st in states:
-        best, base = st.best, st.default_cost
         if not st.trials:
             print(f"  {st.task.name}: no trials (raise --trials)")
             continue
-        speed = f"{base / best:.2f}x the default" if math.isfinite(best) and \
-            math.isfinite(base) else "no valid trial" if not math.isfinite(best) else ""
-        shown = (f"{st.task.flops / best / 1e9:.1f} GFLOP/s" if unit == "s" and st.task.flops
-                 and math.isfinite(best) else f"{best:.4g} {unit}")
-        print(f"  {st.task.name}: {st.trials} {_trials(st.trials)}, best {shown} ({speed})")
+        failed = f" ({st.failed} failed)" if st.failed and unit not in UNTIMED_UNITS else ""
+        print(f"  {st.task.name}: {st.trials} {_trials(st.trials)}{failed}, "
+              f"{outcome(st, unit)}")
     if args.plot:
         _plot(args.plot, states, unit)
-    if unit == "check":  # --runner emulate: nothing was timed
+    if unit in UNTIMED_UNITS:  # --runner emulate: nothing was timed
         print("  (points checked by the SIMT emulation, not timed: kiln compile never "
               "applies these records)")
         return 0
