@@ -157,3 +157,24 @@ def test_the_summary_says_when_the_default_point_failed(tmp_path, monkeypatch, c
     assert (f"  {dense.name}: 2 trials (1 failed), best " in text
             and " GFLOP/s (the default point failed: no speed-up to quote)" in text), text
     assert [r.error for r in load_records(out)] == ["run: timed out after 10 s", None]
+
+
+def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):
+    """A records file's trials of these kernels measured by another runner (instructions
+    under QEMU here) were resumed as if they were seconds: the search, the summary's
+    speed-up and the file's best mixed the two. Refused, the file untouched; the header
+    says which earlier trials are this run's."""
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm").space
+    out = tmp_path / "r.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [5000.0],
+                   runner="qemu-icount", unit="instructions"),
+            Record("gemm|another model", "gemm", TARGET, s.trace(s.default()), [1e-3])]
+    out.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    before = out.read_text()
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "4",
+                 "--no-progress"]) == 2
+    got = capsys.readouterr()
+    assert f"(2 earlier trials in {out}, 1 of this run's kernels: the rest kept" in got.out
+    assert (f"{out}: 1 earlier trial of this run's kernels measured by qemu-icount "
+            "(instructions); this run measures by local-cpu (s)") in got.err, got.err
+    assert out.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]

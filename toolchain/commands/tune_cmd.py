@@ -166,21 +166,24 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
         print(f"{args.model}: no kernel with a tunable schedule on {target.name}; nothing "
               "to tune")
         return 0
+    workloads = {t.space.workload for t in tasks}
+    mine = [r for r in writer.existing if r.workload in workloads]
     print(f"tuning {len(tasks)} tasks of {args.model} on {target.name} "
-          f"({len(writer.existing)} earlier trials in {args.output})")
+          f"({_earlier(len(writer.existing), len(mine), args.output)})")
     for t in tasks:
         print(f"  {t.name}: {t.space.kind} x{t.weight}, {len(t.space.knobs)} knobs, "
               f"{t.space.size} points before rules")
     builder, runner = _measurement(args, target)
-    with writer:
-        try:
+    try:
+        _check_resumed_runner(mine, runner, args.output)
+        with writer:
             states = tune_tasks(tasks, args.trials, builder=builder, runner=runner,
                                 writer=writer, strategy=args.search, batch=args.batch,
                                 seed=args.seed, earlier=writer.existing, transfer=transfer,
                                 progress=False if args.no_progress else None)
-        finally:
-            builder.close()
-            runner.close()
+    finally:
+        builder.close()
+        runner.close()
     print(f"wrote {args.output}: {writer.appended} new {_trials(writer.appended)} "
           f"({writer.appended + len(writer.existing)} in all)")
     unit = runner.unit
@@ -200,6 +203,43 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
     print(f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
           "-o DIR")
     return 0
+
+
+def _earlier(found: int, mine: int, output: str) -> str:
+    """How many trials the records file already holds, and how many of them are of this
+    run's kernels (only those count against ``--trials`` and seed the search).
+
+    >>> _earlier(0, 0, "r.jsonl"), _earlier(1, 1, "r.jsonl")
+    ('0 earlier trials in r.jsonl', '1 earlier trial in r.jsonl')
+    >>> _earlier(64, 0, "r.jsonl")
+    "64 earlier trials in r.jsonl, none of this run's kernels: kept, not resumed"
+    """
+    text = f"{found} earlier {_trials(found)} in {output}"
+    if mine == found:
+        return text
+    return (f"{text}, {mine or 'none'} of this run's kernels: "
+            f"{'kept, not resumed' if not mine else 'the rest kept, not resumed'}")
+
+
+def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
+    """Refuse to resume trials of this run's kernels measured by another runner: costs in
+    instructions, cycles, seconds or checks do not compare, and the records' best (what
+    ``kiln compile --records`` applies) would mix them. A Ray runner is its device's."""
+    from toolchain.errors import OptionError
+
+    def device(name: str) -> str:
+        return name.removeprefix("ray-")
+
+    other = sorted({(r.runner, r.unit) for r in mine
+                    if r.runner != "?" and device(r.runner) != device(runner.name)})
+    if not other:
+        return
+    n = sum(1 for r in mine if (r.runner, r.unit) in other)
+    by = ", ".join(f"{name} ({unit})" for name, unit in other)
+    raise OptionError(f"{output}: {n} earlier {_trials(n)} of this run's kernels measured by "
+                      f"{by}; this run measures by {runner.name} ({runner.unit}), and the "
+                      "costs of two runners do not compare: resume with the runner that "
+                      "wrote them, or write to another file (-o)")
 
 
 def _check_precision(precision: str, target: Any) -> None:
