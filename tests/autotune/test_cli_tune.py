@@ -178,3 +178,49 @@ def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):
     assert (f"{out}: 1 earlier trial of this run's kernels measured by qemu-icount "
             "(instructions); this run measures by local-cpu (s)") in got.err, got.err
     assert out.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+class _TestTerminated(Exception):
+    pass
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_keeps_its_trials_says_so_and_closes_its_workers(
+        tmp_path, monkeypatch, capsys, how):
+    """Ctrl-C or SIGTERM mid-run: the trials so far stay in OUT.partial and the message
+    says so (it said 'kiln: interrupted' alone); SIGTERM stops the run as Ctrl-C does —
+    it killed the process outright and left the build pool's workers running."""
+    import os
+    import signal
+
+    from toolchain.autotune import measure, tuner
+
+    closed = []
+    monkeypatch.setattr(measure.LocalBuilder, "close", lambda self: closed.append(self))
+
+    def tune_tasks(tasks, trials, *, writer, **kw):
+        s = tasks[0].space
+        writer.append(Record(s.workload, s.kind, TARGET, s.trace(s.default()), [1e-3]))
+        if how == "SIGINT":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the run")
+
+    def terminated(signum, frame):  # what SIGTERM does here if kiln tune leaves it be
+        raise _TestTerminated
+
+    monkeypatch.setattr(tuner, "tune_tasks", tune_tasks)
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        out = tmp_path / "r.jsonl"
+        assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "8",
+                     "--no-progress"]) == 130
+        assert signal.getsignal(signal.SIGTERM) is terminated  # put back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err
+    assert (f"kiln tune: interrupted: 1 new trial kept in {out}.partial (1 in all); run the "
+            "same command to resume") in err, err
+    assert len(closed) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl.partial"]
+    assert len(load_records(f"{out}.partial")) == 1

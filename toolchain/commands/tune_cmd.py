@@ -6,8 +6,13 @@ See docs/tuning.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +154,36 @@ def run(args: argparse.Namespace) -> int:
     transfer = [r for f in args.transfer for r in load_records(f)]
     writer = RecordWriter(args.output, resume=True)  # locked: one run per file
     try:
-        return _tune(args, target, writer, transfer)
+        with _terminate_as_interrupt():
+            return _tune(args, target, writer, transfer)
+    except KeyboardInterrupt:
+        kept = (f"{writer.appended} new {_trials(writer.appended)} kept in "
+                f"{writer.partial} ({writer.appended + len(writer.existing)} in all); run "
+                "the same command to resume" if writer.partial.is_file() else
+                f"nothing written; {args.output} is as it was")
+        print(f"kiln tune: interrupted: {kept}", file=sys.stderr)
+        raise
     finally:
         writer.release()
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job's time limit) stops the run as Ctrl-C does: the build pool
+    and the timing process are shut down and the partial records kept. Without it the
+    pool's worker processes outlived the run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) -> int:
