@@ -40,6 +40,12 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     (["tune", "nope.onnx", "--trials", "4"], "model file nope.onnx does not exist"),
     (["tune", MODEL, "--trials", "0"], "--trials 0: must be at least 1"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "-1"], "--cold-mb -1: must be 0 or more"),
+    # every trial failed (0) or an internal error (below 0); the others taken silently
+    (["tune", MODEL, "--trials", "2", "--timeout", "0"], "--timeout 0: must be more than 0"),
+    (["tune", MODEL, "--trials", "2", "--timeout", "-1"], "--timeout -1: must be more than"),
+    (["tune", MODEL, "--trials", "2", "--jobs", "0"], "--jobs 0: must be at least 1"),
+    (["tune", MODEL, "--trials", "2", "--ray", "local", "--ray-devices", "0"],
+     "--ray-devices 0: must be at least 1"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "8", "--runner", "qemu"],
      "--runner qemu counts instructions"),
     # a cross target's kernels cannot be timed on this CPU: every trial would fail

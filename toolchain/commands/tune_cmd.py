@@ -147,6 +147,11 @@ def run(args: argparse.Namespace) -> int:
                           + " (leave --cold-mb out)")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
+    if not args.timeout > 0:  # 0 failed every trial; below 0 was an internal error
+        raise OptionError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    for flag, n in (("--jobs", args.jobs), ("--ray-devices", args.ray_devices)):
+        if n is not None and n < 1:  # taken as the default or 1 before, silently
+            raise OptionError(f"{flag} {n}: must be at least 1")
     if target.kind == "cuda":  # no GPU: refused before anything is read or written
         from toolchain.autotune.cuda import refuse_without_gpu
 
