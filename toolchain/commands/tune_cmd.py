@@ -36,10 +36,11 @@ examples:
   kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
 
 --trials is the budget of the whole model, spread over its kernels by expected gain;
-the trials already in the records file (or in its .partial file, after an interrupted
-run) count, so a second run with a larger budget continues the first. Records are
-written to OUT.partial as they are measured and renamed to OUT when the run ends: OUT is
-never half-written.
+the trials of its kernels already in the records file (or in its .partial file, after an
+interrupted run: Ctrl-C or SIGTERM) count, so a second run with a larger budget
+continues the first. Records are written to OUT.partial as they are measured and renamed
+to OUT when the run ends: OUT is never half-written. One run at a time per OUT; trials of
+another runner are not resumed (write to another file).
 """
 
 
@@ -51,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target descriptor: a name from targets/, a YAML file, or "
                              "host (as kiln compile; default: c-generic)")
     parser.add_argument("--trials", type=int, metavar="N",
-                        help="trials for the whole model (earlier records included)")
+                        help="trials for the whole model (its kernels' earlier trials in the "
+                             "records file included)")
     parser.add_argument("-o", "--output", metavar="RECORDS.jsonl",
                         help="the records file to write (resumed when it exists)")
     parser.add_argument("--spaces", action="store_true",
