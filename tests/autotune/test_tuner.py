@@ -9,7 +9,7 @@ import pytest
 
 from toolchain.autotune.measure import MeasureResult
 from toolchain.autotune.space import Knob, Rule, Space
-from toolchain.autotune.tuner import SimpleTask, Tuner, synthetic_measure
+from toolchain.autotune.tuner import SimpleTask, TaskState, Tuner, synthetic_measure
 
 
 def bowl(seed: int) -> tuple[Space, dict, object]:
@@ -63,6 +63,19 @@ def test_failed_trials_are_kept_and_never_best():
     st = Tuner([SimpleTask("bowl", space)], measure, lambda st, p: space.encode(p),
                strategy="random", batch=8).run(40)[0]
     assert st.trials == 40 and math.isfinite(st.best) and st.best_point["c"] is False
+
+
+def test_the_best_point_is_the_least_cost_with_or_without_features():
+    """Trials without features (resumed records written without them, a build that gave
+    none) are compared too: the best point was the last such trial, whatever its cost."""
+    space, _, _ = bowl(0)
+    st = TaskState(SimpleTask("bowl", space))
+    pts = list(space.valid_points())[:4]
+    for p, c in zip(pts, [3.0, 1.0, 2.0, math.inf], strict=True):
+        st.add(p, None, c)
+    assert st.best_point == pts[1] and st.best == 1.0 and st.failed == 1
+    st.add(pts[2], space.encode(pts[2]), 1.5)  # one with features, not better
+    assert st.best_point == pts[1]
 
 
 def test_scheduler_spreads_trials_and_favours_heavy_tasks():

@@ -96,10 +96,10 @@ class TaskState:
 
     def add(self, point: Point, features: np.ndarray | None, cost: float) -> None:
         self.tried.add(self.space.key(point))
+        if math.isfinite(cost) and cost < self.best:  # every trial, features or not
+            self.best_point = dict(point)
         self.curve.append(min(self.best, cost))
         self.failed += not math.isfinite(cost)
-        if cost < (min(self.costs) if self.costs else math.inf) and math.isfinite(cost):
-            self.best_point = dict(point)
         if self.space.key(point) == self.space.key(self.space.default()):
             self.default_cost = cost
         if features is not None:
