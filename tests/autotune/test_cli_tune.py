@@ -230,3 +230,19 @@ def test_an_interrupted_run_keeps_its_trials_says_so_and_closes_its_workers(
     assert len(closed) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl.partial"]
     assert len(load_records(f"{out}.partial")) == 1
+
+
+def test_the_header_names_the_partial_file_it_resumes_from(tmp_path, monkeypatch, capsys):
+    """An interrupted run's OUT.partial is what the next run resumes, OUT or no OUT; the
+    header named OUT (perhaps deleted to start afresh) as the trials' file."""
+    from toolchain.autotune import tuner
+
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm").space
+    out = tmp_path / "r.jsonl"
+    Path(f"{out}.partial").write_text(json.dumps(
+        Record(s.workload, s.kind, TARGET, s.trace(s.default()), [1e-3]).to_json()) + "\n")
+    monkeypatch.setattr(tuner, "tune_tasks", lambda *a, **k: [])
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "1",
+                 "--no-progress"]) == 0
+    assert f"(1 earlier trial in {out}.partial)" in capsys.readouterr().out
+    assert len(load_records(out)) == 1 and not Path(f"{out}.partial").exists()

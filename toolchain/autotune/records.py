@@ -197,12 +197,16 @@ class RecordWriter:
         self._lock: int | None = None
         self.appended = 0
         self.existing: list[Record] = []
+        #: the file :attr:`existing` was read from (``OUT.partial`` after an interrupted
+        #: run, else ``OUT``; None: nothing to resume)
+        self.source: Path | None = None
         self._take_lock()
         if resume:
             src = self.partial if self.partial.is_file() else self.path
             try:
                 if src.is_file():
                     self.existing = load_records(src)
+                    self.source = src
             except BaseException:
                 self.release()
                 raise

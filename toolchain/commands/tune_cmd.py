@@ -208,7 +208,7 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
     workloads = {t.space.workload for t in tasks}
     mine = [r for r in writer.existing if r.workload in workloads]
     print(f"tuning {len(tasks)} tasks of {args.model} on {target.name} "
-          f"({_earlier(len(writer.existing), len(mine), args.output)})")
+          f"({_earlier(len(writer.existing), len(mine), writer.source or args.output)})")
     for t in tasks:
         print(f"  {t.name}: {t.space.kind} x{t.weight}, {len(t.space.knobs)} knobs, "
               f"{t.space.size} points before rules")
@@ -244,8 +244,9 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
     return 0
 
 
-def _earlier(found: int, mine: int, output: str) -> str:
-    """How many trials the records file already holds, and how many of them are of this
+def _earlier(found: int, mine: int, output: str | Path) -> str:
+    """How many trials the records file already holds — ``output``: the file they were
+    read from, ``OUT.partial`` after an interrupted run — and how many of them are of this
     run's kernels (only those count against ``--trials`` and seed the search).
 
     >>> _earlier(0, 0, "r.jsonl"), _earlier(1, 1, "r.jsonl")
