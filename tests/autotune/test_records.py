@@ -81,6 +81,18 @@ def test_a_run_that_fails_before_any_trial_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_folder_it_cannot_write_in_is_refused_before_anything_is_measured():
+    """(sysfs: not even root creates files there.) It was an internal error when the
+    finished run wrote its first record."""
+    from pathlib import Path
+
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs here")
+    with pytest.raises(InputError, match=r"records file /sys/r.jsonl: cannot write in "
+                                         r"folder /sys \("):
+        RecordWriter("/sys/r.jsonl", resume=True)
+
+
 def test_missing_folder_is_refused(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         RecordWriter(tmp_path / "nope" / "r.jsonl")

@@ -214,7 +214,11 @@ class RecordWriter:
     def _take_lock(self) -> None:
         lock = self.path.with_name(self.path.name + ".lock")
         while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # was an internal error, after the whole run
+                raise InputError(f"records file {self.path}: cannot write in folder "
+                                 f"{self.path.parent} ({exc.strerror})") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
