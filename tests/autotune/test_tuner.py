@@ -100,3 +100,41 @@ def test_a_tiny_space_is_exhausted_not_repeated():
     st = Tuner([SimpleTask("tiny", space)], synthetic_measure(lambda p: p["a"]),
                lambda st, p: space.encode(p), batch=2).run(10)[0]
     assert st.trials == 3 and st.exhausted and st.best_point == {"a": 1}
+
+
+def test_an_interrupted_batch_keeps_the_trials_it_measured(tmp_path):
+    """The records of a batch were written when the whole batch was measured: Ctrl-C
+    during its timings lost the ones already timed."""
+    from types import SimpleNamespace
+
+    from toolchain.autotune.measure import BuildResult
+    from toolchain.autotune.records import RecordWriter, load_records
+    from toolchain.autotune.tuner import tune_tasks
+
+    space, _, _ = bowl(0)
+    task = SimpleNamespace(name="bowl", space=space, weight=1, flops=0, node=None,
+                           target=SimpleNamespace(name="c-generic"))
+
+    class Builder:
+        def build(self, inputs):
+            return [BuildResult(i.trace, features=[0.0]) for i in inputs]
+
+    class Runner:
+        name, unit, timed = "fake", "s", 0
+
+        def run_one(self, b):
+            if self.timed == 2:
+                raise KeyboardInterrupt
+            self.timed += 1
+            return MeasureResult([float(self.timed)])
+
+        def run(self, builds):
+            return [self.run_one(b) for b in builds]
+
+    writer = RecordWriter(tmp_path / "r.jsonl")
+    with pytest.raises(KeyboardInterrupt), writer:
+        tune_tasks([task], 8, builder=Builder(), runner=Runner(), writer=writer, batch=8,
+                   strategy="random", progress=False)
+    kept = load_records(tmp_path / "r.jsonl.partial")
+    assert [r.costs for r in kept] == [[1.0], [2.0]]
+    assert kept[0].trace == space.trace(space.default())

@@ -293,9 +293,11 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                confirm: int = 0, confirm_rounds: int = 2) -> list[TaskState]:
     """Tune real kernels: builds by ``builder``, measurements by ``runner``, every trial
     appended to ``writer`` (a :class:`~toolchain.autotune.records.RecordWriter`) as a
-    record. ``earlier``: records of these workloads to resume from (they count against
-    ``trials``); ``transfer``: records of other workloads to train the models with (and
-    whose best points are tried early, :func:`transfer_seeds`). ``confirm``: after the
+    record as soon as it is measured (a runner with ``run_one``; a Ray runner's when its
+    batch ends), so an interrupted run keeps it. ``earlier``: records of these workloads
+    to resume from (they count against ``trials``); ``transfer``: records of other
+    workloads to train the models with (and whose best points are tried early,
+    :func:`transfer_seeds`). ``confirm``: after the
     search, re-measure each task's ``confirm`` best points and its default
     ``confirm_rounds`` times (:meth:`Tuner.confirm`; recorded like trials)."""
     from toolchain.autotune.measure import BuildInput, featurize
@@ -308,9 +310,15 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
         inputs = [BuildInput(st.task.node, st.task.target, st.space.workload,
                              st.space.trace(p)) for st, p in items]
         builds = builder.build(inputs)
-        results = runner.run(builds)
-        return [(np.asarray(b.features, np.float32) if b.features is not None else None, r)
-                for b, r in zip(builds, results, strict=True)]
+        one = getattr(runner, "run_one", None)  # a Ray runner measures the batch at once
+        results = runner.run(builds) if one is None else []
+        out = []
+        for i, ((st, p), b) in enumerate(zip(items, builds, strict=True)):
+            feats = np.asarray(b.features, np.float32) if b.features is not None else None
+            res = results[i] if one is None else one(b)
+            record(st, p, feats, res)  # now, not when the batch ends: an interrupt keeps it
+            out.append((feats, res))
+        return out
 
     def feat(st: TaskState, p: Point) -> np.ndarray:
         return feat_many(st, [p])[0]
@@ -342,7 +350,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                 (np.asarray([r.features for r in with_f], np.float32),
                  np.asarray([r.cost for r in with_f])))
     bar = _Progress(trials, progress, runner.unit)
-    tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, record, evals,
+    tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, None, evals,
                   bar.update, feat_many, seeds)
     for st in tuner.states:
         for r in _by_workload(earlier).get(st.space.workload, []):
