@@ -24,16 +24,28 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     assert len(recs) == 3 and all(r.target == TARGET and r.features for r in recs)
     assert not (tmp_path / "r.jsonl.partial").exists()
     assert list((tmp_path / "svg").glob("*.svg"))
+    capsys.readouterr()
     assert main([*args, "--trials", "5"]) == 0  # two more, the first three kept
     again = load_records(out)
     assert len(again) == 5 and [r.to_json() for r in again[:3]] == [r.to_json() for r in recs]
-    assert "2 new trials (5 in all)" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "2 new trials (5 in all)" in text
+    # the first three tasks' defaults were timed by the first run, the last two's by this
+    lines = [ln for ln in text.splitlines() if "x the default" in ln]
+    assert len(lines) == 5
+    assert sum("x the default, timed in an earlier run)" in ln for ln in lines) == 3, text
 
 
 @pytest.mark.parametrize("argv, words", [
     (["tune", "nope.onnx", "--trials", "4"], "model file nope.onnx does not exist"),
     (["tune", MODEL, "--trials", "0"], "--trials 0: must be at least 1"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "-1"], "--cold-mb -1: must be 0 or more"),
+    # every trial failed (0) or an internal error (below 0); the others taken silently
+    (["tune", MODEL, "--trials", "2", "--timeout", "0"], "--timeout 0: must be more than 0"),
+    (["tune", MODEL, "--trials", "2", "--timeout", "-1"], "--timeout -1: must be more than"),
+    (["tune", MODEL, "--trials", "2", "--jobs", "0"], "--jobs 0: must be at least 1"),
+    (["tune", MODEL, "--trials", "2", "--ray", "local", "--ray-devices", "0"],
+     "--ray-devices 0: must be at least 1"),
     (["tune", MODEL, "--trials", "2", "--cold-mb", "8", "--runner", "qemu"],
      "--runner qemu counts instructions"),
     # a cross target's kernels cannot be timed on this CPU: every trial would fail
@@ -121,3 +133,116 @@ def test_records_path_under_a_file_says_so(tmp_path, capsys):
     out = tmp_path / "afile" / "r.jsonl"
     assert main(["tune", MODEL, "--trials", "1", "-o", str(out), "--no-progress"]) == 2
     assert f"folder {tmp_path / 'afile'} is a file, not a directory" in capsys.readouterr().err
+
+
+def test_the_summary_says_when_the_default_point_failed(tmp_path, monkeypatch, capsys):
+    """A best point against a failed default: the summary printed ``best 4.1 GFLOP/s ()``."""
+    from toolchain.autotune import measure, tasks
+
+    dense = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm")
+    monkeypatch.setattr(tasks, "extract_tasks", lambda *a, **k: [dense])
+    make = measure.make_runner
+
+    class DefaultTimesOut:
+        def __init__(self, inner):
+            self.inner, self.name, self.unit = inner, inner.name, inner.unit
+
+        def run(self, builds):
+            got = self.inner.run(builds)
+            return [measure.MeasureResult(None, "run: timed out after 10 s"), *got[1:]]
+
+        def close(self):
+            self.inner.close()
+
+    monkeypatch.setattr(measure, "make_runner", lambda kind, **o: DefaultTimesOut(make(kind,
+                                                                                     **o)))
+    out = tmp_path / "r.jsonl"
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
+                 "--no-progress", "--repeat", "1", "--trials", "2", "--batch", "2"]) == 0
+    text = capsys.readouterr().out
+    assert (f"  {dense.name}: 2 trials (1 failed), best " in text
+            and " GFLOP/s (the default point failed: no speed-up to quote)" in text), text
+    assert [r.error for r in load_records(out)] == ["run: timed out after 10 s", None]
+
+
+def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):
+    """A records file's trials of these kernels measured by another runner (instructions
+    under QEMU here) were resumed as if they were seconds: the search, the summary's
+    speed-up and the file's best mixed the two. Refused, the file untouched; the header
+    says which earlier trials are this run's."""
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm").space
+    out = tmp_path / "r.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [5000.0],
+                   runner="qemu-icount", unit="instructions"),
+            Record("gemm|another model", "gemm", TARGET, s.trace(s.default()), [1e-3])]
+    out.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    before = out.read_text()
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "4",
+                 "--no-progress"]) == 2
+    got = capsys.readouterr()
+    assert f"(2 earlier trials in {out}, 1 of this run's kernels: the rest kept" in got.out
+    assert (f"{out}: 1 earlier trial of this run's kernels measured by qemu-icount "
+            "(instructions); this run measures by local-cpu (s)") in got.err, got.err
+    assert out.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+class _TestTerminated(Exception):
+    pass
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_keeps_its_trials_says_so_and_closes_its_workers(
+        tmp_path, monkeypatch, capsys, how):
+    """Ctrl-C or SIGTERM mid-run: the trials so far stay in OUT.partial and the message
+    says so (it said 'kiln: interrupted' alone); SIGTERM stops the run as Ctrl-C does —
+    it killed the process outright and left the build pool's workers running."""
+    import os
+    import signal
+
+    from toolchain.autotune import measure, tuner
+
+    closed = []
+    monkeypatch.setattr(measure.LocalBuilder, "close", lambda self: closed.append(self))
+
+    def tune_tasks(tasks, trials, *, writer, **kw):
+        s = tasks[0].space
+        writer.append(Record(s.workload, s.kind, TARGET, s.trace(s.default()), [1e-3]))
+        if how == "SIGINT":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the run")
+
+    def terminated(signum, frame):  # what SIGTERM does here if kiln tune leaves it be
+        raise _TestTerminated
+
+    monkeypatch.setattr(tuner, "tune_tasks", tune_tasks)
+    before = signal.signal(signal.SIGTERM, terminated)
+    try:
+        out = tmp_path / "r.jsonl"
+        assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "8",
+                     "--no-progress"]) == 130
+        assert signal.getsignal(signal.SIGTERM) is terminated  # put back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    err = capsys.readouterr().err
+    assert (f"kiln tune: interrupted: 1 new trial kept in {out}.partial (1 in all); run the "
+            "same command to resume") in err, err
+    assert len(closed) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl.partial"]
+    assert len(load_records(f"{out}.partial")) == 1
+
+
+def test_the_header_names_the_partial_file_it_resumes_from(tmp_path, monkeypatch, capsys):
+    """An interrupted run's OUT.partial is what the next run resumes, OUT or no OUT; the
+    header named OUT (perhaps deleted to start afresh) as the trials' file."""
+    from toolchain.autotune import tuner
+
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm").space
+    out = tmp_path / "r.jsonl"
+    Path(f"{out}.partial").write_text(json.dumps(
+        Record(s.workload, s.kind, TARGET, s.trace(s.default()), [1e-3]).to_json()) + "\n")
+    monkeypatch.setattr(tuner, "tune_tasks", lambda *a, **k: [])
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "1",
+                 "--no-progress"]) == 0
+    assert f"(1 earlier trial in {out}.partial)" in capsys.readouterr().out
+    assert len(load_records(out)) == 1 and not Path(f"{out}.partial").exists()

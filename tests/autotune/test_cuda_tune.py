@@ -87,6 +87,9 @@ def test_emulate_runner_checks_points_and_its_records_are_never_applied(tmp_path
                  "2", "--batch", "2", "--jobs", "1", "-o", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "never applies these records" in text
+    # nothing timed, so no speed-up: it printed 'best 1 check (1.00x the default)'
+    assert "2 trials, 2 of 2 points pass the check against the default" in text, text
+    assert "x the default" not in text
     recs = load_records(out)
     assert len(recs) == 2 and {r.runner for r in recs} == {"cuda-emulate"}
     assert all(r.unit == "check" and r.error is None and r.cost < 1.0001 for r in recs)

@@ -106,3 +106,38 @@ def test_cold_timing_cycles_through_copies_of_the_arguments(rotate_bytes: int, c
     costs = time_kernel(req, None)
     assert len(costs) == 3 and min(costs) > 0
     assert ctypes.CDLL(str(lib)).kiln_distinct() == copies
+
+
+def test_a_ctrl_c_reaching_the_timing_child_leaves_it_to_the_tuner() -> None:
+    """A terminal's Ctrl-C goes to the whole process group: the timing child died with a
+    ``KeyboardInterrupt`` traceback (and the next trial found it crashed). It ignores it:
+    the tuner, interrupted, stops it."""
+    import os
+    import signal
+    import time
+    from pathlib import Path
+
+    def timing_children() -> list[int]:
+        out = []
+        for d in Path("/proc").iterdir():
+            try:
+                stat = (d / "stat").read_text()
+                cmd = (d / "cmdline").read_bytes()
+            except (OSError, ValueError):
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and \
+                    b"toolchain.autotune.measure" in cmd:
+                out.append(int(d.name))
+        return out
+
+    missing = BuildResult(Trace("t", ()), "/nonexistent/kernel.so", "kiln_ok",
+                          [((4,), "float32")])
+    with LocalRunner(repeat=1) as r:
+        first = r.run_one(missing)  # the child is up and serving
+        assert first.costs is None and "crashed" not in first.error
+        (child,) = timing_children()
+        os.kill(child, signal.SIGINT)
+        time.sleep(0.3)
+        again = r.run_one(missing)
+        assert again.error == first.error, again.error  # not 'crashed the timing process'
+        assert timing_children() == [child]

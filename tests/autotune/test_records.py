@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -80,6 +81,47 @@ def test_a_run_that_fails_before_any_trial_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_folder_it_cannot_write_in_is_refused_before_anything_is_measured():
+    """(sysfs: not even root creates files there.) It was an internal error when the
+    finished run wrote its first record."""
+    from pathlib import Path
+
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("no sysfs here")
+    with pytest.raises(InputError, match=r"records file /sys/r.jsonl: cannot write in "
+                                         r"folder /sys \("):
+        RecordWriter("/sys/r.jsonl", resume=True)
+
+
 def test_missing_folder_is_refused(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         RecordWriter(tmp_path / "nope" / "r.jsonl")
+
+
+def test_a_second_writer_of_the_same_file_is_refused_until_the_first_ends(tmp_path):
+    """Two ``kiln tune -o OUT`` at once: before the lock the second read the first's
+    partial file, truncated it under it, and its rename failed (an internal error)."""
+    out = tmp_path / "r.jsonl"
+    first = RecordWriter(out, resume=True)
+    first.append(rec("a", 1, 2.0))
+    with pytest.raises(InputError, match=f"records file {out} is being written by another "
+                                         rf"run \(process {os.getpid()} holds"):
+        RecordWriter(out, resume=True)
+    assert [r.trace.as_dict() for r in load_records(tmp_path / "r.jsonl.partial")] == [
+        {"tile": 1}]  # the refused writer touched nothing
+    RecordWriter(tmp_path / "other.jsonl").release()  # another file is not locked
+    first.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]  # no lock file left
+    with RecordWriter(out, resume=True) as again:  # the next run resumes
+        assert len(again.existing) == 1
+        again.append(rec("a", 2, 1.0))
+    assert len(load_records(out)) == 2 and not (tmp_path / "r.jsonl.lock").exists()
+
+
+def test_a_writer_whose_records_file_is_bad_lets_go_of_its_lock(tmp_path):
+    out = tmp_path / "r.jsonl"
+    out.write_text("{not json\n")
+    for _ in range(2):  # refused for the file both times, not for a lock left behind
+        with pytest.raises(InputError, match="r.jsonl:1: not a JSON record"):
+            RecordWriter(out, resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]

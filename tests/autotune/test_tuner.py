@@ -9,7 +9,7 @@ import pytest
 
 from toolchain.autotune.measure import MeasureResult
 from toolchain.autotune.space import Knob, Rule, Space
-from toolchain.autotune.tuner import SimpleTask, Tuner, synthetic_measure
+from toolchain.autotune.tuner import SimpleTask, TaskState, Tuner, synthetic_measure
 
 
 def bowl(seed: int) -> tuple[Space, dict, object]:
@@ -65,6 +65,19 @@ def test_failed_trials_are_kept_and_never_best():
     assert st.trials == 40 and math.isfinite(st.best) and st.best_point["c"] is False
 
 
+def test_the_best_point_is_the_least_cost_with_or_without_features():
+    """Trials without features (resumed records written without them, a build that gave
+    none) are compared too: the best point was the last such trial, whatever its cost."""
+    space, _, _ = bowl(0)
+    st = TaskState(SimpleTask("bowl", space))
+    pts = list(space.valid_points())[:4]
+    for p, c in zip(pts, [3.0, 1.0, 2.0, math.inf], strict=True):
+        st.add(p, None, c)
+    assert st.best_point == pts[1] and st.best == 1.0 and st.failed == 1
+    st.add(pts[2], space.encode(pts[2]), 1.5)  # one with features, not better
+    assert st.best_point == pts[1]
+
+
 def test_scheduler_spreads_trials_and_favours_heavy_tasks():
     heavy, _, cost_h = bowl(10)
     light, _, cost_l = bowl(11)
@@ -87,3 +100,41 @@ def test_a_tiny_space_is_exhausted_not_repeated():
     st = Tuner([SimpleTask("tiny", space)], synthetic_measure(lambda p: p["a"]),
                lambda st, p: space.encode(p), batch=2).run(10)[0]
     assert st.trials == 3 and st.exhausted and st.best_point == {"a": 1}
+
+
+def test_an_interrupted_batch_keeps_the_trials_it_measured(tmp_path):
+    """The records of a batch were written when the whole batch was measured: Ctrl-C
+    during its timings lost the ones already timed."""
+    from types import SimpleNamespace
+
+    from toolchain.autotune.measure import BuildResult
+    from toolchain.autotune.records import RecordWriter, load_records
+    from toolchain.autotune.tuner import tune_tasks
+
+    space, _, _ = bowl(0)
+    task = SimpleNamespace(name="bowl", space=space, weight=1, flops=0, node=None,
+                           target=SimpleNamespace(name="c-generic"))
+
+    class Builder:
+        def build(self, inputs):
+            return [BuildResult(i.trace, features=[0.0]) for i in inputs]
+
+    class Runner:
+        name, unit, timed = "fake", "s", 0
+
+        def run_one(self, b):
+            if self.timed == 2:
+                raise KeyboardInterrupt
+            self.timed += 1
+            return MeasureResult([float(self.timed)])
+
+        def run(self, builds):
+            return [self.run_one(b) for b in builds]
+
+    writer = RecordWriter(tmp_path / "r.jsonl")
+    with pytest.raises(KeyboardInterrupt), writer:
+        tune_tasks([task], 8, builder=Builder(), runner=Runner(), writer=writer, batch=8,
+                   strategy="random", progress=False)
+    kept = load_records(tmp_path / "r.jsonl.partial")
+    assert [r.costs for r in kept] == [[1.0], [2.0]]
+    assert kept[0].trace == space.trace(space.default())

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import multiprocessing as mp
 import os
 import re
 import shutil
@@ -57,6 +56,7 @@ from toolchain.autotune.measure import (
     BuildResult,
     MeasureResult,
     build_error,
+    build_pool,
     featurize,
     scratch_area,
 )
@@ -261,7 +261,7 @@ class CudaBuilder:
         if self.jobs == 1 or len(items) <= 1:
             return [fn(i) for i in items]
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+            self._pool = build_pool(self.jobs)
         return list(self._pool.map(fn, items))
 
     def build(self, inputs: Sequence[BuildInput]) -> list[BuildResult]:

@@ -45,6 +45,7 @@ import multiprocessing as mp
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -159,6 +160,26 @@ def build_error(exc: Exception) -> str:
     return f"build: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
 
 
+def build_pool(jobs: int) -> ProcessPoolExecutor:
+    """A pool of ``jobs`` spawned worker processes that leave Ctrl-C to the tuner: a
+    terminal's SIGINT goes to the whole process group, and each worker printed a
+    ``KeyboardInterrupt`` traceback while ``kiln tune`` shut the pool down itself.
+
+    >>> pool = build_pool(1)
+    >>> pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+    True
+    >>> pool.shutdown()
+    """
+    return ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"),
+                               initializer=ignore_interrupts)
+
+
+def ignore_interrupts() -> None:
+    """Ignore SIGINT in this process (a build worker's or the timing child's: the tuner
+    stops them when it is interrupted)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class LocalBuilder:
     """Builds trials in a pool of ``jobs`` worker processes (``jobs=1``: in this one)."""
 
@@ -170,7 +191,7 @@ class LocalBuilder:
         if self.jobs == 1 or len(inputs) <= 1:
             return [build_one(i) for i in inputs]
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+            self._pool = build_pool(self.jobs)
         return list(self._pool.map(build_one, inputs))
 
     def featurize(self, inputs: Sequence[BuildInput]) -> list[list[float]]:
@@ -178,7 +199,7 @@ class LocalBuilder:
         if self.jobs == 1 or len(inputs) <= 1:
             return [featurize(i) for i in inputs]
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=mp.get_context("spawn"))
+            self._pool = build_pool(self.jobs)
         return list(self._pool.map(featurize, inputs))
 
     def close(self) -> None:
@@ -318,6 +339,7 @@ def keep_heap() -> bool:
 def child_main(argv: Sequence[str]) -> int:
     """The timing child (``python -m toolchain.autotune.measure CPU FLUSH_BYTES``): pinned
     to ``CPU`` (-1: not pinned), answers requests on stdin until told to stop."""
+    ignore_interrupts()  # a terminal's Ctrl-C reaches it too; the tuner stops it
     cpu, flush_bytes = int(argv[0]), int(argv[1])
     if cpu >= 0 and hasattr(os, "sched_setaffinity"):
         try:

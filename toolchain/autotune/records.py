@@ -19,6 +19,12 @@ same ``-o OUT`` resumes from ``OUT.partial`` (or ``OUT``). A line cut short at t
 a file (a crash while writing it) is skipped with a warning; any other malformed line is
 an error naming the file and line.
 
+One writer at a time: a writer holds an exclusive lock (``flock``) on ``OUT.lock`` from
+its creation until it commits or its block ends, and a second writer of the same ``OUT``
+(another ``kiln tune -o OUT`` still running) is refused naming the process that holds it.
+Before the lock two runs read each other's partial file, truncated it under each other,
+measured the same points twice, and the second's rename failed with an internal error.
+
 >>> import tempfile, pathlib
 >>> from toolchain.autotune.space import Trace
 >>> r = Record("w|1", "toy", "c-generic", Trace("toy", (("tile", 4),)), [2e-3, 1e-3])
@@ -31,6 +37,7 @@ an error naming the file and line.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import warnings
@@ -171,6 +178,10 @@ class RecordWriter:
 
     ``resume``: start from the records already in ``OUT.partial`` or ``OUT`` (see
     :meth:`existing`); otherwise an existing ``OUT`` is replaced on commit.
+
+    A second writer of the same ``OUT`` while this one holds its lock (module docstring)
+    is refused with an :class:`~toolchain.errors.InputError`; :meth:`release` (called by
+    :meth:`commit` and at the end of the ``with`` block) lets the next one in.
     """
 
     def __init__(self, path: str | Path, resume: bool = False) -> None:
@@ -182,13 +193,59 @@ class RecordWriter:
                                 else "does not exist"))
         if self.path.is_dir():
             raise InputError(f"records file {self.path} is a directory")
+        self._fd: int | None = None
+        self._lock: int | None = None
+        self.appended = 0
         self.existing: list[Record] = []
+        #: the file :attr:`existing` was read from (``OUT.partial`` after an interrupted
+        #: run, else ``OUT``; None: nothing to resume)
+        self.source: Path | None = None
+        self._take_lock()
         if resume:
             src = self.partial if self.partial.is_file() else self.path
-            if src.is_file():
-                self.existing = load_records(src)
-        self._fd: int | None = None
-        self.appended = 0
+            try:
+                if src.is_file():
+                    self.existing = load_records(src)
+                    self.source = src
+            except BaseException:
+                self.release()
+                raise
+
+    def _take_lock(self) -> None:
+        lock = self.path.with_name(self.path.name + ".lock")
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # was an internal error, after the whole run
+                raise InputError(f"records file {self.path}: cannot write in folder "
+                                 f"{self.path.parent} ({exc.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise InputError(f"records file {self.path} is being written by another "
+                                 f"run (process {holder} holds {lock}); wait for it to "
+                                 "end, or write to another file") from None
+            try:  # the holder before may have removed the file between open and flock
+                same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock = fd
+        self._lock_path = lock
+
+    def release(self) -> None:
+        """Close the partial file and give up the lock (removing ``OUT.lock``)."""
+        self.close()
+        if self._lock is not None:
+            self._lock_path.unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
 
     def _open(self) -> int:
         if self._fd is None:
@@ -214,6 +271,7 @@ class RecordWriter:
         self._open()
         self.close()
         os.replace(self.partial, self.path)
+        self.release()
         return self.path
 
     def close(self) -> None:
@@ -225,7 +283,8 @@ class RecordWriter:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        if kind is None:
-            self.commit()
-        else:
-            self.close()
+        try:
+            if kind is None:
+                self.commit()
+        finally:
+            self.release()

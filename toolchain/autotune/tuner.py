@@ -77,6 +77,10 @@ class TaskState:
     seeds: list[Point] = field(default_factory=list)
     #: after :meth:`Tuner.confirm`: the least cost of each re-measured point (by key)
     confirmed: dict[tuple, float] = field(default_factory=dict)
+    #: trials that failed (build error, crash, time-out, a check over its tolerance)
+    failed: int = 0
+    #: the default point's trial came from the records of an earlier run (resumed)
+    default_earlier: bool = False
 
     @property
     def space(self) -> Space:
@@ -92,9 +96,10 @@ class TaskState:
 
     def add(self, point: Point, features: np.ndarray | None, cost: float) -> None:
         self.tried.add(self.space.key(point))
-        self.curve.append(min(self.best, cost))
-        if cost < (min(self.costs) if self.costs else math.inf) and math.isfinite(cost):
+        if math.isfinite(cost) and cost < self.best:  # every trial, features or not
             self.best_point = dict(point)
+        self.curve.append(min(self.best, cost))
+        self.failed += not math.isfinite(cost)
         if self.space.key(point) == self.space.key(self.space.default()):
             self.default_cost = cost
         if features is not None:
@@ -288,9 +293,11 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                confirm: int = 0, confirm_rounds: int = 2) -> list[TaskState]:
     """Tune real kernels: builds by ``builder``, measurements by ``runner``, every trial
     appended to ``writer`` (a :class:`~toolchain.autotune.records.RecordWriter`) as a
-    record. ``earlier``: records of these workloads to resume from (they count against
-    ``trials``); ``transfer``: records of other workloads to train the models with (and
-    whose best points are tried early, :func:`transfer_seeds`). ``confirm``: after the
+    record as soon as it is measured (a runner with ``run_one``; a Ray runner's when its
+    batch ends), so an interrupted run keeps it. ``earlier``: records of these workloads
+    to resume from (they count against ``trials``); ``transfer``: records of other
+    workloads to train the models with (and whose best points are tried early,
+    :func:`transfer_seeds`). ``confirm``: after the
     search, re-measure each task's ``confirm`` best points and its default
     ``confirm_rounds`` times (:meth:`Tuner.confirm`; recorded like trials)."""
     from toolchain.autotune.measure import BuildInput, featurize
@@ -303,9 +310,15 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
         inputs = [BuildInput(st.task.node, st.task.target, st.space.workload,
                              st.space.trace(p)) for st, p in items]
         builds = builder.build(inputs)
-        results = runner.run(builds)
-        return [(np.asarray(b.features, np.float32) if b.features is not None else None, r)
-                for b, r in zip(builds, results, strict=True)]
+        one = getattr(runner, "run_one", None)  # a Ray runner measures the batch at once
+        results = runner.run(builds) if one is None else []
+        out = []
+        for i, ((st, p), b) in enumerate(zip(items, builds, strict=True)):
+            feats = np.asarray(b.features, np.float32) if b.features is not None else None
+            res = results[i] if one is None else one(b)
+            record(st, p, feats, res)  # now, not when the batch ends: an interrupt keeps it
+            out.append((feats, res))
+        return out
 
     def feat(st: TaskState, p: Point) -> np.ndarray:
         return feat_many(st, [p])[0]
@@ -337,7 +350,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                 (np.asarray([r.features for r in with_f], np.float32),
                  np.asarray([r.cost for r in with_f])))
     bar = _Progress(trials, progress, runner.unit)
-    tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, record, evals,
+    tuner = Tuner(tasks, measure, feat, strategy, batch, seed, groups, None, evals,
                   bar.update, feat_many, seeds)
     for st in tuner.states:
         for r in _by_workload(earlier).get(st.space.workload, []):
@@ -347,6 +360,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                 continue
             tuner.seed_state(st, point, None if r.features is None else
                              np.asarray(r.features, np.float32), r.cost)
+        st.default_earlier = st.space.key(st.space.default()) in st.tried
     try:
         states = tuner.run(trials)
         if confirm:
@@ -389,6 +403,41 @@ def _by_workload(records: Sequence[Any]) -> dict[str, list[Any]]:
     return out
 
 
+def outcome(st: TaskState, unit: str) -> str:
+    """A task's result in words, as ``kiln tune``'s summary and progress bar print it: its
+    best (GFLOP/s for timed kernels with FLOPs, else the cost in ``unit``) against its
+    default point's trial — the default's own failure, or that it was timed in an earlier
+    run (resumed), said — and for an untimed check (``unit`` in
+    :data:`~toolchain.autotune.records.UNTIMED_UNITS`) how many points passed it.
+
+    >>> from toolchain.autotune.space import Knob
+    >>> st = TaskState(SimpleTask("k", Space("toy", "toy", (Knob("a", (1, 2, 3), 1),)),
+    ...                           flops=2_000_000))
+    >>> st.add({"a": 1}, None, 4e-3); st.add({"a": 2}, None, 1e-3)
+    >>> outcome(st, "s")
+    'best 2.0 GFLOP/s (4.00x the default)'
+    >>> st.add({"a": 3}, None, math.inf)
+    >>> outcome(st, "check")
+    '2 of 3 points pass the check against the default'
+    """
+    from toolchain.autotune.records import UNTIMED_UNITS
+
+    best, base = st.best, st.default_cost
+    if not st.trials:
+        return "no trials yet"
+    if unit in UNTIMED_UNITS:
+        return f"{st.trials - st.failed} of {st.trials} points pass the check against " \
+               "the default"
+    if not math.isfinite(best):
+        return f"no valid trial (the records hold the {'error' if st.failed == 1 else 'errors'})"
+    shown = (f"{st.task.flops / best / 1e9:.1f} GFLOP/s" if unit == "s" and st.task.flops
+             else f"{best:.4g} {unit}")
+    if not math.isfinite(base):
+        return f"best {shown} (the default point failed: no speed-up to quote)"
+    when = ", timed in an earlier run" if st.default_earlier else ""
+    return f"best {shown} ({base / best:.2f}x the default{when})"
+
+
 class _Progress:
     """A tqdm bar of trials with the current task's best so far (GFLOP/s for timed
     kernels, instructions for counted ones) and its speed-up over the default."""
@@ -402,17 +451,8 @@ class _Progress:
                         file=sys.stderr, dynamic_ncols=True)
 
     def update(self, st: TaskState) -> None:
-        best = st.best
-        if not math.isfinite(best):
-            text = "no valid trial yet"
-        elif self.unit == "s" and st.task.flops:
-            text = f"best {st.task.flops / best / 1e9:.1f} GFLOP/s"
-        else:
-            text = f"best {best:.4g} {self.unit}"
-        if math.isfinite(st.default_cost) and math.isfinite(best):
-            text += f" ({st.default_cost / best:.2f}x default)"
         self.bar.set_description_str(f"kiln tune {st.task.name}", refresh=False)
-        self.bar.set_postfix_str(text, refresh=False)
+        self.bar.set_postfix_str(outcome(st, self.unit), refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:

@@ -6,9 +6,13 @@ See docs/tuning.md.
 from __future__ import annotations
 
 import argparse
-import math
+import contextlib
 import os
 import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +36,11 @@ examples:
   kiln compile model.onnx --target x86_64-avx2 --records model.records.jsonl -o build/m
 
 --trials is the budget of the whole model, spread over its kernels by expected gain;
-the trials already in the records file (or in its .partial file, after an interrupted
-run) count, so a second run with a larger budget continues the first. Records are
-written to OUT.partial as they are measured and renamed to OUT when the run ends: OUT is
-never half-written.
+the trials of its kernels already in the records file (or in its .partial file, after an
+interrupted run: Ctrl-C or SIGTERM) count, so a second run with a larger budget
+continues the first. Records are written to OUT.partial as they are measured and renamed
+to OUT when the run ends: OUT is never half-written. One run at a time per OUT; trials of
+another runner are not resumed (write to another file).
 """
 
 
@@ -47,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target descriptor: a name from targets/, a YAML file, or "
                              "host (as kiln compile; default: c-generic)")
     parser.add_argument("--trials", type=int, metavar="N",
-                        help="trials for the whole model (earlier records included)")
+                        help="trials for the whole model (its kernels' earlier trials in the "
+                             "records file included)")
     parser.add_argument("-o", "--output", metavar="RECORDS.jsonl",
                         help="the records file to write (resumed when it exists)")
     parser.add_argument("--spaces", action="store_true",
@@ -107,7 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from toolchain.autotune.records import RecordWriter, load_records
     from toolchain.autotune.tasks import extract_tasks
-    from toolchain.autotune.tuner import tune_tasks
     from toolchain.errors import InputError, OptionError
     from toolchain.target import resolve_target
 
@@ -144,55 +149,137 @@ def run(args: argparse.Namespace) -> int:
                           + " (leave --cold-mb out)")
     if args.repeat < 1:
         raise OptionError(f"--repeat {args.repeat}: must be at least 1")
+    if not args.timeout > 0:  # 0 failed every trial; below 0 was an internal error
+        raise OptionError(f"--timeout {args.timeout:g}: must be more than 0 seconds")
+    for flag, n in (("--jobs", args.jobs), ("--ray-devices", args.ray_devices)):
+        if n is not None and n < 1:  # taken as the default or 1 before, silently
+            raise OptionError(f"{flag} {n}: must be at least 1")
     if target.kind == "cuda":  # no GPU: refused before anything is read or written
         from toolchain.autotune.cuda import refuse_without_gpu
 
         refuse_without_gpu(args.runner)
     transfer = [r for f in args.transfer for r in load_records(f)]
-    writer = RecordWriter(args.output, resume=True)
+    writer = RecordWriter(args.output, resume=True)  # locked: one run per file
+    try:
+        with _terminate_as_interrupt():
+            return _tune(args, target, writer, transfer)
+    except KeyboardInterrupt:
+        kept = (f"{writer.appended} new {_trials(writer.appended)} kept in "
+                f"{writer.partial} ({writer.appended + len(writer.existing)} in all); run "
+                "the same command to resume" if writer.partial.is_file() else
+                f"nothing written; {args.output} is as it was")
+        print(f"kiln tune: interrupted: {kept}", file=sys.stderr)
+        raise
+    finally:
+        writer.release()
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a job's time limit) stops the run as Ctrl-C does: the build pool
+    and the timing process are shut down and the partial records kept. Without it the
+    pool's worker processes outlived the run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) -> int:
+    """Tune ``args.model``'s tasks into ``writer`` and print the summary."""
+    from toolchain.autotune.records import UNTIMED_UNITS
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.autotune.tuner import outcome, tune_tasks
+
     tasks = extract_tasks(args.model, target, input_shapes(args), args.precision,
                           generic=args.generic)
     if not tasks:
         print(f"{args.model}: no kernel with a tunable schedule on {target.name}; nothing "
               "to tune")
         return 0
+    workloads = {t.space.workload for t in tasks}
+    mine = [r for r in writer.existing if r.workload in workloads]
     print(f"tuning {len(tasks)} tasks of {args.model} on {target.name} "
-          f"({len(writer.existing)} earlier trials in {args.output})")
+          f"({_earlier(len(writer.existing), len(mine), writer.source or args.output)})")
     for t in tasks:
         print(f"  {t.name}: {t.space.kind} x{t.weight}, {len(t.space.knobs)} knobs, "
               f"{t.space.size} points before rules")
     builder, runner = _measurement(args, target)
-    with writer:
-        try:
+    try:
+        _check_resumed_runner(mine, runner, args.output)
+        with writer:
             states = tune_tasks(tasks, args.trials, builder=builder, runner=runner,
                                 writer=writer, strategy=args.search, batch=args.batch,
                                 seed=args.seed, earlier=writer.existing, transfer=transfer,
                                 progress=False if args.no_progress else None)
-        finally:
-            builder.close()
-            runner.close()
+    finally:
+        builder.close()
+        runner.close()
     print(f"wrote {args.output}: {writer.appended} new {_trials(writer.appended)} "
           f"({writer.appended + len(writer.existing)} in all)")
     unit = runner.unit
     for st in states:
-        best, base = st.best, st.default_cost
         if not st.trials:
             print(f"  {st.task.name}: no trials (raise --trials)")
             continue
-        speed = f"{base / best:.2f}x the default" if math.isfinite(best) and \
-            math.isfinite(base) else "no valid trial" if not math.isfinite(best) else ""
-        shown = (f"{st.task.flops / best / 1e9:.1f} GFLOP/s" if unit == "s" and st.task.flops
-                 and math.isfinite(best) else f"{best:.4g} {unit}")
-        print(f"  {st.task.name}: {st.trials} {_trials(st.trials)}, best {shown} ({speed})")
+        failed = f" ({st.failed} failed)" if st.failed and unit not in UNTIMED_UNITS else ""
+        print(f"  {st.task.name}: {st.trials} {_trials(st.trials)}{failed}, "
+              f"{outcome(st, unit)}")
     if args.plot:
         _plot(args.plot, states, unit)
-    if unit == "check":  # --runner emulate: nothing was timed
+    if unit in UNTIMED_UNITS:  # --runner emulate: nothing was timed
         print("  (points checked by the SIMT emulation, not timed: kiln compile never "
               "applies these records)")
         return 0
     print(f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
           "-o DIR")
     return 0
+
+
+def _earlier(found: int, mine: int, output: str | Path) -> str:
+    """How many trials the records file already holds — ``output``: the file they were
+    read from, ``OUT.partial`` after an interrupted run — and how many of them are of this
+    run's kernels (only those count against ``--trials`` and seed the search).
+
+    >>> _earlier(0, 0, "r.jsonl"), _earlier(1, 1, "r.jsonl")
+    ('0 earlier trials in r.jsonl', '1 earlier trial in r.jsonl')
+    >>> _earlier(64, 0, "r.jsonl")
+    "64 earlier trials in r.jsonl, none of this run's kernels: kept, not resumed"
+    """
+    text = f"{found} earlier {_trials(found)} in {output}"
+    if mine == found:
+        return text
+    return (f"{text}, {mine or 'none'} of this run's kernels: "
+            f"{'kept, not resumed' if not mine else 'the rest kept, not resumed'}")
+
+
+def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
+    """Refuse to resume trials of this run's kernels measured by another runner: costs in
+    instructions, cycles, seconds or checks do not compare, and the records' best (what
+    ``kiln compile --records`` applies) would mix them. A Ray runner is its device's."""
+    from toolchain.errors import OptionError
+
+    def device(name: str) -> str:
+        return name.removeprefix("ray-")
+
+    other = sorted({(r.runner, r.unit) for r in mine
+                    if r.runner != "?" and device(r.runner) != device(runner.name)})
+    if not other:
+        return
+    n = sum(1 for r in mine if (r.runner, r.unit) in other)
+    by = ", ".join(f"{name} ({unit})" for name, unit in other)
+    raise OptionError(f"{output}: {n} earlier {_trials(n)} of this run's kernels measured by "
+                      f"{by}; this run measures by {runner.name} ({runner.unit}), and the "
+                      "costs of two runners do not compare: resume with the runner that "
+                      "wrote them, or write to another file (-o)")
 
 
 def _check_precision(precision: str, target: Any) -> None:
