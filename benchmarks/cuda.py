@@ -520,18 +520,20 @@ def parse_tiles(label: str, option: str = "--sweep-tiles") -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``; a bad label is a
     ``SystemExit`` naming ``option``, the command-line option it came from."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)(?:b(\d+))?\.v(\d+)"
-                     r"(\.frag)?(\.async)?(?:\.s(\d))?(?:\.ov(\d))?(\.mma)?(\.wgmma)?", label)
+                     r"(\.frag)?(\.async)?(?:\.s(\d))?(?:\.ov(\d))?(?:\.sw(\d+))?(\.mma)?(\.wgmma)?",
+                     label)
     if m is None:
         raise SystemExit(f"{option}: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
                          "padding (p16b8: A 16, B 8), fetch width, optional .frag, "
-                         ".async, .sN stages, .ovN groups in flight, .mma, .wgmma)")
-    wy, wx, fm, fn, kf, db, pad, pad_b, vec, frag, async_copy, stages, flying, mma, \
+                         ".async, .sN stages, .ovN groups in flight, .sw128 swizzled, .mma, "
+                         ".wgmma)")
+    wy, wx, fm, fn, kf, db, pad, pad_b, vec, frag, async_copy, stages, flying, swizzle, mma, \
         wgmma = m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
                      int(vec), frag is None, async_copy is not None, mma is not None,
                      int(stages or 2), wgmma is not None, int(flying or 0),
-                     int(pad_b) if pad_b is not None else None)
+                     int(pad_b) if pad_b is not None else None, int(swizzle or 0))
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:
