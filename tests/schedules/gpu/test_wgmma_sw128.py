@@ -103,6 +103,41 @@ def test_sw128_products_kept_apart_labelled_and_refused_with_reasons() -> None:
                          wmma) is None
 
 
+def test_sw128_rows_lead_the_sweep_and_the_tuning_spaces_wgmma_points() -> None:
+    """The ``.sw128`` rows come first in ``SWEEP`` (step 3 of cuda_check.sh) and are
+    tiles the kernel takes; in cuda-sm90's tensor-core space (a knob ``swizzle``, 0 or
+    128, with a rule naming why a swizzled point is refused) the swizzled seeds are the
+    first warpgroup points, and the first of them schedules through the tuner's path to
+    the swizzled product left in flight."""
+    from tests.bundle.test_cuda_fp16 import gemm_model as model_of
+    from toolchain.autotune.apply import forcing
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.schedules.gpu.gemm_space import wmma_tiles_of
+    from toolchain.schedules.registry import schedule_for
+
+    bench, wg = _bench(), wgmma_intrinsics(SM90)
+    lead = [bench.parse_tiles(x) for x in bench.SWEEP[:3]]
+    assert all(t.swizzle == 128 and t.wgmma for t in lead)
+    assert not any(".sw128." in x for x in bench.SWEEP[3:])
+    for t in lead:
+        check_tiles(t, wg)
+    model, _ = model_of(128, 128, 256)
+    (task,) = [t for t in extract_tasks(model, SM90, precision="fp16")
+               if t.space.kind == "cuda_tensorcore"]
+    s = task.space
+    assert s.knob("swizzle").choices == (0, 128) and s.default()["swizzle"] == 0
+    wgs = [p for p in s.seed_points() if p["intrinsic"] == "wgmma"]
+    assert [wmma_tiles_of(p).label() for p in wgs[:3]] == [t.label() for t in lead]
+    assert not any(p["swizzle"] for p in wgs[3:])
+    bad = {**wgs[0], "kf": 2}
+    assert any(m.startswith("wgmma swizzled: rows of 64 halves") for m in s.problems(bad))
+    with pytest.raises(KilnError):
+        check_tiles(wmma_tiles_of(bad), wg)
+    with forcing({s.workload: s.trace(wgs[0])}):
+        sch = schedule_for(task.node, SM90)
+    assert "wgmma_f16_64x64x64_sw128_pipe" in str(lower(sch.schedule, target=SM90))
+
+
 def test_swizzled_tiles_descriptors_and_shared_memory() -> None:
     """The shared tiles are rows of 64 halves marked ``swizzle=128`` (A [k / 64][m][64],
     B [n / 64][k][64]), 1024-byte aligned; the fetch stores through the XOR; a step makes
