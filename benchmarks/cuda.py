@@ -474,9 +474,12 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 
 #: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
 #: the likeliest first (a step cut short keeps them): the ``.wgmma`` kernel (Hopper's
-#: warpgroup MMA, sm_90a, on core-matrix shared tiles: toolchain/schedules/gpu/wgmma.py;
-#: never run on a GPU before) with each operand its own pad (``p16b8``: A 16 halves, B 8,
-#: both operands' fetch stores conflict-free at steps of 32), overlapped over 4 stages and
+#: warpgroup MMA, sm_90a: toolchain/schedules/gpu/wgmma.py; never run on a GPU before) on
+#: 128-byte swizzled operand tiles (``.sw128``: warpgroups of 64 x 64, steps of 64; 2 x 4
+#: warpgroups (128 x 256, 1024 threads) over 3 stages and 2 x 2 over 4, overlapped, and 2 x 2
+#: waiting), then on core-matrix shared tiles with each operand its own pad (``p16b8``: A
+#: 16 halves, B 8, both operands' fetch stores conflict-free at steps of 32), overlapped
+#: over 4 stages and
 #: waiting; then overlapped (``.ov1``: a step's products in flight through
 #: the barrier and the next step's fetch) with 2 x 2 warpgroups of 64 x 128 over 4 or 3
 #: stages (fetches 2 or 1 steps ahead) and 2 x 1 over 4; then, each call waiting for its
@@ -496,7 +499,10 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
 #: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
 #: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
 #: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
-SWEEP = ("8x2w.1x8f.kf2.db.p16b8.v8.async.s4.ov1.wgmma",
+SWEEP = ("8x4w.1x4f.kf4.db.p0.v8.async.s3.ov1.sw128.wgmma",
+         "8x2w.1x4f.kf4.db.p0.v8.async.s4.ov1.sw128.wgmma",
+         "8x2w.1x4f.kf4.db.p0.v8.async.sw128.wgmma",
+         "8x2w.1x8f.kf2.db.p16b8.v8.async.s4.ov1.wgmma",
          "8x2w.1x8f.kf2.db.p16b8.v8.async.wgmma",
          "8x2w.1x8f.kf2.db.p8.v8.async.s4.ov1.wgmma",
          "8x2w.1x8f.kf2.db.p8.v8.async.s3.ov1.wgmma",
@@ -520,18 +526,20 @@ def parse_tiles(label: str, option: str = "--sweep-tiles") -> WmmaTiles:
     """The inverse of ``WmmaTiles.label()``: ``4x2w.2x2f.kf2.db.p8.v8``; a bad label is a
     ``SystemExit`` naming ``option``, the command-line option it came from."""
     m = re.fullmatch(r"(\d+)x(\d+)w\.(\d+)x(\d+)f\.kf(\d+)\.(db|sb)\.p(\d+)(?:b(\d+))?\.v(\d+)"
-                     r"(\.frag)?(\.async)?(?:\.s(\d))?(?:\.ov(\d))?(\.mma)?(\.wgmma)?", label)
+                     r"(\.frag)?(\.async)?(?:\.s(\d))?(?:\.ov(\d))?(?:\.sw(\d+))?(\.mma)?(\.wgmma)?",
+                     label)
     if m is None:
         raise SystemExit(f"{option}: {label!r} is not a tile label such as "
                          "4x2w.2x2f.kf2.db.p8.v8 (warps, fragments a warp, step, db|sb, "
                          "padding (p16b8: A 16, B 8), fetch width, optional .frag, "
-                         ".async, .sN stages, .ovN groups in flight, .mma, .wgmma)")
-    wy, wx, fm, fn, kf, db, pad, pad_b, vec, frag, async_copy, stages, flying, mma, \
+                         ".async, .sN stages, .ovN groups in flight, .sw128 swizzled, .mma, "
+                         ".wgmma)")
+    wy, wx, fm, fn, kf, db, pad, pad_b, vec, frag, async_copy, stages, flying, swizzle, mma, \
         wgmma = m.groups()
     return WmmaTiles(int(wy), int(wx), int(fm), int(fn), int(kf), db == "db", int(pad),
                      int(vec), frag is None, async_copy is not None, mma is not None,
                      int(stages or 2), wgmma is not None, int(flying or 0),
-                     int(pad_b) if pad_b is not None else None)
+                     int(pad_b) if pad_b is not None else None, int(swizzle or 0))
 
 
 def gemm_sweep(n: int, target: str, root: Path, repeat: int, labels: list[str]) -> None:

@@ -3,6 +3,7 @@
 #   1. the tests marked `gpu` (every zoo model's bundle and the odd-shaped GEMM/conv models
 #      of tests/schedules/gpu/test_gemm.py, the block reductions of test_block_reduce.py,
 #      the mma.sync/ldmatrix GEMMs of test_mma.py and the wgmma GEMMs of test_wgmma.py
+#      and test_wgmma_sw128.py (the 128-byte swizzled tiles)
 #      -- the PTX fragment layouts and wgmma's descriptors on the hardware for the first
 #      time -- built by nvcc, run on the GPU, compared with the
 #      reference executor);
@@ -15,7 +16,9 @@
 #      16-byte fetches, dynamic shared memory, cp.async, 3-4 pipeline stages `.s3`/`.s4`,
 #      mma.sync + ldmatrix with register accumulators `.mma`, Hopper's warpgroup MMA on
 #      core-matrix tiles `.wgmma` (sm_90a: never run on a GPU before; the `.wgmma` rows
-#      first -- each operand its own pad `p16b8` (A 16 halves, B 8: both operands' fetch
+#      first -- those on 128-byte swizzled operand tiles `.sw128` (descriptors of layout
+#      type 1, warpgroups of 64 x 64, steps of 64) leading, then each operand its own pad
+#      `p16b8` (A 16 halves, B 8: both operands' fetch
 #      stores conflict-free), then the overlapped ones `.ov1`, a step's products in flight through the next
 #      step's barrier and fetch (wgmma.wait_group 1), before those waiting for their own
 #      products -- then the `.mma` ones) and
@@ -85,7 +88,7 @@ step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda.py tests/codegen/test_cuda_shared.py tests/schedules/gpu/test_gemm.py \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py \
     tests/schedules/gpu/test_block_reduce.py tests/schedules/gpu/test_mma.py \
-    tests/schedules/gpu/test_wgmma.py \
+    tests/schedules/gpu/test_wgmma.py tests/schedules/gpu/test_wgmma_sw128.py \
     tests/schedules/gpu/test_warp_shuffle.py tests/autotune/test_cuda_tune.py
 step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20

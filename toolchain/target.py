@@ -228,6 +228,8 @@ _INTRIN_SCHEMA: dict[str, tuple[tuple[type, ...], str, bool]] = {
     "in_flight": ((int,), "the commit groups a call leaves running (wgmma.wait_group N): its "
                           "products read their operands until retired by a later call or a "
                           "drain (the function called with null operands)", False),
+    "swizzle": ((int,), "the shared operand tiles' swizzle the body reads (128: wgmma's "
+                        "128-byte swizzle, layout type 1); absent: none", False),
 }
 
 

@@ -194,24 +194,30 @@ def test_the_operands_must_be_core_matrices() -> None:
 
 
 def test_the_wgmma_intrinsics_declare_warpgroups_and_sm90a() -> None:
-    """128 lanes, the sm_90a feature set; sm80 has none; cuda-sm90's other tensor-core
-    sets are those of sm80 (the wgmma products are no 2-D GEMM behaviour: no existing
-    schedule picks them)."""
+    """128 lanes, the sm_90a feature set; sm80 has none; the products over 128-byte
+    swizzled tiles (``_sw128``) say so by their ``swizzle`` key, no other does;
+    cuda-sm90's other tensor-core sets are those of sm80 (the wgmma products are no 2-D
+    GEMM behaviour: no existing schedule picks them)."""
     from toolchain.schedules.gpu.tensorcore import tensor_core_sets
 
     t = load_target("cuda-sm90")
     load_intrinsics(t)
     wg = [n for n in t.intrinsics if n.startswith("wgmma_")]
     sm80 = load_target("cuda-sm80").intrinsics
-    assert len(wg) == 8 and not any(n.startswith("wgmma_") for n in sm80)
+    assert len(wg) == 10 and not any(n.startswith("wgmma_") for n in sm80)
     for n in wg:
+        assert t.intrinsics[n].get("swizzle") == (128 if "_sw128" in n else None)
         spec = get_spec(f"cuda-sm90.{n}")
         assert spec.lanes == 128 and spec.scopes["C"] == "wgmma.accumulator"
         assert spec.arch_features == ("fill" not in n)
         # the overlapped products leave one group running: their wait says the same
         assert spec.in_flight == (1 if n.endswith("_pipe") else 0)
-        assert ("wait_group.sync.aligned {{ keep }}" in spec.template) == (spec.in_flight > 0)
-        assert "set keep = 1 %}" in spec.template or not spec.in_flight
+        waits = "wait_group.sync.aligned {{ keep }}" in spec.template
+        if spec.in_flight:
+            assert waits and "set keep = 1 %}" in spec.template
+        elif "fill" not in n:  # a waiting product: wait_group 0
+            assert "wait_group.sync.aligned 0;" in spec.template if not waits \
+                else "set keep = 0 %}" in spec.template
     assert sorted(tensor_core_sets(t)) == sorted(tensor_core_sets(load_target("cuda-sm80")))
 
 

@@ -316,7 +316,7 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
 
     def wg_product(p: Mapping[str, Any], k: int, flying: int = 0) -> bool:
         assert wgmma is not None
-        return wgmma.product(p["fn"] * frag, k, flying) is not None
+        return wgmma.product(p["fn"] * frag, k, flying, p.get("swizzle", 0)) is not None
 
     def product(p: Mapping[str, Any]) -> bool:
         if is_wg(p):
@@ -358,6 +358,10 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
         knobs += (Knob("in_flight", (0, 1), d.in_flight,
                        "wgmma: groups of products a call leaves running (overlapping the "
                        "next step's barrier and fetch)", active=is_wg),)
+        if wgmma.swizzled:
+            knobs += (Knob("swizzle", (0, 128), d.swizzle,
+                           "wgmma: the operand tiles 128-byte swizzled (rows of 64 halves; "
+                           "0: core matrices)", active=is_wg),)
     rules = (
         Rule(f"{where}: the block tile wy*fm*16 x wx*fn*16 and the step kf*16 divide the "
              "GEMM", lambda p: y % (p["wy"] * p["fm"] * frag) == 0
@@ -386,6 +390,10 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
             Rule(f"wgmma: the target declares a 64 x fn*16 warpgroup product and fill "
                  f"(fn {', '.join(map(str, fns))})", lambda p: not is_wg(p) or (
                      wgmma.fill(p["fn"] * frag) is not None and wg_product(p, frag))),
+            Rule("wgmma swizzled: rows of 64 halves -- steps of 64 (kf 4), warpgroups 64 "
+                 "wide (fn 4), no padding", lambda p: not is_wg(p)
+                 or not p.get("swizzle", 0)
+                 or (p["kf"] == 4 and p["fn"] == 4 and p["pad"] == 0)),
             Rule("wgmma in flight: double-buffered over at least in_flight + 2 stages (a "
                  "stage for the fetch, one for each group still reading)",
                  lambda p: not is_wg(p) or not p["in_flight"]
@@ -401,15 +409,20 @@ def tensorcore_space(name: str, shape: tuple[int, int, int, int, int], ops: str,
 
 #: the tuner's first points after the default: the leading variants of
 #: ``benchmarks/cuda.py``'s tile sweep (mma.sync with 2-4 stages, 16 warps, steps of 64;
-#: the default with 3 stages; then, where the target has them, the overlapped warpgroup
-#: kernels of 2 x 2 and 2 x 1 warpgroups), as changes to the default's knobs
+#: the default with 3 stages; then, where the target has them, the warpgroup kernels:
+#: 128-byte swizzled (``.sw128``, warpgroups of 64 x 64, steps of 64: 2 x 4 of them over 3
+#: stages and 2 x 2 over 4, overlapped, and 2 x 2 waiting) first, then the overlapped ones
+#: of 2 x 2 and 2 x 1 warpgroups), as changes to the default's knobs
 _WG = {"intrinsic": "wgmma", "wy": 8, "fm": 1, "fn": 8, "kf": 2, "pad": 8, "vector": 8,
        "async_copy": True, "in_flight": 1}
+_SW = {**_WG, "wx": 2, "fn": 4, "kf": 4, "pad": 0, "swizzle": 128}
 TENSORCORE_SEEDS = ({"intrinsic": "mma"}, {"intrinsic": "mma", "stages": 3},
                     {"intrinsic": "mma", "stages": 4},
                     {"intrinsic": "mma", "stages": 3, "wy": 2, "wx": 2, "fm": 4, "fn": 4},
                     {"intrinsic": "mma", "stages": 3, "wx": 4},
                     {"intrinsic": "mma", "stages": 3, "kf": 4}, {"stages": 3},
+                    {**_SW, "wx": 4, "stages": 3}, {**_SW, "stages": 4},
+                    {**_SW, "stages": 2, "in_flight": 0},
                     {**_WG, "wx": 2, "stages": 4}, {**_WG, "wx": 2, "stages": 3},
                     {**_WG, "wx": 1, "stages": 4})
 
@@ -435,7 +448,7 @@ def wmma_tiles_of(point: Mapping[str, Any]) -> WmmaTiles:
                      warp_mma=point["warp_mma"], async_copy=point["async_copy"],
                      mma=point["intrinsic"] == "mma", stages=max(2, stages),
                      wgmma=point["intrinsic"] == "wgmma",
-                     in_flight=point.get("in_flight", 0))
+                     in_flight=point.get("in_flight", 0), swizzle=point.get("swizzle", 0))
 
 
 def decide_tensorcore(sch: Schedule, block: Any, target: Target, default: WmmaTiles,

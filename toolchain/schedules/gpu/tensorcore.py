@@ -148,6 +148,10 @@ class WmmaTiles:
     #: ``wgmma``: B's padding where it differs from A's (``pad`` then A's only; label
     #: ``p16b8``: A 16 halves, B 8); None: ``pad`` for both
     pad_b: int | None = None
+    #: ``wgmma``: the operand tiles 128-byte swizzled (128; label ``.sw128``: rows of 64
+    #: halves, ``kf`` 4 and ``fn`` 4, no padding), read through descriptors of layout
+    #: type 1; 0: the core-matrix tiles
+    swizzle: int = 0
 
     @property
     def pads(self) -> tuple[int, int]:
@@ -164,7 +168,8 @@ class WmmaTiles:
         double buffer or ``sb``, padding (``p16b8``: A's 16, B's 8), fetch width;
         ``.frag`` at the end: one product call per fragment; ``.async``: asynchronous
         fetches; ``.s3``: three stages of operand tiles; ``.ov1``: one group of products
-        left in flight; ``.mma``: ``mma.sync``; ``.wgmma``: warpgroup MMA).
+        left in flight; ``.sw128``: 128-byte swizzled operand tiles; ``.mma``:
+        ``mma.sync``; ``.wgmma``: warpgroup MMA).
 
         >>> WmmaTiles(4, 2, 2, 2, 2, pad=8, vector=8).label()
         '4x2w.2x2f.kf2.db.p8.v8'
@@ -176,7 +181,8 @@ class WmmaTiles:
                 f"{'db' if self.double_buffer else 'sb'}.p{self.pad}{pad_b}.v{self.vector}"
                 f"{'' if self.warp_mma else '.frag'}{'.async' if self.async_copy else ''}"
                 f"{f'.s{self.stages}' if self.stages != 2 else ''}"
-                f"{f'.ov{self.in_flight}' if self.in_flight else ''}{'.mma' if self.mma else ''}"
+                f"{f'.ov{self.in_flight}' if self.in_flight else ''}"
+                f"{f'.sw{self.swizzle}' if self.swizzle else ''}{'.mma' if self.mma else ''}"
                 f"{'.wgmma' if self.wgmma else ''}")
 
 
@@ -545,8 +551,8 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
                                                                          * tc.n)
                 or ext[axes.reduce[0]] % (tiles.kf * tc.k)):
             return None
-        if tiles.pad_b is not None and not tiles.wgmma:
-            return None  # per-operand pads are the wgmma kernel's alone
+        if (tiles.pad_b is not None or tiles.swizzle) and not tiles.wgmma:
+            return None  # per-operand pads and swizzled tiles are the wgmma kernel's alone
         t = tiles
     build, need = tile_gemm_wmma, wmma_shared_bytes
     if t.wgmma:  # warpgroup MMA (sm_90a), where the target declares it

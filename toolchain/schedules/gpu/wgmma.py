@@ -40,6 +40,18 @@ overwrites a stage an unretired group reads) and the lowering drains the last gr
 the step loop (:mod:`toolchain.tir.transform.drain_wgmma`), before the epilogue reads the
 registers.
 
+With ``t.swizzle`` 128 (``.sw128``) the operand tiles are 128-byte swizzled instead
+(``transform_layout(.., swizzle=128)``): A as ``[BK / 64][BM][64]``, B as ``[BN / 64][BK][64]``,
+rows of 128 bytes whose 16-byte chunks the fetch stores XORed with the row's place in its
+1024-byte atom (``flatten_buffer``), unpadded, the tiles on 1024-byte boundaries; the
+products are the target's ``swizzle: 128`` ones (descriptors of layout type 1), kept
+apart from the core-matrix ones (``WgmmaSet.swizzled``). A row is 64 halves, so a step is
+64 of K (``kf`` 4: four k16 calls, each A 32 bytes further into the rows, or in flight one
+k64 call) and a warpgroup 64 columns (``fn`` 4: the behaviour's output indices are single
+loop variables, and N 128 splits B at 64)::
+
+    C[i, c, f] += A[i, k] * B[k, 8 * c + f]      (64 x 64 x 16 or 64)
+
 Not the default: it has not run on a GPU. ``benchmarks/cuda.py``'s ``SWEEP`` times it.
 
 >>> from toolchain.target import load_target
@@ -50,6 +62,8 @@ Not the default: it has not run on a GPU. ``benchmarks/cuda.py``'s ``SWEEP`` tim
 True
 >>> wgmma_shared_bytes(WmmaTiles(4, 1, 1, 8, 2, double_buffer=False, wgmma=True))
 12288
+>>> wg.product(64, 16, swizzle=128)
+'cuda-sm90.wgmma_m64n64k16_sw128'
 """
 
 from __future__ import annotations
@@ -70,6 +84,9 @@ from toolchain.tir.schedule.gpu import ASYNC_COPY, ASYNC_PROXY, DYNAMIC_SHARED_M
 WARPGROUP, ROWS = 128, 64
 #: halves in a core matrix's row (16 bytes)
 CORE = 8
+#: the 128-byte swizzle (``WmmaTiles.swizzle``, the intrinsics' ``swizzle`` key) and the
+#: halves in one of its rows: a swizzled tile is rows of 64 halves of K (A) or N (B)
+SW128, SW_ROW = 128, 64
 
 
 @dataclass(frozen=True)
@@ -81,14 +98,20 @@ class WgmmaSet:
     accumulator: str
     #: the products left in flight: ``((n, k, groups left running), name)``
     in_flight: tuple[tuple[tuple[int, int, int], str], ...] = ()
+    #: the products over 128-byte swizzled tiles (``swizzle: 128``):
+    #: ``((n, k, groups left running), name)``
+    swizzled: tuple[tuple[tuple[int, int, int], str], ...] = ()
 
     def fill(self, n: int) -> str | None:
         """The fill of a 64 x ``n`` accumulator, or None."""
         return dict(self.fills).get(n)
 
-    def product(self, n: int, k: int, in_flight: int = 0) -> str | None:
+    def product(self, n: int, k: int, in_flight: int = 0, swizzle: int = 0) -> str | None:
         """The 64 x ``n`` x ``k`` product (``in_flight`` > 0: the one that leaves that
-        many commit groups running), or None."""
+        many commit groups running; ``swizzle`` 128: over 128-byte swizzled tiles), or
+        None."""
+        if swizzle:
+            return dict(self.swizzled).get((n, k, in_flight)) if swizzle == SW128 else None
         if in_flight:
             return dict(self.in_flight).get((n, k, in_flight))
         return dict(self.products).get((n, k))
@@ -113,6 +136,25 @@ def _core_matrix_gemm(beh: Any) -> bool:
             and len({i, c, f, d, e}) == 5)
 
 
+def _swizzled_gemm(beh: Any) -> bool:
+    """``C[i, c, f] += A[i, k] * B[k, 8 * c + f]`` exactly (the 128-byte swizzled tiles'
+    logical layout: rows of 64 halves, K in A's and N in B's)."""
+    if not beh.accumulate or len(beh.inputs()) != 2:
+        return False
+    a, b = beh.inputs()
+
+    def names(acc: Any) -> list[tuple[tuple[str, int], ...]]:
+        return [tuple(sorted(x.terms)) if not x.const else () for x in acc.index]
+
+    out, ai, bi = names(beh.output), names(a), names(b)
+    if len(out) != 3 or len(ai) != 2 or len(bi) != 2 or any(len(t) != 1 for t in out):
+        return False
+    (i, _), (c, _), (f, _) = (t[0] for t in out)
+    k = ai[1][0][0] if len(ai[1]) == 1 else ""
+    return (ai == [((i, 1),), ((k, 1),)] and bi == [((k, 1),), tuple(sorted(((c, 8), (f, 1))))]
+            and len({i, c, f, k}) == 4)
+
+
 def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
     """The target's warpgroup products (float16 x float16 -> float32, the core-matrix
     behaviour of the module docstring, 128 lanes) and fills (``C[i, c, f] = 0``) on one
@@ -120,6 +162,7 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
     fills: dict[str, dict[int, str]] = {}
     products: dict[str, dict[tuple[int, int], str]] = {}
     flying: dict[str, dict[tuple[int, int, int], str]] = {}
+    swizzled: dict[str, dict[tuple[int, int, int], str]] = {}
     for name, spec in target.intrinsics.items():
         if "instruction" in spec or int(spec.get("lanes", 1)) != WARPGROUP:
             continue
@@ -129,7 +172,17 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
         acc = str(scopes.get(beh.output.name, ""))
         if not acc.endswith("accumulator") or dtypes.get(beh.output.name) != "float32":
             continue
-        if not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
+        if int(spec.get("swizzle", 0)):  # kept apart: only the .sw128 kernel calls them
+            a, b = beh.inputs() if len(beh.inputs()) == 2 else (None, None)
+            if (int(spec["swizzle"]) == SW128 and _swizzled_gemm(beh)
+                    and (dtypes.get(a.name), dtypes.get(b.name)) == ("float16", "float16")):
+                i, c, f = (x.terms[0][0] for x in beh.output.index)
+                k = a.index[1].terms[0][0]
+                if ext[i] == ROWS and ext[f] == CORE:
+                    swizzled.setdefault(acc, {})[(ext[c] * CORE, ext[k],
+                                                  int(spec.get("in_flight", 0)))] = \
+                        target.intrinsic(name)
+        elif not beh.accumulate and isinstance(beh.expr, Const) and beh.expr.value == 0:
             i, c, f = (x.terms[0][0] for x in beh.output.index) \
                 if len(beh.output.index) == 3 else ("", "", "")
             if ext.get(i) == ROWS and ext.get(f) == CORE:
@@ -150,7 +203,8 @@ def wgmma_intrinsics(target: Target) -> WgmmaSet | None:
     for acc, prods in products.items():
         if acc in fills:
             return WgmmaSet(tuple(sorted(fills[acc].items())), tuple(sorted(prods.items())),
-                            acc, tuple(sorted(flying.get(acc, {}).items())))
+                            acc, tuple(sorted(flying.get(acc, {}).items())),
+                            tuple(sorted(swizzled.get(acc, {}).items())))
     return None
 
 
@@ -160,6 +214,8 @@ def wgmma_shared_bytes(t: WmmaTiles) -> int:
     8-wide slice of A and B; no output tile)."""
     by, bx, bk = 16 * t.wy, 16 * t.fn * t.wx, 16 * t.kf
     halves = t.stages if t.double_buffer else 1
+    if t.swizzle:  # rows of 64 halves, no padding (the XOR spreads the stores)
+        return halves * (by * bk + bk * bx) * 2
     pa, pb = t.pads
     return halves * ((by * CORE + pa) * bk // CORE + (bk * CORE + pb) * bx // CORE) * 2
 
@@ -167,8 +223,9 @@ def wgmma_shared_bytes(t: WmmaTiles) -> int:
 def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
     """``(fill, product, whole)`` for tiles ``t``: the product over the whole step of
     ``16 kf`` where the target declares it (``whole``), else the 16-deep one (called
-    ``kf`` times a step); :class:`~toolchain.errors.KilnError` where ``t`` is no
-    warpgroup tiling the target's products cover.
+    ``kf`` times a step; with ``t.swizzle``, the swizzled products);
+    :class:`~toolchain.errors.KilnError` where ``t`` is no warpgroup tiling the target's
+    products cover.
 
     >>> from toolchain.target import load_target
     >>> wg = wgmma_intrinsics(load_target("cuda-sm90"))
@@ -186,6 +243,8 @@ def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
             raise KilnError(f"wgmma: the padding between core-matrix slices is whole "
                             f"16-byte rows under 128 bytes (pad 0, 8, 16 ... 56 halves), not "
                             f"{pad} ({operand})")
+    if t.swizzle:
+        return _check_swizzled(t, wg, n)
     if t.in_flight:
         if not t.double_buffer or t.stages < t.in_flight + 2:
             raise KilnError(f"wgmma: {t.in_flight} group(s) of products in flight need "
@@ -202,6 +261,30 @@ def check_tiles(t: WmmaTiles, wg: WgmmaSet) -> tuple[str, str, bool]:
     if fill is None or (whole or k16) is None:
         raise KilnError(f"wgmma: the target declares no 64 x {n} warpgroup product and fill")
     return fill, whole or k16 or "", whole is not None
+
+
+def _check_swizzled(t: WmmaTiles, wg: WgmmaSet, n: int) -> tuple[str, str, bool]:
+    """:func:`check_tiles` for ``t.swizzle`` (the ``.sw128`` tiles): steps of 64 (``kf`` 4:
+    one 128-byte row of K a step), warpgroups 64 wide (``fn`` 4: one row of N), no
+    padding; the target's swizzled 64 x 64 x 16 product (four calls a step) or, in
+    flight, its 64 x 64 x 64 one (one call a step)."""
+    if t.swizzle != SW128:
+        raise KilnError(f"wgmma: the swizzled tiles are 128-byte swizzled (swizzle 128), not "
+                        f"{t.swizzle}")
+    if t.kf != 4 or n != SW_ROW or any(t.pads):
+        raise KilnError(f"wgmma: 128-byte swizzled tiles are rows of 64 halves: steps of 64 "
+                        f"(kf 4) and warpgroups 64 wide (fn 4), unpadded; not kf {t.kf}, fn "
+                        f"{t.fn}, pads {t.pads}")
+    if t.in_flight and (not t.double_buffer or t.stages < t.in_flight + 2):
+        raise KilnError(f"wgmma: {t.in_flight} group(s) of products in flight need "
+                        f"double-buffered tiles of at least {t.in_flight + 2} stages, not "
+                        f"{t.stages if t.double_buffer else 1}")
+    k = 16 * t.kf if t.in_flight else 16
+    fill, prod = wg.fill(n), wg.product(n, k, t.in_flight, SW128)
+    if fill is None or prod is None:
+        raise KilnError(f"wgmma: the target declares no 64 x {n} x {k} warpgroup product over "
+                        f"128-byte swizzled tiles{' left in flight' if t.in_flight else ''}")
+    return fill, prod, bool(t.in_flight)
 
 
 def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
@@ -223,13 +306,18 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
     others = [loops[i] for i in axes.others]
     by, gy, yi = sch.split(loops[axes.y], [None, wgy, ROWS])
     bx, gx, xc, xf = sch.split(loops[axes.x], [None, t.wx, n // CORE, CORE])
-    if whole:
+    if t.swizzle:  # (k) a row of 64 a step: one call, or four of 16
+        ko, *ks, kk = sch.split(loops[axes.reduce[0]], [None, SW_ROW] if whole
+                                else [None, SW_ROW // 16, 16])
+        steps: tuple[Any, ...] = tuple(ks)
+        inner: tuple[Any, ...] = (kk,)
+    elif whole:
         ko, kd, ke = sch.split(loops[axes.reduce[0]], [None, 16 * t.kf // CORE, CORE])
-        steps: tuple[Any, ...] = ()
+        steps, inner = (), (kd, ke)
     else:
-        ko, ks, kd, ke = sch.split(loops[axes.reduce[0]], [None, t.kf, 2, CORE])
-        steps = (ks,)
-    sch.reorder(*others, by, bx, ko, gy, gx, *steps, yi, xc, xf, kd, ke)
+        ko, ks0, kd, ke = sch.split(loops[axes.reduce[0]], [None, t.kf, 2, CORE])
+        steps, inner = (ks0,), (kd, ke)
+    sch.reorder(*others, by, bx, ko, gy, gx, *steps, yi, xc, xf, *inner)
     if wgmma_shared_bytes(t) > (target.max_shared_memory_per_block or 48 * 1024):
         sch.annotate(bx, DYNAMIC_SHARED_MEMORY, 1)
     if t.async_copy:  # the operand tiles are read only after the step's barrier
@@ -241,11 +329,14 @@ def tile_gemm_wgmma(sch: Schedule, block: Any, target: Target, wg: WgmmaSet,
     sch.reverse_compute_at(cf, bx)
     # the core-matrix layouts (once the copies are placed: compute_at needs plain
     # indices): A [k / 8][m][8], B [n / 8][k][8], C [m][n / 8][8]
+    # (.sw128: A [k / 64][m][64], B [n / 64][k][64], rows of 128 bytes swizzled)
     for blk, operand in ((copies[0], True), (copies[1], True), (b, False)):
         lead = sch.get(blk).writes[0].buffer.ndim - 2  # a batch's leading dimensions
         order = [1, 0, 2] if operand else [0, 1, 2]
-        sch.transform_layout(blk, 0, factors=[[None]] * lead + [[None], [None, CORE]],
-                             order=list(range(lead)) + [lead + k for k in order])
+        row = SW_ROW if operand and t.swizzle else CORE
+        sch.transform_layout(blk, 0, factors=[[None]] * lead + [[None], [None, row]],
+                             order=list(range(lead)) + [lead + k for k in order],
+                             **({"swizzle": t.swizzle} if operand and t.swizzle else {}))
     for s, pad in zip(copies, t.pads, strict=True):
         if pad:  # the slices' stride off a multiple of 128 bytes: a fetch's rows spread
             nd = sch.get(s).writes[0].buffer.ndim  # over the banks (the descriptors'
