@@ -768,18 +768,38 @@ def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) ->
     matrix-vector product: one row or one column) keeps the generic kernel. ``wmma``: the
     tensor-core tiles to use (see :func:`try_tile_gemm`; ``functools.partial`` makes a
     schedule function of it for ``register_schedule``)."""
+    from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, conv_plan
+
+    conv, why = conv_plan(node, target)
+    if conv is not None:  # a float16 convolution as the im2col GEMM on tensor cores
+        got = _schedule_group(node, target, wmma, conv)
+        if got.info["schedule"] == "gpu tensor-core gemm":
+            got.info["tensor_cores"] = ON_TENSOR_CORES
+            return got
+        why = "the im2col GEMM got no tensor-core kernel (its tiles do not fit the target)"
+    got = _schedule_group(node, target, wmma)
+    if why:
+        got.info["tensor_cores"] = why
+    return got
+
+
+def _schedule_group(node: Node, target: Target, wmma: WmmaTiles | None,
+                    im2col: Node | None = None) -> OpSchedule:
+    """:func:`schedule_tiled`'s kernels of ``node``; ``im2col``: that convolution of the
+    group computed as the explicit im2col GEMM (Conv's ``algorithm="im2col"``)."""
     from toolchain import te
     from toolchain.codegen.names import TE_NAMES, sanitize
     from toolchain.schedules.generic.fused import fused_compute
+    from toolchain.schedules.gpu.conv_tc import im2col_options
     from toolchain.schedules.gpu.generic import schedule_gpu
     from toolchain.topi.registry import node_compute
 
     if node.op == "Fused":
-        fc = fused_compute(node)
+        fc = fused_compute(node, options=None if im2col is None else im2col_options(im2col))
         ins, outs, name = fc.inputs, fc.outputs, node.attrs["kernel"]
         in_vals, out_vals = list(fc.input_values), list(fc.output_values)
     else:
-        nc = node_compute(node)
+        nc = node_compute(node, **({} if im2col is None else {"algorithm": "im2col"}))
         ins, outs, name = nc.inputs, nc.outputs, node.name
         in_vals, out_vals = list(nc.input_values), list(node.outputs)
     func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))

@@ -1,0 +1,176 @@
+"""Tensor cores for float16 convolutions (``toolchain.schedules.gpu.conv_tc``): the im2col
+GEMM on ``wmma`` fragments where the shapes allow, the SIMT kernel with the reason
+otherwise -- emulated bundles against the float32 reference, the race checker, nvcc for
+sm_80 and sm_90 (the shared ``kernels_nvcc`` run). Tolerance: ``FP16_TOL``
+(tests/bundle/test_cuda_fp16.py says why)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.bundle.test_cuda_fp16 import FP16_TOL
+from toolchain.bundle import build_spec, compile_model, load_bundle, render_files, write_bundle
+from toolchain.driver import lower
+from toolchain.frontend.onnx import from_onnx
+from toolchain.graph.passes import run_pipeline
+from toolchain.graph.passes.layout import layout_for_target
+from toolchain.graph.passes.precision import to_fp16
+from toolchain.graph.reference import run_graph
+from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, tensor_core_conv
+from toolchain.schedules.gpu.generic import fused_schedule
+from toolchain.target import load_target
+from toolchain.tir import ir
+from toolchain.tir.race import check_races, find_races
+from toolchain.tir.schedule import state as st
+from toolchain.tir.transform.inject_barriers import is_barrier
+
+NVCC = shutil.which("nvcc")
+SM80 = load_target("cuda-sm80")
+MMA_CALL = "kiln_wmma_f16_"
+
+
+def conv_model(c: int, o: int, h: int, w: int, k: int, s: int, p: int, relu: bool = True,
+               residual: bool = False, seed: int = 0) -> tuple[Any, dict[str, np.ndarray]]:
+    """A float32 ``Conv`` (``c -> o`` channels, ``h x w``, a ``k x k`` window, stride
+    ``s``, padding ``p``, with bias), then a residual add of a second input and a ReLU where
+    asked; output ``y``; and its seeded feeds."""
+    rng = np.random.default_rng(seed)
+    wt = rng.standard_normal((o, c, k, k)).astype(np.float32) * np.float32(1 / np.sqrt(c * k * k))
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["t0"], kernel_shape=[k, k],
+                              strides=[s, s], pads=[p] * 4)]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])]
+    feeds = {"x": rng.standard_normal((1, c, h, w)).astype(np.float32)}
+    if residual:
+        ins.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, o, oh, ow]))
+        feeds["r"] = rng.standard_normal((1, o, oh, ow)).astype(np.float32)
+        nodes.append(helper.make_node("Add", [f"t{len(nodes) - 1}", "r"], [f"t{len(nodes)}"]))
+    if relu:
+        nodes.append(helper.make_node("Relu", [f"t{len(nodes) - 1}"], [f"t{len(nodes)}"]))
+    nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "conv", ins,
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, o, oh, ow])],
+                          [numpy_helper.from_array(wt, "w"),
+                           numpy_helper.from_array(rng.standard_normal(o).astype(np.float32),
+                                                   "b")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), feeds
+
+
+def test_which_convolutions_get_tensor_cores() -> None:
+    """By the im2col GEMM's shape (M = output channels, N = output pixels, K = input
+    channels x window, each a multiple of 16), the dtype, the group and the target."""
+    ok = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1, dtype="float16",
+              target=SM80)
+    assert tensor_core_conv((1, 64, 56, 56), (64, 64, 3, 3), **ok) == ""  # ResNet-18 layer1
+    assert tensor_core_conv((1, 64, 56, 56), (128, 64, 1, 1),
+                            **{**ok, "strides": (2, 2), "pads": (0,) * 4}) == ""  # downsample
+    assert tensor_core_conv((1, 128, 28, 28), (256, 128, 3, 3),  # layer3.0: 14 x 14 = 196
+                            **{**ok, "strides": (2, 2)}) == \
+        "the im2col GEMM is 256 x 196 x 1152 (M x N x K): N not a multiple of 16"
+    assert "K not a multiple of 16" in tensor_core_conv(  # the stem: 3 x 7 x 7 = 147
+        (1, 3, 224, 224), (64, 3, 7, 7), **{**ok, "strides": (2, 2), "pads": (3,) * 4})
+    assert "M not" in tensor_core_conv((1, 16, 8, 8), (24, 16, 1, 1),
+                                       **{**ok, "pads": (0,) * 4})
+    assert tensor_core_conv((1, 32, 8, 8), (32, 1, 3, 3), **{**ok, "group": 32}).startswith(
+        "group 32")
+    assert tensor_core_conv((1, 16, 8, 8), (16, 16, 3, 3),
+                            **{**ok, "dtype": "float32"}) == "the convolution is float32, " \
+                                                             "not float16"
+    assert tensor_core_conv((1, 16, 8, 8), (16, 16, 3, 3),
+                            **{**ok, "target": load_target("c-generic")}) == \
+        "the target declares no tensor-core intrinsics"
+
+
+#: (name, conv_model's arguments, on tensor cores): 3 x 3 with bias, residual add and
+#: ReLU (K = 288: nine steps of 32, double-buffered), 3 x 3 stride 2 padding 1, 1 x 1
+#: stride 2 (a ResNet downsampling), 1 x 1 stride 1 (a pointwise convolution), and the
+#: stem-like 3 -> 16 whose K = 27 keeps the SIMT kernel
+CONVS = {
+    "3x3_residual": (dict(c=32, o=32, h=8, w=8, k=3, s=1, p=1, residual=True), True),
+    "3x3_stride2": (dict(c=16, o=32, h=16, w=16, k=3, s=2, p=1), True),
+    "1x1_stride2": (dict(c=32, o=64, h=8, w=8, k=1, s=2, p=0), True),
+    "1x1": (dict(c=32, o=16, h=4, w=8, k=1, s=1, p=0, relu=False), True),
+    "stem_simt": (dict(c=3, o=16, h=8, w=8, k=3, s=1, p=1), False),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_fp16_convolutions_emulated_match_the_reference(name: str, tmp_path: Path) -> None:
+    """The emulated bundle (the fragments computed in C, the im2col tile gathered with its
+    padding guard) against the float32 reference; the tensor-core kernel where the shapes
+    allow it, its tail (bias, residual add, ReLU) in the same kernel, and the note in
+    ``metadata.json``."""
+    args, on_tc = CONVS[name]
+    model, feeds = conv_model(**args)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    both = build_spec(model, "cuda-sm80", progress=False, precision="fp16", also_emulate=True)
+    assert both.emulation is not None
+    emu = write_bundle(render_files(both.emulation), tmp_path / "emu")
+    src = (emu / "src/kernels.c").read_text()
+    assert (MMA_CALL in src) == on_tc
+    assert ("im2col" in src) == on_tc  # the gathered tile (no im2col matrix in memory)
+    got = load_bundle(emu)(feeds)["y"]
+    err = float(np.max(np.abs(got - want))) / float(np.max(np.abs(want)))
+    assert err < FP16_TOL, f"{name}: off by {err:.2e} of the range"
+    (conv,) = [k for k in both.kernels if "Conv" in [n.op for n in k.node.attrs["graph"].nodes]]
+    note = conv.schedule.partition("; tensor cores: ")[2]
+    if on_tc:
+        assert note == ON_TENSOR_CORES
+        if args.get("residual"):  # the residual add and ReLU folded into the wmma kernel
+            assert {"Add", "Relu"} <= {n.op for n in conv.node.attrs["graph"].nodes}
+    else:
+        assert note.endswith("K not a multiple of 16")
+
+
+def test_a_wrong_im2col_padding_guard_is_caught(tmp_path: Path, monkeypatch: Any) -> None:
+    """The test above can fail: with the gather's padding guard dropped on the left (the
+    window reading the previous row's last column instead of the padding's 0) the
+    emulated bundle is off by far more than the tolerance."""
+    import toolchain.topi.nn.conv2d_gemm as cg
+
+    real = cg.conv2d_nchw_im2col
+
+    def shifted(data: Any, kernel: Any, stride: Any = 1, padding: Any = 0, *a: Any) -> Any:
+        pt, pl, pb, pr = padding
+        # the left padding folded into the right one: the same output size, shifted windows
+        return real(data, kernel, stride, (pt, 0, pb, pl + pr), *a)
+
+    monkeypatch.setattr("toolchain.topi.registry_nn.conv2d_nchw_im2col", shifted)
+    model, feeds = conv_model(c=16, o=16, h=8, w=8, k=3, s=1, p=1)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    d = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False, emulate=True,
+                      precision="fp16")
+    assert MMA_CALL in (d / "src/kernels.c").read_text()
+    got = load_bundle(d)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) > 0.1
+
+
+def _tc_conv_kernel() -> ir.PrimFunc:
+    """The lowered tensor-core kernel of a float16 3 x 3 convolution (16 -> 16, 8 x 8,
+    padding 1, bias + ReLU: K = 144, several double-buffered steps)."""
+    model, _ = conv_model(c=16, o=16, h=8, w=8, k=3, s=1, p=1)
+    graph = run_pipeline(to_fp16(from_onnx(model)), layout_for_target(SM80))
+    (node,) = [n for n in graph.nodes if n.op == "Fused"
+               and "Conv" in [m.op for m in n.attrs["graph"].nodes]]
+    s = fused_schedule(node, SM80)
+    assert s.info["tensor_cores"] == ON_TENSOR_CORES
+    return lower(s.schedule, target=SM80)
+
+
+def test_the_wmma_convolution_is_race_free_and_its_barriers_are_needed() -> None:
+    """The race checker (each intrinsic call run as its declared behaviour) finds no race
+    in the first block of the tensor-core convolution, and one once any barrier is taken
+    out."""
+    f = _tc_conv_kernel()
+    assert "im2col" in str(f) and MMA_CALL in str(f)
+    check_races(f)
+    barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
+    assert barriers
+    for b in barriers:
+        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)

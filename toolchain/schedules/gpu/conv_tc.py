@@ -1,0 +1,128 @@
+"""Tensor cores for float16 convolutions: the implicit GEMM on ``wmma`` fragments.
+
+A float16 convolution (2-D, NCHW, groups 1) on a target that declares tensor-core
+intrinsics (:func:`~toolchain.schedules.gpu.tensorcore.tensor_core_intrinsics`) is
+computed as the explicit im2col GEMM of :mod:`toolchain.topi.nn.conv2d_gemm` (Conv's
+``algorithm="im2col"``): ``C[co, p] += W[co, k] * im2col[k, p]`` over the output's flat
+pixels ``p`` and the flat window ``k = (ci, kh, kw)``. Its two operand stages are kept
+out of the GEMM (:func:`~toolchain.schedules.gpu.gemm.operand_stages`) and become the
+shared tiles of the tensor-core GEMM kernel
+(:func:`~toolchain.schedules.gpu.tensorcore.tile_gemm_wmma`): per step the block gathers
+the ``16 kf x BN`` im2col tile straight from the input into shared memory (the padding is
+the stage's guard: a window element outside the image is stored as 0) and the ``BM x 16
+kf`` weight tile, the warps multiply them on ``wmma`` fragments with float32 sums, and the
+float32 output tile is written out through the reshape to NCHW with the group's tail
+(bias, ReLU, residual add) folded in. No im2col matrix exists in memory.
+
+It applies (:func:`tensor_core_conv`) where the GEMM's ``M`` (output channels), ``N``
+(output pixels) and ``K`` (input channels x window) are multiples of the fragment's 16;
+elsewhere, and where the target has no tensor cores or the group is not float16, the
+convolution keeps the SIMT implicit GEMM (or the generic kernel) exactly as before, and
+the schedule's ``info["tensor_cores"]`` says why (for float16 convolutions only;
+``metadata.json``'s kernel entry carries it as ``tensor_cores``: ``wmma implicit GEMM`` or
+the reason).
+
+Before (a 3 x 3 convolution, 16 -> 16 channels, 8 x 8 pixels, padding 1, bias + ReLU;
+the direct form every other path computes)::
+
+    conv2d_nchw[n, co, y, x] += pad[n, rc, y + ry, x + rx] * w[co, rc, ry, rx]
+
+after (``algorithm="im2col"`` and the tensor-core GEMM, abridged)::
+
+    for k_0 in range(...):                                   # steps of 16 kf
+        im2col_shared[k, p] = if_then_else(0 <= y < 8 and 0 <= x < 8, x[n, ci, y, x], 0)
+        conv_weight_rows_shared[co, k] = w[co, k // 9, k % 9 // 3, k % 3]
+        kiln_wmma_f16_..(&conv_weight_rows_shared[..], &im2col_shared[..], &C_frag[..])
+    ... C_shared (float32) -> relu(C_shared[co, p] + b[co]) stored at out[n, co, p // 8, p % 8]
+
+>>> from toolchain.target import load_target
+>>> tensor_core_conv((1, 16, 8, 8), (16, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+...                  "float16", load_target("cuda-sm80"))
+''
+>>> tensor_core_conv((1, 3, 8, 8), (16, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+...                  "float16", load_target("cuda-sm80"))
+'the im2col GEMM is 16 x 64 x 27 (M x N x K): K not a multiple of 16'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toolchain.graph.ir import Graph, Node
+from toolchain.graph.ops.nn_common import window_geometry
+from toolchain.schedules.gpu.tensorcore import tensor_core_intrinsics
+from toolchain.target import Target
+from toolchain.topi.nn.conv2d_gemm import im2col_gemm_shape
+
+#: ``info["tensor_cores"]`` of a convolution on tensor cores
+ON_TENSOR_CORES = "wmma implicit GEMM"
+
+
+def tensor_core_conv(data: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                     pads: Sequence[int], dilations: Sequence[int], group: int, dtype: str,
+                     target: Target) -> str:
+    """Why a convolution of NCHW ``data`` by OIHW ``kernel`` (``pads`` top, left, bottom,
+    right) in ``dtype`` keeps its SIMT kernel on ``target``; ``""`` when it gets the
+    tensor-core implicit GEMM."""
+    tc = tensor_core_intrinsics(target)
+    if tc is None:
+        return "the target declares no tensor-core intrinsics"
+    if dtype != "float16":
+        return f"the convolution is {dtype}, not float16"
+    if len(data) != 4 or len(kernel) != 4:
+        return f"a {len(data) - 2}-D convolution (tensor cores: 2-D only)"
+    if group != 1:
+        return f"group {group} (tensor cores: group 1 only; depthwise keeps its kernel)"
+    m, n, k = im2col_gemm_shape(data, kernel, tuple(strides), tuple(pads), tuple(dilations))
+    bad = [f"{name} not a multiple of {unit}" for name, size, unit in
+           (("M", m, tc.m), ("N", n, tc.n), ("K", k, tc.k)) if size % unit]
+    if bad:
+        return f"the im2col GEMM is {m} x {n} x {k} (M x N x K): {', '.join(bad)}"
+    return ""
+
+
+def conv_of(node: Node) -> Node | None:
+    """The convolution a GEMM group is anchored on (the node itself, or the ``Conv`` inside
+    a ``Fused`` group), or None."""
+    if node.op == "Conv":
+        return node
+    if node.op == "Fused":
+        inner: Graph = node.attrs["graph"]
+        convs = [n for n in inner.nodes if n.op == "Conv"]
+        return convs[0] if len(convs) == 1 else None
+    return None
+
+
+def conv_plan(node: Node, target: Target) -> tuple[Node | None, str]:
+    """``(the Conv node to compute as an im2col GEMM, "")`` where the group ``node`` gets
+    the tensor-core convolution on ``target``; ``(None, why not)`` for a convolution that
+    does not; ``(None, "")`` for a group with no convolution or one that is not float16
+    (nothing changes for those, and nothing is noted)."""
+    conv = conv_of(node)
+    if conv is None or conv.outputs[0].dtype != "float16":
+        return None, ""  # float32 (and integer) convolutions: no note, no change
+    x, w = conv.inputs[0], conv.inputs[1]
+    if x is None or w is None or not x.shape or not w.shape:
+        return None, "the convolution's shapes are unknown"
+    a = dict(conv.attrs)
+    nsp = len(x.shape) - 2
+    strides = list(a.get("strides") or [1] * nsp)
+    dil = list(a.get("dilations") or [1] * nsp)
+    geom = window_geometry(tuple(x.shape[2:]), tuple(w.shape[2:]), strides=strides,
+                           dilations=dil, pads=list(a.get("pads") or [0] * 2 * nsp),
+                           auto_pad=a.get("auto_pad", "NOTSET"))
+    pads = (*geom.pads_begin, *geom.pads_end) if nsp == 2 else ()
+    dtypes = {x.dtype, w.dtype, conv.outputs[0].dtype}
+    why = tensor_core_conv(tuple(x.shape), tuple(w.shape), strides, pads, dil,
+                           int(a.get("group", 1)),
+                           dtypes.pop() if len(dtypes) == 1 else "mixed", target)
+    return (None, why) if why else (conv, "")
+
+
+def im2col_options(conv: Node) -> Callable[[Node], dict[str, Any]]:
+    """``fused_compute``'s per-node options: ``algorithm="im2col"`` for ``conv`` alone."""
+    return lambda n: {"algorithm": "im2col"} if n is conv else {}
+
+
+__all__ = ["ON_TENSOR_CORES", "conv_of", "conv_plan", "im2col_options", "tensor_core_conv"]
