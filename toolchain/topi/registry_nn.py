@@ -48,7 +48,8 @@ def _conv(ctx: Ctx) -> list[te.Tensor]:
             if ctx.attrs["group"] != 1:
                 raise ctx.unsupported(f"algorithm 'im2col' needs group 1, got "
                                       f"{ctx.attrs['group']}")
-            y = conv2d_nchw_im2col(ctx.tensor(0), ctx.tensor(1), strides, padding, dil)
+            y = conv2d_nchw_im2col(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
+                                   pixel_multiple=ctx.options.get("pixel_multiple", 1))
         else:
             y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
                                ctx.attrs["group"])

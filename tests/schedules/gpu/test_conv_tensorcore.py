@@ -22,7 +22,7 @@ from toolchain.graph.passes import run_pipeline
 from toolchain.graph.passes.layout import layout_for_target
 from toolchain.graph.passes.precision import to_fp16
 from toolchain.graph.reference import run_graph
-from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, tensor_core_conv
+from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, pixel_multiple, tensor_core_conv
 from toolchain.schedules.gpu.generic import fused_schedule
 from toolchain.target import load_target
 from toolchain.tir import ir
@@ -71,8 +71,13 @@ def test_which_convolutions_get_tensor_cores() -> None:
     assert tensor_core_conv((1, 64, 56, 56), (128, 64, 1, 1),
                             **{**ok, "strides": (2, 2), "pads": (0,) * 4}) == ""  # downsample
     assert tensor_core_conv((1, 128, 28, 28), (256, 128, 3, 3),  # layer3.0: 14 x 14 = 196
-                            **{**ok, "strides": (2, 2)}) == \
-        "the im2col GEMM is 256 x 196 x 1152 (M x N x K): N not a multiple of 16"
+                            **{**ok, "strides": (2, 2)}) == ""  # (computed as 208 pixels)
+    assert pixel_multiple((1, 128, 28, 28), (256, 128, 3, 3), (2, 2), (1,) * 4, (1, 1),
+                          SM80) == 16
+    assert pixel_multiple((1, 64, 56, 56), (64, 64, 3, 3), (1, 1), (1,) * 4, (1, 1),
+                          SM80) == 1
+    assert tensor_core_conv((1, 512, 2, 2), (512, 512, 3, 3), **ok) == \
+        "the im2col GEMM is 512 x 4 x 4608 (M x N x K): N below 16"
     assert "K not a multiple of 16" in tensor_core_conv(  # the stem: 3 x 7 x 7 = 147
         (1, 3, 224, 224), (64, 3, 7, 7), **{**ok, "strides": (2, 2), "pads": (3,) * 4})
     assert "M not" in tensor_core_conv((1, 16, 8, 8), (24, 16, 1, 1),
@@ -89,13 +94,16 @@ def test_which_convolutions_get_tensor_cores() -> None:
 
 #: (name, conv_model's arguments, on tensor cores): 3 x 3 with bias, residual add and
 #: ReLU (K = 288: nine steps of 32, double-buffered), 3 x 3 stride 2 padding 1, 1 x 1
-#: stride 2 (a ResNet downsampling), 1 x 1 stride 1 (a pointwise convolution), and the
-#: stem-like 3 -> 16 whose K = 27 keeps the SIMT kernel
+#: stride 2 (a ResNet downsampling), 1 x 1 stride 1 (a pointwise convolution), two whose
+#: 7 x 7 = 49 pixels are computed as 64 (ResNet-18's last stage; the write-back stores
+#: the 49), and the stem-like 3 -> 16 whose K = 27 keeps the SIMT kernel
 CONVS = {
     "3x3_residual": (dict(c=32, o=32, h=8, w=8, k=3, s=1, p=1, residual=True), True),
     "3x3_stride2": (dict(c=16, o=32, h=16, w=16, k=3, s=2, p=1), True),
     "1x1_stride2": (dict(c=32, o=64, h=8, w=8, k=1, s=2, p=0), True),
     "1x1": (dict(c=32, o=16, h=4, w=8, k=1, s=1, p=0, relu=False), True),
+    "3x3_7x7_residual": (dict(c=16, o=32, h=7, w=7, k=3, s=1, p=1, residual=True), True),
+    "3x3_stride2_to_7x7": (dict(c=16, o=16, h=14, w=14, k=3, s=2, p=1), True),
     "stem_simt": (dict(c=3, o=16, h=8, w=8, k=3, s=1, p=1), False),
 }
 
@@ -136,10 +144,11 @@ def test_a_wrong_im2col_padding_guard_is_caught(tmp_path: Path, monkeypatch: Any
 
     real = cg.conv2d_nchw_im2col
 
-    def shifted(data: Any, kernel: Any, stride: Any = 1, padding: Any = 0, *a: Any) -> Any:
+    def shifted(data: Any, kernel: Any, stride: Any = 1, padding: Any = 0, *a: Any,
+                **kw: Any) -> Any:
         pt, pl, pb, pr = padding
         # the left padding folded into the right one: the same output size, shifted windows
-        return real(data, kernel, stride, (pt, 0, pb, pl + pr), *a)
+        return real(data, kernel, stride, (pt, 0, pb, pl + pr), *a, **kw)
 
     monkeypatch.setattr("toolchain.topi.registry_nn.conv2d_nchw_im2col", shifted)
     model, feeds = conv_model(c=16, o=16, h=8, w=8, k=3, s=1, p=1)

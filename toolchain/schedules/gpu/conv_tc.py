@@ -14,8 +14,10 @@ kf`` weight tile, the warps multiply them on ``wmma`` fragments with float32 sum
 float32 output tile is written out through the reshape to NCHW with the group's tail
 (bias, ReLU, residual add) folded in. No im2col matrix exists in memory.
 
-It applies (:func:`tensor_core_conv`) where the GEMM's ``M`` (output channels), ``N``
-(output pixels) and ``K`` (input channels x window) are multiples of the fragment's 16;
+It applies (:func:`tensor_core_conv`) where the GEMM's ``M`` (output channels) and ``K``
+(input channels x window) are multiples of the fragment's 16 and ``N`` (output pixels) is
+at least 16 (rounded up to a multiple of 16 where it is not one: :func:`pixel_multiple`;
+the write-back stores only the real pixels);
 elsewhere, and where the target has no tensor cores or the group is not float16, the
 convolution keeps the SIMT implicit GEMM (or the generic kernel) exactly as before, and
 the schedule's ``info["tensor_cores"]`` says why (for float16 convolutions only;
@@ -50,7 +52,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolchain.graph.ir import Graph, Node
-from toolchain.graph.ops.nn_common import window_geometry
+from toolchain.graph.ops.nn_common import attrs_of, window_geometry
 from toolchain.schedules.gpu.tensorcore import tensor_core_intrinsics
 from toolchain.target import Target
 from toolchain.topi.nn.conv2d_gemm import im2col_gemm_shape
@@ -76,10 +78,23 @@ def tensor_core_conv(data: Sequence[int], kernel: Sequence[int], strides: Sequen
         return f"group {group} (tensor cores: group 1 only; depthwise keeps its kernel)"
     m, n, k = im2col_gemm_shape(data, kernel, tuple(strides), tuple(pads), tuple(dilations))
     bad = [f"{name} not a multiple of {unit}" for name, size, unit in
-           (("M", m, tc.m), ("N", n, tc.n), ("K", k, tc.k)) if size % unit]
+           (("M", m, tc.m), ("K", k, tc.k)) if size % unit]
+    if n < tc.n:
+        bad.append(f"N below {tc.n}")
     if bad:
         return f"the im2col GEMM is {m} x {n} x {k} (M x N x K): {', '.join(bad)}"
     return ""
+
+
+def pixel_multiple(data: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                   pads: Sequence[int], dilations: Sequence[int], target: Target) -> int:
+    """What the im2col GEMM's pixel axis ``N`` is rounded up to on ``target``: 1 where it
+    is a multiple of the fragment's width already, else that width (ResNet-18's 14 x 14 =
+    196 pixels computed as 208, 7 x 7 as 64; the extra columns are zeros, never stored)."""
+    tc = tensor_core_intrinsics(target)
+    assert tc is not None
+    _, n, _ = im2col_gemm_shape(data, kernel, tuple(strides), tuple(pads), tuple(dilations))
+    return 1 if n % tc.n == 0 else tc.n
 
 
 def conv_of(node: Node) -> Node | None:
@@ -94,35 +109,41 @@ def conv_of(node: Node) -> Node | None:
     return None
 
 
-def conv_plan(node: Node, target: Target) -> tuple[Node | None, str]:
-    """``(the Conv node to compute as an im2col GEMM, "")`` where the group ``node`` gets
-    the tensor-core convolution on ``target``; ``(None, why not)`` for a convolution that
-    does not; ``(None, "")`` for a group with no convolution or one that is not float16
-    (nothing changes for those, and nothing is noted)."""
+def conv_plan(node: Node, target: Target) -> tuple[Node | None, Any]:
+    """``(the Conv node to compute as an im2col GEMM, its compute options)`` where the
+    group ``node`` gets the tensor-core convolution on ``target`` (Conv's
+    ``algorithm="im2col"``, the pixels padded to :func:`pixel_multiple`); ``(None, why
+    not)`` for a convolution that does not; ``(None, "")`` for a group with no convolution
+    or one that is not float16 (nothing changes for those, and nothing is noted)."""
     conv = conv_of(node)
     if conv is None or conv.outputs[0].dtype != "float16":
         return None, ""  # float32 (and integer) convolutions: no note, no change
     x, w = conv.inputs[0], conv.inputs[1]
     if x is None or w is None or not x.shape or not w.shape:
         return None, "the convolution's shapes are unknown"
-    a = dict(conv.attrs)
+    a = attrs_of(conv)
     nsp = len(x.shape) - 2
-    strides = list(a.get("strides") or [1] * nsp)
-    dil = list(a.get("dilations") or [1] * nsp)
+    strides = list(a["strides"] or [1] * nsp)
+    dil = list(a["dilations"] or [1] * nsp)
     geom = window_geometry(tuple(x.shape[2:]), tuple(w.shape[2:]), strides=strides,
-                           dilations=dil, pads=list(a.get("pads") or [0] * 2 * nsp),
-                           auto_pad=a.get("auto_pad", "NOTSET"))
-    pads = (*geom.pads_begin, *geom.pads_end) if nsp == 2 else ()
+                           dilations=dil, pads=list(a["pads"] or [0] * 2 * nsp),
+                           auto_pad=a["auto_pad"])
+    pads = (*geom.pads_begin, *geom.pads_end)
     dtypes = {x.dtype, w.dtype, conv.outputs[0].dtype}
     why = tensor_core_conv(tuple(x.shape), tuple(w.shape), strides, pads, dil,
-                           int(a.get("group", 1)),
-                           dtypes.pop() if len(dtypes) == 1 else "mixed", target)
-    return (None, why) if why else (conv, "")
+                           int(a["group"]), dtypes.pop() if len(dtypes) == 1 else "mixed",
+                           target)
+    if why:
+        return None, why
+    return conv, {"algorithm": "im2col", "pixel_multiple": pixel_multiple(
+        tuple(x.shape), tuple(w.shape), strides, pads, dil, target)}
 
 
-def im2col_options(conv: Node) -> Callable[[Node], dict[str, Any]]:
-    """``fused_compute``'s per-node options: ``algorithm="im2col"`` for ``conv`` alone."""
-    return lambda n: {"algorithm": "im2col"} if n is conv else {}
+def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict[str, Any]]:
+    """``fused_compute``'s per-node options: ``options`` (Conv's ``algorithm="im2col"``
+    and its ``pixel_multiple``) for ``conv`` alone."""
+    return lambda n: dict(options) if n is conv else {}
 
 
-__all__ = ["ON_TENSOR_CORES", "conv_of", "conv_plan", "im2col_options", "tensor_core_conv"]
+__all__ = ["ON_TENSOR_CORES", "conv_of", "conv_plan", "im2col_options", "pixel_multiple",
+           "tensor_core_conv"]

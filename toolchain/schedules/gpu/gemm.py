@@ -770,13 +770,14 @@ def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) ->
     schedule function of it for ``register_schedule``)."""
     from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, conv_plan
 
-    conv, why = conv_plan(node, target)
+    conv, how = conv_plan(node, target)  # the im2col options, or why not
     if conv is not None:  # a float16 convolution as the im2col GEMM on tensor cores
-        got = _schedule_group(node, target, wmma, conv)
+        got = _schedule_group(node, target, wmma, conv, how)
         if got.info["schedule"] == "gpu tensor-core gemm":
             got.info["tensor_cores"] = ON_TENSOR_CORES
             return got
-        why = "the im2col GEMM got no tensor-core kernel (its tiles do not fit the target)"
+        how = "the im2col GEMM got no tensor-core kernel (its tiles do not fit the target)"
+    why = str(how)
     got = _schedule_group(node, target, wmma)
     if why:
         got.info["tensor_cores"] = why
@@ -784,9 +785,10 @@ def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) ->
 
 
 def _schedule_group(node: Node, target: Target, wmma: WmmaTiles | None,
-                    im2col: Node | None = None) -> OpSchedule:
+                    im2col: Node | None = None, options: Any = None) -> OpSchedule:
     """:func:`schedule_tiled`'s kernels of ``node``; ``im2col``: that convolution of the
-    group computed as the explicit im2col GEMM (Conv's ``algorithm="im2col"``)."""
+    group computed with the compute ``options`` (Conv's ``algorithm="im2col"``: the
+    explicit im2col GEMM)."""
     from toolchain import te
     from toolchain.codegen.names import TE_NAMES, sanitize
     from toolchain.schedules.generic.fused import fused_compute
@@ -795,11 +797,12 @@ def _schedule_group(node: Node, target: Target, wmma: WmmaTiles | None,
     from toolchain.topi.registry import node_compute
 
     if node.op == "Fused":
-        fc = fused_compute(node, options=None if im2col is None else im2col_options(im2col))
+        fc = fused_compute(node, options=None if im2col is None else
+                           im2col_options(im2col, options))
         ins, outs, name = fc.inputs, fc.outputs, node.attrs["kernel"]
         in_vals, out_vals = list(fc.input_values), list(fc.output_values)
     else:
-        nc = node_compute(node, **({} if im2col is None else {"algorithm": "im2col"}))
+        nc = node_compute(node, **({} if im2col is None else options))
         ins, outs, name = nc.inputs, nc.outputs, node.name
         in_vals, out_vals = list(nc.input_values), list(node.outputs)
     func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))

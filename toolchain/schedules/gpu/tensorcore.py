@@ -380,7 +380,7 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     warp = target.warp_size or 32
     cs = sch.cache_write(b, 0, "shared")
     sch.set_dtype(b, 0, "float32")  # float32 sums (and the tile the fragments store to)
-    fold_tail(sch, cs)
+    fold_tail(sch, cs, prefix=True)  # a convolution's padded pixels stored only where real
     cf = sch.cache_write(b, 0, tc.accumulator)
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)

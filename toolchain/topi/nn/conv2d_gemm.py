@@ -12,7 +12,8 @@ kw``. Four stages say exactly that:
 * ``conv2d_gemm[n, co, p] = sum_k conv_weight_rows[co, k] * im2col[n, k, p]``;
 * ``conv2d_nchw[n, co, oh, ow] = conv2d_gemm[n, co, oh * OW + ow]``: the NCHW output (a
   reshape, which ``reverse_compute_inline`` folds into the GEMM's write-back: its index is
-  a mixed-radix number covering the flat pixels exactly).
+  a mixed-radix number covering the flat pixels exactly, or their first ``OH * OW`` where
+  ``pixel_multiple`` pads them).
 
 The same numbers as :func:`~toolchain.topi.nn.conv2d.conv2d_nchw` (the same products,
 summed in another order). Nothing is materialised by a GPU schedule that stages the
@@ -50,8 +51,11 @@ def im2col_gemm_shape(data: Sequence[int], kernel: Sequence[int], stride: IntOrP
 
 def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
                        padding: IntOrPair = 0, dilation: IntOrPair = 1,
-                       out_dtype: str | None = None) -> te.Tensor:
-    """The convolution as the four stages of the module docstring; groups 1 only."""
+                       out_dtype: str | None = None, pixel_multiple: int = 1) -> te.Tensor:
+    """The convolution as the four stages of the module docstring; groups 1 only.
+    ``pixel_multiple``: the GEMM's pixel axis rounded up to a multiple of it (ResNet-18's
+    14 x 14 = 196 pixels as 208 for 16-wide tensor-core tiles): the extra im2col columns
+    are 0 and the reshape reads only the first ``OH * OW`` columns of the product."""
     n, c, h, w = const_shape(data, "conv2d_nchw_im2col")
     o, i, kh, kw = const_shape(kernel, "conv2d_nchw_im2col")
     if i != c:
@@ -61,6 +65,7 @@ def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1
                                                            dilation)
     odt = out_dtype or data.dtype
     win, kk = kh * kw, c * kh * kw
+    pixels = -(-(oh * ow) // pixel_multiple) * pixel_multiple
     rows = te.compute((o, kk), lambda m, k: kernel[m, k // win, k % win // kw, k % kw],
                       name="conv_weight_rows", tag="injective")
 
@@ -73,9 +78,11 @@ def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1
             conds += [y >= 0, y < h]
         if pl or (ow - 1) * sw + (kw - 1) * dw - pl >= w:
             conds += [x >= 0, x < w]
+        if pixels != oh * ow:  # the padding columns: never a read past the input
+            conds.append(p < oh * ow)
         return te.if_then_else(te.all(*conds), load, scalar(0, data.dtype)) if conds else load
 
-    col = te.compute((n, kk, oh * ow), gather, name="im2col", tag="injective")
+    col = te.compute((n, kk, pixels), gather, name="im2col", tag="injective")
     rk = te.reduce_axis((0, kk), name="rk")
 
     def product(nn: ir.PrimExpr, m: ir.PrimExpr, p: ir.PrimExpr) -> ir.PrimExpr:
@@ -84,7 +91,7 @@ def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1
             a, b = te.cast(a, odt), te.cast(b, odt)
         return te.sum(a * b, axis=[rk])
 
-    gemm = te.compute((n, o, oh * ow), product, name="conv2d_gemm")
+    gemm = te.compute((n, o, pixels), product, name="conv2d_gemm")
     return te.compute((n, o, oh, ow), lambda nn, m, y, x: gemm[nn, m, y * ow + x],
                       name="conv2d_nchw", tag="conv2d_nchw")
 
