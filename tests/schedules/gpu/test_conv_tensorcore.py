@@ -6,6 +6,8 @@ sm_80 and sm_90 (the shared ``kernels_nvcc`` run). Tolerance: ``FP16_TOL``
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.bundle.helpers import nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL
 from toolchain.bundle import build_spec, compile_model, load_bundle, render_files, write_bundle
 from toolchain.driver import lower
@@ -183,3 +186,31 @@ def test_the_wmma_convolution_is_race_free_and_its_barriers_are_needed() -> None
     assert barriers
     for b in barriers:
         assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
+
+
+@nvcc_kernel_check("wmma_conv")
+def _wmma_convs(out: Path) -> dict[str, Path]:
+    """Two fp16 convolutions on tensor cores for ``cuda-sm90``: a 3 x 3 one with its
+    residual add at 7 x 7 (pixels padded to 64, the write-back guarded) and a 1 x 1
+    stride 2 one."""
+    got = {}
+    for name, args in (("tc_conv_3x3", CONVS["3x3_7x7_residual"][0]),
+                       ("tc_conv_1x1", CONVS["1x1_stride2"][0])):
+        model, _ = conv_model(**args)
+        got[name] = compile_model(model, "cuda-sm90", out / name, progress=False,
+                                  precision="fp16", name=name)
+    return got
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
+def test_wmma_convolutions_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any,
+                                                              tmp_path: Path) -> None:
+    """Through nvcc (sm_80 and sm_90 object code, every warning an error) with the other
+    GPU tests' kernels in one run (``kernels_nvcc``)."""
+    for d in kernels_nvcc.of("wmma_conv").values():
+        src = (d / "src/kernels.cu").read_text()
+        assert MMA_CALL in src and re.search(r"__half \*?im2col\b", src)  # a shared tile
+        kinds = [r["kind"] for r in json.loads((d / "metadata.json").read_text())[
+            "device"]["launch_table"]]
+        assert "wmma" in kinds
+    kernels_nvcc.check("wmma_conv", tmp_path)

@@ -49,11 +49,17 @@ after (``algorithm="im2col"`` and the tensor-core GEMM, abridged)::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.graph.ir import Graph, Node
 from toolchain.graph.ops.nn_common import attrs_of, window_geometry
-from toolchain.schedules.gpu.tensorcore import tensor_core_intrinsics
+from toolchain.schedules.gpu.tensorcore import (
+    WmmaTiles,
+    choose_wmma_tiles,
+    fetch_vector,
+    tensor_core_intrinsics,
+)
 from toolchain.target import Target
 from toolchain.topi.nn.conv2d_gemm import im2col_gemm_shape
 
@@ -110,9 +116,10 @@ def conv_of(node: Node) -> Node | None:
 
 
 def conv_plan(node: Node, target: Target) -> tuple[Node | None, Any]:
-    """``(the Conv node to compute as an im2col GEMM, its compute options)`` where the
-    group ``node`` gets the tensor-core convolution on ``target`` (Conv's
-    ``algorithm="im2col"``, the pixels padded to :func:`pixel_multiple`); ``(None, why
+    """``(the Conv node to compute as an im2col GEMM, its ConvPlan)`` where the group
+    ``node`` gets the tensor-core convolution on ``target`` (Conv's
+    ``algorithm="im2col"``, the pixels padded to :func:`pixel_multiple`, the tiles of
+    :func:`conv_wmma_tiles`); ``(None, why
     not)`` for a convolution that does not; ``(None, "")`` for a group with no convolution
     or one that is not float16 (nothing changes for those, and nothing is noted)."""
     conv = conv_of(node)
@@ -135,8 +142,54 @@ def conv_plan(node: Node, target: Target) -> tuple[Node | None, Any]:
                            target)
     if why:
         return None, why
-    return conv, {"algorithm": "im2col", "pixel_multiple": pixel_multiple(
-        tuple(x.shape), tuple(w.shape), strides, pads, dil, target)}
+    mult = pixel_multiple(tuple(x.shape), tuple(w.shape), strides, pads, dil, target)
+    m, n, k = im2col_gemm_shape(tuple(x.shape), tuple(w.shape), strides, pads, dil)
+    return conv, ConvPlan({"algorithm": "im2col", "pixel_multiple": mult},
+                          conv_wmma_tiles(m, -(-n // mult) * mult, k, x.shape[0], target))
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """The tensor-core convolution of a group: Conv's compute options and the kernel's
+    tiles (None: the GEMM's own choice)."""
+
+    options: dict[str, Any]
+    tiles: WmmaTiles | None
+
+
+def conv_wmma_tiles(m: int, n: int, k: int, batch: int, target: Target) -> WmmaTiles | None:
+    """The tensor-core tiles of an im2col GEMM ``m x n x k`` (``batch`` images: more
+    blocks): :func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`' (the GEMM's
+    default caps), then, while the grid has fewer blocks than the target has SMs, smaller:
+    half the fragments across a warp, then down, then the warps across and down (the
+    occupancy rule of the SIMT kernels, ``docs/cuda.md``). ResNet-18's 7 x 7 stage (512 x
+    64 x 4608) gets 1 x 1 warps of 1 x 1 fragments, 128 blocks, where the GEMM's tiles give
+    4; None where no tiles divide the shapes.
+
+    >>> from toolchain.target import load_target
+    >>> sm90 = load_target("cuda-sm90")
+    >>> conv_wmma_tiles(512, 64, 4608, 1, sm90).label()
+    '1x1w.1x1f.kf2.db.p8.v8.async'
+    >>> conv_wmma_tiles(64, 3136, 576, 1, sm90).label()   # 196 blocks
+    '2x1w.2x1f.kf2.db.p8.v8.async'
+    """
+    tc = tensor_core_intrinsics(target)
+    if tc is None:
+        return None
+    t = choose_wmma_tiles(m, n, k, tc, target)
+    if t is None:
+        return None
+
+    def blocks(t: WmmaTiles) -> int:
+        return m // (t.wy * t.fm * tc.m) * (n // (t.wx * t.fn * tc.n)) * batch
+
+    while target.sm_count and blocks(t) < target.sm_count:
+        knob = next((kb for kb in ("fn", "fm", "wx", "wy") if getattr(t, kb) > 1), None)
+        if knob is None:
+            break
+        t = replace(t, **{knob: getattr(t, knob) // 2})
+    vector = fetch_vector(t, tc, target.warp_size or 32)
+    return replace(t, vector=vector, async_copy=t.async_copy and vector > 1)
 
 
 def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict[str, Any]]:
@@ -145,5 +198,5 @@ def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict
     return lambda n: dict(options) if n is conv else {}
 
 
-__all__ = ["ON_TENSOR_CORES", "conv_of", "conv_plan", "im2col_options", "pixel_multiple",
-           "tensor_core_conv"]
+__all__ = ["ON_TENSOR_CORES", "ConvPlan", "conv_of", "conv_plan", "conv_wmma_tiles",
+           "im2col_options", "pixel_multiple", "tensor_core_conv"]

@@ -770,9 +770,9 @@ def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) ->
     schedule function of it for ``register_schedule``)."""
     from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, conv_plan
 
-    conv, how = conv_plan(node, target)  # the im2col options, or why not
+    conv, how = conv_plan(node, target)  # the im2col options and tiles, or why not
     if conv is not None:  # a float16 convolution as the im2col GEMM on tensor cores
-        got = _schedule_group(node, target, wmma, conv, how)
+        got = _schedule_group(node, target, wmma or how.tiles, conv, how.options)
         if got.info["schedule"] == "gpu tensor-core gemm":
             got.info["tensor_cores"] = ON_TENSOR_CORES
             return got
