@@ -760,17 +760,24 @@ def shared_bytes_of(func: ir.PrimFunc) -> dict[str, int]:
     return out
 
 
-def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) -> OpSchedule:
+def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None,
+                   conv_tensor_cores: bool = True) -> OpSchedule:
     """The strategy-table entry of dense, matmul, batch matmul and convolution on GPU
     targets: ``node`` (a ``Fused`` group whose anchor is one of :data:`GEMM_OPS`, or the op
     alone) as kernels of :func:`~toolchain.schedules.gpu.generic.schedule_gpu` whose GEMM
     stages are tiled (:func:`try_tile_gemm`); a stage the tiles do not fit (a
     matrix-vector product: one row or one column) keeps the generic kernel. ``wmma``: the
     tensor-core tiles to use (see :func:`try_tile_gemm`; ``functools.partial`` makes a
-    schedule function of it for ``register_schedule``)."""
+    schedule function of it for ``register_schedule``). A float16 convolution gets the
+    tensor-core implicit GEMM where it applies
+    (:func:`~toolchain.schedules.gpu.conv_tc.conv_plan`; ``info["tensor_cores"]`` says
+    so or why not); ``conv_tensor_cores=False`` keeps the SIMT kernel for it
+    (``benchmarks/cuda.py --schedules tiled-simt-conv``)."""
     from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, conv_plan
 
     conv, how = conv_plan(node, target)  # the im2col options and tiles, or why not
+    if conv is not None and not conv_tensor_cores:
+        conv, how = None, "tensor-core convolutions turned off (conv_tensor_cores=False)"
     if conv is not None:  # a float16 convolution as the im2col GEMM on tensor cores
         got = _schedule_group(node, target, wmma or how.tiles, conv, how.options)
         if got.info["schedule"] == "gpu tensor-core gemm":
