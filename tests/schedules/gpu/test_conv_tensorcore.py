@@ -266,3 +266,24 @@ def test_fp16_convolutions_on_the_gpu_match_the_reference(name: str, tmp_path: P
         v = v.astype(np.float64)
         err = float(np.max(np.abs(got[k] - v))) / float(np.max(np.abs(v)))
         assert err < FP16_TOL, f"{name}: {k} off by {err:.2e} of its range"
+
+
+def test_kiln_compile_says_which_fp16_convolutions_are_on_tensor_cores(
+        tmp_path: Path, capsys: Any) -> None:
+    """The compile summary counts them and names the first reason of one that is not."""
+    import onnx
+
+    from toolchain.cli import main
+
+    model, _ = conv_model(**CONVS["stem_simt"][0])
+    onnx.save(model, tmp_path / "c.onnx")
+    assert main(["compile", str(tmp_path / "c.onnx"), "--target", "cuda-sm80", "--precision",
+                 "fp16", "-o", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert "tensor cores: 0 of 1 fp16 convolution kernels; the others keep the SIMT kernel, " \
+        "why in metadata.json's kernels[].tensor_cores (first: the im2col GEMM is 16 x 64 x " \
+        "27 (M x N x K): K not a multiple of 16)" in capsys.readouterr().out
+    model, _ = conv_model(**CONVS["1x1"][0])
+    onnx.save(model, tmp_path / "d.onnx")
+    assert main(["compile", str(tmp_path / "d.onnx"), "--target", "cuda-sm80", "--precision",
+                 "fp16", "-o", str(tmp_path / "e"), "--no-progress"]) == 0
+    assert "tensor cores: 1 of 1 fp16 convolution kernels\n" in capsys.readouterr().out
