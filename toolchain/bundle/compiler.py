@@ -79,8 +79,8 @@ def schedule_fields(schedule: str) -> dict[str, str]:
     """``metadata.json``'s fields of a kernel's ``schedule`` string: ``schedule`` and, with
     a tensor-core note, ``tensor_cores``.
 
-    >>> schedule_fields("default; tensor cores: wmma implicit GEMM")
-    {'schedule': 'default', 'tensor_cores': 'wmma implicit GEMM'}
+    >>> schedule_fields("default; tensor cores: implicit GEMM on tensor cores")
+    {'schedule': 'default', 'tensor_cores': 'implicit GEMM on tensor cores'}
     >>> schedule_fields("default")
     {'schedule': 'default'}
     """

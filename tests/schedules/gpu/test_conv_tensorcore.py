@@ -287,3 +287,28 @@ def test_kiln_compile_says_which_fp16_convolutions_are_on_tensor_cores(
     assert main(["compile", str(tmp_path / "d.onnx"), "--target", "cuda-sm80", "--precision",
                  "fp16", "-o", str(tmp_path / "e"), "--no-progress"]) == 0
     assert "tensor cores: 1 of 1 fp16 convolution kernels\n" in capsys.readouterr().out
+
+
+def test_the_tensor_core_convolution_is_a_tuning_task(tmp_path: Path) -> None:
+    """Its tiles are the default point of the tensor-core search space (``kiln tune``
+    finds the task); another point (``mma.sync`` on the same im2col tiles, three stages)
+    decided by a record gives an emulated bundle within the fp16 tolerance."""
+    from toolchain.autotune.apply import forcing
+    from toolchain.autotune.tasks import extract_tasks
+    from toolchain.schedules.gpu.conv_tc import conv_wmma_tiles
+    from toolchain.schedules.gpu.gemm_space import wmma_tiles_of
+
+    model, feeds = conv_model(**CONVS["3x3_residual"][0])
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    (task,) = extract_tasks(model, SM80, precision="fp16")
+    s = task.space
+    assert s.kind == "cuda_tensorcore"
+    tiles = conv_wmma_tiles(32, 64, 288, 1, SM80)
+    assert tiles is not None and wmma_tiles_of(s.default()).label() == tiles.label()
+    p = s.canonical({**s.default(), "intrinsic": "mma", "stages": 3})
+    with forcing({s.workload: s.trace(p)}):
+        d = compile_model(model, "cuda-sm80", tmp_path / "mma", progress=False,
+                          emulate=True, precision="fp16")
+    assert "kiln_mma_" in (d / "src/kernels.c").read_text()
+    got = load_bundle(d)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL

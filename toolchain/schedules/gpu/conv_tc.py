@@ -21,8 +21,9 @@ the write-back stores only the real pixels);
 elsewhere, and where the target has no tensor cores or the group is not float16, the
 convolution keeps the SIMT implicit GEMM (or the generic kernel) exactly as before, and
 the schedule's ``info["tensor_cores"]`` says why (for float16 convolutions only;
-``metadata.json``'s kernel entry carries it as ``tensor_cores``: ``wmma implicit GEMM`` or
-the reason).
+``metadata.json``'s kernel entry carries it as ``tensor_cores``: ``implicit GEMM on
+tensor cores`` or the reason). Its tiles (:func:`conv_wmma_tiles`) are the default point
+of the tensor-core search space, so ``kiln tune`` and records decide them as a GEMM's.
 
 Before (a 3 x 3 convolution, 16 -> 16 channels, 8 x 8 pixels, padding 1, bias + ReLU;
 the direct form every other path computes)::
@@ -64,7 +65,7 @@ from toolchain.target import Target
 from toolchain.topi.nn.conv2d_gemm import im2col_gemm_shape
 
 #: ``info["tensor_cores"]`` of a convolution on tensor cores
-ON_TENSOR_CORES = "wmma implicit GEMM"
+ON_TENSOR_CORES = "implicit GEMM on tensor cores"
 
 
 def tensor_core_conv(data: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
@@ -192,6 +193,67 @@ def conv_wmma_tiles(m: int, n: int, k: int, batch: int, target: Target) -> WmmaT
     return replace(t, vector=vector, async_copy=t.async_copy and vector > 1)
 
 
+def with_conv_tensor_cores(node: Node, target: Target, build: Callable[..., Any],
+                           enabled: bool = True) -> Any:
+    """The kernels of group ``node`` (an ``OpSchedule``): a float16 convolution the rule
+    takes (:func:`conv_plan`) as the im2col GEMM on tensor cores, ``build(conv, options,
+    tiles)``; otherwise, or where that gives no tensor-core kernel, ``build()`` (the group
+    as before). ``info["tensor_cores"]``: :data:`ON_TENSOR_CORES` or why not (float16
+    convolutions only). ``enabled=False``: never the tensor-core convolution."""
+    conv, how = conv_plan(node, target)  # the ConvPlan, or why not
+    if conv is not None and not enabled:
+        conv, how = None, "tensor-core convolutions turned off (conv_tensor_cores=False)"
+    if conv is not None:
+        got = build(conv, how.options, how.tiles)
+        if got.info["schedule"] == "gpu tensor-core gemm":
+            got.info["tensor_cores"] = ON_TENSOR_CORES
+            return got
+        how = "the im2col GEMM got no tensor-core kernel (its tiles did not fit)"
+    got = build()
+    if how:
+        got.info["tensor_cores"] = str(how)
+    return got
+
+
+def schedule_group(node: Node, target: Target, wmma: WmmaTiles | None,
+                   im2col: Node | None = None, options: dict[str, Any] | None = None,
+                   default: WmmaTiles | None = None) -> Any:
+    """The ``OpSchedule`` of group ``node`` under
+    :func:`~toolchain.schedules.gpu.generic.schedule_gpu` with the tiled GEMM
+    (:func:`~toolchain.schedules.gpu.gemm.try_tile_gemm`; ``wmma``: its tensor-core tiles);
+    ``im2col``: that convolution of the group computed with the compute ``options``
+    (Conv's ``algorithm="im2col"``: the explicit im2col GEMM), ``default`` its tensor-core
+    tiles (the search space's default point)."""
+    import functools
+
+    from toolchain import te
+    from toolchain.codegen.names import TE_NAMES, sanitize
+    from toolchain.schedules.generic.fused import fused_compute
+    from toolchain.schedules.gpu.gemm import operand_stages, try_tile_gemm
+    from toolchain.schedules.gpu.generic import schedule_gpu
+    from toolchain.schedules.registry import OpSchedule
+    from toolchain.topi.registry import node_compute
+
+    if node.op == "Fused":
+        fc = fused_compute(node, options=None if im2col is None else
+                           im2col_options(im2col, options or {}))
+        ins, outs, name = fc.inputs, fc.outputs, node.attrs["kernel"]
+        in_vals, out_vals = list(fc.input_values), list(fc.output_values)
+    else:
+        nc = node_compute(node, **({} if im2col is None else options or {}))
+        ins, outs, name = nc.inputs, nc.outputs, node.name
+        in_vals, out_vals = list(nc.input_values), list(node.outputs)
+    func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))
+    tiled = try_tile_gemm if wmma is None and default is None else functools.partial(
+        try_tile_gemm, wmma=wmma, wmma_default=default)
+    sch = schedule_gpu(func, target, tiled=tiled, keep=operand_stages)
+    text = str(sch.mod)
+    staged = "T.thread_binding" in text and 'scope="shared"' in text
+    kind = "gpu tensor-core gemm" if "'tensorized':" in text and staged else \
+        "gpu tiled gemm" if staged else "gpu generic"
+    return OpSchedule(sch, in_vals, out_vals, {"schedule": kind})
+
+
 def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict[str, Any]]:
     """``fused_compute``'s per-node options: ``options`` (Conv's ``algorithm="im2col"``
     and its ``pixel_multiple``) for ``conv`` alone."""
@@ -199,4 +261,5 @@ def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict
 
 
 __all__ = ["ON_TENSOR_CORES", "ConvPlan", "conv_of", "conv_plan", "conv_wmma_tiles",
-           "im2col_options", "pixel_multiple", "tensor_core_conv"]
+           "im2col_options", "pixel_multiple", "schedule_group", "tensor_core_conv",
+           "with_conv_tensor_cores"]
