@@ -312,3 +312,29 @@ def test_the_tensor_core_convolution_is_a_tuning_task(tmp_path: Path) -> None:
     assert "kiln_mma_" in (d / "src/kernels.c").read_text()
     got = load_bundle(d)(feeds)["y"]
     assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
+
+
+@pytest.mark.parametrize("hw, out", [((9, 12), (8, 6)), ((8, 14), (7, 7))])
+def test_a_batch_of_two_with_dilation_and_uneven_padding_emulated(
+        hw: tuple[int, int], out: tuple[int, int], tmp_path: Path) -> None:
+    """Batch 2 (the images on ``blockIdx.z``), pads (top 1, left 0, bottom 2, right 1),
+    dilation 2 down and stride 2 across: 8 x 6 = 48 pixels, and 7 x 7 = 49 computed as 64
+    (the padding pixels' predicate with the batch)."""
+    rng = np.random.default_rng(1)
+    wt = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 0, 2, 1],
+                          dilations=[2, 1], strides=[1, 2])], "c",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, *hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32, *out])],
+        [numpy_helper.from_array(wt, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((2, 16, *hw)).astype(np.float32)}
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+    d = compile_model(model, "cuda-sm80", tmp_path / "emu", progress=False, emulate=True,
+                      precision="fp16")
+    notes = [k.get("tensor_cores") for k in json.loads((d / "metadata.json").read_text())[
+        "kernels"]]
+    assert ON_TENSOR_CORES in notes
+    got = load_bundle(d)(feeds)["y"]
+    assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) < FP16_TOL
