@@ -48,7 +48,8 @@ entries of :data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with
 ``register_schedule``), ``tiled-no-occupancy`` (the tiled GEMM on a copy of the
 descriptor without ``sm_count``: the tiles chosen as before the occupancy rule; zoo
 models only), ``tiled-shared-tree`` (the descriptor without ``warp_size``: block
-reductions as the shared-memory tree instead of warp shuffles; zoo models only), or
+reductions as the shared-memory tree instead of warp shuffles; zoo models only),
+``tiled-simt-conv`` (fp16 convolutions kept off tensor cores: the SIMT implicit GEMM), or
 several (each model and GEMM size compiled and measured with each, in the same run;
 the ``x/tiled`` column is the kernels' time over ``tiled``'s).
 
@@ -764,8 +765,9 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(s) for s in args.gemm.split(",") if s]
         # the occupancy rule leaves GEMMs of 1024 and up as they were (tests/schedules/gpu/
         # test_occupancy.py): no tiled-no-occupancy rows for them
-        gemm_schedules = [s for s in schedules
-                          if s not in ("tiled-no-occupancy", "tiled-shared-tree")]
+        gemm_schedules = [s for s in schedules  # (tiled-simt-conv: no GEMM differs)
+                          if s not in ("tiled-no-occupancy", "tiled-shared-tree",
+                                       "tiled-simt-conv")]
         for p in precisions if sizes and gemm_schedules else ():
             gemm(sizes, args.target, Path(tmp), args.repeat, gemm_schedules, p)
         if args.gemm_sweep:
