@@ -9,6 +9,8 @@ references measured in the same run.
     python benchmarks/cuda.py --models '' --gemm 4096 --gemm-precision fp16   # tensor cores
     python benchmarks/cuda.py --models resnet18 --gemm '' --per-kernel \
         --schedules tiled,tiled-no-occupancy,generic     # each kernel's GPU ms, side by side
+    python benchmarks/cuda.py --models resnet18 --gemm '' --per-kernel --precision fp16 \
+        --schedules tiled,tiled-simt-conv  # fp16 convs on tensor cores / SIMT, + cuDNN fp16
     python benchmarks/cuda.py --models '' --gemm '' --gemm-sweep 4096   # its tile variants
     python benchmarks/cuda.py --models resnet18 --gemm 4096 --tune 32  # tuned vs default
 
@@ -46,7 +48,8 @@ entries of :data:`toolchain.schedules.gpu.gemm.GEMM_OPS` overridden with
 ``register_schedule``), ``tiled-no-occupancy`` (the tiled GEMM on a copy of the
 descriptor without ``sm_count``: the tiles chosen as before the occupancy rule; zoo
 models only), ``tiled-shared-tree`` (the descriptor without ``warp_size``: block
-reductions as the shared-memory tree instead of warp shuffles; zoo models only), or
+reductions as the shared-memory tree instead of warp shuffles; zoo models only),
+``tiled-simt-conv`` (fp16 convolutions kept off tensor cores: the SIMT implicit GEMM), or
 several (each model and GEMM size compiled and measured with each, in the same run;
 the ``x/tiled`` column is the kernels' time over ``tiled``'s).
 
@@ -60,6 +63,9 @@ profiling build (``-DKILN_PROFILE``: CUDA events around every launch) under each
 one row per bundle kernel: its ops and output shape, per schedule the launch (kind, grid
 blocks x threads) and its GPU milliseconds, and the ratio to the first schedule; with
 ResNet-18, then cuDNN's time for each of PyTorch eager's convolutions alone.
+``--precision fp16``: the models compiled with ``--precision fp16`` (the convolutions on
+tensor cores where they apply: kind ``wmma``; ``tiled-simt-conv`` keeps them on the SIMT
+implicit GEMM, for the same run's comparison) and cuDNN's convolutions in float16.
 
 ``--tune N``: instead of the tables above, the fp16 GEMMs of ``--gemm`` and the models
 of ``--models`` tuned on this GPU with ``N`` trials each (:func:`tuned`; ``kiln tune``'s
@@ -96,7 +102,7 @@ from toolchain.graph.reference import run_graph  # noqa: E402
 from toolchain.schedules.gpu.tensorcore import WmmaTiles  # noqa: E402
 from toolchain.zoo import ZOO  # noqa: E402
 
-SCHEDULES = ("tiled", "generic", "tiled-no-occupancy", "tiled-shared-tree")
+SCHEDULES = ("tiled", "generic", "tiled-no-occupancy", "tiled-shared-tree", "tiled-simt-conv")
 
 
 def schedule_target(name: str, target: str) -> Any:
@@ -122,20 +128,26 @@ def schedule_target(name: str, target: str) -> Any:
 def schedule(name: str) -> Iterator[None]:
     """Compile under the GPU schedule ``name``: ``tiled`` is the strategy table as it is
     (with ``tiled-no-occupancy``: compile for :func:`schedule_target`); ``generic``
-    registers the generic fused schedule for the GEMM ops on ``gpu``."""
-    from toolchain.schedules.gpu.gemm import GEMM_OPS
+    registers the generic fused schedule for the GEMM ops on ``gpu``; ``tiled-simt-conv``
+    the tiled one with float16 convolutions kept off tensor cores (the SIMT implicit GEMM,
+    as before they had them)."""
+    import functools
+
+    from toolchain.schedules.gpu.gemm import GEMM_OPS, schedule_tiled
     from toolchain.schedules.gpu.generic import fused_schedule
     from toolchain.schedules.registry import register_schedule, unregister_schedule
 
     if name not in SCHEDULES:
         raise SystemExit(f"--schedules: unknown schedule {name!r} (one of {SCHEDULES})")
-    if name == "generic":
+    if name in ("generic", "tiled-simt-conv"):
+        fn = fused_schedule if name == "generic" else functools.partial(
+            schedule_tiled, conv_tensor_cores=False)
         for op in GEMM_OPS:
-            register_schedule(op, "gpu")(fused_schedule)
+            register_schedule(op, "gpu")(fn)
     try:
         yield
     finally:
-        if name == "generic":
+        if name in ("generic", "tiled-simt-conv"):
             for op in GEMM_OPS:
                 unregister_schedule(op, "gpu")
 
@@ -212,7 +224,7 @@ def zoo(names: list[str], target: str, root: Path, repeat: int,
 
 
 def per_kernel(names: list[str], target: str, root: Path, repeat: int,
-               schedules: list[str]) -> bool:
+               schedules: list[str], precision: str = "fp32") -> bool:
     """``--per-kernel``: each model compiled under each schedule and run in its profiling
     build (``-DKILN_PROFILE``: CUDA events around every launch); one row per bundle kernel
     (a fused group: its ops and output shape), per schedule the launch (kind, grid blocks
@@ -231,14 +243,14 @@ def per_kernel(names: list[str], target: str, root: Path, repeat: int,
                     d = compile_model(model, schedule_target(sname, target),
                                       root / f"{name}_{sname}_profile",
                                       input_shapes=spec.input_shapes, progress=False,
-                                      force=True)
+                                      force=True, precision=precision)
                 rows[sname] = load_bundle(d, profile=True).launch_times(feeds, repeat)
             except Exception as e:  # noqa: BLE001 - the other schedules still count
                 print(f"{name} under {sname}: {type(e).__name__}: {e}", flush=True)
                 ok = False
         if not rows:
             continue
-        print(f"\n{name}: per-kernel GPU ms (CUDA events, median of {repeat}); "
+        print(f"\n{name} ({precision}): per-kernel GPU ms (CUDA events, median of {repeat}); "
               f"ratios: ms / {next(iter(rows))}'s ms")
         for line in per_kernel_table(rows):
             print(line, flush=True)
@@ -319,9 +331,11 @@ def _eager_resnet18(what: str) -> tuple[Any, Any] | None:
     return torch, torchvision.models.resnet18().cuda().eval()
 
 
-def torch_resnet18_convolutions(repeat: int) -> None:
+def torch_resnet18_convolutions(repeat: int, precision: str = "fp32") -> None:
     """``--per-kernel`` with ResNet-18: cuDNN's GPU time for each convolution of PyTorch
-    eager's ResNet-18 at batch 1 (torchvision's; fp32, TF32 off, ``cudnn.benchmark``),
+    eager's ResNet-18 at batch 1 (torchvision's; fp32, TF32 off, ``cudnn.benchmark``;
+    ``precision`` fp16: the network, its weights and input in float16, cuDNN's
+    tensor-core convolutions: the reference for Kiln's fp16 rows),
     each on the input it gets in the model, alone (``F.conv2d``, no bias, batch norm or
     activation), ``repeat`` calls queued behind a busy-wait kernel between two CUDA events:
     the per-layer reference for the Kiln table's Conv rows (match them by output shape and
@@ -330,6 +344,8 @@ def torch_resnet18_convolutions(repeat: int) -> None:
     if eager is None:
         return
     torch, net = eager
+    dtype = torch.float16 if precision == "fp16" else torch.float32
+    net = net.to(dtype)
     seen: dict[str, tuple] = {}
 
     def keep(name: str):  # a forward hook that returns something replaces the output
@@ -340,12 +356,12 @@ def torch_resnet18_convolutions(repeat: int) -> None:
     hooks = [m.register_forward_hook(keep(name))
              for name, m in net.named_modules() if isinstance(m, torch.nn.Conv2d)]
     wait = getattr(torch.cuda, "_sleep", None)
-    print(f"\nresnet18 (PyTorch eager): cuDNN ms per convolution (CUDA events, mean of "
-          f"{repeat})")
+    print(f"\nresnet18 (PyTorch eager, {precision}): cuDNN ms per convolution (CUDA "
+          f"events, mean of {repeat})")
     print(f"{'layer':22s} {'input':>14s} {'output':>14s} {'kernel':>8s} {'cuDNN ms':>9s}")
     total = 0.0
     with torch.no_grad():
-        net(torch.randn(1, 3, 224, 224, device="cuda"))
+        net(torch.randn(1, 3, 224, 224, device="cuda", dtype=dtype))
         for h in hooks:
             h.remove()
         for name, (x, out) in seen.items():
@@ -690,6 +706,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedules", default="tiled",
                     help="comma-separated GPU schedules to compare: tiled, generic, "
                          "tiled-no-occupancy, tiled-shared-tree")
+    ap.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                    help="--per-kernel: the models compiled with this --precision (fp16: "
+                         "tensor-core convolutions), ResNet-18's cuDNN rows in it too")
     ap.add_argument("--per-kernel", action="store_true",
                     help="for --models: each kernel's GPU ms per schedule (profiling build, "
                          "CUDA events), side by side, instead of the whole-model table")
@@ -740,20 +759,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if names and args.per_kernel:
             status = 0 if per_kernel(names, args.target, Path(tmp), args.repeat,
-                                     schedules) else 1
+                                     schedules, args.precision) else 1
         elif names:
             zoo(names, args.target, Path(tmp), args.repeat, schedules, args.cuda_graph)
         if "resnet18" in names:
             try:
-                (torch_resnet18_convolutions if args.per_kernel else torch_resnet18)(
-                    args.repeat)
+                if args.per_kernel:
+                    torch_resnet18_convolutions(args.repeat, args.precision)
+                else:
+                    torch_resnet18(args.repeat)
             except Exception as e:  # noqa: BLE001 - a reference; Kiln's rows still count
                 print(f"PyTorch eager resnet18: failed: {type(e).__name__}: {e}")
         sizes = [int(s) for s in args.gemm.split(",") if s]
         # the occupancy rule leaves GEMMs of 1024 and up as they were (tests/schedules/gpu/
         # test_occupancy.py): no tiled-no-occupancy rows for them
-        gemm_schedules = [s for s in schedules
-                          if s not in ("tiled-no-occupancy", "tiled-shared-tree")]
+        gemm_schedules = [s for s in schedules  # (tiled-simt-conv: no GEMM differs)
+                          if s not in ("tiled-no-occupancy", "tiled-shared-tree",
+                                       "tiled-simt-conv")]
         for p in precisions if sizes and gemm_schedules else ():
             gemm(sizes, args.target, Path(tmp), args.repeat, gemm_schedules, p)
         if args.gemm_sweep:

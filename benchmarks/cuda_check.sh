@@ -2,8 +2,9 @@
 # The GPU check of the CUDA bundles (issue 14), for a session that has an NVIDIA GPU:
 #   1. the tests marked `gpu` (every zoo model's bundle and the odd-shaped GEMM/conv models
 #      of tests/schedules/gpu/test_gemm.py, the block reductions of test_block_reduce.py,
-#      the mma.sync/ldmatrix GEMMs of test_mma.py and the wgmma GEMMs of test_wgmma.py
-#      and test_wgmma_sw128.py (the 128-byte swizzled tiles)
+#      the mma.sync/ldmatrix GEMMs of test_mma.py, the wgmma GEMMs of test_wgmma.py and
+#      test_wgmma_sw128.py (the 128-byte swizzled tiles), and the fp16 tensor-core
+#      convolutions and fp16 ResNet-18 of test_conv_tensorcore.py
 #      -- the PTX fragment layouts and wgmma's descriptors on the hardware for the first
 #      time -- built by nvcc, run on the GPU, compared with the
 #      reference executor);
@@ -52,7 +53,14 @@
 #      its 11 kernels (each its default, seeds, random points), then the whole model tuned and
 #      default against PyTorch eager (cuDNN). Random search where xgboost is missing (the
 #      GPU machines' image has none): the seeds are measured either way.
-# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 + 180 + 300 s); the whole check is
+#  10. fp16 convolutions on tensor cores (session 24, never run on a GPU before): per-kernel
+#      GPU milliseconds of ResNet-18 and MobileNet v2 compiled with --precision fp16, the
+#      convolutions as the wmma implicit GEMM (tiled, the default: ResNet-18's C2-C12, 19
+#      of its 20 convolutions; the stem C1, K = 147, and the depthwise ones keep their
+#      kernels) against the same bundles with them on the SIMT implicit GEMM
+#      (tiled-simt-conv), then cuDNN's time for each of PyTorch eager's ResNet-18
+#      convolutions in float16 (tensor cores), match the Conv rows by output shape and order.
+# Each step has its own time limit (90 + 60 + 240 + 180 + 240 + 120 + 240 + 180 + 300 + 240 s); the whole check is
 # longer than one 10-minute device command, so give the steps to run as arguments:
 #
 #   bash benchmarks/cuda_check.sh            # every step (from anywhere)
@@ -60,6 +68,7 @@
 #   bash benchmarks/cuda_check.sh 4 5 6      # steps 4-6
 #   bash benchmarks/cuda_check.sh 7          # shuffles vs the shared tree
 #   bash benchmarks/cuda_check.sh 8 9        # tuned vs default vs cuBLAS / cuDNN (~6 min)
+#   bash benchmarks/cuda_check.sh 10         # fp16 convolutions: wmma vs SIMT vs cuDNN fp16
 #
 # The log is also written to $OUT/cuda_check.log when $OUT is set (the device tool's output
 # folder).
@@ -69,7 +78,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log="${OUT:-${TMPDIR:-/tmp}}/cuda_check.log"
 : > "$log"
 status=0
-steps=" ${*:-1 2 3 4 5 6 7 8 9} "
+steps=" ${*:-1 2 3 4 5 6 7 8 9 10} "
 
 step() {  # step NUMBER SECONDS DESCRIPTION COMMAND...
     local n=$1 limit=$2 what=$3
@@ -89,6 +98,7 @@ step 1 90 "gpu tests" python -m pytest -q -p no:cacheprovider -n 8 -m gpu -rs \
     tests/bundle/test_cuda_fp16.py tests/schedules/gpu/test_tensorcore.py \
     tests/schedules/gpu/test_block_reduce.py tests/schedules/gpu/test_mma.py \
     tests/schedules/gpu/test_wgmma.py tests/schedules/gpu/test_wgmma_sw128.py \
+    tests/schedules/gpu/test_conv_tensorcore.py \
     tests/schedules/gpu/test_warp_shuffle.py tests/autotune/test_cuda_tune.py
 step 2 60 "fp16 tensor-core GEMM vs cuBLAS fp16" python benchmarks/cuda.py --target cuda-sm90 \
     --models '' --gemm 1024,4096 --gemm-precision fp16 --repeat 20
@@ -110,5 +120,8 @@ step 8 180 "fp16 GEMM 4096 tuned vs default vs cuBLAS" python benchmarks/cuda.py
     --target cuda-sm90 --models '' --gemm 4096 --tune 32 --tune-jobs 12 --repeat 20
 step 9 300 "ResNet-18 tuned vs default vs PyTorch eager" python benchmarks/cuda.py \
     --target cuda-sm90 --models resnet18 --gemm '' --tune 44 --tune-jobs 12 --repeat 20
+step 10 240 "fp16 convolutions: tensor cores vs SIMT vs cuDNN fp16" python benchmarks/cuda.py \
+    --target cuda-sm90 --models resnet18,mobilenet_v2 --gemm '' --per-kernel --precision fp16 \
+    --schedules tiled,tiled-simt-conv --repeat 20
 echo "== cuda_check: $([ $status -eq 0 ] && echo ok || echo FAILED) in ${SECONDS}s" | tee -a "$log"
 exit $status

@@ -5,6 +5,7 @@
         --tiles 4x2w.2x4f.kf2.db.p8.v8.async.mma,4x2w.2x4f.kf2.db.p8.v8.async
     python benchmarks/ptxas_tiles.py --archs sm_90a \
         --tiles 8x2w.1x8f.kf2.db.p0.v8.async.wgmma   # wgmma: sm_90a (sm_90 builds a trap)
+    python benchmarks/ptxas_tiles.py --model resnet18  # fp16 ResNet-18's wmma convolutions
 
 No GPU needed (nvcc only): the float16 GEMM ``n``^3 of ``benchmarks/cuda.py`` is compiled
 with the default tiles and each label of ``--tiles`` (default: that script's ``SWEEP``,
@@ -76,6 +77,39 @@ def ptxas_report(bundle: Path, arch: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def model_report(name: str, target: str, archs: list[str]) -> int:
+    """``--model``: the zoo model ``name`` in fp16 for ``target``; per architecture, the
+    ptxas line of each tensor-core kernel (its ops and output shape from the launch
+    table, block threads, registers, spills, stack, static shared memory)."""
+    from toolchain.bundle import compile_model
+    from toolchain.zoo import ZOO
+
+    spec = ZOO[name]
+    print(f"{name} fp16 for {target}: the tensor-core kernels as ptxas builds them")
+    print(f"{'ops':>22s} {'output':>16s} {'arch':>6s} {'threads':>7s} {'regs':>5s} "
+          f"{'spill st/ld':>12s} {'stack':>6s} {'static smem':>11s}  kernel")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = compile_model(spec.build(), target, Path(tmp) / name, progress=False,
+                          input_shapes=spec.input_shapes, precision="fp16")
+        table = json.loads((d / "metadata.json").read_text())["device"]["launch_table"]
+        rows = {row["kernel"]: row for row in table if row["kind"] != "simple"
+                and row["kind"] != "tiled"}
+        for arch in archs:
+            for kname, r in ptxas_report(d, arch).items():
+                if kname not in rows:
+                    continue
+                ln = rows[kname]
+                threads = 1
+                for x in ln["block"]:
+                    threads *= int(x)
+                print(f"{'+'.join(ln['ops']):>22s} {'x'.join(map(str, ln['shape'][0])):>16s} "
+                      f"{arch:>6s} {threads:7d} {r.get('registers', 0):5d} "
+                      f"{r.get('spill_stores', 0):5d}/{r.get('spill_loads', 0):<6d} "
+                      f"{r.get('stack', 0):6d} {r.get('smem', 0):11d}  {ln['kind']} {kname}",
+                      flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     bench = _bench()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -83,10 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="cuda-sm90")
     ap.add_argument("--archs", default="sm_80,sm_90")
     ap.add_argument("--tiles", default=",".join(bench.SWEEP))
+    ap.add_argument("--model", default="",
+                    help="instead: this zoo model compiled with --precision fp16, a line per "
+                         "tensor-core kernel (its convolutions on wmma: session 24)")
     args = ap.parse_args(argv)
     if shutil.which("nvcc") is None:
         print("nvcc (the CUDA toolkit) is not installed")
         return 1
+    if args.model:
+        return model_report(args.model, args.target, args.archs.split(","))
     from toolchain.bundle import compile_model
     from toolchain.schedules.gpu.gemm import wmma_tiles
 

@@ -125,7 +125,7 @@ def _flat_then_rows(rows: int, width: int, flat: int) -> W.Workload:
                 np.zeros((3, rows, width), "float32")]
 
     return (te.create_prim_func([a, c]), inputs,
-            lambda av, cv: (av * 2 + 1).reshape(3, rows, width))
+            lambda av, cv: (av[:, :rows * width] * 2 + 1).reshape(3, rows, width))
 
 
 def test_reverse_compute_inline_through_a_flattened_index() -> None:
@@ -148,3 +148,18 @@ def test_reverse_compute_inline_refuses_a_flattened_index_that_pads() -> None:
     sch = Schedule(wl[0])
     with pytest.raises(ScheduleError, match=r"B\[vi \* 8 \+ vj\] covering"):
         sch.reverse_compute_inline(sch.get_block("C"))
+
+
+def test_reverse_compute_inline_of_a_prefix_predicates_the_producer() -> None:
+    """With ``prefix=True`` the read of B's first 12 of 16 pixels (the tensor-core
+    convolution's pixels padded to a multiple of 16) inlines: the producer, split 8 pixels
+    a step, stores C only where ``p < 12`` (``T.where``), and computes what C would."""
+    wl = _flat_then_rows(3, 4, 16)
+    sch = Schedule(wl[0])
+    _, p = _block_loops(sch, "B")
+    sch.split(p, [None, 8])
+    sch.reverse_compute_inline(sch.get_block("C"), prefix=True)
+    assert "T.where(" in str(sch.mod) and "< 12" in str(sch.mod)
+    _check(sch, wl)
+    # the trace replays it (the keyword recorded)
+    assert "prefix=True" in str(sch.trace)

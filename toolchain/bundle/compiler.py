@@ -71,6 +71,23 @@ RESERVED_SUFFIXES = ("run", "inputs", "outputs", "weights", "weights_t", "weight
                      "run_device")
 
 
+#: separates a kernel's schedule ("default") from its tensor-core note in ``schedule``
+TENSOR_CORES_NOTE = "; tensor cores: "
+
+
+def schedule_fields(schedule: str) -> dict[str, str]:
+    """``metadata.json``'s fields of a kernel's ``schedule`` string: ``schedule`` and, with
+    a tensor-core note, ``tensor_cores``.
+
+    >>> schedule_fields("default; tensor cores: implicit GEMM on tensor cores")
+    {'schedule': 'default', 'tensor_cores': 'implicit GEMM on tensor cores'}
+    >>> schedule_fields("default")
+    {'schedule': 'default'}
+    """
+    how, sep, note = schedule.partition(TENSOR_CORES_NOTE)
+    return {"schedule": how, **({"tensor_cores": note} if sep else {})}
+
+
 @dataclass
 class CompiledKernel:
     """One Fused node as a bundle kernel."""
@@ -80,7 +97,10 @@ class CompiledKernel:
     source: KernelSource
     #: outer values behind the kernel's parameters, in order (inputs, then outputs)
     params: list[Value]
-    schedule: str  # "default" or "fallback: <why>"
+    #: "default" or "fallback: <why>"; a float16 convolution on a tensor-core target adds
+    #: :data:`TENSOR_CORES_NOTE` and whether it is on tensor cores or why not
+    #: (``metadata.json``: the kernel's ``tensor_cores``)
+    schedule: str
     flops: int = 0
     #: the plan writes the output over an input (that pair is rendered without restrict)
     in_place: bool = False
@@ -186,8 +206,9 @@ def _schedule(node: Node, target: Target, cache: KernelCache
                                   f"{target.name!r} does not handle this configuration")
         host = op.input_values[op.in_place] if op.in_place is not None else None
         lap = (op.input_values[0], op.overlap) if op.overlap is not None else None
+        note = op.info.get("tensor_cores")  # a float16 convolution on a tensor-core target
         return cache.lower(op.schedule.mod), list(op.input_values), list(op.output_values), \
-            "default", host, lap
+            "default" if note is None else f"default{TENSOR_CORES_NOTE}{note}", host, lap
     except NoScheduleError as exc:
         # declared: no schedule for this op here (recorded in metadata.json and the summary);
         # any other exception from a schedule is a bug and propagates

@@ -38,7 +38,13 @@ import numpy as np
 
 from toolchain import __version__
 from toolchain.bundle import weights as weights_mod
-from toolchain.bundle.compiler import ALIGNMENT, BundleSpec, c_type, weight_array
+from toolchain.bundle.compiler import (
+    ALIGNMENT,
+    BundleSpec,
+    c_type,
+    schedule_fields,
+    weight_array,
+)
 from toolchain.bundle.emit import RUNTIME_HEADER, BundleRenderer
 from toolchain.bundle.names import bundle_namer, comment
 from toolchain.bundle.patching import origin_tables
@@ -570,7 +576,7 @@ def metadata(spec: BundleSpec, inputs: list[dict[str, Any]], outputs: list[dict[
             "pattern": k.node.attrs["pattern"],
             "ops": [n.op for n in k.node.attrs["graph"].nodes], "flops": k.flops,
             "scratch_bytes": k.source.scratch_bytes, "in_place": k.in_place,
-            "schedule": k.schedule, "inputs": [v.name for v in k.params[:len(k.params) - len(
+            **schedule_fields(k.schedule), "inputs": [v.name for v in k.params[:len(k.params) - len(
                 k.node.outputs)]], "outputs": [v.name for v in k.node.outputs],
         } for k in spec.kernels],
         "weights": [{k: w[k] for k in ("name", "tensor", "dtype", "shape", "bytes",

@@ -195,6 +195,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  threads: up to {meta['max_threads']} ({threaded} of {meta['kernel_count']} "
               "kernels split their parallel loops; <model>_set_threads or main --threads N "
               "picks fewer; make THREADS=pthread|openmp|none)")
+    notes = [k["tensor_cores"] for k in meta["kernels"] if "tensor_cores" in k]
+    if notes:  # float16 convolutions on a tensor-core target (docs/tensor_cores.md)
+        from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES
+
+        on = sum(1 for n in notes if n == ON_TENSOR_CORES)
+        print(f"  tensor cores: {on} of {len(notes)} fp16 convolution kernels"
+              + (f"; the others keep the SIMT kernel, why in metadata.json's kernels[]."
+                 f"tensor_cores (first: {next(n for n in notes if n != ON_TENSOR_CORES)})"
+                 if on < len(notes) else ""))
     if "failed" in meta["target"]["layout"]:
         print(f"  note: layout {meta['target']['layout']}")
     if acc is not None:  # which node runs where, and why

@@ -224,7 +224,10 @@ def node_compute(node: Node, **options: Any) -> NodeCompute:
     ``options`` pick among algorithms where an op has several (so far Conv:
     ``algorithm="direct"`` (default), ``"winograd2"`` / ``"winograd4"`` (3×3, stride 1,
     constant weights, transformed at compile time) or ``"nchwc"`` with
-    ``block=(cb, ob)`` (data blocked in the compute, weights packed at compile time)).
+    ``block=(cb, ob)`` (data blocked in the compute, weights packed at compile time), or
+    ``"im2col"`` (group 1: an explicit im2col GEMM over the flat output pixels, the
+    tensor-core convolution's form, :mod:`toolchain.topi.nn.conv2d_gemm`; with
+    ``pixel_multiple=16`` the pixels padded to a multiple of 16)).
     """
     _load()
     fn = _COMPUTES.get(node.op)

@@ -16,6 +16,7 @@ from toolchain.topi.nn import conv2d_transpose as cvt
 from toolchain.topi.nn import conv_nd as cvnd
 from toolchain.topi.nn import dense as dn
 from toolchain.topi.nn import winograd as wg
+from toolchain.topi.nn.conv2d_gemm import conv2d_nchw_im2col
 from toolchain.topi.registry import ComputeFn, Ctx
 
 
@@ -32,9 +33,9 @@ def _conv(ctx: Ctx) -> list[te.Tensor]:
     geom = window_geometry(xs[2:], ws[2:], strides=strides, dilations=dil, pads=pads,
                            auto_pad=ctx.attrs["auto_pad"])
     algo = ctx.options.get("algorithm", "direct")
-    if algo not in ("direct", "winograd2", "winograd4", "nchwc"):
+    if algo not in ("direct", "winograd2", "winograd4", "nchwc", "im2col"):
         raise ctx.unsupported(f"algorithm {algo!r} is not one of direct, winograd2, "
-                              "winograd4, nchwc")
+                              "winograd4, nchwc, im2col")
     if nsp != 2 and algo != "direct":
         raise ctx.unsupported(f"algorithm {algo!r} needs a 2-D convolution")
     if nsp == 2:
@@ -43,6 +44,12 @@ def _conv(ctx: Ctx) -> list[te.Tensor]:
             y = _conv_winograd(ctx, int(algo[-1]), padding, strides, dil)
         elif algo == "nchwc":
             y = _conv_nchwc(ctx, padding, strides, dil)
+        elif algo == "im2col":  # the explicit GEMM of the tensor-core convolution
+            if ctx.attrs["group"] != 1:
+                raise ctx.unsupported(f"algorithm 'im2col' needs group 1, got "
+                                      f"{ctx.attrs['group']}")
+            y = conv2d_nchw_im2col(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
+                                   pixel_multiple=ctx.options.get("pixel_multiple", 1))
         else:
             y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
                                ctx.attrs["group"])

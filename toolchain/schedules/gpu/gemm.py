@@ -485,7 +485,8 @@ GEMM_OPS = ("Conv", "MatMul", "Gemm")
 
 
 def try_tile_gemm(sch: Schedule, block: Any, target: Target,
-                  wmma: WmmaTiles | None = None) -> Schedule | None:
+                  wmma: WmmaTiles | None = None, wmma_default: WmmaTiles | None = None
+                  ) -> Schedule | None:
     """The tensor-core kernel (:func:`~toolchain.schedules.gpu.tensorcore.try_tile_wmma`:
     a float16 GEMM on a target that declares tensor-core intrinsics, shapes multiples of
     its tiles); else :func:`tile_gemm` where it applies, at least :data:`MIN_USEFUL` of its
@@ -494,13 +495,15 @@ def try_tile_gemm(sch: Schedule, block: Any, target: Target,
     counts), with the step ``bk`` and then the register tile halved until it does; else
     None (the caller keeps its generic kernel for the stage). ``wmma``: the tensor-core
     kernel's tiles instead of :func:`~toolchain.schedules.gpu.tensorcore.choose_wmma_tiles`
-    (``benchmarks/cuda.py --gemm-sweep``)."""
+    (``benchmarks/cuda.py --gemm-sweep``); ``wmma_default``: the tensor-core kernel's
+    default tiles (its search space's default point: a convolution's)."""
 
     blk = sch.get(block)
     axes = gemm_axes(blk)
     if axes is None:
         return None
-    tc = try_tile_wmma(sch, block, target, wmma)  # tensor cores first, where the target has them
+    # tensor cores first, where the target has them
+    tc = try_tile_wmma(sch, block, target, wmma, wmma_default)
     if tc is not None:
         return tc
     from toolchain.schedules.gpu.gemm_space import decide_simt
@@ -760,33 +763,21 @@ def shared_bytes_of(func: ir.PrimFunc) -> dict[str, int]:
     return out
 
 
-def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None) -> OpSchedule:
+def schedule_tiled(node: Node, target: Target, wmma: WmmaTiles | None = None,
+                   conv_tensor_cores: bool = True) -> OpSchedule:
     """The strategy-table entry of dense, matmul, batch matmul and convolution on GPU
     targets: ``node`` (a ``Fused`` group whose anchor is one of :data:`GEMM_OPS`, or the op
     alone) as kernels of :func:`~toolchain.schedules.gpu.generic.schedule_gpu` whose GEMM
     stages are tiled (:func:`try_tile_gemm`); a stage the tiles do not fit (a
     matrix-vector product: one row or one column) keeps the generic kernel. ``wmma``: the
     tensor-core tiles to use (see :func:`try_tile_gemm`; ``functools.partial`` makes a
-    schedule function of it for ``register_schedule``)."""
-    from toolchain import te
-    from toolchain.codegen.names import TE_NAMES, sanitize
-    from toolchain.schedules.generic.fused import fused_compute
-    from toolchain.schedules.gpu.generic import schedule_gpu
-    from toolchain.topi.registry import node_compute
+    schedule function of it for ``register_schedule``). A float16 convolution gets the
+    tensor-core implicit GEMM where it applies
+    (:func:`~toolchain.schedules.gpu.conv_tc.conv_plan`; ``info["tensor_cores"]`` says
+    so or why not); ``conv_tensor_cores=False`` keeps the SIMT kernel for it
+    (``benchmarks/cuda.py --schedules tiled-simt-conv``)."""
+    from toolchain.schedules.gpu.conv_tc import schedule_group, with_conv_tensor_cores
 
-    if node.op == "Fused":
-        fc = fused_compute(node)
-        ins, outs, name = fc.inputs, fc.outputs, node.attrs["kernel"]
-        in_vals, out_vals = list(fc.input_values), list(fc.output_values)
-    else:
-        nc = node_compute(node)
-        ins, outs, name = nc.inputs, nc.outputs, node.name
-        in_vals, out_vals = list(nc.input_values), list(node.outputs)
-    func = te.create_prim_func(ins + outs, name=sanitize(name, **TE_NAMES))
-    tiled = try_tile_gemm if wmma is None else functools.partial(try_tile_gemm, wmma=wmma)
-    sch = schedule_gpu(func, target, tiled=tiled, keep=operand_stages)
-    text = str(sch.mod)
-    tiled = "T.thread_binding" in text and 'scope="shared"' in text
-    kind = "gpu tensor-core gemm" if "'tensorized':" in text and tiled else \
-        "gpu tiled gemm" if tiled else "gpu generic"
-    return OpSchedule(sch, in_vals, out_vals, {"schedule": kind})
+    return with_conv_tensor_cores(node, target, functools.partial(schedule_group, node,
+                                                                  target, wmma),
+                                  conv_tensor_cores)

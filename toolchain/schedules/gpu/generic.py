@@ -126,15 +126,20 @@ def _is_reduction(sch: Schedule, block: Any) -> bool:
     return any(iv.iter_type != ir.IterType.SPATIAL for iv in sch.get(block).iter_vars)
 
 
-def fold_tail(sch: Schedule, copy: Any) -> None:
+def fold_tail(sch: Schedule, copy: Any, prefix: bool = False) -> None:
     """Fold the element-wise consumers of a write-back block ``copy`` (bias, activation,
-    residual add) into it, one at a time, until none folds."""
+    residual add) into it, one at a time, until none folds. ``prefix``: a consumer may
+    read a prefix of the flat index ``copy`` writes (``reverse_compute_inline(..,
+    prefix=True)``: the tensor-core convolution's pixels padded to a multiple of 16)."""
     changed = True
     while changed:
         changed = False
         for c in sch.get_consumers(copy):
             try:
-                sch.reverse_compute_inline(c)
+                if prefix:
+                    sch.reverse_compute_inline(c, prefix=True)
+                else:
+                    sch.reverse_compute_inline(c)
                 changed = True
                 break
             except KilnError:

@@ -386,7 +386,7 @@ def tile_gemm_wmma(sch: Schedule, block: Any, target: Target, tc: TensorCore,
     warp = target.warp_size or 32
     cs = sch.cache_write(b, 0, "shared")
     sch.set_dtype(b, 0, "float32")  # float32 sums (and the tile the fragments store to)
-    fold_tail(sch, cs)
+    fold_tail(sch, cs, prefix=True)  # a convolution's padded pixels stored only where real
     cf = sch.cache_write(b, 0, tc.accumulator)
     copies = [stage_operand(sch, b, operand_buffer(sch.get(b), n)) for n in (0, 1)]
     loops = sch.get_loops(b)
@@ -523,12 +523,16 @@ def loops_under(sch: Schedule, block: Any, at: Any) -> list[Any]:
 
 
 def try_tile_wmma(sch: Schedule, block: Any, target: Target,
-                  tiles: WmmaTiles | None = None) -> Schedule | None:
+                  tiles: WmmaTiles | None = None, default: WmmaTiles | None = None
+                  ) -> Schedule | None:
     """:func:`tile_gemm_wmma` where the target has tensor cores, the block is a float16
     GEMM whose shapes the tiles divide and whose lowered kernel fits the target's shared
     memory; else None (the caller keeps its other kernel). ``tiles`` (the kernel's knobs)
     instead of :func:`choose_wmma_tiles`: None too where they do not divide the shapes or
-    give B its own pad (``pad_b``) outside the ``.wgmma`` kernel."""
+    give B its own pad (``pad_b``) outside the ``.wgmma`` kernel. ``default``: the tiles
+    that replace :func:`choose_wmma_tiles`' as the default point of the kernel's search
+    space (a convolution's, :func:`~toolchain.schedules.gpu.conv_tc.conv_wmma_tiles`),
+    where they divide the shapes; tuning and records still decide."""
     from toolchain.schedules.gpu.gemm import gemm_axes, lowered_shared_bytes
 
     tc = tensor_core_intrinsics(target)
@@ -546,6 +550,11 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
     t = choose_wmma_tiles(ext[axes.y], ext[axes.x], ext[axes.reduce[0]], tc, target)
     if t is None:
         return None
+    if default is not None and tiles is None and not (
+            ext[axes.y] % (default.wy * default.fm * tc.m)
+            or ext[axes.x] % (default.wx * default.fn * tc.n)
+            or ext[axes.reduce[0]] % (default.kf * tc.k)):
+        t = default
     if tiles is not None:
         if (ext[axes.y] % (tiles.wy * tiles.fm * tc.m) or ext[axes.x] % (tiles.wx * tiles.fn
                                                                          * tc.n)

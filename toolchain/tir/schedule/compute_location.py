@@ -456,12 +456,16 @@ def compute_inline(state: ScheduleState, block: BlockRV) -> None:
 
 
 def _radix_inverse(blk: ir.Block, buf: ir.Buffer, index: tuple[ir.PrimExpr, ...],
-                   at: tuple[ir.PrimExpr, ...]) -> dict[ir.Var, ir.PrimExpr] | None:
+                   at: tuple[ir.PrimExpr, ...], prefix: list[ir.PrimExpr] | None = None
+                   ) -> dict[ir.Var, ir.PrimExpr] | None:
     """The consumer's block vars in terms of the producer's store indices ``at`` when the
     consumer reads ``buf`` at ``index``: each index a mixed-radix number of distinct block
     vars (``vy * 56 + vx`` with ``vx`` in ``[0, 56)``) spanning ``buf``'s dimension
     exactly, and every block var used once; else None. ``vy * 56 + vx`` read at ``j``
-    gives ``vy = j // 56``, ``vx = j % 56``: a bijection, so inlining stays exact."""
+    gives ``vy = j // 56``, ``vx = j % 56``: a bijection, so inlining stays exact.
+    ``prefix`` (a list, filled): an index may also span only the first elements of its
+    dimension; the condition ``j < span`` for each such ``j`` is appended (the producer
+    then stores only where they hold)."""
     dom = {iv.var: iv.dom for iv in blk.iter_vars if iv.iter_type == "spatial"}
     out: dict[ir.Var, ir.PrimExpr] = {}
     for idx, size, p in zip(index, buf.shape, at, strict=True):
@@ -479,12 +483,17 @@ def _radix_inverse(blk: ir.Block, buf: ir.Buffer, index: tuple[ir.PrimExpr, ...]
             q = p if step == 1 else ir.FloorDiv(p, ir.convert(step))
             out[v] = q if k == len(digits) - 1 else ir.FloorMod(q, ir.convert(ext))
             step *= ext
-        if not digits or not ir.is_const_int(size, step):
+        if not digits:
             return None
+        if not ir.is_const_int(size, step):
+            if prefix is None or not isinstance(size, ir.IntImm) or step > size.value:
+                return None
+            prefix.append(ir.LT(p, ir.convert(step)))
     return out if set(out) == set(dom) and len(dom) == len(blk.iter_vars) else None
 
 
-def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
+def reverse_compute_inline(state: ScheduleState, block: BlockRV, prefix: bool = False
+                           ) -> None:
     """Inline an elementwise consumer into its producer; the consumer disappears.
 
     Before: ``B[vi, vj] = A[vi, vj] * T.float32(2.0)`` then
@@ -500,7 +509,11 @@ def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
     exactly (a 1x1 convolution's product over flat pixels, read back as rows): with
     ``B[vi, vp]`` over 12 pixels and ``C[vi, vy, vx] = B[vi, vy * 4 + vx] + 1.0``
     (``vx`` in ``[0, 4)``), the producer then stores ``C[vi, vp // 4, vp % 4]``. A read
-    that leaves elements of B out (B of 13 pixels) is refused.
+    that leaves elements of B out (B of 13 pixels) is refused, unless ``prefix``: a read
+    covering the first elements of B's dimension (12 of B's 16 pixels: the tensor-core
+    convolution's output pixels padded to a multiple of 16) inlines with the producer's
+    block predicated on them (``T.where(vp < 12)``: the padding pixels are computed and
+    never stored).
     """
     r, path = state.get_block(block)
     blk = r.block
@@ -541,8 +554,9 @@ def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
     vmap: dict[ir.Var, ir.PrimExpr] | None = None
     if ok and set(first) == cvars:
         vmap = dict(zip(first, pstore.indices, strict=True))
-    elif all(ir.structural_equal(x, first) for x in loads):
-        vmap = _radix_inverse(blk, buf, first, pstore.indices)
+    guards: list[ir.PrimExpr] = []
+    if vmap is None and all(ir.structural_equal(x, first) for x in loads):
+        vmap = _radix_inverse(blk, buf, first, pstore.indices, guards if prefix else None)
     if vmap is None:
         raise ScheduleError(
             f"reverse_compute_inline: block {blk.name_hint!r} must read {buf.name} at "
@@ -556,6 +570,14 @@ def reverse_compute_inline(state: ScheduleState, block: BlockRV) -> None:
     pblk = refresh_regions(replace(pr.block, body=new_store))
     mapping: dict[int, ir.Stmt | None] = {id(st.exclusive_nest_top(r, path)): None,
                                           id(pr.block): pblk}
+    if guards:  # the producer's realize stores only the elements the consumer read
+        bind = {iv.var: v for iv, v in zip(pr.block.iter_vars, pr.iter_values, strict=True)}
+        cond = pr.predicate
+        for g in guards:
+            g = substitute(g, bind)
+            cond = g if ir.is_const_int(cond, 1) else ir.And(cond, g)
+        mapping = {id(st.exclusive_nest_top(r, path)): None,
+                   id(pr): replace(pr, predicate=cond, block=pblk)}
     state.update(mapping)
     state.replace(st.with_root_allocs(state.func, remove=(buf,)))
     state.remove_block(blk.name_hint)

@@ -92,7 +92,7 @@ def pad_spatial(data: te.Tensor, axes: Sequence[int], before: Sequence[int],
     return te.compute(tuple(out), f, name=name, tag="pad")
 
 
-def _geometry(h: int, w: int, kh: int, kw: int, stride: IntOrPair, padding: IntOrPair,
+def conv2d_geometry(h: int, w: int, kh: int, kw: int, stride: IntOrPair, padding: IntOrPair,
               dilation: IntOrPair) -> tuple[tuple[int, int], tuple[int, int, int, int],
                                             tuple[int, int], int, int]:
     sh, sw = as_tuple(stride, 2, "conv2d: stride")
@@ -127,7 +127,7 @@ def _direct(data: te.Tensor, kernel: te.Tensor, layout: str, kernel_layout: str,
              for a, e in zip(kernel_layout, const_shape(kernel, op), strict=True)}
     c, i, o = size["C"], size["I"], size["O"]
     _check_groups(c, i, o, groups, op)
-    (sh, sw), (pt, pl, pb, pr), (dh, dw), size["OH"], size["OW"] = _geometry(
+    (sh, sw), (pt, pl, pb, pr), (dh, dw), size["OH"], size["OW"] = conv2d_geometry(
         size["H"], size["W"], size["KH"], size["KW"], stride, padding, dilation)
     odt = out_dtype or data.dtype
     padded = pad_spatial(data, (layout.index("H"), layout.index("W")), (pt, pl), (pb, pr))
@@ -201,7 +201,7 @@ def conv2d_nchwc(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
                           f"{c_tot} (blocks of {cb}), kernel {i_tot} per group (blocks of "
                           f"{ib}) and {o_tot} outputs (blocks of {ob}); use NCHW or blocks that "
                           "divide the channel counts")
-    (sh, sw), (pt, pl, pb, pr), (dh, dw), oh, ow = _geometry(h, w, kh, kw, stride, padding,
+    (sh, sw), (pt, pl, pb, pr), (dh, dw), oh, ow = conv2d_geometry(h, w, kh, kw, stride, padding,
                                                              dilation)
     odt = out_dtype or data.dtype
     padded = pad_spatial(data, (2, 3), (pt, pl), (pb, pr))
