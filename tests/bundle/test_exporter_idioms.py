@@ -11,6 +11,8 @@ import pytest
 from onnx import helper
 
 from tests.bundle.helpers import assert_matches, compile_run, make_model, random_inputs, run_ort
+from toolchain.bundle import compile_model, load_bundle
+from toolchain.errors import ModelError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 
@@ -42,3 +44,31 @@ def test_grid_sample_opset16_mode_names(tmp_path, mode, padding, align):
     feeds = random_inputs(model, seed=3)
     feeds["grid"] = np.random.default_rng(4).uniform(-1.2, 1.2, (1, 4, 3, 2)).astype(F)
     check_bundle(model, tmp_path, feeds)
+
+
+def traced_head_split() -> object:
+    """``nn.MultiheadAttention``'s head split as the TorchScript exporter writes it with
+    ``dynamic_axes`` on batch and sequence: the input is symbolic, but the Reshape's target
+    ``[seq, batch * heads, head_dim]`` is a constant of the traced sizes (6, 2 * 2, 2)."""
+    nodes = [N("Transpose", ["x"], ["t"], perm=[1, 0, 2], name="/self_attn/Transpose"),
+             N("Reshape", ["t", "shape"], ["h"], name="/self_attn/Reshape_4"),
+             N("Transpose", ["h"], ["y"], perm=[1, 0, 2], name="/self_attn/Transpose_1")]
+    return make_model(nodes, {"x": (F, ["batch", "seq", 4])}, {"y": (F, [4, 6, 2])},
+                      {"shape": np.array([6, 4, 2], np.int64)}, opset=17)
+
+
+def test_traced_sizes_compile_and_other_sizes_say_why(tmp_path):
+    """At the traced sizes the model compiles and runs; at other sizes the Reshape error
+    says that the exporter fixed the sizes and what to do."""
+    model = traced_head_split()
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 6, 4)).astype(F)}
+    want = run_ort(model, feeds)
+    assert_matches(run_graph(from_onnx(model, input_shapes={"x": (2, 6, 4)}), feeds), want)
+    bundle = compile_model(model, "c-generic", tmp_path / "b", input_shapes={"x": (2, 6, 4)})
+    assert_matches(load_bundle(bundle)(feeds), want)
+    with pytest.raises(ModelError) as err:
+        from_onnx(model, input_shapes={"x": (3, 9, 4)})
+    msg = str(err.value)
+    assert "node '/self_attn/Reshape_4' (Reshape): cannot reshape [9, 3, 4]" in msg
+    assert "--input-shape x=3,9,4" in msg and "dynamo=False" in msg
+    assert "Compile at the sizes the model was exported with" in msg
