@@ -12,7 +12,7 @@ from onnx import helper
 
 from tests.bundle.helpers import assert_matches, compile_run, make_model, random_inputs, run_ort
 from toolchain.bundle import compile_model, load_bundle
-from toolchain.errors import ModelError
+from toolchain.errors import ModelError, UnsupportedError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 
@@ -72,3 +72,34 @@ def test_traced_sizes_compile_and_other_sizes_say_why(tmp_path):
     assert "node '/self_attn/Reshape_4' (Reshape): cannot reshape [9, 3, 4]" in msg
     assert "--input-shape x=3,9,4" in msg and "dynamo=False" in msg
     assert "Compile at the sizes the model was exported with" in msg
+
+
+def test_embedding_bag_sequences_are_refused_with_what_to_do():
+    """The dynamo exporter writes ``nn.EmbeddingBag`` as a Loop that inserts one bag per
+    step into a sequence, then ``ConcatFromSequence``: Kiln has no sequence type, and the
+    error names each sequence op (the one in the Loop body too) and what to do."""
+    from onnx import TensorProto
+
+    body = helper.make_graph(
+        [N("Gather", ["table", "i"], ["row"], axis=0),
+         N("SequenceInsert", ["seq_in", "row"], ["seq_out"], name="insert"),
+         N("Identity", ["cond_in"], ["cond_out"])],
+        "bag_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, None)])
+    nodes = [N("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT, name="n16"),
+             N("Loop", ["bags", "", "empty"], ["seq"], body=body, name="n19_2"),
+             N("ConcatFromSequence", ["seq"], ["stacked"], axis=0, new_axis=1, name="n20"),
+             N("Add", ["stacked", "x"], ["y"])]
+    model = make_model(nodes, {"x": (F, [2, 4])}, {"y": (F, [2, 4])},
+                       {"table": np.ones((10, 4), F), "bags": np.array(2, np.int64)},
+                       opset=18)
+    with pytest.raises(UnsupportedError) as err:
+        from_onnx(model)
+    msg = str(err.value)
+    assert "ConcatFromSequence works on an ONNX sequence" in msg and "at node 'n20'" in msg
+    assert "SequenceInsert works on an ONNX sequence" in msg and "at node 'n19_2/insert'" in msg
+    assert "dynamo=False" in msg
