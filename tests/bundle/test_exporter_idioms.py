@@ -103,3 +103,21 @@ def test_embedding_bag_sequences_are_refused_with_what_to_do():
     assert "ConcatFromSequence works on an ONNX sequence" in msg and "at node 'n20'" in msg
     assert "SequenceInsert works on an ONNX sequence" in msg and "at node 'n19_2/insert'" in msg
     assert "dynamo=False" in msg
+
+
+@pytest.mark.parametrize("scale,ctm,nearest_mode", [(0.6, "asymmetric", "floor"),
+                                                    (1.7, "asymmetric", "floor"),
+                                                    (0.6, "half_pixel", "round_prefer_floor")])
+def test_nearest_resize_picks_the_cells_of_float32_arithmetic(tmp_path, scale, ctm,
+                                                               nearest_mode):
+    """``F.interpolate(x, scale_factor=0.6, mode="nearest")``: the exporter writes the
+    scale as the float32 0.6000000238; output cell 3 maps to input cell 5 in float32 (what
+    PyTorch and onnxruntime compute) but to 4 in float64, which Kiln used, shifting whole
+    rows and columns of the output."""
+    scales = np.array([1, 1, scale, scale], F)
+    node = N("Resize", ["x", "", "scales"], ["y"], mode="nearest",
+             coordinate_transformation_mode=ctm, nearest_mode=nearest_mode, name="/Resize")
+    out = [1, 2, int(10 * scales[2]), int(9 * scales[3])]
+    model = make_model([node], {"x": (F, [1, 2, 10, 9])}, {"y": (F, out)},
+                       {"scales": scales}, opset=17)
+    check_bundle(model, tmp_path)

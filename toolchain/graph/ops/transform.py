@@ -36,6 +36,7 @@ from toolchain.graph.ops.nn_common import (
     prod,
     ref_attrs,
     resize_axis,
+    resize_coord_dtype,
     shape_str,
 )
 from toolchain.graph.ops.registry import (
@@ -606,10 +607,11 @@ def _resize_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     roi, scales, sizes = _resize_operands(lambda i, w: ins[i] if i < len(ins) else None)
     out, plan = resize_plan("Resize", x.shape, roi, scales, sizes, a)
     y = x if a["mode"] == "nearest" else x.astype(np.float64)
+    cdt = resize_coord_dtype(a["mode"], scales is not None and scales.size > 0)
     for ax, (scale, pair) in plan.items():
         trivial = out[ax] == y.shape[ax] and scale == 1.0 and pair == (0.0, 1.0)
         if not trivial:
-            y = resize_axis(y, ax, out[ax], scale, pair, a)
+            y = resize_axis(y, ax, out[ax], scale, pair, a, cdt)
     return [cast_like(y, x.dtype)]
 
 
