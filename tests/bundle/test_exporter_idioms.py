@@ -6,13 +6,15 @@ or got wrong (docs/models.md, "Models exported from PyTorch")."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from onnx import helper
 
 from tests.bundle.helpers import assert_matches, compile_run, make_model, random_inputs, run_ort
 from toolchain.bundle import compile_model, load_bundle
-from toolchain.errors import ModelError, UnsupportedError
+from toolchain.errors import KilnWarning, ModelError, UnsupportedError
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
 
@@ -121,3 +123,29 @@ def test_nearest_resize_picks_the_cells_of_float32_arithmetic(tmp_path, scale, c
     model = make_model([node], {"x": (F, [1, 2, 10, 9])}, {"y": (F, out)},
                        {"scales": scales}, opset=17)
     check_bundle(model, tmp_path)
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_resize_output_length_is_floored_in_float32(tmp_path, pooled):
+    """``F.interpolate(x, scale_factor=0.7, mode="bilinear")`` on 10 x 10: PyTorch and
+    onnxruntime give 7 x 7; float64 of the exported float32 0.7 gives 6.99999988 and 6 x 6,
+    which Kiln computed (refusing the export's declared 7 x 7 output, or, with a mean after
+    it, returning a mean over the wrong image, 0.5 off). ONNX's shape inference says 6 x 6:
+    Kiln warns and keeps onnxruntime's shape."""
+    nodes = [N("Resize", ["x", "", "scales"], ["r"], mode="linear",
+               coordinate_transformation_mode="pytorch_half_pixel", name="/Resize")]
+    out = {"r": (F, [1, 2, 7, 7])}
+    if pooled:
+        nodes.append(N("ReduceMean", ["r", "axes"], ["y"], keepdims=0, name="/ReduceMean"))
+        out = {"y": (F, [1, 2])}
+    model = make_model(nodes, {"x": (F, [1, 2, 10, 10])}, out,
+                       {"scales": np.array([1, 1, 0.7, 0.7], F),
+                        "axes": np.array([2, 3], np.int64)}, opset=18)
+    feeds = random_inputs(model, seed=1)
+    want = run_ort(model, feeds)
+    with pytest.warns(KilnWarning, match=r"ONNX shape inference says \[1, 2, 6, 6\]") \
+            if pooled else contextlib.nullcontext():
+        assert_matches(run_graph(from_onnx(model), feeds), want)
+        # default flags: gcc's -Wmaybe-uninitialized misfires on the fused resize + mean
+        got = load_bundle(compile_model(model, "c-generic", tmp_path / "b"))(feeds)
+    assert_matches(got, want)

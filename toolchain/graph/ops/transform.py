@@ -531,6 +531,19 @@ _CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corne
         "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 
 
+def scaled_length(n: int, scale: float) -> int:
+    """Resize's output length ``floor(n · scale)`` for a ``scales`` input, multiplied in
+    float32 as onnxruntime does: ``F.interpolate(x, scale_factor=0.7)`` on 10 pixels gives
+    7 in PyTorch (float64 of the Python 0.7) and onnxruntime (float32), but float64 of the
+    exported float32 0.69999999 gives 6.99999988 and 6 (as ONNX's shape inference and
+    reference implementation compute, and Kiln did: a 6 x 6 image where PyTorch has 7 x 7).
+
+    >>> scaled_length(10, float(np.float32(0.7))), scaled_length(10, 0.5)
+    (7, 5)
+    """
+    return int(np.floor(np.float32(n) * np.float32(scale)))
+
+
 def resize_plan(where: str, shape: Sequence[int], roi: np.ndarray | None,
                 scales: np.ndarray | None, sizes: np.ndarray | None, a: Mapping[str, Any]
                 ) -> tuple[tuple[int, ...], dict[int, tuple[float, tuple[float, float]]]]:
@@ -553,7 +566,7 @@ def resize_plan(where: str, shape: Sequence[int], roi: np.ndarray | None,
             raise ModelError(f"{where}: scales {scales} must be positive")
         axis_scale = dict(zip(axes, scales, strict=True))
         for ax, s in axis_scale.items():
-            out[ax] = int(np.floor(s * shape[ax]))
+            out[ax] = scaled_length(shape[ax], s)
     else:
         assert sizes is not None
         if any(s < 0 for s in sizes) or any(shape[ax] == 0 for ax in axes):
