@@ -149,3 +149,17 @@ def test_resize_output_length_is_floored_in_float32(tmp_path, pooled):
         # default flags: gcc's -Wmaybe-uninitialized misfires on the fused resize + mean
         got = load_bundle(compile_model(model, "c-generic", tmp_path / "b"))(feeds)
     assert_matches(got, want)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_axis_whose_length_stays_is_copied(tmp_path, mode):
+    """``F.interpolate(x, scale_factor=1.1)`` on 7 x 7 keeps 7 x 7, and PyTorch and
+    onnxruntime then copy the input; Kiln sampled it at the scale's coordinates (error up
+    to 3.1 on a normal input)."""
+    node = N("Resize", ["x", "", "scales"], ["y"], mode=mode,
+             coordinate_transformation_mode="pytorch_half_pixel", nearest_mode="floor",
+             name="/Resize")
+    model = make_model([node], {"x": (F, [1, 2, 7, 7])}, {"y": (F, [1, 2, 7, 7])},
+                       {"scales": np.array([1, 1, 1.1, 1.1], F)}, opset=17)
+    got = check_bundle(model, tmp_path)
+    assert np.array_equal(got["y"], random_inputs(model, seed=1)["x"])

@@ -33,6 +33,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.errors import OptionError
+from toolchain.graph.ops.transform import resizes_axis
 from toolchain.tir import ir
 from toolchain.topi.utils import const_shape, scalar
 
@@ -223,7 +224,7 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
     rois = list(rois) if rois is not None else [(0.0, 1.0)] * len(shape)
     ctm = coordinate_transformation_mode
     axes = [d for d in range(len(shape))
-            if out_shape[d] != shape[d] or scales[d] != 1.0 or rois[d] != (0.0, 1.0)]
+            if resizes_axis(shape[d], out_shape[d], scales[d], rois[d], ctm)]
     if not axes:
         return te.compute(tuple(out_shape), lambda *i: x[i], name="resize", tag="injective")
     tabs = {d: _Axis(d, shape[d], out_shape[d], scales[d], rois[d], mode, ctm, nearest_mode,

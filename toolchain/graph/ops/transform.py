@@ -531,6 +531,20 @@ _CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corne
         "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 
 
+def resizes_axis(n: int, out: int, scale: float, roi: tuple[float, float], ctm: str) -> bool:
+    """Whether Resize changes an axis of length ``n``: not when its output length is ``n``
+    again (outside ``tf_crop_and_resize``), whatever the scale, as onnxruntime and PyTorch
+    copy it: ``scale_factor=1.1`` on 7 pixels gives 7 pixels, the input's.
+
+    >>> resizes_axis(7, 7, 1.1, (0.0, 1.0), "half_pixel"), resizes_axis(7, 8, 1.1, (0.0, 1.0),
+    ...                                                                   "half_pixel")
+    (False, True)
+    """
+    if ctm == "tf_crop_and_resize":
+        return out != n or scale != 1.0 or roi != (0.0, 1.0)
+    return out != n
+
+
 def scaled_length(n: int, scale: float) -> int:
     """Resize's output length ``floor(n · scale)`` for a ``scales`` input, multiplied in
     float32 as onnxruntime does: ``F.interpolate(x, scale_factor=0.7)`` on 10 pixels gives
@@ -622,8 +636,7 @@ def _resize_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     y = x if a["mode"] == "nearest" else x.astype(np.float64)
     cdt = resize_coord_dtype(a["mode"], scales is not None and scales.size > 0)
     for ax, (scale, pair) in plan.items():
-        trivial = out[ax] == y.shape[ax] and scale == 1.0 and pair == (0.0, 1.0)
-        if not trivial:
+        if resizes_axis(y.shape[ax], out[ax], scale, pair, a["coordinate_transformation_mode"]):
             y = resize_axis(y, ax, out[ax], scale, pair, a, cdt)
     return [cast_like(y, x.dtype)]
 
