@@ -112,7 +112,7 @@ def from_onnx(
     proto = _inline_functions(proto, label)
     _sort_nodes(proto, label)
     _run_checker(proto, label)
-    _apply_input_shapes(proto, dict(input_shapes or {}), label, shapes_option)
+    sized = _apply_input_shapes(proto, dict(input_shapes or {}), label, shapes_option)
     _apply_bind(proto, dict(bind or {}), label)
     proto = expand_function_ops(proto, opset, label)
     onnx_types = _infer_onnx_types(proto, label)
@@ -122,12 +122,39 @@ def from_onnx(
     _validate(proto, raw_nodes, constants, label)
     inputs = _graph_inputs(proto, constants, label)
     name = proto.graph.name or (Path(label).stem if base_dir else "model")
-    return build_graph(
-        name, inputs, constants, raw_nodes, declared_outputs(proto),
-        onnx_types, opset=opset, label=label,
-        metadata={"source": label, "producer": proto.producer_name,
-                  "producer_version": proto.producer_version, "ir_version": proto.ir_version},
-    )
+    try:
+        return build_graph(
+            name, inputs, constants, raw_nodes, declared_outputs(proto),
+            onnx_types, opset=opset, label=label,
+            metadata={"source": label, "producer": proto.producer_name,
+                      "producer_version": proto.producer_version,
+                      "ir_version": proto.ir_version},
+        )
+    except ModelError as exc:
+        if sized and "cannot reshape" in str(exc):
+            raise ModelError(f"{exc}. {traced_sizes_hint(sized, shapes_option)}") from None
+        raise
+
+
+def traced_sizes_hint(sized: Mapping[str, tuple[int, ...]], option: str) -> str:
+    """Why a Reshape fails once symbolic input dimensions are given sizes: a tracing
+    exporter stored sizes of the traced inputs as constants (TorchScript's ``torch.onnx``
+    does so in ``nn.MultiheadAttention``'s head split).
+
+    Example::
+
+        >>> traced_sizes_hint({"x": (3, 9)}, "--input-shape")[:58]
+        'The symbolic dimensions of x were set by --input-shape x=3'
+    """
+    given = ", ".join(sorted(sized))
+    opts = " ".join(f"{option} {n}=" + ",".join(map(str, s)) for n, s in sorted(sized.items())) \
+        if option == "--input-shape" else f"{option}"
+    return (f"The symbolic dimensions of {given} were set by {opts}; the other shape is "
+            "probably a constant of the model: an exporter that traces the model "
+            "(torch.onnx.export(..., dynamo=False)) stores some sizes of the input it traced "
+            "as constants, so the model runs only at those sizes. Compile at the sizes the "
+            "model was exported with, or export it again for these sizes (or with "
+            "dynamo=True, which keeps them symbolic)")
 
 
 # -- 1. loading -----------------------------------------------------------------------------
@@ -507,8 +534,11 @@ def _dims(info: onnx.ValueInfoProto) -> list[int | str | None] | None:
 
 
 def _apply_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
-                        label: str, option: str = "--input-shape") -> None:
+                        label: str, option: str = "--input-shape"
+                        ) -> dict[str, tuple[int, ...]]:
+    """Set the given input shapes; returns those that sized a symbolic dimension."""
     inputs = _input_protos(proto)
+    sized: dict[str, tuple[int, ...]] = {}
 
     def given(name: str, shape: Any = None) -> str:  # how the caller wrote this shape
         if option == "--input-shape":  # (the CLI's NAME=D,D,... form)
@@ -538,10 +568,13 @@ def _apply_input_shapes(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...
                     f"{given(name, shape)}: dimension {i} of "
                     f"input {name!r} is fixed to {d} in the model ({_fmt_dims(dims)})"
                 )
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            sized[name] = tuple(int(d) for d in shape)
         tensor_type = inputs[name].type.tensor_type
         tensor_type.shape.Clear()
         for s in shape:
             tensor_type.shape.dim.add().dim_value = int(s)
+    return sized
 
 
 def _fmt_dims(dims: list[int | str | None] | None) -> str:

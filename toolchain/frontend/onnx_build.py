@@ -89,6 +89,28 @@ def ceil_mode_inference_bug(node: Node, onnx_shape: tuple[int, ...] | None,
             "ONNX specification and onnxruntime drop); Kiln follows the specification")
 
 
+def resize_length_difference(node: Node, onnx_shape: tuple[int, ...] | None,
+                             t: TensorType) -> str | None:
+    """Why ONNX shape inference's ``onnx_shape`` differs from Kiln's ``t`` for a Resize
+    with ``scales``, else None: ONNX multiplies length and scale in float64 and floors
+    10 x 0.69999999 (the float32 0.7) to 6; onnxruntime and PyTorch get 7, and so does Kiln
+    (:func:`toolchain.graph.ops.transform.scaled_length`).
+
+    >>> n = Node("Resize", "r", [Value("x", (1, 1, 10, 10), "float32")],
+    ...          [Value("y", (1, 1, 7, 7), "float32")], {})
+    >>> resize_length_difference(n, (1, 1, 6, 6), TensorType((1, 1, 7, 7), "float32"))[:39]
+    'ONNX shape inference says [1, 1, 6, 6] '
+    """
+    if node.op != "Resize" or onnx_shape is None or len(onnx_shape) != len(t.shape):
+        return None
+    if any(theirs not in (ours, ours - 1) for ours, theirs in zip(t.shape, onnx_shape,
+                                                                   strict=True)):
+        return None
+    return (f"ONNX shape inference says {list(onnx_shape)} (it floors length x scale in "
+            "float64, where a float32 scale can fall just short of a whole number: 10 x "
+            "0.7 is 6.99999988); Kiln computes in float32 as onnxruntime and PyTorch do")
+
+
 class _Builder:
     """Mutable state while building: values by name, emitted nodes, used names."""
 
@@ -209,7 +231,9 @@ class _Builder:
         static = dims is not None and all(isinstance(d, int) for d in dims)
         if (onnx_dtype is not None and onnx_dtype != t.dtype) or (
                 static and tuple(dims) != t.shape):
-            known = ceil_mode_inference_bug(node, tuple(dims) if static else None, t)
+            onnx_shape = tuple(dims) if static else None
+            known = (ceil_mode_inference_bug(node, onnx_shape, t)
+                     or resize_length_difference(node, onnx_shape, t))
             if known:
                 warnings.warn(KilnWarning(f"{self.label}: {node.describe()}: output {name!r} "
                                           f"is {t}; {known}"), stacklevel=2)

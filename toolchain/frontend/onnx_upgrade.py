@@ -27,6 +27,9 @@ Rules (model opset ``v``):
   *coerced to 2-D* at ``axis`` (default 1).  The node is marked ``legacy_2d`` and the
   frontend, which knows the input rank, emits ``Reshape -> op(axis=-1) -> Reshape`` (or
   just the op with ``axis=-1`` when ``axis`` is the last dimension).
+* ``GridSample`` (v < 20): ``mode`` ``bilinear``/``bicubic`` (opset 16's names, which
+  ``torch.onnx.export`` writes for ``F.grid_sample`` up to opset 19) -> ``linear``/``cubic``
+  (opset 20's names for the same interpolation).
 * ``Resize`` (any v): an empty constant ``roi``/``scales``/``sizes`` means "absent" in
   opset 11/12; :func:`drop_empty_operands` turns it into an absent input.
 """
@@ -44,6 +47,9 @@ REDUCE_OPS_18 = (
     "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
 )
+
+#: GridSample's opset-16 mode names and their opset-20 names (same interpolation).
+GRID_SAMPLE_MODES_16 = {"bilinear": "linear", "bicubic": "cubic"}
 
 #: Ops whose pre-13 semantics coerce the input to 2-D.
 LEGACY_2D_OPS = ("Softmax", "LogSoftmax", "Hardmax")
@@ -133,6 +139,11 @@ def upgrade_node(node: RawNode, new_const: NewConst) -> RawNode:
     elif op == "RoiAlign" and v < 16:
         # opset 10 knew only what opset 16 calls output_half_pixel
         node.attrs.setdefault("coordinate_transformation_mode", "output_half_pixel")
+    elif op == "GridSample" and v < 20:
+        mode = node.attrs.get("mode")
+        if mode not in GRID_SAMPLE_MODES_16:
+            return node
+        node.attrs["mode"] = GRID_SAMPLE_MODES_16[mode]
     elif op in LEGACY_2D_OPS and v < 13:
         node.legacy_2d = True
         node.attrs.setdefault("axis", 1)

@@ -18,6 +18,7 @@ from toolchain.graph.ops.spectral import mel_args, mel_edges
 from toolchain.graph.ops.text import ngram_pool
 from toolchain.graph.ops.transform import (
     pad_widths,
+    resize_coord_dtype,
     resize_plan,
     slice_spec,
     split_sizes,
@@ -275,14 +276,16 @@ def _tile(ctx: Ctx) -> list[te.Tensor]:
 def _resize(ctx: Ctx) -> list[te.Tensor]:
     a = ctx.attrs
     shape = ctx.shape(0)
+    given = ctx.const(2, "scales")
     out, plan = resize_plan(ctx.node.describe(), shape, ctx.const(1, "roi"),
-                            ctx.const(2, "scales"), ctx.const(3, "sizes"), a)
+                            given, ctx.const(3, "sizes"), a)
     scales = [plan[d][0] if d in plan else 1.0 for d in range(len(shape))]
     rois = [plan[d][1] if d in plan else (0.0, 1.0) for d in range(len(shape))]
+    cdt = resize_coord_dtype(a["mode"], given is not None and given.size > 0)
     return [tf.resize(ctx.tensor(0), out, scales, a["mode"],
                       a["coordinate_transformation_mode"], a["nearest_mode"], rois,
                       a["cubic_coeff_a"], bool(a["exclude_outside"]),
-                      a["extrapolation_value"], bool(a["antialias"]))]
+                      a["extrapolation_value"], bool(a["antialias"]), cdt)]
 
 
 def _depth_space(ctx: Ctx) -> list[te.Tensor]:

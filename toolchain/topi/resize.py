@@ -7,12 +7,14 @@ Per resized axis ``d`` small stages tabulate, for output cell ``y`` and tap ``t`
 * ``resize_outside_d[y]``   — whether ``y`` falls outside the input
   (``tf_crop_and_resize`` only; such cells get ``extrapolation_value``).
 
-Source coordinates are computed in float64 from the static sizes, as the registry's
-reference does. ``nearest`` is one gather stage through the index tables; ``linear`` and
-``cubic`` interpolate one axis per stage in float64 (the interpolation is separable, and
-so is the reference), then a last stage casts to x's dtype (integers rounded half to even
-and saturated). Tables keep the main stages' indices simple (one load each), which the
-access-region analysis of ``create_prim_func`` needs.
+Source coordinates are computed from the static sizes as the registry's reference does:
+in float64, except for ``nearest`` with a ``scales`` input, whose whole-cell choice follows
+onnxruntime's and PyTorch's float32 arithmetic (``coord_dtype``). ``nearest`` is one
+gather stage through the index tables; ``linear`` and ``cubic`` interpolate one axis per
+stage in float64 (the interpolation is separable, and so is the reference), then a last
+stage casts to x's dtype (integers rounded half to even and saturated). Tables keep the
+main stages' indices simple (one load each), which the access-region analysis of
+``create_prim_func`` needs.
 
 Example::
 
@@ -31,6 +33,7 @@ import numpy as np
 
 from toolchain import te
 from toolchain.errors import OptionError
+from toolchain.graph.ops.transform import resizes_axis
 from toolchain.tir import ir
 from toolchain.topi.utils import const_shape, scalar
 
@@ -46,40 +49,45 @@ def _c(v: float) -> Expr:
 
 
 def source_coord(y: Expr, ctm: str, in_len: int, out_len: int, scale: float,
-                 roi: tuple[float, float]) -> Expr:
-    """Source coordinate (float64) of output cell ``y`` (ONNX
-    ``coordinate_transformation_mode``; ``roi`` is used by ``tf_crop_and_resize``)."""
-    f = te.cast(y, F64)
-    s = _c(scale)
+                 roi: tuple[float, float], dtype: str = F64) -> Expr:
+    """Source coordinate of output cell ``y`` (ONNX ``coordinate_transformation_mode``;
+    ``roi`` is used by ``tf_crop_and_resize``), computed in ``dtype`` (see
+    :func:`toolchain.graph.ops.nn_common.resize_coord_dtype`)."""
+    def c(v: float) -> Expr:
+        return scalar(v, dtype)
+
+    f = te.cast(y, dtype)
+    s = c(scale)
     out_w = scale * in_len  # the real-valued output length the modes are defined with
     if ctm == "half_pixel":
-        return (f + _c(0.5)) / s - _c(0.5)
+        return (f + c(0.5)) / s - c(0.5)
     if ctm == "pytorch_half_pixel":
-        return (f + _c(0.5)) / s - _c(0.5) if out_w > 1 else _c(-0.5)
+        return (f + c(0.5)) / s - c(0.5) if out_w > 1 else c(-0.5)
     if ctm == "half_pixel_symmetric":
         offset = in_len / 2 * (1 - out_len / out_w)
-        return _c(offset) + (f + _c(0.5)) / s - _c(0.5)
+        return c(offset) + (f + c(0.5)) / s - c(0.5)
     if ctm == "align_corners":
-        return f * _c(in_len - 1) / _c(out_w - 1) if out_w != 1 else _c(0.0)
+        return f * c(in_len - 1) / c(out_w - 1) if out_w != 1 else c(0.0)
     if ctm == "asymmetric":
         return f / s
     if ctm == "tf_half_pixel_for_nn":
-        return (f + _c(0.5)) / s
+        return (f + c(0.5)) / s
     if ctm == "tf_crop_and_resize":
         start, end = roi
         if out_w != 1:
-            x = f * _c(end - start) * _c(in_len - 1) / _c(out_w - 1)
+            x = f * c(end - start) * c(in_len - 1) / c(out_w - 1)
         else:
-            x = _c((end - start) * (in_len - 1) / 2)
-        return x + _c(start * (in_len - 1))
+            x = c((end - start) * (in_len - 1) / 2)
+        return x + c(start * (in_len - 1))
     raise OptionError(f"resize: coordinate_transformation_mode {ctm!r} is not one of {_CTM}")
 
 
-def _nearest_index(xf: Expr, mode: str, in_len: int) -> Expr:
+def _nearest_index(xf: Expr, mode: str, in_len: int, dtype: str) -> Expr:
+    half = scalar(0.5, dtype)
     if mode == "round_prefer_floor":
-        r = te.ceil(xf - _c(0.5))
+        r = te.ceil(xf - half)
     elif mode == "round_prefer_ceil":
-        r = te.floor(xf + _c(0.5))
+        r = te.floor(xf + half)
     elif mode == "floor":
         r = te.floor(xf)
     else:
@@ -109,7 +117,8 @@ class _Axis:
 
     def __init__(self, d: int, in_len: int, out_len: int, scale: float,
                  roi: tuple[float, float], mode: str, ctm: str, nearest_mode: str,
-                 cubic_a: float, exclude_outside: bool, antialias: bool = False) -> None:
+                 cubic_a: float, exclude_outside: bool, antialias: bool = False,
+                 coord_dtype: str = F64) -> None:
         offsets = {"nearest": [0], "linear": [0, 1], "cubic": [-1, 0, 1, 2]}[mode]
         # antialias when downsampling: the kernel stretched by 1 / scale, its taps widened to
         # cover its support, the weights normalised (ONNX Resize, antialias=1)
@@ -119,8 +128,10 @@ class _Axis:
             offsets = list(range(start, 2 - start))
         self.taps = len(offsets)
 
+        cdt = coord_dtype if mode == "nearest" else F64
+
         def coord(y: Expr) -> Expr:
-            return source_coord(y, ctm, in_len, out_len, scale, roi)
+            return source_coord(y, ctm, in_len, out_len, scale, roi, cdt)
 
         def raw_index(y: Expr, k: int) -> Expr:
             return te.cast(te.floor(coord(y)), "int32") + offsets[k]
@@ -133,7 +144,7 @@ class _Axis:
 
         def index(y: Expr, t: Expr) -> Expr:
             if mode == "nearest":
-                return _nearest_index(coord(y), nearest_mode, in_len)
+                return _nearest_index(coord(y), nearest_mode, in_len, cdt)
             raw = pick(t, [raw_index(y, k) for k in range(self.taps)])
             return te.minimum(te.maximum(raw, 0), in_len - 1)
 
@@ -186,7 +197,8 @@ class _Axis:
         self.outside = None
         if ctm == "tf_crop_and_resize":
             self.outside = te.compute((out_len,), lambda y: te.any(
-                coord(y) < _c(0.0), coord(y) > _c(in_len - 1)), name=f"resize_outside_{d}",
+                coord(y) < scalar(0.0, cdt), coord(y) > scalar(in_len - 1, cdt)),
+                name=f"resize_outside_{d}",
                 tag="resize_table")
 
 
@@ -195,13 +207,14 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
            nearest_mode: str = "round_prefer_floor",
            rois: Sequence[tuple[float, float]] | None = None, cubic_coeff_a: float = -0.75,
            exclude_outside: bool = False, extrapolation_value: float = 0.0,
-           antialias: bool = False) -> te.Tensor:
+           antialias: bool = False, coord_dtype: str = F64) -> te.Tensor:
     """Resize every axis whose size, scale or ROI differs from the identity.
 
     ``scales[d]`` is the scale the coordinate modes use (the registry takes it from
     ``resize_plan``); ``rois[d]`` the ``(start, end)`` pair of ``tf_crop_and_resize``;
     ``antialias`` (linear and cubic) stretches the kernel by ``1 / scale`` on the axes it
-    shrinks.
+    shrinks; ``coord_dtype``: what nearest source coordinates are computed in
+    (:func:`toolchain.graph.ops.nn_common.resize_coord_dtype`).
     """
     shape = const_shape(x, "resize")
     if mode not in ("nearest", "linear", "cubic"):
@@ -211,11 +224,11 @@ def resize(x: te.Tensor, out_shape: Sequence[int], scales: Sequence[float],
     rois = list(rois) if rois is not None else [(0.0, 1.0)] * len(shape)
     ctm = coordinate_transformation_mode
     axes = [d for d in range(len(shape))
-            if out_shape[d] != shape[d] or scales[d] != 1.0 or rois[d] != (0.0, 1.0)]
+            if resizes_axis(shape[d], out_shape[d], scales[d], rois[d], ctm)]
     if not axes:
         return te.compute(tuple(out_shape), lambda *i: x[i], name="resize", tag="injective")
     tabs = {d: _Axis(d, shape[d], out_shape[d], scales[d], rois[d], mode, ctm, nearest_mode,
-                     cubic_coeff_a, exclude_outside, antialias) for d in axes}
+                     cubic_coeff_a, exclude_outside, antialias, coord_dtype) for d in axes}
     fill = extrapolation_value
 
     if mode == "nearest":

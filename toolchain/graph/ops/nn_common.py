@@ -325,12 +325,39 @@ def prod(values: Sequence[int]) -> int:
 
 # -- Resize ----------------------------------------------------------------------------------
 
+def resize_coord_dtype(mode: str, from_scales: bool) -> str:
+    """The dtype Resize computes its source coordinates in: float32 for ``nearest`` with a
+    ``scales`` input, float64 otherwise.
+
+    A nearest cell jumps at whole (or half) numbers, so there the last bit decides.
+    ``F.interpolate(x, scale_factor=0.6, mode="nearest")`` exports the scale as the float32
+    0.6000000238, and output cell 3 maps to 3 / 0.6000000238 = 4.9999998 in float64 (cell 4)
+    but to 5.0 in float32 (cell 5), the cell onnxruntime and PyTorch read: they compute in
+    float32. With ``sizes`` the scale is the exact ratio of two lengths and float64 agrees
+    with onnxruntime; linear and cubic weights are continuous in the coordinate.
+
+    >>> resize_coord_dtype("nearest", True), resize_coord_dtype("nearest", False)
+    ('float32', 'float64')
+    """
+    return "float32" if mode == "nearest" and from_scales else "float64"
+
+
 def resize_coords(ctm: str, out_len: int, in_len: int, scale: float,
-                  roi: tuple[float, float]) -> tuple[np.ndarray, np.ndarray | None]:
+                  roi: tuple[float, float], dtype: str = "float64"
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
     """Source coordinate of each output cell along one axis (ONNX
-    ``coordinate_transformation_mode``) and, for ``tf_crop_and_resize``, the mask of cells
-    that fall outside the input (they get ``extrapolation_value``)."""
-    y = np.arange(out_len, dtype=np.float64)
+    ``coordinate_transformation_mode``), computed in ``dtype``, and, for
+    ``tf_crop_and_resize``, the mask of cells that fall outside the input (they get
+    ``extrapolation_value``).
+
+    >>> scale = float(np.float32(0.6))
+    >>> np.floor(resize_coords("asymmetric", 5, 9, scale, (0.0, 1.0))[0]).tolist()
+    [0.0, 1.0, 3.0, 4.0, 6.0]
+    >>> np.floor(resize_coords("asymmetric", 5, 9, scale, (0.0, 1.0), "float32")[0]).tolist()
+    [0.0, 1.0, 3.0, 5.0, 6.0]
+    """
+    y = np.arange(out_len, dtype=dtype)
+    scale = np.dtype(dtype).type(scale)
     out_w = scale * in_len  # the real-valued output length the modes are defined with
     mask = None
     if ctm == "half_pixel":
@@ -411,10 +438,12 @@ def resize_taps(x: np.ndarray, in_len: int, mode: str, nearest_mode: str, cubic_
 
 
 def resize_axis(data: np.ndarray, axis: int, out_len: int, scale: float, roi: tuple[float, float],
-                a: Mapping[str, Any]) -> np.ndarray:
-    """Resize ``data`` along one axis (Resize is separable, so N-D resize is a sequence)."""
+                a: Mapping[str, Any], coord_dtype: str = "float64") -> np.ndarray:
+    """Resize ``data`` along one axis (Resize is separable, so N-D resize is a sequence);
+    source coordinates in ``coord_dtype`` (:func:`resize_coord_dtype`)."""
     in_len = data.shape[axis]
-    x, mask = resize_coords(a["coordinate_transformation_mode"], out_len, in_len, scale, roi)
+    x, mask = resize_coords(a["coordinate_transformation_mode"], out_len, in_len, scale, roi,
+                            coord_dtype)
     idx, w = resize_taps(x, in_len, a["mode"], a["nearest_mode"], a["cubic_coeff_a"],
                          bool(a["exclude_outside"]),
                          scale if a.get("antialias") else None)

@@ -274,6 +274,15 @@ def grid_taps(mode: str) -> tuple[int, ...]:
     return {"nearest": (0,), "linear": (0, 1), "cubic": (-1, 0, 1, 2)}[mode]
 
 
+def pads_coordinate(mode: str) -> bool:
+    """Whether ``border``/``reflection`` padding moves the sampling coordinate itself into
+    the axis (nearest, linear) or only each tap index (cubic: the weights come from the
+    unmoved coordinate, as PyTorch's ``grid_sample`` and onnxruntime compute them; the
+    ONNX reference implementation clamps the coordinate first and differs by up to 0.3 near
+    the edges)."""
+    return mode != "cubic"
+
+
 def grid_bounds(size: int, align_corners: bool) -> tuple[float, float]:
     """The coordinate range inside an axis of ``size`` (reflection mirrors at its ends)."""
     return (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
@@ -319,9 +328,9 @@ def _grid_sample_ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         if mode == "nearest":
             c = np.rint(c)
         lo, hi = grid_bounds(d, align)
-        if pad == "border":
+        if pad == "border" and pads_coordinate(mode):
             c = np.where((c < lo) | (c > hi), np.clip(c, 0, d - 1), c)
-        elif pad == "reflection":
+        elif pad == "reflection" and pads_coordinate(mode):
             c = _reflect(c, lo, hi)
         base = np.trunc(c) if mode == "nearest" else np.floor(c)
         coords.append(c)

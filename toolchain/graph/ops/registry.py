@@ -303,10 +303,35 @@ def random_reason(op: str) -> str | None:
             "remove the node for inference, or pass the noise in as a model input")
 
 
+#: ONNX ops that make, read or consume a sequence (a list of tensors of any length), a
+#: type Kiln's graphs do not have: see :func:`sequence_reason`.
+SEQUENCE_OPS: tuple[str, ...] = (
+    "SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceAt", "SequenceErase",
+    "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence",
+)
+
+
+def sequence_reason(op: str) -> str | None:
+    """Why ``op`` cannot be compiled when it works on ONNX sequences, else ``None``.
+
+    >>> sequence_reason("ConcatFromSequence")[:52]
+    'ConcatFromSequence works on an ONNX sequence (a list'
+    >>> sequence_reason("Concat") is None
+    True
+    """
+    if op not in SEQUENCE_OPS:
+        return None
+    return (f"{op} works on an ONNX sequence (a list of tensors), a type Kiln does not have: "
+            "its graphs carry tensors only. PyTorch's dynamo exporter builds sequences for "
+            "nn.EmbeddingBag (a Loop that inserts one bag per step); export such a model with "
+            "torch.onnx.export(..., dynamo=False), or write the bags as Embedding and a "
+            "reduction over a fixed-size index tensor")
+
+
 def refusal_reason(op: str) -> str | None:
-    """Why Kiln never compiles ``op`` (:func:`data_dependent_reason` or
-    :func:`random_reason`), else ``None``."""
-    return data_dependent_reason(op) or random_reason(op)
+    """Why Kiln never compiles ``op`` (:func:`data_dependent_reason`,
+    :func:`random_reason` or :func:`sequence_reason`), else ``None``."""
+    return data_dependent_reason(op) or random_reason(op) or sequence_reason(op)
 
 
 _REGISTRY: dict[str, OpDef] = {}

@@ -36,6 +36,7 @@ from toolchain.graph.ops.nn_common import (
     prod,
     ref_attrs,
     resize_axis,
+    resize_coord_dtype,
     shape_str,
 )
 from toolchain.graph.ops.registry import (
@@ -530,6 +531,33 @@ _CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corne
         "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize")
 
 
+def resizes_axis(n: int, out: int, scale: float, roi: tuple[float, float], ctm: str) -> bool:
+    """Whether Resize changes an axis of length ``n``: not when its output length is ``n``
+    again (outside ``tf_crop_and_resize``), whatever the scale, as onnxruntime and PyTorch
+    copy it: ``scale_factor=1.1`` on 7 pixels gives 7 pixels, the input's.
+
+    >>> resizes_axis(7, 7, 1.1, (0.0, 1.0), "half_pixel"), resizes_axis(7, 8, 1.1, (0.0, 1.0),
+    ...                                                                   "half_pixel")
+    (False, True)
+    """
+    if ctm == "tf_crop_and_resize":
+        return out != n or scale != 1.0 or roi != (0.0, 1.0)
+    return out != n
+
+
+def scaled_length(n: int, scale: float) -> int:
+    """Resize's output length ``floor(n · scale)`` for a ``scales`` input, multiplied in
+    float32 as onnxruntime does: ``F.interpolate(x, scale_factor=0.7)`` on 10 pixels gives
+    7 in PyTorch (float64 of the Python 0.7) and onnxruntime (float32), but float64 of the
+    exported float32 0.69999999 gives 6.99999988 and 6 (as ONNX's shape inference and
+    reference implementation compute, and Kiln did: a 6 x 6 image where PyTorch has 7 x 7).
+
+    >>> scaled_length(10, float(np.float32(0.7))), scaled_length(10, 0.5)
+    (7, 5)
+    """
+    return int(np.floor(np.float32(n) * np.float32(scale)))
+
+
 def resize_plan(where: str, shape: Sequence[int], roi: np.ndarray | None,
                 scales: np.ndarray | None, sizes: np.ndarray | None, a: Mapping[str, Any]
                 ) -> tuple[tuple[int, ...], dict[int, tuple[float, tuple[float, float]]]]:
@@ -552,7 +580,7 @@ def resize_plan(where: str, shape: Sequence[int], roi: np.ndarray | None,
             raise ModelError(f"{where}: scales {scales} must be positive")
         axis_scale = dict(zip(axes, scales, strict=True))
         for ax, s in axis_scale.items():
-            out[ax] = int(np.floor(s * shape[ax]))
+            out[ax] = scaled_length(shape[ax], s)
     else:
         assert sizes is not None
         if any(s < 0 for s in sizes) or any(shape[ax] == 0 for ax in axes):
@@ -606,10 +634,10 @@ def _resize_ref(ins: list[Any], attrs: Mapping[str, Any]) -> list[np.ndarray]:
     roi, scales, sizes = _resize_operands(lambda i, w: ins[i] if i < len(ins) else None)
     out, plan = resize_plan("Resize", x.shape, roi, scales, sizes, a)
     y = x if a["mode"] == "nearest" else x.astype(np.float64)
+    cdt = resize_coord_dtype(a["mode"], scales is not None and scales.size > 0)
     for ax, (scale, pair) in plan.items():
-        trivial = out[ax] == y.shape[ax] and scale == 1.0 and pair == (0.0, 1.0)
-        if not trivial:
-            y = resize_axis(y, ax, out[ax], scale, pair, a)
+        if resizes_axis(y.shape[ax], out[ax], scale, pair, a["coordinate_transformation_mode"]):
+            y = resize_axis(y, ax, out[ax], scale, pair, a, cdt)
     return [cast_like(y, x.dtype)]
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from toolchain import te
 from toolchain.errors import OptionError
-from toolchain.graph.ops.nn_ext import CUBIC_A, grid_bounds, grid_taps
+from toolchain.graph.ops.nn_ext import CUBIC_A, grid_bounds, grid_taps, pads_coordinate
 from toolchain.tir import ir
 from toolchain.topi.utils import const_shape, scalar
 
@@ -100,6 +100,8 @@ def grid_sample(x: te.Tensor, grid: te.Tensor, mode: str = "linear",
                 ((g + _f(1.0)) * _f(float(d)) - _f(1.0)) / _f(2.0)
             if mode == "nearest":
                 c = te.round(c)
+            if not pads_coordinate(mode):
+                return c
             if padding_mode == "border":
                 out = ir.Or(c < _f(lo), c > _f(hi))
                 c = te.select(out, te.minimum(te.maximum(c, _f(0.0)), _f(d - 1.0)), c)
