@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
-from toolchain.target import resolve_target
+from toolchain.target import bare_metal, resolve_target
 
 HELP = "compile an ONNX model into a self-contained C bundle (no malloc, static arena)"
 
@@ -203,8 +203,13 @@ def _run(args: argparse.Namespace) -> int:
               f"kernels for {acc['host_target']}, device {acc['device']} (make DEVICE=...)")
         for p in acc["placements"]:
             print(f"    {p['device']:<11} {p['node']} ({p['op']}): {p['reason']}")
-    print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
-          "--check")
+    if bare_metal(meta["target"].get("compiler")):  # kiln run refuses it: no OS here
+        print(f"  build: make -C {args.output} (lib{meta['model']['name']}.a for firmware, "
+              "docs/bundle.md)   run: on the board, or compile with --board NAME to run "
+              "under QEMU (docs/embedded.md)")
+    else:
+        print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
+              "--check")
     return 0
 
 
