@@ -83,19 +83,49 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
     unrelated.write_text(json.dumps(rows[2].to_json()) + "\n")
     default = _bundle(tmp_path, "default", None)
     tuned = _bundle(tmp_path, "tuned", path)
-    assert "1 kernel schedule from" in capsys.readouterr().out
+    assert (f"tuning records from {path}: 1 of its 2 tuned workloads is a kernel of this "
+            "compile: 1 built with a tuned schedule that differs from the default; every "
+            "other kernel default" in capsys.readouterr().out)
     assert tuned != default
     # records of other workloads change nothing: the default schedules, byte for byte
     assert _bundle(tmp_path, "same", unrelated) == default
     # ... and the summary says why none applied
-    assert (f"0 kernel schedules from {unrelated}, the rest default (none of its 1 "
-            f"workload is a kernel of this compile; tuned for {TARGET})"
+    assert (f"tuning records from {unrelated}: none of its 1 tuned workload is a kernel of "
+            f"this compile (tuned for {TARGET}): every kernel default"
             in capsys.readouterr().out)
     # the Python API applies them the same way
     import toolchain
 
     pkg = toolchain.compile(MODEL, TARGET, tmp_path / "api", records=path)
     assert {p.name: p.read_text() for p in (pkg.path / "src").glob("kernels.c")} == tuned
+
+
+def test_records_whose_best_point_is_the_default_are_not_counted_as_tuned(tmp_path, capsys):
+    """A records file whose best point for a workload is the default schedule builds the
+    default bundle byte for byte, and the summary counts it apart from the tuned schedules
+    (it said "1 kernel schedule from R"); LeNet-5's two convolutions are two workloads."""
+    tasks = extract_tasks(MODEL, TARGET)
+    conv = [t.space for t in tasks if t.space.kind == "conv2d"][:2]
+    assert len(conv) == 2
+    s, t = conv
+    other = next(p for p in t.valid_points() if p != t.canonical(t.default()))
+    path = tmp_path / "r.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [1.0]),  # the best
+            Record(s.workload, s.kind, TARGET, s.trace(next(
+                p for p in s.valid_points() if p != s.canonical(s.default()))), [2.0]),
+            Record(t.workload, t.kind, TARGET, t.trace(other), [1.0])]
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    only_default = tmp_path / "d.jsonl"
+    only_default.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows[:2]))
+    assert _bundle(tmp_path, "d", only_default) == _bundle(tmp_path, "default", None)
+    out = capsys.readouterr().out
+    assert (f"tuning records from {only_default}: 1 of its 1 tuned workload is a kernel of "
+            "this compile: 0 built with a tuned schedule that differs from the default, 1 "
+            "whose best record is the default schedule; every other kernel default" in out)
+    _bundle(tmp_path, "both", path)
+    assert (f"tuning records from {path}: 2 of its 2 tuned workloads are kernels of this "
+            "compile: 1 built with a tuned schedule that differs from the default, 1 whose "
+            "best record is the default schedule;" in capsys.readouterr().out)
 
 
 def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
@@ -107,7 +137,11 @@ def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(bad.to_json()) + "\n")
     assert _bundle(tmp_path, "fallback", path) == _bundle(tmp_path, "default", None)
-    assert "tuning record not applied" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "tuning record not applied" in err
+    assert ("1 of its 1 tuned workload is a kernel of this compile: 0 built with a tuned "
+            "schedule that differs from the default, 1 not applied (no longer a valid point, "
+            "warned above)" in out)
 
 
 def test_cold_mb_reaches_the_local_runner(tmp_path, monkeypatch):
