@@ -199,6 +199,46 @@ def test_the_summary_says_when_the_default_point_failed(tmp_path, monkeypatch, c
     assert [r.error for r in load_records(out)] == ["run: timed out after 10 s", None]
 
 
+@pytest.mark.parametrize("failing", [("conv2d", "gemm"), ("conv2d",)])
+def test_the_use_hint_is_printed_only_with_something_to_use(tmp_path, monkeypatch, capsys,
+                                                          failing):
+    """Every trial of a task failed: `use: kiln compile ... --records` was printed even when
+    no task had a successful trial; now it says there is nothing to use, or names the tasks
+    that keep their default schedule. (A runner that fails the kinds ``failing`` and gives
+    the others a cost: no kernel is run.)"""
+    from toolchain.autotune import measure, tasks
+
+    picked = [next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == kind)
+              for kind in ("conv2d", "gemm")]
+    monkeypatch.setattr(tasks, "extract_tasks", lambda *a, **k: picked)
+
+    class Fails:
+        name, unit = "local-cpu", "s"
+
+        def run(self, builds):
+            return [measure.MeasureResult(None, "run: crashed") if b.trace.space in failing
+                    else measure.MeasureResult([1e-3]) for b in builds]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(measure, "make_runner", lambda kind, **o: Fails())
+    out = tmp_path / "r.jsonl"
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
+                 "--no-progress", "--trials", "2", "--batch", "2"]) == 0
+    text = capsys.readouterr().out
+    assert len(load_records(out)) == 2
+    conv = picked[0].name
+    if len(failing) == 2:
+        assert "use: kiln compile" not in text
+        assert (f"  nothing to use: no trial of any task succeeded ({out} holds the errors, "
+                "see each task above); kiln compile --records would build every kernel with "
+                "the default schedule") in text, text
+    else:
+        assert (f"use: kiln compile {MODEL} --target {TARGET} --records {out} -o DIR ({conv}: "
+                "no successful trial, it keeps the default schedule)") in text, text
+
+
 def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):
     """A records file's trials of these kernels measured by another runner (instructions
     under QEMU here) were resumed as if they were seconds: the search, the summary's
