@@ -128,6 +128,41 @@ def test_records_whose_best_point_is_the_default_are_not_counted_as_tuned(tmp_pa
             "best record is the default schedule;" in capsys.readouterr().out)
 
 
+def test_records_of_two_runners_for_one_workload_are_refused(tmp_path, capsys):
+    """Two records files concatenated (local-cpu seconds and qemu-icount instructions of
+    the same kernel): the best of 900 instructions against 2 ms was taken silently. Refused
+    naming the file and the workload, nothing written, by the CLI and the API; a Ray
+    runner's seconds go with its device's, and a workload of one runner is not refused."""
+    import toolchain
+    from toolchain.errors import InputError
+
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d").space
+    other = next(p for p in s.valid_points() if p != s.canonical(s.default()))
+    path = tmp_path / "cat.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [2e-3]),
+            Record(s.workload, s.kind, TARGET, s.trace(other), [900.0], runner="qemu-icount",
+                   unit="instructions"),
+            Record("gemm|another", "gemm", TARGET, s.trace(other), [1.0], runner="rtl",
+                   unit="cycles")]
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    out = tmp_path / "b"
+    assert main(["compile", MODEL, "--target", TARGET, "-o", str(out), "--no-progress",
+                 "--records", str(path)]) == 2
+    assert (f"records file {path}: workload {s.workload} has timed trials from 2 runners, "
+            "local-cpu (s) and qemu-icount (instructions), whose costs do not compare"
+            in capsys.readouterr().err)
+    assert not out.exists()
+    with pytest.raises(InputError, match="workload conv2d.*2 runners"):
+        toolchain.compile(MODEL, TARGET, out, records=path)
+    assert not out.exists()
+    ray = tmp_path / "ray.jsonl"  # the same device: applied as before
+    ray.write_text("".join(json.dumps(r.to_json()) + "\n" for r in (
+        rows[0], Record(s.workload, s.kind, TARGET, s.trace(other), [1e-3],
+                        runner="ray-local-cpu"))))
+    _bundle(tmp_path, "ray", ray)
+    assert "1 built with a tuned schedule that differs" in capsys.readouterr().out
+
+
 def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
                                                                             capsys):
     task = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d")

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         from toolchain.autotune.records import best_traces, load_records
 
         records = load_records(args.records)
-        best = best_traces(records)
+        best = best_traces(records, f"records file {args.records}")
         with applying(best) as applied:
             status = _run(args)
         print(f"  tuning records from {args.records}: {records_summary(records, best, applied)}")

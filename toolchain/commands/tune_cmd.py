@@ -282,10 +282,8 @@ def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
     """Refuse to resume trials of this run's kernels measured by another runner: costs in
     instructions, cycles, seconds or checks do not compare, and the records' best (what
     ``kiln compile --records`` applies) would mix them. A Ray runner is its device's."""
+    from toolchain.autotune.records import device
     from toolchain.errors import OptionError
-
-    def device(name: str) -> str:
-        return name.removeprefix("ray-")
 
     other = sorted({(r.runner, r.unit) for r in mine
                     if r.runner != "?" and device(r.runner) != device(runner.name)})
