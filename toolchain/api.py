@@ -209,7 +209,7 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
         from toolchain.autotune.apply import applying
         from toolchain.autotune.records import best_traces, load_records
 
-        steer = applying(best_traces(load_records(records)))
+        steer = applying(best_traces(load_records(records), f"records file {records}"))
     with steer:
         path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
                              name=name or m.name, dump_ir=dump_ir, force=force,

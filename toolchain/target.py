@@ -478,6 +478,20 @@ def host_cpu_flags() -> frozenset[str]:
 HOST_COMPILERS = (None, "cc", "gcc", "clang")
 
 
+def bare_metal(compiler: str | None) -> bool:
+    """Whether code built by ``compiler`` (a target's ``compiler`` key) runs with no
+    operating system: a cross compiler other than a Linux one (``aarch64-linux-gnu-gcc``
+    builds programs that run under Linux or qemu-user). A bare-metal bundle's demo
+    ``main`` (stdio, a clock, files) does not link there: its Makefile builds the library.
+
+    >>> bare_metal("arm-none-eabi-gcc"), bare_metal("aarch64-linux-gnu-gcc"), bare_metal(None)
+    (True, False, False)
+    """
+    if compiler in HOST_COMPILERS:
+        return False
+    return not str(compiler).removesuffix("-gcc").endswith("-linux-gnu")
+
+
 def runs_here(target: Target) -> bool:
     """Whether code for ``target`` runs on this machine (its ``cpu_flags`` are present and
     its compiler is the host's).

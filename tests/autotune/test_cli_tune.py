@@ -83,19 +83,84 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
     unrelated.write_text(json.dumps(rows[2].to_json()) + "\n")
     default = _bundle(tmp_path, "default", None)
     tuned = _bundle(tmp_path, "tuned", path)
-    assert "1 kernel schedule from" in capsys.readouterr().out
+    assert (f"tuning records from {path}: 1 of its 2 tuned workloads is a kernel of this "
+            "compile: 1 built with a tuned schedule that differs from the default; every "
+            "other kernel default" in capsys.readouterr().out)
     assert tuned != default
     # records of other workloads change nothing: the default schedules, byte for byte
     assert _bundle(tmp_path, "same", unrelated) == default
     # ... and the summary says why none applied
-    assert (f"0 kernel schedules from {unrelated}, the rest default (none of its 1 "
-            f"workload is a kernel of this compile; tuned for {TARGET})"
+    assert (f"tuning records from {unrelated}: none of its 1 tuned workload is a kernel of "
+            f"this compile (tuned for {TARGET}): every kernel default"
             in capsys.readouterr().out)
     # the Python API applies them the same way
     import toolchain
 
     pkg = toolchain.compile(MODEL, TARGET, tmp_path / "api", records=path)
     assert {p.name: p.read_text() for p in (pkg.path / "src").glob("kernels.c")} == tuned
+
+
+def test_records_whose_best_point_is_the_default_are_not_counted_as_tuned(tmp_path, capsys):
+    """A records file whose best point for a workload is the default schedule builds the
+    default bundle byte for byte, and the summary counts it apart from the tuned schedules
+    (it said "1 kernel schedule from R"); LeNet-5's two convolutions are two workloads."""
+    tasks = extract_tasks(MODEL, TARGET)
+    conv = [t.space for t in tasks if t.space.kind == "conv2d"][:2]
+    assert len(conv) == 2
+    s, t = conv
+    other = next(p for p in t.valid_points() if p != t.canonical(t.default()))
+    path = tmp_path / "r.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [1.0]),  # the best
+            Record(s.workload, s.kind, TARGET, s.trace(next(
+                p for p in s.valid_points() if p != s.canonical(s.default()))), [2.0]),
+            Record(t.workload, t.kind, TARGET, t.trace(other), [1.0])]
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    only_default = tmp_path / "d.jsonl"
+    only_default.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows[:2]))
+    assert _bundle(tmp_path, "d", only_default) == _bundle(tmp_path, "default", None)
+    out = capsys.readouterr().out
+    assert (f"tuning records from {only_default}: 1 of its 1 tuned workload is a kernel of "
+            "this compile: 0 built with a tuned schedule that differs from the default, 1 "
+            "whose best record is the default schedule; every other kernel default" in out)
+    _bundle(tmp_path, "both", path)
+    assert (f"tuning records from {path}: 2 of its 2 tuned workloads are kernels of this "
+            "compile: 1 built with a tuned schedule that differs from the default, 1 whose "
+            "best record is the default schedule;" in capsys.readouterr().out)
+
+
+def test_records_of_two_runners_for_one_workload_are_refused(tmp_path, capsys):
+    """Two records files concatenated (local-cpu seconds and qemu-icount instructions of
+    the same kernel): the best of 900 instructions against 2 ms was taken silently. Refused
+    naming the file and the workload, nothing written, by the CLI and the API; a Ray
+    runner's seconds go with its device's, and a workload of one runner is not refused."""
+    import toolchain
+    from toolchain.errors import InputError
+
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d").space
+    other = next(p for p in s.valid_points() if p != s.canonical(s.default()))
+    path = tmp_path / "cat.jsonl"
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(s.default()), [2e-3]),
+            Record(s.workload, s.kind, TARGET, s.trace(other), [900.0], runner="qemu-icount",
+                   unit="instructions"),
+            Record("gemm|another", "gemm", TARGET, s.trace(other), [1.0], runner="rtl",
+                   unit="cycles")]
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    out = tmp_path / "b"
+    assert main(["compile", MODEL, "--target", TARGET, "-o", str(out), "--no-progress",
+                 "--records", str(path)]) == 2
+    assert (f"records file {path}: workload {s.workload} has timed trials from 2 runners, "
+            "local-cpu (s) and qemu-icount (instructions), whose costs do not compare"
+            in capsys.readouterr().err)
+    assert not out.exists()
+    with pytest.raises(InputError, match="workload conv2d.*2 runners"):
+        toolchain.compile(MODEL, TARGET, out, records=path)
+    assert not out.exists()
+    ray = tmp_path / "ray.jsonl"  # the same device: applied as before
+    ray.write_text("".join(json.dumps(r.to_json()) + "\n" for r in (
+        rows[0], Record(s.workload, s.kind, TARGET, s.trace(other), [1e-3],
+                        runner="ray-local-cpu"))))
+    _bundle(tmp_path, "ray", ray)
+    assert "1 built with a tuned schedule that differs" in capsys.readouterr().out
 
 
 def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
@@ -107,7 +172,11 @@ def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(bad.to_json()) + "\n")
     assert _bundle(tmp_path, "fallback", path) == _bundle(tmp_path, "default", None)
-    assert "tuning record not applied" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert "tuning record not applied" in err
+    assert ("1 of its 1 tuned workload is a kernel of this compile: 0 built with a tuned "
+            "schedule that differs from the default, 1 not applied (no longer a valid point, "
+            "warned above)" in out)
 
 
 def test_cold_mb_reaches_the_local_runner(tmp_path, monkeypatch):
@@ -163,6 +232,46 @@ def test_the_summary_says_when_the_default_point_failed(tmp_path, monkeypatch, c
     assert (f"  {dense.name}: 2 trials (1 failed), best " in text
             and " GFLOP/s (the default point failed: no speed-up to quote)" in text), text
     assert [r.error for r in load_records(out)] == ["run: timed out after 10 s", None]
+
+
+@pytest.mark.parametrize("failing", [("conv2d", "gemm"), ("conv2d",)])
+def test_the_use_hint_is_printed_only_with_something_to_use(tmp_path, monkeypatch, capsys,
+                                                          failing):
+    """Every trial of a task failed: `use: kiln compile ... --records` was printed even when
+    no task had a successful trial; now it says there is nothing to use, or names the tasks
+    that keep their default schedule. (A runner that fails the kinds ``failing`` and gives
+    the others a cost: no kernel is run.)"""
+    from toolchain.autotune import measure, tasks
+
+    picked = [next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == kind)
+              for kind in ("conv2d", "gemm")]
+    monkeypatch.setattr(tasks, "extract_tasks", lambda *a, **k: picked)
+
+    class Fails:
+        name, unit = "local-cpu", "s"
+
+        def run(self, builds):
+            return [measure.MeasureResult(None, "run: crashed") if b.trace.space in failing
+                    else measure.MeasureResult([1e-3]) for b in builds]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(measure, "make_runner", lambda kind, **o: Fails())
+    out = tmp_path / "r.jsonl"
+    assert main(["tune", MODEL, "--target", TARGET, "-o", str(out), "--jobs", "1",
+                 "--no-progress", "--trials", "2", "--batch", "2"]) == 0
+    text = capsys.readouterr().out
+    assert len(load_records(out)) == 2
+    conv = picked[0].name
+    if len(failing) == 2:
+        assert "use: kiln compile" not in text
+        assert (f"  nothing to use: no trial of any task succeeded ({out} holds the errors, "
+                "see each task above); kiln compile --records would build every kernel with "
+                "the default schedule") in text, text
+    else:
+        assert (f"use: kiln compile {MODEL} --target {TARGET} --records {out} -o DIR ({conv}: "
+                "no successful trial, it keeps the default schedule)") in text, text
 
 
 def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):

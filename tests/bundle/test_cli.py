@@ -4,6 +4,7 @@ API (toolchain.api)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import onnx
 import pytest
 
 from tests.bundle.helpers import assert_matches, run_ort
+from tests.tools import have
 from toolchain import api, cli
 from toolchain.zoo import ZOO
 
@@ -254,12 +256,38 @@ def test_x86_target_bundle_runs_when_host_can(lenet, tmp_path):
                    run_ort(model, x))
 
 
+def _make_dry_run(bundle: Path, *goals: str) -> str:
+    """The commands ``make -n GOALS`` would run in ``bundle`` (nothing is built)."""
+    res = subprocess.run(["make", "-n", *goals], cwd=bundle, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
 def test_cross_target_compiles_but_does_not_run_here(kiln, lenet, tmp_path):
     d, _, _ = lenet
-    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "cortex-m4", "-o",
-                        tmp_path / "m4")
+    code, out, err = kiln("compile", d / "lenet5.onnx", "--target", "cortex-m4", "-o",
+                          tmp_path / "m4")
     assert code == 0, err
-    assert "CC = arm-none-eabi-gcc" in (tmp_path / "m4" / "Makefile").read_text()
+    make = (tmp_path / "m4" / "Makefile").read_text()
+    assert "CC = arm-none-eabi-gcc" in make
+    # bare metal: plain `make` is the library alone (the demo main cannot link with no OS),
+    # and says so; the compile's hint sends the user to make and a board, not to kiln run
+    assert "the demo ./main cannot link" in make and "and ./main (the demo)" not in make
+    plan = _make_dry_run(tmp_path / "m4")
+    assert "rcs liblenet5.a" in plan and " -o main " not in plan
+    assert "-o main build/main.o" in _make_dry_run(tmp_path / "m4", "main")  # still by name
+    assert 'DEMO "build the demo program lenet5_main" OFF' in (
+        tmp_path / "m4" / "CMakeLists.txt").read_text()
+    assert f"build: make -C {tmp_path / 'm4'} (liblenet5.a" in out
+    assert "run: kiln run" not in out
+    if have("arm-none-eabi-gcc") and have("picolibc"):  # and the default goal builds
+        flags = "-O2 -std=c99 -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16"
+        res = subprocess.run(["make", "-s", f"CFLAGS={flags} --specs=picolibc.specs"],
+                             cwd=tmp_path / "m4", capture_output=True, text=True, check=False)
+        assert res.returncode == 0, res.stderr
+        assert (tmp_path / "m4" / "liblenet5.a").is_file()
+        assert not (tmp_path / "m4" / "main").exists()
     code, _, err = kiln("run", tmp_path / "m4", "--inputs", d / "in.npz")
     assert code == 2 and "arm-none-eabi-gcc" in err and "cannot run on this host" in err
     assert "--board" in err  # the way to run a Cortex-M model here: a board bundle on QEMU
@@ -271,6 +299,8 @@ def test_aarch64_linux_bundle_refusal_says_how_to_run_it(kiln, lenet, tmp_path):
     code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "aarch64-neon", "-o",
                         tmp_path / "a64")
     assert code == 0, err
+    # Linux: plain `make` links the demo as on the host
+    assert "-o main build/main.o" in _make_dry_run(tmp_path / "a64")
     code, _, err = kiln("run", tmp_path / "a64", "--inputs", d / "in.npz")
     assert code == 2 and "cannot run on this host" in err
     assert "make main" in err and "qemu-aarch64 -L /usr/aarch64-linux-gnu" in err

@@ -10,6 +10,7 @@
 * CMake builds the incbin and external bundles from another directory;
 * ``KILN_WEIGHTS_SECTION`` / ``KILN_ARENA_SECTION`` put the blob and the arena in named
   sections (host objects via readelf; the nucleo-l4r5zi firmware's link map);
+  ``KILN_WEIGHTS_ALIGN`` below the bundle's 64 stops the build;
 * the weights are written by a streaming writer, and a failure there leaves nothing.
 """
 
@@ -260,6 +261,31 @@ def test_section_macros_place_weights_and_arena(bundles, tmp_path, mode):
                           check=True).stdout
     assert " R net_weights_blob" in syms or " r net_weights_blob" in syms
     subprocess.run(["make", "-s", "-C", str(path), "clean"], check=True)
+
+
+@pytest.mark.parametrize("mode", ["incbin", "c-array"])
+@needs("cc")
+def test_weights_align_below_the_bundles_is_refused(bundles, tmp_path, mode):
+    """-DKILN_WEIGHTS_ALIGN below 64 (or not a power of two) stops the weights' compile
+    with #error (the arrays sit at 64-byte offsets in the blob: an M4's LDRD faults on a
+    blob below 4 bytes); 64 and above compile as before."""
+    src = bundles[mode] / "src" / ("weights_blob.S" if mode == "incbin" else "weights.c")
+
+    def cc(align: int) -> subprocess.CompletedProcess:
+        return subprocess.run(["cc", "-c", f"-DKILN_WEIGHTS_ALIGN={align}",
+                               f"-I{bundles[mode] / 'runtime'}", f"-I{src.parent}",
+                               f"-DKILN_WEIGHTS_FILE=\"{src.parent / 'weights.bin'}\"",
+                               str(src), "-o", str(tmp_path / f"w{align}.o")],
+                              capture_output=True, text=True, check=False)
+
+    for bad in (4, 32, 96):
+        res = cc(bad)
+        assert res.returncode != 0, bad
+        assert "KILN_WEIGHTS_ALIGN must be a power of two of at least 64" in res.stderr
+        assert not (tmp_path / f"w{bad}.o").exists()
+    for good in (64, 256):
+        res = cc(good)
+        assert res.returncode == 0, res.stderr
 
 
 @needs("arm-none-eabi-gcc", "picolibc", "make")

@@ -126,6 +126,42 @@ def test_dma_into_the_instruction_stream():
     run_cfsim_bytes(encode_program(ok), dram, VTAConfig(), data_bytes=0)
 
 
+@pytest.mark.parametrize("bad", [-1, 33, 64, 1.5, True])
+def test_data_bytes_out_of_range_is_refused(bad):
+    """``data_bytes`` bounds DMA: 0 (the whole window) or 1..the image's bytes. A negative
+    one wrapped to a huge size_t and one past the image was taken as the whole window:
+    either let DMA reach past the data image unchecked."""
+    from toolchain.errors import OptionError
+
+    ok = encode_program([Store(sram_base=0, dram_base=1, y_size=1, x_size=1), Finish()])
+    dram = np.zeros(32, np.uint8)
+    with pytest.raises(OptionError, match=rf"data_bytes={bad!r}: must be an int from 1 to "
+                                          r"the DRAM image's 32 bytes, or 0"):
+        run_cfsim_bytes(ok, dram, VTAConfig(), data_bytes=bad)
+    run_cfsim_bytes(ok, dram, VTAConfig(), data_bytes=32)  # element 1: bytes 16..31
+    with pytest.raises(CFsimError, match="DRAM element 1"):
+        run_cfsim_bytes(ok, dram, VTAConfig(), data_bytes=16)
+
+
+def test_region_read_refuses_a_float_image_and_a_short_one():
+    """Region.read cast the image with np.asarray(dram, dtype=np.uint8): a float image's
+    values were truncated silently (1.7 -> 1); it now takes bytes as dram_image does, and
+    a region past the image is named (it was a reshape error)."""
+    from toolchain.errors import InputError
+    from toolchain.vta.program import Region
+
+    r = Region("out", 4, (4,), "int8")
+    image = np.array([0, 0, 0, 0, 1, 2, 255, 128], np.uint8)
+    assert r.read(image).tolist() == [1, 2, -1, -128]
+    assert r.read(image.view(np.int8)).tolist() == [1, 2, -1, -128]
+    with pytest.raises(InputError, match="region 'out': DRAM image: dtype float64, expected "
+                                         "uint8 bytes"):
+        r.read(image.astype(np.float64) + 0.7)
+    with pytest.raises(InputError, match=r"region 'out' \(bytes 4..7\) lies past the "
+                                         "6-byte DRAM image"):
+        r.read(image[:6])
+
+
 def test_buffer_rows_outside_the_buffers():
     b = ProgramBuilder()
     x = b.data("x", RNG.integers(-128, 128, (2, 1, 16), dtype=np.int8))

@@ -127,11 +127,29 @@ def test_dram_access_past_the_image_exits_2_before_any_run(tmp_path, engine, mon
     assert "Traceback" not in err and not out.exists()
 
 
+def _count_fsim_runs(monkeypatch) -> list[int]:
+    """The functional simulator's runs, counted (``refuse_unsafe`` calls it by name); the
+    RTL's Verilator build raises instead of building: nothing runs on the RTL."""
+    from toolchain.errors import SimulationError
+    from toolchain.vta import fsim, rtl
+
+    runs, real = [], fsim.run_fsim
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    def no_rtl(*args, **kwargs):
+        raise SimulationError("test: the RTL is not built here")
+
+    monkeypatch.setattr(fsim, "run_fsim", counted)
+    monkeypatch.setattr(rtl, "build", no_rtl)
+    return runs
+
+
 def test_rtl_run_of_a_loop_past_a_buffer_is_refused_before_the_run(tmp_path, monkeypatch,
                                                                      capsys):
     # ACC rows 2000..2049: the RTL's behaviour is undefined (it ran and exited 0)
-    import types
-
     from toolchain.vta.isa import Uop
 
     b = ProgramBuilder()
@@ -140,15 +158,22 @@ def test_rtl_run_of_a_loop_past_a_buffer_is_refused_before_the_run(tmp_path, mon
     b.finish()
     path = tmp_path / "acc.bin"
     b.build().save(path)
-
-    def never(*args, **kwargs):
-        raise AssertionError("the RTL must not run")
-
-    monkeypatch.setitem(sys.modules, "toolchain.vta.rtl", types.SimpleNamespace(run_rtl=never))
+    runs = _count_fsim_runs(monkeypatch)
     assert main(["sim", str(path), "--rtl"]) == 2
     err = capsys.readouterr().err
-    assert "refused before the RTL run" in err
+    assert f"{path}: refused before the RTL run" in err  # named by its file
     assert "instruction 1 (GEMM): ACC row 2048 is outside the buffer (depth 2048)" in err
+    assert "the RTL is not built here" not in err and len(runs) == 1
+
+
+def test_rtl_run_runs_the_functional_simulator_once(workload, monkeypatch, capsys):
+    """``kiln sim --rtl`` ran the functional simulator twice before the RTL (once itself,
+    to name the file in a refusal, and again inside run_rtl): once now."""
+    _, path = workload
+    runs = _count_fsim_runs(monkeypatch)
+    assert main(["sim", str(path), "--rtl"]) == 2  # stopped where the RTL would be built
+    assert "the RTL is not built here" in capsys.readouterr().err
+    assert len(runs) == 1
 
 
 def test_dram_image_too_small_for_the_program_exits_2(workload, tmp_path, capsys):
@@ -175,14 +200,16 @@ def test_rtl_runner_is_called_with_program_dram_and_settings(workload, monkeypat
 
     calls = {}
 
-    def fake_run_rtl(program, dram, config, latency, bandwidth):
-        calls.update(n=len(program.insns), size=len(dram), latency=latency, bw=bandwidth)
+    def fake_run_rtl(program, dram, config, latency, bandwidth, where):
+        calls.update(n=len(program.insns), size=len(dram), latency=latency, bw=bandwidth,
+                     where=where)
         return dram, {"cycles": 1234}
 
     monkeypatch.setitem(sys.modules, "toolchain.vta.rtl",
                         types.SimpleNamespace(run_rtl=fake_run_rtl))
     assert main(["sim", str(path), "--rtl", "--latency", "99", "--bandwidth", "4"]) == 0
-    assert calls == dict(n=len(wl.vthread.insns), size=len(wl.vthread.dram), latency=99, bw=4)
+    assert calls == dict(n=len(wl.vthread.insns), size=len(wl.vthread.dram), latency=99, bw=4,
+                         where=str(path))
     assert "cycles  1234" in capsys.readouterr().out
 
 

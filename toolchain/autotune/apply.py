@@ -45,12 +45,27 @@ from toolchain.errors import KilnWarning
 
 
 @dataclass
+class Applied:
+    """What a compile took from its records (:func:`applying`), by workload: ``traces``
+    the traces its kernels were built from; of those, ``tuned`` the workloads whose point
+    differs from the space's default and ``default`` those whose best record is the
+    default point itself (a workload in neither: a space whose default is a search, the
+    accelerator's tilings, is not compared); ``skipped`` the workloads whose record is no
+    longer a valid point (warned; built with the default)."""
+
+    traces: dict[str, Trace] = field(default_factory=dict)
+    tuned: set[str] = field(default_factory=set)
+    default: set[str] = field(default_factory=set)
+    skipped: set[str] = field(default_factory=set)
+
+
+@dataclass
 class _Steer:
     forced: dict[str, Trace] = field(default_factory=dict)
     records: dict[str, Trace] = field(default_factory=dict)
     seen: list[Space] | None = None
-    #: workload -> the trace applied from records (what a compile used)
-    applied: dict[str, Trace] = field(default_factory=dict)
+    #: what a compile used from its records
+    applied: Applied = field(default_factory=Applied)
 
 
 _STEER: ContextVar[_Steer | None] = ContextVar("kiln_autotune_steer", default=None)
@@ -60,7 +75,7 @@ _STEER: ContextVar[_Steer | None] = ContextVar("kiln_autotune_steer", default=No
 def _push(**changes: Any) -> Iterator[_Steer]:
     old = _STEER.get()
     new = _Steer(dict(old.forced) if old else {}, dict(old.records) if old else {},
-                 old.seen if old else None, old.applied if old else {})
+                 old.seen if old else None, old.applied if old else Applied())
     for k, v in changes.items():
         if k in ("forced", "records"):
             getattr(new, k).update(v)
@@ -82,10 +97,10 @@ def forcing(traces: Mapping[str, Trace]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def applying(records: Mapping[str, Trace]) -> Iterator[dict[str, Trace]]:
+def applying(records: Mapping[str, Trace]) -> Iterator[Applied]:
     """Schedules use the record's trace for their workload (``kiln compile --records``);
-    yields the dict of the traces actually applied, by workload."""
-    with _push(records=dict(records), applied={}) as s:
+    yields the :class:`Applied` record of what was used."""
+    with _push(records=dict(records), applied=Applied()) as s:
         yield s.applied
 
 
@@ -100,12 +115,13 @@ def declared() -> Iterator[list[Space]]:
 @dataclass(frozen=True)
 class Steered:
     """The point a trace gives a schedule (:func:`steered`): ``forced`` by the tuner's
-    builder, else from a record; ``commit()`` counts a record as applied (call it once the
-    kernel is built from the point)."""
+    builder, else from a record; ``commit(default=None)`` counts a record as applied
+    (call it once the kernel is built from the point; ``default``: whether the point is
+    the space's default, where the caller knows it)."""
 
     point: dict[str, Any]
     forced: bool
-    commit: Callable[[], None] = field(compare=False)
+    commit: Callable[..., None] = field(compare=False)
 
 
 def steered(space: Space) -> Steered | None:
@@ -118,7 +134,7 @@ def steered(space: Space) -> Steered | None:
         return None
     if space.workload in s.forced:
         return Steered(space.canonical(space.point_of(s.forced[space.workload])), True,
-                       lambda: None)
+                       lambda default=None: None)
     if space.workload in s.records:
         trace = s.records[space.workload]
         try:
@@ -126,9 +142,15 @@ def steered(space: Space) -> Steered | None:
         except InvalidPoint as exc:
             warnings.warn(f"tuning record not applied (the default schedule is used): {exc}",
                           KilnWarning, stacklevel=3)
+            s.applied.skipped.add(space.workload)
             return None
-        return Steered(point, False,
-                       lambda: s.applied.__setitem__(space.workload, trace))
+
+        def commit(default: bool | None = None) -> None:
+            s.applied.traces[space.workload] = trace
+            if default is not None:
+                (s.applied.default if default else s.applied.tuned).add(space.workload)
+
+        return Steered(point, False, commit)
     return None
 
 
@@ -145,5 +167,5 @@ def decide(space: Space) -> dict[str, Any]:
     got = steered(space)
     if got is None:
         return space.default()
-    got.commit()
+    got.commit(default=got.point == space.canonical(space.default()))
     return got.point

@@ -154,20 +154,53 @@ def load_records(path: str | Path) -> list[Record]:
 UNTIMED_UNITS = ("check",)
 
 
-def best_records(records: Iterable[Record]) -> dict[str, Record]:
+def device(runner: str) -> str:
+    """The device a runner measures on: a Ray runner is its device's (``ray-local-cpu``
+    times as ``local-cpu`` does)."""
+    return runner.removeprefix("ray-")
+
+
+def best_records(records: Iterable[Record], source: str = "the records") -> dict[str, Record]:
     """Per workload, the successful timed record of least cost (the first one on a tie;
-    records in :data:`UNTIMED_UNITS` are left out)."""
+    records in :data:`UNTIMED_UNITS` are left out). A workload whose timed records come
+    from two runners (concatenated files: seconds against instructions, or two machines'
+    seconds) is refused naming ``source`` and the workload: their costs do not compare.
+
+    >>> from toolchain.autotune.space import Trace
+    >>> t = Trace("toy", (("tile", 4),))
+    >>> import textwrap
+    >>> try:
+    ...     best_records([Record("w|1", "toy", "m4", t, [900.0], runner="qemu-icount",
+    ...                          unit="instructions"),
+    ...                   Record("w|1", "toy", "m4", t, [1e-3])], "r.jsonl")
+    ... except InputError as e:
+    ...     print(textwrap.fill(str(e), 88))
+    r.jsonl: workload w|1 has timed trials from 2 runners, qemu-icount (instructions) and
+    local-cpu (s), whose costs do not compare; keep one runner's records for it (the
+    "runner" field of each line)
+    """
     best: dict[str, Record] = {}
+    runners: dict[str, dict[tuple[str, str], None]] = {}
     for r in records:
-        if r.ok and r.unit not in UNTIMED_UNITS and (
-                r.workload not in best or r.cost < best[r.workload].cost):
+        if not r.ok or r.unit in UNTIMED_UNITS:
+            continue
+        runners.setdefault(r.workload, {})[(device(r.runner), r.unit)] = None
+        if r.workload not in best or r.cost < best[r.workload].cost:
             best[r.workload] = r
+    for workload, seen in runners.items():
+        known = {k for k in seen if k[0] != "?"}  # a record without its runner: by unit
+        if len(known) > 1 or len({unit for _, unit in seen}) > 1:
+            by = " and ".join(f"{name if name != '?' else 'an unnamed runner'} ({unit})"
+                              for name, unit in seen)
+            raise InputError(f"{source}: workload {workload} has timed trials from "
+                             f"{len(seen)} runners, {by}, whose costs do not compare; keep "
+                             "one runner's records for it (the \"runner\" field of each line)")
     return best
 
 
-def best_traces(records: Iterable[Record]) -> dict[str, Trace]:
+def best_traces(records: Iterable[Record], source: str = "the records") -> dict[str, Trace]:
     """:func:`best_records` as the traces :func:`toolchain.autotune.apply.applying` takes."""
-    return {w: r.trace for w, r in best_records(records).items()}
+    return {w: r.trace for w, r in best_records(records, source).items()}
 
 
 class RecordWriter:

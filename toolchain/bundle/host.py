@@ -162,7 +162,7 @@ def thread_flags(meta: Mapping[str, Any]) -> list[str]:
 def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
     """Target flags for a host build of a bundle; refuses targets this host cannot run
     (a cross compiler, CPU features this machine lacks, an ``-march`` it refuses)."""
-    from toolchain.target import HOST_COMPILERS, host_cpu_flags
+    from toolchain.target import HOST_COMPILERS, bare_metal, host_cpu_flags
 
     t = meta.get("target") or {}
     name = t.get("name", "?")
@@ -170,7 +170,7 @@ def host_flags(meta: Mapping[str, Any], cc: str) -> list[str]:
     if compiler not in HOST_COMPILERS:
         head = f"the bundle's target {name!r} is built with {compiler}: it cannot run on this host"
         prefix = str(compiler).removesuffix("-gcc")
-        if prefix.endswith("-linux-gnu"):  # a Linux cross target: its demo runs under qemu-user
+        if not bare_metal(compiler):  # a Linux cross target: its demo runs under qemu-user
             arch = prefix.split("-")[0]
             raise TargetError(f"{head}; build its demo with `make main` in the bundle "
                               f"directory and run it on {arch} Linux, or here under "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
-from toolchain.target import resolve_target
+from toolchain.target import bare_metal, resolve_target
 
 HELP = "compile an ONNX model into a self-contained C bundle (no malloc, static arena)"
 
@@ -105,22 +105,52 @@ def run(args: argparse.Namespace) -> int:
         from toolchain.autotune.records import best_traces, load_records
 
         records = load_records(args.records)
-        best = best_traces(records)
+        best = best_traces(records, f"records file {args.records}")
         with applying(best) as applied:
             status = _run(args)
-        n = len(applied)
-        why = ""
-        if not n and best:  # records of another target or model: say so
-            targets = ", ".join(sorted({r.target for r in records}))
-            why = (f" (none of its {len(best)} workload{'' if len(best) == 1 else 's'} is a "
-                   f"kernel of this compile; tuned for {targets})")
-        elif not n:
-            why = (" (it holds no timed successful trial: --runner emulate checks and failed "
-                   "trials are never applied)")
-        print(f"  tuning records: {n} kernel schedule{'' if n == 1 else 's'} from "
-              f"{args.records}, the rest default{why}")
+        print(f"  tuning records from {args.records}: {records_summary(records, best, applied)}")
         return status
     return _run(args)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def records_summary(records: list[Any], best: dict[str, Any], applied: Any) -> str:
+    r"""What ``kiln compile --records`` took from its file, in words: counted by workload
+    (a kernel shape: every kernel of one shape gets its record), the tuned schedules apart
+    from records whose best point is the default one.
+
+    >>> from toolchain.autotune.apply import Applied
+    >>> a = Applied(traces={"w1": None, "w2": None}, tuned={"w1"}, default={"w2"})
+    >>> print(records_summary([], {"w1": 0, "w2": 0, "w3": 0}, a).replace(": ", ":\n")
+    ...       .replace(" the default, ", " the default,\n"))
+    2 of its 3 tuned workloads are kernels of this compile:
+    1 built with a tuned schedule that differs from the default,
+    1 whose best record is the default schedule; every other kernel default
+    """
+    if not best:
+        return ("it holds no timed successful trial (--runner emulate checks and failed trials "
+                "are never applied): every kernel default")
+    matched = set(applied.traces) | applied.skipped
+    if not matched:  # records of another target or model: say so
+        targets = ", ".join(sorted({r.target for r in records}))
+        return (f"none of its {_count(len(best), 'tuned workload')} is a kernel of this "
+                f"compile (tuned for {targets}): every kernel default")
+    parts = [f"{len(applied.tuned)} built with a tuned schedule that differs from the "
+             "default"]
+    if applied.default:
+        parts.append(f"{len(applied.default)} whose best record is the default schedule")
+    other = len(applied.traces) - len(applied.tuned) - len(applied.default)
+    if other:  # a space whose default is a search (the accelerator's tilings)
+        parts.append(f"{other} built from its record (the default is a search, not compared)")
+    if applied.skipped:
+        parts.append(f"{len(applied.skipped)} not applied (no longer a valid point, warned "
+                     "above)")
+    return (f"{len(matched)} of its {_count(len(best), 'tuned workload')} "
+            f"{'is a kernel' if len(matched) == 1 else 'are kernels'} of this compile: "
+            f"{', '.join(parts)}; every other kernel default")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -212,8 +242,13 @@ def _run(args: argparse.Namespace) -> int:
               f"kernels for {acc['host_target']}, device {acc['device']} (make DEVICE=...)")
         for p in acc["placements"]:
             print(f"    {p['device']:<11} {p['node']} ({p['op']}): {p['reason']}")
-    print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
-          "--check")
+    if bare_metal(meta["target"].get("compiler")):  # kiln run refuses it: no OS here
+        print(f"  build: make -C {args.output} (lib{meta['model']['name']}.a for firmware, "
+              "docs/bundle.md)   run: on the board, or compile with --board NAME to run "
+              "under QEMU (docs/embedded.md)")
+    else:
+        print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
+              "--check")
     return 0
 
 

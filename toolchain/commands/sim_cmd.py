@@ -82,7 +82,6 @@ def _print_counters(title: str, counters: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from toolchain.vta import Program, check_program, disassemble, load_config, run_fsim
-    from toolchain.vta.fsim import refuse_unsafe
 
     config = load_config(args.target)
     program = Program.load(args.program, config)
@@ -120,10 +119,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.rtl:
         run_rtl = _load_rtl_runner()
-        refuse_unsafe(program, dram, where=args.program)  # named by its file (run_rtl: again)
         latency = config.latency_cycles if args.latency is None else args.latency
         bandwidth = config.bytes_per_cycle if args.bandwidth is None else args.bandwidth
-        out, counters = run_rtl(program, dram, config, latency=latency, bandwidth=bandwidth)
+        # run_rtl runs the functional simulator first (refuse_unsafe), once, naming the file
+        out, counters = run_rtl(program, dram, config, latency=latency, bandwidth=bandwidth,
+                                where=str(args.program))
         _print_counters("rtl counters", dict(counters))
     else:
         result = run_fsim(program, dram, tokens=args.tokens, seed=args.seed)

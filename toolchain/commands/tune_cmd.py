@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import signal
@@ -239,9 +240,25 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
         print("  (points checked by the SIMT emulation, not timed: kiln compile never "
               "applies these records)")
         return 0
-    print(f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
-          "-o DIR")
+    print(_use_hint(args, states))
     return 0
+
+
+def _use_hint(args: argparse.Namespace, states: list[Any]) -> str:
+    """The summary's last line: the ``kiln compile --records`` command where some task has
+    a successful trial (this run's or an earlier one's), naming the tasks without one;
+    else that there is nothing to use, and why (the command was printed even then)."""
+    empty = [st.task.name for st in states if not math.isfinite(st.best)]
+    if len(empty) == len(states):
+        return (f"  nothing to use: no trial of {'its task' if len(states) == 1 else 'any task'}"
+                f" succeeded ({args.output} holds the errors, see each task above); kiln "
+                "compile --records would build every kernel with the default schedule")
+    hint = (f"  use: kiln compile {args.model} --target {args.target} --records {args.output} "
+            "-o DIR")
+    if empty:
+        keep = "it keeps" if len(empty) == 1 else "they keep"
+        hint += f" ({', '.join(empty)}: no successful trial, {keep} the default schedule)"
+    return hint
 
 
 def _earlier(found: int, mine: int, output: str | Path) -> str:
@@ -265,10 +282,8 @@ def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
     """Refuse to resume trials of this run's kernels measured by another runner: costs in
     instructions, cycles, seconds or checks do not compare, and the records' best (what
     ``kiln compile --records`` applies) would mix them. A Ray runner is its device's."""
+    from toolchain.autotune.records import device
     from toolchain.errors import OptionError
-
-    def device(name: str) -> str:
-        return name.removeprefix("ray-")
 
     other = sorted({(r.runner, r.unit) for r in mine
                     if r.runner != "?" and device(r.runner) != device(runner.name)})

@@ -214,6 +214,13 @@ def run_cfsim_bytes(insn_bytes: bytes, dram: np.ndarray, config: VTAConfig, *,
         raise OptionError(f"run_cfsim: seed={seed} picks the engines' turns in token mode; "
                           "pass tokens=True with it (plain mode runs in program order)")
     image = dram_image(dram)
+    if data_bytes is not None and (isinstance(data_bytes, bool) or not (
+            isinstance(data_bytes, (int, np.integer)) and 0 <= data_bytes <= len(image))):
+        # ctypes wraps a negative size_t, and the C side takes a bound past the image as the
+        # whole window: either let DMA reach the instructions unchecked
+        raise OptionError(f"run_cfsim_bytes: data_bytes={data_bytes!r}: must be an int from "
+                          f"1 to the DRAM image's {len(image)} bytes, or 0 for the whole "
+                          "window")
     insn_addr = (len(image) + INSN_BYTES - 1) // INSN_BYTES * INSN_BYTES
     window = _aligned(insn_addr + len(insn_bytes))
     window[:len(image)] = image

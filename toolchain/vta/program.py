@@ -79,8 +79,18 @@ class Region:
         return self.offset // row_bytes
 
     def read(self, dram: np.ndarray) -> np.ndarray:
-        """The region's contents in a DRAM image, as an array of its shape and dtype."""
-        raw = np.asarray(dram, dtype=np.uint8)[self.offset:self.offset + self.nbytes]
+        """The region's contents in a DRAM image (uint8 or int8 bytes: another dtype is
+        refused, as :func:`dram_image` does), as an array of its shape and dtype.
+
+        >>> Region("y", 2, (2,), "int8").read(np.array([0, 0, 1, 255], np.uint8)).tolist()
+        [1, -1]
+        """
+        image = dram_image(dram, f"region '{self.name}': DRAM image")
+        end = self.offset + self.nbytes
+        if end > len(image):
+            raise InputError(f"region '{self.name}' (bytes {self.offset}..{end - 1}) lies "
+                             f"past the {len(image)}-byte DRAM image")
+        raw = image[self.offset:self.offset + self.nbytes]
         return raw.view(np.dtype(self.dtype).newbyteorder("<")).reshape(self.shape).copy()
 
 

@@ -271,7 +271,7 @@ class RtlJob:
 
 
 def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | None,
-         bandwidth: float | None, timeout_cycles: int) -> RtlJob:
+         bandwidth: float | None, timeout_cycles: int, where: str = "program") -> RtlJob:
     if timeout_cycles < 1:
         raise SimulationError(f"timeout_cycles must be at least 1 cycle, got {timeout_cycles}")
     if not program.insns or program.insns[-1].OPCODE != OP_FINISH:
@@ -297,7 +297,7 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
                               f"{program.insns[busiest].steps:,})")
     # the RTL does not check buffer rows a micro-op loop computes (hw/ISA.md 2.3: then
     # undefined); the functional simulator does, and runs far faster than the RTL
-    refuse_unsafe(program, data, config=cfg)
+    refuse_unsafe(program, data, config=cfg, where=where)
     insns = program.insn_bytes
     addr = (len(data) + 15) // 16 * 16
     image = np.zeros(addr + len(insns), dtype=np.uint8)
@@ -317,7 +317,8 @@ def _job(program: Any, dram: np.ndarray | None, cfg: VTAConfig, latency: int | N
 
 def run_rtl(program: Any, dram: np.ndarray | None = None, config: VTAConfig | None = None, *,
             latency: int | None = None, bandwidth: float | None = None,
-            timeout_cycles: int = 50_000_000) -> tuple[np.ndarray, dict[str, int]]:
+            timeout_cycles: int = 50_000_000, where: str = "program"
+            ) -> tuple[np.ndarray, dict[str, int]]:
     """Run ``program`` (a :class:`~toolchain.vta.program.Program`) on the RTL.
 
     ``dram`` overrides the program's data image; ``latency`` (cycles) and ``bandwidth``
@@ -325,7 +326,9 @@ def run_rtl(program: Any, dram: np.ndarray | None = None, config: VTAConfig | No
     after FINISH (same length as the input) and the counters: ``cycles``, ``gemm_cycles``,
     ``alu_cycles``, ``load_busy``, ``compute_busy``, ``store_busy``, ``load_wait``,
     ``compute_wait``, ``store_wait`` (cycles blocked on a token queue), ``dram_rd_bytes``,
-    ``dram_wr_bytes``.
+    ``dram_wr_bytes``. ``where`` names the program in a refusal (``kiln sim --rtl``: its
+    file); the refusal runs the functional simulator once, before the RTL
+    (:func:`~toolchain.vta.fsim.refuse_unsafe`).
 
     Example::
 
@@ -337,19 +340,20 @@ def run_rtl(program: Any, dram: np.ndarray | None = None, config: VTAConfig | No
     """
     cfg = config or program.config
     return run_batch([(program, dram)], cfg, latency=latency, bandwidth=bandwidth,
-                     timeout_cycles=timeout_cycles)[0]
+                     timeout_cycles=timeout_cycles, where=where)[0]
 
 
 def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | None = None, *,
               latency: int | None = None, bandwidth: float | None = None,
               timeout_cycles: int = 50_000_000,
               timings: list[tuple[int | None, float | None]] | None = None,
-              ) -> list[tuple[np.ndarray, dict[str, int]]]:
+              where: str = "program") -> list[tuple[np.ndarray, dict[str, int]]]:
     """Run several ``(program, dram)`` pairs in one simulator process (reset between runs).
 
     Saves the simulator start-up per program; otherwise identical to :func:`run_rtl`.  The
     first failing run raises its :class:`SimulationError`. ``timings`` gives each run its
     own ``(latency, bandwidth)`` (None: ``latency``/``bandwidth``, then the target's).
+    ``where`` names the programs in a refusal.
     """
     if not runs:
         return []
@@ -358,7 +362,7 @@ def run_batch(runs: list[tuple[Any, np.ndarray | None]], config: VTAConfig | Non
         raise SimulationError(f"run_batch: {len(timings)} timings for {len(runs)} runs")
     each = timings or [(None, None)] * len(runs)
     jobs = [_job(p, d, cfg, latency if lat is None else lat,
-                 bandwidth if bw is None else bw, timeout_cycles)
+                 bandwidth if bw is None else bw, timeout_cycles, where)
             for (p, d), (lat, bw) in zip(runs, each, strict=True)]
     bdir = build(cfg)
     with tempfile.TemporaryDirectory(prefix="kiln-rtl-") as tmp:
