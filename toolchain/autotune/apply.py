@@ -44,19 +44,34 @@ from toolchain.autotune.space import InvalidPoint, Space, Trace
 from toolchain.errors import KilnWarning
 
 
-@dataclass
-class Applied:
+@dataclass(eq=False)  # compared as the mapping, with a dict of traces too
+class Applied(Mapping[str, Trace]):
     """What a compile took from its records (:func:`applying`), by workload: ``traces``
     the traces its kernels were built from; of those, ``tuned`` the workloads whose point
     differs from the space's default and ``default`` those whose best record is the
     default point itself (a workload in neither: a space whose default is a search, the
     accelerator's tilings, is not compared); ``skipped`` the workloads whose record is no
-    longer a valid point (warned; built with the default)."""
+    longer a valid point (warned; built with the default). As a mapping it is ``traces``
+    (workload -> the trace applied), what :func:`applying` yielded before it counted more.
+
+    >>> a = Applied(traces={"w1": Trace("toy", ())}, tuned={"w1"})
+    >>> sorted(a), len(a), "w1" in a, a == {"w1": Trace("toy", ())}
+    (['w1'], 1, True, True)
+    """
 
     traces: dict[str, Trace] = field(default_factory=dict)
     tuned: set[str] = field(default_factory=set)
     default: set[str] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
+
+    def __getitem__(self, workload: str) -> Trace:
+        return self.traces[workload]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.traces)
+
+    def __len__(self) -> int:
+        return len(self.traces)
 
 
 @dataclass
