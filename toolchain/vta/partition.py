@@ -243,14 +243,17 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     kw = {"stride": stride, "pad": pad, "layer": name, "output": "int32"}
     problems: list[str] = []
     layer, host_why = _with_epilogue(compile_conv2d, args, kw, plan, problems, name)
+    direct_problem = problems[-1] if layer is None else None
     bi = config_from_target(target).block_in
-    if -(-ic * k * k // bi) < k * k * -(-ic // bi):  # im2col fills the GEMM's lanes better
+    # the im2col GEMM where it fills the GEMM's lanes better, or where the direct form has
+    # no schedule (a 1x1 layer with padding, a GEMM core of BATCH > 1)
+    if layer is None or -(-ic * k * k // bi) < k * k * -(-ic // bi):
         flat, flat_why = _with_epilogue(compile_conv2d_im2col, args, kw, plan, problems, name)
         if flat is not None and (layer is None or (flat_why is None, -program_cost(
                 flat.program)) > (host_why is None, -program_cost(layer.program))):
             layer, host_why = flat, flat_why
     if layer is None:
-        return problems[-1]
+        return direct_problem or problems[-1]
     s = layer.conv if isinstance(layer, CompiledDense) else layer.shape
     assert s is not None
     part.layers[name] = layer
