@@ -143,6 +143,11 @@ def test_kiln_run_refuses_a_device_that_does_not_apply(
     rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
                "--split"])
     assert rc == 2 and "--split applies to a bundle" in capsys.readouterr().err
+    for opt in (["--device", "rtl"], ["--split"], ["--check"]):  # a mistyped bundle path
+        rc = main(["run", str(tmp_path / "bundle_typo"), "--inputs", str(tmp_path / "in.npz"),
+                   *opt])  # was "bundle_typo is an ONNX model" / "not bundle_typo"
+        err = capsys.readouterr().err
+        assert rc == 2 and "bundle_typo: no such file or directory" in err, err
     for mhz in ("0", "nan", "inf"):
         rc = main(["run", str(cnn_bundle[0].path), "--inputs", str(tmp_path / "in.npz"),
                    "--split", "--accel-mhz", mhz])
