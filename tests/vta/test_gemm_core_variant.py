@@ -30,5 +30,7 @@ def test_a_batch_2_core_runs_every_layer_on_the_accelerator(tmp_path: Path) -> N
     where = {p["node"]: p for p in meta["placements"]}
     for node in ("conv1", "conv2", "fc"):
         assert where[node]["device"] == "accelerator", where[node]["reason"]
-    assert "as an im2col GEMM 64x144 by 144x16 (K in 18 blocks of 8" in where["conv2"]["reason"]
+    assert ("as an im2col GEMM 64x144 by 144x16 (the direct convolution: tensorize with "
+            "'vta-2x8x8.gemm'") in where["conv2"]["reason"]
+    assert "; K in 18 blocks of 8; the host builds" in where["conv2"]["reason"]
     assert_cnn_bundle_bit_exact(pkg, q)

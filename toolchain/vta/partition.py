@@ -265,9 +265,13 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
         nodes = [Node("VtaConv2d", name, [x, w], [acc], attrs), _requant(n, acc, bias)]
     t = layer.tiles
     if isinstance(layer, CompiledDense):
+        kb = -(-layer.shape.k // bi)
+        why_flat = (f"K in {kb} blocks of {bi}, not {k * k} taps x {-(-ic // bi)}"
+                    if direct_problem is None else  # the direct form has no schedule
+                    f"the direct convolution: {direct_problem}; K in {kb} "
+                    f"block{'s' if kb > 1 else ''} of {bi}")
         how = (f"as an im2col GEMM {layer.shape.m}x{layer.shape.k} by {layer.shape.k}x"
-               f"{layer.shape.n} (K in {-(-layer.shape.k // bi)} blocks of {bi}, not {k * k} "
-               f"taps x {-(-ic // bi)}; the host builds the rows as it packs the input; "
+               f"{layer.shape.n} ({why_flat}; the host builds the rows as it packs the input; "
                f"tiles {t.tm},{t.tn},{t.tk} split {t.split}")
     else:
         how = f"(tiles {t.toh},{t.toc},{t.tic} split {t.split}"
