@@ -326,8 +326,12 @@ def _check_accelerator(values: dict[str, Any], path: str) -> None:
             raise TargetError(f"{where}: instruction {ins!r} is not one of "
                               f"{', '.join(ACCELERATOR_INSTRUCTIONS)}")
         if ins.startswith("ALU.") and ins[4:] not in values["alu"]["ops"]:
+            inherited = values.get("extends") and spec.get("source", path) != path
             raise TargetError(f"{where}: instruction {ins!r} but 'alu.ops' lists only "
-                              f"{', '.join(values['alu']['ops'])}")
+                              f"{', '.join(values['alu']['ops'])}"
+                              + (f" (in {path}; a variant without {ins[4:]} drops the "
+                                 f"intrinsics that use it: drop_intrinsics: [{name}])"
+                                 if inherited else ""))
     _check_gemm_extents(values, path)
     buf = values["buffers"]  # the scopes follow the sizes (also of an extends: variant)
     scopes = {scope: buf[k] for k, scope in ACCELERATOR_SCOPES.items()}

@@ -80,6 +80,20 @@ def test_declared_intrinsic_extents_must_match_the_gemm_core() -> None:
         parse_target(text, "t.yaml")
 
 
+def test_a_variant_without_an_alu_op_is_told_to_drop_its_intrinsics(tmp_path: Path) -> None:
+    """The error named vta.yaml's line only, as if the shipped file were wrong."""
+    p = tmp_path / "nomul.yaml"
+    p.write_text("name: nomul\nkind: vta\nextends: vta\nalu: {ops: [MIN, MAX, ADD, SHR]}\n")
+    with pytest.raises(TargetError, match=r"vta.yaml:\d+: intrinsic 'alu_mul_imm': instruction "
+                                          r"'ALU.MUL' but 'alu.ops' lists only MIN, MAX, ADD, "
+                                          r"SHR \(in .*nomul.yaml; a variant without MUL drops "
+                                          r"the intrinsics that use it: drop_intrinsics: "
+                                          r"\[alu_mul_imm\]\)"):
+        load_target(p)
+    p.write_text(p.read_text() + "drop_intrinsics: [alu_mul_imm]\n")
+    assert "alu_mul_imm" not in load_target(p).intrinsics
+
+
 def _vta_text(old: str, new: str) -> str:
     text = (TARGETS_DIR / "vta.yaml").read_text()
     assert old in text
