@@ -372,14 +372,38 @@ def host_reason(n: Node) -> str:
     return "not an integer convolution or matrix product"
 
 
+#: the intrinsics every accelerator layer's schedule tensorizes with (``schedule.py``)
+LAYER_INTRINSICS = ("gemm", "gemm_reset", "load_inp", "load_wgt", "store_out", "alu_shr_imm",
+                    "alu_min_imm", "alu_max_imm")
+
+
+def missing_intrinsics(target: Target) -> str | None:
+    """Why no layer can run on ``target`` for want of an intrinsic (a variant that dropped
+    one), or None.
+
+    >>> from toolchain.target import load_target
+    >>> missing_intrinsics(load_target("vta")) is None
+    True
+    """
+    missing = [x for x in LAYER_INTRINSICS if not target.has_intrinsic(x)]
+    if not missing:
+        return None
+    return (f"target {target.name!r} has no intrinsic {', '.join(missing)}: the accelerator's "
+            f"layer schedules need {', '.join(LAYER_INTRINSICS)}")
+
+
 def partition(graph: Graph, target: Target) -> Partition:
     """Place every node of ``graph`` (see the module docstring); the rewritten graph, the
     placements and the compiled accelerator layers."""
     part = Partition(graph, [])
     nodes: list[Node] = []
+    lacking = missing_intrinsics(target)
     for n in graph.nodes:
         fn = _LAYERS.get(n.op)
-        got = fn(n, target, part) if fn is not None else host_reason(n)
+        if fn is None:
+            got: tuple[list[Node], str] | str = host_reason(n)
+        else:
+            got = lacking if lacking is not None else fn(n, target, part)
         if isinstance(got, str):
             part.placements.append(Placement(n.name, n.op, HOST, got))
             nodes.append(n)
