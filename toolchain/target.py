@@ -328,12 +328,55 @@ def _check_accelerator(values: dict[str, Any], path: str) -> None:
             raise TargetError(f"{where}: instruction {ins!r} is not one of "
                               f"{', '.join(ACCELERATOR_INSTRUCTIONS)}")
         if ins.startswith("ALU.") and ins[4:] not in values["alu"]["ops"]:
+            inherited = values.get("extends") and spec.get("source", path) != path
             raise TargetError(f"{where}: instruction {ins!r} but 'alu.ops' lists only "
-                              f"{', '.join(values['alu']['ops'])}")
+                              f"{', '.join(values['alu']['ops'])}"
+                              + (f" (in {path}; a variant without {ins[4:]} drops the "
+                                 f"intrinsics that use it: drop_intrinsics: [{name}])"
+                                 if inherited else ""))
+    _check_gemm_extents(values, path)
     buf = values["buffers"]  # the scopes follow the sizes (also of an extends: variant)
     scopes = {scope: buf[k] for k, scope in ACCELERATOR_SCOPES.items()}
     scopes["vta.out"] = buf["accumulator"] // 4
     values["memory_scopes"] = {**values.get("memory_scopes", {}), **scopes}
+
+
+#: an accelerator intrinsic's loop variables that name a GEMM core size (targets/vta.yaml)
+GEMM_EXTENT_KEYS = {"b": "batch", "o": "block_out", "k": "block_in"}
+
+
+def _rebase_extents(spec: dict[str, Any], gemm: dict[str, int]) -> dict[str, Any]:
+    """An inherited accelerator intrinsic with its ``b``/``o``/``k`` extents set to the
+    variant's GEMM core (a variant that changes ``gemm:`` need not copy every intrinsic).
+
+    >>> spec = {"instruction": "ALU.SHR", "extents": {"b": 1, "o": 16}}
+    >>> _rebase_extents(spec, {"batch": 2, "block_in": 8, "block_out": 8})["extents"]
+    {'b': 2, 'o': 8}
+    """
+    if "instruction" not in spec or "extents" not in spec:
+        return spec
+    ext = {v: gemm.get(GEMM_EXTENT_KEYS[v], n) if v in GEMM_EXTENT_KEYS else n
+           for v, n in spec["extents"].items()}
+    return {**spec, "extents": ext}
+
+
+def _check_gemm_extents(values: dict[str, Any], path: str) -> None:
+    """Every accelerator intrinsic's ``b``, ``o`` and ``k`` extents are the GEMM core's
+    BATCH, BLOCK_OUT and BLOCK_IN: a tile of another size would never match a loop of the
+    compiler's schedules, and every layer would silently stay on the host."""
+    gemm = values["gemm"]
+    for name, spec in values.get("intrinsics", {}).items():
+        bad = {v: n for v, n in dict(spec.get("extents", {})).items()
+               if v in GEMM_EXTENT_KEYS and n != gemm[GEMM_EXTENT_KEYS[v]]}
+        if bad:
+            where = f"{spec.get('source', path)}:{spec.get('line', '?')}: intrinsic {name!r}"
+            want = ", ".join(f"{v}: {gemm[GEMM_EXTENT_KEYS[v]]}" for v in bad)
+            have = ", ".join(f"{v}: {n}" for v, n in bad.items())
+            sizes = ", ".join(f"{GEMM_EXTENT_KEYS[v]} {gemm[GEMM_EXTENT_KEYS[v]]}"
+                              for v in bad)
+            raise TargetError(f"{where}: extents {{{have}}} disagree with the GEMM core "
+                              f"(gemm: {sizes}); write {{{want}}} (b = batch, o = "
+                              "block_out, k = block_in)")
 
 
 def _check_layout(val: str, path: str, line: int) -> None:
@@ -651,10 +694,13 @@ def _inherit(values: dict[str, Any], renames: dict[str, str], path: str,
                 fn = new + fn[len(old):]
                 break
         intrinsics[name] = {"source": spec.get("source", base.source), **spec, "function": fn}
-    intrinsics.update(values.get("intrinsics", {}))
     for key in ACCELERATOR_SCHEMA:  # a variant may change single sizes (buffers.input)
         if key in values:
             values[key] = {**merged.get(key, {}), **values[key]}
+    if "gemm" in values:  # inherited accelerator intrinsics follow the variant's GEMM core
+        intrinsics = {name: _rebase_extents(spec, values["gemm"])
+                      for name, spec in intrinsics.items()}
+    intrinsics.update(values.get("intrinsics", {}))
     merged.update(values)
     merged["intrinsics"] = intrinsics
     return merged

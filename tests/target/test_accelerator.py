@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from toolchain.errors import TargetError
 from toolchain.intrinsics import load_intrinsics
 from toolchain.target import TARGETS_DIR, load_target, parse_target
 from toolchain.tir.schedule.tensorize import TensorIntrin
+from toolchain.vta import run_fsim
+from toolchain.vta.compile import compile_dense
 from toolchain.vta.config import config_from_target, load_config
 
 
@@ -45,6 +48,50 @@ def test_extends_variant_changes_one_size(tmp_path: Path) -> None:
         load_target("vta").intrinsics.keys()
     cfg = load_config(p)
     assert (cfg.name, cfg.inp_depth, cfg.wgt_depth) == ("vta-big-inp", 1024, 1024)
+
+
+def test_variant_of_the_gemm_core_rebases_the_inherited_intrinsics(tmp_path: Path) -> None:
+    """A variant that changes only ``gemm:`` used to keep vta.yaml's 16-wide intrinsics:
+    no loop of the compiler's schedules matched them and every layer stayed on the host
+    ("tensorize with 'gemm': loop 0 has extent 8, the intrinsic's loop o has 16")."""
+    p = tmp_path / "g.yaml"
+    p.write_text("name: vta-2x8x8\nkind: vta\nextends: vta\n"
+                 "gemm: {batch: 2, block_in: 8, block_out: 8}\nbuffers: {weight: 65536}\n")
+    t = load_target(p)
+    assert t.intrinsics["gemm"]["extents"] == {"b": 2, "o": 8, "k": 8}
+    assert t.intrinsics["load_wgt"]["extents"] == {"o": 8, "k": 8}
+    assert t.intrinsics["alu_shr_imm"]["extents"] == {"b": 2, "o": 8}
+    assert load_target("vta").intrinsics["gemm"]["extents"] == {"b": 1, "o": 16, "k": 16}
+    # the product: a dense layer compiled for the variant, bit-exact on the simulator
+    rng = np.random.default_rng(3)
+    w = rng.integers(-128, 128, (40, 20), dtype=np.int8)
+    x = rng.integers(-128, 128, (6, 40), dtype=np.int8)
+    layer = compile_dense(w, m=6, shift=8, target=t, layer="fc")
+    out = layer.read_output(run_fsim(layer.program, layer.image(x), tokens=True).dram)
+    ref = np.clip((x.astype(np.int32) @ w.astype(np.int32)) >> 8, -128, 127)
+    assert (out == ref).all()
+
+
+def test_declared_intrinsic_extents_must_match_the_gemm_core() -> None:
+    text = _vta_text("  batch: 1 ", "  batch: 2 ")
+    with pytest.raises(TargetError, match=r"t.yaml:\d+: intrinsic 'gemm': extents \{b: 1\} "
+                                          r"disagree with the GEMM core \(gemm: batch 2\); "
+                                          r"write \{b: 2\}"):
+        parse_target(text, "t.yaml")
+
+
+def test_a_variant_without_an_alu_op_is_told_to_drop_its_intrinsics(tmp_path: Path) -> None:
+    """The error named vta.yaml's line only, as if the shipped file were wrong."""
+    p = tmp_path / "nomul.yaml"
+    p.write_text("name: nomul\nkind: vta\nextends: vta\nalu: {ops: [MIN, MAX, ADD, SHR]}\n")
+    with pytest.raises(TargetError, match=r"vta.yaml:\d+: intrinsic 'alu_mul_imm': instruction "
+                                          r"'ALU.MUL' but 'alu.ops' lists only MIN, MAX, ADD, "
+                                          r"SHR \(in .*nomul.yaml; a variant without MUL drops "
+                                          r"the intrinsics that use it: drop_intrinsics: "
+                                          r"\[alu_mul_imm\]\)"):
+        load_target(p)
+    p.write_text(p.read_text() + "drop_intrinsics: [alu_mul_imm]\n")
+    assert "alu_mul_imm" not in load_target(p).intrinsics
 
 
 def _vta_text(old: str, new: str) -> str:

@@ -55,6 +55,19 @@ def test_metadata_says_which_node_runs_where_and_why(
     assert layer["window_offset"] + layer["window_bytes"] <= meta["arena_bytes"]
 
 
+def test_compiling_a_float_model_for_the_accelerator_says_to_quantize_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A float model compiles for --target vta with every node on the host; the summary
+    used to end at "0 of 7 nodes" and one "a float op" reason per node."""
+    onnx.save(small_cnn(mid=16), tmp_path / "f.onnx")
+    assert main(["compile", str(tmp_path / "f.onnx"), "--target", "vta", "-o",
+                 str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "accelerator vta: 0 of 7 nodes" in out
+    assert ("note: no node runs on the accelerator: the model's Conv, Gemm are float and the "
+            "accelerator runs int8 layers; quantize the model first, e.g. kiln quantize") in out
+
+
 def test_accelerator_bundle_carries_the_driver_and_builds_with_make(
         cnn_bundle: tuple[Any, onnx.ModelProto]) -> None:
     d = cnn_bundle[0].path
@@ -130,6 +143,11 @@ def test_kiln_run_refuses_a_device_that_does_not_apply(
     rc = main(["run", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
                "--split"])
     assert rc == 2 and "--split applies to a bundle" in capsys.readouterr().err
+    for opt in (["--device", "rtl"], ["--split"], ["--check"]):  # a mistyped bundle path
+        rc = main(["run", str(tmp_path / "bundle_typo"), "--inputs", str(tmp_path / "in.npz"),
+                   *opt])  # was "bundle_typo is an ONNX model" / "not bundle_typo"
+        err = capsys.readouterr().err
+        assert rc == 2 and "bundle_typo: no such file or directory" in err, err
     for mhz in ("0", "nan", "inf"):
         rc = main(["run", str(cnn_bundle[0].path), "--inputs", str(tmp_path / "in.npz"),
                    "--split", "--accel-mhz", mhz])

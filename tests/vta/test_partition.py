@@ -3,6 +3,8 @@ accumulator programs (byte planes) the accelerator layers compile to."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -117,6 +119,20 @@ def test_partition_keeps_what_the_accelerator_cannot_run_on_the_host(
     p = partition(g, load_target("vta"))
     assert p.placements[0].device == HOST and why in p.placements[0].reason
     assert p.graph.nodes == g.nodes and not p.layers
+
+
+def test_a_variant_without_a_clamp_op_keeps_its_layers_on_the_host(tmp_path: Path) -> None:
+    """A variant without ALU MAX (and so without alu_max_imm) failed the whole compile with
+    "declares no intrinsic 'alu_max_imm'"; its layers stay on the host with the reason."""
+    (tmp_path / "nomax.yaml").write_text(
+        "name: nomax\nkind: vta\nextends: vta\nalu: {ops: [MIN, ADD, SHR, MUL]}\n"
+        "drop_intrinsics: [alu_max_imm, alu_max]\n")
+    n = _qconv(1)
+    g = Graph("g", [n.inputs[0]], [n.outputs[0]], [n])
+    p = partition(g, load_target(tmp_path / "nomax.yaml"))
+    assert p.placements[0].device == HOST and not p.layers
+    assert p.placements[0].reason.startswith("target 'nomax' has no intrinsic alu_max_imm: "
+                                             "the accelerator's layer schedules need gemm")
 
 
 def test_a_conv_no_two_thread_split_fits_runs_on_one_thread() -> None:

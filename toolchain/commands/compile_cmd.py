@@ -242,6 +242,12 @@ def _run(args: argparse.Namespace) -> int:
               f"kernels for {acc['host_target']}, device {acc['device']} (make DEVICE=...)")
         for p in acc["placements"]:
             print(f"    {p['device']:<11} {p['node']} ({p['op']}): {p['reason']}")
+        floats = sorted({p["op"] for p in acc["placements"] if p["op"] in FLOAT_GEMM_OPS})
+        if not on and floats:  # a float model: nothing for an int8 core, say what to do
+            print(f"  note: no node runs on the accelerator: the model's {', '.join(floats)} "
+                  "are float and the accelerator runs int8 layers; quantize the model first, "
+                  "e.g. kiln quantize MODEL.onnx --calibration DATA.npz -o MODEL_int8.onnx "
+                  "(docs/int8.md), and compile that")
     if bare_metal(meta["target"].get("compiler")):  # kiln run refuses it: no OS here
         print(f"  build: make -C {args.output} (lib{meta['model']['name']}.a for firmware, "
               "docs/bundle.md)   run: on the board, or compile with --board NAME to run "
@@ -250,6 +256,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  build: make -C {args.output}   run: kiln run {args.output} --inputs IN.npz "
               "--check")
     return 0
+
+
+#: float ops that the accelerator would run once quantized (QConv, QGemm)
+FLOAT_GEMM_OPS = ("Conv", "Gemm", "MatMul")
 
 
 def _graph_note(meta: dict[str, Any]) -> str:

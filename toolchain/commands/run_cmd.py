@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from toolchain.commands._model_args import add_model_arguments, input_shapes
-from toolchain.errors import InputError, OptionError
+from toolchain.errors import InputError, ModelError, OptionError
 from toolchain.frontend.onnx import dynamic_inputs, from_onnx
 from toolchain.graph.reference import run_graph
 
@@ -396,6 +396,9 @@ def run(args: argparse.Namespace) -> int:
     if args.outputs and Path(args.outputs).is_dir():  # refused before a build and a run
         raise OptionError(f"--outputs {args.outputs}: is a directory; name the .npz file to "
                           f"write (e.g. {Path(args.outputs) / 'out.npz'})")
+    if not Path(args.model).exists():  # before the options that tell a model from a bundle
+        raise ModelError(f"{args.model}: no such file or directory (give an ONNX model file "
+                         "or a bundle directory written by kiln compile -o DIR)")
     if args.device != "fsim" and not Path(args.model).is_dir():
         raise OptionError(f"--device {args.device} applies to a bundle compiled with "
                           f"--target vta; {args.model} is an ONNX model")

@@ -243,14 +243,17 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     kw = {"stride": stride, "pad": pad, "layer": name, "output": "int32"}
     problems: list[str] = []
     layer, host_why = _with_epilogue(compile_conv2d, args, kw, plan, problems, name)
+    direct_problem = problems[-1] if layer is None else None
     bi = config_from_target(target).block_in
-    if -(-ic * k * k // bi) < k * k * -(-ic // bi):  # im2col fills the GEMM's lanes better
+    # the im2col GEMM where it fills the GEMM's lanes better, or where the direct form has
+    # no schedule (a 1x1 layer with padding, a GEMM core of BATCH > 1)
+    if layer is None or -(-ic * k * k // bi) < k * k * -(-ic // bi):
         flat, flat_why = _with_epilogue(compile_conv2d_im2col, args, kw, plan, problems, name)
         if flat is not None and (layer is None or (flat_why is None, -program_cost(
                 flat.program)) > (host_why is None, -program_cost(layer.program))):
             layer, host_why = flat, flat_why
     if layer is None:
-        return problems[-1]
+        return direct_problem or problems[-1]
     s = layer.conv if isinstance(layer, CompiledDense) else layer.shape
     assert s is not None
     part.layers[name] = layer
@@ -262,9 +265,13 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
         nodes = [Node("VtaConv2d", name, [x, w], [acc], attrs), _requant(n, acc, bias)]
     t = layer.tiles
     if isinstance(layer, CompiledDense):
+        kb = -(-layer.shape.k // bi)
+        why_flat = (f"K in {kb} blocks of {bi}, not {k * k} taps x {-(-ic // bi)}"
+                    if direct_problem is None else  # the direct form has no schedule
+                    f"the direct convolution: {direct_problem}; K in {kb} "
+                    f"block{'s' if kb > 1 else ''} of {bi}")
         how = (f"as an im2col GEMM {layer.shape.m}x{layer.shape.k} by {layer.shape.k}x"
-               f"{layer.shape.n} (K in {-(-layer.shape.k // bi)} blocks of {bi}, not {k * k} "
-               f"taps x {-(-ic // bi)}; the host builds the rows as it packs the input; "
+               f"{layer.shape.n} ({why_flat}; the host builds the rows as it packs the input; "
                f"tiles {t.tm},{t.tn},{t.tk} split {t.split}")
     else:
         how = f"(tiles {t.toh},{t.toc},{t.tic} split {t.split}"
@@ -365,14 +372,38 @@ def host_reason(n: Node) -> str:
     return "not an integer convolution or matrix product"
 
 
+#: the intrinsics every accelerator layer's schedule tensorizes with (``schedule.py``)
+LAYER_INTRINSICS = ("gemm", "gemm_reset", "load_inp", "load_wgt", "store_out", "alu_shr_imm",
+                    "alu_min_imm", "alu_max_imm")
+
+
+def missing_intrinsics(target: Target) -> str | None:
+    """Why no layer can run on ``target`` for want of an intrinsic (a variant that dropped
+    one), or None.
+
+    >>> from toolchain.target import load_target
+    >>> missing_intrinsics(load_target("vta")) is None
+    True
+    """
+    missing = [x for x in LAYER_INTRINSICS if not target.has_intrinsic(x)]
+    if not missing:
+        return None
+    return (f"target {target.name!r} has no intrinsic {', '.join(missing)}: the accelerator's "
+            f"layer schedules need {', '.join(LAYER_INTRINSICS)}")
+
+
 def partition(graph: Graph, target: Target) -> Partition:
     """Place every node of ``graph`` (see the module docstring); the rewritten graph, the
     placements and the compiled accelerator layers."""
     part = Partition(graph, [])
     nodes: list[Node] = []
+    lacking = missing_intrinsics(target)
     for n in graph.nodes:
         fn = _LAYERS.get(n.op)
-        got = fn(n, target, part) if fn is not None else host_reason(n)
+        if fn is None:
+            got: tuple[list[Node], str] | str = host_reason(n)
+        else:
+            got = lacking if lacking is not None else fn(n, target, part)
         if isinstance(got, str):
             part.placements.append(Placement(n.name, n.op, HOST, got))
             nodes.append(n)
