@@ -76,7 +76,10 @@ def test_sizes_validated_against_isa_field_widths(tmp_path):
 
 def test_other_gemm_shapes_derive_their_depths(tmp_path):
     text = DEFAULT_PATH.read_text().replace("block_in: 16", "block_in: 32")
-    cfg = load_config(_write(tmp_path, text.replace("block_out: 16", "block_out: 32")))
+    text = text.replace("block_out: 16", "block_out: 32")
+    with pytest.raises(TargetError, match=r"disagree with the GEMM core .*write \{o: 32, k: 32\}"):
+        load_config(_write(tmp_path, text))  # a copy of the file: its intrinsics too
+    cfg = load_config(_write(tmp_path, text.replace("o: 16", "o: 32").replace("k: 16", "k: 32")))
     assert (cfg.inp_row_bytes, cfg.wgt_row_bytes, cfg.acc_row_bytes) == (32, 1024, 128)
     assert (cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth) == (1024, 256, 1024)
 
