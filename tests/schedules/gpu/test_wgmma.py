@@ -122,8 +122,8 @@ def test_the_wgmma_kernel_is_race_free_and_every_barrier_is_needed() -> None:
     check_races(f)
     barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
     assert len(barriers) == 2
-    for b in barriers:
-        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1)
+    for b in barriers:  # (limit=1: the emulation stops at the first race it finds)
+        assert find_races(st.replace_stmts(f, {id(b): None}), max_blocks=1, limit=1)
 
 
 #: (m, k, n, tiles): one warpgroup, two 64-row blocks, two steps of 32; four warpgroups,
@@ -295,9 +295,10 @@ def test_overlapped_kernel_is_race_free_and_a_late_wait_races(
     check_races(f)
     barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
     assert len(barriers) == 2
-    assert find_races(st.replace_stmts(f, {id(barriers[-1]): None}), max_blocks=1)
+    assert find_races(st.replace_stmts(f, {id(barriers[-1]): None}), max_blocks=1, limit=1)
     _late_wait(monkeypatch)
-    races = find_races(lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90), max_blocks=1)
+    races = find_races(lower(_gemm(64, 64, 64, IN_FLIGHT), target=SM90), max_blocks=1,
+                       limit=1)  # (the run stops at the first race)
     assert races and "is read by" in str(races[0])
 
 
