@@ -18,6 +18,10 @@ from onnx import TensorProto, helper, numpy_helper
 #: the strictest flags the generated C must pass (issue 5)
 STRICT = ("-Wall", "-Wextra", "-Werror", "-pedantic")
 RTOL = 1e-4
+#: how a test builds a bundle it broke on purpose and expects to be far off the reference:
+#: at gcc's -O0 (the same C, about 0.4 CPU s a build less than the -O3 of ``kiln run``,
+#: which every bundle meant to be right keeps)
+BROKEN_BUILD = {"extra_flags": ("-O0",)}
 
 _NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
                np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL}

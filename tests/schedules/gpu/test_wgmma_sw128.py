@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import nvcc_kernel_check
+from tests.bundle.helpers import BROKEN_BUILD, nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import wmma_gemm
 from toolchain.bundle import compile_model, compiler, load_bundle
@@ -220,7 +220,7 @@ def test_sw128_gemms_emulated_match_the_reference(tiles: WmmaTiles, m: int, k: i
                      (phase, "const uintptr_t a_phase = 0, b_phase = 0;")):
         assert old in src
         kernels.write_text(src.replace(old, new))
-        assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1, new
+        assert _rel(load_bundle(d, **BROKEN_BUILD)(feeds)["y"], want) > 0.1, new
     kernels.write_text(src)
 
 
@@ -234,7 +234,7 @@ def test_a_fetch_stored_unswizzled_is_caught(tmp_path: Path,
     monkeypatch.setattr(compiler, "LOWERED_IN_PROCESS",
                         type(compiler.LOWERED_IN_PROCESS)(limit=4))
     d, feeds, want = _emulated(tmp_path, WAITING, 128, 192, 64)
-    assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1
+    assert _rel(load_bundle(d, **BROKEN_BUILD)(feeds)["y"], want) > 0.1
 
 
 @nvcc_kernel_check("wgmma_sw128")
