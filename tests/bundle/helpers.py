@@ -18,6 +18,10 @@ from onnx import TensorProto, helper, numpy_helper
 #: the strictest flags the generated C must pass (issue 5)
 STRICT = ("-Wall", "-Wextra", "-Werror", "-pedantic")
 RTOL = 1e-4
+#: how a test builds a bundle it broke on purpose and expects to be far off the reference:
+#: at gcc's -O0 (the same C, about 0.4 CPU s a build less than the -O3 of ``kiln run``,
+#: which every bundle meant to be right keeps)
+BROKEN_BUILD = {"extra_flags": ("-O0",)}
 
 _NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
                np.dtype(np.int32): TensorProto.INT32, np.dtype(np.bool_): TensorProto.BOOL}
@@ -209,7 +213,11 @@ def nvcc_unit(bundles: Sequence[Sequence[Path]], unit: Path) -> list[str]:
 
     Each bundle's sources go into a namespace of their own (``kiln_unit_<i>``: their static
     names -- ``kiln_workspace``, the device helpers -- stay apart), and every macro a source
-    defines is ``#undef``-ed after it, so no bundle sees another's. The headers the
+    defines is ``#undef``-ed after it, so no bundle sees another's. The kernels' dynamic
+    shared memory (``extern __shared__ ... kiln_smem[]``, declared in ``extern "C"``
+    functions, so one name across the namespaces) is renamed ``kiln_smem_<i>`` by a macro:
+    nvcc refuses one array declared with two alignments (the ``.sw128`` tiles' 1024, the
+    others' 128). The headers the
     sources include from outside their own bundle's ``src`` and ``include`` (the system's
     and the CUDA toolkit's, the runtime's ``kiln_runtime.h``) are included once, at file
     scope, just before the first source that needs them, in the sources' order: the first
@@ -262,8 +270,9 @@ def nvcc_unit(bundles: Sequence[Sequence[Path]], unit: Path) -> list[str]:
                     hoisted.append(line)
                     text.append(line + "\n")
             macros = sorted(set(_DEFINE.findall(src.read_text())))
-            text.append(f'namespace kiln_unit_{i} {{\n#include "{src}"\n}}\n' +
-                        "".join(f"#undef {m}\n" for m in macros))
+            text.append(f"#define kiln_smem kiln_smem_{i}\n"
+                        f'namespace kiln_unit_{i} {{\n#include "{src}"\n}}\n' +
+                        "".join(f"#undef {m}\n" for m in macros) + "#undef kiln_smem\n")
     unit.write_text("".join(text))
     return [f"-I{d}" for d in search]
 
@@ -308,6 +317,8 @@ class KernelChecks:
 
     bundles: dict[str, dict[str, Path] | Exception]
     built: bool
+    #: the shared run's errors where it failed
+    errors: str = ""
 
     @classmethod
     def build(cls, names: Sequence[str], out: Path) -> KernelChecks:
@@ -318,9 +329,9 @@ class KernelChecks:
             except Exception as e:  # (its own test raises it)
                 bundles[name] = e
         ok = [d for got in bundles.values() if isinstance(got, dict) for d in got.values()]
-        built = bool(ok) and shutil.which("nvcc") is not None and \
-            nvcc_kernels(ok, out).returncode == 0
-        return cls(bundles, built)
+        res = nvcc_kernels(ok, out) if ok and shutil.which("nvcc") else None
+        return cls(bundles, res is not None and res.returncode == 0,
+                   res.stderr if res is not None else "")
 
     def of(self, name: str) -> dict[str, Path]:
         """Check ``name``'s bundles; raises what its builder raised."""
@@ -331,11 +342,16 @@ class KernelChecks:
 
     def check(self, name: str, tmp: Path) -> None:
         """Assert that nvcc built check ``name``'s kernels: in the shared run, or -- where
-        that run failed -- in a run of their own, whose errors are this check's."""
+        that run failed -- in a run of their own, whose errors are this check's; and that
+        the shared run's errors do not name its kernels (they built alone)."""
         if self.built:
             return
         res = nvcc_kernels(list(self.of(name).values()), tmp)
         assert res.returncode == 0, f"{name}: {res.stderr[-3000:]}"
+        # (built alone but not with the others: the shared unit broke them, and every
+        # check would pay nvcc's fixed cost again)
+        assert not any(f"{d.resolve()}/" in self.errors for d in self.of(name).values()), \
+            f"{name}: its kernels build alone, not in the shared run: {self.errors[-3000:]}"
 
 
 def make(bundle: Path, *args: str, cflags: str | None = None) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import nvcc_kernel_check
+from tests.bundle.helpers import BROKEN_BUILD, nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import wmma_gemm
 from toolchain.bundle import compile_model, compiler, load_bundle
@@ -177,7 +177,7 @@ def test_the_overlapped_sw128_kernel_is_race_free_and_its_barrier_needed() -> No
     check_races(f)
     barriers = [n for n, _ in st.walk(f.body) if isinstance(n, ir.Stmt) and is_barrier(n)]
     assert len(barriers) == 2
-    assert find_races(st.replace_stmts(f, {id(barriers[-1]): None}), max_blocks=1)
+    assert find_races(st.replace_stmts(f, {id(barriers[-1]): None}), max_blocks=1, limit=1)
 
 
 def _emulated(tmp: Path, tiles: WmmaTiles, m: int, k: int, n: int) -> tuple[Path, Any, Any]:
@@ -220,7 +220,7 @@ def test_sw128_gemms_emulated_match_the_reference(tiles: WmmaTiles, m: int, k: i
                      (phase, "const uintptr_t a_phase = 0, b_phase = 0;")):
         assert old in src
         kernels.write_text(src.replace(old, new))
-        assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1, new
+        assert _rel(load_bundle(d, **BROKEN_BUILD)(feeds)["y"], want) > 0.1, new
     kernels.write_text(src)
 
 
@@ -234,7 +234,7 @@ def test_a_fetch_stored_unswizzled_is_caught(tmp_path: Path,
     monkeypatch.setattr(compiler, "LOWERED_IN_PROCESS",
                         type(compiler.LOWERED_IN_PROCESS)(limit=4))
     d, feeds, want = _emulated(tmp_path, WAITING, 128, 192, 64)
-    assert _rel(load_bundle(d)(feeds)["y"], want) > 0.1
+    assert _rel(load_bundle(d, **BROKEN_BUILD)(feeds)["y"], want) > 0.1
 
 
 @nvcc_kernel_check("wgmma_sw128")
