@@ -373,6 +373,13 @@ def test_wgmma_gemms_on_the_gpu_match_the_reference(m: int, k: int, n: int,
     """The PTX itself (the descriptors, the core-matrix layouts, wgmma's register layout
     the epilogue assumes), which the emulation can only follow as the ISA documents it,
     on an H100/H200 (sm_90a)."""
+    gpu_gemm_matches_reference(tiles, m, k, n, tmp_path)
+
+
+def gpu_gemm_matches_reference(tiles: WmmaTiles, m: int, k: int, n: int,
+                               tmp_path: Path) -> None:
+    """The fp16 ``m x k x n`` dense layer's cuda-sm90 bundle with ``tiles``, run twice on
+    the GPU, within the fp16 tolerance of the reference executor."""
     model, feeds = gemm_model(m, k, n)
     want = run_graph(from_onnx(model), feeds)["y"]
     with wmma_tiles(tiles):

@@ -23,6 +23,7 @@ import pytest
 from tests.bundle.helpers import BROKEN_BUILD, nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import wmma_gemm
+from tests.schedules.gpu.test_wgmma import gpu_gemm_matches_reference
 from toolchain.bundle import compile_model, compiler, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
@@ -274,13 +275,7 @@ def test_sw128_gemms_on_the_gpu_match_the_reference(tiles: WmmaTiles, m: int, k:
     1 (the XOR on the absolute address bits, the k16 calls' start addresses 32 bytes into
     a row) and the launch giving dynamic shared memory a 1024-byte aligned base, on an
     H100/H200 (sm_90a)."""
-    model, feeds = gemm_model(m, k, n)
-    want = run_graph(from_onnx(model), feeds)["y"]
-    with wmma_tiles(tiles):
-        mod = load_bundle(compile_model(model, "cuda-sm90", tmp_path / "g", progress=False,
-                                        precision="fp16"))
-    for _ in range(2):
-        assert _rel(np.asarray(mod(feeds)["y"]), want) < FP16_TOL
+    gpu_gemm_matches_reference(tiles, m, k, n, tmp_path)
 
 
 def _tile_of_registers(regs: np.ndarray) -> np.ndarray:

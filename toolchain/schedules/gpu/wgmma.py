@@ -117,16 +117,18 @@ class WgmmaSet:
         return dict(self.products).get((n, k))
 
 
+def _index_terms(acc: Any) -> list[tuple[tuple[str, int], ...]]:
+    """Each index of a behaviour's access as its sorted (variable, coefficient) terms (a
+    constant index: ``()``)."""
+    return [tuple(sorted(x.terms)) if not x.const else () for x in acc.index]
+
+
 def _core_matrix_gemm(beh: Any) -> bool:
     """``C[i, c, f] += A[d, i, e] * B[c, 8 * d + e, f]`` exactly."""
     if not beh.accumulate or len(beh.inputs()) != 2:
         return False
     a, b = beh.inputs()
-
-    def names(acc: Any) -> list[tuple[tuple[str, int], ...]]:
-        return [tuple(sorted(x.terms)) if not x.const else () for x in acc.index]
-
-    out, ai, bi = names(beh.output), names(a), names(b)
+    out, ai, bi = _index_terms(beh.output), _index_terms(a), _index_terms(b)
     if len(out) != 3 or len(ai) != 3 or len(bi) != 3 or any(len(t) != 1 for t in out):
         return False
     (i, _), (c, _), (f, _) = (t[0] for t in out)
@@ -142,11 +144,7 @@ def _swizzled_gemm(beh: Any) -> bool:
     if not beh.accumulate or len(beh.inputs()) != 2:
         return False
     a, b = beh.inputs()
-
-    def names(acc: Any) -> list[tuple[tuple[str, int], ...]]:
-        return [tuple(sorted(x.terms)) if not x.const else () for x in acc.index]
-
-    out, ai, bi = names(beh.output), names(a), names(b)
+    out, ai, bi = _index_terms(beh.output), _index_terms(a), _index_terms(b)
     if len(out) != 3 or len(ai) != 2 or len(bi) != 2 or any(len(t) != 1 for t in out):
         return False
     (i, _), (c, _), (f, _) = (t[0] for t in out)
