@@ -104,7 +104,17 @@ def _vectorize(sch: Schedule, loop: LoopRV, lanes: int) -> None:
 
 
 def _plain_reduction(sch: Schedule, blk: Any, lanes: int) -> None:
-    """The reduction loop outside the contiguous one, which is vectorized."""
+    """The reduction loop outside the contiguous one, which is vectorized. A block whose
+    contiguous (last spatial) or reduction axis has length 1 is left as it is: that loop
+    is gone after ``compute_at``, so its last two loops are not the pair (Sq = Dv = 1,
+    a one-query head of width 1, raised ``ValueError`` or a ``reorder`` error)."""
+    ivs = sch.get(blk).iter_vars
+    spatial_ivs = [iv for iv in ivs if iv.iter_type == ir.IterType.SPATIAL]
+    red_ivs = [iv for iv in ivs if iv.iter_type != ir.IterType.SPATIAL]
+    if not spatial_ivs or not red_ivs or any(
+            not isinstance(iv.dom.extent, ir.IntImm) or int(iv.dom.extent.value) < 2
+            for iv in (spatial_ivs[-1], red_ivs[-1])):
+        return
     spatial, red = sch.get_loops(blk)[-2:]
     sch.reorder(red, spatial)
     init = sch.decompose_reduction(blk, red)
