@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                        ("--recurrent", "LSTM, GRU and RNN with their attributes"),
                        ("--attention", "the attention pattern (MatMul-scale-mask-Softmax-"
                         "MatMul, heads) and the Attention op"),
-                       ("--control-flow", "If, Loop and Scan")):
+                       ("--control-flow", "If, Loop and Scan"),
+                       ("--conv-chain", "a chain of 2-4 convolutions from a 12-28 pixel "
+                        "image first (what NAME:budget tiles)")):
         ap.add_argument(flag, action="store_true", help=f"opset-23 graphs with {what} "
                         "(tests/fuzz/modern.py; combine freely)")
     ap.add_argument("--symbolic", action="store_true",
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     args.int8 = args.int8 or args.accelerator or args.power_of_two_scales
     args.groups = tuple(g for g, on in (("opset18", args.opset18), ("recurrent", args.recurrent),
                                         ("attention", args.attention),
-                                        ("control", args.control_flow)) if on) or \
+                                        ("control", args.control_flow),
+                                        ("convchain", args.conv_chain)) if on) or \
         (("opset18",) if args.symbolic else ())
     default = "vta" if args.accelerator else ",".join(TARGETS + BACKENDS)
     # "reference": no bundle, the reference executor alone (thousands of graphs cheaply)

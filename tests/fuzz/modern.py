@@ -360,6 +360,33 @@ def _axes_to_input(b: Builder, node: onnx.NodeProto) -> None:
             return
 
 
+def conv_chain(b: Builder, x: str) -> str:
+    """2–4 convolutions from ``x`` (``[1, C, H, W]``), each read by the next alone, with a
+    Relu or Clip between: the chain a RAM budget tiles into patches (``NAME:budget``;
+    docs/embedded.md, "Patch-based inference"). Returns the chain's output."""
+    for _ in range(b.randint(2, 4)):
+        n, c, h, w = b.tensors[x]
+        k = b.choice([1, 3, 3, 5]) if min(h, w) >= 5 else 1
+        st = b.choice([1, 1, 2])
+        dl = 2 if k == 3 and min(h, w) >= 8 and b.rng.random() < 0.2 else 1
+        p = b.randint(0, (k - 1) * dl // 2 + (k > 1))
+        p = min(p, (k - 1) * dl)
+        dw = b.rng.random() < 0.25 and c > 1
+        m = c if dw else b.randint(2, 8)
+        oh = (h + 2 * p - dl * (k - 1) - 1) // st + 1
+        ow = (w + 2 * p - dl * (k - 1) - 1) // st + 1
+        if min(oh, ow) < 2:
+            break
+        x = b.node("Conv", [x, b.weight((m, 1 if dw else c, k, k)), b.weight((m,), 0.2)],
+                   (n, m, oh, ow), kernel_shape=[k, k], strides=[st, st], pads=[p] * 4,
+                   dilations=[dl, dl], group=c if dw else 1)[0]
+        if b.rng.random() < 0.7:
+            x = b.node("Relu", [x], (n, m, oh, ow))[0] if b.rng.random() < 0.6 else \
+                b.node("Clip", [x, b.const(np.array(0.0, F32)), b.const(np.array(6.0, F32))],
+                       (n, m, oh, ow))[0]
+    return x
+
+
 Gen = tuple[tuple[Callable[[Builder], bool], float], ...]
 
 #: the groups of op families, by the flag that asks for them
@@ -373,11 +400,12 @@ def _groups() -> dict[str, Gen]:
     from tests.fuzz.sequence import ATTENTION, RECURRENT
 
     return {"opset18": OPSET18, "recurrent": RECURRENT, "attention": ATTENTION,
-            "control": CONTROL, "dynamic": DYNAMIC}
+            "control": CONTROL, "dynamic": DYNAMIC, "convchain": ()}
 
 
-#: every group's name (``random_modern_model(groups=)``)
-GROUPS = ("opset18", "recurrent", "attention", "control", "dynamic")
+#: every group's name (``random_modern_model(groups=)``; ``convchain``: the graph starts
+#: with :func:`conv_chain` from a larger image)
+GROUPS = ("opset18", "recurrent", "attention", "control", "dynamic", "convchain")
 
 
 def random_modern_model(seed: int, max_nodes: int = 10,
@@ -401,11 +429,19 @@ def random_modern_model(seed: int, max_nodes: int = 10,
                  int(rng.integers(3, 8))),
              3: (int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(2, 9))),
              2: (int(rng.integers(1, 6)), int(rng.integers(2, 12)))}[rank]
+    if "convchain" in groups:
+        shape = (1, int(rng.integers(1, 4)), int(rng.integers(12, 29)),
+                 int(rng.integers(12, 29)))
     b.tensors["x"] = shape
     inputs = {"x": rng.standard_normal(shape).astype(F32)}
     if rng.random() < 0.3:
         b.tensors["x2"] = shape
         inputs["x2"] = rng.standard_normal(shape).astype(F32)
+    if "convchain" in groups:
+        b.tensors.pop("x2", None)
+        conv_chain(b, "x")
+        for t in list(b.tensors)[:-1]:  # read by the next layer alone
+            b.tensors.pop(t)
     g.grow(b, gens, max_nodes)
     for node in b.nodes:  # the CI families' reductions in their opset-18 form
         _axes_to_input(b, node)

@@ -187,6 +187,8 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
     if variant == "budget":
         plain = compile_model(model, name, out / "plain", progress=False, input_shapes=shapes)
         arena = int(json.loads((plain / "metadata.json").read_text())["arena_bytes"])
+        if arena == 0:  # every tensor in the caller's buffers: nothing to budget
+            raise BudgetUnmet("the plain plan has no arena")
         try:
             path = compile_model(model, name, out / "budget", progress=False,
                                  input_shapes=shapes,

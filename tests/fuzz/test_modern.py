@@ -75,3 +75,16 @@ def test_onnxruntimes_resize_by_kept_aspect_ratio_is_no_kiln_finding(monkeypatch
     monkeypatch.setattr(reference, "run_graph", lambda *a, **k: {
         n: v + np.float32(1) for n, v in real(*a, **k).items()})
     assert [f.kind for f in check(model, {"x": x}, ())] == ["wrong"]
+
+
+def test_a_conv_chain_under_a_ram_budget_runs_in_patches_and_matches() -> None:
+    """``--conv-chain`` on ``c-generic:budget``: the plain bundle, then one under 60 % of
+    its arena, whose first convolutions run tile by tile; it must still match
+    onnxruntime, and the count says a patch stage was made."""
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    model, inputs = random_modern_model(9002, groups=("convchain",))
+    assert [n.op_type for n in model.graph.node][:3] == ["Conv", "Clip", "Conv"]
+    assert check(model, inputs, ("c-generic:budget",), counts) == []
+    assert counts["c-generic:budget patched"] == 1
