@@ -69,8 +69,16 @@ class Finding:
 def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray], optimize: bool = True
             ) -> dict[str, np.ndarray]:
     """``model``'s outputs as onnxruntime computes them (on one thread; ``optimize=False``:
-    without its graph optimizations, each node by its own kernel)."""
+    without its graph optimizations, each node by its own kernel). A recurrent node of
+    ``layout`` 1, which onnxruntime's CPU provider refuses, runs as its layout-0 twin
+    between Transposes (``tests.bundle.test_recurrent.ort_twin``)."""
     import onnxruntime as ort
+
+    if any(n.op_type in ("LSTM", "GRU", "RNN") and any(
+            a.name == "layout" and a.i == 1 for a in n.attribute) for n in model.graph.node):
+        from tests.bundle.test_recurrent import ort_twin
+
+        model = ort_twin(model)
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1

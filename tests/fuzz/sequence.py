@@ -7,8 +7,9 @@
   ScaledTanh), ``clip``, constant ``sequence_lens`` (shorter sequences, now and then an
   empty one), initial states (constants or computed tensors), biases, peepholes,
   ``input_forget``, ``linear_before_reset``, any subset of the outputs; ``Y`` reshaped to
-  ``[seq, batch, dirs·hidden]`` so a second layer can follow. ``layout`` stays 0:
-  onnxruntime's CPU provider refuses 1 (docs/ops.md), so it cannot be the oracle there.
+  ``[seq, batch, dirs·hidden]`` so a second layer can follow; ``layout`` 1 now and then
+  (``[batch, seq, ...]``): onnxruntime's CPU provider refuses it, so the oracle gives
+  onnxruntime the layout-0 twin between Transposes (:func:`tests.fuzz.oracle.run_ort`).
 * The scaled-dot-product pattern as exporters write it, from a ``[batch, seq, embed]``
   tensor: Q/K/V projections, Reshape to heads and Transposes (K straight to ``[B, H, D,
   S]`` or via ``[B, H, S, D]``), the scale (on the scores, by Mul or Div, or on Q and K
@@ -51,12 +52,17 @@ def _rnn(b: Builder) -> bool:
     if got is None:
         return False
     x, (seq, batch, isz) = got
+    layout = int(b.rng.random() < 0.3)  # [batch, seq, input]: the same tensor read so
+    if layout:
+        seq, batch = batch, seq
     op = b.choice(["LSTM", "GRU", "RNN"])
     gates, n_act = {"LSTM": (4, 3), "GRU": (3, 2), "RNN": (1, 1)}[op]
     direction = b.choice(["forward", "reverse", "bidirectional"])
     dirs = 2 if direction == "bidirectional" else 1
     h = b.randint(1, 5)
     attrs: dict = {"hidden_size": h, "direction": direction}
+    if layout:
+        attrs["layout"] = 1
     if b.rng.random() < 0.4:
         acts = [b.choice(list(ACTIVATIONS)) for _ in range(n_act * dirs)]
         attrs["activations"] = acts
@@ -81,7 +87,7 @@ def _rnn(b: Builder) -> bool:
         inputs.append(b.const(lens.astype(np.int32)))
     else:
         inputs.append("")
-    hs = (dirs, batch, h)
+    hs = (batch, dirs, h) if layout else (dirs, batch, h)
     for _ in range(2 if op == "LSTM" else 1):  # initial_h (and initial_c)
         r = b.rng.random()
         state = b.pick(lambda t: t == hs) if 0.3 <= r < 0.45 else None
@@ -104,7 +110,12 @@ def _rnn(b: Builder) -> bool:
             node.output[i] = ""
     while node.output and node.output[-1] == "":
         node.output.pop()
-    if keep[0]:  # Y as the next layer's input: [seq, batch, dirs * hidden]
+    if keep[0] and layout:  # Y [batch, seq, dirs, hidden] as the next layer's input
+        y = names[0]
+        b.tensors[y] = (batch, seq, dirs, h)
+        b.node("Reshape", [y, b.const(np.array([batch, seq, dirs * h], np.int64))],
+               (batch, seq, dirs * h))
+    elif keep[0]:  # Y as the next layer's input: [seq, batch, dirs * hidden]
         y = names[0]
         b.tensors[y] = (seq, dirs, batch, h)
         t = b.node("Transpose", [y], (seq, batch, dirs, h), perm=[0, 2, 1, 3])[0]
@@ -112,7 +123,7 @@ def _rnn(b: Builder) -> bool:
                (seq, batch, dirs * h))
     for i in (1, 2):
         if i < n_out and keep[i]:
-            b.tensors[names[i]] = (dirs, batch, h)
+            b.tensors[names[i]] = hs
     return True
 
 

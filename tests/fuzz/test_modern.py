@@ -17,7 +17,7 @@ DRAWS = {
     "opset18": ("Split.num_outputs", "Pad.mode", "GroupNormalization", "Gelu", "Mish",
                 "ReduceL2", "ReduceLogSumExp", "Resize.keep_aspect_ratio_policy"),
     "recurrent": ("LSTM", "GRU", "RNN", "LSTM.clip", "GRU.linear_before_reset",
-                  "RNN.activations"),
+                  "RNN.activations", "LSTM.layout", "GRU.layout"),
     "attention": ("Softmax", "Attention", "Attention.is_causal", "Where"),
     "control": ("If", "Loop", "Scan", "Scan.scan_output_axes"),
 }
