@@ -116,7 +116,7 @@ def ort_twin(model: onnx.ModelProto) -> onnx.ModelProto:
         ins = list(node.input)
         for i in (0, 5, 6):  # X, initial_h, initial_c: [batch, d0, d1] -> [d0, batch, d1]
             if i < len(ins) and ins[i]:
-                t0 = f"{node.name}_{ins[i]}_t0"
+                t0 = f"{node.name}_{i}_{ins[i]}_t0"  # X may be initial_h too
                 nodes.append(helper.make_node("Transpose", [ins[i]], [t0], perm=[1, 0, 2]))
                 ins[i] = t0
         outs = [o + "_t0" if o else "" for o in node.output]
