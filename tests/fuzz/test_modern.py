@@ -88,3 +88,28 @@ def test_a_conv_chain_under_a_ram_budget_runs_in_patches_and_matches() -> None:
     assert [n.op_type for n in model.graph.node][:3] == ["Conv", "Clip", "Conv"]
     assert check(model, inputs, ("c-generic:budget",), counts) == []
     assert counts["c-generic:budget patched"] == 1
+
+
+def test_a_cut_keeps_the_weights_a_scan_body_reads() -> None:
+    """The shrinker's prefix of a model whose Scan body reads an outer initializer keeps
+    that initializer (it dropped it: onnxruntime refused the cut, seed 20018 of
+    ``--control-flow``)."""
+    from tests.fuzz.oracle import _prefix_model as prefix  # noqa: PLC2701 - same package
+
+    for seed in range(40):
+        model, inputs = random_modern_model(seed, groups=("control",))
+        scans = [n for n in model.graph.node if n.op_type == "Scan"]
+        if scans:
+            break
+    cut = prefix(model, scans[0].output[1], inputs)
+    run_ort(cut, {i.name: inputs[i.name] for i in cut.graph.input})
+
+
+def test_a_float16_output_beyond_its_range_is_ambiguous() -> None:
+    """A float32 result above 65504 is infinite in float16: no ``wrong`` finding on a
+    ``NAME:fp16`` target (seed 22013 of ``--recurrent --symbolic``: an LSTM with Relu and
+    Affine activations reaches 6e11)."""
+    model, inputs = random_modern_model(22013, groups=("recurrent",), symbolic=True)
+    assert max(float(np.abs(v).max()) for v in run_ort(model, inputs).values()) > 65504
+    findings = check(model, inputs, ("c-generic:fp16",))
+    assert [f.kind for f in findings] == ["ambiguous"], findings
