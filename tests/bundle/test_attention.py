@@ -90,6 +90,12 @@ def _kernels(path):
     dict(b=1, h=2, sq=21, sk=21, d=16, dv=16, mask="causal"),
     dict(b=2, h=2, sq=10, sk=10, d=4, dv=4, mask="bool"),
     dict(b=1, h=4, sq=12, sk=12, d=8, dv=8, kv_heads=1, prescaled=True),  # MQA by broadcast
+    # one query, value heads of width 1 (the fuzzer's --attention seed 2001): the schedule
+    # took the wrong loops for the V product and the build raised
+    dict(b=3, h=1, sq=1, sk=1, d=2, dv=1),
+    dict(b=1, h=2, sq=1, sk=4, d=2, dv=1, mask="add"),
+    # one query and one key (seed 2027): the V product's register tile took the loops
+    dict(b=1, h=2, sq=1, sk=1, d=1, dv=2),
 ])
 def test_pattern_fused_and_matches_onnxruntime(tmp_path, case):
     model = sdpa_model(**case)

@@ -309,3 +309,28 @@ def test_cortex_m_convolutions_with_unit_loops_compile_and_match(tmp_path):
     assert_matches(run_graph(from_onnx(m), inputs), want)
     path, _ = compile_board(m, "qemu-mps2-an386", tmp_path / "fw", build=False)
     assert_matches(run_on_qemu(path, inputs).outputs, want)
+
+
+def test_composite_reductions_over_no_axis_keep_their_elementwise_step(tmp_path):
+    """``noop_with_empty_axes=1`` with empty ``axes`` reduces over no axis, and ONNX's
+    composite reductions still apply their element-wise step there (ReduceL1 and ReduceL2
+    give |x|, ReduceSumSquare x², ReduceLogSum log x; onnxruntime agrees). The reference
+    and the bundles returned x itself: wrong wherever x < 0 or x ≠ 1 (the fuzzer's
+    ``--opset18`` seed 1046)."""
+    ops = ("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+           "ReduceProd", "ReduceMean", "ReduceMax")
+    nodes = [h.make_node("Abs", ["x"], ["ax"])]
+    for op in ops:  # log of |x|: a positive operand
+        src = "ax" if op == "ReduceLogSum" else "x"
+        nodes.append(h.make_node(op, [src, "none"], [op], noop_with_empty_axes=1,
+                                 keepdims=0))
+    m = make_model(nodes, {"x": (F, [2, 3])}, {op: (F, [2, 3]) for op in ops},
+                   inits={"none": np.array([], I64)}, opset=18)
+    x = _rand(2, 3) * 2
+    want = run_ort(m, {"x": x})
+    assert want["ReduceL2"].min() > 0 and x.min() < 0  # |x|, not x
+    _check(m, tmp_path, {"x": x}, target="c-generic")
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+
+    assert_matches(run_graph(from_onnx(m), {"x": x}), want)

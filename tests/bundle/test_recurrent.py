@@ -116,7 +116,7 @@ def ort_twin(model: onnx.ModelProto) -> onnx.ModelProto:
         ins = list(node.input)
         for i in (0, 5, 6):  # X, initial_h, initial_c: [batch, d0, d1] -> [d0, batch, d1]
             if i < len(ins) and ins[i]:
-                t0 = f"{node.name}_{ins[i]}_t0"
+                t0 = f"{node.name}_{i}_{ins[i]}_t0"  # X may be initial_h too
                 nodes.append(helper.make_node("Transpose", [ins[i]], [t0], perm=[1, 0, 2]))
                 ins[i] = t0
         outs = [o + "_t0" if o else "" for o in node.output]
@@ -323,3 +323,18 @@ def test_empty_sequences_give_constant_outputs_the_bundle_still_writes(tmp_path:
     assert_matches(got, want)
     # fresh output buffers are often zero anyway: check that the copies are there
     assert (path / "src" / "recurrent.c").read_text().count("is a constant: copy it") == 2
+
+
+def test_precision_fp16_bundle_of_the_three_ops(tmp_path: Path) -> None:
+    """``--precision fp16`` refused every model with an LSTM, GRU or RNN (the ops take
+    float32 only; the fuzzer's ``--recurrent`` on ``c-generic:fp16``, seeds 7001–7029):
+    their expansion goes to float16 like every other op. Judged with the fuzzer's coarse
+    float16 tolerance, after the reference executor on the same model."""
+    model = make_recurrent_model([("LSTM", "bidirectional", 0, "lens", {"clip": 3.0}),
+                                  ("GRU", "reverse", 0, "full", {"linear_before_reset": 1}),
+                                  ("RNN", "forward", 0, "plain", {})], seed=5)
+    feeds = feeds_for(model)
+    want = run_ort(model, feeds)
+    assert_matches(run_graph(from_onnx(model), feeds), want, rtol=1e-5)
+    _, got = compile_run(model, tmp_path, feeds, target="c-generic", precision="fp16")
+    assert_matches(got, want, rtol=5e-2)

@@ -10,6 +10,12 @@ seed and unshrunk model, not the end of the campaign. Exits 1 when anything was 
 ``--wide`` draws float graphs from the op families, dtypes (casts, integer arithmetic),
 ranks and structures the CI generator leaves out (:mod:`tests.fuzz.wide`).
 
+``--opset18``, ``--recurrent``, ``--attention`` and ``--control-flow`` (any together)
+draw opset-23 graphs with those op groups (:mod:`tests.fuzz.modern`,
+:mod:`tests.fuzz.sequence`); ``--symbolic`` declares their inputs' dimensions symbolic
+(bound at compile time) and adds Shape-computed Reshapes. A target ``NAME:budget``
+compiles under a RAM budget below the plain plan's arena (patch stages).
+
 ``--accelerator`` draws int8 graphs shaped for an accelerator target
 (:mod:`tests.fuzz.accel`; targets default to ``vta``) and reports how many bundles put
 layers on the accelerator, so a campaign that silently stays on the host shows.
@@ -31,6 +37,7 @@ import onnx
 
 from tests.fuzz.accel import random_accel_model
 from tests.fuzz.graphs import INT8_FAMILIES, random_model
+from tests.fuzz.modern import random_modern_model
 from tests.fuzz.oracle import check, check_int8, shrink, slug
 from tests.fuzz.wide import random_wide_model
 
@@ -68,10 +75,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wide", action="store_true",
                     help="float graphs over the op families, dtypes, ranks and structures "
                          "the CI generator never draws as well (tests/fuzz/wide.py)")
+    for flag, what in (("--opset18", "opset 18+ forms: reductions with an axes input, "
+                         "Split num_outputs, Pad axes/wrap, Layer/GroupNormalization, Gelu, "
+                         "Mish, Resize axes/antialias"),
+                       ("--recurrent", "LSTM, GRU and RNN with their attributes"),
+                       ("--attention", "the attention pattern (MatMul-scale-mask-Softmax-"
+                        "MatMul, heads) and the Attention op"),
+                       ("--control-flow", "If, Loop and Scan"),
+                       ("--conv-chain", "a chain of 2-4 convolutions from a 12-28 pixel "
+                        "image first (what NAME:budget tiles)")):
+        ap.add_argument(flag, action="store_true", help=f"opset-23 graphs with {what} "
+                        "(tests/fuzz/modern.py; combine freely)")
+    ap.add_argument("--symbolic", action="store_true",
+                    help="inputs with symbolic dimensions, bound at compile time, and "
+                         "Shape-computed Reshapes (alone: with --opset18's groups)")
     ap.add_argument("--max-nodes", type=int, default=10)
     ap.add_argument("--out", default="fuzz-findings", help="where failing models go")
     args = ap.parse_args(argv)
     args.int8 = args.int8 or args.accelerator or args.power_of_two_scales
+    args.groups = tuple(g for g, on in (("opset18", args.opset18), ("recurrent", args.recurrent),
+                                        ("attention", args.attention),
+                                        ("control", args.control_flow),
+                                        ("convchain", args.conv_chain)) if on) or \
+        (("opset18",) if args.symbolic else ())
     default = "vta" if args.accelerator else ",".join(TARGETS + BACKENDS)
     # "reference": no bundle, the reference executor alone (thousands of graphs cheaply)
     targets = tuple(t for t in (args.targets or default).split(",") if t and t != "reference")
@@ -94,11 +120,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - t0:.0f} s: {found} finding(s) "
           f"({', '.join(f'{k} {counts[k]}' for k in kinds)})")
     for t in targets:
-        if counts[f"{t} bundles"]:
+        if counts[f"{t} bundles"] and not t.endswith(":budget"):
             print(f"{t}: {counts[f'{t} with accelerator layers']} of "
                   f"{counts[f'{t} bundles']} bundles put layers on the accelerator "
                   f"({counts[f'{t} accelerator layers']} layers in all, "
                   f"{counts[f'{t} requantizing layers']} with their epilogue there)")
+        if t.endswith(":budget"):
+            print(f"{t}: {counts[f'{t} patched']} of {counts[f'{t} bundles']} bundles met "
+                  f"the budget with a patch stage, {counts[f'{t} unmet']} budgets unmet")
     return 1 if found else 0
 
 
@@ -108,6 +137,8 @@ def make(seed: int, args: argparse.Namespace) -> tuple[onnx.ModelProto, dict]:
         return random_accel_model(seed, args.max_nodes)
     if args.wide:
         return random_wide_model(seed, args.max_nodes)
+    if args.groups:
+        return random_modern_model(seed, args.max_nodes, args.groups, args.symbolic)
     return random_model(seed, args.max_nodes, INT8_FAMILIES if args.int8 else None)
 
 
@@ -119,7 +150,7 @@ def one_graph(seed: int, args: argparse.Namespace, targets: tuple[str, ...],
     if args.int8:
         findings = check_int8(model, inputs, targets, counts, args.power_of_two_scales)
     else:
-        findings = check(model, inputs, targets)
+        findings = check(model, inputs, targets, counts)
     for f in findings:
         counts[f.kind] += 1
         if f.kind in ("invalid", "ambiguous", "onnxruntime"):

@@ -564,11 +564,22 @@ def grow(b: Builder, gens: tuple[tuple[Callable[[Builder], bool], float], ...],
         fn(b)
 
 
-def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], x_shape: tuple[int, ...]
-             ) -> tuple[onnx.ModelProto, dict]:
+def reads(node: onnx.NodeProto) -> list[str]:
+    """The tensors ``node`` reads: its inputs and the outer-scope names its subgraphs
+    (If, Loop, Scan bodies) read."""
+    names = list(node.input)
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            for n in a.g.node:
+                names += reads(n)
+    return names
+
+
+def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], x_shape: tuple[int, ...],
+             opset: int = OPSET) -> tuple[onnx.ModelProto, dict]:
     """The model of builder ``b``: the last tensor its nodes produced its output (a Relu of
     the input ``x`` of shape ``x_shape`` where none is left), and (drawn by ``b.rng``) up
-    to two earlier ones; the ``inputs`` it uses, checked by ONNX."""
+    to two earlier ones; the ``inputs`` it uses, checked by ONNX at ``opset``."""
     produced = [o for n in b.nodes for o in n.output if o in b.tensors]
     if not produced:
         b.node("Relu", ["x"], x_shape)
@@ -577,7 +588,7 @@ def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], x_shape: tupl
     for o in produced[:-1]:  # intermediate tensors as extra outputs
         if b.rng.random() < 0.2 and len(outs) < 3:
             outs.append(o)
-    used_inputs = {i for n in b.nodes for i in n.input}
+    used_inputs = {i for n in b.nodes for i in reads(n)}
     graph_inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape))
                     for k, v in inputs.items() if k in used_inputs]
     inputs = {k: v for k, v in inputs.items() if k in used_inputs}
@@ -585,8 +596,8 @@ def to_model(b: Builder, name: str, inputs: dict[str, np.ndarray], x_shape: tupl
         b.nodes, name, graph_inputs,
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(b.tensors[o]))
          for o in outs], b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="kiln-fuzz")
-    model.ir_version = 8
+    model.ir_version = 8 if opset <= 17 else 10
     onnx.checker.check_model(model)
     return model, inputs

@@ -18,7 +18,10 @@ expanded row values one ulp apart, and which index wins is noise; the mean of ``
 and ``erf(-x)`` is 1e-9 in one implementation and 0 in another, and ``Less(., 0)``
 flips), nor one where onnxruntime's graph optimizations change its own result and its
 plain kernels (``ORT_DISABLE_ALL``) agree with Kiln (``onnxruntime``: a Transpose into
-a MatMul by a 1-D operand, fused, is wrong in onnxruntime 1.32).
+a MatMul by a 1-D operand, fused, is wrong in onnxruntime 1.32), nor one where ONNX's
+own reference evaluator (``onnx.reference``) disagrees with onnxruntime's plain kernels
+and agrees with Kiln (``onnxruntime`` too: Resize by ``sizes`` with
+``keep_aspect_ratio_policy`` and ``align_corners``, docs/testing.md).
 Targets this host cannot run (CPU features it lacks) are skipped.
 
 ``shrink(model, inputs, finding, targets)`` cuts a failing model down to the smallest
@@ -66,8 +69,16 @@ class Finding:
 def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray], optimize: bool = True
             ) -> dict[str, np.ndarray]:
     """``model``'s outputs as onnxruntime computes them (on one thread; ``optimize=False``:
-    without its graph optimizations, each node by its own kernel)."""
+    without its graph optimizations, each node by its own kernel). A recurrent node of
+    ``layout`` 1, which onnxruntime's CPU provider refuses, runs as its layout-0 twin
+    between Transposes (``tests.bundle.test_recurrent.ort_twin``)."""
     import onnxruntime as ort
+
+    if any(n.op_type in ("LSTM", "GRU", "RNN") and any(
+            a.name == "layout" and a.i == 1 for a in n.attribute) for n in model.graph.node):
+        from tests.bundle.test_recurrent import ort_twin
+
+        model = ort_twin(model)
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
@@ -78,6 +89,24 @@ def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray], optimize: boo
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, inputs), strict=True))
+
+
+def run_onnx_reference(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
+                       ) -> dict[str, np.ndarray] | None:
+    """``model``'s outputs as ``onnx.reference`` (ONNX's own evaluator, the
+    specification in numpy) computes them; None where it cannot run the model. The
+    second opinion where onnxruntime and Kiln disagree."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sess = ReferenceEvaluator(model)
+            names = [o.name for o in model.graph.output]
+            return {k: np.asarray(v) for k, v in
+                    zip(names, sess.run(None, inputs), strict=True)}
+    except Exception:  # noqa: BLE001 - an op it lacks: no second opinion
+        return None
 
 
 def max_rel(got: np.ndarray, want: np.ndarray) -> float:
@@ -109,6 +138,28 @@ def compare_outputs(got: dict[str, np.ndarray], want: dict[str, np.ndarray],
     return None
 
 
+def bound_shapes(model: onnx.ModelProto, inputs: dict[str, np.ndarray]
+                 ) -> dict[str, tuple[int, ...]] | None:
+    """The shapes of ``inputs`` for each graph input declared with a symbolic or unknown
+    dimension (what ``kiln compile --input-shape`` binds), or None when every input is
+    static."""
+    shapes = {}
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name in inputs and any(not d.HasField("dim_value") for d in dims):
+            shapes[vi.name] = tuple(int(d) for d in np.shape(inputs[vi.name]))
+    return shapes or None
+
+
+#: ``NAME:budget``: a RAM budget of this fraction of the plain plan's arena
+BUDGET_FRACTION = 0.6
+
+
+class BudgetUnmet(Exception):
+    """A ``NAME:budget`` build whose budget no patch stage meets (a clear refusal, the
+    graph has no convolution chain to tile): no finding, nothing to compare."""
+
+
 def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
            out: Path) -> dict[str, np.ndarray]:
     """Compile ``model`` for ``target`` into ``out`` and run it: a target name (built for
@@ -116,29 +167,51 @@ def run_on(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str,
     target's kernels run thread by thread in C on this CPU), ``NAME:threads`` (compiled
     for 3 cores and run on 3 threads: uneven chunks, the SPMD kernels and the pool),
     ``NAME:fp16`` (``precision="fp16"``, judged with :data:`FP16_RTOL`),
-    ``NAME:fp16emulate`` (both) or ``board:NAME`` (a firmware for that board, run under QEMU)."""
+    ``NAME:fp16emulate`` (both), ``NAME:budget`` (``ram_budget`` at
+    :data:`BUDGET_FRACTION` of the plain plan's arena: patch stages; :class:`BudgetUnmet`
+    where none meets it) or ``board:NAME`` (a firmware for that board, run under QEMU).
+    A model with symbolic input dimensions is compiled with them bound to the shapes of
+    ``inputs`` (:func:`bound_shapes`)."""
+    import json
     from dataclasses import replace
 
     from toolchain.bundle import compile_model, load_bundle
+    from toolchain.errors import OptionError
     from toolchain.target import resolve_target
 
+    shapes = bound_shapes(model, inputs)
     name, _, variant = target.partition(":")
     if name == "board":
         from toolchain.boards import compile_board
         from toolchain.boards.qemu import run_on_qemu
 
-        path, _ = compile_board(model, variant, out, build=False)
+        path, _ = compile_board(model, variant, out, build=False, input_shapes=shapes)
         return run_on_qemu(path, inputs).outputs
     if variant == "threads":
         bundle = load_bundle(compile_model(model, replace(resolve_target(name), cores=3),
-                                           out, progress=False))
+                                           out, progress=False, input_shapes=shapes))
         bundle.set_threads(3)
         return bundle(inputs)
+    if variant == "budget":
+        plain = compile_model(model, name, out / "plain", progress=False, input_shapes=shapes)
+        arena = int(json.loads((plain / "metadata.json").read_text())["arena_bytes"])
+        if arena == 0:  # every tensor in the caller's buffers: nothing to budget
+            raise BudgetUnmet("the plain plan has no arena")
+        try:
+            path = compile_model(model, name, out / "budget", progress=False,
+                                 input_shapes=shapes,
+                                 ram_budget=max(1, int(arena * BUDGET_FRACTION)))
+        except OptionError as exc:
+            if "cannot be met" in str(exc):
+                raise BudgetUnmet(str(exc)) from None
+            raise
+        return load_bundle(path)(inputs)
     kw = {"backend": "llvm"} if variant == "llvm" else \
         {"emulate": True} if variant == "emulate" else \
         {"precision": "fp16"} if variant == "fp16" else \
         {"precision": "fp16", "emulate": True} if variant == "fp16emulate" else {}
-    return load_bundle(compile_model(model, name, out, progress=False, **kw))(inputs)
+    return load_bundle(compile_model(model, name, out, progress=False, input_shapes=shapes,
+                                     **kw))(inputs)
 
 
 def slug(target: str) -> str:
@@ -183,6 +256,10 @@ def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
             out = Path(tmp) / slug(target)
             try:
                 got = run_on(model, inputs, target, out)
+            except BudgetUnmet:
+                if placed is not None:
+                    placed[f"{target} unmet"] += 1
+                continue
             except TargetError as exc:
                 if "this host" in str(exc) or "CPU" in str(exc):
                     continue  # a target this machine cannot run
@@ -192,6 +269,10 @@ def on_targets(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                 findings.append(Finding(_classify(exc), target,
                                         f"{type(exc).__name__}: {str(exc)[:2000]}"))
                 continue
+            if placed is not None and (out / "budget").is_dir():
+                meta = (out / "budget" / "metadata.json").read_text()
+                placed[f"{target} bundles"] += 1
+                placed[f"{target} patched"] += '"ram_budget"' in meta
             layers = accelerator_layers(out)
             if placed is not None and layers is not None:
                 placed[f"{target} bundles"] += 1
@@ -212,9 +293,12 @@ def _classify(exc: BaseException) -> str:
 
 
 def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
-          targets: tuple[str, ...] = ("c-generic",)) -> list[Finding]:
+          targets: tuple[str, ...] = ("c-generic",),
+          placed: Counter[str] | None = None) -> list[Finding]:
     """Every finding of ``model`` on ``targets`` (see the module docstring); an output is
-    wrong when ``max|got - want| > RTOL * max|want| + ATOL``."""
+    wrong when ``max|got - want| > RTOL * max|want| + ATOL``. ``placed``: counts, as
+    :func:`on_targets` keeps them (``NAME:budget``: bundles, those with a patch stage,
+    budgets unmet)."""
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.reference import run_graph
 
@@ -224,10 +308,17 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         return [Finding("invalid", "onnxruntime", f"{type(exc).__name__}: {exc}")]
     findings = []
     plain: list[dict[str, np.ndarray]] = []  # without onnxruntime's graph optimizations
+    spec: list[dict[str, np.ndarray] | None] = []  # ONNX's reference evaluator
 
     def judge(got: dict[str, np.ndarray], rtol: float = RTOL) -> str | None:
         bad = compare_outputs(got, want, rtol)
         if bad is None:
+            return None
+        big = max((float(np.nanmax(np.abs(w))) for w in want.values()
+                   if w.dtype.kind == "f" and w.size), default=0.0)
+        if rtol == FP16_RTOL and big > 65504.0:  # float16's largest finite value
+            findings.append(Finding("ambiguous", "onnxruntime", (
+                f"an output beyond float16's range (|y| up to {big:.3g}; {bad})")))
             return None
         if not plain:
             plain.append(run_ort(model, inputs, optimize=False))
@@ -236,12 +327,21 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
                 "onnxruntime's graph optimizations change the result (" + bad +
                 "); its plain kernels agree with Kiln")))
             return None
+        if not spec:
+            spec.append(run_onnx_reference(model, inputs))
+        if spec[0] is not None and compare_outputs(got, spec[0], rtol) is None and \
+                compare_outputs(plain[0], spec[0], rtol) is not None:
+            findings.append(Finding("onnxruntime", "onnxruntime", (
+                "onnxruntime disagrees with ONNX's reference evaluator (" + bad +
+                "), which agrees with Kiln")))
+            return None
         return bad
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            ref = run_graph(from_onnx(model), inputs)
+            ref = run_graph(from_onnx(model, input_shapes=bound_shapes(model, inputs)),
+                            inputs)
             bad = judge(ref)
             if bad:
                 findings.append(Finding("wrong", "reference", bad))
@@ -251,7 +351,7 @@ def check(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
         for target in targets:
             rtol = FP16_RTOL if target.partition(":")[2].startswith("fp16") else RTOL
             findings += on_targets(model, inputs, (target,),
-                                   lambda got, rtol=rtol: judge(got, rtol))
+                                   lambda got, rtol=rtol: judge(got, rtol), placed)
     if any(f.kind == "wrong" for f in findings):
         tie = near_tie(model, inputs)
         if tie is not None:
@@ -504,12 +604,14 @@ def _prefix_model(model: onnx.ModelProto, output: str,
     """``model`` cut to the nodes ``output`` depends on, with ``output`` its only output."""
     from onnx import helper
 
+    from tests.fuzz.graphs import reads
+
     need = {output}
     keep = []
     for node in reversed(model.graph.node):
         if any(o in need for o in node.output):
             keep.append(node)
-            need.update(i for i in node.input if i)
+            need.update(i for i in reads(node) if i)  # a Scan body's weights too
     keep.reverse()
     inits = [t for t in model.graph.initializer if t.name in need]
     graph_inputs = [i for i in model.graph.input if i.name in need]

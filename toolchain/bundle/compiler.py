@@ -459,6 +459,12 @@ def build_spec(model: Any, target: str | Path | Target = "c-generic", *,
     graph = from_onnx(loadable, input_shapes=input_shapes)
     del loadable
     if precision == "fp16":
+        if "expand_recurrent" in passes:
+            # LSTM/GRU/RNN take float32 only: their expansion (MatMul, Gemm, Slice, the
+            # activations) is what goes to float16, as every other op does
+            from toolchain.graph.passes.expand_recurrent import expand_recurrent
+
+            graph = expand_recurrent(graph)
         graph = to_fp16(graph)
     check_lowered(graph, [p for p in passes if isinstance(p, str)])
     release_freed_memory()

@@ -4,7 +4,8 @@
 the convolutions, Dropout/Identity removed, constants folded) before it inserts
 QuantizeLinear/DequantizeLinear pairs, and writes the result with :func:`to_onnx`. Kiln's
 graph is in the newest ONNX form of each op (operands such as ``axes`` are inputs), so the
-model is written at :data:`OPSET`.
+model is written at :data:`OPSET` (or the first newer opset that has all its ops,
+:func:`opset_for`).
 
 Example::
 
@@ -44,6 +45,29 @@ def _attr(value: Any) -> Any:
     return value
 
 
+def opset_for(nodes: list[onnx.NodeProto]) -> int:
+    """:data:`OPSET`, or the first opset that has every op of ``nodes`` where one is newer
+    (an ``Attention`` node needs 23: written at 21 the checker refused the quantized
+    model).
+
+    >>> opset_for([helper.make_node("Relu", ["x"], ["y"])])
+    21
+    >>> opset_for([helper.make_node("Attention", ["q", "k", "v"], ["y"])])
+    23
+    """
+    opset = OPSET
+    for node in nodes:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        while opset < onnx.defs.onnx_opset_version():
+            try:
+                onnx.defs.get_schema(node.op_type, opset, "")
+                break
+            except onnx.defs.SchemaError:
+                opset += 1
+    return opset
+
+
 def to_onnx(graph: Graph, extra_nodes: list[onnx.NodeProto] | None = None,
             extra_initializers: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
     """An ONNX model of ``graph`` (constants become initializers); raises
@@ -62,7 +86,7 @@ def to_onnx(graph: Graph, extra_nodes: list[onnx.NodeProto] | None = None,
                           [_value_info(v) for v in graph.inputs],
                           [_value_info(v) for v in graph.outputs],
                           initializer=inits + list(extra_initializers or []))
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset_for(nodes))],
                               producer_name="kiln")
     model.ir_version = 10
     return model

@@ -164,12 +164,15 @@ _REDUCE_KIND = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max",
 
 
 def _reduced(ctx: Ctx, reduce: Callable[..., te.Tensor], kind: str) -> list[te.Tensor]:
-    """``reduce`` of ``kind`` over the node's ``axes`` input (none: every axis, or the
-    input itself under ``noop_with_empty_axes``)."""
+    """``reduce`` of ``kind`` over the node's ``axes`` input (none: every axis; under
+    ``noop_with_empty_axes`` no axis: the input itself, or the element-wise step of a
+    composite reduction, ``|x|`` for ``l1`` and ``l2``, ``x²``, ``log x``)."""
     x = ctx.tensor(0)
     axes = ctx.ints(1, "axes")
     if not axes:
         if ctx.attrs["noop_with_empty_axes"]:
+            if kind in ("l1", "l2", "sum_square", "log_sum"):
+                return [reduce(x, (), bool(ctx.attrs["keepdims"]), kind)]
             return [x]
         axes = None
     return [reduce(x, axes, bool(ctx.attrs["keepdims"]), kind)]

@@ -4,7 +4,10 @@ Hardmax (OPAQUE: a reduction re-applied to its input, like Softmax) and TopK (OP
 
 Newest ONNX form: ``axes`` is an optional int64 *input* that must be a compile-time
 constant.  Absent or empty ``axes`` reduces every axis, unless ``noop_with_empty_axes=1``,
-in which case the op is the identity (and its pattern kind is INJECTIVE).
+in which case no axis is reduced (pattern kind INJECTIVE): the identity for ReduceSum,
+Mean, Max, Min, Prod and LogSumExp, the element-wise step for the composite ones
+(ReduceL1 |x|, ReduceL2 |x|, ReduceSumSquare x², ReduceLogSum log x), as ONNX's
+specification and onnxruntime define it.
 
 Reductions over an empty set give the identity of the reduction: 0 for sums, -inf / the
 dtype's minimum / False for max, +inf / the maximum / True for min, 1 for products, -inf
@@ -203,8 +206,9 @@ def _more_reduce_ref(op: str):
     def ref(ins: list[Any], attrs: dict[str, Any]) -> list[np.ndarray]:
         x = np.asarray(ins[0])
         axes = _axes_of(ins, x.ndim, attrs["noop_with_empty_axes"])
-        if axes is None:
-            return [x.copy()]
+        # noop_with_empty_axes: a reduction over no axis, which still applies the op's
+        # element-wise steps (|x|, x², log x; ONNX's definition, as onnxruntime)
+        axes = () if axes is None else axes
         keep = bool(attrs["keepdims"])
         with np.errstate(all="ignore"):
             if x.dtype.kind == "f":

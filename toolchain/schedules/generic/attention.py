@@ -103,8 +103,24 @@ def _vectorize(sch: Schedule, loop: LoopRV, lanes: int) -> None:
         return
 
 
+def _has_pair(sch: Schedule, blk: Any) -> bool:
+    """Whether product block ``blk``'s contiguous (last spatial) axis and its reduction
+    axis both have a length of 2 or more: a loop of length 1 is gone after
+    ``compute_at``, and the block's last two loops are then not that pair."""
+    ivs = sch.get(blk).iter_vars
+    spatial = [iv for iv in ivs if iv.iter_type == ir.IterType.SPATIAL]
+    red = [iv for iv in ivs if iv.iter_type != ir.IterType.SPATIAL]
+    return bool(spatial and red) and all(
+        isinstance(iv.dom.extent, ir.IntImm) and int(iv.dom.extent.value) >= 2
+        for iv in (spatial[-1], red[-1]))
+
+
 def _plain_reduction(sch: Schedule, blk: Any, lanes: int) -> None:
-    """The reduction loop outside the contiguous one, which is vectorized."""
+    """The reduction loop outside the contiguous one, which is vectorized. A block
+    without that pair of loops (:func:`_has_pair`; Sq = Dv = 1, a one-query head of width
+    1, raised ``ValueError`` or a ``reorder`` error) is left as it is."""
+    if not _has_pair(sch, blk):
+        return
     spatial, red = sch.get_loops(blk)[-2:]
     sch.reorder(red, spatial)
     init = sch.decompose_reduction(blk, red)
@@ -236,7 +252,7 @@ def schedule_attention_func(func: ir.PrimFunc, node: Node, target: Any = None,
     for name in ("attn_score", "attn_acc"):
         blk = sch.get_block(name)
         cols = _extent(sch, sch.get_loops(blk)[-2]) or 0
-        if lanes >= 2 and cols % lanes == 0:
+        if lanes >= 2 and cols % lanes == 0 and _has_pair(sch, blk):
             copies[name] = sch.cache_write(blk, 0, "local")
     out = sch.get_block("attention")
     b, h, i, c = sch.get_loops(out)
