@@ -26,6 +26,16 @@ operands: the two operand stages are computed straight into the shared tiles.
 ([1, 16, 6, 6], 'conv2d_gemm')
 >>> im2col_gemm_shape((1, 8, 6, 6), (16, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
 (16, 36, 72)
+
+With ``window_multiple`` / ``channel_multiple`` the GEMM's ``K`` / ``M`` are rounded up
+(the extra weight and im2col rows and columns guarded zeros; 3 x 3 x 3 = 27 as 32, 24
+channels as 32):
+
+>>> x = te.placeholder((1, 3, 6, 6), name="x"); w = te.placeholder((24, 3, 3, 3), name="w")
+>>> y = conv2d_nchw_im2col(x, w, padding=1, window_multiple=16, channel_multiple=16)
+>>> gemm = y.op.input_tensors()[0]
+>>> [[d.value for d in t.shape] for t in (y, gemm, *gemm.op.input_tensors())]
+[[1, 24, 6, 6], [1, 32, 36], [32, 32], [1, 32, 36]]
 """
 
 from __future__ import annotations
