@@ -101,3 +101,34 @@ def test_buffer_shared_between_kernels_is_refused():
 def test_nvcc_error_is_a_build_error():
     with pytest.raises(BuildError, match="nvcc failed"):
         compile_ptx("this is not CUDA")
+
+
+def test_a_guarded_vector_copy_is_written_lane_by_lane_with_scalar_types() -> None:
+    """A vectorized copy under one condition for all its lanes (the tensor-core
+    convolution's weight tile with its padded channels zero): each lane's ``?:`` has the
+    element's type, in float16 and after ``legalize_f16`` (which computes it in float32),
+    never a vector cast in scalar code (nvcc compiles the legalized one); the interpreter
+    reads only the side taken (the padded row past ``A`` is never read)."""
+    import numpy as np
+
+    from toolchain.target import load_target
+    from toolchain.tir.interpreter import run
+    from toolchain.tir.transform.legalize_f16 import legalize_f16
+
+    A = te.placeholder((3, 8), name="A", dtype="float16")
+    B = te.compute((4, 8), lambda j, v: te.if_then_else(j < 3, A[j, v], te.const(0, "float16")),
+                   name="B")
+    sch = Schedule(te.create_prim_func([A, B]), target="cuda-sm80")
+    j, v = sch.get_loops(sch.get_block("B"))
+    sch.bind(j, "threadIdx.x")
+    sch.vectorize(v)
+    f = lower(sch, target=load_target("cuda-sm80"))
+    assert "T.Ramp" in str(f)  # one vector store
+    for g in (f, legalize_f16(f)):
+        code = CUDARenderer().render(g, name="pad").code
+        assert code.count("j < 3 ?") == 8 and "x8" not in code
+        if NVCC and g is not f:  # (float16 arithmetic goes to nvcc legalized)
+            assert ".entry kiln_pad_kernel0" in compile_ptx(code)
+    a, b = np.arange(24, dtype=np.float16).reshape(3, 8), np.ones((4, 8), np.float16)
+    run(f, a, b)
+    assert (b[:3] == a).all() and not b[3].any()

@@ -64,6 +64,11 @@ class _Lane(ExprMutator):
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
         return ir.BufferLoad(e.buffer, tuple(self.visit_expr(i) for i in e.indices))
 
+    def visit_Call(self, e: ir.Call) -> ir.PrimExpr:
+        # a call's own type too: lane k of a float16x8 ``if_then_else`` (a guarded operand
+        # tile) is a float16, not a vector cast in scalar code
+        return ir.Call(ir.element_of(e.dtype), e.op, tuple(self.visit_expr(a) for a in e.args))
+
 
 class _Launch(StmtVisitor):
     def __init__(self) -> None:

@@ -194,8 +194,9 @@ class _Gen:
     def call(self, x: ir.Call) -> str:
         if x.op == "tir.if_then_else":
             c, t, f = x.args
-            if ir.lanes_of(x.dtype) > 1:
+            if ir.lanes_of(c.dtype) > 1:  # a condition per lane (each side read whole)
                 return f"_np.where({self.e(c)}, {self.e(t)}, {self.e(f)})"
+            # one condition (for every lane too): only the side taken is read, as in C
             return f"({self.e(t)} if {self.e(c)} else {self.e(f)})"
         args = ", ".join(self.e(a) for a in x.args)
         if x.op in _MATH:

@@ -227,7 +227,8 @@ def node_compute(node: Node, **options: Any) -> NodeCompute:
     ``block=(cb, ob)`` (data blocked in the compute, weights packed at compile time), or
     ``"im2col"`` (group 1: an explicit im2col GEMM over the flat output pixels, the
     tensor-core convolution's form, :mod:`toolchain.topi.nn.conv2d_gemm`; with
-    ``pixel_multiple=16`` the pixels padded to a multiple of 16)).
+    ``pixel_multiple=16`` the pixels padded to a multiple of 16, ``window_multiple`` and
+    ``channel_multiple`` the window and the output channels)).
     """
     _load()
     fn = _COMPUTES.get(node.op)

@@ -49,7 +49,9 @@ def _conv(ctx: Ctx) -> list[te.Tensor]:
                 raise ctx.unsupported(f"algorithm 'im2col' needs group 1, got "
                                       f"{ctx.attrs['group']}")
             y = conv2d_nchw_im2col(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
-                                   pixel_multiple=ctx.options.get("pixel_multiple", 1))
+                                   pixel_multiple=ctx.options.get("pixel_multiple", 1),
+                                   window_multiple=ctx.options.get("window_multiple", 1),
+                                   channel_multiple=ctx.options.get("channel_multiple", 1))
         else:
             y = cv.conv2d_nchw(ctx.tensor(0), ctx.tensor(1), strides, padding, dil,
                                ctx.attrs["group"])

@@ -26,7 +26,12 @@ from toolchain.graph.passes import run_pipeline
 from toolchain.graph.passes.layout import layout_for_target
 from toolchain.graph.passes.precision import to_fp16
 from toolchain.graph.reference import run_graph
-from toolchain.schedules.gpu.conv_tc import ON_TENSOR_CORES, pixel_multiple, tensor_core_conv
+from toolchain.schedules.gpu.conv_tc import (
+    ON_TENSOR_CORES,
+    gemm_multiples,
+    pixel_multiple,
+    tensor_core_conv,
+)
 from toolchain.schedules.gpu.generic import fused_schedule
 from toolchain.target import load_target
 from toolchain.tir import ir
@@ -68,8 +73,9 @@ def conv_model(c: int, o: int, h: int, w: int, k: int, s: int, p: int, relu: boo
 
 
 def test_which_convolutions_get_tensor_cores() -> None:
-    """By the im2col GEMM's shape (M = output channels, N = output pixels, K = input
-    channels x window, each a multiple of 16), the dtype, the group and the target."""
+    """By the im2col GEMM's shape (N = output pixels at least 16; M = output channels, N
+    and K = input channels x window rounded up to multiples of 16), the dtype, the group
+    and the target."""
     ok = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), group=1, dtype="float16",
               target=SM80)
     assert tensor_core_conv((1, 64, 56, 56), (64, 64, 3, 3), **ok) == ""  # ResNet-18 layer1
@@ -83,10 +89,14 @@ def test_which_convolutions_get_tensor_cores() -> None:
                           SM80) == 1
     assert tensor_core_conv((1, 512, 2, 2), (512, 512, 3, 3), **ok) == \
         "the im2col GEMM is 512 x 4 x 4608 (M x N x K): N below 16"
-    assert "K not a multiple of 16" in tensor_core_conv(  # the stem: 3 x 7 x 7 = 147
-        (1, 3, 224, 224), (64, 3, 7, 7), **{**ok, "strides": (2, 2), "pads": (3,) * 4})
-    assert "M not" in tensor_core_conv((1, 16, 8, 8), (24, 16, 1, 1),
-                                       **{**ok, "pads": (0,) * 4})
+    assert tensor_core_conv(  # the stem: K = 3 x 7 x 7 = 147, computed as 160
+        (1, 3, 224, 224), (64, 3, 7, 7), **{**ok, "strides": (2, 2), "pads": (3,) * 4}) == ""
+    assert gemm_multiples((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3,) * 4, (1, 1),
+                          SM80) == dict(pixel_multiple=1, window_multiple=16, channel_multiple=1)
+    assert tensor_core_conv((1, 16, 8, 8), (24, 16, 1, 1), **{**ok, "pads": (0,) * 4}) == ""
+    assert gemm_multiples((1, 8, 14, 14), (24, 8, 1, 1), (1, 1), (0,) * 4, (1, 1),
+                          SM80) == dict(pixel_multiple=16, window_multiple=16,
+                                        channel_multiple=16)  # 24 x 196 x 8 as 32 x 208 x 16
     assert tensor_core_conv((1, 32, 8, 8), (32, 1, 3, 3), **{**ok, "group": 32}).startswith(
         "group 32")
     assert tensor_core_conv((1, 16, 8, 8), (16, 16, 3, 3),
@@ -109,7 +119,11 @@ CONVS = {
     "1x1": (dict(c=32, o=16, h=4, w=8, k=1, s=1, p=0, relu=False), True),
     "3x3_7x7_residual": (dict(c=16, o=32, h=7, w=7, k=3, s=1, p=1, residual=True), True),
     "3x3_stride2_to_7x7": (dict(c=16, o=16, h=14, w=14, k=3, s=2, p=1), True),
-    "stem_simt": (dict(c=3, o=16, h=8, w=8, k=3, s=1, p=1), False),
+    "stem_k147": (dict(c=3, o=16, h=12, w=12, k=7, s=2, p=3), True),
+    "1x1_to_24": (dict(c=16, o=24, h=8, w=8, k=1, s=1, p=0, relu=False), True),
+    "1x1_from_8_residual": (dict(c=8, o=16, h=4, w=4, k=1, s=1, p=0, residual=True), True),
+    "3x3_8_to_8": (dict(c=8, o=8, h=6, w=6, k=3, s=1, p=1), True),
+    "3x3_pixels_simt": (dict(c=16, o=16, h=3, w=3, k=3, s=1, p=1), False),
 }
 
 
@@ -138,7 +152,7 @@ def test_fp16_convolutions_emulated_match_the_reference(name: str, tmp_path: Pat
         if args.get("residual"):  # the residual add and ReLU folded into the wmma kernel
             assert {"Add", "Relu"} <= {n.op for n in conv.node.attrs["graph"].nodes}
     else:
-        assert note.endswith("K not a multiple of 16")
+        assert note.endswith("N below 16")
 
 
 def test_a_wrong_im2col_padding_guard_is_caught(tmp_path: Path, monkeypatch: Any) -> None:
@@ -163,6 +177,57 @@ def test_a_wrong_im2col_padding_guard_is_caught(tmp_path: Path, monkeypatch: Any
     assert MMA_CALL in (d / "src/kernels.c").read_text()
     got = load_bundle(d, **BROKEN_BUILD)(feeds)["y"]
     assert float(np.max(np.abs(got - want))) / float(np.max(np.abs(want))) > 0.1
+
+
+def test_a_nonzero_window_padding_is_caught(tmp_path: Path, monkeypatch: Any) -> None:
+    """The K padding can fail the emulated check: a 3 x 3 convolution of 3 channels
+    without spatial padding (K = 27 computed as 32; 4 x 4 = 16 pixels and 16 channels, so
+    the window's padding is the only guarded zero) with that zero made 1 in the weight
+    and im2col tiles is off by far more than the tolerance, and within it with the zero."""
+    import toolchain.topi.nn.conv2d_gemm as cg
+
+    model, feeds = conv_model(c=3, o=16, h=6, w=6, k=3, s=1, p=0, relu=False)
+    want = run_graph(from_onnx(model), feeds)["y"].astype(np.float64)
+
+    def err(d: Path) -> float:
+        assert MMA_CALL in (d / "src/kernels.c").read_text()
+        got = load_bundle(d, **BROKEN_BUILD)(feeds)["y"]
+        return float(np.max(np.abs(got - want))) / float(np.max(np.abs(want)))
+
+    d = compile_model(model, "cuda-sm80", tmp_path / "good", progress=False, emulate=True,
+                      precision="fp16")
+    assert err(d) < FP16_TOL
+    real = cg.scalar
+    monkeypatch.setattr(cg, "scalar", lambda v, dt: real(1 if v == 0 else v, dt))
+    d = compile_model(model, "cuda-sm80", tmp_path / "one", progress=False, emulate=True,
+                      precision="fp16")
+    assert err(d) > 0.1
+
+
+def _padded_conv_kernel(**args: Any) -> ir.PrimFunc:
+    """The lowered tensor-core kernel of the float16 ``conv_model(**args)``."""
+    model, _ = conv_model(**args)
+    graph = run_pipeline(to_fp16(from_onnx(model)), layout_for_target(SM80))
+    (node,) = [n for n in graph.nodes if n.op == "Fused"
+               and "Conv" in [m.op for m in n.attrs["graph"].nodes]]
+    s = fused_schedule(node, SM80)
+    assert s.info["tensor_cores"] == ON_TENSOR_CORES
+    return lower(s.schedule, target=SM80)
+
+
+def test_padded_channels_and_window_are_race_free_and_in_bounds() -> None:
+    """The race checker (which also checks every access against its buffer) on the
+    stem-like kernel (K = 147 as 160, 36 pixels as 48) and on a 16 -> 24 one (M as 32):
+    no race, no access outside a buffer in any block (the guarded weight rows, im2col rows
+    and write-back); with the write-back's channel predicate taken out, the padded channels
+    read the bias past its 24 elements."""
+    check_races(_padded_conv_kernel(c=3, o=16, h=12, w=12, k=7, s=2, p=3))
+    f = _padded_conv_kernel(c=16, o=24, h=4, w=4, k=1, s=1, p=0)
+    check_races(f)
+    (guard,) = [n for n, _ in st.walk(f.body) if isinstance(n, ir.IfThenElse)
+                and "< 24" in str(n.condition) and "conv_weight_rows" not in str(n.then_case)]
+    with pytest.raises(IndexError, match="b index 24"):
+        check_races(st.replace_stmts(f, {id(guard): guard.then_case}))
 
 
 def _tc_conv_kernel(hw: int = 8) -> ir.PrimFunc:
@@ -194,12 +259,15 @@ def test_the_wmma_convolution_is_race_free_and_its_barriers_are_needed() -> None
 
 @nvcc_kernel_check("wmma_conv")
 def _wmma_convs(out: Path) -> dict[str, Path]:
-    """Two fp16 convolutions on tensor cores for ``cuda-sm90``: a 3 x 3 one with its
-    residual add at 7 x 7 (pixels padded to 64, the write-back guarded) and a 1 x 1
-    stride 2 one."""
+    """Four fp16 convolutions on tensor cores for ``cuda-sm90``: a 3 x 3 one with its
+    residual add at 7 x 7 (pixels padded to 64, the write-back guarded), a 1 x 1 stride 2
+    one, the stem-like one (K = 147 as 160) and a 16 -> 24 one (M as 32: the weight tile's
+    guarded rows, lane by lane)."""
     got = {}
     for name, args in (("tc_conv_3x3", CONVS["3x3_7x7_residual"][0]),
-                       ("tc_conv_1x1", CONVS["1x1_stride2"][0])):
+                       ("tc_conv_1x1", CONVS["1x1_stride2"][0]),
+                       ("tc_conv_stem", CONVS["stem_k147"][0]),
+                       ("tc_conv_to_24", CONVS["1x1_to_24"][0])):
         model, _ = conv_model(**args)
         got[name] = compile_model(model, "cuda-sm90", out / name, progress=False,
                                   precision="fp16", name=name)
@@ -221,9 +289,9 @@ def test_wmma_convolutions_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any
 
 
 def test_fp16_resnet8_emulated_matches_the_reference(tmp_path: Path) -> None:
-    """A whole ResNet-like zoo model in fp16: ResNet-8's convolutions but the stem (K =
-    27) on tensor cores, 3 x 3 and strided and 1 x 1 downsamplings, residual adds folded
-    in; its emulation within the fp16 tolerance of the float32 reference (3.4e-4 and
+    """A whole ResNet-like zoo model in fp16: all ResNet-8's convolutions on tensor cores
+    (the stem's K = 27 as 32), 3 x 3 and strided and 1 x 1 downsamplings, residual adds
+    folded in; its emulation within the fp16 tolerance of the float32 reference (3.4e-4 and
     6.3e-4 of the range measured)."""
     spec = ZOO["resnet8"]
     model = spec.build()
@@ -233,9 +301,8 @@ def test_fp16_resnet8_emulated_matches_the_reference(tmp_path: Path) -> None:
                       precision="fp16", also_emulate=True)
     assert both.emulation is not None
     notes = [k.schedule.partition("; tensor cores: ")[2] for k in both.kernels]
-    assert notes.count(ON_TENSOR_CORES) == 8
-    assert [n for n in notes if n and n != ON_TENSOR_CORES] == [
-        "the im2col GEMM is 16 x 1024 x 27 (M x N x K): K not a multiple of 16"]
+    assert notes.count(ON_TENSOR_CORES) == 9  # the stem too (K = 27 computed as 32)
+    assert [n for n in notes if n and n != ON_TENSOR_CORES] == []
     got = load_bundle(write_bundle(render_files(both.emulation), tmp_path / "emu"))(feeds)
     for k, v in want.items():
         v = v.astype(np.float64)
@@ -275,13 +342,13 @@ def test_kiln_compile_says_which_fp16_convolutions_are_on_tensor_cores(
 
     from toolchain.cli import main
 
-    model, _ = conv_model(**CONVS["stem_simt"][0])
+    model, _ = conv_model(**CONVS["3x3_pixels_simt"][0])
     onnx.save(model, tmp_path / "c.onnx")
     assert main(["compile", str(tmp_path / "c.onnx"), "--target", "cuda-sm80", "--precision",
                  "fp16", "-o", str(tmp_path / "b"), "--no-progress"]) == 0
     assert "tensor cores: 0 of 1 fp16 convolution kernels; the others keep the SIMT kernel, " \
-        "why in metadata.json's kernels[].tensor_cores (first: the im2col GEMM is 16 x 64 x " \
-        "27 (M x N x K): K not a multiple of 16)" in capsys.readouterr().out
+        "why in metadata.json's kernels[].tensor_cores (first: the im2col GEMM is 16 x 9 x " \
+        "144 (M x N x K): N below 16)" in capsys.readouterr().out
     model, _ = conv_model(**CONVS["1x1"][0])
     onnx.save(model, tmp_path / "d.onnx")
     assert main(["compile", str(tmp_path / "d.onnx"), "--target", "cuda-sm80", "--precision",

@@ -14,10 +14,11 @@ kf`` weight tile, the warps multiply them on ``wmma`` fragments with float32 sum
 float32 output tile is written out through the reshape to NCHW with the group's tail
 (bias, ReLU, residual add) folded in. No im2col matrix exists in memory.
 
-It applies (:func:`tensor_core_conv`) where the GEMM's ``M`` (output channels) and ``K``
-(input channels x window) are multiples of the fragment's 16 and ``N`` (output pixels) is
-at least 16 (rounded up to a multiple of 16 where it is not one: :func:`pixel_multiple`;
-the write-back stores only the real pixels);
+It applies (:func:`tensor_core_conv`) where ``N`` (output pixels) is at least 16; ``M``
+(output channels), ``N`` and ``K`` (input channels x window) are rounded up to multiples
+of the fragment's 16 where they are not (:func:`gemm_multiples`: the extra weight rows and
+columns and im2col rows and columns are zeros by the stages' guards, and the write-back
+stores only the real channels and pixels);
 elsewhere, and where the target has no tensor cores or the group is not float16, the
 convolution keeps the SIMT implicit GEMM (or the generic kernel) exactly as before, and
 the schedule's ``info["tensor_cores"]`` says why (for float16 convolutions only;
@@ -43,8 +44,11 @@ after (``algorithm="im2col"`` and the tensor-core GEMM, abridged)::
 ...                  "float16", load_target("cuda-sm80"))
 ''
 >>> tensor_core_conv((1, 3, 8, 8), (16, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
+...                  "float16", load_target("cuda-sm80"))   # K = 27, computed as 32
+''
+>>> tensor_core_conv((1, 16, 3, 3), (16, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1,
 ...                  "float16", load_target("cuda-sm80"))
-'the im2col GEMM is 16 x 64 x 27 (M x N x K): K not a multiple of 16'
+'the im2col GEMM is 16 x 9 x 144 (M x N x K): N below 16'
 """
 
 from __future__ import annotations
@@ -84,12 +88,8 @@ def tensor_core_conv(data: Sequence[int], kernel: Sequence[int], strides: Sequen
     if group != 1:
         return f"group {group} (tensor cores: group 1 only; depthwise keeps its kernel)"
     m, n, k = im2col_gemm_shape(data, kernel, tuple(strides), tuple(pads), tuple(dilations))
-    bad = [f"{name} not a multiple of {unit}" for name, size, unit in
-           (("M", m, tc.m), ("K", k, tc.k)) if size % unit]
     if n < tc.n:
-        bad.append(f"N below {tc.n}")
-    if bad:
-        return f"the im2col GEMM is {m} x {n} x {k} (M x N x K): {', '.join(bad)}"
+        return f"the im2col GEMM is {m} x {n} x {k} (M x N x K): N below {tc.n}"
     return ""
 
 
@@ -98,10 +98,30 @@ def pixel_multiple(data: Sequence[int], kernel: Sequence[int], strides: Sequence
     """What the im2col GEMM's pixel axis ``N`` is rounded up to on ``target``: 1 where it
     is a multiple of the fragment's width already, else that width (ResNet-18's 14 x 14 =
     196 pixels computed as 208, 7 x 7 as 64; the extra columns are zeros, never stored)."""
+    return gemm_multiples(data, kernel, strides, pads, dilations, target)["pixel_multiple"]
+
+
+def gemm_multiples(data: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                   pads: Sequence[int], dilations: Sequence[int], target: Target
+                   ) -> dict[str, int]:
+    """Conv's ``im2col`` options that round the GEMM up to the fragment's shape on
+    ``target``: ``pixel_multiple`` (``N``, the pixels), ``window_multiple`` (``K``, input
+    channels x window: the stem's 3 x 7 x 7 = 147 as 160) and ``channel_multiple`` (``M``,
+    output channels: 24 as 32), each 1 where the size is a multiple already, else the
+    fragment's ``n``, ``k`` or ``m``. The extra rows and columns are zeros (the stages'
+    guards), and the padded pixels and channels are never stored.
+
+    >>> from toolchain.target import load_target
+    >>> gemm_multiples((1, 3, 224, 224), (64, 3, 7, 7), (2, 2), (3,) * 4, (1, 1),
+    ...                load_target("cuda-sm80"))
+    {'pixel_multiple': 1, 'window_multiple': 16, 'channel_multiple': 1}
+    """
     tc = tensor_core_intrinsics(target)
     assert tc is not None
-    _, n, _ = im2col_gemm_shape(data, kernel, tuple(strides), tuple(pads), tuple(dilations))
-    return 1 if n % tc.n == 0 else tc.n
+    m, n, k = im2col_gemm_shape(data, kernel, tuple(strides), tuple(pads), tuple(dilations))
+    return {name: 1 if size % unit == 0 else unit for name, size, unit in
+            (("pixel_multiple", n, tc.n), ("window_multiple", k, tc.k),
+             ("channel_multiple", m, tc.m))}
 
 
 def conv_of(node: Node) -> Node | None:
@@ -143,10 +163,16 @@ def conv_plan(node: Node, target: Target) -> tuple[Node | None, Any]:
                            target)
     if why:
         return None, why
-    mult = pixel_multiple(tuple(x.shape), tuple(w.shape), strides, pads, dil, target)
+    mult = gemm_multiples(tuple(x.shape), tuple(w.shape), strides, pads, dil, target)
     m, n, k = im2col_gemm_shape(tuple(x.shape), tuple(w.shape), strides, pads, dil)
-    return conv, ConvPlan({"algorithm": "im2col", "pixel_multiple": mult},
-                          conv_wmma_tiles(m, -(-n // mult) * mult, k, x.shape[0], target))
+
+    def up(size: int, unit: int) -> int:
+        return -(-size // unit) * unit
+
+    return conv, ConvPlan({"algorithm": "im2col", **mult},
+                          conv_wmma_tiles(up(m, mult["channel_multiple"]),
+                                          up(n, mult["pixel_multiple"]),
+                                          up(k, mult["window_multiple"]), x.shape[0], target))
 
 
 @dataclass(frozen=True)
@@ -256,10 +282,11 @@ def schedule_group(node: Node, target: Target, wmma: WmmaTiles | None,
 
 def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict[str, Any]]:
     """``fused_compute``'s per-node options: ``options`` (Conv's ``algorithm="im2col"``
-    and its ``pixel_multiple``) for ``conv`` alone."""
+    and its ``pixel_multiple``, ``window_multiple``, ``channel_multiple``) for ``conv``
+    alone."""
     return lambda n: dict(options) if n is conv else {}
 
 
 __all__ = ["ON_TENSOR_CORES", "ConvPlan", "conv_of", "conv_plan", "conv_wmma_tiles",
-           "im2col_options", "pixel_multiple", "schedule_group", "tensor_core_conv",
-           "with_conv_tensor_cores"]
+           "gemm_multiples", "im2col_options", "pixel_multiple", "schedule_group",
+           "tensor_core_conv", "with_conv_tensor_cores"]

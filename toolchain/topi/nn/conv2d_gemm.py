@@ -26,6 +26,16 @@ operands: the two operand stages are computed straight into the shared tiles.
 ([1, 16, 6, 6], 'conv2d_gemm')
 >>> im2col_gemm_shape((1, 8, 6, 6), (16, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1))
 (16, 36, 72)
+
+With ``window_multiple`` / ``channel_multiple`` the GEMM's ``K`` / ``M`` are rounded up
+(the extra weight and im2col rows and columns guarded zeros; 3 x 3 x 3 = 27 as 32, 24
+channels as 32):
+
+>>> x = te.placeholder((1, 3, 6, 6), name="x"); w = te.placeholder((24, 3, 3, 3), name="w")
+>>> y = conv2d_nchw_im2col(x, w, padding=1, window_multiple=16, channel_multiple=16)
+>>> gemm = y.op.input_tensors()[0]
+>>> [[d.value for d in t.shape] for t in (y, gemm, *gemm.op.input_tensors())]
+[[1, 24, 6, 6], [1, 32, 36], [32, 32], [1, 32, 36]]
 """
 
 from __future__ import annotations
@@ -51,11 +61,16 @@ def im2col_gemm_shape(data: Sequence[int], kernel: Sequence[int], stride: IntOrP
 
 def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1,
                        padding: IntOrPair = 0, dilation: IntOrPair = 1,
-                       out_dtype: str | None = None, pixel_multiple: int = 1) -> te.Tensor:
+                       out_dtype: str | None = None, pixel_multiple: int = 1,
+                       window_multiple: int = 1, channel_multiple: int = 1) -> te.Tensor:
     """The convolution as the four stages of the module docstring; groups 1 only.
     ``pixel_multiple``: the GEMM's pixel axis rounded up to a multiple of it (ResNet-18's
     14 x 14 = 196 pixels as 208 for 16-wide tensor-core tiles): the extra im2col columns
-    are 0 and the reshape reads only the first ``OH * OW`` columns of the product."""
+    are 0 and the reshape reads only the first ``OH * OW`` columns of the product.
+    ``window_multiple``: the reduction ``K`` rounded up so (the stem's 3 x 7 x 7 = 147 as
+    160): the extra im2col rows and weight columns are 0 (guards: no padded tensor exists)
+    and add nothing. ``channel_multiple``: the output channels ``M`` rounded up so (24 as
+    32): the extra weight rows are 0 and the reshape reads only the first ``O`` rows."""
     n, c, h, w = const_shape(data, "conv2d_nchw_im2col")
     o, i, kh, kw = const_shape(kernel, "conv2d_nchw_im2col")
     if i != c:
@@ -66,8 +81,16 @@ def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1
     odt = out_dtype or data.dtype
     win, kk = kh * kw, c * kh * kw
     pixels = -(-(oh * ow) // pixel_multiple) * pixel_multiple
-    rows = te.compute((o, kk), lambda m, k: kernel[m, k // win, k % win // kw, k % kw],
-                      name="conv_weight_rows", tag="injective")
+    kpad = -(-kk // window_multiple) * window_multiple
+    opad = -(-o // channel_multiple) * channel_multiple
+
+    def weight(m: ir.PrimExpr, k: ir.PrimExpr) -> ir.PrimExpr:
+        load = kernel[m, k // win, k % win // kw, k % kw]
+        conds = ([m < o] if opad != o else []) + ([k < kk] if kpad != kk else [])
+        return te.if_then_else(te.all(*conds), load, scalar(0, kernel.dtype)) if conds \
+            else load
+
+    rows = te.compute((opad, kpad), weight, name="conv_weight_rows", tag="injective")
 
     def gather(nn: ir.PrimExpr, k: ir.PrimExpr, p: ir.PrimExpr) -> ir.PrimExpr:
         y = p // ow * sh + k % win // kw * dh - pt
@@ -80,10 +103,12 @@ def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1
             conds += [x >= 0, x < w]
         if pixels != oh * ow:  # the padding columns: never a read past the input
             conds.append(p < oh * ow)
+        if kpad != kk:  # the padding rows of the window: 0, never a read past the channels
+            conds.append(k < kk)
         return te.if_then_else(te.all(*conds), load, scalar(0, data.dtype)) if conds else load
 
-    col = te.compute((n, kk, pixels), gather, name="im2col", tag="injective")
-    rk = te.reduce_axis((0, kk), name="rk")
+    col = te.compute((n, kpad, pixels), gather, name="im2col", tag="injective")
+    rk = te.reduce_axis((0, kpad), name="rk")
 
     def product(nn: ir.PrimExpr, m: ir.PrimExpr, p: ir.PrimExpr) -> ir.PrimExpr:
         a, b = rows[m, rk], col[nn, rk, p]
@@ -91,7 +116,7 @@ def conv2d_nchw_im2col(data: te.Tensor, kernel: te.Tensor, stride: IntOrPair = 1
             a, b = te.cast(a, odt), te.cast(b, odt)
         return te.sum(a * b, axis=[rk])
 
-    gemm = te.compute((n, o, pixels), product, name="conv2d_gemm")
+    gemm = te.compute((n, opad, pixels), product, name="conv2d_gemm")
     return te.compute((n, o, oh, ow), lambda nn, m, y, x: gemm[nn, m, y * ow + x],
                       name="conv2d_nchw", tag="conv2d_nchw")
 
