@@ -78,12 +78,20 @@ from toolchain.zoo import ZOO  # noqa: E402
 from toolchain.zoo.quantized import calibration, kiln_qdq  # noqa: E402
 
 
+def geometry(node) -> tuple:
+    """QConv ``node``'s stride and padding as the compilers take them: one number each where
+    the layer is square, else (vertical, horizontal) and (top, left, bottom, right)."""
+    st, pads = tuple(int(v) for v in node.attrs["strides"]), tuple(
+        int(v) for v in node.attrs["pads"])
+    return (st[0] if len(set(st)) == 1 else st), (pads[0] if len(set(pads)) == 1 else pads)
+
+
 def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
     """The layer's int8 compiled program (a direct convolution, or the im2col GEMM where the
     bundle runs it so) and the hand generator's im2col GEMM on the RTL."""
     w = np.asarray(node.inputs[1].data)
     _, ic, h, wd = node.inputs[0].shape
-    stride, pad = int(node.attrs["strides"][0]), int(node.attrs["pads"][0])
+    stride, pad = geometry(node)
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (ic, h, wd), dtype=np.int8)
     shift = 10
@@ -100,7 +108,7 @@ def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
         oh, ow = conv.shape.out_hw
         got = conv.read_output(d_c)
     ok = bool((got == ref).all())
-    wl = gemm_workload(oh * ow, ic * w.shape[2] ** 2, w.shape[0], cfg, name=node.name)
+    wl = gemm_workload(oh * ow, ic * w.shape[2] * w.shape[3], w.shape[0], cfg, name=node.name)
     d_h, c_h = run_rtl_device(wl.vthread)
     ok = ok and bool((wl.read_output(d_h) == wl.expected).all())
     return {"int8": c_c["cycles"], "int8_gemm": c_c["gemm_cycles"], "hand": c_h["cycles"],
@@ -118,9 +126,8 @@ def int32_cycles(node, target, as_im2col: bool) -> int:
                                       target, vthreads=vthreads, output="int32")
             else:
                 _, _, h, wd = node.inputs[0].shape
-                kw = {"stride": int(node.attrs["strides"][0]),
-                      "pad": int(node.attrs["pads"][0]), "vthreads": vthreads,
-                      "output": "int32"}
+                stride, pad = geometry(node)
+                kw = {"stride": stride, "pad": pad, "vthreads": vthreads, "output": "int32"}
                 fn = compile_conv2d_im2col if as_im2col else compile_conv2d
                 layer = fn(w, h, wd, 0, target, **kw)
             break

@@ -22,6 +22,7 @@ from toolchain.graph.reference import run_graph
 from toolchain.quantize.ptq import quantize_model
 from toolchain.vta.compile import compile_conv2d, compile_conv2d_im2col, im2col
 from toolchain.vta.fsim import run_fsim
+from toolchain.vta.workloads import expected_conv
 
 # (OC, IC, KH, KW), (H, W), strides, pads (top, left, bottom, right)
 GEOMETRIES = [
@@ -48,6 +49,21 @@ def test_im2col_program_is_bit_exact_with_the_integer_reference(geo) -> None:
     dram = run_fsim(layer.program, layer.image(im2col(x, layer.conv)), tokens=True).dram
     got = layer.read_output(dram).T.reshape(want.shape)
     np.testing.assert_array_equal(got, want)
+
+
+def test_im2col_int8_program_equals_the_numpy_oracle() -> None:
+    """The int8 (shift and clamp on the accelerator) program of DS-CNN's layer against
+    ``expected_conv``, which benchmarks/vta_models.py checks the RTL runs with."""
+    (oc, ic, kh, kw), (h, w), strides, pads = GEOMETRIES[0]
+    rng = np.random.default_rng(3)
+    wt = rng.integers(-128, 128, (oc, ic, kh, kw), dtype=np.int8)
+    x = rng.integers(-128, 128, (ic, h, w), dtype=np.int8)
+    layer = compile_conv2d_im2col(wt, h, w, 9, stride=strides, pad=pads, layer="ns")
+    assert layer.conv is not None
+    got = layer.read_output(run_fsim(layer.program, layer.image(im2col(x, layer.conv))).dram)
+    want = expected_conv(x, wt, strides, pads, 9)
+    assert 0 < np.count_nonzero(np.abs(want) < 127)                # not all clamped
+    np.testing.assert_array_equal(got.T.reshape(want.shape), want)
 
 
 def test_the_direct_schedule_still_refuses_non_square_filters() -> None:

@@ -255,9 +255,10 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
         layer, host_why = _with_epilogue(compile_conv2d, args, kw, plan, problems, name)
     else:  # the direct schedule's loops take one filter size, stride and padding
         kw.update(stride=(stride, sw_), pad=pads)
-        problems.append(f"{k}x{kw_} filters, strides {stride},{sw_}, pads "
-                        f"{','.join(map(str, pads))}: it takes square filters, one stride "
-                        "and one padding")
+        odd = ([f"{k}x{kw_} filters"] * (k != kw_) + [f"strides {stride},{sw_}"] * (
+            stride != sw_) + [f"pads {','.join(map(str, pads))}"] * (len(set(pads)) > 1))
+        problems.append(f"{', '.join(odd)}: it takes square filters, one stride and the same "
+                        "padding on every side")
         layer, host_why = None, None
     direct_problem = problems[-1] if layer is None else None
     bi = config_from_target(target).block_in
