@@ -11,9 +11,11 @@ Then, per accelerator layer:
   epilogue runs: ``acc`` (bias, rounding shifts and clamp as ALU work, int8 stored; layers
   with power-of-two scales, :mod:`toolchain.vta.requant`) or ``host/N`` (int32
   accumulators stored as N byte planes, as few as its weights allow, requantised on the
-  host) — RTL cycles, ``busy`` = GEMM cycles / cycles (the GEMM core's occupancy, padded
-  channels included) and ``util`` = the layer's own MACs / (MACs per cycle x cycles)
-  (padding not counted: the RGB layer uses 3 of 16 input lanes);
+  host) — RTL cycles, ``util`` = GEMM cycles / cycles (the GEMM core's occupancy, padded
+  channels included: the ``util`` of ``kiln run --device rtl``) and ``MAC rate`` = the
+  layer's own MACs / (the target's MACs per cycle, batch x BLOCK_IN x BLOCK_OUT, x cycles)
+  (padding not counted: the RGB layer uses 3 of 16 input lanes;
+  :func:`toolchain.commands.run_cmd.layer_rates`);
 * ``int32``: for a layer whose epilogue runs on the accelerator, the same layer compiled
   the other way (int32 byte planes for the host to requantise, as without power-of-two
   scales) on the same RTL: the accelerator's cycles before and after (a QAdd that runs on
@@ -36,6 +38,7 @@ this CPU (``kiln run --split``), against the RTL cycles at ``--accel-mhz``.
     PYTHONPATH=. python benchmarks/vta_models.py                  # resnet8, ~1 minute
     PYTHONPATH=. python benchmarks/vta_models.py --power-of-two-scales --no-hand
     PYTHONPATH=. python benchmarks/vta_models.py --no-hand        # the bundle's table only
+    PYTHONPATH=. python benchmarks/vta_models.py --target my_vta.yaml  # another core
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import toolchain  # noqa: E402
 from toolchain.bundle.host import BundleModule  # noqa: E402
-from toolchain.commands.run_cmd import split_report, time_split  # noqa: E402
+from toolchain.commands.run_cmd import layer_rates, split_report, time_split  # noqa: E402
 from toolchain.errors import ScheduleError  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: E402
@@ -75,12 +78,20 @@ from toolchain.zoo import ZOO  # noqa: E402
 from toolchain.zoo.quantized import calibration, kiln_qdq  # noqa: E402
 
 
+def geometry(node) -> tuple:
+    """QConv ``node``'s stride and padding as the compilers take them: one number each where
+    the layer is square, else (vertical, horizontal) and (top, left, bottom, right)."""
+    st, pads = tuple(int(v) for v in node.attrs["strides"]), tuple(
+        int(v) for v in node.attrs["pads"])
+    return (st[0] if len(set(st)) == 1 else st), (pads[0] if len(set(pads)) == 1 else pads)
+
+
 def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
     """The layer's int8 compiled program (a direct convolution, or the im2col GEMM where the
     bundle runs it so) and the hand generator's im2col GEMM on the RTL."""
     w = np.asarray(node.inputs[1].data)
     _, ic, h, wd = node.inputs[0].shape
-    stride, pad = int(node.attrs["strides"][0]), int(node.attrs["pads"][0])
+    stride, pad = geometry(node)
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (ic, h, wd), dtype=np.int8)
     shift = 10
@@ -97,7 +108,7 @@ def compare_layer(node, target, cfg, as_im2col: bool) -> dict:
         oh, ow = conv.shape.out_hw
         got = conv.read_output(d_c)
     ok = bool((got == ref).all())
-    wl = gemm_workload(oh * ow, ic * w.shape[2] ** 2, w.shape[0], cfg, name=node.name)
+    wl = gemm_workload(oh * ow, ic * w.shape[2] * w.shape[3], w.shape[0], cfg, name=node.name)
     d_h, c_h = run_rtl_device(wl.vthread)
     ok = ok and bool((wl.read_output(d_h) == wl.expected).all())
     return {"int8": c_c["cycles"], "int8_gemm": c_c["gemm_cycles"], "hand": c_h["cycles"],
@@ -115,9 +126,8 @@ def int32_cycles(node, target, as_im2col: bool) -> int:
                                       target, vthreads=vthreads, output="int32")
             else:
                 _, _, h, wd = node.inputs[0].shape
-                kw = {"stride": int(node.attrs["strides"][0]),
-                      "pad": int(node.attrs["pads"][0]), "vthreads": vthreads,
-                      "output": "int32"}
+                stride, pad = geometry(node)
+                kw = {"stride": stride, "pad": pad, "vthreads": vthreads, "output": "int32"}
                 fn = compile_conv2d_im2col if as_im2col else compile_conv2d
                 layer = fn(w, h, wd, 0, target, **kw)
             break
@@ -131,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="resnet8", help="zoo model (default resnet8)")
     ap.add_argument("--no-hand", action="store_true",
                     help="skip the int8 / hand generator comparison")
+    ap.add_argument("--target", default="vta",
+                    help="accelerator target, a name or a YAML file (default vta)")
     ap.add_argument("--seed", type=int, default=0, help="input seed")
     ap.add_argument("--power-of-two-scales", action="store_true",
                     help="quantize with power-of-two scales (kiln quantize "
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs of the profiling build that time the host kernels")
     args = ap.parse_args(argv)
 
-    target = load_target("vta")
+    target = load_target(args.target)
     cfg = config_from_target(target)
     model = ZOO[args.model].build()
     q = (quantize_model(model, calibration(model), power_of_two_scales=True)[0]
@@ -181,10 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     flat = {p["node"] + "_vta" for p in acc["placements"] if "im2col GEMM" in p["reason"]}
     epi = {x["node"]: "acc" if x["epilogue"] == "accelerator" else f"host/{x['planes']}"
            for x in acc["layers"]}
-    head = (f"{'layer':26} {'shape':24} {'epi':>6} {'bundle cyc':>10} {'busy':>6} {'util':>6}"
-            f" {'int32 cyc':>9} {'ratio':>6}"
-            + ("" if args.no_hand else f" {'int8 cyc':>9} {'util':>6} {'hand cyc':>9} "
-               f"{'util':>6} {'int8/hand':>9} {'check':>5}"))
+    head = (f"{'layer':26} {'shape':24} {'epi':>6} {'bundle cyc':>10} {'util':>6} "
+            f"{'MAC rate':>8} {'int32 cyc':>9} {'ratio':>6}"
+            + ("" if args.no_hand else f" {'int8 cyc':>9} {'MAC rate':>8} {'hand cyc':>9} "
+               f"{'MAC rate':>8} {'int8/hand':>9} {'check':>5}"))
+    step = cfg.macs_per_step  # the target's core: batch x BLOCK_IN x BLOCK_OUT
     print()
     print(head)
     print("-" * len(head))
@@ -210,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             macs = oh * ow * int(np.prod(w))
             shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}" + (
                 " i2c" if c["layer"] in flat else "")
+        rate = layer_rates(macs, c["gemm_cycles"], c["cycles"], step)
         line = (f"{c['layer']:26} {shape:24} {epi[c['layer']]:>6} {c['cycles']:>10,} "
-                f"{c['gemm_cycles'] / c['cycles']:>6.1%} "
-                f"{macs / (cfg.macs_per_step * c['cycles']):>6.1%}")
+                f"{rate['util']:>6.1%} {rate['MAC rate']:>8.1%}")
         if node.op == "QAdd":  # without the accelerator epilogue it runs on the host
             line += f" {'host':>9} {'':>6}"
         else:
@@ -229,19 +242,19 @@ def main(argv: list[str] | None = None) -> int:
             tot["conv_macs"] += macs
             tot["int8"] += r["int8"]
             tot["hand"] += r["hand"]
-            line += (f" {r['int8']:>9,} {macs / (cfg.macs_per_step * r['int8']):>6.1%}"
-                     f" {r['hand']:>9,} {macs / (cfg.macs_per_step * r['hand']):>6.1%}"
+            line += (f" {r['int8']:>9,} {layer_rates(macs, 0, r['int8'], step)['MAC rate']:>8.1%}"
+                     f" {r['hand']:>9,} {layer_rates(macs, 0, r['hand'], step)['MAC rate']:>8.1%}"
                      f" {r['int8'] / r['hand']:>9.3f} {'ok' if r['ok'] else 'FAIL':>5}")
         print(line)
     print("-" * len(head))
+    rate = layer_rates(tot["macs"], tot["gemm"], tot["cycles"], step)
     line = (f"{'total':26} {'':24} {'':6} {tot['cycles']:>10,} "
-            f"{tot['gemm'] / tot['cycles']:>6.1%} "
-            f"{tot['macs'] / (cfg.macs_per_step * tot['cycles']):>6.1%}"
+            f"{rate['util']:>6.1%} {rate['MAC rate']:>8.1%}"
             f" {tot['int32']:>9,} {tot['gemm_layers'] / tot['int32']:>6.3f}")
     if not args.no_hand:
-        conv = tot["conv_macs"] / cfg.macs_per_step
-        line += (f" {tot['int8']:>9,} {conv / tot['int8']:>6.1%}"
-                 f" {tot['hand']:>9,} {conv / tot['hand']:>6.1%}"
+        conv = tot["conv_macs"]
+        line += (f" {tot['int8']:>9,} {layer_rates(conv, 0, tot['int8'], step)['MAC rate']:>8.1%}"
+                 f" {tot['hand']:>9,} {layer_rates(conv, 0, tot['hand'], step)['MAC rate']:>8.1%}"
                  f" {tot['int8'] / tot['hand']:>9.3f}")
     print(line)
     if tot["gemm_layers"] != tot["cycles"]:

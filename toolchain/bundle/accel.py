@@ -119,8 +119,9 @@ def _context(layer: CompiledConv2d | CompiledDense, index: int, op: str) -> dict
     elif layer.conv is not None:  # a convolution as an im2col GEMM: rows built while packing
         s, d = layer.conv, layer.shape
         oh, ow = s.out_hw
-        ctx.update(kind="im2col", ic=s.ic, h=s.h, w=s.w, oc=s.oc, oh=oh, ow=ow, k=s.k,
-                   stride=s.s, pad=s.pad, m=d.m, kdim=d.k, n=d.n, kb=-(-d.k // cfg.block_in),
+        (kh, kw), (sh, sw), (pt, pl, _, _) = s.taps, s.strides, s.padding
+        ctx.update(kind="im2col", ic=s.ic, h=s.h, w=s.w, oc=s.oc, oh=oh, ow=ow, kh=kh, kw=kw,
+                   sh=sh, sw=sw, pt=pt, pl=pl, m=d.m, kdim=d.k, n=d.n, kb=-(-d.k // cfg.block_in),
                    nb=-(-d.n // cfg.block_out),
                    data_layout=f"im2col rows (M/{cfg.batch}, K/{cfg.block_in}, {cfg.batch}, "
                                f"{cfg.block_in})")

@@ -269,6 +269,24 @@ _RTL_COLUMNS = (("cycles", "cycles"), ("GEMM cyc", "gemm_cycles"), ("util", "uti
                 ("DMA out B", "bytes_stored_out"))
 
 
+def layer_rates(macs: int, gemm_cycles: int, cycles: int, macs_per_step: int
+                ) -> dict[str, float]:
+    """One accelerator layer's two rates on the RTL, named as the reports name them:
+    ``util`` = GEMM cycles / cycles (the GEMM core's occupancy, padded lanes included: the
+    column of :func:`accelerator_report`) and ``MAC rate`` = the layer's own MACs /
+    (``macs_per_step`` x cycles), ``macs_per_step`` being the target's core, batch x
+    BLOCK_IN x BLOCK_OUT (:attr:`~toolchain.vta.config.VTAConfig.macs_per_step`).
+
+    Example::
+
+        >>> layer_rates(macs=4096, gemm_cycles=20, cycles=40, macs_per_step=256)
+        {'util': 0.5, 'MAC rate': 0.4}
+    """
+    if cycles <= 0:
+        return {"util": 0.0, "MAC rate": 0.0}
+    return {"util": gemm_cycles / cycles, "MAC rate": macs / (macs_per_step * cycles)}
+
+
 def accelerator_report(rows: list[dict[str, int]], device: str, bus_bytes: int = 16) -> str:
     """The per-layer counters of an accelerator bundle's run as a table, with a total row
     (``rows`` from :meth:`~toolchain.bundle.host.BundleModule.accelerator_counters`). On

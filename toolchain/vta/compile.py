@@ -615,18 +615,21 @@ def im2col(x: np.ndarray, shape: ConvShape) -> np.ndarray:
     """
     s = shape
     oh, ow = s.out_hw
-    xp = np.zeros((s.ic, s.h + 2 * s.pad, s.w + 2 * s.pad), x.dtype)
-    xp[:, s.pad:s.pad + s.h, s.pad:s.pad + s.w] = x
-    cols = np.empty((oh * ow, s.ic, s.k, s.k), x.dtype)
-    for kh in range(s.k):
-        for kw in range(s.k):
-            win = xp[:, kh:kh + (oh - 1) * s.s + 1:s.s, kw:kw + (ow - 1) * s.s + 1:s.s]
+    (fh, fw), (sh, sw), (pt, pl, pb, pr) = s.taps, s.strides, s.padding
+    xp = np.zeros((s.ic, s.h + pt + pb, s.w + pl + pr), x.dtype)
+    xp[:, pt:pt + s.h, pl:pl + s.w] = x
+    cols = np.empty((oh * ow, s.ic, fh, fw), x.dtype)
+    for kh in range(fh):
+        for kw in range(fw):
+            win = xp[:, kh:kh + (oh - 1) * sh + 1:sh, kw:kw + (ow - 1) * sw + 1:sw]
             cols[:, :, kh, kw] = win.reshape(s.ic, oh * ow).T
-    return cols.reshape(oh * ow, s.ic * s.k * s.k)
+    return cols.reshape(oh * ow, s.ic * fh * fw)
 
 
 def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
-                          target: Target | str = "vta", *, stride: int = 1, pad: int = 0,
+                          target: Target | str = "vta", *,
+                          stride: int | tuple[int, int] = 1,
+                          pad: int | tuple[int, int, int, int] = 0,
                           vthreads: int | None = None, layer: str = "conv",
                           output: str = "int8",
                           requant: RequantPlan | None = None) -> CompiledDense:
@@ -634,7 +637,10 @@ def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
     (:func:`im2col`, built by the caller: the bundle's kernel while it packs the input) by
     the flattened filters ``(IC*K*K, OC)``. It pays where the input channels fill the
     GEMM's BLOCK_IN lanes badly: an RGB 3x3 layer has K = 27, two blocks of 16, where the
-    direct convolution pads each of the 9 taps' 3 channels to a block of its own.
+    direct convolution pads each of the 9 taps' 3 channels to a block of its own. It also
+    takes what the direct schedule does not: ``(OC, IC, KH, KW)`` filters with KH != KW,
+    ``stride`` as (vertical, horizontal) and ``pad`` as (top, left, bottom, right) (DS-CNN's
+    first layer: 10x4, stride 2, pads 4, 1, 5, 1).
     ``read_output`` gives ``(OH*OW, OC)``; ``conv`` holds the geometry.
 
     Example::
@@ -651,18 +657,33 @@ def compile_conv2d_im2col(weight: np.ndarray, h: int, w: int, shift: int,
         True
     """
     wt = np.asarray(weight)
-    if wt.ndim != 4 or wt.dtype != np.int8 or wt.shape[2] != wt.shape[3] or min(wt.shape) < 1:
-        raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, K, K) filters, got "
+    if wt.ndim != 4 or wt.dtype != np.int8 or min(wt.shape) < 1:
+        raise ScheduleError(f"layer {layer!r}: needs int8 (OC, IC, KH, KW) filters, got "
                             f"{wt.dtype} {wt.shape}")
-    shape = ConvShape(h, w, wt.shape[1], wt.shape[0], wt.shape[2], stride, pad)
+    shape = _conv_shape(wt, h, w, stride, pad, layer)
+    flat = np.ascontiguousarray(wt.reshape(wt.shape[0], -1).T)      # (IC*KH*KW, OC)
     oh, ow = shape.out_hw
-    if stride < 1 or pad < 0 or oh < 1 or ow < 1:
-        raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
-                            f"a {h}x{w} image and {shape.k}x{shape.k} filters")
-    flat = np.ascontiguousarray(wt.reshape(wt.shape[0], -1).T)      # (IC*K*K, OC)
     done = _dense(flat, oh * ow, shift, target, None, vthreads, layer, output, requant, shape)
     done.recompile = partial(compile_conv2d_im2col, weight, h, w, shift, target,
                              stride=stride, pad=pad, vthreads=vthreads, layer=layer,
                              output=output, requant=requant)
     return done
 
+
+def _conv_shape(wt: np.ndarray, h: int, w: int, stride: int | tuple[int, int],
+                pad: int | tuple[int, int, int, int], layer: str) -> ConvShape:
+    """The geometry of filters ``wt`` on an ``h x w`` image (square fields where square),
+    or a ScheduleError naming what gives no output."""
+    st = (stride, stride) if isinstance(stride, int) else tuple(int(v) for v in stride)
+    pd = (pad,) * 4 if isinstance(pad, int) else tuple(int(v) for v in pad)
+    if len(st) != 2 or len(pd) != 4:
+        raise ScheduleError(f"layer {layer!r}: stride {stride} must be 1 or 2 numbers, pad "
+                            f"{pad} 1 or 4 (top, left, bottom, right)")
+    kh, kw = int(wt.shape[2]), int(wt.shape[3])
+    shape = ConvShape(h, w, int(wt.shape[1]), int(wt.shape[0]), kh, st[0], pd[0],
+                      kw=0 if kw == kh else kw, sw=0 if st[1] == st[0] else st[1],
+                      pads=None if len(set(pd)) == 1 else pd)  # type: ignore[arg-type]
+    if min(st) < 1 or min(pd) < 0 or min(shape.out_hw) < 1:
+        raise ScheduleError(f"layer {layer!r}: stride {stride}, pad {pad} give no output for "
+                            f"a {h}x{w} image and {kh}x{kw} filters")
+    return shape

@@ -5,9 +5,10 @@
 :class:`Placement` — device and a reason in words — and rewrites each integer layer the
 accelerator takes into the two ops of :mod:`toolchain.graph.ops.accel`:
 
-* a QConv with ``group = 1``, no dilation, square filters, equal strides and symmetric
-  padding, batch 1 and an int8 input, whose program :func:`~toolchain.vta.compile.
-  compile_conv2d` builds; a QGemm with a 2-D int8 input whose program
+* a QConv with ``group = 1``, no dilation, batch 1 and an int8 input, whose program
+  :func:`~toolchain.vta.compile.compile_conv2d` builds (square filters, equal strides and
+  one padding) or :func:`~toolchain.vta.compile.compile_conv2d_im2col` (any: DS-CNN's
+  10x4 first layer, stride 2, pads 4, 1, 5, 1); a QGemm with a 2-D int8 input whose program
   :func:`~toolchain.vta.compile.compile_dense` builds. Where the layer's requantization
   multipliers are all powers of two (``kiln quantize --power-of-two-scales``) and the
   ALU can compute it exactly (:func:`~toolchain.vta.requant.plan_requant`), the
@@ -140,11 +141,16 @@ def _conv_refusal(n: Node) -> str | None:
         return f"batch {x.shape[0]}: accelerator convolutions take one image"
     if tuple(a["dilations"]) != (1, 1):
         return f"dilation {list(a['dilations'])}: not supported by the accelerator schedule"
-    if w.shape[2] != w.shape[3] or a["strides"][0] != a["strides"][1]:
-        return "non-square filters or strides: not supported by the accelerator schedule"
-    if len(set(a["pads"])) != 1:
-        return f"asymmetric padding {list(a['pads'])}: the schedule pads every side alike"
     return None
+
+
+def _square(n: Node) -> bool:
+    """Whether QConv ``n`` has square filters, equal strides and one padding (what the
+    direct schedule takes; the im2col GEMM takes any)."""
+    w, a = n.inputs[1], n.attrs
+    assert w is not None
+    return (w.shape[2] == w.shape[3] and a["strides"][0] == a["strides"][1]
+            and len(set(a["pads"])) == 1)
 
 
 def _position_bias(n: Node, acc_shape: tuple[int, ...]) -> np.ndarray:
@@ -232,7 +238,9 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     name = f"{n.name}_vta"
     wt = np.asarray(w.data)
     k, ic, stride, pad = w.shape[2], w.shape[1], int(a["strides"][0]), int(a["pads"][0])
-    out_hw = tuple((d + 2 * pad - k) // stride + 1 for d in x.shape[2:])
+    kw_, sw_, pads = w.shape[3], int(a["strides"][1]), tuple(int(v) for v in a["pads"])
+    out_hw = ((x.shape[2] + pads[0] + pads[2] - k) // stride + 1,
+              (x.shape[3] + pads[1] + pads[3] - kw_) // sw_ + 1)
     try:
         bias = _position_bias(n, (1, w.shape[0], *out_hw))
     except ScheduleError as exc:
@@ -242,11 +250,20 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
     args = (wt, x.shape[2], x.shape[3], 0, target)
     kw = {"stride": stride, "pad": pad, "layer": name, "output": "int32"}
     problems: list[str] = []
-    layer, host_why = _with_epilogue(compile_conv2d, args, kw, plan, problems, name)
+    square = _square(n)
+    if square:
+        layer, host_why = _with_epilogue(compile_conv2d, args, kw, plan, problems, name)
+    else:  # the direct schedule's loops take one filter size, stride and padding
+        kw.update(stride=(stride, sw_), pad=pads)
+        odd = ([f"{k}x{kw_} filters"] * (k != kw_) + [f"strides {stride},{sw_}"] * (
+            stride != sw_) + [f"pads {','.join(map(str, pads))}"] * (len(set(pads)) > 1))
+        problems.append(f"{', '.join(odd)}: it takes square filters, one stride and the same "
+                        "padding on every side")
+        layer, host_why = None, None
     direct_problem = problems[-1] if layer is None else None
     bi = config_from_target(target).block_in
     # the im2col GEMM where it fills the GEMM's lanes better, or where the direct form has
-    # no schedule (a 1x1 layer with padding, a GEMM core of BATCH > 1)
+    # no schedule (a 1x1 layer with padding, a GEMM core of BATCH > 1, a non-square layer)
     if layer is None or -(-ic * k * k // bi) < k * k * -(-ic // bi):
         flat, flat_why = _with_epilogue(compile_conv2d_im2col, args, kw, plan, problems, name)
         if flat is not None and (layer is None or (flat_why is None, -program_cost(
@@ -275,7 +292,9 @@ def _conv(n: Node, target: Target, part: Partition) -> tuple[list[Node], str] | 
                f"tiles {t.tm},{t.tn},{t.tk} split {t.split}")
     else:
         how = f"(tiles {t.toh},{t.toc},{t.tic} split {t.split}"
-    what = (f"{s.k}x{s.k} conv stride {s.s}, {s.ic}->{s.oc} channels on {s.h}x{s.w}: GEMM on "
+    geometry = (f"{s.k}x{s.k} conv stride {s.s}" if square else
+                f"{k}x{kw_} conv strides {stride},{sw_} pads {','.join(map(str, pads))}")
+    what = (f"{geometry}, {s.ic}->{s.oc} channels on {s.h}x{s.w}: GEMM on "
             f"the accelerator {how}, {len(layer.program.insns)} instructions); "
             + _epilogue_words(host_why))
     return nodes, what

@@ -397,7 +397,20 @@ def lower_dense(sch: Schedule) -> ir.PrimFunc:
 @dataclass(frozen=True)
 class ConvShape:
     """A 2-D convolution of one ``h x w x ic`` image by ``oc`` filters of ``k x k``, stride
-    ``s``, ``pad`` zero rows/columns on every side (unpadded channel counts)."""
+    ``s``, ``pad`` zero rows/columns on every side (unpadded channel counts).
+
+    A layer that is not square in all three gives the rest: ``kw`` the filter width (``k``
+    is then its height), ``sw`` the horizontal stride (``s`` the vertical), ``pads`` the
+    zero rows/columns ``(top, left, bottom, right)`` as ONNX orders them (``pad`` then
+    unused); 0 and None mean "as the square form". Only the im2col form
+    (:func:`~toolchain.vta.compile.compile_conv2d_im2col`) takes such a layer; the direct
+    schedule needs :attr:`square`.
+
+    >>> ConvShape(49, 10, 1, 64, 10, 2, kw=4, pads=(4, 1, 5, 1)).out_hw
+    (25, 5)
+    >>> ConvShape(8, 8, 16, 16, 3, 1, 1)
+    ConvShape(h=8, w=8, ic=16, oc=16, k=3, s=1, pad=1)
+    """
 
     h: int
     w: int
@@ -406,12 +419,42 @@ class ConvShape:
     k: int
     s: int = 1
     pad: int = 0
+    kw: int = 0
+    sw: int = 0
+    pads: tuple[int, int, int, int] | None = None
+
+    def __repr__(self) -> str:  # the square form's fields only where the rest are defaults
+        extra = "".join(f", {f}={v!r}" for f, v in (("kw", self.kw), ("sw", self.sw),
+                                                     ("pads", self.pads)) if v)
+        return (f"ConvShape(h={self.h}, w={self.w}, ic={self.ic}, oc={self.oc}, k={self.k}, "
+                f"s={self.s}, pad={self.pad}{extra})")
+
+    @property
+    def taps(self) -> tuple[int, int]:
+        """The filter's (height, width)."""
+        return self.k, self.kw or self.k
+
+    @property
+    def strides(self) -> tuple[int, int]:
+        """(vertical, horizontal) stride."""
+        return self.s, self.sw or self.s
+
+    @property
+    def padding(self) -> tuple[int, int, int, int]:
+        """Zero rows/columns (top, left, bottom, right)."""
+        return self.pads if self.pads is not None else (self.pad,) * 4
+
+    @property
+    def square(self) -> bool:
+        """Square filters, equal strides and the same padding on every side."""
+        (kh, kw), (sh, sw) = self.taps, self.strides
+        return kh == kw and sh == sw and len(set(self.padding)) == 1
 
     @property
     def out_hw(self) -> tuple[int, int]:
         """(OH, OW)."""
-        return ((self.h + 2 * self.pad - self.k) // self.s + 1,
-                (self.w + 2 * self.pad - self.k) // self.s + 1)
+        (kh, kw), (sh, sw), (pt, pl, pb, pr) = self.taps, self.strides, self.padding
+        return (self.h + pt + pb - kh) // sh + 1, (self.w + pl + pr - kw) // sw + 1
 
 
 @dataclass(frozen=True)

@@ -136,27 +136,31 @@ def expected_result(a: np.ndarray, b: np.ndarray, shift: int, requant: str) -> n
     return (acc & 0xFF).astype(np.uint8).view(np.int8)
 
 
-def expected_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int,
-                  shift: int) -> np.ndarray:
+def expected_conv(x: np.ndarray, w: np.ndarray, stride: int | tuple[int, int],
+                  pad: int | tuple[int, int, int, int], shift: int) -> np.ndarray:
     """numpy oracle of a compiled convolution layer: ``x[IC, H, W]`` int8 convolved with
-    ``w[OC, IC, K, K]`` (square stride and padding) in int64, shifted right by ``shift``
-    and clipped to int8 (the requantisation ``compile_conv2d`` programs perform).
+    ``w[OC, IC, KH, KW]`` in int64 (``stride``: one, or (vertical, horizontal); ``pad``: one,
+    or (top, left, bottom, right)), shifted right by ``shift`` and clipped to int8 (the
+    requantisation ``compile_conv2d`` programs perform).
 
     >>> x = np.ones((2, 3, 3), np.int8); w = np.ones((1, 2, 3, 3), np.int8)
     >>> expected_conv(x, w, 1, 1, 0)[0].tolist()
     [[8, 12, 8], [12, 18, 12], [8, 12, 8]]
+    >>> expected_conv(x, w[:, :, :2], (1, 2), (0, 1, 1, 0), 0)[0].tolist()
+    [[8], [8], [4]]
     """
     ic, h, wd = x.shape
-    oc, _, k, _ = w.shape
-    xp = np.zeros((ic, h + 2 * pad, wd + 2 * pad), np.int64)
-    xp[:, pad:pad + h, pad:pad + wd] = x
-    oh, ow = (h + 2 * pad - k) // stride + 1, (wd + 2 * pad - k) // stride + 1
+    oc, _, kh, kw = w.shape
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    pt, pl, pb, pr = (pad,) * 4 if isinstance(pad, int) else pad
+    xp = np.zeros((ic, h + pt + pb, wd + pl + pr), np.int64)
+    xp[:, pt:pt + h, pl:pl + wd] = x
+    oh, ow = (h + pt + pb - kh) // sh + 1, (wd + pl + pr - kw) // sw + 1
     out = np.zeros((oc, oh, ow), np.int64)
-    for kh in range(k):
-        for kw in range(k):
-            patch = xp[:, kh:kh + (oh - 1) * stride + 1:stride,
-                       kw:kw + (ow - 1) * stride + 1:stride]
-            out += np.einsum("chw,oc->ohw", patch, w[:, :, kh, kw].astype(np.int64))
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+            out += np.einsum("chw,oc->ohw", patch, w[:, :, i, j].astype(np.int64))
     return np.clip(out >> shift, -128, 127).astype(np.int8)
 
 
