@@ -28,7 +28,12 @@ BOARDS_DIR = Path(__file__).resolve().parent.parent.parent / "boards"
 
 CORES = ("cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")
 FLOAT_ABIS = ("hard", "softfp", "soft")
-LIBCS = ("picolibc",)
+#: C library -> the flags that give ``arm-none-eabi-gcc`` its headers and start-up (the
+#: firmware Makefile's, and a bare-metal bundle's own Makefile's default: docs/bundle.md)
+LIBC_FLAGS: dict[str, tuple[str, ...]] = {"picolibc": ("--specs=picolibc.specs",)}
+LIBCS = tuple(LIBC_FLAGS)
+#: the C library of a board that names none, and of a bare-metal bundle built with no board
+DEFAULT_LIBC = "picolibc"
 PROBES = ("pyocd", "openocd")
 
 
@@ -68,7 +73,7 @@ class Board:
     description: str = ""
     clock_hz: int | None = None
     stack_bytes: int = 8192
-    libc: str = "picolibc"
+    libc: str = DEFAULT_LIBC
     startup: str = "startup/cortex_m_startup.c"
     #: activation layout to compile for, overriding the target's (None: the target's)
     layout: str | None = None

@@ -37,6 +37,7 @@ import jinja2
 import numpy as np
 
 from toolchain import __version__
+from toolchain.boards.descriptor import DEFAULT_LIBC, LIBC_FLAGS
 from toolchain.bundle import weights as weights_mod
 from toolchain.bundle.compiler import (
     ALIGNMENT,
@@ -454,6 +455,9 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "compiler": spec.target.compiler, "prelude_includes": includes,
            # no OS to link the demo against: make builds the library alone
            "bare_metal": bare_metal(spec.target.compiler),
+           # ... and the C library's flags, without which `make` finds no <math.h>
+           "libc_flags": " ".join(LIBC_FLAGS[DEFAULT_LIBC])
+           if bare_metal(spec.target.compiler) else "",
            "helpers": helper_definitions(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes, "max_threads": max_threads(spec),
            "threaded": any(c["threaded"] for c in calls),
