@@ -22,18 +22,14 @@ from typing import Any
 import yaml
 
 from toolchain.errors import TargetError
+from toolchain.target import DEFAULT_LIBC, LIBC_FLAGS
 
 #: folder of the shipped board descriptors (and their start-up code)
 BOARDS_DIR = Path(__file__).resolve().parent.parent.parent / "boards"
 
 CORES = ("cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")
 FLOAT_ABIS = ("hard", "softfp", "soft")
-#: C library -> the flags that give ``arm-none-eabi-gcc`` its headers and start-up (the
-#: firmware Makefile's, and a bare-metal bundle's own Makefile's default: docs/bundle.md)
-LIBC_FLAGS: dict[str, tuple[str, ...]] = {"picolibc": ("--specs=picolibc.specs",)}
 LIBCS = tuple(LIBC_FLAGS)
-#: the C library of a board that names none, and of a bare-metal bundle built with no board
-DEFAULT_LIBC = "picolibc"
 PROBES = ("pyocd", "openocd")
 
 

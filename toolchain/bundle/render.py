@@ -37,7 +37,6 @@ import jinja2
 import numpy as np
 
 from toolchain import __version__
-from toolchain.boards.descriptor import DEFAULT_LIBC, LIBC_FLAGS
 from toolchain.bundle import weights as weights_mod
 from toolchain.bundle.compiler import (
     ALIGNMENT,
@@ -57,7 +56,7 @@ from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.ops.registry import get_op
 from toolchain.runtime.build import LOOP_FLAGS
-from toolchain.target import HOST_COMPILERS, bare_metal
+from toolchain.target import DEFAULT_LIBC, HOST_COMPILERS, LIBC_FLAGS, bare_metal
 from toolchain.tir.ir import bits_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
