@@ -521,6 +521,13 @@ def host_cpu_flags() -> frozenset[str]:
 HOST_COMPILERS = (None, "cc", "gcc", "clang")
 
 
+#: C library -> the flags that give ``arm-none-eabi-gcc`` its headers and start-up (a board's
+#: ``libc``, toolchain.boards; the default ``CFLAGS`` of a bare-metal bundle's Makefile)
+LIBC_FLAGS: dict[str, tuple[str, ...]] = {"picolibc": ("--specs=picolibc.specs",)}
+#: the C library of a board that names none, and of a bare-metal bundle built with no board
+DEFAULT_LIBC = "picolibc"
+
+
 def bare_metal(compiler: str | None) -> bool:
     """Whether code built by ``compiler`` (a target's ``compiler`` key) runs with no
     operating system: a cross compiler other than a Linux one (``aarch64-linux-gnu-gcc``

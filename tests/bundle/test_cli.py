@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from tests.bundle.helpers import assert_matches, run_ort
-from tests.tools import have
+from tests.tools import needs
 from toolchain import api, cli
 from toolchain.zoo import ZOO
 
@@ -281,16 +281,27 @@ def test_cross_target_compiles_but_does_not_run_here(kiln, lenet, tmp_path):
         tmp_path / "m4" / "CMakeLists.txt").read_text()
     assert f"build: make -C {tmp_path / 'm4'} (liblenet5.a" in out
     assert "run: kiln run" not in out
-    if have("arm-none-eabi-gcc") and have("picolibc"):  # and the default goal builds
-        flags = "-O2 -std=c99 -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16"
-        res = subprocess.run(["make", "-s", f"CFLAGS={flags} --specs=picolibc.specs"],
-                             cwd=tmp_path / "m4", capture_output=True, text=True, check=False)
-        assert res.returncode == 0, res.stderr
-        assert (tmp_path / "m4" / "liblenet5.a").is_file()
-        assert not (tmp_path / "m4" / "main").exists()
     code, _, err = kiln("run", tmp_path / "m4", "--inputs", d / "in.npz")
     assert code == 2 and "arm-none-eabi-gcc" in err and "cannot run on this host" in err
     assert "--board" in err  # the way to run a Cortex-M model here: a board bundle on QEMU
+
+
+@needs("arm-none-eabi-gcc", "picolibc", "make")
+def test_plain_make_builds_a_cortex_m_bundle_library(kiln, lenet, tmp_path):
+    # the Makefile's own CFLAGS name the C library (picolibc's specs, as a --board build
+    # does): with none, plain `make` stopped at #include <math.h>
+    d, _, _ = lenet
+    code, _, err = kiln("compile", d / "lenet5.onnx", "--target", "cortex-m4", "-o",
+                        tmp_path / "m4")
+    assert code == 0, err
+    res = subprocess.run(["make", "-s"], cwd=tmp_path / "m4", capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "m4" / "liblenet5.a").is_file()
+    assert not (tmp_path / "m4" / "main").exists()
+    # a C library of the user's own: LIBC_FLAGS replaces picolibc's flags
+    plan = _make_dry_run(tmp_path / "m4", "-B", "LIBC_FLAGS=-DKILN_OWN_LIBC", "lib")
+    assert "-DKILN_OWN_LIBC" in plan and "picolibc" not in plan
 
 
 def test_aarch64_linux_bundle_refusal_says_how_to_run_it(kiln, lenet, tmp_path):

@@ -113,6 +113,14 @@ class NvccBatch:
         """Whether nvcc built every bundle of the batch, warnings as errors."""
         return self.run is not None and self.run.returncode == 0
 
+    def assert_not_named(self, name: str) -> None:
+        """For a bundle that built alone after the batch's run failed: that run's errors
+        must not name it (the shared unit broke it, which every test of the batch would
+        otherwise pass over, paying nvcc's fixed cost again each time)."""
+        errors = self.run.stderr if self.run is not None else ""
+        assert f"{self.bundle(name).resolve()}/" not in errors, \
+            f"{name}: builds alone, not in the batch's nvcc run: {errors[-3000:]}"
+
 
 def _nvcc_batch(bundles: dict[str, Path | Exception], sources: object, out: Path,
                 flags: tuple[str, ...] | list[str]) -> NvccBatch:
@@ -190,9 +198,9 @@ def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, cuda_sm90_zoo: Nvc
     nvcc for both architectures, warnings as errors: with the other zoo bundles in
     ``cuda_sm90_zoo``'s one translation unit, or -- where that run failed -- as a unit of
     their own (the call sequence first, so it cannot lean on what the kernels include),
-    whose errors are this model's. Each source alone goes through nvcc in
-    ``tests/bundle/test_weights_storage.py`` (the bundle's Makefile and Kiln's host
-    build)."""
+    whose errors are this model's, and then the failed run's errors must not name it.
+    Each source alone goes through nvcc in ``tests/bundle/test_weights_storage.py`` (the
+    bundle's Makefile and Kiln's host build)."""
     d = cuda_sm90_zoo.bundle(name)
     if cuda_sm90_zoo.built:
         return
@@ -201,6 +209,7 @@ def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, cuda_sm90_zoo: Nvc
                             for f in (_launcher(d), d / "src" / "kernels.cu")))
     res = nvcc_object(d, unit, tmp_path / "bundle.o", STRICT_HOST)
     assert res.returncode == 0, res.stderr[-3000:]
+    cuda_sm90_zoo.assert_not_named(name)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc (the CUDA toolkit) is not installed")
@@ -399,6 +408,7 @@ def test_nvcc_builds_the_graph_launcher_for_sm80_and_sm90(
                                 for f in (_launcher(d), d / "src" / "kernels.cu")))
         res = nvcc_object(d, unit, tmp_path / "bundle.o", [*flags, *STRICT_HOST])
         assert res.returncode == 0, (flags, res.stderr[-3000:])
+        batch.assert_not_named(name)
 
 
 def test_cuda_graph_is_refused_for_a_cpu_target_before_any_work(tmp_path: Path) -> None:

@@ -7,12 +7,20 @@ or got wrong (docs/models.md, "Models exported from PyTorch")."""
 from __future__ import annotations
 
 import contextlib
+import subprocess
 
 import numpy as np
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import assert_matches, compile_run, make_model, random_inputs, run_ort
+from tests.bundle.helpers import (
+    STRICT,
+    assert_matches,
+    compile_run,
+    make_model,
+    random_inputs,
+    run_ort,
+)
 from toolchain.bundle import compile_model, load_bundle
 from toolchain.errors import KilnWarning, ModelError, UnsupportedError
 from toolchain.frontend.onnx import from_onnx
@@ -146,9 +154,19 @@ def test_resize_output_length_is_floored_in_float32(tmp_path, pooled):
     with pytest.warns(KilnWarning, match=r"ONNX shape inference says \[1, 2, 6, 6\]") \
             if pooled else contextlib.nullcontext():
         assert_matches(run_graph(from_onnx(model), feeds), want)
-        # default flags: gcc's -Wmaybe-uninitialized misfires on the fused resize + mean
-        got = load_bundle(compile_model(model, "c-generic", tmp_path / "b"))(feeds)
+        path, got = compile_run(model, tmp_path, feeds)  # -O3 -Wall -Wextra -Werror
     assert_matches(got, want)
+    if pooled:
+        # the fused resize + mean's accumulator, set under `if (ax2 == 0 && ax3 == 0)` in
+        # its loop: gcc's -Wmaybe-uninitialized misfired on it at -O1, -O2 and -O3 until
+        # one-element locals were declared `= {0}` (CRenderer.zero_scalar_locals)
+        assert "fused_resize_reduce_mean" in (path / "src" / "kernels.c").read_text()
+        for level in ("-O1", "-O2", "-Os"):
+            res = subprocess.run(["cc", level, "-std=c99", *STRICT, f"-I{path / 'src'}",
+                                  f"-I{path / 'runtime'}", "-c", str(path / "src" / "kernels.c"),
+                                  "-o", str(tmp_path / "kernels.o")],
+                                 capture_output=True, text=True, check=False)
+            assert res.returncode == 0, (level, res.stderr)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])

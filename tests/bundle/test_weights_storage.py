@@ -10,7 +10,7 @@
 * CMake builds the incbin and external bundles from another directory;
 * ``KILN_WEIGHTS_SECTION`` / ``KILN_ARENA_SECTION`` put the blob and the arena in named
   sections (host objects via readelf; the nucleo-l4r5zi firmware's link map);
-  ``KILN_WEIGHTS_ALIGN`` below the bundle's 64 stops the build;
+  ``KILN_WEIGHTS_ALIGN`` and ``KILN_ARENA_ALIGN`` below the bundle's 64 stop the build;
 * the weights are written by a streaming writer, and a failure there leaves nothing.
 """
 
@@ -286,6 +286,36 @@ def test_weights_align_below_the_bundles_is_refused(bundles, tmp_path, mode):
     for good in (64, 256):
         res = cc(good)
         assert res.returncode == 0, res.stderr
+
+
+@needs("cc")
+def test_arena_align_below_the_bundles_is_refused(bundles, tmp_path):
+    """-DKILN_ARENA_ALIGN below <MODEL>_ARENA_ALIGN (64) or not a power of two stops the
+    compile of the demo main.c and of a board's firmware main.c with #error (net_run would
+    refuse such an arena at run time, or not, where it happens to land aligned); 64 and
+    above compile."""
+    from toolchain.boards.descriptor import load_board
+    from toolchain.boards.project import firmware_files
+
+    path = bundles["incbin"]
+    firmware = tmp_path / "firmware_main.c"
+    firmware.write_text(firmware_files(_meta(path), load_board("qemu-mps2-an386"))[
+        "firmware/main.c"])
+
+    def cc(src: Path, align: int) -> subprocess.CompletedProcess:
+        return subprocess.run(["cc", "-fsyntax-only", "-std=c99", f"-DKILN_ARENA_ALIGN={align}",
+                               f"-I{path / 'include'}", f"-I{path / 'runtime'}", str(src)],
+                              capture_output=True, text=True, check=False)
+
+    for src in (path / "main.c", firmware):
+        for bad in (4, 32, 96):
+            res = cc(src, bad)
+            assert res.returncode != 0, (src.name, bad)
+            assert "KILN_ARENA_ALIGN must be a power of two of at least NET_ARENA_ALIGN" in \
+                res.stderr, res.stderr
+        for good in (64, 256):
+            res = cc(src, good)
+            assert res.returncode == 0, res.stderr
 
 
 @needs("arm-none-eabi-gcc", "picolibc", "make")

@@ -22,13 +22,14 @@ from typing import Any
 import yaml
 
 from toolchain.errors import TargetError
+from toolchain.target import DEFAULT_LIBC, LIBC_FLAGS
 
 #: folder of the shipped board descriptors (and their start-up code)
 BOARDS_DIR = Path(__file__).resolve().parent.parent.parent / "boards"
 
 CORES = ("cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33", "cortex-m55")
 FLOAT_ABIS = ("hard", "softfp", "soft")
-LIBCS = ("picolibc",)
+LIBCS = tuple(LIBC_FLAGS)
 PROBES = ("pyocd", "openocd")
 
 
@@ -68,7 +69,7 @@ class Board:
     description: str = ""
     clock_hz: int | None = None
     stack_bytes: int = 8192
-    libc: str = "picolibc"
+    libc: str = DEFAULT_LIBC
     startup: str = "startup/cortex_m_startup.c"
     #: activation layout to compile for, overriding the target's (None: the target's)
     layout: str | None = None

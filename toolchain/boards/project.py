@@ -39,6 +39,7 @@ from toolchain.bundle.compiler import c_type
 from toolchain.bundle.weights import format_bytes
 from toolchain.errors import InputError
 from toolchain.graph.ir import np_dtype
+from toolchain.target import LIBC_FLAGS
 
 TEMPLATES = Path(__file__).resolve().parent.parent.parent / "templates" / "firmware"
 
@@ -99,7 +100,8 @@ def firmware_files(meta: Mapping[str, Any], board: Board) -> dict[str, str]:
     q = board.qemu
     ctx = {"version": __version__, "model": model, "MODEL": model.upper(), "board": board.name,
            "inputs": _tensors(meta, "inputs"), "outputs": _tensors(meta, "outputs"),
-           "cpu_flags": " ".join(board.cpu_flags), "qemu_machine": q.machine,
+           "cpu_flags": " ".join(board.cpu_flags), "libc_flags": " ".join(LIBC_FLAGS[board.libc]),
+           "qemu_machine": q.machine,
            "qemu_cpu": q.cpu, "timer_base": q.timer_base or 0, "timer_hz": q.timer_hz or 0,
            "kernel_objects": [f"../{o}" for o in meta.get("kernel_objects", ())],
            "weights_mode": (meta.get("weights_storage") or {}).get("mode", "c-array"),

@@ -56,7 +56,7 @@ from toolchain.errors import OptionError
 from toolchain.graph.ir import Value
 from toolchain.graph.ops.registry import get_op
 from toolchain.runtime.build import LOOP_FLAGS
-from toolchain.target import HOST_COMPILERS, bare_metal
+from toolchain.target import DEFAULT_LIBC, HOST_COMPILERS, LIBC_FLAGS, bare_metal
 from toolchain.tir.ir import bits_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -454,6 +454,9 @@ def render_files(spec: BundleSpec) -> dict[str, Any]:
            "compiler": spec.target.compiler, "prelude_includes": includes,
            # no OS to link the demo against: make builds the library alone
            "bare_metal": bare_metal(spec.target.compiler),
+           # ... and the C library's flags, without which `make` finds no <math.h>
+           "libc_flags": " ".join(LIBC_FLAGS[DEFAULT_LIBC])
+           if bare_metal(spec.target.compiler) else "",
            "helpers": helper_definitions(spec), "kernels_need_runtime": runtime_first,
            "preludes": preludes, "max_threads": max_threads(spec),
            "threaded": any(c["threaded"] for c in calls),
