@@ -1,12 +1,13 @@
 """Random int8-friendly graphs shaped for an accelerator target (``--accelerator``).
 
 The general generator (:mod:`tests.fuzz.graphs`) draws convolutions from their whole
-attribute space, so on ``vta`` nearly every layer stays on the host (dilation, non-square
-filters, grouped, a rank-4 Gemm input). ``random_accel_model(seed)`` draws from what a
+attribute space, so on ``vta`` most layers stay on the host (dilation, grouped, a rank-4
+Gemm input; non-square filters run there since session 24, as im2col GEMMs, but are not
+drawn here). ``random_accel_model(seed)`` draws from what a
 GEMM accelerator takes instead, with the sizes that stress its tiling:
 
 * convolutions with square kernels 1, 3 or 5, strides 1 or 2, symmetric padding (now and
-  then a padded 1x1, which the schedule refuses and the host must take), group 1,
+  then a padded 1x1), group 1,
   1–48 channels (multiples of 16 and not), feature maps 1–20 wide and high, biased or not;
 * chains of them, with ReLU, residual adds of two equal-shaped tensors, max/average and
   global pooling between;
