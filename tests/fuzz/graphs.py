@@ -400,12 +400,21 @@ def _concat_split(b: Builder) -> bool:
     return True
 
 
-def _slice(b: Builder) -> bool:
+def pick_long_axis(b: Builder) -> tuple[str, tuple[int, ...], int] | None:
+    """A tensor with an axis of at least 2 elements, its shape and one such axis (drawn),
+    or None."""
     x = b.pick(lambda s: len(s) >= 1 and max(s) >= 2)
     if x is None:
-        return False
+        return None
     s = b.tensors[x]
-    axis = b.choice([i for i, d in enumerate(s) if d >= 2])
+    return x, s, b.choice([i for i, d in enumerate(s) if d >= 2])
+
+
+def _slice(b: Builder) -> bool:
+    picked = pick_long_axis(b)
+    if picked is None:
+        return False
+    x, s, axis = picked
     n = s[axis]
     step = b.choice([1, 1, 2, -1, -2])
     if step > 0:

@@ -87,11 +87,10 @@ def _reduce18(b: Builder) -> bool:
 
 def _split18(b: Builder) -> bool:
     """Split by ``num_outputs`` (opset 18): chunks of ceil(d / n), the last one shorter."""
-    x = b.pick(lambda s: len(s) >= 1 and max(s) >= 2)
-    if x is None:
+    picked = g.pick_long_axis(b)
+    if picked is None:
         return False
-    s = b.tensors[x]
-    axis = b.choice([i for i, d in enumerate(s) if d >= 2])
+    x, s, axis = picked
     d = s[axis]
     ns = [n for n in range(2, min(d, 5) + 1) if d - (n - 1) * -(-d // n) > 0]
     if not ns:

@@ -205,7 +205,7 @@ def test_a_nonzero_window_padding_is_caught(tmp_path: Path, monkeypatch: Any) ->
 
 
 def _padded_conv_kernel(**args: Any) -> ir.PrimFunc:
-    """The lowered tensor-core kernel of the float16 ``conv_model(**args)``."""
+    """The lowered tensor-core kernel of the float16 ``conv_model(**args)`` (padded or not)."""
     model, _ = conv_model(**args)
     graph = run_pipeline(to_fp16(from_onnx(model)), layout_for_target(SM80))
     (node,) = [n for n in graph.nodes if n.op == "Fused"
@@ -233,13 +233,7 @@ def test_padded_channels_and_window_are_race_free_and_in_bounds() -> None:
 def _tc_conv_kernel(hw: int = 8) -> ir.PrimFunc:
     """The lowered tensor-core kernel of a float16 3 x 3 convolution (16 -> 16, ``hw x
     hw``, padding 1, bias + ReLU: K = 144, several double-buffered steps)."""
-    model, _ = conv_model(c=16, o=16, h=hw, w=hw, k=3, s=1, p=1)
-    graph = run_pipeline(to_fp16(from_onnx(model)), layout_for_target(SM80))
-    (node,) = [n for n in graph.nodes if n.op == "Fused"
-               and "Conv" in [m.op for m in n.attrs["graph"].nodes]]
-    s = fused_schedule(node, SM80)
-    assert s.info["tensor_cores"] == ON_TENSOR_CORES
-    return lower(s.schedule, target=SM80)
+    return _padded_conv_kernel(c=16, o=16, h=hw, w=hw, k=3, s=1, p=1)
 
 
 def test_the_wmma_convolution_is_race_free_and_its_barriers_are_needed() -> None:
