@@ -45,7 +45,12 @@ from onnx import numpy_helper
 
 from toolchain.errors import InputError, ModelError, OptionError, UnsupportedError
 from toolchain.frontend import mapped
-from toolchain.frontend.onnx_build import NO_FOLD_OPS, SHAPE_ONLY_OPS, build_graph
+from toolchain.frontend.onnx_build import (
+    NO_FOLD_OPS,
+    SHAPE_ONLY_OPS,
+    build_graph,
+    traced_sizes_hint,
+)
 from toolchain.frontend.onnx_control import body_nodes, implicit_inputs
 from toolchain.frontend.onnx_functions import expand_function_ops
 from toolchain.frontend.onnx_nodes import CONTROL_FLOW_OPS, node_problems, parse_node
@@ -134,27 +139,6 @@ def from_onnx(
         if sized and "cannot reshape" in str(exc):
             raise ModelError(f"{exc}. {traced_sizes_hint(sized, shapes_option)}") from None
         raise
-
-
-def traced_sizes_hint(sized: Mapping[str, tuple[int, ...]], option: str) -> str:
-    """Why a Reshape fails once symbolic input dimensions are given sizes: a tracing
-    exporter stored sizes of the traced inputs as constants (TorchScript's ``torch.onnx``
-    does so in ``nn.MultiheadAttention``'s head split).
-
-    Example::
-
-        >>> traced_sizes_hint({"x": (3, 9)}, "--input-shape")[:58]
-        'The symbolic dimensions of x were set by --input-shape x=3'
-    """
-    given = ", ".join(sorted(sized))
-    opts = " ".join(f"{option} {n}=" + ",".join(map(str, s)) for n, s in sorted(sized.items())) \
-        if option == "--input-shape" else f"{option}"
-    return (f"The symbolic dimensions of {given} were set by {opts}; the other shape is "
-            "probably a constant of the model: an exporter that traces the model "
-            "(torch.onnx.export(..., dynamo=False)) stores some sizes of the input it traced "
-            "as constants, so the model runs only at those sizes. Compile at the sizes the "
-            "model was exported with, or export it again for these sizes (or with "
-            "dynamo=True, which keeps them symbolic)")
 
 
 # -- 1. loading -----------------------------------------------------------------------------

@@ -111,6 +111,27 @@ def resize_length_difference(node: Node, onnx_shape: tuple[int, ...] | None,
             "0.7 is 6.99999988); Kiln computes in float32 as onnxruntime and PyTorch do")
 
 
+def traced_sizes_hint(sized: Mapping[str, tuple[int, ...]], option: str) -> str:
+    """Why a Reshape fails once symbolic input dimensions are given sizes: a tracing
+    exporter stored sizes of the traced inputs as constants (TorchScript's ``torch.onnx``
+    does so in ``nn.MultiheadAttention``'s head split).
+
+    Example::
+
+        >>> traced_sizes_hint({"x": (3, 9)}, "--input-shape")[:58]
+        'The symbolic dimensions of x were set by --input-shape x=3'
+    """
+    given = ", ".join(sorted(sized))
+    opts = " ".join(f"{option} {n}=" + ",".join(map(str, s)) for n, s in sorted(sized.items())) \
+        if option == "--input-shape" else f"{option}"
+    return (f"The symbolic dimensions of {given} were set by {opts}; the other shape is "
+            "probably a constant of the model: an exporter that traces the model "
+            "(torch.onnx.export(..., dynamo=False)) stores some sizes of the input it traced "
+            "as constants, so the model runs only at those sizes. Compile at the sizes the "
+            "model was exported with, or export it again for these sizes (or with "
+            "dynamo=True, which keeps them symbolic)")
+
+
 class _Builder:
     """Mutable state while building: values by name, emitted nodes, used names."""
 
