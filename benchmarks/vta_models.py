@@ -221,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             oh, ow = node.outputs[0].shape[2:]
             macs = oh * ow * int(np.prod(w))
-            shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{node.attrs['strides'][0]} {oh}x{ow}" + (
+            sh, sw = node.attrs["strides"]
+            stride = f"{sh}" if sh == sw else f"{sh}x{sw}"  # 10x4/2x1: both when they differ
+            shape = f"{w[1]}->{w[0]} {w[2]}x{w[3]}/{stride} {oh}x{ow}" + (
                 " i2c" if c["layer"] in flat else "")
         rate = layer_rates(macs, c["gemm_cycles"], c["cycles"], step)
         line = (f"{c['layer']:26} {shape:24} {epi[c['layer']]:>6} {c['cycles']:>10,} "
