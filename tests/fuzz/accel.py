@@ -2,12 +2,13 @@
 
 The general generator (:mod:`tests.fuzz.graphs`) draws convolutions from their whole
 attribute space, so on ``vta`` most layers stay on the host (dilation, grouped, a rank-4
-Gemm input; non-square filters run there since session 24, as im2col GEMMs, but are not
-drawn here). ``random_accel_model(seed)`` draws from what a
-GEMM accelerator takes instead, with the sizes that stress its tiling:
+Gemm input; non-square filters run there since session 24, as im2col GEMMs).
+``random_accel_model(seed)`` draws from what a GEMM accelerator takes instead, with the
+sizes that stress its tiling:
 
 * convolutions with square kernels 1, 3 or 5, strides 1 or 2, symmetric padding (now and
-  then a padded 1x1), group 1,
+  then a padded 1x1), or, one in four, non-square ones (1x3 ... 10x4, strides 1 or 2 on
+  each axis, padding on each side on its own), group 1,
   1–48 channels (multiples of 16 and not), feature maps 1–20 wide and high, biased or not;
 * chains of them, with ReLU, residual adds of two equal-shaped tensors, max/average and
   global pooling between;
@@ -61,20 +62,27 @@ def _conv(b: Builder) -> bool:
     if x is None:
         return False
     n, c, h, w = b.tensors[x]
-    k = b.choice([1, 3, 3, 5])
-    p = (1 if b.rng.random() < 0.1 else 0) if k == 1 else b.randint(0, k // 2)
-    s = b.choice([1, 1, 2])
-    oh, ow = _out(h, k, s, p), _out(w, k, s, p)
+    if b.rng.random() < 0.25:  # non-square: an im2col GEMM on the accelerator
+        kh, kw = b.choice([(1, 3), (3, 1), (3, 5), (5, 3), (10, 4), (2, 3)])
+        sh, sw = b.choice([(1, 1), (2, 1), (1, 2), (2, 2)])
+        pt, pl = b.randint(0, kh // 2), b.randint(0, kw // 2)
+        pb, pr = b.randint(0, kh // 2), b.randint(0, kw // 2)
+    else:
+        kh = kw = b.choice([1, 3, 3, 5])
+        pt = pl = pb = pr = ((1 if b.rng.random() < 0.1 else 0) if kh == 1
+                             else b.randint(0, kh // 2))
+        sh = sw = b.choice([1, 1, 2])
+    oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
     if oh < 1 or ow < 1:
         return False
     m = _channels(b)
     if m * oh * ow > MAX_ELEMENTS:
         return False
-    inputs = [x, b.const(_weights(b, (m, c, k, k), c * k * k), "w")]
+    inputs = [x, b.const(_weights(b, (m, c, kh, kw), c * kh * kw), "w")]
     if b.rng.random() < 0.7:
         inputs.append(b.weight((m,), 0.2))
-    y = b.node("Conv", inputs, (n, m, oh, ow), kernel_shape=[k, k], strides=[s, s],
-               pads=[p] * 4)[0]
+    y = b.node("Conv", inputs, (n, m, oh, ow), kernel_shape=[kh, kw], strides=[sh, sw],
+               pads=[pt, pl, pb, pr])[0]
     if b.rng.random() < 0.6:
         b.node("Relu", [y], (n, m, oh, ow))
     return True

@@ -154,10 +154,17 @@ def test_the_accelerator_generator_is_deterministic_and_accelerator_shaped() -> 
              if n.op_type == "Conv"]
     ops = {n.op_type for s in range(100) for n in random_accel_model(s)[0].graph.node}
     assert {"Conv", "Gemm", "MatMul", "Add", "Relu", "MaxPool", "Flatten"} <= ops
-    attrs = [{a.name: list(a.ints) or a.i for a in n.attribute} for n in convs]
-    assert {k for a in attrs for k in a["kernel_shape"][:1]} == {1, 3, 5}
-    assert {a["strides"][0] for a in attrs if "strides" in a} == {1, 2}
-    assert all(len(set(a["kernel_shape"])) == 1 and len(set(a["pads"])) == 1 for a in attrs)
+    attrs = [{"strides": [1, 1], "pads": [0] * 4}
+             | {a.name: list(a.ints) or a.i for a in n.attribute} for n in convs]
+    square = [a for a in attrs if len(set(a["kernel_shape"])) == 1]
+    assert {a["kernel_shape"][0] for a in square} == {1, 3, 5}
+    assert all(len(set(a["pads"])) == 1 and len(set(a["strides"])) == 1 for a in square)
+    assert {a["strides"][0] for a in attrs} == {1, 2}
+    # a quarter non-square (kernels, strides and each side's padding of their own)
+    other = [a for a in attrs if len(set(a["kernel_shape"])) == 2]
+    assert 0.1 < len(other) / len(attrs) < 0.4
+    assert any(len(set(a["strides"])) == 2 for a in other)
+    assert any(len(set(a["pads"])) > 1 for a in other)
     assert "group" not in {k for a in attrs for k in a}
 
 
