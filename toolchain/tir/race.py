@@ -49,6 +49,7 @@ from toolchain.errors import ScheduleError
 from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator
 from toolchain.tir.interpreter import run
+from toolchain.tir.race_products import PRODUCT, Plan, plan_of, run_plan
 from toolchain.tir.transform.inject_barriers import (
     is_barrier,
     is_shared,
@@ -123,6 +124,19 @@ class _Instrument(StmtExprMutator):
         self.serial: list[ir.For] = []
         #: the last in-flight call seen: (its step loop, the call, the groups it leaves)
         self.flying: tuple[ir.For, ir.Call, int] | None = None
+        #: the element loops run as arrays (``kiln_race_product``), in call order
+        self.plans: list[Plan] = []
+        #: whether intrinsic calls' element loops become plans (False: one element at a
+        #: time, the reference the plans are tested against)
+        self.vectorise = True
+
+    def vectorised(self, loops: ir.Stmt) -> ir.Stmt:
+        """``loops`` (instrumented) run by a plan where one runs them, else as they are."""
+        plan = plan_of(loops) if self.vectorise else None
+        if plan is None:
+            return loops
+        self.plans.append(plan)
+        return ir.IfThenElse(plan.call(len(self.plans) - 1), loops)
 
     def name_of(self, buf: ir.Buffer) -> str:
         """``buf``'s name, suffixed ``_1``, ``_2``... where another buffer (another pointer
@@ -208,14 +222,14 @@ class _Instrument(StmtExprMutator):
                     self._step_loop(s.value), s.value, g, last=False))
             if loops is not None:  # a tensor intrinsic: its elements, as declared
                 stmt = _short(s)
-                out = self.visit_stmt(loops)
+                out = self.vectorised(self.visit_stmt(loops))
                 self.stmt = stmt
                 return out
         return super().visit_Evaluate(s)
 
     def _issued(self, s: ir.Evaluate, loops: ir.Stmt) -> ir.Stmt:
         stmt = _short(s)
-        out = self.visit_stmt(loops)
+        out = self.vectorised(self.visit_stmt(loops))
         self.stmt = stmt
         return out
 
@@ -255,7 +269,8 @@ class _Instrument(StmtExprMutator):
                     body = ir.For(v, 0, ext, "serial", body)
                 stmt = self.stmt
                 self.stmt = f"(retiring) {_short(ir.Evaluate(call))}"
-                out.append(ir.IfThenElse(ir.GE(step, loop.min), self.visit_stmt(body)))
+                out.append(ir.IfThenElse(ir.GE(step, loop.min),
+                                         self.vectorised(self.visit_stmt(body))))
                 self.stmt = stmt
         return ir.seq(*out) if out else ir.Evaluate(ir.IntImm(0))
 
@@ -326,6 +341,25 @@ class _Tracker:
                     rs.append(me)
         return index
 
+    def access_batch(self, columns: list[tuple[int, tuple[Any, ...]]],
+                     indices: np.ndarray) -> None:
+        """The accesses of a loop nest run at once (``toolchain.tir.race_products``): row
+        ``r`` of ``indices`` holds iteration ``r``'s elements, column ``c`` those of the
+        access ``columns[c]`` (site, thread); recorded in that order, as one ``access``
+        each. Where no column writes, an access repeating an earlier one of the same site
+        and element is left out: a read changes nothing a second time (no write between)."""
+        n, width = indices.shape
+        cols = np.broadcast_to(np.arange(width), (n, width)).ravel()
+        flat = indices.ravel()
+        if not any(self.site_info[site][1] for site, _ in columns):
+            _, first = np.unique(flat * width + cols, return_index=True)
+            first.sort()
+            cols, flat = cols[first], flat[first]
+        access = self.access
+        for c, e in zip(cols.tolist(), flat.tolist(), strict=True):
+            site, thread = columns[c]
+            access(e, site, *thread)
+
     def report(self, key: tuple[str, int], first: tuple[tuple[int, ...] | None, int],
                second: tuple[tuple[int, ...] | None, int]) -> None:
         if (first[1], second[1]) in self.reported:
@@ -360,16 +394,20 @@ def _random_args(func: ir.PrimFunc, seed: int) -> list[Any]:
 
 
 def find_races(func: ir.PrimFunc, args: Sequence[Any] | None = None, *,
-               max_blocks: int | None = None, limit: int = 8, seed: int = 0
-               ) -> list[DataRace]:
+               max_blocks: int | None = None, limit: int = 8, seed: int = 0,
+               elementwise: bool = False) -> list[DataRace]:
     """The shared-memory data races of the lowered GPU function ``func`` (at most
     ``limit``, each pair of statements once), found by running its emulation on ``args``
     (default: random arrays of the parameters' shapes) and ``max_blocks`` blocks per
-    kernel (default: all). The arrays are written as the kernel writes them."""
+    kernel (default: all). The arrays are written as the kernel writes them (where it
+    stops at ``limit`` races, up to about there). A tensor intrinsic's element loops run
+    as whole arrays (:mod:`toolchain.tir.race_products`); ``elementwise`` runs them one
+    element at a time instead (the same races and values, some 3 times slower)."""
     allocs, kernels = kernels_of(func.body)
     if args is None:
         args = _random_args(func, seed)
     inst = _Instrument()
+    inst.vectorise = not elementwise
     names: list[tuple[str, tuple[str, ...]]] = []
     body: list[ir.Stmt] = []
     for n, k in enumerate(kernels):
@@ -382,7 +420,8 @@ def find_races(func: ir.PrimFunc, args: Sequence[Any] | None = None, *,
         return []
     tracker = _Tracker(inst.sites, names, limit, max_blocks)
     externs = {"kiln_race_access": tracker.access, "kiln_race_sync": tracker.sync,
-               "kiln_race_block": tracker.start_block, "kiln_race_kernel": tracker.start_kernel}
+               "kiln_race_block": tracker.start_block, "kiln_race_kernel": tracker.start_kernel,
+               PRODUCT: lambda plan, *a: run_plan(inst.plans[plan], tracker.access_batch, a)}
     try:
         run(func.with_body(with_kernels(allocs, body)), *args, externs=externs)
     except _Stop:
