@@ -11,14 +11,16 @@ such an instrumented loop nest (constant extents, one store or one load in its b
   over the whole grid of iterations (the same numpy operations on the same dtypes as the
   interpreter's scalars); an accumulation ``C[o] = C[o] + e`` adds each element's terms
   in iteration order (``np.add.accumulate`` along the terms of one element, rounding after
-  each add as the scalar loop does); an assignment keeps each element's last value;
+  each add as the scalar loop does; where elements take different numbers of terms, the
+  k-th terms of all elements at once, k in turn); an assignment keeps each element's last
+  value;
 * the race checker's records: every shared access of every iteration, in the order the
   interpreter makes them (an iteration's loads left to right, then its store), given to
   the tracker in one call (:meth:`~toolchain.tir.race._Tracker.access_batch`);
-* anything else -- an index out of bounds, an operand that overlaps the output, an
-  accumulation whose elements take different numbers of terms -- runs the element loops
+* an index out of bounds runs the element loops
   instead (the plan touches nothing before it decides), so an error is the interpreter's
-  own error with its message.
+  own error with its message. So do an operand that overlaps the output and an
+  accumulation of uneven counts of more than 256 terms.
 
 Before (the race checker's instrumented loops of a fill, one element at a time)::
 
@@ -52,6 +54,9 @@ PRODUCT = "kiln_race_product"
 _NP = {"float16": np.float16, "float32": np.float32, "float64": np.float64,
        "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
        "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64}
+#: the most terms of one element an accumulation with uneven counts adds (one array
+#: operation per term): more run as the element loops
+_MAX_TERMS = 256
 _ARITH = (ir.Add, ir.Sub, ir.Mul, ir.FloorDiv, ir.FloorMod)
 
 
@@ -287,13 +292,20 @@ def _writes(r: _Run, plan: Plan, out: np.ndarray, at: np.ndarray, value: Any,
         raise _Fallback
     term = r.flat(term)
     order = np.argsort(at, kind="stable")  # each element's terms, in iteration order
-    u, counts = np.unique(at, return_counts=True)
-    if counts.min() != counts.max():
+    u, start, counts = np.unique(at[order], return_index=True, return_counts=True)
+    term = term[order]
+    if counts.min() == counts.max():  # as many terms each: one sequential sum per row
+        terms = term.reshape(u.size, counts[0])
+        acc = np.add.accumulate(np.concatenate([out[u][:, None], terms], axis=1), axis=1,
+                                dtype=out.dtype)
+        return u, acc[:, -1]
+    if counts.max() > _MAX_TERMS:
         raise _Fallback
-    terms = term[order].reshape(u.size, counts[0])
-    acc = np.add.accumulate(np.concatenate([out[u][:, None], terms], axis=1), axis=1,
-                            dtype=out.dtype)
-    return u, acc[:, -1]
+    total = out[u]  # (a copy) the r-th term of every element that has one, in turn
+    for k in range(int(counts.max())):
+        has = counts > k
+        total[has] = total[has] + term[start[has] + k]
+    return u, total
 
 
 __all__ = ["ACCESS", "PRODUCT", "Plan", "plan_of", "run_plan"]
