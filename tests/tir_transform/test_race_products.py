@@ -106,7 +106,7 @@ def _both(f: ir.PrimFunc, body: ir.Stmt, arrays: list[np.ndarray], only: bool | 
 def test_a_plan_leaves_the_element_loops_bits_and_accesses(kind: str, in_dt: str,
                                                            out_dt: str) -> None:
     rng = np.random.default_rng([ord(c) for c in kind + in_dt + out_dt])
-    for _ in range(25):
+    for _ in range(12):
         f, body, arrays = _nest(rng, kind, in_dt, out_dt)
         want, want_seen, got, got_seen, fallbacks = _both(f, body, arrays)
         assert fallbacks == 0

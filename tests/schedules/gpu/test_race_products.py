@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.schedules.gpu.test_conv_tensorcore import _tc_conv_kernel
 from tests.schedules.gpu.test_tensorcore import wmma_gemm
 from tests.schedules.gpu.test_wgmma import IN_FLIGHT
 from toolchain.driver import lower
@@ -55,12 +54,18 @@ def _without_barrier(f: ir.PrimFunc, n: int) -> ir.PrimFunc:
     return st.replace_stmts(f, {id(bars[n]): None})
 
 
-def test_wmma_products_give_the_element_loops_numbers_and_races() -> None:
+@pytest.fixture(scope="module")
+def wmma_kernel() -> ir.PrimFunc:
+    return lower(wmma_gemm(32, 32, 48), target=SM80)
+
+
+def test_wmma_products_give_the_element_loops_numbers_and_races(
+        wmma_kernel: ir.PrimFunc) -> None:
     """wmma (fill, loads from shared, products, stores): race-free, the output is the
     GEMM (so the products ran) and the same bits both ways; without the step's last
     barrier both runs find the same four races (reads and writes of the fragments' shared
     tiles, the plans recording writes as well as reads)."""
-    f = lower(wmma_gemm(32, 32, 48), target=SM80)
+    f = wmma_kernel
     races, (a, b, c) = _both(f, seed=1)
     assert races == []
     want = a.reshape(32, 48).astype(np.float32) @ b.reshape(48, 32).astype(np.float32)
@@ -73,8 +78,8 @@ def test_wmma_products_give_the_element_loops_numbers_and_races() -> None:
 @pytest.mark.parametrize("kind", ["mma.sync", "wgmma in flight"])
 def test_mma_sync_and_in_flight_wgmma_products_agree(kind: str) -> None:
     """mma.sync's three-stage pipeline and the overlapped wgmma (its products' reads
-    until the call retiring them, their register accumulators): the same races, first
-    one included, with a barrier taken out, and the same arrays."""
+    until the call retiring them, their register accumulators): race-free and the same
+    arrays; with a barrier taken out the same first race (the run stops there)."""
     if kind == "mma.sync":
         tiles = WmmaTiles(1, 1, 2, 2, 1, pad=8, vector=8, async_copy=True, mma=True,
                           stages=3)
@@ -82,16 +87,15 @@ def test_mma_sync_and_in_flight_wgmma_products_agree(kind: str) -> None:
     else:
         f = lower(wmma_gemm(64, 64, 64, IN_FLIGHT, SM90), target=SM90)
     assert _both(f)[0] == []
-    races, _ = _both(_without_barrier(f, 1), max_blocks=1)
-    assert races
-    assert _both(_without_barrier(f, 1), max_blocks=1, limit=1)[0] == races[:1]
+    assert len(_both(_without_barrier(f, 1), max_blocks=1, limit=1)[0]) == 1
 
 
-def test_an_operand_outside_its_buffer_is_the_interpreters_error() -> None:
+def test_an_operand_outside_its_buffer_is_the_interpreters_error(
+        wmma_kernel: ir.PrimFunc) -> None:
     """A product whose operand tile reaches past its shared buffer runs as the element
     loops (the plan touches nothing first): the interpreter's IndexError, with the same
     message both ways."""
-    f = _tc_conv_kernel(7)
+    f = wmma_kernel
 
     class _Shift(StmtExprMutator):
         done = False
