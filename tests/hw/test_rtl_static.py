@@ -41,3 +41,17 @@ def test_unsupported_bus_is_refused() -> None:
     cfg = dataclasses.replace(load_config(), bus_width_bits=256, bytes_per_cycle=32)
     with pytest.raises(TargetError, match="at most 128 bits"):
         rtl.params_svh(cfg)
+
+
+
+def test_the_rtl_device_keeps_module_instances_as_classes() -> None:
+    """The bundles' RTL device build (its Makefile, CMake and Kiln's own build all run
+    ``verilate_command``) does not pass Verilator's ``-O3``: that is ``--inline-mult -1``,
+    every instance of every module inlined into the top, which made the model a third larger
+    to compile and its simulation slower (docs/testing.md). cocotb's builds keep it
+    (``COCOTB_BUILD_ARGS`` says why)."""
+    from toolchain.vta.rtl_device import verilate_command
+
+    args = verilate_command("/b", ["rtl/vta_pkg.sv"])
+    assert "-O3" not in args and "--inline-mult" not in args, args
+    assert "-O3" in rtl.COCOTB_BUILD_ARGS

@@ -157,8 +157,14 @@ def rtl_sources(top: str = TOP) -> list[Path]:
 #: compile at ``-Os`` (2.6 -> 5.3 CPU s: every exported function stops being inlinable)
 PIC_FLAGS = "-fPIC -fno-semantic-interposition"
 
-_BUILD_ARGS = ["--public-depth", "1", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", "-O3",
-               "-CFLAGS", PIC_FLAGS]
+#: Verilator's arguments for cocotb's builds (:func:`build`). ``-O3`` (``--inline-mult -1``:
+#: every module instance inlined into the top) stays here, unlike the bundles' RTL device
+#: (``MAKE_VERILATE``): without it the default configuration keeps ``vta_alu_core`` as a
+#: class, which ``--public-depth 1`` puts in ``Vtop.h``, so cocotb's ``verilator.cpp`` no
+#: longer compiles to the small configuration's object and costs about 1 CPU s more than
+#: the smaller model saves; the benches' simulations are short (docs/testing.md)
+COCOTB_BUILD_ARGS = ["--public-depth", "1", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal",
+                     "-O3", "-CFLAGS", PIC_FLAGS]
 
 
 def build_root() -> Path:
@@ -179,7 +185,7 @@ def build(config: VTAConfig | None = None, *, top: str = TOP, verbose: bool = Fa
     svh = params_svh(cfg)
     sources = rtl_sources(top)
     cpp = RTL_DIR / "sim" / "kiln_dram.cpp"
-    h = hashlib.sha256(svh.encode() + top.encode() + " ".join(_BUILD_ARGS).encode()
+    h = hashlib.sha256(svh.encode() + top.encode() + " ".join(COCOTB_BUILD_ARGS).encode()
                        + COCOTB_MAKEFLAGS.encode())
     for f in [*sources, cpp]:
         h.update(f.name.encode() + f.read_bytes())
@@ -228,7 +234,7 @@ def _build_into(bdir: Path, top: str, svh: str, sources: list[Path], verbose: bo
     os.environ.update(env)
     try:
         runner.build(sources=sources, includes=[incdir, RTL_DIR], hdl_toplevel=top,
-                     build_dir=bdir, build_args=[*_BUILD_ARGS, str(cpp)], always=True,
+                     build_dir=bdir, build_args=[*COCOTB_BUILD_ARGS, str(cpp)], always=True,
                      verbose=verbose, timescale=("1ns", "1ps"), log_file=log)
     except (subprocess.CalledProcessError, SystemExit, RuntimeError) as exc:
         tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
