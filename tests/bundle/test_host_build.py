@@ -1,6 +1,6 @@
-"""The host build of a bundle (``load_bundle``): the runtime every bundle carries is
-compiled once per content and flags and linked into each bundle's library; an edited
-runtime is compiled again, never taken stale from the cache."""
+"""The host build of a bundle (``load_bundle``): the runtime every bundle carries, and a
+bundle's kernels, are compiled once per content and flags and linked into each bundle's
+library; an edited runtime or kernel is compiled again, never taken stale from the cache."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from onnx.numpy_helper import to_array as onnx_numpy
 
 from tests.bundle.helpers import make_model
 from toolchain.bundle import compile_model, load_bundle
@@ -76,3 +77,47 @@ def test_accelerator_bundles_share_the_driver_and_simulator_objects(cache, tmp_p
     got = second(x)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def _dense(seed: int):
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["t"]),
+                       helper.make_node("Add", ["t", "b"], ["y"])],
+                      {"x": (np.float32, [2, 3])}, {"y": (np.float32, [2, 4])},
+                      inits={"w": rng.standard_normal((3, 4)).astype(np.float32),
+                             "b": rng.standard_normal(4).astype(np.float32)}, name="dense")
+
+
+def test_bundles_with_the_same_kernels_share_their_object(cache, tmp_path):
+    """Two weights of one model, in two weights storages and folders: the same
+    ``kernels.c``, compiled once (``object-kernels-*.o``); each library runs with its own
+    weights."""
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    runs = [(0, "c-array", "a"), (1, "c-array", "b"), (1, "incbin", "c/d")]
+    paths = [compile_model(_dense(seed), "c-generic", tmp_path / where, weights=mode,
+                           progress=False) for seed, mode, where in runs]
+    assert len({(p / "src" / "kernels.c").read_text() for p in paths}) == 1
+    for (seed, _, _), path in zip(runs, paths, strict=True):
+        m = _dense(seed)
+        w, b = (onnx_numpy(t) for t in m.graph.initializer)
+        np.testing.assert_allclose(load_bundle(path)({"x": x})["y"], x @ w + b, rtol=1e-6)
+    assert len(list(cache.glob("object-kernels-*.o"))) == 1
+    assert len(list(cache.glob("bundle-*.so"))) == 3
+
+
+def test_edited_kernels_or_their_header_are_compiled_again(cache, tmp_path):
+    """The kernels' object is keyed by ``kernels.c`` and the bundle headers it includes:
+    an edit to either compiles it again, never a stale object from the cache."""
+    path = compile_model(_dense(0), "c-generic", tmp_path / "b", progress=False)
+    build_host(path)
+    header = path / "src" / "kernels.h"
+    header.write_text(header.read_text() + "\n#define KILN_TEST_SCALE 7\n")
+    build_host(path)
+    kernels = path / "src" / "kernels.c"
+    kernels.write_text(kernels.read_text() + "\nint kiln_test_marker(void) { return "
+                       "KILN_TEST_SCALE; }\n")
+    lib = build_host(path)
+    assert len(list(cache.glob("object-kernels-*.o"))) == 3
+    assert ctypes.CDLL(str(lib)).kiln_test_marker() == 7

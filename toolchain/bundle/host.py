@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -244,22 +245,93 @@ def _runtime_objects(files: list[Path], compiler: str, flags: list[str]) -> list
     return objects
 
 
+def _compile_object(src: Path, compiler: str, cflags: list[str], obj: Path, d: Path) -> None:
+    """``src`` compiled to ``obj`` as the bundle's one-command build compiles it: with
+    the header :func:`toolchain.runtime.pch.pch_flags` precompiles where it has one (the
+    kernels of an x86 target with intrinsics: ``<immintrin.h>``, 0.15 CPU s less; the same
+    object code), else plainly."""
+    cmd = [compiler, *(f for f in cflags if f != "-shared"), "-c", str(src), "-o", str(obj)]
+    pch = pch_flags(compiler, cflags, src.read_text())
+    if pch and subprocess.run([*cmd[:-4], *pch, *cmd[-4:]], capture_output=True,
+                              check=False).returncode == 0:
+        return
+    _run_build(cmd, d)  # whatever went wrong with the header, the plain compile says it
+
+
 def _with_pch(src: Path, compiler: str, cflags: list[str], work: Path, d: Path) -> str:
     """``src`` as the bundle's one-command build takes it: the source itself, or, for a
-    C file that includes a header :func:`toolchain.runtime.pch.pch_flags` precompiles (the
-    kernels of an x86 target with intrinsics: ``<immintrin.h>``), its object compiled with
-    that header precompiled (0.15 CPU s less; the same object code, so the same library)."""
-    if src.suffix != ".c":
-        return str(src)
-    pch = pch_flags(compiler, cflags, src.read_text())
-    if not pch:
+    C file that includes a header :func:`toolchain.runtime.pch.pch_flags` precompiles,
+    its object (:func:`_compile_object`; the same object code, so the same library)."""
+    if src.suffix != ".c" or not pch_flags(compiler, cflags, src.read_text()):
         return str(src)
     obj = work / f"{src.stem}.o"
-    cmd = [compiler, *(f for f in cflags if f != "-shared"), "-c", str(src), "-o", str(obj)]
-    if subprocess.run([*cmd[:-4], *pch, *cmd[-4:]], capture_output=True,
-                      check=False).returncode != 0:
-        _run_build(cmd, d)  # whatever went wrong, the plain compile says it
+    _compile_object(src, compiler, cflags, obj, d)
     return str(obj)
+
+
+#: the bundle sources a host build compiles to objects kept in the build cache by
+#: content (the source, the headers it reaches in the bundle, the compiler and the
+#: flags): the kernels, most of a build's gcc time, which bundles with the same layers
+#: share whatever their weights, weights storage, model file, folder or run file
+CACHED_SOURCES = ("kernels.c",)
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^">]+)[">]', re.M)
+
+
+def bundle_headers(src: Path, dirs: Sequence[Path]) -> list[Path]:
+    """The headers of the folders ``dirs`` (a build's ``-I`` folders, searched in that
+    order) that ``src`` includes, directly or through one another, found where the
+    compiler finds them (``"x.h"`` first beside the including file); system headers are
+    not listed (they come with the compiler).
+
+    >>> import tempfile; t = Path(tempfile.mkdtemp())
+    >>> _ = (t / "k.c").write_text('#include <math.h>\\n#include "k.h"\\n')
+    >>> _ = (t / "k.h").write_text('#include "w.h"\\n'); _ = (t / "w.h").write_text("")
+    >>> [h.name for h in bundle_headers(t / "k.c", [t])]
+    ['k.h', 'w.h']
+    """
+    found: list[Path] = []
+    todo = [src]
+    while todo:
+        f = todo.pop()
+        for quote, name in _INCLUDE.findall(f.read_text(errors="replace")):
+            for base in ([f.parent] if quote == '"' else []) + list(dirs):
+                h = base / name
+                if h.is_file():
+                    if h not in found:
+                        found.append(h)
+                        todo.append(h)
+                    break
+    return found
+
+
+def _cached_object(src: Path, compiler: str, cflags: list[str], d: Path) -> Path:
+    """``src`` (one of :data:`CACHED_SOURCES`) compiled to an object in the build cache,
+    keyed by its text, the text of the bundle headers it includes (:func:`bundle_headers`),
+    the compiler, its version and the flags; the ``-I`` folders and the weights file's
+    path (which only the weights' source reads) are not part of the key nor of the
+    compile. The object is the one the one-command build makes of ``src``, so a library
+    linked from it is the same."""
+    dirs = [Path(f[2:]) for f in cflags if f.startswith("-I")]
+    flags = [f for f in cflags if not f.startswith(("-I", "-DKILN_WEIGHTS_FILE="))]
+    key = hashlib.sha256()
+    for f in (src, *bundle_headers(src, dirs)):
+        key.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    key.update("\0".join([compiler, compiler_version(compiler), *flags]).encode())
+    obj = cache_dir() / f"object-{src.stem}-{key.hexdigest()[:24]}.o"
+    if obj.exists():
+        touch(obj)
+        return obj
+    fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
+    os.close(fd)
+    try:
+        _compile_object(src, compiler, [*flags, *(f"-I{x}" for x in dirs)], Path(tmp), d)
+    except BuildError:
+        os.unlink(tmp)
+        raise
+    os.replace(tmp, obj)
+    trim(obj)
+    return obj
 
 
 def is_cuda_bundle(meta: Mapping[str, Any]) -> bool:
@@ -392,8 +464,9 @@ def build_host(path: str | Path, cc: str | None = None,
     try:
         with tempfile.TemporaryDirectory(dir=lib.parent) as work:
             objects = _runtime_objects(runtime, compiler, flags)
-            own = [_with_pch(f, compiler, cflags, Path(work), d) for f in srcs
-                   if f not in runtime]
+            own = [str(_cached_object(f, compiler, cflags, d)) if f.name in CACHED_SOURCES
+                   and f.parent == d / "src" else _with_pch(f, compiler, cflags, Path(work), d)
+                   for f in srcs if f not in runtime]
             _run_build([compiler, *cflags, *own, *map(str, objects), "-o", tmp, *link,
                         "-lm"], d)
     except BuildError:
