@@ -27,6 +27,7 @@ Without a GPU the source is checked with ``nvcc -arch=sm_80 -ptx`` (:func:`compi
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import subprocess
@@ -82,6 +83,15 @@ class _Launch(StmtVisitor):
 
 #: the precedence a rendered call has (an atom: it binds tighter than any operator)
 _CALL_PREC = 20
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The jinja2 environment of the kernel file templates, made once (a fresh one compiled
+    the template again for every kernel file)."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+                              trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
 class CUDARenderer(CStyleRenderer):
@@ -225,10 +235,7 @@ class CUDARenderer(CStyleRenderer):
 
     def _render_file(self, func: ir.PrimFunc, entry: str, params: list[str],
                      kernels: list[dict]) -> str:
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                                 trim_blocks=True, lstrip_blocks=True,
-                                 keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-        return env.get_template(self.template).render(
+        return _templates().get_template(self.template).render(
             entry=entry, func_name=func.name, prelude=support_of(func).render(),
             helpers=self.helper_list(), qualifier=self.helper_qualifier,
             kernels=kernels, params=params or ["void"])
