@@ -173,8 +173,10 @@ def nvcc_object(bundle: Path, source: str | Path, out: Path,
     with its warnings promoted and ``ptxas --warning-as-error`` for each architecture:
     ``nvcc --dryrun`` lists them); what it leaves out is the host side, ``cudafe++`` and
     the host compiler over the kernels' launch stubs, half of nvcc's fixed cost of about
-    1 CPU s a run. A bundle's kernels still go through the host side with its launcher
-    (``tests/bundle/test_cuda.py``, ``test_weights_storage.py``).
+    1 CPU s a run (and, on a large unit, the host compiler over every kernel's launch stub:
+    about 3 CPU s for the zoo's 205). A bundle's kernels still go through the host side
+    with its launcher in ``test_weights_storage.py`` (the Makefile and Kiln's host build),
+    ``test_tensorcore.py``'s 48 KiB bundle and the tuner's harness.
 
     ``sm90="90a"`` builds the Hopper code for sm_90a instead (the architecture-specific
     features a ``wgmma`` kernel needs; everything sm_90 builds, sm_90a builds)."""

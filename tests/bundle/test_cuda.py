@@ -86,12 +86,12 @@ STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror")
 @dataclass
 class NvccBatch:
     """Bundles Kiln compiled (by test name; or the error its compile raised) and nvcc's
-    run over all of them as one translation unit (``nvcc_unit``), None where no unit
+    runs over all of them as one translation unit each (``nvcc_unit``), None where no unit
     could be made of them (or nvcc is not installed); ``emulated``: the same compiles'
     SIMT emulations (``build_spec(..., also_emulate=True)``), where they were made."""
 
     bundles: dict[str, Path | Exception]
-    run: subprocess.CompletedProcess | None
+    runs: list[subprocess.CompletedProcess] | None
     emulated: dict[str, Path | Exception] = field(default_factory=dict)
 
     def bundle(self, name: str) -> Path:
@@ -110,30 +110,37 @@ class NvccBatch:
 
     @property
     def built(self) -> bool:
-        """Whether nvcc built every bundle of the batch, warnings as errors."""
-        return self.run is not None and self.run.returncode == 0
+        """Whether nvcc's runs built every bundle of the batch, warnings as errors."""
+        return self.runs is not None and all(r.returncode == 0 for r in self.runs)
 
     def assert_not_named(self, name: str) -> None:
-        """For a bundle that built alone after the batch's run failed: that run's errors
-        must not name it (the shared unit broke it, which every test of the batch would
+        """For a bundle that built alone after a run of the batch failed: no run's errors
+        may name it (the shared unit broke it, which every test of the batch would
         otherwise pass over, paying nvcc's fixed cost again each time)."""
-        errors = self.run.stderr if self.run is not None else ""
+        errors = "".join(r.stderr for r in self.runs or [])
         assert f"{self.bundle(name).resolve()}/" not in errors, \
-            f"{name}: builds alone, not in the batch's nvcc run: {errors[-3000:]}"
+            f"{name}: builds alone, not in the batch's nvcc runs: {errors[-3000:]}"
 
 
 def _nvcc_batch(bundles: dict[str, Path | Exception], sources: object, out: Path,
-                flags: tuple[str, ...] | list[str]) -> NvccBatch:
-    """``sources(bundle)`` of every bundle Kiln built, compiled by one nvcc run."""
+                flags: tuple[str, ...] | list[str], kernels: object = None) -> NvccBatch:
+    """``sources(bundle)`` of every bundle Kiln built, compiled to object code by one nvcc
+    run; with ``kernels``, ``kernels(bundle)`` (sources of device code alone) by a second
+    one, device-only (``nvcc_object``'s ``device_only``), with the same flags."""
     built = [d for d in bundles.values() if isinstance(d, Path)]
     if NVCC is None:
         return NvccBatch(bundles, None)
-    try:
-        include = nvcc_unit([sources(d) for d in built], out / "unit.cu")
-    except ValueError:
-        return NvccBatch(bundles, None)
-    return NvccBatch(bundles, nvcc_object(built[0], out / "unit.cu", out / "unit.o",
-                                          [*include, *flags]))
+    units = [(sources, "unit", False)] + ([(kernels, "kernels_unit", True)] if kernels else [])
+    runs = []
+    for srcs, stem, device_only in units:
+        try:
+            include = nvcc_unit([srcs(d) for d in built], out / f"{stem}.cu")
+        except ValueError:
+            return NvccBatch(bundles, None)
+        runs.append(nvcc_object(built[0], out / f"{stem}.cu",
+                                out / f"{stem}.{'fatbin' if device_only else 'o'}",
+                                [*include, *flags], device_only=device_only))
+    return NvccBatch(bundles, runs)
 
 
 def _launcher(d: Path) -> Path:
@@ -173,10 +180,17 @@ def _sm90_and_emulated(names: list[str], out: Path
 
 @pytest.fixture(scope="module")
 def cuda_sm90_zoo(tmp_path_factory) -> NvccBatch:
-    """Every fast zoo model's ``cuda-sm90`` bundle, and nvcc's object code of all of them
-    for sm_80 and sm_90 from one translation unit: each bundle's two CUDA sources (the host
-    call sequence, then the kernels), every warning an error, the host compiler's
-    ``-Wall -Wextra`` too. One run, where a run a bundle paid nvcc's fixed cost (the CUDA
+    """Every fast zoo model's ``cuda-sm90`` bundle, and nvcc's builds of all of them for
+    sm_80 and sm_90, every warning an error, the host compiler's ``-Wall -Wextra`` too:
+    the host call sequences (the launchers) to object code as one translation unit, and
+    the kernels, which have no host code, as another, device-only (``-fatbin``: the same
+    preprocessor, ``cicc`` and ``ptxas`` runs for each architecture as ``-c``'s; what it
+    leaves out is the host compiler over nvcc's own launch stubs of the kernels, about
+    3 CPU s at ``-O3`` for the 205 kernels, which a bundle's kernels still get in
+    ``test_weights_storage.py``, ``test_tensorcore.py``'s 48 KiB bundle and the tuner's
+    harness). A launcher's ``<<<...>>>`` calls meet the kernels' declarations
+    (``kernels.cuh``) and the kernels' definitions include the same header, so a
+    mismatch still fails. Two runs, where a run a bundle paid nvcc's fixed cost (the CUDA
     headers through its front end, ``cudafe++`` and the host compiler, about 0.9 CPU s)
     twelve times; the users share an xdist group (``SHARED_BUILDS``). With each bundle its
     SIMT emulation, from the same compile: one schedule and lowering a model, not two
@@ -184,7 +198,8 @@ def cuda_sm90_zoo(tmp_path_factory) -> NvccBatch:
     checks the kernels nvcc builds)."""
     out = tmp_path_factory.mktemp("sm90")
     cuda, emulated = _sm90_and_emulated(MODELS, out)
-    batch = _nvcc_batch(cuda, lambda d: [_launcher(d), d / "src/kernels.cu"], out, STRICT_HOST)
+    batch = _nvcc_batch(cuda, lambda d: [_launcher(d)], out, STRICT_HOST,
+                        kernels=lambda d: [d / "src/kernels.cu"])
     batch.emulated = emulated
     return batch
 
@@ -194,13 +209,14 @@ def cuda_sm90_zoo(tmp_path_factory) -> NvccBatch:
 @pytest.mark.parametrize("name", MODELS)
 def test_nvcc_builds_object_code_for_sm80_and_sm90(name: str, cuda_sm90_zoo: NvccBatch,
                                                    tmp_path: Path) -> None:
-    """The bundle's two CUDA sources (the kernels and the host call sequence) compiled by
+    """The bundle's two CUDA sources (the kernels and the host call sequence) built by
     nvcc for both architectures, warnings as errors: with the other zoo bundles in
-    ``cuda_sm90_zoo``'s one translation unit, or -- where that run failed -- as a unit of
-    their own (the call sequence first, so it cannot lean on what the kernels include),
-    whose errors are this model's, and then the failed run's errors must not name it.
-    Each source alone goes through nvcc in ``tests/bundle/test_weights_storage.py`` (the
-    bundle's Makefile and Kiln's host build)."""
+    ``cuda_sm90_zoo``'s two runs (the launchers to object code, the kernels device-only),
+    or -- where a run failed -- as a unit of their own to object code (the call sequence
+    first, so it cannot lean on what the kernels include), whose errors are this model's,
+    and then the failed runs' errors must not name it. Each source alone goes through
+    nvcc in ``tests/bundle/test_weights_storage.py`` (the bundle's Makefile and Kiln's host
+    build)."""
     d = cuda_sm90_zoo.bundle(name)
     if cuda_sm90_zoo.built:
         return

@@ -261,10 +261,12 @@ def test_every_math_intrinsic_means_the_same_in_c_and_the_interpreter(dtype):
                                    err_msg=o.name)
 
 
-@needs("nvcc")
-@pytest.mark.parametrize("dtype", ["bool", "float16", "int8", "float32"])
-def test_cuda_defines_the_min_max_helpers_it_uses(dtype):
-    from toolchain.codegen.cuda import CUDARenderer, compile_ptx
+MIN_MAX_DTYPES = ["bool", "float16", "int8", "float32"]
+
+
+def _min_max_source(dtype: str) -> str:
+    """CUDA source of a kernel taking the min and max of ``dtype`` values, named by dtype."""
+    from toolchain.codegen.cuda import CUDARenderer
     from toolchain.tir.schedule import Schedule
 
     A = te.placeholder((64,), name="A", dtype=dtype)
@@ -275,9 +277,53 @@ def test_cuda_defines_the_min_max_helpers_it_uses(dtype):
     io, ii = sch.split(i, [None, 32])
     sch.bind(io, "blockIdx.x")
     sch.bind(ii, "threadIdx.x")
-    src = CUDARenderer().render(lower(sch.mod), name="mm").code
+    return CUDARenderer().render(lower(sch.mod), name=f"mm_{dtype}").code
+
+
+@pytest.fixture(scope="module")
+def min_max_ptx() -> dict[str, str]:
+    """Each dtype's source, and the PTX of all four from one ``compile_ptx`` (under
+    ``"all"``; its error where it failed): one nvcc run, not four (its fixed cost, about
+    0.4 CPU s, is most of each). The sources go one after the other: their kernels and
+    helpers are named by dtype, so no source can use another's helper."""
+    from toolchain.codegen.cuda import compile_ptx
+
+    got = {d: _min_max_source(d) for d in MIN_MAX_DTYPES}
+    try:
+        got["all"] = compile_ptx("".join(got.values()), "sm_80")
+    except Exception as e:  # (each test then compiles its own source alone)
+        got["all"] = f"error: {e}"
+    return got
+
+
+def _lines_of(sources: dict[str, str], dtype: str) -> set[int]:
+    """The lines (from 1) of ``dtype``'s source in the sources joined in order."""
+    first = 1
+    for d in MIN_MAX_DTYPES:
+        n = sources[d].count("\n")
+        if d == dtype:
+            return set(range(first, first + n))
+        first += n
+    raise KeyError(dtype)
+
+
+@needs("nvcc")
+@pytest.mark.parametrize("dtype", MIN_MAX_DTYPES)
+def test_cuda_defines_the_min_max_helpers_it_uses(dtype, min_max_ptx):
+    from toolchain.codegen.cuda import compile_ptx
+
+    src = min_max_ptx[dtype]
     assert "static __device__ __forceinline__" in src
-    assert ".entry kiln_mm_kernel0" in compile_ptx(src, "sm_80")
+    ptx = min_max_ptx["all"]
+    if ptx.startswith("error: "):  # the shared run failed: this source alone says
+        errors = ptx
+        ptx = compile_ptx(src, "sm_80")
+        # (built alone but not with the others: the joined sources broke it, and each test
+        # would pay nvcc's fixed cost again)
+        lines = {int(n) for n in re.findall(r"kernels\.cu\((\d+)\): error", errors)}
+        assert not lines & _lines_of(min_max_ptx, dtype), \
+            f"{dtype}: compiles alone, not with the others: {errors[-3000:]}"
+    assert f".entry kiln_mm_{dtype}_kernel0" in ptx
 
 
 def test_render_helpers_merges_the_helpers_of_several_kernels(tmp_path):

@@ -252,16 +252,23 @@ wg(const __half *a, const __half *b, float *out) {{
 def test_nvcc_builds_the_wgmma_kernel_for_sm90a(tmp_path: Path) -> None:
     """The device branch (inline PTX: the descriptors, wgmma.fence, mma_async with 64
     registers, commit and wait) is built to sm_90a object code with every warning an
-    error; for plain sm_90 (no wgmma there: ``arch_features``) the body is a trap."""
+    error; for plain sm_90 (no wgmma there: ``arch_features``) the body is a trap.
+
+    One nvcc run, device-only (the source has no host code: ``-fatbin`` runs the same
+    preprocessor, ``cicc`` and ``ptxas`` as ``-c`` and leaves out the host compiler over
+    nvcc's launch stub): the sm_90a object code, and the ``compute_90`` PTX that ``-ptx
+    -arch=sm_90`` would write, kept (``-keep``) and read here."""
     defs, names, n, k = _c_source("wgmma_m64n128k32", "wgmma_fill_64x128")
     src = tmp_path / "wg.cu"
     src.write_text(_device_source(defs, names, n, k))
-    base = [NVCC, "-O3", str(src), "-Werror", "all-warnings"]
-    ok = subprocess.run([*base, "-c", "-gencode", "arch=compute_90a,code=sm_90a", "-o",
-                         str(tmp_path / "wg.o")], capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    ptx = subprocess.run([*base, "-ptx", "-arch=sm_90", "-o", str(tmp_path / "wg.ptx")],
-                         capture_output=True, text=True)
-    assert ptx.returncode == 0, ptx.stderr[-3000:]
-    text = (tmp_path / "wg.ptx").read_text()
+    (tmp_path / "keep").mkdir()
+    res = subprocess.run([NVCC, "-O3", str(src), "-Werror", "all-warnings", "-fatbin",
+                          "-gencode", "arch=compute_90a,code=sm_90a",
+                          "-gencode", "arch=compute_90,code=compute_90",
+                          "-keep", "-keep-dir", str(tmp_path / "keep"),
+                          "-o", str(tmp_path / "wg.fatbin")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / "keep" / "wg.compute_90a.cubin").stat().st_size > 0
+    text = (tmp_path / "keep" / "wg.compute_90.ptx").read_text()
+    assert "wgmma" in (tmp_path / "keep" / "wg.compute_90a.ptx").read_text()
     assert "wgmma" not in text and "trap;" in text
