@@ -9,7 +9,10 @@ another source tree measured in the same run.
 The kernels: x86 int8 convolutions (``QConv``: 3x3 padded, strided, pointwise, dilated,
 DS-CNN-like) for ``x86_64-avx512`` (u8 quads) and ``x86_64-avx2`` (int16 pairs), and
 float32 ``Conv`` (3x3, strided 1x1, depthwise), ``MatMul`` and ``Softmax`` for
-``x86_64-avx512`` and ``c-generic``: the schedules of ``tests/schedules``. Each tree runs
+``x86_64-avx512`` and ``c-generic``: the schedules of ``tests/schedules``. ``--gpu``: for
+``cuda-sm80`` and ``cuda-sm90`` instead, float32 convolutions (3x3, wide 3x3, depthwise)
+and ``MatMul``s (tiled, matrix-vector), float16 ``MatMul`` and 3x3 convolution (tensor
+cores) and ``Softmax``: the GPU tile searches and ``bind``'s launch-limit checks. Each tree runs
 in a fresh process (``PYTHONPATH`` = the tree) that schedules every kernel once untimed
 (imports, intrinsics, templates), then ``--repeat`` times timed (``time.process_time``,
 the arithmetic memo cleared and the collector paused before each pass, as a compile
@@ -63,12 +66,24 @@ def w(*shape):
 
 
 KERNELS = []
-for t in ("x86_64-avx512", "x86_64-avx2"):
+GPU = len(sys.argv) > 2 and sys.argv[2] == "gpu"
+for t in (("cuda-sm80", "cuda-sm90") if GPU else ()):
+    KERNELS += [
+        (make_node("Conv", [(1, 16, 28, 28), w(32, 16, 3, 3)], {"pads": [1, 1, 1, 1]}), t),
+        (make_node("Conv", [(1, 64, 14, 14), w(128, 64, 3, 3)], {"pads": [1, 1, 1, 1]}), t),
+        (make_node("Conv", [(1, 32, 14, 14), w(32, 1, 3, 3)],
+                   {"pads": [1, 1, 1, 1], "group": 32}), t),
+        (make_node("MatMul", [(64, 256), w(256, 128)]), t),
+        (make_node("MatMul", [(1, 512), w(512, 10)]), t),
+        (make_node("MatMul", [((128, 256), "float16"), ((256, 128), "float16")]), t),
+        (make_node("Conv", [((1, 64, 16, 16), "float16"), ((64, 64, 3, 3), "float16")],
+                   {"pads": [1, 1, 1, 1]}), t)]
+for t in (() if GPU else ("x86_64-avx512", "x86_64-avx2")):
     for cfg in [(3, 16, 9, 11, 3, 1, (1, 1, 1, 1), 1), (5, 12, 7, 7, 3, 2, (1, 1, 1, 1), 1),
                 (8, 20, 6, 13, 1, 1, (0, 0, 0, 0), 1), (6, 16, 9, 9, 3, 1, (2, 2, 2, 2), 2),
                 (16, 32, 5, 25, 3, 1, (1, 1, 1, 1), 1)]:
         KERNELS.append((qconv(*cfg, "int8"), t))
-for t in ("x86_64-avx512", "c-generic"):
+for t in (() if GPU else ("x86_64-avx512", "c-generic")):
     KERNELS += [
         (make_node("Conv", [(1, 16, 28, 28), w(32, 16, 3, 3)], {"pads": [1, 1, 1, 1]}), t),
         (make_node("Conv", [(1, 32, 28, 28), w(64, 32, 1, 1)], {"strides": [2, 2]}), t),
@@ -125,9 +140,10 @@ print(json.dumps({"cpu_s": best, "primitives_s": prims, "kernels": len(KERNELS)}
 """
 
 
-def measure(tree: Path, repeat: int) -> dict:
-    """The kernels scheduled in a fresh process on ``tree``: ``{"cpu_s": best, ...}``."""
-    return run_child(tree, _CHILD, [str(repeat)], "scheduling")
+def measure(tree: Path, repeat: int, gpu: bool = False) -> dict:
+    """The kernels scheduled in a fresh process on ``tree`` (``gpu``: the CUDA set):
+    ``{"cpu_s": best, ...}``."""
+    return run_child(tree, _CHILD, [str(repeat)] + (["gpu"] if gpu else []), "scheduling")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,13 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ref", type=Path, default=None, help="another Kiln source tree")
     ap.add_argument("--repeat", type=int, default=5, help="timed passes per process")
     ap.add_argument("--rounds", type=int, default=2, help="processes per tree (alternating)")
+    ap.add_argument("--gpu", action="store_true", help="the CUDA kernels instead (see above)")
     args = ap.parse_args(argv)
     trees = [("this", ROOT)] + ([("ref", args.ref.resolve())] if args.ref else [])
     rows: dict[str, list[dict]] = {name: [] for name, _ in trees}
     n = 0
     for _ in range(args.rounds):
         for name, tree in reversed(trees):
-            r = measure(tree, args.repeat)
+            r = measure(tree, args.repeat, args.gpu)
             rows[name].append(r)
             n = r["kernels"]
     print(f"{n} kernels scheduled, CPU s per pass (best of {args.repeat}) per round: "

@@ -3,6 +3,7 @@ compiles with the target's flags, and runs (with numpy as the oracle) where the 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -18,7 +19,7 @@ from toolchain.intrinsics import attach_intrinsics, get_spec, intrinsic_flags, l
 from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
 from toolchain.runtime.build import compile_shared
 from toolchain.target import load_target, runs_here
-from toolchain.tir.schedule import Schedule
+from toolchain.tir.schedule import Schedule, TensorIntrin
 from toolchain.tir.transform.pipeline import lower
 
 # --------------------------------------------------------------------------- behaviour
@@ -371,3 +372,23 @@ def test_an_output_only_written_is_not_read() -> None:
     assert [(rd, wr) for _, _, rd, wr in operand_tiles(reset)] == [(False, True)]
     assert [(rd, wr) for _, _, rd, wr in operand_tiles(shr)] == [(True, False), (False, True)]
     assert get_spec("vta.gemm").reads_output and not get_spec("vta.alu_max_imm").reads_output
+
+
+def test_a_variant_in_other_fields_reuses_the_compiled_intrinsics() -> None:
+    """A descriptor that differs from the loaded one only in fields the intrinsics do not
+    read (``layout``: the bundle tests' NHWC cortex-m4) registers the same compiled
+    intrinsics again; one whose C helpers differ is compiled anew."""
+    m4 = load_target("cortex-m4")
+    name = load_intrinsics(m4)[0]
+    desc = TensorIntrin.get(name).desc
+    nhwc = dataclasses.replace(m4, layout="NHWC" if m4.layout != "NHWC" else "NCHW")
+    assert load_intrinsics(nhwc)[0] == name
+    assert TensorIntrin.get(name).desc is desc
+    marked = dataclasses.replace(m4, c_helpers=m4.c_helpers + "\n/* kiln test */\n")
+    try:
+        load_intrinsics(marked)
+        assert TensorIntrin.get(name).desc is not desc
+        assert "/* kiln test */" in get_spec(name).helpers
+    finally:
+        load_intrinsics(m4)
+    assert "/* kiln test */" not in get_spec(name).helpers

@@ -234,6 +234,29 @@ def test_shared_memory_over_the_target_limit() -> None:
     assert "A_shared 32768 B, B_shared 32768 B" in msg and "(49152 B)" in msg
 
 
+def test_the_limits_check_measures_only_a_kernel_that_changed(monkeypatch) -> None:
+    """``check_gpu_limits`` keeps each kernel's shared footprint by the kernel statement
+    (IR is immutable): verifying again relaxes nothing, a primitive that rebuilds the
+    kernel has it measured anew (and the over-limit kernel of the test above is still
+    refused)."""
+    from toolchain.tir.schedule import gpu
+
+    sch, c, (i0, j0, i1, j1) = _gpu_matmul_tiles()
+    sch.bind(i0, "blockIdx.x")
+    sch.bind(j0, "blockIdx.y")
+    sch.compute_at(sch.cache_read(c, 0, "shared"), j0)
+    measured = []
+    real = gpu.shared_footprint
+    monkeypatch.setattr(gpu, "shared_footprint", lambda k: measured.append(k) or real(k))
+    sch.verify()
+    sch.verify()
+    assert len(measured) == 1  # the kernel compute_at changed, once
+    sch.bind(i1, "threadIdx.y")  # a new kernel statement: measured again
+    assert len(measured) == 2 and measured[1] is not measured[0]
+    sch.verify()
+    assert len(measured) == 2
+
+
 def test_a_kernel_that_opts_in_may_use_the_opt_in_shared_memory() -> None:
     """The same 64 KiB of shared tiles pass the check once the kernel's block loop is
     annotated ``DYNAMIC_SHARED_MEMORY`` (cuda-sm80 lets a block opt in to 163 KiB), and

@@ -63,10 +63,11 @@ from toolchain.tir import ir
 from toolchain.tir.functor import StmtExprMutator, post_order_visit
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
-__all__ = ["MMA_SCOPE", "REGISTER_SCOPES", "WGMMA_SCOPE", "IntrinsicSpec", "attach_intrinsics",
-           "behaviour_of_call", "get_spec", "intrinsic_flags", "intrinsic_of_function",
-           "llvm_definition", "llvm_helper_definition", "load_intrinsics", "operand_elements",
-           "operand_tiles", "parse_behaviour", "scalar_vars"]
+__all__ = ["COMPILED_FROM", "MMA_SCOPE", "REGISTER_SCOPES", "WGMMA_SCOPE", "IntrinsicSpec",
+           "attach_intrinsics", "behaviour_of_call", "get_spec", "intrinsic_flags",
+           "intrinsic_of_function", "llvm_definition", "llvm_helper_definition",
+           "load_intrinsics", "operand_elements", "operand_tiles", "parse_behaviour",
+           "scalar_vars"]
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,14 @@ def _helpers_block(t: Target, text: str, key: str) -> _Helpers | None:
     return _Helpers(t.name, _one_block(text), headers, f"{key}:" + ",".join(sorted(defined)))
 
 
+#: the fields of a ``Target`` that :func:`_compile` reads: a descriptor equal to the one
+#: loaded in these (a variant of it with another ``layout``, ``cflags`` ...: the cortex-m4
+#: NHWC variants the bundle tests make) registers the compiled intrinsics again instead of
+#: compiling the same behaviours anew
+COMPILED_FROM = ("name", "source", "intrinsics", "c_helpers", "c_helpers_headers",
+                 "on_call_helpers", "llvm_helpers")
+
+
 def _compile(t: Target) -> _Loaded:
     block = _helpers_block(t, t.c_helpers, "c_helpers")
     out = []
@@ -265,7 +274,8 @@ def load_intrinsics(target: str | Target) -> list[str]:
     """
     t = load_target(target) if isinstance(target, str) else target
     done = _LOADED.get((t.name, t.source))
-    if done is None or not (done.target is t or done.target == t):
+    if done is None or not (done.target is t or all(
+            getattr(done.target, f) == getattr(t, f) for f in COMPILED_FROM)):
         done = _LOADED[(t.name, t.source)] = _compile(t)
     for info, desc, impl in done.intrinsics:
         TensorIntrin.register(info.name, desc, impl, override=True)

@@ -38,6 +38,7 @@ from toolchain.schedules.gpu.tensorcore import (
     WmmaTiles,
     choose_wmma_tiles,
     tensor_core_intrinsics,
+    tensor_core_sets,
     try_tile_wmma,
     wmma_shared_bytes,
 )
@@ -395,3 +396,18 @@ def test_fp16_gemms_on_the_gpu_match_the_reference(name: str, tmp_path: Path) ->
         for k, v in want.items():
             v = v.astype(np.float64)
             assert float(np.max(np.abs(got[k] - v))) / float(np.max(np.abs(v))) < FP16_TOL
+
+
+def test_the_tensor_core_sets_are_found_once_a_target() -> None:
+    """``tensor_core_sets`` parses a descriptor's behaviours once (every GEMM stage of a
+    GPU schedule asks, float32 ones too): the same answer again, and a target made with
+    other intrinsics gets its own."""
+    first, again = tensor_core_sets(SM80), tensor_core_sets(SM80)
+    assert sorted(first) == ["mma.accumulator", "wmma.accumulator"]
+    assert all(again[k] is first[k] for k in first)
+    first.clear()  # the caller's copy: the remembered answer is unchanged
+    assert sorted(tensor_core_sets(SM80)) == ["mma.accumulator", "wmma.accumulator"]
+    no_wmma = replace(SM80, intrinsics={k: v for k, v in SM80.intrinsics.items()
+                                        if not k.startswith("wmma")})
+    assert "wmma.accumulator" not in tensor_core_sets(no_wmma)
+    assert tensor_core_intrinsics(no_wmma) is None

@@ -206,15 +206,38 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
     return None
 
 
+#: :func:`tensor_core_sets`' answers by target object: ``id -> (target, sets)``. A
+#: ``Target`` is frozen and the answer reads nothing else, so each descriptor's
+#: behaviours are parsed once a process instead of at every GEMM stage a schedule
+#: tiles (the entry keeps its target alive: an ``id`` is not reused while it is here).
+_SETS: dict[int, tuple[Target, dict[str, TensorCore]]] = {}
+
+
 def tensor_core_sets(target: Target) -> dict[str, TensorCore]:
     """Per accumulator scope, the fill, products and store (``""`` where there is none)
     that ``target`` declares on it, found by behaviour, dtypes and scopes; a scope without
-    a fill or a float16 x float16 -> float32 product is left out.
+    a fill or a float16 x float16 -> float32 product is left out. Remembered per target
+    (:data:`_SETS`); the target's intrinsics are registered at every call, as
+    ``target.intrinsic`` did when the sets were found.
 
     >>> from toolchain.target import load_target
     >>> sorted(tensor_core_sets(load_target("cuda-sm80")))
     ['mma.accumulator', 'wmma.accumulator']
     """
+    got = _SETS.get(id(target))
+    if got is None or got[0] is not target:
+        got = (target, _find_sets(target))
+        if len(_SETS) >= 64:
+            _SETS.clear()
+        _SETS[id(target)] = got
+    elif got[1]:
+        from toolchain.intrinsics import load_intrinsics
+
+        load_intrinsics(target)  # what Target.intrinsic does first
+    return dict(got[1])
+
+
+def _find_sets(target: Target) -> dict[str, TensorCore]:
     fills: dict[str, str] = {}
     stores: dict[str, str] = {}
     products: dict[str, dict[tuple[int, int, int], str]] = {}  # scope -> shape -> name

@@ -16,12 +16,35 @@ from toolchain.tir import arith, ir
 from toolchain.tir.functor import substitute
 from toolchain.tir.schedule import state as st
 
+#: what :func:`check_gpu_limits` learns of one top-level statement, by the statement:
+#: ``id -> (statement, its thread tags and extents or None where it binds no thread axis,
+#: whether a loop asks for dynamic shared memory, its shared footprint or None before it
+#: is needed)``. IR nodes are immutable, so the answers are the statement's for good; a
+#: primitive rebuilds only the kernel it changed, so the function's other kernels (and
+#: those of a schedule copied from it) are answered from here instead of walked and
+#: relaxed again at every ``bind`` and ``verify``. The entry keeps its statement alive (an
+#: ``id`` is not reused while it is here); cleared past :data:`KERNEL_FACTS_LIMIT`.
+_KERNEL_FACTS: dict[int, list[Any]] = {}
+KERNEL_FACTS_LIMIT = 1024
 
-def _kernels(func: ir.PrimFunc) -> list[ir.Stmt]:
-    body = st.root_block(func).body
-    items = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
-    return [s for s in items
-            if any(isinstance(n, ir.For) and n.thread_tag for n, _ in st.walk(s))]
+
+def _facts(s: ir.Stmt) -> list[Any]:
+    got = _KERNEL_FACTS.get(id(s))
+    if got is not None and got[0] is s:
+        return got
+    tags: dict[str, ir.PrimExpr] = {}
+    dynamic = False
+    for n, _ in st.walk(s):
+        if isinstance(n, ir.For):
+            if n.thread_tag:
+                tags.setdefault(n.thread_tag, n.extent)
+            if n.annotations.get(DYNAMIC_SHARED_MEMORY):
+                dynamic = True
+    got = [s, tags or None, dynamic, None]
+    if len(_KERNEL_FACTS) >= KERNEL_FACTS_LIMIT:
+        _KERNEL_FACTS.clear()
+    _KERNEL_FACTS[id(s)] = got
+    return got
 
 
 def _name(k: ir.Stmt) -> str:
@@ -190,8 +213,12 @@ def shared_memory_limit(target: Any, kernel: ir.Stmt | None = None) -> int | Non
 def check_gpu_limits(func: ir.PrimFunc, target: Any) -> None:
     """Raise ScheduleError if a kernel exceeds the target's threads or shared memory
     (:func:`shared_memory_limit`)."""
-    for k in _kernels(func):
-        tags = thread_extents(k)
+    body = st.root_block(func).body
+    for k in list(body.seq) if isinstance(body, ir.SeqStmt) else [body]:
+        facts = _facts(k)
+        tags = facts[1]
+        if tags is None:  # binds no thread axis: not a kernel
+            continue
         max_threads = getattr(target, "max_threads_per_block", None)
         if max_threads:
             total, parts = 1, []
@@ -205,9 +232,13 @@ def check_gpu_limits(func: ir.PrimFunc, target: Any) -> None:
                     f"({' x '.join(parts)}), more than target {target.name!r} allows "
                     f"({max_threads}): split the thread-bound loop and bind the outer part to "
                     "blockIdx (or leave it serial)")
-        max_smem = shared_memory_limit(target, k)
+        optin = getattr(target, "max_shared_memory_per_block_optin", None)
+        max_smem = int(optin) if optin and facts[2] else \
+            getattr(target, "max_shared_memory_per_block", None)  # shared_memory_limit's
         if max_smem and any(t.startswith("blockIdx") for t in tags):
-            foot = shared_footprint(k)
+            if facts[3] is None:
+                facts[3] = shared_footprint(k)
+            foot = facts[3]
             doubled = set(func.attrs.get("double_buffer", ()))  # two tiles each (lowering)
             foot = {b: n * 2 if b.name in doubled else n for b, n in foot.items()}
             total = sum(foot.values())
