@@ -284,6 +284,19 @@ def _canonical(a: _Access, canon: dict[str, ir.Var]) -> _Access:
     return _Access(path, tuple(substitute(i, sub) for i in a.indices), a.write)
 
 
+def _offsets(bounds: list[ir.PrimExpr], lo: ir.PrimExpr) -> list[ir.PrimExpr]:
+    """``simplify(x - lo)`` for each of ``bounds``: the memoised ``relax`` hands equal
+    bounds back as one object, so each distinct object's offset is simplified once."""
+    known: dict[int, ir.PrimExpr] = {}
+    offs = []
+    for x in bounds:
+        o = known.get(id(x))
+        if o is None:
+            o = known[id(x)] = arith.simplify(x - lo)
+        offs.append(o)
+    return offs
+
+
 def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list | None:
     """Per dimension ``(lo, extent)`` of the region touched below ``lca``."""
     out = []
@@ -301,7 +314,7 @@ def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list
             out.append((ir.IntImm(0), dim))
             continue
         lo = los[0]
-        offs = [arith.simplify(x - lo) for x in los + his]
+        offs = _offsets(los + his, lo)
         if not all(isinstance(o, ir.IntImm) for o in offs):
             out.append((ir.IntImm(0), dim))
             continue
