@@ -60,7 +60,7 @@ from toolchain.errors import ScheduleError, TargetError
 from toolchain.intrinsics.behaviour import behaviour_func, parse_behaviour
 from toolchain.target import Target, load_target
 from toolchain.tir import ir
-from toolchain.tir.functor import StmtExprMutator, post_order_visit
+from toolchain.tir.functor import StmtExprMutator, StmtExprVisitor
 from toolchain.tir.schedule.tensorize import TensorIntrin
 
 __all__ = ["COMPILED_FROM", "MMA_SCOPE", "REGISTER_SCOPES", "WGMMA_SCOPE", "IntrinsicSpec",
@@ -573,19 +573,29 @@ class _Specialise(StmtExprMutator):
         return ir.Call(e.dtype, fname, list(e.args))
 
 
+class _RegisteredFound(Exception):
+    """Raised by :class:`_FindRegistered` at the first call it looks for."""
+
+
+class _FindRegistered(StmtExprVisitor):
+    """Walks what :func:`post_order_visit` walks, looking at calls only, and stops at the
+    first one to a registered intrinsic, C helper or LLVM helper."""
+
+    def visit_Call(self, e: ir.Call) -> None:
+        if e.op in _BY_FUNCTION or e.op in _HELPERS or e.op in _LLVM_HELPERS:
+            raise _RegisteredFound
+        super().visit_Call(e)
+
+
 def _calls_registered(body: ir.Stmt) -> bool:
     """Whether ``body`` calls a registered intrinsic, C helper or LLVM helper: the only
     calls :class:`_Specialise` acts on (one read-only walk, where the rewrite would
     rebuild the whole kernel to find none)."""
-    found: list[ir.Call] = []
-
-    def f(x: object) -> None:
-        if isinstance(x, ir.Call) and (x.op in _BY_FUNCTION or x.op in _HELPERS
-                                       or x.op in _LLVM_HELPERS):
-            found.append(x)
-
-    post_order_visit(body, f)
-    return bool(found)
+    try:
+        _FindRegistered().visit_stmt(body)
+    except _RegisteredFound:
+        return True
+    return False
 
 
 def attach_intrinsics(func: ir.PrimFunc, targets: tuple[str, ...] | None = None,

@@ -315,13 +315,13 @@ class StmtExprMutator(ExprMutator):
 
     def visit_region(self, r: ir.BufferRegion) -> ir.BufferRegion:
         buf = self.visit_buffer(r.buffer)
-        rg = tuple(self.visit_range(x) for x in r.region)
+        rg = tuple([self.visit_range(x) for x in r.region])
         return r if buf is r.buffer and _same(rg, r.region) else ir.BufferRegion(buf, rg)
 
     def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
         buf = self.visit_buffer(s.buffer)
         v = self.visit_expr(s.value)
-        idx = tuple(self.visit_expr(i) for i in s.indices)
+        idx = tuple([self.visit_expr(i) for i in s.indices])
         if buf is s.buffer and v is s.value and _same(idx, s.indices):
             return s
         return ir.BufferStore(buf, v, idx)
@@ -354,7 +354,7 @@ class StmtExprMutator(ExprMutator):
         return s if buf is s.buffer and b is s.body else ir.Allocate(buf, b)
 
     def visit_SeqStmt(self, s: ir.SeqStmt) -> ir.Stmt:
-        new = tuple(self.visit_stmt(x) for x in s.seq)
+        new = tuple([self.visit_stmt(x) for x in s.seq])
         return s if _same(new, s.seq) else ir.seq(*new)
 
     def visit_Evaluate(self, s: ir.Evaluate) -> ir.Stmt:
@@ -366,12 +366,12 @@ class StmtExprMutator(ExprMutator):
         return iv if dom is iv.dom else ir.IterVar(iv.var, dom, iv.iter_type)
 
     def visit_Block(self, s: ir.Block) -> ir.Stmt:
-        ivs = tuple(self.visit_IterVar(iv) for iv in s.iter_vars)
-        reads = tuple(self.visit_region(r) for r in s.reads)
-        writes = tuple(self.visit_region(r) for r in s.writes)
+        ivs = tuple([self.visit_IterVar(iv) for iv in s.iter_vars])
+        reads = tuple([self.visit_region(r) for r in s.reads])
+        writes = tuple([self.visit_region(r) for r in s.writes])
         init = self.visit_stmt(s.init) if s.init is not None else None
         body = self.visit_stmt(s.body)
-        allocs = tuple(self.visit_buffer(b) for b in s.alloc_buffers)
+        allocs = tuple([self.visit_buffer(b) for b in s.alloc_buffers])
         if (_same(ivs, s.iter_vars) and _same(reads, s.reads) and _same(writes, s.writes)
                 and init is s.init and body is s.body and _same(allocs, s.alloc_buffers)):
             return s
@@ -379,7 +379,7 @@ class StmtExprMutator(ExprMutator):
                        alloc_buffers=allocs)
 
     def visit_BlockRealize(self, s: ir.BlockRealize) -> ir.Stmt:
-        vals = tuple(self.visit_expr(v) for v in s.iter_values)
+        vals = tuple([self.visit_expr(v) for v in s.iter_values])
         pred = self.visit_expr(s.predicate)
         blk = self.visit_stmt(s.block)
         if _same(vals, s.iter_values) and pred is s.predicate and blk is s.block:

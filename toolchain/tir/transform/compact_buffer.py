@@ -66,6 +66,9 @@ class _Accesses(StmtExprVisitor):
         self.path: list[ir.Stmt] = []
         self.found: list[_Access] = []
         self.opaque = False
+        #: ids of the statements around a registered intrinsic's call (its arguments are
+        #: not all walked here, so :class:`_Rewrite` walks these whatever they hold)
+        self.at_calls: set[int] = set()
 
     def visit_stmt(self, s: ir.Stmt) -> None:
         self.path.append(s)
@@ -91,6 +94,7 @@ class _Accesses(StmtExprVisitor):
             hit = self.tiles[id(e)] = (e, operand_tiles(e))
         tiles = hit[1]
         if tiles is not None:  # a registered intrinsic: it touches its operand tiles
+            self.at_calls.update(map(id, self.path))
             for first, last, read, written in tiles:
                 for i in first.indices:
                     self.visit_expr(i)
@@ -112,6 +116,21 @@ class _Accesses(StmtExprVisitor):
         super().visit_BufferStore(s)  # the value's loads happen before the store
         if s.buffer.data is self.data:
             self.found.append(_Access(tuple(self.path), s.indices, True))
+
+
+def _distinct(accesses: list[_Access]) -> list[_Access]:
+    """``accesses`` without repeats: an access at the same statements (the same objects)
+    with the same index objects as an earlier one (a read-modify-write's read and write,
+    two loads of one element) gives the same bounds, so the regions and proofs below ask
+    about the first only (the order of the others kept)."""
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    out = []
+    for a in accesses:
+        key = (tuple(map(id, a.path)), tuple(map(id, a.indices)))
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
 
 
 def _lca(accesses: list[_Access], buf: ir.Buffer) -> ir.For | None:
@@ -156,8 +175,8 @@ def _private_per_iteration(accesses: list[_Access], loop: ir.For) -> bool:
 
     if not accesses[0].write:
         return False
-    writes = [a for a in accesses if a.write]
-    reads = [a for a in accesses if not a.write]
+    writes = _distinct([a for a in accesses if a.write])
+    reads = _distinct([a for a in accesses if not a.write])
     for w in writes:
         inner = {s.loop_var for s in _below(w.path, loop) if isinstance(s, ir.For)}
         for s in _below(w.path, loop):
@@ -265,9 +284,23 @@ def _canonical(a: _Access, canon: dict[str, ir.Var]) -> _Access:
     return _Access(path, tuple(substitute(i, sub) for i in a.indices), a.write)
 
 
+def _offsets(bounds: list[ir.PrimExpr], lo: ir.PrimExpr) -> list[ir.PrimExpr]:
+    """``simplify(x - lo)`` for each of ``bounds``: the memoised ``relax`` hands equal
+    bounds back as one object, so each distinct object's offset is simplified once."""
+    known: dict[int, ir.PrimExpr] = {}
+    offs = []
+    for x in bounds:
+        o = known.get(id(x))
+        if o is None:
+            o = known[id(x)] = arith.simplify(x - lo)
+        offs.append(o)
+    return offs
+
+
 def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list | None:
     """Per dimension ``(lo, extent)`` of the region touched below ``lca``."""
     out = []
+    accesses = _distinct(accesses)
     inner = [_inner_ranges(a.path, lca) for a in accesses]
     for d, dim in enumerate(buf.shape):
         los, his = [], []
@@ -281,7 +314,7 @@ def _region(accesses: list[_Access], buf: ir.Buffer, lca: ir.For | None) -> list
             out.append((ir.IntImm(0), dim))
             continue
         lo = los[0]
-        offs = [arith.simplify(x - lo) for x in los + his]
+        offs = _offsets(los + his, lo)
         if not all(isinstance(o, ir.IntImm) for o in offs):
             out.append((ir.IntImm(0), dim))
             continue
@@ -300,10 +333,20 @@ class _Rewrite(StmtExprMutator):
     any, replaced by the loop variables bound to the same thread axes at each access)."""
 
     def __init__(self, old: ir.Buffer, new: ir.Buffer, offsets: list[ir.PrimExpr],
-                 canon: dict[str, ir.Var] | None = None) -> None:
+                 canon: dict[str, ir.Var] | None = None,
+                 on_path: set[int] | None = None) -> None:
         self.old, self.new, self.offsets = old, new, offsets
         self.canon = canon or {}
         self.bound: dict[str, ir.Var] = {}
+        #: ids of the statements around every access of ``old`` (:class:`_Accesses`'
+        #: paths), or None: a statement not among them holds no access to rewrite, so it
+        #: comes back as itself (what the walk would return) without being walked
+        self.on_path = on_path
+
+    def visit_stmt(self, s: ir.Stmt) -> ir.Stmt:
+        if self.on_path is not None and id(s) not in self.on_path:
+            return s
+        return super().visit_stmt(s)
 
     def visit_For(self, s: ir.For) -> ir.Stmt:
         tag = s.thread_tag or ""
@@ -384,7 +427,9 @@ class _Compact(StmtMutator):
             if buf.dim_align:  # storage_align's padding, on the compacted shape
                 new = replace(new, strides=aligned_strides(new, buf.dim_align),
                               dim_align=buf.dim_align)
-            body = _Rewrite(buf, new, [lo for lo, _ in region], canon).visit_stmt(body)
+            on_path = {id(x) for a in acc.found for x in a.path} | acc.at_calls
+            body = _Rewrite(buf, new, [lo for lo, _ in region], canon,
+                            on_path).visit_stmt(body)
             if lca is not None:  # the rewrite rebuilt the loop: find it again
                 lca = _find_loop(body, lca.loop_var)
         if lca is None:

@@ -54,6 +54,8 @@ def flat_size(buf: ir.Buffer) -> ir.PrimExpr:
 class _Flatten(StmtExprMutator):
     def __init__(self) -> None:
         self.flat: dict[ir.Buffer, ir.Buffer] = {}
+        #: each N-d buffer's strides, worked out once (not once per access)
+        self.strides: dict[ir.Buffer, tuple[ir.PrimExpr, ...]] = {}
 
     def flat_buffer(self, b: ir.Buffer) -> ir.Buffer:
         if b.ndim == 1 and not b.strides:
@@ -72,17 +74,20 @@ class _Flatten(StmtExprMutator):
             indices = (*indices[:-1], swizzled_column(indices[-2], indices[-1],
                                                       b.swizzle * 8 // bits_of(b.dtype)))
         idx: ir.PrimExpr | None = None
-        for i, s in zip(indices, buffer_strides(b), strict=True):
+        strides = self.strides.get(b)
+        if strides is None:
+            strides = self.strides[b] = buffer_strides(b)
+        for i, s in zip(indices, strides, strict=True):
             term = i if ir.is_const_int(s, 1) else i * s
             idx = term if idx is None else idx + term
         return (arith.simplify(idx),)
 
     def visit_BufferLoad(self, e: ir.BufferLoad) -> ir.PrimExpr:
-        idx = tuple(self.visit_expr(i) for i in e.indices)
+        idx = tuple([self.visit_expr(i) for i in e.indices])
         return ir.BufferLoad(self.flat_buffer(e.buffer), self.flat_index(e.buffer, idx))
 
     def visit_BufferStore(self, s: ir.BufferStore) -> ir.Stmt:
-        idx = tuple(self.visit_expr(i) for i in s.indices)
+        idx = tuple([self.visit_expr(i) for i in s.indices])
         return ir.BufferStore(self.flat_buffer(s.buffer), self.visit_expr(s.value),
                               self.flat_index(s.buffer, idx))
 

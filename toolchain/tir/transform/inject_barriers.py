@@ -89,6 +89,7 @@ from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import (
     ExprVisitor,
+    StmtExprVisitor,
     StmtVisitor,
     free_vars,
     post_order_visit,
@@ -119,31 +120,67 @@ def is_shared(buf: ir.Buffer) -> bool:
     return buf.scope.startswith("shared")
 
 
+class _SharedFound(Exception):
+    """Raised by :class:`_FindShared` at the first shared buffer it meets."""
+
+
+class _FindShared(StmtExprVisitor):
+    """Walks what :func:`post_order_visit` walks, checking only the nodes that name a
+    buffer (allocations, stores, loads), and stops at the first shared one: no callback
+    per node, the expressions dispatched as the plain visitor dispatches them."""
+
+    def visit_Allocate(self, s: ir.Allocate) -> None:
+        if is_shared(s.buffer):
+            raise _SharedFound
+        self.visit_stmt(s.body)
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        if is_shared(s.buffer):
+            raise _SharedFound
+        super().visit_BufferStore(s)
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> None:
+        if is_shared(e.buffer):
+            raise _SharedFound
+        super().visit_BufferLoad(e)
+
+
 def has_shared(node: ir.Node) -> bool:
-    """True if ``node`` allocates or touches a shared buffer."""
-    found: list[bool] = []
+    """True if ``node`` allocates or touches a shared buffer.
 
-    def f(x: object) -> None:
-        if isinstance(x, (ir.Allocate, ir.BufferStore, ir.BufferLoad)) and is_shared(x.buffer):
-            found.append(True)
-
-    post_order_visit(node, f)
-    return bool(found)
+    >>> S = ir.Buffer("S", (4,), "float32", scope="shared")
+    >>> A = ir.Buffer("A", (4,), "float32")
+    >>> i = ir.Var("i")
+    >>> has_shared(ir.For(i, 0, 4, "serial", A.store(A[i] + 1.0, [i])))
+    False
+    >>> has_shared(ir.For(i, 0, 4, "serial", A.store(S[i] + 1.0, [i])))
+    True
+    """
+    try:
+        _FindShared().visit(node)
+    except _SharedFound:
+        return True
+    return False
 
 
 def thread_extents(kernel: ir.Stmt) -> dict[str, ir.PrimExpr]:
     """Thread tag -> extent of the first loop bound to it in ``kernel`` (its launch shape,
     as the CUDA backend reads it)."""
-    out: dict[str, ir.PrimExpr] = {}
+    launch = _Launch()
+    launch.visit_stmt(kernel)
+    return launch.out
 
-    class _Launch(StmtVisitor):
-        def visit_For(self, s: ir.For) -> None:
-            if s.kind == "thread_binding" and s.thread_tag:
-                out.setdefault(s.thread_tag, s.extent)
-            super().visit_For(s)
 
-    _Launch().visit_stmt(kernel)
-    return out
+class _Launch(StmtVisitor):
+    """:func:`thread_extents`' walk (a module class, not one made per call)."""
+
+    def __init__(self) -> None:
+        self.out: dict[str, ir.PrimExpr] = {}
+
+    def visit_For(self, s: ir.For) -> None:
+        if s.kind == "thread_binding" and s.thread_tag:
+            self.out.setdefault(s.thread_tag, s.extent)
+        super().visit_For(s)
 
 
 def kernels_of(body: ir.Stmt) -> tuple[list[ir.Allocate], list[ir.Stmt]]:
@@ -415,6 +452,52 @@ class _Overlap:
 # ----------------------------------------------------------------------------- planner
 
 
+class _Loads(ExprVisitor):
+    """The shared accesses of an expression of ``stmt``, appended to ``out`` (what
+    :meth:`_Planner.loads` returns; a module class, not one made per call)."""
+
+    def __init__(self, planner: _Planner, stmt: ir.Stmt, out: list[_Access]) -> None:
+        self.planner, self.stmt, self.out = planner, stmt, out
+
+    def visit_BufferLoad(self, x: ir.BufferLoad) -> None:
+        planner, stmt, out = self.planner, self.stmt, self.out
+        super().visit_BufferLoad(x)
+        if is_shared(x.buffer):
+            out.extend(planner.access(x.buffer, x.indices, False, stmt))
+
+    def visit_Call(self, x: ir.Call) -> None:
+        planner, stmt, out = self.planner, self.stmt, self.out
+        tiles = planner.intrinsic_tiles(x, stmt)
+        if tiles is not None:  # a specialised intrinsic: the elements of its tiles
+            out.extend(tiles)
+            for a in x.args:
+                ptr = a.args[0] if isinstance(a, ir.Call) and a.args else a
+                for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
+                    self.visit_expr(i)
+            return
+        written = planner.intrinsic_writes(x)
+        if written is not None:  # a declared intrinsic: its output alone is written
+            for k, a in enumerate(x.args):
+                ptr = a.args[0] if isinstance(a, ir.Call) and \
+                    a.op == "tir.address_of" and a.args else None
+                if isinstance(ptr, ir.BufferLoad) and is_shared(ptr.buffer):
+                    out.append(_Access(ptr.buffer, False, None, stmt=stmt))
+                    if k == written:
+                        out.append(_Access(ptr.buffer, True, None, stmt=stmt))
+                for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
+                    self.visit_expr(i)
+            return
+        arg = x.args[0] if x.op == "tir.address_of" and x.args else None
+        if isinstance(arg, ir.BufferLoad) and is_shared(arg.buffer):
+            # a pointer handed to a call: it may read or write anything
+            out.append(_Access(arg.buffer, False, None, stmt=stmt))
+            out.append(_Access(arg.buffer, True, None, stmt=stmt))
+            for i in arg.indices:
+                self.visit_expr(i)
+            return
+        super().visit_Call(x)
+
+
 def _short(s: ir.Node) -> str:
     text = " ".join(str(s).split())
     return text if len(text) <= 90 else text[:87] + "..."
@@ -455,46 +538,7 @@ class _Planner:
 
     def loads(self, e: ir.PrimExpr, stmt: ir.Stmt) -> list[_Access]:
         out: list[_Access] = []
-        planner = self
-
-        class _Loads(ExprVisitor):
-            def visit_BufferLoad(self, x: ir.BufferLoad) -> None:
-                super().visit_BufferLoad(x)
-                if is_shared(x.buffer):
-                    out.extend(planner.access(x.buffer, x.indices, False, stmt))
-
-            def visit_Call(self, x: ir.Call) -> None:
-                tiles = planner.intrinsic_tiles(x, stmt)
-                if tiles is not None:  # a specialised intrinsic: the elements of its tiles
-                    out.extend(tiles)
-                    for a in x.args:
-                        ptr = a.args[0] if isinstance(a, ir.Call) and a.args else a
-                        for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
-                            self.visit_expr(i)
-                    return
-                written = planner.intrinsic_writes(x)
-                if written is not None:  # a declared intrinsic: its output alone is written
-                    for k, a in enumerate(x.args):
-                        ptr = a.args[0] if isinstance(a, ir.Call) and \
-                            a.op == "tir.address_of" and a.args else None
-                        if isinstance(ptr, ir.BufferLoad) and is_shared(ptr.buffer):
-                            out.append(_Access(ptr.buffer, False, None, stmt=stmt))
-                            if k == written:
-                                out.append(_Access(ptr.buffer, True, None, stmt=stmt))
-                        for i in (ptr.indices if isinstance(ptr, ir.BufferLoad) else (a,)):
-                            self.visit_expr(i)
-                    return
-                arg = x.args[0] if x.op == "tir.address_of" and x.args else None
-                if isinstance(arg, ir.BufferLoad) and is_shared(arg.buffer):
-                    # a pointer handed to a call: it may read or write anything
-                    out.append(_Access(arg.buffer, False, None, stmt=stmt))
-                    out.append(_Access(arg.buffer, True, None, stmt=stmt))
-                    for i in arg.indices:
-                        self.visit_expr(i)
-                    return
-                super().visit_Call(x)
-
-        _Loads().visit_expr(e)
+        _Loads(self, stmt, out).visit_expr(e)
         return out
 
     def intrinsic_tiles(self, call: ir.Call, stmt: ir.Stmt) -> list[_Access] | None:
