@@ -19,7 +19,7 @@ from toolchain.tir.transform.pipeline import PHASES, lower
 FMA = "c-generic.fma_f32_4x4"
 
 
-def _staged_matmul(m: int = 12, n: int = 8, k: int = 16) -> Schedule:
+def staged_matmul(m: int = 12, n: int = 8, k: int = 16) -> Schedule:
     """C = Ap @ B with Ap = A + 1 staged per k tile, 4x4x4 tiles tensorized with the
     c-generic FMA intrinsic, the accumulator a ``local`` cache written back per tile."""
     load_intrinsics("c-generic")
@@ -60,7 +60,7 @@ def test_attach_intrinsics_is_a_built_in_phase_1_pass_after_compaction() -> None
 
 
 def test_lower_renders_the_intrinsic_without_extra_passes() -> None:
-    sch = _staged_matmul()
+    sch = staged_matmul()
     f = lower(sch)
     text = str(f)
     assert '"kiln_fma_f32_4x4_' in text and '"kiln_fma_f32_4x4",' not in text
@@ -87,7 +87,7 @@ def test_rendering_is_a_no_op_without_intrinsic_calls() -> None:
 def test_intrinsic_operands_are_compacted_to_their_tiles() -> None:
     """Ap (read through the call's A pointer) becomes one 4x4 tile per k step and C_local
     (the call's C) one 4x4 accumulator per (i, j) tile; both were whole before."""
-    sch = _staged_matmul()
+    sch = staged_matmul()
     trace: list[tuple[str, ir.PrimFunc]] = []
     lower(sch, trace=trace)
     f = dict(trace)["attach_intrinsics"]  # phase 1 done, buffers not flattened yet

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.codegen.gpu_workloads import tiled_gemm
+from tests.tir_transform.test_intrinsic_lowering import staged_matmul
 from toolchain import te
-from toolchain.intrinsics import load_intrinsics
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, post_order_visit
 from toolchain.tir.schedule import Schedule
@@ -80,32 +80,9 @@ def _local_matmul() -> Schedule:
     return sch
 
 
-def _tensorized_matmul() -> Schedule:
-    """4x4x4 tiles on the c-generic FMA intrinsic, the operand staged per k tile."""
-    load_intrinsics("c-generic")
-    A = te.placeholder((12, 16), name="A")
-    B = te.placeholder((16, 8), name="B")
-    Ap = te.compute((12, 16), lambda y, r: A[y, r] + 1.0, name="Ap")
-    r = te.reduce_axis((0, 16), name="k")
-    C = te.compute((12, 8), lambda y, x: te.sum(Ap[y, r] * B[r, x], axis=r), name="C")
-    sch = Schedule(te.create_prim_func([A, B, C]))
-    c = sch.get_block("C")
-    y, x, k = sch.get_loops(c)
-    yo, yi = sch.split(y, [None, 4])
-    xo, xi = sch.split(x, [None, 4])
-    ko, ki = sch.split(k, [None, 4])
-    sch.reorder(yo, xo, ko, yi, xi, ki)
-    loc = sch.cache_write(c, 0, "local")
-    sch.reverse_compute_at(loc, xo)
-    sch.compute_at(sch.get_block("Ap"), ko)
-    sch.decompose_reduction(c, ko)
-    sch.tensorize(yi, "c-generic.fma_f32_4x4")
-    return sch
-
-
 WORKLOADS = {
     "local accumulator": _local_matmul,
-    "tensorized, staged operand": _tensorized_matmul,
+    "tensorized, staged operand": staged_matmul,
     "GPU tiled GEMM, shared tiles": lambda: tiled_gemm(),
     "GPU tiled GEMM, local accumulator": lambda: tiled_gemm(local=True),
 }
