@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.covering import params
 from tests.schedules._cpu_targets import HOST_BACKENDS
+from toolchain.codegen import get_renderer
 from toolchain.graph.ir import Node, Value
 from toolchain.graph.ops import get_op
 from toolchain.graph.passes.quantize_ops import quantize_ops  # noqa: F401  (registers ops)
 from toolchain.quantize.fixed_point import quantize_multipliers, shift_table
-from toolchain.schedules import compile_op
+from toolchain.schedules import CompiledOp, compile_op
 from toolchain.schedules.registry import resolve_target
 from toolchain.schedules.x86.int8 import DW_PLANE_BYTES, pixel_tile, schedule_x86_int8
 from toolchain.topi.int8 import pack_x86_weights, x86_lanes
@@ -41,15 +43,23 @@ def _qx(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     return RNG.integers(lo, hi, shape).astype(dtype)
 
 
-def _check(node: Node, x: np.ndarray, target: str, backend: str = "c") -> dict:
-    op = compile_op(node, target, backend=backend)
+def _built(node: Node, x: np.ndarray, target: str, backend: str = "c",
+           **build_kwargs: Any) -> CompiledOp:
+    """``node`` compiled for ``target`` and checked bit for bit against the reference on
+    ``x``; the compiled op, whose schedule (``op_schedule``: info, packed weights) and
+    source the callers inspect instead of scheduling or building the node again."""
+    op = compile_op(node, target, backend=backend, **build_kwargs)
     got = op(x)[0]
     args = [v.data if v.data is not None else x for v in node.inputs]
     want = get_op(node.op).reference(args, node.attrs)[0]
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
     assert len(np.unique(want)) > 3  # not vacuous: the outputs vary
-    return op.op_schedule.info
+    return op
+
+
+def _check(node: Node, x: np.ndarray, target: str, backend: str = "c") -> dict:
+    return _built(node, x, target, backend).op_schedule.info
 
 
 CONVS = [  # (c, m, hw, k, stride, pads, dilation)
@@ -207,7 +217,8 @@ def test_requantization_is_lane_wise() -> None:
     counts = np.stack([np.log2(req[2].data[:, 0]), 30 - np.log2(req[2].data[:, 1])])
     assert requant_shifts_right(node)  # every channel shifts right: the z1 form
     for target, helper in (("x86_64-avx2", "_r"), ("x86_64-avx512", "_z1")):
-        op = schedule_x86_int8(node, target)
+        built = _built(node, _qx((1, 4, 6, 6), "int8"), target)  # bit-exact, then its tables
+        op = built.op_schedule
         lanes = op.info["lanes"]
         bias, mult, shifts = (v.data for v in op.input_values[2:5])
         assert bias.shape == mult.shape == (32,) and shifts.shape == (2, 32)
@@ -217,7 +228,7 @@ def test_requantization_is_lane_wise() -> None:
             np.testing.assert_array_equal(shifts, pad_round_shifts(req[2].data, -1, lanes))
             np.testing.assert_array_equal(shifts[1, :20], counts[1])
         assert not bias[20:].any() and not mult[20:].any() and not shifts[:, 20:].any()
-        src = compile_op(node, target).module.source
+        src = built.module.source
         assert "int32_t x86_req[" in src  # int32 tile: gcc keeps full-width vectors
         # acc + bias provably within int32, no left shift: a helper without the int64 step
         assert f"kiln_x86_requantize{helper}(x86_acc" in src
@@ -227,7 +238,6 @@ def test_requantization_is_lane_wise() -> None:
             helper == "_z1")
         # on_call_helpers: the definition only in the kernels that call it
         assert ("static inline int32_t kiln_x86_requantize_z1(" in src) == (helper == "_z1")
-        _check(node, _qx((1, 4, 6, 6), "int8"), target)
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
@@ -243,8 +253,13 @@ def test_requantization_extremes(dtype: str, backend: str) -> None:
     wt = Value.constant("w", np.where(RNG.random((n, 64)) < .5, -127, 127).astype(np.int8))
     node = Node("QGemm", "fc", [x, wt, *req], [yv], _attrs(dtype, 0 if dtype == "int8" else
                                                            128, 5))
-    _check(node, _qx((2, 64), dtype), "x86_64-avx512", backend)
-    src = compile_op(node, "x86_64-avx512").module.source
+    lowered: list = []
+    built = _built(node, _qx((2, 64), dtype), "x86_64-avx512", backend,
+                   on_lowered=lowered.append)
+    # the C source: this build's, or (LLVM kernel) what the C backend renders from the
+    # same lowered kernel (the lowering does not depend on the backend)
+    src = built.module.source if backend == "c" else \
+        get_renderer("c", openmp=True).render(lowered[0]).code
     assert "kiln_x86_requantize(x86_acc" in src  # left shifts, int32 overflow: int64 step
     # a bias that only just fits int32 with the accumulators (no left shift): the int64 step
     bound = 64 * 127 * (128 if dtype == "int8" else 128)
@@ -264,8 +279,8 @@ def test_depthwise_c_generic_keeps_generic_schedule() -> None:
              "dilations": [1, 1], "group": 16}
     node = Node("QConv", "dw", [x, wt, *_requant(16)], [y], attrs)
     assert schedule_x86_int8(node, "c-generic").info["schedule"] == "int8"
-    assert schedule_x86_int8(node, "x86_64-avx2").info["schedule"] == "int8 x86 depthwise"
-    _check(node, _qx((1, 16, 5, 5), "int8"), "x86_64-avx2")
+    assert _check(node, _qx((1, 16, 5, 5), "int8"), "x86_64-avx2")["schedule"] == \
+        "int8 x86 depthwise"
 
 
 @pytest.mark.parametrize("backend", HOST_BACKENDS)
@@ -481,9 +496,10 @@ def test_qconv_column_quads_bit_exact(cfg: tuple, dtype: str, xzp: int, backend:
     attrs = {**_attrs(dtype, xzp, 1), "strides": [stride, stride], "pads": list(pads),
              "dilations": [dil, dil], "group": 1}
     node = Node("QConv", "conv", [x, wt, *_requant(m)], [y], attrs)
-    info = _check(node, _qx((1, 1, h, w), dtype), "x86_64-avx512", backend)
+    sched = _built(node, _qx((1, 1, h, w), dtype), "x86_64-avx512", backend).op_schedule
+    info = sched.info
     assert info["schedule"] == "int8 x86 quads" and info["quads"] == "kernel columns"
-    packed = schedule_x86_int8(node, "x86_64-avx512").input_values[1].data
+    packed = sched.input_values[1].data  # the weights the built kernel ran with
     assert packed.shape == (-(-m // x86_lanes(m)), -(-kw // 4), kh, 1, x86_lanes(m), 4)
     np.testing.assert_array_equal(packed[0, 0, :, 0, 1, :min(kw, 4)], wt.data[1, 0, :, :4])
 
@@ -508,8 +524,8 @@ def test_pair_weights_int8_widened_bit_exact(m: int, target: str, backend: str) 
     task = task_of(node, target)
     with forcing({task.space.workload: task.space.trace({"intrinsic": "dot_i16_pairs",
                                                          "pixels": 7})}):
-        info = _check(node, _qx((1, 5, 6, 7), "int8"), target, backend)
-        packed = schedule_x86_int8(node, target).input_values[1].data
+        sched = _built(node, _qx((1, 5, 6, 7), "int8"), target, backend).op_schedule
+    info, packed = sched.info, sched.input_values[1].data  # the built kernel's weights
     assert info["schedule"] == "int8 x86 pairs"
     assert info["intrinsic"].endswith(f"dot_i16_{x86_lanes(m)}x2")
     assert packed.dtype == np.int8 and packed.shape[-1] == 2
@@ -537,9 +553,9 @@ def test_depthwise_weights_int8_widened_bit_exact(target: str, hw: tuple[int, in
              "dilations": [1, 1], "group": c}
     node = Node("QConv", "dw", [x, Value.constant("w", wt), *_requant(c)],
                 [Value("y", (1, c, h, w), "uint8")], attrs)
-    info = _check(node, _qx((1, c, h, w), "uint8"), target, backend)
+    sched = _built(node, _qx((1, c, h, w), "uint8"), target, backend).op_schedule
+    info, packed = sched.info, sched.input_values[1].data  # the built kernel's weights
     assert info["schedule"] == "int8 x86 depthwise"
-    packed = schedule_x86_int8(node, target).input_values[1].data
     assert packed.dtype == np.int8
     if target == "x86_64-avx512":  # quads of kernel rows, a zero row past KH
         assert info["intrinsic"].endswith("dot_u8s8_lanes_16x4")
