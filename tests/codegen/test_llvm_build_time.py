@@ -1,17 +1,26 @@
 """What makes the LLVM backend's builds cheaper (docs/llvm.md, "Build time") changes no
 result: a pure expression is emitted once per region, only where its value dominates the
-use; integer constants are typed directly; ``llvm.opt_level`` picks O2 or O3.
+use; integer constants are typed directly; ``llvm.opt_level`` picks O2 or O3; one target
+machine per machine and process makes the objects a fresh one makes.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
 import pytest
 
+from toolchain.codegen import llvm_target
 from toolchain.codegen.llvm import LLVMCodegen
-from toolchain.codegen.llvm_target import machine_for, optimize
+from toolchain.codegen.llvm_target import (
+    emit_object,
+    machine_for,
+    optimize,
+    quiet_remarks,
+    shared_target_machine,
+)
 from toolchain.driver import build
 from toolchain.errors import TargetError
 from toolchain.target import load_target, parse_target
@@ -111,6 +120,42 @@ def test_opt_level_key() -> None:
     for bad in ("1", "4", "true", "'2'"):
         with pytest.raises(TargetError, match="llvm.opt_level"):
             parse_target(f"{{name: s, kind: c, llvm: {{opt_level: {bad}}}}}")
+
+
+def test_a_shared_target_machine_emits_the_objects_a_fresh_one_does(monkeypatch) -> None:
+    """:func:`emit_object` reuses one LLVM target machine per machine (and JIT flag) for
+    every kernel of a process; each object is byte for byte the one a target machine made
+    for it alone would give, whatever was emitted before with the shared one (other
+    kernels, other machines of the same triple, the JIT's code model)."""
+    i = ir.Var("i")
+    A, B = ir.Buffer("A", (16,), "float32"), ir.Buffer("B", (16,), "float32")
+    scale = _func(ir.For(i, 0, 16, "serial", B.store(A[i] * 3.0, [i])), A, B)
+    shift = _func(ir.For(i, 0, 16, "serial", B.store(A[i] + B[i], [i])), A, B)
+    machines = [machine_for(load_target(t)) for t in ("cortex-m4", "x86_64-avx2", "c-generic")]
+    texts = [(LLVMCodegen(m).generate(f, n).ir, m) for m in machines
+             for f, n in ((scale, "scale"), (shift, "shift"))]
+    assert shared_target_machine(machines[0]) is shared_target_machine(
+        machine_for(load_target("cortex-m4")))
+    shared = [emit_object(t, m) for t, m in texts]
+    emit_object(texts[0][0], machines[0], jit=True)
+    again = [emit_object(t, m) for t, m in reversed(texts)][::-1]
+    monkeypatch.setattr(llvm_target, "shared_target_machine",
+                        lambda m, jit=False: m.target_machine(jit=jit))
+    fresh = [emit_object(t, m) for t, m in texts]
+    assert shared == again == fresh
+    assert len(set(fresh)) == len(fresh)
+
+
+def test_llvm_output_is_passed_on_when_the_quieted_call_raises(capfd) -> None:
+    """:func:`quiet_remarks` (around parsing, optimisation and emission) drops LLVM's
+    remarks and passes on anything else LLVM printed, also when the call raised."""
+
+    with pytest.raises(RuntimeError, match="failed"):
+        with quiet_remarks():
+            os.write(2, b"remark: loop not vectorized\nLLVM ERROR: something else\n")
+            raise RuntimeError("failed")
+    err = capfd.readouterr().err
+    assert "LLVM ERROR: something else" in err and "remark" not in err
 
 
 def _asm(text: str, machine) -> str:  # type: ignore[no-untyped-def]

@@ -133,14 +133,32 @@ def machine_for(target: Target) -> LLVMMachine:
                        spec.get("opt_level", 3))
 
 
+@functools.lru_cache(maxsize=16)
+def shared_target_machine(machine: LLVMMachine, jit: bool = False) -> Any:
+    """One :meth:`LLVMMachine.target_machine` per machine and process, for :func:`optimize`
+    and :func:`emit_object`: LLVM sets a target machine's subtarget (instruction, register
+    and scheduling tables) up when it is first used, ~0.5 ms a kernel when every kernel
+    made its own; the objects are the same bytes (a target machine keeps no state from
+    one module to the next). Not for ``create_mcjit_compiler``, which takes ownership of
+    the one it is given."""
+    return machine.target_machine(jit=jit)
+
+
 def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
              extra: Sequence[str] = ()) -> Any:
     """Parse and verify LLVM IR text (and link in the modules ``extra``: the definitions of
     functions it calls), run the optimisation pipeline for ``machine`` (O3, or O2 where
     its ``opt_level`` says so; both vectorizers either way); returns the llvmlite
-    ``ModuleRef`` and its ``TargetMachine``."""
+    ``ModuleRef`` and its ``TargetMachine`` (:func:`shared_target_machine`)."""
+    with quiet_remarks():
+        return _optimize(module_ir, machine, jit, extra)
+
+
+def _optimize(module_ir: str, machine: LLVMMachine, jit: bool,
+              extra: Sequence[str]) -> Any:
+    """:func:`optimize` without :func:`quiet_remarks` (its caller's)."""
     llvm = llvm_binding()
-    tm = machine.target_machine(jit=jit)
+    tm = shared_target_machine(machine, jit)
     try:
         mod = llvm.parse_assembly(module_ir)
         mod.verify()
@@ -155,7 +173,8 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
         except RuntimeError as e:
             raise BuildError(f"LLVM rejected a tensor intrinsic's llvm_impl (check the "
                              f"target descriptor):\n{e}\n{text}") from None
-        asm = [] if native else uses_inline_asm(other)
+        # inline assembly is spelt with the keyword ``asm``: a text without it has none
+        asm = [] if native or "asm" not in text else uses_inline_asm(other)
         if asm:
             # LLVM would abort the whole process when it emits the object
             raise BuildError(f"the llvm_impl (or llvm_helpers entry) defining "
@@ -179,8 +198,7 @@ def optimize(module_ir: str, machine: LLVMMachine, jit: bool = False,
     # marks (int8 DS-CNN ran 1.4x slower without)
     pto.loop_unrolling = machine.loop_unroll == "all" or bool(extra)
     pb = llvm.create_pass_builder(tm, pto)
-    with quiet_remarks():
-        pb.getModulePassManager().run(mod, pb)
+    pb.getModulePassManager().run(mod, pb)
     return mod, tm
 
 
@@ -208,18 +226,18 @@ def quiet_remarks() -> Iterator[None]:
             os.close(saved)
             f.seek(0)
             text = f.read().decode(errors="replace")
-    rest = [line for line in text.splitlines() if line.strip() and
-            "loop not vectorized" not in line and not line.startswith("remark:")]
-    if rest:
-        sys.stderr.write("\n".join(rest) + "\n")
+            rest = [line for line in text.splitlines() if line.strip() and
+                    "loop not vectorized" not in line and not line.startswith("remark:")]
+            if rest:  # also when the body raised (a parse error names no line LLVM printed)
+                sys.stderr.write("\n".join(rest) + "\n")
 
 
 def emit_object(module_ir: str, machine: LLVMMachine, jit: bool = False,
                 extra: Sequence[str] = ()) -> bytes:
     """Object code (ELF for the machine's triple) of LLVM IR text (with the modules
     ``extra`` linked in), optimized at O3."""
-    mod, tm = optimize(module_ir, machine, jit=jit, extra=extra)
-    with quiet_remarks():
+    with quiet_remarks():  # once for both: optimisation and emission
+        mod, tm = _optimize(module_ir, machine, jit, extra)
         return bytes(tm.emit_object(mod))
 
 
@@ -277,4 +295,4 @@ def cached_object(module_ir: str, machine: LLVMMachine, cache: Path, name: str,
 __all__ = ["DEFAULT_FAST_MATH", "FAST_MATH_FLAGS", "LOOP_UNROLL", "OPT_LEVELS", "PIPELINE",
            "LLVMMachine", "cached_object",
            "emit_object", "host_machine", "llvm_binding", "machine_for", "object_key",
-           "optimize", "quiet_remarks", "uses_inline_asm"]
+           "optimize", "quiet_remarks", "shared_target_machine", "uses_inline_asm"]
