@@ -265,3 +265,33 @@ def test_odd_shaped_models_compile_with_nvcc_for_sm80_and_sm90(kernels_nvcc: Any
 @pytest.mark.parametrize("name", list(MODELS))
 def test_odd_shaped_models_on_the_gpu_match_the_reference(name: str, tmp_path: Path) -> None:
     gpu_matches_reference(MODELS[name](), tmp_path / name, seed=5)
+
+
+def test_the_schedule_kind_is_read_off_the_statements_not_the_printed_module(
+        monkeypatch: Any) -> None:
+    """``schedule_group`` labels its schedule (``info["schedule"]``) by one walk of the
+    statements (``conv_tc.kernel_kind``), not by printing the module: with the printer
+    made to fail, a float32 MatMul is still ``gpu tiled gemm``, a float16 one ``gpu
+    tensor-core gemm`` and a matrix-vector product (one row) ``gpu generic``; each label
+    is the one the printed text gives (a thread-bound loop and a ``shared`` buffer: tiled;
+    and a tensorized block: tensor cores)."""
+    from toolchain.tir import printer
+
+    cases = [("float32", 64, "gpu tiled gemm"), ("float16", 64, "gpu tensor-core gemm"),
+             ("float32", 1, "gpu generic")]
+    got = []
+    with monkeypatch.context() as m:
+        def no_print(*_: Any) -> None:
+            raise AssertionError("schedule_group printed the module")
+
+        m.setattr(printer.ScriptPrinter, "func", no_print)
+        for dtype, rows, _ in cases:
+            x, w = Value("x", (rows, 64), dtype), Value("w", (64, 64), dtype)
+            node = Node("MatMul", "mm", [x, w], [Value("y", (rows, 64), dtype)])
+            got.append(schedule_for(node, SM80))
+    for s, (_, _, kind) in zip(got, cases, strict=True):
+        assert s.info["schedule"] == kind
+        text = str(s.schedule.mod)
+        staged = "T.thread_binding" in text and 'scope="shared"' in text
+        assert staged == (kind != "gpu generic")
+        assert ("'tensorized':" in text) == (kind == "gpu tensor-core gemm")

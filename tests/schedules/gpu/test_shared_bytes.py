@@ -80,3 +80,58 @@ def test_the_search_counts_what_the_whole_lowering_allocates(
                 pass  # a refused compile is an outcome too; its candidates were compared
     assert len(counted) >= len(CASES) * len(TARGETS), counted
     assert kinds >= {"fits", "too big", "tensor cores", "split-K"}, kinds
+
+
+def test_an_equal_function_is_counted_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lowered_shared_bytes`` lowers a function equal to one it counted before (names
+    included) for an equal target no more: scheduling the same MatMul again lowers
+    nothing and gives the same kernel; another target, or other tiles (another
+    function), are lowered anew; a refused lowering is not kept; each answer is the
+    whole lowering's count."""
+    from toolchain import driver
+    from toolchain.graph.ir import Node, Value
+    from toolchain.inprocess import ByTarget
+    from toolchain.schedules.registry import schedule_for
+
+    monkeypatch.setattr(gemm, "SHARED_BYTES_IN_PROCESS", ByTarget(limit=512))
+    lowered: list[int] = []
+    real = driver.lower
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        lowered.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "lower", counting)
+
+    def matmul(m: int) -> Node:
+        x, w = Value("x", (m, 96), "float32"), Value("w", (96, 80), "float32")
+        return Node("MatMul", "mm", [x, w], [Value("y", (m, 80), "float32")])
+
+    sm90, small = TARGETS
+    first = schedule_for(matmul(128), sm90)
+    assert lowered and first.info["schedule"] == "gpu tiled gemm"
+    lowered.clear()
+    again = schedule_for(matmul(128), sm90)
+    assert lowered == [] and str(again.schedule.mod) == str(first.schedule.mod)
+    schedule_for(matmul(128), small)  # another target: its own counts
+    assert lowered
+    lowered.clear()
+    schedule_for(matmul(64), sm90)  # another shape: other functions
+    assert lowered
+    for s, target in ((first, sm90), (again, sm90)):
+        assert gemm.lowered_shared_bytes(s.schedule, target) == \
+            gemm.shared_bytes_of(real(s.schedule, target=target))
+
+    other = schedule_for(matmul(32), sm90).schedule
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        lowered.append(1)
+        raise KilnError("refused")
+
+    monkeypatch.setattr(driver, "lower", refuse)
+    monkeypatch.setattr(gemm, "SHARED_BYTES_IN_PROCESS", ByTarget(limit=512))
+    lowered.clear()
+    for _ in range(2):
+        with pytest.raises(KilnError):
+            gemm.lowered_shared_bytes(other, sm90)
+    assert lowered == [1, 1]

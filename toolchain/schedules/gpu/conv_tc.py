@@ -273,11 +273,38 @@ def schedule_group(node: Node, target: Target, wmma: WmmaTiles | None,
     tiled = try_tile_gemm if wmma is None and default is None else functools.partial(
         try_tile_gemm, wmma=wmma, wmma_default=default)
     sch = schedule_gpu(func, target, tiled=tiled, keep=operand_stages)
-    text = str(sch.mod)
-    staged = "T.thread_binding" in text and 'scope="shared"' in text
-    kind = "gpu tensor-core gemm" if "'tensorized':" in text and staged else \
+    return OpSchedule(sch, in_vals, out_vals, {"schedule": kernel_kind(sch.mod)})
+
+
+def kernel_kind(func: Any) -> str:
+    """The label of a scheduled GPU function: ``"gpu tensor-core gemm"`` (a loop bound to
+    a thread, a ``shared`` buffer and a tensorized block), ``"gpu tiled gemm"`` (the first
+    two) or ``"gpu generic"``. One walk of the statements; the label was read off the
+    printed module (``str(sch.mod)``), which cost a whole print per schedule.
+
+    >>> from toolchain.tir import ir
+    >>> kernel_kind(ir.PrimFunc((), ir.Evaluate(ir.IntImm(0, "int32"))))
+    'gpu generic'
+    """
+    from toolchain.tir import ir
+    from toolchain.tir.schedule.state import walk
+
+    thread = shared = False
+    tensorized = "tensorized" in func.attrs
+    for p in func.params:
+        shared = shared or (isinstance(p, ir.Buffer) and p.scope == "shared")
+    for node, _ in walk(func.body):
+        if isinstance(node, ir.For):
+            thread = thread or node.kind == "thread_binding"
+            tensorized = tensorized or "tensorized" in node.annotations
+        elif isinstance(node, ir.Block):
+            tensorized = tensorized or "tensorized" in node.annotations
+            shared = shared or any(b.scope == "shared" for b in node.alloc_buffers)
+        elif isinstance(node, ir.Allocate):
+            shared = shared or node.buffer.scope == "shared"
+    staged = thread and shared
+    return "gpu tensor-core gemm" if tensorized and staged else \
         "gpu tiled gemm" if staged else "gpu generic"
-    return OpSchedule(sch, in_vals, out_vals, {"schedule": kind})
 
 
 def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict[str, Any]]:
@@ -288,5 +315,5 @@ def im2col_options(conv: Node, options: dict[str, Any]) -> Callable[[Node], dict
 
 
 __all__ = ["ON_TENSOR_CORES", "ConvPlan", "conv_of", "conv_plan", "conv_wmma_tiles",
-           "gemm_multiples", "im2col_options", "pixel_multiple", "schedule_group",
+           "gemm_multiples", "im2col_options", "kernel_kind", "pixel_multiple", "schedule_group",
            "tensor_core_conv", "with_conv_tensor_cores"]

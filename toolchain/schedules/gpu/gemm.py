@@ -105,6 +105,7 @@ from typing import Any
 
 from toolchain.errors import KilnError
 from toolchain.graph.ir import Node
+from toolchain.inprocess import ByTarget
 from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.schedules.gpu.tensorcore import WmmaTiles, try_tile_wmma
 from toolchain.schedules.registry import OpSchedule
@@ -737,11 +738,33 @@ def lowered_shared_bytes(sch: Schedule, target: Target) -> dict[str, int]:
     expressions, no allocation, and were 40 % of the lowering this search pays per tile
     candidate. ``tests/schedules/gpu/test_shared_bytes.py`` checks the count equals that of
     the whole lowering (:func:`shared_bytes_of` of ``lower(sch)``) over GEMM, convolution,
-    split-K and tensor-core kernels."""
+    split-K and tensor-core kernels.
+
+    A function equal to one counted before in this process, names included
+    (:func:`~toolchain.tir.structural.keys`' exact key), for an equal target, gets that
+    count again (:data:`SHARED_BYTES_IN_PROCESS`; the lowering is a function of the two
+    alone, as :data:`~toolchain.bundle.compiler.LOWERED_IN_PROCESS` has it): each point a
+    tile search tries schedules the heuristic's candidates again, and 66 of the 284
+    counts of ``tests/schedules/gpu/test_tensorcore.py test_gemm_space.py
+    test_generic.py`` were of a function counted before. A lowering that fails is not
+    kept (it fails again)."""
     from toolchain.driver import lower
+    from toolchain.tir.structural import keys
     from toolchain.tir.transform.storage_rewrite import storage_rewrite
 
-    return shared_bytes_of(lower(sch, target=target, stop_after=storage_rewrite))
+    func = sch.mod
+    _, exact = keys(func)
+    key = (exact, target.name)
+    hit = SHARED_BYTES_IN_PROCESS.get(key, target)
+    if hit is None:
+        hit = (func, shared_bytes_of(lower(sch, target=target, stop_after=storage_rewrite)))
+        SHARED_BYTES_IN_PROCESS.put(key, target, hit)
+    return dict(hit[1])
+
+
+#: :func:`lowered_shared_bytes`' counts in this process: by the scheduled function's exact
+#: structural key and the target, ``(function, kept alive for its key; the count)``
+SHARED_BYTES_IN_PROCESS = ByTarget(limit=512)
 
 
 def shared_bytes_of(func: ir.PrimFunc) -> dict[str, int]:
