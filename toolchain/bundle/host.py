@@ -24,7 +24,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -229,20 +229,29 @@ def _runtime_objects(files: list[Path], compiler: str, flags: list[str]) -> list
         key = common.copy()
         key.update(f.name.encode() + b"\0" + f.read_bytes())
         obj = cache_dir() / f"runtime-{f.stem}-{key.hexdigest()[:24]}.o"
-        if obj.exists():
-            touch(obj)
-        else:
-            fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
-            os.close(fd)
-            try:
-                _run_build([compiler, *(x for x in flags if x != "-shared"),
-                            f"-I{f.parent}", "-c", str(f), "-o", tmp], f.parent.parent)
-            except BuildError:
-                os.unlink(tmp)
-                raise
-            os.replace(tmp, obj)
-        objects.append(obj)
+        objects.append(_in_cache(obj, lambda tmp, f=f: _run_build(
+            [compiler, *(x for x in flags if x != "-shared"), f"-I{f.parent}", "-c", str(f),
+             "-o", str(tmp)], f.parent.parent)))
     return objects
+
+
+def _in_cache(obj: Path, make: Callable[[Path], None]) -> Path:
+    """``obj`` (a build-cache path named by its content's key): kept as it is where it
+    exists, else made by ``make(tmp)`` into a temporary file beside it and moved there
+    whole (a failed or interrupted ``make`` leaves nothing behind)."""
+    if obj.exists():
+        touch(obj)
+        return obj
+    fd, tmp = tempfile.mkstemp(suffix=obj.suffix, dir=obj.parent)
+    os.close(fd)
+    try:
+        make(Path(tmp))
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    os.replace(tmp, obj)
+    trim(obj)
+    return obj
 
 
 def _compile_object(src: Path, compiler: str, cflags: list[str], obj: Path, d: Path) -> None:
@@ -319,19 +328,8 @@ def _cached_object(src: Path, compiler: str, cflags: list[str], d: Path) -> Path
         key.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     key.update("\0".join([compiler, compiler_version(compiler), *flags]).encode())
     obj = cache_dir() / f"object-{src.stem}-{key.hexdigest()[:24]}.o"
-    if obj.exists():
-        touch(obj)
-        return obj
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
-    os.close(fd)
-    try:
-        _compile_object(src, compiler, [*flags, *(f"-I{x}" for x in dirs)], Path(tmp), d)
-    except BuildError:
-        os.unlink(tmp)
-        raise
-    os.replace(tmp, obj)
-    trim(obj)
-    return obj
+    return _in_cache(obj, lambda tmp: _compile_object(
+        src, compiler, [*flags, *(f"-I{x}" for x in dirs)], tmp, d))
 
 
 def is_cuda_bundle(meta: Mapping[str, Any]) -> bool:

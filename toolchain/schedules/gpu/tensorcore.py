@@ -77,6 +77,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from toolchain.errors import KilnError
+from toolchain.inprocess import ByTarget
 from toolchain.intrinsics.behaviour import Access, Const, parse_behaviour
 from toolchain.schedules.gpu.generic import fold_tail
 from toolchain.target import Target
@@ -206,35 +207,33 @@ def tensor_core_intrinsics(target: Target) -> TensorCore | None:
     return None
 
 
-#: :func:`tensor_core_sets`' answers by target object: ``id -> (target, sets)``. A
-#: ``Target`` is frozen and the answer reads nothing else, so each descriptor's
-#: behaviours are parsed once a process instead of at every GEMM stage a schedule
-#: tiles (the entry keeps its target alive: an ``id`` is not reused while it is here).
-_SETS: dict[int, tuple[Target, dict[str, TensorCore]]] = {}
+#: :func:`tensor_core_sets`' answers by target (an equal descriptor finds them): each
+#: descriptor's behaviours are parsed once a process instead of at every GEMM stage a
+#: schedule tiles
+TENSOR_CORE_SETS = ByTarget(limit=64)
 
 
 def tensor_core_sets(target: Target) -> dict[str, TensorCore]:
     """Per accumulator scope, the fill, products and store (``""`` where there is none)
     that ``target`` declares on it, found by behaviour, dtypes and scopes; a scope without
     a fill or a float16 x float16 -> float32 product is left out. Remembered per target
-    (:data:`_SETS`); the target's intrinsics are registered at every call, as
+    (:data:`TENSOR_CORE_SETS`); the target's intrinsics are registered at every call, as
     ``target.intrinsic`` did when the sets were found.
 
     >>> from toolchain.target import load_target
     >>> sorted(tensor_core_sets(load_target("cuda-sm80")))
     ['mma.accumulator', 'wmma.accumulator']
     """
-    got = _SETS.get(id(target))
-    if got is None or got[0] is not target:
-        got = (target, _find_sets(target))
-        if len(_SETS) >= 64:
-            _SETS.clear()
-        _SETS[id(target)] = got
-    elif got[1]:
+    key = (target.name, target.source)
+    sets = TENSOR_CORE_SETS.get(key, target)
+    if sets is None:
+        sets = _find_sets(target)
+        TENSOR_CORE_SETS.put(key, target, sets)
+    elif sets:
         from toolchain.intrinsics import load_intrinsics
 
         load_intrinsics(target)  # what Target.intrinsic does first
-    return dict(got[1])
+    return dict(sets)
 
 
 def _find_sets(target: Target) -> dict[str, TensorCore]:
@@ -623,7 +622,7 @@ def try_tile_wmma(sch: Schedule, block: Any, target: Target,
     return None
 
 
-__all__ = ["DEFAULT_CAPS", "TensorCore", "WmmaCaps", "WmmaTiles", "choose_wmma_tiles",
-           "fetch_vector", "fill_fragments", "gemm_block", "loops_under", "smem_limit",
-           "spread_over_block", "tensor_core_intrinsics", "tensor_core_sets", "tile_gemm_wmma",
-           "try_tile_wmma", "warp_pipeline", "wmma_shared_bytes"]
+__all__ = ["DEFAULT_CAPS", "TENSOR_CORE_SETS", "TensorCore", "WmmaCaps", "WmmaTiles",
+           "choose_wmma_tiles", "fetch_vector", "fill_fragments", "gemm_block", "loops_under",
+           "smem_limit", "spread_over_block", "tensor_core_intrinsics", "tensor_core_sets",
+           "tile_gemm_wmma", "try_tile_wmma", "warp_pipeline", "wmma_shared_bytes"]
