@@ -203,9 +203,7 @@ def shared_memory_limit(target: Any, kernel: ir.Stmt | None = None) -> int | Non
     where the kernel has a loop annotated :data:`DYNAMIC_SHARED_MEMORY` and the target
     declares one, else ``max_shared_memory_per_block`` (None: no limit declared)."""
     optin = getattr(target, "max_shared_memory_per_block_optin", None)
-    if optin and kernel is not None and any(
-            isinstance(n, ir.For) and n.annotations.get(DYNAMIC_SHARED_MEMORY)
-            for n, _ in st.walk(kernel)):
+    if optin and kernel is not None and _facts(kernel)[2]:
         return int(optin)
     return getattr(target, "max_shared_memory_per_block", None)
 
@@ -232,9 +230,7 @@ def check_gpu_limits(func: ir.PrimFunc, target: Any) -> None:
                     f"({' x '.join(parts)}), more than target {target.name!r} allows "
                     f"({max_threads}): split the thread-bound loop and bind the outer part to "
                     "blockIdx (or leave it serial)")
-        optin = getattr(target, "max_shared_memory_per_block_optin", None)
-        max_smem = int(optin) if optin and facts[2] else \
-            getattr(target, "max_shared_memory_per_block", None)  # shared_memory_limit's
+        max_smem = shared_memory_limit(target, k)
         if max_smem and any(t.startswith("blockIdx") for t in tags):
             if facts[3] is None:
                 facts[3] = shared_footprint(k)
