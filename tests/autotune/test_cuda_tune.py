@@ -8,6 +8,7 @@ bundle with them matches the reference; the GPU harness compiles with nvcc, and 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from tests.bundle.helpers import make_model, random_inputs
+from tests.bundle.helpers import logged_calls, make_model, random_inputs, recording_nvcc
 from toolchain.autotune.cuda import CudaBuilder, GpuRunner
 from toolchain.autotune.measure import BuildInput
 from toolchain.autotune.records import Record, best_records, load_records
@@ -26,6 +27,7 @@ from toolchain.bundle.host import gpu_available
 from toolchain.cli import main
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.reference import run_graph
+from toolchain.target import load_target
 
 NVCC = shutil.which("nvcc")
 TARGET = "cuda-sm80"
@@ -157,6 +159,38 @@ def test_the_gpu_harness_compiles_with_the_kernels_launches(tmp_path):
     # split-K: two launches, the partial sums in the kernel's scratch; the L2 flushed
     assert src.count("<<<") == 2 and "scratch + 0" in src
     assert "cudaMemsetAsync(flush" in src and "cudaEventElapsedTime" in src
+
+
+def test_the_tuners_builds_of_wgmma_points_are_for_sm90a(tmp_path, monkeypatch):
+    """A tensor-core point on wgmma is built for sm_90a (its trial file says so too), as
+    its bundle would be: built for plain sm_90 the wgmma calls are traps, which the SIMT
+    emulation cannot see (it runs the host path) and a GPU trial would only report as a
+    failed launch; a wmma point stays sm_90. (nvcc stood in for: the commands are what is
+    checked.)"""
+    from tests.bundle.test_cuda_fp16 import gemm_model
+
+    exe, log = recording_nvcc(tmp_path / "bin")
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    model, _ = gemm_model(64, 32, 64)
+    sm90 = load_target("cuda-sm90")
+    (task,) = [t for t in extract_tasks(model, sm90, precision="fp16")
+               if t.space.kind == "cuda_tensorcore"]
+    s = task.space
+    wg = s.canonical({**s.default(), "intrinsic": "wgmma", "wy": 4, "wx": 1, "fm": 1,
+                      "fn": 4, "kf": 2, "stages": 2, "pad": 8, "vector": 8,
+                      "async_copy": True, "in_flight": 0})
+    assert s.problems(wg) == [] and s.default()["intrinsic"] == "wmma"
+    (b,) = CudaBuilder("cuda-sm90", "emulate").build(
+        [BuildInput(task.node, task.target, s.workload, s.trace(wg))])
+    assert b.error is None, b.error
+    # the point's build, then the default's (which emulate checks the point against)
+    point, default = [c for c in logged_calls(log) if "-o" in c]
+    assert "-arch=sm_90a" in point and "-arch=sm_90" in default, (point, default)
+    heads = {p.read_text().splitlines()[0].split(" for ")[-1]
+             for p in (tmp_path / "cache").rglob("kernels.cu")}
+    assert heads == {"cuda-sm90 (sm_90a). Do not edit. */",
+                     "cuda-sm90 (sm_90). Do not edit. */"}, heads
 
 
 @pytest.mark.gpu

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -157,6 +158,28 @@ def gpu_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
         got = mod(feeds)
         for k, v in want.items():
             np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-4, err_msg=k)
+
+
+def recording_nvcc(folder: Path) -> tuple[Path, Path]:
+    """A stand-in ``nvcc`` in ``folder`` (and its log): each call appends its arguments
+    to the log as a JSON list and writes an empty file at its ``-o``, so a build's nvcc
+    commands can be checked where no CUDA toolkit is installed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe, log = folder / "nvcc", folder / "nvcc.log"
+    exe.write_text(f"#!{sys.executable}\n"
+                   "import json, pathlib, sys\n"
+                   f"with open({str(log)!r}, 'a') as f:\n"
+                   "    f.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+                   "if '-o' in sys.argv:\n"
+                   "    pathlib.Path(sys.argv[sys.argv.index('-o') + 1]).write_bytes(b'')\n")
+    exe.chmod(0o755)
+    return exe, log
+
+
+def logged_calls(log: Path, start: int = 0) -> list[list[str]]:
+    """The argument lists a :func:`recording_nvcc` logged, from call ``start`` on."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [json.loads(line) for line in lines[start:]]
 
 
 def nvcc_object(bundle: Path, source: str | Path, out: Path,

@@ -92,6 +92,16 @@ def _scheduled(inp: BuildInput) -> Any:
         return schedule_for(inp.node, inp.target)
 
 
+def trial_arch(arts: Sequence[Any], target: Any) -> str:
+    """The architecture kernels ``arts`` are built for, as a bundle of them would be
+    (``sm_90a`` where one calls ``wgmma``: built for plain ``sm_90``, that code is a trap;
+    :func:`~toolchain.bundle.render_cuda.needs_arch_features`)."""
+    from toolchain.bundle.render_cuda import calls_arch_features
+
+    arch = target.arch or "sm_80"
+    return arch + "a" if calls_arch_features((a.support for a in arts), target) else arch
+
+
 def kernel_sources(art: Any, target: Any, workload: str, more: Sequence[Any] = ()
                    ) -> dict[str, str]:
     """``kernels.cu`` and ``kernels.cuh`` of the CUDA kernel artifact ``art`` (and ``more``,
@@ -104,7 +114,7 @@ def kernel_sources(art: Any, target: Any, workload: str, more: Sequence[Any] = (
     arts = [art, *more]
     support = merge_support(a.support for a in arts)
     ctx = {"version": __version__, "model": "tuned", "MODEL": "TUNED", "target": target.name,
-           "arch": target.arch or "sm_80",
+           "arch": trial_arch(arts, target),
            "prelude_includes": [f"#include <{h}>" for h in support.headers],
            "preludes": [d.text for d in support.definitions],
            "helpers": render_helpers((h for a in arts for h in a.helpers),
@@ -194,8 +204,8 @@ def build_cuda_one(inp: BuildInput, mode: str, flush_bytes: int = DEFAULT_FLUSH
             raise KilnError("kernels with scalar parameters cannot be measured")
         res.args = [(tuple(int(d.value) for d in p.shape), p.dtype) for p in params]
         art = CUDABackend().kernel(lowered, "tuned_kernel")
+        arch = trial_arch([art], target)
         files = kernel_sources(art, target, inp.workload)
-        arch = target.arch or "sm_80"
         inc = [f"-I{RUNTIME}", "-I."]
         if mode == "gpu":
             files["trial.cu"] = harness_source(art, res.args, flush_bytes, inp.workload)

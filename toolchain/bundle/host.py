@@ -368,6 +368,22 @@ def nvcc_launcher() -> list[str]:
     return [ccache] if ccache else []
 
 
+def cuda_arch_flags(meta: Mapping[str, Any]) -> list[str]:
+    """The ``-arch`` a CUDA bundle is built with: the one its Makefile and CMakeLists name
+    (``metadata.json``'s ``target.cflags``: ``sm_90a`` where a kernel calls ``wgmma``, whose
+    code built for plain ``sm_90`` is a trap), or the target's architecture for a bundle
+    written before the metadata said it.
+
+    >>> cuda_arch_flags({"target": {"arch": "sm_90", "cflags": ["-arch=sm_90a"]}})
+    ['-arch=sm_90a']
+    >>> cuda_arch_flags({"target": {"arch": "sm_90"}})
+    ['-arch=sm_90']
+    """
+    t = meta["target"]
+    named = [f for f in t.get("cflags") or () if f.startswith("-arch=")]
+    return named or [f"-arch={t.get('arch') or 'sm_80'}"]
+
+
 def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False) -> Path:
     """Compile a CUDA bundle with nvcc into a cached shared library; return its path.
     ``profile``: the profiling build (``-DKILN_PROFILE``: each launch between CUDA events,
@@ -389,8 +405,8 @@ def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False)
     _present(d, cu + c)
     # the Makefile's NVCCFLAGS (``make NVCCFLAGS="... -DKILN_PROFILE"`` for profiling),
     # then its -fPIC
-    flags = ["-O3", f"-arch={meta['target'].get('arch') or 'sm_80'}",
-             *(["-DKILN_PROFILE"] if profile else []), "-Xcompiler", "-fPIC"]
+    flags = ["-O3", *cuda_arch_flags(meta), *(["-DKILN_PROFILE"] if profile else []),
+             "-Xcompiler", "-fPIC"]
     headers = [d / "include" / f"{model}.h", d / "src" / "kernels.cuh", d / "src" / "weights.h",
                d / "runtime" / "kiln_runtime.h"]
     blob = [d / "src" / "weights.bin"] if wflags else []

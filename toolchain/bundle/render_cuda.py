@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from toolchain import __version__
@@ -251,13 +252,21 @@ def needs_arch_features(kernels: Any, target: Any) -> bool:
     """Whether a kernel of ``kernels`` calls an intrinsic that needs the architecture-
     specific feature set (``arch_features: true`` in ``target``'s descriptor: ``wgmma``):
     the bundle is then built for ``<arch>a`` (``sm_90a``), every other bundle as before."""
+    return calls_arch_features((k.source.support for k in kernels), target)
+
+
+def calls_arch_features(supports: Iterable[Any], target: Any) -> bool:
+    """Whether code with these support sets (a kernel artifact's ``support``: the
+    definitions its body calls) calls an intrinsic of ``target`` that needs the
+    architecture-specific feature set; what :func:`needs_arch_features` asks of a bundle's
+    kernels and the tuner's builder of one trial's kernel."""
     from toolchain.intrinsics import intrinsic_of_function, load_intrinsics
 
     if not any(s.get("arch_features") for s in target.intrinsics.values()):
         return False
     load_intrinsics(target)
-    for k in kernels:
-        for d in k.source.support.definitions:
+    for support in supports:
+        for d in support.definitions:
             spec = intrinsic_of_function(d.key)
             if spec is not None and spec.arch_features:
                 return True
@@ -278,5 +287,5 @@ def _cuda_env() -> Any:
          jinja2.FileSystemLoader(str(TEMPLATES))]))
 
 
-__all__ = ["GRAPH_IGNORED", "WS_ALIGN", "cuda_graph_option", "launch_kind", "launch_table",
-           "render_cuda_files"]
+__all__ = ["GRAPH_IGNORED", "WS_ALIGN", "calls_arch_features", "cuda_graph_option",
+           "launch_kind", "launch_table", "needs_arch_features", "render_cuda_files"]

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import BROKEN_BUILD, nvcc_kernel_check
+from tests.bundle.helpers import BROKEN_BUILD, logged_calls, nvcc_kernel_check, recording_nvcc
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import wmma_gemm
 from toolchain import te
-from toolchain.bundle import compile_model, load_bundle
+from toolchain.bundle import compile_model, host, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
 from toolchain.errors import KilnError
@@ -357,6 +357,31 @@ def test_wgmma_kernels_compile_with_nvcc_for_sm90a(kernels_nvcc: Any, tmp_path: 
     assert "wgmma.wait_group.sync.aligned 1;" in pipe and "_pipe_" in pipe
     assert re.search(r"kiln_wgmma_f16_64x128x32_pipe_\w+\(0, 0, ", pipe)  # the drain
     kernels_nvcc.check("wgmma", tmp_path)
+
+
+def test_kilns_own_builds_of_a_wgmma_bundle_are_for_sm90a(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """``load_bundle``'s nvcc build (and its profiling build) compiles a bundle whose
+    kernels call wgmma for sm_90a, as the bundle's Makefile does: built for plain sm_90 the
+    calls are ``__trap()`` (the first GPU run of these kernels, 2026-11-29: every wgmma
+    kernel stopped at a trap, under compute-sanitizer "Trace/breakpoint trap"); a bundle
+    without them stays sm_90. (nvcc stood in for: the commands are what is checked.)"""
+    nvcc, log = recording_nvcc(tmp_path / "bin")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(host, "nvcc_launcher", lambda: [])
+    model, _ = gemm_model(128, 64, 128)
+    with wmma_tiles(replace(ONE_GROUP, pad=16)):
+        wg = compile_model(model, "cuda-sm90", tmp_path / "wg", progress=False,
+                           precision="fp16")
+    plain = compile_model(model, "cuda-sm90", tmp_path / "plain", progress=False,
+                          precision="fp16")
+    for d, arch in ((wg, "-arch=sm_90a"), (plain, "-arch=sm_90")):
+        for profile in (False, True):
+            start = len(logged_calls(log))
+            host.build_cuda(d, nvcc=str(nvcc), profile=profile)
+            builds = [c for c in logged_calls(log, start) if "-o" in c]  # not --version
+            assert len(builds) >= 3 and all(arch in c for c in builds), (d.name, builds)
 
 
 #: on the GPU also the overlapped form: 2 x 2 warpgroups, steps of 32 over four stages
