@@ -488,36 +488,33 @@ def gemm(sizes: list[int], target: str, root: Path, repeat: int,
                   f"{time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-#: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names),
-#: the likeliest first (a step cut short keeps them): the ``.wgmma`` kernel (Hopper's
-#: warpgroup MMA, sm_90a: toolchain/schedules/gpu/wgmma.py; never run on a GPU before) on
-#: 128-byte swizzled operand tiles (``.sw128``: warpgroups of 64 x 64, steps of 64; 2 x 4
-#: warpgroups (128 x 256, 1024 threads) over 3 stages and 2 x 2 over 4, overlapped, and 2 x 2
-#: waiting), then on core-matrix shared tiles with each operand its own pad (``p16b8``: A
-#: 16 halves, B 8, both operands' fetch stores conflict-free at steps of 32), overlapped
-#: over 4 stages and
-#: waiting; then overlapped (``.ov1``: a step's products in flight through
+#: the tensor-core kernel's variants ``--gemm-sweep`` builds (WmmaTiles.label() names), the
+#: likeliest first (a step cut short keeps them): the ``.wgmma`` kernel (Hopper's warpgroup
+#: MMA, sm_90a: toolchain/schedules/gpu/wgmma.py; first run on an H200 on 2026-11-29) on
+#: 128-byte swizzled operand tiles (``.sw128``: warpgroups of 64 x 64, steps of 64; 2 x 2
+#: warpgroups waiting over 2, 3 and 4 stages; the overlapped ones computed wrong there and
+#: are left out), then on core-matrix shared tiles with each operand its own pad (``p16b8``:
+#: A 16 halves, B 8, both operands' fetch stores conflict-free at steps of 32), overlapped
+#: over 4 stages and waiting; then overlapped (``.ov1``: a step's products in flight through
 #: the barrier and the next step's fetch) with 2 x 2 warpgroups of 64 x 128 over 4 or 3
-#: stages (fetches 2 or 1 steps ahead) and 2 x 1 over 4; then, each call waiting for its
-#: own products, with 2 x 2 warpgroups of 64 x 128 (128 x 256), the core-
-#: matrix slices padded by 8 halves or not, 2 or 3 cp.async stages; 2 x 1 (128 x 128);
-#: 1 x 2 (64 x 256) padded by 16; steps of 32; the ``.mma``
-#: kernel (mma.sync on
-#: ldmatrix fragments, accumulators in registers, no float32 shared tile:
-#: toolchain/schedules/gpu/mma.py) with the default's tiles and 2, 3 (``.s3``) or 4 stages
-#: of cp.async operand tiles, 4 warps of 64 x 64, 16 warps (128 x 256), steps of 64; the
-#: default (wmma) with 3 stages; mma.sync with synchronous fetches; then the kernel as it
-#: was first measured
-#: (one product call per fragment, no padding, 2-byte fetches); 128 x 128 block tiles in
-#: dynamic shared memory (the launcher opts in: up to 227 KiB on sm_90) with 8 warps of
-#: 32 x 64 or 64 x 32 or 4 warps of 64 x 64, with and without asynchronous fetches
-#: (``.async``: cp.async); 128 x 64 double-buffered (dynamic) and single-buffered inside
-#: the 48 KiB of static shared memory (``sb``); the default's padding + 16-byte fetches with
-#: per-fragment calls, its warp-tile calls without padding, and asynchronous; 128 x 256
-#: (16 warps), 256 x 128 (8 warps of 64 x 64) and 128 x 128 with steps of 64
-SWEEP = ("8x4w.1x4f.kf4.db.p0.v8.async.s3.ov1.sw128.wgmma",
-         "8x2w.1x4f.kf4.db.p0.v8.async.s4.ov1.sw128.wgmma",
-         "8x2w.1x4f.kf4.db.p0.v8.async.sw128.wgmma",
+#: stages (fetches 2 or 1 steps ahead) and 2 x 1 over 4; then, each call waiting for its own
+#: products, with 2 x 2 warpgroups of 64 x 128 (128 x 256), the core- matrix slices padded
+#: by 8 halves or not, 2 or 3 cp.async stages; 2 x 1 (128 x 128); 1 x 2 (64 x 256) padded by
+#: 16; steps of 32; the ``.mma`` kernel (mma.sync on ldmatrix fragments, accumulators in
+#: registers, no float32 shared tile: toolchain/schedules/gpu/mma.py) with the default's
+#: tiles and 2, 3 (``.s3``) or 4 stages of cp.async operand tiles, 4 warps of 64 x 64, 16
+#: warps (128 x 256), steps of 64; the default (wmma) with 3 stages; mma.sync with
+#: synchronous fetches; then the kernel as it was first measured (one product call per
+#: fragment, no padding, 2-byte fetches); 128 x 128 block tiles in dynamic shared memory
+#: (the launcher opts in: up to 227 KiB on sm_90) with 8 warps of 32 x 64 or 64 x 32 or 4
+#: warps of 64 x 64, with and without asynchronous fetches (``.async``: cp.async); 128 x 64
+#: double-buffered (dynamic) and single-buffered inside the 48 KiB of static shared memory
+#: (``sb``); the default's padding + 16-byte fetches with per-fragment calls, its warp-tile
+#: calls without padding, and asynchronous; 128 x 256 (16 warps), 256 x 128 (8 warps of 64 x
+#: 64) and 128 x 128 with steps of 64
+SWEEP = ("8x2w.1x4f.kf4.db.p0.v8.async.sw128.wgmma",
+         "8x2w.1x4f.kf4.db.p0.v8.async.s3.sw128.wgmma",
+         "8x2w.1x4f.kf4.db.p0.v8.async.s4.sw128.wgmma",
          "8x2w.1x8f.kf2.db.p16b8.v8.async.s4.ov1.wgmma",
          "8x2w.1x8f.kf2.db.p16b8.v8.async.wgmma",
          "8x2w.1x8f.kf2.db.p8.v8.async.s4.ov1.wgmma",
@@ -688,10 +685,13 @@ def tuned(names: list[str], sizes: list[int], target: str, root: Path, repeat: i
 
 
 def _kernel_kinds(bundle: Path) -> list[dict]:
-    """What the bundle's kernels are (tensor cores or not): a call of an ``mma.sync``
-    product (``kiln_mma_f16_*``) or ``nvcuda::wmma`` in its source says whether a
-    tensor-core kernel was chosen, and which."""
+    """What the bundle's kernels are (tensor cores or not): a call of a warpgroup product
+    (``kiln_wgmma_f16_*``), an ``mma.sync`` product (``kiln_mma_f16_*``) or
+    ``nvcuda::wmma`` in its source says whether a tensor-core kernel was chosen, and
+    which."""
     src = (bundle / "src" / "kernels.cu").read_text()
+    if "kiln_wgmma_f16_" in src:
+        return [{"schedule": "wgmma"}]
     if "kiln_mma_f16_" in src:
         return [{"schedule": "mma"}]
     return [{"schedule": "wmma" if "nvcuda::wmma::mma_sync" in src else "simt"}]

@@ -23,7 +23,7 @@ import pytest
 from tests.bundle.helpers import BROKEN_BUILD, nvcc_kernel_check
 from tests.bundle.test_cuda_fp16 import FP16_TOL, gemm_model
 from tests.schedules.gpu.test_tensorcore import wmma_gemm
-from tests.schedules.gpu.test_wgmma import gpu_gemm_matches_reference
+from tests.schedules.gpu.test_wgmma import gpu_gemm_matches_reference, on_the_gpu
 from toolchain.bundle import compile_model, compiler, load_bundle
 from toolchain.bundle.host import gpu_available
 from toolchain.driver import lower
@@ -109,7 +109,7 @@ def test_sw128_rows_lead_the_sweep_and_the_tuning_spaces_wgmma_points() -> None:
     tiles the kernel takes; in cuda-sm90's tensor-core space (a knob ``swizzle``, 0 or
     128, with a rule naming why a swizzled point is refused) the swizzled seeds are the
     first warpgroup points, and the first of them schedules through the tuner's path to
-    the swizzled product left in flight."""
+    the swizzled product, waiting (none leaves products in flight: ``IN_FLIGHT_ON_HARDWARE``)."""
     from tests.bundle.test_cuda_fp16 import gemm_model as model_of
     from toolchain.autotune.apply import forcing
     from toolchain.autotune.tasks import extract_tasks
@@ -136,7 +136,9 @@ def test_sw128_rows_lead_the_sweep_and_the_tuning_spaces_wgmma_points() -> None:
         check_tiles(wmma_tiles_of(bad), wg)
     with forcing({s.workload: s.trace(wgs[0])}):
         sch = schedule_for(task.node, SM90)
-    assert "wgmma_f16_64x64x64_sw128_pipe" in str(lower(sch.schedule, target=SM90))
+    text = str(lower(sch.schedule, target=SM90))
+    assert "wgmma_f16_64x64x16_sw128" in text and "_pipe" not in text
+    assert not any(p["in_flight"] for p in wgs)
 
 
 def test_swizzled_tiles_descriptors_and_shared_memory() -> None:
@@ -267,7 +269,7 @@ def test_sw128_kernels_compile_with_nvcc_for_sm90a(kernels_nvcc: Any, tmp_path: 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no NVIDIA GPU here (nvidia-smi -L)")
-@pytest.mark.parametrize(("tiles", "m", "k", "n"), CASES,
+@pytest.mark.parametrize(("tiles", "m", "k", "n"), on_the_gpu(CASES, 0),
                          ids=[t.label() for t, *_ in CASES])
 def test_sw128_gemms_on_the_gpu_match_the_reference(tiles: WmmaTiles, m: int, k: int,
                                                     n: int, tmp_path: Path) -> None:
