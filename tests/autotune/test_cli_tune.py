@@ -83,15 +83,15 @@ def test_records_apply_and_change_the_generated_schedule(tmp_path, capsys):
     unrelated.write_text(json.dumps(rows[2].to_json()) + "\n")
     default = _bundle(tmp_path, "default", None)
     tuned = _bundle(tmp_path, "tuned", path)
-    assert (f"tuning records from {path}: 1 of its 2 tuned workloads is a kernel of this "
-            "compile: 1 built with a tuned schedule that differs from the default; every "
-            "other kernel default" in capsys.readouterr().out)
+    assert (f"tuning records from {path}: 1 of its 2 tuned workloads serves 1 kernel of "
+            "this compile: 1 kernel (1 workload) built with a tuned schedule that differs "
+            "from the default; every other kernel default" in capsys.readouterr().out)
     assert tuned != default
     # records of other workloads change nothing: the default schedules, byte for byte
     assert _bundle(tmp_path, "same", unrelated) == default
     # ... and the summary says why none applied
-    assert (f"tuning records from {unrelated}: none of its 1 tuned workload is a kernel of "
-            f"this compile (tuned for {TARGET}): every kernel default"
+    assert (f"tuning records from {unrelated}: none of its 1 tuned workload is a workload "
+            f"of this compile's kernels (tuned for {TARGET}): every kernel default"
             in capsys.readouterr().out)
     # the Python API applies them the same way
     import toolchain
@@ -119,13 +119,61 @@ def test_records_whose_best_point_is_the_default_are_not_counted_as_tuned(tmp_pa
     only_default.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows[:2]))
     assert _bundle(tmp_path, "d", only_default) == _bundle(tmp_path, "default", None)
     out = capsys.readouterr().out
-    assert (f"tuning records from {only_default}: 1 of its 1 tuned workload is a kernel of "
-            "this compile: 0 built with a tuned schedule that differs from the default, 1 "
-            "whose best record is the default schedule; every other kernel default" in out)
+    assert (f"tuning records from {only_default}: 1 of its 1 tuned workload serves 1 kernel "
+            "of this compile: 0 kernels built with a tuned schedule that differs from the "
+            "default, 1 kernel (1 workload) whose best record is the default schedule; every "
+            "other kernel default" in out)
     _bundle(tmp_path, "both", path)
-    assert (f"tuning records from {path}: 2 of its 2 tuned workloads are kernels of this "
-            "compile: 1 built with a tuned schedule that differs from the default, 1 whose "
-            "best record is the default schedule;" in capsys.readouterr().out)
+    assert (f"tuning records from {path}: 2 of its 2 tuned workloads serve 2 kernels of "
+            "this compile: 1 kernel (1 workload) built with a tuned schedule that differs "
+            "from the default, 1 kernel (1 workload) whose best record is the default "
+            "schedule;" in capsys.readouterr().out)
+
+
+def _twin_convs(path: Path) -> Path:
+    """Two 3x3 convolutions of one shape (8 -> 8 channels on 8x8, each with a ReLU),
+    their weights different: two kernels of one workload."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(
+        np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4, kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1] * 4, kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "twin", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 8, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 8, 8, 8])], w)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_the_summary_counts_kernels_as_well_as_workloads(tmp_path, capsys):
+    """One workload serving two kernels (the second's schedule reused from the first,
+    which never asks for the record again): the summary said "1 of its 1 tuned workload
+    is a kernel of this compile: 1 built with a tuned schedule", counting the workload as
+    one kernel. It says both, and the bundle runs both kernels tuned, correctly."""
+    model = _twin_convs(tmp_path / "twin.onnx")
+    (task,) = extract_tasks(model, TARGET)
+    s = task.space
+    assert task.weight == 2
+    other = s.check({**s.default(), "rw": 4, "order": "window_outer"})
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(Record(s.workload, s.kind, TARGET, s.trace(other),
+                                      [1.0]).to_json()) + "\n")
+    out = tmp_path / "b"
+    assert main(["compile", str(model), "--target", TARGET, "-o", str(out), "--no-progress",
+                 "--records", str(path)]) == 0
+    assert (f"tuning records from {path}: 1 of its 1 tuned workload serves 2 kernels of this "
+            "compile: 2 kernels (1 workload) built with a tuned schedule that differs from "
+            "the default; every other kernel default" in capsys.readouterr().out)
+    import toolchain
+
+    res = toolchain.run(out, check=True)
+    assert res.check and res.ok, res
 
 
 def test_records_of_two_runners_for_one_workload_are_refused(tmp_path, capsys):
@@ -160,7 +208,8 @@ def test_records_of_two_runners_for_one_workload_are_refused(tmp_path, capsys):
         rows[0], Record(s.workload, s.kind, TARGET, s.trace(other), [1e-3],
                         runner="ray-local-cpu"))))
     _bundle(tmp_path, "ray", ray)
-    assert "1 built with a tuned schedule that differs" in capsys.readouterr().out
+    assert "1 kernel (1 workload) built with a tuned schedule that differs" in \
+        capsys.readouterr().out
 
 
 def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_path,
@@ -174,9 +223,9 @@ def test_a_record_that_is_no_longer_a_valid_point_falls_back_with_a_warning(tmp_
     assert _bundle(tmp_path, "fallback", path) == _bundle(tmp_path, "default", None)
     out, err = capsys.readouterr()
     assert "tuning record not applied" in err
-    assert ("1 of its 1 tuned workload is a kernel of this compile: 0 built with a tuned "
-            "schedule that differs from the default, 1 not applied (no longer a valid point, "
-            "warned above)" in out)
+    assert ("1 of its 1 tuned workload serves 1 kernel of this compile: 0 kernels built "
+            "with a tuned schedule that differs from the default, 1 kernel (1 workload) not "
+            "applied (no longer a valid point, warned above)" in out)
 
 
 def test_cold_mb_reaches_the_local_runner(tmp_path, monkeypatch):

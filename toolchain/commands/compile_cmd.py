@@ -118,17 +118,19 @@ def _count(n: int, what: str) -> str:
 
 
 def records_summary(records: list[Any], best: dict[str, Any], applied: Any) -> str:
-    r"""What ``kiln compile --records`` took from its file, in words: counted by workload
-    (a kernel shape: every kernel of one shape gets its record), the tuned schedules apart
-    from records whose best point is the default one.
+    r"""What ``kiln compile --records`` took from its file, in words: by workload (a
+    kernel shape, one record each) and by kernel (every kernel of one shape gets its
+    workload's record: ResNet-18's repeated blocks share theirs), the tuned schedules
+    apart from records whose best point is the default one.
 
     >>> from toolchain.autotune.apply import Applied
-    >>> a = Applied(traces={"w1": None, "w2": None}, tuned={"w1"}, default={"w2"})
+    >>> a = Applied(traces={"w1": None, "w2": None}, tuned={"w1"}, default={"w2"},
+    ...             kernels={"w1": 3, "w2": 1}, kernel_total=4)
     >>> print(records_summary([], {"w1": 0, "w2": 0, "w3": 0}, a).replace(": ", ":\n")
     ...       .replace(" the default, ", " the default,\n"))
-    2 of its 3 tuned workloads are kernels of this compile:
-    1 built with a tuned schedule that differs from the default,
-    1 whose best record is the default schedule; every other kernel default
+    2 of its 3 tuned workloads serve 4 kernels of this compile:
+    3 kernels (1 workload) built with a tuned schedule that differs from the default,
+    1 kernel (1 workload) whose best record is the default schedule; every other kernel default
     """
     if not best:
         return ("it holds no timed successful trial (--runner emulate checks and failed trials "
@@ -136,21 +138,28 @@ def records_summary(records: list[Any], best: dict[str, Any], applied: Any) -> s
     matched = set(applied.traces) | applied.skipped
     if not matched:  # records of another target or model: say so
         targets = ", ".join(sorted({r.target for r in records}))
-        return (f"none of its {_count(len(best), 'tuned workload')} is a kernel of this "
-                f"compile (tuned for {targets}): every kernel default")
-    parts = [f"{len(applied.tuned)} built with a tuned schedule that differs from the "
-             "default"]
+        return (f"none of its {_count(len(best), 'tuned workload')} is a workload of this "
+                f"compile's kernels (tuned for {targets}): every kernel default")
+
+    def by(workloads: set[str]) -> str:
+        kernels = applied.kernels_of(workloads)
+        return (f"{_count(kernels, 'kernel')} ({_count(len(workloads), 'workload')})"
+                if workloads else "0 kernels")
+
+    parts = [f"{by(applied.tuned)} built with a tuned schedule that differs from the default"]
     if applied.default:
-        parts.append(f"{len(applied.default)} whose best record is the default schedule")
-    other = len(applied.traces) - len(applied.tuned) - len(applied.default)
+        parts.append(f"{by(applied.default)} whose best record is the default schedule")
+    other = set(applied.traces) - applied.tuned - applied.default
     if other:  # a space whose default is a search (the accelerator's tilings)
-        parts.append(f"{other} built from its record (the default is a search, not compared)")
+        parts.append(f"{by(other)} built from its record (the default is a search, not "
+                     "compared)")
     if applied.skipped:
-        parts.append(f"{len(applied.skipped)} not applied (no longer a valid point, warned "
+        parts.append(f"{by(applied.skipped)} not applied (no longer a valid point, warned "
                      "above)")
+    total = applied.kernel_total or applied.kernels_of(matched)
     return (f"{len(matched)} of its {_count(len(best), 'tuned workload')} "
-            f"{'is a kernel' if len(matched) == 1 else 'are kernels'} of this compile: "
-            f"{', '.join(parts)}; every other kernel default")
+            f"{'serves' if len(matched) == 1 else 'serve'} {_count(total, 'kernel')} of this "
+            f"compile: {', '.join(parts)}; every other kernel default")
 
 
 def _run(args: argparse.Namespace) -> int:
