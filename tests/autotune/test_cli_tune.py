@@ -404,3 +404,69 @@ def test_the_header_names_the_partial_file_it_resumes_from(tmp_path, monkeypatch
                  "--no-progress"]) == 0
     assert f"(1 earlier trial in {out}.partial)" in capsys.readouterr().out
     assert len(load_records(out)) == 1 and not Path(f"{out}.partial").exists()
+
+
+class _FakeRay:
+    """Ray's ``remote``/``wait``/``get`` in this process: each submitted task is one
+    reference, finished by ``wait`` in submission order; counts the most in flight."""
+
+    def __init__(self):
+        self.pending, self.most = 0, 0
+
+    def remote(self, **_options):
+        def wrap(fn):
+            fake = self
+
+            class Task:
+                @staticmethod
+                def remote(inp, kind):
+                    fake.pending += 1
+                    fake.most = max(fake.most, fake.pending)
+                    return ("ref", id(inp), inp)
+            return Task
+        return wrap
+
+    def wait(self, refs, num_returns=1):
+        self.pending -= 1
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        return ref[2]
+
+
+@pytest.mark.parametrize("jobs, most", [(2, 2), (None, 5)])
+def test_jobs_caps_the_ray_build_tasks_in_flight(monkeypatch, jobs, most):
+    """``kiln tune --ray ADDRESS --jobs N`` ignored N (documented: Ray's workers build):
+    now at most N build tasks are on the cluster at once, results in order; without
+    --jobs a batch's builds are submitted together, as before."""
+    from toolchain.autotune import ray_backend
+
+    fake = _FakeRay()
+    monkeypatch.setattr(ray_backend, "_ray", lambda: fake)
+    builder = ray_backend.RayBuilder("local", jobs)
+    items = [object() for _ in range(5)]
+    assert builder.build(items) == items
+    assert fake.most == most and fake.pending == 0
+
+
+def test_jobs_and_flush_mb_reach_the_ray_backend(tmp_path, monkeypatch):
+    """--jobs and --flush-mb were not passed to the Ray backend (its runner flushed the
+    default 8 MiB whatever --flush-mb said); they are (measured here by the local pool
+    standing in for the cluster: starting Ray costs seconds)."""
+    from toolchain.autotune import measure, ray_backend
+
+    seen = []
+
+    def fake(address, runner, target, **options):
+        seen.append((address, options))
+        return measure.LocalBuilder(1), measure.make_runner(
+            "local", repeat=1, flush_bytes=options["flush_bytes"])
+
+    monkeypatch.setattr(ray_backend, "ray_measurement", fake)
+    args = ["tune", MODEL, "--target", TARGET, "--trials", "1", "--no-progress",
+            "--repeat", "1", "--ray", "local"]
+    assert main([*args, "-o", str(tmp_path / "a.jsonl"), "--jobs", "3", "--flush-mb",
+                 "0"]) == 0
+    assert main([*args, "-o", str(tmp_path / "b.jsonl")]) == 0
+    assert [(a, o["jobs"], o["flush_bytes"]) for a, o in seen] == [("local", 3, 0),
+                                                                   ("local", None, 8 << 20)]

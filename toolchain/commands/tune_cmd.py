@@ -81,7 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model plus 30 cycles an instruction) or rtl (cycles of the "
                              "Verilog RTL, Verilator)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="build processes (default: the CPUs, at most 4)")
+                        help="build processes (default: the CPUs, at most 4); with --ray: "
+                             "the most build tasks on the cluster at once (default: a "
+                             "batch's builds all at once)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
                         help="timed repeats per trial; the cost is the least (default 3)")
     parser.add_argument("--flush-mb", type=int, default=8, metavar="MB",
@@ -369,7 +371,8 @@ def _measurement(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
         from toolchain.autotune.ray_backend import ray_measurement
 
         return ray_measurement(args.ray, args.runner, target, repeat=args.repeat,
-                               timeout=args.timeout, devices=args.ray_devices)
+                               timeout=args.timeout, devices=args.ray_devices,
+                               jobs=args.jobs, flush_bytes=args.flush_mb << 20)
     if args.runner == "qemu":
         from toolchain.autotune.qemu import QemuBuilder
 
