@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.autotune.conditions import cpu_model
 from toolchain.autotune.records import Record, load_records
 from toolchain.autotune.tasks import extract_tasks
 from toolchain.cli import main
@@ -34,6 +35,16 @@ def test_tune_writes_records_and_resumes(tmp_path, capsys):
     lines = [ln for ln in text.splitlines() if "x the default" in ln]
     assert len(lines) == 5
     assert sum("x the default, timed in an earlier run)" in ln for ln in lines) == 3, text
+    # every record says how it was measured; resuming them measured otherwise is refused
+    assert {json.dumps(r.conditions) for r in again} == {json.dumps(
+        {"repeat": 1, "flush_mb": 8, "cold_mb": 0, "machine": cpu_model(), "cores": 1})}
+    before = out.read_text()
+    assert main([*args, "--trials", "6", "--repeat", "2"]) == 2
+    assert (f"{out}: 5 earlier trials of this run's kernels measured with --repeat 1; this "
+            "run measures with --repeat 2, and costs measured differently do not compare: run "
+            "with --repeat 1 to resume them, or write to another file (-o)"
+            in capsys.readouterr().err)
+    assert out.read_text() == before and not (tmp_path / "r.jsonl.partial").exists()
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -321,6 +332,68 @@ def test_the_use_hint_is_printed_only_with_something_to_use(tmp_path, monkeypatc
     else:
         assert (f"use: kiln compile {MODEL} --target {TARGET} --records {out} -o DIR ({conv}: "
                 "no successful trial, it keeps the default schedule)") in text, text
+
+
+def test_resuming_trials_of_another_machine_is_refused_and_old_ones_are_noted(tmp_path,
+                                                                              capsys):
+    """Records measured on another CPU were resumed as this machine's costs (the records
+    did not say where they were measured): refused, naming the file, both CPUs and what
+    to do. Records written before session 26 do not say: resumed, with a note."""
+    s = next(t for t in extract_tasks(MODEL, TARGET) if t.space.kind == "gemm").space
+    cond = {"repeat": 1, "flush_mb": 8, "cold_mb": 0, "machine": "Imaginary CPU 9000",
+            "cores": 1}
+    out = tmp_path / "r.jsonl"
+    out.write_text(json.dumps(Record(s.workload, s.kind, TARGET, s.trace(s.default()),
+                                     [1e-3], conditions=cond).to_json()) + "\n")
+    before = out.read_text()
+    argv = ["tune", MODEL, "--target", TARGET, "-o", str(out), "--trials", "1", "--repeat",
+            "1", "--no-progress"]
+    assert main(argv) == 2
+    assert (f"{out}: 1 earlier trial of this run's kernels measured on CPU 'Imaginary CPU "
+            f"9000'; this run measures on CPU {cpu_model()!r}, and costs measured differently "
+            "do not compare: resume them on the machine that measured them, or write to "
+            "another file (-o)" in capsys.readouterr().err)
+    assert out.read_text() == before
+    old = json.dumps(Record(s.workload, s.kind, TARGET, s.trace(s.default()),
+                            [1e-3]).to_json()) + "\n"
+    out.write_text(old)
+    assert main(argv) == 0  # the budget spent already: nothing measured
+    assert (f"note: 1 earlier trial of this run's kernels in {out} do not say how they were "
+            "measured (written before session 26): resumed as if measured as this run "
+            f"measures (--repeat 1, --flush-mb 8, --cold-mb 0, CPU {cpu_model()!r}, 1 core)"
+            in capsys.readouterr().out)
+    assert out.read_text() == old
+
+
+def test_compile_reports_how_the_applied_records_were_measured(tmp_path, capsys):
+    """``kiln compile --records`` says, per set of conditions, how many kernels' records
+    were measured so, and names another machine's CPU; a workload whose records come from
+    two conditions (files concatenated) is warned of. Applied either way: a record only
+    chooses among valid points."""
+    conv = [t.space for t in extract_tasks(MODEL, TARGET) if t.space.kind == "conv2d"][:2]
+    s, t = conv
+    far = {"repeat": 3, "flush_mb": 8, "cold_mb": 0, "machine": "Imaginary CPU 9000",
+           "cores": 1}
+    other = [s.check({**s.default(), "rw": 2}), t.check({**t.default(), "rw": 2})]
+    rows = [Record(s.workload, s.kind, TARGET, s.trace(other[0]), [1.0], conditions=far),
+            Record(t.workload, t.kind, TARGET, t.trace(other[1]), [1.0])]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r.to_json()) + "\n" for r in rows))
+    _bundle(tmp_path, "a", path)
+    got = capsys.readouterr()
+    assert ("  measured: 1 kernel (1 workload) with --repeat 3, --flush-mb 8, --cold-mb 0, "
+            f"CPU 'Imaginary CPU 9000', 1 core (not this machine's CPU, {cpu_model()!r}); 1 "
+            "kernel (1 workload) in conditions not recorded (written before session 26)"
+            in got.out), got.out
+    assert "measured with" not in got.err
+    cat = tmp_path / "cat.jsonl"
+    cat.write_text(path.read_text() + json.dumps(Record(
+        s.workload, s.kind, TARGET, s.trace(s.default()), [2.0],
+        conditions=dict(far, repeat=5)).to_json()) + "\n")
+    _bundle(tmp_path, "b", cat)
+    assert (f"records file {cat}: workload {s.workload} has records measured with --repeat 3 "
+            "and with --repeat 5, whose costs do not compare; the least of them was applied"
+            in capsys.readouterr().err)
 
 
 def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):

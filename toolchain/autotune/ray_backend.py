@@ -109,6 +109,12 @@ class MeasureActor:
             b = replace(b, lib=str(path), extra={})
         return self.runner.run([b])[0]
 
+    def machine(self) -> str:
+        """This device's CPU (its node's)."""
+        from toolchain.autotune.conditions import cpu_model
+
+        return cpu_model()
+
     def close(self) -> None:
         self.runner.close()
 
@@ -148,6 +154,11 @@ class RayRunner:
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
         pairs = [(self.actors[i % len(self.actors)], b) for i, b in enumerate(builds)]
         return gather(self.ray, lambda p: p[0].run.remote(p[1]), pairs)
+
+    def machines(self) -> list[str]:
+        """The CPU of each device's node (:func:`toolchain.autotune.conditions.cpu_model`):
+        the ``machine`` its records were measured on."""
+        return list(self.ray.get([a.machine.remote() for a in self.actors]))
 
     def close(self) -> None:
         for a in self.actors:

@@ -88,7 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "auto (default): incbin, or external above 2 GiB of weights")
     parser.add_argument("--records", metavar="RECORDS.jsonl",
                         help="apply the best tuning record per kernel (from kiln tune; "
-                             "kernels without one keep the default schedule; docs/tuning.md)")
+                             "kernels without one keep the default schedule); the summary "
+                             "counts the kernels and workloads applied and says how their "
+                             "records were measured (docs/tuning.md)")
     parser.add_argument("--ram-budget", type=int, metavar="BYTES",
                         help="the most arena bytes: where the plain plan needs more, the first "
                              "convolutions run tile by tile (patch-based inference, "
@@ -102,15 +104,77 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "records", None):
         from toolchain.autotune.apply import applying
-        from toolchain.autotune.records import best_traces, load_records
+        from toolchain.autotune.records import best_records, load_records
 
         records = load_records(args.records)
-        best = best_traces(records, f"records file {args.records}")
+        chosen = best_records(records, f"records file {args.records}")
+        best = {w: r.trace for w, r in chosen.items()}
         with applying(best) as applied:
             status = _run(args)
+        _warn_mixed(records, applied, args.records)
         print(f"  tuning records from {args.records}: {records_summary(records, best, applied)}")
+        if applied.traces:
+            print(f"  measured: {measured_summary(chosen, applied)}")
         return status
     return _run(args)
+
+
+def _warn_mixed(records: list[Any], applied: Any, source: str) -> None:
+    """Warn of applied workloads whose records were measured under two conditions (files
+    of two runs or machines concatenated): the least cost among them was taken, though
+    those costs do not compare. Not refused: the bundle is right either way."""
+    import warnings
+
+    from toolchain.autotune.conditions import mixed_workloads, say
+    from toolchain.errors import KilnWarning
+
+    for workload, diff in mixed_workloads(records).items():
+        if workload in applied.traces:
+            key, a, b = diff[0]
+            warnings.warn(f"records file {source}: workload {workload} has records measured "
+                          f"with {say(key, a)} and with {say(key, b)}, whose costs do not "
+                          "compare; the least of them was applied (keep one run's records "
+                          "for it, its \"conditions\" field)", KilnWarning, stacklevel=2)
+
+
+def measured_summary(chosen: dict[str, Any], applied: Any,
+                     here: str | None = None) -> str:
+    r"""How the records a compile applied were measured (:mod:`toolchain.autotune.
+    conditions`), kernels and workloads counted per set of conditions; a CPU other than
+    ``here`` (default: this machine's) is named as such. Reported, not refused: a record
+    chooses among valid points, so the bundle computes the same either way, and tuning on
+    one machine to compile on another (or for another) is the usual flow.
+
+    >>> from toolchain.autotune.apply import Applied
+    >>> from toolchain.autotune.records import Record
+    >>> from toolchain.autotune.space import Trace
+    >>> c = {"repeat": 3, "machine": "Imaginary 9"}
+    >>> chosen = {w: Record(w, "toy", "c", Trace("toy", ()), [1.0], conditions=c if w != "w3"
+    ...                     else None) for w in ("w1", "w2", "w3")}
+    >>> a = Applied(traces=dict.fromkeys(chosen), kernels={"w1": 2, "w2": 1, "w3": 1})
+    >>> print(measured_summary(chosen, a, here="Real 1").replace("; ", ";\n"))
+    3 kernels (2 workloads) with --repeat 3, CPU 'Imaginary 9' (not this machine's CPU, 'Real 1');
+    1 kernel (1 workload) in conditions not recorded (written before session 26)
+    """
+    from toolchain.autotune.conditions import cpu_model, describe, key_of
+
+    groups: dict[Any, list[str]] = {}
+    for w in applied.traces:
+        if w in chosen:
+            groups.setdefault(key_of(chosen[w].conditions), []).append(w)
+    parts = []
+    for key in sorted(groups, key=lambda k: k is None):  # unknown last
+        ws = groups[key]
+        cond = chosen[ws[0]].conditions
+        text = (f"{_count(applied.kernels_of(set(ws)), 'kernel')} "
+                f"({_count(len(ws), 'workload')}) "
+                f"{'with ' + describe(cond) if cond else 'in ' + describe(cond)}")
+        if cond and "machine" in cond:
+            here = here if here is not None else cpu_model()
+            if cond["machine"] != here:
+                text += f" (not this machine's CPU, {here!r})"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def _count(n: int, what: str) -> str:

@@ -41,7 +41,8 @@ the trials of its kernels already in the records file (or in its .partial file, 
 interrupted run: Ctrl-C or SIGTERM) count, so a second run with a larger budget
 continues the first. Records are written to OUT.partial as they are measured and renamed
 to OUT when the run ends: OUT is never half-written. One run at a time per OUT; trials of
-another runner are not resumed (write to another file).
+another runner, or measured otherwise (another --repeat, --flush-mb or --cold-mb, another
+CPU or GPU: each record's "conditions"), are not resumed (write to another file).
 """
 
 
@@ -218,11 +219,14 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
     builder, runner = _measurement(args, target)
     try:
         _check_resumed_runner(mine, runner, args.output)
+        conditions = _conditions(args, target, runner)
+        _check_resumed_conditions(mine, conditions, writer.source or args.output)
         with writer:
             states = tune_tasks(tasks, args.trials, builder=builder, runner=runner,
                                 writer=writer, strategy=args.search, batch=args.batch,
                                 seed=args.seed, earlier=writer.existing, transfer=transfer,
-                                progress=False if args.no_progress else None)
+                                progress=False if args.no_progress else None,
+                                conditions=conditions)
     finally:
         builder.close()
         runner.close()
@@ -297,6 +301,45 @@ def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
                       f"{by}; this run measures by {runner.name} ({runner.unit}), and the "
                       "costs of two runners do not compare: resume with the runner that "
                       "wrote them, or write to another file (-o)")
+
+
+def _conditions(args: argparse.Namespace, target: Any, runner: Any) -> dict[str, Any]:
+    """How this run measures (:func:`toolchain.autotune.conditions.measuring`); with
+    ``--ray`` on the CPUs of its devices' nodes."""
+    from toolchain.autotune.conditions import measuring
+
+    machines = getattr(runner, "machines", None)  # a Ray runner: its devices' nodes
+    machine = ", ".join(sorted(set(machines()))) if machines is not None else None
+    return measuring(args.runner, getattr(target, "kind", "c"), repeat=args.repeat,
+                     flush_mb=args.flush_mb, cold_mb=args.cold_mb, machine=machine)
+
+
+def _check_resumed_conditions(mine: list, conditions: dict[str, Any],
+                              source: str | Path) -> None:
+    """Refuse to resume trials of this run's kernels measured otherwise (another
+    ``--repeat``, ``--flush-mb``, ``--cold-mb``, CPU or GPU): their costs do not compare
+    with this run's, and the search and the file's best would mix them. Trials that do
+    not say how they were measured (written before session 26) are resumed with a note."""
+    from toolchain.autotune.conditions import OPTIONS, describe, differences, phrase, say
+    from toolchain.errors import OptionError
+
+    unknown = sum(1 for r in mine if r.conditions is None)
+    first = next((d[0] for r in mine if r.conditions is not None
+                  for d in [differences(r.conditions, conditions)] if d), None)
+    if first is not None:  # the first condition that differs, and its earlier value
+        key, old, new = first
+        n = sum(1 for r in mine if r.conditions is not None and r.conditions.get(key) == old)
+        hint = (f"run with {say(key, old)} to resume them" if key in OPTIONS else
+                "resume them on the machine that measured them")
+        raise OptionError(f"{source}: {n} earlier {_trials(n)} of this run's kernels "
+                          f"measured {phrase(key, old)}; this run measures {phrase(key, new)}, "
+                          f"and costs measured differently do not compare: {hint}, or write "
+                          "to another file (-o)")
+    if unknown:
+        print(f"  note: {unknown} earlier {_trials(unknown)} of this run's kernels in {source} "
+              "do not say how they were measured (written before session 26): resumed as if "
+              f"measured as this run measures ({describe(conditions)}); if they were not, "
+              "write to another file (-o)")
 
 
 def _check_precision(precision: str, target: Any) -> None:

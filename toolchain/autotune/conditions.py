@@ -1,0 +1,156 @@
+"""How a run measured its trials: the ``conditions`` each tuning record carries.
+
+Costs compare only when measured the same way. The record's ``runner`` says which runner
+(``local-cpu``, ``qemu-icount``, ``cuda-gpu``, ``vta-rtl`` ...); its ``conditions`` say
+how (since session 26), as ``kiln tune`` ran it:
+
+========== =========================================================================
+``repeat``   timed repeats per trial, the cost their least (``--repeat``)
+``flush_mb`` MiB rewritten between repeats to flush the caches (``--flush-mb``)
+``cold_mb``  MiB of argument copies the calls cycle through (``--cold-mb``)
+``machine``  the CPU that timed the kernels (:func:`cpu_model`; with ``--ray``: its
+             devices' CPUs)
+``cores``    cores the kernels ran on (the local runner pins its timing process to one)
+``gpu``      the GPU that timed CUDA kernels (:func:`gpu_name`)
+========== =========================================================================
+
+Only what changes a runner's costs is kept: the CPU runner (local or on Ray) all but
+``gpu``; the GPU runner ``repeat`` and ``gpu`` (it flushes the GPU's L2 itself); runners
+whose costs do not depend on the machine — QEMU's instruction counts, the accelerator's
+cycles, the CUDA emulation's checks — none (``{}``). A record without ``conditions``
+(written before session 26) was measured in unknown conditions.
+
+>>> c = measuring("local", "c", repeat=3, flush_mb=8, cold_mb=0, machine="Imaginary 9")
+>>> describe(c)
+"--repeat 3, --flush-mb 8, --cold-mb 0, CPU 'Imaginary 9', 1 core"
+>>> differences(c, dict(c, repeat=5))
+[('repeat', 3, 5)]
+>>> describe(None)
+'conditions not recorded (written before session 26)'
+>>> describe({})
+'no timing conditions (the costs do not depend on the machine)'
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: condition -> how ``kiln tune`` says it (:func:`say`), in the order they are compared
+SAYS: dict[str, str] = {"repeat": "--repeat {}", "flush_mb": "--flush-mb {}",
+                        "cold_mb": "--cold-mb {}", "machine": "CPU {!r}", "cores": "{} core",
+                        "gpu": "GPU {!r}"}
+#: the conditions that are ``kiln tune`` options (the others are the machine's)
+OPTIONS = ("repeat", "flush_mb", "cold_mb")
+
+
+def cpu_model() -> str:
+    """This machine's CPU: ``/proc/cpuinfo``'s model name with its family and model
+    numbers (a virtual machine often shows only a generic name, "AMD EPYC"), an Arm CPU's
+    implementer and part, else the platform's processor string."""
+    fields: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if not line.strip() and fields:
+            break  # the first processor's block
+        key, _, val = line.partition(":")
+        fields.setdefault(key.strip(), val.strip())
+    if "model name" in fields:
+        extra = (f" (family {fields['cpu family']}, model {fields['model']})"
+                 if "cpu family" in fields and "model" in fields else "")
+        return fields["model name"] + extra
+    if "CPU part" in fields:
+        return (f"{platform.machine()} (implementer {fields.get('CPU implementer', '?')}, "
+                f"part {fields['CPU part']})")
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def gpu_name() -> str:
+    """The GPU CUDA kernels are timed on: the first of ``CUDA_VISIBLE_DEVICES`` (else
+    device 0) as ``nvidia-smi`` names it; ``unknown`` where it does not answer."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "unknown"
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    try:
+        res = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader", "-i", first],
+                             capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = res.stdout.strip().splitlines()
+    return lines[0].strip() if res.returncode == 0 and lines else "unknown"
+
+
+def measuring(runner: str, target_kind: str, *, repeat: int, flush_mb: int, cold_mb: int,
+              machine: str | None = None, gpu: str | None = None) -> dict[str, Any]:
+    """The conditions of a ``kiln tune --runner runner`` run for a target of kind
+    ``target_kind`` (``machine``/``gpu``: where they were measured, default this
+    machine's; see the module docstring for which apply)."""
+    if runner != "local":  # qemu, emulate, model, rtl: nothing of the machine's
+        return {}
+    if target_kind == "cuda":
+        return {"repeat": repeat, "gpu": gpu if gpu is not None else gpu_name()}
+    return {"repeat": repeat, "flush_mb": flush_mb, "cold_mb": cold_mb,
+            "machine": machine if machine is not None else cpu_model(), "cores": 1}
+
+
+def say(key: str, value: Any) -> str:
+    """One condition as ``kiln tune`` says it.
+
+    >>> say("flush_mb", 0), say("machine", "X"), say("cores", 2), say("odd", 1)
+    ('--flush-mb 0', "CPU 'X'", '2 cores', 'odd 1')
+    """
+    if value is None:
+        return f"no {key}"
+    text = SAYS.get(key, key + " {}").format(value)
+    return text + "s" if key == "cores" and value != 1 else text
+
+
+def phrase(key: str, value: Any) -> str:
+    """``say`` after "measured": ``with --repeat 3``, ``on CPU 'X'``."""
+    return f"{'with' if key in OPTIONS or key not in SAYS else 'on'} {say(key, value)}"
+
+
+def describe(conditions: Mapping[str, Any] | None) -> str:
+    """All of a record's conditions in words."""
+    if conditions is None:
+        return "conditions not recorded (written before session 26)"
+    if not conditions:
+        return "no timing conditions (the costs do not depend on the machine)"
+    keys = [k for k in SAYS if k in conditions] + sorted(set(conditions) - set(SAYS))
+    return ", ".join(say(k, conditions[k]) for k in keys)
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(condition, a's value, b's value)`` where two known conditions differ, in the
+    order of :data:`SAYS` (a condition one lacks is None there)."""
+    keys = [k for k in SAYS if k in a or k in b] + sorted((set(a) | set(b)) - set(SAYS))
+    return [(k, a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)]
+
+
+def key_of(conditions: Mapping[str, Any] | None) -> tuple | None:
+    """A hashable form of ``conditions`` (None stays None)."""
+    return None if conditions is None else tuple(sorted(conditions.items()))
+
+
+def mixed_workloads(records: Iterable[Any]) -> dict[str, list[tuple[str, Any, Any]]]:
+    """Workloads whose successful records were measured under two known conditions (files
+    concatenated), with how the first two differ; ``kiln compile --records`` warns of
+    them: the least cost among them is taken, though the costs do not compare."""
+    seen: dict[str, dict[tuple, Mapping[str, Any]]] = {}
+    for r in records:
+        if r.ok and r.conditions is not None:
+            seen.setdefault(r.workload, {})[key_of(r.conditions) or ()] = r.conditions
+    return {w: differences(*list(by.values())[:2]) for w, by in seen.items() if len(by) > 1}
+
+
+__all__ = ["OPTIONS", "SAYS", "cpu_model", "describe", "differences", "gpu_name", "key_of",
+           "measuring", "mixed_workloads", "phrase", "say"]
