@@ -14,13 +14,16 @@ how (since session 26), as ``kiln tune`` ran it:
 ``gpu``      the GPU that timed CUDA kernels (:func:`gpu_name`)
 ========== =========================================================================
 
-Only what changes a runner's costs is kept: the CPU runner (local or on Ray) all but
-``gpu``; the GPU runner ``repeat`` and ``gpu`` (it flushes the GPU's L2 itself); runners
-whose costs do not depend on the machine — QEMU's instruction counts, the accelerator's
+Each runner says its own (``conditions()``), only what changes its costs: the CPU runner
+(local or on Ray, where each device reports its node's CPU) all but ``gpu``
+(:func:`cpu_conditions`); the GPU runner ``repeat`` and ``gpu`` (it flushes the GPU's L2
+itself, :func:`gpu_conditions`); the cycle model its ``per_insn`` cycles an instruction;
+runners whose costs do not depend on the machine — QEMU's instruction counts, the RTL's
 cycles, the CUDA emulation's checks — none (``{}``). A record without ``conditions``
-(written before session 26) was measured in unknown conditions.
+(written before session 26, or by a runner without ``conditions()``) was measured in
+unknown conditions.
 
->>> c = measuring("local", "c", repeat=3, flush_mb=8, cold_mb=0, machine="Imaginary 9")
+>>> c = cpu_conditions(3, 8 << 20, 0, machine="Imaginary 9")
 >>> describe(c)
 "--repeat 3, --flush-mb 8, --cold-mb 0, CPU 'Imaginary 9', 1 core"
 >>> differences(c, dict(c, repeat=5))
@@ -89,17 +92,27 @@ def gpu_name() -> str:
     return lines[0].strip() if res.returncode == 0 and lines else "unknown"
 
 
-def measuring(runner: str, target_kind: str, *, repeat: int, flush_mb: int, cold_mb: int,
-              machine: str | None = None, gpu: str | None = None) -> dict[str, Any]:
-    """The conditions of a ``kiln tune --runner runner`` run for a target of kind
-    ``target_kind`` (``machine``/``gpu``: where they were measured, default this
-    machine's; see the module docstring for which apply)."""
-    if runner != "local":  # qemu, emulate, model, rtl: nothing of the machine's
-        return {}
-    if target_kind == "cuda":
-        return {"repeat": repeat, "gpu": gpu if gpu is not None else gpu_name()}
-    return {"repeat": repeat, "flush_mb": flush_mb, "cold_mb": cold_mb,
+def cpu_conditions(repeat: int, flush_bytes: int, rotate_bytes: int,
+                   machine: str | None = None) -> dict[str, Any]:
+    """The conditions of the CPU runner (:class:`~toolchain.autotune.measure.LocalRunner`)
+    on ``machine`` (default: this one's :func:`cpu_model`); MiB as ``--flush-mb`` and
+    ``--cold-mb`` say them (a fraction where the bytes are not whole MiB)."""
+    return {"repeat": repeat, "flush_mb": _mib(flush_bytes), "cold_mb": _mib(rotate_bytes),
             "machine": machine if machine is not None else cpu_model(), "cores": 1}
+
+
+def gpu_conditions(repeat: int, gpu: str | None = None) -> dict[str, Any]:
+    """The conditions of the GPU runner (:class:`~toolchain.autotune.cuda.GpuRunner`) on
+    ``gpu`` (default: :func:`gpu_name`)."""
+    return {"repeat": repeat, "gpu": gpu if gpu is not None else gpu_name()}
+
+
+def _mib(nbytes: int) -> int | float:
+    """
+    >>> _mib(8 << 20), _mib(1 << 19)
+    (8, 0.5)
+    """
+    return nbytes >> 20 if nbytes % (1 << 20) == 0 else nbytes / (1 << 20)
 
 
 def say(key: str, value: Any) -> str:
@@ -152,5 +165,5 @@ def mixed_workloads(records: Iterable[Any]) -> dict[str, list[tuple[str, Any, An
     return {w: differences(*list(by.values())[:2]) for w, by in seen.items() if len(by) > 1}
 
 
-__all__ = ["OPTIONS", "SAYS", "cpu_model", "describe", "differences", "gpu_name", "key_of",
-           "measuring", "mixed_workloads", "phrase", "say"]
+__all__ = ["OPTIONS", "SAYS", "cpu_conditions", "cpu_model", "describe", "differences",
+           "gpu_conditions", "gpu_name", "key_of", "mixed_workloads", "phrase", "say"]

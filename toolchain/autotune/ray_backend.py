@@ -109,11 +109,10 @@ class MeasureActor:
             b = replace(b, lib=str(path), extra={})
         return self.runner.run([b])[0]
 
-    def machine(self) -> str:
-        """This device's CPU (its node's)."""
-        from toolchain.autotune.conditions import cpu_model
-
-        return cpu_model()
+    def conditions(self) -> dict[str, Any] | None:
+        """How this device measures, on its node (None: its runner does not say)."""
+        said = getattr(self.runner, "conditions", None)
+        return said() if said is not None else None
 
     def close(self) -> None:
         self.runner.close()
@@ -155,10 +154,17 @@ class RayRunner:
         pairs = [(self.actors[i % len(self.actors)], b) for i, b in enumerate(builds)]
         return gather(self.ray, lambda p: p[0].run.remote(p[1]), pairs)
 
-    def machines(self) -> list[str]:
-        """The CPU of each device's node (:func:`toolchain.autotune.conditions.cpu_model`):
-        the ``machine`` its records were measured on."""
-        return list(self.ray.get([a.machine.remote() for a in self.actors]))
+    def conditions(self) -> dict[str, Any] | None:
+        """How its devices measure (each reports its own runner's, on its node); devices
+        on nodes of different CPUs name them all, ``machine: "A, B"``."""
+        got = self.ray.get([a.conditions.remote() for a in self.actors])
+        if any(c is None for c in got):
+            return None
+        out = dict(got[0])
+        machines = sorted({c["machine"] for c in got if "machine" in c})
+        if machines:
+            out["machine"] = ", ".join(machines)
+        return out
 
     def close(self) -> None:
         for a in self.actors:

@@ -301,12 +301,15 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
     :func:`transfer_seeds`). ``confirm``: after the
     search, re-measure each task's ``confirm`` best points and its default
     ``confirm_rounds`` times (:meth:`Tuner.confirm`; recorded like trials).
-    ``conditions``: how ``runner`` measures, written into every record
-    (:func:`toolchain.autotune.conditions.measuring`; None: not recorded)."""
+    ``conditions``: how ``runner`` measures, written into every record (default: the
+    runner's ``conditions()``, :mod:`toolchain.autotune.conditions`; a runner without
+    one: not recorded)."""
     from toolchain.autotune.measure import BuildInput, featurize
     from toolchain.autotune.records import Record
 
     by_key = {t.space.workload: t for t in tasks}
+    if conditions is None and hasattr(runner, "conditions"):
+        conditions = runner.conditions()
 
     def measure(items: list[tuple[TaskState, Point]]) -> list[tuple[np.ndarray | None,
                                                                     MeasureResult]]:

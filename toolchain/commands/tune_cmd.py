@@ -219,7 +219,8 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
     builder, runner = _measurement(args, target)
     try:
         _check_resumed_runner(mine, runner, args.output)
-        conditions = _conditions(args, target, runner)
+        said = getattr(runner, "conditions", None)
+        conditions = said() if said is not None else None
         _check_resumed_conditions(mine, conditions, writer.source or args.output)
         with writer:
             states = tune_tasks(tasks, args.trials, builder=builder, runner=runner,
@@ -303,26 +304,18 @@ def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
                       "wrote them, or write to another file (-o)")
 
 
-def _conditions(args: argparse.Namespace, target: Any, runner: Any) -> dict[str, Any]:
-    """How this run measures (:func:`toolchain.autotune.conditions.measuring`); with
-    ``--ray`` on the CPUs of its devices' nodes."""
-    from toolchain.autotune.conditions import measuring
-
-    machines = getattr(runner, "machines", None)  # a Ray runner: its devices' nodes
-    machine = ", ".join(sorted(set(machines()))) if machines is not None else None
-    return measuring(args.runner, getattr(target, "kind", "c"), repeat=args.repeat,
-                     flush_mb=args.flush_mb, cold_mb=args.cold_mb, machine=machine)
-
-
-def _check_resumed_conditions(mine: list, conditions: dict[str, Any],
+def _check_resumed_conditions(mine: list, conditions: dict[str, Any] | None,
                               source: str | Path) -> None:
     """Refuse to resume trials of this run's kernels measured otherwise (another
     ``--repeat``, ``--flush-mb``, ``--cold-mb``, CPU or GPU): their costs do not compare
     with this run's, and the search and the file's best would mix them. Trials that do
-    not say how they were measured (written before session 26) are resumed with a note."""
+    not say how they were measured (written before session 26) are resumed with a note.
+    ``conditions`` None (a runner that does not say): nothing to compare."""
     from toolchain.autotune.conditions import OPTIONS, describe, differences, phrase, say
     from toolchain.errors import OptionError
 
+    if conditions is None:
+        return
     unknown = sum(1 for r in mine if r.conditions is None)
     first = next((d[0] for r in mine if r.conditions is not None
                   for d in [differences(r.conditions, conditions)] if d), None)
