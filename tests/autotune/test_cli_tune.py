@@ -358,7 +358,7 @@ def test_resuming_trials_of_another_machine_is_refused_and_old_ones_are_noted(tm
                             [1e-3]).to_json()) + "\n"
     out.write_text(old)
     assert main(argv) == 0  # the budget spent already: nothing measured
-    assert (f"note: 1 earlier trial of this run's kernels in {out} do not say how they were "
+    assert (f"note: 1 earlier trial of this run's kernels in {out} does not say how it was "
             "measured (written before session 26): resumed as if measured as this run "
             f"measures (--repeat 1, --flush-mb 8, --cold-mb 0, CPU {cpu_model()!r}, 1 core)"
             in capsys.readouterr().out)

@@ -329,9 +329,10 @@ def _check_resumed_conditions(mine: list, conditions: dict[str, Any] | None,
                           f"and costs measured differently do not compare: {hint}, or write "
                           "to another file (-o)")
     if unknown:
+        do, it, was = ("does", "it", "was") if unknown == 1 else ("do", "they", "were")
         print(f"  note: {unknown} earlier {_trials(unknown)} of this run's kernels in {source} "
-              "do not say how they were measured (written before session 26): resumed as if "
-              f"measured as this run measures ({describe(conditions)}); if they were not, "
+              f"{do} not say how {it} {was} measured (written before session 26): resumed as "
+              f"if measured as this run measures ({describe(conditions)}); if {it} {was} not, "
               "write to another file (-o)")
 
 
