@@ -177,8 +177,11 @@ def device(runner: str) -> str:
 def best_records(records: Iterable[Record], source: str = "the records") -> dict[str, Record]:
     """Per workload, the successful timed record of least cost (the first one on a tie;
     records in :data:`UNTIMED_UNITS` are left out). A workload whose timed records come
-    from two runners (concatenated files: seconds against instructions, or two machines'
-    seconds) is refused naming ``source`` and the workload: their costs do not compare.
+    from two runners (concatenated files: seconds against instructions, the cycle model's
+    cycles against the RTL's) is refused naming ``source`` and the workload: their costs
+    do not compare. (Two runs of one runner measured otherwise, another CPU or
+    ``--repeat``, are told apart by the records' ``conditions``: ``kiln compile
+    --records`` warns of them, :mod:`toolchain.autotune.conditions`.)
 
     >>> from toolchain.autotune.space import Trace
     >>> t = Trace("toy", (("tile", 4),))

@@ -168,7 +168,7 @@ def measured_summary(chosen: dict[str, Any], applied: Any,
         cond = chosen[ws[0]].conditions
         text = (f"{_count(applied.kernels_of(set(ws)), 'kernel')} "
                 f"({_count(len(ws), 'workload')}) "
-                f"{'with ' + describe(cond) if cond else 'in ' + describe(cond)}")
+                f"{'in' if cond is None else 'with'} {describe(cond)}")
         if cond and "machine" in cond:
             here = here if here is not None else cpu_model()
             if cond["machine"] != here:
