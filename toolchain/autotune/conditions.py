@@ -12,6 +12,7 @@ how (since session 26), as ``kiln tune`` ran it:
              devices' CPUs)
 ``cores``    cores the kernels ran on (the local runner pins its timing process to one)
 ``gpu``      the GPU that timed CUDA kernels (:func:`gpu_name`)
+``per_insn`` cycles the accelerator's cycle model charges an instruction
 ========== =========================================================================
 
 Each runner says its own (``conditions()``), only what changes its costs: the CPU runner
@@ -47,9 +48,11 @@ from typing import Any
 #: condition -> how ``kiln tune`` says it (:func:`say`), in the order they are compared
 SAYS: dict[str, str] = {"repeat": "--repeat {}", "flush_mb": "--flush-mb {}",
                         "cold_mb": "--cold-mb {}", "machine": "CPU {!r}", "cores": "{} core",
-                        "gpu": "GPU {!r}"}
-#: the conditions that are ``kiln tune`` options (the others are the machine's)
+                        "gpu": "GPU {!r}", "per_insn": "{} cycles an instruction"}
+#: the conditions that are ``kiln tune`` options
 OPTIONS = ("repeat", "flush_mb", "cold_mb")
+#: the conditions that are the machine's
+MACHINE = ("machine", "cores", "gpu")
 
 
 def cpu_model() -> str:
@@ -129,7 +132,7 @@ def say(key: str, value: Any) -> str:
 
 def phrase(key: str, value: Any) -> str:
     """``say`` after "measured": ``with --repeat 3``, ``on CPU 'X'``."""
-    return f"{'with' if key in OPTIONS or key not in SAYS else 'on'} {say(key, value)}"
+    return f"{'on' if key in MACHINE else 'with'} {say(key, value)}"
 
 
 def describe(conditions: Mapping[str, Any] | None) -> str:
@@ -165,5 +168,5 @@ def mixed_workloads(records: Iterable[Any]) -> dict[str, list[tuple[str, Any, An
     return {w: differences(*list(by.values())[:2]) for w, by in seen.items() if len(by) > 1}
 
 
-__all__ = ["OPTIONS", "SAYS", "cpu_conditions", "cpu_model", "describe", "differences",
+__all__ = ["MACHINE", "OPTIONS", "SAYS", "cpu_conditions", "cpu_model", "describe", "differences",
            "gpu_conditions", "gpu_name", "key_of", "mixed_workloads", "phrase", "say"]

@@ -311,7 +311,14 @@ def _check_resumed_conditions(mine: list, conditions: dict[str, Any] | None,
     with this run's, and the search and the file's best would mix them. Trials that do
     not say how they were measured (written before session 26) are resumed with a note.
     ``conditions`` None (a runner that does not say): nothing to compare."""
-    from toolchain.autotune.conditions import OPTIONS, describe, differences, phrase, say
+    from toolchain.autotune.conditions import (
+        MACHINE,
+        OPTIONS,
+        describe,
+        differences,
+        phrase,
+        say,
+    )
     from toolchain.errors import OptionError
 
     if conditions is None:
@@ -323,7 +330,8 @@ def _check_resumed_conditions(mine: list, conditions: dict[str, Any] | None,
         key, old, new = first
         n = sum(1 for r in mine if r.conditions is not None and r.conditions.get(key) == old)
         hint = (f"run with {say(key, old)} to resume them" if key in OPTIONS else
-                "resume them on the machine that measured them")
+                "resume them on the machine that measured them" if key in MACHINE else
+                "resume them with the Kiln that measured them")
         raise OptionError(f"{source}: {n} earlier {_trials(n)} of this run's kernels "
                           f"measured {phrase(key, old)}; this run measures {phrase(key, new)}, "
                           f"and costs measured differently do not compare: {hint}, or write "
