@@ -391,9 +391,15 @@ def test_compile_reports_how_the_applied_records_were_measured(tmp_path, capsys)
         s.workload, s.kind, TARGET, s.trace(s.default()), [2.0],
         conditions=dict(far, repeat=5)).to_json()) + "\n")
     _bundle(tmp_path, "b", cat)
-    assert (f"records file {cat}: workload {s.workload} has records measured with --repeat 3 "
-            "and with --repeat 5, whose costs do not compare; the least of them was applied"
-            in capsys.readouterr().err)
+    said = (f"records file {cat}: workload {s.workload} has records measured with --repeat 3 "
+            "and with --repeat 5, whose costs do not compare; the least of them was applied")
+    assert said in capsys.readouterr().err
+    import toolchain
+    from toolchain.errors import KilnWarning
+
+    with pytest.warns(KilnWarning) as seen:  # the Python API warns the same
+        toolchain.compile(MODEL, TARGET, tmp_path / "api", records=cat)
+    assert [str(w.message) for w in seen if said in str(w.message)]
 
 
 def test_resuming_another_runners_trials_is_refused(tmp_path, capsys):

@@ -41,6 +41,7 @@ import os
 import platform
 import shutil
 import subprocess
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -168,5 +169,23 @@ def mixed_workloads(records: Iterable[Any]) -> dict[str, list[tuple[str, Any, An
     return {w: differences(*list(by.values())[:2]) for w, by in seen.items() if len(by) > 1}
 
 
+def warn_mixed(records: Iterable[Any], applied: Iterable[str], source: str) -> None:
+    """Warn (:class:`~toolchain.errors.KilnWarning`) of each workload in ``applied`` whose
+    records were measured under two known conditions (:func:`mixed_workloads`; files of
+    two runs or machines concatenated): the least cost among them was applied, though
+    those costs do not compare. Not refused: the bundle computes the same either way."""
+    from toolchain.errors import KilnWarning
+
+    used = set(applied)
+    for workload, diff in mixed_workloads(records).items():
+        if workload in used:
+            key, a, b = diff[0]
+            warnings.warn(f"{source}: workload {workload} has records measured with "
+                          f"{say(key, a)} and with {say(key, b)}, whose costs do not "
+                          "compare; the least of them was applied (keep one run's records "
+                          "for it, its \"conditions\" field)", KilnWarning, stacklevel=2)
+
+
 __all__ = ["MACHINE", "OPTIONS", "SAYS", "cpu_conditions", "cpu_model", "describe", "differences",
-           "gpu_conditions", "gpu_name", "key_of", "mixed_workloads", "phrase", "say"]
+           "gpu_conditions", "gpu_name", "key_of", "mixed_workloads", "phrase", "say",
+           "warn_mixed"]

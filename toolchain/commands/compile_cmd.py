@@ -104,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "records", None):
         from toolchain.autotune.apply import applying
+        from toolchain.autotune.conditions import warn_mixed
         from toolchain.autotune.records import best_records, load_records
 
         records = load_records(args.records)
@@ -111,30 +112,12 @@ def run(args: argparse.Namespace) -> int:
         best = {w: r.trace for w, r in chosen.items()}
         with applying(best) as applied:
             status = _run(args)
-        _warn_mixed(records, applied, args.records)
+        warn_mixed(records, applied, f"records file {args.records}")
         print(f"  tuning records from {args.records}: {records_summary(records, best, applied)}")
         if applied.traces:
             print(f"  measured: {measured_summary(chosen, applied)}")
         return status
     return _run(args)
-
-
-def _warn_mixed(records: list[Any], applied: Any, source: str) -> None:
-    """Warn of applied workloads whose records were measured under two conditions (files
-    of two runs or machines concatenated): the least cost among them was taken, though
-    those costs do not compare. Not refused: the bundle is right either way."""
-    import warnings
-
-    from toolchain.autotune.conditions import mixed_workloads, say
-    from toolchain.errors import KilnWarning
-
-    for workload, diff in mixed_workloads(records).items():
-        if workload in applied.traces:
-            key, a, b = diff[0]
-            warnings.warn(f"records file {source}: workload {workload} has records measured "
-                          f"with {say(key, a)} and with {say(key, b)}, whose costs do not "
-                          "compare; the least of them was applied (keep one run's records "
-                          "for it, its \"conditions\" field)", KilnWarning, stacklevel=2)
 
 
 def measured_summary(chosen: dict[str, Any], applied: Any,
