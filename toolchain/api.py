@@ -205,16 +205,22 @@ def compile(model: Model | str | Path | Any, target: Any = "c-generic",  # noqa:
     if output is None:
         output = Path(tempfile.mkdtemp(prefix="kiln-bundle-")) / (name or m.name or "model")
     steer: Any = contextlib.nullcontext()
+    rows: list[Any] = []
     if records is not None:
         from toolchain.autotune.apply import applying
         from toolchain.autotune.records import best_traces, load_records
 
-        steer = applying(best_traces(load_records(records), f"records file {records}"))
-    with steer:
+        rows = load_records(records)
+        steer = applying(best_traces(rows, f"records file {records}"))
+    with steer as applied:
         path = compile_model(m.source, target, output, input_shapes=m.input_shapes or None,
                              name=name or m.name, dump_ir=dump_ir, force=force,
                              progress=False, backend=backend, weights=weights,
                              ram_budget=ram_budget, patch=patch, cuda_graph=cuda_graph)
+    if records is not None:  # as kiln compile --records warns
+        from toolchain.autotune.conditions import warn_mixed
+
+        warn_mixed(rows, applied, f"records file {records}")
     return Package(path, read_metadata(path), m)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +96,7 @@ def test_emulate_runner_checks_points_and_its_records_are_never_applied(tmp_path
     assert "x the default" not in text
     recs = load_records(out)
     assert len(recs) == 2 and {r.runner for r in recs} == {"cuda-emulate"}
+    assert all(r.conditions == {} for r in recs)  # a check: the same on any machine
     assert all(r.unit == "check" and r.error is None and r.cost < 1.0001 for r in recs)
     assert best_records(recs) == {}
 
@@ -124,8 +127,9 @@ def test_timed_records_apply_and_change_the_generated_kernels(tmp_path, capsys):
                                          runner="cuda-emulate", unit="check").to_json()) + "\n")
     default = _kernels(tmp_path, "default", model, None)
     tuned = _kernels(tmp_path, "tuned", model, path)
-    assert ("1 of its 1 tuned workload is a kernel of this compile: 1 built with a tuned "
-            "schedule that differs from the default" in capsys.readouterr().out)
+    assert re.search(r"1 of its 1 tuned workload serves (\d+) kernels? of this compile: "
+                     r"\1 kernels? \(1 workload\) built with a tuned schedule that differs "
+                     r"from the default", capsys.readouterr().out)
     assert tuned != default
 
     def blocks(name: str) -> list[list[str]]:
@@ -215,6 +219,14 @@ def test_kiln_tune_on_the_gpu_writes_records_that_compile_applies(tmp_path, caps
                  "--search", "random", "-o", str(out), "--no-progress"]) == 0
     recs = load_records(out)
     assert len(recs) == 4 and any(r.ok and r.unit == "s" for r in recs)
+    # how they were timed: the repeats and the GPU, as nvidia-smi names it
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()[0]
+    assert {json.dumps(r.conditions) for r in recs} == {json.dumps(
+        {"repeat": 3, "gpu": gpu.strip()})}
+    capsys.readouterr()
     _kernels(tmp_path, "tuned", model, out)
     # (the best of 4 random points may be the default one: counted apart, not as tuned)
-    assert "1 of its 1 tuned workload is a kernel of this compile: " in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "1 of its 1 tuned workload serves " in text
+    assert f"  measured: 1 kernel (1 workload) with --repeat 3, GPU {gpu.strip()!r}" in text

@@ -55,6 +55,21 @@ def test_malformed_lines_name_the_file_and_line(line, words):
         parse_lines(line + "\n" + json.dumps(rec("a", 1, 1.0).to_json()) + "\n", "r.jsonl")
 
 
+def test_conditions_round_trip_and_old_records_load_without_them():
+    """A record says how it was measured (``conditions``, session 26); a line written
+    before has none and loads as unknown (None), written back without the field."""
+    cond = {"repeat": 3, "flush_mb": 8, "cold_mb": 0, "machine": "Imaginary 9", "cores": 1}
+    new = Record("a", "toy", "c-generic", Trace("toy", (("tile", 1),)), [1.0], conditions=cond)
+    old = json.dumps(rec("a", 1, 1.0).to_json())
+    assert "conditions" not in old
+    back = parse_lines(json.dumps(new.to_json()) + "\n" + old + "\n", "r.jsonl")
+    assert back[0].conditions == cond and back[1].conditions is None
+    assert json.dumps(back[1].to_json()) == old
+    bad = dict(new.to_json(), conditions=[3])
+    with pytest.raises(InputError, match="r.jsonl:1: 'conditions' must be an object"):
+        parse_lines(json.dumps(bad) + "\n", "r.jsonl")
+
+
 def test_failed_run_leaves_the_records_file_untouched(tmp_path):
     out = tmp_path / "r.jsonl"
     out.write_text(json.dumps(rec("a", 1, 5.0).to_json()) + "\n")

@@ -14,7 +14,7 @@ from toolchain.autotune.measure import BuildInput
 from toolchain.autotune.records import Record, load_records
 from toolchain.autotune.space import Trace
 from toolchain.autotune.tasks import extract_tasks
-from toolchain.autotune.vta import CycleModelRunner, VtaBuilder
+from toolchain.autotune.vta import INSN_CYCLES, CycleModelRunner, VtaBuilder
 from toolchain.cli import main
 
 from ..tools import needs
@@ -78,6 +78,7 @@ def test_tune_then_compile_with_records_is_bit_exact_on_the_simulator(cnn, tmp_p
     assert "tuning 3 tasks" in printed and "conv2_vta: vta_conv2d x1" in printed
     recs = load_records(out)
     assert len(recs) == 6 and {r.runner for r in recs} == {"vta-cycle-model"}
+    assert all(r.conditions == {"per_insn": INSN_CYCLES} for r in recs)
     assert {r.unit for r in recs} == {"cycles"} and all(r.features for r in recs)
     first = {}
     for r in recs:

@@ -54,6 +54,12 @@ class Applied(Mapping[str, Trace]):
     longer a valid point (warned; built with the default). As a mapping it is ``traces``
     (workload -> the trace applied), what :func:`applying` yielded before it counted more.
 
+    ``kernels`` counts, by workload, the compile's kernels that asked for its record (one
+    workload serves every kernel of its shape: ResNet-18's repeated blocks; a kernel whose
+    schedule was reused from an equal earlier one counts too, :func:`count_kernel`), and
+    ``kernel_total`` the kernels that asked for any (a kernel of two spaces, the Cortex-M
+    int8 ones, counts once there and under each workload).
+
     >>> a = Applied(traces={"w1": Trace("toy", ())}, tuned={"w1"})
     >>> sorted(a), len(a), "w1" in a, a == {"w1": Trace("toy", ())}
     (['w1'], 1, True, True)
@@ -63,6 +69,13 @@ class Applied(Mapping[str, Trace]):
     tuned: set[str] = field(default_factory=set)
     default: set[str] = field(default_factory=set)
     skipped: set[str] = field(default_factory=set)
+    kernels: dict[str, int] = field(default_factory=dict)
+    kernel_total: int = 0
+
+    def kernels_of(self, workloads: set[str] | dict[str, Trace]) -> int:
+        """The kernels built from the records of ``workloads`` (by :attr:`kernels`; a
+        workload whose kernels were not counted, a schedule outside a compile, as one)."""
+        return sum(self.kernels.get(w, 1) for w in workloads)
 
     def __getitem__(self, workload: str) -> Trace:
         return self.traces[workload]
@@ -84,6 +97,8 @@ class _Steer:
 
 
 _STEER: ContextVar[_Steer | None] = ContextVar("kiln_autotune_steer", default=None)
+#: the workloads whose records the kernel being scheduled asked for (:func:`kernel`)
+_KERNEL: ContextVar[set[str] | None] = ContextVar("kiln_autotune_kernel", default=None)
 
 
 @contextlib.contextmanager
@@ -158,15 +173,64 @@ def steered(space: Space) -> Steered | None:
             warnings.warn(f"tuning record not applied (the default schedule is used): {exc}",
                           KilnWarning, stacklevel=3)
             s.applied.skipped.add(space.workload)
+            _asked(space.workload)
             return None
 
         def commit(default: bool | None = None) -> None:
             s.applied.traces[space.workload] = trace
             if default is not None:
                 (s.applied.default if default else s.applied.tuned).add(space.workload)
+            _asked(space.workload)
 
         return Steered(point, False, commit)
     return None
+
+
+def _asked(workload: str) -> None:
+    """Note that a kernel took (or tried) ``workload``'s record: for the kernel being
+    scheduled inside :func:`kernel`, else (the accelerator's layers) as one kernel."""
+    seen = _KERNEL.get()
+    if seen is not None:
+        seen.add(workload)
+    else:
+        count_kernel({workload})
+
+
+@contextlib.contextmanager
+def kernel() -> Iterator[set[str]]:
+    """Schedule one kernel inside: yields the workloads whose records it asked for
+    (applied or skipped as invalid), each counted once for this kernel in the compile's
+    :class:`Applied` when the block ends — however often its schedule decided. A kernel
+    given an equal earlier kernel's schedule instead is counted by :func:`count_kernel`
+    with the set this yielded for that one.
+
+    >>> from toolchain.autotune.space import Knob, Space, Trace
+    >>> s = Space("toy", "toy|n=8", (Knob("tile", (2, 4, 8), 4),))
+    >>> with applying({"toy|n=8": Trace("toy", (("tile", 8),))}) as used:
+    ...     with kernel() as asked:
+    ...         _ = decide(s), decide(s)
+    ...     count_kernel(asked)   # a second kernel of the same shape, schedule reused
+    >>> used.kernels, used.kernel_total
+    ({'toy|n=8': 2}, 2)
+    """
+    seen: set[str] = set()
+    token = _KERNEL.set(seen)
+    try:
+        yield seen
+    finally:
+        _KERNEL.reset(token)
+    count_kernel(seen)
+
+
+def count_kernel(workloads: set[str] | frozenset[str]) -> None:
+    """Count one kernel of the compile as built from the records of ``workloads`` (none:
+    a kernel without a record, not counted)."""
+    s = _STEER.get()
+    if s is None or not workloads:
+        return
+    for w in workloads:
+        s.applied.kernels[w] = s.applied.kernels.get(w, 0) + 1
+    s.applied.kernel_total += 1
 
 
 def declare(space: Space) -> None:

@@ -340,6 +340,12 @@ class GpuRunner:
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
         return [self.run_one(b) for b in builds]
 
+    def conditions(self) -> dict[str, Any]:
+        """How it times (:func:`toolchain.autotune.conditions.gpu_conditions`)."""
+        from toolchain.autotune.conditions import gpu_conditions
+
+        return gpu_conditions(self.repeat)
+
     def close(self) -> None:
         pass
 
@@ -371,6 +377,10 @@ class EmulateRunner:
 
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
         return [self.run_one(b) for b in builds]
+
+    def conditions(self) -> dict[str, Any]:
+        """None: a check against the default, the same on any machine."""
+        return {}
 
     def close(self) -> None:
         pass

@@ -211,7 +211,9 @@ class LocalBuilder:
 class Runner(Protocol):
     """A measurement device: ``run`` gives one :class:`MeasureResult` per build, in order.
     ``name`` goes into the records; ``unit`` is what the costs count (``s``,
-    ``instructions``)."""
+    ``instructions``). A runner may also say how it measures, ``conditions()`` (a dict:
+    :mod:`toolchain.autotune.conditions`), written into each record; without it the
+    records' conditions are unknown."""
 
     name: str
     unit: str
@@ -432,6 +434,12 @@ class LocalRunner:
 
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
         return [self.run_one(b) for b in builds]
+
+    def conditions(self) -> dict[str, Any]:
+        """How it times (:func:`toolchain.autotune.conditions.cpu_conditions`)."""
+        from toolchain.autotune.conditions import cpu_conditions
+
+        return cpu_conditions(self.repeat, self.flush_bytes, self.rotate_bytes)
 
     def close(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -177,5 +177,9 @@ class QemuRunner:
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
         return [self.run_one(b) for b in builds]
 
+    def conditions(self) -> dict[str, Any]:
+        """None: instruction counts do not depend on the machine."""
+        return {}
+
     def close(self) -> None:
         pass

@@ -2,7 +2,10 @@
 
 * Builds are Ray tasks (one CPU each) that can run on any node: a task schedules,
   lowers and compiles the trial and returns the compiled artifact's *bytes* with its
-  features, so nothing depends on a shared file system.
+  features, so nothing depends on a shared file system. ``jobs`` (``kiln tune --jobs``)
+  caps how many are submitted at once (a batch's next build is submitted as one
+  finishes); without it a batch's builds are submitted together and the cluster's CPUs
+  decide.
 * Each measurement device — this machine's CPU, a board, a QEMU emulator — is one actor
   (:class:`MeasureActor`, wrapping a runner of :data:`~toolchain.autotune.measure.RUNNERS`),
   so trials on one device never overlap. The actor writes the artifact to its own node
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -106,21 +109,28 @@ class MeasureActor:
             b = replace(b, lib=str(path), extra={})
         return self.runner.run([b])[0]
 
+    def conditions(self) -> dict[str, Any] | None:
+        """How this device measures, on its node (None: its runner does not say)."""
+        said = getattr(self.runner, "conditions", None)
+        return said() if said is not None else None
+
     def close(self) -> None:
         self.runner.close()
 
 
 class RayBuilder:
-    """Builds as Ray tasks, gathered in order as they finish."""
+    """Builds as Ray tasks, gathered in order as they finish; at most ``jobs`` in flight
+    (None: every build of a batch at once)."""
 
-    def __init__(self, runner: str) -> None:
+    def __init__(self, runner: str, jobs: int | None = None) -> None:
         self.ray = _ray()
         self.kind = runner
+        self.jobs = jobs
         self._task = self.ray.remote(num_cpus=1)(_build_remote)
 
     def build(self, inputs: Sequence[BuildInput]) -> list[BuildResult]:
-        refs = [self._task.remote(i, self.kind) for i in inputs]
-        return _gather(self.ray, refs)
+        return gather(self.ray, lambda i: self._task.remote(i, self.kind), inputs,
+                       self.jobs)
 
     def close(self) -> None:
         pass
@@ -141,9 +151,20 @@ class RayRunner:
         self.actors = [cls.remote(runner, options) for _ in range(max(1, devices))]
 
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
-        refs = [self.actors[i % len(self.actors)].run.remote(b)
-                for i, b in enumerate(builds)]
-        return _gather(self.ray, refs)
+        pairs = [(self.actors[i % len(self.actors)], b) for i, b in enumerate(builds)]
+        return gather(self.ray, lambda p: p[0].run.remote(p[1]), pairs)
+
+    def conditions(self) -> dict[str, Any] | None:
+        """How its devices measure (each reports its own runner's, on its node); devices
+        on nodes of different CPUs name them all, ``machine: "A, B"``."""
+        got = self.ray.get([a.conditions.remote() for a in self.actors])
+        if any(c is None for c in got):
+            return None
+        out = dict(got[0])
+        machines = sorted({c["machine"] for c in got if "machine" in c})
+        if machines:
+            out["machine"] = ", ".join(machines)
+        return out
 
     def close(self) -> None:
         for a in self.actors:
@@ -154,12 +175,21 @@ class RayRunner:
                 pass
 
 
-def _gather(ray: Any, refs: list[Any]) -> list[Any]:
-    """The results of ``refs`` in order, collected as each finishes (``ray.wait``)."""
-    index = {r: i for i, r in enumerate(refs)}
-    out: list[Any] = [None] * len(refs)
-    pending = list(refs)
-    while pending:
+def gather(ray: Any, submit: Callable[[Any], Any], items: Sequence[Any],
+            cap: int | None = None) -> list[Any]:
+    """``submit(item)`` (a Ray object reference) for each of ``items``, at most ``cap`` in
+    flight (None: all at once); the results in order, collected as each finishes
+    (``ray.wait``)."""
+    index: dict[Any, int] = {}
+    out: list[Any] = [None] * len(items)
+    pending: list[Any] = []
+    ahead = 0
+    while ahead < len(items) or pending:
+        while ahead < len(items) and (cap is None or len(pending) < cap):
+            ref = submit(items[ahead])
+            index[ref] = ahead
+            pending.append(ref)
+            ahead += 1
         done, pending = ray.wait(pending, num_returns=1)
         for r in done:
             out[index[r]] = ray.get(r)
@@ -168,12 +198,15 @@ def _gather(ray: Any, refs: list[Any]) -> list[Any]:
 
 def ray_measurement(address: str, runner: str, target: Any, *, repeat: int = 3,
                     timeout: float = 10.0, devices: int = 1,
-                    resources: dict[str, float] | None = None) -> tuple[RayBuilder, RayRunner]:
-    """A builder and a runner on the Ray cluster at ``address`` (``local``: a local
-    cluster of two CPUs)."""
+                    resources: dict[str, float] | None = None, jobs: int | None = None,
+                    flush_bytes: int = 8 << 20) -> tuple[RayBuilder, RayRunner]:
+    """A builder (at most ``jobs`` builds at once; None: no cap) and a runner on the Ray
+    cluster at ``address`` (``local``: a local cluster of two CPUs); ``flush_bytes``: the
+    local runner's cache flush between repeats (``--flush-mb``: ignored, the default
+    used, by an earlier Kiln)."""
     connect(address)
     if runner == "qemu":
         options: dict[str, Any] = {"target": target, "timeout": timeout}
     else:
-        options = {"repeat": repeat, "timeout": timeout}
-    return RayBuilder(runner), RayRunner(runner, options, devices, resources)
+        options = {"repeat": repeat, "timeout": timeout, "flush_bytes": flush_bytes}
+    return RayBuilder(runner, jobs), RayRunner(runner, options, devices, resources)

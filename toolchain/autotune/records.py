@@ -5,12 +5,16 @@ A record says what was measured and how it went::
     {"format": 1, "kiln": "0.1.0", "workload": "conv2d|NCHW>NCHW|1x64x56x56|...",
      "space": "conv2d", "target": "x86_64-avx2", "runner": "local-cpu",
      "trace": {"space": "conv2d", "decisions": [["ob", 16], ["rw", 6], ...]},
-     "costs": [0.00071, 0.00070, 0.00072], "unit": "s", "error": null, "flops": 231211008}
+     "costs": [0.00071, 0.00070, 0.00072], "unit": "s", "error": null, "flops": 231211008,
+     "conditions": {"repeat": 3, "flush_mb": 8, "cold_mb": 0, "machine": "AMD EPYC ...",
+                    "cores": 1}}
 
-``costs`` are the repeats (seconds of thread CPU time for the CPU runner, instructions for
-the QEMU runner); a failed trial (build error, crash, time-out) has ``costs: null`` and
-an ``error``. :func:`best_records` picks, per workload, the trial of least cost — what
-``kiln compile --records`` applies.
+``conditions`` say how the trial was measured (:mod:`toolchain.autotune.conditions`;
+a record written by an earlier Kiln has none: unknown). ``costs`` are the repeats
+(seconds of thread CPU time for the CPU runner, instructions for the QEMU runner); a
+failed trial (build error, crash, time-out) has ``costs: null`` and an ``error``.
+:func:`best_records` picks, per workload, the trial of least cost — what ``kiln compile
+--records`` applies.
 
 Files are written crash-safe by :class:`RecordWriter`: trials are appended, one whole
 line per ``write`` and flushed to disk, to ``OUT.partial``; only a run that finishes
@@ -41,7 +45,7 @@ import fcntl
 import json
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +73,8 @@ class Record:
     kiln: str = __version__
     #: the kernel's features (:mod:`toolchain.autotune.features`), for transfer learning
     features: Sequence[float] | None = None
+    #: how it was measured (:mod:`toolchain.autotune.conditions`); None: not recorded
+    conditions: Mapping[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -80,12 +86,15 @@ class Record:
         return min(self.costs) if self.ok and self.costs else float("inf")
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "kiln": self.kiln, "workload": self.workload,
-                "space": self.space, "target": self.target, "runner": self.runner,
-                "trace": self.trace.to_json(),
-                "costs": None if self.costs is None else [float(c) for c in self.costs],
-                "unit": self.unit, "error": self.error, "flops": int(self.flops),
-                "features": None if self.features is None else list(self.features)}
+        out = {"format": FORMAT, "kiln": self.kiln, "workload": self.workload,
+               "space": self.space, "target": self.target, "runner": self.runner,
+               "trace": self.trace.to_json(),
+               "costs": None if self.costs is None else [float(c) for c in self.costs],
+               "unit": self.unit, "error": self.error, "flops": int(self.flops),
+               "features": None if self.features is None else list(self.features)}
+        if self.conditions is not None:  # a record without them stays as it was written
+            out["conditions"] = dict(self.conditions)
+        return out
 
     @classmethod
     def from_json(cls, d: Any, where: str) -> Record:
@@ -110,11 +119,16 @@ class Record:
         if feats is not None and (not isinstance(feats, list) or not all(
                 isinstance(x, int | float) for x in feats)):
             raise InputError(f"{where}: 'features' must be null or a list of numbers")
+        cond = d.get("conditions")
+        if cond is not None and (not isinstance(cond, dict) or not all(
+                isinstance(v, str | int | float | bool) or v is None for v in cond.values())):
+            raise InputError(f"{where}: 'conditions' must be an object of numbers and "
+                             f"strings (how the trial was measured), got {cond!r}")
         return cls(d["workload"], d["space"], d["target"],
                    Trace.from_json(d.get("trace"), f"{where}: trace"),
                    None if costs is None else [float(c) for c in costs], err,
                    str(d.get("runner", "?")), str(d.get("unit", "s")), int(d.get("flops", 0)),
-                   str(d.get("kiln", "?")), feats)
+                   str(d.get("kiln", "?")), feats, cond)
 
 
 def parse_lines(text: str, name: str) -> list[Record]:
@@ -163,8 +177,11 @@ def device(runner: str) -> str:
 def best_records(records: Iterable[Record], source: str = "the records") -> dict[str, Record]:
     """Per workload, the successful timed record of least cost (the first one on a tie;
     records in :data:`UNTIMED_UNITS` are left out). A workload whose timed records come
-    from two runners (concatenated files: seconds against instructions, or two machines'
-    seconds) is refused naming ``source`` and the workload: their costs do not compare.
+    from two runners (concatenated files: seconds against instructions, the cycle model's
+    cycles against the RTL's) is refused naming ``source`` and the workload: their costs
+    do not compare. (Two runs of one runner measured otherwise, another CPU or
+    ``--repeat``, are told apart by the records' ``conditions``: ``kiln compile
+    --records`` warns of them, :mod:`toolchain.autotune.conditions`.)
 
     >>> from toolchain.autotune.space import Trace
     >>> t = Trace("toy", (("tile", 4),))

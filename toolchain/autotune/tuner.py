@@ -290,7 +290,8 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                writer: Any = None, strategy: str = "xgb", batch: int = 8, seed: int = 0,
                earlier: Sequence[Any] = (), transfer: Sequence[Any] = (),
                progress: bool | None = None, evals: int | None = None,
-               confirm: int = 0, confirm_rounds: int = 2) -> list[TaskState]:
+               confirm: int = 0, confirm_rounds: int = 2,
+               conditions: Mapping[str, Any] | None = None) -> list[TaskState]:
     """Tune real kernels: builds by ``builder``, measurements by ``runner``, every trial
     appended to ``writer`` (a :class:`~toolchain.autotune.records.RecordWriter`) as a
     record as soon as it is measured (a runner with ``run_one``; a Ray runner's when its
@@ -299,11 +300,16 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
     workloads to train the models with (and whose best points are tried early,
     :func:`transfer_seeds`). ``confirm``: after the
     search, re-measure each task's ``confirm`` best points and its default
-    ``confirm_rounds`` times (:meth:`Tuner.confirm`; recorded like trials)."""
+    ``confirm_rounds`` times (:meth:`Tuner.confirm`; recorded like trials).
+    ``conditions``: how ``runner`` measures, written into every record (default: the
+    runner's ``conditions()``, :mod:`toolchain.autotune.conditions`; a runner without
+    one: not recorded)."""
     from toolchain.autotune.measure import BuildInput, featurize
     from toolchain.autotune.records import Record
 
     by_key = {t.space.workload: t for t in tasks}
+    if conditions is None and hasattr(runner, "conditions"):
+        conditions = runner.conditions()
 
     def measure(items: list[tuple[TaskState, Point]]) -> list[tuple[np.ndarray | None,
                                                                     MeasureResult]]:
@@ -337,7 +343,7 @@ def tune_tasks(tasks: Sequence[Any], trials: int, *, builder: Any, runner: Any,
                              st.space.trace(p), res.costs, res.error, runner.name,
                              runner.unit, st.task.flops,
                              features=None if feats is None else
-                             [round(float(x), 4) for x in feats]))
+                             [round(float(x), 4) for x in feats], conditions=conditions))
 
     groups: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     seeds = {t.space.workload: transfer_seeds(t.space, transfer) for t in tasks}

@@ -177,6 +177,10 @@ class CycleModelRunner:
                     [float(b.extra["cycles"] + self.per_insn * b.extra["insns"])])
                 for b in builds]
 
+    def conditions(self) -> dict[str, Any]:
+        """The cycles charged an instruction (the machine does not matter)."""
+        return {"per_insn": self.per_insn}
+
     def close(self) -> None:
         pass
 
@@ -232,6 +236,10 @@ class RtlRunner:
 
     def run(self, builds: Sequence[BuildResult]) -> list[MeasureResult]:
         return [self.run_one(b) for b in builds]
+
+    def conditions(self) -> dict[str, Any]:
+        """None: the RTL's cycles do not depend on the machine."""
+        return {}
 
     def close(self) -> None:
         pass

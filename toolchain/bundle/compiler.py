@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from toolchain.autotune import apply
 from toolchain.bundle.accel import AcceleratorKernel, accelerator_kernel, inner_layer
 from toolchain.bundle.emit import BundleRenderer, KernelSource
 from toolchain.bundle.names import bundle_namer, comment, model_identifier
@@ -640,9 +641,11 @@ class KernelSet:
         with kiln_fault(node, t):
             hit = self.reuse.find(node)
             if hit is None:
-                with packing.recording() as rec:
+                with packing.recording() as rec, apply.kernel() as asked:
                     hit = _schedule(node, t, self.cache)
-                self.reuse.remember(node, rec, *hit)
+                self.reuse.remember(node, rec, *hit, note=frozenset(asked))
+            else:  # built from the same records as the kernel it reuses
+                apply.count_kernel(self.reuse.note)
             release_mapped_pages()  # the weights it read are packed by now
         func, ins, outs, how, host, lap = hit
         params = _outer_values(node, ins, outs)

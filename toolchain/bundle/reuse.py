@@ -97,6 +97,8 @@ class _Entry:
     overlap: tuple[int, AccessOrder] | None
     func: Any
     how: str
+    #: what the caller noted with the schedule (:meth:`ScheduleReuse.remember`)
+    note: Any = None
 
 
 class ScheduleReuse:
@@ -113,6 +115,8 @@ class ScheduleReuse:
         self._entries: dict[tuple, list[_Entry]] = {}
         self.scheduled = 0
         self.reused = 0
+        #: the ``note`` remembered with the schedule the last :meth:`find` hit
+        self.note: Any = None
 
     def find(self, node: Node) -> Hit | None:
         """``_schedule``'s result for ``node`` from an equal earlier group, or None."""
@@ -123,6 +127,7 @@ class ScheduleReuse:
                 got = self._rebind(node, e)
                 if got is not None:
                     self.reused += 1
+                    self.note = e.note
                     return got
         return None
 
@@ -149,8 +154,10 @@ class ScheduleReuse:
 
     def remember(self, node: Node, rec: packing.Record, func: Any, ins: list[Value],
                  outs: list[Value], how: str, host: Value | None,
-                 lap: tuple[Value, AccessOrder] | None = None) -> None:
-        """Keep ``node``'s schedule (``rec``: what its schedule call packed and bound)."""
+                 lap: tuple[Value, AccessOrder] | None = None, note: Any = None) -> None:
+        """Keep ``node``'s schedule (``rec``: what its schedule call packed and bound;
+        ``note``: anything the caller wants back with a later hit, :attr:`note` — the
+        compile keeps the workloads whose tuning records the schedule took)."""
         self.scheduled += 1
         key = group_key(node)
         if key is None:
@@ -190,7 +197,8 @@ class ScheduleReuse:
         lap_i = next(((k, lap[1]) for k, v in enumerate(ins) if v is lap[0]), None) \
             if lap is not None else None
         self._entries.setdefault(key, []).append(
-            _Entry(valued, params, [out_pos[id(v)] for v in outs], host_i, lap_i, func, how))
+            _Entry(valued, params, [out_pos[id(v)] for v in outs], host_i, lap_i, func, how,
+                   note))
 
 
 __all__ = ["ScheduleReuse", "group_key"]

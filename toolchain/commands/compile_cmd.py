@@ -88,7 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "auto (default): incbin, or external above 2 GiB of weights")
     parser.add_argument("--records", metavar="RECORDS.jsonl",
                         help="apply the best tuning record per kernel (from kiln tune; "
-                             "kernels without one keep the default schedule; docs/tuning.md)")
+                             "kernels without one keep the default schedule); the summary "
+                             "counts the kernels and workloads applied and says how their "
+                             "records were measured (docs/tuning.md)")
     parser.add_argument("--ram-budget", type=int, metavar="BYTES",
                         help="the most arena bytes: where the plain plan needs more, the first "
                              "convolutions run tile by tile (patch-based inference, "
@@ -102,15 +104,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "records", None):
         from toolchain.autotune.apply import applying
-        from toolchain.autotune.records import best_traces, load_records
+        from toolchain.autotune.conditions import warn_mixed
+        from toolchain.autotune.records import best_records, load_records
 
         records = load_records(args.records)
-        best = best_traces(records, f"records file {args.records}")
+        chosen = best_records(records, f"records file {args.records}")
+        best = {w: r.trace for w, r in chosen.items()}
         with applying(best) as applied:
             status = _run(args)
+        warn_mixed(records, applied, f"records file {args.records}")
         print(f"  tuning records from {args.records}: {records_summary(records, best, applied)}")
+        if applied.traces:
+            print(f"  measured: {measured_summary(chosen, applied)}")
         return status
     return _run(args)
+
+
+def measured_summary(chosen: dict[str, Any], applied: Any,
+                     here: str | None = None) -> str:
+    r"""How the records a compile applied were measured (:mod:`toolchain.autotune.
+    conditions`), kernels and workloads counted per set of conditions; a CPU other than
+    ``here`` (default: this machine's) is named as such. Reported, not refused: a record
+    chooses among valid points, so the bundle computes the same either way, and tuning on
+    one machine to compile on another (or for another) is the usual flow.
+
+    >>> from toolchain.autotune.apply import Applied
+    >>> from toolchain.autotune.records import Record
+    >>> from toolchain.autotune.space import Trace
+    >>> c = {"repeat": 3, "machine": "Imaginary 9"}
+    >>> chosen = {w: Record(w, "toy", "c", Trace("toy", ()), [1.0], conditions=c if w != "w3"
+    ...                     else None) for w in ("w1", "w2", "w3")}
+    >>> a = Applied(traces=dict.fromkeys(chosen), kernels={"w1": 2, "w2": 1, "w3": 1})
+    >>> print(measured_summary(chosen, a, here="Real 1").replace("; ", ";\n"))
+    3 kernels (2 workloads) with --repeat 3, CPU 'Imaginary 9' (not this machine's CPU, 'Real 1');
+    1 kernel (1 workload) in conditions not recorded (written by an earlier Kiln)
+    """
+    from toolchain.autotune.conditions import cpu_model, describe, key_of
+
+    groups: dict[Any, list[str]] = {}
+    for w in applied.traces:
+        if w in chosen:
+            groups.setdefault(key_of(chosen[w].conditions), []).append(w)
+    parts = []
+    for key in sorted(groups, key=lambda k: k is None):  # unknown last
+        ws = groups[key]
+        cond = chosen[ws[0]].conditions
+        text = (f"{_count(applied.kernels_of(set(ws)), 'kernel')} "
+                f"({_count(len(ws), 'workload')}) "
+                f"{'in' if cond is None else 'with'} {describe(cond)}")
+        if cond and "machine" in cond:
+            here = here if here is not None else cpu_model()
+            if cond["machine"] != here:
+                text += f" (not this machine's CPU, {here!r})"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def _count(n: int, what: str) -> str:
@@ -118,17 +165,19 @@ def _count(n: int, what: str) -> str:
 
 
 def records_summary(records: list[Any], best: dict[str, Any], applied: Any) -> str:
-    r"""What ``kiln compile --records`` took from its file, in words: counted by workload
-    (a kernel shape: every kernel of one shape gets its record), the tuned schedules apart
-    from records whose best point is the default one.
+    r"""What ``kiln compile --records`` took from its file, in words: by workload (a
+    kernel shape, one record each) and by kernel (every kernel of one shape gets its
+    workload's record: ResNet-18's repeated blocks share theirs), the tuned schedules
+    apart from records whose best point is the default one.
 
     >>> from toolchain.autotune.apply import Applied
-    >>> a = Applied(traces={"w1": None, "w2": None}, tuned={"w1"}, default={"w2"})
+    >>> a = Applied(traces={"w1": None, "w2": None}, tuned={"w1"}, default={"w2"},
+    ...             kernels={"w1": 3, "w2": 1}, kernel_total=4)
     >>> print(records_summary([], {"w1": 0, "w2": 0, "w3": 0}, a).replace(": ", ":\n")
     ...       .replace(" the default, ", " the default,\n"))
-    2 of its 3 tuned workloads are kernels of this compile:
-    1 built with a tuned schedule that differs from the default,
-    1 whose best record is the default schedule; every other kernel default
+    2 of its 3 tuned workloads serve 4 kernels of this compile:
+    3 kernels (1 workload) built with a tuned schedule that differs from the default,
+    1 kernel (1 workload) whose best record is the default schedule; every other kernel default
     """
     if not best:
         return ("it holds no timed successful trial (--runner emulate checks and failed trials "
@@ -136,21 +185,28 @@ def records_summary(records: list[Any], best: dict[str, Any], applied: Any) -> s
     matched = set(applied.traces) | applied.skipped
     if not matched:  # records of another target or model: say so
         targets = ", ".join(sorted({r.target for r in records}))
-        return (f"none of its {_count(len(best), 'tuned workload')} is a kernel of this "
-                f"compile (tuned for {targets}): every kernel default")
-    parts = [f"{len(applied.tuned)} built with a tuned schedule that differs from the "
-             "default"]
+        return (f"none of its {_count(len(best), 'tuned workload')} is a workload of this "
+                f"compile's kernels (tuned for {targets}): every kernel default")
+
+    def by(workloads: set[str]) -> str:
+        kernels = applied.kernels_of(workloads)
+        return (f"{_count(kernels, 'kernel')} ({_count(len(workloads), 'workload')})"
+                if workloads else "0 kernels")
+
+    parts = [f"{by(applied.tuned)} built with a tuned schedule that differs from the default"]
     if applied.default:
-        parts.append(f"{len(applied.default)} whose best record is the default schedule")
-    other = len(applied.traces) - len(applied.tuned) - len(applied.default)
+        parts.append(f"{by(applied.default)} whose best record is the default schedule")
+    other = set(applied.traces) - applied.tuned - applied.default
     if other:  # a space whose default is a search (the accelerator's tilings)
-        parts.append(f"{other} built from its record (the default is a search, not compared)")
+        parts.append(f"{by(other)} built from its record (the default is a search, not "
+                     "compared)")
     if applied.skipped:
-        parts.append(f"{len(applied.skipped)} not applied (no longer a valid point, warned "
+        parts.append(f"{by(applied.skipped)} not applied (no longer a valid point, warned "
                      "above)")
+    total = applied.kernel_total or applied.kernels_of(matched)
     return (f"{len(matched)} of its {_count(len(best), 'tuned workload')} "
-            f"{'is a kernel' if len(matched) == 1 else 'are kernels'} of this compile: "
-            f"{', '.join(parts)}; every other kernel default")
+            f"{'serves' if len(matched) == 1 else 'serve'} {_count(total, 'kernel')} of this "
+            f"compile: {', '.join(parts)}; every other kernel default")
 
 
 def _run(args: argparse.Namespace) -> int:

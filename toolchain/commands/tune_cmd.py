@@ -41,7 +41,8 @@ the trials of its kernels already in the records file (or in its .partial file, 
 interrupted run: Ctrl-C or SIGTERM) count, so a second run with a larger budget
 continues the first. Records are written to OUT.partial as they are measured and renamed
 to OUT when the run ends: OUT is never half-written. One run at a time per OUT; trials of
-another runner are not resumed (write to another file).
+another runner, or measured otherwise (another --repeat, --flush-mb or --cold-mb, another
+CPU or GPU: each record's "conditions"), are not resumed (write to another file).
 """
 
 
@@ -81,7 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model plus 30 cycles an instruction) or rtl (cycles of the "
                              "Verilog RTL, Verilator)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="build processes (default: the CPUs, at most 4)")
+                        help="build processes (default: the CPUs, at most 4); with --ray: "
+                             "the most build tasks on the cluster at once (default: a "
+                             "batch's builds all at once)")
     parser.add_argument("--repeat", type=int, default=3, metavar="N",
                         help="timed repeats per trial; the cost is the least (default 3)")
     parser.add_argument("--flush-mb", type=int, default=8, metavar="MB",
@@ -216,11 +219,15 @@ def _tune(args: argparse.Namespace, target: Any, writer: Any, transfer: list) ->
     builder, runner = _measurement(args, target)
     try:
         _check_resumed_runner(mine, runner, args.output)
+        said = getattr(runner, "conditions", None)
+        conditions = said() if said is not None else None
+        _check_resumed_conditions(mine, conditions, writer.source or args.output)
         with writer:
             states = tune_tasks(tasks, args.trials, builder=builder, runner=runner,
                                 writer=writer, strategy=args.search, batch=args.batch,
                                 seed=args.seed, earlier=writer.existing, transfer=transfer,
-                                progress=False if args.no_progress else None)
+                                progress=False if args.no_progress else None,
+                                conditions=conditions)
     finally:
         builder.close()
         runner.close()
@@ -297,6 +304,46 @@ def _check_resumed_runner(mine: list, runner: Any, output: str) -> None:
                       "wrote them, or write to another file (-o)")
 
 
+def _check_resumed_conditions(mine: list, conditions: dict[str, Any] | None,
+                              source: str | Path) -> None:
+    """Refuse to resume trials of this run's kernels measured otherwise (another
+    ``--repeat``, ``--flush-mb``, ``--cold-mb``, CPU or GPU): their costs do not compare
+    with this run's, and the search and the file's best would mix them. Trials that do
+    not say how they were measured (written by an earlier Kiln) are resumed with a note.
+    ``conditions`` None (a runner that does not say): nothing to compare."""
+    from toolchain.autotune.conditions import (
+        MACHINE,
+        OPTIONS,
+        describe,
+        differences,
+        phrase,
+        say,
+    )
+    from toolchain.errors import OptionError
+
+    if conditions is None:
+        return
+    unknown = sum(1 for r in mine if r.conditions is None)
+    first = next((d[0] for r in mine if r.conditions is not None
+                  for d in [differences(r.conditions, conditions)] if d), None)
+    if first is not None:  # the first condition that differs, and its earlier value
+        key, old, new = first
+        n = sum(1 for r in mine if r.conditions is not None and r.conditions.get(key) == old)
+        hint = (f"run with {say(key, old)} to resume them" if key in OPTIONS else
+                "resume them on the machine that measured them" if key in MACHINE else
+                "resume them with the Kiln that measured them")
+        raise OptionError(f"{source}: {n} earlier {_trials(n)} of this run's kernels "
+                          f"measured {phrase(key, old)}; this run measures {phrase(key, new)}, "
+                          f"and costs measured differently do not compare: {hint}, or write "
+                          "to another file (-o)")
+    if unknown:
+        do, it, was = ("does", "it", "was") if unknown == 1 else ("do", "they", "were")
+        print(f"  note: {unknown} earlier {_trials(unknown)} of this run's kernels in {source} "
+              f"{do} not say how {it} {was} measured (written by an earlier Kiln): resumed as "
+              f"if measured as this run measures ({describe(conditions)}); if {it} {was} not, "
+              "write to another file (-o)")
+
+
 def _check_precision(precision: str, target: Any) -> None:
     """``--precision fp16`` tunes the CUDA tensor-core kernels: refused elsewhere, where
     no space would see it (before, such a run tuned nothing or fp32 kernels silently)."""
@@ -369,7 +416,8 @@ def _measurement(args: argparse.Namespace, target: Any) -> tuple[Any, Any]:
         from toolchain.autotune.ray_backend import ray_measurement
 
         return ray_measurement(args.ray, args.runner, target, repeat=args.repeat,
-                               timeout=args.timeout, devices=args.ray_devices)
+                               timeout=args.timeout, devices=args.ray_devices,
+                               jobs=args.jobs, flush_bytes=args.flush_mb << 20)
     if args.runner == "qemu":
         from toolchain.autotune.qemu import QemuBuilder
 
