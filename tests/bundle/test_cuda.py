@@ -80,7 +80,7 @@ def test_bundle_files_and_workspace_layout(lenet_cuda: Path) -> None:
 
 
 #: the host compiler's warnings too, as errors, in every nvcc check of a bundle's host code
-STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror")
+STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror,-Wcast-qual")
 
 
 @dataclass

@@ -19,6 +19,8 @@ from toolchain.bundle import compile_model, load_bundle
 #: the warning flags a firmware team builds with, as docs/bundle.md lists them
 FIRMWARE_WARNINGS = ("-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wsign-conversion",
                      "-Wshadow", "-Wcast-align", "-Wstrict-prototypes", "-Wundef", "-Werror",
+                     "-Wcast-qual", "-Wwrite-strings", "-Wpointer-arith", "-Wredundant-decls",
+                     "-Wdouble-promotion", "-Wmissing-prototypes",
                      "-fno-common", "-ffunction-sections", "-fdata-sections")
 #: (standard, optimisation) pairs: GCC's -Wmaybe-uninitialized runs at -O1 and above but
 #: finds different things at -O2 and -Os (the bundles' own -O3 found nothing)
