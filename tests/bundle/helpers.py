@@ -127,8 +127,9 @@ def emulated_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
                                target: str = "cuda-sm90", rtol: float = 1e-4,
                                atol: float = 1e-4) -> Path:
     """Compile ``model`` for ``target`` with ``--emulate`` (its CUDA kernels run thread by
-    thread on this CPU) into ``out``, run it on random inputs (``seed``) and compare every
-    output with the reference executor's; returns the bundle."""
+    thread on this CPU) into ``out``, build it with :data:`STRICT`, run it on random
+    inputs (``seed``) and compare every output with the reference executor's; returns
+    the bundle."""
     from toolchain.bundle import compile_model, load_bundle
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.reference import run_graph
@@ -136,7 +137,7 @@ def emulated_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
     feeds = random_inputs(model, seed=seed)
     want = run_graph(from_onnx(model), feeds)
     d = compile_model(model, target, out, progress=False, emulate=True)
-    got = load_bundle(d)(feeds)
+    got = load_bundle(d, extra_flags=STRICT)(feeds)
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol, err_msg=k)
     return d
