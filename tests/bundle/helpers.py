@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-#: the strictest flags the generated C must pass (issue 5)
-STRICT = ("-Wall", "-Wextra", "-Werror", "-pedantic")
+#: the strictest flags the generated C must pass (issue 5); -Wcast-qual: no cast drops
+#: const (MISRA C:2012 rule 11.8; docs/bundle.md, "Into your own build")
+STRICT = ("-Wall", "-Wextra", "-Werror", "-pedantic", "-Wcast-qual")
 RTOL = 1e-4
 #: how a test builds a bundle it broke on purpose and expects to be far off the reference:
 #: at gcc's -O0 (the same C, about 0.4 CPU s a build less than the -O3 of ``kiln run``,
@@ -127,8 +128,9 @@ def emulated_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
                                target: str = "cuda-sm90", rtol: float = 1e-4,
                                atol: float = 1e-4) -> Path:
     """Compile ``model`` for ``target`` with ``--emulate`` (its CUDA kernels run thread by
-    thread on this CPU) into ``out``, run it on random inputs (``seed``) and compare every
-    output with the reference executor's; returns the bundle."""
+    thread on this CPU) into ``out``, build it with :data:`STRICT`, run it on random
+    inputs (``seed``) and compare every output with the reference executor's; returns
+    the bundle."""
     from toolchain.bundle import compile_model, load_bundle
     from toolchain.frontend.onnx import from_onnx
     from toolchain.graph.reference import run_graph
@@ -136,7 +138,7 @@ def emulated_matches_reference(model: onnx.ModelProto, out: Path, seed: int,
     feeds = random_inputs(model, seed=seed)
     want = run_graph(from_onnx(model), feeds)
     d = compile_model(model, target, out, progress=False, emulate=True)
-    got = load_bundle(d)(feeds)
+    got = load_bundle(d, extra_flags=STRICT)(feeds)
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol, err_msg=k)
     return d

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.bundle.helpers import nvcc_object, nvcc_unit
+from tests.bundle.helpers import STRICT, nvcc_object, nvcc_unit
 from toolchain.bundle import (
     build_spec,
     compile_model,
@@ -80,7 +80,7 @@ def test_bundle_files_and_workspace_layout(lenet_cuda: Path) -> None:
 
 
 #: the host compiler's warnings too, as errors, in every nvcc check of a bundle's host code
-STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror")
+STRICT_HOST = ("-Xcompiler", "-Wall,-Wextra,-Werror,-Wcast-qual")
 
 
 @dataclass
@@ -255,7 +255,7 @@ def test_simt_emulation_matches_the_reference(name: str, cuda_sm90_zoo: NvccBatc
     d = cuda_sm90_zoo.emulation(name)
     meta = json.loads((d / "metadata.json").read_text())
     assert meta["options"]["emulate"] and meta["target"]["kind"] == "cuda"
-    assert _rel_err(load_bundle(d)(feeds), want) < 1e-4
+    assert _rel_err(load_bundle(d, extra_flags=STRICT)(feeds), want) < 1e-4
 
 
 def _files(d: Path) -> dict[Path, bytes]:

@@ -22,6 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import toolchain
+from tests.bundle.helpers import STRICT
 from toolchain.frontend.onnx import from_onnx
 from toolchain.graph.overlap import AccessOrder
 from toolchain.graph.passes.quantize_ops import quantize_ops
@@ -79,7 +80,7 @@ def _host_copy(bundle: Path, where: Path):
     meta = json.loads((where / "metadata.json").read_text())
     meta["target"].update(compiler="gcc", cflags=[])
     (where / "metadata.json").write_text(json.dumps(meta))
-    return BundleModule(where)
+    return BundleModule(where, extra_flags=STRICT)
 
 
 def _poisoned_runs(module, qmodel: Path, tails: tuple[str, ...] = ()) -> list[bool]:

@@ -19,6 +19,8 @@ from toolchain.bundle import compile_model, load_bundle
 #: the warning flags a firmware team builds with, as docs/bundle.md lists them
 FIRMWARE_WARNINGS = ("-Wall", "-Wextra", "-Wpedantic", "-Wconversion", "-Wsign-conversion",
                      "-Wshadow", "-Wcast-align", "-Wstrict-prototypes", "-Wundef", "-Werror",
+                     "-Wcast-qual", "-Wwrite-strings", "-Wpointer-arith", "-Wredundant-decls",
+                     "-Wdouble-promotion", "-Wmissing-prototypes",
                      "-fno-common", "-ffunction-sections", "-fdata-sections")
 #: (standard, optimisation) pairs: GCC's -Wmaybe-uninitialized runs at -O1 and above but
 #: finds different things at -O2 and -Os (the bundles' own -O3 found nothing)
@@ -208,3 +210,34 @@ def test_header_usage_of_a_model_without_arena_compiles_pedantic(tmp_path):
                           "-o", str(exe)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, main.read_text() + res.stderr
     assert subprocess.run([str(exe)], check=False).returncode == 0
+
+
+@needs("gcc")
+def test_call_sequence_passes_const_weights_and_inputs_without_dropping_const(tmp_path):
+    """MISRA C:2012 rule 11.8, ``-Wcast-qual``: the weights (``const uint8_t`` blob) and
+    the inputs (``const`` in ``<m>_inputs``) reach the kernels without a cast that drops
+    const, since each kernel takes what it only reads as ``const T *restrict`` and what
+    it writes (its output) plain. ``<m>.c`` cast both to ``void *`` before session 26 (7
+    warnings in examples/digits)."""
+    from onnx import helper
+
+    from tests.bundle.helpers import make_model
+
+    rng = np.random.default_rng(0)
+    m = make_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+                    helper.make_node("Relu", ["g"], ["y"])],
+                   {"x": (np.float32, [2, 16])}, {"y": (np.float32, [2, 8])},
+                   {"w": rng.standard_normal((8, 16)).astype(np.float32),
+                    "b": rng.standard_normal(8).astype(np.float32)})
+    bundle = compile_model(m, "c-generic", tmp_path / "b", name="cq")
+    protos = re.findall(r"^int32_t \w+\((.*)\);$", (bundle / "src" / "kernels.h").read_text(),
+                        re.MULTILINE)
+    assert len(protos) == 1, protos
+    params = protos[0].split(", ")
+    assert [p.startswith("const ") for p in params] == [True, True, True, False], params
+    res = subprocess.run(["gcc", "-std=c99", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                          "-Wcast-qual", "-Wwrite-strings", f"-I{bundle / 'include'}",
+                          f"-I{bundle / 'runtime'}", str(bundle / "src" / "cq.c"),
+                          str(bundle / "src" / "kernels.c")],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr

@@ -20,6 +20,7 @@ import onnx
 import pytest
 
 import toolchain
+from tests.bundle.helpers import STRICT
 from toolchain.bundle.host import BundleModule
 from toolchain.errors import OptionError
 from toolchain.frontend.onnx import from_onnx
@@ -81,7 +82,7 @@ def _reference(qmodel: Path):
 
 
 def _exact_when_poisoned(path: Path, qmodel: Path) -> list[bool]:
-    module = BundleModule(path)
+    module = BundleModule(path, extra_flags=STRICT)
     want_graph = _reference(qmodel)
     rng = np.random.default_rng(2)
     exact = []
@@ -167,7 +168,7 @@ def test_float_patch_stage(target: str, first: str, grid: tuple[int, int],
                                    [[11, 16], [11, 16], [9, 16], [4, 8], [2, 8]])
     assert pkg.metadata["arena_bytes"] < stage["arena_without"]
     module = (_host_copy(tmp_path / "b", tmp_path / "host") if target == "cortex-m4"
-              else BundleModule(tmp_path / "b"))
+              else BundleModule(tmp_path / "b", extra_flags=STRICT))
     graph = from_onnx(model)
     rng = np.random.default_rng(4)
     for poison in (0x5A, 0x7F):
@@ -186,7 +187,7 @@ def test_a_transpose_in_front_is_taken_in(nhwc24: Path, tmp_path: Path) -> None:
     stage, = pkg.metadata["patch_stages"]
     assert stage["absorbs"] == "fused_transpose_0"
     assert not any("Transpose" in k["ops"] for k in pkg.metadata["kernels"])
-    assert all(_poisoned_runs(BundleModule(tmp_path / "b"), nhwc24))
+    assert all(_poisoned_runs(BundleModule(tmp_path / "b", extra_flags=STRICT), nhwc24))
 
 
 def test_a_wrong_padding_byte_is_caught(qmodel: Path, tmp_path: Path,

@@ -44,6 +44,28 @@ def shared_memory_matmul(n: int = 256, t: int = 16) -> Schedule:
     return sch
 
 
+def test_each_launch_declares_const_what_it_only_reads():
+    """Two launches share the parameters: ``B`` is the first's output and the second's
+    input, so it is plain in the first and ``const T *__restrict__`` in the second (nvcc
+    may then read it through the read-only data path there); each launch's own list, as
+    ``kernels.cuh`` and ``kernels.cu`` declare it (one list for all before session 26)."""
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((64,), lambda i: B[i] * 2.0, name="C")
+    sch = Schedule(te.create_prim_func([A, B, C]), target="cuda-sm80")
+    for name in ("B", "C"):
+        bo, ti = sch.split(sch.get_loops(sch.get_block(name))[0], [None, 32])
+        sch.bind(bo, "blockIdx.x")
+        sch.bind(ti, "threadIdx.x")
+    src = CUDARenderer().render(lower(sch), name="two")
+    first, second = (k["params"] for k in src.kernels)
+    assert first == ["const float* __restrict__ A", "float* __restrict__ B",
+                     "const float* __restrict__ C"]
+    assert second == ["const float* __restrict__ A", "const float* __restrict__ B",
+                      "float* __restrict__ C"]
+    assert f"kiln_two_kernel1({', '.join(second)})" in src.code
+
+
 def test_shared_memory_matmul_renders_kernel_with_barriers():
     src = CUDARenderer().render(lower(shared_memory_matmul()), name="mm")
     code = src.code
@@ -57,8 +79,10 @@ def test_shared_memory_matmul_renders_kernel_with_barriers():
     first, last = code.index("__syncthreads();"), code.rindex("__syncthreads();")
     assert code.index("A_shared[ax0_1 * 16 + ax1_1] =") < first < code.index("k_1 = 0;") < last
     assert set(code[last + len("__syncthreads();"):].split()) == {"}"}  # end of the k loop
-    assert src.kernels == [{"name": "kiln_mm_kernel0", "grid": ["16", "16", "1"],
-                            "block": ["16", "16", "1"], "threads": 256, "smem": 0}]
+    assert src.kernels == [{"name": "kiln_mm_kernel0", "params": [
+        "const float* __restrict__ A", "const float* __restrict__ B", "float* __restrict__ C"],
+                            "grid": ["16", "16", "1"], "block": ["16", "16", "1"],
+                            "threads": 256, "smem": 0}]
     assert get_renderer("cuda").dialect == "cuda"
 
 

@@ -373,7 +373,7 @@ def test_register_tile_variables_do_not_collide_with_buffer_names():
     mod = build(sch, extra_flags=STRICT)
     src = mod.get_source()
     assert "C_local_0_1" in src  # registers renamed, the parameters kept their names
-    assert "float* restrict C_local_0, float* restrict C_local_1" in src
+    assert "const float* restrict C_local_0, const float* restrict C_local_1" in src
     rng = np.random.default_rng(0)
     a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
     got = np.zeros((n, n), np.float32)

@@ -278,7 +278,9 @@ def test_cross_objects(target: str, machine: int) -> None:
     t = load_target(target)
     func, _, _ = W.matmul(8, 8, 8)
     art = backend_for(t, backend="llvm").kernel(lower(func, target=t), "net_k0")
-    assert art.backend == "llvm" and art.params[0] == "float* restrict A"
+    # the C prototype: A and B read only (const, as the C kernel declares them), C written
+    assert art.backend == "llvm" and art.params == [
+        "const float* restrict A", "const float* restrict B", "float* restrict C"]
     cls, mach, flags = _elf(art.object_code)
     assert mach == machine
     if machine == 40:  # 32-bit Arm, EABI 5
@@ -371,6 +373,14 @@ def test_bundle_with_llvm_kernel_objects(tmp_path) -> None:
     assert "int32_t lenet5_" not in (pkg.path / "src" / "kernels.c").read_text()
     assert all(o in (pkg.path / "Makefile").read_text() for o in objs)
     assert pkg.metadata["options"]["backend"] == "llvm"
+    # kernels.h declares what the objects only read const, as the C kernels do: the call
+    # sequence passes the weights and inputs without dropping const (-Wcast-qual)
+    assert "const float* restrict" in (pkg.path / "src" / "kernels.h").read_text()
+    res = subprocess.run(["cc", "-std=c99", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+                          "-Wcast-qual", f"-I{pkg.path / 'include'}",
+                          f"-I{pkg.path / 'runtime'}", str(pkg.path / "src" / "lenet5.c")],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
     assert toolchain.run(pkg, check=True).ok
 
 

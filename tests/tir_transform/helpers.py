@@ -10,7 +10,7 @@ from toolchain.driver import build
 from toolchain.tir import ir
 
 #: Every test build treats compiler warnings as errors.
-STRICT = ("-Wall", "-Wextra", "-Werror")
+STRICT = ("-Wall", "-Wextra", "-Werror", "-Wcast-qual")
 
 
 #: the backend :func:`build_and_check` builds with; a test module runs its checks through

@@ -75,7 +75,8 @@ def test_accelerator_bundle_carries_the_driver_and_builds_with_make(
         assert (d / f).is_file()
     model = json.loads((d / "metadata.json").read_text())["model"]["name"]
     assert "KILN_ERR_ACCELERATOR" in (d / "src" / f"{model}.c").read_text()
-    r = subprocess.run(["make", "-s", "lib", "CFLAGS=-O0 -std=c99 -Wall -Wextra -Werror"],
+    r = subprocess.run(["make", "-s", "lib",
+                        "CFLAGS=-O0 -std=c99 -Wall -Wextra -Werror -Wcast-qual"],
                        cwd=d, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     r = subprocess.run(["make", "-s", "lib", "DEVICE=gpu"], cwd=d, capture_output=True,

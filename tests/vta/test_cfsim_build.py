@@ -32,7 +32,7 @@ from toolchain.vta.randprog import random_program
 
 C_FILES = ("kiln_vta.c", "kiln_vta_fsim.c")
 STRICT = ("-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-Wconversion",
-          "-Wsign-conversion", "-Wshadow", "-Wstrict-prototypes")
+          "-Wsign-conversion", "-Wshadow", "-Wstrict-prototypes", "-Wcast-qual")
 MAIN = Path(__file__).with_name("c") / "fsim_main.c"
 
 

@@ -1,4 +1,4 @@
-"""Kernel C for a bundle: the host C renderer with three bundle rules.
+"""Kernel C for a bundle: the host C renderer with three bundle rules (and const, below).
 
 :class:`BundleRenderer` is :class:`~toolchain.codegen.c.CRenderer` with:
 
@@ -27,7 +27,12 @@
 * **no ``restrict`` where aliasing is planned**: where the memory plan puts a kernel's
   output over one of its inputs (in place), those two parameters are rendered without
   ``restrict`` (``restrict=`` a set of parameter positions); the others keep it, so the
-  compiler still knows a store to the output leaves the weights alone.
+  compiler still knows a store to the output leaves the weights alone;
+* **const where only read** (every C-family renderer): a buffer parameter the kernel never
+  writes is ``const`` (``const float* restrict W``), so ``<m>.c`` passes the weights and
+  the inputs, which are const, without a cast that drops the qualifier (MISRA C:2012
+  rule 11.8, ``-Wcast-qual``); an in-place input stays ``const``: it is written through
+  the output's pointer, never its own.
 
 Example::
 
@@ -37,12 +42,12 @@ Example::
     >>> B = te.compute((64,), lambda i: A[i] + 1.0, name="B")
     >>> k = render_kernel(lower(te.create_prim_func([A, B])), "net_add")
     >>> k.params, k.scratch_bytes
-    (['float* restrict A', 'float* restrict B'], 0)
+    (['const float* restrict A', 'float* restrict B'], 0)
     >>> C = te.placeholder((64,), name="C")
     >>> D = te.compute((64,), lambda i: A[i] + C[i], name="D")
     >>> render_kernel(lower(te.create_prim_func([A, C, D])), "net_add2",
     ...               restrict=frozenset({0, 2})).params  # D written over A
-    ['float* A', 'float* restrict C', 'float* D']
+    ['const float* A', 'const float* restrict C', 'float* D']
 """
 
 from __future__ import annotations

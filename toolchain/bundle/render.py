@@ -99,7 +99,7 @@ class Locations:
         self.spec = spec
         self.expr: dict[int, str] = {}
         for v, t in zip(spec.graph.inputs, inputs, strict=True):
-            self.expr.setdefault(id(v), f"(void *)inputs->{t['field']}")
+            self.expr.setdefault(id(v), f"(const void *)inputs->{t['field']}")
         for v, t in zip(spec.fused.outputs, outputs, strict=True):
             # an input that is also an output stays an input; a constant output stays in
             # the weights (no kernel writes it: ``output_copies`` copies it out). The fused
@@ -134,7 +134,7 @@ class Locations:
                 "shape": list(v.shape), "bytes": arr.nbytes,
                 "comment": comment(f"{v.name} {v.dtype}{list(v.shape)}"),
             })
-            self.expr[id(v)] = f"(void *)({self.spec.model.upper()}_WEIGHTS_DATA + {offset})"
+            self.expr[id(v)] = f"(const void *)({self.spec.model.upper()}_WEIGHTS_DATA + {offset})"
             same.append((arr, self.expr[id(v)]))
             return self.expr[id(v)]
         if v.name in self.spec.plan.views:

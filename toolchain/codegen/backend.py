@@ -13,7 +13,7 @@ keyed by target kind (``Target.kind``): C, CUDA and LLVM (object code through ll
 >>> B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
 >>> art = backend_for(t).kernel(lower(te.create_prim_func([A, B]), target=t), "net_k0")
 >>> art.backend, art.name, art.params
-('c', 'net_k0', ['float* restrict A', 'float* restrict B'])
+('c', 'net_k0', ['const float* restrict A', 'float* restrict B'])
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from toolchain.codegen.math_intrinsics import INTRINSICS
 from toolchain.codegen.names import HELPER_PREFIX, Namer, is_reserved, sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.tir import arith, ir
+from toolchain.tir.analysis import written_buffers
 from toolchain.tir.functor import ExprMutator, StmtExprVisitor, free_vars, post_order_visit
 from toolchain.tir.structural import expr_key
 
@@ -343,14 +344,19 @@ class CStyleRenderer:
                   ) -> tuple[list[str], list[ir.Var]]:
         """C parameter declarations (buffers, scalars, then symbolic sizes) and the sizes.
 
+        A buffer ``body`` only reads is ``const`` (``const float* restrict A``): see
+        :func:`~toolchain.tir.analysis.written_buffers` for what counts as a write.
+
         Emits ``(void)x;`` for parameters ``body`` (default: the function body) never uses.
         """
         body = func.body if body is None else body
         params = []
         bound: set[ir.Var] = set()
+        written = written_buffers(body)
         for i, p in enumerate(func.params):
             if isinstance(p, ir.Buffer):
-                params.append(f"{self.ctype(p.dtype)}* {self.param_qualifier(i)} "
+                const = "" if p.data in written else "const "
+                params.append(f"{const}{self.ctype(p.dtype)}* {self.param_qualifier(i)} "
                               f"{self.names(p.data, p.name)}".replace("  ", " "))
                 bound.add(p.data)
             else:
@@ -750,7 +756,7 @@ class CStyleRenderer:
             return self._vec_local(buf, idx), _ATOM
         vt = self.ctype(e.dtype)
         if isinstance(idx, ir.Ramp) and ir.is_const_int(idx.stride, 1):
-            return f"*({vt}_u*)({name} + {self.expr(idx.base, 12)})", 15
+            return f"*(const {vt}_u*)({name} + {self.expr(idx.base, 12)})", 15
         lanes = ", ".join(f"{name}[{self._lane(idx, k)}]" for k in range(ir.lanes_of(e.dtype)))
         return f"({vt}){{{lanes}}}", _ATOM
 

@@ -166,7 +166,8 @@ class CUDARenderer(CStyleRenderer):
     def render_kernels(self, func: ir.PrimFunc, entry: str
                        ) -> tuple[list[str], list[ir.Var], list[dict]]:
         """(parameter declarations, symbolic sizes, kernels): one kernel per top-level
-        statement, each ``{name, grid, block, threads, body}`` (``body``: its lines)."""
+        statement, each ``{name, params, grid, block, threads, body}`` (``body``: its
+        lines; ``params``: its own declarations, ``const`` for what it only reads)."""
         body = func.body
         if isinstance(body, ir.Allocate):
             raise UnsupportedError(
@@ -175,11 +176,12 @@ class CUDARenderer(CStyleRenderer):
                 "(compute_at under the blockIdx loop) or make it a function argument")
         items = list(body.seq) if isinstance(body, ir.SeqStmt) else [body]
         kernels = []
-        params: list[str] = []
-        extra: list[ir.Var] = []
+        # the function's parameters: const where no kernel writes the buffer; each kernel
+        # declares its own (const where it only reads)
+        params, extra = self.signature(func)
         for n, item in enumerate(items):
             self.lines, self.indent = [], 1
-            params, extra = self.signature(func, item)
+            own, _ = self.signature(func, item)
             launch = _Launch()
             launch.visit_stmt(item)
             grid = [self._dim(launch.extents, f"blockIdx.{a}") for a in "xyz"]
@@ -194,7 +196,8 @@ class CUDARenderer(CStyleRenderer):
             threads = 1
             for b in block:
                 threads *= int(b) if b.isdigit() else 1024
-            kernels.append({"name": f"{entry}_kernel{n}", "grid": grid, "block": block,
+            kernels.append({"name": f"{entry}_kernel{n}", "params": own,
+                            "grid": grid, "block": block,
                             "threads": min(threads, 1024), "smem": smem,
                             "body": self.lines})
         self.dynamic_smem, self.async_copy, self.async_proxy = {}, False, False

@@ -67,6 +67,7 @@ from toolchain.codegen.names import sanitize
 from toolchain.errors import UnsupportedError
 from toolchain.gcpause import paused_gc
 from toolchain.tir import arith, ir
+from toolchain.tir.analysis import written_buffers
 from toolchain.tir.functor import StmtVisitor
 
 I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
@@ -181,6 +182,7 @@ class LLVMCodegen(MathCalls):
         self.vars: dict[ir.Var, ll.Value] = {}
         self.ranges: dict[ir.Var, ir.Range] = {}
         c_params, c_types = [], []
+        written = written_buffers(func.body)  # the prototype's const, as the C kernel's
         for i, (p, arg) in enumerate(zip(params, fn.args, strict=False)):
             var = p.data if isinstance(p, ir.Buffer) else p
             arg.name = sanitize(var.name)
@@ -192,7 +194,8 @@ class LLVMCodegen(MathCalls):
                     arg.attributes.add("noalias")
                 arg.attributes.align = self.param_align or max(1, self.mbits(p.dtype) // 8)
                 ct = self.c_types[p.dtype]
-                c_params.append(f"{ct}* {'restrict ' if noalias else ''}{arg.name}")
+                const = "" if var in written else "const "
+                c_params.append(f"{const}{ct}* {'restrict ' if noalias else ''}{arg.name}")
                 c_types.append(ct)
             else:
                 c_params.append(f"{self.c_types[p.dtype]} {arg.name}")

@@ -546,7 +546,9 @@ class _Specialise(StmtExprMutator):
                 env[f"{opname}_t{d}"] = s
             env[opname] = opname
             ctype = spec.types.get(opname) or self.ctype[load.buffer.dtype]
-            params.append(f"{ctype} *{opname}")
+            # the inputs are only read (const: a kernel's read-only buffer passes as is)
+            const = "const " if k < len(spec.operands) - 1 else ""
+            params.append(f"{const}{ctype} *{opname}")
         # the name's hash leaves out the tile strides (``A_t0``): they follow from the
         # per-dimension ones, and specialised names stay what they were before them
         key = hashlib.sha1(repr(sorted((k, v) for k, v in env.items() if "_t" not in k

@@ -352,3 +352,75 @@ def verify_well_formed(func: ir.PrimFunc) -> list[str]:
     w = _WellFormed(defined)
     w.visit_stmt(func.body)
     return sorted(set(w.errors))
+
+
+class _Written(StmtExprVisitor):
+    # a known tensor intrinsic's operands are read or written as declared; any other
+    # pointer that escapes (address_of passed elsewhere, a bare handle) may be written
+    def __init__(self) -> None:
+        self.written: set[ir.Var] = set()
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        self.written.add(s.buffer.data)
+        super().visit_BufferStore(s)
+
+    def visit_Var(self, e: ir.Var) -> None:
+        if e.dtype == "handle":
+            self.written.add(e)
+
+    def visit_Call(self, e: ir.Call) -> None:
+        if e.op == "tir.address_of":
+            load = e.args[0]
+            if isinstance(load, ir.BufferLoad):
+                self.written.add(load.buffer.data)
+            super().visit_Call(e)
+            return
+        written = _operands_written(e)
+        if written is None:
+            super().visit_Call(e)
+            return
+        for arg, w in zip(e.args, written, strict=False):
+            if w is not None and isinstance(arg, ir.Call) and arg.args:
+                load = arg.args[0]
+                assert isinstance(load, ir.BufferLoad)
+                if w:
+                    self.written.add(load.buffer.data)
+                for i in load.indices:
+                    self.visit_expr(i)
+            else:
+                self.visit_expr(arg)
+
+
+def _operands_written(call: ir.Call) -> list[bool | None] | None:
+    """Per argument of a tensor intrinsic call: whether it writes the operand (None: not
+    an ``address_of`` operand); None for any other call."""
+    from toolchain.intrinsics import operand_elements, operand_tiles
+
+    if call.op.startswith("tir."):
+        return None
+    elements = operand_elements(call)
+    if elements is not None:
+        return [w for *_, w in elements]
+    tiles = operand_tiles(call)
+    if tiles is not None:
+        return [w for *_, w in tiles] + [None] * (len(call.args) - len(tiles))
+    return None
+
+
+def written_buffers(body: ir.Stmt) -> set[ir.Var]:
+    """The pointer Vars (buffer ``data``) that ``body`` may write through: every buffer it
+    stores to, the output operand of each tensor intrinsic call, and any pointer that
+    escapes otherwise (``address_of`` passed to another call, a bare handle): those may be
+    written too. A buffer parameter outside this set is only read (``const`` in C).
+
+    >>> from toolchain.tir import ir
+    >>> A = ir.Buffer("A", (8,)); B = ir.Buffer("B", (8,)); i = ir.Var("i")
+    >>> sorted(v.name for v in written_buffers(B.store(A[i] * 2.0, [i])))
+    ['B']
+    >>> call = ir.Call("int32", "opaque", [ir.Call("handle", "tir.address_of", [A[0]])])
+    >>> sorted(v.name for v in written_buffers(ir.Evaluate(call)))
+    ['A']
+    """
+    w = _Written()
+    w.visit_stmt(body)
+    return w.written
