@@ -23,7 +23,6 @@ import ctypes
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -33,6 +32,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+
+from toolchain.autotune.conditions import cpu_model  # noqa: E402  (what the records say)
 
 #: (name, input NCHW, out channels, kernel, stride) — TVM paper Table 2, ResNet-18
 CONVS = [
@@ -94,27 +95,6 @@ for _ in range(repeat):
     t = time.thread_time(); a @ b; best = min(best, time.thread_time() - t)
 print(json.dumps(best))
 """
-
-
-def cpu_model() -> str:
-    """The CPU model of /proc/cpuinfo with its family/model numbers (virtual machines
-    often show only a generic name), or the platform's processor string."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, val = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "cpu family", "model") and key not in fields:
-                fields[key] = val.strip()
-            if not line.strip():
-                break
-    except OSError:
-        pass
-    if "model name" not in fields:
-        return platform.processor() or "unknown"
-    extra = (f" (family {fields['cpu family']}, model {fields['model']})"
-             if "cpu family" in fields and "model" in fields else "")
-    return fields["model name"] + extra
 
 
 def measure_peak(isa: str, seconds: float = 0.2) -> float | None:

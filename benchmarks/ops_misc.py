@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from toolchain.autotune.conditions import cpu_model  # noqa: E402
 from toolchain.frontend.onnx import from_onnx  # noqa: E402
 from toolchain.graph.passes.pipeline import run_pipeline  # noqa: E402
 from toolchain.schedules import compile_op  # noqa: E402
@@ -172,16 +173,6 @@ def _host_target() -> str:
         "x86_64-avx2" if " avx2" in flags else "c-generic")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default=None, help="Kiln target (default: from the CPU)")
@@ -190,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     args = ap.parse_args(argv)
     target = args.target or _host_target()
-    print(f"# {_cpu_model()}; Kiln target {target}; single thread; best of "
+    print(f"# {cpu_model()}; Kiln target {target}; single thread; best of "
           f"{args.rounds} x {args.repeat}; times in microseconds (wall / thread CPU)")
     print(f"{'case':<38} {'kiln us':>15} {'ort us':>15} {'ort/kiln':>9}")
     conv_times: dict[str, float] = {}

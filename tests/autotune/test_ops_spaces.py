@@ -9,6 +9,7 @@ generated C."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -184,7 +185,7 @@ def test_records_change_the_generated_c(tasks, tmp_path) -> None:
     assert a != b
 
     def body(code: str, kernel: str) -> str:
-        start = code.index(f"_{kernel}(float")
+        start = re.search(rf"_{kernel}\((?:const )?float", code).start()
         return code[start:code.index("\n}\n", start)]
 
     for task in (gelu, ln, at):
