@@ -16,13 +16,12 @@
 #      SWEEP (warps a block, fragments a warp, step, double buffer, shared-row padding,
 #      16-byte fetches, dynamic shared memory, cp.async, 3-4 pipeline stages `.s3`/`.s4`,
 #      mma.sync + ldmatrix with register accumulators `.mma`, Hopper's warpgroup MMA on
-#      core-matrix tiles `.wgmma` (sm_90a: never run on a GPU before; the `.wgmma` rows
-#      first -- those on 128-byte swizzled operand tiles `.sw128` (descriptors of layout
-#      type 1, warpgroups of 64 x 64, steps of 64) leading, then each operand its own pad
-#      `p16b8` (A 16 halves, B 8: both operands' fetch
-#      stores conflict-free), then the overlapped ones `.ov1`, a step's products in flight through the next
-#      step's barrier and fetch (wgmma.wait_group 1), before those waiting for their own
-#      products -- then the `.mma` ones) and
+#      core-matrix tiles `.wgmma` (sm_90a; first run on an H200 on 2026-11-29, docs/cuda.md;
+#      the `.wgmma` rows first -- the waiting ones on 128-byte swizzled operand tiles
+#      `.sw128` (layout type 1, warpgroups of 64 x 64, steps of 64; 55 % of cuBLAS there)
+#      leading, then each operand its own pad `p16b8`, then the overlapped ones `.ov1`
+#      (a step's products in flight: computed wrong on the H200, their error column
+#      shows it), before those waiting for their own products -- then the `.mma` ones) and
 #      the default tiles, each one's kernel ratio to cuBLAS fp16: the fastest row is the
 #      candidate default for choose_wmma_tiles (benchmarks/ptxas_tiles.py prints each
 #      variant's registers, spills and shared memory, no GPU needed);
