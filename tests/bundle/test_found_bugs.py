@@ -334,3 +334,33 @@ def test_composite_reductions_over_no_axis_keep_their_elementwise_step(tmp_path)
     from toolchain.graph.reference import run_graph
 
     assert_matches(run_graph(from_onnx(m), {"x": x}), want)
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+def test_an_int8_depthwise_convolution_of_one_tap_on_x86(target, tmp_path):
+    """Fuzzer seed 302015 (``--int8 --conv-chain``): a quantized depthwise Conv with a 1x1
+    kernel (a per-channel scale) went to the x86 depthwise kernel, whose schedule needs a
+    reduction loop and found none (``compute_at`` elides the unit ones): an internal
+    ``IndexError`` on x86_64-avx2, and on x86_64-avx512, where the layout pass had given
+    it a channel-blocked input, a ``ScheduleError``. The generic int8 kernel takes it now;
+    the bundle equals the integer reference bit for bit."""
+    from tests.fuzz.oracle import quantized_reference
+    from toolchain.target import load_target, runs_here
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this CPU lacks {target}'s features")
+    rng = np.random.default_rng(302015)
+    m = make_model([h.make_node("Conv", ["x", "w1", "b1"], ["c"], kernel_shape=[3, 3],
+                                pads=[1, 1, 1, 1]),
+                    h.make_node("Relu", ["c"], ["r"]),
+                    h.make_node("Conv", ["r", "w2", "b2"], ["y"], group=8, kernel_shape=[1, 1])],
+                   {"x": (F, [1, 2, 6, 7])}, {"y": (F, [1, 8, 6, 7])},
+                   inits={"w1": rng.standard_normal((8, 2, 3, 3)).astype(F),
+                          "b1": rng.standard_normal(8).astype(F),
+                          "w2": rng.standard_normal((8, 1, 1, 1)).astype(F),
+                          "b2": rng.standard_normal(8).astype(F)})
+    inputs = {"x": rng.standard_normal((1, 2, 6, 7)).astype(F)}
+    qdq, want, _ = quantized_reference(m, inputs)
+    _, got = compile_run(qdq, tmp_path, inputs, target=target)
+    assert want["y"].std() > 0
+    np.testing.assert_array_equal(got["y"], want["y"])
