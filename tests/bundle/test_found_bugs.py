@@ -390,3 +390,34 @@ def test_normalization_variances_under_precision_fp16(tmp_path):
     assert_matches(run_graph(to_fp16(from_onnx(m)), {"x": x}), want, rtol=1e-2)
     _, got = compile_run(m, tmp_path, {"x": x}, precision="fp16")
     assert_matches(got, want, rtol=1e-2)
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+def test_an_infinite_border_element_in_a_padded_convolution(target, tmp_path):
+    """Fuzzer seed 320017 (``--control-flow --opset18 --conv-chain`` on
+    ``x86_64-avx512:threads``): the blocked convolution and depthwise kernels padded their
+    input as ``x[clamped] * float(inside)``, so an infinite element on the border gave
+    ``inf * 0 = NaN`` in the padding and NaN at every output whose window covers both
+    (onnxruntime: inf). The padding is a select now; the bundle and the reference executor
+    agree with onnxruntime, infinities and all."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+    from toolchain.target import load_target, runs_here
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this CPU lacks {target}'s features")
+    w = np.abs(_rand(8, 8, 3, 3, seed=320017))
+    m = make_model([h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                    h.make_node("Conv", ["x", "dw"], ["z"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                group=8)],
+                   {"x": (F, [1, 8, 6, 6])}, {"y": (F, [1, 8, 6, 6]), "z": (F, [1, 8, 6, 6])},
+                   inits={"w": w, "dw": w[:, :1]})
+    x = _rand(1, 8, 6, 6)
+    x[0, :, 0, 0] = np.inf
+    want = run_ort(m, {"x": x})
+    assert all(np.isinf(v).sum() and not np.isnan(v).any() for v in want.values())
+    _, got = compile_run(m, tmp_path, {"x": x}, target=target)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(run_graph(from_onnx(m), {"x": x})[k], v, rtol=1e-4,
+                                   atol=1e-5, err_msg=k)
