@@ -334,3 +334,90 @@ def test_composite_reductions_over_no_axis_keep_their_elementwise_step(tmp_path)
     from toolchain.graph.reference import run_graph
 
     assert_matches(run_graph(from_onnx(m), {"x": x}), want)
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+def test_an_int8_depthwise_convolution_of_one_tap_on_x86(target, tmp_path):
+    """Fuzzer seed 302015 (``--int8 --conv-chain``): a quantized depthwise Conv with a 1x1
+    kernel (a per-channel scale) went to the x86 depthwise kernel, whose schedule needs a
+    reduction loop and found none (``compute_at`` elides the unit ones): an internal
+    ``IndexError`` on x86_64-avx2, and on x86_64-avx512, where the layout pass had given
+    it a channel-blocked input, a ``ScheduleError``. The generic int8 kernel takes it now;
+    the bundle equals the integer reference bit for bit."""
+    from tests.fuzz.oracle import quantized_reference
+    from toolchain.target import load_target, runs_here
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this CPU lacks {target}'s features")
+    rng = np.random.default_rng(302015)
+    m = make_model([h.make_node("Conv", ["x", "w1", "b1"], ["c"], kernel_shape=[3, 3],
+                                pads=[1, 1, 1, 1]),
+                    h.make_node("Relu", ["c"], ["r"]),
+                    h.make_node("Conv", ["r", "w2", "b2"], ["y"], group=8, kernel_shape=[1, 1])],
+                   {"x": (F, [1, 2, 6, 7])}, {"y": (F, [1, 8, 6, 7])},
+                   inits={"w1": rng.standard_normal((8, 2, 3, 3)).astype(F),
+                          "b1": rng.standard_normal(8).astype(F),
+                          "w2": rng.standard_normal((8, 1, 1, 1)).astype(F),
+                          "b2": rng.standard_normal(8).astype(F)})
+    inputs = {"x": rng.standard_normal((1, 2, 6, 7)).astype(F)}
+    qdq, want, _ = quantized_reference(m, inputs)
+    _, got = compile_run(qdq, tmp_path, inputs, target=target)
+    assert want["y"].std() > 0
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_normalization_variances_under_precision_fp16(tmp_path):
+    """Fuzzer seed 311010 (``--symbolic --opset18 ...`` on ``c-generic:fp16``, NaN):
+    GroupNormalization's ONNX body takes the variance as ``E[x²] - E[x]²`` in its float32
+    stash, which ``--precision fp16`` makes float16: the two means round to float16 and
+    their difference is anything below their rounding, negative too (the square root
+    NaN). MeanVarianceNormalization's body does the same with no stash. The frontend now
+    writes ``E[(x - E[x])²]``. Values near 1 with a spread of 0.05 (float16 inputs, so
+    the input's own rounding is no part of the error), in the bundle and the float16
+    reference: GroupNormalization 3.5e-2 off before, 1.4e-3 now; MeanVarianceNormalization
+    0.11-0.14 before, 4.4e-3 now."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.passes.precision import to_fp16
+    from toolchain.graph.reference import run_graph
+
+    m = make_model([h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2),
+                    h.make_node("MeanVarianceNormalization", ["x"], ["z"])],
+                   {"x": (F, [1, 4, 3, 5])}, {"y": (F, [1, 4, 3, 5]), "z": (F, [1, 4, 3, 5])},
+                   inits={"s": np.array([1, -1, 0.5, 2], F),
+                          "b": np.array([0.5, 0, -1, 0.25], F)}, opset=21)
+    x = (1 + 0.05 * _rand(1, 4, 3, 5, seed=311010)).astype(np.float16).astype(F)
+    want = run_ort(m, {"x": x})
+    assert_matches(run_graph(to_fp16(from_onnx(m)), {"x": x}), want, rtol=1e-2)
+    _, got = compile_run(m, tmp_path, {"x": x}, precision="fp16")
+    assert_matches(got, want, rtol=1e-2)
+
+
+@pytest.mark.parametrize("target", ["x86_64-avx2", "x86_64-avx512"])
+def test_an_infinite_border_element_in_a_padded_convolution(target, tmp_path):
+    """Fuzzer seed 320017 (``--control-flow --opset18 --conv-chain`` on
+    ``x86_64-avx512:threads``): the blocked convolution and depthwise kernels padded their
+    input as ``x[clamped] * float(inside)``, so an infinite element on the border gave
+    ``inf * 0 = NaN`` in the padding and NaN at every output whose window covers both
+    (onnxruntime: inf). The padding is a select now; the bundle and the reference executor
+    agree with onnxruntime, infinities and all."""
+    from toolchain.frontend.onnx import from_onnx
+    from toolchain.graph.reference import run_graph
+    from toolchain.target import load_target, runs_here
+
+    if not runs_here(load_target(target)):
+        pytest.skip(f"this CPU lacks {target}'s features")
+    w = np.abs(_rand(8, 8, 3, 3, seed=320017))
+    m = make_model([h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                    h.make_node("Conv", ["x", "dw"], ["z"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                group=8)],
+                   {"x": (F, [1, 8, 6, 6])}, {"y": (F, [1, 8, 6, 6]), "z": (F, [1, 8, 6, 6])},
+                   inits={"w": w, "dw": w[:, :1]})
+    x = _rand(1, 8, 6, 6)
+    x[0, :, 0, 0] = np.inf
+    want = run_ort(m, {"x": x})
+    assert all(np.isinf(v).sum() and not np.isnan(v).any() for v in want.values())
+    _, got = compile_run(m, tmp_path, {"x": x}, target=target)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_allclose(run_graph(from_onnx(m), {"x": x})[k], v, rtol=1e-4,
+                                   atol=1e-5, err_msg=k)

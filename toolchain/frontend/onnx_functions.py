@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import onnx
 import onnx.defs
+import onnx.numpy_helper
 from onnx import inliner
 
 from toolchain.errors import ModelError
@@ -75,6 +76,67 @@ def _body(node: onnx.NodeProto, opset: int,
             return None
         return onnx.FunctionProto.FromString(data) if data else None
     return None
+
+
+def _squared(node: onnx.NodeProto | None, made: dict[str, onnx.NodeProto]) -> str | None:
+    """The tensor ``node`` squares (``Mul(v, v)``, ``Pow(v, 2)`` by a Constant), or None."""
+    if node is None:
+        return None
+    if node.op_type == "Mul" and len(node.input) == 2 and node.input[0] == node.input[1]:
+        return node.input[0]
+    two = made.get(node.input[1]) if node.op_type == "Pow" and len(node.input) == 2 else None
+    if two is not None and two.op_type == "Constant" and [a.name for a in two.attribute] == [
+            "value"] and onnx.numpy_helper.to_array(two.attribute[0].t).tolist() == 2:
+        return node.input[0]
+    return None
+
+
+def two_pass_variance(body: onnx.FunctionProto) -> bool:
+    """Rewrite ``body``'s variances ``E[x²] - E[x]²`` as ``E[(x - E[x])²]`` in place;
+    whether it had one. GroupNormalization's and MeanVarianceNormalization's bodies take
+    the first form, which cancels: with float16 tensors inside (``--precision fp16``,
+    where the body's float32 stash is float16 too) ``E[x²]`` and ``E[x]²`` are rounded to
+    float16 and their difference may be negative (the square root NaN: fuzzer seed
+    311010) or any value below their rounding. The second form is never negative and keeps
+    the variance's own precision.
+
+    Before / after (GroupNormalization's body)::
+
+        Square = Mul(X3D, X3D);  MeanOfSquare = ReduceMean(Square, Axes2)
+        SquareOfMean = Mul(Mean, Mean);  Var = Sub(MeanOfSquare, SquareOfMean)
+        ->
+        Square__dev = Sub(X3D, Mean);  Square = Mul(Square__dev, Square__dev)
+        MeanOfSquare = ReduceMean(Square, Axes2);  Var = Identity(MeanOfSquare)
+
+    (``SquareOfMean``, now unread, is left to dead-code elimination.)
+    """
+    made = {o: n for n in body.node for o in n.output}
+    order = {id(n): k for k, n in enumerate(body.node)}
+    devs: dict[int, onnx.NodeProto] = {}
+    for node in body.node:
+        if node.op_type != "Sub" or len(node.input) != 2:
+            continue
+        mean_sq, sq_mean = made.get(node.input[0]), made.get(node.input[1])
+        mean = made.get(_squared(sq_mean, made) or "")
+        square = made.get(mean_sq.input[0]) if mean_sq is not None and \
+            mean_sq.op_type == "ReduceMean" else None
+        x = _squared(square, made)
+        if mean is None or x is None or mean.op_type != "ReduceMean" or \
+                mean.input[0] != x or list(mean.input[1:]) != list(mean_sq.input[1:]) or \
+                mean.attribute != mean_sq.attribute or order[id(mean)] > order[id(square)]:
+            continue
+        dev = square.output[0] + "__dev"
+        devs[id(square)] = onnx.helper.make_node("Sub", [x, mean.output[0]], [dev])
+        square.op_type = "Mul"
+        del square.input[:], square.attribute[:]
+        square.input.extend([dev, dev])
+        node.op_type = "Identity"
+        del node.input[1]
+    if devs:
+        nodes = [m for n in body.node for m in ((devs[id(n)], n) if id(n) in devs else (n,))]
+        del body.node[:]
+        body.node.extend(nodes)
+    return bool(devs)
 
 
 def _same_semantics(body: onnx.FunctionProto, opset: int) -> bool:
@@ -182,6 +244,7 @@ def expand_function_ops(proto: onnx.ModelProto, opset: int, label: str) -> onnx.
                     for n in body.node):
                 continue
             _fill_default_attributes(node, opset)
+            two_pass_variance(body)
             body.domain, body.name = _DOMAIN, f"{node.op_type}__{index}"
             for imp in body.opset_import:  # read the body as the model's opset (checked)
                 if imp.domain in ("", "ai.onnx"):

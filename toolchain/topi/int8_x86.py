@@ -572,6 +572,27 @@ def qconv2d_x86_colquads(x: te.Tensor, wp: te.Tensor, attrs: dict[str, Any]) -> 
         name="x86_acc", tag="conv")
 
 
+def x86_depthwise(node: Any) -> bool:
+    """Whether QConv ``node`` (given in ``NCHW``) is a depthwise convolution the x86
+    depthwise kernel takes: :func:`~toolchain.topi.int8.dsp_depthwise`'s, with more than one
+    kernel tap. A 1x1 one (a per-channel scale: fuzzer seed 302015) has no reduction loop
+    left once ``compute_at`` elides the unit ones, and the kernel's schedule needs one; the
+    generic int8 kernel takes it.
+
+    >>> from toolchain.graph.ir import Node, Value
+    >>> x = Value("x", (1, 8, 4, 4), "int8"); y = Value("y", (1, 8, 4, 4), "int8")
+    >>> attrs = {"group": 8, "dilations": (1, 1)}
+    >>> [x86_depthwise(Node("QConv", "dw", [x, Value.constant("w", np.ones((8, 1, k, k),
+    ...                                                                  np.int8))], [y], attrs))
+    ...  for k in (1, 3)]
+    [False, True]
+    """
+    from toolchain.topi.int8 import dsp_depthwise
+
+    w = node.input(1)
+    return dsp_depthwise(node) and int(w.shape[2]) * int(w.shape[3]) > 1
+
+
 def blocked_layouts(node: Any) -> tuple[str, str] | None:
     """The layouts in which the x86 int8 kernels can read and write QConv ``node`` (given
     in ``NCHW``) without re-laying channels at the kernel's edges: ``(input, output)``,
@@ -592,7 +613,7 @@ def blocked_layouts(node: Any) -> tuple[str, str] | None:
     >>> blocked_layouts(Node("QConv", "dw", [x, *c], [y], attrs))
     ('NCHW16c', 'NCHW16c')
     """
-    from toolchain.topi.int8 import dsp_depthwise, x86_applies, x86_lanes
+    from toolchain.topi.int8 import x86_applies, x86_lanes
 
     x, w = node.input(0), node.input(1)
     if node.op != "QConv" or len(x.shape) != 4 or w is None or w.data is None or \
@@ -601,7 +622,7 @@ def blocked_layouts(node: Any) -> tuple[str, str] | None:
         return None
     c, m = int(x.shape[1]), int(w.shape[0])
     if int(node.attrs.get("group", 1)) != 1:
-        if not dsp_depthwise(node) or c % 8:
+        if not x86_depthwise(node) or c % 8:
             return None
         lay = f"NCHW{16 if c % 16 == 0 else 8}c"
         return lay, lay

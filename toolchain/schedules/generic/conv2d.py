@@ -229,12 +229,9 @@ def conv_compute(node: Node, g: ConvGeom, plan: ConvPlan, data_layout: str = "NC
         ih, iw = hh - g.pt, ww - g.pl
         inside = te.all(ih >= 0, ih < g.h, iw >= 0, iw < g.w)
         val = in_at(n, c0, c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0))
-        if vector_pack(ib, cb):
-            # blocked input: the clamped load is in bounds and the 0/1 factor is the same
-            # for every channel lane, so the copy is a vector loop (a select is not); an
-            # infinite element on the border gives NaN instead of inf where a window
-            # already reads it (as in cpu_depthwise)
-            return val * te.cast(inside, "float32")
+        # a select, not ``val * float(inside)``: an infinite element on the border times
+        # 0 was NaN in the padding (fuzzer seed 320017); the condition is the same for
+        # every channel lane, so the select of two vectors stays vector code
         return te.if_then_else(inside, val, zero)
 
     sh, sw = g.sh, g.sw

@@ -6,13 +6,14 @@ therefore keeps every access a full vector over a channel block (as TVM's x86
 ``depthwise_conv2d_NCHWc``):
 
 * **data** (``NCHW``, ``NHWC`` or ``NCHW{b}c``) is read through a zero-padded view
-  ``[N, C/cb, Hp, Wp, cb]`` whose border is the nearest edge element times a 0/1 factor
-  that does not depend on the channel lane, so the inner loops carry no bounds check or
-  select whatever the padding (asymmetric ``SAME`` pads of stride 2 included) and every
-  load stays a vector (an infinite input element next to the border gives NaN rather than
-  inf at the outputs whose window already reads it). The view is inlined into the product
-  (``compute_inline``), not copied: depthwise work is so small that a padded copy cost as
-  much as the convolution (2x slower at stride 2, where the copy is 4x the output). An
+  ``[N, C/cb, Hp, Wp, cb]`` whose border is a select, by a condition that does not depend
+  on the channel lane, of the nearest edge element's vector or zeros, so every load stays
+  a vector whatever the padding (asymmetric ``SAME`` pads of stride 2 included). (It was
+  the edge element times a 0/1 factor until session 26: an infinite element there gave
+  NaN in the padding; the select is as fast, ``benchmarks/models.py``.) The view is
+  inlined into the product (``compute_inline``), not copied: depthwise work is so small
+  that a padded copy cost as much as the convolution (2x slower at stride 2, where the
+  copy is 4x the output). An
   ``NCHW``/``NHWC`` input is copied once into the view instead (a gather per vector);
 * **weights** ``[C, 1, KH, KW]`` (any kernel layout) are packed *at compile time* into
   ``[C/cb, KH, KW, cb]`` (``OpSchedule.input_values`` names ``<W>_dw_packed``);
@@ -165,9 +166,10 @@ def depthwise_compute(node: Node, g: DwGeom, cb: int, w_oihw: np.ndarray,
         ih, iw = hh - g.pt, ww - g.pl
         inside = te.all(ih >= 0, ih < g.h, iw >= 0, iw < g.w)
         val = at(n, c0, c1, te.max(te.min(ih, g.h - 1), 0), te.max(te.min(iw, g.w - 1), 0))
-        # the clamped load is always in bounds and the 0/1 factor does not depend on the
-        # channel lane, so the copy stays a vector loop (a select there would not)
-        return val * te.cast(inside, "float32")
+        # the clamped load is always in bounds; a select, not ``val * float(inside)``
+        # (NaN for an infinite border element: fuzzer seed 320017), of a condition the
+        # same for every channel lane, so the copy stays vector code
+        return te.if_then_else(inside, val, ir.FloatImm(0.0, "float32"))
 
     xp = te.compute((g.n, g.c // cb, hp, wp, cb), pad_x, name="data_pack")
     if wv.data is not None:  # w_oihw is oihw_weights(node, wv.data) as float32

@@ -60,14 +60,14 @@ DW_PLANE_BYTES = 65536
 
 def dw_lanes(node: Node) -> int:
     """Channels per vector of the x86 depthwise kernel for QConv ``node`` (16 or 8), 0 when
-    it does not apply (not depthwise with multiplier 1, channels not a multiple of 8, or
-    non-constant weights)."""
-    from toolchain.topi.int8 import dsp_depthwise
+    it does not apply (not depthwise with multiplier 1, a 1x1 kernel, channels not a
+    multiple of 8, or non-constant weights: :func:`toolchain.topi.int8_x86.x86_depthwise`)."""
+    from toolchain.topi.int8_x86 import x86_depthwise
 
     w = node.input(1)
     if node.op != "QConv" or w is None or w.data is None or len(w.shape) != 4:
         return 0
-    if int(node.attrs.get("group", 1)) == 1 or not dsp_depthwise(node):
+    if int(node.attrs.get("group", 1)) == 1 or not x86_depthwise(node):
         return 0
     c = int(w.shape[0])
     return 16 if c % 16 == 0 else 8 if c % 8 == 0 else 0
