@@ -411,8 +411,24 @@ def build_cuda(path: str | Path, nvcc: str | None = None, profile: bool = False)
                d / "runtime" / "kiln_runtime.h"]
     blob = [d / "src" / "weights.bin"] if wflags else []
     lib = _cached_library(d, model, [*cu, *c, *headers, *blob], nvcc, flags, "-cuda")
-    if lib.exists():
-        return lib
+    inc = [f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}"]
+
+    def make(tmp: Path) -> None:
+        with tempfile.TemporaryDirectory(dir=lib.parent) as work:
+            objs = []
+            for f in cu + c:  # nvcc's -x applies to every file: one command per source
+                obj = Path(work) / f"{f.stem}.o"
+                if f.suffix == ".S":  # the weights' .incbin stub: the host C compiler
+                    _run_build([find_compiler(None), "-fPIC", *wflags, *inc, "-c", str(f),
+                                "-o", str(obj)], d)
+                else:  # the bundle Makefile's command, in the bundle's folder
+                    lang = ["-x", "c"] if f.suffix == ".c" else []
+                    _run_build([*nvcc_launcher(), nvcc, *MAKE_INCLUDES, *flags, *lang, "-c",
+                                str(f.relative_to(d)), "-o", str(obj.absolute())], d, cwd=d)
+                objs.append(str(obj))
+            _run_build([nvcc, *flags, "-shared", *objs, "-o", str(tmp), "-lm"], d)
+
+    return _in_cache(lib, make)
     inc = [f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}"]
     with tempfile.TemporaryDirectory(dir=lib.parent) as work:
         objs = []
@@ -461,34 +477,26 @@ def build_host(path: str | Path, cc: str | None = None,
     blob = [d / "src" / "weights.bin"] if wflags else []
     rtl = sorted((d / "rtl").rglob("*.*")) if device == "rtl" else []
     lib = _cached_library(d, model, [*srcs, *headers, *blob, *rtl], compiler, flags)
-    if lib.exists():
-        touch(lib)
-        return lib
-    link: list[str] = []
-    if device == "rtl":
-        from toolchain.vta.rtl_device import bundle_rtl_objects
-
-        link = [*bundle_rtl_objects(d / "rtl"), "-lstdc++"]
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
-    os.close(fd)
     # the runtime every bundle carries, and the accelerator's driver and simulator
     runtime = [f for f in srcs if f.parent == d / "runtime" and f.name in SHARED_RUNTIME]
     cflags = [*flags, *wflags, f"-I{d / 'include'}", f"-I{d / 'runtime'}", f"-I{d / 'src'}",
               *([f"-I{d / 'rtl' / 'sim'}"] if rtl else [])]
-    try:
+
+    def make(tmp: Path) -> None:
+        link: list[str] = []
+        if device == "rtl":
+            from toolchain.vta.rtl_device import bundle_rtl_objects
+
+            link = [*bundle_rtl_objects(d / "rtl"), "-lstdc++"]
         with tempfile.TemporaryDirectory(dir=lib.parent) as work:
             objects = _runtime_objects(runtime, compiler, flags)
             own = [str(_cached_object(f, compiler, cflags, d)) if f.name in CACHED_SOURCES
                    and f.parent == d / "src" else _with_pch(f, compiler, cflags, Path(work), d)
                    for f in srcs if f not in runtime]
-            _run_build([compiler, *cflags, *own, *map(str, objects), "-o", tmp, *link,
+            _run_build([compiler, *cflags, *own, *map(str, objects), "-o", str(tmp), *link,
                         "-lm"], d)
-    except BuildError:
-        os.unlink(tmp)
-        raise
-    os.replace(tmp, lib)
-    trim(lib)
-    return lib
+
+    return _in_cache(lib, make)
 
 
 def allocate(shape: Any, dtype: Any, what: str, zero: bool = False) -> np.ndarray:
