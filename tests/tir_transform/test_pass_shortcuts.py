@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.codegen.gpu_workloads import tiled_gemm
+from tests.tir import workloads
 from tests.tir_transform.test_intrinsic_lowering import staged_matmul
-from toolchain import te
 from toolchain.tir import arith, ir
 from toolchain.tir.functor import StmtExprMutator, post_order_visit
 from toolchain.tir.schedule import Schedule
@@ -65,11 +65,7 @@ def test_has_shared_answers_as_the_plain_walk(name: str) -> None:
 
 def _local_matmul() -> Schedule:
     """The docstring's case: a ``local`` accumulator written back per tile."""
-    A = te.placeholder((32, 32), name="A")
-    B = te.placeholder((32, 32), name="B")
-    r = te.reduce_axis((0, 32), name="k")
-    C = te.compute((32, 32), lambda y, x: te.sum(A[y, r] * B[r, x], axis=r), name="C")
-    sch = Schedule(te.create_prim_func([A, B, C]))
+    sch = Schedule(workloads.matmul(32, 32, 32)[0])
     c = sch.get_block("C")
     y, x, k = sch.get_loops(c)
     yo, yi = sch.split(y, [None, 8])
